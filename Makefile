@@ -1,0 +1,45 @@
+# The two set-up commands of the README: `make run` and `make test`.  Each does the whole set-up
+# on a fresh machine: .venv, install (editable, with the Cython extensions built), then the job.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+PYTEST_ARGS ?=
+
+.PHONY: run test test-slow bench build setup clean
+
+# --- set-up -------------------------------------------------------------------------------------
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -U pip setuptools wheel "Cython>=3.0"
+
+# Re-install when the packaging files change (the stamp keeps repeated `make test` fast).
+$(VENV)/.installed: $(VENV)/bin/python pyproject.toml setup.py
+	$(PIP) install --no-build-isolation -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Rebuild the Cython extensions in place (a no-op when nothing changed).
+build: setup
+	$(PY) setup.py -q build_ext --inplace -j 2 >/dev/null
+
+# --- jobs ---------------------------------------------------------------------------------------
+run: build
+	$(VENV)/bin/rmq standalone $(RUN_ARGS)
+
+test: build
+	$(PY) -m pytest tests --ignore=tests/bench -m "not slow" -q $(PYTEST_ARGS)
+
+test-slow: build
+	$(PY) -m pytest tests --ignore=tests/bench -m slow -q $(PYTEST_ARGS)
+
+# Benchmarks need a Redis server as the baseline for the client benchmarks (Debian's package).
+bench: build
+	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) || echo "redis-server unavailable: Redis baselines will be skipped"
+	$(PIP) install -e '.[dev,bench]' --no-build-isolation
+	$(PY) -m pytest tests/bench --benchmark-only --benchmark-columns=min,median,mean,ops,rounds -q $(PYTEST_ARGS)
+	$(PY) -m tests.bench.report
+
+clean:
+	rm -rf $(VENV) build *.egg-info rmq_core/_native/*.c rmq_core/_native/*.so

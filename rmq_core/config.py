@@ -1,0 +1,321 @@
+"""Configs as attrs classes, loaded from RocketMQ's `broker.conf` property names.
+
+Each field carries its RocketMQ property name in metadata (`key`), so `storePathRootDir=/x` in a
+file lands on `MessageStoreConfig.store_path_root_dir`.  Unknown keys and bad values raise
+ConfigError naming the key, the value and what was expected.
+"""
+from __future__ import annotations
+
+import enum
+import os
+from typing import Any, Iterable, Mapping
+
+import attrs
+
+from rmq_core.errors import ConfigError
+
+
+class FlushDiskType(enum.Enum):
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+class BrokerRole(enum.Enum):
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_TIME_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(spec: str) -> list[int]:
+    """'1s 5s 1m' -> [1000, 5000, 60000] (ms per level, level 1 first)."""
+    out = []
+    for item in str(spec).split():
+        unit = item[-1:]
+        if unit not in _TIME_UNITS_MS:
+            raise ConfigError(f"messageDelayLevel: bad level {item!r} (use a number with s, m, h or d)")
+        try:
+            n = int(item[:-1])
+        except ValueError:
+            raise ConfigError(f"messageDelayLevel: bad level {item!r} (use a number with s, m, h or d)") from None
+        if n <= 0:
+            raise ConfigError(f"messageDelayLevel: level {item!r} must be positive")
+        out.append(n * _TIME_UNITS_MS[unit])
+    if not out:
+        raise ConfigError("messageDelayLevel: no levels given")
+    return out
+
+
+# --- generic properties loading -----------------------------------------------------------------
+def prop(default, key: str, **kw):
+    """An attrs field bound to the RocketMQ property `key`."""
+    return attrs.field(default=default, metadata={"key": key}, **kw)
+
+
+def read_properties_file(path: str) -> dict[str, str]:
+    """Java .properties subset: `key=value` or `key: value`, `#`/`!` comments, blank lines."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path!r}: {e.strerror}") from None
+    out: dict[str, str] = {}
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep <= 0:
+            raise ConfigError(f"{path}:{lineno}: expected key=value, got {raw!r}")
+        out[line[:sep].strip()] = line[sep + 1 :].strip()
+    return out
+
+
+def _convert(cls_name: str, field: attrs.Attribute, value: Any) -> Any:
+    key = field.metadata["key"]
+    typ = field.type if not isinstance(field.type, str) else _TYPE_NAMES.get(field.type, str)
+    if value is None or (isinstance(value, str) and not isinstance(typ, type)):
+        return value
+    try:
+        if isinstance(typ, type) and issubclass(typ, enum.Enum):
+            return value if isinstance(value, typ) else typ(str(value).strip().upper())
+        if typ is bool:
+            if isinstance(value, bool):
+                return value
+            v = str(value).strip().lower()
+            if v in ("true", "1", "yes", "on"):
+                return True
+            if v in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if typ is int:
+            return int(str(value).strip()) if not isinstance(value, int) else value
+        if typ is float:
+            return float(str(value).strip()) if not isinstance(value, (int, float)) else float(value)
+        return str(value)
+    except ValueError:
+        expected = (
+            " | ".join(m.value for m in typ) if isinstance(typ, type) and issubclass(typ, enum.Enum)
+            else getattr(typ, "__name__", str(typ))
+        )
+        raise ConfigError(f"{cls_name}: bad value {value!r} for {key} (expected {expected})") from None
+
+
+_TYPE_NAMES = {"int": int, "bool": bool, "float": float, "str": str, "FlushDiskType": FlushDiskType,
+               "BrokerRole": BrokerRole, "str | None": str}
+
+
+class PropertiesConfig:
+    """Mixin: `from_properties`, `keys()`, `to_properties()` for attrs configs with `prop` fields."""
+
+    @classmethod
+    def keys(cls) -> dict[str, str]:
+        """RocketMQ property name -> attribute name."""
+        return {f.metadata["key"]: f.name for f in attrs.fields(cls) if "key" in f.metadata}
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any] | str | None = None, *, strict: bool = True, **overrides):
+        """Build from a mapping of RocketMQ property names (or a path to a .properties file).
+
+        strict: unknown keys raise ConfigError (a typo must not be silently ignored).
+        overrides: attribute names (snake_case) that win over the file.
+        """
+        if isinstance(props, (str, os.PathLike)):
+            props = read_properties_file(os.fspath(props))
+        props = dict(props or {})
+        keymap = cls.keys()
+        fields = {f.name: f for f in attrs.fields(cls)}
+        kwargs = {}
+        for k, v in props.items():
+            name = keymap.get(k)
+            if name is None:
+                if strict:
+                    raise ConfigError(f"{cls.__name__}: unknown key {k!r}")
+                continue
+            kwargs[name] = _convert(cls.__name__, fields[name], v)
+        for name, v in overrides.items():
+            if name not in fields:
+                raise ConfigError(f"{cls.__name__}: unknown setting {name!r}")
+            if v is not None:
+                kwargs[name] = _convert(cls.__name__, fields[name], v) if "key" in fields[name].metadata else v
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as e:
+            if isinstance(e, ConfigError):
+                raise
+            raise ConfigError(f"{cls.__name__}: {e}") from None
+
+    def to_properties(self) -> dict[str, str]:
+        out = {}
+        for f in attrs.fields(type(self)):
+            if "key" in f.metadata:
+                v = getattr(self, f.name)
+                out[f.metadata["key"]] = v.value if isinstance(v, enum.Enum) else ("true" if v is True else "false" if v is False else str(v))
+        return out
+
+
+def _positive(inst, attribute, value):
+    if value <= 0:
+        raise ConfigError(f"{type(inst).__name__}: {attribute.metadata.get('key', attribute.name)} must be > 0, got {value!r}")
+
+
+def _ratio_percent(inst, attribute, value):
+    if not 1 <= value <= 99:
+        raise ConfigError(f"{type(inst).__name__}: {attribute.metadata['key']} must be within 1..99, got {value!r}")
+
+
+def _valid_delay_levels(inst, attribute, value):
+    parse_delay_levels(value)
+
+
+@attrs.define
+class MessageStoreConfig(PropertiesConfig):
+    store_path_root_dir: str = prop(os.path.join(os.path.expanduser("~"), "store"), "storePathRootDir")
+    store_path_commit_log: str | None = prop(None, "storePathCommitLog")
+    mapped_file_size_commit_log: int = prop(1024 * 1024 * 1024, "mappedFileSizeCommitLog", validator=_positive)
+    mapped_file_size_consume_queue: int = prop(300_000 * 20, "mappedFileSizeConsumeQueue", validator=_positive)
+    enable_consume_queue_ext: bool = prop(False, "enableConsumeQueueExt")
+    mapped_file_size_consume_queue_ext: int = prop(48 * 1024 * 1024, "mappedFileSizeConsumeQueueExt", validator=_positive)
+    bit_map_length_consume_queue_ext: int = prop(64, "bitMapLengthConsumeQueueExt", validator=_positive)
+    flush_disk_type: FlushDiskType = prop(FlushDiskType.ASYNC_FLUSH, "flushDiskType")
+    flush_interval_commit_log: int = prop(500, "flushIntervalCommitLog", validator=_positive)
+    flush_commit_log_least_pages: int = prop(4, "flushCommitLogLeastPages")
+    flush_commit_log_thorough_interval: int = prop(10_000, "flushCommitLogThoroughInterval")
+    flush_interval_consume_queue: int = prop(1000, "flushIntervalConsumeQueue", validator=_positive)
+    flush_consume_queue_least_pages: int = prop(2, "flushConsumeQueueLeastPages")
+    sync_flush_timeout: int = prop(5000, "syncFlushTimeout", validator=_positive)
+    file_reserved_time: int = prop(72, "fileReservedTime", validator=_positive)  # hours
+    delete_when: str = prop("04", "deleteWhen")  # hours of day, e.g. "04" or "04;16"
+    clean_resource_interval: int = prop(10_000, "cleanResourceInterval", validator=_positive)
+    disk_max_used_space_ratio: int = prop(75, "diskMaxUsedSpaceRatio", validator=_ratio_percent)
+    disk_space_clean_forcibly_ratio: float = prop(0.85, "diskSpaceCleanForciblyRatio")
+    disk_space_warning_level_ratio: float = prop(0.90, "diskSpaceWarningLevelRatio")
+    max_message_size: int = prop(4 * 1024 * 1024, "maxMessageSize", validator=_positive)
+    message_delay_level: str = prop(DEFAULT_DELAY_LEVELS, "messageDelayLevel", validator=_valid_delay_levels)
+    message_index_enable: bool = prop(True, "messageIndexEnable")
+    max_hash_slot_num: int = prop(5_000_000, "maxHashSlotNum", validator=_positive)
+    max_index_num: int = prop(5_000_000 * 4, "maxIndexNum", validator=_positive)
+    check_crc_on_recover: bool = prop(True, "checkCRCOnRecover")
+    max_transfer_bytes_on_message_in_memory: int = prop(256 * 1024, "maxTransferBytesOnMessageInMemory")
+    max_transfer_count_on_message_in_memory: int = prop(32, "maxTransferCountOnMessageInMemory")
+    max_transfer_bytes_on_message_in_disk: int = prop(64 * 1024, "maxTransferBytesOnMessageInDisk")
+    max_transfer_count_on_message_in_disk: int = prop(8, "maxTransferCountOnMessageInDisk")
+    access_message_in_memory_max_ratio: int = prop(40, "accessMessageInMemoryMaxRatio")
+    broker_role: BrokerRole = prop(BrokerRole.ASYNC_MASTER, "brokerRole")
+    timer_wheel_enable: bool = prop(True, "timerWheelEnable")
+    timer_precision_ms: int = prop(100, "timerPrecisionMs", validator=_positive)
+
+    @property
+    def commit_log_dir(self) -> str:
+        return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
+
+    @property
+    def consume_queue_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "consumequeue")
+
+    @property
+    def consume_queue_ext_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "consumequeue_ext")
+
+    @property
+    def index_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "index")
+
+    @property
+    def config_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "config")
+
+    @property
+    def abort_file(self) -> str:
+        return os.path.join(self.store_path_root_dir, "abort")
+
+    @property
+    def checkpoint_file(self) -> str:
+        return os.path.join(self.store_path_root_dir, "checkpoint")
+
+    @property
+    def delay_levels_ms(self) -> list[int]:
+        return parse_delay_levels(self.message_delay_level)
+
+
+@attrs.define
+class BrokerConfig(PropertiesConfig):
+    broker_cluster_name: str = prop("DefaultCluster", "brokerClusterName")
+    broker_name: str = prop("broker-a", "brokerName")
+    broker_id: int = prop(0, "brokerId")
+    namesrv_addr: str | None = prop(None, "namesrvAddr")  # 'host:port;host:port'
+    listen_port: int = prop(10911, "listenPort")
+    broker_ip1: str = prop("127.0.0.1", "brokerIP1")
+    broker_ip2: str | None = prop(None, "brokerIP2")
+    broker_permission: int = prop(6, "brokerPermission")
+    auto_create_topic_enable: bool = prop(True, "autoCreateTopicEnable")
+    auto_create_subscription_group: bool = prop(True, "autoCreateSubscriptionGroup")
+    default_topic_queue_nums: int = prop(8, "defaultTopicQueueNums", validator=_positive)
+    cluster_topic_enable: bool = prop(True, "clusterTopicEnable")
+    broker_topic_enable: bool = prop(True, "brokerTopicEnable")
+    enable_property_filter: bool = prop(False, "enablePropertyFilter")
+    enable_calc_filter_bit_map: bool = prop(False, "enableCalcFilterBitMap")
+    filter_support_retry: bool = prop(False, "filterSupportRetry")
+    expect_consumer_num_use_filter: int = prop(32, "expectConsumerNumUseFilter")
+    max_error_rate_of_bloom_filter: int = prop(20, "maxErrorRateOfBloomFilter")
+    long_polling_enable: bool = prop(True, "longPollingEnable")
+    short_polling_time_mills: int = prop(1000, "shortPollingTimeMills")
+    notify_consumer_ids_changed_enable: bool = prop(True, "notifyConsumerIdsChangedEnable")
+    transfer_msg_by_heap: bool = prop(True, "transferMsgByHeap")
+    register_name_server_period: int = prop(30_000, "registerNameServerPeriod")
+    flush_consumer_offset_interval: int = prop(5000, "flushConsumerOffsetInterval")
+    client_channel_max_idle_time_seconds: int = prop(120, "clientChannelMaxIdleTimeSeconds")
+    reject_transaction_message: bool = prop(False, "rejectTransactionMessage")
+    transaction_time_out: int = prop(6000, "transactionTimeOut")
+    transaction_check_max: int = prop(15, "transactionCheckMax")
+    transaction_check_interval: int = prop(60_000, "transactionCheckInterval")
+    trace_topic_enable: bool = prop(False, "traceTopicEnable")
+    error_reply_delay_ms: int = prop(1000, "errorReplyDelayMs")  # C++ client retries at once: slow it down
+    server_max_frame_length: int = prop(16 * 1024 * 1024, "serverMaxFrameLength")
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def namesrv_addr_list(self) -> list[str]:
+        return [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]
+
+
+@attrs.define
+class NamesrvConfig(PropertiesConfig):
+    listen_port: int = prop(9876, "listenPort")
+    listen_host: str = prop("0.0.0.0", "listenHost")
+    rocketmq_home: str = prop(os.environ.get("ROCKETMQ_HOME", ""), "rocketmqHome")
+    kv_config_path: str = prop(os.path.join(os.path.expanduser("~"), "namesrv", "kvConfig.json"), "kvConfigPath")
+    order_message_enable: bool = prop(False, "orderMessageEnable")
+    scan_not_active_broker_interval: int = prop(5000, "scanNotActiveBrokerInterval")
+    broker_channel_expired_time: int = prop(120_000, "brokerChannelExpiredTime")
+    server_max_frame_length: int = prop(16 * 1024 * 1024, "serverMaxFrameLength")
+
+
+def load_broker_conf(props: Mapping[str, Any] | str | None = None, **overrides) -> tuple[BrokerConfig, MessageStoreConfig]:
+    """Split one broker.conf into the broker's and the store's settings (as RocketMQ does); any key
+    that neither knows is an error naming it."""
+    if isinstance(props, (str, os.PathLike)):
+        props = read_properties_file(os.fspath(props))
+    props = dict(props or {})
+    bkeys, skeys = BrokerConfig.keys(), MessageStoreConfig.keys()
+    unknown = [k for k in props if k not in bkeys and k not in skeys]
+    if unknown:
+        raise ConfigError(f"broker.conf: unknown key {unknown[0]!r}")
+    b_over = {k: v for k, v in overrides.items() if k in attrs.fields_dict(BrokerConfig)}
+    s_over = {k: v for k, v in overrides.items() if k in attrs.fields_dict(MessageStoreConfig)}
+    bad = set(overrides) - set(b_over) - set(s_over)
+    if bad:
+        raise ConfigError(f"unknown setting {sorted(bad)[0]!r}")
+    broker = BrokerConfig.from_properties({k: v for k, v in props.items() if k in bkeys}, **b_over)
+    store = MessageStoreConfig.from_properties({k: v for k, v in props.items() if k in skeys}, **s_over)
+    return broker, store
+
+
+def names(values: Iterable[str]) -> str:
+    return ", ".join(sorted(values))

@@ -1,0 +1,70 @@
+"""Exceptions.  Each names the bad value so the user never has to read a traceback to learn it."""
+
+
+class RMQError(Exception):
+    """Base of every rmq error."""
+
+
+class ConfigError(RMQError, ValueError):
+    """A configuration key or value is wrong (unknown key, bad value, unknown plugin name)."""
+
+
+class PluginNotFoundError(ConfigError):
+    """A configuration names a plugin implementation that no installed plugin provides."""
+
+    def __init__(self, kind: str, name: str, available):
+        self.kind, self.name, self.available = kind, name, sorted(available)
+        super().__init__(
+            f"unknown {kind} {name!r}; available: {', '.join(self.available) or '(none)'}"
+        )
+
+
+class IllegalArgumentError(RMQError, ValueError):
+    """A caller passed a bad value (bad topic name, empty body, oversize message...)."""
+
+
+class StoreError(RMQError):
+    """The message store could not do what was asked."""
+
+
+class MessageTooLargeError(StoreError, IllegalArgumentError):
+    def __init__(self, size: int, limit: int):
+        self.size, self.limit = size, limit
+        super().__init__(f"message size {size} bytes exceeds maxMessageSize {limit} bytes")
+
+
+class DiskFullError(StoreError):
+    """Writes are refused: the disk holding the store is over the hard watermark."""
+
+
+class RemotingError(RMQError):
+    """Transport-level failure: connect, send, timeout, closed connection, malformed frame."""
+
+
+class RemotingConnectError(RemotingError):
+    pass
+
+
+class RemotingTimeoutError(RemotingError, TimeoutError):
+    pass
+
+
+class RemotingCommandError(RemotingError):
+    """A frame or header could not be decoded."""
+
+
+class MQClientError(RMQError):
+    """A client-side failure (no route, not started, bad state...)."""
+
+    def __init__(self, message: str, code: int = -1):
+        self.code = code
+        super().__init__(message)
+
+
+class MQBrokerError(RMQError):
+    """The broker (or name server) answered with a non-success response code."""
+
+    def __init__(self, code: int, remark: str | None, addr: str | None = None):
+        self.code, self.remark, self.addr = code, remark or "", addr
+        where = f" from {addr}" if addr else ""
+        super().__init__(f"broker error code {code}{where}: {self.remark}")

@@ -1,0 +1,88 @@
+"""Hook specifications (pluggy project "rmq").  Only specs live here.
+
+Registry hooks return a dict of *named* implementations; every plugin's dicts are merged and
+configuration picks one by name (`allocateMessageQueueStrategy = by_circle`, expression type
+`SQL92`, offset store `local_file`, transport scheme `tcp`).  Resolve a name once per
+subscription / rebalance / connection and keep the object: a hook call costs about a microsecond,
+so no hook is ever called per message on the hot path.
+
+Interception hooks mirror RocketMQ's RPCHook / SendMessageHook / ConsumeMessageHook /
+FilterMessageHook.  They are only called when at least one plugin implements them.
+"""
+import pluggy
+
+hookspec = pluggy.HookspecMarker("rmq")
+
+
+# --- registries ----------------------------------------------------------------------------------
+@hookspec
+def rmq_allocate_strategies():
+    """Return {name: strategy} of queue allocation strategies.
+
+    A strategy is an object with `name` and
+    `allocate(consumer_group, current_cid, mq_all: list[MessageQueue], cid_all: list[str]) -> list[MessageQueue]`
+    following AllocateMessageQueueStrategy: inputs are sorted by the caller; the result is the
+    queues `current_cid` owns.  Called when a PushConsumer / lite PullConsumer starts (to resolve
+    `allocate_strategy=` by name)."""
+
+
+@hookspec
+def rmq_filters():
+    """Return {expression_type: factory} of message filters (e.g. "TAG", "SQL92").
+
+    `factory(expression: str) -> compiled filter` raises `FilterExpressionError` (with the
+    position) for a malformed expression.  Called when a subscription is registered (client and
+    broker side), never per message."""
+
+
+@hookspec
+def rmq_offset_stores():
+    """Return {name: factory} of consumer offset stores (e.g. "remote", "local_file").
+
+    `factory(client, group: str, **options) -> OffsetStore` (load/update/read/persist/remove).
+    Called when a consumer starts."""
+
+
+@hookspec
+def rmq_transports():
+    """Return {scheme: transport} (e.g. "tcp", "inproc").
+
+    A transport turns an address of its scheme into a connection or a listening server for the
+    remoting layer.  Called when a remoting client or server is created."""
+
+
+# --- interception (RocketMQ hook equivalents) ----------------------------------------------------
+@hookspec
+def rmq_before_send(context):
+    """SendMessageHook.sendMessageBefore: `context` has producer_group, message, queue, broker_addr."""
+
+
+@hookspec
+def rmq_after_send(context):
+    """SendMessageHook.sendMessageAfter: `context` also has send_result or exception."""
+
+
+@hookspec
+def rmq_before_consume(context):
+    """ConsumeMessageHook.consumeMessageBefore: `context` has consumer_group, queue, messages."""
+
+
+@hookspec
+def rmq_after_consume(context):
+    """ConsumeMessageHook.consumeMessageAfter: `context` also has status and success."""
+
+
+@hookspec
+def rmq_filter_message(context):
+    """FilterMessageHook: `context` has consumer_group, messages (after the broker's filter);
+    a plugin may drop messages by mutating `context.messages`."""
+
+
+@hookspec
+def rmq_rpc_before_request(remote_addr, request):
+    """RPCHook.doBeforeRequest: may add ext fields (e.g. ACL signatures) to `request`."""
+
+
+@hookspec
+def rmq_rpc_after_response(remote_addr, request, response):
+    """RPCHook.doAfterResponse."""

@@ -1,0 +1,59 @@
+"""Build: setuptools + Cython extensions for the storage core (rmq_core/_native).
+
+`plugins/` on disk is installed as the package `rmq_plugins`, so the product does not claim the
+generic top-level name `plugins` in site-packages.
+"""
+import os
+import sys
+
+from setuptools import Extension, find_packages, setup
+
+try:
+    from Cython.Build import cythonize
+except ImportError:  # pragma: no cover - pyproject's build-system always provides Cython
+    sys.exit("Cython>=3 is required to build rmq (pip installs it from pyproject.toml)")
+
+# Compiler flags live here and only here.  No -march=native: wheels must run on any x86-64;
+# CPU-specific code paths (PCLMUL CRC32) are chosen at run time inside the C code.
+EXTRA_COMPILE_ARGS = ["-O3", "-fno-strict-aliasing", "-Wno-unused-function", "-Wno-unreachable-code"]
+NATIVE_DIR = os.path.join("rmq_core", "_native")
+
+
+def native_extensions():
+    exts = []
+    for name in sorted(os.listdir(NATIVE_DIR)):
+        if name.endswith(".pyx"):
+            mod = name[:-4]
+            exts.append(
+                Extension(
+                    f"rmq_core._native.{mod}",
+                    [os.path.join(NATIVE_DIR, name)],
+                    include_dirs=[NATIVE_DIR],
+                    extra_compile_args=EXTRA_COMPILE_ARGS,
+                )
+            )
+    return exts
+
+
+def packages():
+    core = find_packages(include=["rmq_core", "rmq_core.*", "spark_plugin", "spark_plugin.*"])
+    plug = ["rmq_plugins" + p[len("plugins"):] for p in find_packages(include=["plugins", "plugins.*"])]
+    return core + plug
+
+
+setup(
+    packages=packages(),
+    package_dir={"rmq_plugins": "plugins"},
+    ext_modules=cythonize(
+        native_extensions(),
+        language_level=3,
+        compiler_directives={
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "initializedcheck": False,
+        },
+        annotate=False,
+    ),
+    zip_safe=False,
+)
