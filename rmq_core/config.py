@@ -153,6 +153,8 @@ class PropertiesConfig:
         for f in attrs.fields(type(self)):
             if "key" in f.metadata:
                 v = getattr(self, f.name)
+                if v is None:
+                    continue
                 out[f.metadata["key"]] = v.value if isinstance(v, enum.Enum) else ("true" if v is True else "false" if v is False else str(v))
         return out
 

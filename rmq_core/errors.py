@@ -68,3 +68,14 @@ class MQBrokerError(RMQError):
         self.code, self.remark, self.addr = code, remark or "", addr
         where = f" from {addr}" if addr else ""
         super().__init__(f"broker error code {code}{where}: {self.remark}")
+
+
+class FilterExpressionError(IllegalArgumentError):
+    """A subscription expression does not parse; names the expression, position and reason."""
+
+    def __init__(self, expression: str, position: int, reason: str, expression_type: str = "SQL92"):
+        self.expression, self.position, self.reason = expression, position, reason
+        self.expression_type = expression_type
+        super().__init__(
+            f"bad {expression_type} expression {expression!r} at position {position}: {reason}"
+        )
