@@ -100,3 +100,10 @@ def get_transport(scheme: str):
 def has_impls(hook_name: str) -> bool:
     """True when some plugin implements an interception hook (so callers can skip the call)."""
     return bool(getattr(get_plugin_manager().hook, hook_name).get_hookimpls())
+
+
+def reset_plugin_manager() -> None:
+    """Forget the manager so the next call re-reads entry points (tests that install a plugin)."""
+    global _pm
+    with _lock:
+        _pm = None
