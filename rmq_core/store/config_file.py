@@ -1,0 +1,491 @@
+"""The broker's JSON config files: consumer offsets, topic configs, subscription groups.
+
+RocketMQ keeps these small tables as JSON under `<storePathRootDir>/config/` and rewrites the
+whole file on every persist (ConfigManager).  We keep its file names and JSON shapes so a config
+directory reads like a RocketMQ one, and make the rewrite crash-safe:
+
+* `atomic_write` writes `<file>.tmp`, fsyncs it, renames it over `<file>` and fsyncs the
+  directory, so after a crash the file is either the old or the new version, never a mix.  A
+  `.tmp` left behind by a crash is never read.
+* `ConfigManager.persist` keeps the previous good version as `<file>.bak` (as RocketMQ's
+  MixAll.string2File does) and `load` falls back to it when the main file is missing, empty or
+  does not decode.
+
+RocketMQ's fastjson writes integer map keys unquoted (`{0:12,1:7}`), which is not JSON; the
+offset table decoder accepts that too, so a Java broker's `consumerOffset.json` can be loaded.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+from typing import Any, Iterator
+
+import attrs
+
+from rmq_core.errors import IllegalArgumentError, StoreError
+from rmq_core.message import PermName, TopicValidator
+
+log = logging.getLogger("rmq.store")
+
+CONSUMER_OFFSET_FILE = "consumerOffset.json"
+TOPICS_FILE = "topics.json"
+SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
+TOPIC_GROUP_SEPARATOR = "@"
+
+
+# --- crash-safe file writes --------------------------------------------------------------------
+def fsync_dir(path: str) -> None:
+    """fsync a directory so a rename inside it survives a power cut (no-op where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on directories; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike, data: bytes) -> None:
+    """Replace `path` with `data` atomically: tmp file in the same dir, fsync, rename, fsync dir."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise IllegalArgumentError(f"atomic_write needs bytes, not {type(data).__name__}")
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(directory)
+
+
+def read_file_bytes(path: str) -> bytes | None:
+    """The file's bytes, or None when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+# --- ConfigManager -----------------------------------------------------------------------------
+class ConfigManager:
+    """RocketMQ's ConfigManager: one JSON file, `load()` with `.bak` fallback, `persist()`.
+
+    Subclasses implement `config_file_path()`, `encode(pretty)` and `decode(text)`; `decode`
+    raises on malformed input (any exception means "this version is unusable").
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def config_file_path(self) -> str:
+        raise NotImplementedError
+
+    def encode(self, pretty: bool = False) -> str:
+        raise NotImplementedError
+
+    def decode(self, text: str) -> None:
+        raise NotImplementedError
+
+    def load(self) -> bool:
+        """Load the main file, else `.bak`.  A missing file is a fresh start (True); False only
+        when a file exists but neither it nor its backup decodes."""
+        path = self.config_file_path()
+        with self._lock:
+            main = read_file_bytes(path)
+            if main and main.strip():
+                try:
+                    self.decode(main.decode("utf-8"))
+                    log.info("load %s OK", path)
+                    return True
+                except Exception as e:  # noqa: BLE001 - any decode failure means "use the backup"
+                    log.warning("config file %s is corrupt (%s); trying %s.bak", path, e, path)
+            return self._load_bak(path, main_existed=main is not None)
+
+    def _load_bak(self, path: str, main_existed: bool) -> bool:
+        bak = read_file_bytes(path + ".bak")
+        if bak is None or not bak.strip():
+            if main_existed:
+                log.error("config file %s is unusable and has no backup", path)
+                return False
+            return True  # nothing stored yet
+        try:
+            self.decode(bak.decode("utf-8"))
+        except Exception as e:  # noqa: BLE001
+            log.error("config file %s and its backup are both corrupt: %s", path, e)
+            return False
+        log.warning("loaded %s from its backup %s.bak", path, path)
+        return True
+
+    def persist(self) -> None:
+        """Write the table; the previous version (if it decodes as JSON) becomes `<file>.bak`."""
+        path = self.config_file_path()
+        with self._lock:
+            data = self.encode(pretty=True).encode("utf-8")
+            prev = read_file_bytes(path)
+            if prev and _is_json_like(prev):
+                atomic_write(path + ".bak", prev)
+            try:
+                atomic_write(path, data)
+            except OSError as e:
+                raise StoreError(f"cannot persist {path}: {e.strerror or e}") from e
+
+
+def _is_json_like(raw: bytes) -> bool:
+    """True when `raw` decodes as (RocketMQ-flavoured) JSON, so a corrupt file never replaces a good .bak."""
+    try:
+        loads_lenient(raw.decode("utf-8"))
+        return True
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+_BARE_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
+
+
+def loads_lenient(text: str) -> Any:
+    """json.loads that also accepts fastjson's unquoted integer map keys (`{0:12}`)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
+
+
+def _dumps(obj: Any, pretty: bool) -> str:
+    return json.dumps(obj, indent=1 if pretty else None, separators=None if pretty else (",", ":"))
+
+
+def _table(obj: Any, name: str, path_hint: str) -> dict:
+    """Return obj[name] as a dict (missing -> {}), or raise ValueError naming what is wrong."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path_hint}: top level is {type(obj).__name__}, expected an object")
+    table = obj.get(name) or {}
+    if not isinstance(table, dict):
+        raise ValueError(f"{path_hint}: {name} is {type(table).__name__}, expected an object")
+    return table
+
+
+# --- data version ------------------------------------------------------------------------------
+@attrs.define
+class DataVersion:
+    """RocketMQ's DataVersion: bumped on every change so the name server sees new topic configs."""
+
+    timestamp: int = attrs.field(factory=lambda: int(time.time() * 1000))
+    counter: int = 0
+
+    def next_version(self) -> None:
+        self.timestamp = int(time.time() * 1000)
+        self.counter += 1
+
+    def to_json(self) -> dict:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "DataVersion":
+        if not isinstance(obj, dict):
+            raise ValueError(f"dataVersion is {type(obj).__name__}, expected an object")
+        return cls(timestamp=int(obj.get("timestamp", 0)), counter=int(obj.get("counter", 0)))
+
+
+# --- consumer offsets --------------------------------------------------------------------------
+class ConsumerOffsetManager(ConfigManager):
+    """Committed consumer offsets per `topic@group` and queue id (RocketMQ ConsumerOffsetManager).
+
+    File `consumerOffset.json`: `{"offsetTable": {"topic@group": {"0": 12, "1": 7}}}`.
+    """
+
+    def __init__(self, config_dir: str | os.PathLike) -> None:
+        super().__init__()
+        self.config_dir = os.fspath(config_dir)
+        self.offset_table: dict[str, dict[int, int]] = {}
+
+    def config_file_path(self) -> str:
+        return os.path.join(self.config_dir, CONSUMER_OFFSET_FILE)
+
+    @staticmethod
+    def _key(topic: str, group: str) -> str:
+        return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+
+    @staticmethod
+    def _split(key: str) -> tuple[str, str] | None:
+        parts = key.split(TOPIC_GROUP_SEPARATOR)
+        return (parts[0], parts[1]) if len(parts) == 2 else None
+
+    def commit_offset(self, client_host: str | None, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Store `offset` as the group's next offset to consume in (topic, queue_id)."""
+        if not group or not topic:
+            raise IllegalArgumentError(f"commit_offset needs a group and a topic, got group={group!r} topic={topic!r}")
+        if int(queue_id) < 0:
+            raise IllegalArgumentError(f"bad queue id {queue_id!r} for {topic}@{group}")
+        with self._lock:
+            queues = self.offset_table.setdefault(self._key(topic, group), {})
+            prev = queues.get(int(queue_id))
+            queues[int(queue_id)] = int(offset)
+        if prev is not None and offset < prev:
+            # Legal (a reset or a re-balanced consumer), but worth a trace as in RocketMQ.
+            log.warning("[NOTIFYME]update consumer offset less than store. clientHost=%s, key=%s, queueId=%s, "
+                        "requestOffset=%s, storeOffset=%s", client_host, self._key(topic, group), queue_id, offset, prev)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        with self._lock:
+            queues = self.offset_table.get(self._key(topic, group))
+            if queues is None:
+                return -1
+            return queues.get(int(queue_id), -1)
+
+    def query_offsets(self, group: str, topic: str) -> dict[int, int]:
+        with self._lock:
+            return dict(self.offset_table.get(self._key(topic, group), {}))
+
+    def which_topic_by_consumer(self, group: str) -> set[str]:
+        with self._lock:
+            keys = list(self.offset_table)
+        return {tg[0] for tg in map(self._split, keys) if tg and tg[1] == group}
+
+    def which_group_by_topic(self, topic: str) -> set[str]:
+        with self._lock:
+            keys = list(self.offset_table)
+        return {tg[1] for tg in map(self._split, keys) if tg and tg[0] == topic}
+
+    def clean_offset_by_topic(self, topic: str) -> None:
+        """Forget every group's offsets in `topic` (the topic was deleted)."""
+        with self._lock:
+            for key in [k for k in self.offset_table if (self._split(k) or ("", ""))[0] == topic]:
+                del self.offset_table[key]
+                log.warning("clean topic offset, %s", key)
+
+    def remove_offset(self, group: str) -> None:
+        """Forget all offsets of `group` (the group was deleted)."""
+        with self._lock:
+            for key in [k for k in self.offset_table if (self._split(k) or ("", ""))[1] == group]:
+                del self.offset_table[key]
+                log.warning("clean group offset, %s", key)
+
+    def reset_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """Replace the given queues' offsets (resetOffsetByTime); other queues keep theirs."""
+        with self._lock:
+            queues = self.offset_table.setdefault(self._key(topic, group), {})
+            for qid, off in offsets.items():
+                if int(qid) < 0:
+                    raise IllegalArgumentError(f"bad queue id {qid!r} for {topic}@{group}")
+                queues[int(qid)] = int(off)
+
+    def encode(self, pretty: bool = False) -> str:
+        with self._lock:
+            table = {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.offset_table.items())}
+        return _dumps({"offsetTable": table}, pretty)
+
+    def decode(self, text: str) -> None:
+        table = _table(loads_lenient(text), "offsetTable", self.config_file_path())
+        parsed: dict[str, dict[int, int]] = {}
+        for key, queues in table.items():
+            if not isinstance(queues, dict):
+                raise ValueError(f"offsetTable[{key!r}] is {type(queues).__name__}, expected an object")
+            parsed[key] = {int(q): int(o) for q, o in queues.items()}
+        with self._lock:
+            self.offset_table = parsed
+
+
+# --- topic configs -----------------------------------------------------------------------------
+TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+
+
+def _non_negative(inst, attribute, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise IllegalArgumentError(f"{type(inst).__name__}.{attribute.name} must be an int >= 0, got {value!r}")
+
+
+def _perm(inst, attribute, value):
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 15:
+        raise IllegalArgumentError(f"{type(inst).__name__}.perm must be within 0..15 (R=4, W=2, X=1), got {value!r}")
+
+
+def _filter_type(inst, attribute, value):
+    if value not in TOPIC_FILTER_TYPES:
+        raise IllegalArgumentError(f"bad topicFilterType {value!r}; expected one of {', '.join(TOPIC_FILTER_TYPES)}")
+
+
+def _topic_name(inst, attribute, value):
+    TopicValidator.check_topic(value)
+
+
+@attrs.frozen
+class TopicConfig:
+    """One topic's queue counts and permissions (RocketMQ TopicConfig)."""
+
+    topic_name: str = attrs.field(validator=_topic_name)
+    read_queue_nums: int = attrs.field(default=16, validator=_non_negative)
+    write_queue_nums: int = attrs.field(default=16, validator=_non_negative)
+    perm: int = attrs.field(default=PermName.PERM_READ | PermName.PERM_WRITE, validator=_perm)
+    topic_filter_type: str = attrs.field(default="SINGLE_TAG", validator=_filter_type)
+    topic_sys_flag: int = attrs.field(default=0, validator=_non_negative)
+    order: bool = False
+
+    _JSON = (("topic_name", "topicName"), ("read_queue_nums", "readQueueNums"),
+             ("write_queue_nums", "writeQueueNums"), ("perm", "perm"),
+             ("topic_filter_type", "topicFilterType"), ("topic_sys_flag", "topicSysFlag"), ("order", "order"))
+
+    def to_json(self) -> dict:
+        return {j: getattr(self, a) for a, j in self._JSON}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "TopicConfig":
+        """From RocketMQ's field names; unknown fields (newer brokers' `attributes`) are ignored."""
+        if not isinstance(obj, dict):
+            raise IllegalArgumentError(f"topic config must be an object, got {obj!r}")
+        kwargs = {a: obj[j] for a, j in cls._JSON if j in obj}
+        if "order" in kwargs:
+            kwargs["order"] = bool(kwargs["order"])
+        return cls(**kwargs)
+
+
+class _VersionedTable(ConfigManager):
+    """A name -> config table with a DataVersion bumped on every change."""
+
+    FILE_NAME = ""
+    TABLE_KEY = ""
+    ITEM_TYPE: Any = None
+
+    def __init__(self, config_dir: str | os.PathLike) -> None:
+        super().__init__()
+        self.config_dir = os.fspath(config_dir)
+        self.data_version = DataVersion()
+        self._table: dict[str, Any] = {}
+
+    def config_file_path(self) -> str:
+        return os.path.join(self.config_dir, self.FILE_NAME)
+
+    def get(self, name: str):
+        with self._lock:
+            return self._table.get(name)
+
+    def __contains__(self, name: str) -> bool:
+        with self._lock:
+            return name in self._table
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._table)
+
+    def items(self) -> list[tuple[str, Any]]:
+        with self._lock:
+            return list(self._table.items())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([name for name, _ in self.items()])
+
+    def _put(self, name: str, item) -> Any:
+        with self._lock:
+            old = self._table.get(name)
+            self._table[name] = item
+            self.data_version.next_version()
+            return old
+
+    def delete(self, name: str):
+        """Remove `name`; returns the removed config or None.  Bumps the data version when removed."""
+        with self._lock:
+            old = self._table.pop(name, None)
+            if old is not None:
+                self.data_version.next_version()
+            return old
+
+    def encode(self, pretty: bool = False) -> str:
+        with self._lock:
+            obj = {
+                "dataVersion": self.data_version.to_json(),
+                self.TABLE_KEY: {k: v.to_json() for k, v in sorted(self._table.items())},
+            }
+        return _dumps(obj, pretty)
+
+    def decode(self, text: str) -> None:
+        obj = loads_lenient(text)
+        table = _table(obj, self.TABLE_KEY, self.config_file_path())
+        parsed = {name: self.ITEM_TYPE.from_json(item) for name, item in table.items()}
+        version = DataVersion.from_json(obj["dataVersion"]) if obj.get("dataVersion") else DataVersion()
+        with self._lock:
+            self._table = parsed
+            self.data_version = version
+
+
+class TopicConfigTable(_VersionedTable):
+    """`topics.json`: `{"dataVersion": {...}, "topicConfigTable": {name: TopicConfig JSON}}`.
+
+    Storage only: policy (auto-create, system topics, permissions) lives in the broker."""
+
+    FILE_NAME = TOPICS_FILE
+    TABLE_KEY = "topicConfigTable"
+    ITEM_TYPE = TopicConfig
+
+    def put(self, config: TopicConfig) -> TopicConfig | None:
+        """Add or replace a topic config; returns the previous one.  Bumps the data version."""
+        if not isinstance(config, TopicConfig):
+            raise IllegalArgumentError(f"put needs a TopicConfig, not {type(config).__name__}")
+        return self._put(config.topic_name, config)
+
+
+# --- subscription groups -----------------------------------------------------------------------
+def _group_name(inst, attribute, value):
+    if not isinstance(value, str) or not value:
+        raise IllegalArgumentError(f"bad consumer group name {value!r}: the name is empty")
+    if not TopicValidator._VALID.match(value):
+        raise IllegalArgumentError(
+            f"bad consumer group name {value!r}: only letters, digits, '%', '|', '_' and '-' are allowed")
+
+
+@attrs.frozen
+class SubscriptionGroupConfig:
+    """A consumer group's broker-side settings (RocketMQ SubscriptionGroupConfig)."""
+
+    group_name: str = attrs.field(validator=_group_name)
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = attrs.field(default=1, validator=_non_negative)
+    retry_max_times: int = attrs.field(default=16, validator=_non_negative)
+    broker_id: int = attrs.field(default=0, validator=_non_negative)
+    which_broker_when_consume_slowly: int = attrs.field(default=1, validator=_non_negative)
+    notify_consumer_ids_changed_enable: bool = True
+
+    _JSON = (("group_name", "groupName"), ("consume_enable", "consumeEnable"),
+             ("consume_from_min_enable", "consumeFromMinEnable"),
+             ("consume_broadcast_enable", "consumeBroadcastEnable"), ("retry_queue_nums", "retryQueueNums"),
+             ("retry_max_times", "retryMaxTimes"), ("broker_id", "brokerId"),
+             ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly"),
+             ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"))
+
+    def to_json(self) -> dict:
+        return {j: getattr(self, a) for a, j in self._JSON}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "SubscriptionGroupConfig":
+        if not isinstance(obj, dict):
+            raise IllegalArgumentError(f"subscription group config must be an object, got {obj!r}")
+        return cls(**{a: obj[j] for a, j in cls._JSON if j in obj})
+
+
+class SubscriptionGroupTable(_VersionedTable):
+    """`subscriptionGroup.json`: `{"dataVersion": {...}, "subscriptionGroupTable": {name: {...}}}`."""
+
+    FILE_NAME = SUBSCRIPTION_GROUP_FILE
+    TABLE_KEY = "subscriptionGroupTable"
+    ITEM_TYPE = SubscriptionGroupConfig
+
+    def put(self, config: SubscriptionGroupConfig) -> SubscriptionGroupConfig | None:
+        if not isinstance(config, SubscriptionGroupConfig):
+            raise IllegalArgumentError(f"put needs a SubscriptionGroupConfig, not {type(config).__name__}")
+        return self._put(config.group_name, config)
