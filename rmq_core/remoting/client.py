@@ -1,0 +1,125 @@
+"""RemotingClient: one long-lived connection per address, requests multiplexed by opaque."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from rmq_core.errors import RemotingConnectError, RemotingTimeoutError
+from rmq_core.remoting.codes import code_name
+from rmq_core.remoting.command import RemotingCommand
+from rmq_core.remoting.context import DEFAULT_MAX_INFLIGHT, ChannelContext, ProcessorTable
+from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, resolve_transport
+
+log = logging.getLogger("rmq.remoting")
+
+
+class RemotingClient:
+    """Connects lazily to each address it is asked to invoke and reconnects after a failure.
+
+    An address is "host:port", "tcp://host:port" or "inproc://name".  A client belongs to the
+    event loop it is first used on.  Requests the peer sends back (broker -> client) are served by
+    processors registered here, exactly as on a server.
+    """
+
+    def __init__(self, *, name: str = "client", connect_timeout: float = 3.0,
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+                 max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT):
+        self.name = name
+        self.connect_timeout = connect_timeout
+        self.max_frame_length = max_frame_length
+        self.max_inflight_per_connection = max_inflight_per_connection
+        self._table = ProcessorTable(name)
+        self._table.enable_rpc_hooks()
+        self._contexts: dict[str, ChannelContext] = {}
+        self._connect_locks: dict[str, asyncio.Lock] = {}
+        self._closed = False
+        self.on_channel_close: list[Callable[[ChannelContext], None]] = []
+
+    def register_processor(self, code: int, processor) -> None:
+        self._table.register(code, processor)
+
+    def register_default_processor(self, processor) -> None:
+        self._table.register_default(processor)
+
+    def connected_addresses(self) -> list[str]:
+        return [addr for addr, ctx in self._contexts.items() if not ctx.closed]
+
+    async def get_channel(self, addr: str, timeout: float | None = None) -> ChannelContext:
+        """The open connection to `addr`, connecting if needed (RemotingConnectError names addr)."""
+        if self._closed:
+            raise RemotingConnectError(f"{self.name} is closed; cannot connect to {addr}")
+        ctx = self._contexts.get(addr)
+        if ctx is not None and not ctx.closed:
+            return ctx
+        lock = self._connect_locks.get(addr)
+        if lock is None:
+            lock = self._connect_locks[addr] = asyncio.Lock()
+        async with lock:
+            ctx = self._contexts.get(addr)
+            if ctx is not None and not ctx.closed:
+                return ctx
+            transport, location = resolve_transport(addr)
+            connect_timeout = self.connect_timeout if timeout is None else min(self.connect_timeout, timeout)
+            try:
+                channel = await transport.connect(location, max_frame_length=self.max_frame_length,
+                                                  timeout=connect_timeout)
+            except RemotingConnectError:
+                raise
+            except OSError as e:
+                raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
+            ctx = ChannelContext(channel, self._table, owner=self.name, on_closed=self._on_closed,
+                                 max_inflight=self.max_inflight_per_connection)
+            ctx.attributes["addr"] = addr
+            self._contexts[addr] = ctx
+            ctx.start()
+            log.debug("%s: connected to %s", self.name, addr)
+            return ctx
+
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send `request` to `addr` and return the response; the timeout covers connecting too."""
+        deadline = time.monotonic() + timeout
+        ctx = await self.get_channel(addr, timeout)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RemotingTimeoutError(
+                f"no response to {code_name(request.code)} from {addr} within {timeout:g}s (connecting took it all)")
+        return await ctx.invoke(request, remaining)
+
+    async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
+        ctx = await self.get_channel(addr)
+        await ctx.invoke_oneway(request)
+
+    def _on_closed(self, ctx: ChannelContext) -> None:
+        addr = ctx.attributes.get("addr")
+        if addr is not None and self._contexts.get(addr) is ctx:
+            del self._contexts[addr]
+        for callback in list(self.on_channel_close):
+            try:
+                callback(ctx)
+            except Exception:
+                log.exception("%s: on_channel_close callback %r failed", self.name, callback)
+
+    async def close_channel(self, addr: str) -> None:
+        ctx = self._contexts.pop(addr, None)
+        if ctx is not None:
+            ctx.close()
+            await asyncio.sleep(0)
+
+    async def close(self) -> None:
+        self._closed = True
+        contexts = list(self._contexts.values())
+        self._contexts.clear()
+        tasks = [t for ctx in contexts for t in ctx.cancel_tasks()]
+        for ctx in contexts:
+            ctx.close()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.sleep(0)
+
+    async def __aenter__(self) -> "RemotingClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

@@ -1,0 +1,373 @@
+"""RemotingCommand: one request or response of the RocketMQ 4.x remoting protocol.
+
+Frame (all integers big-endian, shared/protocol/REMOTING.md §1):
+
+    int32 length            = 4 + headerLength + bodyLength (the prefix itself excluded)
+    int32 hdrLenAndType     = serializeType << 24 | headerLength
+    header                  JSON (type 0) or ROCKETMQ binary (type 1)
+    body                    opaque bytes
+
+Interoperability rules this module enforces:
+* request ext fields are read leniently: the C++ client mixes JSON numbers and strings, so every
+  scalar is normalised to a string on decode and the typed getters parse it;
+* every ext field we encode is a JSON string (C++ ignores numbers in responses);
+* the JSON header keys are written sorted, like fastjson; any whitespace (C++ ends with "\\n")
+  is accepted on decode.
+"""
+from __future__ import annotations
+
+import enum
+import itertools
+import json
+import struct
+from typing import Any, Mapping
+
+from rmq_core.errors import RemotingCommandError
+from rmq_core.remoting.codes import MQVersion
+
+RESPONSE_FLAG = 0x1  # flag bit 0: this command is a response
+ONEWAY_FLAG = 0x2  # flag bit 1: the sender expects no response
+
+_INT32 = struct.Struct(">i")
+_PREFIX = struct.Struct(">iI")  # length, hdrLenAndType
+_BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_INT16 = struct.Struct(">h")
+
+INT32_MAX = 0x7FFFFFFF
+
+
+class LanguageCode(enum.IntEnum):
+    JAVA = 0
+    CPP = 1
+    DOTNET = 2
+    PYTHON = 3
+    DELPHI = 4
+    ERLANG = 5
+    RUBY = 6
+    OTHER = 7
+    HTTP = 8
+    GO = 9
+    PHP = 10
+    OMS = 11
+    RUST = 12
+
+
+class SerializeType(enum.IntEnum):
+    JSON = 0
+    ROCKETMQ = 1
+
+
+# A process-wide request id; wraps inside int32 because Java and C++ peers hold it in an int.
+_opaque_counter = itertools.count(1)
+
+
+def next_opaque() -> int:
+    return next(_opaque_counter) & INT32_MAX
+
+
+def ext_value_to_str(value: Any) -> str:
+    """How an ext field value travels: str as is, bools as Java prints them, the rest via str()."""
+    if type(value) is str:
+        return value
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return str(value)
+
+
+def _ext_to_str(ext_fields: Mapping[str, Any] | None) -> dict[str, str]:
+    if not ext_fields:
+        return {}
+    return {str(k): ext_value_to_str(v) for k, v in ext_fields.items() if v is not None}
+
+
+class RemotingCommand:
+    """A mutable request/response.  `ext_fields` values are strings (see the module docstring)."""
+
+    __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body",
+                 "serialize_type")
+
+    def __init__(self, code: int, *, language: str = "JAVA", version: int = MQVersion.CURRENT,
+                 opaque: int = 0, flag: int = 0, remark: str | None = None,
+                 ext_fields: dict[str, str] | None = None, body: bytes | None = None,
+                 serialize_type: SerializeType = SerializeType.JSON):
+        self.code = int(code)
+        self.language = language
+        self.version = version
+        self.opaque = opaque
+        self.flag = flag
+        self.remark = remark
+        self.ext_fields = ext_fields if ext_fields is not None else {}
+        self.body = body
+        self.serialize_type = serialize_type
+
+    # --- construction ------------------------------------------------------------------------------
+    @classmethod
+    def create_request(cls, code: int, ext_fields: Mapping[str, Any] | None = None,
+                       body: bytes | None = None) -> "RemotingCommand":
+        """A request with a fresh opaque; ext values become strings (bools "true"/"false")."""
+        return cls(code, opaque=next_opaque(), ext_fields=_ext_to_str(ext_fields), body=body)
+
+    @classmethod
+    def create_response(cls, code: int, remark: str | None = None,
+                        ext_fields: Mapping[str, Any] | None = None, body: bytes | None = None,
+                        opaque: int = 0) -> "RemotingCommand":
+        return cls(code, opaque=opaque, flag=RESPONSE_FLAG, remark=remark,
+                   ext_fields=_ext_to_str(ext_fields), body=body)
+
+    def make_response(self, code: int, remark: str | None = None,
+                      ext_fields: Mapping[str, Any] | None = None,
+                      body: bytes | None = None) -> "RemotingCommand":
+        """The response to this request: same opaque, same serialize type, flag = response."""
+        return RemotingCommand(code, opaque=self.opaque, flag=RESPONSE_FLAG, remark=remark,
+                               ext_fields=_ext_to_str(ext_fields), body=body,
+                               serialize_type=self.serialize_type)
+
+    def copy(self) -> "RemotingCommand":
+        """A copy that later mutation of this command cannot reach (the body becomes bytes)."""
+        body = self.body
+        if body is not None and type(body) is not bytes:
+            body = bytes(body)
+        return RemotingCommand(self.code, language=self.language, version=self.version,
+                               opaque=self.opaque, flag=self.flag, remark=self.remark,
+                               ext_fields=dict(self.ext_fields), body=body,
+                               serialize_type=self.serialize_type)
+
+    # --- flags -------------------------------------------------------------------------------------
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & RESPONSE_FLAG)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & ONEWAY_FLAG)
+
+    def mark_oneway(self) -> None:
+        self.flag |= ONEWAY_FLAG
+
+    def mark_response(self) -> None:
+        self.flag |= RESPONSE_FLAG
+
+    # --- typed ext field access ----------------------------------------------------------------------
+    def get_str(self, name: str, default: str | None = None) -> str | None:
+        value = self.ext_fields.get(name)
+        if value is None:
+            return default
+        return value if type(value) is str else ext_value_to_str(value)
+
+    def get_int(self, name: str, default: int | None = None) -> int | None:
+        """The field as an int; a missing or empty field gives `default`; garbage raises naming it."""
+        value = self.ext_fields.get(name)
+        if value is None or value == "":
+            return default
+        if type(value) is int:
+            return value
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            raise RemotingCommandError(
+                f"bad value {value!r} for header field {name!r} of request code {self.code}: "
+                "expected an integer") from None
+
+    def get_bool(self, name: str, default: bool = False) -> bool:
+        value = self.ext_fields.get(name)
+        if value is None or value == "":
+            return default
+        if type(value) is bool:
+            return value
+        return str(value).strip().lower() in ("1", "true")
+
+    # --- encoding ----------------------------------------------------------------------------------
+    def _ext_for_wire(self) -> dict[str, str]:
+        ext = self.ext_fields
+        for v in ext.values():
+            if type(v) is not str:
+                return _ext_to_str(ext)
+        return ext
+
+    def encode_header(self, body_length: int | None = None) -> bytes:
+        """Length prefix + hdrLenAndType + header, ready to be followed by the body."""
+        if body_length is None:
+            body_length = len(self.body) if self.body is not None else 0
+        if self.serialize_type == SerializeType.ROCKETMQ:
+            header = self._encode_binary_header()
+            stype = 1
+        else:
+            header = self._encode_json_header()
+            stype = 0
+        return _PREFIX.pack(4 + len(header) + body_length, (stype << 24) | len(header)) + header
+
+    def encode(self) -> bytes:
+        """The whole frame, including the 4-byte length prefix."""
+        body = self.body
+        if not body:
+            return self.encode_header(0)
+        return self.encode_header(len(body)) + bytes(body)
+
+    def _encode_json_header(self) -> bytes:
+        # Keys in fastjson's (sorted) order; remark and empty extFields omitted as Java omits nulls.
+        header: dict[str, Any] = {"code": self.code}
+        ext = self._ext_for_wire()
+        if ext:
+            header["extFields"] = ext
+        header["flag"] = self.flag
+        header["language"] = self.language if isinstance(self.language, str) else LanguageCode(self.language).name
+        header["opaque"] = self.opaque
+        if self.remark is not None:
+            header["remark"] = self.remark
+        header["serializeTypeCurrentRPC"] = "JSON"
+        header["version"] = self.version
+        return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")
+
+    def _encode_binary_header(self) -> bytes:
+        try:
+            language = LanguageCode[self.language].value if isinstance(self.language, str) else int(self.language)
+        except KeyError:
+            language = LanguageCode.OTHER.value
+        try:
+            parts = [_BIN_FIXED.pack(self.code, language, self.version, self.opaque, self.flag)]
+        except struct.error:
+            raise RemotingCommandError(
+                f"cannot encode a ROCKETMQ binary header: code {self.code}, version {self.version}, "
+                f"opaque {self.opaque} or flag {self.flag} is out of range") from None
+        if self.remark:
+            remark = self.remark.encode("utf-8", "replace")
+            parts += [_INT32.pack(len(remark)), remark]
+        else:
+            parts.append(_INT32.pack(0))
+        ext_parts = []
+        for k, v in self._ext_for_wire().items():
+            kb, vb = k.encode("utf-8", "replace"), v.encode("utf-8", "replace")
+            ext_parts += [_INT16.pack(len(kb)), kb, _INT32.pack(len(vb)), vb]
+        ext = b"".join(ext_parts)
+        parts += [_INT32.pack(len(ext)), ext]
+        return b"".join(parts)
+
+    # --- decoding ----------------------------------------------------------------------------------
+    @classmethod
+    def decode(cls, frame: bytes | bytearray | memoryview) -> "RemotingCommand":
+        """Decode a frame WITHOUT its 4-byte length prefix; RemotingCommandError says what is wrong."""
+        n = len(frame)
+        if n < 4:
+            raise RemotingCommandError(f"frame of {n} bytes is too short for the header length field")
+        (len_and_type,) = struct.unpack_from(">I", frame, 0)
+        stype = len_and_type >> 24
+        header_length = len_and_type & 0xFFFFFF
+        if header_length > n - 4:
+            raise RemotingCommandError(
+                f"header length {header_length} exceeds the frame ({n - 4} bytes after the length field)")
+        header = frame[4:4 + header_length]
+        if stype == SerializeType.JSON:
+            cmd = cls._decode_json_header(header)
+        elif stype == SerializeType.ROCKETMQ:
+            cmd = cls._decode_binary_header(header)
+        else:
+            raise RemotingCommandError(f"unknown serialize type {stype} (expected 0 JSON or 1 ROCKETMQ)")
+        if n > 4 + header_length:
+            cmd.body = bytes(frame[4 + header_length:])
+        return cmd
+
+    @classmethod
+    def _decode_json_header(cls, header) -> "RemotingCommand":
+        try:
+            obj = json.loads(bytes(header))
+        except (ValueError, RecursionError) as e:
+            raise RemotingCommandError(f"bad JSON header: {e}") from None
+        if not isinstance(obj, dict):
+            raise RemotingCommandError(f"bad JSON header: expected an object, got {type(obj).__name__}")
+        code = _int_field(obj, "code", None)
+        cmd = cls(code, opaque=_int_field(obj, "opaque", 0), flag=_int_field(obj, "flag", 0),
+                  version=_int_field(obj, "version", 0))
+        language = obj.get("language")
+        if language is not None:
+            if isinstance(language, str):
+                cmd.language = language
+            elif type(language) is int and 0 <= language <= 255:
+                cmd.language = _language_name(language)
+            else:
+                raise RemotingCommandError(f"bad header field 'language': {language!r}")
+        remark = obj.get("remark")
+        if remark is not None:
+            cmd.remark = remark if isinstance(remark, str) else ext_value_to_str(remark)
+        ext = obj.get("extFields")
+        if ext is not None:
+            if not isinstance(ext, dict):
+                raise RemotingCommandError(f"bad header field 'extFields': expected an object, got {ext!r:.80}")
+            for v in ext.values():
+                if type(v) is not str:
+                    ext = {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
+                    break
+            cmd.ext_fields = ext
+        return cmd
+
+    @classmethod
+    def _decode_binary_header(cls, header) -> "RemotingCommand":
+        header = bytes(header)
+        try:
+            code, language, version, opaque, flag = _BIN_FIXED.unpack_from(header, 0)
+            pos = _BIN_FIXED.size
+            (remark_len,) = _INT32.unpack_from(header, pos)
+            pos += 4
+            remark = None
+            if remark_len < 0 or pos + remark_len > len(header):
+                raise RemotingCommandError(f"bad remark length {remark_len} in binary header")
+            if remark_len:
+                remark = header[pos:pos + remark_len].decode("utf-8", "replace")
+                pos += remark_len
+            (ext_len,) = _INT32.unpack_from(header, pos)
+            pos += 4
+            if ext_len < 0 or pos + ext_len > len(header):
+                raise RemotingCommandError(f"bad extFields length {ext_len} in binary header")
+            end = pos + ext_len
+            ext: dict[str, str] = {}
+            while pos < end:
+                (klen,) = _INT16.unpack_from(header, pos)
+                pos += 2
+                if klen < 0 or pos + klen > end:
+                    raise RemotingCommandError(f"bad extFields key length {klen} in binary header")
+                key = header[pos:pos + klen].decode("utf-8", "replace")
+                pos += klen
+                (vlen,) = _INT32.unpack_from(header, pos)
+                pos += 4
+                if vlen < 0 or pos + vlen > end:
+                    raise RemotingCommandError(f"bad extFields value length {vlen} for key {key!r} in binary header")
+                ext[key] = header[pos:pos + vlen].decode("utf-8", "replace")
+                pos += vlen
+        except struct.error:
+            raise RemotingCommandError(f"truncated binary header ({len(header)} bytes)") from None
+        return cls(code, language=_language_name(language), version=version, opaque=opaque, flag=flag,
+                   remark=remark, ext_fields=ext, serialize_type=SerializeType.ROCKETMQ)
+
+    def __repr__(self) -> str:
+        kind = "response" if self.is_response else "request"
+        body = len(self.body) if self.body is not None else 0
+        return (f"RemotingCommand({kind} code={self.code} opaque={self.opaque} flag={self.flag} "
+                f"remark={self.remark!r} ext={self.ext_fields!r} body={body}B)")
+
+
+def _language_name(value: int) -> str:
+    try:
+        return LanguageCode(value).name
+    except ValueError:
+        return LanguageCode.OTHER.name
+
+
+def _int_field(obj: dict, name: str, default: int | None) -> int:
+    value = obj.get(name)
+    if value is None:
+        if default is None:
+            raise RemotingCommandError(f"bad JSON header: field {name!r} is missing")
+        return default
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise RemotingCommandError(f"bad JSON header: field {name!r} has value {value!r:.80}, expected an integer")

@@ -1,0 +1,89 @@
+"""The transport interface the remoting layer runs on (implemented by `rmq_plugins.transport`).
+
+A transport moves whole `RemotingCommand`s between two endpoints; the remoting layer above it
+(server, client, ChannelContext) owns opaque matching, processors and timeouts.
+
+    class Transport:
+        scheme: str                                        # "tcp", "inproc", ...
+        async def connect(address, *, max_frame_length, timeout) -> Channel
+        async def serve(address, on_channel, *, max_frame_length) -> Listener
+
+    Channel            one connection end, bound to the event loop that created it
+        local_address, remote_address: str
+        closed: bool
+        start(on_command, on_close)   begin delivering: on_command(cmd) for every command received,
+                                      then on_close(exc_or_None) exactly once when the connection ends
+        async send(cmd)               write one command (waits while the write buffer is full);
+                                      raises RemotingError when the channel is closed
+        close()                       idempotent; on_close follows
+
+    Listener
+        address: str                  the bound address ("127.0.0.1:40211", "inproc://ns")
+        async close()                 stop accepting and close every channel it accepted
+
+`serve` calls `on_channel(channel)` (in the listener's loop) for every accepted connection; the
+callee must call `channel.start(...)` before returning.  A frame the transport cannot decode, or one
+above `max_frame_length`, is logged and closes that connection only.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Callable
+
+from rmq_core.errors import IllegalArgumentError, RemotingError
+from rmq_core.remoting.command import RemotingCommand
+
+DEFAULT_SCHEME = "tcp"
+DEFAULT_MAX_FRAME_LENGTH = 16 * 1024 * 1024
+
+OnCommand = Callable[[RemotingCommand], None]
+OnClose = Callable[[BaseException | None], None]
+
+
+def split_address(address: str) -> tuple[str, str]:
+    """'tcp://h:p' -> ('tcp', 'h:p'); 'h:p' -> ('tcp', 'h:p'); 'inproc://ns' -> ('inproc', 'ns')."""
+    if not isinstance(address, str) or not address.strip():
+        raise IllegalArgumentError(f"bad address {address!r}: expected host:port or scheme://...")
+    address = address.strip()
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        return DEFAULT_SCHEME, address
+    if not scheme or not rest:
+        raise IllegalArgumentError(f"bad address {address!r}: expected scheme://location")
+    return scheme.lower(), rest
+
+
+def resolve_transport(address: str):
+    """(transport, location) for an address, asking the plugin manager for its scheme."""
+    from rmq_core.plugins import get_transport  # late: the plugin manager imports hookspecs only
+
+    scheme, rest = split_address(address)
+    return get_transport(scheme), rest
+
+
+class Channel(abc.ABC):
+    local_address: str = ""
+    remote_address: str = ""
+
+    @property
+    @abc.abstractmethod
+    def closed(self) -> bool: ...
+
+    @abc.abstractmethod
+    def start(self, on_command: OnCommand, on_close: OnClose) -> None: ...
+
+    @abc.abstractmethod
+    async def send(self, command: RemotingCommand) -> None: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def _closed_error(self) -> RemotingError:
+        return RemotingError(f"connection {self.local_address} -> {self.remote_address} is closed")
+
+
+class Listener(abc.ABC):
+    address: str = ""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
