@@ -1,0 +1,905 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Hot paths of the message store: record encoding, batch append into a mapped segment, CRC32,
+recovery scan of the commit log, consume-queue scans.
+
+Commit-log record (RocketMQ 4.x v1 layout, big-endian; REMOTING.md §6):
+
+    0 TOTALSIZE i32 | 4 MAGIC i32 (0xDAA320A7) | 8 BODYCRC i32 (crc32 & 0x7fffffff) | 12 QUEUEID i32
+    16 FLAG i32 | 20 QUEUEOFFSET i64 | 28 PHYSICALOFFSET i64 | 36 SYSFLAG i32 | 40 BORNTIMESTAMP i64
+    48 BORNHOST ip(4|16)+port i32 | STORETIMESTAMP i64 | STOREHOST ip(4|16)+port i32
+    RECONSUMETIMES i32 | PREPARED_TRANSACTION_OFFSET i64 | BODYLENGTH i32, body
+    TOPICLENGTH u8, topic | PROPERTIESLENGTH i16, properties ("k\\x01v\\x02"...)
+
+End of segment: BLANK record = i32 remaining bytes, i32 0xCBD43194 (at least 8 bytes left).
+
+Consume-queue entry (20 bytes, big-endian): i64 commit-log offset | i32 size | i64 tags code.
+
+All functions work on raw pointers held by `NativeMap` (one buffer-protocol view per mapped file,
+taken once, released before the mmap is closed), so a call costs no per-call buffer acquisition
+and creates no Python object per record scanned or skipped.
+"""
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
+from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset, memcmp
+
+from rmq_core.errors import IllegalArgumentError, MessageTooLargeError
+
+cdef extern from "crc32.h":
+    void rmq_crc32_init()
+    int rmq_crc32_select(int want_pclmul)
+    int rmq_crc32_use_pclmul
+    uint32_t rmq_crc32(uint32_t crc, const unsigned char *p, size_t n) nogil
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    static inline uint32_t rmq_ld32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v); }
+    static inline uint64_t rmq_ld64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v); }
+    static inline uint16_t rmq_ld16(const unsigned char *p) { uint16_t v; memcpy(&v, p, 2); return __builtin_bswap16(v); }
+    static inline void rmq_st32(unsigned char *p, uint32_t v) { v = __builtin_bswap32(v); memcpy(p, &v, 4); }
+    static inline void rmq_st64(unsigned char *p, uint64_t v) { v = __builtin_bswap64(v); memcpy(p, &v, 8); }
+    static inline void rmq_st16(unsigned char *p, uint16_t v) { v = __builtin_bswap16(v); memcpy(p, &v, 2); }
+    static inline uint64_t rmq_bswap64(uint64_t v) { return __builtin_bswap64(v); }
+    static inline uint64_t rmq_ldu64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+    """
+    uint32_t rmq_ld32(const unsigned char *p) nogil
+    uint64_t rmq_ld64(const unsigned char *p) nogil
+    uint16_t rmq_ld16(const unsigned char *p) nogil
+    void rmq_st32(unsigned char *p, uint32_t v) nogil
+    void rmq_st64(unsigned char *p, uint64_t v) nogil
+    void rmq_st16(unsigned char *p, uint16_t v) nogil
+    uint64_t rmq_bswap64(uint64_t v) nogil
+    uint64_t rmq_ldu64(const unsigned char *p) nogil
+
+rmq_crc32_init()
+
+cdef uint32_t MAGIC = 0xDAA320A7u
+cdef uint32_t BLANK_MAGIC = 0xCBD43194u
+DEF MIN_BLANK = 8
+DEF CQ_UNIT = 20
+DEF MAX_TOPIC = 127
+DEF MAX_PROPS = 32767
+DEF BORNHOST_V6 = 0x10
+DEF STOREHOST_V6 = 0x20
+
+MESSAGE_MAGIC_CODE = MAGIC
+BLANK_MAGIC_CODE = BLANK_MAGIC
+CQ_STORE_UNIT_SIZE = CQ_UNIT
+END_FILE_MIN_BLANK_LENGTH = MIN_BLANK
+
+# verify_records stop reasons
+STOP_END = 0        # reached `end` or a zero header (nothing written there)
+STOP_BLANK = 1      # end-of-segment blank record
+STOP_CORRUPT = 2    # bad magic / size / crc / physical offset / structure
+
+
+class PropertiesSizeExceededError(IllegalArgumentError):
+    """A message's properties are longer than the int16 length field allows (32767 bytes)."""
+
+
+class BatchFormatError(IllegalArgumentError):
+    """A SEND_BATCH_MESSAGE body does not decode (REMOTING.md §8)."""
+
+
+# --- CRC32 --------------------------------------------------------------------------------------
+def crc32(data, unsigned int value=0):
+    """zlib.crc32-compatible CRC-32 of any bytes-like object."""
+    cdef const unsigned char[::1] v = data
+    if v.shape[0] == 0:
+        return value
+    return rmq_crc32(value, &v[0], v.shape[0])
+
+
+def crc32_select(bint pclmul):
+    """Use PCLMULQDQ folding (if the CPU has it) or the slicing-by-8 tables; returns the choice."""
+    return bool(rmq_crc32_select(pclmul))
+
+
+def crc32_impl():
+    return "pclmul" if rmq_crc32_use_pclmul else "slice8"
+
+
+# --- Java String.hashCode over UTF-8 bytes -----------------------------------------------------
+cdef inline int32_t java_hash_utf8(const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    """Hash of the UTF-16 code units of the UTF-8 text (invalid bytes count as U+FFFD, as Java's
+    decoder substitutes them)."""
+    cdef uint32_t h = 0
+    cdef uint32_t cp, c
+    cdef Py_ssize_t i = 0
+    cdef int need
+    while i < n:
+        c = p[i]
+        if c < 0x80:
+            cp = c
+            i += 1
+        else:
+            if (c & 0xE0) == 0xC0:
+                need = 1
+                cp = c & 0x1F
+            elif (c & 0xF0) == 0xE0:
+                need = 2
+                cp = c & 0x0F
+            elif (c & 0xF8) == 0xF0:
+                need = 3
+                cp = c & 0x07
+            else:
+                need = -1
+                cp = 0
+            if need < 0:
+                h = h * 31 + 0xFFFD
+                i += 1
+                continue
+            i += 1
+            while need > 0:
+                if i >= n or (p[i] & 0xC0) != 0x80:
+                    break
+                cp = (cp << 6) | (p[i] & 0x3F)
+                i += 1
+                need -= 1
+            if need > 0:
+                h = h * 31 + 0xFFFD
+                continue
+        if cp >= 0x10000:
+            cp -= 0x10000
+            h = h * 31 + (0xD800 + (cp >> 10))
+            h = h * 31 + (0xDC00 + (cp & 0x3FF))
+        else:
+            h = h * 31 + cp
+    return <int32_t>h
+
+
+cdef inline bint find_property(const unsigned char *props, Py_ssize_t n, const char *key, Py_ssize_t klen,
+                               Py_ssize_t *vstart, Py_ssize_t *vlen) noexcept nogil:
+    """Locate `key`'s value in a "k\\x01v\\x02" properties string."""
+    cdef Py_ssize_t i = 0, j, k
+    while i < n:
+        # pair starts at i: name up to \x01
+        j = i
+        while j < n and props[j] != 1 and props[j] != 2:
+            j += 1
+        if j >= n:
+            return False
+        if props[j] == 2:      # malformed pair without a value: skip it
+            i = j + 1
+            continue
+        k = j + 1
+        while k < n and props[k] != 2:
+            k += 1
+        if j - i == klen and memcmp(props + i, key, klen) == 0:
+            vstart[0] = j + 1
+            vlen[0] = k - (j + 1)
+            return True
+        i = k + 1
+    return False
+
+
+cdef inline int64_t tags_code_of(const unsigned char *props, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t vs = 0, vl = 0
+    if find_property(props, n, b"TAGS", 4, &vs, &vl) and vl > 0:
+        return java_hash_utf8(props + vs, vl)
+    return 0
+
+
+def java_hash_code(data):
+    """Java String.hashCode of UTF-8 `data` (bytes) or str, as a signed int32."""
+    if isinstance(data, str):
+        data = (<str>data).encode("utf-8")
+    cdef const unsigned char[::1] v = data
+    if v.shape[0] == 0:
+        return 0
+    return java_hash_utf8(&v[0], v.shape[0])
+
+
+def tags_code_from_properties(props):
+    """Tag hash code of the TAGS property in an encoded properties string (0 when absent)."""
+    cdef const unsigned char[::1] v = props
+    if v.shape[0] == 0:
+        return 0
+    return tags_code_of(&v[0], v.shape[0])
+
+
+# --- NativeMap: a raw pointer into one mapped file -------------------------------------------------
+cdef class NativeMap:
+    """Holds one buffer-protocol view (of an mmap) for the native routines; `release()` it before
+    closing the mmap (an exported view keeps mmap.close() from succeeding)."""
+    cdef Py_buffer view
+    cdef unsigned char *ptr
+    cdef readonly Py_ssize_t size
+    cdef bint held
+
+    def __cinit__(self, obj, bint writable=True):
+        PyObject_GetBuffer(obj, &self.view, PyBUF_WRITABLE if writable else PyBUF_SIMPLE)
+        self.held = True
+        self.ptr = <unsigned char *>self.view.buf
+        self.size = self.view.len
+
+    def release(self):
+        if self.held:
+            self.held = False
+            self.ptr = NULL
+            self.size = 0
+            PyBuffer_Release(&self.view)
+
+    def __dealloc__(self):
+        if self.held:
+            PyBuffer_Release(&self.view)
+
+    cdef inline unsigned char *check(self, Py_ssize_t start, Py_ssize_t end) except NULL:
+        if self.ptr == NULL:
+            raise ValueError("mapped file is closed")
+        if start < 0 or end > self.size or start > end:
+            raise ValueError(f"range {start}..{end} outside mapped file of {self.size} bytes")
+        return self.ptr
+
+    def read(self, Py_ssize_t pos, Py_ssize_t n):
+        cdef unsigned char *p = self.check(pos, pos + n)
+        return PyBytes_FromStringAndSize(<char *>p + pos, n)
+
+    def write(self, Py_ssize_t pos, data):
+        cdef const unsigned char[::1] v = data
+        cdef Py_ssize_t n = v.shape[0]
+        cdef unsigned char *p = self.check(pos, pos + n)
+        if n:
+            memcpy(p + pos, &v[0], n)
+
+    def prefault(self, Py_ssize_t start, Py_ssize_t end, Py_ssize_t page=4096):
+        """Touch every page for writing (no content change) so appends never take a page fault."""
+        cdef unsigned char *p = self.check(start, end)
+        cdef volatile unsigned char *vp = p
+        cdef Py_ssize_t i = start
+        with nogil:
+            while i < end:
+                vp[i] = vp[i]
+                i += page
+
+    def zero_range(self, Py_ssize_t start, Py_ssize_t end):
+        """Zero [start, end), skipping 4 KiB chunks already zero (a sparse tail stays sparse)."""
+        cdef unsigned char *p = self.check(start, end)
+        cdef Py_ssize_t i = start, chunk_end, j
+        cdef bint dirty
+        with nogil:
+            while i < end:
+                chunk_end = (i // 4096 + 1) * 4096
+                if chunk_end > end:
+                    chunk_end = end
+                dirty = False
+                j = i
+                while j + 8 <= chunk_end:
+                    if rmq_ldu64(p + j) != 0:
+                        dirty = True
+                        break
+                    j += 8
+                if not dirty:
+                    while j < chunk_end:
+                        if p[j] != 0:
+                            dirty = True
+                            break
+                        j += 1
+                if dirty:
+                    memset(p + i, 0, chunk_end - i)
+                i = chunk_end
+
+    def copy_in(self, Py_ssize_t pos, data):
+        """Plain memcpy of `data` at `pos` (the benchmark baseline for append)."""
+        cdef const unsigned char[::1] v = data
+        cdef Py_ssize_t n = v.shape[0]
+        cdef unsigned char *p = self.check(pos, pos + n)
+        with nogil:
+            memcpy(p + pos, &v[0], n)
+
+
+# --- record encoding ---------------------------------------------------------------------------
+cdef inline Py_ssize_t write_record(unsigned char *d, int32_t total, uint32_t body_crc, int32_t queue_id,
+                                    int32_t flag, int32_t sys_flag, int64_t born_ts,
+                                    const unsigned char *born_host, Py_ssize_t bh_len,
+                                    const unsigned char *store_host, Py_ssize_t sh_len,
+                                    int32_t reconsume, int64_t prepared,
+                                    const unsigned char *body, Py_ssize_t body_len,
+                                    const unsigned char *topic, Py_ssize_t topic_len,
+                                    const unsigned char *props, Py_ssize_t props_len,
+                                    const unsigned char *extra, Py_ssize_t extra_len,
+                                    bint extra_sep) noexcept nogil:
+    """Write one record with queue offset, physical offset and store timestamp zero (the append
+    fills them in under the put lock).  Returns bytes written (== total)."""
+    cdef unsigned char *q = d
+    rmq_st32(q, <uint32_t>total); q += 4
+    rmq_st32(q, MAGIC); q += 4
+    rmq_st32(q, body_crc & 0x7FFFFFFF); q += 4
+    rmq_st32(q, <uint32_t>queue_id); q += 4
+    rmq_st32(q, <uint32_t>flag); q += 4
+    memset(q, 0, 16); q += 16                  # queue offset, physical offset
+    rmq_st32(q, <uint32_t>sys_flag); q += 4
+    rmq_st64(q, <uint64_t>born_ts); q += 8
+    memcpy(q, born_host, bh_len); q += bh_len
+    memset(q, 0, 8); q += 8                    # store timestamp
+    memcpy(q, store_host, sh_len); q += sh_len
+    rmq_st32(q, <uint32_t>reconsume); q += 4
+    rmq_st64(q, <uint64_t>prepared); q += 8
+    rmq_st32(q, <uint32_t>body_len); q += 4
+    if body_len:
+        memcpy(q, body, body_len); q += body_len
+    q[0] = <unsigned char>topic_len; q += 1
+    memcpy(q, topic, topic_len); q += topic_len
+    rmq_st16(q, <uint16_t>(props_len + extra_len + (1 if extra_sep else 0))); q += 2
+    if props_len:
+        memcpy(q, props, props_len); q += props_len
+    if extra_sep:
+        q[0] = 2; q += 1
+    if extra_len:
+        memcpy(q, extra, extra_len); q += extra_len
+    return q - d
+
+
+cdef inline Py_ssize_t record_len(Py_ssize_t bh, Py_ssize_t sh, Py_ssize_t body, Py_ssize_t topic, Py_ssize_t props) noexcept nogil:
+    return 72 + bh + sh + body + 1 + topic + 2 + props
+
+
+cdef check_hosts(const unsigned char[::1] born_host, const unsigned char[::1] store_host, int32_t sys_flag):
+    cdef Py_ssize_t bh = 20 if sys_flag & BORNHOST_V6 else 8
+    cdef Py_ssize_t sh = 20 if sys_flag & STOREHOST_V6 else 8
+    if born_host.shape[0] != bh:
+        raise IllegalArgumentError(f"born host must be {bh} encoded bytes for sysFlag {sys_flag:#x}, got {born_host.shape[0]}")
+    if store_host.shape[0] != sh:
+        raise IllegalArgumentError(f"store host must be {sh} encoded bytes for sysFlag {sys_flag:#x}, got {store_host.shape[0]}")
+
+
+cdef inline const unsigned char *ptr_or_empty(const unsigned char[::1] v) noexcept:
+    if v.shape[0] == 0:
+        return <const unsigned char *>b""
+    return &v[0]
+
+
+def encode_record(bytes topic, int32_t queue_id, int32_t flag, body, props, int32_t sys_flag,
+                  int64_t born_ts, bytes born_host, bytes store_host, int32_t reconsume_times,
+                  int64_t prepared_transaction_offset, Py_ssize_t max_message_size):
+    """One message -> (bytearray record, tags code of its TAGS property).  The record's queue
+    offset, physical offset and store timestamp are left zero for `append_records`."""
+    cdef const unsigned char[::1] b = body
+    cdef const unsigned char[::1] pr = props
+    cdef const unsigned char[::1] bh = born_host
+    cdef const unsigned char[::1] sh = store_host
+    cdef Py_ssize_t tl = len(topic)
+    if tl > MAX_TOPIC or tl == 0:
+        raise IllegalArgumentError(f"topic {topic.decode('utf-8', 'replace')!r} is {tl} bytes; it must be 1..{MAX_TOPIC}")
+    if pr.shape[0] > MAX_PROPS:
+        raise PropertiesSizeExceededError(f"message properties are {pr.shape[0]} bytes, more than {MAX_PROPS}")
+    check_hosts(bh, sh, sys_flag)
+    cdef Py_ssize_t total = record_len(bh.shape[0], sh.shape[0], b.shape[0], tl, pr.shape[0])
+    if total > max_message_size:
+        raise MessageTooLargeError(total, max_message_size)
+    out = PyByteArray_FromStringAndSize(NULL, total)
+    cdef unsigned char *d = <unsigned char *>PyByteArray_AS_STRING(out)
+    cdef const unsigned char *bp = ptr_or_empty(b)
+    cdef const unsigned char *pp = ptr_or_empty(pr)
+    cdef uint32_t c = rmq_crc32(0, bp, b.shape[0])
+    write_record(d, <int32_t>total, c, queue_id, flag, sys_flag, born_ts, &bh[0], bh.shape[0], &sh[0], sh.shape[0],
+                 reconsume_times, prepared_transaction_offset, bp, b.shape[0], <const unsigned char *><char *>topic, tl,
+                 pp, pr.shape[0], NULL, 0, False)
+    return out, tags_code_of(pp, pr.shape[0])
+
+
+def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts, bytes born_host,
+                 bytes store_host, int32_t reconsume_times, extra_properties, Py_ssize_t max_message_size):
+    """A SEND_BATCH_MESSAGE body (REMOTING.md §8) -> (bytearray records, count, bytearray tags codes
+    as native int64).  Every item becomes a full record with the request's topic, queue, hosts and
+    `extra_properties` appended to its own properties (as the Java broker does)."""
+    cdef const unsigned char[::1] src = body
+    cdef const unsigned char[::1] ex = extra_properties
+    cdef const unsigned char[::1] bh = born_host
+    cdef const unsigned char[::1] sh = store_host
+    cdef Py_ssize_t n = src.shape[0]
+    cdef Py_ssize_t tl = len(topic)
+    cdef Py_ssize_t exl = ex.shape[0]
+    if tl > MAX_TOPIC or tl == 0:
+        raise IllegalArgumentError(f"topic {topic.decode('utf-8', 'replace')!r} is {tl} bytes; it must be 1..{MAX_TOPIC}")
+    check_hosts(bh, sh, sys_flag)
+    if n == 0:
+        raise BatchFormatError("batch body is empty")
+    cdef const unsigned char *s = &src[0]
+    cdef const unsigned char *exp = ptr_or_empty(ex)
+    cdef Py_ssize_t fixed = record_len(bh.shape[0], sh.shape[0], 0, tl, 0)
+    # pass 1: validate and size
+    cdef Py_ssize_t pos = 0, count = 0, out_len = 0, item_total, blen, plen, rlen, ppos
+    cdef bint sep
+    while pos < n:
+        if n - pos < 20:
+            raise BatchFormatError(f"batch body truncated at byte {pos}: {n - pos} bytes left, an item header needs 20")
+        item_total = <int32_t>rmq_ld32(s + pos)
+        blen = <int32_t>rmq_ld32(s + pos + 16)
+        if blen < 0 or pos + 20 + blen + 2 > n:
+            raise BatchFormatError(f"batch item {count} at byte {pos}: body length {blen} runs past the end ({n} bytes)")
+        plen = <int16_t>rmq_ld16(s + pos + 20 + blen)
+        if plen < 0 or pos + 22 + blen + plen > n:
+            raise BatchFormatError(f"batch item {count} at byte {pos}: properties length {plen} runs past the end ({n} bytes)")
+        if item_total != 22 + blen + plen:
+            raise BatchFormatError(f"batch item {count} at byte {pos}: total size {item_total} != 22 + body {blen} + properties {plen}")
+        ppos = pos + 22 + blen
+        sep = plen > 0 and exl > 0 and s[ppos + plen - 1] != 2
+        if plen + exl + (1 if sep else 0) > MAX_PROPS:
+            raise PropertiesSizeExceededError(
+                f"batch item {count}: properties are {plen + exl + (1 if sep else 0)} bytes, more than {MAX_PROPS}")
+        rlen = fixed + blen + plen + exl + (1 if sep else 0)
+        if rlen > max_message_size:
+            raise MessageTooLargeError(rlen, max_message_size)
+        out_len += rlen
+        count += 1
+        pos += item_total
+    out = PyByteArray_FromStringAndSize(NULL, out_len)
+    tags = PyByteArray_FromStringAndSize(NULL, count * 8)
+    cdef unsigned char *d = <unsigned char *>PyByteArray_AS_STRING(out)
+    cdef int64_t *tg = <int64_t *>PyByteArray_AS_STRING(tags)
+    cdef const unsigned char *tp = <const unsigned char *><char *>topic
+    cdef const unsigned char *bhp = &bh[0]
+    cdef const unsigned char *shp = &sh[0]
+    cdef Py_ssize_t i = 0, vs, vl
+    cdef int32_t flag
+    cdef int64_t code
+    with nogil:
+        pos = 0
+        while i < count:
+            item_total = <int32_t>rmq_ld32(s + pos)
+            flag = <int32_t>rmq_ld32(s + pos + 12)
+            blen = <int32_t>rmq_ld32(s + pos + 16)
+            plen = <int16_t>rmq_ld16(s + pos + 20 + blen)
+            ppos = pos + 22 + blen
+            sep = plen > 0 and exl > 0 and s[ppos + plen - 1] != 2
+            rlen = fixed + blen + plen + exl + (1 if sep else 0)
+            write_record(d, <int32_t>rlen, rmq_crc32(0, s + pos + 20, blen), queue_id, flag, sys_flag, born_ts,
+                         bhp, bh.shape[0], shp, sh.shape[0], reconsume_times, 0,
+                         s + pos + 20, blen, tp, tl, s + ppos, plen, exp, exl, sep)
+            # the TAGS of an item wins over one in the extra properties (first occurrence wins)
+            code = 0
+            if find_property(s + ppos, plen, b"TAGS", 4, &vs, &vl):
+                if vl > 0:
+                    code = java_hash_utf8(s + ppos + vs, vl)
+            elif exl:
+                code = tags_code_of(exp, exl)
+            tg[i] = code
+            d += rlen
+            pos += item_total
+            i += 1
+    return out, count, tags
+
+
+# --- append --------------------------------------------------------------------------------------
+cdef inline Py_ssize_t store_ts_pos(int32_t sys_flag) noexcept nogil:
+    return 48 + (20 if sys_flag & BORNHOST_V6 else 8)
+
+
+def append_records(NativeMap dst, Py_ssize_t write_pos, src, Py_ssize_t src_pos, Py_ssize_t count,
+                   int64_t file_from_offset, int64_t queue_offset, int64_t store_timestamp,
+                   tags, Py_ssize_t tag_index, cq_out, Py_ssize_t cq_pos):
+    """Copy up to `count` encoded records from src[src_pos:] into the segment at write_pos, filling
+    in each record's queue offset (consecutive from `queue_offset`), physical offset and store
+    timestamp, and writing one 20-byte consume-queue entry per record into cq_out[cq_pos:].
+
+    A record that does not fit (it must leave 8 bytes for the blank) stops the copy: the blank
+    end-of-file record is written and the third result is True.
+    Returns (records written, bytes written, end_of_file)."""
+    cdef const unsigned char[::1] sv = src
+    cdef const unsigned char[::1] tv = tags
+    cdef unsigned char[::1] cv = cq_out
+    cdef unsigned char *base = dst.check(write_pos, dst.size)
+    cdef Py_ssize_t file_size = dst.size
+    cdef Py_ssize_t n = sv.shape[0]
+    if count <= 0:
+        return 0, 0, False
+    if src_pos < 0 or src_pos >= n:
+        raise ValueError(f"src_pos {src_pos} outside the {n} encoded bytes")
+    if tv.shape[0] < (tag_index + count) * 8 or cv.shape[0] < cq_pos + count * CQ_UNIT:
+        raise ValueError("tags / consume-queue buffers are too small for the record count")
+    cdef const unsigned char *s = &sv[0]
+    cdef const int64_t *tg = <const int64_t *>&tv[0]
+    cdef unsigned char *cq = &cv[0]
+    cdef Py_ssize_t pos = write_pos, sp = src_pos, i = 0, size
+    cdef unsigned char *d
+    cdef bint eof = False
+    cdef int32_t sysf
+    with nogil:
+        while i < count:
+            size = <int32_t>rmq_ld32(s + sp)
+            if size < 91 or sp + size > n:
+                break
+            if pos + size + MIN_BLANK > file_size:
+                eof = True
+                break
+            d = base + pos
+            memcpy(d, s + sp, size)
+            rmq_st64(d + 20, <uint64_t>(queue_offset + i))
+            rmq_st64(d + 28, <uint64_t>(file_from_offset + pos))
+            sysf = <int32_t>rmq_ld32(d + 36)
+            rmq_st64(d + store_ts_pos(sysf), <uint64_t>store_timestamp)
+            rmq_st64(cq, <uint64_t>(file_from_offset + pos))
+            rmq_st32(cq + 8, <uint32_t>size)
+            rmq_st64(cq + 12, <uint64_t>tg[tag_index + i])
+            cq += CQ_UNIT
+            pos += size
+            sp += size
+            i += 1
+        if eof:
+            rmq_st32(base + pos, <uint32_t>(file_size - pos))
+            rmq_st32(base + pos + 4, BLANK_MAGIC)
+    if not eof and i < count:
+        raise ValueError(f"encoded record at byte {sp} has a bad size")
+    return i, pos - write_pos, eof
+
+
+# --- recovery scan ---------------------------------------------------------------------------------
+cdef inline bint valid_topic_byte(unsigned char c) noexcept nogil:
+    return (c >= 48 and c <= 57) or (c >= 65 and c <= 90) or (c >= 97 and c <= 122) or c == 37 or c == 124 or c == 95 or c == 45
+
+
+cdef inline bint valid_properties(const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    """Properties are "name\\x01value\\x02" pairs of UTF-8 text without NULs.  A torn write that left
+    random bytes in this part of a record (which the body CRC does not cover) fails this check."""
+    cdef Py_ssize_t i = 0, need = 0
+    cdef bint in_name = True
+    cdef Py_ssize_t name_len = 0
+    cdef unsigned char c
+    if n == 0:
+        return True
+    if p[n - 1] != 2:
+        return False
+    while i < n:
+        c = p[i]
+        if need:
+            if (c & 0xC0) != 0x80:
+                return False
+            need -= 1
+        elif c == 0:
+            return False
+        elif c == 1:
+            if not in_name or name_len == 0:
+                return False
+            in_name = False
+        elif c == 2:
+            if in_name:
+                return False
+            in_name = True
+            name_len = 0
+        elif c >= 0x80:
+            if (c & 0xE0) == 0xC0 and c >= 0xC2:
+                need = 1
+            elif (c & 0xF0) == 0xE0:
+                need = 2
+            elif (c & 0xF8) == 0xF0 and c <= 0xF4:
+                need = 3
+            else:
+                return False
+            if in_name:
+                name_len += 1
+        elif in_name:
+            name_len += 1
+        i += 1
+    return need == 0
+
+
+cdef inline int check_record(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int64_t phys, bint check_crc,
+                             Py_ssize_t *out_size) noexcept nogil:
+    """0 = good message record, 1 = blank, 2 = nothing (zero header / too short), 3 = corrupt."""
+    cdef Py_ssize_t avail = end - pos
+    cdef uint32_t size, magic, bl, tl, pl, sysf
+    cdef Py_ssize_t bh, sh, bo, to, po
+    cdef uint32_t i
+    if avail < 8:
+        return 2
+    size = rmq_ld32(p + pos)
+    magic = rmq_ld32(p + pos + 4)
+    if size == 0 and magic == 0:
+        return 2
+    if magic == BLANK_MAGIC:
+        if size >= MIN_BLANK and <Py_ssize_t>size == avail:
+            out_size[0] = size
+            return 1
+        return 3
+    if magic != MAGIC or size < 91 or <Py_ssize_t>size > avail:
+        return 3
+    if <int64_t>rmq_ld64(p + pos + 28) != phys:
+        return 3
+    sysf = rmq_ld32(p + pos + 36)
+    bh = 20 if sysf & BORNHOST_V6 else 8
+    sh = 20 if sysf & STOREHOST_V6 else 8
+    bo = 72 + bh + sh
+    if bo + 4 > <Py_ssize_t>size:
+        return 3
+    bl = rmq_ld32(p + pos + bo - 4)
+    if <int64_t>bo + <int32_t>bl + 3 > <int64_t>size or <int32_t>bl < 0:
+        return 3
+    to = bo + bl
+    tl = p[pos + to]
+    if tl == 0 or tl > MAX_TOPIC or to + 1 + tl + 2 > <Py_ssize_t>size:
+        return 3
+    for i in range(tl):
+        if not valid_topic_byte(p[pos + to + 1 + i]):
+            return 3
+    po = to + 1 + tl
+    pl = rmq_ld16(p + pos + po)
+    if po + 2 + <Py_ssize_t>pl != <Py_ssize_t>size:
+        return 3
+    if not valid_properties(p + pos + po + 2, pl):
+        return 3
+    if check_crc and (rmq_crc32(0, p + pos + bo, bl) & 0x7FFFFFFF) != rmq_ld32(p + pos + 8):
+        return 3
+    out_size[0] = size
+    return 0
+
+
+cdef inline int64_t schedule_tags_code(const unsigned char *props, Py_ssize_t n, int64_t store_ts,
+                                       const int64_t *levels, Py_ssize_t nlevels, int64_t fallback) noexcept nogil:
+    """SCHEDULE_TOPIC_XXXX entries carry the delivery time as their tag code (RocketMQ)."""
+    cdef Py_ssize_t vs = 0, vl = 0, i
+    cdef int64_t level = 0
+    if nlevels == 0 or not find_property(props, n, b"DELAY", 5, &vs, &vl) or vl == 0 or vl > 9:
+        return fallback
+    for i in range(vl):
+        if props[vs + i] < 48 or props[vs + i] > 57:
+            return fallback
+        level = level * 10 + (props[vs + i] - 48)
+    if level <= 0:
+        return fallback
+    if level > nlevels:
+        level = nlevels
+    return store_ts + levels[level - 1]
+
+
+def verify_records(NativeMap m, Py_ssize_t start, Py_ssize_t end, int64_t file_from_offset, bint check_crc,
+                   bint collect=True, delay_levels_ms=None):
+    """Walk records in [start, end) of one segment, checking magic, size, physical offset,
+    structure and (optionally) body CRC.
+
+    Returns (stop_pos, stop_reason, count, last_store_timestamp, runs).  stop_reason is STOP_END,
+    STOP_BLANK or STOP_CORRUPT; stop_pos is where the walk stopped (the end of the last good record,
+    or the segment end after a blank).  With `collect`, runs lists consecutive records of one
+    (topic, queue) with consecutive queue offsets as (topic, queue_id, first_queue_offset, count,
+    bytearray of 20-byte consume-queue entries, max_store_timestamp) — so re-dispatch costs one
+    Python object per run, not per record."""
+    cdef unsigned char *p = m.check(start, end)
+    cdef Py_ssize_t pos = start, size = 0
+    cdef int r = 2
+    cdef Py_ssize_t count = 0
+    cdef int64_t last_ts = 0, ts, qoff, run_next = -1
+    cdef int32_t qid, run_qid = -1
+    cdef uint32_t sysf, tl, pl, bl
+    cdef Py_ssize_t bo, to, po
+    cdef const unsigned char *run_topic = NULL
+    cdef uint32_t run_tl = 0
+    cdef int64_t code
+    cdef int64_t run_max_ts = 0
+    cdef Py_ssize_t run_start_count = 0
+    cdef bint sched
+    cdef const int64_t *lv = NULL
+    cdef Py_ssize_t nlv = 0
+    cdef const unsigned char[::1] lvv
+    if delay_levels_ms is not None and len(delay_levels_ms):
+        import array
+        lvv = array.array("q", delay_levels_ms).tobytes()
+        lv = <const int64_t *>&lvv[0]
+        nlv = len(delay_levels_ms)
+    runs = []
+    entries = bytearray()
+    cdef unsigned char entry[20]
+    cdef int64_t run_first = 0
+    while True:
+        r = check_record(p, pos, end, file_from_offset + pos, check_crc, &size)
+        if r != 0:
+            break
+        sysf = rmq_ld32(p + pos + 36)
+        ts = <int64_t>rmq_ld64(p + pos + store_ts_pos(sysf))
+        if ts > last_ts:
+            last_ts = ts
+        count += 1
+        if collect:
+            qid = <int32_t>rmq_ld32(p + pos + 12)
+            qoff = <int64_t>rmq_ld64(p + pos + 20)
+            bo = 72 + (20 if sysf & BORNHOST_V6 else 8) + (20 if sysf & STOREHOST_V6 else 8)
+            bl = rmq_ld32(p + pos + bo - 4)
+            to = bo + bl
+            tl = p[pos + to]
+            po = to + 1 + tl
+            pl = rmq_ld16(p + pos + po)
+            code = tags_code_of(p + pos + po + 2, pl)
+            sched = tl == 19 and memcmp(p + pos + to + 1, b"SCHEDULE_TOPIC_XXXX", 19) == 0
+            if sched:
+                code = schedule_tags_code(p + pos + po + 2, pl, ts, lv, nlv, code)
+            if not (run_topic != NULL and qid == run_qid and qoff == run_next and tl == run_tl
+                    and memcmp(run_topic, p + pos + to + 1, tl) == 0):
+                if run_topic != NULL:
+                    runs.append((PyBytes_FromStringAndSize(<char *>run_topic, run_tl).decode("utf-8"), run_qid,
+                                 run_first, count - 1 - run_start_count, entries, run_max_ts))
+                    entries = bytearray()
+                run_topic = p + pos + to + 1
+                run_tl = tl
+                run_qid = qid
+                run_first = qoff
+                run_start_count = count - 1
+                run_max_ts = 0
+            run_next = qoff + 1
+            if ts > run_max_ts:
+                run_max_ts = ts
+            rmq_st64(entry, <uint64_t>(file_from_offset + pos))
+            rmq_st32(entry + 8, <uint32_t>size)
+            rmq_st64(entry + 12, <uint64_t>code)
+            entries += (<char *>entry)[:20]
+        pos += size
+    if collect and run_topic != NULL:
+        runs.append((PyBytes_FromStringAndSize(<char *>run_topic, run_tl).decode("utf-8"), run_qid,
+                     run_first, count - run_start_count, entries, run_max_ts))
+    if r == 1:
+        return end, STOP_BLANK, count, last_ts, runs
+    return pos, (STOP_CORRUPT if r == 3 else STOP_END), count, last_ts, runs
+
+
+def record_store_timestamp(NativeMap m, Py_ssize_t pos):
+    """Store timestamp of the record at pos (0 if no message record starts there)."""
+    cdef unsigned char *p = m.check(pos, pos + 8)
+    if pos + 64 > m.size or rmq_ld32(p + pos + 4) != MAGIC:
+        return 0
+    return <int64_t>rmq_ld64(p + pos + store_ts_pos(<int32_t>rmq_ld32(p + pos + 36)))
+
+
+# --- consume queue -------------------------------------------------------------------------------
+def cq_valid_end(NativeMap m, Py_ssize_t start=0):
+    """Byte position after the last valid entry (commit-log offset >= 0 and size > 0), scanning from
+    `start` (RocketMQ's ConsumeQueue.recover rule)."""
+    cdef unsigned char *p = m.check(start, m.size)
+    cdef Py_ssize_t pos = start - start % CQ_UNIT, end = m.size - m.size % CQ_UNIT
+    with nogil:
+        while pos + CQ_UNIT <= end:
+            if <int64_t>rmq_ld64(p + pos) < 0 or <int32_t>rmq_ld32(p + pos + 8) <= 0:
+                break
+            pos += CQ_UNIT
+    return pos
+
+
+def cq_first_at_or_above(NativeMap m, Py_ssize_t start, Py_ssize_t end, int64_t phys):
+    """Position of the first entry in [start, end) whose commit-log offset >= phys (or end)."""
+    cdef unsigned char *p = m.check(start, end)
+    cdef Py_ssize_t pos = start
+    with nogil:
+        while pos + CQ_UNIT <= end:
+            if <int64_t>rmq_ld64(p + pos) >= phys:
+                break
+            pos += CQ_UNIT
+    return pos
+
+
+def cq_first_phys_at_or_above(NativeMap m, Py_ssize_t start, Py_ssize_t end, int64_t phys):
+    """Binary search (entries are ordered by commit-log offset): first entry with offset >= phys."""
+    cdef unsigned char *p = m.check(start, end)
+    cdef Py_ssize_t lo = start // CQ_UNIT, hi = end // CQ_UNIT, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if <int64_t>rmq_ld64(p + mid * CQ_UNIT) < phys:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo * CQ_UNIT
+
+
+def cq_entry(NativeMap m, Py_ssize_t pos):
+    """(commit-log offset, size, tags code) of the entry at byte pos."""
+    cdef unsigned char *p = m.check(pos, pos + CQ_UNIT)
+    return <int64_t>rmq_ld64(p + pos), <int32_t>rmq_ld32(p + pos + 8), <int64_t>rmq_ld64(p + pos + 12)
+
+
+cdef class TagFilter:
+    """Tag hash codes prepared for the native scan: big-endian images, sorted for bsearch."""
+    cdef uint64_t *codes
+    cdef Py_ssize_t n
+    cdef bytes store
+
+    def __cinit__(self, codes):
+        vals = sorted({rmq_bswap64(<uint64_t><int64_t>c) for c in codes})
+        import array
+        self.store = array.array("Q", vals).tobytes()
+        self.codes = <uint64_t *><char *>self.store
+        self.n = len(vals)
+
+    @property
+    def size(self):
+        return self.n
+
+
+cdef inline bint tag_match(uint64_t be_code, const uint64_t *codes, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t lo, hi, mid, i
+    if n <= 8:
+        for i in range(n):
+            if codes[i] == be_code:
+                return True
+        return False
+    lo = 0
+    hi = n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if codes[mid] < be_code:
+            lo = mid + 1
+        elif codes[mid] > be_code:
+            hi = mid
+        else:
+            return True
+    return False
+
+
+def cq_scan(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter tags, Py_ssize_t max_count,
+            Py_ssize_t max_bytes, int64_t min_phys, out):
+    """Scan entries in [start, end) of one consume-queue file.
+
+    An entry matches when its tag code is in `tags` (None: every entry).  Entries whose commit-log
+    offset is below `min_phys` (already deleted from the log) are skipped and counted.  Stops after
+    `max_count` matches, or before a match that would take the total size over `max_bytes`
+    (the first match is always taken), or at `end`.  Matches are written to `out` as native
+    (int64 commit-log offset, int32 size, int32 entry index relative to start), 16 bytes each.
+    Returns (matches, scanned_end_pos, skipped_removed)."""
+    cdef unsigned char *p = m.check(start, end)
+    cdef unsigned char[::1] ov = out
+    if ov.shape[0] < max_count * 16:
+        raise ValueError("output buffer too small")
+    cdef unsigned char *o = &ov[0] if ov.shape[0] else NULL
+    cdef const uint64_t *codes = NULL
+    cdef Py_ssize_t ncodes = -1
+    if tags is not None:
+        codes = tags.codes
+        ncodes = tags.n
+    cdef Py_ssize_t pos = start, found = 0, total = 0, removed = 0
+    cdef int64_t phys
+    cdef int32_t size
+    cdef uint64_t code
+    with nogil:
+        if ncodes == 1 and min_phys <= 0:
+            # the common pull: one tag, nothing removed — the tightest loop
+            code = codes[0]
+            while pos + CQ_UNIT <= end:
+                if rmq_ldu64(p + pos + 12) == code:
+                    size = <int32_t>rmq_ld32(p + pos + 8)
+                    if found and (found >= max_count or total + size > max_bytes):
+                        break
+                    phys = <int64_t>rmq_ld64(p + pos)
+                    memcpy(o + found * 16, &phys, 8)
+                    memcpy(o + found * 16 + 8, &size, 4)
+                    size = <int32_t>((pos - start) // CQ_UNIT)
+                    memcpy(o + found * 16 + 12, &size, 4)
+                    total += rmq_ld32(p + pos + 8)
+                    found += 1
+                pos += CQ_UNIT
+        else:
+            while pos + CQ_UNIT <= end:
+                if ncodes < 0 or tag_match(rmq_ldu64(p + pos + 12), codes, ncodes):
+                    phys = <int64_t>rmq_ld64(p + pos)
+                    if phys < min_phys:
+                        removed += 1
+                        pos += CQ_UNIT
+                        continue
+                    size = <int32_t>rmq_ld32(p + pos + 8)
+                    if found and (found >= max_count or total + size > max_bytes):
+                        break
+                    memcpy(o + found * 16, &phys, 8)
+                    memcpy(o + found * 16 + 8, &size, 4)
+                    total += size
+                    size = <int32_t>((pos - start) // CQ_UNIT)
+                    memcpy(o + found * 16 + 12, &size, 4)
+                    found += 1
+                pos += CQ_UNIT
+    return found, pos, removed
+
+
+def cq_count_matches(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter tags):
+    """Count entries in [start, end) whose tag code is in `tags` (a full-speed scan; no limits)."""
+    cdef unsigned char *p = m.check(start, end)
+    cdef Py_ssize_t pos = start, found = 0
+    cdef const uint64_t *codes = tags.codes
+    cdef Py_ssize_t ncodes = tags.n
+    cdef uint64_t code
+    with nogil:
+        if ncodes == 1:
+            code = codes[0]
+            while pos + CQ_UNIT <= end:
+                found += rmq_ldu64(p + pos + 12) == code
+                pos += CQ_UNIT
+        else:
+            while pos + CQ_UNIT <= end:
+                found += tag_match(rmq_ldu64(p + pos + 12), codes, ncodes)
+                pos += CQ_UNIT
+    return found
