@@ -3,7 +3,8 @@ from rmq_core.errors import (  # noqa: F401
     ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RMQError,
 )
 from rmq_core.message import (  # noqa: F401
-    ConsumeFromWhere, ConsumeStatus, LocalTransactionState, Message, MessageModel, MessageQueue,
+    ConsumeFromWhere, ConsumeStatus, LocalTransactionState, Message, MessageExt, MessageModel,
+    MessageQueue,
     MessageSelector, PullResult, PullStatus, SendResult, SendStatus,
 )
 

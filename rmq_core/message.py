@@ -482,3 +482,6 @@ def iter_chunks(seq: Iterable, n: int):
             buf = []
     if buf:
         yield buf
+
+
+from rmq_core._native.codec import MessageExt  # noqa: E402

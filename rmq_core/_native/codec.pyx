@@ -1,0 +1,961 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Native message codec: the client's hot path (PULL bodies -> MessageExt), batch bodies, properties.
+
+Wire format (shared/protocol/REMOTING.md §6), every integer big-endian, v1 record only:
+
+    off  size  field
+      0     4  TOTALSIZE                  whole record, this field included
+      4     4  MAGICCODE                  0xDAA320A7 message / 0xCBD43194 BLANK (commit-log filler)
+      8     4  BODYCRC                    CRC32(stored body) & 0x7FFFFFFF
+     12     4  QUEUEID
+     16     4  FLAG
+     20     8  QUEUEOFFSET
+     28     8  PHYSICALOFFSET             commit-log offset of this record
+     36     4  SYSFLAG                    0x1 compressed, 0x10 born host v6, 0x20 store host v6,
+                                          0x700 compression type (0x100 LZ4, 0x200 ZSTD, 0x300/0 ZLIB)
+     40     8  BORNTIMESTAMP
+     48   4+4  BORNHOST                   IPv4 + int32 port (16+4 when sysFlag & 0x10)
+      .     8  STORETIMESTAMP
+      .   4+4  STOREHOST                  IPv4 + int32 port (16+4 when sysFlag & 0x20)
+      .     4  RECONSUMETIMES
+      .     8  PREPARED_TRANSACTION_OFFSET
+      .     4  BODYLENGTH, then the body
+      .     1  TOPICLENGTH (<= 127), then the UTF-8 topic
+      .     2  PROPERTIESLENGTH (int16), then `name\\x01value\\x02...`
+
+Batch body (§8): items of  int32 totalSize | int32 magic | int32 bodyCRC | int32 flag |
+int32 bodyLen, body | int16 propsLen, props   with totalSize == 20 + bodyLen + 2 + propsLen.
+
+The pure-Python twin of every routine here lives in rmq_core/codec.py and is the oracle of the
+property tests.  Bytes from the network are untrusted: every length is checked against the bytes
+that are really there before anything is read.
+"""
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.list cimport PyList_Append
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memchr, memcmp, memcpy, memset
+
+import socket as _socket
+
+from rmq_core.errors import IllegalArgumentError
+
+cdef extern from "Python.h":
+    # For ASCII strings the character data is the UTF-8 bytes, so a cached str can be compared
+    # with raw bytes by memcmp.
+    bint PyUnicode_IS_ASCII(object o)
+    void* PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    int PyUnicode_KIND(object o)
+    Py_UCS4 PyUnicode_READ(int kind, void* data, Py_ssize_t index)
+    const char* PyUnicode_AsUTF8AndSize(object o, Py_ssize_t* size) except NULL
+
+# --- constants (mirrors of rmq_core.message.SysFlag; not imported to keep message -> native one-way)
+cdef uint32_t MESSAGE_MAGIC_CODE = 0xDAA320A7u
+cdef uint32_t BLANK_MAGIC_CODE = 0xCBD43194u
+cdef int32_t FLAG_COMPRESSED = 0x1
+cdef int32_t FLAG_BORNHOST_V6 = 0x10
+cdef int32_t FLAG_STOREHOST_V6 = 0x20
+cdef int32_t COMPRESSION_TYPE_MASK = 0x700
+# smallest v1 record: fixed fields (91 bytes incl. the three length fields) with IPv4 hosts
+cdef Py_ssize_t RECORD_FIXED_V4 = 91
+cdef Py_ssize_t BATCH_ITEM_FIXED = 22
+
+
+# --- big-endian readers (gcc turns these into a load + bswap) -------------------------------------
+cdef inline uint32_t _u32(const unsigned char* p) noexcept nogil:
+    return ((<uint32_t>p[0]) << 24) | ((<uint32_t>p[1]) << 16) | ((<uint32_t>p[2]) << 8) | p[3]
+
+
+cdef inline int32_t _i32(const unsigned char* p) noexcept nogil:
+    return <int32_t>_u32(p)
+
+
+cdef inline int64_t _i64(const unsigned char* p) noexcept nogil:
+    return <int64_t>(((<uint64_t>_u32(p)) << 32) | _u32(p + 4))
+
+
+cdef inline int16_t _i16(const unsigned char* p) noexcept nogil:
+    return <int16_t>(((<uint32_t>p[0]) << 8) | p[1])
+
+
+cdef inline void _put_u32(unsigned char* p, uint32_t v) noexcept nogil:
+    p[0] = <unsigned char>(v >> 24)
+    p[1] = <unsigned char>(v >> 16)
+    p[2] = <unsigned char>(v >> 8)
+    p[3] = <unsigned char>v
+
+
+cdef inline void _put_u64(unsigned char* p, uint64_t v) noexcept nogil:
+    _put_u32(p, <uint32_t>(v >> 32))
+    _put_u32(p + 4, <uint32_t>v)
+
+
+# --- errors ----------------------------------------------------------------------------------------
+cdef object _decode_error_cls = None
+
+
+cdef object _decode_error(Py_ssize_t offset, str reason):
+    # MessageDecodeError is defined in rmq_core.codec (which imports this module), so it is looked
+    # up on first use; only the error path pays for it.
+    global _decode_error_cls
+    if _decode_error_cls is None:
+        from rmq_core.codec import MessageDecodeError
+        _decode_error_cls = MessageDecodeError
+    return _decode_error_cls(offset, reason)
+
+
+# --- short-string cache ------------------------------------------------------------------------------
+# Property names ("UNIQ_KEY", "TAGS", "WAIT"), tag values and "true" repeat in every record of a
+# pull; decoding them once and handing out the same immutable str saves an allocation per string.
+# Direct-mapped, ASCII-only (so the bytes compare exactly), short strings only (unique ids would
+# just thrash the slots).
+cdef enum:
+    _SCACHE_SIZE = 1024
+    _SCACHE_MAX_LEN = 24
+cdef PyObject* _scache[_SCACHE_SIZE]  # static storage: starts all NULL
+
+
+cdef inline str _decode_str(const char* p, Py_ssize_t n):
+    cdef uint32_t h
+    cdef Py_ssize_t i
+    cdef PyObject* cached
+    cdef str s
+    if n > _SCACHE_MAX_LEN:
+        return PyUnicode_DecodeUTF8(p, n, "replace")
+    h = 2166136261u  # FNV-1a
+    for i in range(n):
+        h = (h ^ <uint8_t>p[i]) * 16777619u
+    h = (h ^ (h >> 15)) & (_SCACHE_SIZE - 1)
+    cached = _scache[h]
+    if cached != NULL:
+        if PyUnicode_GET_LENGTH(<object>cached) == n and memcmp(PyUnicode_DATA(<object>cached), p, n) == 0:
+            return <str><object>cached
+    s = PyUnicode_DecodeUTF8(p, n, "replace")
+    if PyUnicode_IS_ASCII(s):
+        Py_INCREF(s)
+        if cached != NULL:
+            Py_DECREF(<object>cached)
+        _scache[h] = <PyObject*>s
+    return s
+
+
+# --- properties ------------------------------------------------------------------------------------
+cdef dict _parse_properties(const char* p, Py_ssize_t n):
+    """Split on \\x02, then on the first \\x01; pairs without \\x01 or with an empty name are dropped
+    (the same rule as rmq_core.message.string_to_properties)."""
+    cdef dict out = {}
+    cdef Py_ssize_t i = 0, end, kv
+    cdef const char* e
+    cdef const char* k
+    while i < n:
+        e = <const char*>memchr(p + i, 2, n - i)
+        end = (e - p) if e != NULL else n
+        k = <const char*>memchr(p + i, 1, end - i)
+        if k != NULL and k - p > i:
+            kv = k - p
+            PyDict_SetItem(out, _decode_str(p + i, kv - i), _decode_str(k + 1, end - kv - 1))
+        i = end + 1
+    return out
+
+
+cdef Py_ssize_t _find_property(const char* p, Py_ssize_t n, const char* name, Py_ssize_t name_len,
+                               Py_ssize_t* value_len) noexcept:
+    """Offset of the value of the LAST pair named `name` (dict semantics: later pairs win), or -1."""
+    cdef Py_ssize_t i = 0, end, found = -1
+    cdef const char* e
+    cdef const char* k
+    while i < n:
+        e = <const char*>memchr(p + i, 2, n - i)
+        end = (e - p) if e != NULL else n
+        k = <const char*>memchr(p + i, 1, end - i)
+        if k != NULL and (k - p) - i == name_len and name_len > 0 and memcmp(p + i, name, name_len) == 0:
+            found = (k - p) + 1
+            value_len[0] = end - found
+        i = end + 1
+    return found
+
+
+cdef class _Bytes:
+    """A contiguous read-only view of any buffer-protocol object (bytes, bytearray, memoryview, mmap)."""
+    cdef Py_buffer view
+    cdef bint held
+    cdef const unsigned char* ptr
+    cdef Py_ssize_t size
+
+    def __cinit__(self, obj):
+        if isinstance(obj, str):
+            raise TypeError("expected bytes-like data, not str")
+        PyObject_GetBuffer(obj, &self.view, PyBUF_SIMPLE)
+        self.held = True
+        self.ptr = <const unsigned char*>self.view.buf
+        self.size = self.view.len
+
+    def __dealloc__(self):
+        if self.held:
+            PyBuffer_Release(&self.view)
+
+
+def string_to_properties(data):
+    """Parse a properties string (`name\\x01value\\x02...`, bytes or str) into a dict."""
+    cdef bytes raw
+    if data is None:
+        return {}
+    if isinstance(data, str):
+        raw = PyUnicode_AsUTF8String(data)
+        return _parse_properties(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
+    if type(data) is bytes:
+        return _parse_properties(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+    cdef _Bytes b = _Bytes(data)
+    return _parse_properties(<const char*>b.ptr, b.size)
+
+
+cdef inline void _check_no_sep(const char* p, Py_ssize_t n, int sep, object key, str what) except *:
+    if memchr(p, sep, n) != NULL:
+        raise IllegalArgumentError(
+            f"property {key!r}: {what} contains the separator {chr(sep)!r}, which would corrupt "
+            f"the properties string"
+        )
+
+
+def properties_to_bytes(props):
+    """Encode a mapping as `name\\x01value\\x02...` UTF-8 bytes, in the mapping's order.
+
+    Pairs whose value is None are skipped; other values are converted with str().  A name that is
+    empty or holds \\x01/\\x02, or a value holding \\x02, is refused (it would not read back)."""
+    cdef list parts = []
+    cdef Py_ssize_t total = 0, kn, vn, pos
+    cdef const char* kp
+    cdef const char* vp
+    cdef bytes out
+    cdef unsigned char* w
+    cdef Py_ssize_t i
+    if props is None:
+        return b""
+    items = props.items() if hasattr(props, "items") else props
+    for key, value in items:
+        if value is None:
+            continue
+        if type(key) is not str:
+            raise IllegalArgumentError(f"property name {key!r} must be a str")
+        if type(value) is not str:
+            value = str(value)
+        kp = PyUnicode_AsUTF8AndSize(key, &kn)
+        vp = PyUnicode_AsUTF8AndSize(value, &vn)
+        if kn == 0:
+            raise IllegalArgumentError(f"property name {key!r} is empty (value {value!r})")
+        _check_no_sep(kp, kn, 1, key, "the name")
+        _check_no_sep(kp, kn, 2, key, "the name")
+        _check_no_sep(vp, vn, 2, key, "the value")
+        parts.append(key)
+        parts.append(value)
+        total += kn + vn + 2
+    out = PyBytes_FromStringAndSize(NULL, total)
+    w = <unsigned char*>PyBytes_AS_STRING(out)
+    pos = 0
+    for i in range(0, len(parts), 2):
+        kp = PyUnicode_AsUTF8AndSize(parts[i], &kn)
+        vp = PyUnicode_AsUTF8AndSize(parts[i + 1], &vn)
+        memcpy(w + pos, kp, kn)
+        pos += kn
+        w[pos] = 1
+        pos += 1
+        memcpy(w + pos, vp, vn)
+        pos += vn
+        w[pos] = 2
+        pos += 1
+    return out
+
+
+# --- Java String.hashCode ------------------------------------------------------------------------------
+cdef int32_t _java_hash_str(str s):
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(s)
+    cdef int kind = PyUnicode_KIND(s)
+    cdef void* data = PyUnicode_DATA(s)
+    cdef uint32_t h = 0, c
+    for i in range(n):
+        c = PyUnicode_READ(kind, data, i)
+        if c > 0xFFFF:
+            # Java hashes UTF-16 code units: a non-BMP character counts as its surrogate pair.
+            c -= 0x10000
+            h = 31u * h + (0xD800u + (c >> 10))
+            h = 31u * h + (0xDC00u + (c & 0x3FF))
+        else:
+            h = 31u * h + c
+    return <int32_t>h
+
+
+def java_string_hash(s):
+    """Java String.hashCode() (UTF-16 code units, int32 wrap-around), signed; None and "" give 0."""
+    if s is None:
+        return 0
+    if not isinstance(s, str):
+        raise TypeError(f"java_string_hash expects a str, not {type(s).__name__}: {s!r}")
+    return _java_hash_str(s)
+
+
+cdef int64_t _tags_code(const char* p, Py_ssize_t n):
+    cdef Py_ssize_t vlen = 0, i
+    cdef Py_ssize_t off = _find_property(p, n, b"TAGS", 4, &vlen)
+    cdef uint32_t h = 0
+    if off < 0:
+        return 0
+    for i in range(vlen):
+        if <uint8_t>p[off + i] >= 0x80:
+            # Non-ASCII: hash the UTF-16 code units of the decoded string, exactly as Java would.
+            return _java_hash_str(PyUnicode_DecodeUTF8(p + off, vlen, "replace"))
+        h = 31u * h + <uint8_t>p[off + i]
+    return <int32_t>h
+
+
+def tags_code_from_properties(data):
+    """The consume-queue tag code (Java hash of the TAGS value) read straight from a raw properties
+    blob, without building a dict; 0 when there is no TAGS pair."""
+    if data is None:
+        return 0
+    if isinstance(data, str):
+        data = PyUnicode_AsUTF8String(data)
+    if type(data) is bytes:
+        return _tags_code(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+    cdef _Bytes b = _Bytes(data)
+    return _tags_code(<const char*>b.ptr, b.size)
+
+
+# --- hosts -------------------------------------------------------------------------------------------
+cdef str _format_host(const unsigned char* ip, bint v6, int32_t port):
+    if v6:
+        return f"{_socket.inet_ntop(_socket.AF_INET6, PyBytes_FromStringAndSize(<const char*>ip, 16))}:{port}"
+    return f"{ip[0]}.{ip[1]}.{ip[2]}.{ip[3]}:{port}"
+
+
+cdef int _parse_host(object value, unsigned char* ip, bint* v6, int32_t* port) except -1:
+    """Accept "ip:port" (IPv6 with or without brackets), (host, port), or None / "" (all zero)."""
+    cdef bytes raw
+    memset(ip, 0, 16)
+    v6[0] = False
+    port[0] = 0
+    if value is None or (isinstance(value, str) and not value):
+        return 0
+    if isinstance(value, tuple) and len(value) == 2:
+        host, p = value
+    elif isinstance(value, str):
+        host, sep, p = value.rpartition(":")
+        if not sep:
+            raise IllegalArgumentError(f"bad host address {value!r}: expected ip:port")
+    else:
+        raise IllegalArgumentError(f"bad host address {value!r}: expected 'ip:port' or (ip, port)")
+    if isinstance(host, str) and host.startswith("[") and host.endswith("]"):
+        host = host[1:len(host) - 1]
+    try:
+        pn = int(p)
+    except (TypeError, ValueError):
+        raise IllegalArgumentError(f"bad host address {value!r}: port {p!r} is not a number") from None
+    if not 0 <= pn <= 65535:
+        raise IllegalArgumentError(f"bad host address {value!r}: port {pn} is out of 0..65535")
+    if not isinstance(host, str):
+        raise IllegalArgumentError(f"bad host address {value!r}: host must be a str")
+    try:
+        raw = _socket.inet_pton(_socket.AF_INET, host)
+    except OSError:
+        try:
+            raw = _socket.inet_pton(_socket.AF_INET6, host)
+        except OSError:
+            raise IllegalArgumentError(
+                f"bad host address {value!r}: {host!r} is not an IPv4 or IPv6 address"
+            ) from None
+        v6[0] = True
+    memcpy(ip, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
+    port[0] = <int32_t>pn
+    return 0
+
+
+cdef const char* _HEX = b"0123456789ABCDEF"
+
+
+cdef str _offset_msg_id(const unsigned char* ip, bint v6, int32_t port, int64_t offset):
+    cdef unsigned char raw[28]
+    cdef char text[56]
+    cdef Py_ssize_t n = 16 if v6 else 4, i
+    memcpy(raw, ip, n)
+    _put_u32(raw + n, <uint32_t>port)
+    _put_u64(raw + n + 4, <uint64_t>offset)
+    n += 12
+    for i in range(n):
+        text[2 * i] = _HEX[raw[i] >> 4]
+        text[2 * i + 1] = _HEX[raw[i] & 15]
+    return (<char*>text)[:2 * n].decode("ascii")
+
+
+# --- MessageExt --------------------------------------------------------------------------------------
+cdef object _compression_decompress = None
+
+
+cdef object _decompress_body(object body, int32_t sys_flag, Py_ssize_t offset):
+    global _compression_decompress
+    if _compression_decompress is None:
+        from rmq_core.compression import decompress
+        _compression_decompress = decompress
+    try:
+        return _compression_decompress(body, sys_flag)
+    except Exception as exc:  # any codec failure becomes a decode error naming the record
+        raise _decode_error(offset, f"compressed body does not decompress: {exc}") from exc
+
+
+@cython.final
+@cython.freelist(512)
+cdef class MessageExt:
+    """A received message (RocketMQ MessageExt).  Created by `decode_messages` on the client's hot
+    path: properties stay raw bytes until first used; host strings and ids are computed on access."""
+
+    cdef public str topic
+    cdef public object body
+    cdef public int32_t flag
+    cdef public int32_t queue_id
+    cdef public int64_t queue_offset
+    cdef public int64_t commit_log_offset
+    cdef public int32_t store_size
+    cdef public int32_t body_crc
+    cdef public int32_t sys_flag
+    cdef public int64_t born_timestamp
+    cdef public int64_t store_timestamp
+    cdef public int32_t reconsume_times
+    cdef public int64_t prepared_transaction_offset
+    cdef public str broker_name
+
+    cdef unsigned char _born_ip[16]
+    cdef unsigned char _store_ip[16]
+    cdef int32_t _born_port
+    cdef int32_t _store_port
+    cdef bint _born_v6
+    cdef bint _store_v6
+    cdef str _born_host        # rendered "ip:port", cached
+    cdef str _store_host
+    cdef bytes _raw            # buffer holding the raw properties (a whole pull body is shared)
+    cdef Py_ssize_t _props_off
+    cdef Py_ssize_t _props_len
+    cdef dict _properties      # decoded on first use
+    cdef str _msg_id           # explicit override (Java setMsgId)
+
+    def __init__(self, *, topic="", body=b"", int32_t flag=0, int32_t queue_id=0,
+                 int64_t queue_offset=0, int64_t commit_log_offset=0, int32_t store_size=0,
+                 int32_t body_crc=0, int32_t sys_flag=0, int64_t born_timestamp=0, born_host=None,
+                 int64_t store_timestamp=0, store_host=None, int32_t reconsume_times=0,
+                 int64_t prepared_transaction_offset=0, broker_name=None, properties=None,
+                 msg_id=None):
+        if not isinstance(topic, str):
+            raise IllegalArgumentError(f"topic must be a str, not {type(topic).__name__}: {topic!r}")
+        self.topic = topic
+        self.body = _body_bytes(body)
+        self.flag = flag
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.store_size = store_size
+        self.body_crc = body_crc
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.store_timestamp = store_timestamp
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.broker_name = broker_name
+        _parse_host(born_host, self._born_ip, &self._born_v6, &self._born_port)
+        _parse_host(store_host, self._store_ip, &self._store_v6, &self._store_port)
+        if self._born_v6:
+            self.sys_flag |= FLAG_BORNHOST_V6
+        if self._store_v6:
+            self.sys_flag |= FLAG_STOREHOST_V6
+        self.properties = properties
+        self._msg_id = msg_id
+
+    # -- hosts --
+    @property
+    def born_host(self):
+        """Where the producer sent from, "ip:port"."""
+        if self._born_host is None:
+            self._born_host = _format_host(self._born_ip, self._born_v6, self._born_port)
+        return self._born_host
+
+    @born_host.setter
+    def born_host(self, value):
+        _parse_host(value, self._born_ip, &self._born_v6, &self._born_port)
+        self._born_host = None
+        self.sys_flag = (self.sys_flag | FLAG_BORNHOST_V6) if self._born_v6 else (self.sys_flag & ~FLAG_BORNHOST_V6)
+
+    @property
+    def store_host(self):
+        """The broker that stored the message, "ip:port" (send-back goes there)."""
+        if self._store_host is None:
+            self._store_host = _format_host(self._store_ip, self._store_v6, self._store_port)
+        return self._store_host
+
+    @store_host.setter
+    def store_host(self, value):
+        _parse_host(value, self._store_ip, &self._store_v6, &self._store_port)
+        self._store_host = None
+        self.sys_flag = (self.sys_flag | FLAG_STOREHOST_V6) if self._store_v6 else (self.sys_flag & ~FLAG_STOREHOST_V6)
+
+    # -- properties --
+    cdef dict _props(self):
+        if self._properties is None:
+            if self._raw is None:
+                self._properties = {}
+            else:
+                self._properties = _parse_properties(PyBytes_AS_STRING(self._raw) + self._props_off,
+                                                     self._props_len)
+                self._raw = None  # the dict is the truth from now on; release the shared buffer
+        return self._properties
+
+    @property
+    def properties(self):
+        """All properties as a dict (decoded on first access, then cached; mutate it freely)."""
+        return self._props()
+
+    @properties.setter
+    def properties(self, value):
+        self._raw = None
+        if value is None:
+            self._properties = {}
+        elif isinstance(value, (str, bytes, bytearray, memoryview)):
+            self._properties = string_to_properties(value)
+        else:
+            self._properties = dict(value)
+
+    @property
+    def raw_properties(self):
+        """The properties as they travel (`name\\x01value\\x02...` bytes)."""
+        if self._properties is None and self._raw is not None:
+            return PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._raw) + self._props_off, self._props_len)
+        return properties_to_bytes(self._props())
+
+    def get_property(self, name, default=None):
+        """One property; reads the raw bytes without building the dict when it was never built."""
+        cdef Py_ssize_t nlen, vlen = 0, off
+        cdef const char* np
+        if self._properties is None and self._raw is not None:
+            if not isinstance(name, str):
+                return default
+            np = PyUnicode_AsUTF8AndSize(name, &nlen)
+            off = _find_property(PyBytes_AS_STRING(self._raw) + self._props_off, self._props_len,
+                                 np, nlen, &vlen)
+            if off < 0:
+                return default
+            return _decode_str(PyBytes_AS_STRING(self._raw) + self._props_off + off, vlen)
+        return self._props().get(name, default)
+
+    def get_user_property(self, name, default=None):
+        return self.get_property(name, default)
+
+    def put_property(self, name, value):
+        if not isinstance(name, str) or not name:
+            raise IllegalArgumentError(f"property name {name!r} must be a non-empty str")
+        self._props()[name] = value if isinstance(value, str) else str(value)
+
+    def put_user_property(self, name, value):
+        if name in _SYSTEM_KEYS:
+            raise IllegalArgumentError(f"property name {name!r} is reserved by RocketMQ")
+        self.put_property(name, value)
+
+    def clear_property(self, name):
+        self._props().pop(name, None)
+
+    @property
+    def tags(self):
+        return self.get_property("TAGS") or None
+
+    @tags.setter
+    def tags(self, value):
+        if value:
+            self.put_property("TAGS", value)
+        else:
+            self.clear_property("TAGS")
+
+    @property
+    def keys(self):
+        """Keys separated by spaces, or None."""
+        return self.get_property("KEYS") or None
+
+    @keys.setter
+    def keys(self, value):
+        if value and not isinstance(value, str):
+            value = " ".join(str(k) for k in value)
+        if value:
+            self.put_property("KEYS", value)
+        else:
+            self.clear_property("KEYS")
+
+    @property
+    def delay_time_level(self):
+        """DELAY property as an int; 0 when absent or not a number (a received message never fails)."""
+        v = self.get_property("DELAY")
+        if not v:
+            return 0
+        try:
+            return int(v)
+        except ValueError:
+            return 0
+
+    @delay_time_level.setter
+    def delay_time_level(self, value):
+        if value:
+            self.put_property("DELAY", str(int(value)))
+        else:
+            self.clear_property("DELAY")
+
+    # -- ids --
+    @property
+    def offset_msg_id(self):
+        """Broker-side id: store host address + port + commit-log offset, upper-case hex (§7.1)."""
+        return _offset_msg_id(self._store_ip, self._store_v6, self._store_port, self.commit_log_offset)
+
+    @property
+    def msg_id(self):
+        """The application-visible id: UNIQ_KEY when present, else the offsetMsgId."""
+        if self._msg_id is not None:
+            return self._msg_id
+        uniq = self.get_property("UNIQ_KEY")
+        if uniq:
+            return uniq
+        return self.offset_msg_id
+
+    @msg_id.setter
+    def msg_id(self, value):
+        self._msg_id = value
+
+    # -- python protocol --
+    def to_dict(self):
+        """The constructor's keyword arguments (properties copied) — MessageExt(**m.to_dict()) == m."""
+        return {
+            "topic": self.topic, "body": self.body, "flag": self.flag, "queue_id": self.queue_id,
+            "queue_offset": self.queue_offset, "commit_log_offset": self.commit_log_offset,
+            "store_size": self.store_size, "body_crc": self.body_crc, "sys_flag": self.sys_flag,
+            "born_timestamp": self.born_timestamp, "born_host": self.born_host,
+            "store_timestamp": self.store_timestamp, "store_host": self.store_host,
+            "reconsume_times": self.reconsume_times,
+            "prepared_transaction_offset": self.prepared_transaction_offset,
+            "broker_name": self.broker_name, "properties": dict(self._props()),
+        }
+
+    def __reduce__(self):
+        return (_message_ext_from_state, (self.to_dict(), self._msg_id))
+
+    def __repr__(self):
+        body = self.body
+        return (
+            f"MessageExt(topic={self.topic!r}, broker_name={self.broker_name!r}, "
+            f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, msg_id={self.msg_id!r}, "
+            f"tags={self.tags!r}, keys={self.keys!r}, flag={self.flag}, sys_flag={self.sys_flag}, "
+            f"store_size={self.store_size}, commit_log_offset={self.commit_log_offset}, "
+            f"born_timestamp={self.born_timestamp}, born_host={self.born_host!r}, "
+            f"store_timestamp={self.store_timestamp}, store_host={self.store_host!r}, "
+            f"reconsume_times={self.reconsume_times}, "
+            f"body_len={len(body) if body is not None else None}, properties={self._props()!r})"
+        )
+
+
+_SYSTEM_KEYS = frozenset({
+    "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP",
+    "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
+    "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY", "MAX_RECONSUME_TIMES",
+    "CONSUME_START_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS",
+})
+
+
+def _message_ext_from_state(state, msg_id):
+    cdef MessageExt m = MessageExt(**state)
+    m._msg_id = msg_id
+    return m
+
+
+cdef object _body_bytes(object body):
+    if body is None or type(body) is bytes:
+        return body
+    if isinstance(body, str):
+        return PyUnicode_AsUTF8String(body)
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    raise IllegalArgumentError(f"message body must be bytes or str, not {type(body).__name__}")
+
+
+# --- record decoding ------------------------------------------------------------------------------------
+@cython.final
+cdef class _DecodeState:
+    """One decode call: the immutable source buffer and the last topic seen (records of one pull
+    nearly always share a topic, so its str is reused instead of decoded again)."""
+    cdef bytes src
+    cdef const unsigned char* base
+    cdef Py_ssize_t size
+    cdef Py_ssize_t report_base   # added to offsets in error messages
+    cdef bint decompress
+    cdef bint read_body
+    cdef str broker_name
+    cdef str last_topic
+    cdef const unsigned char* last_topic_ptr
+    cdef Py_ssize_t last_topic_len
+
+    def __cinit__(self, bytes src, Py_ssize_t report_base, bint decompress, bint read_body, broker_name):
+        if broker_name is not None and not isinstance(broker_name, str):
+            raise TypeError(f"broker_name must be a str, not {type(broker_name).__name__}")
+        self.src = src
+        self.base = <const unsigned char*>PyBytes_AS_STRING(src)
+        self.size = PyBytes_GET_SIZE(src)
+        self.report_base = report_base
+        self.decompress = decompress
+        self.read_body = read_body
+        self.broker_name = broker_name
+        self.last_topic = None
+        self.last_topic_ptr = NULL
+        self.last_topic_len = -1
+
+
+cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except -1:
+    """Decode the record at `pos` and append it to `out` (a BLANK record is skipped).
+    Returns the record's size."""
+    cdef const unsigned char* p = st.base + pos
+    cdef Py_ssize_t avail = st.size - pos, need, q, body_len, body_pos, topic_len, props_len
+    cdef Py_ssize_t at = st.report_base + pos
+    cdef uint32_t magic
+    cdef int32_t total, sys_flag
+    cdef MessageExt m
+    cdef object body
+    if avail < 8:
+        raise _decode_error(at, f"truncated record: {avail} bytes left, a record header needs 8")
+    total = _i32(p)
+    magic = _u32(p + 4)
+    if magic == BLANK_MAGIC_CODE:
+        if total < 8 or total > avail:
+            raise _decode_error(at, f"BLANK record size {total} is outside 8..{avail} (bytes left)")
+        return total
+    if magic != MESSAGE_MAGIC_CODE:
+        raise _decode_error(
+            at, f"magic code 0x{magic:08X} is neither a message (0xDAA320A7) nor BLANK (0xCBD43194)")
+    if total < RECORD_FIXED_V4:
+        raise _decode_error(at, f"record size {total} is below the minimum {RECORD_FIXED_V4}")
+    if total > avail:
+        raise _decode_error(at, f"record size {total} runs past the end of the buffer ({avail} bytes left)")
+    sys_flag = _i32(p + 36)
+    # `need` counts every fixed field, the three length fields included; only the variable
+    # parts (body, topic, properties) come on top of it.
+    need = RECORD_FIXED_V4
+    if sys_flag & FLAG_BORNHOST_V6:
+        need += 12
+    if sys_flag & FLAG_STOREHOST_V6:
+        need += 12
+    if total < need:
+        raise _decode_error(at, f"record size {total} is below the minimum {need} for sysFlag 0x{sys_flag:X}")
+    m = MessageExt.__new__(MessageExt)
+    m.store_size = total
+    m.body_crc = _i32(p + 8)
+    m.queue_id = _i32(p + 12)
+    m.flag = _i32(p + 16)
+    m.queue_offset = _i64(p + 20)
+    m.commit_log_offset = _i64(p + 28)
+    m.born_timestamp = _i64(p + 40)
+    q = 48
+    if sys_flag & FLAG_BORNHOST_V6:
+        memcpy(m._born_ip, p + q, 16)
+        m._born_v6 = True
+        q += 16
+    else:
+        memcpy(m._born_ip, p + q, 4)
+        q += 4
+    m._born_port = _i32(p + q)
+    m.store_timestamp = _i64(p + q + 4)
+    q += 12
+    if sys_flag & FLAG_STOREHOST_V6:
+        memcpy(m._store_ip, p + q, 16)
+        m._store_v6 = True
+        q += 16
+    else:
+        memcpy(m._store_ip, p + q, 4)
+        q += 4
+    m._store_port = _i32(p + q)
+    m.reconsume_times = _i32(p + q + 4)
+    m.prepared_transaction_offset = _i64(p + q + 8)
+    body_len = _i32(p + q + 16)
+    q += 20
+    if body_len < 0 or body_len > total - need:
+        raise _decode_error(at, f"body length {body_len} does not fit in record size {total}")
+    body_pos = q
+    q += body_len
+    topic_len = p[q]
+    q += 1
+    if topic_len > 127:
+        raise _decode_error(at, f"topic length {topic_len} is over 127 (a 1-byte signed length)")
+    if need + body_len + topic_len > total:
+        raise _decode_error(at, f"topic length {topic_len} does not fit in record size {total}")
+    if st.last_topic_len == topic_len and memcmp(st.last_topic_ptr, p + q, topic_len) == 0:
+        m.topic = st.last_topic
+    else:
+        m.topic = PyUnicode_DecodeUTF8(<const char*>p + q, topic_len, "replace")
+        st.last_topic = m.topic
+        st.last_topic_ptr = p + q
+        st.last_topic_len = topic_len
+    q += topic_len
+    props_len = _i16(p + q)
+    q += 2
+    if props_len < 0:
+        raise _decode_error(at, f"properties length {props_len} is negative")
+    if need + body_len + topic_len + props_len != total:
+        raise _decode_error(
+            at, f"record size {total} does not match its parts: {need} fixed + body {body_len} + "
+                f"topic {topic_len} + properties {props_len}")
+    if props_len:
+        m._raw = st.src
+        m._props_off = pos + q
+        m._props_len = props_len
+    if st.read_body:
+        body = PyBytes_FromStringAndSize(<const char*>p + body_pos, body_len)
+        if st.decompress and (sys_flag & FLAG_COMPRESSED):
+            body = _decompress_body(body, sys_flag, at)
+            sys_flag &= ~(FLAG_COMPRESSED | COMPRESSION_TYPE_MASK)
+        m.body = body
+    m.sys_flag = sys_flag
+    m.broker_name = st.broker_name
+    PyList_Append(out, m)
+    return total
+
+
+cdef bytes _owned_bytes(object buf):
+    # Lazily decoded properties point into the buffer, so it must be immutable: bytes are used as
+    # they are, anything else (bytearray, memoryview of a reused receive buffer) is copied once.
+    if type(buf) is bytes:
+        return buf
+    if isinstance(buf, str):
+        raise TypeError("expected bytes-like data, not str")
+    return bytes(buf)
+
+
+def decode_messages(buf, *, bint decompress=True, bint read_body=True, broker_name=None):
+    """Decode concatenated v1 records (a PULL body) into MessageExt objects; BLANK records are skipped.
+
+    decompress: inflate compressed bodies (zlib / LZ4 frame / ZSTD by sysFlag) and clear the
+    compression bits on the result.  read_body=False leaves `body` None.  Raises MessageDecodeError
+    naming the offset and the reason for a bad magic, a size running past the buffer, or parts
+    that do not add up."""
+    cdef _DecodeState st = _DecodeState(_owned_bytes(buf), 0, decompress, read_body, broker_name)
+    cdef Py_ssize_t pos = 0
+    cdef list out = []
+    while pos < st.size:
+        pos += _decode_record(st, pos, out)
+    return out
+
+
+def decode_message(buf, Py_ssize_t offset=0, *, bint decompress=True, bint read_body=True,
+                   broker_name=None):
+    """Decode the one record at `offset` of `buf` (bytes-like, e.g. a memoryview of a mapped
+    commit-log segment: only that record is copied).  A BLANK record there is an error."""
+    cdef _Bytes b = _Bytes(buf)
+    cdef Py_ssize_t avail
+    cdef int32_t total
+    cdef uint32_t magic
+    cdef list out = []
+    if offset < 0 or offset > b.size:
+        raise _decode_error(offset, f"offset is outside the buffer of {b.size} bytes")
+    avail = b.size - offset
+    if avail < 8:
+        raise _decode_error(offset, f"truncated record: {avail} bytes left, a record header needs 8")
+    total = _i32(b.ptr + offset)
+    magic = _u32(b.ptr + offset + 4)
+    if magic == BLANK_MAGIC_CODE:
+        raise _decode_error(offset, "a BLANK (end-of-file) record, not a message")
+    if magic != MESSAGE_MAGIC_CODE:
+        raise _decode_error(
+            offset, f"magic code 0x{magic:08X} is neither a message (0xDAA320A7) nor BLANK (0xCBD43194)")
+    if total < RECORD_FIXED_V4 or total > avail:
+        raise _decode_error(offset, f"record size {total} is outside {RECORD_FIXED_V4}..{avail} (bytes left)")
+    cdef _DecodeState st = _DecodeState(
+        PyBytes_FromStringAndSize(<const char*>b.ptr + offset, total), offset, decompress, read_body,
+        broker_name)
+    _decode_record(st, 0, out)
+    return out[0]
+
+
+def record_sizes_and_flags(buf):
+    """[(offset, size, sysFlag)] of every record in concatenated records (sysFlag None for a BLANK
+    record), with the framing checks of decode_messages but without building a message."""
+    cdef _Bytes b = _Bytes(buf)
+    cdef Py_ssize_t pos = 0
+    cdef int32_t total
+    cdef uint32_t magic
+    cdef list out = []
+    while pos < b.size:
+        total = _check_record(b.ptr, b.size, pos, &magic)
+        out.append((pos, total, _i32(b.ptr + pos + 36) if magic == MESSAGE_MAGIC_CODE else None))
+        pos += total
+    return out
+
+
+def has_compression_type_bits(buf):
+    """True when any message record in `buf` carries sysFlag compression-type bits (0x700): the
+    fast check in front of the 4.x re-compression.  No object is built per record."""
+    cdef _Bytes b = _Bytes(buf)
+    cdef Py_ssize_t pos = 0
+    cdef int32_t total
+    cdef uint32_t magic
+    while pos < b.size:
+        total = _check_record(b.ptr, b.size, pos, &magic)
+        if magic == MESSAGE_MAGIC_CODE and (_i32(b.ptr + pos + 36) & COMPRESSION_TYPE_MASK):
+            return True
+        pos += total
+    return False
+
+
+cdef int32_t _check_record(const unsigned char* base, Py_ssize_t n, Py_ssize_t pos,
+                           uint32_t* magic_out) except -1:
+    cdef Py_ssize_t avail = n - pos
+    cdef int32_t total
+    if avail < 8:
+        raise _decode_error(pos, f"truncated record: {avail} bytes left, a record header needs 8")
+    total = _i32(base + pos)
+    magic_out[0] = _u32(base + pos + 4)
+    if magic_out[0] == BLANK_MAGIC_CODE:
+        if total < 8 or total > avail:
+            raise _decode_error(pos, f"BLANK record size {total} is outside 8..{avail} (bytes left)")
+        return total
+    if magic_out[0] != MESSAGE_MAGIC_CODE:
+        raise _decode_error(
+            pos, f"magic code 0x{magic_out[0]:08X} is neither a message (0xDAA320A7) nor BLANK (0xCBD43194)")
+    if total < RECORD_FIXED_V4 or total > avail:
+        raise _decode_error(pos, f"record size {total} is outside {RECORD_FIXED_V4}..{avail} (bytes left)")
+    return total
+
+
+# --- batch bodies -------------------------------------------------------------------------------------
+def decode_batch_body(buf):
+    """Split a SEND_BATCH_MESSAGE body into [(flag, body, raw properties bytes)].
+
+    The body comes from the network: every length is checked before it is used, and truncated or
+    inconsistent input raises MessageDecodeError naming the item's offset."""
+    cdef _Bytes b = _Bytes(buf)
+    cdef const unsigned char* p = b.ptr
+    cdef Py_ssize_t n = b.size, pos = 0, avail, body_len, props_len, total
+    cdef int32_t flag
+    cdef list out = []
+    while pos < n:
+        avail = n - pos
+        if avail < BATCH_ITEM_FIXED:
+            raise _decode_error(pos, f"truncated batch item: {avail} bytes left, an item needs at least {BATCH_ITEM_FIXED}")
+        total = _i32(p + pos)
+        flag = _i32(p + pos + 12)
+        body_len = _i32(p + pos + 16)
+        if total < BATCH_ITEM_FIXED or total > avail:
+            raise _decode_error(pos, f"batch item size {total} is outside {BATCH_ITEM_FIXED}..{avail} (bytes left)")
+        if body_len < 0 or body_len > total - BATCH_ITEM_FIXED:
+            raise _decode_error(pos, f"batch item body length {body_len} does not fit in item size {total}")
+        props_len = _i16(p + pos + 20 + body_len)
+        if props_len < 0 or BATCH_ITEM_FIXED + body_len + props_len != total:
+            raise _decode_error(
+                pos, f"batch item size {total} does not match 20 + body {body_len} + 2 + properties {props_len}")
+        out.append((
+            flag,
+            PyBytes_FromStringAndSize(<const char*>p + pos + 20, body_len),
+            PyBytes_FromStringAndSize(<const char*>p + pos + 22 + body_len, props_len),
+        ))
+        pos += total
+    return out
