@@ -13,7 +13,9 @@ import itertools
 import logging
 from typing import Any, Callable
 
-from rmq_core.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
+from rmq_core.errors import (
+    IllegalArgumentError, RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError,
+)
 from rmq_core.remoting.codes import ResponseCode, code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, SerializeType
 from rmq_core.remoting.transport import Channel
@@ -78,6 +80,10 @@ class ProcessorTable:
             return response
         except asyncio.CancelledError:
             raise
+        except (RemotingCommandError, IllegalArgumentError) as e:
+            # A malformed request: the caller's mistake, answered without a traceback in our log.
+            log.warning("%s: bad %s from %s: %s", self.owner, code_name(request.code), ctx.remote_address, e)
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
         except Exception as e:
             log.exception("%s: processor for %s from %s failed", self.owner, code_name(request.code),
                           ctx.remote_address)

@@ -1,0 +1,89 @@
+"""NamesrvController: the name server (remoting server + route tables + KV config + liveness scan)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from rmq_core.config import NamesrvConfig
+from rmq_core.remoting.context import ChannelContext
+from rmq_core.remoting.server import RemotingServer
+
+from .kv_config import KVConfigManager
+from .processor import DefaultRequestProcessor
+from .route_info import RouteInfoManager
+
+log = logging.getLogger("rmq.namesrv")
+
+BOOT_SUCCESS_LINE = "The Name Server boot success. serializeType=JSON"
+
+
+class NamesrvController:
+    """`listen` is "host:port" (port 0 picks a free one), "tcp://..." or "inproc://name";
+    by default the config's listenHost:listenPort."""
+
+    def __init__(self, config: NamesrvConfig | None = None, listen: str | None = None):
+        self.config = config if config is not None else NamesrvConfig()
+        self.listen = listen or f"{self.config.listen_host}:{self.config.listen_port}"
+        self.route_info_manager = RouteInfoManager()
+        self.kv_config_manager = KVConfigManager(self.config.kv_config_path)
+        self.remoting_server = RemotingServer(self.listen, name="namesrv",
+                                              max_frame_length=self.config.server_max_frame_length)
+        self.processor = DefaultRequestProcessor(self)
+        for code in self.processor.codes:
+            self.remoting_server.register_processor(code, self.processor)
+        self.remoting_server.on_channel_close.append(self._on_channel_close)
+        self._scan_task: asyncio.Task | None = None
+
+    @property
+    def listen_address(self) -> str | None:
+        """The bound address ("127.0.0.1:40123" or "inproc://name") once started."""
+        return self.remoting_server.listen_address
+
+    async def start(self) -> str:
+        """Start serving; returns (and logs) RocketMQ's boot line."""
+        self.kv_config_manager.load()
+        await self.remoting_server.start()
+        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="rmq-namesrv-scan")
+        log.info(BOOT_SUCCESS_LINE)
+        return BOOT_SUCCESS_LINE
+
+    async def stop(self) -> None:
+        task, self._scan_task = self._scan_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await self.remoting_server.stop()
+        log.info("the name server on %s shut down", self.listen_address)
+
+    async def _scan_loop(self) -> None:
+        interval = max(self.config.scan_not_active_broker_interval, 1) / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.route_info_manager.scan_not_active_broker(self.config.broker_channel_expired_time)
+            except Exception:
+                log.exception("scanning for inactive brokers failed")
+
+    def _on_channel_close(self, ctx: ChannelContext) -> None:
+        self.route_info_manager.on_channel_destroy(ctx)
+
+    async def __aenter__(self) -> "NamesrvController":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+
+async def run_namesrv(config: NamesrvConfig | None = None, listen: str | None = None, *,
+                      ready: asyncio.Future | None = None) -> None:
+    """Run a name server until cancelled (the `rmq namesrv` command); prints the boot line."""
+    controller = NamesrvController(config, listen)
+    line = await controller.start()
+    print(line, flush=True)
+    if ready is not None and not ready.done():
+        ready.set_result(controller)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await controller.stop()

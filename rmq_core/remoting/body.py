@@ -1,0 +1,382 @@
+"""JSON bodies shared by the name server, the broker and the clients (RocketMQ's field names).
+
+Java writes bodies with fastjson: keys sorted, nulls omitted, and `Map<Long, String>` keys
+UNQUOTED (`{0:"127.0.0.1:10911"}`), which Python's json rejects; `loads_lenient` accepts that
+form.  We always write standard JSON with quoted keys (REMOTING.md §5.1).
+"""
+from __future__ import annotations
+
+import json
+import struct
+import time
+import zlib
+from typing import Any, Iterable, Mapping
+
+import attrs
+
+from rmq_core.errors import RemotingCommandError
+from rmq_core.message import MixAll, PermName
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact JSON with sorted keys (fastjson's order), UTF-8."""
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode("utf-8")
+
+
+def _quote_bare_keys(text: str) -> str:
+    """Quote fastjson's bare numeric object keys (`{0:"a",-1:"b"}`) outside string literals."""
+    out = []
+    i, n = 0, len(text)
+    in_string = False
+    expect_key = False
+    while i < n:
+        c = text[i]
+        if in_string:
+            out.append(c)
+            if c == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if c == '"':
+                in_string = False
+            i += 1
+            continue
+        if c == '"':
+            in_string = True
+            expect_key = False
+        elif c in "{,":
+            expect_key = True
+        elif expect_key and (c.isdigit() or c == "-"):
+            j = i + 1
+            while j < n and text[j].isdigit():
+                j += 1
+            k = j
+            while k < n and text[k] in " \t\r\n":
+                k += 1
+            if k < n and text[k] == ":":
+                out.append('"' + text[i:j] + '"')
+                i = j
+                expect_key = False
+                continue
+            expect_key = False
+        elif not c.isspace():
+            expect_key = False
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def loads_lenient(data: bytes | bytearray | memoryview | str | None) -> Any:
+    """Parse a JSON body, also accepting fastjson's unquoted numeric keys; errors name the problem."""
+    if data is None or len(data) == 0:
+        raise RemotingCommandError("expected a JSON body, got none")
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    except RecursionError:
+        raise RemotingCommandError("bad JSON body: nested too deeply") from None
+    try:
+        return json.loads(_quote_bare_keys(text))
+    except (ValueError, RecursionError) as e:
+        raise RemotingCommandError(f"bad JSON body: {e}") from None
+
+
+def _int(obj: Mapping, key: str, default: int | None = None, where: str = "") -> int:
+    value = obj.get(key, default)
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise RemotingCommandError(f"bad {where}{key!r}: {value!r} is not an integer")
+
+
+def _str(obj: Mapping, key: str, default: str | None = None, where: str = "") -> str:
+    value = obj.get(key, default)
+    if isinstance(value, str):
+        return value
+    if value is None:
+        raise RemotingCommandError(f"bad {where}: {key!r} is missing")
+    if type(value) is int:
+        return str(value)
+    raise RemotingCommandError(f"bad {where}{key!r}: {value!r} is not a string")
+
+
+# --- route data ------------------------------------------------------------------------------------
+@attrs.define
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = PermName.PERM_READ | PermName.PERM_WRITE
+    topic_sys_flag: int = 0
+
+    def to_json(self) -> dict:
+        return {"brokerName": self.broker_name, "perm": self.perm, "readQueueNums": self.read_queue_nums,
+                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "QueueData":
+        w = "queueData "
+        if not isinstance(d, Mapping):
+            raise RemotingCommandError(f"bad queueData: {d!r:.80}")
+        return cls(_str(d, "brokerName", where=w), _int(d, "readQueueNums", 0, w), _int(d, "writeQueueNums", 0, w),
+                   _int(d, "perm", 6, w), _int(d, "topicSysFlag", 0, w))
+
+
+@attrs.define
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: dict[int, str] = attrs.field(factory=dict)  # brokerId -> "ip:port"; 0 is the master
+
+    def to_json(self) -> dict:
+        return {"brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
+                "brokerName": self.broker_name, "cluster": self.cluster}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "BrokerData":
+        w = "brokerData "
+        if not isinstance(d, Mapping):
+            raise RemotingCommandError(f"bad brokerData: {d!r:.80}")
+        addrs = d.get("brokerAddrs") or {}
+        if not isinstance(addrs, Mapping):
+            raise RemotingCommandError(f"bad brokerData 'brokerAddrs': {addrs!r:.80}")
+        try:
+            parsed = {int(k): str(v) for k, v in addrs.items()}
+        except ValueError:
+            raise RemotingCommandError(f"bad brokerData 'brokerAddrs' keys: {list(addrs)!r:.80}") from None
+        return cls(_str(d, "cluster", "", w), _str(d, "brokerName", where=w), parsed)
+
+    def select_broker_addr(self) -> str | None:
+        """The master's address, else any slave's (what a consumer may read from)."""
+        if MixAll.MASTER_ID in self.broker_addrs:
+            return self.broker_addrs[MixAll.MASTER_ID]
+        return next(iter(self.broker_addrs.values()), None)
+
+    def clone(self) -> "BrokerData":
+        return BrokerData(self.cluster, self.broker_name, dict(self.broker_addrs))
+
+
+@attrs.define
+class TopicRouteData:
+    queue_datas: list[QueueData] = attrs.field(factory=list)
+    broker_datas: list[BrokerData] = attrs.field(factory=list)
+    order_topic_conf: str | None = None
+    filter_server_table: dict[str, list[str]] = attrs.field(factory=dict)
+
+    def to_json(self) -> dict:
+        out = {"brokerDatas": [b.to_json() for b in self.broker_datas],
+               "filterServerTable": dict(self.filter_server_table),
+               "queueDatas": [q.to_json() for q in self.queue_datas]}
+        if self.order_topic_conf is not None:
+            out["orderTopicConf"] = self.order_topic_conf
+        return out
+
+    def encode(self) -> bytes:
+        return dumps(self.to_json())
+
+    @classmethod
+    def decode(cls, body) -> "TopicRouteData":
+        d = loads_lenient(body)
+        if not isinstance(d, Mapping):
+            raise RemotingCommandError(f"bad TopicRouteData: expected an object, got {d!r:.80}")
+        order = d.get("orderTopicConf")
+        return cls([QueueData.from_json(q) for q in d.get("queueDatas") or []],
+                   [BrokerData.from_json(b) for b in d.get("brokerDatas") or []],
+                   order if isinstance(order, str) else None,
+                   dict(d.get("filterServerTable") or {}))
+
+
+@attrs.define
+class ClusterInfo:
+    broker_addr_table: dict[str, BrokerData] = attrs.field(factory=dict)
+    cluster_addr_table: dict[str, set[str]] = attrs.field(factory=dict)
+
+    def encode(self) -> bytes:
+        return dumps({"brokerAddrTable": {k: v.to_json() for k, v in self.broker_addr_table.items()},
+                      "clusterAddrTable": {k: sorted(v) for k, v in self.cluster_addr_table.items()}})
+
+    @classmethod
+    def decode(cls, body) -> "ClusterInfo":
+        d = loads_lenient(body)
+        if not isinstance(d, Mapping):
+            raise RemotingCommandError(f"bad ClusterInfo: expected an object, got {d!r:.80}")
+        return cls({k: BrokerData.from_json(v) for k, v in (d.get("brokerAddrTable") or {}).items()},
+                   {k: set(v) for k, v in (d.get("clusterAddrTable") or {}).items()})
+
+
+# --- broker registration -----------------------------------------------------------------------------
+@attrs.define
+class DataVersion:
+    """Version of a broker's topic config table; a change makes the name server re-read it."""
+    timestamp: int = attrs.field(factory=lambda: int(time.time() * 1000))
+    counter: int = 0
+
+    def next_version(self) -> None:
+        self.timestamp = int(time.time() * 1000)
+        self.counter += 1
+
+    def to_json(self) -> dict:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_json(cls, d: Any) -> "DataVersion":
+        if not isinstance(d, Mapping):
+            return cls(0, 0)
+        return cls(_int(d, "timestamp", 0, "dataVersion "), _int(d, "counter", 0, "dataVersion "))
+
+
+_TOPIC_CONFIG_FIELDS = (  # attribute name, JSON name, default
+    ("topic_name", "topicName", None), ("read_queue_nums", "readQueueNums", 16),
+    ("write_queue_nums", "writeQueueNums", 16), ("perm", "perm", 6),
+    ("topic_filter_type", "topicFilterType", "SINGLE_TAG"), ("topic_sys_flag", "topicSysFlag", 0),
+    ("order", "order", False),
+)
+
+
+def topic_config_to_json(topic: str, config: Any) -> dict:
+    """A TopicConfig as Java writes it, from a dict (Java names) or an object (snake_case attributes)."""
+    out = {}
+    for attr, key, default in _TOPIC_CONFIG_FIELDS:
+        if isinstance(config, Mapping):
+            value = config.get(key, config.get(attr, default))
+        else:
+            value = getattr(config, attr, default)
+        if hasattr(value, "value") and not isinstance(value, (int, str)):
+            value = value.value  # an enum (topic filter type)
+        out[key] = value
+    if out["topicName"] is None:
+        out["topicName"] = topic
+    return out
+
+
+@attrs.define
+class RegisterBrokerBody:
+    topic_config_table: dict[str, dict] = attrs.field(factory=dict)  # topic -> TopicConfig JSON dict
+    data_version: DataVersion = attrs.field(factory=DataVersion)
+    filter_server_list: list[str] = attrs.field(factory=list)
+
+    @classmethod
+    def build(cls, topic_configs: Mapping[str, Any], data_version: DataVersion,
+              filter_server_list: Iterable[str] = ()) -> "RegisterBrokerBody":
+        return cls({t: topic_config_to_json(t, c) for t, c in topic_configs.items()}, data_version,
+                   list(filter_server_list))
+
+    def encode(self, compress: bool = False) -> bytes:
+        if compress:
+            return self._encode_compressed()
+        return dumps({"filterServerList": self.filter_server_list,
+                      "topicConfigSerializeWrapper": {"dataVersion": self.data_version.to_json(),
+                                                      "topicConfigTable": self.topic_config_table}})
+
+    @classmethod
+    def decode(cls, body, compressed: bool = False) -> "RegisterBrokerBody":
+        if compressed:
+            return cls._decode_compressed(body)
+        d = loads_lenient(body)
+        if not isinstance(d, Mapping):
+            raise RemotingCommandError(f"bad RegisterBrokerBody: expected an object, got {d!r:.80}")
+        # Brokers before V3_0_11 sent the bare TopicConfigSerializeWrapper.
+        wrapper = d.get("topicConfigSerializeWrapper", d if "topicConfigTable" in d else {})
+        if not isinstance(wrapper, Mapping):
+            raise RemotingCommandError(f"bad topicConfigSerializeWrapper: {wrapper!r:.80}")
+        table = wrapper.get("topicConfigTable") or {}
+        if not isinstance(table, Mapping):
+            raise RemotingCommandError(f"bad topicConfigTable: {table!r:.80}")
+        configs = {}
+        for topic, config in table.items():
+            if not isinstance(config, Mapping):
+                raise RemotingCommandError(f"bad topic config for {topic!r}: {config!r:.80}")
+            configs[str(topic)] = topic_config_to_json(str(topic), config)
+            for key in ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag"):
+                configs[str(topic)][key] = _int(configs[str(topic)], key, where=f"topic config {topic!r} ")
+        servers = d.get("filterServerList") or []
+        return cls(configs, DataVersion.from_json(wrapper.get("dataVersion")),
+                   [str(s) for s in servers] if isinstance(servers, list) else [])
+
+    # Java's compressedRegister form: a zlib stream of length-prefixed parts.
+    def _encode_compressed(self) -> bytes:
+        parts = []
+
+        def put(b: bytes) -> None:
+            parts.append(struct.pack(">i", len(b)))
+            parts.append(b)
+
+        put(dumps(self.data_version.to_json()))
+        parts.append(struct.pack(">i", len(self.topic_config_table)))
+        for topic, c in self.topic_config_table.items():
+            put(f"{c['topicName']} {c['readQueueNums']} {c['writeQueueNums']} {c['perm']} "
+                f"{c['topicFilterType']}".encode("utf-8"))
+        put(dumps(self.filter_server_list))
+        return zlib.compress(b"".join(parts), 9)
+
+    @classmethod
+    def _decode_compressed(cls, body) -> "RegisterBrokerBody":
+        try:
+            raw = zlib.decompressobj().decompress(bytes(body or b""), 64 * 1024 * 1024)
+        except zlib.error as e:
+            raise RemotingCommandError(f"bad compressed RegisterBrokerBody: {e}") from None
+        pos = 0
+
+        def take() -> bytes:
+            nonlocal pos
+            if pos + 4 > len(raw):
+                raise RemotingCommandError("bad compressed RegisterBrokerBody: truncated")
+            (n,) = struct.unpack_from(">i", raw, pos)
+            if n < 0 or pos + 4 + n > len(raw):
+                raise RemotingCommandError(f"bad compressed RegisterBrokerBody: part length {n}")
+            pos += 4 + n
+            return raw[pos - n:pos]
+
+        version = DataVersion.from_json(loads_lenient(take()))
+        if pos + 4 > len(raw):
+            raise RemotingCommandError("bad compressed RegisterBrokerBody: truncated")
+        (count,) = struct.unpack_from(">i", raw, pos)
+        pos += 4
+        configs = {}
+        for _ in range(max(count, 0)):
+            fields = take().decode("utf-8", "replace").split(" ")
+            if len(fields) < 5:
+                raise RemotingCommandError(f"bad compressed topic config {' '.join(fields)!r}")
+            try:
+                configs[fields[0]] = {"topicName": fields[0], "readQueueNums": int(fields[1]),
+                                      "writeQueueNums": int(fields[2]), "perm": int(fields[3]),
+                                      "topicFilterType": fields[4], "topicSysFlag": 0, "order": False}
+            except ValueError:
+                raise RemotingCommandError(f"bad compressed topic config {' '.join(fields)!r}") from None
+        servers = loads_lenient(take()) if pos < len(raw) else []
+        return cls(configs, version, [str(s) for s in servers] if isinstance(servers, list) else [])
+
+
+def kv_table_encode(table: Mapping[str, str]) -> bytes:
+    """KVTable body: {"table": {key: value}}."""
+    return dumps({"table": dict(table)})
+
+
+def kv_table_decode(body) -> dict[str, str]:
+    d = loads_lenient(body)
+    table = d.get("table") if isinstance(d, Mapping) else None
+    if not isinstance(table, Mapping):
+        raise RemotingCommandError(f"bad KVTable body: {d!r:.80}")
+    return {str(k): str(v) for k, v in table.items()}
+
+
+def topic_list_encode(topics: Iterable[str], broker_addr: str | None = None) -> bytes:
+    """TopicList body: {"topicList": [...]} (plus brokerAddr when known)."""
+    out: dict[str, Any] = {"topicList": sorted(topics)}
+    if broker_addr is not None:
+        out["brokerAddr"] = broker_addr
+    return dumps(out)
+
+
+def topic_list_decode(body) -> list[str]:
+    d = loads_lenient(body)
+    topics = d.get("topicList") if isinstance(d, Mapping) else None
+    if not isinstance(topics, list):
+        raise RemotingCommandError(f"bad TopicList body: {d!r:.80}")
+    return [str(t) for t in topics]
