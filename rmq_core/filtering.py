@@ -19,6 +19,13 @@ class MessageFilter:
         the consume-queue ext for the entry to possibly match, or None for "no bloom test".  An
         entry without a bit map (stored before the group subscribed) is a candidate.
     needs_commit_log_check: True when `is_matched_by_commit_log` must be called for candidates.
+    bloom_bit_num: the bit-map size (bits) `bloom_bits` belong to; an entry whose bit map has
+        another size (written under another bloom configuration) is a candidate.  0 = any size.
+    bloom_born_time: store timestamp (ms) from which bit maps include this subscription (RocketMQ's
+        ConsumerFilterData.bornTime); an entry stored at or before it is a candidate whatever its
+        bit map says, because the map was computed before the subscription was registered.
+        -1 = every bit map includes it.  A scan that cannot see the entry's store time must treat
+        the entry as a candidate when this is >= 0.
     """
 
     tag_codes: frozenset | None = None
@@ -26,12 +33,20 @@ class MessageFilter:
     needs_commit_log_check: bool = False
     expression_type: str = "TAG"
     expression: str = "*"
+    bloom_bit_num: int = 0
+    bloom_born_time: int = -1
 
-    def is_matched_by_consume_queue(self, tags_code: int, bitmap: bytes | None = None) -> bool:
+    def is_matched_by_consume_queue(
+        self, tags_code: int, bitmap: bytes | None = None, store_time: int | None = None
+    ) -> bool:
         """Pure-Python twin of the native scan's test (used by tests and slow paths)."""
         if self.tag_codes is not None and tags_code not in self.tag_codes:
             return False
         if self.bloom_bits is not None and bitmap:
+            if self.bloom_born_time >= 0 and (store_time is None or store_time <= self.bloom_born_time):
+                return True
+            if self.bloom_bit_num and len(bitmap) * 8 != self.bloom_bit_num:
+                return True
             for bit in self.bloom_bits:
                 if not bitmap[bit >> 3] & (1 << (bit & 7)):
                     return False
