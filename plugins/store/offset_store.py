@@ -1,0 +1,332 @@
+"""Consumer offset stores (RocketMQ's OffsetStore): where a consumer keeps "next offset to consume".
+
+* `remote` (clustering): an in-memory table; the broker is the store of record.  Reads that miss
+  memory ask the broker, persisting sends the table to the broker.  `broker_api` (given by the
+  client) is bound to this consumer group and has
+  `query_consumer_offset(mq) -> int` (raises MQBrokerError code 22 QUERY_NOT_FOUND when the broker
+  has no offset) and `update_consumer_offset(mq, offset, oneway: bool)`.
+* `local_file` (broadcasting): every consumer instance keeps its own progress in
+  `<dir>/<group>/offsets.json` (default dir `~/.rmq_offsets`, or $RMQ_OFFSET_STORE_DIR).  The path
+  is keyed by the group, not by RocketMQ's client id (ip@pid), which changes on every restart and
+  would lose the progress.  Writes are atomic (tmp + fsync + rename + dir fsync) and keep the
+  previous good file as `offsets.json.bak`; a corrupt main file falls back to the backup.
+
+Offsets follow RocketMQ's rules: -1 = unknown, -2 = could not be read (broker unreachable); an
+`increase_only` update never moves an offset backwards (a slow thread must not undo progress).
+"""
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+import re
+import threading
+from typing import Iterable
+
+from rmq_core.errors import IllegalArgumentError, MQBrokerError, MQClientError
+from rmq_core.message import MessageQueue
+
+log = logging.getLogger("rmq.client.offset")
+
+QUERY_NOT_FOUND = 22  # ResponseCode.QUERY_NOT_FOUND: the broker has no offset for the queue
+OFFSET_STORE_DIR_ENV = "RMQ_OFFSET_STORE_DIR"
+OFFSETS_FILE = "offsets.json"
+_GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+class ReadOffsetType(str, enum.Enum):
+    """Where `read_offset` looks (a str enum: the plain strings work too)."""
+
+    READ_FROM_MEMORY = "READ_FROM_MEMORY"
+    READ_FROM_STORE = "READ_FROM_STORE"
+    MEMORY_FIRST_THEN_STORE = "MEMORY_FIRST_THEN_STORE"
+
+
+def _read_type(value) -> ReadOffsetType:
+    try:
+        return ReadOffsetType(getattr(value, "value", value))
+    except ValueError:
+        raise IllegalArgumentError(
+            f"bad read type {value!r}; expected one of {', '.join(t.value for t in ReadOffsetType)}") from None
+
+
+def _check_group(group: str) -> str:
+    if not isinstance(group, str) or not _GROUP_NAME.match(group):
+        raise IllegalArgumentError(
+            f"bad consumer group name {group!r}: only letters, digits, '%', '|', '_' and '-' are allowed")
+    return group
+
+
+class OffsetStore:
+    """Common part: the in-memory table and the RocketMQ read/update rules."""
+
+    def __init__(self, group: str, client_id: str | None = None):
+        self.group = _check_group(group)
+        self.client_id = client_id
+        self._lock = threading.RLock()
+        self._table: dict[MessageQueue, int] = {}
+
+    # -- in memory --
+    def load(self) -> None:
+        """Read persisted offsets into memory (nothing to do for the broker-backed store)."""
+
+    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        if mq is None:
+            return
+        with self._lock:
+            old = self._table.get(mq)
+            if old is None or not increase_only or offset > old:
+                self._table[mq] = int(offset)
+
+    def read_offset(self, mq: MessageQueue, read_type) -> int:
+        read_type = _read_type(read_type)
+        if mq is None:
+            return -1
+        if read_type is not ReadOffsetType.READ_FROM_STORE:
+            with self._lock:
+                offset = self._table.get(mq)
+            if offset is not None:
+                return offset
+            if read_type is ReadOffsetType.READ_FROM_MEMORY:
+                return -1
+        return self._read_from_store(mq)
+
+    def _read_from_store(self, mq: MessageQueue) -> int:
+        raise NotImplementedError
+
+    def remove_offset(self, mq: MessageQueue) -> None:
+        with self._lock:
+            self._table.pop(mq, None)
+
+    def clone_offset_table(self, topic: str | None = None) -> dict[MessageQueue, int]:
+        """A copy of the table, only `topic`'s queues unless topic is empty."""
+        with self._lock:
+            return {mq: off for mq, off in self._table.items() if not topic or mq.topic == topic}
+
+    # -- persistence --
+    def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
+        raise NotImplementedError
+
+    def persist(self, mq: MessageQueue) -> None:
+        raise NotImplementedError
+
+    def update_consume_offset_to_broker(self, mq: MessageQueue, offset: int, oneway: bool) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} group={self.group!r} queues={len(self._table)}>"
+
+
+class RemoteBrokerOffsetStore(OffsetStore):
+    """Clustering: offsets live on the broker (RocketMQ RemoteBrokerOffsetStore)."""
+
+    def __init__(self, group: str, broker_api, client_id: str | None = None):
+        super().__init__(group, client_id)
+        for method in ("query_consumer_offset", "update_consumer_offset"):
+            if not callable(getattr(broker_api, method, None)):
+                raise IllegalArgumentError(
+                    f"remote offset store for group {group!r} needs a broker_api with {method}(), got {broker_api!r}")
+        self.broker_api = broker_api
+
+    def _read_from_store(self, mq: MessageQueue) -> int:
+        try:
+            offset = int(self.broker_api.query_consumer_offset(mq))
+        except MQBrokerError as e:
+            if e.code == QUERY_NOT_FOUND:
+                return -1
+            log.warning("fetchConsumeOffsetFromBroker %s for group %s failed: %s", mq, self.group, e)
+            return -2
+        except Exception as e:  # noqa: BLE001 - network trouble: RocketMQ reports -2, the caller retries later
+            log.warning("fetchConsumeOffsetFromBroker %s for group %s failed: %s", mq, self.group, e)
+            return -2
+        self.update_offset(mq, offset, False)
+        return offset
+
+    def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
+        """Send the offsets of `mqs` to the broker (oneway); forget queues no longer in `mqs`."""
+        mqs = set(mqs or ())
+        if not mqs:
+            return
+        with self._lock:
+            snapshot = list(self._table.items())
+        unused = []
+        for mq, offset in snapshot:
+            if mq in mqs:
+                self._send(mq, offset, "persistAll")
+            else:
+                unused.append(mq)
+        if unused:
+            with self._lock:
+                for mq in unused:
+                    self._table.pop(mq, None)
+                    log.info("remove unused mq, %s, %s", mq, self.group)
+
+    def persist(self, mq: MessageQueue) -> None:
+        with self._lock:
+            offset = self._table.get(mq)
+        if offset is not None:
+            self._send(mq, offset, "persist")
+
+    def _send(self, mq: MessageQueue, offset: int, what: str) -> None:
+        try:
+            self.update_consume_offset_to_broker(mq, offset, True)
+            log.debug("[%s] Group: %s ClientId: %s updateConsumeOffsetToBroker %s %s",
+                      what, self.group, self.client_id, mq, offset)
+        except Exception as e:  # noqa: BLE001 - the next periodic persist retries
+            log.error("updateConsumeOffsetToBroker %s (group %s) failed: %s", mq, self.group, e)
+
+    def update_consume_offset_to_broker(self, mq: MessageQueue, offset: int, oneway: bool) -> None:
+        self.broker_api.update_consumer_offset(mq, int(offset), bool(oneway))
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    # The client must not import the store package, so this is a small twin of
+    # rmq_core.store.config_file.atomic_write.
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path))
+
+
+class LocalFileOffsetStore(OffsetStore):
+    """Broadcasting: offsets in a local JSON file per consumer group (RocketMQ LocalFileOffsetStore).
+
+    File shape: `{"group": "...", "offsetTable": [{"topic", "brokerName", "queueId", "offset"}, ...]}`
+    (a list, because a queue is three values and broker names may contain '@').
+    """
+
+    def __init__(self, group: str, offset_dir: str | os.PathLike | None = None, client_id: str | None = None):
+        super().__init__(group, client_id)
+        root = os.fspath(offset_dir) if offset_dir else os.environ.get(OFFSET_STORE_DIR_ENV) or os.path.join(
+            os.path.expanduser("~"), ".rmq_offsets")
+        self.store_path = os.path.join(root, self.group, OFFSETS_FILE)
+        self._file_lock = threading.Lock()
+
+    def load(self) -> None:
+        stored = self._read_local()
+        with self._lock:
+            self._table.update(stored)
+        for mq, offset in stored.items():
+            log.info("load consumer's offset, %s %s %s", self.group, mq, offset)
+
+    def _read_from_store(self, mq: MessageQueue) -> int:
+        try:
+            stored = self._read_local()
+        except MQClientError as e:
+            log.warning("%s", e)
+            return -1
+        offset = stored.get(mq)
+        if offset is None:
+            return -1
+        self.update_offset(mq, offset, False)
+        return offset
+
+    def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
+        mqs = set(mqs or ())
+        if not mqs:
+            return
+        with self._lock:
+            wanted = {mq: off for mq, off in self._table.items() if mq in mqs}
+        self._merge_and_write(wanted)
+
+    def persist(self, mq: MessageQueue) -> None:
+        if mq is None:
+            return
+        with self._lock:
+            offset = self._table.get(mq)
+        if offset is not None:
+            self._merge_and_write({mq: offset})
+
+    def update_consume_offset_to_broker(self, mq: MessageQueue, offset: int, oneway: bool) -> None:
+        """Broadcasting offsets never go to the broker (RocketMQ does nothing here either)."""
+
+    # -- file --
+    def _merge_and_write(self, offsets: dict[MessageQueue, int]) -> None:
+        # Read-merge-write (as RocketMQ does) so queues persisted earlier but not in `offsets` survive.
+        with self._file_lock:
+            try:
+                table = self._read_local()
+            except MQClientError as e:
+                log.error("not persisting offsets of group %s: %s", self.group, e)
+                return
+            table.update(offsets)
+            data = json.dumps({
+                "group": self.group,
+                "offsetTable": [
+                    {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": off}
+                    for mq, off in sorted(table.items())
+                ],
+            }, indent=1).encode("utf-8")
+            try:
+                os.makedirs(os.path.dirname(self.store_path), exist_ok=True)
+                prev = _read_bytes(self.store_path)
+                if prev is not None and _decode(prev) is not None:
+                    _atomic_write(self.store_path + ".bak", prev)  # keep the last good version
+                _atomic_write(self.store_path, data)
+            except OSError as e:
+                log.error("persist consumer offsets to %s failed: %s", self.store_path, e)
+
+    def _read_local(self) -> dict[MessageQueue, int]:
+        """The stored table; main file first, then `.bak`.  {} when neither exists."""
+        main = _read_bytes(self.store_path)
+        if main is not None and main.strip():
+            table = _decode(main)
+            if table is not None:
+                return table
+            log.warning("offset file %s is corrupt; falling back to %s.bak", self.store_path, self.store_path)
+        bak = _read_bytes(self.store_path + ".bak")
+        if bak is None or not bak.strip():
+            if main is not None and main.strip():
+                raise MQClientError(f"offset file {self.store_path} is corrupt and has no backup; "
+                                    f"move it away to start from the consume-from-where policy")
+            return {}
+        table = _decode(bak)
+        if table is None:
+            raise MQClientError(f"offset file {self.store_path} and its backup are both corrupt; "
+                                f"move them away to start from the consume-from-where policy")
+        return table
+
+
+def _read_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _decode(raw: bytes) -> dict[MessageQueue, int] | None:
+    """Parse an offsets file; None when it is not a well-formed one."""
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+        return {MessageQueue(e["topic"], e["brokerName"], int(e["queueId"])): int(e["offset"])
+                for e in obj["offsetTable"]}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def remote_factory(group: str, *, broker_api=None, offset_dir=None, client_id=None) -> RemoteBrokerOffsetStore:
+    if broker_api is None:
+        raise IllegalArgumentError(f"the 'remote' offset store of group {group!r} needs broker_api=")
+    return RemoteBrokerOffsetStore(group, broker_api, client_id)
+
+
+def local_file_factory(group: str, *, broker_api=None, offset_dir=None, client_id=None) -> LocalFileOffsetStore:
+    return LocalFileOffsetStore(group, offset_dir, client_id)
