@@ -38,8 +38,9 @@ test-slow: build
 bench: build
 	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) || echo "redis-server unavailable: Redis baselines will be skipped"
 	$(PIP) install -e '.[dev,bench]' --no-build-isolation
-	$(PY) -m pytest tests/bench --benchmark-only --benchmark-columns=min,median,mean,ops,rounds -q $(PYTEST_ARGS)
-	$(PY) -m tests.bench.report
+	mkdir -p .benchmarks
+	$(PY) -m pytest tests/bench --benchmark-only --benchmark-columns=min,median,mean,ops,rounds --benchmark-json=.benchmarks/last.json -q $(PYTEST_ARGS)
+	$(PY) -m tests.bench.report .benchmarks/last.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info rmq_core/_native/*.c rmq_core/_native/*.so

@@ -1,17 +1,143 @@
-"""`rmq` command line: namesrv, broker, standalone, admin."""
+"""`rmq` command line: namesrv, broker, standalone (and admin later).
+
+Each server command prints RocketMQ's boot line once it accepts connections, stops cleanly on
+SIGTERM/SIGINT (flush, checkpoint, abort marker removed) and exits non-zero with one clear line on
+a bad config (unknown key, bad value, port in use, unwritable store).
+"""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import errno
+import logging
+import os
+import signal
 import sys
+
+from rmq_core.errors import ConfigError, RMQError
+
+
+def _check_store_writable(path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, ".rmq-write-probe")
+        with open(probe, "wb") as f:
+            f.write(b"x")
+        os.remove(probe)
+    except OSError as e:
+        raise ConfigError(f"store directory {path!r} is not writable: {e.strerror}") from None
+
+
+async def _serve(start, stop) -> None:
+    """Start, print boot lines, wait for SIGTERM/SIGINT, stop."""
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    lines = await start()
+    for line in lines:
+        print(line, flush=True)
+    try:
+        await stopping.wait()
+    finally:
+        await stop()
+        print("shutdown OK", flush=True)
+
+
+def _cmd_namesrv(args) -> None:
+    from rmq_core.config import NamesrvConfig
+    from rmq_core.message import parse_address
+    from rmq_core.namesrv import NamesrvController
+
+    host, port = parse_address(args.listen)
+    cfg = NamesrvConfig.from_properties(args.config, listen_port=port, listen_host=host) if args.config \
+        else NamesrvConfig(listen_port=port, listen_host=host)
+    ctrl = NamesrvController(cfg, f"{host}:{port}")
+
+    async def start():
+        return [await ctrl.start()]
+
+    asyncio.run(_serve(start, ctrl.stop))
+
+
+def _cmd_broker(args) -> None:
+    from rmq_core.broker.controller import BrokerController
+    from rmq_core.config import load_broker_conf
+
+    overrides = {}
+    if args.namesrv:
+        overrides["namesrv_addr"] = args.namesrv
+    broker_cfg, store_cfg = load_broker_conf(args.config, **overrides)
+    if not broker_cfg.namesrv_addr_list:
+        raise ConfigError("no name server: pass -n HOST:PORT or set namesrvAddr in broker.conf")
+    _check_store_writable(store_cfg.store_path_root_dir)
+    ctrl = BrokerController(broker_cfg, store_cfg, listen_host=args.listen_host)
+
+    async def start():
+        return [await ctrl.start()]
+
+    asyncio.run(_serve(start, ctrl.stop))
+
+
+def _cmd_standalone(args) -> None:
+    from rmq_core.embedded import Cluster
+
+    cluster = Cluster(args.store, args.config, namesrv_listen=args.namesrv_listen,
+                      broker_listen=args.broker_listen, name="standalone")
+    _check_store_writable(cluster.store_config.store_path_root_dir)
+    asyncio.run(_serve(cluster.start_async, cluster.stop_async))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rmq", description="RocketMQ-4.x-compatible message broker for Python")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    ns = sub.add_parser("namesrv", help="run a name server")
+    ns.add_argument("--listen", default="0.0.0.0:9876", help="host:port to listen on (default 0.0.0.0:9876)")
+    ns.add_argument("-c", "--config", help="namesrv .properties file")
+    ns.set_defaults(fn=_cmd_namesrv)
+
+    br = sub.add_parser("broker", help="run a broker that registers with name servers")
+    br.add_argument("-n", "--namesrv", help="name server address(es), 'host:port;host:port'")
+    br.add_argument("-c", "--config", help="broker.conf (RocketMQ property names)")
+    br.add_argument("--listen-host", default="0.0.0.0", help="interface to bind (default 0.0.0.0)")
+    br.set_defaults(fn=_cmd_broker)
+
+    sa = sub.add_parser("standalone", help="name server + broker in one process (the embedded default)")
+    sa.add_argument("--store", default=os.path.join(os.path.expanduser("~"), "store"), help="store directory (default ~/store)")
+    sa.add_argument("-c", "--config", help="broker.conf (RocketMQ property names)")
+    sa.add_argument("--namesrv-listen", default="127.0.0.1:9876", help="name server host:port (default 127.0.0.1:9876)")
+    sa.add_argument("--broker-listen", default="127.0.0.1:10911", help="broker host:port (default 127.0.0.1:10911)")
+    sa.set_defaults(fn=_cmd_standalone)
+
+    try:
+        from rmq_core.admin import add_admin_parser
+    except ImportError:
+        pass
+    else:
+        add_admin_parser(sub)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rmq", description="RocketMQ-compatible broker for Python")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("standalone", help="name server + broker in one process")
-    args = parser.parse_args(argv)
-    print(f"rmq {args.command}: not built yet", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s - %(message)s", stream=sys.stderr)
+    try:
+        rc = args.fn(args)
+    except (ConfigError, RMQError) as e:
+        print(f"rmq {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            print(f"rmq {args.command}: error: cannot listen: address already in use ({e})", file=sys.stderr)
+        else:
+            print(f"rmq {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return rc or 0
 
 
 if __name__ == "__main__":

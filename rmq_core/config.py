@@ -275,6 +275,7 @@ class BrokerConfig(PropertiesConfig):
     transaction_check_max: int = prop(15, "transactionCheckMax")
     transaction_check_interval: int = prop(60_000, "transactionCheckInterval")
     trace_topic_enable: bool = prop(False, "traceTopicEnable")
+    rebalance_lock_max_live_time: int = prop(60_000, "rebalanceLockMaxLiveTime")  # orderly queue lock lease
     error_reply_delay_ms: int = prop(1000, "errorReplyDelayMs")  # C++ client retries at once: slow it down
     server_max_frame_length: int = prop(16 * 1024 * 1024, "serverMaxFrameLength")
 

@@ -1,0 +1,350 @@
+"""The broker: owns the store, the topic / group / offset tables, the processors and the
+background services, and registers itself with the name servers (RocketMQ's BrokerController)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import zlib
+
+import attrs
+
+from rmq_core.broker.client_manager import ConsumerManager, ProducerManager
+from rmq_core.broker.lock_manager import RebalanceLockManager
+from rmq_core.broker.long_polling import PullRequestHoldService
+from rmq_core.broker.processors.admin import AdminBrokerProcessor
+from rmq_core.broker.processors.client import ClientManageProcessor
+from rmq_core.broker.processors.pull import PullMessageProcessor
+from rmq_core.broker.processors.send import SendMessageProcessor
+from rmq_core.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService
+from rmq_core.broker.stats import BrokerStats
+from rmq_core.broker.subscription_manager import SubscriptionGroupManager
+from rmq_core.broker.topic_manager import TopicConfigManager
+from rmq_core.broker.transaction import TransactionalMessageService
+from rmq_core.config import BrokerConfig, MessageStoreConfig
+from rmq_core.errors import ConfigError
+from rmq_core.message import ExpressionType
+from rmq_core.plugins import get_filter_factory
+from rmq_core.remoting.client import RemotingClient
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand
+from rmq_core.remoting.server import RemotingServer
+from rmq_core.store import DefaultMessageStore, PutMessageStatus
+from rmq_core.store.config_file import ConsumerOffsetManager
+
+log = logging.getLogger("rmq.broker")
+
+
+class BrokerController:
+    def __init__(self, broker_config: BrokerConfig, store_config: MessageStoreConfig, *,
+                 listen_host: str = "0.0.0.0", inproc_name: str | None = None):
+        self.broker_config = broker_config
+        self.store_config = store_config
+        self.listen_host = listen_host
+        self.inproc_name = inproc_name
+        self.stats = BrokerStats()
+        self.consumer_manager = ConsumerManager(on_ids_changed=self._on_consumer_ids_changed,
+                                                channel_expired_seconds=broker_config.client_channel_max_idle_time_seconds)
+        self.producer_manager = ProducerManager(channel_expired_seconds=broker_config.client_channel_max_idle_time_seconds)
+        self.lock_manager = RebalanceLockManager(broker_config.rebalance_lock_max_live_time)
+        self.topic_manager = TopicConfigManager(broker_config, store_config.config_dir,
+                                                delay_level_count=len(store_config.delay_levels_ms))
+        self.subscription_manager = SubscriptionGroupManager(broker_config, store_config.config_dir)
+        self.offset_manager = ConsumerOffsetManager(store_config.config_dir)
+        self.schedule_service = ScheduleMessageService(self)
+        self.transaction_service = TransactionalMessageService(self)
+        self.store: DefaultMessageStore | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pull_hold_service: PullRequestHoldService | None = None
+        self.servers: list[RemotingServer] = []
+        self.namesrv_client: RemotingClient | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._filters: dict = {}  # (group, topic, type, expression) -> compiled MessageFilter
+        self.broker_addr: str | None = None
+        self.started = False
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+    async def start(self) -> str:
+        """Bind, recover the store, start services, register with the name servers.  Returns the
+        boot line."""
+        bc = self.broker_config
+        self.loop = asyncio.get_running_loop()
+        self.pull_hold_service = PullRequestHoldService(self.loop)
+        self.pull_hold_service.bind_thread()
+        tcp = RemotingServer(f"{self.listen_host}:{bc.listen_port}", name=f"broker[{bc.broker_name}]",
+                             max_frame_length=bc.server_max_frame_length)
+        await tcp.start()
+        self.servers.append(tcp)
+        port = int(tcp.listen_address.rpartition(":")[2])
+        if bc.listen_port == 0:
+            bc.listen_port = port
+        self.broker_addr = f"{bc.broker_ip1}:{port}"
+        if self.inproc_name:
+            inproc = RemotingServer(f"inproc://{self.inproc_name}", name=f"broker[{bc.broker_name}]-inproc")
+            await inproc.start()
+            self.servers.append(inproc)
+            from rmq_core.remoting.aliases import register_inproc_alias
+            register_inproc_alias(self.broker_addr, f"inproc://{self.inproc_name}")
+
+        os.makedirs(self.store_config.store_path_root_dir, exist_ok=True)
+        self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, port))
+        if not await asyncio.to_thread(self.store.load):
+            raise ConfigError(f"cannot load the message store under {self.store_config.store_path_root_dir}")
+        self.store.register_message_arriving_listener(self._on_message_arriving)
+        self.topic_manager.load()
+        self.topic_manager.on_change = lambda tc: self._spawn(self.register_broker_all())
+        self.subscription_manager.load()
+        self.offset_manager.load()
+        self.schedule_service.load()
+        self.store.start()
+
+        for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
+                          ClientManageProcessor(self), AdminBrokerProcessor(self)):
+            for server in self.servers:
+                processor.register(server)
+        for server in self.servers:
+            server.register_processor(RequestCode.END_TRANSACTION, _Handler(self.transaction_service.end_transaction))
+            server.on_channel_close.append(self._on_channel_close)
+
+        await self.schedule_service.start()
+        await self.transaction_service.start()
+        self.namesrv_client = RemotingClient(name=f"broker[{bc.broker_name}]->namesrv")
+        self._tasks += [
+            asyncio.create_task(self._periodic(bc.register_name_server_period / 1000, self.register_broker_all), name="register-broker"),
+            asyncio.create_task(self._periodic(bc.flush_consumer_offset_interval / 1000, self._persist_offsets), name="persist-offsets"),
+            asyncio.create_task(self._periodic(10.0, self._scan_channels), name="scan-channels"),
+        ]
+        await self.register_broker_all()
+        self.started = True
+        line = (f"The broker[{bc.broker_name}, {self.broker_addr}] boot success. serializeType=JSON"
+                + (f" and name server is {bc.namesrv_addr}" if bc.namesrv_addr else ""))
+        log.info(line)
+        return line
+
+    async def stop(self) -> None:
+        if not self.started:
+            return
+        self.started = False
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks.clear()
+        await self.unregister_broker_all()
+        if self.namesrv_client:
+            await self.namesrv_client.close()
+        self.pull_hold_service.wake_all()
+        await self.schedule_service.stop()
+        await self.transaction_service.stop()
+        for server in self.servers:
+            await server.stop()
+        if self.inproc_name:
+            from rmq_core.remoting.aliases import unregister_inproc_alias
+            unregister_inproc_alias(self.broker_addr)
+        self.servers.clear()
+        self._persist_offsets_now()
+        await asyncio.to_thread(self.store.shutdown)
+        log.info("The broker[%s, %s] shutdown OK", self.broker_config.broker_name, self.broker_addr)
+
+    async def _periodic(self, interval: float, fn) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                res = fn()
+                if asyncio.iscoroutine(res):
+                    await res
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
+
+    def _spawn(self, coro) -> None:
+        task = self.loop.create_task(coro)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception() and log.warning("task failed: %s", t.exception()))
+
+    def _persist_offsets_now(self) -> None:
+        self.offset_manager.persist()
+        self.schedule_service.persist()
+
+    async def _persist_offsets(self) -> None:
+        await asyncio.to_thread(self._persist_offsets_now)
+
+    def _scan_channels(self) -> None:
+        self.consumer_manager.scan_not_active_channel()
+        self.producer_manager.scan_not_active_channel()
+
+    # --- name server registration --------------------------------------------------------------------
+    def _register_body(self) -> bytes:
+        return json.dumps({"topicConfigSerializeWrapper": self.topic_manager.serialize_wrapper(),
+                           "filterServerList": []}, separators=(",", ":")).encode("utf-8")
+
+    async def register_broker_all(self) -> None:
+        bc = self.broker_config
+        addrs = bc.namesrv_addr_list
+        if not addrs:
+            return
+        body = self._register_body()
+        crc = zlib.crc32(body)
+        ext = {"brokerAddr": self.broker_addr, "brokerName": bc.broker_name, "clusterName": bc.broker_cluster_name,
+               "haServerAddr": f"{bc.broker_ip1}:{bc.listen_port + 1}", "brokerId": str(bc.broker_id),
+               "compressed": "false", "bodyCrc32": str(crc - (1 << 32) if crc & 0x80000000 else crc)}
+
+        async def one(addr):
+            try:
+                resp = await self.namesrv_client.invoke(addr, RemotingCommand.create_request(RequestCode.REGISTER_BROKER, ext, body), 3.0)
+                if resp.code != ResponseCode.SUCCESS:
+                    log.warning("register broker to name server %s failed: %s %s", addr, resp.code, resp.remark)
+            except Exception as e:
+                log.warning("register broker to name server %s failed: %s", addr, e)
+
+        await asyncio.gather(*(one(a) for a in addrs))
+
+    async def unregister_broker_all(self) -> None:
+        bc = self.broker_config
+        ext = {"brokerAddr": self.broker_addr, "brokerName": bc.broker_name,
+               "clusterName": bc.broker_cluster_name, "brokerId": str(bc.broker_id)}
+        for addr in bc.namesrv_addr_list:
+            try:
+                await self.namesrv_client.invoke(addr, RemotingCommand.create_request(RequestCode.UNREGISTER_BROKER, ext), 3.0)
+            except Exception as e:
+                log.warning("unregister broker from name server %s failed: %s", addr, e)
+
+    # --- store glue ------------------------------------------------------------------------------------
+    async def put_message(self, inner):
+        result, fut = self.store.put_message_nowait(inner)
+        return await self._await_flush(result, fut)
+
+    async def put_messages(self, batch):
+        result, fut = self.store.put_messages_nowait(batch)
+        return await self._await_flush(result, fut)
+
+    async def _await_flush(self, result, fut):
+        if fut is None or not result.is_ok():
+            return result
+        status = await asyncio.wrap_future(fut)
+        if status != PutMessageStatus.PUT_OK:
+            result = attrs.evolve(result, status=status)
+        return result
+
+    def _on_message_arriving(self, topic, queue_id, max_offset, tags_code=None, store_timestamp=None, properties=None):
+        self.pull_hold_service.notify_message_arriving(topic, queue_id, max_offset, tags_code)
+        if topic == SCHEDULE_TOPIC:
+            self._call_in_loop(self.schedule_service.on_arrival, queue_id)
+
+    def _call_in_loop(self, fn, *args) -> None:
+        if self.pull_hold_service._loop_thread_id == __import__("threading").get_ident():
+            fn(*args)
+        else:
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool:
+        """True when the message at `offset` is probably no longer in the page cache (RocketMQ's
+        checkInDiskByConsumeOffset: further behind the log end than accessMessageInMemoryMaxRatio% of RAM)."""
+        phy = self.store.get_commit_log_offset_in_queue(topic, queue_id, offset)
+        if phy < 0:
+            return False
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return self.store.get_max_phy_offset() - phy > total * self.store_config.access_message_in_memory_max_ratio / 100
+
+    # --- filters -----------------------------------------------------------------------------------------
+    def _check_property_filter_allowed(self, sub) -> None:
+        if not ExpressionType.is_tag_type(sub.expression_type) and not self.broker_config.enable_property_filter:
+            raise PermissionError(
+                f"the broker[{self.broker_config.broker_name}] does not support consumer to filter message by "
+                f"{sub.expression_type}: set enablePropertyFilter=true in broker.conf and restart the broker")
+
+    def check_filter(self, group: str, sub):
+        self._check_property_filter_allowed(sub)
+        return get_filter_factory(sub.expression_type)(sub.sub_string)
+
+    def register_filter(self, group: str, sub) -> None:
+        self.build_message_filter(group, sub)
+
+    def build_message_filter(self, group: str, sub):
+        key = (group, sub.topic, sub.expression_type, sub.sub_string)
+        mf = self._filters.get(key)
+        if mf is None:
+            mf = self.check_filter(group, sub)
+            if len(self._filters) > 10_000:
+                self._filters.clear()
+            self._filters[key] = mf
+        return mf
+
+    # --- 4.x compatibility ----------------------------------------------------------------------------
+    @staticmethod
+    def client_understands_lz4(request) -> bool:
+        """Our own client speaks LZ4 (RocketMQ 5 compression bits); a 4.x client only zlib."""
+        return request.language == "PYTHON"
+
+    @staticmethod
+    def recompress_for_4x(buf: bytes) -> bytes:
+        from rmq_core.compression import recompress_records_for_4x
+        return recompress_records_for_4x(buf)
+
+    def recompress_for_request(self, request, buf: bytes) -> bytes:
+        return buf if self.client_understands_lz4(request) else self.recompress_for_4x(buf)
+
+    # --- client notifications ---------------------------------------------------------------------------
+    def _on_consumer_ids_changed(self, group: str, channels) -> None:
+        if not self.broker_config.notify_consumer_ids_changed_enable or self.loop is None:
+            return
+        sg = self.subscription_manager.find(group)
+        if sg is not None and not sg.notify_consumer_ids_changed_enable:
+            return
+
+        async def notify():
+            for ch in channels:
+                if getattr(ch, "closed", False):
+                    continue
+                req = RemotingCommand.create_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+                req.mark_oneway()
+                try:
+                    await ch.invoke_oneway(req)
+                except Exception as e:
+                    log.info("notify consumer ids changed to %s failed: %s", getattr(ch, "remote_address", "?"), e)
+
+        self._call_in_loop(lambda: self._spawn(notify()))
+
+    async def notify_reset_offset(self, group: str, topic: str, timestamp: int, table: dict) -> None:
+        info = self.consumer_manager.get(group)
+        if info is None:
+            return
+        body = json.dumps({"offsetTable": [{"mq": {"topic": topic, "brokerName": self.broker_config.broker_name,
+                                                   "queueId": q}, "offset": o} for q, o in table.items()]}).encode()
+        for c in list(info.channels.values()):
+            req = RemotingCommand.create_request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, {
+                "topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "true"}, body)
+            try:
+                await c.channel.invoke(req, 5.0)
+            except Exception as e:
+                log.info("reset offset on client %s failed: %s", c.client_id, e)
+
+    def _on_channel_close(self, ctx) -> None:
+        groups = self.consumer_manager.do_channel_close(ctx)
+        self.producer_manager.do_channel_close(ctx)
+        if groups:
+            log.info("consumer channel %s closed; groups changed: %s", ctx.remote_address, groups)
+
+    # --- runtime info -----------------------------------------------------------------------------------------
+    def runtime_info(self) -> dict[str, str]:
+        info = dict(self.store.runtime_info())
+        info.update(self.stats.snapshot())
+        info["brokerVersionDesc"] = "V4_9_7"
+        info["brokerVersion"] = "407"
+        info["scheduleMessageOffset"] = json.dumps(self.schedule_service.offset_table())
+        info["heldPullRequests"] = str(self.pull_hold_service.held_count())
+        return info
+
+
+class _Handler:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    async def process_request(self, ctx, request):
+        return await self.fn(ctx, request)

@@ -1,0 +1,275 @@
+"""Admin and query requests (RocketMQ's AdminBrokerProcessor / QueryMessageProcessor): topics,
+subscription groups, offsets, message lookup by id / key / time, stats, broker config."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from rmq_core.broker.processors import Processor
+from rmq_core.broker.processors.client import json_body
+from rmq_core.errors import IllegalArgumentError
+from rmq_core.message import MixAll, TopicValidator
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.store.config_file import SubscriptionGroupConfig, TopicConfig
+
+log = logging.getLogger("rmq.broker")
+
+
+class AdminBrokerProcessor(Processor):
+    CODES = {
+        RequestCode.UPDATE_AND_CREATE_TOPIC: "update_and_create_topic",
+        RequestCode.DELETE_TOPIC_IN_BROKER: "delete_topic",
+        RequestCode.GET_ALL_TOPIC_CONFIG: "get_all_topic_config",
+        RequestCode.GET_MAX_OFFSET: "get_max_offset",
+        RequestCode.GET_MIN_OFFSET: "get_min_offset",
+        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: "search_offset_by_timestamp",
+        RequestCode.GET_EARLIEST_MSG_STORETIME: "get_earliest_msg_storetime",
+        RequestCode.VIEW_MESSAGE_BY_ID: "view_message_by_id",
+        RequestCode.QUERY_MESSAGE: "query_message",
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: "update_and_create_subscription_group",
+        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "get_all_subscription_group",
+        RequestCode.DELETE_SUBSCRIPTIONGROUP: "delete_subscription_group",
+        RequestCode.GET_BROKER_RUNTIME_INFO: "get_broker_runtime_info",
+        RequestCode.GET_TOPIC_STATS_INFO: "get_topic_stats_info",
+        RequestCode.GET_CONSUMER_CONNECTION_LIST: "get_consumer_connection_list",
+        RequestCode.GET_PRODUCER_CONNECTION_LIST: "get_producer_connection_list",
+        RequestCode.GET_CONSUME_STATS: "get_consume_stats",
+        RequestCode.GET_ALL_CONSUMER_OFFSET: "get_all_consumer_offset",
+        RequestCode.GET_ALL_DELAY_OFFSET: "get_all_delay_offset",
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: "reset_offset",
+        RequestCode.GET_BROKER_CONFIG: "get_broker_config",
+        RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: "query_topic_consume_by_who",
+        RequestCode.GET_TOPIC_NAME_LIST: "get_topic_name_list",
+    }
+
+    # --- topics -----------------------------------------------------------------------------------
+    async def update_and_create_topic(self, ctx, request):
+        topic = request.get_str("topic")
+        try:
+            TopicValidator.check_topic(topic)
+            if topic == self.ctrl.broker_config.broker_cluster_name:
+                raise IllegalArgumentError(f"bad topic name {topic!r}: it is the cluster name")
+            tc = TopicConfig(
+                topic_name=topic,
+                read_queue_nums=request.get_int("readQueueNums", 8),
+                write_queue_nums=request.get_int("writeQueueNums", 8),
+                perm=request.get_int("perm", 6),
+                topic_filter_type=request.get_str("topicFilterType", "SINGLE_TAG"),
+                topic_sys_flag=request.get_int("topicSysFlag", 0),
+                order=request.get_bool("order", False),
+            )
+            self.ctrl.topic_manager.create_or_update(tc)
+        except (IllegalArgumentError, ValueError) as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        return request.make_response(ResponseCode.SUCCESS, None)
+
+    async def delete_topic(self, ctx, request):
+        topic = request.get_str("topic")
+        if not topic:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "delete topic needs a topic")
+        self.ctrl.topic_manager.delete(topic)
+        self.ctrl.offset_manager.clean_offset_by_topic(topic)
+        self.ctrl.store.delete_topics({topic})
+        return request.make_response(ResponseCode.SUCCESS, None)
+
+    async def get_all_topic_config(self, ctx, request):
+        return request.make_response(ResponseCode.SUCCESS, None, None,
+                                     json_body(self.ctrl.topic_manager.serialize_wrapper()))
+
+    async def get_topic_name_list(self, ctx, request):
+        return request.make_response(ResponseCode.SUCCESS, None, None,
+                                     json_body({"topicList": sorted(self.ctrl.topic_manager.all())}))
+
+    # --- offsets ------------------------------------------------------------------------------------
+    def _topic_queue(self, request):
+        topic, queue_id = request.get_str("topic"), request.get_int("queueId")
+        if not topic or queue_id is None:
+            raise IllegalArgumentError("request needs topic and queueId")
+        return topic, queue_id
+
+    async def get_max_offset(self, ctx, request):
+        try:
+            topic, qid = self._topic_queue(request)
+        except IllegalArgumentError as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        return request.make_response(ResponseCode.SUCCESS, None,
+                                     {"offset": str(self.ctrl.store.get_max_offset_in_queue(topic, qid))})
+
+    async def get_min_offset(self, ctx, request):
+        try:
+            topic, qid = self._topic_queue(request)
+        except IllegalArgumentError as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        return request.make_response(ResponseCode.SUCCESS, None,
+                                     {"offset": str(self.ctrl.store.get_min_offset_in_queue(topic, qid))})
+
+    async def search_offset_by_timestamp(self, ctx, request):
+        try:
+            topic, qid = self._topic_queue(request)
+            ts = request.get_int("timestamp")
+        except (IllegalArgumentError, Exception) as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        return request.make_response(ResponseCode.SUCCESS, None,
+                                     {"offset": str(self.ctrl.store.get_offset_in_queue_by_time(topic, qid, ts or 0))})
+
+    async def get_earliest_msg_storetime(self, ctx, request):
+        try:
+            topic, qid = self._topic_queue(request)
+        except IllegalArgumentError as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        return request.make_response(ResponseCode.SUCCESS, None,
+                                     {"timestamp": str(self.ctrl.store.get_earliest_message_time(topic, qid))})
+
+    async def get_all_consumer_offset(self, ctx, request):
+        return request.make_response(ResponseCode.SUCCESS, None, None,
+                                     self.ctrl.offset_manager.encode().encode("utf-8"))
+
+    async def get_all_delay_offset(self, ctx, request):
+        return request.make_response(ResponseCode.SUCCESS, None, None,
+                                     json_body({"offsetTable": self.ctrl.schedule_service.offset_table()}))
+
+    async def reset_offset(self, ctx, request):
+        """INVOKE_BROKER_TO_RESET_OFFSET: set a group's offsets on a topic to the first message stored
+        at or after `timestamp` (-1 = latest), and tell the group's online clients."""
+        ctrl = self.ctrl
+        topic, group = request.get_str("topic"), request.get_str("group")
+        ts = request.get_int("timestamp", -1)
+        tc = ctrl.topic_manager.select(topic or "")
+        if tc is None or not group:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"[reset-offset] topic {topic!r} does not exist or no group")
+        table = {}
+        for qid in range(tc.read_queue_nums):
+            if ts is None or ts < 0:
+                off = ctrl.store.get_max_offset_in_queue(topic, qid)
+            else:
+                off = ctrl.store.get_offset_in_queue_by_time(topic, qid, ts)
+            table[qid] = off
+        ctrl.offset_manager.reset_offsets(group, topic, table)
+        await ctrl.notify_reset_offset(group, topic, ts, table)
+        body = {"offsetTable": [{"brokerName": ctrl.broker_config.broker_name, "queueId": q, "topic": topic,
+                                 "offset": o} for q, o in table.items()]}
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body(body))
+
+    # --- messages -----------------------------------------------------------------------------------
+    async def view_message_by_id(self, ctx, request):
+        offset = request.get_int("offset")
+        raw = self.ctrl.store.select_one_message_by_offset(offset) if offset is not None else None
+        if raw is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        return request.make_response(ResponseCode.SUCCESS, None, None, self.ctrl.recompress_for_request(request, raw))
+
+    async def query_message(self, ctx, request):
+        topic, key = request.get_str("topic"), request.get_str("key")
+        max_num = request.get_int("maxNum", 32)
+        begin, end = request.get_int("beginTimestamp", 0), request.get_int("endTimestamp", 2**62)
+        if not topic or not key:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "query message needs topic and key")
+        res = self.ctrl.store.query_message(topic, key, max_num, begin, end)
+        ext = {"indexLastUpdateTimestamp": str(res.index_last_update_timestamp),
+               "indexLastUpdatePhyoffset": str(res.index_last_update_phyoffset)}
+        if not res.buffers:
+            return request.make_response(ResponseCode.QUERY_NOT_FOUND,
+                                         "can not find message, maybe time range not correct", ext)
+        body = self.ctrl.recompress_for_request(request, b"".join(res.buffers))
+        return request.make_response(ResponseCode.SUCCESS, None, ext, body)
+
+    # --- subscription groups --------------------------------------------------------------------------
+    async def update_and_create_subscription_group(self, ctx, request):
+        try:
+            d = json.loads(bytes(request.body or b"{}"))
+            cfg = SubscriptionGroupConfig.from_json(d)
+            self.ctrl.subscription_manager.update(cfg)
+        except (ValueError, KeyError, TypeError) as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {e}")
+        return request.make_response(ResponseCode.SUCCESS, None)
+
+    async def get_all_subscription_group(self, ctx, request):
+        return request.make_response(ResponseCode.SUCCESS, None, None,
+                                     json_body(self.ctrl.subscription_manager.serialize()))
+
+    async def delete_subscription_group(self, ctx, request):
+        group = request.get_str("groupName")
+        self.ctrl.subscription_manager.delete(group or "")
+        if request.get_bool("removeOffset", False):
+            self.ctrl.offset_manager.remove_offset(group)
+        return request.make_response(ResponseCode.SUCCESS, None)
+
+    # --- stats / connections ----------------------------------------------------------------------------
+    async def get_broker_runtime_info(self, ctx, request):
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body({"table": self.ctrl.runtime_info()}))
+
+    async def get_broker_config(self, ctx, request):
+        props = {**self.ctrl.store_config.to_properties(), **self.ctrl.broker_config.to_properties()}
+        text = "\n".join(f"{k}={v}" for k, v in sorted(props.items()))
+        return request.make_response(ResponseCode.SUCCESS, None, None, text.encode("utf-8"))
+
+    async def get_topic_stats_info(self, ctx, request):
+        ctrl = self.ctrl
+        topic = request.get_str("topic")
+        tc = ctrl.topic_manager.select(topic or "")
+        if tc is None:
+            return request.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        table = []
+        for qid in range(tc.write_queue_nums):
+            mx = ctrl.store.get_max_offset_in_queue(topic, qid)
+            last = ctrl.store.get_message_store_timestamp(topic, qid, mx - 1) if mx > 0 else 0
+            table.append({"brokerName": ctrl.broker_config.broker_name, "queueId": qid, "topic": topic,
+                          "minOffset": ctrl.store.get_min_offset_in_queue(topic, qid), "maxOffset": mx,
+                          "lastUpdateTimestamp": last})
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body({"offsetTable": table}))
+
+    async def get_consume_stats(self, ctx, request):
+        ctrl = self.ctrl
+        group = request.get_str("consumerGroup")
+        only_topic = request.get_str("topic")
+        topics = [only_topic] if only_topic else sorted(ctrl.offset_manager.which_topic_by_consumer(group or ""))
+        table = []
+        for topic in topics:
+            tc = ctrl.topic_manager.select(topic)
+            if tc is None:
+                continue
+            for qid in range(tc.read_queue_nums):
+                broker_off = ctrl.store.get_max_offset_in_queue(topic, qid)
+                consumer_off = max(0, ctrl.offset_manager.query_offset(group, topic, qid))
+                last = ctrl.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
+                table.append({"brokerName": ctrl.broker_config.broker_name, "queueId": qid, "topic": topic,
+                              "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": last})
+        tps = ctrl.stats.group_get_tps(group or "")
+        return request.make_response(ResponseCode.SUCCESS, None, None,
+                                     json_body({"consumeTps": tps, "offsetTable": table}))
+
+    async def get_consumer_connection_list(self, ctx, request):
+        group = request.get_str("consumerGroup")
+        info = self.ctrl.consumer_manager.get(group or "")
+        if info is None:
+            return request.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        body = {
+            "connectionSet": [{"clientId": c.client_id, "clientAddr": c.addr, "language": c.language, "version": c.version}
+                              for c in info.channels.values()],
+            "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},
+            "consumeType": info.consume_type, "messageModel": info.message_model,
+            "consumeFromWhere": info.consume_from_where,
+        }
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body(body))
+
+    async def get_producer_connection_list(self, ctx, request):
+        group = request.get_str("producerGroup")
+        chans = self.ctrl.producer_manager.groups().get(group or "", [])
+        body = {"connectionSet": [{"clientId": c.client_id, "clientAddr": c.addr, "language": c.language,
+                                   "version": c.version} for c in chans]}
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body(body))
+
+    async def query_topic_consume_by_who(self, ctx, request):
+        topic = request.get_str("topic") or ""
+        groups = self.ctrl.consumer_manager.query_topic_consume_by_who(topic)
+        groups |= set(self.ctrl.offset_manager.which_group_by_topic(topic))
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body({"groupList": sorted(groups)}))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def is_sys_group(group: str) -> bool:
+    return group.startswith(MixAll.CLIENT_INNER_PRODUCER_GROUP)

@@ -1,0 +1,133 @@
+"""PULL_MESSAGE (11) with long polling (RocketMQ's PullMessageProcessor)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from rmq_core.broker.client_manager import SubscriptionData
+from rmq_core.broker.processors import Processor
+from rmq_core.errors import FilterExpressionError, PluginNotFoundError
+from rmq_core.message import ExpressionType, PermName
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.store import GetMessageStatus
+
+log = logging.getLogger("rmq.broker")
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+FLAG_CLASS_FILTER = 0x8
+
+_STATUS_TO_CODE = {
+    GetMessageStatus.FOUND: ResponseCode.SUCCESS,
+    GetMessageStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+# The codes a 4.x client treats as a normal pull result; anything else it re-pulls at once.
+PULL_RESULT_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
+                               ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_OFFSET_MOVED})
+
+
+class PullMessageProcessor(Processor):
+    CODES = {RequestCode.PULL_MESSAGE: "pull_message"}
+
+    async def pull_message(self, ctx, request):
+        response = await self._process(ctx, request, broker_allow_suspend=True)
+        if response is not None and response.code not in PULL_RESULT_CODES:
+            # The C++ client re-pulls at once with no back-off: slow an error down (REMOTING.md §12).
+            await asyncio.sleep(self.ctrl.broker_config.error_reply_delay_ms / 1000)
+        return response
+
+    async def _process(self, ctx, request, broker_allow_suspend: bool):
+        ctrl = self.ctrl
+        bc = ctrl.broker_config
+        try:
+            group = request.get_str("consumerGroup")
+            topic = request.get_str("topic")
+            queue_id = request.get_int("queueId")
+            queue_offset = request.get_int("queueOffset")
+            max_msg_nums = request.get_int("maxMsgNums", 32)
+            sys_flag = request.get_int("sysFlag", 0)
+            commit_offset = request.get_int("commitOffset", -1)
+            suspend_ms = request.get_int("suspendTimeoutMillis", 15000)
+            sub_string = request.get_str("subscription")
+            sub_version = request.get_int("subVersion", 0)
+            expression_type = request.get_str("expressionType") or ExpressionType.TAG
+        except Exception as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad pull request: {e}")
+        if not group or not topic or queue_id is None or queue_offset is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         "pull request needs consumerGroup, topic, queueId and queueOffset")
+        if not PermName.is_readable(bc.broker_permission):
+            return request.make_response(ResponseCode.NO_PERMISSION,
+                                         f"the broker[{bc.broker_ip1}] pulling message is forbidden")
+        sg = ctrl.subscription_manager.find_or_create(group)
+        if sg is None:
+            return request.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                         f"subscription group [{group}] does not exist")
+        if not sg.consume_enable:
+            return request.make_response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+        tc = ctrl.topic_manager.select(topic)
+        if tc is None:
+            return request.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                         f"topic[{topic}] not exist, apply first please!")
+        if not PermName.is_readable(tc.perm):
+            return request.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+        if queue_id < 0 or queue_id >= tc.read_queue_nums:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{ctx.remote_address}]")
+
+        has_subscription = bool(sys_flag & FLAG_SUBSCRIPTION)
+        if has_subscription:
+            sub = SubscriptionData.build(topic, sub_string, expression_type, sub_version)
+        else:
+            sub = ctrl.consumer_manager.find_subscription(group, topic)
+            if sub is None:
+                return request.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                             f"the consumer's subscription not exist, group: {group} topic: {topic}")
+        try:
+            message_filter = ctrl.build_message_filter(group, sub)
+        except (FilterExpressionError, PluginNotFoundError) as e:
+            return request.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
+        except PermissionError as e:
+            return request.make_response(ResponseCode.NO_PERMISSION, str(e))
+
+        result = ctrl.store.get_message(group, topic, queue_id, queue_offset, max_msg_nums, message_filter)
+        code = _STATUS_TO_CODE.get(result.status)
+        if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
+            code = ResponseCode.PULL_OFFSET_MOVED if queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+        ext = {"nextBeginOffset": str(result.next_begin_offset), "minOffset": str(result.min_offset),
+               "maxOffset": str(result.max_offset), "suggestWhichBrokerId": "0"}
+
+        store_offset_enable = broker_allow_suspend and bool(sys_flag & FLAG_COMMIT_OFFSET)
+        if store_offset_enable and commit_offset is not None and commit_offset >= 0:
+            ctrl.offset_manager.commit_offset(ctx.remote_address, group, topic, queue_id, commit_offset)
+
+        if code == ResponseCode.SUCCESS:
+            body = result.buffer
+            if not ctrl.client_understands_lz4(request):
+                body = ctrl.recompress_for_4x(body)
+            ctrl.stats.inc_get(group, topic, result.message_count, len(body))
+            return request.make_response(code, None, ext, body)
+        if code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and sys_flag & FLAG_SUSPEND:
+            timeout_ms = suspend_ms if bc.long_polling_enable else bc.short_polling_time_mills
+            fut = ctrl.pull_hold_service.hold(topic, queue_id, queue_offset, message_filter)
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), max(0.0, timeout_ms / 1000))
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                ctrl.pull_hold_service.release(topic, queue_id, fut)
+            if ctx.closed:
+                return None
+            return await self._process(ctx, request, broker_allow_suspend=False)
+        if code == ResponseCode.PULL_OFFSET_MOVED:
+            log.info("PULL_OFFSET_MOVED: group=%s topic=%s queue=%d requested=%d next=%d min=%d max=%d",
+                     group, topic, queue_id, queue_offset, result.next_begin_offset, result.min_offset,
+                     result.max_offset)
+        return request.make_response(code, None, ext)

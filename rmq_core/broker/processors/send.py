@@ -1,0 +1,281 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36)."""
+from __future__ import annotations
+
+import logging
+import random
+import time
+import zlib
+
+from rmq_core.broker.processors import Processor, born_host_of
+from rmq_core.errors import IllegalArgumentError
+from rmq_core.message import (
+    MessageConst, MixAll, PermName, SysFlag, TopicValidator, properties_to_string, string_to_properties,
+)
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
+
+log = logging.getLogger("rmq.broker")
+
+# SEND_MESSAGE_V2 abbreviates header names to single letters.
+_V2_NAMES = {
+    "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
+    "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
+    "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName",
+}
+# Java's MQVersion.Version.V3_4_9 ordinal: from this client version on, the send-back header's
+# maxReconsumeTimes wins over the subscription group's retryMaxTimes.
+V3_4_9 = 165
+
+_PUT_STATUS_TO_CODE = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutMessageStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutMessageStatus.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutMessageStatus.OS_PAGECACHE_BUSY: ResponseCode.SYSTEM_BUSY,
+    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
+    PutMessageStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+}
+
+
+class SendHeader:
+    __slots__ = ("producer_group", "topic", "default_topic", "default_topic_queue_nums", "queue_id",
+                 "sys_flag", "born_timestamp", "flag", "properties", "reconsume_times", "unit_mode",
+                 "max_reconsume_times", "batch")
+
+    @classmethod
+    def parse(cls, request) -> "SendHeader":
+        if request.code == RequestCode.SEND_MESSAGE_V2 or (
+                request.code == RequestCode.SEND_BATCH_MESSAGE and "b" in request.ext_fields):
+            ext = {_V2_NAMES.get(k, k): v for k, v in request.ext_fields.items()}
+            request.ext_fields = ext
+        h = cls()
+        topic = request.get_str("topic")
+        if not topic:
+            raise IllegalArgumentError("send request without a topic")
+        h.topic = topic
+        h.producer_group = request.get_str("producerGroup", "")
+        h.default_topic = request.get_str("defaultTopic", TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC)
+        h.default_topic_queue_nums = request.get_int("defaultTopicQueueNums", 4)
+        h.queue_id = request.get_int("queueId", -1)
+        h.sys_flag = request.get_int("sysFlag", 0)
+        h.born_timestamp = request.get_int("bornTimestamp", 0) or int(time.time() * 1000)
+        h.flag = request.get_int("flag", 0)
+        h.properties = request.get_str("properties", "") or ""
+        h.reconsume_times = request.get_int("reconsumeTimes", 0) or 0
+        h.unit_mode = request.get_bool("unitMode", False)
+        h.max_reconsume_times = request.get_int("maxReconsumeTimes", None)
+        h.batch = request.get_bool("batch", False) or request.code == RequestCode.SEND_BATCH_MESSAGE
+        return h
+
+
+class SendMessageProcessor(Processor):
+    CODES = {
+        RequestCode.SEND_MESSAGE: "send_message",
+        RequestCode.SEND_MESSAGE_V2: "send_message",
+        RequestCode.SEND_BATCH_MESSAGE: "send_message",
+        RequestCode.CONSUMER_SEND_MSG_BACK: "consumer_send_msg_back",
+    }
+
+    # --- send -----------------------------------------------------------------------------------
+    async def send_message(self, ctx, request):
+        ctrl = self.ctrl
+        try:
+            h = SendHeader.parse(request)
+        except Exception as e:  # bad header types: name the field, keep the connection
+            return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad send request: {e}")
+        resp = self._check(ctx, request, h)
+        if resp is not None:
+            return resp
+        tc = ctrl.topic_manager.select(h.topic)
+        queue_id = h.queue_id if h.queue_id is not None and h.queue_id >= 0 else random.randrange(tc.write_queue_nums)
+        if queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic {h.topic} has {tc.write_queue_nums} write queues "
+                f"(producer {born_host_of(ctx)[0]})")
+        body = request.body or b""
+        born_host = born_host_of(ctx)
+        if h.batch:
+            return await self._send_batch(ctx, request, h, queue_id, body, born_host)
+
+        topic, props_str = h.topic, h.properties
+        props = string_to_properties(props_str)
+        sys_flag = h.sys_flag
+        reconsume_times = h.reconsume_times
+        # Retry topic sends that ran out of attempts go to the dead-letter queue.
+        if MixAll.is_retry_topic(topic):
+            redirected = self._handle_retry_and_dlq(h, props)
+            if isinstance(redirected, tuple):
+                topic, queue_id = redirected
+            elif redirected is not None:
+                return request.make_response(ResponseCode.SYSTEM_ERROR, redirected)
+        props[MessageConst.CLUSTER] = ctrl.broker_config.broker_cluster_name
+        tx_type = SysFlag.transaction_value(sys_flag)
+        if props.get(MessageConst.TRANSACTION_PREPARED) == "true" or tx_type == SysFlag.TRANSACTION_PREPARED_TYPE:
+            if ctrl.broker_config.reject_transaction_message:
+                return request.make_response(ResponseCode.NO_PERMISSION,
+                                             f"the broker[{ctrl.broker_config.broker_name}] sending transaction message is forbidden")
+            inner = MessageExtBrokerInner(
+                topic=topic, queue_id=queue_id, body=body, flag=h.flag, properties=props,
+                sys_flag=sys_flag, born_timestamp=h.born_timestamp, born_host=born_host,
+                reconsume_times=reconsume_times)
+            inner = ctrl.transaction_service.prepare_half_message(inner, h.producer_group)
+        else:
+            inner = MessageExtBrokerInner(
+                topic=topic, queue_id=queue_id, body=body, flag=h.flag, properties=props,
+                sys_flag=sys_flag, born_timestamp=h.born_timestamp, born_host=born_host,
+                reconsume_times=reconsume_times)
+            inner = ctrl.schedule_service.redirect_if_delayed(inner)
+        result = await ctrl.put_message(inner)
+        return self._send_response(request, result, h.topic, queue_id)
+
+    async def _send_batch(self, ctx, request, h, queue_id, body, born_host):
+        ctrl = self.ctrl
+        if MixAll.is_retry_topic(h.topic):
+            return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {h.topic}")
+        sys_flag = h.sys_flag
+        if sys_flag & SysFlag.COMPRESSED:
+            # The C++ client compresses a whole batch with zlib (REMOTING.md §5.4); store items plain.
+            try:
+                body = zlib.decompress(body)
+            except zlib.error as e:
+                return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"compressed batch body does not inflate: {e}")
+            sys_flag &= ~(SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK)
+        extra = string_to_properties(h.properties)
+        extra.pop(MessageConst.WAIT_STORE_MSG_OK, None)  # every item carries its own
+        extra[MessageConst.CLUSTER] = ctrl.broker_config.broker_cluster_name
+        batch = MessageExtBatch(topic=h.topic, queue_id=queue_id, body=body, sys_flag=sys_flag,
+                                born_timestamp=h.born_timestamp, born_host=born_host,
+                                reconsume_times=h.reconsume_times,
+                                extra_properties=properties_to_string(extra).encode("utf-8"))
+        result = await ctrl.put_messages(batch)
+        return self._send_response(request, result, h.topic, queue_id)
+
+    def _send_response(self, request, result, topic, queue_id):
+        code = _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR)
+        if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
+                        ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE):
+            remark = result.error or f"put message failed: {result.status.name}"
+            return request.make_response(code, remark)
+        ar = result.append_result
+        self.ctrl.stats.inc_put(topic, ar.msg_num, ar.wrote_bytes)
+        return request.make_response(code, None, {
+            "msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset),
+            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true",
+        })
+
+    def _check(self, ctx, request, h):
+        """msgCheck: broker permission, topic name, topic existence / auto-creation, queue id."""
+        ctrl = self.ctrl
+        bc = ctrl.broker_config
+        if not PermName.is_writeable(bc.broker_permission):
+            return request.make_response(ResponseCode.NO_PERMISSION,
+                                         f"the broker[{bc.broker_ip1}] sending message is forbidden")
+        try:
+            TopicValidator.check_topic(h.topic)
+        except IllegalArgumentError as e:
+            return request.make_response(ResponseCode.MESSAGE_ILLEGAL, str(e))
+        if h.topic in TopicValidator.SYSTEM_TOPICS and h.topic not in (
+                TopicValidator.RMQ_SYS_TRACE_TOPIC, TopicValidator.RMQ_SYS_SELF_TEST_TOPIC,
+                TopicValidator.RMQ_SYS_BENCHMARK_TOPIC):
+            return request.make_response(ResponseCode.NO_PERMISSION,
+                                         f"sending message to system topic {h.topic!r} is forbidden")
+        tc = ctrl.topic_manager.select(h.topic)
+        if tc is None:
+            sys_flag = 1 if h.unit_mode else 0
+            if MixAll.is_retry_topic(h.topic):
+                tc = ctrl.topic_manager.create_topic_in_send_back(h.topic, 1, 6, sys_flag)
+            else:
+                tc = ctrl.topic_manager.create_topic_in_send_message_method(
+                    h.topic, h.default_topic, getattr(ctx, "remote_address", "?"), h.default_topic_queue_nums, sys_flag)
+            if tc is None:
+                return request.make_response(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{h.topic}] not exist, apply first please! (autoCreateTopicEnable=false on broker "
+                    f"{bc.broker_name}; create it with `rmq admin updateTopic -t {h.topic}`)")
+        if not PermName.is_writeable(tc.perm):
+            return request.make_response(ResponseCode.NO_PERMISSION,
+                                         f"the topic[{h.topic}] sending message is forbidden")
+        return None
+
+    def _handle_retry_and_dlq(self, h, props):
+        """Returns (dlq_topic, queue) when the retry budget is spent, an error string, or None."""
+        ctrl = self.ctrl
+        group = h.topic[len(MixAll.RETRY_GROUP_TOPIC_PREFIX):]
+        sg = ctrl.subscription_manager.find(group)
+        if sg is None:
+            return f"subscription group not exist, {group}"
+        max_times = sg.retry_max_times
+        if h.max_reconsume_times is not None:
+            max_times = h.max_reconsume_times
+        if h.reconsume_times > max_times:
+            ctrl.topic_manager.dlq_topic(group)
+            log.info("send message to DLQ %s: reconsume times %d > max %d", MixAll.get_dlq_topic(group),
+                     h.reconsume_times, max_times)
+            return MixAll.get_dlq_topic(group), 0
+        return None
+
+    # --- send back ------------------------------------------------------------------------------
+    async def consumer_send_msg_back(self, ctx, request):
+        ctrl = self.ctrl
+        try:
+            group = request.get_str("group")
+            offset = request.get_int("offset")
+            delay_level = request.get_int("delayLevel", 0) or 0
+            origin_msg_id = request.get_str("originMsgId")
+            max_header = request.get_int("maxReconsumeTimes", None)
+        except Exception as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad send-back request: {e}")
+        if not group or offset is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "send-back request needs group and offset")
+        sg = ctrl.subscription_manager.find_or_create(group)
+        if sg is None:
+            return request.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                         f"subscription group not exist, {group}")
+        if not PermName.is_writeable(ctrl.broker_config.broker_permission):
+            return request.make_response(ResponseCode.NO_PERMISSION, "the broker sending message is forbidden")
+        if sg.retry_queue_nums <= 0:
+            return request.make_response(ResponseCode.SUCCESS, None)
+        msg = ctrl.store.look_message_by_offset(offset)
+        if msg is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+        retry_topic = MixAll.get_retry_topic(group)
+        props = dict(msg.properties)
+        if MessageConst.RETRY_TOPIC not in props:
+            props[MessageConst.RETRY_TOPIC] = msg.topic
+        max_times = sg.retry_max_times
+        if max_header is not None and request.version >= V3_4_9:
+            max_times = max_header
+        topic, queue_id = retry_topic, random.randrange(max(1, sg.retry_queue_nums))
+        if msg.reconsume_times >= max_times or delay_level < 0:
+            topic, queue_id = MixAll.get_dlq_topic(group), 0
+            ctrl.topic_manager.dlq_topic(group)
+            props.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        else:
+            ctrl.topic_manager.retry_topic(group, max(1, sg.retry_queue_nums))
+            if delay_level == 0:
+                delay_level = 3 + msg.reconsume_times
+            props[MessageConst.DELAY_TIME_LEVEL] = str(delay_level)
+        props[MessageConst.ORIGIN_MESSAGE_ID] = origin_msg_id or props.get(MessageConst.ORIGIN_MESSAGE_ID) or msg.msg_id
+        inner = MessageExtBrokerInner(
+            topic=topic, queue_id=queue_id, body=msg.body, flag=msg.flag, properties=props,
+            sys_flag=msg.sys_flag & ~(SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK),
+            born_timestamp=msg.born_timestamp, born_host=_host_tuple(msg.born_host),
+            reconsume_times=msg.reconsume_times + 1)
+        inner = ctrl.schedule_service.redirect_if_delayed(inner)
+        result = await ctrl.put_message(inner)
+        if result.status != PutMessageStatus.PUT_OK:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, result.error or result.status.name)
+        return request.make_response(ResponseCode.SUCCESS, None)
+
+
+def _host_tuple(addr: str) -> tuple[str, int]:
+    host, _, port = (addr or "127.0.0.1:0").rpartition(":")
+    try:
+        return host, int(port)
+    except ValueError:
+        return "127.0.0.1", 0

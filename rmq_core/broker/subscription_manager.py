@@ -1,0 +1,48 @@
+"""Subscription groups with the broker's policy (auto-creation), persisted by config_file."""
+from __future__ import annotations
+
+import logging
+import threading
+
+from rmq_core.store.config_file import SubscriptionGroupConfig, SubscriptionGroupTable
+
+log = logging.getLogger("rmq.broker")
+
+
+class SubscriptionGroupManager:
+    def __init__(self, broker_config, config_dir: str):
+        self.broker_config = broker_config
+        self.table = SubscriptionGroupTable(config_dir)
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        self.table.load()
+
+    def find(self, group: str) -> SubscriptionGroupConfig | None:
+        return self.table.get(group)
+
+    def find_or_create(self, group: str) -> SubscriptionGroupConfig | None:
+        cfg = self.table.get(group)
+        if cfg is None and self.broker_config.auto_create_subscription_group:
+            with self._lock:
+                cfg = self.table.get(group)
+                if cfg is None:
+                    cfg = SubscriptionGroupConfig(group_name=group)
+                    self.table.put(cfg)
+                    self.table.persist()
+                    log.info("auto create a subscription group, %s", group)
+        return cfg
+
+    def update(self, cfg: SubscriptionGroupConfig) -> None:
+        with self._lock:
+            self.table.put(cfg)
+            self.table.persist()
+
+    def delete(self, group: str) -> None:
+        with self._lock:
+            if self.table.get(group) is not None:
+                self.table.delete(group)
+                self.table.persist()
+
+    def serialize(self) -> dict:
+        return {"subscriptionGroupTable": {name: cfg.to_json() for name, cfg in self.table.items()}}

@@ -1,0 +1,120 @@
+"""Topic configs with the broker's policy: system topics, auto-creation from TBW102, retry/DLQ
+topics (RocketMQ's TopicConfigManager).  Persistence is `rmq_core.store.config_file`."""
+from __future__ import annotations
+
+import logging
+import threading
+
+from rmq_core.errors import IllegalArgumentError
+from rmq_core.message import MixAll, PermName, TopicValidator
+from rmq_core.store.config_file import TopicConfig, TopicConfigTable
+
+log = logging.getLogger("rmq.broker")
+
+
+class TopicConfigManager:
+    SCHEDULE_QUEUE_NUMS = 18
+
+    def __init__(self, broker_config, config_dir: str, delay_level_count: int = 18):
+        self.broker_config = broker_config
+        self.table = TopicConfigTable(config_dir)
+        self._lock = threading.RLock()
+        self.delay_level_count = delay_level_count
+        self.on_change = None  # fn(topic_config) -> None: the broker re-registers with the name server
+
+    def load(self) -> None:
+        self.table.load()
+        bc = self.broker_config
+        sys_topics = [
+            (TopicValidator.RMQ_SYS_SELF_TEST_TOPIC, 1, 1, 6),
+            (TopicValidator.RMQ_SYS_BENCHMARK_TOPIC, 1024, 1024, 6),
+            (bc.broker_cluster_name, 16, 16, PermName.PERM_INHERIT | (PermName.PERM_READ | PermName.PERM_WRITE if bc.cluster_topic_enable else 0)),
+            (bc.broker_name, 1, 1, PermName.PERM_INHERIT | (PermName.PERM_READ | PermName.PERM_WRITE if bc.broker_topic_enable else 0)),
+            (TopicValidator.RMQ_SYS_OFFSET_MOVED_EVENT, 1, 1, 6),
+            (TopicValidator.RMQ_SYS_SCHEDULE_TOPIC, max(self.SCHEDULE_QUEUE_NUMS, self.delay_level_count), max(self.SCHEDULE_QUEUE_NUMS, self.delay_level_count), 6),
+            (TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC, 1, 1, 6),
+            (TopicValidator.RMQ_SYS_TRANS_OP_HALF_TOPIC, 1, 1, 6),
+        ]
+        if bc.auto_create_topic_enable:
+            n = bc.default_topic_queue_nums
+            sys_topics.append((TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC, n, n,
+                               PermName.PERM_INHERIT | PermName.PERM_READ | PermName.PERM_WRITE))
+        for name, r, w, perm in sys_topics:
+            existing = self.table.get(name)
+            if existing is None or (name == TopicValidator.RMQ_SYS_SCHEDULE_TOPIC and existing.read_queue_nums < r):
+                self.table.put(TopicConfig(topic_name=name, read_queue_nums=r, write_queue_nums=w, perm=perm))
+        self.table.persist()
+
+    def select(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def all(self) -> dict[str, TopicConfig]:
+        return dict(self.table.items())
+
+    def create_or_update(self, tc: TopicConfig, notify: bool = True) -> TopicConfig:
+        TopicValidator.check_topic(tc.topic_name)
+        if tc.read_queue_nums < 0 or tc.write_queue_nums < 0:
+            raise IllegalArgumentError(f"bad queue numbers for topic {tc.topic_name!r}: "
+                                       f"read={tc.read_queue_nums} write={tc.write_queue_nums}")
+        with self._lock:
+            self.table.put(tc)
+            self.table.persist()
+        log.info("create/update topic config %s", tc)
+        if notify and self.on_change:
+            self.on_change(tc)
+        return tc
+
+    def delete(self, topic: str) -> bool:
+        with self._lock:
+            if self.table.get(topic) is None:
+                return False
+            self.table.delete(topic)
+            self.table.persist()
+        if self.on_change:
+            self.on_change(None)
+        return True
+
+    def create_topic_in_send_message_method(self, topic: str, default_topic: str | None, remote_addr: str,
+                                            client_default_topic_queue_nums: int, topic_sys_flag: int = 0) -> TopicConfig | None:
+        """Auto-create `topic` on first send, inheriting from the default topic (TBW102) as RocketMQ
+        does when autoCreateTopicEnable is on.  Returns None when not allowed."""
+        with self._lock:
+            tc = self.table.get(topic)
+            if tc is not None:
+                return tc
+            default_topic = default_topic or TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
+            default_tc = self.table.get(default_topic)
+            if default_tc is None or not self.broker_config.auto_create_topic_enable:
+                return None
+            if default_topic == TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC and not self.broker_config.auto_create_topic_enable:
+                return None
+            if not (default_tc.perm & PermName.PERM_INHERIT):
+                log.warning("create new topic failed: default topic %s has no inherit permission", default_topic)
+                return None
+            n = max(1, min(client_default_topic_queue_nums or default_tc.write_queue_nums, default_tc.write_queue_nums))
+            tc = TopicConfig(topic_name=topic, read_queue_nums=n, write_queue_nums=n,
+                             perm=default_tc.perm & ~PermName.PERM_INHERIT, topic_sys_flag=topic_sys_flag)
+            log.info("auto create topic %s from default topic %s for %s", topic, default_topic, remote_addr)
+        return self.create_or_update(tc)
+
+    def create_topic_in_send_back(self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0) -> TopicConfig:
+        with self._lock:
+            tc = self.table.get(topic)
+            if tc is not None:
+                return tc
+            tc = TopicConfig(topic_name=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums,
+                             perm=perm, topic_sys_flag=topic_sys_flag)
+        return self.create_or_update(tc)
+
+    def retry_topic(self, group: str, queue_nums: int = 1) -> TopicConfig:
+        return self.create_topic_in_send_back(MixAll.get_retry_topic(group), queue_nums, 6)
+
+    def dlq_topic(self, group: str) -> TopicConfig:
+        return self.create_topic_in_send_back(MixAll.get_dlq_topic(group), 1, 6)
+
+    def serialize_wrapper(self) -> dict:
+        """TopicConfigSerializeWrapper for REGISTER_BROKER / GET_ALL_TOPIC_CONFIG."""
+        return {
+            "topicConfigTable": {name: tc.to_json() for name, tc in self.table.items()},
+            "dataVersion": self.table.data_version.to_json(),
+        }

@@ -1,0 +1,146 @@
+"""Name server + broker in one process: `rmq standalone` and `rmq_core.standalone(store=DIR)`.
+
+From Python the servers run on their own event loop in a daemon thread, so the caller's code
+(sync or asyncio) is free; clients in the same process reach them in-proc through
+`cluster.namesrv` (an `inproc://` address) and other processes over TCP (`cluster.tcp_namesrv`).
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import threading
+from typing import Any, Mapping
+
+from rmq_core.broker.controller import BrokerController
+from rmq_core.config import NamesrvConfig, load_broker_conf
+from rmq_core.message import parse_address
+from rmq_core.namesrv import NamesrvController
+from rmq_core.remoting.server import RemotingServer
+
+log = logging.getLogger("rmq")
+_ids = itertools.count(1)
+
+
+class Cluster:
+    """A running embedded name server + broker."""
+
+    def __init__(self, store: str | None = None, config: str | Mapping[str, Any] | None = None, *,
+                 namesrv_listen: str = "127.0.0.1:0", broker_listen: str = "127.0.0.1:0",
+                 name: str | None = None, **overrides):
+        self.name = name or f"rmq-{os.getpid()}-{next(_ids)}"
+        ns_host, ns_port = parse_address(namesrv_listen)
+        b_host, b_port = parse_address(broker_listen)
+        if store is not None:
+            overrides.setdefault("store_path_root_dir", os.path.abspath(os.path.expanduser(store)))
+        overrides.setdefault("listen_port", b_port)
+        overrides.setdefault("broker_ip1", "127.0.0.1" if b_host in ("0.0.0.0", "") else b_host)
+        self.broker_config, self.store_config = load_broker_conf(config, **overrides)
+        self.namesrv_config = NamesrvConfig(
+            listen_port=ns_port, listen_host=ns_host,
+            kv_config_path=os.path.join(self.store_config.store_path_root_dir, "namesrv", "kvConfig.json"))
+        self._ns_listen = f"{ns_host}:{ns_port}"
+        self._b_host = b_host
+        self.namesrv_controller: NamesrvController | None = None
+        self.broker: BrokerController | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.boot_lines: list[str] = []
+        self.tcp_namesrv: str | None = None
+
+    @property
+    def namesrv(self) -> str:
+        """In-proc name server address (clients in this process)."""
+        return f"inproc://{self.name}-namesrv"
+
+    @property
+    def broker_addr(self) -> str:
+        return self.broker.broker_addr
+
+    @property
+    def store_path(self) -> str:
+        return self.store_config.store_path_root_dir
+
+    # --- async core (also used by the CLI in the foreground) --------------------------------------------
+    async def start_async(self) -> list[str]:
+        self.loop = asyncio.get_running_loop()
+        ns = self.namesrv_controller = NamesrvController(self.namesrv_config, self._ns_listen)
+        ns_line = await ns.start()
+        # The same name server, reachable in-proc by clients of this process.
+        self._ns_inproc = RemotingServer(self.namesrv, name="namesrv-inproc")
+        for code in ns.processor.codes:
+            self._ns_inproc.register_processor(code, ns.processor)
+        self._ns_inproc.on_channel_close.append(ns._on_channel_close)
+        await self._ns_inproc.start()
+        self.tcp_namesrv = self.namesrv_controller.listen_address
+        self.boot_lines.append(ns_line)
+        self.broker_config.namesrv_addr = self.tcp_namesrv
+        self.broker = BrokerController(self.broker_config, self.store_config, listen_host=self._b_host,
+                                       inproc_name=f"{self.name}-broker")
+        try:
+            self.boot_lines.append(await self.broker.start())
+        except BaseException:
+            await self._ns_inproc.stop()
+            await self.namesrv_controller.stop()
+            raise
+        return self.boot_lines
+
+    async def stop_async(self) -> None:
+        if self.broker is not None:
+            await self.broker.stop()
+        if self.namesrv_controller is not None:
+            await self._ns_inproc.stop()
+            await self.namesrv_controller.stop()
+
+    # --- threaded (from Python) -----------------------------------------------------------------------------
+    def start(self) -> "Cluster":
+        ready = threading.Event()
+        error: list[BaseException] = []
+        self.loop = asyncio.new_event_loop()
+
+        def run():
+            asyncio.set_event_loop(self.loop)
+            try:
+                self.loop.run_until_complete(self.start_async())
+            except BaseException as e:  # surface start failures to the caller
+                error.append(e)
+                ready.set()
+                return
+            ready.set()
+            self.loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name=f"{self.name}-loop", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if error:
+            self._thread.join(5)
+            self.loop.close()
+            raise error[0]
+        return self
+
+    def call(self, coro, timeout: float | None = 30):
+        """Run a coroutine on the servers' loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        try:
+            self.call(self.stop_async(), timeout=60)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(30)
+            self.loop.close()
+            self._thread = None
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def standalone(store: str | None = None, config: str | Mapping[str, Any] | None = None, **kwargs) -> Cluster:
+    """`with rmq_core.standalone(store=DIR) as cluster:` — embedded name server + broker."""
+    return Cluster(store, config, **kwargs)

@@ -1,0 +1,119 @@
+"""Drive the official RocketMQ C++ client (PyPI rocketmq==0.4.4, bundled librocketmq) in a child
+process, so a crash or hang in the native library cannot take the test runner with it.
+
+    python cpp_driver.py produce NAMESRV TOPIC SPEC_JSON        -> one JSON line per send result
+    python cpp_driver.py consume NAMESRV TOPIC GROUP EXPR MODEL EXPECT SECONDS [orderly]
+                                                                 -> one JSON line per message
+    python cpp_driver.py pull NAMESRV TOPIC GROUP EXPR          -> one JSON line per message
+"""
+import json
+import signal
+import sys
+import threading
+import time
+
+
+def _msg_json(m):
+    props = {}
+    for k in ("userProp", "a", "b", "UNIQ_KEY", "RETRY_TOPIC"):
+        v = m.get_property(k)
+        if v:
+            props[k] = v.decode() if isinstance(v, bytes) else v
+    dec = lambda v: v.decode("utf-8", "replace") if isinstance(v, bytes) else v  # noqa: E731
+    return {"topic": dec(m.topic), "tags": dec(m.tags), "keys": dec(m.keys), "body": dec(m.body), "id": dec(m.id),
+            "queue_id": m.queue_id, "queue_offset": m.queue_offset, "reconsume_times": m.reconsume_times,
+            "props": props}
+
+
+def produce(namesrv, topic, spec):
+    from rocketmq.client import Message, Producer
+
+    p = Producer(spec.get("group", "PID_COMPAT"), compress_level=spec.get("compress_level", 5))
+    p.set_namesrv_addr(namesrv)
+    p.start()
+    try:
+        for i, item in enumerate(spec["messages"]):
+            m = Message(topic)
+            m.set_body(item["body"])
+            if item.get("tags"):
+                m.set_tags(item["tags"])
+            if item.get("keys"):
+                m.set_keys(item["keys"])
+            for k, v in (item.get("props") or {}).items():
+                m.set_property(k, v)
+            if item.get("delay"):
+                m.set_delay_time_level(item["delay"])
+            mode = item.get("mode", "sync")
+            if mode == "sync":
+                r = p.send_sync(m)
+                out = {"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset}
+            elif mode == "oneway":
+                p.send_oneway(m)
+                out = {"i": i, "status": 0, "msg_id": None, "offset": None}
+            elif mode == "orderly":
+                r = p.send_orderly(m, item.get("arg", 0))
+                out = {"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset}
+            else:
+                raise SystemExit(f"unknown mode {mode}")
+            print(json.dumps(out), flush=True)
+    finally:
+        p.shutdown()
+
+
+def consume(namesrv, topic, group, expr, model, expect, seconds, orderly=False):
+    from rocketmq.client import ConsumeStatus, MessageModel, PushConsumer
+
+    got = []
+    lock = threading.Lock()
+    c = PushConsumer(group, orderly=orderly,
+                     message_model=MessageModel.BROADCASTING if model == "BROADCASTING" else MessageModel.CLUSTERING)
+    c.set_namesrv_addr(namesrv)
+
+    def cb(msg):
+        with lock:
+            got.append(_msg_json(msg))
+            print(json.dumps(got[-1]), flush=True)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c.subscribe(topic, cb, expr)
+    c.start()
+    print(json.dumps({"started": True}), flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # shut down cleanly: offsets are persisted then
+    deadline = time.time() + seconds
+    try:
+        while time.time() < deadline and not stop.is_set():
+            with lock:
+                if expect and len(got) >= expect:
+                    break
+            time.sleep(0.05)
+        time.sleep(0.5)  # let the offset commit of the last batch happen at shutdown
+    finally:
+        c.shutdown()
+    print(json.dumps({"done": len(got)}), flush=True)
+
+
+def pull(namesrv, topic, group, expr):
+    from rocketmq.client import PullConsumer
+
+    c = PullConsumer(group)
+    c.set_namesrv_addr(namesrv)
+    c.start()
+    try:
+        for m in c.pull(topic, expr, max_num=32):
+            print(json.dumps(_msg_json(m)), flush=True)
+    finally:
+        c.shutdown()
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "produce":
+        produce(sys.argv[2], sys.argv[3], json.loads(sys.argv[4]))
+    elif cmd == "consume":
+        consume(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6], int(sys.argv[7]),
+                float(sys.argv[8]), len(sys.argv) > 9 and sys.argv[9] == "orderly")
+    elif cmd == "pull":
+        pull(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+    else:
+        raise SystemExit(f"unknown command {cmd}")

@@ -1,0 +1,188 @@
+"""The official RocketMQ C++ client (PyPI rocketmq==0.4.4, bundled librocketmq) against
+`rmq namesrv` + `rmq broker` processes.  Each client runs in its own child process."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.servers import NamesrvAndBroker
+
+pytestmark = pytest.mark.compat
+DRIVER = os.path.join(os.path.dirname(__file__), "cpp_driver.py")
+rocketmq = pytest.importorskip("rocketmq.client", reason="the official C++ client (rocketmq==0.4.4) is a dev dependency")
+
+
+class Driver:
+    """A cpp_driver.py child; collects its JSON lines."""
+
+    def __init__(self, home, *args):
+        env = {**os.environ, "HOME": str(home)}  # the C++ client keeps logs and broadcast offsets under ~
+        self.proc = subprocess.Popen([sys.executable, DRIVER, *map(str, args)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, env=env)
+        self.items, self._cond = [], threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            with self._cond:
+                self.items.append(obj)
+                self._cond.notify_all()
+
+    def wait(self, pred, timeout):
+        deadline = time.time() + timeout
+        with self._cond:
+            while not pred(self.items):
+                left = deadline - time.time()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.2))
+        return True
+
+    def messages(self):
+        return [i for i in self.items if "body" in i]
+
+    def finish(self, timeout=60):
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return self.items
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    cl = NamesrvAndBroker(tmp_path_factory.mktemp("cpp"), brokers=1,
+                          broker_props={"defaultTopicQueueNums": 4})
+    yield cl
+    cl.stop()
+
+
+@pytest.fixture
+def home(tmp_path):
+    return tmp_path
+
+
+def produce(home, namesrv, topic, messages, **spec):
+    d = Driver(home, "produce", namesrv, topic, json.dumps({"messages": messages, **spec}))
+    items = d.finish(90)
+    assert d.proc.returncode == 0, items
+    return items
+
+
+def _msgs(prefix, n, **extra):
+    out = []
+    for i in range(n):
+        out.append({"body": f"{prefix}-{i}", "tags": "TagA" if i % 2 == 0 else "TagB", "keys": f"{prefix}-key-{i}",
+                    "props": {"userProp": f"v{i}"}, **extra})
+    return out
+
+
+def test_send_modes_and_clustering_split(servers, home):
+    topic = "CppCluster"
+    sent = _msgs("sync", 8) + _msgs("oneway", 4, mode="oneway") + [
+        {"body": f"ord-{i}", "tags": "TagA", "keys": "ok", "mode": "orderly", "arg": 7} for i in range(4)]
+    res = produce(home, servers.namesrv, topic, sent)
+    assert len(res) == len(sent)
+    assert all(r["status"] == 0 for r in res)
+    syncs = [r for r in res if r["msg_id"]]
+    assert all(len(r["msg_id"]) == 32 for r in syncs)
+    c1 = Driver(home / "c1", "consume", servers.namesrv, topic, "CID_CPP", "*", "CLUSTERING", 0, 40)
+    c2 = Driver(home / "c2", "consume", servers.namesrv, topic, "CID_CPP", "*", "CLUSTERING", 0, 40)
+    everything = lambda: len(c1.messages()) + len(c2.messages()) >= len(sent)  # noqa: E731
+    deadline = time.time() + 40
+    while time.time() < deadline and not everything():
+        time.sleep(0.2)
+    for c in (c1, c2):
+        c.proc.terminate()
+        c.finish(30)
+    got = c1.messages() + c2.messages()
+    bodies = sorted(m["body"] for m in got)
+    assert set(bodies) == {m["body"] for m in sent}, "every message reaches the group"
+    # Queues are split: each queue is consumed by one member only (outside a rebalance window).
+    q1 = {m["queue_id"] for m in c1.messages()}
+    q2 = {m["queue_id"] for m in c2.messages()}
+    assert c1.messages() and c2.messages(), "both members got queues"
+    dup = len(bodies) - len(set(bodies))
+    assert dup <= len(q1 & q2) * 8, f"duplicates only around a rebalance ({dup})"
+    by_body = {m["body"]: m for m in got}
+    for m in sent:
+        g = by_body[m["body"]]
+        assert g["tags"] == m["tags"] and g["keys"] == m["keys"]
+        if "props" in m:
+            assert g["props"]["userProp"] == m["props"]["userProp"]
+        assert g["topic"] == topic
+    # ordered sends with the same arg land on one queue in order (arg 7 % 4 = 3)
+    ords = sorted((m for m in got if m["body"].startswith("ord-")), key=lambda m: m["queue_offset"])
+    assert {m["queue_id"] for m in ords} == {3}
+    assert [m["body"] for m in ords] == [f"ord-{i}" for i in range(4)]
+
+
+def test_tag_expression_filters(servers, home):
+    topic = "CppTags"
+    sent = [{"body": f"t-{i}", "tags": ["TagA", "TagB", "TagC"][i % 3], "keys": "k"} for i in range(12)]
+    produce(home, servers.namesrv, topic, sent)
+    c = Driver(home, "consume", servers.namesrv, topic, "CID_CPP_TAGS", "TagA || TagB", "CLUSTERING", 8, 30)
+    c.wait(lambda items: len([i for i in items if "body" in i]) >= 8, 30)
+    time.sleep(1.0)
+    c.proc.terminate()
+    c.finish(30)
+    got = sorted(m["body"] for m in c.messages())
+    assert set(got) == {m["body"] for m in sent if m["tags"] in ("TagA", "TagB")}
+
+
+def test_broadcasting_each_consumer_gets_all(servers, home):
+    topic = "CppBroadcast"
+    produce(home, servers.namesrv, topic, [{"body": "warmup", "tags": "TagA"}])  # create the topic
+    c1 = Driver(home / "b1", "consume", servers.namesrv, topic, "CID_CPP_BC", "*", "BROADCASTING", 6, 40)
+    c2 = Driver(home / "b2", "consume", servers.namesrv, topic, "CID_CPP_BC", "*", "BROADCASTING", 6, 40)
+    for c in (c1, c2):
+        assert c.wait(lambda items: any(i.get("started") for i in items), 20)
+    time.sleep(3.0)  # a broadcast consumer starts at the queue end (no local offsets yet): let it get there
+    sent = _msgs("bc", 6)
+    produce(home, servers.namesrv, topic, sent)
+    for c in (c1, c2):
+        c.wait(lambda items: len([i for i in items if "body" in i and i["body"].startswith("bc-")]) >= 6, 30)
+        c.proc.terminate()
+        c.finish(30)
+        assert sorted(m["body"] for m in c.messages() if m["body"].startswith("bc-")) == sorted(m["body"] for m in sent)
+
+
+def test_offsets_survive_consumer_restart(servers, home):
+    topic = "CppRestart"
+    first = _msgs("r1", 6)
+    produce(home, servers.namesrv, topic, first)
+    c = Driver(home, "consume", servers.namesrv, topic, "CID_CPP_RS", "*", "CLUSTERING", 6, 30)
+    assert c.wait(lambda items: len([i for i in items if "body" in i]) >= 6, 30)
+    time.sleep(6.0)  # the C++ client persists offsets every 5 s and at shutdown
+    c.proc.terminate()
+    c.finish(30)
+    second = _msgs("r2", 4)
+    produce(home, servers.namesrv, topic, second)
+    c = Driver(home, "consume", servers.namesrv, topic, "CID_CPP_RS", "*", "CLUSTERING", 4, 30)
+    c.wait(lambda items: len([i for i in items if "body" in i]) >= 4, 30)
+    time.sleep(2.0)
+    c.proc.terminate()
+    c.finish(30)
+    got = [m["body"] for m in c.messages()]
+    assert sorted(got) == sorted(m["body"] for m in second), "committed messages were not replayed"
+
+
+def test_pull_consumer_and_delay_level(servers, home):
+    topic = "CppPull"
+    produce(home, servers.namesrv, topic, [{"body": "now", "tags": "TagA"}, {"body": "later", "tags": "TagA", "delay": 1}])
+    d = Driver(home, "pull", servers.namesrv, topic, "CID_CPP_PULL", "*")
+    d.finish(60)
+    assert [m["body"] for m in d.messages()] == ["now"]
+    time.sleep(1.5)  # level 1 = 1 s
+    d = Driver(home, "pull", servers.namesrv, topic, "CID_CPP_PULL2", "*")
+    d.finish(60)
+    assert sorted(m["body"] for m in d.messages()) == ["later", "now"]
