@@ -9,3 +9,23 @@ from rmq_core.message import (  # noqa: F401
 )
 
 __version__ = "0.1.0"
+
+# Clients are imported on first use so `import rmq_core` (the broker, the store) stays light.
+_CLIENT_EXPORTS = {
+    "Producer": "rmq_core.client.producer",
+    "PushConsumer": "rmq_core.client.push_consumer",
+    "PullConsumer": "rmq_core.client.pull_consumer",
+    "SelectMessageQueueByHash": "rmq_core.client.selector",
+    "SelectMessageQueueByRandom": "rmq_core.client.selector",
+}
+
+
+def __getattr__(name):
+    module = _CLIENT_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rmq_core' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,276 @@
+"""Consume services: hand buffered messages to the user's listener on the consume thread pool.
+
+Concurrent (ConsumeMessageConcurrentlyService): batches of up to `consume_message_batch_max_size`
+run in parallel; RECONSUME_LATER (or an exception) sends the batch back to the broker (clustering)
+so it returns through %RETRY%<group>; the lowest unconsumed offset is committed.
+
+Orderly (ConsumeMessageOrderlyService): one thread at a time per queue, only while the broker
+lock is held; SUSPEND_CURRENT_QUEUE_A_MOMENT retries locally after a pause, up to
+max_reconsume_times, then the message goes to %DLQ%<group>.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import time
+from typing import Callable
+
+from rmq_core import plugins
+from rmq_core.client.process_queue import ProcessQueue
+from rmq_core.client.pull_api import reset_retry_topic
+from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
+from rmq_core.message import ConsumeStatus, MessageConst, MessageModel, MessageQueue
+from rmq_core.remoting.codes import RequestCode
+from rmq_core.remoting.command import RemotingCommand
+
+log = logging.getLogger("rmq.client.consume")
+
+MAX_TIME_CONSUME_CONTINUOUSLY = 60.0
+
+
+class _ConsumeContext:
+    __slots__ = ("consumer_group", "queue", "messages", "status", "success", "orderly")
+
+    def __init__(self, group, mq, msgs, orderly):
+        self.consumer_group, self.queue, self.messages, self.orderly = group, mq, msgs, orderly
+        self.status = None
+        self.success = False
+
+
+class _BaseConsumeService:
+    def __init__(self, consumer, listener: Callable, pool: concurrent.futures.ThreadPoolExecutor):
+        self.consumer = consumer
+        self.listener = listener
+        self.pool = pool
+        self.group = consumer.group
+        self._hooks = plugins.has_impls("rmq_before_consume") or plugins.has_impls("rmq_after_consume")
+        self.stats = {"ok": 0, "failed": 0, "sent_back": 0, "dlq": 0}
+        self._stats_lock = threading.Lock()
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._stats_lock:
+            self.stats[key] += n
+
+    def _call_listener(self, msgs, mq, orderly: bool):
+        ctx = None
+        if self._hooks:
+            ctx = _ConsumeContext(self.group, mq, msgs, orderly)
+            plugins.get_plugin_manager().hook.rmq_before_consume(context=ctx)
+        now_ms = str(int(time.time() * 1000))
+        for m in msgs:
+            m.put_property(MessageConst.CONSUME_START_TIMESTAMP, now_ms)
+        try:
+            status = self.listener(msgs)
+        except Exception:
+            log.exception("consume message exception, group=%s %s (%d message(s))", self.group, mq, len(msgs))
+            status = None
+        if isinstance(status, str):
+            try:
+                status = ConsumeStatus(status)
+            except ValueError:
+                status = None
+        if ctx is not None:
+            ctx.status = status
+            ctx.success = status in (ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.SUCCESS)
+            plugins.get_plugin_manager().hook.rmq_after_consume(context=ctx)
+        return status
+
+    def _submit(self, fn, *args) -> None:
+        try:
+            self.pool.submit(fn, *args)
+        except RuntimeError:  # pool shut down: the consumer is stopping
+            pass
+
+    def send_message_back(self, msg, mq: MessageQueue, delay_level: int) -> bool:
+        """CONSUMER_SEND_MSG_BACK; True when the broker took it."""
+        inst = self.consumer.instance
+        try:
+            inst.run(self._send_back(msg, mq, delay_level), timeout=inst.config.mq_client_api_timeout + 5)
+            return True
+        except (MQClientError, MQBrokerError, RemotingError) as e:
+            log.warning("send message back failed, group=%s msg=%s: %s", self.group, msg.msg_id, e)
+            return False
+
+    async def _send_back(self, msg, mq: MessageQueue, delay_level: int) -> None:
+        inst = self.consumer.instance
+        addr = await inst.find_broker_addr_in_publish_async(mq)
+        req = RemotingCommand.create_request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+            "offset": msg.commit_log_offset, "group": self.group, "delayLevel": delay_level,
+            "originMsgId": msg.msg_id, "originTopic": msg.topic, "unitMode": False,
+            "maxReconsumeTimes": self.consumer.effective_max_reconsume_times(),
+        })
+        await inst.invoke_broker(addr, req)
+
+
+class ConsumeConcurrentlyService(_BaseConsumeService):
+    orderly = False
+
+    def submit_consume_request(self, msgs, pq: ProcessQueue, mq: MessageQueue, dispatch: bool) -> None:
+        n = max(1, self.consumer.consume_message_batch_max_size)
+        for i in range(0, len(msgs), n):
+            self._submit(self._consume, msgs[i:i + n], pq, mq)
+
+    def _consume(self, msgs, pq: ProcessQueue, mq: MessageQueue) -> None:
+        if pq.dropped:
+            return
+        reset_retry_topic(msgs, self.group)
+        status = self._call_listener(msgs, mq, False)
+        if pq.dropped:
+            log.info("processQueue dropped while consuming, group=%s %s: %d message(s) will be redelivered",
+                     self.group, mq, len(msgs))
+            return
+        self._process_result(status, msgs, pq, mq)
+
+    def _process_result(self, status, msgs, pq: ProcessQueue, mq: MessageQueue) -> None:
+        ok = status in (ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.SUCCESS)
+        if ok:
+            self._count("ok", len(msgs))
+            done = msgs
+        else:
+            self._count("failed", len(msgs))
+            if self.consumer.message_model is MessageModel.BROADCASTING:
+                for m in msgs:
+                    log.warning("BROADCASTING, the message consume failed, drop it, %s", m.msg_id)
+                done = msgs
+            else:
+                later = []
+                for m in msgs:
+                    if self.send_message_back(m, mq, 0):
+                        self._count("sent_back")
+                    else:
+                        m.reconsume_times = m.reconsume_times + 1
+                        later.append(m)
+                done = [m for m in msgs if m not in later] if later else msgs
+                if later:
+                    # the broker would not take them back: consume again here after a pause
+                    self.consumer.instance.scheduler.schedule(
+                        lambda: self.submit_consume_request(later, pq, mq, True), None,
+                        self.consumer.consume_later_delay, "consume later")
+        offset = pq.remove_messages(done)
+        if offset >= 0 and not pq.dropped:
+            self.consumer.offset_store.update_offset(mq, offset, True)
+
+    def clean_expired_messages(self, pq: ProcessQueue, mq: MessageQueue, timeout: float) -> int:
+        """Send back messages consumed for longer than `timeout` s (they are stuck in a listener)."""
+        if self.consumer.message_model is not MessageModel.CLUSTERING:
+            return 0
+        cleaned = 0
+        now_ms = time.time() * 1000
+        for m in pq.first_messages(16):
+            start = m.get_property(MessageConst.CONSUME_START_TIMESTAMP)
+            if not start or now_ms - int(start) <= timeout * 1000:
+                break
+            log.warning("send expired msg back, group=%s msg=%s queue_offset=%d", self.group, m.msg_id, m.queue_offset)
+            if self.send_message_back(m, mq, 3):
+                self._count("sent_back")
+                offset = pq.remove_messages([m])
+                if offset >= 0 and not pq.dropped:
+                    self.consumer.offset_store.update_offset(mq, offset, True)
+                cleaned += 1
+        return cleaned
+
+
+class ConsumeOrderlyService(_BaseConsumeService):
+    orderly = True
+
+    def __init__(self, consumer, listener, pool):
+        super().__init__(consumer, listener, pool)
+        self._mq_locks: dict[MessageQueue, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def _mq_lock(self, mq: MessageQueue) -> threading.Lock:
+        with self._locks_guard:
+            lk = self._mq_locks.get(mq)
+            if lk is None:
+                lk = self._mq_locks[mq] = threading.Lock()
+            return lk
+
+    def submit_consume_request(self, msgs, pq: ProcessQueue, mq: MessageQueue, dispatch: bool) -> None:
+        if dispatch:
+            self._submit(self._consume, pq, mq)
+
+    def _later(self, pq: ProcessQueue, mq: MessageQueue, delay: float) -> None:
+        self.consumer.instance.scheduler.schedule(lambda: self._submit(self._consume, pq, mq), None, delay,
+                                                  "orderly consume later")
+
+    def _try_lock_later_and_reconsume(self, pq: ProcessQueue, mq: MessageQueue, delay: float) -> None:
+        def job():
+            if pq.dropped:
+                return
+            locked = self.consumer.rebalance.lock(mq)
+            self._later(pq, mq, 0.01 if locked else self.consumer.pull_time_delay_when_exception)
+        self.consumer.instance.scheduler.schedule(job, None, delay, "orderly lock later")
+
+    def _consume(self, pq: ProcessQueue, mq: MessageQueue) -> None:
+        if pq.dropped:
+            return
+        clustering = self.consumer.message_model is MessageModel.CLUSTERING
+        max_live = self.consumer.lock_max_live_time
+        with self._mq_lock(mq):
+            if clustering and (not pq.locked or pq.is_lock_expired(max_live)):
+                self._try_lock_later_and_reconsume(pq, mq, 0.1)
+                return
+            begin = time.monotonic()
+            batch = max(1, self.consumer.consume_message_batch_max_size)
+            while True:
+                if pq.dropped:
+                    return
+                if clustering and (not pq.locked or pq.is_lock_expired(max_live)):
+                    self._try_lock_later_and_reconsume(pq, mq, 0.01)
+                    return
+                if time.monotonic() - begin > MAX_TIME_CONSUME_CONTINUOUSLY:
+                    self._later(pq, mq, 0.01)  # let other queues have the thread
+                    return
+                msgs = pq.take_messages(batch)
+                if not msgs:
+                    return
+                reset_retry_topic(msgs, self.group)
+                with pq.consume_lock:
+                    if pq.dropped:
+                        pq.rollback()
+                        return
+                    status = self._call_listener(msgs, mq, True)
+                if not self._process_result(status, msgs, pq, mq):
+                    return
+
+    def _process_result(self, status, msgs, pq: ProcessQueue, mq: MessageQueue) -> bool:
+        if status in (ConsumeStatus.SUCCESS, ConsumeStatus.CONSUME_SUCCESS):
+            self._count("ok", len(msgs))
+            offset = pq.commit()
+            cont = True
+        else:
+            self._count("failed", len(msgs))
+            if self._check_reconsume_times(msgs, mq):
+                pq.make_messages_to_consume_again(msgs)
+                self._later(pq, mq, self.consumer.suspend_current_queue_time)
+                return False
+            offset = pq.commit()  # they went to the DLQ
+            cont = True
+        if offset >= 0 and not pq.dropped:
+            self.consumer.offset_store.update_offset(mq, offset, False)
+        return cont
+
+    def _check_reconsume_times(self, msgs, mq: MessageQueue) -> bool:
+        """True: suspend and retry locally.  Messages past max_reconsume_times go to the DLQ."""
+        suspend = False
+        max_times = self.consumer.effective_max_reconsume_times()
+        for m in msgs:
+            if m.reconsume_times >= max_times:
+                # delay level -1: the broker stores it straight into %DLQ%<group>
+                if self.consumer.message_model is MessageModel.CLUSTERING and self.send_message_back(m, mq, -1):
+                    self._count("dlq")
+                    log.warning("orderly message %s reached max reconsume times %d: moved to the DLQ",
+                                m.msg_id, max_times)
+                elif self.consumer.message_model is MessageModel.BROADCASTING:
+                    log.warning("BROADCASTING, orderly message %s failed %d times: dropped", m.msg_id, max_times)
+                else:
+                    suspend = True
+                    m.reconsume_times = m.reconsume_times + 1
+            else:
+                suspend = True
+                m.reconsume_times = m.reconsume_times + 1
+        return suspend
+
+
+__all__ = ["ConsumeConcurrentlyService", "ConsumeOrderlyService"]

@@ -1,0 +1,594 @@
+"""MQClientInstance: what producers and consumers of one client id share.
+
+One instance owns a RemotingClient on a private asyncio event loop running in a daemon thread;
+synchronous API calls submit coroutines to it (`run`).  It caches topic routes and broker
+addresses, heartbeats every broker, answers broker->client requests (NOTIFY_CONSUMER_IDS_CHANGED
+and friends), runs a small scheduler thread for the periodic jobs (route refresh, heartbeat,
+offset persistence, orderly lock renewal) and a rebalance thread (every 20 s, or at once when
+woken).  Blocking work (offset stores, rebalance) never runs on the event loop.
+
+`MQClientManager.get_instance(config)` returns the instance for a client id, so objects that
+share an instance name share one connection set, as in the Java client.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import heapq
+import itertools
+import json
+import logging
+import os
+import random
+import threading
+import time
+from typing import Any, Callable
+
+from rmq_core import plugins
+from rmq_core.client.config import ClientConfig
+from rmq_core.client.route import TopicPublishInfo, TopicRouteData
+from rmq_core.client.subscription import heartbeat_body
+from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
+from rmq_core.message import MessageQueue, MixAll, TopicValidator
+from rmq_core.remoting.client import RemotingClient
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand
+
+log = logging.getLogger("rmq.client")
+
+
+# --- scheduler: one thread for the periodic jobs ------------------------------------------------
+class Scheduler:
+    """A tiny ScheduledExecutorService: jobs run one after another on one daemon thread."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._cond = threading.Condition()
+        self._heap: list = []
+        self._seq = itertools.count()
+        self._cancelled: set = set()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def schedule(self, fn: Callable[[], Any], interval: float | None, initial_delay: float = 0.0, name: str = "") -> int:
+        """Run fn after initial_delay, then every `interval` seconds (None: once).  Returns a handle."""
+        handle = next(self._seq)
+        with self._cond:
+            heapq.heappush(self._heap, (time.monotonic() + initial_delay, handle, fn, interval, name))
+            self._cond.notify()
+        return handle
+
+    def cancel(self, handle: int) -> None:
+        with self._cond:
+            self._cancelled.add(handle)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    self._cond.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
+                if self._stopped:
+                    return
+                when, handle, fn, interval, name = heapq.heappop(self._heap)
+                if handle in self._cancelled:
+                    self._cancelled.discard(handle)
+                    continue
+            try:
+                fn()
+            except Exception:  # a periodic job must never kill the scheduler
+                log.exception("scheduled job %s failed", name or fn)
+            if interval is not None:
+                with self._cond:
+                    if handle in self._cancelled:
+                        self._cancelled.discard(handle)
+                    else:
+                        heapq.heappush(self._heap, (time.monotonic() + interval, handle, fn, interval, name))
+
+
+class _BrokerRequestProcessor:
+    """Answers broker->client requests (ClientRemotingProcessor)."""
+
+    def __init__(self, instance: "MQClientInstance"):
+        self.instance = instance
+
+    async def process_request(self, ctx, request: RemotingCommand):
+        code = request.code
+        inst = self.instance
+        if code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            log.info("consumer ids of group %s changed: rebalancing now", request.get_str("consumerGroup"))
+            inst.rebalance_immediately()
+            return None
+        if code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            group = request.get_str("consumerGroup")
+            consumer = inst.consumers.get(group)
+            if consumer is None:
+                return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                             f"The Consumer Group <{group}> not exist in this consumer")
+            body = json.dumps(consumer.running_info(), default=str).encode("utf-8")
+            return request.make_response(ResponseCode.SUCCESS, body=body)
+        if code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            group = request.get_str("group")
+            topic = request.get_str("topic")
+            consumer = inst.consumers.get(group)
+            if consumer is not None and request.body:
+                table = parse_offset_table(request.body, topic)
+                loop = asyncio.get_running_loop()
+                # the reset blocks (offset store, waits for consume threads): off the event loop
+                loop.run_in_executor(inst.blocking_executor, consumer.reset_offset, topic, table)
+            return request.make_response(ResponseCode.SUCCESS)
+        return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                     f"request code {code} not supported by this client")
+
+
+def parse_offset_table(body: bytes, topic: str | None) -> dict[MessageQueue, int]:
+    """ResetOffsetBody: {"offsetTable": {...}}.  Java's fastjson writes MessageQueue keys as JSON
+    objects (not valid JSON); accept a list form [{"brokerName","queueId","topic","offset"}] and
+    string keys "topic@broker@qid" as well as the object-key form."""
+    text = body.decode("utf-8", "replace")
+    out: dict[MessageQueue, int] = {}
+    try:
+        raw = json.loads(text)
+        table = raw.get("offsetTable", raw)
+        if isinstance(table, list):
+            for e in table:
+                out[MessageQueue(e.get("topic", topic), e["brokerName"], int(e["queueId"]))] = int(e["offset"])
+            return out
+        for k, v in table.items():
+            t, b, q = k.split("@")
+            out[MessageQueue(t, b, int(q))] = int(v)
+        return out
+    except (ValueError, KeyError, AttributeError, TypeError):
+        pass
+    import re
+    for m in re.finditer(r'\{([^{}]*)\}\s*:\s*(-?\d+)', text):
+        fields = dict(re.findall(r'"(\w+)"\s*:\s*"?([^",}]*)"?', m.group(1)))
+        try:
+            out[MessageQueue(fields.get("topic", topic), fields["brokerName"], int(fields["queueId"]))] = int(m.group(2))
+        except (KeyError, ValueError):
+            continue
+    return out
+
+
+class MQClientInstance:
+    def __init__(self, config: ClientConfig):
+        self.config = config
+        self.client_id = config.client_id
+        self.producers: dict[str, Any] = {}
+        self.consumers: dict[str, Any] = {}
+        self.topic_route_table: dict[str, TopicRouteData] = {}
+        self.broker_addr_table: dict[str, dict[int, str]] = {}
+        self._lock = threading.RLock()
+        self._route_lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self.remoting: RemotingClient | None = None
+        self.scheduler = Scheduler(f"rmq-sched-{self.client_id}")
+        self._rebalance_event = threading.Event()
+        self._rebalance_thread: threading.Thread | None = None
+        self._running = False
+        self._stopping = False
+        self._namesrv_index = random.randrange(len(config.namesrv))
+        self.blocking_executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix=f"rmq-io-{self.client_id}")
+        self._rpc_hooks = False
+        self._pending_tasks: set = set()
+
+    # --- life cycle ------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None
+        return self._loop
+
+    def start(self) -> None:
+        with self._lock:
+            if self._running:
+                return
+            self._rpc_hooks = plugins.has_impls("rmq_rpc_before_request") or plugins.has_impls("rmq_rpc_after_response")
+            self._loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def run_loop():
+                asyncio.set_event_loop(self._loop)
+                self._loop.call_soon(ready.set)
+                self._loop.run_forever()
+
+            self._loop_thread = threading.Thread(target=run_loop, name=f"rmq-loop-{self.client_id}", daemon=True)
+            self._loop_thread.start()
+            ready.wait()
+
+            async def init():
+                self._route_lock = asyncio.Lock()
+                self.remoting = RemotingClient(name=f"client-{self.client_id}", connect_timeout=self.config.connect_timeout)
+                proc = _BrokerRequestProcessor(self)
+                for code in (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.GET_CONSUMER_RUNNING_INFO,
+                             RequestCode.RESET_CONSUMER_CLIENT_OFFSET):
+                    self.remoting.register_processor(code, proc)
+
+            self.run(init())
+            self.scheduler.start()
+            cfg = self.config
+            self.scheduler.schedule(self._refresh_routes_job, cfg.poll_name_server_interval,
+                                    min(3.0, cfg.poll_name_server_interval), "route refresh")
+            self.scheduler.schedule(self._heartbeat_job, cfg.heartbeat_broker_interval,
+                                    cfg.heartbeat_broker_interval, "heartbeat")
+            self.scheduler.schedule(self._persist_offsets_job, cfg.persist_consumer_offset_interval,
+                                    cfg.persist_consumer_offset_interval, "persist offsets")
+            self._rebalance_thread = threading.Thread(target=self._rebalance_loop, name=f"rmq-rebalance-{self.client_id}",
+                                                      daemon=True)
+            self._running = True
+            self._rebalance_thread.start()
+            log.info("the client factory [%s] start OK", self.client_id)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if not self._running:
+                return
+            self._stopping = True
+            self._running = False
+        self._rebalance_event.set()
+        if self._rebalance_thread is not None:
+            self._rebalance_thread.join(30)
+        self.scheduler.stop()
+        self.blocking_executor.shutdown(wait=True)
+
+        async def close():
+            tasks = [t for t in self._pending_tasks if not t.done()]
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            if self.remoting is not None:
+                await self.remoting.close()
+
+        try:
+            self.run(close(), timeout=10)
+        except Exception:
+            log.exception("closing the remoting client of %s failed", self.client_id)
+        loop = self._loop
+        loop.call_soon_threadsafe(loop.stop)
+        self._loop_thread.join(10)
+        loop.close()
+        MQClientManager.remove(self)
+        log.info("the client factory [%s] shut down", self.client_id)
+
+    # --- bridging threads and the loop -----------------------------------------------------------
+    def in_loop_thread(self) -> bool:
+        return self._loop_thread is threading.current_thread()
+
+    def submit(self, coro) -> concurrent.futures.Future:
+        if self._loop is None or self._loop.is_closed():
+            coro.close()
+            raise MQClientError(f"client {self.client_id} is not running")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def run(self, coro, timeout: float | None = None):
+        """Run a coroutine on the client loop and wait for it (never call from the loop itself)."""
+        if self.in_loop_thread():
+            coro.close()
+            raise RuntimeError("MQClientInstance.run() called on the client event loop (would deadlock)")
+        fut = self.submit(coro)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise MQClientError(f"operation timed out after {timeout} s") from None
+
+    def spawn(self, coro) -> asyncio.Task:
+        """Start a background task on the loop (call from the loop); cancelled at shutdown."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._pending_tasks.add(task)
+        task.add_done_callback(self._pending_tasks.discard)
+        return task
+
+    def spawn_threadsafe(self, coro) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            coro.close()
+            return
+        try:
+            loop.call_soon_threadsafe(lambda: self.spawn(coro))
+        except RuntimeError:  # loop closed between the check and the call
+            coro.close()
+
+    # --- registration ----------------------------------------------------------------------------
+    def register_producer(self, group: str, producer) -> None:
+        with self._lock:
+            if group in self.producers and self.producers[group] is not producer:
+                raise MQClientError(
+                    f"producer group {group!r} is already used by another producer of client {self.client_id}; "
+                    "give one of them another instance_name"
+                )
+            self.producers[group] = producer
+
+    def register_consumer(self, group: str, consumer) -> None:
+        with self._lock:
+            if group in self.consumers and self.consumers[group] is not consumer:
+                raise MQClientError(
+                    f"consumer group {group!r} is already used by another consumer of client {self.client_id}; "
+                    "give one of them another instance_name"
+                )
+            self.consumers[group] = consumer
+
+    def unregister_producer(self, group: str) -> None:
+        with self._lock:
+            self.producers.pop(group, None)
+        self._unregister_client(group, "")
+        self._shutdown_if_idle()
+
+    def unregister_consumer(self, group: str) -> None:
+        with self._lock:
+            self.consumers.pop(group, None)
+        self._unregister_client("", group)
+        self._shutdown_if_idle()
+
+    def _shutdown_if_idle(self) -> None:
+        with self._lock:
+            idle = not self.producers and not self.consumers
+        if idle:
+            self.shutdown()
+
+    def _unregister_client(self, producer_group: str, consumer_group: str) -> None:
+        if not self._running:
+            return
+
+        async def unregister_all():
+            for name, addrs in list(self.broker_addr_table.items()):
+                for addr in addrs.values():
+                    req = RemotingCommand.create_request(RequestCode.UNREGISTER_CLIENT, {
+                        "clientID": self.client_id, "producerGroup": producer_group,
+                        "consumerGroup": consumer_group,
+                    })
+                    try:
+                        await self.invoke(addr, req, self.config.mq_client_api_timeout)
+                    except (RemotingError, MQClientError) as e:
+                        log.warning("unregister client %s at broker %s failed: %s", self.client_id, addr, e)
+
+        try:
+            self.run(unregister_all(), timeout=self.config.mq_client_api_timeout * 2 + 1)
+        except Exception as e:
+            log.warning("unregister client %s failed: %s", self.client_id, e)
+
+    # --- rpc -------------------------------------------------------------------------------------
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        if self._rpc_hooks:
+            plugins.get_plugin_manager().hook.rmq_rpc_before_request(remote_addr=addr, request=request)
+        resp = await self.remoting.invoke(addr, request, timeout)
+        if self._rpc_hooks:
+            plugins.get_plugin_manager().hook.rmq_rpc_after_response(remote_addr=addr, request=request, response=resp)
+        return resp
+
+    async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
+        if self._rpc_hooks:
+            plugins.get_plugin_manager().hook.rmq_rpc_before_request(remote_addr=addr, request=request)
+        await self.remoting.invoke_oneway(addr, request)
+
+    async def invoke_namesrv(self, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        addrs = self.config.namesrv
+        last: Exception | None = None
+        for i in range(len(addrs)):
+            addr = addrs[(self._namesrv_index + i) % len(addrs)]
+            try:
+                resp = await self.invoke(addr, request, timeout or self.config.mq_client_api_timeout)
+                self._namesrv_index = (self._namesrv_index + i) % len(addrs)
+                return resp
+            except RemotingError as e:
+                last = e
+                request = RemotingCommand.create_request(request.code, dict(request.ext_fields), request.body)
+        raise MQClientError(f"no name server reachable among {addrs}: {last}")
+
+    async def invoke_broker(self, addr: str, request: RemotingCommand, timeout: float | None = None,
+                            ok_codes=(ResponseCode.SUCCESS,)) -> RemotingCommand:
+        """Invoke and raise MQBrokerError (naming the broker) unless the code is in ok_codes."""
+        resp = await self.invoke(addr, request, timeout or self.config.mq_client_api_timeout)
+        if resp.code not in ok_codes:
+            raise MQBrokerError(resp.code, resp.remark, addr)
+        return resp
+
+    # --- routes ----------------------------------------------------------------------------------
+    async def get_topic_route(self, topic: str, timeout: float | None = None) -> TopicRouteData | None:
+        """Ask the name server; None when the topic does not exist (TOPIC_NOT_EXIST)."""
+        req = RemotingCommand.create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        resp = await self.invoke_namesrv(req, timeout)
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(resp.code, resp.remark, "name server")
+        if not resp.body:
+            raise MQClientError(f"empty route body for topic {topic!r} from the name server")
+        return TopicRouteData.from_json(resp.body)
+
+    async def update_topic_route(self, topic: str, default_topic: str | None = None, default_queue_nums: int = 4) -> bool:
+        """Refresh one topic's route; returns True when a route is known afterwards."""
+        async with self._route_lock:
+            try:
+                if default_topic:
+                    route = await self.get_topic_route(default_topic)
+                    if route is not None:
+                        route = route.with_default_topic_queue_nums(default_queue_nums)
+                else:
+                    route = await self.get_topic_route(topic)
+            except (MQClientError, MQBrokerError, RemotingError) as e:
+                log.warning("update route of topic %s failed: %s", topic, e)
+                return topic in self.topic_route_table
+            if route is None:
+                if not default_topic:
+                    log.debug("no route for topic %s on the name server", topic)
+                return False
+            old = self.topic_route_table.get(topic)
+            self.topic_route_table[topic] = route
+            for bd in route.broker_datas:
+                self.broker_addr_table[bd.broker_name] = dict(bd.broker_addrs)
+            if old != route:
+                for p in list(self.producers.values()):
+                    p.on_route_changed(topic, route)
+                for c in list(self.consumers.values()):
+                    c.on_route_changed(topic, route)
+            return True
+
+    def topics_in_use(self) -> set[str]:
+        topics: set[str] = set()
+        for p in list(self.producers.values()):
+            topics.update(p.published_topics())
+        for c in list(self.consumers.values()):
+            topics.update(c.subscribed_topics())
+        return topics
+
+    def _refresh_routes_job(self) -> None:
+        async def refresh():
+            for t in self.topics_in_use():
+                await self.update_topic_route(t)
+
+        self.run(refresh(), timeout=60)
+
+    def find_broker_addr_in_publish(self, broker_name: str) -> str | None:
+        addrs = self.broker_addr_table.get(broker_name)
+        return addrs.get(MixAll.MASTER_ID) if addrs else None
+
+    def find_broker_addr_in_subscribe(self, broker_name: str, broker_id: int = MixAll.MASTER_ID) -> str | None:
+        addrs = self.broker_addr_table.get(broker_name)
+        if not addrs:
+            return None
+        return addrs.get(broker_id) or addrs.get(MixAll.MASTER_ID) or next(iter(addrs.values()))
+
+    async def find_broker_addr_in_subscribe_async(self, mq: MessageQueue, broker_id: int = MixAll.MASTER_ID) -> str:
+        addr = self.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
+        if addr is None:
+            await self.update_topic_route(mq.topic)
+            addr = self.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
+        if addr is None:
+            raise MQClientError(f"the broker {mq.broker_name!r} of {mq} is not in any route known to {self.client_id}")
+        return addr
+
+    async def find_broker_addr_in_publish_async(self, mq: MessageQueue) -> str:
+        addr = self.find_broker_addr_in_publish(mq.broker_name)
+        if addr is None:
+            await self.update_topic_route(mq.topic)
+            addr = self.find_broker_addr_in_publish(mq.broker_name)
+        if addr is None:
+            raise MQClientError(f"the master of broker {mq.broker_name!r} ({mq}) is not in any route known to {self.client_id}")
+        return addr
+
+    async def find_consumer_id_list(self, topic: str, group: str) -> list[str]:
+        route = self.topic_route_table.get(topic)
+        if route is None:
+            await self.update_topic_route(topic)
+            route = self.topic_route_table.get(topic)
+        if route is None or not route.broker_datas:
+            return []
+        bd = random.choice(route.broker_datas)
+        addr = bd.select_broker_addr()
+        if addr is None:
+            return []
+        req = RemotingCommand.create_request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        resp = await self.invoke_broker(addr, req)
+        if not resp.body:
+            return []
+        return list(json.loads(resp.body).get("consumerIdList") or [])
+
+    # --- heartbeat -------------------------------------------------------------------------------
+    async def send_heartbeat_to_all_brokers(self, raise_errors: bool = False) -> None:
+        """HEART_BEAT to every known broker (masters; slaves too when there are consumers).
+
+        raise_errors: at start the broker's refusal (e.g. a duplicate client id) is surfaced."""
+        producers = list(self.producers)
+        consumers = list(self.consumers.values())
+        if not producers and not consumers:
+            return
+        body = heartbeat_body(self.client_id, producers, consumers)
+        errors = []
+        for name, addrs in list(self.broker_addr_table.items()):
+            for bid, addr in addrs.items():
+                if not consumers and bid != MixAll.MASTER_ID:
+                    continue
+                req = RemotingCommand.create_request(RequestCode.HEART_BEAT, {}, body)
+                try:
+                    await self.invoke_broker(addr, req)
+                except MQBrokerError as e:
+                    log.warning("heartbeat of %s to broker %s (%s) refused: %s", self.client_id, name, addr, e)
+                    errors.append(e)
+                except (RemotingError, MQClientError) as e:
+                    log.warning("heartbeat of %s to broker %s (%s) failed: %s", self.client_id, name, addr, e)
+        if raise_errors and errors:
+            raise errors[0]
+
+    def _heartbeat_job(self) -> None:
+        self.run(self.send_heartbeat_to_all_brokers(), timeout=60)
+
+    def heartbeat_now(self, raise_errors: bool = False) -> None:
+        self.run(self.send_heartbeat_to_all_brokers(raise_errors), timeout=60)
+
+    # --- consumers: offsets and rebalance --------------------------------------------------------
+    def _persist_offsets_job(self) -> None:
+        for c in list(self.consumers.values()):
+            try:
+                c.persist_consumer_offset()
+            except Exception:
+                log.exception("persisting offsets of group %s failed", c.group)
+
+    def rebalance_immediately(self) -> None:
+        self._rebalance_event.set()
+
+    def _rebalance_interval(self) -> float:
+        intervals = [getattr(c, "rebalance_interval", 20.0) for c in list(self.consumers.values())]
+        return min(intervals) if intervals else 20.0
+
+    def _rebalance_loop(self) -> None:
+        while self._running:
+            self._rebalance_event.wait(self._rebalance_interval())
+            self._rebalance_event.clear()
+            if not self._running:
+                return
+            self.do_rebalance()
+
+    def do_rebalance(self) -> None:
+        for c in list(self.consumers.values()):
+            if not self._running:
+                return
+            try:
+                c.do_rebalance()
+            except Exception:
+                log.exception("rebalance of group %s failed", c.group)
+
+
+class MQClientManager:
+    """client id -> MQClientInstance (one per process per id)."""
+
+    _lock = threading.Lock()
+    _table: dict[str, MQClientInstance] = {}
+
+    @classmethod
+    def get_instance(cls, config: ClientConfig) -> MQClientInstance:
+        with cls._lock:
+            inst = cls._table.get(config.client_id)
+            if inst is None or (inst._stopping and not inst.running):
+                inst = MQClientInstance(config)
+                cls._table[config.client_id] = inst
+            return inst
+
+    @classmethod
+    def remove(cls, inst: MQClientInstance) -> None:
+        with cls._lock:
+            if cls._table.get(inst.client_id) is inst:
+                del cls._table[inst.client_id]
+
+
+def is_system_topic(topic: str) -> bool:
+    return TopicValidator.is_system_topic(topic)
+
+
+__all__ = ["MQClientInstance", "MQClientManager", "Scheduler", "parse_offset_table"]
+_ = os

@@ -1,0 +1,487 @@
+"""Producer (RocketMQ's DefaultMQProducer): sync, async, oneway, ordered (selector) and batch sends.
+
+All the sending logic is one coroutine on the client instance's event loop; `send` waits for it,
+`send_async` returns a concurrent Future (and calls an optional callback), `send_aio` can be
+awaited from the caller's own asyncio loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from rmq_core import plugins
+from rmq_core.client.config import ClientConfig
+from rmq_core.client.fault import MQFaultStrategy
+from rmq_core.client.instance import MQClientInstance, MQClientManager
+from rmq_core.client.route import TopicPublishInfo, TopicRouteData
+from rmq_core.client.selector import MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
+from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
+from rmq_core.message import (
+    Message, MessageClientIDSetter, MessageConst, MessageQueue, MixAll, SendResult, SendStatus, SysFlag,
+    TopicValidator, encode_properties_checked, properties_to_string,
+)
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand
+
+log = logging.getLogger("rmq.client.producer")
+
+# response codes after which a sync send tries again (DefaultMQProducer.retryResponseCodes)
+RETRY_RESPONSE_CODES = frozenset({
+    ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
+    ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
+    ResponseCode.SYSTEM_BUSY,
+})
+_STATUS_BY_CODE = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+COMPRESS_TYPES = ("lz4", "zlib")
+
+
+class CommunicationMode(enum.Enum):
+    SYNC = "SYNC"
+    ASYNC = "ASYNC"
+    ONEWAY = "ONEWAY"
+
+
+def build_send_header(*, group: str, topic: str, queue_id: int, sys_flag: int, born_timestamp: int,
+                      flag: int, properties: str, reconsume_times: int = 0, max_reconsume_times: int | None = None,
+                      batch: bool = False, broker_name: str | None = None, default_topic: str = "TBW102",
+                      default_topic_queue_nums: int = 4, v2: bool = True) -> dict[str, Any]:
+    """SendMessageRequestHeader as a dict; V2 uses the one-letter names (a..n) Java sends."""
+    h: dict[str, Any] = {
+        "producerGroup": group, "topic": topic, "defaultTopic": default_topic,
+        "defaultTopicQueueNums": default_topic_queue_nums, "queueId": queue_id, "sysFlag": sys_flag,
+        "bornTimestamp": born_timestamp, "flag": flag, "properties": properties,
+        "reconsumeTimes": reconsume_times, "unitMode": False, "batch": batch,
+    }
+    if max_reconsume_times is not None:
+        h["maxReconsumeTimes"] = max_reconsume_times
+    if broker_name is not None:
+        h["brokerName"] = broker_name
+    if not v2:
+        return h
+    short = {
+        "producerGroup": "a", "topic": "b", "defaultTopic": "c", "defaultTopicQueueNums": "d", "queueId": "e",
+        "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i", "reconsumeTimes": "j",
+        "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m", "brokerName": "n",
+    }
+    return {short[k]: v for k, v in h.items()}
+
+
+def parse_send_response(resp: RemotingCommand, mq: MessageQueue, msg_id: str, addr: str) -> SendResult:
+    status = _STATUS_BY_CODE.get(resp.code)
+    if status is None:
+        raise MQBrokerError(resp.code, resp.remark, addr)
+    queue_id = resp.get_int("queueId", mq.queue_id)
+    return SendResult(
+        status=status,
+        msg_id=msg_id,
+        offset_msg_id=resp.get_str("msgId") or "",
+        queue=MessageQueue(mq.topic, mq.broker_name, queue_id),
+        queue_offset=resp.get_int("queueOffset", -1),
+        transaction_id=resp.get_str("transactionId"),
+        region_id=resp.get_str(MessageConst.MSG_REGION) or "DefaultRegion",
+    )
+
+
+class _SendContext:
+    __slots__ = ("producer_group", "message", "queue", "broker_addr", "send_result", "exception", "mode")
+
+    def __init__(self, producer_group, message, queue, broker_addr, mode):
+        self.producer_group, self.message, self.queue, self.broker_addr = producer_group, message, queue, broker_addr
+        self.mode = mode
+        self.send_result = None
+        self.exception = None
+
+
+class Producer:
+    """Send messages to a topic.
+
+    >>> with Producer("PG", namesrv="127.0.0.1:9876") as p:
+    ...     r = p.send(Message("TopicA", b"body", tags="TagA"))
+    """
+
+    def __init__(self, group: str = MixAll.DEFAULT_PRODUCER_GROUP, namesrv=None, *,
+                 instance_name: str | None = None,
+                 send_msg_timeout: float = 3.0,
+                 retry_times_when_send_failed: int = 2,
+                 retry_times_when_send_async_failed: int = 2,
+                 retry_another_broker_when_not_store_ok: bool = False,
+                 compress_msg_body_over_howmuch: int = 4096,
+                 compress_type: str = "lz4",
+                 compress_level: int = 5,
+                 max_message_size: int = MAX_MESSAGE_SIZE,
+                 send_latency_fault_enable: bool = True,
+                 use_send_message_v2: bool = True,
+                 create_topic_key: str = TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC,
+                 default_topic_queue_nums: int = 4,
+                 **client_options):
+        self.group = check_group(group)
+        opts = dict(client_options)
+        if instance_name is not None:
+            opts["instance_name"] = instance_name
+        self.client_config = ClientConfig(namesrv=namesrv, **opts)
+        if compress_type not in COMPRESS_TYPES:
+            raise ConfigError(f"bad compress_type {compress_type!r}; available: {', '.join(COMPRESS_TYPES)}")
+        if retry_times_when_send_failed < 0 or retry_times_when_send_async_failed < 0:
+            raise ConfigError("retry_times_when_send_failed / retry_times_when_send_async_failed must be >= 0")
+        if send_msg_timeout <= 0:
+            raise ConfigError(f"bad send_msg_timeout {send_msg_timeout!r}: must be > 0")
+        if max_message_size <= 0:
+            raise ConfigError(f"bad max_message_size {max_message_size!r}: must be > 0")
+        self.send_msg_timeout = send_msg_timeout
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
+        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
+        self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
+        self.compress_type = compress_type
+        self.compress_level = compress_level
+        self.max_message_size = max_message_size
+        self.use_send_message_v2 = use_send_message_v2
+        self.create_topic_key = create_topic_key
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.fault_strategy = MQFaultStrategy(enabled=send_latency_fault_enable)
+        self.topic_publish_info: dict[str, TopicPublishInfo] = {}
+        self.instance: MQClientInstance | None = None
+        self._started = False
+        self._lock = threading.Lock()
+        self._hooks = False
+
+    # --- life cycle ------------------------------------------------------------------------------
+    def start(self) -> "Producer":
+        with self._lock:
+            if self._started:
+                return self
+            self.instance = MQClientManager.get_instance(self.client_config)
+            self.instance.register_producer(self.group, self)
+            try:
+                self.instance.start()
+                self._hooks = plugins.has_impls("rmq_before_send") or plugins.has_impls("rmq_after_send")
+                self._started = True
+            except BaseException:
+                self.instance.unregister_producer(self.group)
+                raise
+        log.info("the producer [%s] start OK, client id %s", self.group, self.instance.client_id)
+        return self
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if not self._started:
+                return
+            self._started = False
+        self.instance.unregister_producer(self.group)
+
+    def __enter__(self) -> "Producer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    @property
+    def client_id(self) -> str:
+        return self.client_config.client_id
+
+    # called by the instance ----------------------------------------------------------------------
+    def published_topics(self) -> set[str]:
+        return set(self.topic_publish_info)
+
+    def on_route_changed(self, topic: str, route: TopicRouteData) -> None:
+        if topic in self.topic_publish_info:
+            self.topic_publish_info[topic] = route.publish_info(topic)
+
+    def _check_started(self) -> MQClientInstance:
+        if not self._started:
+            raise MQClientError(f"the producer {self.group!r} is not started; call start() first")
+        return self.instance
+
+    # --- public send API -------------------------------------------------------------------------
+    def send(self, msg: Message, *, queue: MessageQueue | None = None, selector=None, arg: Any = None,
+             timeout: float | None = None) -> SendResult:
+        """Send and wait.  queue: send to that queue; selector(+arg): ordered send (no retry, like
+        Java).  Raises MQClientError / MQBrokerError / IllegalArgumentError naming the problem."""
+        inst = self._check_started()
+        t = timeout or self.send_msg_timeout
+        return inst.run(self._send(msg, CommunicationMode.SYNC, t, queue, selector, arg), timeout=t + 5)
+
+    def send_orderly(self, msg: Message, arg: Any = None, selector=None, timeout: float | None = None) -> SendResult:
+        """Ordered send: messages with the same `arg` (default: the message keys) go to the same queue."""
+        return self.send(msg, selector=resolve_selector(selector), arg=arg, timeout=timeout)
+
+    def send_async(self, msg: Message, callback: Callable[[SendResult | None, BaseException | None], None] | None = None,
+                   *, queue: MessageQueue | None = None, selector=None, arg: Any = None,
+                   timeout: float | None = None) -> concurrent.futures.Future:
+        """Send without waiting.  Returns a Future of SendResult; callback(result, exception) is called
+        when it completes (from a client thread, so keep it short)."""
+        inst = self._check_started()
+        t = timeout or self.send_msg_timeout
+        fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg))
+        if callback is not None:
+            def done(f: concurrent.futures.Future):
+                try:
+                    exc = f.exception()
+                except concurrent.futures.CancelledError as e:
+                    exc = e
+                try:
+                    callback(None if exc else f.result(), exc)
+                except Exception:
+                    log.exception("send callback raised")
+            fut.add_done_callback(done)
+        return fut
+
+    async def send_aio(self, msg: Message, **kw) -> SendResult:
+        """Await a send from your own asyncio loop."""
+        return await asyncio.wrap_future(self.send_async(msg, **kw))
+
+    def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None, selector=None, arg: Any = None) -> None:
+        """Fire and forget: no response is awaited, no retry."""
+        inst = self._check_started()
+        inst.run(self._send(msg, CommunicationMode.ONEWAY, self.send_msg_timeout, queue, selector, arg),
+                 timeout=self.send_msg_timeout + 5)
+
+    def send_batch(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
+                   timeout: float | None = None) -> SendResult:
+        """One SEND_BATCH_MESSAGE request; all messages go to one queue of one topic.
+        result.msg_id is the comma-joined UNIQ_KEYs (as Java)."""
+        inst = self._check_started()
+        t = timeout or self.send_msg_timeout
+        return inst.run(self._send_batch(list(msgs), t, queue), timeout=t + 5)
+
+    def send_batch_async(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
+                         timeout: float | None = None) -> concurrent.futures.Future:
+        inst = self._check_started()
+        return inst.submit(self._send_batch(list(msgs), timeout or self.send_msg_timeout, queue))
+
+    def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
+        inst = self._check_started()
+        info = inst.run(self._find_publish_info(topic), timeout=self.send_msg_timeout + 5)
+        return list(info.queues)
+
+    # --- internals -------------------------------------------------------------------------------
+    async def _find_publish_info(self, topic: str) -> TopicPublishInfo:
+        info = self.topic_publish_info.get(topic)
+        if info is None or not info.ok:
+            self.topic_publish_info.setdefault(topic, TopicPublishInfo(topic, [], None))
+            await self.instance.update_topic_route(topic)
+            route = self.instance.topic_route_table.get(topic)
+            if route is not None:
+                info = self.topic_publish_info[topic] = route.publish_info(topic)
+        if info is not None and info.ok:
+            return info
+        # the topic does not exist yet: send through the auto-create topic's brokers (TBW102)
+        ok = await self.instance.update_topic_route(topic, default_topic=self.create_topic_key,
+                                                    default_queue_nums=self.default_topic_queue_nums)
+        route = self.instance.topic_route_table.get(topic) if ok else None
+        if route is not None:
+            info = self.topic_publish_info[topic] = route.publish_info(topic)
+            if info.ok:
+                return info
+        raise MQClientError(
+            f"no route info of topic {topic!r} (not on the name server {self.client_config.namesrv}, and no "
+            f"auto-create route {self.create_topic_key!r}); create the topic first"
+        )
+
+    def _prepare(self, msg: Message) -> tuple[str, bytes, int, dict]:
+        """Validate, give the message its UNIQ_KEY, compress; returns (uniq_id, body, sys_flag, props)."""
+        check_message(msg, self.max_message_size)
+        props = msg.wire_properties()
+        uniq = msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if not uniq:
+            uniq = MessageClientIDSetter.create_uniq_id()
+        props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+        body = msg.body
+        sys_flag = 0
+        if len(body) >= self.compress_msg_body_over_howmuch:
+            from rmq_core import compression
+            compressed, bits = compression.compress(body, self.compress_type, self.compress_level)
+            if len(compressed) < len(body):
+                body, sys_flag = compressed, sys_flag | bits
+        if props.get(MessageConst.TRANSACTION_PREPARED) == "true":
+            sys_flag |= SysFlag.TRANSACTION_PREPARED_TYPE
+        return uniq, body, sys_flag, props
+
+    async def _select_by(self, info: TopicPublishInfo, msg: Message, selector, arg) -> MessageQueue:
+        fn = resolve_selector(selector)
+        mq = fn(list(info.queues), msg, arg)
+        if not isinstance(mq, MessageQueue):
+            raise IllegalArgumentError(f"queue selector returned {mq!r}, not a MessageQueue")
+        return mq
+
+    async def _send(self, msg: Message, mode: CommunicationMode, timeout: float,
+                    queue: MessageQueue | None, selector, arg) -> SendResult | None:
+        begin = time.monotonic()
+        uniq, body, sys_flag, props = self._prepare(msg)
+        info = await self._find_publish_info(msg.topic)
+        if queue is not None or selector is not None:
+            mq = queue if queue is not None else await self._select_by(info, msg, selector, arg)
+            if mq.topic != msg.topic:
+                raise IllegalArgumentError(f"queue {mq} does not belong to topic {msg.topic!r}")
+            return await self._send_kernel(msg, mq, uniq, body, sys_flag, props, mode, timeout)
+        times = 1 + (self.retry_times_when_send_failed if mode is CommunicationMode.SYNC
+                     else self.retry_times_when_send_async_failed if mode is CommunicationMode.ASYNC else 0)
+        last_broker = None
+        last_error: BaseException | None = None
+        result = None
+        for attempt in range(times):
+            remaining = timeout - (time.monotonic() - begin)
+            if remaining <= 0:
+                break
+            mq = self.fault_strategy.select_one_message_queue(info, last_broker)
+            last_broker = mq.broker_name
+            t0 = time.monotonic()
+            try:
+                result = await self._send_kernel(msg, mq, uniq, body, sys_flag, props, mode, remaining)
+            except (RemotingError, MQClientError, asyncio.TimeoutError) as e:
+                self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
+                last_error = e
+                log.warning("send to %s failed (attempt %d/%d): %s", mq, attempt + 1, times, e)
+                await self.instance.update_topic_route(msg.topic)
+                info = self.topic_publish_info.get(msg.topic) or info
+                continue
+            except MQBrokerError as e:
+                self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
+                last_error = e
+                if e.code in RETRY_RESPONSE_CODES:
+                    log.warning("send to %s refused (attempt %d/%d): %s", mq, attempt + 1, times, e)
+                    await self.instance.update_topic_route(msg.topic)
+                    info = self.topic_publish_info.get(msg.topic) or info
+                    continue
+                raise
+            self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
+            if (mode is CommunicationMode.SYNC and result is not None and result.status is not SendStatus.SEND_OK
+                    and self.retry_another_broker_when_not_store_ok):
+                continue
+            return result
+        if result is not None:
+            return result
+        elapsed = int((time.monotonic() - begin) * 1000)
+        if last_error is None:
+            raise MQClientError(f"send to topic {msg.topic!r} timed out after {elapsed} ms")
+        if isinstance(last_error, MQBrokerError):
+            raise last_error
+        raise MQClientError(
+            f"send to topic {msg.topic!r} failed after {times} attempt(s) in {elapsed} ms: {last_error}"
+        ) from last_error
+
+    async def _send_kernel(self, msg: Message, mq: MessageQueue, uniq: str, body: bytes, sys_flag: int,
+                           props: dict, mode: CommunicationMode, timeout: float, batch: bool = False) -> SendResult | None:
+        addr = await self.instance.find_broker_addr_in_publish_async(mq)
+        reconsume_times = 0
+        max_reconsume = None
+        if MixAll.is_retry_topic(mq.topic):
+            # a consumer's own re-send to its retry topic carries these in the header, not properties
+            props = dict(props)
+            rt = props.pop(MessageConst.RECONSUME_TIME, None)
+            mr = props.pop(MessageConst.MAX_RECONSUME_TIMES, None)
+            reconsume_times = int(rt) if rt else 0
+            max_reconsume = int(mr) if mr else None
+        header = build_send_header(
+            group=self.group, topic=mq.topic, queue_id=mq.queue_id, sys_flag=sys_flag,
+            born_timestamp=int(time.time() * 1000), flag=msg.flag if not batch else 0,
+            properties=properties_to_string(props), reconsume_times=reconsume_times,
+            max_reconsume_times=max_reconsume, batch=batch, broker_name=mq.broker_name,
+            default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums,
+            v2=self.use_send_message_v2,
+        )
+        if len(header.get("i", header.get("properties", "")).encode("utf-8")) > 32767:
+            encode_properties_checked(props)  # raises naming the size
+        code = (RequestCode.SEND_BATCH_MESSAGE if batch else
+                RequestCode.SEND_MESSAGE_V2 if self.use_send_message_v2 else RequestCode.SEND_MESSAGE)
+        req = RemotingCommand.create_request(code, header, body)
+        ctx = None
+        if self._hooks:
+            ctx = _SendContext(self.group, msg, mq, addr, mode.value)
+            plugins.get_plugin_manager().hook.rmq_before_send(context=ctx)
+        try:
+            if mode is CommunicationMode.ONEWAY:
+                req.mark_oneway()
+                await self.instance.invoke_oneway(addr, req)
+                return None
+            resp = await self.instance.invoke(addr, req, timeout)
+            result = parse_send_response(resp, mq, uniq, addr)
+        except BaseException as e:
+            if ctx is not None:
+                ctx.exception = e
+                plugins.get_plugin_manager().hook.rmq_after_send(context=ctx)
+            raise
+        if ctx is not None:
+            ctx.send_result = result
+            plugins.get_plugin_manager().hook.rmq_after_send(context=ctx)
+        return result
+
+    async def _send_batch(self, msgs: list[Message], timeout: float, queue: MessageQueue | None) -> SendResult:
+        if not msgs:
+            raise IllegalArgumentError("send_batch needs at least one message")
+        topic = msgs[0].topic
+        items = []
+        uniqs = []
+        total = 0
+        for m in msgs:
+            check_message(m, self.max_message_size)
+            if m.topic != topic:
+                raise IllegalArgumentError(
+                    f"all messages of a batch must have the same topic: {m.topic!r} differs from {topic!r}"
+                )
+            if m.delay_time_level > 0:
+                raise IllegalArgumentError("delay messages are not supported in a batch (delay_time_level > 0)")
+            if MixAll.is_retry_topic(topic):
+                raise IllegalArgumentError(f"retry topic {topic!r} is not supported in a batch")
+            props = m.wire_properties()
+            uniq = m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or MessageClientIDSetter.create_uniq_id()
+            props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+            uniqs.append(uniq)
+            items.append((m.flag, m.body, props))
+            total += 20 + len(m.body) + len(properties_to_string(props).encode("utf-8"))
+        if total > self.max_message_size:
+            raise IllegalArgumentError(
+                f"batch of {len(msgs)} messages is {total} bytes encoded, more than max_message_size "
+                f"{self.max_message_size}; split it"
+            )
+        from rmq_core.codec import encode_batch_body
+        body = encode_batch_body(items)
+        outer = Message(topic, b"x", wait_store_msg_ok=msgs[0].wait_store_msg_ok)
+        outer_props = {MessageConst.WAIT_STORE_MSG_OK: "true" if outer.wait_store_msg_ok else "false"}
+        info = await self._find_publish_info(topic)
+        uniq = ",".join(uniqs)
+        if queue is not None:
+            return await self._send_kernel(outer, queue, uniq, body, 0, outer_props, CommunicationMode.SYNC, timeout,
+                                           batch=True)
+        begin = time.monotonic()
+        last_error: BaseException | None = None
+        last_broker = None
+        times = 1 + self.retry_times_when_send_failed
+        for _ in range(times):
+            remaining = timeout - (time.monotonic() - begin)
+            if remaining <= 0:
+                break
+            mq = self.fault_strategy.select_one_message_queue(info, last_broker)
+            last_broker = mq.broker_name
+            t0 = time.monotonic()
+            try:
+                r = await self._send_kernel(outer, mq, uniq, body, 0, outer_props, CommunicationMode.SYNC, remaining,
+                                            batch=True)
+            except (RemotingError, MQClientError, asyncio.TimeoutError) as e:
+                self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
+                last_error = e
+                continue
+            except MQBrokerError as e:
+                self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
+                if e.code not in RETRY_RESPONSE_CODES:
+                    raise
+                last_error = e
+                continue
+            self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
+            return r
+        if isinstance(last_error, MQBrokerError):
+            raise last_error
+        raise MQClientError(f"batch send to topic {topic!r} failed after {times} attempt(s): {last_error}") from last_error
+
+
+__all__ = ["Producer", "CommunicationMode", "build_send_header", "parse_send_response", "RETRY_RESPONSE_CODES"]

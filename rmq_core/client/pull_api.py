@@ -1,0 +1,152 @@
+"""PULL_MESSAGE and the offset look-ups shared by the push and the lite pull consumer
+(RocketMQ's PullAPIWrapper + the MQAdmin offset calls)."""
+from __future__ import annotations
+
+import attrs
+
+from rmq_core.errors import MQBrokerError
+from rmq_core.message import MessageQueue, MixAll, PullStatus
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+FLAG_CLASS_FILTER = 0x8
+FLAG_LITE_PULL_MESSAGE = 0x10
+
+_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+def build_pull_sys_flag(commit_offset: bool, suspend: bool, subscription: bool, class_filter: bool = False,
+                        lite_pull: bool = False) -> int:
+    return ((FLAG_COMMIT_OFFSET if commit_offset else 0) | (FLAG_SUSPEND if suspend else 0)
+            | (FLAG_SUBSCRIPTION if subscription else 0) | (FLAG_CLASS_FILTER if class_filter else 0)
+            | (FLAG_LITE_PULL_MESSAGE if lite_pull else 0))
+
+
+@attrs.define
+class PullResultExt:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    suggest_which_broker_id: int
+    messages: list = attrs.field(factory=list)
+    scanned: int = 0  # messages decoded before the client-side tag check
+
+
+def build_pull_request(*, group: str, mq: MessageQueue, sub, offset: int, max_nums: int, sys_flag: int,
+                       commit_offset: int, suspend_timeout_ms: int) -> RemotingCommand:
+    return RemotingCommand.create_request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
+        "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": commit_offset,
+        "suspendTimeoutMillis": suspend_timeout_ms, "subscription": sub.sub_string,
+        "subVersion": sub.sub_version, "expressionType": sub.expression_type,
+    })
+
+
+def process_pull_response(resp: RemotingCommand, mq: MessageQueue, sub, addr: str) -> PullResultExt:
+    status = _STATUS.get(resp.code)
+    if status is None:
+        raise MQBrokerError(resp.code, resp.remark, addr)
+    result = PullResultExt(
+        status=status,
+        next_begin_offset=resp.get_int("nextBeginOffset", 0),
+        min_offset=resp.get_int("minOffset", 0),
+        max_offset=resp.get_int("maxOffset", 0),
+        suggest_which_broker_id=resp.get_int("suggestWhichBrokerId", 0) or 0,
+    )
+    if status is PullStatus.FOUND and resp.body:
+        from rmq_core.codec import decode_messages
+        msgs = decode_messages(resp.body, broker_name=mq.broker_name)
+        result.scanned = len(msgs)
+        if sub.is_tag and sub.tags_set:
+            # the broker filtered by tag hash code, which can collide: re-check the exact string
+            tags = frozenset(sub.tags_set)
+            msgs = [m for m in msgs if m.tags in tags]
+        result.messages = msgs
+    return result
+
+
+def reset_retry_topic(msgs, group: str) -> None:
+    """A message pulled from %RETRY%<group> shows its original topic (Java resetRetryAndNamespace)."""
+    retry = MixAll.get_retry_topic(group)
+    for m in msgs:
+        if m.topic == retry:
+            origin = m.get_property("RETRY_TOPIC")
+            if origin:
+                m.topic = origin
+
+
+async def query_offset(instance, code: int, mq: MessageQueue, addr: str, timestamp: int | None = None) -> int:
+    ext = {"topic": mq.topic, "queueId": mq.queue_id}
+    if timestamp is not None:
+        ext["timestamp"] = timestamp
+    resp = await instance.invoke_broker(addr, RemotingCommand.create_request(code, ext))
+    return resp.get_int("offset", -1)
+
+
+async def max_offset(instance, mq: MessageQueue) -> int:
+    addr = await instance.find_broker_addr_in_publish_async(mq)
+    return await query_offset(instance, RequestCode.GET_MAX_OFFSET, mq, addr)
+
+
+async def min_offset(instance, mq: MessageQueue) -> int:
+    addr = await instance.find_broker_addr_in_publish_async(mq)
+    return await query_offset(instance, RequestCode.GET_MIN_OFFSET, mq, addr)
+
+
+async def search_offset(instance, mq: MessageQueue, timestamp_ms: int) -> int:
+    addr = await instance.find_broker_addr_in_publish_async(mq)
+    return await query_offset(instance, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, addr, int(timestamp_ms))
+
+
+async def query_consumer_offset(instance, group: str, mq: MessageQueue) -> int:
+    """The broker's stored offset; MQBrokerError(22 QUERY_NOT_FOUND) when there is none."""
+    addr = await instance.find_broker_addr_in_subscribe_async(mq)
+    req = RemotingCommand.create_request(RequestCode.QUERY_CONSUMER_OFFSET,
+                                         {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id})
+    resp = await instance.invoke_broker(addr, req)
+    return resp.get_int("offset", -1)
+
+
+async def update_consumer_offset(instance, group: str, mq: MessageQueue, offset: int, oneway: bool) -> None:
+    addr = await instance.find_broker_addr_in_subscribe_async(mq)
+    req = RemotingCommand.create_request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+        "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "commitOffset": offset,
+    })
+    if oneway:
+        req.mark_oneway()
+        await instance.invoke_oneway(addr, req)
+    else:
+        await instance.invoke_broker(addr, req)
+
+
+class BrokerOffsetApi:
+    """The `broker_api` a remote offset store calls (synchronously, never from the event loop)."""
+
+    def __init__(self, instance, group: str):
+        self.instance = instance
+        self.group = group
+
+    def query_consumer_offset(self, mq: MessageQueue) -> int:
+        return self.instance.run(query_consumer_offset(self.instance, self.group, mq),
+                                 timeout=self.instance.config.mq_client_api_timeout + 5)
+
+    def update_consumer_offset(self, mq: MessageQueue, offset: int, oneway: bool = False) -> None:
+        self.instance.run(update_consumer_offset(self.instance, self.group, mq, offset, oneway),
+                          timeout=self.instance.config.mq_client_api_timeout + 5)
+
+
+__all__ = [
+    "FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "FLAG_CLASS_FILTER", "PullResultExt",
+    "build_pull_sys_flag", "build_pull_request", "process_pull_response", "reset_retry_topic",
+    "max_offset", "min_offset", "search_offset", "query_consumer_offset", "update_consumer_offset",
+    "BrokerOffsetApi",
+]

@@ -1,0 +1,553 @@
+"""PushConsumer (RocketMQ's DefaultMQPushConsumer): long-polling pull dressed as push.
+
+One pull task per owned queue runs on the client event loop; pulled messages go into the queue's
+ProcessQueue and, as consume requests, to the consume thread pool where the listener runs.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from typing import Callable
+
+from rmq_core import plugins
+from rmq_core.client.config import ClientConfig
+from rmq_core.client.consume_service import ConsumeConcurrentlyService, ConsumeOrderlyService
+from rmq_core.client.instance import MQClientInstance, MQClientManager
+from rmq_core.client.process_queue import ProcessQueue
+from rmq_core.client.pull_api import (
+    BrokerOffsetApi, build_pull_request, build_pull_sys_flag, max_offset, process_pull_response, search_offset,
+)
+from rmq_core.client.rebalance import RebalanceImpl
+from rmq_core.client.route import TopicRouteData
+from rmq_core.client.selector import check_group
+from rmq_core.client.subscription import SubscriptionData, build_subscription, retry_subscription
+from rmq_core.errors import ConfigError, MQBrokerError, MQClientError, RemotingError
+from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus
+
+log = logging.getLogger("rmq.client.push")
+
+READ_FROM_MEMORY = "READ_FROM_MEMORY"
+READ_FROM_STORE = "READ_FROM_STORE"
+MEMORY_FIRST_THEN_STORE = "MEMORY_FIRST_THEN_STORE"
+
+
+def _enum(cls, value, what: str):
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(str(value).upper())
+    except ValueError:
+        raise ConfigError(f"bad {what} {value!r}; expected one of: {', '.join(m.value for m in cls)}") from None
+
+
+class ConsumerBase:
+    """Shared by PushConsumer and PullConsumer: client instance, offsets, rebalance plumbing."""
+
+    consume_type = "CONSUME_PASSIVELY"
+
+    def __init__(self, group: str, namesrv, *, message_model, consume_from_where, consume_timestamp,
+                 allocate_strategy: str, offset_store: str | None, offset_dir: str | None,
+                 instance_name: str | None, rebalance_interval: float, client_options: dict):
+        self.group = check_group(group)
+        opts = dict(client_options)
+        if instance_name is not None:
+            opts["instance_name"] = instance_name
+        self.client_config = ClientConfig(namesrv=namesrv, **opts)
+        self.message_model = _enum(MessageModel, message_model, "message_model")
+        self.consume_from_where = _enum(ConsumeFromWhere, consume_from_where, "consume_from_where")
+        # Java default: half an hour before the consumer starts
+        self.consume_timestamp = int(consume_timestamp if consume_timestamp is not None
+                                     else (time.time() - 1800) * 1000)
+        self.allocate_strategy_name = allocate_strategy
+        self.offset_store_name = offset_store or (
+            "remote" if self.message_model is MessageModel.CLUSTERING else "local_file")
+        self.offset_dir = offset_dir
+        if rebalance_interval <= 0:
+            raise ConfigError(f"bad rebalance_interval {rebalance_interval!r}: must be > 0")
+        self.rebalance_interval = rebalance_interval
+        self.subscription_inner: dict[str, SubscriptionData] = {}
+        self.instance: MQClientInstance | None = None
+        self.offset_store = None
+        self.rebalance: RebalanceImpl | None = None
+        self._started = False
+        self._state_lock = threading.Lock()
+
+    # heartbeat fields
+    @property
+    def message_model_name(self) -> str:
+        return self.message_model.value
+
+    @property
+    def consume_from_where_name(self) -> str:
+        return self.consume_from_where.value
+
+    @property
+    def client_id(self) -> str:
+        return self.client_config.client_id
+
+    def subscriptions(self) -> list[SubscriptionData]:
+        return list(self.subscription_inner.values())
+
+    def subscribed_topics(self) -> set[str]:
+        return set(self.subscription_inner)
+
+    def on_route_changed(self, topic: str, route: TopicRouteData) -> None:
+        if topic in self.subscription_inner and self.rebalance is not None:
+            self.rebalance.topic_subscribe_info[topic] = route.subscribe_queues(topic)
+
+    def _resolve_plugins(self):
+        strategy = plugins.get_allocate_strategy(self.allocate_strategy_name)
+        factory = plugins.get_offset_store_factory(self.offset_store_name)
+        return strategy, factory
+
+    def _make_offset_store(self, factory, instance):
+        return factory(self.group, broker_api=BrokerOffsetApi(instance, self.group), offset_dir=self.offset_dir,
+                       client_id=instance.client_id)
+
+    def _start_common(self, orderly: bool) -> None:
+        """Resolve plugins (unknown name -> error listing the available ones), start the instance,
+        load offsets, fetch routes, heartbeat (surfacing a broker's refusal)."""
+        strategy, factory = self._resolve_plugins()
+        self.instance = MQClientManager.get_instance(self.client_config)
+        self.instance.register_consumer(self.group, self)
+        try:
+            self.instance.start()
+            self.offset_store = self._make_offset_store(factory, self.instance)
+            self.offset_store.load()
+            self.rebalance = RebalanceImpl(self, self.instance, self.group, self.message_model, strategy,
+                                           orderly=orderly, lock_max_live_time=getattr(self, "lock_max_live_time", 30.0),
+                                           check_pull_expired=self.consume_type == "CONSUME_PASSIVELY")
+            self.rebalance.subscriptions = self.subscription_inner
+            inst = self.instance
+
+            async def routes():
+                for t in list(self.subscription_inner):
+                    await inst.update_topic_route(t)
+
+            inst.run(routes(), timeout=30)
+            for t in self.subscription_inner:
+                route = inst.topic_route_table.get(t)
+                if route is not None:
+                    self.rebalance.topic_subscribe_info[t] = route.subscribe_queues(t)
+            inst.heartbeat_now(raise_errors=True)
+        except BaseException:
+            self.instance.unregister_consumer(self.group)
+            raise
+
+    def persist_consumer_offset(self) -> None:
+        if self.offset_store is None or self.rebalance is None:
+            return
+        mqs = set(self.rebalance.process_queue_table)
+        if mqs:
+            self.offset_store.persist_all(mqs)
+
+    def commit_offsets_sync(self, mqs) -> None:
+        """Store the in-memory offsets of `mqs` and wait for the broker to confirm (clustering), so the
+        next owner of a released queue, or this group after a restart, starts exactly there."""
+        for mq in mqs:
+            offset = self.offset_store.read_offset(mq, READ_FROM_MEMORY)
+            if offset < 0:
+                continue
+            if self.message_model is MessageModel.CLUSTERING:
+                try:
+                    self.offset_store.update_consume_offset_to_broker(mq, offset, False)
+                except (MQClientError, MQBrokerError, RemotingError) as e:
+                    log.warning("commit offset %d of %s failed: %s", offset, mq, e)
+            else:
+                self.offset_store.persist(mq)
+
+    def remove_dirty_offset(self, mq: MessageQueue) -> None:
+        self.offset_store.remove_offset(mq)
+
+    def compute_pull_from_where(self, mq: MessageQueue) -> int:
+        """Where a newly owned queue starts: the stored offset, else per consume_from_where."""
+        last = self.offset_store.read_offset(mq, READ_FROM_STORE)
+        if last >= 0:
+            return last
+        if last < -1:
+            return -1
+        inst = self.instance
+        where = self.consume_from_where
+        if where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+            return 0
+        if where is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
+            if MixAll.is_retry_topic(mq.topic):
+                return 0
+            return inst.run(max_offset(inst, mq), timeout=inst.config.mq_client_api_timeout + 5)
+        if MixAll.is_retry_topic(mq.topic):
+            return inst.run(max_offset(inst, mq), timeout=inst.config.mq_client_api_timeout + 5)
+        return inst.run(search_offset(inst, mq, self.consume_timestamp), timeout=inst.config.mq_client_api_timeout + 5)
+
+    def do_rebalance(self) -> None:
+        if self._started and self.rebalance is not None:
+            self.rebalance.do_rebalance()
+
+    def running_info(self) -> dict:
+        info = {
+            "properties": {"consumeType": self.consume_type, "messageModel": self.message_model.value,
+                           "consumeFromWhere": self.consume_from_where.value, "clientId": self.client_id},
+            "subscriptionSet": [s.to_json_dict() for s in self.subscriptions()],
+            "mqTable": [],
+        }
+        if self.rebalance is not None:
+            for mq, pq in list(self.rebalance.process_queue_table.items()):
+                info["mqTable"].append({
+                    "topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id,
+                    "commitOffset": self.offset_store.read_offset(mq, READ_FROM_MEMORY),
+                    "cachedMsgCount": pq.msg_count, "cachedMsgSize": pq.msg_size, "locked": pq.locked,
+                    "droped": pq.dropped,
+                })
+        return info
+
+    def reset_offset(self, topic: str, table: dict) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: drop the queues, store the new offsets, rebalance."""
+        if self.rebalance is None:
+            return
+        for mq, pq in list(self.rebalance.process_queue_table.items()):
+            if mq.topic == topic and mq in table:
+                pq.dropped = True
+                pq.clear()
+        time.sleep(0.01)
+        for mq, offset in table.items():
+            self.offset_store.update_offset(mq, offset, False)
+            self.offset_store.persist(mq)
+            self.rebalance.process_queue_table.pop(mq, None)
+        self.instance.rebalance_immediately()
+
+
+class PushConsumer(ConsumerBase):
+    """Subscribe, register a listener, start: messages are pushed to the listener.
+
+    >>> c = PushConsumer("CG", namesrv="127.0.0.1:9876", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    >>> c.subscribe("TopicA", "TagA || TagB")
+    >>> c.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+    >>> c.start()
+    """
+
+    consume_type = "CONSUME_PASSIVELY"
+
+    def __init__(self, group: str, namesrv=None, *,
+                 message_model: str | MessageModel = "CLUSTERING",
+                 consume_from_where: str | ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
+                 consume_timestamp: int | None = None,
+                 allocate_strategy: str = "averagely",
+                 offset_store: str | None = None,
+                 offset_dir: str | None = None,
+                 consume_thread_min: int = 20,
+                 consume_thread_max: int = 20,
+                 consume_message_batch_max_size: int = 1,
+                 pull_batch_size: int = 32,
+                 pull_interval: float = 0.0,
+                 pull_threshold_for_queue: int = 1000,
+                 pull_threshold_size_for_queue: int = 100,
+                 consume_concurrently_max_span: int = 2000,
+                 max_reconsume_times: int = -1,
+                 suspend_current_queue_time: float = 1.0,
+                 consume_timeout: float = 15 * 60.0,
+                 consume_later_delay: float = 5.0,
+                 pull_time_delay_when_exception: float = 3.0,
+                 pull_time_delay_when_flow_control: float = 0.05,
+                 broker_suspend_max_time: float = 15.0,
+                 consumer_timeout_when_suspend: float = 30.0,
+                 rebalance_interval: float = 20.0,
+                 lock_interval: float = 20.0,
+                 lock_max_live_time: float = 30.0,
+                 instance_name: str | None = None,
+                 **client_options):
+        super().__init__(group, namesrv, message_model=message_model, consume_from_where=consume_from_where,
+                         consume_timestamp=consume_timestamp, allocate_strategy=allocate_strategy,
+                         offset_store=offset_store, offset_dir=offset_dir, instance_name=instance_name,
+                         rebalance_interval=rebalance_interval, client_options=client_options)
+        checks = {
+            "consume_thread_min": (consume_thread_min, 1, 1000), "consume_thread_max": (consume_thread_max, 1, 1000),
+            "consume_message_batch_max_size": (consume_message_batch_max_size, 1, 1024),
+            "pull_batch_size": (pull_batch_size, 1, 1024),
+            "pull_threshold_for_queue": (pull_threshold_for_queue, 1, 65535),
+            "pull_threshold_size_for_queue": (pull_threshold_size_for_queue, 1, 1024),
+            "consume_concurrently_max_span": (consume_concurrently_max_span, 1, 65535),
+            "max_reconsume_times": (max_reconsume_times, -1, 1 << 31),
+        }
+        for name, (value, lo, hi) in checks.items():
+            if not isinstance(value, int) or not lo <= value <= hi:
+                raise ConfigError(f"bad {name} {value!r}: must be an int within {lo}..{hi}")
+        if consume_thread_min > consume_thread_max:
+            raise ConfigError(f"consume_thread_min {consume_thread_min} is larger than consume_thread_max "
+                              f"{consume_thread_max}")
+        for name, value in (("consume_timeout", consume_timeout), ("lock_interval", lock_interval),
+                            ("lock_max_live_time", lock_max_live_time),
+                            ("broker_suspend_max_time", broker_suspend_max_time),
+                            ("consumer_timeout_when_suspend", consumer_timeout_when_suspend)):
+            if value <= 0:
+                raise ConfigError(f"bad {name} {value!r}: must be > 0")
+        if broker_suspend_max_time >= consumer_timeout_when_suspend:
+            raise ConfigError(
+                f"broker_suspend_max_time ({broker_suspend_max_time}) must be shorter than "
+                f"consumer_timeout_when_suspend ({consumer_timeout_when_suspend})")
+        self.consume_thread_min = consume_thread_min
+        self.consume_thread_max = consume_thread_max
+        self.consume_message_batch_max_size = consume_message_batch_max_size
+        self.pull_batch_size = pull_batch_size
+        self.pull_interval = pull_interval
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        self.max_reconsume_times = max_reconsume_times
+        self.suspend_current_queue_time = suspend_current_queue_time
+        self.consume_timeout = consume_timeout
+        self.consume_later_delay = consume_later_delay
+        self.pull_time_delay_when_exception = pull_time_delay_when_exception
+        self.pull_time_delay_when_flow_control = pull_time_delay_when_flow_control
+        self.broker_suspend_max_time = broker_suspend_max_time
+        self.consumer_timeout_when_suspend = consumer_timeout_when_suspend
+        self.lock_interval = lock_interval
+        self.lock_max_live_time = lock_max_live_time
+        self._listener: Callable | None = None
+        self._orderly = False
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.consume_service = None
+        self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
+        self._jobs: list[int] = []
+        self._paused = False
+        self.flow_control_times = 0
+
+    # --- configuration ---------------------------------------------------------------------------
+    def subscribe(self, topic: str, expression="*") -> None:
+        """expression: "TagA || TagB", "*", or a MessageSelector (MessageSelector.by_sql("a > 5"))."""
+        sub = build_subscription(topic, expression)
+        self.subscription_inner[topic] = sub
+        if self._started:
+            self.instance.run(self.instance.update_topic_route(topic), timeout=30)
+            route = self.instance.topic_route_table.get(topic)
+            if route is not None:
+                self.rebalance.topic_subscribe_info[topic] = route.subscribe_queues(topic)
+            self.instance.heartbeat_now()
+            self.instance.rebalance_immediately()
+
+    def unsubscribe(self, topic: str) -> None:
+        self.subscription_inner.pop(topic, None)
+        if self._started:
+            self.instance.heartbeat_now()
+            self.instance.rebalance_immediately()
+
+    def register_message_listener(self, listener: Callable, orderly: bool = False) -> None:
+        """listener(list[MessageExt]) -> ConsumeStatus.  orderly=True: one queue is consumed by one
+        thread at a time, in queue order (return SUCCESS or SUSPEND_CURRENT_QUEUE_A_MOMENT)."""
+        if not callable(listener):
+            raise ConfigError(f"message listener {listener!r} is not callable")
+        if self._started:
+            raise MQClientError("register the message listener before start()")
+        self._listener = listener
+        self._orderly = bool(orderly)
+
+    def effective_max_reconsume_times(self) -> int:
+        if self.max_reconsume_times == -1:
+            return 2**31 - 1 if self._orderly else 16
+        return self.max_reconsume_times
+
+    # --- life cycle ------------------------------------------------------------------------------
+    def start(self) -> "PushConsumer":
+        with self._state_lock:
+            if self._started:
+                return self
+            if self._listener is None:
+                raise MQClientError(f"consumer {self.group!r}: register a message listener before start()")
+            if not self.subscription_inner:
+                raise MQClientError(f"consumer {self.group!r}: subscribe to a topic before start()")
+            if self.message_model is MessageModel.CLUSTERING:
+                retry = retry_subscription(self.group)
+                self.subscription_inner.setdefault(retry.topic, retry)
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self.consume_thread_max, thread_name_prefix=f"rmq-consume-{self.group}")
+            try:
+                self._start_common(self._orderly)
+            except BaseException:
+                self._pool.shutdown(wait=False)
+                raise
+            svc_cls = ConsumeOrderlyService if self._orderly else ConsumeConcurrentlyService
+            self.consume_service = svc_cls(self, self._listener, self._pool)
+            sched = self.instance.scheduler
+            if self._orderly and self.message_model is MessageModel.CLUSTERING:
+                self._jobs.append(sched.schedule(self.rebalance.lock_all, self.lock_interval, 1.0, "lockAll"))
+            if not self._orderly:
+                self._jobs.append(sched.schedule(self._clean_expired, self.consume_timeout,
+                                                 self.consume_timeout, "clean expired messages"))
+            self._started = True
+        self.instance.rebalance_immediately()
+        log.info("the consumer [%s] start OK, client id %s, %s", self.group, self.client_id, self.message_model.value)
+        return self
+
+    def shutdown(self) -> None:
+        with self._state_lock:
+            if not self._started:
+                return
+            self._started = False
+        inst = self.instance
+        for h in self._jobs:
+            inst.scheduler.cancel(h)
+        self._jobs.clear()
+        self.rebalance.drop_all()
+
+        async def stop_pulls():
+            tasks = [t for t in self._pull_tasks.values() if not t.done()]
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            self._pull_tasks.clear()
+
+        try:
+            inst.run(stop_pulls(), timeout=10)
+        except Exception as e:
+            log.warning("stopping pull tasks of %s: %s", self.group, e)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        try:
+            self.commit_offsets_sync(list(self.rebalance.process_queue_table))
+        except Exception:
+            log.exception("persisting offsets of %s at shutdown failed", self.group)
+        if self._orderly and self.message_model is MessageModel.CLUSTERING:
+            self.rebalance.unlock_all(oneway=False)
+        inst.unregister_consumer(self.group)
+        log.info("the consumer [%s] shut down", self.group)
+
+    def __enter__(self) -> "PushConsumer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def suspend(self) -> None:
+        """Pause pulling (the owned queues are kept)."""
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+
+    @property
+    def process_queue_table(self) -> dict[MessageQueue, ProcessQueue]:
+        return dict(self.rebalance.process_queue_table) if self.rebalance else {}
+
+    @property
+    def stats(self) -> dict:
+        return dict(self.consume_service.stats) if self.consume_service else {}
+
+    # --- rebalance callbacks ---------------------------------------------------------------------
+    def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        # beyond RocketMQ's default: the consumed offset is pushed to the broker before the queue
+        # is released, so the next owner starts exactly where this one stopped
+        self.commit_offsets_sync([mq])
+        self.offset_store.remove_offset(mq)
+        task = self._pull_tasks.pop(mq, None)
+        if task is not None:
+            self.instance.loop.call_soon_threadsafe(task.cancel)
+        if self._orderly and self.message_model is MessageModel.CLUSTERING:
+            if pq.consume_lock.acquire(timeout=1.0):
+                try:
+                    self.rebalance.unlock(mq, oneway=False)
+                finally:
+                    pq.consume_lock.release()
+                return True
+            pq.try_unlock_times += 1
+            log.warning("[WRONG]mq is consuming, so can not unlock it, %s; try later", mq)
+            return False
+        return True
+
+    def dispatch_pull(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        async def start():
+            old = self._pull_tasks.get(mq)
+            if old is not None and not old.done():
+                old.cancel()
+            self._pull_tasks[mq] = self.instance.spawn(self._pull_loop(mq, pq, offset))
+
+        self.instance.submit(start())
+
+    def message_queue_changed(self, topic: str, mq_all: list, mq_divided: set) -> None:
+        # tell the brokers the new subscription version at once (Java sends a heartbeat)
+        try:
+            self.instance.heartbeat_now()
+        except Exception as e:
+            log.debug("heartbeat after rebalance failed: %s", e)
+
+    # --- the pull loop ---------------------------------------------------------------------------
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        inst = self.instance
+        sub = self.subscription_inner.get(mq.topic)
+        broker_id = MixAll.MASTER_ID
+        clustering = self.message_model is MessageModel.CLUSTERING
+        loop = asyncio.get_running_loop()
+        while not pq.dropped and self._started:
+            pq.last_pull_timestamp = time.monotonic()
+            if self._paused:
+                await asyncio.sleep(1.0)
+                continue
+            if (pq.msg_count > self.pull_threshold_for_queue
+                    or pq.msg_size > self.pull_threshold_size_for_queue * 1024 * 1024
+                    or (not self._orderly and pq.max_span > self.consume_concurrently_max_span)):
+                self.flow_control_times += 1
+                await asyncio.sleep(self.pull_time_delay_when_flow_control)
+                continue
+            if self._orderly and clustering and not pq.locked:
+                await asyncio.sleep(self.pull_time_delay_when_exception)
+                continue
+            sub = self.subscription_inner.get(mq.topic)
+            if sub is None:
+                await asyncio.sleep(self.pull_time_delay_when_exception)
+                continue
+            commit_offset = 0
+            if clustering:
+                commit_offset = self.offset_store.read_offset(mq, READ_FROM_MEMORY)
+            sys_flag = build_pull_sys_flag(commit_offset > 0, True, True)
+            req = build_pull_request(group=self.group, mq=mq, sub=sub, offset=offset, max_nums=self.pull_batch_size,
+                                     sys_flag=sys_flag, commit_offset=max(commit_offset, 0),
+                                     suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
+            try:
+                addr = inst.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
+                if addr is None:
+                    addr = await inst.find_broker_addr_in_subscribe_async(mq, broker_id)
+                resp = await inst.invoke(addr, req, self.consumer_timeout_when_suspend)
+                result = process_pull_response(resp, mq, sub, addr)
+            except asyncio.CancelledError:
+                raise
+            except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:
+                if pq.dropped or not self._started:
+                    return
+                log.warning("pull %s from offset %d failed: %s", mq, offset, e)
+                await asyncio.sleep(self.pull_time_delay_when_exception)
+                continue
+            broker_id = result.suggest_which_broker_id or MixAll.MASTER_ID
+            if pq.dropped:
+                return
+            status = result.status
+            if status is PullStatus.FOUND:
+                offset = result.next_begin_offset
+                msgs = result.messages
+                if msgs:
+                    dispatch = pq.put_messages(msgs)
+                    pq.msg_acc_cnt = max(0, result.max_offset - msgs[-1].queue_offset)
+                    self.consume_service.submit_consume_request(msgs, pq, mq, dispatch)
+                elif pq.msg_count == 0:
+                    # every pulled message failed the exact tag check: move the offset past them
+                    self.offset_store.update_offset(mq, offset, True)
+                if self.pull_interval > 0:
+                    await asyncio.sleep(self.pull_interval)
+            elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+                offset = result.next_begin_offset
+                if pq.msg_count == 0:
+                    self.offset_store.update_offset(mq, offset, True)
+            else:  # OFFSET_ILLEGAL: start over from where the broker says, and remember it
+                log.warning("the pull request offset illegal, %s offset=%d -> %d", mq, offset, result.next_begin_offset)
+                offset = result.next_begin_offset
+                self.offset_store.update_offset(mq, offset, False)
+                await loop.run_in_executor(inst.blocking_executor, self.offset_store.persist, mq)
+
+    def _clean_expired(self) -> None:
+        if self.rebalance is None or not isinstance(self.consume_service, ConsumeConcurrentlyService):
+            return
+        for mq, pq in list(self.rebalance.process_queue_table.items()):
+            if not pq.dropped:
+                self.consume_service.clean_expired_messages(pq, mq, self.consume_timeout)
+
+
+__all__ = ["PushConsumer", "ConsumerBase", "READ_FROM_MEMORY", "READ_FROM_STORE", "MEMORY_FIRST_THEN_STORE"]

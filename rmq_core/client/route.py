@@ -1,0 +1,168 @@
+"""Topic routes: what the name server says (TopicRouteData) and what a producer / consumer derives
+from it (TopicPublishInfo, the readable queue set).  Pure data and arithmetic; no I/O."""
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+
+import attrs
+
+from rmq_core.errors import MQClientError
+from rmq_core.message import MessageQueue, MixAll, PermName
+
+# fastjson (a Java name server talking to an old client) writes Map<Long,String> keys unquoted:
+# {"brokerAddrs":{0:"127.0.0.1:10911"}}.  Python's json cannot read that, so quote them first.
+_UNQUOTED_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
+
+
+@attrs.frozen
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = 6
+    topic_sys_flag: int = 0
+
+
+@attrs.frozen
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: dict  # broker id (int) -> "ip:port"
+
+    @property
+    def master_addr(self) -> str | None:
+        return self.broker_addrs.get(MixAll.MASTER_ID)
+
+    def select_broker_addr(self) -> str | None:
+        """The master, else any slave (consumers may read from a slave)."""
+        return self.master_addr or (random.choice(list(self.broker_addrs.values())) if self.broker_addrs else None)
+
+
+@attrs.frozen
+class TopicRouteData:
+    queue_datas: tuple
+    broker_datas: tuple
+    order_topic_conf: str | None = None
+
+    @classmethod
+    def from_json(cls, body: bytes | str) -> "TopicRouteData":
+        text = body.decode("utf-8") if isinstance(body, (bytes, bytearray, memoryview)) else body
+        try:
+            try:
+                raw = json.loads(text)
+            except json.JSONDecodeError:
+                raw = json.loads(_UNQUOTED_KEY.sub(r'\1"\2"\3', text))
+            qds = tuple(
+                QueueData(
+                    broker_name=q["brokerName"], read_queue_nums=int(q["readQueueNums"]),
+                    write_queue_nums=int(q["writeQueueNums"]), perm=int(q.get("perm", 6)),
+                    topic_sys_flag=int(q.get("topicSysFlag", 0)),
+                )
+                for q in raw.get("queueDatas") or []
+            )
+            bds = tuple(
+                BrokerData(
+                    cluster=b.get("cluster", ""), broker_name=b["brokerName"],
+                    broker_addrs={int(k): v for k, v in (b.get("brokerAddrs") or {}).items()},
+                )
+                for b in raw.get("brokerDatas") or []
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise MQClientError(f"malformed topic route from the name server: {e}: {text[:200]!r}") from None
+        return cls(queue_datas=qds, broker_datas=bds, order_topic_conf=raw.get("orderTopicConf") or None)
+
+    def broker_data(self, broker_name: str) -> BrokerData | None:
+        for bd in self.broker_datas:
+            if bd.broker_name == broker_name:
+                return bd
+        return None
+
+    def with_default_topic_queue_nums(self, queue_nums: int) -> "TopicRouteData":
+        """TBW102 fallback: use the default topic's brokers, capping queue counts (Java does the same
+        before a broker has auto-created the new topic)."""
+        qds = tuple(
+            attrs.evolve(q, read_queue_nums=min(queue_nums, q.read_queue_nums),
+                         write_queue_nums=min(queue_nums, q.read_queue_nums))
+            for q in self.queue_datas
+        )
+        return attrs.evolve(self, queue_datas=qds)
+
+    def subscribe_queues(self, topic: str) -> list[MessageQueue]:
+        """Readable queues (topicRouteData2TopicSubscribeInfo)."""
+        out = []
+        for qd in self.queue_datas:
+            if PermName.is_readable(qd.perm):
+                out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
+        return sorted(out)
+
+    def publish_info(self, topic: str) -> "TopicPublishInfo":
+        """Writable queues on brokers with a master (topicRouteData2TopicPublishInfo)."""
+        queues: list[MessageQueue] = []
+        order = False
+        if self.order_topic_conf:
+            # "brokerA:8;brokerB:8": ordered topics list their queues explicitly
+            for item in self.order_topic_conf.split(";"):
+                name, _, n = item.partition(":")
+                if name and n.strip().isdigit():
+                    queues.extend(MessageQueue(topic, name, i) for i in range(int(n)))
+            order = True
+        else:
+            for qd in sorted(self.queue_datas, key=lambda q: q.broker_name):
+                if not PermName.is_writeable(qd.perm):
+                    continue
+                bd = self.broker_data(qd.broker_name)
+                if bd is None or bd.master_addr is None:
+                    continue
+                queues.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
+        return TopicPublishInfo(topic=topic, queues=queues, route=self, order_topic=order)
+
+
+class TopicPublishInfo:
+    """The queues a producer may write to, with the round-robin cursor (sendWhichQueue)."""
+
+    __slots__ = ("topic", "queues", "route", "order_topic", "_index", "_lock", "have_route")
+
+    def __init__(self, topic: str, queues: list, route: TopicRouteData | None, order_topic: bool = False):
+        self.topic = topic
+        self.queues = list(queues)
+        self.route = route
+        self.order_topic = order_topic
+        self.have_route = route is not None
+        # Java's ThreadLocalIndex starts at a random value so producers do not all hit queue 0
+        self._index = random.randrange(1 << 16)
+        self._lock = threading.Lock()
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.queues)
+
+    def next_index(self) -> int:
+        with self._lock:
+            self._index = (self._index + 1) & 0x7FFFFFFF
+            return self._index
+
+    def select_one(self, last_broker_name: str | None = None) -> MessageQueue:
+        """Round robin; when retrying, prefer a queue on another broker than the one that failed."""
+        if not self.queues:
+            raise MQClientError(f"no writable queue for topic {self.topic!r}")
+        n = len(self.queues)
+        if last_broker_name is not None:
+            for _ in range(n):
+                mq = self.queues[self.next_index() % n]
+                if mq.broker_name != last_broker_name:
+                    return mq
+        return self.queues[self.next_index() % n]
+
+    def write_queue_nums_of(self, broker_name: str) -> int:
+        if self.route is None:
+            return -1
+        for qd in self.route.queue_datas:
+            if qd.broker_name == broker_name:
+                return qd.write_queue_nums
+        return -1
+
+
+__all__ = ["QueueData", "BrokerData", "TopicRouteData", "TopicPublishInfo"]
