@@ -1,0 +1,484 @@
+"""The IndexFile: a hash index from message key to commit-log offset, queryable by time range.
+
+On-disk layout (RocketMQ's, big-endian), one file per `<store>/index/<yyyyMMddHHmmssSSS>`:
+
+    header   40 bytes  beginTimestamp i64, endTimestamp i64, beginPhyOffset i64, endPhyOffset i64,
+                       hashSlotCount i32 (RocketMQ counts puts here), indexCount i32 (starts at 1)
+    slots    maxHashSlotNum × 4 bytes: i32 position of the newest entry whose hash lands in the slot
+    entries  maxIndexNum × 20 bytes: keyHash i32, phyOffset i64, timeDiff i32 (seconds after
+             beginTimestamp), prevIndex i32 (older entry of the same slot; 0 = end of chain)
+
+Entry 0 is never used (0 means "no entry"), so a file holds maxIndexNum - 1 keys and then a new
+file is started.  The indexed key is `topic#key` for each space-separated key in KEYS and for the
+UNIQ_KEY; keyHash = abs(Java String.hashCode).  Only hashes are stored: a query returns every
+offset whose key *hash* matches ("Aa" and "BB" collide), and the caller checks the message's
+real keys, as RocketMQ's query-by-key does.
+
+Crash safety and recovery (the store drives it):
+
+* A put writes the entry, then the slot, then the header, all through the mmap, so a killed
+  process leaves at most one put half done; `load(last_exit_ok=False)` repairs it in O(1) (a
+  slot that points at the uncounted entry is rolled back to that entry's predecessor).
+* `truncate_after(phy_offset)`: after the commit log was cut back at recovery, entries at or past
+  `phy_offset` are removed (suffix of the newest file(s); slot chains are rolled back entry by
+  entry) and files that only held such entries are deleted.
+* Re-dispatch is idempotent: `build_index` skips a record whose offset is below what the index
+  already covers (`indexed_phy_offset`), and for the newest record only adds keys not yet there,
+  so the store may re-dispatch from its checkpoint without duplicating entries.
+* RocketMQ's own scheme is available too: `load(False, checkpoint_index_timestamp=t)` drops the
+  files whose endTimestamp is past the checkpoint's index timestamp (they are rebuilt by
+  re-dispatch); `flush()` returns the timestamp up to which the index is durable, for the store
+  to save in its checkpoint.
+
+Transaction rollback records are never indexed (as RocketMQ); prepared ones are not either: a
+4.x broker rewrites half messages to RMQ_SYS_TRANS_HALF_TOPIC without the prepared flag, so a
+record that still carries it is an uncommitted message that must not be found by key.
+"""
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import re
+import struct
+import threading
+import time
+
+import attrs
+
+from rmq_core.config import MessageStoreConfig
+from rmq_core.errors import StoreError
+from rmq_core.message import SysFlag
+from rmq_core.message import java_string_hash as _py_java_string_hash
+
+try:  # the native twin is ~20x faster on long keys; same results (tests/store_index checks)
+    from rmq_core._native.codec import java_string_hash
+except ImportError:  # pragma: no cover - a source tree without the built extension
+    java_string_hash = _py_java_string_hash
+
+log = logging.getLogger("rmq.store")
+
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_SIZE = 20
+INVALID_INDEX = 0
+KEY_SEPARATOR = " "
+
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+_SLOT = struct.Struct(">i")
+_I32_MAX = 0x7FFFFFFF
+_FILE_NAME = re.compile(r"^\d{17}$")
+
+
+def index_key_hash(key: str) -> int:
+    """RocketMQ's indexKeyHashMethod: abs(String.hashCode), with abs(MIN_VALUE) mapped to 0."""
+    h = abs(java_string_hash(key))
+    return 0 if h > _I32_MAX else h
+
+
+def build_key(topic: str, key: str) -> str:
+    return f"{topic}#{key}"
+
+
+@attrs.frozen
+class QueryOffsetResult:
+    phy_offsets: list
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+
+class IndexFile:
+    """One memory-mapped index file.  Not thread-safe by itself; IndexService serialises access."""
+
+    def __init__(self, path: str, hash_slot_num: int, index_num: int, end_phy_offset: int = 0,
+                 end_timestamp: int = 0):
+        self.path = path
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.file_size = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
+        self._entries_at = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        exists = os.path.exists(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if exists and size == 0:
+                exists = False  # created by a process killed before it could size the file
+            if exists and size != self.file_size:
+                raise StoreError(
+                    f"index file {path} is {size} bytes, but maxHashSlotNum={hash_slot_num} and "
+                    f"maxIndexNum={index_num} give {self.file_size}; was the store configured differently?")
+            if not exists:
+                os.ftruncate(fd, self.file_size)  # sparse: untouched slots and entries cost no disk
+            self._mm = mmap.mmap(fd, self.file_size)
+        finally:
+            os.close(fd)
+        self._dirty = not exists
+        if exists:
+            (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+             self.hash_slot_count, self.index_count) = _HEADER.unpack_from(self._mm, 0)
+            if self.index_count <= 0:
+                self.index_count = 1
+        else:
+            self.begin_timestamp = self.end_timestamp = max(end_timestamp, 0)
+            self.begin_phy_offset = self.end_phy_offset = max(end_phy_offset, 0)
+            self.hash_slot_count, self.index_count = 0, 1
+            self._write_header()
+
+    # -- header --
+    def _write_header(self) -> None:
+        _HEADER.pack_into(self._mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                          self.end_phy_offset, self.hash_slot_count, self.index_count)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def entry_count(self) -> int:
+        return self.index_count - 1
+
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """Does [begin, end] overlap [beginTimestamp, endTimestamp]?"""
+        return (begin < self.begin_timestamp and end > self.end_timestamp) or \
+            self.begin_timestamp <= begin <= self.end_timestamp or self.begin_timestamp <= end <= self.end_timestamp
+
+    # -- entries --
+    def _slot_pos(self, key_hash: int) -> int:
+        return INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+
+    def _entry_pos(self, index: int) -> int:
+        return self._entries_at + index * INDEX_SIZE
+
+    def read_entry(self, index: int) -> tuple[int, int, int, int]:
+        """(keyHash, phyOffset, timeDiff, prevIndex) of entry `index`."""
+        return _ENTRY.unpack_from(self._mm, self._entry_pos(index))
+
+    def _slot_head(self, slot_pos: int) -> int:
+        head = _SLOT.unpack_from(self._mm, slot_pos)[0]
+        return INVALID_INDEX if head <= INVALID_INDEX or head >= self.index_count else head
+
+    def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Append one entry; False when the file is full."""
+        count = self.index_count
+        if count >= self.index_num:
+            return False
+        slot_pos = self._slot_pos(key_hash)
+        prev = self._slot_head(slot_pos)
+        if count <= 1:
+            # First entry: the file's time and offset range start here (diff 0, unlike RocketMQ's
+            # diff against the previous file's end, which dates the first entry too late).
+            self.begin_timestamp = store_timestamp
+            self.begin_phy_offset = phy_offset
+        diff = (store_timestamp - self.begin_timestamp) // 1000 if self.begin_timestamp > 0 else 0
+        diff = min(max(diff, 0), _I32_MAX)
+        # Order matters for crash repair: entry, then slot, then header.
+        _ENTRY.pack_into(self._mm, self._entry_pos(count), key_hash, phy_offset, diff, prev)
+        _SLOT.pack_into(self._mm, slot_pos, count)
+        self.hash_slot_count += 1
+        self.index_count = count + 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self._write_header()
+        self._dirty = True
+        return True
+
+    def has_key_at(self, key_hash: int, phy_offset: int) -> bool:
+        """Is there an entry (key_hash, phy_offset) among the newest entries of its slot chain?
+        Used to make re-dispatch of the newest record idempotent."""
+        index = self._slot_head(self._slot_pos(key_hash))
+        while index > INVALID_INDEX:
+            h, off, _diff, prev = self.read_entry(index)
+            if off != phy_offset:
+                return False  # chains are newest first; older records cannot be this one
+            if h == key_hash:
+                return True
+            if prev >= index:
+                return False
+            index = prev
+        return False
+
+    def select_phy_offsets(self, out: list, seen: set, key_hash: int, max_num: int, begin: int, end: int) -> None:
+        """Walk the key's slot chain newest first, appending matching offsets to `out`."""
+        if self.index_count <= 1:
+            return
+        index = self._slot_head(self._slot_pos(key_hash))
+        mm, unpack, entries_at, begin_ts = self._mm, _ENTRY.unpack_from, self._entries_at, self.begin_timestamp
+        while index > INVALID_INDEX and len(out) < max_num:
+            h, off, diff, prev = unpack(mm, entries_at + index * INDEX_SIZE)
+            if diff < 0:
+                break
+            time_read = begin_ts + diff * 1000
+            if h == key_hash and begin <= time_read <= end and off not in seen:
+                seen.add(off)
+                out.append(off)
+            if prev <= INVALID_INDEX or prev >= index or time_read < begin:
+                break
+            index = prev
+
+    # -- recovery --
+    def repair_torn_put(self) -> bool:
+        """Undo a put that a killed process left half done (slot written, header not)."""
+        count = self.index_count
+        if count >= self.index_num:
+            return False
+        h, _off, _diff, prev = self.read_entry(count)
+        slot_pos = self._slot_pos(h) if h >= 0 else None
+        if slot_pos is None or _SLOT.unpack_from(self._mm, slot_pos)[0] != count:
+            return False
+        _SLOT.pack_into(self._mm, slot_pos, prev if INVALID_INDEX < prev < count else INVALID_INDEX)
+        _ENTRY.pack_into(self._mm, self._entry_pos(count), 0, 0, 0, 0)
+        self._dirty = True
+        log.warning("index file %s: rolled back a half-written entry at %d", self.path, count)
+        return True
+
+    def truncate_after(self, phy_offset: int) -> int:
+        """Remove entries whose phyOffset >= phy_offset (always a suffix: puts come in log order).
+        Returns the number removed."""
+        count = self.index_count
+        keep = count
+        while keep > 1 and self.read_entry(keep - 1)[1] >= phy_offset:
+            keep -= 1
+        if keep == count:
+            return 0
+        # Newest first: each removed entry hands its slot back to its predecessor, so after the
+        # loop every slot points at its newest surviving entry.
+        for index in range(count - 1, keep - 1, -1):
+            h, _off, _diff, prev = self.read_entry(index)
+            _SLOT.pack_into(self._mm, self._slot_pos(h), prev if INVALID_INDEX < prev < keep else INVALID_INDEX)
+            _ENTRY.pack_into(self._mm, self._entry_pos(index), 0, 0, 0, 0)
+        removed = count - keep
+        self.index_count = keep
+        self.hash_slot_count = max(self.hash_slot_count - removed, 0)
+        if keep > 1:
+            _h, last_off, last_diff, _prev = self.read_entry(keep - 1)
+            self.end_phy_offset = last_off
+            # Only whole seconds are stored: end at the last second's upper edge so time-range
+            # queries still include the surviving entries.
+            self.end_timestamp = self.begin_timestamp + last_diff * 1000 + 999
+        else:
+            self.end_phy_offset = self.begin_phy_offset = min(self.begin_phy_offset, phy_offset)
+            self.end_timestamp = self.begin_timestamp
+        self._write_header()
+        self._dirty = True
+        return removed
+
+    # -- lifecycle --
+    def flush(self) -> None:
+        if self._dirty and not self._mm.closed:
+            self._write_header()
+            self._mm.flush()
+            self._dirty = False
+
+    def close(self) -> None:
+        if not self._mm.closed:
+            self.flush()
+            self._mm.close()
+
+    def destroy(self) -> None:
+        if not self._mm.closed:
+            self._mm.close()
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+        log.info("index file %s deleted", self.path)
+
+    def __repr__(self) -> str:
+        return (f"<IndexFile {self.name} entries={self.entry_count} phy=[{self.begin_phy_offset}, "
+                f"{self.end_phy_offset}] ts=[{self.begin_timestamp}, {self.end_timestamp}]>")
+
+
+def _file_name_for(ms: int) -> str:
+    """yyyyMMddHHmmssSSS in local time (RocketMQ's UtilAll.timeMillisToHumanString)."""
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(ms // 1000)) + f"{ms % 1000:03d}"
+
+
+class IndexService:
+    """All index files of a store (RocketMQ IndexService).  Thread-safe: the dispatcher builds
+    while request threads query."""
+
+    def __init__(self, config: MessageStoreConfig, *, checkpoint=None):
+        self.config = config
+        self.store_path = config.index_dir
+        self.hash_slot_num = config.max_hash_slot_num
+        self.index_num = config.max_index_num
+        if self.index_num < 2:
+            raise StoreError(f"maxIndexNum must be at least 2 (entry 0 is reserved), got {self.index_num}")
+        self.checkpoint = checkpoint  # optional: an object with an `index_msg_timestamp` attribute
+        self.files: list[IndexFile] = []
+        self._lock = threading.RLock()
+
+    # -- lifecycle --
+    def load(self, last_exit_ok: bool, *, checkpoint_index_timestamp: int | None = None) -> bool:
+        """Open the existing index files (oldest first).  After an unclean exit, repair a torn
+        last put; with `checkpoint_index_timestamp`, also drop files newer than it (RocketMQ)."""
+        if checkpoint_index_timestamp is None and self.checkpoint is not None and not last_exit_ok:
+            checkpoint_index_timestamp = getattr(self.checkpoint, "index_msg_timestamp", None)
+        try:
+            names = sorted(os.listdir(self.store_path))
+        except FileNotFoundError:
+            names = []
+        with self._lock:
+            for name in names:
+                path = os.path.join(self.store_path, name)
+                if not _FILE_NAME.match(name) or not os.path.isfile(path):
+                    log.warning("ignoring %s in the index directory (not an index file name)", path)
+                    continue
+                try:
+                    f = IndexFile(path, self.hash_slot_num, self.index_num)
+                except (StoreError, OSError) as e:
+                    log.error("load index file %s failed: %s", path, e)
+                    return False
+                if not last_exit_ok and checkpoint_index_timestamp is not None \
+                        and f.end_timestamp > checkpoint_index_timestamp:
+                    log.warning("index file %s ends after the checkpoint (%d > %d): deleted, it will be rebuilt",
+                                path, f.end_timestamp, checkpoint_index_timestamp)
+                    f.destroy()
+                    continue
+                self.files.append(f)
+                log.info("load index file OK, %s", path)
+            if not last_exit_ok and self.files:
+                self.files[-1].repair_torn_put()
+        return True
+
+    def flush(self) -> int:
+        """msync every index file; returns the timestamp up to which the index is durable (and
+        stores it in the checkpoint's `index_msg_timestamp` when a checkpoint was given)."""
+        with self._lock:
+            for f in self.files:
+                f.flush()
+            durable = self.files[-1].end_timestamp if self.files else 0
+        if self.checkpoint is not None and durable > 0:
+            self.checkpoint.index_msg_timestamp = durable
+        return durable
+
+    def shutdown(self) -> None:
+        with self._lock:
+            for f in self.files:
+                try:
+                    f.close()
+                except (OSError, ValueError) as e:
+                    log.error("shutdown index file %s: %s", f.path, e)
+            self.files.clear()
+
+    def destroy(self) -> None:
+        """Delete every index file (the store is being wiped)."""
+        with self._lock:
+            for f in self.files:
+                f.destroy()
+            self.files.clear()
+
+    def delete_expired_file(self, min_phy_offset: int) -> None:
+        """Delete the oldest files whose entries all point below `min_phy_offset` (the commit log
+        no longer has those records).  The newest file is always kept."""
+        with self._lock:
+            while len(self.files) > 1 and self.files[0].end_phy_offset < min_phy_offset:
+                self.files.pop(0).destroy()
+
+    # -- recovery --
+    @property
+    def indexed_phy_offset(self) -> int:
+        """The commit-log offset of the newest indexed record, -1 when nothing is indexed; the store
+        re-dispatches from at most here after a crash."""
+        with self._lock:
+            for f in reversed(self.files):
+                if f.entry_count > 0:
+                    return f.end_phy_offset
+            return -1
+
+    def truncate_after(self, phy_offset: int) -> int:
+        """Forget every entry for records at or past `phy_offset` (the commit log was truncated
+        there); files left without entries are deleted.  Returns the number of entries removed."""
+        removed = 0
+        with self._lock:
+            while self.files:
+                f = self.files[-1]
+                if f.entry_count > 0 and f.begin_phy_offset >= phy_offset:
+                    removed += f.entry_count
+                    self.files.pop().destroy()
+                    continue
+                removed += f.truncate_after(phy_offset)
+                if f.entry_count == 0 and len(self.files) > 1:
+                    self.files.pop().destroy()  # a rolled-over file left empty
+                    continue
+                break
+        if removed:
+            log.warning("index truncated at commit-log offset %d: %d entries removed", phy_offset, removed)
+        return removed
+
+    # -- build and query --
+    def _last_writable_file(self) -> IndexFile:
+        if self.files and not self.files[-1].is_write_full():
+            return self.files[-1]
+        prev = self.files[-1] if self.files else None
+        os.makedirs(self.store_path, exist_ok=True)
+        ms = int(time.time() * 1000)
+        if prev is not None:
+            # Names sort in creation order even if the clock steps back or two files share a ms.
+            while _file_name_for(ms) <= prev.name:
+                ms += 1
+        path = os.path.join(self.store_path, _file_name_for(ms))
+        while os.path.exists(path):
+            ms += 1
+            path = os.path.join(self.store_path, _file_name_for(ms))
+        f = IndexFile(path, self.hash_slot_num, self.index_num,
+                      prev.end_phy_offset if prev else 0, prev.end_timestamp if prev else 0)
+        self.files.append(f)
+        if prev is not None:
+            log.info("index file %s is full, created %s", prev.path, path)
+            prev.flush()
+        return f
+
+    def build_index(self, req) -> None:
+        """Index one dispatched record: `req` has topic, keys, uniq_key, commit_log_offset,
+        store_timestamp and sys_flag (the store's DispatchRequest)."""
+        if not self.config.message_index_enable:
+            return
+        tx = SysFlag.transaction_value(req.sys_flag or 0)
+        if tx in (SysFlag.TRANSACTION_ROLLBACK_TYPE, SysFlag.TRANSACTION_PREPARED_TYPE):
+            return
+        keys = []
+        if req.uniq_key:
+            keys.append(req.uniq_key)
+        if req.keys:
+            keys += [k for k in req.keys.split(KEY_SEPARATOR) if k]
+        if not keys:
+            return
+        offset, ts, topic = req.commit_log_offset, req.store_timestamp, req.topic
+        with self._lock:
+            last = self.indexed_phy_offset
+            if offset < last:
+                return  # re-dispatched record, already indexed
+            f = self._last_writable_file()
+            for key in keys:
+                key_hash = index_key_hash(build_key(topic, key))
+                if offset == last and self._has_key_at(key_hash, offset):
+                    continue  # re-dispatch of the newest record: only the missing keys
+                while not f.put_key(key_hash, offset, ts):
+                    f = self._last_writable_file()
+
+    def _has_key_at(self, key_hash: int, offset: int) -> bool:
+        # The newest record's keys can straddle a roll-over: look in the last two files.
+        return any(f.has_key_at(key_hash, offset) for f in self.files[-2:])
+
+    def query_offset(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> QueryOffsetResult:
+        """Commit-log offsets of records whose `topic#key` hash matches and whose store time is in
+        [begin_ts, end_ts] (ms, second precision), newest first, at most `max_num`, no duplicates."""
+        out: list[int] = []
+        seen: set[int] = set()
+        last_ts = last_off = 0
+        key_hash = index_key_hash(build_key(topic, key))
+        with self._lock:
+            if self.files:
+                last_ts, last_off = self.files[-1].end_timestamp, self.files[-1].end_phy_offset
+            if max_num > 0 and begin_ts <= end_ts:
+                for f in reversed(self.files):
+                    if f.is_time_matched(begin_ts, end_ts):
+                        f.select_phy_offsets(out, seen, key_hash, max_num, begin_ts, end_ts)
+                    if f.begin_timestamp < begin_ts or len(out) >= max_num:
+                        break
+        return QueryOffsetResult(out, last_ts, last_off)
