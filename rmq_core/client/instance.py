@@ -142,7 +142,8 @@ def parse_offset_table(body: bytes, topic: str | None) -> dict[MessageQueue, int
         table = raw.get("offsetTable", raw)
         if isinstance(table, list):
             for e in table:
-                out[MessageQueue(e.get("topic", topic), e["brokerName"], int(e["queueId"]))] = int(e["offset"])
+                q = e.get("mq", e)
+                out[MessageQueue(q.get("topic", topic), q["brokerName"], int(q["queueId"]))] = int(e["offset"])
             return out
         for k, v in table.items():
             t, b, q = k.split("@")
@@ -364,6 +365,8 @@ class MQClientInstance:
 
     # --- rpc -------------------------------------------------------------------------------------
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        # "PYTHON" tells our broker this client decompresses LZ4 itself (4.x clients only know zlib)
+        request.language = "PYTHON"
         if self._rpc_hooks:
             plugins.get_plugin_manager().hook.rmq_rpc_before_request(remote_addr=addr, request=request)
         resp = await self.remoting.invoke(addr, request, timeout)
@@ -372,6 +375,7 @@ class MQClientInstance:
         return resp
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
+        request.language = "PYTHON"
         if self._rpc_hooks:
             plugins.get_plugin_manager().hook.rmq_rpc_before_request(remote_addr=addr, request=request)
         await self.remoting.invoke_oneway(addr, request)

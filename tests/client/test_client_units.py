@@ -133,6 +133,8 @@ def test_parse_offset_table_forms():
     mq = MessageQueue("T", "b", 1)
     assert parse_offset_table(b'{"offsetTable":{"T@b@1":5}}', "T") == {mq: 5}
     assert parse_offset_table(b'{"offsetTable":[{"brokerName":"b","queueId":1,"offset":6}]}', "T") == {mq: 6}
+    nested = b'{"offsetTable":[{"mq":{"topic":"T","brokerName":"b","queueId":1},"offset":8}]}'
+    assert parse_offset_table(nested, "T") == {mq: 8}
     fastjson = b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:7}}'
     assert parse_offset_table(fastjson, "T") == {mq: 7}
 

@@ -1,0 +1,90 @@
+"""Fixtures for client tests: a real embedded name server + broker (in-proc and TCP addresses),
+short client timers, and a thread-leak check."""
+import asyncio
+import threading
+import time
+
+import pytest
+
+# Short timers so rebalances, heartbeats and offset flushes happen within a test.
+FAST = dict(poll_name_server_interval=1.0, heartbeat_broker_interval=1.0, persist_consumer_offset_interval=0.5)
+FAST_CONSUMER = dict(rebalance_interval=1.0, pull_time_delay_when_exception=0.2, **FAST)
+
+SMALL_BROKER = {
+    "mappedFileSizeCommitLog": str(4 * 1024 * 1024),
+    "mappedFileSizeConsumeQueue": str(1000 * 20),
+    "maxHashSlotNum": "1000",
+    "maxIndexNum": "4000",
+    "messageDelayLevel": "1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s",
+    "enablePropertyFilter": "true",
+    "registerNameServerPeriod": "1000",
+    "rebalanceLockMaxLiveTime": "3000",
+}
+
+
+def wait_until(pred, timeout=20.0, interval=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def make_cluster(tmp_path):
+    from rmq_core.embedded import Cluster
+
+    started = []
+
+    def make(config=None, **overrides):
+        c = Cluster(str(tmp_path / f"store{len(started)}"), {**SMALL_BROKER, **(config or {})}, **overrides)
+        c.start()
+        started.append(c)
+        return c
+
+    yield make
+    for c in started:
+        c.stop()
+
+
+@pytest.fixture
+def cluster(make_cluster):
+    return make_cluster()
+
+
+@pytest.fixture(params=["inproc", "tcp"])
+def namesrv(request, cluster):
+    """The name server address for each transport."""
+    return cluster.namesrv if request.param == "inproc" else cluster.tcp_namesrv
+
+
+@pytest.fixture
+def no_thread_leak():
+    before = {t.ident for t in threading.enumerate()}
+    yield
+    def leaked():
+        return [t for t in threading.enumerate() if t.ident not in before and t.is_alive()
+                and t.name.startswith("rmq-")]
+    deadline = time.monotonic() + 10
+    while leaked() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not leaked(), f"client threads left running: {[t.name for t in leaked()]}"
+
+
+@pytest.fixture
+def namesrv_only(tmp_path):
+    """Just a name server (TCP), no broker."""
+    from rmq_core.config import NamesrvConfig
+    from rmq_core.namesrv import NamesrvController
+
+    loop = asyncio.new_event_loop()
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    ctl = NamesrvController(NamesrvConfig(kv_config_path=str(tmp_path / "kv.json")), "127.0.0.1:0")
+    asyncio.run_coroutine_threadsafe(ctl.start(), loop).result(10)
+    yield ctl.listen_address
+    asyncio.run_coroutine_threadsafe(ctl.stop(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    t.join(5)
+    loop.close()
