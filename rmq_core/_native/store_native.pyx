@@ -21,10 +21,18 @@ and creates no Python object per record scanned or skipped.
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
 from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.ref cimport Py_INCREF
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset, memcmp
 
 from rmq_core.errors import IllegalArgumentError, MessageTooLargeError
+
+cdef extern from "<sys/mman.h>" nogil:
+    int msync(void *addr, size_t length, int flags)
+    int MS_SYNC
+
+from libc.errno cimport errno
 
 cdef extern from "crc32.h":
     void rmq_crc32_init()
@@ -254,6 +262,19 @@ cdef class NativeMap:
             while i < end:
                 vp[i] = vp[i]
                 i += page
+
+    def msync(self, Py_ssize_t start, Py_ssize_t end):
+        """msync(MS_SYNC) the pages covering [start, end) without holding the GIL (CPython's
+        mmap.flush keeps it, which would stall every writer during a group commit)."""
+        cdef unsigned char *p = self.check(start, end)
+        cdef Py_ssize_t a = start - start % 4096
+        cdef int rc
+        if end <= start:
+            return
+        with nogil:
+            rc = msync(p + a, end - a, MS_SYNC)
+        if rc != 0:
+            raise OSError(errno, f"msync of bytes {a}..{end} failed")
 
     def zero_range(self, Py_ssize_t start, Py_ssize_t end):
         """Zero [start, end), skipping 4 KiB chunks already zero (a sparse tail stays sparse)."""
@@ -903,3 +924,45 @@ def cq_count_matches(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter ta
                 found += tag_match(rmq_ldu64(p + pos + 12), codes, ncodes)
                 pos += CQ_UNIT
     return found
+
+
+# --- results of a batch append ------------------------------------------------------------------
+def entries_phys_offsets(entries, Py_ssize_t count):
+    """Commit-log offsets of the first `count` 20-byte consume-queue entries, as a tuple."""
+    cdef const unsigned char[::1] v = entries
+    if v.shape[0] < count * CQ_UNIT:
+        raise ValueError("entries buffer shorter than count")
+    out = PyTuple_New(count)
+    cdef Py_ssize_t i
+    for i in range(count):
+        o = <int64_t>rmq_ld64(&v[0] + i * CQ_UNIT)
+        Py_INCREF(o)
+        PyTuple_SET_ITEM(out, i, o)
+    return out
+
+
+def offset_msg_ids(entries, Py_ssize_t count, bytes host):
+    """Comma-joined offsetMsgIds (store host bytes + commit-log offset, upper-case hex) of the first
+    `count` entries; `host` is the 8 (IPv4) or 20 (IPv6) byte encoded store host."""
+    cdef const unsigned char[::1] v = entries
+    cdef Py_ssize_t hl = len(host), i, j, k
+    if v.shape[0] < count * CQ_UNIT:
+        raise ValueError("entries buffer shorter than count")
+    if count == 0:
+        return ""
+    cdef Py_ssize_t per = (hl + 8) * 2
+    out = PyByteArray_FromStringAndSize(NULL, count * (per + 1) - 1)
+    cdef unsigned char *o = <unsigned char *>PyByteArray_AS_STRING(out)
+    cdef const unsigned char *h = <const unsigned char *><char *>host
+    cdef const char *hexd = b"0123456789ABCDEF"
+    cdef unsigned char idb[28]
+    for i in range(count):
+        memcpy(idb, h, hl)
+        memcpy(idb + hl, &v[0] + i * CQ_UNIT, 8)
+        k = i * (per + 1)
+        for j in range(hl + 8):
+            o[k + 2 * j] = hexd[idb[j] >> 4]
+            o[k + 2 * j + 1] = hexd[idb[j] & 15]
+        if i + 1 < count:
+            o[k + per] = 44
+    return out.decode("ascii")

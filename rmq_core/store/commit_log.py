@@ -1,0 +1,375 @@
+"""CommitLog: the one append-only log of every message record, its flush services and recovery.
+
+Put path (RocketMQ's split): the record bytes are encoded (with the body CRC) *before* the put
+lock by `encode_message` / `encode_batch`; under the lock only "find the last segment -> native
+append (fills queue offset, physical offset, store timestamp; writes the consume-queue entries) ->
+dispatch" happens.  A record never straddles segments: when it does not fit, the rest of the
+segment becomes a blank record and the append continues in the next segment.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import struct
+import threading
+import time
+
+from rmq_core._native import store_native as native
+from rmq_core.config import FlushDiskType
+from rmq_core.message import SysFlag, TopicValidator
+from rmq_core.store.mapped_file import AllocateMappedFileService, MappedFileQueue
+from rmq_core.store.service import ServiceThread
+from rmq_core.store.types import PutMessageStatus
+
+log = logging.getLogger("rmq.store")
+
+_I64 = struct.Struct("=q")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class EncodedMessages:
+    """Records ready for `CommitLog.append`: one message or one batch, all for one queue."""
+
+    __slots__ = ("records", "count", "tags", "topic", "queue_id", "sys_flag", "properties_bytes",
+                 "compute_schedule_tags", "delay_level")
+
+    def __init__(self, records, count, tags, topic, queue_id, sys_flag, properties_bytes=None,
+                 compute_schedule_tags=False, delay_level=0):
+        self.records = records
+        self.count = count
+        self.tags = tags
+        self.topic = topic
+        self.queue_id = queue_id
+        self.sys_flag = sys_flag
+        self.properties_bytes = properties_bytes
+        self.compute_schedule_tags = compute_schedule_tags
+        self.delay_level = delay_level
+
+    @property
+    def uses_queue(self) -> bool:
+        """Prepared and rolled-back transaction records get no consume-queue entry (RocketMQ)."""
+        t = self.sys_flag & SysFlag.TRANSACTION_MASK
+        return t not in (SysFlag.TRANSACTION_PREPARED_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE)
+
+
+class AppendOutcome:
+    __slots__ = ("status", "wrote_offset", "wrote_bytes", "store_timestamp", "logics_offset", "count",
+                 "entries", "error")
+
+    def __init__(self, status, wrote_offset=0, wrote_bytes=0, store_timestamp=0, logics_offset=0, count=0,
+                 entries=None, error=None):
+        self.status = status
+        self.wrote_offset = wrote_offset
+        self.wrote_bytes = wrote_bytes
+        self.store_timestamp = store_timestamp
+        self.logics_offset = logics_offset
+        self.count = count
+        self.entries = entries
+        self.error = error
+
+
+class CommitLog:
+    def __init__(self, config, allocator: AllocateMappedFileService | None = None, delay_levels_ms=None):
+        self.config = config
+        self.mapped_file_queue = MappedFileQueue(config.commit_log_dir, config.mapped_file_size_commit_log, allocator)
+        self.put_lock = threading.Lock()
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.last_store_timestamp = 0
+        self.delay_levels_ms = list(delay_levels_ms or [])
+        # largest record that fits an empty segment next to the 8-byte blank
+        self.max_record_in_segment = config.mapped_file_size_commit_log - native.END_FILE_MIN_BLANK_LENGTH
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self.flush_service: ServiceThread = GroupCommitService(self)
+        else:
+            self.flush_service = FlushRealTimeService(self)
+        self.on_flushed = None  # callback(store_timestamp) -> checkpoint
+
+    # -- load ------------------------------------------------------------------------------------
+    def load(self) -> bool:
+        return self.mapped_file_queue.load()
+
+    def start(self) -> None:
+        self.flush_service.start()
+
+    def shutdown(self) -> None:
+        self.flush_service.shutdown()
+
+    # -- offsets ---------------------------------------------------------------------------------
+    def get_min_offset(self) -> int:
+        mf = self.mapped_file_queue.get_first_mapped_file()
+        return mf.file_from_offset if mf is not None else -1
+
+    def get_max_offset(self) -> int:
+        return self.mapped_file_queue.get_max_offset()
+
+    def roll_next_file(self, offset: int) -> int:
+        size = self.config.mapped_file_size_commit_log
+        return offset + size - offset % size
+
+    # -- append ----------------------------------------------------------------------------------
+    def append(self, enc: EncodedMessages, dispatch) -> AppendOutcome:
+        """Append under the put lock; `dispatch(enc, first_queue_offset, entries, store_ts)` runs
+        under the same lock so consume-queue order equals commit-log order."""
+        if len(enc.records) // max(enc.count, 1) > self.max_record_in_segment:
+            # a single record larger than a segment can never be stored
+            return AppendOutcome(PutMessageStatus.MESSAGE_ILLEGAL,
+                                 error=f"message of {len(enc.records)} bytes does not fit a commit-log segment of "
+                                       f"{self.config.mapped_file_size_commit_log} bytes")
+        count = enc.count
+        entries = bytearray(count * 20)
+        mfq = self.mapped_file_queue
+        uses_queue = enc.uses_queue
+        with self.put_lock:
+            key = (enc.topic, enc.queue_id)
+            qoff = self.topic_queue_table.get(key, 0) if uses_queue else 0
+            store_ts = now_ms()
+            if store_ts < self.last_store_timestamp:
+                store_ts = self.last_store_timestamp  # keep store time monotonic across records
+            tags = enc.tags
+            if enc.compute_schedule_tags and self.delay_levels_ms:
+                level = min(enc.delay_level, len(self.delay_levels_ms))
+                tags = _I64.pack(store_ts + self.delay_levels_ms[level - 1])
+            mf = mfq.get_last_mapped_file(0, need_create=True)
+            if mf is None:
+                return AppendOutcome(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error="cannot create a commit-log segment")
+            wrote_offset = mf.file_from_offset + mf.wrote_position
+            done = 0
+            src_pos = 0
+            first_offset = None
+            while done < count:
+                n, nbytes, eof = native.append_records(
+                    mf.native, mf.wrote_position, enc.records, src_pos, count - done, mf.file_from_offset,
+                    qoff + done, store_ts, tags, done, entries, done * 20)
+                if first_offset is None and n:
+                    first_offset = mf.file_from_offset + mf.wrote_position
+                mf.wrote_position += nbytes
+                done += n
+                src_pos += nbytes
+                if eof:
+                    mf.wrote_position = mf.file_size
+                    mf = mfq.get_last_mapped_file(0, need_create=True)
+                    if mf is None:
+                        return AppendOutcome(PutMessageStatus.CREATE_MAPPED_FILE_FAILED,
+                                             error="cannot create a commit-log segment")
+            end = mf.file_from_offset + mf.wrote_position
+            if first_offset is None:
+                first_offset = wrote_offset
+            if uses_queue:
+                self.topic_queue_table[key] = qoff + count
+            self.last_store_timestamp = store_ts
+            dispatch(enc, qoff, entries, store_ts, uses_queue)
+        return AppendOutcome(PutMessageStatus.PUT_OK, first_offset, end - wrote_offset, store_ts, qoff, count, entries)
+
+    # -- flush -----------------------------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> bool:
+        ts = self.last_store_timestamp
+        flushed = self.mapped_file_queue.flush(least_pages)
+        if flushed:
+            self.mapped_file_queue.store_timestamp = ts
+            if self.on_flushed is not None:
+                self.on_flushed(ts)
+        return flushed
+
+    def request_flush(self, next_offset: int) -> concurrent.futures.Future | None:
+        """SYNC_FLUSH: a Future resolved with PUT_OK once bytes up to next_offset are durable."""
+        if isinstance(self.flush_service, GroupCommitService):
+            return self.flush_service.put_request(next_offset)
+        self.flush_service.wakeup()
+        return None
+
+    # -- reading ---------------------------------------------------------------------------------
+    def get_data(self, offset: int, size: int) -> bytes | None:
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote_position or size <= 0:
+            return None
+        try:
+            return mf.read(pos, size)
+        except ValueError:  # the segment was closed by retention meanwhile
+            return None
+
+    def record_size_at(self, offset: int) -> int:
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return -1
+        pos = offset - mf.file_from_offset
+        if pos + 8 > mf.wrote_position:
+            return -1
+        head = mf.read(pos, 8)
+        size, magic = struct.unpack(">iI", head)
+        if magic != native.MESSAGE_MAGIC_CODE or size < 91 or pos + size > mf.wrote_position:
+            return -1
+        return size
+
+    def pickup_store_timestamp(self, offset: int, size: int = 0) -> int:
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return -1
+        try:
+            ts = native.record_store_timestamp(mf.native, offset - mf.file_from_offset)
+        except ValueError:
+            return -1
+        return ts if ts else -1
+
+    # -- recovery --------------------------------------------------------------------------------
+    def recover_normally(self, clean_offset: int) -> int:
+        """After a clean stop: trust the offset written at shutdown (no scan); without one, walk
+        the last three segments without CRC checks (RocketMQ's recoverNormally)."""
+        mfq = self.mapped_file_queue
+        files = mfq.mapped_files
+        if not files:
+            return 0
+        if 0 <= clean_offset <= files[-1].end_offset and clean_offset >= files[0].file_from_offset:
+            keep = []
+            for mf in files:
+                if mf.end_offset <= clean_offset:
+                    mf.set_positions(mf.file_size)
+                    keep.append(mf)
+                elif mf.file_from_offset <= clean_offset:
+                    mf.set_positions(clean_offset - mf.file_from_offset)
+                    keep.append(mf)
+                else:
+                    mf.destroy()
+            mfq.mapped_files = keep
+            mfq.flushed_where = clean_offset
+            return clean_offset
+        start = max(0, len(files) - 3)
+        end = self._walk(start, check_crc=False, on_runs=None)
+        mfq.truncate_dirty_files(end)
+        mfq.flushed_where = end
+        return end
+
+    def recover_abnormally(self, min_timestamp: int, on_runs) -> int:
+        """After a crash: start at the last segment whose first record is older than the
+        checkpoint, verify every record (magic, size, physical offset, structure, CRC), cut the log
+        at the first bad one, and feed the good records' consume-queue runs to on_runs(mf, runs)."""
+        mfq = self.mapped_file_queue
+        files = mfq.mapped_files
+        if not files:
+            return 0
+        start = 0
+        for i in range(len(files) - 1, -1, -1):
+            ts = native.record_store_timestamp(files[i].native, 0)
+            if ts and ts <= min_timestamp:
+                start = i
+                break
+        end = self._walk(start, check_crc=self.config.check_crc_on_recover, on_runs=on_runs)
+        log.info("commit log recovered after an unclean stop: log ends at %d (walked from segment %s)",
+                 end, os.path.basename(files[start].path))
+        mfq.truncate_dirty_files(end)
+        mfq.flushed_where = end
+        return end
+
+    def _walk(self, start_index: int, check_crc: bool, on_runs) -> int:
+        files = self.mapped_file_queue.mapped_files
+        end = files[start_index].file_from_offset
+        last_ts = 0
+        for i in range(start_index, len(files)):
+            mf = files[i]
+            pos, reason, count, ts, runs = native.verify_records(
+                mf.native, 0, mf.file_size, mf.file_from_offset, check_crc, on_runs is not None, self.delay_levels_ms)
+            if ts:
+                last_ts = max(last_ts, ts)
+            if on_runs is not None and runs:
+                on_runs(mf, runs)
+            end = mf.file_from_offset + pos
+            if reason == native.STOP_BLANK:
+                continue
+            if reason == native.STOP_CORRUPT:
+                log.warning("commit log: bad record at offset %d in %s; the log is cut there", end, mf.path)
+            break
+        if last_ts:
+            self.last_store_timestamp = last_ts
+        return end
+
+
+class FlushRealTimeService(ServiceThread):
+    """ASYNC_FLUSH: every flushIntervalCommitLog ms flush if at least flushCommitLogLeastPages dirty
+    pages (all of them every flushCommitLogThoroughInterval ms); a final full flush at stop."""
+
+    name = "FlushRealTimeService"
+
+    def __init__(self, commit_log: CommitLog):
+        super().__init__()
+        self.commit_log = commit_log
+        self._last_thorough = time.monotonic()
+
+    def interval(self) -> float:
+        return self.commit_log.config.flush_interval_commit_log / 1000.0
+
+    def run_once(self) -> None:
+        cfg = self.commit_log.config
+        least = cfg.flush_commit_log_least_pages
+        now = time.monotonic()
+        if (now - self._last_thorough) * 1000 >= cfg.flush_commit_log_thorough_interval:
+            self._last_thorough = now
+            least = 0
+        self.commit_log.flush(least)
+
+    def on_stop(self) -> None:
+        self.commit_log.flush(0)
+
+
+class GroupCommitService(ServiceThread):
+    """SYNC_FLUSH group commit: puts queue flush requests; one msync covers every request whose
+    offset is at or below the flushed position, however many threads are waiting."""
+
+    name = "GroupCommitService"
+
+    def __init__(self, commit_log: CommitLog):
+        super().__init__()
+        self.commit_log = commit_log
+        self._lock = threading.Lock()
+        self._requests: list[tuple[int, concurrent.futures.Future]] = []
+
+    def interval(self) -> float:
+        return 0.01
+
+    def put_request(self, next_offset: int) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            if self.is_stopped():
+                fut.set_result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+                return fut
+            self._requests.append((next_offset, fut))
+        self.wakeup()
+        return fut
+
+    def run_once(self) -> None:
+        with self._lock:
+            reqs, self._requests = self._requests, []
+        if not reqs:
+            return
+        mfq = self.commit_log.mapped_file_queue
+        try:
+            self.commit_log.flush(0)
+        except OSError as e:
+            log.error("group commit flush failed: %s", e)
+        flushed = mfq.flushed_where
+        for off, fut in reqs:
+            fut.set_result(PutMessageStatus.PUT_OK if flushed >= off else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+
+    def on_stop(self) -> None:
+        self.run_once()
+        with self._lock:
+            left, self._requests = self._requests, []
+        for _, fut in left:
+            fut.set_result(PutMessageStatus.PUT_OK if self.commit_log.mapped_file_queue.flushed_where >= _
+                           else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+
+
+def build_encoded_single(topic: str, topic_b: bytes, queue_id: int, flag: int, body: bytes, props_b: bytes,
+                         sys_flag: int, born_ts: int, born_host_b: bytes, store_host_b: bytes, reconsume: int,
+                         prepared: int, max_size: int, tags_code, delay_level: int) -> EncodedMessages:
+    rec, code = native.encode_record(topic_b, queue_id, flag, body, props_b, sys_flag, born_ts, born_host_b,
+                                     store_host_b, reconsume, prepared, max_size)
+    sched = tags_code is None and topic == TopicValidator.RMQ_SYS_SCHEDULE_TOPIC and delay_level > 0
+    if tags_code is not None:
+        code = tags_code
+    return EncodedMessages(rec, 1, _I64.pack(code), topic, queue_id, sys_flag, props_b, sched, delay_level)

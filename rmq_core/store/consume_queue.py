@@ -1,0 +1,227 @@
+"""ConsumeQueue: the per (topic, queue id) index into the commit log.
+
+Files: `<store>/consumequeue/<topic>/<queueId>/<20-digit start byte offset>`, each
+`mappedFileSizeConsumeQueue` bytes (300,000 entries by default).  Queue offset n is the entry at
+byte n*20 of the logical queue:
+
+    int64 commit-log offset | int32 record size | int64 tags code   (big-endian)
+
+Entries written in front of the first real one (a queue that starts at a non-zero offset, e.g.
+after every older file was deleted) are "blank": offset 0, size 0x7fffffff, tags code 0, as
+RocketMQ writes them, so the file stays dense and `recover` walks through them.
+
+Consume-queue ext (RocketMQ's ConsumeQueueExt; reserved for the SQL92 bloom prefilter, not written
+yet): with `enableConsumeQueueExt`, files `<store>/consumequeue_ext/<topic>/<queueId>/<20-digit
+offset>` hold variable-size units `int16 size | int64 tags code | int64 store time | int16 bitmap
+length | bitmap bytes`; the entry's tags code then holds the unit's address encoded below
+Integer.MIN_VALUE (address + Long.MIN_VALUE), and the real tag code lives in the unit.  The scan
+applies `MessageFilter.bloom_bits` only to entries that have such a unit; all others are
+candidates.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import struct
+
+from rmq_core._native import store_native as native
+from rmq_core.store.mapped_file import MappedFileQueue
+
+log = logging.getLogger("rmq.store")
+
+CQ_STORE_UNIT_SIZE = 20
+_BLANK_ENTRY = struct.pack(">qiq", 0, 0x7FFFFFFF, 0)
+
+
+class ConsumeQueue:
+    def __init__(self, topic: str, queue_id: int, store_path: str, mapped_file_size: int):
+        if mapped_file_size % CQ_STORE_UNIT_SIZE:
+            mapped_file_size -= mapped_file_size % CQ_STORE_UNIT_SIZE
+        self.topic = topic
+        self.queue_id = queue_id
+        self.mapped_file_size = mapped_file_size
+        self.store_path = os.path.join(store_path, topic, str(queue_id))
+        self.mapped_file_queue = MappedFileQueue(self.store_path, mapped_file_size)
+        self.min_logic_offset = 0  # bytes
+        self.max_physic_offset = -1  # commit-log end of the last entry (offset + size)
+
+    # -- load / recover -----------------------------------------------------------------------
+    def load(self) -> bool:
+        return self.mapped_file_queue.load()
+
+    def recover(self) -> None:
+        """Find the end of the written entries (files were opened as full)."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return
+        # the last non-empty file holds the end; later (pre-created) empty ones are dropped
+        idx = len(files) - 1
+        while idx >= 0:
+            end = native.cq_valid_end(files[idx].native, 0)
+            if end > 0 or idx == 0:
+                break
+            idx -= 1
+        for mf in files[idx + 1:]:
+            mf.destroy()
+        self.mapped_file_queue.mapped_files = files[:idx + 1]
+        last = files[idx]
+        last.set_positions(end)
+        self.mapped_file_queue.flushed_where = last.file_from_offset + end
+        if end > 0:
+            phys, size, _ = native.cq_entry(last.native, end - CQ_STORE_UNIT_SIZE)
+            self.max_physic_offset = phys + size
+        elif idx == 0:
+            self.max_physic_offset = -1
+        first = files[0]
+        if self.min_logic_offset < first.file_from_offset:
+            self.min_logic_offset = first.file_from_offset
+
+    def correct_min_offset(self, min_commit_log_offset: int) -> None:
+        """Point the min offset at the first entry whose record still exists in the commit log."""
+        files = self.mapped_file_queue.mapped_files
+        for mf in files:
+            end = mf.wrote_position
+            if end <= 0:
+                continue
+            pos = native.cq_first_phys_at_or_above(mf.native, 0, end, min_commit_log_offset)
+            if pos < end:
+                self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + pos)
+                return
+            self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + end)
+        # every entry points below the commit log's start
+
+    def truncate_dirty_logic_files(self, phys_offset: int) -> None:
+        """Drop entries whose record starts at or after phys_offset (the commit log was cut there)."""
+        mfq = self.mapped_file_queue
+        while mfq.mapped_files:
+            mf = mfq.mapped_files[-1]
+            end = mf.wrote_position
+            pos = native.cq_first_phys_at_or_above(mf.native, 0, end, phys_offset) if end else 0
+            if pos == 0 and len(mfq.mapped_files) > 1:
+                mfq.delete_last_mapped_file()
+                continue
+            if pos < end:
+                mf.native.zero_range(pos, mf.file_size)
+                mf.set_positions(pos)
+            if pos > 0:
+                p, s, _ = native.cq_entry(mf.native, pos - CQ_STORE_UNIT_SIZE)
+                self.max_physic_offset = p + s
+            else:
+                self.max_physic_offset = -1
+            mfq.flushed_where = min(mfq.flushed_where, mf.file_from_offset + pos)
+            break
+        if self.min_logic_offset > self.get_max_offset_in_queue() * CQ_STORE_UNIT_SIZE:
+            self.min_logic_offset = self.get_max_offset_in_queue() * CQ_STORE_UNIT_SIZE
+
+    # -- write ----------------------------------------------------------------------------------
+    def put_entries(self, entries, first_queue_offset: int, count: int) -> None:
+        """Write `count` 20-byte entries for queue offsets first_queue_offset.. (entries already
+        present — a re-dispatch after recovery — are skipped)."""
+        mfq = self.mapped_file_queue
+        unit = CQ_STORE_UNIT_SIZE
+        size = self.mapped_file_size
+        cur = self.get_max_offset_in_queue()
+        skip = cur - first_queue_offset
+        if skip >= count:
+            return
+        view = memoryview(entries)
+        if skip > 0:
+            view = view[skip * unit:count * unit]
+            first_queue_offset = cur
+            count -= skip
+        else:
+            view = view[:count * unit]
+        expect = first_queue_offset * unit
+        while count > 0:
+            mf = mfq.get_last_mapped_file(expect, need_create=True)
+            if mf.first_create_in_queue and mf.wrote_position == 0 and expect > mf.file_from_offset:
+                # a queue whose first entry is not at offset 0: pre-fill blanks (RocketMQ fillPreBlank)
+                nblank = (expect - mf.file_from_offset) // unit
+                mf.native.write(0, _BLANK_ENTRY * nblank)
+                mf.set_positions(expect - mf.file_from_offset)
+                mfq.flushed_where = mf.file_from_offset
+                self.min_logic_offset = expect
+                mf.first_create_in_queue = False
+            cur_pos = mf.file_from_offset + mf.wrote_position
+            if cur_pos != expect:
+                if expect > cur_pos:
+                    log.error("consume queue %s/%d: gap from byte %d to %d, filling with blank entries",
+                              self.topic, self.queue_id, cur_pos, expect)
+                    gap = min((expect - cur_pos) // unit, (size - mf.wrote_position) // unit)
+                    mf.native.write(mf.wrote_position, _BLANK_ENTRY * gap)
+                    mf.wrote_position += gap * unit
+                    continue
+                raise AssertionError(f"consume queue {self.topic}/{self.queue_id}: write at {expect} behind {cur_pos}")
+            room = (size - mf.wrote_position) // unit
+            n = min(room, count)
+            mf.native.write(mf.wrote_position, view[:n * unit])
+            mf.wrote_position += n * unit
+            last = view[(n - 1) * unit:n * unit]
+            phys, sz = struct.unpack_from(">qi", last, 0)
+            self.max_physic_offset = phys + sz
+            view = view[n * unit:]
+            count -= n
+            expect += n * unit
+
+    def flush(self, least_pages: int = 0) -> bool:
+        return self.mapped_file_queue.flush(least_pages)
+
+    # -- read -----------------------------------------------------------------------------------
+    def get_min_offset_in_queue(self) -> int:
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+    def get_max_offset_in_queue(self) -> int:
+        return self.mapped_file_queue.get_max_offset() // CQ_STORE_UNIT_SIZE
+
+    def find_file(self, queue_offset: int):
+        """(mapped file, byte position in it, readable end) of queue_offset, or None."""
+        pos = queue_offset * CQ_STORE_UNIT_SIZE
+        if pos < self.min_logic_offset:
+            return None
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(pos)
+        if mf is None:
+            return None
+        rel = pos - mf.file_from_offset
+        if rel >= mf.wrote_position:
+            return None
+        return mf, rel, mf.wrote_position
+
+    def get_entry(self, queue_offset: int):
+        """(commit-log offset, size, tags code) at queue_offset, or None."""
+        found = self.find_file(queue_offset)
+        if found is None:
+            return None
+        mf, rel, _ = found
+        return native.cq_entry(mf.native, rel)
+
+    def get_last_offset(self) -> int:
+        """Commit-log end covered by the entries (RocketMQ getLastOffset), -1 when empty."""
+        return self.max_physic_offset
+
+    def delete_expired_file(self, min_commit_log_offset: int) -> int:
+        """Delete whole files (never the last) whose last entry points below min_commit_log_offset."""
+        mfq = self.mapped_file_queue
+        files = mfq.mapped_files[:-1]
+        n = 0
+        for mf in files:
+            if mf.wrote_position < CQ_STORE_UNIT_SIZE:
+                break
+            phys, _, _ = native.cq_entry(mf.native, mf.wrote_position - CQ_STORE_UNIT_SIZE)
+            if phys < min_commit_log_offset:
+                n += 1
+            else:
+                break
+        if n:
+            mfq.delete_files_before(n)
+        self.correct_min_offset(min_commit_log_offset)
+        return n
+
+    def destroy(self) -> None:
+        self.mapped_file_queue.destroy()
+        try:
+            os.rmdir(os.path.dirname(self.store_path))
+        except OSError:
+            pass
+
+    def shutdown(self) -> None:
+        self.mapped_file_queue.shutdown()

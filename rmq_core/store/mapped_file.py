@@ -1,0 +1,330 @@
+"""MappedFile (one memory-mapped segment file) and MappedFileQueue (the ordered segments of one log),
+plus the service that creates the next segment off the hot path (AllocateMappedFileService).
+
+A segment is named by the 20-digit, zero-padded logical offset of its first byte; all segments of a
+queue have the same size.  Positions: `wrote_position` (bytes appended), `flushed_position` (bytes
+known to be on disk).  The native routines reach the mapping through `native` (a NativeMap).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import mmap
+import os
+import re
+import threading
+import time
+
+from rmq_core._native.store_native import NativeMap
+from rmq_core.errors import StoreError
+
+log = logging.getLogger("rmq.store")
+
+_NAME = re.compile(r"^\d{20}$")
+
+
+def offset_to_file_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+class MappedFile:
+    def __init__(self, path: str, file_size: int, prefault: bool = False):
+        self.path = path
+        self.file_size = file_size
+        name = os.path.basename(path)
+        if not _NAME.match(name):
+            raise StoreError(f"bad segment file name {path!r}: expected a 20-digit start offset")
+        self.file_from_offset = int(name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size > file_size:
+                raise StoreError(
+                    f"segment {path!r} is {size} bytes, larger than the configured size {file_size}; "
+                    f"the mapped file size setting must not change for an existing store")
+            if size < file_size:
+                # new file, or a tail truncated by a crash: extend with zeros (sparse)
+                os.ftruncate(fd, file_size)
+            self._mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.native = NativeMap(self._mm)
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self.first_create_in_queue = False
+        if prefault:
+            self.native.prefault(0, file_size)
+
+    # -- positions -----------------------------------------------------------------------------
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def set_positions(self, pos: int) -> None:
+        self.wrote_position = pos
+        self.flushed_position = pos
+
+    # -- io ------------------------------------------------------------------------------------
+    def read(self, pos: int, size: int) -> bytes:
+        return self.native.read(pos, size)
+
+    def view(self) -> memoryview:
+        return memoryview(self._mm)
+
+    def flush(self, upto: int | None = None) -> int:
+        """Make [flushed, upto or wrote) durable; returns the new flushed position."""
+        end = self.wrote_position if upto is None else min(upto, self.wrote_position)
+        if end > self.flushed_position:
+            self.native.msync(self.flushed_position, end)
+            self.flushed_position = end
+        return self.flushed_position
+
+    def last_modified(self) -> float:
+        try:
+            return os.stat(self.path).st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+    def close(self) -> None:
+        if self.native is not None:
+            self.native.release()
+            self._mm.close()
+            self.native = None
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path!r}, wrote={self.wrote_position}, flushed={self.flushed_position})"
+
+
+class AllocateMappedFileService:
+    """Creates (and optionally pre-faults) the next segment in the background, so the put that
+    rolls over to it finds it ready (RocketMQ's AllocateMappedFileService)."""
+
+    def __init__(self, prefault: bool = False):
+        self.prefault = prefault
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="AllocateMappedFile")
+        self._pending: dict[str, concurrent.futures.Future] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def request(self, path: str, next_path: str | None, file_size: int) -> MappedFile:
+        with self._lock:
+            fut = self._pending.pop(path, None)
+        mf = None
+        if fut is not None:
+            try:
+                mf = fut.result()
+            except Exception as e:  # fall back to creating it here
+                log.warning("pre-allocating %s failed: %s", path, e)
+        if mf is None:
+            mf = MappedFile(path, file_size, prefault=self.prefault)
+        if next_path is not None:
+            with self._lock:
+                if not self._closed and next_path not in self._pending:
+                    self._pending[next_path] = self._pool.submit(MappedFile, next_path, file_size, self.prefault)
+        return mf
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            pending = list(self._pending.items())
+            self._pending.clear()
+        for path, fut in pending:
+            try:
+                mf = fut.result()
+                # a pre-allocated, never used segment: remove it so a restart does not see it
+                mf.destroy()
+            except Exception:
+                pass
+        self._pool.shutdown(wait=True)
+
+
+class MappedFileQueue:
+    """The ordered segments of one log (commit log, or one consume queue)."""
+
+    def __init__(self, store_path: str, mapped_file_size: int, allocator: AllocateMappedFileService | None = None):
+        self.store_path = store_path
+        self.mapped_file_size = mapped_file_size
+        self.allocator = allocator
+        self.mapped_files: list[MappedFile] = []
+        self.flushed_where = 0
+        self.store_timestamp = 0  # store timestamp of the last record flushed (commit log)
+        self._lock = threading.RLock()
+
+    # -- loading ---------------------------------------------------------------------------------
+    def load(self) -> bool:
+        if not os.path.isdir(self.store_path):
+            return True
+        names = sorted(n for n in os.listdir(self.store_path) if _NAME.match(n))
+        for n in names:
+            path = os.path.join(self.store_path, n)
+            size = os.path.getsize(path)
+            if size > self.mapped_file_size:
+                raise StoreError(
+                    f"segment {path!r} is {size} bytes, larger than the configured mapped file size "
+                    f"{self.mapped_file_size}; the size setting must not change for an existing store")
+            if int(n) % self.mapped_file_size:
+                raise StoreError(f"segment {path!r} does not start at a multiple of {self.mapped_file_size}")
+            mf = MappedFile(path, self.mapped_file_size)
+            mf.set_positions(self.mapped_file_size)
+            self.mapped_files.append(mf)
+        return True
+
+    # -- lookup ----------------------------------------------------------------------------------
+    def get_first_mapped_file(self) -> MappedFile | None:
+        files = self.mapped_files
+        return files[0] if files else None
+
+    def get_last_mapped_file(self, start_offset: int = 0, need_create: bool = False) -> MappedFile | None:
+        files = self.mapped_files
+        last = files[-1] if files else None
+        if not need_create or (last is not None and not last.is_full()):
+            return last
+        with self._lock:
+            files = self.mapped_files
+            last = files[-1] if files else None
+            if last is not None and not last.is_full():
+                return last
+            if last is None:
+                create_offset = start_offset - start_offset % self.mapped_file_size
+            else:
+                create_offset = last.file_from_offset + self.mapped_file_size
+            os.makedirs(self.store_path, exist_ok=True)
+            path = os.path.join(self.store_path, offset_to_file_name(create_offset))
+            if self.allocator is not None:
+                nxt = os.path.join(self.store_path, offset_to_file_name(create_offset + self.mapped_file_size))
+                mf = self.allocator.request(path, nxt, self.mapped_file_size)
+            else:
+                mf = MappedFile(path, self.mapped_file_size)
+            mf.first_create_in_queue = not self.mapped_files
+            self.mapped_files = self.mapped_files + [mf]  # copy-on-write: readers iterate lock-free
+            return mf
+
+    def find_mapped_file_by_offset(self, offset: int, return_first_on_not_found: bool = False) -> MappedFile | None:
+        files = self.mapped_files
+        if not files:
+            return None
+        first = files[0]
+        idx = (offset - first.file_from_offset) // self.mapped_file_size
+        if 0 <= idx < len(files):
+            mf = files[idx]
+            if mf.file_from_offset <= offset < mf.end_offset:
+                return mf
+        for mf in files:  # after deletions the list may not start at a segment boundary
+            if mf.file_from_offset <= offset < mf.end_offset:
+                return mf
+        return first if return_first_on_not_found else None
+
+    def get_min_offset(self) -> int:
+        files = self.mapped_files
+        return files[0].file_from_offset if files else -1
+
+    def get_max_offset(self) -> int:
+        files = self.mapped_files
+        return files[-1].file_from_offset + files[-1].wrote_position if files else 0
+
+    def get_max_wrote_position(self) -> int:
+        return self.get_max_offset()
+
+    def how_much_fall_behind(self) -> int:
+        return self.get_max_offset() - self.flushed_where if self.mapped_files else 0
+
+    # -- flush -----------------------------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> bool:
+        """Flush dirty segments (only if at least `least_pages` 4 KiB pages are dirty, when > 0).
+        Returns True when something was flushed."""
+        max_off = self.get_max_offset()
+        if max_off <= self.flushed_where:
+            return False
+        if least_pages > 0 and (max_off // 4096 - self.flushed_where // 4096) < least_pages:
+            return False
+        files = self.mapped_files
+        flushed = self.flushed_where
+        for mf in files:
+            if mf.end_offset <= flushed:
+                continue
+            if mf.file_from_offset > max_off:
+                break
+            upto = min(mf.wrote_position, max_off - mf.file_from_offset)
+            mf.flush(upto)
+            flushed = mf.file_from_offset + mf.flushed_position
+        self.flushed_where = max(self.flushed_where, flushed)
+        return True
+
+    # -- truncation / deletion ------------------------------------------------------------------
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Cut the log at `offset`: zero what lies after it in its segment, delete later segments."""
+        with self._lock:
+            keep = []
+            for mf in self.mapped_files:
+                if mf.end_offset > offset:
+                    if offset >= mf.file_from_offset:
+                        pos = offset - mf.file_from_offset
+                        mf.native.zero_range(pos, mf.file_size)
+                        mf.set_positions(pos)
+                        keep.append(mf)
+                    else:
+                        mf.destroy()
+                else:
+                    keep.append(mf)
+            self.mapped_files = keep
+            self.flushed_where = min(self.flushed_where, offset) if self.flushed_where else offset
+
+    def delete_last_mapped_file(self) -> None:
+        with self._lock:
+            if self.mapped_files:
+                mf = self.mapped_files[-1]
+                self.mapped_files = self.mapped_files[:-1]
+                mf.destroy()
+
+    def delete_files_before(self, count: int) -> list[MappedFile]:
+        """Remove the first `count` segments; returns them (already destroyed)."""
+        with self._lock:
+            gone = self.mapped_files[:count]
+            self.mapped_files = self.mapped_files[count:]
+        for mf in gone:
+            mf.destroy()
+        return gone
+
+    def delete_expired_files_by_time(self, expired_ms: int, clean_immediately: bool, max_batch: int = 10,
+                                     now: float | None = None) -> int:
+        """Delete whole segments (never the last, active one) whose last modification is older than
+        expired_ms, or the oldest ones regardless of age when clean_immediately."""
+        now = time.time() if now is None else now
+        files = self.mapped_files[:-1]
+        n = 0
+        for mf in files:
+            if n >= max_batch:
+                break
+            if clean_immediately or now * 1000 >= mf.last_modified() * 1000 + expired_ms:
+                n += 1
+            else:
+                break
+        if n:
+            self.delete_files_before(n)
+        return n
+
+    def destroy(self) -> None:
+        with self._lock:
+            for mf in self.mapped_files:
+                mf.destroy()
+            self.mapped_files = []
+            self.flushed_where = 0
+        try:
+            os.rmdir(self.store_path)
+        except OSError:
+            pass
+
+    def shutdown(self) -> None:
+        with self._lock:
+            for mf in self.mapped_files:
+                mf.close()

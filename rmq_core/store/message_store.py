@@ -1,0 +1,810 @@
+"""DefaultMessageStore: the facade over the commit log, consume queues, index, checkpoint and the
+background services (flush, consume-queue flush, retention), as RocketMQ's DefaultMessageStore.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import shutil
+import struct
+import threading
+import time
+from typing import Callable
+
+from rmq_core._native import store_native as native
+from rmq_core.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from rmq_core.errors import DiskFullError, IllegalArgumentError, MessageTooLargeError, StoreError
+from rmq_core.message import (MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MessageConst, TopicValidator,
+                              create_offset_msg_id, properties_to_string, string_to_properties)
+from rmq_core.store.checkpoint import StoreCheckpoint
+from rmq_core.store.commit_log import CommitLog, EncodedMessages, build_encoded_single, now_ms
+from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
+from rmq_core.store.mapped_file import AllocateMappedFileService
+from rmq_core.store.service import ServiceThread
+from rmq_core.store.types import (AppendMessageResult, DispatchRequest, GetMessageResult, GetMessageStatus,
+                                  MessageExtBatch, MessageExtBrokerInner, PutMessageResult, PutMessageStatus,
+                                  QueryMessageResult, encode_host, record_fields)
+
+log = logging.getLogger("rmq.store")
+
+# Entries one get_message call may scan (bounded time for a pull with a rare tag).
+MAX_SCAN_ENTRIES_PER_GET = 16000
+_MATCH = struct.Struct("=qii")
+
+
+def disk_usage_ratio(path: str) -> float:
+    """Used fraction (0..1) of the file system holding `path`."""
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        du = shutil.disk_usage(path or ".")
+    except OSError:
+        return -1.0
+    return (du.total - du.free) / du.total if du.total else -1.0
+
+
+class DefaultMessageStore:
+    def __init__(self, config: MessageStoreConfig, store_host: tuple[str, int] = ("127.0.0.1", 10911)):
+        self.config = config
+        self.store_host = (store_host[0], int(store_host[1]))
+        self._store_host_b, self._store_host_v6 = encode_host(self.store_host)
+        self._host_cache: dict[tuple, tuple[bytes, bool]] = {self.store_host: (self._store_host_b, self._store_host_v6)}
+        self.delay_levels_ms = config.delay_levels_ms
+        self.allocator = AllocateMappedFileService(prefault=getattr(config, "warm_mapped_file_enable", False))
+        self.commit_log = CommitLog(config, self.allocator, self.delay_levels_ms)
+        self.commit_log.on_flushed = self._on_commit_log_flushed
+        self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
+        self._cq_lock = threading.Lock()
+        self.checkpoint: StoreCheckpoint | None = None
+        self.dispatchers: list = []
+        self.arriving_listeners: list[Callable] = []
+        self.index_service = None
+        # Disk usage is a function attribute so tests can simulate a full disk.
+        self.disk_usage: Callable[[str], float] = disk_usage_ratio
+        self._disk_full_error: str | None = None
+        self._loaded = False
+        self._running = False
+        self._shutdown = False
+        self.put_message_count = 0
+        self._put_tps_base = (time.monotonic(), 0)
+        self.flush_consume_queue_service = FlushConsumeQueueService(self)
+        self.clean_commit_log_service = CleanCommitLogService(self)
+        self._min_phy_offset_cleaned = -1
+        if config.message_index_enable:
+            self.index_service = self._make_index_service()
+
+    def _make_index_service(self):
+        try:
+            from rmq_core.store.index import IndexService
+        except ImportError:
+            return None
+        try:
+            return IndexService(self.config)
+        except TypeError:
+            return IndexService(self)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def __enter__(self):
+        if not self.load():
+            raise StoreError(f"message store under {self.config.store_path_root_dir!r} failed to load")
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+    def load(self) -> bool:
+        """Open the files and recover: a clean stop resumes without scanning; after an unclean
+        stop (abort marker present) the log tail is verified record by record and cut at the first
+        bad record, and consume queues (and index) are rebuilt from the log past the checkpoint."""
+        if self._loaded:
+            return True
+        cfg = self.config
+        os.makedirs(cfg.store_path_root_dir, exist_ok=True)
+        unclean = os.path.exists(cfg.abort_file)
+        self.checkpoint = StoreCheckpoint(cfg.checkpoint_file)
+        self.commit_log.load()
+        self._load_consume_queues()
+        if self.index_service is not None and hasattr(self.index_service, "load"):
+            try:
+                self.index_service.load(not unclean)
+            except TypeError:
+                self.index_service.load()
+        for qs in self.consume_queue_table.values():
+            for cq in qs.values():
+                cq.recover()
+        if unclean:
+            max_phy = self._recover_after_crash()
+        else:
+            max_phy = self.commit_log.recover_normally(self.checkpoint.clean_shutdown_phys_offset)
+            self._truncate_consume_queues(max_phy)
+        min_phy = self.commit_log.get_min_offset()
+        table = {}
+        for topic, qs in self.consume_queue_table.items():
+            for qid, cq in qs.items():
+                if min_phy > 0:
+                    cq.correct_min_offset(min_phy)
+                table[(topic, qid)] = cq.get_max_offset_in_queue()
+        self.commit_log.topic_queue_table = table
+        self._loaded = True
+        log.info("message store loaded from %s (%s stop): commit log %d..%d, %d consume queues",
+                 cfg.store_path_root_dir, "unclean" if unclean else "clean", self.get_min_phy_offset(),
+                 max_phy, sum(len(q) for q in self.consume_queue_table.values()))
+        return True
+
+    def _load_consume_queues(self) -> None:
+        root = self.config.consume_queue_dir
+        if not os.path.isdir(root):
+            return
+        for topic in sorted(os.listdir(root)):
+            tdir = os.path.join(root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for q in sorted(os.listdir(tdir)):
+                if not q.isdigit():
+                    continue
+                cq = ConsumeQueue(topic, int(q), root, self.config.mapped_file_size_consume_queue)
+                cq.load()
+                self.consume_queue_table.setdefault(topic, {})[int(q)] = cq
+
+    def _truncate_consume_queues(self, max_phy: int) -> None:
+        for qs in self.consume_queue_table.values():
+            for cq in qs.values():
+                if cq.get_last_offset() > max_phy:
+                    cq.truncate_dirty_logic_files(max_phy)
+
+    def _recover_after_crash(self) -> int:
+        """One verified walk of the log from the checkpoint; then consume queues are cut at the
+        log's new end and the walked records re-dispatched (consume queues skip the entries they
+        already hold; the index skips what it already covers)."""
+        pending = []
+
+        def on_runs(mf, runs):
+            pending.extend(runs)
+
+        max_phy = self.commit_log.recover_abnormally(self.checkpoint.get_min_timestamp(), on_runs)
+        self._truncate_consume_queues(max_phy)
+        for topic, qid, first, count, entries, _max_ts in pending:
+            self.find_consume_queue(topic, qid).put_entries(entries, first, count)
+            if self.dispatchers or self.index_service is not None:
+                self._dispatch_extra_from_entries(topic, qid, first, count, entries)
+        return max_phy
+
+    def _dispatch_extra_from_entries(self, topic, qid, first, count, entries) -> None:
+        for i in range(count):
+            phys, size, tags = struct.unpack_from(">qiq", entries, i * 20)
+            raw = self.commit_log.get_data(phys, size)
+            if raw is None:
+                continue
+            f = record_fields(raw)
+            req = DispatchRequest(topic, qid, phys, size, tags, f["store_timestamp"], first + i, f["sys_flag"],
+                                  f["prepared_transaction_offset"], f["properties_bytes"])
+            self._run_extra_dispatchers(req)
+
+    def start(self) -> None:
+        if self._running:
+            return
+        if not self._loaded:
+            self.load()
+        with open(self.config.abort_file, "w") as f:
+            f.write(str(os.getpid()))
+        self.checkpoint.invalidate_clean_offset()
+        self.check_disk_space()
+        self.commit_log.start()
+        self.flush_consume_queue_service.start()
+        self.clean_commit_log_service.start()
+        if self.index_service is not None and hasattr(self.index_service, "start"):
+            self.index_service.start()
+        self._running = True
+        self._shutdown = False
+
+    def shutdown(self) -> None:
+        """Flush everything, write the checkpoint, remove the abort marker, close the files."""
+        if self._shutdown:
+            return
+        self._shutdown = True
+        was_running = self._running
+        self._running = False
+        self.clean_commit_log_service.shutdown()
+        self.commit_log.shutdown()  # final flush
+        self.flush_consume_queue_service.shutdown()
+        self.allocator.shutdown()
+        if self._loaded:
+            self.commit_log.flush(0)
+            self._flush_consume_queues(0)
+            if self.index_service is not None and hasattr(self.index_service, "shutdown"):
+                self.index_service.shutdown()
+            self.checkpoint.flush(clean_shutdown_phys_offset=self.commit_log.get_max_offset())
+            self.checkpoint.shutdown()
+            if was_running:
+                try:
+                    os.remove(self.config.abort_file)
+                except FileNotFoundError:
+                    pass
+            for qs in self.consume_queue_table.values():
+                for cq in qs.values():
+                    cq.shutdown()
+            self.commit_log.mapped_file_queue.shutdown()
+
+    def destroy(self) -> None:
+        """Remove every file of the store (tests, `delete_topics` of everything)."""
+        self.shutdown()
+        shutil.rmtree(self.config.store_path_root_dir, ignore_errors=True)
+
+    # -- consume queues -------------------------------------------------------------------------
+    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        qs = self.consume_queue_table.get(topic)
+        if qs is not None:
+            cq = qs.get(queue_id)
+            if cq is not None:
+                return cq
+        with self._cq_lock:
+            qs = self.consume_queue_table.setdefault(topic, {})
+            cq = qs.get(queue_id)
+            if cq is None:
+                cq = ConsumeQueue(topic, queue_id, self.config.consume_queue_dir,
+                                  self.config.mapped_file_size_consume_queue)
+                qs[queue_id] = cq
+            return cq
+
+    def _get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        qs = self.consume_queue_table.get(topic)
+        return qs.get(queue_id) if qs is not None else None
+
+    def get_consume_queue_table(self) -> dict[str, dict[int, ConsumeQueue]]:
+        return {t: dict(qs) for t, qs in self.consume_queue_table.items()}
+
+    # -- put -------------------------------------------------------------------------------------
+    def _host(self, host) -> tuple[bytes, bool]:
+        h = self._host_cache.get(host)
+        if h is None:
+            h = encode_host(host)
+            if len(self._host_cache) < 4096:
+                self._host_cache[host] = h
+        return h
+
+    def _check_writable(self) -> PutMessageResult | None:
+        if self._shutdown or not self._running:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None,
+                                    error="message store is not running (start() it first)" if not self._shutdown
+                                    else "message store is shut down")
+        if self.config.broker_role is BrokerRole.SLAVE:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, error="a slave store refuses writes")
+        if self._disk_full_error is not None:
+            return PutMessageResult(PutMessageStatus.DISK_FULL, None, error=self._disk_full_error)
+        return None
+
+    @staticmethod
+    def _check_topic(topic: str) -> tuple[bytes | None, PutMessageResult | None]:
+        topic_b = topic.encode("utf-8") if isinstance(topic, str) else b""
+        if not topic_b or len(topic_b) > MAX_TOPIC_LENGTH:
+            return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None,
+                                          error=f"topic {topic!r} is {len(topic_b)} bytes; it must be 1..{MAX_TOPIC_LENGTH}")
+        return topic_b, None
+
+    def _encode_message(self, msg: MessageExtBrokerInner):
+        topic_b, err = self._check_topic(msg.topic)
+        if err:
+            return None, err
+        props_b = msg.properties_bytes
+        if props_b is None:
+            props_b = properties_to_string(msg.properties).encode("utf-8")
+        if len(props_b) > MAX_PROPERTIES_LENGTH:
+            return None, PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None,
+                                          error=f"message properties are {len(props_b)} bytes, more than {MAX_PROPERTIES_LENGTH}")
+        born_b, born6 = self._host(msg.born_host)
+        store_b, store6 = self._host(msg.store_host) if msg.store_host is not None else (self._store_host_b, self._store_host_v6)
+        sys_flag = (msg.sys_flag & ~0x30) | (0x10 if born6 else 0) | (0x20 if store6 else 0)
+        delay = 0
+        if msg.topic == TopicValidator.RMQ_SYS_SCHEDULE_TOPIC and msg.tags_code is None:
+            d = (msg.properties or string_to_properties(props_b)).get(MessageConst.DELAY_TIME_LEVEL)
+            delay = int(d) if d and d.isdigit() else 0
+        limit = min(self.config.max_message_size, self.commit_log.max_record_in_segment)
+        try:
+            enc = build_encoded_single(msg.topic, topic_b, msg.queue_id, msg.flag, msg.body, props_b, sys_flag,
+                                       msg.born_timestamp or now_ms(), born_b, store_b, msg.reconsume_times,
+                                       msg.prepared_transaction_offset, limit, msg.tags_code, delay)
+        except MessageTooLargeError as e:
+            return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None,
+                                          error=f"message size {e.size} bytes exceeds maxMessageSize {self.config.max_message_size} bytes"
+                                          if e.limit == self.config.max_message_size else
+                                          f"message size {e.size} bytes exceeds the commit-log segment size")
+        except native.PropertiesSizeExceededError as e:
+            return None, PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, error=str(e))
+        except (IllegalArgumentError, ValueError, TypeError) as e:
+            return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e))
+        return enc, None
+
+    def _encode_batch(self, batch: MessageExtBatch):
+        topic_b, err = self._check_topic(batch.topic)
+        if err:
+            return None, err
+        born_b, born6 = self._host(batch.born_host)
+        store_b, store6 = self._host(batch.store_host) if batch.store_host is not None else (self._store_host_b, self._store_host_v6)
+        sys_flag = (batch.sys_flag & ~0x30) | (0x10 if born6 else 0) | (0x20 if store6 else 0)
+        limit = min(self.config.max_message_size, self.commit_log.max_record_in_segment)
+        try:
+            records, count, tags = native.encode_batch(batch.body, topic_b, batch.queue_id, sys_flag,
+                                                       batch.born_timestamp or now_ms(), born_b, store_b,
+                                                       batch.reconsume_times, batch.extra_properties or b"", limit)
+        except MessageTooLargeError as e:
+            return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None,
+                                          error=f"message size {e.size} bytes exceeds maxMessageSize {self.config.max_message_size} bytes")
+        except native.PropertiesSizeExceededError as e:
+            return None, PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, error=str(e))
+        except (IllegalArgumentError, ValueError, TypeError) as e:
+            return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e))
+        return EncodedMessages(records, count, tags, batch.topic, batch.queue_id, sys_flag), None
+
+    def _dispatch(self, enc: EncodedMessages, first_qoff: int, entries, store_ts: int, uses_queue: bool) -> None:
+        """Runs under the put lock: consume queue first, then the extra dispatchers."""
+        if uses_queue:
+            self.find_consume_queue(enc.topic, enc.queue_id).put_entries(entries, first_qoff, enc.count)
+        if self.dispatchers or self.index_service is not None:
+            if enc.count == 1 and enc.properties_bytes is not None:
+                phys, size, tags = struct.unpack_from(">qiq", entries, 0)
+                req = DispatchRequest(enc.topic, enc.queue_id, phys, size, tags, store_ts, first_qoff,
+                                      enc.sys_flag, 0, enc.properties_bytes)
+                self._run_extra_dispatchers(req)
+            else:
+                self._dispatch_extra_from_entries(enc.topic, enc.queue_id, first_qoff, enc.count, entries)
+
+    def _run_extra_dispatchers(self, req: DispatchRequest) -> None:
+        if self.index_service is not None:
+            build = getattr(self.index_service, "build_index", None) or getattr(self.index_service, "dispatch", None)
+            if build is not None:
+                try:
+                    build(req)
+                except Exception:
+                    log.exception("index dispatch failed for %r", req)
+        for d in self.dispatchers:
+            try:
+                d.dispatch(req)
+            except Exception:
+                log.exception("dispatcher %r failed for %r", d, req)
+
+    def _put(self, enc: EncodedMessages, wait: bool):
+        outcome = self.commit_log.append(enc, self._dispatch)
+        if outcome.status is not PutMessageStatus.PUT_OK:
+            return PutMessageResult(outcome.status, None, error=outcome.error), None
+        count = outcome.count
+        if count == 1:
+            msg_id = create_offset_msg_id(self.store_host[0], self.store_host[1], outcome.wrote_offset) \
+                if not self._store_host_v6 else native.offset_msg_ids(outcome.entries, 1, self._store_host_b)
+            result = AppendMessageResult(outcome.wrote_offset, outcome.wrote_bytes, msg_id, outcome.store_timestamp,
+                                         outcome.logics_offset, 1)
+        else:
+            result = AppendMessageResult(
+                outcome.wrote_offset, outcome.wrote_bytes,
+                native.offset_msg_ids(outcome.entries, count, self._store_host_b),
+                outcome.store_timestamp, outcome.logics_offset, count,
+                native.entries_phys_offsets(outcome.entries, count),
+                tuple(range(outcome.logics_offset, outcome.logics_offset + count)))
+        self.put_message_count += count
+        self._notify_arriving(enc, outcome)
+        fut = self.commit_log.request_flush(outcome.wrote_offset + outcome.wrote_bytes) \
+            if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH else None
+        if not wait or fut is None:
+            return PutMessageResult(PutMessageStatus.PUT_OK, result), fut
+        try:
+            status = fut.result(timeout=self.config.sync_flush_timeout / 1000.0)
+        except concurrent.futures.TimeoutError:
+            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
+            return PutMessageResult(status, result, error=f"flush to disk did not finish within "
+                                                          f"syncFlushTimeout {self.config.sync_flush_timeout} ms"), None
+        return PutMessageResult(status, result), None
+
+    def _notify_arriving(self, enc: EncodedMessages, outcome) -> None:
+        if not self.arriving_listeners or not enc.uses_queue:
+            return
+        max_after = outcome.logics_offset + outcome.count
+        last = (outcome.count - 1) * 20
+        phys, size, tags = struct.unpack_from(">qiq", outcome.entries, last)
+        props = enc.properties_bytes
+        if props is None:
+            raw = self.commit_log.get_data(phys, size)
+            props = record_fields(raw)["properties_bytes"] if raw is not None else b""
+        for fn in self.arriving_listeners:
+            try:
+                fn(enc.topic, enc.queue_id, max_after, tags, outcome.store_timestamp, props)
+            except Exception:
+                log.exception("message arriving listener %r failed", fn)
+
+    def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        err = self._check_writable()
+        if err:
+            return err
+        enc, err = self._encode_message(msg)
+        if err:
+            return err
+        return self._put(enc, True)[0]
+
+    def put_messages(self, batch: MessageExtBatch) -> PutMessageResult:
+        err = self._check_writable()
+        if err:
+            return err
+        enc, err = self._encode_batch(batch)
+        if err:
+            return err
+        return self._put(enc, True)[0]
+
+    def put_message_nowait(self, msg: MessageExtBrokerInner):
+        err = self._check_writable()
+        if err:
+            return err, None
+        enc, err = self._encode_message(msg)
+        if err:
+            return err, None
+        return self._put(enc, False)
+
+    def put_messages_nowait(self, batch: MessageExtBatch):
+        err = self._check_writable()
+        if err:
+            return err, None
+        enc, err = self._encode_batch(batch)
+        if err:
+            return err, None
+        return self._put(enc, False)
+
+    def put_message_or_raise(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        """put_message for direct users: raises MessageTooLargeError / DiskFullError /
+        IllegalArgumentError / StoreError instead of returning a failed status."""
+        r = self.put_message(msg)
+        if r.is_ok():
+            return r
+        if r.status is PutMessageStatus.DISK_FULL:
+            raise DiskFullError(r.error)
+        if r.status is PutMessageStatus.MESSAGE_ILLEGAL and r.error and "exceeds maxMessageSize" in r.error:
+            size = int(r.error.split()[2])
+            raise MessageTooLargeError(size, self.config.max_message_size)
+        if r.status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
+            raise IllegalArgumentError(r.error)
+        raise StoreError(f"{r.status.value}: {r.error}")
+
+    # -- get -------------------------------------------------------------------------------------
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int,
+                    message_filter=None, max_total_bytes: int | None = None) -> GetMessageResult:
+        if self._shutdown:
+            raise StoreError("message store is shut down")
+        cq = self._get_consume_queue(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off = cq.get_min_offset_in_queue()
+        max_off = cq.get_max_offset_in_queue()
+        if max_off == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
+        found = cq.find_file(offset)
+        if found is None:
+            nxt = (offset * CQ_STORE_UNIT_SIZE // cq.mapped_file_size + 1) * cq.mapped_file_size // CQ_STORE_UNIT_SIZE
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, nxt, min_off, max_off)
+        mf, rel, end = found
+        scan_end = min(end, rel + MAX_SCAN_ENTRIES_PER_GET * CQ_STORE_UNIT_SIZE)
+        cfg = self.config
+        max_count = max(1, min(max_msgs, cfg.max_transfer_count_on_message_in_memory))
+        max_bytes = max_total_bytes if max_total_bytes is not None else cfg.max_transfer_bytes_on_message_in_memory
+        tags = None
+        if message_filter is not None and message_filter.tag_codes is not None:
+            tags = _tag_filter(message_filter.tag_codes)
+        min_phy = self.commit_log.get_min_offset()
+        out = bytearray(max_count * 16)
+        try:
+            n, stop, removed = native.cq_scan(mf.native, rel, scan_end, tags, max_count, max_bytes,
+                                              max(min_phy, 0), out)
+        except ValueError:  # the consume-queue file was deleted meanwhile
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, offset, min_off, max_off)
+        next_begin = offset + (stop - rel) // CQ_STORE_UNIT_SIZE
+        parts = []
+        qoffs = []
+        check_cl = message_filter is not None and message_filter.needs_commit_log_check
+        get_data = self.commit_log.get_data
+        for i in range(n):
+            phys, size, idx = _MATCH.unpack_from(out, i * 16)
+            data = get_data(phys, size)
+            if data is None:
+                removed += 1
+                continue
+            if check_cl and not message_filter.is_matched_by_commit_log(
+                    string_to_properties(record_fields(data)["properties_bytes"])):
+                continue
+            parts.append(data)
+            qoffs.append(offset + idx)
+        if parts:
+            buf = b"".join(parts)
+            status = GetMessageStatus.FOUND
+        else:
+            buf = b""
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING if removed else GetMessageStatus.NO_MATCHED_MESSAGE
+        result = GetMessageResult(status, next_begin, min_off, max_off, buf, len(parts), qoffs, len(buf))
+        if parts:
+            # RocketMQ suggests the slave when the consumer lags by more than the memory share
+            lag = self.commit_log.get_max_offset() - (_MATCH.unpack_from(out, (n - 1) * 16)[0])
+            result.suggest_pulling_from_slave = lag > _total_memory() * cfg.access_message_in_memory_max_ratio // 100
+        return result
+
+    # -- queries ---------------------------------------------------------------------------------
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._get_consume_queue(topic, queue_id)
+        return cq.get_max_offset_in_queue() if cq is not None else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._get_consume_queue(topic, queue_id)
+        return cq.get_min_offset_in_queue() if cq is not None else -1
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
+        cq = self._get_consume_queue(topic, queue_id)
+        if cq is None:
+            return 0
+        e = cq.get_entry(consume_queue_offset)
+        return e[0] if e is not None else 0
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
+        cq = self._get_consume_queue(topic, queue_id)
+        if cq is None:
+            return -1
+        e = cq.get_entry(consume_queue_offset)
+        if e is None:
+            return -1
+        return self.commit_log.pickup_store_timestamp(e[0], e[1])
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self._get_consume_queue(topic, queue_id)
+        if cq is None:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """Queue offset of the first message stored at or after timestamp_ms (binary search over
+        the consume queue, reading store times from the log); max offset if none, min if all are
+        later (RocketMQ's getOffsetInQueueByTime)."""
+        cq = self._get_consume_queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo = cq.get_min_offset_in_queue()
+        hi = cq.get_max_offset_in_queue()
+        if hi <= lo:
+            return lo
+        min_phy = self.commit_log.get_min_offset()
+
+        def ts_at(off):
+            e = cq.get_entry(off)
+            if e is None or e[0] < min_phy:
+                return -1
+            return self.commit_log.pickup_store_timestamp(e[0], e[1])
+
+        # skip entries whose records were deleted
+        while lo < hi and ts_at(lo) < 0:
+            lo += 1
+        a, b = lo, hi
+        while a < b:
+            mid = (a + b) // 2
+            t = ts_at(mid)
+            if t < timestamp_ms:
+                a = mid + 1
+            else:
+                b = mid
+        return a
+
+    def select_one_message_by_offset(self, phys_offset: int, size: int | None = None) -> bytes | None:
+        if size is None:
+            size = self.commit_log.record_size_at(phys_offset)
+            if size <= 0:
+                return None
+        return self.commit_log.get_data(phys_offset, size)
+
+    def look_message_by_offset(self, phys_offset: int, size: int | None = None):
+        raw = self.select_one_message_by_offset(phys_offset, size)
+        if raw is None:
+            return None
+        from rmq_core.codec import decode_messages  # the client-side decoder (codec owns MessageExt)
+
+        msgs = decode_messages(raw)
+        return msgs[0] if msgs else None
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> QueryMessageResult:
+        result = QueryMessageResult()
+        if self.index_service is None:
+            return result
+        q = self.index_service.query_offset(topic, key, max_num, begin_ts, end_ts)
+        offsets = getattr(q, "phy_offsets", None) or getattr(q, "phys_offsets", None) or []
+        result.index_last_update_timestamp = getattr(q, "index_last_update_timestamp", 0)
+        result.index_last_update_phyoffset = getattr(q, "index_last_update_phyoffset", 0)
+        parts = []
+        for off in offsets:
+            raw = self.select_one_message_by_offset(off)
+            if raw is None:
+                continue
+            f = record_fields(raw)
+            if f["topic"] != topic:
+                continue
+            parts.append(raw)
+            result.phys_offsets.append(off)
+        result.buffer = b"".join(parts)
+        result.message_count = len(parts)
+        return result
+
+    def get_max_phy_offset(self) -> int:
+        return self.commit_log.get_max_offset()
+
+    def get_min_phy_offset(self) -> int:
+        return self.commit_log.get_min_offset()
+
+    def delete_topics(self, topics: set[str]) -> None:
+        with self.commit_log.put_lock:
+            for t in topics:
+                qs = self.consume_queue_table.pop(t, None)
+                if not qs:
+                    continue
+                for qid, cq in qs.items():
+                    cq.destroy()
+                    self.commit_log.topic_queue_table.pop((t, qid), None)
+                try:
+                    os.rmdir(os.path.join(self.config.consume_queue_dir, t))
+                except OSError:
+                    pass
+
+    def register_message_arriving_listener(self, fn) -> None:
+        self.arriving_listeners.append(fn)
+
+    def add_dispatcher(self, dispatcher) -> None:
+        self.dispatchers.append(dispatcher)
+
+    # -- flush, retention, disk ------------------------------------------------------------------
+    def _on_commit_log_flushed(self, store_ts: int) -> None:
+        if self.checkpoint is not None and store_ts:
+            self.checkpoint.physic_msg_timestamp = store_ts
+
+    def _flush_consume_queues(self, least_pages: int) -> None:
+        ts = self.commit_log.last_store_timestamp
+        for qs in list(self.consume_queue_table.values()):
+            for cq in list(qs.values()):
+                try:
+                    cq.flush(least_pages)
+                except ValueError:  # deleted meanwhile
+                    pass
+        if least_pages == 0 and ts:
+            self.checkpoint.logics_msg_timestamp = ts
+            self.checkpoint.flush()
+
+    def check_disk_space(self) -> float:
+        """Refresh the disk-full flag from `self.disk_usage`; returns the used ratio."""
+        ratio = self.disk_usage(self.config.commit_log_dir)
+        limit = self.config.disk_space_warning_level_ratio
+        if ratio >= limit:
+            msg = (f"disk holding {self.config.commit_log_dir!r} is {ratio:.1%} full, over "
+                   f"diskSpaceWarningLevelRatio {limit:.0%}: writes are refused")
+            if self._disk_full_error is None:
+                log.error(msg)
+            self._disk_full_error = msg
+        else:
+            if self._disk_full_error is not None:
+                log.info("disk usage back to %.1f%%: writes allowed again", ratio * 100)
+            self._disk_full_error = None
+        return ratio
+
+    def clean_expired_files(self, now: float | None = None, force_time_up: bool = False) -> int:
+        """One retention round (CleanCommitLogService + CleanConsumeQueueService): delete whole
+        commit-log segments older than fileReservedTime when it is deleteWhen o'clock, or early
+        when the disk is over diskMaxUsedSpaceRatio (regardless of age over
+        diskSpaceCleanForciblyRatio), then trim consume queues and the index."""
+        cfg = self.config
+        now = time.time() if now is None else now
+        ratio = self.check_disk_space()
+        hour = time.localtime(now).tm_hour
+        time_up = force_time_up or any(h.strip() and int(h) == hour for h in cfg.delete_when.split(";"))
+        space_full = ratio > cfg.disk_max_used_space_ratio / 100.0
+        clean_immediately = ratio > cfg.disk_space_clean_forcibly_ratio or ratio >= cfg.disk_space_warning_level_ratio
+        deleted = 0
+        if time_up or space_full:
+            deleted = self.commit_log.mapped_file_queue.delete_expired_files_by_time(
+                cfg.file_reserved_time * 3600 * 1000, clean_immediately, now=now)
+            if deleted:
+                log.info("retention: deleted %d commit-log segment(s); disk %.1f%% used", deleted, ratio * 100)
+        self.clean_consume_queues()
+        if deleted:
+            self.check_disk_space()
+        return deleted
+
+    def clean_consume_queues(self) -> None:
+        min_phy = self.commit_log.get_min_offset()
+        if min_phy <= self._min_phy_offset_cleaned:
+            return
+        for qs in list(self.consume_queue_table.values()):
+            for cq in list(qs.values()):
+                cq.delete_expired_file(min_phy)
+        if self.index_service is not None:
+            fn = getattr(self.index_service, "delete_expired_file", None)
+            if fn is not None:
+                try:
+                    fn(min_phy)
+                except Exception:
+                    log.exception("index retention failed")
+        self._min_phy_offset_cleaned = min_phy
+
+    # -- stats -----------------------------------------------------------------------------------
+    def commit_log_disk_ratio(self) -> float:
+        return self.disk_usage(self.config.commit_log_dir)
+
+    def runtime_info(self) -> dict[str, str]:
+        t0, n0 = self._put_tps_base
+        t1 = time.monotonic()
+        tps = (self.put_message_count - n0) / (t1 - t0) if t1 > t0 else 0.0
+        self._put_tps_base = (t1, self.put_message_count)
+        return {
+            "commitLogDiskRatio": f"{self.commit_log_disk_ratio():.4f}",
+            "commitLogMinOffset": str(self.get_min_phy_offset()),
+            "commitLogMaxOffset": str(self.get_max_phy_offset()),
+            "putMessageTimesTotal": str(self.put_message_count),
+            "putTps": f"{tps:.1f}",
+            "dispatchBehindBytes": "0",
+            "pageCacheLockTimeMills": "0",
+            "diskFull": "true" if self._disk_full_error else "false",
+            "consumeQueueCount": str(sum(len(q) for q in self.consume_queue_table.values())),
+        }
+
+
+_TAG_FILTER_CACHE: dict[frozenset, native.TagFilter] = {}
+
+
+def _tag_filter(codes) -> native.TagFilter:
+    f = _TAG_FILTER_CACHE.get(codes)
+    if f is None:
+        f = native.TagFilter(codes)
+        if len(_TAG_FILTER_CACHE) > 10000:
+            _TAG_FILTER_CACHE.clear()
+        _TAG_FILTER_CACHE[frozenset(codes)] = f
+    return f
+
+
+_MEM = [0]
+
+
+def _total_memory() -> int:
+    if not _MEM[0]:
+        try:
+            _MEM[0] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            _MEM[0] = 1 << 34
+    return _MEM[0]
+
+
+class FlushConsumeQueueService(ServiceThread):
+    name = "FlushConsumeQueueService"
+
+    def __init__(self, store: DefaultMessageStore):
+        super().__init__()
+        self.store = store
+        self._last_thorough = time.monotonic()
+
+    def interval(self) -> float:
+        return self.store.config.flush_interval_consume_queue / 1000.0
+
+    def run_once(self) -> None:
+        # Only a thorough round (every queue flushed) may advance the checkpoint's logics time.
+        least = self.store.config.flush_consume_queue_least_pages
+        now = time.monotonic()
+        if now - self._last_thorough >= 10:
+            self._last_thorough = now
+            least = 0
+        self.store._flush_consume_queues(least)
+
+
+class CleanCommitLogService(ServiceThread):
+    name = "CleanCommitLogService"
+
+    def __init__(self, store: DefaultMessageStore):
+        super().__init__()
+        self.store = store
+
+    def interval(self) -> float:
+        return self.store.config.clean_resource_interval / 1000.0
+
+    def run_once(self) -> None:
+        self.store.clean_expired_files()

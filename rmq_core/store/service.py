@@ -1,0 +1,62 @@
+"""ServiceThread: the one shape every background store service has (RocketMQ's ServiceThread):
+a daemon thread running `run_once()` every `interval()` seconds until stopped, woken early by
+`wakeup()`."""
+from __future__ import annotations
+
+import logging
+import threading
+
+log = logging.getLogger("rmq.store")
+
+
+class ServiceThread:
+    name = "ServiceThread"
+
+    def __init__(self):
+        self._stopped = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def interval(self) -> float:
+        return 1.0
+
+    def run_once(self) -> None:  # pragma: no cover - every service overrides it
+        raise NotImplementedError
+
+    def on_stop(self) -> None:
+        """Last work after the loop ends (e.g. a final flush)."""
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def is_stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(self.interval())
+            self._wake.clear()
+            if self._stopped.is_set():
+                break
+            try:
+                self.run_once()
+            except Exception:  # a background service must survive one bad round
+                log.exception("%s: round failed", self.name)
+        try:
+            self.on_stop()
+        except Exception:
+            log.exception("%s: final round failed", self.name)
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        self._stopped.set()
+        self._wake.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
+        self._thread = None

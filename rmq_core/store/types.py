@@ -1,0 +1,203 @@
+"""Values the message store takes and returns (RocketMQ's store vocabulary, Python style)."""
+from __future__ import annotations
+
+import enum
+import socket
+import struct
+from typing import Any
+
+import attrs
+
+from rmq_core.message import MessageConst, string_to_properties
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    DISK_FULL = "DISK_FULL"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+# Statuses under which the message is stored (RocketMQ: PutMessageResult.isOk).
+_STORED = {PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
+           PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE}
+
+
+@attrs.frozen
+class AppendMessageResult:
+    wrote_offset: int  # physical offset of the first record
+    wrote_bytes: int
+    msg_id: str  # offsetMsgId; comma-joined for a batch
+    store_timestamp: int
+    logics_offset: int  # queue offset of the first record
+    msg_num: int = 1
+    phys_offsets: tuple | None = None
+    queue_offsets: tuple | None = None
+
+
+@attrs.frozen
+class PutMessageResult:
+    status: PutMessageStatus
+    append_result: AppendMessageResult | None
+    error: str | None = None
+
+    def is_ok(self) -> bool:
+        return self.append_result is not None and self.status in _STORED
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@attrs.define
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffer: bytes = b""  # the matching records, concatenated exactly as stored
+    message_count: int = 0
+    queue_offsets: list = attrs.field(factory=list)
+    buffer_total_size: int = 0
+    suggest_pulling_from_slave: bool = False
+
+
+@attrs.define(slots=True)
+class MessageExtBrokerInner:
+    """One message to put."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    flag: int = 0
+    properties: dict = attrs.field(factory=dict)  # encoded by the store in insertion order ...
+    properties_bytes: bytes | None = None  # ... unless given pre-encoded (wins when not None)
+    sys_flag: int = 0
+    born_timestamp: int = 0  # 0 -> now
+    born_host: tuple = ("127.0.0.1", 0)
+    store_host: tuple | None = None  # None -> the store's own
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    tags_code: int | None = None  # None -> Java hash of TAGS (delivery time for SCHEDULE_TOPIC_XXXX)
+
+
+@attrs.define
+class MessageExtBatch:
+    """A SEND_BATCH_MESSAGE body (REMOTING.md §8) to put as consecutive records of one queue."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple = ("127.0.0.1", 0)
+    store_host: tuple | None = None
+    reconsume_times: int = 0
+    extra_properties: bytes = b""  # appended to every item's properties
+
+
+@attrs.define
+class QueryMessageResult:
+    """Records found by key (via the index), concatenated as stored, like GetMessageResult."""
+
+    buffer: bytes = b""
+    message_count: int = 0
+    phys_offsets: list = attrs.field(factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phyoffset: int = 0
+
+
+class DispatchRequest:
+    """One stored record as the dispatchers (consume queue, index, bloom, timer) see it.
+
+    The properties are decoded only when a dispatcher asks for them."""
+
+    __slots__ = ("topic", "queue_id", "commit_log_offset", "msg_size", "tags_code", "store_timestamp",
+                 "consume_queue_offset", "sys_flag", "prepared_transaction_offset", "properties_bytes",
+                 "bit_map", "_properties")
+
+    def __init__(self, topic: str, queue_id: int, commit_log_offset: int, msg_size: int, tags_code: int,
+                 store_timestamp: int, consume_queue_offset: int, sys_flag: int = 0,
+                 prepared_transaction_offset: int = 0, properties_bytes: bytes = b"", bit_map: bytes | None = None):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.commit_log_offset = commit_log_offset
+        self.msg_size = msg_size
+        self.tags_code = tags_code
+        self.store_timestamp = store_timestamp
+        self.consume_queue_offset = consume_queue_offset
+        self.sys_flag = sys_flag
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.properties_bytes = properties_bytes
+        self.bit_map = bit_map
+        self._properties = None
+
+    @property
+    def properties(self) -> dict[str, str]:
+        if self._properties is None:
+            self._properties = string_to_properties(self.properties_bytes)
+        return self._properties
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(MessageConst.KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    def __repr__(self) -> str:
+        return (f"DispatchRequest(topic={self.topic!r}, queue_id={self.queue_id}, "
+                f"commit_log_offset={self.commit_log_offset}, msg_size={self.msg_size}, "
+                f"consume_queue_offset={self.consume_queue_offset})")
+
+
+# --- record field access (pure Python; only on slow paths: recovery dispatch, lookups) -------------
+def encode_host(host: tuple[str, int]) -> tuple[bytes, bool]:
+    """(ip, port) -> (ip bytes + int32 port, is_ipv6)."""
+    ip, port = host[0], int(host[1])
+    try:
+        raw = socket.inet_pton(socket.AF_INET, ip)
+    except OSError:
+        try:
+            raw = socket.inet_pton(socket.AF_INET6, ip)
+        except OSError:
+            raw = socket.inet_aton(socket.gethostbyname(ip))
+    return raw + struct.pack(">i", port), len(raw) == 16
+
+
+def record_fields(record: bytes | memoryview) -> dict[str, Any]:
+    """Decode the fixed fields and the properties of one raw record (REMOTING.md §6)."""
+    r = bytes(record)
+    total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts = struct.unpack_from(">iIIiiqqiq", r, 0)
+    pos = 48 + (20 if sys_flag & 0x10 else 8)
+    (store_ts,) = struct.unpack_from(">q", r, pos)
+    pos += 8 + (20 if sys_flag & 0x20 else 8)
+    reconsume, prepared, body_len = struct.unpack_from(">iqi", r, pos)
+    pos += 16
+    body = r[pos:pos + body_len]
+    pos += body_len
+    tl = r[pos]
+    topic = r[pos + 1:pos + 1 + tl].decode("utf-8")
+    pos += 1 + tl
+    (pl,) = struct.unpack_from(">h", r, pos)
+    props = r[pos + 2:pos + 2 + pl]
+    return {"total_size": total, "magic": magic, "body_crc": crc, "queue_id": queue_id, "flag": flag,
+            "queue_offset": queue_offset, "commit_log_offset": phys, "sys_flag": sys_flag,
+            "born_timestamp": born_ts, "store_timestamp": store_ts, "reconsume_times": reconsume,
+            "prepared_transaction_offset": prepared, "body": body, "topic": topic, "properties_bytes": props}
