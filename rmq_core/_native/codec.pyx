@@ -54,6 +54,7 @@ cdef extern from "Python.h":
     int PyUnicode_KIND(object o)
     Py_UCS4 PyUnicode_READ(int kind, void* data, Py_ssize_t index)
     const char* PyUnicode_AsUTF8AndSize(object o, Py_ssize_t* size) except NULL
+    str PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
 
 # --- constants (mirrors of rmq_core.message.SysFlag; not imported to keep message -> native one-way)
 cdef uint32_t MESSAGE_MAGIC_CODE = 0xDAA320A7u
@@ -121,46 +122,88 @@ cdef enum:
 cdef PyObject* _scache[_SCACHE_SIZE]  # static storage: starts all NULL
 
 
-cdef inline str _decode_str(const char* p, Py_ssize_t n):
+cdef inline uint32_t _short_hash(const char* p, Py_ssize_t n) noexcept nogil:
+    # Word loads from the start, middle and end of a string of <= 24 bytes; a collision only costs
+    # a cache miss, never a wrong string (the bytes are compared before a hit is used).
+    cdef uint64_t a = 0, b = 0, c = 0
+    cdef uint32_t x = 0, y = 0
+    if n >= 8:
+        memcpy(&a, p, 8)
+        memcpy(&b, p + n - 8, 8)
+        if n > 16:
+            memcpy(&c, p + 8, 8)
+    elif n >= 4:
+        memcpy(&x, p, 4)
+        memcpy(&y, p + n - 4, 4)
+        a = x
+        b = y
+    elif n > 0:
+        a = (<uint64_t><uint8_t>p[0]) | ((<uint64_t><uint8_t>p[n >> 1]) << 8) | ((<uint64_t><uint8_t>p[n - 1]) << 16)
+    a = (a ^ (c * 0x94D049BB133111EBull)) * 0x9E3779B97F4A7C15ull
+    a ^= (b + <uint64_t>n) * 0xC2B2AE3D27D4EB4Full
+    return <uint32_t>(a >> 54)  # 10 bits: _SCACHE_SIZE slots
+
+
+cdef inline str _new_str(const char* p, Py_ssize_t n, bint ascii):
+    cdef str s
+    if ascii:
+        s = PyUnicode_New(n, 127)
+        memcpy(PyUnicode_DATA(s), p, n)
+        return s
+    return PyUnicode_DecodeUTF8(p, n, "replace")
+
+
+cdef inline str _decode_str_ascii(const char* p, Py_ssize_t n, bint ascii):
+    """UTF-8 bytes -> str (invalid sequences replaced, as Java's new String(bytes, UTF_8) does),
+    through the short-string cache when `ascii`."""
     cdef uint32_t h
-    cdef Py_ssize_t i
     cdef PyObject* cached
     cdef str s
-    if n > _SCACHE_MAX_LEN:
-        return PyUnicode_DecodeUTF8(p, n, "replace")
-    h = 2166136261u  # FNV-1a
-    for i in range(n):
-        h = (h ^ <uint8_t>p[i]) * 16777619u
-    h = (h ^ (h >> 15)) & (_SCACHE_SIZE - 1)
+    if n > _SCACHE_MAX_LEN or not ascii:
+        return _new_str(p, n, ascii)
+    h = _short_hash(p, n)
     cached = _scache[h]
     if cached != NULL:
         if PyUnicode_GET_LENGTH(<object>cached) == n and memcmp(PyUnicode_DATA(<object>cached), p, n) == 0:
             return <str><object>cached
-    s = PyUnicode_DecodeUTF8(p, n, "replace")
-    if PyUnicode_IS_ASCII(s):
-        Py_INCREF(s)
-        if cached != NULL:
-            Py_DECREF(<object>cached)
-        _scache[h] = <PyObject*>s
+        Py_DECREF(<object>cached)
+    s = _new_str(p, n, True)
+    Py_INCREF(s)
+    _scache[h] = <PyObject*>s
     return s
+
+
+cdef inline str _decode_str(const char* p, Py_ssize_t n):
+    cdef Py_ssize_t i
+    cdef uint8_t acc = 0
+    for i in range(n):
+        acc |= <uint8_t>p[i]
+    return _decode_str_ascii(p, n, acc < 0x80)
 
 
 # --- properties ------------------------------------------------------------------------------------
 cdef dict _parse_properties(const char* p, Py_ssize_t n):
-    """Split on \\x02, then on the first \\x01; pairs without \\x01 or with an empty name are dropped
-    (the same rule as rmq_core.message.string_to_properties)."""
+    """Split on \x02, then on the first \x01; pairs without \x01 or with an empty name are dropped
+    (the same rule as rmq_core.message.string_to_properties).  One pass over the bytes."""
     cdef dict out = {}
-    cdef Py_ssize_t i = 0, end, kv
-    cdef const char* e
-    cdef const char* k
-    while i < n:
-        e = <const char*>memchr(p + i, 2, n - i)
-        end = (e - p) if e != NULL else n
-        k = <const char*>memchr(p + i, 1, end - i)
-        if k != NULL and k - p > i:
-            kv = k - p
-            PyDict_SetItem(out, _decode_str(p + i, kv - i), _decode_str(k + 1, end - kv - 1))
-        i = end + 1
+    cdef Py_ssize_t i, start = 0, kv = -1
+    cdef uint8_t c, acc = 0
+    cdef bint key_ascii = True
+    for i in range(n + 1):
+        c = <uint8_t>p[i] if i < n else 2  # a missing trailing \x02 ends the last pair all the same
+        if c == 2:
+            if kv > start:
+                PyDict_SetItem(out, _decode_str_ascii(p + start, kv - start, key_ascii),
+                               _decode_str_ascii(p + kv + 1, i - kv - 1, acc < 0x80))
+            start = i + 1
+            kv = -1
+            acc = 0
+        elif c == 1 and kv < 0:
+            kv = i
+            key_ascii = acc < 0x80
+            acc = 0
+        else:
+            acc |= c
     return out
 
 
@@ -407,13 +450,18 @@ cdef object _decompress_body(object body, int32_t sys_flag, Py_ssize_t offset):
 
 
 @cython.final
+@cython.no_gc
 @cython.freelist(512)
 cdef class MessageExt:
     """A received message (RocketMQ MessageExt).  Created by `decode_messages` on the client's hot
-    path: properties stay raw bytes until first used; host strings and ids are computed on access."""
+    path: properties stay raw bytes until first used; host strings and ids are computed on access.
+
+    Not tracked by the cyclic GC (a pull creates thousands of these; tracking them made the
+    collector the biggest cost of decoding).  Its fields hold strings, bytes and a dict of
+    strings, which cannot form a cycle; storing the message itself inside its own properties
+    dict would leak it."""
 
     cdef public str topic
-    cdef public object body
     cdef public int32_t flag
     cdef public int32_t queue_id
     cdef public int64_t queue_offset
@@ -435,7 +483,10 @@ cdef class MessageExt:
     cdef bint _store_v6
     cdef str _born_host        # rendered "ip:port", cached
     cdef str _store_host
-    cdef bytes _raw            # buffer holding the raw properties (a whole pull body is shared)
+    cdef bytes _src            # the decoded buffer (a whole pull body, shared by its messages)
+    cdef object _body          # bytes, or None when read_body=False
+    cdef Py_ssize_t _body_off  # while _body_len >= 0 the body is still only a slice of _src
+    cdef Py_ssize_t _body_len
     cdef Py_ssize_t _props_off
     cdef Py_ssize_t _props_len
     cdef dict _properties      # decoded on first use
@@ -450,7 +501,8 @@ cdef class MessageExt:
         if not isinstance(topic, str):
             raise IllegalArgumentError(f"topic must be a str, not {type(topic).__name__}: {topic!r}")
         self.topic = topic
-        self.body = _body_bytes(body)
+        self._body = _body_bytes(body)
+        self._body_len = -1
         self.flag = flag
         self.queue_id = queue_id
         self.queue_offset = queue_offset
@@ -499,15 +551,33 @@ cdef class MessageExt:
         self._store_host = None
         self.sys_flag = (self.sys_flag | FLAG_STOREHOST_V6) if self._store_v6 else (self.sys_flag & ~FLAG_STOREHOST_V6)
 
+    # -- body --
+    @property
+    def body(self):
+        """The plain body (bytes; None when decoded with read_body=False)."""
+        if self._body_len >= 0:
+            self._body = PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._src) + self._body_off,
+                                                   self._body_len)
+            self._body_len = -1
+            if self._properties is not None:
+                self._src = None  # nothing points into the shared buffer any more
+        return self._body
+
+    @body.setter
+    def body(self, value):
+        self._body = _body_bytes(value)
+        self._body_len = -1
+
     # -- properties --
     cdef dict _props(self):
         if self._properties is None:
-            if self._raw is None:
+            if self._src is None:
                 self._properties = {}
             else:
-                self._properties = _parse_properties(PyBytes_AS_STRING(self._raw) + self._props_off,
+                self._properties = _parse_properties(PyBytes_AS_STRING(self._src) + self._props_off,
                                                      self._props_len)
-                self._raw = None  # the dict is the truth from now on; release the shared buffer
+                if self._body_len < 0:
+                    self._src = None  # the dict is the truth from now on; release the buffer
         return self._properties
 
     @property
@@ -517,7 +587,6 @@ cdef class MessageExt:
 
     @properties.setter
     def properties(self, value):
-        self._raw = None
         if value is None:
             self._properties = {}
         elif isinstance(value, (str, bytes, bytearray, memoryview)):
@@ -528,23 +597,23 @@ cdef class MessageExt:
     @property
     def raw_properties(self):
         """The properties as they travel (`name\\x01value\\x02...` bytes)."""
-        if self._properties is None and self._raw is not None:
-            return PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._raw) + self._props_off, self._props_len)
+        if self._properties is None and self._src is not None:
+            return PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._src) + self._props_off, self._props_len)
         return properties_to_bytes(self._props())
 
     def get_property(self, name, default=None):
         """One property; reads the raw bytes without building the dict when it was never built."""
         cdef Py_ssize_t nlen, vlen = 0, off
         cdef const char* np
-        if self._properties is None and self._raw is not None:
+        if self._properties is None and self._src is not None:
             if not isinstance(name, str):
                 return default
             np = PyUnicode_AsUTF8AndSize(name, &nlen)
-            off = _find_property(PyBytes_AS_STRING(self._raw) + self._props_off, self._props_len,
+            off = _find_property(PyBytes_AS_STRING(self._src) + self._props_off, self._props_len,
                                  np, nlen, &vlen)
             if off < 0:
                 return default
-            return _decode_str(PyBytes_AS_STRING(self._raw) + self._props_off + off, vlen)
+            return _decode_str(PyBytes_AS_STRING(self._src) + self._props_off + off, vlen)
         return self._props().get(name, default)
 
     def get_user_property(self, name, default=None):
@@ -805,16 +874,21 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
         raise _decode_error(
             at, f"record size {total} does not match its parts: {need} fixed + body {body_len} + "
                 f"topic {topic_len} + properties {props_len}")
-    if props_len:
-        m._raw = st.src
-        m._props_off = pos + q
-        m._props_len = props_len
+    m._src = st.src
+    m._props_off = pos + q
+    m._props_len = props_len
+    m._body_len = -1
     if st.read_body:
-        body = PyBytes_FromStringAndSize(<const char*>p + body_pos, body_len)
         if st.decompress and (sys_flag & FLAG_COMPRESSED):
-            body = _decompress_body(body, sys_flag, at)
+            # Inflated now, not on first access, so bad compressed data fails the decode.
+            m._body = _decompress_body(
+                PyBytes_FromStringAndSize(<const char*>p + body_pos, body_len), sys_flag, at)
             sys_flag &= ~(FLAG_COMPRESSED | COMPRESSION_TYPE_MASK)
-        m.body = body
+        else:
+            # Copied out of the shared buffer on first access (a tag-filtering consumer may
+            # drop the message without ever reading it).
+            m._body_off = pos + body_pos
+            m._body_len = body_len
     m.sys_flag = sys_flag
     m.broker_name = st.broker_name
     PyList_Append(out, m)
