@@ -1,8 +1,15 @@
 """Run `async def` tests in a fresh event loop (no pytest-asyncio needed)."""
 import asyncio
 import inspect
+import os
+import sys
 
 import pytest
+
+# `tests.fuzz_frames` is imported as a package module however pytest was launched.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
 
 
 @pytest.hookimpl(tryfirst=True)
