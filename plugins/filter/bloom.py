@@ -93,10 +93,21 @@ def _int32(x: int) -> int:
 
 @attrs.frozen
 class BloomFilterData:
-    """The bit positions of one key and the bit-map size they belong to (RocketMQ's BloomFilterData)."""
+    """The bit positions of one key and the bit-map size they belong to (RocketMQ's BloomFilterData).
+
+    `mask` is the same positions as one int: bit i of a little-endian int is bit i of the map
+    (byte i >> 3, mask 1 << (i & 7)), so `int.from_bytes(map, "little") & mask == mask` is the
+    whole test and `(bits | mask).to_bytes(m // 8, "little")` the whole update."""
 
     bit_pos: tuple = attrs.field(converter=tuple)
     bit_num: int
+    mask: int = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self):
+        mask = 0
+        for bit in self.bit_pos:
+            mask |= 1 << bit
+        object.__setattr__(self, "mask", mask)
 
     def to_json(self) -> dict:
         return {"bitNum": self.bit_num, "bitPos": list(self.bit_pos)}
@@ -172,11 +183,10 @@ class BloomFilter:
 
     def is_hit(self, data: BloomFilterData, bitmap) -> bool:
         """True when every bit of `data` is set in `bitmap`: the key may have been added."""
-        self._check(data, bitmap)
-        for bit in data.bit_pos:
-            if not bitmap[bit >> 3] & (1 << (bit & 7)):
-                return False
-        return True
+        if len(bitmap) != self.byte_length or data.bit_num != self.m or len(data.bit_pos) != self.k:
+            self._check(data, bitmap)  # raises the error naming what does not fit
+        mask = data.mask
+        return int.from_bytes(bitmap, "little") & mask == mask
 
     def __eq__(self, other) -> bool:
         return isinstance(other, BloomFilter) and (self.m, self.k) == (other.m, other.k)

@@ -185,8 +185,14 @@ class ConsumerFilterManager:
         self._lock = threading.RLock()
         self._by_topic: dict[str, dict[str, ConsumerFilterData]] = {}
         self._max_store_time_seen = 0
+        # Per topic, what the dispatcher needs: (matcher, bloom mask) pairs.  Rebuilt lazily after
+        # any change to the registry, so a dispatch does no per-group validation work.
+        self._dispatch_plans: dict[str, tuple] = {}
 
     # --- registration ---------------------------------------------------------------------------
+    def _changed(self) -> None:
+        self._dispatch_plans.clear()
+
     def _born_time(self) -> int:
         return max(self._clock(), self._max_store_time_seen)
 
@@ -214,6 +220,7 @@ class ConsumerFilterManager:
         if ExpressionType.is_tag_type(expression_type) or not expression:
             return False
         with self._lock:
+            self._changed()
             by_group = self._by_topic.setdefault(topic, {})
             old = by_group.get(group)
             if old is None:
@@ -300,28 +307,35 @@ class ConsumerFilterManager:
         if not self.broker_config.enable_calc_filter_bit_map:
             return None
         with self._lock:
-            # Snapshot and store time under one lock: a subscription registered after this point is
+            # Plan and store time under one lock: a subscription registered after this point is
             # born no earlier than this message's store time, so its bloom test will not trust
             # this bit map (which lacks its bits).
             if store_timestamp is not None and store_timestamp > self._max_store_time_seen:
                 self._max_store_time_seen = store_timestamp
-            datas = list(self._by_topic.get(topic, {}).values())
-        if not datas:
+            plan = self._dispatch_plans.get(topic)
+            if plan is None:
+                plan = self._dispatch_plans[topic] = self._dispatch_plan(topic)
+        if not plan:
             return None
         props = properties if properties is not None else {}
-        bloom = self.bloom_filter
-        bitmap = bloom.new_bitmap()
-        for data in datas:
-            if data.compiled is None or not bloom.is_valid(data.bloom_filter_data):
-                continue
+        bits = 0
+        for matches, mask in plan:
             try:
-                matched = data.compiled.is_matched_by_commit_log(props)
+                if matches(props):
+                    bits |= mask
             except Exception:  # a plugin's filter failing must not stop the dispatch
-                log.exception("calc filter bit map failed: %s", data)
+                log.exception("calc filter bit map failed on topic %s", topic)
+        return bits.to_bytes(self.bloom_filter.byte_length, "little")
+
+    def _dispatch_plan(self, topic: str) -> tuple:
+        # Every registered data of the topic, dead ones included (as RocketMQ): a consumer that
+        # comes back with the same subscription finds the bits of what was stored meanwhile.
+        plan = []
+        for data in self._by_topic.get(topic, {}).values():
+            if data.compiled is None or not self.bloom_filter.is_valid(data.bloom_filter_data):
                 continue
-            if matched:
-                bloom.hash_to(data.bloom_filter_data, bitmap)
-        return bytes(bitmap)
+            plan.append((data.compiled.is_matched_by_commit_log, data.bloom_filter_data.mask))
+        return tuple(plan)
 
     # --- pull side ------------------------------------------------------------------------------
     def build_message_filter(
@@ -360,6 +374,7 @@ class ConsumerFilterManager:
                     if by_group[group].how_long_after_death(now) >= DEAD_FILTER_RETENTION_MS:
                         log.info("remove consumer filter dead for too long: %s", by_group[group])
                         del by_group[group]
+                        self._changed()
                 if not by_group:
                     del self._by_topic[topic]
 
@@ -432,6 +447,7 @@ class ConsumerFilterManager:
                 data.dead_time = max(data.dead_time, data.born_time)
         with self._lock:
             self._by_topic = loaded
+            self._changed()
         return True
 
 
