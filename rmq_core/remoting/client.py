@@ -85,10 +85,19 @@ class RemotingClient:
         if remaining <= 0:
             raise RemotingTimeoutError(
                 f"no response to {code_name(request.code)} from {addr} within {timeout:g}s (connecting took it all)")
-        return await ctx.invoke(request, remaining)
+        hooks = self._table.rpc_hooks
+        if hooks is None:
+            return await ctx.invoke(request, remaining)
+        hooks.rmq_rpc_before_request(remote_addr=addr, request=request)  # e.g. an ACL signature
+        response = await ctx.invoke(request, remaining)
+        hooks.rmq_rpc_after_response(remote_addr=addr, request=request, response=response)
+        return response
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
         ctx = await self.get_channel(addr)
+        hooks = self._table.rpc_hooks
+        if hooks is not None:
+            hooks.rmq_rpc_before_request(remote_addr=addr, request=request)
         await ctx.invoke_oneway(request)
 
     def _on_closed(self, ctx: ChannelContext) -> None:

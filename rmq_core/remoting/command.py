@@ -35,6 +35,10 @@ _INT16 = struct.Struct(">h")
 
 INT32_MAX = 0x7FFFFFFF
 
+# Built once: json.dumps(..., separators=...) would build a new encoder on every call.
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_JSON_DECODE = json.JSONDecoder().decode
+
 
 class LanguageCode(enum.IntEnum):
     JAVA = 0
@@ -222,7 +226,7 @@ class RemotingCommand:
             header["remark"] = self.remark
         header["serializeTypeCurrentRPC"] = "JSON"
         header["version"] = self.version
-        return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")
+        return _JSON_ENCODER.encode(header).encode("utf-8", "replace")
 
     def _encode_binary_header(self) -> bytes:
         try:
@@ -275,14 +279,17 @@ class RemotingCommand:
     @classmethod
     def _decode_json_header(cls, header) -> "RemotingCommand":
         try:
-            obj = json.loads(bytes(header))
+            obj = _JSON_DECODE(bytes(header).decode("utf-8"))
         except (ValueError, RecursionError) as e:
             raise RemotingCommandError(f"bad JSON header: {e}") from None
         if not isinstance(obj, dict):
             raise RemotingCommandError(f"bad JSON header: expected an object, got {type(obj).__name__}")
-        code = _int_field(obj, "code", None)
-        cmd = cls(code, opaque=_int_field(obj, "opaque", 0), flag=_int_field(obj, "flag", 0),
-                  version=_int_field(obj, "version", 0))
+        get = obj.get
+        code, opaque, flag, version = get("code"), get("opaque", 0), get("flag", 0), get("version", 0)
+        if type(code) is not int or type(opaque) is not int or type(flag) is not int or type(version) is not int:
+            code = _int_field(obj, "code", None)  # slow path: numeric strings, or a precise error
+            opaque, flag, version = _int_field(obj, "opaque", 0), _int_field(obj, "flag", 0), _int_field(obj, "version", 0)
+        cmd = cls(code, opaque=opaque, flag=flag, version=version)
         language = obj.get("language")
         if language is not None:
             if isinstance(language, str):

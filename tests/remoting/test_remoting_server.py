@@ -454,3 +454,36 @@ async def test_inproc_name_in_use_and_freed_after_stop():
     await first.stop()
     await second.start()
     await second.stop()
+
+
+async def test_rpc_hooks_from_plugins_see_requests_and_responses():
+    from rmq_core.plugins import get_plugin_manager, hookimpl
+
+    seen = []
+
+    class AclLikePlugin:
+        @hookimpl
+        def rmq_rpc_before_request(self, remote_addr, request):
+            request.ext_fields.setdefault("Signature", "signed")
+            seen.append(("before", request.code))
+
+        @hookimpl
+        def rmq_rpc_after_response(self, remote_addr, request, response):
+            seen.append(("after", response.code))
+
+    pm = get_plugin_manager()
+    plugin = AclLikePlugin()
+    pm.register(plugin)
+    try:
+        server = await _server("tcp")
+        client = RemotingClient()
+        try:
+            resp = await client.invoke(server.listen_address, RemotingCommand.create_request(ECHO, {"a": 1}), 3)
+            assert resp.get_str("Signature") == "signed"  # added by the client-side hook, echoed back
+            # client before + server before + server after + client after
+            assert seen == [("before", ECHO), ("before", ECHO), ("after", 0), ("after", 0)]
+        finally:
+            await client.close()
+            await server.stop()
+    finally:
+        pm.unregister(plugin)
