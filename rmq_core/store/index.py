@@ -48,13 +48,12 @@ import attrs
 
 from rmq_core.config import MessageStoreConfig
 from rmq_core.errors import StoreError
-from rmq_core.message import SysFlag
-from rmq_core.message import java_string_hash as _py_java_string_hash
+from rmq_core.message import SysFlag, java_string_hash
 
-try:  # the native twin is ~20x faster on long keys; same results (tests/store_index checks)
-    from rmq_core._native.codec import java_string_hash
+try:  # the native twin of the put/select paths; tests/store_index runs both implementations
+    from rmq_core._native import index_native as _native
 except ImportError:  # pragma: no cover - a source tree without the built extension
-    java_string_hash = _py_java_string_hash
+    _native = None
 
 log = logging.getLogger("rmq.store")
 
@@ -67,12 +66,16 @@ KEY_SEPARATOR = " "
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_TIMES = struct.Struct(">qq")
 _I32_MAX = 0x7FFFFFFF
 _FILE_NAME = re.compile(r"^\d{17}$")
 
 
 def index_key_hash(key: str) -> int:
     """RocketMQ's indexKeyHashMethod: abs(String.hashCode), with abs(MIN_VALUE) mapped to 0."""
+    if _native is not None:
+        return _native.index_key_hash(key)
     h = abs(java_string_hash(key))
     return 0 if h > _I32_MAX else h
 
@@ -89,7 +92,11 @@ class QueryOffsetResult:
 
 
 class IndexFile:
-    """One memory-mapped index file.  Not thread-safe by itself; IndexService serialises access."""
+    """One memory-mapped index file.  Not thread-safe by itself; IndexService serialises access.
+
+    The header in the mapped file is the only copy of the header (no Python-side mirror), so the
+    native and the pure-Python put paths can be mixed freely and a killed process leaves nothing
+    unwritten but the put in progress."""
 
     def __init__(self, path: str, hash_slot_num: int, index_num: int, end_phy_offset: int = 0,
                  end_timestamp: int = 0):
@@ -113,22 +120,37 @@ class IndexFile:
             self._mm = mmap.mmap(fd, self.file_size)
         finally:
             os.close(fd)
+        self._native = _native.IndexMap(self._mm, hash_slot_num, index_num) if _native is not None else None
         self._dirty = not exists
-        if exists:
-            (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
-             self.hash_slot_count, self.index_count) = _HEADER.unpack_from(self._mm, 0)
-            if self.index_count <= 0:
-                self.index_count = 1
-        else:
-            self.begin_timestamp = self.end_timestamp = max(end_timestamp, 0)
-            self.begin_phy_offset = self.end_phy_offset = max(end_phy_offset, 0)
-            self.hash_slot_count, self.index_count = 0, 1
-            self._write_header()
+        if not exists:
+            end_timestamp, end_phy_offset = max(end_timestamp, 0), max(end_phy_offset, 0)
+            _HEADER.pack_into(self._mm, 0, end_timestamp, end_timestamp, end_phy_offset, end_phy_offset, 0, 1)
 
-    # -- header --
-    def _write_header(self) -> None:
-        _HEADER.pack_into(self._mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-                          self.end_phy_offset, self.hash_slot_count, self.index_count)
+    # -- header (read from the mapped file) --
+    @property
+    def begin_timestamp(self) -> int:
+        return _I64.unpack_from(self._mm, 0)[0]
+
+    @property
+    def end_timestamp(self) -> int:
+        return _I64.unpack_from(self._mm, 8)[0]
+
+    @property
+    def begin_phy_offset(self) -> int:
+        return _I64.unpack_from(self._mm, 16)[0]
+
+    @property
+    def end_phy_offset(self) -> int:
+        return _I64.unpack_from(self._mm, 24)[0]
+
+    @property
+    def hash_slot_count(self) -> int:
+        return _SLOT.unpack_from(self._mm, 32)[0]
+
+    @property
+    def index_count(self) -> int:
+        count = _SLOT.unpack_from(self._mm, 36)[0]
+        return 1 if count <= 0 else count
 
     @property
     def name(self) -> str:
@@ -143,8 +165,8 @@ class IndexFile:
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         """Does [begin, end] overlap [beginTimestamp, endTimestamp]?"""
-        return (begin < self.begin_timestamp and end > self.end_timestamp) or \
-            self.begin_timestamp <= begin <= self.end_timestamp or self.begin_timestamp <= end <= self.end_timestamp
+        b, e = _TIMES.unpack_from(self._mm, 0)
+        return (begin < b and end > e) or b <= begin <= e or b <= end <= e
 
     # -- entries --
     def _slot_pos(self, key_hash: int) -> int:
@@ -157,39 +179,37 @@ class IndexFile:
         """(keyHash, phyOffset, timeDiff, prevIndex) of entry `index`."""
         return _ENTRY.unpack_from(self._mm, self._entry_pos(index))
 
-    def _slot_head(self, slot_pos: int) -> int:
+    def _slot_head(self, slot_pos: int, count: int) -> int:
         head = _SLOT.unpack_from(self._mm, slot_pos)[0]
-        return INVALID_INDEX if head <= INVALID_INDEX or head >= self.index_count else head
+        return INVALID_INDEX if head <= INVALID_INDEX or head >= count else head
 
     def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         """Append one entry; False when the file is full."""
-        count = self.index_count
+        self._dirty = True
+        if self._native is not None:
+            return self._native.put_key(key_hash, phy_offset, store_timestamp)
+        begin_ts, _end_ts, begin_phy, _end_phy, slot_count, count = _HEADER.unpack_from(self._mm, 0)
+        count = max(count, 1)
         if count >= self.index_num:
             return False
         slot_pos = self._slot_pos(key_hash)
-        prev = self._slot_head(slot_pos)
+        prev = self._slot_head(slot_pos, count)
         if count <= 1:
             # First entry: the file's time and offset range start here (diff 0, unlike RocketMQ's
             # diff against the previous file's end, which dates the first entry too late).
-            self.begin_timestamp = store_timestamp
-            self.begin_phy_offset = phy_offset
-        diff = (store_timestamp - self.begin_timestamp) // 1000 if self.begin_timestamp > 0 else 0
+            begin_ts, begin_phy = store_timestamp, phy_offset
+        diff = (store_timestamp - begin_ts) // 1000 if begin_ts > 0 else 0
         diff = min(max(diff, 0), _I32_MAX)
         # Order matters for crash repair: entry, then slot, then header.
         _ENTRY.pack_into(self._mm, self._entry_pos(count), key_hash, phy_offset, diff, prev)
         _SLOT.pack_into(self._mm, slot_pos, count)
-        self.hash_slot_count += 1
-        self.index_count = count + 1
-        self.end_phy_offset = phy_offset
-        self.end_timestamp = store_timestamp
-        self._write_header()
-        self._dirty = True
+        _HEADER.pack_into(self._mm, 0, begin_ts, store_timestamp, begin_phy, phy_offset, slot_count + 1, count + 1)
         return True
 
     def has_key_at(self, key_hash: int, phy_offset: int) -> bool:
         """Is there an entry (key_hash, phy_offset) among the newest entries of its slot chain?
         Used to make re-dispatch of the newest record idempotent."""
-        index = self._slot_head(self._slot_pos(key_hash))
+        index = self._slot_head(self._slot_pos(key_hash), self.index_count)
         while index > INVALID_INDEX:
             h, off, _diff, prev = self.read_entry(index)
             if off != phy_offset:
@@ -203,9 +223,13 @@ class IndexFile:
 
     def select_phy_offsets(self, out: list, seen: set, key_hash: int, max_num: int, begin: int, end: int) -> None:
         """Walk the key's slot chain newest first, appending matching offsets to `out`."""
-        if self.index_count <= 1:
+        if self._native is not None:
+            self._native.select_phy_offsets(out, seen, key_hash, max_num, begin, end)
             return
-        index = self._slot_head(self._slot_pos(key_hash))
+        count = self.index_count
+        if count <= 1:
+            return
+        index = self._slot_head(self._slot_pos(key_hash), count)
         mm, unpack, entries_at, begin_ts = self._mm, _ENTRY.unpack_from, self._entries_at, self.begin_timestamp
         while index > INVALID_INDEX and len(out) < max_num:
             h, off, diff, prev = unpack(mm, entries_at + index * INDEX_SIZE)
@@ -226,8 +250,10 @@ class IndexFile:
         if count >= self.index_num:
             return False
         h, _off, _diff, prev = self.read_entry(count)
-        slot_pos = self._slot_pos(h) if h >= 0 else None
-        if slot_pos is None or _SLOT.unpack_from(self._mm, slot_pos)[0] != count:
+        if h < 0:
+            return False
+        slot_pos = self._slot_pos(h)
+        if _SLOT.unpack_from(self._mm, slot_pos)[0] != count:
             return False
         _SLOT.pack_into(self._mm, slot_pos, prev if INVALID_INDEX < prev < count else INVALID_INDEX)
         _ENTRY.pack_into(self._mm, self._entry_pos(count), 0, 0, 0, 0)
@@ -238,7 +264,8 @@ class IndexFile:
     def truncate_after(self, phy_offset: int) -> int:
         """Remove entries whose phyOffset >= phy_offset (always a suffix: puts come in log order).
         Returns the number removed."""
-        count = self.index_count
+        begin_ts, _end_ts, begin_phy, _end_phy, slot_count, count = _HEADER.unpack_from(self._mm, 0)
+        count = max(count, 1)
         keep = count
         while keep > 1 and self.read_entry(keep - 1)[1] >= phy_offset:
             keep -= 1
@@ -251,36 +278,38 @@ class IndexFile:
             _SLOT.pack_into(self._mm, self._slot_pos(h), prev if INVALID_INDEX < prev < keep else INVALID_INDEX)
             _ENTRY.pack_into(self._mm, self._entry_pos(index), 0, 0, 0, 0)
         removed = count - keep
-        self.index_count = keep
-        self.hash_slot_count = max(self.hash_slot_count - removed, 0)
         if keep > 1:
-            _h, last_off, last_diff, _prev = self.read_entry(keep - 1)
-            self.end_phy_offset = last_off
+            _h, end_phy, last_diff, _prev = self.read_entry(keep - 1)
             # Only whole seconds are stored: end at the last second's upper edge so time-range
             # queries still include the surviving entries.
-            self.end_timestamp = self.begin_timestamp + last_diff * 1000 + 999
+            end_ts = begin_ts + last_diff * 1000 + 999
         else:
-            self.end_phy_offset = self.begin_phy_offset = min(self.begin_phy_offset, phy_offset)
-            self.end_timestamp = self.begin_timestamp
-        self._write_header()
+            begin_phy = end_phy = min(begin_phy, phy_offset)
+            end_ts = begin_ts
+        _HEADER.pack_into(self._mm, 0, begin_ts, end_ts, begin_phy, end_phy, max(slot_count - removed, 0), keep)
         self._dirty = True
         return removed
 
     # -- lifecycle --
     def flush(self) -> None:
         if self._dirty and not self._mm.closed:
-            self._write_header()
             self._mm.flush()
             self._dirty = False
+
+    def _unmap(self) -> None:
+        if self._native is not None:
+            self._native.release()  # the held buffer view must go before the mmap can close
+            self._native = None
+        if not self._mm.closed:
+            self._mm.close()
 
     def close(self) -> None:
         if not self._mm.closed:
             self.flush()
-            self._mm.close()
+        self._unmap()
 
     def destroy(self) -> None:
-        if not self._mm.closed:
-            self._mm.close()
+        self._unmap()
         try:
             os.remove(self.path)
         except FileNotFoundError:
@@ -288,6 +317,8 @@ class IndexFile:
         log.info("index file %s deleted", self.path)
 
     def __repr__(self) -> str:
+        if self._mm.closed:
+            return f"<IndexFile {self.name} closed>"
         return (f"<IndexFile {self.name} entries={self.entry_count} phy=[{self.begin_phy_offset}, "
                 f"{self.end_phy_offset}] ts=[{self.begin_timestamp}, {self.end_timestamp}]>")
 
@@ -310,6 +341,7 @@ class IndexService:
             raise StoreError(f"maxIndexNum must be at least 2 (entry 0 is reserved), got {self.index_num}")
         self.checkpoint = checkpoint  # optional: an object with an `index_msg_timestamp` attribute
         self.files: list[IndexFile] = []
+        self._indexed = -1  # cached indexed_phy_offset: build_index reads it for every record
         self._lock = threading.RLock()
 
     # -- lifecycle --
@@ -343,6 +375,7 @@ class IndexService:
                 log.info("load index file OK, %s", path)
             if not last_exit_ok and self.files:
                 self.files[-1].repair_torn_put()
+            self._recompute_indexed()
         return True
 
     def flush(self) -> int:
@@ -364,6 +397,7 @@ class IndexService:
                 except (OSError, ValueError) as e:
                     log.error("shutdown index file %s: %s", f.path, e)
             self.files.clear()
+            self._indexed = -1
 
     def destroy(self) -> None:
         """Delete every index file (the store is being wiped)."""
@@ -371,6 +405,7 @@ class IndexService:
             for f in self.files:
                 f.destroy()
             self.files.clear()
+            self._indexed = -1
 
     def delete_expired_file(self, min_phy_offset: int) -> None:
         """Delete the oldest files whose entries all point below `min_phy_offset` (the commit log
@@ -378,6 +413,7 @@ class IndexService:
         with self._lock:
             while len(self.files) > 1 and self.files[0].end_phy_offset < min_phy_offset:
                 self.files.pop(0).destroy()
+            self._recompute_indexed()
 
     # -- recovery --
     @property
@@ -385,10 +421,10 @@ class IndexService:
         """The commit-log offset of the newest indexed record, -1 when nothing is indexed; the store
         re-dispatches from at most here after a crash."""
         with self._lock:
-            for f in reversed(self.files):
-                if f.entry_count > 0:
-                    return f.end_phy_offset
-            return -1
+            return self._indexed
+
+    def _recompute_indexed(self) -> None:
+        self._indexed = next((f.end_phy_offset for f in reversed(self.files) if f.entry_count > 0), -1)
 
     def truncate_after(self, phy_offset: int) -> int:
         """Forget every entry for records at or past `phy_offset` (the commit log was truncated
@@ -406,6 +442,7 @@ class IndexService:
                     self.files.pop().destroy()  # a rolled-over file left empty
                     continue
                 break
+            self._recompute_indexed()
         if removed:
             log.warning("index truncated at commit-log offset %d: %d entries removed", phy_offset, removed)
         return removed
@@ -414,6 +451,9 @@ class IndexService:
     def _last_writable_file(self) -> IndexFile:
         if self.files and not self.files[-1].is_write_full():
             return self.files[-1]
+        return self._new_file()
+
+    def _new_file(self) -> IndexFile:
         prev = self.files[-1] if self.files else None
         os.makedirs(self.store_path, exist_ok=True)
         ms = int(time.time() * 1000)
@@ -448,18 +488,19 @@ class IndexService:
             keys += [k for k in req.keys.split(KEY_SEPARATOR) if k]
         if not keys:
             return
-        offset, ts, topic = req.commit_log_offset, req.store_timestamp, req.topic
+        offset, ts, prefix = req.commit_log_offset, req.store_timestamp, req.topic + "#"
         with self._lock:
-            last = self.indexed_phy_offset
+            last = self._indexed
             if offset < last:
                 return  # re-dispatched record, already indexed
             f = self._last_writable_file()
             for key in keys:
-                key_hash = index_key_hash(build_key(topic, key))
+                key_hash = index_key_hash(prefix + key)
                 if offset == last and self._has_key_at(key_hash, offset):
                     continue  # re-dispatch of the newest record: only the missing keys
                 while not f.put_key(key_hash, offset, ts):
                     f = self._last_writable_file()
+            self._indexed = offset
 
     def _has_key_at(self, key_hash: int, offset: int) -> bool:
         # The newest record's keys can straddle a roll-over: look in the last two files.

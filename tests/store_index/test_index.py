@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from rmq_core.config import MessageStoreConfig
 from rmq_core.message import SysFlag, java_string_hash
+from rmq_core.store import index
 from rmq_core.store.index import INDEX_HEADER_SIZE, IndexFile, IndexService, build_key, index_key_hash
 
 T0 = 1_700_000_000_000  # a store timestamp in ms
@@ -210,7 +211,7 @@ def test_torn_put_is_repaired_on_unclean_load(tmp_path):
     struct.pack_into(">iqii", f._mm, f._entry_pos(count), index_key_hash("T#k"), 3, 3, count - 1)
     struct.pack_into(">i", f._mm, INDEX_HEADER_SIZE, count)
     f._mm.flush()
-    f._mm.close()
+    f._unmap()  # the process is gone: no header update, no flush
     svc.files.clear()
     again = IndexService(svc.config)
     assert again.load(False)
@@ -351,3 +352,34 @@ def test_index_file_rejects_bad_config(tmp_path):
     f = IndexFile(str(tmp_path / "20240101000000000"), 4, 3)
     assert f.put_key(1, 1, T0) and f.put_key(2, 2, T0) and not f.put_key(3, 3, T0)
     f.close()
+
+
+def test_native_extension_is_loaded():
+    # A silently missing extension must not pass the suite with only the slow path.
+    from rmq_core._native import index_native
+    assert index_native.index_key_hash("T#Aa") == abs(java_string_hash("T#Aa"))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=30))
+def test_native_and_python_write_identical_files(tmp_path_factory, keys):
+    from rmq_core.store import index as index_mod
+    from rmq_core._native import index_native
+    images = []
+    for native in (index_native, None):
+        root = tmp_path_factory.mktemp("same")
+        saved = index_mod._native
+        index_mod._native = native
+        try:
+            svc = service(root, slots=7, num=9)
+            for i, k in enumerate(keys):
+                svc.build_index(Req("T", k.replace(" ", "_"), f"U{i}", i * 50, T0 + i * 700))
+            svc.shutdown()
+        finally:
+            index_mod._native = saved
+        names = sorted(os.listdir(root / "index"))
+        images.append([open(root / "index" / n, "rb").read() for n in names])
+    assert images[0] == images[1]
+    for k in keys:
+        h = java_string_hash(k)
+        assert index_native.index_key_hash(k) == (0 if h == -2**31 else abs(h))
