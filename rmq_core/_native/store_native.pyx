@@ -21,8 +21,6 @@ and creates no Python object per record scanned or skipped.
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
 from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
-from cpython.ref cimport Py_INCREF
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset, memcmp
 
@@ -514,7 +512,7 @@ def append_records(NativeMap dst, Py_ssize_t write_pos, src, Py_ssize_t src_pos,
         raise ValueError("tags / consume-queue buffers are too small for the record count")
     cdef const unsigned char *s = &sv[0]
     cdef const int64_t *tg = <const int64_t *>&tv[0]
-    cdef unsigned char *cq = &cv[0]
+    cdef unsigned char *cq = &cv[0] + cq_pos
     cdef Py_ssize_t pos = write_pos, sp = src_pos, i = 0, size
     cdef unsigned char *d
     cdef bint eof = False
@@ -932,13 +930,9 @@ def entries_phys_offsets(entries, Py_ssize_t count):
     cdef const unsigned char[::1] v = entries
     if v.shape[0] < count * CQ_UNIT:
         raise ValueError("entries buffer shorter than count")
-    out = PyTuple_New(count)
     cdef Py_ssize_t i
-    for i in range(count):
-        o = <int64_t>rmq_ld64(&v[0] + i * CQ_UNIT)
-        Py_INCREF(o)
-        PyTuple_SET_ITEM(out, i, o)
-    return out
+    cdef const unsigned char *p = &v[0] if count else NULL
+    return tuple([<int64_t>rmq_ld64(p + i * CQ_UNIT) for i in range(count)])
 
 
 def offset_msg_ids(entries, Py_ssize_t count, bytes host):

@@ -58,7 +58,7 @@ class EncodedMessages:
 
 class AppendOutcome:
     __slots__ = ("status", "wrote_offset", "wrote_bytes", "store_timestamp", "logics_offset", "count",
-                 "entries", "error")
+                 "entries", "error", "end_offset")
 
     def __init__(self, status, wrote_offset=0, wrote_bytes=0, store_timestamp=0, logics_offset=0, count=0,
                  entries=None, error=None):
@@ -70,6 +70,7 @@ class AppendOutcome:
         self.count = count
         self.entries = entries
         self.error = error
+        self.end_offset = wrote_offset + wrote_bytes
 
 
 class CommitLog:
@@ -162,7 +163,9 @@ class CommitLog:
                 self.topic_queue_table[key] = qoff + count
             self.last_store_timestamp = store_ts
             dispatch(enc, qoff, entries, store_ts, uses_queue)
-        return AppendOutcome(PutMessageStatus.PUT_OK, first_offset, end - wrote_offset, store_ts, qoff, count, entries)
+        out = AppendOutcome(PutMessageStatus.PUT_OK, first_offset, len(enc.records), store_ts, qoff, count, entries)
+        out.end_offset = end
+        return out
 
     # -- flush -----------------------------------------------------------------------------------
     def flush(self, least_pages: int = 0) -> bool:

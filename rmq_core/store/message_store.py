@@ -72,17 +72,9 @@ class DefaultMessageStore:
         self.clean_commit_log_service = CleanCommitLogService(self)
         self._min_phy_offset_cleaned = -1
         if config.message_index_enable:
-            self.index_service = self._make_index_service()
-
-    def _make_index_service(self):
-        try:
             from rmq_core.store.index import IndexService
-        except ImportError:
-            return None
-        try:
-            return IndexService(self.config)
-        except TypeError:
-            return IndexService(self)
+
+            self.index_service = IndexService(config)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self):
@@ -106,11 +98,9 @@ class DefaultMessageStore:
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_file)
         self.commit_log.load()
         self._load_consume_queues()
-        if self.index_service is not None and hasattr(self.index_service, "load"):
-            try:
-                self.index_service.load(not unclean)
-            except TypeError:
-                self.index_service.load()
+        if self.index_service is not None:
+            # torn-put repair only; the re-dispatch below is idempotent for the index
+            self.index_service.load(not unclean)
         for qs in self.consume_queue_table.values():
             for cq in qs.values():
                 cq.recover()
@@ -163,8 +153,13 @@ class DefaultMessageStore:
         def on_runs(mf, runs):
             pending.extend(runs)
 
-        max_phy = self.commit_log.recover_abnormally(self.checkpoint.get_min_timestamp(), on_runs)
+        start_ts = self.checkpoint.get_min_timestamp()
+        if self.index_service is not None:
+            start_ts = min(start_ts, self.checkpoint.index_msg_timestamp)  # RocketMQ getMinTimestampIndex
+        max_phy = self.commit_log.recover_abnormally(start_ts, on_runs)
         self._truncate_consume_queues(max_phy)
+        if self.index_service is not None:
+            self.index_service.truncate_after(max_phy)
         for topic, qid, first, count, entries, _max_ts in pending:
             self.find_consume_queue(topic, qid).put_entries(entries, first, count)
             if self.dispatchers or self.index_service is not None:
@@ -194,8 +189,6 @@ class DefaultMessageStore:
         self.commit_log.start()
         self.flush_consume_queue_service.start()
         self.clean_commit_log_service.start()
-        if self.index_service is not None and hasattr(self.index_service, "start"):
-            self.index_service.start()
         self._running = True
         self._shutdown = False
 
@@ -213,7 +206,8 @@ class DefaultMessageStore:
         if self._loaded:
             self.commit_log.flush(0)
             self._flush_consume_queues(0)
-            if self.index_service is not None and hasattr(self.index_service, "shutdown"):
+            if self.index_service is not None:
+                self.checkpoint.index_msg_timestamp = self.index_service.flush()
                 self.index_service.shutdown()
             self.checkpoint.flush(clean_shutdown_phys_offset=self.commit_log.get_max_offset())
             self.checkpoint.shutdown()
@@ -352,12 +346,10 @@ class DefaultMessageStore:
 
     def _run_extra_dispatchers(self, req: DispatchRequest) -> None:
         if self.index_service is not None:
-            build = getattr(self.index_service, "build_index", None) or getattr(self.index_service, "dispatch", None)
-            if build is not None:
-                try:
-                    build(req)
-                except Exception:
-                    log.exception("index dispatch failed for %r", req)
+            try:
+                self.index_service.build_index(req)
+            except Exception:
+                log.exception("index dispatch failed for %r", req)
         for d in self.dispatchers:
             try:
                 d.dispatch(req)
@@ -383,7 +375,7 @@ class DefaultMessageStore:
                 tuple(range(outcome.logics_offset, outcome.logics_offset + count)))
         self.put_message_count += count
         self._notify_arriving(enc, outcome)
-        fut = self.commit_log.request_flush(outcome.wrote_offset + outcome.wrote_bytes) \
+        fut = self.commit_log.request_flush(outcome.end_offset) \
             if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH else None
         if not wait or fut is None:
             return PutMessageResult(PutMessageStatus.PUT_OK, result), fut
@@ -613,11 +605,10 @@ class DefaultMessageStore:
         if self.index_service is None:
             return result
         q = self.index_service.query_offset(topic, key, max_num, begin_ts, end_ts)
-        offsets = getattr(q, "phy_offsets", None) or getattr(q, "phys_offsets", None) or []
-        result.index_last_update_timestamp = getattr(q, "index_last_update_timestamp", 0)
-        result.index_last_update_phyoffset = getattr(q, "index_last_update_phyoffset", 0)
+        result.index_last_update_timestamp = q.index_last_update_timestamp
+        result.index_last_update_phyoffset = q.index_last_update_phyoffset
         parts = []
-        for off in offsets:
+        for off in q.phy_offsets:
             raw = self.select_one_message_by_offset(off)
             if raw is None:
                 continue
@@ -669,8 +660,13 @@ class DefaultMessageStore:
                     cq.flush(least_pages)
                 except ValueError:  # deleted meanwhile
                     pass
-        if least_pages == 0 and ts:
-            self.checkpoint.logics_msg_timestamp = ts
+        if least_pages == 0:
+            if ts:
+                self.checkpoint.logics_msg_timestamp = ts
+            if self.index_service is not None:
+                its = self.index_service.flush()
+                if its:
+                    self.checkpoint.index_msg_timestamp = its
             self.checkpoint.flush()
 
     def check_disk_space(self) -> float:
@@ -720,12 +716,7 @@ class DefaultMessageStore:
             for cq in list(qs.values()):
                 cq.delete_expired_file(min_phy)
         if self.index_service is not None:
-            fn = getattr(self.index_service, "delete_expired_file", None)
-            if fn is not None:
-                try:
-                    fn(min_phy)
-                except Exception:
-                    log.exception("index retention failed")
+            self.index_service.delete_expired_file(min_phy)
         self._min_phy_offset_cleaned = min_phy
 
     # -- stats -----------------------------------------------------------------------------------

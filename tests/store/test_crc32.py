@@ -1,0 +1,66 @@
+"""Our CRC32 (PCLMUL folding and slicing-by-8) equals zlib.crc32 for every length and alignment."""
+import zlib
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rmq_core._native import store_native as native
+from rmq_core.message import java_string_hash
+
+
+def test_native_store_module_is_compiled():
+    # a silently missing extension must not let the suite pass on some fallback
+    assert native.__file__.endswith((".so", ".pyd"))
+
+
+@pytest.fixture(params=[True, False], ids=["pclmul", "slice8"])
+def impl(request):
+    chosen = native.crc32_select(request.param)
+    if request.param and not chosen:
+        pytest.skip("CPU without PCLMULQDQ")
+    yield chosen
+    native.crc32_select(True)
+
+
+def test_every_length_and_alignment_up_to_4096(impl):
+    data = bytes((i * 131 + 7) & 0xFF for i in range(4096 + 16))
+    mv = memoryview(data)
+    for length in range(0, 4097):
+        off = length % 16
+        assert native.crc32(mv[off:off + length]) == zlib.crc32(mv[off:off + length]), length
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(min_size=0, max_size=5000), offset=st.integers(0, 63), seed=st.integers(0, 2**32 - 1))
+def test_random_data_alignments_and_chaining(data, offset, seed):
+    buf = bytes(offset) + data
+    view = memoryview(buf)[offset:]
+    cut = seed % (len(data) + 1)
+    try:
+        for use_pclmul in (True, False):
+            native.crc32_select(use_pclmul)
+            assert native.crc32(view) == zlib.crc32(data)
+            # chaining with a start value, as zlib.crc32(data, value)
+            assert native.crc32(view[cut:], native.crc32(view[:cut])) == zlib.crc32(data)
+            assert native.crc32(data, seed) == zlib.crc32(data, seed)
+    finally:
+        native.crc32_select(True)
+
+
+def test_known_value():
+    assert native.crc32(b"seed-0") & 0x7FFFFFFF == 0x2873287F  # REMOTING.md §6.1
+    assert native.crc32_impl() in ("pclmul", "slice8")
+
+
+@pytest.mark.parametrize("text", ["TagA", "TagB", "*", "", "消息", "Aa", "BB", "polygenelubricants", "😀 non-BMP", "a\x00b"])
+def test_java_hash_code_matches_reference(text):
+    assert native.java_hash_code(text) == java_string_hash(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40))
+def test_java_hash_code_property(text):
+    assert native.java_hash_code(text) == java_string_hash(text)
+    props = f"KEYS\x01k\x02TAGS\x01{text}\x02".encode() if "\x01" not in text and "\x02" not in text else b""
+    if props:
+        assert native.tags_code_from_properties(props) == java_string_hash(text)
