@@ -245,6 +245,9 @@ def _decode_record_py(data: bytes, pos: int, decompress: bool, read_body: bool, 
     store_ip = data[q:q + store_ip_len]
     q += store_ip_len
     store_port, reconsume_times, prepared, body_len = _MIDDLE.unpack_from(data, q)
+    if not (0 <= born_port <= 65535 and 0 <= store_port <= 65535):
+        raise MessageDecodeError(
+            pos, f"host port out of 0..65535 (born {born_port}, store {store_port})")
     q += 20
     if not 0 <= body_len <= total - need:
         raise MessageDecodeError(pos, f"body length {body_len} does not fit in record size {total}")

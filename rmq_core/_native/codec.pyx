@@ -844,6 +844,10 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
         memcpy(m._store_ip, p + q, 4)
         q += 4
     m._store_port = _i32(p + q)
+    if <uint32_t>m._born_port > 65535 or <uint32_t>m._store_port > 65535:
+        # Java's decoder fails on these too (InetSocketAddress rejects the port).
+        raise _decode_error(
+            at, f"host port out of 0..65535 (born {m._born_port}, store {m._store_port})")
     m.reconsume_times = _i32(p + q + 4)
     m.prepared_transaction_offset = _i64(p + q + 8)
     body_len = _i32(p + q + 16)
