@@ -487,3 +487,30 @@ async def test_rpc_hooks_from_plugins_see_requests_and_responses():
             await server.stop()
     finally:
         pm.unregister(plugin)
+
+
+async def test_large_bodies_round_trip(transport):
+    server = await _server(transport)
+    client = RemotingClient()
+    try:
+        body = bytes(range(256)) * (6 * 4096)  # 6 MiB, beyond the stream reader's buffer limit
+        results = await asyncio.gather(*(
+            client.invoke(server.listen_address, RemotingCommand.create_request(ECHO, {"i": i}, body), 20)
+            for i in range(3)))
+        assert all(r.body == body for r in results)
+    finally:
+        await client.close()
+        await server.stop()
+
+
+async def test_frame_above_server_limit_closes_connection(transport):
+    server = await _server(transport, max_frame_length=64 * 1024)
+    client = RemotingClient()
+    try:
+        with pytest.raises(RemotingConnectError):
+            await client.invoke(server.listen_address, RemotingCommand.create_request(ECHO, {}, b"x" * 100_000), 5)
+        resp = await client.invoke(server.listen_address, RemotingCommand.create_request(ECHO, {}, b"x" * 1000), 5)
+        assert len(resp.body) == 1000  # a new connection, within the limit, works
+    finally:
+        await client.close()
+        await server.stop()
