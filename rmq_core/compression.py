@@ -128,7 +128,9 @@ def _body_length_position(sys_flag: int) -> int:
 
 
 def recompress_records_for_4x(buf, *, compress_over: int = COMPRESS_OVER_DEFAULT, level: int = 5):
-    """Rewrite concatenated records so none carries an LZ4/ZSTD body or compression-type bits.
+    """Rewrite concatenated records so none carries an LZ4/ZSTD body (REMOTING.md §5.4: a 4.x
+    client inflates every bit-0 body with zlib).  zlib records pass through as they are, 0x301
+    included: 4.x clients read bit 0 and ignore the type bits.
 
     Fast path: when no record has type bits, `buf` itself is returned (no copy).  Otherwise each
     affected record gets its new body, BODYLENGTH, TOTALSIZE and sysFlag.  BODYCRC is recomputed
