@@ -70,7 +70,7 @@ class RemotingClient:
             except OSError as e:
                 raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
             ctx = ChannelContext(channel, self._table, owner=self.name, on_closed=self._on_closed,
-                                 max_inflight=self.max_inflight_per_connection)
+                                 max_inflight=self.max_inflight_per_connection, peer_name=addr)
             ctx.attributes["addr"] = addr
             self._contexts[addr] = ctx
             ctx.start()

@@ -101,9 +101,12 @@ class ChannelContext:
 
     def __init__(self, channel: Channel, table: ProcessorTable, *, owner: str,
                  on_closed: Callable[["ChannelContext"], None] | None = None,
-                 answer_in_peer_type: bool = False, max_inflight: int = DEFAULT_MAX_INFLIGHT):
+                 answer_in_peer_type: bool = False, max_inflight: int = DEFAULT_MAX_INFLIGHT,
+                 peer_name: str | None = None):
         self.channel = channel
         self.remote_address = channel.remote_address
+        # How errors name the peer: the address the caller dialled ("tcp://ns:9876"), else the peer's.
+        self.peer_name = peer_name or channel.remote_address
         self.local_address = channel.local_address
         self.channel_id = f"{owner}#{next(_channel_ids)}"
         self.attributes: dict[str, Any] = {}  # per-connection state a processor may keep (client id...)
@@ -133,7 +136,7 @@ class ChannelContext:
     async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send `request` and wait up to `timeout` seconds for the response with its opaque."""
         if self.closed:
-            raise RemotingConnectError(f"connection to {self.remote_address} is closed")
+            raise RemotingConnectError(f"connection to {self.peer_name} is closed")
         if self._answer_in_peer_type:
             request.serialize_type = self.peer_serialize_type
         request.flag &= ~RESPONSE_FLAG
@@ -141,13 +144,13 @@ class ChannelContext:
         future = self._loop.create_future()
         self._pending[opaque] = future
         # A timer on the future is cheaper than asyncio.wait_for (no extra task per call).
-        timer = self._loop.call_later(timeout, _expire, future, request.code, opaque, self.remote_address, timeout)
+        timer = self._loop.call_later(timeout, _expire, future, request.code, opaque, self.peer_name, timeout)
         try:
             try:
                 await self.channel.send(request)
             except RemotingError as e:
                 self.close()
-                raise RemotingConnectError(f"send {code_name(request.code)} to {self.remote_address} failed: {e}") from None
+                raise RemotingConnectError(f"send {code_name(request.code)} to {self.peer_name} failed: {e}") from None
             return await future
         finally:
             timer.cancel()
@@ -156,7 +159,7 @@ class ChannelContext:
 
     async def invoke_oneway(self, request: RemotingCommand) -> None:
         if self.closed:
-            raise RemotingConnectError(f"connection to {self.remote_address} is closed")
+            raise RemotingConnectError(f"connection to {self.peer_name} is closed")
         if self._answer_in_peer_type:
             request.serialize_type = self.peer_serialize_type
         request.mark_oneway()
@@ -164,7 +167,7 @@ class ChannelContext:
             await self.channel.send(request)
         except RemotingError as e:
             self.close()
-            raise RemotingConnectError(f"send {code_name(request.code)} to {self.remote_address} failed: {e}") from None
+            raise RemotingConnectError(f"send {code_name(request.code)} to {self.peer_name} failed: {e}") from None
 
     def close(self) -> None:
         self.channel.close()
@@ -217,7 +220,7 @@ class ChannelContext:
         for opaque, future in pending.items():
             if not future.done():
                 future.set_exception(RemotingConnectError(
-                    f"connection to {self.remote_address} closed before the response (opaque {opaque}) arrived"))
+                    f"connection to {self.peer_name} closed before the response (opaque {opaque}) arrived"))
         if self._on_closed is not None:
             self._on_closed(self)
 
