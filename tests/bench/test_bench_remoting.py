@@ -4,6 +4,8 @@
   connection.  Baseline: a bare asyncio-streams ping-pong of the same frame size (4-byte length
   prefix, echo server, no header parsing, no opaque matching).  Ours: RemotingClient.invoke to a
   RemotingServer over TCP, and over inproc.
+* pipelined (group remoting-pipelined): 64 requests in flight on one connection.  Baseline: the
+  bare echo server fed 64 frames at once.
 * codec (group remoting-codec): encode + decode of a C++-style SEND response header.  Baseline:
   json.dumps + json.loads of the same header dict.
 """
@@ -91,6 +93,70 @@ def test_roundtrip_remoting_invoke(benchmark, loop, kind):
     try:
         benchmark(lambda: loop.run_until_complete(batch()))
         benchmark.extra_info["roundtrips_per_call"] = BATCH
+    finally:
+        loop.run_until_complete(client.close())
+        loop.run_until_complete(server.stop())
+
+
+PIPELINE = 64
+
+
+@pytest.mark.benchmark(group="remoting-pipelined")
+def test_pipelined_baseline_bare_socket(benchmark, loop):
+    """64 frames written back to back, then 64 echoes read: the bare-socket ceiling for pipelining."""
+    frame = _small_request().encode()
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                (n,) = struct.unpack(">i", await reader.readexactly(4))
+                writer.write(struct.pack(">i", n) + await reader.readexactly(n))
+        except asyncio.IncompleteReadError:
+            writer.close()
+
+    async def setup():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        return server, reader, writer
+
+    server, reader, writer = loop.run_until_complete(setup())
+
+    async def batch():
+        writer.write(frame * PIPELINE)
+        for _ in range(PIPELINE):
+            (n,) = struct.unpack(">i", await reader.readexactly(4))
+            await reader.readexactly(n)
+
+    try:
+        benchmark(lambda: loop.run_until_complete(batch()))
+        benchmark.extra_info["requests_per_call"] = PIPELINE
+    finally:
+        writer.close()
+        server.close()
+        loop.run_until_complete(server.wait_closed())
+
+
+@pytest.mark.benchmark(group="remoting-pipelined")
+def test_pipelined_remoting_invoke_tcp(benchmark, loop):
+    """64 concurrent invokes on one connection, matched by opaque."""
+    async def setup():
+        server = RemotingServer("127.0.0.1:0")
+        server.register_processor(14, _Echo())
+        await server.start()
+        client = RemotingClient()
+        await client.invoke(server.listen_address, _small_request(), 5)
+        return server, client
+
+    server, client = loop.run_until_complete(setup())
+
+    async def batch():
+        results = await asyncio.gather(*(client.invoke(server.listen_address, _small_request(), 5)
+                                         for _ in range(PIPELINE)))
+        assert len(results) == PIPELINE
+
+    try:
+        benchmark(lambda: loop.run_until_complete(batch()))
+        benchmark.extra_info["requests_per_call"] = PIPELINE
     finally:
         loop.run_until_complete(client.close())
         loop.run_until_complete(server.stop())
