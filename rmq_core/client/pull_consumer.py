@@ -402,6 +402,22 @@ class PullConsumer(ConsumerBase):
         st.version += 1
         st.pq.clear()
         st.seek_offset = offset
+        self._restart_pull(mq, st)
+
+    def _restart_pull(self, mq: MessageQueue, st: _QueueState) -> None:
+        """Abandon an in-flight (long-polling) pull so a seek takes effect at once."""
+        async def restart():
+            old = st.task
+            if old is not None and not old.done():
+                old.cancel()
+                try:
+                    await old
+                except (asyncio.CancelledError, Exception):
+                    pass
+            if not st.pq.dropped and self._started:
+                st.task = self.instance.spawn(self._pull_loop(mq, st))
+
+        self.instance.run(restart(), timeout=10)
 
     def seek_to_begin(self, mq: MessageQueue) -> None:
         inst = self._require_started()

@@ -41,6 +41,14 @@ def make_cluster(tmp_path):
         c = Cluster(str(tmp_path / f"store{len(started)}"), {**SMALL_BROKER, **(config or {})}, **overrides)
         c.start()
         started.append(c)
+        # the broker registers with the name server on a timer; wait until its routes are served
+        from tests.rawclient import RawClient
+        raw = RawClient("route-check")
+        try:
+            wait_until(lambda: raw.route(c.tcp_namesrv, "TBW102")[0].code == 0, timeout=15,
+                       what="the broker's routes on the name server")
+        finally:
+            raw.close()
         return c
 
     yield make
