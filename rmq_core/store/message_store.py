@@ -207,7 +207,6 @@ class DefaultMessageStore:
             self.commit_log.flush(0)
             self._flush_consume_queues(0)
             if self.index_service is not None:
-                self.checkpoint.index_msg_timestamp = self.index_service.flush()
                 self.index_service.shutdown()
             self.checkpoint.flush(clean_shutdown_phys_offset=self.commit_log.get_max_offset())
             self.checkpoint.shutdown()
@@ -661,12 +660,13 @@ class DefaultMessageStore:
                 except ValueError:  # deleted meanwhile
                     pass
         if least_pages == 0:
+            # The index is built under the put lock like the consume queues, so once both are
+            # flushed they hold every record stored up to `ts` (taken before flushing).
+            if self.index_service is not None:
+                self.index_service.flush()
             if ts:
                 self.checkpoint.logics_msg_timestamp = ts
-            if self.index_service is not None:
-                its = self.index_service.flush()
-                if its:
-                    self.checkpoint.index_msg_timestamp = its
+                self.checkpoint.index_msg_timestamp = ts
             self.checkpoint.flush()
 
     def check_disk_space(self) -> float:
