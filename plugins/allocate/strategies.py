@@ -318,9 +318,17 @@ class AllocateMessageQueueSticky(AllocateStrategy):
 
     When a consumer joins, queues move mainly to it (the queues that rank it highest, up to its
     capacity) plus a short chain of displacements caused by the tighter capacities; when one
-    leaves, its queues spread over the others.  `tests/allocate` measures moves against
-    `averagely` (which moves up to about half of all queues on a join).  Cost: O(Q·N log(Q·N)) per
-    rebalance, a few milliseconds for 1,000 queues × 50 consumers.
+    leaves, its queues spread over the others.  Measured over random groups (Q ≤ 64 queues, N ≤ 12
+    consumers): on average about two moves above the unavoidable minimum (the newcomer's share on
+    a join, the leaver's queues on a leave), never more than 3·⌈Q/N⌉ + 4; the worst ratios come
+    from Q ≈ N, where every capacity is 1 and a displacement chain can run through several
+    consumers.  `averagely` moves up to about half of all queues (tests/allocate prints both).  A
+    balanced assignment cannot be both exactly minimal and a function of the membership alone, so
+    some extra moves are the price of needing no shared state.
+
+    Cost: O(Q·N log(Q·N)) per rebalance (about 5 ms for 256 queues × 16 consumers, 0.15 s for
+    1,000 × 50 in pure Python); the last few results are cached, so consumers in one process share
+    the work.
     """
 
     name = "sticky"
