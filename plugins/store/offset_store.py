@@ -10,6 +10,8 @@
   is keyed by the group, not by RocketMQ's client id (ip@pid), which changes on every restart and
   would lose the progress.  Writes are atomic (tmp + fsync + rename + dir fsync) and keep the
   previous good file as `offsets.json.bak`; a corrupt main file falls back to the backup.
+  Processes of one group on one machine share the file (an flock serialises their writes); for
+  a queue they both persist, the last writer wins.
 
 Offsets follow RocketMQ's rules: -1 = unknown, -2 = could not be read (broker unreachable); an
 `increase_only` update never moves an offset backwards (a slow thread must not undo progress).
@@ -17,6 +19,7 @@ Offsets follow RocketMQ's rules: -1 = unknown, -2 = could not be read (broker un
 from __future__ import annotations
 
 import enum
+import fcntl
 import json
 import logging
 import os
@@ -259,29 +262,42 @@ class LocalFileOffsetStore(OffsetStore):
 
     # -- file --
     def _merge_and_write(self, offsets: dict[MessageQueue, int]) -> None:
-        # Read-merge-write (as RocketMQ does) so queues persisted earlier but not in `offsets` survive.
+        # Read-merge-write (as RocketMQ does) so queues persisted earlier but not in `offsets` survive;
+        # an flock on `offsets.json.lock` serialises it with other processes of the same group.
         with self._file_lock:
             try:
-                table = self._read_local()
-            except MQClientError as e:
-                log.error("not persisting offsets of group %s: %s", self.group, e)
-                return
-            table.update(offsets)
-            data = json.dumps({
-                "group": self.group,
-                "offsetTable": [
-                    {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": off}
-                    for mq, off in sorted(table.items())
-                ],
-            }, indent=1).encode("utf-8")
-            try:
                 os.makedirs(os.path.dirname(self.store_path), exist_ok=True)
-                prev = _read_bytes(self.store_path)
-                if prev is not None and _decode(prev) is not None:
-                    _atomic_write(self.store_path + ".bak", prev)  # keep the last good version
-                _atomic_write(self.store_path, data)
+                lock_fd = os.open(self.store_path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as e:
                 log.error("persist consumer offsets to %s failed: %s", self.store_path, e)
+                return
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
+                self._merge_and_write_locked(offsets)
+            finally:
+                os.close(lock_fd)  # closing drops the flock
+
+    def _merge_and_write_locked(self, offsets: dict[MessageQueue, int]) -> None:
+        try:
+            table = self._read_local()
+        except MQClientError as e:
+            log.error("not persisting offsets of group %s: %s", self.group, e)
+            return
+        table.update(offsets)
+        data = json.dumps({
+            "group": self.group,
+            "offsetTable": [
+                {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": off}
+                for mq, off in sorted(table.items())
+            ],
+        }, indent=1).encode("utf-8")
+        try:
+            prev = _read_bytes(self.store_path)
+            if prev is not None and _decode(prev) is not None:
+                _atomic_write(self.store_path + ".bak", prev)  # keep the last good version
+            _atomic_write(self.store_path, data)
+        except OSError as e:
+            log.error("persist consumer offsets to %s failed: %s", self.store_path, e)
 
     def _read_local(self) -> dict[MessageQueue, int]:
         """The stored table; main file first, then `.bak`.  {} when neither exists."""

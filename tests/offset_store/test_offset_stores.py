@@ -223,3 +223,27 @@ def test_local_file_survives_kill_during_persist(tmp_path):
         assert len(offsets) == 8 and min(offsets.values()) > 0
         # every queue was persisted together, so they differ by at most one round
         assert max(offsets.values()) - min(offsets.values()) <= 1
+
+
+def test_local_file_two_processes_of_one_group_do_not_lose_each_others_queues(tmp_path):
+    """Each process persists its own queues; the flocked read-merge-write keeps both sets."""
+    code = textwrap.dedent(f"""
+        import sys
+        from rmq_core.message import MessageQueue
+        from rmq_plugins.store import LocalFileOffsetStore
+        qid = int(sys.argv[1])
+        store = LocalFileOffsetStore("GID_test", {str(tmp_path)!r})
+        mq = MessageQueue("TopicA", "broker-a", qid)
+        for n in range(1, 201):
+            store.update_offset(mq, n, True)
+            store.persist(mq)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(qid)], stderr=subprocess.PIPE, text=True)
+             for qid in (0, 1)]
+    for p in procs:
+        _out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert "failed" not in err  # without the lock the writers trip over each other's tmp files
+    store = local(tmp_path)
+    store.load()
+    assert store.clone_offset_table("TopicA") == {MQ0: 200, MQ1: 200}
