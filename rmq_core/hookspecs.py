@@ -39,7 +39,9 @@ def rmq_filters():
 def rmq_offset_stores():
     """Return {name: factory} of consumer offset stores (e.g. "remote", "local_file").
 
-    `factory(client, group: str, **options) -> OffsetStore` (load/update/read/persist/remove).
+    `factory(group: str, *, broker_api=None, offset_dir=None, client_id=None) -> OffsetStore`
+    (load/update_offset/read_offset/persist/persist_all/remove_offset/clone_offset_table/
+    update_consume_offset_to_broker, as rmq_plugins.store.offset_store).
     Called when a consumer starts."""
 
 
