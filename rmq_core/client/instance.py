@@ -285,6 +285,8 @@ class MQClientInstance:
         try:
             return fut.result(timeout)
         except concurrent.futures.TimeoutError:
+            if fut.done():  # the coroutine itself raised a TimeoutError subclass (RemotingTimeoutError)
+                raise
             fut.cancel()
             raise MQClientError(f"operation timed out after {timeout} s") from None
 

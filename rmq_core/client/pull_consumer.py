@@ -175,13 +175,13 @@ class PullConsumer(ConsumerBase):
         with self._state_lock:
             if not self._started:
                 return
+            if self.auto_commit:
+                try:
+                    self.commit()
+                except Exception as e:
+                    log.warning("final commit of %s failed: %s", self.group, e)
             self._started = False
         inst = self.instance
-        if self.auto_commit:
-            try:
-                self.commit()
-            except Exception as e:
-                log.warning("final commit of %s failed: %s", self.group, e)
         with self._states_lock:
             states = list(self._states.values())
             for st in states:

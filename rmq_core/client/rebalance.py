@@ -179,7 +179,7 @@ class RebalanceImpl:
 
     def lock(self, mq: MessageQueue) -> bool:
         try:
-            locked = self.instance.run(self._lock_batch(mq.broker_name, [mq], 1.0), timeout=5)
+            locked = self.instance.run(self._lock_batch(mq.broker_name, [mq], 3.0), timeout=10)
         except (MQClientError, MQBrokerError, RemotingError) as e:
             log.warning("lock %s failed: %s", mq, e)
             return False
@@ -197,7 +197,7 @@ class RebalanceImpl:
             by_broker.setdefault(mq.broker_name, []).append(mq)
         for broker, mqs in by_broker.items():
             try:
-                locked = self.instance.run(self._lock_batch(broker, mqs, 1.0), timeout=5)
+                locked = self.instance.run(self._lock_batch(broker, mqs, 3.0), timeout=10)
             except (MQClientError, MQBrokerError, RemotingError) as e:
                 log.warning("lockAll on broker %s failed: %s", broker, e)
                 continue
