@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Sequence
 
 from rmq_core.config import NamesrvConfig
 from rmq_core.remoting.context import ChannelContext
@@ -18,10 +19,11 @@ BOOT_SUCCESS_LINE = "The Name Server boot success. serializeType=JSON"
 
 
 class NamesrvController:
-    """`listen` is "host:port" (port 0 picks a free one), "tcp://..." or "inproc://name";
-    by default the config's listenHost:listenPort."""
+    """`listen` is "host:port" (port 0 picks a free one), "tcp://..." or "inproc://name", or a list
+    of these (embedded mode: TCP for others plus inproc for the same process); by default the
+    config's listenHost:listenPort."""
 
-    def __init__(self, config: NamesrvConfig | None = None, listen: str | None = None):
+    def __init__(self, config: NamesrvConfig | None = None, listen: str | Sequence[str] | None = None):
         self.config = config if config is not None else NamesrvConfig()
         self.listen = listen or f"{self.config.listen_host}:{self.config.listen_port}"
         self.route_info_manager = RouteInfoManager()
@@ -36,8 +38,12 @@ class NamesrvController:
 
     @property
     def listen_address(self) -> str | None:
-        """The bound address ("127.0.0.1:40123" or "inproc://name") once started."""
+        """The (first) bound address ("127.0.0.1:40123" or "inproc://name") once started."""
         return self.remoting_server.listen_address
+
+    @property
+    def listen_addresses(self) -> list[str]:
+        return list(self.remoting_server.listen_addresses)
 
     async def start(self) -> str:
         """Start serving; returns (and logs) RocketMQ's boot line."""
@@ -75,7 +81,7 @@ class NamesrvController:
         await self.stop()
 
 
-async def run_namesrv(config: NamesrvConfig | None = None, listen: str | None = None, *,
+async def run_namesrv(config: NamesrvConfig | None = None, listen: str | Sequence[str] | None = None, *,
                       ready: asyncio.Future | None = None) -> None:
     """Run a name server until cancelled (the `rmq namesrv` command); prints the boot line."""
     controller = NamesrvController(config, listen)

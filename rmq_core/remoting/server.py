@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from typing import Callable, Sequence
 
-from rmq_core.errors import RemotingError
+from rmq_core.errors import IllegalArgumentError, RemotingError
 from rmq_core.remoting.context import DEFAULT_MAX_INFLIGHT, ChannelContext, ProcessorTable
 from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, Channel, Listener, resolve_transport
 
@@ -15,25 +15,35 @@ __all__ = ["RemotingServer", "ChannelContext"]
 
 
 class RemotingServer:
-    """Listens on "host:port", "tcp://host:port" or "inproc://name".
+    """Listens on "host:port", "tcp://host:port" or "inproc://name" — or on several at once
+    (`RemotingServer(["127.0.0.1:9876", "inproc://ns"])`, the embedded mode: in-process clients
+    skip the sockets, others use TCP; processors and channels are shared).
 
     Each connection gets a ChannelContext; each request runs in its own task, so a long-polling
     pull never holds up other requests on the same connection; responses go out as they finish.
     """
 
-    def __init__(self, address: str, *, name: str = "server", max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+    def __init__(self, address: str | Sequence[str], *, name: str = "server",
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
                  max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT):
+        addresses = [address] if isinstance(address, str) else list(address)
+        if not addresses:
+            raise IllegalArgumentError(f"{name}: no listen address given")
         self.address = address
         self.name = name
         self.max_frame_length = max_frame_length
         self.max_inflight_per_connection = max_inflight_per_connection
-        self._transport, self._location = resolve_transport(address)  # unknown scheme fails here
-        self._scheme = self._transport.scheme
+        self._endpoints = [resolve_transport(a) for a in addresses]  # an unknown scheme fails here
         self._table = ProcessorTable(name)
-        self._listener: Listener | None = None
+        self._listeners: list[Listener] = []
         self._contexts: dict[str, ChannelContext] = {}
         self.on_channel_close: list[Callable[[ChannelContext], None]] = []
-        self.listen_address: str | None = None
+        self.listen_addresses: list[str] = []
+
+    @property
+    def listen_address(self) -> str | None:
+        """The first bound address ("127.0.0.1:40211" after binding port 0, or "inproc://name")."""
+        return self.listen_addresses[0] if self.listen_addresses else None
 
     def register_processor(self, code: int, processor) -> None:
         self._table.register(code, processor)
@@ -48,16 +58,22 @@ class RemotingServer:
 
     @property
     def started(self) -> bool:
-        return self._listener is not None
+        return bool(self._listeners)
 
     async def start(self) -> None:
-        if self._listener is not None:
-            raise RemotingError(f"{self.name} is already listening on {self.listen_address}")
+        if self._listeners:
+            raise RemotingError(f"{self.name} is already listening on {', '.join(self.listen_addresses)}")
         self._table.enable_rpc_hooks()
-        self._listener = await self._transport.serve(
-            self._location, self._on_channel, max_frame_length=self.max_frame_length)
-        self.listen_address = self._listener.address
-        log.info("%s listening on %s", self.name, self.listen_address)
+        self.listen_addresses = []
+        try:
+            for transport, location in self._endpoints:
+                listener = await transport.serve(location, self._on_channel, max_frame_length=self.max_frame_length)
+                self._listeners.append(listener)
+                self.listen_addresses.append(listener.address)
+        except BaseException:
+            await self.stop()  # do not leave the first listeners bound when a later one fails
+            raise
+        log.info("%s listening on %s", self.name, ", ".join(self.listen_addresses))
 
     def _on_channel(self, channel: Channel) -> None:
         ctx = ChannelContext(channel, self._table, owner=self.name, on_closed=self._on_closed,
@@ -76,18 +92,19 @@ class RemotingServer:
                 log.exception("%s: on_channel_close callback %r failed", self.name, callback)
 
     async def stop(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is None:
+        listeners, self._listeners = self._listeners, []
+        if not listeners:
             return
         contexts = list(self._contexts.values())
         tasks = [t for ctx in contexts for t in ctx.cancel_tasks()]
-        await listener.close()
+        for listener in listeners:
+            await listener.close()
         for ctx in contexts:
             ctx.close()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.sleep(0)  # let close callbacks scheduled by the transport run
-        log.info("%s on %s stopped", self.name, self.listen_address)
+        log.info("%s on %s stopped", self.name, ", ".join(self.listen_addresses))
 
     async def __aenter__(self) -> "RemotingServer":
         await self.start()

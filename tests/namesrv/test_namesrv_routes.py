@@ -415,3 +415,22 @@ def test_captures_route_requests_are_answerable():
                     cmd = RemotingCommand.decode(bytes.fromhex(rec["frame_hex"])[4:])
                     topics.add(cmd.get_str("topic"))
     assert {"CapTopic", "TBW102", "%RETRY%CID_CAP"} <= topics
+
+
+async def test_namesrv_on_tcp_and_inproc_shares_routes(tmp_path):
+    inproc = f"inproc://ns-dual-{os.getpid()}-{time.monotonic_ns()}"
+    async with NamesrvController(_config(tmp_path), ["127.0.0.1:0", inproc]) as ns:
+        tcp_addr, inproc_addr = ns.listen_addresses
+        assert inproc_addr == inproc
+        broker, reader = RemotingClient(), RemotingClient()
+        try:
+            await broker.invoke(tcp_addr, RemotingCommand.create_request(RequestCode.REGISTER_BROKER, {
+                "clusterName": "C", "brokerName": "b", "brokerAddr": "127.0.0.1:10911", "brokerId": 0},
+                RegisterBrokerBody.build({"Shared": {"readQueueNums": 1, "writeQueueNums": 1, "perm": 6}},
+                                         DataVersion()).encode()), 3)
+            resp = await reader.invoke(inproc_addr, RemotingCommand.create_request(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Shared"}), 3)
+            assert resp.code == ResponseCode.SUCCESS
+        finally:
+            await broker.close()
+            await reader.close()

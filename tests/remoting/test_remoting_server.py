@@ -514,3 +514,28 @@ async def test_frame_above_server_limit_closes_connection(transport):
     finally:
         await client.close()
         await server.stop()
+
+
+async def test_one_server_on_tcp_and_inproc_at_once():
+    inproc = _address("inproc")
+    server = RemotingServer(["127.0.0.1:0", inproc], name="dual")
+    server.register_processor(ECHO, Echo())
+    await server.start()
+    client = RemotingClient()
+    try:
+        assert server.listen_addresses[1] == inproc and server.listen_address == server.listen_addresses[0]
+        for addr in server.listen_addresses:
+            resp = await client.invoke(addr, RemotingCommand.create_request(ECHO, {"via": addr}), 3)
+            assert resp.get_str("via") == addr
+        assert len(server.channels) == 2
+    finally:
+        await client.close()
+        await server.stop()
+    # a listener that cannot start releases the ones already bound
+    taken = RemotingServer(inproc)
+    await taken.start()
+    clash = RemotingServer(["127.0.0.1:0", inproc])
+    with pytest.raises(Exception, match="already in use"):
+        await clash.start()
+    assert not clash.started
+    await taken.stop()
