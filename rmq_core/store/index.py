@@ -456,15 +456,19 @@ class IndexService:
     def _new_file(self) -> IndexFile:
         prev = self.files[-1] if self.files else None
         os.makedirs(self.store_path, exist_ok=True)
-        ms = int(time.time() * 1000)
-        if prev is not None:
-            # Names sort in creation order even if the clock steps back or two files share a ms.
-            while _file_name_for(ms) <= prev.name:
-                ms += 1
-        path = os.path.join(self.store_path, _file_name_for(ms))
-        while os.path.exists(path):
-            ms += 1
-            path = os.path.join(self.store_path, _file_name_for(ms))
+        name = _file_name_for(int(time.time() * 1000))
+        if prev is not None and name <= prev.name:
+            # The clock stepped back (or two files in one ms): continue right after the previous
+            # name so file names keep sorting in creation order.
+            base = time.mktime(time.strptime(prev.name[:14], "%Y%m%d%H%M%S"))
+            ms = int(base) * 1000 + int(prev.name[14:]) + 1
+            name = _file_name_for(ms)
+            while name <= prev.name:  # only across a DST change
+                ms += 1000
+                name = _file_name_for(ms)
+        path = os.path.join(self.store_path, name)
+        if os.path.exists(path):
+            raise StoreError(f"cannot create index file {path}: it already exists")
         f = IndexFile(path, self.hash_slot_num, self.index_num,
                       prev.end_phy_offset if prev else 0, prev.end_timestamp if prev else 0)
         self.files.append(f)

@@ -383,3 +383,17 @@ def test_native_and_python_write_identical_files(tmp_path_factory, keys):
     for k in keys:
         h = java_string_hash(k)
         assert index_native.index_key_hash(k) == (0 if h == -2**31 else abs(h))
+
+
+def test_file_names_keep_creation_order_when_the_clock_steps_back(tmp_path, monkeypatch):
+    import rmq_core.store.index as index_mod
+    clock = iter([T0 + 5000, T0 + 5000, T0 - 3_600_000, T0 - 3_600_000, T0 + 1])
+    monkeypatch.setattr(index_mod.time, "time", lambda: next(clock) / 1000)
+    svc = service(tmp_path, slots=4, num=2)  # one entry per file: every record makes a file
+    for i in range(5):
+        svc.build_index(Req("T", "k", None, i, T0 + i))
+    names = [f.name for f in svc.files]
+    assert names == sorted(names) and len(set(names)) == 5
+    svc.shutdown()
+    again = service(tmp_path, slots=4, num=2)
+    assert q(again, "k") == [4, 3, 2, 1, 0]
