@@ -181,6 +181,7 @@ class ConsumerFilterManager:
         if config_path is None and store_config is not None:
             config_path = os.path.join(store_config.config_dir, CONSUMER_FILTER_FILE)
         self.config_path = config_path
+        self._bit_map_bytes = self.bloom_filter.byte_length
         self._clock = clock
         self._lock = threading.RLock()
         self._by_topic: dict[str, dict[str, ConsumerFilterData]] = {}
@@ -325,7 +326,7 @@ class ConsumerFilterManager:
                     bits |= mask
             except Exception:  # a plugin's filter failing must not stop the dispatch
                 log.exception("calc filter bit map failed on topic %s", topic)
-        return bits.to_bytes(self.bloom_filter.byte_length, "little")
+        return bits.to_bytes(self._bit_map_bytes, "little")
 
     def _dispatch_plan(self, topic: str) -> tuple:
         # Every registered data of the topic, dead ones included (as RocketMQ): a consumer that

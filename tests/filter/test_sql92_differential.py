@@ -156,3 +156,41 @@ def test_compiled_equals_direct_interpretation(expression, props_list):
         return  # refused at parse time, as RocketMQ refuses it
     for p in props_list:
         assert f.evaluate(p) is reference(expression, p), (expression, p)
+
+
+@settings(max_examples=300, deadline=None)
+@given(expressions, messages)
+def test_closure_tree_equals_generated_source(expression, props):
+    """The fallback for very deep expressions (closures) and the generated function agree."""
+    from rmq_plugins.filter.sql92.compiler import compile_node
+
+    try:
+        f = compile_sql92(expression)
+    except FilterExpressionError:
+        return
+    assert f.compiled_to == "python source"
+    closure = compile_node(parse(expression))
+    try:
+        expected = closure(props)
+    except EvaluationError:
+        expected = None
+    assert f.evaluate(props) is expected
+
+
+def test_deep_expression_falls_back_to_closures_and_still_evaluates():
+    expression = " AND ".join(f"a{i} = '{i}'" for i in range(150))
+    f = compile_sql92(expression)
+    assert f.compiled_to == "closures"  # 150 nested ifs exceed Python's indentation limit
+    props = {f"a{i}": str(i) for i in range(150)}
+    assert f.evaluate(props) is True and f.is_matched_by_commit_log(props)
+    props["a149"] = "x"
+    assert f.evaluate(props) is False and not f.is_matched_by_commit_log(props)
+    assert not f.is_matched_by_commit_log(None)
+
+
+def test_absurd_nesting_is_a_clear_error():
+    import pytest
+
+    with pytest.raises(FilterExpressionError) as ei:
+        compile_sql92("(" * 5000 + "a = 1" + ")" * 5000)
+    assert "nested too deeply" in str(ei.value)

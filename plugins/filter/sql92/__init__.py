@@ -11,6 +11,7 @@ from typing import Mapping
 
 from rmq_core.filtering import MessageFilter
 
+from . import codegen
 from .compiler import EvaluationError, compile_node, property_names
 from .parser import parse
 
@@ -32,8 +33,26 @@ class Sql92MessageFilter(MessageFilter):
     def __init__(self, expression: str):
         self.expression = expression
         self._ast = parse(expression, EXPRESSION_TYPE)
-        self._evaluate = compile_node(self._ast)
         self.property_names = property_names(self._ast)
+        try:
+            self._evaluate, matches = codegen.compile_functions(self._ast, f"<SQL92 {expression[:60]!r}>")
+            self.compiled_to = "python source"
+        except (SyntaxError, RecursionError, MemoryError):
+            # Too deeply nested for Python's parser: the closure tree evaluates the same way.
+            self._evaluate = compile_node(self._ast)
+            self.compiled_to = "closures"
+            evaluate = self._evaluate
+
+            def matches(properties):
+                try:
+                    return evaluate(properties if properties is not None else {}) is True
+                except EvaluationError:
+                    return False
+
+        self._matches = matches
+        # The store calls this per candidate message: bind the generated function itself, so a
+        # message costs one Python call (the instance attribute shadows the method below).
+        self.is_matched_by_commit_log = matches
 
     def evaluate(self, properties: Mapping[str, str] | None) -> bool | None:
         """Three-valued result: True, False, or None (UNKNOWN, also when evaluation fails)."""
@@ -45,10 +64,8 @@ class Sql92MessageFilter(MessageFilter):
             return None
 
     def is_matched_by_commit_log(self, properties: Mapping[str, str]) -> bool:
-        try:
-            return self._evaluate(properties if properties is not None else {}) is True
-        except EvaluationError:
-            return False
+        """True when the expression is TRUE for `properties` (UNKNOWN and failures are not)."""
+        return self._matches(properties)
 
     def is_matched_by_tag(self, tag: str | None) -> bool:
         """Client-side re-check after a pull: SQL92 subscriptions carry no tag set, keep all."""

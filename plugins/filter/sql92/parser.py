@@ -427,4 +427,9 @@ def parse(expression: str, expression_type: str = "SQL92") -> Node:
     """Parse `expression` into a boolean AST, or raise FilterExpressionError with the position."""
     if not isinstance(expression, str):
         raise FilterExpressionError(repr(expression), 0, "the expression must be a string", expression_type)
-    return _Parser(expression, expression_type).parse()
+    try:
+        return _Parser(expression, expression_type).parse()
+    except RecursionError:
+        raise FilterExpressionError(
+            expression, 0, "the expression is nested too deeply", expression_type
+        ) from None
