@@ -358,3 +358,22 @@ def test_persist_replaces_the_file_atomically(tmp_path):
     n = make_manager(tmp_path)
     n.load()
     assert n.get("T", "G").expression == "a > 6"
+
+
+def test_expression_change_does_not_trust_bits_of_the_old_expression():
+    clock = Clock()
+    m = make_manager(clock=clock)
+    m.register("T", "G", "a > 5", "SQL92", 1)
+    t1 = clock.tick()
+    map_v1 = m.calc_bit_map("T", {"a": "1"}, t1)  # does not match v1: G's bits unset
+    clock.tick()
+    assert m.register("T", "G", "a < 5", "SQL92", 2)  # new version, new expression
+    f = m.build_message_filter("G", "T", "SQL92", "a < 5", 2)
+    assert f.bloom_born_time >= t1
+    assert f.is_matched_by_consume_queue(0, map_v1, t1)  # matches v2: must not be skipped
+    assert f.is_matched_by_commit_log({"a": "1"})
+    t2 = clock.tick()
+    assert not f.is_matched_by_consume_queue(0, m.calc_bit_map("T", {"a": "9"}, t2), t2)
+    assert f.is_matched_by_consume_queue(0, m.calc_bit_map("T", {"a": "1"}, t2), t2)
+    # a pull still carrying the old expression gets no bloom test at all
+    assert m.build_message_filter("G", "T", "SQL92", "a > 5", 1).bloom_bits is None
