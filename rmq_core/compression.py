@@ -137,7 +137,7 @@ def recompress_records_for_4x(buf, *, compress_over: int = COMPRESS_OVER_DEFAULT
     over the new body: RocketMQ defines it as the CRC of the body stored in that record, and the
     rewritten record must stay self-consistent for anyone who verifies it (the 4.x clients do not).
     Every other field, BLANK records included, is copied byte for byte."""
-    from rmq_core._native.codec import has_compression_type_bits, record_sizes_and_flags
+    from rmq_core._native.codec import decode_message, has_compression_type_bits, record_sizes_and_flags
 
     if not has_compression_type_bits(buf):
         return buf
@@ -148,9 +148,10 @@ def recompress_records_for_4x(buf, *, compress_over: int = COMPRESS_OVER_DEFAULT
         if sys_flag is None or not sys_flag & COMPRESSION_TYPE_MASK:
             out.append(record)
             continue
+        # Full framing check of the record before its parts are cut apart.
+        body = decode_message(buf, offset, decompress=False).body
+        body_len = len(body)
         blp = _body_length_position(sys_flag)
-        (body_len,) = struct.unpack_from(">i", record, blp)
-        body = record[blp + 4:blp + 4 + body_len]
         new_body, new_flag = to_4x_compatible(body, sys_flag, compress_over=compress_over, level=level)
         tail = record[blp + 4 + body_len:]
         total = size - body_len + len(new_body)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmq_core import compression
-from rmq_core.codec import decode_messages, encode_message_record, record_sizes_and_flags
+from rmq_core.codec import MessageDecodeError, decode_messages, encode_message_record, record_sizes_and_flags
 from rmq_core.compression import (
     CompressionError,
     compress,
@@ -137,10 +137,19 @@ def test_recompress_rewrites_only_lz4_and_zstd_records():
            [(m.body, m.msg_id, m.queue_offset, m.commit_log_offset, m.store_host) for m in before]
 
 
-def test_recompress_refuses_a_record_that_does_not_decompress():
+def test_recompress_refuses_a_record_that_does_not_decompress_or_does_not_add_up():
     bad = _record(0, b"this-is-not-lz4", 0x101)
     with pytest.raises(CompressionError, match="LZ4"):
         recompress_records_for_4x(bad)
+    lying = bytearray(_record(0, lz4.frame.compress(b"abc"), 0x101))
+    struct.pack_into(">i", lying, 84, 10_000)  # BODYLENGTH past the record
+    with pytest.raises(MessageDecodeError, match="offset 0: body length 10000"):
+        recompress_records_for_4x(bytes(lying))
+    first = _record(1, b"plain")
+    with pytest.raises(MessageDecodeError, match=f"offset {len(first)}: body length 10000"):
+        recompress_records_for_4x(first + bytes(lying))
+    with pytest.raises(MessageDecodeError, match="magic code"):
+        recompress_records_for_4x(bytes(lying) + b"\x00" * 12)
 
 
 @settings(max_examples=60, deadline=None)
