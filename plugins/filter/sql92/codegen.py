@@ -29,13 +29,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .compiler import (
-    EvaluationError, java_compare, java_double_compare, parse_java_double, parse_java_int, parse_java_long,
+from .javatypes import (
+    BOOL, INT, LONG, NULL, NUMBER_KINDS, STR, EvaluationError, java_compare, java_double_compare,
+    parse_java_double, parse_java_int, parse_java_long,
 )
-from .parser import (
-    BOOL, DOUBLE, INT, LONG, NULL, NUMBER_KINDS, STR, BooleanCast, Between, Compare, Const, In, IsNull,
-    Logic, Negate, Node, Not, Prop, StringMatch,
-)
+from .parser import BooleanCast, Between, Compare, Const, In, IsNull, Logic, Negate, Node, Not, Prop, StringMatch
 
 _OPS = {">": ">", ">=": ">=", "<": "<", "<=": "<=", "=": "=="}
 # Decimal strings this short always fit the type, so int() alone is Integer/Long.valueOf.

@@ -23,136 +23,19 @@ the operand types), so evaluating a message is a handful of Python calls, never 
 """
 from __future__ import annotations
 
-import math
 import operator
-import re
 from typing import Callable, Mapping
 
-from .parser import (
-    BOOL, DOUBLE, INT, LONG, NULL, NUMBER_KINDS, STR, INT_MAX, INT_MIN, LONG_MAX, LONG_MIN,
-    BooleanCast, Between, Compare, Const, In, IsNull, Logic, Negate, Node, Not, Prop, StringMatch,
+from .javatypes import (
+    BOOL, INT, LONG, NULL, NUMBER_KINDS, STR, EvaluationError, java_compare, java_double_compare,
+    parse_java_double, parse_java_int, parse_java_long,
 )
+from .parser import BooleanCast, Between, Compare, Const, In, IsNull, Logic, Negate, Node, Not, Prop, StringMatch
+
+__all__ = ["EvaluationError", "compile_node", "property_names", "java_compare", "java_double_compare",
+           "parse_java_double", "parse_java_int", "parse_java_long"]
 
 Evaluator = Callable[[Mapping[str, str]], "bool | None"]
-
-
-class EvaluationError(Exception):
-    """RocketMQ's evaluator would throw here (a failed number conversion, a Boolean cast)."""
-
-
-# --- Java conversions -------------------------------------------------------------------------------
-_JAVA_INTEGER = re.compile(r"[+-]?\d+")  # Character.digit accepts any Unicode decimal digit
-# Double.valueOf after String.trim(): decimal (ASCII digits), NaN, Infinity or hex, with an
-# optional f/F/d/D suffix.
-_JAVA_DOUBLE = re.compile(
-    r"(?P<sign>[+-]?)(?:"
-    r"(?P<special>NaN|Infinity)"
-    r"|(?P<dec>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)[fFdD]?"
-    r"|(?P<hex>0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+)[fFdD]?"
-    r")",
-    re.ASCII,
-)
-_SIMPLE_DOUBLE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
-
-
-def parse_java_int(s: str, lo: int = INT_MIN, hi: int = INT_MAX) -> int:
-    """Integer.valueOf (or Long.valueOf with the long bounds); EvaluationError on failure."""
-    if s.isdecimal():
-        n = int(s)
-    elif _JAVA_INTEGER.fullmatch(s):
-        n = int(s)
-    else:
-        raise EvaluationError(f"for input string {s!r}: not an integer")
-    if n < lo or n > hi:
-        raise EvaluationError(f"for input string {s!r}: out of range")
-    return n
-
-
-def parse_java_long(s: str) -> int:
-    return parse_java_int(s, LONG_MIN, LONG_MAX)
-
-
-def parse_java_double(s: str) -> float:
-    """Double.valueOf: trims characters <= ' ', accepts NaN, Infinity, hex and f/d suffixes."""
-    if _SIMPLE_DOUBLE.fullmatch(s):
-        return float(s)
-    t = s.strip("".join(chr(c) for c in range(33)))
-    m = _JAVA_DOUBLE.fullmatch(t)
-    if m is None:
-        raise EvaluationError(f"for input string {s!r}: not a number")
-    sign = -1.0 if m.group("sign") == "-" else 1.0
-    if m.group("special"):
-        return math.nan if m.group("special") == "NaN" else sign * math.inf
-    if m.group("dec") is not None:
-        return sign * float(m.group("dec"))
-    return sign * float.fromhex(m.group("hex"))
-
-
-def java_double_compare(a: float, b: float) -> int:
-    """Double.compareTo: a total order where -0.0 < 0.0 and NaN is above everything and equals itself."""
-    if a < b:
-        return -1
-    if a > b:
-        return 1
-    if a == b:
-        if a == 0.0:
-            sa, sb = math.copysign(1.0, a), math.copysign(1.0, b)
-            return (sa > sb) - (sa < sb)
-        return 0
-    a_nan, b_nan = a != a, b != b
-    return (a_nan > b_nan) - (a_nan < b_nan)
-
-
-def _cmp(a, b) -> int:
-    return (a > b) - (a < b)
-
-
-def _utf16_compare(a: str, b: str) -> int:
-    """String.compareTo orders by UTF-16 code units, which differs from code points above U+FFFF."""
-    if a.isascii() and b.isascii():
-        return _cmp(a, b)
-    return _cmp(a.encode("utf-16-be"), b.encode("utf-16-be"))
-
-
-def java_compare(lk: str, lv, rk: str, rv) -> int:
-    """ComparisonExpression.__compare with convertStringExpressions on (as SelectorParser sets it).
-
-    lk/rk are the static kinds of non-null values lv/rv."""
-    if lk == rk:
-        if lk == DOUBLE:
-            return java_double_compare(lv, rv)
-        if lk == STR:
-            return _utf16_compare(lv, rv)
-        return _cmp(lv, rv)  # int, long, bool (False < True)
-    if lk == BOOL:
-        if rk == STR:
-            # RocketMQ casts the Boolean itself to String here (ClassCastException).
-            raise EvaluationError("a Boolean cannot be compared with a String")
-        return -1
-    if lk in (INT, LONG):
-        if rk in (INT, LONG):
-            return _cmp(lv, rv)
-        if rk == DOUBLE:
-            return java_double_compare(float(lv), rv)
-        if rk == STR:
-            return _cmp(lv, parse_java_int(rv) if lk == INT else parse_java_long(rv))
-        return -1
-    if lk == DOUBLE:
-        if rk in (INT, LONG):
-            return java_double_compare(lv, float(rv))
-        if rk == STR:
-            return java_double_compare(lv, parse_java_double(rv))
-        return -1
-    if lk == STR:
-        if rk == BOOL:
-            return _cmp(lv.lower() == "true", rv)
-        if rk == INT:
-            return _cmp(parse_java_int(lv), rv)
-        if rk == LONG:
-            return _cmp(parse_java_long(lv), rv)
-        if rk == DOUBLE:
-            return java_double_compare(parse_java_double(lv), rv)
-    return -1
 
 
 _RELATIONAL_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "=": operator.eq}

@@ -32,19 +32,16 @@ import attrs
 
 from rmq_core.errors import FilterExpressionError
 
+from .javatypes import (
+    BOOL, DOUBLE, INT, INT_MAX, LONG, LONG_MAX, NULL, NUMBER_KINDS, STR, EvaluationError, java_compare,
+)
 from .lexer import DECIMAL, EOF, FLOAT, ID, OP, STRING, Token, tokenize
 
-INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 _DOUBLE_MIN_VALUE = 5e-324  # Java's Double.MIN_VALUE, the smallest positive double
 
 
 # --- AST --------------------------------------------------------------------------------------------
-# Kinds of constants mirror the Java classes RocketMQ's tree holds: Integer, Long, Double, String,
-# Boolean and null.  They matter: a property is converted with Integer.valueOf or Long.valueOf
-# depending on the literal it is compared with.
-INT, LONG, DOUBLE, STR, BOOL, NULL = "int", "long", "double", "str", "bool", "null"
-NUMBER_KINDS = (INT, LONG, DOUBLE)
+# Constants carry the kind of the Java object RocketMQ's tree holds (see javatypes).
 
 
 @attrs.frozen
@@ -404,9 +401,7 @@ class _Parser:
         if not negated and low.is_constant and high.is_constant:
             if low.kind == NULL or high.kind == NULL:
                 raise self.error(t.pos, "the bounds of BETWEEN cannot be NULL")
-            from .compiler import EvaluationError, java_compare  # the same comparison as at run time
-
-            try:
+            try:  # the same comparison as at run time
                 out_of_order = java_compare(high.kind, high.value, low.kind, low.value) < 0
             except EvaluationError as e:
                 raise self.error(t.pos, f"the bounds of BETWEEN cannot be compared: {e}") from None
