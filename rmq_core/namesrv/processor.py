@@ -106,10 +106,11 @@ class DefaultRequestProcessor:
         expected = request.get_int("bodyCrc32", 0)
         if not expected:
             return True
-        actual = zlib.crc32(request.body or b"") & 0x7FFFFFFF
-        if actual != expected:
+        crc = zlib.crc32(request.body or b"")
+        # Java sends crc & 0x7FFFFFFF (UtilAll.crc32); also accept the plain unsigned or signed int32 value.
+        if expected not in (crc & 0x7FFFFFFF, crc, crc - (1 << 32)):
             log.warning("receive registerBroker request, crc32 not match: header %d, body %d, from %s",
-                        expected, actual, request.get_str("brokerAddr"))
+                        expected, crc & 0x7FFFFFFF, request.get_str("brokerAddr"))
             return False
         return True
 

@@ -312,6 +312,12 @@ async def test_register_crc_compressed_and_java_bodies(tmp_path):
                 "bodyCrc32": (zlib.crc32(body) & 0x7FFFFFFF) ^ 1}, body)
             resp = await c.invoke(ns.listen_address, bad, 3)
             assert resp.code == ResponseCode.SYSTEM_ERROR and "crc32" in resp.remark
+            # the unsigned and the signed int32 form of the CRC are accepted too
+            for crc in (zlib.crc32(body), zlib.crc32(body) - (1 << 32)):
+                ok = RemotingCommand.create_request(RequestCode.REGISTER_BROKER, {
+                    "clusterName": "C", "brokerName": "b", "brokerAddr": "127.0.0.1:1", "brokerId": 0,
+                    "bodyCrc32": crc}, body)
+                assert (await c.invoke(ns.listen_address, ok, 3)).code == 0
             assert (await register(c, ns, topics={"Zipped": 2}, compressed=True)).code == 0
             assert TopicRouteData.decode((await route(c, ns, "Zipped")).body).queue_datas[0].read_queue_nums == 2
             # a Java 4.9 broker's fastjson body, as sent on the wire
