@@ -419,7 +419,7 @@ class PushConsumer(ConsumerBase):
         self.shutdown()
 
     def suspend(self) -> None:
-        """Pause pulling (the owned queues are kept)."""
+        """Pause pulling (the owned queues are kept).  May be called before start()."""
         self._paused = True
 
     def resume(self) -> None:
@@ -480,7 +480,7 @@ class PushConsumer(ConsumerBase):
         while not pq.dropped and self._started:
             pq.last_pull_timestamp = time.monotonic()
             if self._paused:
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(0.02)
                 continue
             if (pq.msg_count > self.pull_threshold_for_queue
                     or pq.msg_size > self.pull_threshold_size_for_queue * 1024 * 1024

@@ -1,0 +1,233 @@
+"""Client throughput and latency against a broker in its own process, beside Redis 7 Streams
+(redis-py; redis-server with appendonly yes, appendfsync everysec) measured in the same run.
+
+Groups (each has a `baseline_redis_*` entry; extra_info carries msgs/s and latency percentiles):
+* client-produce-{128B,1KiB}: one message at a time — XADD vs Producer.send; pipelined / async /
+  batched — XADD pipeline of 50 vs send_async (50 in flight) vs send_batch (50 per request).
+* client-consume-{128B,1KiB}: drain 2000 stored messages — XREADGROUP (COUNT 32) + XACK vs a
+  PushConsumer (pull_batch_size 32) whose listener acknowledges by returning CONSUME_SUCCESS.
+The broker runs as `rmq namesrv` + `rmq broker` subprocesses on loopback, like redis-server.
+"""
+import itertools
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+
+from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
+from tests.servers import NamesrvAndBroker, free_port
+
+SIZES = {"128B": 128, "1KiB": 1024}
+N_ONE = 1000  # messages per round, one at a time (same count as the other entries: ratios compare)
+N_MANY = 1000  # messages per round, pipelined / async / batched
+BATCH = 50
+N_CONSUME = 2000
+FAST = dict(poll_name_server_interval=5.0, heartbeat_broker_interval=5.0, persist_consumer_offset_interval=1.0)
+_ids = itertools.count()
+
+
+def _pct(samples, p):
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(len(s) * p / 100))] * 1000.0 if s else 0.0
+
+
+@pytest.fixture(scope="module")
+def rmq_cluster(tmp_path_factory):
+    c = NamesrvAndBroker(tmp_path_factory.mktemp("rmq-bench"), broker_props={"flushDiskType": "ASYNC_FLUSH"})
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def producer(rmq_cluster):
+    p = Producer("PG_BENCH", namesrv=rmq_cluster.namesrv, **FAST).start()
+    for size in SIZES.values():  # create the topics up front
+        p.send(Message(f"Bench{size}", b"x" * size))
+    yield p
+    p.shutdown()
+
+
+@pytest.fixture(scope="module")
+def redis_client(tmp_path_factory):
+    redis = pytest.importorskip("redis")
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed (make bench installs Debian's package)")
+    d = tmp_path_factory.mktemp("redis")
+    port = free_port()
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d), "--appendonly", "yes",
+                             "--appendfsync", "everysec", "--save", "", "--protected-mode", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = redis.Redis(host="127.0.0.1", port=port)
+    deadline = time.time() + 10
+    while True:
+        try:
+            r.ping()
+            break
+        except redis.ConnectionError:
+            if time.time() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.05)
+    yield r
+    r.close()
+    proc.terminate()
+    proc.wait(10)
+
+
+# --- produce: one at a time ----------------------------------------------------------------------
+@pytest.mark.parametrize("size", list(SIZES))
+def test_produce_one_baseline_redis_xadd(benchmark, redis_client, size):
+    benchmark.group = f"client-produce-{size}"
+    body = b"x" * SIZES[size]
+    lat = []
+
+    def run():
+        for _ in range(N_ONE):
+            t = time.perf_counter()
+            redis_client.xadd(f"bench-{size}", {"body": body, "tags": "TagA"})
+            lat.append(time.perf_counter() - t)
+
+    benchmark.pedantic(run, rounds=3, iterations=1)
+    benchmark.extra_info.update(msgs_per_s=N_ONE / benchmark.stats.stats.median, p50_ms=_pct(lat, 50),
+                                p99_ms=_pct(lat, 99))
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_produce_one_rmq_sync_send(benchmark, producer, size):
+    benchmark.group = f"client-produce-{size}"
+    body = b"x" * SIZES[size]
+    topic = f"Bench{SIZES[size]}"
+    lat = []
+
+    def run():
+        for _ in range(N_ONE):
+            t = time.perf_counter()
+            producer.send(Message(topic, body, tags="TagA"))
+            lat.append(time.perf_counter() - t)
+
+    benchmark.pedantic(run, rounds=3, iterations=1)
+    benchmark.extra_info.update(msgs_per_s=N_ONE / benchmark.stats.stats.median, p50_ms=_pct(lat, 50),
+                                p99_ms=_pct(lat, 99))
+
+
+# --- produce: many in flight ---------------------------------------------------------------------
+@pytest.mark.parametrize("size", list(SIZES))
+def test_produce_many_redis_xadd_pipelined(benchmark, redis_client, size):
+    benchmark.group = f"client-produce-{size}"
+    body = b"x" * SIZES[size]
+
+    def run():
+        for _ in range(N_MANY // BATCH):
+            pipe = redis_client.pipeline(transaction=False)
+            for _ in range(BATCH):
+                pipe.xadd(f"bench-{size}", {"body": body, "tags": "TagA"})
+            pipe.execute()
+
+    benchmark.pedantic(run, rounds=3, iterations=1)
+    benchmark.extra_info["msgs_per_s"] = N_MANY / benchmark.stats.stats.median
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_produce_many_rmq_send_async(benchmark, producer, size):
+    benchmark.group = f"client-produce-{size}"
+    body = b"x" * SIZES[size]
+    topic = f"Bench{SIZES[size]}"
+
+    def run():
+        for _ in range(N_MANY // BATCH):
+            futs = [producer.send_async(Message(topic, body, tags="TagA")) for _ in range(BATCH)]
+            for f in futs:
+                f.result(30)
+
+    benchmark.pedantic(run, rounds=3, iterations=1)
+    benchmark.extra_info["msgs_per_s"] = N_MANY / benchmark.stats.stats.median
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_produce_many_rmq_send_batch(benchmark, producer, size):
+    benchmark.group = f"client-produce-{size}"
+    body = b"x" * SIZES[size]
+    topic = f"Bench{SIZES[size]}"
+    queue = producer.fetch_publish_message_queues(topic)[0]
+
+    def run():
+        for _ in range(N_MANY // BATCH):
+            producer.send_batch([Message(topic, body, tags="TagA") for _ in range(BATCH)], queue=queue)
+
+    benchmark.pedantic(run, rounds=3, iterations=1)
+    benchmark.extra_info["msgs_per_s"] = N_MANY / benchmark.stats.stats.median
+
+
+# --- consume ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("size", list(SIZES))
+def test_consume_baseline_redis_xreadgroup_xack(benchmark, redis_client, size):
+    benchmark.group = f"client-consume-{size}"
+    stream = f"consume-{size}"
+    body = b"x" * SIZES[size]
+    redis_client.delete(stream)
+    for _ in range(N_CONSUME // BATCH):
+        pipe = redis_client.pipeline(transaction=False)
+        for _ in range(BATCH):
+            pipe.xadd(stream, {"body": body, "tags": "TagA"})
+        pipe.execute()
+
+    def setup():
+        group = f"g{next(_ids)}"
+        redis_client.xgroup_create(stream, group, id="0")
+        return (group,), {}
+
+    def run(group):
+        n = 0
+        while n < N_CONSUME:
+            resp = redis_client.xreadgroup(group, "c1", {stream: ">"}, count=32, block=1000)
+            for _, entries in resp:
+                ids = [eid for eid, _ in entries]
+                n += len(ids)
+                redis_client.xack(stream, group, *ids)
+
+    benchmark.pedantic(run, setup=setup, rounds=3, iterations=1)
+    benchmark.extra_info["msgs_per_s"] = N_CONSUME / benchmark.stats.stats.median
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_consume_rmq_push_consumer(benchmark, rmq_cluster, producer, size):
+    benchmark.group = f"client-consume-{size}"
+    topic = f"Consume{SIZES[size]}"
+    body = b"x" * SIZES[size]
+    queues = producer.fetch_publish_message_queues(topic)
+    for i in range(N_CONSUME // BATCH):
+        producer.send_batch([Message(topic, body, tags="TagA") for _ in range(BATCH)], queue=queues[i % len(queues)])
+    def setup():
+        count = [0]
+        done = threading.Event()
+        lock = threading.Lock()
+
+        def listener(msgs):
+            with lock:
+                count[0] += len(msgs)
+                if count[0] >= N_CONSUME:
+                    done.set()
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        c = PushConsumer(f"CG_BENCH{next(_ids)}", namesrv=rmq_cluster.namesrv,
+                         consume_from_where="CONSUME_FROM_FIRST_OFFSET", pull_batch_size=32,
+                         consume_message_batch_max_size=32, rebalance_interval=1.0, **FAST)
+        c.subscribe(topic, "*")
+        c.register_message_listener(listener)
+        c.suspend()  # owns its queues but pulls nothing until the measurement starts
+        c.start()
+        deadline = time.time() + 30
+        while len([q for q in c.process_queue_table if q.topic == topic]) < len(queues) and time.time() < deadline:
+            time.sleep(0.02)
+        return (c, done), {}
+
+    def run(c, done):
+        c.resume()
+        assert done.wait(60), "push consumer did not drain the topic"
+
+    benchmark.pedantic(run, setup=setup, teardown=lambda c, done: c.shutdown(), rounds=3, iterations=1)
+    benchmark.extra_info["msgs_per_s"] = N_CONSUME / benchmark.stats.stats.median
+
