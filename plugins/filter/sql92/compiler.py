@@ -20,6 +20,9 @@ The rules, from ComparisonExpression, LogicExpression and UnaryExpression (4.9.7
 
 Everything is resolved once at compile time (literal kinds, operator, the specialised closure for
 the operand types), so evaluating a message is a handful of Python calls, never a re-parse.
+`codegen.py` turns the same tree into one generated function (one call per message) and is what
+filters use; this closure tree is the fallback for expressions too deeply nested for Python's
+parser, and the tests hold the two against each other.
 """
 from __future__ import annotations
 
