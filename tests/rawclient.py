@@ -82,6 +82,8 @@ class RawClient:
         return resp, (json.loads(resp.body) if resp.code == 0 and resp.body else None)
 
     def close(self):
+        if self.loop.is_closed():
+            return
         try:
             self.run(self.client.close(), 10)
         finally:

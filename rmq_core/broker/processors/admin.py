@@ -168,10 +168,10 @@ class AdminBrokerProcessor(Processor):
         res = self.ctrl.store.query_message(topic, key, max_num, begin, end)
         ext = {"indexLastUpdateTimestamp": str(res.index_last_update_timestamp),
                "indexLastUpdatePhyoffset": str(res.index_last_update_phyoffset)}
-        if not res.buffers:
+        if not res.message_count:
             return request.make_response(ResponseCode.QUERY_NOT_FOUND,
                                          "can not find message, maybe time range not correct", ext)
-        body = self.ctrl.recompress_for_request(request, b"".join(res.buffers))
+        body = self.ctrl.recompress_for_request(request, res.buffer)
         return request.make_response(ResponseCode.SUCCESS, None, ext, body)
 
     # --- subscription groups --------------------------------------------------------------------------
