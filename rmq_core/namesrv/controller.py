@@ -62,9 +62,8 @@ class NamesrvController:
         log.info("the name server on %s shut down", self.listen_address)
 
     async def _scan_loop(self) -> None:
-        interval = max(self.config.scan_not_active_broker_interval, 1) / 1000.0
-        while True:
-            await asyncio.sleep(interval)
+        while True:  # the interval is re-read each round: UPDATE_NAMESRV_CONFIG may change it
+            await asyncio.sleep(max(self.config.scan_not_active_broker_interval, 1) / 1000.0)
             try:
                 self.route_info_manager.scan_not_active_broker(self.config.broker_channel_expired_time)
             except Exception:

@@ -55,6 +55,8 @@ class DefaultRequestProcessor:
             RequestCode.REGISTER_TOPIC_IN_NAMESRV: self.register_topic_in_namesrv,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.get_system_topic_list,
+            RequestCode.GET_NAMESRV_CONFIG: self.get_namesrv_config,
+            RequestCode.UPDATE_NAMESRV_CONFIG: self.update_namesrv_config,
         }
 
     @property
@@ -199,6 +201,46 @@ class DefaultRequestProcessor:
     def get_system_topic_list(self, ctx, request):
         topics, broker_addr = self.route_info.get_system_topic_list()
         return request.make_response(ResponseCode.SUCCESS, body=topic_list_encode(topics, broker_addr))
+
+
+    # --- configuration ---------------------------------------------------------------------------------
+    # Settings that are safe to change on a running name server (the listen address is not).
+    UPDATABLE_CONFIG = ("scanNotActiveBrokerInterval", "brokerChannelExpiredTime", "orderMessageEnable",
+                        "kvConfigPath", "serverMaxFrameLength")
+
+    def get_namesrv_config(self, ctx, request):
+        """The config as Java's Configuration prints it: one `key=value` line per setting."""
+        props = self.controller.config.to_properties()
+        text = "".join(f"{k}={v}\n" for k, v in sorted(props.items()))
+        return request.make_response(ResponseCode.SUCCESS, body=text.encode("utf-8"))
+
+    def update_namesrv_config(self, ctx, request):
+        from rmq_core.config import NamesrvConfig  # late: only admin tools call this
+
+        text = (request.body or b"").decode("utf-8", "replace")
+        updates = {}
+        for line in text.splitlines():
+            line = line.strip()
+            if not line or line[0] in "#!":
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad config line {line!r}: expected key=value")
+            if key.strip() not in self.UPDATABLE_CONFIG:
+                return request.make_response(
+                    ResponseCode.NO_PERMISSION,
+                    f"config key {key.strip()!r} cannot be updated; updatable: {', '.join(self.UPDATABLE_CONFIG)}")
+            updates[key.strip()] = value.strip()
+        config = self.controller.config
+        try:
+            merged = NamesrvConfig.from_properties({**config.to_properties(), **updates})
+        except ValueError as e:  # ConfigError names the key and the value
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        for name in NamesrvConfig.keys().values():
+            setattr(config, name, getattr(merged, name))
+        self.kv_config.path = config.kv_config_path or None
+        log.info("name server config updated: %s", updates)
+        return request.make_response(ResponseCode.SUCCESS)
 
 
 def parse_address_checked(addr: str) -> None:

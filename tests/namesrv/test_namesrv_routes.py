@@ -440,3 +440,23 @@ async def test_namesrv_on_tcp_and_inproc_shares_routes(tmp_path):
         finally:
             await broker.close()
             await reader.close()
+
+
+async def test_get_and_update_namesrv_config(tmp_path):
+    async with NamesrvController(_config(tmp_path), "127.0.0.1:0") as ns:
+        c = RemotingClient()
+        try:
+            text = (await call(c, ns, RequestCode.GET_NAMESRV_CONFIG)).body.decode()
+            props = dict(line.split("=", 1) for line in text.splitlines())
+            assert props["brokerChannelExpiredTime"] == "120000" and props["orderMessageEnable"] == "false"
+            ok = await call(c, ns, RequestCode.UPDATE_NAMESRV_CONFIG, None,
+                            b"orderMessageEnable=true\nbrokerChannelExpiredTime=30000\n")
+            assert ok.code == 0
+            assert ns.config.order_message_enable is True and ns.config.broker_channel_expired_time == 30000
+            bad = await call(c, ns, RequestCode.UPDATE_NAMESRV_CONFIG, None, b"brokerChannelExpiredTime=soon")
+            assert bad.code == ResponseCode.SYSTEM_ERROR and "soon" in bad.remark
+            denied = await call(c, ns, RequestCode.UPDATE_NAMESRV_CONFIG, None, b"listenPort=1")
+            assert denied.code == ResponseCode.NO_PERMISSION and "listenPort" in denied.remark
+            assert ns.config.broker_channel_expired_time == 30000
+        finally:
+            await c.close()
