@@ -347,6 +347,16 @@ def test_decode_options_and_buffer_kinds(tmp_path):
     msgs = decode_messages(memoryview(scratch))
     scratch[:] = bytes(len(scratch))
     assert [m.tags for m in msgs] == ["T0", "T1", "T2"] and msgs[2].body == b"body-2"
+    # a slice of a received frame (memoryview over bytes) is decoded in place, lazily read parts
+    # included; a view with another item format reads the same bytes
+    frame = b"HEADER" + buf + b"TRAILER"
+    in_place = decode_messages(memoryview(frame)[6:6 + len(buf)])
+    assert [(m.body, m.tags, m.raw_properties) for m in in_place] == \
+           [(b"body-%d" % i, "T%d" % i, b"TAGS\x01T%d\x02" % i) for i in range(3)]
+    if len(buf) % 4 == 0:
+        assert [m.body for m in decode_messages(memoryview(buf).cast("i"))] == [m.body for m in in_place]
+    with pytest.raises(MessageDecodeError, match="offset 0"):
+        decode_messages(memoryview(frame)[:len(buf)])
     # decode_message over a memory-mapped file: only the record at the offset is read
     path = tmp_path / "segment"
     path.write_bytes(buf + struct.pack(">iI", 64, 0xCBD43194) + bytes(56))

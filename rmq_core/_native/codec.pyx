@@ -800,6 +800,7 @@ cdef class _DecodeState:
     """One decode call: the immutable source buffer and the last topic seen (records of one pull
     nearly always share a topic, so its str is reused instead of decoded again)."""
     cdef bytes src
+    cdef Py_ssize_t shift          # where the decoded range starts inside src
     cdef const unsigned char* base
     cdef Py_ssize_t size
     cdef Py_ssize_t report_base   # added to offsets in error messages
@@ -810,12 +811,14 @@ cdef class _DecodeState:
     cdef const unsigned char* last_topic_ptr
     cdef Py_ssize_t last_topic_len
 
-    def __cinit__(self, bytes src, Py_ssize_t report_base, bint decompress, bint read_body, broker_name):
+    def __cinit__(self, bytes src, Py_ssize_t shift, Py_ssize_t size, Py_ssize_t report_base,
+                  bint decompress, bint read_body, broker_name):
         if broker_name is not None and not isinstance(broker_name, str):
             raise TypeError(f"broker_name must be a str, not {type(broker_name).__name__}")
         self.src = src
-        self.base = <const unsigned char*>PyBytes_AS_STRING(src)
-        self.size = PyBytes_GET_SIZE(src)
+        self.shift = shift
+        self.base = <const unsigned char*>PyBytes_AS_STRING(src) + shift
+        self.size = size
         self.report_base = report_base
         self.decompress = decompress
         self.read_body = read_body
@@ -922,7 +925,7 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
             at, f"record size {total} does not match its parts: {need} fixed + body {body_len} + "
                 f"topic {topic_len} + properties {props_len}")
     m._src = st.src
-    m._props_off = pos + q
+    m._props_off = st.shift + pos + q
     m._props_len = props_len
     m._body_len = -1
     if st.read_body:
@@ -934,7 +937,7 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
         else:
             # Copied out of the shared buffer on first access (a tag-filtering consumer may
             # drop the message without ever reading it).
-            m._body_off = pos + body_pos
+            m._body_off = st.shift + pos + body_pos
             m._body_len = body_len
     m.sys_flag = sys_flag
     m.broker_name = st.broker_name
@@ -942,14 +945,23 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
     return total
 
 
-cdef bytes _owned_bytes(object buf):
-    # Lazily decoded properties point into the buffer, so it must be immutable: bytes are used as
-    # they are, anything else (bytearray, memoryview of a reused receive buffer) is copied once.
+cdef _DecodeState _decode_state(object buf, bint decompress, bint read_body, broker_name):
+    # Lazily decoded bodies and properties point into the buffer, so it must be immutable: bytes,
+    # and a contiguous memoryview slice of bytes (a frame's body), are used in place; anything else
+    # (bytearray, a view of a reused receive buffer, mmap) is copied once.
+    cdef _Bytes view
+    cdef bytes owner
     if type(buf) is bytes:
-        return buf
+        return _DecodeState(buf, 0, PyBytes_GET_SIZE(buf), 0, decompress, read_body, broker_name)
     if isinstance(buf, str):
         raise TypeError("expected bytes-like data, not str")
-    return bytes(buf)
+    if type(buf) is memoryview and type((<memoryview>buf).obj) is bytes and buf.c_contiguous:
+        owner = (<memoryview>buf).obj
+        view = _Bytes(buf)
+        return _DecodeState(owner, <const char*>view.ptr - PyBytes_AS_STRING(owner), view.size, 0,
+                            decompress, read_body, broker_name)
+    owner = bytes(buf)
+    return _DecodeState(owner, 0, PyBytes_GET_SIZE(owner), 0, decompress, read_body, broker_name)
 
 
 def decode_messages(buf, *, bint decompress=True, bint read_body=True, broker_name=None):
@@ -959,7 +971,7 @@ def decode_messages(buf, *, bint decompress=True, bint read_body=True, broker_na
     compression bits on the result.  read_body=False leaves `body` None.  Raises MessageDecodeError
     naming the offset and the reason for a bad magic, a size running past the buffer, or parts
     that do not add up."""
-    cdef _DecodeState st = _DecodeState(_owned_bytes(buf), 0, decompress, read_body, broker_name)
+    cdef _DecodeState st = _decode_state(buf, decompress, read_body, broker_name)
     cdef Py_ssize_t pos = 0
     cdef list out = []
     while pos < st.size:
@@ -991,8 +1003,8 @@ def decode_message(buf, Py_ssize_t offset=0, *, bint decompress=True, bint read_
     if total < RECORD_FIXED_V4 or total > avail:
         raise _decode_error(offset, f"record size {total} is outside {RECORD_FIXED_V4}..{avail} (bytes left)")
     cdef _DecodeState st = _DecodeState(
-        PyBytes_FromStringAndSize(<const char*>b.ptr + offset, total), offset, decompress, read_body,
-        broker_name)
+        PyBytes_FromStringAndSize(<const char*>b.ptr + offset, total), 0, total, offset, decompress,
+        read_body, broker_name)
     _decode_record(st, 0, out)
     return out[0]
 
