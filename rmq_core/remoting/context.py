@@ -17,7 +17,7 @@ from rmq_core.errors import (
     IllegalArgumentError, RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError,
 )
 from rmq_core.remoting.codes import ResponseCode, code_name
-from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, SerializeType
+from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, SerializeType, next_opaque
 from rmq_core.remoting.transport import Channel
 
 log = logging.getLogger("rmq.remoting")
@@ -140,6 +140,8 @@ class ChannelContext:
         if self._answer_in_peer_type:
             request.serialize_type = self.peer_serialize_type
         request.flag &= ~RESPONSE_FLAG
+        if request.opaque in self._pending:  # a re-sent command: give it its own id so answers cannot cross
+            request.opaque = next_opaque()
         opaque = request.opaque
         future = self._loop.create_future()
         self._pending[opaque] = future

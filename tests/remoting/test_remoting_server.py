@@ -539,3 +539,17 @@ async def test_one_server_on_tcp_and_inproc_at_once():
         await clash.start()
     assert not clash.started
     await taken.stop()
+
+
+async def test_same_command_sent_twice_concurrently_gets_both_answers(transport):
+    server = await _server(transport)
+    client = RemotingClient()
+    try:
+        req = RemotingCommand(ECHO, opaque=5, ext_fields={"sleep": "0.05"})
+        again = RemotingCommand(ECHO, opaque=5, ext_fields={"sleep": "0"})
+        a, b = await asyncio.gather(client.invoke(server.listen_address, req, 3),
+                                    client.invoke(server.listen_address, again, 3))
+        assert a.get_str("sleep") == "0.05" and b.get_str("sleep") == "0"
+    finally:
+        await client.close()
+        await server.stop()
