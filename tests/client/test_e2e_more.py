@@ -1,0 +1,159 @@
+"""More end-to-end behaviour: failover between two brokers, orderly local retry then DLQ,
+expired in-flight messages sent back, interception hooks, broker-driven offset reset."""
+import threading
+import time
+
+import pytest
+
+from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
+from rmq_core.message import MessageQueue, SendStatus
+from rmq_core.plugins import get_plugin_manager, hookimpl
+from tests.client.conftest import FAST, FAST_CONSUMER, wait_until
+
+
+def make_consumer(namesrv, group, topic, listener, **kw):
+    opts = dict(FAST_CONSUMER, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    opts.update(kw)
+    orderly = opts.pop("orderly", False)
+    c = PushConsumer(group, namesrv=namesrv, **opts)
+    c.subscribe(topic, "*")
+    c.register_message_listener(listener, orderly=orderly)
+    return c
+
+
+def test_send_fails_over_to_the_other_broker_when_one_dies(tmp_path):
+    from tests.servers import NamesrvAndBroker
+
+    servers = NamesrvAndBroker(tmp_path, brokers=2, broker_props={"registerNameServerPeriod": "1000"})
+    try:
+        with Producer("PG_FAILOVER", namesrv=servers.namesrv, send_msg_timeout=5.0, **FAST) as p:
+            # the topic on both brokers: one send through each (the queue picks the broker)
+            for b in ("broker-a", "broker-b"):
+                p.send(Message("Failover", b"seed"), queue=MessageQueue("Failover", b, 0))
+            wait_until(lambda: {q.broker_name for q in p.fetch_publish_message_queues("Failover")} ==
+                       {"broker-a", "broker-b"}, what="the topic on both brokers")
+            servers.brokers[1].kill()  # SIGKILL broker-b
+            results = [p.send(Message("Failover", f"m{i}".encode())) for i in range(40)]
+            assert all(r.status is SendStatus.SEND_OK for r in results)
+            assert {r.queue.broker_name for r in results} == {"broker-a"}
+            # the dead broker is benched by the latency fault strategy
+            assert p.fault_strategy.tolerance.is_available("broker-b") is False
+    finally:
+        servers.stop()
+
+
+def test_orderly_suspend_retries_locally_then_dead_letters(cluster):
+    topic = "OrderlyRetry"
+    with Producer("PG_OR", namesrv=cluster.namesrv, **FAST) as p:
+        q = p.fetch_publish_message_queues(topic)[0]
+        for i in range(3):
+            p.send(Message(topic, f"o{i}".encode()), queue=q)
+    seen = []
+
+    def listener(msgs):
+        for m in msgs:
+            seen.append((m.body, m.reconsume_times))
+        if any(m.body == b"o1" for m in msgs):
+            return ConsumeStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        return ConsumeStatus.SUCCESS
+
+    c = make_consumer(cluster.namesrv, "CG_OR", topic, listener, orderly=True, max_reconsume_times=2,
+                      suspend_current_queue_time=0.1)
+    with c:
+        wait_until(lambda: (b"o2", 0) in seen, what="the queue moves on past the poisoned message")
+    # o1 tried 1 + 2 times, locally and in order (o2 only after o1 gave up), then sent to the DLQ
+    assert seen[:5] == [(b"o0", 0), (b"o1", 0), (b"o1", 1), (b"o1", 2), (b"o2", 0)]
+    pc = PullConsumer("CG_OR_DLQ", namesrv=cluster.namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                      **FAST_CONSUMER)
+    pc.assign([MessageQueue("%DLQ%CG_OR", "broker-a", 0)])
+    with pc:
+        got = []
+        deadline = time.time() + 10
+        while not got and time.time() < deadline:
+            got = pc.poll(0.5)
+    assert [m.body for m in got] == [b"o1"]
+
+
+def test_expired_in_flight_message_is_sent_back(cluster):
+    topic = "Stuck"
+    with Producer("PG_STUCK", namesrv=cluster.namesrv, **FAST) as p:
+        p.send(Message(topic, b"slow"))
+    deliveries = []
+    release = threading.Event()
+
+    def listener(msgs):
+        deliveries.append(msgs[0].reconsume_times)
+        if len(deliveries) == 1:
+            release.wait(10)  # stuck far longer than consume_timeout
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = make_consumer(cluster.namesrv, "CG_STUCK", topic, listener, consume_timeout=0.5, consume_thread_max=2,
+                      consume_thread_min=1)
+    try:
+        c.start()
+        wait_until(lambda: len(deliveries) >= 2, timeout=15, what="the stuck message redelivered")
+    finally:
+        release.set()
+        c.shutdown()
+    assert deliveries[:2] == [0, 1]
+
+
+class _Recorder:
+    def __init__(self):
+        self.events = []
+
+    @hookimpl
+    def rmq_before_send(self, context):
+        self.events.append(("before_send", context.message.topic))
+
+    @hookimpl
+    def rmq_after_send(self, context):
+        self.events.append(("after_send", context.send_result.status.value if context.send_result else "error"))
+
+    @hookimpl
+    def rmq_before_consume(self, context):
+        self.events.append(("before_consume", len(context.messages)))
+
+    @hookimpl
+    def rmq_after_consume(self, context):
+        self.events.append(("after_consume", context.success))
+
+
+def test_send_and_consume_hooks(cluster):
+    rec = _Recorder()
+    pm = get_plugin_manager()
+    pm.register(rec, name="test-recorder")
+    try:
+        with Producer("PG_HOOK", namesrv=cluster.namesrv, **FAST) as p:
+            p.send(Message("Hooked", b"h"))
+        got = []
+        with make_consumer(cluster.namesrv, "CG_HOOK", "Hooked",
+                           lambda msgs: (got.extend(msgs), ConsumeStatus.CONSUME_SUCCESS)[1]):
+            wait_until(lambda: got, what="the hooked message")
+            wait_until(lambda: ("after_consume", True) in rec.events, what="after_consume")
+    finally:
+        pm.unregister(rec)
+    assert ("before_send", "Hooked") in rec.events and ("after_send", "SEND_OK") in rec.events
+    assert ("before_consume", 1) in rec.events
+
+
+def test_broker_reset_offset_rewinds_a_running_consumer(cluster):
+    topic = "Rewind"
+    with Producer("PG_RW", namesrv=cluster.namesrv, **FAST) as p:
+        q = p.fetch_publish_message_queues(topic)[0]
+        for i in range(5):
+            p.send(Message(topic, f"r{i}".encode()), queue=q)
+    got = []
+    lock = threading.Lock()
+
+    def listener(msgs):
+        with lock:
+            got.extend(m.body for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    with make_consumer(cluster.namesrv, "CG_RW", topic, listener):
+        wait_until(lambda: len(got) >= 5, what="first pass")
+        cluster.call(cluster.broker.notify_reset_offset("CG_RW", topic, 0, {q.queue_id: 2}))
+        wait_until(lambda: len(got) >= 8, what="messages from offset 2 again")
+    assert got[:5] == [f"r{i}".encode() for i in range(5)]
+    assert got[5:8] == [b"r2", b"r3", b"r4"]
