@@ -83,14 +83,56 @@ class _BaseConsumeService:
             pass
 
     def send_message_back(self, msg, mq: MessageQueue, delay_level: int) -> bool:
-        """CONSUMER_SEND_MSG_BACK; True when the broker took it."""
+        """CONSUMER_SEND_MSG_BACK; if the broker refuses, re-send the message to %RETRY%<group>
+        ourselves (as Java's client does).  True when one of the two worked."""
         inst = self.consumer.instance
+        timeout = inst.config.mq_client_api_timeout + 5
         try:
-            inst.run(self._send_back(msg, mq, delay_level), timeout=inst.config.mq_client_api_timeout + 5)
+            inst.run(self._send_back(msg, mq, delay_level), timeout=timeout)
             return True
         except (MQClientError, MQBrokerError, RemotingError) as e:
-            log.warning("send message back failed, group=%s msg=%s: %s", self.group, msg.msg_id, e)
+            log.warning("send message back failed, group=%s msg=%s: %s; re-sending to the retry topic",
+                        self.group, msg.msg_id, e)
+        if delay_level < 0:
+            return False  # a DLQ request has no retry-topic fallback
+        try:
+            inst.run(self._resend_to_retry_topic(msg), timeout=timeout)
+            return True
+        except (MQClientError, MQBrokerError, RemotingError) as e:
+            log.warning("re-send to the retry topic failed, group=%s msg=%s: %s", self.group, msg.msg_id, e)
             return False
+
+    async def _resend_to_retry_topic(self, msg) -> None:
+        """A new message in %RETRY%<group> carrying the original's body, properties and history."""
+        from rmq_core.client.producer import build_send_header
+        from rmq_core.message import MessageClientIDSetter, MixAll, properties_to_string
+
+        inst = self.consumer.instance
+        retry_topic = MixAll.get_retry_topic(self.group)
+        route = inst.topic_route_table.get(retry_topic)
+        if route is None:
+            await inst.update_topic_route(retry_topic)
+            route = inst.topic_route_table.get(retry_topic)
+        info = route.publish_info(retry_topic) if route is not None else None
+        if info is None or not info.ok:
+            raise MQClientError(f"no route to the retry topic {retry_topic!r}")
+        mq = info.select_one()
+        addr = await inst.find_broker_addr_in_publish_async(mq)
+        props = dict(msg.properties)
+        props.pop(MessageConst.TRANSACTION_PREPARED, None)
+        props.pop(MessageConst.RECONSUME_TIME, None)
+        props.pop(MessageConst.MAX_RECONSUME_TIMES, None)
+        props.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
+        props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, msg.msg_id)
+        props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = MessageClientIDSetter.create_uniq_id()
+        props[MessageConst.DELAY_TIME_LEVEL] = str(3 + msg.reconsume_times)
+        header = build_send_header(
+            group=self.group, topic=retry_topic, queue_id=mq.queue_id, sys_flag=0,
+            born_timestamp=int(time.time() * 1000), flag=msg.flag, properties=properties_to_string(props),
+            reconsume_times=msg.reconsume_times + 1,
+            max_reconsume_times=self.consumer.effective_max_reconsume_times(), broker_name=mq.broker_name)
+        req = RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, header, msg.body)
+        await inst.invoke_broker(addr, req)
 
     async def _send_back(self, msg, mq: MessageQueue, delay_level: int) -> None:
         inst = self.consumer.instance

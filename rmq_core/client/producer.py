@@ -224,7 +224,7 @@ class Producer:
         t = timeout or self.send_msg_timeout
         fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg))
         if callback is not None:
-            def done(f: concurrent.futures.Future):
+            def call(f: concurrent.futures.Future):
                 try:
                     exc = f.exception()
                 except concurrent.futures.CancelledError as e:
@@ -233,6 +233,13 @@ class Producer:
                     callback(None if exc else f.result(), exc)
                 except Exception:
                     log.exception("send callback raised")
+
+            def done(f: concurrent.futures.Future):
+                # never on the event loop: a callback may itself send synchronously
+                try:
+                    inst.blocking_executor.submit(call, f)
+                except RuntimeError:  # the client is shutting down
+                    call(f)
             fut.add_done_callback(done)
         return fut
 

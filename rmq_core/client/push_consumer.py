@@ -402,7 +402,9 @@ class PushConsumer(ConsumerBase):
             inst.run(stop_pulls(), timeout=10)
         except Exception as e:
             log.warning("stopping pull tasks of %s: %s", self.group, e)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        # shutdown() called from inside a listener must not wait for its own thread
+        in_listener = threading.current_thread().name.startswith(f"rmq-consume-{self.group}")
+        self._pool.shutdown(wait=not in_listener, cancel_futures=True)
         try:
             self.commit_offsets_sync(list(self.rebalance.process_queue_table))
         except Exception:

@@ -157,3 +157,29 @@ def test_broker_reset_offset_rewinds_a_running_consumer(cluster):
         wait_until(lambda: len(got) >= 8, what="messages from offset 2 again")
     assert got[:5] == [f"r{i}".encode() for i in range(5)]
     assert got[5:8] == [b"r2", b"r3", b"r4"]
+
+
+class _RefuseSendBack:
+    async def process_request(self, ctx, request):
+        from rmq_core.remoting.codes import ResponseCode
+        return request.make_response(ResponseCode.SYSTEM_ERROR, "send back refused by the test")
+
+
+def test_refused_send_back_falls_back_to_resending_into_the_retry_topic(cluster):
+    from rmq_core.remoting.codes import RequestCode
+
+    for server in cluster.broker.servers:
+        server.register_processor(RequestCode.CONSUMER_SEND_MSG_BACK, _RefuseSendBack())
+    with Producer("PG_FB", namesrv=cluster.namesrv, **FAST) as p:
+        r = p.send(Message("FallBack", b"again", tags="T1", properties={"u": "1"}))
+    seen = []
+
+    def listener(msgs):
+        seen.extend((m.topic, m.reconsume_times, m.tags, m.get_property("u"), m.get_property("ORIGIN_MESSAGE_ID"))
+                    for m in msgs)
+        return ConsumeStatus.RECONSUME_LATER if len(seen) == 1 else ConsumeStatus.CONSUME_SUCCESS
+
+    with make_consumer(cluster.namesrv, "CG_FB", "FallBack", listener):
+        wait_until(lambda: len(seen) >= 2, timeout=20, what="the message back through the retry topic")
+    assert seen[0][:4] == ("FallBack", 0, "T1", "1")
+    assert seen[1] == ("FallBack", 1, "T1", "1", r.msg_id)
