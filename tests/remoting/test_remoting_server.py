@@ -553,3 +553,45 @@ async def test_same_command_sent_twice_concurrently_gets_both_answers(transport)
     finally:
         await client.close()
         await server.stop()
+
+
+async def test_server_stop_fails_held_requests_fast_and_cancels_processors(transport):
+    server = await _server(transport)
+    cancelled = asyncio.Event()
+
+    class LongPoll:
+        async def process_request(self, ctx, request):
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+    server.register_processor(SLOW, LongPoll())
+    client = RemotingClient()
+    try:
+        held = asyncio.ensure_future(client.invoke(server.listen_address, RemotingCommand.create_request(SLOW), 30))
+        await asyncio.sleep(0.05)
+        await server.stop()
+        with pytest.raises(RemotingConnectError):
+            await asyncio.wait_for(held, 5)  # not after the 30 s timeout
+        assert cancelled.is_set()
+    finally:
+        await client.close()
+
+
+async def test_client_close_fails_its_pending_requests(transport):
+    server = await _server(transport)
+    server.register_processor(SLOW, Echo())
+    client = RemotingClient()
+    try:
+        held = asyncio.ensure_future(client.invoke(server.listen_address,
+                                                   RemotingCommand.create_request(SLOW, {"sleep": 30}), 30))
+        await asyncio.sleep(0.05)
+        await client.close()
+        with pytest.raises(RemotingConnectError):
+            await asyncio.wait_for(held, 5)
+        with pytest.raises(RemotingConnectError, match="closed"):
+            await client.invoke(server.listen_address, RemotingCommand.create_request(ECHO), 1)
+    finally:
+        await server.stop()
