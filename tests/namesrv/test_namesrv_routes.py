@@ -168,7 +168,7 @@ async def test_route_disappears_when_broker_connection_closes(tmp_path, listen):
 
 
 async def test_route_expires_when_broker_stops_registering(tmp_path, listen):
-    config = _config(tmp_path, broker_channel_expired_time=400, scan_not_active_broker_interval=50)
+    config = _config(tmp_path, broker_channel_expired_time=800, scan_not_active_broker_interval=50)
     async with NamesrvController(config, listen) as ns:
         alive, silent, reader = RemotingClient(), RemotingClient(), RemotingClient()
         silent_closed = asyncio.Event()
@@ -177,7 +177,7 @@ async def test_route_expires_when_broker_stops_registering(tmp_path, listen):
             await register(alive, ns, name="alive", addr="127.0.0.1:1001", topics={"Live": 1})
             await register(silent, ns, name="silent", addr="127.0.0.1:1002", topics={"Quiet": 1})
             # "alive" keeps re-registering; "silent" does not, though its connection stays open.
-            for _ in range(12):
+            for _ in range(18):
                 await asyncio.sleep(0.1)
                 await register(alive, ns, name="alive", addr="127.0.0.1:1001", topics={"Live": 1})
             assert (await route(reader, ns, "Quiet")).code == ResponseCode.TOPIC_NOT_EXIST
