@@ -4,6 +4,7 @@ Reusable against any rmq server (name server, broker):
 
     from tests.fuzz_frames import fuzz
     report = fuzz("127.0.0.1:10911", 2000, seed=7)      # blocking; run it in a thread from async code
+    python -m tests.fuzz_frames 127.0.0.1:10911 2000 7   # the same from a shell
 
 Two kinds of garbage are sent:
 * connection killers, each on a fresh TCP connection: random bytes, absurd/negative lengths, frames
@@ -220,3 +221,13 @@ def fuzz(addr: str, n: int, seed: int, *, codes=None, killer_ratio: float = 0.5)
     finally:
         steady.close()
     return report
+
+
+if __name__ == "__main__":  # python -m tests.fuzz_frames 127.0.0.1:10911 5000 7
+    import sys
+
+    if len(sys.argv) != 4:
+        sys.exit("usage: python -m tests.fuzz_frames HOST:PORT N SEED")
+    result = fuzz(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    print(result)
+    sys.exit(0 if result.answered_all and not result.killer_connections_left_open else 1)
