@@ -33,7 +33,7 @@ that are really there before anything is read.
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.dict cimport PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
