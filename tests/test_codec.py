@@ -259,7 +259,7 @@ def _check_decoded(m, f, size):
     assert m.sys_flag & ~0x30 == f["sys_flag"] & ~0x30
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(record_fields(), min_size=1, max_size=4), st.lists(st.integers(8, 40), max_size=2))
 def test_records_round_trip_native_and_python(fields, blanks):
     records = [encode_message_record(**f) for f in fields]
@@ -280,7 +280,7 @@ def test_records_round_trip_native_and_python(fields, blanks):
         assert _fields(one) == _fields(nat[0])
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400))
 def test_random_bytes_never_crash_the_decoders(data):
     for decode in (decode_messages, decode_messages_py, decode_batch_body, decode_batch_body_py):
@@ -290,7 +290,7 @@ def test_random_bytes_never_crash_the_decoders(data):
             pass
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(record_fields(), st.data())
 def test_every_truncation_and_corruption_is_a_decode_error(fields, data):
     rec = encode_message_record(**fields)
@@ -446,7 +446,7 @@ def test_message_ext_lazy_parts_and_pickle():
 _batch_item = st.tuples(_i32, st.binary(max_size=200), _props)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(_batch_item, max_size=5))
 def test_batch_bodies_round_trip(items):
     body = encode_batch_body(items)
@@ -481,7 +481,7 @@ def test_batch_errors_name_the_item():
 
 
 # --- properties and hashes -----------------------------------------------------------------------------
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(st.one_of(st.binary(max_size=120),
                  st.lists(st.sampled_from([b"\x01", b"\x02", b"TAGS", b"k", b"\xe6\xb6", b"\xff", b"v"]),
                           max_size=30).map(b"".join)))
@@ -491,7 +491,7 @@ def test_string_to_properties_native_equals_python(raw):
     assert tags_code_from_properties(raw) == tags_code_from_properties_py(raw)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(_props)
 def test_properties_to_bytes_native_equals_python(props):
     raw = properties_to_bytes(props)
@@ -523,7 +523,7 @@ def test_java_string_hash_examples(text, code):
     assert java_string_hash(text) == code == java_string_hash_py(text)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.text())
 def test_java_string_hash_native_equals_python(text):
     assert java_string_hash(text) == java_string_hash_py(text)
