@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import itertools
 import logging
 from typing import Any, Callable
@@ -80,10 +81,12 @@ class ProcessorTable:
             return response
         except asyncio.CancelledError:
             raise
-        except (RemotingCommandError, IllegalArgumentError) as e:
-            # A malformed request: the caller's mistake, answered without a traceback in our log.
-            log.warning("%s: bad %s from %s: %s", self.owner, code_name(request.code), ctx.remote_address, e)
-            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        except (RemotingCommandError, IllegalArgumentError, json.JSONDecodeError, RecursionError) as e:
+            # A malformed request (bad header field, unparsable or absurdly nested JSON body): the
+            # caller's mistake, answered without a traceback in our log.
+            log.warning("%s: bad %s from %s: %s: %s", self.owner, code_name(request.code), ctx.remote_address,
+                        type(e).__name__, e)
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
         except Exception as e:
             log.exception("%s: processor for %s from %s failed", self.owner, code_name(request.code),
                           ctx.remote_address)
