@@ -30,7 +30,10 @@ cdef extern from "<sys/mman.h>" nogil:
     int msync(void *addr, size_t length, int flags)
     int MS_SYNC
 
-from libc.errno cimport errno
+from libc.errno cimport errno, EINTR
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t pwrite(int fd, const void *buf, size_t count, long offset)
 
 cdef extern from "crc32.h":
     void rmq_crc32_init()
@@ -245,9 +248,18 @@ cdef class NativeMap:
         return PyBytes_FromStringAndSize(<char *>p + pos, n)
 
     def write(self, Py_ssize_t pos, data):
-        cdef const unsigned char[::1] v = data
-        cdef Py_ssize_t n = v.shape[0]
-        cdef unsigned char *p = self.check(pos, pos + n)
+        cdef const unsigned char[::1] v
+        cdef Py_ssize_t n
+        cdef unsigned char *p
+        if type(data) is bytearray:  # the put path: no buffer acquisition
+            n = len(<bytearray>data)
+            p = self.check(pos, pos + n)
+            if n:
+                memcpy(p + pos, PyByteArray_AS_STRING(data), n)
+            return
+        v = data
+        n = v.shape[0]
+        p = self.check(pos, pos + n)
         if n:
             memcpy(p + pos, &v[0], n)
 
@@ -371,33 +383,34 @@ cdef inline const unsigned char *ptr_or_empty(const unsigned char[::1] v) noexce
     return &v[0]
 
 
-def encode_record(bytes topic, int32_t queue_id, int32_t flag, body, props, int32_t sys_flag,
+def encode_record(bytes topic, int32_t queue_id, int32_t flag, bytes body, bytes props, int32_t sys_flag,
                   int64_t born_ts, bytes born_host, bytes store_host, int32_t reconsume_times,
                   int64_t prepared_transaction_offset, Py_ssize_t max_message_size):
     """One message -> (bytearray record, tags code of its TAGS property).  The record's queue
     offset, physical offset and store timestamp are left zero for `append_records`."""
-    cdef const unsigned char[::1] b = body
-    cdef const unsigned char[::1] pr = props
-    cdef const unsigned char[::1] bh = born_host
-    cdef const unsigned char[::1] sh = store_host
-    cdef Py_ssize_t tl = len(topic)
+    cdef Py_ssize_t tl = len(topic), bl = len(body), pl = len(props)
+    cdef Py_ssize_t bhl = len(born_host), shl = len(store_host)
+    cdef Py_ssize_t want_bh = 20 if sys_flag & BORNHOST_V6 else 8
+    cdef Py_ssize_t want_sh = 20 if sys_flag & STOREHOST_V6 else 8
     if tl > MAX_TOPIC or tl == 0:
         raise IllegalArgumentError(f"topic {topic.decode('utf-8', 'replace')!r} is {tl} bytes; it must be 1..{MAX_TOPIC}")
-    if pr.shape[0] > MAX_PROPS:
-        raise PropertiesSizeExceededError(f"message properties are {pr.shape[0]} bytes, more than {MAX_PROPS}")
-    check_hosts(bh, sh, sys_flag)
-    cdef Py_ssize_t total = record_len(bh.shape[0], sh.shape[0], b.shape[0], tl, pr.shape[0])
+    if pl > MAX_PROPS:
+        raise PropertiesSizeExceededError(f"message properties are {pl} bytes, more than {MAX_PROPS}")
+    if bhl != want_bh or shl != want_sh:
+        raise IllegalArgumentError(f"hosts must be encoded as {want_bh}/{want_sh} bytes for sysFlag {sys_flag:#x}, "
+                                   f"got {bhl}/{shl}")
+    cdef Py_ssize_t total = record_len(bhl, shl, bl, tl, pl)
     if total > max_message_size:
         raise MessageTooLargeError(total, max_message_size)
     out = PyByteArray_FromStringAndSize(NULL, total)
     cdef unsigned char *d = <unsigned char *>PyByteArray_AS_STRING(out)
-    cdef const unsigned char *bp = ptr_or_empty(b)
-    cdef const unsigned char *pp = ptr_or_empty(pr)
-    cdef uint32_t c = rmq_crc32(0, bp, b.shape[0])
-    write_record(d, <int32_t>total, c, queue_id, flag, sys_flag, born_ts, &bh[0], bh.shape[0], &sh[0], sh.shape[0],
-                 reconsume_times, prepared_transaction_offset, bp, b.shape[0], <const unsigned char *><char *>topic, tl,
-                 pp, pr.shape[0], NULL, 0, False)
-    return out, tags_code_of(pp, pr.shape[0])
+    cdef const unsigned char *bp = <const unsigned char *><char *>body
+    cdef const unsigned char *pp = <const unsigned char *><char *>props
+    cdef uint32_t c = rmq_crc32(0, bp, bl)
+    write_record(d, <int32_t>total, c, queue_id, flag, sys_flag, born_ts, <const unsigned char *><char *>born_host, bhl,
+                 <const unsigned char *><char *>store_host, shl, reconsume_times, prepared_transaction_offset,
+                 bp, bl, <const unsigned char *><char *>topic, tl, pp, pl, NULL, 0, False)
+    return out, tags_code_of(pp, pl)
 
 
 def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts, bytes born_host,
@@ -447,9 +460,9 @@ def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t 
         count += 1
         pos += item_total
     out = PyByteArray_FromStringAndSize(NULL, out_len)
-    tags = PyByteArray_FromStringAndSize(NULL, count * 8)
+    tags = PyBytes_FromStringAndSize(NULL, count * 8)  # fresh: filled below, then immutable
     cdef unsigned char *d = <unsigned char *>PyByteArray_AS_STRING(out)
-    cdef int64_t *tg = <int64_t *>PyByteArray_AS_STRING(tags)
+    cdef int64_t *tg = <int64_t *><char *>(<bytes>tags)
     cdef const unsigned char *tp = <const unsigned char *><char *>topic
     cdef const unsigned char *bhp = &bh[0]
     cdef const unsigned char *shp = &sh[0]
@@ -488,9 +501,9 @@ cdef inline Py_ssize_t store_ts_pos(int32_t sys_flag) noexcept nogil:
     return 48 + (20 if sys_flag & BORNHOST_V6 else 8)
 
 
-def append_records(NativeMap dst, Py_ssize_t write_pos, src, Py_ssize_t src_pos, Py_ssize_t count,
+def append_records(NativeMap dst, Py_ssize_t write_pos, bytearray src, Py_ssize_t src_pos, Py_ssize_t count,
                    int64_t file_from_offset, int64_t queue_offset, int64_t store_timestamp,
-                   tags, Py_ssize_t tag_index, cq_out, Py_ssize_t cq_pos):
+                   bytes tags, Py_ssize_t tag_index, bytearray cq_out, Py_ssize_t cq_pos):
     """Copy up to `count` encoded records from src[src_pos:] into the segment at write_pos, filling
     in each record's queue offset (consecutive from `queue_offset`), physical offset and store
     timestamp, and writing one 20-byte consume-queue entry per record into cq_out[cq_pos:].
@@ -498,21 +511,18 @@ def append_records(NativeMap dst, Py_ssize_t write_pos, src, Py_ssize_t src_pos,
     A record that does not fit (it must leave 8 bytes for the blank) stops the copy: the blank
     end-of-file record is written and the third result is True.
     Returns (records written, bytes written, end_of_file)."""
-    cdef const unsigned char[::1] sv = src
-    cdef const unsigned char[::1] tv = tags
-    cdef unsigned char[::1] cv = cq_out
     cdef unsigned char *base = dst.check(write_pos, dst.size)
     cdef Py_ssize_t file_size = dst.size
-    cdef Py_ssize_t n = sv.shape[0]
+    cdef Py_ssize_t n = len(src)
     if count <= 0:
         return 0, 0, False
     if src_pos < 0 or src_pos >= n:
         raise ValueError(f"src_pos {src_pos} outside the {n} encoded bytes")
-    if tv.shape[0] < (tag_index + count) * 8 or cv.shape[0] < cq_pos + count * CQ_UNIT:
+    if len(tags) < (tag_index + count) * 8 or len(cq_out) < cq_pos + count * CQ_UNIT:
         raise ValueError("tags / consume-queue buffers are too small for the record count")
-    cdef const unsigned char *s = &sv[0]
-    cdef const int64_t *tg = <const int64_t *>&tv[0]
-    cdef unsigned char *cq = &cv[0] + cq_pos
+    cdef const unsigned char *s = <const unsigned char *>PyByteArray_AS_STRING(src)
+    cdef const int64_t *tg = <const int64_t *><char *>tags
+    cdef unsigned char *cq = <unsigned char *>PyByteArray_AS_STRING(cq_out) + cq_pos
     cdef Py_ssize_t pos = write_pos, sp = src_pos, i = 0, size
     cdef unsigned char *d
     cdef bint eof = False
@@ -541,6 +551,77 @@ def append_records(NativeMap dst, Py_ssize_t write_pos, src, Py_ssize_t src_pos,
         if eof:
             rmq_st32(base + pos, <uint32_t>(file_size - pos))
             rmq_st32(base + pos + 4, BLANK_MAGIC)
+    if not eof and i < count:
+        raise ValueError(f"encoded record at byte {sp} has a bad size")
+    return i, pos - write_pos, eof
+
+
+cdef int pwrite_all(int fd, const unsigned char *p, Py_ssize_t n, Py_ssize_t off) noexcept nogil:
+    cdef ssize_t w
+    while n > 0:
+        w = pwrite(fd, p, n, off)
+        if w < 0:
+            if errno == EINTR:
+                continue
+            return -1
+        p += w
+        n -= w
+        off += w
+    return 0
+
+
+def append_records_fd(int fd, Py_ssize_t write_pos, Py_ssize_t file_size, bytearray src, Py_ssize_t src_pos,
+                      Py_ssize_t count, int64_t file_from_offset, int64_t queue_offset, int64_t store_timestamp,
+                      bytes tags, Py_ssize_t tag_index, bytearray cq_out, Py_ssize_t cq_pos):
+    """`append_records` through the file descriptor instead of the mapping (RocketMQ's
+    transient-store idea): the fields are filled in the caller's private encode buffer, then one
+    pwrite puts the records into the page cache, where the segment's mapping sees them.  Used for
+    SYNC_FLUSH: pages dirtied through write() are made durable by fdatasync without the
+    page-fault / journal cost that msync of mmap-dirtied pages has on ext4."""
+    cdef Py_ssize_t n = len(src)
+    if count <= 0:
+        return 0, 0, False
+    if src_pos < 0 or src_pos >= n or write_pos < 0 or write_pos > file_size:
+        raise ValueError(f"src_pos {src_pos} / write_pos {write_pos} out of range")
+    if len(tags) < (tag_index + count) * 8 or len(cq_out) < cq_pos + count * CQ_UNIT:
+        raise ValueError("tags / consume-queue buffers are too small for the record count")
+    cdef unsigned char *s = <unsigned char *>PyByteArray_AS_STRING(src)
+    cdef const int64_t *tg = <const int64_t *><char *>tags
+    cdef unsigned char *cq = <unsigned char *>PyByteArray_AS_STRING(cq_out) + cq_pos
+    cdef Py_ssize_t pos = write_pos, sp = src_pos, i = 0, size
+    cdef unsigned char *d
+    cdef bint eof = False
+    cdef int32_t sysf
+    cdef int rc = 0
+    cdef unsigned char blank[8]
+    with nogil:
+        while i < count:
+            size = <int32_t>rmq_ld32(s + sp)
+            if size < 91 or sp + size > n:
+                break
+            if pos + size + MIN_BLANK > file_size:
+                eof = True
+                break
+            d = s + sp
+            rmq_st64(d + 20, <uint64_t>(queue_offset + i))
+            rmq_st64(d + 28, <uint64_t>(file_from_offset + pos))
+            sysf = <int32_t>rmq_ld32(d + 36)
+            rmq_st64(d + store_ts_pos(sysf), <uint64_t>store_timestamp)
+            rmq_st64(cq, <uint64_t>(file_from_offset + pos))
+            rmq_st32(cq + 8, <uint32_t>size)
+            rmq_st64(cq + 12, <uint64_t>tg[tag_index + i])
+            cq += CQ_UNIT
+            pos += size
+            sp += size
+            i += 1
+        if pos > write_pos:
+            rc = pwrite_all(fd, s + src_pos, pos - write_pos, write_pos)
+        if eof and rc == 0:
+            rmq_st32(blank, <uint32_t>(file_size - pos))
+            rmq_st32(blank + 4, BLANK_MAGIC)
+            rc = pwrite_all(fd, blank, 8, pos)
+    if rc != 0:
+        raise OSError(errno, f"write of commit-log bytes {write_pos}..{pos} failed")
     if not eof and i < count:
         raise ValueError(f"encoded record at byte {sp} has a bad size")
     return i, pos - write_pos, eof

@@ -76,7 +76,13 @@ class AppendOutcome:
 class CommitLog:
     def __init__(self, config, allocator: AllocateMappedFileService | None = None, delay_levels_ms=None):
         self.config = config
-        self.mapped_file_queue = MappedFileQueue(config.commit_log_dir, config.mapped_file_size_commit_log, allocator)
+        # SYNC_FLUSH appends through pwrite (durable by fdatasync at a fraction of msync's cost on
+        # mmap-dirtied pages); ASYNC_FLUSH copies straight into the mapping.
+        self.write_through_fd = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        if allocator is not None:
+            allocator.write_through_fd = self.write_through_fd
+        self.mapped_file_queue = MappedFileQueue(config.commit_log_dir, config.mapped_file_size_commit_log, allocator,
+                                                 write_through_fd=self.write_through_fd)
         self.put_lock = threading.Lock()
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
@@ -142,9 +148,14 @@ class CommitLog:
             src_pos = 0
             first_offset = None
             while done < count:
-                n, nbytes, eof = native.append_records(
-                    mf.native, mf.wrote_position, enc.records, src_pos, count - done, mf.file_from_offset,
-                    qoff + done, store_ts, tags, done, entries, done * 20)
+                if mf.fd is not None:
+                    n, nbytes, eof = native.append_records_fd(
+                        mf.fd, mf.wrote_position, mf.file_size, enc.records, src_pos, count - done,
+                        mf.file_from_offset, qoff + done, store_ts, tags, done, entries, done * 20)
+                else:
+                    n, nbytes, eof = native.append_records(
+                        mf.native, mf.wrote_position, enc.records, src_pos, count - done, mf.file_from_offset,
+                        qoff + done, store_ts, tags, done, entries, done * 20)
                 if first_offset is None and n:
                     first_offset = mf.file_from_offset + mf.wrote_position
                 mf.wrote_position += nbytes

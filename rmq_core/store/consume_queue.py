@@ -31,6 +31,7 @@ log = logging.getLogger("rmq.store")
 
 CQ_STORE_UNIT_SIZE = 20
 _BLANK_ENTRY = struct.pack(">qiq", 0, 0x7FFFFFFF, 0)
+_HEAD = struct.Struct(">qi")
 
 
 class ConsumeQueue:
@@ -120,6 +121,17 @@ class ConsumeQueue:
         mfq = self.mapped_file_queue
         unit = CQ_STORE_UNIT_SIZE
         size = self.mapped_file_size
+        files = mfq.mapped_files
+        if count == 1 and files and type(entries) is bytearray:
+            # the single-message put: append one entry to the last file if it is the expected spot
+            mf = files[-1]
+            pos = mf.wrote_position
+            if pos + unit <= size and mf.file_from_offset + pos == first_queue_offset * unit:
+                mf.native.write(pos, entries)
+                mf.wrote_position = pos + unit
+                phys, sz = _HEAD.unpack_from(entries, 0)
+                self.max_physic_offset = phys + sz
+                return
         cur = self.get_max_offset_in_queue()
         skip = cur - first_queue_offset
         if skip >= count:

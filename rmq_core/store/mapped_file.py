@@ -28,7 +28,7 @@ def offset_to_file_name(offset: int) -> str:
 
 
 class MappedFile:
-    def __init__(self, path: str, file_size: int, prefault: bool = False):
+    def __init__(self, path: str, file_size: int, prefault: bool = False, write_through_fd: bool = False):
         self.path = path
         self.file_size = file_size
         name = os.path.basename(path)
@@ -46,14 +46,23 @@ class MappedFile:
                 # new file, or a tail truncated by a crash: extend with zeros (sparse)
                 os.ftruncate(fd, file_size)
             self._mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+        except BaseException:
+            os.close(fd)
+            raise
+        # write_through_fd: appends go through pwrite on this descriptor (see append_records_fd)
+        self.fd = fd if write_through_fd else None
+        if not write_through_fd:
             os.close(fd)
         self.native = NativeMap(self._mm)
         self.wrote_position = 0
         self.flushed_position = 0
         self.first_create_in_queue = False
         if prefault:
+            # Touch every page and write the zeros back now, so the file's blocks are allocated
+            # before the first append: a later flush then writes data only (no block allocation or
+            # journal commit on the put path — what makes a SYNC_FLUSH fast).
             self.native.prefault(0, file_size)
+            self.native.msync(0, file_size)
 
     # -- positions -----------------------------------------------------------------------------
     @property
@@ -78,7 +87,10 @@ class MappedFile:
         """Make [flushed, upto or wrote) durable; returns the new flushed position."""
         end = self.wrote_position if upto is None else min(upto, self.wrote_position)
         if end > self.flushed_position:
-            self.native.msync(self.flushed_position, end)
+            if self.fd is not None:
+                os.fdatasync(self.fd)  # releases the GIL; pwrite-dirtied pages
+            else:
+                self.native.msync(self.flushed_position, end)
             self.flushed_position = end
         return self.flushed_position
 
@@ -93,6 +105,9 @@ class MappedFile:
             self.native.release()
             self._mm.close()
             self.native = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     def destroy(self) -> None:
         self.close()
@@ -109,8 +124,9 @@ class AllocateMappedFileService:
     """Creates (and optionally pre-faults) the next segment in the background, so the put that
     rolls over to it finds it ready (RocketMQ's AllocateMappedFileService)."""
 
-    def __init__(self, prefault: bool = False):
+    def __init__(self, prefault: bool = False, write_through_fd: bool = False):
         self.prefault = prefault
+        self.write_through_fd = write_through_fd
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="AllocateMappedFile")
         self._pending: dict[str, concurrent.futures.Future] = {}
         self._lock = threading.Lock()
@@ -126,11 +142,12 @@ class AllocateMappedFileService:
             except Exception as e:  # fall back to creating it here
                 log.warning("pre-allocating %s failed: %s", path, e)
         if mf is None:
-            mf = MappedFile(path, file_size, prefault=self.prefault)
+            mf = MappedFile(path, file_size, prefault=self.prefault, write_through_fd=self.write_through_fd)
         if next_path is not None:
             with self._lock:
                 if not self._closed and next_path not in self._pending:
-                    self._pending[next_path] = self._pool.submit(MappedFile, next_path, file_size, self.prefault)
+                    self._pending[next_path] = self._pool.submit(MappedFile, next_path, file_size, self.prefault,
+                                                                self.write_through_fd)
         return mf
 
     def shutdown(self) -> None:
@@ -151,7 +168,9 @@ class AllocateMappedFileService:
 class MappedFileQueue:
     """The ordered segments of one log (commit log, or one consume queue)."""
 
-    def __init__(self, store_path: str, mapped_file_size: int, allocator: AllocateMappedFileService | None = None):
+    def __init__(self, store_path: str, mapped_file_size: int, allocator: AllocateMappedFileService | None = None,
+                 write_through_fd: bool = False):
+        self.write_through_fd = write_through_fd
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self.allocator = allocator
@@ -174,7 +193,7 @@ class MappedFileQueue:
                     f"{self.mapped_file_size}; the size setting must not change for an existing store")
             if int(n) % self.mapped_file_size:
                 raise StoreError(f"segment {path!r} does not start at a multiple of {self.mapped_file_size}")
-            mf = MappedFile(path, self.mapped_file_size)
+            mf = MappedFile(path, self.mapped_file_size, write_through_fd=self.write_through_fd)
             mf.set_positions(self.mapped_file_size)
             self.mapped_files.append(mf)
         return True
@@ -204,7 +223,7 @@ class MappedFileQueue:
                 nxt = os.path.join(self.store_path, offset_to_file_name(create_offset + self.mapped_file_size))
                 mf = self.allocator.request(path, nxt, self.mapped_file_size)
             else:
-                mf = MappedFile(path, self.mapped_file_size)
+                mf = MappedFile(path, self.mapped_file_size, write_through_fd=self.write_through_fd)
             mf.first_create_in_queue = not self.mapped_files
             self.mapped_files = self.mapped_files + [mf]  # copy-on-write: readers iterate lock-free
             return mf

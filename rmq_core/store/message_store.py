@@ -283,6 +283,11 @@ class DefaultMessageStore:
         props_b = msg.properties_bytes
         if props_b is None:
             props_b = properties_to_string(msg.properties).encode("utf-8")
+        elif type(props_b) is not bytes:
+            props_b = bytes(props_b)
+        body = msg.body
+        if type(body) is not bytes:
+            body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
         if len(props_b) > MAX_PROPERTIES_LENGTH:
             return None, PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None,
                                           error=f"message properties are {len(props_b)} bytes, more than {MAX_PROPERTIES_LENGTH}")
@@ -295,7 +300,7 @@ class DefaultMessageStore:
             delay = int(d) if d and d.isdigit() else 0
         limit = min(self.config.max_message_size, self.commit_log.max_record_in_segment)
         try:
-            enc = build_encoded_single(msg.topic, topic_b, msg.queue_id, msg.flag, msg.body, props_b, sys_flag,
+            enc = build_encoded_single(msg.topic, topic_b, msg.queue_id, msg.flag, body, props_b, sys_flag,
                                        msg.born_timestamp or now_ms(), born_b, store_b, msg.reconsume_times,
                                        msg.prepared_transaction_offset, limit, msg.tags_code, delay)
         except MessageTooLargeError as e:
@@ -361,8 +366,7 @@ class DefaultMessageStore:
             return PutMessageResult(outcome.status, None, error=outcome.error), None
         count = outcome.count
         if count == 1:
-            msg_id = create_offset_msg_id(self.store_host[0], self.store_host[1], outcome.wrote_offset) \
-                if not self._store_host_v6 else native.offset_msg_ids(outcome.entries, 1, self._store_host_b)
+            msg_id = native.offset_msg_ids(outcome.entries, 1, self._store_host_b)
             result = AppendMessageResult(outcome.wrote_offset, outcome.wrote_bytes, msg_id, outcome.store_timestamp,
                                          outcome.logics_offset, 1)
         else:
