@@ -15,6 +15,8 @@ _CLIENT_EXPORTS = {
     "Producer": "rmq_core.client.producer",
     "PushConsumer": "rmq_core.client.push_consumer",
     "PullConsumer": "rmq_core.client.pull_consumer",
+    "TransactionProducer": "rmq_core.client.transaction",
+    "TransactionSendResult": "rmq_core.client.transaction",
     "SelectMessageQueueByHash": "rmq_core.client.selector",
     "SelectMessageQueueByRandom": "rmq_core.client.selector",
 }

@@ -10,11 +10,13 @@ from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.producer import Producer
 from rmq_core.client.pull_consumer import PullConsumer
 from rmq_core.client.push_consumer import PushConsumer
+from rmq_core.client.transaction import TransactionProducer, TransactionSendResult
 from rmq_core.client.selector import (
     MessageQueueSelector, SelectMessageQueueByHash, SelectMessageQueueByRandom,
 )
 
 __all__ = [
     "ClientConfig", "MQClientInstance", "MQClientManager", "Producer", "PushConsumer", "PullConsumer",
+    "TransactionProducer", "TransactionSendResult",
     "MessageQueueSelector", "SelectMessageQueueByHash", "SelectMessageQueueByRandom",
 ]

@@ -18,7 +18,6 @@ import heapq
 import itertools
 import json
 import logging
-import os
 import random
 import threading
 import time
@@ -29,7 +28,7 @@ from rmq_core.client.config import ClientConfig
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
 from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
-from rmq_core.message import MessageQueue, MixAll, TopicValidator
+from rmq_core.message import MessageConst, MessageQueue, MixAll, TopicValidator
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -127,8 +126,29 @@ class _BrokerRequestProcessor:
                 # the reset blocks (offset store, waits for consume threads): off the event loop
                 loop.run_in_executor(inst.blocking_executor, consumer.reset_offset, topic, table)
             return request.make_response(ResponseCode.SUCCESS)
+        if code == RequestCode.CHECK_TRANSACTION_STATE:
+            self._check_transaction_state(ctx, request)
+            return None  # oneway: the answer is an END_TRANSACTION request
         return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                      f"request code {code} not supported by this client")
+
+    def _check_transaction_state(self, ctx, request: RemotingCommand) -> None:
+        from rmq_core.codec import decode_messages
+        try:
+            msgs = decode_messages(request.body or b"")
+        except ValueError as e:
+            log.warning("CHECK_TRANSACTION_STATE with an undecodable message: %s", e)
+            return
+        if not msgs:
+            return
+        msg = msgs[0]
+        group = msg.get_property(MessageConst.PRODUCER_GROUP)
+        producer = self.instance.producers.get(group)
+        if producer is None or not hasattr(producer, "check_transaction_state"):
+            log.warning("CHECK_TRANSACTION_STATE for group %s: no transaction producer here", group)
+            return
+        addr = ctx.attributes.get("addr") or ctx.remote_address
+        producer.check_transaction_state(addr, msg, dict(request.ext_fields))
 
 
 def parse_offset_table(body: bytes, topic: str | None) -> dict[MessageQueue, int]:
@@ -216,7 +236,7 @@ class MQClientInstance:
                 self.remoting = RemotingClient(name=f"client-{self.client_id}", connect_timeout=self.config.connect_timeout)
                 proc = _BrokerRequestProcessor(self)
                 for code in (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.GET_CONSUMER_RUNNING_INFO,
-                             RequestCode.RESET_CONSUMER_CLIENT_OFFSET):
+                             RequestCode.RESET_CONSUMER_CLIENT_OFFSET, RequestCode.CHECK_TRANSACTION_STATE):
                     self.remoting.register_processor(code, proc)
 
             self.run(init())
@@ -436,8 +456,15 @@ class MQClientInstance:
                 return False
             old = self.topic_route_table.get(topic)
             self.topic_route_table[topic] = route
+            new_broker = False
             for bd in route.broker_datas:
+                if self.broker_addr_table.get(bd.broker_name) != bd.broker_addrs:
+                    new_broker = True
                 self.broker_addr_table[bd.broker_name] = dict(bd.broker_addrs)
+            if new_broker and not self._stopping:
+                # a broker we never heartbeated: introduce ourselves now rather than at the next
+                # tick (transaction check-backs and consumer lists need to know this client)
+                self.spawn(self.send_heartbeat_to_all_brokers())
             if old != route:
                 for p in list(self.producers.values()):
                     p.on_route_changed(topic, route)
@@ -597,4 +624,3 @@ def is_system_topic(topic: str) -> bool:
 
 
 __all__ = ["MQClientInstance", "MQClientManager", "Scheduler", "parse_offset_table"]
-_ = os

@@ -295,9 +295,9 @@ class Producer:
             f"auto-create route {self.create_topic_key!r}); create the topic first"
         )
 
-    def _prepare(self, msg: Message) -> tuple[str, bytes, int, dict]:
+    def _prepare(self, msg: Message, allow_system: bool = False) -> tuple[str, bytes, int, dict]:
         """Validate, give the message its UNIQ_KEY, compress; returns (uniq_id, body, sys_flag, props)."""
-        check_message(msg, self.max_message_size)
+        check_message(msg, self.max_message_size, allow_system)
         props = msg.wire_properties()
         uniq = msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if not uniq:
@@ -322,9 +322,9 @@ class Producer:
         return mq
 
     async def _send(self, msg: Message, mode: CommunicationMode, timeout: float,
-                    queue: MessageQueue | None, selector, arg) -> SendResult | None:
+                    queue: MessageQueue | None, selector, arg, allow_system: bool = False) -> SendResult | None:
         begin = time.monotonic()
-        uniq, body, sys_flag, props = self._prepare(msg)
+        uniq, body, sys_flag, props = self._prepare(msg, allow_system)
         info = await self._find_publish_info(msg.topic)
         if queue is not None or selector is not None:
             mq = queue if queue is not None else await self._select_by(info, msg, selector, arg)

@@ -77,7 +77,7 @@ def check_group(group: str) -> str:
     return group
 
 
-def check_message(msg: Message, max_message_size: int = MAX_MESSAGE_SIZE) -> None:
+def check_message(msg: Message, max_message_size: int = MAX_MESSAGE_SIZE, allow_system_properties: bool = False) -> None:
     """Validators.checkMessage: a valid, non-system topic and a body of 1..max_message_size bytes."""
     if not isinstance(msg, Message):
         raise IllegalArgumentError(f"expected a Message, got {type(msg).__name__}")
@@ -91,7 +91,7 @@ def check_message(msg: Message, max_message_size: int = MAX_MESSAGE_SIZE) -> Non
             f"{max_message_size} bytes"
         )
     reserved = sorted(set(msg.properties) & MessageConst.SYSTEM_KEYS - {MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX})
-    if reserved:
+    if reserved and not allow_system_properties:
         raise IllegalArgumentError(
             f"property name {reserved[0]!r} is reserved by RocketMQ; use the Message field instead"
             if reserved[0] in (MessageConst.TAGS, MessageConst.KEYS, MessageConst.DELAY_TIME_LEVEL)
