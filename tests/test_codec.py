@@ -396,6 +396,10 @@ def test_message_ext_from_keywords_and_derived_attributes():
     assert m.properties == {"TAGS": "TagB", "KEYS": "a b", "u": "v", "UNIQ_KEY": "ABC"}
     m.put_user_property("color", 7)
     assert m.get_user_property("color") == "7" and m.get_property("missing", "d") == "d"
+    m.put_property("color", None)
+    assert "color" not in m.properties
+    with pytest.raises(IllegalArgumentError, match="non-empty str"):
+        m.put_property("", "x")
     with pytest.raises(IllegalArgumentError, match="'UNIQ_KEY' is reserved"):
         m.put_user_property("UNIQ_KEY", "x")
     m.properties = "A\x01b\x02"

@@ -663,9 +663,13 @@ cdef class MessageExt:
         return self.get_property(name, default)
 
     def put_property(self, name, value):
+        """Set a property (value converted with str(); None removes it)."""
         if not isinstance(name, str) or not name:
             raise IllegalArgumentError(f"property name {name!r} must be a non-empty str")
-        self._props()[name] = value if isinstance(value, str) else str(value)
+        if value is None:
+            self._props().pop(name, None)
+        else:
+            self._props()[name] = value if isinstance(value, str) else str(value)
 
     def put_user_property(self, name, value):
         if name in _SYSTEM_KEYS:
