@@ -924,7 +924,7 @@ cdef inline bint tag_match(uint64_t be_code, const uint64_t *codes, Py_ssize_t n
 
 
 def cq_scan(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter tags, Py_ssize_t max_count,
-            Py_ssize_t max_bytes, int64_t min_phys, out):
+            Py_ssize_t max_bytes, int64_t min_phys, bytearray out):
     """Scan entries in [start, end) of one consume-queue file.
 
     An entry matches when its tag code is in `tags` (None: every entry).  Entries whose commit-log
@@ -934,10 +934,9 @@ def cq_scan(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter tags, Py_ss
     (int64 commit-log offset, int32 size, int32 entry index relative to start), 16 bytes each.
     Returns (matches, scanned_end_pos, skipped_removed)."""
     cdef unsigned char *p = m.check(start, end)
-    cdef unsigned char[::1] ov = out
-    if ov.shape[0] < max_count * 16:
+    if len(out) < max_count * 16:
         raise ValueError("output buffer too small")
-    cdef unsigned char *o = &ov[0] if ov.shape[0] else NULL
+    cdef unsigned char *o = <unsigned char *>PyByteArray_AS_STRING(out)
     cdef const uint64_t *codes = NULL
     cdef Py_ssize_t ncodes = -1
     if tags is not None:
@@ -1041,3 +1040,35 @@ def offset_msg_ids(entries, Py_ssize_t count, bytes host):
         if i + 1 < count:
             o[k + per] = 44
     return out.decode("ascii")
+
+
+def gather_matches(bytearray matches, Py_ssize_t start, Py_ssize_t n, NativeMap seg, int64_t seg_from,
+                   Py_ssize_t seg_limit, int64_t queue_offset_base):
+    """Copy the records of matches[start:n] (as written by cq_scan) that lie in one commit-log
+    segment into one bytes object — the pull response body — stopping at the first match outside
+    [seg_from, seg_from + seg_limit).  Returns (body, queue offsets, matches consumed)."""
+    cdef const unsigned char *m = <const unsigned char *>PyByteArray_AS_STRING(matches)
+    if len(matches) < n * 16:
+        raise ValueError("matches buffer shorter than n")
+    cdef unsigned char *p = seg.check(0, seg_limit)
+    cdef Py_ssize_t i = start, total = 0, k
+    cdef int64_t phys
+    cdef int32_t size, idx
+    while i < n:
+        memcpy(&phys, m + i * 16, 8)
+        memcpy(&size, m + i * 16 + 8, 4)
+        if phys < seg_from or phys - seg_from + size > seg_limit or size <= 0:
+            break
+        total += size
+        i += 1
+    body = PyBytes_FromStringAndSize(NULL, total)
+    cdef unsigned char *o = <unsigned char *><char *>(<bytes>body)
+    qoffs = []
+    for k in range(start, i):
+        memcpy(&phys, m + k * 16, 8)
+        memcpy(&size, m + k * 16 + 8, 4)
+        memcpy(&idx, m + k * 16 + 12, 4)
+        memcpy(o, p + (phys - seg_from), size)
+        o += size
+        qoffs.append(queue_offset_base + idx)
+    return body, qoffs, i - start

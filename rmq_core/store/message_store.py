@@ -499,25 +499,51 @@ class DefaultMessageStore:
         parts = []
         qoffs = []
         check_cl = message_filter is not None and message_filter.needs_commit_log_check
-        get_data = self.commit_log.get_data
-        for i in range(n):
-            phys, size, idx = _MATCH.unpack_from(out, i * 16)
-            data = get_data(phys, size)
-            if data is None:
-                removed += 1
-                continue
-            if check_cl and not message_filter.is_matched_by_commit_log(
-                    string_to_properties(record_fields(data)["properties_bytes"])):
-                continue
-            parts.append(data)
-            qoffs.append(offset + idx)
+        i = 0
+        if not check_cl:
+            # native gather: the matches' records, segment by segment, into one body
+            mfq = self.commit_log.mapped_file_queue
+            while i < n:
+                phys = _MATCH.unpack_from(out, i * 16)[0]
+                seg = mfq.find_mapped_file_by_offset(phys)
+                if seg is None:
+                    removed += 1
+                    i += 1
+                    continue
+                try:
+                    body, offs, k = native.gather_matches(out, i, n, seg.native, seg.file_from_offset,
+                                                          seg.wrote_position, offset)
+                except ValueError:  # deleted by retention meanwhile
+                    removed += 1
+                    i += 1
+                    continue
+                if k == 0:
+                    removed += 1
+                    i += 1
+                    continue
+                parts.append(body)
+                qoffs += offs
+                i += k
+        else:
+            get_data = self.commit_log.get_data
+            for i in range(n):
+                phys, size, idx = _MATCH.unpack_from(out, i * 16)
+                data = get_data(phys, size)
+                if data is None:
+                    removed += 1
+                    continue
+                if not message_filter.is_matched_by_commit_log(
+                        string_to_properties(record_fields(data)["properties_bytes"])):
+                    continue
+                parts.append(data)
+                qoffs.append(offset + idx)
         if parts:
-            buf = b"".join(parts)
+            buf = parts[0] if len(parts) == 1 else b"".join(parts)
             status = GetMessageStatus.FOUND
         else:
             buf = b""
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if removed else GetMessageStatus.NO_MATCHED_MESSAGE
-        result = GetMessageResult(status, next_begin, min_off, max_off, buf, len(parts), qoffs, len(buf))
+        result = GetMessageResult(status, next_begin, min_off, max_off, buf, len(qoffs), qoffs, len(buf))
         if parts:
             # RocketMQ suggests the slave when the consumer lags by more than the memory share
             lag = self.commit_log.get_max_offset() - (_MATCH.unpack_from(out, (n - 1) * 16)[0])
