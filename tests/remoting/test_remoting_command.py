@@ -257,3 +257,23 @@ def test_decode_random_bytes_never_crashes_uncontrolled(data):
         RemotingCommand.decode(data)
     except RemotingCommandError:
         pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(_commands)
+def test_json_header_bytes_equal_fastjson_style_json_dumps(fields):
+    code, language, version, opaque, flag, remark, ext, body = fields
+    cmd = RemotingCommand(code, language=language, version=version, opaque=opaque, flag=flag, remark=remark,
+                          ext_fields=dict(ext))
+    frame = cmd.encode()
+    header_len = struct.unpack(">I", frame[4:8])[0]
+    expected = {"code": code, "flag": flag, "language": language, "opaque": opaque,
+                "serializeTypeCurrentRPC": "JSON", "version": version}
+    if ext:
+        expected["extFields"] = ext
+    if remark is not None:
+        expected["remark"] = remark
+    # top-level keys sorted like fastjson; ext fields keep their insertion order
+    reference = json.dumps({k: expected[k] for k in sorted(expected)}, separators=(",", ":"),
+                           ensure_ascii=False).encode()
+    assert frame[8:8 + header_len] == reference
