@@ -183,3 +183,87 @@ def test_refused_send_back_falls_back_to_resending_into_the_retry_topic(cluster)
         wait_until(lambda: len(seen) >= 2, timeout=20, what="the message back through the retry topic")
     assert seen[0][:4] == ("FallBack", 0, "T1", "1")
     assert seen[1] == ("FallBack", 1, "T1", "1", r.msg_id)
+
+
+def test_send_message_v1_header_and_flow_control(cluster):
+    """SEND_MESSAGE (code 10, long header names) works too; a tiny pull threshold throttles the
+    pull loop (flow control) without losing anything."""
+    topic = "FlowControl"
+    with Producer("PG_V1", namesrv=cluster.namesrv, use_send_message_v2=False, **FAST) as p:
+        q = p.fetch_publish_message_queues(topic)[0]
+        for i in range(10):
+            if i % 2:
+                p.send_batch([Message(topic, f"f{i}-{j}".encode()) for j in range(20)], queue=q)
+            else:
+                for j in range(20):
+                    p.send(Message(topic, f"f{i}-{j}".encode(), tags="v1"), queue=q)
+    got = []
+    gate = threading.Event()
+
+    def listener(msgs):
+        gate.wait(5)
+        got.extend(m.body for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = make_consumer(cluster.namesrv, "CG_FLOW", topic, listener, pull_threshold_for_queue=10, pull_batch_size=8,
+                      consume_thread_max=2, consume_thread_min=1)
+    with c:
+        wait_until(lambda: c.flow_control_times > 0, what="flow control kicks in")
+        # while the listener is blocked the buffer stays near the threshold
+        pq = next(pq for mq, pq in c.process_queue_table.items() if mq == q)
+        assert pq.msg_count <= 10 + 8
+        gate.set()
+        wait_until(lambda: len(got) >= 200, what="everything after the gate opens")
+    assert sorted(got) == sorted(f"f{i}-{j}".encode() for i in range(10) for j in range(20))
+
+
+def test_orderly_shutdown_releases_locks_at_once(cluster):
+    """A clean shutdown unlocks the queues: the next member takes them well within the 3 s lease."""
+    topic = "OrderlyHandover"
+    with Producer("PG_HO", namesrv=cluster.namesrv, **FAST) as p:
+        for i in range(8):
+            p.send(Message(topic, f"h{i}".encode()))
+    a = make_consumer(cluster.namesrv, "CG_HO", topic, lambda msgs: ConsumeStatus.SUCCESS, orderly=True,
+                      lock_interval=0.5).start()
+    try:
+        wait_until(lambda: len([q for q, pq in a.process_queue_table.items()
+                                if pq.locked and q.topic == topic]) == 4, what="a locks the 4 queues")
+    finally:
+        a.shutdown()
+    t0 = time.monotonic()
+    b = make_consumer(cluster.namesrv, "CG_HO", topic, lambda msgs: ConsumeStatus.SUCCESS, orderly=True,
+                      lock_interval=0.5)
+    with b:
+        wait_until(lambda: len([q for q, pq in b.process_queue_table.items()
+                                if pq.locked and q.topic == topic]) == 4, what="b locks the 4 queues")
+        assert time.monotonic() - t0 < 2.5
+
+
+def test_allocate_strategy_by_name_and_lite_auto_commit(cluster):
+    topic = "ByCircle"
+    with Producer("PG_BYC", namesrv=cluster.namesrv, **FAST) as p:
+        for i in range(8):
+            p.send(Message(topic, f"c{i}".encode()))
+    c1 = PullConsumer("CG_BYC", namesrv=cluster.namesrv, allocate_strategy="by_circle", auto_commit=True,
+                      auto_commit_interval=0.2, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **FAST_CONSUMER)
+    c2 = PullConsumer("CG_BYC", namesrv=cluster.namesrv, allocate_strategy="by_circle",
+                      consume_from_where="CONSUME_FROM_FIRST_OFFSET", **FAST_CONSUMER)
+    c1.subscribe(topic, "*")
+    c2.subscribe(topic, "*")
+    with c1, c2:
+        def mine(c):
+            return sorted(q.queue_id for q in c.assignment() if q.topic == topic)
+        wait_until(lambda: len(mine(c1)) == 2 and len(mine(c2)) == 2, what="queues split by circle")
+        ids = sorted([c1.client_id, c2.client_id])
+        first = c1 if c1.client_id == ids[0] else c2
+        assert mine(first) == [0, 2]  # by circle: queue i goes to consumer i % 2
+        got = []
+        deadline = time.time() + 15
+        while len(got) < 8 and time.time() < deadline:
+            got += c1.poll(0.2) + c2.poll(0.2)
+        time.sleep(0.3)
+        c1.poll(0.1)  # the auto-commit happens inside poll
+        for q in c1.assignment():
+            if q.topic == topic:
+                assert c1.committed(q) == 2
+    assert sorted(m.body for m in got) == sorted(f"c{i}".encode() for i in range(8))
