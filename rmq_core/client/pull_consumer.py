@@ -273,6 +273,18 @@ class PullConsumer(ConsumerBase):
         if mqs and self.offset_store is not None:
             self.offset_store.persist_all(mqs)
 
+    def reset_offset(self, topic: str, table: dict) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET from the broker: seek the queues this consumer holds."""
+        for mq, offset in table.items():
+            with self._states_lock:
+                st = self._states.get(mq)
+            if st is None:
+                continue
+            st.version += 1
+            st.pq.clear()
+            st.seek_offset = offset
+            self._restart_pull(mq, st)
+
     # --- the pull loop ---------------------------------------------------------------------------
     async def _pull_loop(self, mq: MessageQueue, st: _QueueState) -> None:
         inst = self.instance

@@ -213,7 +213,8 @@ class ConsumerBase:
         time.sleep(0.01)
         for mq, offset in table.items():
             self.offset_store.update_offset(mq, offset, False)
-            self.offset_store.persist(mq)
+        self.commit_offsets_sync(list(table))  # stored before the queues are rebuilt from it
+        for mq in table:
             self.rebalance.process_queue_table.pop(mq, None)
         self.instance.rebalance_immediately()
 

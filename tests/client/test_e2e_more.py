@@ -267,3 +267,25 @@ def test_allocate_strategy_by_name_and_lite_auto_commit(cluster):
             if q.topic == topic:
                 assert c1.committed(q) == 2
     assert sorted(m.body for m in got) == sorted(f"c{i}".encode() for i in range(8))
+
+
+def test_consumer_running_info_answer(cluster):
+    import json
+    from rmq_core.client.instance import _BrokerRequestProcessor
+    from rmq_core.remoting.codes import RequestCode
+    from rmq_core.remoting.command import RemotingCommand
+
+    with Producer("PG_RI", namesrv=cluster.namesrv, **FAST) as p:
+        p.send(Message("RunInfo", b"x"))
+    with make_consumer(cluster.namesrv, "CG_RI", "RunInfo", lambda m: ConsumeStatus.CONSUME_SUCCESS) as c:
+        wait_until(lambda: c.process_queue_table, what="queues")
+        proc = _BrokerRequestProcessor(c.instance)
+        req = RemotingCommand.create_request(RequestCode.GET_CONSUMER_RUNNING_INFO,
+                                             {"consumerGroup": "CG_RI", "clientId": c.client_id})
+        resp = c.instance.run(proc.process_request(None, req))
+        info = json.loads(resp.body)
+        assert resp.code == 0 and info["properties"]["consumeType"] == "CONSUME_PASSIVELY"
+        assert {s["topic"] for s in info["subscriptionSet"]} == {"RunInfo", "%RETRY%CG_RI"}
+        assert len(info["mqTable"]) >= 4
+        unknown = RemotingCommand.create_request(RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "nope"})
+        assert c.instance.run(proc.process_request(None, unknown)).code != 0
