@@ -209,6 +209,10 @@ class MessageStoreConfig(PropertiesConfig):
     broker_role: BrokerRole = prop(BrokerRole.ASYNC_MASTER, "brokerRole")
     timer_wheel_enable: bool = prop(True, "timerWheelEnable")
     timer_precision_ms: int = prop(100, "timerPrecisionMs", validator=_positive)
+    # RocketMQ 5 timer: the farthest delivery time a message may ask for, and how many precision
+    # slots ahead the timing wheel holds in memory (later ones stay in the log until their turn).
+    timer_max_delay_sec: int = prop(3 * 24 * 3600, "timerMaxDelaySec", validator=_positive)
+    timer_roll_window_slot: int = prop(2 * 24 * 3600, "timerRollWindowSlot", validator=_positive)
 
     @property
     def commit_log_dir(self) -> str:
