@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from rmq_core import plugins
 from rmq_core.client.config import ClientConfig
-from rmq_core.client.route import TopicPublishInfo, TopicRouteData
+from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
 from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import MessageConst, MessageQueue, MixAll, TopicValidator

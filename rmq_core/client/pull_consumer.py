@@ -22,7 +22,7 @@ from rmq_core.client.pull_api import (
 from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
 from rmq_core.client.subscription import SubscriptionData, build_subscription
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
-from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus
+from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, PullStatus
 
 log = logging.getLogger("rmq.client.pull")
 
@@ -99,9 +99,6 @@ class PullConsumer(ConsumerBase):
         self._next_auto_commit = 0.0
         self._cached = 0
 
-    def effective_max_reconsume_times(self) -> int:
-        return 16
-
     # --- subscription ----------------------------------------------------------------------------
     def subscribe(self, topic: str, expression="*") -> None:
         if self._assigned_mode:
@@ -158,9 +155,7 @@ class PullConsumer(ConsumerBase):
                 return self
             if not self.subscription_inner:
                 raise MQClientError(f"pull consumer {self.group!r}: subscribe() or assign() before start()")
-            if self.message_model is MessageModel.CLUSTERING and not self._assigned_mode:
-                retry = MixAll.get_retry_topic(self.group)
-                self.subscription_inner.setdefault(retry, build_subscription(retry, "*"))
+            # unlike PushConsumer, no %RETRY% subscription: a lite pull consumer never sends back
             self._start_common(False)
             self._started = True
             self._next_auto_commit = time.monotonic() + self.auto_commit_interval

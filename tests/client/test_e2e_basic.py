@@ -7,7 +7,6 @@ import pytest
 from rmq_core import (
     ConsumeStatus, Message, MessageSelector, Producer, PullConsumer, PushConsumer, SelectMessageQueueByHash,
 )
-from rmq_core.errors import MQClientError
 from rmq_core.message import MessageQueue, SendStatus
 from tests.client.conftest import FAST, FAST_CONSUMER, wait_until
 

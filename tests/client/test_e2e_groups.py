@@ -8,7 +8,6 @@ import textwrap
 import threading
 import time
 
-import pytest
 
 from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from rmq_core.message import MessageQueue

@@ -3,7 +3,6 @@ expired in-flight messages sent back, interception hooks, broker-driven offset r
 import threading
 import time
 
-import pytest
 
 from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from rmq_core.message import MessageQueue, SendStatus
