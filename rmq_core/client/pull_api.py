@@ -74,6 +74,24 @@ def process_pull_response(resp: RemotingCommand, mq: MessageQueue, sub, addr: st
     return result
 
 
+class FilterMessageContext:
+    """What a FilterMessageHook plugin sees after a pull; it may drop messages from `messages`."""
+
+    __slots__ = ("consumer_group", "queue", "messages", "unit_mode")
+
+    def __init__(self, group: str, mq: MessageQueue, msgs: list):
+        self.consumer_group, self.queue, self.messages, self.unit_mode = group, mq, msgs, False
+
+
+def run_filter_hooks(group: str, mq: MessageQueue, result: PullResultExt) -> None:
+    """Call rmq_filter_message plugins (only when some plugin implements it: callers check once)."""
+    from rmq_core import plugins
+
+    ctx = FilterMessageContext(group, mq, result.messages)
+    plugins.get_plugin_manager().hook.rmq_filter_message(context=ctx)
+    result.messages = list(ctx.messages)
+
+
 def reset_retry_topic(msgs, group: str) -> None:
     """A message pulled from %RETRY%<group> shows its original topic (Java resetRetryAndNamespace)."""
     retry = MixAll.get_retry_topic(group)
@@ -147,6 +165,7 @@ class BrokerOffsetApi:
 __all__ = [
     "FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "FLAG_CLASS_FILTER", "PullResultExt",
     "build_pull_sys_flag", "build_pull_request", "process_pull_response", "reset_retry_topic",
+    "FilterMessageContext", "run_filter_hooks",
     "max_offset", "min_offset", "search_offset", "query_consumer_offset", "update_consumer_offset",
     "BrokerOffsetApi",
 ]

@@ -15,9 +15,10 @@ import time
 from typing import Iterable
 
 from rmq_core.client.process_queue import ProcessQueue
+from rmq_core import plugins
 from rmq_core.client.pull_api import (
     build_pull_request, build_pull_sys_flag, max_offset, min_offset, process_pull_response, reset_retry_topic,
-    search_offset,
+    run_filter_hooks, search_offset,
 )
 from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
 from rmq_core.client.subscription import SubscriptionData, build_subscription
@@ -284,6 +285,7 @@ class PullConsumer(ConsumerBase):
     async def _pull_loop(self, mq: MessageQueue, st: _QueueState) -> None:
         inst = self.instance
         pq = st.pq
+        filter_hooks = plugins.has_impls("rmq_filter_message")
         while not pq.dropped and self._started:
             pq.last_pull_timestamp = time.monotonic()
             if st.paused:
@@ -309,6 +311,8 @@ class PullConsumer(ConsumerBase):
                 addr = await inst.find_broker_addr_in_subscribe_async(mq)
                 resp = await inst.invoke(addr, req, self.consumer_timeout_when_suspend)
                 result = process_pull_response(resp, mq, sub, addr)
+                if filter_hooks and result.messages:
+                    run_filter_hooks(self.group, mq, result)
             except asyncio.CancelledError:
                 raise
             except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:

@@ -18,7 +18,8 @@ from rmq_core.client.consume_service import ConsumeConcurrentlyService, ConsumeO
 from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import (
-    BrokerOffsetApi, build_pull_request, build_pull_sys_flag, max_offset, process_pull_response, search_offset,
+    BrokerOffsetApi, build_pull_request, build_pull_sys_flag, max_offset, process_pull_response, run_filter_hooks,
+    search_offset,
 )
 from rmq_core.client.rebalance import RebalanceImpl
 from rmq_core.client.route import TopicRouteData
@@ -480,6 +481,7 @@ class PushConsumer(ConsumerBase):
         broker_id = MixAll.MASTER_ID
         clustering = self.message_model is MessageModel.CLUSTERING
         loop = asyncio.get_running_loop()
+        filter_hooks = plugins.has_impls("rmq_filter_message")  # resolved once per queue, not per pull
         while not pq.dropped and self._started:
             pq.last_pull_timestamp = time.monotonic()
             if self._paused:
@@ -511,6 +513,8 @@ class PushConsumer(ConsumerBase):
                     addr = await inst.find_broker_addr_in_subscribe_async(mq, broker_id)
                 resp = await inst.invoke(addr, req, self.consumer_timeout_when_suspend)
                 result = process_pull_response(resp, mq, sub, addr)
+                if filter_hooks and result.messages:
+                    run_filter_hooks(self.group, mq, result)
             except asyncio.CancelledError:
                 raise
             except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:

@@ -117,6 +117,12 @@ class _Recorder:
     def rmq_after_consume(self, context):
         self.events.append(("after_consume", context.success))
 
+    @hookimpl
+    def rmq_filter_message(self, context):
+        # a FilterMessageHook may drop messages on the client side
+        context.messages = [m for m in context.messages if m.body != b"drop-me"]
+        self.events.append(("filter", len(context.messages)))
+
 
 def test_send_and_consume_hooks(cluster):
     rec = _Recorder()
@@ -124,7 +130,9 @@ def test_send_and_consume_hooks(cluster):
     pm.register(rec, name="test-recorder")
     try:
         with Producer("PG_HOOK", namesrv=cluster.namesrv, **FAST) as p:
-            p.send(Message("Hooked", b"h"))
+            q = p.fetch_publish_message_queues("Hooked")[0]
+            p.send(Message("Hooked", b"drop-me"), queue=q)
+            p.send(Message("Hooked", b"h"), queue=q)
         got = []
         with make_consumer(cluster.namesrv, "CG_HOOK", "Hooked",
                            lambda msgs: (got.extend(msgs), ConsumeStatus.CONSUME_SUCCESS)[1]):
@@ -134,6 +142,7 @@ def test_send_and_consume_hooks(cluster):
         pm.unregister(rec)
     assert ("before_send", "Hooked") in rec.events and ("after_send", "SEND_OK") in rec.events
     assert ("before_consume", 1) in rec.events
+    assert [m.body for m in got] == [b"h"]
 
 
 def test_broker_reset_offset_rewinds_a_running_consumer(cluster):
