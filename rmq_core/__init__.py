@@ -10,8 +10,11 @@ from rmq_core.message import (  # noqa: F401
 
 __version__ = "0.1.0"
 
-# Clients are imported on first use so `import rmq_core` (the broker, the store) stays light.
-_CLIENT_EXPORTS = {
+# Clients (and the embedded cluster) are imported on first use so `import rmq_core` (the broker,
+# the store) stays light.
+_LAZY_EXPORTS = {
+    "standalone": "rmq_core.embedded",
+    "Cluster": "rmq_core.embedded",
     "Producer": "rmq_core.client.producer",
     "PushConsumer": "rmq_core.client.push_consumer",
     "PullConsumer": "rmq_core.client.pull_consumer",
@@ -23,7 +26,7 @@ _CLIENT_EXPORTS = {
 
 
 def __getattr__(name):
-    module = _CLIENT_EXPORTS.get(name)
+    module = _LAZY_EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'rmq_core' has no attribute {name!r}")
     import importlib
