@@ -46,6 +46,7 @@ class _BaseConsumeService:
         self.group = consumer.group
         self._hooks = plugins.has_impls("rmq_before_consume") or plugins.has_impls("rmq_after_consume")
         self.stats = {"ok": 0, "failed": 0, "sent_back": 0, "dlq": 0}
+        self._warned_none = False
         self._stats_lock = threading.Lock()
 
     def _count(self, key: str, n: int = 1) -> None:
@@ -62,6 +63,10 @@ class _BaseConsumeService:
             m.put_property(MessageConst.CONSUME_START_TIMESTAMP, now_ms)
         try:
             status = self.listener(msgs)
+            if status is None and not self._warned_none:
+                self._warned_none = True
+                log.warning("the message listener of group %s returned None: treated as %s (return a "
+                            "ConsumeStatus)", self.group, "SUSPEND_CURRENT_QUEUE_A_MOMENT" if orderly else "RECONSUME_LATER")
         except Exception:
             log.exception("consume message exception, group=%s %s (%d message(s))", self.group, mq, len(msgs))
             status = None
