@@ -63,9 +63,9 @@ class PropertyFilterDisabledError(ConfigError):
 
 
 def _bloom_module():
-    # The bloom filter ships with the built-in filter plugins (plugins/filter/bloom.py); it is
-    # broker infrastructure the pull path needs whatever expression plugins are installed.
-    from rmq_plugins.filter import bloom
+    # The bloom filter is broker infrastructure (the consume-queue ext bit map), needed whatever
+    # expression plugins are installed, so it lives in rmq_core.
+    from rmq_core import bloom
 
     return bloom
 

@@ -17,7 +17,7 @@ import pytest
 from rmq_core.broker.consumer_filter_manager import ConsumerFilterManager
 from rmq_core.config import BrokerConfig
 from rmq_core.message import properties_to_string, string_to_properties
-from rmq_plugins.filter.bloom import BloomFilter
+from rmq_core.bloom import BloomFilter
 from rmq_plugins.filter.sql92 import compile_sql92
 
 EXPRESSION = "a BETWEEN 3 AND 5 AND b = 'x'"

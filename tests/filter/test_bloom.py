@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.filtering import MessageFilter
-from rmq_plugins.filter.bloom import BloomFilter, BloomFilterData, murmur3_x64_128
+from rmq_core.bloom import BloomFilter, BloomFilterData, murmur3_x64_128
 
 
 def test_murmur3_matches_guava_vectors():
