@@ -261,7 +261,7 @@ class ConsumeOrderlyService(_BaseConsumeService):
             begin = time.monotonic()
             batch = max(1, self.consumer.consume_message_batch_max_size)
             while True:
-                if pq.dropped:
+                if pq.dropped or not self.consumer.running:
                     return
                 if clustering and (not pq.locked or pq.is_lock_expired(max_live)):
                     self._try_lock_later_and_reconsume(pq, mq, 0.01)

@@ -390,7 +390,6 @@ class PushConsumer(ConsumerBase):
         for h in self._jobs:
             inst.scheduler.cancel(h)
         self._jobs.clear()
-        self.rebalance.drop_all()
 
         async def stop_pulls():
             tasks = [t for t in self._pull_tasks.values() if not t.done()]
@@ -404,7 +403,9 @@ class PushConsumer(ConsumerBase):
             inst.run(stop_pulls(), timeout=10)
         except Exception as e:
             log.warning("stopping pull tasks of %s: %s", self.group, e)
-        # shutdown() called from inside a listener must not wait for its own thread
+        # Listeners already running finish and their offsets count (queues are dropped only after
+        # the final commit, as Java does); requests not yet started are cancelled and redelivered.
+        # shutdown() called from inside a listener must not wait for its own thread.
         in_listener = threading.current_thread().name.startswith(f"rmq-consume-{self.group}")
         self._pool.shutdown(wait=not in_listener, cancel_futures=True)
         try:
@@ -413,6 +414,7 @@ class PushConsumer(ConsumerBase):
             log.exception("persisting offsets of %s at shutdown failed", self.group)
         if self._orderly and self.message_model is MessageModel.CLUSTERING:
             self.rebalance.unlock_all(oneway=False)
+        self.rebalance.drop_all()
         inst.unregister_consumer(self.group)
         log.info("the consumer [%s] shut down", self.group)
 
@@ -428,6 +430,10 @@ class PushConsumer(ConsumerBase):
 
     def resume(self) -> None:
         self._paused = False
+
+    @property
+    def running(self) -> bool:
+        return self._started
 
     @property
     def process_queue_table(self) -> dict[MessageQueue, ProcessQueue]:

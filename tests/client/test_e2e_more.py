@@ -297,3 +297,32 @@ def test_consumer_running_info_answer(cluster):
         assert len(info["mqTable"]) >= 4
         unknown = RemotingCommand.create_request(RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "nope"})
         assert c.instance.run(proc.process_request(None, unknown)).code != 0
+
+
+def test_clean_shutdown_commits_what_was_consumed(cluster):
+    """After shutdown() nothing consumed is delivered again to the next member of the group."""
+    topic = "CleanStop"
+    with Producer("PG_CS", namesrv=cluster.namesrv, **FAST) as p:
+        for i in range(100):
+            p.send(Message(topic, f"c{i}".encode()))
+    first, second = [], []
+    lock = threading.Lock()
+
+    def one(store):
+        def fn(msgs):
+            time.sleep(0.002)
+            with lock:
+                store.extend(m.body for m in msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+        return fn
+
+    a = make_consumer(cluster.namesrv, "CG_CS", topic, one(first), consume_thread_max=2, consume_thread_min=1,
+                      persist_consumer_offset_interval=60.0)
+    a.start()
+    wait_until(lambda: len(first) >= 30, what="a consumes some")
+    a.shutdown()
+    with make_consumer(cluster.namesrv, "CG_CS", topic, one(second)):
+        wait_until(lambda: len(set(first) | set(second)) == 100, what="b consumes the rest")
+        time.sleep(0.3)
+    assert set(first) | set(second) == {f"c{i}".encode() for i in range(100)}
+    assert not set(first) & set(second), "messages consumed before a clean shutdown came back"
