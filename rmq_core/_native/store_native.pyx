@@ -414,7 +414,8 @@ def encode_record(bytes topic, int32_t queue_id, int32_t flag, bytes body, bytes
 
 
 def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts, bytes born_host,
-                 bytes store_host, int32_t reconsume_times, extra_properties, Py_ssize_t max_message_size):
+                 bytes store_host, int32_t reconsume_times, extra_properties, Py_ssize_t max_message_size,
+                 bint plan_only=False):
     """A SEND_BATCH_MESSAGE body (REMOTING.md §8) -> (bytearray records, count, bytearray tags codes
     as native int64).  Every item becomes a full record with the request's topic, queue, hosts and
     `extra_properties` appended to its own properties (as the Java broker does)."""
@@ -459,6 +460,8 @@ def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t 
         out_len += rlen
         count += 1
         pos += item_total
+    if plan_only:
+        return plan_batch(s, n, count, exl, exp, fixed)
     out = PyByteArray_FromStringAndSize(NULL, out_len)
     tags = PyBytes_FromStringAndSize(NULL, count * 8)  # fresh: filled below, then immutable
     cdef unsigned char *d = <unsigned char *>PyByteArray_AS_STRING(out)
@@ -496,6 +499,119 @@ def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t 
     return out, count, tags
 
 
+cdef plan_batch(const unsigned char *s, Py_ssize_t n, Py_ssize_t count, Py_ssize_t exl, const unsigned char *exp,
+                Py_ssize_t fixed):
+    """(None, count, tags codes, record sizes as native int32, total bytes) of a validated batch:
+    what the put lock needs to place the records before they are encoded into the segment."""
+    tags = PyBytes_FromStringAndSize(NULL, count * 8)
+    sizes = PyBytes_FromStringAndSize(NULL, count * 4)
+    cdef int64_t *tg = <int64_t *><char *>(<bytes>tags)
+    cdef int32_t *sz = <int32_t *><char *>(<bytes>sizes)
+    cdef Py_ssize_t pos = 0, i = 0, item_total, blen, plen, ppos, vs, vl, total = 0
+    cdef bint sep
+    cdef int64_t code
+    with nogil:
+        while i < count:
+            item_total = <int32_t>rmq_ld32(s + pos)
+            blen = <int32_t>rmq_ld32(s + pos + 16)
+            plen = <int16_t>rmq_ld16(s + pos + 20 + blen)
+            ppos = pos + 22 + blen
+            sep = plen > 0 and exl > 0 and s[ppos + plen - 1] != 2
+            sz[i] = <int32_t>(fixed + blen + plen + exl + (1 if sep else 0))
+            total += sz[i]
+            code = 0
+            if find_property(s + ppos, plen, b"TAGS", 4, &vs, &vl):
+                if vl > 0:
+                    code = java_hash_utf8(s + ppos + vs, vl)
+            elif exl:
+                code = tags_code_of(exp, exl)
+            tg[i] = code
+            pos += item_total
+            i += 1
+    return None, count, tags, sizes, total
+
+
+def fit_records(bytes sizes, Py_ssize_t start, Py_ssize_t count, Py_ssize_t write_pos, Py_ssize_t file_size):
+    """How many of the planned records from index `start` fit the segment at write_pos (leaving 8
+    bytes for the blank): (records, bytes, end_of_file)."""
+    cdef const int32_t *sz = <const int32_t *><char *>sizes
+    if len(sizes) < (start + count) * 4:
+        raise ValueError("sizes shorter than start + count")
+    cdef Py_ssize_t i = 0, pos = write_pos
+    while i < count:
+        if pos + sz[start + i] + MIN_BLANK > file_size:
+            return i, pos - write_pos, True
+        pos += sz[start + i]
+        i += 1
+    return i, pos - write_pos, False
+
+
+def write_blank(NativeMap dst, Py_ssize_t pos):
+    """The end-of-file blank record from pos to the end of the segment."""
+    cdef unsigned char *p = dst.check(pos, pos + MIN_BLANK)
+    rmq_st32(p + pos, <uint32_t>(dst.size - pos))
+    rmq_st32(p + pos + 4, BLANK_MAGIC)
+
+
+def encode_batch_into(NativeMap dst, Py_ssize_t dst_pos, body, Py_ssize_t body_pos, Py_ssize_t n_items,
+                      bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts, bytes born_host,
+                      bytes store_host, int32_t reconsume_times, extra_properties, int64_t file_from_offset,
+                      int64_t queue_offset, int64_t store_timestamp, bytes tags, Py_ssize_t tag_index,
+                      bytearray cq_out, Py_ssize_t cq_pos):
+    """Encode `n_items` batch items (already validated by `encode_batch(plan_only=True)`) from
+    body[body_pos:] straight into space reserved in the segment at dst_pos, with their final queue
+    offsets, physical offsets and store timestamp, plus their consume-queue entries.  One pass over
+    the bytes: read the item, write the record, CRC the body.  Returns the next body position."""
+    cdef const unsigned char[::1] src = body
+    cdef const unsigned char[::1] ex = extra_properties
+    cdef Py_ssize_t n = src.shape[0], exl = ex.shape[0], tl = len(topic)
+    cdef Py_ssize_t bhl = len(born_host), shl = len(store_host)
+    cdef Py_ssize_t fixed = record_len(bhl, shl, 0, tl, 0)
+    if len(tags) < (tag_index + n_items) * 8 or len(cq_out) < cq_pos + n_items * CQ_UNIT:
+        raise ValueError("tags / consume-queue buffers are too small for the item count")
+    cdef unsigned char *base = dst.check(dst_pos, dst.size)
+    cdef const unsigned char *s = &src[0]
+    cdef const unsigned char *exp = ptr_or_empty(ex)
+    cdef const unsigned char *tp = <const unsigned char *><char *>topic
+    cdef const unsigned char *bhp = <const unsigned char *><char *>born_host
+    cdef const unsigned char *shp = <const unsigned char *><char *>store_host
+    cdef const int64_t *tg = <const int64_t *><char *>tags
+    cdef unsigned char *cq = <unsigned char *>PyByteArray_AS_STRING(cq_out) + cq_pos
+    cdef Py_ssize_t i = 0, pos = dst_pos, item_total, blen, plen, ppos, rlen
+    cdef Py_ssize_t tsp = store_ts_pos(sys_flag)
+    cdef int32_t flag
+    cdef bint sep
+    cdef unsigned char *d
+    with nogil:
+        while i < n_items:
+            item_total = <int32_t>rmq_ld32(s + body_pos)
+            flag = <int32_t>rmq_ld32(s + body_pos + 12)
+            blen = <int32_t>rmq_ld32(s + body_pos + 16)
+            plen = <int16_t>rmq_ld16(s + body_pos + 20 + blen)
+            ppos = body_pos + 22 + blen
+            sep = plen > 0 and exl > 0 and s[ppos + plen - 1] != 2
+            rlen = fixed + blen + plen + exl + (1 if sep else 0)
+            if pos + rlen > dst.size:
+                break
+            d = base + pos
+            write_record(d, <int32_t>rlen, rmq_crc32(0, s + body_pos + 20, blen), queue_id, flag, sys_flag,
+                         born_ts, bhp, bhl, shp, shl, reconsume_times, 0, s + body_pos + 20, blen, tp, tl,
+                         s + ppos, plen, exp, exl, sep)
+            rmq_st64(d + 20, <uint64_t>(queue_offset + i))
+            rmq_st64(d + 28, <uint64_t>(file_from_offset + pos))
+            rmq_st64(d + tsp, <uint64_t>store_timestamp)
+            rmq_st64(cq, <uint64_t>(file_from_offset + pos))
+            rmq_st32(cq + 8, <uint32_t>rlen)
+            rmq_st64(cq + 12, <uint64_t>tg[tag_index + i])
+            cq += CQ_UNIT
+            pos += rlen
+            body_pos += item_total
+            i += 1
+    if i < n_items:
+        raise ValueError(f"reserved space in the segment ends before item {i}")
+    return body_pos
+
+
 # --- append --------------------------------------------------------------------------------------
 cdef inline Py_ssize_t store_ts_pos(int32_t sys_flag) noexcept nogil:
     return 48 + (20 if sys_flag & BORNHOST_V6 else 8)
@@ -508,9 +624,10 @@ def append_records(NativeMap dst, Py_ssize_t write_pos, bytearray src, Py_ssize_
     in each record's queue offset (consecutive from `queue_offset`), physical offset and store
     timestamp, and writing one 20-byte consume-queue entry per record into cq_out[cq_pos:].
 
-    A record that does not fit (it must leave 8 bytes for the blank) stops the copy: the blank
-    end-of-file record is written and the third result is True.
-    Returns (records written, bytes written, end_of_file)."""
+    The fields are filled in `src` (the caller's private encode buffer, still warm in cache) and
+    the records then go into the mapping with one large memcpy.  A record that does not fit (it
+    must leave 8 bytes for the blank) stops the copy: the blank end-of-file record is written and
+    the third result is True.  Returns (records written, bytes written, end_of_file)."""
     cdef unsigned char *base = dst.check(write_pos, dst.size)
     cdef Py_ssize_t file_size = dst.size
     cdef Py_ssize_t n = len(src)
@@ -520,7 +637,7 @@ def append_records(NativeMap dst, Py_ssize_t write_pos, bytearray src, Py_ssize_
         raise ValueError(f"src_pos {src_pos} outside the {n} encoded bytes")
     if len(tags) < (tag_index + count) * 8 or len(cq_out) < cq_pos + count * CQ_UNIT:
         raise ValueError("tags / consume-queue buffers are too small for the record count")
-    cdef const unsigned char *s = <const unsigned char *>PyByteArray_AS_STRING(src)
+    cdef unsigned char *s = <unsigned char *>PyByteArray_AS_STRING(src)
     cdef const int64_t *tg = <const int64_t *><char *>tags
     cdef unsigned char *cq = <unsigned char *>PyByteArray_AS_STRING(cq_out) + cq_pos
     cdef Py_ssize_t pos = write_pos, sp = src_pos, i = 0, size
@@ -535,8 +652,7 @@ def append_records(NativeMap dst, Py_ssize_t write_pos, bytearray src, Py_ssize_
             if pos + size + MIN_BLANK > file_size:
                 eof = True
                 break
-            d = base + pos
-            memcpy(d, s + sp, size)
+            d = s + sp
             rmq_st64(d + 20, <uint64_t>(queue_offset + i))
             rmq_st64(d + 28, <uint64_t>(file_from_offset + pos))
             sysf = <int32_t>rmq_ld32(d + 36)
@@ -548,6 +664,8 @@ def append_records(NativeMap dst, Py_ssize_t write_pos, bytearray src, Py_ssize_
             pos += size
             sp += size
             i += 1
+        if pos > write_pos:
+            memcpy(base + write_pos, s + src_pos, pos - write_pos)
         if eof:
             rmq_st32(base + pos, <uint32_t>(file_size - pos))
             rmq_st32(base + pos + 4, BLANK_MAGIC)

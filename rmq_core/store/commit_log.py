@@ -35,10 +35,16 @@ class EncodedMessages:
     """Records ready for `CommitLog.append`: one message or one batch, all for one queue."""
 
     __slots__ = ("records", "count", "tags", "topic", "queue_id", "sys_flag", "properties_bytes",
-                 "compute_schedule_tags", "delay_level")
+                 "compute_schedule_tags", "delay_level", "sizes", "total", "body", "encode_args")
 
     def __init__(self, records, count, tags, topic, queue_id, sys_flag, properties_bytes=None,
-                 compute_schedule_tags=False, delay_level=0):
+                 compute_schedule_tags=False, delay_level=0, sizes=None, total=0, body=None, encode_args=None):
+        # Either `records` (encoded bytes) or a plan: record `sizes` (native int32), `total` bytes,
+        # the batch `body` and `encode_args` for encoding straight into the reserved segment space.
+        self.sizes = sizes
+        self.total = total if records is None else len(records)
+        self.body = body
+        self.encode_args = encode_args
         self.records = records
         self.count = count
         self.tags = tags
@@ -94,6 +100,12 @@ class CommitLog:
         else:
             self.flush_service = FlushRealTimeService(self)
         self.on_flushed = None  # callback(store_timestamp) -> checkpoint
+        # Appends get tickets under the put lock and are published (dispatched to the consume
+        # queues) in ticket order, so a batch encoded outside the lock into reserved space becomes
+        # visible only once complete, and queues never see a later put before an earlier one.
+        self._next_ticket = 1
+        self._published = 0
+        self._publish_cond = threading.Condition(threading.Lock())
 
     # -- load ------------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -119,17 +131,21 @@ class CommitLog:
 
     # -- append ----------------------------------------------------------------------------------
     def append(self, enc: EncodedMessages, dispatch) -> AppendOutcome:
-        """Append under the put lock; `dispatch(enc, first_queue_offset, entries, store_ts)` runs
-        under the same lock so consume-queue order equals commit-log order."""
-        if len(enc.records) // max(enc.count, 1) > self.max_record_in_segment:
-            # a single record larger than a segment can never be stored
+        """Append one message or batch.  Under the put lock: queue offset, store timestamp, and
+        either the copy of pre-encoded records (fields filled in) or — for a planned batch — the
+        reservation of its space; then `dispatch(enc, first_queue_offset, entries, store_ts,
+        uses_queue)` in commit-log order (publication by ticket)."""
+        direct = enc.records is None
+        if not direct and enc.total > self.max_record_in_segment and enc.count == 1:
             return AppendOutcome(PutMessageStatus.MESSAGE_ILLEGAL,
-                                 error=f"message of {len(enc.records)} bytes does not fit a commit-log segment of "
+                                 error=f"message of {enc.total} bytes does not fit a commit-log segment of "
                                        f"{self.config.mapped_file_size_commit_log} bytes")
         count = enc.count
         entries = bytearray(count * 20)
         mfq = self.mapped_file_queue
         uses_queue = enc.uses_queue
+        chunks = None
+        published = False
         with self.put_lock:
             key = (enc.topic, enc.queue_id)
             qoff = self.topic_queue_table.get(key, 0) if uses_queue else 0
@@ -147,8 +163,14 @@ class CommitLog:
             done = 0
             src_pos = 0
             first_offset = None
+            if direct:
+                chunks = []
             while done < count:
-                if mf.fd is not None:
+                if direct:
+                    n, nbytes, eof = native.fit_records(enc.sizes, done, count - done, mf.wrote_position, mf.file_size)
+                    if n:
+                        chunks.append((mf, mf.wrote_position, done, n))
+                elif mf.fd is not None:
                     n, nbytes, eof = native.append_records_fd(
                         mf.fd, mf.wrote_position, mf.file_size, enc.records, src_pos, count - done,
                         mf.file_from_offset, qoff + done, store_ts, tags, done, entries, done * 20)
@@ -162,6 +184,8 @@ class CommitLog:
                 done += n
                 src_pos += nbytes
                 if eof:
+                    if direct:
+                        native.write_blank(mf.native, mf.wrote_position)
                     mf.wrote_position = mf.file_size
                     mf = mfq.get_last_mapped_file(0, need_create=True)
                     if mf is None:
@@ -173,8 +197,41 @@ class CommitLog:
             if uses_queue:
                 self.topic_queue_table[key] = qoff + count
             self.last_store_timestamp = store_ts
-            dispatch(enc, qoff, entries, store_ts, uses_queue)
-        out = AppendOutcome(PutMessageStatus.PUT_OK, first_offset, len(enc.records), store_ts, qoff, count, entries)
+            ticket = self._next_ticket
+            self._next_ticket = ticket + 1
+            if not direct and self._published == ticket - 1:
+                # nothing in flight before us: dispatch right here, under the put lock
+                try:
+                    dispatch(enc, qoff, entries, store_ts, uses_queue)
+                finally:
+                    with self._publish_cond:
+                        self._published = ticket
+                        self._publish_cond.notify_all()
+                published = True
+        if not published:
+            encoded = not direct
+            try:
+                if direct:
+                    # encode outside the lock, straight into the reserved space
+                    topic_b, sys_flag, born_ts, born_b, store_b, reconsume, extra = enc.encode_args
+                    body_pos = 0
+                    for cmf, pos, first, n in chunks:
+                        body_pos = native.encode_batch_into(
+                            cmf.native, pos, enc.body, body_pos, n, topic_b, enc.queue_id, sys_flag, born_ts, born_b,
+                            store_b, reconsume, extra, cmf.file_from_offset, qoff + first, store_ts, tags, first,
+                            entries, first * 20)
+                    encoded = True
+            finally:
+                with self._publish_cond:
+                    while self._published != ticket - 1:
+                        self._publish_cond.wait()
+                    try:
+                        if encoded:  # a failed encode leaves a hole no queue points into
+                            dispatch(enc, qoff, entries, store_ts, uses_queue)
+                    finally:
+                        self._published = ticket
+                        self._publish_cond.notify_all()
+        out = AppendOutcome(PutMessageStatus.PUT_OK, first_offset, enc.total, store_ts, qoff, count, entries)
         out.end_offset = end
         return out
 

@@ -322,10 +322,15 @@ class DefaultMessageStore:
         store_b, store6 = self._host(batch.store_host) if batch.store_host is not None else (self._store_host_b, self._store_host_v6)
         sys_flag = (batch.sys_flag & ~0x30) | (0x10 if born6 else 0) | (0x20 if store6 else 0)
         limit = min(self.config.max_message_size, self.commit_log.max_record_in_segment)
+        # Through the mapping, a batch is validated and sized here and encoded into its reserved
+        # segment space after the put lock; through the descriptor (SYNC_FLUSH) it is encoded here.
+        plan = not self.commit_log.write_through_fd
+        born_ts = batch.born_timestamp or now_ms()
+        extra = batch.extra_properties or b""
+        body = batch.body if type(batch.body) is bytes else bytes(batch.body)
         try:
-            records, count, tags = native.encode_batch(batch.body, topic_b, batch.queue_id, sys_flag,
-                                                       batch.born_timestamp or now_ms(), born_b, store_b,
-                                                       batch.reconsume_times, batch.extra_properties or b"", limit)
+            res = native.encode_batch(body, topic_b, batch.queue_id, sys_flag, born_ts, born_b, store_b,
+                                      batch.reconsume_times, extra, limit, plan)
         except MessageTooLargeError as e:
             return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None,
                                           error=f"message size {e.size} bytes exceeds maxMessageSize {self.config.max_message_size} bytes")
@@ -333,6 +338,12 @@ class DefaultMessageStore:
             return None, PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, error=str(e))
         except (IllegalArgumentError, ValueError, TypeError) as e:
             return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e))
+        if plan:
+            _, count, tags, sizes, total = res
+            return EncodedMessages(None, count, tags, batch.topic, batch.queue_id, sys_flag, sizes=sizes, total=total,
+                                   body=body, encode_args=(topic_b, sys_flag, born_ts, born_b, store_b,
+                                                           batch.reconsume_times, extra)), None
+        records, count, tags = res
         return EncodedMessages(records, count, tags, batch.topic, batch.queue_id, sys_flag), None
 
     def _dispatch(self, enc: EncodedMessages, first_qoff: int, entries, store_ts: int, uses_queue: bool) -> None:
