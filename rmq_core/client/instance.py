@@ -29,6 +29,7 @@ from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
 from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import MessageConst, MessageQueue, MixAll, TopicValidator
+from rmq_core.remoting.aliases import resolve_inproc_alias
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -203,6 +204,9 @@ class MQClientInstance:
         self.blocking_executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix=f"rmq-io-{self.client_id}")
         self._rpc_hooks = False
         self._pending_tasks: set = set()
+        # A client that reaches the name server in-proc reaches brokers embedded in this process
+        # in-proc too (routes carry their TCP addresses, which other processes need).
+        self._inproc = all(a.startswith("inproc://") for a in config.namesrv)
 
     # --- life cycle ------------------------------------------------------------------------------
     @property
@@ -389,6 +393,8 @@ class MQClientInstance:
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
         # "PYTHON" tells our broker this client decompresses LZ4 itself (4.x clients only know zlib)
         request.language = "PYTHON"
+        if self._inproc:
+            addr = resolve_inproc_alias(addr)
         if self._rpc_hooks:
             plugins.get_plugin_manager().hook.rmq_rpc_before_request(remote_addr=addr, request=request)
         resp = await self.remoting.invoke(addr, request, timeout)
@@ -398,6 +404,8 @@ class MQClientInstance:
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
         request.language = "PYTHON"
+        if self._inproc:
+            addr = resolve_inproc_alias(addr)
         if self._rpc_hooks:
             plugins.get_plugin_manager().hook.rmq_rpc_before_request(remote_addr=addr, request=request)
         await self.remoting.invoke_oneway(addr, request)

@@ -326,3 +326,19 @@ def test_clean_shutdown_commits_what_was_consumed(cluster):
         time.sleep(0.3)
     assert set(first) | set(second) == {f"c{i}".encode() for i in range(100)}
     assert not set(first) & set(second), "messages consumed before a clean shutdown came back"
+
+
+def test_inproc_namesrv_means_inproc_broker_connections(cluster):
+    """With namesrv=inproc://..., broker traffic stays in-proc too (no TCP connection to the broker)."""
+    with Producer("PG_INPROC", namesrv=cluster.namesrv, **FAST) as p:
+        p.send(Message("InprocOnly", b"x"))
+        addrs = p.instance.run(_connected(p.instance))
+    assert addrs and all(a.startswith("inproc://") for a in addrs), addrs
+    with Producer("PG_TCP", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        p.send(Message("InprocOnly", b"y"))
+        addrs = p.instance.run(_connected(p.instance))
+    assert cluster.broker_addr in addrs
+
+
+async def _connected(instance):
+    return instance.remoting.connected_addresses()
