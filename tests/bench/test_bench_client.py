@@ -6,7 +6,8 @@ Groups (each has a `baseline_redis_*` entry; extra_info carries msgs/s and laten
   batched — XADD pipeline of 50 vs send_async (50 in flight) vs send_batch (50 per request).
 * client-consume-{128B,1KiB}: drain 2000 stored messages — XREADGROUP (COUNT 32) + XACK vs a
   PushConsumer (pull_batch_size 32) whose listener acknowledges by returning CONSUME_SUCCESS.
-The broker runs as `rmq namesrv` + `rmq broker` subprocesses on loopback, like redis-server.
+The broker runs as `rmq namesrv` + `rmq broker` subprocesses on loopback, like redis-server; the
+`_inproc` entries use an embedded broker in the client's own process over the in-proc transport.
 """
 import itertools
 import shutil
@@ -106,6 +107,37 @@ def test_produce_one_rmq_sync_send(benchmark, producer, size):
         for _ in range(N_ONE):
             t = time.perf_counter()
             producer.send(Message(topic, body, tags="TagA"))
+            lat.append(time.perf_counter() - t)
+
+    benchmark.pedantic(run, rounds=3, iterations=1)
+    benchmark.extra_info.update(msgs_per_s=N_ONE / benchmark.stats.stats.median, p50_ms=_pct(lat, 50),
+                                p99_ms=_pct(lat, 99))
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    from rmq_core.embedded import Cluster
+
+    c = Cluster(str(tmp_path_factory.mktemp("rmq-embedded")), {"flushDiskType": "ASYNC_FLUSH"}).start()
+    p = Producer("PG_BENCH_INPROC", namesrv=c.namesrv, **FAST).start()
+    for size in SIZES.values():
+        p.send(Message(f"Bench{size}", b"x" * size))
+    yield p
+    p.shutdown()
+    c.stop()
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_produce_one_rmq_sync_send_inproc(benchmark, embedded, size):
+    benchmark.group = f"client-produce-{size}"
+    body = b"x" * SIZES[size]
+    topic = f"Bench{SIZES[size]}"
+    lat = []
+
+    def run():
+        for _ in range(N_ONE):
+            t = time.perf_counter()
+            embedded.send(Message(topic, body, tags="TagA"))
             lat.append(time.perf_counter() - t)
 
     benchmark.pedantic(run, rounds=3, iterations=1)
