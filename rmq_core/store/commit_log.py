@@ -388,32 +388,54 @@ class FlushRealTimeService(ServiceThread):
 
 
 class GroupCommitService(ServiceThread):
-    """SYNC_FLUSH group commit: puts queue flush requests; one msync covers every request whose
-    offset is at or below the flushed position, however many threads are waiting."""
+    """SYNC_FLUSH group commit: puts queue flush requests; one flush covers every request whose
+    offset is at or below the flushed position, however many puts are waiting.  While a flush is
+    running, new requests just queue (no wake-up): the loop takes them all right after."""
 
     name = "GroupCommitService"
 
     def __init__(self, commit_log: CommitLog):
         super().__init__()
         self.commit_log = commit_log
-        self._lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
         self._requests: list[tuple[int, concurrent.futures.Future]] = []
-
-    def interval(self) -> float:
-        return 0.01
+        self._idle = False
 
     def put_request(self, next_offset: int) -> concurrent.futures.Future:
         fut: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
+        with self._cond:
             if self.is_stopped():
                 fut.set_result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
                 return fut
             self._requests.append((next_offset, fut))
-        self.wakeup()
+            if self._idle:
+                self._cond.notify()
         return fut
 
+    def wakeup(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        self._stopped.set()
+        self.wakeup()
+        super().shutdown(timeout)
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            with self._cond:
+                if not self._requests:
+                    self._idle = True
+                    self._cond.wait(0.01)
+                    self._idle = False
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("%s: round failed", self.name)
+        self.on_stop()
+
     def run_once(self) -> None:
-        with self._lock:
+        with self._cond:
             reqs, self._requests = self._requests, []
         if not reqs:
             return
@@ -428,11 +450,6 @@ class GroupCommitService(ServiceThread):
 
     def on_stop(self) -> None:
         self.run_once()
-        with self._lock:
-            left, self._requests = self._requests, []
-        for _, fut in left:
-            fut.set_result(PutMessageStatus.PUT_OK if self.commit_log.mapped_file_queue.flushed_where >= _
-                           else PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
 
 def build_encoded_single(topic: str, topic_b: bytes, queue_id: int, flag: int, body: bytes, props_b: bytes,

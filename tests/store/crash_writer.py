@@ -1,11 +1,13 @@
 """Child process for the crash tests: a SYNC_FLUSH writer that reports every acknowledged put.
 
-    python -m tests.store.crash_writer STORE_DIR SEED START_SEQ [--batch]
+    python -m tests.store.crash_writer STORE_DIR SEED START_SEQ [--batch] [--async]
 
 Writes messages seq = START_SEQ, START_SEQ+1, ... to queues of topic CrashTopic forever (the
 parent kills it with SIGKILL).  After a put *returns* PUT_OK it prints one line per record:
 `seq queue_id queue_offset phys_offset size born_ts store_ts` and flushes stdout, so every line
-the parent reads is a message the store acknowledged as durable.
+the parent reads is a message the store acknowledged as durable.  With --async the store runs
+ASYNC_FLUSH (batches are then encoded straight into reserved segment space): a SIGKILL does not
+lose the page cache, so every acknowledged put must survive that too.
 """
 from __future__ import annotations
 
@@ -35,10 +37,11 @@ def queue_of(seq: int) -> int:
     return seq % QUEUES
 
 
-def config(store_dir: str) -> MessageStoreConfig:
+def config(store_dir: str, async_flush: bool = False) -> MessageStoreConfig:
     return MessageStoreConfig(
         store_path_root_dir=store_dir, mapped_file_size_commit_log=SEGMENT, mapped_file_size_consume_queue=CQ_FILE,
-        flush_disk_type=FlushDiskType.SYNC_FLUSH, message_index_enable=True, clean_resource_interval=3_600_000)
+        flush_disk_type=FlushDiskType.ASYNC_FLUSH if async_flush else FlushDiskType.SYNC_FLUSH,
+        message_index_enable=True, clean_resource_interval=3_600_000)
 
 
 def main() -> None:
@@ -46,7 +49,7 @@ def main() -> None:
     batch = "--batch" in sys.argv
     rnd = random.Random(seed)
     out = sys.stdout
-    with DefaultMessageStore(config(store_dir)) as store:
+    with DefaultMessageStore(config(store_dir, "--async" in sys.argv)) as store:
         out.write("ready\n")
         out.flush()
         while True:

@@ -35,12 +35,14 @@ class Ack:
             store_timestamp=self.store_ts, store_host=("127.0.0.1", 10911), properties=cw.properties_of(self.seq))
 
 
-def run_and_kill(store_dir: str, seed: int, start_seq: int, batch: bool) -> list[Ack]:
+def run_and_kill(store_dir: str, seed: int, start_seq: int, batch: bool, async_flush: bool = False) -> list[Ack]:
     rnd = random.Random(seed)
     kill_after = rnd.randint(50, 600)
     args = [sys.executable, "-m", "tests.store.crash_writer", store_dir, str(seed), str(start_seq)]
     if batch:
         args.append("--batch")
+    if async_flush:
+        args.append("--async")
     p = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True, bufsize=1)
     acks: list[Ack] = []
     try:
@@ -140,14 +142,15 @@ def damage_tail(store_dir: str, acks: list[Ack], rnd: random.Random, mode: str) 
     return victim.phys
 
 
-@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
-def test_sigkill_mid_stream_loses_no_acknowledged_put(tmp_path, batch):
+@pytest.mark.parametrize("batch,async_flush", [(False, False), (True, False), (True, True)],
+                         ids=["single-sync", "batch-sync", "batch-async"])
+def test_sigkill_mid_stream_loses_no_acknowledged_put(tmp_path, batch, async_flush):
     store_dir = str(tmp_path / "store")
-    rnd = random.Random(1234 + batch)
+    rnd = random.Random(1234 + batch + 2 * async_flush)
     acks: list[Ack] = []
     seq = 0
     for round_no in range(3):
-        acks += run_and_kill(store_dir, rnd.randrange(2**31), seq, batch)
+        acks += run_and_kill(store_dir, rnd.randrange(2**31), seq, batch, async_flush)
         assert os.path.exists(os.path.join(store_dir, "abort"))
         s = open_store(store_dir)
         try:
