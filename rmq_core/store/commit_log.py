@@ -1,10 +1,20 @@
 """CommitLog: the one append-only log of every message record, its flush services and recovery.
 
-Put path (RocketMQ's split): the record bytes are encoded (with the body CRC) *before* the put
-lock by `encode_message` / `encode_batch`; under the lock only "find the last segment -> native
-append (fills queue offset, physical offset, store timestamp; writes the consume-queue entries) ->
-dispatch" happens.  A record never straddles segments: when it does not fit, the rest of the
-segment becomes a blank record and the append continues in the next segment.
+Put path (RocketMQ's split): nothing is encoded under the put lock.
+
+* A single message is encoded (with its body CRC) before the lock; under it the native append
+  copies the record into the segment, filling in queue offset, physical offset and store
+  timestamp, and writes its consume-queue entry, then it is dispatched.
+* A batch (ASYNC_FLUSH) is validated and sized before the lock; under it only its space is
+  reserved (possibly over several segments); after the lock the items are encoded straight into
+  that space in one pass (read item, write record, CRC), and the batch is published — dispatched
+  to its consume queue — in ticket order, so no reader sees a record before it is complete and
+  no queue sees a later put before an earlier one.
+* With SYNC_FLUSH, records go into the page cache with pwrite and are made durable by
+  fdatasync in the group commit (much cheaper than msync of mmap-dirtied pages on ext4).
+
+A record never straddles segments: when it does not fit, the rest of the segment becomes a blank
+record (int32 length, int32 0xCBD43194) and the append continues in the next segment.
 """
 from __future__ import annotations
 

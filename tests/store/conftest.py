@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from rmq_core._native import store_native
 from rmq_core.config import FlushDiskType, MessageStoreConfig
 from rmq_core.store import DefaultMessageStore, MessageExtBrokerInner
-
 
 
 def make_config(root, **kw) -> MessageStoreConfig:
