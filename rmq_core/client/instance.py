@@ -271,7 +271,9 @@ class MQClientInstance:
         self.blocking_executor.shutdown(wait=True)
 
         async def close():
-            tasks = [t for t in self._pending_tasks if not t.done()]
+            # every task still on the loop (pulls, sends in flight): cancel so no caller waits forever
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
             for t in tasks:
                 t.cancel()
             if tasks:
