@@ -20,6 +20,7 @@ from rmq_core.broker.processors.send import SendMessageProcessor
 from rmq_core.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService
 from rmq_core.broker.stats import BrokerStats
 from rmq_core.broker.subscription_manager import SubscriptionGroupManager
+from rmq_core.broker.timer import TIMER_TOPIC, TimerMessageService
 from rmq_core.broker.topic_manager import TopicConfigManager
 from rmq_core.broker.transaction import TransactionalMessageService
 from rmq_core.config import BrokerConfig, MessageStoreConfig
@@ -53,6 +54,7 @@ class BrokerController:
         self.subscription_manager = SubscriptionGroupManager(broker_config, store_config.config_dir)
         self.offset_manager = ConsumerOffsetManager(store_config.config_dir)
         self.schedule_service = ScheduleMessageService(self)
+        self.timer_service = TimerMessageService(self)
         self.transaction_service = TransactionalMessageService(self)
         self.store: DefaultMessageStore | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -97,6 +99,7 @@ class BrokerController:
         self.subscription_manager.load()
         self.offset_manager.load()
         self.schedule_service.load()
+        self.timer_service.load()
         self.store.start()
 
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
@@ -108,6 +111,7 @@ class BrokerController:
             server.on_channel_close.append(self._on_channel_close)
 
         await self.schedule_service.start()
+        await self.timer_service.start()
         await self.transaction_service.start()
         self.namesrv_client = RemotingClient(name=f"broker[{bc.broker_name}]->namesrv")
         self._tasks += [
@@ -139,6 +143,7 @@ class BrokerController:
             await self.namesrv_client.close()
         self.pull_hold_service.wake_all()
         await self.schedule_service.stop()
+        await self.timer_service.stop()
         await self.transaction_service.stop()
         for server in self.servers:
             await server.stop()
@@ -214,6 +219,12 @@ class BrokerController:
                 log.warning("unregister broker from name server %s failed: %s", addr, e)
 
     # --- store glue ------------------------------------------------------------------------------------
+    def redirect_if_delayed(self, inner, strict: bool = True):
+        """Route a message to be stored: a timer message to the timer wheel, a DELAY level to the
+        schedule topic (the level wins when both are set).  strict: raise TimerMessageError for a
+        bad timer request (a producer's send) instead of storing it without delay."""
+        return self.schedule_service.redirect_if_delayed(self.timer_service.redirect_if_timer(inner, strict))
+
     async def put_message(self, inner):
         result, fut = self.store.put_message_nowait(inner)
         return await self._await_flush(result, fut)
@@ -234,6 +245,8 @@ class BrokerController:
         self.pull_hold_service.notify_message_arriving(topic, queue_id, max_offset, tags_code)
         if topic == SCHEDULE_TOPIC:
             self._call_in_loop(self.schedule_service.on_arrival, queue_id)
+        elif topic == TIMER_TOPIC:
+            self._call_in_loop(self.timer_service.on_arrival)
 
     def _call_in_loop(self, fn, *args) -> None:
         if self.pull_hold_service._loop_thread_id == __import__("threading").get_ident():
@@ -336,6 +349,7 @@ class BrokerController:
         info["brokerVersionDesc"] = "V4_9_7"
         info["brokerVersion"] = "407"
         info["scheduleMessageOffset"] = json.dumps(self.schedule_service.offset_table())
+        info.update(self.timer_service.runtime_info())
         info["heldPullRequests"] = str(self.pull_hold_service.held_count())
         return info
 

@@ -101,7 +101,7 @@ class TransactionalMessageService:
             return request.make_response(ResponseCode.SUCCESS, None)
         if state == SysFlag.TRANSACTION_COMMIT_TYPE:
             inner = self._to_real(half, commit_log_offset)
-            inner = ctrl.schedule_service.redirect_if_delayed(inner)
+            inner = ctrl.redirect_if_delayed(inner, strict=False)
             res = await ctrl.put_message(inner)
             if res.status != PutMessageStatus.PUT_OK:
                 return request.make_response(ResponseCode.SYSTEM_ERROR, f"commit failed: {res.error or res.status.name}")

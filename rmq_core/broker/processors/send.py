@@ -119,6 +119,10 @@ class SendMessageProcessor(Processor):
             if ctrl.broker_config.reject_transaction_message:
                 return request.make_response(ResponseCode.NO_PERMISSION,
                                              f"the broker[{ctrl.broker_config.broker_name}] sending transaction message is forbidden")
+            try:  # a bad timer request is refused now, though the half is redirected only on commit
+                ctrl.timer_service.check_properties(props, topic)
+            except IllegalArgumentError as e:
+                return request.make_response(ResponseCode.MESSAGE_ILLEGAL, str(e))
             inner = MessageExtBrokerInner(
                 topic=topic, queue_id=queue_id, body=body, flag=h.flag, properties=props,
                 sys_flag=sys_flag, born_timestamp=h.born_timestamp, born_host=born_host,
@@ -129,7 +133,10 @@ class SendMessageProcessor(Processor):
                 topic=topic, queue_id=queue_id, body=body, flag=h.flag, properties=props,
                 sys_flag=sys_flag, born_timestamp=h.born_timestamp, born_host=born_host,
                 reconsume_times=reconsume_times)
-            inner = ctrl.schedule_service.redirect_if_delayed(inner)
+            try:
+                inner = ctrl.redirect_if_delayed(inner)
+            except IllegalArgumentError as e:  # a bad timer request: name the property and value
+                return request.make_response(ResponseCode.MESSAGE_ILLEGAL, str(e))
         result = await ctrl.put_message(inner)
         return self._send_response(request, result, h.topic, queue_id)
 
@@ -266,7 +273,7 @@ class SendMessageProcessor(Processor):
             sys_flag=msg.sys_flag & ~(SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK),
             born_timestamp=msg.born_timestamp, born_host=_host_tuple(msg.born_host),
             reconsume_times=msg.reconsume_times + 1)
-        inner = ctrl.schedule_service.redirect_if_delayed(inner)
+        inner = ctrl.redirect_if_delayed(inner, strict=False)
         result = await ctrl.put_message(inner)
         if result.status != PutMessageStatus.PUT_OK:
             return request.make_response(ResponseCode.SYSTEM_ERROR, result.error or result.status.name)

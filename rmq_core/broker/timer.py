@@ -1,0 +1,594 @@
+"""Arbitrary-time delayed messages (RocketMQ 5's timer): a timing wheel over a system topic.
+
+Send side (`TimerMessageService.redirect_if_timer`, called for every stored send, committed
+transaction and send-back before the delay-level redirect):
+
+* a message carrying TIMER_DELAY_SEC (relative seconds; wins, as in RocketMQ 5), TIMER_DELIVER_MS
+  or DELIVER_TIME_MS (absolute epoch milliseconds) gets its due time in TIMER_OUT_MS and loses
+  the request keys;
+* due more than timerPrecisionMs from now: it is stored in `rmq_sys_wheel_timer` queue 0 with its
+  real topic/queue in REAL_TOPIC/REAL_QID and the due time as the consume-queue tag code;
+  sooner or past due: it is stored in its own topic at once (no detour);
+* a message that also has a DELAY level is a delay-level message and the timer keys are dropped
+  (RocketMQ 5's HookUtils.checkIfTimerMessage: the level wins);
+* a non-integer value, a delay beyond timerMaxDelaySec, or any timer key while timerWheelEnable
+  is false is refused at send with an error naming the property and the value.
+
+Delivery side: one asyncio task reads the timer queue's 20-byte consume-queue units (not the
+records) into an in-memory `TimingWheel` of timerPrecisionMs slots, loads a record only when it is
+due, re-puts it to its real topic/queue (in due-time order, queue order among equal times), and
+sleeps until the next due time, a new arrival or the window's half-life — never a busy poll.
+Only entries due within timerRollWindowSlot slots ("the window") are held in memory; later ones
+stay in the log and are picked up by a re-scan of the queue when the window has moved half its
+length.
+
+Restart guarantees (`<store>/config/timerCheckpoint.json`, written after each delivered batch):
+
+* `oldestPendingOffset` L: every entry below it is delivered; the wheel is rebuilt from there;
+* `deliveredUpToMs` D with `deliveredScanOffset` R: every entry below R due at or before D is
+  delivered.  D only advances to a time at which nothing loaded and due is left, so "below R and
+  due <= D" is exact even when the wall clock steps back.
+Rebuilding reads [L, end) and skips exactly those entries, so a restart re-delivers at most the
+batch in flight when the broker died (at-least-once), and loses nothing.
+
+After an unclean stop the store rebuilds consume queues from the log and computes an ordinary tag
+hash for our entries; a Java string hash fits in 32 bits while an epoch-ms due time never does,
+so such entries are recognised and their due time is read from the record's TIMER_OUT_MS.
+"""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import heapq
+import json
+import logging
+import os
+import re
+import struct
+import time
+
+from rmq_core.codec import decode_messages
+from rmq_core.errors import IllegalArgumentError
+from rmq_core.message import MessageConst, SysFlag, string_to_properties
+from rmq_core.store import MessageExtBrokerInner, PutMessageStatus
+from rmq_core.store.config_file import TopicConfig, atomic_write
+from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE
+from rmq_core.store.types import record_fields
+
+log = logging.getLogger("rmq.broker")
+
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+TIMER_OUT_MS = "TIMER_OUT_MS"  # RocketMQ 5's property: the time the timer releases the message
+# Request keys, in the order RocketMQ 5 consults them (relative seconds win over absolute times).
+TIMER_REQUEST_KEYS = (MessageConst.TIMER_DELAY_SEC, MessageConst.TIMER_DELIVER_MS, MessageConst.DELIVER_TIME_MS)
+
+_BATCH = 256  # entries re-put per delivery round (one checkpoint write per round)
+_READ_CHUNK = 8192  # consume-queue units read per step before yielding to the event loop
+_UNIT = struct.Struct(">qiq")
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
+# A Java string hash (what the store computes for a rebuilt entry) fits in 32 bits; a due time in
+# epoch milliseconds is far above.
+_HASH_CODE_LIMIT = 1 << 32
+
+
+class TimerMessageError(IllegalArgumentError):
+    """A timer message the broker refuses (bad property value, too far ahead, timer disabled)."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def parse_due_ms(props: dict, now_ms: int, topic: str = "?") -> int | None:
+    """Absolute due time (epoch ms) asked for by the timer keys in `props`, or None without any.
+
+    Every timer key present must hold an integer; TIMER_DELAY_SEC (seconds from now) is used when
+    present, else TIMER_DELIVER_MS, else DELIVER_TIME_MS."""
+    due = None
+    for key in TIMER_REQUEST_KEYS:
+        value = props.get(key)
+        if value is None:
+            continue
+        if not _INTEGER.fullmatch(value):
+            unit = "seconds from now" if key == MessageConst.TIMER_DELAY_SEC else "epoch milliseconds"
+            raise TimerMessageError(
+                f"bad {key} value {value!r} on a message to topic {topic!r}: it must be an integer ({unit})")
+        if due is None:
+            due = now_ms + int(value) * 1000 if key == MessageConst.TIMER_DELAY_SEC else int(value)
+    return due
+
+
+def _delay_level(props: dict) -> int:
+    level = props.get(MessageConst.DELAY_TIME_LEVEL)
+    try:
+        return int(level) if level else 0
+    except ValueError:
+        return 0  # the schedule service ignores a malformed level too
+
+
+def _host(addr: str) -> tuple[str, int]:
+    host, _, port = (addr or "127.0.0.1:0").rpartition(":")
+    try:
+        return host, int(port)
+    except ValueError:
+        return "127.0.0.1", 0
+
+
+class TimingWheel:
+    """Pending timer entries in slots of `precision_ms`.
+
+    Slots are keyed by their absolute number (due // precision), so a slot is never shared by two
+    laps; a min-heap of occupied slot numbers finds the next one to fire.  Entries are tuples
+    (due_ms, queue_offset, phys_offset, size), which sort in delivery order.  A second, lazily
+    pruned min-heap of queue offsets answers "oldest pending queue offset" (the restart point)."""
+
+    __slots__ = ("precision_ms", "_slots", "_slot_heap", "_offsets", "_pending", "_count")
+
+    def __init__(self, precision_ms: int):
+        if precision_ms <= 0:
+            raise IllegalArgumentError(f"timer precision must be > 0 ms, got {precision_ms!r}")
+        self.precision_ms = precision_ms
+        self._slots: dict[int, list] = {}
+        self._slot_heap: list[int] = []
+        self._offsets: list[int] = []
+        self._pending: dict[int, int] = {}  # queue offset -> copies pending (1, or more after a re-add)
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, due_ms: int, queue_offset: int, phys_offset: int, size: int) -> None:
+        slot = due_ms // self.precision_ms
+        entries = self._slots.get(slot)
+        if entries is None:
+            self._slots[slot] = entries = []
+            heapq.heappush(self._slot_heap, slot)
+        entries.append((due_ms, queue_offset, phys_offset, size))
+        n = self._pending.get(queue_offset, 0)
+        if n == 0:
+            heapq.heappush(self._offsets, queue_offset)
+        self._pending[queue_offset] = n + 1
+        self._count += 1
+
+    def next_due_ms(self) -> int | None:
+        """Due time of the earliest entry, None when empty."""
+        if not self._slot_heap:
+            return None
+        return min(self._slots[self._slot_heap[0]])[0]
+
+    def pop_due(self, now_ms: int, limit: int) -> list:
+        """Remove and return up to `limit` entries due at or before now_ms, earliest first."""
+        out: list = []
+        heap = self._slot_heap
+        while heap and len(out) < limit:
+            slot = heap[0]
+            if slot * self.precision_ms > now_ms:
+                break
+            entries = self._slots[slot]
+            entries.sort()
+            due_n = bisect.bisect_right(entries, now_ms, key=_due_of)
+            take = min(due_n, limit - len(out))
+            out.extend(entries[:take])
+            del entries[:take]
+            if entries:
+                break  # the rest of this slot is not due yet, or the batch is full
+            del self._slots[slot]
+            heapq.heappop(heap)
+        pending = self._pending
+        for e in out:
+            n = pending[e[1]] - 1
+            if n:
+                pending[e[1]] = n
+            else:
+                del pending[e[1]]
+        self._count -= len(out)
+        return out
+
+    def oldest_pending_offset(self) -> int | None:
+        offsets = self._offsets
+        while offsets and offsets[0] not in self._pending:
+            heapq.heappop(offsets)
+        return offsets[0] if offsets else None
+
+    def clear(self) -> None:
+        self._slots.clear()
+        self._slot_heap.clear()
+        self._offsets.clear()
+        self._pending.clear()
+        self._count = 0
+
+
+def _due_of(entry) -> int:
+    return entry[0]
+
+
+class TimerMessageService:
+    def __init__(self, controller):
+        self.ctrl = controller
+        self.config = controller.store_config
+        self.precision_ms: int = self.config.timer_precision_ms
+        self.path = os.path.join(self.config.config_dir, "timerCheckpoint.json")
+        self.wheel = TimingWheel(self.precision_ms)
+        self._scan_offset = 0  # next timer-queue offset to read
+        self._horizon_ms = 0  # read entries due before it are in the wheel (or delivered)
+        self._far_low: int | None = None  # lowest queue offset of a read entry due at/after the horizon
+        self._far_min_due: int | None = None
+        self._delivered_up_to_ms = 0  # D (see the module docstring)
+        self._delivered_scan_offset = 0  # R
+        self._start_offset = 0  # L as loaded from the checkpoint
+        self._event: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self.enqueued = 0  # messages parked in the timer topic since start
+        self.delivered = 0  # messages re-put to their real topic since start
+        self.rescans = 0
+        self.lost = 0  # due entries whose record had already been deleted by retention
+
+    @property
+    def window_ms(self) -> int:
+        return self.precision_ms * self.config.timer_roll_window_slot
+
+    # --- send path ----------------------------------------------------------------------------------
+    def check_properties(self, props: dict, topic: str = "?") -> None:
+        """Refuse bad timer keys up front (a prepared transaction half is checked at send time,
+        although it is only redirected when committed)."""
+        if not props or _delay_level(props) > 0 or not any(k in props for k in TIMER_REQUEST_KEYS):
+            return
+        self._enabled_or_raise(props, topic)
+        now = _now_ms()
+        due = parse_due_ms(props, now, topic)
+        self._not_too_far_or_raise(props, due, now, topic)
+
+    def redirect_if_timer(self, inner: MessageExtBrokerInner, strict: bool = True) -> MessageExtBrokerInner:
+        """Park a timer message in the timer topic (or stamp it for direct delivery).
+
+        strict: raise TimerMessageError for a bad request (a producer's send); otherwise (commit of
+        a transaction, consumer send-back) log it and store the message at once without the keys."""
+        if inner.topic == TIMER_TOPIC and strict:
+            raise TimerMessageError(f"sending to the timer system topic {TIMER_TOPIC!r} is forbidden")
+        props = inner.properties
+        if not props:
+            return inner
+        keys = [k for k in TIMER_REQUEST_KEYS if k in props]
+        if not keys:
+            return inner
+        tx = SysFlag.transaction_value(inner.sys_flag)
+        if tx not in (SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE):
+            return inner
+        if _delay_level(props) > 0:  # RocketMQ 5: a delay level wins over the timer keys
+            self._strip(inner, keys)
+            return inner
+        now = _now_ms()
+        try:
+            self._enabled_or_raise(props, inner.topic)
+            due = parse_due_ms(props, now, inner.topic)
+            if strict:
+                self._not_too_far_or_raise(props, due, now, inner.topic)
+        except TimerMessageError as e:
+            if strict:
+                raise
+            log.warning("timer: %s; stored without delay", e)
+            self._strip(inner, keys)
+            return inner
+        self._strip(inner, keys)
+        props[TIMER_OUT_MS] = str(due)
+        if due <= now + self.precision_ms:
+            return inner  # due (or past due) within one slot: no detour
+        props[MessageConst.REAL_TOPIC] = inner.topic
+        props[MessageConst.REAL_QUEUE_ID] = str(inner.queue_id)
+        inner.topic = TIMER_TOPIC
+        inner.queue_id = 0
+        inner.tags_code = due
+        self.enqueued += 1
+        return inner
+
+    def _enabled_or_raise(self, props: dict, topic: str) -> None:
+        if not self.config.timer_wheel_enable:
+            key = next(k for k in TIMER_REQUEST_KEYS if k in props)
+            raise TimerMessageError(
+                f"timer message refused: {key}={props[key]!r} on a message to topic {topic!r}, but "
+                f"timerWheelEnable=false on broker {self.ctrl.broker_config.broker_name}")
+
+    def _not_too_far_or_raise(self, props: dict, due: int, now: int, topic: str) -> None:
+        limit_s = self.config.timer_max_delay_sec
+        if due - now > limit_s * 1000:
+            key = next(k for k in TIMER_REQUEST_KEYS if k in props)
+            raise TimerMessageError(
+                f"bad {key} value {props[key]!r} on a message to topic {topic!r}: delivery "
+                f"{(due - now) / 1000:.0f} s ahead is beyond timerMaxDelaySec={limit_s}")
+
+    @staticmethod
+    def _strip(inner: MessageExtBrokerInner, keys) -> None:
+        for k in keys:
+            inner.properties.pop(k, None)
+        inner.properties_bytes = None
+
+    # --- lifecycle --------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Create the timer topic's config (a system topic like the schedule topic) and read the
+        checkpoint; call after the topic table is loaded, before the store takes puts."""
+        tm = self.ctrl.topic_manager
+        if tm.select(TIMER_TOPIC) is None:
+            tm.create_or_update(TopicConfig(topic_name=TIMER_TOPIC, read_queue_nums=1, write_queue_nums=1, perm=6),
+                                notify=False)
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                cp = json.load(f)
+            self._start_offset = int(cp.get("oldestPendingOffset", 0))
+            self._delivered_up_to_ms = int(cp.get("deliveredUpToMs", 0))
+            self._delivered_scan_offset = int(cp.get("deliveredScanOffset", 0))
+        except FileNotFoundError:
+            pass
+        except (ValueError, TypeError, AttributeError, OSError) as e:
+            # Starting over from the queue's minimum re-delivers what was delivered (never loses).
+            log.error("cannot read %s (%s); timer delivery restarts from the queue minimum", self.path, e)
+            self._start_offset = self._delivered_up_to_ms = self._delivered_scan_offset = 0
+
+    def checkpoint(self) -> dict:
+        return {"oldestPendingOffset": self.oldest_pending_offset(),
+                "deliveredUpToMs": self._delivered_up_to_ms,
+                "deliveredScanOffset": self._delivered_scan_offset}
+
+    def persist(self) -> None:
+        atomic_write(self.path, json.dumps(self.checkpoint(), indent=2).encode("utf-8"))
+
+    def oldest_pending_offset(self) -> int:
+        """Queue offset below which every timer entry is delivered."""
+        candidates = [self._scan_offset]
+        wheel_low = self.wheel.oldest_pending_offset()
+        if wheel_low is not None:
+            candidates.append(wheel_low)
+        if self._far_low is not None:
+            candidates.append(self._far_low)
+        return min(candidates)
+
+    async def start(self) -> None:
+        store = self.ctrl.store
+        max_off = store.get_max_offset_in_queue(TIMER_TOPIC, 0)
+        if self._delivered_scan_offset > max_off or self._start_offset > max_off:
+            # The queue is shorter than the checkpoint remembers (its tail was cut on recovery): new
+            # entries at those offsets were never seen, so they must not count as delivered.
+            log.warning("timer checkpoint is past the timer queue end %d; clamped", max_off)
+            self._delivered_scan_offset = min(self._delivered_scan_offset, max_off)
+            self._start_offset = min(self._start_offset, max_off)
+        self._scan_offset = max(self._start_offset, store.get_min_offset_in_queue(TIMER_TOPIC, 0), 0)
+        self._horizon_ms = _now_ms() + self.window_ms
+        self._event = asyncio.Event()
+        self._task = asyncio.create_task(self._run(), name="timer-wheel")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+            self.persist()
+
+    def on_arrival(self) -> None:
+        """A message arrived in the timer topic (called in the loop thread)."""
+        if self._event is not None:
+            self._event.set()
+
+    def runtime_info(self) -> dict[str, str]:
+        max_off = self.ctrl.store.get_max_offset_in_queue(TIMER_TOPIC, 0)
+        return {"timerReadBehind": str(max(0, max_off - self._scan_offset)),
+                "timerOffsetBehind": str(max(0, max_off - self.oldest_pending_offset())),
+                "timerCongestNum": str(len(self.wheel)),
+                "timerEnqueueCount": str(self.enqueued),
+                "timerDequeueCount": str(self.delivered)}
+
+    # --- reading the timer queue ----------------------------------------------------------------------
+    def _consume_queue(self):
+        qs = self.ctrl.store.consume_queue_table.get(TIMER_TOPIC)
+        return qs.get(0) if qs else None
+
+    def _read_units(self, start: int, end: int, limit: int):
+        """(first queue offset, units bytes, count) chunks of the timer queue in [start, end), up
+        to `limit` units in all.  Units removed by retention come as (first, b"", count) so the
+        reader moves past them."""
+        cq = self._consume_queue()
+        if cq is None:
+            return
+        off = start
+        while off < end and limit > 0:
+            found = cq.find_file(off)
+            if found is None:
+                low = cq.get_min_offset_in_queue()
+                if off < low:
+                    nxt = low
+                else:  # a hole inside the queue: resume at the next file
+                    per_file = cq.mapped_file_size // CQ_STORE_UNIT_SIZE
+                    nxt = (off // per_file + 1) * per_file
+                    log.warning("timer: queue offsets %d.. are unreadable; resuming at %d", off, nxt)
+                nxt = min(max(nxt, off + 1), end)
+                yield off, b"", nxt - off
+                off = nxt
+                continue
+            mf, rel, wrote = found
+            n = min((wrote - rel) // CQ_STORE_UNIT_SIZE, end - off, limit)
+            try:
+                buf = mf.native.read(rel, n * CQ_STORE_UNIT_SIZE)
+            except ValueError:  # the file was deleted by retention meanwhile
+                nxt = min(max(off + 1, cq.get_min_offset_in_queue()), end)
+                yield off, b"", nxt - off
+                off = nxt
+                continue
+            yield off, buf, n
+            off += n
+            limit -= n
+
+    def _due_of(self, phys: int, size: int, tag: int) -> int | None:
+        if tag >= _HASH_CODE_LIMIT:
+            return tag
+        # A rebuilt (hash) tag code: the record's TIMER_OUT_MS holds the due time.
+        raw = self.ctrl.store.select_one_message_by_offset(phys, size)
+        if raw is None:
+            return None
+        value = string_to_properties(record_fields(raw)["properties_bytes"]).get(TIMER_OUT_MS)
+        if value is None or not _INTEGER.fullmatch(value):
+            log.error("timer: record at commit-log offset %d has no valid %s (%r); skipped", phys, TIMER_OUT_MS, value)
+            return None
+        return int(value)
+
+    def _drain(self) -> bool:
+        """Read new timer-queue units into the wheel (or mark them far); True if more remain."""
+        end = self.ctrl.store.get_max_offset_in_queue(TIMER_TOPIC, 0)
+        if self._scan_offset >= end:
+            return False
+        skip_below, skip_due = self._delivered_scan_offset, self._delivered_up_to_ms
+        horizon = self._horizon_ms
+        wheel_add = self.wheel.add
+        read_to = self._scan_offset
+        for first, buf, n in self._read_units(self._scan_offset, end, _READ_CHUNK):
+            qoff = first
+            for phys, size, tag in _UNIT.iter_unpack(buf):
+                if size != 0x7FFFFFFF:  # not a blank filler
+                    due = self._due_of(phys, size, tag)
+                    if due is not None and not (qoff < skip_below and due <= skip_due):
+                        if due < horizon:
+                            wheel_add(due, qoff, phys, size)
+                        else:
+                            if self._far_low is None:
+                                self._far_low = qoff
+                            if self._far_min_due is None or due < self._far_min_due:
+                                self._far_min_due = due
+                qoff += 1
+            read_to = first + n
+        if read_to == self._scan_offset:
+            return False
+        self._scan_offset = read_to
+        return read_to < end
+
+    async def _advance_horizon(self, now: int) -> None:
+        """Keep the window at least half ahead of now; when it moves, entries that entered it are
+        re-read from the log (far entries were never held in memory)."""
+        window = self.window_ms
+        if now + window // 2 < self._horizon_ms:
+            return
+        new_horizon = now + window
+        if self._far_low is None:
+            self._horizon_ms = new_horizon
+            return
+        old_horizon = self._horizon_ms
+        far_low = far_min = None
+        wheel_add = self.wheel.add
+        off = self._far_low
+        end = self._scan_offset
+        while off < end:
+            progressed = False
+            for first, buf, n in self._read_units(off, end, _READ_CHUNK):
+                qoff = first
+                for phys, size, tag in _UNIT.iter_unpack(buf):
+                    if size != 0x7FFFFFFF:
+                        due = self._due_of(phys, size, tag)
+                        if due is not None and due >= old_horizon:
+                            if due < new_horizon:
+                                wheel_add(due, qoff, phys, size)
+                            else:
+                                if far_low is None:
+                                    far_low = qoff
+                                if far_min is None or due < far_min:
+                                    far_min = due
+                    qoff += 1
+                off = first + n
+                progressed = True
+            if not progressed:
+                break
+            await asyncio.sleep(0)  # a long re-scan shares the loop
+        self._far_low, self._far_min_due = far_low, far_min
+        self._horizon_ms = new_horizon
+        self.rescans += 1
+
+    # --- delivery -------------------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        event = self._event
+        while True:
+            try:
+                now = _now_ms()
+                await self._advance_horizon(now)
+                while self._drain():
+                    await asyncio.sleep(0)  # a long backlog (restart) is read in steps
+                due = self.wheel.pop_due(now, _BATCH)
+                if due:
+                    ok = await self._deliver(due)
+                    self._delivered_through(now)
+                    self.persist()
+                    if not ok:
+                        await asyncio.sleep(1)
+                    continue
+                waits = []
+                nxt = self.wheel.next_due_ms()
+                if nxt is not None:
+                    waits.append(nxt - now)
+                if self._far_low is not None:
+                    waits.append(self._horizon_ms - self.window_ms // 2 - now)
+                timeout = max(0, min(waits)) / 1000 if waits else None
+                event.clear()
+                if self.ctrl.store.get_max_offset_in_queue(TIMER_TOPIC, 0) > self._scan_offset or timeout == 0:
+                    continue
+                try:
+                    await asyncio.wait_for(event.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("timer wheel delivery failed; retrying in 1s")
+                await asyncio.sleep(1)
+
+    def _delivered_through(self, now: int) -> None:
+        """Advance D: every read entry due at or before it is now delivered."""
+        nxt = self.wheel.next_due_ms()
+        upto = now if nxt is None else min(now, nxt - 1)
+        if upto > self._delivered_up_to_ms:
+            self._delivered_up_to_ms = upto
+            self._delivered_scan_offset = self._scan_offset
+
+    async def _deliver(self, entries: list) -> bool:
+        """Re-put due entries in order; a failed put puts it and the rest back in the wheel."""
+        store = self.ctrl.store
+        flushes = []
+        ok = True
+        for i, (due, qoff, phys, size) in enumerate(entries):
+            raw = store.select_one_message_by_offset(phys, size)
+            if raw is None:
+                self.lost += 1
+                log.error("timer: record of queue offset %d (commit-log %d) is gone (retention); not delivered", qoff, phys)
+                continue
+            inner = self._to_real(raw)
+            if inner is None:
+                continue
+            result, fut = store.put_message_nowait(inner)
+            if not result.is_ok():
+                log.warning("timer: re-put to %s failed (%s: %s); retrying", inner.topic, result.status.name, result.error)
+                for e in entries[i:]:
+                    self.wheel.add(*e)
+                ok = False
+                break
+            self.delivered += 1
+            if fut is not None:
+                flushes.append(fut)
+        for fut in flushes:  # group commit: the batch becomes durable together
+            status = await asyncio.wrap_future(fut)
+            if status is not PutMessageStatus.PUT_OK:
+                log.warning("timer: re-put flush ended with %s", status)
+        return ok
+
+    @staticmethod
+    def _to_real(raw: bytes) -> MessageExtBrokerInner | None:
+        msg = decode_messages(raw, decompress=False)[0]
+        props = dict(msg.properties)
+        real_topic = props.pop(MessageConst.REAL_TOPIC, None)
+        real_qid = props.pop(MessageConst.REAL_QUEUE_ID, None)
+        if not real_topic:
+            log.error("timer: message %s has no REAL_TOPIC; dropped", msg.msg_id)
+            return None
+        try:
+            qid = int(real_qid or 0)
+        except ValueError:
+            qid = 0
+        return MessageExtBrokerInner(
+            topic=real_topic, queue_id=qid, body=msg.body, flag=msg.flag, properties=props,
+            sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=_host(msg.born_host),
+            reconsume_times=msg.reconsume_times)

@@ -1,0 +1,354 @@
+"""RocketMQ 5 timer messages (TIMER_DELIVER_MS / DELIVER_TIME_MS / TIMER_DELAY_SEC) through the
+broker's timing wheel: visibility at the due time, due-time order, restart and crash guarantees,
+refusal of bad values, interplay with delay levels and transactions; plus the wheel itself."""
+import asyncio
+import json
+import os
+import random
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rmq_core.broker.timer import TIMER_OUT_MS, TIMER_TOPIC, TimingWheel, parse_due_ms, TimerMessageError
+from rmq_core.codec import decode_messages
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.store import MessageExtBrokerInner
+from tests.rawclient import RawClient
+from tests.servers import RmqProcess, free_port, write_conf
+
+
+def _now_ms():
+    return int(time.time() * 1000)
+
+
+def _pull(raw, addr, topic, queue_id=0, offset=0, sub="*"):
+    resp = raw.pull(addr, topic, queue_id, offset, sub=sub)
+    return decode_messages(resp.body) if resp.code == 0 else []
+
+
+def _pull_all(raw, addr, topic, queue_id=0):
+    out = []
+    while True:
+        batch = _pull(raw, addr, topic, queue_id, len(out))
+        if not batch:
+            return out
+        out += batch
+
+
+def _max_offset(raw, addr, topic, queue_id=0):
+    r = raw.invoke(addr, RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)})
+    return int(r.ext_fields["offset"]) if r.code == 0 else 0
+
+
+def _wait_until(fn, timeout, step=0.02):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(step)
+    return fn()
+
+
+def _send_timer(raw, addr, topic, body, due_ms, key="TIMER_DELIVER_MS", **kw):
+    r = raw.send(addr, topic, body, props={key: str(due_ms)}, **kw)
+    assert r.code == 0, r.remark
+    return r
+
+
+# --- visibility and order ------------------------------------------------------------------------------
+def test_invisible_before_due_visible_shortly_after(cluster, raw):
+    addr = cluster.broker_addr
+    due = _now_ms() + 1500
+    _send_timer(raw, addr, "T_TIMER", b"at-due", due, tags="TagT", queue_id=1)
+    parked = _pull(raw, addr, TIMER_TOPIC, 0)
+    assert [m.properties["REAL_TOPIC"] for m in parked] == ["T_TIMER"] and parked[0].properties["REAL_QID"] == "1"
+    time.sleep(1.0)
+    assert _pull(raw, addr, "T_TIMER", 1) == []
+    msgs = _wait_until(lambda: _pull(raw, addr, "T_TIMER", 1), timeout=5)
+    seen = _now_ms()
+    assert [m.body for m in msgs] == [b"at-due"]
+    m = msgs[0]
+    assert m.store_timestamp >= due, "delivered before its due time"
+    assert seen - due < 1000, f"delivered {seen - due} ms late"
+    assert m.properties[TIMER_OUT_MS] == str(due) and m.tags == "TagT"
+    for gone in ("TIMER_DELIVER_MS", "REAL_TOPIC", "REAL_QID"):
+        assert gone not in m.properties
+    # the real tag code came back: a tag-filtered pull finds it
+    assert [x.body for x in _pull(raw, addr, "T_TIMER", 1, sub="TagT")] == [b"at-due"]
+    info = cluster.broker.runtime_info()
+    assert info["timerDequeueCount"] == "1" and info["timerCongestNum"] == "0"
+
+
+def test_fifty_random_due_times_are_delivered_in_due_order(cluster, raw):
+    addr = cluster.broker_addr
+    rnd = random.Random(7)
+    base = _now_ms()
+    dues = [base + rnd.randrange(300, 3000) for _ in range(50)]
+    dues[10] = dues[11]  # equal due times keep send order
+    for i, due in enumerate(dues):
+        _send_timer(raw, addr, "T_ORDER", f"{i}".encode(), due, key=rnd.choice(["TIMER_DELIVER_MS", "DELIVER_TIME_MS"]))
+    msgs = _wait_until(lambda: len(_pull_all(raw, addr, "T_ORDER")) >= 50 and _pull_all(raw, addr, "T_ORDER"), timeout=8)
+    assert len(msgs) == 50
+    order = [int(m.body) for m in msgs]
+    assert order == sorted(range(50), key=lambda i: (dues[i], i))
+    for m in msgs:
+        due = dues[int(m.body)]
+        assert int(m.properties[TIMER_OUT_MS]) == due
+        assert due <= m.store_timestamp < due + 1000
+
+
+def test_relative_delay_seconds(cluster, raw):
+    addr = cluster.broker_addr
+    t0 = _now_ms()
+    _send_timer(raw, addr, "T_REL", b"in-a-second", 1, key="TIMER_DELAY_SEC")
+    assert _pull(raw, addr, "T_REL") == []
+    msgs = _wait_until(lambda: _pull(raw, addr, "T_REL"), timeout=4)
+    assert [m.body for m in msgs] == [b"in-a-second"]
+    assert msgs[0].store_timestamp >= t0 + 1000 and "TIMER_DELAY_SEC" not in msgs[0].properties
+
+
+def test_past_or_near_due_is_stored_at_once(cluster, raw):
+    addr = cluster.broker_addr
+    past = _now_ms() - 60_000
+    _send_timer(raw, addr, "T_PAST", b"late-already", past)
+    _send_timer(raw, addr, "T_PAST", b"within-precision", _now_ms() + 50)
+    msgs = _pull(raw, addr, "T_PAST")
+    assert [m.body for m in msgs] == [b"late-already", b"within-precision"]
+    assert msgs[0].properties[TIMER_OUT_MS] == str(past) and "TIMER_DELIVER_MS" not in msgs[0].properties
+    assert _max_offset(raw, addr, TIMER_TOPIC) == 0  # no detour
+
+
+def test_far_entries_stay_in_the_log_until_the_window_reaches_them(make_cluster, raw):
+    """A 500 ms window (5 slots of 100 ms): messages 1-2.5 s ahead are read again when it moves."""
+    c = make_cluster(config={"timerRollWindowSlot": "5"})
+    addr = c.broker_addr
+    base = _now_ms()
+    dues = [base + 2500 - 100 * i for i in range(15)]  # sent latest first
+    for i, due in enumerate(dues):
+        _send_timer(raw, addr, "T_FAR", f"{i}".encode(), due)
+    time.sleep(0.3)
+    svc = c.broker.timer_service
+    assert len(svc.wheel) == 0, "far entries must not be held in memory"
+    msgs = _wait_until(lambda: len(_pull_all(raw, addr, "T_FAR")) >= 15 and _pull_all(raw, addr, "T_FAR"), timeout=6)
+    assert [int(m.body) for m in msgs] == list(range(14, -1, -1))
+    assert all(m.store_timestamp >= dues[int(m.body)] for m in msgs)
+    assert svc.rescans >= 2
+
+
+# --- bad requests ---------------------------------------------------------------------------------------
+def test_bad_values_are_refused_naming_property_and_value(make_cluster, raw):
+    c = make_cluster(config={"timerMaxDelaySec": "3600"})
+    addr = c.broker_addr
+    for key, value in [("TIMER_DELIVER_MS", "tomorrow"), ("DELIVER_TIME_MS", "1.5e12"),
+                       ("TIMER_DELAY_SEC", "1.5"), ("TIMER_DELAY_SEC", " 10"), ("TIMER_DELIVER_MS", "")]:
+        r = raw.send(addr, "T_BAD", b"x", props={key: value})
+        assert r.code == ResponseCode.MESSAGE_ILLEGAL, (key, value, r.code)
+        assert key in r.remark and repr(value) in r.remark, r.remark
+    r = raw.send(addr, "T_BAD", b"x", props={"TIMER_DELAY_SEC": "7200"})
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "timerMaxDelaySec=3600" in r.remark and "'7200'" in r.remark
+    # a transaction half is checked at send time, though it is redirected only on commit
+    r = raw.send(addr, "T_BAD", b"x", props={"TRAN_MSG": "true", "PGROUP": "PG", "TIMER_DELIVER_MS": "soon"}, sys_flag=4)
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "'soon'" in r.remark
+    # the system topic itself takes no sends
+    r = raw.send(addr, TIMER_TOPIC, b"x")
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and TIMER_TOPIC in r.remark
+    assert _max_offset(raw, addr, "T_BAD") == 0 and _max_offset(raw, addr, TIMER_TOPIC) == 0
+
+
+def test_timer_disabled_refuses_timer_messages(make_cluster, raw):
+    c = make_cluster(config={"timerWheelEnable": "false"})
+    r = raw.send(c.broker_addr, "T_OFF", b"x", props={"TIMER_DELAY_SEC": "5"})
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "timerWheelEnable=false" in r.remark
+    assert raw.send(c.broker_addr, "T_OFF", b"plain").code == 0
+
+
+def test_parse_due_ms_precedence_and_errors():
+    assert parse_due_ms({}, 1000) is None
+    assert parse_due_ms({"TIMER_DELIVER_MS": "5000", "TIMER_DELAY_SEC": "2"}, 1000) == 3000
+    assert parse_due_ms({"DELIVER_TIME_MS": "7000", "TIMER_DELIVER_MS": "5000"}, 1000) == 5000
+    assert parse_due_ms({"DELIVER_TIME_MS": "7000"}, 1000) == 7000
+    try:
+        parse_due_ms({"TIMER_DELIVER_MS": "5000", "DELIVER_TIME_MS": "x"}, 0, "T")
+    except TimerMessageError as e:
+        assert "DELIVER_TIME_MS" in str(e) and "'x'" in str(e) and "'T'" in str(e)
+    else:
+        raise AssertionError("a bad DELIVER_TIME_MS beside a good key must be refused")
+
+
+# --- delay levels and transactions -------------------------------------------------------------------------
+def test_delay_level_wins_over_timer_keys(cluster, raw):
+    """RocketMQ 5 (HookUtils.checkIfTimerMessage): with a DELAY level the timer keys are dropped."""
+    addr = cluster.broker_addr
+    r = raw.send(addr, "T_BOTH", b"both", props={"DELAY": "1", "TIMER_DELAY_SEC": "30"})
+    assert r.code == 0
+    sched = _pull(raw, addr, "SCHEDULE_TOPIC_XXXX", 0)
+    assert [m.properties["REAL_TOPIC"] for m in sched] == ["T_BOTH"]
+    assert "TIMER_DELAY_SEC" not in sched[0].properties
+    assert _max_offset(raw, addr, TIMER_TOPIC) == 0
+    msgs = _wait_until(lambda: _pull(raw, addr, "T_BOTH"), timeout=4)  # level 1 = 1 s in tests
+    assert [m.body for m in msgs] == [b"both"]
+
+
+def _end_tx(raw, addr, r, state, group):
+    phys = int(r.ext_fields["msgId"][16:], 16)
+    return raw.invoke(addr, RequestCode.END_TRANSACTION, {
+        "producerGroup": group, "tranStateTableOffset": r.ext_fields["queueOffset"], "commitLogOffset": str(phys),
+        "commitOrRollback": str(state), "fromTransactionCheck": "false", "msgId": "x"})
+
+
+def test_transactional_timer_message_waits_for_commit(cluster, raw):
+    addr = cluster.broker_addr
+    props = {"TRAN_MSG": "true", "PGROUP": "PG_TT", "TIMER_DELAY_SEC": "1"}
+    r1 = raw.send(addr, "T_TXT", b"commit-me", props=props, sys_flag=4, group="PG_TT")
+    r2 = raw.send(addr, "T_TXT", b"roll-me-back", props=props, sys_flag=4, group="PG_TT")
+    assert r1.code == 0 and r2.code == 0
+    assert _max_offset(raw, addr, TIMER_TOPIC) == 0  # halves are not timer entries yet
+    time.sleep(0.3)
+    committed_at = _now_ms()
+    assert _end_tx(raw, addr, r1, 8, "PG_TT").code == 0
+    assert _end_tx(raw, addr, r2, 12, "PG_TT").code == 0
+    assert _max_offset(raw, addr, TIMER_TOPIC) == 1
+    assert _pull(raw, addr, "T_TXT") == []
+    msgs = _wait_until(lambda: _pull(raw, addr, "T_TXT"), timeout=4)
+    assert [m.body for m in msgs] == [b"commit-me"]
+    assert msgs[0].store_timestamp >= committed_at + 1000  # relative to the commit, as RocketMQ 5
+    assert (msgs[0].sys_flag & 0xC) == 8
+    time.sleep(0.3)
+    assert len(_pull(raw, addr, "T_TXT")) == 1
+
+
+# --- restart and crash --------------------------------------------------------------------------------------
+def test_restart_in_the_middle_delivers_each_once(make_cluster, tmp_path):
+    store = tmp_path / "store"
+    c = make_cluster(store=store)
+    raw = RawClient()
+    base = _now_ms()
+    dues = {f"r{i}".encode(): base + 400 + 40 * i for i in range(60)}  # 0.4 s .. 2.8 s
+    try:
+        for body, due in dues.items():
+            _send_timer(raw, c.broker_addr, "T_RESTART", body, due)
+        _wait_until(lambda: _max_offset(raw, c.broker_addr, "T_RESTART") >= 10, timeout=5)
+    finally:
+        raw.close()
+    c.stop()
+    cp = json.loads((store / "config" / "timerCheckpoint.json").read_text())
+    assert 10 <= cp["oldestPendingOffset"] < 60 and cp["deliveredUpToMs"] >= base + 400
+    c2 = make_cluster(store=store)
+    raw = RawClient()
+    try:
+        msgs = _wait_until(lambda: len(_pull_all(raw, c2.broker_addr, "T_RESTART")) >= 60
+                           and _pull_all(raw, c2.broker_addr, "T_RESTART"), timeout=8)
+        time.sleep(0.3)
+        msgs = _pull_all(raw, c2.broker_addr, "T_RESTART")
+    finally:
+        raw.close()
+    bodies = [m.body for m in msgs]
+    assert sorted(bodies) == sorted(dues), "lost or duplicated across a clean restart"
+    assert bodies == sorted(dues, key=dues.get)
+    cp = json.loads((store / "config" / "timerCheckpoint.json").read_text())
+    assert cp["oldestPendingOffset"] == 60
+
+
+def test_broker_process_killed_mid_delivery_loses_nothing(tmp_path):
+    """SIGKILL while due messages are being re-put; the restarted broker (recovering the store
+    from an unclean stop) delivers the rest: no loss, duplicates only from the batch in flight."""
+    port = free_port()
+    conf = write_conf(tmp_path / "broker.conf", {
+        "brokerName": "broker-t", "listenPort": port, "brokerIP1": "127.0.0.1", "storePathRootDir": tmp_path / "store",
+        "mappedFileSizeCommitLog": 16 * 1024 * 1024, "mappedFileSizeConsumeQueue": 6000 * 20,
+        "maxHashSlotNum": 10000, "maxIndexNum": 40000})
+    args = ["broker", "-n", f"127.0.0.1:{free_port()}", "-c", conf, "--listen-host", "127.0.0.1"]
+    addr = f"127.0.0.1:{port}"
+    n = 400
+    p = RmqProcess(args)
+    raw = RawClient()
+    try:
+        p.wait_boot()
+        base = _now_ms() + 600
+        for i in range(n):  # due over ~2 s, one slot per 5 ms
+            _send_timer(raw, addr, "T_KILL", f"k{i}".encode(), base + 5 * i)
+        _wait_until(lambda: _max_offset(raw, addr, "T_KILL") >= n // 4, timeout=10, step=0.005)
+    finally:
+        p.kill()
+        raw.close()
+    p2 = RmqProcess(args)
+    raw = RawClient()
+    try:
+        p2.wait_boot()
+        msgs = _wait_until(lambda: len({m.body for m in _pull_all(raw, addr, "T_KILL")}) >= n
+                           and _pull_all(raw, addr, "T_KILL"), timeout=15)
+        time.sleep(0.3)
+        msgs = _pull_all(raw, addr, "T_KILL")
+    finally:
+        raw.close()
+        p2.terminate()
+    bodies = [m.body for m in msgs]
+    assert {f"k{i}".encode() for i in range(n)} == set(bodies), "timer messages lost across a crash"
+    duplicates = len(bodies) - len(set(bodies))
+    assert duplicates <= 256, f"{duplicates} duplicates: more than one delivery batch was re-delivered"
+
+
+def test_rebuilt_entry_due_time_comes_from_the_record(cluster, raw):
+    """After an unclean stop the store rebuilds consume-queue entries with a tag hash; such an
+    entry's due time is read from the record's TIMER_OUT_MS (put here the way a rebuild leaves it)."""
+    addr = cluster.broker_addr
+    r = raw.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                   {"topic": "T_REBUILT", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"})
+    assert r.code == 0, r.remark
+    due = _now_ms() + 800
+    inner = MessageExtBrokerInner(topic=TIMER_TOPIC, queue_id=0, body=b"rebuilt", properties={
+        "TAGS": "TagX", TIMER_OUT_MS: str(due), "REAL_TOPIC": "T_REBUILT", "REAL_QID": "0"})
+    # put in the broker's loop thread, as every put is
+    asyncio.run_coroutine_threadsafe(cluster.broker.put_message(inner), cluster.loop).result(5)
+    entry = cluster.broker.store.consume_queue_table[TIMER_TOPIC][0].get_entry(0)
+    assert entry[2] < 1 << 32  # a tag hash, not a time
+    time.sleep(0.4)
+    assert _pull(raw, addr, "T_REBUILT") == []
+    msgs = _wait_until(lambda: _pull(raw, addr, "T_REBUILT"), timeout=4)
+    assert [m.body for m in msgs] == [b"rebuilt"] and msgs[0].store_timestamp >= due
+
+
+# --- the wheel ----------------------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 5000), min_size=0, max_size=200), st.integers(1, 250),
+       st.lists(st.integers(0, 6000), min_size=1, max_size=8), st.integers(1, 64))
+def test_wheel_pops_in_due_order_and_tracks_the_oldest_pending(dues, precision, nows, limit):
+    wheel = TimingWheel(precision)
+    for qoff, due in enumerate(dues):
+        wheel.add(due, qoff, 1000 + qoff, 10)
+    expected = sorted((due, qoff, 1000 + qoff, 10) for qoff, due in enumerate(dues))
+    popped = []
+    for now in sorted(nows):
+        while True:
+            batch = wheel.pop_due(now, limit)
+            assert len(batch) <= limit and all(e[0] <= now for e in batch)
+            popped += batch
+            if len(batch) < limit:
+                break
+        left = [e for e in expected if e not in popped]
+        assert len(wheel) == len(left)
+        assert wheel.next_due_ms() == (min(e[0] for e in left) if left else None)
+        assert wheel.oldest_pending_offset() == (min(e[1] for e in left) if left else None)
+    assert popped == expected[:len(popped)]
+
+
+def test_wheel_re_added_entry_stays_pending():
+    wheel = TimingWheel(100)
+    wheel.add(150, 7, 0, 1)
+    wheel.add(250, 9, 0, 1)
+    (e,) = wheel.pop_due(200, 10)
+    assert wheel.oldest_pending_offset() == 9
+    wheel.add(*e)  # a failed re-put goes back
+    assert wheel.oldest_pending_offset() == 7 and wheel.next_due_ms() == 150
+    assert [x[1] for x in wheel.pop_due(300, 10)] == [7, 9]
+    assert wheel.oldest_pending_offset() is None and len(wheel) == 0
+
+
+def test_checkpoint_file_is_written(cluster, raw):
+    _send_timer(raw, cluster.broker_addr, "T_CP", b"x", _now_ms() + 300)
+    assert _wait_until(lambda: _pull(raw, cluster.broker_addr, "T_CP"), timeout=3)
+    path = os.path.join(cluster.store_path, "config", "timerCheckpoint.json")
+    cp = _wait_until(lambda: os.path.exists(path) and json.load(open(path)), timeout=2)
+    assert cp["oldestPendingOffset"] == 1 and cp["deliveredScanOffset"] == 1
