@@ -342,3 +342,29 @@ def test_inproc_namesrv_means_inproc_broker_connections(cluster):
 
 async def _connected(instance):
     return instance.remoting.connected_addresses()
+
+
+def test_subscribe_and_unsubscribe_while_running(cluster):
+    with Producer("PG_SUB", namesrv=cluster.namesrv, **FAST) as p:
+        p.send(Message("SubA", b"a1"))
+        p.send(Message("SubB", b"b1"))
+        got = []
+        lock = threading.Lock()
+
+        def listener(msgs):
+            with lock:
+                got.extend(m.body for m in msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        with make_consumer(cluster.namesrv, "CG_SUB", "SubA", listener) as c:
+            wait_until(lambda: b"a1" in got, what="SubA")
+            c.subscribe("SubB", "*")
+            wait_until(lambda: b"b1" in got, what="SubB after subscribing at run time")
+            c.unsubscribe("SubA")
+            wait_until(lambda: not [q for q in c.process_queue_table if q.topic == "SubA"],
+                       what="SubA queues released")
+            p.send(Message("SubA", b"a2"))
+            p.send(Message("SubB", b"b2"))
+            wait_until(lambda: b"b2" in got, what="b2")
+            time.sleep(0.5)
+    assert b"a2" not in got
