@@ -218,6 +218,8 @@ class TimerMessageService:
         self._start_offset = 0  # L as loaded from the checkpoint
         self._event: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
+        self._pending_checkpoint: dict | None = None  # taken after a batch, not yet on disk
+        self._checkpoint_writer: asyncio.Task | None = None
         self.enqueued = 0  # messages parked in the timer topic since start
         self.delivered = 0  # messages re-put to their real topic since start
         self.rescans = 0
@@ -329,7 +331,25 @@ class TimerMessageService:
                 "deliveredScanOffset": self._delivered_scan_offset}
 
     def persist(self) -> None:
-        atomic_write(self.path, json.dumps(self.checkpoint(), indent=2).encode("utf-8"))
+        self._write_checkpoint(self.checkpoint())
+
+    def _write_checkpoint(self, cp: dict) -> None:
+        atomic_write(self.path, json.dumps(cp, indent=2).encode("utf-8"))
+
+    def _persist_soon(self) -> None:
+        """Snapshot the progress now and write it off the event loop (fsync takes milliseconds);
+        one writer at a time, each writing the latest snapshot."""
+        self._pending_checkpoint = self.checkpoint()
+        if self._checkpoint_writer is None or self._checkpoint_writer.done():
+            self._checkpoint_writer = asyncio.create_task(self._checkpoint_writes(), name="timer-checkpoint")
+
+    async def _checkpoint_writes(self) -> None:
+        while self._pending_checkpoint is not None:
+            cp, self._pending_checkpoint = self._pending_checkpoint, None
+            try:
+                await asyncio.to_thread(self._write_checkpoint, cp)
+            except OSError as e:
+                log.error("cannot write %s: %s", self.path, e)
 
     def oldest_pending_offset(self) -> int:
         """Queue offset below which every timer entry is delivered."""
@@ -363,6 +383,8 @@ class TimerMessageService:
             except (asyncio.CancelledError, Exception):
                 pass
             self._task = None
+            if self._checkpoint_writer is not None:
+                await asyncio.gather(self._checkpoint_writer, return_exceptions=True)
             self.persist()
 
     def on_arrival(self) -> None:
@@ -513,7 +535,7 @@ class TimerMessageService:
                 if due:
                     ok = await self._deliver(due)
                     self._delivered_through(now)
-                    self.persist()
+                    self._persist_soon()
                     if not ok:
                         await asyncio.sleep(1)
                     continue
