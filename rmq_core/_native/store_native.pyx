@@ -1041,8 +1041,49 @@ cdef inline bint tag_match(uint64_t be_code, const uint64_t *codes, Py_ssize_t n
     return False
 
 
+cdef class BloomTest:
+    """A filter's bloom test prepared for the scan (the `MessageFilter` contract): an entry whose
+    ext unit holds a bit map — of `bit_num` bits unless that is 0 — stored after `born_time`
+    (unless that is -1) must have every bit set to stay a candidate."""
+    cdef int32_t *bits
+    cdef Py_ssize_t n
+    cdef readonly Py_ssize_t bit_num
+    cdef readonly int64_t born_time
+    cdef bytes store
+
+    def __cinit__(self, bits, Py_ssize_t bit_num=0, int64_t born_time=-1):
+        import array
+        self.store = array.array("i", [int(b) for b in bits]).tobytes()
+        self.bits = <int32_t *><char *>self.store
+        self.n = len(self.store) // 4
+        self.bit_num = bit_num
+        self.born_time = born_time
+        for i in range(self.n):
+            if self.bits[i] < 0 or (bit_num and self.bits[i] >= bit_num):
+                raise ValueError(f"bloom bit {self.bits[i]} outside a {bit_num}-bit map")
+
+
+cdef inline bint bloom_reject(const unsigned char *unit, BloomTest bloom) noexcept nogil:
+    """True when the entry's bit map proves the filter cannot match (RocketMQ's bloom prefilter)."""
+    cdef int64_t ts = <int64_t>rmq_ld64(unit)
+    cdef Py_ssize_t blen = rmq_ld16(unit + 8), i
+    cdef int32_t b
+    if blen <= 0:
+        return False  # no map: a candidate
+    if bloom.bit_num and blen * 8 != bloom.bit_num:
+        return False  # a map of another bloom configuration
+    if bloom.born_time >= 0 and ts <= bloom.born_time:
+        return False  # computed before the subscription was registered
+    for i in range(bloom.n):
+        b = bloom.bits[i]
+        if (b >> 3) >= blen or not (unit[10 + (b >> 3)] & (1 << (b & 7))):
+            return True
+    return False
+
+
 def cq_scan(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter tags, Py_ssize_t max_count,
-            Py_ssize_t max_bytes, int64_t min_phys, bytearray out):
+            Py_ssize_t max_bytes, int64_t min_phys, bytearray out, NativeMap ext=None, Py_ssize_t ext_pos=0,
+            Py_ssize_t ext_unit=0, BloomTest bloom=None):
     """Scan entries in [start, end) of one consume-queue file.
 
     An entry matches when its tag code is in `tags` (None: every entry).  Entries whose commit-log
@@ -1050,8 +1091,13 @@ def cq_scan(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter tags, Py_ss
     `max_count` matches, or before a match that would take the total size over `max_bytes`
     (the first match is always taken), or at `end`.  Matches are written to `out` as native
     (int64 commit-log offset, int32 size, int32 entry index relative to start), 16 bytes each.
+    With `ext` (the paired consume-queue ext file, unit of entry `start` at ext_pos, `ext_unit`
+    bytes per entry) and `bloom`, tag candidates are also tested against their bit map.
     Returns (matches, scanned_end_pos, skipped_removed)."""
     cdef unsigned char *p = m.check(start, end)
+    cdef unsigned char *xp = NULL
+    if ext is not None and bloom is not None:
+        xp = ext.check(ext_pos, ext_pos + ((end - start) // CQ_UNIT) * ext_unit)
     if len(out) < max_count * 16:
         raise ValueError("output buffer too small")
     cdef unsigned char *o = <unsigned char *>PyByteArray_AS_STRING(out)
@@ -1065,7 +1111,7 @@ def cq_scan(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter tags, Py_ss
     cdef int32_t size
     cdef uint64_t code
     with nogil:
-        if ncodes == 1 and min_phys <= 0:
+        if ncodes == 1 and min_phys <= 0 and xp == NULL:
             # the common pull: one tag, nothing removed — the tightest loop
             code = codes[0]
             while pos + CQ_UNIT <= end:
@@ -1087,6 +1133,9 @@ def cq_scan(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter tags, Py_ss
                     phys = <int64_t>rmq_ld64(p + pos)
                     if phys < min_phys:
                         removed += 1
+                        pos += CQ_UNIT
+                        continue
+                    if xp != NULL and bloom_reject(xp + ext_pos + ((pos - start) // CQ_UNIT) * ext_unit, bloom):
                         pos += CQ_UNIT
                         continue
                     size = <int32_t>rmq_ld32(p + pos + 8)

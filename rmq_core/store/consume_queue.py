@@ -10,13 +10,19 @@ Entries written in front of the first real one (a queue that starts at a non-zer
 after every older file was deleted) are "blank": offset 0, size 0x7fffffff, tags code 0, as
 RocketMQ writes them, so the file stays dense and `recover` walks through them.
 
-Consume-queue ext (RocketMQ's ConsumeQueueExt; reserved for the SQL92 bloom prefilter, not written
-yet): with `enableConsumeQueueExt`, files `<store>/consumequeue_ext/<topic>/<queueId>/<20-digit
-offset>` hold variable-size units `int16 size | int64 tags code | int64 store time | int16 bitmap
-length | bitmap bytes`; the entry's tags code then holds the unit's address encoded below
-Integer.MIN_VALUE (address + Long.MIN_VALUE), and the real tag code lives in the unit.  The scan
-applies `MessageFilter.bloom_bits` only to entries that have such a unit; all others are
-candidates.
+Consume-queue ext (the per-entry filter bit map of RocketMQ's ConsumeQueueExt, for the SQL92
+bloom prefilter), written when `enableConsumeQueueExt` is on.  Unlike RocketMQ's ext, which moves
+the tag code into the ext unit and stores the unit's address in the entry, rmq keeps the 20-byte
+entry untouched (the consume queue stays readable by RocketMQ tools) and writes a side file of
+fixed-size units aligned with the entries:
+
+    <store>/consumequeue_ext/<topic>/<queueId>/<20-digit name of the paired consume-queue file>
+    header (16 bytes): b"RMQX" | int32 unit size | int32 units per file | int32 0
+    unit i (entry file_first + i) at 16 + i * unit size:
+        int64 store timestamp | int16 bit map length in bytes (0 = none) | bit map (padded)
+
+The scan applies `MessageFilter.bloom_bits` only to entries whose unit holds a map of the filter's
+size computed after the subscription was born; every other entry stays a candidate.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ import os
 import struct
 
 from rmq_core._native import store_native as native
-from rmq_core.store.mapped_file import MappedFileQueue
+from rmq_core.store.mapped_file import MappedFile, MappedFileQueue, offset_to_file_name
 
 log = logging.getLogger("rmq.store")
 
@@ -45,6 +51,7 @@ class ConsumeQueue:
         self.mapped_file_queue = MappedFileQueue(self.store_path, mapped_file_size)
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # commit-log end of the last entry (offset + size)
+        self.ext: ConsumeQueueExt | None = None
 
     # -- load / recover -----------------------------------------------------------------------
     def load(self) -> bool:
@@ -176,6 +183,8 @@ class ConsumeQueue:
             expect += n * unit
 
     def flush(self, least_pages: int = 0) -> bool:
+        if self.ext is not None:
+            self.ext.flush()
         return self.mapped_file_queue.flush(least_pages)
 
     # -- read -----------------------------------------------------------------------------------
@@ -225,10 +234,14 @@ class ConsumeQueue:
                 break
         if n:
             mfq.delete_files_before(n)
+            if self.ext is not None and mfq.mapped_files:
+                self.ext.delete_files_before(mfq.mapped_files[0].file_from_offset)
         self.correct_min_offset(min_commit_log_offset)
         return n
 
     def destroy(self) -> None:
+        if self.ext is not None:
+            self.ext.destroy()
         self.mapped_file_queue.destroy()
         try:
             os.rmdir(os.path.dirname(self.store_path))
@@ -236,4 +249,96 @@ class ConsumeQueue:
             pass
 
     def shutdown(self) -> None:
+        if self.ext is not None:
+            self.ext.shutdown()
         self.mapped_file_queue.shutdown()
+
+
+class ConsumeQueueExt:
+    """The filter bit maps beside one consume queue (format in the module docstring)."""
+
+    MAGIC = b"RMQX"
+
+    def __init__(self, topic: str, queue_id: int, store_path: str, cq_file_size: int, bit_map_bits: int):
+        self.store_path = os.path.join(store_path, topic, str(queue_id))
+        self.per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+        self.cq_file_size = self.per_file * CQ_STORE_UNIT_SIZE
+        self.max_bytes = (bit_map_bits + 7) // 8
+        self.unit = 10 + self.max_bytes
+        self.files: dict[int, tuple[MappedFile, int]] = {}  # cq file start byte -> (file, unit size)
+
+    def load(self) -> None:
+        if not os.path.isdir(self.store_path):
+            return
+        for name in sorted(os.listdir(self.store_path)):
+            if name.isdigit() and len(name) == 20:
+                path = os.path.join(self.store_path, name)
+                with open(path, "rb") as f:
+                    head = f.read(16)
+                if len(head) < 16 or head[:4] != self.MAGIC:
+                    log.warning("ignoring %s: not a consume-queue ext file", path)
+                    continue
+                unit, per_file = struct.unpack_from(">ii", head, 4)
+                mf = MappedFile(path, os.path.getsize(path))
+                self.files[int(name)] = (mf, unit)
+
+    def _file(self, start: int, create: bool):
+        f = self.files.get(start)
+        if f is None and create:
+            os.makedirs(self.store_path, exist_ok=True)
+            mf = MappedFile(os.path.join(self.store_path, offset_to_file_name(start)), 16 + self.per_file * self.unit)
+            mf.native.write(0, self.MAGIC + struct.pack(">iii", self.unit, self.per_file, 0))
+            f = self.files[start] = (mf, self.unit)
+        return f
+
+    def put(self, queue_offset: int, store_timestamp: int, bit_map: bytes | None) -> None:
+        start = (queue_offset // self.per_file) * self.cq_file_size
+        mf, unit = self._file(start, True)
+        bm = bytes(bit_map) if bit_map else b""
+        if len(bm) > unit - 10:
+            log.error("filter bit map of %d bytes is larger than the ext unit (%d); stored without it",
+                      len(bm), unit - 10)
+            bm = b""
+        mf.native.write(16 + (queue_offset % self.per_file) * unit, struct.pack(">qh", store_timestamp, len(bm)) + bm)
+
+    def locate(self, queue_offset: int):
+        """(NativeMap, byte position of the unit, unit size) for queue_offset, or None."""
+        f = self._file((queue_offset // self.per_file) * self.cq_file_size, False)
+        if f is None:
+            return None
+        mf, unit = f
+        return mf.native, 16 + (queue_offset % self.per_file) * unit, unit
+
+    def get(self, queue_offset: int) -> tuple[int, bytes] | None:
+        """(store timestamp, bit map) of an entry, or None."""
+        loc = self.locate(queue_offset)
+        if loc is None:
+            return None
+        nm, pos, _ = loc
+        ts, n = struct.unpack(">qh", nm.read(pos, 10))
+        return ts, nm.read(pos + 10, n) if n > 0 else b""
+
+    def delete_files_before(self, cq_start: int) -> None:
+        for start in sorted(self.files):
+            if start < cq_start:
+                self.files.pop(start)[0].destroy()
+
+    def flush(self) -> None:
+        for mf, _ in list(self.files.values()):
+            try:
+                mf.native.msync(0, mf.file_size)
+            except (ValueError, AttributeError):
+                pass
+
+    def destroy(self) -> None:
+        for mf, _ in self.files.values():
+            mf.destroy()
+        self.files.clear()
+        try:
+            os.rmdir(self.store_path)
+        except OSError:
+            pass
+
+    def shutdown(self) -> None:
+        for mf, _ in self.files.values():
+            mf.close()

@@ -19,7 +19,7 @@ from rmq_core.message import (MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MessageCo
                               create_offset_msg_id, properties_to_string, string_to_properties)
 from rmq_core.store.checkpoint import StoreCheckpoint
 from rmq_core.store.commit_log import CommitLog, EncodedMessages, build_encoded_single, now_ms
-from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
+from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueExt
 from rmq_core.store.mapped_file import AllocateMappedFileService
 from rmq_core.store.service import ServiceThread
 from rmq_core.store.types import (AppendMessageResult, DispatchRequest, GetMessageResult, GetMessageStatus,
@@ -136,7 +136,16 @@ class DefaultMessageStore:
                     continue
                 cq = ConsumeQueue(topic, int(q), root, self.config.mapped_file_size_consume_queue)
                 cq.load()
+                self._attach_ext(cq, load=True)
                 self.consume_queue_table.setdefault(topic, {})[int(q)] = cq
+
+    def _attach_ext(self, cq: ConsumeQueue, load: bool = False) -> None:
+        if self.config.enable_consume_queue_ext:
+            cq.ext = ConsumeQueueExt(cq.topic, cq.queue_id, self.config.consume_queue_ext_dir,
+                                     self.config.mapped_file_size_consume_queue,
+                                     self.config.bit_map_length_consume_queue_ext)
+            if load:
+                cq.ext.load()
 
     def _truncate_consume_queues(self, max_phy: int) -> None:
         for qs in self.consume_queue_table.values():
@@ -161,12 +170,21 @@ class DefaultMessageStore:
         if self.index_service is not None:
             self.index_service.truncate_after(max_phy)
         for topic, qid, first, count, entries, _max_ts in pending:
-            self.find_consume_queue(topic, qid).put_entries(entries, first, count)
+            cq = self.find_consume_queue(topic, qid)
+            if cq.ext is not None:
+                # dispatchers first: they compute the filter bit maps the ext keeps
+                for req in self._dispatch_extra_from_entries(topic, qid, first, count, entries):
+                    if req.consume_queue_offset >= cq.get_max_offset_in_queue():
+                        cq.ext.put(req.consume_queue_offset, req.store_timestamp, req.bit_map)
+                cq.put_entries(entries, first, count)
+                continue
+            cq.put_entries(entries, first, count)
             if self.dispatchers or self.index_service is not None:
                 self._dispatch_extra_from_entries(topic, qid, first, count, entries)
         return max_phy
 
-    def _dispatch_extra_from_entries(self, topic, qid, first, count, entries) -> None:
+    def _dispatch_extra_from_entries(self, topic, qid, first, count, entries) -> list:
+        reqs = []
         for i in range(count):
             phys, size, tags = struct.unpack_from(">qiq", entries, i * 20)
             raw = self.commit_log.get_data(phys, size)
@@ -176,6 +194,8 @@ class DefaultMessageStore:
             req = DispatchRequest(topic, qid, phys, size, tags, f["store_timestamp"], first + i, f["sys_flag"],
                                   f["prepared_transaction_offset"], f["properties_bytes"])
             self._run_extra_dispatchers(req)
+            reqs.append(req)
+        return reqs
 
     def start(self) -> None:
         if self._running:
@@ -238,6 +258,7 @@ class DefaultMessageStore:
             if cq is None:
                 cq = ConsumeQueue(topic, queue_id, self.config.consume_queue_dir,
                                   self.config.mapped_file_size_consume_queue)
+                self._attach_ext(cq)
                 qs[queue_id] = cq
             return cq
 
@@ -347,7 +368,22 @@ class DefaultMessageStore:
         return EncodedMessages(records, count, tags, batch.topic, batch.queue_id, sys_flag), None
 
     def _dispatch(self, enc: EncodedMessages, first_qoff: int, entries, store_ts: int, uses_queue: bool) -> None:
-        """Runs under the put lock: consume queue first, then the extra dispatchers."""
+        """Runs in commit-log order: consume queue first, then the extra dispatchers — or, with the
+        consume-queue ext, the dispatchers first (they compute the filter bit map the ext keeps)."""
+        if uses_queue and self.config.enable_consume_queue_ext:
+            cq = self.find_consume_queue(enc.topic, enc.queue_id)
+            if enc.count == 1 and enc.properties_bytes is not None:
+                phys, size, tags = struct.unpack_from(">qiq", entries, 0)
+                req = DispatchRequest(enc.topic, enc.queue_id, phys, size, tags, store_ts, first_qoff,
+                                      enc.sys_flag, 0, enc.properties_bytes)
+                self._run_extra_dispatchers(req)
+                reqs = [req]
+            else:
+                reqs = self._dispatch_extra_from_entries(enc.topic, enc.queue_id, first_qoff, enc.count, entries)
+            for req in reqs:
+                cq.ext.put(req.consume_queue_offset, req.store_timestamp, req.bit_map)
+            cq.put_entries(entries, first_qoff, enc.count)
+            return
         if uses_queue:
             self.find_consume_queue(enc.topic, enc.queue_id).put_entries(entries, first_qoff, enc.count)
         if self.dispatchers or self.index_service is not None:
@@ -501,9 +537,14 @@ class DefaultMessageStore:
             tags = _tag_filter(message_filter.tag_codes)
         min_phy = self.commit_log.get_min_offset()
         out = bytearray(max_count * 16)
+        ext_args = ()
+        if cq.ext is not None and message_filter is not None and message_filter.bloom_bits is not None:
+            loc = cq.ext.locate(offset)
+            if loc is not None:
+                ext_args = (loc[0], loc[1], loc[2], _bloom_test(message_filter))
         try:
             n, stop, removed = native.cq_scan(mf.native, rel, scan_end, tags, max_count, max_bytes,
-                                              max(min_phy, 0), out)
+                                              max(min_phy, 0), out, *ext_args)
         except ValueError:  # the consume-queue file was deleted meanwhile
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, offset, min_off, max_off)
         next_begin = offset + (stop - rel) // CQ_STORE_UNIT_SIZE
@@ -793,6 +834,21 @@ def _tag_filter(codes) -> native.TagFilter:
             _TAG_FILTER_CACHE.clear()
         _TAG_FILTER_CACHE[frozenset(codes)] = f
     return f
+
+
+_BLOOM_CACHE: dict[tuple, native.BloomTest] = {}
+
+
+def _bloom_test(message_filter) -> native.BloomTest:
+    key = (tuple(message_filter.bloom_bits), int(getattr(message_filter, "bloom_bit_num", 0) or 0),
+           int(getattr(message_filter, "bloom_born_time", -1)))
+    b = _BLOOM_CACHE.get(key)
+    if b is None:
+        b = native.BloomTest(*key)
+        if len(_BLOOM_CACHE) > 10000:
+            _BLOOM_CACHE.clear()
+        _BLOOM_CACHE[key] = b
+    return b
 
 
 _MEM = [0]
