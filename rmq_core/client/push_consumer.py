@@ -35,11 +35,18 @@ READ_FROM_STORE = "READ_FROM_STORE"
 MEMORY_FIRST_THEN_STORE = "MEMORY_FIRST_THEN_STORE"
 
 
+_SHORT_NAMES = {"LAST": "CONSUME_FROM_LAST_OFFSET", "FIRST": "CONSUME_FROM_FIRST_OFFSET",
+                "TIMESTAMP": "CONSUME_FROM_TIMESTAMP"}
+
+
 def _enum(cls, value, what: str):
     if isinstance(value, cls):
         return value
     try:
-        return cls(str(value).upper())
+        text = str(value).upper()
+        if cls is ConsumeFromWhere:
+            text = _SHORT_NAMES.get(text, text)
+        return cls(text)
     except ValueError:
         raise ConfigError(f"bad {what} {value!r}; expected one of: {', '.join(m.value for m in cls)}") from None
 

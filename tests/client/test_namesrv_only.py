@@ -44,6 +44,8 @@ def test_consumer_needs_listener_and_subscription(namesrv_only):
         c.start()
     with pytest.raises(Exception, match="bad message_model 'RING'"):
         PushConsumer("CG", namesrv=namesrv_only, message_model="RING")
+    assert PushConsumer("CG", namesrv=namesrv_only, consume_from_where="first").consume_from_where.value == \
+        "CONSUME_FROM_FIRST_OFFSET"
     with pytest.raises(Exception, match="bad consume_from_where 'NOW'"):
         PushConsumer("CG", namesrv=namesrv_only, consume_from_where="NOW")
     with pytest.raises(Exception, match="consume_thread_min 5 is larger than consume_thread_max 2"):
