@@ -96,4 +96,15 @@ class ClientConfig:
         return cid
 
 
-__all__ = ["ClientConfig", "default_instance_name", "local_ip"]
+def make_client_config(owner: str, namesrv, options: dict) -> ClientConfig:
+    """ClientConfig from a Producer / consumer's extra keyword arguments; an unknown keyword is a
+    ConfigError naming it and listing the accepted ones (not a TypeError from deep inside)."""
+    known = {f.name for f in attrs.fields(ClientConfig)} - {"namesrv"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"{owner}: unknown setting {unknown[0]!r}; accepted here besides the "
+                          f"{owner} settings: {', '.join(sorted(known))}")
+    return ClientConfig(namesrv=namesrv, **options)
+
+
+__all__ = ["ClientConfig", "default_instance_name", "local_ip", "make_client_config"]

@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from rmq_core import plugins
-from rmq_core.client.config import ClientConfig
+from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import MQFaultStrategy
 from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
@@ -128,7 +128,7 @@ class Producer:
         opts = dict(client_options)
         if instance_name is not None:
             opts["instance_name"] = instance_name
-        self.client_config = ClientConfig(namesrv=namesrv, **opts)
+        self.client_config = make_client_config(type(self).__name__, namesrv, opts)
         if compress_type not in COMPRESS_TYPES:
             raise ConfigError(f"bad compress_type {compress_type!r}; available: {', '.join(COMPRESS_TYPES)}")
         if retry_times_when_send_failed < 0 or retry_times_when_send_async_failed < 0:

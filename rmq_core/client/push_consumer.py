@@ -13,7 +13,7 @@ import time
 from typing import Callable
 
 from rmq_core import plugins
-from rmq_core.client.config import ClientConfig
+from rmq_core.client.config import make_client_config
 from rmq_core.client.consume_service import ConsumeConcurrentlyService, ConsumeOrderlyService
 from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.process_queue import ProcessQueue
@@ -63,7 +63,7 @@ class ConsumerBase:
         opts = dict(client_options)
         if instance_name is not None:
             opts["instance_name"] = instance_name
-        self.client_config = ClientConfig(namesrv=namesrv, **opts)
+        self.client_config = make_client_config(type(self).__name__, namesrv, opts)
         self.message_model = _enum(MessageModel, message_model, "message_model")
         self.consume_from_where = _enum(ConsumeFromWhere, consume_from_where, "consume_from_where")
         # Java default: half an hour before the consumer starts

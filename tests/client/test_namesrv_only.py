@@ -4,7 +4,7 @@ import threading
 import pytest
 
 from rmq_core import Message, Producer, PullConsumer, PushConsumer
-from rmq_core.errors import MQClientError, PluginNotFoundError
+from rmq_core.errors import ConfigError, MQClientError, PluginNotFoundError
 from rmq_core.message import ConsumeStatus
 from tests.client.conftest import FAST, FAST_CONSUMER
 
@@ -19,6 +19,10 @@ def test_producer_not_started_and_bad_settings(namesrv_only):
     p = Producer("PG_NS2", namesrv=namesrv_only)
     with pytest.raises(MQClientError, match="not started"):
         p.send(Message("T", b"x"))
+    with pytest.raises(ConfigError, match="Producer: unknown setting 'retries'; accepted here .*instance_name"):
+        Producer("PG", namesrv=namesrv_only, retries=3)
+    with pytest.raises(ConfigError, match="PushConsumer: unknown setting 'threads'"):
+        PushConsumer("CG", namesrv=namesrv_only, threads=3)
     with pytest.raises(Exception, match="bad compress_type 'gzip'; available: lz4, zlib"):
         Producer("PG", namesrv=namesrv_only, compress_type="gzip")
 
