@@ -8,6 +8,7 @@ new ones get a ProcessQueue, a start offset and a pull task.
 """
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import threading
@@ -54,7 +55,8 @@ class RebalanceImpl:
         self.topic_subscribe_info: dict[str, list[MessageQueue]] = {}
         self.subscriptions: dict = {}  # topic -> SubscriptionData
         self._lock = threading.RLock()
-        self.allocation_history: list[tuple[float, str, tuple]] = []
+        # the last allocations (time, topic, queues): for running info and debugging, bounded
+        self.allocation_history: collections.deque = collections.deque(maxlen=64)
 
     @property
     def clustering(self) -> bool:
