@@ -11,6 +11,9 @@ import zlib
 import attrs
 
 from rmq_core.broker.client_manager import ConsumerManager, ProducerManager
+from rmq_core.broker.consumer_filter_manager import (
+    CalcBitMapDispatcher, ConsumerFilterManager, PropertyFilterDisabledError,
+)
 from rmq_core.broker.lock_manager import RebalanceLockManager
 from rmq_core.broker.long_polling import PullRequestHoldService
 from rmq_core.broker.processors.admin import AdminBrokerProcessor
@@ -62,7 +65,13 @@ class BrokerController:
         self.servers: list[RemotingServer] = []
         self.namesrv_client: RemotingClient | None = None
         self._tasks: list[asyncio.Task] = []
-        self._filters: dict = {}  # (group, topic, type, expression) -> compiled MessageFilter
+        self._filters: dict = {}  # (group, topic, type, expression, version) -> MessageFilter
+        # SQL92 subscriptions per topic, their bloom bits, and the bit map dispatcher.
+        self.filter_manager = ConsumerFilterManager(broker_config, store_config)
+        self.bloom_enabled = broker_config.enable_property_filter and broker_config.enable_calc_filter_bit_map
+        if self.bloom_enabled and not store_config.enable_consume_queue_ext:
+            log.info("enableCalcFilterBitMap=true: turning on enableConsumeQueueExt to keep the bit maps")
+            store_config.enable_consume_queue_ext = True
         self.broker_addr: str | None = None
         self.started = False
 
@@ -91,6 +100,10 @@ class BrokerController:
 
         os.makedirs(self.store_config.store_path_root_dir, exist_ok=True)
         self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, port))
+        if self.bloom_enabled:
+            # Before load(): records re-dispatched by recovery get their bit maps too.
+            self.filter_manager.load()
+            self.store.add_dispatcher(CalcBitMapDispatcher(self.filter_manager))
         if not await asyncio.to_thread(self.store.load):
             raise ConfigError(f"cannot load the message store under {self.store_config.store_path_root_dir}")
         self.store.register_message_arriving_listener(self._on_message_arriving)
@@ -174,6 +187,9 @@ class BrokerController:
     def _persist_offsets_now(self) -> None:
         self.offset_manager.persist()
         self.schedule_service.persist()
+        if self.bloom_enabled:
+            self.filter_manager.clean()
+            self.filter_manager.persist()
 
     async def _persist_offsets(self) -> None:
         await asyncio.to_thread(self._persist_offsets_now)
@@ -264,28 +280,43 @@ class BrokerController:
         return self.store.get_max_phy_offset() - phy > total * self.store_config.access_message_in_memory_max_ratio / 100
 
     # --- filters -----------------------------------------------------------------------------------------
-    def _check_property_filter_allowed(self, sub) -> None:
-        if not ExpressionType.is_tag_type(sub.expression_type) and not self.broker_config.enable_property_filter:
-            raise PermissionError(
-                f"the broker[{self.broker_config.broker_name}] does not support consumer to filter message by "
-                f"{sub.expression_type}: set enablePropertyFilter=true in broker.conf and restart the broker")
-
     def check_filter(self, group: str, sub):
-        self._check_property_filter_allowed(sub)
+        """Compile (and so validate) a subscription; raises FilterExpressionError naming the
+        position, PluginNotFoundError for an unknown type, PropertyFilterDisabledError when SQL92
+        is off on this broker."""
+        if not ExpressionType.is_tag_type(sub.expression_type):
+            self.filter_manager.check_expression_type_supported(sub.expression_type)
         return get_filter_factory(sub.expression_type)(sub.sub_string)
 
-    def register_filter(self, group: str, sub) -> None:
-        self.build_message_filter(group, sub)
+    def register_group_filters(self, group: str, subscriptions) -> None:
+        """A heartbeat's subscriptions (already validated): with bit maps on, dispatch computes this
+        group's bloom bits for its SQL92 topics from now on; dropped topics are marked dead."""
+        if self.bloom_enabled:
+            self.filter_manager.register_group(
+                group, [s for s in subscriptions if not ExpressionType.is_tag_type(s.expression_type)])
 
     def build_message_filter(self, group: str, sub):
         key = (group, sub.topic, sub.expression_type, sub.sub_string)
         mf = self._filters.get(key)
-        if mf is None:
-            mf = self.check_filter(group, sub)
+        if mf is None or getattr(mf, "bloom_born_time", -1) != self._bloom_born_time(group, sub):
+            if ExpressionType.is_tag_type(sub.expression_type):
+                mf = get_filter_factory(sub.expression_type)(sub.sub_string)
+            else:
+                mf = self.filter_manager.build_message_filter(group, sub.topic, sub.expression_type,
+                                                              sub.sub_string, sub.sub_version)
             if len(self._filters) > 10_000:
                 self._filters.clear()
             self._filters[key] = mf
         return mf
+
+    def _bloom_born_time(self, group: str, sub) -> int:
+        """The born time of the registered filter data the cached filter was built from (a
+        re-registration changes it, so the cache entry is rebuilt)."""
+        if not self.bloom_enabled or ExpressionType.is_tag_type(sub.expression_type):
+            return -1
+        data = self.filter_manager.get(sub.topic, group)
+        return data.born_time if data is not None and data.compiled is not None and \
+            (data.expression_type, data.expression) == (sub.expression_type.upper(), sub.sub_string) else -1
 
     # --- 4.x compatibility ----------------------------------------------------------------------------
     @staticmethod
@@ -303,6 +334,8 @@ class BrokerController:
 
     # --- client notifications ---------------------------------------------------------------------------
     def _on_consumer_ids_changed(self, group: str, channels) -> None:
+        if not channels and self.bloom_enabled:
+            self.filter_manager.unregister(group)  # the last member left
         if not self.broker_config.notify_consumer_ids_changed_enable or self.loop is None:
             return
         sg = self.subscription_manager.find(group)

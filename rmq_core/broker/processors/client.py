@@ -8,6 +8,7 @@ import logging
 
 from rmq_core.broker.client_manager import ClientChannelInfo, DuplicateClientIdError, SubscriptionData, parse_heartbeat
 from rmq_core.broker.processors import Processor
+from rmq_core.broker.consumer_filter_manager import PropertyFilterDisabledError
 from rmq_core.errors import FilterExpressionError, PluginNotFoundError
 from rmq_core.message import ExpressionType, MessageQueue, MixAll
 from rmq_core.remoting.codes import RequestCode, ResponseCode
@@ -61,11 +62,12 @@ class ClientManageProcessor(Processor):
             for sub in c["subscriptions"]:
                 if not ExpressionType.is_tag_type(sub.expression_type):
                     try:
-                        ctrl.register_filter(group, sub)
+                        ctrl.check_filter(group, sub)
                     except (FilterExpressionError, PluginNotFoundError) as e:
                         return request.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
-                    except PermissionError as e:
+                    except PropertyFilterDisabledError as e:
                         return request.make_response(ResponseCode.NO_PERMISSION, str(e))
+            ctrl.register_group_filters(group, c["subscriptions"])
             try:
                 changed = ctrl.consumer_manager.register_consumer(
                     group, ClientChannelInfo(**info_args), c["consume_type"], c["message_model"],
@@ -103,7 +105,7 @@ class ClientManageProcessor(Processor):
                 self.ctrl.check_filter(group, SubscriptionData.build(sub.get("topic", ""), sub.get("subString"), etype))
         except (FilterExpressionError, PluginNotFoundError) as e:
             return request.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
-        except PermissionError as e:
+        except PropertyFilterDisabledError as e:
             return request.make_response(ResponseCode.NO_PERMISSION, str(e))
         except ValueError as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad client config: {e}")

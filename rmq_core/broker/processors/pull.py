@@ -6,6 +6,7 @@ import logging
 
 from rmq_core.broker.client_manager import SubscriptionData
 from rmq_core.broker.processors import Processor
+from rmq_core.broker.consumer_filter_manager import PropertyFilterDisabledError
 from rmq_core.errors import FilterExpressionError, PluginNotFoundError
 from rmq_core.message import ExpressionType, PermName
 from rmq_core.remoting.codes import RequestCode, ResponseCode
@@ -94,7 +95,7 @@ class PullMessageProcessor(Processor):
             message_filter = ctrl.build_message_filter(group, sub)
         except (FilterExpressionError, PluginNotFoundError) as e:
             return request.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
-        except PermissionError as e:
+        except PropertyFilterDisabledError as e:
             return request.make_response(ResponseCode.NO_PERMISSION, str(e))
 
         result = ctrl.store.get_message(group, topic, queue_id, queue_offset, max_msg_nums, message_filter)

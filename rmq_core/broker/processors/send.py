@@ -153,6 +153,9 @@ class SendMessageProcessor(Processor):
                 return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"compressed batch body does not inflate: {e}")
             sys_flag &= ~(SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK)
         extra = string_to_properties(h.properties)
+        refused = ctrl.timer_service.check_batch(body, extra)
+        if refused:
+            return request.make_response(ResponseCode.MESSAGE_ILLEGAL, refused)
         extra.pop(MessageConst.WAIT_STORE_MSG_OK, None)  # every item carries its own
         extra[MessageConst.CLUSTER] = ctrl.broker_config.broker_cluster_name
         batch = MessageExtBatch(topic=h.topic, queue_id=queue_id, body=body, sys_flag=sys_flag,
