@@ -49,7 +49,7 @@ import re
 import struct
 import time
 
-from rmq_core.codec import decode_messages
+from rmq_core.codec import decode_batch_body, decode_messages
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import MessageConst, SysFlag, string_to_properties
 from rmq_core.store import MessageExtBrokerInner, PutMessageStatus
@@ -68,6 +68,7 @@ DELIVERY_BATCH = 256  # entries re-put per delivery round (one checkpoint write 
 _READ_CHUNK = 8192  # consume-queue units read per step before yielding to the event loop
 _UNIT = struct.Struct(">qiq")
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
+_TIMER_KEY_MARKS = tuple(k.encode() + b"\x01" for k in TIMER_REQUEST_KEYS)
 # A Java string hash (what the store computes for a rebuilt entry) fits in 32 bits; a due time in
 # epoch milliseconds is far above.
 _HASH_CODE_LIMIT = 1 << 32
@@ -241,6 +242,27 @@ class TimerMessageService:
         now = _now_ms()
         due = parse_due_ms(props, now, topic)
         self._not_too_far_or_raise(props, due, now, topic)
+
+    @staticmethod
+    def check_batch(body: bytes, extra_properties: dict) -> str | None:
+        """Why a SEND_BATCH_MESSAGE cannot be stored (an item asks for timer delivery, which a
+        batch — one append to one queue — cannot honour), or None.  A substring test keeps the
+        common batch free of per-item decoding."""
+        for key in TIMER_REQUEST_KEYS:
+            if key in extra_properties:
+                return (f"batch messages do not support timer delivery: the batch carries "
+                        f"{key}={extra_properties[key]!r}; send timer messages one by one")
+        if not isinstance(body, (bytes, bytearray)):
+            body = bytes(body)
+        if not any(k in body for k in _TIMER_KEY_MARKS):
+            return None
+        for index, (_flag, _body, props) in enumerate(decode_batch_body(body)):
+            item = string_to_properties(props)
+            for key in TIMER_REQUEST_KEYS:
+                if key in item:
+                    return (f"batch messages do not support timer delivery: item {index} carries "
+                            f"{key}={item[key]!r}; send timer messages one by one")
+        return None
 
     def redirect_if_timer(self, inner: MessageExtBrokerInner, strict: bool = True) -> MessageExtBrokerInner:
         """Park a timer message in the timer topic (or stamp it for direct delivery).

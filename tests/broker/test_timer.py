@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rmq_core.broker.timer import (
     DELIVERY_BATCH, TIMER_OUT_MS, TIMER_TOPIC, TimerMessageError, TimingWheel, parse_due_ms,
 )
-from rmq_core.codec import decode_messages
+from rmq_core.codec import decode_messages, encode_batch_body
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.store import MessageExtBrokerInner
 from tests.rawclient import RawClient
@@ -157,6 +157,24 @@ def test_bad_values_are_refused_naming_property_and_value(make_cluster, raw):
     r = raw.send(addr, TIMER_TOPIC, b"x")
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and TIMER_TOPIC in r.remark
     assert _max_offset(raw, addr, "T_BAD") == 0 and _max_offset(raw, addr, TIMER_TOPIC) == 0
+
+
+def test_batch_with_a_timer_item_is_refused(cluster, raw):
+    addr = cluster.broker_addr
+
+    def send_batch(items, header_props=""):
+        ext = {"producerGroup": "PG_B", "topic": "T_BATCH", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+               "queueId": "0", "sysFlag": "0", "bornTimestamp": str(_now_ms()), "flag": "0",
+               "properties": header_props, "reconsumeTimes": "0", "unitMode": "false", "batch": "true"}
+        return raw.invoke(addr, RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch_body(items))
+
+    plain = [(0, b"a", {"TAGS": "x"}), (0, b"TIMER_DELIVER_MS\x01 in a body is just bytes", {"TAGS": "y"})]
+    assert send_batch(plain).code == 0
+    r = send_batch(plain + [(0, b"c", {"TIMER_DELAY_SEC": "5"})])
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "item 2 carries TIMER_DELAY_SEC='5'" in r.remark, r.remark
+    r = send_batch(plain, header_props="DELIVER_TIME_MS\x01123\x02")
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "DELIVER_TIME_MS='123'" in r.remark, r.remark
+    assert _max_offset(raw, addr, "T_BATCH") == 2
 
 
 def test_timer_disabled_refuses_timer_messages(make_cluster, raw):
@@ -355,3 +373,39 @@ def test_checkpoint_file_is_written(cluster, raw):
     path = os.path.join(cluster.store_path, "config", "timerCheckpoint.json")
     cp = _wait_until(lambda: os.path.exists(path) and json.load(open(path)), timeout=2)
     assert cp["oldestPendingOffset"] == 1 and cp["deliveredScanOffset"] == 1
+
+
+# --- the rmq client end to end ---------------------------------------------------------------------------
+def test_client_producer_and_push_consumer(make_cluster):
+    from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
+    from rmq_core.errors import MQBrokerError
+
+    c = make_cluster()
+    got = []
+    fast = dict(poll_name_server_interval=1.0, heartbeat_broker_interval=1.0, persist_consumer_offset_interval=0.5)
+    with Producer("PG_TIMER_E2E", namesrv=c.namesrv, **fast) as p:
+        consumer = PushConsumer("CG_TIMER_E2E", namesrv=c.namesrv, rebalance_interval=1.0,
+                                consume_from_where="CONSUME_FROM_FIRST_OFFSET", **fast)
+        consumer.subscribe("T_E2E", "*")
+        consumer.register_message_listener(lambda msgs: (got.extend((m, _now_ms()) for m in msgs),
+                                                         ConsumeStatus.CONSUME_SUCCESS)[1])
+        consumer.start()
+        try:
+            t0 = _now_ms()
+            p.send(Message("T_E2E", b"second", tags="A", properties={"TIMER_DELIVER_MS": str(t0 + 1600)}))
+            p.send(Message("T_E2E", b"first", tags="A", properties={"TIMER_DELAY_SEC": "1"}))
+            p.send(Message("T_E2E", b"now", tags="A"))
+            try:
+                p.send(Message("T_E2E", b"bad", properties={"TIMER_DELIVER_MS": "noon"}))
+            except MQBrokerError as e:
+                assert "TIMER_DELIVER_MS" in str(e) and "'noon'" in str(e)
+            else:
+                raise AssertionError("a non-numeric TIMER_DELIVER_MS must be refused at send")
+            assert _wait_until(lambda: len(got) >= 3, timeout=10)
+            time.sleep(0.3)
+        finally:
+            consumer.shutdown()
+    assert [m.body for m, _ in got] == [b"now", b"first", b"second"]
+    by_body = {m.body: (m, seen) for m, seen in got}
+    assert by_body[b"first"][0].store_timestamp >= t0 + 1000
+    assert by_body[b"second"][0].store_timestamp >= t0 + 1600 and by_body[b"second"][1] - (t0 + 1600) < 2000
