@@ -19,7 +19,7 @@ taken once, released before the mmap is closed), so a call costs no per-call buf
 and creates no Python object per record scanned or skipped.
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
-from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING
+from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset, memcmp
@@ -872,7 +872,7 @@ def verify_records(NativeMap m, Py_ssize_t start, Py_ssize_t end, int64_t file_f
     STOP_BLANK or STOP_CORRUPT; stop_pos is where the walk stopped (the end of the last good record,
     or the segment end after a blank).  With `collect`, runs lists consecutive records of one
     (topic, queue) with consecutive queue offsets as (topic, queue_id, first_queue_offset, count,
-    bytearray of 20-byte consume-queue entries, max_store_timestamp) — so re-dispatch costs one
+    memoryview of its 20-byte consume-queue entries, max_store_timestamp) — so re-dispatch costs one
     Python object per run, not per record."""
     cdef unsigned char *p = m.check(start, end)
     cdef Py_ssize_t pos = start, size = 0
@@ -897,8 +897,10 @@ def verify_records(NativeMap m, Py_ssize_t start, Py_ssize_t end, int64_t file_f
         lv = <const int64_t *>&lvv[0]
         nlv = len(delay_levels_ms)
     runs = []
-    entries = bytearray()
-    cdef unsigned char entry[20]
+    # every entry of this segment goes into one growing buffer; a run is a slice of it
+    cdef Py_ssize_t cap = 65536, used = 0, run_byte = 0
+    allbuf = PyByteArray_FromStringAndSize(NULL, cap)
+    cdef unsigned char *entry
     cdef int64_t run_first = 0
     while True:
         r = check_record(p, pos, end, file_from_offset + pos, check_crc, &size)
@@ -926,8 +928,8 @@ def verify_records(NativeMap m, Py_ssize_t start, Py_ssize_t end, int64_t file_f
                     and memcmp(run_topic, p + pos + to + 1, tl) == 0):
                 if run_topic != NULL:
                     runs.append((PyBytes_FromStringAndSize(<char *>run_topic, run_tl).decode("utf-8"), run_qid,
-                                 run_first, count - 1 - run_start_count, entries, run_max_ts))
-                    entries = bytearray()
+                                 run_first, count - 1 - run_start_count, run_byte, run_max_ts))
+                    run_byte = used
                 run_topic = p + pos + to + 1
                 run_tl = tl
                 run_qid = qid
@@ -937,14 +939,22 @@ def verify_records(NativeMap m, Py_ssize_t start, Py_ssize_t end, int64_t file_f
             run_next = qoff + 1
             if ts > run_max_ts:
                 run_max_ts = ts
+            if used + CQ_UNIT > cap:
+                cap *= 2
+                PyByteArray_Resize(allbuf, cap)
+            entry = <unsigned char *>PyByteArray_AS_STRING(allbuf) + used
             rmq_st64(entry, <uint64_t>(file_from_offset + pos))
             rmq_st32(entry + 8, <uint32_t>size)
             rmq_st64(entry + 12, <uint64_t>code)
-            entries += (<char *>entry)[:20]
+            used += CQ_UNIT
         pos += size
     if collect and run_topic != NULL:
         runs.append((PyBytes_FromStringAndSize(<char *>run_topic, run_tl).decode("utf-8"), run_qid,
-                     run_first, count - run_start_count, entries, run_max_ts))
+                     run_first, count - run_start_count, run_byte, run_max_ts))
+    if runs:
+        PyByteArray_Resize(allbuf, used)
+        view = memoryview(allbuf)
+        runs = [(t, q, f, c, view[b:b + c * CQ_UNIT], ts) for (t, q, f, c, b, ts) in runs]
     if r == 1:
         return end, STOP_BLANK, count, last_ts, runs
     return pos, (STOP_CORRUPT if r == 3 else STOP_END), count, last_ts, runs

@@ -519,6 +519,8 @@ class TimerMessageService:
             self._horizon_ms = new_horizon
             return
         old_horizon = self._horizon_ms
+        # delivered before a restart; only reachable here if the wall clock stepped back since
+        skip_below, skip_due = self._delivered_scan_offset, self._delivered_up_to_ms
         far_low = far_min = None
         wheel_add = self.wheel.add
         off = self._far_low
@@ -530,7 +532,7 @@ class TimerMessageService:
                 for phys, size, tag in _UNIT.iter_unpack(buf):
                     if size != 0x7FFFFFFF:
                         due = self._due_of(phys, size, tag)
-                        if due is not None and due >= old_horizon:
+                        if due is not None and due >= old_horizon and not (qoff < skip_below and due <= skip_due):
                             if due < new_horizon:
                                 wheel_add(due, qoff, phys, size)
                             else:

@@ -79,12 +79,16 @@ class RemotingClient:
 
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send `request` to `addr` and return the response; the timeout covers connecting too."""
-        deadline = time.monotonic() + timeout
-        ctx = await self.get_channel(addr, timeout)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise RemotingTimeoutError(
-                f"no response to {code_name(request.code)} from {addr} within {timeout:g}s (connecting took it all)")
+        ctx = self._contexts.get(addr)
+        if ctx is not None and not ctx.closed and not self._closed:
+            remaining = timeout  # connected already: no clock reads on the hot path
+        else:
+            deadline = time.monotonic() + timeout
+            ctx = await self.get_channel(addr, timeout)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RemotingTimeoutError(
+                    f"no response to {code_name(request.code)} from {addr} within {timeout:g}s (connecting took it all)")
         hooks = self._table.rpc_hooks
         if hooks is None:
             return await ctx.invoke(request, remaining)

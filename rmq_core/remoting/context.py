@@ -3,7 +3,7 @@
 Both ends of a remoting connection can send requests (the broker sends CHECK_TRANSACTION_STATE or
 NOTIFY_CONSUMER_IDS_CHANGED to a client), so one ChannelContext does both jobs: it matches
 responses to its own pending requests by opaque, and it runs incoming requests through a
-ProcessorTable, one task per request, writing each response when its processor finishes.
+ProcessorTable, writing each response when its processor finishes.  A processor runs at once where\nits request arrived; only one that suspends (a long-polling pull, a sync flush) gets its own task.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from rmq_core.errors import (
     IllegalArgumentError, RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError,
 )
 from rmq_core.remoting.codes import ResponseCode, code_name
-from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, SerializeType, next_opaque
+from rmq_core.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand, SerializeType, next_opaque
 from rmq_core.remoting.transport import Channel
 
 log = logging.getLogger("rmq.remoting")
@@ -93,10 +93,40 @@ class ProcessorTable:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
 
 
-def _expire(future: asyncio.Future, code: int, opaque: int, addr: str, timeout: float) -> None:
-    if not future.done():
-        future.set_exception(RemotingTimeoutError(
-            f"no response to {code_name(code)} (opaque {opaque}) from {addr} within {timeout:g}s"))
+class _Resume:
+    """Awaitable that carries on a coroutine which already ran its first step outside any task.
+
+    A request is first driven with `coro.send(None)` right where it arrived: most processors
+    finish without suspending, and then no Task is made at all.  When one does suspend, it has
+    just yielded a future to the event loop's protocol; a Task awaiting `_Resume(coro, yielded)`
+    re-yields that very future (so the Task waits on it, and its cancellation reaches it), then
+    passes every later value or exception through, exactly as `await` would have.
+    """
+
+    __slots__ = ("_coro", "_yielded")
+
+    def __init__(self, coro, yielded):
+        self._coro, self._yielded = coro, yielded
+
+    def __await__(self):
+        coro, yielded = self._coro, self._yielded
+        self._coro = self._yielded = None
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation thrown into the awaiting task
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    yielded = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
 
 
 class ChannelContext:
@@ -119,8 +149,13 @@ class ChannelContext:
         self._on_closed = on_closed
         self._answer_in_peer_type = answer_in_peer_type
         self._max_inflight = max_inflight
-        self._pending: dict[int, asyncio.Future] = {}
-        self._tasks: set[asyncio.Task] = set()
+        # opaque -> (future, deadline, request code, timeout) of our requests awaiting an answer
+        self._pending: dict[int, tuple[asyncio.Future, float, int, float]] = {}
+        # One timer per connection, due at (or before) the earliest pending deadline, instead of a
+        # call_later per request: requests mostly share one timeout, so it seldom moves.
+        self._sweep_handle: asyncio.TimerHandle | None = None
+        self._sweep_at = 0.0
+        self._tasks: set[asyncio.Task] = set()  # requests whose processor suspended, and slow writes
         self._loop = asyncio.get_running_loop()
         self._closed = False
 
@@ -133,6 +168,7 @@ class ChannelContext:
 
     @property
     def inflight(self) -> int:
+        """Requests from the peer still being processed (or answered) on this connection."""
         return len(self._tasks)
 
     # --- towards the peer --------------------------------------------------------------------------
@@ -143,24 +179,56 @@ class ChannelContext:
         if self._answer_in_peer_type:
             request.serialize_type = self.peer_serialize_type
         request.flag &= ~RESPONSE_FLAG
-        if request.opaque in self._pending:  # a re-sent command: give it its own id so answers cannot cross
+        pending = self._pending
+        if request.opaque in pending:  # a re-sent command: give it its own id so answers cannot cross
             request.opaque = next_opaque()
         opaque = request.opaque
-        future = self._loop.create_future()
-        self._pending[opaque] = future
-        # A timer on the future is cheaper than asyncio.wait_for (no extra task per call).
-        timer = self._loop.call_later(timeout, _expire, future, request.code, opaque, self.peer_name, timeout)
+        loop = self._loop
+        future = loop.create_future()
+        deadline = loop.time() + timeout
+        pending[opaque] = (future, deadline, request.code, timeout)
+        if self._sweep_handle is None or deadline < self._sweep_at:
+            self._arm_sweep(deadline)
         try:
-            try:
-                await self.channel.send(request)
-            except RemotingError as e:
-                self.close()
-                raise RemotingConnectError(f"send {code_name(request.code)} to {self.peer_name} failed: {e}") from None
+            channel = self.channel
+            if not channel.send_nowait(request):
+                await channel.send(request)
+        except RemotingError as e:
+            self._forget(opaque, future)
+            self.close()
+            raise RemotingConnectError(f"send {code_name(request.code)} to {self.peer_name} failed: {e}") from None
+        except BaseException:
+            self._forget(opaque, future)
+            raise
+        try:
             return await future
-        finally:
-            timer.cancel()
-            if self._pending.get(opaque) is future:
-                del self._pending[opaque]
+        except BaseException:  # cancelled by the caller (answers and timeouts remove the entry themselves)
+            self._forget(opaque, future)
+            raise
+
+    def _forget(self, opaque: int, future: asyncio.Future) -> None:
+        entry = self._pending.get(opaque)
+        if entry is not None and entry[0] is future:
+            del self._pending[opaque]
+
+    def _arm_sweep(self, when: float) -> None:
+        if self._sweep_handle is not None:
+            self._sweep_handle.cancel()
+        self._sweep_at = when
+        self._sweep_handle = self._loop.call_at(when, self._sweep)
+
+    def _sweep(self) -> None:
+        """Fail the requests whose deadline passed; re-arm for the earliest one left."""
+        self._sweep_handle = None
+        now = self._loop.time()
+        expired = [opaque for opaque, entry in self._pending.items() if entry[1] <= now]
+        for opaque in expired:
+            future, _, code, timeout = self._pending.pop(opaque)
+            if not future.done():
+                future.set_exception(RemotingTimeoutError(
+                    f"no response to {code_name(code)} (opaque {opaque}) from {self.peer_name} within {timeout:g}s"))
+        if self._pending and not self._closed:
+            self._arm_sweep(min(entry[1] for entry in self._pending.values()))
 
     async def invoke_oneway(self, request: RemotingCommand) -> None:
         if self.closed:
@@ -169,7 +237,9 @@ class ChannelContext:
             request.serialize_type = self.peer_serialize_type
         request.mark_oneway()
         try:
-            await self.channel.send(request)
+            channel = self.channel
+            if not channel.send_nowait(request):
+                await channel.send(request)
         except RemotingError as e:
             self.close()
             raise RemotingConnectError(f"send {code_name(request.code)} to {self.peer_name} failed: {e}") from None
@@ -179,10 +249,10 @@ class ChannelContext:
 
     # --- from the peer -----------------------------------------------------------------------------
     def _on_command(self, command: RemotingCommand) -> None:
-        if command.is_response:
-            future = self._pending.pop(command.opaque, None)
-            if future is not None and not future.done():
-                future.set_result(command)
+        if command.flag & RESPONSE_FLAG:
+            entry = self._pending.pop(command.opaque, None)
+            if entry is not None and not entry[0].done():
+                entry[0].set_result(command)
             else:  # a late answer to a timed-out request, or an answer to a oneway the peer answered anyway
                 log.debug("%s: dropping unmatched response opaque=%d from %s", self._owner, command.opaque,
                           self.remote_address)
@@ -193,23 +263,46 @@ class ChannelContext:
                 busy = command.make_response(
                     ResponseCode.SYSTEM_BUSY,
                     f"[OVERLOAD]system busy: {len(self._tasks)} requests in flight on this connection")
-                self._spawn(self._write(busy))
+                self._send_response(busy)
             return
-        self._spawn(self._process(command))
+        # Run the processor's first step here; only one that suspends costs a Task (see _Resume).
+        coro = self._table.run(self, command)
+        try:
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            self._answer(command, stop.value)
+            return
+        except asyncio.CancelledError:
+            return
+        self._spawn(self._finish(command, coro, yielded))
 
     def _spawn(self, coro) -> None:
         task = self._loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _process(self, request: RemotingCommand) -> None:
-        response = await self._table.run(self, request)
-        if response is None or request.is_oneway:
+    async def _finish(self, request: RemotingCommand, coro, yielded) -> None:
+        self._answer(request, await _Resume(coro, yielded))
+
+    def _answer(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        if response is None or request.flag & ONEWAY_FLAG:
             return
         response.opaque = request.opaque
         response.flag |= RESPONSE_FLAG
         response.serialize_type = request.serialize_type
-        await self._write(response)
+        self._send_response(response)
+
+    def _send_response(self, response: RemotingCommand) -> None:
+        try:
+            if self.channel.send_nowait(response):
+                return
+        except RemotingCommandError as e:  # e.g. a field out of range for the binary header
+            log.warning("%s: cannot encode the answer to %s: %s", self._owner, self.remote_address, e)
+            return
+        except RemotingError as e:
+            log.debug("%s: cannot answer %s: %s", self._owner, self.remote_address, e)
+            return
+        self._spawn(self._write(response))  # the write buffer is full: wait for it, counted in flight
 
     async def _write(self, response: RemotingCommand) -> None:
         try:
@@ -221,8 +314,12 @@ class ChannelContext:
         if self._closed:
             return
         self._closed = True
+        if self._sweep_handle is not None:
+            self._sweep_handle.cancel()
+            self._sweep_handle = None
         pending, self._pending = self._pending, {}
-        for opaque, future in pending.items():
+        for opaque, entry in pending.items():
+            future = entry[0]
             if not future.done():
                 future.set_exception(RemotingConnectError(
                     f"connection to {self.peer_name} closed before the response (opaque {opaque}) arrived"))

@@ -15,6 +15,9 @@ A transport moves whole `RemotingCommand`s between two endpoints; the remoting l
                                       then on_close(exc_or_None) exactly once when the connection ends
         async send(cmd)               write one command (waits while the write buffer is full);
                                       raises RemotingError when the channel is closed
+        send_nowait(cmd) -> bool      optional fast path: write without waiting and return True,
+                                      or return False (the buffer is full, or the transport has no
+                                      fast path) and write nothing: the caller then awaits send()
         close()                       idempotent; on_close follows
 
     Listener
@@ -74,6 +77,10 @@ class Channel(abc.ABC):
 
     @abc.abstractmethod
     async def send(self, command: RemotingCommand) -> None: ...
+
+    def send_nowait(self, command: RemotingCommand) -> bool:
+        """Write `command` at once if that needs no waiting (True); False: nothing written, await send()."""
+        return False
 
     @abc.abstractmethod
     def close(self) -> None: ...

@@ -57,6 +57,7 @@ class MappedFile:
         self.wrote_position = 0
         self.flushed_position = 0
         self.first_create_in_queue = False
+        self.destroyed = False
         if prefault:
             # Touch every page and write the zeros back now, so the file's blocks are allocated
             # before the first append: a later flush then writes data only (no block allocation or
@@ -110,7 +111,14 @@ class MappedFile:
             self.fd = None
 
     def destroy(self) -> None:
-        self.close()
+        """Delete the file.  The mapping itself is not closed here: a reader on another thread may
+        still be scanning it without the GIL, so it is unmapped when the last reference to this
+        object goes (RocketMQ defers the unmap with a reference count for the same reason); the
+        disk space is freed then."""
+        self.destroyed = True
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
         try:
             os.remove(self.path)
         except FileNotFoundError:

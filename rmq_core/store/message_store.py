@@ -408,7 +408,14 @@ class DefaultMessageStore:
                 log.exception("dispatcher %r failed for %r", d, req)
 
     def _put(self, enc: EncodedMessages, wait: bool):
-        outcome = self.commit_log.append(enc, self._dispatch)
+        try:
+            outcome = self.commit_log.append(enc, self._dispatch)
+        except OSError as e:
+            # e.g. no space left for a new segment: the broker answers with the reason
+            log.error("put to %s-%d failed: %s", enc.topic, enc.queue_id, e)
+            self.check_disk_space()
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None,
+                                    error=f"commit log write failed: {e}"), None
         if outcome.status is not PutMessageStatus.PUT_OK:
             return PutMessageResult(outcome.status, None, error=outcome.error), None
         count = outcome.count

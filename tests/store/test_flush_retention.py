@@ -204,3 +204,24 @@ def test_runtime_info_and_disk_ratio(store):
     info = store.runtime_info()
     assert float(info["commitLogDiskRatio"]) == pytest.approx(store.commit_log_disk_ratio(), abs=0.01)
     assert info["putMessageTimesTotal"] == "1" and info["commitLogMaxOffset"] == str(store.get_max_phy_offset())
+
+
+def test_a_deleted_segment_stays_readable_for_a_reader_holding_it(store):
+    # retention may delete a segment while a pull scans it without the GIL: the unmap waits for
+    # the last reference, so the reader never touches unmapped memory
+    fill_segments(store, 3)
+    mf = store.commit_log.mapped_file_queue.mapped_files[0]
+    head = mf.read(0, 64)
+    assert store.commit_log.mapped_file_queue.delete_files_before(1) == [mf]
+    assert not os.path.exists(mf.path)
+    assert mf.read(0, 64) == head
+    assert store.get_min_phy_offset() == store.config.mapped_file_size_commit_log
+
+
+def test_a_failing_segment_creation_is_reported_not_raised(store, monkeypatch):
+    def no_space(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store.commit_log.mapped_file_queue, "get_last_mapped_file", no_space)
+    r = store.put_message(msg())
+    assert r.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED and "No space left on device" in r.error
