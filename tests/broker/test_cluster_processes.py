@@ -114,3 +114,28 @@ def test_standalone_stops_cleanly_on_sigterm(tmp_path):
     p.proc.send_signal(signal.SIGTERM)
     assert p.proc.wait(30) == 0
     assert not (store / "abort").exists() and (store / "checkpoint").exists()
+
+
+def test_broker_registers_with_every_name_server(tmp_path, raw):
+    ns = [RmqProcess(["namesrv", "--listen", f"127.0.0.1:{p}"], ("The Name Server boot success",))
+          for p in (free_port(), free_port())]
+    addrs = []
+    try:
+        for p in ns:
+            p.wait_boot()
+            addrs.append(p.args[-1])
+        port = free_port()
+        conf = write_conf(tmp_path / "b.conf", {"brokerName": "broker-multi", "listenPort": port,
+                                                "brokerIP1": "127.0.0.1", "storePathRootDir": tmp_path / "s",
+                                                "mappedFileSizeCommitLog": 4194304})
+        b = RmqProcess(["broker", "-n", ";".join(addrs), "-c", conf, "--listen-host", "127.0.0.1"], ("boot success",))
+        try:
+            b.wait_boot()
+            for a in addrs:
+                _, route = _wait_route(raw, a, "TBW102", lambda r, d: d is not None)
+                assert route["brokerDatas"][0]["brokerAddrs"]["0"] == f"127.0.0.1:{port}"
+        finally:
+            b.terminate()
+    finally:
+        for p in ns:
+            p.terminate()
