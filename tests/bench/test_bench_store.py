@@ -48,7 +48,7 @@ def _config(root, **kw) -> MessageStoreConfig:
 # --- append -------------------------------------------------------------------------------------
 @pytest.fixture
 def append_store(tmp_path):
-    s = DefaultMessageStore(_config(tmp_path, mapped_file_size_commit_log=1024 * 1024 * 1024,
+    s = DefaultMessageStore(_config(tmp_path, mapped_file_size_commit_log=512 * 1024 * 1024,
                                     mapped_file_size_consume_queue=2_000_000 * 20))
     s.load()
     s.allocator.prefault = True  # pre-fault segments off the hot path (allocation service)
@@ -129,9 +129,12 @@ def test_append_put_messages(benchmark, append_store):
 
 
 def _extra(benchmark, records, nbytes):
-    t = benchmark.stats.stats.median
-    benchmark.extra_info["records_per_s"] = records / t
-    benchmark.extra_info["MB_per_s"] = nbytes / t / 1e6
+    # median and best round: the best one shows what the code does when the (shared) machine
+    # leaves it alone
+    med, best = benchmark.stats.stats.median, benchmark.stats.stats.min
+    benchmark.extra_info["records_per_s"] = records / med
+    benchmark.extra_info["records_per_s_best"] = records / best
+    benchmark.extra_info["MB_per_s"] = nbytes / med / 1e6
     benchmark.extra_info["crc32"] = native.crc32_impl()
 
 
@@ -154,6 +157,7 @@ def test_sync_flush_baseline_fdatasync(benchmark, tmp_path):
     finally:
         os.close(fd)
     benchmark.extra_info["records_per_s"] = 1 / benchmark.stats.stats.median
+    benchmark.extra_info["records_per_s_best"] = 1 / benchmark.stats.stats.min
 
 
 @pytest.mark.benchmark(group="store-sync-flush")
@@ -184,6 +188,7 @@ def test_sync_flush_group_commit_16_writers(benchmark, tmp_path):
         s.shutdown()
     # one round = WRITERS * PUTS_PER_WRITER durable puts
     benchmark.extra_info["records_per_s"] = WRITERS * PUTS_PER_WRITER / benchmark.stats.stats.median
+    benchmark.extra_info["records_per_s_best"] = WRITERS * PUTS_PER_WRITER / benchmark.stats.stats.min
 
 
 @pytest.mark.benchmark(group="store-sync-flush")
@@ -207,6 +212,7 @@ def test_sync_flush_group_commit_16_in_flight_nowait(benchmark, tmp_path):
     finally:
         s.shutdown()
     benchmark.extra_info["records_per_s"] = WRITERS * PUTS_PER_WRITER / benchmark.stats.stats.median
+    benchmark.extra_info["records_per_s_best"] = WRITERS * PUTS_PER_WRITER / benchmark.stats.stats.min
 
 
 # --- consume-queue scan ------------------------------------------------------------------------
