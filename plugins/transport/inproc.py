@@ -65,13 +65,17 @@ class InprocChannel(Channel):
         if self._closed:
             self._report_close(None)
 
-    async def send(self, command: RemotingCommand) -> None:
+    def send_nowait(self, command: RemotingCommand) -> bool:
         peer = self.peer
         if self._closed or peer is None:
             raise self._closed_error()
         if not _schedule(peer._loop, peer._deliver, command.copy()):
             self.close()
             raise self._closed_error()
+        return True
+
+    async def send(self, command: RemotingCommand) -> None:
+        self.send_nowait(command)
 
     def _deliver(self, command: RemotingCommand) -> None:
         if self._closed:

@@ -198,6 +198,10 @@ class RemotingCommand:
         """Length prefix + hdrLenAndType + header, ready to be followed by the body."""
         if body_length is None:
             body_length = len(self.body) if self.body is not None else 0
+        if self.serialize_type is SerializeType.JSON and _native_encode is not None:
+            frame_header = _native_encode(self, body_length)
+            if frame_header is not None:
+                return frame_header
         if self.serialize_type == SerializeType.ROCKETMQ:
             header = self._encode_binary_header()
             stype = 1
@@ -212,6 +216,14 @@ class RemotingCommand:
         if not body:
             return self.encode_header(0)
         return self.encode_header(len(body)) + bytes(body)
+
+    def encode_header_py(self, body_length: int) -> bytes:
+        """The pure-Python encoder of encode_header (the reference for the native one)."""
+        if self.serialize_type == SerializeType.ROCKETMQ:
+            header, stype = self._encode_binary_header(), 1
+        else:
+            header, stype = self._encode_json_header(), 0
+        return _PREFIX.pack(4 + len(header) + body_length, (stype << 24) | len(header)) + header
 
     def _encode_json_header(self) -> bytes:
         # Written by hand (same bytes as json.dumps with sorted keys, compact separators, no ASCII
@@ -258,6 +270,15 @@ class RemotingCommand:
     @classmethod
     def decode(cls, frame: bytes | bytearray | memoryview) -> "RemotingCommand":
         """Decode a frame WITHOUT its 4-byte length prefix; RemotingCommandError says what is wrong."""
+        if _native_decode is not None and cls is RemotingCommand:
+            cmd = _native_decode(frame)  # None: not the common flat JSON shape; decided below
+            if cmd is not None:
+                return cmd
+        return cls.decode_py(frame)
+
+    @classmethod
+    def decode_py(cls, frame: bytes | bytearray | memoryview) -> "RemotingCommand":
+        """The pure-Python decoder: the reference the native fast path is tested against."""
         n = len(frame)
         if n < 4:
             raise RemotingCommandError(f"frame of {n} bytes is too short for the header length field")
@@ -380,3 +401,15 @@ def _int_field(obj: dict, name: str, default: int | None) -> int:
         except ValueError:
             pass
     raise RemotingCommandError(f"bad JSON header: field {name!r} has value {value!r:.80}, expected an integer")
+
+
+# The native JSON header codec (rmq_core/_native/remoting_native.pyx): the common flat header in
+# C; anything unusual comes back as None and the Python code above decides.
+try:
+    from rmq_core._native import remoting_native as _remoting_native
+except ImportError:  # pragma: no cover - `make build` always builds it
+    _native_decode = _native_encode = None
+else:
+    _remoting_native.init(RemotingCommand, SerializeType.JSON)
+    _native_decode = _remoting_native.decode_frame
+    _native_encode = _remoting_native.encode_json_frame_header

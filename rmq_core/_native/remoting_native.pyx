@@ -1,0 +1,609 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Native remoting hot path: frame splitting and the JSON header codec of RemotingCommand.
+
+Frame (shared/protocol/REMOTING.md §1, integers big-endian):
+
+    int32 length            = 4 + headerLength + bodyLength (the prefix itself excluded)
+    int32 hdrLenAndType     = serializeType << 24 | headerLength
+    header                  JSON (type 0) or ROCKETMQ binary (type 1)
+    body                    opaque bytes
+
+The JSON header this module reads and writes is the flat object every RocketMQ 4.x peer sends:
+
+    {"code":N,"extFields":{"k":"v",...},"flag":N,"language":"JAVA","opaque":N,
+     "remark":"...","serializeTypeCurrentRPC":"JSON","version":N}
+
+Anything else (a number or boolean inside extFields, a numeric string for code, floats, unknown
+nested values, a lone surrogate, invalid UTF-8, trailing garbage...) makes the native routine
+return None and the pure-Python codec in rmq_core/remoting/command.py — the reference, and the
+oracle of the tests — decides, with its precise error messages.  The encoder writes exactly the
+bytes of the Python encoder (sorted keys, compact separators, non-ASCII kept, json escapes).
+Bytes from the network are untrusted: every read is bounds-checked against the real length.
+"""
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_Next, PyDict_SetItem
+from cpython.list cimport PyList_Append
+from cpython.object cimport PyObject
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int64_t, uint32_t, uint8_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
+    bint PyUnicode_CheckExact(object o)
+    bint PyLong_CheckExact(object o)
+    object PyUnicode_FromKindAndData(int kind, const void* buffer, Py_ssize_t size)
+
+cdef object _command_cls = None
+cdef object _json_type = None
+cdef object _cls_new = None
+
+
+def init(command_cls, json_serialize_type):
+    """Bind the RemotingCommand class and SerializeType.JSON (called once by command.py)."""
+    global _command_cls, _json_type, _cls_new
+    _command_cls = command_cls
+    _json_type = json_serialize_type
+    _cls_new = command_cls.__new__
+
+
+# --- frame splitting -----------------------------------------------------------------------------
+def split_frames(data, Py_ssize_t max_frame_length):
+    """(frames, consumed): every whole frame in `data` as a memoryview without its length prefix."""
+    cdef const uint8_t[::1] buf = data
+    cdef Py_ssize_t n = buf.shape[0]
+    cdef Py_ssize_t pos = 0, end
+    cdef int64_t length
+    cdef list frames = []
+    view = None
+    while n - pos >= 4:
+        length = <int>((<uint32_t>buf[pos] << 24) | (<uint32_t>buf[pos + 1] << 16)
+                       | (<uint32_t>buf[pos + 2] << 8) | <uint32_t>buf[pos + 3])
+        if length < 4 or length > max_frame_length:
+            from rmq_core.errors import RemotingCommandError
+            raise RemotingCommandError(f"frame length {length} outside 4..{max_frame_length}")
+        end = pos + 4 + length
+        if end > n:
+            break
+        if view is None:
+            view = memoryview(data)
+        PyList_Append(frames, view[pos + 4:end])
+        pos = end
+    return frames, pos
+
+
+# --- JSON header decoding ------------------------------------------------------------------------
+cdef struct Cursor:
+    const uint8_t* p
+    const uint8_t* end
+    bint bad  # something the fast path does not handle: let the Python codec decide
+
+
+cdef inline void _skip_ws(Cursor* c) noexcept nogil:
+    while c.p < c.end and (c.p[0] == 32 or c.p[0] == 9 or c.p[0] == 10 or c.p[0] == 13):
+        c.p += 1
+
+
+cdef inline bint _expect(Cursor* c, uint8_t ch) noexcept nogil:
+    _skip_ws(c)
+    if c.p < c.end and c.p[0] == ch:
+        c.p += 1
+        return True
+    c.bad = True
+    return False
+
+
+cdef int64_t _read_int(Cursor* c) noexcept nogil:
+    """A JSON integer (no fraction/exponent, at most 18 digits); sets c.bad otherwise."""
+    cdef bint neg = False
+    cdef int64_t v = 0
+    cdef int digits = 0
+    _skip_ws(c)
+    if c.p < c.end and c.p[0] == 45:  # '-'
+        neg = True
+        c.p += 1
+    if c.p >= c.end or c.p[0] < 48 or c.p[0] > 57:
+        c.bad = True
+        return 0
+    if c.p[0] == 48 and c.p + 1 < c.end and 48 <= c.p[1] <= 57:  # leading zero: not JSON
+        c.bad = True
+        return 0
+    while c.p < c.end and 48 <= c.p[0] <= 57:
+        v = v * 10 + (c.p[0] - 48)
+        c.p += 1
+        digits += 1
+        if digits > 18:
+            c.bad = True
+            return 0
+    if c.p < c.end and (c.p[0] == 46 or c.p[0] == 101 or c.p[0] == 69):  # '.', 'e', 'E'
+        c.bad = True
+        return 0
+    return -v if neg else v
+
+
+cdef inline int _hex(uint8_t ch) noexcept nogil:
+    if 48 <= ch <= 57:
+        return ch - 48
+    if 97 <= ch <= 102:
+        return ch - 87
+    if 65 <= ch <= 70:
+        return ch - 55
+    return -1
+
+
+cdef int _read_u4(Cursor* c) noexcept nogil:
+    cdef int v = 0, d, i
+    if c.end - c.p < 4:
+        c.bad = True
+        return -1
+    for i in range(4):
+        d = _hex(c.p[i])
+        if d < 0:
+            c.bad = True
+            return -1
+        v = (v << 4) | d
+    c.p += 4
+    return v
+
+
+cdef object _read_str(Cursor* c):
+    """A JSON string as str (cursor on the opening quote, after whitespace); None and c.bad on trouble."""
+    cdef const uint8_t* start
+    cdef const uint8_t* q
+    cdef uint8_t ch
+    cdef char* tmp
+    cdef Py_ssize_t n = 0
+    cdef int cp, lo
+    _skip_ws(c)
+    if c.p >= c.end or c.p[0] != 34:
+        c.bad = True
+        return None
+    c.p += 1
+    start = c.p
+    q = c.p
+    while q < c.end:  # the common case: no escapes, one decode straight from the frame
+        ch = q[0]
+        if ch == 34:
+            c.p = q + 1
+            try:
+                return PyUnicode_DecodeUTF8(<const char*>start, q - start, NULL)
+            except UnicodeDecodeError:
+                c.bad = True
+                return None
+        if ch == 92 or ch < 32:
+            break
+        q += 1
+    if q >= c.end or q[0] < 32:  # unterminated, or a raw control character (invalid JSON)
+        c.bad = True
+        return None
+    # Escapes: unescape into a UTF-8 buffer (never longer than the escaped text).
+    tmp = <char*>malloc(c.end - start + 1)
+    if tmp == NULL:
+        raise MemoryError()
+    try:
+        c.p = start
+        while True:
+            if c.p >= c.end:
+                c.bad = True
+                return None
+            ch = c.p[0]
+            if ch == 34:
+                c.p += 1
+                try:
+                    return PyUnicode_DecodeUTF8(tmp, n, NULL)
+                except UnicodeDecodeError:
+                    c.bad = True
+                    return None
+            if ch < 32:
+                c.bad = True
+                return None
+            if ch != 92:
+                tmp[n] = <char>ch
+                n += 1
+                c.p += 1
+                continue
+            c.p += 1
+            if c.p >= c.end:
+                c.bad = True
+                return None
+            ch = c.p[0]
+            c.p += 1
+            if ch == 34 or ch == 92 or ch == 47:
+                tmp[n] = <char>ch
+                n += 1
+            elif ch == 98:
+                tmp[n] = 8; n += 1
+            elif ch == 102:
+                tmp[n] = 12; n += 1
+            elif ch == 110:
+                tmp[n] = 10; n += 1
+            elif ch == 114:
+                tmp[n] = 13; n += 1
+            elif ch == 116:
+                tmp[n] = 9; n += 1
+            elif ch == 117:
+                cp = _read_u4(c)
+                if cp < 0:
+                    return None
+                if 0xD800 <= cp <= 0xDBFF:  # a surrogate pair must follow
+                    if c.end - c.p < 6 or c.p[0] != 92 or c.p[1] != 117:
+                        c.bad = True  # a lone surrogate: Python keeps it, UTF-8 cannot
+                        return None
+                    c.p += 2
+                    lo = _read_u4(c)
+                    if lo < 0xDC00 or lo > 0xDFFF:
+                        c.bad = True
+                        return None
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)
+                elif 0xDC00 <= cp <= 0xDFFF:
+                    c.bad = True
+                    return None
+                # \uXXXX (6 escaped bytes) -> at most 3 UTF-8 bytes; a pair (12) -> 4
+                if cp < 0x80:
+                    tmp[n] = <char>cp; n += 1
+                elif cp < 0x800:
+                    tmp[n] = <char>(0xC0 | (cp >> 6)); tmp[n + 1] = <char>(0x80 | (cp & 0x3F)); n += 2
+                elif cp < 0x10000:
+                    tmp[n] = <char>(0xE0 | (cp >> 12)); tmp[n + 1] = <char>(0x80 | ((cp >> 6) & 0x3F))
+                    tmp[n + 2] = <char>(0x80 | (cp & 0x3F)); n += 3
+                else:
+                    tmp[n] = <char>(0xF0 | (cp >> 18)); tmp[n + 1] = <char>(0x80 | ((cp >> 12) & 0x3F))
+                    tmp[n + 2] = <char>(0x80 | ((cp >> 6) & 0x3F)); tmp[n + 3] = <char>(0x80 | (cp & 0x3F))
+                    n += 4
+            else:
+                c.bad = True
+                return None
+    finally:
+        free(tmp)
+
+
+cdef inline bint _key_is(const uint8_t* k, Py_ssize_t n, const char* name, Py_ssize_t m) noexcept nogil:
+    cdef Py_ssize_t i
+    if n != m:
+        return False
+    for i in range(n):
+        if k[i] != <uint8_t>name[i]:
+            return False
+    return True
+
+
+cdef bint _read_key(Cursor* c, const uint8_t** key, Py_ssize_t* klen) noexcept nogil:
+    """A top-level key without escapes (the fixed header names): pointer + length."""
+    cdef const uint8_t* q
+    _skip_ws(c)
+    if c.p >= c.end or c.p[0] != 34:
+        c.bad = True
+        return False
+    q = c.p + 1
+    while q < c.end and q[0] != 34:
+        if q[0] == 92:
+            c.bad = True
+            return False
+        q += 1
+    if q >= c.end:
+        c.bad = True
+        return False
+    key[0] = c.p + 1
+    klen[0] = q - (c.p + 1)
+    c.p = q + 1
+    return True
+
+
+cdef bint _skip_literal(Cursor* c, const char* word, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    if c.end - c.p < n:
+        c.bad = True
+        return False
+    for i in range(n):
+        if c.p[i] != <uint8_t>word[i]:
+            c.bad = True
+            return False
+    c.p += n
+    return True
+
+
+cdef dict _read_ext(Cursor* c):
+    """The extFields object with string values only (anything else: c.bad)."""
+    cdef dict ext = {}
+    _skip_ws(c)
+    if c.p >= c.end or c.p[0] != 123:
+        c.bad = True
+        return None
+    c.p += 1
+    _skip_ws(c)
+    if c.p < c.end and c.p[0] == 125:
+        c.p += 1
+        return ext
+    while True:
+        k = _read_str(c)
+        if c.bad:
+            return None
+        if not _expect(c, 58):
+            return None
+        v = _read_str(c)
+        if c.bad:
+            return None
+        PyDict_SetItem(ext, k, v)
+        _skip_ws(c)
+        if c.p < c.end and c.p[0] == 44:
+            c.p += 1
+            continue
+        if c.p < c.end and c.p[0] == 125:
+            c.p += 1
+            return ext
+        c.bad = True
+        return None
+
+
+def decode_frame(frame):
+    """The RemotingCommand of a JSON-header frame (WITHOUT its length prefix), or None when the
+    Python codec must decide (binary header, an unusual or malformed header, a short frame)."""
+    cdef const uint8_t[::1] buf = frame
+    cdef Py_ssize_t n = buf.shape[0]
+    cdef Py_ssize_t header_length
+    cdef uint32_t len_and_type
+    cdef Cursor c
+    cdef const uint8_t* key
+    cdef Py_ssize_t klen
+    cdef int64_t code = 0, opaque = 0, flag = 0, version = 0
+    cdef bint has_code = False
+    cdef const uint8_t* base
+    if n < 4:
+        return None
+    base = &buf[0]
+    len_and_type = (<uint32_t>base[0] << 24) | (<uint32_t>base[1] << 16) | (<uint32_t>base[2] << 8) | base[3]
+    if (len_and_type >> 24) != 0:
+        return None
+    header_length = len_and_type & 0xFFFFFF
+    if header_length > n - 4:
+        return None
+    c.p = base + 4
+    c.end = base + 4 + header_length
+    c.bad = False
+    language = None
+    remark = None
+    ext = None
+    if not _expect(&c, 123):
+        return None
+    _skip_ws(&c)
+    if c.p < c.end and c.p[0] == 125:  # "{}": no code; the Python codec names the problem
+        return None
+    while True:
+        if not _read_key(&c, &key, &klen):
+            return None
+        if not _expect(&c, 58):
+            return None
+        _skip_ws(&c)
+        if c.p >= c.end:
+            return None
+        if _key_is(key, klen, "code", 4):
+            code = _read_int(&c)
+            has_code = True
+        elif _key_is(key, klen, "opaque", 6):
+            opaque = _read_int(&c)
+        elif _key_is(key, klen, "flag", 4):
+            flag = _read_int(&c)
+        elif _key_is(key, klen, "version", 7):
+            version = _read_int(&c)
+        elif _key_is(key, klen, "language", 8):
+            language = _read_str(&c)
+        elif _key_is(key, klen, "remark", 6):
+            if c.p[0] == 110:  # null
+                _skip_literal(&c, "null", 4)
+                remark = None
+            else:
+                remark = _read_str(&c)
+        elif _key_is(key, klen, "extFields", 9):
+            if c.p[0] == 110:
+                _skip_literal(&c, "null", 4)
+                ext = None
+            else:
+                ext = _read_ext(&c)
+        elif c.p[0] == 34:  # serializeTypeCurrentRPC and any other string field: not kept
+            _read_str(&c)
+        elif c.p[0] == 110:
+            _skip_literal(&c, "null", 4)
+        elif c.p[0] == 116:
+            _skip_literal(&c, "true", 4)
+        elif c.p[0] == 102:
+            _skip_literal(&c, "false", 5)
+        else:
+            _read_int(&c)
+        if c.bad:
+            return None
+        _skip_ws(&c)
+        if c.p < c.end and c.p[0] == 44:
+            c.p += 1
+            continue
+        if c.p < c.end and c.p[0] == 125:
+            c.p += 1
+            break
+        return None
+    _skip_ws(&c)
+    if c.p != c.end or not has_code:
+        return None
+    cmd = _cls_new(_command_cls)
+    cmd.code = code
+    cmd.language = language if language is not None else "JAVA"
+    cmd.version = version
+    cmd.opaque = opaque
+    cmd.flag = flag
+    cmd.remark = remark
+    cmd.ext_fields = ext if ext is not None else {}
+    if n > 4 + header_length:
+        cmd.body = PyBytes_FromStringAndSize(<const char*>(base + 4 + header_length), n - 4 - header_length)
+    else:
+        cmd.body = None
+    cmd.serialize_type = _json_type
+    return cmd
+
+
+# --- JSON header encoding ------------------------------------------------------------------------
+cdef struct Out:
+    char* buf
+    Py_ssize_t n
+    Py_ssize_t cap
+
+
+cdef int _grow(Out* o, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t cap = o.cap
+    cdef char* nb
+    while o.n + extra > cap:
+        cap *= 2
+    nb = <char*>realloc(o.buf, cap)
+    if nb == NULL:
+        raise MemoryError()
+    o.buf = nb
+    o.cap = cap
+    return 0
+
+
+cdef inline int _put(Out* o, const char* s, Py_ssize_t n) except -1:
+    if o.n + n > o.cap:
+        _grow(o, n)
+    memcpy(o.buf + o.n, s, n)
+    o.n += n
+    return 0
+
+
+cdef int _put_int(Out* o, object value) except -1:
+    cdef long long v = value  # OverflowError for an absurd value: the caller falls back
+    cdef char digits[24]
+    cdef int i = 24
+    cdef bint neg = v < 0
+    cdef unsigned long long u = (0ULL - <unsigned long long>v) if neg else <unsigned long long>v
+    if u == 0:
+        i -= 1
+        digits[i] = 48
+    while u:
+        i -= 1
+        digits[i] = <char>(48 + u % 10)
+        u //= 10
+    if neg:
+        i -= 1
+        digits[i] = 45
+    return _put(o, &digits[i], 24 - i)
+
+
+cdef const char* _HEXDIGITS = "0123456789abcdef"
+
+
+cdef int _put_str(Out* o, object s) except -1:
+    """A JSON string literal, escaped as json.encoder.encode_basestring does (UTF-8 kept)."""
+    cdef Py_ssize_t n, i
+    cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)  # UnicodeEncodeError on a lone surrogate
+    cdef uint8_t ch
+    if o.n + n * 6 + 2 > o.cap:
+        _grow(o, n * 6 + 2)
+    o.buf[o.n] = 34
+    o.n += 1
+    for i in range(n):
+        ch = <uint8_t>p[i]
+        if ch >= 32 and ch != 34 and ch != 92:
+            o.buf[o.n] = <char>ch
+            o.n += 1
+        else:
+            o.buf[o.n] = 92
+            if ch == 34 or ch == 92:
+                o.buf[o.n + 1] = <char>ch
+                o.n += 2
+            elif ch == 10:
+                o.buf[o.n + 1] = 110; o.n += 2
+            elif ch == 13:
+                o.buf[o.n + 1] = 114; o.n += 2
+            elif ch == 9:
+                o.buf[o.n + 1] = 116; o.n += 2
+            elif ch == 8:
+                o.buf[o.n + 1] = 98; o.n += 2
+            elif ch == 12:
+                o.buf[o.n + 1] = 102; o.n += 2
+            else:
+                o.buf[o.n + 1] = 117
+                o.buf[o.n + 2] = 48
+                o.buf[o.n + 3] = 48
+                o.buf[o.n + 4] = _HEXDIGITS[ch >> 4]
+                o.buf[o.n + 5] = _HEXDIGITS[ch & 15]
+                o.n += 6
+    o.buf[o.n] = 34
+    o.n += 1
+    return 0
+
+
+cdef int _encode_into(Out* o, cmd, dict ext) except -1:
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef bint first = True
+    _put(o, '{"code":', 8)
+    _put_int(o, cmd.code)
+    if ext:
+        _put(o, ',"extFields":{', 14)
+        while PyDict_Next(ext, &pos, &k, &v):
+            if not first:
+                _put(o, ",", 1)
+            first = False
+            _put_str(o, <object>k)
+            _put(o, ":", 1)
+            _put_str(o, <object>v)
+        _put(o, "}", 1)
+    _put(o, ',"flag":', 8)
+    _put_int(o, cmd.flag)
+    _put(o, ',"language":', 12)
+    _put_str(o, cmd.language)
+    _put(o, ',"opaque":', 10)
+    _put_int(o, cmd.opaque)
+    remark = cmd.remark
+    if remark is not None:
+        _put(o, ',"remark":', 10)
+        _put_str(o, remark)
+    _put(o, ',"serializeTypeCurrentRPC":"JSON","version":', 44)
+    _put_int(o, cmd.version)
+    _put(o, "}", 1)
+    return 0
+
+
+cdef bint _plain(dict ext):
+    """Every key and value an exact str: the only shape the native encoder writes."""
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* k
+    cdef PyObject* v
+    while PyDict_Next(ext, &pos, &k, &v):
+        if not PyUnicode_CheckExact(<object>k) or not PyUnicode_CheckExact(<object>v):
+            return False
+    return True
+
+
+def encode_json_frame_header(cmd, Py_ssize_t body_length):
+    """Length prefix + hdrLenAndType + JSON header of `cmd`, or None when the Python encoder must
+    do it (non-str fields, a lone surrogate, an integer beyond 64 bits)."""
+    cdef Out o
+    cdef Py_ssize_t header_length, total
+    cdef char* b
+    ext = cmd.ext_fields
+    if type(ext) is not dict or not _plain(<dict>ext):
+        return None
+    language = cmd.language
+    remark = cmd.remark
+    if not PyUnicode_CheckExact(language) or (remark is not None and not PyUnicode_CheckExact(remark)):
+        return None
+    o.cap = 512
+    o.n = 8  # room for the two int32 fields in front
+    o.buf = <char*>malloc(o.cap)
+    if o.buf == NULL:
+        raise MemoryError()
+    try:
+        try:
+            _encode_into(&o, cmd, <dict>ext)
+        except (OverflowError, UnicodeEncodeError, TypeError):
+            return None
+        header_length = o.n - 8
+        total = 4 + header_length + body_length
+        if header_length > 0xFFFFFF or total > 0x7FFFFFFF:
+            return None
+        b = o.buf
+        b[0] = <char>(total >> 24); b[1] = <char>(total >> 16); b[2] = <char>(total >> 8); b[3] = <char>total
+        b[4] = 0; b[5] = <char>(header_length >> 16); b[6] = <char>(header_length >> 8); b[7] = <char>header_length
+        return PyBytes_FromStringAndSize(o.buf, o.n)
+    finally:
+        free(o.buf)
