@@ -3,18 +3,21 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 import zlib
 
 from rmq_core.broker.processors import Processor, born_host_of
 from rmq_core.errors import IllegalArgumentError
-from rmq_core.message import (
-    MessageConst, MixAll, PermName, SysFlag, TopicValidator, properties_to_string, string_to_properties,
-)
+from rmq_core.codec import string_to_properties
+from rmq_core.message import MessageConst, MixAll, PermName, SysFlag, TopicValidator, properties_to_string
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 
 log = logging.getLogger("rmq.broker")
+
+# Property keys that need the slow path (a dict, redirects): delay levels, timers, transactions.
+_SPECIAL_KEYS = re.compile("(?:^|\x02)(?:DELAY|TRAN_MSG|TIMER_DELIVER_MS|TIMER_DELAY_SEC|DELIVER_TIME_MS|TIMER_[A-Z_]*)\x01")
 
 # SEND_MESSAGE_V2 abbreviates header names to single letters.
 _V2_NAMES = {
@@ -103,8 +106,19 @@ class SendMessageProcessor(Processor):
             return await self._send_batch(ctx, request, h, queue_id, body, born_host)
 
         topic, props_str = h.topic, h.properties
-        props = string_to_properties(props_str)
         sys_flag = h.sys_flag
+        if (not SysFlag.transaction_value(sys_flag) and not MixAll.is_retry_topic(topic)
+                and not _SPECIAL_KEYS.search(props_str)):
+            # Plain message (no delay, timer, transaction): hand the client's properties through
+            # as bytes, plus CLUSTER, without building a dict (the common case, on the hot path).
+            inner = MessageExtBrokerInner(
+                topic=topic, queue_id=queue_id, body=body, flag=h.flag,
+                properties_bytes=props_str.encode("utf-8") + self._cluster_property(),
+                sys_flag=sys_flag, born_timestamp=h.born_timestamp, born_host=born_host,
+                reconsume_times=h.reconsume_times)
+            result = await ctrl.put_message(inner)
+            return self._send_response(request, result, topic, queue_id)
+        props = string_to_properties(props_str)
         reconsume_times = h.reconsume_times
         # Retry topic sends that ran out of attempts go to the dead-letter queue.
         if MixAll.is_retry_topic(topic):
@@ -165,6 +179,12 @@ class SendMessageProcessor(Processor):
         result = await ctrl.put_messages(batch)
         return self._send_response(request, result, h.topic, queue_id)
 
+    def _cluster_property(self) -> bytes:
+        cached = self.__dict__.get("_cluster_prop")
+        if cached is None:
+            cached = self._cluster_prop = f"{MessageConst.CLUSTER}\x01{self.ctrl.broker_config.broker_cluster_name}\x02".encode()
+        return cached
+
     def _send_response(self, request, result, topic, queue_id):
         code = _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR)
         if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
@@ -189,7 +209,7 @@ class SendMessageProcessor(Processor):
             TopicValidator.check_topic(h.topic)
         except IllegalArgumentError as e:
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, str(e))
-        if h.topic in TopicValidator.SYSTEM_TOPICS and h.topic not in (
+        if TopicValidator.is_system_topic(h.topic) and h.topic not in (
                 TopicValidator.RMQ_SYS_TRACE_TOPIC, TopicValidator.RMQ_SYS_SELF_TEST_TOPIC,
                 TopicValidator.RMQ_SYS_BENCHMARK_TOPIC):
             return request.make_response(ResponseCode.NO_PERMISSION,
