@@ -51,7 +51,7 @@ import time
 
 from rmq_core.codec import decode_batch_body, decode_messages
 from rmq_core.errors import IllegalArgumentError
-from rmq_core.message import MessageConst, SysFlag, string_to_properties
+from rmq_core.message import MessageConst, SysFlag, TopicValidator, string_to_properties
 from rmq_core.store import MessageExtBrokerInner, PutMessageStatus
 from rmq_core.store.config_file import TopicConfig, atomic_write
 from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE
@@ -59,7 +59,7 @@ from rmq_core.store.types import record_fields
 
 log = logging.getLogger("rmq.broker")
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"
+TIMER_TOPIC = TopicValidator.RMQ_SYS_WHEEL_TIMER
 TIMER_OUT_MS = "TIMER_OUT_MS"  # RocketMQ 5's property: the time the timer releases the message
 # Request keys, in the order RocketMQ 5 consults them (relative seconds win over absolute times).
 TIMER_REQUEST_KEYS = (MessageConst.TIMER_DELAY_SEC, MessageConst.TIMER_DELIVER_MS, MessageConst.DELIVER_TIME_MS)
@@ -68,6 +68,7 @@ DELIVERY_BATCH = 256  # entries re-put per delivery round (one checkpoint write 
 _READ_CHUNK = 8192  # consume-queue units read per step before yielding to the event loop
 _UNIT = struct.Struct(">qiq")
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
+_MIN_DUE = -(1 << 63)
 _TIMER_KEY_MARKS = tuple(k.encode() + b"\x01" for k in TIMER_REQUEST_KEYS)
 # A Java string hash (what the store computes for a rebuilt entry) fits in 32 bits; a due time in
 # epoch milliseconds is far above.
@@ -479,75 +480,66 @@ class TimerMessageService:
             return None
         return int(value)
 
-    def _drain(self) -> bool:
-        """Read new timer-queue units into the wheel (or mark them far); True if more remain."""
-        end = self.ctrl.store.get_max_offset_in_queue(TIMER_TOPIC, 0)
-        if self._scan_offset >= end:
-            return False
+    def _load(self, first: int, units: bytes, low_due: int, far: tuple) -> tuple:
+        """Classify consume-queue units starting at queue offset `first`: entries due in
+        [low_due, horizon) go into the wheel, later ones count as far.  Entries delivered before
+        a restart (below R, due <= D) are skipped.  `far` and the result: (far_low, far_min_due)."""
+        far_low, far_min = far
         skip_below, skip_due = self._delivered_scan_offset, self._delivered_up_to_ms
         horizon = self._horizon_ms
         wheel_add = self.wheel.add
+        qoff = first
+        for phys, size, tag in _UNIT.iter_unpack(units):
+            if size != 0x7FFFFFFF:  # not a blank filler
+                due = self._due_of(phys, size, tag)
+                if due is not None and due >= low_due and not (qoff < skip_below and due <= skip_due):
+                    if due < horizon:
+                        wheel_add(due, qoff, phys, size)
+                    else:
+                        if far_low is None:
+                            far_low = qoff
+                        if far_min is None or due < far_min:
+                            far_min = due
+            qoff += 1
+        return far_low, far_min
+
+    def _drain(self) -> bool:
+        """Read new timer-queue units into the wheel (or count them far); True if more remain."""
+        end = self.ctrl.store.get_max_offset_in_queue(TIMER_TOPIC, 0)
         read_to = self._scan_offset
-        for first, buf, n in self._read_units(self._scan_offset, end, _READ_CHUNK):
-            qoff = first
-            for phys, size, tag in _UNIT.iter_unpack(buf):
-                if size != 0x7FFFFFFF:  # not a blank filler
-                    due = self._due_of(phys, size, tag)
-                    if due is not None and not (qoff < skip_below and due <= skip_due):
-                        if due < horizon:
-                            wheel_add(due, qoff, phys, size)
-                        else:
-                            if self._far_low is None:
-                                self._far_low = qoff
-                            if self._far_min_due is None or due < self._far_min_due:
-                                self._far_min_due = due
-                qoff += 1
+        far = (self._far_low, self._far_min_due)
+        for first, units, n in self._read_units(read_to, end, _READ_CHUNK):
+            far = self._load(first, units, _MIN_DUE, far)
             read_to = first + n
+        self._far_low, self._far_min_due = far
         if read_to == self._scan_offset:
             return False
         self._scan_offset = read_to
         return read_to < end
 
     async def _advance_horizon(self, now: int) -> None:
-        """Keep the window at least half ahead of now; when it moves, entries that entered it are
-        re-read from the log (far entries were never held in memory)."""
+        """Keep the window at least half ahead of now.  When it moves, the far entries that
+        entered it are read again from the log (they were never held in memory)."""
         window = self.window_ms
         if now + window // 2 < self._horizon_ms:
             return
-        new_horizon = now + window
         if self._far_low is None:
-            self._horizon_ms = new_horizon
+            self._horizon_ms = now + window
             return
-        old_horizon = self._horizon_ms
-        # delivered before a restart; only reachable here if the wall clock stepped back since
-        skip_below, skip_due = self._delivered_scan_offset, self._delivered_up_to_ms
-        far_low = far_min = None
-        wheel_add = self.wheel.add
-        off = self._far_low
-        end = self._scan_offset
+        old_horizon, self._horizon_ms = self._horizon_ms, now + window
+        # Until the re-scan is done, the old far bookkeeping stays (a checkpoint taken meanwhile
+        # must still count those entries as pending).
+        off, end = self._far_low, self._scan_offset
+        far = (None, None)
         while off < end:
-            progressed = False
-            for first, buf, n in self._read_units(off, end, _READ_CHUNK):
-                qoff = first
-                for phys, size, tag in _UNIT.iter_unpack(buf):
-                    if size != 0x7FFFFFFF:
-                        due = self._due_of(phys, size, tag)
-                        if due is not None and due >= old_horizon and not (qoff < skip_below and due <= skip_due):
-                            if due < new_horizon:
-                                wheel_add(due, qoff, phys, size)
-                            else:
-                                if far_low is None:
-                                    far_low = qoff
-                                if far_min is None or due < far_min:
-                                    far_min = due
-                    qoff += 1
+            start = off
+            for first, units, n in self._read_units(off, end, _READ_CHUNK):
+                far = self._load(first, units, old_horizon, far)
                 off = first + n
-                progressed = True
-            if not progressed:
-                break
+            if off == start:
+                break  # the queue is gone (deleted topic): nothing far is left to find
             await asyncio.sleep(0)  # a long re-scan shares the loop
-        self._far_low, self._far_min_due = far_low, far_min
-        self._horizon_ms = new_horizon
+        self._far_low, self._far_min_due = far
         self.rescans += 1
 
     # --- delivery -------------------------------------------------------------------------------------------
