@@ -182,6 +182,10 @@ class TcpChannel(Channel, asyncio.Protocol):
         out = self._out
         out.append(command.encode_header(len(body) if body is not None else 0))
         if body:
+            if type(body) is not bytes:
+                # The write happens later in this loop iteration: snapshot a bytearray (the caller
+                # may reuse it) or a memoryview (its mapping may go) now, as an immediate write would.
+                body = bytes(body)
             out.append(body)
             if len(body) >= _JOIN_LIMIT:
                 self._out_big = True
