@@ -123,7 +123,7 @@ class TcpChannel(Channel, asyncio.Protocol):
                 log.exception("closing %s: error while handling a frame", self.remote_address)
                 self._fail(e)
                 return
-            if self._closed:
+            if self._closed and not self._lost:  # closed by us meanwhile (a handler, a bad frame)
                 return
 
     def eof_received(self):
@@ -152,9 +152,15 @@ class TcpChannel(Channel, asyncio.Protocol):
 
     def start(self, on_command: OnCommand, on_close: OnClose) -> None:
         self._on_command, self._on_close = on_command, on_close
-        if self._buffer and not self._closed:  # bytes that arrived before start()
+        if self._buffer:  # bytes that arrived before start(), even if the peer has gone since
             data, self._buffer = self._buffer, b""
-            self.data_received(data)
+            self._in_read = True
+            try:
+                self._deliver_frames(data)
+            finally:
+                self._in_read = False
+                if self._out:
+                    self._flush()
         if self._lost:
             self._report_close(self._close_reason)
 
