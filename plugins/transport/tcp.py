@@ -96,7 +96,7 @@ class TcpChannel(Channel, asyncio.Protocol):
         finally:
             self._in_read = False
             if self._out:
-                self._flush()
+                self._write_out()
 
     def _deliver_frames(self, data) -> None:
         try:
@@ -160,7 +160,7 @@ class TcpChannel(Channel, asyncio.Protocol):
             finally:
                 self._in_read = False
                 if self._out:
-                    self._flush()
+                    self._write_out()
         if self._lost:
             self._report_close(self._close_reason)
 
@@ -196,11 +196,17 @@ class TcpChannel(Channel, asyncio.Protocol):
             if len(body) >= _JOIN_LIMIT:
                 self._out_big = True
         if not self._in_read and not self._flush_scheduled:
+            # The first command of a loop iteration goes out at once (no added latency); the ones
+            # that follow in the same iteration wait for one joint write at its end.
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
+            self._write_out()
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._write_out()
+
+    def _write_out(self) -> None:
         out = self._out
         if not out or self._transport is None:
             return
@@ -246,7 +252,7 @@ class TcpChannel(Channel, asyncio.Protocol):
         if self._closed:
             return
         if self._out:
-            self._flush()  # what was sent before close() still goes out
+            self._write_out()  # what was sent before close() still goes out
         self._closed = True
         if self._transport is not None:
             self._transport.close()

@@ -296,18 +296,21 @@ async def test_bytes_and_close_before_start_are_delivered_at_start():
 async def test_writes_are_coalesced_and_back_pressure_waits():
     ch, transport = _channel()
     ch.start(lambda c: None, lambda r: None)
-    a, b = RemotingCommand.create_request(ECHO, {"a": 1}), RemotingCommand.create_request(ECHO, {"b": 2})
-    assert ch.send_nowait(a) and ch.send_nowait(b)
-    assert transport.written == []  # not yet: one write per loop iteration
+    a, b, c = (RemotingCommand.create_request(ECHO, {"n": n}) for n in range(3))
+    assert ch.send_nowait(a) and ch.send_nowait(b) and ch.send_nowait(c)
+    assert transport.written == [a.encode()]  # the first at once, the others at the iteration's end
     await asyncio.sleep(0)
-    assert transport.written == [a.encode() + b.encode()]
+    assert transport.written == [a.encode(), b.encode() + c.encode()]
+    assert ch.send_nowait(a)  # a new iteration: at once again
+    await asyncio.sleep(0)
+    del transport.written[2:]
 
     ch.pause_writing()  # the transport's buffer passed the high-water mark
     c = RemotingCommand.create_request(ECHO, {"c": 3})
     assert ch.send_nowait(c) is False  # declined: nothing queued
     waiting = asyncio.ensure_future(ch.send(c))
     await asyncio.sleep(0.01)
-    assert not waiting.done() and len(transport.written) == 1
+    assert not waiting.done() and len(transport.written) == 2
     ch.resume_writing()
     await waiting
     await asyncio.sleep(0)
