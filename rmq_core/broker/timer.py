@@ -387,6 +387,13 @@ class TimerMessageService:
         return min(candidates)
 
     async def start(self) -> None:
+        self.recover(_now_ms())
+        self._event = asyncio.Event()
+        self._task = asyncio.create_task(self._run(), name="timer-wheel")
+
+    def recover(self, now: int) -> None:
+        """Position the reader at the checkpoint's oldest pending offset; the wheel fills from
+        there on the first round (entries delivered before the restart are skipped)."""
         store = self.ctrl.store
         max_off = store.get_max_offset_in_queue(TIMER_TOPIC, 0)
         if self._delivered_scan_offset > max_off or self._start_offset > max_off:
@@ -396,9 +403,7 @@ class TimerMessageService:
             self._delivered_scan_offset = min(self._delivered_scan_offset, max_off)
             self._start_offset = min(self._start_offset, max_off)
         self._scan_offset = max(self._start_offset, store.get_min_offset_in_queue(TIMER_TOPIC, 0), 0)
-        self._horizon_ms = _now_ms() + self.window_ms
-        self._event = asyncio.Event()
-        self._task = asyncio.create_task(self._run(), name="timer-wheel")
+        self._horizon_ms = now + self.window_ms
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -543,23 +548,29 @@ class TimerMessageService:
         self.rescans += 1
 
     # --- delivery -------------------------------------------------------------------------------------------
+    async def collect_due(self, now: int, limit: int = DELIVERY_BATCH) -> list:
+        """One round's reading: move the window, read new units, and take up to `limit` entries
+        due at `now` off the wheel, earliest first.  After re-putting them, the caller calls
+        `delivered_through(now)`."""
+        await self._advance_horizon(now)
+        while self._drain():
+            await asyncio.sleep(0)  # a long backlog (restart) is read in steps
+        writer = self._checkpoint_writer
+        if writer is not None and not writer.done() and self._pending_checkpoint is not None:
+            # two batches are not on disk yet: let the checkpoint catch up, so a crash
+            # re-delivers at most the batch being written and the one in flight
+            await asyncio.gather(writer, return_exceptions=True)
+        return self.wheel.pop_due(now, limit)
+
     async def _run(self) -> None:
         event = self._event
         while True:
             try:
                 now = _now_ms()
-                await self._advance_horizon(now)
-                while self._drain():
-                    await asyncio.sleep(0)  # a long backlog (restart) is read in steps
-                writer = self._checkpoint_writer
-                if writer is not None and not writer.done() and self._pending_checkpoint is not None:
-                    # two batches are not on disk yet: let the checkpoint catch up, so a crash
-                    # re-delivers at most the batch being written and the one in flight
-                    await asyncio.gather(writer, return_exceptions=True)
-                due = self.wheel.pop_due(now, DELIVERY_BATCH)
+                due = await self.collect_due(now)
                 if due:
                     ok = await self._deliver(due)
-                    self._delivered_through(now)
+                    self.delivered_through(now)
                     self._persist_soon()
                     if not ok:
                         await asyncio.sleep(1)
@@ -584,7 +595,7 @@ class TimerMessageService:
                 log.exception("timer wheel delivery failed; retrying in 1s")
                 await asyncio.sleep(1)
 
-    def _delivered_through(self, now: int) -> None:
+    def delivered_through(self, now: int) -> None:
         """Advance D: every read entry due at or before it is now delivered."""
         nxt = self.wheel.next_due_ms()
         upto = now if nxt is None else min(now, nxt - 1)
