@@ -574,6 +574,13 @@ cdef bint _plain(dict ext):
     return True
 
 
+def copy_if_plain(ext):
+    """A copy of `ext` when it is a dict of str -> str (the usual ext fields), else None."""
+    if type(ext) is not dict or not _plain(<dict>ext):
+        return None
+    return dict(<dict>ext)
+
+
 def encode_json_frame_header(cmd, Py_ssize_t body_length):
     """Length prefix + hdrLenAndType + JSON header of `cmd`, or None when the Python encoder must
     do it (non-str fields, a lone surrogate, an integer beyond 64 bits)."""

@@ -87,6 +87,10 @@ def ext_value_to_str(value: Any) -> str:
 def _ext_to_str(ext_fields: Mapping[str, Any] | None) -> dict[str, str]:
     if not ext_fields:
         return {}
+    if _native_copy_if_plain is not None:
+        plain = _native_copy_if_plain(ext_fields)  # all str already (a response echoing fields)
+        if plain is not None:
+            return plain
     return {str(k): ext_value_to_str(v) for k, v in ext_fields.items() if v is not None}
 
 
@@ -408,8 +412,9 @@ def _int_field(obj: dict, name: str, default: int | None) -> int:
 try:
     from rmq_core._native import remoting_native as _remoting_native
 except ImportError:  # pragma: no cover - `make build` always builds it
-    _native_decode = _native_encode = None
+    _native_decode = _native_encode = _native_copy_if_plain = None
 else:
     _remoting_native.init(RemotingCommand, SerializeType.JSON)
     _native_decode = _remoting_native.decode_frame
     _native_encode = _remoting_native.encode_json_frame_header
+    _native_copy_if_plain = _remoting_native.copy_if_plain

@@ -199,3 +199,14 @@ def test_split_frames_finds_whole_frames_only(split, payloads, cut):
 def test_split_frames_rejects_lengths_naming_them(split, length):
     with pytest.raises(RemotingCommandError, match=f"frame length {length} outside 4..1000"):
         split(struct.pack(">i", length) + b"abcd", 1000)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(text, text | st.none() | st.integers() | st.booleans(), max_size=5))
+def test_ext_fields_conversion_matches_the_python_rule(ext):
+    from rmq_core.remoting.command import _ext_to_str, ext_value_to_str
+
+    expected = {str(k): ext_value_to_str(v) for k, v in ext.items() if v is not None}
+    got = _ext_to_str(ext)
+    assert got == expected and got is not ext  # always a copy: the caller may mutate its dict
+    assert all(type(v) is str for v in got.values())
