@@ -75,6 +75,7 @@ class DefaultMessageStore:
             from rmq_core.store.index import IndexService
 
             self.index_service = IndexService(config)
+        self.index_build_service = IndexBuildService(self) if self.index_service is not None else None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self):
@@ -117,6 +118,9 @@ class DefaultMessageStore:
                     cq.correct_min_offset(min_phy)
                 table[(topic, qid)] = cq.get_max_offset_in_queue()
         self.commit_log.topic_queue_table = table
+        if self.index_build_service is not None:
+            # recovery indexed every record it walked; a clean stop left the index complete
+            self.index_build_service.processed_timestamp = self.commit_log.last_store_timestamp
         self._loaded = True
         log.info("message store loaded from %s (%s stop): commit log %d..%d, %d consume queues",
                  cfg.store_path_root_dir, "unclean" if unclean else "clean", self.get_min_phy_offset(),
@@ -207,6 +211,8 @@ class DefaultMessageStore:
         self.checkpoint.invalidate_clean_offset()
         self.check_disk_space()
         self.commit_log.start()
+        if self.index_build_service is not None:
+            self.index_build_service.start()
         self.flush_consume_queue_service.start()
         self.clean_commit_log_service.start()
         self._running = True
@@ -223,6 +229,8 @@ class DefaultMessageStore:
         self.commit_log.shutdown()  # final flush
         self.flush_consume_queue_service.shutdown()
         self.allocator.shutdown()
+        if self.index_build_service is not None:
+            self.index_build_service.shutdown()  # builds what is still queued
         if self._loaded:
             self.commit_log.flush(0)
             self._flush_consume_queues(0)
@@ -386,7 +394,15 @@ class DefaultMessageStore:
             return
         if uses_queue:
             self.find_consume_queue(enc.topic, enc.queue_id).put_entries(entries, first_qoff, enc.count)
-        if self.dispatchers or self.index_service is not None:
+        builder = self.index_build_service
+        if not self.dispatchers and builder is not None and builder.accepting:
+            # index only: queue it for the builder thread (nothing read back on the put path)
+            if enc.count == 1 and enc.properties_bytes is not None:
+                builder.submit((enc.topic, struct.unpack_from(">q", entries, 0)[0], store_ts, enc.sys_flag,
+                                enc.properties_bytes))
+            else:
+                builder.submit((enc.topic, entries, enc.count))
+        elif self.dispatchers or self.index_service is not None:
             if enc.count == 1 and enc.properties_bytes is not None:
                 phys, size, tags = struct.unpack_from(">qiq", entries, 0)
                 req = DispatchRequest(enc.topic, enc.queue_id, phys, size, tags, store_ts, first_qoff,
@@ -397,10 +413,15 @@ class DefaultMessageStore:
 
     def _run_extra_dispatchers(self, req: DispatchRequest) -> None:
         if self.index_service is not None:
-            try:
-                self.index_service.build_index(req)
-            except Exception:
-                log.exception("index dispatch failed for %r", req)
+            builder = self.index_build_service
+            if builder is not None and builder.accepting:
+                builder.submit((req.topic, req.commit_log_offset, req.store_timestamp, req.sys_flag,
+                                req.properties_bytes))
+            else:  # recovery (before start): build right here
+                try:
+                    self.index_service.build_index(req)
+                except Exception:
+                    log.exception("index dispatch failed for %r", req)
         for d in self.dispatchers:
             try:
                 d.dispatch(req)
@@ -692,6 +713,8 @@ class DefaultMessageStore:
         result = QueryMessageResult()
         if self.index_service is None:
             return result
+        if self.index_build_service is not None:
+            self.index_build_service.drain()  # a put that returned is found (read-your-writes)
         q = self.index_service.query_offset(topic, key, max_num, begin_ts, end_ts)
         result.index_last_update_timestamp = q.index_last_update_timestamp
         result.index_last_update_phyoffset = q.index_last_update_phyoffset
@@ -749,13 +772,16 @@ class DefaultMessageStore:
                 except ValueError:  # deleted meanwhile
                     pass
         if least_pages == 0:
-            # The index is built under the put lock like the consume queues, so once both are
-            # flushed they hold every record stored up to `ts` (taken before flushing).
+            # The consume queues are written under the put lock, so once flushed they hold every
+            # record stored up to `ts` (taken before flushing).  The index is built by its own
+            # thread: it is drained here and the checkpoint gets only the time it really covers.
             if self.index_service is not None:
+                index_ts = self.index_build_service.drain() if self.index_build_service is not None else ts
                 self.index_service.flush()
+                if index_ts:
+                    self.checkpoint.index_msg_timestamp = index_ts
             if ts:
                 self.checkpoint.logics_msg_timestamp = ts
-                self.checkpoint.index_msg_timestamp = ts
             self.checkpoint.flush()
 
     def check_disk_space(self) -> float:
@@ -903,3 +929,119 @@ class CleanCommitLogService(ServiceThread):
 
     def run_once(self) -> None:
         self.store.clean_expired_files()
+
+
+class IndexBuildService:
+    """Builds the key index off the put path, as RocketMQ builds it in its ReputMessageService.
+
+    The put path only appends a small item to a deque (a lock-free operation under the GIL); this
+    thread takes items in commit-log order and feeds `IndexService.build_index`.  Anyone who needs
+    the index current — `query_message` (read-your-writes), the checkpoint, shutdown — calls
+    `drain()`, which builds whatever is queued in the calling thread.  `processed_timestamp` is the
+    store time of the newest record the index has seen (indexed, or skipped for having no key):
+    the checkpoint's indexMsgTimestamp never runs ahead of it, so recovery re-dispatches from there.
+
+    Items: (topic, commit_log_offset, store_timestamp, sys_flag, properties_bytes) for one record
+    whose properties are at hand, or (topic, entries, count) for consume-queue entries whose
+    records are read back from the commit log when built (a batch)."""
+
+    name = "IndexBuildService"
+
+    def __init__(self, store: DefaultMessageStore):
+        from collections import deque
+
+        self.store = store
+        self.index_service = store.index_service
+        self._queue: deque = deque()
+        self._build_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._idle = False
+        self._thread: threading.Thread | None = None
+        self.processed_timestamp = 0
+        # True from start() to shutdown(): puts queue their index work (before start — recovery —
+        # the store builds it synchronously)
+        self.accepting = False
+
+    def submit(self, item: tuple) -> None:
+        self._queue.append(item)
+        # The worker sets _idle before its last look at the queue, so either it sees this item or
+        # we see _idle and wake it: no lost wake-up without a lock on the put path.
+        if self._idle:
+            self._idle = False
+            self._wake.set()
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self.accepting = True
+        self._stopped.clear()
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        q = self._queue
+        while not self._stopped.is_set():
+            self._idle = True
+            if not q:
+                self._wake.wait(0.5)
+            self._idle = False
+            self._wake.clear()
+            if self._stopped.is_set():
+                break
+            try:
+                self.drain()
+            except Exception:  # the index must not stop the store; recovery re-dispatches
+                log.exception("%s: round failed", self.name)
+
+    def drain(self) -> int:
+        """Build everything queued so far (in order); returns `processed_timestamp`."""
+        q = self._queue
+        build = self.index_service.build_index
+        with self._build_lock:
+            while q:
+                item = q.popleft()
+                try:
+                    if len(item) == 5:
+                        topic, phys, ts, sys_flag, props = item
+                        build(DispatchRequest(topic, 0, phys, 0, 0, ts, 0, sys_flag, 0, props))
+                    else:
+                        ts = self._build_entries(*item)
+                except Exception:
+                    log.exception("index build failed for %s", item[0])
+                    continue
+                if ts:
+                    self.processed_timestamp = ts
+            return self.processed_timestamp
+
+    def _build_entries(self, topic: str, entries, count: int) -> int:
+        get_data = self.store.commit_log.get_data
+        build = self.index_service.build_index
+        ts = 0
+        for i in range(count):
+            phys, size = struct.unpack_from(">qi", entries, i * 20)
+            raw = get_data(phys, size)
+            if raw is None:  # deleted by retention meanwhile
+                continue
+            f = record_fields(raw)
+            ts = f["store_timestamp"]
+            build(DispatchRequest(topic, 0, phys, size, 0, ts, 0, f["sys_flag"], 0, f["properties_bytes"]))
+        return ts
+
+    def stop(self) -> None:
+        """Stop the thread without building what is queued: work queued from now on waits for a
+        drain() (tests hold the builder this way; a crash test stops it as a kill would)."""
+        self._stopped.set()
+        self._wake.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(30)
+        self._thread = None
+
+    def shutdown(self) -> None:
+        self.accepting = False
+        self.stop()
+        self.drain()

@@ -21,6 +21,8 @@ def crash(store: DefaultMessageStore) -> None:
         svc._stopped.set()
         svc._wake.set()
     store.allocator._pool.shutdown(wait=True)
+    if store.index_build_service is not None:
+        store.index_build_service.stop()  # what it had not built yet is lost, as in a kill
     for qs in store.consume_queue_table.values():
         for cq in qs.values():
             cq.shutdown()
