@@ -25,9 +25,12 @@ length.
 Restart guarantees (`<store>/config/timerCheckpoint.json`, written after each delivered batch):
 
 * `oldestPendingOffset` L: every entry below it is delivered; the wheel is rebuilt from there;
-* `deliveredUpToMs` D with `deliveredScanOffset` R: every entry below R due at or before D is
-  delivered.  D only advances to a time at which nothing loaded and due is left, so "below R and
-  due <= D" is exact even when the wall clock steps back.
+* `delivered`, a list of [R, due, queue offset] bounds: an entry at queue offset q < R whose
+  (due, q) sorts before (due, queue offset) is delivered.  After each batch the bound is the
+  wheel's next (due, q) capped at (now + 1, -1), and R the read position: delivery goes in
+  (due, q) order, so "everything read that sorts before the bound" is exactly what went out.
+  A later bound replaces the ones it dominates (larger R and bound); only a wall clock that steps
+  back leaves more than one (at most 32; dropping one could only cause re-deliveries).
 Rebuilding reads [L, end) and skips exactly those entries, so a restart loses nothing and
 re-delivers only what was not yet checkpointed when the broker died (at-least-once): the batch in
 flight and at most one batch whose checkpoint write (done off the event loop) had not finished —
@@ -69,6 +72,7 @@ _READ_CHUNK = 8192  # consume-queue units read per step before yielding to the e
 _UNIT = struct.Struct(">qiq")
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
 _MIN_DUE = -(1 << 63)
+_MAX_DELIVERED_BOUNDS = 32
 _TIMER_KEY_MARKS = tuple(k.encode() + b"\x01" for k in TIMER_REQUEST_KEYS)
 # A Java string hash (what the store computes for a rebuilt entry) fits in 32 bits; a due time in
 # epoch milliseconds is far above.
@@ -156,9 +160,14 @@ class TimingWheel:
 
     def next_due_ms(self) -> int | None:
         """Due time of the earliest entry, None when empty."""
+        key = self.next_key()
+        return None if key is None else key[0]
+
+    def next_key(self) -> tuple[int, int] | None:
+        """(due, queue offset) of the entry delivered next, None when empty."""
         if not self._slot_heap:
             return None
-        return min(self._slots[self._slot_heap[0]])[0]
+        return min(self._slots[self._slot_heap[0]])[:2]
 
     def pop_due(self, now_ms: int, limit: int) -> list:
         """Remove and return up to `limit` entries due at or before now_ms, earliest first."""
@@ -206,6 +215,14 @@ def _due_of(entry) -> int:
     return entry[0]
 
 
+def _covered(delivered: list, qoff: int, due: int) -> bool:
+    """Whether a checkpoint's delivered bounds say the entry went out before the restart."""
+    for below, bound_due, bound_qoff in delivered:
+        if qoff < below and (due < bound_due or (due == bound_due and qoff < bound_qoff)):
+            return True
+    return False
+
+
 class TimerMessageService:
     def __init__(self, controller):
         self.ctrl = controller
@@ -217,8 +234,7 @@ class TimerMessageService:
         self._horizon_ms = 0  # read entries due before it are in the wheel (or delivered)
         self._far_low: int | None = None  # lowest queue offset of a read entry due at/after the horizon
         self._far_min_due: int | None = None
-        self._delivered_up_to_ms = 0  # D (see the module docstring)
-        self._delivered_scan_offset = 0  # R
+        self._delivered: list[tuple[int, int, int]] = []  # (R, due, queue offset), see the docstring
         self._start_offset = 0  # L as loaded from the checkpoint
         self._event: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -339,21 +355,23 @@ class TimerMessageService:
                                 notify=False)
         try:
             with open(self.path, encoding="utf-8") as f:
-                cp = json.load(f)
-            self._start_offset = int(cp.get("oldestPendingOffset", 0))
-            self._delivered_up_to_ms = int(cp.get("deliveredUpToMs", 0))
-            self._delivered_scan_offset = int(cp.get("deliveredScanOffset", 0))
+                self.restore(json.load(f))
         except FileNotFoundError:
             pass
         except (ValueError, TypeError, AttributeError, OSError) as e:
             # Starting over from the queue's minimum re-delivers what was delivered (never loses).
             log.error("cannot read %s (%s); timer delivery restarts from the queue minimum", self.path, e)
-            self._start_offset = self._delivered_up_to_ms = self._delivered_scan_offset = 0
+            self.restore({})
+
+    def restore(self, cp: dict) -> None:
+        """Take the progress of a checkpoint (as `checkpoint()` returns it)."""
+        delivered = [(int(r), int(d), int(q)) for r, d, q in cp.get("delivered", ())]
+        self._start_offset = int(cp.get("oldestPendingOffset", 0))
+        self._delivered = sorted(delivered)
 
     def checkpoint(self) -> dict:
         return {"oldestPendingOffset": self.oldest_pending_offset(),
-                "deliveredUpToMs": self._delivered_up_to_ms,
-                "deliveredScanOffset": self._delivered_scan_offset}
+                "delivered": [list(b) for b in self._delivered]}
 
     def persist(self) -> None:
         self._write_checkpoint(self.checkpoint())
@@ -396,11 +414,11 @@ class TimerMessageService:
         there on the first round (entries delivered before the restart are skipped)."""
         store = self.ctrl.store
         max_off = store.get_max_offset_in_queue(TIMER_TOPIC, 0)
-        if self._delivered_scan_offset > max_off or self._start_offset > max_off:
+        if self._start_offset > max_off or any(r > max_off for r, _, _ in self._delivered):
             # The queue is shorter than the checkpoint remembers (its tail was cut on recovery): new
             # entries at those offsets were never seen, so they must not count as delivered.
             log.warning("timer checkpoint is past the timer queue end %d; clamped", max_off)
-            self._delivered_scan_offset = min(self._delivered_scan_offset, max_off)
+            self._delivered = [(min(r, max_off), d, q) for r, d, q in self._delivered]
             self._start_offset = min(self._start_offset, max_off)
         self._scan_offset = max(self._start_offset, store.get_min_offset_in_queue(TIMER_TOPIC, 0), 0)
         self._horizon_ms = now + self.window_ms
@@ -488,16 +506,16 @@ class TimerMessageService:
     def _load(self, first: int, units: bytes, low_due: int, far: tuple) -> tuple:
         """Classify consume-queue units starting at queue offset `first`: entries due in
         [low_due, horizon) go into the wheel, later ones count as far.  Entries delivered before
-        a restart (below R, due <= D) are skipped.  `far` and the result: (far_low, far_min_due)."""
+        a restart are skipped.  `far` and the result: (far_low, far_min_due)."""
         far_low, far_min = far
-        skip_below, skip_due = self._delivered_scan_offset, self._delivered_up_to_ms
+        delivered = self._delivered
         horizon = self._horizon_ms
         wheel_add = self.wheel.add
         qoff = first
         for phys, size, tag in _UNIT.iter_unpack(units):
             if size != 0x7FFFFFFF:  # not a blank filler
                 due = self._due_of(phys, size, tag)
-                if due is not None and due >= low_due and not (qoff < skip_below and due <= skip_due):
+                if due is not None and due >= low_due and not (delivered and _covered(delivered, qoff, due)):
                     if due < horizon:
                         wheel_add(due, qoff, phys, size)
                     else:
@@ -596,12 +614,19 @@ class TimerMessageService:
                 await asyncio.sleep(1)
 
     def delivered_through(self, now: int) -> None:
-        """Advance D: every read entry due at or before it is now delivered."""
-        nxt = self.wheel.next_due_ms()
-        upto = now if nxt is None else min(now, nxt - 1)
-        if upto > self._delivered_up_to_ms:
-            self._delivered_up_to_ms = upto
-            self._delivered_scan_offset = self._scan_offset
+        """Record a delivered round: every entry read so far that sorts before the wheel's next
+        (due, queue offset), and is due at or before `now`, went out."""
+        bound = (now + 1, -1)
+        nxt = self.wheel.next_key()
+        if nxt is not None and nxt < bound:
+            bound = nxt
+        r = self._scan_offset
+        kept = [b for b in self._delivered if not (b[0] <= r and b[1:] <= bound)]
+        if not any(b[0] >= r and b[1:] >= bound for b in kept):
+            kept.append((r, *bound))
+            kept.sort()
+            del kept[:-_MAX_DELIVERED_BOUNDS]
+        self._delivered = kept
 
     async def _deliver(self, entries: list) -> bool:
         """Re-put due entries in order; a failed put puts it and the rest back in the wheel."""
