@@ -243,6 +243,7 @@ class TimerMessageService:
         self.enqueued = 0  # messages parked in the timer topic since start
         self.delivered = 0  # messages re-put to their real topic since start
         self.rescans = 0
+        self.rounds = 0  # delivery-loop wake-ups (a sleeping wheel wakes for due times and arrivals only)
         self.lost = 0  # due entries whose record had already been deleted by retention
 
     @property
@@ -584,6 +585,7 @@ class TimerMessageService:
         event = self._event
         while True:
             try:
+                self.rounds += 1
                 now = _now_ms()
                 due = await self.collect_due(now)
                 if due:

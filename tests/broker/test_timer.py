@@ -102,6 +102,18 @@ def test_fifty_random_due_times_are_delivered_in_due_order(cluster, raw):
         assert due <= m.store_timestamp < due + 1000
 
 
+def test_the_wheel_sleeps_until_the_next_due_time(cluster, raw):
+    """No busy polling: one message due in 1.5 s wakes the loop for its arrival and its due time."""
+    svc = cluster.broker.timer_service
+    time.sleep(0.2)
+    idle_start = svc.rounds
+    time.sleep(0.5)
+    assert svc.rounds == idle_start, "the loop woke while nothing was pending"
+    _send_timer(raw, cluster.broker_addr, "T_SLEEP", b"z", _now_ms() + 1500)
+    assert _wait_until(lambda: _pull(raw, cluster.broker_addr, "T_SLEEP"), timeout=4)
+    assert svc.rounds - idle_start <= 5, f"{svc.rounds - idle_start} wake-ups for one message"
+
+
 def test_relative_delay_seconds(cluster, raw):
     addr = cluster.broker_addr
     t0 = _now_ms()
