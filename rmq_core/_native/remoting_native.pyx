@@ -20,6 +20,7 @@ oracle of the tests — decides, with its precise error messages.  The encoder w
 bytes of the Python encoder (sorted keys, compact separators, non-ASCII kept, json escapes).
 Bytes from the network are untrusted: every read is bounds-checked against the real length.
 """
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_Next, PyDict_SetItem
 from cpython.list cimport PyList_Append
@@ -27,13 +28,17 @@ from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t, uint8_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
     bint PyUnicode_CheckExact(object o)
     bint PyLong_CheckExact(object o)
-    object PyUnicode_FromKindAndData(int kind, const void* buffer, Py_ssize_t size)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    object _PyDict_NewPresized(Py_ssize_t minused)
+    object PyType_GenericAlloc(type t, Py_ssize_t nitems)
+    void* PyUnicode_DATA(object o)
 
 cdef object _command_cls = None
 cdef object _json_type = None
@@ -51,25 +56,37 @@ def init(command_cls, json_serialize_type):
 # --- frame splitting -----------------------------------------------------------------------------
 def split_frames(data, Py_ssize_t max_frame_length):
     """(frames, consumed): every whole frame in `data` as a memoryview without its length prefix."""
-    cdef const uint8_t[::1] buf = data
-    cdef Py_ssize_t n = buf.shape[0]
+    cdef Py_buffer pb
+    cdef const uint8_t* buf
+    cdef Py_ssize_t n
     cdef Py_ssize_t pos = 0, end
-    cdef int64_t length
+    cdef int64_t length = 0
+    cdef bint bad = False
     cdef list frames = []
     view = None
-    while n - pos >= 4:
-        length = <int>((<uint32_t>buf[pos] << 24) | (<uint32_t>buf[pos + 1] << 16)
-                       | (<uint32_t>buf[pos + 2] << 8) | <uint32_t>buf[pos + 3])
-        if length < 4 or length > max_frame_length:
-            from rmq_core.errors import RemotingCommandError
-            raise RemotingCommandError(f"frame length {length} outside 4..{max_frame_length}")
-        end = pos + 4 + length
-        if end > n:
-            break
-        if view is None:
-            view = memoryview(data)
-        PyList_Append(frames, view[pos + 4:end])
-        pos = end
+    # A raw buffer, not a typed memoryview: acquiring one of those costs more than the split.
+    PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
+    try:
+        buf = <const uint8_t*>pb.buf
+        n = pb.len
+        while n - pos >= 4:
+            length = <int>((<uint32_t>buf[pos] << 24) | (<uint32_t>buf[pos + 1] << 16)
+                           | (<uint32_t>buf[pos + 2] << 8) | <uint32_t>buf[pos + 3])
+            if length < 4 or length > max_frame_length:
+                bad = True
+                break
+            end = pos + 4 + length
+            if end > n:
+                break
+            if view is None:
+                view = memoryview(data)
+            PyList_Append(frames, view[pos + 4:end])
+            pos = end
+    finally:
+        PyBuffer_Release(&pb)
+    if bad:
+        from rmq_core.errors import RemotingCommandError
+        raise RemotingCommandError(f"frame length {length} outside 4..{max_frame_length}")
     return frames, pos
 
 
@@ -147,6 +164,37 @@ cdef int _read_u4(Cursor* c) noexcept nogil:
     return v
 
 
+# Header keys and many values repeat on every request ("topic", "JAVA", "false", a group name):
+# a small direct-mapped cache of short ASCII strings hands out the same str objects (hash already
+# computed, no allocation) instead of decoding them afresh each time.
+cdef enum:
+    _CACHE_SLOTS = 1024
+    _CACHE_MAX_LEN = 24
+cdef PyObject* _str_cache[_CACHE_SLOTS]
+
+
+cdef object _short_str(const uint8_t* p, Py_ssize_t n):
+    cdef uint32_t h = 2166136261u
+    cdef Py_ssize_t i
+    cdef PyObject* cur
+    if n > _CACHE_MAX_LEN:
+        return PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
+    for i in range(n):
+        if p[i] >= 128:  # non-ASCII: decode normally (and let a bad sequence raise)
+            return PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
+        h = (h ^ p[i]) * 16777619u
+    cur = _str_cache[h & (_CACHE_SLOTS - 1)]
+    if cur != NULL and PyUnicode_GET_LENGTH(<object>cur) == n and (
+            n == 0 or memcmp(PyUnicode_DATA(<object>cur), p, n) == 0):
+        return <object>cur
+    s = PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
+    hash(s)  # cached inside the str: dict inserts of it are cheaper from now on
+    Py_XDECREF(cur)
+    Py_INCREF(s)
+    _str_cache[h & (_CACHE_SLOTS - 1)] = <PyObject*>s
+    return s
+
+
 cdef object _read_str(Cursor* c):
     """A JSON string as str (cursor on the opening quote, after whitespace); None and c.bad on trouble."""
     cdef const uint8_t* start
@@ -167,7 +215,7 @@ cdef object _read_str(Cursor* c):
         if ch == 34:
             c.p = q + 1
             try:
-                return PyUnicode_DecodeUTF8(<const char*>start, q - start, NULL)
+                return _short_str(start, q - start)
             except UnicodeDecodeError:
                 c.bad = True
                 return None
@@ -305,7 +353,7 @@ cdef bint _skip_literal(Cursor* c, const char* word, Py_ssize_t n) noexcept nogi
 
 cdef dict _read_ext(Cursor* c):
     """The extFields object with string values only (anything else: c.bad)."""
-    cdef dict ext = {}
+    cdef dict ext = _PyDict_NewPresized(16)  # a SEND header has ~12 fields: no resize on the way
     _skip_ws(c)
     if c.p >= c.end or c.p[0] != 123:
         c.bad = True
@@ -339,8 +387,15 @@ cdef dict _read_ext(Cursor* c):
 def decode_frame(frame):
     """The RemotingCommand of a JSON-header frame (WITHOUT its length prefix), or None when the
     Python codec must decide (binary header, an unusual or malformed header, a short frame)."""
-    cdef const uint8_t[::1] buf = frame
-    cdef Py_ssize_t n = buf.shape[0]
+    cdef Py_buffer pb
+    PyObject_GetBuffer(frame, &pb, PyBUF_SIMPLE)
+    try:
+        return _decode_frame(<const uint8_t*>pb.buf, pb.len)
+    finally:
+        PyBuffer_Release(&pb)
+
+
+cdef object _decode_frame(const uint8_t* base, Py_ssize_t n):
     cdef Py_ssize_t header_length
     cdef uint32_t len_and_type
     cdef Cursor c
@@ -348,10 +403,8 @@ def decode_frame(frame):
     cdef Py_ssize_t klen
     cdef int64_t code = 0, opaque = 0, flag = 0, version = 0
     cdef bint has_code = False
-    cdef const uint8_t* base
     if n < 4:
         return None
-    base = &buf[0]
     len_and_type = (<uint32_t>base[0] << 24) | (<uint32_t>base[1] << 16) | (<uint32_t>base[2] << 8) | base[3]
     if (len_and_type >> 24) != 0:
         return None
@@ -423,7 +476,8 @@ def decode_frame(frame):
     _skip_ws(&c)
     if c.p != c.end or not has_code:
         return None
-    cmd = _cls_new(_command_cls)
+    # The slots start empty and are all set below, as RemotingCommand.__init__ would (minus the call).
+    cmd = PyType_GenericAlloc(<type>_command_cls, 0)
     cmd.code = code
     cmd.language = language if language is not None else "JAVA"
     cmd.version = version

@@ -7,7 +7,10 @@
 * pipelined (group remoting-pipelined): 64 requests in flight on one connection.  Baseline: the
   bare echo server fed 64 frames at once.
 * codec (group remoting-codec): encode + decode of a C++-style SEND response header.  Baseline:
-  json.dumps + json.loads of the same header dict.
+  json.dumps + json.loads of the same header dict; beside ours (the native codec) the pure-Python
+  reference codec it falls back to.
+* read path (group remoting-read): split one TCP read of 64 pipelined SEND_MESSAGE_V2 frames and
+  decode them, native vs the pure-Python reference.
 """
 import asyncio
 import json
@@ -184,3 +187,38 @@ def test_codec_remoting_command_encode_decode(benchmark):
         return RemotingCommand.decode(memoryview(cmd.encode())[4:])
 
     assert benchmark(run).opaque == 77
+
+
+@pytest.mark.benchmark(group="remoting-codec")
+def test_codec_python_reference_encode_decode(benchmark):
+    cmd = RemotingCommand.create_response(0, ext_fields=_HEADER["extFields"], opaque=77)
+
+    def run():
+        return RemotingCommand.decode_py(memoryview(cmd.encode_header_py(0))[4:])
+
+    assert benchmark(run).opaque == 77
+
+
+def _send_v2_frames(n: int) -> bytes:
+    return b"".join(RemotingCommand.create_request(310, {
+        "a": "PG_BENCH", "b": "BenchSend", "c": "TBW102", "d": "4", "e": str(i % 4), "f": "0",
+        "g": "1700000000000", "h": "0", "i": "UNIQ_KEY\x01BENCH\x02WAIT\x01true\x02", "j": "0",
+        "k": "false", "m": "false"}, b"x" * 128).encode() for i in range(n))
+
+
+@pytest.mark.parametrize("impl", ["native", "python"])
+@pytest.mark.benchmark(group="remoting-read")
+def test_read_path_split_and_decode_64_frames(benchmark, impl):
+    from rmq_core.remoting import frames
+
+    data = _send_v2_frames(PIPELINE)
+    split = frames.split_frames if impl == "native" else frames.split_frames_py
+    decode = RemotingCommand.decode if impl == "native" else RemotingCommand.decode_py
+
+    def run():
+        got, consumed = split(data, 1 << 24)
+        return [decode(f) for f in got]
+
+    cmds = benchmark(run)
+    assert len(cmds) == PIPELINE and cmds[-1].get_str("b") == "BenchSend" and len(cmds[0].body) == 128
+    benchmark.extra_info["frames_per_call"] = PIPELINE
