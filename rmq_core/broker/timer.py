@@ -72,6 +72,8 @@ _READ_CHUNK = 8192  # consume-queue units read per step before yielding to the e
 _UNIT = struct.Struct(">qiq")
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
 _MIN_DUE = -(1 << 63)
+# A REAL_TOPIC / REAL_QID pair in a stored properties string (name \x01 value \x02).
+_REAL_PAIR = re.compile(rb"(?:(?<=\x02)|^)(REAL_TOPIC|REAL_QID)\x01([^\x02]*)\x02")
 _MAX_DELIVERED_BOUNDS = 32
 _TIMER_KEY_MARKS = tuple(k.encode() + b"\x01" for k in TIMER_REQUEST_KEYS)
 # A Java string hash (what the store computes for a rebuilt entry) fits in 32 bits; a due time in
@@ -664,18 +666,17 @@ class TimerMessageService:
 
     @staticmethod
     def _to_real(raw: bytes) -> MessageExtBrokerInner | None:
+        """The message to re-put: the parked record's fields, its properties as stored minus
+        REAL_TOPIC / REAL_QID (edited as bytes; no properties dict on this path)."""
         msg = decode_messages(raw, decompress=False)[0]
-        props = dict(msg.properties)
-        real_topic = props.pop(MessageConst.REAL_TOPIC, None)
-        real_qid = props.pop(MessageConst.REAL_QUEUE_ID, None)
+        props = msg.raw_properties
+        real = _REAL_PAIR.findall(props)
+        real_topic = next((v for k, v in real if k == b"REAL_TOPIC"), None)
         if not real_topic:
             log.error("timer: message %s has no REAL_TOPIC; dropped", msg.msg_id)
             return None
-        try:
-            qid = int(real_qid or 0)
-        except ValueError:
-            qid = 0
+        real_qid = next((v for k, v in real if k == b"REAL_QID"), b"0")
         return MessageExtBrokerInner(
-            topic=real_topic, queue_id=qid, body=msg.body, flag=msg.flag, properties=props,
-            sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=_host(msg.born_host),
-            reconsume_times=msg.reconsume_times)
+            topic=real_topic.decode("utf-8"), queue_id=int(real_qid) if real_qid.isdigit() else 0, body=msg.body,
+            flag=msg.flag, properties_bytes=_REAL_PAIR.sub(b"", props), sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp, born_host=_host(msg.born_host), reconsume_times=msg.reconsume_times)
