@@ -12,6 +12,7 @@ import inspect
 import json
 import itertools
 import logging
+import types
 from typing import Any, Callable
 
 from rmq_core.errors import (
@@ -22,6 +23,8 @@ from rmq_core.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingComman
 from rmq_core.remoting.transport import Channel
 
 log = logging.getLogger("rmq.remoting")
+
+_CoroutineType = types.CoroutineType
 
 DEFAULT_MAX_INFLIGHT = 16384  # per connection; beyond it requests get SYSTEM_BUSY, not memory growth
 
@@ -74,7 +77,9 @@ class ProcessorTable:
             if hooks is not None:
                 hooks.rmq_rpc_before_request(remote_addr=ctx.remote_address, request=request)
             response = fn(ctx, request)
-            if inspect.isawaitable(response):
+            # (a coroutine is by far the usual answer; inspect.isawaitable only for the rest)
+            if type(response) is _CoroutineType or (
+                    response is not None and type(response) is not RemotingCommand and inspect.isawaitable(response)):
                 response = await response
             if hooks is not None and response is not None:
                 hooks.rmq_rpc_after_response(remote_addr=ctx.remote_address, request=request, response=response)

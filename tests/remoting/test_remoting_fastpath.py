@@ -352,3 +352,28 @@ async def test_bad_length_closes_with_the_reason():
     await asyncio.sleep(0)
     assert transport.closed and ch.closed
     assert len(reasons) == 1 and "frame length 5000 outside 4..1024" in str(reasons[0])
+
+
+async def test_plain_function_and_future_returning_processors(transport):
+    server = RemotingServer(_address(transport), name="shapes")
+
+    def plain(ctx, request):  # a callable, not a coroutine function: answers directly
+        return request.make_response(ResponseCode.SUCCESS, remark="plain")
+
+    class FutureReturning:
+        def process_request(self, ctx, request):
+            fut = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_later(0.01, fut.set_result,
+                                                  request.make_response(ResponseCode.SUCCESS, remark="future"))
+            return fut
+
+    server.register_processor(21, plain)
+    server.register_processor(22, FutureReturning())
+    await server.start()
+    client = RemotingClient()
+    try:
+        assert (await client.invoke(server.listen_address, RemotingCommand.create_request(21), 3)).remark == "plain"
+        assert (await client.invoke(server.listen_address, RemotingCommand.create_request(22), 3)).remark == "future"
+    finally:
+        await client.close()
+        await server.stop()
