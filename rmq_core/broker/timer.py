@@ -309,6 +309,10 @@ class TimerMessageService:
             due = parse_due_ms(props, now, inner.topic)
             if strict:
                 self._not_too_far_or_raise(props, due, now, inner.topic)
+            elif due - now > self.config.timer_max_delay_sec * 1000:
+                log.warning("timer: %s=%s on a message to %s is beyond timerMaxDelaySec; delivered at that limit",
+                            keys[0], props[keys[0]], inner.topic)
+                due = now + self.config.timer_max_delay_sec * 1000
         except TimerMessageError as e:
             if strict:
                 raise

@@ -92,7 +92,8 @@ def test_fifty_random_due_times_are_delivered_in_due_order(cluster, raw):
     dues[10] = dues[11]  # equal due times keep send order
     for i, due in enumerate(dues):
         _send_timer(raw, addr, "T_ORDER", f"{i}".encode(), due, key=rnd.choice(["TIMER_DELIVER_MS", "DELIVER_TIME_MS"]))
-    msgs = _wait_until(lambda: len(_pull_all(raw, addr, "T_ORDER")) >= 50 and _pull_all(raw, addr, "T_ORDER"), timeout=8)
+    msgs = _wait_until(lambda: len(_pull_all(raw, addr, "T_ORDER")) >= 50 and _pull_all(raw, addr, "T_ORDER"),
+                       timeout=8)
     assert len(msgs) == 50
     order = [int(m.body) for m in msgs]
     assert order == sorted(range(50), key=lambda i: (dues[i], i))
@@ -164,7 +165,8 @@ def test_bad_values_are_refused_naming_property_and_value(make_cluster, raw):
     r = raw.send(addr, "T_BAD", b"x", props={"TIMER_DELAY_SEC": "7200"})
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "timerMaxDelaySec=3600" in r.remark and "'7200'" in r.remark
     # a transaction half is checked at send time, though it is redirected only on commit
-    r = raw.send(addr, "T_BAD", b"x", props={"TRAN_MSG": "true", "PGROUP": "PG", "TIMER_DELIVER_MS": "soon"}, sys_flag=4)
+    r = raw.send(addr, "T_BAD", b"x", props={"TRAN_MSG": "true", "PGROUP": "PG", "TIMER_DELIVER_MS": "soon"},
+                 sys_flag=4)
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "'soon'" in r.remark
     # the system topic itself takes no sends
     r = raw.send(addr, TIMER_TOPIC, b"x")
@@ -548,3 +550,31 @@ def test_restart_from_any_checkpoint_loses_nothing_and_repeats_only_unsaved_deli
     assert set(counts) == set(dues), f"lost: {sorted(set(dues) - set(counts))}"
     for qoff, n in counts.items():
         assert n - 1 <= allowed_repeats.get(qoff, 0), f"queue offset {qoff} delivered {n} times"
+
+
+def test_lenient_redirect_for_commits_and_send_backs(tmp_path):
+    """A transaction commit or a consumer send-back cannot be refused: a bad timer value is dropped
+    (stored at once), a delay beyond timerMaxDelaySec is clamped to it."""
+    from rmq_core.broker.timer import TimerMessageService
+    from rmq_core.config import MessageStoreConfig
+
+    cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path), timer_max_delay_sec=60)
+    svc = TimerMessageService(_Broker(None, cfg))
+    bad = svc.redirect_if_timer(MessageExtBrokerInner("T", 2, b"x", properties={"TIMER_DELIVER_MS": "x"}), strict=False)
+    assert (bad.topic, bad.queue_id, bad.properties) == ("T", 2, {})
+    t0 = _now_ms()
+    far = svc.redirect_if_timer(MessageExtBrokerInner("T", 2, b"x", properties={"TIMER_DELAY_SEC": "3600"}),
+                                strict=False)
+    assert far.topic == TIMER_TOPIC and far.properties["REAL_TOPIC"] == "T" and far.properties["REAL_QID"] == "2"
+    assert t0 + 60_000 <= far.tags_code <= _now_ms() + 60_000 and far.properties[TIMER_OUT_MS] == str(far.tags_code)
+    try:
+        svc.redirect_if_timer(MessageExtBrokerInner("T", 2, b"x", properties={"TIMER_DELAY_SEC": "3600"}))
+    except TimerMessageError as e:
+        assert "timerMaxDelaySec=60" in str(e)
+    else:
+        raise AssertionError("a producer's send beyond timerMaxDelaySec must be refused")
+    # prepared halves are left alone (redirected on commit); a delay level wins
+    half = MessageExtBrokerInner("T", 0, b"x", properties={"TIMER_DELAY_SEC": "5"}, sys_flag=4)
+    assert svc.redirect_if_timer(half).properties == {"TIMER_DELAY_SEC": "5"}
+    both = svc.redirect_if_timer(MessageExtBrokerInner("T", 0, b"x", properties={"DELAY": "3", "TIMER_DELAY_SEC": "5"}))
+    assert both.topic == "T" and both.properties == {"DELAY": "3"}
