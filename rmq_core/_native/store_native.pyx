@@ -1249,3 +1249,327 @@ def gather_matches(bytearray matches, Py_ssize_t start, Py_ssize_t n, NativeMap 
         o += size
         qoffs.append(queue_offset_base + idx)
     return body, qoffs, i - start
+
+
+# --- the single-message put, end to end --------------------------------------------------------
+from cpython.object cimport PyObject_GenericSetAttr
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk_id, timespec *tp)
+    int CLOCK_REALTIME
+
+cdef inline int64_t wall_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+cdef object _new_frozen(type cls, tuple names, tuple values):
+    # attrs frozen classes refuse setattr; their own __init__ goes through object.__setattr__
+    # once per field, which is what this does without the bound-method calls.
+    cdef object obj = cls.__new__(cls)
+    cdef Py_ssize_t i
+    for i in range(len(names)):
+        PyObject_GenericSetAttr(obj, names[i], values[i])
+    return obj
+
+
+cdef tuple _APPEND_FIELDS = ("wrote_offset", "wrote_bytes", "msg_id", "store_timestamp", "logics_offset",
+                             "msg_num", "phys_offsets", "queue_offsets")
+cdef tuple _PUT_FIELDS = ("status", "append_result", "error")
+
+
+cdef class SinglePutPath:
+    """The common single-message put (ASYNC_FLUSH, plain message, room left in the current
+    commit-log segment and consume-queue file, nothing else in flight) done in one native call:
+    encode the record straight into the mapped segment, fill queue offset / physical offset /
+    store time, write the consume-queue entry, queue the index work, build the results.
+
+    `put(msg)` returns None whenever anything is out of the ordinary (a check fails, a segment must
+    roll, a batch is still being published, a first put to a queue, ...): the caller then takes the
+    general path, which handles every case and every error message.  No state is touched before
+    the last check passes, so falling back is always safe.
+
+    The owner keeps `enabled` current (running, writable, ASYNC_FLUSH, no extra dispatchers, no
+    consume-queue ext) and holds the objects below; all writes happen under the commit log's put
+    lock, in the same order as the general path (record bytes, queue entry, then positions)."""
+
+    cdef public bint enabled
+    cdef object store, commit_log, put_lock_acquire, put_lock_release, mapped_files
+    cdef dict topic_queue_table, consume_queue_table, host_cache, topic_cache
+    cdef object append_result_cls, put_result_cls, put_ok
+    cdef bytes store_host_b
+    cdef bint store_v6
+    cdef Py_ssize_t limit
+    cdef object schedule_topic, index_submit, listeners, log_exception, properties_to_string
+
+    def __init__(self, store, commit_log, dict host_cache, bytes store_host_b, bint store_v6, Py_ssize_t limit,
+                 append_result_cls, put_result_cls, put_ok, schedule_topic, log_exception, properties_to_string):
+        self.enabled = False
+        self.store = store
+        self.commit_log = commit_log
+        self.put_lock_acquire = commit_log.put_lock.acquire
+        self.put_lock_release = commit_log.put_lock.release
+        self.mapped_files = None
+        self.topic_queue_table = None
+        self.consume_queue_table = store.consume_queue_table
+        self.host_cache = host_cache
+        self.topic_cache = {}
+        self.store_host_b = store_host_b
+        self.store_v6 = store_v6
+        self.limit = limit
+        self.append_result_cls = append_result_cls
+        self.put_result_cls = put_result_cls
+        self.put_ok = put_ok
+        self.schedule_topic = schedule_topic
+        self.index_submit = None
+        self.listeners = ()
+        self.log_exception = log_exception
+        self.properties_to_string = properties_to_string
+
+    def configure(self, bint enabled, index_submit, listeners, Py_ssize_t limit):
+        """Refresh what may change while the store runs (tables are replaced by load())."""
+        self.enabled = enabled
+        self.index_submit = index_submit
+        self.listeners = tuple(listeners)
+        self.limit = limit
+        self.topic_queue_table = self.commit_log.topic_queue_table
+        self.consume_queue_table = self.store.consume_queue_table
+        self.mapped_files = None
+
+    def put(self, msg):
+        if not self.enabled:
+            return None
+        topic = msg.topic
+        props = msg.properties_bytes
+        body = msg.body
+        if props is None:
+            props_dict = msg.properties
+            if type(props_dict) is not dict:
+                return None
+            props = (<str>self.properties_to_string(props_dict)).encode("utf-8") if props_dict else b""
+        if type(props) is not bytes or type(body) is not bytes or type(topic) is not str:
+            return None
+        if msg.store_host is not None or topic == self.schedule_topic:
+            return None
+        tags_override = msg.tags_code
+        try:
+            host = self.host_cache.get(msg.born_host)
+        except TypeError:  # an unhashable host: the general path names it
+            return None
+        if host is None:
+            return None
+        cdef bytes born_b = <bytes>(<tuple>host)[0]
+        cdef bint born_v6 = (<tuple>host)[1]
+        topic_b = self.topic_cache.get(topic)
+        if topic_b is None:
+            topic_b = (<str>topic).encode("utf-8")
+            if len(<bytes>topic_b) == 0 or len(<bytes>topic_b) > MAX_TOPIC:
+                return None
+            if len(self.topic_cache) < 100000:
+                self.topic_cache[topic] = topic_b
+        cdef int32_t queue_id, sys_flag, flag, reconsume
+        cdef int64_t born_ts, prepared
+        try:
+            queue_id = msg.queue_id
+            sys_flag = msg.sys_flag
+            flag = msg.flag
+            born_ts = msg.born_timestamp
+            reconsume = msg.reconsume_times
+            prepared = msg.prepared_transaction_offset
+        except (OverflowError, TypeError):  # out of range: the general path reports it
+            return None
+        sys_flag = (sys_flag & ~0x30) | (BORNHOST_V6 if born_v6 else 0) | (STOREHOST_V6 if self.store_v6 else 0)
+        cdef int32_t tx = sys_flag & 0xC  # prepared (0x4) and rollback (0xC) records get no queue entry
+        if tx == 0x4 or tx == 0xC:
+            return None
+        cdef Py_ssize_t tl = len(<bytes>topic_b), bl = len(<bytes>body), pl = len(<bytes>props)
+        cdef Py_ssize_t bhl = len(born_b), shl = len(self.store_host_b)
+        if pl > MAX_PROPS or bhl != (20 if born_v6 else 8):
+            return None
+        cdef Py_ssize_t total = record_len(bhl, shl, bl, tl, pl)
+        if total > self.limit:
+            return None
+        if born_ts == 0:
+            born_ts = wall_ms()
+        cdef const unsigned char *bp = <const unsigned char *><char *>body
+        cdef const unsigned char *pp = <const unsigned char *><char *>props
+        cdef uint32_t body_crc
+        with nogil:
+            body_crc = rmq_crc32(0, bp, bl)
+        cdef int64_t tags
+        if tags_override is None:
+            tags = tags_code_of(pp, pl)
+        else:
+            tags = tags_override
+        key = (topic, queue_id)
+        cdef int64_t qoff, store_ts, last_ts, phys, seg_from, cq_from
+        cdef Py_ssize_t wp, fsize, cpos, csize
+        cdef NativeMap seg, cseg
+        cdef unsigned char *d
+        cdef unsigned char *c
+        cl = self.commit_log
+        self.put_lock_acquire()
+        try:
+            if cl._published != cl._next_ticket - 1:
+                return None  # a batch is being encoded outside the lock: publish in order
+            files = self.mapped_files
+            if files is None:
+                files = self.mapped_files = cl.mapped_file_queue.mapped_files
+            elif files is not cl.mapped_file_queue.mapped_files:
+                files = self.mapped_files = cl.mapped_file_queue.mapped_files
+            if not files:
+                return None
+            mf = (<list>files)[len(<list>files) - 1]  # no wraparound in this module
+            if mf.fd is not None:
+                return None
+            wp = mf.wrote_position
+            fsize = mf.file_size
+            if wp + total + MIN_BLANK > fsize:
+                return None  # the segment must roll: general path
+            seg = mf.native
+            if seg is None or seg.ptr == NULL or fsize > seg.size:
+                return None
+            qs = self.consume_queue_table.get(topic)
+            if qs is None:
+                return None
+            cq = (<dict>qs).get(queue_id)
+            if cq is None or cq.ext is not None:
+                return None
+            cfiles = cq.mapped_file_queue.mapped_files
+            if not cfiles:
+                return None
+            cmf = (<list>cfiles)[len(<list>cfiles) - 1]
+            cpos = cmf.wrote_position
+            csize = cq.mapped_file_size
+            qoff = self.topic_queue_table.get(key, 0)
+            cq_from = cmf.file_from_offset
+            if cpos + CQ_UNIT > csize or cq_from + cpos != qoff * CQ_UNIT:
+                return None
+            cseg = cmf.native
+            if cseg is None or cseg.ptr == NULL or cpos + CQ_UNIT > cseg.size:
+                return None
+            store_ts = wall_ms()
+            last_ts = cl.last_store_timestamp
+            if store_ts < last_ts:
+                store_ts = last_ts  # store time stays monotonic along the log
+            seg_from = mf.file_from_offset
+            phys = seg_from + wp
+            # -- every check passed: write --
+            d = seg.ptr + wp
+            write_record(d, <int32_t>total, body_crc, queue_id, flag, sys_flag, born_ts,
+                         <const unsigned char *><char *>born_b, bhl,
+                         <const unsigned char *><char *>self.store_host_b, shl, reconsume, prepared,
+                         bp, bl, <const unsigned char *><char *>topic_b, tl, pp, pl, NULL, 0, False)
+            rmq_st64(d + 20, <uint64_t>qoff)
+            rmq_st64(d + 28, <uint64_t>phys)
+            rmq_st64(d + store_ts_pos(sys_flag), <uint64_t>store_ts)
+            c = cseg.ptr + cpos
+            rmq_st64(c, <uint64_t>phys)
+            rmq_st32(c + 8, <uint32_t>total)
+            rmq_st64(c + 12, <uint64_t>tags)
+            mf.wrote_position = wp + total
+            cmf.wrote_position = cpos + CQ_UNIT
+            cq.max_physic_offset = phys + total
+            self.topic_queue_table[key] = qoff + 1
+            cl.last_store_timestamp = store_ts
+            if self.index_submit is not None:
+                self.index_submit((topic, phys, store_ts, sys_flag, props))
+        finally:
+            self.put_lock_release()
+        # -- results (outside the lock) --
+        cdef unsigned char idb[28]
+        cdef char hexs[56]
+        cdef const char *hexd = b"0123456789ABCDEF"
+        cdef Py_ssize_t j
+        memcpy(idb, <const unsigned char *><char *>self.store_host_b, shl)
+        rmq_st64(idb + shl, <uint64_t>phys)
+        for j in range(shl + 8):
+            hexs[2 * j] = hexd[idb[j] >> 4]
+            hexs[2 * j + 1] = hexd[idb[j] & 15]
+        msg_id = hexs[:2 * (shl + 8)].decode("ascii")
+        append_result = _new_frozen(self.append_result_cls, _APPEND_FIELDS,
+                                    (phys, total, msg_id, store_ts, qoff, 1, None, None))
+        result = _new_frozen(self.put_result_cls, _PUT_FIELDS, (self.put_ok, append_result, None))
+        store = self.store
+        store.put_message_count = store.put_message_count + 1
+        for fn in self.listeners:
+            try:
+                fn(topic, queue_id, qoff + 1, tags, store_ts, props)
+            except Exception:
+                self.log_exception("message arriving listener %r failed", fn)
+        return result
+
+
+# --- index keys --------------------------------------------------------------------------------
+cdef inline uint32_t java_hash_ascii(uint32_t h, const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = h * 31 + p[i]
+    return h
+
+
+cdef inline int32_t abs_index_hash(uint32_t h) noexcept nogil:
+    # IndexService's keyHash: abs(Java hashCode), Integer.MIN_VALUE -> 0
+    cdef int32_t s = <int32_t>h
+    if s == <int32_t>0x80000000:
+        return 0
+    return -s if s < 0 else s
+
+
+def index_key_hashes(bytes topic_prefix, bytes props):
+    """Index key hashes of one record, as IndexService computes them from its properties: the
+    hash of `topic#UNIQ_KEY`, then of `topic#word` for each non-empty space-separated word of KEYS
+    (`topic_prefix` is the UTF-8 of "topic#").  The last value of a repeated property wins, as in
+    string_to_properties.  Returns None when a key is not plain ASCII: the caller then decodes in
+    Python, so invalid UTF-8 is replaced exactly as the Python decoder does."""
+    cdef const unsigned char *p = <const unsigned char *><char *>props
+    cdef const unsigned char *tp = <const unsigned char *><char *>topic_prefix
+    cdef Py_ssize_t n = len(props), i = 0, j, k, a, b
+    cdef Py_ssize_t us = -1, ul = 0, ks = -1, kl = 0
+    cdef uint32_t base
+    for j in range(len(topic_prefix)):
+        if tp[j] >= 0x80:
+            return None
+    # every "name\x01value\x02" pair; a pair without \x01 is dropped (string_to_properties)
+    while i < n:
+        j = i
+        while j < n and p[j] != 1 and p[j] != 2:
+            j += 1
+        if j >= n or p[j] == 2:
+            i = j + 1
+            continue
+        k = j + 1
+        while k < n and p[k] != 2:
+            k += 1
+        if j - i == 8 and memcmp(p + i, b"UNIQ_KEY", 8) == 0:
+            us = j + 1
+            ul = k - (j + 1)
+        elif j - i == 4 and memcmp(p + i, b"KEYS", 4) == 0:
+            ks = j + 1
+            kl = k - (j + 1)
+        i = k + 1
+    out = []
+    base = java_hash_ascii(0, tp, len(topic_prefix))
+    if us >= 0 and ul > 0:
+        for j in range(us, us + ul):
+            if p[j] >= 0x80:
+                return None
+        out.append(abs_index_hash(java_hash_ascii(base, p + us, ul)))
+    if ks >= 0 and kl > 0:
+        for j in range(ks, ks + kl):
+            if p[j] >= 0x80:
+                return None
+        a = ks
+        while a < ks + kl:
+            b = a
+            while b < ks + kl and p[b] != 32:
+                b += 1
+            if b > a:
+                out.append(abs_index_hash(java_hash_ascii(base, p + a, b - a)))
+            a = b + 1
+    return out

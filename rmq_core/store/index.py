@@ -492,19 +492,26 @@ class IndexService:
             keys += [k for k in req.keys.split(KEY_SEPARATOR) if k]
         if not keys:
             return
-        offset, ts, prefix = req.commit_log_offset, req.store_timestamp, req.topic + "#"
+        prefix = req.topic + "#"
+        self.build_hashed(((req.commit_log_offset, req.store_timestamp,
+                            [index_key_hash(prefix + key) for key in keys]),))
+
+    def build_hashed(self, records) -> None:
+        """Index records whose key hashes are already computed: `records` is an iterable of
+        (commit_log_offset, store_timestamp, key_hashes) in commit-log order (the store's index
+        builder hashes a whole queue of records natively, then takes the lock once)."""
         with self._lock:
-            last = self._indexed
-            if offset < last:
-                return  # re-dispatched record, already indexed
-            f = self._last_writable_file()
-            for key in keys:
-                key_hash = index_key_hash(prefix + key)
-                if offset == last and self._has_key_at(key_hash, offset):
-                    continue  # re-dispatch of the newest record: only the missing keys
-                while not f.put_key(key_hash, offset, ts):
-                    f = self._last_writable_file()
-            self._indexed = offset
+            for offset, ts, hashes in records:
+                last = self._indexed
+                if offset < last or not hashes:
+                    continue  # re-dispatched record, already indexed (or nothing to index)
+                f = self._last_writable_file()
+                for key_hash in hashes:
+                    if offset == last and self._has_key_at(key_hash, offset):
+                        continue  # re-dispatch of the newest record: only the missing keys
+                    while not f.put_key(key_hash, offset, ts):
+                        f = self._last_writable_file()
+                self._indexed = offset
 
     def _has_key_at(self, key_hash: int, offset: int) -> bool:
         # The newest record's keys can straddle a roll-over: look in the last two files.

@@ -76,6 +76,12 @@ class DefaultMessageStore:
 
             self.index_service = IndexService(config)
         self.index_build_service = IndexBuildService(self) if self.index_service is not None else None
+        # The common single put in one native call; anything unusual falls back to _put.
+        self._single_put = native.SinglePutPath(
+            self, self.commit_log, self._host_cache, self._store_host_b, self._store_host_v6, 0,
+            AppendMessageResult, PutMessageResult, PutMessageStatus.PUT_OK, TopicValidator.RMQ_SYS_SCHEDULE_TOPIC,
+            log.exception, properties_to_string)
+        self._fast_put = None  # the bound SinglePutPath.put while it may be used
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self):
@@ -217,6 +223,7 @@ class DefaultMessageStore:
         self.clean_commit_log_service.start()
         self._running = True
         self._shutdown = False
+        self._refresh_fast_path()
 
     def shutdown(self) -> None:
         """Flush everything, write the checkpoint, remove the abort marker, close the files."""
@@ -225,6 +232,7 @@ class DefaultMessageStore:
         self._shutdown = True
         was_running = self._running
         self._running = False
+        self._refresh_fast_path()
         self.clean_commit_log_service.shutdown()
         self.commit_log.shutdown()  # final flush
         self.flush_consume_queue_service.shutdown()
@@ -285,6 +293,23 @@ class DefaultMessageStore:
             if len(self._host_cache) < 4096:
                 self._host_cache[host] = h
         return h
+
+    def _refresh_fast_path(self) -> None:
+        """Enable the native single put only when it would do exactly what the general path does:
+        running and writable, ASYNC_FLUSH (SYNC_FLUSH appends through pwrite and waits for the
+        group commit), no extra dispatchers and no consume-queue ext (they need the request)."""
+        cfg = self.config
+        ok = (self._running and not self._shutdown and self._disk_full_error is None
+              and cfg.broker_role is not BrokerRole.SLAVE and cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH
+              and not self.commit_log.write_through_fd and not self.dispatchers
+              and not cfg.enable_consume_queue_ext)
+        builder = self.index_build_service
+        submit = builder.submit if builder is not None and builder.accepting else None
+        if self.index_service is not None and submit is None:
+            ok = False
+        self._single_put.configure(ok, submit, self.arriving_listeners,
+                                   min(cfg.max_message_size, self.commit_log.max_record_in_segment))
+        self._fast_put = self._single_put.put if ok else None
 
     def _check_writable(self) -> PutMessageResult | None:
         if self._shutdown or not self._running:
@@ -483,6 +508,11 @@ class DefaultMessageStore:
                 log.exception("message arriving listener %r failed", fn)
 
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        fast = self._fast_put
+        if fast is not None:
+            r = fast(msg)
+            if r is not None:
+                return r
         err = self._check_writable()
         if err:
             return err
@@ -501,6 +531,11 @@ class DefaultMessageStore:
         return self._put(enc, True)[0]
 
     def put_message_nowait(self, msg: MessageExtBrokerInner):
+        fast = self._fast_put
+        if fast is not None:
+            r = fast(msg)
+            if r is not None:
+                return r, None
         err = self._check_writable()
         if err:
             return err, None
@@ -754,9 +789,11 @@ class DefaultMessageStore:
 
     def register_message_arriving_listener(self, fn) -> None:
         self.arriving_listeners.append(fn)
+        self._refresh_fast_path()
 
     def add_dispatcher(self, dispatcher) -> None:
         self.dispatchers.append(dispatcher)
+        self._refresh_fast_path()
 
     # -- flush, retention, disk ------------------------------------------------------------------
     def _on_commit_log_flushed(self, store_ts: int) -> None:
@@ -793,11 +830,14 @@ class DefaultMessageStore:
                    f"diskSpaceWarningLevelRatio {limit:.0%}: writes are refused")
             if self._disk_full_error is None:
                 log.error(msg)
+                self._disk_full_error = msg
+                self._refresh_fast_path()
             self._disk_full_error = msg
         else:
             if self._disk_full_error is not None:
                 log.info("disk usage back to %.1f%%: writes allowed again", ratio * 100)
-            self._disk_full_error = None
+                self._disk_full_error = None
+                self._refresh_fast_path()
         return ratio
 
     def clean_expired_files(self, now: float | None = None, force_time_up: bool = False) -> int:
@@ -1000,22 +1040,51 @@ class IndexBuildService:
     def drain(self) -> int:
         """Build everything queued so far (in order); returns `processed_timestamp`."""
         q = self._queue
-        build = self.index_service.build_index
         with self._build_lock:
             while q:
-                item = q.popleft()
-                try:
-                    if len(item) == 5:
-                        topic, phys, ts, sys_flag, props = item
-                        build(DispatchRequest(topic, 0, phys, 0, 0, ts, 0, sys_flag, 0, props))
-                    else:
-                        ts = self._build_entries(*item)
-                except Exception:
-                    log.exception("index build failed for %s", item[0])
-                    continue
-                if ts:
-                    self.processed_timestamp = ts
+                self._build_some(q)
             return self.processed_timestamp
+
+    def _build_some(self, q) -> None:
+        # Single records are hashed natively and indexed under one lock per run of up to 4096;
+        # a batch item (entries), or a key that is not plain ASCII, goes through build_index.
+        svc = self.index_service
+        hashes_of = native.index_key_hashes
+        run = []
+        prefixes: dict[str, bytes] = {}
+        ts = 0
+        try:
+            while q and len(run) < 4096:
+                item = q[0]
+                if len(item) != 5:
+                    if run:
+                        break
+                    q.popleft()
+                    ts = self._build_entries(*item) or ts
+                    break
+                q.popleft()
+                topic, phys, ts, sys_flag, props = item
+                if sys_flag & 0xC in (0x4, 0xC):  # prepared / rollback: never indexed
+                    continue
+                prefix = prefixes.get(topic)
+                if prefix is None:
+                    prefix = prefixes[topic] = (topic + "#").encode("utf-8")
+                hashes = hashes_of(prefix, props)
+                if hashes is None:
+                    if run:
+                        svc.build_hashed(run)
+                        run = []
+                    svc.build_index(DispatchRequest(topic, 0, phys, 0, 0, ts, 0, sys_flag, 0, props))
+                elif hashes:
+                    run.append((phys, ts, hashes))
+            if run:
+                svc.build_hashed(run)
+        except Exception:
+            # the checkpoint does not move past this round: a crash re-dispatches from before it
+            log.exception("index build failed")
+            return
+        if ts:
+            self.processed_timestamp = ts
 
     def _build_entries(self, topic: str, entries, count: int) -> int:
         get_data = self.store.commit_log.get_data

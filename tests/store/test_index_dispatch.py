@@ -12,9 +12,14 @@ from .test_recovery import crash
 
 def test_put_queues_index_work_instead_of_building_it(store, monkeypatch):
     built = []
-    real = store.index_service.build_index
-    monkeypatch.setattr(store.index_service, "build_index",
-                        lambda req: (built.append(threading.current_thread().name), real(req)))
+    real = store.index_service.build_hashed
+
+    def counting(records):
+        records = list(records)
+        built.extend(r[0] for r in records)
+        real(records)
+
+    monkeypatch.setattr(store.index_service, "build_hashed", counting)
     store.index_build_service.stop()  # hold the builder: work must stay queued
     for i in range(50):
         assert store.put_message(msg(body=b"b%d" % i, keys="k-%d" % i)).is_ok()
