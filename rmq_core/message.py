@@ -241,6 +241,16 @@ def parse_address(addr: str) -> tuple[str, int]:
     return host, p
 
 
+def host_port(addr: str | None) -> tuple[str, int]:
+    """'ip:port' -> (ip, port) leniently, for hosts read back from stored records; anything
+    unparsable counts as loopback port 0 (a record's born host is informational)."""
+    host, _, port = (addr or "").rpartition(":")
+    try:
+        return (host, int(port)) if host else ("127.0.0.1", 0)
+    except ValueError:
+        return "127.0.0.1", 0
+
+
 def create_offset_msg_id(host: str, port: int, commit_log_offset: int) -> str:
     """The broker-side id: store host IPv4 + port + physical offset, 32 upper-case hex (§7.1)."""
     try:

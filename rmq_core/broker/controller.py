@@ -10,6 +10,7 @@ import zlib
 
 import attrs
 
+from rmq_core.broker import cancel_and_wait
 from rmq_core.broker.client_manager import ConsumerManager, ProducerManager
 from rmq_core.broker.consumer_filter_manager import (
     CalcBitMapDispatcher, ConsumerFilterManager, PropertyFilterDisabledError,
@@ -143,13 +144,7 @@ class BrokerController:
         if not self.started:
             return
         self.started = False
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         await self.unregister_broker_all()
         if self.namesrv_client:

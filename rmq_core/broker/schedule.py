@@ -13,10 +13,12 @@ import asyncio
 import json
 import logging
 import os
+import threading
 import time
 
+from rmq_core.broker import cancel_and_wait
 from rmq_core.codec import decode_messages
-from rmq_core.message import MessageConst, SysFlag, TopicValidator
+from rmq_core.message import MessageConst, SysFlag, TopicValidator, host_port
 from rmq_core.store import MessageExtBrokerInner, PutMessageStatus
 from rmq_core.store.config_file import atomic_write
 
@@ -36,6 +38,7 @@ class ScheduleMessageService:
         self.max_level = len(self.delay_levels_ms)
         self.path = os.path.join(controller.store_config.config_dir, "delayOffset.json")
         self._offsets: dict[int, int] = {}
+        self._persist_lock = threading.Lock()
         self._events: dict[int, asyncio.Event] = {}
         self._tasks: list[asyncio.Task] = []
         self.delivered = 0
@@ -79,8 +82,11 @@ class ScheduleMessageService:
             self._offsets = {}
 
     def persist(self) -> None:
-        body = {"offsetTable": {str(k): v for k, v in sorted(self._offsets.items())}}
-        atomic_write(self.path, json.dumps(body, indent=2).encode("utf-8"))
+        # Called from the loop (after deliveries, at stop) and from the periodic persist thread:
+        # one writer at a time, or two would race on the same temp file.
+        with self._persist_lock:
+            body = {"offsetTable": {str(k): v for k, v in sorted(self._offsets.items())}}
+            atomic_write(self.path, json.dumps(body, indent=2).encode("utf-8"))
 
     def offset_table(self) -> dict[str, int]:
         return {str(k): v for k, v in self._offsets.items()}
@@ -91,13 +97,7 @@ class ScheduleMessageService:
             self._tasks.append(asyncio.create_task(self._deliver_loop(level), name=f"schedule-level-{level}"))
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         self.persist()
 
@@ -172,13 +172,5 @@ class ScheduleMessageService:
             qid = 0
         return MessageExtBrokerInner(
             topic=real_topic, queue_id=qid, body=msg.body, flag=msg.flag, properties=props,
-            sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=_host(msg.born_host),
+            sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=host_port(msg.born_host),
             reconsume_times=msg.reconsume_times)
-
-
-def _host(addr: str) -> tuple[str, int]:
-    host, _, port = (addr or "127.0.0.1:0").rpartition(":")
-    try:
-        return host, int(port)
-    except ValueError:
-        return "127.0.0.1", 0

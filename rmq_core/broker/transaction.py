@@ -16,8 +16,9 @@ import logging
 import random
 import time
 
+from rmq_core.broker import cancel_and_wait
 from rmq_core.codec import decode_messages
-from rmq_core.message import MessageConst, SysFlag, TopicValidator
+from rmq_core.message import MessageConst, SysFlag, TopicValidator, host_port
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
 from rmq_core.store import MessageExtBrokerInner, PutMessageStatus
@@ -29,14 +30,6 @@ OP_TOPIC = TopicValidator.RMQ_SYS_TRANS_OP_HALF_TOPIC
 CHECK_MAX_TOPIC = TopicValidator.RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC
 SYS_GROUP = "CID_RMQ_SYS_TRANS"
 OP_TAG = "d"
-
-
-def _host(addr: str) -> tuple[str, int]:
-    host, _, port = (addr or "127.0.0.1:0").rpartition(":")
-    try:
-        return host, int(port)
-    except ValueError:
-        return "127.0.0.1", 0
 
 
 class TransactionalMessageService:
@@ -117,13 +110,13 @@ class TransactionalMessageService:
         return MessageExtBrokerInner(
             topic=topic, queue_id=qid, body=half.body, flag=half.flag, properties=props,
             sys_flag=SysFlag.reset_transaction_value(half.sys_flag, SysFlag.TRANSACTION_COMMIT_TYPE),
-            born_timestamp=half.born_timestamp, born_host=_host(half.born_host),
+            born_timestamp=half.born_timestamp, born_host=host_port(half.born_host),
             reconsume_times=half.reconsume_times, prepared_transaction_offset=commit_log_offset)
 
     async def _put_op(self, half_queue_offset: int) -> None:
         inner = MessageExtBrokerInner(
             topic=OP_TOPIC, queue_id=0, body=str(half_queue_offset).encode(),
-            properties={MessageConst.TAGS: OP_TAG}, born_host=_host(self.ctrl.broker_config.broker_addr))
+            properties={MessageConst.TAGS: OP_TAG}, born_host=host_port(self.ctrl.broker_config.broker_addr))
         res = await self.ctrl.put_message(inner)
         if res.status == PutMessageStatus.PUT_OK:
             self._done_half_offsets.add(half_queue_offset)
@@ -136,13 +129,8 @@ class TransactionalMessageService:
         self._task = asyncio.create_task(self._check_loop(), name="transaction-check")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
 
     def wakeup(self) -> None:
         if self._wakeup is not None:
@@ -237,7 +225,7 @@ class TransactionalMessageService:
         self.ctrl.topic_manager.create_topic_in_send_back(CHECK_MAX_TOPIC, 1, 4)
         inner = MessageExtBrokerInner(topic=CHECK_MAX_TOPIC, queue_id=0, body=half.body, flag=half.flag,
                                       properties=dict(half.properties), sys_flag=half.sys_flag,
-                                      born_timestamp=half.born_timestamp, born_host=_host(half.born_host))
+                                      born_timestamp=half.born_timestamp, born_host=host_port(half.born_host))
         await self.ctrl.put_message(inner)
         await self._put_op(half.queue_offset)
 
@@ -246,7 +234,7 @@ class TransactionalMessageService:
         props[MessageConst.TRANSACTION_CHECK_TIMES] = str(check_times)
         inner = MessageExtBrokerInner(topic=HALF_TOPIC, queue_id=0, body=half.body, flag=half.flag,
                                       properties=props, sys_flag=half.sys_flag,
-                                      born_timestamp=half.born_timestamp, born_host=_host(half.born_host),
+                                      born_timestamp=half.born_timestamp, born_host=host_port(half.born_host),
                                       reconsume_times=half.reconsume_times)
         res = await self.ctrl.put_message(inner)
         if res.status != PutMessageStatus.PUT_OK:
@@ -270,8 +258,8 @@ class TransactionalMessageService:
         body = encode_message_record(
             topic=topic, body=half.body, queue_id=qid, flag=half.flag, queue_offset=half_queue_offset,
             commit_log_offset=commit_log_offset, sys_flag=half.sys_flag, born_timestamp=half.born_timestamp,
-            born_host=_host(half.born_host), store_timestamp=half.store_timestamp,
-            store_host=_host(half.store_host), reconsume_times=half.reconsume_times, properties=real)
+            born_host=host_port(half.born_host), store_timestamp=half.store_timestamp,
+            store_host=host_port(half.store_host), reconsume_times=half.reconsume_times, properties=real)
         uniq = real.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, half.offset_msg_id)
         req = RemotingCommand.create_request(RequestCode.CHECK_TRANSACTION_STATE, {
             "tranStateTableOffset": str(half_queue_offset), "commitLogOffset": str(commit_log_offset),

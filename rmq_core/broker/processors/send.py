@@ -10,7 +10,7 @@ import zlib
 from rmq_core.broker.processors import Processor, born_host_of
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.codec import string_to_properties
-from rmq_core.message import MessageConst, MixAll, PermName, SysFlag, TopicValidator, properties_to_string
+from rmq_core.message import MessageConst, MixAll, PermName, SysFlag, TopicValidator, properties_to_string, host_port
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 
@@ -294,18 +294,10 @@ class SendMessageProcessor(Processor):
         inner = MessageExtBrokerInner(
             topic=topic, queue_id=queue_id, body=msg.body, flag=msg.flag, properties=props,
             sys_flag=msg.sys_flag & ~(SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK),
-            born_timestamp=msg.born_timestamp, born_host=_host_tuple(msg.born_host),
+            born_timestamp=msg.born_timestamp, born_host=host_port(msg.born_host),
             reconsume_times=msg.reconsume_times + 1)
         inner = ctrl.redirect_if_delayed(inner, strict=False)
         result = await ctrl.put_message(inner)
         if result.status != PutMessageStatus.PUT_OK:
             return request.make_response(ResponseCode.SYSTEM_ERROR, result.error or result.status.name)
         return request.make_response(ResponseCode.SUCCESS, None)
-
-
-def _host_tuple(addr: str) -> tuple[str, int]:
-    host, _, port = (addr or "127.0.0.1:0").rpartition(":")
-    try:
-        return host, int(port)
-    except ValueError:
-        return "127.0.0.1", 0
