@@ -175,3 +175,37 @@ cdef class IndexMap:
             if prev <= 0 or prev >= index or time_read < begin:
                 break
             index = prev
+
+    def put_hashed(self, list records, Py_ssize_t start, int64_t indexed):
+        """Index records[start:], each (commit-log offset, store timestamp, key hashes) in log order,
+        while this file has room for all of a record's keys; records below `indexed` (the newest
+        indexed offset) are skipped.  Stops before a record at `indexed` itself (the caller checks
+        which of its keys exist) and before one that does not fit (the caller rolls the file).
+        Returns (next position in records, new indexed offset)."""
+        if not self.held:
+            raise ValueError("index file is closed")
+        cdef Py_ssize_t i = start, n = len(records), k, nk
+        cdef int64_t offset, ts
+        cdef int32_t count
+        cdef tuple rec
+        cdef object hashes
+        while i < n:
+            rec = records[i]
+            offset = rec[0]
+            if offset < indexed:
+                i += 1
+                continue
+            if offset == indexed:
+                break
+            ts = rec[1]
+            hashes = rec[2]
+            nk = len(hashes)
+            count = self._count()
+            if count + nk > self.index_num:
+                break
+            for k in range(nk):
+                self.put_key(<int32_t>hashes[k], offset, ts)
+            if nk:
+                indexed = offset
+            i += 1
+        return i, indexed

@@ -1305,7 +1305,7 @@ cdef class SinglePutPath:
     cdef bytes store_host_b
     cdef bint store_v6
     cdef Py_ssize_t limit
-    cdef object schedule_topic, index_submit, listeners, log_exception, properties_to_string
+    cdef object schedule_topic, index_append, index_builder, listeners, log_exception, properties_to_string
 
     def __init__(self, store, commit_log, dict host_cache, bytes store_host_b, bint store_v6, Py_ssize_t limit,
                  append_result_cls, put_result_cls, put_ok, schedule_topic, log_exception, properties_to_string):
@@ -1326,15 +1326,18 @@ cdef class SinglePutPath:
         self.put_result_cls = put_result_cls
         self.put_ok = put_ok
         self.schedule_topic = schedule_topic
-        self.index_submit = None
+        self.index_append = None
+        self.index_builder = None
         self.listeners = ()
         self.log_exception = log_exception
         self.properties_to_string = properties_to_string
 
-    def configure(self, bint enabled, index_submit, listeners, Py_ssize_t limit):
-        """Refresh what may change while the store runs (tables are replaced by load())."""
+    def configure(self, bint enabled, index_builder, listeners, Py_ssize_t limit):
+        """Refresh what may change while the store runs (tables are replaced by load()).
+        `index_builder`: the store's IndexBuildService (its deque gets the index work), or None."""
         self.enabled = enabled
-        self.index_submit = index_submit
+        self.index_builder = index_builder
+        self.index_append = index_builder._queue.append if index_builder is not None else None
         self.listeners = tuple(listeners)
         self.limit = limit
         self.topic_queue_table = self.commit_log.topic_queue_table
@@ -1477,8 +1480,11 @@ cdef class SinglePutPath:
             cq.max_physic_offset = phys + total
             self.topic_queue_table[key] = qoff + 1
             cl.last_store_timestamp = store_ts
-            if self.index_submit is not None:
-                self.index_submit((topic, phys, store_ts, sys_flag, props))
+            if self.index_append is not None:
+                # IndexBuildService.submit, inlined
+                self.index_append((topic, phys, store_ts, sys_flag, props))
+                if self.index_builder._idle and len(self.index_builder._queue) >= self.index_builder.WAKE_BACKLOG:
+                    self.index_builder.wake()
         finally:
             self.put_lock_release()
         # -- results (outside the lock) --
@@ -1573,3 +1579,38 @@ def index_key_hashes(bytes topic_prefix, bytes props):
                 out.append(abs_index_hash(java_hash_ascii(base, p + a, b - a)))
             a = b + 1
     return out
+
+
+def collect_index_run(q, Py_ssize_t limit, dict prefixes):
+    """Pop up to `limit` single-record index items (topic, commit-log offset, store timestamp,
+    sys flag, properties) from the left of deque `q` and hash their keys (index_key_hashes).
+    Stops at an item it cannot take — a batch item, or keys that are not plain ASCII — and hands
+    that one back popped.  Prepared / rollback records are dropped (never indexed).  Returns
+    (run: list of (offset, timestamp, hashes), store timestamp of the last item taken or 0,
+    the item handed back or None)."""
+    cdef list run = []
+    cdef int64_t last_ts = 0
+    cdef int32_t sys_flag
+    cdef tuple item
+    popleft = q.popleft
+    while len(run) < limit and q:
+        obj = popleft()
+        if type(obj) is not tuple or len(<tuple>obj) != 5:
+            return run, last_ts, obj
+        item = <tuple>obj
+        topic, phys, ts, sys_flag_o, props = item
+        sys_flag = sys_flag_o
+        if (sys_flag & 0xC) == 0x4 or (sys_flag & 0xC) == 0xC:
+            last_ts = ts
+            continue
+        prefix = prefixes.get(topic)
+        if prefix is None:
+            prefix = (<str>topic + "#").encode("utf-8")
+            prefixes[topic] = prefix
+        hashes = index_key_hashes(prefix, props)
+        if hashes is None:
+            return run, last_ts, obj
+        last_ts = ts
+        if hashes:
+            run.append((phys, ts, hashes))
+    return run, last_ts, None

@@ -500,12 +500,26 @@ class IndexService:
         """Index records whose key hashes are already computed: `records` is an iterable of
         (commit_log_offset, store_timestamp, key_hashes) in commit-log order (the store's index
         builder hashes a whole queue of records natively, then takes the lock once)."""
+        if type(records) is not list:
+            records = list(records)
         with self._lock:
-            for offset, ts, hashes in records:
+            i, n = 0, len(records)
+            while i < n:
+                f = self._last_writable_file()
+                if f._native is not None:
+                    # the native run stops at what needs a decision here (a file roll, a record
+                    # already partly indexed)
+                    j, self._indexed = f._native.put_hashed(records, i, self._indexed)
+                    if j > i:
+                        f._dirty = True
+                    i = j
+                    if i >= n:
+                        break
+                offset, ts, hashes = records[i]
+                i += 1
                 last = self._indexed
                 if offset < last or not hashes:
                     continue  # re-dispatched record, already indexed (or nothing to index)
-                f = self._last_writable_file()
                 for key_hash in hashes:
                     if offset == last and self._has_key_at(key_hash, offset):
                         continue  # re-dispatch of the newest record: only the missing keys

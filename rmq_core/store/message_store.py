@@ -304,10 +304,11 @@ class DefaultMessageStore:
               and not self.commit_log.write_through_fd and not self.dispatchers
               and not cfg.enable_consume_queue_ext)
         builder = self.index_build_service
-        submit = builder.submit if builder is not None and builder.accepting else None
-        if self.index_service is not None and submit is None:
+        if builder is not None and not builder.accepting:
+            builder = None
+        if self.index_service is not None and builder is None:
             ok = False
-        self._single_put.configure(ok, submit, self.arriving_listeners,
+        self._single_put.configure(ok, builder, self.arriving_listeners,
                                    min(cfg.max_message_size, self.commit_log.max_record_in_segment))
         self._fast_put = self._single_put.put if ok else None
 
@@ -986,6 +987,10 @@ class IndexBuildService:
     records are read back from the commit log when built (a batch)."""
 
     name = "IndexBuildService"
+    # The builder polls (RocketMQ's reput loop does too) instead of being woken by every put — a
+    # wake-up per put would cost more than the put; a backlog this long wakes it early.
+    POLL_INTERVAL = 0.005
+    WAKE_BACKLOG = 2048
 
     def __init__(self, store: DefaultMessageStore):
         from collections import deque
@@ -999,17 +1004,22 @@ class IndexBuildService:
         self._idle = False
         self._thread: threading.Thread | None = None
         self.processed_timestamp = 0
+        self._prefixes: dict[str, bytes] = {}  # topic -> UTF-8 of "topic#"
         # True from start() to shutdown(): puts queue their index work (before start — recovery —
         # the store builds it synchronously)
         self.accepting = False
 
     def submit(self, item: tuple) -> None:
-        self._queue.append(item)
-        # The worker sets _idle before its last look at the queue, so either it sees this item or
-        # we see _idle and wake it: no lost wake-up without a lock on the put path.
-        if self._idle:
-            self._idle = False
-            self._wake.set()
+        q = self._queue
+        q.append(item)
+        # The worker sets _idle before its last look at the queue, so either it sees this backlog
+        # or we see _idle and wake it: no lost wake-up without a lock on the put path.
+        if self._idle and len(q) >= self.WAKE_BACKLOG:
+            self.wake()
+
+    def wake(self) -> None:
+        self._idle = False
+        self._wake.set()
 
     def pending(self) -> int:
         return len(self._queue)
@@ -1026,8 +1036,8 @@ class IndexBuildService:
         q = self._queue
         while not self._stopped.is_set():
             self._idle = True
-            if not q:
-                self._wake.wait(0.5)
+            if len(q) < self.WAKE_BACKLOG:
+                self._wake.wait(self.POLL_INTERVAL if q else self.POLL_INTERVAL * 4)
             self._idle = False
             self._wake.clear()
             if self._stopped.is_set():
@@ -1046,39 +1056,21 @@ class IndexBuildService:
             return self.processed_timestamp
 
     def _build_some(self, q) -> None:
-        # Single records are hashed natively and indexed under one lock per run of up to 4096;
-        # a batch item (entries), or a key that is not plain ASCII, goes through build_index.
+        # Single records are hashed natively and indexed under one lock per run of up to 4096; a
+        # batch item (entries), or keys that are not plain ASCII, go through build_index.
         svc = self.index_service
-        hashes_of = native.index_key_hashes
-        run = []
-        prefixes: dict[str, bytes] = {}
         ts = 0
         try:
-            while q and len(run) < 4096:
-                item = q[0]
-                if len(item) != 5:
-                    if run:
-                        break
-                    q.popleft()
-                    ts = self._build_entries(*item) or ts
-                    break
-                q.popleft()
-                topic, phys, ts, sys_flag, props = item
-                if sys_flag & 0xC in (0x4, 0xC):  # prepared / rollback: never indexed
-                    continue
-                prefix = prefixes.get(topic)
-                if prefix is None:
-                    prefix = prefixes[topic] = (topic + "#").encode("utf-8")
-                hashes = hashes_of(prefix, props)
-                if hashes is None:
-                    if run:
-                        svc.build_hashed(run)
-                        run = []
-                    svc.build_index(DispatchRequest(topic, 0, phys, 0, 0, ts, 0, sys_flag, 0, props))
-                elif hashes:
-                    run.append((phys, ts, hashes))
+            run, run_ts, other = native.collect_index_run(q, 4096, self._prefixes)
             if run:
                 svc.build_hashed(run)
+            ts = run_ts or ts
+            if other is not None:
+                if len(other) == 5:
+                    topic, phys, ts, sys_flag, props = other
+                    svc.build_index(DispatchRequest(topic, 0, phys, 0, 0, ts, 0, sys_flag, 0, props))
+                else:
+                    ts = self._build_entries(*other) or ts
         except Exception:
             # the checkpoint does not move past this round: a crash re-dispatches from before it
             log.exception("index build failed")

@@ -6,6 +6,9 @@
   entries (CommitLog.append), and the whole `put_messages` (with its AppendMessageResult:
   per-record offsets and msg ids).
   Baseline: a plain memcpy of the same, already encoded bytes into the same mapping.
+* store-put-single-128B: put_message_nowait of one 128-byte message (ASYNC_FLUSH), through the
+  native single put, through the general path, and with the key index on (its build included),
+  vs one 250-byte memcpy into the mapping per message.
 * store-sync-flush: 16 writer threads, one record per put, SYNC_FLUSH (group commit), vs the raw
   fdatasync/s of one writer (write 256 bytes + fdatasync) on the same disk.
 * store-cq-scan: a one-tag scan over 10,000,000 consume-queue entries (1% match) vs mmap.find of
@@ -126,6 +129,90 @@ def test_append_put_messages(benchmark, append_store):
 
     benchmark.pedantic(put, rounds=40, warmup_rounds=2)
     _extra(benchmark, BATCH, size)
+
+
+# --- single put ------------------------------------------------------------------------------------
+SINGLE_PROPS = b"UNIQ_KEY\x01ABCDEF0123456789\x02WAIT\x01true\x02CLUSTER\x01DefaultCluster\x02"
+SINGLE_N = 2000
+
+
+def _single_store(tmp_path, index: bool):
+    s = DefaultMessageStore(_config(tmp_path, mapped_file_size_commit_log=256 * 1024 * 1024,
+                                    mapped_file_size_consume_queue=2_000_000 * 20, message_index_enable=index))
+    s.load()
+    s.allocator.prefault = True
+    s.start()
+    s.put_message(_single_msg())  # creates the segment and the consume queue
+    cq = s.find_consume_queue("BenchTopic", 0)
+    mf = cq.mapped_file_queue.mapped_files[0]
+    mf.native.prefault(0, mf.file_size)
+    _wait_allocations(s)
+    return s
+
+
+def _single_msg():
+    return MessageExtBrokerInner("BenchTopic", 0, BODY, properties_bytes=SINGLE_PROPS, born_host=("127.0.0.1", 5555))
+
+
+def _single_bench(benchmark, store, put):
+    m = _single_msg()
+
+    def run():
+        for _ in range(SINGLE_N):
+            put(m)
+
+    try:
+        benchmark.pedantic(run, rounds=30, warmup_rounds=1)
+        if store.index_build_service is not None:
+            store.index_build_service.drain()  # the index work is part of the cost
+        _extra(benchmark, SINGLE_N, SINGLE_N * 250)
+    finally:
+        store.shutdown()
+
+
+@pytest.mark.benchmark(group="store-put-single-128B")
+def test_put_single_baseline_memcpy_of_the_record(benchmark, tmp_path):
+    """One 250-byte memcpy into the mapping per message: the floor of any put."""
+    s = _single_store(tmp_path, False)
+    mf = s.commit_log.mapped_file_queue.mapped_files[0]
+    rec = bytes(250)
+    pos = [mf.wrote_position]
+
+    def copy(_m):
+        mf.native.copy_in(pos[0], rec)
+        pos[0] = pos[0] + 250 if pos[0] + 500 < mf.file_size else mf.wrote_position
+
+    _single_bench(benchmark, s, copy)
+
+
+@pytest.mark.benchmark(group="store-put-single-128B")
+def test_put_single_general_path(benchmark, tmp_path):
+    """put_message_nowait through the general path (what every put cost before SinglePutPath)."""
+    s = _single_store(tmp_path, False)
+    s._single_put.enabled = False
+    s._fast_put = None
+    _single_bench(benchmark, s, s.put_message_nowait)
+
+
+@pytest.mark.benchmark(group="store-put-single-128B")
+def test_put_single_nowait(benchmark, tmp_path):
+    s = _single_store(tmp_path, False)
+    assert s._fast_put is not None
+    _single_bench(benchmark, s, s.put_message_nowait)
+
+
+@pytest.mark.benchmark(group="store-put-single-128B")
+def test_put_single_nowait_index_on(benchmark, tmp_path):
+    """With the key index on: the put queues the index work; its (background) build is included."""
+    s = _single_store(tmp_path, True)
+    assert s._fast_put is not None
+
+    def put_and_build(m, _put=s.put_message_nowait, _b=s.index_build_service):
+        _put(m)
+        if _b.pending() >= 512:
+            _b.drain()
+
+    _single_bench(benchmark, s, put_and_build)
 
 
 def _extra(benchmark, records, nbytes):
