@@ -397,3 +397,34 @@ def test_file_names_keep_creation_order_when_the_clock_steps_back(tmp_path, monk
     svc.shutdown()
     again = service(tmp_path, slots=4, num=2)
     assert q(again, "k") == [4, 3, 2, 1, 0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 2**31 - 1), max_size=4), min_size=1, max_size=40),
+       st.integers(0, 39), st.integers(1, 40))
+def test_runs_of_records_and_redispatch_write_identical_files(tmp_path_factory, key_lists, redo_from, chunk):
+    """build_hashed over runs (the store's index builder), re-dispatching a tail as recovery does,
+    leaves the same files natively and in Python."""
+    from rmq_core.store import index as index_mod
+    from rmq_core._native import index_native
+
+    records = [(i * 100, T0 + i * 300, hashes) for i, hashes in enumerate(key_lists)]
+    images = []
+    for native in (index_native, None):
+        root = tmp_path_factory.mktemp("runs")
+        saved = index_mod._native
+        index_mod._native = native
+        try:
+            svc = service(root, slots=5, num=7)
+            for a in range(0, len(records), chunk):
+                svc.build_hashed(records[a:a + chunk])
+            svc.build_hashed(records[min(redo_from, len(records) - 1):])  # idempotent re-dispatch
+            indexed = svc.indexed_phy_offset
+            svc.shutdown()
+        finally:
+            index_mod._native = saved
+        names = sorted(os.listdir(root / "index")) if (root / "index").exists() else []
+        images.append(([open(root / "index" / n, "rb").read() for n in names], indexed))
+    assert images[0] == images[1]
+    with_keys = [r[0] for r in records if r[2]]
+    assert images[0][1] == (with_keys[-1] if with_keys else -1)
