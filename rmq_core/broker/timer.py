@@ -54,7 +54,7 @@ import time
 
 from rmq_core.codec import decode_batch_body, decode_messages
 from rmq_core.errors import IllegalArgumentError
-from rmq_core.message import MessageConst, SysFlag, TopicValidator, string_to_properties
+from rmq_core.message import MessageConst, SysFlag, TopicValidator, host_port, string_to_properties
 from rmq_core.store import MessageExtBrokerInner, PutMessageStatus
 from rmq_core.store.config_file import TopicConfig, atomic_write
 from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE
@@ -114,14 +114,6 @@ def _delay_level(props: dict) -> int:
         return int(level) if level else 0
     except ValueError:
         return 0  # the schedule service ignores a malformed level too
-
-
-def _host(addr: str) -> tuple[str, int]:
-    host, _, port = (addr or "127.0.0.1:0").rpartition(":")
-    try:
-        return host, int(port)
-    except ValueError:
-        return "127.0.0.1", 0
 
 
 class TimingWheel:
@@ -683,4 +675,4 @@ class TimerMessageService:
         return MessageExtBrokerInner(
             topic=real_topic.decode("utf-8"), queue_id=int(real_qid) if real_qid.isdigit() else 0, body=msg.body,
             flag=msg.flag, properties_bytes=_REAL_PAIR.sub(b"", props), sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp, born_host=_host(msg.born_host), reconsume_times=msg.reconsume_times)
+            born_timestamp=msg.born_timestamp, born_host=host_port(msg.born_host), reconsume_times=msg.reconsume_times)
