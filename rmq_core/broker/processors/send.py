@@ -19,12 +19,6 @@ log = logging.getLogger("rmq.broker")
 # Property keys that need the slow path (a dict, redirects): delay levels, timers, transactions.
 _SPECIAL_KEYS = re.compile("(?:^|\x02)(?:DELAY|TRAN_MSG|TIMER_DELIVER_MS|TIMER_DELAY_SEC|DELIVER_TIME_MS|TIMER_[A-Z_]*)\x01")
 
-# SEND_MESSAGE_V2 abbreviates header names to single letters.
-_V2_NAMES = {
-    "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
-    "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
-    "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName",
-}
 # Java's MQVersion.Version.V3_4_9 ordinal: from this client version on, the send-back header's
 # maxReconsumeTimes wins over the subscription group's retryMaxTimes.
 V3_4_9 = 165
@@ -51,28 +45,51 @@ class SendHeader:
 
     @classmethod
     def parse(cls, request) -> "SendHeader":
-        if request.code == RequestCode.SEND_MESSAGE_V2 or (
-                request.code == RequestCode.SEND_BATCH_MESSAGE and "b" in request.ext_fields):
-            ext = {_V2_NAMES.get(k, k): v for k, v in request.ext_fields.items()}
-            request.ext_fields = ext
+        """Read a send header in its long (SEND_MESSAGE) or one-letter (SEND_MESSAGE_V2) names.
+
+        On the hot path: fields are read straight from the dict (values are strings after
+        decoding); only a bad value takes the slow route that names the field."""
+        ext = request.ext_fields
+        names = _V2_FIELDS if "b" in ext and "topic" not in ext else _V1_FIELDS
+        get = ext.get
         h = cls()
-        topic = request.get_str("topic")
+        topic = get(names[0])
         if not topic:
             raise IllegalArgumentError("send request without a topic")
         h.topic = topic
-        h.producer_group = request.get_str("producerGroup", "")
-        h.default_topic = request.get_str("defaultTopic", TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC)
-        h.default_topic_queue_nums = request.get_int("defaultTopicQueueNums", 4)
-        h.queue_id = request.get_int("queueId", -1)
-        h.sys_flag = request.get_int("sysFlag", 0)
-        h.born_timestamp = request.get_int("bornTimestamp", 0) or int(time.time() * 1000)
-        h.flag = request.get_int("flag", 0)
-        h.properties = request.get_str("properties", "") or ""
-        h.reconsume_times = request.get_int("reconsumeTimes", 0) or 0
-        h.unit_mode = request.get_bool("unitMode", False)
-        h.max_reconsume_times = request.get_int("maxReconsumeTimes", None)
-        h.batch = request.get_bool("batch", False) or request.code == RequestCode.SEND_BATCH_MESSAGE
+        h.producer_group = get(names[1]) or ""
+        h.default_topic = get(names[2]) or TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
+        h.properties = get(names[8]) or ""
+        try:
+            h.default_topic_queue_nums = _int_or(get(names[3]), 4)
+            h.queue_id = _int_or(get(names[4]), -1)
+            h.sys_flag = _int_or(get(names[5]), 0)
+            h.born_timestamp = _int_or(get(names[6]), 0) or int(time.time() * 1000)
+            h.flag = _int_or(get(names[7]), 0)
+            h.reconsume_times = _int_or(get(names[9]), 0)
+            h.max_reconsume_times = _int_or(get(names[11]), None)
+        except ValueError:
+            for i in (3, 4, 5, 6, 7, 9, 11):  # name the bad field (get_int raises with it)
+                request.get_int(names[i])
+            raise
+        h.unit_mode = _bool(get(names[10]))
+        h.batch = _bool(get(names[12])) or request.code == RequestCode.SEND_BATCH_MESSAGE
         return h
+
+
+_V1_FIELDS = ("topic", "producerGroup", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+              "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch")
+_V2_FIELDS = ("b", "a", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m")
+
+
+def _int_or(value, default):
+    if value is None or value == "":
+        return default
+    return value if type(value) is int else int(value)
+
+
+def _bool(value) -> bool:
+    return value is not None and (value is True or str(value).strip().lower() in ("1", "true"))
 
 
 class SendMessageProcessor(Processor):
@@ -82,6 +99,10 @@ class SendMessageProcessor(Processor):
         RequestCode.SEND_BATCH_MESSAGE: "send_message",
         RequestCode.CONSUMER_SEND_MSG_BACK: "consumer_send_msg_back",
     }
+
+    def __init__(self, controller):
+        super().__init__(controller)
+        self._sendable_topics: set[str] = set()  # valid, non-system topic names seen before
 
     # --- send -----------------------------------------------------------------------------------
     async def send_message(self, ctx, request):
@@ -205,15 +226,19 @@ class SendMessageProcessor(Processor):
         if not PermName.is_writeable(bc.broker_permission):
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"the broker[{bc.broker_ip1}] sending message is forbidden")
-        try:
-            TopicValidator.check_topic(h.topic)
-        except IllegalArgumentError as e:
-            return request.make_response(ResponseCode.MESSAGE_ILLEGAL, str(e))
-        if TopicValidator.is_system_topic(h.topic) and h.topic not in (
-                TopicValidator.RMQ_SYS_TRACE_TOPIC, TopicValidator.RMQ_SYS_SELF_TEST_TOPIC,
-                TopicValidator.RMQ_SYS_BENCHMARK_TOPIC):
-            return request.make_response(ResponseCode.NO_PERMISSION,
-                                         f"sending message to system topic {h.topic!r} is forbidden")
+        if h.topic not in self._sendable_topics:  # names already checked skip the regex
+            try:
+                TopicValidator.check_topic(h.topic)
+            except IllegalArgumentError as e:
+                return request.make_response(ResponseCode.MESSAGE_ILLEGAL, str(e))
+            if TopicValidator.is_system_topic(h.topic) and h.topic not in (
+                    TopicValidator.RMQ_SYS_TRACE_TOPIC, TopicValidator.RMQ_SYS_SELF_TEST_TOPIC,
+                    TopicValidator.RMQ_SYS_BENCHMARK_TOPIC):
+                return request.make_response(ResponseCode.NO_PERMISSION,
+                                             f"sending message to system topic {h.topic!r} is forbidden")
+            if len(self._sendable_topics) > 100_000:
+                self._sendable_topics.clear()
+            self._sendable_topics.add(h.topic)
         tc = ctrl.topic_manager.select(h.topic)
         if tc is None:
             sys_flag = 1 if h.unit_mode else 0
