@@ -1289,7 +1289,7 @@ cdef class SinglePutPath:
     encode the record straight into the mapped segment, fill queue offset / physical offset /
     store time, write the consume-queue entry, queue the index work, build the results.
 
-    `put(msg)` returns None whenever anything is out of the ordinary (a check fails, a segment must
+    `put(msg)` returns (PutMessageResult, group-commit Future or None), or None whenever anything is out of the ordinary (a check fails, a segment must
     roll, a batch is still being published, a first put to a queue, ...): the caller then takes the
     general path, which handles every case and every error message.  No state is touched before
     the last check passes, so falling back is always safe.
@@ -1306,6 +1306,8 @@ cdef class SinglePutPath:
     cdef bint store_v6
     cdef Py_ssize_t limit
     cdef object schedule_topic, index_append, index_builder, listeners, log_exception, properties_to_string
+    cdef object request_flush
+    cdef bytearray scratch
 
     def __init__(self, store, commit_log, dict host_cache, bytes store_host_b, bint store_v6, Py_ssize_t limit,
                  append_result_cls, put_result_cls, put_ok, schedule_topic, log_exception, properties_to_string):
@@ -1328,14 +1330,19 @@ cdef class SinglePutPath:
         self.schedule_topic = schedule_topic
         self.index_append = None
         self.index_builder = None
+        self.request_flush = None
+        self.scratch = bytearray(4096)
         self.listeners = ()
         self.log_exception = log_exception
         self.properties_to_string = properties_to_string
 
-    def configure(self, bint enabled, index_builder, listeners, Py_ssize_t limit):
+    def configure(self, bint enabled, index_builder, listeners, Py_ssize_t limit, request_flush=None):
         """Refresh what may change while the store runs (tables are replaced by load()).
-        `index_builder`: the store's IndexBuildService (its deque gets the index work), or None."""
+        `index_builder`: the store's IndexBuildService (its deque gets the index work), or None.
+        `request_flush`: SYNC_FLUSH — records go to the segment's descriptor with pwrite (see
+        append_records_fd) and request_flush(end_offset) gives the group-commit Future."""
         self.enabled = enabled
+        self.request_flush = request_flush
         self.index_builder = index_builder
         self.index_append = index_builder._queue.append if index_builder is not None else None
         self.listeners = tuple(listeners)
@@ -1415,6 +1422,7 @@ cdef class SinglePutPath:
         cdef NativeMap seg, cseg
         cdef unsigned char *d
         cdef unsigned char *c
+        cdef int fd, rc
         cl = self.commit_log
         self.put_lock_acquire()
         try:
@@ -1428,7 +1436,8 @@ cdef class SinglePutPath:
             if not files:
                 return None
             mf = (<list>files)[len(<list>files) - 1]  # no wraparound in this module
-            if mf.fd is not None:
+            fd_obj = mf.fd
+            if (fd_obj is None) != (self.request_flush is None):
                 return None
             wp = mf.wrote_position
             fsize = mf.file_size
@@ -1463,7 +1472,12 @@ cdef class SinglePutPath:
             seg_from = mf.file_from_offset
             phys = seg_from + wp
             # -- every check passed: write --
-            d = seg.ptr + wp
+            if fd_obj is None:
+                d = seg.ptr + wp
+            else:  # encode into the scratch buffer, pwrite below
+                if len(self.scratch) < total:
+                    self.scratch = bytearray(total * 2)
+                d = <unsigned char *>PyByteArray_AS_STRING(self.scratch)
             write_record(d, <int32_t>total, body_crc, queue_id, flag, sys_flag, born_ts,
                          <const unsigned char *><char *>born_b, bhl,
                          <const unsigned char *><char *>self.store_host_b, shl, reconsume, prepared,
@@ -1471,6 +1485,13 @@ cdef class SinglePutPath:
             rmq_st64(d + 20, <uint64_t>qoff)
             rmq_st64(d + 28, <uint64_t>phys)
             rmq_st64(d + store_ts_pos(sys_flag), <uint64_t>store_ts)
+            if fd_obj is not None:
+                fd = fd_obj
+                # a page-cache write of one record: keeping the GIL is cheaper than handing it
+                # to another thread and waiting to get it back
+                rc = pwrite_all(fd, d, total, wp)
+                if rc != 0:
+                    raise OSError(errno, f"write of commit-log bytes {wp}..{wp + total} failed")
             c = cseg.ptr + cpos
             rmq_st64(c, <uint64_t>phys)
             rmq_st32(c + 8, <uint32_t>total)
@@ -1508,7 +1529,9 @@ cdef class SinglePutPath:
                 fn(topic, queue_id, qoff + 1, tags, store_ts, props)
             except Exception:
                 self.log_exception("message arriving listener %r failed", fn)
-        return result
+        if self.request_flush is not None:
+            return result, self.request_flush(phys + total)
+        return result, None
 
 
 # --- index keys --------------------------------------------------------------------------------

@@ -398,9 +398,12 @@ class FlushRealTimeService(ServiceThread):
 
 
 class GroupCommitService(ServiceThread):
-    """SYNC_FLUSH group commit: puts queue flush requests; one flush covers every request whose
-    offset is at or below the flushed position, however many puts are waiting.  While a flush is
-    running, new requests just queue (no wake-up): the loop takes them all right after."""
+    """SYNC_FLUSH group commit (RocketMQ's GroupCommitService, whose request lists are swapped
+    before each flush): every put queued while no flush has started joins the current round and
+    gets the round's one Future; the loop takes the round, flushes once, and resolves that Future
+    for all of them.  One Future (and one notification) per fdatasync instead of one per put keeps
+    the per-put cost in the microseconds while 16 writers share each flush.  While a flush runs,
+    new puts join the next round without waking anybody: the loop takes it right after."""
 
     name = "GroupCommitService"
 
@@ -408,17 +411,24 @@ class GroupCommitService(ServiceThread):
         super().__init__()
         self.commit_log = commit_log
         self._cond = threading.Condition(threading.Lock())
-        self._requests: list[tuple[int, concurrent.futures.Future]] = []
+        self._round: concurrent.futures.Future | None = None
+        self._round_upto = 0  # the largest end offset a put of this round needs durable
         self._idle = False
+        self.rounds = 0  # flushes done (for tests and stats: puts per flush)
 
     def put_request(self, next_offset: int) -> concurrent.futures.Future:
-        fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._cond:
             if self.is_stopped():
+                fut: concurrent.futures.Future = concurrent.futures.Future()
                 fut.set_result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
                 return fut
-            self._requests.append((next_offset, fut))
+            fut = self._round
+            if fut is None:
+                fut = self._round = concurrent.futures.Future()
+            if next_offset > self._round_upto:
+                self._round_upto = next_offset
             if self._idle:
+                self._idle = False
                 self._cond.notify()
         return fut
 
@@ -434,7 +444,7 @@ class GroupCommitService(ServiceThread):
     def _loop(self) -> None:
         while not self._stopped.is_set():
             with self._cond:
-                if not self._requests:
+                if self._round is None:
                     self._idle = True
                     self._cond.wait(0.01)
                     self._idle = False
@@ -446,17 +456,17 @@ class GroupCommitService(ServiceThread):
 
     def run_once(self) -> None:
         with self._cond:
-            reqs, self._requests = self._requests, []
-        if not reqs:
+            fut, upto = self._round, self._round_upto
+            self._round, self._round_upto = None, 0
+        if fut is None:
             return
         mfq = self.commit_log.mapped_file_queue
         try:
             self.commit_log.flush(0)
         except OSError as e:
             log.error("group commit flush failed: %s", e)
-        flushed = mfq.flushed_where
-        for off, fut in reqs:
-            fut.set_result(PutMessageStatus.PUT_OK if flushed >= off else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        self.rounds += 1
+        fut.set_result(PutMessageStatus.PUT_OK if mfq.flushed_where >= upto else PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
     def on_stop(self) -> None:
         self.run_once()

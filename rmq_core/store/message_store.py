@@ -296,20 +296,21 @@ class DefaultMessageStore:
 
     def _refresh_fast_path(self) -> None:
         """Enable the native single put only when it would do exactly what the general path does:
-        running and writable, ASYNC_FLUSH (SYNC_FLUSH appends through pwrite and waits for the
-        group commit), no extra dispatchers and no consume-queue ext (they need the request)."""
+        running and writable, no extra dispatchers and no consume-queue ext (they need the
+        request).  With SYNC_FLUSH it appends through pwrite and returns the group-commit Future."""
         cfg = self.config
+        sync = cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH
         ok = (self._running and not self._shutdown and self._disk_full_error is None
-              and cfg.broker_role is not BrokerRole.SLAVE and cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH
-              and not self.commit_log.write_through_fd and not self.dispatchers
-              and not cfg.enable_consume_queue_ext)
+              and cfg.broker_role is not BrokerRole.SLAVE and sync == self.commit_log.write_through_fd
+              and not self.dispatchers and not cfg.enable_consume_queue_ext)
         builder = self.index_build_service
         if builder is not None and not builder.accepting:
             builder = None
         if self.index_service is not None and builder is None:
             ok = False
         self._single_put.configure(ok, builder, self.arriving_listeners,
-                                   min(cfg.max_message_size, self.commit_log.max_record_in_segment))
+                                   min(cfg.max_message_size, self.commit_log.max_record_in_segment),
+                                   self.commit_log.request_flush if sync else None)
         self._fast_put = self._single_put.put if ok else None
 
     def _check_writable(self) -> PutMessageResult | None:
@@ -483,14 +484,20 @@ class DefaultMessageStore:
             if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH else None
         if not wait or fut is None:
             return PutMessageResult(PutMessageStatus.PUT_OK, result), fut
+        return self._await_durable(PutMessageResult(PutMessageStatus.PUT_OK, result), fut), None
+
+    def _await_durable(self, put_result: PutMessageResult, fut) -> PutMessageResult:
+        """SYNC_FLUSH: wait for the group commit that covers the put."""
         try:
             status = fut.result(timeout=self.config.sync_flush_timeout / 1000.0)
         except concurrent.futures.TimeoutError:
             status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if status is PutMessageStatus.PUT_OK:
+            return put_result
         if status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
-            return PutMessageResult(status, result, error=f"flush to disk did not finish within "
-                                                          f"syncFlushTimeout {self.config.sync_flush_timeout} ms"), None
-        return PutMessageResult(status, result), None
+            return PutMessageResult(status, put_result.append_result, error=f"flush to disk did not finish within "
+                                    f"syncFlushTimeout {self.config.sync_flush_timeout} ms")
+        return PutMessageResult(status, put_result.append_result)
 
     def _notify_arriving(self, enc: EncodedMessages, outcome) -> None:
         if not self.arriving_listeners or not enc.uses_queue:
@@ -513,7 +520,7 @@ class DefaultMessageStore:
         if fast is not None:
             r = fast(msg)
             if r is not None:
-                return r
+                return r[0] if r[1] is None else self._await_durable(r[0], r[1])
         err = self._check_writable()
         if err:
             return err
@@ -536,7 +543,7 @@ class DefaultMessageStore:
         if fast is not None:
             r = fast(msg)
             if r is not None:
-                return r, None
+                return r
         err = self._check_writable()
         if err:
             return err, None

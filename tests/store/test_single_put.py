@@ -1,5 +1,7 @@
 """The native single put (SinglePutPath) must store exactly what the general path stores, and
 step aside whenever its preconditions do not hold."""
+import threading
+
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -60,7 +62,8 @@ def test_native_put_stores_what_the_general_path_stores(tmp_path_factory, items)
                 a = fast.put_message(MessageExtBrokerInner(**kw))
             else:
                 taken += 1
-                a = native_result
+                a, fut = native_result
+                assert fut is None
                 assert fast.put_message_count == before + 1
             b = slow.put_message(MessageExtBrokerInner(**kw))
             assert a.status is b.status is PutMessageStatus.PUT_OK
@@ -146,9 +149,42 @@ def test_errors_still_come_from_the_general_path(store_factory):
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "128 bytes" in r.error
 
 
-def test_sync_flush_keeps_the_general_path(sync_store):
-    assert sync_store._fast_put is None
-    assert sync_store.put_message(msg()).is_ok()
+def test_sync_flush_native_put_writes_through_the_descriptor_and_waits_for_group_commit(sync_store, monkeypatch):
+    s = sync_store
+    assert s.put_message(msg(body=b"first")).is_ok()  # creates the consume queue
+    assert s._fast_put is not None
+    monkeypatch.setattr(s.commit_log, "append", lambda *a, **k: pytest.fail("general path used"))
+    rounds = s.commit_log.flush_service.rounds
+    r, fut = s.put_message_nowait(msg(body=b"second"))
+    assert r.is_ok() and fut.result(timeout=10) is PutMessageStatus.PUT_OK
+    assert s.commit_log.mapped_file_queue.flushed_where >= r.append_result.wrote_offset + r.append_result.wrote_bytes
+    assert s.commit_log.flush_service.rounds > rounds
+    r2 = s.put_message(msg(body=b"third"))
+    assert r2.is_ok() and s.commit_log.mapped_file_queue.flushed_where >= r2.append_result.wrote_offset
+    g = s.get_message("g", "TopicA", 0, 0, 32)
+    assert [record_fields(g.buffer[i:])["body"] for i in (0,)] == [b"first"] and g.message_count == 3
+
+
+def test_one_group_commit_round_serves_every_put_queued_before_it(sync_store, monkeypatch):
+    s = sync_store
+    svc = s.commit_log.flush_service
+    assert s.put_message(msg()).is_ok()
+    gate, flushing = threading.Event(), threading.Event()
+    real_flush = s.commit_log.flush
+
+    def held_flush(least_pages=0):
+        flushing.set()
+        gate.wait(10)
+        return real_flush(least_pages)
+
+    monkeypatch.setattr(s.commit_log, "flush", held_flush)
+    first = s.put_message_nowait(msg(body=b"first"))[1]
+    assert flushing.wait(10)  # the loop took round 1 and is flushing it
+    futs = [s.put_message_nowait(msg(body=b"m%d" % i))[1] for i in range(20)]
+    assert len({id(f) for f in futs}) == 1 and futs[0] is not first and not futs[0].done()
+    gate.set()
+    assert first.result(timeout=10) is PutMessageStatus.PUT_OK
+    assert futs[0].result(timeout=10) is PutMessageStatus.PUT_OK
 
 
 @settings(max_examples=200, deadline=None)
