@@ -12,6 +12,11 @@ Put path (RocketMQ's split): nothing is encoded under the put lock.
   no queue sees a later put before an earlier one.
 * With SYNC_FLUSH, records go into the page cache with pwrite and are made durable by
   fdatasync in the group commit (much cheaper than msync of mmap-dirtied pages on ext4).
+* The common single put skips all of the above: `store_native.SinglePutPath` (owned by the
+  store) checks, encodes into the segment (or pwrites), writes the consume-queue entry and builds
+  the results in one native call under the same put lock; whenever a segment or queue file must
+  roll, a batch is still being published, or anything else is unusual, it steps aside and
+  `append` runs.
 
 A record never straddles segments: when it does not fit, the rest of the segment becomes a blank
 record (int32 length, int32 0xCBD43194) and the append continues in the next segment.
