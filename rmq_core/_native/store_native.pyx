@@ -1351,7 +1351,9 @@ cdef class SinglePutPath:
         self.consume_queue_table = self.store.consume_queue_table
         self.mapped_files = None
 
-    def put(self, msg):
+    def put(self, msg, bint defer_flush=False):
+        """See the class doc; with SYNC_FLUSH and `defer_flush`, the second item is the end offset
+        to wait for (the caller waits with GroupCommitService.await_flush) instead of a Future."""
         if not self.enabled:
             return None
         topic = msg.topic
@@ -1530,6 +1532,8 @@ cdef class SinglePutPath:
             except Exception:
                 self.log_exception("message arriving listener %r failed", fn)
         if self.request_flush is not None:
+            if defer_flush:
+                return result, phys + total
             return result, self.request_flush(phys + total)
         return result, None
 

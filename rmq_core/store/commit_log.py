@@ -417,7 +417,10 @@ class GroupCommitService(ServiceThread):
         self.commit_log = commit_log
         self._cond = threading.Condition(threading.Lock())
         self._round: concurrent.futures.Future | None = None
+        self._round_waiters: list = []  # locks of blocked put_message callers in this round
+        self._round_open = False
         self._round_upto = 0  # the largest end offset a put of this round needs durable
+        self._waiter = threading.local()
         self._idle = False
         self.rounds = 0  # flushes done (for tests and stats: puts per flush)
 
@@ -430,12 +433,39 @@ class GroupCommitService(ServiceThread):
             fut = self._round
             if fut is None:
                 fut = self._round = concurrent.futures.Future()
+            self._round_open = True
             if next_offset > self._round_upto:
                 self._round_upto = next_offset
             if self._idle:
                 self._idle = False
                 self._cond.notify()
         return fut
+
+    def await_flush(self, next_offset: int, timeout: float) -> PutMessageStatus:
+        """Block until bytes up to next_offset are durable (a thread's own put_message): the
+        thread joins the round with a private lock the loop releases after the flush — no Future
+        and no shared condition for 16 woken writers to queue on."""
+        lock = getattr(self._waiter, "lock", None)
+        if lock is None:
+            lock = self._waiter.lock = threading.Lock()
+            lock.acquire()
+        with self._cond:
+            if self.is_stopped():
+                return PutMessageStatus.SERVICE_NOT_AVAILABLE
+            self._round_waiters.append(lock)
+            self._round_open = True
+            if next_offset > self._round_upto:
+                self._round_upto = next_offset
+            if self._idle:
+                self._idle = False
+                self._cond.notify()
+        if not lock.acquire(timeout=timeout):
+            # the loop will still release this lock later: never reuse it
+            self._waiter.lock = None
+            return PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if self.commit_log.mapped_file_queue.flushed_where >= next_offset:
+            return PutMessageStatus.PUT_OK
+        return PutMessageStatus.FLUSH_DISK_TIMEOUT
 
     def wakeup(self) -> None:
         with self._cond:
@@ -449,7 +479,7 @@ class GroupCommitService(ServiceThread):
     def _loop(self) -> None:
         while not self._stopped.is_set():
             with self._cond:
-                if self._round is None:
+                if not self._round_open:
                     self._idle = True
                     self._cond.wait(0.01)
                     self._idle = False
@@ -461,17 +491,20 @@ class GroupCommitService(ServiceThread):
 
     def run_once(self) -> None:
         with self._cond:
-            fut, upto = self._round, self._round_upto
-            self._round, self._round_upto = None, 0
-        if fut is None:
-            return
+            if not self._round_open:
+                return
+            fut, waiters, upto = self._round, self._round_waiters, self._round_upto
+            self._round, self._round_waiters, self._round_upto, self._round_open = None, [], 0, False
         mfq = self.commit_log.mapped_file_queue
         try:
             self.commit_log.flush(0)
         except OSError as e:
             log.error("group commit flush failed: %s", e)
         self.rounds += 1
-        fut.set_result(PutMessageStatus.PUT_OK if mfq.flushed_where >= upto else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        for lock in waiters:
+            lock.release()
+        if fut is not None:
+            fut.set_result(PutMessageStatus.PUT_OK if mfq.flushed_where >= upto else PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
     def on_stop(self) -> None:
         self.run_once()

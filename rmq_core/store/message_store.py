@@ -487,11 +487,16 @@ class DefaultMessageStore:
         return self._await_durable(PutMessageResult(PutMessageStatus.PUT_OK, result), fut), None
 
     def _await_durable(self, put_result: PutMessageResult, fut) -> PutMessageResult:
-        """SYNC_FLUSH: wait for the group commit that covers the put."""
-        try:
-            status = fut.result(timeout=self.config.sync_flush_timeout / 1000.0)
-        except concurrent.futures.TimeoutError:
-            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        """SYNC_FLUSH: wait for the group commit that covers the put (`fut`: the round's Future,
+        or the end offset to wait for with the group commit's per-thread waiter)."""
+        timeout = self.config.sync_flush_timeout / 1000.0
+        if type(fut) is int:
+            status = self.commit_log.flush_service.await_flush(fut, timeout)
+        else:
+            try:
+                status = fut.result(timeout=timeout)
+            except concurrent.futures.TimeoutError:
+                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         if status is PutMessageStatus.PUT_OK:
             return put_result
         if status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
@@ -518,7 +523,7 @@ class DefaultMessageStore:
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         fast = self._fast_put
         if fast is not None:
-            r = fast(msg)
+            r = fast(msg, True)
             if r is not None:
                 return r[0] if r[1] is None else self._await_durable(r[0], r[1])
         err = self._check_writable()

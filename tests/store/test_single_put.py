@@ -204,3 +204,20 @@ def test_index_key_hashes_match_the_python_index(topic, props, raw_tail):
         assert not (topic + "#" + "".join(keys)).isascii() or not encoded.isascii()
     else:
         assert got == want
+
+
+def test_blocking_sync_put_times_out_then_waits_correctly_again(store_factory, monkeypatch):
+    s = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=200)
+    assert s.put_message(msg()).is_ok()
+    gate = threading.Event()
+    real_flush = s.commit_log.flush
+    monkeypatch.setattr(s.commit_log, "flush", lambda least_pages=0: (gate.wait(10), real_flush(least_pages))[1])
+    r = s.put_message(msg(body=b"slow"))
+    assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "syncFlushTimeout 200 ms" in r.error
+    assert r.append_result is not None and r.is_ok()  # stored, only not yet durable (RocketMQ isOk)
+    gate.set()  # the late flush releases the timed-out waiter's old lock...
+    monkeypatch.setattr(s.commit_log, "flush", real_flush)
+    for i in range(5):  # ...which must not let this thread's next puts return early
+        r = s.put_message(msg(body=b"n%d" % i))
+        assert r.status is PutMessageStatus.PUT_OK
+        assert s.commit_log.mapped_file_queue.flushed_where >= r.append_result.wrote_offset + r.append_result.wrote_bytes
