@@ -1428,6 +1428,8 @@ cdef class SinglePutPath:
         cl = self.commit_log
         self.put_lock_acquire()
         try:
+            if not self.enabled:
+                return None  # disabled while we waited for the lock (shutdown waits on this lock)
             if cl._published != cl._next_ticket - 1:
                 return None  # a batch is being encoded outside the lock: publish in order
             files = self.mapped_files

@@ -233,6 +233,8 @@ class DefaultMessageStore:
         was_running = self._running
         self._running = False
         self._refresh_fast_path()
+        with self.commit_log.put_lock:
+            pass  # a native put already past its checks finishes (and queues its index work) first
         self.clean_commit_log_service.shutdown()
         self.commit_log.shutdown()  # final flush
         self.flush_consume_queue_service.shutdown()
