@@ -13,6 +13,7 @@ share an instance name share one connection set, as in the Java client.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import heapq
 import itertools
@@ -182,6 +183,60 @@ def parse_offset_table(body: bytes, topic: str | None) -> dict[MessageQueue, int
     return out
 
 
+class _BlockingCall:
+    """One coroutine run on the client loop for a blocked caller: the loop releases `_done`."""
+
+    __slots__ = ("coro", "task", "result", "error", "cancelled", "_done")
+
+    def __init__(self, coro):
+        self.coro = coro
+        self.task: asyncio.Task | None = None
+        self.cancelled = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def start(self) -> None:  # on the loop
+        if self.cancelled:  # the caller gave up before the loop got here
+            self.coro.close()
+            self.error = concurrent.futures.CancelledError()
+            self._done.release()
+            return
+        self.task = task = asyncio.get_running_loop().create_task(self.coro)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task) -> None:  # on the loop
+        if task.cancelled():
+            self.error = concurrent.futures.CancelledError()
+        else:
+            self.error = task.exception()
+            if self.error is None:
+                self.result = task.result()
+        self._done.release()
+
+    def wait(self, instance: "MQClientInstance", timeout: float | None):
+        if not self._done.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            # cancel, then wait for the task to see it: the coroutine never outlives the call
+            loop = instance._loop
+            try:
+                loop.call_soon_threadsafe(self._cancel)
+            except RuntimeError:  # loop closed: the coroutine is gone with it
+                raise MQClientError(f"operation timed out after {timeout} s") from None
+            self._done.acquire(timeout=5)
+            if self.error is None or isinstance(self.error, concurrent.futures.CancelledError):
+                raise MQClientError(f"operation timed out after {timeout} s") from None
+        if self.error is not None:
+            err, self.error = self.error, None
+            raise err
+        return self.result
+
+    def _cancel(self) -> None:  # on the loop
+        self.cancelled = True
+        if self.task is not None:
+            self.task.cancel()
+
+
 class MQClientInstance:
     def __init__(self, config: ClientConfig):
         self.config = config
@@ -204,6 +259,8 @@ class MQClientInstance:
         self.blocking_executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix=f"rmq-io-{self.client_id}")
         self._rpc_hooks = False
         self._pending_tasks: set = set()
+        self._posted: collections.deque = collections.deque()  # calls waiting for the loop (see post)
+        self._drain_scheduled = False
         # A client that reaches the name server in-proc reaches brokers embedded in this process
         # in-proc too (routes carry their TCP addresses, which other processes need).
         self._inproc = all(a.startswith("inproc://") for a in config.namesrv)
@@ -296,25 +353,82 @@ class MQClientInstance:
     def in_loop_thread(self) -> bool:
         return self._loop_thread is threading.current_thread()
 
-    def submit(self, coro) -> concurrent.futures.Future:
-        if self._loop is None or self._loop.is_closed():
-            coro.close()
+    def post(self, fn: Callable[[], Any]) -> None:
+        """Run fn() on the loop soon.  Calls posted while the loop has not yet drained the earlier
+        ones share one wake-up (one self-pipe write per burst, not per call)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
             raise MQClientError(f"client {self.client_id} is not running")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+        self._posted.append(fn)
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            try:
+                loop.call_soon_threadsafe(self._drain_posted)
+            except RuntimeError:  # the loop closed between the check and the call
+                self._drain_scheduled = False
+                raise MQClientError(f"client {self.client_id} is not running") from None
+
+    def _drain_posted(self) -> None:
+        # Clear the flag before draining: a call appended after it is cleared schedules its own
+        # drain, one appended before is taken by this one (no call is ever left behind).
+        self._drain_scheduled = False
+        posted = self._posted
+        while posted:
+            fn = posted.popleft()
+            try:
+                fn()
+            except Exception:
+                log.exception("posted call %r failed", fn)
+
+    def submit(self, coro) -> concurrent.futures.Future:
+        """Start coro on the loop; its outcome lands in the returned Future (cancelling the Future
+        cancels the coroutine)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def start():
+            if fut.cancelled():  # cancelled before the loop got to it
+                coro.close()
+                return
+            task = self._loop.create_task(coro)
+
+            def done(t: asyncio.Task):
+                # the Future stays pending while the task runs (so cancel() works), as with
+                # run_coroutine_threadsafe; a Future cancelled meanwhile just stays cancelled
+                if t.cancelled():
+                    fut.cancel()
+                if not fut.set_running_or_notify_cancel():
+                    return
+                exc = t.exception()
+                if exc is not None:
+                    fut.set_exception(exc)
+                else:
+                    fut.set_result(t.result())
+
+            task.add_done_callback(done)
+            fut.add_done_callback(lambda f: f.cancelled() and self._loop.call_soon_threadsafe(task.cancel))
+
+        try:
+            self.post(start)
+        except MQClientError:
+            coro.close()
+            raise
+        return fut
 
     def run(self, coro, timeout: float | None = None):
-        """Run a coroutine on the client loop and wait for it (never call from the loop itself)."""
+        """Run a coroutine on the client loop and wait for it (never call from the loop itself).
+
+        The caller blocks on a plain lock the loop releases when the coroutine ends: cheaper than
+        run_coroutine_threadsafe's concurrent Future (a Condition, chained callbacks)."""
         if self.in_loop_thread():
             coro.close()
             raise RuntimeError("MQClientInstance.run() called on the client event loop (would deadlock)")
-        fut = self.submit(coro)
+        call = _BlockingCall(coro)
         try:
-            return fut.result(timeout)
-        except concurrent.futures.TimeoutError:
-            if fut.done():  # the coroutine itself raised a TimeoutError subclass (RemotingTimeoutError)
-                raise
-            fut.cancel()
-            raise MQClientError(f"operation timed out after {timeout} s") from None
+            self.post(call.start)
+        except MQClientError:
+            coro.close()
+            raise
+        return call.wait(self, timeout)
 
     def spawn(self, coro) -> asyncio.Task:
         """Start a background task on the loop (call from the loop); cancelled at shutdown."""

@@ -85,7 +85,7 @@ def parse_send_response(resp: RemotingCommand, mq: MessageQueue, msg_id: str, ad
         status=status,
         msg_id=msg_id,
         offset_msg_id=resp.get_str("msgId") or "",
-        queue=MessageQueue(mq.topic, mq.broker_name, queue_id),
+        queue=mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id),
         queue_offset=resp.get_int("queueOffset", -1),
         transaction_id=resp.get_str("transactionId"),
         region_id=resp.get_str(MessageConst.MSG_REGION) or "DefaultRegion",
@@ -148,6 +148,7 @@ class Producer:
         self.use_send_message_v2 = use_send_message_v2
         self.create_topic_key = create_topic_key
         self.default_topic_queue_nums = default_topic_queue_nums
+        self._default_queue_nums_str = str(default_topic_queue_nums)
         self.fault_strategy = MQFaultStrategy(enabled=send_latency_fault_enable)
         self.topic_publish_info: dict[str, TopicPublishInfo] = {}
         self.instance: MQClientInstance | None = None
@@ -209,7 +210,11 @@ class Producer:
         Java).  Raises MQClientError / MQBrokerError / IllegalArgumentError naming the problem."""
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
-        return inst.run(self._send(msg, CommunicationMode.SYNC, t, queue, selector, arg), timeout=t + 5)
+        # validation, properties, UNIQ_KEY and compression here in the caller's thread: the loop
+        # thread is shared by every send, the caller's is not
+        prepared = self._prepare(msg)
+        return inst.run(self._send(msg, CommunicationMode.SYNC, t, queue, selector, arg, prepared=prepared),
+                        timeout=t + 5)
 
     def send_orderly(self, msg: Message, arg: Any = None, selector=None, timeout: float | None = None) -> SendResult:
         """Ordered send: messages with the same `arg` (default: the message keys) go to the same queue."""
@@ -222,7 +227,11 @@ class Producer:
         when it completes (from a client thread, so keep it short)."""
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
-        fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg))
+        try:
+            prepared = self._prepare(msg)
+        except Exception:  # a bad message fails its Future (and callback), as any other send error
+            prepared = None
+        fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg, prepared=prepared))
         if callback is not None:
             def call(f: concurrent.futures.Future):
                 try:
@@ -322,9 +331,10 @@ class Producer:
         return mq
 
     async def _send(self, msg: Message, mode: CommunicationMode, timeout: float,
-                    queue: MessageQueue | None, selector, arg, allow_system: bool = False) -> SendResult | None:
+                    queue: MessageQueue | None, selector, arg, allow_system: bool = False,
+                    prepared: tuple | None = None) -> SendResult | None:
         begin = time.monotonic()
-        uniq, body, sys_flag, props = self._prepare(msg, allow_system)
+        uniq, body, sys_flag, props = prepared or self._prepare(msg, allow_system)
         info = await self._find_publish_info(msg.topic)
         if queue is not None or selector is not None:
             mq = queue if queue is not None else await self._select_by(info, msg, selector, arg)
@@ -389,16 +399,23 @@ class Producer:
             mr = props.pop(MessageConst.MAX_RECONSUME_TIMES, None)
             reconsume_times = int(rt) if rt else 0
             max_reconsume = int(mr) if mr else None
-        header = build_send_header(
-            group=self.group, topic=mq.topic, queue_id=mq.queue_id, sys_flag=sys_flag,
-            born_timestamp=int(time.time() * 1000), flag=msg.flag if not batch else 0,
-            properties=properties_to_string(props), reconsume_times=reconsume_times,
-            max_reconsume_times=max_reconsume, batch=batch, broker_name=mq.broker_name,
-            default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums,
-            v2=self.use_send_message_v2,
-        )
-        if len(header.get("i", header.get("properties", "")).encode("utf-8")) > 32767:
+        properties = properties_to_string(props)
+        if len(properties) > 8191 and len(properties.encode("utf-8")) > 32767:  # > 8191 chars may exceed it
             encode_properties_checked(props)  # raises naming the size
+        if self.use_send_message_v2:
+            # the V2 header straight as the strings it travels as (what create_request would make of
+            # build_send_header's values, without converting each one per send)
+            header = self._v2_header(mq, sys_flag, int(time.time() * 1000), 0 if batch else msg.flag, properties,
+                                     reconsume_times, max_reconsume, batch)
+        else:
+            header = build_send_header(
+                group=self.group, topic=mq.topic, queue_id=mq.queue_id, sys_flag=sys_flag,
+                born_timestamp=int(time.time() * 1000), flag=msg.flag if not batch else 0,
+                properties=properties, reconsume_times=reconsume_times,
+                max_reconsume_times=max_reconsume, batch=batch, broker_name=mq.broker_name,
+                default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums,
+                v2=False,
+            )
         code = (RequestCode.SEND_BATCH_MESSAGE if batch else
                 RequestCode.SEND_MESSAGE_V2 if self.use_send_message_v2 else RequestCode.SEND_MESSAGE)
         req = RemotingCommand.create_request(code, header, body)
@@ -422,6 +439,19 @@ class Producer:
             ctx.send_result = result
             plugins.get_plugin_manager().hook.rmq_after_send(context=ctx)
         return result
+
+    def _v2_header(self, mq: MessageQueue, sys_flag: int, born_timestamp: int, flag: int, properties: str,
+                   reconsume_times: int, max_reconsume: int | None, batch: bool) -> dict[str, str]:
+        """The SEND_MESSAGE_V2 header as the strings it travels as: the ext fields create_request
+        makes of build_send_header(v2=True), without converting each value per send."""
+        header = {
+            "a": self.group, "b": mq.topic, "c": self.create_topic_key, "d": self._default_queue_nums_str,
+            "e": str(mq.queue_id), "f": str(sys_flag), "g": str(born_timestamp), "h": str(flag), "i": properties,
+            "j": str(reconsume_times), "k": "false", "m": "true" if batch else "false", "n": mq.broker_name,
+        }
+        if max_reconsume is not None:
+            header["l"] = str(max_reconsume)
+        return header
 
     async def _send_batch(self, msgs: list[Message], timeout: float, queue: MessageQueue | None) -> SendResult:
         if not msgs:

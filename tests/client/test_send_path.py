@@ -1,0 +1,188 @@
+"""The cheap send path: the V2 header built as strings, the instance's batched hand-off to its loop
+(`post`), `run` on a plain lock (errors, cancellation, timeouts), `submit` Futures, and sends whose
+message is prepared in the caller's thread."""
+import asyncio
+import concurrent.futures
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rmq_core import Message, Producer
+from rmq_core.client.config import ClientConfig
+from rmq_core.client.instance import MQClientInstance
+from rmq_core.client.producer import build_send_header
+from rmq_core.errors import IllegalArgumentError, MQClientError
+from rmq_core.message import MessageQueue
+from rmq_core.remoting.codes import RequestCode
+from rmq_core.remoting.command import RemotingCommand
+
+
+@settings(max_examples=200, deadline=None)
+@given(queue_id=st.integers(0, 1 << 20), sys_flag=st.integers(0, 1 << 16), born=st.integers(0, 1 << 45),
+       flag=st.integers(-(1 << 31), (1 << 31) - 1), props=st.text(max_size=40), reconsume=st.integers(0, 32),
+       max_reconsume=st.none() | st.integers(-1, 32), batch=st.booleans(), queue_nums=st.integers(1, 64),
+       topic=st.from_regex(r"[A-Za-z0-9_%|-]{1,20}", fullmatch=True))
+def test_v2_header_travels_as_build_send_header(queue_id, sys_flag, born, flag, props, reconsume, max_reconsume,
+                                                batch, queue_nums, topic):
+    p = Producer("PG_H", namesrv="127.0.0.1:9876", default_topic_queue_nums=queue_nums)
+    mq = MessageQueue(topic, "broker-a", queue_id)
+    fast = p._v2_header(mq, sys_flag, born, flag, props, reconsume, max_reconsume, batch)
+    slow = build_send_header(group="PG_H", topic=topic, queue_id=queue_id, sys_flag=sys_flag, born_timestamp=born,
+                             flag=flag, properties=props, reconsume_times=reconsume,
+                             max_reconsume_times=max_reconsume, batch=batch, broker_name="broker-a",
+                             default_topic_queue_nums=queue_nums)
+    assert fast == RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, slow).ext_fields
+    assert all(type(v) is str for v in fast.values())
+
+
+@pytest.fixture()
+def instance():
+    inst = MQClientInstance(ClientConfig(namesrv=["127.0.0.1:1"], instance_name=f"send-path-{time.monotonic_ns()}"))
+    inst.start()
+    yield inst
+    inst.shutdown()
+
+
+def test_post_runs_every_call_in_order_on_the_loop(instance):
+    seen = []
+    done = threading.Event()
+    threads = set()
+
+    def make(i):
+        def fn():
+            threads.add(threading.current_thread().name)
+            seen.append(i)
+            if i == 999:
+                done.set()
+        return fn
+
+    for i in range(1000):
+        instance.post(make(i))
+    assert done.wait(10)
+    assert seen == list(range(1000))
+    assert threads == {instance._loop_thread.name}
+
+
+def test_post_from_many_threads_loses_nothing(instance):
+    count = [0]
+    lock = threading.Lock()
+
+    def bump():
+        with lock:
+            count[0] += 1
+
+    def producer():
+        for _ in range(500):
+            instance.post(bump)
+
+    ts = [threading.Thread(target=producer) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert instance.run(asyncio.sleep(0, "flushed"), timeout=10) == "flushed"
+    assert count[0] == 2000
+
+
+def test_a_failing_posted_call_does_not_stop_the_others(instance, caplog):
+    def boom():
+        raise ValueError("posted boom")
+
+    instance.post(boom)
+    assert instance.run(asyncio.sleep(0, 7), timeout=10) == 7
+    assert "posted boom" in caplog.text
+
+
+def test_run_returns_results_and_raises_the_coroutines_error(instance):
+    async def ok():
+        await asyncio.sleep(0.001)
+        return threading.current_thread().name
+
+    async def bad():
+        raise IllegalArgumentError("bad value 42")
+
+    assert instance.run(ok(), timeout=5) == instance._loop_thread.name
+    with pytest.raises(IllegalArgumentError, match="bad value 42"):
+        instance.run(bad(), timeout=5)
+
+
+def test_run_timeout_cancels_the_coroutine(instance):
+    cancelled = threading.Event()
+
+    async def slow():
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    with pytest.raises(MQClientError, match="timed out after 0.05 s"):
+        instance.run(slow(), timeout=0.05)
+    assert cancelled.wait(5)
+
+
+def test_run_of_a_cancelled_coroutine_raises_cancelled(instance):
+    async def cancel_me():
+        asyncio.current_task().cancel()
+        await asyncio.sleep(1)
+
+    with pytest.raises(concurrent.futures.CancelledError):
+        instance.run(cancel_me(), timeout=5)
+
+
+def test_submit_future_result_error_and_cancel(instance):
+    async def value():
+        return 5
+
+    async def bad():
+        raise IllegalArgumentError("nope")
+
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    async def slow():
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    assert instance.submit(value()).result(5) == 5
+    with pytest.raises(IllegalArgumentError, match="nope"):
+        instance.submit(bad()).result(5)
+    f = instance.submit(slow())
+    assert started.wait(5)
+    assert f.cancel()
+    assert cancelled.wait(5)
+
+
+def test_run_and_submit_refuse_when_not_running():
+    inst = MQClientInstance(ClientConfig(namesrv=["127.0.0.1:1"], instance_name=f"never-{time.monotonic_ns()}"))
+
+    async def never():
+        raise AssertionError("must not run")
+
+    with pytest.raises(MQClientError, match="is not running"):
+        inst.submit(never())
+    with pytest.raises(MQClientError, match="is not running"):
+        inst.run(never(), timeout=1)
+
+
+def test_send_async_of_a_bad_message_fails_its_future_and_callback(instance):
+    p = Producer("PG_BAD_ASYNC", namesrv="127.0.0.1:1", instance_name=instance.config.instance_name)
+    p.start()
+    try:
+        got = []
+        done = threading.Event()
+        f = p.send_async(Message("T", b""), callback=lambda r, e: (got.append((r, e)), done.set()))
+        with pytest.raises(IllegalArgumentError, match="body"):
+            f.result(5)
+        assert done.wait(5)
+        assert got[0][0] is None and isinstance(got[0][1], IllegalArgumentError)
+        with pytest.raises(IllegalArgumentError, match="body"):
+            p.send(Message("T", b""))
+    finally:
+        p.shutdown()
