@@ -24,7 +24,8 @@ class Driver:
         self.proc = subprocess.Popen([sys.executable, DRIVER, *map(str, args)], stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, env=env)
         self.items, self._cond = [], threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self):
         for line in self.proc.stdout:
@@ -55,6 +56,7 @@ class Driver:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self._reader.join(10)  # the pipe may still hold lines the child wrote before exiting
         return self.items
 
 
