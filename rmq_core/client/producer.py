@@ -268,7 +268,7 @@ class Producer:
         result.msg_id is the comma-joined UNIQ_KEYs (as Java)."""
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
-        return inst.run(self._send_batch(list(msgs), t, queue), timeout=t + 5)
+        return inst.run(self._send_batch(self._encode_batch(list(msgs)), t, queue), timeout=t + 5)
 
     def send_batch_async(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
                          timeout: float | None = None) -> concurrent.futures.Future:
@@ -453,40 +453,52 @@ class Producer:
             header["l"] = str(max_reconsume)
         return header
 
-    async def _send_batch(self, msgs: list[Message], timeout: float, queue: MessageQueue | None) -> SendResult:
+    def _encode_batch(self, msgs: list[Message]) -> tuple[str, str, bytes, Message, dict]:
+        """Validate and encode a batch (in the caller's thread); returns (topic, comma-joined
+        UNIQ_KEYs, SEND_BATCH_MESSAGE body, the outer message, its properties)."""
         if not msgs:
             raise IllegalArgumentError("send_batch needs at least one message")
         topic = msgs[0].topic
+        retry_topic = MixAll.is_retry_topic(topic)
         items = []
         uniqs = []
         total = 0
+        max_size = self.max_message_size
+        uniq_key = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+        create_uniq_id = MessageClientIDSetter.create_uniq_id
         for m in msgs:
-            check_message(m, self.max_message_size)
+            check_message(m, max_size)
             if m.topic != topic:
                 raise IllegalArgumentError(
                     f"all messages of a batch must have the same topic: {m.topic!r} differs from {topic!r}"
                 )
             if m.delay_time_level > 0:
                 raise IllegalArgumentError("delay messages are not supported in a batch (delay_time_level > 0)")
-            if MixAll.is_retry_topic(topic):
+            if retry_topic:
                 raise IllegalArgumentError(f"retry topic {topic!r} is not supported in a batch")
             props = m.wire_properties()
-            uniq = m.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or MessageClientIDSetter.create_uniq_id()
-            props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+            uniq = m.properties.get(uniq_key) or create_uniq_id()
+            props[uniq_key] = uniq
             uniqs.append(uniq)
-            items.append((m.flag, m.body, props))
-            total += 20 + len(m.body) + len(properties_to_string(props).encode("utf-8"))
-        if total > self.max_message_size:
+            # the properties encoded once: their size counts towards the limit, the bytes go out
+            raw = properties_to_string(props).encode("utf-8")
+            items.append((m.flag, m.body, raw))
+            total += 20 + len(m.body) + len(raw)
+        if total > max_size:
             raise IllegalArgumentError(
                 f"batch of {len(msgs)} messages is {total} bytes encoded, more than max_message_size "
-                f"{self.max_message_size}; split it"
+                f"{max_size}; split it"
             )
         from rmq_core.codec import encode_batch_body
         body = encode_batch_body(items)
         outer = Message(topic, b"x", wait_store_msg_ok=msgs[0].wait_store_msg_ok)
         outer_props = {MessageConst.WAIT_STORE_MSG_OK: "true" if outer.wait_store_msg_ok else "false"}
+        return topic, ",".join(uniqs), body, outer, outer_props
+
+    async def _send_batch(self, msgs: list[Message] | tuple, timeout: float, queue: MessageQueue | None) -> SendResult:
+        """msgs: the messages, or what _encode_batch made of them."""
+        topic, uniq, body, outer, outer_props = msgs if isinstance(msgs, tuple) else self._encode_batch(msgs)
         info = await self._find_publish_info(topic)
-        uniq = ",".join(uniqs)
         if queue is not None:
             return await self._send_kernel(outer, queue, uniq, body, 0, outer_props, CommunicationMode.SYNC, timeout,
                                            batch=True)

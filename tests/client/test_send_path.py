@@ -186,3 +186,31 @@ def test_send_async_of_a_bad_message_fails_its_future_and_callback(instance):
             p.send(Message("T", b""))
     finally:
         p.shutdown()
+
+
+def test_encode_batch_body_carries_every_message_and_its_uniq_key():
+    from rmq_core.codec import decode_batch_body_py
+    from rmq_core.message import string_to_properties
+
+    p = Producer("PG_BATCH_ENC", namesrv="127.0.0.1:9876")
+    msgs = [Message("T", f"m{i}".encode(), tags="TagA", keys=f"k{i}", flag=i) for i in range(5)]
+    topic, uniq, body, outer, outer_props = p._encode_batch(msgs)
+    items = decode_batch_body_py(body)
+    uniqs = uniq.split(",")
+    assert topic == "T" and len(uniqs) == 5 and len(set(uniqs)) == 5
+    assert outer_props == {"WAIT": "true"}
+    for i, (flag, b, raw) in enumerate(items):
+        props = string_to_properties(raw)
+        assert (flag, b, props["TAGS"], props["KEYS"], props["UNIQ_KEY"]) == (i, f"m{i}".encode(), "TagA", f"k{i}", uniqs[i])
+
+
+@pytest.mark.parametrize("msgs, error", [
+    ([], "at least one message"),
+    ([Message("T", b"a"), Message("U", b"b")], "same topic: 'U' differs from 'T'"),
+    ([Message("T", b"a", delay_time_level=2)], "delay messages are not supported"),
+    ([Message("T", b"a" * 600), Message("T", b"b" * 600)], "bytes encoded, more than max_message_size 1024"),
+])
+def test_encode_batch_refuses_bad_batches(msgs, error):
+    p = Producer("PG_BATCH_BAD", namesrv="127.0.0.1:9876", max_message_size=1024)
+    with pytest.raises(IllegalArgumentError, match=error):
+        p._encode_batch(msgs)
