@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s - %(message)s", stream=sys.stderr)
+    logging.getLogger("rmq.progress").setLevel(min(level, logging.INFO))  # long operations report progress
     try:
         rc = args.fn(args)
     except (ConfigError, RMQError) as e:

@@ -38,6 +38,7 @@ from rmq_core.store.service import ServiceThread
 from rmq_core.store.types import PutMessageStatus
 
 log = logging.getLogger("rmq.store")
+progress_log = logging.getLogger("rmq.progress")  # shown by the CLI even without -v
 
 _I64 = struct.Struct("=q")
 
@@ -356,8 +357,16 @@ class CommitLog:
         files = self.mapped_file_queue.mapped_files
         end = files[start_index].file_from_offset
         last_ts = 0
+        began = last_report = time.monotonic()
         for i in range(start_index, len(files)):
             mf = files[i]
+            now = time.monotonic()
+            if now - last_report >= 2.0:  # a big log takes a while: say how far it got
+                last_report = now
+                done = mf.file_from_offset - files[start_index].file_from_offset
+                progress_log.info("recovering commit log: segment %d of %d, %.0f MiB verified (%.0f MiB/s)",
+                                  i - start_index + 1, len(files) - start_index, done / 2**20,
+                                  done / 2**20 / max(now - began, 1e-9))
             pos, reason, count, ts, runs = native.verify_records(
                 mf.native, 0, mf.file_size, mf.file_from_offset, check_crc, on_runs is not None, self.delay_levels_ms)
             if ts:
