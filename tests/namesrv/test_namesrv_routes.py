@@ -17,7 +17,9 @@ from rmq_core.remoting.body import (
 )
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 
-CAPTURES = "/work/shared/protocol/captures"
+from tests.paths import CAPTURES as _CAPTURES_DIR  # noqa: E402
+
+CAPTURES = str(_CAPTURES_DIR)
 
 
 def _config(tmp_path, **kw) -> NamesrvConfig:

@@ -12,7 +12,9 @@ from rmq_core.errors import RemotingCommandError
 from rmq_core.remoting.codes import RequestCode, ResponseCode, code_name
 from rmq_core.remoting.command import LanguageCode, RemotingCommand, SerializeType, ext_value_to_str
 
-CAPTURES = "/work/shared/protocol/captures"
+from tests.paths import CAPTURES as _CAPTURES_DIR  # noqa: E402
+
+CAPTURES = str(_CAPTURES_DIR)
 
 
 def _capture_records():
