@@ -518,6 +518,12 @@ class MQClientInstance:
             plugins.get_plugin_manager().hook.rmq_rpc_after_response(remote_addr=addr, request=request, response=resp)
         return resp
 
+    def is_connected(self, addr: str) -> bool:
+        """True when `invoke(addr, ...)` will not have to connect first (call on the loop)."""
+        if self._inproc:
+            addr = resolve_inproc_alias(addr)
+        return self.remoting is not None and addr in self.remoting.connected_addresses()
+
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
         request.language = "PYTHON"
         if self._inproc:

@@ -102,6 +102,151 @@ class _SendContext:
         self.exception = None
 
 
+class _FastSend:
+    """A plain send (no queue, no selector, no send hooks) run on the loop without a Task.
+
+    The route is cached and the broker connected, so the first attempt is: pick the queue, build
+    the request, step the remoting call by hand until its response future resolves.  Anything
+    unusual (no route yet, not connected, a retryable failure) continues in Producer._send as a
+    Task, from where this left off.  on_done(result, error) is called once, on the loop."""
+
+    __slots__ = ("producer", "msg", "mode", "timeout", "prepared", "on_done", "begin", "mq", "addr", "t0",
+                 "coro", "task", "finished")
+
+    def __init__(self, producer: "Producer", msg: Message, mode: CommunicationMode, timeout: float, prepared: tuple,
+                 on_done: Callable[[Any, BaseException | None], None]):
+        self.producer, self.msg, self.mode, self.timeout, self.prepared = producer, msg, mode, timeout, prepared
+        self.on_done = on_done
+        self.begin = time.monotonic()
+        self.mq = self.addr = self.coro = self.task = None
+        self.t0 = 0.0
+        self.finished = False
+
+    def start(self) -> None:  # posted to the loop
+        if self.finished:  # cancelled before the loop got here
+            return
+        p = self.producer
+        inst = p.instance
+        info = p.topic_publish_info.get(self.msg.topic)
+        if info is None or not info.ok:
+            self._continue_in_task(None)
+            return
+        mq = p.fault_strategy.select_one_message_queue(info, None)
+        addr = inst.find_broker_addr_in_publish(mq.broker_name)
+        if addr is None or not inst.is_connected(addr):
+            self._continue_in_task(None)
+            return
+        _, body, sys_flag, props = self.prepared
+        try:
+            req = p._build_request(self.msg, mq, body, sys_flag, props)
+        except Exception as e:
+            self._finish(None, e)
+            return
+        self.mq, self.addr = mq, addr
+        self.t0 = time.monotonic()
+        self.coro = inst.invoke(addr, req, self.timeout)
+        self._step(None)
+
+    def _step(self, _future) -> None:
+        if self.finished:
+            return
+        try:
+            yielded = self.coro.send(None)
+        except StopIteration as stop:
+            self._answered(stop.value, None)
+            return
+        except BaseException as e:
+            self._answered(None, e)
+            return
+        if yielded is None:  # a bare yield: go on at the next loop iteration, as a Task would
+            asyncio.get_running_loop().call_soon(self._step, None)
+        elif getattr(yielded, "_asyncio_future_blocking", None):
+            yielded._asyncio_future_blocking = False
+            yielded.add_done_callback(self._step)
+        else:
+            self.coro.close()
+            self._finish(None, RuntimeError(f"send awaited {yielded!r}, which is not an asyncio future"))
+
+    def _answered(self, resp: RemotingCommand | None, error: BaseException | None) -> None:
+        p, mq = self.producer, self.mq
+        if error is None:
+            try:
+                result = parse_send_response(resp, mq, self.prepared[0], self.addr)
+            except MQBrokerError as e:
+                error = e
+            else:
+                p.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - self.t0) * 1000), False)
+                self._finish(result, None)
+                return
+        if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
+            self._finish(None, error)
+            return
+        p.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - self.t0) * 1000), True)
+        retryable = isinstance(error, (RemotingError, MQClientError, asyncio.TimeoutError)) or (
+            isinstance(error, MQBrokerError) and error.code in RETRY_RESPONSE_CODES)
+        if not retryable:
+            self._finish(None, error)
+            return
+        times = 1 + (p.retry_times_when_send_failed if self.mode is CommunicationMode.SYNC
+                     else p.retry_times_when_send_async_failed)
+        log.warning("send to %s failed (attempt 1/%d): %s", mq, times, error)
+        self._continue_in_task((self.begin, mq.broker_name, error))
+
+    def _continue_in_task(self, resume: tuple | None) -> None:
+        p = self.producer
+        if p.instance._stopping:  # shutting down: no new Task the shutdown would not cancel
+            self._finish(None, resume[2] if resume else MQClientError(f"client {p.instance.client_id} is shutting down"))
+            return
+        coro = p._send(self.msg, self.mode, self.timeout, None, None, None, prepared=self.prepared, resume=resume)
+        self.task = task = asyncio.get_running_loop().create_task(coro)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            self._finish(None, asyncio.CancelledError())
+        else:
+            error = task.exception()
+            self._finish(None if error is not None else task.result(), error)
+
+    def _finish(self, result, error) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.on_done(result, error)
+
+    def cancel(self) -> None:  # on the loop
+        if self.finished:
+            return
+        if self.task is not None:
+            self.task.cancel()
+            return
+        if self.coro is not None:
+            try:
+                self.coro.throw(asyncio.CancelledError())
+            except BaseException:  # the call ends here, whichever way it unwinds
+                pass
+        self._finish(None, asyncio.CancelledError())
+
+
+class _SyncCompletion:
+    """What a blocked send() waits on: a lock the loop releases with the outcome."""
+
+    __slots__ = ("result", "error", "_lock")
+
+    def __init__(self):
+        self.result = None
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def __call__(self, result, error) -> None:  # on the loop
+        self.result, self.error = result, error
+        self._lock.release()
+
+    def wait(self, timeout: float) -> bool:
+        return self._lock.acquire(timeout=timeout)
+
+
 class Producer:
     """Send messages to a topic.
 
@@ -213,8 +358,22 @@ class Producer:
         # validation, properties, UNIQ_KEY and compression here in the caller's thread: the loop
         # thread is shared by every send, the caller's is not
         prepared = self._prepare(msg)
-        return inst.run(self._send(msg, CommunicationMode.SYNC, t, queue, selector, arg, prepared=prepared),
-                        timeout=t + 5)
+        if queue is not None or selector is not None or self._hooks or self.retry_another_broker_when_not_store_ok:
+            return inst.run(self._send(msg, CommunicationMode.SYNC, t, queue, selector, arg, prepared=prepared),
+                            timeout=t + 5)
+        done = _SyncCompletion()
+        call = _FastSend(self, msg, CommunicationMode.SYNC, t, prepared, done)
+        inst.post(call.start)
+        if not done.wait(t + 5):
+            inst.loop.call_soon_threadsafe(call.cancel)
+            done.wait(5)
+            if done.error is None or isinstance(done.error, asyncio.CancelledError):
+                raise MQClientError(f"operation timed out after {t + 5} s")
+        if done.error is not None:
+            if isinstance(done.error, asyncio.CancelledError):  # as a cancelled run() reports it
+                raise concurrent.futures.CancelledError() from done.error
+            raise done.error
+        return done.result
 
     def send_orderly(self, msg: Message, arg: Any = None, selector=None, timeout: float | None = None) -> SendResult:
         """Ordered send: messages with the same `arg` (default: the message keys) go to the same queue."""
@@ -231,7 +390,24 @@ class Producer:
             prepared = self._prepare(msg)
         except Exception:  # a bad message fails its Future (and callback), as any other send error
             prepared = None
-        fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg, prepared=prepared))
+        if prepared is None or queue is not None or selector is not None or self._hooks:
+            fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg, prepared=prepared))
+        else:
+            fut = concurrent.futures.Future()
+
+            def finished(result, error):  # on the loop; a Future the caller cancelled stays cancelled
+                if isinstance(error, asyncio.CancelledError):
+                    fut.cancel()
+                if not fut.set_running_or_notify_cancel():
+                    return
+                if error is not None:
+                    fut.set_exception(error)
+                else:
+                    fut.set_result(result)
+
+            call = _FastSend(self, msg, CommunicationMode.ASYNC, t, prepared, finished)
+            inst.post(call.start)
+            fut.add_done_callback(lambda f: f.cancelled() and inst.loop.call_soon_threadsafe(call.cancel))
         if callback is not None:
             def call(f: concurrent.futures.Future):
                 try:
@@ -332,8 +508,10 @@ class Producer:
 
     async def _send(self, msg: Message, mode: CommunicationMode, timeout: float,
                     queue: MessageQueue | None, selector, arg, allow_system: bool = False,
-                    prepared: tuple | None = None) -> SendResult | None:
-        begin = time.monotonic()
+                    prepared: tuple | None = None, resume: tuple | None = None) -> SendResult | None:
+        """resume: (begin, failed broker name, its error) when _FastSend's first attempt failed with
+        an error worth retrying: go on from the second attempt, as if this loop had made the first."""
+        begin = time.monotonic() if resume is None else resume[0]
         uniq, body, sys_flag, props = prepared or self._prepare(msg, allow_system)
         info = await self._find_publish_info(msg.topic)
         if queue is not None or selector is not None:
@@ -346,7 +524,13 @@ class Producer:
         last_broker = None
         last_error: BaseException | None = None
         result = None
-        for attempt in range(times):
+        first = 0
+        if resume is not None:
+            _, last_broker, last_error = resume
+            first = 1
+            await self.instance.update_topic_route(msg.topic)
+            info = self.topic_publish_info.get(msg.topic) or info
+        for attempt in range(first, times):
             remaining = timeout - (time.monotonic() - begin)
             if remaining <= 0:
                 break
@@ -390,6 +574,30 @@ class Producer:
     async def _send_kernel(self, msg: Message, mq: MessageQueue, uniq: str, body: bytes, sys_flag: int,
                            props: dict, mode: CommunicationMode, timeout: float, batch: bool = False) -> SendResult | None:
         addr = await self.instance.find_broker_addr_in_publish_async(mq)
+        req = self._build_request(msg, mq, body, sys_flag, props, batch)
+        ctx = None
+        if self._hooks:
+            ctx = _SendContext(self.group, msg, mq, addr, mode.value)
+            plugins.get_plugin_manager().hook.rmq_before_send(context=ctx)
+        try:
+            if mode is CommunicationMode.ONEWAY:
+                req.mark_oneway()
+                await self.instance.invoke_oneway(addr, req)
+                return None
+            resp = await self.instance.invoke(addr, req, timeout)
+            result = parse_send_response(resp, mq, uniq, addr)
+        except BaseException as e:
+            if ctx is not None:
+                ctx.exception = e
+                plugins.get_plugin_manager().hook.rmq_after_send(context=ctx)
+            raise
+        if ctx is not None:
+            ctx.send_result = result
+            plugins.get_plugin_manager().hook.rmq_after_send(context=ctx)
+        return result
+
+    def _build_request(self, msg: Message, mq: MessageQueue, body: bytes, sys_flag: int, props: dict,
+                       batch: bool = False) -> RemotingCommand:
         reconsume_times = 0
         max_reconsume = None
         if MixAll.is_retry_topic(mq.topic):
@@ -419,26 +627,7 @@ class Producer:
         code = (RequestCode.SEND_BATCH_MESSAGE if batch else
                 RequestCode.SEND_MESSAGE_V2 if self.use_send_message_v2 else RequestCode.SEND_MESSAGE)
         req = RemotingCommand.create_request(code, header, body)
-        ctx = None
-        if self._hooks:
-            ctx = _SendContext(self.group, msg, mq, addr, mode.value)
-            plugins.get_plugin_manager().hook.rmq_before_send(context=ctx)
-        try:
-            if mode is CommunicationMode.ONEWAY:
-                req.mark_oneway()
-                await self.instance.invoke_oneway(addr, req)
-                return None
-            resp = await self.instance.invoke(addr, req, timeout)
-            result = parse_send_response(resp, mq, uniq, addr)
-        except BaseException as e:
-            if ctx is not None:
-                ctx.exception = e
-                plugins.get_plugin_manager().hook.rmq_after_send(context=ctx)
-            raise
-        if ctx is not None:
-            ctx.send_result = result
-            plugins.get_plugin_manager().hook.rmq_after_send(context=ctx)
-        return result
+        return req
 
     def _v2_header(self, mq: MessageQueue, sys_flag: int, born_timestamp: int, flag: int, properties: str,
                    reconsume_times: int, max_reconsume: int | None, batch: bool) -> dict[str, str]:
