@@ -77,12 +77,22 @@ def check_group(group: str) -> str:
     return group
 
 
+# topic names that passed check_message's name checks (which depend on the name alone)
+_SENDABLE_TOPICS: set[str] = set()
+_SENDABLE_TOPICS_MAX = 4096
+
+
 def check_message(msg: Message, max_message_size: int = MAX_MESSAGE_SIZE, allow_system_properties: bool = False) -> None:
     """Validators.checkMessage: a valid, non-system topic and a body of 1..max_message_size bytes."""
     if not isinstance(msg, Message):
         raise IllegalArgumentError(f"expected a Message, got {type(msg).__name__}")
-    TopicValidator.check_topic(msg.topic)
-    TopicValidator.check_not_system_topic_for_send(msg.topic)
+    topic = msg.topic
+    if topic not in _SENDABLE_TOPICS:  # a producer sends to few topics: check each name once
+        TopicValidator.check_topic(topic)
+        TopicValidator.check_not_system_topic_for_send(topic)
+        if len(_SENDABLE_TOPICS) >= _SENDABLE_TOPICS_MAX:
+            _SENDABLE_TOPICS.clear()
+        _SENDABLE_TOPICS.add(topic)
     if not msg.body:
         raise IllegalArgumentError(f"message to topic {msg.topic!r} has an empty body")
     if len(msg.body) > max_message_size:
@@ -90,8 +100,11 @@ def check_message(msg: Message, max_message_size: int = MAX_MESSAGE_SIZE, allow_
             f"message body of {len(msg.body)} bytes to topic {msg.topic!r} exceeds max_message_size "
             f"{max_message_size} bytes"
         )
-    reserved = sorted(set(msg.properties) & MessageConst.SYSTEM_KEYS - {MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX})
-    if reserved and not allow_system_properties:
+    if not msg.properties or allow_system_properties:
+        reserved = None
+    else:
+        reserved = sorted(set(msg.properties) & MessageConst.SYSTEM_KEYS - {MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX})
+    if reserved:
         raise IllegalArgumentError(
             f"property name {reserved[0]!r} is reserved by RocketMQ; use the Message field instead"
             if reserved[0] in (MessageConst.TAGS, MessageConst.KEYS, MessageConst.DELAY_TIME_LEVEL)

@@ -328,3 +328,22 @@ def test_cancelling_an_async_send_ends_its_call(started_producer, monkeypatch):
     assert cancelled.wait(5)
     monkeypatch.undo()
     assert p.send(Message("FastCancel", b"after")).status is SendStatus.SEND_OK
+
+
+def test_check_message_remembers_only_good_topic_names(monkeypatch):
+    from rmq_core.client import selector
+
+    monkeypatch.setattr(selector, "_SENDABLE_TOPICS", set())
+    monkeypatch.setattr(selector, "_SENDABLE_TOPICS_MAX", 3)
+    for _ in range(2):  # the second round is answered from the remembered names: same verdicts
+        selector.check_message(Message("GoodTopic", b"x"))
+        with pytest.raises(IllegalArgumentError, match="bad topic name 'bad topic'"):
+            selector.check_message(Message("bad topic", b"x"))
+        with pytest.raises(IllegalArgumentError, match="system topic"):
+            selector.check_message(Message("TBW102", b"x"))
+        with pytest.raises(IllegalArgumentError, match="reserved by RocketMQ"):
+            selector.check_message(Message("GoodTopic", b"x", properties={"TAGS": "a"}))
+    assert selector._SENDABLE_TOPICS == {"GoodTopic"}
+    for name in ("T1", "T2", "T3", "T4"):
+        selector.check_message(Message(name, b"x"))
+    assert len(selector._SENDABLE_TOPICS) <= 3 and "T4" in selector._SENDABLE_TOPICS
