@@ -183,6 +183,26 @@ def parse_offset_table(body: bytes, topic: str | None) -> dict[MessageQueue, int
     return out
 
 
+class CancellableFuture(concurrent.futures.Future):
+    """A concurrent Future whose cancel() also calls `on_cancel` (set by whoever runs the work):
+    cheaper than a done-callback on every Future just to notice the rare cancellation."""
+
+    def __init__(self):
+        super().__init__()
+        self.on_cancel: Callable[[], Any] | None = None
+
+    def cancel(self) -> bool:
+        if not super().cancel():
+            return False
+        on_cancel = self.on_cancel
+        if on_cancel is not None:
+            try:
+                on_cancel()
+            except RuntimeError:  # the loop is closed: the work went with it
+                pass
+        return True
+
+
 class _BlockingCall:
     """One coroutine run on the client loop for a blocked caller: the loop releases `_done`."""
 
@@ -383,7 +403,7 @@ class MQClientInstance:
     def submit(self, coro) -> concurrent.futures.Future:
         """Start coro on the loop; its outcome lands in the returned Future (cancelling the Future
         cancels the coroutine)."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut = CancellableFuture()
 
         def start():
             if fut.cancelled():  # cancelled before the loop got to it
@@ -405,7 +425,9 @@ class MQClientInstance:
                     fut.set_result(t.result())
 
             task.add_done_callback(done)
-            fut.add_done_callback(lambda f: f.cancelled() and self._loop.call_soon_threadsafe(task.cancel))
+            fut.on_cancel = lambda: self._loop.call_soon_threadsafe(task.cancel)
+            if fut.cancelled():  # cancelled between the check above and now
+                task.cancel()
 
         try:
             self.post(start)
@@ -753,4 +775,4 @@ def is_system_topic(topic: str) -> bool:
     return TopicValidator.is_system_topic(topic)
 
 
-__all__ = ["MQClientInstance", "MQClientManager", "Scheduler", "parse_offset_table"]
+__all__ = ["CancellableFuture", "MQClientInstance", "MQClientManager", "Scheduler", "parse_offset_table"]

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 from rmq_core import plugins
 from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import MQFaultStrategy
-from rmq_core.client.instance import MQClientInstance, MQClientManager
+from rmq_core.client.instance import CancellableFuture, MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
 from rmq_core.client.selector import MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
@@ -393,7 +393,7 @@ class Producer:
         if prepared is None or queue is not None or selector is not None or self._hooks:
             fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg, prepared=prepared))
         else:
-            fut = concurrent.futures.Future()
+            fut = CancellableFuture()
 
             def finished(result, error):  # on the loop; a Future the caller cancelled stays cancelled
                 if isinstance(error, asyncio.CancelledError):
@@ -406,8 +406,8 @@ class Producer:
                     fut.set_result(result)
 
             call = _FastSend(self, msg, CommunicationMode.ASYNC, t, prepared, finished)
+            fut.on_cancel = lambda: inst.loop.call_soon_threadsafe(call.cancel)
             inst.post(call.start)
-            fut.add_done_callback(lambda f: f.cancelled() and inst.loop.call_soon_threadsafe(call.cancel))
         if callback is not None:
             def call(f: concurrent.futures.Future):
                 try:
