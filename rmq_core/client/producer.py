@@ -1,8 +1,14 @@
 """Producer (RocketMQ's DefaultMQProducer): sync, async, oneway, ordered (selector) and batch sends.
 
-All the sending logic is one coroutine on the client instance's event loop; `send` waits for it,
+All the sending logic runs on the client instance's event loop; `send` waits for it,
 `send_async` returns a concurrent Future (and calls an optional callback), `send_aio` can be
 awaited from the caller's own asyncio loop.
+
+The caller's thread validates and encodes the message (and a batch); the loop gets it through
+MQClientInstance.post.  A plain send (no queue, no selector, no send hooks) whose route is cached
+and whose broker is connected makes its first attempt as a _FastSend: no Task, no coroutine of its
+own, a lock (sync) or the Future (async) completed straight from the response.  Everything else -
+the first route look-up, connecting, retries, ordered sends - is Producer._send, a coroutine.
 """
 from __future__ import annotations
 
@@ -358,15 +364,19 @@ class Producer:
         # validation, properties, UNIQ_KEY and compression here in the caller's thread: the loop
         # thread is shared by every send, the caller's is not
         prepared = self._prepare(msg)
-        if queue is not None or selector is not None or self._hooks or self.retry_another_broker_when_not_store_ok:
+        if (queue is not None or selector is not None or self._hooks or self.retry_another_broker_when_not_store_ok
+                or inst.in_loop_thread()):  # (run() refuses the loop thread: it would wait on itself)
             return inst.run(self._send(msg, CommunicationMode.SYNC, t, queue, selector, arg, prepared=prepared),
                             timeout=t + 5)
         done = _SyncCompletion()
         call = _FastSend(self, msg, CommunicationMode.SYNC, t, prepared, done)
         inst.post(call.start)
         if not done.wait(t + 5):
-            inst.loop.call_soon_threadsafe(call.cancel)
-            done.wait(5)
+            try:
+                inst.loop.call_soon_threadsafe(call.cancel)
+                done.wait(5)  # the call ends before send() returns: it never completes later
+            except RuntimeError:  # the loop is closed: the call went with it
+                pass
             if done.error is None or isinstance(done.error, asyncio.CancelledError):
                 raise MQClientError(f"operation timed out after {t + 5} s")
         if done.error is not None:

@@ -347,3 +347,14 @@ def test_check_message_remembers_only_good_topic_names(monkeypatch):
     for name in ("T1", "T2", "T3", "T4"):
         selector.check_message(Message(name, b"x"))
     assert len(selector._SENDABLE_TOPICS) <= 3 and "T4" in selector._SENDABLE_TOPICS
+
+
+def test_send_from_the_client_loop_is_refused_not_deadlocked(started_producer):
+    p = started_producer
+    p.send(Message("FastLoop", b"warm"))
+
+    async def send_on_loop():
+        p.send(Message("FastLoop", b"from the loop"))
+
+    with pytest.raises(RuntimeError, match="would deadlock"):
+        p.instance.run(send_on_loop(), timeout=10)
