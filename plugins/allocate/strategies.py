@@ -14,6 +14,7 @@ may not have seen this consumer's heartbeat yet).
 """
 from __future__ import annotations
 
+import abc
 import hashlib
 import logging
 from bisect import bisect_left
@@ -74,7 +75,8 @@ class AllocateStrategy:
 
     def _allocate(self, consumer_group: str, current_cid: str, mqs: list[MessageQueue],
                   cids: list[str]) -> list[MessageQueue]:
-        raise NotImplementedError
+        """The strategy proper, on checked and sorted inputs (a strategy overrides this or `allocate`)."""
+        raise TypeError(f"{type(self).__name__} overrides neither allocate() nor _allocate()")
 
     def __repr__(self) -> str:
         return f"<allocate strategy {self.name!r}>"
@@ -217,14 +219,16 @@ class AllocateMessageQueueByMachineRoom(AllocateStrategy):
         return result
 
 
-class MachineRoomResolver:
+class MachineRoomResolver(abc.ABC):
     """Which machine room a broker's queue and a consumer id are deployed in (never empty)."""
 
+    @abc.abstractmethod
     def broker_deploy_in(self, mq: MessageQueue) -> str:
-        raise NotImplementedError
+        """Implemented by each subclass."""
 
+    @abc.abstractmethod
     def consumer_deploy_in(self, client_id: str) -> str:
-        raise NotImplementedError
+        """Implemented by each subclass."""
 
 
 class PrefixMachineRoomResolver(MachineRoomResolver):

@@ -18,6 +18,7 @@ Offsets follow RocketMQ's rules: -1 = unknown, -2 = could not be read (broker un
 """
 from __future__ import annotations
 
+import abc
 import enum
 import fcntl
 import json
@@ -61,7 +62,7 @@ def _check_group(group: str) -> str:
     return group
 
 
-class OffsetStore:
+class OffsetStore(abc.ABC):
     """Common part: the in-memory table and the RocketMQ read/update rules."""
 
     def __init__(self, group: str, client_id: str | None = None):
@@ -95,8 +96,9 @@ class OffsetStore:
                 return -1
         return self._read_from_store(mq)
 
+    @abc.abstractmethod
     def _read_from_store(self, mq: MessageQueue) -> int:
-        raise NotImplementedError
+        """Implemented by each subclass."""
 
     def remove_offset(self, mq: MessageQueue) -> None:
         with self._lock:
@@ -108,14 +110,17 @@ class OffsetStore:
             return {mq: off for mq, off in self._table.items() if not topic or mq.topic == topic}
 
     # -- persistence --
+    @abc.abstractmethod
     def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
-        raise NotImplementedError
+        """Implemented by each subclass."""
 
+    @abc.abstractmethod
     def persist(self, mq: MessageQueue) -> None:
-        raise NotImplementedError
+        """Implemented by each subclass."""
 
+    @abc.abstractmethod
     def update_consume_offset_to_broker(self, mq: MessageQueue, offset: int, oneway: bool) -> None:
-        raise NotImplementedError
+        """Implemented by each subclass."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} group={self.group!r} queues={len(self._table)}>"

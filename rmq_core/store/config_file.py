@@ -16,6 +16,7 @@ offset table decoder accepts that too, so a Java broker's `consumerOffset.json` 
 """
 from __future__ import annotations
 
+import abc
 import json
 import logging
 import os
@@ -83,7 +84,7 @@ def read_file_bytes(path: str) -> bytes | None:
 
 
 # --- ConfigManager -----------------------------------------------------------------------------
-class ConfigManager:
+class ConfigManager(abc.ABC):
     """RocketMQ's ConfigManager: one JSON file, `load()` with `.bak` fallback, `persist()`.
 
     Subclasses implement `config_file_path()`, `encode(pretty)` and `decode(text)`; `decode`
@@ -93,14 +94,17 @@ class ConfigManager:
     def __init__(self) -> None:
         self._lock = threading.RLock()
 
+    @abc.abstractmethod
     def config_file_path(self) -> str:
-        raise NotImplementedError
+        """Implemented by each subclass."""
 
+    @abc.abstractmethod
     def encode(self, pretty: bool = False) -> str:
-        raise NotImplementedError
+        """Implemented by each subclass."""
 
+    @abc.abstractmethod
     def decode(self, text: str) -> None:
-        raise NotImplementedError
+        """Implemented by each subclass."""
 
     def load(self) -> bool:
         """Load the main file, else `.bak`.  A missing file is a fresh start (True); False only

@@ -3,13 +3,14 @@ a daemon thread running `run_once()` every `interval()` seconds until stopped, w
 `wakeup()`."""
 from __future__ import annotations
 
+import abc
 import logging
 import threading
 
 log = logging.getLogger("rmq.store")
 
 
-class ServiceThread:
+class ServiceThread(abc.ABC):
     name = "ServiceThread"
 
     def __init__(self):
@@ -20,8 +21,9 @@ class ServiceThread:
     def interval(self) -> float:
         return 1.0
 
-    def run_once(self) -> None:  # pragma: no cover - every service overrides it
-        raise NotImplementedError
+    @abc.abstractmethod
+    def run_once(self) -> None:
+        """Implemented by each subclass."""
 
     def on_stop(self) -> None:
         """Last work after the loop ends (e.g. a final flush)."""
