@@ -495,6 +495,27 @@ def test_string_to_properties_native_equals_python(raw):
     assert tags_code_from_properties(raw) == tags_code_from_properties_py(raw)
 
 
+def test_string_cache_tells_apart_strings_differing_in_one_byte():
+    # The native decoder hands out cached str objects for short ASCII pieces and compares them with
+    # overlapping word loads; a one-byte difference anywhere, at every length up to past the cache
+    # limit, must still give the right string (never a neighbour's cached one).
+    for n in range(0, 30):
+        base = bytes(65 + (i % 26) for i in range(n))
+        variants = [base] + [base[:i] + b"#" + base[i + 1:] for i in range(n)]
+        for _ in range(2):  # the second pass reads back through the cache
+            for v in variants:
+                raw = b"K" + v[:1] + b"\x01" + v + b"\x02"
+                assert string_to_properties(raw) == {"K" + v[:1].decode(): v.decode()}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=30).filter(lambda s: "\x01" not in s and "\x02" not in s),
+                          st.text(max_size=40).filter(lambda s: "\x02" not in s)), max_size=8))
+def test_string_to_properties_reads_back_encoded_pairs(pairs):
+    raw = b"".join(k.encode() + b"\x01" + v.encode() + b"\x02" for k, v in pairs)
+    assert string_to_properties(raw) == dict(pairs) == string_to_properties_py(raw)
+
+
 @settings(max_examples=300, deadline=None)
 @given(_props)
 def test_properties_to_bytes_native_equals_python(props):

@@ -56,9 +56,6 @@ cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object o, Py_ssize_t* size) except NULL
     str PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
 
-cdef extern from *:
-    int __builtin_ctzll(unsigned long long) nogil
-
 # --- constants (mirrors of rmq_core.message.SysFlag; not imported to keep message -> native one-way)
 cdef uint32_t MESSAGE_MAGIC_CODE = 0xDAA320A7u
 cdef uint32_t BLANK_MAGIC_CODE = 0xCBD43194u
@@ -118,9 +115,11 @@ cdef object _decode_error(Py_ssize_t offset, str reason):
 # Property names ("UNIQ_KEY", "TAGS", "WAIT"), tag values and "true" repeat in every record of a
 # pull; decoding them once and handing out the same immutable str saves an allocation per string.
 # Direct-mapped, ASCII-only (so the bytes compare exactly), short strings only (unique ids would
-# just thrash the slots).
+# just thrash the slots).  4096 slots keep a working set of about a thousand distinct short values
+# (keys such as order ids cycling through a pull) mostly collision-free.
 cdef enum:
-    _SCACHE_SIZE = 1024
+    _SCACHE_BITS = 12
+    _SCACHE_SIZE = 1 << _SCACHE_BITS
     _SCACHE_MAX_LEN = 24
 cdef PyObject* _scache[_SCACHE_SIZE]  # static storage: starts all NULL
 
@@ -144,7 +143,54 @@ cdef inline uint32_t _short_hash(const char* p, Py_ssize_t n) noexcept nogil:
         a = (<uint64_t><uint8_t>p[0]) | ((<uint64_t><uint8_t>p[n >> 1]) << 8) | ((<uint64_t><uint8_t>p[n - 1]) << 16)
     a = (a ^ (c * 0x94D049BB133111EBull)) * 0x9E3779B97F4A7C15ull
     a ^= (b + <uint64_t>n) * 0xC2B2AE3D27D4EB4Full
-    return <uint32_t>(a >> 54)  # 10 bits: _SCACHE_SIZE slots
+    return <uint32_t>(a >> (64 - _SCACHE_BITS))
+
+
+cdef inline bint _short_equal(const char* a, const char* b, Py_ssize_t n) noexcept nogil:
+    """a[:n] == b[:n] for n <= 24 with (overlapping) word loads instead of a memcmp call: the
+    cache compares a few short strings per property pair, where the call itself dominated."""
+    cdef uint64_t x0 = 0, y0 = 0, x1 = 0, y1 = 0, x2 = 0, y2 = 0
+    cdef uint32_t u0 = 0, v0 = 0, u1 = 0, v1 = 0
+    if n >= 8:
+        memcpy(&x0, a, 8)
+        memcpy(&y0, b, 8)
+        memcpy(&x1, a + n - 8, 8)
+        memcpy(&y1, b + n - 8, 8)
+        if n > 16:
+            memcpy(&x2, a + 8, 8)
+            memcpy(&y2, b + 8, 8)
+        return ((x0 ^ y0) | (x1 ^ y1) | (x2 ^ y2)) == 0
+    if n >= 4:
+        memcpy(&u0, a, 4)
+        memcpy(&v0, b, 4)
+        memcpy(&u1, a + n - 4, 4)
+        memcpy(&v1, b + n - 4, 4)
+        return ((u0 ^ v0) | (u1 ^ v1)) == 0
+    while n > 0:
+        n -= 1
+        if a[n] != b[n]:
+            return False
+    return True
+
+
+cdef inline bint _is_ascii(const char* p, Py_ssize_t n) noexcept nogil:
+    # Eight bytes per step; the tail is folded in with one overlapping word when n >= 8.
+    cdef uint64_t acc = 0, w
+    cdef Py_ssize_t i = 0
+    cdef uint8_t c = 0
+    if n >= 8:
+        while i + 8 <= n:
+            memcpy(&w, p + i, 8)
+            acc |= w
+            i += 8
+        if i < n:
+            memcpy(&w, p + n - 8, 8)
+            acc |= w
+        return (acc & 0x8080808080808080ull) == 0
+    while i < n:
+        c |= <uint8_t>p[i]
+        i += 1
+    return c < 0x80
 
 
 cdef inline str _new_str(const char* p, Py_ssize_t n, bint ascii):
@@ -167,7 +213,7 @@ cdef inline str _decode_str_ascii(const char* p, Py_ssize_t n, bint ascii):
     h = _short_hash(p, n)
     cached = _scache[h]
     if cached != NULL:
-        if PyUnicode_GET_LENGTH(<object>cached) == n and memcmp(PyUnicode_DATA(<object>cached), p, n) == 0:
+        if PyUnicode_GET_LENGTH(<object>cached) == n and _short_equal(<const char*>PyUnicode_DATA(<object>cached), p, n):
             return <str><object>cached
         Py_DECREF(<object>cached)
     s = _new_str(p, n, True)
@@ -177,76 +223,27 @@ cdef inline str _decode_str_ascii(const char* p, Py_ssize_t n, bint ascii):
 
 
 cdef inline str _decode_str(const char* p, Py_ssize_t n):
-    cdef Py_ssize_t i
-    cdef uint8_t acc = 0
-    for i in range(n):
-        acc |= <uint8_t>p[i]
-    return _decode_str_ascii(p, n, acc < 0x80)
+    return _decode_str_ascii(p, n, _is_ascii(p, n))
 
 
 # --- properties ------------------------------------------------------------------------------------
-cdef uint16_t _ENDIAN_PROBE = 1
-# The word-at-a-time scan finds the first flagged byte with count-trailing-zeros, which is the
-# first byte in memory only on little-endian machines; others take the byte loop.
-cdef bint _LITTLE_ENDIAN = (<uint8_t*>&_ENDIAN_PROBE)[0] == 1
-
-cdef inline Py_ssize_t _next_separator(const char* p, Py_ssize_t i, Py_ssize_t n,
-                                       uint64_t* acc) noexcept nogil:
-    """Index of the next \x01 or \x02 at or after i (n if none); ORs every byte before it into
-    *acc (so the caller knows whether a piece is ASCII).  Eight bytes per step: a word with no
-    byte below 3 is skipped whole (SWAR "has byte less than 3"; the lowest flagged byte is exact)."""
-    cdef uint64_t w, t
-    cdef Py_ssize_t j
-    cdef uint8_t c
-    while _LITTLE_ENDIAN and i + 8 <= n:
-        memcpy(&w, p + i, 8)
-        t = (w - 0x0303030303030303ull) & ~w & 0x8080808080808080ull
-        if t == 0:
-            acc[0] |= w
-            i += 8
-            continue
-        j = __builtin_ctzll(t) >> 3
-        if j:
-            acc[0] |= w & ((1ull << (8 * j)) - 1)
-        c = <uint8_t>p[i + j]
-        if c == 1 or c == 2:
-            return i + j
-        i += j + 1  # a NUL byte is an ordinary character
-    while i < n:
-        c = <uint8_t>p[i]
-        if c == 1 or c == 2:
-            return i
-        acc[0] |= c
-        i += 1
-    return n
-
-
 cdef dict _parse_properties(const char* p, Py_ssize_t n):
     """Split on \x02, then on the first \x01; pairs without \x01 or with an empty name are dropped
-    (the same rule as rmq_core.message.string_to_properties)."""
+    (the same rule as rmq_core.message.string_to_properties).  memchr finds both separators (a
+    vectorised scan in libc); pieces become str straight from the buffer, no temporary bytes."""
     cdef dict out = {}
-    cdef Py_ssize_t i = 0, start = 0, kv = -1
-    cdef uint64_t acc = 0
-    cdef bint key_ascii = True
-    cdef uint8_t c
-    while i <= n:
-        i = _next_separator(p, i, n, &acc)
-        c = <uint8_t>p[i] if i < n else 2  # a missing trailing \x02 ends the last pair all the same
-        if c == 2:
-            if kv > start:
-                PyDict_SetItem(out, _decode_str_ascii(p + start, kv - start, key_ascii),
-                               _decode_str_ascii(p + kv + 1, i - kv - 1,
-                                                 (acc & 0x8080808080808080ull) == 0))
-            start = i + 1
-            kv = -1
-        elif kv < 0:
-            kv = i
-            key_ascii = (acc & 0x8080808080808080ull) == 0
-        else:
-            acc |= 1  # a \x01 inside a value is part of the value
-        if c != 1 or kv == i:
-            acc = 0
-        i += 1
+    cdef const char* cur = p
+    cdef const char* end = p + n
+    cdef const char* e
+    cdef const char* k
+    while cur < end:
+        e = <const char*>memchr(cur, 2, end - cur)
+        if e == NULL:
+            e = end  # a missing trailing \x02 ends the last pair all the same
+        k = <const char*>memchr(cur, 1, e - cur)
+        if k != NULL and k > cur:
+            PyDict_SetItem(out, _decode_str(cur, k - cur), _decode_str(k + 1, e - k - 1))
+        cur = e + 1
     return out
 
 
