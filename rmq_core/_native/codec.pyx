@@ -124,53 +124,34 @@ cdef enum:
 cdef PyObject* _scache[_SCACHE_SIZE]  # static storage: starts all NULL
 
 
-cdef inline uint32_t _short_hash(const char* p, Py_ssize_t n) noexcept nogil:
-    # Word loads from the start, middle and end of a string of <= 24 bytes; a collision only costs
-    # a cache miss, never a wrong string (the bytes are compared before a hit is used).
-    cdef uint64_t a = 0, b = 0, c = 0
+cdef inline void _load_short(const char* p, Py_ssize_t n, uint64_t* w) noexcept nogil:
+    """Three words that together hold every byte of p[:n] (n <= 24), at positions fixed by n:
+    start/middle/end words from 8 bytes up, two overlapping 4-byte loads from 4, single bytes
+    below.  Two strings of the same length are equal exactly when their words are, and the words
+    give the ASCII check (any bit 7 set) and the cache hash without another pass over the bytes."""
     cdef uint32_t x = 0, y = 0
+    w[0] = 0
+    w[1] = 0
+    w[2] = 0
     if n >= 8:
-        memcpy(&a, p, 8)
-        memcpy(&b, p + n - 8, 8)
+        memcpy(&w[0], p, 8)
+        memcpy(&w[1], p + n - 8, 8)
         if n > 16:
-            memcpy(&c, p + 8, 8)
+            memcpy(&w[2], p + 8, 8)
     elif n >= 4:
         memcpy(&x, p, 4)
         memcpy(&y, p + n - 4, 4)
-        a = x
-        b = y
+        w[0] = x
+        w[1] = y
     elif n > 0:
-        a = (<uint64_t><uint8_t>p[0]) | ((<uint64_t><uint8_t>p[n >> 1]) << 8) | ((<uint64_t><uint8_t>p[n - 1]) << 16)
-    a = (a ^ (c * 0x94D049BB133111EBull)) * 0x9E3779B97F4A7C15ull
-    a ^= (b + <uint64_t>n) * 0xC2B2AE3D27D4EB4Full
+        w[0] = (<uint64_t><uint8_t>p[0]) | ((<uint64_t><uint8_t>p[n >> 1]) << 8) | ((<uint64_t><uint8_t>p[n - 1]) << 16)
+
+
+cdef inline uint32_t _short_hash(const uint64_t* w, Py_ssize_t n) noexcept nogil:
+    # A collision only costs a cache miss, never a wrong string (the words are compared first).
+    cdef uint64_t a = (w[0] ^ (w[2] * 0x94D049BB133111EBull)) * 0x9E3779B97F4A7C15ull
+    a ^= (w[1] + <uint64_t>n) * 0xC2B2AE3D27D4EB4Full
     return <uint32_t>(a >> (64 - _SCACHE_BITS))
-
-
-cdef inline bint _short_equal(const char* a, const char* b, Py_ssize_t n) noexcept nogil:
-    """a[:n] == b[:n] for n <= 24 with (overlapping) word loads instead of a memcmp call: the
-    cache compares a few short strings per property pair, where the call itself dominated."""
-    cdef uint64_t x0 = 0, y0 = 0, x1 = 0, y1 = 0, x2 = 0, y2 = 0
-    cdef uint32_t u0 = 0, v0 = 0, u1 = 0, v1 = 0
-    if n >= 8:
-        memcpy(&x0, a, 8)
-        memcpy(&y0, b, 8)
-        memcpy(&x1, a + n - 8, 8)
-        memcpy(&y1, b + n - 8, 8)
-        if n > 16:
-            memcpy(&x2, a + 8, 8)
-            memcpy(&y2, b + 8, 8)
-        return ((x0 ^ y0) | (x1 ^ y1) | (x2 ^ y2)) == 0
-    if n >= 4:
-        memcpy(&u0, a, 4)
-        memcpy(&v0, b, 4)
-        memcpy(&u1, a + n - 4, 4)
-        memcpy(&v1, b + n - 4, 4)
-        return ((u0 ^ v0) | (u1 ^ v1)) == 0
-    while n > 0:
-        n -= 1
-        if a[n] != b[n]:
-            return False
-    return True
 
 
 cdef inline bint _is_ascii(const char* p, Py_ssize_t n) noexcept nogil:
@@ -202,28 +183,31 @@ cdef inline str _new_str(const char* p, Py_ssize_t n, bint ascii):
     return PyUnicode_DecodeUTF8(p, n, "replace")
 
 
-cdef inline str _decode_str_ascii(const char* p, Py_ssize_t n, bint ascii):
-    """UTF-8 bytes -> str (invalid sequences replaced, as Java's new String(bytes, UTF_8) does),
-    through the short-string cache when `ascii`."""
+cdef str _decode_str(const char* p, Py_ssize_t n):
+    """UTF-8 bytes -> str (invalid sequences replaced, as Java's new String(bytes, UTF_8) does);
+    short ASCII strings go through the cache."""
+    cdef uint64_t w[3]
+    cdef uint64_t c[3]
     cdef uint32_t h
     cdef PyObject* cached
     cdef str s
-    if n > _SCACHE_MAX_LEN or not ascii:
-        return _new_str(p, n, ascii)
-    h = _short_hash(p, n)
+    if n > _SCACHE_MAX_LEN:
+        return _new_str(p, n, _is_ascii(p, n))
+    _load_short(p, n, w)
+    if ((w[0] | w[1] | w[2]) & 0x8080808080808080ull) != 0:
+        return PyUnicode_DecodeUTF8(p, n, "replace")
+    h = _short_hash(w, n)
     cached = _scache[h]
     if cached != NULL:
-        if PyUnicode_GET_LENGTH(<object>cached) == n and _short_equal(<const char*>PyUnicode_DATA(<object>cached), p, n):
-            return <str><object>cached
+        if PyUnicode_GET_LENGTH(<object>cached) == n:
+            _load_short(<const char*>PyUnicode_DATA(<object>cached), n, c)
+            if ((w[0] ^ c[0]) | (w[1] ^ c[1]) | (w[2] ^ c[2])) == 0:
+                return <str><object>cached
         Py_DECREF(<object>cached)
     s = _new_str(p, n, True)
     Py_INCREF(s)
     _scache[h] = <PyObject*>s
     return s
-
-
-cdef inline str _decode_str(const char* p, Py_ssize_t n):
-    return _decode_str_ascii(p, n, _is_ascii(p, n))
 
 
 # --- properties ------------------------------------------------------------------------------------
