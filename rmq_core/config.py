@@ -281,6 +281,9 @@ class BrokerConfig(PropertiesConfig):
     trace_topic_enable: bool = prop(False, "traceTopicEnable")
     rebalance_lock_max_live_time: int = prop(60_000, "rebalanceLockMaxLiveTime")  # orderly queue lock lease
     error_reply_delay_ms: int = prop(1000, "errorReplyDelayMs")  # C++ client retries at once: slow it down
+    # A refused queue lock is answered after this long: the C++ client retries at once, while a
+    # Java client gives up on a lock call after 1 s, so the delay stays under that.
+    lock_refuse_reply_delay_ms: int = prop(500, "lockRefuseReplyDelayMs")
     server_max_frame_length: int = prop(16 * 1024 * 1024, "serverMaxFrameLength")
 
     @property

@@ -14,6 +14,7 @@ SMALL = {
     "transactionCheckInterval": "200",
     "transactionCheckMax": "3",
     "errorReplyDelayMs": "50",
+    "lockRefuseReplyDelayMs": "50",
     "enablePropertyFilter": "true",
 }
 

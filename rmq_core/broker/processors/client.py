@@ -154,7 +154,7 @@ class ClientManageProcessor(Processor):
         locked = self.ctrl.lock_manager.try_lock_batch(group, mqs, client_id)
         if len(locked) < len(mqs):
             # The C++ client retries a refused lock immediately: answer a refusal slowly.
-            await asyncio.sleep(self.ctrl.broker_config.error_reply_delay_ms / 1000)
+            await asyncio.sleep(self.ctrl.broker_config.lock_refuse_reply_delay_ms / 1000)
         return request.make_response(ResponseCode.SUCCESS, None, None,
                                      json_body({"lockOKMQSet": [_mq_to_json(m) for m in sorted(locked)]}))
 
