@@ -30,6 +30,17 @@ OP_TOPIC = TopicValidator.RMQ_SYS_TRANS_OP_HALF_TOPIC
 CHECK_MAX_TOPIC = TopicValidator.RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC
 SYS_GROUP = "CID_RMQ_SYS_TRANS"
 OP_TAG = "d"
+OP_ORIGIN = "RMQ_TX_ORIGIN"  # op record property: queue offset of the transaction's first half copy
+OP_RESOLVED = "RMQ_TX_RESOLVED"  # op record property: the transaction ended (not just a superseded copy)
+
+
+def _origin_of(half) -> int:
+    """Queue offset of the first copy of this half (re-appended copies carry it)."""
+    v = half.properties.get(MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET)
+    try:
+        return int(v) if v else half.queue_offset
+    except ValueError:
+        return half.queue_offset
 
 
 class TransactionalMessageService:
@@ -42,7 +53,9 @@ class TransactionalMessageService:
         self._wakeup: asyncio.Event | None = None
         self._op_read_to: int | None = None
         self._pending_ops: list[tuple[int, int]] = []
-        self._scan_offset = 0  # half queue offset the check pass has moved past
+        # Transactions that got an END (or were discarded), by the queue offset of their first
+        # half copy: a re-appended copy carries it in TRAN_PREPARED_QUEUE_OFFSET.
+        self._resolved_origins: set[int] = set()
 
     # --- send path ------------------------------------------------------------------------------------
     def prepare_half_message(self, inner: MessageExtBrokerInner, producer_group: str) -> MessageExtBrokerInner:
@@ -88,17 +101,19 @@ class TransactionalMessageService:
         if half.queue_offset != half_queue_offset:
             return request.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"the transaction state table offset wrong: {half_queue_offset} != {half.queue_offset}")
-        if half_queue_offset in self._done_half_offsets or half_queue_offset < self._scan_offset:
-            # Already resolved: an op exists, or the check pass re-appended this half (its copy is
-            # the one that will be checked and resolved).
+        origin = _origin_of(half)
+        if origin in self._resolved_origins:
+            # Resolved already (a repeated END, or a check answered first): never commit twice.
             return request.make_response(ResponseCode.SUCCESS, None)
+        # A half the check pass has re-appended is still committed here: the END may simply be late.
+        # Its origin is then marked resolved so the re-appended copy is not checked again.
         if state == SysFlag.TRANSACTION_COMMIT_TYPE:
             inner = self._to_real(half, commit_log_offset)
             inner = ctrl.redirect_if_delayed(inner, strict=False)
             res = await ctrl.put_message(inner)
             if res.status != PutMessageStatus.PUT_OK:
                 return request.make_response(ResponseCode.SYSTEM_ERROR, f"commit failed: {res.error or res.status.name}")
-        await self._put_op(half_queue_offset)
+        await self._put_op(half_queue_offset, origin, resolved=True)
         return request.make_response(ResponseCode.SUCCESS, None)
 
     def _to_real(self, half, commit_log_offset: int) -> MessageExtBrokerInner:
@@ -107,19 +122,28 @@ class TransactionalMessageService:
         qid = int(props.pop(MessageConst.REAL_QUEUE_ID, "0") or 0)
         props.pop(MessageConst.TRANSACTION_PREPARED, None)
         props.pop(MessageConst.TRANSACTION_CHECK_TIMES, None)
+        props.pop(MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET, None)
         return MessageExtBrokerInner(
             topic=topic, queue_id=qid, body=half.body, flag=half.flag, properties=props,
             sys_flag=SysFlag.reset_transaction_value(half.sys_flag, SysFlag.TRANSACTION_COMMIT_TYPE),
             born_timestamp=half.born_timestamp, born_host=host_port(half.born_host),
             reconsume_times=half.reconsume_times, prepared_transaction_offset=commit_log_offset)
 
-    async def _put_op(self, half_queue_offset: int) -> None:
+    async def _put_op(self, half_queue_offset: int, origin: int, resolved: bool) -> None:
+        """Op record for one half copy (body = its queue offset, tag "d", as RocketMQ).  `resolved`
+        marks an END (commit / rollback / discard) of the whole transaction — every copy of the
+        half with that origin is done — as opposed to a copy superseded by its re-appended twin."""
+        props = {MessageConst.TAGS: OP_TAG, OP_ORIGIN: str(origin)}
+        if resolved:
+            props[OP_RESOLVED] = "true"
         inner = MessageExtBrokerInner(
-            topic=OP_TOPIC, queue_id=0, body=str(half_queue_offset).encode(),
-            properties={MessageConst.TAGS: OP_TAG}, born_host=host_port(self.ctrl.broker_config.broker_addr))
+            topic=OP_TOPIC, queue_id=0, body=str(half_queue_offset).encode(), properties=props,
+            born_host=host_port(self.ctrl.broker_config.broker_addr))
         res = await self.ctrl.put_message(inner)
         if res.status == PutMessageStatus.PUT_OK:
             self._done_half_offsets.add(half_queue_offset)
+            if resolved:
+                self._resolved_origins.add(origin)
         else:
             log.error("transaction op record for half %d failed: %s", half_queue_offset, res.status)
 
@@ -168,6 +192,11 @@ class TransactionalMessageService:
                     log.warning("bad transaction op body %r", m.body[:32])
                     ref = -1
                 self._done_half_offsets.add(ref)
+                if m.properties.get(OP_RESOLVED) == "true":
+                    try:
+                        self._resolved_origins.add(int(m.properties.get(OP_ORIGIN, ref)))
+                    except ValueError:
+                        self._resolved_origins.add(ref)
                 self._pending_ops.append((m.queue_offset, ref))
             self._op_read_to = res.next_begin_offset
 
@@ -190,7 +219,7 @@ class TransactionalMessageService:
                 break
             stop = False
             for half in decode_messages(res.buffer):
-                if half.queue_offset in self._done_half_offsets:
+                if half.queue_offset in self._done_half_offsets or _origin_of(half) in self._resolved_origins:
                     half_offset = half.queue_offset + 1
                     continue
                 if half.store_timestamp >= start_ms:
@@ -214,7 +243,6 @@ class TransactionalMessageService:
             if stop:
                 break
         om.commit_offset("broker", SYS_GROUP, OP_TOPIC, 0, self._committed_op_offset(half_offset))
-        self._scan_offset = half_offset
         self._done_half_offsets = {o for o in self._done_half_offsets if o >= half_offset}
 
     async def _discard(self, half) -> None:
@@ -227,11 +255,12 @@ class TransactionalMessageService:
                                       properties=dict(half.properties), sys_flag=half.sys_flag,
                                       born_timestamp=half.born_timestamp, born_host=host_port(half.born_host))
         await self.ctrl.put_message(inner)
-        await self._put_op(half.queue_offset)
+        await self._put_op(half.queue_offset, _origin_of(half), resolved=True)
 
     async def _re_append_and_check(self, half, check_times: int) -> None:
         props = dict(half.properties)
         props[MessageConst.TRANSACTION_CHECK_TIMES] = str(check_times)
+        props[MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET] = str(_origin_of(half))
         inner = MessageExtBrokerInner(topic=HALF_TOPIC, queue_id=0, body=half.body, flag=half.flag,
                                       properties=props, sys_flag=half.sys_flag,
                                       born_timestamp=half.born_timestamp, born_host=host_port(half.born_host),
@@ -240,7 +269,7 @@ class TransactionalMessageService:
         if res.status != PutMessageStatus.PUT_OK:
             return
         # The op for the old half position is written so only the re-appended copy stays pending.
-        await self._put_op(half.queue_offset)
+        await self._put_op(half.queue_offset, _origin_of(half), resolved=False)
         ar = res.append_result
         await self._send_check(half, ar.logics_offset, ar.wrote_offset, props)
 

@@ -85,3 +85,31 @@ def test_broker_restart_mid_transaction_still_resolves(make_cluster, tmp_path):
         assert len(_pull_all(p2, addr2, "T_RS")) == 1, "resolved once"
     finally:
         p2.close()
+
+
+def test_late_end_after_a_check_pass_still_commits_once(cluster):
+    """The check pass re-appends an unanswered half; an END that arrives afterwards for the
+    original copy must still commit it — once — and the re-appended copy is not checked again."""
+    addr = cluster.broker_addr
+    p = RawClient("late")
+    try:
+        r = _half(p, addr, "T_LATE_END", b"late-commit", "PG_LATE")
+        svc = cluster.broker.transaction_service
+        assert _wait_for(lambda: _half_copies(p, addr) >= 2, timeout=5), "the check pass re-appended the half"
+        assert svc.checks_sent == 0  # no live producer of PG_LATE: nobody could answer
+        end = p.invoke(addr, RequestCode.END_TRANSACTION, {
+            "producerGroup": "PG_LATE", "tranStateTableOffset": r.ext_fields["queueOffset"],
+            "commitLogOffset": str(int(r.ext_fields["msgId"][16:], 16)), "commitOrRollback": "8",
+            "fromTransactionCheck": "false", "msgId": "x"})
+        assert end.code == 0, end.remark
+        assert [m.body for m in _wait_for(lambda: _pull_all(p, addr, "T_LATE_END"), 5)] == [b"late-commit"]
+        time.sleep(2.5)  # several check passes later: neither discarded nor committed twice
+        assert [m.body for m in _pull_all(p, addr, "T_LATE_END")] == [b"late-commit"]
+        assert svc.discarded == 0
+    finally:
+        p.close()
+
+
+def _half_copies(raw, addr):
+    r = raw.invoke(addr, RequestCode.GET_MAX_OFFSET, {"topic": "RMQ_SYS_TRANS_HALF_TOPIC", "queueId": "0"})
+    return int(r.ext_fields["offset"])
