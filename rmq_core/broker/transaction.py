@@ -229,8 +229,10 @@ class TransactionalMessageService:
                 ci = half.properties.get(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS)
                 if ci and ci.isdigit():
                     immunity = max(immunity, int(ci) * 1000)
-                if time.time() * 1000 - half.born_timestamp < immunity and \
-                        time.time() * 1000 - half.store_timestamp < immunity:
+                # Measured from the copy's store time: a re-appended copy gives the producer a whole
+                # transactionTimeOut to answer its check before the next one (the queue is in store
+                # order, so every later copy is younger still).
+                if time.time() * 1000 - half.store_timestamp < immunity:
                     stop = True  # later halves are younger still
                     break
                 checks = int(half.properties.get(MessageConst.TRANSACTION_CHECK_TIMES, "0") or 0)
