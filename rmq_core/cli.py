@@ -111,12 +111,6 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--broker-listen", default="127.0.0.1:10911", help="broker host:port (default 127.0.0.1:10911)")
     sa.set_defaults(fn=_cmd_standalone)
 
-    try:
-        from rmq_core.admin import add_admin_parser
-    except ImportError:
-        pass
-    else:
-        add_admin_parser(sub)
     return p
 
 

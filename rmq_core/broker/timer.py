@@ -52,6 +52,7 @@ import re
 import struct
 import time
 
+from rmq_core.broker import cancel_and_wait
 from rmq_core.codec import decode_batch_body, decode_messages
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import MessageConst, SysFlag, TopicValidator, host_port, string_to_properties
@@ -424,11 +425,7 @@ class TimerMessageService:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+            await cancel_and_wait([self._task])
             self._task = None
             if self._checkpoint_writer is not None:
                 await asyncio.gather(self._checkpoint_writer, return_exceptions=True)

@@ -261,7 +261,7 @@ class PullConsumer(ConsumerBase):
         self._add(mq, pq, offset)
 
     def message_queue_changed(self, topic: str, mq_all: list, mq_divided: set) -> None:
-        pass
+        """Rebalance listener hook: the lite pull consumer learns its queues from dispatch_pull."""
 
     def persist_consumer_offset(self) -> None:
         # only what was committed is in the offset store, so persisting it is always safe
