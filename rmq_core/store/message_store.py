@@ -986,6 +986,28 @@ class CleanCommitLogService(ServiceThread):
         self.store.clean_expired_files()
 
 
+_CQ_ENTRY = struct.Struct(">qi")  # a consume-queue entry's commit-log offset and size
+_RECORD_HEAD = struct.Struct(">i")  # sys flag, at byte 36 of a record
+
+
+def _index_item(topic: str, phys: int, data, pos: int) -> tuple:
+    """The index work item of the record at data[pos:]: (topic, commit-log offset, store
+    timestamp, sys flag, properties bytes) — what a single put queues (REMOTING.md §6 layout)."""
+    (sys_flag,) = _RECORD_HEAD.unpack_from(data, pos + 36)
+    p = pos + 48 + (20 if sys_flag & 0x10 else 8)
+    (store_ts,) = _I64.unpack_from(data, p)
+    p += 8 + (20 if sys_flag & 0x20 else 8) + 12
+    (body_len,) = _RECORD_HEAD.unpack_from(data, p)
+    p += 4 + body_len
+    p += 1 + data[p]
+    (props_len,) = _I16.unpack_from(data, p)
+    return topic, phys, store_ts, sys_flag, bytes(data[p + 2:p + 2 + props_len])
+
+
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+
+
 class IndexBuildService:
     """Builds the key index off the put path, as RocketMQ builds it in its ReputMessageService.
 
@@ -1093,17 +1115,52 @@ class IndexBuildService:
             self.processed_timestamp = ts
 
     def _build_entries(self, topic: str, entries, count: int) -> int:
+        """Index a batch's records: read them back (a run of adjacent records in one read), turn
+        each into the (topic, offset, store time, sys flag, properties) item a single put queues,
+        and hash those natively like any other run — per-record Python work here held the GIL
+        long enough to stall the broker's event loop for milliseconds."""
+        from collections import deque
+
         get_data = self.store.commit_log.get_data
-        build = self.index_service.build_index
+        items: deque = deque()
+        unpack_entry = _CQ_ENTRY.unpack_from
+        i = 0
+        while i < count:
+            phys, size = unpack_entry(entries, i * 20)
+            # extend the run while the next record starts where this one ends
+            j, end = i + 1, phys + size
+            while j < count:
+                nphys, nsize = unpack_entry(entries, j * 20)
+                if nphys != end:
+                    break
+                end += nsize
+                j += 1
+            span = get_data(phys, end - phys)
+            if span is None:  # a segment end inside the run, or deleted by retention: one by one
+                span_items = []
+                for k in range(i, j):
+                    kphys, ksize = unpack_entry(entries, k * 20)
+                    raw = get_data(kphys, ksize)
+                    if raw is not None:
+                        span_items.append(_index_item(topic, kphys, raw, 0))
+                items.extend(span_items)
+            else:
+                pos = 0
+                for k in range(i, j):
+                    _, ksize = unpack_entry(entries, k * 20)
+                    items.append(_index_item(topic, phys + pos, span, pos))
+                    pos += ksize
+            i = j
         ts = 0
-        for i in range(count):
-            phys, size = struct.unpack_from(">qi", entries, i * 20)
-            raw = get_data(phys, size)
-            if raw is None:  # deleted by retention meanwhile
-                continue
-            f = record_fields(raw)
-            ts = f["store_timestamp"]
-            build(DispatchRequest(topic, 0, phys, size, 0, ts, 0, f["sys_flag"], 0, f["properties_bytes"]))
+        svc = self.index_service
+        while items:
+            run, run_ts, other = native.collect_index_run(items, 4096, self._prefixes)
+            if run:
+                svc.build_hashed(run)
+            ts = run_ts or ts
+            if other is not None:  # keys that are not plain ASCII: the general path
+                otopic, ophys, ts, osys_flag, oprops = other
+                svc.build_index(DispatchRequest(otopic, 0, ophys, 0, 0, ts, 0, osys_flag, 0, oprops))
         return ts
 
     def stop(self) -> None:
