@@ -668,3 +668,55 @@ def encode_json_frame_header(cmd, Py_ssize_t body_length):
         return PyBytes_FromStringAndSize(o.buf, o.n)
     finally:
         free(o.buf)
+
+
+# --- typed header fields -------------------------------------------------------------------------
+cdef extern from "Python.h":
+    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
+    object PyTuple_New(Py_ssize_t n)
+    void PyTuple_SET_ITEM(object t, Py_ssize_t i, object o)
+    object PyLong_FromLongLong(long long v)
+
+
+def header_ints(dict ext, tuple keys, tuple defaults):
+    """The integer ext fields `keys` of a request as a tuple: a missing or empty field gives its
+    entry in `defaults`, an int stays as it is, a str of optional '-' and 1..18 ASCII digits is
+    parsed.  None when any value is something else (" 7", "+7", "7_0", "x", 1e3, a huge number):
+    the caller's Python path then parses it as int() would, or names the bad field."""
+    cdef Py_ssize_t i, j, slen, n = len(keys)
+    cdef PyObject* v
+    cdef const char* s
+    cdef long long acc
+    cdef bint neg
+    if len(defaults) != n:
+        raise ValueError(f"header_ints: {n} keys but {len(defaults)} defaults")
+    out = PyTuple_New(n)
+    for i in range(n):
+        v = PyDict_GetItemWithError(ext, keys[i])
+        if v == NULL:
+            val = defaults[i]
+        elif PyUnicode_CheckExact(<object>v):
+            if PyUnicode_GET_LENGTH(<object>v) == 0:
+                val = defaults[i]
+            else:
+                s = PyUnicode_AsUTF8AndSize(<object>v, &slen)
+                j = 0
+                neg = s[0] == 45  # '-'
+                if neg:
+                    j = 1
+                if slen - j < 1 or slen - j > 18:
+                    return None
+                acc = 0
+                while j < slen:
+                    if s[j] < 48 or s[j] > 57:
+                        return None
+                    acc = acc * 10 + (s[j] - 48)
+                    j += 1
+                val = PyLong_FromLongLong(-acc if neg else acc)
+        elif PyLong_CheckExact(<object>v):
+            val = <object>v
+        else:
+            return None
+        Py_INCREF(val)  # PyTuple_SET_ITEM steals a reference
+        PyTuple_SET_ITEM(out, i, val)
+    return out

@@ -12,7 +12,13 @@ from rmq_core.errors import IllegalArgumentError
 from rmq_core.codec import string_to_properties
 from rmq_core.message import MessageConst, MixAll, PermName, SysFlag, TopicValidator, properties_to_string, host_port
 from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
 from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
+
+try:
+    from rmq_core._native.remoting_native import header_ints as _header_ints
+except ImportError:  # pragma: no cover - `make build` always builds it
+    _header_ints = None
 
 log = logging.getLogger("rmq.broker")
 
@@ -80,6 +86,12 @@ class SendHeader:
 _V1_FIELDS = ("topic", "producerGroup", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
               "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch")
 _V2_FIELDS = ("b", "a", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m")
+# The integer fields the fast path reads natively, in SendHeader.parse's order and defaults:
+# defaultTopicQueueNums, queueId, sysFlag, bornTimestamp, flag, reconsumeTimes, maxReconsumeTimes.
+_INT_SLOTS = (3, 4, 5, 6, 7, 9, 11)
+_V1_INT_KEYS = tuple(_V1_FIELDS[i] for i in _INT_SLOTS)
+_V2_INT_KEYS = tuple(_V2_FIELDS[i] for i in _INT_SLOTS)
+_INT_DEFAULTS = (4, -1, 0, 0, 0, 0, None)
 
 
 def _int_or(value, default):
@@ -103,8 +115,75 @@ class SendMessageProcessor(Processor):
     def __init__(self, controller):
         super().__init__(controller)
         self._sendable_topics: set[str] = set()  # valid, non-system topic names seen before
+        # topic -> (topic table DataVersion, its counter, write queue nums, queue id bound) of a
+        # topic every check of _check passed for, under that version of the topic table: while the
+        # version is unchanged, a plain send to it needs none of those checks again.
+        self._send_topics: dict[str, tuple] = {}
+
+    def register(self, server) -> None:
+        for code, name in self.CODES.items():
+            if name == "send_message":
+                # process_send answers most sends without suspending: no coroutine of its own.
+                server.register_processor(int(code), _SendRequests(self.process_send))
+            else:
+                server.register_processor(int(code), _SendRequests(getattr(self, name)))
 
     # --- send -----------------------------------------------------------------------------------
+    def process_send(self, ctx, request):
+        """A send request's response, or an awaitable of it.
+
+        The common send — a plain message (no batch, transaction, delay, timer or retry topic) to
+        a topic whose checks passed under the topic table's current data version — is put and
+        answered right here; every other request, and any field the native reader declines,
+        takes send_message, which does the whole check and names a bad value."""
+        ext = request.ext_fields
+        if "b" in ext and "topic" not in ext:
+            names, int_keys = _V2_FIELDS, _V2_INT_KEYS
+        else:
+            names, int_keys = _V1_FIELDS, _V1_INT_KEYS
+        topic = ext.get(names[0])
+        entry = self._send_topics.get(topic)
+        if entry is None or request.code == RequestCode.SEND_BATCH_MESSAGE or _header_ints is None:
+            return self.send_message(ctx, request)
+        dv = self.ctrl.topic_manager.table.data_version
+        ints = _header_ints(ext, int_keys, _INT_DEFAULTS)
+        if (ints is None or entry[0] is not dv or entry[1] != dv.counter
+                or not self.ctrl.broker_config.broker_permission & PermName.PERM_WRITE):
+            return self.send_message(ctx, request)
+        queue_id, sys_flag = ints[1], ints[2]
+        props = ext.get(names[8]) or ""
+        batch = ext.get(names[12])
+        if (sys_flag & SysFlag.TRANSACTION_MASK or (batch is not None and batch != "false" and _bool(batch))
+                or (("DELAY" in props or "TRAN_MSG" in props or "TIMER_" in props or "DELIVER_TIME_MS" in props)
+                    and _SPECIAL_KEYS.search(props))):
+            return self.send_message(ctx, request)
+        if queue_id < 0:
+            queue_id = random.randrange(entry[2])
+        elif queue_id >= entry[3]:
+            return self.send_message(ctx, request)  # answers with the error naming the queue id
+        try:
+            born_host = ctx.attributes["_born_host"]
+        except (AttributeError, KeyError):
+            born_host = _remember_born_host(ctx)
+        inner = MessageExtBrokerInner(
+            topic, queue_id, request.body or b"", ints[4], {}, props.encode("utf-8") + self._cluster_property(),
+            sys_flag, ints[3] or int(time.time() * 1000), born_host, None, ints[5])
+        result, fut = self.ctrl.store.put_message_nowait(inner)
+        if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answer once it is durable
+            return self._finish_put(request, result, fut, topic, queue_id)
+        if result.status is not PutMessageStatus.PUT_OK:
+            return self._send_response(request, result, topic, queue_id)
+        ar = result.append_result
+        self.ctrl.stats.inc_put(topic, ar.msg_num, ar.wrote_bytes)
+        return RemotingCommand(
+            ResponseCode.SUCCESS, opaque=request.opaque, flag=RESPONSE_FLAG, serialize_type=request.serialize_type,
+            ext_fields={"msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset),
+                        "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+
+    async def _finish_put(self, request, result, fut, topic, queue_id):
+        result = await self.ctrl._await_flush(result, fut)
+        return self._send_response(request, result, topic, queue_id)
+
     async def send_message(self, ctx, request):
         ctrl = self.ctrl
         try:
@@ -223,6 +302,8 @@ class SendMessageProcessor(Processor):
         """msgCheck: broker permission, topic name, topic existence / auto-creation, queue id."""
         ctrl = self.ctrl
         bc = ctrl.broker_config
+        dv = ctrl.topic_manager.table.data_version
+        counter = dv.counter
         if not PermName.is_writeable(bc.broker_permission):
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"the broker[{bc.broker_ip1}] sending message is forbidden")
@@ -255,6 +336,12 @@ class SendMessageProcessor(Processor):
         if not PermName.is_writeable(tc.perm):
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"the topic[{h.topic}] sending message is forbidden")
+        if tc.write_queue_nums > 0 and not MixAll.is_retry_topic(h.topic):
+            # Keyed by the version read before the checks: a change made meanwhile invalidates it.
+            if len(self._send_topics) > 100_000:
+                self._send_topics.clear()
+            self._send_topics[h.topic] = (dv, counter, tc.write_queue_nums,
+                                          max(tc.write_queue_nums, tc.read_queue_nums))
         return None
 
     def _handle_retry_and_dlq(self, h, props):
@@ -326,3 +413,22 @@ class SendMessageProcessor(Processor):
         if result.status != PutMessageStatus.PUT_OK:
             return request.make_response(ResponseCode.SYSTEM_ERROR, result.error or result.status.name)
         return request.make_response(ResponseCode.SUCCESS, None)
+
+
+class _SendRequests:
+    """The remoting contract (`process_request(ctx, request)`) around one processor method; the
+    method may answer at once (a RemotingCommand) or give an awaitable of the answer."""
+
+    __slots__ = ("process_request",)
+
+    def __init__(self, fn):
+        self.process_request = fn
+
+
+def _remember_born_host(ctx) -> tuple[str, int]:
+    """born_host_of(ctx), kept in the connection's attributes (its address does not change)."""
+    born_host = born_host_of(ctx)
+    attributes = getattr(ctx, "attributes", None)
+    if type(attributes) is dict:
+        attributes["_born_host"] = born_host
+    return born_host
