@@ -65,6 +65,26 @@ cdef extern from *:
 
 rmq_crc32_init()
 
+cdef extern from "store_batch.h" nogil:
+    ctypedef int32_t (*rmq_hash_fn)(const unsigned char *, Py_ssize_t) noexcept nogil
+    ctypedef struct rmq_batch_tmpl:
+        size_t head_len
+        size_t fixed
+    ctypedef struct rmq_tag_cache:
+        const unsigned char *props
+    void rmq_batch_tmpl_init(rmq_batch_tmpl *t, int32_t queue_id, int32_t sys_flag, int64_t born_ts,
+                             const unsigned char *born_host, size_t bh_len,
+                             const unsigned char *store_host, size_t sh_len,
+                             int32_t reconsume, int64_t store_ts,
+                             const unsigned char *topic, size_t topic_len,
+                             const unsigned char *extra, size_t extra_len)
+    size_t rmq_batch_encode(const rmq_batch_tmpl *t, const unsigned char *s, size_t *body_pos, size_t n_items,
+                            unsigned char *dst, size_t dst_len, int64_t phys0, int64_t qoff0,
+                            unsigned char *cq, rmq_tag_cache *tc, rmq_hash_fn hash)
+    size_t rmq_batch_fit(const rmq_batch_tmpl *t, const unsigned char *s, size_t body_pos, size_t n_items,
+                         size_t write_pos, size_t file_size, size_t *nbytes, size_t *next_body_pos)
+
+
 cdef uint32_t MAGIC = 0xDAA320A7u
 cdef uint32_t BLANK_MAGIC = 0xCBD43194u
 DEF MIN_BLANK = 8
@@ -418,7 +438,10 @@ def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t 
                  bint plan_only=False):
     """A SEND_BATCH_MESSAGE body (REMOTING.md §8) -> (bytearray records, count, bytearray tags codes
     as native int64).  Every item becomes a full record with the request's topic, queue, hosts and
-    `extra_properties` appended to its own properties (as the Java broker does)."""
+    `extra_properties` appended to its own properties (as the Java broker does).
+
+    plan_only: validate and size only -> (None, count, total record bytes), for `fit_batch` and
+    `encode_batch_into`, which encode straight into the segment."""
     cdef const unsigned char[::1] src = body
     cdef const unsigned char[::1] ex = extra_properties
     cdef const unsigned char[::1] bh = born_host
@@ -461,7 +484,7 @@ def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t 
         count += 1
         pos += item_total
     if plan_only:
-        return plan_batch(s, n, count, exl, exp, fixed)
+        return None, count, out_len
     out = PyByteArray_FromStringAndSize(NULL, out_len)
     tags = PyBytes_FromStringAndSize(NULL, count * 8)  # fresh: filled below, then immutable
     cdef unsigned char *d = <unsigned char *>PyByteArray_AS_STRING(out)
@@ -499,51 +522,35 @@ def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t 
     return out, count, tags
 
 
-cdef plan_batch(const unsigned char *s, Py_ssize_t n, Py_ssize_t count, Py_ssize_t exl, const unsigned char *exp,
-                Py_ssize_t fixed):
-    """(None, count, tags codes, record sizes as native int32, total bytes) of a validated batch:
-    what the put lock needs to place the records before they are encoded into the segment."""
-    tags = PyBytes_FromStringAndSize(NULL, count * 8)
-    sizes = PyBytes_FromStringAndSize(NULL, count * 4)
-    cdef int64_t *tg = <int64_t *><char *>(<bytes>tags)
-    cdef int32_t *sz = <int32_t *><char *>(<bytes>sizes)
-    cdef Py_ssize_t pos = 0, i = 0, item_total, blen, plen, ppos, vs, vl, total = 0
-    cdef bint sep
-    cdef int64_t code
-    with nogil:
-        while i < count:
-            item_total = <int32_t>rmq_ld32(s + pos)
-            blen = <int32_t>rmq_ld32(s + pos + 16)
-            plen = <int16_t>rmq_ld16(s + pos + 20 + blen)
-            ppos = pos + 22 + blen
-            sep = plen > 0 and exl > 0 and s[ppos + plen - 1] != 2
-            sz[i] = <int32_t>(fixed + blen + plen + exl + (1 if sep else 0))
-            total += sz[i]
-            code = 0
-            if find_property(s + ppos, plen, b"TAGS", 4, &vs, &vl):
-                if vl > 0:
-                    code = java_hash_utf8(s + ppos + vs, vl)
-            elif exl:
-                code = tags_code_of(exp, exl)
-            tg[i] = code
-            pos += item_total
-            i += 1
-    return None, count, tags, sizes, total
+cdef inline int batch_template(rmq_batch_tmpl *t, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts,
+                               bytes born_host, bytes store_host, int32_t reconsume_times,
+                               const unsigned char[::1] extra, int64_t store_timestamp) except -1:
+    cdef Py_ssize_t tl = len(topic), bhl = len(born_host), shl = len(store_host)
+    if tl == 0 or tl > MAX_TOPIC:
+        raise ValueError(f"topic of {tl} bytes; it must be 1..{MAX_TOPIC}")
+    if bhl != (20 if sys_flag & BORNHOST_V6 else 8) or shl != (20 if sys_flag & STOREHOST_V6 else 8):
+        raise ValueError(f"hosts of {bhl}/{shl} bytes do not match sysFlag {sys_flag:#x}")
+    rmq_batch_tmpl_init(t, queue_id, sys_flag, born_ts, <const unsigned char *><char *>born_host, bhl,
+                        <const unsigned char *><char *>store_host, shl, reconsume_times, store_timestamp,
+                        <const unsigned char *><char *>topic, tl, ptr_or_empty(extra), extra.shape[0])
+    return 0
 
 
-def fit_records(bytes sizes, Py_ssize_t start, Py_ssize_t count, Py_ssize_t write_pos, Py_ssize_t file_size):
-    """How many of the planned records from index `start` fit the segment at write_pos (leaving 8
-    bytes for the blank): (records, bytes, end_of_file)."""
-    cdef const int32_t *sz = <const int32_t *><char *>sizes
-    if len(sizes) < (start + count) * 4:
-        raise ValueError("sizes shorter than start + count")
-    cdef Py_ssize_t i = 0, pos = write_pos
-    while i < count:
-        if pos + sz[start + i] + MIN_BLANK > file_size:
-            return i, pos - write_pos, True
-        pos += sz[start + i]
-        i += 1
-    return i, pos - write_pos, False
+def fit_batch(body, Py_ssize_t body_pos, Py_ssize_t n_items, bytes topic, int32_t sys_flag, bytes born_host,
+              bytes store_host, extra_properties, Py_ssize_t write_pos, Py_ssize_t file_size):
+    """How many of the (validated) batch items from body[body_pos:] fit a segment at write_pos, each
+    record leaving 8 bytes for the end-of-file blank: (records, bytes, next body position)."""
+    cdef const unsigned char[::1] src = body
+    cdef const unsigned char[::1] ex = extra_properties
+    cdef rmq_batch_tmpl t
+    cdef size_t nbytes = 0, next_pos = 0, k
+    batch_template(&t, topic, 0, sys_flag, 0, born_host, store_host, 0, ex, 0)
+    if body_pos < 0 or body_pos > src.shape[0] or n_items < 0 or write_pos < 0:
+        raise ValueError(f"body position {body_pos} / item count {n_items} / write position {write_pos} out of range")
+    if n_items == 0:
+        return 0, 0, body_pos
+    k = rmq_batch_fit(&t, &src[0], body_pos, n_items, write_pos, file_size, &nbytes, &next_pos)
+    return k, nbytes, next_pos
 
 
 def write_blank(NativeMap dst, Py_ssize_t pos):
@@ -553,63 +560,40 @@ def write_blank(NativeMap dst, Py_ssize_t pos):
     rmq_st32(p + pos + 4, BLANK_MAGIC)
 
 
-def encode_batch_into(NativeMap dst, Py_ssize_t dst_pos, body, Py_ssize_t body_pos, Py_ssize_t n_items,
-                      bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts, bytes born_host,
-                      bytes store_host, int32_t reconsume_times, extra_properties, int64_t file_from_offset,
-                      int64_t queue_offset, int64_t store_timestamp, bytes tags, Py_ssize_t tag_index,
+def encode_batch_into(NativeMap dst, Py_ssize_t dst_pos, Py_ssize_t dst_len, body, Py_ssize_t body_pos,
+                      Py_ssize_t n_items, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts,
+                      bytes born_host, bytes store_host, int32_t reconsume_times, extra_properties,
+                      int64_t file_from_offset, int64_t queue_offset, int64_t store_timestamp,
                       bytearray cq_out, Py_ssize_t cq_pos):
-    """Encode `n_items` batch items (already validated by `encode_batch(plan_only=True)`) from
-    body[body_pos:] straight into space reserved in the segment at dst_pos, with their final queue
-    offsets, physical offsets and store timestamp, plus their consume-queue entries.  One pass over
-    the bytes: read the item, write the record, CRC the body.  Returns the next body position."""
+    """Encode `n_items` batch items (validated by `encode_batch(plan_only=True)`) from body[body_pos:]
+    straight into the `dst_len` bytes reserved in the segment at dst_pos, with their final queue
+    offsets, physical offsets and store timestamp, and write their consume-queue entries (tag code
+    of each item's TAGS, else of the extra properties' TAGS) into cq_out[cq_pos:].  One pass over
+    the bytes (store_batch.h: read the item, build the record, CRC the body, stream it out).
+    Returns the next body position."""
     cdef const unsigned char[::1] src = body
     cdef const unsigned char[::1] ex = extra_properties
-    cdef Py_ssize_t n = src.shape[0], exl = ex.shape[0], tl = len(topic)
-    cdef Py_ssize_t bhl = len(born_host), shl = len(store_host)
-    cdef Py_ssize_t fixed = record_len(bhl, shl, 0, tl, 0)
-    if len(tags) < (tag_index + n_items) * 8 or len(cq_out) < cq_pos + n_items * CQ_UNIT:
-        raise ValueError("tags / consume-queue buffers are too small for the item count")
-    cdef unsigned char *base = dst.check(dst_pos, dst.size)
-    cdef const unsigned char *s = &src[0]
-    cdef const unsigned char *exp = ptr_or_empty(ex)
-    cdef const unsigned char *tp = <const unsigned char *><char *>topic
-    cdef const unsigned char *bhp = <const unsigned char *><char *>born_host
-    cdef const unsigned char *shp = <const unsigned char *><char *>store_host
-    cdef const int64_t *tg = <const int64_t *><char *>tags
+    cdef rmq_batch_tmpl t
+    cdef rmq_tag_cache tc
+    cdef size_t bp = body_pos, done
+    if body_pos < 0 or body_pos > src.shape[0] or n_items < 0 or dst_len < 0:
+        raise ValueError(f"body position {body_pos} / item count {n_items} / length {dst_len} out of range")
+    if cq_pos < 0 or len(cq_out) < cq_pos + n_items * CQ_UNIT:
+        raise ValueError("consume-queue buffer too small for the item count")
+    cdef unsigned char *base = dst.check(dst_pos, dst_pos + dst_len)
+    if n_items == 0:
+        return body_pos
+    batch_template(&t, topic, queue_id, sys_flag, born_ts, born_host, store_host, reconsume_times, ex,
+                   store_timestamp)
+    tc.props = NULL
+    cdef const unsigned char *sp = &src[0]
     cdef unsigned char *cq = <unsigned char *>PyByteArray_AS_STRING(cq_out) + cq_pos
-    cdef Py_ssize_t i = 0, pos = dst_pos, item_total, blen, plen, ppos, rlen
-    cdef Py_ssize_t tsp = store_ts_pos(sys_flag)
-    cdef int32_t flag
-    cdef bint sep
-    cdef unsigned char *d
     with nogil:
-        while i < n_items:
-            item_total = <int32_t>rmq_ld32(s + body_pos)
-            flag = <int32_t>rmq_ld32(s + body_pos + 12)
-            blen = <int32_t>rmq_ld32(s + body_pos + 16)
-            plen = <int16_t>rmq_ld16(s + body_pos + 20 + blen)
-            ppos = body_pos + 22 + blen
-            sep = plen > 0 and exl > 0 and s[ppos + plen - 1] != 2
-            rlen = fixed + blen + plen + exl + (1 if sep else 0)
-            if pos + rlen > dst.size:
-                break
-            d = base + pos
-            write_record(d, <int32_t>rlen, rmq_crc32(0, s + body_pos + 20, blen), queue_id, flag, sys_flag,
-                         born_ts, bhp, bhl, shp, shl, reconsume_times, 0, s + body_pos + 20, blen, tp, tl,
-                         s + ppos, plen, exp, exl, sep)
-            rmq_st64(d + 20, <uint64_t>(queue_offset + i))
-            rmq_st64(d + 28, <uint64_t>(file_from_offset + pos))
-            rmq_st64(d + tsp, <uint64_t>store_timestamp)
-            rmq_st64(cq, <uint64_t>(file_from_offset + pos))
-            rmq_st32(cq + 8, <uint32_t>rlen)
-            rmq_st64(cq + 12, <uint64_t>tg[tag_index + i])
-            cq += CQ_UNIT
-            pos += rlen
-            body_pos += item_total
-            i += 1
-    if i < n_items:
-        raise ValueError(f"reserved space in the segment ends before item {i}")
-    return body_pos
+        done = rmq_batch_encode(&t, sp, &bp, n_items, base + dst_pos, dst_len, file_from_offset + dst_pos,
+                                queue_offset, cq, &tc, <rmq_hash_fn>java_hash_utf8)
+    if <Py_ssize_t>done < n_items:
+        raise ValueError(f"reserved space in the segment ends before item {done}")
+    return bp
 
 
 # --- append --------------------------------------------------------------------------------------

@@ -51,13 +51,12 @@ class EncodedMessages:
     """Records ready for `CommitLog.append`: one message or one batch, all for one queue."""
 
     __slots__ = ("records", "count", "tags", "topic", "queue_id", "sys_flag", "properties_bytes",
-                 "compute_schedule_tags", "delay_level", "sizes", "total", "body", "encode_args")
+                 "compute_schedule_tags", "delay_level", "total", "body", "encode_args")
 
     def __init__(self, records, count, tags, topic, queue_id, sys_flag, properties_bytes=None,
-                 compute_schedule_tags=False, delay_level=0, sizes=None, total=0, body=None, encode_args=None):
-        # Either `records` (encoded bytes) or a plan: record `sizes` (native int32), `total` bytes,
-        # the batch `body` and `encode_args` for encoding straight into the reserved segment space.
-        self.sizes = sizes
+                 compute_schedule_tags=False, delay_level=0, total=0, body=None, encode_args=None):
+        # Either `records` (encoded bytes) or a plan: the records' `total` bytes, the validated
+        # batch `body` and `encode_args` for encoding straight into the reserved segment space.
         self.total = total if records is None else len(records)
         self.body = body
         self.encode_args = encode_args
@@ -181,11 +180,21 @@ class CommitLog:
             first_offset = None
             if direct:
                 chunks = []
+                left = enc.total  # bytes of the records not placed yet
             while done < count:
                 if direct:
-                    n, nbytes, eof = native.fit_records(enc.sizes, done, count - done, mf.wrote_position, mf.file_size)
+                    wp = mf.wrote_position
+                    if wp + left + native.END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
+                        n, nbytes, eof = count - done, left, False  # the rest fits: no walk
+                    else:  # split at the segment end (src_pos: the body position of item `done`)
+                        topic_b, sys_flag, _, born_b, store_b, _, extra = enc.encode_args
+                        n, nbytes, next_pos = native.fit_batch(enc.body, src_pos, count - done, topic_b, sys_flag,
+                                                               born_b, store_b, extra, wp, mf.file_size)
+                        eof = True
+                        src_pos = next_pos
                     if n:
-                        chunks.append((mf, mf.wrote_position, done, n))
+                        chunks.append((mf, wp, nbytes, done, n))
+                    left -= nbytes
                 elif mf.fd is not None:
                     n, nbytes, eof = native.append_records_fd(
                         mf.fd, mf.wrote_position, mf.file_size, enc.records, src_pos, count - done,
@@ -198,7 +207,8 @@ class CommitLog:
                     first_offset = mf.file_from_offset + mf.wrote_position
                 mf.wrote_position += nbytes
                 done += n
-                src_pos += nbytes
+                if not direct:
+                    src_pos += nbytes
                 if eof:
                     if direct:
                         native.write_blank(mf.native, mf.wrote_position)
@@ -231,10 +241,10 @@ class CommitLog:
                     # encode outside the lock, straight into the reserved space
                     topic_b, sys_flag, born_ts, born_b, store_b, reconsume, extra = enc.encode_args
                     body_pos = 0
-                    for cmf, pos, first, n in chunks:
+                    for cmf, pos, nbytes, first, n in chunks:
                         body_pos = native.encode_batch_into(
-                            cmf.native, pos, enc.body, body_pos, n, topic_b, enc.queue_id, sys_flag, born_ts, born_b,
-                            store_b, reconsume, extra, cmf.file_from_offset, qoff + first, store_ts, tags, first,
+                            cmf.native, pos, nbytes, enc.body, body_pos, n, topic_b, enc.queue_id, sys_flag, born_ts,
+                            born_b, store_b, reconsume, extra, cmf.file_from_offset, qoff + first, store_ts,
                             entries, first * 20)
                     encoded = True
             finally:

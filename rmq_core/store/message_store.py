@@ -22,9 +22,9 @@ from rmq_core.store.commit_log import CommitLog, EncodedMessages, build_encoded_
 from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueExt
 from rmq_core.store.mapped_file import AllocateMappedFileService
 from rmq_core.store.service import ServiceThread
-from rmq_core.store.types import (AppendMessageResult, DispatchRequest, GetMessageResult, GetMessageStatus,
-                                  MessageExtBatch, MessageExtBrokerInner, PutMessageResult, PutMessageStatus,
-                                  QueryMessageResult, encode_host, record_fields)
+from rmq_core.store.types import (AppendMessageResult, BatchAppendMessageResult, DispatchRequest, GetMessageResult,
+                                  GetMessageStatus, MessageExtBatch, MessageExtBrokerInner, PutMessageResult,
+                                  PutMessageStatus, QueryMessageResult, encode_host, record_fields)
 
 log = logging.getLogger("rmq.store")
 
@@ -397,8 +397,8 @@ class DefaultMessageStore:
         except (IllegalArgumentError, ValueError, TypeError) as e:
             return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e))
         if plan:
-            _, count, tags, sizes, total = res
-            return EncodedMessages(None, count, tags, batch.topic, batch.queue_id, sys_flag, sizes=sizes, total=total,
+            _, count, total = res
+            return EncodedMessages(None, count, None, batch.topic, batch.queue_id, sys_flag, total=total,
                                    body=body, encode_args=(topic_b, sys_flag, born_ts, born_b, store_b,
                                                            batch.reconsume_times, extra)), None
         records, count, tags = res
@@ -473,13 +473,9 @@ class DefaultMessageStore:
             msg_id = native.offset_msg_ids(outcome.entries, 1, self._store_host_b)
             result = AppendMessageResult(outcome.wrote_offset, outcome.wrote_bytes, msg_id, outcome.store_timestamp,
                                          outcome.logics_offset, 1)
-        else:
-            result = AppendMessageResult(
-                outcome.wrote_offset, outcome.wrote_bytes,
-                native.offset_msg_ids(outcome.entries, count, self._store_host_b),
-                outcome.store_timestamp, outcome.logics_offset, count,
-                native.entries_phys_offsets(outcome.entries, count),
-                tuple(range(outcome.logics_offset, outcome.logics_offset + count)))
+        else:  # per-record ids and offsets are built when first read
+            result = BatchAppendMessageResult(outcome.wrote_offset, outcome.wrote_bytes, outcome.store_timestamp,
+                                              outcome.logics_offset, count, outcome.entries, self._store_host_b)
         self.put_message_count += count
         self._notify_arriving(enc, outcome)
         fut = self.commit_log.request_flush(outcome.end_offset) \

@@ -42,6 +42,66 @@ class AppendMessageResult:
     queue_offsets: tuple | None = None
 
 
+class BatchAppendMessageResult(AppendMessageResult):
+    """AppendMessageResult of a batch whose per-record values are built on first access.
+
+    A put of thousands of records would otherwise create a msg id string and two ints per record
+    that most callers never read (the broker's SEND_BATCH reply reads only `msg_id`, and the native
+    code builds that comma-joined string in one go).  The values come from the append's 20-byte
+    consume-queue entries; equality, hash and repr are those of the eager AppendMessageResult."""
+
+    __slots__ = ("_entries", "_store_host", "_msg_id", "_phys_offsets")
+
+    def __init__(self, wrote_offset: int, wrote_bytes: int, store_timestamp: int, logics_offset: int, msg_num: int,
+                 entries, store_host: bytes):
+        # the base class's slots, set as attrs' own frozen __init__ does
+        for name, value in (("wrote_offset", wrote_offset), ("wrote_bytes", wrote_bytes),
+                            ("store_timestamp", store_timestamp), ("logics_offset", logics_offset),
+                            ("msg_num", msg_num)):
+            _BASE_SLOTS[name].__set__(self, value)
+        object.__setattr__(self, "_entries", entries)
+        object.__setattr__(self, "_store_host", store_host)
+        object.__setattr__(self, "_msg_id", None)
+        object.__setattr__(self, "_phys_offsets", None)
+
+    @property
+    def msg_id(self) -> str:  # type: ignore[override]
+        ids = self._msg_id
+        if ids is None:
+            from rmq_core._native.store_native import offset_msg_ids
+            ids = offset_msg_ids(self._entries, self.msg_num, self._store_host)
+            object.__setattr__(self, "_msg_id", ids)
+        return ids
+
+    @property
+    def phys_offsets(self) -> tuple:  # type: ignore[override]
+        offs = self._phys_offsets
+        if offs is None:
+            from rmq_core._native.store_native import entries_phys_offsets
+            offs = entries_phys_offsets(self._entries, self.msg_num)
+            object.__setattr__(self, "_phys_offsets", offs)
+        return offs
+
+    @property
+    def queue_offsets(self) -> tuple:  # type: ignore[override]
+        return tuple(range(self.logics_offset, self.logics_offset + self.msg_num))
+
+    def __eq__(self, other):
+        if not isinstance(other, AppendMessageResult):
+            return NotImplemented
+        return attrs.astuple(self, recurse=False) == attrs.astuple(other, recurse=False)
+
+    def __hash__(self):
+        return AppendMessageResult.__hash__(self)  # reads the fields through the properties above
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in attrs.fields(AppendMessageResult))
+        return f"AppendMessageResult({fields})"
+
+
+_BASE_SLOTS = {f.name: AppendMessageResult.__dict__[f.name] for f in attrs.fields(AppendMessageResult)}
+
+
 @attrs.frozen
 class PutMessageResult:
     status: PutMessageStatus
