@@ -87,6 +87,9 @@ class ClientConfig:
     # RPC timeouts
     mq_client_api_timeout: float = attrs.field(default=3.0, validator=_positive)
     connect_timeout: float = attrs.field(default=3.0, validator=_positive)
+    # sync sends from the caller's own thread over pooled blocking connections (no hand-off to the
+    # client's event loop); this many per broker, 0 turns the direct path off
+    direct_send_connections: int = attrs.field(default=4, validator=_non_negative)
 
     @property
     def client_id(self) -> str:

@@ -31,6 +31,7 @@ from rmq_core.client.subscription import heartbeat_body
 from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import MessageConst, MessageQueue, MixAll, TopicValidator
 from rmq_core.remoting.aliases import resolve_inproc_alias
+from rmq_core.remoting.blocking import BlockingChannelPool
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -270,6 +271,9 @@ class MQClientInstance:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self.remoting: RemotingClient | None = None
+        # sync sends made in the caller's thread (see rmq_core.remoting.blocking)
+        self.direct_channels = BlockingChannelPool(max_per_address=config.direct_send_connections,
+                                                   connect_timeout=config.connect_timeout)
         self.scheduler = Scheduler(f"rmq-sched-{self.client_id}")
         self._rebalance_event = threading.Event()
         self._rebalance_thread: threading.Thread | None = None
@@ -299,6 +303,8 @@ class MQClientInstance:
         with self._lock:
             if self._running:
                 return
+            self.direct_channels = BlockingChannelPool(max_per_address=self.config.direct_send_connections,
+                                                       connect_timeout=self.config.connect_timeout)
             self._rpc_hooks = plugins.has_impls("rmq_rpc_before_request") or plugins.has_impls("rmq_rpc_after_response")
             self._loop = asyncio.new_event_loop()
             ready = threading.Event()
@@ -346,6 +352,7 @@ class MQClientInstance:
             self._rebalance_thread.join(30)
         self.scheduler.stop()
         self.blocking_executor.shutdown(wait=True)
+        self.direct_channels.close()
 
         async def close():
             # every task still on the loop (pulls, sends in flight): cancel so no caller waits forever
@@ -539,6 +546,18 @@ class MQClientInstance:
         if self._rpc_hooks:
             plugins.get_plugin_manager().hook.rmq_rpc_after_response(remote_addr=addr, request=request, response=resp)
         return resp
+
+    def direct_send_possible(self, addr: str | None = None) -> bool:
+        """True when a sync send (to `addr`) may go straight from the caller's thread: TCP brokers
+        and no RPC hook (hooks are called on the loop, where the remoting client runs them)."""
+        return (self.direct_channels.max_per_address > 0 and not self._inproc and not self._rpc_hooks
+                and not self._stopping and (addr is None or not addr.startswith("inproc://")))
+
+    def invoke_direct(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand | None:
+        """invoke() from the calling thread over a pooled blocking connection; None when every
+        such connection to `addr` is busy (then use the loop)."""
+        request.language = "PYTHON"
+        return self.direct_channels.invoke(addr, request, timeout)
 
     def is_connected(self, addr: str) -> bool:
         """True when `invoke(addr, ...)` will not have to connect first (call on the loop)."""

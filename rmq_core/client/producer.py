@@ -98,6 +98,9 @@ def parse_send_response(resp: RemotingCommand, mq: MessageQueue, msg_id: str, ad
     )
 
 
+_NOT_DIRECT = object()  # Producer._send_direct's "take the loop's path" answer
+
+
 class _SendContext:
     __slots__ = ("producer_group", "message", "queue", "broker_addr", "send_result", "exception", "mode")
 
@@ -368,6 +371,9 @@ class Producer:
                 or inst.in_loop_thread()):  # (run() refuses the loop thread: it would wait on itself)
             return inst.run(self._send(msg, CommunicationMode.SYNC, t, queue, selector, arg, prepared=prepared),
                             timeout=t + 5)
+        result = self._send_direct(msg, t, prepared)
+        if result is not _NOT_DIRECT:
+            return result
         done = _SyncCompletion()
         call = _FastSend(self, msg, CommunicationMode.SYNC, t, prepared, done)
         inst.post(call.start)
@@ -384,6 +390,48 @@ class Producer:
                 raise concurrent.futures.CancelledError() from done.error
             raise done.error
         return done.result
+
+    def _send_direct(self, msg: Message, timeout: float, prepared: tuple):
+        """A plain sync send's first attempt made in the caller's thread over a pooled blocking
+        connection (see rmq_core.remoting.blocking): no hand-off to the client's loop and back.
+        Returns _NOT_DIRECT when it cannot be made that way (no route cached yet, an in-proc
+        broker, every direct connection busy); a failure worth retrying continues on the loop."""
+        info = self.topic_publish_info.get(msg.topic)
+        if info is None or not info.ok or not self.instance.direct_send_possible():
+            return _NOT_DIRECT  # (asked before a queue is picked: picking advances the round robin)
+        mq = self.fault_strategy.select_one_message_queue(info, None)
+        uniq, body, sys_flag, props = prepared
+        begin = time.monotonic()
+        try:
+            return self._invoke_direct(msg, mq, uniq, body, sys_flag, props, timeout, False)
+        except (RemotingError, MQBrokerError) as e:
+            if isinstance(e, MQBrokerError) and e.code not in RETRY_RESPONSE_CODES:
+                raise
+            log.warning("send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_failed, e)
+            return self.instance.run(
+                self._send(msg, CommunicationMode.SYNC, timeout, None, None, None, prepared=prepared,
+                           resume=(begin, mq.broker_name, e)), timeout=timeout + 5)
+
+    def _invoke_direct(self, msg: Message, mq: MessageQueue, uniq: str, body: bytes, sys_flag: int, props: dict,
+                       timeout: float, batch: bool):
+        """One send request to `mq`'s broker from this thread: its SendResult, _NOT_DIRECT when
+        the direct path is not open to that broker, or the failure (fault item updated)."""
+        inst = self.instance
+        addr = inst.find_broker_addr_in_publish(mq.broker_name)
+        if addr is None or not inst.direct_send_possible(addr):
+            return _NOT_DIRECT
+        req = self._build_request(msg, mq, body, sys_flag, props, batch)
+        t0 = time.monotonic()
+        try:
+            resp = inst.invoke_direct(addr, req, timeout)
+            if resp is None:
+                return _NOT_DIRECT
+            result = parse_send_response(resp, mq, uniq, addr)
+        except (RemotingError, MQBrokerError):
+            self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
+            raise
+        self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
+        return result
 
     def send_orderly(self, msg: Message, arg: Any = None, selector=None, timeout: float | None = None) -> SendResult:
         """Ordered send: messages with the same `arg` (default: the message keys) go to the same queue."""
@@ -454,7 +502,16 @@ class Producer:
         result.msg_id is the comma-joined UNIQ_KEYs (as Java)."""
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
-        return inst.run(self._send_batch(self._encode_batch(list(msgs)), t, queue), timeout=t + 5)
+        encoded = self._encode_batch(list(msgs))
+        if queue is not None and not self._hooks and not inst.in_loop_thread():
+            # a batch to a given queue is one request, no retry: made from this thread when it can be
+            topic, uniq, body, outer, outer_props = encoded
+            if queue.topic != topic:
+                raise IllegalArgumentError(f"queue {queue} does not belong to topic {topic!r}")
+            result = self._invoke_direct(outer, queue, uniq, body, 0, outer_props, t, True)
+            if result is not _NOT_DIRECT:
+                return result
+        return inst.run(self._send_batch(encoded, t, queue), timeout=t + 5)
 
     def send_batch_async(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
                          timeout: float | None = None) -> concurrent.futures.Future:
@@ -699,6 +756,8 @@ class Producer:
         topic, uniq, body, outer, outer_props = msgs if isinstance(msgs, tuple) else self._encode_batch(msgs)
         info = await self._find_publish_info(topic)
         if queue is not None:
+            if queue.topic != topic:
+                raise IllegalArgumentError(f"queue {queue} does not belong to topic {topic!r}")
             return await self._send_kernel(outer, queue, uniq, body, 0, outer_props, CommunicationMode.SYNC, timeout,
                                            batch=True)
         begin = time.monotonic()
