@@ -43,14 +43,17 @@ cdef extern from "Python.h":
 cdef object _command_cls = None
 cdef object _json_type = None
 cdef object _cls_new = None
+cdef object _current_version = 0
 
 
-def init(command_cls, json_serialize_type):
-    """Bind the RemotingCommand class and SerializeType.JSON (called once by command.py)."""
-    global _command_cls, _json_type, _cls_new
+def init(command_cls, json_serialize_type, current_version=0):
+    """Bind the RemotingCommand class, SerializeType.JSON and the version our commands carry
+    (called once by command.py)."""
+    global _command_cls, _json_type, _cls_new, _current_version
     _command_cls = command_cls
     _json_type = json_serialize_type
     _cls_new = command_cls.__new__
+    _current_version = int(current_version)
 
 
 # --- frame splitting -----------------------------------------------------------------------------
@@ -720,3 +723,23 @@ def header_ints(dict ext, tuple keys, tuple defaults):
         Py_INCREF(val)  # PyTuple_SET_ITEM steals a reference
         PyTuple_SET_ITEM(out, i, val)
     return out
+
+
+# --- responses -----------------------------------------------------------------------------------
+def new_response(request, code, remark, dict ext_fields, body):
+    """RemotingCommand.make_response without the Python __init__: the response to `request` (its
+    opaque and serialize type, flag RESPONSE, language JAVA, our version) with `ext_fields` kept as
+    given (the caller hands over a fresh dict of str)."""
+    if not PyLong_CheckExact(code):
+        code = int(code)
+    cmd = PyType_GenericAlloc(<type>_command_cls, 0)
+    cmd.code = code
+    cmd.language = "JAVA"
+    cmd.version = _current_version
+    cmd.opaque = request.opaque
+    cmd.flag = 1  # RESPONSE_FLAG
+    cmd.remark = remark
+    cmd.ext_fields = ext_fields
+    cmd.body = body
+    cmd.serialize_type = request.serialize_type
+    return cmd

@@ -253,7 +253,9 @@ class BrokerController:
         return result
 
     def _on_message_arriving(self, topic, queue_id, max_offset, tags_code=None, store_timestamp=None, properties=None):
-        self.pull_hold_service.notify_message_arriving(topic, queue_id, max_offset, tags_code)
+        hold = self.pull_hold_service
+        if hold.held:  # called for every put: skip the call while no pull is held at all
+            hold.notify_message_arriving(topic, queue_id, max_offset, tags_code)
         if topic == SCHEDULE_TOPIC:
             self._call_in_loop(self.schedule_service.on_arrival, queue_id)
         elif topic == TIMER_TOPIC:

@@ -21,7 +21,11 @@ class _Waiter:
 class PullRequestHoldService:
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
-        self._table: dict[tuple[str, int], list[_Waiter]] = {}
+        # (topic, queue id) -> waiters.  Public for one O(1) test on the put path: an empty table
+        # (no pull held anywhere, the usual state of a producer-only broker) means nothing to wake.
+        # The dict object is never replaced, only changed in place.
+        self.held: dict[tuple[str, int], list[_Waiter]] = {}
+        self._table = self.held
         self._loop_thread_id: int | None = None
 
     def bind_thread(self) -> None:
@@ -43,9 +47,11 @@ class PullRequestHoldService:
     def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int, tags_code=None,
                                 store_timestamp=None, properties=None) -> None:
         """Store arrival listener: callable from any thread."""
+        if (topic, queue_id) not in self._table:  # cheap unlocked peek: nobody waiting → nothing to do
+            return
         if threading.get_ident() == self._loop_thread_id:
             self._wake(topic, queue_id, max_offset, tags_code)
-        elif (topic, queue_id) in self._table:  # cheap unlocked peek: nobody waiting → nothing to do
+        else:
             self.loop.call_soon_threadsafe(self._wake, topic, queue_id, max_offset, tags_code)
 
     def _wake(self, topic, queue_id, max_offset, tags_code) -> None:

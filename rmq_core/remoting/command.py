@@ -132,6 +132,8 @@ class RemotingCommand:
                       ext_fields: Mapping[str, Any] | None = None,
                       body: bytes | None = None) -> "RemotingCommand":
         """The response to this request: same opaque, same serialize type, flag = response."""
+        if _native_new_response is not None:
+            return _native_new_response(self, code, remark, _ext_to_str(ext_fields), body)
         return RemotingCommand(code, opaque=self.opaque, flag=RESPONSE_FLAG, remark=remark,
                                ext_fields=_ext_to_str(ext_fields), body=body,
                                serialize_type=self.serialize_type)
@@ -412,9 +414,10 @@ def _int_field(obj: dict, name: str, default: int | None) -> int:
 try:
     from rmq_core._native import remoting_native as _remoting_native
 except ImportError:  # pragma: no cover - `make build` always builds it
-    _native_decode = _native_encode = _native_copy_if_plain = None
+    _native_decode = _native_encode = _native_copy_if_plain = _native_new_response = None
 else:
-    _remoting_native.init(RemotingCommand, SerializeType.JSON)
+    _remoting_native.init(RemotingCommand, SerializeType.JSON, MQVersion.CURRENT)
     _native_decode = _remoting_native.decode_frame
     _native_encode = _remoting_native.encode_json_frame_header
     _native_copy_if_plain = _remoting_native.copy_if_plain
+    _native_new_response = _remoting_native.new_response

@@ -12,11 +12,10 @@ from rmq_core.errors import IllegalArgumentError
 from rmq_core.codec import string_to_properties
 from rmq_core.message import MessageConst, MixAll, PermName, SysFlag, TopicValidator, properties_to_string, host_port
 from rmq_core.remoting.codes import RequestCode, ResponseCode
-from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
 from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 
 try:
-    from rmq_core._native.remoting_native import header_ints as _header_ints
+    from rmq_core._native.remoting_native import header_ints as _header_ints, new_response as _new_response
 except ImportError:  # pragma: no cover - `make build` always builds it
     _header_ints = None
 
@@ -175,10 +174,9 @@ class SendMessageProcessor(Processor):
             return self._send_response(request, result, topic, queue_id)
         ar = result.append_result
         self.ctrl.stats.inc_put(topic, ar.msg_num, ar.wrote_bytes)
-        return RemotingCommand(
-            ResponseCode.SUCCESS, opaque=request.opaque, flag=RESPONSE_FLAG, serialize_type=request.serialize_type,
-            ext_fields={"msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset),
-                        "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+        return _new_response(request, 0, None, {  # SUCCESS; the dict is fresh and all str
+            "msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset),
+            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}, None)
 
     async def _finish_put(self, request, result, fut, topic, queue_id):
         result = await self.ctrl._await_flush(result, fut)
