@@ -23,8 +23,12 @@ _registry_lock = threading.Lock()
 _registry: dict[str, "InprocListener"] = {}
 
 
-def _schedule(loop: asyncio.AbstractEventLoop, fn, *args) -> bool:
-    """Run fn(*args) soon on `loop`; False when that loop is gone."""
+def _schedule(loop: asyncio.AbstractEventLoop | None, fn, *args) -> bool:
+    """Run fn(*args) soon on `loop`; False when that loop is gone.  loop None: an end with no loop
+    (InprocBlockingChannel) takes the call at once, in the caller's thread."""
+    if loop is None:
+        fn(*args)
+        return True
     try:
         running = asyncio.get_running_loop()
     except RuntimeError:
@@ -122,6 +126,83 @@ class InprocChannel(Channel):
             log.exception("on_close callback failed for %s", self.remote_address)
 
 
+class InprocBlockingChannel:
+    """The client end of an in-proc connection used by one thread at a time, without an event loop
+    of its own: a request is handed to the server's loop, the server's answer is taken in the
+    server's thread and wakes the waiting caller — two hand-offs instead of four through a client
+    loop (see rmq_core.remoting.blocking).  The server sees an ordinary in-proc channel."""
+
+    _loop = None  # answers arrive through _schedule(None, ...): at once, in the server's thread
+
+    def __init__(self, address: str, server: InprocChannel):
+        self.addr = address
+        self.local_address, self.remote_address = server.remote_address, server.local_address
+        self._server = server
+        self._waiting: int | None = None  # the opaque of the request in flight
+        self._response: RemotingCommand | None = None
+        self._ready = threading.Lock()
+        self._ready.acquire()
+        self.closed = False
+
+    def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        from rmq_core.errors import RemotingTimeoutError
+        from rmq_core.remoting.codes import code_name
+        from rmq_core.remoting.command import RESPONSE_FLAG
+
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.addr} is closed")
+        request.flag &= ~RESPONSE_FLAG
+        self._waiting = request.opaque
+        server = self._server
+        if not _schedule(server._loop, server._deliver, request.copy()):
+            self.close()
+            raise RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone")
+        if not self._ready.acquire(timeout=timeout):
+            self._waiting = None
+            self.close()
+            raise RemotingTimeoutError(
+                f"no response to {code_name(request.code)} (opaque {request.opaque}) from {self.addr} "
+                f"within {timeout:g}s")
+        response, self._response = self._response, None
+        if response is None:  # woken by a close
+            raise RemotingConnectError(
+                f"connection to {self.addr} closed before the response (opaque {request.opaque}) arrived")
+        return response
+
+    def _deliver(self, command: RemotingCommand) -> None:  # in the server's thread
+        from rmq_core.remoting.command import RESPONSE_FLAG
+
+        if command.flag & RESPONSE_FLAG and command.opaque == self._waiting and not self.closed:
+            self._waiting = None
+            self._response = command
+            self._wake()
+        else:  # no requests are served on this end; a late answer is dropped
+            log.debug("inproc blocking channel %s: dropping %r", self.local_address, command)
+
+    def _peer_closed(self) -> None:  # in the server's thread
+        self._close(notify_server=False)
+
+    def close(self) -> None:
+        self._close(notify_server=True)
+
+    def _close(self, notify_server: bool) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if notify_server:
+            server = self._server
+            _schedule(server._loop, server._peer_closed)
+        if self._waiting is not None:
+            self._waiting = None
+            self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._ready.release()
+        except RuntimeError:  # already woken (an answer and a close crossing)
+            pass
+
+
 class InprocListener(Listener):
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop, on_channel, max_frame_length: int):
         self.name = name
@@ -162,8 +243,8 @@ class InprocListener(Listener):
 class InprocTransport:
     scheme = "inproc"
 
-    async def connect(self, address: str, *, max_frame_length: int, timeout: float) -> InprocChannel:
-        name = address
+    @staticmethod
+    def _listener(name: str) -> InprocListener:
         with _registry_lock:
             listener = _registry.get(name)
             known = sorted(_registry)
@@ -171,6 +252,11 @@ class InprocTransport:
             raise RemotingConnectError(
                 f"connect to inproc://{name} failed: no in-process server by that name "
                 f"(running: {', '.join(known) or 'none'})")
+        return listener
+
+    async def connect(self, address: str, *, max_frame_length: int, timeout: float) -> InprocChannel:
+        name = address
+        listener = self._listener(name)
         n = next(listener._ids)
         client_addr = f"inproc://{name}#{n}"
         client = InprocChannel(asyncio.get_running_loop(), client_addr, listener.address, max_frame_length)
@@ -178,6 +264,18 @@ class InprocTransport:
         client.peer, server.peer = server, client
         if not _schedule(listener._loop, listener._accept, server):
             raise RemotingConnectError(f"connect to inproc://{name} failed: its event loop is closed")
+        return client
+
+    def connect_blocking(self, address: str, *, max_frame_length: int, timeout: float) -> InprocBlockingChannel:
+        """A connection for one thread at a time, with no event loop (BlockingChannelPool uses it)."""
+        listener = self._listener(address)
+        n = next(listener._ids)
+        client_addr = f"inproc://{address}#{n}"
+        server = InprocChannel(listener._loop, listener.address, client_addr, listener.max_frame_length)
+        client = InprocBlockingChannel(listener.address, server)
+        server.peer = client
+        if not _schedule(listener._loop, listener._accept, server):
+            raise RemotingConnectError(f"connect to inproc://{address} failed: its event loop is closed")
         return client
 
     async def serve(self, address: str, on_channel, *, max_frame_length: int) -> InprocListener:

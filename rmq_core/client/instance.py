@@ -547,16 +547,18 @@ class MQClientInstance:
             plugins.get_plugin_manager().hook.rmq_rpc_after_response(remote_addr=addr, request=request, response=resp)
         return resp
 
-    def direct_send_possible(self, addr: str | None = None) -> bool:
-        """True when a sync send (to `addr`) may go straight from the caller's thread: TCP brokers
-        and no RPC hook (hooks are called on the loop, where the remoting client runs them)."""
-        return (self.direct_channels.max_per_address > 0 and not self._inproc and not self._rpc_hooks
-                and not self._stopping and (addr is None or not addr.startswith("inproc://")))
+    def direct_send_possible(self) -> bool:
+        """True when a sync send may go straight from the caller's thread: no RPC hook
+        (hooks are called on the loop, where the remoting client runs them).  A transport without
+        blocking connections makes invoke_direct decline instead."""
+        return self.direct_channels.max_per_address > 0 and not self._rpc_hooks and not self._stopping
 
     def invoke_direct(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand | None:
         """invoke() from the calling thread over a pooled blocking connection; None when every
         such connection to `addr` is busy (then use the loop)."""
         request.language = "PYTHON"
+        if self._inproc:
+            addr = resolve_inproc_alias(addr)
         return self.direct_channels.invoke(addr, request, timeout)
 
     def is_connected(self, addr: str) -> bool:

@@ -418,7 +418,7 @@ class Producer:
         the direct path is not open to that broker, or the failure (fault item updated)."""
         inst = self.instance
         addr = inst.find_broker_addr_in_publish(mq.broker_name)
-        if addr is None or not inst.direct_send_possible(addr):
+        if addr is None or not inst.direct_send_possible():
             return _NOT_DIRECT
         req = self._build_request(msg, mq, body, sys_flag, props, batch)
         t0 = time.monotonic()

@@ -147,7 +147,9 @@ class BlockingChannel:
 
 
 class BlockingChannelPool:
-    """Idle BlockingChannels per address, lent to one caller per exchange."""
+    """Idle blocking channels per address, lent to one caller per exchange: BlockingChannel for
+    tcp addresses, and whatever a transport's `connect_blocking(location, *, max_frame_length,
+    timeout)` returns for others (an object with invoke(request, timeout), closed, close())."""
 
     def __init__(self, *, max_per_address: int = 4, connect_timeout: float = 3.0,
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH):
@@ -181,13 +183,26 @@ class BlockingChannelPool:
             if self._open.get(addr, 0) >= self.max_per_address:
                 return None
             self._open[addr] = self._open.get(addr, 0) + 1
+        channel = None
         try:
-            return BlockingChannel(addr, connect_timeout=self.connect_timeout,
-                                   max_frame_length=self.max_frame_length)
-        except BaseException:
-            with self._lock:
-                self._open[addr] -= 1
-            raise
+            channel = self._connect(addr)
+            return channel
+        finally:
+            if channel is None:  # failed, or this transport has no blocking connections
+                with self._lock:
+                    self._open[addr] -= 1
+
+    def _connect(self, addr: str):
+        scheme, location = split_address(addr)
+        if scheme == "tcp":
+            return BlockingChannel(addr, connect_timeout=self.connect_timeout, max_frame_length=self.max_frame_length)
+        # another transport offers one if it can (the in-proc transport does)
+        from rmq_core.plugins import get_transport
+
+        connect = getattr(get_transport(scheme), "connect_blocking", None)
+        if connect is None:
+            return None
+        return connect(location, max_frame_length=self.max_frame_length, timeout=self.connect_timeout)
 
     def _give_back(self, addr: str, channel: BlockingChannel) -> None:
         with self._lock:

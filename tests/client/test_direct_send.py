@@ -7,6 +7,7 @@ import time
 
 from rmq_core import Message, Producer, PullConsumer
 from rmq_core.message import SendStatus
+from rmq_core.remoting.aliases import resolve_inproc_alias
 from tests.client.conftest import FAST, FAST_CONSUMER
 
 
@@ -50,15 +51,26 @@ def test_sync_sends_use_one_direct_connection_and_land_once(cluster):
         assert (m.queue_id, m.queue_offset, m.tags) == (r.queue.queue_id, r.queue_offset, "TagD")
 
 
-def test_direct_path_off_and_in_proc_use_the_loop(cluster):
+def test_direct_path_off_uses_the_loop(cluster):
     with Producer("PG_NODIRECT", namesrv=cluster.tcp_namesrv, direct_send_connections=0, **FAST) as p:
         for i in range(5):
             assert p.send(Message("NoDirectT", b"x")).status is SendStatus.SEND_OK
         assert p.instance.direct_channels.open_count(_broker_addr(p, "NoDirectT")) == 0
+
+
+def test_an_in_proc_broker_is_reached_without_the_client_loop(cluster):
+    topic = "InprocDirectT"
     with Producer("PG_INPROC", namesrv=cluster.namesrv, **FAST) as p:
-        for i in range(5):
-            assert p.send(Message("NoDirectT", b"y")).status is SendStatus.SEND_OK
-        assert p.instance.direct_channels.open_count(_broker_addr(p, "NoDirectT")) == 0
+        results = [p.send(Message(topic, f"i{i}".encode(), tags="TagI")) for i in range(12)]
+        inproc_addr = resolve_inproc_alias(_broker_addr(p, topic))
+        assert inproc_addr.startswith("inproc://")
+        assert p.instance.direct_channels.open_count(inproc_addr) == 1
+        r = p.send_batch([Message(topic, b"ib0"), Message(topic, b"ib1")], queue=results[0].queue)
+        assert r.status is SendStatus.SEND_OK and len(r.msg_id.split(",")) == 2
+    assert all(r.status is SendStatus.SEND_OK for r in results)
+    assert len({(r.queue.queue_id, r.queue_offset) for r in results}) == 12
+    got = _drain(cluster.namesrv, topic, "CG_INPROC", 14)
+    assert sorted(m.body for m in got) == sorted([f"i{i}".encode() for i in range(12)] + [b"ib0", b"ib1"])
 
 
 def test_a_broken_direct_connection_falls_back_and_sends_once(cluster):

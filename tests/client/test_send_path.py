@@ -232,7 +232,8 @@ def started_producer(cluster):
 
 def _patch_invoke(monkeypatch, producer, plan):
     """Make the instance's sends follow `plan` (a list of async callables(addr, request), one per
-    send request, the real invoke after the plan ends); returns the list of send codes seen."""
+    send request, the real invoke after the plan ends) on the loop's path and on the direct one
+    (sync sends from the caller's thread); returns the list of send codes seen."""
     inst = producer.instance
     real = inst.invoke
     seen = []
@@ -245,7 +246,18 @@ def _patch_invoke(monkeypatch, producer, plan):
             return await plan[len(seen) - 1](addr, request)
         return await real(addr, request, timeout)
 
+    real_direct = inst.invoke_direct
+
+    def invoke_direct(addr, request, timeout):  # a sync send's first attempt, in the caller's thread
+        if request.code != RequestCode.SEND_MESSAGE_V2:
+            return real_direct(addr, request, timeout)
+        seen.append(request.code)
+        if len(seen) <= len(plan):
+            return asyncio.run(plan[len(seen) - 1](addr, request))
+        return real_direct(addr, request, timeout)
+
     monkeypatch.setattr(inst, "invoke", invoke)
+    monkeypatch.setattr(inst, "invoke_direct", invoke_direct)
     return seen
 
 

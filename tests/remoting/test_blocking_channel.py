@@ -32,20 +32,39 @@ class _Slow:
         return request.make_response(ResponseCode.SUCCESS, None)
 
 
+class _Running:
+    """A RemotingServer on its own loop thread (TCP on a free port, plus an in-proc name)."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.srv = RemotingServer(["127.0.0.1:0", f"inproc://blocking-{time.monotonic_ns()}"], name="blocking-test")
+        self.srv.register_processor(ECHO, _Echo())
+        self.srv.register_processor(SLOW, _Slow())
+        asyncio.run_coroutine_threadsafe(self.srv.start(), self.loop).result(10)
+        self.tcp, self.inproc = self.srv.listen_addresses
+
+    def stop_server(self):
+        asyncio.run_coroutine_threadsafe(self.srv.stop(), self.loop).result(10)
+
+    def close(self):
+        self.stop_server()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
 @pytest.fixture
-def server():
-    loop = asyncio.new_event_loop()
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    srv = RemotingServer("127.0.0.1:0", name="blocking-test")
-    srv.register_processor(ECHO, _Echo())
-    srv.register_processor(SLOW, _Slow())
-    asyncio.run_coroutine_threadsafe(srv.start(), loop).result(10)
-    yield srv.listen_address
-    asyncio.run_coroutine_threadsafe(srv.stop(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
-    loop.close()
+def running():
+    r = _Running()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def server(running):
+    return running.tcp
 
 
 def _echo(value: str, body: bytes | None = None) -> RemotingCommand:
@@ -236,3 +255,42 @@ def test_the_peer_closing_mid_call_is_a_connect_error():
     with pytest.raises(RemotingConnectError, match="closed by"):
         ch.invoke(_echo("q"), 5.0)
     t.join(5)
+
+
+# --- the in-proc transport's blocking connections --------------------------------------------------
+def test_in_proc_pool_answers_without_a_client_loop(running):
+    pool = BlockingChannelPool(max_per_address=2)
+    try:
+        for i in range(30):
+            resp = pool.invoke(running.inproc, _echo(f"v{i}", b"payload"), 5.0)
+            assert resp.get_str("echo") == f"v{i}" and resp.body == b"payload"
+        assert pool.open_count(running.inproc) == 1
+        with pytest.raises(RemotingTimeoutError, match=running.inproc):
+            pool.invoke(running.inproc, RemotingCommand.create_request(SLOW, {"sleep": "1"}), 0.2)
+        assert pool.open_count(running.inproc) == 0
+        assert pool.invoke(running.inproc, _echo("again"), 5.0).get_str("echo") == "again"
+    finally:
+        pool.close()
+
+
+def test_in_proc_server_stopping_wakes_a_waiting_caller(running):
+    pool = BlockingChannelPool(max_per_address=1)
+    outcome = []
+
+    def call():
+        try:
+            pool.invoke(running.inproc, RemotingCommand.create_request(SLOW, {"sleep": "30"}), 20.0)
+        except Exception as e:  # noqa: BLE001 - asserted below
+            outcome.append(e)
+
+    t = threading.Thread(target=call)
+    t.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    running.stop_server()
+    t.join(10)
+    assert time.monotonic() - t0 < 5
+    assert outcome and isinstance(outcome[0], RemotingConnectError) and "closed before the response" in str(outcome[0])
+    with pytest.raises(RemotingConnectError, match="no in-process server"):
+        pool.invoke(running.inproc, _echo("x"), 1.0)
+    pool.close()
