@@ -33,10 +33,11 @@ that are really there before anything is read.
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.dict cimport PyDict_SetItem
+from cpython.dict cimport PyDict_Copy, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
+from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy, memset
@@ -109,6 +110,93 @@ cdef object _decode_error(Py_ssize_t offset, str reason):
         from rmq_core.codec import MessageDecodeError
         _decode_error_cls = MessageDecodeError
     return _decode_error_cls(offset, reason)
+
+
+# --- dict value slots ---------------------------------------------------------------------------------
+# The properties fast path copies a template dict and then replaces some values.  PyDict_SetItem
+# would look each name up again; on the CPython versions whose dict table layout is mirrored below
+# the value is written straight into entry i of the fresh copy instead, after checking that the
+# copy has a combined str-keyed table whose entry i really holds that name.  Any other build, or
+# a failed check (also run once at import on a probe dict), takes PyDict_SetItem.
+cdef extern from *:
+    """
+    #if !defined(PYPY_VERSION) && !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
+    /* struct _dictkeysobject and PyDictUnicodeEntry of CPython 3.11-3.13 (Include/internal/pycore_dict.h) */
+    typedef struct {
+        Py_ssize_t dk_refcnt;
+        uint8_t dk_log2_size;
+        uint8_t dk_log2_index_bytes;
+        uint8_t dk_kind;
+        uint32_t dk_version;
+        Py_ssize_t dk_usable;
+        Py_ssize_t dk_nentries;
+        char dk_indices[];
+    } rmq_dict_keys;
+    typedef struct { PyObject *me_key; PyObject *me_value; } rmq_dict_unicode_entry;
+    #define RMQ_DICT_KEYS_UNICODE 1
+    static PyObject **rmq_dict_value_slot(PyObject *d, Py_ssize_t i, PyObject *key) {
+        PyDictObject *mp = (PyDictObject *)d;
+        rmq_dict_keys *k = (rmq_dict_keys *)mp->ma_keys;
+        rmq_dict_unicode_entry *e;
+        if (mp->ma_values != NULL || k->dk_kind != RMQ_DICT_KEYS_UNICODE || i < 0 || i >= k->dk_nentries)
+            return NULL;
+        e = (rmq_dict_unicode_entry *)(k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes));
+        return e[i].me_key == key ? &e[i].me_value : NULL;
+    }
+    #else
+    static PyObject **rmq_dict_value_slot(PyObject *d, Py_ssize_t i, PyObject *key) {
+        (void)d; (void)i; (void)key;
+        return NULL;
+    }
+    #endif
+    """
+    PyObject** rmq_dict_value_slot(object d, Py_ssize_t i, object key)
+
+
+cdef bint _value_slots_ok = False   # set by _check_value_slots() at import
+
+
+cdef int _replace_value(dict d, Py_ssize_t i, object key, object value) except -1:
+    """d[key] = value, where key is entry i of d (a fresh copy nobody else has seen)."""
+    cdef PyObject** slot
+    cdef PyObject* old
+    if _value_slots_ok:
+        slot = rmq_dict_value_slot(d, i, key)
+        if slot != NULL:
+            old = slot[0]
+            Py_INCREF(value)
+            slot[0] = <PyObject*>value
+            Py_DECREF(<object>old)
+            return 0
+    return PyDict_SetItem(d, key, value)
+
+
+cdef bint _check_value_slots():
+    # Probe: a copied str-keyed dict must expose each name at its entry index, and a value written
+    # there must be what lookups, iteration and equality then see.
+    cdef dict probe, copy
+    cdef PyObject** slot
+    names = ("rmq-probe-a", "rmq-probe-b", "rmq-probe-c")
+    probe = {}
+    for i, name in enumerate(names):
+        probe[name] = str(i)
+    copy = PyDict_Copy(probe)
+    for i, name in enumerate(names):
+        slot = rmq_dict_value_slot(copy, i, name)
+        if slot == NULL or slot[0] != <PyObject*>probe[name]:
+            return False
+    slot = rmq_dict_value_slot(copy, 1, names[1])
+    value = "written"
+    old = <object>slot[0]
+    Py_INCREF(value)
+    slot[0] = <PyObject*>value
+    Py_DECREF(old)
+    return (copy["rmq-probe-b"] == "written" and list(copy.items()) == [
+        ("rmq-probe-a", "0"), ("rmq-probe-b", "written"), ("rmq-probe-c", "2")]
+        and probe["rmq-probe-b"] == "1")
+
+
+_value_slots_ok = _check_value_slots()
 
 
 # --- short-string cache ------------------------------------------------------------------------------
@@ -211,15 +299,123 @@ cdef str _decode_str(const char* p, Py_ssize_t n):
 
 
 # --- properties ------------------------------------------------------------------------------------
+# A pull's records nearly always carry the same property names in the same order (UNIQ_KEY, TAGS,
+# KEYS, WAIT, ...), often with some values repeating too.  A "shape" remembers one such record: its
+# raw properties bytes, where each name and value sits in them, and the dict built from them (the
+# template).  A record that has the shape's names in the shape's order gets a copy of the template
+# (one clone of the dict's table, no hashing, no probing) with only the values that differ set;
+# its names are never decoded.  Anything else takes the general parse below.  Shapes are immutable
+# once built; a few recent ones are kept so records alternating between layouts all hit.
+cdef enum:
+    _SHAPE_MAX_PAIRS = 16
+    _SHAPE_SLOTS = 4
+    _SHAPE_MISS_SIGS = 8
+
+
+@cython.final
+@cython.no_gc
+cdef class _PropertiesShape:
+    # Holds only bytes, a tuple of str and a dict of str: nothing that can form a cycle.
+    cdef bytes raw                  # the template record's properties bytes
+    cdef dict template              # dict(raw), never handed out, only copied
+    cdef tuple names                # the name str of each pair, in order (entry i of template)
+    cdef Py_ssize_t n
+    cdef Py_ssize_t name_off[_SHAPE_MAX_PAIRS]
+    cdef Py_ssize_t name_len[_SHAPE_MAX_PAIRS]
+    cdef Py_ssize_t value_off[_SHAPE_MAX_PAIRS]
+    cdef Py_ssize_t value_len[_SHAPE_MAX_PAIRS]
+
+
+cdef PyObject* _shapes[_SHAPE_SLOTS]  # owned references (or NULL); static storage starts NULL
+cdef Py_ssize_t _shape_last = 0     # the slot that matched last: tried first
+cdef Py_ssize_t _shape_next = 0     # the slot a new shape replaces (round robin)
+# Name-sequence signatures of recent records that matched no shape: a shape is built only for a
+# layout seen twice among them, so records whose names never repeat do not pay for building one.
+cdef uint64_t _shape_miss_sigs[_SHAPE_MISS_SIGS]
+cdef Py_ssize_t _shape_miss_next = 0
+
+
+cdef dict _props_from_shape(_PropertiesShape s, const char* p, Py_ssize_t n):
+    """dict of p[:n] when its pairs carry exactly the shape's names in the shape's order (no empty
+    or nameless pieces in between), else None."""
+    cdef const char* raw = PyBytes_AS_STRING(s.raw)
+    cdef const char* cur = p
+    cdef const char* end = p + n
+    cdef const char* v
+    cdef const char* e
+    cdef Py_ssize_t i, kl, vl
+    cdef const char* changed_at[_SHAPE_MAX_PAIRS]
+    cdef Py_ssize_t changed_len[_SHAPE_MAX_PAIRS]   # -1: same value as the template
+    cdef dict out
+    for i in range(s.n):
+        kl = s.name_len[i]
+        # The name is the text up to the first \x01; names hold no \x01 or \x02, so equal bytes
+        # followed by \x01 mean the same name.
+        if end - cur <= kl or cur[kl] != 1 or memcmp(cur, raw + s.name_off[i], kl) != 0:
+            return None
+        v = cur + kl + 1
+        vl = s.value_len[i]
+        if end - v >= vl and memcmp(v, raw + s.value_off[i], vl) == 0 and (v + vl == end or v[vl] == 2):
+            changed_len[i] = -1
+            e = v + vl
+        else:
+            e = <const char*>memchr(v, 2, end - v)
+            if e == NULL:
+                e = end
+            changed_at[i] = v
+            changed_len[i] = e - v
+        cur = e + 1
+    if cur < end:
+        return None  # more pieces than the shape has
+    out = PyDict_Copy(s.template)
+    for i in range(s.n):
+        if changed_len[i] >= 0:
+            _replace_value(out, i, <object>PyTuple_GET_ITEM(s.names, i),
+                           _decode_str(changed_at[i], changed_len[i]))
+    return out
+
+
+cdef inline uint64_t _sig_step(uint64_t h, const char* p, Py_ssize_t n) noexcept nogil:
+    # FNV-1a over the name bytes, with the length folded in so "AB","C" differs from "A","BC".
+    cdef Py_ssize_t i
+    h = (h ^ <uint64_t>n) * 0x100000001B3ull
+    for i in range(n):
+        h = (h ^ <uint8_t>p[i]) * 0x100000001B3ull
+    return h
+
+
 cdef dict _parse_properties(const char* p, Py_ssize_t n):
     """Split on \x02, then on the first \x01; pairs without \x01 or with an empty name are dropped
-    (the same rule as rmq_core.message.string_to_properties).  memchr finds both separators (a
-    vectorised scan in libc); pieces become str straight from the buffer, no temporary bytes."""
-    cdef dict out = {}
+    (the same rule as rmq_core.message.string_to_properties).  A record shaped like a recent one
+    is copied from that one's template; otherwise memchr finds both separators (a vectorised scan
+    in libc) and pieces become str straight from the buffer, no temporary bytes."""
+    global _shape_last, _shape_next, _shape_miss_next
+    cdef dict out
+    cdef _PropertiesShape s
+    cdef Py_ssize_t i, j, npairs = 0
     cdef const char* cur = p
     cdef const char* end = p + n
     cdef const char* e
     cdef const char* k
+    cdef uint64_t sig = 0xCBF29CE484222325ull
+    cdef bint shapeable = True
+    cdef Py_ssize_t name_off[_SHAPE_MAX_PAIRS]
+    cdef Py_ssize_t name_len[_SHAPE_MAX_PAIRS]
+    cdef Py_ssize_t value_off[_SHAPE_MAX_PAIRS]
+    cdef Py_ssize_t value_len[_SHAPE_MAX_PAIRS]
+    if n == 0:
+        return {}
+    for j in range(_SHAPE_SLOTS):
+        i = (_shape_last + j) % _SHAPE_SLOTS
+        if _shapes[i] != NULL:
+            # An owned local reference: allocating below may run a finalizer that decodes too and
+            # replaces this slot.
+            s = <_PropertiesShape>_shapes[i]
+            out = _props_from_shape(s, p, n)
+            if out is not None:
+                _shape_last = i
+                return out
+    out = {}
     while cur < end:
         e = <const char*>memchr(cur, 2, end - cur)
         if e == NULL:
@@ -227,7 +423,43 @@ cdef dict _parse_properties(const char* p, Py_ssize_t n):
         k = <const char*>memchr(cur, 1, e - cur)
         if k != NULL and k > cur:
             PyDict_SetItem(out, _decode_str(cur, k - cur), _decode_str(k + 1, e - k - 1))
+            if npairs < _SHAPE_MAX_PAIRS:
+                name_off[npairs] = cur - p
+                name_len[npairs] = k - cur
+                value_off[npairs] = k + 1 - p
+                value_len[npairs] = e - k - 1
+                sig = _sig_step(sig, cur, k - cur)
+            npairs += 1
+        elif e > cur:
+            shapeable = False  # a piece without a name: the shape's strict walk would not match it
         cur = e + 1
+    # Shape only plain layouts: at most _SHAPE_MAX_PAIRS pairs, no repeated name (a repeated name
+    # keeps one dict entry, so pair i would no longer be entry i).
+    if not shapeable or npairs == 0 or npairs > _SHAPE_MAX_PAIRS or len(out) != npairs:
+        return out
+    for j in range(_SHAPE_MISS_SIGS):
+        if _shape_miss_sigs[j] == sig:
+            break
+    else:
+        _shape_miss_sigs[_shape_miss_next] = sig
+        _shape_miss_next = (_shape_miss_next + 1) % _SHAPE_MISS_SIGS
+        return out
+    _shape_miss_sigs[j] = 0
+    s = _PropertiesShape.__new__(_PropertiesShape)
+    s.raw = PyBytes_FromStringAndSize(p, n)
+    s.template = PyDict_Copy(out)
+    s.names = tuple(out)
+    s.n = npairs
+    memcpy(s.name_off, name_off, npairs * sizeof(Py_ssize_t))
+    memcpy(s.name_len, name_len, npairs * sizeof(Py_ssize_t))
+    memcpy(s.value_off, value_off, npairs * sizeof(Py_ssize_t))
+    memcpy(s.value_len, value_len, npairs * sizeof(Py_ssize_t))
+    Py_INCREF(s)
+    if _shapes[_shape_next] != NULL:
+        Py_DECREF(<object>_shapes[_shape_next])
+    _shapes[_shape_next] = <PyObject*>s
+    _shape_last = _shape_next
+    _shape_next = (_shape_next + 1) % _SHAPE_SLOTS
     return out
 
 
