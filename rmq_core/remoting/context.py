@@ -63,39 +63,61 @@ class ProcessorTable:
 
     async def run(self, ctx: "ChannelContext", request: RemotingCommand) -> RemotingCommand | None:
         """The response to `request` (None for none); never raises except on cancellation."""
+        response = self.dispatch(ctx, request)
+        if type(response) is _CoroutineType:
+            response = await response
+        return response
+
+    def dispatch(self, ctx: "ChannelContext", request: RemotingCommand):
+        """run() without a coroutine of its own: the response (None for none) when the processor
+        answered at once, else a coroutine giving it; never raises except on cancellation."""
         entry = self._processors.get(request.code, self._default)
         if entry is None:
             return request.make_response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {request.code} not supported")
         processor, fn = entry
+        hooks = self.rpc_hooks
         try:
             reject = getattr(processor, "reject_request", None)
             if reject is not None and reject():
                 return request.make_response(
                     ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]system busy, start flow control for a while")
-            hooks = self.rpc_hooks
             if hooks is not None:
                 hooks.rmq_rpc_before_request(remote_addr=ctx.remote_address, request=request)
             response = fn(ctx, request)
-            # (a coroutine is by far the usual answer; inspect.isawaitable only for the rest)
+            # (a coroutine is by far the usual awaitable; inspect.isawaitable only for the rest)
             if type(response) is _CoroutineType or (
                     response is not None and type(response) is not RemotingCommand and inspect.isawaitable(response)):
-                response = await response
+                return self._finish(ctx, request, response, hooks)
             if hooks is not None and response is not None:
                 hooks.rmq_rpc_after_response(remote_addr=ctx.remote_address, request=request, response=response)
             return response
         except asyncio.CancelledError:
             raise
-        except (RemotingCommandError, IllegalArgumentError, json.JSONDecodeError, RecursionError) as e:
+        except Exception as e:
+            return self._failed(ctx, request, e)
+
+    async def _finish(self, ctx: "ChannelContext", request: RemotingCommand, awaitable, hooks):
+        try:
+            response = await awaitable
+            if hooks is not None and response is not None:
+                hooks.rmq_rpc_after_response(remote_addr=ctx.remote_address, request=request, response=response)
+            return response
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            return self._failed(ctx, request, e)
+
+    def _failed(self, ctx: "ChannelContext", request: RemotingCommand, e: Exception) -> RemotingCommand:
+        if isinstance(e, (RemotingCommandError, IllegalArgumentError, json.JSONDecodeError, RecursionError)):
             # A malformed request (bad header field, unparsable or absurdly nested JSON body): the
             # caller's mistake, answered without a traceback in our log.
             log.warning("%s: bad %s from %s: %s: %s", self.owner, code_name(request.code), ctx.remote_address,
                         type(e).__name__, e)
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
-        except Exception as e:
-            log.exception("%s: processor for %s from %s failed", self.owner, code_name(request.code),
-                          ctx.remote_address)
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        else:
+            log.error("%s: processor for %s from %s failed", self.owner, code_name(request.code),
+                      ctx.remote_address, exc_info=e)
+        return request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
 
 
 class _Resume:
@@ -270,8 +292,16 @@ class ChannelContext:
                     f"[OVERLOAD]system busy: {len(self._tasks)} requests in flight on this connection")
                 self._send_response(busy)
             return
-        # Run the processor's first step here; only one that suspends costs a Task (see _Resume).
-        coro = self._table.run(self, command)
+        # Most processors answer at once (no coroutine at all); an awaitable answer gets its first
+        # step run here, and only one that suspends costs a Task (see _Resume).
+        try:
+            response = self._table.dispatch(self, command)
+        except asyncio.CancelledError:
+            return
+        if type(response) is not _CoroutineType:
+            self._answer(command, response)
+            return
+        coro = response
         try:
             yielded = coro.send(None)
         except StopIteration as stop:
