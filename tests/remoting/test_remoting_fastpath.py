@@ -377,3 +377,69 @@ async def test_plain_function_and_future_returning_processors(transport):
     finally:
         await client.close()
         await server.stop()
+
+
+async def test_processor_answering_at_once_awaitably_or_raising_with_hooks(transport):
+    """ProcessorTable.dispatch: a plain answer, a coroutine answer and a synchronous exception each
+    reach the peer, and the RPC hooks see every request and every answer, whichever way it came."""
+    from rmq_core.plugins import get_plugin_manager, hookimpl
+
+    seen = []
+
+    class Hooks:
+        @hookimpl
+        def rmq_rpc_before_request(self, remote_addr, request):
+            seen.append(("before", request.code, request.get_str("mode")))
+
+        @hookimpl
+        def rmq_rpc_after_response(self, remote_addr, request, response):
+            seen.append(("after", response.code, response.remark))
+
+    async def later(request):
+        await asyncio.sleep(0.001)
+        return request.make_response(ResponseCode.SUCCESS, remark="awaited")
+
+    def mixed(ctx, request):
+        mode = request.get_str("mode")
+        if mode == "now":
+            return request.make_response(ResponseCode.SUCCESS, remark="now")
+        if mode == "later":
+            return later(request)
+        if mode == "none":
+            return None
+        raise ValueError(f"unknown mode {mode!r}")
+
+    pm = get_plugin_manager()
+    hooks = Hooks()
+    pm.register(hooks)
+    server = RemotingServer(_address(transport), name="mixed")
+    server.register_processor(31, mixed)
+    try:
+        await server.start()
+        client = RemotingClient()
+        try:
+            ask = lambda mode: client.invoke(  # noqa: E731
+                server.listen_address, RemotingCommand.create_request(31, {"mode": mode}), 3)
+            assert (await ask("now")).remark == "now"
+            assert (await ask("later")).remark == "awaited"
+            boom = await ask("boom")
+            assert boom.code == ResponseCode.SYSTEM_ERROR and "unknown mode 'boom'" in boom.remark
+            oneway = RemotingCommand.create_request(31, {"mode": "none"})
+            await client.invoke_oneway(server.listen_address, oneway)
+            assert (await ask("now")).remark == "now"  # the oneway left the connection healthy
+        finally:
+            await client.close()
+        from collections import Counter
+
+        # Each request: the client's and the server's before-hook; each answer: the server's and
+        # the client's after-hook — except the synchronous failure (only the client sees its
+        # answer, as before) and the oneway (no answer at all).
+        assert Counter(seen) == Counter({
+            ("before", 31, "now"): 4, ("after", 0, "now"): 4,
+            ("before", 31, "later"): 2, ("after", 0, "awaited"): 2,
+            ("before", 31, "boom"): 2, ("after", ResponseCode.SYSTEM_ERROR, boom.remark): 1,
+            ("before", 31, "none"): 2,
+        })
+    finally:
+        pm.unregister(hooks)
+        await server.stop()
