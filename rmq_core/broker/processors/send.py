@@ -165,8 +165,9 @@ class SendMessageProcessor(Processor):
         except (AttributeError, KeyError):
             born_host = _remember_born_host(ctx)
         inner = MessageExtBrokerInner(
-            topic, queue_id, request.body or b"", ints[4], {}, props.encode("utf-8") + self._cluster_property(),
-            sys_flag, ints[3] or int(time.time() * 1000), born_host, None, ints[5])
+            topic=topic, queue_id=queue_id, body=request.body or b"", flag=ints[4],
+            properties_bytes=props.encode("utf-8") + self._cluster_property(), sys_flag=sys_flag,
+            born_timestamp=ints[3] or int(time.time() * 1000), born_host=born_host, reconsume_times=ints[5])
         result, fut = self.ctrl.store.put_message_nowait(inner)
         if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answer once it is durable
             return self._finish_put(request, result, fut, topic, queue_id)
