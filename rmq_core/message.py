@@ -6,6 +6,7 @@ created on the client's hot path; it is re-exported here.
 from __future__ import annotations
 
 import enum
+import itertools
 import os
 import re
 import socket
@@ -295,18 +296,28 @@ class MessageClientIDSetter:
 
     @classmethod
     def create_uniq_id(cls) -> str:
-        now = int(time.time() * 1000)
+        # On every send: the fixed 10 bytes are formatted once; the counter is an itertools.count
+        # (atomic under the GIL, as Java's AtomicInteger); the month bounds move under the lock.
+        now = time.time_ns() // 1_000_000
+        if now >= cls._next_month_ms:
+            cls._roll_month(now)
+        counter = next(cls._sequence) & 0xFFFF
+        return f"{cls._hex_prefix}{(now - cls._month_start_ms) & 0xFFFFFFFF:08X}{counter:04X}"
+
+    _sequence = itertools.count(1)
+    _hex_prefix = ""
+
+    @classmethod
+    def _roll_month(cls, now: int) -> None:
         with cls._lock:
-            if now >= cls._next_month_ms:
-                t = time.gmtime(now / 1000)
-                start = int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) - time.timezone)
-                cls._month_start_ms = start * 1000
-                nm = (t.tm_year + (t.tm_mon == 12), t.tm_mon % 12 + 1, 1, 0, 0, 0, 0, 0, 0)
-                cls._next_month_ms = int(time.mktime(nm) - time.timezone) * 1000
-            cls._counter = (cls._counter + 1) & 0xFFFF
-            counter = cls._counter
-            delta = (now - cls._month_start_ms) & 0xFFFFFFFF
-        return (cls._prefix() + struct.pack(">IH", delta, counter)).hex().upper()
+            if now < cls._next_month_ms:
+                return
+            cls._hex_prefix = cls._prefix().hex().upper()
+            t = time.gmtime(now / 1000)
+            start = int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) - time.timezone)
+            cls._month_start_ms = start * 1000
+            nm = (t.tm_year + (t.tm_mon == 12), t.tm_mon % 12 + 1, 1, 0, 0, 0, 0, 0, 0)
+            cls._next_month_ms = int(time.mktime(nm) - time.timezone) * 1000
 
 
 # --- values -----------------------------------------------------------------------------------------

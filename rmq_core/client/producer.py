@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from rmq_core import plugins
+from rmq_core.client.accumulator import ProduceAccumulator
 from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import MQFaultStrategy
 from rmq_core.client.instance import CancellableFuture, MQClientInstance, MQClientManager
@@ -277,6 +278,8 @@ class Producer:
                  use_send_message_v2: bool = True,
                  create_topic_key: str = TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC,
                  default_topic_queue_nums: int = 4,
+                 auto_batch: bool = False,
+                 batch_max_bytes: int = 32 * 1024,
                  **client_options):
         self.group = check_group(group)
         opts = dict(client_options)
@@ -291,6 +294,8 @@ class Producer:
             raise ConfigError(f"bad send_msg_timeout {send_msg_timeout!r}: must be > 0")
         if max_message_size <= 0:
             raise ConfigError(f"bad max_message_size {max_message_size!r}: must be > 0")
+        if batch_max_bytes <= 0:
+            raise ConfigError(f"bad batch_max_bytes {batch_max_bytes!r}: must be > 0")
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
@@ -309,6 +314,10 @@ class Producer:
         self._started = False
         self._lock = threading.Lock()
         self._hooks = False
+        # auto_batch (RocketMQ 5's autoBatch): async sends of a topic gathered into batch requests
+        self.auto_batch = auto_batch
+        self.batch_max_bytes = min(batch_max_bytes, max_message_size)
+        self._accumulator = ProduceAccumulator(self, batch_max_bytes=self.batch_max_bytes) if auto_batch else None
 
     # --- life cycle ------------------------------------------------------------------------------
     def start(self) -> "Producer":
@@ -332,6 +341,13 @@ class Producer:
             if not self._started:
                 return
             self._started = False
+        if self._accumulator is not None:
+            try:  # what was accepted leaves before the client goes
+                self.instance.run(self._accumulator.drain(), timeout=self.send_msg_timeout * 2 + 1)
+            except Exception as e:  # noqa: BLE001 - the shutdown goes on; unsent ones fail below
+                log.warning("producer %s: sending the gathered messages at shutdown failed: %s", self.group, e)
+                self.instance.post(lambda: self._accumulator.fail_pending(
+                    MQClientError(f"producer {self.group} shut down before the message was sent")))
         self.instance.unregister_producer(self.group)
 
     def __enter__(self) -> "Producer":
@@ -441,7 +457,9 @@ class Producer:
                    *, queue: MessageQueue | None = None, selector=None, arg: Any = None,
                    timeout: float | None = None) -> concurrent.futures.Future:
         """Send without waiting.  Returns a Future of SendResult; callback(result, exception) is called
-        when it completes (from a client thread, so keep it short)."""
+        when it completes (from a client thread, so keep it short).  With auto_batch=True, plain
+        messages of a topic sent while an earlier request of it is in flight leave together in one
+        batch request (each still gets its own SendResult; see rmq_core.client.accumulator)."""
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
         try:
@@ -463,9 +481,14 @@ class Producer:
                 else:
                     fut.set_result(result)
 
-            call = _FastSend(self, msg, CommunicationMode.ASYNC, t, prepared, finished)
-            fut.on_cancel = lambda: inst.loop.call_soon_threadsafe(call.cancel)
-            inst.post(call.start)
+            acc = self._accumulator
+            if acc is not None and acc.eligible(msg, prepared, self.batch_max_bytes):
+                # (a gathered message cannot be taken back: cancelling only abandons its Future)
+                inst.post(lambda: acc.add(msg, prepared, t, finished))
+            else:
+                call = _FastSend(self, msg, CommunicationMode.ASYNC, t, prepared, finished)
+                fut.on_cancel = lambda: inst.loop.call_soon_threadsafe(call.cancel)
+                inst.post(call.start)
         if callback is not None:
             def call(f: concurrent.futures.Future):
                 try:
