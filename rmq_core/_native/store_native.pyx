@@ -18,6 +18,7 @@ All functions work on raw pointers held by `NativeMap` (one buffer-protocol view
 taken once, released before the mmap is closed), so a call costs no per-call buffer acquisition
 and creates no Python object per record scanned or skipped.
 """
+cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
 from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -1235,6 +1236,133 @@ def gather_matches(bytearray matches, Py_ssize_t start, Py_ssize_t n, NativeMap 
     return body, qoffs, i - start
 
 
+# --- SYNC_FLUSH group commit --------------------------------------------------------------------
+cdef extern from "store_group_commit.h" nogil:
+    ctypedef struct rmq_gc:
+        int64_t requested
+        int64_t flushed
+        int64_t flushed_ts
+        int64_t rounds
+        int stopped
+        int last_errno
+    int RMQ_GC_OK, RMQ_GC_TIMEOUT, RMQ_GC_STOPPED, RMQ_GC_NEED_FLUSH, RMQ_GC_RETURN, RMQ_GC_IO_ERROR
+    int rmq_gc_init(rmq_gc *g)
+    void rmq_gc_destroy(rmq_gc *g)
+    void rmq_gc_request(rmq_gc *g, int64_t end, int64_t store_ts, int return_each_round)
+    int rmq_gc_await(rmq_gc *g, int64_t end, int64_t store_ts, int64_t timeout_ns)
+    void rmq_gc_complete(rmq_gc *g, int64_t flushed, int64_t store_ts)
+    void rmq_gc_reset(rmq_gc *g, int64_t flushed)
+    void rmq_gc_kick(rmq_gc *g)
+    void rmq_gc_halt(rmq_gc *g)
+    void rmq_gc_stop(rmq_gc *g)
+    int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, int64_t budget_ns,
+                     int return_each_round, int64_t *upto)
+
+GC_OK = RMQ_GC_OK
+GC_TIMEOUT = RMQ_GC_TIMEOUT
+GC_STOPPED = RMQ_GC_STOPPED
+GC_NEED_FLUSH = RMQ_GC_NEED_FLUSH
+GC_RETURN = RMQ_GC_RETURN
+GC_IO_ERROR = RMQ_GC_IO_ERROR
+
+
+@cython.final
+cdef class GroupCommitGate:
+    """Where SYNC_FLUSH writers wait for durability and the group-commit thread serves rounds, both
+    without the GIL (store_group_commit.h).  `flushed`: every commit-log byte below it is durable."""
+
+    cdef rmq_gc g
+    cdef bint ready
+
+    def __cinit__(self):
+        if rmq_gc_init(&self.g) != 0:
+            raise OSError("cannot initialise the group-commit mutex / conditions")
+        self.ready = True
+
+    def __dealloc__(self):
+        if self.ready:
+            rmq_gc_destroy(&self.g)
+
+    @property
+    def flushed(self):
+        return self.g.flushed
+
+    @property
+    def flushed_timestamp(self):
+        return self.g.flushed_ts
+
+    @property
+    def requested(self):
+        return self.g.requested
+
+    @property
+    def rounds(self):
+        """fdatasync rounds served natively (rounds flushed through Python are not counted)."""
+        return self.g.rounds
+
+    @property
+    def stopped(self):
+        return bool(self.g.stopped)
+
+    @property
+    def last_errno(self):
+        return self.g.last_errno
+
+    def await_flushed(self, int64_t end_offset, int64_t store_timestamp, int64_t timeout_ms):
+        """Block (GIL released) until bytes below end_offset are durable: GC_OK, GC_TIMEOUT after
+        timeout_ms, or GC_STOPPED."""
+        cdef int r
+        if timeout_ms < 0:
+            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
+        with nogil:
+            r = rmq_gc_await(&self.g, end_offset, store_timestamp, timeout_ms * 1000000)
+        return r
+
+    def request(self, int64_t end_offset, int64_t store_timestamp, bint return_each_round=False):
+        """Ask for bytes below end_offset to become durable without waiting; return_each_round:
+        the serving thread returns after the next round (it has Futures to resolve)."""
+        rmq_gc_request(&self.g, end_offset, store_timestamp, return_each_round)
+
+    def complete(self, int64_t flushed, int64_t store_timestamp=0):
+        """The flush thread flushed through Python up to `flushed`: wake whoever that covers."""
+        with nogil:
+            rmq_gc_complete(&self.g, flushed, store_timestamp)
+
+    def reset(self, int64_t flushed):
+        """Set the durable offset (recovery, truncation), also below the current one."""
+        with nogil:
+            rmq_gc_reset(&self.g, flushed)
+
+    def kick(self):
+        """Make a running `serve` return (GC_OK) before its next round."""
+        with nogil:
+            rmq_gc_kick(&self.g)
+
+    def halt(self):
+        """Make `serve` return; awaiting writers keep waiting for the final flush."""
+        with nogil:
+            rmq_gc_halt(&self.g)
+
+    def stop(self):
+        """No more waiting: every waiter (now or later) gets GC_STOPPED unless already durable."""
+        with nogil:
+            rmq_gc_stop(&self.g)
+
+    def serve(self, int fd, int64_t segment_from, int64_t segment_end, int64_t budget_ms,
+              bint return_each_round=False):
+        """The group-commit thread: serve rounds (fdatasync of fd, then wake the writers) while
+        every request lies in the segment [segment_from, segment_end), for about budget_ms.
+        Returns (code, requested offset): GC_OK / GC_TIMEOUT (budget used up, busy / idle),
+        GC_RETURN (a round done and return_each_round), GC_NEED_FLUSH (requests outside the
+        segment: flush through Python), GC_STOPPED (halted), GC_IO_ERROR (see last_errno)."""
+        cdef int r
+        cdef int64_t upto = 0
+        with nogil:
+            r = rmq_gc_serve(&self.g, fd, segment_from, segment_end, budget_ms * 1000000, return_each_round,
+                             &upto)
+        return r, upto
+
+
 # --- the single-message put, end to end --------------------------------------------------------
 from cpython.object cimport PyObject_GenericSetAttr
 
@@ -1260,6 +1388,40 @@ cdef object _new_frozen(type cls, tuple names, tuple values):
     for i in range(len(names)):
         PyObject_GenericSetAttr(obj, names[i], values[i])
     return obj
+
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+
+
+cdef bytes _encode_properties(dict props, object properties_to_string):
+    """properties_to_string(props).encode("utf-8") for the common all-str dict, without building
+    the intermediate str (str objects keep their UTF-8 form, so this is mostly memcpy)."""
+    cdef Py_ssize_t total = 0, n
+    cdef const char *p
+    for k, v in props.items():
+        if v is None:
+            continue
+        if type(k) is not str or type(v) is not str:
+            return (<str>properties_to_string(props)).encode("utf-8")
+        PyUnicode_AsUTF8AndSize(k, &n)
+        total += n + 1
+        PyUnicode_AsUTF8AndSize(v, &n)
+        total += n + 1
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char *o = <char *>(<bytes>out)
+    for k, v in props.items():
+        if v is None:
+            continue
+        p = PyUnicode_AsUTF8AndSize(k, &n)
+        memcpy(o, p, n)
+        o[n] = 1
+        o += n + 1
+        p = PyUnicode_AsUTF8AndSize(v, &n)
+        memcpy(o, p, n)
+        o[n] = 2
+        o += n + 1
+    return <bytes>out
 
 
 cdef tuple _APPEND_FIELDS = ("wrote_offset", "wrote_bytes", "msg_id", "store_timestamp", "logics_offset",
@@ -1291,6 +1453,9 @@ cdef class SinglePutPath:
     cdef Py_ssize_t limit
     cdef object schedule_topic, index_append, index_builder, listeners, log_exception, properties_to_string
     cdef object request_flush
+    cdef GroupCommitGate gate
+    cdef int64_t sync_timeout_ms
+    cdef object durable_result
     cdef bytearray scratch
 
     def __init__(self, store, commit_log, dict host_cache, bytes store_host_b, bint store_v6, Py_ssize_t limit,
@@ -1315,18 +1480,27 @@ cdef class SinglePutPath:
         self.index_append = None
         self.index_builder = None
         self.request_flush = None
+        self.gate = None
+        self.sync_timeout_ms = 0
+        self.durable_result = None
         self.scratch = bytearray(4096)
         self.listeners = ()
         self.log_exception = log_exception
         self.properties_to_string = properties_to_string
 
-    def configure(self, bint enabled, index_builder, listeners, Py_ssize_t limit, request_flush=None):
+    def configure(self, bint enabled, index_builder, listeners, Py_ssize_t limit, request_flush=None,
+                  GroupCommitGate gate=None, int64_t sync_timeout_ms=0, durable_result=None):
         """Refresh what may change while the store runs (tables are replaced by load()).
         `index_builder`: the store's IndexBuildService (its deque gets the index work), or None.
         `request_flush`: SYNC_FLUSH — records go to the segment's descriptor with pwrite (see
-        append_records_fd) and request_flush(end_offset) gives the group-commit Future."""
+        append_records_fd) and request_flush(end_offset, store_timestamp) gives the group-commit Future;
+        a blocking put (`defer_flush`) waits on `gate` (GIL released) for at most sync_timeout_ms,
+        and `durable_result(result, gate status)` answers one that did not become durable."""
         self.enabled = enabled
         self.request_flush = request_flush
+        self.gate = gate
+        self.sync_timeout_ms = sync_timeout_ms
+        self.durable_result = durable_result
         self.index_builder = index_builder
         self.index_append = index_builder._queue.append if index_builder is not None else None
         self.listeners = tuple(listeners)
@@ -1336,8 +1510,9 @@ cdef class SinglePutPath:
         self.mapped_files = None
 
     def put(self, msg, bint defer_flush=False):
-        """See the class doc; with SYNC_FLUSH and `defer_flush`, the second item is the end offset
-        to wait for (the caller waits with GroupCommitService.await_flush) instead of a Future."""
+        """See the class doc; with SYNC_FLUSH and `defer_flush` (a blocking put), this thread waits
+        for the group commit here, without the GIL, and gets (the final result, None) — or, without
+        a gate, (result, end offset to wait for with GroupCommitService.await_flush)."""
         if not self.enabled:
             return None
         topic = msg.topic
@@ -1347,7 +1522,7 @@ cdef class SinglePutPath:
             props_dict = msg.properties
             if type(props_dict) is not dict:
                 return None
-            props = (<str>self.properties_to_string(props_dict)).encode("utf-8") if props_dict else b""
+            props = _encode_properties(<dict>props_dict, self.properties_to_string) if props_dict else b""
         if type(props) is not bytes or type(body) is not bytes or type(topic) is not str:
             return None
         if msg.store_host is not None or topic == self.schedule_topic:
@@ -1517,11 +1692,21 @@ cdef class SinglePutPath:
                 fn(topic, queue_id, qoff + 1, tags, store_ts, props)
             except Exception:
                 self.log_exception("message arriving listener %r failed", fn)
+        cdef int gc
+        cdef GroupCommitGate gate = self.gate
+        cdef int64_t end = phys + total, timeout_ns = self.sync_timeout_ms * 1000000
         if self.request_flush is not None:
             if defer_flush:
-                return result, phys + total
-            return result, self.request_flush(phys + total)
+                if gate is None:
+                    return result, end
+                with nogil:
+                    gc = rmq_gc_await(&gate.g, end, store_ts, timeout_ns)
+                if gc == RMQ_GC_OK:
+                    return result, None
+                return self.durable_result(result, gc), None
+            return result, self.request_flush(end, store_ts)
         return result, None
+
 
 
 # --- index keys --------------------------------------------------------------------------------

@@ -271,10 +271,11 @@ class CommitLog:
                 self.on_flushed(ts)
         return flushed
 
-    def request_flush(self, next_offset: int) -> concurrent.futures.Future | None:
-        """SYNC_FLUSH: a Future resolved with PUT_OK once bytes up to next_offset are durable."""
+    def request_flush(self, next_offset: int, store_timestamp: int = 0) -> concurrent.futures.Future | None:
+        """SYNC_FLUSH: a Future resolved with PUT_OK once bytes up to next_offset are durable
+        (store_timestamp: of the record ending there, for the checkpoint)."""
         if isinstance(self.flush_service, GroupCommitService):
-            return self.flush_service.put_request(next_offset)
+            return self.flush_service.put_request(next_offset, store_timestamp)
         self.flush_service.wakeup()
         return None
 
@@ -422,111 +423,161 @@ class FlushRealTimeService(ServiceThread):
 
 
 class GroupCommitService(ServiceThread):
-    """SYNC_FLUSH group commit (RocketMQ's GroupCommitService, whose request lists are swapped
-    before each flush): every put queued while no flush has started joins the current round and
-    gets the round's one Future; the loop takes the round, flushes once, and resolves that Future
-    for all of them.  One Future (and one notification) per fdatasync instead of one per put keeps
-    the per-put cost in the microseconds while 16 writers share each flush.  While a flush runs,
-    new puts join the next round without waking anybody: the loop takes it right after."""
+    """SYNC_FLUSH group commit (RocketMQ's GroupCommitService).
+
+    Rounds are served natively (`store_native.GroupCommitGate`): a blocking put waits on the gate
+    with the GIL released until the durable offset passes its record's end; this thread waits
+    there for requests, fdatasyncs the current segment once for every put that asked before the
+    round began, and wakes them — neither side needs the GIL between rounds, so a round costs one
+    fdatasync, not a Python hand-off per put.  Puts that arrive during a round are covered by the
+    next one.  Python takes over for what the gate cannot do alone: a round that spans segments
+    (after a roll), Futures of `put_message_nowait` (one per batch of requests, resolved after the
+    round that covers them), and bookkeeping (the checkpoint's flush timestamp)."""
 
     name = "GroupCommitService"
+    # How long the thread serves natively before it looks at the checkpoint timestamp again.
+    SERVE_BUDGET_MS = 20
 
     def __init__(self, commit_log: CommitLog):
         super().__init__()
         self.commit_log = commit_log
-        self._cond = threading.Condition(threading.Lock())
-        self._round: concurrent.futures.Future | None = None
-        self._round_waiters: list = []  # locks of blocked put_message callers in this round
-        self._round_open = False
-        self._round_upto = 0  # the largest end offset a put of this round needs durable
-        self._waiter = threading.local()
-        self._idle = False
-        self.rounds = 0  # flushes done (for tests and stats: puts per flush)
+        self.gate = native.GroupCommitGate()
+        commit_log.mapped_file_queue.durable_gate = self.gate
+        self._serve_natively = True
+        self._futures_lock = threading.Lock()
+        self._open: list | None = None  # [Future, largest end offset] taking requests
+        self._sealed: list = []  # [Future, end] whose requests the gate already has
+        self._python_rounds = 0
+        self._checkpoint_ts = 0
 
-    def put_request(self, next_offset: int) -> concurrent.futures.Future:
-        with self._cond:
+    @property
+    def serve_natively(self) -> bool:
+        """False: every round goes through commit_log.flush (tests simulate slow disks that way)."""
+        return self._serve_natively
+
+    @serve_natively.setter
+    def serve_natively(self, value: bool) -> None:
+        self._serve_natively = bool(value)
+        self.gate.kick()  # a serve already running returns and the loop picks the new mode
+
+    @property
+    def rounds(self) -> int:
+        """Flushes done (for tests and stats: puts per flush)."""
+        return self.gate.rounds + self._python_rounds
+
+    def put_request(self, next_offset: int, store_timestamp: int = 0) -> concurrent.futures.Future:
+        """A Future resolved with PUT_OK once bytes below next_offset are durable (one Future is
+        shared by every request made until this thread next looks)."""
+        with self._futures_lock:
             if self.is_stopped():
                 fut: concurrent.futures.Future = concurrent.futures.Future()
                 fut.set_result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
                 return fut
-            fut = self._round
-            if fut is None:
-                fut = self._round = concurrent.futures.Future()
-            self._round_open = True
-            if next_offset > self._round_upto:
-                self._round_upto = next_offset
-            if self._idle:
-                self._idle = False
-                self._cond.notify()
-        return fut
+            cur = self._open
+            if cur is None:
+                cur = self._open = [concurrent.futures.Future(), next_offset]
+            elif next_offset > cur[1]:
+                cur[1] = next_offset
+            self.gate.request(next_offset, store_timestamp, True)
+            return cur[0]
 
-    def await_flush(self, next_offset: int, timeout: float) -> PutMessageStatus:
-        """Block until bytes up to next_offset are durable (a thread's own put_message): the
-        thread joins the round with a private lock the loop releases after the flush — no Future
-        and no shared condition for 16 woken writers to queue on."""
-        lock = getattr(self._waiter, "lock", None)
-        if lock is None:
-            lock = self._waiter.lock = threading.Lock()
-            lock.acquire()
-        with self._cond:
-            if self.is_stopped():
-                return PutMessageStatus.SERVICE_NOT_AVAILABLE
-            self._round_waiters.append(lock)
-            self._round_open = True
-            if next_offset > self._round_upto:
-                self._round_upto = next_offset
-            if self._idle:
-                self._idle = False
-                self._cond.notify()
-        if not lock.acquire(timeout=timeout):
-            # the loop will still release this lock later: never reuse it
-            self._waiter.lock = None
-            return PutMessageStatus.FLUSH_DISK_TIMEOUT
-        if self.commit_log.mapped_file_queue.flushed_where >= next_offset:
+    def await_flush(self, next_offset: int, timeout: float, store_timestamp: int = 0) -> PutMessageStatus:
+        """Block (GIL released) until bytes below next_offset are durable."""
+        r = self.gate.await_flushed(next_offset, store_timestamp, int(timeout * 1000))
+        if r == native.GC_OK:
             return PutMessageStatus.PUT_OK
-        return PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if r == native.GC_TIMEOUT:
+            return PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return PutMessageStatus.SERVICE_NOT_AVAILABLE
 
     def wakeup(self) -> None:
-        with self._cond:
-            self._cond.notify()
+        self.gate.request(self.commit_log.mapped_file_queue.get_max_offset(), 0)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         self._stopped.set()
-        self.wakeup()
+        self.gate.halt()
         super().shutdown(timeout)
+        self.gate.stop()  # also when the thread never ran: later waiters are refused
+
+    def _seal(self) -> bool:
+        """Requests made so far are in the gate: the round after this covers their Future."""
+        with self._futures_lock:
+            if self._open is not None:
+                self._sealed.append(self._open)
+                self._open = None
+            return bool(self._sealed)
 
     def _loop(self) -> None:
+        gate = self.gate
+        mfq = self.commit_log.mapped_file_queue
         while not self._stopped.is_set():
-            with self._cond:
-                if not self._round_open:
-                    self._idle = True
-                    self._cond.wait(0.01)
-                    self._idle = False
             try:
-                self.run_once()
+                if self._seal():
+                    self._after_rounds()  # a round may already cover the requests just sealed
+                pending = bool(self._sealed)
+                files = mfq.mapped_files
+                mf = files[-1] if files else None
+                fd = mf.fd if mf is not None and mf.fd is not None and self._serve_natively else -1
+                if mf is None:
+                    code, _ = gate.serve(-1, 0, 0, self.SERVE_BUDGET_MS, pending)
+                else:
+                    code, _ = gate.serve(fd, mf.file_from_offset, mf.end_offset, self.SERVE_BUDGET_MS, pending)
+                if code == native.GC_NEED_FLUSH:
+                    self._seal()
+                    self._flush_through_python()
+                elif code == native.GC_IO_ERROR:
+                    log.error("group commit fdatasync failed: %s", os.strerror(gate.last_errno))
+                    self._flush_through_python()  # retries, logs, and fails the Futures it cannot cover
+                    time.sleep(0.01)
+                self._after_rounds()
             except Exception:
                 log.exception("%s: round failed", self.name)
         self.on_stop()
 
-    def run_once(self) -> None:
-        with self._cond:
-            if not self._round_open:
-                return
-            fut, waiters, upto = self._round, self._round_waiters, self._round_upto
-            self._round, self._round_waiters, self._round_upto, self._round_open = None, [], 0, False
+    def _flush_through_python(self) -> bool:
+        ts = self.commit_log.last_store_timestamp
         mfq = self.commit_log.mapped_file_queue
+        ok = True
         try:
             self.commit_log.flush(0)
         except OSError as e:
             log.error("group commit flush failed: %s", e)
-        self.rounds += 1
-        for lock in waiters:
-            lock.release()
-        if fut is not None:
-            fut.set_result(PutMessageStatus.PUT_OK if mfq.flushed_where >= upto else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+            ok = False
+        self._python_rounds += 1
+        self.gate.complete(mfq.flushed_where, ts if ok else 0)
+        if not ok:
+            self._after_rounds(fail=True)
+        return ok
+
+    def _after_rounds(self, fail: bool = False) -> None:
+        flushed = self.gate.flushed
+        done = []
+        with self._futures_lock:
+            if self._sealed:
+                keep = []
+                for item in self._sealed:
+                    (done if flushed >= item[1] or fail else keep).append(item)
+                self._sealed = keep
+        for fut, upto in done:
+            fut.set_result(PutMessageStatus.PUT_OK if flushed >= upto else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        ts = self.gate.flushed_timestamp
+        if ts > self._checkpoint_ts:
+            self._checkpoint_ts = ts
+            self.commit_log.mapped_file_queue.store_timestamp = ts
+            if self.commit_log.on_flushed is not None:
+                self.commit_log.on_flushed(ts)
+
+    def run_once(self) -> None:
+        """One round through Python: flush what was asked and resolve the Futures it covers."""
+        self._seal()
+        if self.gate.requested > self.gate.flushed:
+            self._flush_through_python()
+        self._after_rounds()
 
     def on_stop(self) -> None:
-        self.run_once()
+        self._seal()
+        self._flush_through_python()
+        self._after_rounds(fail=True)  # a Future not covered by the final flush is answered too
 
 
 def build_encoded_single(topic: str, topic_b: bytes, queue_id: int, flag: int, body: bytes, props_b: bytes,

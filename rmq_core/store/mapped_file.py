@@ -187,9 +187,28 @@ class MappedFileQueue:
         self.mapped_file_size = mapped_file_size
         self.allocator = allocator
         self.mapped_files: list[MappedFile] = []
-        self.flushed_where = 0
+        # SYNC_FLUSH commit log: the group commit's gate, whose rounds (served without Python)
+        # advance the durable offset too; flushed_where reads and sets both
+        self.durable_gate = None
+        self._flushed_where = 0
         self.store_timestamp = 0  # store timestamp of the last record flushed (commit log)
         self._lock = threading.RLock()
+
+    @property
+    def flushed_where(self) -> int:
+        """Every byte below this offset is durable."""
+        gate = self.durable_gate
+        if gate is not None:
+            g = gate.flushed
+            if g > self._flushed_where:
+                return g
+        return self._flushed_where
+
+    @flushed_where.setter
+    def flushed_where(self, value: int) -> None:
+        self._flushed_where = value
+        if self.durable_gate is not None:
+            self.durable_gate.reset(value)
 
     # -- loading ---------------------------------------------------------------------------------
     def load(self) -> bool:

@@ -310,9 +310,12 @@ class DefaultMessageStore:
             builder = None
         if self.index_service is not None and builder is None:
             ok = False
+        svc = self.commit_log.flush_service
         self._single_put.configure(ok, builder, self.arriving_listeners,
                                    min(cfg.max_message_size, self.commit_log.max_record_in_segment),
-                                   self.commit_log.request_flush if sync else None)
+                                   self.commit_log.request_flush if sync else None,
+                                   getattr(svc, "gate", None) if sync else None, cfg.sync_flush_timeout,
+                                   self._durable_result)
         self._fast_put = self._single_put.put if ok else None
 
     def _check_writable(self) -> PutMessageResult | None:
@@ -478,18 +481,28 @@ class DefaultMessageStore:
                                               outcome.logics_offset, count, outcome.entries, self._store_host_b)
         self.put_message_count += count
         self._notify_arriving(enc, outcome)
-        fut = self.commit_log.request_flush(outcome.end_offset) \
-            if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH else None
-        if not wait or fut is None:
-            return PutMessageResult(PutMessageStatus.PUT_OK, result), fut
-        return self._await_durable(PutMessageResult(PutMessageStatus.PUT_OK, result), fut), None
+        if self.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
+            return PutMessageResult(PutMessageStatus.PUT_OK, result), None
+        if wait:  # this thread waits on the group commit's gate: no Future needed
+            return self._await_durable(PutMessageResult(PutMessageStatus.PUT_OK, result), outcome.end_offset), None
+        fut = self.commit_log.request_flush(outcome.end_offset, outcome.store_timestamp)
+        return PutMessageResult(PutMessageStatus.PUT_OK, result), fut
+
+    def _durable_result(self, put_result: PutMessageResult, gate_status: int) -> PutMessageResult:
+        """The answer to a blocking put the group commit's gate did not report durable in time."""
+        if gate_status == native.GC_TIMEOUT:
+            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, put_result.append_result,
+                                    error=f"flush to disk did not finish within syncFlushTimeout "
+                                          f"{self.config.sync_flush_timeout} ms")
+        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, put_result.append_result)
 
     def _await_durable(self, put_result: PutMessageResult, fut) -> PutMessageResult:
         """SYNC_FLUSH: wait for the group commit that covers the put (`fut`: the round's Future,
-        or the end offset to wait for with the group commit's per-thread waiter)."""
+        or the end offset to wait for on the group commit's gate, GIL released)."""
         timeout = self.config.sync_flush_timeout / 1000.0
         if type(fut) is int:
-            status = self.commit_log.flush_service.await_flush(fut, timeout)
+            status = self.commit_log.flush_service.await_flush(fut, timeout,
+                                                                put_result.append_result.store_timestamp)
         else:
             try:
                 status = fut.result(timeout=timeout)

@@ -81,6 +81,7 @@ def test_group_commit_many_writers_share_one_flush(sync_store, monkeypatch):
         return real_flush(least_pages)
 
     monkeypatch.setattr(cl, "flush", slow_flush)
+    monkeypatch.setattr(cl.flush_service, "serve_natively", False)  # every round through slow_flush
     results = []
     start = threading.Barrier(16)
 
@@ -109,6 +110,7 @@ def test_sync_flush_timeout(store_factory, monkeypatch):
         return real_flush(least_pages)
 
     monkeypatch.setattr(cl, "flush", stuck_flush)
+    monkeypatch.setattr(cl.flush_service, "serve_natively", False)  # every round through stuck_flush
     try:
         r = s.put_message(msg())
         assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT

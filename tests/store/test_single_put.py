@@ -178,6 +178,7 @@ def test_one_group_commit_round_serves_every_put_queued_before_it(sync_store, mo
         return real_flush(least_pages)
 
     monkeypatch.setattr(s.commit_log, "flush", held_flush)
+    monkeypatch.setattr(svc, "serve_natively", False)  # rounds through commit_log.flush, held above
     first = s.put_message_nowait(msg(body=b"first"))[1]
     assert flushing.wait(10)  # the loop took round 1 and is flushing it
     futs = [s.put_message_nowait(msg(body=b"m%d" % i))[1] for i in range(20)]
@@ -212,6 +213,7 @@ def test_blocking_sync_put_times_out_then_waits_correctly_again(store_factory, m
     gate = threading.Event()
     real_flush = s.commit_log.flush
     monkeypatch.setattr(s.commit_log, "flush", lambda least_pages=0: (gate.wait(10), real_flush(least_pages))[1])
+    monkeypatch.setattr(s.commit_log.flush_service, "serve_natively", False)  # the slow flush above
     r = s.put_message(msg(body=b"slow"))
     assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "syncFlushTimeout 200 ms" in r.error
     assert r.append_result is not None and r.is_ok()  # stored, only not yet durable (RocketMQ isOk)

@@ -1,0 +1,248 @@
+/* SYNC_FLUSH group commit, the part that runs without the GIL (RocketMQ's GroupCommitService).
+ *
+ * Writers append (pwrite) and then wait here until everything below their record's end offset is
+ * durable; the flush thread waits here for requests, fdatasyncs the segment once for all of them
+ * and wakes them.  Puts that arrive while an fdatasync runs are covered by the next one (the
+ * request "list" is just the largest end offset asked for).  Neither side holds the GIL while it
+ * waits or syncs, so a round costs one fdatasync plus one wake-up per writer: no Python Condition,
+ * no Future, and no GIL hand-off on the flush thread between rounds.
+ *
+ * The flush thread serves rounds natively while every request lies in the segment it was given
+ * (and everything before that segment is durable); anything else — a request past the segment end
+ * after a roll, a round whose Futures must be resolved, time for bookkeeping — makes rmq_gc_serve
+ * return to Python, which flushes through the general path and reports back with rmq_gc_complete.
+ */
+#ifndef RMQ_STORE_GROUP_COMMIT_H
+#define RMQ_STORE_GROUP_COMMIT_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum {
+    RMQ_GC_OK = 0,          /* durable (await) / round done (serve) */
+    RMQ_GC_TIMEOUT = 1,     /* await: not durable within the timeout; serve: nothing to do in time */
+    RMQ_GC_STOPPED = 2,
+    RMQ_GC_NEED_FLUSH = 3,  /* serve: pending requests outside the segment: flush in Python */
+    RMQ_GC_RETURN = 4,      /* serve: a round done and the caller asked to see each one */
+    RMQ_GC_IO_ERROR = 5,    /* serve: fdatasync failed (errno in last_errno) */
+};
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t work;      /* the flush thread waits here for requests */
+    pthread_cond_t done;      /* writers wait here for rounds */
+    int64_t requested;        /* largest end offset asked to be durable */
+    int64_t requested_ts;     /* largest store timestamp among those requests */
+    int64_t flushed;          /* every byte below is durable */
+    int64_t flushed_ts;       /* store timestamp of a record known durable (checkpoint) */
+    int64_t rounds;           /* fdatasync rounds served natively */
+    int serving;              /* the flush thread is waiting on `work` */
+    int return_each_round;    /* serve returns after every round (Futures to resolve) */
+    int stopped;              /* no more waiting: awaits answer RMQ_GC_STOPPED */
+    int halted;               /* the flush thread leaves rmq_gc_serve (its last flush follows) */
+    int kicked;               /* rmq_gc_serve returns once (the caller changed how to serve) */
+    int last_errno;
+} rmq_gc;
+
+static inline void rmq_gc_deadline(struct timespec *ts, int64_t ns)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += (time_t)(ns / 1000000000);
+    ts->tv_nsec += (long)(ns % 1000000000);
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec += 1;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+static inline int rmq_gc_past(const struct timespec *deadline)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec > deadline->tv_sec || (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+}
+
+static int rmq_gc_init(rmq_gc *g)
+{
+    pthread_condattr_t ca;
+    memset(g, 0, sizeof(*g));
+    if (pthread_mutex_init(&g->mu, NULL)) return -1;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);  /* timeouts immune to wall-clock steps */
+    if (pthread_cond_init(&g->work, &ca) || pthread_cond_init(&g->done, &ca)) {
+        pthread_condattr_destroy(&ca);
+        return -1;
+    }
+    pthread_condattr_destroy(&ca);
+    return 0;
+}
+
+static void rmq_gc_destroy(rmq_gc *g)
+{
+    pthread_cond_destroy(&g->work);
+    pthread_cond_destroy(&g->done);
+    pthread_mutex_destroy(&g->mu);
+}
+
+/* Caller holds mu. */
+static inline void rmq_gc_note_request(rmq_gc *g, int64_t end, int64_t store_ts)
+{
+    if (end > g->requested) g->requested = end;
+    if (store_ts > g->requested_ts) g->requested_ts = store_ts;
+    if (g->serving) pthread_cond_signal(&g->work);
+}
+
+/* Ask for bytes below `end` to become durable without waiting. */
+static void rmq_gc_request(rmq_gc *g, int64_t end, int64_t store_ts, int return_each_round)
+{
+    pthread_mutex_lock(&g->mu);
+    if (return_each_round) g->return_each_round = 1;
+    if (end > g->flushed) rmq_gc_note_request(g, end, store_ts);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* A writer: wait until bytes below `end` are durable, at most timeout_ns. */
+static int rmq_gc_await(rmq_gc *g, int64_t end, int64_t store_ts, int64_t timeout_ns)
+{
+    struct timespec deadline;
+    int r;
+    pthread_mutex_lock(&g->mu);
+    if (g->flushed >= end) {
+        pthread_mutex_unlock(&g->mu);
+        return RMQ_GC_OK;
+    }
+    if (g->stopped) {
+        pthread_mutex_unlock(&g->mu);
+        return RMQ_GC_STOPPED;
+    }
+    rmq_gc_note_request(g, end, store_ts);
+    rmq_gc_deadline(&deadline, timeout_ns);
+    while (g->flushed < end && !g->stopped) {
+        if (pthread_cond_timedwait(&g->done, &g->mu, &deadline) == ETIMEDOUT) break;
+    }
+    r = g->flushed >= end ? RMQ_GC_OK : g->stopped ? RMQ_GC_STOPPED : RMQ_GC_TIMEOUT;
+    pthread_mutex_unlock(&g->mu);
+    return r;
+}
+
+/* The flush thread, after flushing through Python: everything below `flushed` is durable. */
+static void rmq_gc_complete(rmq_gc *g, int64_t flushed, int64_t store_ts)
+{
+    pthread_mutex_lock(&g->mu);
+    if (flushed > g->flushed) {
+        g->flushed = flushed;
+        if (store_ts > g->flushed_ts) g->flushed_ts = store_ts;
+    }
+    pthread_cond_broadcast(&g->done);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Set the durable offset outright (recovery, truncation): later requests compare against it. */
+static void rmq_gc_reset(rmq_gc *g, int64_t flushed)
+{
+    pthread_mutex_lock(&g->mu);
+    g->flushed = flushed;
+    if (g->requested < flushed) g->requested = flushed;
+    pthread_cond_broadcast(&g->done);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Make a running rmq_gc_serve return once, before its next round. */
+static void rmq_gc_kick(rmq_gc *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->kicked = 1;
+    pthread_cond_broadcast(&g->work);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Make rmq_gc_serve return (the flush thread's final flush still releases the writers). */
+static void rmq_gc_halt(rmq_gc *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->halted = 1;
+    pthread_cond_broadcast(&g->work);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void rmq_gc_stop(rmq_gc *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->stopped = 1;
+    g->halted = 1;
+    pthread_cond_broadcast(&g->work);
+    pthread_cond_broadcast(&g->done);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* The flush thread: serve rounds on the segment [seg_from, seg_end) whose descriptor is fd, for at
+ * most budget_ns; return_each_round: return after each round (the caller has Futures to resolve).
+ * *upto gets the requested offset when returning RMQ_GC_NEED_FLUSH. */
+static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, int64_t budget_ns,
+                        int return_each_round, int64_t *upto)
+{
+    struct timespec deadline;
+    int64_t want, want_ts;
+    int rc;
+    rmq_gc_deadline(&deadline, budget_ns);
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        if (g->kicked) {
+            g->kicked = 0;
+            pthread_mutex_unlock(&g->mu);
+            return RMQ_GC_OK;
+        }
+        while (g->requested <= g->flushed && !g->halted && !g->kicked) {
+            g->serving = 1;
+            rc = pthread_cond_timedwait(&g->work, &g->mu, &deadline);
+            g->serving = 0;
+            if (g->kicked) break;
+            if (rc == ETIMEDOUT && g->requested <= g->flushed) {
+                pthread_mutex_unlock(&g->mu);
+                return RMQ_GC_TIMEOUT;
+            }
+        }
+        if (g->halted) {
+            pthread_mutex_unlock(&g->mu);
+            return RMQ_GC_STOPPED;
+        }
+        if (g->kicked) continue;  /* returns at the top */
+        want = g->requested;
+        want_ts = g->requested_ts;
+        if (fd < 0 || want > seg_end || g->flushed < seg_from) {
+            *upto = want;
+            pthread_mutex_unlock(&g->mu);
+            return RMQ_GC_NEED_FLUSH;
+        }
+        pthread_mutex_unlock(&g->mu);
+        /* every put asking for <= want finished its pwrite before asking: one fdatasync covers it */
+        rc = fdatasync(fd);
+        pthread_mutex_lock(&g->mu);
+        if (rc != 0) {
+            g->last_errno = errno;
+            pthread_mutex_unlock(&g->mu);
+            return RMQ_GC_IO_ERROR;
+        }
+        if (want > g->flushed) {
+            g->flushed = want;
+            if (want_ts > g->flushed_ts) g->flushed_ts = want_ts;
+        }
+        g->rounds++;
+        pthread_cond_broadcast(&g->done);
+        if (return_each_round || g->return_each_round) {
+            g->return_each_round = 0;
+            pthread_mutex_unlock(&g->mu);
+            return RMQ_GC_RETURN;
+        }
+        if (rmq_gc_past(&deadline)) {
+            pthread_mutex_unlock(&g->mu);
+            return RMQ_GC_OK;
+        }
+    }
+}
+
+#endif
