@@ -197,6 +197,7 @@ cdef bint _check_value_slots():
 
 
 _value_slots_ok = _check_value_slots()
+_DICT_VALUE_SLOTS = _value_slots_ok  # for the tests: whether the fast value write is in use
 
 
 # --- short-string cache ------------------------------------------------------------------------------
@@ -335,6 +336,36 @@ cdef uint64_t _shape_miss_sigs[_SHAPE_MISS_SIGS]
 cdef Py_ssize_t _shape_miss_next = 0
 
 
+cdef inline bint _same_bytes(const char* a, const char* b, Py_ssize_t n) noexcept nogil:
+    # Property names and values are short: word loads inline beat a call into libc's memcmp.
+    cdef uint64_t x, y
+    cdef uint32_t u, w
+    cdef Py_ssize_t i = 0
+    if n > 32:
+        return memcmp(a, b, n) == 0
+    if n >= 8:
+        while i + 8 < n:
+            memcpy(&x, a + i, 8)
+            memcpy(&y, b + i, 8)
+            if x != y:
+                return False
+            i += 8
+        memcpy(&x, a + n - 8, 8)
+        memcpy(&y, b + n - 8, 8)
+        return x == y
+    if n >= 4:
+        memcpy(&u, a, 4)
+        memcpy(&w, b, 4)
+        if u != w:
+            return False
+        memcpy(&u, a + n - 4, 4)
+        memcpy(&w, b + n - 4, 4)
+        return u == w
+    if n > 0:
+        return a[0] == b[0] and a[n >> 1] == b[n >> 1] and a[n - 1] == b[n - 1]
+    return True
+
+
 cdef dict _props_from_shape(_PropertiesShape s, const char* p, Py_ssize_t n):
     """dict of p[:n] when its pairs carry exactly the shape's names in the shape's order (no empty
     or nameless pieces in between), else None."""
@@ -344,34 +375,29 @@ cdef dict _props_from_shape(_PropertiesShape s, const char* p, Py_ssize_t n):
     cdef const char* v
     cdef const char* e
     cdef Py_ssize_t i, kl, vl
-    cdef const char* changed_at[_SHAPE_MAX_PAIRS]
-    cdef Py_ssize_t changed_len[_SHAPE_MAX_PAIRS]   # -1: same value as the template
-    cdef dict out
+    cdef dict out = None
     for i in range(s.n):
         kl = s.name_len[i]
-        # The name is the text up to the first \x01; names hold no \x01 or \x02, so equal bytes
-        # followed by \x01 mean the same name.
-        if end - cur <= kl or cur[kl] != 1 or memcmp(cur, raw + s.name_off[i], kl) != 0:
+        # The name is the text up to the first \x01 and holds no \x01 or \x02, so the same bytes
+        # followed by \x01 (compared along with the template's own \x01) are the same name.
+        if end - cur <= kl or not _same_bytes(cur, raw + s.name_off[i], kl + 1):
             return None
         v = cur + kl + 1
         vl = s.value_len[i]
-        if end - v >= vl and memcmp(v, raw + s.value_off[i], vl) == 0 and (v + vl == end or v[vl] == 2):
-            changed_len[i] = -1
-            e = v + vl
-        else:
-            e = <const char*>memchr(v, 2, end - v)
-            if e == NULL:
-                e = end
-            changed_at[i] = v
-            changed_len[i] = e - v
+        if end - v >= vl and (v + vl == end or v[vl] == 2) and _same_bytes(v, raw + s.value_off[i], vl):
+            cur = v + vl + 1  # the template's value: nothing to do
+            continue
+        e = <const char*>memchr(v, 2, end - v)
+        if e == NULL:
+            e = end
+        if out is None:
+            out = PyDict_Copy(s.template)
+        _replace_value(out, i, <object>PyTuple_GET_ITEM(s.names, i), _decode_str(v, e - v))
         cur = e + 1
     if cur < end:
-        return None  # more pieces than the shape has
-    out = PyDict_Copy(s.template)
-    for i in range(s.n):
-        if changed_len[i] >= 0:
-            _replace_value(out, i, <object>PyTuple_GET_ITEM(s.names, i),
-                           _decode_str(changed_at[i], changed_len[i]))
+        return None  # more pieces than the shape has (a copy made so far is dropped)
+    if out is None:
+        out = PyDict_Copy(s.template)
     return out
 
 
@@ -387,12 +413,36 @@ cdef inline uint64_t _sig_step(uint64_t h, const char* p, Py_ssize_t n) noexcept
 cdef dict _parse_properties(const char* p, Py_ssize_t n):
     """Split on \x02, then on the first \x01; pairs without \x01 or with an empty name are dropped
     (the same rule as rmq_core.message.string_to_properties).  A record shaped like a recent one
-    is copied from that one's template; otherwise memchr finds both separators (a vectorised scan
-    in libc) and pieces become str straight from the buffer, no temporary bytes."""
+    is copied from that one's template."""
+    global _shape_last
+    cdef _PropertiesShape s
+    cdef dict out
+    cdef Py_ssize_t i, j
+    if n == 0:
+        return {}
+    for j in range(_SHAPE_SLOTS):
+        i = _shape_last + j
+        if i >= _SHAPE_SLOTS:
+            i -= _SHAPE_SLOTS
+        if _shapes[i] != NULL:
+            # An owned local reference: allocating below may run a finalizer that decodes too and
+            # replaces this slot.
+            s = <_PropertiesShape>_shapes[i]
+            out = _props_from_shape(s, p, n)
+            if out is not None:
+                _shape_last = i
+                return out
+    return _parse_properties_general(p, n)
+
+
+cdef dict _parse_properties_general(const char* p, Py_ssize_t n):
+    """The general parse: memchr finds both separators (a vectorised scan in libc) and pieces
+    become str straight from the buffer, no temporary bytes.  A layout seen twice in a row of
+    misses becomes a shape."""
     global _shape_last, _shape_next, _shape_miss_next
     cdef dict out
     cdef _PropertiesShape s
-    cdef Py_ssize_t i, j, npairs = 0
+    cdef Py_ssize_t j, npairs = 0
     cdef const char* cur = p
     cdef const char* end = p + n
     cdef const char* e
@@ -403,18 +453,6 @@ cdef dict _parse_properties(const char* p, Py_ssize_t n):
     cdef Py_ssize_t name_len[_SHAPE_MAX_PAIRS]
     cdef Py_ssize_t value_off[_SHAPE_MAX_PAIRS]
     cdef Py_ssize_t value_len[_SHAPE_MAX_PAIRS]
-    if n == 0:
-        return {}
-    for j in range(_SHAPE_SLOTS):
-        i = (_shape_last + j) % _SHAPE_SLOTS
-        if _shapes[i] != NULL:
-            # An owned local reference: allocating below may run a finalizer that decodes too and
-            # replaces this slot.
-            s = <_PropertiesShape>_shapes[i]
-            out = _props_from_shape(s, p, n)
-            if out is not None:
-                _shape_last = i
-                return out
     out = {}
     while cur < end:
         e = <const char*>memchr(cur, 2, end - cur)
@@ -430,8 +468,8 @@ cdef dict _parse_properties(const char* p, Py_ssize_t n):
                 value_len[npairs] = e - k - 1
                 sig = _sig_step(sig, cur, k - cur)
             npairs += 1
-        elif e > cur:
-            shapeable = False  # a piece without a name: the shape's strict walk would not match it
+        else:
+            shapeable = False  # an empty or nameless piece: the shape's strict walk would not match it
         cur = e + 1
     # Shape only plain layouts: at most _SHAPE_MAX_PAIRS pairs, no repeated name (a repeated name
     # keeps one dict entry, so pair i would no longer be entry i).

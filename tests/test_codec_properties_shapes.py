@@ -1,0 +1,130 @@
+"""The properties fast path: records shaped like a recent one (same names, same order) are built
+from a template dict with only the changed values set.  Every result must equal the pure-Python
+oracle exactly, whatever mix of layouts, values and malformed pieces comes along."""
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rmq_core._native.codec as native
+from rmq_core.codec import (
+    decode_messages,
+    encode_message_record,
+    string_to_properties,
+    string_to_properties_py,
+)
+
+NAMES = ["UNIQ_KEY", "TAGS", "KEYS", "WAIT", "MSG_REGION", "TRACE_ON", "k", "ключ", "TAGSX", "TAG"]
+
+# Values mix ASCII, multi-byte UTF-8, invalid UTF-8, the name separator \x01 (legal inside a value)
+# and prefixes of one another, so template comparisons see every kind of near miss.
+_value_bytes = st.one_of(
+    st.sampled_from([b"", b"a", b"ab", b"abc", b"abcd", b"true", b"Tag1", b"Tag2", b"x\x01y",
+                     b"\xe6\xb6\x88", b"\xff", b"0100007F0000A7E900007ABB00000001"]),
+    st.text(max_size=40).map(lambda t: t.replace("\x02", "").encode()),
+    st.binary(max_size=20).map(lambda b: b.replace(b"\x02", b"")),
+)
+
+
+@st.composite
+def layouts(draw):
+    names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=6, unique=True))
+    return [n.encode() for n in names]
+
+
+@st.composite
+def blobs(draw, layout):
+    parts = [name + b"\x01" + draw(_value_bytes) for name in layout]
+    blob = b"\x02".join(parts)
+    if draw(st.booleans()):
+        blob += b"\x02"  # the trailing separator is optional on the wire
+    mutation = draw(st.sampled_from(["none"] * 6 + ["extra", "empty", "nameless", "dup", "cut", "drop"]))
+    if mutation == "extra":
+        blob += b"\x02EXTRA\x01v"
+    elif mutation == "empty":
+        blob = b"\x02" + blob
+    elif mutation == "nameless":
+        blob = b"\x01v\x02" + blob
+    elif mutation == "dup":
+        blob += b"\x02" + layout[0] + b"\x01again"
+    elif mutation == "cut" and blob:
+        blob = blob[:draw(st.integers(0, len(blob) - 1))]
+    elif mutation == "drop" and len(parts) > 1:
+        blob = b"\x02".join(parts[1:])
+    return blob
+
+
+@st.composite
+def pulls(draw):
+    shapes = draw(st.lists(layouts(), min_size=1, max_size=3))
+    return [draw(blobs(draw(st.sampled_from(shapes)))) for _ in range(draw(st.integers(1, 25)))]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pulls())
+def test_repeated_layouts_parse_exactly_like_the_oracle(blob_list):
+    # Twice through: the first pass builds shapes, the second runs every blob through them.
+    for _ in range(2):
+        for blob in blob_list:
+            assert string_to_properties(blob) == string_to_properties_py(blob), blob
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layouts(), st.data())
+def test_pulled_records_of_one_layout_decode_exactly_like_the_oracle(layout, data):
+    names = [n.decode() for n in layout]
+    values = st.text(max_size=12).map(lambda t: t.replace("\x02", ""))
+    props = [dict(zip(names, data.draw(st.lists(values, min_size=len(names), max_size=len(names)))))
+             for _ in range(data.draw(st.integers(2, 12)))]
+    buf = b"".join(encode_message_record(topic="T", body=b"", properties=p) for p in props)
+    for _ in range(2):
+        assert [m.properties for m in decode_messages(buf)] == props
+
+
+def test_results_are_independent_dicts():
+    blob = b"UNIQ_KEY\x01id-1\x02TAGS\x01A\x02WAIT\x01true\x02"
+    first = [string_to_properties(blob) for _ in range(4)]  # the layout becomes a shape on the way
+    first[-1]["TAGS"] = "changed"
+    first[-1]["NEW"] = "x"
+    del first[-1]["WAIT"]
+    again = string_to_properties(blob)
+    assert again == {"UNIQ_KEY": "id-1", "TAGS": "A", "WAIT": "true"}
+    assert again is not first[-1] and again is not first[-2]
+    assert first[-2] == again
+
+
+def test_template_near_misses():
+    base = b"UNIQ_KEY\x01abc\x02TAGS\x01T\x02"
+    cases = [
+        base,
+        b"UNIQ_KEY\x01abcd\x02TAGS\x01T\x02",  # value longer than the template's
+        b"UNIQ_KEY\x01ab\x02TAGS\x01T\x02",  # shorter
+        b"UNIQ_KEY\x01abd\x02TAGS\x01T\x02",  # last byte differs
+        b"UNIQ_KEY\x01abc\x01\x02TAGS\x01T\x02",  # value gains a \x01
+        b"UNIQ_KEY\x01abc\x02TAGS\x01T",  # no trailing separator
+        b"UNIQ_KEY\x01abc\x02TAGS\x01",  # empty last value, no separator
+        b"UNIQ_KEY\x01abc\x02TAGS",  # last pair lost its \x01: dropped
+        b"UNIQ_KEZ\x01abc\x02TAGS\x01T\x02",  # name differs in its last byte
+        b"UNIQ_KE\x01abc\x02TAGS\x01T\x02",  # name is a prefix
+        b"UNIQ_KEY\x01abc\x02TAGS\x01T\x02\x02",  # an empty piece at the end
+        b"UNIQ_KEY\x01abc\x02TAGS\x01T\x02WAIT\x01true\x02",  # one more pair
+        b"UNIQ_KEY\x01abc\x02\x02TAGS\x01T\x02",  # an empty piece between pairs
+        b"UNIQ_KEY\x01\xe6\xb6\x88\x02TAGS\x01\xff\x02",  # non-ASCII and invalid UTF-8 values
+    ]
+    for _ in range(3):
+        for blob in [base, base] + cases:
+            assert string_to_properties(blob) == string_to_properties_py(blob), blob
+
+
+def test_layouts_whose_names_never_repeat_still_parse():
+    # No shape is built for layouts seen once; each must still parse right.
+    for i in range(200):
+        blob = f"id-{i}\x01{i}\x02common\x01c\x02".encode()
+        assert string_to_properties(blob) == {f"id-{i}": str(i), "common": "c"}
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython" or not (3, 11) <= sys.version_info[:2] <= (3, 13),
+                    reason="direct value slots are only used on CPython 3.11-3.13")
+def test_direct_value_slots_are_enabled_where_supported():
+    assert native._DICT_VALUE_SLOTS is True
