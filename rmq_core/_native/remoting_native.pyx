@@ -198,12 +198,17 @@ cdef object _short_str(const uint8_t* p, Py_ssize_t n):
     return s
 
 
+cdef enum:
+    _STACK_UNESCAPE = 1024
+
+
 cdef object _read_str(Cursor* c):
     """A JSON string as str (cursor on the opening quote, after whitespace); None and c.bad on trouble."""
     cdef const uint8_t* start
     cdef const uint8_t* q
     cdef uint8_t ch
     cdef char* tmp
+    cdef char stack_buf[_STACK_UNESCAPE]
     cdef Py_ssize_t n = 0
     cdef int cp, lo
     _skip_ws(c)
@@ -228,12 +233,19 @@ cdef object _read_str(Cursor* c):
     if q >= c.end or q[0] < 32:  # unterminated, or a raw control character (invalid JSON)
         c.bad = True
         return None
-    # Escapes: unescape into a UTF-8 buffer (never longer than the escaped text).
-    tmp = <char*>malloc(c.end - start + 1)
-    if tmp == NULL:
-        raise MemoryError()
+    # Escapes: unescape into a UTF-8 buffer (never longer than the escaped text); a header's
+    # escaped value (a properties string full of \u0001 / \u0002) usually fits the stack buffer.
+    if c.end - start + 1 <= _STACK_UNESCAPE:
+        tmp = stack_buf
+    else:
+        tmp = <char*>malloc(c.end - start + 1)
+        if tmp == NULL:
+            raise MemoryError()
     try:
-        c.p = start
+        # the plain run before the first escape is copied at once
+        n = q - start
+        memcpy(tmp, start, n)
+        c.p = q
         while True:
             if c.p >= c.end:
                 c.bad = True
@@ -306,7 +318,8 @@ cdef object _read_str(Cursor* c):
                 c.bad = True
                 return None
     finally:
-        free(tmp)
+        if tmp != stack_buf:
+            free(tmp)
 
 
 cdef inline bint _key_is(const uint8_t* k, Py_ssize_t n, const char* name, Py_ssize_t m) noexcept nogil:
@@ -547,43 +560,54 @@ cdef const char* _HEXDIGITS = "0123456789abcdef"
 
 
 cdef int _put_str(Out* o, object s) except -1:
-    """A JSON string literal, escaped as json.encoder.encode_basestring does (UTF-8 kept)."""
-    cdef Py_ssize_t n, i
+    """A JSON string literal, escaped as json.encoder.encode_basestring does (UTF-8 kept).
+
+    Runs of characters that need no escape (all of a usual header value) are copied with memcpy;
+    the write pointer is a local, not o.n, so the scan loop stays in registers."""
+    cdef Py_ssize_t n, i, run = 0
     cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)  # UnicodeEncodeError on a lone surrogate
     cdef uint8_t ch
+    cdef char* w
     if o.n + n * 6 + 2 > o.cap:
         _grow(o, n * 6 + 2)
-    o.buf[o.n] = 34
-    o.n += 1
+    w = o.buf + o.n
+    w[0] = 34
+    w += 1
     for i in range(n):
         ch = <uint8_t>p[i]
         if ch >= 32 and ch != 34 and ch != 92:
-            o.buf[o.n] = <char>ch
-            o.n += 1
+            continue
+        if i > run:
+            memcpy(w, p + run, i - run)
+            w += i - run
+        run = i + 1
+        w[0] = 92
+        if ch == 34 or ch == 92:
+            w[1] = <char>ch
+            w += 2
+        elif ch == 10:
+            w[1] = 110; w += 2
+        elif ch == 13:
+            w[1] = 114; w += 2
+        elif ch == 9:
+            w[1] = 116; w += 2
+        elif ch == 8:
+            w[1] = 98; w += 2
+        elif ch == 12:
+            w[1] = 102; w += 2
         else:
-            o.buf[o.n] = 92
-            if ch == 34 or ch == 92:
-                o.buf[o.n + 1] = <char>ch
-                o.n += 2
-            elif ch == 10:
-                o.buf[o.n + 1] = 110; o.n += 2
-            elif ch == 13:
-                o.buf[o.n + 1] = 114; o.n += 2
-            elif ch == 9:
-                o.buf[o.n + 1] = 116; o.n += 2
-            elif ch == 8:
-                o.buf[o.n + 1] = 98; o.n += 2
-            elif ch == 12:
-                o.buf[o.n + 1] = 102; o.n += 2
-            else:
-                o.buf[o.n + 1] = 117
-                o.buf[o.n + 2] = 48
-                o.buf[o.n + 3] = 48
-                o.buf[o.n + 4] = _HEXDIGITS[ch >> 4]
-                o.buf[o.n + 5] = _HEXDIGITS[ch & 15]
-                o.n += 6
-    o.buf[o.n] = 34
-    o.n += 1
+            w[1] = 117
+            w[2] = 48
+            w[3] = 48
+            w[4] = _HEXDIGITS[ch >> 4]
+            w[5] = _HEXDIGITS[ch & 15]
+            w += 6
+    if n > run:
+        memcpy(w, p + run, n - run)
+        w += n - run
+    w[0] = 34
+    w += 1
+    o.n = w - o.buf
     return 0
 
 

@@ -58,6 +58,49 @@ def test_encode_is_byte_identical_and_decode_round_trips(code, opaque, flag, ver
     assert decoded.ext_fields == ext and decoded.remark == remark and decoded.body == body
 
 
+# Property strings: long runs of plain text between control characters (RocketMQ's \x01 / \x02
+# separators), quotes and backslashes; long enough to cross the decoder's stack buffer (1 KiB).
+_pieces = st.sampled_from(["\x01", "\x02", '"', "\\", "\n", "\x1f", "é", "😀", "/"])
+long_text = st.lists(st.one_of(_pieces, st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)),
+                     max_size=120).map("".join)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ext=st.dictionaries(st.sampled_from(["i", "properties", "k", "x" * 30]), long_text, max_size=3),
+       remark=st.none() | long_text)
+def test_long_escaped_values_encode_identically_and_round_trip(ext, remark):
+    cmd = RemotingCommand(310, opaque=7, remark=remark, ext_fields=ext)
+    native = _native_encode(cmd, 0)
+    assert native == cmd.encode_header_py(0)
+    decoded = _native_decode(native[4:])
+    assert decoded is not None
+    assert decoded.ext_fields == ext and decoded.remark == remark
+
+
+@pytest.mark.parametrize("length", [1, 1000, 1023, 1024, 1025, 5000])
+def test_escaped_value_around_the_stack_buffer_size(length):
+    value = ("a\x01" * length)[:length]
+    cmd = RemotingCommand(11, ext_fields={"properties": value, "tail": "z\x02"})
+    wire = _native_encode(cmd, 0)
+    assert wire == cmd.encode_header_py(0)
+    assert _native_decode(wire[4:]).ext_fields == {"properties": value, "tail": "z\x02"}
+
+
+def test_new_response_is_make_response():
+    from rmq_core._native.remoting_native import new_response
+    from rmq_core.remoting.codes import ResponseCode
+
+    req = RemotingCommand.create_request(310, {"a": "1"})
+    req.serialize_type = SerializeType.ROCKETMQ
+    resp = new_response(req, ResponseCode.FLUSH_DISK_TIMEOUT, "slow disk", {"queueId": "3"}, b"b")
+    ref = RemotingCommand(ResponseCode.FLUSH_DISK_TIMEOUT, opaque=req.opaque, flag=1, remark="slow disk",
+                          ext_fields={"queueId": "3"}, body=b"b", serialize_type=SerializeType.ROCKETMQ)
+    _same(resp, ref)
+    assert type(resp) is RemotingCommand and type(resp.code) is int and resp.body == b"b"
+    assert resp.serialize_type is SerializeType.ROCKETMQ and resp.language == "JAVA"
+    assert resp.version == ref.version
+
+
 @settings(max_examples=200, deadline=None)
 @given(language=any_text, remark=st.none() | any_text, ext=st.dictionaries(any_text, any_text, max_size=3))
 def test_encode_with_lone_surrogates_declines_or_matches(language, remark, ext):
