@@ -1,0 +1,136 @@
+"""One SEND_MESSAGE_V2 (128-byte body) answered by an `rmq broker` (ASYNC_FLUSH) subprocess, asked
+from a plain blocking socket — the broker's side of a sync send, with no client library in the way.
+
+Baseline in the same run: the same frame to a minimal asyncio Protocol server in another process,
+answering every frame with a fixed send response (the floor for any asyncio server over loopback).
+Both sides read the answer frame the same way; `extra_info["p99_us"]` records the tail.
+"""
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rmq_core.remoting.codes import RequestCode
+from rmq_core.remoting.command import RemotingCommand
+from tests.servers import NamesrvAndBroker
+
+BODY = b"x" * 128
+ROUNDS = 3000
+
+ASYNCIO_ECHO = r"""
+import asyncio, socket, struct
+HEADER = (b'{"code":0,"extFields":{"msgId":"7F00000100002A9F0000000000000000","queueId":"1",'
+          b'"queueOffset":"12","MSG_REGION":"DefaultRegion","TRACE_ON":"true"},"flag":1,"language":"JAVA",'
+          b'"opaque":1,"serializeTypeCurrentRPC":"JSON","version":407}')
+ANSWER = struct.pack(">ii", 4 + len(HEADER), len(HEADER)) + HEADER
+
+class Answer(asyncio.Protocol):
+    def connection_made(self, transport):
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport, self.buf = transport, b""
+
+    def data_received(self, data):
+        buf, out = self.buf + data, []
+        while len(buf) >= 4:
+            (n,) = struct.unpack_from(">i", buf)
+            if len(buf) < 4 + n:
+                break
+            out.append(ANSWER)
+            buf = buf[4 + n:]
+        self.buf = buf
+        if out:
+            self.transport.write(b"".join(out))
+
+async def main():
+    server = await asyncio.get_running_loop().create_server(Answer, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def _connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def _recv_frame(s: socket.socket) -> bytes:
+    head = b""
+    while len(head) < 4:
+        chunk = s.recv(4 - len(head))
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        head += chunk
+    (n,) = struct.unpack(">i", head)
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
+def _send_frame(i: int) -> bytes:
+    return RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, {
+        "a": "PG_BENCH", "b": "BenchSendRtt", "c": "TBW102", "d": "4", "e": str(i % 4), "f": "0",
+        "g": str(int(time.time() * 1000)), "h": "0", "i": f"UNIQ_KEY\x01{i:032X}\x02WAIT\x01true\x02",
+        "j": "0", "k": "false", "m": "false"}, BODY).encode()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    cluster = NamesrvAndBroker(tmp_path_factory.mktemp("bench-send-rtt"), broker_props={"flushDiskType": "ASYNC_FLUSH"})
+    yield int(cluster.broker_addrs[0].rpartition(":")[2])
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def asyncio_echo():
+    proc = subprocess.Popen([sys.executable, "-c", ASYNCIO_ECHO], stdout=subprocess.PIPE, text=True)
+    port = int(proc.stdout.readline())
+    yield port
+    proc.kill()
+    proc.wait()
+
+
+def _pingpong(benchmark, port: int, check) -> None:
+    frames = [_send_frame(i) for i in range(ROUNDS + 200)]
+    s = _connect(port)
+    it = iter(frames)
+
+    def one():
+        s.sendall(next(it))
+        check(_recv_frame(s))
+
+    try:
+        benchmark.pedantic(one, rounds=ROUNDS, warmup_rounds=200)
+    finally:
+        s.close()
+    data = sorted(benchmark.stats.stats.data)
+    benchmark.extra_info["p50_us"] = round(data[len(data) // 2] * 1e6, 1)
+    benchmark.extra_info["p99_us"] = round(data[int(len(data) * 0.99)] * 1e6, 1)
+
+
+@pytest.mark.benchmark(group="broker-send-rtt-blocking")
+def test_send_rtt_baseline_asyncio_echo(benchmark, asyncio_echo):
+    _pingpong(benchmark, asyncio_echo, lambda frame: None)
+
+
+@pytest.mark.benchmark(group="broker-send-rtt-blocking")
+def test_send_rtt_broker_async_flush(benchmark, broker):
+    def check(frame):
+        response = RemotingCommand.decode(frame)
+        assert response.code == 0, response.remark
+
+    _pingpong(benchmark, broker, check)
+
+
+def test_bench_broker_send_file_is_importable():
+    assert os.path.basename(__file__).startswith("test_bench_")
