@@ -19,8 +19,13 @@ import socket
 
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError
 from rmq_core.message import parse_address
-from rmq_core.remoting.command import RemotingCommand
+from rmq_core.remoting.command import (
+    RemotingCommand, SerializeType, native_decode_frames as _decode_frames,
+    native_encode_json_header as _encode_json_header,
+)
 from rmq_core.remoting.frames import split_frames
+
+_JSON = SerializeType.JSON
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
 
 log = logging.getLogger("rmq.remoting.tcp")
@@ -100,7 +105,12 @@ class TcpChannel(Channel, asyncio.Protocol):
 
     def _deliver_frames(self, data) -> None:
         try:
-            frames, consumed = split_frames(data, self._max_frame_length)
+            if _decode_frames is not None:
+                # Commands decoded natively; a frame the native codec declines comes as a
+                # memoryview, decoded (or refused with the reason) by the Python codec below.
+                frames, consumed = _decode_frames(data, self._max_frame_length)
+            else:
+                frames, consumed = split_frames(data, self._max_frame_length)
         except RemotingCommandError as e:
             log.warning("closing %s: %s", self.remote_address, e)
             self._fail(e)
@@ -110,13 +120,14 @@ class TcpChannel(Channel, asyncio.Protocol):
         else:
             self._buffer = data[consumed:] if consumed < len(data) else b""
         on_command = self._on_command
-        for frame in frames:
-            try:
-                command = RemotingCommand.decode(frame)
-            except RemotingCommandError as e:
-                log.warning("closing %s: undecodable frame: %s", self.remote_address, e)
-                self._fail(e)
-                return
+        for command in frames:
+            if type(command) is not RemotingCommand:
+                try:
+                    command = RemotingCommand.decode(command)
+                except RemotingCommandError as e:
+                    log.warning("closing %s: undecodable frame: %s", self.remote_address, e)
+                    self._fail(e)
+                    return
             try:
                 on_command(command)
             except Exception as e:  # a bug in on_command: log it, drop this connection only
@@ -169,6 +180,14 @@ class TcpChannel(Channel, asyncio.Protocol):
             raise self._closed_error()
         if self._write_paused:
             return False
+        if self._in_read and command.body is None and command.serialize_type is _JSON \
+                and _encode_json_header is not None:
+            # The usual answer (a header, no body, inside the read that brought its request):
+            # its frame joins the write at the end of the read — _queue's work in one step.
+            header = _encode_json_header(command, 0)
+            if header is not None:
+                self._out.append(header)
+                return True
         self._queue(command)
         return True
 

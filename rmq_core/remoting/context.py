@@ -299,7 +299,11 @@ class ChannelContext:
         except asyncio.CancelledError:
             return
         if type(response) is not _CoroutineType:
-            self._answer(command, response)
+            if response is not None and not command.flag & ONEWAY_FLAG:  # _answer, inline
+                response.opaque = command.opaque
+                response.flag |= RESPONSE_FLAG
+                response.serialize_type = command.serialize_type
+                self._send_response(response)
             return
         coro = response
         try:

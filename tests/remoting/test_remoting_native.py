@@ -244,6 +244,48 @@ def test_split_frames_rejects_lengths_naming_them(split, length):
         split(struct.pack(">i", length) + b"abcd", 1000)
 
 
+def _json_frame(ext, body) -> bytes:
+    return RemotingCommand.create_request(310, ext, body).encode()[4:]
+
+
+def _binary_header_frame(code) -> bytes:  # left to the Python codec
+    cmd = RemotingCommand.create_request(code, {"k": "v"})
+    cmd.serialize_type = SerializeType.ROCKETMQ
+    return cmd.encode()[4:]
+
+
+_frame_payloads = st.one_of(
+    st.builds(_json_frame, st.dictionaries(text, text, max_size=3), st.none() | st.binary(min_size=1, max_size=8)),
+    st.builds(_binary_header_frame, st.integers(0, 400)),
+    st.binary(min_size=0, max_size=30),  # garbage: the Python codec decides (decodes or refuses)
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(payloads=st.lists(_frame_payloads, max_size=5), cut=st.integers(0, 600))
+def test_decode_frames_is_split_then_decode(payloads, cut):
+    stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads if len(p) >= 4)
+    data = stream[:cut]
+    items, consumed = remoting_native.decode_frames(data, 10_000)
+    whole, split_consumed = frames.split_frames_py(data, 10_000)
+    assert consumed == split_consumed and len(items) == len(whole)
+    for item, frame in zip(items, whole):
+        if type(item) is RemotingCommand:
+            _same(item, RemotingCommand.decode_py(frame))
+            assert item.body == RemotingCommand.decode_py(frame).body
+        else:  # declined: exactly the frame, and the native single-frame decoder declines it too
+            assert type(item) is memoryview and bytes(item) == bytes(frame)
+            assert _native_decode(frame) is None
+    assert remoting_native.decode_frames(bytearray(data), 10_000)[1] == consumed
+
+
+@pytest.mark.parametrize("length", [-1, 0, 3, 1001, 0x7FFFFFFF])
+def test_decode_frames_rejects_lengths_naming_them(length):
+    good = RemotingCommand.create_request(10).encode()
+    with pytest.raises(RemotingCommandError, match=f"frame length {length} outside 4..1000"):
+        remoting_native.decode_frames(good + struct.pack(">i", length) + b"abcd", 1000)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(text, text | st.none() | st.integers() | st.booleans(), max_size=5))
 def test_ext_fields_conversion_matches_the_python_rule(ext):
