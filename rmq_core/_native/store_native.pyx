@@ -1177,31 +1177,46 @@ def entries_phys_offsets(entries, Py_ssize_t count):
     return tuple([<int64_t>rmq_ld64(p + i * CQ_UNIT) for i in range(count)])
 
 
+cdef extern from "Python.h":
+    object PyUnicode_New(Py_ssize_t size, uint32_t maxchar)
+    void *PyUnicode_DATA(object o)
+
+cdef char _HEX_PAIRS[512]
+for _i in range(256):
+    _HEX_PAIRS[2 * _i] = b"0123456789ABCDEF"[_i >> 4]
+    _HEX_PAIRS[2 * _i + 1] = b"0123456789ABCDEF"[_i & 15]
+
+
 def offset_msg_ids(entries, Py_ssize_t count, bytes host):
     """Comma-joined offsetMsgIds (store host bytes + commit-log offset, upper-case hex) of the first
-    `count` entries; `host` is the 8 (IPv4) or 20 (IPv6) byte encoded store host."""
+    `count` entries; `host` is the 8 (IPv4) or 20 (IPv6) byte encoded store host.  Written straight
+    into one ASCII str: the host's hex once, then two characters per offset byte from a table."""
     cdef const unsigned char[::1] v = entries
-    cdef Py_ssize_t hl = len(host), i, j, k
+    cdef Py_ssize_t hl = len(host), i, j
     if v.shape[0] < count * CQ_UNIT:
         raise ValueError("entries buffer shorter than count")
     if count == 0:
         return ""
     cdef Py_ssize_t per = (hl + 8) * 2
-    out = PyByteArray_FromStringAndSize(NULL, count * (per + 1) - 1)
-    cdef unsigned char *o = <unsigned char *>PyByteArray_AS_STRING(out)
+    out = PyUnicode_New(count * (per + 1) - 1, 127)
+    cdef char *o = <char *>PyUnicode_DATA(out)
     cdef const unsigned char *h = <const unsigned char *><char *>host
-    cdef const char *hexd = b"0123456789ABCDEF"
-    cdef unsigned char idb[28]
-    for i in range(count):
-        memcpy(idb, h, hl)
-        memcpy(idb + hl, &v[0] + i * CQ_UNIT, 8)
-        k = i * (per + 1)
-        for j in range(hl + 8):
-            o[k + 2 * j] = hexd[idb[j] >> 4]
-            o[k + 2 * j + 1] = hexd[idb[j] & 15]
-        if i + 1 < count:
-            o[k + per] = 44
-    return out.decode("ascii")
+    cdef const unsigned char *e = &v[0]
+    cdef char prefix[40]
+    for j in range(hl):
+        memcpy(prefix + 2 * j, _HEX_PAIRS + 2 * h[j], 2)
+    with nogil:
+        for i in range(count):
+            memcpy(o, prefix, 2 * hl)
+            o += 2 * hl
+            for j in range(8):
+                memcpy(o, _HEX_PAIRS + 2 * e[j], 2)
+                o += 2
+            e += CQ_UNIT
+            if i + 1 < count:
+                o[0] = 44
+                o += 1
+    return out
 
 
 def gather_matches(bytearray matches, Py_ssize_t start, Py_ssize_t n, NativeMap seg, int64_t seg_from,
