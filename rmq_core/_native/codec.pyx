@@ -755,36 +755,36 @@ cdef class MessageExt:
     strings, which cannot form a cycle; storing the message itself inside its own properties
     dict would leak it."""
 
+    # Declared widest first so the struct has no padding (a pull allocates thousands of these).
     cdef public str topic
-    cdef public int32_t flag
-    cdef public int32_t queue_id
-    cdef public int64_t queue_offset
-    cdef public int64_t commit_log_offset
-    cdef public int32_t store_size
-    cdef public int32_t body_crc
-    cdef public int32_t sys_flag
-    cdef public int64_t born_timestamp
-    cdef public int64_t store_timestamp
-    cdef public int32_t reconsume_times
-    cdef public int64_t prepared_transaction_offset
     cdef public str broker_name
-
-    cdef unsigned char _born_ip[16]
-    cdef unsigned char _store_ip[16]
-    cdef int32_t _born_port
-    cdef int32_t _store_port
-    cdef bint _born_v6
-    cdef bint _store_v6
     cdef str _born_host        # rendered "ip:port", cached
     cdef str _store_host
     cdef bytes _src            # the decoded buffer (a whole pull body, shared by its messages)
     cdef object _body          # bytes, or None when read_body=False
-    cdef Py_ssize_t _body_off  # while _body_len >= 0 the body is still only a slice of _src
-    cdef Py_ssize_t _body_len
-    cdef Py_ssize_t _props_off
-    cdef Py_ssize_t _props_len
     cdef dict _properties      # decoded on first use
     cdef str _msg_id           # explicit override (Java setMsgId)
+    cdef public int64_t queue_offset
+    cdef public int64_t commit_log_offset
+    cdef public int64_t born_timestamp
+    cdef public int64_t store_timestamp
+    cdef public int64_t prepared_transaction_offset
+    cdef Py_ssize_t _body_off  # while _body_len >= 0 the body is still only a slice of _src
+    cdef Py_ssize_t _props_off
+    cdef public int32_t flag
+    cdef public int32_t queue_id
+    cdef public int32_t store_size
+    cdef public int32_t body_crc
+    cdef public int32_t sys_flag
+    cdef public int32_t reconsume_times
+    cdef int32_t _born_port
+    cdef int32_t _store_port
+    cdef int32_t _body_len     # body lengths are int32 on the wire
+    cdef int32_t _props_len    # int16 on the wire
+    cdef unsigned char _born_ip[16]
+    cdef unsigned char _store_ip[16]
+    cdef bint _born_v6
+    cdef bint _store_v6
 
     def __init__(self, *, topic="", body=b"", int32_t flag=0, int32_t queue_id=0,
                  int64_t queue_offset=0, int64_t commit_log_offset=0, int32_t store_size=0,
@@ -863,21 +863,10 @@ cdef class MessageExt:
         self._body_len = -1
 
     # -- properties --
-    cdef dict _props(self):
-        if self._properties is None:
-            if self._src is None:
-                self._properties = {}
-            else:
-                self._properties = _parse_properties(PyBytes_AS_STRING(self._src) + self._props_off,
-                                                     self._props_len)
-                if self._body_len < 0:
-                    self._src = None  # the dict is the truth from now on; release the buffer
-        return self._properties
-
     @property
     def properties(self):
         """All properties as a dict (decoded on first access, then cached; mutate it freely)."""
-        return self._props()
+        return _message_props(self)
 
     @properties.setter
     def properties(self, value):
@@ -893,7 +882,7 @@ cdef class MessageExt:
         """The properties as they travel (`name\\x01value\\x02...` bytes)."""
         if self._properties is None and self._src is not None:
             return PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._src) + self._props_off, self._props_len)
-        return properties_to_bytes(self._props())
+        return properties_to_bytes(_message_props(self))
 
     def get_property(self, name, default=None):
         """One property; reads the raw bytes without building the dict when it was never built."""
@@ -908,7 +897,7 @@ cdef class MessageExt:
             if off < 0:
                 return default
             return _decode_str(PyBytes_AS_STRING(self._src) + self._props_off + off, vlen)
-        return self._props().get(name, default)
+        return _message_props(self).get(name, default)
 
     def get_user_property(self, name, default=None):
         return self.get_property(name, default)
@@ -918,9 +907,9 @@ cdef class MessageExt:
         if not isinstance(name, str) or not name:
             raise IllegalArgumentError(f"property name {name!r} must be a non-empty str")
         if value is None:
-            self._props().pop(name, None)
+            _message_props(self).pop(name, None)
         else:
-            self._props()[name] = value if isinstance(value, str) else str(value)
+            _message_props(self)[name] = value if isinstance(value, str) else str(value)
 
     def put_user_property(self, name, value):
         if name in _SYSTEM_KEYS:
@@ -928,7 +917,7 @@ cdef class MessageExt:
         self.put_property(name, value)
 
     def clear_property(self, name):
-        self._props().pop(name, None)
+        _message_props(self).pop(name, None)
 
     @property
     def tags(self):
@@ -1004,7 +993,7 @@ cdef class MessageExt:
             "store_timestamp": self.store_timestamp, "store_host": self.store_host,
             "reconsume_times": self.reconsume_times,
             "prepared_transaction_offset": self.prepared_transaction_offset,
-            "broker_name": self.broker_name, "properties": dict(self._props()),
+            "broker_name": self.broker_name, "properties": dict(_message_props(self)),
         }
 
     def __reduce__(self):
@@ -1020,8 +1009,20 @@ cdef class MessageExt:
             f"born_timestamp={self.born_timestamp}, born_host={self.born_host!r}, "
             f"store_timestamp={self.store_timestamp}, store_host={self.store_host!r}, "
             f"reconsume_times={self.reconsume_times}, "
-            f"body_len={len(body) if body is not None else None}, properties={self._props()!r})"
+            f"body_len={len(body) if body is not None else None}, properties={_message_props(self)!r})"
         )
+
+
+cdef dict _message_props(MessageExt m):
+    # A module function rather than a cdef method: MessageExt then needs no vtable pointer.
+    if m._properties is None:
+        if m._src is None:
+            m._properties = {}
+        else:
+            m._properties = _parse_properties(PyBytes_AS_STRING(m._src) + m._props_off, m._props_len)
+            if m._body_len < 0:
+                m._src = None  # the dict is the truth from now on; release the buffer
+    return m._properties
 
 
 _SYSTEM_KEYS = frozenset({
