@@ -1025,6 +1025,40 @@ cdef dict _message_props(MessageExt m):
     return m._properties
 
 
+# MessageExt memory comes from the C allocator.  pymalloc hands a 1 MiB arena back to the OS the
+# moment its last object dies, so a consumer that decodes pull after pull page-faults fresh memory
+# in for every batch (measured: a third of the decode time for 100k records); the C allocator keeps
+# freed chunks for the next batch.  Free-threaded builds keep the default: their collector finds
+# objects through the interpreter's own heaps.
+cdef extern from *:
+    """
+    #if !defined(Py_GIL_DISABLED) && !defined(PYPY_VERSION)
+    static PyObject *rmq_raw_alloc(PyTypeObject *t, Py_ssize_t nitems) {
+        PyObject *o;
+        (void)nitems;  /* fixed-size type */
+        o = (PyObject *)PyMem_RawCalloc(1, (size_t)t->tp_basicsize);
+        if (o == NULL) return PyErr_NoMemory();
+        return PyObject_Init(o, t);
+    }
+    static void rmq_raw_free(void *o) { PyMem_RawFree(o); }
+    /* Only before the first instance exists: every object must be freed by the allocator that
+       made it. */
+    static int rmq_use_raw_allocator(PyObject *type) {
+        PyTypeObject *t = (PyTypeObject *)type;
+        if (t->tp_itemsize != 0 || PyType_IS_GC(t)) return 0;
+        t->tp_alloc = rmq_raw_alloc;
+        t->tp_free = rmq_raw_free;
+        return 1;
+    }
+    #else
+    static int rmq_use_raw_allocator(PyObject *type) { (void)type; return 0; }
+    #endif
+    """
+    bint rmq_use_raw_allocator(object type)
+
+_MESSAGE_EXT_RAW_ALLOCATOR = rmq_use_raw_allocator(MessageExt)  # at import, before any instance
+
+
 _SYSTEM_KEYS = frozenset({
     "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP",
     "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",

@@ -1,7 +1,15 @@
-"""The properties fast path: records shaped like a recent one (same names, same order) are built
-from a template dict with only the changed values set.  Every result must equal the pure-Python
-oracle exactly, whatever mix of layouts, values and malformed pieces comes along."""
+"""The decoder's fast paths.
+
+* Properties: records shaped like a recent one (same names, same order) are built from a template
+  dict with only the changed values set.  Every result must equal the pure-Python oracle exactly,
+  whatever mix of layouts, values and malformed pieces comes along.
+* MessageExt objects come from the C allocator (see codec.pyx); every way of making and dropping
+  one must go through it.
+"""
+import gc
+import pickle
 import sys
+import sysconfig
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -9,6 +17,7 @@ from hypothesis import strategies as st
 
 import rmq_core._native.codec as native
 from rmq_core.codec import (
+    MessageExt,
     decode_messages,
     encode_message_record,
     string_to_properties,
@@ -128,3 +137,26 @@ def test_layouts_whose_names_never_repeat_still_parse():
                     reason="direct value slots are only used on CPython 3.11-3.13")
 def test_direct_value_slots_are_enabled_where_supported():
     assert native._DICT_VALUE_SLOTS is True
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython" or sysconfig.get_config_var("Py_GIL_DISABLED"),
+                    reason="the C allocator is used on CPython builds with a GIL")
+def test_message_ext_comes_from_the_c_allocator():
+    assert native._MESSAGE_EXT_RAW_ALLOCATOR is True
+
+
+def test_message_ext_churn_through_every_constructor():
+    # Decoded, constructed, unpickled and freelist-recycled objects all live and die through the
+    # same allocator; run enough of each to go past the freelist both ways.
+    buf = b"".join(encode_message_record(topic="T", body=bytes([i % 256]) * 3, queue_offset=i,
+                                         properties={"UNIQ_KEY": f"id-{i}", "TAGS": "A"})
+                   for i in range(3000))
+    for _ in range(3):
+        msgs = decode_messages(buf)
+        made = [MessageExt(topic="T", body=b"x", queue_offset=i) for i in range(1500)]
+        copies = pickle.loads(pickle.dumps(msgs[:1500]))
+        assert [m.queue_offset for m in copies] == list(range(1500))
+        assert [m.properties["UNIQ_KEY"] for m in copies[:3]] == ["id-0", "id-1", "id-2"]
+        assert msgs[2999].body == bytes([2999 % 256]) * 3 and made[7].queue_offset == 7
+        del msgs, made, copies
+        gc.collect()
