@@ -160,3 +160,24 @@ def test_message_ext_churn_through_every_constructor():
         assert msgs[2999].body == bytes([2999 % 256]) * 3 and made[7].queue_offset == 7
         del msgs, made, copies
         gc.collect()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.ip_addresses(v=4).map(str), st.integers(0, 65535)), min_size=1, max_size=80))
+def test_rendered_hosts_are_right_through_the_host_cache(hosts):
+    # Many addresses share a cache slot; every read must render its own address and port.
+    msgs = [MessageExt(born_host=h, store_host=(h[0], 65535 - h[1])) for h in hosts]
+    for _ in range(2):
+        for m, (ip, port) in zip(msgs, hosts):
+            assert m.born_host == f"{ip}:{port}"
+            assert m.store_host == f"{ip}:{65535 - port}"
+
+
+def test_property_getters_read_the_dict_built_once():
+    buf = encode_message_record(topic="T", body=b"", properties={
+        "UNIQ_KEY": "u-1", "TAGS": "TagA", "KEYS": "k1 k2", "DELAY": "3"})
+    m = decode_messages(buf)[0]
+    assert (m.tags, m.keys, m.msg_id, m.delay_time_level) == ("TagA", "k1 k2", "u-1", 3)
+    m.properties["TAGS"] = "changed"  # the getters see the dict, not the raw bytes
+    assert m.tags == "changed" and m.get_property("TAGS") == "changed"
+    assert m.get_property("MISSING", "d") == "d" and m.get_property(42) is None

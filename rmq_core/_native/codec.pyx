@@ -33,7 +33,7 @@ that are really there before anything is read.
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.dict cimport PyDict_Copy, PyDict_SetItem
+from cpython.dict cimport PyDict_Copy, PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
@@ -664,10 +664,59 @@ def tags_code_from_properties(data):
 
 
 # --- hosts -------------------------------------------------------------------------------------------
+# The messages of a pull share a handful of hosts (one store host, a few producers), so each
+# rendered IPv4 "ip:port" is kept in a small direct-mapped cache keyed by address and port.
+cdef enum:
+    _HOST_CACHE_BITS = 6
+    _HOST_CACHE_SIZE = 1 << _HOST_CACHE_BITS
+cdef uint64_t _host_keys[_HOST_CACHE_SIZE]   # (1 << 63) | ip << 16 | port; 0 = empty
+cdef PyObject* _host_strs[_HOST_CACHE_SIZE]  # owned references
+
+
+cdef inline Py_ssize_t _put_decimal(char* out, uint32_t v) noexcept nogil:
+    cdef char tmp[10]
+    cdef Py_ssize_t n = 0, i
+    while True:
+        tmp[n] = <char>(48 + v % 10)
+        n += 1
+        v //= 10
+        if v == 0:
+            break
+    for i in range(n):
+        out[i] = tmp[n - 1 - i]
+    return n
+
+
 cdef str _format_host(const unsigned char* ip, bint v6, int32_t port):
+    cdef uint64_t key
+    cdef uint32_t h
+    cdef char text[24]
+    cdef Py_ssize_t n = 0, i
+    cdef str s
     if v6:
         return f"{_socket.inet_ntop(_socket.AF_INET6, PyBytes_FromStringAndSize(<const char*>ip, 16))}:{port}"
-    return f"{ip[0]}.{ip[1]}.{ip[2]}.{ip[3]}:{port}"
+    key = (1ull << 63) | ((<uint64_t>_u32(ip)) << 16) | (<uint64_t>(<uint32_t>port & 0xFFFF))
+    h = <uint32_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - _HOST_CACHE_BITS))
+    if _host_keys[h] == key and <uint32_t>port <= 65535:
+        return <str>_host_strs[h]
+    for i in range(4):
+        n += _put_decimal(text + n, ip[i])
+        text[n] = 46 if i < 3 else 58  # '.' between the octets, ':' before the port
+        n += 1
+    if port < 0:
+        text[n] = 45  # '-': a port set out of range in Python (decoded ports are checked)
+        n += 1
+        n += _put_decimal(text + n, <uint32_t>(-(<int64_t>port)))
+    else:
+        n += _put_decimal(text + n, <uint32_t>port)
+    s = _new_str(text, n, True)
+    if 0 <= port <= 65535:
+        Py_INCREF(s)
+        if _host_strs[h] != NULL:
+            Py_DECREF(<object>_host_strs[h])
+        _host_strs[h] = <PyObject*>s
+        _host_keys[h] = key
+    return s
 
 
 cdef int _parse_host(object value, unsigned char* ip, bint* v6, int32_t* port) except -1:
@@ -885,18 +934,9 @@ cdef class MessageExt:
         return properties_to_bytes(_message_props(self))
 
     def get_property(self, name, default=None):
-        """One property; reads the raw bytes without building the dict when it was never built."""
-        cdef Py_ssize_t nlen, vlen = 0, off
-        cdef const char* np
-        if self._properties is None and self._src is not None:
-            if not isinstance(name, str):
-                return default
-            np = PyUnicode_AsUTF8AndSize(name, &nlen)
-            off = _find_property(PyBytes_AS_STRING(self._src) + self._props_off, self._props_len,
-                                 np, nlen, &vlen)
-            if off < 0:
-                return default
-            return _decode_str(PyBytes_AS_STRING(self._src) + self._props_off + off, vlen)
+        """One property.  The first property read builds the properties dict (cheap for a record
+        shaped like its neighbours); later reads are dict lookups, never a new scan of the raw
+        bytes."""
         return _message_props(self).get(name, default)
 
     def get_user_property(self, name, default=None):
@@ -921,7 +961,7 @@ cdef class MessageExt:
 
     @property
     def tags(self):
-        return self.get_property("TAGS") or None
+        return _message_prop(self, "TAGS") or None
 
     @tags.setter
     def tags(self, value):
@@ -933,7 +973,7 @@ cdef class MessageExt:
     @property
     def keys(self):
         """Keys separated by spaces, or None."""
-        return self.get_property("KEYS") or None
+        return _message_prop(self, "KEYS") or None
 
     @keys.setter
     def keys(self, value):
@@ -947,7 +987,7 @@ cdef class MessageExt:
     @property
     def delay_time_level(self):
         """DELAY property as an int; 0 when absent or not a number (a received message never fails)."""
-        v = self.get_property("DELAY")
+        v = _message_prop(self, "DELAY")
         if not v:
             return 0
         try:
@@ -973,7 +1013,7 @@ cdef class MessageExt:
         """The application-visible id: UNIQ_KEY when present, else the offsetMsgId."""
         if self._msg_id is not None:
             return self._msg_id
-        uniq = self.get_property("UNIQ_KEY")
+        uniq = _message_prop(self, "UNIQ_KEY")
         if uniq:
             return uniq
         return self.offset_msg_id
@@ -1057,6 +1097,12 @@ cdef extern from *:
     bint rmq_use_raw_allocator(object type)
 
 _MESSAGE_EXT_RAW_ALLOCATOR = rmq_use_raw_allocator(MessageExt)  # at import, before any instance
+
+
+cdef inline object _message_prop(MessageExt m, str name):
+    # The tags / keys / msg_id getters: one dict lookup, no Python-level method call.
+    cdef PyObject* v = PyDict_GetItem(_message_props(m), name)
+    return <object>v if v != NULL else None
 
 
 _SYSTEM_KEYS = frozenset({
