@@ -88,21 +88,25 @@ static void rmq_gc_destroy(rmq_gc *g)
     pthread_mutex_destroy(&g->mu);
 }
 
-/* Caller holds mu. */
-static inline void rmq_gc_note_request(rmq_gc *g, int64_t end, int64_t store_ts)
+/* Caller holds mu.  Returns whether the flush thread must be woken: the caller signals `work`
+ * after unlocking, so the woken thread does not run straight into the held mutex. */
+static inline int rmq_gc_note_request(rmq_gc *g, int64_t end, int64_t store_ts)
 {
     if (end > g->requested) g->requested = end;
     if (store_ts > g->requested_ts) g->requested_ts = store_ts;
-    if (g->serving) pthread_cond_signal(&g->work);
+    return g->serving;
 }
 
 /* Ask for bytes below `end` to become durable without waiting. */
 static void rmq_gc_request(rmq_gc *g, int64_t end, int64_t store_ts, int return_each_round)
 {
+    int wake = 0;
     pthread_mutex_lock(&g->mu);
     if (return_each_round) g->return_each_round = 1;
-    if (end > g->flushed) rmq_gc_note_request(g, end, store_ts);
+    if (end > g->flushed) wake = rmq_gc_note_request(g, end, store_ts);
+    else if (return_each_round) wake = g->serving;
     pthread_mutex_unlock(&g->mu);
+    if (wake) pthread_cond_signal(&g->work);
 }
 
 /* A writer: wait until bytes below `end` are durable, at most timeout_ns. */
@@ -119,7 +123,12 @@ static int rmq_gc_await(rmq_gc *g, int64_t end, int64_t store_ts, int64_t timeou
         pthread_mutex_unlock(&g->mu);
         return RMQ_GC_STOPPED;
     }
-    rmq_gc_note_request(g, end, store_ts);
+    if (rmq_gc_note_request(g, end, store_ts)) {
+        /* the flush thread sleeps on `work` under mu: wake it after dropping mu */
+        pthread_mutex_unlock(&g->mu);
+        pthread_cond_signal(&g->work);
+        pthread_mutex_lock(&g->mu);
+    }
     rmq_gc_deadline(&deadline, timeout_ns);
     while (g->flushed < end && !g->stopped) {
         if (pthread_cond_timedwait(&g->done, &g->mu, &deadline) == ETIMEDOUT) break;
@@ -232,16 +241,21 @@ static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, in
             if (want_ts > g->flushed_ts) g->flushed_ts = want_ts;
         }
         g->rounds++;
-        pthread_cond_broadcast(&g->done);
         if (return_each_round || g->return_each_round) {
             g->return_each_round = 0;
             pthread_mutex_unlock(&g->mu);
+            pthread_cond_broadcast(&g->done);
             return RMQ_GC_RETURN;
         }
         if (rmq_gc_past(&deadline)) {
             pthread_mutex_unlock(&g->mu);
+            pthread_cond_broadcast(&g->done);
             return RMQ_GC_OK;
         }
+        /* wake the writers with mu free, so they do not queue on it behind this thread */
+        pthread_mutex_unlock(&g->mu);
+        pthread_cond_broadcast(&g->done);
+        pthread_mutex_lock(&g->mu);
     }
 }
 
