@@ -1244,7 +1244,7 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
         raise _decode_error(at, f"topic length {topic_len} is over 127 (a 1-byte signed length)")
     if need + body_len + topic_len > total:
         raise _decode_error(at, f"topic length {topic_len} does not fit in record size {total}")
-    if st.last_topic_len == topic_len and memcmp(st.last_topic_ptr, p + q, topic_len) == 0:
+    if st.last_topic_len == topic_len and _same_bytes(<const char*>st.last_topic_ptr, <const char*>p + q, topic_len):
         m.topic = st.last_topic
     else:
         m.topic = PyUnicode_DecodeUTF8(<const char*>p + q, topic_len, "replace")
