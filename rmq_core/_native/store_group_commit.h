@@ -2,7 +2,7 @@
  *
  * Writers append (pwrite) and then wait here until everything below their record's end offset is
  * durable; the flush thread waits here for requests, fdatasyncs the segment once for all of them
- * and wakes them.  Puts that arrive while an fdatasync runs are covered by the next one (the
+ * and wakes them (one at a time, see "Waking writers" below).  Puts that arrive while an fdatasync runs are covered by the next one (the
  * request "list" is just the largest end offset asked for).  Neither side holds the GIL while it
  * waits or syncs, so a round costs one fdatasync plus one wake-up per writer: no Python Condition,
  * no Future, and no GIL hand-off on the flush thread between rounds.
@@ -31,15 +31,23 @@ enum {
     RMQ_GC_IO_ERROR = 5,    /* serve: fdatasync failed (errno in last_errno) */
 };
 
+/* Writers covered by round r sleep on done[r % 4]: the baton of one round is still being passed
+ * while the next one or two complete, and each round's writers must be woken separately. */
+#define RMQ_GC_SLOTS 4
+
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t work;      /* the flush thread waits here for requests */
-    pthread_cond_t done;      /* writers wait here for rounds */
+    pthread_cond_t done[RMQ_GC_SLOTS]; /* writers wait here, by the round that covers them (mod 4) */
+    int sleepers[RMQ_GC_SLOTS];        /* writers asleep on done[i] ... */
+    int64_t target[RMQ_GC_SLOTS];      /* ... for round target[i] (the latest to sleep there) */
+    int64_t rounds_started;   /* native rounds whose requested offset was taken */
     int64_t requested;        /* largest end offset asked to be durable */
     int64_t requested_ts;     /* largest store timestamp among those requests */
     int64_t flushed;          /* every byte below is durable */
     int64_t flushed_ts;       /* store timestamp of a record known durable (checkpoint) */
-    int64_t rounds;           /* fdatasync rounds served natively */
+    int64_t rounds;           /* fdatasync rounds served natively (failed ones too) */
+    int64_t rounds_failed;
     int serving;              /* the flush thread is waiting on `work` */
     int return_each_round;    /* serve returns after every round (Futures to resolve) */
     int stopped;              /* no more waiting: awaits answer RMQ_GC_STOPPED */
@@ -69,13 +77,20 @@ static inline int rmq_gc_past(const struct timespec *deadline)
 static int rmq_gc_init(rmq_gc *g)
 {
     pthread_condattr_t ca;
+    int i;
     memset(g, 0, sizeof(*g));
     if (pthread_mutex_init(&g->mu, NULL)) return -1;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);  /* timeouts immune to wall-clock steps */
-    if (pthread_cond_init(&g->work, &ca) || pthread_cond_init(&g->done, &ca)) {
+    if (pthread_cond_init(&g->work, &ca)) {
         pthread_condattr_destroy(&ca);
         return -1;
+    }
+    for (i = 0; i < RMQ_GC_SLOTS; i++) {
+        if (pthread_cond_init(&g->done[i], &ca)) {
+            pthread_condattr_destroy(&ca);
+            return -1;
+        }
     }
     pthread_condattr_destroy(&ca);
     return 0;
@@ -84,8 +99,38 @@ static int rmq_gc_init(rmq_gc *g)
 static void rmq_gc_destroy(rmq_gc *g)
 {
     pthread_cond_destroy(&g->work);
-    pthread_cond_destroy(&g->done);
+    int i;
+    for (i = 0; i < RMQ_GC_SLOTS; i++) pthread_cond_destroy(&g->done[i]);
     pthread_mutex_destroy(&g->mu);
+}
+
+/* Waking writers.  After a native round only ONE writer it covers is woken; that writer, once it
+ * has run its Python and calls rmq_gc_await again (GIL released), wakes the next one (the baton).
+ * So each writer is woken exactly when the GIL is free for it — one wake-up per put instead of a
+ * herd that wakes at once only to queue on the GIL (on two cores, the herd's context switches
+ * cost more than the puts).  A baton that is not passed on (the thread stopped putting) is
+ * replaced by the flush thread, which wakes every covered writer after RMQ_GC_BATON_NS without
+ * progress.  Rounds flushed through Python, resets and stops wake everybody. */
+#define RMQ_GC_BATON_NS 500000
+
+/* Caller holds mu: writers asleep on done[p] are covered by a completed round. */
+static inline int rmq_gc_covered(const rmq_gc *g, int p)
+{
+    return g->sleepers[p] > 0 && g->rounds >= g->target[p];
+}
+
+static inline void rmq_gc_wake_all(rmq_gc *g)
+{
+    int i;
+    for (i = 0; i < RMQ_GC_SLOTS; i++) pthread_cond_broadcast(&g->done[i]);
+}
+
+static inline int rmq_gc_any_covered(const rmq_gc *g)
+{
+    int i;
+    for (i = 0; i < RMQ_GC_SLOTS; i++)
+        if (rmq_gc_covered(g, i)) return 1;
+    return 0;
 }
 
 /* Caller holds mu.  Returns whether the flush thread must be woken: the caller signals `work`
@@ -113,7 +158,8 @@ static void rmq_gc_request(rmq_gc *g, int64_t end, int64_t store_ts, int return_
 static int rmq_gc_await(rmq_gc *g, int64_t end, int64_t store_ts, int64_t timeout_ns)
 {
     struct timespec deadline;
-    int r;
+    int64_t target;
+    int r, p, rc;
     pthread_mutex_lock(&g->mu);
     if (g->flushed >= end) {
         pthread_mutex_unlock(&g->mu);
@@ -123,15 +169,28 @@ static int rmq_gc_await(rmq_gc *g, int64_t end, int64_t store_ts, int64_t timeou
         pthread_mutex_unlock(&g->mu);
         return RMQ_GC_STOPPED;
     }
+    /* the first round to take the requested offset after this request covers it */
+    target = g->rounds_started + 1;
     if (rmq_gc_note_request(g, end, store_ts)) {
         /* the flush thread sleeps on `work` under mu: wake it after dropping mu */
         pthread_mutex_unlock(&g->mu);
         pthread_cond_signal(&g->work);
         pthread_mutex_lock(&g->mu);
     }
+    /* the baton: this thread holds no GIL now, so a covered writer may run */
+    for (p = 0; p < RMQ_GC_SLOTS; p++)
+        if (rmq_gc_covered(g, p)) pthread_cond_signal(&g->done[p]);
     rmq_gc_deadline(&deadline, timeout_ns);
     while (g->flushed < end && !g->stopped) {
-        if (pthread_cond_timedwait(&g->done, &g->mu, &deadline) == ETIMEDOUT) break;
+        /* that round done and still not durable (it failed, or Python flushes this one): the
+         * request stands, so the next round to start covers it */
+        if (g->rounds >= target) target = g->rounds_started + 1;
+        p = (int)(target % RMQ_GC_SLOTS);
+        g->target[p] = target;
+        g->sleepers[p]++;
+        rc = pthread_cond_timedwait(&g->done[p], &g->mu, &deadline);
+        g->sleepers[p]--;
+        if (rc == ETIMEDOUT) break;
     }
     r = g->flushed >= end ? RMQ_GC_OK : g->stopped ? RMQ_GC_STOPPED : RMQ_GC_TIMEOUT;
     pthread_mutex_unlock(&g->mu);
@@ -146,7 +205,7 @@ static void rmq_gc_complete(rmq_gc *g, int64_t flushed, int64_t store_ts)
         g->flushed = flushed;
         if (store_ts > g->flushed_ts) g->flushed_ts = store_ts;
     }
-    pthread_cond_broadcast(&g->done);
+    rmq_gc_wake_all(g);
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -156,7 +215,7 @@ static void rmq_gc_reset(rmq_gc *g, int64_t flushed)
     pthread_mutex_lock(&g->mu);
     g->flushed = flushed;
     if (g->requested < flushed) g->requested = flushed;
-    pthread_cond_broadcast(&g->done);
+    rmq_gc_wake_all(g);
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -184,7 +243,7 @@ static void rmq_gc_stop(rmq_gc *g)
     g->stopped = 1;
     g->halted = 1;
     pthread_cond_broadcast(&g->work);
-    pthread_cond_broadcast(&g->done);
+    rmq_gc_wake_all(g);
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -194,9 +253,9 @@ static void rmq_gc_stop(rmq_gc *g)
 static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, int64_t budget_ns,
                         int return_each_round, int64_t *upto)
 {
-    struct timespec deadline;
+    struct timespec deadline, baton, *until;
     int64_t want, want_ts;
-    int rc;
+    int rc, stalled, p, err;
     rmq_gc_deadline(&deadline, budget_ns);
     pthread_mutex_lock(&g->mu);
     for (;;) {
@@ -206,11 +265,24 @@ static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, in
             return RMQ_GC_OK;
         }
         while (g->requested <= g->flushed && !g->halted && !g->kicked) {
+            /* covered writers still asleep: if the baton does not reach them soon, wake them all */
+            stalled = rmq_gc_any_covered(g);
+            until = &deadline;
+            if (stalled) {
+                rmq_gc_deadline(&baton, RMQ_GC_BATON_NS);
+                if (baton.tv_sec < deadline.tv_sec || (baton.tv_sec == deadline.tv_sec && baton.tv_nsec < deadline.tv_nsec))
+                    until = &baton;
+            }
             g->serving = 1;
-            rc = pthread_cond_timedwait(&g->work, &g->mu, &deadline);
+            rc = pthread_cond_timedwait(&g->work, &g->mu, until);
             g->serving = 0;
             if (g->kicked) break;
+            if (rc == ETIMEDOUT && until == &baton) {
+                if (rmq_gc_any_covered(g)) rmq_gc_wake_all(g);
+                continue;
+            }
             if (rc == ETIMEDOUT && g->requested <= g->flushed) {
+                if (rmq_gc_any_covered(g)) rmq_gc_wake_all(g);
                 pthread_mutex_unlock(&g->mu);
                 return RMQ_GC_TIMEOUT;
             }
@@ -227,12 +299,17 @@ static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, in
             pthread_mutex_unlock(&g->mu);
             return RMQ_GC_NEED_FLUSH;
         }
+        g->rounds_started++;  /* writers asking from now on wait for the round after this one */
         pthread_mutex_unlock(&g->mu);
         /* every put asking for <= want finished its pwrite before asking: one fdatasync covers it */
         rc = fdatasync(fd);
+        err = rc != 0 ? errno : 0;
         pthread_mutex_lock(&g->mu);
-        if (rc != 0) {
-            g->last_errno = errno;
+        g->rounds++;  /* counted also when failed: round numbers stay paired with rounds_started */
+        if (err) {
+            g->rounds_failed++;
+            g->last_errno = err;
+            rmq_gc_wake_all(g);  /* they re-check and keep waiting (until their timeout) */
             pthread_mutex_unlock(&g->mu);
             return RMQ_GC_IO_ERROR;
         }
@@ -240,21 +317,21 @@ static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, in
             g->flushed = want;
             if (want_ts > g->flushed_ts) g->flushed_ts = want_ts;
         }
-        g->rounds++;
+        p = (int)(g->rounds % RMQ_GC_SLOTS);
+        /* returning to Python: no baton fallback runs meanwhile, so wake every covered writer */
         if (return_each_round || g->return_each_round) {
             g->return_each_round = 0;
             pthread_mutex_unlock(&g->mu);
-            pthread_cond_broadcast(&g->done);
+            rmq_gc_wake_all(g);
             return RMQ_GC_RETURN;
         }
         if (rmq_gc_past(&deadline)) {
             pthread_mutex_unlock(&g->mu);
-            pthread_cond_broadcast(&g->done);
+            rmq_gc_wake_all(g);
             return RMQ_GC_OK;
         }
-        /* wake the writers with mu free, so they do not queue on it behind this thread */
-        pthread_mutex_unlock(&g->mu);
-        pthread_cond_broadcast(&g->done);
+        pthread_mutex_unlock(&g->mu);  /* the woken writer must not queue on mu behind us */
+        pthread_cond_signal(&g->done[p]);
         pthread_mutex_lock(&g->mu);
     }
 }

@@ -48,6 +48,32 @@ def test_one_round_releases_every_writer_that_asked_before_it(seg_fd):
     assert gate.await_flushed(250, 0, 0) == native.GC_OK  # already durable: no wait
 
 
+def test_writers_that_do_not_come_back_still_get_woken_promptly(seg_fd):
+    """After a native round one covered writer is woken and wakes the next when it waits again;
+    these writers wait once and leave, so the serving thread must wake the rest itself."""
+    gate = native.GroupCommitGate()
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            gate.serve(seg_fd, 0, 1 << 20, 1000)
+
+    server = threading.Thread(target=serve)
+    server.start()
+    try:
+        results = {}
+        t0 = time.monotonic()
+        threads = _waiters(gate, list(range(100, 1700, 100)), results)
+        for t in threads:
+            t.join(10)
+        assert all(r == native.GC_OK for r in results.values()) and len(results) == 16
+        assert time.monotonic() - t0 < 2.0  # not their 10 s timeout
+    finally:
+        stop.set()
+        gate.halt()
+        server.join(10)
+
+
 def test_await_times_out_without_a_round_and_stop_refuses_waiters():
     gate = native.GroupCommitGate()
     t0 = time.monotonic()
