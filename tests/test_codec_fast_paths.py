@@ -181,3 +181,20 @@ def test_property_getters_read_the_dict_built_once():
     m.properties["TAGS"] = "changed"  # the getters see the dict, not the raw bytes
     assert m.tags == "changed" and m.get_property("TAGS") == "changed"
     assert m.get_property("MISSING", "d") == "d" and m.get_property(42) is None
+
+
+def test_fast_path_keeps_reference_counts_balanced():
+    # Values written straight into copied dicts must neither leak nor over-release: the shared
+    # names and template values end with the reference counts they started with.
+    def blob(i):
+        return f"UNIQ_KEY\x01{i:032d}\x02TAGS\x01a-long-tag-value-outside-the-str-cache-{i % 3}\x02WAIT\x01true\x02".encode()
+
+    for i in range(50):
+        string_to_properties(blob(i))
+    probe = string_to_properties(blob(1))
+    name, value = next(iter(probe)), probe["WAIT"]
+    before = sys.getrefcount(name), sys.getrefcount(value)
+    for i in range(20000):
+        string_to_properties(blob(i))
+    gc.collect()
+    assert (sys.getrefcount(name), sys.getrefcount(value)) == before
