@@ -430,10 +430,10 @@ class GroupCommitService(ServiceThread):
     there for requests, fdatasyncs the current segment once for every put that asked before the
     round began, and wakes them one at a time, each woken writer waking the next when it waits
     again (the GIL is free then) — neither side needs the GIL between rounds, and a put costs one
-    wake-up, not a herd of threads queueing on the GIL.  Puts that arrive during a round are covered by the
-    next one.  Python takes over for what the gate cannot do alone: a round that spans segments
-    (after a roll), Futures of `put_message_nowait` (one per batch of requests, resolved after the
-    round that covers them), and bookkeeping (the checkpoint's flush timestamp)."""
+    wake-up, not a herd of threads queueing on the GIL.  Puts that arrive during a round are
+    covered by the next one.  Python takes over for what the gate cannot do alone: a round that
+    spans segments (after a roll), Futures of `put_message_nowait` (one per batch of requests,
+    resolved after the round that covers them), and bookkeeping (the checkpoint's timestamp)."""
 
     name = "GroupCommitService"
     # How long the thread serves natively before it looks at the checkpoint timestamp again.
