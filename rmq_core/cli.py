@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 
+from rmq_core import loops
 from rmq_core.errors import ConfigError, RMQError
 
 
@@ -57,7 +58,7 @@ def _cmd_namesrv(args) -> None:
     async def start():
         return [await ctrl.start()]
 
-    asyncio.run(_serve(start, ctrl.stop))
+    loops.run(_serve(start, ctrl.stop))
 
 
 def _cmd_broker(args) -> None:
@@ -76,7 +77,7 @@ def _cmd_broker(args) -> None:
     async def start():
         return [await ctrl.start()]
 
-    asyncio.run(_serve(start, ctrl.stop))
+    loops.run(_serve(start, ctrl.stop))
 
 
 def _cmd_standalone(args) -> None:
@@ -85,7 +86,7 @@ def _cmd_standalone(args) -> None:
     cluster = Cluster(args.store, args.config, namesrv_listen=args.namesrv_listen,
                       broker_listen=args.broker_listen, name="standalone")
     _check_store_writable(cluster.store_config.store_path_root_dir)
-    asyncio.run(_serve(cluster.start_async, cluster.stop_async))
+    loops.run(_serve(cluster.start_async, cluster.stop_async))
 
 
 def build_parser() -> argparse.ArgumentParser:

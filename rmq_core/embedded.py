@@ -13,6 +13,7 @@ import os
 import threading
 from typing import Any, Mapping
 
+from rmq_core import loops
 from rmq_core.broker.controller import BrokerController
 from rmq_core.config import NamesrvConfig, load_broker_conf
 from rmq_core.message import parse_address
@@ -97,7 +98,7 @@ class Cluster:
     def start(self) -> "Cluster":
         ready = threading.Event()
         error: list[BaseException] = []
-        self.loop = asyncio.new_event_loop()
+        self.loop = loops.new_event_loop()
 
         def run():
             asyncio.set_event_loop(self.loop)

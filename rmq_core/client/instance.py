@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from rmq_core import plugins
+from rmq_core import loops, plugins
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
@@ -306,7 +306,7 @@ class MQClientInstance:
             self.direct_channels = BlockingChannelPool(max_per_address=self.config.direct_send_connections,
                                                        connect_timeout=self.config.connect_timeout)
             self._rpc_hooks = plugins.has_impls("rmq_rpc_before_request") or plugins.has_impls("rmq_rpc_after_response")
-            self._loop = asyncio.new_event_loop()
+            self._loop = loops.new_event_loop()
             ready = threading.Event()
 
             def run_loop():
