@@ -208,14 +208,15 @@ def test_index_key_hashes_match_the_python_index(topic, props, raw_tail):
 
 
 def test_blocking_sync_put_times_out_then_waits_correctly_again(store_factory, monkeypatch):
-    s = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=200)
+    # 1 s: the puts after the slow one must fit their flushes in it even on a loaded machine
+    s = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=1000)
     assert s.put_message(msg()).is_ok()
     gate = threading.Event()
     real_flush = s.commit_log.flush
     monkeypatch.setattr(s.commit_log, "flush", lambda least_pages=0: (gate.wait(10), real_flush(least_pages))[1])
     monkeypatch.setattr(s.commit_log.flush_service, "serve_natively", False)  # the slow flush above
     r = s.put_message(msg(body=b"slow"))
-    assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "syncFlushTimeout 200 ms" in r.error
+    assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "syncFlushTimeout 1000 ms" in r.error
     assert r.append_result is not None and r.is_ok()  # stored, only not yet durable (RocketMQ isOk)
     gate.set()  # the late flush releases the timed-out waiter's old lock...
     monkeypatch.setattr(s.commit_log, "flush", real_flush)
