@@ -59,13 +59,25 @@ def init(command_cls, json_serialize_type, current_version=0):
 # --- frame splitting -----------------------------------------------------------------------------
 def split_frames(data, Py_ssize_t max_frame_length):
     """(frames, consumed): every whole frame in `data` as a memoryview without its length prefix."""
+    return _walk_frames(data, max_frame_length, False)
+
+
+def decode_frames(data, Py_ssize_t max_frame_length):
+    """split_frames and decode_frame in one pass: (items, consumed), each whole frame of `data` as
+    its RemotingCommand or — when the native decoder declines it — as a memoryview of the frame
+    (without its length prefix) for the Python codec to decode or reject.  A length outside
+    4..max_frame_length raises RemotingCommandError naming it, as split_frames does."""
+    return _walk_frames(data, max_frame_length, True)
+
+
+cdef tuple _walk_frames(data, Py_ssize_t max_frame_length, bint decode):
     cdef Py_buffer pb
     cdef const uint8_t* buf
     cdef Py_ssize_t n
     cdef Py_ssize_t pos = 0, end
     cdef int64_t length = 0
     cdef bint bad = False
-    cdef list frames = []
+    cdef list items = []
     view = None
     # A raw buffer, not a typed memoryview: acquiring one of those costs more than the split.
     PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
@@ -81,50 +93,12 @@ def split_frames(data, Py_ssize_t max_frame_length):
             end = pos + 4 + length
             if end > n:
                 break
-            if view is None:
-                view = memoryview(data)
-            PyList_Append(frames, view[pos + 4:end])
-            pos = end
-    finally:
-        PyBuffer_Release(&pb)
-    if bad:
-        from rmq_core.errors import RemotingCommandError
-        raise RemotingCommandError(f"frame length {length} outside 4..{max_frame_length}")
-    return frames, pos
-
-
-def decode_frames(data, Py_ssize_t max_frame_length):
-    """split_frames and decode_frame in one pass: (items, consumed), each whole frame of `data` as
-    its RemotingCommand or — when the native decoder declines it — as a memoryview of the frame
-    (without its length prefix) for the Python codec to decode or reject.  A length outside
-    4..max_frame_length raises RemotingCommandError naming it, as split_frames does."""
-    cdef Py_buffer pb
-    cdef const uint8_t* buf
-    cdef Py_ssize_t n
-    cdef Py_ssize_t pos = 0, end
-    cdef int64_t length = 0
-    cdef bint bad = False
-    cdef list items = []
-    view = None
-    PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
-    try:
-        buf = <const uint8_t*>pb.buf
-        n = pb.len
-        while n - pos >= 4:
-            length = <int>((<uint32_t>buf[pos] << 24) | (<uint32_t>buf[pos + 1] << 16)
-                           | (<uint32_t>buf[pos + 2] << 8) | <uint32_t>buf[pos + 3])
-            if length < 4 or length > max_frame_length:
-                bad = True
-                break
-            end = pos + 4 + length
-            if end > n:
-                break
-            cmd = _decode_frame(buf + pos + 4, length)
-            if cmd is None:
+            item = _decode_frame(buf + pos + 4, length) if decode else None
+            if item is None:
                 if view is None:
                     view = memoryview(data)
-                cmd = view[pos + 4:end]
-            PyList_Append(items, cmd)
+                item = view[pos + 4:end]
+            PyList_Append(items, item)
             pos = end
     finally:
         PyBuffer_Release(&pb)

@@ -31,6 +31,21 @@ def wait_until(pred, timeout=20.0, interval=0.05, what="condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def drain_topic(namesrv, topic, group, want, timeout=20.0):
+    """Every message of `topic` a new lite pull consumer group reads from the start, until `want`
+    arrived or `timeout` passed."""
+    from rmq_core import PullConsumer
+
+    got = []
+    c = PullConsumer(group, namesrv=namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **FAST_CONSUMER)
+    c.subscribe(topic, "*")
+    with c:
+        deadline = time.monotonic() + timeout
+        while len(got) < want and time.monotonic() < deadline:
+            got += c.poll(0.2)
+    return got
+
+
 @pytest.fixture
 def make_cluster(tmp_path):
     from rmq_core.embedded import Cluster

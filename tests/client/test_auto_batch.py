@@ -8,22 +8,11 @@ import time
 
 import pytest
 
-from rmq_core import Message, Producer, PullConsumer
+from rmq_core import Message, Producer
 from rmq_core.errors import MQBrokerError
 from rmq_core.message import MessageClientIDSetter, SendStatus
 from rmq_core.remoting.codes import RequestCode, ResponseCode
-from tests.client.conftest import FAST, FAST_CONSUMER
-
-
-def _drain(namesrv, topic, group, want, timeout=20.0):
-    got = []
-    c = PullConsumer(group, namesrv=namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **FAST_CONSUMER)
-    c.subscribe(topic, "*")
-    with c:
-        deadline = time.monotonic() + timeout
-        while len(got) < want and time.monotonic() < deadline:
-            got += c.poll(0.2)
-    return got
+from tests.client.conftest import FAST, drain_topic
 
 
 def _count_requests(monkeypatch, p):
@@ -57,7 +46,7 @@ def test_bursts_leave_as_batches_and_every_message_gets_its_own_result(cluster, 
     assert len({r.msg_id for r in results}) == 200 and len({r.offset_msg_id for r in results}) == 200
     assert len({(r.queue.queue_id, r.queue_offset) for r in results}) == 200
 
-    got = _drain(cluster.tcp_namesrv, topic, "CG_AB", 201)
+    got = drain_topic(cluster.tcp_namesrv, topic, "CG_AB", 201)
     by_uniq = {m.msg_id: m for m in got}
     for i, r in enumerate(results):
         m = by_uniq[r.msg_id]  # the result's msg_id is the message's UNIQ_KEY ...
@@ -89,7 +78,7 @@ def test_ineligible_messages_go_alone(cluster, monkeypatch):
         results = [p.send_async(m).result(20) for m in (delayed, big, packed)]
     assert all(r.status is SendStatus.SEND_OK for r in results)
     assert [code for code, _ in seen] == [RequestCode.SEND_MESSAGE_V2] * 3
-    got = _drain(cluster.tcp_namesrv, topic, "CG_ABA", 4)
+    got = drain_topic(cluster.tcp_namesrv, topic, "CG_ABA", 4)
     assert sorted(m.body for m in got) == sorted([b"warm", b"later", b"b" * 3000, b"z" * 1500])
 
 
@@ -100,7 +89,7 @@ def test_shutdown_sends_what_was_gathered(cluster):
     futures = [p.send_async(Message(topic, f"s{i}".encode())) for i in range(150)]
     p.shutdown()
     assert all(f.result(10).status is SendStatus.SEND_OK for f in futures)
-    got = _drain(cluster.tcp_namesrv, topic, "CG_ABX", 151)
+    got = drain_topic(cluster.tcp_namesrv, topic, "CG_ABX", 151)
     assert len(got) == 151
 
 

@@ -5,21 +5,10 @@ import socket
 import threading
 import time
 
-from rmq_core import Message, Producer, PullConsumer
+from rmq_core import Message, Producer
 from rmq_core.message import SendStatus
 from rmq_core.remoting.aliases import resolve_inproc_alias
-from tests.client.conftest import FAST, FAST_CONSUMER
-
-
-def _drain(namesrv, topic, group, want, timeout=20.0):
-    got = []
-    c = PullConsumer(group, namesrv=namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **FAST_CONSUMER)
-    c.subscribe(topic, "*")
-    with c:
-        deadline = time.monotonic() + timeout
-        while len(got) < want and time.monotonic() < deadline:
-            got += c.poll(0.2)
-    return got
+from tests.client.conftest import FAST, drain_topic
 
 
 def _broker_addr(p: Producer, topic: str) -> str:
@@ -43,7 +32,7 @@ def test_sync_sends_use_one_direct_connection_and_land_once(cluster):
         assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
     assert len({r.msg_id for r in results}) == 40 and len({r.offset_msg_id for r in results}) == 40
 
-    got = _drain(cluster.tcp_namesrv, topic, "CG_DIRECT", 40)
+    got = drain_topic(cluster.tcp_namesrv, topic, "CG_DIRECT", 40)
     assert sorted(m.body for m in got) == sorted(f"d{i}".encode() for i in range(40))
     by_id = {r.msg_id: r for r in results}
     for m in got:
@@ -69,7 +58,7 @@ def test_an_in_proc_broker_is_reached_without_the_client_loop(cluster):
         assert r.status is SendStatus.SEND_OK and len(r.msg_id.split(",")) == 2
     assert all(r.status is SendStatus.SEND_OK for r in results)
     assert len({(r.queue.queue_id, r.queue_offset) for r in results}) == 12
-    got = _drain(cluster.namesrv, topic, "CG_INPROC", 14)
+    got = drain_topic(cluster.namesrv, topic, "CG_INPROC", 14)
     assert sorted(m.body for m in got) == sorted([f"i{i}".encode() for i in range(12)] + [b"ib0", b"ib1"])
 
 
@@ -87,7 +76,7 @@ def test_a_broken_direct_connection_falls_back_and_sends_once(cluster):
         assert channel.closed and pool.open_count(addr) == 0  # dropped, not lent again
         p.send(Message(topic, b"again-direct"))
         assert pool.open_count(addr) == 1
-    got = _drain(cluster.tcp_namesrv, topic, "CG_BREAK", 5)
+    got = drain_topic(cluster.tcp_namesrv, topic, "CG_BREAK", 5)
     bodies = sorted(m.body for m in got)
     assert bodies == sorted([b"a0", b"a1", b"a2", b"after-break", b"again-direct"])
 
@@ -114,7 +103,7 @@ def test_many_threads_send_through_a_small_pool(cluster):
     assert not errors
     assert len(results) == 200 and all(r.status is SendStatus.SEND_OK for r in results)
     assert len({(r.queue.queue_id, r.queue_offset) for r in results}) == 200
-    got = _drain(cluster.tcp_namesrv, topic, "CG_THREADS", 201)
+    got = drain_topic(cluster.tcp_namesrv, topic, "CG_THREADS", 201)
     assert sorted(m.body for m in got if m.body != b"warm") == sorted(
         f"{n}-{i}".encode() for n in range(8) for i in range(25))
 
@@ -127,6 +116,6 @@ def test_a_batch_to_a_queue_goes_direct(cluster):
         assert r.status is SendStatus.SEND_OK and r.queue == q
         assert len(r.msg_id.split(",")) == 10
         assert p.instance.direct_channels.open_count(_broker_addr(p, topic)) == 1
-    got = _drain(cluster.tcp_namesrv, topic, "CG_DBATCH", 10)
+    got = drain_topic(cluster.tcp_namesrv, topic, "CG_DBATCH", 10)
     assert sorted(m.body for m in got) == sorted(f"b{i}".encode() for i in range(10))
     assert {m.queue_id for m in got} == {1}
