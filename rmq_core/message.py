@@ -279,7 +279,6 @@ class MessageClientIDSetter:
     start of this month(4) + counter(2) -> 32 upper-case hex.  Treat the value as opaque."""
 
     _lock = threading.Lock()
-    _counter = 0
     _fix = None
     _month_start_ms = 0
     _next_month_ms = 0

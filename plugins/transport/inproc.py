@@ -13,8 +13,9 @@ import itertools
 import logging
 import threading
 
-from rmq_core.errors import RemotingConnectError, RemotingError
-from rmq_core.remoting.command import RemotingCommand
+from rmq_core.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
+from rmq_core.remoting.codes import code_name
+from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
 
 log = logging.getLogger("rmq.remoting.inproc")
@@ -145,10 +146,6 @@ class InprocBlockingChannel:
         self.closed = False
 
     def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
-        from rmq_core.errors import RemotingTimeoutError
-        from rmq_core.remoting.codes import code_name
-        from rmq_core.remoting.command import RESPONSE_FLAG
-
         if self.closed:
             raise RemotingConnectError(f"connection to {self.addr} is closed")
         request.flag &= ~RESPONSE_FLAG
@@ -170,8 +167,6 @@ class InprocBlockingChannel:
         return response
 
     def _deliver(self, command: RemotingCommand) -> None:  # in the server's thread
-        from rmq_core.remoting.command import RESPONSE_FLAG
-
         if command.flag & RESPONSE_FLAG and command.opaque == self._waiting and not self.closed:
             self._waiting = None
             self._response = command

@@ -95,6 +95,10 @@ class TcpChannel(Channel, asyncio.Protocol):
         if self._on_command is None:  # not started yet: keep everything for start()
             self._buffer = data
             return
+        self._deliver_in_read(data)
+
+    def _deliver_in_read(self, data) -> None:
+        # answers written while the frames are handled go out in one joint write at the end
         self._in_read = True
         try:
             self._deliver_frames(data)
@@ -165,13 +169,7 @@ class TcpChannel(Channel, asyncio.Protocol):
         self._on_command, self._on_close = on_command, on_close
         if self._buffer:  # bytes that arrived before start(), even if the peer has gone since
             data, self._buffer = self._buffer, b""
-            self._in_read = True
-            try:
-                self._deliver_frames(data)
-            finally:
-                self._in_read = False
-                if self._out:
-                    self._write_out()
+            self._deliver_in_read(data)
         if self._lost:
             self._report_close(self._close_reason)
 

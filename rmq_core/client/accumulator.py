@@ -40,8 +40,9 @@ class _Pile:
 
 
 class ProduceAccumulator:
-    def __init__(self, producer, *, batch_max_bytes: int, max_inflight: int = 1):
+    def __init__(self, producer, *, batch_max_bytes: int, async_mode, max_inflight: int = 1):
         self.producer = producer
+        self.async_mode = async_mode  # CommunicationMode.ASYNC: a lone message's ordinary send
         self.batch_max_bytes = batch_max_bytes
         self.max_inflight = max_inflight
         self._piles: dict[tuple[str, bool], _Pile] = {}
@@ -100,10 +101,8 @@ class ProduceAccumulator:
         p = self.producer
         if len(items) == 1:  # alone: an ordinary send, as if never accumulated
             msg, prepared, _, timeout, on_done = items[0]
-            from rmq_core.client.producer import CommunicationMode
-
             try:
-                result = await p._send(msg, CommunicationMode.ASYNC, timeout, None, None, None, prepared=prepared)
+                result = await p._send(msg, self.async_mode, timeout, None, None, None, prepared=prepared)
             except Exception as e:  # noqa: BLE001 - handed to the caller's Future
                 on_done(None, e)
             else:

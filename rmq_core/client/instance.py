@@ -272,8 +272,7 @@ class MQClientInstance:
         self._loop_thread: threading.Thread | None = None
         self.remoting: RemotingClient | None = None
         # sync sends made in the caller's thread (see rmq_core.remoting.blocking)
-        self.direct_channels = BlockingChannelPool(max_per_address=config.direct_send_connections,
-                                                   connect_timeout=config.connect_timeout)
+        self.direct_channels = self._new_direct_channels()
         self.scheduler = Scheduler(f"rmq-sched-{self.client_id}")
         self._rebalance_event = threading.Event()
         self._rebalance_thread: threading.Thread | None = None
@@ -303,8 +302,8 @@ class MQClientInstance:
         with self._lock:
             if self._running:
                 return
-            self.direct_channels = BlockingChannelPool(max_per_address=self.config.direct_send_connections,
-                                                       connect_timeout=self.config.connect_timeout)
+            if self.direct_channels.closed:  # started again after a shutdown
+                self.direct_channels = self._new_direct_channels()
             self._rpc_hooks = plugins.has_impls("rmq_rpc_before_request") or plugins.has_impls("rmq_rpc_after_response")
             self._loop = loops.new_event_loop()
             ready = threading.Event()
@@ -546,6 +545,10 @@ class MQClientInstance:
         if self._rpc_hooks:
             plugins.get_plugin_manager().hook.rmq_rpc_after_response(remote_addr=addr, request=request, response=resp)
         return resp
+
+    def _new_direct_channels(self) -> BlockingChannelPool:
+        return BlockingChannelPool(max_per_address=self.config.direct_send_connections,
+                                   connect_timeout=self.config.connect_timeout)
 
     def direct_send_possible(self) -> bool:
         """True when a sync send may go straight from the caller's thread: no RPC hook

@@ -317,7 +317,8 @@ class Producer:
         # auto_batch (RocketMQ 5's autoBatch): async sends of a topic gathered into batch requests
         self.auto_batch = auto_batch
         self.batch_max_bytes = min(batch_max_bytes, max_message_size)
-        self._accumulator = ProduceAccumulator(self, batch_max_bytes=self.batch_max_bytes) if auto_batch else None
+        self._accumulator = ProduceAccumulator(self, batch_max_bytes=self.batch_max_bytes,
+                                               async_mode=CommunicationMode.ASYNC) if auto_batch else None
 
     # --- life cycle ------------------------------------------------------------------------------
     def start(self) -> "Producer":

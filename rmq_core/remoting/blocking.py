@@ -212,6 +212,10 @@ class BlockingChannelPool:
                 return
             self._idle.setdefault(addr, []).append(channel)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def open_count(self, addr: str) -> int:
         with self._lock:
             return self._open.get(addr, 0)

@@ -327,7 +327,7 @@ class ConsumeQueueExt:
         for mf, _ in list(self.files.values()):
             try:
                 mf.native.msync(0, mf.file_size)
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError):  # destroyed by retention meanwhile: nothing to keep
                 pass
 
     def destroy(self) -> None:

@@ -106,8 +106,8 @@ def test_produce_one_baseline_redis_xadd(benchmark, redis_client, size):
                                 p99_ms=_pct(lat, 99))
 
 
-@pytest.mark.parametrize("size", list(SIZES))
-def test_produce_one_rmq_sync_send(benchmark, producer, size):
+def _send_one_at_a_time(benchmark, p, size):
+    """N_ONE sync sends, each timed for the latency percentiles."""
     benchmark.group = f"client-produce-{size}"
     body = b"x" * SIZES[size]
     topic = f"Bench{SIZES[size]}"
@@ -116,12 +116,17 @@ def test_produce_one_rmq_sync_send(benchmark, producer, size):
     def run():
         for _ in range(N_ONE):
             t = time.perf_counter()
-            producer.send(Message(topic, body, tags="TagA"))
+            p.send(Message(topic, body, tags="TagA"))
             lat.append(time.perf_counter() - t)
 
     benchmark.pedantic(run, rounds=3, iterations=1)
     benchmark.extra_info.update(msgs_per_s=N_ONE / benchmark.stats.stats.median, p50_ms=_pct(lat, 50),
                                 p99_ms=_pct(lat, 99))
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_produce_one_rmq_sync_send(benchmark, producer, size):
+    _send_one_at_a_time(benchmark, producer, size)
 
 
 @pytest.fixture(scope="module")
@@ -139,20 +144,7 @@ def embedded(tmp_path_factory):
 
 @pytest.mark.parametrize("size", list(SIZES))
 def test_produce_one_rmq_sync_send_inproc(benchmark, embedded, size):
-    benchmark.group = f"client-produce-{size}"
-    body = b"x" * SIZES[size]
-    topic = f"Bench{SIZES[size]}"
-    lat = []
-
-    def run():
-        for _ in range(N_ONE):
-            t = time.perf_counter()
-            embedded.send(Message(topic, body, tags="TagA"))
-            lat.append(time.perf_counter() - t)
-
-    benchmark.pedantic(run, rounds=3, iterations=1)
-    benchmark.extra_info.update(msgs_per_s=N_ONE / benchmark.stats.stats.median, p50_ms=_pct(lat, 50),
-                                p99_ms=_pct(lat, 99))
+    _send_one_at_a_time(benchmark, embedded, size)
 
 
 # --- produce: many in flight ---------------------------------------------------------------------
