@@ -65,6 +65,7 @@ class TcpChannel(Channel, asyncio.Protocol):
         self._in_read = False  # inside data_received: the flush happens at its end
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future] = []
+        self._fast_lane = None  # a native lane that answers some frames itself (set_fast_lane)
         self.done = self._loop.create_future()
 
     # --- asyncio.Protocol ------------------------------------------------------------------------
@@ -107,7 +108,17 @@ class TcpChannel(Channel, asyncio.Protocol):
             if self._out:
                 self._write_out()
 
+    def set_fast_lane(self, lane) -> None:
+        """Hand read chunks to `lane.deliver(data, max_frame_length, on_frame, emit)` first: it
+        answers the frames it knows (writing their answers through `emit`) and gives every
+        other one, in its place in the order, to `on_frame` — the usual decode and on_command."""
+        self._fast_lane = lane
+
     def _deliver_frames(self, data) -> None:
+        lane = self._fast_lane
+        if lane is not None and not self._write_paused:  # paused: the usual path waits per answer
+            self._deliver_through_lane(lane, data)
+            return
         try:
             if _decode_frames is not None:
                 # Commands decoded natively; a frame the native codec declines comes as a
@@ -140,6 +151,45 @@ class TcpChannel(Channel, asyncio.Protocol):
                 return
             if self._closed and not self._lost:  # closed by us meanwhile (a handler, a bad frame)
                 return
+
+    def _deliver_through_lane(self, lane, data) -> None:
+        try:
+            consumed, error = lane.deliver(data, self._max_frame_length, self._on_frame, self._emit)
+        except Exception as e:  # a bug in the lane: log it, drop this connection only
+            log.exception("closing %s: error while handling a frame", self.remote_address)
+            self._fail(e)
+            return
+        if self._closed:
+            return
+        if error is not None:  # the frames before the bad length were handled
+            log.warning("closing %s: %s", self.remote_address, error)
+            self._fail(RemotingCommandError(error))
+            return
+        if consumed == 0:
+            self._buffer = data  # a bytearray keeps growing in place
+        else:
+            self._buffer = data[consumed:] if consumed < len(data) else b""
+
+    def _on_frame(self, frame) -> bool:
+        """One frame the lane did not answer: decode it and pass it on; False once closed."""
+        try:
+            command = RemotingCommand.decode(frame)
+        except RemotingCommandError as e:
+            log.warning("closing %s: undecodable frame: %s", self.remote_address, e)
+            self._fail(e)
+            return False
+        try:
+            self._on_command(command)
+        except Exception as e:  # a bug in on_command: log it, drop this connection only
+            log.exception("closing %s: error while handling a frame", self.remote_address)
+            self._fail(e)
+            return False
+        return not (self._closed and not self._lost)  # (bytes of a peer gone before start() still count)
+
+    def _emit(self, frames: bytes) -> None:
+        """Answers written by the lane: they join the write at the end of the read."""
+        if not self._closed:
+            self._out.append(frames)
 
     def eof_received(self):
         return None  # close our side too; connection_lost follows

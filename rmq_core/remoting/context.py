@@ -48,12 +48,18 @@ class ProcessorTable:
         self._processors: dict[int, tuple[Any, Callable]] = {}
         self._default: tuple[Any, Callable] | None = None
         self.rpc_hooks = None  # the pluggy hook relay, when some plugin implements an RPC hook
+        # fast_lane(ctx) -> a native lane for a connection's read chunks, or None (see
+        # ChannelContext.start): the broker's send lane answers plain sends without a command
+        self.fast_lane_factory: Callable[["ChannelContext"], Any] | None = None
 
     def register(self, code: int, processor) -> None:
         self._processors[int(code)] = (processor, _processor_callable(processor))
 
     def register_default(self, processor) -> None:
         self._default = (processor, _processor_callable(processor))
+
+    def register_fast_lane(self, factory: Callable[["ChannelContext"], Any]) -> None:
+        self.fast_lane_factory = factory
 
     def enable_rpc_hooks(self) -> None:
         from rmq_core.plugins import get_plugin_manager, has_impls
@@ -187,7 +193,29 @@ class ChannelContext:
         self._closed = False
 
     def start(self) -> None:
+        factory = self._table.fast_lane_factory
+        if factory is not None:
+            # A transport that reads frames in chunks (TCP) may hand them to a native lane first;
+            # the lane gives every frame it does not answer back, in order, to _on_command.
+            attach = getattr(self.channel, "set_fast_lane", None)
+            if attach is not None:
+                lane = factory(self)
+                if lane is not None:
+                    attach(lane)
         self.channel.start(self._on_command, self._on_channel_closed)
+
+    @property
+    def processor_table(self) -> ProcessorTable:
+        return self._table
+
+    @property
+    def tasks(self) -> set:
+        """The tasks of requests in flight (a native lane reads its size, see `max_inflight`)."""
+        return self._tasks
+
+    @property
+    def max_inflight(self) -> int:
+        return self._max_inflight
 
     @property
     def closed(self) -> bool:
@@ -314,6 +342,18 @@ class ChannelContext:
         except asyncio.CancelledError:
             return
         self._spawn(self._finish(command, coro, yielded))
+
+    def answer_later(self, request: RemotingCommand, coro) -> None:
+        """Answer `request` with what coroutine `coro` returns: run at once up to its first
+        suspension, a task only if it suspends (as _on_command does for a processor's coroutine)."""
+        try:
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            self._answer(request, stop.value)
+            return
+        except asyncio.CancelledError:
+            return
+        self._spawn(self._finish(request, coro, yielded))
 
     def _spawn(self, coro) -> None:
         task = self._loop.create_task(coro)

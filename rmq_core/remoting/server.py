@@ -51,6 +51,10 @@ class RemotingServer:
     def register_default_processor(self, processor) -> None:
         self._table.register_default(processor)
 
+    def register_fast_lane(self, factory) -> None:
+        """`factory(ctx)` gives a connection's native lane (or None); see ChannelContext.start."""
+        self._table.register_fast_lane(factory)
+
     @property
     def channels(self) -> list[ChannelContext]:
         """The open connections (a broker looks a client's channel up here to call it back)."""

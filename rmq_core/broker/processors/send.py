@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import re
 import time
@@ -11,7 +12,8 @@ from rmq_core.broker.processors import Processor, born_host_of
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.codec import string_to_properties
 from rmq_core.message import MessageConst, MixAll, PermName, SysFlag, TopicValidator, properties_to_string, host_port
-from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand, SerializeType
 from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 
 try:
@@ -19,7 +21,16 @@ try:
 except ImportError:  # pragma: no cover - `make build` always builds it
     _header_ints = None
 
+try:
+    from rmq_core._native.broker_native import SendLane
+except ImportError:  # pragma: no cover - `make build` always builds it
+    SendLane = None
+
 log = logging.getLogger("rmq.broker")
+
+# RMQ_NATIVE_SEND=0 turns the native send lane off: every send then takes process_send (the
+# reference the lane's answers are compared with in tests).
+NATIVE_SEND = os.environ.get("RMQ_NATIVE_SEND", "1").strip().lower() not in ("0", "false", "no", "off")
 
 # Property keys that need the slow path (a dict, redirects): delay levels, timers, transactions.
 _SPECIAL_KEYS = re.compile("(?:^|\x02)(?:DELAY|TRAN_MSG|TIMER_DELIVER_MS|TIMER_DELAY_SEC|DELIVER_TIME_MS|TIMER_[A-Z_]*)\x01")
@@ -120,6 +131,8 @@ class SendMessageProcessor(Processor):
         self._send_topics: dict[str, tuple] = {}
 
     def register(self, server) -> None:
+        if NATIVE_SEND and SendLane is not None and hasattr(server, "register_fast_lane"):
+            server.register_fast_lane(self.fast_lane)
         for code, name in self.CODES.items():
             if name == "send_message":
                 # process_send answers most sends without suspending: no coroutine of its own.
@@ -128,6 +141,28 @@ class SendMessageProcessor(Processor):
                 server.register_processor(int(code), _SendRequests(getattr(self, name)))
 
     # --- send -----------------------------------------------------------------------------------
+    def fast_lane(self, ctx):
+        """The native send lane of one connection: it answers the sends process_send would answer
+        at once (same checks, same cache, same store put, byte-identical answers) straight from
+        the read chunk, and hands every other frame back in order (broker_native.pyx)."""
+        if self.ctrl.store is None:
+            return None
+        try:
+            born_host = ctx.attributes["_born_host"]
+        except (AttributeError, KeyError):
+            born_host = _remember_born_host(ctx)
+
+        def finish_later(frame, result, fut, topic, queue_id):
+            # a put to wait for (SYNC_FLUSH) or one that failed: answered as process_send does
+            request = RemotingCommand.decode(frame)
+            ctx.answer_later(request, self._finish_put(request, result, fut, topic, queue_id))
+
+        ctrl = self.ctrl
+        return SendLane(self, ctx, ctrl.store, ctrl.topic_manager, ctrl.broker_config, ctrl.stats,
+                        ctx.processor_table, self._send_topics, self._cluster_property(), born_host,
+                        MQVersion.CURRENT, ctx.tasks, ctx.max_inflight, SerializeType.JSON,
+                        PutMessageStatus.PUT_OK, finish_later)
+
     def process_send(self, ctx, request):
         """A send request's response, or an awaitable of it.
 

@@ -1,0 +1,719 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The broker's native send lane: the common SEND_MESSAGE_V2 answered straight from a read chunk.
+
+A read chunk of a TCP connection holds whole frames (shared/protocol/REMOTING.md §1):
+
+    int32 length | int32 serializeType << 24 | headerLength | JSON header | body
+
+`SendLane.deliver` walks them in order.  A frame it recognises as a plain SEND_MESSAGE_V2 (code
+310, the one-letter header of SendMessageRequestHeaderV2) is read without building a
+RemotingCommand or a dict:
+
+    {"code":310,"extFields":{"a":group,"b":topic,"c":defaultTopic,"d":defaultQueueNums,
+     "e":queueId,"f":sysFlag,"g":bornTimestamp,"h":flag,"i":properties,"j":reconsumeTimes,
+     "k":unitMode,"l":maxReconsumeTimes,"m":batch},"flag":0,"language":"JAVA","opaque":N,
+     "serializeTypeCurrentRPC":"JSON","version":N}
+
+checked exactly as SendMessageProcessor.process_send checks its fast path (the topic passed every
+check under the topic table's current data version, the broker is writeable, no transaction,
+batch, delay or timer property, queue id in range), put through the store's native single put,
+and answered with a response frame written here — every answer of a run of such frames joins one
+write.  Any other frame, and any send the lane is not sure about (an escape it does not expect, a
+non-ASCII byte, an odd integer, a duplicate field, a put the native store path declines), goes to
+`on_frame` as a memoryview, in its place in the order: the general path then does what it always
+did, with its precise errors.  Nothing is put before the last check passes, so declining is
+always safe.  Bytes from the network are untrusted: every read is bounds-checked.
+"""
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp, memcpy
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
+    bint PyUnicode_CheckExact(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    void* PyUnicode_DATA(object o)
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    object PyUnicode_FromStringAndSize(const char* s, Py_ssize_t n)
+    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
+    Py_ssize_t PySet_GET_SIZE(object s)
+
+cdef enum:
+    SEND_MESSAGE_V2 = 310
+    RESPONSE_FLAG = 1
+    ONEWAY_FLAG = 2
+    TRANSACTION_MASK = 0xC
+    MAX_TOPIC_BYTES = 127
+    TOPIC_SLOTS = 256
+    # extFields bits: one per one-letter field a..m
+    F_A = 1 << 0
+    F_B = 1 << 1
+    F_I = 1 << 8
+    F_M = 1 << 12
+
+
+cdef struct SendFields:
+    int64_t code, flag, opaque
+    const uint8_t* topic
+    Py_ssize_t topic_len
+    const uint8_t* props      # the raw (escaped) JSON text of "i", without quotes
+    Py_ssize_t props_len
+    bint props_escaped
+    int64_t queue_id, sys_flag, born_ts, msg_flag, reconsume
+    bint has_queue_id
+    const uint8_t* body
+    Py_ssize_t body_len
+
+
+cdef struct Cur:
+    const uint8_t* p
+    const uint8_t* end
+
+
+cdef inline void _ws(Cur* c) noexcept nogil:
+    while c.p < c.end and (c.p[0] == 32 or c.p[0] == 9 or c.p[0] == 10 or c.p[0] == 13):
+        c.p += 1
+
+
+cdef inline bint _eat(Cur* c, uint8_t ch) noexcept nogil:
+    _ws(c)
+    if c.p < c.end and c.p[0] == ch:
+        c.p += 1
+        return True
+    return False
+
+
+cdef bint _json_int(Cur* c, int64_t* out) noexcept nogil:
+    """A JSON integer of at most 18 digits (what the general decoder accepts); False otherwise."""
+    cdef bint neg = False
+    cdef int64_t v = 0
+    cdef int digits = 0
+    _ws(c)
+    if c.p < c.end and c.p[0] == 45:
+        neg = True
+        c.p += 1
+    if c.p >= c.end or c.p[0] < 48 or c.p[0] > 57:
+        return False
+    if c.p[0] == 48 and c.p + 1 < c.end and 48 <= c.p[1] <= 57:
+        return False
+    while c.p < c.end and 48 <= c.p[0] <= 57:
+        v = v * 10 + (c.p[0] - 48)
+        c.p += 1
+        digits += 1
+        if digits > 18:
+            return False
+    if c.p < c.end and (c.p[0] == 46 or c.p[0] == 101 or c.p[0] == 69):
+        return False
+    out[0] = -v if neg else v
+    return True
+
+
+cdef bint _json_str(Cur* c, const uint8_t** s, Py_ssize_t* n, bint* escaped) noexcept nogil:
+    """A JSON string of printable ASCII: its raw text (escapes left in place) — False on any byte
+    >= 0x80 or < 0x20 (the general decoder decides those) or when unterminated.  An escape is
+    only stepped over here; _unescape checks it."""
+    cdef const uint8_t* q
+    _ws(c)
+    if c.p >= c.end or c.p[0] != 34:
+        return False
+    q = c.p + 1
+    escaped[0] = False
+    while q < c.end:
+        if q[0] == 34:
+            s[0] = c.p + 1
+            n[0] = q - (c.p + 1)
+            c.p = q + 1
+            return True
+        if q[0] >= 128 or q[0] < 32:
+            return False
+        if q[0] == 92:
+            escaped[0] = True
+            q += 1
+            if q >= c.end:
+                return False
+        q += 1
+    return False
+
+
+cdef inline int _hex(uint8_t ch) noexcept nogil:
+    if 48 <= ch <= 57:
+        return ch - 48
+    if 97 <= ch <= 102:
+        return ch - 87
+    if 65 <= ch <= 70:
+        return ch - 55
+    return -1
+
+
+cdef Py_ssize_t _unescape(const uint8_t* s, Py_ssize_t n, uint8_t* out) noexcept nogil:
+    """The unescaped bytes of a JSON string body (ASCII only: \\u0000..\\u007f and the one-letter
+    escapes); -1 for anything else.  `out` has room for n bytes."""
+    cdef Py_ssize_t i = 0, w = 0
+    cdef int a, b, cc, d
+    cdef uint8_t ch
+    while i < n:
+        ch = s[i]
+        if ch != 92:
+            out[w] = ch
+            w += 1
+            i += 1
+            continue
+        if i + 1 >= n:
+            return -1
+        ch = s[i + 1]
+        if ch == 34 or ch == 92 or ch == 47:
+            out[w] = ch
+        elif ch == 98:
+            out[w] = 8
+        elif ch == 102:
+            out[w] = 12
+        elif ch == 110:
+            out[w] = 10
+        elif ch == 114:
+            out[w] = 13
+        elif ch == 116:
+            out[w] = 9
+        elif ch == 117:
+            if i + 6 > n:
+                return -1
+            a = _hex(s[i + 2]); b = _hex(s[i + 3]); cc = _hex(s[i + 4]); d = _hex(s[i + 5])
+            if a != 0 or b != 0 or cc < 0 or cc > 7 or d < 0:
+                return -1  # beyond ASCII: the general decoder's business
+            out[w] = <uint8_t>((cc << 4) | d)
+            w += 1
+            i += 6
+            continue
+        else:
+            return -1
+        w += 1
+        i += 2
+    return w
+
+
+cdef bint _header_int(const uint8_t* s, Py_ssize_t n, int64_t* out) noexcept nogil:
+    """A header integer as header_ints reads it: optional '-' and 1..18 ASCII digits."""
+    cdef Py_ssize_t j = 0
+    cdef int64_t acc = 0
+    cdef bint neg = n > 0 and s[0] == 45
+    if neg:
+        j = 1
+    if n - j < 1 or n - j > 18:
+        return False
+    while j < n:
+        if s[j] < 48 or s[j] > 57:
+            return False
+        acc = acc * 10 + (s[j] - 48)
+        j += 1
+    out[0] = -acc if neg else acc
+    return True
+
+
+cdef bint _is_int32(int64_t v) noexcept nogil:
+    return -2147483648 <= v <= 2147483647
+
+
+cdef bint _name_is(const uint8_t* p, Py_ssize_t n, const char* name) noexcept nogil:
+    cdef Py_ssize_t i = 0
+    while name[i] != 0:
+        if i >= n or p[i] != <uint8_t>name[i]:
+            return False
+        i += 1
+    return i == n
+
+
+cdef bint _special_properties(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """True when a property name asks for the general path: DELAY, TRAN_MSG, DELIVER_TIME_MS or
+    TIMER_* (delay levels, transactions, timers) — a superset of process_send's pattern."""
+    cdef Py_ssize_t i = 0, j
+    while i < n:
+        j = i
+        while j < n and p[j] != 1 and p[j] != 2:
+            j += 1
+        if j < n and p[j] == 1:
+            if (_name_is(p + i, j - i, "DELAY") or _name_is(p + i, j - i, "TRAN_MSG")
+                    or _name_is(p + i, j - i, "DELIVER_TIME_MS")
+                    or (j - i >= 6 and memcmp(p + i, b"TIMER_", 6) == 0)):
+                return True
+            while j < n and p[j] != 2:
+                j += 1
+        i = j + 1
+    return False
+
+
+cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) noexcept nogil:
+    """Read a plain SEND_MESSAGE_V2 request frame (without its length prefix) into `f`; False
+    when it is anything else or anything the lane is not sure about."""
+    cdef uint32_t len_and_type
+    cdef Py_ssize_t hl, klen, vlen
+    cdef Cur c
+    cdef const uint8_t* key
+    cdef const uint8_t* v
+    cdef bint esc, has_code = False
+    cdef uint32_t seen = 0, top = 0, bit
+    cdef int64_t iv
+    if n < 4:
+        return False
+    len_and_type = (<uint32_t>base[0] << 24) | (<uint32_t>base[1] << 16) | (<uint32_t>base[2] << 8) | base[3]
+    if (len_and_type >> 24) != 0:
+        return False
+    hl = len_and_type & 0xFFFFFF
+    if hl > n - 4:
+        return False
+    c.p = base + 4
+    c.end = base + 4 + hl
+    f.flag = 0
+    f.opaque = 0
+    f.topic = NULL
+    f.props = NULL
+    f.props_len = 0
+    f.props_escaped = False
+    f.queue_id = -1
+    f.has_queue_id = False
+    f.sys_flag = 0
+    f.born_ts = 0
+    f.msg_flag = 0
+    f.reconsume = 0
+    if not _eat(&c, 123):
+        return False
+    while True:
+        if not _json_str(&c, &key, &klen, &esc) or esc:
+            return False
+        if not _eat(&c, 58):
+            return False
+        _ws(&c)
+        if c.p >= c.end:
+            return False
+        # each top-level name once (a repeat: the general decoder keeps the last)
+        if klen == 4 and memcmp(key, b"code", 4) == 0:
+            bit = 1
+            if not _json_int(&c, &f.code):
+                return False
+            has_code = True
+        elif klen == 4 and memcmp(key, b"flag", 4) == 0:
+            bit = 2
+            if not _json_int(&c, &f.flag):
+                return False
+        elif klen == 6 and memcmp(key, b"opaque", 6) == 0:
+            bit = 4
+            if not _json_int(&c, &f.opaque):
+                return False
+        elif klen == 7 and memcmp(key, b"version", 7) == 0:
+            bit = 8
+            if not _json_int(&c, &iv):
+                return False
+        elif (klen == 8 and memcmp(key, b"language", 8) == 0) or (
+                klen == 23 and memcmp(key, b"serializeTypeCurrentRPC", 23) == 0):
+            bit = 16 if klen == 8 else 32
+            if not _json_str(&c, &v, &vlen, &esc):
+                return False
+        elif klen == 6 and memcmp(key, b"remark", 6) == 0:
+            bit = 64
+            if c.end - c.p < 4 or memcmp(c.p, b"null", 4) != 0:
+                return False
+            c.p += 4
+        elif klen == 9 and memcmp(key, b"extFields", 9) == 0:
+            bit = 128
+            if not _eat(&c, 123):
+                return False
+            if _eat(&c, 125):
+                return False  # no topic
+            while True:
+                if not _json_str(&c, &key, &klen, &esc) or esc or klen != 1 or key[0] < 97 or key[0] > 109:
+                    return False  # only the one-letter names a..m
+                if not _eat(&c, 58):
+                    return False
+                if not _json_str(&c, &v, &vlen, &esc):
+                    return False
+                if seen & (1u << (key[0] - 97)):
+                    return False
+                seen |= 1u << (key[0] - 97)
+                if key[0] == 98:  # b: topic
+                    if esc or vlen == 0 or vlen > MAX_TOPIC_BYTES:
+                        return False
+                    f.topic = v
+                    f.topic_len = vlen
+                elif key[0] == 105:  # i: properties
+                    f.props = v
+                    f.props_len = vlen
+                    f.props_escaped = esc
+                elif key[0] == 109:  # m: batch
+                    if not (vlen == 5 and memcmp(v, b"false", 5) == 0):
+                        return False
+                elif key[0] == 97 or key[0] == 99 or key[0] == 107:
+                    pass  # a, c, k: producer group, default topic, unit mode — not read here
+                else:  # d e f g h j l: integers, empty meaning the default
+                    if esc:
+                        return False
+                    if vlen == 0:
+                        pass
+                    elif not _header_int(v, vlen, &iv):
+                        return False
+                    elif key[0] == 101:
+                        if not _is_int32(iv):
+                            return False
+                        f.queue_id = iv
+                        f.has_queue_id = True
+                    elif key[0] == 102:
+                        if not _is_int32(iv):
+                            return False
+                        f.sys_flag = iv
+                    elif key[0] == 103:
+                        f.born_ts = iv
+                    elif key[0] == 104:
+                        if not _is_int32(iv):
+                            return False
+                        f.msg_flag = iv
+                    elif key[0] == 106:
+                        if not _is_int32(iv):
+                            return False
+                        f.reconsume = iv
+                if _eat(&c, 44):
+                    continue
+                if _eat(&c, 125):
+                    break
+                return False
+        else:
+            return False
+        if top & bit:
+            return False
+        top |= bit
+        if _eat(&c, 44):
+            continue
+        if _eat(&c, 125):
+            break
+        return False
+    _ws(&c)
+    if c.p != c.end or not has_code or f.topic == NULL:
+        return False
+    f.body = base + 4 + hl
+    f.body_len = n - 4 - hl
+    return True
+
+
+cdef class PlainSend:
+    """The message of one lane send, in the attribute names the store's single put reads
+    (MessageExtBrokerInner's); one instance per lane, refilled per send (the put keeps none of it)."""
+    cdef public object topic, body, properties_bytes, born_host
+    cdef public int queue_id, sys_flag, flag, reconsume_times
+    cdef public long long born_timestamp
+    cdef readonly object properties, store_host, tags_code
+    cdef readonly long long prepared_transaction_offset
+
+    def __cinit__(self):
+        self.properties = None
+        self.store_host = None
+        self.tags_code = None
+        self.prepared_transaction_offset = 0
+
+
+cdef struct Out:
+    char* buf
+    Py_ssize_t n
+    Py_ssize_t cap
+
+
+cdef int _reserve(Out* o, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t cap = o.cap if o.cap else 4096
+    cdef char* nb
+    if o.n + extra <= o.cap:
+        return 0
+    while o.n + extra > cap:
+        cap *= 2
+    nb = <char*>realloc(o.buf, cap)
+    if nb == NULL:
+        raise MemoryError()
+    o.buf = nb
+    o.cap = cap
+    return 0
+
+
+cdef inline char* _digits(char* w, int64_t v) noexcept nogil:
+    cdef char tmp[24]
+    cdef int i = 24
+    cdef bint neg = v < 0
+    cdef unsigned long long u = (0ULL - <unsigned long long>v) if neg else <unsigned long long>v
+    if u == 0:
+        i -= 1
+        tmp[i] = 48
+    while u:
+        i -= 1
+        tmp[i] = <char>(48 + u % 10)
+        u //= 10
+    if neg:
+        i -= 1
+        tmp[i] = 45
+    memcpy(w, &tmp[i], 24 - i)
+    return w + (24 - i)
+
+
+cdef inline char* _lit(char* w, const char* s, Py_ssize_t n) noexcept nogil:
+    memcpy(w, s, n)
+    return w + n
+
+
+cdef int _write_send_response(Out* o, const char* msg_id, Py_ssize_t id_len, int64_t queue_id,
+                              int64_t queue_offset, int64_t opaque, int64_t version) except -1:
+    """The SUCCESS answer of a send, byte for byte what RemotingCommand's JSON encoder writes for
+    new_response(request, 0, None, {msgId, queueId, queueOffset, MSG_REGION, TRACE_ON}, None)."""
+    cdef char* start
+    cdef char* w
+    cdef Py_ssize_t hl, total
+    _reserve(o, id_len + 320)
+    start = o.buf + o.n
+    w = start + 8
+    w = _lit(w, b'{"code":0,"extFields":{"msgId":"', 32)
+    w = _lit(w, msg_id, id_len)
+    w = _lit(w, b'","queueId":"', 13)
+    w = _digits(w, queue_id)
+    w = _lit(w, b'","queueOffset":"', 17)
+    w = _digits(w, queue_offset)
+    w = _lit(w, b'","MSG_REGION":"DefaultRegion","TRACE_ON":"true"},"flag":1,"language":"JAVA","opaque":', 86)
+    w = _digits(w, opaque)
+    w = _lit(w, b',"serializeTypeCurrentRPC":"JSON","version":', 44)
+    w = _digits(w, version)
+    w[0] = 125  # }
+    w += 1
+    hl = w - start - 8
+    total = 4 + hl
+    start[0] = <char>(total >> 24); start[1] = <char>(total >> 16); start[2] = <char>(total >> 8); start[3] = <char>total
+    start[4] = 0; start[5] = <char>(hl >> 16); start[6] = <char>(hl >> 8); start[7] = <char>hl
+    o.n += w - start
+    return 0
+
+
+cdef class SendLane:
+    """One connection's native send lane (see the module doc).  Built by the send processor for
+    a TCP connection of the broker; the transport calls `deliver` with each read chunk."""
+
+    cdef object processor, ctx, store, topic_manager, broker_config, stats, table, on_deferred
+    cdef object tasks, json_type, put_ok
+    cdef dict send_topics
+    cdef Py_ssize_t max_inflight
+    cdef bytes cluster_prop
+    cdef int64_t version
+    cdef PlainSend msg
+    cdef PyObject* topics[TOPIC_SLOTS]  # direct-mapped cache: topic bytes -> str
+    cdef Out out
+    cdef bytearray props_buf
+    # stats of the answered sends not yet handed to BrokerStats (one call per topic run)
+    cdef object stat_topic
+    cdef int64_t stat_n, stat_bytes
+    # frames answered here / handed back / put here and answered by on_deferred (for tests, stats)
+    cdef public int64_t handled, declined, deferred
+
+    def __cinit__(self):
+        cdef int i
+        for i in range(TOPIC_SLOTS):
+            self.topics[i] = NULL
+        self.out.buf = NULL
+        self.out.n = 0
+        self.out.cap = 0
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(TOPIC_SLOTS):
+            Py_XDECREF(self.topics[i])
+            self.topics[i] = NULL
+        free(self.out.buf)
+
+    def __init__(self, processor, ctx, store, topic_manager, broker_config, stats, table, dict send_topics,
+                 bytes cluster_prop, born_host, int64_t version, tasks, Py_ssize_t max_inflight,
+                 json_type, put_ok, on_deferred):
+        """`send_topics`: the processor's topic -> (data version, counter, write queues, queue id
+        bound) cache; `on_deferred(frame, result, future, topic, queue_id)` finishes a send whose
+        put must be waited for (SYNC_FLUSH) or failed; `tasks`/`max_inflight`: the connection's
+        requests in flight and its limit (at the limit the general path answers SYSTEM_BUSY)."""
+        self.processor = processor
+        self.ctx = ctx
+        self.store = store
+        self.topic_manager = topic_manager
+        self.broker_config = broker_config
+        self.stats = stats
+        self.table = table
+        self.send_topics = send_topics
+        self.cluster_prop = cluster_prop
+        self.version = version
+        self.tasks = tasks
+        self.max_inflight = max_inflight
+        self.json_type = json_type
+        self.put_ok = put_ok
+        self.on_deferred = on_deferred
+        self.msg = PlainSend()
+        self.msg.born_host = born_host
+        self.props_buf = bytearray(512)
+        self.stat_topic = None
+        self.stat_n = 0
+        self.stat_bytes = 0
+        self.handled = 0
+        self.declined = 0
+        self.deferred = 0
+
+    cdef object _topic_str(self, const uint8_t* p, Py_ssize_t n):
+        cdef uint32_t h = 2166136261u
+        cdef Py_ssize_t i
+        cdef PyObject* cur
+        for i in range(n):
+            h = (h ^ p[i]) * 16777619u
+        h &= TOPIC_SLOTS - 1
+        cur = self.topics[h]
+        if cur != NULL and PyUnicode_GET_LENGTH(<object>cur) == n and memcmp(PyUnicode_DATA(<object>cur), p, n) == 0:
+            return <object>cur
+        s = PyUnicode_FromStringAndSize(<const char*>p, n)  # ASCII: checked by the parser
+        Py_XDECREF(cur)
+        Py_INCREF(s)
+        self.topics[h] = <PyObject*>s
+        return s
+
+    cdef int _flush_stats(self) except -1:
+        if self.stat_n:
+            topic, n, size = self.stat_topic, self.stat_n, self.stat_bytes
+            self.stat_topic = None
+            self.stat_n = 0
+            self.stat_bytes = 0
+            self.stats.inc_put(topic, n, size)
+        return 0
+
+    cdef int _flush(self, emit) except -1:
+        """Hand the answers written so far to the transport and the counts to BrokerStats: done
+        before any other frame is handled, so what it sees (and writes) follows ours."""
+        cdef Py_ssize_t n = self.out.n
+        self._flush_stats()
+        if n:
+            self.out.n = 0
+            emit(PyBytes_FromStringAndSize(self.out.buf, n))
+        return 0
+
+    cdef int _try_send(self, const uint8_t* frame, Py_ssize_t n, fast_put, view, Py_ssize_t pos,
+                       Py_ssize_t end, emit) except -1:
+        """1: answered here; 0: declined (nothing done); 2: put, finished by on_deferred."""
+        cdef SendFields f
+        cdef Py_ssize_t plen, total_props
+        cdef uint8_t* pb
+        cdef const char* idp
+        cdef Py_ssize_t idn
+        if not _parse_send(frame, n, &f):
+            return 0
+        if f.code != SEND_MESSAGE_V2 or f.flag & RESPONSE_FLAG or not f.has_queue_id or f.queue_id < 0:
+            return 0
+        if f.sys_flag & TRANSACTION_MASK:
+            return 0
+        topic = self._topic_str(f.topic, f.topic_len)
+        entry = self.send_topics.get(topic)
+        if entry is None:
+            return 0
+        dv = self.topic_manager.table.data_version
+        if (<tuple>entry)[0] is not dv or (<tuple>entry)[1] != dv.counter:
+            return 0
+        if not (self.broker_config.broker_permission & 2):  # PermName.PERM_WRITE
+            return 0
+        if f.queue_id >= <int64_t>(<tuple>entry)[3]:
+            return 0
+        # properties: unescaped, then CLUSTER appended (as process_send does)
+        total_props = f.props_len + len(self.cluster_prop)
+        if len(self.props_buf) < total_props:
+            self.props_buf = bytearray(total_props * 2)
+        pb = <uint8_t*><char*>self.props_buf
+        if f.props_escaped:
+            plen = _unescape(f.props, f.props_len, pb)
+            if plen < 0:
+                return 0
+        else:
+            plen = f.props_len
+            if plen:
+                memcpy(pb, f.props, plen)
+        if _special_properties(pb, plen):
+            return 0
+        memcpy(pb + plen, PyBytes_AS_STRING(self.cluster_prop), len(self.cluster_prop))
+        msg = self.msg
+        msg.topic = topic
+        msg.queue_id = <int>f.queue_id
+        msg.sys_flag = <int>f.sys_flag
+        msg.flag = <int>f.msg_flag
+        msg.reconsume_times = <int>f.reconsume
+        msg.born_timestamp = f.born_ts
+        msg.body = PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
+        msg.properties_bytes = PyBytes_FromStringAndSize(<const char*>pb, plen + len(self.cluster_prop))
+        r = fast_put(msg)
+        msg.body = None
+        if r is None:
+            return 0
+        result, fut = <tuple>r
+        if fut is not None or result.status is not self.put_ok:
+            self._flush(emit)
+            self.on_deferred(view[pos:end], result, fut, topic, f.queue_id)
+            return 2
+        ar = result.append_result
+        if self.stat_topic is not topic:
+            self._flush_stats()
+            self.stat_topic = topic
+        self.stat_n += 1
+        self.stat_bytes += <int64_t>ar.wrote_bytes
+        if not (f.flag & ONEWAY_FLAG):
+            msg_id = ar.msg_id
+            if not PyUnicode_CheckExact(msg_id) or not PyUnicode_IS_COMPACT_ASCII(msg_id):
+                raise TypeError(f"msg id {msg_id!r} is not an ASCII str")
+            idp = <const char*>PyUnicode_DATA(msg_id)
+            idn = PyUnicode_GET_LENGTH(msg_id)
+            _write_send_response(&self.out, idp, idn, f.queue_id, <int64_t>ar.logics_offset, f.opaque, self.version)
+        return 1
+
+    def deliver(self, data, Py_ssize_t max_frame_length, on_frame, emit):
+        """Handle every whole frame of `data` in order: plain sends here, the others through
+        `on_frame(memoryview of the frame without its length prefix)` — which returns False to
+        stop (the connection closed meanwhile).  Answers go out through `emit(bytes)`.  Returns
+        (consumed, error): error names a frame length outside 4..max_frame_length (the frames
+        before it are handled; the caller closes the connection), else None."""
+        cdef Py_buffer pb
+        cdef const uint8_t* buf
+        cdef Py_ssize_t n, pos = 0, end
+        cdef int64_t length = 0
+        cdef int rc
+        cdef bint lane_on
+        error = None
+        view = None
+        fast_put = self.store._fast_put
+        lane_on = fast_put is not None and self.table.rpc_hooks is None
+        PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
+        try:
+            buf = <const uint8_t*>pb.buf
+            n = pb.len
+            while n - pos >= 4:
+                length = <int32_t>((<uint32_t>buf[pos] << 24) | (<uint32_t>buf[pos + 1] << 16)
+                                   | (<uint32_t>buf[pos + 2] << 8) | <uint32_t>buf[pos + 3])
+                if length < 4 or length > max_frame_length:
+                    error = f"frame length {length} outside 4..{max_frame_length}"
+                    break
+                end = pos + 4 + length
+                if end > n:
+                    break
+                rc = 0
+                if lane_on and PySet_GET_SIZE(self.tasks) < self.max_inflight:
+                    if view is None:
+                        view = memoryview(data)
+                    rc = self._try_send(buf + pos + 4, length, fast_put, view, pos + 4, end, emit)
+                if rc == 1:
+                    self.handled += 1
+                else:
+                    if rc == 2:
+                        self.deferred += 1
+                    else:
+                        self.declined += 1
+                        self._flush(emit)
+                        if view is None:
+                            view = memoryview(data)
+                        if not on_frame(view[pos + 4:end]):
+                            pos = end
+                            break
+                    fast_put = self.store._fast_put
+                    lane_on = fast_put is not None and self.table.rpc_hooks is None
+                pos = end
+            if self.handled and self.ctx.peer_serialize_type is not self.json_type:
+                self.ctx.peer_serialize_type = self.json_type
+            self._flush(emit)
+        finally:
+            PyBuffer_Release(&pb)
+        return pos, error

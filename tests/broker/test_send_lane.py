@@ -1,0 +1,396 @@
+"""The broker's native send lane (rmq_core/_native/broker_native.pyx) against the reference path.
+
+Two embedded brokers get the same pipelined frames over raw TCP sockets: one answers plain
+SEND_MESSAGE_V2 requests through the lane, the other with the lane switched off (what
+RMQ_NATIVE_SEND=0 does).  Their answers must be byte-identical, apart from the broker's own port
+inside the offset message id.  Malformed, truncated and oversize frames, mixed pipelines, stats,
+long-polling wake-ups and SYNC_FLUSH durability are checked on the lane's side.
+"""
+import json
+import random
+import socket
+import struct
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from rmq_core.broker.processors import send as send_module
+from rmq_core.codec import decode_messages
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand
+
+V2 = int(RequestCode.SEND_MESSAGE_V2)
+BORN = 1_700_000_000_000
+
+
+def v2_fields(topic, queue_id=0, props="UNIQ_KEY\x01ABC\x02WAIT\x01true\x02", **extra):
+    ext = {"a": "PG", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0", "g": str(BORN),
+           "h": "0", "i": props, "j": "0", "k": "false", "m": "false"}
+    ext.update({k: v for k, v in extra.items() if v is not None})
+    for k in [k for k, v in extra.items() if v is None]:
+        ext.pop(k, None)
+    return ext
+
+
+def frame(code, ext, body=None, opaque=1, flag=0):
+    cmd = RemotingCommand.create_request(code, ext, body)
+    cmd.opaque = opaque
+    cmd.flag = flag
+    return cmd.encode()
+
+
+class RawSocket:
+    """A blocking socket that writes frames and reads whole answer frames (prefix excluded)."""
+
+    def __init__(self, addr):
+        host, port = addr.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_frame(self) -> bytes:
+        while len(self.buf) < 4 or len(self.buf) < 4 + struct.unpack_from(">i", self.buf)[0]:
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            self.buf += chunk
+        (n,) = struct.unpack_from(">i", self.buf)
+        f, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
+        return f
+
+    def answers(self, n: int) -> dict:
+        """n answer frames by opaque (answers may come in any order; opaques match them)."""
+        out = {}
+        for _ in range(n):
+            f = self.recv_frame()
+            out[RemotingCommand.decode(f).opaque] = f
+        return out
+
+    def closed_by_peer(self, timeout=5.0) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                chunk = self.sock.recv(1 << 16)
+                if not chunk:
+                    return True
+                self.buf += chunk
+        except ConnectionResetError:
+            return True
+        except socket.timeout:
+            return False
+
+    def close(self):
+        self.sock.close()
+
+
+def normalized(answer: bytes, broker_port: int):
+    """The answer's header with the broker's port (inside an offset msg id: ip, port, offset in
+    hex) masked; a pulled body as its messages' queue, offset, body and properties (store times
+    and hosts differ between two brokers)."""
+    (hl,) = struct.unpack_from(">i", answer)
+    header = answer[:4 + hl].replace(f"{broker_port:08X}".encode(), b"PORT____")
+    body = answer[4 + hl:]
+    if body:
+        body = [(m.topic, m.queue_id, m.queue_offset, m.body, sorted(m.properties.items())) for m in decode_messages(body)]
+    return header, body
+
+
+def port_of(cluster) -> int:
+    return int(cluster.broker_addr.rsplit(":", 1)[1])
+
+
+def lanes(cluster):
+    """The send lanes of the broker's open TCP connections."""
+    out = []
+    for ctx in cluster.broker.servers[0].channels:
+        lane = getattr(ctx.channel, "_fast_lane", None)
+        if lane is not None:
+            out.append(lane)
+    return out
+
+
+@pytest.fixture
+def pair(make_cluster, tmp_path, monkeypatch):
+    """(lane broker, reference broker): the same config, the second without the native lane."""
+    with_lane = make_cluster(store=tmp_path / "lane")
+    monkeypatch.setattr(send_module, "NATIVE_SEND", False)
+    without = make_cluster(store=tmp_path / "ref")
+    monkeypatch.setattr(send_module, "NATIVE_SEND", True)
+    return with_lane, without
+
+
+def run_both(pair, frames: list[bytes], expect: int, handled: list | None = None):
+    """Pipeline `frames` in one write to both brokers; their `expect` answers, normalized.  The
+    general path picks a random queue for queueId < 0: both brokers draw from the same seed."""
+    result = []
+    for cluster in pair:
+        s = RawSocket(cluster.broker_addr)
+        try:
+            random.seed(20261122)
+            s.send(b"".join(frames))
+            got = s.answers(expect)
+            if handled is not None:
+                handled.append(sum(lane.handled for lane in lanes(cluster)))
+        finally:
+            s.close()
+        result.append({k: normalized(v, port_of(cluster)) for k, v in got.items()})
+    return result
+
+
+def mixed_pipeline():
+    """Plain sends around everything the lane must hand back: a new topic (auto-create), delay,
+    timer, transaction, batch flag, bad and odd fields, out-of-range queue, pull, heartbeat, oneway."""
+    heartbeat = json.dumps({"clientID": "c1", "producerDataSet": [{"groupName": "PG"}], "consumerDataSet": []}).encode()
+    items = [
+        (V2, v2_fields("LaneT", 0), b"first"),  # new topic: the general path auto-creates it
+        (V2, v2_fields("LaneT", 1), b"a" * 128),
+        (V2, v2_fields("LaneT", 2, props="KEYS\x01k1 k2\x02TAGS\x01tg\x02UNIQ_KEY\x01U1\x02"), b"b"),
+        (V2, v2_fields("LaneT", 3, props="DELAY\x012\x02UNIQ_KEY\x01U2\x02"), b"delayed"),
+        (V2, v2_fields("LaneT", 0, props="TIMER_DELAY_SEC\x015\x02"), b"timer"),
+        (V2, v2_fields("LaneT", 0, props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02"), b"half"),
+        (V2, v2_fields("LaneT", 0, f="4"), b"prepared-flag"),
+        (V2, v2_fields("LaneT", 1, e="1x"), b"bad queue id"),
+        (V2, v2_fields("LaneT", 1, g=" 5"), b"bad born"),
+        (V2, v2_fields("LaneT", 9), b"queue out of range"),
+        (V2, v2_fields("LaneT", -1), b"any queue"),
+        (V2, v2_fields("LaneT", 1, e=""), b"empty queue id"),
+        (V2, v2_fields("LaneT", 1, m="true"), b"not a batch body"),
+        (V2, v2_fields("LaneT", 1, i=None), b"no properties"),
+        (V2, v2_fields("LaneT", 2, props="A\x01\u00e9t\u00e9\x02"), b"non-ascii property"),
+        (V2, v2_fields("LaneT", 2, props='Q\x01say "hi" \\ /\x02'), b"escapes"),
+        (V2, v2_fields("LaneT", 3, l="3"), b"max reconsume"),
+        (V2, v2_fields("LaneT", 3, l="x"), b"bad max reconsume"),
+        (V2, v2_fields("%RETRY%CG", 0), b"retry topic"),
+        (V2, v2_fields("SCHEDULE_TOPIC_XXXX", 0), b"system topic"),
+        (V2, v2_fields("bad topic!", 0), b"bad topic name"),
+        (int(RequestCode.PULL_MESSAGE), {"consumerGroup": "CG", "topic": "LaneT", "queueId": "1", "queueOffset": "0",
+                                         "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
+                                         "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0",
+                                         "expressionType": "TAG"}, None),
+        (int(RequestCode.HEART_BEAT), {}, heartbeat),
+        (V2, v2_fields("LaneT", 1), b""),
+        (int(RequestCode.SEND_MESSAGE), {"producerGroup": "PG", "topic": "LaneT", "defaultTopic": "TBW102",
+                                         "defaultTopicQueueNums": "4", "queueId": "2", "sysFlag": "0",
+                                         "bornTimestamp": str(BORN), "flag": "0", "properties": "",
+                                         "reconsumeTimes": "0", "unitMode": "false"}, b"v1"),
+    ]
+    frames = [frame(code, ext, body, opaque=i + 1) for i, (code, ext, body) in enumerate(items)]
+    return frames, len(items)
+
+
+def test_lane_answers_are_byte_identical_to_the_reference_path(pair):
+    lane_broker, ref = pair
+    frames, n = mixed_pipeline()
+    # twice: the second round finds LaneT checked, so its plain sends go through the lane
+    first = run_both(pair, frames, n)
+    assert first[0] == first[1]
+    handled = []
+    second = run_both(pair, frames, n, handled)
+    assert second[0] == second[1]
+    assert handled[0] >= 4 and handled[1] == 0  # the lane answered the plain sends; no lane on the reference
+    answers = {o: RemotingCommand.decode(header) for o, (header, _) in second[0].items()}
+    assert answers[2].code == ResponseCode.SUCCESS and answers[3].code == ResponseCode.SUCCESS
+    assert answers[8].code == ResponseCode.MESSAGE_ILLEGAL and "e" in answers[8].remark
+    assert answers[10].code == ResponseCode.SYSTEM_ERROR and "queueId[9]" in answers[10].remark
+    assert answers[21].code == ResponseCode.MESSAGE_ILLEGAL
+    # both logs hold the same messages in the same queues
+    for topic, qid in (("LaneT", 1), ("LaneT", 2), ("LaneT", 3)):
+        bodies = [[m.body for m in decode_messages(c.broker.store.get_message("g", topic, qid, 0, 64).buffer)]
+                  for c in pair]
+        assert bodies[0] == bodies[1] and bodies[0]
+
+
+def test_the_lane_answers_plain_sends_and_counts_them(cluster):
+    s = RawSocket(cluster.broker_addr)
+    try:
+        s.send(frame(V2, v2_fields("Counted", 0), b"x", opaque=1))  # auto-create (general path)
+        s.answers(1)
+        s.send(frame(V2, v2_fields("Counted", 0), b"x", opaque=2))  # the check that fills the cache
+        s.answers(1)
+        s.send(b"".join(frame(V2, v2_fields("Counted", i % 4), b"y" * 100, opaque=10 + i) for i in range(200)))
+        got = s.answers(200)
+        lane = lane_of(cluster, s)
+        # the first put to queues 1..3 creates their consume queues: the store's general path
+        assert lane.handled == 197 and lane.declined == 2 + 3
+        offsets = {}
+        for i in range(200):
+            ans = RemotingCommand.decode(got[10 + i])
+            assert ans.code == 0 and ans.flag == 1 and ans.ext_fields["queueId"] == str(i % 4)
+            offsets.setdefault(i % 4, []).append(int(ans.ext_fields["queueOffset"]))
+        assert offsets[0] == list(range(2, 52)) and offsets[1] == list(range(50))
+    finally:
+        s.close()
+    stats = cluster.broker.stats
+    assert stats.put_nums["Counted"] == 202
+    assert stats.put_size["Counted"] > 202 * 100
+    assert cluster.broker.store.get_max_offset_in_queue("Counted", 3) == 50
+
+
+def test_oneway_sends_are_put_without_an_answer(cluster):
+    s = RawSocket(cluster.broker_addr)
+    try:
+        for opaque in (1, 2):
+            s.send(frame(V2, v2_fields("OneWay", 0), b"x", opaque=opaque))
+            s.answers(1)
+        s.send(b"".join(frame(V2, v2_fields("OneWay", 1), b"o", opaque=100 + i, flag=2) for i in range(5))
+               + frame(V2, v2_fields("OneWay", 1), b"last", opaque=7))
+        got = s.answers(1)
+        assert list(got) == [7] and RemotingCommand.decode(got[7]).ext_fields["queueOffset"] == "5"
+    finally:
+        s.close()
+
+
+def lane_of(cluster, s: RawSocket):
+    """The send lane of the broker's end of raw socket `s`."""
+    port = s.sock.getsockname()[1]
+    for ctx in cluster.broker.servers[0].channels:
+        if ctx.remote_address.endswith(f":{port}"):
+            return ctx.channel._fast_lane
+    raise LookupError(f"no connection from port {port}")
+
+
+def _warm(s, topic, queue_id=0):
+    """Two sends: the first auto-creates the topic and its queue, the second fills the send cache."""
+    for opaque in (1, 2):
+        s.send(frame(V2, v2_fields(topic, queue_id), b"w", opaque=opaque))
+        assert RemotingCommand.decode(s.recv_frame()).code == 0
+
+
+def test_a_malformed_frame_among_good_ones_closes_the_connection_after_the_good_ones(cluster):
+    s = RawSocket(cluster.broker_addr)
+    try:
+        _warm(s, "Bad")
+        header = b'{"code":310,"extFields":{"b":"Bad"'  # unterminated JSON
+        broken = struct.pack(">ii", 4 + len(header), len(header)) + header
+        s.send(frame(V2, v2_fields("Bad", 1), b"g1", opaque=10) + frame(V2, v2_fields("Bad", 1), b"g2", opaque=11)
+               + broken + frame(V2, v2_fields("Bad", 1), b"after", opaque=12))
+        got = s.answers(2)
+        assert sorted(got) == [10, 11]
+        assert s.closed_by_peer()
+    finally:
+        s.close()
+    msgs = decode_messages(cluster.broker.store.get_message("g", "Bad", 1, 0, 10).buffer)
+    assert [m.body for m in msgs] == [b"g1", b"g2"]
+
+
+def test_an_oversize_frame_length_closes_the_connection(cluster):
+    s = RawSocket(cluster.broker_addr)
+    try:
+        _warm(s, "Big")
+        limit = cluster.broker_config.server_max_frame_length
+        s.send(frame(V2, v2_fields("Big", 0), b"g", opaque=10) + struct.pack(">i", limit + 1) + b"\0" * 64)
+        assert RemotingCommand.decode(s.recv_frame()).opaque == 10  # the good frame before it
+        assert s.closed_by_peer()
+    finally:
+        s.close()
+
+
+def test_frames_split_across_reads_are_answered(cluster):
+    s = RawSocket(cluster.broker_addr)
+    try:
+        _warm(s, "Split")
+        data = b"".join(frame(V2, v2_fields("Split", 0), b"z" * 50, opaque=10 + i) for i in range(20))
+        for cut in range(0, len(data), 37):
+            s.send(data[cut:cut + 37])
+            time.sleep(0.0005)
+        got = s.answers(20)
+        assert sorted(got) == list(range(10, 30))
+        assert all(RemotingCommand.decode(f).code == 0 for f in got.values())
+    finally:
+        s.close()
+
+
+def test_a_held_pull_returns_when_a_lane_send_lands(cluster, raw):
+    addr = cluster.broker_addr
+    s = RawSocket(addr)
+    try:
+        _warm(s, "Wake", 3)
+        held = raw.invoke_async(addr, RequestCode.PULL_MESSAGE, {
+            "consumerGroup": "CGW", "topic": "Wake", "queueId": "3", "queueOffset": "2", "maxMsgNums": "32",
+            "sysFlag": "6", "commitOffset": "0", "suspendTimeoutMillis": "20000", "subscription": "*",
+            "subVersion": "0", "expressionType": "TAG"})
+        deadline = time.monotonic() + 5
+        while cluster.broker.pull_hold_service.held_count() == 0:
+            assert time.monotonic() < deadline, "the pull was never held"
+            time.sleep(0.01)
+        s.send(frame(V2, v2_fields("Wake", 3), b"wake up", opaque=50))
+        assert RemotingCommand.decode(s.recv_frame()).code == 0
+        answer = held.result(10)
+        assert answer.code == ResponseCode.SUCCESS
+        assert [m.body for m in decode_messages(answer.body)] == [b"wake up"]
+        assert lane_of(cluster, s).handled == 1
+    finally:
+        s.close()
+
+
+def test_sync_flush_answers_only_once_the_message_is_durable(make_cluster, tmp_path):
+    cluster = make_cluster({"flushDiskType": "SYNC_FLUSH"}, store=tmp_path / "sync")
+    store = cluster.broker.store
+    s = RawSocket(cluster.broker_addr)
+    try:
+        _warm(s, "Durable")
+        s.send(b"".join(frame(V2, v2_fields("Durable", i % 2), b"d" * 64, opaque=10 + i) for i in range(50)))
+        for _ in range(50):
+            ans = RemotingCommand.decode(s.recv_frame())
+            assert ans.code == ResponseCode.SUCCESS, ans.remark
+            # the answer came after the group commit that covered the message's bytes
+            phys = int(ans.ext_fields["msgId"][16:], 16)
+            assert store.commit_log.mapped_file_queue.flushed_where > phys
+        lane = lane_of(cluster, s)
+        # the lane put 49 (the warm-up and the first put to queue 1 took the general path); their
+        # answers waited for the flush
+        assert lane.deferred == 49 and lane.handled == 0 and lane.declined == 3
+    finally:
+        s.close()
+    assert cluster.broker.stats.put_nums["Durable"] == 52
+
+
+def test_write_permission_and_topic_changes_are_seen_by_the_lane(cluster, raw):
+    addr = cluster.broker_addr
+    s = RawSocket(addr)
+    try:
+        _warm(s, "Perm")
+        r = raw.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                       {"topic": "Perm", "readQueueNums": "4", "writeQueueNums": "4", "perm": "4"})
+        assert r.code == 0
+        s.send(frame(V2, v2_fields("Perm", 0), b"x", opaque=20))
+        ans = RemotingCommand.decode(s.recv_frame())
+        assert ans.code == ResponseCode.NO_PERMISSION and "Perm" in ans.remark
+        cluster.broker.broker_config.broker_permission = 4  # read only
+        try:
+            s.send(frame(V2, v2_fields("Counted2", 0), b"x", opaque=21))
+            assert RemotingCommand.decode(s.recv_frame()).code == ResponseCode.NO_PERMISSION
+        finally:
+            cluster.broker.broker_config.broker_permission = 6
+    finally:
+        s.close()
+
+
+ascii_text = st.text(st.characters(min_codepoint=0, max_codepoint=0x7F), max_size=12)
+prop_names = st.sampled_from(["UNIQ_KEY", "KEYS", "TAGS", "DELAY", "TIMER_DELAY_SEC", "TIMER_x", "TRAN_MSG",
+                              "DELIVER_TIME_MS", "WAIT", "p\u00e9", "X"])
+int_texts = st.one_of(st.integers(-5, 2**31 + 5).map(str), st.sampled_from(["", "007", "-0", " 1", "+1", "1e3", "x"]))
+
+
+@st.composite
+def sends(draw):
+    props = "".join(f"{draw(prop_names)}\x01{draw(ascii_text)}\x02" for _ in range(draw(st.integers(0, 3))))
+    ext = v2_fields(draw(st.sampled_from(["PropT", "PropT", "PropU", "Prop\u00e9"])), 0, props=props)
+    ext["e"] = draw(st.one_of(st.integers(-1, 5).map(str), int_texts))
+    for key in draw(st.lists(st.sampled_from("dfghjl"), max_size=2)):
+        ext[key] = draw(int_texts)
+    if draw(st.booleans()):
+        ext["m"] = draw(st.sampled_from(["false", "true", "False", ""]))
+    return ext, draw(st.binary(max_size=40))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.lists(sends(), min_size=1, max_size=6))
+def test_any_send_header_gets_the_same_answer_with_and_without_the_lane(pair, batch):
+    frames = [frame(V2, ext, body, opaque=i + 1) for i, (ext, body) in enumerate(batch)]
+    with_lane, reference = run_both(pair, frames, len(frames))
+    assert with_lane == reference
