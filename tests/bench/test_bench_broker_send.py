@@ -4,6 +4,10 @@ from a plain blocking socket — the broker's side of a sync send, with no clien
 Baseline in the same run: the same frame to a minimal asyncio Protocol server in another process,
 answering every frame with a fixed send response (the floor for any asyncio server over loopback).
 Both sides read the answer frame the same way; `extra_info["p99_us"]` records the tail.
+
+Pipelined group: PIPELINE sends written at once and all answers read back — the broker's native
+send lane beside the same broker with the lane off (RMQ_NATIVE_SEND=0, the general processor
+path) and beside the asyncio answer server; `extra_info["msgs_per_s"]` is the throughput.
 """
 import os
 import socket
@@ -54,6 +58,9 @@ asyncio.run(main())
 """
 
 
+PIPELINE = 2000
+
+
 def _connect(port: int) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -87,6 +94,21 @@ def _send_frame(i: int) -> bytes:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     cluster = NamesrvAndBroker(tmp_path_factory.mktemp("bench-send-rtt"), broker_props={"flushDiskType": "ASYNC_FLUSH"})
+    yield int(cluster.broker_addrs[0].rpartition(":")[2])
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def broker_without_lane(tmp_path_factory):
+    old = os.environ.get("RMQ_NATIVE_SEND")
+    os.environ["RMQ_NATIVE_SEND"] = "0"  # inherited by the broker subprocess only
+    try:
+        cluster = NamesrvAndBroker(tmp_path_factory.mktemp("bench-send-nolane"), broker_props={"flushDiskType": "ASYNC_FLUSH"})
+    finally:
+        if old is None:
+            del os.environ["RMQ_NATIVE_SEND"]
+        else:
+            os.environ["RMQ_NATIVE_SEND"] = old
     yield int(cluster.broker_addrs[0].rpartition(":")[2])
     cluster.stop()
 
@@ -130,6 +152,53 @@ def test_send_rtt_broker_async_flush(benchmark, broker):
         assert response.code == 0, response.remark
 
     _pingpong(benchmark, broker, check)
+
+
+def _pipelined(benchmark, port: int, check) -> None:
+    """PIPELINE frames in one write (a writer thread, so neither side's socket buffer stalls the
+    other), then every answer read; the answers are checked after the timing."""
+    import threading
+
+    payload = b"".join(_send_frame(i) for i in range(PIPELINE))
+    s = _connect(port)
+    answers = []
+
+    def one():
+        writer = threading.Thread(target=s.sendall, args=(payload,))
+        writer.start()
+        got = [_recv_frame(s) for _ in range(PIPELINE)]
+        writer.join()
+        answers.append(got[-1])
+
+    try:
+        for _ in range(2):  # warm-up: topic auto-creation and the send cache
+            one()
+        benchmark.pedantic(one, rounds=15, warmup_rounds=1)
+    finally:
+        s.close()
+    for frame in answers:
+        check(frame)
+    benchmark.extra_info["msgs_per_s"] = round(PIPELINE / benchmark.stats.stats.median)
+
+
+def _check_send(frame):
+    response = RemotingCommand.decode(frame)
+    assert response.code == 0, response.remark
+
+
+@pytest.mark.benchmark(group="broker-send-pipelined-raw")
+def test_send_pipelined_baseline_asyncio_echo(benchmark, asyncio_echo):
+    _pipelined(benchmark, asyncio_echo, lambda frame: None)
+
+
+@pytest.mark.benchmark(group="broker-send-pipelined-raw")
+def test_send_pipelined_broker_without_native_lane(benchmark, broker_without_lane):
+    _pipelined(benchmark, broker_without_lane, _check_send)
+
+
+@pytest.mark.benchmark(group="broker-send-pipelined-raw")
+def test_send_pipelined_broker_native_lane(benchmark, broker):
+    _pipelined(benchmark, broker, _check_send)
 
 
 def test_bench_broker_send_file_is_importable():
