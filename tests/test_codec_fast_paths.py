@@ -3,8 +3,9 @@
 * Properties: records shaped like a recent one (same names, same order) are built from a template
   dict with only the changed values set.  Every result must equal the pure-Python oracle exactly,
   whatever mix of layouts, values and malformed pieces comes along.
-* MessageExt objects come from the C allocator (see codec.pyx); every way of making and dropping
-  one must go through it.
+* Memory: freed pymalloc arenas are kept for reuse within a bound (see codec.pyx), and the list
+  decode_messages returns is not tracked by the cyclic GC; every way of making and dropping a
+  MessageExt must still free it.
 """
 import gc
 import pickle
@@ -139,10 +140,71 @@ def test_direct_value_slots_are_enabled_where_supported():
     assert native._DICT_VALUE_SLOTS is True
 
 
-@pytest.mark.skipif(sys.implementation.name != "cpython" or sysconfig.get_config_var("Py_GIL_DISABLED"),
-                    reason="the C allocator is used on CPython builds with a GIL")
-def test_message_ext_comes_from_the_c_allocator():
-    assert native._MESSAGE_EXT_RAW_ALLOCATOR is True
+_PYMALLOC_ARENAS = sys.implementation.name == "cpython" and not sysconfig.get_config_var("Py_GIL_DISABLED")
+
+
+def _pull_buffer(n):
+    return b"".join(encode_message_record(topic="T", body=bytes([i % 256]) * 100, queue_offset=i,
+                                          properties={"UNIQ_KEY": f"{i:032d}", "TAGS": "A"})
+                    for i in range(n))
+
+
+@pytest.mark.skipif(not _PYMALLOC_ARENAS, reason="pymalloc arenas exist on CPython builds with a GIL")
+def test_freed_arenas_are_reused_within_the_bound():
+    buf = _pull_buffer(20_000)  # ~10 MiB of messages, dicts and ids once decoded
+    try:
+        native.set_arena_cache_limit(64)
+        msgs = [m.properties for m in decode_messages(buf)]  # noqa: F841 - held until the next line
+        del msgs
+        before = native.arena_cache_info()
+        assert before["installed"] and before["cached_bytes"] >= 4 << 20
+        msgs = [m.properties for m in decode_messages(buf)]
+        after = native.arena_cache_info()
+        # the second decode ran on the arenas the first one freed: none had to be mapped anew
+        assert after["hits"] - before["hits"] >= 4 and after["misses"] == before["misses"]
+        del msgs
+        native.set_arena_cache_limit(2)  # above the bound: returned to the OS at once
+        info = native.arena_cache_info()
+        assert 0 < info["cached_bytes"] <= info["limit_bytes"] == 2 << 20
+        assert info["released"] > after["released"]
+        native.release_arena_cache()
+        assert native.arena_cache_info()["cached_bytes"] == 0
+    finally:
+        native.set_arena_cache_limit(native.ARENA_CACHE_LIMIT_MIB)
+    with pytest.raises(ValueError, match="-1"):
+        native.set_arena_cache_limit(-1)
+
+
+@pytest.mark.skipif(not _PYMALLOC_ARENAS, reason="pymalloc arenas exist on CPython builds with a GIL")
+def test_cached_arenas_idle_for_a_second_go_back_to_the_os():
+    import time
+    buf = _pull_buffer(20_000)
+    msgs = [m.properties for m in decode_messages(buf)]
+    del msgs
+    before = native.arena_cache_info()
+    assert before["cached_bytes"] > 0
+    time.sleep(1.2)
+    # the first arena operation after the idle second (one taken for `live`) returns the idle ones
+    live = [str(i) * 20 for i in range(60_000)]
+    info = native.arena_cache_info()
+    assert info["released"] > before["released"] and info["cached_bytes"] == 0
+    del live
+
+
+def test_decoded_list_is_untracked_but_frees_what_it_holds():
+    import weakref
+
+    class Held:
+        pass
+
+    msgs = decode_messages(_pull_buffer(3))
+    assert not gc.is_tracked(msgs)
+    assert [m.queue_offset for m in msgs] == [0, 1, 2]
+    extra = Held()
+    ref = weakref.ref(extra)
+    msgs.append(extra)  # still a plain list: appending works, and reference counting frees it
+    del extra, msgs
+    assert ref() is None
 
 
 def test_message_ext_churn_through_every_constructor():
