@@ -186,6 +186,16 @@ class TcpChannel(Channel, asyncio.Protocol):
             return False
         return not (self._closed and not self._lost)  # (bytes of a peer gone before start() still count)
 
+    def write_frames(self, frames: bytes) -> None:
+        """Whole encoded frames (a lane's late answers): queued and written as _queue does."""
+        if self._closed:
+            return
+        self._out.append(frames)
+        if not self._in_read and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+            self._write_out()
+
     def _emit(self, frames: bytes) -> None:
         """Answers written by the lane: they join the write at the end of the read."""
         if not self._closed:

@@ -32,6 +32,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 
+from concurrent.futures import Future as _ConcurrentFuture
+
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
     bint PyUnicode_CheckExact(object o)
@@ -455,17 +457,18 @@ cdef inline char* _lit(char* w, const char* s, Py_ssize_t n) noexcept nogil:
     return w + n
 
 
-cdef int _write_send_response(Out* o, const char* msg_id, Py_ssize_t id_len, int64_t queue_id,
+cdef int _write_send_response(Out* o, int64_t code, const char* msg_id, Py_ssize_t id_len, int64_t queue_id,
                               int64_t queue_offset, int64_t opaque, int64_t version) except -1:
-    """The SUCCESS answer of a send, byte for byte what RemotingCommand's JSON encoder writes for
-    new_response(request, 0, None, {msgId, queueId, queueOffset, MSG_REGION, TRACE_ON}, None)."""
+    """A send's answer with its fields, byte for byte what RemotingCommand's JSON encoder writes
+    for new_response(request, code, None, {msgId, queueId, queueOffset, MSG_REGION, TRACE_ON}, None)."""
     cdef char* start
     cdef char* w
-    cdef Py_ssize_t hl, total
     _reserve(o, id_len + 320)
     start = o.buf + o.n
     w = start + 8
-    w = _lit(w, b'{"code":0,"extFields":{"msgId":"', 32)
+    w = _lit(w, b'{"code":', 8)
+    w = _digits(w, code)
+    w = _lit(w, b',"extFields":{"msgId":"', 23)
     w = _lit(w, msg_id, id_len)
     w = _lit(w, b'","queueId":"', 13)
     w = _digits(w, queue_id)
@@ -476,13 +479,61 @@ cdef int _write_send_response(Out* o, const char* msg_id, Py_ssize_t id_len, int
     w = _lit(w, b',"serializeTypeCurrentRPC":"JSON","version":', 44)
     w = _digits(w, version)
     w[0] = 125  # }
-    w += 1
-    hl = w - start - 8
-    total = 4 + hl
+    _seal_frame(o, start, w + 1)
+    return 0
+
+
+cdef int _write_failure(Out* o, int64_t code, bytes remark, int64_t opaque, int64_t version) except -1:
+    """A send's answer without fields: make_response(code, remark) as the JSON encoder writes it
+    (`remark`: printable ASCII without quotes or backslashes, checked by the caller)."""
+    cdef char* start
+    cdef char* w
+    _reserve(o, len(remark) + 200)
+    start = o.buf + o.n
+    w = start + 8
+    w = _lit(w, b'{"code":', 8)
+    w = _digits(w, code)
+    w = _lit(w, b',"flag":1,"language":"JAVA","opaque":', 37)
+    w = _digits(w, opaque)
+    w = _lit(w, b',"remark":"', 11)
+    w = _lit(w, PyBytes_AS_STRING(remark), len(remark))
+    w = _lit(w, b'","serializeTypeCurrentRPC":"JSON","version":', 45)
+    w = _digits(w, version)
+    w[0] = 125  # }
+    _seal_frame(o, start, w + 1)
+    return 0
+
+
+cdef inline void _seal_frame(Out* o, char* start, char* end) noexcept:
+    """Fill the length prefix and header length of the frame written at start..end (no body)."""
+    cdef Py_ssize_t hl = end - start - 8
+    cdef Py_ssize_t total = 4 + hl
     start[0] = <char>(total >> 24); start[1] = <char>(total >> 16); start[2] = <char>(total >> 8); start[3] = <char>total
     start[4] = 0; start[5] = <char>(hl >> 16); start[6] = <char>(hl >> 8); start[7] = <char>hl
-    o.n += w - start
-    return 0
+    o.n += end - start
+
+
+cdef class SendLane
+
+
+cdef class _SyncGroup:
+    """The lane's SYNC_FLUSH sends that share one group-commit Future: answered together when
+    it resolves, in one write (no Task, no asyncio future per send)."""
+    cdef SendLane lane
+    cdef object future
+    cdef list items  # (opaque, flag, queue id, queue offset, wrote bytes, msg id, topic)
+
+    def __init__(self, SendLane lane, future):
+        self.lane = lane
+        self.future = future
+        self.items = []
+
+    def _done(self, future):
+        # in the group-commit thread (or here, when already resolved): answer in the loop's thread
+        try:
+            self.lane.call_soon_threadsafe(self.lane._complete, self)
+        except RuntimeError:  # the loop is closed: the broker stopped, nobody to answer
+            pass
 
 
 cdef class SendLane:
@@ -490,7 +541,9 @@ cdef class SendLane:
     a TCP connection of the broker; the transport calls `deliver` with each read chunk."""
 
     cdef object processor, ctx, store, topic_manager, broker_config, stats, table, on_deferred
-    cdef object tasks, json_type, put_ok
+    cdef object tasks, json_type, put_ok, call_soon_threadsafe, write_frames, sync_outcome
+    cdef _SyncGroup group  # SYNC_FLUSH sends of this read waiting on one Future
+    cdef Py_ssize_t sync_waiting  # sends put and not yet answered (counted as in flight)
     cdef dict send_topics
     cdef Py_ssize_t max_inflight
     cdef bytes cluster_prop
@@ -522,11 +575,14 @@ cdef class SendLane:
 
     def __init__(self, processor, ctx, store, topic_manager, broker_config, stats, table, dict send_topics,
                  bytes cluster_prop, born_host, int64_t version, tasks, Py_ssize_t max_inflight,
-                 json_type, put_ok, on_deferred):
+                 json_type, put_ok, on_deferred, call_soon_threadsafe=None, write_frames=None, sync_outcome=None):
         """`send_topics`: the processor's topic -> (data version, counter, write queues, queue id
         bound) cache; `on_deferred(frame, result, future, topic, queue_id)` finishes a send whose
         put must be waited for (SYNC_FLUSH) or failed; `tasks`/`max_inflight`: the connection's
-        requests in flight and its limit (at the limit the general path answers SYSTEM_BUSY)."""
+        requests in flight and its limit (at the limit the general path answers SYSTEM_BUSY).
+        SYNC_FLUSH puts whose Future is a concurrent Future are answered in groups instead, when
+        given: `call_soon_threadsafe` (the loop's), `write_frames(bytes)` (answers written outside
+        a read) and `sync_outcome(status) -> (code, remark or None, with fields)`."""
         self.processor = processor
         self.ctx = ctx
         self.store = store
@@ -542,6 +598,11 @@ cdef class SendLane:
         self.json_type = json_type
         self.put_ok = put_ok
         self.on_deferred = on_deferred
+        self.call_soon_threadsafe = call_soon_threadsafe
+        self.write_frames = write_frames
+        self.sync_outcome = sync_outcome
+        self.group = None
+        self.sync_waiting = 0
         self.msg = PlainSend()
         self.msg.born_host = born_host
         self.props_buf = bytearray(512)
@@ -642,6 +703,17 @@ cdef class SendLane:
         if r is None:
             return 0
         result, fut = <tuple>r
+        if fut is not None and result.status is self.put_ok and self.write_frames is not None \
+                and isinstance(fut, _ConcurrentFuture):
+            # SYNC_FLUSH: joins the group of its Future, answered when the Future resolves
+            if self.group is not None and self.group.future is not fut:
+                self._seal_group()
+            if self.group is None:
+                self.group = _SyncGroup(self, fut)
+            ar = result.append_result
+            self.group.items.append((f.opaque, f.flag, f.queue_id, ar.logics_offset, ar.wrote_bytes, ar.msg_id, topic))
+            self.sync_waiting += 1
+            return 2
         if fut is not None or result.status is not self.put_ok:
             self._flush(emit)
             self.on_deferred(view[pos:end], result, fut, topic, f.queue_id)
@@ -658,8 +730,58 @@ cdef class SendLane:
                 raise TypeError(f"msg id {msg_id!r} is not an ASCII str")
             idp = <const char*>PyUnicode_DATA(msg_id)
             idn = PyUnicode_GET_LENGTH(msg_id)
-            _write_send_response(&self.out, idp, idn, f.queue_id, <int64_t>ar.logics_offset, f.opaque, self.version)
+            _write_send_response(&self.out, 0, idp, idn, f.queue_id, <int64_t>ar.logics_offset, f.opaque, self.version)
         return 1
+
+    cdef int _seal_group(self) except -1:
+        group, self.group = self.group, None
+        if group is not None:
+            group.future.add_done_callback(group._done)
+        return 0
+
+    def _complete(self, _SyncGroup group):
+        """The loop's thread: answer a group whose Future resolved (with its status)."""
+        cdef Out o
+        cdef int64_t code
+        cdef bint fields
+        cdef Py_ssize_t k
+        cdef const char* idp
+        self.sync_waiting -= len(group.items)
+        try:
+            status = group.future.result()
+        except BaseException as e:  # cancelled or failed: answered as a flush that never finished
+            status = e
+        if status is self.put_ok:
+            code, remark, fields = 0, None, True
+        else:
+            code_o, remark, fields = self.sync_outcome(status)
+            code = code_o
+        if remark is not None:
+            remark = (<str>remark).encode("ascii", "replace").replace(b'"', b"'").replace(b"\\", b"/")
+        o.buf = NULL
+        o.n = 0
+        o.cap = 0
+        try:
+            for item in group.items:
+                opaque, flag, queue_id, qoff, wrote, msg_id, topic = <tuple>item
+                if fields:
+                    if self.stat_topic is not topic:
+                        self._flush_stats()
+                        self.stat_topic = topic
+                    self.stat_n += 1
+                    self.stat_bytes += <int64_t>wrote
+                if <int64_t>flag & ONEWAY_FLAG:
+                    continue
+                if fields:
+                    idp = <const char*>PyUnicode_DATA(msg_id)
+                    _write_send_response(&o, code, idp, PyUnicode_GET_LENGTH(msg_id), queue_id, qoff, opaque, self.version)
+                else:
+                    _write_failure(&o, code, remark, opaque, self.version)
+            self._flush_stats()
+            if o.n:
+                self.write_frames(PyBytes_FromStringAndSize(o.buf, o.n))
+        finally:
+            free(o.buf)
 
     def deliver(self, data, Py_ssize_t max_frame_length, on_frame, emit):
         """Handle every whole frame of `data` in order: plain sends here, the others through
@@ -691,7 +813,7 @@ cdef class SendLane:
                 if end > n:
                     break
                 rc = 0
-                if lane_on and PySet_GET_SIZE(self.tasks) < self.max_inflight:
+                if lane_on and PySet_GET_SIZE(self.tasks) + self.sync_waiting < self.max_inflight:
                     if view is None:
                         view = memoryview(data)
                     rc = self._try_send(buf + pos + 4, length, fast_put, view, pos + 4, end, emit)
@@ -702,6 +824,7 @@ cdef class SendLane:
                         self.deferred += 1
                     else:
                         self.declined += 1
+                        self._seal_group()
                         self._flush(emit)
                         if view is None:
                             view = memoryview(data)
@@ -711,8 +834,9 @@ cdef class SendLane:
                     fast_put = self.store._fast_put
                     lane_on = fast_put is not None and self.table.rpc_hooks is None
                 pos = end
-            if self.handled and self.ctx.peer_serialize_type is not self.json_type:
+            if (self.handled or self.deferred) and self.ctx.peer_serialize_type is not self.json_type:
                 self.ctx.peer_serialize_type = self.json_type
+            self._seal_group()
             self._flush(emit)
         finally:
             PyBuffer_Release(&pb)

@@ -394,3 +394,58 @@ def test_any_send_header_gets_the_same_answer_with_and_without_the_lane(pair, ba
     frames = [frame(V2, ext, body, opaque=i + 1) for i, (ext, body) in enumerate(batch)]
     with_lane, reference = run_both(pair, frames, len(frames))
     assert with_lane == reference
+
+
+@pytest.mark.parametrize("status", ["PUT_OK", "FLUSH_DISK_TIMEOUT", "SERVICE_NOT_AVAILABLE"])
+def test_sync_flush_answers_match_the_reference_for_every_flush_outcome(make_cluster, tmp_path, monkeypatch, status):
+    """SYNC_FLUSH sends wait on the group commit's Future; the lane answers a whole group when it
+    resolves.  The Futures are held here and resolved with `status`: both brokers answer alike."""
+    from concurrent.futures import Future
+
+    from rmq_core.store import PutMessageStatus
+
+    brokers = [make_cluster({"flushDiskType": "SYNC_FLUSH"}, store=tmp_path / "lane")]
+    monkeypatch.setattr(send_module, "NATIVE_SEND", False)
+    brokers.append(make_cluster({"flushDiskType": "SYNC_FLUSH"}, store=tmp_path / "ref"))
+    monkeypatch.setattr(send_module, "NATIVE_SEND", True)
+    frames = [frame(V2, v2_fields("Held", i % 2), b"h%d" % i, opaque=10 + i) for i in range(6)]
+    frames.append(frame(V2, v2_fields("Held", 0), b"oneway", opaque=99, flag=2))
+    results = []
+    for cluster in brokers:
+        store = cluster.broker.store
+        s = RawSocket(cluster.broker_addr)
+        try:
+            _warm(s, "Held", 0)
+            _warm(s, "Held", 1)
+            held: list[Future] = []
+
+            def request_flush(next_offset, store_timestamp=0, held=held):
+                fut = Future()
+                held.append(fut)
+                return fut
+
+            monkeypatch.setattr(store.commit_log, "request_flush", request_flush)
+            store._refresh_fast_path()
+            s.send(b"".join(frames))
+            deadline = time.monotonic() + 10
+            while len(held) < 7:
+                assert time.monotonic() < deadline, f"only {len(held)} puts"
+                time.sleep(0.005)
+            s.sock.settimeout(0.2)
+            with pytest.raises(socket.timeout):  # nothing is answered before the flush
+                s.recv_frame()
+            s.sock.settimeout(10)
+            for fut in held:
+                fut.set_result(PutMessageStatus[status])
+            results.append({k: normalized(v, port_of(cluster)) for k, v in s.answers(6).items()})
+            if cluster is brokers[0]:
+                assert lane_of(cluster, s).deferred == 1 + 7  # (the second warm-up send to queue 1 too)
+        finally:
+            s.close()
+            monkeypatch.undo()
+            store._refresh_fast_path()
+    assert results[0] == results[1]
+    codes = {RemotingCommand.decode(h).code for h, _ in results[0].values()}
+    assert codes == {{"PUT_OK": 0, "FLUSH_DISK_TIMEOUT": 10, "SERVICE_NOT_AVAILABLE": 14}[status]}
+    counted = 7 if status != "SERVICE_NOT_AVAILABLE" else 0
+    assert [b.broker.stats.put_nums["Held"] for b in brokers] == [4 + counted] * 2

@@ -158,10 +158,12 @@ class SendMessageProcessor(Processor):
             ctx.answer_later(request, self._finish_put(request, result, fut, topic, queue_id))
 
         ctrl = self.ctrl
+        channel = ctx.channel
         return SendLane(self, ctx, ctrl.store, ctrl.topic_manager, ctrl.broker_config, ctrl.stats,
                         ctx.processor_table, self._send_topics, self._cluster_property(), born_host,
                         MQVersion.CURRENT, ctx.tasks, ctx.max_inflight, SerializeType.JSON,
-                        PutMessageStatus.PUT_OK, finish_later)
+                        PutMessageStatus.PUT_OK, finish_later, ctrl.loop.call_soon_threadsafe,
+                        getattr(channel, "write_frames", None), _sync_outcome)
 
     def process_send(self, ctx, request):
         """A send request's response, or an awaitable of it.
@@ -447,6 +449,18 @@ class SendMessageProcessor(Processor):
         if result.status != PutMessageStatus.PUT_OK:
             return request.make_response(ResponseCode.SYSTEM_ERROR, result.error or result.status.name)
         return request.make_response(ResponseCode.SUCCESS, None)
+
+
+def _sync_outcome(status) -> tuple[int, str | None, bool]:
+    """How _finish_put answers a put whose group commit ended with `status`: (response code,
+    remark, whether the answer keeps msgId/queueId/queueOffset and counts in the stats)."""
+    if not isinstance(status, PutMessageStatus):  # the flush Future failed or was cancelled
+        return int(ResponseCode.SYSTEM_ERROR), f"flush failed: {type(status).__name__}", False
+    code = _PUT_STATUS_TO_CODE.get(status, ResponseCode.SYSTEM_ERROR)
+    if code in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
+                ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE):
+        return int(code), None, True
+    return int(code), f"put message failed: {status.name}", False
 
 
 class _SendRequests:
