@@ -48,6 +48,9 @@ typedef struct {
     int64_t flushed_ts;       /* store timestamp of a record known durable (checkpoint) */
     int64_t rounds;           /* fdatasync rounds served natively (failed ones too) */
     int64_t rounds_failed;
+    int64_t sync_ns;          /* time spent in native fdatasync rounds (instrumentation) */
+    int64_t idle_ns;          /* time the serving thread waited for requests */
+    int64_t awaits;           /* writers that had to wait for a round */
     int serving;              /* the flush thread is waiting on `work` */
     int return_each_round;    /* serve returns after every round (Futures to resolve) */
     int stopped;              /* no more waiting: awaits answer RMQ_GC_STOPPED */
@@ -65,6 +68,13 @@ static inline void rmq_gc_deadline(struct timespec *ts, int64_t ns)
         ts->tv_sec += 1;
         ts->tv_nsec -= 1000000000;
     }
+}
+
+static inline int64_t rmq_gc_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static inline int rmq_gc_past(const struct timespec *deadline)
@@ -181,6 +191,7 @@ static int rmq_gc_await(rmq_gc *g, int64_t end, int64_t store_ts, int64_t timeou
     for (p = 0; p < RMQ_GC_SLOTS; p++)
         if (rmq_gc_covered(g, p)) pthread_cond_signal(&g->done[p]);
     rmq_gc_deadline(&deadline, timeout_ns);
+    g->awaits++;
     while (g->flushed < end && !g->stopped) {
         /* that round done and still not durable (it failed, or Python flushes this one): the
          * request stands, so the next round to start covers it */
@@ -254,7 +265,7 @@ static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, in
                         int return_each_round, int64_t *upto)
 {
     struct timespec deadline, baton, *until;
-    int64_t want, want_ts;
+    int64_t want, want_ts, t0;
     int rc, stalled, p, err;
     rmq_gc_deadline(&deadline, budget_ns);
     pthread_mutex_lock(&g->mu);
@@ -274,7 +285,9 @@ static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, in
                     until = &baton;
             }
             g->serving = 1;
+            t0 = rmq_gc_now_ns();
             rc = pthread_cond_timedwait(&g->work, &g->mu, until);
+            g->idle_ns += rmq_gc_now_ns() - t0;
             g->serving = 0;
             if (g->kicked) break;
             if (rc == ETIMEDOUT && until == &baton) {
@@ -302,9 +315,12 @@ static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, in
         g->rounds_started++;  /* writers asking from now on wait for the round after this one */
         pthread_mutex_unlock(&g->mu);
         /* every put asking for <= want finished its pwrite before asking: one fdatasync covers it */
+        t0 = rmq_gc_now_ns();
         rc = fdatasync(fd);
         err = rc != 0 ? errno : 0;
+        t0 = rmq_gc_now_ns() - t0;
         pthread_mutex_lock(&g->mu);
+        g->sync_ns += t0;
         g->rounds++;  /* counted also when failed: round numbers stay paired with rounds_started */
         if (err) {
             g->rounds_failed++;

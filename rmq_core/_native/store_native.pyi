@@ -96,6 +96,7 @@ class GroupCommitGate:
     flushed_timestamp: int
     requested: int
     rounds: int
+    stats: dict[str, float]
     stopped: bool
     last_errno: int
     def await_flushed(self, end_offset: int, store_timestamp: int, timeout_ms: int) -> int: ...

@@ -1258,6 +1258,9 @@ cdef extern from "store_group_commit.h" nogil:
         int64_t flushed
         int64_t flushed_ts
         int64_t rounds
+        int64_t sync_ns
+        int64_t idle_ns
+        int64_t awaits
         int stopped
         int last_errno
     int RMQ_GC_OK, RMQ_GC_TIMEOUT, RMQ_GC_STOPPED, RMQ_GC_NEED_FLUSH, RMQ_GC_RETURN, RMQ_GC_IO_ERROR
@@ -1314,6 +1317,14 @@ cdef class GroupCommitGate:
     def rounds(self):
         """fdatasync rounds served natively (rounds flushed through Python are not counted)."""
         return self.g.rounds
+
+    @property
+    def stats(self):
+        """Instrumentation of the native rounds: {"rounds", "awaits" (writers that waited for a
+        round), "sync_s" (time in fdatasync), "idle_s" (time the serving thread waited for
+        requests)}.  awaits / rounds is how many writers a round carries."""
+        return {"rounds": self.g.rounds, "awaits": self.g.awaits, "sync_s": self.g.sync_ns / 1e9,
+                "idle_s": self.g.idle_ns / 1e9}
 
     @property
     def stopped(self):

@@ -48,6 +48,24 @@ def test_one_round_releases_every_writer_that_asked_before_it(seg_fd):
     assert gate.await_flushed(250, 0, 0) == native.GC_OK  # already durable: no wait
 
 
+def test_stats_count_the_writers_a_round_carries(seg_fd):
+    gate = native.GroupCommitGate()
+    assert gate.stats == {"rounds": 0, "awaits": 0, "sync_s": 0.0, "idle_s": 0.0}
+    results = {}
+    threads = _waiters(gate, [100, 200, 300], results)
+    deadline = time.monotonic() + 10
+    while gate.stats["awaits"] < 3 and time.monotonic() < deadline:  # all three are waiting
+        time.sleep(0.001)
+    code, _ = gate.serve(seg_fd, 0, 1 << 20, 1000, True)
+    for t in threads:
+        t.join(10)
+    stats = gate.stats
+    assert code == native.GC_RETURN and set(results.values()) == {native.GC_OK}
+    assert stats["rounds"] == 1 and stats["awaits"] == 3  # one fdatasync carried three writers
+    assert stats["sync_s"] > 0 and stats["idle_s"] >= 0
+    assert gate.await_flushed(300, 0, 0) == native.GC_OK and gate.stats["awaits"] == 3  # durable: no wait
+
+
 def test_writers_that_do_not_come_back_still_get_woken_promptly(seg_fd):
     """After a native round one covered writer is woken and wakes the next when it waits again;
     these writers wait once and leave, so the serving thread must wake the rest itself."""
