@@ -28,10 +28,11 @@ from rmq_core import loops, plugins
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
-from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
+from rmq_core.errors import MQBrokerError, MQClientError, RemotingConnectError, RemotingError
 from rmq_core.message import MessageConst, MessageQueue, MixAll, TopicValidator
 from rmq_core.remoting.aliases import resolve_inproc_alias
 from rmq_core.remoting.blocking import BlockingChannelPool
+from rmq_core.remoting.pipelined import PipelinedChannel
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -273,6 +274,11 @@ class MQClientInstance:
         self.remoting: RemotingClient | None = None
         # sync sends made in the caller's thread (see rmq_core.remoting.blocking)
         self.direct_channels = self._new_direct_channels()
+        # async sends written from the caller's thread, answered on a reader thread per connection
+        # (see rmq_core.remoting.pipelined): broker address -> its connections
+        self._send_channels: dict[str, list[PipelinedChannel]] = {}
+        self._send_channels_lock = threading.Lock()
+        self._send_channel_turn = itertools.count()
         self.scheduler = Scheduler(f"rmq-sched-{self.client_id}")
         self._rebalance_event = threading.Event()
         self._rebalance_thread: threading.Thread | None = None
@@ -350,6 +356,9 @@ class MQClientInstance:
         if self._rebalance_thread is not None:
             self._rebalance_thread.join(30)
         self.scheduler.stop()
+        # async sends in flight on the pipelined connections finish (or fail) before the executor
+        # that runs their callbacks and the loop that would retry them go away
+        self._close_send_channels(self.config.mq_client_api_timeout)
         self.blocking_executor.shutdown(wait=True)
         self.direct_channels.close()
 
@@ -563,6 +572,62 @@ class MQClientInstance:
         if self._inproc:
             addr = resolve_inproc_alias(addr)
         return self.direct_channels.invoke(addr, request, timeout)
+
+    def in_proc(self, addr: str) -> bool:
+        """True when `addr` is reached in-proc (a broker embedded in this process, for a client
+        that reached the name server in-proc): RemotingCommands, not frames, travel there."""
+        return self._inproc and resolve_inproc_alias(addr) != addr
+
+    def invoke_frame_direct(self, addr: str, frame: bytes, opaque: int, timeout: float, read, code: int = 0):
+        """invoke_direct of an encoded request frame to a tcp broker (see BlockingChannel.invoke_frame):
+        read(response frame), or None when every direct connection to `addr` is busy."""
+        return self.direct_channels.invoke_frame(addr, frame, opaque, timeout, read, code)
+
+    # --- pipelined send connections (async sends without the loop) -----------------------------------
+    def pipelined_send_possible(self) -> bool:
+        """True when async sends may be written from the caller's thread on a pipelined connection:
+        the option is on, no RPC hook (hooks run on the loop), not shutting down."""
+        return self.config.pipelined_send_connections > 0 and not self._rpc_hooks and not self._stopping
+
+    def send_channel(self, addr: str, read_frames, from_command) -> PipelinedChannel:
+        """A pipelined connection to the tcp broker `addr` (one of pipelined_send_connections,
+        taken in turn), opened on first use and again after it broke; raises RemotingConnectError
+        when it cannot be opened.  read_frames / from_command: see PipelinedChannel."""
+        channels = self._send_channels.get(addr)
+        n = self.config.pipelined_send_connections
+        if channels is not None and len(channels) == n:
+            channel = channels[next(self._send_channel_turn) % n] if n > 1 else channels[0]
+            if not channel.closed:
+                return channel
+        with self._send_channels_lock:
+            if self._stopping:
+                raise RemotingConnectError(f"client {self.client_id} is shutting down; cannot reach {addr}")
+            channels = self._send_channels.setdefault(addr, [])
+            for i, channel in enumerate(channels):  # replace a broken one first
+                if channel.closed:
+                    channels[i] = channel = self._open_send_channel(addr, read_frames, from_command)
+                    return channel
+            if len(channels) < n:
+                channel = self._open_send_channel(addr, read_frames, from_command)
+                channels.append(channel)
+                return channel
+            return channels[next(self._send_channel_turn) % len(channels)]
+
+    def _open_send_channel(self, addr: str, read_frames, from_command) -> PipelinedChannel:
+        return PipelinedChannel(addr, connect_timeout=self.config.connect_timeout, read_frames=read_frames,
+                                from_command=from_command, name=f"rmq-send-{self.client_id}-{addr}")
+
+    def send_channel_count(self, addr: str) -> int:
+        """Open pipelined send connections to `addr`."""
+        return sum(1 for c in self._send_channels.get(addr, ()) if not c.closed)
+
+    def _close_send_channels(self, drain_timeout: float) -> None:
+        with self._send_channels_lock:
+            channels = [c for cs in self._send_channels.values() for c in cs]
+            self._send_channels.clear()
+        deadline = time.monotonic() + drain_timeout
+        for channel in channels:
+            channel.close(drain_timeout=max(0.0, deadline - time.monotonic()))
 
     def is_connected(self, addr: str) -> bool:
         """True when `invoke(addr, ...)` will not have to connect first (call on the loop)."""

@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+import attrs
+
 from rmq_core import plugins
 from rmq_core.client.accumulator import ProduceAccumulator
 from rmq_core.client.config import make_client_config
@@ -32,8 +34,11 @@ from rmq_core.message import (
     Message, MessageClientIDSetter, MessageConst, MessageQueue, MixAll, SendResult, SendStatus, SysFlag,
     TopicValidator, encode_properties_checked, properties_to_string,
 )
-from rmq_core.remoting.codes import RequestCode, ResponseCode
-from rmq_core.remoting.command import RemotingCommand
+from rmq_core._native.client_native import (
+    SendHeader, SendResponse, SendResultMaker, read_send_response, read_send_responses,
+)
+from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
+from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, next_opaque
 
 log = logging.getLogger("rmq.client.producer")
 
@@ -97,6 +102,36 @@ def parse_send_response(resp: RemotingCommand, mq: MessageQueue, msg_id: str, ad
         transaction_id=resp.get_str("transactionId"),
         region_id=resp.get_str(MessageConst.MSG_REGION) or "DefaultRegion",
     )
+
+
+def read_send_response_frame(frame) -> SendResponse | RemotingCommand:
+    """A send response frame (without its length prefix) read natively; what the native reader
+    declines is decoded as a RemotingCommand (whose errors name a malformed frame) and read the
+    same way.  A request from the peer comes back as its RemotingCommand (the channel refuses it)."""
+    response = read_send_response(frame)
+    if response is not None:
+        return response
+    command = RemotingCommand.decode(frame)
+    if not command.flag & RESPONSE_FLAG:
+        return command
+    return SendResponse.from_command(command)
+
+
+def read_send_response_frames(data, max_frame_length: int) -> tuple[list, int]:
+    """PipelinedChannel's reader for send responses: SendResponse items (bytes where declined)."""
+    return read_send_responses(data, max_frame_length)
+
+
+create_uniq_id = MessageClientIDSetter.create_uniq_id
+_RESULTS = SendResultMaker(SendResult, tuple(f.name for f in attrs.fields(SendResult)), MessageQueue, _STATUS_BY_CODE)
+
+
+def send_result_of(response: SendResponse, mq: MessageQueue, msg_id: str, addr: str) -> SendResult:
+    """parse_send_response for a SendResponse: the SendResult, or MQBrokerError for a refusal."""
+    result = _RESULTS.make(response, mq, msg_id)
+    if result is None:
+        raise MQBrokerError(response.code, response.remark, addr)
+    return result
 
 
 _NOT_DIRECT = object()  # Producer._send_direct's "take the loop's path" answer
@@ -319,6 +354,11 @@ class Producer:
         self.batch_max_bytes = min(batch_max_bytes, max_message_size)
         self._accumulator = ProduceAccumulator(self, batch_max_bytes=self.batch_max_bytes,
                                                async_mode=CommunicationMode.ASYNC) if auto_batch else None
+        self._send_headers: dict[tuple[MessageQueue, bool], SendHeader] = {}  # see _encode_frame
+        self._fault_noted: dict[str, int] = {}  # broker -> ms of its last fast answer noted (_note_latency)
+        # which plain sends take the lean paths (decided at start, with the hooks)
+        self._plain_direct = False
+        self._plain_pipelined = False
 
     # --- life cycle ------------------------------------------------------------------------------
     def start(self) -> "Producer":
@@ -330,6 +370,8 @@ class Producer:
             try:
                 self.instance.start()
                 self._hooks = plugins.has_impls("rmq_before_send") or plugins.has_impls("rmq_after_send")
+                self._plain_direct = not self._hooks and not self.retry_another_broker_when_not_store_ok
+                self._plain_pipelined = not self._hooks and self._accumulator is None
                 self._started = True
             except BaseException:
                 self.instance.unregister_producer(self.group)
@@ -381,6 +423,10 @@ class Producer:
         Java).  Raises MQClientError / MQBrokerError / IllegalArgumentError naming the problem."""
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
+        if queue is None and selector is None and self._plain_direct:
+            result = self._send_plain_direct(msg, t)
+            if result is not _NOT_DIRECT:
+                return result
         # validation, properties, UNIQ_KEY and compression here in the caller's thread: the loop
         # thread is shared by every send, the caller's is not
         prepared = self._prepare(msg)
@@ -408,6 +454,90 @@ class Producer:
             raise done.error
         return done.result
 
+    def _send_plain_direct(self, msg: Message, timeout: float):
+        """The leanest sync send: a plain message (body under the compression threshold, no
+        UNIQ_KEY of its own) to a tcp broker whose route is cached, its request frame built natively
+        straight from the message's fields and its answer read natively, in this thread.
+        _NOT_DIRECT when it cannot go so (then send() takes the general way, validation included);
+        a failure worth retrying continues on the loop, as _send_direct's does."""
+        inst = self.instance
+        info = self.topic_publish_info.get(msg.topic)
+        if (info is None or not info.ok or not inst.direct_send_possible() or type(msg) is not Message
+                or len(msg.body) >= self.compress_msg_body_over_howmuch or inst.in_loop_thread()):
+            return _NOT_DIRECT
+        check_message(msg, self.max_message_size)
+        mq = self.fault_strategy.select_one_message_queue(info, None)
+        addr = inst.find_broker_addr_in_publish(mq.broker_name)
+        if addr is None or inst.in_proc(addr):
+            return self._send_direct_prepared(msg, timeout, mq)
+        header = self._send_headers.get((mq, False)) or self._send_header(mq, False)
+        uniq = create_uniq_id()
+        opaque = next_opaque()
+        frame = header.build_message_frame(msg, uniq, opaque) if header is not None else None
+        if frame is None:
+            return self._send_direct_prepared(msg, timeout, mq)
+        begin = time.monotonic()
+        try:
+            resp = inst.invoke_frame_direct(addr, frame, opaque, timeout, read_send_response_frame, header.code)
+            if resp is None:  # every direct connection busy: the loop's way, same queue choice lost
+                return self._send_direct_prepared(msg, timeout, None)
+            result = _RESULTS.make(resp, mq, uniq)
+            if result is None:
+                raise MQBrokerError(resp.code, resp.remark, addr)
+        except (RemotingError, MQBrokerError) as e:
+            self._note_latency(mq.broker_name, begin, True)
+            if isinstance(e, MQBrokerError) and e.code not in RETRY_RESPONSE_CODES:
+                raise
+            log.warning("send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_failed, e)
+            return inst.run(self._send(msg, CommunicationMode.SYNC, timeout, None, None, None,
+                                       prepared=self._prepared_with(msg, uniq), resume=(begin, mq.broker_name, e)),
+                            timeout=timeout + 5)
+        self._note_latency(mq.broker_name, begin, False)
+        return result
+
+    def _send_direct_prepared(self, msg: Message, timeout: float, mq: MessageQueue | None):
+        """_send_plain_direct's way out once it picked a queue: the general direct send to `mq`
+        (or through the loop), with the message prepared the Python way."""
+        prepared = self._prepare(msg)
+        if mq is None:
+            return self.instance.run(self._send(msg, CommunicationMode.SYNC, timeout, None, None, None,
+                                                prepared=prepared), timeout=timeout + 5)
+        begin = time.monotonic()
+        try:
+            result = self._invoke_direct(msg, mq, *prepared, timeout, False)
+        except (RemotingError, MQBrokerError) as e:
+            if isinstance(e, MQBrokerError) and e.code not in RETRY_RESPONSE_CODES:
+                raise
+            result = None
+            resume = (begin, mq.broker_name, e)
+        else:
+            if result is not _NOT_DIRECT:
+                return result
+            resume = None
+        return self.instance.run(self._send(msg, CommunicationMode.SYNC, timeout, None, None, None,
+                                            prepared=prepared, resume=resume), timeout=timeout + 5)
+
+    def _prepared_with(self, msg: Message, uniq: str) -> tuple[str, bytes, int, dict]:
+        """What _prepare makes of a plain message (see _send_plain_direct) whose UNIQ_KEY is `uniq`."""
+        props = msg.wire_properties()
+        props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+        return uniq, msg.body, 0, props
+
+    def _note_latency(self, broker_name: str, begin: float, failed: bool) -> None:
+        """The fault item update after a direct or pipelined send.  A fast answer (< 50 ms, which
+        benches nobody) is recorded at most once per millisecond per broker: the ones in between
+        would store the same moment to the millisecond; a slow or failed one always is."""
+        now = time.monotonic()
+        latency = int((now - begin) * 1000)
+        now_ms = int(now * 1000)
+        if failed or latency >= 50:
+            self._fault_noted.pop(broker_name, None)
+        elif self._fault_noted.get(broker_name) == now_ms:
+            return
+        else:
+            self._fault_noted[broker_name] = now_ms
+        self.fault_strategy.update_fault_item(broker_name, latency, failed)
+
     def _send_direct(self, msg: Message, timeout: float, prepared: tuple):
         """A plain sync send's first attempt made in the caller's thread over a pooled blocking
         connection (see rmq_core.remoting.blocking): no hand-off to the client's loop and back.
@@ -432,23 +562,62 @@ class Producer:
     def _invoke_direct(self, msg: Message, mq: MessageQueue, uniq: str, body: bytes, sys_flag: int, props: dict,
                        timeout: float, batch: bool):
         """One send request to `mq`'s broker from this thread: its SendResult, _NOT_DIRECT when
-        the direct path is not open to that broker, or the failure (fault item updated)."""
+        the direct path is not open to that broker, or the failure (fault item updated).  To a tcp
+        broker the request frame is built natively and the response read natively (no
+        RemotingCommand either way); an in-proc broker takes RemotingCommands."""
         inst = self.instance
         addr = inst.find_broker_addr_in_publish(mq.broker_name)
         if addr is None or not inst.direct_send_possible():
             return _NOT_DIRECT
-        req = self._build_request(msg, mq, body, sys_flag, props, batch)
         t0 = time.monotonic()
         try:
-            resp = inst.invoke_direct(addr, req, timeout)
-            if resp is None:
-                return _NOT_DIRECT
-            result = parse_send_response(resp, mq, uniq, addr)
+            if inst.in_proc(addr):
+                req = self._build_request(msg, mq, body, sys_flag, props, batch)
+                resp = inst.invoke_direct(addr, req, timeout)
+                if resp is None:
+                    return _NOT_DIRECT
+                result = parse_send_response(resp, mq, uniq, addr)
+            else:
+                frame, opaque, code = self._encode_frame(msg, mq, body, sys_flag, props, batch)
+                resp = inst.invoke_frame_direct(addr, frame, opaque, timeout, read_send_response_frame, code)
+                if resp is None:
+                    return _NOT_DIRECT
+                result = send_result_of(resp, mq, uniq, addr)
         except (RemotingError, MQBrokerError):
             self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
             raise
         self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
         return result
+
+    def _encode_frame(self, msg: Message, mq: MessageQueue, body: bytes, sys_flag: int, props: dict,
+                      batch: bool = False) -> tuple[bytes, int, int]:
+        """(frame, opaque, code) of the send request _build_request makes, built natively from a
+        header cached per queue; the Python encoder where the native one declines."""
+        key = (mq, batch)
+        header = self._send_headers.get(key)
+        if header is None:
+            header = self._send_header(mq, batch)
+        opaque = next_opaque()
+        if header is not None:
+            frame = header.build_frame(sys_flag, 0 if batch else msg.flag, props, opaque, body)
+            if frame is not None:
+                return frame, opaque, header.code
+        req = self._build_request(msg, mq, body, sys_flag, props, batch)
+        req.language = "PYTHON"
+        return req.encode(), req.opaque, req.code
+
+    def _send_header(self, mq: MessageQueue, batch: bool) -> SendHeader | None:
+        """The native header of sends to `mq` (None: the Python encoder's case - SEND_MESSAGE V1,
+        or a retry topic, whose reconsume fields move from the properties into the header)."""
+        if not self.use_send_message_v2 or MixAll.is_retry_topic(mq.topic):
+            return None
+        if len(self._send_headers) >= 4096:  # queues come and go with routes: keep it bounded
+            self._send_headers.clear()
+        header = self._send_headers[(mq, batch)] = SendHeader(
+            self.group, mq.topic, mq.queue_id, mq.broker_name, self.create_topic_key, self.default_topic_queue_nums,
+            RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2, batch, "PYTHON",
+            MQVersion.CURRENT)
+        return header
 
     def send_orderly(self, msg: Message, arg: Any = None, selector=None, timeout: float | None = None) -> SendResult:
         """Ordered send: messages with the same `arg` (default: the message keys) go to the same queue."""
@@ -463,11 +632,19 @@ class Producer:
         batch request (each still gets its own SendResult; see rmq_core.client.accumulator)."""
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
-        try:
-            prepared = self._prepare(msg)
-        except Exception:  # a bad message fails its Future (and callback), as any other send error
+        fut = None
+        if queue is None and selector is None and self._plain_pipelined:
+            fut = self._send_pipelined(msg, t)
+        if fut is not None:
             prepared = None
-        if prepared is None or queue is not None or selector is not None or self._hooks:
+        else:
+            try:
+                prepared = self._prepare(msg)
+            except Exception:  # a bad message fails its Future (and callback), as any other send error
+                prepared = None
+        if fut is not None:
+            pass
+        elif prepared is None or queue is not None or selector is not None or self._hooks:
             fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg, prepared=prepared))
         else:
             fut = CancellableFuture()
@@ -509,6 +686,117 @@ class Producer:
                     call(f)
             fut.add_done_callback(done)
         return fut
+
+    def _send_pipelined(self, msg: Message, timeout: float) -> CancellableFuture | None:
+        """A plain async send's first attempt written from this thread on the broker's pipelined
+        connection (see rmq_core.remoting.pipelined); its Future is completed on that connection's
+        reader thread (_pipelined_done).  None when it cannot go that way (no route cached yet, an
+        in-proc broker, the option off, a message that fails validation): the loop's path then
+        takes it.  (A written request cannot be taken back: cancelling its Future abandons it.)"""
+        inst = self.instance
+        info = self.topic_publish_info.get(msg.topic)
+        if info is None or not info.ok or not inst.pipelined_send_possible() or type(msg) is not Message:
+            return None  # (asked before a queue is picked: picking advances the round robin)
+        try:
+            check_message(msg, self.max_message_size)
+        except Exception:  # noqa: BLE001 - the general path fails the Future with it
+            return None
+        mq = self.fault_strategy.select_one_message_queue(info, None)
+        addr = inst.find_broker_addr_in_publish(mq.broker_name)
+        if addr is None or inst.in_proc(addr):
+            return None
+        fut = CancellableFuture()
+        begin = time.monotonic()
+        header = self._send_headers.get((mq, False)) or self._send_header(mq, False)
+        opaque = next_opaque()
+        frame = None
+        prepared = None
+        if header is not None and len(msg.body) < self.compress_msg_body_over_howmuch:
+            uniq = create_uniq_id()
+            frame = header.build_message_frame(msg, uniq, opaque)
+        if frame is None:  # compression, a UNIQ_KEY of its own, a retry topic...: the Python way
+            try:
+                prepared = self._prepare(msg)
+                uniq = prepared[0]
+                frame, opaque, _ = self._encode_frame(msg, mq, prepared[1], prepared[2], prepared[3])
+            except Exception as e:  # noqa: BLE001 - e.g. oversize properties: this send's error
+                fut.set_exception(e)
+                return fut
+        context = (msg, uniq, prepared, mq, addr, timeout, begin, fut)
+        try:
+            channel = inst.send_channel(addr, read_send_response_frames, SendResponse.from_command)
+        except RemotingError as e:  # cannot connect: counted against the broker, retried elsewhere
+            self._pipelined_done(context, None, e)
+            return fut
+        channel.send(frame, opaque, timeout, self._pipelined_done, context)
+        return fut
+
+    def _pipelined_done(self, context: tuple, response: SendResponse | None, error: BaseException | None) -> None:
+        """A pipelined send's answer or failure, on the connection's reader thread (or the sender's
+        when the write itself failed).  A failure worth retrying continues in _send on the loop,
+        from the second attempt, as _FastSend's does."""
+        msg, uniq, prepared, mq, addr, timeout, begin, fut = context
+        if error is None:
+            result = _RESULTS.make(response, mq, uniq)
+            if result is not None:
+                self._note_latency(mq.broker_name, begin, False)
+                try:
+                    fut.set_result(result)
+                except concurrent.futures.InvalidStateError:  # cancelled by the caller meanwhile
+                    pass
+                return
+            error = MQBrokerError(response.code, response.remark, addr)
+        self._note_latency(mq.broker_name, begin, True)
+        retryable = isinstance(error, RemotingError) or (
+            isinstance(error, MQBrokerError) and error.code in RETRY_RESPONSE_CODES)
+        if not retryable or self.instance._stopping:
+            try:
+                fut.set_exception(error)
+            except concurrent.futures.InvalidStateError:
+                pass
+            return
+        log.warning("send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_async_failed, error)
+        self._continue_on_loop(msg, prepared or self._prepared_with(msg, uniq), timeout,
+                               (begin, mq.broker_name, error), fut)
+
+    def _continue_on_loop(self, msg: Message, prepared: tuple, timeout: float, resume: tuple,
+                          fut: CancellableFuture) -> None:
+        """Go on with an async send in Producer._send on the loop (from `resume`), into `fut`."""
+        inst = self.instance
+
+        def start():  # on the loop
+            if fut.cancelled():
+                return
+            if inst._stopping:
+                try:
+                    fut.set_exception(resume[2])
+                except concurrent.futures.InvalidStateError:  # cancelled meanwhile
+                    pass
+                return
+            task = asyncio.get_running_loop().create_task(self._send(
+                msg, CommunicationMode.ASYNC, timeout, None, None, None, prepared=prepared, resume=resume))
+
+            def done(t: asyncio.Task):
+                if t.cancelled():
+                    fut.cancel()
+                if not fut.set_running_or_notify_cancel():
+                    return
+                error = t.exception()
+                if error is not None:
+                    fut.set_exception(error)
+                else:
+                    fut.set_result(t.result())
+
+            task.add_done_callback(done)
+            fut.on_cancel = lambda: inst.loop.call_soon_threadsafe(task.cancel)
+
+        try:
+            inst.post(start)
+        except MQClientError:  # the client stopped meanwhile
+            try:
+                fut.set_exception(resume[2])
+            except concurrent.futures.InvalidStateError:
+                pass
 
     async def send_aio(self, msg: Message, **kw) -> SendResult:
         """Await a send from your own asyncio loop."""

@@ -19,6 +19,7 @@ import socket
 import struct
 import threading
 import time
+from typing import Any, Callable
 
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingTimeoutError
 from rmq_core.remoting.codes import ResponseCode, code_name
@@ -29,6 +30,18 @@ log = logging.getLogger("rmq.remoting")
 
 _LENGTH = struct.Struct(">i")
 _READ_CHUNK = 64 * 1024
+
+
+def refusal(command: RemotingCommand) -> bytes | None:
+    """The encoded REQUEST_CODE_NOT_SUPPORTED answer to a request that arrived on a connection
+    serving none (None for a oneway request, which gets no answer)."""
+    if command.is_oneway:
+        return None
+    response = command.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                      f"request code {command.code} not served on this connection")
+    response.opaque = command.opaque
+    response.flag |= RESPONSE_FLAG
+    return response.encode()
 
 
 class BlockingChannel:
@@ -56,31 +69,38 @@ class BlockingChannel:
     def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
         """Write `request`, return the response carrying its opaque; raises RemotingConnectError
         (the channel broke) or RemotingTimeoutError (no answer within `timeout` seconds)."""
+        request.flag &= ~RESPONSE_FLAG
+        body = request.body
+        frame = request.encode_header(len(body)) + bytes(body) if body else request.encode_header(0)
+        return self.invoke_frame(frame, request.opaque, timeout, RemotingCommand.decode, request.code)
+
+    def invoke_frame(self, frame: bytes, opaque: int, timeout: float, read: Callable[[bytes], Any],
+                     code: int = 0) -> Any:
+        """Write an encoded request `frame` (length prefix included) whose opaque is `opaque`, and
+        return read(response frame without its length prefix) for the response carrying it.
+
+        `read` gives an object with `flag` and `opaque` (a RemotingCommand, or e.g. a send
+        response read natively); a request from the peer must come back as a RemotingCommand, which
+        is refused.  Errors as invoke's; `code` names the request in them."""
         if self.closed:
             raise RemotingConnectError(f"connection to {self.addr} is closed")
-        request.flag &= ~RESPONSE_FLAG
-        opaque = request.opaque
         deadline = time.monotonic() + timeout
         try:
             self._set_timeout(timeout)
-            body = request.body
-            if body:
-                self._sock.sendall(request.encode_header(len(body)) + bytes(body))
-            else:
-                self._sock.sendall(request.encode_header(0))
+            self._sock.sendall(frame)
             while True:
-                command = self._read_command(deadline, request)
-                if command.flag & RESPONSE_FLAG:
-                    if command.opaque == opaque:
-                        return command
+                item = read(self._read_frame(deadline, code))
+                if item.flag & RESPONSE_FLAG:
+                    if item.opaque == opaque:
+                        return item
                     # cannot happen on a channel that is closed after every failure; be safe
-                    log.debug("blocking channel to %s: dropping response opaque=%d", self.addr, command.opaque)
+                    log.debug("blocking channel to %s: dropping response opaque=%d", self.addr, item.opaque)
                     continue
-                self._refuse(command)
+                self._refuse(item)
         except socket.timeout:
             self.close()
             raise RemotingTimeoutError(
-                f"no response to {code_name(request.code)} (opaque {opaque}) from {self.addr} "
+                f"no response to {code_name(code)} (opaque {opaque}) from {self.addr} "
                 f"within {timeout:g}s") from None
         except RemotingTimeoutError:
             self.close()
@@ -90,7 +110,7 @@ class BlockingChannel:
             raise RemotingConnectError(f"bad frame from {self.addr}: {e}") from None
         except OSError as e:
             self.close()
-            raise RemotingConnectError(f"{code_name(request.code)} to {self.addr} failed: {e}") from None
+            raise RemotingConnectError(f"{code_name(code)} to {self.addr} failed: {e}") from None
 
     def _set_timeout(self, timeout: float) -> None:
         # settimeout per call only when it changes: most calls share the producer's timeout
@@ -98,7 +118,8 @@ class BlockingChannel:
             self._sock.settimeout(timeout)
             self._timeout = timeout
 
-    def _read_command(self, deadline: float, request: RemotingCommand) -> RemotingCommand:
+    def _read_frame(self, deadline: float, code: int):
+        """The next whole frame, without its length prefix."""
         buf = self._buf
         while True:
             if len(buf) >= 4:
@@ -109,12 +130,12 @@ class BlockingChannel:
                 if len(buf) >= 4 + length:
                     frame = bytes(buf[4:4 + length])
                     del buf[:4 + length]
-                    return RemotingCommand.decode(frame)
+                    return frame
             if buf:  # a partial frame: the clock matters only past the first read
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise RemotingTimeoutError(
-                        f"no complete response to {code_name(request.code)} from {self.addr} in time")
+                        f"no complete response to {code_name(code)} from {self.addr} in time")
                 self._set_timeout(remaining)
             chunk = self._sock.recv(_READ_CHUNK)
             if not chunk:
@@ -122,20 +143,16 @@ class BlockingChannel:
             if not buf and len(chunk) >= 4:
                 (length,) = _LENGTH.unpack_from(chunk, 0)
                 if len(chunk) == 4 + length and 0 < length <= self.max_frame_length:
-                    return RemotingCommand.decode(chunk[4:])  # the usual case: exactly one frame
+                    return memoryview(chunk)[4:]  # the usual case: exactly one frame
             buf += chunk
 
     def _refuse(self, command: RemotingCommand) -> None:
         """A request from the peer on a connection that serves none: say so (unless oneway)."""
         log.warning("blocking channel to %s: unexpected %s request from the peer", self.addr,
                     code_name(command.code))
-        if command.is_oneway:
-            return
-        response = command.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                          f"request code {command.code} not served on this connection")
-        response.opaque = command.opaque
-        response.flag |= RESPONSE_FLAG
-        self._sock.sendall(response.encode())
+        response = refusal(command)
+        if response is not None:
+            self._sock.sendall(response)
 
     def close(self) -> None:
         if not self.closed:
@@ -169,6 +186,19 @@ class BlockingChannelPool:
             return None
         try:
             response = channel.invoke(request, timeout)
+        finally:
+            self._give_back(addr, channel)
+        return response
+
+    def invoke_frame(self, addr: str, frame: bytes, opaque: int, timeout: float, read: Callable[[bytes], Any],
+                     code: int = 0) -> Any:
+        """BlockingChannel.invoke_frame on a channel to a tcp `addr`; None when every channel to it
+        is busy.  (Other transports' blocking connections take RemotingCommands only: invoke.)"""
+        channel = self._borrow(addr)
+        if channel is None:
+            return None
+        try:
+            response = channel.invoke_frame(frame, opaque, timeout, read, code)
         finally:
             self._give_back(addr, channel)
         return response

@@ -1,0 +1,739 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Native produce path of the client: the whole SEND_MESSAGE_V2 request frame built from its
+fields, and the send response read straight from its frame (no RemotingCommand either way).
+
+Request frame (shared/protocol/REMOTING.md §1 and §5.4, integers big-endian):
+
+    int32 length            = 4 + headerLength + bodyLength
+    int32 hdrLenAndType     = 0 << 24 | headerLength          (JSON header)
+    header                  {"code":310,"extFields":{"a":group,"b":topic,"c":createTopicKey,
+                             "d":defaultQueueNums,"e":queueId,"f":sysFlag,"g":bornTimestamp,
+                             "h":flag,"i":properties,"j":reconsumeTimes,"k":"false","m":batch,
+                             "n":brokerName[,"l":maxReconsumeTimes]},"flag":0,"language":"PYTHON",
+                             "opaque":N,"serializeTypeCurrentRPC":"JSON","version":N}
+    body                    the message body (or a batch body)
+
+These are exactly the bytes RemotingCommand.create_request(code, Producer._v2_header(...), body)
+encodes to with language PYTHON: ext fields in that insertion order, every value a JSON string
+escaped as json.encoder.encode_basestring does (UTF-8 kept).  A SendHeader holds what is constant
+for one (producer, queue); build_frame writes the rest.
+
+Response frame: the JSON header of a SendMessageResponseHeader, read for code, flag, opaque,
+remark and the ext fields msgId, queueId, queueOffset, transactionId and MSG_REGION (the others are
+skipped without building anything).  Whatever is unusual (a binary header, a number or object
+inside extFields, an escaped value in a field we keep, a non-plain integer, a request from the
+peer, malformed JSON) makes the reader decline with None: the caller then decodes the frame with
+RemotingCommand.decode, whose errors name the problem, and reads it with
+SendResponse.from_command.  Bytes from the network are untrusted: every read is bounds-checked.
+"""
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_Next
+from cpython.list cimport PyList_Append
+from cpython.object cimport PyObject
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int64_t, uint32_t, uint8_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy
+
+cimport cython
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
+    bint PyUnicode_CheckExact(object o)
+    bint PyLong_CheckExact(object o)
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk_id, timespec* tp)
+    int CLOCK_REALTIME
+
+DEF MAX_PROPERTIES_LENGTH = 32767  # what the broker accepts (int16 length in the stored record)
+
+
+# --- an output buffer ------------------------------------------------------------------------------
+cdef struct Out:
+    char* buf
+    Py_ssize_t n
+    Py_ssize_t cap
+    bint heap  # buf came from malloc (else it is the caller's stack buffer)
+
+
+cdef int _grow(Out* o, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t cap = o.cap
+    cdef char* nb
+    while o.n + extra > cap:
+        cap *= 2
+    if o.heap:
+        nb = <char*>realloc(o.buf, cap)
+    else:
+        nb = <char*>malloc(cap)
+        if nb != NULL:
+            memcpy(nb, o.buf, o.n)
+    if nb == NULL:
+        raise MemoryError()
+    o.buf = nb
+    o.cap = cap
+    o.heap = True
+    return 0
+
+
+cdef inline int _put(Out* o, const char* s, Py_ssize_t n) except -1:
+    if o.n + n > o.cap:
+        _grow(o, n)
+    memcpy(o.buf + o.n, s, n)
+    o.n += n
+    return 0
+
+
+cdef int _put_int(Out* o, int64_t v) except -1:
+    cdef char digits[24]
+    cdef int i = 24
+    cdef bint neg = v < 0
+    cdef unsigned long long u = (0ULL - <unsigned long long>v) if neg else <unsigned long long>v
+    if u == 0:
+        i -= 1
+        digits[i] = 48
+    while u:
+        i -= 1
+        digits[i] = <char>(48 + u % 10)
+        u //= 10
+    if neg:
+        i -= 1
+        digits[i] = 45
+    return _put(o, &digits[i], 24 - i)
+
+
+cdef const char* _HEXDIGITS = "0123456789abcdef"
+
+
+cdef int _put_escaped(Out* o, const char* p, Py_ssize_t n) except -1:
+    """UTF-8 bytes as the inside of a JSON string literal, escaped as encode_basestring does:
+    quote, backslash and the control characters; non-ASCII is kept.  Runs that need no escape
+    (nearly all of a header) are copied with memcpy."""
+    cdef Py_ssize_t i, run = 0
+    cdef uint8_t ch
+    cdef char* w
+    if o.n + n * 6 > o.cap:
+        _grow(o, n * 6)
+    w = o.buf + o.n
+    for i in range(n):
+        ch = <uint8_t>p[i]
+        if ch >= 32 and ch != 34 and ch != 92:
+            continue
+        if i > run:
+            memcpy(w, p + run, i - run)
+            w += i - run
+        run = i + 1
+        w[0] = 92
+        if ch == 34 or ch == 92:
+            w[1] = <char>ch
+            w += 2
+        elif ch == 10:
+            w[1] = 110; w += 2
+        elif ch == 13:
+            w[1] = 114; w += 2
+        elif ch == 9:
+            w[1] = 116; w += 2
+        elif ch == 8:
+            w[1] = 98; w += 2
+        elif ch == 12:
+            w[1] = 102; w += 2
+        else:
+            w[1] = 117; w[2] = 48; w[3] = 48
+            w[4] = _HEXDIGITS[ch >> 4]
+            w[5] = _HEXDIGITS[ch & 15]
+            w += 6
+    if n > run:
+        memcpy(w, p + run, n - run)
+        w += n - run
+    o.n = w - o.buf
+    return 0
+
+
+cdef bytes _json_str(object s):
+    """A str as a JSON string literal (with its quotes), UTF-8."""
+    cdef Py_ssize_t n
+    cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)
+    cdef char stack[256]
+    cdef Out o
+    o.buf = stack
+    o.cap = 256
+    o.n = 0
+    o.heap = False
+    try:
+        _put(&o, '"', 1)
+        _put_escaped(&o, p, n)
+        _put(&o, '"', 1)
+        return PyBytes_FromStringAndSize(o.buf, o.n)
+    finally:
+        if o.heap:
+            free(o.buf)
+
+
+cdef inline int64_t _now_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+def now_ms():
+    """Milliseconds since the epoch, as build_frame stamps bornTimestamp (int(time.time() * 1000))."""
+    return _now_ms()
+
+
+# --- the request -------------------------------------------------------------------------------------
+@cython.final
+cdef class SendHeader:
+    """The constant parts of one producer's SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header to one
+    queue; build_frame fills in the rest per send."""
+
+    cdef bytes _head  # '{"code":310,"extFields":{"a":..,"b":..,"c":..,"d":..,"e":"<qid>","f":"'
+    cdef bytes _mid   # '","k":"false","m":"false","n":<broker>'
+    cdef bytes _language  # ',"language":"PYTHON","opaque":'
+    cdef bytes _tail  # ',"serializeTypeCurrentRPC":"JSON","version":N}'
+    cdef readonly int code
+    cdef readonly str topic
+    cdef readonly int queue_id
+    cdef readonly str broker_name
+
+    def __init__(self, str group, str topic, int queue_id, str broker_name, str create_topic_key="TBW102",
+                 int default_topic_queue_nums=4, int code=310, bint batch=False, str language="PYTHON",
+                 int version=0):
+        self.code = code
+        self.topic = topic
+        self.queue_id = queue_id
+        self.broker_name = broker_name
+        self._head = b"".join([
+            b'{"code":', str(code).encode(), b',"extFields":{"a":', _json_str(group), b',"b":', _json_str(topic),
+            b',"c":', _json_str(create_topic_key), b',"d":', _json_str(str(default_topic_queue_nums)),
+            b',"e":"', str(queue_id).encode(), b'","f":"'])
+        self._mid = b"".join([b'","k":"false","m":', b'"true"' if batch else b'"false"', b',"n":',
+                              _json_str(broker_name)])
+        self._language = b"".join([b',"language":', _json_str(language), b',"opaque":'])
+        self._tail = b',"serializeTypeCurrentRPC":"JSON","version":' + str(version).encode() + b"}"
+
+    def build_frame(self, sys_flag, flag, dict properties, opaque, body, born_timestamp=None,
+                    reconsume_times=0, max_reconsume_times=None):
+        """The whole request frame (length prefix included) as bytes, or None when the Python
+        encoder must do it (a property that is not a str, a lone surrogate, a number beyond 64
+        bits) or judge it (properties over 32767 bytes).  born_timestamp None: now."""
+        return self._frame(sys_flag, flag, properties, None, opaque, body, born_timestamp, reconsume_times,
+                           max_reconsume_times)
+
+    def build_message_frame(self, message, str uniq, opaque):
+        """build_frame for a plain message straight from its fields: the properties are those
+        Producer._prepare makes (user properties, TAGS, KEYS, DELAY, WAIT, then UNIQ_KEY = uniq),
+        sys flag 0 (no compression), born now.  None where the Python path must do it: a user
+        property that is not a str or is UNIQ_KEY, a tag that is not a str, or build_frame's cases."""
+        return self._frame(0, message.flag, None, message, opaque, message.body, None, 0, None, uniq)
+
+    cdef object _frame(self, sys_flag, flag, dict properties, message, opaque, body, born_timestamp,
+                       reconsume_times, max_reconsume_times, str uniq=None):
+        cdef Py_buffer pb
+        cdef char stack[2048]
+        cdef Out o
+        cdef Py_ssize_t header_length, total, raw_props = 0
+        cdef int64_t born, c_sys_flag, c_flag, c_opaque, c_reconsume, c_max_reconsume = 0
+        cdef char* out
+        try:  # a value beyond 64 bits: the Python encoder writes it (and the broker judges it)
+            born = _now_ms() if born_timestamp is None else born_timestamp
+            c_sys_flag, c_flag, c_opaque, c_reconsume = sys_flag, flag, opaque, reconsume_times
+            if max_reconsume_times is not None:
+                c_max_reconsume = max_reconsume_times
+        except OverflowError:
+            return None
+        o.buf = stack
+        o.cap = 2048
+        o.n = 8  # room for the two int32 fields in front
+        o.heap = False
+        try:
+            _put(&o, PyBytes_AS_STRING(self._head), len(self._head))
+            _put_int(&o, c_sys_flag)
+            _put(&o, '","g":"', 7)
+            _put_int(&o, born)
+            _put(&o, '","h":"', 7)
+            _put_int(&o, c_flag)
+            _put(&o, '","i":"', 7)
+            if message is None:
+                raw_props = _put_properties(&o, properties, False)
+            else:
+                raw_props = _put_message_properties(&o, message, uniq)
+            if raw_props < 0 or raw_props > MAX_PROPERTIES_LENGTH:
+                return None
+            _put(&o, '","j":"', 7)
+            _put_int(&o, c_reconsume)
+            _put(&o, PyBytes_AS_STRING(self._mid), len(self._mid))
+            if max_reconsume_times is not None:
+                _put(&o, ',"l":"', 6)
+                _put_int(&o, c_max_reconsume)
+                _put(&o, '"', 1)
+            _put(&o, '},"flag":0', 10)
+            _put(&o, PyBytes_AS_STRING(self._language), len(self._language))
+            _put_int(&o, c_opaque)
+            _put(&o, PyBytes_AS_STRING(self._tail), len(self._tail))
+            header_length = o.n - 8
+            PyObject_GetBuffer(body, &pb, PyBUF_SIMPLE)
+            try:
+                total = 4 + header_length + pb.len
+                if total > 0x7FFFFFFF:
+                    return None
+                frame = PyBytes_FromStringAndSize(NULL, 4 + total)
+                out = PyBytes_AS_STRING(frame)
+                o.buf[0] = <char>(total >> 24); o.buf[1] = <char>(total >> 16)
+                o.buf[2] = <char>(total >> 8); o.buf[3] = <char>total
+                o.buf[4] = 0; o.buf[5] = <char>(header_length >> 16)
+                o.buf[6] = <char>(header_length >> 8); o.buf[7] = <char>header_length
+                memcpy(out, o.buf, o.n)
+                if pb.len:
+                    memcpy(out + o.n, pb.buf, pb.len)
+            finally:
+                PyBuffer_Release(&pb)
+            return frame
+        finally:
+            if o.heap:
+                free(o.buf)
+
+
+cdef Py_ssize_t _put_pair(Out* o, object k, object v) except -2:
+    """name\u0001value\u0002 (JSON-escaped); the raw UTF-8 size, or -1 (not two str, or a lone
+    surrogate): the caller declines."""
+    cdef Py_ssize_t klen, vlen
+    cdef const char* kp
+    cdef const char* vp
+    if not PyUnicode_CheckExact(k) or not PyUnicode_CheckExact(v):
+        return -1
+    try:
+        kp = PyUnicode_AsUTF8AndSize(k, &klen)
+        vp = PyUnicode_AsUTF8AndSize(v, &vlen)
+    except UnicodeEncodeError:
+        return -1
+    _put_escaped(o, kp, klen)
+    _put(o, "\\u0001", 6)
+    _put_escaped(o, vp, vlen)
+    _put(o, "\\u0002", 6)
+    return klen + vlen + 2
+
+
+cdef Py_ssize_t _put_properties(Out* o, dict properties, bint no_uniq) except -2:
+    """properties_to_string(properties), escaped; the raw size or -1 (decline)."""
+    cdef Py_ssize_t pos = 0, n, raw = 0
+    cdef PyObject* k
+    cdef PyObject* v
+    while PyDict_Next(properties, &pos, &k, &v):
+        if v == <PyObject*>None:
+            continue  # properties_to_string skips None values
+        if no_uniq and PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY":
+            return -1
+        n = _put_pair(o, <object>k, <object>v)
+        if n < 0:
+            return -1
+        raw += n
+    return raw
+
+
+cdef Py_ssize_t _put_message_properties(Out* o, message, str uniq) except -2:
+    """Message.wire_properties() plus UNIQ_KEY, escaped; the raw size or -1 (decline)."""
+    cdef Py_ssize_t n, raw
+    cdef dict user = message.properties
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef Py_ssize_t pos = 0
+    raw = 0
+    if user:
+        while PyDict_Next(user, &pos, &k, &v):  # str(v) of None would be "None": the Python path's
+            if v == <PyObject*>None or (PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY"):
+                return -1
+            n = _put_pair(o, <object>k, <object>v)
+            if n < 0:
+                return -1
+            raw += n
+    tags = message.tags
+    if tags:
+        n = _put_pair(o, "TAGS", tags)
+        if n < 0:
+            return -1
+        raw += n
+    keys = message.keys
+    if keys:
+        n = _put_pair(o, "KEYS", keys)
+        if n < 0:
+            return -1
+        raw += n
+    delay = message.delay_time_level
+    if delay > 0:
+        raw += _put_pair(o, "DELAY", str(delay))
+    raw += _put_pair(o, "WAIT", "true" if message.wait_store_msg_ok else "false")
+    n = _put_pair(o, "UNIQ_KEY", uniq)
+    if n < 0:
+        return -1
+    return raw + n
+
+
+# --- the response ------------------------------------------------------------------------------------
+@cython.final
+@cython.freelist(64)
+cdef class SendResponse:
+    """What a send response says: code, flag, opaque, remark, and the SendMessageResponseHeader
+    fields (None where the header lacks them; queue_id / queue_offset None also when empty)."""
+
+    cdef public object code
+    cdef public object flag
+    cdef public object opaque
+    cdef public object remark
+    cdef public object msg_id
+    cdef public object queue_id
+    cdef public object queue_offset
+    cdef public object transaction_id
+    cdef public object region_id
+
+    def __init__(self, code, flag=1, opaque=0, remark=None, msg_id=None, queue_id=None, queue_offset=None,
+                 transaction_id=None, region_id=None):
+        self.code = code
+        self.flag = flag
+        self.opaque = opaque
+        self.remark = remark
+        self.msg_id = msg_id
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.transaction_id = transaction_id
+        self.region_id = region_id
+
+    @staticmethod
+    def from_command(cmd):
+        """The same reading of a decoded RemotingCommand (the path for frames the native reader
+        declines); a garbage queueId / queueOffset raises RemotingCommandError naming it."""
+        return SendResponse(cmd.code, cmd.flag, cmd.opaque, cmd.remark, cmd.get_str("msgId"),
+                            cmd.get_int("queueId"), cmd.get_int("queueOffset"), cmd.get_str("transactionId"),
+                            cmd.get_str("MSG_REGION"))
+
+    def __repr__(self):
+        return (f"SendResponse(code={self.code}, opaque={self.opaque}, remark={self.remark!r}, "
+                f"msg_id={self.msg_id!r}, queue_id={self.queue_id!r}, queue_offset={self.queue_offset!r})")
+
+
+cdef struct Cursor:
+    const uint8_t* p
+    const uint8_t* end
+    bint bad  # something this reader does not handle: decline
+
+
+cdef inline void _skip_ws(Cursor* c) noexcept nogil:
+    while c.p < c.end and (c.p[0] == 32 or c.p[0] == 9 or c.p[0] == 10 or c.p[0] == 13):
+        c.p += 1
+
+
+cdef inline bint _expect(Cursor* c, uint8_t ch) noexcept nogil:
+    _skip_ws(c)
+    if c.p < c.end and c.p[0] == ch:
+        c.p += 1
+        return True
+    c.bad = True
+    return False
+
+
+cdef int64_t _read_int(Cursor* c) noexcept nogil:
+    """A JSON integer (optional '-', 1..18 digits); anything else sets c.bad."""
+    cdef int64_t v = 0
+    cdef bint neg = False
+    cdef int digits = 0
+    if c.p < c.end and c.p[0] == 45:
+        neg = True
+        c.p += 1
+    while c.p < c.end and 48 <= c.p[0] <= 57:
+        v = v * 10 + (c.p[0] - 48)
+        c.p += 1
+        digits += 1
+        if digits > 18:
+            c.bad = True
+            return 0
+    if digits == 0 or (c.p < c.end and (c.p[0] == 46 or c.p[0] == 101 or c.p[0] == 69)):
+        c.bad = True  # no digits, or a float
+        return 0
+    return -v if neg else v
+
+
+cdef bint _scan_str(Cursor* c, const uint8_t** start, Py_ssize_t* n, bint* escaped) noexcept nogil:
+    """A JSON string (cursor on its quote): its raw inside, and whether it holds escapes."""
+    cdef const uint8_t* q
+    _skip_ws(c)
+    if c.p >= c.end or c.p[0] != 34:
+        c.bad = True
+        return False
+    q = c.p + 1
+    escaped[0] = False
+    while q < c.end:
+        if q[0] == 34:
+            start[0] = c.p + 1
+            n[0] = q - (c.p + 1)
+            c.p = q + 1
+            return True
+        if q[0] == 92:
+            escaped[0] = True
+            q += 2
+            continue
+        if q[0] < 32:
+            break
+        q += 1
+    c.bad = True
+    return False
+
+
+cdef inline bint _is(const uint8_t* k, Py_ssize_t n, const char* name, Py_ssize_t m) noexcept nogil:
+    cdef Py_ssize_t i
+    if n != m:
+        return False
+    for i in range(n):
+        if k[i] != <uint8_t>name[i]:
+            return False
+    return True
+
+
+cdef object _plain_str(Cursor* c):
+    """A kept string value: decoded when it has no escapes; None and c.bad otherwise."""
+    cdef const uint8_t* s
+    cdef Py_ssize_t n
+    cdef bint escaped
+    if not _scan_str(c, &s, &n, &escaped):
+        return None
+    if escaped:
+        c.bad = True
+        return None
+    try:
+        return PyUnicode_DecodeUTF8(<const char*>s, n, NULL)
+    except UnicodeDecodeError:
+        c.bad = True
+        return None
+
+
+cdef object _plain_int(Cursor* c):
+    """An ext field read as an int, as RemotingCommand.get_int would: None when empty."""
+    cdef const uint8_t* s
+    cdef Py_ssize_t n, i = 0
+    cdef bint escaped, neg = False
+    cdef int64_t v = 0
+    if not _scan_str(c, &s, &n, &escaped):
+        return None
+    if n == 0:
+        return None
+    if escaped or n > 19:
+        c.bad = True
+        return None
+    if s[0] == 45:
+        neg = True
+        i = 1
+        if n == 1:
+            c.bad = True
+            return None
+    while i < n:
+        if s[i] < 48 or s[i] > 57:
+            c.bad = True  # " 7", "+7", "7_0": int() may still take it; let the Python path decide
+            return None
+        v = v * 10 + (s[i] - 48)
+        i += 1
+    return -v if neg else v
+
+
+cdef object _read_response(const uint8_t* base, Py_ssize_t n):
+    cdef uint32_t len_and_type
+    cdef Py_ssize_t header_length
+    cdef Cursor c
+    cdef const uint8_t* key
+    cdef Py_ssize_t klen
+    cdef bint escaped, has_code = False, has_flag = False
+    cdef int64_t code = 0, opaque = 0, flag = 0
+    cdef SendResponse r
+    if n < 4:
+        return None
+    len_and_type = (<uint32_t>base[0] << 24) | (<uint32_t>base[1] << 16) | (<uint32_t>base[2] << 8) | base[3]
+    if (len_and_type >> 24) != 0:
+        return None
+    header_length = len_and_type & 0xFFFFFF
+    if header_length > n - 4:
+        return None
+    c.p = base + 4
+    c.end = base + 4 + header_length
+    c.bad = False
+    r = SendResponse.__new__(SendResponse)
+    if not _expect(&c, 123):
+        return None
+    while True:
+        if not _scan_str(&c, &key, &klen, &escaped) or escaped:
+            return None
+        if not _expect(&c, 58):
+            return None
+        _skip_ws(&c)
+        if c.p >= c.end:
+            return None
+        if _is(key, klen, "code", 4):
+            code = _read_int(&c)
+            has_code = True
+        elif _is(key, klen, "opaque", 6):
+            opaque = _read_int(&c)
+        elif _is(key, klen, "flag", 4):
+            flag = _read_int(&c)
+            has_flag = True
+        elif _is(key, klen, "remark", 6) and c.p[0] == 34:
+            r.remark = _plain_str(&c)
+        elif _is(key, klen, "extFields", 9) and c.p[0] == 123:
+            c.p += 1
+            _skip_ws(&c)
+            if c.p < c.end and c.p[0] == 125:
+                c.p += 1
+            else:
+                while True:
+                    if not _scan_str(&c, &key, &klen, &escaped) or escaped:
+                        return None
+                    if not _expect(&c, 58):
+                        return None
+                    _skip_ws(&c)
+                    if _is(key, klen, "msgId", 5):
+                        r.msg_id = _plain_str(&c)
+                    elif _is(key, klen, "queueId", 7):
+                        r.queue_id = _plain_int(&c)
+                    elif _is(key, klen, "queueOffset", 11):
+                        r.queue_offset = _plain_int(&c)
+                    elif _is(key, klen, "transactionId", 13):
+                        r.transaction_id = _plain_str(&c)
+                    elif _is(key, klen, "MSG_REGION", 10):
+                        r.region_id = _plain_str(&c)
+                    else:
+                        _scan_str(&c, &key, &klen, &escaped)  # a string we do not keep (TRACE_ON...)
+                    if c.bad:
+                        return None
+                    _skip_ws(&c)
+                    if c.p < c.end and c.p[0] == 44:
+                        c.p += 1
+                        continue
+                    if c.p < c.end and c.p[0] == 125:
+                        c.p += 1
+                        break
+                    return None
+        elif c.p[0] == 34:  # language, serializeTypeCurrentRPC and any other string field
+            _scan_str(&c, &key, &klen, &escaped)
+        elif c.p[0] == 45 or 48 <= c.p[0] <= 57:  # version and any other number
+            _read_int(&c)
+        elif c.p[0] == 110 and c.end - c.p >= 4 and c.p[1] == 117 and c.p[2] == 108 and c.p[3] == 108:
+            c.p += 4  # null
+        else:
+            return None  # true/false/objects/arrays where none belong: the Python codec decides
+        if c.bad:
+            return None
+        _skip_ws(&c)
+        if c.p < c.end and c.p[0] == 44:
+            c.p += 1
+            continue
+        if c.p < c.end and c.p[0] == 125:
+            c.p += 1
+            break
+        return None
+    _skip_ws(&c)
+    if c.p != c.end or not has_code or not (flag & 1):
+        return None  # trailing bytes, no code, or a request from the peer: not a send response
+    r.code = code
+    r.flag = flag
+    r.opaque = opaque
+    return r
+
+
+def read_send_response(frame):
+    """The SendResponse of one frame WITHOUT its length prefix, or None (see the module doc)."""
+    cdef Py_buffer pb
+    PyObject_GetBuffer(frame, &pb, PyBUF_SIMPLE)
+    try:
+        return _read_response(<const uint8_t*>pb.buf, pb.len)
+    finally:
+        PyBuffer_Release(&pb)
+
+
+def read_send_responses(data, Py_ssize_t max_frame_length):
+    """Every whole frame at the start of `data`: (items, consumed), each item the frame's
+    SendResponse or, when declined, the frame's bytes without its length prefix.  A length
+    outside 4..max_frame_length raises RemotingCommandError naming it (the framing is lost)."""
+    cdef Py_buffer pb
+    cdef const uint8_t* buf
+    cdef Py_ssize_t n, pos = 0, end
+    cdef int64_t length = 0
+    cdef bint bad = False
+    cdef list items = []
+    PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
+    try:
+        buf = <const uint8_t*>pb.buf
+        n = pb.len
+        while n - pos >= 4:
+            length = <int>((<uint32_t>buf[pos] << 24) | (<uint32_t>buf[pos + 1] << 16)
+                           | (<uint32_t>buf[pos + 2] << 8) | <uint32_t>buf[pos + 3])
+            if length < 4 or length > max_frame_length:
+                bad = True
+                break
+            end = pos + 4 + length
+            if end > n:
+                break
+            item = _read_response(buf + pos + 4, length)
+            if item is None:  # a copy, not a view: the caller may reuse `data` at once
+                item = PyBytes_FromStringAndSize(<const char*>(buf + pos + 4), length)
+            PyList_Append(items, item)
+            pos = end
+    finally:
+        PyBuffer_Release(&pb)
+    if bad:
+        from rmq_core.errors import RemotingCommandError
+        raise RemotingCommandError(f"frame length {length} outside 4..{max_frame_length}")
+    return items, pos
+
+
+# --- the SendResult --------------------------------------------------------------------------------
+cdef extern from "Python.h":
+    int PyObject_GenericSetAttr(object o, object name, object value) except -1
+    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
+
+
+@cython.final
+cdef class SendResultMaker:
+    """SendResults built from SendResponses without the attrs __init__ (which sets each field
+    through object.__setattr__ from Python): the same object.__setattr__, from C.  Built for the
+    attrs class `send_result_cls` and its field names, in order."""
+
+    cdef object _cls
+    cdef object _new
+    cdef tuple _names
+    cdef object _queue_cls
+    cdef dict _status
+    cdef object _default_region
+
+    def __init__(self, send_result_cls, tuple field_names, message_queue_cls, dict status_by_code,
+                 str default_region="DefaultRegion"):
+        if field_names != ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "transaction_id",
+                           "region_id"):
+            raise ValueError(f"SendResultMaker: unexpected SendResult fields {field_names!r}")
+        self._cls = send_result_cls
+        self._new = send_result_cls.__new__
+        self._names = field_names
+        self._queue_cls = message_queue_cls
+        self._status = status_by_code
+        self._default_region = default_region
+
+    def make(self, SendResponse response, mq, str msg_id):
+        """The SendResult of a successful answer; None when its code is not a send status (the
+        caller raises MQBrokerError)."""
+        cdef PyObject* status = PyDict_GetItemWithError(self._status, response.code)
+        if status == NULL:
+            return None
+        queue_id = response.queue_id
+        if queue_id is not None and queue_id != mq.queue_id:
+            mq = self._queue_cls(mq.topic, mq.broker_name, queue_id)
+        queue_offset = response.queue_offset
+        region = response.region_id
+        result = self._new(self._cls)
+        names = self._names
+        PyObject_GenericSetAttr(result, names[0], <object>status)
+        PyObject_GenericSetAttr(result, names[1], msg_id)
+        PyObject_GenericSetAttr(result, names[2], response.msg_id or "")
+        PyObject_GenericSetAttr(result, names[3], mq)
+        PyObject_GenericSetAttr(result, names[4], -1 if queue_offset is None else queue_offset)
+        PyObject_GenericSetAttr(result, names[5], response.transaction_id)
+        PyObject_GenericSetAttr(result, names[6], region if region else self._default_region)
+        return result

@@ -1,0 +1,278 @@
+"""Plain sends over TCP without the client's event loop: send_async written from the caller's thread on
+a pipelined connection per broker (Producer._send_pipelined), and sync sends whose request frame is
+built natively (Producer._send_plain_direct); against real brokers (embedded on TCP, and broker
+subprocesses where one is killed)."""
+import socket
+import threading
+import time
+
+import pytest
+
+from rmq_core import Message, Producer
+from rmq_core.client import producer as producer_module
+from rmq_core.client.producer import CommunicationMode
+from rmq_core.errors import MQBrokerError, MQClientError
+from rmq_core.message import MessageQueue, SendResult, SendStatus
+from rmq_core.plugins import get_plugin_manager, hookimpl
+from rmq_core.remoting.codes import ResponseCode
+from tests.client.conftest import FAST, drain_topic, wait_until
+
+
+def _broker_addr(p: Producer, topic: str) -> str:
+    mq = p.fetch_publish_message_queues(topic)[0]
+    return p.instance.find_broker_addr_in_publish(mq.broker_name)
+
+
+def _shape(r: SendResult) -> tuple:
+    return (type(r), r.status, len(r.msg_id), len(r.offset_msg_id), type(r.queue), type(r.queue_offset),
+            r.transaction_id, r.region_id)
+
+
+def test_async_sends_are_pipelined_land_once_and_call_back_off_the_reader(cluster):
+    topic = "PipeT"
+    calls, errors = [], []
+    with Producer("PG_PIPE", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        sync_result = p.send(Message(topic, b"sync", tags="TagP"))  # route cached, direct path open
+        addr = _broker_addr(p, topic)
+
+        def callback(result, error):
+            calls.append((result, error, threading.current_thread().name))
+
+        futures = [p.send_async(Message(topic, f"a{i}".encode(), tags="TagP", keys=f"k{i}"), callback)
+                   for i in range(60)]
+        results = [f.result(10) for f in futures]
+        wait_until(lambda: len(calls) == 60, what="every callback")
+        assert p.instance.send_channel_count(addr) == 1
+    assert all(r.status is SendStatus.SEND_OK for r in results)
+    assert {_shape(r) for r in results} == {_shape(sync_result)}  # the same kind of result as a sync send
+    assert sorted(c[0].msg_id for c in calls) == sorted(r.msg_id for r in results)
+    assert not [c for c in calls if c[1] is not None]
+    # callbacks run on the client's blocking executor, never on the connection's reader thread
+    assert {c[2].split("_")[0] for c in calls} <= {f"rmq-io-{p.client_id}"} and not errors
+    per_queue = {}
+    for r in sorted(results, key=lambda r: r.queue_offset):
+        per_queue.setdefault(r.queue.queue_id, []).append(r.queue_offset)
+    assert all(offsets == sorted(set(offsets)) for offsets in per_queue.values())
+    got = drain_topic(cluster.tcp_namesrv, topic, "CG_PIPE", 61)
+    assert sorted(m.body for m in got) == sorted([b"sync"] + [f"a{i}".encode() for i in range(60)])
+    by_id = {r.msg_id: r for r in results}
+    for m in got:
+        if m.body != b"sync":
+            r = by_id[m.msg_id]
+            assert (m.queue_id, m.queue_offset, m.tags, m.keys) == (r.queue.queue_id, r.queue_offset, "TagP",
+                                                                    f"k{m.body.decode()[1:]}")
+
+
+def test_many_threads_share_one_pipelined_connection(cluster):
+    topic = "PipeThreadsT"
+    results, errors = [], []
+    with Producer("PG_PIPE_THREADS", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        p.send(Message(topic, b"warm"))
+
+        def sender(n):
+            futures = [p.send_async(Message(topic, f"{n}-{i}".encode())) for i in range(50)]
+            for f in futures:
+                try:
+                    results.append(f.result(20))
+                except Exception as e:  # noqa: BLE001 - asserted below
+                    errors.append(e)
+
+        threads = [threading.Thread(target=sender, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert p.instance.send_channel_count(_broker_addr(p, topic)) == 1
+    assert not errors and len(results) == 300
+    assert len({(r.queue.queue_id, r.queue_offset) for r in results}) == 300
+    got = drain_topic(cluster.tcp_namesrv, topic, "CG_PIPE_THREADS", 301)
+    assert sorted(m.body for m in got if m.body != b"warm") == sorted(
+        f"{n}-{i}".encode() for n in range(6) for i in range(50))
+
+
+def test_pipelined_path_off_takes_the_loop(cluster):
+    with Producer("PG_NOPIPE", namesrv=cluster.tcp_namesrv, pipelined_send_connections=0, **FAST) as p:
+        p.send(Message("NoPipeT", b"warm"))
+        assert all(p.send_async(Message("NoPipeT", b"x")).result(10).status is SendStatus.SEND_OK for _ in range(5))
+        assert p.instance.send_channel_count(_broker_addr(p, "NoPipeT")) == 0
+
+
+def test_in_proc_brokers_keep_the_loop_path(cluster):
+    with Producer("PG_PIPE_INPROC", namesrv=cluster.namesrv, **FAST) as p:
+        p.send(Message("PipeInprocT", b"warm"))
+        assert p.send_async(Message("PipeInprocT", b"x")).result(10).status is SendStatus.SEND_OK
+        assert not p.instance._send_channels
+
+
+def test_a_connection_broken_mid_flight_retries_and_the_next_send_reconnects(cluster):
+    topic = "PipeBreakT"
+    with Producer("PG_PIPE_BREAK", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        p.send(Message(topic, b"warm"))
+        p.send_async(Message(topic, b"warm-async")).result(10)
+        addr = _broker_addr(p, topic)
+        (channel,) = p.instance._send_channels[addr]
+        futures = [p.send_async(Message(topic, f"b{i}".encode())) for i in range(30)]
+        channel._rsock.shutdown(socket.SHUT_RDWR)  # as a reset connection would leave it
+        results = [f.result(15) for f in futures]
+        assert all(r.status is SendStatus.SEND_OK for r in results)
+        assert channel.closed
+        after = p.send_async(Message(topic, b"after")).result(10)
+        assert after.status is SendStatus.SEND_OK
+        (fresh,) = p.instance._send_channels[addr]
+        assert fresh is not channel and not fresh.closed
+    got = drain_topic(cluster.tcp_namesrv, topic, "CG_PIPE_BREAK", 63, timeout=4)  # (up to 30 doubles)
+    bodies = {m.body for m in got}  # at least once: an answer lost with the connection is sent again
+    assert bodies == {b"warm", b"warm-async", b"after"} | {f"b{i}".encode() for i in range(30)}
+
+
+def _rewrite_responses(monkeypatch, rewrite):
+    """Make the pipelined connections read send responses through rewrite(items) first."""
+    real = producer_module.read_send_response_frames
+
+    def read(data, max_frame_length):
+        items, consumed = real(data, max_frame_length)
+        return rewrite(items), consumed
+
+    monkeypatch.setattr(producer_module, "read_send_response_frames", read)
+
+
+def test_a_busy_answer_is_retried_through_the_loop_and_a_refusal_is_not(cluster, monkeypatch):
+    codes = [ResponseCode.SYSTEM_BUSY, ResponseCode.MESSAGE_ILLEGAL]
+
+    def rewrite(items):
+        for item in items:
+            if codes and not isinstance(item, bytes):
+                item.code, item.remark = codes.pop(0), "injected"
+        return items
+
+    with Producer("PG_PIPE_BUSY", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        p.send(Message("PipeBusyT", b"warm"))
+        _rewrite_responses(monkeypatch, rewrite)
+        busy = p.send_async(Message("PipeBusyT", b"busy once")).result(10)  # retried on the loop's path
+        assert busy.status is SendStatus.SEND_OK
+        with pytest.raises(MQBrokerError, match="code 13 .*injected"):
+            p.send_async(Message("PipeBusyT", b"illegal")).result(10)
+    # every request was stored (only its answer was rewritten): the busy one twice, as it was sent again
+    got = drain_topic(cluster.tcp_namesrv, "PipeBusyT", "CG_PIPE_BUSY", 4, timeout=5)
+    assert sorted(m.body for m in got) == [b"busy once", b"busy once", b"illegal", b"warm"]
+
+
+def test_an_unanswered_send_times_out_within_its_timeout(cluster, monkeypatch):
+    dropped = []
+
+    def rewrite(items):
+        if not dropped and items:
+            dropped.append(items[0])
+            return items[1:]
+        return items
+
+    with Producer("PG_PIPE_TIMEOUT", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        p.send(Message("PipeTimeoutT", b"warm"))
+        _rewrite_responses(monkeypatch, rewrite)
+        t0 = time.monotonic()
+        fut = p.send_async(Message("PipeTimeoutT", b"lost answer"), timeout=0.5)
+        with pytest.raises(MQClientError, match="no response .* in time"):
+            fut.result(10)
+        assert 0.4 < time.monotonic() - t0 < 3
+        assert dropped
+        assert p.send_async(Message("PipeTimeoutT", b"next")).result(10).status is SendStatus.SEND_OK
+
+
+def test_shutdown_with_sends_in_flight_leaves_none_hanging(cluster):
+    p = Producer("PG_PIPE_SHUT", namesrv=cluster.tcp_namesrv, **FAST).start()
+    p.send(Message("PipeShutT", b"warm"))
+    futures = [p.send_async(Message("PipeShutT", f"s{i}".encode())) for i in range(300)]
+    p.shutdown()
+    outcomes = []
+    for f in futures:
+        try:
+            outcomes.append(f.result(5).status)
+        except Exception as e:  # noqa: BLE001 - a send failed by the shutdown says so
+            outcomes.append(type(e).__name__)
+    assert len(outcomes) == 300 and outcomes.count(SendStatus.SEND_OK) > 0
+    assert not [t for t in threading.enumerate() if t.name.startswith(f"rmq-send-{p.client_id}")]
+
+
+def test_a_pipelined_send_to_a_dead_broker_is_retried_on_the_other(tmp_path):
+    from tests.servers import NamesrvAndBroker
+
+    servers = NamesrvAndBroker(tmp_path, brokers=2, broker_props={"registerNameServerPeriod": "1000"})
+    try:
+        with Producer("PG_PIPE_FAILOVER", namesrv=servers.namesrv, send_msg_timeout=5.0, **FAST) as p:
+            for b in ("broker-a", "broker-b"):
+                p.send(Message("PipeFailover", b"seed"), queue=MessageQueue("PipeFailover", b, 0))
+            wait_until(lambda: {q.broker_name for q in p.fetch_publish_message_queues("PipeFailover")} ==
+                       {"broker-a", "broker-b"}, what="the topic on both brokers")
+            warm = [p.send_async(Message("PipeFailover", b"w")) for _ in range(8)]
+            assert {f.result(10).queue.broker_name for f in warm} == {"broker-a", "broker-b"}
+            servers.brokers[1].kill()  # SIGKILL broker-b
+            results = [p.send_async(Message("PipeFailover", f"m{i}".encode())).result(15) for i in range(40)]
+            assert all(r.status is SendStatus.SEND_OK for r in results)
+            assert {r.queue.broker_name for r in results} == {"broker-a"}
+            assert p.fault_strategy.tolerance.is_available("broker-b") is False
+    finally:
+        servers.stop()
+
+
+class _SendRecorder:
+    def __init__(self):
+        self.modes = []
+
+    @hookimpl
+    def rmq_before_send(self, context):
+        self.modes.append(context.mode)
+
+    @hookimpl
+    def rmq_after_send(self, context):
+        self.modes.append("after")
+
+
+def test_send_hooks_take_the_general_path(cluster):
+    rec = _SendRecorder()
+    pm = get_plugin_manager()
+    pm.register(rec, name="test-pipe-recorder")
+    try:
+        with Producer("PG_PIPE_HOOK", namesrv=cluster.tcp_namesrv, **FAST) as p:
+            assert p.send_async(Message("PipeHookT", b"h")).result(10).status is SendStatus.SEND_OK
+            assert p.send(Message("PipeHookT", b"s")).status is SendStatus.SEND_OK
+            assert not p.instance._send_channels
+    finally:
+        pm.unregister(rec)
+    assert rec.modes == [CommunicationMode.ASYNC.value, "after", CommunicationMode.SYNC.value, "after"]
+
+
+def test_auto_batch_still_gathers_over_tcp(cluster, monkeypatch):
+    with Producer("PG_PIPE_AB", namesrv=cluster.tcp_namesrv, auto_batch=True, **FAST) as p:
+        p.send(Message("PipeAutoBatchT", b"warm"))
+        batches = []
+        real = p._send_batch
+
+        async def counting(msgs, timeout, queue):
+            batches.append(msgs)
+            return await real(msgs, timeout, queue)
+
+        monkeypatch.setattr(p, "_send_batch", counting)
+        futures = [p.send_async(Message("PipeAutoBatchT", f"ab{i}".encode())) for i in range(40)]
+        results = [f.result(10) for f in futures]
+        assert not p.instance._send_channels
+    assert all(r.status is SendStatus.SEND_OK for r in results) and batches
+    assert len({r.msg_id for r in results}) == 40
+
+
+def test_plain_sync_sends_never_build_a_remoting_command(cluster, monkeypatch):
+    with Producer("PG_LEAN_SYNC", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        p.send(Message("LeanSyncT", b"warm"))  # the route look-up goes through the loop
+
+        def no_command(*a, **kw):
+            raise AssertionError("a plain send built a RemotingCommand")
+
+        monkeypatch.setattr(p, "_build_request", no_command)
+        results = [p.send(Message("LeanSyncT", f"l{i}".encode(), tags="T", properties={"a": "1"})) for i in range(10)]
+        results += [p.send_async(Message("LeanSyncT", f"la{i}".encode())).result(10) for i in range(10)]
+        monkeypatch.undo()
+        big = p.send(Message("LeanSyncT", b"z" * 10000))  # compressed: the Python way, still direct
+    assert all(r.status is SendStatus.SEND_OK for r in results + [big])
+    got = drain_topic(cluster.tcp_namesrv, "LeanSyncT", "CG_LEAN_SYNC", 22)
+    by_body = {m.body: m for m in got}
+    assert by_body[b"z" * 10000].msg_id == big.msg_id
+    assert all(by_body[f"l{i}".encode()].properties.get("a") == "1" for i in range(10))
