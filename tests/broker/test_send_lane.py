@@ -522,3 +522,40 @@ def test_any_json_layout_of_a_send_header_gets_the_same_answer(pair, batch):
     frames, answered = batch
     with_lane, reference = run_both(pair, frames, answered)
     assert with_lane == reference
+
+
+def test_rpc_hooks_see_every_send_so_the_lane_stands_aside(make_cluster, tmp_path):
+    """With an RPC hook installed, each send must pass through ProcessorTable.dispatch."""
+    from rmq_core.plugins import get_plugin_manager, hookimpl
+
+    seen = []
+
+    class Hooks:
+        @hookimpl
+        def rmq_rpc_before_request(self, remote_addr, request):
+            if request.code == V2:
+                seen.append(("before", request.opaque))
+
+        @hookimpl
+        def rmq_rpc_after_response(self, remote_addr, request, response):
+            if request.code == V2:
+                seen.append(("after", response.opaque, response.code))
+
+    pm = get_plugin_manager()
+    hooks = Hooks()
+    pm.register(hooks)
+    try:
+        cluster = make_cluster(store=tmp_path / "hooked")
+        s = RawSocket(cluster.broker_addr)
+        try:
+            _warm(s, "Hooked")
+            s.send(b"".join(frame(V2, v2_fields("Hooked", 0), b"h", opaque=10 + i) for i in range(5)))
+            assert sorted(s.answers(5)) == list(range(10, 15))
+            lane = lane_of(cluster, s)
+            assert lane.handled == 0 and lane.deferred == 0
+        finally:
+            s.close()
+    finally:
+        pm.unregister(hooks)
+    for opaque in range(10, 15):
+        assert ("before", opaque) in seen and ("after", opaque, 0) in seen
