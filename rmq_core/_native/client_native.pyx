@@ -737,3 +737,90 @@ cdef class SendResultMaker:
         PyObject_GenericSetAttr(result, names[5], response.transaction_id)
         PyObject_GenericSetAttr(result, names[6], region if region else self._default_region)
         return result
+
+
+# --- futures ---------------------------------------------------------------------------------------
+cdef extern from "Python.h":
+    PyObject** _PyObject_GetDictPtr(object o)
+    int PyDict_SetItem(object d, object key, object value) except -1
+    PyObject* PyDict_GetItem(object d, object key)
+
+cdef object _PENDING = None
+cdef object _RUNNING = None
+cdef object _FINISHED = None
+
+
+def init_future_states(pending, running, finished):
+    """Bind concurrent.futures' state constants (called once by rmq_core.client.instance)."""
+    global _PENDING, _RUNNING, _FINISHED
+    _PENDING, _RUNNING, _FINISHED = pending, running, finished
+
+
+def finish_unwatched(future, result, exception):
+    """Finish a LeanFuture nobody waits on or subscribed to yet, in one step no other thread can
+    come between (no Python code runs here): when its __dict__ has no `_condition` and its state is
+    PENDING or RUNNING, store the result (or exception), set FINISHED and return True.  Anyone who
+    comes later makes the Condition first and then reads the final state.  False: the caller takes
+    Future.set_result / set_exception (a Condition exists, or the Future is already done)."""
+    cdef PyObject** dict_ptr = _PyObject_GetDictPtr(future)
+    cdef PyObject* state
+    if dict_ptr == NULL or dict_ptr[0] == NULL:
+        return False
+    d = <object>dict_ptr[0]
+    if PyDict_GetItem(d, "_condition") != NULL:
+        return False
+    state = PyDict_GetItem(d, "_state")
+    if state == NULL or (<object>state is not _PENDING and <object>state is not _RUNNING):
+        return False
+    if exception is None:
+        PyDict_SetItem(d, "_result", result)
+    else:
+        PyDict_SetItem(d, "_exception", exception)
+    PyDict_SetItem(d, "_state", _FINISHED)
+    return True
+
+
+# --- UNIQ_KEY ----------------------------------------------------------------------------------------
+cdef extern from "Python.h":
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
+    void* PyUnicode_DATA(object o)
+    int PyUnicode_KIND(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    object PyIter_Next(object o)
+
+cdef const char* _UPPER_HEX = "0123456789ABCDEF"
+
+
+@cython.final
+cdef class UniqIds:
+    """MessageClientIDSetter.create_uniq_id written natively: the same id from the same state
+    (its hex prefix, month bounds and its shared counter, so ids from either never repeat), the
+    32 characters formatted in C instead of an f-string."""
+
+    cdef object _setter
+
+    def __init__(self, setter_cls):
+        self._setter = setter_cls
+
+    def __call__(self):
+        cdef int64_t now = _now_ms()
+        cdef object setter = self._setter
+        cdef Py_ssize_t n, i
+        cdef uint32_t elapsed, counter
+        cdef char* out
+        if now >= <int64_t>setter._next_month_ms:
+            setter._roll_month(now)
+        counter = <uint32_t>(<int64_t>PyIter_Next(setter._sequence) & 0xFFFF)
+        elapsed = <uint32_t>((now - <int64_t>setter._month_start_ms) & 0xFFFFFFFF)
+        prefix = setter._hex_prefix
+        n = PyUnicode_GET_LENGTH(prefix)
+        if PyUnicode_KIND(prefix) != 1:
+            raise ValueError(f"MessageClientIDSetter prefix {prefix!r} is not ASCII hex")
+        uniq = PyUnicode_New(n + 12, 127)
+        out = <char*>PyUnicode_DATA(uniq)
+        memcpy(out, PyUnicode_DATA(prefix), n)
+        for i in range(8):
+            out[n + i] = _UPPER_HEX[(elapsed >> (28 - 4 * i)) & 15]
+        for i in range(4):
+            out[n + 8 + i] = _UPPER_HEX[(counter >> (12 - 4 * i)) & 15]
+        return uniq

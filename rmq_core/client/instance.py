@@ -24,7 +24,15 @@ import threading
 import time
 from typing import Any, Callable
 
+from concurrent.futures._base import CANCELLED as _CANCELLED
+from concurrent.futures._base import CANCELLED_AND_NOTIFIED as _CANCELLED_AND_NOTIFIED
+from concurrent.futures._base import FINISHED as _FINISHED
+from concurrent.futures._base import PENDING as _PENDING
+from concurrent.futures._base import RUNNING as _RUNNING
+
 from rmq_core import loops, plugins
+from rmq_core._native.client_native import finish_unwatched as _finish_unwatched
+from rmq_core._native.client_native import init_future_states
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
@@ -38,6 +46,9 @@ from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
 
 log = logging.getLogger("rmq.client")
+
+init_future_states(_PENDING, _RUNNING, _FINISHED)
+_DONE_STATES = frozenset({_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED})
 
 
 # --- scheduler: one thread for the periodic jobs ------------------------------------------------
@@ -203,6 +214,52 @@ class CancellableFuture(concurrent.futures.Future):
             except RuntimeError:  # the loop is closed: the work went with it
                 pass
         return True
+
+
+class LeanFuture(CancellableFuture):
+    """A CancellableFuture without a Condition until a thread waits on it or subscribes to it.
+
+    concurrent.futures.Future makes a threading.Condition per Future (a few microseconds, most of
+    the cost of one); an async send's Future is usually finished before anyone asks for it.  Here
+    `_condition` is made on first use (__getattr__, installed with dict.setdefault so two threads
+    get the same one), and finish() completes a Future nobody watches in one native step
+    (client_native.finish_unwatched): whoever comes later makes the Condition first and then reads
+    the final state, so nobody can miss the completion.  Otherwise the usual Future methods run."""
+
+    def __init__(self):
+        # what Future.__init__ sets, but _condition
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks = []
+        self.on_cancel = None
+
+    def __getattr__(self, name):  # only for attributes not set: `_condition` before its first use
+        if name == "_condition":
+            return self.__dict__.setdefault("_condition", threading.Condition())
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def finish(self, result, exception: BaseException | None = None) -> None:
+        """set_result(result), or set_exception(exception) when one is given; a Future cancelled
+        meanwhile stays cancelled (no InvalidStateError)."""
+        if _finish_unwatched(self, result, exception):
+            return
+        try:
+            if exception is None:
+                self.set_result(result)
+            else:
+                self.set_exception(exception)
+        except concurrent.futures.InvalidStateError:
+            pass
+
+    def done(self) -> bool:
+        return self._state in _DONE_STATES  # (one read: no lock needed)
+
+    def result(self, timeout: float | None = None):
+        if self._state is _FINISHED and self._exception is None:  # done and fine: no Condition needed
+            return self._result
+        return super().result(timeout)
 
 
 class _BlockingCall:
@@ -864,4 +921,4 @@ def is_system_topic(topic: str) -> bool:
     return TopicValidator.is_system_topic(topic)
 
 
-__all__ = ["CancellableFuture", "MQClientInstance", "MQClientManager", "Scheduler", "parse_offset_table"]
+__all__ = ["CancellableFuture", "LeanFuture", "MQClientInstance", "MQClientManager", "Scheduler", "parse_offset_table"]

@@ -26,7 +26,7 @@ from rmq_core import plugins
 from rmq_core.client.accumulator import ProduceAccumulator
 from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import MQFaultStrategy
-from rmq_core.client.instance import CancellableFuture, MQClientInstance, MQClientManager
+from rmq_core.client.instance import CancellableFuture, LeanFuture, MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
 from rmq_core.client.selector import MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
@@ -35,7 +35,7 @@ from rmq_core.message import (
     TopicValidator, encode_properties_checked, properties_to_string,
 )
 from rmq_core._native.client_native import (
-    SendHeader, SendResponse, SendResultMaker, read_send_response, read_send_responses,
+    SendHeader, SendResponse, SendResultMaker, UniqIds, read_send_response, read_send_responses,
 )
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, next_opaque
@@ -122,7 +122,7 @@ def read_send_response_frames(data, max_frame_length: int) -> tuple[list, int]:
     return read_send_responses(data, max_frame_length)
 
 
-create_uniq_id = MessageClientIDSetter.create_uniq_id
+create_uniq_id = UniqIds(MessageClientIDSetter)  # MessageClientIDSetter.create_uniq_id, natively
 _RESULTS = SendResultMaker(SendResult, tuple(f.name for f in attrs.fields(SendResult)), MessageQueue, _STATUS_BY_CODE)
 
 
@@ -135,6 +135,7 @@ def send_result_of(response: SendResponse, mq: MessageQueue, msg_id: str, addr: 
 
 
 _NOT_DIRECT = object()  # Producer._send_direct's "take the loop's path" answer
+_NO_HEADER = object()  # not in Producer._send_headers yet
 
 
 class _SendContext:
@@ -354,7 +355,9 @@ class Producer:
         self.batch_max_bytes = min(batch_max_bytes, max_message_size)
         self._accumulator = ProduceAccumulator(self, batch_max_bytes=self.batch_max_bytes,
                                                async_mode=CommunicationMode.ASYNC) if auto_batch else None
-        self._send_headers: dict[tuple[MessageQueue, bool], SendHeader] = {}  # see _encode_frame
+        # (topic, broker, queue id, batch) -> SendHeader, see _encode_frame (keyed by the fields: a
+        # MessageQueue's attrs-made __hash__ and __eq__ are Python calls)
+        self._send_headers: dict[tuple[str, str, int, bool], SendHeader | None] = {}
         self._fault_noted: dict[str, int] = {}  # broker -> ms of its last fast answer noted (_note_latency)
         # which plain sends take the lean paths (decided at start, with the hooks)
         self._plain_direct = False
@@ -470,7 +473,9 @@ class Producer:
         addr = inst.find_broker_addr_in_publish(mq.broker_name)
         if addr is None or inst.in_proc(addr):
             return self._send_direct_prepared(msg, timeout, mq)
-        header = self._send_headers.get((mq, False)) or self._send_header(mq, False)
+        header = self._send_headers.get((mq.topic, mq.broker_name, mq.queue_id, False), _NO_HEADER)
+        if header is _NO_HEADER:
+            header = self._send_header(mq, False)
         uniq = create_uniq_id()
         opaque = next_opaque()
         frame = header.build_message_frame(msg, uniq, opaque) if header is not None else None
@@ -593,9 +598,8 @@ class Producer:
                       batch: bool = False) -> tuple[bytes, int, int]:
         """(frame, opaque, code) of the send request _build_request makes, built natively from a
         header cached per queue; the Python encoder where the native one declines."""
-        key = (mq, batch)
-        header = self._send_headers.get(key)
-        if header is None:
+        header = self._send_headers.get((mq.topic, mq.broker_name, mq.queue_id, batch), _NO_HEADER)
+        if header is _NO_HEADER:
             header = self._send_header(mq, batch)
         opaque = next_opaque()
         if header is not None:
@@ -609,11 +613,13 @@ class Producer:
     def _send_header(self, mq: MessageQueue, batch: bool) -> SendHeader | None:
         """The native header of sends to `mq` (None: the Python encoder's case - SEND_MESSAGE V1,
         or a retry topic, whose reconsume fields move from the properties into the header)."""
-        if not self.use_send_message_v2 or MixAll.is_retry_topic(mq.topic):
-            return None
         if len(self._send_headers) >= 4096:  # queues come and go with routes: keep it bounded
             self._send_headers.clear()
-        header = self._send_headers[(mq, batch)] = SendHeader(
+        key = (mq.topic, mq.broker_name, mq.queue_id, batch)
+        if not self.use_send_message_v2 or MixAll.is_retry_topic(mq.topic):
+            self._send_headers[key] = None
+            return None
+        header = self._send_headers[key] = SendHeader(
             self.group, mq.topic, mq.queue_id, mq.broker_name, self.create_topic_key, self.default_topic_queue_nums,
             RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2, batch, "PYTHON",
             MQVersion.CURRENT)
@@ -632,19 +638,17 @@ class Producer:
         batch request (each still gets its own SendResult; see rmq_core.client.accumulator)."""
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
-        fut = None
         if queue is None and selector is None and self._plain_pipelined:
             fut = self._send_pipelined(msg, t)
-        if fut is not None:
+            if fut is not None:
+                if callback is not None:
+                    self._call_back_when_done(fut, callback)
+                return fut
+        try:
+            prepared = self._prepare(msg)
+        except Exception:  # a bad message fails its Future (and callback), as any other send error
             prepared = None
-        else:
-            try:
-                prepared = self._prepare(msg)
-            except Exception:  # a bad message fails its Future (and callback), as any other send error
-                prepared = None
-        if fut is not None:
-            pass
-        elif prepared is None or queue is not None or selector is not None or self._hooks:
+        if prepared is None or queue is not None or selector is not None or self._hooks:
             fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg, prepared=prepared))
         else:
             fut = CancellableFuture()
@@ -668,24 +672,29 @@ class Producer:
                 fut.on_cancel = lambda: inst.loop.call_soon_threadsafe(call.cancel)
                 inst.post(call.start)
         if callback is not None:
-            def call(f: concurrent.futures.Future):
-                try:
-                    exc = f.exception()
-                except concurrent.futures.CancelledError as e:
-                    exc = e
-                try:
-                    callback(None if exc else f.result(), exc)
-                except Exception:
-                    log.exception("send callback raised")
-
-            def done(f: concurrent.futures.Future):
-                # never on the event loop: a callback may itself send synchronously
-                try:
-                    inst.blocking_executor.submit(call, f)
-                except RuntimeError:  # the client is shutting down
-                    call(f)
-            fut.add_done_callback(done)
+            self._call_back_when_done(fut, callback)
         return fut
+
+    def _call_back_when_done(self, fut: concurrent.futures.Future, callback) -> None:
+        inst = self.instance
+
+        def call(f: concurrent.futures.Future):
+            try:
+                exc = f.exception()
+            except concurrent.futures.CancelledError as e:
+                exc = e
+            try:
+                callback(None if exc else f.result(), exc)
+            except Exception:
+                log.exception("send callback raised")
+
+        def done(f: concurrent.futures.Future):
+            # never on the event loop or a connection's reader: a callback may itself send synchronously
+            try:
+                inst.blocking_executor.submit(call, f)
+            except RuntimeError:  # the client is shutting down
+                call(f)
+        fut.add_done_callback(done)
 
     def _send_pipelined(self, msg: Message, timeout: float) -> CancellableFuture | None:
         """A plain async send's first attempt written from this thread on the broker's pipelined
@@ -705,9 +714,11 @@ class Producer:
         addr = inst.find_broker_addr_in_publish(mq.broker_name)
         if addr is None or inst.in_proc(addr):
             return None
-        fut = CancellableFuture()
+        fut = LeanFuture()
         begin = time.monotonic()
-        header = self._send_headers.get((mq, False)) or self._send_header(mq, False)
+        header = self._send_headers.get((mq.topic, mq.broker_name, mq.queue_id, False), _NO_HEADER)
+        if header is _NO_HEADER:
+            header = self._send_header(mq, False)
         opaque = next_opaque()
         frame = None
         prepared = None
@@ -740,20 +751,14 @@ class Producer:
             result = _RESULTS.make(response, mq, uniq)
             if result is not None:
                 self._note_latency(mq.broker_name, begin, False)
-                try:
-                    fut.set_result(result)
-                except concurrent.futures.InvalidStateError:  # cancelled by the caller meanwhile
-                    pass
+                fut.finish(result)
                 return
             error = MQBrokerError(response.code, response.remark, addr)
         self._note_latency(mq.broker_name, begin, True)
         retryable = isinstance(error, RemotingError) or (
             isinstance(error, MQBrokerError) and error.code in RETRY_RESPONSE_CODES)
         if not retryable or self.instance._stopping:
-            try:
-                fut.set_exception(error)
-            except concurrent.futures.InvalidStateError:
-                pass
+            fut.finish(None, error)
             return
         log.warning("send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_async_failed, error)
         self._continue_on_loop(msg, prepared or self._prepared_with(msg, uniq), timeout,
@@ -865,7 +870,7 @@ class Producer:
         props = msg.wire_properties()
         uniq = msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if not uniq:
-            uniq = MessageClientIDSetter.create_uniq_id()
+            uniq = create_uniq_id()
         props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
         body = msg.body
         sys_flag = 0
@@ -1033,7 +1038,7 @@ class Producer:
         total = 0
         max_size = self.max_message_size
         uniq_key = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-        create_uniq_id = MessageClientIDSetter.create_uniq_id
+        create_uniq_id = UniqIds(MessageClientIDSetter)  # MessageClientIDSetter.create_uniq_id, natively
         for m in msgs:
             check_message(m, max_size)
             if m.topic != topic:
