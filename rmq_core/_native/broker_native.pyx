@@ -556,7 +556,8 @@ cdef class SendLane:
     cdef object stat_topic
     cdef int64_t stat_n, stat_bytes
     # frames answered here / handed back / put here and answered by on_deferred (for tests, stats)
-    cdef public int64_t handled, declined, deferred
+    cdef public int64_t handled, declined, deferred, failed
+    cdef object on_error
 
     def __cinit__(self):
         cdef int i
@@ -575,14 +576,17 @@ cdef class SendLane:
 
     def __init__(self, processor, ctx, store, topic_manager, broker_config, stats, table, dict send_topics,
                  bytes cluster_prop, born_host, int64_t version, tasks, Py_ssize_t max_inflight,
-                 json_type, put_ok, on_deferred, call_soon_threadsafe=None, write_frames=None, sync_outcome=None):
+                 json_type, put_ok, on_deferred, call_soon_threadsafe=None, write_frames=None, sync_outcome=None,
+                 on_error=None):
         """`send_topics`: the processor's topic -> (data version, counter, write queues, queue id
         bound) cache; `on_deferred(frame, result, future, topic, queue_id)` finishes a send whose
         put must be waited for (SYNC_FLUSH) or failed; `tasks`/`max_inflight`: the connection's
         requests in flight and its limit (at the limit the general path answers SYSTEM_BUSY).
         SYNC_FLUSH puts whose Future is a concurrent Future are answered in groups instead, when
         given: `call_soon_threadsafe` (the loop's), `write_frames(bytes)` (answers written outside
-        a read) and `sync_outcome(status) -> (code, remark or None, with fields)`."""
+        a read) and `sync_outcome(status) -> (code, remark or None, with fields)`.
+        `on_error(frame, exception)` answers a send whose handling raised (without it, deliver
+        raises and the transport drops the connection)."""
         self.processor = processor
         self.ctx = ctx
         self.store = store
@@ -601,6 +605,7 @@ cdef class SendLane:
         self.call_soon_threadsafe = call_soon_threadsafe
         self.write_frames = write_frames
         self.sync_outcome = sync_outcome
+        self.on_error = on_error
         self.group = None
         self.sync_waiting = 0
         self.msg = PlainSend()
@@ -612,6 +617,7 @@ cdef class SendLane:
         self.handled = 0
         self.declined = 0
         self.deferred = 0
+        self.failed = 0
 
     cdef object _topic_str(self, const uint8_t* p, Py_ssize_t n):
         cdef uint32_t h = 2166136261u
@@ -816,13 +822,21 @@ cdef class SendLane:
                 if lane_on and PySet_GET_SIZE(self.tasks) + self.sync_waiting < self.max_inflight:
                     if view is None:
                         view = memoryview(data)
-                    rc = self._try_send(buf + pos + 4, length, fast_put, view, pos + 4, end, emit)
+                    try:
+                        rc = self._try_send(buf + pos + 4, length, fast_put, view, pos + 4, end, emit)
+                    except Exception as e:  # e.g. the store's write failed: answered as dispatch would
+                        if self.on_error is None:
+                            raise
+                        self._seal_group()
+                        self._flush(emit)
+                        self.on_error(view[pos + 4:end], e)
+                        rc = 3
                 if rc == 1:
                     self.handled += 1
                 else:
                     if rc == 2:
                         self.deferred += 1
-                    else:
+                    elif rc == 0:
                         self.declined += 1
                         self._seal_group()
                         self._flush(emit)
@@ -831,6 +845,8 @@ cdef class SendLane:
                         if not on_frame(view[pos + 4:end]):
                             pos = end
                             break
+                    else:
+                        self.failed += 1
                     fast_put = self.store._fast_put
                     lane_on = fast_put is not None and self.table.rpc_hooks is None
                 pos = end

@@ -355,6 +355,11 @@ class ChannelContext:
             return
         self._spawn(self._finish(request, coro, yielded))
 
+    def answer_failure(self, request: RemotingCommand, exc: Exception) -> None:
+        """Answer `request` whose handling raised `exc` as ProcessorTable.dispatch does (logged,
+        SYSTEM_ERROR naming the exception)."""
+        self._answer(request, self._table._failed(self, request, exc))
+
     def _spawn(self, coro) -> None:
         task = self._loop.create_task(coro)
         self._tasks.add(task)

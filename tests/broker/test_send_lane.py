@@ -559,3 +559,31 @@ def test_rpc_hooks_see_every_send_so_the_lane_stands_aside(make_cluster, tmp_pat
         pm.unregister(hooks)
     for opaque in range(10, 15):
         assert ("before", opaque) in seen and ("after", opaque, 0) in seen
+
+
+def test_a_put_that_raises_is_answered_like_the_reference(pair, monkeypatch):
+    """A store write failing under the lane: SYSTEM_ERROR naming it, the connection kept."""
+    results = []
+    for cluster in pair:
+        store = cluster.broker.store
+        s = RawSocket(cluster.broker_addr)
+        try:
+            _warm(s, "Fails")
+
+            def broken_put(msg, defer_flush=False):
+                raise OSError(28, "No space left on device")
+
+            monkeypatch.setattr(store, "_fast_put", broken_put)
+            s.send(b"".join(frame(V2, v2_fields("Fails", 0), b"f", opaque=10 + i) for i in range(3)))
+            got = s.answers(3)
+            monkeypatch.undo()
+            s.send(frame(V2, v2_fields("Fails", 0), b"after", opaque=20))  # the connection lives on
+            assert RemotingCommand.decode(s.recv_frame()).code == ResponseCode.SUCCESS
+            if cluster is pair[0]:
+                assert lane_of(cluster, s).failed == 3
+        finally:
+            s.close()
+        results.append({k: normalized(v, port_of(cluster)) for k, v in got.items()})
+    assert results[0] == results[1]
+    answer = RemotingCommand.decode(results[0][10][0])
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "No space left" in answer.remark

@@ -157,13 +157,18 @@ class SendMessageProcessor(Processor):
             request = RemotingCommand.decode(frame)
             ctx.answer_later(request, self._finish_put(request, result, fut, topic, queue_id))
 
+        def failed(frame, exc):
+            # a send whose put raised (a failed write): SYSTEM_ERROR naming it, as dispatch answers
+            request = RemotingCommand.decode(frame)
+            ctx.answer_failure(request, exc)
+
         ctrl = self.ctrl
         channel = ctx.channel
         return SendLane(self, ctx, ctrl.store, ctrl.topic_manager, ctrl.broker_config, ctrl.stats,
                         ctx.processor_table, self._send_topics, self._cluster_property(), born_host,
                         MQVersion.CURRENT, ctx.tasks, ctx.max_inflight, SerializeType.JSON,
                         PutMessageStatus.PUT_OK, finish_later, ctrl.loop.call_soon_threadsafe,
-                        getattr(channel, "write_frames", None), _sync_outcome)
+                        getattr(channel, "write_frames", None), _sync_outcome, failed)
 
     def process_send(self, ctx, request):
         """A send request's response, or an awaitable of it.
