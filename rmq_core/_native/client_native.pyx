@@ -716,7 +716,7 @@ cdef class SendResultMaker:
         self._status = status_by_code
         self._default_region = default_region
 
-    def make(self, SendResponse response, mq, str msg_id):
+    cpdef object make(self, SendResponse response, mq, str msg_id):
         """The SendResult of a successful answer; None when its code is not a send status (the
         caller raises MQBrokerError)."""
         cdef PyObject* status = PyDict_GetItemWithError(self._status, response.code)
@@ -762,6 +762,10 @@ def finish_unwatched(future, result, exception):
     PENDING or RUNNING, store the result (or exception), set FINISHED and return True.  Anyone who
     comes later makes the Condition first and then reads the final state.  False: the caller takes
     Future.set_result / set_exception (a Condition exists, or the Future is already done)."""
+    return _finish_unwatched(future, result, exception)
+
+
+cdef bint _finish_unwatched(future, result, exception) except -1:
     cdef PyObject** dict_ptr = _PyObject_GetDictPtr(future)
     cdef PyObject* state
     if dict_ptr == NULL or dict_ptr[0] == NULL:
@@ -778,6 +782,63 @@ def finish_unwatched(future, result, exception):
         PyDict_SetItem(d, "_exception", exception)
     PyDict_SetItem(d, "_state", _FINISHED)
     return True
+
+
+cdef extern from "<time.h>" nogil:
+    int CLOCK_MONOTONIC
+
+
+cdef inline double _monotonic() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)  # what time.monotonic() reads on Linux
+    return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
+
+
+@cython.final
+cdef class PipelinedCompletion:
+    """Producer._pipelined_done's usual case on the reader thread, natively: a send answered with
+    a send status becomes its SendResult, the broker's fault item is noted as Producer._note_latency
+    does (a fast answer at most once per millisecond per broker, in the same `noted` table), and the
+    LeanFuture is finished.  Anything else (a failure, a refusal, a watched Future) goes to
+    `fallback(context, response, error)`, the Python method.  context: the tuple
+    (message, uniq, prepared, queue, address, timeout, begin, future) the producer made."""
+
+    cdef SendResultMaker _maker
+    cdef object _fault_strategy
+    cdef dict _noted
+    cdef object _fallback
+
+    def __init__(self, SendResultMaker maker, fault_strategy, dict noted, fallback):
+        self._maker = maker
+        self._fault_strategy = fault_strategy
+        self._noted = noted
+        self._fallback = fallback
+
+    def __call__(self, tuple context, response, error):
+        cdef double now, begin
+        cdef int64_t latency, now_ms
+        cdef PyObject* last
+        if error is None and type(response) is SendResponse and len(context) == 8:
+            mq = context[3]
+            result = self._maker.make(<SendResponse>response, mq, context[1])
+            if result is not None:
+                begin = context[6]
+                now = _monotonic()
+                latency = <int64_t>((now - begin) * 1000.0)
+                now_ms = <int64_t>(now * 1000.0)
+                broker = mq.broker_name
+                last = PyDict_GetItem(self._noted, broker)
+                if latency >= 50:
+                    self._noted.pop(broker, None)
+                    self._fault_strategy.update_fault_item(broker, latency, False)
+                elif last == NULL or <int64_t><object>last != now_ms:
+                    self._noted[broker] = now_ms
+                    self._fault_strategy.update_fault_item(broker, latency, False)
+                future = context[7]
+                if not _finish_unwatched(future, result, None):
+                    future.finish(result)
+                return
+        self._fallback(context, response, error)
 
 
 # --- UNIQ_KEY ----------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from rmq_core.message import (
     TopicValidator, encode_properties_checked, properties_to_string,
 )
 from rmq_core._native.client_native import (
-    SendHeader, SendResponse, SendResultMaker, UniqIds, read_send_response, read_send_responses,
+    PipelinedCompletion, SendHeader, SendResponse, SendResultMaker, UniqIds, read_send_response, read_send_responses,
 )
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, next_opaque
@@ -359,6 +359,9 @@ class Producer:
         # MessageQueue's attrs-made __hash__ and __eq__ are Python calls)
         self._send_headers: dict[tuple[str, str, int, bool], SendHeader | None] = {}
         self._fault_noted: dict[str, int] = {}  # broker -> ms of its last fast answer noted (_note_latency)
+        # a pipelined send's usual completion, natively (its other cases: _pipelined_done)
+        self._pipelined_completion = PipelinedCompletion(_RESULTS, self.fault_strategy, self._fault_noted,
+                                                         self._pipelined_done)
         # which plain sends take the lean paths (decided at start, with the hooks)
         self._plain_direct = False
         self._plain_pipelined = False
@@ -739,7 +742,7 @@ class Producer:
         except RemotingError as e:  # cannot connect: counted against the broker, retried elsewhere
             self._pipelined_done(context, None, e)
             return fut
-        channel.send(frame, opaque, timeout, self._pipelined_done, context)
+        channel.send(frame, opaque, timeout, self._pipelined_completion, context)
         return fut
 
     def _pipelined_done(self, context: tuple, response: SendResponse | None, error: BaseException | None) -> None:

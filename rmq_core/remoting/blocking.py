@@ -29,6 +29,7 @@ from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, split_address
 log = logging.getLogger("rmq.remoting")
 
 _LENGTH = struct.Struct(">i")
+_TIMEVAL = struct.Struct("@ll")  # struct timeval
 _READ_CHUNK = 64 * 1024
 
 
@@ -62,7 +63,13 @@ class BlockingChannel:
         except OSError as e:
             raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._timeout: float | None = connect_timeout
+        # A blocking socket whose send / receive timeouts the kernel keeps (SO_SNDTIMEO,
+        # SO_RCVTIMEO): one system call per send and per receive.  (A Python socket timeout polls
+        # before each call: twice the calls on the sync send's path.)  An expired one ends the call
+        # with EAGAIN.
+        self._sock.settimeout(None)
+        self._timeout: float | None = None
+        self._set_timeout(connect_timeout)
         self._buf = bytearray()  # bytes read past the last frame handed out
         self.closed = False
 
@@ -97,7 +104,7 @@ class BlockingChannel:
                     log.debug("blocking channel to %s: dropping response opaque=%d", self.addr, item.opaque)
                     continue
                 self._refuse(item)
-        except socket.timeout:
+        except (socket.timeout, BlockingIOError):  # (BlockingIOError: SO_RCVTIMEO / SO_SNDTIMEO expired)
             self.close()
             raise RemotingTimeoutError(
                 f"no response to {code_name(code)} (opaque {opaque}) from {self.addr} "
@@ -113,9 +120,12 @@ class BlockingChannel:
             raise RemotingConnectError(f"{code_name(code)} to {self.addr} failed: {e}") from None
 
     def _set_timeout(self, timeout: float) -> None:
-        # settimeout per call only when it changes: most calls share the producer's timeout
+        # set per call only when it changes: most calls share the producer's timeout
         if timeout != self._timeout:
-            self._sock.settimeout(timeout)
+            seconds = max(timeout, 0.001)  # (0 would mean "never")
+            tv = _TIMEVAL.pack(int(seconds), int((seconds % 1) * 1_000_000))
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
             self._timeout = timeout
 
     def _read_frame(self, deadline: float, code: int):

@@ -4,7 +4,7 @@
 Groups (each has a `baseline_redis_*` entry; extra_info carries msgs/s and latency percentiles):
 * client-produce-{128B,1KiB}: one message at a time — XADD vs Producer.send; pipelined / async /
   batched — XADD pipeline of 50 vs send_async (50 in flight; plain, and with auto_batch=True) vs
-  send_batch (50 per request).
+  send_batch (50 per request); and XADD pipeline of 200 vs send_async with 200 in flight.
 * client-consume-{128B,1KiB}: drain 2000 stored messages — XREADGROUP (COUNT 32) + XACK vs a
   PushConsumer (pull_batch_size 32) whose listener acknowledges by returning CONSUME_SUCCESS.
 The broker runs as `rmq namesrv` + `rmq broker` subprocesses on loopback, like redis-server; the
@@ -148,15 +148,14 @@ def test_produce_one_rmq_sync_send_inproc(benchmark, embedded, size):
 
 
 # --- produce: many in flight ---------------------------------------------------------------------
-@pytest.mark.parametrize("size", list(SIZES))
-def test_produce_many_redis_xadd_pipelined(benchmark, redis_client, size):
+def _xadd_pipelined(benchmark, redis_client, size, per_pipeline):
     benchmark.group = f"client-produce-{size}"
     body = b"x" * SIZES[size]
 
     def run():
-        for _ in range(N_MANY // BATCH):
+        for _ in range(N_MANY // per_pipeline):
             pipe = redis_client.pipeline(transaction=False)
-            for _ in range(BATCH):
+            for _ in range(per_pipeline):
                 pipe.xadd(f"bench-{size}", {"body": body, "tags": "TagA"})
             pipe.execute()
 
@@ -164,15 +163,25 @@ def test_produce_many_redis_xadd_pipelined(benchmark, redis_client, size):
     benchmark.extra_info["msgs_per_s"] = N_MANY / benchmark.stats.stats.median
 
 
-def _send_async_rounds(benchmark, p, size):
-    """N_MANY messages as rounds of BATCH send_async calls, each round awaited before the next."""
+@pytest.mark.parametrize("size", list(SIZES))
+def test_produce_many_redis_xadd_pipelined(benchmark, redis_client, size):
+    _xadd_pipelined(benchmark, redis_client, size, BATCH)
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_produce_many_redis_xadd_pipelined_200(benchmark, redis_client, size):
+    _xadd_pipelined(benchmark, redis_client, size, 200)
+
+
+def _send_async_rounds(benchmark, p, size, in_flight=BATCH):
+    """N_MANY messages as rounds of `in_flight` send_async calls, each round awaited before the next."""
     benchmark.group = f"client-produce-{size}"
     body = b"x" * SIZES[size]
     topic = f"Bench{SIZES[size]}"
 
     def run():
-        for _ in range(N_MANY // BATCH):
-            futs = [p.send_async(Message(topic, body, tags="TagA")) for _ in range(BATCH)]
+        for _ in range(N_MANY // in_flight):
+            futs = [p.send_async(Message(topic, body, tags="TagA")) for _ in range(in_flight)]
             for f in futs:
                 f.result(30)
 
@@ -183,6 +192,12 @@ def _send_async_rounds(benchmark, p, size):
 @pytest.mark.parametrize("size", list(SIZES))
 def test_produce_many_rmq_send_async(benchmark, producer, size):
     _send_async_rounds(benchmark, producer, size)
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_produce_many_rmq_send_async_200(benchmark, producer, size):
+    """200 send_async calls in flight per round (beside XADD pipelines of 200)."""
+    _send_async_rounds(benchmark, producer, size, 200)
 
 
 @pytest.mark.parametrize("size", list(SIZES))

@@ -300,3 +300,58 @@ def test_oversize_properties_still_fail_naming_the_size():
     msg = Message("T", b"x", properties={"k": "v" * 40000})
     with pytest.raises(IllegalArgumentError, match="message properties are 40[0-9]+ bytes, more than 32767"):
         p._encode_frame(msg, MessageQueue("T", "b", 0), b"x", 0, p._prepare(msg)[3])
+
+
+# --- the reader's completion of a pipelined send --------------------------------------------------
+class _Strategy:
+    def __init__(self):
+        self.updates = []
+
+    def update_fault_item(self, broker, latency, isolation):
+        self.updates.append((broker, latency, isolation))
+
+
+def _context(mq, future, begin):
+    return (Message("T", b"x"), "UNIQ", None, mq, "127.0.0.1:10911", 3.0, begin, future)
+
+
+def test_pipelined_completion_finishes_the_future_as_the_python_path_would():
+    import time
+
+    from rmq_core.client.instance import LeanFuture
+
+    strategy, noted, fallback_calls = _Strategy(), {}, []
+    completion = client_native.PipelinedCompletion(producer_module._RESULTS, strategy, noted,
+                                                   lambda *a: fallback_calls.append(a))
+    mq = MessageQueue("T", "broker-a", 1)
+    response = client_native.read_send_response(
+        _response(0, None, {"msgId": "OFF", "queueId": "1", "queueOffset": "12"}).encode()[4:])
+    futures = [LeanFuture() for _ in range(50)]
+    begin = time.monotonic()
+    for f in futures:
+        completion(_context(mq, f, begin), response, None)
+    want = send_result_of(response, mq, "UNIQ", "addr")
+    assert all(f.result(0) == want for f in futures) and not fallback_calls
+    # fast answers: noted at most once per millisecond for the broker (50 answers in a few ms)
+    assert 1 <= len(strategy.updates) <= 10 and all(u[0] == "broker-a" and not u[2] for u in strategy.updates)
+    assert int(begin * 1000) <= noted["broker-a"] <= int(time.monotonic() * 1000)  # the last one noted
+    # a slow answer (>= 50 ms) is always noted, with its latency
+    strategy.updates.clear()
+    f = LeanFuture()
+    completion(_context(mq, f, time.monotonic() - 0.2), response, None)
+    assert f.result(0) == want and strategy.updates and strategy.updates[0][1] >= 200 and "broker-a" not in noted
+
+
+def test_pipelined_completion_hands_failures_and_refusals_to_the_fallback():
+    from rmq_core.client.instance import LeanFuture
+
+    calls = []
+    completion = client_native.PipelinedCompletion(producer_module._RESULTS, _Strategy(), {},
+                                                   lambda *a: calls.append(a))
+    mq = MessageQueue("T", "broker-a", 1)
+    refusal = client_native.SendResponse(ResponseCode.SYSTEM_BUSY, remark="busy")
+    ctx = _context(mq, LeanFuture(), 0.0)
+    error = RemotingCommandError("x")
+    completion(ctx, refusal, None)
+    completion(ctx, None, error)
+    assert calls == [(ctx, refusal, None), (ctx, None, error)] and not ctx[7].done()
