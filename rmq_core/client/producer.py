@@ -1,14 +1,20 @@
 """Producer (RocketMQ's DefaultMQProducer): sync, async, oneway, ordered (selector) and batch sends.
 
-All the sending logic runs on the client instance's event loop; `send` waits for it,
-`send_async` returns a concurrent Future (and calls an optional callback), `send_aio` can be
-awaited from the caller's own asyncio loop.
+`send` waits, `send_async` returns a concurrent Future (and calls an optional callback),
+`send_aio` can be awaited from the caller's own asyncio loop.  A plain send (no queue, no
+selector, no send hooks) whose topic route is cached makes its first attempt without the client's
+event loop:
 
-The caller's thread validates and encodes the message (and a batch); the loop gets it through
-MQClientInstance.post.  A plain send (no queue, no selector, no send hooks) whose route is cached
-and whose broker is connected makes its first attempt as a _FastSend: no Task, no coroutine of its
-own, a lock (sync) or the Future (async) completed straight from the response.  Everything else -
-the first route look-up, connecting, retries, ordered sends - is Producer._send, a coroutine.
+* to a tcp broker, the caller's thread validates the message and builds the whole SEND_MESSAGE_V2
+  frame natively from its fields (client_native.SendHeader, header constants cached per queue);
+  `send` exchanges it on a pooled blocking connection (rmq_core.remoting.blocking) and reads the
+  answer natively, `send_async` writes it on the broker's pipelined connection
+  (rmq_core.remoting.pipelined), whose reader thread completes the Future (PipelinedCompletion);
+* to an in-proc broker, `send` goes the same blocking way with RemotingCommands; `send_async` posts
+  a _FastSend to the loop: no Task, the Future completed straight from the response.
+
+Everything else - the first route look-up, retries after a failed first attempt, ordered sends,
+hooks, auto_batch - is Producer._send, a coroutine on the loop (MQClientInstance.post).
 """
 from __future__ import annotations
 

@@ -71,6 +71,7 @@ class BlockingChannel:
         self._timeout: float | None = None
         self._set_timeout(connect_timeout)
         self._buf = bytearray()  # bytes read past the last frame handed out
+        self._chunk = memoryview(bytearray(_READ_CHUNK))  # each receive lands here (no bytes object per call)
         self.closed = False
 
     def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
@@ -129,7 +130,7 @@ class BlockingChannel:
             self._timeout = timeout
 
     def _read_frame(self, deadline: float, code: int):
-        """The next whole frame, without its length prefix."""
+        """The next whole frame, without its length prefix (valid until the next call)."""
         buf = self._buf
         while True:
             if len(buf) >= 4:
@@ -147,14 +148,17 @@ class BlockingChannel:
                     raise RemotingTimeoutError(
                         f"no complete response to {code_name(code)} from {self.addr} in time")
                 self._set_timeout(remaining)
-            chunk = self._sock.recv(_READ_CHUNK)
-            if not chunk:
+            chunk = self._chunk
+            n = self._sock.recv_into(chunk)
+            if not n:
                 raise OSError(f"connection closed by {self.addr}")
-            if not buf and len(chunk) >= 4:
+            if not buf and n >= 4:
                 (length,) = _LENGTH.unpack_from(chunk, 0)
-                if len(chunk) == 4 + length and 0 < length <= self.max_frame_length:
-                    return memoryview(chunk)[4:]  # the usual case: exactly one frame
-            buf += chunk
+                if n == 4 + length and 0 < length <= self.max_frame_length:
+                    # the usual case: exactly one frame, read in place (the caller is done with
+                    # it before the next receive: a view, not a copy)
+                    return chunk[4:n]
+            buf += chunk[:n]
 
     def _refuse(self, command: RemotingCommand) -> None:
         """A request from the peer on a connection that serves none: say so (unless oneway)."""
