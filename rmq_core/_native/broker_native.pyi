@@ -25,6 +25,8 @@ class SendLane:
     declined: int
     deferred: int
     failed: int
+    @property
+    def waiting(self) -> int: ...
     def __init__(self, processor: Any, ctx: Any, store: Any, topic_manager: Any, broker_config: Any, stats: Any,
                  table: Any, send_topics: dict, cluster_prop: bytes, born_host: tuple[str, int], version: int,
                  tasks: set, max_inflight: int, json_type: Any, put_ok: Any,

@@ -789,6 +789,11 @@ cdef class SendLane:
         finally:
             free(o.buf)
 
+    @property
+    def waiting(self):
+        """Sends put here and answered when their flush is done (in flight on the connection)."""
+        return self.sync_waiting
+
     def deliver(self, data, Py_ssize_t max_frame_length, on_frame, emit):
         """Handle every whole frame of `data` in order: plain sends here, the others through
         `on_frame(memoryview of the frame without its length prefix)` — which returns False to

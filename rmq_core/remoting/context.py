@@ -182,6 +182,7 @@ class ChannelContext:
         self._on_closed = on_closed
         self._answer_in_peer_type = answer_in_peer_type
         self._max_inflight = max_inflight
+        self._lane = None  # the channel's native lane, if any: its waiting answers count as in flight
         # opaque -> (future, deadline, request code, timeout) of our requests awaiting an answer
         self._pending: dict[int, tuple[asyncio.Future, float, int, float]] = {}
         # One timer per connection, due at (or before) the earliest pending deadline, instead of a
@@ -202,6 +203,7 @@ class ChannelContext:
                 lane = factory(self)
                 if lane is not None:
                     attach(lane)
+                    self._lane = lane
         self.channel.start(self._on_command, self._on_channel_closed)
 
     @property
@@ -223,8 +225,10 @@ class ChannelContext:
 
     @property
     def inflight(self) -> int:
-        """Requests from the peer still being processed (or answered) on this connection."""
-        return len(self._tasks)
+        """Requests from the peer still being processed (or answered) on this connection: tasks,
+        and sends a native lane put and answers once their flush is done."""
+        lane = self._lane
+        return len(self._tasks) + (lane.waiting if lane is not None else 0)
 
     # --- towards the peer --------------------------------------------------------------------------
     async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
@@ -313,11 +317,12 @@ class ChannelContext:
                           self.remote_address)
             return
         self.peer_serialize_type = command.serialize_type
-        if len(self._tasks) >= self._max_inflight:
+        if len(self._tasks) >= self._max_inflight or (
+                self._lane is not None and len(self._tasks) + self._lane.waiting >= self._max_inflight):
             if not command.is_oneway:
                 busy = command.make_response(
                     ResponseCode.SYSTEM_BUSY,
-                    f"[OVERLOAD]system busy: {len(self._tasks)} requests in flight on this connection")
+                    f"[OVERLOAD]system busy: {self.inflight} requests in flight on this connection")
                 self._send_response(busy)
             return
         # Most processors answer at once (no coroutine at all); an awaitable answer gets its first

@@ -587,3 +587,51 @@ def test_a_put_that_raises_is_answered_like_the_reference(pair, monkeypatch):
     assert results[0] == results[1]
     answer = RemotingCommand.decode(results[0][10][0])
     assert answer.code == ResponseCode.SYSTEM_ERROR and "No space left" in answer.remark
+
+
+def test_sends_waiting_for_their_flush_count_as_in_flight(make_cluster, tmp_path, monkeypatch):
+    """At the connection's in-flight limit a send is answered SYSTEM_BUSY, whether the sends
+    waiting for their flush are Tasks (reference) or the lane's waiting groups."""
+    from concurrent.futures import Future
+
+    from rmq_core.store import PutMessageStatus
+
+    brokers = [make_cluster({"flushDiskType": "SYNC_FLUSH"}, store=tmp_path / "lane-sync")]
+    monkeypatch.setattr(send_module, "NATIVE_SEND", False)
+    brokers.append(make_cluster({"flushDiskType": "SYNC_FLUSH"}, store=tmp_path / "ref-sync"))
+    monkeypatch.setattr(send_module, "NATIVE_SEND", True)
+    results = []
+    for cluster in brokers:
+        store = cluster.broker.store
+        server = cluster.broker.servers[0]
+        server.max_inflight_per_connection = 4  # for the connection made next
+        s = RawSocket(cluster.broker_addr)
+        try:
+            _warm(s, "Busy", 0)
+            (ctx,) = [c for c in server.channels if c.remote_address.endswith(f":{s.sock.getsockname()[1]}")]
+            deadline = time.monotonic() + 5
+            while ctx.inflight:  # a finished task leaves the set one loop iteration after its answer
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            held: list[Future] = []
+
+            def request_flush(next_offset, store_timestamp=0, held=held):
+                held.append(Future())
+                return held[-1]
+
+            monkeypatch.setattr(store.commit_log, "request_flush", request_flush)
+            store._refresh_fast_path()
+            s.send(b"".join(frame(V2, v2_fields("Busy", 0), b"b%d" % i, opaque=10 + i) for i in range(7)))
+            busy = s.answers(3)  # beyond the 4 waiting ones
+            assert len(held) == 4 and ctx.inflight == 4
+            for fut in held:
+                fut.set_result(PutMessageStatus.PUT_OK)
+            done = s.answers(4)
+            results.append({k: normalized(v, port_of(cluster)) for k, v in {**busy, **done}.items()})
+        finally:
+            s.close()
+            monkeypatch.undo()
+            store._refresh_fast_path()
+    assert results[0] == results[1]
+    codes = {o: RemotingCommand.decode(h).code for o, (h, _) in results[0].items()}
+    assert codes == {**{o: 0 for o in range(10, 14)}, **{o: ResponseCode.SYSTEM_BUSY for o in range(14, 17)}}
