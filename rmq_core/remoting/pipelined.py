@@ -8,9 +8,13 @@ request straight to the socket and returns, and one reader thread per connection
 chunks, splits them into frames, matches each response to its pending request by opaque and
 completes it.  Many requests are in flight at once; responses may come in any order.
 
-Writes: a caller registers its request and writes under a short lock; while another thread's
-write is in progress (the socket call runs without the GIL) later requests are appended to a
-pending buffer which that writer flushes as one write before it returns.
+Writes: a caller registers its request and decides under a short lock.  While another thread's
+write is in progress (the socket call runs without the GIL) its frame is appended to a buffer that
+writer flushes before it returns; while answers to written requests are due, frames gather in that
+buffer too (Nagle's rule: up to coalesce_bytes, then the caller writes them all) and the reader
+writes what gathered, without blocking, as soon as the next answer arrives (or after
+coalesce_delay): a burst of small requests leaves in a few system calls, not one each, and a
+request with nothing in flight is written at once.
 
 Failures: a request without an answer by its deadline fails with RemotingTimeoutError (the reader
 sweeps the pending table whenever its receive times out, and at least every `sweep_interval`);
@@ -99,6 +103,8 @@ class PipelinedChannel:
         self._wlock = threading.Lock()
         self._wbuf: list[bytes] = []  # frames gathered for the next write, in order
         self._wbuf_bytes = 0
+        self._wbuf_requests = 0  # requests among them
+        self._unanswered = 0  # requests written whose answers have not been read (about: never < 0)
         self._held_since = 0.0  # when _wbuf got its first frame (0: empty)
         self._writing = False  # a thread is in a socket write
         self._closing = False
@@ -120,20 +126,23 @@ class PipelinedChannel:
         pending = self._pending
         pending[opaque] = (time.monotonic() + timeout, on_done, context)
         with self._wlock:
-            if not self.closed and (self._writing or ((self._wbuf or len(pending) > 1)
-                                                      and self._wbuf_bytes + len(frame) <= self.coalesce_bytes)):
+            if not self.closed and (self._writing or (self._unanswered > 0 and
+                                                      self._wbuf_bytes + len(frame) <= self.coalesce_bytes)):
                 # A write is in progress (its writer takes this frame too), or answers are due (the
-                # reader writes what gathered when the next one comes, or after coalesce_delay):
-                # a burst leaves in a few writes instead of one system call per request.
+                # reader writes what gathered when the next one comes - it counts them under this
+                # lock, so none is missed - or after coalesce_delay): a burst leaves in a few
+                # writes instead of one system call per request.
                 if not self._wbuf:
                     self._held_since = time.monotonic()
                 self._wbuf.append(frame)
                 self._wbuf_bytes += len(frame)
+                self._wbuf_requests += 1
                 return
+            self._wbuf_requests += 1
             if self._wbuf:  # what gathered goes first, in order
                 self._wbuf.append(frame)
                 frame = b"".join(self._wbuf)
-                self._take_wbuf()
+            self._take_wbuf()
             self._writing = not self.closed
         if self._writing:
             self._write_out(frame)
@@ -154,7 +163,9 @@ class PipelinedChannel:
     def pending_count(self) -> int:
         return len(self._pending)
 
-    def _take_wbuf(self) -> None:  # under _wlock
+    def _take_wbuf(self) -> None:  # under _wlock, when what gathered is taken to be written
+        self._unanswered += self._wbuf_requests
+        self._wbuf_requests = 0
         self._wbuf.clear()
         self._wbuf_bytes = 0
         self._held_since = 0.0
@@ -182,11 +193,15 @@ class PipelinedChannel:
                 if not self._writing:
                     self._wsock.close()
 
-    def _flush_gathered(self) -> bool:
-        """The reader's write of what gathered, without blocking: True when some is left (the
-        socket buffer is full), to be written when the socket is writable again."""
+    def _flush_gathered(self, answered: int = 0) -> bool:
+        """The reader's write of what gathered, without blocking, after `answered` answers came:
+        True when some is left (the socket buffer is full), to be written when the socket is
+        writable again."""
         while True:
             with self._wlock:
+                if answered:
+                    self._unanswered = max(0, self._unanswered - answered)
+                    answered = 0
                 if self._writing or not self._wbuf or self.closed:
                     return False
                 data = self._wbuf[0] if len(self._wbuf) == 1 else b"".join(self._wbuf)
@@ -218,6 +233,7 @@ class PipelinedChannel:
         poller = select.poll()
         poller.register(sock.fileno(), _POLL_IN)
         want_out = False
+        answered = 0
         next_sweep = time.monotonic() + self.sweep_interval
         error: BaseException | None = None
         try:
@@ -242,7 +258,7 @@ class PipelinedChannel:
                         have += n
                         items, consumed = self._read_frames(view[:have], self.max_frame_length)
                         if items:
-                            self._deliver(items)
+                            answered = self._deliver(items)
                         if consumed:
                             rest = have - consumed
                             if rest:  # the start of the next frame moves to the front (copied: may overlap)
@@ -254,8 +270,9 @@ class PipelinedChannel:
                                 view.release()
                                 buf.extend(bytes(need - len(buf)))
                                 view = memoryview(buf)
-                if self._wbuf:
-                    left = self._flush_gathered()
+                if answered or self._wbuf:
+                    left = self._flush_gathered(answered)
+                    answered = 0
                     if left != want_out:
                         want_out = left
                         poller.modify(sock.fileno(), _POLL_IN | select.POLLOUT if left else _POLL_IN)
@@ -285,8 +302,10 @@ class PipelinedChannel:
                 if not self._writing:
                     self._wsock.close()
 
-    def _deliver(self, items: list) -> None:
+    def _deliver(self, items: list) -> int:
+        """Complete the requests these frames answer; returns how many answers there were."""
         pending = self._pending
+        answers = 0
         for item in items:
             if type(item) is bytes:
                 command = RemotingCommand.decode(item)  # RemotingCommandError: the connection goes
@@ -297,6 +316,7 @@ class PipelinedChannel:
             if not item.flag & RESPONSE_FLAG:  # (a request is always a RemotingCommand)
                 self._refuse(item)
                 continue
+            answers += 1
             entry = pending.pop(item.opaque, None)
             if entry is None:
                 log.debug("pipelined channel to %s: no request waits for opaque %d (timed out?)",
@@ -309,6 +329,7 @@ class PipelinedChannel:
         if self._closing and not pending:
             with self._drained:
                 self._drained.notify_all()
+        return answers
 
     def _refuse(self, command: RemotingCommand) -> None:
         log.warning("pipelined channel to %s: unexpected %s request from the peer", self.addr,
@@ -323,6 +344,9 @@ class PipelinedChannel:
 
     def _sweep(self, now: float) -> None:
         expired = [opaque for opaque, entry in list(self._pending.items()) if entry[0] <= now]
+        if expired:  # no answer counted on for them any more (one coming late is counted again: >= 0)
+            with self._wlock:
+                self._unanswered = max(0, self._unanswered - len(expired))
         for opaque in expired:
             entry = self._pending.pop(opaque, None)
             if entry is not None:

@@ -357,3 +357,28 @@ def test_connect_refused_names_the_address():
 def test_only_tcp_addresses():
     with pytest.raises(RemotingConnectError, match="inproc://x"):
         PipelinedChannel("inproc://x")
+
+
+def test_gathered_requests_never_wait_for_a_timer(server):
+    """Requests gather only while answers are due, and the reader writes them when the next
+    answer comes: with both timers (sweep, coalesce delay) far away, bursts from several threads
+    and lone requests are all answered long before either would fire."""
+    ch = PipelinedChannel(server, sweep_interval=30.0, coalesce_delay=30.0)
+    out = _Outcomes()
+    try:
+        def burst(n):
+            for i in range(150):
+                ch.invoke(_echo(f"{n}-{i}"), 60.0, out, (n, i))
+
+        threads = [threading.Thread(target=burst, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert out.wait_for(600, timeout=20)
+        for k in range(20):  # one at a time: nothing in flight, written at once
+            ch.invoke(_echo(f"lone{k}"), 60.0, out, ("lone", k))
+            assert out.wait_for(601 + k, timeout=20)
+        assert all(e is None for _, e in out.done.values())
+    finally:
+        ch.close()
