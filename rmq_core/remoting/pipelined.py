@@ -11,10 +11,11 @@ completes it.  Many requests are in flight at once; responses may come in any or
 Writes: a caller registers its request and decides under a short lock.  While another thread's
 write is in progress (the socket call runs without the GIL) its frame is appended to a buffer that
 writer flushes before it returns; while answers to written requests are due, frames gather in that
-buffer too (Nagle's rule: up to coalesce_bytes, then the caller writes them all) and the reader
-writes what gathered, without blocking, as soon as the next answer arrives (or after
-coalesce_delay): a burst of small requests leaves in a few system calls, not one each, and a
-request with nothing in flight is written at once.
+buffer too (Nagle's rule: up to coalesce_bytes or for coalesce_delay, then the next caller writes
+them all) and the reader writes what gathered, without blocking, as soon as the next answer
+arrives (or after coalesce_delay): a burst of small requests leaves in a few system calls, not one
+each, a request with nothing in flight is written at once, and none waits long for a reader that
+cannot get the GIL while a caller keeps sending.
 
 Failures: a request without an answer by its deadline fails with RemotingTimeoutError (the reader
 sweeps the pending table whenever its receive times out, and at least every `sweep_interval`);
@@ -72,7 +73,7 @@ class PipelinedChannel:
                  read_frames: Callable[[Any, int], tuple[list, int]] = decode_command_frames,
                  from_command: Callable[[RemotingCommand], Any] | None = None,
                  sweep_interval: float = 0.05, write_timeout: float = 10.0, coalesce_bytes: int = 4096,
-                 coalesce_delay: float = 0.001, name: str | None = None):
+                 coalesce_delay: float = 0.0005, name: str | None = None):
         scheme, location = split_address(addr)
         if scheme != "tcp":
             raise RemotingConnectError(f"a pipelined channel needs a tcp address, not {addr!r}")
@@ -124,10 +125,12 @@ class PipelinedChannel:
             on_done(context, None, RemotingConnectError(f"connection to {self.addr} is closed"))
             return
         pending = self._pending
-        pending[opaque] = (time.monotonic() + timeout, on_done, context)
+        now = time.monotonic()
+        pending[opaque] = (now + timeout, on_done, context)
         with self._wlock:
-            if not self.closed and (self._writing or (self._unanswered > 0 and
-                                                      self._wbuf_bytes + len(frame) <= self.coalesce_bytes)):
+            if not self.closed and (self._writing or (
+                    self._unanswered > 0 and self._wbuf_bytes + len(frame) <= self.coalesce_bytes
+                    and (not self._held_since or now - self._held_since < self.coalesce_delay))):
                 # A write is in progress (its writer takes this frame too), or answers are due (the
                 # reader writes what gathered when the next one comes - it counts them under this
                 # lock, so none is missed - or after coalesce_delay): a burst leaves in a few
