@@ -11,6 +11,8 @@ import gc
 import pickle
 import sys
 import sysconfig
+import time
+import weakref
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -177,23 +179,27 @@ def test_freed_arenas_are_reused_within_the_bound():
 
 @pytest.mark.skipif(not _PYMALLOC_ARENAS, reason="pymalloc arenas exist on CPython builds with a GIL")
 def test_cached_arenas_idle_for_a_second_go_back_to_the_os():
-    import time
     buf = _pull_buffer(20_000)
     msgs = [m.properties for m in decode_messages(buf)]
     del msgs
     before = native.arena_cache_info()
     assert before["cached_bytes"] > 0
+    one = _pull_buffer(1)
     time.sleep(1.2)
-    # the first arena operation after the idle second (one taken for `live`) returns the idle ones
-    live = [str(i) * 20 for i in range(60_000)]
+    # the next decode after the idle second returns them, even a pull needing no new arena
+    pull = decode_messages(one)
     info = native.arena_cache_info()
     assert info["released"] > before["released"] and info["cached_bytes"] == 0
-    del live
+    msgs = [m.properties for m in decode_messages(buf)]
+    del msgs
+    time.sleep(1.2)
+    # so does any arena operation (one taken for `live`)
+    live = [str(i) * 20 for i in range(60_000)]
+    assert native.arena_cache_info()["cached_bytes"] == 0
+    del live, pull
 
 
 def test_decoded_list_is_untracked_but_frees_what_it_holds():
-    import weakref
-
     class Held:
         pass
 

@@ -1073,7 +1073,7 @@ cdef dict _message_props(MessageExt m):
 # decoded messages, a quarter of the decode.  The arena allocator below (CPython's public hook for
 # this) keeps freed arenas mapped for reuse instead — at most ARENA_CACHE_LIMIT_MIB of them (see
 # set_arena_cache_limit), and none that has sat unused for more than a second: those go back to the
-# OS at the next arena operation (or with release_arena_cache()).  Arenas still come from, and go
+# OS at the next arena operation or decode_messages call (or with release_arena_cache()).  Arenas still come from, and go
 # back to, the allocator that was in place before, so arenas made before this module loaded are
 # handled alike.  (MessageExt used to come from the C allocator for the same reason; that kept every
 # freed message's memory for good.)
@@ -1119,7 +1119,7 @@ cdef extern from *:
             rmq_arena_trim(rmq_arena_limit, rmq_arena_now());
             return ptr;
         }
-        rmq_arena_misses++;
+        if (size >= ((size_t)1 << 18)) rmq_arena_misses++;  /* arenas only, not frame chunks */
         return rmq_arena_prev.alloc(rmq_arena_prev.ctx, size);
     }
     static void rmq_arena_free(void *ctx, void *ptr, size_t size) {
@@ -1161,6 +1161,11 @@ cdef extern from *:
     static void rmq_arena_release_all(void) {
         if (rmq_arena_installed) rmq_arena_trim(0, rmq_arena_now());
     }
+    /* A decode call: return arenas idle for over a second even when no arena operation happens
+       (a consumer whose pulls fit in the arenas it already has). */
+    static inline void rmq_arena_tick(void) {
+        if (rmq_arena_n > 0) rmq_arena_trim(rmq_arena_limit, rmq_arena_now());
+    }
     #else
     static int rmq_arena_installed = 0;
     static Py_ssize_t rmq_arena_n = 0, rmq_arena_limit = 0;
@@ -1169,11 +1174,13 @@ cdef extern from *:
     static int rmq_arena_install(Py_ssize_t limit_arenas) { (void)limit_arenas; return 0; }
     static void rmq_arena_set_limit(Py_ssize_t limit_arenas) { (void)limit_arenas; }
     static void rmq_arena_release_all(void) { }
+    static inline void rmq_arena_tick(void) { }
     #endif
     """
     int rmq_arena_install(Py_ssize_t limit_arenas)
     void rmq_arena_set_limit(Py_ssize_t limit_arenas)
     void rmq_arena_release_all()
+    void rmq_arena_tick()
     int rmq_arena_installed
     Py_ssize_t rmq_arena_n
     Py_ssize_t rmq_arena_limit
@@ -1430,6 +1437,7 @@ def decode_messages(buf, *, bint decompress=True, bint read_body=True, broker_na
     cdef Py_ssize_t pos = 0
     cdef list out = []
     PyObject_GC_UnTrack(out)
+    rmq_arena_tick()
     while pos < st.size:
         pos += _decode_record(st, pos, out)
     return out
