@@ -1427,12 +1427,13 @@ def decode_messages(buf, *, bint decompress=True, bint read_body=True, broker_na
     naming the offset and the reason for a bad magic, a size running past the buffer, or parts
     that do not add up.
 
-    The list is not tracked by the cyclic GC: it holds only MessageExt objects, which are not
-    tracked either, so no cycle can run through it — but every collection that found it young
+    The list is not tracked by the cyclic GC: as returned it holds only MessageExt objects, which
+    are not tracked either, so no cycle runs through it — and every collection that found it young
     would read the header of each of its messages (two passes over a 100k-message pull cost as
     much as building the properties dicts).  Reference counting still frees it and whatever it
-    holds; only a cycle made by storing the list inside itself or inside one of its messages would
-    not be collected."""
+    holds; only a reference cycle through it that the caller builds (an object appended to the
+    list that refers back to it, or the list stored in one of its messages' properties) would not
+    be collected."""
     cdef _DecodeState st = _decode_state(buf, decompress, read_body, broker_name)
     cdef Py_ssize_t pos = 0
     cdef list out = []
