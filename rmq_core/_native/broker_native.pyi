@@ -27,7 +27,7 @@ class SendLane:
     failed: int
     @property
     def waiting(self) -> int: ...
-    def __init__(self, processor: Any, ctx: Any, store: Any, topic_manager: Any, broker_config: Any, stats: Any,
+    def __init__(self, ctx: Any, store: Any, topic_manager: Any, broker_config: Any, stats: Any,
                  table: Any, send_topics: dict, cluster_prop: bytes, born_host: tuple[str, int], version: int,
                  tasks: set, max_inflight: int, json_type: Any, put_ok: Any,
                  on_deferred: Callable[[memoryview, Any, Any, str, int], None],

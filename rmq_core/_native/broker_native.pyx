@@ -35,13 +35,11 @@ from libc.string cimport memcmp, memcpy
 from concurrent.futures import Future as _ConcurrentFuture
 
 cdef extern from "Python.h":
-    const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
     bint PyUnicode_CheckExact(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
     void* PyUnicode_DATA(object o)
     bint PyUnicode_IS_COMPACT_ASCII(object o)
     object PyUnicode_FromStringAndSize(const char* s, Py_ssize_t n)
-    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
     Py_ssize_t PySet_GET_SIZE(object s)
 
 cdef enum:
@@ -51,11 +49,6 @@ cdef enum:
     TRANSACTION_MASK = 0xC
     MAX_TOPIC_BYTES = 127
     TOPIC_SLOTS = 256
-    # extFields bits: one per one-letter field a..m
-    F_A = 1 << 0
-    F_B = 1 << 1
-    F_I = 1 << 8
-    F_M = 1 << 12
 
 
 cdef struct SendFields:
@@ -114,31 +107,38 @@ cdef bint _json_int(Cur* c, int64_t* out) noexcept nogil:
     return True
 
 
+# 1 for the bytes that end a plain run inside a JSON string: '"', '\\', controls and non-ASCII
+cdef uint8_t _STR_STOP[256]
+cdef int _i
+for _i in range(256):
+    _STR_STOP[_i] = 1 if (_i < 32 or _i >= 128 or _i == 34 or _i == 92) else 0
+
+
 cdef bint _json_str(Cur* c, const uint8_t** s, Py_ssize_t* n, bint* escaped) noexcept nogil:
     """A JSON string of printable ASCII: its raw text (escapes left in place) — False on any byte
     >= 0x80 or < 0x20 (the general decoder decides those) or when unterminated.  An escape is
     only stepped over here; _unescape checks it."""
     cdef const uint8_t* q
+    cdef const uint8_t* end = c.end
     _ws(c)
-    if c.p >= c.end or c.p[0] != 34:
+    if c.p >= end or c.p[0] != 34:
         return False
     q = c.p + 1
     escaped[0] = False
-    while q < c.end:
+    while True:
+        while q < end and not _STR_STOP[q[0]]:  # one table test per byte of a plain run
+            q += 1
+        if q >= end:
+            return False
         if q[0] == 34:
             s[0] = c.p + 1
             n[0] = q - (c.p + 1)
             c.p = q + 1
             return True
-        if q[0] >= 128 or q[0] < 32:
+        if q[0] != 92:  # a control character or non-ASCII
             return False
-        if q[0] == 92:
-            escaped[0] = True
-            q += 1
-            if q >= c.end:
-                return False
-        q += 1
-    return False
+        escaped[0] = True
+        q += 2  # the escaped character (checked by _unescape; '"' here must not end the string)
 
 
 cdef inline int _hex(uint8_t ch) noexcept nogil:
@@ -540,7 +540,7 @@ cdef class SendLane:
     """One connection's native send lane (see the module doc).  Built by the send processor for
     a TCP connection of the broker; the transport calls `deliver` with each read chunk."""
 
-    cdef object processor, ctx, store, topic_manager, broker_config, stats, table, on_deferred
+    cdef object ctx, store, topic_manager, broker_config, stats, table, on_deferred
     cdef object tasks, json_type, put_ok, call_soon_threadsafe, write_frames, sync_outcome
     cdef _SyncGroup group  # SYNC_FLUSH sends of this read waiting on one Future
     cdef Py_ssize_t sync_waiting  # sends put and not yet answered (counted as in flight)
@@ -574,7 +574,7 @@ cdef class SendLane:
             self.topics[i] = NULL
         free(self.out.buf)
 
-    def __init__(self, processor, ctx, store, topic_manager, broker_config, stats, table, dict send_topics,
+    def __init__(self, ctx, store, topic_manager, broker_config, stats, table, dict send_topics,
                  bytes cluster_prop, born_host, int64_t version, tasks, Py_ssize_t max_inflight,
                  json_type, put_ok, on_deferred, call_soon_threadsafe=None, write_frames=None, sync_outcome=None,
                  on_error=None):
@@ -587,7 +587,6 @@ cdef class SendLane:
         a read) and `sync_outcome(status) -> (code, remark or None, with fields)`.
         `on_error(frame, exception)` answers a send whose handling raised (without it, deliver
         raises and the transport drops the connection)."""
-        self.processor = processor
         self.ctx = ctx
         self.store = store
         self.topic_manager = topic_manager

@@ -164,7 +164,7 @@ class SendMessageProcessor(Processor):
 
         ctrl = self.ctrl
         channel = ctx.channel
-        return SendLane(self, ctx, ctrl.store, ctrl.topic_manager, ctrl.broker_config, ctrl.stats,
+        return SendLane(ctx, ctrl.store, ctrl.topic_manager, ctrl.broker_config, ctrl.stats,
                         ctx.processor_table, self._send_topics, self._cluster_property(), born_host,
                         MQVersion.CURRENT, ctx.tasks, ctx.max_inflight, SerializeType.JSON,
                         PutMessageStatus.PUT_OK, finish_later, ctrl.loop.call_soon_threadsafe,
