@@ -336,6 +336,8 @@ class MQClientInstance:
         self._send_channels: dict[str, list[PipelinedChannel]] = {}
         self._send_channels_lock = threading.Lock()
         self._send_channel_turn = itertools.count()
+        self._send_connect_locks: dict[str, threading.Lock] = {}  # one connect at a time per broker
+        self._send_connect_failed: dict[str, float] = {}  # broker -> when its connect is tried again
         self.scheduler = Scheduler(f"rmq-sched-{self.client_id}")
         self._rebalance_event = threading.Event()
         self._rebalance_thread: threading.Thread | None = None
@@ -649,7 +651,10 @@ class MQClientInstance:
     def send_channel(self, addr: str, read_frames, from_command) -> PipelinedChannel:
         """A pipelined connection to the tcp broker `addr` (one of pipelined_send_connections,
         taken in turn), opened on first use and again after it broke; raises RemotingConnectError
-        when it cannot be opened.  read_frames / from_command: see PipelinedChannel."""
+        when it cannot be opened - at once, without trying, for a while after a failed try (an
+        async send must not block its caller on a connect per message to an unreachable broker:
+        the loop's path, which connects without blocking anyone, takes those sends).
+        read_frames / from_command: see PipelinedChannel."""
         channels = self._send_channels.get(addr)
         n = self.config.pipelined_send_connections
         if channels is not None and len(channels) == n:
@@ -657,18 +662,38 @@ class MQClientInstance:
             if not channel.closed:
                 return channel
         with self._send_channels_lock:
-            if self._stopping:
-                raise RemotingConnectError(f"client {self.client_id} is shutting down; cannot reach {addr}")
-            channels = self._send_channels.setdefault(addr, [])
-            for i, channel in enumerate(channels):  # replace a broken one first
-                if channel.closed:
-                    channels[i] = channel = self._open_send_channel(addr, read_frames, from_command)
-                    return channel
-            if len(channels) < n:
+            connecting = self._send_connect_locks.setdefault(addr, threading.Lock())
+        with connecting:  # one connect per broker at a time; sends to other brokers go on meanwhile
+            with self._send_channels_lock:
+                if self._stopping:
+                    raise RemotingConnectError(f"client {self.client_id} is shutting down; cannot reach {addr}")
+                retry_at = self._send_connect_failed.get(addr, 0.0)
+                if time.monotonic() < retry_at:
+                    raise RemotingConnectError(f"connect to {addr} failed moments ago; not tried again for "
+                                               f"{retry_at - time.monotonic():.1f} s")
+                channels = self._send_channels.setdefault(addr, [])
+                slot = next((i for i, c in enumerate(channels) if c.closed), None)
+                if slot is None and len(channels) >= n:
+                    return channels[next(self._send_channel_turn) % len(channels)]
+            try:
                 channel = self._open_send_channel(addr, read_frames, from_command)
-                channels.append(channel)
-                return channel
-            return channels[next(self._send_channel_turn) % len(channels)]
+            except RemotingConnectError:
+                with self._send_channels_lock:
+                    self._send_connect_failed[addr] = time.monotonic() + min(5.0, max(1.0, self.config.connect_timeout))
+                raise
+            with self._send_channels_lock:
+                stopping = self._stopping
+                if not stopping:
+                    self._send_connect_failed.pop(addr, None)
+                    channels = self._send_channels.setdefault(addr, [])
+                    if slot is not None and slot < len(channels) and channels[slot].closed:
+                        channels[slot] = channel
+                    else:
+                        channels.append(channel)
+            if stopping:  # shut down while connecting: the shutdown did not see this one
+                channel.close()
+                raise RemotingConnectError(f"client {self.client_id} is shutting down; cannot reach {addr}")
+            return channel
 
     def _open_send_channel(self, addr: str, read_frames, from_command) -> PipelinedChannel:
         return PipelinedChannel(addr, connect_timeout=self.config.connect_timeout, read_frames=read_frames,

@@ -92,8 +92,9 @@ class PipelinedChannel:
         except OSError as e:
             raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # Two socket objects on one connection: the reader's receive timeout paces its sweeps, the
-        # writers' send timeout bounds a write into a full buffer (a timeout is per object).
+        # Two socket objects on one connection (a timeout is per object): the reader's never blocks
+        # (it polls, and its writes take what the buffer takes), the writers' send timeout bounds
+        # a caller's write into a full buffer.
         self._rsock = sock
         self._rsock.settimeout(0)  # the reader polls; its writes never block
         self._wsock = sock.dup()

@@ -276,3 +276,26 @@ def test_plain_sync_sends_never_build_a_remoting_command(cluster, monkeypatch):
     by_body = {m.body: m for m in got}
     assert by_body[b"z" * 10000].msg_id == big.msg_id
     assert all(by_body[f"l{i}".encode()].properties.get("a") == "1" for i in range(10))
+
+
+def test_a_failed_connect_is_not_tried_per_message(cluster, monkeypatch):
+    """After a pipelined connection could not be opened, async sends to that broker go the loop's
+    way for a while (which connects without blocking the caller) instead of each trying again."""
+    from rmq_core.errors import RemotingConnectError
+
+    with Producer("PG_PIPE_NOCONN", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        p.send(Message("PipeNoConnT", b"warm"))
+        tries = []
+
+        def refuse(addr, read_frames, from_command):
+            tries.append(addr)
+            raise RemotingConnectError(f"injected: connect to {addr} refused")
+
+        monkeypatch.setattr(p.instance, "_open_send_channel", refuse)
+        results = [p.send_async(Message("PipeNoConnT", f"n{i}".encode())).result(10) for i in range(20)]
+        assert all(r.status is SendStatus.SEND_OK for r in results)  # retried on the loop's path
+        assert len(tries) == 1
+        monkeypatch.undo()
+        p.instance._send_connect_failed.clear()  # (the retry moment reached)
+        assert p.send_async(Message("PipeNoConnT", b"again")).result(10).status is SendStatus.SEND_OK
+        assert p.instance.send_channel_count(_broker_addr(p, "PipeNoConnT")) == 1
