@@ -652,3 +652,65 @@ def test_sends_waiting_for_their_flush_count_as_in_flight(make_cluster, tmp_path
     assert results[0] == results[1]
     codes = {o: RemotingCommand.decode(h).code for o, (h, _) in results[0].items()}
     assert codes == {**{o: 0 for o in range(10, 14)}, **{o: ResponseCode.SYSTEM_BUSY for o in range(14, 17)}}
+
+
+def test_batches_to_a_checked_topic_are_answered_like_the_general_path(make_cluster, tmp_path, monkeypatch):
+    """SEND_BATCH_MESSAGE to a topic in the send cache skips send_message's coroutine
+    (SendMessageProcessor._process_batch): answers and stored messages match the general path."""
+    import zlib
+
+    from rmq_core.codec import encode_batch_body
+
+    monkeypatch.setattr(send_module, "random", PerThreadRandom(7))
+    fast = make_cluster(QUIET, store=tmp_path / "fast")
+    general = make_cluster(QUIET, store=tmp_path / "general")
+    processor = general.broker.servers[0]._table._processors[V2][1].__self__
+    monkeypatch.setattr(processor, "_process_batch", lambda ctx, request, *rest: processor.send_message(ctx, request))
+    fast_processor = fast.broker.servers[0]._table._processors[V2][1].__self__
+    fast_batches = []
+
+    def counted(ctx, request, *rest, original=fast_processor._process_batch):
+        fast_batches.append(request.opaque)
+        return original(ctx, request, *rest)
+
+    monkeypatch.setattr(fast_processor, "_process_batch", counted)
+
+    def batch(n, tag, props=None):
+        return encode_batch_body((0, b"%s-%d" % (tag, i), props or f"UNIQ_KEY\x01{tag.decode()}{i:08d}\x02TAGS\x01t\x02")
+                                 for i in range(n))
+
+    code = int(RequestCode.SEND_BATCH_MESSAGE)
+    plain = batch(5, b"p")
+    items = [
+        (code, v2_fields("BatchT", 0, props="WAIT\x01true\x02", m="true"), plain),  # auto-create
+        (code, v2_fields("BatchT", 0, props="WAIT\x01true\x02", m="true"), plain),  # fills the cache
+        (code, v2_fields("BatchT", 1, props="WAIT\x01true\x02", m="true"), batch(3, b"q")),
+        (code, v2_fields("BatchT", 1, props="WAIT\x01false\x02K\x01v\x02", m="true"), batch(2, b"r")),
+        (code, v2_fields("BatchT", 2, props="TIMER_DELAY_SEC\x015\x02", m="true"), plain),
+        (code, v2_fields("BatchT", 2, m="true"), batch(2, b"s", "TIMER_DELAY_SEC\x0110\x02")),
+        (code, v2_fields("BatchT", 2, m="true", f="1"), zlib.compress(batch(4, b"z"))),
+        (code, v2_fields("BatchT", 7, m="true"), plain),
+        (code, v2_fields("BatchT", -1, m="true"), batch(2, b"any")),
+        (code, v2_fields("BatchT", 3, m="true"), b"\x00\x01broken"),
+        (V2, v2_fields("BatchT", 3, m="true"), batch(2, b"v2")),  # a V2 send with the batch flag
+    ]
+    results = []
+    for cluster in (fast, general):
+        s = RawSocket(cluster.broker_addr)
+        try:
+            got = {}
+            for opaque, (c, ext, body) in enumerate(items, 1):  # one at a time: the first two create
+                s.send(frame(c, ext, body, opaque=opaque))
+                got.update(s.answers(1))
+        finally:
+            s.close()
+        stored = [[(m.queue_offset, m.body, sorted(m.properties.items()), m.flag, m.sys_flag) for m in decode_messages(
+            cluster.broker.store.get_message("g", "BatchT", q, 0, 64).buffer)] for q in range(4)]
+        results.append(({k: normalized(v, port_of(cluster)) for k, v in got.items()}, stored,
+                        cluster.broker.stats.put_nums["BatchT"]))
+    assert results[0] == results[1]
+    answers = {o: RemotingCommand.decode(h) for o, (h, _) in results[0][0].items()}
+    assert answers[3].code == 0 and answers[3].ext_fields["msgId"].count(",") == 2
+    assert answers[5].code == answers[6].code == ResponseCode.MESSAGE_ILLEGAL and "timer" in answers[6].remark
+    assert answers[7].code == 0 and answers[8].code == ResponseCode.SYSTEM_ERROR
+    assert fast_batches == list(range(3, 12))  # every batch after the cache was filled

@@ -129,6 +129,9 @@ class SendMessageProcessor(Processor):
         # topic every check of _check passed for, under that version of the topic table: while the
         # version is unchanged, a plain send to it needs none of those checks again.
         self._send_topics: dict[str, tuple] = {}
+        # batch header properties -> (them as a dict, a timer refusal or None, the extra
+        # properties every item of the batch gets, encoded): see _process_batch
+        self._batch_extras: dict[str, tuple] = {}
 
     def register(self, server) -> None:
         if NATIVE_SEND and SendLane is not None and hasattr(server, "register_fast_lane"):
@@ -184,7 +187,7 @@ class SendMessageProcessor(Processor):
             names, int_keys = _V1_FIELDS, _V1_INT_KEYS
         topic = ext.get(names[0])
         entry = self._send_topics.get(topic)
-        if entry is None or request.code == RequestCode.SEND_BATCH_MESSAGE or _header_ints is None:
+        if entry is None or _header_ints is None:
             return self.send_message(ctx, request)
         dv = self.ctrl.topic_manager.table.data_version
         ints = _header_ints(ext, int_keys, _INT_DEFAULTS)
@@ -194,7 +197,9 @@ class SendMessageProcessor(Processor):
         queue_id, sys_flag = ints[1], ints[2]
         props = ext.get(names[8]) or ""
         batch = ext.get(names[12])
-        if (sys_flag & SysFlag.TRANSACTION_MASK or (batch is not None and batch != "false" and _bool(batch))
+        if request.code == RequestCode.SEND_BATCH_MESSAGE or (batch is not None and batch != "false" and _bool(batch)):
+            return self._process_batch(ctx, request, entry, ints, topic, props)
+        if (sys_flag & SysFlag.TRANSACTION_MASK
                 or (("DELAY" in props or "TRAN_MSG" in props or "TIMER_" in props or "DELIVER_TIME_MS" in props)
                     and _SPECIAL_KEYS.search(props))):
             return self.send_message(ctx, request)
@@ -220,6 +225,45 @@ class SendMessageProcessor(Processor):
         return _new_response(request, 0, None, {  # SUCCESS; the dict is fresh and all str
             "msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset),
             "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}, None)
+
+    def _process_batch(self, ctx, request, entry, ints, topic, props):
+        """process_send's answer to a batch to a checked topic: _send_batch's work without a
+        coroutine (the properties every item gets are prepared once per distinct header value);
+        a compressed batch, or a queue id out of range, takes send_message."""
+        queue_id, sys_flag = ints[1], ints[2]
+        if sys_flag & SysFlag.COMPRESSED:
+            return self.send_message(ctx, request)
+        if queue_id < 0:
+            queue_id = random.randrange(entry[2])
+        elif queue_id >= entry[3]:
+            return self.send_message(ctx, request)  # answers with the error naming the queue id
+        prepared = self._batch_extras.get(props)
+        if prepared is None:
+            extra = string_to_properties(props)
+            refused = self.ctrl.timer_service.check_batch(b"", extra)
+            extra.pop(MessageConst.WAIT_STORE_MSG_OK, None)  # every item carries its own
+            extra[MessageConst.CLUSTER] = self.ctrl.broker_config.broker_cluster_name
+            prepared = (dict(string_to_properties(props)), refused, properties_to_string(extra).encode("utf-8"))
+            if len(self._batch_extras) > 1024:
+                self._batch_extras.clear()
+            self._batch_extras[props] = prepared
+        extra, refused, extra_bytes = prepared
+        body = request.body or b""
+        if refused is None:
+            refused = self.ctrl.timer_service.check_batch(body, extra)
+        if refused:
+            return request.make_response(ResponseCode.MESSAGE_ILLEGAL, refused)
+        try:
+            born_host = ctx.attributes["_born_host"]
+        except (AttributeError, KeyError):
+            born_host = _remember_born_host(ctx)
+        batch = MessageExtBatch(topic=topic, queue_id=queue_id, body=body, sys_flag=sys_flag,
+                                born_timestamp=ints[3] or int(time.time() * 1000), born_host=born_host,
+                                reconsume_times=ints[5], extra_properties=extra_bytes)
+        result, fut = self.ctrl.store.put_messages_nowait(batch)
+        if fut is not None:
+            return self._finish_put(request, result, fut, topic, queue_id)
+        return self._send_response(request, result, topic, queue_id)
 
     async def _finish_put(self, request, result, fut, topic, queue_id):
         result = await self.ctrl._await_flush(result, fut)
