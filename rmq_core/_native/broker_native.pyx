@@ -324,8 +324,8 @@ cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) noexcept
             if _eat(&c, 125):
                 return False  # no topic
             while True:
-                if not _json_str(&c, &key, &klen, &esc) or esc or klen != 1 or key[0] < 97 or key[0] > 109:
-                    return False  # only the one-letter names a..m
+                if not _json_str(&c, &key, &klen, &esc) or esc or klen != 1 or key[0] < 97 or key[0] > 110:
+                    return False  # only the one-letter names a..n
                 if not _eat(&c, 58):
                     return False
                 if not _json_str(&c, &v, &vlen, &esc):
@@ -345,8 +345,10 @@ cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) noexcept
                 elif key[0] == 109:  # m: batch
                     if not (vlen == 5 and memcmp(v, b"false", 5) == 0):
                         return False
-                elif key[0] == 97 or key[0] == 99 or key[0] == 107:
-                    pass  # a, c, k: producer group, default topic, unit mode — not read here
+                elif key[0] == 97 or key[0] == 99 or key[0] == 107 or key[0] == 110:
+                    # a, c, k, n: producer group, default topic, unit mode, broker name (sent by
+                    # Java 4.9 clients and ours; a 4.x broker does not read it) — not read here
+                    pass
                 else:  # d e f g h j l: integers, empty meaning the default
                     if esc:
                         return False

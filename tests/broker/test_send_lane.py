@@ -252,6 +252,26 @@ def test_the_lane_answers_plain_sends_and_counts_them(cluster):
     assert cluster.broker.store.get_max_offset_in_queue("Counted", 3) == 50
 
 
+def test_headers_naming_the_broker_take_the_lane(cluster):
+    """Java 4.9 clients and ours add `n` (brokerName) to the V2 header; a 4.x broker does not read
+    it, and it must not push every such send off the lane."""
+    s = RawSocket(cluster.broker_addr)
+    try:
+        s.send(frame(V2, v2_fields("NamedBroker", 0, n="broker-a"), b"x", opaque=1))  # auto-create
+        s.answers(1)
+        s.send(frame(V2, v2_fields("NamedBroker", 0, n="broker-a"), b"x", opaque=2))  # fills the cache
+        s.answers(1)
+        lane = lane_of(cluster, s)
+        before = lane.handled
+        s.send(b"".join(frame(V2, v2_fields("NamedBroker", 0, n="broker-a"), b"z", opaque=10 + i) for i in range(20)))
+        got = s.answers(20)
+        assert lane.handled - before == 20
+        assert sorted(got) == list(range(10, 30))
+        assert all(RemotingCommand.decode(g).code == 0 for g in got.values())
+    finally:
+        s.close()
+
+
 def test_oneway_sends_are_put_without_an_answer(cluster):
     s = RawSocket(cluster.broker_addr)
     try:
