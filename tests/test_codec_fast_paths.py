@@ -153,17 +153,21 @@ def _pull_buffer(n):
 
 @pytest.mark.skipif(not _PYMALLOC_ARENAS, reason="pymalloc arenas exist on CPython builds with a GIL")
 def test_freed_arenas_are_reused_within_the_bound():
-    buf = _pull_buffer(20_000)  # ~10 MiB of messages, dicts and ids once decoded
+    # ~30 MiB of messages, dicts and ids once decoded: in a long-lived process (the whole suite)
+    # free pools in older arenas absorb a few MiB first, so the decode must be well past that
+    buf = _pull_buffer(60_000)
     try:
         native.set_arena_cache_limit(64)
         msgs = [m.properties for m in decode_messages(buf)]  # noqa: F841 - held until the next line
         del msgs
         before = native.arena_cache_info()
-        assert before["installed"] and before["cached_bytes"] >= 4 << 20
+        assert before["installed"] and before["cached_bytes"] >= 8 << 20
         msgs = [m.properties for m in decode_messages(buf)]
         after = native.arena_cache_info()
-        # the second decode ran on the arenas the first one freed: none had to be mapped anew
-        assert after["hits"] - before["hits"] >= 4 and after["misses"] == before["misses"]
+        # the second decode ran on the arenas the first one freed: (almost) none mapped anew —
+        # other threads of a long-lived process may take an arena meanwhile
+        hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
+        assert hits >= 8 and misses <= hits // 4
         del msgs
         native.set_arena_cache_limit(2)  # above the bound: returned to the OS at once
         info = native.arena_cache_info()

@@ -167,15 +167,18 @@ def test_offsets_survive_consumer_restart(servers, home):
     time.sleep(6.0)  # the C++ client persists offsets every 5 s and at shutdown
     c.proc.terminate()
     c.finish(30)
+    first_run = c.messages()
     second = _msgs("r2", 4)
-    produce(home, servers.namesrv, topic, second)
+    sent_r2 = produce(home, servers.namesrv, topic, second)
     c = Driver(home, "consume", servers.namesrv, topic, "CID_CPP_RS", "*", "CLUSTERING", 4, 30)
     c.wait(lambda items: len([i for i in items if "body" in i]) >= 4, 30)
     time.sleep(2.0)
     c.proc.terminate()
     c.finish(30)
     got = [m["body"] for m in c.messages()]
-    assert sorted(got) == sorted(m["body"] for m in second), "committed messages were not replayed"
+    where = [(m["body"], m["queue_id"], m["queue_offset"]) for m in first_run + c.messages()]
+    assert sorted(got) == sorted(m["body"] for m in second), (
+        f"committed messages were not replayed: (body, queue, offset) of both runs {where}; sent {sent_r2}")
 
 
 def test_pull_consumer_and_delay_level(servers, home):
