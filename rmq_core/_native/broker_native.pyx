@@ -435,23 +435,9 @@ cdef int _reserve(Out* o, Py_ssize_t extra) except -1:
     return 0
 
 
-cdef inline char* _digits(char* w, int64_t v) noexcept nogil:
-    cdef char tmp[24]
-    cdef int i = 24
-    cdef bint neg = v < 0
-    cdef unsigned long long u = (0ULL - <unsigned long long>v) if neg else <unsigned long long>v
-    if u == 0:
-        i -= 1
-        tmp[i] = 48
-    while u:
-        i -= 1
-        tmp[i] = <char>(48 + u % 10)
-        u //= 10
-    if neg:
-        i -= 1
-        tmp[i] = 45
-    memcpy(w, &tmp[i], 24 - i)
-    return w + (24 - i)
+cdef extern from "json_text.h":
+    char* rmq_json_int(char* w, int64_t v) noexcept nogil
+    char* rmq_json_escaped(char* w, const char* p, Py_ssize_t n) noexcept nogil
 
 
 cdef inline char* _lit(char* w, const char* s, Py_ssize_t n) noexcept nogil:
@@ -469,17 +455,17 @@ cdef int _write_send_response(Out* o, int64_t code, const char* msg_id, Py_ssize
     start = o.buf + o.n
     w = start + 8
     w = _lit(w, b'{"code":', 8)
-    w = _digits(w, code)
+    w = rmq_json_int(w, code)
     w = _lit(w, b',"extFields":{"msgId":"', 23)
     w = _lit(w, msg_id, id_len)
     w = _lit(w, b'","queueId":"', 13)
-    w = _digits(w, queue_id)
+    w = rmq_json_int(w, queue_id)
     w = _lit(w, b'","queueOffset":"', 17)
-    w = _digits(w, queue_offset)
+    w = rmq_json_int(w, queue_offset)
     w = _lit(w, b'","MSG_REGION":"DefaultRegion","TRACE_ON":"true"},"flag":1,"language":"JAVA","opaque":', 86)
-    w = _digits(w, opaque)
+    w = rmq_json_int(w, opaque)
     w = _lit(w, b',"serializeTypeCurrentRPC":"JSON","version":', 44)
-    w = _digits(w, version)
+    w = rmq_json_int(w, version)
     w[0] = 125  # }
     _seal_frame(o, start, w + 1)
     return 0
@@ -494,13 +480,13 @@ cdef int _write_failure(Out* o, int64_t code, bytes remark, int64_t opaque, int6
     start = o.buf + o.n
     w = start + 8
     w = _lit(w, b'{"code":', 8)
-    w = _digits(w, code)
+    w = rmq_json_int(w, code)
     w = _lit(w, b',"flag":1,"language":"JAVA","opaque":', 37)
-    w = _digits(w, opaque)
+    w = rmq_json_int(w, opaque)
     w = _lit(w, b',"remark":"', 11)
     w = _lit(w, PyBytes_AS_STRING(remark), len(remark))
     w = _lit(w, b'","serializeTypeCurrentRPC":"JSON","version":', 45)
-    w = _digits(w, version)
+    w = rmq_json_int(w, version)
     w[0] = 125  # }
     _seal_frame(o, start, w + 1)
     return 0

@@ -89,68 +89,23 @@ cdef inline int _put(Out* o, const char* s, Py_ssize_t n) except -1:
     return 0
 
 
+cdef extern from "json_text.h":
+    char* rmq_json_int(char* w, int64_t v) noexcept nogil
+    char* rmq_json_escaped(char* w, const char* p, Py_ssize_t n) noexcept nogil
+
+
 cdef int _put_int(Out* o, int64_t v) except -1:
-    cdef char digits[24]
-    cdef int i = 24
-    cdef bint neg = v < 0
-    cdef unsigned long long u = (0ULL - <unsigned long long>v) if neg else <unsigned long long>v
-    if u == 0:
-        i -= 1
-        digits[i] = 48
-    while u:
-        i -= 1
-        digits[i] = <char>(48 + u % 10)
-        u //= 10
-    if neg:
-        i -= 1
-        digits[i] = 45
-    return _put(o, &digits[i], 24 - i)
-
-
-cdef const char* _HEXDIGITS = "0123456789abcdef"
+    if o.n + 24 > o.cap:
+        _grow(o, 24)
+    o.n = rmq_json_int(o.buf + o.n, v) - o.buf
+    return 0
 
 
 cdef int _put_escaped(Out* o, const char* p, Py_ssize_t n) except -1:
-    """UTF-8 bytes as the inside of a JSON string literal, escaped as encode_basestring does:
-    quote, backslash and the control characters; non-ASCII is kept.  Runs that need no escape
-    (nearly all of a header) are copied with memcpy."""
-    cdef Py_ssize_t i, run = 0
-    cdef uint8_t ch
-    cdef char* w
+    """UTF-8 bytes as the inside of a JSON string literal (json_text.h)."""
     if o.n + n * 6 > o.cap:
         _grow(o, n * 6)
-    w = o.buf + o.n
-    for i in range(n):
-        ch = <uint8_t>p[i]
-        if ch >= 32 and ch != 34 and ch != 92:
-            continue
-        if i > run:
-            memcpy(w, p + run, i - run)
-            w += i - run
-        run = i + 1
-        w[0] = 92
-        if ch == 34 or ch == 92:
-            w[1] = <char>ch
-            w += 2
-        elif ch == 10:
-            w[1] = 110; w += 2
-        elif ch == 13:
-            w[1] = 114; w += 2
-        elif ch == 9:
-            w[1] = 116; w += 2
-        elif ch == 8:
-            w[1] = 98; w += 2
-        elif ch == 12:
-            w[1] = 102; w += 2
-        else:
-            w[1] = 117; w[2] = 48; w[3] = 48
-            w[4] = _HEXDIGITS[ch >> 4]
-            w[5] = _HEXDIGITS[ch & 15]
-            w += 6
-    if n > run:
-        memcpy(w, p + run, n - run)
-        w += n - run
-    o.n = w - o.buf
+    o.n = rmq_json_escaped(o.buf + o.n, p, n) - o.buf
     return 0
 
 

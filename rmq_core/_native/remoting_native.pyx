@@ -552,77 +552,31 @@ cdef inline int _put(Out* o, const char* s, Py_ssize_t n) except -1:
     return 0
 
 
+cdef extern from "json_text.h":
+    char* rmq_json_int(char* w, int64_t v) noexcept nogil
+    char* rmq_json_escaped(char* w, const char* p, Py_ssize_t n) noexcept nogil
+
+
 cdef int _put_int(Out* o, object value) except -1:
     cdef long long v = value  # OverflowError for an absurd value: the caller falls back
-    cdef char digits[24]
-    cdef int i = 24
-    cdef bint neg = v < 0
-    cdef unsigned long long u = (0ULL - <unsigned long long>v) if neg else <unsigned long long>v
-    if u == 0:
-        i -= 1
-        digits[i] = 48
-    while u:
-        i -= 1
-        digits[i] = <char>(48 + u % 10)
-        u //= 10
-    if neg:
-        i -= 1
-        digits[i] = 45
-    return _put(o, &digits[i], 24 - i)
-
-
-cdef const char* _HEXDIGITS = "0123456789abcdef"
+    if o.n + 24 > o.cap:
+        _grow(o, 24)
+    o.n = rmq_json_int(o.buf + o.n, v) - o.buf
+    return 0
 
 
 cdef int _put_str(Out* o, object s) except -1:
-    """A JSON string literal, escaped as json.encoder.encode_basestring does (UTF-8 kept).
-
-    Runs of characters that need no escape (all of a usual header value) are copied with memcpy;
-    the write pointer is a local, not o.n, so the scan loop stays in registers."""
-    cdef Py_ssize_t n, i, run = 0
+    """A JSON string literal, escaped as json.encoder.encode_basestring does (json_text.h)."""
+    cdef Py_ssize_t n
     cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)  # UnicodeEncodeError on a lone surrogate
-    cdef uint8_t ch
     cdef char* w
     if o.n + n * 6 + 2 > o.cap:
         _grow(o, n * 6 + 2)
     w = o.buf + o.n
     w[0] = 34
-    w += 1
-    for i in range(n):
-        ch = <uint8_t>p[i]
-        if ch >= 32 and ch != 34 and ch != 92:
-            continue
-        if i > run:
-            memcpy(w, p + run, i - run)
-            w += i - run
-        run = i + 1
-        w[0] = 92
-        if ch == 34 or ch == 92:
-            w[1] = <char>ch
-            w += 2
-        elif ch == 10:
-            w[1] = 110; w += 2
-        elif ch == 13:
-            w[1] = 114; w += 2
-        elif ch == 9:
-            w[1] = 116; w += 2
-        elif ch == 8:
-            w[1] = 98; w += 2
-        elif ch == 12:
-            w[1] = 102; w += 2
-        else:
-            w[1] = 117
-            w[2] = 48
-            w[3] = 48
-            w[4] = _HEXDIGITS[ch >> 4]
-            w[5] = _HEXDIGITS[ch & 15]
-            w += 6
-    if n > run:
-        memcpy(w, p + run, n - run)
-        w += n - run
+    w = rmq_json_escaped(w + 1, p, n)
     w[0] = 34
-    w += 1
-    o.n = w - o.buf
+    o.n = w + 1 - o.buf
     return 0
 
 
