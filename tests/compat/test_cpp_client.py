@@ -94,7 +94,7 @@ def test_send_modes_and_clustering_split(servers, home):
     c1 = Driver(home / "c1", "consume", servers.namesrv, topic, "CID_CPP", "*", "CLUSTERING", 0, 60)
     c2 = Driver(home / "c2", "consume", servers.namesrv, topic, "CID_CPP", "*", "CLUSTERING", 0, 60)
     for c in (c1, c2):
-        assert c.wait(lambda items: any(i.get("started") for i in items), 20)
+        assert c.wait(lambda items: any(i.get("started") for i in items), 45)  # a C++ start on a loaded 2-core VM
     time.sleep(4.0)  # the second member's heartbeat makes the broker notify the first: both rebalance
     sent = _msgs("sync", 8) + _msgs("oneway", 4, mode="oneway") + [
         {"body": f"ord-{i}", "tags": "TagA", "keys": "ok", "mode": "orderly", "arg": 7} for i in range(4)]
@@ -147,7 +147,7 @@ def test_broadcasting_each_consumer_gets_all(servers, home):
     c1 = Driver(home / "b1", "consume", servers.namesrv, topic, "CID_CPP_BC", "*", "BROADCASTING", 6, 40)
     c2 = Driver(home / "b2", "consume", servers.namesrv, topic, "CID_CPP_BC", "*", "BROADCASTING", 6, 40)
     for c in (c1, c2):
-        assert c.wait(lambda items: any(i.get("started") for i in items), 20)
+        assert c.wait(lambda items: any(i.get("started") for i in items), 45)  # a C++ start on a loaded 2-core VM
     time.sleep(3.0)  # a broadcast consumer starts at the queue end (no local offsets yet): let it get there
     sent = _msgs("bc", 6)
     produce(home, servers.namesrv, topic, sent)
