@@ -414,28 +414,13 @@ cdef class PlainSend:
         self.prepared_transaction_offset = 0
 
 
-cdef struct Out:
-    char* buf
-    Py_ssize_t n
-    Py_ssize_t cap
-
-
-cdef int _reserve(Out* o, Py_ssize_t extra) except -1:
-    cdef Py_ssize_t cap = o.cap if o.cap else 4096
-    cdef char* nb
-    if o.n + extra <= o.cap:
-        return 0
-    while o.n + extra > cap:
-        cap *= 2
-    nb = <char*>realloc(o.buf, cap)
-    if nb == NULL:
-        raise MemoryError()
-    o.buf = nb
-    o.cap = cap
-    return 0
-
-
 cdef extern from "json_text.h":
+    ctypedef struct Out "rmq_out":
+        char* buf
+        Py_ssize_t n
+        Py_ssize_t cap
+        bint heap  # buf came from malloc (else the caller's stack buffer, or NULL)
+    int _reserve "rmq_out_reserve"(Out* o, Py_ssize_t extra) except -1
     char* rmq_json_int(char* w, int64_t v) noexcept nogil
     char* rmq_json_escaped(char* w, const char* p, Py_ssize_t n) noexcept nogil
 
@@ -554,6 +539,7 @@ cdef class SendLane:
         self.out.buf = NULL
         self.out.n = 0
         self.out.cap = 0
+        self.out.heap = True
 
     def __dealloc__(self):
         cdef int i
@@ -754,6 +740,7 @@ cdef class SendLane:
         o.buf = NULL
         o.n = 0
         o.cap = 0
+        o.heap = True
         try:
             for item in group.items:
                 opaque, flag, queue_id, qoff, wrote, msg_id, topic = <tuple>item

@@ -55,30 +55,15 @@ DEF MAX_PROPERTIES_LENGTH = 32767  # what the broker accepts (int16 length in th
 
 
 # --- an output buffer ------------------------------------------------------------------------------
-cdef struct Out:
-    char* buf
-    Py_ssize_t n
-    Py_ssize_t cap
-    bint heap  # buf came from malloc (else it is the caller's stack buffer)
-
-
-cdef int _grow(Out* o, Py_ssize_t extra) except -1:
-    cdef Py_ssize_t cap = o.cap
-    cdef char* nb
-    while o.n + extra > cap:
-        cap *= 2
-    if o.heap:
-        nb = <char*>realloc(o.buf, cap)
-    else:
-        nb = <char*>malloc(cap)
-        if nb != NULL:
-            memcpy(nb, o.buf, o.n)
-    if nb == NULL:
-        raise MemoryError()
-    o.buf = nb
-    o.cap = cap
-    o.heap = True
-    return 0
+cdef extern from "json_text.h":
+    ctypedef struct Out "rmq_out":
+        char* buf
+        Py_ssize_t n
+        Py_ssize_t cap
+        bint heap  # buf came from malloc (else the caller's stack buffer, or NULL)
+    int _grow "rmq_out_reserve"(Out* o, Py_ssize_t extra) except -1
+    char* rmq_json_int(char* w, int64_t v) noexcept nogil
+    char* rmq_json_escaped(char* w, const char* p, Py_ssize_t n) noexcept nogil
 
 
 cdef inline int _put(Out* o, const char* s, Py_ssize_t n) except -1:
@@ -87,11 +72,6 @@ cdef inline int _put(Out* o, const char* s, Py_ssize_t n) except -1:
     memcpy(o.buf + o.n, s, n)
     o.n += n
     return 0
-
-
-cdef extern from "json_text.h":
-    char* rmq_json_int(char* w, int64_t v) noexcept nogil
-    char* rmq_json_escaped(char* w, const char* p, Py_ssize_t n) noexcept nogil
 
 
 cdef int _put_int(Out* o, int64_t v) except -1:

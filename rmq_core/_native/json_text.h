@@ -6,7 +6,43 @@
 
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* A growing output buffer.  `buf` may start as the caller's stack buffer (heap == 0: copied to the
+   heap on first growth) or NULL with cap 0 (a zeroed struct works). */
+typedef struct {
+    char *buf;
+    Py_ssize_t n;
+    Py_ssize_t cap;
+    int heap;
+} rmq_out;
+
+/* Room for `extra` more bytes: capacity doubles (from 4 KiB when empty).  -1 with MemoryError set. */
+static inline int rmq_out_reserve(rmq_out *o, Py_ssize_t extra) {
+    Py_ssize_t cap;
+    char *nb;
+    if (o->n + extra <= o->cap)
+        return 0;
+    cap = o->cap ? o->cap : 4096;
+    while (o->n + extra > cap)
+        cap *= 2;
+    if (o->heap) {
+        nb = (char *)realloc(o->buf, (size_t)cap);
+    } else {
+        nb = (char *)malloc((size_t)cap);
+        if (nb != NULL && o->n)
+            memcpy(nb, o->buf, (size_t)o->n);
+    }
+    if (nb == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    o->buf = nb;
+    o->cap = cap;
+    o->heap = 1;
+    return 0;
+}
 
 /* A decimal integer (no quotes).  Needs room for 20 bytes. */
 static inline char *rmq_json_int(char *w, int64_t v) {

@@ -525,23 +525,15 @@ cdef object _decode_frame(const uint8_t* base, Py_ssize_t n):
 
 
 # --- JSON header encoding ------------------------------------------------------------------------
-cdef struct Out:
-    char* buf
-    Py_ssize_t n
-    Py_ssize_t cap
-
-
-cdef int _grow(Out* o, Py_ssize_t extra) except -1:
-    cdef Py_ssize_t cap = o.cap
-    cdef char* nb
-    while o.n + extra > cap:
-        cap *= 2
-    nb = <char*>realloc(o.buf, cap)
-    if nb == NULL:
-        raise MemoryError()
-    o.buf = nb
-    o.cap = cap
-    return 0
+cdef extern from "json_text.h":
+    ctypedef struct Out "rmq_out":
+        char* buf
+        Py_ssize_t n
+        Py_ssize_t cap
+        bint heap  # buf came from malloc (else the caller's stack buffer, or NULL)
+    int _grow "rmq_out_reserve"(Out* o, Py_ssize_t extra) except -1
+    char* rmq_json_int(char* w, int64_t v) noexcept nogil
+    char* rmq_json_escaped(char* w, const char* p, Py_ssize_t n) noexcept nogil
 
 
 cdef inline int _put(Out* o, const char* s, Py_ssize_t n) except -1:
@@ -550,11 +542,6 @@ cdef inline int _put(Out* o, const char* s, Py_ssize_t n) except -1:
     memcpy(o.buf + o.n, s, n)
     o.n += n
     return 0
-
-
-cdef extern from "json_text.h":
-    char* rmq_json_int(char* w, int64_t v) noexcept nogil
-    char* rmq_json_escaped(char* w, const char* p, Py_ssize_t n) noexcept nogil
 
 
 cdef int _put_int(Out* o, object value) except -1:
@@ -649,6 +636,7 @@ def encode_json_frame_header(cmd, Py_ssize_t body_length):
     o.buf = <char*>malloc(o.cap)
     if o.buf == NULL:
         raise MemoryError()
+    o.heap = True
     try:
         try:
             _encode_into(&o, cmd, <dict>ext)

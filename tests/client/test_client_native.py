@@ -95,6 +95,17 @@ def test_an_empty_and_a_big_body_travel_whole():
         assert struct.unpack(">i", got[:4])[0] == len(got) - 4
 
 
+def test_a_header_past_the_stack_buffer_grows_onto_the_heap():
+    """Properties of ~30 KB (under the 32767-byte limit) with characters JSON escapes: the frame
+    outgrows the builder's stack buffer several times and still matches the reference."""
+    p = _producer()
+    mq = MessageQueue("GrowT", "broker-a", 0)
+    props = {f"k{i}": "q\"b\\n\nt\t\u00e9\u20ac" * 12 for i in range(160)}
+    got = _native_header(p, mq).build_frame(0, 0, props, 11, b"x", 1)
+    assert got is not None and len(got) > 20_000
+    assert got == _reference_frame(p, mq, 0, 1, 0, props, b"x", 11)
+
+
 def test_born_timestamp_defaults_to_now():
     p = _producer()
     mq = MessageQueue("T", "b", 0)
