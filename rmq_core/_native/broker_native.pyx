@@ -414,15 +414,7 @@ cdef class PlainSend:
         self.prepared_transaction_offset = 0
 
 
-cdef extern from "json_text.h":
-    ctypedef struct Out "rmq_out":
-        char* buf
-        Py_ssize_t n
-        Py_ssize_t cap
-        bint heap  # buf came from malloc (else the caller's stack buffer, or NULL)
-    int _reserve "rmq_out_reserve"(Out* o, Py_ssize_t extra) except -1
-    char* rmq_json_int(char* w, int64_t v) noexcept nogil
-    char* rmq_json_escaped(char* w, const char* p, Py_ssize_t n) noexcept nogil
+from json_text cimport Out, out_reserve as _reserve, rmq_json_int
 
 
 cdef inline char* _lit(char* w, const char* s, Py_ssize_t n) noexcept nogil:

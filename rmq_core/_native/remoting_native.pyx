@@ -525,31 +525,12 @@ cdef object _decode_frame(const uint8_t* base, Py_ssize_t n):
 
 
 # --- JSON header encoding ------------------------------------------------------------------------
-cdef extern from "json_text.h":
-    ctypedef struct Out "rmq_out":
-        char* buf
-        Py_ssize_t n
-        Py_ssize_t cap
-        bint heap  # buf came from malloc (else the caller's stack buffer, or NULL)
-    int _grow "rmq_out_reserve"(Out* o, Py_ssize_t extra) except -1
-    char* rmq_json_int(char* w, int64_t v) noexcept nogil
-    char* rmq_json_escaped(char* w, const char* p, Py_ssize_t n) noexcept nogil
-
-
-cdef inline int _put(Out* o, const char* s, Py_ssize_t n) except -1:
-    if o.n + n > o.cap:
-        _grow(o, n)
-    memcpy(o.buf + o.n, s, n)
-    o.n += n
-    return 0
+from json_text cimport Out, out_put as _put, out_put_int, out_reserve as _grow, rmq_json_escaped
 
 
 cdef int _put_int(Out* o, object value) except -1:
     cdef long long v = value  # OverflowError for an absurd value: the caller falls back
-    if o.n + 24 > o.cap:
-        _grow(o, 24)
-    o.n = rmq_json_int(o.buf + o.n, v) - o.buf
-    return 0
+    return out_put_int(o, v)
 
 
 cdef int _put_str(Out* o, object s) except -1:
