@@ -64,47 +64,18 @@ cdef struct SendFields:
     Py_ssize_t body_len
 
 
-cdef struct Cur:
-    const uint8_t* p
-    const uint8_t* end
-
-
-cdef inline void _ws(Cur* c) noexcept nogil:
-    while c.p < c.end and (c.p[0] == 32 or c.p[0] == 9 or c.p[0] == 10 or c.p[0] == 13):
-        c.p += 1
+from json_read cimport Cursor as Cur, expect, read_int, skip_ws as _ws
 
 
 cdef inline bint _eat(Cur* c, uint8_t ch) noexcept nogil:
-    _ws(c)
-    if c.p < c.end and c.p[0] == ch:
-        c.p += 1
-        return True
-    return False
+    return expect(c, ch)  # (this reader answers with False, never reads `bad`)
 
 
-cdef bint _json_int(Cur* c, int64_t* out) noexcept nogil:
+cdef inline bint _json_int(Cur* c, int64_t* out) noexcept nogil:
     """A JSON integer of at most 18 digits (what the general decoder accepts); False otherwise."""
-    cdef bint neg = False
-    cdef int64_t v = 0
-    cdef int digits = 0
-    _ws(c)
-    if c.p < c.end and c.p[0] == 45:
-        neg = True
-        c.p += 1
-    if c.p >= c.end or c.p[0] < 48 or c.p[0] > 57:
-        return False
-    if c.p[0] == 48 and c.p + 1 < c.end and 48 <= c.p[1] <= 57:
-        return False
-    while c.p < c.end and 48 <= c.p[0] <= 57:
-        v = v * 10 + (c.p[0] - 48)
-        c.p += 1
-        digits += 1
-        if digits > 18:
-            return False
-    if c.p < c.end and (c.p[0] == 46 or c.p[0] == 101 or c.p[0] == 69):
-        return False
-    out[0] = -v if neg else v
-    return True
+    c.bad = False
+    out[0] = read_int(c)
+    return not c.bad
 
 
 # 1 for the bytes that end a plain run inside a JSON string: '"', '\\', controls and non-ASCII

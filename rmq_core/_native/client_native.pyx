@@ -327,45 +327,7 @@ cdef class SendResponse:
                 f"msg_id={self.msg_id!r}, queue_id={self.queue_id!r}, queue_offset={self.queue_offset!r})")
 
 
-cdef struct Cursor:
-    const uint8_t* p
-    const uint8_t* end
-    bint bad  # something this reader does not handle: decline
-
-
-cdef inline void _skip_ws(Cursor* c) noexcept nogil:
-    while c.p < c.end and (c.p[0] == 32 or c.p[0] == 9 or c.p[0] == 10 or c.p[0] == 13):
-        c.p += 1
-
-
-cdef inline bint _expect(Cursor* c, uint8_t ch) noexcept nogil:
-    _skip_ws(c)
-    if c.p < c.end and c.p[0] == ch:
-        c.p += 1
-        return True
-    c.bad = True
-    return False
-
-
-cdef int64_t _read_int(Cursor* c) noexcept nogil:
-    """A JSON integer (optional '-', 1..18 digits); anything else sets c.bad."""
-    cdef int64_t v = 0
-    cdef bint neg = False
-    cdef int digits = 0
-    if c.p < c.end and c.p[0] == 45:
-        neg = True
-        c.p += 1
-    while c.p < c.end and 48 <= c.p[0] <= 57:
-        v = v * 10 + (c.p[0] - 48)
-        c.p += 1
-        digits += 1
-        if digits > 18:
-            c.bad = True
-            return 0
-    if digits == 0 or (c.p < c.end and (c.p[0] == 46 or c.p[0] == 101 or c.p[0] == 69)):
-        c.bad = True  # no digits, or a float
-        return 0
-    return -v if neg else v
+from json_read cimport Cursor, expect as _expect, read_int as _read_int, skip_ws as _skip_ws
 
 
 cdef bint _scan_str(Cursor* c, const uint8_t** start, Py_ssize_t* n, bint* escaped) noexcept nogil:

@@ -109,52 +109,7 @@ cdef tuple _walk_frames(data, Py_ssize_t max_frame_length, bint decode):
 
 
 # --- JSON header decoding ------------------------------------------------------------------------
-cdef struct Cursor:
-    const uint8_t* p
-    const uint8_t* end
-    bint bad  # something the fast path does not handle: let the Python codec decide
-
-
-cdef inline void _skip_ws(Cursor* c) noexcept nogil:
-    while c.p < c.end and (c.p[0] == 32 or c.p[0] == 9 or c.p[0] == 10 or c.p[0] == 13):
-        c.p += 1
-
-
-cdef inline bint _expect(Cursor* c, uint8_t ch) noexcept nogil:
-    _skip_ws(c)
-    if c.p < c.end and c.p[0] == ch:
-        c.p += 1
-        return True
-    c.bad = True
-    return False
-
-
-cdef int64_t _read_int(Cursor* c) noexcept nogil:
-    """A JSON integer (no fraction/exponent, at most 18 digits); sets c.bad otherwise."""
-    cdef bint neg = False
-    cdef int64_t v = 0
-    cdef int digits = 0
-    _skip_ws(c)
-    if c.p < c.end and c.p[0] == 45:  # '-'
-        neg = True
-        c.p += 1
-    if c.p >= c.end or c.p[0] < 48 or c.p[0] > 57:
-        c.bad = True
-        return 0
-    if c.p[0] == 48 and c.p + 1 < c.end and 48 <= c.p[1] <= 57:  # leading zero: not JSON
-        c.bad = True
-        return 0
-    while c.p < c.end and 48 <= c.p[0] <= 57:
-        v = v * 10 + (c.p[0] - 48)
-        c.p += 1
-        digits += 1
-        if digits > 18:
-            c.bad = True
-            return 0
-    if c.p < c.end and (c.p[0] == 46 or c.p[0] == 101 or c.p[0] == 69):  # '.', 'e', 'E'
-        c.bad = True
-        return 0
-    return -v if neg else v
+from json_read cimport Cursor, expect as _expect, read_int as _read_int, skip_ws as _skip_ws
 
 
 cdef inline int _hex(uint8_t ch) noexcept nogil:

@@ -1,0 +1,53 @@
+# A cursor over JSON header bytes, shared by the remoting, client and broker native readers.
+# Each reader handles only the plain shapes it knows and declines the rest (`bad`, or a False
+# return) so the general Python decoder decides and names what is wrong.
+from libc.stdint cimport int64_t, uint8_t
+
+
+cdef struct Cursor:
+    const uint8_t* p
+    const uint8_t* end
+    bint bad  # something this reader does not handle: decline
+
+
+cdef inline void skip_ws(Cursor* c) noexcept nogil:
+    while c.p < c.end and (c.p[0] == 32 or c.p[0] == 9 or c.p[0] == 10 or c.p[0] == 13):
+        c.p += 1
+
+
+cdef inline bint expect(Cursor* c, uint8_t ch) noexcept nogil:
+    """Step over `ch` (after whitespace); sets bad when it is not there."""
+    skip_ws(c)
+    if c.p < c.end and c.p[0] == ch:
+        c.p += 1
+        return True
+    c.bad = True
+    return False
+
+
+cdef inline int64_t read_int(Cursor* c) noexcept nogil:
+    """A JSON integer (no fraction/exponent, no leading zero, at most 18 digits); sets bad otherwise."""
+    cdef bint neg = False
+    cdef int64_t v = 0
+    cdef int digits = 0
+    skip_ws(c)
+    if c.p < c.end and c.p[0] == 45:  # '-'
+        neg = True
+        c.p += 1
+    if c.p >= c.end or c.p[0] < 48 or c.p[0] > 57:
+        c.bad = True
+        return 0
+    if c.p[0] == 48 and c.p + 1 < c.end and 48 <= c.p[1] <= 57:  # leading zero: not JSON
+        c.bad = True
+        return 0
+    while c.p < c.end and 48 <= c.p[0] <= 57:
+        v = v * 10 + (c.p[0] - 48)
+        c.p += 1
+        digits += 1
+        if digits > 18:
+            c.bad = True
+            return 0
+    if c.p < c.end and (c.p[0] == 46 or c.p[0] == 101 or c.p[0] == 69):  # '.', 'e', 'E'
+        c.bad = True
+        return 0
+    return -v if neg else v
