@@ -64,7 +64,7 @@ cdef struct SendFields:
     Py_ssize_t body_len
 
 
-from json_read cimport Cursor as Cur, expect, read_int, skip_ws as _ws
+from json_read cimport Cursor as Cur, expect, open_json_header, read_int, skip_ws as _ws
 
 
 cdef inline bint _eat(Cur* c, uint8_t ch) noexcept nogil:
@@ -220,7 +220,6 @@ cdef bint _special_properties(const uint8_t* p, Py_ssize_t n) noexcept nogil:
 cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) noexcept nogil:
     """Read a plain SEND_MESSAGE_V2 request frame (without its length prefix) into `f`; False
     when it is anything else or anything the lane is not sure about."""
-    cdef uint32_t len_and_type
     cdef Py_ssize_t hl, klen, vlen
     cdef Cur c
     cdef const uint8_t* key
@@ -228,16 +227,9 @@ cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) noexcept
     cdef bint esc, has_code = False
     cdef uint32_t seen = 0, top = 0, bit
     cdef int64_t iv
-    if n < 4:
+    if not open_json_header(&c, base, n):
         return False
-    len_and_type = (<uint32_t>base[0] << 24) | (<uint32_t>base[1] << 16) | (<uint32_t>base[2] << 8) | base[3]
-    if (len_and_type >> 24) != 0:
-        return False
-    hl = len_and_type & 0xFFFFFF
-    if hl > n - 4:
-        return False
-    c.p = base + 4
-    c.end = base + 4 + hl
+    hl = c.end - base - 4
     f.flag = 0
     f.opaque = 0
     f.topic = NULL

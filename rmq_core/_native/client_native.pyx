@@ -327,7 +327,7 @@ cdef class SendResponse:
                 f"msg_id={self.msg_id!r}, queue_id={self.queue_id!r}, queue_offset={self.queue_offset!r})")
 
 
-from json_read cimport Cursor, expect as _expect, read_int as _read_int, skip_ws as _skip_ws
+from json_read cimport Cursor, expect as _expect, open_json_header, read_int as _read_int, skip_ws as _skip_ws
 
 
 cdef bint _scan_str(Cursor* c, const uint8_t** start, Py_ssize_t* n, bint* escaped) noexcept nogil:
@@ -412,25 +412,14 @@ cdef object _plain_int(Cursor* c):
 
 
 cdef object _read_response(const uint8_t* base, Py_ssize_t n):
-    cdef uint32_t len_and_type
-    cdef Py_ssize_t header_length
     cdef Cursor c
     cdef const uint8_t* key
     cdef Py_ssize_t klen
     cdef bint escaped, has_code = False, has_flag = False
     cdef int64_t code = 0, opaque = 0, flag = 0
     cdef SendResponse r
-    if n < 4:
+    if not open_json_header(&c, base, n):
         return None
-    len_and_type = (<uint32_t>base[0] << 24) | (<uint32_t>base[1] << 16) | (<uint32_t>base[2] << 8) | base[3]
-    if (len_and_type >> 24) != 0:
-        return None
-    header_length = len_and_type & 0xFFFFFF
-    if header_length > n - 4:
-        return None
-    c.p = base + 4
-    c.end = base + 4 + header_length
-    c.bad = False
     r = SendResponse.__new__(SendResponse)
     if not _expect(&c, 123):
         return None

@@ -1,7 +1,7 @@
 # A cursor over JSON header bytes, shared by the remoting, client and broker native readers.
 # Each reader handles only the plain shapes it knows and declines the rest (`bad`, or a False
 # return) so the general Python decoder decides and names what is wrong.
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t
 
 
 cdef struct Cursor:
@@ -51,3 +51,22 @@ cdef inline int64_t read_int(Cursor* c) noexcept nogil:
         c.bad = True
         return 0
     return -v if neg else v
+
+
+cdef inline bint open_json_header(Cursor* c, const uint8_t* frame, Py_ssize_t n) noexcept nogil:
+    """Point `c` at a frame's header (`frame`: the bytes after the length prefix, `n` of them):
+    False unless the header is JSON (serialize type 0) and fits in the frame."""
+    cdef uint32_t len_and_type
+    cdef Py_ssize_t header_length
+    if n < 4:
+        return False
+    len_and_type = (<uint32_t>frame[0] << 24) | (<uint32_t>frame[1] << 16) | (<uint32_t>frame[2] << 8) | frame[3]
+    if (len_and_type >> 24) != 0:
+        return False
+    header_length = len_and_type & 0xFFFFFF
+    if header_length > n - 4:
+        return False
+    c.p = frame + 4
+    c.end = frame + 4 + header_length
+    c.bad = False
+    return True

@@ -109,7 +109,7 @@ cdef tuple _walk_frames(data, Py_ssize_t max_frame_length, bint decode):
 
 
 # --- JSON header decoding ------------------------------------------------------------------------
-from json_read cimport Cursor, expect as _expect, read_int as _read_int, skip_ws as _skip_ws
+from json_read cimport Cursor, expect as _expect, open_json_header, read_int as _read_int, skip_ws as _skip_ws
 
 
 cdef inline int _hex(uint8_t ch) noexcept nogil:
@@ -383,23 +383,14 @@ def decode_frame(frame):
 
 cdef object _decode_frame(const uint8_t* base, Py_ssize_t n):
     cdef Py_ssize_t header_length
-    cdef uint32_t len_and_type
     cdef Cursor c
     cdef const uint8_t* key
     cdef Py_ssize_t klen
     cdef int64_t code = 0, opaque = 0, flag = 0, version = 0
     cdef bint has_code = False
-    if n < 4:
+    if not open_json_header(&c, base, n):
         return None
-    len_and_type = (<uint32_t>base[0] << 24) | (<uint32_t>base[1] << 16) | (<uint32_t>base[2] << 8) | base[3]
-    if (len_and_type >> 24) != 0:
-        return None
-    header_length = len_and_type & 0xFFFFFF
-    if header_length > n - 4:
-        return None
-    c.p = base + 4
-    c.end = base + 4 + header_length
-    c.bad = False
+    header_length = c.end - base - 4
     language = None
     remark = None
     ext = None
