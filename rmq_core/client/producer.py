@@ -123,9 +123,8 @@ def read_send_response_frame(frame) -> SendResponse | RemotingCommand:
     return SendResponse.from_command(command)
 
 
-def read_send_response_frames(data, max_frame_length: int) -> tuple[list, int]:
-    """PipelinedChannel's reader for send responses: SendResponse items (bytes where declined)."""
-    return read_send_responses(data, max_frame_length)
+# PipelinedChannel's reader of send responses: SendResponse items (bytes where declined)
+read_send_response_frames = read_send_responses
 
 
 create_uniq_id = UniqIds(MessageClientIDSetter)  # MessageClientIDSetter.create_uniq_id, natively
@@ -482,9 +481,7 @@ class Producer:
         addr = inst.find_broker_addr_in_publish(mq.broker_name)
         if addr is None or inst.in_proc(addr):
             return self._send_direct_prepared(msg, timeout, mq)
-        header = self._send_headers.get((mq.topic, mq.broker_name, mq.queue_id, False), _NO_HEADER)
-        if header is _NO_HEADER:
-            header = self._send_header(mq, False)
+        header = self._send_header(mq, False)
         uniq = create_uniq_id()
         opaque = next_opaque()
         frame = header.build_message_frame(msg, uniq, opaque) if header is not None else None
@@ -607,9 +604,7 @@ class Producer:
                       batch: bool = False) -> tuple[bytes, int, int]:
         """(frame, opaque, code) of the send request _build_request makes, built natively from a
         header cached per queue; the Python encoder where the native one declines."""
-        header = self._send_headers.get((mq.topic, mq.broker_name, mq.queue_id, batch), _NO_HEADER)
-        if header is _NO_HEADER:
-            header = self._send_header(mq, batch)
+        header = self._send_header(mq, batch)
         opaque = next_opaque()
         if header is not None:
             frame = header.build_frame(sys_flag, 0 if batch else msg.flag, props, opaque, body)
@@ -620,11 +615,14 @@ class Producer:
         return req.encode(), req.opaque, req.code
 
     def _send_header(self, mq: MessageQueue, batch: bool) -> SendHeader | None:
-        """The native header of sends to `mq` (None: the Python encoder's case - SEND_MESSAGE V1,
-        or a retry topic, whose reconsume fields move from the properties into the header)."""
+        """The native header of sends to `mq`, cached (None: the Python encoder's case - SEND_MESSAGE
+        V1, or a retry topic, whose reconsume fields move from the properties into the header)."""
+        key = (mq.topic, mq.broker_name, mq.queue_id, batch)
+        header = self._send_headers.get(key, _NO_HEADER)
+        if header is not _NO_HEADER:
+            return header
         if len(self._send_headers) >= 4096:  # queues come and go with routes: keep it bounded
             self._send_headers.clear()
-        key = (mq.topic, mq.broker_name, mq.queue_id, batch)
         if not self.use_send_message_v2 or MixAll.is_retry_topic(mq.topic):
             self._send_headers[key] = None
             return None
@@ -725,9 +723,7 @@ class Producer:
             return None
         fut = LeanFuture()
         begin = time.monotonic()
-        header = self._send_headers.get((mq.topic, mq.broker_name, mq.queue_id, False), _NO_HEADER)
-        if header is _NO_HEADER:
-            header = self._send_header(mq, False)
+        header = self._send_header(mq, False)
         opaque = next_opaque()
         frame = None
         prepared = None
@@ -809,7 +805,7 @@ class Producer:
         except MQClientError:  # the client stopped meanwhile
             try:
                 fut.set_exception(resume[2])
-            except concurrent.futures.InvalidStateError:
+            except concurrent.futures.InvalidStateError:  # cancelled meanwhile
                 pass
 
     async def send_aio(self, msg: Message, **kw) -> SendResult:

@@ -317,8 +317,7 @@ class ChannelContext:
                           self.remote_address)
             return
         self.peer_serialize_type = command.serialize_type
-        if len(self._tasks) >= self._max_inflight or (
-                self._lane is not None and len(self._tasks) + self._lane.waiting >= self._max_inflight):
+        if self.inflight >= self._max_inflight:
             if not command.is_oneway:
                 busy = command.make_response(
                     ResponseCode.SYSTEM_BUSY,

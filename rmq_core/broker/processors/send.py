@@ -239,11 +239,12 @@ class SendMessageProcessor(Processor):
             return self.send_message(ctx, request)  # answers with the error naming the queue id
         prepared = self._batch_extras.get(props)
         if prepared is None:
-            extra = string_to_properties(props)
-            refused = self.ctrl.timer_service.check_batch(b"", extra)
+            header_props = string_to_properties(props)
+            refused = self.ctrl.timer_service.check_batch(b"", header_props)
+            extra = dict(header_props)
             extra.pop(MessageConst.WAIT_STORE_MSG_OK, None)  # every item carries its own
             extra[MessageConst.CLUSTER] = self.ctrl.broker_config.broker_cluster_name
-            prepared = (dict(string_to_properties(props)), refused, properties_to_string(extra).encode("utf-8"))
+            prepared = (header_props, refused, properties_to_string(extra).encode("utf-8"))
             if len(self._batch_extras) > 1024:
                 self._batch_extras.clear()
             self._batch_extras[props] = prepared
