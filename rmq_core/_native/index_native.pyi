@@ -1,8 +1,30 @@
-"""Type stubs for rmq_core._native.index_native (the IndexFile put/select paths)."""
+"""Type stubs for rmq_core._native.index_native (the IndexFile put/select paths and the native
+hashing of records' keys into a KeyRun)."""
 import mmap
+from collections import deque
+from typing import Iterator
+
+Buffer = bytes | bytearray | memoryview
 
 def index_key_hash(key: str) -> int:
     """abs(Java String.hashCode(key)); abs(Integer.MIN_VALUE) -> 0."""
+
+def topic_prefix_hash(topic: str) -> int:
+    """Java String.hashCode(topic + "#") as an unsigned 32-bit value (the seed of its key hashes)."""
+
+class KeyRun:
+    """Records ready for the index: (offset, store timestamp, key hashes), in C arrays."""
+    last_timestamp: int
+    key_count: int
+    def __init__(self) -> None: ...
+    def clear(self) -> None: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> tuple[int, int, list[int]]: ...
+    def __iter__(self) -> Iterator[tuple[int, int, list[int]]]: ...
+
+def collect_items(q: deque, limit: int, seeds: dict[str, int], run: KeyRun) -> object | None: ...
+def adjacent_entries(entries: Buffer, start: int, count: int) -> tuple[int, int, int]: ...
+def collect_span(run: KeyRun, span: Buffer, entries: Buffer, start: int, stop: int, seed: int) -> tuple[int, int]: ...
 
 class IndexMap:
     hash_slot_num: int
@@ -13,3 +35,4 @@ class IndexMap:
     def select_phy_offsets(self, out: list[int], seen: set[int], key_hash: int, max_num: int, begin: int,
                            end: int) -> None: ...
     def put_hashed(self, records: list[tuple[int, int, list[int]]], start: int, indexed: int) -> tuple[int, int]: ...
+    def put_run(self, run: KeyRun, start: int, indexed: int) -> tuple[int, int]: ...

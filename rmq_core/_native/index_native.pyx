@@ -12,9 +12,20 @@ IndexFile layout (RocketMQ's, big-endian):
 `IndexMap` takes one buffer view of the file's mmap when the file is opened and releases it in
 `release()` (before the mmap is closed), so a put or a chain walk costs no buffer acquisition and
 creates no Python object per entry walked.
+
+The store's index builder hashes records into a `KeyRun` (C arrays: offset, store time and key
+hashes per record) - from its queue of single puts (`collect_items`) or straight from a batch's
+commit-log span (`collect_span`) - and `IndexMap.put_run` writes a run with the GIL released, so
+no Python object is made per record or per key.
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp
 
 DEF HEADER_SIZE = 40
 DEF SLOT_SIZE = 4
@@ -43,12 +54,11 @@ cdef inline void wr64(uint8_t *p, int64_t v) noexcept nogil:
     wr32(p + 4, <int32_t><uint32_t>(<uint64_t>v))
 
 
-def index_key_hash(str key):
-    """abs(Java String.hashCode(key)) over UTF-16 code units; abs(MIN_VALUE) -> 0."""
-    cdef uint32_t h = 0
+cdef uint32_t java_hash_str(uint32_t h, str text) noexcept:
+    """Continue Java's String.hashCode (h*31 + unit) over `text`'s UTF-16 code units."""
     cdef Py_UCS4 ch
     cdef uint32_t c
-    for ch in key:
+    for ch in text:
         c = <uint32_t>ch
         if c > 0xFFFF:  # a supplementary character is two UTF-16 code units in Java
             c -= 0x10000
@@ -56,10 +66,33 @@ def index_key_hash(str key):
             h = 31 * h + (0xDC00 + (c & 0x3FF))
         else:
             h = 31 * h + c
+    return h
+
+
+cdef inline uint32_t java_hash_ascii(uint32_t h, const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    # an ASCII byte is one UTF-16 code unit of the same value
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = h * 31 + p[i]
+    return h
+
+
+cdef inline int32_t abs_index_hash(uint32_t h) noexcept nogil:
     cdef int32_t s = <int32_t>h
     if s == <int32_t>0x80000000:
         return 0
     return -s if s < 0 else s
+
+
+def index_key_hash(str key):
+    """abs(Java String.hashCode(key)) over UTF-16 code units; abs(MIN_VALUE) -> 0."""
+    return abs_index_hash(java_hash_str(0, key))
+
+
+def topic_prefix_hash(str topic):
+    """Java String.hashCode of `topic + "#"` (not made absolute): the seed every key hash of the
+    topic continues from, so `topic#key` is never built as a string."""
+    return java_hash_str(0, topic + "#")
 
 
 cdef class IndexMap:
@@ -111,6 +144,9 @@ cdef class IndexMap:
         """Append one entry (entry, then slot, then header: see index.py); False when full."""
         if not self.held:
             raise ValueError("index file is closed")
+        return self._put(key_hash, phy_offset, store_timestamp)
+
+    cdef bint _put(self, int32_t key_hash, int64_t phy_offset, int64_t store_timestamp) noexcept nogil:
         cdef uint8_t *b = self.base
         cdef int32_t count = self._count()
         if count >= self.index_num:
@@ -204,8 +240,300 @@ cdef class IndexMap:
             if count + nk > self.index_num:
                 break
             for k in range(nk):
-                self.put_key(<int32_t>hashes[k], offset, ts)
+                self._put(<int32_t>hashes[k], offset, ts)
             if nk:
                 indexed = offset
             i += 1
         return i, indexed
+
+    def put_run(self, KeyRun run not None, Py_ssize_t start, int64_t indexed):
+        """put_hashed over a KeyRun, with the GIL released: the loop touches only the mapping and
+        the run's arrays (IndexService holds its lock, so no query or release runs meanwhile).
+        Same stops and result as put_hashed."""
+        if not self.held:
+            raise ValueError("index file is closed")
+        cdef Py_ssize_t i = start, n = run.n, k, k0, k1
+        cdef int64_t offset, ts
+        with nogil:
+            while i < n:
+                offset = run.offsets[i]
+                if offset < indexed:
+                    i += 1
+                    continue
+                if offset == indexed:
+                    break
+                k0 = run.key_end[i - 1] if i > 0 else 0
+                k1 = run.key_end[i]
+                if <Py_ssize_t>self._count() + (k1 - k0) > self.index_num:
+                    break
+                ts = run.timestamps[i]
+                for k in range(k0, k1):
+                    self._put(run.hashes[k], offset, ts)
+                if k1 > k0:
+                    indexed = offset
+                i += 1
+        return i, indexed
+
+
+# --- hashing records' keys into a KeyRun ---------------------------------------------------------
+
+DEF TX_MASK = 0xC
+DEF TX_PREPARED = 0x4
+DEF TX_ROLLBACK = 0xC
+DEF BORN_V6 = 0x10
+DEF STORE_V6 = 0x20
+# the fixed part of a record before its born host (REMOTING.md section 6): totalSize, magic,
+# bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp
+DEF BORN_HOST_AT = 48
+
+
+cdef class KeyRun:
+    """Records ready for the index, in commit-log order: record i has offset `offsets[i]`, store
+    time `timestamps[i]` and the key hashes `hashes[key_end[i-1]:key_end[i]]`.  Records without a
+    key are not kept (their time still counts in `last_timestamp`: the store time of the newest
+    record taken, kept or not, 0 after clear()).  Indexing and iterating give
+    (offset, timestamp, [hashes]) tuples, the form IndexService.build_hashed also takes."""
+
+    cdef int64_t *offsets
+    cdef int64_t *timestamps
+    cdef Py_ssize_t *key_end
+    cdef int32_t *hashes
+    cdef Py_ssize_t n, cap, nkeys, kcap
+    cdef public int64_t last_timestamp
+
+    def __cinit__(self):
+        self.n = self.cap = self.nkeys = self.kcap = 0
+        self.last_timestamp = 0
+
+    def __dealloc__(self):
+        free(self.offsets)
+        free(self.timestamps)
+        free(self.key_end)
+        free(self.hashes)
+
+    def clear(self):
+        """Forget every record (the arrays are kept for the next run)."""
+        self.n = self.nkeys = 0
+        self.last_timestamp = 0
+
+    def __len__(self):
+        return self.n
+
+    @property
+    def key_count(self):
+        return self.nkeys
+
+    def __getitem__(self, Py_ssize_t i):
+        if i < 0:
+            i += self.n
+        if i < 0 or i >= self.n:
+            raise IndexError(f"record {i} out of a run of {self.n}")
+        cdef Py_ssize_t k0 = self.key_end[i - 1] if i > 0 else 0
+        return (self.offsets[i], self.timestamps[i], [self.hashes[k] for k in range(k0, self.key_end[i])])
+
+    def __iter__(self):
+        cdef Py_ssize_t i
+        for i in range(self.n):
+            yield self[i]
+
+    cdef int _room(self, Py_ssize_t keys) noexcept nogil:
+        """Make room for one more record with up to `keys` keys; -1 when memory ran out."""
+        cdef void *p
+        cdef Py_ssize_t cap
+        if self.n >= self.cap:
+            cap = self.cap * 2 if self.cap else 256
+            p = realloc(self.offsets, cap * sizeof(int64_t))
+            if p == NULL:
+                return -1
+            self.offsets = <int64_t *>p
+            p = realloc(self.timestamps, cap * sizeof(int64_t))
+            if p == NULL:
+                return -1
+            self.timestamps = <int64_t *>p
+            p = realloc(self.key_end, cap * sizeof(Py_ssize_t))
+            if p == NULL:
+                return -1
+            self.key_end = <Py_ssize_t *>p
+            self.cap = cap
+        if self.nkeys + keys > self.kcap:
+            cap = self.kcap * 2 if self.kcap else 1024
+            while cap < self.nkeys + keys:
+                cap *= 2
+            p = realloc(self.hashes, cap * sizeof(int32_t))
+            if p == NULL:
+                return -1
+            self.hashes = <int32_t *>p
+            self.kcap = cap
+        return 0
+
+    cdef int add_record(self, uint32_t seed, int64_t offset, int64_t ts, int32_t sys_flag,
+                        const uint8_t *props, Py_ssize_t n) noexcept nogil:
+        """Hash one record's keys, as IndexService.build_index finds them in its properties: the
+        UNIQ_KEY, then each non-empty space-separated word of KEYS, each as `topic#key` (`seed`
+        is the hash of "topic#").  The last value of a repeated property wins, and a pair without
+        \x01 is dropped, as in string_to_properties.  Returns 0 when taken, 1 when a key is not
+        plain ASCII (the caller decodes it in Python, so invalid UTF-8 is replaced exactly as the
+        Python decoder does; nothing is taken), -1 when memory ran out."""
+        cdef Py_ssize_t i = 0, j, k, a, b, us = -1, ul = 0, ks = -1, kl = 0, words = 0
+        if (sys_flag & TX_MASK) == TX_PREPARED or (sys_flag & TX_MASK) == TX_ROLLBACK:
+            self.last_timestamp = ts  # never indexed, but seen
+            return 0
+        # every "name\x01value\x02" pair
+        while i < n:
+            j = i
+            while j < n and props[j] != 1 and props[j] != 2:
+                j += 1
+            if j >= n or props[j] == 2:
+                i = j + 1
+                continue
+            k = j + 1
+            while k < n and props[k] != 2:
+                k += 1
+            if j - i == 8 and memcmp(props + i, b"UNIQ_KEY", 8) == 0:
+                us, ul = j + 1, k - (j + 1)
+            elif j - i == 4 and memcmp(props + i, b"KEYS", 4) == 0:
+                ks, kl = j + 1, k - (j + 1)
+            i = k + 1
+        if ul > 0:
+            for j in range(us, us + ul):
+                if props[j] >= 0x80:
+                    return 1
+        if kl > 0:
+            for j in range(ks, ks + kl):
+                if props[j] >= 0x80:
+                    return 1
+                if props[j] == 32:
+                    words += 1
+            words += 1
+        self.last_timestamp = ts
+        if ul <= 0 and kl <= 0:
+            return 0
+        if self._room((1 if ul > 0 else 0) + words) < 0:
+            return -1
+        k = self.nkeys
+        if ul > 0:
+            self.hashes[k] = abs_index_hash(java_hash_ascii(seed, props + us, ul))
+            k += 1
+        if kl > 0:
+            a = ks
+            while a < ks + kl:
+                b = a
+                while b < ks + kl and props[b] != 32:
+                    b += 1
+                if b > a:
+                    self.hashes[k] = abs_index_hash(java_hash_ascii(seed, props + a, b - a))
+                    k += 1
+                a = b + 1
+        if k == self.nkeys:
+            return 0  # KEYS of spaces only
+        self.offsets[self.n] = offset
+        self.timestamps[self.n] = ts
+        self.key_end[self.n] = k
+        self.nkeys = k
+        self.n += 1
+        return 0
+
+
+def collect_items(q, Py_ssize_t limit, dict seeds, KeyRun run not None):
+    """Pop up to `limit` single-record index items (topic, commit-log offset, store timestamp,
+    sys flag, properties bytes) from the left of deque `q` and hash their keys into `run`.
+    Stops at an item it cannot take - a batch item, keys that are not plain ASCII - and returns
+    that one (popped); None when it stopped for the limit or an empty queue.  `seeds` caches
+    topic_prefix_hash per topic.  Prepared / rollback records are never indexed."""
+    cdef PyObject *seed_o
+    cdef object obj, topic, props
+    cdef uint32_t seed
+    cdef int rc
+    cdef Py_ssize_t taken = 0
+    popleft = q.popleft
+    while taken < limit and q:
+        obj = popleft()
+        if type(obj) is not tuple or PyTuple_GET_SIZE(obj) != 5:
+            return obj
+        topic = <object>PyTuple_GET_ITEM(obj, 0)
+        props = <object>PyTuple_GET_ITEM(obj, 4)
+        if type(topic) is not str or type(props) is not bytes:
+            return obj
+        seed_o = PyDict_GetItem(seeds, topic)
+        if seed_o == NULL:
+            seed = java_hash_str(0, <str>topic + "#")
+            seeds[topic] = seed
+        else:
+            seed = <object>seed_o
+        rc = run.add_record(seed, <object>PyTuple_GET_ITEM(obj, 1), <object>PyTuple_GET_ITEM(obj, 2),
+                            <object>PyTuple_GET_ITEM(obj, 3), <const uint8_t *>PyBytes_AS_STRING(props),
+                            PyBytes_GET_SIZE(props))
+        if rc < 0:
+            raise MemoryError()
+        if rc > 0:
+            return obj
+        taken += 1
+    return None
+
+
+def adjacent_entries(const uint8_t[::1] entries, Py_ssize_t start, Py_ssize_t count):
+    """From consume-queue entry `start` (20 bytes each: offset i64, size i32, tag code i64), the
+    run of entries whose records lie back to back in the commit log: (end entry, first record's
+    offset, total size)."""
+    if start < 0 or count > entries.shape[0] // ENTRY_SIZE or start >= count:
+        raise ValueError(f"entries {start}..{count} outside a buffer of {entries.shape[0]} bytes")
+    cdef const uint8_t *e = &entries[0]
+    cdef int64_t first = rd64(e + start * ENTRY_SIZE)
+    cdef int64_t end = first + rd32(e + start * ENTRY_SIZE + 8)
+    cdef Py_ssize_t j = start + 1
+    while j < count and rd64(e + j * ENTRY_SIZE) == end:
+        end += rd32(e + j * ENTRY_SIZE + 8)
+        j += 1
+    return j, first, end - first
+
+
+def collect_span(KeyRun run not None, const uint8_t[::1] span, const uint8_t[::1] entries, Py_ssize_t start,
+                 Py_ssize_t stop, uint32_t seed):
+    """Hash into `run` the keys of the records of consume-queue entries [start, stop), which lie
+    back to back in `span` (a copy of the commit log from entry `start`'s record on), with the
+    GIL released.  Stops at a record it cannot take (a key that is not plain ASCII, or fields
+    that do not fit the record) for the caller's general path.  Returns (entry index reached,
+    its record's position in span): (stop, span length) when all were taken."""
+    if start < 0 or stop > entries.shape[0] // ENTRY_SIZE or start > stop:
+        raise ValueError(f"entries {start}..{stop} outside a buffer of {entries.shape[0]} bytes")
+    cdef Py_ssize_t i = start, pos = 0, n = span.shape[0], p, end, size, props_len
+    cdef const uint8_t *s = &span[0] if n > 0 else NULL
+    cdef const uint8_t *e = &entries[0] if stop > start else NULL
+    cdef int64_t first = rd64(e + start * ENTRY_SIZE) if stop > start else 0
+    cdef int64_t ts
+    cdef int32_t sys_flag
+    cdef int rc = 0
+    with nogil:
+        while i < stop:
+            size = rd32(e + i * ENTRY_SIZE + 8)
+            end = pos + size
+            if size <= 0 or end > n or BORN_HOST_AT > size:
+                break
+            sys_flag = rd32(s + pos + 36)
+            p = pos + BORN_HOST_AT + (20 if sys_flag & BORN_V6 else 8)
+            if p + 8 > end:
+                break
+            ts = rd64(s + p)
+            # store host, reconsume times i32, prepared transaction offset i64
+            p += 8 + (20 if sys_flag & STORE_V6 else 8) + 12
+            if p + 4 > end:
+                break
+            p += 4 + <Py_ssize_t>rd32(s + p)  # body
+            if p < pos or p + 1 > end:
+                break
+            p += 1 + s[p]  # topic
+            if p + 2 > end:
+                break
+            props_len = <Py_ssize_t>(<int32_t>(<int16_t>((<uint32_t>s[p] << 8) | s[p + 1])))
+            p += 2
+            if props_len < 0 or p + props_len > end:
+                break
+            rc = run.add_record(seed, first + pos, ts, sys_flag, s + p, props_len)
+            if rc != 0:
+                break
+            pos = end
+            i += 1
+    if rc < 0:
+        raise MemoryError()
+    return i, pos
+

@@ -498,9 +498,11 @@ class IndexService:
 
     def build_hashed(self, records) -> None:
         """Index records whose key hashes are already computed: `records` is an iterable of
-        (commit_log_offset, store_timestamp, key_hashes) in commit-log order (the store's index
-        builder hashes a whole queue of records natively, then takes the lock once)."""
-        if type(records) is not list:
+        (commit_log_offset, store_timestamp, key_hashes) in commit-log order, or a native KeyRun
+        (the store's index builder hashes a whole queue of records, or a batch's commit-log span,
+        natively, then takes the lock once; a KeyRun is written with the GIL released)."""
+        run = records if _native is not None and type(records) is _native.KeyRun else None
+        if run is None and type(records) is not list:
             records = list(records)
         with self._lock:
             i, n = 0, len(records)
@@ -509,7 +511,10 @@ class IndexService:
                 if f._native is not None:
                     # the native run stops at what needs a decision here (a file roll, a record
                     # already partly indexed)
-                    j, self._indexed = f._native.put_hashed(records, i, self._indexed)
+                    if run is not None:
+                        j, self._indexed = f._native.put_run(run, i, self._indexed)
+                    else:
+                        j, self._indexed = f._native.put_hashed(records, i, self._indexed)
                     if j > i:
                         f._dirty = True
                     i = j

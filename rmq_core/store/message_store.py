@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Callable
 
+from rmq_core._native import index_native
 from rmq_core._native import store_native as native
 from rmq_core.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from rmq_core.errors import DiskFullError, IllegalArgumentError, MessageTooLargeError, StoreError
@@ -1049,7 +1050,8 @@ class IndexBuildService:
         self._idle = False
         self._thread: threading.Thread | None = None
         self.processed_timestamp = 0
-        self._prefixes: dict[str, bytes] = {}  # topic -> UTF-8 of "topic#"
+        self._seeds: dict[str, int] = {}  # topic -> Java hash of "topic#" (index_native.topic_prefix_hash)
+        self._run = index_native.KeyRun()  # reused by every round (under _build_lock)
         # True from start() to shutdown(): puts queue their index work (before start — recovery —
         # the store builds it synchronously)
         self.accepting = False
@@ -1101,15 +1103,18 @@ class IndexBuildService:
             return self.processed_timestamp
 
     def _build_some(self, q) -> None:
-        # Single records are hashed natively and indexed under one lock per run of up to 4096; a
-        # batch item (entries), or keys that are not plain ASCII, go through build_index.
+        # Single records are hashed natively into the KeyRun and indexed under one lock per run of
+        # up to 4096 (written with the GIL released); a batch item (entries), or keys that are not
+        # plain ASCII, come back one at a time.
         svc = self.index_service
+        run = self._run
+        run.clear()
         ts = 0
         try:
-            run, run_ts, other = native.collect_index_run(q, 4096, self._prefixes)
-            if run:
+            other = index_native.collect_items(q, 4096, self._seeds, run)
+            if len(run):
                 svc.build_hashed(run)
-            ts = run_ts or ts
+            ts = run.last_timestamp
             if other is not None:
                 if len(other) == 5:
                     topic, phys, ts, sys_flag, props = other
@@ -1124,52 +1129,52 @@ class IndexBuildService:
             self.processed_timestamp = ts
 
     def _build_entries(self, topic: str, entries, count: int) -> int:
-        """Index a batch's records: read them back (a run of adjacent records in one read), turn
-        each into the (topic, offset, store time, sys flag, properties) item a single put queues,
-        and hash those natively like any other run — per-record Python work here held the GIL
-        long enough to stall the broker's event loop for milliseconds."""
-        from collections import deque
-
+        """Index a batch's records straight from the commit log: each run of adjacent records is
+        read in one piece and its keys hashed into the KeyRun natively with the GIL released (no
+        Python object per record: a per-record Python build held the GIL long enough to stall
+        the broker's event loop).  A record with keys that are not plain ASCII takes the general
+        path, in order.  Returns the store time of the last record seen, 0 when none was."""
         get_data = self.store.commit_log.get_data
-        items: deque = deque()
-        unpack_entry = _CQ_ENTRY.unpack_from
+        seed = self._seeds.get(topic)
+        if seed is None:
+            seed = self._seeds[topic] = index_native.topic_prefix_hash(topic)
+        run = self._run
+        run.clear()
+        ts = 0
         i = 0
         while i < count:
-            phys, size = unpack_entry(entries, i * 20)
-            # extend the run while the next record starts where this one ends
-            j, end = i + 1, phys + size
-            while j < count:
-                nphys, nsize = unpack_entry(entries, j * 20)
-                if nphys != end:
-                    break
-                end += nsize
-                j += 1
-            span = get_data(phys, end - phys)
-            if span is None:  # a segment end inside the run, or deleted by retention: one by one
-                span_items = []
+            j, phys, length = index_native.adjacent_entries(entries, i, count)
+            span = get_data(phys, length)
+            if span is not None:
+                ts = self._build_span(topic, seed, span, entries, i, j, phys) or ts
+            else:  # a segment end inside the run, or deleted by retention: one by one
                 for k in range(i, j):
-                    kphys, ksize = unpack_entry(entries, k * 20)
+                    kphys, ksize = _CQ_ENTRY.unpack_from(entries, k * 20)
                     raw = get_data(kphys, ksize)
                     if raw is not None:
-                        span_items.append(_index_item(topic, kphys, raw, 0))
-                items.extend(span_items)
-            else:
-                pos = 0
-                for k in range(i, j):
-                    _, ksize = unpack_entry(entries, k * 20)
-                    items.append(_index_item(topic, phys + pos, span, pos))
-                    pos += ksize
+                        ts = self._build_span(topic, seed, raw, entries, k, k + 1, kphys) or ts
             i = j
+        if len(run):
+            self.index_service.build_hashed(run)
+        return run.last_timestamp or ts
+
+    def _build_span(self, topic: str, seed: int, span, entries, i: int, j: int, phys: int) -> int:
+        """Hash the records of entries [i, j), back to back in `span` (from offset `phys` on);
+        each record the native pass cannot take goes through build_index after the records
+        before it.  Returns the store time of such a record when it was the last one, else 0."""
+        run = self._run
         ts = 0
-        svc = self.index_service
-        while items:
-            run, run_ts, other = native.collect_index_run(items, 4096, self._prefixes)
-            if run:
-                svc.build_hashed(run)
-            ts = run_ts or ts
-            if other is not None:  # keys that are not plain ASCII: the general path
-                otopic, ophys, ts, osys_flag, oprops = other
-                svc.build_index(DispatchRequest(otopic, 0, ophys, 0, 0, ts, 0, osys_flag, 0, oprops))
+        while i < j:
+            i, pos = index_native.collect_span(run, span, entries, i, j, seed)
+            if i >= j:
+                break
+            # keep commit-log order: what the run holds goes in before the odd record
+            if len(run):
+                self.index_service.build_hashed(run)
+            run.clear()
+            _topic, ophys, ts, osys_flag, oprops = _index_item(topic, phys + pos, span, pos)
+            self.index_service.build_index(DispatchRequest(topic, 0, ophys, 0, 0, ts, 0, osys_flag, 0, oprops))
+            i += 1
         return ts
 
     def stop(self) -> None:
