@@ -727,24 +727,227 @@ cdef class UniqIds:
         self._setter = setter_cls
 
     def __call__(self):
-        cdef int64_t now = _now_ms()
-        cdef object setter = self._setter
-        cdef Py_ssize_t n, i
-        cdef uint32_t elapsed, counter
-        cdef char* out
-        if now >= <int64_t>setter._next_month_ms:
-            setter._roll_month(now)
-        counter = <uint32_t>(<int64_t>PyIter_Next(setter._sequence) & 0xFFFF)
-        elapsed = <uint32_t>((now - <int64_t>setter._month_start_ms) & 0xFFFFFFFF)
-        prefix = setter._hex_prefix
-        n = PyUnicode_GET_LENGTH(prefix)
-        if PyUnicode_KIND(prefix) != 1:
-            raise ValueError(f"MessageClientIDSetter prefix {prefix!r} is not ASCII hex")
-        uniq = PyUnicode_New(n + 12, 127)
-        out = <char*>PyUnicode_DATA(uniq)
-        memcpy(out, PyUnicode_DATA(prefix), n)
-        for i in range(8):
-            out[n + i] = _UPPER_HEX[(elapsed >> (28 - 4 * i)) & 15]
-        for i in range(4):
-            out[n + 8 + i] = _UPPER_HEX[(counter >> (12 - 4 * i)) & 15]
-        return uniq
+        return _uniq_id(self._setter)
+
+
+cdef str _uniq_id(object setter):
+    """One UNIQ_KEY from MessageClientIDSetter's state (UniqIds.__call__, encode_batch)."""
+    cdef int64_t now = _now_ms()
+    cdef Py_ssize_t n, i
+    cdef uint32_t elapsed, counter
+    cdef char* out
+    if now >= <int64_t>setter._next_month_ms:
+        setter._roll_month(now)
+    counter = <uint32_t>(<int64_t>PyIter_Next(setter._sequence) & 0xFFFF)
+    elapsed = <uint32_t>((now - <int64_t>setter._month_start_ms) & 0xFFFFFFFF)
+    prefix = setter._hex_prefix
+    n = PyUnicode_GET_LENGTH(prefix)
+    if PyUnicode_KIND(prefix) != 1:
+        raise ValueError(f"MessageClientIDSetter prefix {prefix!r} is not ASCII hex")
+    uniq = PyUnicode_New(n + 12, 127)
+    out = <char*>PyUnicode_DATA(uniq)
+    memcpy(out, PyUnicode_DATA(prefix), n)
+    for i in range(8):
+        out[n + i] = _UPPER_HEX[(elapsed >> (28 - 4 * i)) & 15]
+    for i in range(4):
+        out[n + 8 + i] = _UPPER_HEX[(counter >> (12 - 4 * i)) & 15]
+    return uniq
+
+
+# --- batch bodies (SEND_BATCH_MESSAGE) ---------------------------------------------------------------
+# Producer.send_batch's validation and encoding in one pass, from the Message objects straight to
+# the body (codec.encode_batch_body's layout, byte for byte; encode_batch_py in
+# rmq_core.client.producer is the Python twin the tests compare it with):
+#
+#     int32 totalSize = 22 + bodyLength + propertiesLength
+#     int32 magic = 0,  int32 bodyCRC = 0          (the broker fills them in, as for Java's clients)
+#     int32 flag,  int32 bodyLength,  body
+#     int16 propertiesLength,  properties           (name\x01value\x02 ..., UTF-8)
+#
+# An item's properties are Message.wire_properties() (user properties, TAGS, KEYS, WAIT) with
+# UNIQ_KEY set: the message's own one where it has it, else a new one (at the end).
+from cpython.bytes cimport PyBytes_Check, PyBytes_GET_SIZE
+from libc.string cimport memchr
+
+DEF BATCH_ITEM_FIXED = 22
+
+
+cdef inline void _be32(char* p, uint32_t v) noexcept nogil:
+    p[0] = <char>(v >> 24); p[1] = <char>(v >> 16); p[2] = <char>(v >> 8); p[3] = <char>v
+
+
+cdef object _batch_error(Py_ssize_t index, str text):
+    from rmq_core.errors import IllegalArgumentError
+    return IllegalArgumentError(f"batch item {index}: {text}")
+
+
+cdef const char* _utf8(object s, Py_ssize_t* n, Py_ssize_t index, object name) except NULL:
+    try:
+        return PyUnicode_AsUTF8AndSize(s, n)
+    except UnicodeEncodeError:
+        raise _batch_error(index, f"property {name!r} is not encodable as UTF-8") from None
+
+
+cdef Py_ssize_t _put_raw_pair(Out* o, object k, object v, Py_ssize_t index) except -1:
+    """name\\x01value\\x02 as raw UTF-8 (a value that is not a str as str() makes it); the bytes
+    written.  A name that is not a str, is empty or holds a separator, and a value holding \\x02,
+    fail naming the item: they would corrupt the properties string."""
+    cdef Py_ssize_t klen, vlen
+    cdef const char* kp
+    cdef const char* vp
+    if not PyUnicode_CheckExact(k):
+        if not isinstance(k, str):
+            raise _batch_error(index, f"property name {k!r} must be a str")
+    if not PyUnicode_CheckExact(v):
+        v = str(v)
+    kp = _utf8(k, &klen, index, k)
+    vp = _utf8(v, &vlen, index, k)
+    if klen == 0:
+        raise _batch_error(index, f"property name {k!r} is empty (value {v!r})")
+    if memchr(kp, 1, klen) != NULL or memchr(kp, 2, klen) != NULL:
+        raise _batch_error(index, f"property name {k!r} contains a separator (\\x01 or \\x02)")
+    if memchr(vp, 2, vlen) != NULL:
+        raise _batch_error(index, f"property {k!r}: the value contains the separator '\\x02'")
+    if o.n + klen + vlen + 2 > o.cap:
+        _grow(o, klen + vlen + 2)
+    memcpy(o.buf + o.n, kp, klen)
+    o.buf[o.n + klen] = 1
+    memcpy(o.buf + o.n + klen + 1, vp, vlen)
+    o.buf[o.n + klen + 1 + vlen] = 2
+    o.n += klen + vlen + 2
+    return klen + vlen + 2
+
+
+cdef object _reserved_name(dict props, frozenset reserved):
+    """The first (sorted) reserved property name among `props`' names, UNIQ_KEY allowed; None."""
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef Py_ssize_t pos = 0
+    first = None
+    while PyDict_Next(props, &pos, &k, &v):
+        if <object>k in reserved and <object>k != "UNIQ_KEY":
+            if first is None or <object>k < first:
+                first = <object>k
+    return first
+
+
+def encode_batch(list msgs, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
+                 id_setter):
+    """Validate and encode a batch: (topic, comma-joined UNIQ_KEYs, body, the first message's
+    wait_store_msg_ok).  Each message is checked as selector.check_message does (a Message, the
+    topic once through check_topic, a bytes body of 1..max_message_size, no reserved property name,
+    a delay level >= 0) plus the batch rules (one topic, no delay, no retry topic, a 32-bit flag,
+    properties that do not corrupt the encoding and fit 32767 bytes); the encoded batch (20 bytes a
+    message plus bodies and properties) must fit max_message_size.  IllegalArgumentError names the
+    item and the bad value.  id_setter: MessageClientIDSetter (new UNIQ_KEYs)."""
+    cdef Py_ssize_t count = len(msgs), i, start, props_at, raw, body_len, total = 0
+    cdef int64_t c_flag
+    cdef Out o
+    cdef list uniqs
+    cdef dict user
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef Py_ssize_t pos
+    cdef bint has_uniq
+    from rmq_core.errors import IllegalArgumentError
+    if count == 0:
+        raise IllegalArgumentError("send_batch needs at least one message")
+    uniqs = [None] * count
+    topic = None
+    o.buf = NULL
+    o.cap = 0
+    o.n = 0
+    o.heap = False
+    try:
+        for i in range(count):
+            m = msgs[i]
+            if not isinstance(m, message_cls):
+                raise _batch_error(i, f"expected a Message, got {type(m).__name__}")
+            if i == 0:
+                topic = m.topic
+                check_topic(topic)
+                if topic.startswith("%RETRY%"):
+                    raise IllegalArgumentError(f"retry topic {topic!r} is not supported in a batch")
+                # room for every item the size of the first (its body and ~100 bytes of properties)
+                _grow(&o, count * (BATCH_ITEM_FIXED + 100 + (PyBytes_GET_SIZE(m.body) if PyBytes_Check(m.body) else 0)))
+            else:
+                other = m.topic
+                if other is not topic and other != topic:
+                    raise _batch_error(i, f"all messages of a batch must have the same topic: {other!r} "
+                                          f"differs from {topic!r}")
+            body = m.body
+            if not PyBytes_Check(body):
+                raise _batch_error(i, f"body must be bytes, not {type(body).__name__}")
+            body_len = PyBytes_GET_SIZE(body)
+            if body_len == 0:
+                raise _batch_error(i, f"message to topic {topic!r} has an empty body")
+            if body_len > max_message_size:
+                raise _batch_error(i, f"message body of {body_len} bytes to topic {topic!r} exceeds "
+                                      f"max_message_size {max_message_size} bytes")
+            delay = m.delay_time_level
+            if delay < 0:
+                raise _batch_error(i, f"bad delay_time_level {delay!r}: must be >= 0")
+            if delay > 0:
+                raise _batch_error(i, f"delay messages are not supported in a batch (delay_time_level {delay!r})")
+            flag = m.flag
+            try:
+                c_flag = flag
+            except (OverflowError, TypeError):
+                c_flag = 1 << 40
+            if c_flag < -0x80000000 or c_flag > 0x7FFFFFFF:
+                raise _batch_error(i, f"flag {flag!r} is out of range (a 32-bit signed int)")
+            user = m.properties
+            if user:
+                name = _reserved_name(user, reserved)
+                if name is not None:
+                    raise _batch_error(i, f"property name {name!r} is reserved by RocketMQ; use the Message field "
+                                          f"instead" if name in ("TAGS", "KEYS", "DELAY") else
+                                          f"property name {name!r} is reserved by RocketMQ")
+            # the fixed part, the body, then the properties after a 2-byte length slot
+            start = o.n
+            if o.n + 20 + body_len + 2 > o.cap:
+                _grow(&o, 20 + body_len + 2)
+            _be32(o.buf + start + 4, 0)
+            _be32(o.buf + start + 8, 0)
+            _be32(o.buf + start + 12, <uint32_t>c_flag)
+            _be32(o.buf + start + 16, <uint32_t>body_len)
+            memcpy(o.buf + start + 20, PyBytes_AS_STRING(body), body_len)
+            props_at = start + 20 + body_len + 2
+            o.n = props_at
+            raw = 0
+            has_uniq = False
+            uniq = None
+            if user:
+                pos = 0
+                while PyDict_Next(user, &pos, &k, &v):
+                    if PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY":
+                        uniq = str(<object>v) if <object>v else _uniq_id(id_setter)
+                        has_uniq = True
+                        raw += _put_raw_pair(&o, "UNIQ_KEY", uniq, i)
+                    else:
+                        raw += _put_raw_pair(&o, <object>k, <object>v, i)
+            tags = m.tags
+            if tags:
+                raw += _put_raw_pair(&o, "TAGS", tags, i)
+            keys = m.keys
+            if keys:
+                raw += _put_raw_pair(&o, "KEYS", keys, i)
+            raw += _put_raw_pair(&o, "WAIT", "true" if m.wait_store_msg_ok else "false", i)
+            if not has_uniq:
+                uniq = _uniq_id(id_setter)
+                raw += _put_raw_pair(&o, "UNIQ_KEY", uniq, i)
+            if raw > MAX_PROPERTIES_LENGTH:
+                raise _batch_error(i, f"properties are {raw} bytes, more than {MAX_PROPERTIES_LENGTH}")
+            _be32(o.buf + start, <uint32_t>(BATCH_ITEM_FIXED + body_len + raw))
+            o.buf[props_at - 2] = <char>(raw >> 8)
+            o.buf[props_at - 1] = <char>raw
+            uniqs[i] = uniq
+            total += 20 + body_len + raw
+        if total > max_message_size:
+            raise IllegalArgumentError(
+                f"batch of {count} messages is {total} bytes encoded, more than max_message_size "
+                f"{max_message_size}; split it")
+        return topic, ",".join(uniqs), PyBytes_FromStringAndSize(o.buf, o.n), msgs[0].wait_store_msg_ok
+    finally:
+        if o.heap:
+            free(o.buf)

@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import enum
 import logging
+import struct
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -38,10 +39,10 @@ from rmq_core.client.selector import MAX_MESSAGE_SIZE, check_group, check_messag
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
     Message, MessageClientIDSetter, MessageConst, MessageQueue, MixAll, SendResult, SendStatus, SysFlag,
-    TopicValidator, encode_properties_checked, properties_to_string,
+    MAX_PROPERTIES_LENGTH, TopicValidator, encode_properties_checked, properties_to_string,
 )
 from rmq_core._native.client_native import (
-    PipelinedCompletion, SendHeader, SendResponse, SendResultMaker, UniqIds, read_send_response, read_send_responses,
+    PipelinedCompletion, encode_batch, SendHeader, SendResponse, SendResultMaker, UniqIds, read_send_response, read_send_responses,
 )
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, next_opaque
@@ -137,6 +138,102 @@ def send_result_of(response: SendResponse, mq: MessageQueue, msg_id: str, addr: 
     if result is None:
         raise MQBrokerError(response.code, response.remark, addr)
     return result
+
+
+_RESERVED_PROPERTIES = MessageConst.SYSTEM_KEYS
+_OUTER_PROPS = {wait: {MessageConst.WAIT_STORE_MSG_OK: "true" if wait else "false"} for wait in (True, False)}
+_BATCH_ITEM_HEAD = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLength
+
+
+def check_send_topic(topic: str) -> None:
+    """check_message's topic rule: a valid name, not a system topic."""
+    TopicValidator.check_topic(topic)
+    TopicValidator.check_not_system_topic_for_send(topic)
+
+
+def _batch_error(index: int, text: str) -> IllegalArgumentError:
+    return IllegalArgumentError(f"batch item {index}: {text}")
+
+
+def _raw_pair(index: int, name, value) -> bytes:
+    if not isinstance(name, str):
+        raise _batch_error(index, f"property name {name!r} must be a str")
+    value = value if type(value) is str else str(value)
+    try:
+        k, v = name.encode("utf-8"), value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _batch_error(index, f"property {name!r} is not encodable as UTF-8") from None
+    if not k:
+        raise _batch_error(index, f"property name {name!r} is empty (value {value!r})")
+    if b"\x01" in k or b"\x02" in k:
+        raise _batch_error(index, f"property name {name!r} contains a separator (\\x01 or \\x02)")
+    if b"\x02" in v:
+        raise _batch_error(index, f"property {name!r}: the value contains the separator '\\x02'")
+    return k + b"\x01" + v + b"\x02"
+
+
+def encode_batch_py(msgs: list, max_message_size: int, create_id: Callable[[], str] = None) -> tuple:
+    """Reference twin of client_native.encode_batch (the same checks, errors and bytes):
+    (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the first message's wait_store_msg_ok)."""
+    create_id = create_id or MessageClientIDSetter.create_uniq_id
+    if not msgs:
+        raise IllegalArgumentError("send_batch needs at least one message")
+    topic = None
+    out, uniqs = [], []
+    total = 0
+    for i, m in enumerate(msgs):
+        if not isinstance(m, Message):
+            raise _batch_error(i, f"expected a Message, got {type(m).__name__}")
+        if i == 0:
+            topic = m.topic
+            check_send_topic(topic)
+            if MixAll.is_retry_topic(topic):
+                raise IllegalArgumentError(f"retry topic {topic!r} is not supported in a batch")
+        elif m.topic != topic:
+            raise _batch_error(i, f"all messages of a batch must have the same topic: {m.topic!r} differs from {topic!r}")
+        body = m.body
+        if not isinstance(body, bytes):
+            raise _batch_error(i, f"body must be bytes, not {type(body).__name__}")
+        if not body:
+            raise _batch_error(i, f"message to topic {topic!r} has an empty body")
+        if len(body) > max_message_size:
+            raise _batch_error(i, f"message body of {len(body)} bytes to topic {topic!r} exceeds "
+                                  f"max_message_size {max_message_size} bytes")
+        delay = m.delay_time_level
+        if delay < 0:
+            raise _batch_error(i, f"bad delay_time_level {delay!r}: must be >= 0")
+        if delay > 0:
+            raise _batch_error(i, f"delay messages are not supported in a batch (delay_time_level {delay!r})")
+        if not isinstance(m.flag, int) or not -0x80000000 <= m.flag <= 0x7FFFFFFF:
+            raise _batch_error(i, f"flag {m.flag!r} is out of range (a 32-bit signed int)")
+        reserved = sorted(k for k in m.properties if k in _RESERVED_PROPERTIES
+                          and k != MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if reserved:
+            name = reserved[0]
+            raise _batch_error(i, f"property name {name!r} is reserved by RocketMQ; use the Message field instead"
+                                  if name in ("TAGS", "KEYS", "DELAY") else f"property name {name!r} is reserved by RocketMQ")
+        props = dict(m.properties)
+        uniq_key = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+        if uniq_key in props:
+            props[uniq_key] = str(props[uniq_key]) if props[uniq_key] else create_id()
+        if m.tags:
+            props[MessageConst.TAGS] = m.tags
+        if m.keys:
+            props[MessageConst.KEYS] = m.keys
+        props[MessageConst.WAIT_STORE_MSG_OK] = "true" if m.wait_store_msg_ok else "false"
+        if uniq_key not in props:
+            props[uniq_key] = create_id()
+        raw = b"".join(_raw_pair(i, k, v) for k, v in props.items())
+        if len(raw) > MAX_PROPERTIES_LENGTH:
+            raise _batch_error(i, f"properties are {len(raw)} bytes, more than {MAX_PROPERTIES_LENGTH}")
+        uniqs.append(props[uniq_key])
+        out += (_BATCH_ITEM_HEAD.pack(22 + len(body) + len(raw), 0, 0, m.flag, len(body)), body,
+                len(raw).to_bytes(2, "big"), raw)
+        total += 20 + len(body) + len(raw)
+    if total > max_message_size:
+        raise IllegalArgumentError(f"batch of {len(msgs)} messages is {total} bytes encoded, more than "
+                                   f"max_message_size {max_message_size}; split it")
+    return topic, ",".join(uniqs), b"".join(out), msgs[0].wait_store_msg_ok
 
 
 _NOT_DIRECT = object()  # Producer._send_direct's "take the loop's path" answer
@@ -744,6 +841,7 @@ class Producer:
         except RemotingError as e:  # cannot connect: counted against the broker, retried elsewhere
             self._pipelined_done(context, None, e)
             return fut
+        fut.channel = channel  # result() reads the answer itself when no other thread does
         channel.send(frame, opaque, timeout, self._pipelined_completion, context)
         return fut
 
@@ -766,6 +864,7 @@ class Producer:
             fut.finish(None, error)
             return
         log.warning("send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_async_failed, error)
+        fut.channel = None  # the loop completes it now: a waiter stops reading the connection for it
         self._continue_on_loop(msg, prepared or self._prepared_with(msg, uniq), timeout,
                                (begin, mq.broker_name, error), fut)
 
@@ -1032,46 +1131,12 @@ class Producer:
         return header
 
     def _encode_batch(self, msgs: list[Message]) -> tuple[str, str, bytes, Message, dict]:
-        """Validate and encode a batch (in the caller's thread); returns (topic, comma-joined
-        UNIQ_KEYs, SEND_BATCH_MESSAGE body, the outer message, its properties)."""
-        if not msgs:
-            raise IllegalArgumentError("send_batch needs at least one message")
-        topic = msgs[0].topic
-        retry_topic = MixAll.is_retry_topic(topic)
-        items = []
-        uniqs = []
-        total = 0
-        max_size = self.max_message_size
-        uniq_key = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-        create_uniq_id = UniqIds(MessageClientIDSetter)  # MessageClientIDSetter.create_uniq_id, natively
-        for m in msgs:
-            check_message(m, max_size)
-            if m.topic != topic:
-                raise IllegalArgumentError(
-                    f"all messages of a batch must have the same topic: {m.topic!r} differs from {topic!r}"
-                )
-            if m.delay_time_level > 0:
-                raise IllegalArgumentError("delay messages are not supported in a batch (delay_time_level > 0)")
-            if retry_topic:
-                raise IllegalArgumentError(f"retry topic {topic!r} is not supported in a batch")
-            props = m.wire_properties()
-            uniq = m.properties.get(uniq_key) or create_uniq_id()
-            props[uniq_key] = uniq
-            uniqs.append(uniq)
-            # the properties encoded once: their size counts towards the limit, the bytes go out
-            raw = properties_to_string(props).encode("utf-8")
-            items.append((m.flag, m.body, raw))
-            total += 20 + len(m.body) + len(raw)
-        if total > max_size:
-            raise IllegalArgumentError(
-                f"batch of {len(msgs)} messages is {total} bytes encoded, more than max_message_size "
-                f"{max_size}; split it"
-            )
-        from rmq_core.codec import encode_batch_body
-        body = encode_batch_body(items)
-        outer = Message(topic, b"x", wait_store_msg_ok=msgs[0].wait_store_msg_ok)
-        outer_props = {MessageConst.WAIT_STORE_MSG_OK: "true" if outer.wait_store_msg_ok else "false"}
-        return topic, ",".join(uniqs), body, outer, outer_props
+        """Validate and encode a batch (in the caller's thread, natively: encode_batch in
+        client_native); returns (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the outer
+        message, its properties)."""
+        topic, uniqs, body, wait = encode_batch(msgs, self.max_message_size, Message, _RESERVED_PROPERTIES,
+                                                check_send_topic, MessageClientIDSetter)
+        return topic, uniqs, body, Message(topic, b"x", wait_store_msg_ok=wait), _OUTER_PROPS[wait]
 
     async def _send_batch(self, msgs: list[Message] | tuple, timeout: float, queue: MessageQueue | None) -> SendResult:
         """msgs: the messages, or what _encode_batch made of them."""
