@@ -488,18 +488,19 @@ def adjacent_entries(const uint8_t[::1] entries, Py_ssize_t start, Py_ssize_t co
 
 
 def collect_span(KeyRun run not None, const uint8_t[::1] span, const uint8_t[::1] entries, Py_ssize_t start,
-                 Py_ssize_t stop, uint32_t seed):
+                 Py_ssize_t stop, uint32_t seed, Py_ssize_t pos=0):
     """Hash into `run` the keys of the records of consume-queue entries [start, stop), which lie
-    back to back in `span` (a copy of the commit log from entry `start`'s record on), with the
-    GIL released.  Stops at a record it cannot take (a key that is not plain ASCII, or fields
-    that do not fit the record) for the caller's general path.  Returns (entry index reached,
-    its record's position in span): (stop, span length) when all were taken."""
+    back to back in `span` (a copy of the commit log; entry `start`'s record at span[pos:]),
+    with the GIL released.  Stops at a record it cannot take (a key that is not plain ASCII, or
+    fields that do not fit the record) for the caller's general path.  Returns (entry index
+    reached, its record's position in span)."""
     if start < 0 or stop > entries.shape[0] // ENTRY_SIZE or start > stop:
         raise ValueError(f"entries {start}..{stop} outside a buffer of {entries.shape[0]} bytes")
-    cdef Py_ssize_t i = start, pos = 0, n = span.shape[0], p, end, size, props_len
+    cdef Py_ssize_t i = start, n = span.shape[0], p, end, size, props_len
+    if pos < 0 or pos > n:
+        raise ValueError(f"span position {pos} outside a span of {n} bytes")
     cdef const uint8_t *s = &span[0] if n > 0 else NULL
     cdef const uint8_t *e = &entries[0] if stop > start else NULL
-    cdef int64_t first = rd64(e + start * ENTRY_SIZE) if stop > start else 0
     cdef int64_t ts
     cdef int32_t sys_flag
     cdef int rc = 0
@@ -528,7 +529,7 @@ def collect_span(KeyRun run not None, const uint8_t[::1] span, const uint8_t[::1
             p += 2
             if props_len < 0 or p + props_len > end:
                 break
-            rc = run.add_record(seed, first + pos, ts, sys_flag, s + p, props_len)
+            rc = run.add_record(seed, rd64(e + i * ENTRY_SIZE), ts, sys_flag, s + p, props_len)
             if rc != 0:
                 break
             pos = end

@@ -1146,35 +1146,37 @@ class IndexBuildService:
             j, phys, length = index_native.adjacent_entries(entries, i, count)
             span = get_data(phys, length)
             if span is not None:
-                ts = self._build_span(topic, seed, span, entries, i, j, phys) or ts
+                ts = self._build_span(topic, seed, span, entries, i, j) or ts
             else:  # a segment end inside the run, or deleted by retention: one by one
                 for k in range(i, j):
                     kphys, ksize = _CQ_ENTRY.unpack_from(entries, k * 20)
                     raw = get_data(kphys, ksize)
                     if raw is not None:
-                        ts = self._build_span(topic, seed, raw, entries, k, k + 1, kphys) or ts
+                        ts = self._build_span(topic, seed, raw, entries, k, k + 1) or ts
             i = j
         if len(run):
             self.index_service.build_hashed(run)
         return run.last_timestamp or ts
 
-    def _build_span(self, topic: str, seed: int, span, entries, i: int, j: int, phys: int) -> int:
-        """Hash the records of entries [i, j), back to back in `span` (from offset `phys` on);
-        each record the native pass cannot take goes through build_index after the records
-        before it.  Returns the store time of such a record when it was the last one, else 0."""
+    def _build_span(self, topic: str, seed: int, span, entries, i: int, j: int) -> int:
+        """Hash the records of entries [i, j), back to back in `span`; each record the native
+        pass cannot take goes through build_index after the records before it.  Returns the
+        store time of such a record when it was the last one, else 0."""
         run = self._run
-        ts = 0
+        ts = pos = 0
         while i < j:
-            i, pos = index_native.collect_span(run, span, entries, i, j, seed)
+            i, pos = index_native.collect_span(run, span, entries, i, j, seed, pos)
             if i >= j:
                 break
             # keep commit-log order: what the run holds goes in before the odd record
             if len(run):
                 self.index_service.build_hashed(run)
             run.clear()
-            _topic, ophys, ts, osys_flag, oprops = _index_item(topic, phys + pos, span, pos)
+            ophys, osize = _CQ_ENTRY.unpack_from(entries, i * 20)
+            _topic, ophys, ts, osys_flag, oprops = _index_item(topic, ophys, span, pos)
             self.index_service.build_index(DispatchRequest(topic, 0, ophys, 0, 0, ts, 0, osys_flag, 0, oprops))
             i += 1
+            pos += osize
         return ts
 
     def stop(self) -> None:
