@@ -224,10 +224,15 @@ class LeanFuture(CancellableFuture):
     `_condition` is made on first use (__getattr__, installed with dict.setdefault so two threads
     get the same one), and finish() completes a Future nobody watches in one native step
     (client_native.finish_unwatched): whoever comes later makes the Condition first and then reads
-    the final state, so nobody can miss the completion.  Otherwise the usual Future methods run."""
+    the final state, so nobody can miss the completion.  Otherwise the usual Future methods run.
 
-    def __init__(self):
+    `channel`: the PipelinedChannel whose answer completes it (None when something else does):
+    result() and exception() then read answers on the waiting thread while no other thread reads
+    (PipelinedChannel.wait) instead of sleeping until that connection's reader thread gets to them."""
+
+    def __init__(self, channel: PipelinedChannel | None = None):
         # what Future.__init__ sets, but _condition
+        self.channel = channel
         self._state = _PENDING
         self._result = None
         self._exception = None
@@ -259,7 +264,23 @@ class LeanFuture(CancellableFuture):
     def result(self, timeout: float | None = None):
         if self._state is _FINISHED and self._exception is None:  # done and fine: no Condition needed
             return self._result
-        return super().result(timeout)
+        return super().result(self._wait_on_channel(timeout))
+
+    def exception(self, timeout: float | None = None):
+        return super().exception(self._wait_on_channel(timeout))
+
+    def _wait_on_channel(self, timeout: float | None) -> float | None:
+        """Read answers on this thread while pending on a channel (see the class doc); the time
+        left of `timeout` for the usual wait (which returns at once when the Future is done)."""
+        channel = self.channel
+        if channel is None or self._state in _DONE_STATES:
+            return timeout
+        if timeout is None:
+            channel.wait(self, None)
+            return None
+        deadline = time.monotonic() + timeout
+        channel.wait(self, timeout)
+        return max(0.0, deadline - time.monotonic())
 
 
 class _BlockingCall:

@@ -17,6 +17,17 @@ arrives (or after coalesce_delay): a burst of small requests leaves in a few sys
 each, a request with nothing in flight is written at once, and none waits long for a reader that
 cannot get the GIL while a caller keeps sending.
 
+Reads: one thread at a time holds the channel's read token and reads.  A thread waiting for one
+answer (wait(future, timeout): LeanFuture.result) takes the token when it is free and reads and
+completes answers itself until its own comes, so "send N, then wait for all" runs on one thread
+with no hand-off to the reader and back; while another thread holds the token it sleeps on its
+future until the answer or the token comes.  The reader thread reads when nobody else does (answers
+nobody waits for: callbacks, futures not asked yet); while a caller holds the token, or sent within
+the last `reader_defer` seconds and the answers have been waiting less than that, it leaves them to
+the caller (bounded: no answer waits longer than reader_defer for it).  The token is re-entrant:
+a completion that waits for another answer on the token holder's thread reads it itself (frames
+are parsed and the buffer compacted before any completion runs).
+
 Failures: a request without an answer by its deadline fails with RemotingTimeoutError (the reader
 sweeps the pending table whenever its receive times out, and at least every `sweep_interval`);
 a broken connection fails every pending request with RemotingConnectError and the channel stays
@@ -32,6 +43,7 @@ import select
 import socket
 import threading
 import time
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any, Callable
 
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
@@ -46,6 +58,9 @@ log = logging.getLogger("rmq.remoting")
 OnDone = Callable[[Any, Any, "BaseException | None"], None]  # (context, response, error)
 
 _READ_BUFFER = 256 * 1024
+_NOBODY = 0  # (thread ids are never 0)
+_GONE = -1
+_DONE_STATES = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 
 
@@ -73,7 +88,7 @@ class PipelinedChannel:
                  read_frames: Callable[[Any, int], tuple[list, int]] = decode_command_frames,
                  from_command: Callable[[RemotingCommand], Any] | None = None,
                  sweep_interval: float = 0.05, write_timeout: float = 10.0, coalesce_bytes: int = 4096,
-                 coalesce_delay: float = 0.0005, name: str | None = None):
+                 coalesce_delay: float = 0.0005, reader_defer: float = 0.002, name: str | None = None):
         scheme, location = split_address(addr)
         if scheme != "tcp":
             raise RemotingConnectError(f"a pipelined channel needs a tcp address, not {addr!r}")
@@ -82,6 +97,8 @@ class PipelinedChannel:
             raise RemotingConnectError(f"bad address {addr!r}: expected host:port")
         if sweep_interval <= 0:
             raise ValueError(f"bad sweep_interval {sweep_interval!r}: must be > 0")
+        if reader_defer < 0:
+            raise ValueError(f"bad reader_defer {reader_defer!r}: must be >= 0")
         self.addr = addr
         self.max_frame_length = max_frame_length
         self.sweep_interval = sweep_interval
@@ -111,6 +128,19 @@ class PipelinedChannel:
         self._writing = False  # a thread is in a socket write
         self._closing = False
         self._drained = threading.Condition(threading.Lock())
+        # the read token (see the module doc): its holder's thread id, _NOBODY, or _GONE once the
+        # reader left (the socket is closed by whoever holds the token then)
+        self.reader_defer = reader_defer
+        self._tlock = threading.Lock()
+        self._token_owner = _NOBODY
+        self._token_waiters: set = set()  # futures whose waiters sleep until the token is released
+        self._reader_wake = threading.Event()  # ends the reader's pause when the channel fails or closes
+        self._last_send = 0.0  # when a caller last sent (the reader leaves answers to active callers)
+        self._rbuf = bytearray(_READ_BUFFER)  # the read buffer, used by the token holder only
+        self._rview = memoryview(self._rbuf)
+        self._rhave = 0  # bytes of _rbuf holding an incomplete frame
+        self._reader_gone = False
+        self._next_sweep = time.monotonic() + sweep_interval  # (the reader's, or a reading caller's)
         self.closed = False
         self._error: BaseException | None = None
         self._reader = threading.Thread(target=self._read_loop, name=name or f"rmq-pipe-{addr}", daemon=True)
@@ -126,7 +156,7 @@ class PipelinedChannel:
             on_done(context, None, RemotingConnectError(f"connection to {self.addr} is closed"))
             return
         pending = self._pending
-        now = time.monotonic()
+        self._last_send = now = time.monotonic()
         pending[opaque] = (now + timeout, on_done, context)
         with self._wlock:
             if not self.closed and (self._writing or (
@@ -228,20 +258,149 @@ class PipelinedChannel:
                         self._held_since = time.monotonic()
                     return True
 
+    # --- waiting callers read ------------------------------------------------------------------------
+    def wait(self, future, timeout: float | None = None) -> None:
+        """Block until `future` (a concurrent Future completed by one of this channel's answers, whose
+        `channel` attribute names this channel while that holds) is done, stops being this channel's,
+        the channel closes or `timeout` seconds pass; meanwhile read answers on this thread whenever
+        no other thread reads (see the module doc).  Never raises for the future's outcome."""
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        me = threading.get_ident()
+        while future._state not in _DONE_STATES and future.channel is self and not self.closed:
+            if self._token_owner == me:  # a completion on the token holder's thread waits: it reads
+                self._read_for(future, deadline)
+                return
+            with self._tlock:
+                got = self._token_owner == _NOBODY
+                if got:
+                    self._token_owner = me
+                else:
+                    self._token_waiters.add(future)
+            if got:
+                try:
+                    self._read_for(future, deadline)
+                finally:
+                    self._release_token()
+                return
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                with self._tlock:
+                    self._token_waiters.discard(future)
+                return
+            cond = future._condition
+            with cond:
+                with self._tlock:  # released meanwhile (and told nobody yet, or us already)? then don't sleep
+                    waiting = future in self._token_waiters
+                if waiting and future._state not in _DONE_STATES:
+                    # (bounded: a lost wake-up costs a second, never a hang)
+                    cond.wait(1.0 if remaining is None else min(remaining, 1.0))
+            with self._tlock:
+                self._token_waiters.discard(future)
+
+    def _release_token(self) -> None:
+        with self._tlock:
+            gone = self._reader_gone
+            self._token_owner = _GONE if gone else _NOBODY
+            waiters = self._token_waiters
+            if waiters:
+                self._token_waiters = set()
+        if gone:
+            self._close_rsock()
+        for future in waiters:  # each may take the token now
+            cond = future._condition
+            with cond:
+                cond.notify_all()
+
+    def _read_for(self, future, deadline: float | None) -> None:
+        """Read and complete answers on this thread (it holds the token) until `future` is done, is
+        no longer this channel's, the channel closes or the deadline passes."""
+        poller = None
+        fd = self._rsock.fileno()
+        while future._state not in _DONE_STATES and future.channel is self and not self.closed:
+            if self._wbuf:  # what gathered - maybe the awaited request itself - goes out first
+                self._flush_blocking()
+            try:
+                answered = self._read_chunk()
+            except (OSError, RemotingCommandError) as e:
+                self._fail(self._read_error(e))
+                return
+            if answered is not None:
+                if answered:
+                    with self._wlock:
+                        self._unanswered = max(0, self._unanswered - answered)
+                continue
+            now = time.monotonic()
+            remaining = self.sweep_interval if deadline is None else min(deadline - now, self.sweep_interval)
+            if remaining <= 0:
+                return
+            if now >= self._next_sweep:  # the reader cannot sweep on time while a caller reads
+                self._next_sweep = now + self.sweep_interval
+                self._sweep(now)
+                continue
+            if poller is None:
+                poller = select.poll()
+                poller.register(fd, _POLL_IN)
+            poller.poll(remaining * 1000.0)
+
+    def _flush_blocking(self) -> None:
+        """Write what gathered from this thread (it may block), unless another write is in progress."""
+        with self._wlock:
+            if self._writing or not self._wbuf or self.closed:
+                return
+            data = self._wbuf[0] if len(self._wbuf) == 1 else b"".join(self._wbuf)
+            self._take_wbuf()
+            self._writing = True
+        self._write_out(data)
+
+    def _read_chunk(self) -> int | None:
+        """One receive into the read buffer and the completion of every answer it finishes (token
+        holder only): how many answers came, None when nothing was there to read.  The frames are
+        parsed and the buffer compacted before any completion runs (a completion may read too)."""
+        view = self._rview
+        have = self._rhave
+        try:
+            n = self._rsock.recv_into(view[have:])
+        except BlockingIOError:
+            return None
+        if n == 0:
+            raise ConnectionResetError(f"connection closed by {self.addr}")
+        have += n
+        items, consumed = self._read_frames(view[:have], self.max_frame_length)
+        if consumed:
+            rest = have - consumed
+            if rest:  # the start of the next frame moves to the front (copied: may overlap)
+                self._rbuf[:rest] = bytes(view[consumed:have])
+            have = rest
+        if have >= 4:
+            need = 4 + int.from_bytes(self._rbuf[:4], "big", signed=True)
+            if need > len(self._rbuf):  # one frame bigger than the buffer: grow it
+                view.release()
+                self._rbuf.extend(bytes(need - len(self._rbuf)))
+                self._rview = memoryview(self._rbuf)
+        self._rhave = have
+        return self._deliver(items) if items else 0
+
+    def _read_error(self, e: BaseException) -> BaseException:
+        if isinstance(e, RemotingCommandError):
+            return RemotingConnectError(f"bad frame from {self.addr}: {e}")
+        return RemotingConnectError(
+            f"connection to {self.addr} closed" if self._closing else f"connection to {self.addr} broke: {e}")
+
+    def _close_rsock(self) -> None:
+        self._rview.release()
+        self._rsock.close()
+
     # --- the reader ----------------------------------------------------------------------------------
     def _read_loop(self) -> None:
         sock = self._rsock
-        buf = bytearray(_READ_BUFFER)
-        view = memoryview(buf)
-        have = 0  # bytes of buf holding an incomplete frame
         poller = select.poll()
         poller.register(sock.fileno(), _POLL_IN)
         want_out = False
         answered = 0
-        next_sweep = time.monotonic() + self.sweep_interval
+        waiting_since = 0.0  # when the reader first left readable answers to a caller (0: it did not)
         error: BaseException | None = None
         try:
-            while True:
+            while not self.closed:  # (a caller reading may have seen the connection break)
                 held = self._held_since
                 if held and not want_out:
                     wait = max(0.0, held + self.coalesce_delay - time.monotonic())
@@ -252,28 +411,29 @@ class PipelinedChannel:
                     if event & _POLL_IN:
                         readable = True
                 if readable:
-                    try:
-                        n = sock.recv_into(view[have:])
-                    except BlockingIOError:
-                        n = -1
-                    if n == 0:
-                        raise ConnectionResetError(f"connection closed by {self.addr}")
-                    if n > 0:
-                        have += n
-                        items, consumed = self._read_frames(view[:have], self.max_frame_length)
-                        if items:
-                            answered = self._deliver(items)
-                        if consumed:
-                            rest = have - consumed
-                            if rest:  # the start of the next frame moves to the front (copied: may overlap)
-                                buf[:rest] = bytes(view[consumed:have])
-                            have = rest
-                        if have >= 4:
-                            need = 4 + int.from_bytes(buf[:4], "big", signed=True)
-                            if need > len(buf):  # one frame bigger than the buffer: grow it
-                                view.release()
-                                buf.extend(bytes(need - len(buf)))
-                                view = memoryview(buf)
+                    now = time.monotonic()
+                    defer = self.reader_defer
+                    if self._token_owner != _NOBODY:  # a caller reads: let it
+                        self._reader_wake.wait(defer or 0.0001)
+                    elif defer and now - self._last_send < defer and (
+                            not waiting_since or now - waiting_since < defer):
+                        # a caller is sending and will likely wait for these answers itself
+                        if not waiting_since:
+                            waiting_since = now
+                        self._reader_wake.wait(max(0.0001, waiting_since + defer - now))
+                    else:
+                        waiting_since = 0.0
+                        with self._tlock:
+                            got = self._token_owner == _NOBODY
+                            if got:
+                                self._token_owner = threading.get_ident()
+                        if got:
+                            try:
+                                answered += self._read_chunk() or 0
+                            finally:
+                                self._release_token()
+                else:
+                    waiting_since = 0.0
                 if answered or self._wbuf:
                     left = self._flush_gathered(answered)
                     answered = 0
@@ -281,30 +441,34 @@ class PipelinedChannel:
                         want_out = left
                         poller.modify(sock.fileno(), _POLL_IN | select.POLLOUT if left else _POLL_IN)
                 now = time.monotonic()
-                if now >= next_sweep:
-                    next_sweep = now + self.sweep_interval
+                if now >= self._next_sweep:
+                    self._next_sweep = now + self.sweep_interval
                     if self._pending:
                         self._sweep(now)
                     if self._closing and not self._pending:
                         return
-        except RemotingCommandError as e:
-            error = RemotingConnectError(f"bad frame from {self.addr}: {e}")
-        except OSError as e:
-            error = RemotingConnectError(
-                f"connection to {self.addr} closed" if self._closing else f"connection to {self.addr} broke: {e}")
+        except (RemotingCommandError, OSError) as e:
+            error = self._read_error(e)
         except BaseException as e:  # noqa: BLE001 - whatever it was, every waiter must hear of it
             log.exception("pipelined channel to %s: reader failed", self.addr)
             error = RemotingConnectError(f"reader of {self.addr} failed: {e!r}")
         finally:
-            view.release()
             self._fail(error or RemotingConnectError(f"connection to {self.addr} closed"))
             # Sockets are closed by the threads that use them, never under a call in progress
-            # (a closed descriptor's number may be reused at once): the reader's here, the
-            # writers' here unless a write is in progress, which then closes it.
-            sock.close()
+            # (a closed descriptor's number may be reused at once): the reading one here, or by a
+            # caller holding the read token when it lets go of it; the writers' here unless a write
+            # is in progress, which then closes it.
+            with self._tlock:
+                self._reader_gone = True
+                close_now = self._token_owner == _NOBODY
+                if close_now:
+                    self._token_owner = _GONE
+            if close_now:
+                self._close_rsock()
             with self._wlock:
                 if not self._writing:
                     self._wsock.close()
+
 
     def _deliver(self, items: list) -> int:
         """Complete the requests these frames answer; returns how many answers there were."""
@@ -364,6 +528,7 @@ class PipelinedChannel:
             self.closed = True
         if first:
             self._error = error
+            self._reader_wake.set()
             try:  # wakes the reader (and a blocked writer); the descriptors stay open until they leave
                 self._rsock.shutdown(socket.SHUT_RDWR)
             except OSError:
