@@ -25,7 +25,7 @@ from cpython.object cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcmp
+from libc.string cimport memchr, memcmp
 
 DEF HEADER_SIZE = 40
 DEF SLOT_SIZE = 4
@@ -66,14 +66,6 @@ cdef uint32_t java_hash_str(uint32_t h, str text) noexcept:
             h = 31 * h + (0xDC00 + (c & 0x3FF))
         else:
             h = 31 * h + c
-    return h
-
-
-cdef inline uint32_t java_hash_ascii(uint32_t h, const uint8_t *p, Py_ssize_t n) noexcept nogil:
-    # an ASCII byte is one UTF-16 code unit of the same value
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = h * 31 + p[i]
     return h
 
 
@@ -374,56 +366,62 @@ cdef class KeyRun:
         \x01 is dropped, as in string_to_properties.  Returns 0 when taken, 1 when a key is not
         plain ASCII (the caller decodes it in Python, so invalid UTF-8 is replaced exactly as the
         Python decoder does; nothing is taken), -1 when memory ran out."""
-        cdef Py_ssize_t i = 0, j, k, a, b, us = -1, ul = 0, ks = -1, kl = 0, words = 0
+        cdef Py_ssize_t i = 0, j, k, a, e, us = -1, ul = 0, ks = -1, kl = 0
+        cdef const uint8_t *hit
+        cdef uint32_t h
+        cdef uint8_t c, seen = 0
         if (sys_flag & TX_MASK) == TX_PREPARED or (sys_flag & TX_MASK) == TX_ROLLBACK:
             self.last_timestamp = ts  # never indexed, but seen
             return 0
-        # every "name\x01value\x02" pair
+        # every "name\x01value\x02" pair (memchr: the pairs are found with the C library's wide
+        # scans instead of a byte loop)
         while i < n:
-            j = i
-            while j < n and props[j] != 1 and props[j] != 2:
-                j += 1
-            if j >= n or props[j] == 2:
-                i = j + 1
-                continue
-            k = j + 1
-            while k < n and props[k] != 2:
-                k += 1
-            if j - i == 8 and memcmp(props + i, b"UNIQ_KEY", 8) == 0:
-                us, ul = j + 1, k - (j + 1)
-            elif j - i == 4 and memcmp(props + i, b"KEYS", 4) == 0:
-                ks, kl = j + 1, k - (j + 1)
+            hit = <const uint8_t *>memchr(props + i, 2, n - i)
+            k = hit - props if hit != NULL else n
+            hit = <const uint8_t *>memchr(props + i, 1, k - i)
+            if hit != NULL:
+                j = hit - props
+                if j - i == 8 and memcmp(props + i, b"UNIQ_KEY", 8) == 0:
+                    us, ul = j + 1, k - (j + 1)
+                elif j - i == 4 and memcmp(props + i, b"KEYS", 4) == 0:
+                    ks, kl = j + 1, k - (j + 1)
             i = k + 1
-        if ul > 0:
-            for j in range(us, us + ul):
-                if props[j] >= 0x80:
-                    return 1
-        if kl > 0:
-            for j in range(ks, ks + kl):
-                if props[j] >= 0x80:
-                    return 1
-                if props[j] == 32:
-                    words += 1
-            words += 1
-        self.last_timestamp = ts
         if ul <= 0 and kl <= 0:
+            self.last_timestamp = ts
             return 0
-        if self._room((1 if ul > 0 else 0) + words) < 0:
+        # at most one key per two bytes of KEYS (a word and its space)
+        if self._room(1 + (kl + 1) // 2) < 0:
             return -1
+        # hash (an ASCII byte is one UTF-16 code unit of the same value) while checking for
+        # non-ASCII bytes (seen collects every byte's high bit); the hashes are committed only
+        # when the record is taken
         k = self.nkeys
         if ul > 0:
-            self.hashes[k] = abs_index_hash(java_hash_ascii(seed, props + us, ul))
+            h = seed
+            for j in range(us, us + ul):
+                c = props[j]
+                seen |= c
+                h = h * 31 + c
+            self.hashes[k] = abs_index_hash(h)
             k += 1
         if kl > 0:
-            a = ks
-            while a < ks + kl:
-                b = a
-                while b < ks + kl and props[b] != 32:
-                    b += 1
-                if b > a:
-                    self.hashes[k] = abs_index_hash(java_hash_ascii(seed, props + a, b - a))
-                    k += 1
-                a = b + 1
+            a, e, h = ks, ks + kl, seed
+            for j in range(ks, e):
+                c = props[j]
+                seen |= c
+                if c == 32:
+                    if j > a:
+                        self.hashes[k] = abs_index_hash(h)
+                        k += 1
+                    a, h = j + 1, seed
+                else:
+                    h = h * 31 + c
+            if e > a:
+                self.hashes[k] = abs_index_hash(h)
+                k += 1
+        if seen & 0x80:
+            return 1
+        self.last_timestamp = ts
         if k == self.nkeys:
             return 0  # KEYS of spaces only
         self.offsets[self.n] = offset
