@@ -3,11 +3,20 @@
 * index build: IndexService.build_index (mmap'd RocketMQ IndexFile) vs a plain in-memory
   dict-of-lists keyed by `topic#key` (no persistence: the cheapest possible Python index).
 * index query: walking the hash chain vs the dict lookup.
+* index build of stored records (the broker's IndexBuildService): a batch of 8192 records with
+  keys read from the commit log, and 8192 queued single puts, each natively (KeyRun: no Python
+  object per record) beside the previous path (a Python item per record, then the list run).
 * allocate: one consumer's rebalance, 256 queues over 16 consumers, `sticky` vs `averagely`.
 """
+import mmap
+import struct
+from collections import deque
+
 import attrs
 import pytest
 
+from rmq_core._native import store_native
+from rmq_core.codec import encode_batch_body
 from rmq_core.config import MessageStoreConfig
 from rmq_core.message import MessageQueue
 from rmq_core.plugins import get_allocate_strategy
@@ -63,6 +72,142 @@ def test_index_build_index_service(benchmark, tmp_path):
 
     benchmark.extra_info["keys_per_round"] = 3 * N_RECORDS
     benchmark.pedantic(build, setup=setup, rounds=8)
+
+
+N_STORED = 8192
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """A store holding N_STORED records with KEYS (two words) and UNIQ_KEY, put as batches of
+    1024; its index builder is held, so the queued batch items are what the builder would get."""
+    from rmq_core.store import DefaultMessageStore, MessageExtBatch
+    cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path_factory.mktemp("stored")), message_index_enable=True)
+    store = DefaultMessageStore(cfg)
+    assert store.load()
+    store.start()
+    store.index_build_service.stop()
+    for b in range(N_STORED // 1024):
+        items = [(0, b"x" * 128, {"KEYS": f"order-{b}-{i} user-{i % 97}", "UNIQ_KEY": f"7F0000010000{b:04X}{i:016X}"})
+                 for i in range(1024)]
+        assert store.put_messages(MessageExtBatch(topic="TopicTest", queue_id=0, body=encode_batch_body(items))).is_ok()
+    batches = list(store.index_build_service._queue)
+    store.index_build_service._queue.clear()
+    # the same records as single-put items (topic, offset, store time, sys flag, properties)
+    from rmq_core.store.message_store import _index_item
+    singles = []
+    for topic, entries, count in batches:
+        for k in range(count):
+            phys, size = struct.unpack_from(">qi", entries, k * 20)
+            singles.append(_index_item(topic, phys, store.commit_log.get_data(phys, size), 0))
+    yield store, batches, singles
+    store.shutdown()
+
+
+def _previous_build_entries(store, svc, topic, entries, count):
+    """The builder's batch path before KeyRun: a Python item per record (read back in runs),
+    hashed by store_native.collect_index_run into a list of tuples for build_hashed."""
+    from rmq_core.store.message_store import _index_item
+    get_data = store.commit_log.get_data
+    items = deque()
+    i = 0
+    while i < count:
+        phys, size = struct.unpack_from(">qi", entries, i * 20)
+        j, end = i + 1, phys + size
+        while j < count:
+            nphys, nsize = struct.unpack_from(">qi", entries, j * 20)
+            if nphys != end:
+                break
+            end += nsize
+            j += 1
+        span = get_data(phys, end - phys)
+        pos = 0
+        for k in range(i, j):
+            _, ksize = struct.unpack_from(">qi", entries, k * 20)
+            items.append(_index_item(topic, phys + pos, span, pos))
+            pos += ksize
+        i = j
+    prefixes = {}
+    while items:
+        run, _ts, other = store_native.collect_index_run(items, 4096, prefixes)
+        svc.build_hashed(run)
+        assert other is None
+
+
+def _index_setup(tmp_path, store):
+    from rmq_core.store.message_store import IndexBuildService
+    counter = iter(range(10**9))
+
+    def setup():
+        cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / str(next(counter))),
+                                 max_hash_slot_num=50_000, max_index_num=200_000)
+        svc = IndexService(cfg)
+        svc.load(True)
+        # fault the fresh file's pages in first: first-touch faults cost the same on every path
+        # and, on a loaded VM, swamp what is measured here
+        mm = svc._last_writable_file()._mm
+        for pos in range(40, len(mm), mmap.PAGESIZE):
+            mm[pos] = 0
+        builder = IndexBuildService(store)
+        builder.index_service = svc
+        return (svc, builder), {}
+    return setup
+
+
+def _teardown(svc, builder):
+    # outside the timing: the msync of a fresh index file is disk work, the same for every path
+    assert sum(f.entry_count for f in svc.files) == 3 * N_STORED
+    svc.shutdown()
+
+
+def _run(benchmark, build, setup):
+    benchmark.pedantic(build, setup=setup, teardown=_teardown, rounds=10, warmup_rounds=1)
+    benchmark.extra_info["records_per_round"] = N_STORED
+    benchmark.extra_info["records_per_s"] = round(N_STORED / benchmark.stats.stats.median)
+
+
+@pytest.mark.benchmark(group="index-build-stored-batch")
+def test_index_build_batch_baseline_previous_path(benchmark, stored, tmp_path):
+    store, batches, _ = stored
+
+    def build(svc, builder):
+        for item in batches:
+            _previous_build_entries(store, svc, *item)
+    _run(benchmark, build, _index_setup(tmp_path, store))
+
+
+@pytest.mark.benchmark(group="index-build-stored-batch")
+def test_index_build_batch_native_span(benchmark, stored, tmp_path):
+    store, batches, _ = stored
+
+    def build(svc, builder):
+        for item in batches:
+            builder._build_entries(*item)
+    _run(benchmark, build, _index_setup(tmp_path, store))
+
+
+@pytest.mark.benchmark(group="index-build-stored-singles")
+def test_index_build_singles_baseline_previous_path(benchmark, stored, tmp_path):
+    store, _, singles = stored
+
+    def build(svc, builder):
+        q = deque(singles)
+        prefixes = {}
+        while q:
+            run, _ts, other = store_native.collect_index_run(q, 4096, prefixes)
+            svc.build_hashed(run)
+    _run(benchmark, build, _index_setup(tmp_path, store))
+
+
+@pytest.mark.benchmark(group="index-build-stored-singles")
+def test_index_build_singles_native_run(benchmark, stored, tmp_path):
+    store, _, singles = stored
+
+    def build(svc, builder):
+        q = deque(singles)
+        while q:
+            builder._build_some(q)
+    _run(benchmark, build, _index_setup(tmp_path, store))
 
 
 @pytest.fixture(scope="module")
