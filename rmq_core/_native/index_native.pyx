@@ -25,7 +25,9 @@ from cpython.object cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
+from libc.errno cimport errno
 from libc.string cimport memchr, memcmp
+from posix.mman cimport MS_SYNC, msync
 
 DEF HEADER_SIZE = 40
 DEF SLOT_SIZE = 4
@@ -123,6 +125,18 @@ cdef class IndexMap:
     def __dealloc__(self):
         if self.held:
             PyBuffer_Release(&self.view)
+
+    def sync(self):
+        """msync(MS_SYNC) the whole file without holding the GIL (CPython's mmap.flush holds it
+        for the whole msync - a stall of the broker's event loop at every index flush)."""
+        if not self.held:
+            raise ValueError("index file is closed")
+        cdef int rc
+        cdef size_t n = <size_t>self.view.len
+        with nogil:
+            rc = msync(self.base, n, MS_SYNC)
+        if rc != 0:
+            raise OSError(errno, f"msync of an index file ({n} bytes) failed")
 
     cdef inline int32_t _count(self) noexcept nogil:
         cdef int32_t count = rd32(self.base + 36)

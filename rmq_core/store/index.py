@@ -293,7 +293,10 @@ class IndexFile:
     # -- lifecycle --
     def flush(self) -> None:
         if self._dirty and not self._mm.closed:
-            self._mm.flush()
+            if self._native is not None:
+                self._native.sync()  # with the GIL released
+            else:
+                self._mm.flush()
             self._dirty = False
 
     def _unmap(self) -> None:

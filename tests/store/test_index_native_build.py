@@ -331,3 +331,21 @@ def test_singles_and_batches_interleaved_keep_commit_log_order(store):
     assert found.message_count == 16
     assert found.phys_offsets == sorted(found.phys_offsets, reverse=True)  # newest first: built in order
     assert store.index_service.indexed_phy_offset == max(found.phys_offsets)
+
+
+def test_index_file_sync_and_a_closed_file(tmp_path):
+    svc = service(tmp_path, slots=5, num=50)
+    run = index_native.KeyRun()
+    index_native.collect_items(deque([(TOPIC, i * 10, T0 + i, 0, props_blob([("KEYS", f"s{i}")])) for i in range(20)]),
+                               100, {}, run)
+    svc.build_hashed(run)
+    f = svc.files[-1]
+    assert f._dirty
+    assert svc.flush() == T0 + 19 and not f._dirty  # msync through the native map
+    native_map = f._native
+    svc.shutdown()
+    with pytest.raises(ValueError, match="index file is closed"):
+        native_map.sync()
+    again = service(tmp_path, slots=5, num=50)
+    assert again.query_offset(TOPIC, "s7", 8, 0, 2**62).phy_offsets == [70]
+    again.shutdown()
