@@ -263,6 +263,43 @@ static size_t rmq_batch_encode(const rmq_batch_tmpl *t, const unsigned char *s, 
     return done;
 }
 
+/* Validate and size a whole batch body s[0 .. n) (REMOTING.md §8) in one tight pass: every item
+ * header consistent with its body and properties lengths, no record's properties (with the extra
+ * ones) over max_props, no record over max_record.  Returns 0 with *count and *total (bytes of all
+ * records, each `fixed` + body + properties), or -1 at the first problem: the caller then walks the
+ * batch again to name it (store_native.encode_batch), so this loop carries no error reporting. */
+static int rmq_batch_plan(const unsigned char *s, size_t n, size_t fixed, size_t extra_len, size_t max_props,
+                          size_t max_record, size_t *count, size_t *total)
+{
+    size_t pos = 0, k = 0, sum = 0;
+    while (pos < n) {
+        size_t left = n - pos, props, rlen;
+        int64_t item_total, blen, plen;
+        if (left < 20) return -1;
+        /* each item's position comes from the previous item's header: a chain of loads that runs at
+         * cache latency unless the lines ahead are already on their way (prefetch never faults) */
+        __builtin_prefetch(s + pos + 2048);
+        __builtin_prefetch(s + pos + 2112);
+        __builtin_prefetch(s + pos + 2176);
+        __builtin_prefetch(s + pos + 2240);
+        item_total = (int32_t)rmq_bld32(s + pos);
+        blen = (int32_t)rmq_bld32(s + pos + 16);
+        if (blen < 0 || (uint64_t)blen + 22 > left) return -1;
+        plen = (int16_t)rmq_bld16(s + pos + 20 + blen);
+        if (plen < 0 || (uint64_t)(blen + plen) + 22 > left || item_total != 22 + blen + plen) return -1;
+        props = (size_t)plen + extra_len;
+        if (plen > 0 && extra_len > 0 && s[pos + 22 + blen + plen - 1] != 2) props++;  /* separator */
+        rlen = fixed + (size_t)blen + props;
+        if (props > max_props || rlen > max_record) return -1;
+        sum += rlen;
+        k++;
+        pos += (size_t)item_total;
+    }
+    *count = k;
+    *total = sum;
+    return 0;
+}
+
 /* How many items from s + body_pos fit a segment whose write position is write_pos (each record
  * must leave 8 bytes for the end-of-file blank): the count, their bytes and the next body position. */
 static size_t rmq_batch_fit(const rmq_batch_tmpl *t, const unsigned char *s, size_t body_pos, size_t n_items,

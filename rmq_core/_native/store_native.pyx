@@ -130,6 +130,8 @@ cdef extern from "store_batch.h" nogil:
     size_t rmq_batch_encode(const rmq_batch_tmpl *t, const unsigned char *s, size_t *body_pos, size_t n_items,
                             unsigned char *dst, size_t dst_len, int64_t phys0, int64_t qoff0,
                             unsigned char *cq, rmq_tag_cache *tc, rmq_hash_fn hash)
+    int rmq_batch_plan(const unsigned char *s, size_t n, size_t fixed, size_t extra_len, size_t max_props,
+                       size_t max_record, size_t *count, size_t *total)
     size_t rmq_batch_fit(const rmq_batch_tmpl *t, const unsigned char *s, size_t body_pos, size_t n_items,
                          size_t write_pos, size_t file_size, size_t *nbytes, size_t *next_body_pos)
 
@@ -506,9 +508,17 @@ def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t 
     cdef const unsigned char *s = &src[0]
     cdef const unsigned char *exp = ptr_or_empty(ex)
     cdef Py_ssize_t fixed = record_len(bh.shape[0], sh.shape[0], 0, tl, 0)
-    # pass 1: validate and size
+    # pass 1: validate and size (the C pass; this loop only runs again to name a problem it found)
     cdef Py_ssize_t pos = 0, count = 0, out_len = 0, item_total, blen, plen, rlen, ppos
     cdef bint sep
+    cdef size_t planned_count = 0, planned_total = 0
+    cdef int planned
+    planned = rmq_batch_plan(s, n, fixed, exl, MAX_PROPS, max_message_size if max_message_size > 0 else 0,
+                             &planned_count, &planned_total)
+    if planned == 0:
+        count = planned_count
+        out_len = planned_total
+        pos = n
     while pos < n:
         if n - pos < 20:
             raise BatchFormatError(f"batch body truncated at byte {pos}: {n - pos} bytes left, an item header needs 20")
