@@ -1102,79 +1102,91 @@ class IndexBuildService:
                 self._build_some(q)
             return self.processed_timestamp
 
+    RUN_RECORDS = 4096  # records hashed per round before they are written (one lock per round)
+
     def _build_some(self, q) -> None:
-        # Single records are hashed natively into the KeyRun and indexed under one lock per run of
-        # up to 4096 (written with the GIL released); a batch item (entries), or keys that are not
-        # plain ASCII, come back one at a time.
-        svc = self.index_service
+        # Queued single records and batches' records read from the commit log are hashed natively
+        # into one KeyRun, written under one lock per round (with the GIL released); only keys
+        # that are not plain ASCII stop the run, for the general path, in order.
         run = self._run
         run.clear()
-        ts = 0
+        odd_ts = 0
         try:
-            other = index_native.collect_items(q, 4096, self._seeds, run)
-            if len(run):
-                svc.build_hashed(run)
-            ts = run.last_timestamp
-            if other is not None:
+            while True:
+                other = index_native.collect_items(q, self.RUN_RECORDS, self._seeds, run)
+                if other is None:
+                    break
                 if len(other) == 5:
-                    topic, phys, ts, sys_flag, props = other
-                    svc.build_index(DispatchRequest(topic, 0, phys, 0, 0, ts, 0, sys_flag, 0, props))
+                    odd_ts = self._build_odd(*other)
                 else:
-                    ts = self._build_entries(*other) or ts
+                    odd_ts = self._collect_entries(*other) or odd_ts
+                if len(run) >= self.RUN_RECORDS:
+                    break
+            if len(run):
+                self.index_service.build_hashed(run)
         except Exception:
             # the checkpoint does not move past this round: a crash re-dispatches from before it
             log.exception("index build failed")
             return
+        # the run is cleared at every odd record, so what it saw came after the last odd one
+        ts = run.last_timestamp or odd_ts
         if ts:
             self.processed_timestamp = ts
 
+    def _build_odd(self, topic: str, phys: int, ts: int, sys_flag: int, props: bytes) -> int:
+        """Index one record through build_index, after what the run holds (commit-log order);
+        returns its store time."""
+        if len(self._run):
+            self.index_service.build_hashed(self._run)
+        self._run.clear()
+        self.index_service.build_index(DispatchRequest(topic, 0, phys, 0, 0, ts, 0, sys_flag, 0, props))
+        return ts
+
     def _build_entries(self, topic: str, entries, count: int) -> int:
-        """Index a batch's records straight from the commit log: each run of adjacent records is
-        read in one piece and its keys hashed into the KeyRun natively with the GIL released (no
-        Python object per record: a per-record Python build held the GIL long enough to stall
-        the broker's event loop).  A record with keys that are not plain ASCII takes the general
-        path, in order.  Returns the store time of the last record seen, 0 when none was."""
+        """Index one batch on its own (what a round does for each batch item, then written);
+        returns the store time of the last record seen, 0 when none was."""
+        self._run.clear()
+        odd_ts = self._collect_entries(topic, entries, count)
+        if len(self._run):
+            self.index_service.build_hashed(self._run)
+        return self._run.last_timestamp or odd_ts
+
+    def _collect_entries(self, topic: str, entries, count: int) -> int:
+        """Hash a batch's records into the run straight from the commit log: each run of adjacent
+        records is read in one piece and parsed natively with the GIL released (no Python object
+        per record: a per-record Python build held the GIL long enough to stall the broker's
+        event loop).  A record with keys that are not plain ASCII takes the general path, in
+        order.  Returns the store time of the last such record, 0 when there was none."""
         get_data = self.store.commit_log.get_data
         seed = self._seeds.get(topic)
         if seed is None:
             seed = self._seeds[topic] = index_native.topic_prefix_hash(topic)
-        run = self._run
-        run.clear()
-        ts = 0
-        i = 0
+        ts = i = 0
         while i < count:
             j, phys, length = index_native.adjacent_entries(entries, i, count)
             span = get_data(phys, length)
             if span is not None:
-                ts = self._build_span(topic, seed, span, entries, i, j) or ts
+                ts = self._collect_span(topic, seed, span, entries, i, j) or ts
             else:  # a segment end inside the run, or deleted by retention: one by one
                 for k in range(i, j):
                     kphys, ksize = _CQ_ENTRY.unpack_from(entries, k * 20)
                     raw = get_data(kphys, ksize)
                     if raw is not None:
-                        ts = self._build_span(topic, seed, raw, entries, k, k + 1) or ts
+                        ts = self._collect_span(topic, seed, raw, entries, k, k + 1) or ts
             i = j
-        if len(run):
-            self.index_service.build_hashed(run)
-        return run.last_timestamp or ts
+        return ts
 
-    def _build_span(self, topic: str, seed: int, span, entries, i: int, j: int) -> int:
-        """Hash the records of entries [i, j), back to back in `span`; each record the native
-        pass cannot take goes through build_index after the records before it.  Returns the
-        store time of such a record when it was the last one, else 0."""
-        run = self._run
+    def _collect_span(self, topic: str, seed: int, span, entries, i: int, j: int) -> int:
+        """Hash the records of entries [i, j), back to back in `span`, into the run; each record
+        the native pass cannot take goes through build_index (after what the run holds).
+        Returns the store time of the last such record, else 0."""
         ts = pos = 0
         while i < j:
-            i, pos = index_native.collect_span(run, span, entries, i, j, seed, pos)
+            i, pos = index_native.collect_span(self._run, span, entries, i, j, seed, pos)
             if i >= j:
                 break
-            # keep commit-log order: what the run holds goes in before the odd record
-            if len(run):
-                self.index_service.build_hashed(run)
-            run.clear()
             ophys, osize = _CQ_ENTRY.unpack_from(entries, i * 20)
-            _topic, ophys, ts, osys_flag, oprops = _index_item(topic, ophys, span, pos)
-            self.index_service.build_index(DispatchRequest(topic, 0, ophys, 0, 0, ts, 0, osys_flag, 0, oprops))
+            ts = self._build_odd(*_index_item(topic, ophys, span, pos))
             i += 1
             pos += osize
         return ts

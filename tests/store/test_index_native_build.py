@@ -349,3 +349,54 @@ def test_index_file_sync_and_a_closed_file(tmp_path):
     again = service(tmp_path, slots=5, num=50)
     assert again.query_offset(TOPIC, "s7", 8, 0, 2**62).phy_offsets == [70]
     again.shutdown()
+
+
+queue_item = st.tuples(st.booleans(), st.lists(st.tuples(st.none() | keys_value, st.none() | key_text), min_size=1,
+                                                 max_size=6))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(queue_item, min_size=1, max_size=12), st.integers(1, 12))
+def test_a_drained_queue_of_singles_and_batches_indexes_like_the_reference(batch_store, tmp_path_factory, plan,
+                                                                            run_records):
+    """Rounds (IndexBuildService._build_some) over a queue mixing single puts and batches, some
+    with keys that take the general path, with runs cut short: the same files as indexing each
+    record on its own, and the processed time is the last record's."""
+    q = batch_store.index_build_service._queue
+    q.clear()
+    last_ts = 0
+    for single, recs in plan:
+        props_list = [{k: v for k, v in (("KEYS", keys), ("UNIQ_KEY", uniq)) if v is not None} for keys, uniq in recs]
+        if single:
+            for props in props_list:
+                r = batch_store.put_message(msg(topic=TOPIC, body=b"s", properties=props))
+                assert r.is_ok()
+                last_ts = r.append_result.store_timestamp
+        else:
+            r = batch_store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0,
+                                                         body=encode_batch_body([(0, b"b", p) for p in props_list])))
+            assert r.is_ok()
+            last_ts = r.append_result.store_timestamp
+    items = list(q)
+    q.clear()
+    images = []
+    for native in (True, False):
+        root = tmp_path_factory.mktemp("drain")
+        svc = service(root, 5, 7)
+        if native:
+            builder = IndexBuildService(batch_store)
+            builder.index_service = svc
+            builder.RUN_RECORDS = run_records
+            builder._queue.extend(items)
+            ts = builder.drain()
+        else:
+            for item in items:
+                if len(item) == 5:
+                    topic, phys, ts, sys_flag, props = item
+                    svc.build_index(DispatchRequest(topic, 0, phys, 0, 0, ts, 0, sys_flag, 0, props))
+                else:
+                    ts = reference_build(batch_store, svc, *item)
+        images.append((index_image(root), svc.indexed_phy_offset, ts))
+        svc.shutdown()
+    assert images[0] == images[1]
+    assert images[0][2] == last_ts
