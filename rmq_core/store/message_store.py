@@ -1022,7 +1022,10 @@ class IndexBuildService:
     """Builds the key index off the put path, as RocketMQ builds it in its ReputMessageService.
 
     The put path only appends a small item to a deque (a lock-free operation under the GIL); this
-    thread takes items in commit-log order and feeds `IndexService.build_index`.  Anyone who needs
+    thread takes items in commit-log order, hashes their keys natively into a KeyRun (the batches'
+    records parsed straight from the commit log, with the GIL released) and has
+    `IndexService.build_hashed` write each round's run; keys that are not plain ASCII go through
+    `IndexService.build_index`, in order.  Anyone who needs
     the index current — `query_message` (read-your-writes), the checkpoint, shutdown — calls
     `drain()`, which builds whatever is queued in the calling thread.  `processed_timestamp` is the
     store time of the newest record the index has seen (indexed, or skipped for having no key):
