@@ -196,6 +196,31 @@ static inline void rmq_stream_lines(unsigned char *d, const unsigned char *s, si
     }
 }
 
+/* memcpy for a large copy into a mapped file (a batch's consume-queue entries): the whole 64-byte
+ * lines of dst by streaming stores, the partial first and last lines ordinarily.  The lines are
+ * fresh (beyond the file's write position), so ordinary stores would first read each of them from
+ * memory only to overwrite it.  Ends with a store fence: the caller publishes the bytes after. */
+static void rmq_stream_copy(unsigned char *d, const unsigned char *s, size_t n)
+{
+    size_t head = (64 - ((uintptr_t)d & 63)) & 63, lines;
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head; s += head; n -= head;
+    lines = n & ~(size_t)63;
+    n -= lines;
+    while (lines) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(d + 48), e);
+        d += 64; s += 64; lines -= 64;
+    }
+    memcpy(d, s, n);
+    _mm_sfence();
+}
+
 #define RMQ_STAGE 16384
 
 /* rmq_batch_encode_plain through a small staging buffer that stays in L1: records are built there

@@ -132,6 +132,7 @@ cdef extern from "store_batch.h" nogil:
                             unsigned char *cq, rmq_tag_cache *tc, rmq_hash_fn hash)
     int rmq_batch_plan(const unsigned char *s, size_t n, size_t fixed, size_t extra_len, size_t max_props,
                        size_t max_record, size_t *count, size_t *total)
+    void rmq_stream_copy(unsigned char *d, const unsigned char *s, size_t n)
     size_t rmq_batch_fit(const rmq_batch_tmpl *t, const unsigned char *s, size_t body_pos, size_t n_items,
                          size_t write_pos, size_t file_size, size_t *nbytes, size_t *next_body_pos)
 
@@ -281,6 +282,18 @@ def tags_code_from_properties(props):
     return tags_code_of(&v[0], v.shape[0])
 
 
+DEF STREAM_MIN = 65536
+
+
+cdef inline void copy_out(unsigned char *d, const unsigned char *s, Py_ssize_t n) noexcept nogil:
+    # a large write (a batch's consume-queue entries) lands on fresh lines: streaming stores skip
+    # reading them first; a small one is cheaper as a plain copy that stays in cache for readers
+    if n >= STREAM_MIN:
+        rmq_stream_copy(d, s, n)
+    elif n > 0:
+        memcpy(d, s, n)
+
+
 # --- NativeMap: a raw pointer into one mapped file -------------------------------------------------
 cdef class NativeMap:
     """Holds one buffer-protocol view (of an mmap) for the native routines; `release()` it before
@@ -325,14 +338,13 @@ cdef class NativeMap:
         if type(data) is bytearray:  # the put path: no buffer acquisition
             n = len(<bytearray>data)
             p = self.check(pos, pos + n)
-            if n:
-                memcpy(p + pos, PyByteArray_AS_STRING(data), n)
+            copy_out(p + pos, <const unsigned char *>PyByteArray_AS_STRING(data), n)
             return
         v = data
         n = v.shape[0]
         p = self.check(pos, pos + n)
         if n:
-            memcpy(p + pos, &v[0], n)
+            copy_out(p + pos, &v[0], n)
 
     def prefault(self, Py_ssize_t start, Py_ssize_t end, Py_ssize_t page=4096):
         """Touch every page for writing (no content change) so appends never take a page fault."""
