@@ -678,6 +678,9 @@ cdef class PipelinedCompletion:
         self._fallback = fallback
 
     def __call__(self, tuple context, response, error):
+        self.complete(context, response, error)
+
+    cdef int complete(self, tuple context, response, error) except -1:
         cdef double now, begin
         cdef int64_t latency, now_ms
         cdef PyObject* last
@@ -700,8 +703,9 @@ cdef class PipelinedCompletion:
                 future = context[7]
                 if not _finish_unwatched(future, result, None):
                     future.finish(result)
-                return
+                return 0
         self._fallback(context, response, error)
+        return 0
 
 
 # --- UNIQ_KEY ----------------------------------------------------------------------------------------
@@ -752,6 +756,168 @@ cdef str _uniq_id(object setter):
     for i in range(4):
         out[n + 8 + i] = _UPPER_HEX[(counter >> (12 - 4 * i)) & 15]
     return uniq
+
+
+# --- the pipelined send path -------------------------------------------------------------------------
+DEF _INT32_MAX = 0x7FFFFFFF
+DEF _RESPONSE_FLAG = 1
+
+
+@cython.final
+cdef class PipelinedSender:
+    """Producer._send_pipelined's usual case natively: the topic's route, a queue picked as
+    MQFaultStrategy.select_one_message_queue does (round robin past brokers on the bench), the
+    broker's master address, the cached SendHeader, a UNIQ_KEY, the whole frame, the LeanFuture
+    and its context, written on the broker's pipelined connection - the same steps and calls,
+    without a Python frame for each.
+
+    send(message, timeout) returns the LeanFuture; None when it declined before picking a queue
+    (the caller runs Producer._send_pipelined, which decides again); False when the loop's path
+    must take the send (as _send_pipelined's None after a queue was picked).  Where it declines
+    after picking a queue for a reason the Python path handles (no cached native header, a body
+    to compress, properties the native writer leaves to Python) it calls
+    producer._send_pipelined_to(message, timeout, queue, address) and returns what that returns."""
+
+    cdef object _producer
+    cdef object _instance
+    cdef dict _publish_info
+    cdef object _fault_strategy
+    cdef object _tolerance
+    cdef dict _headers
+    cdef object _uniq
+    cdef object _future_cls
+    cdef object _message_cls
+    cdef object _check_message
+    cdef object _completion
+    cdef object _read_frames
+    cdef object _from_command
+    cdef object _opaques
+    cdef object _remoting_error
+    cdef object _master_id
+
+    def __init__(self, producer, instance, future_cls, message_cls, check_message, uniq_ids, completion,
+                 read_frames, from_command, opaque_counter, remoting_error, master_id=0):
+        self._producer = producer
+        self._instance = instance
+        self._publish_info = producer.topic_publish_info
+        self._fault_strategy = producer.fault_strategy
+        self._tolerance = producer.fault_strategy.tolerance
+        self._headers = producer._send_headers
+        self._uniq = uniq_ids
+        self._future_cls = future_cls
+        self._message_cls = message_cls
+        self._check_message = check_message
+        self._completion = completion
+        self._read_frames = read_frames
+        self._from_command = from_command
+        self._opaques = opaque_counter
+        self._remoting_error = remoting_error
+        self._master_id = master_id
+
+    def send(self, message, double timeout):
+        cdef Py_ssize_t n, i, index
+        cdef PyObject* found
+        if type(message) is not self._message_cls:
+            return None
+        producer = self._producer
+        topic = message.topic
+        found = PyDict_GetItem(self._publish_info, topic)
+        if found == NULL:
+            return None
+        info = <object>found
+        queues = info.queues
+        if not queues or not self._instance.pipelined_send_possible():
+            return None
+        try:
+            self._check_message(message, producer.max_message_size)
+        except Exception:  # the general path fails the Future with it
+            return None
+        # the queue: MQFaultStrategy.select_one_message_queue, its usual case inline
+        mq = None
+        fault = self._fault_strategy
+        if fault.enabled:
+            n = len(queues)
+            index = info.next_index()
+            items = self._tolerance._items
+            now = None
+            for i in range(n):
+                candidate = queues[(index + i) % n]
+                found = PyDict_GetItem(items, candidate.broker_name)
+                if found != NULL:
+                    item = <object>found  # (a strong reference before any Python code runs)
+                    if now is None:
+                        now = self._tolerance._clock()
+                    if not now >= item.start_timestamp:
+                        continue
+                mq = candidate
+                break
+        if mq is None:  # not enabled, or every broker benched: the strategy's own way
+            mq = fault.select_one_message_queue(info, None)
+        broker = mq.broker_name
+        instance = self._instance
+        found = PyDict_GetItem(instance.broker_addr_table, broker)
+        addr = None
+        if found != NULL:
+            addrs = <object>found
+            if addrs:
+                addr = addrs.get(self._master_id)
+        if addr is None or instance.in_proc(addr):
+            return False
+        found = PyDict_GetItem(self._headers, (mq.topic, broker, mq.queue_id, False))
+        if found == NULL or type(<object>found) is not SendHeader \
+                or len(message.body) >= producer.compress_msg_body_over_howmuch:
+            return producer._send_pipelined_to(message, timeout, mq, addr)
+        header = <SendHeader><object>found
+        opaque = next(self._opaques) & _INT32_MAX
+        uniq = self._uniq()
+        frame = header._frame(0, message.flag, None, message, opaque, message.body, None, 0, None, uniq)
+        if frame is None:
+            return producer._send_pipelined_to(message, timeout, mq, addr)
+        fut = self._future_cls()
+        context = (message, uniq, None, mq, addr, timeout, _monotonic(), fut)
+        try:
+            channel = instance.send_channel(addr, self._read_frames, self._from_command)
+        except self._remoting_error as e:  # cannot connect: counted against the broker, retried elsewhere
+            producer._pipelined_done(context, None, e)
+            return fut
+        fut.channel = channel  # result() reads the answer itself when no other thread does
+        channel.send(frame, opaque, timeout, self._completion, context)
+        return fut
+
+
+def deliver_responses(list items, dict pending, failed):
+    """A PipelinedChannel's usual completions natively: every SendResponse answer among `items`
+    whose request waits in `pending` (opaque -> (deadline, on_done, context)) is taken out and
+    on_done(context, response, None) called (a PipelinedCompletion directly); an on_done that
+    raises is reported to failed(opaque) from inside its except clause (log.exception there) and
+    the rest go on.  Returns (answers completed, the other items in order) - frames the channel
+    decodes itself, requests, and answers nobody waits for."""
+    cdef list rest = []
+    cdef Py_ssize_t answers = 0
+    cdef SendResponse response
+    cdef PyObject* found
+    for item in items:
+        if type(item) is not SendResponse or not (<SendResponse>item).flag & _RESPONSE_FLAG:
+            rest.append(item)
+            continue
+        response = <SendResponse>item
+        key = response.opaque
+        found = PyDict_GetItem(pending, key)
+        if found == NULL:
+            rest.append(item)
+            continue
+        entry = <tuple>found
+        del pending[key]  # (the dict is only popped, never re-filled for an opaque: no race with a sweep)
+        answers += 1
+        on_done = entry[1]
+        try:
+            if type(on_done) is PipelinedCompletion:
+                (<PipelinedCompletion>on_done).complete(entry[2], item, None)
+            else:
+                on_done(entry[2], item, None)
+        except Exception:  # one bad completion must not stop the others
+            failed(key)
+    return answers, rest
 
 
 # --- batch bodies (SEND_BATCH_MESSAGE) ---------------------------------------------------------------

@@ -42,9 +42,10 @@ from rmq_core.message import (
     MAX_PROPERTIES_LENGTH, TopicValidator, encode_properties_checked, properties_to_string,
 )
 from rmq_core._native.client_native import (
-    PipelinedCompletion, encode_batch, SendHeader, SendResponse, SendResultMaker, UniqIds, read_send_response, read_send_responses,
+    PipelinedCompletion, PipelinedSender, encode_batch, SendHeader, SendResponse, SendResultMaker, UniqIds, read_send_response, read_send_responses,
 )
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
+from rmq_core.remoting import command as _command
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, next_opaque
 
 log = logging.getLogger("rmq.client.producer")
@@ -467,6 +468,7 @@ class Producer:
         # which plain sends take the lean paths (decided at start, with the hooks)
         self._plain_direct = False
         self._plain_pipelined = False
+        self._pipelined_sender: PipelinedSender | None = None  # _send_pipelined's usual case, natively
 
     # --- life cycle ------------------------------------------------------------------------------
     def start(self) -> "Producer":
@@ -479,6 +481,10 @@ class Producer:
                 self.instance.start()
                 self._hooks = plugins.has_impls("rmq_before_send") or plugins.has_impls("rmq_after_send")
                 self._plain_direct = not self._hooks and not self.retry_another_broker_when_not_store_ok
+                self._pipelined_sender = PipelinedSender(
+                    self, self.instance, LeanFuture, Message, check_message, create_uniq_id, self._pipelined_completion,
+                    read_send_response_frames, SendResponse.from_command, _command._opaque_counter, RemotingError,
+                    MixAll.MASTER_ID)  # (next_opaque's process-wide counter: opaques never repeat)
                 self._plain_pipelined = not self._hooks and self._accumulator is None
                 self._started = True
             except BaseException:
@@ -743,8 +749,10 @@ class Producer:
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
         if queue is None and selector is None and self._plain_pipelined:
-            fut = self._send_pipelined(msg, t)
-            if fut is not None:
+            fut = self._pipelined_sender.send(msg, t)  # None: it declined before picking a queue
+            if fut is None:
+                fut = self._send_pipelined(msg, t)
+            if fut is not None and fut is not False:  # (False: the loop's path takes it)
                 if callback is not None:
                     self._call_back_when_done(fut, callback)
                 return fut
@@ -818,6 +826,11 @@ class Producer:
         addr = inst.find_broker_addr_in_publish(mq.broker_name)
         if addr is None or inst.in_proc(addr):
             return None
+        return self._send_pipelined_to(msg, timeout, mq, addr)
+
+    def _send_pipelined_to(self, msg: Message, timeout: float, mq: MessageQueue, addr: str) -> CancellableFuture:
+        """_send_pipelined once the queue is picked (PipelinedSender's way where it declines)."""
+        inst = self.instance
         fut = LeanFuture()
         begin = time.monotonic()
         header = self._send_header(mq, False)

@@ -46,6 +46,7 @@ import time
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any, Callable
 
+from rmq_core._native.client_native import deliver_responses
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.blocking import refusal
 from rmq_core.remoting.codes import code_name
@@ -473,7 +474,8 @@ class PipelinedChannel:
     def _deliver(self, items: list) -> int:
         """Complete the requests these frames answer; returns how many answers there were."""
         pending = self._pending
-        answers = 0
+        # the usual answers (natively read send responses) completed in one native call
+        answers, items = deliver_responses(items, pending, self._completion_failed)
         for item in items:
             if type(item) is bytes:
                 command = RemotingCommand.decode(item)  # RemotingCommandError: the connection goes
@@ -498,6 +500,9 @@ class PipelinedChannel:
             with self._drained:
                 self._drained.notify_all()
         return answers
+
+    def _completion_failed(self, opaque: int) -> None:  # (inside the except clause: the traceback is logged)
+        log.exception("pipelined channel to %s: completion of opaque %d failed", self.addr, opaque)
 
     def _refuse(self, command: RemotingCommand) -> None:
         log.warning("pipelined channel to %s: unexpected %s request from the peer", self.addr,
