@@ -400,3 +400,36 @@ def test_a_drained_queue_of_singles_and_batches_indexes_like_the_reference(batch
         svc.shutdown()
     assert images[0] == images[1]
     assert images[0][2] == last_ts
+
+
+def test_writing_a_run_lets_other_threads_run(tmp_path):
+    """put_run gives the GIL up while it writes: with a switch interval far longer than the
+    test, a thread woken just before the call can only run during it if the GIL was released."""
+    import sys
+    import threading
+
+    words = " ".join(f"w{j}" for j in range(10))
+    items = deque((TOPIC, i * 10, T0 + i, 0, props_blob([("KEYS", f"{words} k{i}")])) for i in range(60_000))
+    run = index_native.KeyRun()
+    index_native.collect_items(items, len(items), {}, run)
+    assert run.key_count == 660_000
+    svc = service(tmp_path, slots=100_003, num=700_000)
+    phase = ["before"]
+    seen = []
+    go = threading.Event()
+    helper = threading.Thread(target=lambda: (go.wait(), seen.append(phase[0])))
+    helper.start()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    try:
+        phase[0] = "during"
+        go.set()
+        svc.build_hashed(run)
+        phase[0] = "after"
+    finally:
+        sys.setswitchinterval(old)
+    helper.join(10)
+    assert seen == ["during"]
+    assert svc.files[-1].entry_count == 660_000
+    assert svc.query_offset(TOPIC, "k59999", 4, 0, 2**62).phy_offsets == [599_990]
+    svc.shutdown()
