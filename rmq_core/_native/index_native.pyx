@@ -33,6 +33,10 @@ DEF HEADER_SIZE = 40
 DEF SLOT_SIZE = 4
 DEF ENTRY_SIZE = 20
 DEF I32_MAX = 0x7FFFFFFF
+# Records or keys from which a pass gives the GIL up (~20-40 us of work): handing the GIL over and
+# getting it back can cost more than a few records' work, up to the interpreter's switch interval
+# when the event loop is busy, so short passes keep it.
+DEF NOGIL_MIN_WORK = 256
 
 
 cdef inline int32_t rd32(const uint8_t *p) noexcept nogil:
@@ -253,32 +257,42 @@ cdef class IndexMap:
         return i, indexed
 
     def put_run(self, KeyRun run not None, Py_ssize_t start, int64_t indexed):
-        """put_hashed over a KeyRun, with the GIL released: the loop touches only the mapping and
-        the run's arrays (IndexService holds its lock, so no query or release runs meanwhile).
-        Same stops and result as put_hashed."""
+        """put_hashed over a KeyRun, with the GIL released for a run of NOGIL_MIN_WORK keys or more:
+        the loop touches only the mapping and the run's arrays (IndexService holds its lock, so
+        no query or release runs meanwhile).  Same stops and result as put_hashed."""
         if not self.held:
             raise ValueError("index file is closed")
-        cdef Py_ssize_t i = start, n = run.n, k, k0, k1
-        cdef int64_t offset, ts
-        with nogil:
-            while i < n:
-                offset = run.offsets[i]
-                if offset < indexed:
-                    i += 1
-                    continue
-                if offset == indexed:
-                    break
-                k0 = run.key_end[i - 1] if i > 0 else 0
-                k1 = run.key_end[i]
-                if <Py_ssize_t>self._count() + (k1 - k0) > self.index_num:
-                    break
-                ts = run.timestamps[i]
-                for k in range(k0, k1):
-                    self._put(run.hashes[k], offset, ts)
-                if k1 > k0:
-                    indexed = offset
-                i += 1
+        cdef Py_ssize_t i
+        if run.nkeys >= NOGIL_MIN_WORK:
+            with nogil:
+                i = self._put_records(run.offsets, run.timestamps, run.key_end, run.hashes, start, run.n, &indexed)
+        else:
+            i = self._put_records(run.offsets, run.timestamps, run.key_end, run.hashes, start, run.n, &indexed)
         return i, indexed
+
+    cdef Py_ssize_t _put_records(self, const int64_t *offsets, const int64_t *timestamps, const Py_ssize_t *key_end,
+                                 const int32_t *hashes, Py_ssize_t i, Py_ssize_t n, int64_t *indexed) noexcept nogil:
+        # put_run's loop over a KeyRun's arrays
+        cdef Py_ssize_t k, k0, k1
+        cdef int64_t offset, ts
+        while i < n:
+            offset = offsets[i]
+            if offset < indexed[0]:
+                i += 1
+                continue
+            if offset == indexed[0]:
+                break
+            k0 = key_end[i - 1] if i > 0 else 0
+            k1 = key_end[i]
+            if <Py_ssize_t>self._count() + (k1 - k0) > self.index_num:
+                break
+            ts = timestamps[i]
+            for k in range(k0, k1):
+                self._put(hashes[k], offset, ts)
+            if k1 > k0:
+                indexed[0] = offset
+            i += 1
+        return i
 
 
 # --- hashing records' keys into a KeyRun ---------------------------------------------------------
@@ -446,6 +460,46 @@ cdef class KeyRun:
         return 0
 
 
+    cdef Py_ssize_t parse_span(self, const uint8_t *s, Py_ssize_t n, const uint8_t *e, Py_ssize_t i, Py_ssize_t stop,
+                               uint32_t seed, Py_ssize_t *pos_io, int *rc) noexcept nogil:
+        """collect_span's loop: records of entries e[i:stop] from s[pos_io[0]:] on (REMOTING.md
+        section 6 layout); returns the entry reached, its position in pos_io."""
+        cdef Py_ssize_t pos = pos_io[0], p, end, size, props_len
+        cdef int64_t ts
+        cdef int32_t sys_flag
+        while i < stop:
+            size = rd32(e + i * ENTRY_SIZE + 8)
+            end = pos + size
+            if size <= 0 or end > n or BORN_HOST_AT > size:
+                break
+            sys_flag = rd32(s + pos + 36)
+            p = pos + BORN_HOST_AT + (20 if sys_flag & BORN_V6 else 8)
+            if p + 8 > end:
+                break
+            ts = rd64(s + p)
+            # store host, reconsume times i32, prepared transaction offset i64
+            p += 8 + (20 if sys_flag & STORE_V6 else 8) + 12
+            if p + 4 > end:
+                break
+            p += 4 + <Py_ssize_t>rd32(s + p)  # body
+            if p < pos or p + 1 > end:
+                break
+            p += 1 + s[p]  # topic
+            if p + 2 > end:
+                break
+            props_len = <Py_ssize_t>(<int32_t>(<int16_t>((<uint32_t>s[p] << 8) | s[p + 1])))
+            p += 2
+            if props_len < 0 or p + props_len > end:
+                break
+            rc[0] = self.add_record(seed, rd64(e + i * ENTRY_SIZE), ts, sys_flag, s + p, props_len)
+            if rc[0] != 0:
+                break
+            pos = end
+            i += 1
+        pos_io[0] = pos
+        return i
+
+
 def collect_items(q, Py_ssize_t limit, dict seeds, KeyRun run not None):
     """Pop up to `limit` single-record index items (topic, commit-log offset, store timestamp,
     sys flag, properties bytes) from the left of deque `q` and hash their keys into `run`.
@@ -503,49 +557,22 @@ def collect_span(KeyRun run not None, const uint8_t[::1] span, const uint8_t[::1
                  Py_ssize_t stop, uint32_t seed, Py_ssize_t pos=0):
     """Hash into `run` the keys of the records of consume-queue entries [start, stop), which lie
     back to back in `span` (a copy of the commit log; entry `start`'s record at span[pos:]),
-    with the GIL released.  Stops at a record it cannot take (a key that is not plain ASCII, or
-    fields that do not fit the record) for the caller's general path.  Returns (entry index
-    reached, its record's position in span)."""
+    with the GIL released for NOGIL_MIN_WORK records or more.  Stops at a record it cannot take
+    (a key that is not plain ASCII, or fields that do not fit the record) for the caller's
+    general path.  Returns (entry index reached, its record's position in span)."""
     if start < 0 or stop > entries.shape[0] // ENTRY_SIZE or start > stop:
         raise ValueError(f"entries {start}..{stop} outside a buffer of {entries.shape[0]} bytes")
-    cdef Py_ssize_t i = start, n = span.shape[0], p, end, size, props_len
+    cdef Py_ssize_t i = start, n = span.shape[0]
     if pos < 0 or pos > n:
         raise ValueError(f"span position {pos} outside a span of {n} bytes")
     cdef const uint8_t *s = &span[0] if n > 0 else NULL
     cdef const uint8_t *e = &entries[0] if stop > start else NULL
-    cdef int64_t ts
-    cdef int32_t sys_flag
     cdef int rc = 0
-    with nogil:
-        while i < stop:
-            size = rd32(e + i * ENTRY_SIZE + 8)
-            end = pos + size
-            if size <= 0 or end > n or BORN_HOST_AT > size:
-                break
-            sys_flag = rd32(s + pos + 36)
-            p = pos + BORN_HOST_AT + (20 if sys_flag & BORN_V6 else 8)
-            if p + 8 > end:
-                break
-            ts = rd64(s + p)
-            # store host, reconsume times i32, prepared transaction offset i64
-            p += 8 + (20 if sys_flag & STORE_V6 else 8) + 12
-            if p + 4 > end:
-                break
-            p += 4 + <Py_ssize_t>rd32(s + p)  # body
-            if p < pos or p + 1 > end:
-                break
-            p += 1 + s[p]  # topic
-            if p + 2 > end:
-                break
-            props_len = <Py_ssize_t>(<int32_t>(<int16_t>((<uint32_t>s[p] << 8) | s[p + 1])))
-            p += 2
-            if props_len < 0 or p + props_len > end:
-                break
-            rc = run.add_record(seed, rd64(e + i * ENTRY_SIZE), ts, sys_flag, s + p, props_len)
-            if rc != 0:
-                break
-            pos = end
-            i += 1
+    if stop - start >= NOGIL_MIN_WORK:
+        with nogil:
+            i = run.parse_span(s, n, e, start, stop, seed, &pos, &rc)
+    else:
+        i = run.parse_span(s, n, e, start, stop, seed, &pos, &rc)
     if rc < 0:
         raise MemoryError()
     return i, pos

@@ -433,3 +433,39 @@ def test_writing_a_run_lets_other_threads_run(tmp_path):
     assert svc.files[-1].entry_count == 660_000
     assert svc.query_offset(TOPIC, "k59999", 4, 0, 2**62).phy_offsets == [599_990]
     svc.shutdown()
+
+
+def test_parsing_a_long_span_lets_other_threads_run(batch_store):
+    """collect_span gives the GIL up over a long span (the same switch-interval trick as above:
+    the woken thread can only run inside a call)."""
+    import sys
+    import threading
+
+    items = [(0, b"p", {"KEYS": f"gil-{i} other-{i}", "UNIQ_KEY": f"G{i:08d}"}) for i in range(2000)]
+    topic, entries, count = put_batch_item(batch_store, items)
+    j, phys, length = index_native.adjacent_entries(entries, 0, count)
+    assert j == count
+    span = batch_store.commit_log.get_data(phys, length)
+    seed = index_native.topic_prefix_hash(topic)
+    run = index_native.KeyRun()
+    phase = ["before"]
+    seen = []
+    go = threading.Event()
+    helper = threading.Thread(target=lambda: (go.wait(), seen.append(phase[0])))
+    helper.start()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    try:
+        phase[0] = "during"
+        go.set()
+        for _ in range(40):
+            run.clear()
+            assert index_native.collect_span(run, span, entries, 0, count, seed) == (count, length)
+        phase[0] = "after"
+    finally:
+        sys.setswitchinterval(old)
+    helper.join(10)
+    assert seen == ["during"]
+    assert len(run) == count and run.key_count == 3 * count
+    assert run[5][2] == [index_key_hash(f"{TOPIC}#G00000005"), index_key_hash(f"{TOPIC}#gil-5"),
+                         index_key_hash(f"{TOPIC}#other-5")]
