@@ -15,7 +15,7 @@
 #include <string.h>
 
 static uint32_t rmq_crc32_table[8][256];
-static int rmq_crc32_use_pclmul = 0;
+static int rmq_crc32_use_pclmul = 0;   /* 0: tables, 1: PCLMULQDQ, 2: VPCLMULQDQ (AVX-512) */
 
 static uint32_t rmq_crc32_slice8(uint32_t crc, const unsigned char *p, size_t n)
 {
@@ -121,7 +121,78 @@ static uint32_t rmq_crc32_pclmul(uint32_t crc, const unsigned char *p, size_t n)
     (void)x0;
     return (uint32_t)_mm_extract_epi32(x1, 1);
 }
+
+/* The same folding with 512-bit carry-less multiplies (VPCLMULQDQ + AVX-512), for CPUs that have
+ * them: one instruction folds all four 16-byte lanes of a 64-byte block, and the four lanes are
+ * folded into one in parallel (each by its own distance to the block's end: 48, 32, 16 bytes)
+ * instead of one after another.  A 128-byte body takes 9 multiplies instead of 19.  Constants:
+ * x^(8d+32) mod P and x^(8d-32) mod P, bit-reflected and shifted left once, for a distance of d
+ * bytes (d = 64 and 16 give k1/k2 and k3/k4 above).  Needs n >= 64, a multiple of 16. */
+__attribute__((target("avx512f,avx512vl,avx2,vpclmulqdq,pclmul,sse4.1")))
+static uint32_t rmq_crc32_vpclmul(uint32_t crc, const unsigned char *p, size_t n)
+{
+    const __m512i k64 = _mm512_broadcast_i32x4(_mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL));
+    /* lane 0 folds 48 bytes, lane 1 32, lane 2 16; lane 3 is the block's last lane (kept as is) */
+    const __m512i k_lanes = _mm512_set_epi64(0, 0, 0x00ccaa009eLL, 0x01751997d0LL,
+                                             0x015a546366LL, 0x00f1da05aaLL, 0x0174359406LL, 0x003db1ecdcLL);
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
+    const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
+    const __m128i mask32 = _mm_setr_epi32(~0, 0, ~0, 0);
+    __m512i z, t;
+    __m256i h;
+    __m128i x1, x2, x5;
+
+    z = _mm512_xor_si512(_mm512_loadu_si512((const void *)p), _mm512_castsi128_si512(_mm_cvtsi32_si128((int)crc)));
+    p += 64;
+    n -= 64;
+    while (n >= 64) {
+        z = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(z, k64, 0x00), _mm512_clmulepi64_epi128(z, k64, 0x11),
+                                      _mm512_loadu_si512((const void *)p), 0x96);  /* a ^ b ^ c */
+        p += 64;
+        n -= 64;
+    }
+    /* 4 lanes -> 1: lanes 0..2 moved onto lane 3's place, then everything xored */
+    t = _mm512_xor_si512(_mm512_clmulepi64_epi128(z, k_lanes, 0x00), _mm512_clmulepi64_epi128(z, k_lanes, 0x11));
+    h = _mm256_xor_si256(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+    x1 = _mm_xor_si128(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    x1 = _mm_xor_si128(x1, _mm512_extracti32x4_epi32(z, 3));
+    while (n >= 16) {
+        x2 = _mm_loadu_si128((const __m128i *)p);
+        x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, k3k4, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+        p += 16;
+        n -= 16;
+    }
+    /* 128 -> 64 -> 32, Barrett reduction: as in rmq_crc32_pclmul */
+    x2 = _mm_clmulepi64_si128(x1, k3k4, 0x10);
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_clmulepi64_si128(_mm_and_si128(x1, mask32), k5k0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    x2 = _mm_clmulepi64_si128(_mm_and_si128(x1, mask32), poly, 0x10);
+    x2 = _mm_clmulepi64_si128(_mm_and_si128(x2, mask32), poly, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
 #endif
+
+/* Choose the implementation: 2 = VPCLMULQDQ if the CPU has it (else as 1), 1 = PCLMUL if the CPU
+ * has it (else tables), 0 = tables.  Returns the one in use. */
+static int rmq_crc32_select(int want_pclmul)
+{
+#ifdef RMQ_HAVE_PCLMUL_PATH
+    int pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    int vpclmul = pclmul && __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx512f") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2");
+    rmq_crc32_use_pclmul = want_pclmul >= 2 && vpclmul ? 2 : want_pclmul >= 1 && pclmul ? 1 : 0;
+#else
+    (void)want_pclmul;
+    rmq_crc32_use_pclmul = 0;
+#endif
+    return rmq_crc32_use_pclmul;
+}
 
 static void rmq_crc32_init(void)
 {
@@ -140,20 +211,8 @@ static void rmq_crc32_init(void)
     }
 #ifdef RMQ_HAVE_PCLMUL_PATH
     __builtin_cpu_init();
-    rmq_crc32_use_pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 #endif
-}
-
-/* Choose the implementation: 1 = PCLMUL if the CPU has it, 0 = tables.  Returns the one in use. */
-static int rmq_crc32_select(int want_pclmul)
-{
-#ifdef RMQ_HAVE_PCLMUL_PATH
-    rmq_crc32_use_pclmul = want_pclmul && __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-#else
-    (void)want_pclmul;
-    rmq_crc32_use_pclmul = 0;
-#endif
-    return rmq_crc32_use_pclmul;
+    rmq_crc32_select(2);
 }
 
 static inline uint32_t rmq_crc32(uint32_t crc, const unsigned char *p, size_t n)
@@ -162,7 +221,7 @@ static inline uint32_t rmq_crc32(uint32_t crc, const unsigned char *p, size_t n)
 #ifdef RMQ_HAVE_PCLMUL_PATH
     if (rmq_crc32_use_pclmul && n >= 64) {
         size_t bulk = n & ~(size_t)15;
-        crc = rmq_crc32_pclmul(crc, p, bulk);
+        crc = rmq_crc32_use_pclmul == 2 ? rmq_crc32_vpclmul(crc, p, bulk) : rmq_crc32_pclmul(crc, p, bulk);
         p += bulk;
         n -= bulk;
     }

@@ -174,13 +174,15 @@ def crc32(data, unsigned int value=0):
     return rmq_crc32(value, &v[0], v.shape[0])
 
 
-def crc32_select(bint pclmul):
-    """Use PCLMULQDQ folding (if the CPU has it) or the slicing-by-8 tables; returns the choice."""
-    return bool(rmq_crc32_select(pclmul))
+def crc32_select(bint pclmul, bint vpclmul=True):
+    """Use carry-less multiply folding (if the CPU has it) — with 512-bit VPCLMULQDQ when the CPU
+    has that too and `vpclmul` — or the slicing-by-8 tables; returns whether folding is used."""
+    return bool(rmq_crc32_select((2 if vpclmul else 1) if pclmul else 0))
 
 
 def crc32_impl():
-    return "pclmul" if rmq_crc32_use_pclmul else "slice8"
+    """The CRC32 in use: "vpclmul", "pclmul" or "slice8"."""
+    return ("slice8", "pclmul", "vpclmul")[rmq_crc32_use_pclmul]
 
 
 # --- Java String.hashCode over UTF-8 bytes -----------------------------------------------------
