@@ -18,6 +18,7 @@ hashes per record) - from its queue of single puts (`collect_items`) or straight
 commit-log span (`collect_span`) - and `IndexMap.put_run` writes a run with the GIL released, so
 no Python object is made per record or per key.
 """
+cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
@@ -93,6 +94,7 @@ def topic_prefix_hash(str topic):
     return java_hash_str(0, topic + "#")
 
 
+@cython.final
 cdef class IndexMap:
     """A held view of one index file's mmap plus its geometry."""
 
@@ -307,6 +309,7 @@ DEF STORE_V6 = 0x20
 DEF BORN_HOST_AT = 48
 
 
+@cython.final
 cdef class KeyRun:
     """Records ready for the index, in commit-log order: record i has offset `offsets[i]`, store
     time `timestamps[i]` and the key hashes `hashes[key_end[i-1]:key_end[i]]`.  Records without a
