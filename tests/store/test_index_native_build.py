@@ -469,3 +469,15 @@ def test_parsing_a_long_span_lets_other_threads_run(batch_store):
     assert len(run) == count and run.key_count == 3 * count
     assert run[5][2] == [index_key_hash(f"{TOPIC}#G00000005"), index_key_hash(f"{TOPIC}#gil-5"),
                          index_key_hash(f"{TOPIC}#other-5")]
+
+
+def test_colliding_keys_in_a_batch_are_all_candidates(store):
+    # "Aa" and "BB" share a Java hash: like RocketMQ, a query returns every record whose key hash
+    # matches and the caller checks the real keys
+    assert index_key_hash(f"{TOPIC}#Aa") == index_key_hash(f"{TOPIC}#BB")
+    items = [(0, b"aa", {"KEYS": "Aa"}), (0, b"mid", {"KEYS": "other"}), (0, b"bb", {"KEYS": "BB"})]
+    r = store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_body(items)))
+    assert r.is_ok()
+    found = store.query_message(TOPIC, "Aa", 8, 0, 2**62)
+    assert sorted(m.body for m in decode_messages(found.buffer)) == [b"aa", b"bb"]
+    assert [m.keys for m in decode_messages(found.buffer) if m.keys == "Aa"] == ["Aa"]
