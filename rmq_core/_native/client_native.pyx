@@ -942,9 +942,21 @@ cdef inline void _be32(char* p, uint32_t v) noexcept nogil:
     p[0] = <char>(v >> 24); p[1] = <char>(v >> 16); p[2] = <char>(v >> 8); p[3] = <char>v
 
 
+cdef object _IllegalArgumentError = None
+
+
+cdef object _illegal_argument():
+    global _IllegalArgumentError
+    if _IllegalArgumentError is None:  # (imported on first use: rmq_core.errors imports nothing native)
+        from rmq_core.errors import IllegalArgumentError
+        _IllegalArgumentError = IllegalArgumentError
+    return _IllegalArgumentError
+
+
 cdef object _batch_error(Py_ssize_t index, str text):
-    from rmq_core.errors import IllegalArgumentError
-    return IllegalArgumentError(f"batch item {index}: {text}")
+    return _illegal_argument()(f"batch item {index}: {text}")
+
+
 
 
 cdef const char* _utf8(object s, Py_ssize_t* n, Py_ssize_t index, object name) except NULL:
@@ -1015,7 +1027,7 @@ def encode_batch(list msgs, Py_ssize_t max_message_size, message_cls, frozenset 
     cdef PyObject* v
     cdef Py_ssize_t pos
     cdef bint has_uniq
-    from rmq_core.errors import IllegalArgumentError
+    IllegalArgumentError = _illegal_argument()
     if count == 0:
         raise IllegalArgumentError("send_batch needs at least one message")
     uniqs = [None] * count
@@ -1117,3 +1129,29 @@ def encode_batch(list msgs, Py_ssize_t max_message_size, message_cls, frozenset 
     finally:
         if o.heap:
             free(o.buf)
+
+
+def finish_batch(SendResultMaker maker, list batch, status, queue, int64_t base, offset_ids, region):
+    """Finish the Futures of a batch the broker took (PipelinedAccumulator): batch holds
+    (item, uniq, future, timeout) tuples in sending order; each future gets its SendResult -
+    msg_id its uniq, queue offset base + its index (-1 when base is), offset msg id the answer's
+    comma-separated one at its index - built and set without Python code per message."""
+    cdef Py_ssize_t i, n = len(batch), n_ids
+    cdef list ids = offset_ids.split(",") if offset_ids else []
+    cdef tuple names = maker._names
+    n_ids = len(ids)
+    if not region:
+        region = maker._default_region
+    for i in range(n):
+        entry = <tuple>batch[i]
+        result = maker._new(maker._cls)
+        PyObject_GenericSetAttr(result, names[0], status)
+        PyObject_GenericSetAttr(result, names[1], entry[1])
+        PyObject_GenericSetAttr(result, names[2], ids[i] if i < n_ids else "")
+        PyObject_GenericSetAttr(result, names[3], queue)
+        PyObject_GenericSetAttr(result, names[4], base + i if base >= 0 else -1)
+        PyObject_GenericSetAttr(result, names[5], None)
+        PyObject_GenericSetAttr(result, names[6], region)
+        future = entry[2]
+        if not _finish_unwatched(future, result, None):
+            future.finish(result)

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable
 import attrs
 
 from rmq_core import plugins
-from rmq_core.client.accumulator import ProduceAccumulator
+from rmq_core.client.accumulator import BATCH_ITEM_OVERHEAD, PipelinedAccumulator, ProduceAccumulator
 from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import MQFaultStrategy
 from rmq_core.client.instance import CancellableFuture, LeanFuture, MQClientInstance, MQClientManager
@@ -146,10 +146,18 @@ _OUTER_PROPS = {wait: {MessageConst.WAIT_STORE_MSG_OK: "true" if wait else "fals
 _BATCH_ITEM_HEAD = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLength
 
 
+_CHECKED_TOPICS: set[str] = set()  # names check_send_topic passed (a producer sends to few topics)
+
+
 def check_send_topic(topic: str) -> None:
     """check_message's topic rule: a valid name, not a system topic."""
+    if topic in _CHECKED_TOPICS:
+        return
     TopicValidator.check_topic(topic)
     TopicValidator.check_not_system_topic_for_send(topic)
+    if len(_CHECKED_TOPICS) >= 10_000:
+        _CHECKED_TOPICS.clear()
+    _CHECKED_TOPICS.add(topic)
 
 
 def _batch_error(index: int, text: str) -> IllegalArgumentError:
@@ -458,6 +466,9 @@ class Producer:
         self.batch_max_bytes = min(batch_max_bytes, max_message_size)
         self._accumulator = ProduceAccumulator(self, batch_max_bytes=self.batch_max_bytes,
                                                async_mode=CommunicationMode.ASYNC) if auto_batch else None
+        # auto_batch's usual way (to tcp brokers, no hooks): gathered in the senders' threads and
+        # written on the pipelined connection; set at start
+        self._batch_accumulator: PipelinedAccumulator | None = None
         # (topic, broker, queue id, batch) -> SendHeader, see _encode_frame (keyed by the fields: a
         # MessageQueue's attrs-made __hash__ and __eq__ are Python calls)
         self._send_headers: dict[tuple[str, str, int, bool], SendHeader | None] = {}
@@ -486,6 +497,8 @@ class Producer:
                     read_send_response_frames, SendResponse.from_command, _command._opaque_counter, RemotingError,
                     MixAll.MASTER_ID)  # (next_opaque's process-wide counter: opaques never repeat)
                 self._plain_pipelined = not self._hooks and self._accumulator is None
+                if self._accumulator is not None and not self._hooks:
+                    self._batch_accumulator = PipelinedAccumulator(self, batch_max_bytes=self.batch_max_bytes)
                 self._started = True
             except BaseException:
                 self.instance.unregister_producer(self.group)
@@ -498,6 +511,10 @@ class Producer:
             if not self._started:
                 return
             self._started = False
+        if self._batch_accumulator is not None and not self._batch_accumulator.drain(self.send_msg_timeout * 2 + 1):
+            log.warning("producer %s: gathered messages still unanswered at shutdown", self.group)
+            self._batch_accumulator.fail_pending(
+                MQClientError(f"producer {self.group} shut down before the message was sent"))
         if self._accumulator is not None:
             try:  # what was accepted leaves before the client goes
                 self.instance.run(self._accumulator.drain(), timeout=self.send_msg_timeout * 2 + 1)
@@ -748,6 +765,12 @@ class Producer:
         batch request (each still gets its own SendResult; see rmq_core.client.accumulator)."""
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
+        if queue is None and selector is None and self._batch_accumulator is not None:
+            fut = self._batch_accumulator.offer(msg, t)
+            if fut is not None:
+                if callback is not None:
+                    self._call_back_when_done(fut, callback)
+                return fut
         if queue is None and selector is None and self._plain_pipelined:
             fut = self._pipelined_sender.send(msg, t)  # None: it declined before picking a queue
             if fut is None:
@@ -919,6 +942,118 @@ class Producer:
                 fut.set_exception(resume[2])
             except concurrent.futures.InvalidStateError:  # cancelled meanwhile
                 pass
+
+    # --- auto_batch on the pipelined connection (PipelinedAccumulator's transport) -----------------
+    def _batch_item(self, msg: Message, batch_max_bytes: int):
+        """An auto_batch message validated and encoded as a batch item, in the caller's thread:
+        (topic, uniq, item, wait_store_msg_ok); the IllegalArgumentError naming what is wrong; or
+        None when it does not go this way (Java's batch rules: no delay level, no compression, not
+        to a retry topic, within batch_max_bytes; and a cached route to a tcp broker)."""
+        body = msg.body if type(msg) is Message else None
+        if (body is None or msg.delay_time_level != 0 or len(body) >= self.compress_msg_body_over_howmuch
+                or len(body) + BATCH_ITEM_OVERHEAD >= batch_max_bytes):
+            return None
+        topic = msg.topic
+        info = self.topic_publish_info.get(topic)
+        inst = self.instance
+        if info is None or not info.ok or not inst.pipelined_send_possible() or MixAll.is_retry_topic(topic):
+            return None
+        addr = inst.find_broker_addr_in_publish(info.queues[0].broker_name)
+        if addr is None or inst.in_proc(addr):
+            return None
+        try:
+            check_message(msg, self.max_message_size)
+            return encode_batch([msg], self.max_message_size, Message, _RESERVED_PROPERTIES, check_send_topic,
+                                MessageClientIDSetter)
+        except IllegalArgumentError as e:
+            return e
+
+    _results_maker = _RESULTS  # PipelinedAccumulator's SendResults (client_native.finish_batch)
+
+    @staticmethod
+    def _failed_future(error: BaseException) -> LeanFuture:
+        fut = LeanFuture()
+        fut.finish(None, error)
+        return fut
+
+    def _write_batch(self, topic: str, wait: bool, body: bytes, timeout: float, on_answer, context,
+                     futures: list[LeanFuture]):
+        """One SEND_BATCH_MESSAGE of gathered items written on the pipelined connection of the
+        queue's broker; on_answer(context, status, queue, base offset, offset msg ids, region,
+        error) once (from the reader thread, a waiting caller's, this one, or the loop after a
+        retry).  The futures of its messages are marked with the connection their answer comes
+        on (LeanFuture.channel: a waiting caller reads it); returns that connection, or None."""
+        inst = self.instance
+        info = self.topic_publish_info.get(topic)
+        header = None
+        if info is not None and info.ok and not inst._stopping:
+            mq = self.fault_strategy.select_one_message_queue(info, None)
+            addr = inst.find_broker_addr_in_publish(mq.broker_name)
+            if addr is not None and not inst.in_proc(addr):
+                header = self._send_header(mq, True)
+        opaque = next_opaque()
+        frame = header.build_frame(0, 0, _OUTER_PROPS[wait], opaque, body) if header is not None else None
+        if frame is None:  # no route or connection any more: the loop's way
+            self._retry_batch(topic, wait, body, timeout, on_answer, context, None, futures)
+            return None
+        ctx = (mq, addr, time.monotonic(), topic, wait, body, timeout, on_answer, context, futures)
+        try:
+            channel = inst.send_channel(addr, read_send_response_frames, SendResponse.from_command)
+        except RemotingError as e:  # cannot connect: counted against the broker, retried elsewhere
+            self._batch_answered(ctx, None, e)
+            return None
+        for fut in futures:
+            fut.channel = channel
+        channel.send(frame, opaque, timeout, self._batch_answered, ctx)
+        return channel
+
+    def _batch_answered(self, ctx: tuple, response: SendResponse | None, error: BaseException | None) -> None:
+        mq, addr, begin, topic, wait, body, timeout, on_answer, context, futures = ctx
+        if error is None:
+            status = _STATUS_BY_CODE.get(response.code)
+            if status is not None:
+                self._note_latency(mq.broker_name, begin, False)
+                qid = response.queue_id
+                queue = mq if qid is None or qid == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, qid)
+                base = response.queue_offset
+                on_answer(context, status, queue, -1 if base is None else base, response.msg_id, response.region_id,
+                          None)
+                return
+            error = MQBrokerError(response.code, response.remark, addr)
+        self._note_latency(mq.broker_name, begin, True)
+        retryable = isinstance(error, RemotingError) or (
+            isinstance(error, MQBrokerError) and error.code in RETRY_RESPONSE_CODES)
+        if not retryable or self.instance._stopping:
+            on_answer(context, None, None, -1, None, None, error)
+            return
+        log.warning("batch send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_failed, error)
+        self._retry_batch(topic, wait, body, timeout - (time.monotonic() - begin), on_answer, context, error, futures)
+
+    def _retry_batch(self, topic: str, wait: bool, body: bytes, timeout: float, on_answer, context,
+                     error: BaseException | None, futures: list[LeanFuture]) -> None:
+        """A gathered batch sent the loop's way (_send_batch: route look-up, retries on other brokers)."""
+        for fut in futures:  # the loop completes them now: a waiter stops reading a connection for them
+            fut.channel = None
+        if timeout <= 0:
+            on_answer(context, None, None, -1, None, None,
+                      error or MQClientError(f"batch send to topic {topic!r} timed out"))
+            return
+        encoded = (topic, "", body, Message(topic, b"x", wait_store_msg_ok=wait), _OUTER_PROPS[wait])
+        try:
+            fut = self.instance.submit(self._send_batch(encoded, timeout, None))
+        except MQClientError as e:  # the client stopped meanwhile
+            on_answer(context, None, None, -1, None, None, error or e)
+            return
+
+        def done(f: concurrent.futures.Future) -> None:
+            try:
+                r = f.result()
+            except BaseException as e:  # noqa: BLE001 - every message of the batch fails with it
+                on_answer(context, None, None, -1, None, None, e)
+                return
+            on_answer(context, r.status, r.queue, r.queue_offset, r.offset_msg_id, r.region_id, None)
+
+        fut.add_done_callback(done)
 
     async def send_aio(self, msg: Message, **kw) -> SendResult:
         """Await a send from your own asyncio loop."""
