@@ -1,16 +1,19 @@
-"""ProduceAccumulator: a producer's `auto_batch` (RocketMQ 5's autoBatch, opt-in).
-
-Async sends of one topic are gathered into SEND_BATCH_MESSAGE requests, and each message still
-gets its own SendResult (its UNIQ_KEY as msg_id, its own offsetMsgId and queue offset, split from
-the batch's answer).  Java's accumulator holds messages for batchMaxDelayMs; this one adds no
-delay of its own: a message goes out at the end of the loop iteration it arrived in, together
-with whatever arrived in the same iteration, unless a request of that topic is already in
-flight — then it waits for that answer and leaves with everything gathered meanwhile (the way
-a group commit gathers writers).  A quiet producer sends at once; a busy one sends big batches.
+"""A producer's `auto_batch` (RocketMQ 5's autoBatch, opt-in): async sends of one topic gathered
+into SEND_BATCH_MESSAGE requests, each message still with its own SendResult (its UNIQ_KEY as
+msg_id, its own offsetMsgId and queue offset, split from the batch's answer).
 
 Only plain messages qualify (Java's batch rules): no delay level, no transaction, not to a retry
 topic, no explicit queue or selector, not compressed (batches carry no per-message sys flag).
-Runs entirely on the client's event loop.
+
+* PipelinedAccumulator - the usual way (a tcp broker whose route is cached, no send hooks): the
+  caller's thread validates and encodes the message natively and gathers it; batches are written
+  on the broker's pipelined connection and answered on whichever thread reads that connection.
+  No event loop on the way.
+* ProduceAccumulator - the rest (an in-proc broker, the first sends before a route is cached):
+  gathered on the client's event loop.  It adds no delay of its own: a message goes out at the
+  end of the loop iteration it arrived in, with whatever arrived in the same iteration, unless a
+  request of that topic is already in flight - then it waits for that answer and leaves with
+  everything gathered meanwhile (the way a group commit gathers writers).
 """
 from __future__ import annotations
 
