@@ -469,6 +469,7 @@ class Producer:
         # auto_batch's usual way (to tcp brokers, no hooks): gathered in the senders' threads and
         # written on the pipelined connection; set at start
         self._batch_accumulator: PipelinedAccumulator | None = None
+        self._batch_routes: dict[str, TopicPublishInfo] = {}  # topic -> its route found fit for that way
         # (topic, broker, queue id, batch) -> SendHeader, see _encode_frame (keyed by the fields: a
         # MessageQueue's attrs-made __hash__ and __eq__ are Python calls)
         self._send_headers: dict[tuple[str, str, int, bool], SendHeader | None] = {}
@@ -956,11 +957,17 @@ class Producer:
         topic = msg.topic
         info = self.topic_publish_info.get(topic)
         inst = self.instance
-        if info is None or not info.ok or not inst.pipelined_send_possible() or MixAll.is_retry_topic(topic):
+        if info is None or not inst.pipelined_send_possible():
             return None
-        addr = inst.find_broker_addr_in_publish(info.queues[0].broker_name)
-        if addr is None or inst.in_proc(addr):
-            return None
+        if self._batch_routes.get(topic) is not info:  # a route not judged yet (each change is a new info)
+            if not info.ok or MixAll.is_retry_topic(topic):
+                return None
+            addr = inst.find_broker_addr_in_publish(info.queues[0].broker_name)
+            if addr is None or inst.in_proc(addr):
+                return None
+            if len(self._batch_routes) >= 4096:
+                self._batch_routes.clear()
+            self._batch_routes[topic] = info
         try:
             check_message(msg, self.max_message_size)
             return encode_batch([msg], self.max_message_size, Message, _RESERVED_PROPERTIES, check_send_topic,
