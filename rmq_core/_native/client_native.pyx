@@ -628,6 +628,22 @@ def finish_unwatched(future, result, exception):
     return _finish_unwatched(future, result, exception)
 
 
+def lean_result(future, timeout=None):
+    """LeanFuture.result: a Future finished without an exception answers from its __dict__ here;
+    anything else goes to future._result_slow(timeout) (waiting, raising, cancelled)."""
+    cdef PyObject** dict_ptr = _PyObject_GetDictPtr(future)
+    cdef PyObject* found
+    if dict_ptr != NULL and dict_ptr[0] != NULL:
+        d = <object>dict_ptr[0]
+        found = PyDict_GetItem(d, "_state")
+        if found != NULL and <object>found is _FINISHED:
+            found = PyDict_GetItem(d, "_exception")
+            if found == NULL or <object>found is None:
+                found = PyDict_GetItem(d, "_result")
+                return None if found == NULL else <object>found
+    return future._result_slow(timeout)
+
+
 cdef bint _finish_unwatched(future, result, exception) except -1:
     cdef PyObject** dict_ptr = _PyObject_GetDictPtr(future)
     cdef PyObject* state
@@ -758,6 +774,138 @@ cdef str _uniq_id(object setter):
     return uniq
 
 
+# --- the pipelined connection's writes ----------------------------------------------------------------
+@cython.final
+cdef class PipelinedWrites:
+    """A PipelinedChannel's write side (see rmq_core.remoting.pipelined): the pending table's entries
+    made, frames gathered while a write is in progress or answers are due, and who writes them.
+    No method calls Python code or lets go of the GIL, so each one is atomic for all the threads
+    sharing the channel: no lock.  `writing` marks a thread in a socket write; it takes what
+    gathered meanwhile (next_write) before it leaves."""
+
+    cdef readonly dict pending  # opaque -> (deadline, on_done, context)
+    cdef list _frames  # gathered for the next write, in order
+    cdef Py_ssize_t _bytes
+    cdef Py_ssize_t _requests  # requests among them
+    cdef readonly Py_ssize_t unanswered  # requests written whose answers have not come (about: never < 0)
+    cdef readonly double held_since  # when the first gathered frame came (0: none)
+    cdef readonly bint writing
+    cdef readonly bint closed
+    cdef readonly object error  # what closed it (the first failure)
+    cdef public bint closing
+    cdef readonly double last_send  # when a request was last offered
+    cdef public Py_ssize_t coalesce_bytes
+    cdef public double coalesce_delay
+
+    def __init__(self, dict pending, Py_ssize_t coalesce_bytes, double coalesce_delay):
+        self.pending = pending
+        self._frames = []
+        self.coalesce_bytes = coalesce_bytes
+        self.coalesce_delay = coalesce_delay
+
+    cdef inline object _take(self):
+        cdef list frames = self._frames
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        self.unanswered += self._requests
+        self._requests = 0
+        self._frames = []
+        self._bytes = 0
+        self.held_since = 0.0
+        return data
+
+    @property
+    def gathered(self):
+        """True while frames wait to be written."""
+        return len(self._frames) > 0
+
+    cpdef object offer(self, frame, opaque, double timeout, on_done, context):
+        """A request (its frame, length prefix included): None when it gathered (a write in
+        progress or answers due - that writer, the reader, the next caller or a waiter writes it);
+        False when the channel is closed or closing (nothing registered); else the bytes to write
+        now (what gathered, then this frame) and this thread is the writer (next_write after)."""
+        cdef double now
+        cdef Py_ssize_t n = len(frame)
+        if self.closed or self.closing:
+            return False
+        now = _monotonic()
+        self.last_send = now
+        self.pending[opaque] = (now + timeout, on_done, context)
+        if self.writing or (self.unanswered > 0 and self._bytes + n <= self.coalesce_bytes
+                            and (self.held_since == 0.0 or now - self.held_since < self.coalesce_delay)):
+            if not self._frames:
+                self.held_since = now
+            self._frames.append(frame)
+            self._bytes += n
+            self._requests += 1
+            return None
+        self._requests += 1
+        if self._frames:  # what gathered goes first, in order
+            self._frames.append(frame)
+            frame = self._take()
+        else:
+            self._take()
+        self.writing = True
+        return frame
+
+    cpdef object next_write(self):
+        """The writer's next bytes after a write: what gathered meanwhile (it stays the writer), or
+        None - nothing did, or the channel closed - and `writing` is cleared."""
+        if not self._frames or self.closed:
+            self.writing = False
+            return None
+        return self._take()
+
+    cpdef object start_flush(self, Py_ssize_t answered=0):
+        """`answered` answers came; then what gathered, to write now (this thread is the writer),
+        or None: a write is in progress, nothing gathered or the channel is closed."""
+        if answered:
+            self.unanswered = max(0, self.unanswered - answered)
+        if self.writing or not self._frames or self.closed:
+            return None
+        data = self._take()
+        self.writing = True
+        return data
+
+    cpdef object end_flush(self, rest):
+        """A non-blocking write ended: `rest`, the bytes it could not write (maybe part of a
+        frame), goes first next time; `writing` is cleared."""
+        self.writing = False
+        if rest:
+            self._frames.insert(0, rest)
+            self._bytes += len(rest)
+            if self.held_since == 0.0:
+                self.held_since = _monotonic()
+        return None
+
+    cpdef object write_failed(self):
+        """A write failed: `writing` cleared, what gathered dropped (the connection goes)."""
+        self.writing = False
+        if self._frames:
+            self._take()
+        return None
+
+    cpdef object answered(self, Py_ssize_t n):
+        """n answers came (or n requests stopped counting on one: timed out)."""
+        self.unanswered = max(0, self.unanswered - n)
+        return None
+
+    cpdef object add_response(self, response):
+        """A frame that is no request of ours (a refusal), written with what gathered."""
+        if not self._frames:
+            self.held_since = _monotonic()
+        self._frames.append(response)
+        self._bytes += len(response)
+        return None
+
+    cpdef bint mark_closed(self, error):
+        """Closed for good by `error` (the first call's is kept in `error`); True for the first call."""
+        if self.closed:
+            return False
+        self.closed = True
+        self.error = error
+        return True
+
+
 # --- the pipelined send path -------------------------------------------------------------------------
 DEF _INT32_MAX = 0x7FFFFFFF
 DEF _RESPONSE_FLAG = 1
@@ -794,9 +942,11 @@ cdef class PipelinedSender:
     cdef object _opaques
     cdef object _remoting_error
     cdef object _master_id
+    cdef object _new_future
+    cdef set _checked_topics
 
     def __init__(self, producer, instance, future_cls, message_cls, check_message, uniq_ids, completion,
-                 read_frames, from_command, opaque_counter, remoting_error, master_id=0):
+                 read_frames, from_command, opaque_counter, remoting_error, master_id=0, set checked_topics=None):
         self._producer = producer
         self._instance = instance
         self._publish_info = producer.topic_publish_info
@@ -813,6 +963,9 @@ cdef class PipelinedSender:
         self._opaques = opaque_counter
         self._remoting_error = remoting_error
         self._master_id = master_id
+        # a LeanFuture made without its __init__: its class holds the defaults, only _state is set
+        self._new_future = future_cls.__new__
+        self._checked_topics = checked_topics if checked_topics is not None else set()
 
     def send(self, message, double timeout):
         cdef Py_ssize_t n, i, index
@@ -828,16 +981,22 @@ cdef class PipelinedSender:
         queues = info.queues
         if not queues or not self._instance.pipelined_send_possible():
             return None
-        try:
-            self._check_message(message, producer.max_message_size)
-        except Exception:  # the general path fails the Future with it
-            return None
+        body = message.body
+        n = len(body) if type(body) is bytes else -1
+        if n <= 0 or n > producer.max_message_size or topic not in self._checked_topics:
+            try:  # (check_message's usual case passed inline: a topic it passed, a body of fitting size)
+                self._check_message(message, producer.max_message_size)
+            except Exception:  # the general path fails the Future with it
+                return None
         # the queue: MQFaultStrategy.select_one_message_queue, its usual case inline
         mq = None
         fault = self._fault_strategy
         if fault.enabled:
             n = len(queues)
-            index = info.next_index()
+            # TopicPublishInfo.next_index without its lock: this step is atomic under the GIL (a
+            # locked Python step interleaved with it may lose one turn of the round robin: harmless)
+            index = (info._index + 1) & _INT32_MAX
+            info._index = index
             items = self._tolerance._items
             now = None
             for i in range(n):
@@ -873,7 +1032,8 @@ cdef class PipelinedSender:
         frame = header._frame(0, message.flag, None, message, opaque, message.body, None, 0, None, uniq)
         if frame is None:
             return producer._send_pipelined_to(message, timeout, mq, addr)
-        fut = self._future_cls()
+        fut = self._new_future(self._future_cls)
+        PyObject_GenericSetAttr(fut, "_state", _PENDING)
         context = (message, uniq, None, mq, addr, timeout, _monotonic(), fut)
         try:
             channel = instance.send_channel(addr, self._read_frames, self._from_command)
@@ -881,7 +1041,13 @@ cdef class PipelinedSender:
             producer._pipelined_done(context, None, e)
             return fut
         fut.channel = channel  # result() reads the answer itself when no other thread does
-        channel.send(frame, opaque, timeout, self._completion, context)
+        writes = getattr(channel, "writes", None)
+        if type(writes) is PipelinedWrites:  # PipelinedChannel.send without its Python frame
+            data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, self._completion, context)
+            if data is not None:
+                channel.after_offer(data, opaque, self._completion, context)
+        else:
+            channel.send(frame, opaque, timeout, self._completion, context)
         return fut
 
 
@@ -955,8 +1121,6 @@ cdef object _illegal_argument():
 
 cdef object _batch_error(Py_ssize_t index, str text):
     return _illegal_argument()(f"batch item {index}: {text}")
-
-
 
 
 cdef const char* _utf8(object s, Py_ssize_t* n, Py_ssize_t index, object name) except NULL:

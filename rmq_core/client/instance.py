@@ -32,6 +32,7 @@ from concurrent.futures._base import RUNNING as _RUNNING
 
 from rmq_core import loops, plugins
 from rmq_core._native.client_native import finish_unwatched as _finish_unwatched
+from rmq_core._native.client_native import lean_result as _lean_result
 from rmq_core._native.client_native import init_future_states
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.route import TopicRouteData
@@ -230,19 +231,23 @@ class LeanFuture(CancellableFuture):
     result() and exception() then read answers on the waiting thread while no other thread reads
     (PipelinedChannel.wait) instead of sleeping until that connection's reader thread gets to them."""
 
-    def __init__(self, channel: PipelinedChannel | None = None):
-        # what Future.__init__ sets, but _condition
-        self.channel = channel
-        self._state = _PENDING
-        self._result = None
-        self._exception = None
-        self._waiters = []
-        self._done_callbacks = []
-        self.on_cancel = None
+    # what Future.__init__ sets, as class defaults (an instance's own value replaces one when set):
+    # a LeanFuture made natively (client_native.PipelinedSender) only sets _state
+    channel: PipelinedChannel | None = None
+    _result = None
+    _exception = None
+    on_cancel = None
 
-    def __getattr__(self, name):  # only for attributes not set: `_condition` before its first use
+    def __init__(self, channel: PipelinedChannel | None = None):
+        self._state = _PENDING
+        if channel is not None:
+            self.channel = channel
+
+    def __getattr__(self, name):  # only for attributes not set: made on first use, the same for all threads
         if name == "_condition":
             return self.__dict__.setdefault("_condition", threading.Condition())
+        if name == "_waiters" or name == "_done_callbacks":
+            return self.__dict__.setdefault(name, [])
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def finish(self, result, exception: BaseException | None = None) -> None:
@@ -261,8 +266,10 @@ class LeanFuture(CancellableFuture):
     def done(self) -> bool:
         return self._state in _DONE_STATES  # (one read: no lock needed)
 
-    def result(self, timeout: float | None = None):
-        if self._state is _FINISHED and self._exception is None:  # done and fine: no Condition needed
+    result = _lean_result  # done and fine: answered natively, no Condition needed; else _result_slow
+
+    def _result_slow(self, timeout: float | None = None):
+        if self._state is _FINISHED and self._exception is None:
             return self._result
         return super().result(self._wait_on_channel(timeout))
 

@@ -35,7 +35,7 @@ from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import MQFaultStrategy
 from rmq_core.client.instance import CancellableFuture, LeanFuture, MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
-from rmq_core.client.selector import MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
+from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
     Message, MessageClientIDSetter, MessageConst, MessageQueue, MixAll, SendResult, SendStatus, SysFlag,
@@ -496,7 +496,8 @@ class Producer:
                 self._pipelined_sender = PipelinedSender(
                     self, self.instance, LeanFuture, Message, check_message, create_uniq_id, self._pipelined_completion,
                     read_send_response_frames, SendResponse.from_command, _command._opaque_counter, RemotingError,
-                    MixAll.MASTER_ID)  # (next_opaque's process-wide counter: opaques never repeat)
+                    MixAll.MASTER_ID,  # (next_opaque's process-wide counter: opaques never repeat)
+                    _SENDABLE_TOPICS)  # (the topic names check_message passed)
                 self._plain_pipelined = not self._hooks and self._accumulator is None
                 if self._accumulator is not None and not self._hooks:
                     self._batch_accumulator = PipelinedAccumulator(self, batch_max_bytes=self.batch_max_bytes)

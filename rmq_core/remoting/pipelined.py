@@ -13,9 +13,10 @@ write is in progress (the socket call runs without the GIL) its frame is appende
 writer flushes before it returns; while answers to written requests are due, frames gather in that
 buffer too (Nagle's rule: up to coalesce_bytes or for coalesce_delay, then the next caller writes
 them all) and the reader writes what gathered, without blocking, as soon as the next answer
-arrives (or after coalesce_delay): a burst of small requests leaves in a few system calls, not one
-each, a request with nothing in flight is written at once, and none waits long for a reader that
-cannot get the GIL while a caller keeps sending.
+arrives (or after coalesce_delay), as does a caller that starts waiting: a burst of small requests
+leaves in a few system calls, not one each (every write to a local peer costs ~15 us of CPU and
+often a context switch: 64 KiB / 2 ms by default), a request with nothing in flight is written at
+once, and none waits long for a reader that cannot get the GIL while a caller keeps sending.
 
 Reads: one thread at a time holds the channel's read token and reads.  A thread waiting for one
 answer (wait(future, timeout): LeanFuture.result) takes the token when it is free and reads and
@@ -46,7 +47,7 @@ import time
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any, Callable
 
-from rmq_core._native.client_native import deliver_responses
+from rmq_core._native.client_native import PipelinedWrites, deliver_responses
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.blocking import refusal
 from rmq_core.remoting.codes import code_name
@@ -88,8 +89,8 @@ class PipelinedChannel:
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
                  read_frames: Callable[[Any, int], tuple[list, int]] = decode_command_frames,
                  from_command: Callable[[RemotingCommand], Any] | None = None,
-                 sweep_interval: float = 0.05, write_timeout: float = 10.0, coalesce_bytes: int = 4096,
-                 coalesce_delay: float = 0.0005, reader_defer: float = 0.002, name: str | None = None):
+                 sweep_interval: float = 0.05, write_timeout: float = 10.0, coalesce_bytes: int = 65536,
+                 coalesce_delay: float = 0.002, reader_defer: float = 0.002, name: str | None = None):
         scheme, location = split_address(addr)
         if scheme != "tcp":
             raise RemotingConnectError(f"a pipelined channel needs a tcp address, not {addr!r}")
@@ -117,17 +118,9 @@ class PipelinedChannel:
         self._rsock.settimeout(0)  # the reader polls; its writes never block
         self._wsock = sock.dup()
         self._wsock.settimeout(write_timeout)
-        self.coalesce_bytes = coalesce_bytes
-        self.coalesce_delay = coalesce_delay
         self._pending: dict[int, tuple[float, OnDone, Any]] = {}  # opaque -> (deadline, on_done, context)
-        self._wlock = threading.Lock()
-        self._wbuf: list[bytes] = []  # frames gathered for the next write, in order
-        self._wbuf_bytes = 0
-        self._wbuf_requests = 0  # requests among them
-        self._unanswered = 0  # requests written whose answers have not been read (about: never < 0)
-        self._held_since = 0.0  # when _wbuf got its first frame (0: empty)
-        self._writing = False  # a thread is in a socket write
-        self._closing = False
+        # the write side: requests registered, frames gathered, who writes (each step atomic, natively)
+        self.writes = PipelinedWrites(self._pending, coalesce_bytes, coalesce_delay)
         self._drained = threading.Condition(threading.Lock())
         # the read token (see the module doc): its holder's thread id, _NOBODY, or _GONE once the
         # reader left (the socket is closed by whoever holds the token then)
@@ -136,13 +129,11 @@ class PipelinedChannel:
         self._token_owner = _NOBODY
         self._token_waiters: set = set()  # futures whose waiters sleep until the token is released
         self._reader_wake = threading.Event()  # ends the reader's pause when the channel fails or closes
-        self._last_send = 0.0  # when a caller last sent (the reader leaves answers to active callers)
         self._rbuf = bytearray(_READ_BUFFER)  # the read buffer, used by the token holder only
         self._rview = memoryview(self._rbuf)
         self._rhave = 0  # bytes of _rbuf holding an incomplete frame
         self._reader_gone = False
         self._next_sweep = time.monotonic() + sweep_interval  # (the reader's, or a reading caller's)
-        self.closed = False
         self._error: BaseException | None = None
         self._reader = threading.Thread(target=self._read_loop, name=name or f"rmq-pipe-{addr}", daemon=True)
         self._reader.start()
@@ -151,38 +142,24 @@ class PipelinedChannel:
     def send(self, frame: bytes, opaque: int, timeout: float, on_done: OnDone, context: Any = None) -> None:
         """Write an encoded request (length prefix included) whose opaque is `opaque`;
         on_done(context, response, None) with its response, or on_done(context, None, error) -
-        exactly once, on the reader thread, or on this thread when the channel is closed or the
-        write fails.  (A context instead of a closure per request: one tuple, no function object.)"""
-        if self.closed or self._closing:
+        exactly once, on the thread that reads the answer (a waiter's or the reader), or on this
+        thread when the channel is closed or the write fails.  (A context instead of a closure per
+        request: one tuple, no function object.)  While a write is in progress or answers are due
+        the frame gathers (PipelinedWrites.offer): a burst leaves in a few writes instead of one
+        system call per request."""
+        data = self.writes.offer(frame, opaque, timeout, on_done, context)
+        if data is not None:
+            self.after_offer(data, opaque, on_done, context)
+
+    def after_offer(self, data, opaque: int, on_done: OnDone, context: Any) -> None:
+        """What PipelinedWrites.offer decided, done: False - closed, the request fails here; bytes -
+        this thread writes them (and what gathers meanwhile)."""
+        if data is False:
             on_done(context, None, RemotingConnectError(f"connection to {self.addr} is closed"))
             return
-        pending = self._pending
-        self._last_send = now = time.monotonic()
-        pending[opaque] = (now + timeout, on_done, context)
-        with self._wlock:
-            if not self.closed and (self._writing or (
-                    self._unanswered > 0 and self._wbuf_bytes + len(frame) <= self.coalesce_bytes
-                    and (not self._held_since or now - self._held_since < self.coalesce_delay))):
-                # A write is in progress (its writer takes this frame too), or answers are due (the
-                # reader writes what gathered when the next one comes - it counts them under this
-                # lock, so none is missed - or after coalesce_delay): a burst leaves in a few
-                # writes instead of one system call per request.
-                if not self._wbuf:
-                    self._held_since = time.monotonic()
-                self._wbuf.append(frame)
-                self._wbuf_bytes += len(frame)
-                self._wbuf_requests += 1
-                return
-            self._wbuf_requests += 1
-            if self._wbuf:  # what gathered goes first, in order
-                self._wbuf.append(frame)
-                frame = b"".join(self._wbuf)
-            self._take_wbuf()
-            self._writing = not self.closed
-        if self._writing:
-            self._write_out(frame)
+        self._write_out(data)
         if self.closed:  # closed meanwhile: the failure may have drained the table before this entry
-            entry = pending.pop(opaque, None)
+            entry = self._pending.pop(opaque, None)
             if entry is not None:
                 self._complete_with(entry, self._error or RemotingConnectError(
                     f"connection to {self.addr} is closed"))
@@ -198,66 +175,63 @@ class PipelinedChannel:
     def pending_count(self) -> int:
         return len(self._pending)
 
-    def _take_wbuf(self) -> None:  # under _wlock, when what gathered is taken to be written
-        self._unanswered += self._wbuf_requests
-        self._wbuf_requests = 0
-        self._wbuf.clear()
-        self._wbuf_bytes = 0
-        self._held_since = 0.0
+    @property
+    def closed(self) -> bool:
+        return self.writes.closed
+
+    @property
+    def coalesce_bytes(self) -> int:
+        return self.writes.coalesce_bytes
+
+    @coalesce_bytes.setter
+    def coalesce_bytes(self, value: int) -> None:
+        self.writes.coalesce_bytes = value
+
+    @property
+    def coalesce_delay(self) -> float:
+        return self.writes.coalesce_delay
+
+    @coalesce_delay.setter
+    def coalesce_delay(self, value: float) -> None:
+        self.writes.coalesce_delay = value
 
     def _write_out(self, data: bytes) -> None:
-        """A caller's blocking write (this thread set _writing), then whatever gathered meanwhile."""
+        """A caller's blocking write (this thread is the writer), then whatever gathered meanwhile."""
+        writes = self.writes
         try:
-            while True:
+            while data is not None:
                 self._wsock.sendall(data)
-                with self._wlock:
-                    if not self._wbuf or self.closed:
-                        self._writing = False
-                        if self.closed:
-                            self._wsock.close()  # the reader left it to the write in progress
-                        return
-                    data = b"".join(self._wbuf)
-                    self._take_wbuf()
+                data = writes.next_write()
+            if self.closed:
+                self._wsock.close()  # the reader left it to the write in progress
         except OSError as e:
-            with self._wlock:
-                self._writing = False
-                self._take_wbuf()
+            writes.write_failed()
             # part of a frame may be out: the connection cannot carry another one
             self._fail(RemotingConnectError(f"write to {self.addr} failed: {e}"))
-            with self._wlock:
-                if not self._writing:
-                    self._wsock.close()
+            if not writes.writing:
+                self._wsock.close()
 
     def _flush_gathered(self, answered: int = 0) -> bool:
         """The reader's write of what gathered, without blocking, after `answered` answers came:
         True when some is left (the socket buffer is full), to be written when the socket is
         writable again."""
+        writes = self.writes
         while True:
-            with self._wlock:
-                if answered:
-                    self._unanswered = max(0, self._unanswered - answered)
-                    answered = 0
-                if self._writing or not self._wbuf or self.closed:
-                    return False
-                data = self._wbuf[0] if len(self._wbuf) == 1 else b"".join(self._wbuf)
-                self._take_wbuf()
-                self._writing = True
+            data = writes.start_flush(answered)
+            answered = 0
+            if data is None:
+                return False
             try:
                 sent = self._rsock.send(data)
             except BlockingIOError:
                 sent = 0
             except OSError as e:
-                with self._wlock:
-                    self._writing = False
+                writes.end_flush(None)
                 raise ConnectionResetError(f"write to {self.addr} failed: {e}") from None
-            with self._wlock:
-                self._writing = False
-                if sent < len(data):  # the rest (maybe part of a frame) goes first next time
-                    self._wbuf.insert(0, data[sent:])
-                    self._wbuf_bytes += len(data) - sent
-                    if not self._held_since:
-                        self._held_since = time.monotonic()
-                    return True
+            if sent < len(data):  # the rest (maybe part of a frame) goes first next time
+                writes.end_flush(data[sent:])
+                return True
+            writes.end_flush(None)
 
     # --- waiting callers read ------------------------------------------------------------------------
     def wait(self, future, timeout: float | None = None) -> None:
@@ -318,7 +292,7 @@ class PipelinedChannel:
         poller = None
         fd = self._rsock.fileno()
         while future._state not in _DONE_STATES and future.channel is self and not self.closed:
-            if self._wbuf:  # what gathered - maybe the awaited request itself - goes out first
+            if self.writes.gathered:  # what gathered - maybe the awaited request itself - goes out first
                 self._flush_blocking()
             try:
                 answered = self._read_chunk()
@@ -327,8 +301,7 @@ class PipelinedChannel:
                 return
             if answered is not None:
                 if answered:
-                    with self._wlock:
-                        self._unanswered = max(0, self._unanswered - answered)
+                    self.writes.answered(answered)
                 continue
             now = time.monotonic()
             remaining = self.sweep_interval if deadline is None else min(deadline - now, self.sweep_interval)
@@ -345,13 +318,9 @@ class PipelinedChannel:
 
     def _flush_blocking(self) -> None:
         """Write what gathered from this thread (it may block), unless another write is in progress."""
-        with self._wlock:
-            if self._writing or not self._wbuf or self.closed:
-                return
-            data = self._wbuf[0] if len(self._wbuf) == 1 else b"".join(self._wbuf)
-            self._take_wbuf()
-            self._writing = True
-        self._write_out(data)
+        data = self.writes.start_flush()
+        if data is not None:
+            self._write_out(data)
 
     def _read_chunk(self) -> int | None:
         """One receive into the read buffer and the completion of every answer it finishes (token
@@ -385,7 +354,7 @@ class PipelinedChannel:
         if isinstance(e, RemotingCommandError):
             return RemotingConnectError(f"bad frame from {self.addr}: {e}")
         return RemotingConnectError(
-            f"connection to {self.addr} closed" if self._closing else f"connection to {self.addr} broke: {e}")
+            f"connection to {self.addr} closed" if self.writes.closing else f"connection to {self.addr} broke: {e}")
 
     def _close_rsock(self) -> None:
         self._rview.release()
@@ -402,7 +371,7 @@ class PipelinedChannel:
         error: BaseException | None = None
         try:
             while not self.closed:  # (a caller reading may have seen the connection break)
-                held = self._held_since
+                held = self.writes.held_since
                 if held and not want_out:
                     wait = max(0.0, held + self.coalesce_delay - time.monotonic())
                 else:
@@ -416,7 +385,7 @@ class PipelinedChannel:
                     defer = self.reader_defer
                     if self._token_owner != _NOBODY:  # a caller reads: let it
                         self._reader_wake.wait(defer or 0.0001)
-                    elif defer and now - self._last_send < defer and (
+                    elif defer and now - self.writes.last_send < defer and (
                             not waiting_since or now - waiting_since < defer):
                         # a caller is sending and will likely wait for these answers itself
                         if not waiting_since:
@@ -435,7 +404,7 @@ class PipelinedChannel:
                                 self._release_token()
                 else:
                     waiting_since = 0.0
-                if answered or self._wbuf:
+                if answered or self.writes.gathered:
                     left = self._flush_gathered(answered)
                     answered = 0
                     if left != want_out:
@@ -446,7 +415,7 @@ class PipelinedChannel:
                     self._next_sweep = now + self.sweep_interval
                     if self._pending:
                         self._sweep(now)
-                    if self._closing and not self._pending:
+                    if self.writes.closing and not self._pending:
                         return
         except (RemotingCommandError, OSError) as e:
             error = self._read_error(e)
@@ -466,9 +435,8 @@ class PipelinedChannel:
                     self._token_owner = _GONE
             if close_now:
                 self._close_rsock()
-            with self._wlock:
-                if not self._writing:
-                    self._wsock.close()
+            if not self.writes.writing:
+                self._wsock.close()
 
 
     def _deliver(self, items: list) -> int:
@@ -496,7 +464,7 @@ class PipelinedChannel:
                 entry[1](entry[2], item, None)
             except Exception:  # noqa: BLE001 - one bad callback must not stop the others
                 log.exception("pipelined channel to %s: completion of opaque %d failed", self.addr, item.opaque)
-        if self._closing and not pending:
+        if self.writes.closing and not pending:
             with self._drained:
                 self._drained.notify_all()
         return answers
@@ -509,17 +477,12 @@ class PipelinedChannel:
                     code_name(command.code))
         response = refusal(command)
         if response is not None:  # written with what gathered, at the end of this read
-            with self._wlock:
-                if not self._wbuf:
-                    self._held_since = time.monotonic()
-                self._wbuf.append(response)
-                self._wbuf_bytes += len(response)
+            self.writes.add_response(response)
 
     def _sweep(self, now: float) -> None:
         expired = [opaque for opaque, entry in list(self._pending.items()) if entry[0] <= now]
         if expired:  # no answer counted on for them any more (one coming late is counted again: >= 0)
-            with self._wlock:
-                self._unanswered = max(0, self._unanswered - len(expired))
+            self.writes.answered(len(expired))
         for opaque in expired:
             entry = self._pending.pop(opaque, None)
             if entry is not None:
@@ -527,10 +490,10 @@ class PipelinedChannel:
                     f"no response (opaque {opaque}) from {self.addr} in time"))
 
     def _fail(self, error: BaseException) -> None:
-        """Close for good and fail every pending request with `error`."""
-        with self._wlock:
-            first = not self.closed
-            self.closed = True
+        """Close for good and fail every pending request with `error` - or with the first failure's
+        when the channel was closed already (the reader leaving after a close() drains too)."""
+        first = self.writes.mark_closed(error)
+        error = self.writes.error
         if first:
             self._error = error
             self._reader_wake.set()
@@ -558,7 +521,7 @@ class PipelinedChannel:
     def close(self, drain_timeout: float = 0.0) -> None:
         """Stop taking requests; let the pending ones finish for up to drain_timeout seconds, fail
         the rest with RemotingConnectError and join the reader."""
-        self._closing = True
+        self.writes.closing = True
         if drain_timeout > 0 and threading.current_thread() is not self._reader:
             deadline = time.monotonic() + drain_timeout
             with self._drained:

@@ -222,6 +222,40 @@ def test_produce_many_rmq_send_batch(benchmark, producer, size):
     benchmark.extra_info["msgs_per_s"] = N_MANY / benchmark.stats.stats.median
 
 
+@pytest.mark.parametrize("in_flight", [BATCH, 200])
+@pytest.mark.parametrize("size", list(SIZES))
+def test_produce_many_rmq_send_async_vs_redis_interleaved(benchmark, producer, redis_client, size, in_flight):
+    """send_async rounds (in_flight per round, each round awaited) timed by the benchmark, each one
+    right after an XADD pipeline round of the same count and size: on a shared machine whose load
+    drifts between tests, the interleaved medians compare like with like.  extra_info: both rates
+    and rmq's ratio to Redis."""
+    benchmark.group = f"client-produce-{size}"
+    body = b"x" * SIZES[size]
+    topic = f"Bench{SIZES[size]}"
+    redis_times = []
+
+    def redis_round():
+        t = time.perf_counter()
+        for _ in range(N_MANY // in_flight):
+            pipe = redis_client.pipeline(transaction=False)
+            for _ in range(in_flight):
+                pipe.xadd(f"bench-{size}", {"body": body, "tags": "TagA"})
+            pipe.execute()
+        redis_times.append(time.perf_counter() - t)
+
+    def rmq_round():
+        for _ in range(N_MANY // in_flight):
+            futs = [producer.send_async(Message(topic, body, tags="TagA")) for _ in range(in_flight)]
+            for f in futs:
+                f.result(30)
+
+    rmq_round()  # warm: the pipelined connection is open
+    benchmark.pedantic(rmq_round, setup=redis_round, rounds=9, iterations=1)
+    ours = N_MANY / benchmark.stats.stats.median
+    theirs = N_MANY / sorted(redis_times)[len(redis_times) // 2]
+    benchmark.extra_info.update(msgs_per_s=ours, redis_msgs_per_s=theirs, ratio_to_redis=ours / theirs)
+
+
 # --- consume ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("size", list(SIZES))
 def test_consume_baseline_redis_xreadgroup_xack(benchmark, redis_client, size):
