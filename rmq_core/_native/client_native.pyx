@@ -1120,6 +1120,9 @@ cdef object _illegal_argument():
 
 
 cdef object _batch_error(Py_ssize_t index, str text):
+    """The error of item `index` (-1: a message sent on its own, encode_batch_item)."""
+    if index < 0:
+        return _illegal_argument()(text)
     return _illegal_argument()(f"batch item {index}: {text}")
 
 
@@ -1173,6 +1176,88 @@ cdef object _reserved_name(dict props, frozenset reserved):
     return first
 
 
+cdef str _put_item(Out* o, m, Py_ssize_t i, str topic, Py_ssize_t max_message_size, frozenset reserved,
+                   id_setter, Py_ssize_t* item_size):
+    """One message as a batch item at the end of `o` after check_message's checks and the batch
+    rules (errors name item i); its UNIQ_KEY.  item_size: its size as the batch limit counts it
+    (20 + body + properties)."""
+    cdef Py_ssize_t start, props_at, raw, body_len
+    cdef int64_t c_flag
+    cdef dict user
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef Py_ssize_t pos
+    cdef bint has_uniq
+    body = m.body
+    if not PyBytes_Check(body):
+        raise _batch_error(i, f"body must be bytes, not {type(body).__name__}")
+    body_len = PyBytes_GET_SIZE(body)
+    if body_len == 0:
+        raise _batch_error(i, f"message to topic {topic!r} has an empty body")
+    if body_len > max_message_size:
+        raise _batch_error(i, f"message body of {body_len} bytes to topic {topic!r} exceeds "
+                              f"max_message_size {max_message_size} bytes")
+    delay = m.delay_time_level
+    if delay < 0:
+        raise _batch_error(i, f"bad delay_time_level {delay!r}: must be >= 0")
+    if delay > 0:
+        raise _batch_error(i, f"delay messages are not supported in a batch (delay_time_level {delay!r})")
+    flag = m.flag
+    try:
+        c_flag = flag
+    except (OverflowError, TypeError):
+        c_flag = 1 << 40
+    if c_flag < -0x80000000 or c_flag > 0x7FFFFFFF:
+        raise _batch_error(i, f"flag {flag!r} is out of range (a 32-bit signed int)")
+    user = m.properties
+    if user:
+        name = _reserved_name(user, reserved)
+        if name is not None:
+            raise _batch_error(i, f"property name {name!r} is reserved by RocketMQ; use the Message field "
+                                  f"instead" if name in ("TAGS", "KEYS", "DELAY") else
+                                  f"property name {name!r} is reserved by RocketMQ")
+    # the fixed part, the body, then the properties after a 2-byte length slot
+    start = o.n
+    if o.n + 20 + body_len + 2 > o.cap:
+        _grow(o, 20 + body_len + 2)
+    _be32(o.buf + start + 4, 0)
+    _be32(o.buf + start + 8, 0)
+    _be32(o.buf + start + 12, <uint32_t>c_flag)
+    _be32(o.buf + start + 16, <uint32_t>body_len)
+    memcpy(o.buf + start + 20, PyBytes_AS_STRING(body), body_len)
+    props_at = start + 20 + body_len + 2
+    o.n = props_at
+    raw = 0
+    has_uniq = False
+    uniq = None
+    if user:
+        pos = 0
+        while PyDict_Next(user, &pos, &k, &v):
+            if PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY":
+                uniq = str(<object>v) if <object>v else _uniq_id(id_setter)
+                has_uniq = True
+                raw += _put_raw_pair(o, "UNIQ_KEY", uniq, i)
+            else:
+                raw += _put_raw_pair(o, <object>k, <object>v, i)
+    tags = m.tags
+    if tags:
+        raw += _put_raw_pair(o, "TAGS", tags, i)
+    keys = m.keys
+    if keys:
+        raw += _put_raw_pair(o, "KEYS", keys, i)
+    raw += _put_raw_pair(o, "WAIT", "true" if m.wait_store_msg_ok else "false", i)
+    if not has_uniq:
+        uniq = _uniq_id(id_setter)
+        raw += _put_raw_pair(o, "UNIQ_KEY", uniq, i)
+    if raw > MAX_PROPERTIES_LENGTH:
+        raise _batch_error(i, f"properties are {raw} bytes, more than {MAX_PROPERTIES_LENGTH}")
+    _be32(o.buf + start, <uint32_t>(BATCH_ITEM_FIXED + body_len + raw))
+    o.buf[props_at - 2] = <char>(raw >> 8)
+    o.buf[props_at - 1] = <char>raw
+    item_size[0] = 20 + body_len + raw
+    return uniq
+
+
 def encode_batch(list msgs, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
                  id_setter):
     """Validate and encode a batch: (topic, comma-joined UNIQ_KEYs, body, the first message's
@@ -1182,15 +1267,9 @@ def encode_batch(list msgs, Py_ssize_t max_message_size, message_cls, frozenset 
     properties that do not corrupt the encoding and fit 32767 bytes); the encoded batch (20 bytes a
     message plus bodies and properties) must fit max_message_size.  IllegalArgumentError names the
     item and the bad value.  id_setter: MessageClientIDSetter (new UNIQ_KEYs)."""
-    cdef Py_ssize_t count = len(msgs), i, start, props_at, raw, body_len, total = 0
-    cdef int64_t c_flag
+    cdef Py_ssize_t count = len(msgs), i, item_size = 0, total = 0
     cdef Out o
     cdef list uniqs
-    cdef dict user
-    cdef PyObject* k
-    cdef PyObject* v
-    cdef Py_ssize_t pos
-    cdef bint has_uniq
     IllegalArgumentError = _illegal_argument()
     if count == 0:
         raise IllegalArgumentError("send_batch needs at least one message")
@@ -1217,79 +1296,42 @@ def encode_batch(list msgs, Py_ssize_t max_message_size, message_cls, frozenset 
                 if other is not topic and other != topic:
                     raise _batch_error(i, f"all messages of a batch must have the same topic: {other!r} "
                                           f"differs from {topic!r}")
-            body = m.body
-            if not PyBytes_Check(body):
-                raise _batch_error(i, f"body must be bytes, not {type(body).__name__}")
-            body_len = PyBytes_GET_SIZE(body)
-            if body_len == 0:
-                raise _batch_error(i, f"message to topic {topic!r} has an empty body")
-            if body_len > max_message_size:
-                raise _batch_error(i, f"message body of {body_len} bytes to topic {topic!r} exceeds "
-                                      f"max_message_size {max_message_size} bytes")
-            delay = m.delay_time_level
-            if delay < 0:
-                raise _batch_error(i, f"bad delay_time_level {delay!r}: must be >= 0")
-            if delay > 0:
-                raise _batch_error(i, f"delay messages are not supported in a batch (delay_time_level {delay!r})")
-            flag = m.flag
-            try:
-                c_flag = flag
-            except (OverflowError, TypeError):
-                c_flag = 1 << 40
-            if c_flag < -0x80000000 or c_flag > 0x7FFFFFFF:
-                raise _batch_error(i, f"flag {flag!r} is out of range (a 32-bit signed int)")
-            user = m.properties
-            if user:
-                name = _reserved_name(user, reserved)
-                if name is not None:
-                    raise _batch_error(i, f"property name {name!r} is reserved by RocketMQ; use the Message field "
-                                          f"instead" if name in ("TAGS", "KEYS", "DELAY") else
-                                          f"property name {name!r} is reserved by RocketMQ")
-            # the fixed part, the body, then the properties after a 2-byte length slot
-            start = o.n
-            if o.n + 20 + body_len + 2 > o.cap:
-                _grow(&o, 20 + body_len + 2)
-            _be32(o.buf + start + 4, 0)
-            _be32(o.buf + start + 8, 0)
-            _be32(o.buf + start + 12, <uint32_t>c_flag)
-            _be32(o.buf + start + 16, <uint32_t>body_len)
-            memcpy(o.buf + start + 20, PyBytes_AS_STRING(body), body_len)
-            props_at = start + 20 + body_len + 2
-            o.n = props_at
-            raw = 0
-            has_uniq = False
-            uniq = None
-            if user:
-                pos = 0
-                while PyDict_Next(user, &pos, &k, &v):
-                    if PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY":
-                        uniq = str(<object>v) if <object>v else _uniq_id(id_setter)
-                        has_uniq = True
-                        raw += _put_raw_pair(&o, "UNIQ_KEY", uniq, i)
-                    else:
-                        raw += _put_raw_pair(&o, <object>k, <object>v, i)
-            tags = m.tags
-            if tags:
-                raw += _put_raw_pair(&o, "TAGS", tags, i)
-            keys = m.keys
-            if keys:
-                raw += _put_raw_pair(&o, "KEYS", keys, i)
-            raw += _put_raw_pair(&o, "WAIT", "true" if m.wait_store_msg_ok else "false", i)
-            if not has_uniq:
-                uniq = _uniq_id(id_setter)
-                raw += _put_raw_pair(&o, "UNIQ_KEY", uniq, i)
-            if raw > MAX_PROPERTIES_LENGTH:
-                raise _batch_error(i, f"properties are {raw} bytes, more than {MAX_PROPERTIES_LENGTH}")
-            _be32(o.buf + start, <uint32_t>(BATCH_ITEM_FIXED + body_len + raw))
-            o.buf[props_at - 2] = <char>(raw >> 8)
-            o.buf[props_at - 1] = <char>raw
-            uniqs[i] = uniq
-            total += 20 + body_len + raw
+            uniqs[i] = _put_item(&o, m, i, topic, max_message_size, reserved, id_setter, &item_size)
+            total += item_size
         if total > max_message_size:
             raise IllegalArgumentError(
                 f"batch of {count} messages is {total} bytes encoded, more than max_message_size "
                 f"{max_message_size}; split it")
         return topic, ",".join(uniqs), PyBytes_FromStringAndSize(o.buf, o.n), msgs[0].wait_store_msg_ok
+    finally:
+        if o.heap:
+            free(o.buf)
+
+
+def encode_batch_item(message, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
+                      id_setter):
+    """One message sent on its own as a batch item (auto_batch gathers these): (topic, UNIQ_KEY,
+    item, wait_store_msg_ok) after encode_batch's checks, its errors naming the bad value without
+    an item index; the item is what encode_batch writes for it (a batch body is items end to end)."""
+    cdef char stack[1024]
+    cdef Out o
+    cdef Py_ssize_t item_size = 0
+    if not isinstance(message, message_cls):
+        raise _illegal_argument()(f"expected a Message, got {type(message).__name__}")
+    topic = message.topic
+    check_topic(topic)
+    if topic.startswith("%RETRY%"):
+        raise _illegal_argument()(f"retry topic {topic!r} is not supported in a batch")
+    o.buf = stack
+    o.cap = 1024
+    o.n = 0
+    o.heap = False
+    try:
+        uniq = _put_item(&o, message, -1, topic, max_message_size, reserved, id_setter, &item_size)
+        if item_size > max_message_size:
+            raise _illegal_argument()(f"message to topic {topic!r} is {item_size} bytes encoded, more than "
+                                      f"max_message_size {max_message_size}")
+        return topic, uniq, PyBytes_FromStringAndSize(o.buf, o.n), message.wait_store_msg_ok
     finally:
         if o.heap:
             free(o.buf)

@@ -42,7 +42,7 @@ from rmq_core.message import (
     MAX_PROPERTIES_LENGTH, TopicValidator, encode_properties_checked, properties_to_string,
 )
 from rmq_core._native.client_native import (
-    PipelinedCompletion, PipelinedSender, encode_batch, SendHeader, SendResponse, SendResultMaker, UniqIds, read_send_response, read_send_responses,
+    PipelinedCompletion, PipelinedSender, encode_batch, encode_batch_item, SendHeader, SendResponse, SendResultMaker, UniqIds, read_send_response, read_send_responses,
 )
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting import command as _command
@@ -969,10 +969,9 @@ class Producer:
             if len(self._batch_routes) >= 4096:
                 self._batch_routes.clear()
             self._batch_routes[topic] = info
-        try:
-            check_message(msg, self.max_message_size)
-            return encode_batch([msg], self.max_message_size, Message, _RESERVED_PROPERTIES, check_send_topic,
-                                MessageClientIDSetter)
+        try:  # (check_message's checks included)
+            return encode_batch_item(msg, self.max_message_size, Message, _RESERVED_PROPERTIES, check_send_topic,
+                                     MessageClientIDSetter)
         except IllegalArgumentError as e:
             return e
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_core._native.client_native import encode_batch
+from rmq_core._native.client_native import encode_batch, encode_batch_item
 from rmq_core.client.producer import _RESERVED_PROPERTIES, Producer, check_send_topic, encode_batch_py
 from rmq_core.codec import decode_batch_body_py, encode_batch_body
 from rmq_core.errors import IllegalArgumentError
@@ -126,3 +126,23 @@ def test_producer_encodes_natively_with_the_outer_message():
     topic, uniq, body, outer, outer_props = p._encode_batch(msgs)
     assert (topic, outer.topic, outer.wait_store_msg_ok, outer_props) == ("TopicA", "TopicA", False, {"WAIT": "false"})
     assert [b for _, b, _ in decode_batch_body_py(body)] == [b"m0", b"m1", b"m2"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_a_lone_item_is_what_a_batch_of_one_holds(msgs):
+    """encode_batch_item (auto_batch's per-send encoding) against encode_batch([message]): the
+    same bytes and UNIQ_KEY, the same error without the item index."""
+    m = msgs[0]
+    got = outcome(lambda: encode_batch_item(m, 600, Message, _RESERVED_PROPERTIES, check_send_topic,
+                                            MessageClientIDSetter))
+    if got[0] == "ok":
+        assert got[1] == twin([m], [got[1][1]], 600)
+    else:
+        kind, want = outcome(lambda: native([m], 600))
+        assert kind == "error"
+        if want.startswith("batch of 1 messages is "):  # the size limit, said of the lone message
+            assert re.fullmatch(f"message to topic {re.escape(repr(m.topic))} is \\d+ bytes encoded, more than "
+                                f"max_message_size 600", got[1])
+        else:
+            assert want in (got[1], "batch item 0: " + got[1])
