@@ -132,6 +132,7 @@ class PipelinedChannel:
         self._rbuf = bytearray(_READ_BUFFER)  # the read buffer, used by the token holder only
         self._rview = memoryview(self._rbuf)
         self._rhave = 0  # bytes of _rbuf holding an incomplete frame
+        self._reads = 0  # receives that got data, by whichever thread (the reader's deferral restarts)
         self._reader_gone = False
         self._next_sweep = time.monotonic() + sweep_interval  # (the reader's, or a reading caller's)
         self._error: BaseException | None = None
@@ -334,6 +335,7 @@ class PipelinedChannel:
             return None
         if n == 0:
             raise ConnectionResetError(f"connection closed by {self.addr}")
+        self._reads += 1
         have += n
         items, consumed = self._read_frames(view[:have], self.max_frame_length)
         if consumed:
@@ -368,6 +370,7 @@ class PipelinedChannel:
         want_out = False
         answered = 0
         waiting_since = 0.0  # when the reader first left readable answers to a caller (0: it did not)
+        reads_seen = 0
         error: BaseException | None = None
         try:
             while not self.closed:  # (a caller reading may have seen the connection break)
@@ -383,6 +386,9 @@ class PipelinedChannel:
                 if readable:
                     now = time.monotonic()
                     defer = self.reader_defer
+                    if self._reads != reads_seen:  # read by someone since: what is there now came later
+                        reads_seen = self._reads
+                        waiting_since = 0.0
                     if self._token_owner != _NOBODY:  # a caller reads: let it
                         self._reader_wake.wait(defer or 0.0001)
                     elif defer and now - self.writes.last_send < defer and (
