@@ -15,7 +15,7 @@ buffer too (Nagle's rule: up to coalesce_bytes or for coalesce_delay, then the n
 them all) and the reader writes what gathered, without blocking, as soon as the next answer
 arrives (or after coalesce_delay), as does a caller that starts waiting: a burst of small requests
 leaves in a few system calls, not one each (every write to a local peer costs ~15 us of CPU and
-often a context switch: 64 KiB / 2 ms by default), a request with nothing in flight is written at
+often a context switch: 16 KiB / 2 ms by default), a request with nothing in flight is written at
 once, and none waits long for a reader that cannot get the GIL while a caller keeps sending.
 
 Reads: one thread at a time holds the channel's read token and reads.  A thread waiting for one
@@ -89,7 +89,7 @@ class PipelinedChannel:
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
                  read_frames: Callable[[Any, int], tuple[list, int]] = decode_command_frames,
                  from_command: Callable[[RemotingCommand], Any] | None = None,
-                 sweep_interval: float = 0.05, write_timeout: float = 10.0, coalesce_bytes: int = 65536,
+                 sweep_interval: float = 0.05, write_timeout: float = 10.0, coalesce_bytes: int = 16384,
                  coalesce_delay: float = 0.002, reader_defer: float = 0.002, name: str | None = None):
         scheme, location = split_address(addr)
         if scheme != "tcp":
