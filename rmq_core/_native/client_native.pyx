@@ -944,6 +944,7 @@ cdef class PipelinedSender:
     cdef object _master_id
     cdef object _new_future
     cdef set _checked_topics
+    cdef dict _channels  # address -> its one pipelined connection while open (None: not cached)
 
     def __init__(self, producer, instance, future_cls, message_cls, check_message, uniq_ids, completion,
                  read_frames, from_command, opaque_counter, remoting_error, master_id=0, set checked_topics=None):
@@ -966,6 +967,10 @@ cdef class PipelinedSender:
         # a LeanFuture made without its __init__: its class holds the defaults, only _state is set
         self._new_future = future_cls.__new__
         self._checked_topics = checked_topics if checked_topics is not None else set()
+        # with one connection per broker, the one send_channel gave for an address (a tcp one:
+        # in_proc was asked) serves until it closes; with more, send_channel takes them in turn
+        config = getattr(instance, "config", None)
+        self._channels = {} if getattr(config, "pipelined_send_connections", 0) == 1 else None
 
     def send(self, message, double timeout):
         cdef Py_ssize_t n, i, index
@@ -1020,7 +1025,16 @@ cdef class PipelinedSender:
             addrs = <object>found
             if addrs:
                 addr = addrs.get(self._master_id)
-        if addr is None or instance.in_proc(addr):
+        if addr is None:
+            return False
+        channel = None
+        if self._channels is not None:
+            found = PyDict_GetItem(self._channels, addr)
+            if found != NULL:
+                channel = <object>found
+                if channel.closed:
+                    channel = None
+        if channel is None and instance.in_proc(addr):
             return False
         found = PyDict_GetItem(self._headers, (mq.topic, broker, mq.queue_id, False))
         if found == NULL or type(<object>found) is not SendHeader \
@@ -1035,11 +1049,16 @@ cdef class PipelinedSender:
         fut = self._new_future(self._future_cls)
         PyObject_GenericSetAttr(fut, "_state", _PENDING)
         context = (message, uniq, None, mq, addr, timeout, _monotonic(), fut)
-        try:
-            channel = instance.send_channel(addr, self._read_frames, self._from_command)
-        except self._remoting_error as e:  # cannot connect: counted against the broker, retried elsewhere
-            producer._pipelined_done(context, None, e)
-            return fut
+        if channel is None:
+            try:
+                channel = instance.send_channel(addr, self._read_frames, self._from_command)
+            except self._remoting_error as e:  # cannot connect: counted against the broker, retried elsewhere
+                producer._pipelined_done(context, None, e)
+                return fut
+            if self._channels is not None:
+                if len(self._channels) >= 1024:  # brokers come and go with routes: keep it bounded
+                    self._channels.clear()
+                self._channels[addr] = channel
         fut.channel = channel  # result() reads the answer itself when no other thread does
         writes = getattr(channel, "writes", None)
         if type(writes) is PipelinedWrites:  # PipelinedChannel.send without its Python frame

@@ -767,17 +767,17 @@ class Producer:
         batch request (each still gets its own SendResult; see rmq_core.client.accumulator)."""
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
-        if queue is None and selector is None and self._batch_accumulator is not None:
-            fut = self._batch_accumulator.offer(msg, t)
-            if fut is not None:
-                if callback is not None:
-                    self._call_back_when_done(fut, callback)
-                return fut
-        if queue is None and selector is None and self._plain_pipelined:
+        if self._plain_pipelined and queue is None and selector is None:  # (then no _batch_accumulator)
             fut = self._pipelined_sender.send(msg, t)  # None: it declined before picking a queue
             if fut is None:
                 fut = self._send_pipelined(msg, t)
             if fut is not None and fut is not False:  # (False: the loop's path takes it)
+                if callback is not None:
+                    self._call_back_when_done(fut, callback)
+                return fut
+        elif queue is None and selector is None and self._batch_accumulator is not None:
+            fut = self._batch_accumulator.offer(msg, t)
+            if fut is not None:
                 if callback is not None:
                     self._call_back_when_done(fut, callback)
                 return fut

@@ -42,6 +42,8 @@ class _Instance:
         self.possible = True
         self.refuse_connect = False
         self._stopping = False
+        self.connects = 0  # send_channel calls
+        self.in_proc_calls = 0
 
     def pipelined_send_possible(self):
         return self.possible
@@ -51,18 +53,22 @@ class _Instance:
         return addrs.get(0) if addrs else None
 
     def in_proc(self, addr):
+        self.in_proc_calls += 1
         return addr in self.inproc
 
     def send_channel(self, addr, read_frames, from_command):
+        self.connects += 1
         if self.refuse_connect:
             raise RemotingConnectError(f"connect to {addr} failed")
         return self.channels[addr]
 
 
-def _setup(brokers=("broker-a", "broker-b"), queues=2, inproc=(), **kw):
+def _setup(brokers=("broker-a", "broker-b"), queues=2, inproc=(), connections=None, **kw):
     p = Producer("PG_SENDER", namesrv="127.0.0.1:9876", **kw)
     inst = _Instance({b: f"127.0.0.1:{10911 + i}" for i, b in enumerate(brokers)},
                      inproc={f"127.0.0.1:{10911 + i}" for i, b in enumerate(brokers) if b in inproc})
+    if connections is not None:
+        inst.config = type("Config", (), {"pipelined_send_connections": connections})()
     p.instance = inst
     p.topic_publish_info["T"] = TopicPublishInfo(
         "T", [MessageQueue("T", b, q) for b in brokers for q in range(queues)], None)
@@ -207,3 +213,20 @@ def test_deliver_responses_finishes_futures_through_the_pipelined_completion():
     assert (answers, rest) == (1, [])
     result = fut.result(0)
     assert isinstance(result, SendResult) and result.msg_id == ctx[1] and result.queue_offset == 7
+
+
+def test_with_one_connection_per_broker_it_is_asked_for_once_and_again_after_it_closed():
+    p, inst, sender = _setup(brokers=("broker-a",), connections=1)
+    for _ in range(5):
+        sender.send(Message("T", b"x"), 3.0)
+    assert inst.connects == 1 and inst.in_proc_calls == 1 and len(inst.log) == 5
+    inst.channels["127.0.0.1:10911"].closed = True  # broke: the instance opens another
+    fresh = _Channel("127.0.0.1:10911", inst.log)
+    inst.channels["127.0.0.1:10911"] = fresh
+    sender.send(Message("T", b"x"), 3.0)
+    assert inst.connects == 2 and inst.in_proc_calls == 2 and len(fresh.sent) == 1
+    # with more connections per broker every send asks the instance (it takes them in turn)
+    p2, inst2, sender2 = _setup(brokers=("broker-a",), connections=2)
+    for _ in range(3):
+        sender2.send(Message("T", b"x"), 3.0)
+    assert inst2.connects == 3
