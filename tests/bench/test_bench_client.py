@@ -5,6 +5,9 @@ Groups (each has a `baseline_redis_*` entry; extra_info carries msgs/s and laten
 * client-produce-{128B,1KiB}: one message at a time — XADD vs Producer.send; pipelined / async /
   batched — XADD pipeline of 50 vs send_async (50 in flight; plain, and with auto_batch=True) vs
   send_batch (50 per request); and XADD pipeline of 200 vs send_async with 200 in flight.
+  send_async_vs_redis_interleaved: send_async rounds (50 / 200 in flight) each timed right after an
+  XADD pipeline round of the same shape, so a load drifting between tests hits both; extra_info
+  holds both rates and ratio_to_redis.
 * client-consume-{128B,1KiB}: drain 2000 stored messages — XREADGROUP (COUNT 32) + XACK vs a
   PushConsumer (pull_batch_size 32) whose listener acknowledges by returning CONSUME_SUCCESS.
 The broker runs as `rmq namesrv` + `rmq broker` subprocesses on loopback, like redis-server; the
