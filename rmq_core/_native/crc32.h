@@ -48,6 +48,36 @@ static uint32_t rmq_crc32_slice8(uint32_t crc, const unsigned char *p, size_t n)
 #include <immintrin.h>
 #define RMQ_HAVE_PCLMUL_PATH 1
 
+/* The last step of both folding CRCs: fold the remaining 16-byte blocks of p into the 128-bit
+ * remainder x1, then reduce it 128 -> 64 -> 32 bits (Barrett reduction). */
+__attribute__((target("pclmul,sse4.1")))
+static inline uint32_t rmq_crc32_fold_16(__m128i x1, const unsigned char *p, size_t n)
+{
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
+    const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
+    const __m128i mask32 = _mm_setr_epi32(~0, 0, ~0, 0);
+    __m128i x2, x5;
+
+    while (n >= 16) {
+        x2 = _mm_loadu_si128((const __m128i *)p);
+        x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, k3k4, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+        p += 16;
+        n -= 16;
+    }
+    x2 = _mm_clmulepi64_si128(x1, k3k4, 0x10);
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_clmulepi64_si128(_mm_and_si128(x1, mask32), k5k0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    x2 = _mm_clmulepi64_si128(_mm_and_si128(x1, mask32), poly, 0x10);
+    x2 = _mm_clmulepi64_si128(_mm_and_si128(x2, mask32), poly, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+
 /* Folding constants for the reflected polynomial: x^(k) mod P(x), bit-reflected and shifted as the
  * Intel "Fast CRC Computation Using PCLMULQDQ" paper derives them (k1/k2 fold 512 bits, k3/k4 fold
  * 128 bits, k5 folds 64->32; poly/mu drive the Barrett reduction). */
@@ -57,10 +87,7 @@ static uint32_t rmq_crc32_pclmul(uint32_t crc, const unsigned char *p, size_t n)
     /* Needs n >= 64; processes a multiple of 16 bytes, the caller finishes the tail. */
     const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL);
     const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
-    const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124LL);
-    const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
-    const __m128i mask32 = _mm_setr_epi32(~0, 0, ~0, 0);
-    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8;
+    __m128i x1, x2, x3, x4, x5, x6, x7, x8;
 
     x1 = _mm_loadu_si128((const __m128i *)(p + 0x00));
     x2 = _mm_loadu_si128((const __m128i *)(p + 0x10));
@@ -95,31 +122,7 @@ static uint32_t rmq_crc32_pclmul(uint32_t crc, const unsigned char *p, size_t n)
     x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
     x1 = _mm_clmulepi64_si128(x1, k3k4, 0x11);
     x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
-    while (n >= 16) {
-        x2 = _mm_loadu_si128((const __m128i *)p);
-        x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
-        x1 = _mm_clmulepi64_si128(x1, k3k4, 0x11);
-        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
-        p += 16;
-        n -= 16;
-    }
-    /* 128 -> 64 */
-    x2 = _mm_clmulepi64_si128(x1, k3k4, 0x10);
-    x1 = _mm_srli_si128(x1, 8);
-    x1 = _mm_xor_si128(x1, x2);
-    /* 64 -> 32 */
-    x2 = _mm_srli_si128(x1, 4);
-    x1 = _mm_and_si128(x1, mask32);
-    x1 = _mm_clmulepi64_si128(x1, k5k0, 0x00);
-    x1 = _mm_xor_si128(x1, x2);
-    /* Barrett reduction */
-    x2 = _mm_and_si128(x1, mask32);
-    x2 = _mm_clmulepi64_si128(x2, poly, 0x10);
-    x2 = _mm_and_si128(x2, mask32);
-    x2 = _mm_clmulepi64_si128(x2, poly, 0x00);
-    x1 = _mm_xor_si128(x1, x2);
-    (void)x0;
-    return (uint32_t)_mm_extract_epi32(x1, 1);
+    return rmq_crc32_fold_16(x1, p, n);
 }
 
 /* The same folding with 512-bit carry-less multiplies (VPCLMULQDQ + AVX-512), for CPUs that have
@@ -135,13 +138,9 @@ static uint32_t rmq_crc32_vpclmul(uint32_t crc, const unsigned char *p, size_t n
     /* lane 0 folds 48 bytes, lane 1 32, lane 2 16; lane 3 is the block's last lane (kept as is) */
     const __m512i k_lanes = _mm512_set_epi64(0, 0, 0x00ccaa009eLL, 0x01751997d0LL,
                                              0x015a546366LL, 0x00f1da05aaLL, 0x0174359406LL, 0x003db1ecdcLL);
-    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
-    const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124LL);
-    const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
-    const __m128i mask32 = _mm_setr_epi32(~0, 0, ~0, 0);
     __m512i z, t;
     __m256i h;
-    __m128i x1, x2, x5;
+    __m128i x1;
 
     z = _mm512_xor_si512(_mm512_loadu_si512((const void *)p), _mm512_castsi128_si512(_mm_cvtsi32_si128((int)crc)));
     p += 64;
@@ -157,24 +156,7 @@ static uint32_t rmq_crc32_vpclmul(uint32_t crc, const unsigned char *p, size_t n
     h = _mm256_xor_si256(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
     x1 = _mm_xor_si128(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
     x1 = _mm_xor_si128(x1, _mm512_extracti32x4_epi32(z, 3));
-    while (n >= 16) {
-        x2 = _mm_loadu_si128((const __m128i *)p);
-        x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
-        x1 = _mm_clmulepi64_si128(x1, k3k4, 0x11);
-        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
-        p += 16;
-        n -= 16;
-    }
-    /* 128 -> 64 -> 32, Barrett reduction: as in rmq_crc32_pclmul */
-    x2 = _mm_clmulepi64_si128(x1, k3k4, 0x10);
-    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
-    x2 = _mm_srli_si128(x1, 4);
-    x1 = _mm_clmulepi64_si128(_mm_and_si128(x1, mask32), k5k0, 0x00);
-    x1 = _mm_xor_si128(x1, x2);
-    x2 = _mm_clmulepi64_si128(_mm_and_si128(x1, mask32), poly, 0x10);
-    x2 = _mm_clmulepi64_si128(_mm_and_si128(x2, mask32), poly, 0x00);
-    x1 = _mm_xor_si128(x1, x2);
-    return (uint32_t)_mm_extract_epi32(x1, 1);
+    return rmq_crc32_fold_16(x1, p, n);
 }
 #endif
 

@@ -1185,48 +1185,34 @@ def cq_scan(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter tags, Py_ss
     cdef Py_ssize_t pos = start, found = 0, total = 0, removed = 0
     cdef int64_t phys
     cdef int32_t size
-    cdef uint64_t code
+    cdef uint64_t code = 0
+    if ncodes == 1:
+        code = codes[0]
     with nogil:
-        if ncodes == 1:
-            # the common pull: one tag; the native kernel skips to each candidate
-            code = codes[0]
-            while True:
+        while True:
+            # the next candidate: for the common pull (one tag) the native kernel skips to it
+            if ncodes == 1:
                 pos = rmq_cq_next1(p, pos, end, code)
-                if pos + CQ_UNIT > end:
-                    break
-                phys = <int64_t>rmq_ld64(p + pos)
-                if phys < min_phys:
-                    removed += 1
+            else:
+                while pos + CQ_UNIT <= end and not (ncodes < 0 or tag_match(rmq_ldu64(p + pos + 12), codes, ncodes)):
                     pos += CQ_UNIT
-                    continue
-                if xp != NULL and bloom_reject(xp + ext_pos + ((pos - start) // CQ_UNIT) * ext_unit, bloom):
-                    pos += CQ_UNIT
-                    continue
-                size = <int32_t>rmq_ld32(p + pos + 8)
-                if found and (found >= max_count or total + size > max_bytes):
-                    break
-                emit_match(o + found * 16, phys, size, <int32_t>((pos - start) // CQ_UNIT))
-                total += size
-                found += 1
+            if pos + CQ_UNIT > end:
+                break
+            phys = <int64_t>rmq_ld64(p + pos)
+            if phys < min_phys:
+                removed += 1
                 pos += CQ_UNIT
-        else:
-            while pos + CQ_UNIT <= end:
-                if ncodes < 0 or tag_match(rmq_ldu64(p + pos + 12), codes, ncodes):
-                    phys = <int64_t>rmq_ld64(p + pos)
-                    if phys < min_phys:
-                        removed += 1
-                        pos += CQ_UNIT
-                        continue
-                    if xp != NULL and bloom_reject(xp + ext_pos + ((pos - start) // CQ_UNIT) * ext_unit, bloom):
-                        pos += CQ_UNIT
-                        continue
-                    size = <int32_t>rmq_ld32(p + pos + 8)
-                    if found and (found >= max_count or total + size > max_bytes):
-                        break
-                    emit_match(o + found * 16, phys, size, <int32_t>((pos - start) // CQ_UNIT))
-                    total += size
-                    found += 1
+                continue
+            if xp != NULL and bloom_reject(xp + ext_pos + ((pos - start) // CQ_UNIT) * ext_unit, bloom):
                 pos += CQ_UNIT
+                continue
+            size = <int32_t>rmq_ld32(p + pos + 8)
+            if found and (found >= max_count or total + size > max_bytes):
+                break
+            emit_match(o + found * 16, phys, size, <int32_t>((pos - start) // CQ_UNIT))
+            total += size
+            found += 1
+            pos += CQ_UNIT
     return found, pos, removed
 
 
@@ -1236,7 +1222,7 @@ def cq_count_matches(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter ta
     cdef Py_ssize_t pos = start, found = 0
     cdef const uint64_t *codes = tags.codes
     cdef Py_ssize_t ncodes = tags.n
-    cdef uint64_t code
+    cdef uint64_t code = 0
     with nogil:
         if ncodes == 1:
             found = rmq_cq_count1(p, pos, end, codes[0])
