@@ -5,6 +5,12 @@ event loop that created it (client and server may run on different loops in diff
 a command is delivered by scheduling the receiver's callback on the receiver's loop with
 `call_soon_threadsafe`, which also keeps commands in send order.  The receiver gets a copy, so a
 sender that mutates or reuses its command afterwards cannot change what was delivered.
+
+A blocking connection (connect_blocking, the sync send's direct path) may also carry encoded
+frames (InprocBlockingChannel.invoke_frame): its server end hands them to the broker's native
+send lane when the broker installed one (set_fast_lane, as on a TCP connection), which answers a
+plain send with the response frame the client reads natively; frames the lane declines are
+decoded and take the general path, whose RemotingCommand answer is encoded for the reader.
 """
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ import itertools
 import logging
 import threading
 
-from rmq_core.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
+from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
@@ -127,6 +133,86 @@ class InprocChannel(Channel):
             log.exception("on_close callback failed for %s", self.remote_address)
 
 
+class InprocFrameChannel(InprocChannel):
+    """The server end of a blocking in-proc connection: besides commands (invoke) it takes whole
+    encoded frames (invoke_frame) on its loop, through the broker's native lane when it has one."""
+
+    _fast_lane = None  # a native lane that answers some frames itself (set_fast_lane)
+
+    def set_fast_lane(self, lane) -> None:
+        """Hand frames to `lane.deliver(data, max_frame_length, on_frame, emit)` first (see
+        TcpChannel.set_fast_lane): its answers go to the client as bytes, every frame it does not
+        answer is decoded and given to on_command."""
+        self._fast_lane = lane
+
+    def start(self, on_command: OnCommand, on_close: OnClose) -> None:
+        self._on_command, self._on_close = on_command, on_close
+        backlog, self._backlog = self._backlog, []
+        for item in backlog:  # commands and frames, in arrival order
+            if type(item) is bytes:
+                self._deliver_frame(item)
+            else:
+                self._deliver(item)
+        if self._closed:
+            self._report_close(None)
+
+    def _deliver_frame(self, frame: bytes) -> None:
+        """One whole frame, its length prefix included (on this end's loop)."""
+        if self._closed:
+            return
+        if self._on_command is None:
+            self._backlog.append(frame)
+            return
+        lane = self._fast_lane
+        if lane is not None:
+            try:
+                _, error = lane.deliver(frame, self._max_frame_length, self._on_frame, self._emit)
+            except Exception as e:  # a bug in the lane: drop this connection only, as TCP does
+                log.exception("closing %s: error while handling a frame", self.remote_address)
+                self.close(e)
+                return
+            if error is not None and not self._closed:
+                log.warning("closing %s: %s", self.remote_address, error)
+                self.close(RemotingCommandError(error))
+            return
+        length = int.from_bytes(frame[:4], "big", signed=True)
+        if length != len(frame) - 4 or not 4 <= length <= self._max_frame_length:
+            log.warning("closing %s: frame length %d outside 4..%d (or not the %d bytes given)",
+                        self.remote_address, length, self._max_frame_length, len(frame) - 4)
+            self.close(RemotingCommandError(f"frame length {length} outside 4..{self._max_frame_length}"))
+            return
+        self._on_frame(memoryview(frame)[4:])
+
+    def _on_frame(self, frame) -> bool:
+        """A frame (without its length prefix) for the general path; False once closed."""
+        try:
+            command = RemotingCommand.decode(frame)
+        except RemotingCommandError as e:
+            log.warning("closing %s: undecodable frame: %s", self.remote_address, e)
+            self.close(e)
+            return False
+        try:
+            self._on_command(command)
+        except Exception as e:  # a bug in the handler: drop this connection only, as TCP does
+            log.exception("closing %s: error while handling a command", self.remote_address)
+            self.close(e)
+            return False
+        return not self._closed
+
+    def _emit(self, frames: bytes) -> None:
+        """The lane's answers (written during deliver): straight to the waiting client."""
+        peer = self.peer
+        if peer is not None and not self._closed:
+            peer._deliver_frames(frames)
+
+    def write_frames(self, frames: bytes) -> None:
+        """The lane's late answers (a SYNC_FLUSH group's, on this end's loop)."""
+        self._emit(frames)
+
+
+_LENGTH_BYTES = 4
+
+
 class InprocBlockingChannel:
     """The client end of an in-proc connection used by one thread at a time, without an event loop
     of its own: a request is handed to the server's loop, the server's answer is taken in the
@@ -165,6 +251,67 @@ class InprocBlockingChannel:
             raise RemotingConnectError(
                 f"connection to {self.addr} closed before the response (opaque {request.opaque}) arrived")
         return response
+
+    def invoke_frame(self, frame: bytes, opaque: int, timeout: float, read, code: int = 0):
+        """BlockingChannel.invoke_frame in-proc: hand the encoded request `frame` (length prefix
+        included, opaque `opaque`) to the server's loop and return read(response frame without its
+        length prefix).  The answer is the bytes the broker's lane wrote, or the general path's
+        RemotingCommand encoded here, in the caller's thread.  Errors as invoke's."""
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.addr} is closed")
+        if type(frame) is not bytes:  # the server reads it later: a buffer the caller may reuse is copied
+            frame = bytes(frame)
+        self._waiting = opaque
+        server = self._server
+        if not _schedule(server._loop, server._deliver_frame, frame):
+            self.close()
+            raise RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone")
+        if not self._ready.acquire(timeout=timeout):
+            self._waiting = None
+            self.close()
+            raise RemotingTimeoutError(
+                f"no response to {code_name(code)} (opaque {opaque}) from {self.addr} within {timeout:g}s")
+        response, self._response = self._response, None
+        if response is None:  # woken by a close
+            raise RemotingConnectError(
+                f"connection to {self.addr} closed before the response (opaque {opaque}) arrived")
+        if type(response) is not bytes:
+            response = response.encode()
+        try:
+            item = self._read_answer(response, opaque, read)
+        except RemotingCommandError as e:
+            self.close()
+            raise RemotingConnectError(f"bad frame from {self.addr}: {e}") from None
+        if item is None:
+            self.close()
+            raise RemotingConnectError(
+                f"connection to {self.addr}: no response carrying opaque {opaque} among the frames answered")
+        return item
+
+    @staticmethod
+    def _read_answer(data: bytes, opaque: int, read):
+        """read() of the response in `data` (whole frames) that carries `opaque`, or None."""
+        view = memoryview(data)
+        pos, n = 0, len(data)
+        while n - pos >= _LENGTH_BYTES:
+            length = int.from_bytes(view[pos:pos + _LENGTH_BYTES], "big", signed=True)
+            end = pos + _LENGTH_BYTES + length
+            if length <= 0 or end > n:
+                raise RemotingCommandError(f"frame length {length} at byte {pos} of a {n}-byte answer")
+            item = read(view[pos + _LENGTH_BYTES:end])
+            if item.flag & RESPONSE_FLAG and item.opaque == opaque:
+                return item
+            log.debug("inproc blocking channel: dropping %r", item)
+            pos = end
+        return None
+
+    def _deliver_frames(self, frames: bytes) -> None:  # in the server's thread: a lane's answer
+        if self._waiting is not None and not self.closed:
+            self._waiting = None
+            self._response = frames  # read (and its opaque checked) in the caller's thread
+            self._wake()
+        else:  # a late answer is dropped
+            log.debug("inproc blocking channel %s: dropping %d answer bytes", self.local_address, len(frames))
 
     def _deliver(self, command: RemotingCommand) -> None:  # in the server's thread
         if command.flag & RESPONSE_FLAG and command.opaque == self._waiting and not self.closed:
@@ -266,7 +413,7 @@ class InprocTransport:
         listener = self._listener(address)
         n = next(listener._ids)
         client_addr = f"inproc://{address}#{n}"
-        server = InprocChannel(listener._loop, listener.address, client_addr, listener.max_frame_length)
+        server = InprocFrameChannel(listener._loop, listener.address, client_addr, listener.max_frame_length)
         client = InprocBlockingChannel(listener.address, server)
         server.peer = client
         if not _schedule(listener._loop, listener._accept, server):

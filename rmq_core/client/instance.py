@@ -662,12 +662,16 @@ class MQClientInstance:
 
     def in_proc(self, addr: str) -> bool:
         """True when `addr` is reached in-proc (a broker embedded in this process, for a client
-        that reached the name server in-proc): RemotingCommands, not frames, travel there."""
+        that reached the name server in-proc): RemotingCommands travel there (and, on the direct
+        path, encoded frames: invoke_frame_direct)."""
         return self._inproc and resolve_inproc_alias(addr) != addr
 
     def invoke_frame_direct(self, addr: str, frame: bytes, opaque: int, timeout: float, read, code: int = 0):
-        """invoke_direct of an encoded request frame to a tcp broker (see BlockingChannel.invoke_frame):
+        """invoke_direct of an encoded request frame (see BlockingChannel.invoke_frame; an in-proc
+        broker's blocking connection takes frames too, InprocBlockingChannel.invoke_frame):
         read(response frame), or None when every direct connection to `addr` is busy."""
+        if self._inproc:
+            addr = resolve_inproc_alias(addr)
         return self.direct_channels.invoke_frame(addr, frame, opaque, timeout, read, code)
 
     # --- pipelined send connections (async sends without the loop) -----------------------------------

@@ -16,7 +16,7 @@ from rmq_core.client.producer import build_send_header
 from rmq_core.errors import IllegalArgumentError, MQClientError
 from rmq_core.message import MessageQueue
 from rmq_core.remoting.codes import RequestCode
-from rmq_core.remoting.command import RemotingCommand
+from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
 
 
 @settings(max_examples=200, deadline=None)
@@ -256,8 +256,22 @@ def _patch_invoke(monkeypatch, producer, plan):
             return asyncio.run(plan[len(seen) - 1](addr, request))
         return real_direct(addr, request, timeout)
 
+    real_frame = inst.invoke_frame_direct
+
+    def invoke_frame_direct(addr, frame, opaque, timeout, read, code=0):  # a plain sync send's first attempt
+        if code != RequestCode.SEND_MESSAGE_V2:
+            return real_frame(addr, frame, opaque, timeout, read, code)
+        seen.append(code)
+        if len(seen) <= len(plan):
+            response = asyncio.run(plan[len(seen) - 1](addr, RemotingCommand.decode(memoryview(frame)[4:])))
+            response.opaque = opaque
+            response.flag |= RESPONSE_FLAG
+            return read(memoryview(response.encode())[4:])
+        return real_frame(addr, frame, opaque, timeout, read, code)
+
     monkeypatch.setattr(inst, "invoke", invoke)
     monkeypatch.setattr(inst, "invoke_direct", invoke_direct)
+    monkeypatch.setattr(inst, "invoke_frame_direct", invoke_frame_direct)
     return seen
 
 
