@@ -166,11 +166,15 @@ class InprocFrameChannel(InprocChannel):
         lane = self._fast_lane
         if lane is not None:
             try:
-                _, error = lane.deliver(frame, self._max_frame_length, self._on_frame, self._emit)
+                consumed, error = lane.deliver(frame, self._max_frame_length, self._on_frame, self._emit)
             except Exception as e:  # a bug in the lane: drop this connection only, as TCP does
                 log.exception("closing %s: error while handling a frame", self.remote_address)
                 self.close(e)
                 return
+            if error is None and consumed != len(frame) and not self._closed:
+                # (a TCP read may end inside a frame; a frame handed over here is whole or bad)
+                error = (f"frame length {int.from_bytes(frame[consumed:consumed + 4], 'big', signed=True)} "
+                         f"at byte {consumed} runs past the {len(frame)} bytes given")
             if error is not None and not self._closed:
                 log.warning("closing %s: %s", self.remote_address, error)
                 self.close(RemotingCommandError(error))
