@@ -601,7 +601,7 @@ class Producer:
         check_message(msg, self.max_message_size)
         mq = self.fault_strategy.select_one_message_queue(info, None)
         addr = inst.find_broker_addr_in_publish(mq.broker_name)
-        if addr is None or inst.in_proc(addr):
+        if addr is None:  # (an in-proc broker takes frames too)
             return self._send_direct_prepared(msg, timeout, mq)
         header = self._send_header(mq, False)
         uniq = create_uniq_id()
