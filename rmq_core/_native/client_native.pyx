@@ -31,6 +31,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_Next
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
+from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t, uint8_t
 from libc.stdlib cimport free, malloc, realloc
@@ -696,26 +697,37 @@ cdef class PipelinedCompletion:
     def __call__(self, tuple context, response, error):
         self.complete(context, response, error)
 
+    def finish_sync(self, response, mq, str uniq, double begin):
+        """A sync send's answer (Producer._send_plain_direct): its SendResult with the broker's
+        fault item noted as complete() notes it, or None for anything else (a refusal, a frame
+        read the Python way): the caller's to judge, latency not noted."""
+        if type(response) is not SendResponse:
+            return None
+        result = self._maker.make(<SendResponse>response, mq, uniq)
+        if result is not None:
+            self._note(mq.broker_name, begin)
+        return result
+
+    cdef int _note(self, broker, double begin) except -1:
+        """Producer._note_latency(broker, begin, False): a fast answer at most once per ms."""
+        cdef double now = _monotonic()
+        cdef int64_t latency = <int64_t>((now - begin) * 1000.0)
+        cdef int64_t now_ms = <int64_t>(now * 1000.0)
+        cdef PyObject* last = PyDict_GetItem(self._noted, broker)
+        if latency >= 50:
+            self._noted.pop(broker, None)
+            self._fault_strategy.update_fault_item(broker, latency, False)
+        elif last == NULL or <int64_t><object>last != now_ms:
+            self._noted[broker] = now_ms
+            self._fault_strategy.update_fault_item(broker, latency, False)
+        return 0
+
     cdef int complete(self, tuple context, response, error) except -1:
-        cdef double now, begin
-        cdef int64_t latency, now_ms
-        cdef PyObject* last
         if error is None and type(response) is SendResponse and len(context) == 8:
             mq = context[3]
             result = self._maker.make(<SendResponse>response, mq, context[1])
             if result is not None:
-                begin = context[6]
-                now = _monotonic()
-                latency = <int64_t>((now - begin) * 1000.0)
-                now_ms = <int64_t>(now * 1000.0)
-                broker = mq.broker_name
-                last = PyDict_GetItem(self._noted, broker)
-                if latency >= 50:
-                    self._noted.pop(broker, None)
-                    self._fault_strategy.update_fault_item(broker, latency, False)
-                elif last == NULL or <int64_t><object>last != now_ms:
-                    self._noted[broker] = now_ms
-                    self._fault_strategy.update_fault_item(broker, latency, False)
+                self._note(mq.broker_name, context[6])
                 future = context[7]
                 if not _finish_unwatched(future, result, None):
                     future.finish(result)
@@ -972,8 +984,95 @@ cdef class PipelinedSender:
         config = getattr(instance, "config", None)
         self._channels = {} if getattr(config, "pipelined_send_connections", 0) == 1 else None
 
-    def send(self, message, double timeout):
+    cdef object _pick_queue(self, info, queues):
+        """The queue MQFaultStrategy.select_one_message_queue picks, its usual case inline."""
         cdef Py_ssize_t n, i, index
+        cdef PyObject* found
+        fault = self._fault_strategy
+        if fault.enabled:
+            n = len(queues)
+            # TopicPublishInfo.next_index without its lock: this step is atomic under the GIL (a
+            # locked Python step interleaved with it may lose one turn of the round robin: harmless)
+            index = (info._index + 1) & _INT32_MAX
+            info._index = index
+            items = self._tolerance._items
+            now = None
+            for i in range(n):
+                candidate = queues[(index + i) % n]
+                found = PyDict_GetItem(items, candidate.broker_name)
+                if found != NULL:
+                    item = <object>found  # (a strong reference before any Python code runs)
+                    if now is None:
+                        now = self._tolerance._clock()
+                    if not now >= item.start_timestamp:
+                        continue
+                return candidate
+        # not enabled, or every broker benched: the strategy's own way
+        return fault.select_one_message_queue(info, None)
+
+    cdef object _master_addr(self, broker):
+        """MQClientInstance.find_broker_addr_in_publish: the broker's master address, or None."""
+        cdef PyObject* found = PyDict_GetItem(self._instance.broker_addr_table, broker)
+        if found != NULL:
+            addrs = <object>found
+            if addrs:
+                return addrs.get(self._master_id)
+        return None
+
+    def sync_frame(self, message):
+        """Producer._send_plain_direct's steps up to the frame, natively: the same checks (a
+        plain Message of bytes under the compression threshold, a cached route, the direct path
+        open, not the loop's thread), check_message (whose error it raises), the queue (round
+        robin past benched brokers), the master address, the cached SendHeader, a UNIQ_KEY, an
+        opaque and the frame.
+
+        Returns None when it declined before picking a queue (the caller decides the Python way);
+        (queue, address) once the queue is picked but the frame is the Python way's to make (no
+        address, no cached native header, properties the native writer leaves to Python); or
+        (queue, address, frame, opaque, uniq, code).  The caller asks in_proc(address) itself."""
+        cdef Py_ssize_t n
+        cdef PyObject* found
+        if type(message) is not self._message_cls:
+            return None
+        producer = self._producer
+        topic = message.topic
+        found = PyDict_GetItem(self._publish_info, topic)
+        if found == NULL:
+            return None
+        info = <object>found
+        queues = info.queues
+        body = message.body
+        if not queues or type(body) is not bytes:
+            return None
+        n = len(body)
+        if n >= producer.compress_msg_body_over_howmuch:
+            return None
+        instance = self._instance
+        if not instance.direct_send_possible():
+            return None
+        loop_thread = instance._loop_thread
+        if loop_thread is not None and loop_thread.ident == PyThread_get_thread_ident():
+            return None  # (the loop's thread must not block on a socket)
+        if n <= 0 or n > producer.max_message_size or topic not in self._checked_topics:
+            self._check_message(message, producer.max_message_size)
+        mq = self._pick_queue(info, queues)
+        broker = mq.broker_name
+        addr = self._master_addr(broker)
+        if addr is None:
+            return mq, None
+        found = PyDict_GetItem(self._headers, (mq.topic, broker, mq.queue_id, False))
+        if found == NULL or type(<object>found) is not SendHeader:
+            return mq, addr
+        header = <SendHeader><object>found
+        opaque = next(self._opaques) & _INT32_MAX
+        uniq = self._uniq()
+        frame = header._frame(0, message.flag, None, message, opaque, body, None, 0, None, uniq)
+        if frame is None:
+            return mq, addr
+        return mq, addr, frame, opaque, uniq, header.code
+
+    def send(self, message, double timeout):
+        cdef Py_ssize_t n
         cdef PyObject* found
         if type(message) is not self._message_cls:
             return None
@@ -993,38 +1092,10 @@ cdef class PipelinedSender:
                 self._check_message(message, producer.max_message_size)
             except Exception:  # the general path fails the Future with it
                 return None
-        # the queue: MQFaultStrategy.select_one_message_queue, its usual case inline
-        mq = None
-        fault = self._fault_strategy
-        if fault.enabled:
-            n = len(queues)
-            # TopicPublishInfo.next_index without its lock: this step is atomic under the GIL (a
-            # locked Python step interleaved with it may lose one turn of the round robin: harmless)
-            index = (info._index + 1) & _INT32_MAX
-            info._index = index
-            items = self._tolerance._items
-            now = None
-            for i in range(n):
-                candidate = queues[(index + i) % n]
-                found = PyDict_GetItem(items, candidate.broker_name)
-                if found != NULL:
-                    item = <object>found  # (a strong reference before any Python code runs)
-                    if now is None:
-                        now = self._tolerance._clock()
-                    if not now >= item.start_timestamp:
-                        continue
-                mq = candidate
-                break
-        if mq is None:  # not enabled, or every broker benched: the strategy's own way
-            mq = fault.select_one_message_queue(info, None)
+        mq = self._pick_queue(info, queues)
         broker = mq.broker_name
         instance = self._instance
-        found = PyDict_GetItem(instance.broker_addr_table, broker)
-        addr = None
-        if found != NULL:
-            addrs = <object>found
-            if addrs:
-                addr = addrs.get(self._master_id)
+        addr = self._master_addr(broker)
         if addr is None:
             return False
         channel = None
@@ -1380,3 +1451,60 @@ def finish_batch(SendResultMaker maker, list batch, status, queue, int64_t base,
         future = entry[2]
         if not _finish_unwatched(future, result, None):
             future.finish(result)
+
+
+# --- the sync send's blocking exchange --------------------------------------------------------------
+from cpython.buffer cimport PyBUF_WRITABLE
+from cpython.exc cimport PyErr_CheckSignals
+from libc.errno cimport EINTR, errno
+from libc.string cimport strerror
+
+cdef extern from "<sys/socket.h>" nogil:
+    ssize_t c_send "send"(int fd, const void* buf, size_t n, int flags)
+    ssize_t c_recv "recv"(int fd, void* buf, size_t n, int flags)
+    int MSG_NOSIGNAL
+
+
+def blocking_exchange(int fd, frame, chunk):
+    """BlockingChannel's exchange: write all of `frame` to the blocking socket `fd`, then receive
+    once into the writable buffer `chunk`, with the GIL released once across both (the answer
+    usually comes whole in that one receive); returns the bytes received (0: the peer closed).
+    The socket's SO_SNDTIMEO / SO_RCVTIMEO bound each call: an expired one raises
+    BlockingIOError, any other failure its OSError (as socket.sendall / recv_into would)."""
+    cdef Py_buffer out, into
+    cdef const char* p
+    cdef Py_ssize_t left, got = 0
+    cdef ssize_t n
+    cdef int failed = 0
+    PyObject_GetBuffer(frame, &out, PyBUF_SIMPLE)
+    try:
+        PyObject_GetBuffer(chunk, &into, PyBUF_WRITABLE)
+        try:
+            p = <const char*>out.buf
+            left = out.len
+            while True:
+                with nogil:
+                    while left > 0:
+                        n = c_send(fd, p, left, MSG_NOSIGNAL)
+                        if n < 0:
+                            failed = errno
+                            break
+                        p += n
+                        left -= n
+                    if not failed:
+                        n = c_recv(fd, into.buf, into.len, 0)
+                        if n < 0:
+                            failed = errno
+                        else:
+                            got = n
+                if failed == EINTR:  # a signal: its handler runs (and may raise), then go on
+                    PyErr_CheckSignals()
+                    failed = 0
+                    continue
+                if failed:  # (OSError(errno, ...) is BlockingIOError for EAGAIN, and so on)
+                    raise OSError(failed, strerror(failed).decode())
+                return got
+        finally:
+            PyBuffer_Release(&into)
+    finally:
+        PyBuffer_Release(&out)

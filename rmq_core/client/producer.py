@@ -589,32 +589,34 @@ class Producer:
 
     def _send_plain_direct(self, msg: Message, timeout: float):
         """The leanest sync send: a plain message (body under the compression threshold, no
-        UNIQ_KEY of its own) to a tcp broker whose route is cached, its request frame built natively
-        straight from the message's fields and its answer read natively, in this thread.
-        _NOT_DIRECT when it cannot go so (then send() takes the general way, validation included);
-        a failure worth retrying continues on the loop, as _send_direct's does."""
-        inst = self.instance
-        info = self.topic_publish_info.get(msg.topic)
-        if (info is None or not info.ok or not inst.direct_send_possible() or type(msg) is not Message
-                or len(msg.body) >= self.compress_msg_body_over_howmuch or inst.in_loop_thread()):
+        UNIQ_KEY of its own) to a broker whose route is cached, its queue picked and its request
+        frame built in one native call (PipelinedSender.sync_frame) and its answer read natively,
+        in this thread.  _NOT_DIRECT when it cannot go so (then send() takes the general way,
+        validation included); a failure worth retrying continues on the loop, as _send_direct's does."""
+        picked = self._pipelined_sender.sync_frame(msg)  # (check_message's errors raise from here)
+        if picked is None:
             return _NOT_DIRECT
-        check_message(msg, self.max_message_size)
-        mq = self.fault_strategy.select_one_message_queue(info, None)
-        addr = inst.find_broker_addr_in_publish(mq.broker_name)
-        if addr is None:  # (an in-proc broker takes frames too)
+        inst = self.instance
+        mq, addr = picked[0], picked[1]
+        if addr is None or inst.in_proc(addr):
             return self._send_direct_prepared(msg, timeout, mq)
-        header = self._send_header(mq, False)
-        uniq = create_uniq_id()
-        opaque = next_opaque()
-        frame = header.build_message_frame(msg, uniq, opaque) if header is not None else None
-        if frame is None:
-            return self._send_direct_prepared(msg, timeout, mq)
+        if len(picked) == 6:
+            frame, opaque, uniq, code = picked[2], picked[3], picked[4], picked[5]
+        else:  # no native header cached for the queue yet (or properties it leaves to Python)
+            header = self._send_header(mq, False)
+            uniq = create_uniq_id()
+            opaque = next_opaque()
+            frame = header.build_message_frame(msg, uniq, opaque) if header is not None else None
+            if frame is None:
+                return self._send_direct_prepared(msg, timeout, mq)
+            code = header.code
         begin = time.monotonic()
         try:
-            resp = inst.invoke_frame_direct(addr, frame, opaque, timeout, read_send_response_frame, header.code)
+            resp = inst.invoke_frame_direct(addr, frame, opaque, timeout, read_send_response_frame, code)
             if resp is None:  # every direct connection busy: the loop's way, same queue choice lost
                 return self._send_direct_prepared(msg, timeout, None)
-            result = _RESULTS.make(resp, mq, uniq)
+            # the SendResult, the fault item noted as _note_latency notes it (None: a refusal)
+            result = self._pipelined_completion.finish_sync(resp, mq, uniq, begin)
             if result is None:
                 raise MQBrokerError(resp.code, resp.remark, addr)
         except (RemotingError, MQBrokerError) as e:
@@ -625,7 +627,6 @@ class Producer:
             return inst.run(self._send(msg, CommunicationMode.SYNC, timeout, None, None, None,
                                        prepared=self._prepared_with(msg, uniq), resume=(begin, mq.broker_name, e)),
                             timeout=timeout + 5)
-        self._note_latency(mq.broker_name, begin, False)
         return result
 
     def _send_direct_prepared(self, msg: Message, timeout: float, mq: MessageQueue | None):

@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from rmq_core._native.client_native import blocking_exchange
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingTimeoutError
 from rmq_core.remoting.codes import ResponseCode, code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
@@ -70,6 +71,7 @@ class BlockingChannel:
         self._sock.settimeout(None)
         self._timeout: float | None = None
         self._set_timeout(connect_timeout)
+        self._fd = self._sock.fileno()
         self._buf = bytearray()  # bytes read past the last frame handed out
         self._chunk = memoryview(bytearray(_READ_CHUNK))  # each receive lands here (no bytes object per call)
         self.closed = False
@@ -94,17 +96,32 @@ class BlockingChannel:
             raise RemotingConnectError(f"connection to {self.addr} is closed")
         deadline = time.monotonic() + timeout
         try:
-            self._set_timeout(timeout)
-            self._sock.sendall(frame)
-            while True:
+            if timeout != self._timeout:  # (most calls share the producer's timeout)
+                self._set_timeout(timeout)
+            if self._buf:  # (bytes past an earlier frame: the general way)
+                self._sock.sendall(frame)
                 item = read(self._read_frame(deadline, code))
+            else:
+                # the usual case: write and receive with the GIL released once (one hand-off of
+                # it, not two), the answer whole in that one receive
+                chunk = self._chunk
+                n = blocking_exchange(self._fd, frame, chunk)
+                if n > 4 and _LENGTH.unpack_from(chunk, 0)[0] == n - 4 and n - 4 <= self.max_frame_length:
+                    item = read(chunk[4:n])  # (in place: the caller is done with it before the next receive)
+                else:
+                    if not n:
+                        raise OSError(f"connection closed by {self.addr}")
+                    self._buf += chunk[:n]
+                    item = read(self._read_frame(deadline, code))
+            while True:
                 if item.flag & RESPONSE_FLAG:
                     if item.opaque == opaque:
                         return item
                     # cannot happen on a channel that is closed after every failure; be safe
                     log.debug("blocking channel to %s: dropping response opaque=%d", self.addr, item.opaque)
-                    continue
-                self._refuse(item)
+                else:
+                    self._refuse(item)
+                item = read(self._read_frame(deadline, code))
         except (socket.timeout, BlockingIOError):  # (BlockingIOError: SO_RCVTIMEO / SO_SNDTIMEO expired)
             self.close()
             raise RemotingTimeoutError(
@@ -177,6 +194,17 @@ class BlockingChannel:
                 pass
 
 
+def _take_all(channels: list) -> list:
+    """Empty `channels` one atomic pop at a time (a lock-free give-back may append meanwhile:
+    whatever it appended is either taken here or still there for it to take back)."""
+    taken = []
+    while True:
+        try:
+            taken.append(channels.pop())
+        except IndexError:
+            return taken
+
+
 class BlockingChannelPool:
     """Idle blocking channels per address, lent to one caller per exchange: BlockingChannel for
     tcp addresses, and whatever a transport's `connect_blocking(location, *, max_frame_length,
@@ -208,9 +236,13 @@ class BlockingChannelPool:
                      code: int = 0) -> Any:
         """BlockingChannel.invoke_frame on a channel to a tcp `addr`; None when every channel to it
         is busy.  (Other transports' blocking connections take RemotingCommands only: invoke.)"""
-        channel = self._borrow(addr)
-        if channel is None:
-            return None
+        idle = self._idle.get(addr)
+        try:
+            channel = idle.pop()  # (atomic under the GIL: the usual case takes no lock)
+        except (AttributeError, IndexError):  # none idle (or none yet): the locked way
+            channel = self._borrow(addr)
+            if channel is None:
+                return None
         try:
             response = channel.invoke_frame(frame, opaque, timeout, read, code)
         finally:
@@ -249,11 +281,29 @@ class BlockingChannelPool:
         return connect(location, max_frame_length=self.max_frame_length, timeout=self.connect_timeout)
 
     def _give_back(self, addr: str, channel: BlockingChannel) -> None:
-        with self._lock:
-            if channel.closed or self._closed:
-                self._open[addr] -= 1
-                channel.close()
+        idle = self._idle.get(addr)
+        if idle is not None and not channel.closed and not self._closed:
+            # the usual case takes no lock: an append is atomic under the GIL
+            idle.append(channel)
+            if not self._closed and self._idle.get(addr) is idle:
                 return
+            # close() / close_address() came meanwhile: they pop what they drop one by one under
+            # the lock, so the channel is either theirs now (counted and closed) or still ours
+            with self._lock:
+                try:
+                    idle.remove(channel)
+                except ValueError:  # theirs (or a borrower's, who gives it back in turn)
+                    return
+                self._put_locked(addr, channel)
+            return
+        with self._lock:
+            self._put_locked(addr, channel)
+
+    def _put_locked(self, addr: str, channel: BlockingChannel) -> None:
+        if channel.closed or self._closed:
+            self._open[addr] -= 1
+            channel.close()
+        else:
             self._idle.setdefault(addr, []).append(channel)
 
     @property
@@ -267,7 +317,7 @@ class BlockingChannelPool:
     def close_address(self, addr: str) -> None:
         """Drop the idle channels to `addr` (a broker left the route); lent ones close on return."""
         with self._lock:
-            idle = self._idle.pop(addr, [])
+            idle = _take_all(self._idle.pop(addr, []))
             self._open[addr] = self._open.get(addr, 0) - len(idle)
         for channel in idle:
             channel.close()
@@ -277,8 +327,9 @@ class BlockingChannelPool:
             self._closed = True
             idle = []
             for addr, channels in self._idle.items():
-                self._open[addr] -= len(channels)
-                idle.extend(channels)
+                taken = _take_all(channels)
+                self._open[addr] -= len(taken)
+                idle.extend(taken)
             self._idle.clear()
         for channel in idle:
             channel.close()
