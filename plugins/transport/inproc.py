@@ -181,9 +181,10 @@ class InprocFrameChannel(InprocChannel):
             return
         length = int.from_bytes(frame[:4], "big", signed=True)
         if length != len(frame) - 4 or not 4 <= length <= self._max_frame_length:
-            log.warning("closing %s: frame length %d outside 4..%d (or not the %d bytes given)",
-                        self.remote_address, length, self._max_frame_length, len(frame) - 4)
-            self.close(RemotingCommandError(f"frame length {length} outside 4..{self._max_frame_length}"))
+            error = (f"frame length {length} outside 4..{self._max_frame_length} or not the "
+                     f"{len(frame) - 4} bytes given")
+            log.warning("closing %s: %s", self.remote_address, error)
+            self.close(RemotingCommandError(error))
             return
         self._on_frame(memoryview(frame)[4:])
 
