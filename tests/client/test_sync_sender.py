@@ -378,3 +378,16 @@ def test_a_close_between_the_give_backs_steps_leaves_no_channel_open_or_uncounte
         assert not channel.closed and pool._idle.get(addr) == [channel] and pool.open_count(addr) == 1
     else:  # the close found it (or it found the close): closed and counted out, once
         assert channel.closed and pool.open_count(addr) == 0 and not pool._idle.get(addr)
+
+
+def test_what_the_native_checks_pass_inline_still_fails_with_check_messages_error():
+    p, inst = _setup()
+    check_message(Message("T", b"x"))  # the topic's name passed once: later sends skip that check
+    cases = [(Message("T", b"x", properties={"TAGS": "a"}), "'TAGS' is reserved by RocketMQ; use the Message field"),
+             (Message("T", b"x", properties={"WAIT": "false"}), "'WAIT' is reserved by RocketMQ"),
+             (Message("T", b"x", delay_time_level=-1), "bad delay_time_level -1"),
+             (Message("T", b"z" * (p.max_message_size + 1)), "exceeds max_message_size")]
+    for msg, error in cases:
+        with pytest.raises(IllegalArgumentError, match=error):
+            p.send(msg)
+    assert not inst.exchanged  # nothing of them went out
