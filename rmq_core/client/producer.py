@@ -598,7 +598,7 @@ class Producer:
             return _NOT_DIRECT
         inst = self.instance
         mq, addr = picked[0], picked[1]
-        if addr is None or inst.in_proc(addr):
+        if addr is None:
             return self._send_direct_prepared(msg, timeout, mq)
         if len(picked) == 6:
             frame, opaque, uniq, code = picked[2], picked[3], picked[4], picked[5]
