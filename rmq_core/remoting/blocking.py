@@ -71,7 +71,6 @@ class BlockingChannel:
         self._sock.settimeout(None)
         self._timeout: float | None = None
         self._set_timeout(connect_timeout)
-        self._fd = self._sock.fileno()
         self._buf = bytearray()  # bytes read past the last frame handed out
         self._chunk = memoryview(bytearray(_READ_CHUNK))  # each receive lands here (no bytes object per call)
         self.closed = False
@@ -105,7 +104,8 @@ class BlockingChannel:
                 # the usual case: write and receive with the GIL released once (one hand-off of
                 # it, not two), the answer whole in that one receive
                 chunk = self._chunk
-                n = blocking_exchange(self._fd, frame, chunk)
+                # (the descriptor read now, as the socket's own calls do: -1 once closed, never stale)
+                n = blocking_exchange(self._sock.fileno(), frame, chunk)
                 if n > 4 and _LENGTH.unpack_from(chunk, 0)[0] == n - 4 and n - 4 <= self.max_frame_length:
                     item = read(chunk[4:n])  # (in place: the caller is done with it before the next receive)
                 else:
