@@ -1029,7 +1029,8 @@ cdef class PipelinedSender:
         Returns None when it declined before picking a queue (the caller decides the Python way);
         (queue, address) once the queue is picked but the frame is the Python way's to make (no
         address, no cached native header, properties the native writer leaves to Python); or
-        (queue, address, frame, opaque, uniq, code).  The caller asks in_proc(address) itself."""
+        (queue, address, frame, opaque, uniq, code).  The frame suits a tcp or an in-proc broker
+        alike (both answer frames: invoke_frame_direct)."""
         cdef Py_ssize_t n
         cdef PyObject* found
         if type(message) is not self._message_cls:
@@ -1179,7 +1180,7 @@ def deliver_responses(list items, dict pending, failed):
 # --- batch bodies (SEND_BATCH_MESSAGE) ---------------------------------------------------------------
 # Producer.send_batch's validation and encoding in one pass, from the Message objects straight to
 # the body (codec.encode_batch_body's layout, byte for byte; encode_batch_py in
-# rmq_core.client.producer is the Python twin the tests compare it with):
+# tests/client/batch_reference.py is the Python twin the tests compare it with):
 #
 #     int32 totalSize = 22 + bodyLength + propertiesLength
 #     int32 magic = 0,  int32 bodyCRC = 0          (the broker fills them in, as for Java's clients)

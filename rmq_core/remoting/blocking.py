@@ -234,8 +234,9 @@ class BlockingChannelPool:
 
     def invoke_frame(self, addr: str, frame: bytes, opaque: int, timeout: float, read: Callable[[bytes], Any],
                      code: int = 0) -> Any:
-        """BlockingChannel.invoke_frame on a channel to a tcp `addr`; None when every channel to it
-        is busy.  (Other transports' blocking connections take RemotingCommands only: invoke.)"""
+        """invoke_frame on a blocking channel to `addr` (a tcp BlockingChannel, or an in-proc
+        InprocBlockingChannel, whose broker end answers frames as a tcp one does); None when every
+        channel to it is busy."""
         idle = self._idle.get(addr)
         try:
             channel = idle.pop()  # (atomic under the GIL: the usual case takes no lock)

@@ -1,6 +1,6 @@
 """send_batch's native encoder (client_native.encode_batch) against its Python twin
-(producer.encode_batch_py) and the codec's layout: the same bytes, the same UNIQ_KEYs, the same
-errors naming the item and the bad value."""
+(tests/client/batch_reference.py) and the codec's layout: the same bytes, the same UNIQ_KEYs,
+the same errors naming the item and the bad value."""
 import re
 
 import pytest
@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmq_core._native.client_native import encode_batch, encode_batch_item
-from rmq_core.client.producer import _RESERVED_PROPERTIES, Producer, check_send_topic, encode_batch_py
+from rmq_core.client.producer import _RESERVED_PROPERTIES, Producer, check_send_topic
+from tests.client.batch_reference import encode_batch_py
 from rmq_core.codec import decode_batch_body_py, encode_batch_body
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import Message, MessageClientIDSetter, MessageConst, string_to_properties
