@@ -984,6 +984,18 @@ cdef class PipelinedSender:
         config = getattr(instance, "config", None)
         self._channels = {} if getattr(config, "pipelined_send_connections", 0) == 1 else None
 
+    cdef object _publish_info_of(self, message):
+        """The cached route of a plain Message's topic when it has queues; else None (the
+        Python way decides: a user's Message subclass, a route not fetched yet or empty)."""
+        cdef PyObject* found
+        if type(message) is not self._message_cls:
+            return None
+        found = PyDict_GetItem(self._publish_info, message.topic)
+        if found == NULL:
+            return None
+        info = <object>found
+        return info if info.queues else None
+
     cdef object _pick_queue(self, info, queues):
         """The queue MQFaultStrategy.select_one_message_queue picks, its usual case inline."""
         cdef Py_ssize_t n, i, index
@@ -1033,17 +1045,14 @@ cdef class PipelinedSender:
         alike (both answer frames: invoke_frame_direct)."""
         cdef Py_ssize_t n
         cdef PyObject* found
-        if type(message) is not self._message_cls:
+        info = self._publish_info_of(message)
+        if info is None:
             return None
         producer = self._producer
         topic = message.topic
-        found = PyDict_GetItem(self._publish_info, topic)
-        if found == NULL:
-            return None
-        info = <object>found
         queues = info.queues
         body = message.body
-        if not queues or type(body) is not bytes:
+        if type(body) is not bytes:
             return None
         n = len(body)
         if n >= producer.compress_msg_body_over_howmuch:
@@ -1075,17 +1084,12 @@ cdef class PipelinedSender:
     def send(self, message, double timeout):
         cdef Py_ssize_t n
         cdef PyObject* found
-        if type(message) is not self._message_cls:
+        info = self._publish_info_of(message)
+        if info is None or not self._instance.pipelined_send_possible():
             return None
         producer = self._producer
         topic = message.topic
-        found = PyDict_GetItem(self._publish_info, topic)
-        if found == NULL:
-            return None
-        info = <object>found
         queues = info.queues
-        if not queues or not self._instance.pipelined_send_possible():
-            return None
         body = message.body
         n = len(body) if type(body) is bytes else -1
         if n <= 0 or n > producer.max_message_size or topic not in self._checked_topics:

@@ -809,16 +809,21 @@ class Producer:
                 fut.finish(result)
                 return
             error = MQBrokerError(response.code, response.remark, addr)
-        self._note_latency(mq.broker_name, begin, True)
-        retryable = isinstance(error, RemotingError) or (
-            isinstance(error, MQBrokerError) and error.code in RETRY_RESPONSE_CODES)
-        if not retryable or self.instance._stopping:
+        if not self._failure_worth_retrying(mq, begin, error):
             fut.finish(None, error)
             return
         log.warning("send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_async_failed, error)
         fut.channel = None  # the loop completes it now: a waiter stops reading the connection for it
         self._continue_on_loop(msg, prepared or self._prepared_with(msg, uniq), timeout,
                                (begin, mq.broker_name, error), fut)
+
+    def _failure_worth_retrying(self, mq: MessageQueue, begin: float, error: BaseException) -> bool:
+        """A pipelined request to `mq` failed: count it against the broker; True when another
+        attempt should follow (a connection failure or a retryable broker code, not shutting down)."""
+        self._note_latency(mq.broker_name, begin, True)
+        retryable = isinstance(error, RemotingError) or (
+            isinstance(error, MQBrokerError) and error.code in RETRY_RESPONSE_CODES)
+        return retryable and not self.instance._stopping
 
     def _continue_on_loop(self, msg: Message, prepared: tuple, timeout: float, resume: tuple,
                           fut: CancellableFuture) -> None:
@@ -941,10 +946,7 @@ class Producer:
                           None)
                 return
             error = MQBrokerError(response.code, response.remark, addr)
-        self._note_latency(mq.broker_name, begin, True)
-        retryable = isinstance(error, RemotingError) or (
-            isinstance(error, MQBrokerError) and error.code in RETRY_RESPONSE_CODES)
-        if not retryable or self.instance._stopping:
+        if not self._failure_worth_retrying(mq, begin, error):
             on_answer(context, None, None, -1, None, None, error)
             return
         log.warning("batch send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_failed, error)
