@@ -24,7 +24,11 @@ def wait_until(cond, timeout=10.0):
 
 
 # --- flush ---------------------------------------------------------------------------------------
-def test_async_flush_reaches_the_log_end_in_the_background(store):
+def test_async_flush_reaches_the_log_end_in_the_background(store_factory):
+    # a 1 s thorough flush: an interval round may take the first 4+ dirty pages while the puts
+    # are still coming, and what is left (under 4 pages) waits for the thorough round - with the
+    # 10 s default that round could fall right at the end of the wait below on a loaded machine
+    store = store_factory(flush_commit_log_thorough_interval=1000)
     r = store.put_message(msg(body=b"x" * 100))
     assert store.commit_log.request_flush(r.append_result.wrote_offset) is None
     end = store.get_max_phy_offset()
