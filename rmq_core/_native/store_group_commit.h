@@ -57,6 +57,15 @@ typedef struct {
     int halted;               /* the flush thread leaves rmq_gc_serve (its last flush follows) */
     int kicked;               /* rmq_gc_serve returns once (the caller changed how to serve) */
     int last_errno;
+    /* An event loop resolves the Futures itself (GroupCommitService.attach_loop): after a round
+     * that covers a Future's request, the flush thread writes to notify_fd (an eventfd or pipe the
+     * loop reads) and keeps serving - it never waits for the GIL between rounds. */
+    pthread_mutex_t notify_mu; /* guards notify_fd and every write to it (not mu: writers must
+                                * not queue behind a syscall) */
+    int notify_fd;            /* -1: no loop; Futures are resolved by the flush thread */
+    int notifying;            /* (under mu) a loop is attached: rounds ping it */
+    int64_t notify_end;       /* largest end offset asked for by a request with a Future */
+    int64_t notified;         /* the loop has been told about everything durable below this */
 } rmq_gc;
 
 static inline void rmq_gc_deadline(struct timespec *ts, int64_t ns)
@@ -89,7 +98,9 @@ static int rmq_gc_init(rmq_gc *g)
     pthread_condattr_t ca;
     int i;
     memset(g, 0, sizeof(*g));
+    g->notify_fd = -1;
     if (pthread_mutex_init(&g->mu, NULL)) return -1;
+    if (pthread_mutex_init(&g->notify_mu, NULL)) return -1;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);  /* timeouts immune to wall-clock steps */
     if (pthread_cond_init(&g->work, &ca)) {
@@ -112,6 +123,7 @@ static void rmq_gc_destroy(rmq_gc *g)
     int i;
     for (i = 0; i < RMQ_GC_SLOTS; i++) pthread_cond_destroy(&g->done[i]);
     pthread_mutex_destroy(&g->mu);
+    pthread_mutex_destroy(&g->notify_mu);
 }
 
 /* Waking writers.  After a native round only ONE writer it covers is woken; that writer, once it
@@ -147,21 +159,77 @@ static inline int rmq_gc_any_covered(const rmq_gc *g)
  * after unlocking, so the woken thread does not run straight into the held mutex. */
 static inline int rmq_gc_note_request(rmq_gc *g, int64_t end, int64_t store_ts)
 {
-    if (end > g->requested) g->requested = end;
+    /* atomic: the serving thread polls it without mu right after a round (rmq_gc_poll_request) */
+    if (end > g->requested) __atomic_store_n(&g->requested, end, __ATOMIC_RELEASE);
     if (store_ts > g->requested_ts) g->requested_ts = store_ts;
     return g->serving;
 }
 
-/* Ask for bytes below `end` to become durable without waiting. */
-static void rmq_gc_request(rmq_gc *g, int64_t end, int64_t store_ts, int return_each_round)
+/* Tell the loop (if one is attached) that Futures may be resolvable.  Called without mu; under
+ * notify_mu, so once a detach (which takes notify_mu) returns, no write to its descriptor is under
+ * way and it may be closed.  The descriptor is non-blocking: a full pipe means a wake-up is already
+ * pending, which is all the loop needs. */
+static void rmq_gc_ping(rmq_gc *g)
 {
-    int wake = 0;
+    uint64_t one = 1;
+    ssize_t n;
+    pthread_mutex_lock(&g->notify_mu);
+    if (g->notify_fd >= 0) {
+        do {
+            n = write(g->notify_fd, &one, sizeof(one));
+        } while (n < 0 && errno == EINTR);
+    }
+    pthread_mutex_unlock(&g->notify_mu);
+}
+
+/* Caller holds mu, after `flushed` moved: whether the loop must hear of a request with a Future
+ * it now covers (the caller pings after unlocking). */
+static inline int rmq_gc_ping_due(rmq_gc *g)
+{
+    if (!g->notifying || g->notify_end <= g->notified || g->flushed <= g->notified) return 0;
+    g->notified = g->flushed;
+    return 1;
+}
+
+/* Rounds started so far, read without mu: a request made now is covered by round epoch + 1 at
+ * the latest (a little later if a round starts before the request reaches the gate). */
+static inline int64_t rmq_gc_epoch(rmq_gc *g)
+{
+    return __atomic_load_n(&g->rounds_started, __ATOMIC_ACQUIRE);
+}
+
+/* Ask for bytes below `end` to become durable without waiting.  return_each_round: the serving
+ * thread returns after the next round (it has Futures to resolve); notify: the request has a
+ * Future the attached loop resolves (pinged after the round that covers it - or now, when it is
+ * covered already). */
+static void rmq_gc_request(rmq_gc *g, int64_t end, int64_t store_ts, int return_each_round, int notify)
+{
+    int wake = 0, ping = 0;
     pthread_mutex_lock(&g->mu);
     if (return_each_round) g->return_each_round = 1;
+    if (notify && end > g->notify_end) g->notify_end = end;
     if (end > g->flushed) wake = rmq_gc_note_request(g, end, store_ts);
     else if (return_each_round) wake = g->serving;
+    else ping = notify && g->notifying;  /* durable already: no round will ping for it */
     pthread_mutex_unlock(&g->mu);
     if (wake) pthread_cond_signal(&g->work);
+    if (ping) rmq_gc_ping(g);
+}
+
+/* Attach (fd >= 0) or detach (-1) the loop's descriptor.  Attaching pings it once, so Futures
+ * of requests made before are looked at. */
+static void rmq_gc_set_notify_fd(rmq_gc *g, int fd)
+{
+    pthread_mutex_lock(&g->notify_mu);
+    g->notify_fd = fd;
+    pthread_mutex_unlock(&g->notify_mu);
+    pthread_mutex_lock(&g->mu);
+    g->notifying = fd >= 0;
+    g->notified = g->flushed;
+    /* requests made before have Futures too (resolved by whichever side sees them covered) */
+    if (g->requested > g->notify_end) g->notify_end = g->requested;
+    pthread_mutex_unlock(&g->mu);
+    if (fd >= 0) rmq_gc_ping(g);
 }
 
 /* A writer: wait until bytes below `end` are durable, at most timeout_ns. */
@@ -211,13 +279,16 @@ static int rmq_gc_await(rmq_gc *g, int64_t end, int64_t store_ts, int64_t timeou
 /* The flush thread, after flushing through Python: everything below `flushed` is durable. */
 static void rmq_gc_complete(rmq_gc *g, int64_t flushed, int64_t store_ts)
 {
+    int ping;
     pthread_mutex_lock(&g->mu);
     if (flushed > g->flushed) {
         g->flushed = flushed;
         if (store_ts > g->flushed_ts) g->flushed_ts = store_ts;
     }
     rmq_gc_wake_all(g);
+    ping = rmq_gc_ping_due(g);
     pthread_mutex_unlock(&g->mu);
+    if (ping) rmq_gc_ping(g);
 }
 
 /* Set the durable offset outright (recovery, truncation): later requests compare against it. */
@@ -258,6 +329,36 @@ static void rmq_gc_stop(rmq_gc *g)
     pthread_mutex_unlock(&g->mu);
 }
 
+/* How long the serving thread polls for the next request after a round before it sleeps. */
+#define RMQ_GC_POLL_NS 30000
+
+static inline void rmq_gc_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Poll (mu not held) until a request past the durable offset arrives, or the serving thread is
+ * told to return, or RMQ_GC_POLL_NS pass. */
+static void rmq_gc_poll_request(rmq_gc *g)
+{
+    int64_t until = rmq_gc_now_ns() + RMQ_GC_POLL_NS;
+    int64_t flushed = __atomic_load_n(&g->flushed, __ATOMIC_ACQUIRE);
+    int i;
+    for (;;) {
+        for (i = 0; i < 64; i++) {
+            if (__atomic_load_n(&g->requested, __ATOMIC_ACQUIRE) > flushed) return;
+            rmq_gc_cpu_relax();
+        }
+        if (__atomic_load_n(&g->halted, __ATOMIC_RELAXED) || __atomic_load_n(&g->kicked, __ATOMIC_RELAXED)
+            || rmq_gc_now_ns() >= until)
+            return;
+    }
+}
+
 /* The flush thread: serve rounds on the segment [seg_from, seg_end) whose descriptor is fd, for at
  * most budget_ns; return_each_round: return after each round (the caller has Futures to resolve).
  * *upto gets the requested offset when returning RMQ_GC_NEED_FLUSH. */
@@ -266,7 +367,7 @@ static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, in
 {
     struct timespec deadline, baton, *until;
     int64_t want, want_ts, t0;
-    int rc, stalled, p, err;
+    int rc, stalled, p, err, polled;
     rmq_gc_deadline(&deadline, budget_ns);
     pthread_mutex_lock(&g->mu);
     for (;;) {
@@ -275,7 +376,18 @@ static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, in
             pthread_mutex_unlock(&g->mu);
             return RMQ_GC_OK;
         }
+        polled = 0;
         while (g->requested <= g->flushed && !g->halted && !g->kicked) {
+            if (!polled && !rmq_gc_any_covered(g)) {
+                /* right after a round, under load, the next request is microseconds away: poll
+                 * for it instead of sleeping, so requesters need not wake this thread (a futex
+                 * call on their side, an IPI to an idle vCPU on this one) */
+                polled = 1;
+                pthread_mutex_unlock(&g->mu);
+                rmq_gc_poll_request(g);
+                pthread_mutex_lock(&g->mu);
+                continue;
+            }
             /* covered writers still asleep: if the baton does not reach them soon, wake them all */
             stalled = rmq_gc_any_covered(g);
             until = &deadline;
@@ -312,7 +424,8 @@ static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, in
             pthread_mutex_unlock(&g->mu);
             return RMQ_GC_NEED_FLUSH;
         }
-        g->rounds_started++;  /* writers asking from now on wait for the round after this one */
+        /* writers asking from now on wait for the round after this one (atomic: rmq_gc_epoch) */
+        __atomic_store_n(&g->rounds_started, g->rounds_started + 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&g->mu);
         /* every put asking for <= want finished its pwrite before asking: one fdatasync covers it */
         t0 = rmq_gc_now_ns();
@@ -332,6 +445,11 @@ static int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, in
         if (want > g->flushed) {
             g->flushed = want;
             if (want_ts > g->flushed_ts) g->flushed_ts = want_ts;
+        }
+        if (rmq_gc_ping_due(g)) {  /* the loop resolves the Futures; this thread goes on serving */
+            pthread_mutex_unlock(&g->mu);
+            rmq_gc_ping(g);
+            pthread_mutex_lock(&g->mu);
         }
         p = (int)(g->rounds % RMQ_GC_SLOTS);
         /* returning to Python: no baton fallback runs meanwhile, so wake every covered writer */

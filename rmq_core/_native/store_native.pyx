@@ -1333,7 +1333,9 @@ cdef extern from "store_group_commit.h" nogil:
     int RMQ_GC_OK, RMQ_GC_TIMEOUT, RMQ_GC_STOPPED, RMQ_GC_NEED_FLUSH, RMQ_GC_RETURN, RMQ_GC_IO_ERROR
     int rmq_gc_init(rmq_gc *g)
     void rmq_gc_destroy(rmq_gc *g)
-    void rmq_gc_request(rmq_gc *g, int64_t end, int64_t store_ts, int return_each_round)
+    void rmq_gc_request(rmq_gc *g, int64_t end, int64_t store_ts, int return_each_round, int notify)
+    void rmq_gc_set_notify_fd(rmq_gc *g, int fd)
+    int64_t rmq_gc_epoch(rmq_gc *g)
     int rmq_gc_await(rmq_gc *g, int64_t end, int64_t store_ts, int64_t timeout_ns)
     void rmq_gc_complete(rmq_gc *g, int64_t flushed, int64_t store_ts)
     void rmq_gc_reset(rmq_gc *g, int64_t flushed)
@@ -1411,10 +1413,20 @@ cdef class GroupCommitGate:
             r = rmq_gc_await(&self.g, end_offset, store_timestamp, timeout_ms * 1000000)
         return r
 
-    def request(self, int64_t end_offset, int64_t store_timestamp, bint return_each_round=False):
+    def request(self, int64_t end_offset, int64_t store_timestamp, bint return_each_round=False,
+                bint notify=False):
         """Ask for bytes below end_offset to become durable without waiting; return_each_round:
-        the serving thread returns after the next round (it has Futures to resolve)."""
-        rmq_gc_request(&self.g, end_offset, store_timestamp, return_each_round)
+        the serving thread returns after the next round (it has Futures to resolve); notify: the
+        attached loop resolves this request's Future - its descriptor is pinged after the round
+        that covers it (at once when already durable)."""
+        rmq_gc_request(&self.g, end_offset, store_timestamp, return_each_round, notify)
+
+    def set_notify_fd(self, int fd):
+        """Attach the descriptor (non-blocking eventfd or pipe) an event loop reads to resolve
+        Futures itself (pinged once now), or detach with -1: once this returns, no write to the
+        old descriptor is under way or will be."""
+        with nogil:
+            rmq_gc_set_notify_fd(&self.g, fd)
 
     def complete(self, int64_t flushed, int64_t store_timestamp=0):
         """The flush thread flushed through Python up to `flushed`: wake whoever that covers."""
@@ -1454,6 +1466,100 @@ cdef class GroupCommitGate:
             r = rmq_gc_serve(&self.g, fd, segment_from, segment_end, budget_ms * 1000000, return_each_round,
                              &upto)
         return r, upto
+
+
+cdef class GroupCommitFutures:
+    """The Futures of SYNC_FLUSH puts that do not wait themselves (put_message_nowait): the
+    requests made while the same group-commit rounds have started share one Future (a round that
+    starts after them covers them all), and the gate learns each request's end offset.  A Future
+    is resolved once the durable offset passes the largest end offset it was asked for.
+    Every method runs under the GIL without running Python code between its reads and writes (a
+    Future is created before the open slot is looked at), so the GIL is the lock: the loop or
+    threads that put and the thread or loop that resolves need no other.
+    `notify`: an attached event loop resolves the Futures (the gate pings it after the round that
+    covers a request); otherwise the serving thread returns after each round to resolve them."""
+
+    cdef GroupCommitGate gate
+    cdef object future_cls
+    cdef object open_future
+    cdef int64_t open_end
+    cdef int64_t open_epoch
+    cdef list sealed
+    cdef object refused
+    cdef public bint notify
+
+    def __init__(self, GroupCommitGate gate, future_cls):
+        self.gate = gate
+        self.future_cls = future_cls
+        self.open_future = None
+        self.open_end = 0
+        self.open_epoch = -1
+        self.sealed = []
+        self.refused = None
+        self.notify = False
+
+    cdef object request_c(self, int64_t end, int64_t store_ts):
+        if self.refused is not None:
+            return self.refused
+        cdef int64_t epoch = rmq_gc_epoch(&self.gate.g)
+        fut = self.open_future
+        if fut is None or self.open_epoch != epoch:
+            new = self.future_cls()  # Python code: another thread may take the slot meanwhile
+            fut = self.open_future
+            epoch = rmq_gc_epoch(&self.gate.g)
+            if fut is None or self.open_epoch != epoch:
+                if fut is not None:  # a round started since: its requests are in the gate
+                    self.sealed.append((fut, self.open_end))
+                fut = self.open_future = new
+                self.open_end = end
+                self.open_epoch = epoch
+        if end > self.open_end:
+            self.open_end = end
+        if self.notify:
+            rmq_gc_request(&self.gate.g, end, store_ts, 0, 1)
+        else:
+            rmq_gc_request(&self.gate.g, end, store_ts, 1, 0)
+        return fut
+
+    def request(self, int64_t end_offset, int64_t store_timestamp=0):
+        """The Future resolved once bytes below end_offset are durable (shared by every request
+        until the round that covers them)."""
+        return self.request_c(end_offset, store_timestamp)
+
+    def refuse(self, refused_future):
+        """The service stopped: every later request gets `refused_future` (already resolved)."""
+        self.refused = refused_future
+
+    def seal(self):
+        """The open Future takes no more requests (the gate has them all): True when any sealed
+        Future waits to be resolved."""
+        if self.open_future is not None:
+            self.sealed.append((self.open_future, self.open_end))
+            self.open_future = None
+        return len(self.sealed) > 0
+
+    @property
+    def pending(self):
+        return self.open_future is not None or len(self.sealed) > 0
+
+    def take_covered(self, int64_t flushed, bint fail=False):
+        """Remove and return [(Future, end offset)] the durable offset `flushed` covers (the open
+        one too: a later request makes a new one); `fail`: the sealed ones not covered as well."""
+        cdef list done = []
+        cdef list keep
+        cdef tuple item
+        if self.sealed:
+            keep = []
+            for item in self.sealed:
+                if fail or <int64_t>item[1] <= flushed:
+                    done.append(item)
+                else:
+                    keep.append(item)
+            self.sealed = keep
+        if self.open_future is not None and self.open_end <= flushed:
+            done.append((self.open_future, self.open_end))
+            self.open_future = None
+        return done
 
 
 # --- the single-message put, end to end --------------------------------------------------------
@@ -1546,6 +1652,7 @@ cdef class SinglePutPath:
     cdef Py_ssize_t limit
     cdef object schedule_topic, index_append, index_builder, listeners, log_exception, properties_to_string
     cdef object request_flush
+    cdef GroupCommitFutures flush_futures
     cdef GroupCommitGate gate
     cdef int64_t sync_timeout_ms
     cdef object durable_result
@@ -1586,11 +1693,13 @@ cdef class SinglePutPath:
         """Refresh what may change while the store runs (tables are replaced by load()).
         `index_builder`: the store's IndexBuildService (its deque gets the index work), or None.
         `request_flush`: SYNC_FLUSH — records go to the segment's descriptor with pwrite (see
-        append_records_fd) and request_flush(end_offset, store_timestamp) gives the group-commit Future;
+        append_records_fd) and request_flush(end_offset, store_timestamp) (or a GroupCommitFutures
+        object, called natively) gives the group-commit Future;
         a blocking put (`defer_flush`) waits on `gate` (GIL released) for at most sync_timeout_ms,
         and `durable_result(result, gate status)` answers one that did not become durable."""
         self.enabled = enabled
         self.request_flush = request_flush
+        self.flush_futures = request_flush if isinstance(request_flush, GroupCommitFutures) else None
         self.gate = gate
         self.sync_timeout_ms = sync_timeout_ms
         self.durable_result = durable_result
@@ -1797,6 +1906,8 @@ cdef class SinglePutPath:
                 if gc == RMQ_GC_OK:
                     return result, None
                 return self.durable_result(result, gc), None
+            if self.flush_futures is not None:
+                return result, self.flush_futures.request_c(end, store_ts)
             return result, self.request_flush(end, store_ts)
         return result, None
 

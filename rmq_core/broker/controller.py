@@ -8,8 +8,6 @@ import logging
 import os
 import zlib
 
-import attrs
-
 from rmq_core.broker import cancel_and_wait
 from rmq_core.broker.client_manager import ConsumerManager, ProducerManager
 from rmq_core.broker.consumer_filter_manager import (
@@ -35,7 +33,7 @@ from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
 from rmq_core.remoting.server import RemotingServer
-from rmq_core.store import DefaultMessageStore, PutMessageStatus
+from rmq_core.store import DefaultMessageStore
 from rmq_core.store.config_file import ConsumerOffsetManager
 
 log = logging.getLogger("rmq.broker")
@@ -115,6 +113,7 @@ class BrokerController:
         self.schedule_service.load()
         self.timer_service.load()
         self.store.start()
+        self.store.attach_event_loop(self.loop)  # SYNC_FLUSH: this loop answers its group commits
 
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
                           ClientManageProcessor(self), AdminBrokerProcessor(self)):
@@ -160,6 +159,7 @@ class BrokerController:
             unregister_inproc_alias(self.broker_addr)
         self.servers.clear()
         self._persist_offsets_now()
+        self.store.detach_event_loop()
         await asyncio.to_thread(self.store.shutdown)
         log.info("The broker[%s, %s] shutdown OK", self.broker_config.broker_name, self.broker_addr)
 
@@ -237,20 +237,10 @@ class BrokerController:
         return self.schedule_service.redirect_if_delayed(self.timer_service.redirect_if_timer(inner, strict))
 
     async def put_message(self, inner):
-        result, fut = self.store.put_message_nowait(inner)
-        return await self._await_flush(result, fut)
+        return await self.store.put_message_async(inner)
 
     async def put_messages(self, batch):
-        result, fut = self.store.put_messages_nowait(batch)
-        return await self._await_flush(result, fut)
-
-    async def _await_flush(self, result, fut):
-        if fut is None or not result.is_ok():
-            return result
-        status = await asyncio.wrap_future(fut)
-        if status != PutMessageStatus.PUT_OK:
-            result = attrs.evolve(result, status=status)
-        return result
+        return await self.store.put_messages_async(batch)
 
     def _on_message_arriving(self, topic, queue_id, max_offset, tags_code=None, store_timestamp=None, properties=None):
         hold = self.pull_hold_service

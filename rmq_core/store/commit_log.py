@@ -271,6 +271,16 @@ class CommitLog:
                 self.on_flushed(ts)
         return flushed
 
+    @property
+    def flush_requests(self):
+        """What the native single put calls for durability: the group commit's Futures object
+        (no Python frame per put) - unless request_flush was replaced on this instance (a layer
+        wrapping it, e.g. one that also waits for a slave): then that, as the general path calls."""
+        fs = self.flush_service
+        if isinstance(fs, GroupCommitService) and "request_flush" not in self.__dict__:
+            return fs.futures
+        return self.request_flush
+
     def request_flush(self, next_offset: int, store_timestamp: int = 0) -> concurrent.futures.Future | None:
         """SYNC_FLUSH: a Future resolved with PUT_OK once bytes up to next_offset are durable
         (store_timestamp: of the record ending there, for the checkpoint)."""
@@ -433,7 +443,12 @@ class GroupCommitService(ServiceThread):
     wake-up, not a herd of threads queueing on the GIL.  Puts that arrive during a round are
     covered by the next one.  Python takes over for what the gate cannot do alone: a round that
     spans segments (after a roll), Futures of `put_message_nowait` (one per batch of requests,
-    resolved after the round that covers them), and bookkeeping (the checkpoint's timestamp)."""
+    resolved after the round that covers them), and bookkeeping (the checkpoint's timestamp).
+
+    With an event loop attached (`attach_loop`, the asyncio broker), that loop resolves the
+    Futures itself: the gate pings a descriptor the loop reads after each round that covers a
+    Future, and this thread keeps serving rounds back to back — it never waits for the GIL (held
+    by the loop while it puts) between two fdatasyncs."""
 
     name = "GroupCommitService"
     # How long the thread serves natively before it looks at the checkpoint timestamp again.
@@ -445,11 +460,11 @@ class GroupCommitService(ServiceThread):
         self.gate = native.GroupCommitGate()
         commit_log.mapped_file_queue.durable_gate = self.gate
         self._serve_natively = True
-        self._futures_lock = threading.Lock()
-        self._open: list | None = None  # [Future, largest end offset] taking requests
-        self._sealed: list = []  # [Future, end] whose requests the gate already has
+        # put_request's Futures (native; the GIL is their lock)
+        self.futures = native.GroupCommitFutures(self.gate, concurrent.futures.Future)
         self._python_rounds = 0
         self._checkpoint_ts = 0
+        self._attached = None  # (loop, read fd, write fd) while an event loop resolves the Futures
 
     @property
     def serve_natively(self) -> bool:
@@ -468,19 +483,43 @@ class GroupCommitService(ServiceThread):
 
     def put_request(self, next_offset: int, store_timestamp: int = 0) -> concurrent.futures.Future:
         """A Future resolved with PUT_OK once bytes below next_offset are durable (one Future is
-        shared by every request made until this thread next looks)."""
-        with self._futures_lock:
-            if self.is_stopped():
-                fut: concurrent.futures.Future = concurrent.futures.Future()
-                fut.set_result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
-                return fut
-            cur = self._open
-            if cur is None:
-                cur = self._open = [concurrent.futures.Future(), next_offset]
-            elif next_offset > cur[1]:
-                cur[1] = next_offset
-            self.gate.request(next_offset, store_timestamp, True)
-            return cur[0]
+        shared by every request made until a round covers them)."""
+        return self.futures.request(next_offset, store_timestamp)
+
+    def attach_loop(self, loop) -> None:
+        """From `loop`'s thread: that loop resolves put_request's Futures from now on (their
+        done-callbacks then run in the loop's thread).  Detach before the loop closes."""
+        if self._attached is not None:
+            raise RuntimeError("an event loop is already attached to the group commit")
+        rfd, wfd = _notify_descriptors()
+        try:
+            loop.add_reader(rfd, self._on_ping, rfd)
+        except BaseException:
+            _close_descriptors(rfd, wfd)
+            raise
+        self._attached = (loop, rfd, wfd)
+        self.futures.notify = True
+        self.gate.set_notify_fd(wfd)
+        self.gate.kick()  # a serve returning after each round for Futures stops doing so
+
+    def detach_loop(self) -> None:
+        """From the attached loop's thread: this thread resolves the Futures again."""
+        att = self._attached
+        if att is None:
+            return
+        self._attached = None
+        self.futures.notify = False
+        self.gate.set_notify_fd(-1)  # no write to the descriptor is under way once this returns
+        _forget_reader(att)
+        self._resolve_futures()
+        self.gate.kick()  # the serving thread looks at the Futures left (covered by a later round)
+
+    def _on_ping(self, rfd: int) -> None:
+        try:
+            os.read(rfd, 4096)
+        except (BlockingIOError, InterruptedError):
+            pass  # drained by an earlier call: the Futures are looked at anyway
+        self._resolve_futures()
 
     def await_flush(self, next_offset: int, timeout: float, store_timestamp: int = 0) -> PutMessageStatus:
         """Block (GIL released) until bytes below next_offset are durable."""
@@ -495,6 +534,18 @@ class GroupCommitService(ServiceThread):
         self.gate.request(self.commit_log.mapped_file_queue.get_max_offset(), 0)
 
     def shutdown(self, timeout: float = 30.0) -> None:
+        refused: concurrent.futures.Future = concurrent.futures.Future()
+        refused.set_result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        self.futures.refuse(refused)
+        att = self._attached
+        if att is not None:  # not detached by its loop: this thread answers the Futures left
+            self._attached = None
+            self.futures.notify = False
+            self.gate.set_notify_fd(-1)
+            try:
+                att[0].call_soon_threadsafe(_forget_reader, att)
+            except RuntimeError:  # that loop is closed: its reader went with it
+                _close_descriptors(att[1], att[2])
         self._stopped.set()
         self.gate.halt()
         super().shutdown(timeout)
@@ -502,20 +553,19 @@ class GroupCommitService(ServiceThread):
 
     def _seal(self) -> bool:
         """Requests made so far are in the gate: the round after this covers their Future."""
-        with self._futures_lock:
-            if self._open is not None:
-                self._sealed.append(self._open)
-                self._open = None
-            return bool(self._sealed)
+        return self.futures.seal()
 
     def _loop(self) -> None:
         gate = self.gate
         mfq = self.commit_log.mapped_file_queue
         while not self._stopped.is_set():
             try:
-                if self._seal():
-                    self._after_rounds()  # a round may already cover the requests just sealed
-                pending = bool(self._sealed)
+                if self._attached is not None:
+                    pending = False  # the loop resolves the Futures: serve without returning
+                else:
+                    if self._seal():
+                        self._after_rounds()  # a round may already cover the requests just sealed
+                    pending = self.futures.seal()
                 files = mfq.mapped_files
                 mf = files[-1] if files else None
                 fd = mf.fd if mf is not None and mf.fd is not None and self._serve_natively else -1
@@ -550,17 +600,15 @@ class GroupCommitService(ServiceThread):
             self._after_rounds(fail=True)
         return ok
 
-    def _after_rounds(self, fail: bool = False) -> None:
+    def _resolve_futures(self, fail: bool = False) -> None:
+        """Resolve the Futures the durable offset covers; `fail`: the sealed ones not covered
+        fail too (their round did)."""
         flushed = self.gate.flushed
-        done = []
-        with self._futures_lock:
-            if self._sealed:
-                keep = []
-                for item in self._sealed:
-                    (done if flushed >= item[1] or fail else keep).append(item)
-                self._sealed = keep
-        for fut, upto in done:
+        for fut, upto in self.futures.take_covered(flushed, fail):
             fut.set_result(PutMessageStatus.PUT_OK if flushed >= upto else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+
+    def _after_rounds(self, fail: bool = False) -> None:
+        self._resolve_futures(fail)
         ts = self.gate.flushed_timestamp
         if ts > self._checkpoint_ts:
             self._checkpoint_ts = ts
@@ -579,6 +627,32 @@ class GroupCommitService(ServiceThread):
         self._seal()
         self._flush_through_python()
         self._after_rounds(fail=True)  # a Future not covered by the final flush is answered too
+
+
+def _notify_descriptors() -> tuple[int, int]:
+    """(read, write) descriptors, non-blocking, for the gate to ping an event loop: one eventfd
+    where there is one, else a pipe."""
+    if hasattr(os, "eventfd"):
+        fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        return fd, fd
+    rfd, wfd = os.pipe()
+    os.set_blocking(rfd, False)
+    os.set_blocking(wfd, False)
+    return rfd, wfd
+
+
+def _close_descriptors(rfd: int, wfd: int) -> None:
+    os.close(rfd)
+    if wfd != rfd:
+        os.close(wfd)
+
+
+def _forget_reader(att) -> None:
+    loop, rfd, wfd = att
+    try:
+        loop.remove_reader(rfd)
+    finally:
+        _close_descriptors(rfd, wfd)
 
 
 def build_encoded_single(topic: str, topic_b: bytes, queue_id: int, flag: int, body: bytes, props_b: bytes,

@@ -3,6 +3,7 @@ background services (flush, consume-queue flush, retention), as RocketMQ's Defau
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import os
@@ -21,6 +22,7 @@ from rmq_core.message import (MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MessageCo
 from rmq_core.store.checkpoint import StoreCheckpoint
 from rmq_core.store.commit_log import CommitLog, EncodedMessages, build_encoded_single, now_ms
 from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueExt
+from rmq_core.store.flush_waits import FlushWaits
 from rmq_core.store.mapped_file import AllocateMappedFileService
 from rmq_core.store.service import ServiceThread
 from rmq_core.store.types import (AppendMessageResult, BatchAppendMessageResult, DispatchRequest, GetMessageResult,
@@ -83,6 +85,7 @@ class DefaultMessageStore:
             AppendMessageResult, PutMessageResult, PutMessageStatus.PUT_OK, TopicValidator.RMQ_SYS_SCHEDULE_TOPIC,
             log.exception, properties_to_string)
         self._fast_put = None  # the bound SinglePutPath.put while it may be used
+        self._flush_waits: FlushWaits | None = None  # await_durable_async's, for its event loop
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self):
@@ -314,7 +317,7 @@ class DefaultMessageStore:
         svc = self.commit_log.flush_service
         self._single_put.configure(ok, builder, self.arriving_listeners,
                                    min(cfg.max_message_size, self.commit_log.max_record_in_segment),
-                                   self.commit_log.request_flush if sync else None,
+                                   self.commit_log.flush_requests if sync else None,
                                    getattr(svc, "gate", None) if sync else None, cfg.sync_flush_timeout,
                                    self._durable_result)
         self._fast_put = self._single_put.put if ok else None
@@ -509,6 +512,57 @@ class DefaultMessageStore:
                 status = fut.result(timeout=timeout)
             except concurrent.futures.TimeoutError:
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return self._durable_answer(put_result, status)
+
+    # --- event loops (the asyncio broker) -----------------------------------------------------------
+    def attach_event_loop(self, loop=None) -> None:
+        """SYNC_FLUSH: the running event loop (or `loop`) resolves the group commit's Futures
+        from now on, so the commit thread serves fdatasync rounds back to back instead of waiting
+        for the GIL between them (GroupCommitService.attach_loop).  Call from the loop's thread and
+        detach before the loop closes.  Does nothing under ASYNC_FLUSH."""
+        fs = self.commit_log.flush_service
+        if hasattr(fs, "attach_loop"):
+            try:
+                fs.attach_loop(loop if loop is not None else asyncio.get_running_loop())
+            except NotImplementedError:  # a loop without add_reader: the commit thread answers
+                log.info("event loop %r cannot watch a descriptor; group commits answered by the commit thread",
+                         loop)
+
+    def detach_event_loop(self) -> None:
+        """From the attached loop's thread: the commit thread resolves the Futures again."""
+        fs = self.commit_log.flush_service
+        if hasattr(fs, "detach_loop"):
+            fs.detach_loop()
+
+    async def put_message_async(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        """put_message for a coroutine: under SYNC_FLUSH it awaits the group commit that covers
+        the put without blocking the loop (many puts in flight share one fdatasync)."""
+        result, fut = self.put_message_nowait(msg)
+        if fut is None:  # refused, or nothing to wait for
+            return result
+        status = await self._flush_waits_here().wait(fut)
+        return result if status is PutMessageStatus.PUT_OK else self._durable_answer(result, status)
+
+    async def put_messages_async(self, batch: MessageExtBatch) -> PutMessageResult:
+        result, fut = self.put_messages_nowait(batch)
+        return await self.await_durable_async(result, fut)
+
+    async def await_durable_async(self, put_result: PutMessageResult, fut) -> PutMessageResult:
+        """The answer to a put_message(s)_nowait once its group commit (`fut`, None when there is
+        nothing to wait for) is done."""
+        if fut is None or not put_result.is_ok():
+            return put_result
+        return self._durable_answer(put_result, await self._flush_waits_here().wait(fut))
+
+    def _flush_waits_here(self) -> FlushWaits:
+        """The FlushWaits of the loop running in this thread."""
+        waits = self._flush_waits
+        # the thread check first: asyncio.get_running_loop() costs a getpid() system call
+        if waits is None or waits.thread != threading.get_ident() or not waits.loop.is_running():
+            waits = self._flush_waits = FlushWaits(asyncio.get_running_loop(), self.config.sync_flush_timeout / 1000.0)
+        return waits
+
+    def _durable_answer(self, put_result: PutMessageResult, status: PutMessageStatus) -> PutMessageResult:
         if status is PutMessageStatus.PUT_OK:
             return put_result
         if status is PutMessageStatus.FLUSH_DISK_TIMEOUT:

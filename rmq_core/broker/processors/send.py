@@ -267,7 +267,7 @@ class SendMessageProcessor(Processor):
         return self._send_response(request, result, topic, queue_id)
 
     async def _finish_put(self, request, result, fut, topic, queue_id):
-        result = await self.ctrl._await_flush(result, fut)
+        result = await self.ctrl.store.await_durable_async(result, fut)
         return self._send_response(request, result, topic, queue_id)
 
     async def send_message(self, ctx, request):
