@@ -2,7 +2,8 @@
 
 `make bench` runs pytest-benchmark with --benchmark-json=.benchmarks/last.json, then this.  In each
 benchmark group the entry whose name contains "baseline" is the reference; every other entry is
-shown as ops/s and as a multiple of the baseline (>1 = faster than the baseline).  Benchmarks
+shown as ops/s and as a multiple of the baseline (>1 = faster than the baseline) - in records/s
+when both report `records_per_s`, else in rounds/s.  Benchmarks
 may attach figures of their own (records/s, MB/s, p99...) through `benchmark.extra_info`.
 """
 from __future__ import annotations
@@ -32,10 +33,19 @@ def main(path: str = DEFAULT) -> int:
         for b in sorted(benches, key=lambda b: b["name"]):
             ops = b["stats"]["ops"]
             med = b["stats"]["median"]
-            ratio = f"{ops / base['stats']['ops']:.2f}x" if base and b is not base else ("1.00x" if b is base else "-")
+            ratio = f"{_ratio(b, base):.2f}x" if base and b is not base else ("1.00x" if b is base else "-")
             extra = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted((b.get("extra_info") or {}).items()))
             print(f"{b['name']:<{width}} {ops:>14,.1f} {_fmt_time(med):>12} {ratio:>12}  {extra}")
     return 0
+
+
+def _ratio(b, base) -> float:
+    """b's rate over the baseline's: in records/s when both report them (a round of b may put
+    many records, one of the baseline's one), else in rounds/s."""
+    mine, theirs = ((x.get("extra_info") or {}).get("records_per_s") for x in (b, base))
+    if mine and theirs:
+        return mine / theirs
+    return b["stats"]["ops"] / base["stats"]["ops"]
 
 
 def _fmt(v):
