@@ -18,11 +18,12 @@ from rmq_core.store.types import PutMessageStatus
 
 
 class _Group:
-    __slots__ = ("waiters", "timer")
+    __slots__ = ("waiters", "timer", "settled")
 
     def __init__(self, waiter: asyncio.Future) -> None:
         self.waiters = [waiter]
         self.timer: asyncio.TimerHandle | None = None
+        self.settled = False  # answered: a waiter added now would never be
 
 
 class FlushWaits:
@@ -41,10 +42,10 @@ class FlushWaits:
         """An asyncio future resolved with `future`'s result (a PutMessageStatus), or with
         FLUSH_DISK_TIMEOUT after `timeout` seconds."""
         w = self.loop.create_future()
-        if future.done():
-            _settle(_Group(w), future)
-        elif future is self._future:
+        if future is self._future and not self._group.settled:  # the usual case: no lock taken
             self._group.waiters.append(w)
+        elif future.done():
+            _settle(_Group(w), future)
         else:
             self._future = future
             group = self._group = _Group(w)
@@ -64,6 +65,7 @@ class FlushWaits:
 
 
 def _settle(group: _Group, future: concurrent.futures.Future) -> None:
+    group.settled = True
     if group.timer is not None:
         group.timer.cancel()
     cancelled = future.cancelled()
@@ -80,7 +82,7 @@ def _settle(group: _Group, future: concurrent.futures.Future) -> None:
 
 
 def _expire(group: _Group) -> None:
-    group.timer = None
+    group.timer = None  # (not settled: the Future's own answer still comes, to nobody)
     for w in group.waiters:
         if not w.done():
             w.set_result(PutMessageStatus.FLUSH_DISK_TIMEOUT)

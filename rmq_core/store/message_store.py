@@ -537,7 +537,9 @@ class DefaultMessageStore:
     async def put_message_async(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         """put_message for a coroutine: under SYNC_FLUSH it awaits the group commit that covers
         the put without blocking the loop (many puts in flight share one fdatasync)."""
-        result, fut = self.put_message_nowait(msg)
+        fast = self._fast_put
+        r = fast(msg) if fast is not None else None
+        result, fut = r if r is not None else self._put_message_general(msg)
         if fut is None:  # refused, or nothing to wait for
             return result
         status = await self._flush_waits_here().wait(fut)
@@ -615,6 +617,10 @@ class DefaultMessageStore:
             r = fast(msg)
             if r is not None:
                 return r
+        return self._put_message_general(msg)
+
+    def _put_message_general(self, msg: MessageExtBrokerInner):
+        """put_message_nowait for what the native single put declines."""
         err = self._check_writable()
         if err:
             return err, None
