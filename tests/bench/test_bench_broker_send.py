@@ -8,6 +8,10 @@ Both sides read the answer frame the same way; `extra_info["p99_us"]` records th
 Pipelined group: PIPELINE sends written at once and all answers read back — the broker's native
 send lane beside the same broker with the lane off (RMQ_NATIVE_SEND=0, the general processor
 path) and beside the asyncio answer server; `extra_info["msgs_per_s"]` is the throughput.
+
+SYNC_FLUSH group: 16 sends in flight on one connection against a SYNC_FLUSH broker (each answered
+once its record is durable, each answer letting one more send go), against the raw fdatasync/s of
+one writer on the same disk (records/s compared).
 """
 import os
 import socket
@@ -199,6 +203,73 @@ def test_send_pipelined_broker_without_native_lane(benchmark, broker_without_lan
 @pytest.mark.benchmark(group="broker-send-pipelined-raw")
 def test_send_pipelined_broker_native_lane(benchmark, broker):
     _pipelined(benchmark, broker, _check_send)
+
+
+# --- SYNC_FLUSH: 16 sends in flight, each answered once durable -------------------------------------
+SYNC_WRITERS = 16
+SYNC_SENDS = 4000
+
+
+@pytest.fixture(scope="module")
+def sync_broker(tmp_path_factory):
+    cluster = NamesrvAndBroker(tmp_path_factory.mktemp("bench-send-sync"), broker_props={"flushDiskType": "SYNC_FLUSH"})
+    yield int(cluster.broker_addrs[0].rpartition(":")[2]), cluster.tmp_path
+    cluster.stop()
+
+
+@pytest.mark.benchmark(group="broker-sync-flush-16-in-flight")
+def test_sync_send_baseline_fdatasync(benchmark, sync_broker):
+    """One durable write at a time on the broker's disk: write 256 bytes + fdatasync."""
+    path = os.path.join(str(sync_broker[1]), "raw.log")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        def one():
+            os.write(fd, b"r" * 256)
+            os.fdatasync(fd)
+
+        benchmark.pedantic(one, rounds=300, warmup_rounds=5)
+    finally:
+        os.close(fd)
+    benchmark.extra_info["records_per_s"] = 1 / benchmark.stats.stats.median
+
+
+@pytest.mark.benchmark(group="broker-sync-flush-16-in-flight")
+def test_sync_send_broker_16_in_flight(benchmark, sync_broker):
+    """16 sync sends in flight on one connection, as 16 producers each waiting for its answer:
+    every answer (given once the record is durable) lets one more send go."""
+    frames = [_send_frame(i) for i in range(SYNC_SENDS + SYNC_WRITERS)]
+    s = _connect(sync_broker[0])
+    codes = set()
+
+    def run():
+        s.sendall(b"".join(frames[:SYNC_WRITERS]))
+        sent, got, buf = SYNC_WRITERS, 0, bytearray()
+        while got < sent:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            buf += chunk
+            answered = 0
+            while len(buf) >= 8:
+                (n,) = struct.unpack_from(">i", buf)
+                if len(buf) < 4 + n:
+                    break
+                codes.add(bytes(buf[8:8 + min(n - 4, 12)]).split(b",")[0])
+                del buf[:4 + n]
+                answered += 1
+            got += answered
+            more = min(answered, SYNC_SENDS - sent)
+            if more > 0:
+                s.sendall(b"".join(frames[sent:sent + more]))
+                sent += more
+
+    try:
+        run()  # warm-up: topic auto-creation and the send cache
+        benchmark.pedantic(run, rounds=7, warmup_rounds=1)
+    finally:
+        s.close()
+    assert codes == {b'{"code":0'}, codes  # every send answered SUCCESS (durable)
+    benchmark.extra_info["records_per_s"] = SYNC_SENDS / benchmark.stats.stats.median
 
 
 def test_bench_broker_send_file_is_importable():
