@@ -1,6 +1,8 @@
 """Fixtures for the store tests: small segments so roll-overs happen after a few records."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from rmq_core.config import FlushDiskType, MessageStoreConfig
@@ -62,3 +64,19 @@ def msg(topic="TopicA", queue_id=0, body=b"hello", tags=None, keys=None, **kw) -
     if keys is not None:
         props["KEYS"] = keys
     return MessageExtBrokerInner(topic=topic, queue_id=queue_id, body=body, properties=props, **kw)
+
+
+def hold_python_rounds(store, monkeypatch):
+    """Every group-commit round of `store` goes through commit_log.flush, which waits (up to 10 s)
+    for the returned `release` Event; `flushing` is set once a round is under way."""
+    release, flushing = threading.Event(), threading.Event()
+    real_flush = store.commit_log.flush
+
+    def held_flush(least_pages=0):
+        flushing.set()
+        release.wait(10)
+        return real_flush(least_pages)
+
+    monkeypatch.setattr(store.commit_log, "flush", held_flush)
+    monkeypatch.setattr(store.commit_log.flush_service, "serve_natively", False)
+    return release, flushing

@@ -17,7 +17,7 @@ from rmq_core.config import FlushDiskType
 from rmq_core.store import PutMessageStatus
 from rmq_core.store.flush_waits import FlushWaits
 
-from .conftest import msg
+from .conftest import hold_python_rounds, msg
 
 
 @pytest.fixture
@@ -27,23 +27,16 @@ def sync_store_1s(store_factory):
                          mapped_file_size_commit_log=4 * 1024 * 1024)
 
 
+@pytest.fixture
+def held_store(sync_store_1s, monkeypatch):
+    """(store, release, flushing): a SYNC_FLUSH store with a record in, whose group-commit rounds
+    wait for `release` (see hold_python_rounds)."""
+    assert sync_store_1s.put_message(msg()).is_ok()
+    return (sync_store_1s, *hold_python_rounds(sync_store_1s, monkeypatch))
+
+
 def _open_fds() -> set[int]:
     return {int(n) for n in os.listdir("/proc/self/fd")}
-
-
-def _hold_python_rounds(store, monkeypatch):
-    """Every round goes through commit_log.flush, which waits for the returned Event."""
-    gate, flushing = threading.Event(), threading.Event()
-    real_flush = store.commit_log.flush
-
-    def held_flush(least_pages=0):
-        flushing.set()
-        gate.wait(10)
-        return real_flush(least_pages)
-
-    monkeypatch.setattr(store.commit_log, "flush", held_flush)
-    monkeypatch.setattr(store.commit_log.flush_service, "serve_natively", False)
-    return gate, flushing
 
 
 def test_an_attached_loop_answers_many_writers_with_durable_puts(sync_store_1s):
@@ -122,10 +115,8 @@ def test_a_request_already_durable_is_answered_by_the_loop(sync_store_1s):
     assert loops.run(main()) is PutMessageStatus.PUT_OK
 
 
-def test_detaching_hands_unanswered_futures_back_to_the_commit_thread(sync_store_1s, monkeypatch):
-    s = sync_store_1s
-    assert s.put_message(msg()).is_ok()
-    hold, flushing = _hold_python_rounds(s, monkeypatch)
+def test_detaching_hands_unanswered_futures_back_to_the_commit_thread(held_store):
+    s, hold, flushing = held_store
 
     async def main():
         s.attach_event_loop()
@@ -179,10 +170,8 @@ def test_attaching_twice_is_refused_and_async_flush_ignores_it(store_factory):
     loops.run(main())
 
 
-def test_an_undurable_put_is_answered_flush_disk_timeout(sync_store_1s, monkeypatch):
-    s = sync_store_1s
-    assert s.put_message(msg()).is_ok()
-    hold, _ = _hold_python_rounds(s, monkeypatch)
+def test_an_undurable_put_is_answered_flush_disk_timeout(held_store):
+    s, hold, _ = held_store
 
     async def main():
         s.attach_event_loop()

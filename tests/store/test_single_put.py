@@ -12,7 +12,7 @@ from rmq_core.store import DefaultMessageStore, MessageExtBrokerInner, PutMessag
 from rmq_core.store.index import index_key_hash
 from rmq_core.store.types import record_fields
 
-from .conftest import make_config, msg
+from .conftest import hold_python_rounds, make_config, msg
 
 
 def _general_only(store: DefaultMessageStore) -> DefaultMessageStore:
@@ -167,18 +167,8 @@ def test_sync_flush_native_put_writes_through_the_descriptor_and_waits_for_group
 
 def test_one_group_commit_round_serves_every_put_queued_before_it(sync_store, monkeypatch):
     s = sync_store
-    svc = s.commit_log.flush_service
     assert s.put_message(msg()).is_ok()
-    gate, flushing = threading.Event(), threading.Event()
-    real_flush = s.commit_log.flush
-
-    def held_flush(least_pages=0):
-        flushing.set()
-        gate.wait(10)
-        return real_flush(least_pages)
-
-    monkeypatch.setattr(s.commit_log, "flush", held_flush)
-    monkeypatch.setattr(svc, "serve_natively", False)  # rounds through commit_log.flush, held above
+    gate, flushing = hold_python_rounds(s, monkeypatch)  # rounds through commit_log.flush, held
     first = s.put_message_nowait(msg(body=b"first"))[1]
     assert flushing.wait(10)  # the loop took round 1 and is flushing it
     futs = [s.put_message_nowait(msg(body=b"m%d" % i))[1] for i in range(20)]
