@@ -504,15 +504,20 @@ class GroupCommitService(ServiceThread):
 
     def detach_loop(self) -> None:
         """From the attached loop's thread: this thread resolves the Futures again."""
-        att = self._attached
+        att = self._unhook_loop()
         if att is None:
             return
-        self._attached = None
-        self.futures.notify = False
-        self.gate.set_notify_fd(-1)  # no write to the descriptor is under way once this returns
         _forget_reader(att)
         self._resolve_futures()
         self.gate.kick()  # the serving thread looks at the Futures left (covered by a later round)
+
+    def _unhook_loop(self):
+        """Stop pinging the attached loop: returns its (loop, read fd, write fd), or None."""
+        att, self._attached = self._attached, None
+        if att is not None:
+            self.futures.notify = False
+            self.gate.set_notify_fd(-1)  # no write to the descriptor is under way once this returns
+        return att
 
     def _on_ping(self, rfd: int) -> None:
         try:
@@ -537,11 +542,8 @@ class GroupCommitService(ServiceThread):
         refused: concurrent.futures.Future = concurrent.futures.Future()
         refused.set_result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         self.futures.refuse(refused)
-        att = self._attached
+        att = self._unhook_loop()
         if att is not None:  # not detached by its loop: this thread answers the Futures left
-            self._attached = None
-            self.futures.notify = False
-            self.gate.set_notify_fd(-1)
             try:
                 att[0].call_soon_threadsafe(_forget_reader, att)
             except RuntimeError:  # that loop is closed: its reader went with it
@@ -565,7 +567,7 @@ class GroupCommitService(ServiceThread):
                 else:
                     if self._seal():
                         self._after_rounds()  # a round may already cover the requests just sealed
-                    pending = self.futures.seal()
+                    pending = self._seal()
                 files = mfq.mapped_files
                 mf = files[-1] if files else None
                 fd = mf.fd if mf is not None and mf.fd is not None and self._serve_natively else -1

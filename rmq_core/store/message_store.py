@@ -537,7 +537,7 @@ class DefaultMessageStore:
     async def put_message_async(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         """put_message for a coroutine: under SYNC_FLUSH it awaits the group commit that covers
         the put without blocking the loop (many puts in flight share one fdatasync)."""
-        fast = self._fast_put
+        fast = self._fast_put  # put_message_nowait, inlined: one frame less per put on the loop
         r = fast(msg) if fast is not None else None
         result, fut = r if r is not None else self._put_message_general(msg)
         if fut is None:  # refused, or nothing to wait for

@@ -13,8 +13,9 @@ import pytest
 
 from rmq_core import loops
 from rmq_core._native import store_native
+from rmq_core.codec import encode_batch_body
 from rmq_core.config import FlushDiskType
-from rmq_core.store import PutMessageStatus
+from rmq_core.store import MessageExtBatch, PutMessageStatus
 from rmq_core.store.flush_waits import FlushWaits
 
 from .conftest import hold_python_rounds, msg
@@ -69,6 +70,27 @@ def test_an_attached_loop_answers_many_writers_with_durable_puts(sync_store_1s):
     loop_thread = loops.run(main())
     assert callback_threads == {loop_thread}
     assert sum(s.get_max_offset_in_queue("TopicA", q) for q in range(4)) == 16 * 25 + 2
+
+
+def test_batches_from_an_attached_loop_are_durable_when_answered(sync_store_1s):
+    s = sync_store_1s
+    svc = s.commit_log.flush_service
+
+    async def main():
+        s.attach_event_loop()
+        try:
+            async def batch(k):
+                body = encode_batch_body([(0, b"b%d-%d" % (k, i), {"UNIQ_KEY": "K%d-%d" % (k, i)}) for i in range(10)])
+                r = await s.put_messages_async(MessageExtBatch("TopicA", k % 2, body))
+                assert r.status is PutMessageStatus.PUT_OK and r.append_result.msg_num == 10
+                assert svc.gate.flushed >= r.append_result.wrote_offset + r.append_result.wrote_bytes
+
+            await asyncio.gather(*(batch(k) for k in range(8)))
+        finally:
+            s.detach_event_loop()
+
+    loops.run(main())
+    assert s.get_max_offset_in_queue("TopicA", 0) + s.get_max_offset_in_queue("TopicA", 1) == 80
 
 
 def test_requests_made_while_the_same_rounds_started_share_one_future(tmp_path):
