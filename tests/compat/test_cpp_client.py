@@ -178,7 +178,19 @@ def test_offsets_survive_consumer_restart(servers, home):
     got = [m["body"] for m in c.messages()]
     where = [(m["body"], m["queue_id"], m["queue_offset"]) for m in first_run + c.messages()]
     assert sorted(got) == sorted(m["body"] for m in second), (
-        f"committed messages were not replayed: (body, queue, offset) of both runs {where}; sent {sent_r2}")
+        f"committed messages were not replayed: (body, queue, offset) of both runs {where}; sent {sent_r2}; "
+        f"the C++ clients' offset lines: {_cpp_offset_log(home)}")
+
+
+def _cpp_offset_log(home) -> list[str]:
+    """What the C++ clients logged about offsets (where each consumer started a queue, what it
+    committed at shutdown): tells a broker-side loss from a client-side start."""
+    lines = []
+    for path in sorted((home / "logs" / "rocketmq-cpp").glob("*.log*")):
+        for line in path.read_text(errors="replace").splitlines():
+            if "CppRestart" in line and ("lastOffset" in line or "updateConsumeOffsetToBroker" in line):
+                lines.append(f"{path.name.split('_')[0]}: {line[:200]}")
+    return lines
 
 
 def test_pull_consumer_and_delay_level(servers, home):
