@@ -1,11 +1,12 @@
 """metricsExporterType=PROM on real `rmq namesrv` + `rmq broker` processes: scraped over HTTP
 after real sends and consumption, parsed with prometheus_client's parser."""
+import logging
 import threading
 import urllib.request
 
 import pytest
 
-from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
+from rmq_core import ConsumeStatus, LocalTransactionState, Message, Producer, PushConsumer, TransactionProducer
 from tests.client.conftest import FAST, FAST_CONSUMER, wait_until
 from tests.servers import NamesrvAndBroker, RmqProcess, free_port, write_conf
 
@@ -108,6 +109,46 @@ def test_messages_in_out_and_lag_scraped_after_real_traffic(prom_cluster):
                  response_code="success") >= 1
 
 
+class _TxListener:
+    def execute_local_transaction(self, msg, arg):
+        return arg
+
+    def check_local_transaction(self, msg):
+        return LocalTransactionState.COMMIT_MESSAGE
+
+
+def test_dlq_commit_and_rollback_counters(prom_cluster):
+    ns = prom_cluster.namesrv
+    with Producer("PG_METRICS_DLQ", namesrv=ns, **FAST) as p:
+        p.send(Message("MetricsPoison", b"poison"))
+    failed = []
+    c = PushConsumer("CG_METRICS_DLQ", namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                     max_reconsume_times=0, **FAST_CONSUMER)  # the first failure dead-letters it
+    c.subscribe("MetricsPoison", "*")
+    c.register_message_listener(lambda msgs: failed.extend(msgs) or ConsumeStatus.RECONSUME_LATER)
+    with c:
+        wait_until(lambda: "rocketmq_send_to_dlq_messages_total" in scrape(prom_cluster.metrics_port),
+                   what="a message dead-lettered")
+    m = scrape(prom_cluster.metrics_port)
+    assert value(m, "rocketmq_send_to_dlq_messages_total", topic="MetricsPoison", consumer_group="CG_METRICS_DLQ") == 1
+
+    with TransactionProducer("PG_METRICS_TX", namesrv=ns, transaction_listener=_TxListener(), **FAST) as p:
+        for state in (LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.COMMIT_MESSAGE,
+                      LocalTransactionState.ROLLBACK_MESSAGE):
+            p.send_message_in_transaction(Message("MetricsTx", b"tx"), arg=state)
+
+    def ended():  # END_TRANSACTION is oneway: counted once the broker handled it
+        m = scrape(prom_cluster.metrics_port)
+        return ("rocketmq_rollback_messages_total" in m
+                and value(m, "rocketmq_commit_messages_total", topic="MetricsTx") == 2)
+
+    wait_until(ended, what="2 commits and a rollback counted")
+    m = scrape(prom_cluster.metrics_port)
+    assert value(m, "rocketmq_rollback_messages_total", topic="MetricsTx") == 1
+    # as RocketMQ counts them: each half message under its topic when sent, not again at commit
+    assert value(m, "rocketmq_messages_in_total", topic="MetricsTx") == 3
+
+
 def test_lag_counts_what_a_group_has_not_consumed(tmp_path):
     from rmq_core import standalone
     from rmq_core.broker.metrics import BrokerMetrics
@@ -150,3 +191,17 @@ def test_unknown_exporter_type_stops_the_broker_with_one_line(tmp_path):
         assert err == ["rmq broker: error: unknown metrics exporter 'STATSD'; available: LOG, PROM"], b.lines
     finally:
         ns.terminate()
+
+
+def test_log_exporter_writes_the_snapshot(tmp_path, caplog):
+    from rmq_core import standalone
+
+    caplog.set_level(logging.INFO, logger="rmq.metrics")
+    conf = {"metricsExporterType": "log", "metricsLoggingExporterIntervalInMills": "100"}
+    with standalone(store=str(tmp_path / "store"), config=conf) as cluster:
+        with Producer("PG_LOGM", namesrv=cluster.namesrv) as p:
+            for _ in range(3):
+                p.send(Message("LogMetrics", b"x"))
+        wait_until(lambda: any('rocketmq_messages_in{cluster="DefaultCluster",node_type="broker",node_id="broker-a",'
+                               'topic="LogMetrics"} 3' in r.getMessage() for r in caplog.records),
+                   what="the LOG exporter's line for LogMetrics")
