@@ -17,6 +17,7 @@ from rmq_core.broker.lock_manager import RebalanceLockManager
 from rmq_core.broker.metrics import BrokerMetrics
 from rmq_core.broker.long_polling import PullRequestHoldService
 from rmq_core.broker.processors.admin import AdminBrokerProcessor
+from rmq_core.broker.processors.admin_ext import AdminExtProcessor
 from rmq_core.broker.processors.client import ClientManageProcessor
 from rmq_core.broker.processors.pull import PullMessageProcessor
 from rmq_core.broker.processors.send import SendMessageProcessor
@@ -120,7 +121,7 @@ class BrokerController:
         self.store.attach_event_loop(self.loop)  # SYNC_FLUSH: this loop answers its group commits
 
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
-                          ClientManageProcessor(self), AdminBrokerProcessor(self)):
+                          ClientManageProcessor(self), AdminBrokerProcessor(self), AdminExtProcessor(self)):
             for server in self.servers:
                 processor.register(server)
         for server in self.servers:

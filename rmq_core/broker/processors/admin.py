@@ -139,11 +139,21 @@ class AdminBrokerProcessor(Processor):
         if tc is None or not group:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"[reset-offset] topic {topic!r} does not exist or no group")
         table = {}
-        for qid in range(tc.read_queue_nums):
+        queue_id, offset = request.get_int("queueId", -1), request.get_int("offset", -1)
+        if queue_id is not None and queue_id >= 0:
+            # RocketMQ 5's per-queue form: one queue to an explicit offset (skipping a poison message)
+            if queue_id >= tc.read_queue_nums or offset is None or offset < 0:
+                return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                             f"[reset-offset] bad queueId {queue_id} / offset {offset} for topic {topic}")
+            table[queue_id] = offset
+        for qid in range(tc.read_queue_nums) if not table else ():
             if ts is None or ts < 0:
                 off = ctrl.store.get_max_offset_in_queue(topic, qid)
             else:
                 off = ctrl.store.get_offset_in_queue_by_time(topic, qid, ts)
+            current = ctrl.offset_manager.query_offset(group, topic, qid)
+            if not request.get_bool("isForce", True) and 0 <= current < off:
+                off = current  # without force a reset only moves a group back (Broker2Client.resetOffset)
             table[qid] = off
         ctrl.offset_manager.reset_offsets(group, topic, table)
         await ctrl.notify_reset_offset(group, topic, ts, table)
