@@ -81,16 +81,21 @@ class ProcessorTable:
             self.dispatch = self._timed_dispatch
 
     def _timed_dispatch(self, ctx: "ChannelContext", request: RemotingCommand):
+        recorder = self.rpc_latency
         t0 = _monotonic()
         response = ProcessorTable.dispatch(self, ctx, request)
+        if recorder is None:
+            return response
         if type(response) is _CoroutineType:
-            return self._timed_finish(response, request.code, t0)
-        self.rpc_latency.observe(request.code, response.code if response is not None else 0, _monotonic() - t0)
+            # (the recorder taken now: a held pull may finish after the exporter stopped)
+            return self._timed_finish(response, request.code, t0, recorder)
+        recorder.observe(request.code, response.code if response is not None else 0, _monotonic() - t0)
         return response
 
-    async def _timed_finish(self, coro, code: int, t0: float):
+    @staticmethod
+    async def _timed_finish(coro, code: int, t0: float, recorder):
         response = await coro
-        self.rpc_latency.observe(code, response.code if response is not None else 0, _monotonic() - t0)
+        recorder.observe(code, response.code if response is not None else 0, _monotonic() - t0)
         return response
 
     async def run(self, ctx: "ChannelContext", request: RemotingCommand) -> RemotingCommand | None:

@@ -194,6 +194,8 @@ def test_unknown_exporter_type_stops_the_broker_with_one_line(tmp_path):
 
 
 def test_log_exporter_writes_the_snapshot(tmp_path, caplog):
+    import gc
+
     from rmq_core import standalone
 
     caplog.set_level(logging.INFO, logger="rmq.metrics")
@@ -205,3 +207,12 @@ def test_log_exporter_writes_the_snapshot(tmp_path, caplog):
         wait_until(lambda: any('rocketmq_messages_in{cluster="DefaultCluster",node_type="broker",node_id="broker-a",'
                                'topic="LogMetrics"} 3' in r.getMessage() for r in caplog.records),
                    what="the LOG exporter's line for LogMetrics")
+        # a consumer's long-polling pulls are still held when the broker stops (and its exporter
+        # with it): they are answered without the timing failing
+        c = PushConsumer("CG_LOGM", namesrv=cluster.namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **FAST_CONSUMER)
+        c.subscribe("LogMetrics", "*")
+        c.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+        with c:
+            wait_until(lambda: cluster.broker.pull_hold_service.held_count() > 0, what="a held pull")
+    gc.collect()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
