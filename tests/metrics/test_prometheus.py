@@ -1,6 +1,7 @@
 """metricsExporterType=PROM on real `rmq namesrv` + `rmq broker` processes: scraped over HTTP
 after real sends and consumption, parsed with prometheus_client's parser."""
 import logging
+import socket
 import threading
 import urllib.request
 
@@ -189,6 +190,19 @@ def test_unknown_exporter_type_stops_the_broker_with_one_line(tmp_path):
         b._reader.join(5)
         err = [l for l in b.lines if "error" in l]
         assert err == ["rmq broker: error: unknown metrics exporter 'STATSD'; available: LOG, PROM"], b.lines
+
+        with socket.socket() as taken:  # the exporter's port in use: one line naming it
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            conf = write_conf(tmp_path / "b2.conf", {"listenPort": free_port(), "storePathRootDir": tmp_path / "s2",
+                                                     "metricsExporterType": "PROM", "metricsPromExporterPort": port})
+            b = RmqProcess(["broker", "-n", f"127.0.0.1:{ns_port}", "-c", conf, "--listen-host", "127.0.0.1"])
+            assert b.proc.wait(60) == 2
+            b._reader.join(5)
+        err = [l for l in b.lines if "error" in l]
+        assert len(err) == 1 and err[0].startswith(
+            f"rmq broker: error: metricsExporterType=PROM: cannot listen on 127.0.0.1:{port}: "), b.lines
     finally:
         ns.terminate()
 
