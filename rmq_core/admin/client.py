@@ -579,9 +579,11 @@ class AdminClient:
              for g, stats in item.items()} for item in d.get("consumeStatsList") or []]
         return d
 
-    def reset_offset_by_time(self, topic: str, group: str, timestamp: int, force: bool = True) -> list[OffsetReset]:
+    def reset_offset_by_time(self, topic: str, group: str, timestamp: int, force: bool = True, *,
+                             on_broker: Callable[[str], None] | None = None) -> list[OffsetReset]:
         """INVOKE_BROKER_TO_RESET_OFFSET on every broker of the topic: the group's offsets move to the
-        first message stored at/after `timestamp` (ms; -1 = the queue ends), live members are told."""
+        first message stored at/after `timestamp` (ms; -1 = the queue ends), live members are told.
+        Without force a queue only moves back.  on_broker(broker name) after each broker is done."""
         self.topic_route(topic)
         out = []
         for name, addr in self.topic_master_addrs(topic):
@@ -594,6 +596,8 @@ class AdminClient:
                 out.extend(self._reset_offsets_in_broker(addr, name, topic, group, timestamp))
             else:
                 out.extend(parse_mq_offset_table(r.body))
+            if on_broker is not None:
+                on_broker(name)
         return sorted(out, key=lambda o: (o.broker_name, o.queue_id))
 
     def _reset_offsets_in_broker(self, addr, broker_name, topic, group, timestamp) -> list[OffsetReset]:
@@ -761,6 +765,31 @@ class AdminClient:
         if not msgs:
             raise AdminError(f"no message with unique key {uniq_key!r} in topic {topic!r}")
         return msgs[0]
+
+    def message_track(self, msg) -> list[tuple[str, str]]:
+        """Per consumer group of the message's topic: CONSUMED (the group's offset of the queue is
+        past it), NOT_CONSUME_YET, or NOT_ONLINE when no member is connected (MessageTrack)."""
+        out = []
+        try:
+            groups = self.topic_consumed_by(msg.topic)
+        except AdminError:
+            return out
+        for g in groups:
+            try:
+                stats = self.consume_stats(g, msg.topic)
+            except AdminError:
+                out.append((g, "UNKNOWN"))
+                continue
+            q = next((q for q in stats.queues if q.broker_name == msg.broker_name and q.queue_id == msg.queue_id), None)
+            if q is not None and q.consumer_offset > msg.queue_offset:
+                out.append((g, "CONSUMED"))
+                continue
+            try:
+                self.consumer_connection(g)
+                out.append((g, "NOT_CONSUME_YET"))
+            except AdminError:
+                out.append((g, "NOT_ONLINE"))
+        return out
 
     def send_message(self, topic: str, body: bytes, *, tags: str | None = None, keys: str | None = None,
                      broker_name: str | None = None, queue_id: int | None = None,
