@@ -146,12 +146,8 @@ _PULL_STATUS = {ResponseCode.SUCCESS: "FOUND", ResponseCode.PULL_NOT_FOUND: "NO_
 
 def _parse_props_text(body: bytes | None) -> dict[str, str]:
     """A `key=value` per line body (GET_BROKER_CONFIG, GET_NAMESRV_CONFIG)."""
-    out = {}
-    for line in (body or b"").decode("utf-8", "replace").splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and not key.lstrip().startswith("#"):
-            out[key.strip()] = value.strip()
-    return out
+    from rmq_core.config import parse_properties
+    return parse_properties((body or b"").decode("utf-8", "replace"), "config answer")
 
 
 # fastjson writes Map<MessageQueue, Long> with object keys: {{"brokerName":..,"queueId":..,"topic":..}:12}
@@ -512,11 +508,9 @@ class AdminClient:
         return False
 
     def consumer_groups(self) -> list[str]:
-        """Groups known to the cluster: the owners of %RETRY% topics, plus configured groups."""
-        groups = {t[len(MixAll.RETRY_GROUP_TOPIC_PREFIX):] for t in self.topic_list() if MixAll.is_retry_topic(t)}
-        for addr in self.master_addrs():
-            groups.update(g for g in self.subscription_groups(addr))
-        return sorted(groups)
+        """The consumer groups of the cluster as mqadmin finds them: the owners of %RETRY% topics
+        (every group that has consumed in clustering mode)."""
+        return sorted(t[len(MixAll.RETRY_GROUP_TOPIC_PREFIX):] for t in self.topic_list() if MixAll.is_retry_topic(t))
 
     def consumer_connection(self, group: str) -> ConsumerConnection:
         """GET_CONSUMER_CONNECTION_LIST from the masters, merged; a group with no live member raises."""

@@ -68,9 +68,9 @@ class Output:
             t.add_column(c, justify="right" if numeric else "left", overflow="fold")
         for r in rows:
             t.add_row(*[_cell(v) for v in r])
-        self.console.print(t)
+        self._emit(t)
         for line in footer:
-            self.console.print(line)
+            self._emit(line, markup=False)
 
     def record(self, fields: Sequence[tuple[str, Any]], *, title: str | None = None) -> None:
         """One object shown vertically (label: value), as mqadmin prints a message; with --json it
@@ -85,14 +85,23 @@ class Output:
         for k, v in fields:
             t.add_row(f"{k}:", _cell(v))
         if title:
-            self.console.print(title, markup=False)
-        self.console.print(t)
-        self.console.print()
+            self._emit(title, markup=False)
+        self._emit(t)
+        self._emit("")
 
     def message(self, text: str) -> None:
         """A line for people (e.g. "create topic to X success."); not part of the JSON."""
         if not self.as_json:
-            self.console.print(text, markup=False)
+            self._emit(text, markup=False)
+
+    def _emit(self, renderable, **kw) -> None:
+        console = self.console
+        if console.is_terminal:
+            console.print(renderable, **kw)
+            return
+        with console.capture() as cap:  # a pipe or file: no padding spaces at line ends
+            console.print(renderable, **kw)
+        self.stdout.write("\n".join(line.rstrip() for line in cap.get().split("\n")))
 
     def finish(self) -> None:
         if self.as_json:
@@ -106,8 +115,9 @@ class Output:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
         console = Console(file=self.stderr)
+        # (only on a terminal: a log file gets no bar redraws; FORCE_COLOR=1 forces it)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=True, disable=not console.is_terminal and total is not None and total < 0) as p:
+                      console=console, transient=True, disable=not console.is_terminal) as p:
             task = p.add_task(description, total=total)
 
             def advance(n: int = 1, *, completed: int | None = None, total: int | None = None) -> None:

@@ -435,6 +435,12 @@ def test_as_subprocess_with_namesrv_from_environment(ns, broker):
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert sum(row["max_offset"] for row in json.loads(r.stdout)) == 2
+    # a long operation draws a progress bar on stderr (a terminal's; FORCE_COLOR makes rich draw it here)
+    r = subprocess.run([sys.executable, "-m", "rmq_core.cli", "admin", "printMsg", "-t", "AdmProc", "--json"],
+                       capture_output=True, text=True, env={**env, "FORCE_COLOR": "1"}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)) == 2
+    assert "printMsg" in r.stderr and "2/2" in r.stderr
     r = subprocess.run([sys.executable, "-m", "rmq_core.cli", "admin", "consumerProgress", "-g", "NoSuchGroup"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 1 and r.stdout == ""
