@@ -710,7 +710,8 @@ class AdminClient:
         except (ValueError, RMQError):
             addr = None
         # (a unique id is 32 hex characters too: it decodes as an address no broker has)
-        if addr is not None and addr in {b.addr for b in self.brokers()}:
+        on_broker = addr is not None and addr in {b.addr for b in self.brokers()}
+        if on_broker:
             r = self.invoke(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset}, what=f"view message {msg_id}")
             if r.code == ResponseCode.SUCCESS and r.body:
                 from rmq_core.codec import decode_messages
@@ -718,7 +719,10 @@ class AdminClient:
                 if msgs and (topic is None or msgs[0].topic == topic):
                     return self._named(msgs[0], addr)
         if topic is None:
-            raise AdminError(f"message {msg_id!r} not found: not an offset message id; give -t TOPIC to look it up as a unique key")
+            if on_broker:
+                raise AdminError(f"message {msg_id!r} not found: broker {addr} has no message at commit-log offset {offset}")
+            raise AdminError(f"message {msg_id!r} not found: not an offset message id of a live broker; "
+                             "give -t TOPIC to look it up as a unique key")
         return self.query_message_by_unique_key(topic, msg_id)
 
     def _named(self, msg, addr: str):
