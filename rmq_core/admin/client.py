@@ -555,7 +555,7 @@ class AdminClient:
                             {"consumerGroup": group, "clientId": client_id, "jstackEnable": False},
                             what=f"get running info of {client_id}")
             if r.code == ResponseCode.SUCCESS and r.body:
-                return loads_lenient(r.body)
+                return _running_info(r.body)
             errors.append(r.remark or f"code {r.code}")
         raise AdminError(f"running info of consumer {client_id!r} in group {group!r}: {'; '.join(errors) or 'no broker'}")
 
@@ -931,6 +931,27 @@ def _stats_body(body) -> tuple[dict, list[tuple[dict, dict]]]:
     rows = [({"topic": r["topic"], "brokerName": r["brokerName"], "queueId": r["queueId"]}, r)
             for r in table] if isinstance(table, list) else []
     return (d if isinstance(d, dict) else {}), rows
+
+
+def _running_info(body) -> dict:
+    """ConsumerRunningInfo: rmq clients send plain JSON (mqTable a list); a Java client's fastjson
+    body keys mqTable by MessageQueue objects, so its rows and properties are read with regexes."""
+    try:
+        return loads_lenient(body)
+    except RMQError:
+        pass
+    text = bytes(body).decode("utf-8", "replace")
+    props = re.search(r'"properties":(\{[^{}]*\})', text)
+    subs = re.search(r'"subscriptionSet":(\[[^\]]*\])', text)
+    out = {"properties": json.loads(props.group(1)) if props else {}, "mqTable": []}
+    try:
+        out["subscriptionSet"] = json.loads(subs.group(1)) if subs else []
+    except ValueError:
+        out["subscriptionSet"] = []
+    for m in _JAVA_ROW.finditer(text):
+        out["mqTable"].append({"brokerName": m.group(1), "queueId": int(m.group(2)), "topic": m.group(3),
+                               **json.loads(m.group(4))})
+    return out
 
 
 _JAVA_ROW = re.compile(r'\{"brokerName":"((?:[^"\\]|\\.)*)","queueId":(\d+),"topic":"((?:[^"\\]|\\.)*)"\}:(\{[^{}]*\})')

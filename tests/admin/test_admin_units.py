@@ -51,3 +51,15 @@ def test_json_output_is_the_table_rows(capsys):
     import json
     assert json.loads(capsys.readouterr().out) == [{"broker_name": "broker-a", "qid": 0, "max_offset": 5},
                                                    {"broker_name": "broker-a", "qid": 1, "max_offset": 7}]
+
+
+def test_java_consumer_running_info_is_read():
+    from rmq_core.admin.client import _running_info
+    body = (b'{"jstack":"","mqTable":{{"brokerName":"broker-a","queueId":1,"topic":"T"}:{"cachedMsgCount":2,'
+            b'"commitOffset":40,"locked":false}},"properties":{"consumeType":"CONSUME_PASSIVELY","messageModel":'
+            b'"CLUSTERING"},"statusTable":{},"subscriptionSet":[{"subString":"*","topic":"T"}]}')
+    info = _running_info(body)
+    assert info["properties"]["messageModel"] == "CLUSTERING"
+    assert info["subscriptionSet"] == [{"subString": "*", "topic": "T"}]
+    assert info["mqTable"] == [{"brokerName": "broker-a", "queueId": 1, "topic": "T", "cachedMsgCount": 2,
+                                "commitOffset": 40, "locked": False}]
