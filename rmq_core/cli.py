@@ -1,4 +1,4 @@
-"""`rmq` command line: namesrv, broker, standalone (and admin later).
+"""`rmq` command line: namesrv, broker, standalone, admin (mqadmin's commands, rmq_core/admin/).
 
 Each server command prints RocketMQ's boot line once it accepts connections, stops cleanly on
 SIGTERM/SIGINT (flush, checkpoint, abort marker removed) and exits non-zero with one clear line on
@@ -159,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--listen", default="127.0.0.1:8080", help="host:port to serve on (default 127.0.0.1:8080)")
     db.set_defaults(fn=_cmd_dashboard)
 
+    from rmq_core.admin.commands import add_parsers  # (rich is imported only when a command prints)
+    add_parsers(sub)
     return p
 
 

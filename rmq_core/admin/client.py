@@ -146,12 +146,8 @@ _PULL_STATUS = {ResponseCode.SUCCESS: "FOUND", ResponseCode.PULL_NOT_FOUND: "NO_
 
 def _parse_props_text(body: bytes | None) -> dict[str, str]:
     """A `key=value` per line body (GET_BROKER_CONFIG, GET_NAMESRV_CONFIG)."""
-    out = {}
-    for line in (body or b"").decode("utf-8", "replace").splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and not key.lstrip().startswith("#"):
-            out[key.strip()] = value.strip()
-    return out
+    from rmq_core.config import parse_properties
+    return parse_properties((body or b"").decode("utf-8", "replace"), "config answer")
 
 
 # fastjson writes Map<MessageQueue, Long> with object keys: {{"brokerName":..,"queueId":..,"topic":..}:12}
@@ -512,11 +508,9 @@ class AdminClient:
         return False
 
     def consumer_groups(self) -> list[str]:
-        """Groups known to the cluster: the owners of %RETRY% topics, plus configured groups."""
-        groups = {t[len(MixAll.RETRY_GROUP_TOPIC_PREFIX):] for t in self.topic_list() if MixAll.is_retry_topic(t)}
-        for addr in self.master_addrs():
-            groups.update(g for g in self.subscription_groups(addr))
-        return sorted(groups)
+        """The consumer groups of the cluster as mqadmin finds them: the owners of %RETRY% topics
+        (every group that has consumed in clustering mode)."""
+        return sorted(t[len(MixAll.RETRY_GROUP_TOPIC_PREFIX):] for t in self.topic_list() if MixAll.is_retry_topic(t))
 
     def consumer_connection(self, group: str) -> ConsumerConnection:
         """GET_CONSUMER_CONNECTION_LIST from the masters, merged; a group with no live member raises."""
@@ -561,7 +555,7 @@ class AdminClient:
                             {"consumerGroup": group, "clientId": client_id, "jstackEnable": False},
                             what=f"get running info of {client_id}")
             if r.code == ResponseCode.SUCCESS and r.body:
-                return loads_lenient(r.body)
+                return _running_info(r.body)
             errors.append(r.remark or f"code {r.code}")
         raise AdminError(f"running info of consumer {client_id!r} in group {group!r}: {'; '.join(errors) or 'no broker'}")
 
@@ -579,9 +573,11 @@ class AdminClient:
              for g, stats in item.items()} for item in d.get("consumeStatsList") or []]
         return d
 
-    def reset_offset_by_time(self, topic: str, group: str, timestamp: int, force: bool = True) -> list[OffsetReset]:
+    def reset_offset_by_time(self, topic: str, group: str, timestamp: int, force: bool = True, *,
+                             on_broker: Callable[[str], None] | None = None) -> list[OffsetReset]:
         """INVOKE_BROKER_TO_RESET_OFFSET on every broker of the topic: the group's offsets move to the
-        first message stored at/after `timestamp` (ms; -1 = the queue ends), live members are told."""
+        first message stored at/after `timestamp` (ms; -1 = the queue ends), live members are told.
+        Without force a queue only moves back.  on_broker(broker name) after each broker is done."""
         self.topic_route(topic)
         out = []
         for name, addr in self.topic_master_addrs(topic):
@@ -594,6 +590,8 @@ class AdminClient:
                 out.extend(self._reset_offsets_in_broker(addr, name, topic, group, timestamp))
             else:
                 out.extend(parse_mq_offset_table(r.body))
+            if on_broker is not None:
+                on_broker(name)
         return sorted(out, key=lambda o: (o.broker_name, o.queue_id))
 
     def _reset_offsets_in_broker(self, addr, broker_name, topic, group, timestamp) -> list[OffsetReset]:
@@ -712,7 +710,8 @@ class AdminClient:
         except (ValueError, RMQError):
             addr = None
         # (a unique id is 32 hex characters too: it decodes as an address no broker has)
-        if addr is not None and addr in {b.addr for b in self.brokers()}:
+        on_broker = addr is not None and addr in {b.addr for b in self.brokers()}
+        if on_broker:
             r = self.invoke(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset}, what=f"view message {msg_id}")
             if r.code == ResponseCode.SUCCESS and r.body:
                 from rmq_core.codec import decode_messages
@@ -720,7 +719,10 @@ class AdminClient:
                 if msgs and (topic is None or msgs[0].topic == topic):
                     return self._named(msgs[0], addr)
         if topic is None:
-            raise AdminError(f"message {msg_id!r} not found: not an offset message id; give -t TOPIC to look it up as a unique key")
+            if on_broker:
+                raise AdminError(f"message {msg_id!r} not found: broker {addr} has no message at commit-log offset {offset}")
+            raise AdminError(f"message {msg_id!r} not found: not an offset message id of a live broker; "
+                             "give -t TOPIC to look it up as a unique key")
         return self.query_message_by_unique_key(topic, msg_id)
 
     def _named(self, msg, addr: str):
@@ -761,6 +763,31 @@ class AdminClient:
         if not msgs:
             raise AdminError(f"no message with unique key {uniq_key!r} in topic {topic!r}")
         return msgs[0]
+
+    def message_track(self, msg) -> list[tuple[str, str]]:
+        """Per consumer group of the message's topic: CONSUMED (the group's offset of the queue is
+        past it), NOT_CONSUME_YET, or NOT_ONLINE when no member is connected (MessageTrack)."""
+        out = []
+        try:
+            groups = self.topic_consumed_by(msg.topic)
+        except AdminError:
+            return out
+        for g in groups:
+            try:
+                stats = self.consume_stats(g, msg.topic)
+            except AdminError:
+                out.append((g, "UNKNOWN"))
+                continue
+            q = next((q for q in stats.queues if q.broker_name == msg.broker_name and q.queue_id == msg.queue_id), None)
+            if q is not None and q.consumer_offset > msg.queue_offset:
+                out.append((g, "CONSUMED"))
+                continue
+            try:
+                self.consumer_connection(g)
+                out.append((g, "NOT_CONSUME_YET"))
+            except AdminError:
+                out.append((g, "NOT_ONLINE"))
+        return out
 
     def send_message(self, topic: str, body: bytes, *, tags: str | None = None, keys: str | None = None,
                      broker_name: str | None = None, queue_id: int | None = None,
@@ -904,6 +931,27 @@ def _stats_body(body) -> tuple[dict, list[tuple[dict, dict]]]:
     rows = [({"topic": r["topic"], "brokerName": r["brokerName"], "queueId": r["queueId"]}, r)
             for r in table] if isinstance(table, list) else []
     return (d if isinstance(d, dict) else {}), rows
+
+
+def _running_info(body) -> dict:
+    """ConsumerRunningInfo: rmq clients send plain JSON (mqTable a list); a Java client's fastjson
+    body keys mqTable by MessageQueue objects, so its rows and properties are read with regexes."""
+    try:
+        return loads_lenient(body)
+    except RMQError:
+        pass
+    text = bytes(body).decode("utf-8", "replace")
+    props = re.search(r'"properties":(\{[^{}]*\})', text)
+    subs = re.search(r'"subscriptionSet":(\[[^\]]*\])', text)
+    out = {"properties": json.loads(props.group(1)) if props else {}, "mqTable": []}
+    try:
+        out["subscriptionSet"] = json.loads(subs.group(1)) if subs else []
+    except ValueError:
+        out["subscriptionSet"] = []
+    for m in _JAVA_ROW.finditer(text):
+        out["mqTable"].append({"brokerName": m.group(1), "queueId": int(m.group(2)), "topic": m.group(3),
+                               **json.loads(m.group(4))})
+    return out
 
 
 _JAVA_ROW = re.compile(r'\{"brokerName":"((?:[^"\\]|\\.)*)","queueId":(\d+),"topic":"((?:[^"\\]|\\.)*)"\}:(\{[^{}]*\})')

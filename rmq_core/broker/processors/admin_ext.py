@@ -10,6 +10,7 @@ import logging
 import time
 
 from rmq_core.broker.processors import Processor
+from rmq_core.broker.processors.admin import consume_stats_body
 from rmq_core.broker.processors.client import json_body
 from rmq_core.errors import ConfigError
 from rmq_core.message import MixAll
@@ -96,18 +97,13 @@ class AdminExtProcessor(Processor):
     async def update_broker_config(self, ctx, request):
         """Body: `key=value` lines.  Every key is checked (known, updatable, valid value) before any
         is applied; the broker re-registers so brokerPermission and the like reach the name server."""
-        from rmq_core.config import BrokerConfig, MessageStoreConfig  # late: only admin tools call this
+        from rmq_core.config import BrokerConfig, MessageStoreConfig, parse_properties  # late: admin tools only
 
         ctrl = self.ctrl
-        updates = {}
-        for line in (request.body or b"").decode("utf-8", "replace").splitlines():
-            line = line.strip()
-            if not line or line[0] in "#!":
-                continue
-            key, sep, value = line.partition("=")
-            if not sep:
-                return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad config line {line!r}: expected key=value")
-            updates[key.strip()] = value.strip()
+        try:
+            updates = parse_properties((request.body or b"").decode("utf-8", "replace"), "config update")
+        except ConfigError as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
         targets = {}
         for cls, cfg in ((BrokerConfig, ctrl.broker_config), (MessageStoreConfig, ctrl.store_config)):
             keys = cls.keys()
@@ -135,20 +131,6 @@ class AdminExtProcessor(Processor):
         return request.make_response(ResponseCode.SUCCESS, None)
 
     # --- consume stats ----------------------------------------------------------------------------------
-    def _group_consume_stats(self, group: str, topic: str) -> dict | None:
-        ctrl = self.ctrl
-        tc = ctrl.topic_manager.select(topic)
-        if tc is None:
-            return None
-        rows = []
-        for qid in range(tc.read_queue_nums):
-            broker_off = ctrl.store.get_max_offset_in_queue(topic, qid)
-            consumer_off = max(0, ctrl.offset_manager.query_offset(group, topic, qid))
-            last = ctrl.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
-            rows.append({"brokerName": ctrl.broker_config.broker_name, "queueId": qid, "topic": topic,
-                         "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": last})
-        return {"consumeTps": ctrl.stats.group_get_tps(group), "offsetTable": rows}
-
     async def get_broker_consume_stats(self, ctx, request):
         """ConsumeStatsList: for every group with offsets here, per topic its ConsumeStats (only
         orderly groups when isOrder), and the broker's total diff."""
@@ -169,8 +151,8 @@ class AdminExtProcessor(Processor):
                     continue
             stats = []
             for topic in sorted(groups[group]):
-                cs = self._group_consume_stats(group, topic)
-                if cs is None:
+                cs = consume_stats_body(ctrl, group, [topic])
+                if not cs["offsetTable"]:
                     continue
                 total_diff += sum(max(0, r["brokerOffset"] - r["consumerOffset"]) for r in cs["offsetTable"])
                 stats.append(cs)
