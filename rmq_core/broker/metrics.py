@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 
 from rmq_core.metrics import (
     COUNTER, GAUGE, HISTOGRAM, ExporterSettings, MetricFamily, RpcLatency, check_exporter_type, start_exporter,
@@ -96,14 +96,8 @@ class BrokerMetrics:
         ctrl = self.ctrl
         store = ctrl.store
         now = int(time.time() * 1000)
-        with ctrl.offset_manager._lock:
-            table = {k: dict(v) for k, v in ctrl.offset_manager.offset_table.items()}
         lag, latency = {}, {}
-        for key, queues in table.items():
-            parts = key.split(TOPIC_GROUP_SEPARATOR)
-            if len(parts) != 2:
-                continue
-            topic, group = parts
+        for (topic, group), queues in ctrl.offset_manager.snapshot().items():
             tc = ctrl.topic_manager.select(topic)
             if tc is None:
                 continue
