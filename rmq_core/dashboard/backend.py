@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from rmq_core.admin.client import TOOLS_CONSUMER_GROUP
-from rmq_core.errors import IllegalArgumentError
+from rmq_core.errors import IllegalArgumentError, RMQError
 from rmq_core.message import MixAll, TopicValidator
 
 BODY_PREVIEW = 512  # characters of a body shown in tables
@@ -183,7 +183,15 @@ class Backend:
         return rows
 
     def message_by_id(self, msg_id: str, topic: str | None = None) -> list[dict]:
-        return self._with_delivery([self.admin.view_message(msg_id, topic)])
+        try:
+            msg = self.admin.view_message(msg_id, topic)
+        except RMQError:
+            if topic:
+                raise
+            # (the admin client's own hint names its CLI flag)
+            raise IllegalArgumentError(f"message {msg_id!r} not found as an offset message id; to look it up "
+                                       f"as the producer's unique id, give its topic too") from None
+        return self._with_delivery([msg])
 
     def messages_by_key(self, topic: str, key: str, max_num: int = 64) -> list[dict]:
         return self._with_delivery(self.admin.query_messages(topic, key, max_num))

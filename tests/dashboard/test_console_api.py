@@ -67,6 +67,10 @@ def test_api_answers_and_one_line_errors(console):
     [m] = json.loads(body)
     assert (m["msg_id"], m["body_preview"], m["keys"]) == (sent[2].msg_id, "m2", "k2")
 
+    status, _, body = get(url + f"api/messages?id={sent[2].msg_id}")  # a unique id without its topic
+    assert status == 400 and "give its topic too" in json.loads(body)["error"]
+    status, _, body = get(url + f"api/messages?id={sent[2].offset_msg_id}")  # an offset id needs none
+    assert status == 200 and json.loads(body)[0]["body_preview"] == "m2"
     for path, needle in (("api/topic?topic=NoSuchTopic", "NoSuchTopic"), ("api/group?group=NoSuchGroup", "NoSuchGroup"),
                          ("api/topic", "missing parameter 'topic'"), ("api/dlq?group=G&max=many", "'max' must be an integer"),
                          ("api/messages?topic=ApiTopic", "search by id=")):
