@@ -176,6 +176,15 @@ def test_cluster_and_config_commands(ns, broker):
     ok("updateBrokerConfig", "-b", broker, "-k", "defaultTopicQueueNums", "-v", "5", ns=ns)
     config = {r["key"]: r["value"] for r in rows("getBrokerConfig", "-c", "DefaultCluster", ns=ns)}
     assert config["defaultTopicQueueNums"] == "5"
+    # a read-only broker (mqadmin's way to drain one): the routes say so, sends are refused
+    make_topic(ns, broker, "AdmPerm", 1)
+    ok("updateBrokerConfig", "-b", broker, "-k", "brokerPermission", "-v", "4", ns=ns)
+    try:
+        wait_for(lambda: rows("topicRoute", "-t", "AdmPerm", ns=ns)[0]["perm"] == 4, what="perm 4 in the route")
+        fails("sendMessage", "-t", "AdmPerm", "-p", "x", "-b", "broker-a", "-i", "0", ns=ns, needle="AdmPerm")
+    finally:
+        ok("updateBrokerConfig", "-b", broker, "-k", "brokerPermission", "-v", "6", ns=ns)
+    wait_for(lambda: rows("topicRoute", "-t", "AdmPerm", ns=ns)[0]["perm"] == 6, what="perm 6 in the route")
     fails("updateBrokerConfig", "-b", broker, "-k", "brokerName", "-v", "x", ns=ns, needle="'brokerName' cannot be changed")
     fails("updateBrokerConfig", "-b", broker, "-k", "noSuchKey", "-v", "1", ns=ns, needle="unknown config key 'noSuchKey'")
     fails("updateBrokerConfig", "-b", broker, "-k", "defaultTopicQueueNums", "-v", "abc", ns=ns, needle="abc")

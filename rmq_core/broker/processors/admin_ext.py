@@ -127,6 +127,8 @@ class AdminExtProcessor(Processor):
             for k in mine:
                 setattr(cfg, keys[k], getattr(merged[cls], keys[k]))
         log.info("broker config updated by %s: %s", ctx.remote_address, updates)
+        if "brokerPermission" in updates:  # the routes must change: a new topic table version
+            ctrl.topic_manager.table.data_version.next_version()
         ctrl._spawn(ctrl.register_broker_all())
         return request.make_response(ResponseCode.SUCCESS, None)
 
