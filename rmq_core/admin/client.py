@@ -443,6 +443,22 @@ class AdminClient:
         r = self._call(addr, RequestCode.GET_BROKER_RUNTIME_INFO, what="get broker runtime info")
         return kv_table_decode(r.body) if r.body else {}
 
+    def earliest_message_time(self, addr: str, runtime_info: Mapping[str, str] | None = None) -> int:
+        """Store time (ms) of the oldest message the broker keeps: the runtime info's
+        earliestMessageTimeStamp (Java), else the first record at commitLogMinOffset; 0 if none."""
+        info = runtime_info if runtime_info is not None else self.broker_runtime_info(addr)
+        if int(info.get("earliestMessageTimeStamp") or 0) > 0:
+            return int(info["earliestMessageTimeStamp"])
+        lo, hi = int(info.get("commitLogMinOffset") or 0), int(info.get("commitLogMaxOffset") or 0)
+        if hi <= lo:
+            return 0
+        r = self.invoke(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": lo}, what="view the oldest message")
+        if r.code != ResponseCode.SUCCESS or not r.body:
+            return 0
+        from rmq_core.codec import decode_messages
+        msgs = decode_messages(r.body, read_body=False)
+        return msgs[0].store_timestamp if msgs else 0
+
     def broker_config(self, addr: str) -> dict[str, str]:
         """GET_BROKER_CONFIG: the broker's settings as key -> value strings."""
         r = self._call(addr, RequestCode.GET_BROKER_CONFIG, what="get broker config")

@@ -163,6 +163,7 @@ def test_cluster_and_config_commands(ns, broker):
     assert (r["cluster_name"], r["broker_name"], r["bid"], r["addr"], r["version"]) == \
         ("DefaultCluster", "broker-a", 0, broker, "V4_9_7")
     assert {"in_tps", "out_tps", "pc_wait_ms", "hour", "space"} <= set(r)
+    assert r["hour"] == "N/A" or 0 <= float(r["hour"]) < 1  # hours of messages kept: this store is new
     table = ok("clusterList", ns=ns)
     for header in ("Cluster Name", "Broker Name", "BID", "Addr", "Version", "InTPS", "OutTPS"):
         assert header in table
