@@ -461,3 +461,34 @@ def test_rich_is_not_imported_by_rmq_core():
     code = "import sys, rmq_core, rmq_core.cli; rmq_core.cli.build_parser(); print('rich' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "False", r.stderr
+
+
+def test_commands_span_every_broker_of_a_cluster(tmp_path):
+    two = NamesrvAndBroker(tmp_path, brokers=2, broker_props=FAST)
+    try:
+        ns = two.namesrv
+        wait_for(lambda: len(rows("clusterList", ns=ns)) == 2, what="both brokers registered")
+        made = rows("updateTopic", "-c", "DefaultCluster", "-t", "AdmWide", "-r", "2", "-w", "2", ns=ns)
+        assert sorted(r["broker_addr"] for r in made) == sorted(two.broker_addrs)
+        wait_for(lambda: admin("topicRoute", "-t", "AdmWide", ns=ns)[0] == 0 and
+                 len(rows("topicRoute", "-t", "AdmWide", ns=ns)) == 2, what="route over both brokers")
+        sent = send(ns, "AdmWide", 8, key_prefix="same", body_prefix="w")
+        assert {r.queue.broker_name for r in sent} == {"broker-a", "broker-b"}
+        status = rows("topicStatus", "-t", "AdmWide", ns=ns)
+        assert [(r["broker_name"], r["qid"]) for r in status] == [("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1)]
+        assert sum(r["max_offset"] for r in status) == 8
+        assert len(rows("printMsg", "-t", "AdmWide", ns=ns)) == 8
+        with Producer("PG_same", namesrv=ns) as p:
+            for _ in range(2):
+                p.send(Message("AdmWide", b"dup", keys="shared"))
+        assert {r["broker_name"] for r in rows("queryMsgByKey", "-t", "AdmWide", "-k", "shared", ns=ns)} <= {"broker-a", "broker-b"}
+        assert len(rows("queryMsgByKey", "-t", "AdmWide", "-k", "shared", ns=ns)) == 2
+        ok("updateSubGroup", "-c", "DefaultCluster", "-g", "AdmWideGroup", ns=ns)
+        skipped = rows("skipAccumulatedMessage", "-g", "AdmWideGroup", "-t", "AdmWide", ns=ns)
+        assert {r["broker_name"] for r in skipped} == {"broker-a", "broker-b"} and sum(r["offset"] for r in skipped) == 10
+        prog = rows("consumerProgress", "-g", "AdmWideGroup", ns=ns)
+        assert len(prog) == 4 and sum(r["diff"] for r in prog) == 0
+        ok("deleteTopic", "-t", "AdmWide", "-c", "DefaultCluster", ns=ns)
+        fails("topicStatus", "-t", "AdmWide", ns=ns, needle="'AdmWide' does not exist")
+    finally:
+        two.stop()
