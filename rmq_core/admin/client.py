@@ -443,6 +443,22 @@ class AdminClient:
         r = self._call(addr, RequestCode.GET_BROKER_RUNTIME_INFO, what="get broker runtime info")
         return kv_table_decode(r.body) if r.body else {}
 
+    def earliest_message_time(self, addr: str, runtime_info: Mapping[str, str] | None = None) -> int:
+        """Store time (ms) of the oldest message the broker keeps: the runtime info's
+        earliestMessageTimeStamp (Java), else the first record at commitLogMinOffset; 0 if none."""
+        info = runtime_info if runtime_info is not None else self.broker_runtime_info(addr)
+        if int(info.get("earliestMessageTimeStamp") or 0) > 0:
+            return int(info["earliestMessageTimeStamp"])
+        lo, hi = int(info.get("commitLogMinOffset") or 0), int(info.get("commitLogMaxOffset") or 0)
+        if hi <= lo:
+            return 0
+        r = self.invoke(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": lo}, what="view the oldest message")
+        if r.code != ResponseCode.SUCCESS or not r.body:
+            return 0
+        from rmq_core.codec import decode_messages
+        msgs = decode_messages(r.body, read_body=False)
+        return msgs[0].store_timestamp if msgs else 0
+
     def broker_config(self, addr: str) -> dict[str, str]:
         """GET_BROKER_CONFIG: the broker's settings as key -> value strings."""
         r = self._call(addr, RequestCode.GET_BROKER_CONFIG, what="get broker config")
@@ -566,10 +582,10 @@ class AdminClient:
         r = self._call(addr, RequestCode.GET_BROKER_CONSUME_STATS,
                        {"isOrder": is_order, "timeoutMillis": timeout_ms}, what="get broker consume stats",
                        timeout=max(self.timeout, timeout_ms / 1000))
-        d = loads_lenient(r.body) if r.body else {}
+        d = _consume_stats_list(r.body)
         d["consumeStatsList"] = [
             {g: [s for s in stats if sum(max(0, st["brokerOffset"] - st["consumerOffset"])
-                                         for _, st in _stats_body(json.dumps(s).encode())[1]) >= diff_level]
+                                         for st in s.get("offsetTable") or []) >= diff_level]
              for g, stats in item.items()} for item in d.get("consumeStatsList") or []]
         return d
 
@@ -931,6 +947,29 @@ def _stats_body(body) -> tuple[dict, list[tuple[dict, dict]]]:
     rows = [({"topic": r["topic"], "brokerName": r["brokerName"], "queueId": r["queueId"]}, r)
             for r in table] if isinstance(table, list) else []
     return (d if isinstance(d, dict) else {}), rows
+
+
+def _consume_stats_list(body) -> dict:
+    """ConsumeStatsList with each ConsumeStats' offsetTable as a list of flat rows (rmq's form); a
+    Java broker's object-keyed tables are cut per group and read row by row."""
+    if not body:
+        return {}
+    try:
+        return loads_lenient(body)
+    except RMQError:
+        pass
+    text = bytes(body).decode("utf-8", "replace")
+    starts = list(re.finditer(r'\{"((?:[^"\\]|\\.)*)":\[\{"consumeTps":(-?[0-9.Ee+-]+)', text))
+    groups = []
+    for i, m in enumerate(starts):
+        segment = text[m.end():starts[i + 1].start() if i + 1 < len(starts) else len(text)]
+        rows = [{"brokerName": r.group(1), "queueId": int(r.group(2)), "topic": r.group(3), **json.loads(r.group(4))}
+                for r in _JAVA_ROW.finditer(segment)]
+        groups.append({m.group(1): [{"consumeTps": float(m.group(2)), "offsetTable": rows}]})
+    addr = re.search(r'"brokerAddr":"([^"]*)"', text)
+    total = re.search(r'"totalDiff":(-?\d+)', text)
+    return {"brokerAddr": addr.group(1) if addr else "", "totalDiff": int(total.group(1)) if total else 0,
+            "consumeStatsList": groups}
 
 
 def _running_info(body) -> dict:

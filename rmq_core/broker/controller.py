@@ -201,7 +201,12 @@ class BrokerController:
 
     # --- name server registration --------------------------------------------------------------------
     def _register_body(self) -> bytes:
-        return json.dumps({"topicConfigSerializeWrapper": self.topic_manager.serialize_wrapper(),
+        wrapper = self.topic_manager.serialize_wrapper()
+        broker_perm = self.broker_config.broker_permission
+        if broker_perm & 6 != 6:  # a read-only / write-only broker: its topics are, in the routes too
+            for tc in wrapper["topicConfigTable"].values():
+                tc["perm"] = tc["perm"] & broker_perm
+        return json.dumps({"topicConfigSerializeWrapper": wrapper,
                            "filterServerList": []}, separators=(",", ":")).encode("utf-8")
 
     async def register_broker_all(self) -> None:

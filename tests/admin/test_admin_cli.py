@@ -163,6 +163,7 @@ def test_cluster_and_config_commands(ns, broker):
     assert (r["cluster_name"], r["broker_name"], r["bid"], r["addr"], r["version"]) == \
         ("DefaultCluster", "broker-a", 0, broker, "V4_9_7")
     assert {"in_tps", "out_tps", "pc_wait_ms", "hour", "space"} <= set(r)
+    assert r["hour"] == "N/A" or 0 <= float(r["hour"]) < 1  # hours of messages kept: this store is new
     table = ok("clusterList", ns=ns)
     for header in ("Cluster Name", "Broker Name", "BID", "Addr", "Version", "InTPS", "OutTPS"):
         assert header in table
@@ -176,6 +177,15 @@ def test_cluster_and_config_commands(ns, broker):
     ok("updateBrokerConfig", "-b", broker, "-k", "defaultTopicQueueNums", "-v", "5", ns=ns)
     config = {r["key"]: r["value"] for r in rows("getBrokerConfig", "-c", "DefaultCluster", ns=ns)}
     assert config["defaultTopicQueueNums"] == "5"
+    # a read-only broker (mqadmin's way to drain one): the routes say so, sends are refused
+    make_topic(ns, broker, "AdmPerm", 1)
+    ok("updateBrokerConfig", "-b", broker, "-k", "brokerPermission", "-v", "4", ns=ns)
+    try:
+        wait_for(lambda: rows("topicRoute", "-t", "AdmPerm", ns=ns)[0]["perm"] == 4, what="perm 4 in the route")
+        fails("sendMessage", "-t", "AdmPerm", "-p", "x", "-b", "broker-a", "-i", "0", ns=ns, needle="AdmPerm")
+    finally:
+        ok("updateBrokerConfig", "-b", broker, "-k", "brokerPermission", "-v", "6", ns=ns)
+    wait_for(lambda: rows("topicRoute", "-t", "AdmPerm", ns=ns)[0]["perm"] == 6, what="perm 6 in the route")
     fails("updateBrokerConfig", "-b", broker, "-k", "brokerName", "-v", "x", ns=ns, needle="'brokerName' cannot be changed")
     fails("updateBrokerConfig", "-b", broker, "-k", "noSuchKey", "-v", "1", ns=ns, needle="unknown config key 'noSuchKey'")
     fails("updateBrokerConfig", "-b", broker, "-k", "defaultTopicQueueNums", "-v", "abc", ns=ns, needle="abc")
@@ -451,3 +461,34 @@ def test_rich_is_not_imported_by_rmq_core():
     code = "import sys, rmq_core, rmq_core.cli; rmq_core.cli.build_parser(); print('rich' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "False", r.stderr
+
+
+def test_commands_span_every_broker_of_a_cluster(tmp_path):
+    two = NamesrvAndBroker(tmp_path, brokers=2, broker_props=FAST)
+    try:
+        ns = two.namesrv
+        wait_for(lambda: len(rows("clusterList", ns=ns)) == 2, what="both brokers registered")
+        made = rows("updateTopic", "-c", "DefaultCluster", "-t", "AdmWide", "-r", "2", "-w", "2", ns=ns)
+        assert sorted(r["broker_addr"] for r in made) == sorted(two.broker_addrs)
+        wait_for(lambda: admin("topicRoute", "-t", "AdmWide", ns=ns)[0] == 0 and
+                 len(rows("topicRoute", "-t", "AdmWide", ns=ns)) == 2, what="route over both brokers")
+        sent = send(ns, "AdmWide", 8, key_prefix="same", body_prefix="w")
+        assert {r.queue.broker_name for r in sent} == {"broker-a", "broker-b"}
+        status = rows("topicStatus", "-t", "AdmWide", ns=ns)
+        assert [(r["broker_name"], r["qid"]) for r in status] == [("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1)]
+        assert sum(r["max_offset"] for r in status) == 8
+        assert len(rows("printMsg", "-t", "AdmWide", ns=ns)) == 8
+        with Producer("PG_same", namesrv=ns) as p:
+            for _ in range(2):
+                p.send(Message("AdmWide", b"dup", keys="shared"))
+        assert {r["broker_name"] for r in rows("queryMsgByKey", "-t", "AdmWide", "-k", "shared", ns=ns)} <= {"broker-a", "broker-b"}
+        assert len(rows("queryMsgByKey", "-t", "AdmWide", "-k", "shared", ns=ns)) == 2
+        ok("updateSubGroup", "-c", "DefaultCluster", "-g", "AdmWideGroup", ns=ns)
+        skipped = rows("skipAccumulatedMessage", "-g", "AdmWideGroup", "-t", "AdmWide", ns=ns)
+        assert {r["broker_name"] for r in skipped} == {"broker-a", "broker-b"} and sum(r["offset"] for r in skipped) == 10
+        prog = rows("consumerProgress", "-g", "AdmWideGroup", ns=ns)
+        assert len(prog) == 4 and sum(r["diff"] for r in prog) == 0
+        ok("deleteTopic", "-t", "AdmWide", "-c", "DefaultCluster", ns=ns)
+        fails("topicStatus", "-t", "AdmWide", ns=ns, needle="'AdmWide' does not exist")
+    finally:
+        two.stop()

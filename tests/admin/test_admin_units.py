@@ -63,3 +63,17 @@ def test_java_consumer_running_info_is_read():
     assert info["subscriptionSet"] == [{"subString": "*", "topic": "T"}]
     assert info["mqTable"] == [{"brokerName": "broker-a", "queueId": 1, "topic": "T", "cachedMsgCount": 2,
                                 "commitOffset": 40, "locked": False}]
+
+
+def test_java_broker_consume_stats_list_is_read():
+    from rmq_core.admin.client import _consume_stats_list
+    row = b'{{"brokerName":"broker-a","queueId":%d,"topic":"T"}:{"brokerOffset":%d,"consumerOffset":%d,"lastTimestamp":0}}'
+    body = (b'{"brokerAddr":"10.0.0.1:10911","consumeStatsList":[{"G1":[{"consumeTps":0.5,"offsetTable":'
+            + row % (0, 10, 4) + b'}]},{"G2":[{"consumeTps":0.0,"offsetTable":' + row % (1, 3, 3) + b'}]}],"totalDiff":6}')
+    d = _consume_stats_list(body)
+    assert d["brokerAddr"] == "10.0.0.1:10911" and d["totalDiff"] == 6
+    assert [list(item) for item in d["consumeStatsList"]] == [["G1"], ["G2"]]
+    g1 = d["consumeStatsList"][0]["G1"][0]
+    assert g1["consumeTps"] == 0.5
+    assert g1["offsetTable"] == [{"brokerName": "broker-a", "queueId": 0, "topic": "T", "brokerOffset": 10,
+                                  "consumerOffset": 4, "lastTimestamp": 0}]

@@ -27,7 +27,7 @@ def cluster_list(admin, args, out):
     rows = []
     for b in admin.brokers(args.clusterName):
         info = admin.broker_runtime_info(b.addr)
-        earliest = int(info.get("earliestMessageTimeStamp") or 0)
+        earliest = admin.earliest_message_time(b.addr, info)
         hours = f"{(time.time() * 1000 - earliest) / 3_600_000:.2f}" if earliest > 0 else "N/A"
         row = [b.cluster, b.broker_name, b.broker_id, b.addr, info.get("brokerVersionDesc", ""),
                _first_float(info.get("putTps")), _first_float(info.get("getTransferedTps")),

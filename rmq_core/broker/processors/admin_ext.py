@@ -26,8 +26,10 @@ _NOT_UPDATABLE = frozenset({
     "enableConsumeQueueExt", "enablePropertyFilter", "enableCalcFilterBitMap", "serverMaxFrameLength",
 })
 
-# Stats sampling for VIEW_BROKER_STATS_DATA: every 10 s, a day's worth at one sample a minute.
+# Stats sampling for VIEW_BROKER_STATS_DATA, at StatsItem's cadence: a minute of 10 s samples, an
+# hour of 10 min samples, a day of hourly ones (39 copies of the counters at most).
 _SAMPLE_SECONDS = 10.0
+_RINGS = ((60, 10, 7), (3600, 600, 7), (86400, 3600, 25))  # window, cadence (s), samples kept
 
 
 class StatsSampler:
@@ -37,28 +39,25 @@ class StatsSampler:
 
     def __init__(self, stats):
         self.stats = stats
-        self.recent = collections.deque(maxlen=int(3600 / _SAMPLE_SECONDS) + 1)  # (t, puts, gets), last hour
-        self.daily = collections.deque(maxlen=24 * 60 + 1)  # one a minute, last day
+        self.rings = [collections.deque(maxlen=kept) for _, _, kept in _RINGS]  # (t, puts, gets)
         self.sample()
 
-    def sample(self) -> None:
+    def _snapshot(self) -> tuple:
         with self.stats._lock:
-            snap = (time.time(), dict(self.stats.put_nums), dict(self.stats.get_nums))
-        self.recent.append(snap)
-        if not self.daily or snap[0] - self.daily[-1][0] >= 60:
-            self.daily.append(snap)
+            return time.time(), dict(self.stats.put_nums), dict(self.stats.get_nums)
+
+    def sample(self) -> None:
+        snap = self._snapshot()
+        for ring, (_, cadence, _) in zip(self.rings, _RINGS):
+            if not ring or snap[0] - ring[-1][0] >= cadence - 0.5:
+                ring.append(snap)
 
     def window(self, name: str, key: str, seconds: float) -> dict:
-        """{sum, tps, avgpt} of a counter over the last `seconds` (sum since boot when younger)."""
+        """{sum, tps, avgpt} of a counter over the last `seconds` (since boot when younger)."""
         kind = 1 if name == "TOPIC_PUT_NUMS" else 2
-        samples = self.recent if seconds <= 3600 else self.daily
-        with self.stats._lock:
-            now = (time.time(), dict(self.stats.put_nums), dict(self.stats.get_nums))
-        base = samples[0]
-        for s in samples:
-            if now[0] - s[0] <= seconds:
-                base = s
-                break
+        ring = next(r for r, (w, _, _) in zip(self.rings, _RINGS) if seconds <= w)
+        now = self._snapshot()
+        base = next((s for s in ring if now[0] - s[0] <= seconds), ring[-1])
         total = now[kind].get(key, 0) - base[kind].get(key, 0)
         span = now[0] - base[0]
         return {"sum": total, "tps": round(total / span, 2) if span > 0 else 0.0, "avgpt": 0.0}
@@ -127,6 +126,8 @@ class AdminExtProcessor(Processor):
             for k in mine:
                 setattr(cfg, keys[k], getattr(merged[cls], keys[k]))
         log.info("broker config updated by %s: %s", ctx.remote_address, updates)
+        if "brokerPermission" in updates:  # the routes must change: a new topic table version
+            ctrl.topic_manager.table.data_version.next_version()
         ctrl._spawn(ctrl.register_broker_all())
         return request.make_response(ResponseCode.SUCCESS, None)
 
