@@ -307,3 +307,5 @@ function go(hash) {  // to a page, re-rendered even when it is the current one
 
 window.addEventListener("hashchange", route);
 route();
+// the cluster page follows the brokers' rates (every 10 s, while it is the page shown)
+setInterval(() => { if (currentPage === "cluster" && !document.body.dataset.loading) pageCluster().catch(e => showError(e.message)); }, 10000);
