@@ -124,7 +124,7 @@ class BrokerController:
     async def _start_services(self) -> None:
         bc = self.broker_config
         os.makedirs(self.store_config.store_path_root_dir, exist_ok=True)
-        self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, port))
+        self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, bc.listen_port))
         if self.bloom_enabled:
             # Before load(): records re-dispatched by recovery get their bit maps too.
             self.filter_manager.load()
