@@ -29,33 +29,35 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-def free_bytes(path: str) -> int:
-    """Bytes an unprivileged writer may still use on the file system holding `path` (statvfs:
-    cheap, no I/O), or -1 when it cannot be asked."""
+def statvfs_of(path: str):
+    """os.statvfs of the file system that holds (or will hold) `path`: cheap, no I/O; None when
+    it cannot be asked."""
     while path and not os.path.exists(path):
         path = os.path.dirname(path)
     try:
-        st = os.statvfs(path or ".")
+        return os.statvfs(path or ".")
     except OSError:
-        return -1
-    return st.f_bavail * st.f_frsize
+        return None
+
+
+def free_bytes(path: str) -> int:
+    """Bytes an unprivileged writer may still use where `path` lives, or -1 when unknown."""
+    st = statvfs_of(path)
+    return -1 if st is None else st.f_bavail * st.f_frsize
 
 
 def check_room(path: str, need: int, max_used_ratio: float | None = None) -> None:
     """Raise DiskFullError unless `need` more bytes fit on the file system holding `path` (and,
     with max_used_ratio, leave it at most that full): the cheap check before a new file."""
-    while path and not os.path.exists(path):
-        path = os.path.dirname(path)
-    try:
-        st = os.statvfs(path or ".")
-    except OSError:
+    st = statvfs_of(path)
+    if st is None:
         return  # cannot ask: the allocation itself will tell
     free = st.f_bavail * st.f_frsize
     total = st.f_blocks * st.f_frsize
     if need > free:
         raise DiskFullError(f"no space for a new {need}-byte file under {path!r}: {free} bytes free")
     if max_used_ratio is not None and total:
-        used_after = (total - st.f_bfree * st.f_frsize + need) / total
+        used_after = (total - free + need) / total  # (reserved blocks count as used, as disk_usage_ratio counts them)
         if used_after > max_used_ratio:
             raise DiskFullError(
                 f"a new {need}-byte file under {path!r} would fill its disk to {used_after:.1%}, over "

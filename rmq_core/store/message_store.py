@@ -24,7 +24,7 @@ from rmq_core.store.commit_log import CommitLog, EncodedMessages, build_encoded_
 from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueExt
 from rmq_core.store.flush_waits import FlushWaits
 from rmq_core.store.lock_file import StoreLock
-from rmq_core.store.mapped_file import AllocateMappedFileService, check_room, free_bytes
+from rmq_core.store.mapped_file import AllocateMappedFileService, check_room, free_bytes, statvfs_of
 from rmq_core.store.service import ServiceThread
 from rmq_core.store.types import (AppendMessageResult, BatchAppendMessageResult, DispatchRequest, GetMessageResult,
                                   GetMessageStatus, MessageExtBatch, MessageExtBrokerInner, PutMessageResult,
@@ -38,14 +38,11 @@ _MATCH = struct.Struct("=qii")
 
 
 def disk_usage_ratio(path: str) -> float:
-    """Used fraction (0..1) of the file system holding `path`."""
-    while path and not os.path.exists(path):
-        path = os.path.dirname(path)
-    try:
-        du = shutil.disk_usage(path or ".")
-    except OSError:
+    """Used fraction (0..1) of the file system holding `path` (as shutil.disk_usage counts it)."""
+    st = statvfs_of(path)
+    if st is None or not st.f_blocks:
         return -1.0
-    return (du.total - du.free) / du.total if du.total else -1.0
+    return (st.f_blocks - st.f_bavail) / st.f_blocks
 
 
 class DefaultMessageStore:

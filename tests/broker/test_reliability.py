@@ -204,23 +204,30 @@ def _senders(rig: Rig, n: int, acked: list, failures: list, stop: threading.Even
     return threads
 
 
+def _send_through_kills(rig: Rig, pauses: list[float]) -> tuple[list, list]:
+    """Two producers send while the broker is SIGKILLed and restarted after each pause; returns
+    (acknowledged bodies, failures) once they stopped, having checked every failure was retryable."""
+    acked, failures, stop = [], [], threading.Event()
+    threads = _senders(rig, 2, acked, failures, stop)
+    for pause in pauses:
+        time.sleep(pause)
+        rig.broker.kill()
+        rig.start_broker()
+    time.sleep(1.0)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    bad = [e for e in failures if _non_retryable(e) or "not supported" in str(e)]
+    assert not bad, bad[:3]
+    return acked, failures
+
+
 def test_sends_through_a_broker_killed_and_restarted_on_the_same_port(tmp_path):
     """SIGKILL and restart under two sending producers: every failed send failed retryably (no
     "request code not supported"), and every acknowledged message is consumable afterwards."""
     rig = Rig(tmp_path, tmp_path / "store", {"flushDiskType": "SYNC_FLUSH"})
     try:
-        acked, failures, stop = [], [], threading.Event()
-        threads = _senders(rig, 2, acked, failures, stop)
-        for _ in range(2):
-            time.sleep(1.0)
-            rig.broker.kill()
-            rig.start_broker()
-        time.sleep(1.0)
-        stop.set()
-        for t in threads:
-            t.join(30)
-        bad = [e for e in failures if _non_retryable(e) or "not supported" in str(e)]
-        assert not bad, bad[:3]
+        acked, failures = _send_through_kills(rig, [1.0, 1.0])
         assert acked
         assert set(acked) <= set(rig.pull_all())
     finally:
@@ -282,17 +289,8 @@ def test_crash_loop_sync_flush_loses_no_acknowledged_message(tmp_path):
     consumer.register_message_listener(listener)
     consumer.start()
     try:
-        acked, failures, stop = [], [], threading.Event()
-        threads = _senders(rig, 2, acked, failures, stop)
         rnd = random.Random(13)
-        for k in range(20):
-            time.sleep(rnd.uniform(0.3, 1.5))
-            rig.broker.kill()
-            rig.start_broker()
-        time.sleep(1.0)
-        stop.set()
-        for t in threads:
-            t.join(30)
+        acked, failures = _send_through_kills(rig, [rnd.uniform(0.3, 1.5) for _ in range(20)])
         stored = set(rig.pull_all())
         lost = set(acked) - stored
         assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {sorted(lost)[:5]}"
@@ -304,8 +302,6 @@ def test_crash_loop_sync_flush_loses_no_acknowledged_message(tmp_path):
                 break
             time.sleep(0.5)
         assert not missing, f"the consumer never got {len(missing)} acknowledged messages"
-        bad = [e for e in failures if _non_retryable(e) or "not supported" in str(e)]
-        assert not bad, bad[:3]
         print(f"\ncrash loop: 20 SIGKILLs, {len(acked)} acknowledged, 0 lost, {len(failures)} sends failed "
               f"retryably, consumer received {len(received)} distinct")
     finally:
