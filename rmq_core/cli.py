@@ -1,4 +1,4 @@
-"""`rmq` command line: namesrv, broker, standalone (and admin later).
+"""`rmq` command line: namesrv, broker, standalone, admin (mqadmin's commands, rmq_core/admin/).
 
 Each server command prints RocketMQ's boot line once it accepts connections, stops cleanly on
 SIGTERM/SIGINT (flush, checkpoint, abort marker removed) and exits non-zero with one clear line on
@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--broker-listen", default="127.0.0.1:10911", help="broker host:port (default 127.0.0.1:10911)")
     sa.set_defaults(fn=_cmd_standalone)
 
+    from rmq_core.admin.commands import add_parsers  # (rich is imported only when a command prints)
+    add_parsers(sub)
     return p
 
 

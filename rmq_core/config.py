@@ -59,17 +59,23 @@ def read_properties_file(path: str) -> dict[str, str]:
     """Java .properties subset: `key=value` or `key: value`, `#`/`!` comments, blank lines."""
     try:
         with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+            text = f.read()
     except OSError as e:
         raise ConfigError(f"cannot read config file {path!r}: {e.strerror}") from None
+    return parse_properties(text, path)
+
+
+def parse_properties(text: str, where: str = "properties") -> dict[str, str]:
+    """The .properties subset of read_properties_file from text (also the body of UPDATE_BROKER_CONFIG,
+    UPDATE_NAMESRV_CONFIG and their GET answers); a bad line raises ConfigError naming it."""
     out: dict[str, str] = {}
-    for lineno, raw in enumerate(lines, 1):
+    for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line[0] in "#!":
             continue
         sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if sep <= 0:
-            raise ConfigError(f"{path}:{lineno}: expected key=value, got {raw!r}")
+            raise ConfigError(f"{where}:{lineno}: expected key=value, got {raw!r}")
         out[line[:sep].strip()] = line[sep + 1 :].strip()
     return out
 

@@ -16,6 +16,7 @@ from rmq_core.broker.consumer_filter_manager import (
 from rmq_core.broker.lock_manager import RebalanceLockManager
 from rmq_core.broker.long_polling import PullRequestHoldService
 from rmq_core.broker.processors.admin import AdminBrokerProcessor
+from rmq_core.broker.processors.admin_ext import AdminExtProcessor
 from rmq_core.broker.processors.client import ClientManageProcessor
 from rmq_core.broker.processors.pull import PullMessageProcessor
 from rmq_core.broker.processors.send import SendMessageProcessor
@@ -142,7 +143,7 @@ class BrokerController:
         self.store.attach_event_loop(self.loop)  # SYNC_FLUSH: this loop answers its group commits
 
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
-                          ClientManageProcessor(self), AdminBrokerProcessor(self)):
+                          ClientManageProcessor(self), AdminBrokerProcessor(self), AdminExtProcessor(self)):
             for server in self.servers:
                 processor.register(server)
         for server in self.servers:
@@ -217,7 +218,12 @@ class BrokerController:
 
     # --- name server registration --------------------------------------------------------------------
     def _register_body(self) -> bytes:
-        return json.dumps({"topicConfigSerializeWrapper": self.topic_manager.serialize_wrapper(),
+        wrapper = self.topic_manager.serialize_wrapper()
+        broker_perm = self.broker_config.broker_permission
+        if broker_perm & 6 != 6:  # a read-only / write-only broker: its topics are, in the routes too
+            for tc in wrapper["topicConfigTable"].values():
+                tc["perm"] = tc["perm"] & broker_perm
+        return json.dumps({"topicConfigSerializeWrapper": wrapper,
                            "filterServerList": []}, separators=(",", ":")).encode("utf-8")
 
     async def register_broker_all(self) -> None:
