@@ -291,6 +291,12 @@ class BrokerConfig(PropertiesConfig):
     # Java client gives up on a lock call after 1 s, so the delay stays under that.
     lock_refuse_reply_delay_ms: int = prop(500, "lockRefuseReplyDelayMs")
     server_max_frame_length: int = prop(16 * 1024 * 1024, "serverMaxFrameLength")
+    # RocketMQ 5's metrics keys: DISABLE | PROM | LOG (or an exporter a plugin adds)
+    metrics_exporter_type: str = prop("DISABLE", "metricsExporterType")
+    metrics_prom_exporter_host: str | None = prop(None, "metricsPromExporterHost")  # default: brokerIP1
+    metrics_prom_exporter_port: int = prop(5557, "metricsPromExporterPort")
+    metrics_logging_exporter_interval_in_mills: int = prop(10_000, "metricsLoggingExporterIntervalInMills",
+                                                           validator=_positive)
 
     @property
     def broker_addr(self) -> str:
@@ -311,6 +317,11 @@ class NamesrvConfig(PropertiesConfig):
     scan_not_active_broker_interval: int = prop(5000, "scanNotActiveBrokerInterval")
     broker_channel_expired_time: int = prop(120_000, "brokerChannelExpiredTime")
     server_max_frame_length: int = prop(16 * 1024 * 1024, "serverMaxFrameLength")
+    metrics_exporter_type: str = prop("DISABLE", "metricsExporterType")
+    metrics_prom_exporter_host: str | None = prop(None, "metricsPromExporterHost")  # default: the listen host
+    metrics_prom_exporter_port: int = prop(5557, "metricsPromExporterPort")
+    metrics_logging_exporter_interval_in_mills: int = prop(10_000, "metricsLoggingExporterIntervalInMills",
+                                                           validator=_positive)
 
 
 def load_broker_conf(props: Mapping[str, Any] | str | None = None, **overrides) -> tuple[BrokerConfig, MessageStoreConfig]:

@@ -14,6 +14,7 @@ from rmq_core.broker.consumer_filter_manager import (
     CalcBitMapDispatcher, ConsumerFilterManager, PropertyFilterDisabledError,
 )
 from rmq_core.broker.lock_manager import RebalanceLockManager
+from rmq_core.broker.metrics import BrokerMetrics
 from rmq_core.broker.long_polling import PullRequestHoldService
 from rmq_core.broker.processors.admin import AdminBrokerProcessor
 from rmq_core.broker.processors.admin_ext import AdminExtProcessor
@@ -73,6 +74,7 @@ class BrokerController:
             log.info("enableCalcFilterBitMap=true: turning on enableConsumeQueueExt to keep the bit maps")
             store_config.enable_consume_queue_ext = True
         self.broker_addr: str | None = None
+        self.metrics = BrokerMetrics(self)
         self.started = False
 
     # --- lifecycle -------------------------------------------------------------------------------------
@@ -106,6 +108,7 @@ class BrokerController:
         try:
             await self._start_services()
         except BaseException:
+            self.metrics.stop()
             for server in self.servers:
                 await server.stop()
             self.servers.clear()
@@ -124,6 +127,7 @@ class BrokerController:
 
     async def _start_services(self) -> None:
         bc = self.broker_config
+        self.metrics.start()  # metricsExporterType (none by default): a port in use fails here, before the store
         os.makedirs(self.store_config.store_path_root_dir, exist_ok=True)
         self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, bc.listen_port))
         if self.bloom_enabled:
@@ -172,6 +176,7 @@ class BrokerController:
         if self.namesrv_client:
             await self.namesrv_client.close()
         self.pull_hold_service.wake_all()
+        self.metrics.stop()
         await self.schedule_service.stop()
         await self.timer_service.stop()
         await self.transaction_service.stop()
