@@ -43,8 +43,8 @@ class StatsSampler:
         self.sample()
 
     def _snapshot(self) -> tuple:
-        with self.stats._lock:
-            return time.time(), dict(self.stats.put_nums), dict(self.stats.get_nums)
+        counters = self.stats.counters()
+        return time.time(), counters["put_nums"], counters["get_nums"]
 
     def sample(self) -> None:
         snap = self._snapshot()
@@ -63,9 +63,7 @@ class StatsSampler:
         return {"sum": total, "tps": round(total / span, 2) if span > 0 else 0.0, "avgpt": 0.0}
 
     def has(self, name: str, key: str) -> bool:
-        with self.stats._lock:
-            table = self.stats.put_nums if name == "TOPIC_PUT_NUMS" else self.stats.get_nums
-            return key in table
+        return key in self.stats.counters()["put_nums" if name == "TOPIC_PUT_NUMS" else "get_nums"]
 
 
 class AdminExtProcessor(Processor):
@@ -138,11 +136,8 @@ class AdminExtProcessor(Processor):
         ctrl = self.ctrl
         is_order = request.get_bool("isOrder", False)
         groups = collections.defaultdict(set)
-        with ctrl.offset_manager._lock:
-            keys = list(ctrl.offset_manager.offset_table)
-        for key in keys:
-            topic, _, group = key.partition("@")
-            if group and not MixAll.is_retry_topic(topic):
+        for topic, group in ctrl.offset_manager.snapshot():
+            if not MixAll.is_retry_topic(topic):
                 groups[group].add(topic)
         stats_list, total_diff = [], 0
         for group in sorted(groups):
