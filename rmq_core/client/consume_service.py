@@ -1,12 +1,20 @@
 """Consume services: hand buffered messages to the user's listener on the consume thread pool.
 
-Concurrent (ConsumeMessageConcurrentlyService): batches of up to `consume_message_batch_max_size`
-run in parallel; RECONSUME_LATER (or an exception) sends the batch back to the broker (clustering)
-so it returns through %RETRY%<group>; the lowest unconsumed offset is committed.
+Concurrent (ConsumeMessageConcurrentlyService): the listener gets batches of up to
+`consume_message_batch_max_size`; RECONSUME_LATER (or an exception) sends the batch back to the
+broker (clustering) so it returns through %RETRY%<group>; the lowest unconsumed offset is committed.
+A pulled batch goes to the consume threads as a few tasks ("chunks") of listener calls, not as one
+task per call: a chunk runs its calls one after another and does the bookkeeping once (process-queue
+removal, the commit offset, stats).  How many calls a chunk gets follows the measured cost of a call:
+a fast listener gets whole pulled batches (a thread hand-off per call would cost more than the call),
+a slow one (I/O) one call per task as in Java, so up to consume_thread_max calls run at once; a chunk
+that runs past CHUNK_TIME hands its remaining calls back to the pool, split by the new estimate.
 
 Orderly (ConsumeMessageOrderlyService): one thread at a time per queue, only while the broker
 lock is held; SUSPEND_CURRENT_QUEUE_A_MOMENT retries locally after a pause, up to
-max_reconsume_times, then the message goes to %DLQ%<group>.
+max_reconsume_times, then the message goes to %DLQ%<group>.  A thread takes up to
+ORDERLY_TAKE_BATCH messages from the process queue at once, calls the listener for each listener
+batch of them in order (under the queue's consume lock per call) and commits once per take.
 """
 from __future__ import annotations
 
@@ -20,13 +28,20 @@ from rmq_core import plugins
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import reset_retry_topic
 from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
-from rmq_core.message import ConsumeStatus, MessageConst, MessageModel, MessageQueue
+from rmq_core.message import ConsumeStatus, MessageConst, MessageModel, MessageQueue, MixAll
 from rmq_core.remoting.codes import RequestCode
 from rmq_core.remoting.command import RemotingCommand
 
 log = logging.getLogger("rmq.client.consume")
 
 MAX_TIME_CONSUME_CONTINUOUSLY = 60.0
+# A chunk of listener calls should take about this long: long enough that the hand-off to a consume
+# thread (a Future, a wake-up, the bookkeeping) is small beside it, short enough that a slow
+# listener's messages soon run in parallel on the other threads.
+CHUNK_TIME = 0.002
+# Orderly: messages taken from the process queue per take (listener batches are cut from them).
+ORDERLY_TAKE_BATCH = 64
+_OK = (ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.SUCCESS)
 
 
 class _ConsumeContext:
@@ -63,23 +78,29 @@ class _BaseConsumeService:
             m.put_property(MessageConst.CONSUME_START_TIMESTAMP, now_ms)
         try:
             status = self.listener(msgs)
-            if status is None and not self._warned_none:
-                self._warned_none = True
-                log.warning("the message listener of group %s returned None: treated as %s (return a "
-                            "ConsumeStatus)", self.group, "SUSPEND_CURRENT_QUEUE_A_MOMENT" if orderly else "RECONSUME_LATER")
         except Exception:
             log.exception("consume message exception, group=%s %s (%d message(s))", self.group, mq, len(msgs))
-            status = None
-        if isinstance(status, str):
-            try:
-                status = ConsumeStatus(status)
-            except ValueError:
-                status = None
+            status = False  # not None: an exception is not "returned None"
+        if status is not ConsumeStatus.CONSUME_SUCCESS and status is not ConsumeStatus.SUCCESS:
+            status = self._status_of(status, orderly)
         if ctx is not None:
             ctx.status = status
-            ctx.success = status in (ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.SUCCESS)
+            ctx.success = status in _OK
             plugins.get_plugin_manager().hook.rmq_after_consume(context=ctx)
         return status
+
+    def _status_of(self, status, orderly: bool):
+        """A listener's answer other than the usual success, as a ConsumeStatus (None: failed)."""
+        if status is None and not self._warned_none:
+            self._warned_none = True
+            log.warning("the message listener of group %s returned None: treated as %s (return a "
+                        "ConsumeStatus)", self.group, "SUSPEND_CURRENT_QUEUE_A_MOMENT" if orderly else "RECONSUME_LATER")
+        if isinstance(status, str):
+            try:
+                return ConsumeStatus(status)
+            except ValueError:
+                return None
+        return status if isinstance(status, ConsumeStatus) else None
 
     def _submit(self, fn, *args) -> None:
         try:
@@ -153,50 +174,98 @@ class _BaseConsumeService:
 class ConsumeConcurrentlyService(_BaseConsumeService):
     orderly = False
 
+    def __init__(self, consumer, listener, pool):
+        super().__init__(consumer, listener, pool)
+        self._retry_topic = MixAll.get_retry_topic(self.group)
+        self._call_time = 0.0  # moving average of one listener call's wall time (s); 0 until measured
+
     def submit_consume_request(self, msgs, pq: ProcessQueue, mq: MessageQueue, dispatch: bool) -> None:
+        if mq.topic == self._retry_topic:  # every message of a pull comes from the queue's topic
+            reset_retry_topic(msgs, self.group)
         n = max(1, self.consumer.consume_message_batch_max_size)
-        for i in range(0, len(msgs), n):
-            self._submit(self._consume, msgs[i:i + n], pq, mq)
+        self._dispatch([msgs] if len(msgs) <= n else [msgs[i:i + n] for i in range(0, len(msgs), n)], pq, mq)
 
-    def _consume(self, msgs, pq: ProcessQueue, mq: MessageQueue) -> None:
+    def _dispatch(self, batches: list, pq: ProcessQueue, mq: MessageQueue) -> None:
+        """Hand listener batches to the pool, as many per task as take about CHUNK_TIME."""
+        per_task = len(batches)
+        if self._call_time * per_task > CHUNK_TIME:
+            per_task = max(1, int(CHUNK_TIME / self._call_time))
+        if per_task >= len(batches):
+            self._submit(self._consume, batches, pq, mq)
+            return
+        for i in range(0, len(batches), per_task):
+            self._submit(self._consume, batches[i:i + per_task], pq, mq)
+
+    def _consume(self, batches: list, pq: ProcessQueue, mq: MessageQueue) -> None:
         if pq.dropped:
             return
-        reset_retry_topic(msgs, self.group)
-        status = self._call_listener(msgs, mq, False)
-        if pq.dropped:
-            log.info("processQueue dropped while consuming, group=%s %s: %d message(s) will be redelivered",
-                     self.group, mq, len(msgs))
-            return
-        self._process_result(status, msgs, pq, mq)
+        done: list = []  # consumed, still in the process queue until this chunk's bookkeeping
+        failed: list = []
+        pq.track_consumed(done)  # the expired-message cleaner leaves these alone
+        try:
+            call = self._call_listener
+            n = len(batches)
+            start = time.monotonic()
+            for i in range(n):
+                msgs = batches[i]
+                status = call(msgs, mq, False)
+                if pq.dropped:
+                    log.info("processQueue dropped while consuming, group=%s %s: %d message(s) will be redelivered",
+                             self.group, mq, len(msgs) + len(done) + len(failed))
+                    return
+                if status is ConsumeStatus.CONSUME_SUCCESS or status is ConsumeStatus.SUCCESS:
+                    done += msgs
+                else:
+                    failed += msgs
+                if i + 1 < n:
+                    elapsed = time.monotonic() - start
+                    if elapsed > CHUNK_TIME:  # a slow listener: the rest may run on other threads
+                        self._note_call_time(elapsed / (i + 1))
+                        self._dispatch(batches[i + 1:], pq, mq)
+                        break
+            else:
+                self._note_call_time((time.monotonic() - start) / n)
+            self._process_result(done, failed, pq, mq)
+        finally:
+            pq.untrack_consumed(done)
 
-    def _process_result(self, status, msgs, pq: ProcessQueue, mq: MessageQueue) -> None:
-        ok = status in (ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.SUCCESS)
-        if ok:
-            self._count("ok", len(msgs))
-            done = msgs
-        else:
-            self._count("failed", len(msgs))
+    def _note_call_time(self, t: float) -> None:
+        # a race between two threads loses one sample, nothing more
+        self._call_time = t if self._call_time == 0.0 else 0.75 * self._call_time + 0.25 * t
+
+    def _process_result(self, done: list, failed: list, pq: ProcessQueue, mq: MessageQueue) -> None:
+        """One chunk's bookkeeping: stats, send-back of the failed ones, process-queue removal and
+        the commit offset (the lowest message still unconsumed)."""
+        with self._stats_lock:
+            self.stats["ok"] += len(done)
+            self.stats["failed"] += len(failed)
+        if failed:
             if self.consumer.message_model is MessageModel.BROADCASTING:
-                for m in msgs:
+                for m in failed:
                     log.warning("BROADCASTING, the message consume failed, drop it, %s", m.msg_id)
-                done = msgs
+                done += failed
             else:
                 later = []
-                for m in msgs:
+                for m in failed:
+                    # delay level 0: the broker picks 3 + reconsume times
                     if self.send_message_back(m, mq, 0):
                         self._count("sent_back")
+                        done.append(m)
                     else:
                         m.reconsume_times = m.reconsume_times + 1
                         later.append(m)
-                done = [m for m in msgs if m not in later] if later else msgs
                 if later:
                     # the broker would not take them back: consume again here after a pause
                     self.consumer.instance.scheduler.schedule(
                         lambda: self.submit_consume_request(later, pq, mq, True), None,
                         self.consumer.consume_later_delay, "consume later")
-        offset = pq.remove_messages(done)
+        self._remove_consumed(done, pq, mq)
+
+    def _remove_consumed(self, msgs: list, pq: ProcessQueue, mq: MessageQueue) -> None:
+        offset = pq.remove_messages(msgs)
         if offset >= 0 and not pq.dropped:
             self.consumer.offset_store.update_offset(mq, offset, True)
+        pq.wake_flow_waiter()
 
     def clean_expired_messages(self, pq: ProcessQueue, mq: MessageQueue, timeout: float) -> int:
         """Send back messages consumed for longer than `timeout` s (they are stuck in a listener)."""
@@ -204,16 +273,17 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
             return 0
         cleaned = 0
         now_ms = time.time() * 1000
+        finished = pq.consumed_ids()
         for m in pq.first_messages(16):
+            if id(m) in finished:
+                continue  # its listener returned; its chunk has not done the bookkeeping yet
             start = m.get_property(MessageConst.CONSUME_START_TIMESTAMP)
             if not start or now_ms - int(start) <= timeout * 1000:
                 break
             log.warning("send expired msg back, group=%s msg=%s queue_offset=%d", self.group, m.msg_id, m.queue_offset)
             if self.send_message_back(m, mq, 3):
                 self._count("sent_back")
-                offset = pq.remove_messages([m])
-                if offset >= 0 and not pq.dropped:
-                    self.consumer.offset_store.update_offset(mq, offset, True)
+                self._remove_consumed([m], pq, mq)
                 cleaned += 1
         return cleaned
 
@@ -223,6 +293,7 @@ class ConsumeOrderlyService(_BaseConsumeService):
 
     def __init__(self, consumer, listener, pool):
         super().__init__(consumer, listener, pool)
+        self._retry_topic = MixAll.get_retry_topic(self.group)
         self._mq_locks: dict[MessageQueue, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -260,6 +331,7 @@ class ConsumeOrderlyService(_BaseConsumeService):
                 return
             begin = time.monotonic()
             batch = max(1, self.consumer.consume_message_batch_max_size)
+            take = max(batch, ORDERLY_TAKE_BATCH)
             while True:
                 if pq.dropped or not self.consumer.running:
                     return
@@ -269,33 +341,49 @@ class ConsumeOrderlyService(_BaseConsumeService):
                 if time.monotonic() - begin > MAX_TIME_CONSUME_CONTINUOUSLY:
                     self._later(pq, mq, 0.01)  # let other queues have the thread
                     return
-                msgs = pq.take_messages(batch)
+                msgs = pq.take_messages(take)
                 if not msgs:
                     return
-                reset_retry_topic(msgs, self.group)
-                with pq.consume_lock:
-                    if pq.dropped:
-                        pq.rollback()
-                        return
-                    status = self._call_listener(msgs, mq, True)
-                if not self._process_result(status, msgs, pq, mq):
+                if mq.topic == self._retry_topic:
+                    reset_retry_topic(msgs, self.group)
+                if not self._consume_taken(msgs, batch, pq, mq):
                     return
 
-    def _process_result(self, status, msgs, pq: ProcessQueue, mq: MessageQueue) -> bool:
-        if status in (ConsumeStatus.SUCCESS, ConsumeStatus.CONSUME_SUCCESS):
-            self._count("ok", len(msgs))
-            offset = pq.commit()
-            cont = True
-        else:
-            self._count("failed", len(msgs))
-            if self._check_reconsume_times(msgs, mq):
-                pq.make_messages_to_consume_again(msgs)
-                self._later(pq, mq, self.consumer.suspend_current_queue_time)
-                return False
-            offset = pq.commit()  # they went to the DLQ
-            cont = True
+    def _consume_taken(self, msgs: list, batch: int, pq: ProcessQueue, mq: MessageQueue) -> bool:
+        """Call the listener for each listener batch of the taken messages, in order, then commit
+        once.  A batch to retry puts itself and the rest back (consumed again after
+        suspend_current_queue_time); a take running past CHUNK_TIME puts back what it has not
+        reached (the loop re-checks the lock before taking again).  False: stop this queue's loop."""
+        start = time.monotonic()
+        n = len(msgs)
+        ok = 0
+        cont = True
+        for i in range(0, n, batch):
+            part = msgs if batch >= n else msgs[i:i + batch]
+            with pq.consume_lock:
+                if pq.dropped:
+                    pq.rollback()
+                    return False
+                status = self._call_listener(part, mq, True)
+            if status is ConsumeStatus.SUCCESS or status is ConsumeStatus.CONSUME_SUCCESS:
+                ok += len(part)
+            else:
+                self._count("failed", len(part))
+                if self._check_reconsume_times(part, mq):
+                    pq.make_messages_to_consume_again(msgs[i:])
+                    self._later(pq, mq, self.consumer.suspend_current_queue_time)
+                    cont = False
+                    break
+                # past max_reconsume_times: it went to the DLQ, which counts as consumed
+            if i + batch < n and time.monotonic() - start > CHUNK_TIME:
+                pq.make_messages_to_consume_again(msgs[i + batch:])
+                break
+        if ok:
+            self._count("ok", ok)
+        offset = pq.commit()
         if offset >= 0 and not pq.dropped:
             self.consumer.offset_store.update_offset(mq, offset, False)
+        pq.wake_flow_waiter()
         return cont
 
     def _check_reconsume_times(self, msgs, mq: MessageQueue) -> bool:

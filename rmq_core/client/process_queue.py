@@ -4,8 +4,11 @@ Messages are kept by queue offset.  RocketMQ uses a TreeMap; here a dict holds o
 and a binary heap of offsets (with lazy deletion) gives the smallest live offset in amortised
 O(log n), so committing "the lowest unconsumed offset" never scans the buffer.
 
-Concurrent consumption: `put_messages` on pull, `remove_messages` when a consume request is done;
-the returned offset is what may be committed (everything below it is consumed).
+Concurrent consumption: `put_messages` on pull, `remove_messages` when a chunk of consume requests
+is done; the returned offset is what may be committed (everything below it is consumed).  A chunk
+registers its list of consumed-but-not-yet-removed messages (`track_consumed`) so the expired-message
+cleaner does not take them for stuck ones.  A pull loop held back by flow control leaves a waiter
+(`flow_waiter`) that a removal calls, so it pulls again as soon as the buffer has room.
 Orderly consumption: `take_messages` moves the smallest messages into a "consuming" table,
 `commit` forgets them and returns the next offset, `make_messages_to_consume_again` puts them back.
 """
@@ -29,7 +32,7 @@ class ProcessQueue:
         "_tree", "_heap", "_lock", "msg_count", "msg_size", "queue_offset_max", "dropped",
         "last_pull_timestamp", "last_consume_timestamp", "locked", "last_lock_timestamp",
         "consuming", "_consuming_tree", "consume_lock", "msg_acc_cnt", "try_unlock_times",
-        "__weakref__",
+        "_consumed_lists", "flow_waiter", "__weakref__",
     )
 
     def __init__(self):
@@ -50,6 +53,8 @@ class ProcessQueue:
         self.consume_lock = threading.Lock()
         self.msg_acc_cnt = 0  # messages the broker still has behind this pull (maxOffset - offset)
         self.try_unlock_times = 0
+        self._consumed_lists: dict = {}  # id(list) -> list of consumed messages not yet removed
+        self.flow_waiter = None  # set by a pull loop waiting for room; called (once) after removals
 
     # --- state -----------------------------------------------------------------------------------
     def is_lock_expired(self, max_live: float = REBALANCE_LOCK_MAX_LIVE_TIME) -> bool:
@@ -130,6 +135,21 @@ class ProcessQueue:
                 result = self._min_offset_locked()
             self._compact_locked()
             return result
+
+    def track_consumed(self, lst: list) -> None:
+        self._consumed_lists[id(lst)] = lst
+
+    def untrack_consumed(self, lst: list) -> None:
+        self._consumed_lists.pop(id(lst), None)
+
+    def consumed_ids(self) -> set:
+        """ids of the messages whose listener returned but which are still buffered."""
+        return {id(m) for lst in list(self._consumed_lists.values()) for m in list(lst)}
+
+    def wake_flow_waiter(self) -> None:
+        waiter = self.flow_waiter
+        if waiter is not None:
+            waiter()
 
     def first_messages(self, n: int) -> list:
         """Up to n buffered messages with the smallest offsets (expired-message cleaning)."""
