@@ -18,6 +18,7 @@ batch of them in order (under the queue's consume lock per call) and commits onc
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import logging
 import threading
@@ -36,12 +37,23 @@ log = logging.getLogger("rmq.client.consume")
 
 MAX_TIME_CONSUME_CONTINUOUSLY = 60.0
 # A chunk of listener calls should take about this long: long enough that the hand-off to a consume
-# thread (a Future, a wake-up, the bookkeeping) is small beside it, short enough that a slow
+# thread (a wake-up, the bookkeeping) is small beside it and that a thread made to wait for the
+# GIL (5 ms switch interval) does not look like a slow listener, short enough that a slow
 # listener's messages soon run in parallel on the other threads.
-CHUNK_TIME = 0.002
+CHUNK_TIME = 0.01
 # Orderly: messages taken from the process queue per take (listener batches are cut from them).
 ORDERLY_TAKE_BATCH = 64
 _OK = (ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.SUCCESS)
+
+
+def _estimate(old: float, sample: float) -> float:
+    """A running estimate of a listener's time that follows a faster sample at once and a slower
+    one by at most a quarter per sample: a call that only waited for the GIL, or was paused by the
+    scheduler, moves it little; a listener that really got slower is caught up with in a few
+    chunks.  (A race between two threads loses a sample, nothing more.)"""
+    if old == 0.0 or sample < old:
+        return sample
+    return min(sample, old * 1.25)
 
 
 class _ConsumeContext:
@@ -63,6 +75,7 @@ class _BaseConsumeService:
         self.stats = {"ok": 0, "failed": 0, "sent_back": 0, "dlq": 0}
         self._warned_none = False
         self._stats_lock = threading.Lock()
+        self._stamp_ms, self._stamp = 0, "0"
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._stats_lock:
@@ -73,7 +86,7 @@ class _BaseConsumeService:
         if self._hooks:
             ctx = _ConsumeContext(self.group, mq, msgs, orderly)
             plugins.get_plugin_manager().hook.rmq_before_consume(context=ctx)
-        now_ms = str(int(time.time() * 1000))
+        now_ms = self._now_ms()
         for m in msgs:
             m.put_property(MessageConst.CONSUME_START_TIMESTAMP, now_ms)
         try:
@@ -88,6 +101,14 @@ class _BaseConsumeService:
             ctx.success = status in _OK
             plugins.get_plugin_manager().hook.rmq_after_consume(context=ctx)
         return status
+
+    def _now_ms(self) -> str:
+        """The time in ms as a property value, built once per millisecond (a race may hand out the
+        previous millisecond)."""
+        ms = int(time.time() * 1000)
+        if ms != self._stamp_ms:
+            self._stamp_ms, self._stamp = ms, str(ms)
+        return self._stamp
 
     def _status_of(self, status, orderly: bool):
         """A listener's answer other than the usual success, as a ConsumeStatus (None: failed)."""
@@ -178,6 +199,12 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
         super().__init__(consumer, listener, pool)
         self._retry_topic = MixAll.get_retry_topic(self.group)
         self._call_time = 0.0  # moving average of one listener call's wall time (s); 0 until measured
+        self._chunk_time = 0.0  # the same for a whole chunk
+        # chunks not yet started, taken by "drainer" tasks on the pool: a consume thread that
+        # finishes a chunk takes the next one without a hand-off
+        self._chunks: collections.deque = collections.deque()
+        self._drainers = 0
+        self._drain_lock = threading.Lock()
 
     def submit_consume_request(self, msgs, pq: ProcessQueue, mq: MessageQueue, dispatch: bool) -> None:
         if mq.topic == self._retry_topic:  # every message of a pull comes from the queue's topic
@@ -186,15 +213,54 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
         self._dispatch([msgs] if len(msgs) <= n else [msgs[i:i + n] for i in range(0, len(msgs), n)], pq, mq)
 
     def _dispatch(self, batches: list, pq: ProcessQueue, mq: MessageQueue) -> None:
-        """Hand listener batches to the pool, as many per task as take about CHUNK_TIME."""
+        """Queue listener batches as chunks of about CHUNK_TIME each, and start a drainer if the
+        running ones will not get to them soon."""
         per_task = len(batches)
         if self._call_time * per_task > CHUNK_TIME:
             per_task = max(1, int(CHUNK_TIME / self._call_time))
         if per_task >= len(batches):
-            self._submit(self._consume, batches, pq, mq)
-            return
-        for i in range(0, len(batches), per_task):
-            self._submit(self._consume, batches[i:i + per_task], pq, mq)
+            self._chunks.append((batches, pq, mq))
+        else:
+            for i in range(0, len(batches), per_task):
+                self._chunks.append((batches[i:i + per_task], pq, mq))
+        self._start_drainers()
+
+    def _start_drainers(self) -> None:
+        """No drainer running: start one.  Chunks waiting beyond what the running drainers hold, and
+        chunks slow enough (half of CHUNK_TIME or more, a listener that waits on I/O) that another
+        thread pays off: start more, up to consume_thread_max, as Java runs that many listeners."""
+        with self._drain_lock:
+            active = self._drainers
+            if active and (len(self._chunks) <= active or self._chunk_time < CHUNK_TIME / 2
+                           or active >= self.consumer.consume_thread_max):
+                return
+            self._drainers = active + 1
+        try:
+            self.pool.submit(self._drain)
+        except RuntimeError:  # pool shut down: the consumer is stopping
+            with self._drain_lock:
+                self._drainers -= 1
+
+    def _drain(self) -> None:
+        chunks = self._chunks
+        try:
+            while self.consumer.running:
+                try:
+                    batches, pq, mq = chunks.popleft()
+                except IndexError:
+                    with self._drain_lock:
+                        if chunks:
+                            continue  # queued after our look, while the queuer saw us running
+                        self._drainers -= 1
+                        return
+                self._consume(batches, pq, mq)
+                if chunks:
+                    self._start_drainers()
+        except BaseException:
+            log.exception("consume thread of group %s failed", self.group)
+        # stopping (or failed): chunks left are not consumed, so never committed, and come back
+        with self._drain_lock:
+            self._drainers -= 1
 
     def _consume(self, batches: list, pq: ProcessQueue, mq: MessageQueue) -> None:
         if pq.dropped:
@@ -203,12 +269,11 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
         failed: list = []
         pq.track_consumed(done)  # the expired-message cleaner leaves these alone
         try:
-            call = self._call_listener
             n = len(batches)
             start = time.monotonic()
             for i in range(n):
                 msgs = batches[i]
-                status = call(msgs, mq, False)
+                status = self._call_listener(msgs, mq, False)
                 if pq.dropped:
                     log.info("processQueue dropped while consuming, group=%s %s: %d message(s) will be redelivered",
                              self.group, mq, len(msgs) + len(done) + len(failed))
@@ -220,18 +285,15 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
                 if i + 1 < n:
                     elapsed = time.monotonic() - start
                     if elapsed > CHUNK_TIME:  # a slow listener: the rest may run on other threads
-                        self._note_call_time(elapsed / (i + 1))
+                        self._call_time = _estimate(self._call_time, elapsed / (i + 1))
                         self._dispatch(batches[i + 1:], pq, mq)
                         break
             else:
-                self._note_call_time((time.monotonic() - start) / n)
+                self._call_time = _estimate(self._call_time, (time.monotonic() - start) / n)
             self._process_result(done, failed, pq, mq)
+            self._chunk_time = _estimate(self._chunk_time, time.monotonic() - start)
         finally:
             pq.untrack_consumed(done)
-
-    def _note_call_time(self, t: float) -> None:
-        # a race between two threads loses one sample, nothing more
-        self._call_time = t if self._call_time == 0.0 else 0.75 * self._call_time + 0.25 * t
 
     def _process_result(self, done: list, failed: list, pq: ProcessQueue, mq: MessageQueue) -> None:
         """One chunk's bookkeeping: stats, send-back of the failed ones, process-queue removal and
@@ -350,36 +412,42 @@ class ConsumeOrderlyService(_BaseConsumeService):
                     return
 
     def _consume_taken(self, msgs: list, batch: int, pq: ProcessQueue, mq: MessageQueue) -> bool:
-        """Call the listener for each listener batch of the taken messages, in order, then commit
-        once.  A batch to retry puts itself and the rest back (consumed again after
-        suspend_current_queue_time); a take running past CHUNK_TIME puts back what it has not
-        reached (the loop re-checks the lock before taking again).  False: stop this queue's loop."""
-        start = time.monotonic()
+        """Call the listener for each listener batch of the taken messages, in order, under the
+        queue's consume lock (held for at most about CHUNK_TIME plus one call, so a rebalance
+        waiting to unlock the queue gets it soon), then commit once.  A failed batch to retry puts
+        itself and the rest back, consumed again after suspend_current_queue_time; a take running
+        past CHUNK_TIME puts back what it has not reached (the loop re-checks the broker lock
+        before taking again).  False: stop this queue's loop."""
         n = len(msgs)
         ok = 0
-        cont = True
-        for i in range(0, n, batch):
-            part = msgs if batch >= n else msgs[i:i + batch]
-            with pq.consume_lock:
+        failed_at = -1
+        status = None
+        with pq.consume_lock:
+            start = time.monotonic()
+            for i in range(0, n, batch):
                 if pq.dropped:
                     pq.rollback()
                     return False
-                status = self._call_listener(part, mq, True)
-            if status is ConsumeStatus.SUCCESS or status is ConsumeStatus.CONSUME_SUCCESS:
-                ok += len(part)
-            else:
-                self._count("failed", len(part))
-                if self._check_reconsume_times(part, mq):
-                    pq.make_messages_to_consume_again(msgs[i:])
-                    self._later(pq, mq, self.consumer.suspend_current_queue_time)
-                    cont = False
+                status = self._call_listener(msgs if batch >= n else msgs[i:i + batch], mq, True)
+                if status is not ConsumeStatus.SUCCESS and status is not ConsumeStatus.CONSUME_SUCCESS:
+                    failed_at = i
                     break
-                # past max_reconsume_times: it went to the DLQ, which counts as consumed
-            if i + batch < n and time.monotonic() - start > CHUNK_TIME:
-                pq.make_messages_to_consume_again(msgs[i + batch:])
-                break
+                ok += batch
+                if i + batch < n and time.monotonic() - start > CHUNK_TIME:
+                    pq.make_messages_to_consume_again(msgs[i + batch:])
+                    break
+        cont = True
+        if failed_at >= 0:
+            part = msgs[failed_at:failed_at + batch]
+            self._count("failed", len(part))
+            if self._check_reconsume_times(part, mq):
+                pq.make_messages_to_consume_again(msgs[failed_at:])
+                self._later(pq, mq, self.consumer.suspend_current_queue_time)
+                cont = False
+            else:  # past max_reconsume_times, it went to the DLQ (consumed); the rest waits for the next take
+                pq.make_messages_to_consume_again(msgs[failed_at + batch:])
         if ok:
-            self._count("ok", ok)
+            self._count("ok", min(ok, n))
         offset = pq.commit()
         if offset >= 0 and not pq.dropped:
             self.consumer.offset_store.update_offset(mq, offset, False)
