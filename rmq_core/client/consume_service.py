@@ -56,6 +56,19 @@ def _estimate(old: float, sample: float) -> float:
     return min(sample, old * 1.25)
 
 
+class _RunningChunk:
+    """A chunk of listener calls in progress, as the expired-message cleaner sees it: the messages
+    in the listener now and since when (monotonic s), and those consumed but not yet removed.
+    (Java stamps CONSUME_START_TIME on every message for this; a record per chunk costs less.)"""
+
+    __slots__ = ("done", "current", "started", "__weakref__")
+
+    def __init__(self):
+        self.done: list = []
+        self.current = ()
+        self.started = 0.0
+
+
 class _ConsumeContext:
     __slots__ = ("consumer_group", "queue", "messages", "status", "success", "orderly")
 
@@ -75,7 +88,6 @@ class _BaseConsumeService:
         self.stats = {"ok": 0, "failed": 0, "sent_back": 0, "dlq": 0}
         self._warned_none = False
         self._stats_lock = threading.Lock()
-        self._stamp_ms, self._stamp = 0, "0"
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._stats_lock:
@@ -86,9 +98,6 @@ class _BaseConsumeService:
         if self._hooks:
             ctx = _ConsumeContext(self.group, mq, msgs, orderly)
             plugins.get_plugin_manager().hook.rmq_before_consume(context=ctx)
-        now_ms = self._now_ms()
-        for m in msgs:
-            m.put_property(MessageConst.CONSUME_START_TIMESTAMP, now_ms)
         try:
             status = self.listener(msgs)
         except Exception:
@@ -101,14 +110,6 @@ class _BaseConsumeService:
             ctx.success = status in _OK
             plugins.get_plugin_manager().hook.rmq_after_consume(context=ctx)
         return status
-
-    def _now_ms(self) -> str:
-        """The time in ms as a property value, built once per millisecond (a race may hand out the
-        previous millisecond)."""
-        ms = int(time.time() * 1000)
-        if ms != self._stamp_ms:
-            self._stamp_ms, self._stamp = ms, str(ms)
-        return self._stamp
 
     def _status_of(self, status, orderly: bool):
         """A listener's answer other than the usual success, as a ConsumeStatus (None: failed)."""
@@ -265,14 +266,16 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
     def _consume(self, batches: list, pq: ProcessQueue, mq: MessageQueue) -> None:
         if pq.dropped:
             return
-        done: list = []  # consumed, still in the process queue until this chunk's bookkeeping
+        chunk = _RunningChunk()
+        done = chunk.done  # consumed, still in the process queue until this chunk's bookkeeping
         failed: list = []
-        pq.track_consumed(done)  # the expired-message cleaner leaves these alone
+        pq.add_running_chunk(chunk)  # what the expired-message cleaner looks at
         try:
             n = len(batches)
-            start = time.monotonic()
+            now = start = time.monotonic()
             for i in range(n):
                 msgs = batches[i]
+                chunk.current, chunk.started = msgs, now
                 status = self._call_listener(msgs, mq, False)
                 if pq.dropped:
                     log.info("processQueue dropped while consuming, group=%s %s: %d message(s) will be redelivered",
@@ -282,18 +285,18 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
                     done += msgs
                 else:
                     failed += msgs
-                if i + 1 < n:
-                    elapsed = time.monotonic() - start
-                    if elapsed > CHUNK_TIME:  # a slow listener: the rest may run on other threads
-                        self._call_time = _estimate(self._call_time, elapsed / (i + 1))
-                        self._dispatch(batches[i + 1:], pq, mq)
-                        break
+                chunk.current = ()
+                now = time.monotonic()
+                if i + 1 < n and now - start > CHUNK_TIME:  # a slow listener: the rest may run on other threads
+                    self._call_time = _estimate(self._call_time, (now - start) / (i + 1))
+                    self._dispatch(batches[i + 1:], pq, mq)
+                    break
             else:
-                self._call_time = _estimate(self._call_time, (time.monotonic() - start) / n)
+                self._call_time = _estimate(self._call_time, (now - start) / n)
             self._process_result(done, failed, pq, mq)
             self._chunk_time = _estimate(self._chunk_time, time.monotonic() - start)
         finally:
-            pq.untrack_consumed(done)
+            pq.remove_running_chunk(chunk)
 
     def _process_result(self, done: list, failed: list, pq: ProcessQueue, mq: MessageQueue) -> None:
         """One chunk's bookkeeping: stats, send-back of the failed ones, process-queue removal and
@@ -334,14 +337,20 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
         if self.consumer.message_model is not MessageModel.CLUSTERING:
             return 0
         cleaned = 0
-        now_ms = time.time() * 1000
-        finished = pq.consumed_ids()
+        now = time.monotonic()
+        finished = set()
+        started = {}
+        for chunk in pq.running_chunks():
+            finished.update(map(id, list(chunk.done)))
+            since = chunk.started
+            for m in chunk.current:
+                started[id(m)] = since
         for m in pq.first_messages(16):
             if id(m) in finished:
                 continue  # its listener returned; its chunk has not done the bookkeeping yet
-            start = m.get_property(MessageConst.CONSUME_START_TIMESTAMP)
-            if not start or now_ms - int(start) <= timeout * 1000:
-                break
+            since = started.get(id(m))
+            if since is None or now - since <= timeout:
+                break  # not in a listener yet, or not for long
             log.warning("send expired msg back, group=%s msg=%s queue_offset=%d", self.group, m.msg_id, m.queue_offset)
             if self.send_message_back(m, mq, 3):
                 self._count("sent_back")

@@ -7,9 +7,9 @@ batch goes in with one `update`.  The rare insert below the highest buffered off
 messages put back to be consumed again, an out-of-order batch) re-sorts the dict.
 
 Concurrent consumption: `put_messages` on pull, `remove_messages` when a chunk of consume requests
-is done; the returned offset is what may be committed (everything below it is consumed).  A chunk
-registers its list of consumed-but-not-yet-removed messages (`track_consumed`) so the expired-message
-cleaner does not take them for stuck ones.  A pull loop held back by flow control leaves a waiter
+is done; the returned offset is what may be committed (everything below it is consumed).  A running
+chunk registers itself (`add_running_chunk`): the expired-message cleaner learns from it which
+buffered messages are in a listener since when, and which are consumed but not yet removed.  A pull loop held back by flow control leaves a waiter
 (`flow_waiter`) that a removal calls, so it pulls again as soon as the buffer has room.
 Orderly consumption: `take_messages` moves the smallest messages into a "consuming" table,
 `commit` forgets them and returns the next offset, `make_messages_to_consume_again` puts them back.
@@ -34,7 +34,7 @@ class ProcessQueue:
         "_tree", "_lock", "msg_count", "msg_size", "queue_offset_max", "dropped",
         "last_pull_timestamp", "last_consume_timestamp", "locked", "last_lock_timestamp",
         "consuming", "_consuming_tree", "consume_lock", "msg_acc_cnt", "try_unlock_times",
-        "_consumed_lists", "flow_waiter", "__weakref__",
+        "_running_chunks", "flow_waiter", "__weakref__",
     )
 
     def __init__(self):
@@ -54,7 +54,7 @@ class ProcessQueue:
         self.consume_lock = threading.Lock()
         self.msg_acc_cnt = 0  # messages the broker still has behind this pull (maxOffset - offset)
         self.try_unlock_times = 0
-        self._consumed_lists: dict = {}  # id(list) -> list of consumed messages not yet removed
+        self._running_chunks: dict = {}  # id -> a consume service's record of a running chunk
         self.flow_waiter = None  # set by a pull loop waiting for room; called (once) after removals
 
     # --- state -----------------------------------------------------------------------------------
@@ -140,15 +140,14 @@ class ProcessQueue:
                 return offset
             return self.queue_offset_max + 1
 
-    def track_consumed(self, lst: list) -> None:
-        self._consumed_lists[id(lst)] = lst
+    def add_running_chunk(self, chunk) -> None:
+        self._running_chunks[id(chunk)] = chunk
 
-    def untrack_consumed(self, lst: list) -> None:
-        self._consumed_lists.pop(id(lst), None)
+    def remove_running_chunk(self, chunk) -> None:
+        self._running_chunks.pop(id(chunk), None)
 
-    def consumed_ids(self) -> set:
-        """ids of the messages whose listener returned but which are still buffered."""
-        return {id(m) for lst in list(self._consumed_lists.values()) for m in list(lst)}
+    def running_chunks(self) -> list:
+        return list(self._running_chunks.values())
 
     def wake_flow_waiter(self) -> None:
         waiter = self.flow_waiter
