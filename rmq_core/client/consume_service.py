@@ -206,6 +206,7 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
         self._chunks: collections.deque = collections.deque()
         self._drainers = 0
         self._drain_lock = threading.Lock()
+        self._running: dict = {}  # id -> _RunningChunk of every chunk in progress
 
     def submit_consume_request(self, msgs, pq: ProcessQueue, mq: MessageQueue, dispatch: bool) -> None:
         if mq.topic == self._retry_topic:  # every message of a pull comes from the queue's topic
@@ -227,20 +228,40 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
         self._start_drainers()
 
     def _start_drainers(self) -> None:
-        """No drainer running: start one.  Chunks waiting beyond what the running drainers hold, and
-        chunks slow enough (half of CHUNK_TIME or more, a listener that waits on I/O) that another
-        thread pays off: start more, up to consume_thread_max, as Java runs that many listeners."""
+        """No drainer running: start one.  Up to consume_thread_max (Java runs that many listeners
+        at once), start another when chunks are waiting and either chunks are slow (half of
+        CHUNK_TIME or more: a listener that waits on I/O, so another thread pays off) or every
+        drainer is inside a listener call that has run past CHUNK_TIME (one stuck listener must
+        not hold up the other messages)."""
         with self._drain_lock:
             active = self._drainers
-            if active and (len(self._chunks) <= active or self._chunk_time < CHUNK_TIME / 2
-                           or active >= self.consumer.consume_thread_max):
+            if not self._chunks:
                 return
+            if active:
+                if active >= self.consumer.consume_thread_max:
+                    return
+                if not (self._chunk_time >= CHUNK_TIME / 2 and len(self._chunks) > active) \
+                        and not self._all_drainers_held(active):
+                    return
             self._drainers = active + 1
         try:
             self.pool.submit(self._drain)
         except RuntimeError:  # pool shut down: the consumer is stopping
             with self._drain_lock:
                 self._drainers -= 1
+
+    def _all_drainers_held(self, active: int) -> bool:
+        running = list(self._running.values())
+        if len(running) < active:
+            return False  # a drainer between chunks takes the next one soon
+        now = time.monotonic()
+        return all(c.current and now - c.started > CHUNK_TIME for c in running)
+
+    def check_drainers(self) -> None:
+        """Every pull_time_delay_when_flow_control: chunks that wait while no pull comes (all
+        queues flow-controlled) behind drainers held in listener calls get a drainer."""
+        if self._chunks:
+            self._start_drainers()
 
     def _drain(self) -> None:
         chunks = self._chunks
@@ -270,6 +291,7 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
         done = chunk.done  # consumed, still in the process queue until this chunk's bookkeeping
         failed: list = []
         pq.add_running_chunk(chunk)  # what the expired-message cleaner looks at
+        self._running[id(chunk)] = chunk
         try:
             n = len(batches)
             now = start = time.monotonic()
@@ -297,6 +319,7 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
             self._chunk_time = _estimate(self._chunk_time, time.monotonic() - start)
         finally:
             pq.remove_running_chunk(chunk)
+            self._running.pop(id(chunk), None)
 
     def _process_result(self, done: list, failed: list, pq: ProcessQueue, mq: MessageQueue) -> None:
         """One chunk's bookkeeping: stats, send-back of the failed ones, process-queue removal and

@@ -383,6 +383,9 @@ class PushConsumer(ConsumerBase):
             if not self._orderly:
                 self._jobs.append(sched.schedule(self._clean_expired, self.consume_timeout,
                                                  self.consume_timeout, "clean expired messages"))
+                every = max(self.pull_time_delay_when_flow_control, 0.01)
+                self._jobs.append(sched.schedule(self.consume_service.check_drainers, every, every,
+                                                 "consume threads"))
             self._started = True
         self.instance.rebalance_immediately()
         log.info("the consumer [%s] start OK, client id %s, %s", self.group, self.client_id, self.message_model.value)
