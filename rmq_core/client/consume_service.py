@@ -7,14 +7,16 @@ A pulled batch goes to the consume threads as a few tasks ("chunks") of listener
 task per call: a chunk runs its calls one after another and does the bookkeeping once (process-queue
 removal, the commit offset, stats).  How many calls a chunk gets follows the measured cost of a call:
 a fast listener gets whole pulled batches (a thread hand-off per call would cost more than the call),
-a slow one (I/O) one call per task as in Java, so up to consume_thread_max calls run at once; a chunk
-that runs past CHUNK_TIME hands its remaining calls back to the pool, split by the new estimate.
+a slow one (I/O) one call per chunk as in Java, so up to consume_thread_max calls run at once; a chunk
+that runs past CHUNK_TIME hands its remaining calls back, split by the new estimate.  Chunks wait in
+one queue; "drainer" tasks on the consume pool take them one after another, and more drainers join
+only when chunks are slow or every drainer is held in a long listener call.
 
 Orderly (ConsumeMessageOrderlyService): one thread at a time per queue, only while the broker
 lock is held; SUSPEND_CURRENT_QUEUE_A_MOMENT retries locally after a pause, up to
 max_reconsume_times, then the message goes to %DLQ%<group>.  A thread takes up to
 ORDERLY_TAKE_BATCH messages from the process queue at once, calls the listener for each listener
-batch of them in order (under the queue's consume lock per call) and commits once per take.
+batch of them in order under the queue's consume lock, and commits once per take.
 """
 from __future__ import annotations
 
@@ -214,17 +216,22 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
         n = max(1, self.consumer.consume_message_batch_max_size)
         self._dispatch([msgs] if len(msgs) <= n else [msgs[i:i + n] for i in range(0, len(msgs), n)], pq, mq)
 
-    def _dispatch(self, batches: list, pq: ProcessQueue, mq: MessageQueue) -> None:
+    def _dispatch(self, batches: list, pq: ProcessQueue, mq: MessageQueue, first: bool = False) -> None:
         """Queue listener batches as chunks of about CHUNK_TIME each, and start a drainer if the
-        running ones will not get to them soon."""
+        running ones will not get to them soon.  first: the rest of a chunk that ran long goes
+        ahead of everything queued, so messages still start in the order they were pulled (a
+        clean shutdown then leaves no consumed message above the commit offset)."""
         per_task = len(batches)
         if self._call_time * per_task > CHUNK_TIME:
             per_task = max(1, int(CHUNK_TIME / self._call_time))
         if per_task >= len(batches):
-            self._chunks.append((batches, pq, mq))
+            chunks = [(batches, pq, mq)]
         else:
-            for i in range(0, len(batches), per_task):
-                self._chunks.append((batches[i:i + per_task], pq, mq))
+            chunks = [(batches[i:i + per_task], pq, mq) for i in range(0, len(batches), per_task)]
+        if first:
+            self._chunks.extendleft(reversed(chunks))
+        else:
+            self._chunks.extend(chunks)
         self._start_drainers()
 
     def _start_drainers(self) -> None:
@@ -311,7 +318,7 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
                 now = time.monotonic()
                 if i + 1 < n and now - start > CHUNK_TIME:  # a slow listener: the rest may run on other threads
                     self._call_time = _estimate(self._call_time, (now - start) / (i + 1))
-                    self._dispatch(batches[i + 1:], pq, mq)
+                    self._dispatch(batches[i + 1:], pq, mq, first=True)
                     break
             else:
                 self._call_time = _estimate(self._call_time, (now - start) / n)

@@ -17,6 +17,7 @@ Orderly consumption: `take_messages` moves the smallest messages into a "consumi
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 import time
 
@@ -27,6 +28,18 @@ PULL_MAX_IDLE_TIME = 120.0  # a queue not pulled for this long is rebuilt by the
 
 def _now() -> float:
     return time.monotonic()
+
+
+_offset_of = operator.attrgetter("queue_offset")
+_body_of = operator.attrgetter("body")
+
+
+def _body_bytes(msgs) -> int:
+    """Total body length (RocketMQ's cached message size), without a Python step per message."""
+    try:
+        return sum(map(len, map(_body_of, msgs)))
+    except TypeError:  # a message without a body (decoded with read_body=False)
+        return sum(len(m.body or b"") for m in msgs)
 
 
 class ProcessQueue:
@@ -92,19 +105,20 @@ class ProcessQueue:
     def put_messages(self, msgs) -> bool:
         """Buffer freshly pulled messages.  Returns True when an orderly consumer should schedule
         a consume request (the queue was idle and now has messages)."""
-        offsets = [m.queue_offset for m in msgs]
+        offsets = list(map(_offset_of, msgs))
         dispatch = False
         with self._lock:
             tree = self._tree
             before = len(tree)
-            if offsets and offsets[0] > self.queue_offset_max and (len(offsets) == 1 or offsets == sorted(offsets)):
+            if offsets and offsets[0] > self.queue_offset_max and (
+                    offsets[-1] - offsets[0] == len(offsets) - 1 or offsets == sorted(offsets)):
                 # the usual pull: ascending offsets past everything buffered
                 tree.update(zip(offsets, msgs))
                 self.queue_offset_max = offsets[-1]
                 if len(tree) - before == len(offsets):
-                    self.msg_size += sum([len(m.body or b"") for m in msgs])
+                    self.msg_size += _body_bytes(msgs)
                 else:  # a repeated offset inside the batch: count what stayed
-                    self.msg_size = sum([len(m.body or b"") for m in tree.values()]) + self._consuming_size_locked()
+                    self.msg_size = _body_bytes(tree.values()) + _body_bytes(self._consuming_tree.values())
             else:
                 for m in msgs:
                     off = m.queue_offset
@@ -122,9 +136,6 @@ class ProcessQueue:
                 dispatch = True
         return dispatch
 
-    def _consuming_size_locked(self) -> int:
-        return sum([len(m.body or b"") for m in self._consuming_tree.values()])
-
     def remove_messages(self, msgs) -> int:
         """Forget consumed messages; return the offset that may be committed, or -1 if none."""
         with self._lock:
@@ -132,10 +143,9 @@ class ProcessQueue:
             tree = self._tree
             if not tree:
                 return -1
-            pop = tree.pop
-            removed = [old for old in [pop(m.queue_offset, None) for m in msgs] if old is not None]
+            removed = list(filter(None, map(tree.pop, map(_offset_of, msgs), itertools.repeat(None))))
             self.msg_count -= len(removed)
-            self.msg_size -= sum([len(m.body or b"") for m in removed])
+            self.msg_size -= _body_bytes(removed)
             for offset in tree:  # the lowest still buffered
                 return offset
             return self.queue_offset_max + 1
@@ -179,7 +189,7 @@ class ProcessQueue:
                 return -1
             offset = max(self._consuming_tree) + 1
             self.msg_count -= len(self._consuming_tree)
-            self.msg_size -= self._consuming_size_locked()
+            self.msg_size -= _body_bytes(self._consuming_tree.values())
             self._consuming_tree.clear()
             return offset
 
