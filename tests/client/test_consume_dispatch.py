@@ -10,18 +10,14 @@
   message it had not consumed, and a restarted consumer brings every message at least once.
 """
 import collections
-import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
 import pytest
 
 from rmq_core import ConsumeStatus, Message, Producer
-from tests.client.conftest import FAST, wait_until
+from tests.client.conftest import FAST, ChildConsumer, wait_until
 from tests.client.test_e2e_groups import make_consumer
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -131,30 +127,6 @@ def test_a_slow_listener_runs_on_many_consume_threads(cluster):
     assert peak[0] >= 5  # up to consume_thread_max listener calls at once, not one chunk after another
 
 
-CHILD = textwrap.dedent("""
-    import sys, time
-    from rmq_core import PushConsumer, ConsumeStatus
-    namesrv, group, topic, out_path = sys.argv[1:5]
-    out = open(out_path, "a", buffering=1)
-    def listener(msgs):
-        for m in msgs:
-            out.write(f"{m.queue_id} {m.queue_offset}\\n")
-        time.sleep(0.0005)
-        return ConsumeStatus.CONSUME_SUCCESS
-    # RocketMQ's defaults (listener batch 1, 20 consume threads, pull batch 32); offsets reach the
-    # broker with every pull and every 0.2 s
-    c = PushConsumer(group, namesrv=namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-                     rebalance_interval=1.0, heartbeat_broker_interval=1.0, persist_consumer_offset_interval=0.2,
-                     poll_name_server_interval=1.0)
-    c.subscribe(topic, "*")
-    c.register_message_listener(listener)
-    c.start()
-    print("READY", flush=True)
-    while True:
-        time.sleep(1)
-""")
-
-
 def test_consumer_killed_mid_chunk_never_committed_past_an_unconsumed_message(cluster, tmp_path):
     topic = "KillMidChunk"
     group = "CG_KILL_MID"
@@ -163,26 +135,20 @@ def test_consumer_killed_mid_chunk_never_committed_past_an_unconsumed_message(cl
         queues = p.fetch_publish_message_queues(topic)
         for i in range(0, n, 50):
             p.send_batch([Message(topic, f"{i + j}".encode()) for j in range(50)], queue=queues[(i // 50) % len(queues)])
-    out = tmp_path / "consumed.txt"
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
-
-    def spawn():
-        proc = subprocess.Popen([sys.executable, str(script), cluster.tcp_namesrv, group, topic, str(out)],
-                                stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
-        assert proc.stdout.readline().strip() == "READY"
-        return proc
+    # RocketMQ's defaults (listener batch 1, 20 consume threads, pull batch 32): chunks of many
+    # listener calls; offsets reach the broker with every pull and every 0.2 s
+    child = ChildConsumer(tmp_path, cluster.tcp_namesrv, group, topic, listener_sleep_per_message=0.0005,
+                          persist_consumer_offset_interval=0.2)
 
     def consumed():
-        lines = out.read_text().splitlines() if out.exists() else []
-        return {tuple(map(int, line.split())) for line in lines if len(line.split()) == 2}
+        return {(q, o) for _, q, o in child.lines()}
 
     offsets = cluster.broker.offset_manager
-    child = spawn()
+    child.spawn()
     try:
         wait_until(lambda: len(consumed()) >= n // 3, timeout=60, what="the child consumes a third")
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
+        child.proc.send_signal(signal.SIGKILL)
+        child.proc.wait(10)
         seen = consumed()
         assert len(seen) < n, "the child finished before it was killed: nothing was mid-chunk"
         committed = {q.queue_id: offsets.query_offset(group, topic, q.queue_id) for q in queues}
@@ -190,10 +156,8 @@ def test_consumer_killed_mid_chunk_never_committed_past_an_unconsumed_message(cl
         for qid, off in committed.items():
             missing = [o for o in range(max(off, 0)) if (qid, o) not in seen]
             assert not missing, f"queue {qid}: committed {off} but offsets {missing[:10]} were never consumed"
-        child = spawn()
+        child.spawn()
         wait_until(lambda: len(consumed()) == n, timeout=90, what="every message after the restart")
     finally:
         child.kill()
-        child.wait(10)
-    lines = out.read_text().splitlines()
-    print(f"killed after {len(seen)} of {n}; {len(lines) - n} delivered twice")
+    print(f"killed after {len(seen)} of {n}; {len(child.lines()) - n} delivered twice")
