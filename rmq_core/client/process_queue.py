@@ -9,8 +9,9 @@ messages put back to be consumed again, an out-of-order batch) re-sorts the dict
 Concurrent consumption: `put_messages` on pull, `remove_messages` when a chunk of consume requests
 is done; the returned offset is what may be committed (everything below it is consumed).  A running
 chunk registers itself (`add_running_chunk`): the expired-message cleaner learns from it which
-buffered messages are in a listener since when, and which are consumed but not yet removed.  A pull loop held back by flow control leaves a waiter
-(`flow_waiter`) that a removal calls, so it pulls again as soon as the buffer has room.
+buffered messages are in a listener since when, and which are consumed but not yet removed.  A pull
+loop held back by flow control leaves a waiter (`flow_waiter`) that a removal calls, so it pulls
+again as soon as the buffer has room.
 Orderly consumption: `take_messages` moves the smallest messages into a "consuming" table,
 `commit` forgets them and returns the next offset, `make_messages_to_consume_again` puts them back.
 """

@@ -582,7 +582,10 @@ class PushConsumer(ConsumerBase):
         def waiter():  # a consume thread, after removing consumed messages
             if not self._flow_controlled(pq):
                 pq.flow_waiter = None
-                loop.call_soon_threadsafe(settle)
+                try:
+                    loop.call_soon_threadsafe(settle)
+                except RuntimeError:  # the client's loop is closed: nobody is waiting any more
+                    pass
 
         pq.flow_waiter = waiter
         if not self._flow_controlled(pq):  # room was made before the waiter was in place
