@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
+from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from tests.servers import NamesrvAndBroker, free_port
 
 SIZES = {"128B": 128, "1KiB": 1024}
@@ -411,20 +411,40 @@ def test_consume_rmq_push_consumer(benchmark, rmq_cluster, consume_topics, size,
     benchmark.extra_info["msgs_per_s"] = N_CONSUME / benchmark.stats.stats.median
 
 
+def _lite_drain(namesrv, topic):
+    """A new group's PullConsumer (pull batch 32) polls until N_CONSUME arrived: the pull path
+    without consume threads, the push consumer's ceiling."""
+    c = PullConsumer(f"CG_BENCH_LITE{next(_ids)}", namesrv=namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                     pull_batch_size=32, rebalance_interval=1.0, **FAST)
+    c.subscribe(topic, "*")
+    c.start()
+    try:
+        n = 0
+        t = time.perf_counter()
+        while n < N_CONSUME:
+            n += len(c.poll(5))
+        return time.perf_counter() - t
+    finally:
+        c.shutdown()
+
+
 def test_consume_interleaved_vs_redis(benchmark, rmq_cluster, redis_client, consume_topics, consume_streams):
-    """128 B messages: every round drains the stored messages with each Redis COUNT and each push
-    consumer configuration in turn; the medians give the ratios in extra_info (the issue's targets:
-    defaults >= 1.5x Redis COUNT 32, batch32 >= 2x Redis COUNT 1000, batch1024 >= batch32)."""
+    """128 B messages: every round drains the stored messages with each Redis COUNT, each push
+    consumer configuration and the lite PullConsumer in turn; the medians give the ratios in
+    extra_info (the issue's targets: defaults >= 1.5x Redis COUNT 32, batch32 >= 2x Redis COUNT
+    1000, batch1024 >= batch32).  The PullConsumer's time includes its start (queues assigned by
+    the first rebalance), so it slightly understates that ceiling."""
     benchmark.group = "client-consume-interleaved"
     topic, n_queues = consume_topics["128B"]
     stream = consume_streams["128B"]
-    times = {name: [] for name in ("redis32", "redis1000", *CONSUMERS)}
+    times = {name: [] for name in ("redis32", "redis1000", *CONSUMERS, "lite_pull32")}
 
     def round_():
         times["redis32"].append(_redis_drain(redis_client, stream, 32))
         times["redis1000"].append(_redis_drain(redis_client, stream, 1000))
         for name, options in CONSUMERS.items():
             times[name].append(_push_drain(rmq_cluster.namesrv, topic, n_queues, options))
+        times["lite_pull32"].append(_lite_drain(rmq_cluster.namesrv, topic))
 
     benchmark.pedantic(round_, rounds=INTERLEAVED_ROUNDS, iterations=1)
     rate = {name: N_CONSUME / sorted(ts)[len(ts) // 2] for name, ts in times.items()}
@@ -434,4 +454,5 @@ def test_consume_interleaved_vs_redis(benchmark, rmq_cluster, redis_client, cons
         batch32_vs_redis1000=rate["batch32"] / rate["redis1000"],
         batch1024_vs_batch32=rate["batch1024"] / rate["batch32"],
         orderly_defaults_vs_redis32=rate["orderly_defaults"] / rate["redis32"],
+        batch32_vs_lite_pull32=rate["batch32"] / rate["lite_pull32"],
     )
