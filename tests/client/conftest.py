@@ -37,15 +37,19 @@ def wait_until(pred, timeout=20.0, interval=0.05, what="condition"):
 
 
 CHILD_CONSUMER = textwrap.dedent("""
-    import json, sys, time
+    import itertools, json, os, signal, sys, time
     from rmq_core import PushConsumer, ConsumeStatus
     namesrv, group, topic, out_path, options = sys.argv[1:6]
     options = json.loads(options)
     pause = options.pop("listener_sleep_per_message", 0.0)
+    kill_after = options.pop("kill_after", 0)
+    consumed = itertools.count(1)
     out = open(out_path, "a", buffering=1)
     def listener(msgs):
         for m in msgs:
             out.write(f"{m.body.decode()} {m.queue_id} {m.queue_offset}\\n")
+            if next(consumed) == kill_after:  # SIGKILL ourselves inside a listener call
+                os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(pause)
         return ConsumeStatus.CONSUME_SUCCESS
     c = PushConsumer(group, namesrv=namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
@@ -63,7 +67,8 @@ CHILD_CONSUMER = textwrap.dedent("""
 class ChildConsumer:
     """A PushConsumer in a child process (for real SIGKILLs) that appends one line per consumed
     message to `out`: body, queue id, queue offset.  `options` go to PushConsumer, plus
-    listener_sleep_per_message."""
+    listener_sleep_per_message and kill_after (the child SIGKILLs itself in the listener call of
+    its kill_after-th message)."""
 
     def __init__(self, tmp_path, namesrv, group, topic, **options):
         self.script = tmp_path / "child_consumer.py"
@@ -72,8 +77,10 @@ class ChildConsumer:
         self.args = [sys.executable, str(self.script), namesrv, group, topic, str(self.out), json.dumps(options)]
         self.proc = None
 
-    def spawn(self) -> "ChildConsumer":
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    def spawn(self, **options) -> "ChildConsumer":
+        """Start the child; `options` replace the constructor's for this run."""
+        args = self.args if not options else self.args[:-1] + [json.dumps({**json.loads(self.args[-1]), **options})]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
         assert self.proc.stdout.readline().strip() == "READY"
         return self
 
