@@ -150,7 +150,7 @@ def test_consumer_killed_mid_chunk_never_committed_past_an_unconsumed_message(cl
     try:
         assert child.proc.wait(60) == -signal.SIGKILL
         seen = consumed()
-        assert len(seen) == n // 2
+        assert n // 2 <= len(seen) < n  # other consume threads may write a line before the kill lands
         committed = {q.queue_id: offsets.query_offset(group, topic, q.queue_id) for q in queues}
         assert sum(max(off, 0) for off in committed.values()) >= n // 10, committed
         for qid, off in committed.items():
