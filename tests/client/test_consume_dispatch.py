@@ -6,6 +6,8 @@
 * a listener stuck past consume_timeout: its message is sent back, the messages its chunk already
   consumed are not, and the other messages keep flowing on other consume threads meanwhile;
 * a slow (I/O-bound) listener still runs on many consume threads at once;
+* an orderly listener that suspends in the middle of a take: the part before it is committed, the
+  rest comes again in order after suspend_current_queue_time;
 * a consumer process SIGKILLed in the middle of its chunks: the committed offsets never pass a
   message it had not consumed, and a restarted consumer brings every message at least once.
 """
@@ -125,6 +127,36 @@ def test_a_slow_listener_runs_on_many_consume_threads(cluster):
         wait_until(lambda: len(got) == n, timeout=60, what="every message")
     assert sorted(got) == sorted(str(i).encode() for i in range(n))
     assert peak[0] >= 5  # up to consume_thread_max listener calls at once, not one chunk after another
+
+
+def test_orderly_suspend_inside_a_take_commits_the_consumed_part_and_retries_the_rest_in_order(cluster):
+    """One take brings o0..o9; the listener suspends at o5: o0..o4 are committed at once, o5..o9
+    wait suspend_current_queue_time and come again in order, o5 with reconsume times 1."""
+    topic = "OrderlyTake"
+    _send(cluster.namesrv, topic, [f"o{i}".encode() for i in range(10)], queue_index=0)
+    seen = []
+    suspended = threading.Event()
+
+    def listener(msgs):
+        m = msgs[0]
+        seen.append((m.body, m.reconsume_times))
+        if m.body == b"o5" and m.reconsume_times == 0:
+            suspended.set()
+            return ConsumeStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        return ConsumeStatus.SUCCESS
+
+    c = make_consumer(cluster.namesrv, "CG_ORDERLY_TAKE", topic, listener, orderly=True,
+                      suspend_current_queue_time=2.0)
+    with c:
+        assert suspended.wait(30)
+        mq = next(q for q in c.process_queue_table if q.topic == topic and q.queue_id == 0)
+        wait_until(lambda: c.offset_store.read_offset(mq, "READ_FROM_MEMORY") == 5, timeout=1.5,
+                   what="o0..o4 committed while o5 is suspended")
+        assert (b"o6", 0) not in seen
+        wait_until(lambda: (b"o9", 0) in seen, what="the rest after the pause")
+        wait_until(lambda: c.offset_store.read_offset(mq, "READ_FROM_MEMORY") == 10, what="all committed")
+    assert seen == [(f"o{i}".encode(), 0) for i in range(6)] + [(b"o5", 1)] + [
+        (f"o{i}".encode(), 0) for i in range(6, 10)]
 
 
 def test_consumer_killed_mid_chunk_never_committed_past_an_unconsumed_message(cluster, tmp_path):
