@@ -247,8 +247,7 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
             if active:
                 if active >= self.consumer.consume_thread_max:
                     return
-                if not (self._chunk_time >= CHUNK_TIME / 2 and len(self._chunks) > active) \
-                        and not self._all_drainers_held(active):
+                if self._chunk_time < CHUNK_TIME / 2 and not self._all_drainers_held(active):
                     return
             self._drainers = active + 1
         try:
