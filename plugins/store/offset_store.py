@@ -47,10 +47,16 @@ class ReadOffsetType(str, enum.Enum):
     MEMORY_FIRST_THEN_STORE = "MEMORY_FIRST_THEN_STORE"
 
 
+_READ_TYPES = {t.value: t for t in ReadOffsetType}  # a str enum: its members find themselves too
+
+
 def _read_type(value) -> ReadOffsetType:
     try:
+        found = _READ_TYPES.get(value)  # every pull reads an offset: no Enum() call per read
+        if found is not None:
+            return found
         return ReadOffsetType(getattr(value, "value", value))
-    except ValueError:
+    except (ValueError, TypeError):
         raise IllegalArgumentError(
             f"bad read type {value!r}; expected one of {', '.join(t.value for t in ReadOffsetType)}") from None
 

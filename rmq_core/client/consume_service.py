@@ -1,15 +1,26 @@
 """Consume services: hand buffered messages to the user's listener on the consume thread pool.
 
-Concurrent (ConsumeMessageConcurrentlyService): batches of up to `consume_message_batch_max_size`
-run in parallel; RECONSUME_LATER (or an exception) sends the batch back to the broker (clustering)
-so it returns through %RETRY%<group>; the lowest unconsumed offset is committed.
+Concurrent (ConsumeMessageConcurrentlyService): the listener gets batches of up to
+`consume_message_batch_max_size`; RECONSUME_LATER (or an exception) sends the batch back to the
+broker (clustering) so it returns through %RETRY%<group>; the lowest unconsumed offset is committed.
+A pulled batch goes to the consume threads as a few tasks ("chunks") of listener calls, not as one
+task per call: a chunk runs its calls one after another and does the bookkeeping once (process-queue
+removal, the commit offset, stats).  How many calls a chunk gets follows the measured cost of a call:
+a fast listener gets whole pulled batches (a thread hand-off per call would cost more than the call),
+a slow one (I/O) one call per chunk as in Java, so up to consume_thread_max calls run at once; a chunk
+that runs past CHUNK_TIME hands its remaining calls back, split by the new estimate.  Chunks wait in
+one queue; "drainer" tasks on the consume pool take them one after another, and more drainers join
+only when chunks are slow or every drainer is held in a long listener call.
 
 Orderly (ConsumeMessageOrderlyService): one thread at a time per queue, only while the broker
 lock is held; SUSPEND_CURRENT_QUEUE_A_MOMENT retries locally after a pause, up to
-max_reconsume_times, then the message goes to %DLQ%<group>.
+max_reconsume_times, then the message goes to %DLQ%<group>.  A thread takes up to
+ORDERLY_TAKE_BATCH messages from the process queue at once, calls the listener for each listener
+batch of them in order under the queue's consume lock, and commits once per take.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import logging
 import threading
@@ -20,13 +31,44 @@ from rmq_core import plugins
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import reset_retry_topic
 from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
-from rmq_core.message import ConsumeStatus, MessageConst, MessageModel, MessageQueue
+from rmq_core.message import ConsumeStatus, MessageConst, MessageModel, MessageQueue, MixAll
 from rmq_core.remoting.codes import RequestCode
 from rmq_core.remoting.command import RemotingCommand
 
 log = logging.getLogger("rmq.client.consume")
 
 MAX_TIME_CONSUME_CONTINUOUSLY = 60.0
+# A chunk of listener calls should take about this long: long enough that the hand-off to a consume
+# thread (a wake-up, the bookkeeping) is small beside it and that a thread made to wait for the
+# GIL (5 ms switch interval) does not look like a slow listener, short enough that a slow
+# listener's messages soon run in parallel on the other threads.
+CHUNK_TIME = 0.01
+# Orderly: messages taken from the process queue per take (listener batches are cut from them).
+ORDERLY_TAKE_BATCH = 64
+_OK = (ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.SUCCESS)
+
+
+def _estimate(old: float, sample: float) -> float:
+    """A running estimate of a listener's time that follows a faster sample at once and a slower
+    one by at most a quarter per sample: a call that only waited for the GIL, or was paused by the
+    scheduler, moves it little; a listener that really got slower is caught up with in a few
+    chunks.  (A race between two threads loses a sample, nothing more.)"""
+    if old == 0.0 or sample < old:
+        return sample
+    return min(sample, old * 1.25)
+
+
+class _RunningChunk:
+    """A chunk of listener calls in progress, as the expired-message cleaner sees it: the messages
+    in the listener now and since when (monotonic s), and those consumed but not yet removed.
+    (Java stamps CONSUME_START_TIME on every message for this; a record per chunk costs less.)"""
+
+    __slots__ = ("done", "current", "started", "__weakref__")
+
+    def __init__(self):
+        self.done: list = []
+        self.current = ()
+        self.started = 0.0
 
 
 class _ConsumeContext:
@@ -58,28 +100,31 @@ class _BaseConsumeService:
         if self._hooks:
             ctx = _ConsumeContext(self.group, mq, msgs, orderly)
             plugins.get_plugin_manager().hook.rmq_before_consume(context=ctx)
-        now_ms = str(int(time.time() * 1000))
-        for m in msgs:
-            m.put_property(MessageConst.CONSUME_START_TIMESTAMP, now_ms)
         try:
             status = self.listener(msgs)
-            if status is None and not self._warned_none:
-                self._warned_none = True
-                log.warning("the message listener of group %s returned None: treated as %s (return a "
-                            "ConsumeStatus)", self.group, "SUSPEND_CURRENT_QUEUE_A_MOMENT" if orderly else "RECONSUME_LATER")
         except Exception:
             log.exception("consume message exception, group=%s %s (%d message(s))", self.group, mq, len(msgs))
-            status = None
-        if isinstance(status, str):
-            try:
-                status = ConsumeStatus(status)
-            except ValueError:
-                status = None
+            status = False  # not None: an exception is not "returned None"
+        if status is not ConsumeStatus.CONSUME_SUCCESS and status is not ConsumeStatus.SUCCESS:
+            status = self._status_of(status, orderly)
         if ctx is not None:
             ctx.status = status
-            ctx.success = status in (ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.SUCCESS)
+            ctx.success = status in _OK
             plugins.get_plugin_manager().hook.rmq_after_consume(context=ctx)
         return status
+
+    def _status_of(self, status, orderly: bool):
+        """A listener's answer other than the usual success, as a ConsumeStatus (None: failed)."""
+        if status is None and not self._warned_none:
+            self._warned_none = True
+            log.warning("the message listener of group %s returned None: treated as %s (return a "
+                        "ConsumeStatus)", self.group, "SUSPEND_CURRENT_QUEUE_A_MOMENT" if orderly else "RECONSUME_LATER")
+        if isinstance(status, str):
+            try:
+                return ConsumeStatus(status)
+            except ValueError:
+                return None
+        return status if isinstance(status, ConsumeStatus) else None
 
     def _submit(self, fn, *args) -> None:
         try:
@@ -153,67 +198,192 @@ class _BaseConsumeService:
 class ConsumeConcurrentlyService(_BaseConsumeService):
     orderly = False
 
+    def __init__(self, consumer, listener, pool):
+        super().__init__(consumer, listener, pool)
+        self._retry_topic = MixAll.get_retry_topic(self.group)
+        self._call_time = 0.0  # moving average of one listener call's wall time (s); 0 until measured
+        self._chunk_time = 0.0  # the same for a whole chunk
+        # chunks not yet started, taken by "drainer" tasks on the pool: a consume thread that
+        # finishes a chunk takes the next one without a hand-off
+        self._chunks: collections.deque = collections.deque()
+        self._drainers = 0
+        self._drain_lock = threading.Lock()
+        self._running: dict = {}  # id -> _RunningChunk of every chunk in progress
+
     def submit_consume_request(self, msgs, pq: ProcessQueue, mq: MessageQueue, dispatch: bool) -> None:
+        if mq.topic == self._retry_topic:  # every message of a pull comes from the queue's topic
+            reset_retry_topic(msgs, self.group)
         n = max(1, self.consumer.consume_message_batch_max_size)
-        for i in range(0, len(msgs), n):
-            self._submit(self._consume, msgs[i:i + n], pq, mq)
+        self._dispatch([msgs] if len(msgs) <= n else [msgs[i:i + n] for i in range(0, len(msgs), n)], pq, mq)
 
-    def _consume(self, msgs, pq: ProcessQueue, mq: MessageQueue) -> None:
-        if pq.dropped:
-            return
-        reset_retry_topic(msgs, self.group)
-        status = self._call_listener(msgs, mq, False)
-        if pq.dropped:
-            log.info("processQueue dropped while consuming, group=%s %s: %d message(s) will be redelivered",
-                     self.group, mq, len(msgs))
-            return
-        self._process_result(status, msgs, pq, mq)
-
-    def _process_result(self, status, msgs, pq: ProcessQueue, mq: MessageQueue) -> None:
-        ok = status in (ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.SUCCESS)
-        if ok:
-            self._count("ok", len(msgs))
-            done = msgs
+    def _dispatch(self, batches: list, pq: ProcessQueue, mq: MessageQueue, first: bool = False) -> None:
+        """Queue listener batches as chunks of about CHUNK_TIME each, and start a drainer if the
+        running ones will not get to them soon.  first: the rest of a chunk that ran long goes
+        ahead of everything queued, so messages still start in the order they were pulled (a
+        clean shutdown then leaves no consumed message above the commit offset)."""
+        per_task = len(batches)
+        if self._call_time * per_task > CHUNK_TIME:
+            per_task = max(1, int(CHUNK_TIME / self._call_time))
+        if per_task >= len(batches):
+            chunks = [(batches, pq, mq)]
         else:
-            self._count("failed", len(msgs))
+            chunks = [(batches[i:i + per_task], pq, mq) for i in range(0, len(batches), per_task)]
+        if first:
+            self._chunks.extendleft(reversed(chunks))
+        else:
+            self._chunks.extend(chunks)
+        self._start_drainers()
+
+    def _start_drainers(self) -> None:
+        """No drainer running: start one.  Up to consume_thread_max (Java runs that many listeners
+        at once), start another when chunks are waiting and either chunks are slow (half of
+        CHUNK_TIME or more: a listener that waits on I/O, so another thread pays off) or every
+        drainer is inside a listener call that has run past CHUNK_TIME (one stuck listener must
+        not hold up the other messages)."""
+        with self._drain_lock:
+            active = self._drainers
+            if not self._chunks:
+                return
+            if active:
+                if active >= self.consumer.consume_thread_max:
+                    return
+                if self._chunk_time < CHUNK_TIME / 2 and not self._all_drainers_held(active):
+                    return
+            self._drainers = active + 1
+        try:
+            self.pool.submit(self._drain)
+        except RuntimeError:  # pool shut down: the consumer is stopping
+            with self._drain_lock:
+                self._drainers -= 1
+
+    def _all_drainers_held(self, active: int) -> bool:
+        running = list(self._running.values())
+        if len(running) < active:
+            return False  # a drainer between chunks takes the next one soon
+        now = time.monotonic()
+        return all(c.current and now - c.started > CHUNK_TIME for c in running)
+
+    def check_drainers(self) -> None:
+        """Every pull_time_delay_when_flow_control: chunks that wait while no pull comes (all
+        queues flow-controlled) behind drainers held in listener calls get a drainer."""
+        if self._chunks:
+            self._start_drainers()
+
+    def _drain(self) -> None:
+        chunks = self._chunks
+        try:
+            while self.consumer.running:
+                try:
+                    batches, pq, mq = chunks.popleft()
+                except IndexError:
+                    with self._drain_lock:
+                        if chunks:
+                            continue  # queued after our look, while the queuer saw us running
+                        self._drainers -= 1
+                        return
+                self._consume(batches, pq, mq)
+                if chunks:
+                    self._start_drainers()
+        except BaseException:
+            log.exception("consume thread of group %s failed", self.group)
+        # stopping (or failed): chunks left are not consumed, so never committed, and come back
+        with self._drain_lock:
+            self._drainers -= 1
+
+    def _consume(self, batches: list, pq: ProcessQueue, mq: MessageQueue) -> None:
+        if pq.dropped:
+            return
+        chunk = _RunningChunk()
+        done = chunk.done  # consumed, still in the process queue until this chunk's bookkeeping
+        failed: list = []
+        pq.add_running_chunk(chunk)  # what the expired-message cleaner looks at
+        self._running[id(chunk)] = chunk
+        try:
+            n = len(batches)
+            now = start = time.monotonic()
+            for i in range(n):
+                msgs = batches[i]
+                chunk.current, chunk.started = msgs, now
+                status = self._call_listener(msgs, mq, False)
+                if pq.dropped:
+                    log.info("processQueue dropped while consuming, group=%s %s: %d message(s) will be redelivered",
+                             self.group, mq, len(msgs) + len(done) + len(failed))
+                    return
+                if status is ConsumeStatus.CONSUME_SUCCESS or status is ConsumeStatus.SUCCESS:
+                    done += msgs
+                else:
+                    failed += msgs
+                chunk.current = ()
+                now = time.monotonic()
+                if i + 1 < n and now - start > CHUNK_TIME:  # a slow listener: the rest may run on other threads
+                    self._call_time = _estimate(self._call_time, (now - start) / (i + 1))
+                    self._dispatch(batches[i + 1:], pq, mq, first=True)
+                    break
+            else:
+                self._call_time = _estimate(self._call_time, (now - start) / n)
+            self._process_result(done, failed, pq, mq)
+            self._chunk_time = _estimate(self._chunk_time, time.monotonic() - start)
+        finally:
+            pq.remove_running_chunk(chunk)
+            self._running.pop(id(chunk), None)
+
+    def _process_result(self, done: list, failed: list, pq: ProcessQueue, mq: MessageQueue) -> None:
+        """One chunk's bookkeeping: stats, send-back of the failed ones, process-queue removal and
+        the commit offset (the lowest message still unconsumed)."""
+        with self._stats_lock:
+            self.stats["ok"] += len(done)
+            self.stats["failed"] += len(failed)
+        if failed:
             if self.consumer.message_model is MessageModel.BROADCASTING:
-                for m in msgs:
+                for m in failed:
                     log.warning("BROADCASTING, the message consume failed, drop it, %s", m.msg_id)
-                done = msgs
+                done += failed
             else:
                 later = []
-                for m in msgs:
+                for m in failed:
+                    # delay level 0: the broker picks 3 + reconsume times
                     if self.send_message_back(m, mq, 0):
                         self._count("sent_back")
+                        done.append(m)
                     else:
                         m.reconsume_times = m.reconsume_times + 1
                         later.append(m)
-                done = [m for m in msgs if m not in later] if later else msgs
                 if later:
                     # the broker would not take them back: consume again here after a pause
                     self.consumer.instance.scheduler.schedule(
                         lambda: self.submit_consume_request(later, pq, mq, True), None,
                         self.consumer.consume_later_delay, "consume later")
-        offset = pq.remove_messages(done)
+        self._remove_consumed(done, pq, mq)
+
+    def _remove_consumed(self, msgs: list, pq: ProcessQueue, mq: MessageQueue) -> None:
+        offset = pq.remove_messages(msgs)
         if offset >= 0 and not pq.dropped:
             self.consumer.offset_store.update_offset(mq, offset, True)
+        pq.wake_flow_waiter()
 
     def clean_expired_messages(self, pq: ProcessQueue, mq: MessageQueue, timeout: float) -> int:
         """Send back messages consumed for longer than `timeout` s (they are stuck in a listener)."""
         if self.consumer.message_model is not MessageModel.CLUSTERING:
             return 0
         cleaned = 0
-        now_ms = time.time() * 1000
+        now = time.monotonic()
+        finished = set()
+        started = {}
+        for chunk in pq.running_chunks():
+            finished.update(map(id, list(chunk.done)))
+            since = chunk.started
+            for m in chunk.current:
+                started[id(m)] = since
         for m in pq.first_messages(16):
-            start = m.get_property(MessageConst.CONSUME_START_TIMESTAMP)
-            if not start or now_ms - int(start) <= timeout * 1000:
-                break
+            if id(m) in finished:
+                continue  # its listener returned; its chunk has not done the bookkeeping yet
+            since = started.get(id(m))
+            if since is None or now - since <= timeout:
+                break  # not in a listener yet, or not for long
             log.warning("send expired msg back, group=%s msg=%s queue_offset=%d", self.group, m.msg_id, m.queue_offset)
             if self.send_message_back(m, mq, 3):
                 self._count("sent_back")
-                offset = pq.remove_messages([m])
-                if offset >= 0 and not pq.dropped:
-                    self.consumer.offset_store.update_offset(mq, offset, True)
+                self._remove_consumed([m], pq, mq)
                 cleaned += 1
         return cleaned
 
@@ -223,6 +393,7 @@ class ConsumeOrderlyService(_BaseConsumeService):
 
     def __init__(self, consumer, listener, pool):
         super().__init__(consumer, listener, pool)
+        self._retry_topic = MixAll.get_retry_topic(self.group)
         self._mq_locks: dict[MessageQueue, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -260,6 +431,7 @@ class ConsumeOrderlyService(_BaseConsumeService):
                 return
             begin = time.monotonic()
             batch = max(1, self.consumer.consume_message_batch_max_size)
+            take = max(batch, ORDERLY_TAKE_BATCH)
             while True:
                 if pq.dropped or not self.consumer.running:
                     return
@@ -269,33 +441,55 @@ class ConsumeOrderlyService(_BaseConsumeService):
                 if time.monotonic() - begin > MAX_TIME_CONSUME_CONTINUOUSLY:
                     self._later(pq, mq, 0.01)  # let other queues have the thread
                     return
-                msgs = pq.take_messages(batch)
+                msgs = pq.take_messages(take)
                 if not msgs:
                     return
-                reset_retry_topic(msgs, self.group)
-                with pq.consume_lock:
-                    if pq.dropped:
-                        pq.rollback()
-                        return
-                    status = self._call_listener(msgs, mq, True)
-                if not self._process_result(status, msgs, pq, mq):
+                if mq.topic == self._retry_topic:
+                    reset_retry_topic(msgs, self.group)
+                if not self._consume_taken(msgs, batch, pq, mq):
                     return
 
-    def _process_result(self, status, msgs, pq: ProcessQueue, mq: MessageQueue) -> bool:
-        if status in (ConsumeStatus.SUCCESS, ConsumeStatus.CONSUME_SUCCESS):
-            self._count("ok", len(msgs))
-            offset = pq.commit()
-            cont = True
-        else:
-            self._count("failed", len(msgs))
-            if self._check_reconsume_times(msgs, mq):
-                pq.make_messages_to_consume_again(msgs)
+    def _consume_taken(self, msgs: list, batch: int, pq: ProcessQueue, mq: MessageQueue) -> bool:
+        """Call the listener for each listener batch of the taken messages, in order, under the
+        queue's consume lock (held for at most about CHUNK_TIME plus one call, so a rebalance
+        waiting to unlock the queue gets it soon), then commit once.  A failed batch to retry puts
+        itself and the rest back, consumed again after suspend_current_queue_time; a take running
+        past CHUNK_TIME puts back what it has not reached (the loop re-checks the broker lock
+        before taking again).  False: stop this queue's loop."""
+        n = len(msgs)
+        ok = 0
+        failed_at = -1
+        status = None
+        with pq.consume_lock:
+            start = time.monotonic()
+            for i in range(0, n, batch):
+                if pq.dropped:
+                    pq.rollback()
+                    return False
+                status = self._call_listener(msgs if batch >= n else msgs[i:i + batch], mq, True)
+                if status is not ConsumeStatus.SUCCESS and status is not ConsumeStatus.CONSUME_SUCCESS:
+                    failed_at = i
+                    break
+                ok += batch
+                if i + batch < n and time.monotonic() - start > CHUNK_TIME:
+                    pq.make_messages_to_consume_again(msgs[i + batch:])
+                    break
+        cont = True
+        if failed_at >= 0:
+            part = msgs[failed_at:failed_at + batch]
+            self._count("failed", len(part))
+            if self._check_reconsume_times(part, mq):
+                pq.make_messages_to_consume_again(msgs[failed_at:])
                 self._later(pq, mq, self.consumer.suspend_current_queue_time)
-                return False
-            offset = pq.commit()  # they went to the DLQ
-            cont = True
+                cont = False
+            else:  # past max_reconsume_times, it went to the DLQ (consumed); the rest waits for the next take
+                pq.make_messages_to_consume_again(msgs[failed_at + batch:])
+        if ok:
+            self._count("ok", min(ok, n))
+        offset = pq.commit()
         if offset >= 0 and not pq.dropped:
             self.consumer.offset_store.update_offset(mq, offset, False)
+        pq.wake_flow_waiter()
         return cont
 
     def _check_reconsume_times(self, msgs, mq: MessageQueue) -> bool:

@@ -1,17 +1,24 @@
 """ProcessQueue: the client-side buffer of one message queue between pulling and consuming.
 
 Messages are kept by queue offset.  RocketMQ uses a TreeMap; here a dict holds offset -> message
-and a binary heap of offsets (with lazy deletion) gives the smallest live offset in amortised
-O(log n), so committing "the lowest unconsumed offset" never scans the buffer.
+with its keys in ascending order (a dict keeps insertion order, and pulls bring ascending offsets
+past everything buffered), so the lowest unconsumed offset is the dict's first key and a pulled
+batch goes in with one `update`.  The rare insert below the highest buffered offset (orderly
+messages put back to be consumed again, an out-of-order batch) re-sorts the dict.
 
-Concurrent consumption: `put_messages` on pull, `remove_messages` when a consume request is done;
-the returned offset is what may be committed (everything below it is consumed).
+Concurrent consumption: `put_messages` on pull, `remove_messages` when a chunk of consume requests
+is done; the returned offset is what may be committed (everything below it is consumed).  A running
+chunk registers itself (`add_running_chunk`): the expired-message cleaner learns from it which
+buffered messages are in a listener since when, and which are consumed but not yet removed.  A pull
+loop held back by flow control leaves a waiter (`flow_waiter`) that a removal calls, so it pulls
+again as soon as the buffer has room.
 Orderly consumption: `take_messages` moves the smallest messages into a "consuming" table,
 `commit` forgets them and returns the next offset, `make_messages_to_consume_again` puts them back.
 """
 from __future__ import annotations
 
-import heapq
+import itertools
+import operator
 import threading
 import time
 
@@ -24,17 +31,28 @@ def _now() -> float:
     return time.monotonic()
 
 
+_offset_of = operator.attrgetter("queue_offset")
+_body_of = operator.attrgetter("body")
+
+
+def _body_bytes(msgs) -> int:
+    """Total body length (RocketMQ's cached message size), without a Python step per message."""
+    try:
+        return sum(map(len, map(_body_of, msgs)))
+    except TypeError:  # a message without a body (decoded with read_body=False)
+        return sum(len(m.body or b"") for m in msgs)
+
+
 class ProcessQueue:
     __slots__ = (
-        "_tree", "_heap", "_lock", "msg_count", "msg_size", "queue_offset_max", "dropped",
+        "_tree", "_lock", "msg_count", "msg_size", "queue_offset_max", "dropped",
         "last_pull_timestamp", "last_consume_timestamp", "locked", "last_lock_timestamp",
         "consuming", "_consuming_tree", "consume_lock", "msg_acc_cnt", "try_unlock_times",
-        "__weakref__",
+        "_running_chunks", "flow_waiter", "__weakref__",
     )
 
     def __init__(self):
         self._tree: dict = {}  # queue offset -> MessageExt
-        self._heap: list = []  # offsets; an offset no longer in _tree is stale
         self._lock = threading.Lock()
         self.msg_count = 0
         self.msg_size = 0
@@ -50,6 +68,8 @@ class ProcessQueue:
         self.consume_lock = threading.Lock()
         self.msg_acc_cnt = 0  # messages the broker still has behind this pull (maxOffset - offset)
         self.try_unlock_times = 0
+        self._running_chunks: dict = {}  # id -> a consume service's record of a running chunk
+        self.flow_waiter = None  # set by a pull loop waiting for room; called (once) after removals
 
     # --- state -----------------------------------------------------------------------------------
     def is_lock_expired(self, max_live: float = REBALANCE_LOCK_MAX_LIVE_TIME) -> bool:
@@ -59,17 +79,12 @@ class ProcessQueue:
         return _now() - self.last_pull_timestamp > max_idle
 
     def _min_offset_locked(self):
-        heap, tree = self._heap, self._tree
-        while heap and heap[0] not in tree:
-            heapq.heappop(heap)
-        return heap[0] if heap else None
+        for offset in self._tree:  # the keys are ascending
+            return offset
+        return None
 
-    def _compact_locked(self) -> None:
-        # stale heap entries pile up when removals are mostly from the middle; rebuild when the
-        # heap is much larger than the live set so memory stays proportional to the buffer
-        if len(self._heap) > 64 and len(self._heap) > 4 * len(self._tree):
-            self._heap = list(self._tree)
-            heapq.heapify(self._heap)
+    def _resort_locked(self) -> None:
+        self._tree = dict(sorted(self._tree.items()))
 
     @property
     def max_span(self) -> int:
@@ -91,21 +106,32 @@ class ProcessQueue:
     def put_messages(self, msgs) -> bool:
         """Buffer freshly pulled messages.  Returns True when an orderly consumer should schedule
         a consume request (the queue was idle and now has messages)."""
+        offsets = list(map(_offset_of, msgs))
         dispatch = False
         with self._lock:
-            tree, heap = self._tree, self._heap
-            added = 0
-            for m in msgs:
-                off = m.queue_offset
-                if off in tree:
-                    continue
-                tree[off] = m
-                heapq.heappush(heap, off)
-                added += 1
-                self.msg_size += len(m.body or b"")
-                if off > self.queue_offset_max:
-                    self.queue_offset_max = off
-            self.msg_count += added
+            tree = self._tree
+            before = len(tree)
+            if offsets and offsets[0] > self.queue_offset_max and (
+                    offsets[-1] - offsets[0] == len(offsets) - 1 or offsets == sorted(offsets)):
+                # the usual pull: ascending offsets past everything buffered
+                tree.update(zip(offsets, msgs))
+                self.queue_offset_max = offsets[-1]
+                if len(tree) - before == len(offsets):
+                    self.msg_size += _body_bytes(msgs)
+                else:  # a repeated offset inside the batch: count what stayed
+                    self.msg_size = _body_bytes(tree.values()) + _body_bytes(self._consuming_tree.values())
+            else:
+                for m in msgs:
+                    off = m.queue_offset
+                    if off in tree or off in self._consuming_tree:
+                        continue
+                    tree[off] = m
+                    self.msg_size += len(m.body or b"")
+                    if off > self.queue_offset_max:
+                        self.queue_offset_max = off
+                self._resort_locked()
+                tree = self._tree
+            self.msg_count += len(tree) - before
             if tree and not self.consuming:
                 self.consuming = True
                 dispatch = True
@@ -118,38 +144,41 @@ class ProcessQueue:
             tree = self._tree
             if not tree:
                 return -1
-            result = self.queue_offset_max + 1
-            removed = 0
-            for m in msgs:
-                old = tree.pop(m.queue_offset, None)
-                if old is not None:
-                    removed += 1
-                    self.msg_size -= len(old.body or b"")
-            self.msg_count -= removed
-            if tree:
-                result = self._min_offset_locked()
-            self._compact_locked()
-            return result
+            removed = list(filter(None, map(tree.pop, map(_offset_of, msgs), itertools.repeat(None))))
+            self.msg_count -= len(removed)
+            self.msg_size -= _body_bytes(removed)
+            for offset in tree:  # the lowest still buffered
+                return offset
+            return self.queue_offset_max + 1
+
+    def add_running_chunk(self, chunk) -> None:
+        self._running_chunks[id(chunk)] = chunk
+
+    def remove_running_chunk(self, chunk) -> None:
+        self._running_chunks.pop(id(chunk), None)
+
+    def running_chunks(self) -> list:
+        return list(self._running_chunks.values())
+
+    def wake_flow_waiter(self) -> None:
+        waiter = self.flow_waiter
+        if waiter is not None:
+            waiter()
 
     def first_messages(self, n: int) -> list:
         """Up to n buffered messages with the smallest offsets (expired-message cleaning)."""
         with self._lock:
-            return [self._tree[o] for o in heapq.nsmallest(n, (o for o in self._heap if o in self._tree))]
+            return list(itertools.islice(self._tree.values(), n))
 
     # --- orderly ---------------------------------------------------------------------------------
     def take_messages(self, batch_size: int) -> list:
         now = _now()
-        out = []
         with self._lock:
             self.last_consume_timestamp = now
-            tree, heap = self._tree, self._heap
-            while heap and len(out) < batch_size:
-                off = heapq.heappop(heap)
-                m = tree.pop(off, None)
-                if m is None:
-                    continue
-                self._consuming_tree[off] = m
-                out.append(m)
+            tree = self._tree
+            offsets = list(itertools.islice(tree, batch_size))
+            out = [tree.pop(off) for off in offsets]
+            self._consuming_tree.update(zip(offsets, out))
             if not out:
                 self.consuming = False
         return out
@@ -161,32 +190,32 @@ class ProcessQueue:
                 return -1
             offset = max(self._consuming_tree) + 1
             self.msg_count -= len(self._consuming_tree)
-            for m in self._consuming_tree.values():
-                self.msg_size -= len(m.body or b"")
+            self.msg_size -= _body_bytes(self._consuming_tree.values())
             self._consuming_tree.clear()
             return offset
 
     def make_messages_to_consume_again(self, msgs) -> None:
         with self._lock:
+            tree = self._tree
             for m in msgs:
                 off = m.queue_offset
                 self._consuming_tree.pop(off, None)
-                if off not in self._tree:
-                    self._tree[off] = m
-                    heapq.heappush(self._heap, off)
+                if off not in tree:
+                    tree[off] = m
+            self._resort_locked()
 
     def rollback(self) -> None:
         with self._lock:
+            tree = self._tree
             for off, m in self._consuming_tree.items():
-                if off not in self._tree:
-                    self._tree[off] = m
-                    heapq.heappush(self._heap, off)
+                if off not in tree:
+                    tree[off] = m
             self._consuming_tree.clear()
+            self._resort_locked()
 
     def clear(self) -> None:
         with self._lock:
             self._tree.clear()
-            self._heap.clear()
             self._consuming_tree.clear()
             self.msg_count = 0
             self.msg_size = 0

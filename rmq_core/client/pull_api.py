@@ -43,11 +43,12 @@ class PullResultExt:
 
 def build_pull_request(*, group: str, mq: MessageQueue, sub, offset: int, max_nums: int, sys_flag: int,
                        commit_offset: int, suspend_timeout_ms: int) -> RemotingCommand:
+    # every value already a string: the header is copied as is, not converted field by field
     return RemotingCommand.create_request(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
-        "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": commit_offset,
-        "suspendTimeoutMillis": suspend_timeout_ms, "subscription": sub.sub_string,
-        "subVersion": sub.sub_version, "expressionType": sub.expression_type,
+        "consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": str(offset),
+        "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": str(commit_offset),
+        "suspendTimeoutMillis": str(suspend_timeout_ms), "subscription": sub.sub_string,
+        "subVersion": str(sub.sub_version), "expressionType": str(sub.expression_type),
     })
 
 

@@ -383,6 +383,9 @@ class PushConsumer(ConsumerBase):
             if not self._orderly:
                 self._jobs.append(sched.schedule(self._clean_expired, self.consume_timeout,
                                                  self.consume_timeout, "clean expired messages"))
+                every = max(self.pull_time_delay_when_flow_control, 0.01)
+                self._jobs.append(sched.schedule(self.consume_service.check_drainers, every, every,
+                                                 "consume threads"))
             self._started = True
         self.instance.rebalance_immediately()
         log.info("the consumer [%s] start OK, client id %s, %s", self.group, self.client_id, self.message_model.value)
@@ -500,11 +503,9 @@ class PushConsumer(ConsumerBase):
             if self._paused:
                 await asyncio.sleep(0.02)
                 continue
-            if (pq.msg_count > self.pull_threshold_for_queue
-                    or pq.msg_size > self.pull_threshold_size_for_queue * 1024 * 1024
-                    or (not self._orderly and pq.max_span > self.consume_concurrently_max_span)):
+            if self._flow_controlled(pq):
                 self.flow_control_times += 1
-                await asyncio.sleep(self.pull_time_delay_when_flow_control)
+                await self._wait_for_room(pq, loop)
                 continue
             if self._orderly and clustering and not pq.locked:
                 await asyncio.sleep(self.pull_time_delay_when_exception)
@@ -561,6 +562,41 @@ class PushConsumer(ConsumerBase):
                 offset = result.next_begin_offset
                 self.offset_store.update_offset(mq, offset, False)
                 await loop.run_in_executor(inst.blocking_executor, self.offset_store.persist, mq)
+
+    def _flow_controlled(self, pq: ProcessQueue) -> bool:
+        """Too much buffered for this queue (count, size, or offset span for concurrent consumption)."""
+        return (pq.msg_count > self.pull_threshold_for_queue
+                or pq.msg_size > self.pull_threshold_size_for_queue * 1024 * 1024
+                or (not self._orderly and pq.max_span > self.consume_concurrently_max_span))
+
+    async def _wait_for_room(self, pq: ProcessQueue, loop) -> None:
+        """Wait until consumption brings the queue under the thresholds again, or at most
+        pull_time_delay_when_flow_control (Java sleeps that long every time: a pull batch near the
+        threshold then waited 50 ms per pull, so bigger batches consumed slower)."""
+        fut = loop.create_future()
+
+        def settle():
+            if not fut.done():
+                fut.set_result(None)
+
+        def waiter():  # a consume thread, after removing consumed messages
+            if not self._flow_controlled(pq):
+                pq.flow_waiter = None
+                try:
+                    loop.call_soon_threadsafe(settle)
+                except RuntimeError:  # the client's loop is closed: nobody is waiting any more
+                    pass
+
+        pq.flow_waiter = waiter
+        if not self._flow_controlled(pq):  # room was made before the waiter was in place
+            pq.flow_waiter = None
+            return
+        timer = loop.call_later(self.pull_time_delay_when_flow_control, settle)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            pq.flow_waiter = None
 
     def _clean_expired(self) -> None:
         if self.rebalance is None or not isinstance(self.consume_service, ConsumeConcurrentlyService):

@@ -1,6 +1,11 @@
 """Fixtures for client tests: a real embedded name server + broker (in-proc and TCP addresses),
 short client timers, and a thread-leak check."""
 import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -29,6 +34,64 @@ def wait_until(pred, timeout=20.0, interval=0.05, what="condition"):
             return True
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+CHILD_CONSUMER = textwrap.dedent("""
+    import itertools, json, os, signal, sys, time
+    from rmq_core import PushConsumer, ConsumeStatus
+    namesrv, group, topic, out_path, options = sys.argv[1:6]
+    options = json.loads(options)
+    pause = options.pop("listener_sleep_per_message", 0.0)
+    kill_after = options.pop("kill_after", 0)
+    consumed = itertools.count(1)
+    out = open(out_path, "a", buffering=1)
+    def listener(msgs):
+        for m in msgs:
+            out.write(f"{m.body.decode()} {m.queue_id} {m.queue_offset}\\n")
+            if next(consumed) == kill_after:  # SIGKILL ourselves inside a listener call
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(pause)
+        return ConsumeStatus.CONSUME_SUCCESS
+    c = PushConsumer(group, namesrv=namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                     rebalance_interval=1.0, heartbeat_broker_interval=1.0, poll_name_server_interval=1.0,
+                     **options)
+    c.subscribe(topic, "*")
+    c.register_message_listener(listener)
+    c.start()
+    print("READY", flush=True)
+    while True:
+        time.sleep(1)
+""")
+
+
+class ChildConsumer:
+    """A PushConsumer in a child process (for real SIGKILLs) that appends one line per consumed
+    message to `out`: body, queue id, queue offset.  `options` go to PushConsumer, plus
+    listener_sleep_per_message and kill_after (the child SIGKILLs itself in the listener call of
+    its kill_after-th message)."""
+
+    def __init__(self, tmp_path, namesrv, group, topic, **options):
+        self.script = tmp_path / "child_consumer.py"
+        self.script.write_text(CHILD_CONSUMER)
+        self.out = tmp_path / f"consumed-{group}.txt"
+        self.args = [sys.executable, str(self.script), namesrv, group, topic, str(self.out), json.dumps(options)]
+        self.proc = None
+
+    def spawn(self, **options) -> "ChildConsumer":
+        """Start the child; `options` replace the constructor's for this run."""
+        args = self.args if not options else self.args[:-1] + [json.dumps({**json.loads(self.args[-1]), **options})]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+        assert self.proc.stdout.readline().strip() == "READY"
+        return self
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def lines(self) -> list[tuple[str, int, int]]:
+        """(body, queue id, queue offset) of every consumption so far."""
+        text = self.out.read_text() if self.out.exists() else ""
+        return [(b, int(q), int(o)) for b, q, o in (line.split() for line in text.splitlines() if line.count(" ") == 2)]
 
 
 def drain_topic(namesrv, topic, group, want, timeout=20.0):

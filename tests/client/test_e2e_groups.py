@@ -11,7 +11,7 @@ import time
 
 from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from rmq_core.message import MessageQueue
-from tests.client.conftest import FAST, FAST_CONSUMER, wait_until
+from tests.client.conftest import FAST, FAST_CONSUMER, ChildConsumer, wait_until
 
 class Counter:
     """Counts deliveries per message body; records which consumer saw what."""
@@ -144,59 +144,29 @@ def test_reconsume_later_goes_to_retry_topic_then_dlq(cluster):
     assert got[0].get_property("ORIGIN_MESSAGE_ID") == r.msg_id or got[0].msg_id == r.msg_id
 
 
-CHILD = textwrap.dedent("""
-    import sys, time, os
-    from rmq_core import PushConsumer, ConsumeStatus
-    namesrv, group, topic, out_path = sys.argv[1:5]
-    out = open(out_path, "a", buffering=1)
-    def listener(msgs):
-        for m in msgs:
-            out.write(m.body.decode() + "\\n")
-            time.sleep(0.01)
-        return ConsumeStatus.CONSUME_SUCCESS
-    c = PushConsumer(group, namesrv=namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-                     rebalance_interval=1.0, heartbeat_broker_interval=1.0, persist_consumer_offset_interval=0.3,
-                     poll_name_server_interval=1.0, consume_thread_max=4, consume_thread_min=4)
-    c.subscribe(topic, "*")
-    c.register_message_listener(listener)
-    c.start()
-    print("READY", flush=True)
-    while True:
-        time.sleep(1)
-""")
-
-
 def test_sigkill_consumer_loses_nothing(cluster, tmp_path):
     topic = "KillMe"
     n = 600
-    out = tmp_path / "consumed.txt"
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
     with Producer("PG_KILL", namesrv=cluster.namesrv, **FAST) as p:
         for i in range(n):
             p.send(Message(topic, f"k{i}".encode()))
-
-    def spawn():
-        proc = subprocess.Popen([sys.executable, str(script), cluster.tcp_namesrv, "CG_KILL", topic, str(out)],
-                                stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
-        assert proc.stdout.readline().strip() == "READY"
-        return proc
+    child = ChildConsumer(tmp_path, cluster.tcp_namesrv, "CG_KILL", topic, listener_sleep_per_message=0.01,
+                          persist_consumer_offset_interval=0.3, consume_thread_max=4, consume_thread_min=4)
 
     def consumed():
-        return out.read_text().split() if out.exists() else []
+        return [body for body, _, _ in child.lines()]
 
-    child = spawn()
+    child.spawn()
     try:
         wait_until(lambda: len(consumed()) >= n // 3, timeout=30, what="the child consumes some messages")
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
+        child.proc.send_signal(signal.SIGKILL)
+        child.proc.wait(10)
         first_run = len(consumed())
-        child = spawn()
+        child.spawn()
         wait_until(lambda: set(consumed()) >= {f"k{i}" for i in range(n)}, timeout=60,
                    what="every message after the restart")
     finally:
         child.kill()
-        child.wait(10)
     lines = consumed()
     assert set(lines) == {f"k{i}" for i in range(n)}
     redelivered = len(lines) - n

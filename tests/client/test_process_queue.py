@@ -86,14 +86,32 @@ def test_first_messages_and_clear():
     assert pq.msg_count == 0 and pq.first_messages(2) == [] and pq.max_span == 0
 
 
-def test_heap_stays_bounded_when_removing_from_the_middle():
+def test_out_of_order_puts_keep_the_lowest_offset_first():
+    """Offsets below the highest buffered one (a batch out of order, messages put back by an
+    orderly consumer) still leave the lowest unconsumed offset first."""
+    pq = ProcessQueue()
+    pq.put_messages(msgs(range(100, 110)))
+    pq.put_messages(msgs([50, 120, 60, 105]))  # 105 is a repeat: ignored
+    assert pq.msg_count == 13 and pq.msg_size == 130 and pq.max_span == 120 - 50
+    assert [m.queue_offset for m in pq.first_messages(3)] == [50, 60, 100]
+    taken = pq.take_messages(4)
+    assert [m.queue_offset for m in taken] == [50, 60, 100, 101]
+    pq.put_messages(msgs([100]))  # being consumed: not buffered twice
+    pq.make_messages_to_consume_again(taken[2:])
+    assert [m.queue_offset for m in pq.first_messages(2)] == [100, 101]
+    assert pq.commit() == 61
+    assert pq.msg_count == 11 and pq.msg_size == 110
+    assert pq.remove_messages(pq.first_messages(1)) == 101
+
+
+def test_fifo_removal_keeps_the_commit_offset_exact():
     pq = ProcessQueue()
     for base in range(0, 20000, 100):
         batch = msgs(range(base, base + 100))
         pq.put_messages(batch)
-        pq.remove_messages(batch[1:])  # keep the first of each batch: stale entries pile up
-        pq.remove_messages(batch[:1])
-    assert len(pq._heap) <= 4 * max(len(pq), 16) + 100
+        assert pq.remove_messages(batch[1:]) == base  # the first of the batch is still unconsumed
+        assert pq.remove_messages(batch[:1]) == base + 100
+    assert pq.msg_count == 0 and pq.msg_size == 0 and len(pq) == 0
 
 
 def test_concurrent_removal_is_consistent():
