@@ -126,11 +126,12 @@ class QueueAdmin:
 
     def min_offset(self, mq: MessageQueue) -> int:
         from rmq_core.client.pull_api import min_offset
-        return self._call(min_offset(self.instance, mq), mq)
+        # a queue that never had a message has no consume queue yet: the broker says -1
+        return max(0, self._call(min_offset(self.instance, mq), mq))
 
     def max_offset(self, mq: MessageQueue) -> int:
         from rmq_core.client.pull_api import max_offset
-        return self._call(max_offset(self.instance, mq), mq)
+        return max(0, self._call(max_offset(self.instance, mq), mq))
 
     def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
         from rmq_core.client.pull_api import search_offset
@@ -146,6 +147,27 @@ class QueueAdmin:
             if e.code == ResponseCode.QUERY_NOT_FOUND:
                 return None
             raise
+
+    def group_knows_topic(self, group: str, topic: str) -> bool:
+        """True when some broker of `topic` holds an offset of `group` for it (GET_CONSUME_STATS
+        over the group's topics, as mqadmin consumerProgress asks)."""
+        import json as _json
+
+        from rmq_core.remoting.codes import RequestCode
+        from rmq_core.remoting.command import RemotingCommand
+        for name, addrs in sorted(self.instance.broker_addr_table.items()):
+            addr = addrs.get(0)
+            if addr is None or name not in {q.broker_name for q in self.route(topic).queue_datas}:
+                continue
+            req = RemotingCommand.create_request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group})
+            try:
+                resp = self._run(self.instance.invoke_broker(addr, req, _ADMIN_TIMEOUT))
+            except RemotingError as e:
+                raise MQClientError(f"broker {name!r} unreachable: {e}") from None
+            table = _json.loads(resp.body or b"{}").get("offsetTable") or []
+            if any(e.get("topic") == topic for e in table):
+                return True
+        return False
 
     def commit_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
         from rmq_core.client.pull_api import update_consumer_offset
@@ -268,10 +290,10 @@ def offset_ranges(namesrv: str, topic: str, *, group: str | None = None, start=N
         check_positions_name_queues(end_spec, queues, topic, "end")
         committed = {}
         if group is not None:
-            committed = {mq: admin.committed_offset(group, mq) for mq in queues}
-            if all(v is None for v in committed.values()):
+            if not admin.group_knows_topic(group, topic):
                 raise IllegalArgumentError(f"consumer group {group!r} has no committed offset on any queue of "
                                            f"topic {topic!r}")
+            committed = {mq: admin.committed_offset(group, mq) for mq in queues}
         out = []
         for mq in queues:
             lo, hi = admin.min_offset(mq), admin.max_offset(mq)
