@@ -16,9 +16,13 @@ from __future__ import annotations
 import logging
 
 from pyspark.sql.datasource import (
-    DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter, EqualTo, In, InputPartition,
-    WriterCommitMessage,
+    DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter, InputPartition, WriterCommitMessage,
 )
+
+try:  # filter pushdown came with PySpark 4.1
+    from pyspark.sql.datasource import EqualTo, In
+except ImportError:  # pragma: no cover - PySpark 4.0
+    EqualTo = In = ()
 
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import MessageQueue
@@ -26,6 +30,7 @@ from rmq_core.message import MessageQueue
 from spark_plugin.arrow import COLUMNS, SCHEMA_DDL
 from spark_plugin.offsets import (
     EARLIEST, LATEST, QueueAdmin, check_data_loss, parse_positions, positions_from_json, positions_to_json,
+    split_by_backlog,
 )
 from spark_plugin.pull import QueueRead, subscription_of
 from spark_plugin.rdd import check_namesrv, plan_reads
@@ -182,13 +187,15 @@ class RmqStreamReader(DataSourceStreamReader):
         return positions_to_json({(r.broker_name, r.queue_id): r.from_offset for r in ranges})
 
     def latestOffset(self, start=None, limit=None):
-        from pyspark.sql.streaming.datasource import ReadMaxRows
+        """The end of the next micro-batch: every queue's max offset (new queues and brokers
+        included), or, under a ReadMaxRows limit (maxRecordsPerBatch), that many messages split
+        across the queues by backlog.  (PySpark before 4.2 calls it without arguments.)"""
         queues = self._queues()
         latest = {(mq.broker_name, mq.queue_id): self.admin.max_offset(mq) for mq in queues}
         if start is None:
             return positions_to_json(latest)
         begin = positions_from_json(start)
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        max_rows = getattr(limit, "max_rows", None)  # ReadMaxRows; ReadAllAvailable has none
         end = dict(begin)  # a queue that left the route keeps its position
         backlog = {}
         for mq in queues:
@@ -197,23 +204,8 @@ class RmqStreamReader(DataSourceStreamReader):
             if frm is None:  # a new queue (or broker): from its earliest offset
                 frm = self.admin.min_offset(mq)
             backlog[key] = (frm, max(0, latest[key] - frm))
-        total = sum(b for _, b in backlog.values())
-        if max_rows is None or total <= max_rows:
-            for key, (frm, b) in backlog.items():
-                end[key] = frm + b
-        else:
-            # the rate limit split across queues by backlog (each queue its share, rounded down;
-            # what rounding leaves goes to the largest backlogs)
-            shares = {k: (max_rows * b) // total for k, (_, b) in backlog.items()}
-            left = max_rows - sum(shares.values())
-            for k in sorted(backlog, key=lambda k: -backlog[k][1]):
-                if left <= 0:
-                    break
-                if shares[k] < backlog[k][1]:
-                    shares[k] += 1
-                    left -= 1
-            for k, (frm, _) in backlog.items():
-                end[k] = frm + shares[k]
+        for key, count in split_by_backlog({k: b for k, (_, b) in backlog.items()}, max_rows).items():
+            end[key] = backlog[key][0] + count
         return positions_to_json(end)
 
     def getDefaultReadLimit(self):

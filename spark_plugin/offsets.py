@@ -337,6 +337,24 @@ def check_data_loss(mq: MessageQueue, frm: int, until: int, min_offset: int, fai
     return lost_until
 
 
+def split_by_backlog(backlog: dict, max_rows: int | None) -> dict:
+    """How many messages each queue gives to a micro-batch of at most max_rows: all of its backlog
+    when everything fits, else a share proportional to its backlog (rounded down, what rounding
+    leaves going to the largest backlogs), never more than its backlog."""
+    total = sum(backlog.values())
+    if max_rows is None or total <= max_rows:
+        return dict(backlog)
+    shares = {k: (max_rows * b) // total for k, b in backlog.items()}
+    left = max_rows - sum(shares.values())
+    for k in sorted(backlog, key=lambda k: (-backlog[k], k)):
+        if left <= 0:
+            break
+        if shares[k] < backlog[k]:
+            shares[k] += 1
+            left -= 1
+    return shares
+
+
 def commit_offsets(namesrv: str, group: str, ranges, *, admin: QueueAdmin | None = None) -> None:
     """Set `group`'s broker-side offset of each range's queue to its until_offset."""
     if not group or not isinstance(group, str):
@@ -356,4 +374,5 @@ def commit_offsets(namesrv: str, group: str, ranges, *, admin: QueueAdmin | None
 
 
 __all__ = ["OffsetRange", "QueueAdmin", "DataLossError", "offset_ranges", "commit_offsets", "parse_positions",
-           "positions_to_json", "positions_from_json", "check_range", "check_data_loss", "EARLIEST", "LATEST"]
+           "positions_to_json", "positions_from_json", "check_range", "check_data_loss", "split_by_backlog",
+           "EARLIEST", "LATEST"]
