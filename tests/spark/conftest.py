@@ -24,14 +24,18 @@ def wait_until(pred, timeout=30.0, interval=0.1, what="condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-@pytest.fixture(scope="session")
-def spark():
+def spark_session(app="rmq-tests"):
+    """A local[2] Spark session on loopback whose Python workers run this interpreter (with rmq
+    and this checkout importable), with the "rmq" data source registered."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run this interpreter (rmq installed)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in os.environ.get("PYTHONPATH", "").split(os.pathsep):  # (tests.* in the workers)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").appName("rmq-tests")
+    session = (SparkSession.builder.master("local[2]").appName(app)
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.ui.enabled", "false")
@@ -43,6 +47,12 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     import spark_plugin
     spark_plugin.register(session)
+    return session
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session = spark_session()
     yield session
     session.stop()
 
