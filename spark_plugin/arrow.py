@@ -9,6 +9,12 @@ from __future__ import annotations
 import pyarrow as pa
 
 from rmq_core._native.codec import decode_columns
+from rmq_core.message import MessageConst
+
+# The `properties` column holds the user's properties: RocketMQ's own (TAGS, KEYS, UNIQ_KEY, WAIT,
+# the broker's CLUSTER, ...) are columns of their own or internal.  (It is also the widest column
+# Spark has to move: a shorter map is a faster scan.)
+SYSTEM_PROPERTIES = tuple(sorted(MessageConst.SYSTEM_KEYS | {MessageConst.CLUSTER}))
 
 # The fixed schema (documented in the README); Spark's Arrow form of it, exactly as PySpark checks
 # it against each batch (timestamps in microseconds, UTC; map entries "key" not null).
@@ -40,7 +46,7 @@ def _fixed(arrow_type, rows, data) -> pa.Array:
 def record_batch(body, broker_name: str, until_offset: int = -1, tags_set=None) -> pa.RecordBatch:
     """One pull body as a RecordBatch (records at or past until_offset left out; with tags_set,
     only messages whose tags are exactly one of them: the broker filters by hash code)."""
-    c = decode_columns(body, broker_name, until_offset)
+    c = decode_columns(body, broker_name, until_offset, SYSTEM_PROPERTIES)
     n = c["rows"]
     entry_offsets, keys, values = c["properties"]
     entries = pa.StructArray.from_arrays([_var(pa.string(), len(keys[1]) // 4 - 1, keys),

@@ -24,7 +24,7 @@ try:  # filter pushdown came with PySpark 4.1
 except ImportError:  # pragma: no cover - PySpark 4.0
     EqualTo = In = ()
 
-from rmq_core.errors import IllegalArgumentError
+from rmq_core.errors import IllegalArgumentError, MQClientError
 from rmq_core.message import MessageQueue
 
 from spark_plugin.arrow import COLUMNS, SCHEMA_DDL
@@ -226,8 +226,11 @@ class RmqStreamReader(DataSourceStreamReader):
                 frm = self.admin.min_offset(mq)
             if until <= frm:
                 continue
+            if key[0] not in self._addrs:
+                raise MQClientError(f"broker {key[0]!r} left the route of topic {o.topic!r}: cannot read "
+                                    f"[{frm}, {until}) of its queue {key[1]} (restart the query once it is back)")
             frm = check_data_loss(mq, frm, until, self.admin.min_offset(mq), o.fail_on_data_loss)
-            if until <= frm or key[0] not in self._addrs:
+            if until <= frm:
                 continue
             out.append(RmqPartition(QueueRead(o.topic, key[0], key[1], frm, until,
                                               tuple(sorted(self._addrs[key[0]].items())), o.expression,

@@ -1418,18 +1418,12 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
     m.queue_offset = r.queue_offset
     m.commit_log_offset = r.commit_log_offset
     m.born_timestamp = r.born_timestamp
-    if sys_flag & FLAG_BORNHOST_V6:
-        memcpy(m._born_ip, p + r.born_ip_pos, 16)
-        m._born_v6 = True
-    else:
-        memcpy(m._born_ip, p + r.born_ip_pos, 4)
+    m._born_v6 = (sys_flag & FLAG_BORNHOST_V6) != 0
+    memcpy(m._born_ip, p + r.born_ip_pos, 16 if m._born_v6 else 4)
     m._born_port = r.born_port
     m.store_timestamp = r.store_timestamp
-    if sys_flag & FLAG_STOREHOST_V6:
-        memcpy(m._store_ip, p + r.store_ip_pos, 16)
-        m._store_v6 = True
-    else:
-        memcpy(m._store_ip, p + r.store_ip_pos, 4)
+    m._store_v6 = (sys_flag & FLAG_STOREHOST_V6) != 0
+    memcpy(m._store_ip, p + r.store_ip_pos, 16 if m._store_v6 else 4)
     m._store_port = r.store_port
     m.reconsume_times = r.reconsume_times
     m.prepared_transaction_offset = r.prepared_transaction_offset
@@ -1727,7 +1721,7 @@ cdef inline Py_ssize_t _prop_value(const unsigned char* props, Py_ssize_t plen, 
     return -1
 
 
-def decode_columns(buf, str broker_name, int64_t until_offset=-1):
+def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_properties=()):
     """Decode concatenated v1 records (a PULL body) into column buffers; records whose queue
     offset is >= until_offset (when >= 0) and BLANK records are left out.  Framing is checked as
     decode_messages checks it; compressed bodies are inflated.
@@ -1736,7 +1730,8 @@ def decode_columns(buf, str broker_name, int64_t until_offset=-1):
     "queue_offset" (int64), "born_timestamp" / "store_timestamp" (int64 microseconds since the
     epoch), "reconsume_times" (int32); variable-width (validity or None, offsets, data, null count)
     "topic", "broker_name", "msg_id" (UNIQ_KEY, else the offset message id), "tags", "keys",
-    "body"; and "properties" as a map: (entry offsets, key column, value column)."""
+    "body"; and "properties" as a map: (entry offsets, key column, value column) of every property
+    whose name is not in skip_properties (at most 64 names, str)."""
     cdef _Bytes b = _Bytes(buf)
     cdef const unsigned char* base = b.ptr
     cdef const unsigned char* p
@@ -1752,6 +1747,16 @@ def decode_columns(buf, str broker_name, int64_t until_offset=-1):
     cdef _VarColumn msg_id = _VarColumn(rows_hint, rows_hint * 32), tags = _VarColumn(rows_hint, rows_hint * 8)
     cdef _VarColumn keys = _VarColumn(rows_hint, rows_hint * 8), bodies = _VarColumn(rows_hint, size)
     cdef _VarColumn pkeys = _VarColumn(rows_hint * 4, rows_hint * 32), pvalues = _VarColumn(rows_hint * 4, rows_hint * 32)
+    cdef const char* skip_ptr[64]
+    cdef Py_ssize_t skip_len[64]
+    cdef Py_ssize_t n_skip = len(skip_properties), j
+    cdef list skip_names = [PyUnicode_AsUTF8String(name) for name in skip_properties]  # (owns the bytes)
+    cdef bint skipped
+    if n_skip > 64:
+        raise ValueError(f"skip_properties holds {n_skip} names; at most 64")
+    for j in range(n_skip):
+        skip_ptr[j] = PyBytes_AS_STRING(skip_names[j])
+        skip_len[j] = PyBytes_GET_SIZE(skip_names[j])
     entry_offsets.put_i32(0)
     while pos < size:
         p = base + pos
@@ -1798,9 +1803,15 @@ def decode_columns(buf, str broker_name, int64_t until_offset=-1):
             i = v
             while i < r.props_len and props[i] != 2:
                 i += 1
-            pkeys.add(props + k, v - 1 - k, True)
-            pvalues.add(props + v, i - v, True)
-            entries += 1
+            skipped = False
+            for j in range(n_skip):
+                if skip_len[j] == v - 1 - k and memcmp(skip_ptr[j], props + k, v - 1 - k) == 0:
+                    skipped = True
+                    break
+            if not skipped:
+                pkeys.add(props + k, v - 1 - k, True)
+                pvalues.add(props + v, i - v, True)
+                entries += 1
             i += 1
         entry_offsets.put_i32(<int32_t>entries)
     return {

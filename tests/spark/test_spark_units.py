@@ -32,7 +32,7 @@ def _records(msgs, compress_over=None):
 def test_decode_columns_agrees_with_decode_messages():
     pa = pytest.importorskip("pyarrow")
     from rmq_core.codec import decode_messages
-    from spark_plugin.arrow import ARROW_SCHEMA, record_batch
+    from spark_plugin.arrow import ARROW_SCHEMA, SYSTEM_PROPERTIES, record_batch
 
     msgs = [Message("UnitTopic", b"b%d" % i * (i + 1), tags=("T%d" % (i % 3)) if i % 4 else None,
                     keys=("k%d" % i) if i % 5 else None, properties={"n": str(i), "ü": "é"}) for i in range(40)]
@@ -47,9 +47,10 @@ def test_decode_columns_agrees_with_decode_messages():
         assert (row["topic"], row["broker_name"], row["queue_id"], row["queue_offset"], row["msg_id"], row["tags"],
                 row["keys"], row["body"], row["reconsume_times"]) == \
             (m.topic, "broker-x", m.queue_id, m.queue_offset, m.msg_id, m.tags, m.keys, m.body, m.reconsume_times)
-        assert dict(row["properties"]) == m.properties
+        assert dict(row["properties"]) == {k: v for k, v in m.properties.items() if k not in SYSTEM_PROPERTIES}
         assert int(row["born_timestamp"].timestamp() * 1000) == m.born_timestamp
         assert int(row["store_timestamp"].timestamp() * 1000) == m.store_timestamp
+    assert dict(rows[3]["properties"]) == {"n": "3", "ü": "é"}  # the user's properties only
     # until_offset leaves out the records at or past it; tags_set keeps exact matches only
     assert record_batch(body, "b", until_offset=10).column("queue_offset").to_pylist() == list(range(10))
     assert set(record_batch(body, "b", tags_set={"T1"}).column("tags").to_pylist()) == {"T1"}
