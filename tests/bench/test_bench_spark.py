@@ -135,8 +135,9 @@ class _PythonDecodeReader(RmqBatchReader):
     def read(self, partition):
         import pyarrow as pa
 
-        from spark_plugin.arrow import ARROW_SCHEMA
+        from spark_plugin.arrow import ARROW_SCHEMA, SYSTEM_PROPERTIES
         from spark_plugin.pull import pull_range
+        system = frozenset(SYSTEM_PROPERTIES)
         ts = pa.timestamp("us", tz="UTC")
         for result, _ in pull_range(partition.value, decode=True):
             ms = result.messages
@@ -147,7 +148,8 @@ class _PythonDecodeReader(RmqBatchReader):
                 pa.array([m.queue_id for m in ms], pa.int32()), pa.array([m.queue_offset for m in ms], pa.int64()),
                 pa.array([m.msg_id for m in ms], pa.string()), pa.array([m.tags for m in ms], pa.string()),
                 pa.array([m.keys for m in ms], pa.string()), pa.array([m.body for m in ms], pa.binary()),
-                pa.array([list(m.properties.items()) for m in ms], ARROW_SCHEMA.field("properties").type),
+                pa.array([[kv for kv in m.properties.items() if kv[0] not in system] for m in ms],
+                         ARROW_SCHEMA.field("properties").type),
                 pa.array([m.born_timestamp * 1000 for m in ms], pa.int64()).cast(ts),
                 pa.array([m.store_timestamp * 1000 for m in ms], pa.int64()).cast(ts),
                 pa.array([m.reconsume_times for m in ms], pa.int32()),
