@@ -12,7 +12,8 @@ pytest.importorskip("pyarrow")
 from rmq_core.remoting.codes import RequestCode  # noqa: E402
 from tests.servers import NamesrvAndBroker  # noqa: E402
 
-BROKER_PROPS = {"enablePropertyFilter": "true", "registerNameServerPeriod": "1000"}
+# maxMessageSize 1 MiB: under the producer's own 4 MiB limit, so the broker is the one refusing
+BROKER_PROPS = {"enablePropertyFilter": "true", "registerNameServerPeriod": "1000", "maxMessageSize": str(1 << 20)}
 
 
 def wait_until(pred, timeout=30.0, interval=0.1, what="condition"):

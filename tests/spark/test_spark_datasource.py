@@ -117,6 +117,15 @@ def test_write_sends_body_tags_keys_properties(spark, servers):
             .option("namesrv", ns).option("topic", "DsOut").mode("append").save()
 
 
+def test_a_batch_the_broker_refuses_fails_the_write_with_the_brokers_error(spark, servers):
+    create_topic(servers, "DsRefused", queues=1)
+    big = spark.createDataFrame([("x" * (2 << 20),)], "body string")  # over the brokers' maxMessageSize
+    with pytest.raises(Exception) as info:
+        big.write.format("rmq").option("namesrv", servers.namesrv).option("topic", "DsRefused").mode("append").save()
+    text = str(info.value)
+    assert "MQBrokerError" in text and ("maxMessageSize" in text or "too large" in text.lower()), text[-3000:]
+
+
 @pytest.mark.parametrize("options, message", [
     ({"topic": "NoSuchTopic"}, "topic 'NoSuchTopic' does not exist"),
     ({"startingOffsets": "{broker-a: 1"}, r"malformed startingOffsets '\{broker-a: 1'"),
