@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
 
 import attrs
@@ -151,8 +150,6 @@ class QueueAdmin:
     def group_knows_topic(self, group: str, topic: str) -> bool:
         """True when some broker of `topic` holds an offset of `group` for it (GET_CONSUME_STATS
         over the group's topics, as mqadmin consumerProgress asks)."""
-        import json as _json
-
         from rmq_core.remoting.codes import RequestCode
         from rmq_core.remoting.command import RemotingCommand
         for name, addrs in sorted(self.instance.broker_addr_table.items()):
@@ -164,7 +161,7 @@ class QueueAdmin:
                 resp = self._run(self.instance.invoke_broker(addr, req, _ADMIN_TIMEOUT))
             except RemotingError as e:
                 raise MQClientError(f"broker {name!r} unreachable: {e}") from None
-            table = _json.loads(resp.body or b"{}").get("offsetTable") or []
+            table = json.loads(resp.body or b"{}").get("offsetTable") or []
             if any(e.get("topic") == topic for e in table):
                 return True
         return False

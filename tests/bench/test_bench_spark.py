@@ -14,7 +14,6 @@ Entries (group spark-read-1M):
 * rmq_rdd: create_rdd(...).map(len(body)).sum() (MessageExt per message).
 """
 import os
-import time
 
 import pytest
 
