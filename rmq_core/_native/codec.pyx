@@ -35,6 +35,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.dict cimport PyDict_Copy, PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM
@@ -1283,24 +1284,46 @@ cdef class _DecodeState:
         self.last_topic_len = -1
 
 
-cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except -1:
-    """Decode the record at `pos` and append it to `out` (a BLANK record is skipped).
-    Returns the record's size."""
-    cdef const unsigned char* p = st.base + pos
-    cdef Py_ssize_t avail = st.size - pos, need, q, body_len, body_pos, topic_len, props_len
-    cdef Py_ssize_t at = st.report_base + pos
+cdef struct _Record:
+    # one v1 record's fields and the positions of its variable parts (relative to the record)
+    int32_t total
+    int32_t body_crc
+    int32_t queue_id
+    int32_t flag
+    int64_t queue_offset
+    int64_t commit_log_offset
+    int32_t sys_flag
+    int64_t born_timestamp
+    Py_ssize_t born_ip_pos
+    int32_t born_port
+    int64_t store_timestamp
+    Py_ssize_t store_ip_pos
+    int32_t store_port
+    int32_t reconsume_times
+    int64_t prepared_transaction_offset
+    Py_ssize_t body_pos
+    Py_ssize_t body_len
+    Py_ssize_t topic_pos
+    Py_ssize_t topic_len
+    Py_ssize_t props_pos
+    Py_ssize_t props_len
+
+
+cdef int _read_record(const unsigned char* p, Py_ssize_t avail, Py_ssize_t at, _Record* r) except -1:
+    """Check the framing of the record at `p` (`avail` bytes left; `at` names it in errors) and
+    fill `r`.  Returns 1 for a message, 0 for a BLANK record (only r.total set)."""
+    cdef Py_ssize_t need, q
     cdef uint32_t magic
     cdef int32_t total, sys_flag
-    cdef MessageExt m
-    cdef object body
     if avail < 8:
         raise _decode_error(at, f"truncated record: {avail} bytes left, a record header needs 8")
     total = _i32(p)
     magic = _u32(p + 4)
+    r.total = total
     if magic == BLANK_MAGIC_CODE:
         if total < 8 or total > avail:
             raise _decode_error(at, f"BLANK record size {total} is outside 8..{avail} (bytes left)")
-        return total
+        return 0
     if magic != MESSAGE_MAGIC_CODE:
         raise _decode_error(
             at, f"magic code 0x{magic:08X} is neither a message (0xDAA320A7) nor BLANK (0xCBD43194)")
@@ -1318,86 +1341,112 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
         need += 12
     if total < need:
         raise _decode_error(at, f"record size {total} is below the minimum {need} for sysFlag 0x{sys_flag:X}")
-    m = MessageExt.__new__(MessageExt)
-    m.store_size = total
-    m.body_crc = _i32(p + 8)
-    m.queue_id = _i32(p + 12)
-    m.flag = _i32(p + 16)
-    m.queue_offset = _i64(p + 20)
-    m.commit_log_offset = _i64(p + 28)
-    m.born_timestamp = _i64(p + 40)
+    r.sys_flag = sys_flag
+    r.body_crc = _i32(p + 8)
+    r.queue_id = _i32(p + 12)
+    r.flag = _i32(p + 16)
+    r.queue_offset = _i64(p + 20)
+    r.commit_log_offset = _i64(p + 28)
+    r.born_timestamp = _i64(p + 40)
     q = 48
-    if sys_flag & FLAG_BORNHOST_V6:
-        memcpy(m._born_ip, p + q, 16)
-        m._born_v6 = True
-        q += 16
-    else:
-        memcpy(m._born_ip, p + q, 4)
-        q += 4
-    m._born_port = _i32(p + q)
-    m.store_timestamp = _i64(p + q + 4)
+    r.born_ip_pos = q
+    q += 16 if sys_flag & FLAG_BORNHOST_V6 else 4
+    r.born_port = _i32(p + q)
+    r.store_timestamp = _i64(p + q + 4)
     q += 12
-    if sys_flag & FLAG_STOREHOST_V6:
-        memcpy(m._store_ip, p + q, 16)
-        m._store_v6 = True
-        q += 16
-    else:
-        memcpy(m._store_ip, p + q, 4)
-        q += 4
-    m._store_port = _i32(p + q)
-    if <uint32_t>m._born_port > 65535 or <uint32_t>m._store_port > 65535:
+    r.store_ip_pos = q
+    q += 16 if sys_flag & FLAG_STOREHOST_V6 else 4
+    r.store_port = _i32(p + q)
+    if <uint32_t>r.born_port > 65535 or <uint32_t>r.store_port > 65535:
         # Java's decoder fails on these too (InetSocketAddress rejects the port).
         raise _decode_error(
-            at, f"host port out of 0..65535 (born {m._born_port}, store {m._store_port})")
-    m.reconsume_times = _i32(p + q + 4)
-    m.prepared_transaction_offset = _i64(p + q + 8)
-    body_len = _i32(p + q + 16)
+            at, f"host port out of 0..65535 (born {r.born_port}, store {r.store_port})")
+    r.reconsume_times = _i32(p + q + 4)
+    r.prepared_transaction_offset = _i64(p + q + 8)
+    r.body_len = _i32(p + q + 16)
     q += 20
-    if body_len < 0 or body_len > total - need:
-        raise _decode_error(at, f"body length {body_len} does not fit in record size {total}")
-    body_pos = q
-    q += body_len
-    topic_len = p[q]
+    if r.body_len < 0 or r.body_len > total - need:
+        raise _decode_error(at, f"body length {r.body_len} does not fit in record size {total}")
+    r.body_pos = q
+    q += r.body_len
+    r.topic_len = p[q]
     q += 1
-    if topic_len > 127:
-        raise _decode_error(at, f"topic length {topic_len} is over 127 (a 1-byte signed length)")
-    if need + body_len + topic_len > total:
-        raise _decode_error(at, f"topic length {topic_len} does not fit in record size {total}")
-    if st.last_topic_len == topic_len and _same_bytes(<const char*>st.last_topic_ptr, <const char*>p + q, topic_len):
-        m.topic = st.last_topic
-    else:
-        m.topic = PyUnicode_DecodeUTF8(<const char*>p + q, topic_len, "replace")
-        st.last_topic = m.topic
-        st.last_topic_ptr = p + q
-        st.last_topic_len = topic_len
-    q += topic_len
-    props_len = _i16(p + q)
+    if r.topic_len > 127:
+        raise _decode_error(at, f"topic length {r.topic_len} is over 127 (a 1-byte signed length)")
+    if need + r.body_len + r.topic_len > total:
+        raise _decode_error(at, f"topic length {r.topic_len} does not fit in record size {total}")
+    r.topic_pos = q
+    q += r.topic_len
+    r.props_len = _i16(p + q)
     q += 2
-    if props_len < 0:
-        raise _decode_error(at, f"properties length {props_len} is negative")
-    if need + body_len + topic_len + props_len != total:
+    if r.props_len < 0:
+        raise _decode_error(at, f"properties length {r.props_len} is negative")
+    if need + r.body_len + r.topic_len + r.props_len != total:
         raise _decode_error(
-            at, f"record size {total} does not match its parts: {need} fixed + body {body_len} + "
-                f"topic {topic_len} + properties {props_len}")
+            at, f"record size {total} does not match its parts: {need} fixed + body {r.body_len} + "
+                f"topic {r.topic_len} + properties {r.props_len}")
+    r.props_pos = q
+    return 1
+
+
+cdef inline str _record_topic(_DecodeState st, const unsigned char* t, Py_ssize_t topic_len):
+    # records of one pull nearly always share a topic: its str is reused instead of decoded again
+    if st.last_topic_len == topic_len and _same_bytes(<const char*>st.last_topic_ptr, <const char*>t, topic_len):
+        return st.last_topic
+    st.last_topic = PyUnicode_DecodeUTF8(<const char*>t, topic_len, "replace")
+    st.last_topic_ptr = t
+    st.last_topic_len = topic_len
+    return st.last_topic
+
+
+cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except -1:
+    """Decode the record at `pos` and append it to `out` (a BLANK record is skipped).
+    Returns the record's size."""
+    cdef const unsigned char* p = st.base + pos
+    cdef Py_ssize_t at = st.report_base + pos
+    cdef _Record r
+    cdef int32_t sys_flag
+    cdef MessageExt m
+    if not _read_record(p, st.size - pos, at, &r):
+        return r.total
+    sys_flag = r.sys_flag
+    m = MessageExt.__new__(MessageExt)
+    m.store_size = r.total
+    m.body_crc = r.body_crc
+    m.queue_id = r.queue_id
+    m.flag = r.flag
+    m.queue_offset = r.queue_offset
+    m.commit_log_offset = r.commit_log_offset
+    m.born_timestamp = r.born_timestamp
+    m._born_v6 = (sys_flag & FLAG_BORNHOST_V6) != 0
+    memcpy(m._born_ip, p + r.born_ip_pos, 16 if m._born_v6 else 4)
+    m._born_port = r.born_port
+    m.store_timestamp = r.store_timestamp
+    m._store_v6 = (sys_flag & FLAG_STOREHOST_V6) != 0
+    memcpy(m._store_ip, p + r.store_ip_pos, 16 if m._store_v6 else 4)
+    m._store_port = r.store_port
+    m.reconsume_times = r.reconsume_times
+    m.prepared_transaction_offset = r.prepared_transaction_offset
+    m.topic = _record_topic(st, p + r.topic_pos, r.topic_len)
     m._src = st.src
-    m._props_off = st.shift + pos + q
-    m._props_len = props_len
+    m._props_off = st.shift + pos + r.props_pos
+    m._props_len = r.props_len
     m._body_len = -1
     if st.read_body:
         if st.decompress and (sys_flag & FLAG_COMPRESSED):
             # Inflated now, not on first access, so bad compressed data fails the decode.
             m._body = _decompress_body(
-                PyBytes_FromStringAndSize(<const char*>p + body_pos, body_len), sys_flag, at)
+                PyBytes_FromStringAndSize(<const char*>p + r.body_pos, r.body_len), sys_flag, at)
             sys_flag &= ~(FLAG_COMPRESSED | COMPRESSION_TYPE_MASK)
         else:
             # Copied out of the shared buffer on first access (a tag-filtering consumer may
             # drop the message without ever reading it).
-            m._body_off = st.shift + pos + body_pos
-            m._body_len = body_len
+            m._body_off = st.shift + pos + r.body_pos
+            m._body_len = r.body_len
     m.sys_flag = sys_flag
     m.broker_name = st.broker_name
     PyList_Append(out, m)
-    return total
+    return r.total
 
 
 cdef _DecodeState _decode_state(object buf, bint decompress, bint read_body, broker_name):
@@ -1557,3 +1606,220 @@ def decode_batch_body(buf):
         ))
         pos += total
     return out
+
+
+# --- columns: a pull body in Arrow's memory layout --------------------------------------------------
+# Spark's "rmq" data source hands Arrow record batches to the JVM.  Building them from MessageExt
+# objects costs a Python object per message and per field; this decoder writes each field of every
+# record straight into column buffers laid out as Arrow wants them (little-endian fixed-width
+# values; int32 offsets + data for strings and binaries; a validity bitmap where a value may be
+# missing).  It returns bytes only; the caller wraps them (pyarrow stays out of rmq_core).
+@cython.final
+cdef class _Buf:
+    cdef char* p
+    cdef Py_ssize_t n
+    cdef Py_ssize_t cap
+
+    def __cinit__(self, Py_ssize_t cap):
+        self.cap = cap if cap > 16 else 16
+        self.p = <char*>PyMem_Malloc(self.cap)
+        if self.p == NULL:
+            raise MemoryError()
+        self.n = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self.p)
+
+    cdef int reserve(self, Py_ssize_t extra) except -1:
+        cdef Py_ssize_t cap = self.cap
+        cdef char* q
+        if self.n + extra <= cap:
+            return 0
+        while cap < self.n + extra:
+            cap *= 2
+        q = <char*>PyMem_Realloc(self.p, cap)
+        if q == NULL:
+            raise MemoryError()
+        self.p = q
+        self.cap = cap
+        return 0
+
+    cdef inline int put(self, const void* src, Py_ssize_t size) except -1:
+        if self.n + size > self.cap:
+            self.reserve(size)
+        memcpy(self.p + self.n, src, size)
+        self.n += size
+        return 0
+
+    cdef inline int put_i32(self, int32_t v) except -1:
+        return self.put(&v, 4)
+
+    cdef inline int put_i64(self, int64_t v) except -1:
+        return self.put(&v, 8)
+
+    cdef bytes take(self):
+        return PyBytes_FromStringAndSize(self.p, self.n)
+
+
+@cython.final
+cdef class _VarColumn:
+    """A string / binary column: int32 offsets (rows + 1), data, and a validity bitmap."""
+    cdef _Buf offsets
+    cdef _Buf data
+    cdef _Buf validity
+    cdef Py_ssize_t rows
+    cdef Py_ssize_t nulls
+
+    def __cinit__(self, Py_ssize_t rows_hint, Py_ssize_t data_hint):
+        self.offsets = _Buf((rows_hint + 1) * 4)
+        self.data = _Buf(data_hint)
+        self.validity = _Buf(rows_hint // 8 + 1)
+        self.rows = 0
+        self.nulls = 0
+        self.offsets.put_i32(0)
+
+    cdef int add(self, const void* src, Py_ssize_t size, bint valid) except -1:
+        cdef Py_ssize_t byte = self.rows >> 3
+        if byte >= self.validity.n:
+            self.validity.reserve(1)
+            self.validity.p[byte] = 0
+            self.validity.n = byte + 1
+        if valid:
+            self.validity.p[byte] |= <char>(1 << (self.rows & 7))
+            if size:
+                self.data.put(src, size)
+        else:
+            self.nulls += 1
+        if self.data.n > 0x7FFFFFFF:
+            raise OverflowError("a column of one pull is over 2 GiB")
+        self.offsets.put_i32(<int32_t>self.data.n)
+        self.rows += 1
+        return 0
+
+    cdef tuple take(self):
+        return (self.validity.take() if self.nulls else None, self.offsets.take(), self.data.take(), self.nulls)
+
+
+cdef inline Py_ssize_t _prop_value(const unsigned char* props, Py_ssize_t plen, const char* name,
+                                   Py_ssize_t nlen, Py_ssize_t* vlen) noexcept nogil:
+    # position of the value of `name` in `name\x01value\x02...`, -1 when absent
+    cdef Py_ssize_t i = 0, k, v
+    while i < plen:
+        k = i
+        while i < plen and props[i] != 1:
+            i += 1
+        if i >= plen:
+            return -1
+        v = i + 1
+        i = v
+        while i < plen and props[i] != 2:
+            i += 1
+        if i - v >= 0 and v - 1 - k == nlen and memcmp(props + k, name, nlen) == 0:
+            vlen[0] = i - v
+            return v
+        i += 1
+    return -1
+
+
+def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_properties=()):
+    """Decode concatenated v1 records (a PULL body) into column buffers; records whose queue
+    offset is >= until_offset (when >= 0) and BLANK records are left out.  Framing is checked as
+    decode_messages checks it; compressed bodies are inflated.
+
+    Returns a dict of bytes: "rows"; fixed-width little-endian "queue_id" (int32),
+    "queue_offset" (int64), "born_timestamp" / "store_timestamp" (int64 microseconds since the
+    epoch), "reconsume_times" (int32); variable-width (validity or None, offsets, data, null count)
+    "topic", "broker_name", "msg_id" (UNIQ_KEY, else the offset message id), "tags", "keys",
+    "body"; and "properties" as a map: (entry offsets, key column, value column) of every property
+    whose name is not in skip_properties (at most 64 names, str)."""
+    cdef _Bytes b = _Bytes(buf)
+    cdef const unsigned char* base = b.ptr
+    cdef const unsigned char* p
+    cdef const unsigned char* props
+    cdef Py_ssize_t size = b.size, pos = 0, rows_hint = size // 200 + 1, i, k, v, vlen = 0, entries = 0
+    cdef _Record r
+    cdef bytes bn = PyUnicode_AsUTF8String(broker_name)
+    cdef bytes mid, body
+    cdef _Buf queue_id = _Buf(rows_hint * 4), queue_offset = _Buf(rows_hint * 8)
+    cdef _Buf born = _Buf(rows_hint * 8), stored = _Buf(rows_hint * 8), reconsume = _Buf(rows_hint * 4)
+    cdef _Buf entry_offsets = _Buf((rows_hint + 1) * 4)
+    cdef _VarColumn topic = _VarColumn(rows_hint, 64), broker = _VarColumn(rows_hint, rows_hint * 8)
+    cdef _VarColumn msg_id = _VarColumn(rows_hint, rows_hint * 32), tags = _VarColumn(rows_hint, rows_hint * 8)
+    cdef _VarColumn keys = _VarColumn(rows_hint, rows_hint * 8), bodies = _VarColumn(rows_hint, size)
+    cdef _VarColumn pkeys = _VarColumn(rows_hint * 4, rows_hint * 32), pvalues = _VarColumn(rows_hint * 4, rows_hint * 32)
+    cdef const char* skip_ptr[64]
+    cdef Py_ssize_t skip_len[64]
+    cdef Py_ssize_t n_skip = len(skip_properties), j
+    cdef list skip_names = [PyUnicode_AsUTF8String(name) for name in skip_properties]  # (owns the bytes)
+    cdef bint skipped
+    if n_skip > 64:
+        raise ValueError(f"skip_properties holds {n_skip} names; at most 64")
+    for j in range(n_skip):
+        skip_ptr[j] = PyBytes_AS_STRING(skip_names[j])
+        skip_len[j] = PyBytes_GET_SIZE(skip_names[j])
+    entry_offsets.put_i32(0)
+    while pos < size:
+        p = base + pos
+        if not _read_record(p, size - pos, pos, &r):
+            pos += r.total
+            continue
+        pos += r.total
+        if until_offset >= 0 and r.queue_offset >= until_offset:
+            continue
+        queue_id.put_i32(r.queue_id)
+        queue_offset.put_i64(r.queue_offset)
+        born.put_i64(r.born_timestamp * 1000)
+        stored.put_i64(r.store_timestamp * 1000)
+        reconsume.put_i32(r.reconsume_times)
+        topic.add(p + r.topic_pos, r.topic_len, True)
+        broker.add(PyBytes_AS_STRING(bn), PyBytes_GET_SIZE(bn), True)
+        props = p + r.props_pos
+        # TAGS / KEYS / UNIQ_KEY have columns of their own; every property is in the map as well
+        v = _prop_value(props, r.props_len, "TAGS", 4, &vlen)
+        tags.add(props + v, vlen, v >= 0)
+        v = _prop_value(props, r.props_len, "KEYS", 4, &vlen)
+        keys.add(props + v, vlen, v >= 0)
+        v = _prop_value(props, r.props_len, "UNIQ_KEY", 8, &vlen)
+        if v >= 0:
+            msg_id.add(props + v, vlen, True)
+        else:
+            mid = PyUnicode_AsUTF8String(_offset_msg_id(
+                p + r.store_ip_pos, r.sys_flag & FLAG_STOREHOST_V6, r.store_port, r.commit_log_offset))
+            msg_id.add(PyBytes_AS_STRING(mid), PyBytes_GET_SIZE(mid), True)
+        if r.sys_flag & FLAG_COMPRESSED:
+            body = _decompress_body(PyBytes_FromStringAndSize(<const char*>p + r.body_pos, r.body_len),
+                                    r.sys_flag, pos - r.total)
+            bodies.add(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), True)
+        else:
+            bodies.add(p + r.body_pos, r.body_len, True)
+        i = 0
+        while i < r.props_len:
+            k = i
+            while i < r.props_len and props[i] != 1:
+                i += 1
+            if i >= r.props_len:
+                break  # a trailing name without a value (never written by RocketMQ): ignored
+            v = i + 1
+            i = v
+            while i < r.props_len and props[i] != 2:
+                i += 1
+            skipped = False
+            for j in range(n_skip):
+                if skip_len[j] == v - 1 - k and memcmp(skip_ptr[j], props + k, v - 1 - k) == 0:
+                    skipped = True
+                    break
+            if not skipped:
+                pkeys.add(props + k, v - 1 - k, True)
+                pvalues.add(props + v, i - v, True)
+                entries += 1
+            i += 1
+        entry_offsets.put_i32(<int32_t>entries)
+    return {
+        "rows": topic.rows,
+        "queue_id": queue_id.take(), "queue_offset": queue_offset.take(),
+        "born_timestamp": born.take(), "store_timestamp": stored.take(),
+        "reconsume_times": reconsume.take(),
+        "topic": topic.take(), "broker_name": broker.take(), "msg_id": msg_id.take(),
+        "tags": tags.take(), "keys": keys.take(), "body": bodies.take(),
+        "properties": (entry_offsets.take(), pkeys.take(), pvalues.take()),
+    }
