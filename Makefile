@@ -33,7 +33,7 @@ run: build
 
 # The web console's tests drive Debian's chromium through chromium-driver (Selenium).
 browser:
-	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "chromium unavailable: the console's browser tests will be skipped"
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "chromium unavailable: the console's browser tests will be skipped"
 
 test: build browser
 	$(PY) -m pytest tests --ignore=tests/bench -m "not slow" -q $(PYTEST_ARGS)
