@@ -73,6 +73,11 @@ def create_rdd(sc, namesrv: str, topic: str, offset_ranges=None, expression: str
     else:
         rdd = sc.emptyRDD()
     rdd.offset_ranges = tuple(planned)
+    if (expression or "*").strip() == "*" and (expression_type or "TAG").upper() == "TAG":
+        # KafkaRDD's count: consume-queue offsets are dense, so an unfiltered range holds exactly
+        # until - from messages (from already moved past what retention deleted) - no data is read
+        total = sum(r.until_offset - r.from_offset for r in reads)
+        rdd.count = lambda: total
     return rdd
 
 

@@ -29,6 +29,8 @@ def test_partitions_are_keyed_by_broker_and_queue_and_hold_what_was_produced(spa
         (key,), bodies = p[:-1], p[-1]
         by_queue[key] = bodies
     assert by_queue == sent
+    # count() sums the ranges (KafkaRDD's way) and agrees with what the partitions hold
+    assert rdd.count() == sum(len(b) for b in sent.values()) == rdd.map(lambda m: 1).sum()
     m = rdd.first()
     assert (m.topic, m.tags, m.keys, m.properties["n"]) == (name, "TagA", "k0", "0")
     assert m.msg_id and m.born_timestamp > 0 and m.store_timestamp >= m.born_timestamp
