@@ -605,7 +605,7 @@ cdef class SendResultMaker:
 
 # --- futures ---------------------------------------------------------------------------------------
 cdef extern from "Python.h":
-    PyObject** _PyObject_GetDictPtr(object o)
+    object PyObject_GenericGetDict(object o, void* context)
     int PyDict_SetItem(object d, object key, object value) except -1
     PyObject* PyDict_GetItem(object d, object key)
 
@@ -632,25 +632,20 @@ def finish_unwatched(future, result, exception):
 def lean_result(future, timeout=None):
     """LeanFuture.result: a Future finished without an exception answers from its __dict__ here;
     anything else goes to future._result_slow(timeout) (waiting, raising, cancelled)."""
-    cdef PyObject** dict_ptr = _PyObject_GetDictPtr(future)
     cdef PyObject* found
-    if dict_ptr != NULL and dict_ptr[0] != NULL:
-        d = <object>dict_ptr[0]
-        found = PyDict_GetItem(d, "_state")
-        if found != NULL and <object>found is _FINISHED:
-            found = PyDict_GetItem(d, "_exception")
-            if found == NULL or <object>found is None:
-                found = PyDict_GetItem(d, "_result")
-                return None if found == NULL else <object>found
+    d = PyObject_GenericGetDict(future, NULL)  # (the public way to an instance's own __dict__)
+    found = PyDict_GetItem(d, "_state")
+    if found != NULL and <object>found is _FINISHED:
+        found = PyDict_GetItem(d, "_exception")
+        if found == NULL or <object>found is None:
+            found = PyDict_GetItem(d, "_result")
+            return None if found == NULL else <object>found
     return future._result_slow(timeout)
 
 
 cdef bint _finish_unwatched(future, result, exception) except -1:
-    cdef PyObject** dict_ptr = _PyObject_GetDictPtr(future)
     cdef PyObject* state
-    if dict_ptr == NULL or dict_ptr[0] == NULL:
-        return False
-    d = <object>dict_ptr[0]
+    d = PyObject_GenericGetDict(future, NULL)  # (the public way to an instance's own __dict__)
     if PyDict_GetItem(d, "_condition") != NULL:
         return False
     state = PyDict_GetItem(d, "_state")
