@@ -672,7 +672,7 @@ cdef inline double _monotonic() noexcept nogil:
 @cython.final
 cdef class PipelinedCompletion:
     """Producer._pipelined_done's usual case on the reader thread, natively: a send answered with
-    a send status becomes its SendResult, the broker's fault item is noted as Producer._note_latency
+    a send status becomes its SendResult, the broker's fault item is noted as SendPolicy.note
     does (a fast answer at most once per millisecond per broker, in the same `noted` table), and the
     LeanFuture is finished.  Anything else (a failure, a refusal, a watched Future) goes to
     `fallback(context, response, error)`, the Python method.  context: the tuple
@@ -704,7 +704,7 @@ cdef class PipelinedCompletion:
         return result
 
     cdef int _note(self, broker, double begin) except -1:
-        """Producer._note_latency(broker, begin, False): a fast answer at most once per ms."""
+        """SendPolicy.note(broker, begin, False): a fast answer at most once per ms."""
         cdef double now = _monotonic()
         cdef int64_t latency = <int64_t>((now - begin) * 1000.0)
         cdef int64_t now_ms = <int64_t>(now * 1000.0)

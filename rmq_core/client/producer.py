@@ -31,7 +31,7 @@ import attrs
 from rmq_core import plugins
 from rmq_core.client.accumulator import BATCH_ITEM_OVERHEAD, PipelinedAccumulator, ProduceAccumulator
 from rmq_core.client.config import make_client_config
-from rmq_core.client.fault import MQFaultStrategy
+from rmq_core.client.fault import RETRY_RESPONSE_CODES, MQFaultStrategy, SendPolicy
 from rmq_core.client.instance import CancellableFuture, LeanFuture, MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
 from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
@@ -49,12 +49,6 @@ from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, next_opaqu
 
 log = logging.getLogger("rmq.client.producer")
 
-# response codes after which a sync send tries again (DefaultMQProducer.retryResponseCodes)
-RETRY_RESPONSE_CODES = frozenset({
-    ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
-    ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
-    ResponseCode.SYSTEM_BUSY,
-})
 _STATUS_BY_CODE = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
@@ -201,7 +195,7 @@ class _FastSend:
         if info is None or not info.ok:
             self._continue_in_task(None)
             return
-        mq = p.fault_strategy.select_one_message_queue(info, None)
+        mq = p.send_policy.select(info)
         addr = inst.find_broker_addr_in_publish(mq.broker_name)
         if addr is None or not inst.is_connected(addr):
             self._continue_in_task(None)
@@ -245,21 +239,17 @@ class _FastSend:
             except MQBrokerError as e:
                 error = e
             else:
-                p.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - self.t0) * 1000), False)
+                p.send_policy.note(mq.broker_name, self.t0, False)
                 self._finish(result, None)
                 return
         if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
             self._finish(None, error)
             return
-        p.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - self.t0) * 1000), True)
-        retryable = isinstance(error, (RemotingError, MQClientError, asyncio.TimeoutError)) or (
-            isinstance(error, MQBrokerError) and error.code in RETRY_RESPONSE_CODES)
-        if not retryable:
+        p.send_policy.note(mq.broker_name, self.t0, True)
+        if not p.send_policy.worth_retrying(error):
             self._finish(None, error)
             return
-        times = 1 + (p.retry_times_when_send_failed if self.mode is CommunicationMode.SYNC
-                     else p.retry_times_when_send_async_failed)
-        log.warning("send to %s failed (attempt 1/%d): %s", mq, times, error)
+        log.warning("send to %s failed (attempt 1/%d): %s", mq, p.send_policy.attempts(self.mode), error)
         self._continue_in_task((self.begin, mq.broker_name, error))
 
     def _continue_in_task(self, resume: tuple | None) -> None:
@@ -357,9 +347,6 @@ class Producer:
         if batch_max_bytes <= 0:
             raise ConfigError(f"bad batch_max_bytes {batch_max_bytes!r}: must be > 0")
         self.send_msg_timeout = send_msg_timeout
-        self.retry_times_when_send_failed = retry_times_when_send_failed
-        self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
-        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
         self.compress_type = compress_type
         self.compress_level = compress_level
@@ -369,6 +356,9 @@ class Producer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self._default_queue_nums_str = str(default_topic_queue_nums)
         self.fault_strategy = MQFaultStrategy(enabled=send_latency_fault_enable)
+        # every send's attempts, retry rule and fault item update (see SendPolicy)
+        self.send_policy = SendPolicy(self.fault_strategy, retry_times_when_send_failed,
+                                      retry_times_when_send_async_failed, retry_another_broker_when_not_store_ok)
         self.topic_publish_info: dict[str, TopicPublishInfo] = {}
         self.instance: MQClientInstance | None = None
         self._started = False
@@ -386,14 +376,25 @@ class Producer:
         # (topic, broker, queue id, batch) -> SendHeader, see _encode_frame (keyed by the fields: a
         # MessageQueue's attrs-made __hash__ and __eq__ are Python calls)
         self._send_headers: dict[tuple[str, str, int, bool], SendHeader | None] = {}
-        self._fault_noted: dict[str, int] = {}  # broker -> ms of its last fast answer noted (_note_latency)
-        # a pipelined send's usual completion, natively (its other cases: _pipelined_done)
-        self._pipelined_completion = PipelinedCompletion(_RESULTS, self.fault_strategy, self._fault_noted,
+        # a pipelined send's usual completion, natively (its other cases: _pipelined_done); it notes
+        # fast answers in the policy's table, as SendPolicy.note does
+        self._pipelined_completion = PipelinedCompletion(_RESULTS, self.fault_strategy, self.send_policy.noted,
                                                          self._pipelined_done)
         # which plain sends take the lean paths (decided at start, with the hooks)
         self._plain_direct = False
         self._plain_pipelined = False
         self._pipelined_sender: PipelinedSender | None = None  # _send_pipelined's usual case, natively
+
+    # the retry settings live in the policy every send asks
+    retry_times_when_send_failed = property(
+        lambda self: self.send_policy.retry_times_when_send_failed,
+        lambda self, n: setattr(self.send_policy, "retry_times_when_send_failed", n))
+    retry_times_when_send_async_failed = property(
+        lambda self: self.send_policy.retry_times_when_send_async_failed,
+        lambda self, n: setattr(self.send_policy, "retry_times_when_send_async_failed", n))
+    retry_another_broker_when_not_store_ok = property(
+        lambda self: self.send_policy.retry_another_broker_when_not_store_ok,
+        lambda self, v: setattr(self.send_policy, "retry_another_broker_when_not_store_ok", v))
 
     # --- life cycle ------------------------------------------------------------------------------
     def start(self) -> "Producer":
@@ -528,15 +529,15 @@ class Producer:
             resp = inst.invoke_frame_direct(addr, frame, opaque, timeout, read_send_response_frame, code)
             if resp is None:  # every direct connection busy: the loop's way, same queue choice lost
                 return self._send_direct_prepared(msg, timeout, None)
-            # the SendResult, the fault item noted as _note_latency notes it (None: a refusal)
+            # the SendResult, the fault item noted as SendPolicy.note notes it (None: a refusal)
             result = self._pipelined_completion.finish_sync(resp, mq, uniq, begin)
             if result is None:
                 raise MQBrokerError(resp.code, resp.remark, addr)
         except (RemotingError, MQBrokerError) as e:
-            self._note_latency(mq.broker_name, begin, True)
-            if isinstance(e, MQBrokerError) and e.code not in RETRY_RESPONSE_CODES:
+            self.send_policy.note(mq.broker_name, begin, True)
+            if not self.send_policy.worth_retrying(e):
                 raise
-            log.warning("send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_failed, e)
+            log.warning("send to %s failed (attempt 1/%d): %s", mq, self.send_policy.attempts("SYNC"), e)
             return inst.run(self._send(msg, CommunicationMode.SYNC, timeout, None, None, None,
                                        prepared=self._prepared_with(msg, uniq), resume=(begin, mq.broker_name, e)),
                             timeout=timeout + 5)
@@ -553,7 +554,7 @@ class Producer:
         try:
             result = self._invoke_direct(msg, mq, *prepared, timeout, False)
         except (RemotingError, MQBrokerError) as e:
-            if isinstance(e, MQBrokerError) and e.code not in RETRY_RESPONSE_CODES:
+            if not self.send_policy.worth_retrying(e):
                 raise
             result = None
             resume = (begin, mq.broker_name, e)
@@ -570,21 +571,6 @@ class Producer:
         props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
         return uniq, msg.body, 0, props
 
-    def _note_latency(self, broker_name: str, begin: float, failed: bool) -> None:
-        """The fault item update after a direct or pipelined send.  A fast answer (< 50 ms, which
-        benches nobody) is recorded at most once per millisecond per broker: the ones in between
-        would store the same moment to the millisecond; a slow or failed one always is."""
-        now = time.monotonic()
-        latency = int((now - begin) * 1000)
-        now_ms = int(now * 1000)
-        if failed or latency >= 50:
-            self._fault_noted.pop(broker_name, None)
-        elif self._fault_noted.get(broker_name) == now_ms:
-            return
-        else:
-            self._fault_noted[broker_name] = now_ms
-        self.fault_strategy.update_fault_item(broker_name, latency, failed)
-
     def _send_direct(self, msg: Message, timeout: float, prepared: tuple):
         """A plain sync send's first attempt made in the caller's thread over a pooled blocking
         connection (see rmq_core.remoting.blocking): no hand-off to the client's loop and back.
@@ -593,15 +579,15 @@ class Producer:
         info = self.topic_publish_info.get(msg.topic)
         if info is None or not info.ok or not self.instance.direct_send_possible():
             return _NOT_DIRECT  # (asked before a queue is picked: picking advances the round robin)
-        mq = self.fault_strategy.select_one_message_queue(info, None)
+        mq = self.send_policy.select(info)
         uniq, body, sys_flag, props = prepared
         begin = time.monotonic()
         try:
             return self._invoke_direct(msg, mq, uniq, body, sys_flag, props, timeout, False)
         except (RemotingError, MQBrokerError) as e:
-            if isinstance(e, MQBrokerError) and e.code not in RETRY_RESPONSE_CODES:
+            if not self.send_policy.worth_retrying(e):
                 raise
-            log.warning("send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_failed, e)
+            log.warning("send to %s failed (attempt 1/%d): %s", mq, self.send_policy.attempts("SYNC"), e)
             return self.instance.run(
                 self._send(msg, CommunicationMode.SYNC, timeout, None, None, None, prepared=prepared,
                            resume=(begin, mq.broker_name, e)), timeout=timeout + 5)
@@ -631,9 +617,9 @@ class Producer:
                     return _NOT_DIRECT
                 result = send_result_of(resp, mq, uniq, addr)
         except (RemotingError, MQBrokerError):
-            self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
+            self.send_policy.note(mq.broker_name, t0, True)
             raise
-        self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
+        self.send_policy.note(mq.broker_name, t0, False)
         return result
 
     def _encode_frame(self, msg: Message, mq: MessageQueue, body: bytes, sys_flag: int, props: dict,
@@ -761,7 +747,7 @@ class Producer:
             check_message(msg, self.max_message_size)
         except Exception:  # noqa: BLE001 - the general path fails the Future with it
             return None
-        mq = self.fault_strategy.select_one_message_queue(info, None)
+        mq = self.send_policy.select(info)
         addr = inst.find_broker_addr_in_publish(mq.broker_name)
         if addr is None or inst.in_proc(addr):
             return None
@@ -805,14 +791,14 @@ class Producer:
         if error is None:
             result = _RESULTS.make(response, mq, uniq)
             if result is not None:
-                self._note_latency(mq.broker_name, begin, False)
+                self.send_policy.note(mq.broker_name, begin, False)
                 fut.finish(result)
                 return
             error = MQBrokerError(response.code, response.remark, addr)
         if not self._failure_worth_retrying(mq, begin, error):
             fut.finish(None, error)
             return
-        log.warning("send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_async_failed, error)
+        log.warning("send to %s failed (attempt 1/%d): %s", mq, self.send_policy.attempts("ASYNC"), error)
         fut.channel = None  # the loop completes it now: a waiter stops reading the connection for it
         self._continue_on_loop(msg, prepared or self._prepared_with(msg, uniq), timeout,
                                (begin, mq.broker_name, error), fut)
@@ -820,10 +806,8 @@ class Producer:
     def _failure_worth_retrying(self, mq: MessageQueue, begin: float, error: BaseException) -> bool:
         """A pipelined request to `mq` failed: count it against the broker; True when another
         attempt should follow (a connection failure or a retryable broker code, not shutting down)."""
-        self._note_latency(mq.broker_name, begin, True)
-        retryable = isinstance(error, RemotingError) or (
-            isinstance(error, MQBrokerError) and error.code in RETRY_RESPONSE_CODES)
-        return retryable and not self.instance._stopping
+        self.send_policy.note(mq.broker_name, begin, True)
+        return self.send_policy.worth_retrying(error) and not self.instance._stopping
 
     def _continue_on_loop(self, msg: Message, prepared: tuple, timeout: float, resume: tuple,
                           fut: CancellableFuture) -> None:
@@ -913,7 +897,7 @@ class Producer:
         info = self.topic_publish_info.get(topic)
         header = None
         if info is not None and info.ok and not inst._stopping:
-            mq = self.fault_strategy.select_one_message_queue(info, None)
+            mq = self.send_policy.select(info)
             addr = inst.find_broker_addr_in_publish(mq.broker_name)
             if addr is not None and not inst.in_proc(addr):
                 header = self._send_header(mq, True)
@@ -938,7 +922,7 @@ class Producer:
         if error is None:
             status = _STATUS_BY_CODE.get(response.code)
             if status is not None:
-                self._note_latency(mq.broker_name, begin, False)
+                self.send_policy.note(mq.broker_name, begin, False)
                 qid = response.queue_id
                 queue = mq if qid is None or qid == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, qid)
                 base = response.queue_offset
@@ -949,7 +933,7 @@ class Producer:
         if not self._failure_worth_retrying(mq, begin, error):
             on_answer(context, None, None, -1, None, None, error)
             return
-        log.warning("batch send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_failed, error)
+        log.warning("batch send to %s failed (attempt 1/%d): %s", mq, self.send_policy.attempts("ASYNC"), error)
         self._retry_batch(topic, wait, body, timeout - (time.monotonic() - begin), on_answer, context, error, futures)
 
     def _retry_batch(self, topic: str, wait: bool, body: bytes, timeout: float, on_answer, context,
@@ -963,7 +947,7 @@ class Producer:
             return
         encoded = (topic, "", body, Message(topic, b"x", wait_store_msg_ok=wait), _OUTER_PROPS[wait])
         try:
-            fut = self.instance.submit(self._send_batch(encoded, timeout, None))
+            fut = self.instance.submit(self._send_batch(encoded, timeout, None, CommunicationMode.ASYNC))
         except MQClientError as e:  # the client stopped meanwhile
             on_answer(context, None, None, -1, None, None, error or e)
             return
@@ -1008,7 +992,7 @@ class Producer:
     def send_batch_async(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
                          timeout: float | None = None) -> concurrent.futures.Future:
         inst = self._check_started()
-        return inst.submit(self._send_batch(list(msgs), timeout or self.send_msg_timeout, queue))
+        return inst.submit(self._send_batch(list(msgs), timeout or self.send_msg_timeout, queue, CommunicationMode.ASYNC))
 
     def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
         inst = self._check_started()
@@ -1078,8 +1062,19 @@ class Producer:
             if mq.topic != msg.topic:
                 raise IllegalArgumentError(f"queue {mq} does not belong to topic {msg.topic!r}")
             return await self._send_kernel(msg, mq, uniq, body, sys_flag, props, mode, timeout)
-        times = 1 + (self.retry_times_when_send_failed if mode is CommunicationMode.SYNC
-                     else self.retry_times_when_send_async_failed if mode is CommunicationMode.ASYNC else 0)
+
+        async def attempt(mq: MessageQueue, remaining: float) -> SendResult | None:
+            return await self._send_kernel(msg, mq, uniq, body, sys_flag, props, mode, remaining)
+
+        return await self._send_default(msg.topic, info, mode, timeout, begin, attempt, "send", resume)
+
+    async def _send_default(self, topic: str, info: TopicPublishInfo, mode: CommunicationMode, timeout: float,
+                            begin: float, attempt, what: str, resume: tuple | None = None) -> SendResult | None:
+        """sendDefaultImpl's loop, for single messages and batches alike: attempt(mq, remaining
+        time) on a queue SendPolicy picks (another broker after a failure), while SendPolicy says a
+        failure is worth another attempt and the timeout is not spent.  resume: see _send."""
+        policy = self.send_policy
+        times = policy.attempts(mode)
         last_broker = None
         last_error: BaseException | None = None
         result = None
@@ -1087,47 +1082,40 @@ class Producer:
         if resume is not None:
             _, last_broker, last_error = resume
             first = 1
-            await self.instance.update_topic_route(msg.topic)
-            info = self.topic_publish_info.get(msg.topic) or info
-        for attempt in range(first, times):
+            await self.instance.update_topic_route(topic)
+            info = self.topic_publish_info.get(topic) or info
+        for n in range(first, times):
             remaining = timeout - (time.monotonic() - begin)
             if remaining <= 0:
                 break
-            mq = self.fault_strategy.select_one_message_queue(info, last_broker)
+            mq = policy.select(info, last_broker)
             last_broker = mq.broker_name
             t0 = time.monotonic()
             try:
-                result = await self._send_kernel(msg, mq, uniq, body, sys_flag, props, mode, remaining)
-            except (RemotingError, MQClientError, asyncio.TimeoutError) as e:
-                self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
+                result = await attempt(mq, remaining)
+            except (RemotingError, MQClientError, MQBrokerError, TimeoutError) as e:
+                policy.note(mq.broker_name, t0, True)
                 last_error = e
-                log.warning("send to %s failed (attempt %d/%d): %s", mq, attempt + 1, times, e)
-                await self.instance.update_topic_route(msg.topic)
-                info = self.topic_publish_info.get(msg.topic) or info
+                if not policy.worth_retrying(e):
+                    raise
+                log.warning("%s to %s failed (attempt %d/%d): %s", what, mq, n + 1, times, e)
+                await self.instance.update_topic_route(topic)
+                info = self.topic_publish_info.get(topic) or info
                 continue
-            except MQBrokerError as e:
-                self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
-                last_error = e
-                if e.code in RETRY_RESPONSE_CODES:
-                    log.warning("send to %s refused (attempt %d/%d): %s", mq, attempt + 1, times, e)
-                    await self.instance.update_topic_route(msg.topic)
-                    info = self.topic_publish_info.get(msg.topic) or info
-                    continue
-                raise
-            self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
+            policy.note(mq.broker_name, t0, False)
             if (mode is CommunicationMode.SYNC and result is not None and result.status is not SendStatus.SEND_OK
-                    and self.retry_another_broker_when_not_store_ok):
+                    and policy.retry_another_broker_when_not_store_ok):
                 continue
             return result
         if result is not None:
             return result
         elapsed = int((time.monotonic() - begin) * 1000)
         if last_error is None:
-            raise MQClientError(f"send to topic {msg.topic!r} timed out after {elapsed} ms")
+            raise MQClientError(f"{what} to topic {topic!r} timed out after {elapsed} ms")
         if isinstance(last_error, MQBrokerError):
             raise last_error
         raise MQClientError(
-            f"send to topic {msg.topic!r} failed after {times} attempt(s) in {elapsed} ms: {last_error}"
+            f"{what} to topic {topic!r} failed after {times} attempt(s) in {elapsed} ms: {last_error}"
         ) from last_error
 
     async def _send_kernel(self, msg: Message, mq: MessageQueue, uniq: str, body: bytes, sys_flag: int,
@@ -1209,8 +1197,10 @@ class Producer:
                                                 check_send_topic, MessageClientIDSetter)
         return topic, uniqs, body, Message(topic, b"x", wait_store_msg_ok=wait), _OUTER_PROPS[wait]
 
-    async def _send_batch(self, msgs: list[Message] | tuple, timeout: float, queue: MessageQueue | None) -> SendResult:
-        """msgs: the messages, or what _encode_batch made of them."""
+    async def _send_batch(self, msgs: list[Message] | tuple, timeout: float, queue: MessageQueue | None,
+                          mode: CommunicationMode = CommunicationMode.SYNC) -> SendResult:
+        """msgs: the messages, or what _encode_batch made of them.  mode: ASYNC for send_batch_async
+        and auto-batch (their retry count)."""
         topic, uniq, body, outer, outer_props = msgs if isinstance(msgs, tuple) else self._encode_batch(msgs)
         info = await self._find_publish_info(topic)
         if queue is not None:
@@ -1218,35 +1208,12 @@ class Producer:
                 raise IllegalArgumentError(f"queue {queue} does not belong to topic {topic!r}")
             return await self._send_kernel(outer, queue, uniq, body, 0, outer_props, CommunicationMode.SYNC, timeout,
                                            batch=True)
-        begin = time.monotonic()
-        last_error: BaseException | None = None
-        last_broker = None
-        times = 1 + self.retry_times_when_send_failed
-        for _ in range(times):
-            remaining = timeout - (time.monotonic() - begin)
-            if remaining <= 0:
-                break
-            mq = self.fault_strategy.select_one_message_queue(info, last_broker)
-            last_broker = mq.broker_name
-            t0 = time.monotonic()
-            try:
-                r = await self._send_kernel(outer, mq, uniq, body, 0, outer_props, CommunicationMode.SYNC, remaining,
-                                            batch=True)
-            except (RemotingError, MQClientError, asyncio.TimeoutError) as e:
-                self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
-                last_error = e
-                continue
-            except MQBrokerError as e:
-                self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
-                if e.code not in RETRY_RESPONSE_CODES:
-                    raise
-                last_error = e
-                continue
-            self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
-            return r
-        if isinstance(last_error, MQBrokerError):
-            raise last_error
-        raise MQClientError(f"batch send to topic {topic!r} failed after {times} attempt(s): {last_error}") from last_error
+
+        async def attempt(mq: MessageQueue, remaining: float) -> SendResult:
+            return await self._send_kernel(outer, mq, uniq, body, 0, outer_props, CommunicationMode.SYNC, remaining,
+                                           batch=True)
+
+        return await self._send_default(topic, info, mode, timeout, time.monotonic(), attempt, "batch send")
 
 
 __all__ = ["Producer", "CommunicationMode", "build_send_header", "parse_send_response", "RETRY_RESPONSE_CODES"]
