@@ -972,6 +972,12 @@ class Producer:
         inst.run(self._send(msg, CommunicationMode.ONEWAY, self.send_msg_timeout, queue, selector, arg),
                  timeout=self.send_msg_timeout + 5)
 
+    def send_oneway_async(self, msg: Message, *, queue: MessageQueue | None = None, selector=None,
+                          arg: Any = None) -> concurrent.futures.Future:
+        """send_oneway without waiting: the Future is done once the request is written."""
+        inst = self._check_started()
+        return inst.submit(self._send(msg, CommunicationMode.ONEWAY, self.send_msg_timeout, queue, selector, arg))
+
     def send_batch(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
                    timeout: float | None = None) -> SendResult:
         """One SEND_BATCH_MESSAGE request; all messages go to one queue of one topic.

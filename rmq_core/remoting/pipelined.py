@@ -273,6 +273,32 @@ class PipelinedChannel:
             with self._tlock:
                 self._token_waiters.discard(future)
 
+    def read_ready(self) -> int:
+        """Read and complete on this thread, without blocking, the answers the connection holds
+        now - unless another thread reads - then write what gathered meanwhile (as the reader does
+        after answers).  For an event loop that watches the connection (rmq_core.aio): the answers
+        to its own sends complete on its thread, no other thread in between.  Answers completed."""
+        if self.closed:
+            return 0
+        with self._tlock:
+            if self._token_owner != _NOBODY:
+                return 0
+            self._token_owner = threading.get_ident()
+        answered = 0
+        try:
+            while not self.closed:
+                got = self._read_chunk()
+                if got is None:
+                    break
+                answered += got
+            if (answered or self.writes.gathered) and not self.closed:
+                self._flush_gathered(answered)
+        except (OSError, RemotingCommandError) as e:
+            self._fail(self._read_error(e))
+        finally:
+            self._release_token()
+        return answered
+
     def _release_token(self) -> None:
         with self._tlock:
             gone = self._reader_gone
