@@ -1132,7 +1132,7 @@ cdef class PipelinedSender:
                 self._channels[addr] = channel
         fut.channel = channel  # result() reads the answer itself when no other thread does
         writes = getattr(channel, "writes", None)
-        if type(writes) is PipelinedWrites:  # PipelinedChannel.send without its Python frame
+        if type(writes) is PipelinedWrites and not channel.intercepted:  # PipelinedChannel.send without its Python frame
             data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, self._completion, context)
             if data is not None:
                 channel.after_offer(data, opaque, self._completion, context)
