@@ -11,11 +11,9 @@ import pickle
 import sys
 import weakref
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import rmq_core._native.codec as native
 from rmq_core.codec import (
     MessageExt,
     decode_messages,

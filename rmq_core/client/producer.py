@@ -1,20 +1,21 @@
 """Producer (RocketMQ's DefaultMQProducer): sync, async, oneway, ordered (selector) and batch sends.
 
-`send` waits, `send_async` returns a concurrent Future (and calls an optional callback),
-`send_aio` can be awaited from the caller's own asyncio loop.  A plain send (no queue, no
-selector, no send hooks) whose topic route is cached makes its first attempt without the client's
-event loop:
+`send` waits, `send_async` returns a concurrent Future (and calls an optional callback); for
+asyncio see rmq_core.aio.  Every send's attempts, retry rule and fault-item update come from one
+SendPolicy (rmq_core.client.fault).  A plain send (no queue, no selector, no send hooks) whose
+topic route is cached makes its first attempt without the client's event loop:
 
 * to a tcp broker, the caller's thread validates the message and builds the whole SEND_MESSAGE_V2
   frame natively from its fields (client_native.SendHeader, header constants cached per queue);
   `send` exchanges it on a pooled blocking connection (rmq_core.remoting.blocking) and reads the
   answer natively, `send_async` writes it on the broker's pipelined connection
   (rmq_core.remoting.pipelined), whose reader thread completes the Future (PipelinedCompletion);
-* to an in-proc broker, `send` goes the same blocking way with RemotingCommands; `send_async` posts
-  a _FastSend to the loop: no Task, the Future completed straight from the response.
+  RPC hooks are a step of both connections (RpcHookStep);
+* to an in-proc broker, `send` goes the same blocking way.
 
 Everything else - the first route look-up, retries after a failed first attempt, ordered sends,
-hooks, auto_batch - is Producer._send, a coroutine on the loop (MQClientInstance.post).
+send hooks, async sends to an in-proc broker, auto_batch's loop side - is Producer._send, a
+coroutine on the loop, whose retry loop (_send_default) batches share.
 """
 from __future__ import annotations
 
@@ -164,147 +165,6 @@ class _SendContext:
         self.mode = mode
         self.send_result = None
         self.exception = None
-
-
-class _FastSend:
-    """A plain send (no queue, no selector, no send hooks) run on the loop without a Task.
-
-    The route is cached and the broker connected, so the first attempt is: pick the queue, build
-    the request, step the remoting call by hand until its response future resolves.  Anything
-    unusual (no route yet, not connected, a retryable failure) continues in Producer._send as a
-    Task, from where this left off.  on_done(result, error) is called once, on the loop."""
-
-    __slots__ = ("producer", "msg", "mode", "timeout", "prepared", "on_done", "begin", "mq", "addr", "t0",
-                 "coro", "task", "finished")
-
-    def __init__(self, producer: "Producer", msg: Message, mode: CommunicationMode, timeout: float, prepared: tuple,
-                 on_done: Callable[[Any, BaseException | None], None]):
-        self.producer, self.msg, self.mode, self.timeout, self.prepared = producer, msg, mode, timeout, prepared
-        self.on_done = on_done
-        self.begin = time.monotonic()
-        self.mq = self.addr = self.coro = self.task = None
-        self.t0 = 0.0
-        self.finished = False
-
-    def start(self) -> None:  # posted to the loop
-        if self.finished:  # cancelled before the loop got here
-            return
-        p = self.producer
-        inst = p.instance
-        info = p.topic_publish_info.get(self.msg.topic)
-        if info is None or not info.ok:
-            self._continue_in_task(None)
-            return
-        mq = p.send_policy.select(info)
-        addr = inst.find_broker_addr_in_publish(mq.broker_name)
-        if addr is None or not inst.is_connected(addr):
-            self._continue_in_task(None)
-            return
-        _, body, sys_flag, props = self.prepared
-        try:
-            req = p._build_request(self.msg, mq, body, sys_flag, props)
-        except Exception as e:
-            self._finish(None, e)
-            return
-        self.mq, self.addr = mq, addr
-        self.t0 = time.monotonic()
-        self.coro = inst.invoke(addr, req, self.timeout)
-        self._step(None)
-
-    def _step(self, _future) -> None:
-        if self.finished:
-            return
-        try:
-            yielded = self.coro.send(None)
-        except StopIteration as stop:
-            self._answered(stop.value, None)
-            return
-        except BaseException as e:
-            self._answered(None, e)
-            return
-        if yielded is None:  # a bare yield: go on at the next loop iteration, as a Task would
-            asyncio.get_running_loop().call_soon(self._step, None)
-        elif getattr(yielded, "_asyncio_future_blocking", None):
-            yielded._asyncio_future_blocking = False
-            yielded.add_done_callback(self._step)
-        else:
-            self.coro.close()
-            self._finish(None, RuntimeError(f"send awaited {yielded!r}, which is not an asyncio future"))
-
-    def _answered(self, resp: RemotingCommand | None, error: BaseException | None) -> None:
-        p, mq = self.producer, self.mq
-        if error is None:
-            try:
-                result = parse_send_response(resp, mq, self.prepared[0], self.addr)
-            except MQBrokerError as e:
-                error = e
-            else:
-                p.send_policy.note(mq.broker_name, self.t0, False)
-                self._finish(result, None)
-                return
-        if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
-            self._finish(None, error)
-            return
-        p.send_policy.note(mq.broker_name, self.t0, True)
-        if not p.send_policy.worth_retrying(error):
-            self._finish(None, error)
-            return
-        log.warning("send to %s failed (attempt 1/%d): %s", mq, p.send_policy.attempts(self.mode), error)
-        self._continue_in_task((self.begin, mq.broker_name, error))
-
-    def _continue_in_task(self, resume: tuple | None) -> None:
-        p = self.producer
-        if p.instance._stopping:  # shutting down: no new Task the shutdown would not cancel
-            self._finish(None, resume[2] if resume else MQClientError(f"client {p.instance.client_id} is shutting down"))
-            return
-        coro = p._send(self.msg, self.mode, self.timeout, None, None, None, prepared=self.prepared, resume=resume)
-        self.task = task = asyncio.get_running_loop().create_task(coro)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        if task.cancelled():
-            self._finish(None, asyncio.CancelledError())
-        else:
-            error = task.exception()
-            self._finish(None if error is not None else task.result(), error)
-
-    def _finish(self, result, error) -> None:
-        if self.finished:
-            return
-        self.finished = True
-        self.on_done(result, error)
-
-    def cancel(self) -> None:  # on the loop
-        if self.finished:
-            return
-        if self.task is not None:
-            self.task.cancel()
-            return
-        if self.coro is not None:
-            try:
-                self.coro.throw(asyncio.CancelledError())
-            except BaseException:  # the call ends here, whichever way it unwinds
-                pass
-        self._finish(None, asyncio.CancelledError())
-
-
-class _SyncCompletion:
-    """What a blocked send() waits on: a lock the loop releases with the outcome."""
-
-    __slots__ = ("result", "error", "_lock")
-
-    def __init__(self):
-        self.result = None
-        self.error: BaseException | None = None
-        self._lock = threading.Lock()
-        self._lock.acquire()
-
-    def __call__(self, result, error) -> None:  # on the loop
-        self.result, self.error = result, error
-        self._lock.release()
-
-    def wait(self, timeout: float) -> bool:
-        return self._lock.acquire(timeout=timeout)
 
 
 class Producer:
@@ -484,22 +344,8 @@ class Producer:
         result = self._send_direct(msg, t, prepared)
         if result is not _NOT_DIRECT:
             return result
-        done = _SyncCompletion()
-        call = _FastSend(self, msg, CommunicationMode.SYNC, t, prepared, done)
-        inst.post(call.start)
-        if not done.wait(t + 5):
-            try:
-                inst.loop.call_soon_threadsafe(call.cancel)
-                done.wait(5)  # the call ends before send() returns: it never completes later
-            except RuntimeError:  # the loop is closed: the call went with it
-                pass
-            if done.error is None or isinstance(done.error, asyncio.CancelledError):
-                raise MQClientError(f"operation timed out after {t + 5} s")
-        if done.error is not None:
-            if isinstance(done.error, asyncio.CancelledError):  # as a cancelled run() reports it
-                raise concurrent.futures.CancelledError() from done.error
-            raise done.error
-        return done.result
+        return inst.run(self._send(msg, CommunicationMode.SYNC, t, None, None, None, prepared=prepared),
+                        timeout=t + 5)
 
     def _send_plain_direct(self, msg: Message, timeout: float):
         """The leanest sync send: a plain message (body under the compression threshold, no
@@ -685,7 +531,9 @@ class Producer:
             prepared = self._prepare(msg)
         except Exception:  # a bad message fails its Future (and callback), as any other send error
             prepared = None
-        if prepared is None or queue is not None or selector is not None or self._hooks:
+        acc = self._accumulator
+        if (prepared is None or queue is not None or selector is not None or self._hooks or acc is None
+                or not acc.eligible(msg, prepared, self.batch_max_bytes)):
             fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg, prepared=prepared))
         else:
             fut = CancellableFuture()
@@ -700,14 +548,8 @@ class Producer:
                 else:
                     fut.set_result(result)
 
-            acc = self._accumulator
-            if acc is not None and acc.eligible(msg, prepared, self.batch_max_bytes):
-                # (a gathered message cannot be taken back: cancelling only abandons its Future)
-                inst.post(lambda: acc.add(msg, prepared, t, finished))
-            else:
-                call = _FastSend(self, msg, CommunicationMode.ASYNC, t, prepared, finished)
-                fut.on_cancel = lambda: inst.loop.call_soon_threadsafe(call.cancel)
-                inst.post(call.start)
+            # (a gathered message cannot be taken back: cancelling only abandons its Future)
+            inst.post(lambda: acc.add(msg, prepared, t, finished))
         if callback is not None:
             self._call_back_when_done(fut, callback)
         return fut
@@ -1058,8 +900,9 @@ class Producer:
     async def _send(self, msg: Message, mode: CommunicationMode, timeout: float,
                     queue: MessageQueue | None, selector, arg, allow_system: bool = False,
                     prepared: tuple | None = None, resume: tuple | None = None) -> SendResult | None:
-        """resume: (begin, failed broker name, its error) when _FastSend's first attempt failed with
-        an error worth retrying: go on from the second attempt, as if this loop had made the first."""
+        """resume: (begin, failed broker name, its error) when a first attempt made off the loop
+        (direct or pipelined) failed with an error worth retrying: go on from the second attempt,
+        as if this loop had made the first."""
         begin = time.monotonic() if resume is None else resume[0]
         uniq, body, sys_flag, props = prepared or self._prepare(msg, allow_system)
         info = await self._find_publish_info(msg.topic)
