@@ -272,7 +272,8 @@ class Producer:
                     read_send_response_frames, SendResponse.from_command, _command._opaque_counter, RemotingError,
                     MixAll.MASTER_ID,  # (next_opaque's process-wide counter: opaques never repeat)
                     _SENDABLE_TOPICS)  # (the topic names check_message passed)
-                self._plain_pipelined = not self._hooks and self._accumulator is None
+                # (send hooks run on the same connections: _invoke_direct, _send_pipelined_to)
+                self._plain_pipelined = self._accumulator is None
                 if self._accumulator is not None and not self._hooks:
                     self._batch_accumulator = PipelinedAccumulator(self, batch_max_bytes=self.batch_max_bytes)
                 self._started = True
@@ -337,7 +338,7 @@ class Producer:
         # validation, properties, UNIQ_KEY and compression here in the caller's thread: the loop
         # thread is shared by every send, the caller's is not
         prepared = self._prepare(msg)
-        if (queue is not None or selector is not None or self._hooks or self.retry_another_broker_when_not_store_ok
+        if (queue is not None or selector is not None or self.retry_another_broker_when_not_store_ok
                 or inst.in_loop_thread()):  # (run() refuses the loop thread: it would wait on itself)
             return inst.run(self._send(msg, CommunicationMode.SYNC, t, queue, selector, arg, prepared=prepared),
                             timeout=t + 5)
@@ -448,6 +449,10 @@ class Producer:
         addr = inst.find_broker_addr_in_publish(mq.broker_name)
         if addr is None or not inst.direct_send_possible():
             return _NOT_DIRECT
+        ctx = None
+        if self._hooks:  # SendMessageHook, as _send_kernel calls it
+            ctx = _SendContext(self.group, msg, mq, addr, CommunicationMode.SYNC.value)
+            plugins.get_plugin_manager().hook.rmq_before_send(context=ctx)
         t0 = time.monotonic()
         try:
             if inst.in_proc(addr):
@@ -462,10 +467,16 @@ class Producer:
                 if resp is None:
                     return _NOT_DIRECT
                 result = send_result_of(resp, mq, uniq, addr)
-        except (RemotingError, MQBrokerError):
+        except (RemotingError, MQBrokerError) as e:
             self.send_policy.note(mq.broker_name, t0, True)
+            if ctx is not None:
+                ctx.exception = e
+                plugins.get_plugin_manager().hook.rmq_after_send(context=ctx)
             raise
         self.send_policy.note(mq.broker_name, t0, False)
+        if ctx is not None:
+            ctx.send_result = result
+            plugins.get_plugin_manager().hook.rmq_after_send(context=ctx)
         return result
 
     def _encode_frame(self, msg: Message, mq: MessageQueue, body: bytes, sys_flag: int, props: dict,
@@ -514,7 +525,8 @@ class Producer:
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
         if self._plain_pipelined and queue is None and selector is None:  # (then no _batch_accumulator)
-            fut = self._pipelined_sender.send(msg, t)  # None: it declined before picking a queue
+            # (None: it declined before picking a queue; with send hooks the Python side writes, for them)
+            fut = self._pipelined_sender.send(msg, t) if not self._hooks else None
             if fut is None:
                 fut = self._send_pipelined(msg, t)
             if fut is not None and fut is not False:  # (False: the loop's path takes it)
@@ -616,14 +628,41 @@ class Producer:
                 fut.set_exception(e)
                 return fut
         context = (msg, uniq, prepared, mq, addr, timeout, begin, fut)
+        on_done = self._pipelined_completion
+        if self._hooks:  # SendMessageHook around this attempt, as _send_kernel calls it
+            send_ctx = _SendContext(self.group, msg, mq, addr, CommunicationMode.ASYNC.value)
+            try:
+                plugins.get_plugin_manager().hook.rmq_before_send(context=send_ctx)
+            except Exception as e:  # noqa: BLE001 - this send's error
+                fut.finish(None, e)
+                return fut
+            context, on_done = (context, send_ctx), self._hooked_pipelined_done
         try:
             channel = inst.send_channel(addr, read_send_response_frames, SendResponse.from_command)
         except RemotingError as e:  # cannot connect: counted against the broker, retried elsewhere
-            self._pipelined_done(context, None, e)
+            on_done(context, None, e)
             return fut
         fut.channel = channel  # result() reads the answer itself when no other thread does
-        channel.send(frame, opaque, timeout, self._pipelined_completion, context)
+        channel.send(frame, opaque, timeout, on_done, context)
         return fut
+
+    def _hooked_pipelined_done(self, context: tuple, response: SendResponse | None,
+                               error: BaseException | None) -> None:
+        """_pipelined_done after rmq_after_send saw this attempt's outcome."""
+        inner, send_ctx = context
+        if error is None:
+            result = _RESULTS.make(response, inner[3], inner[1])
+            if result is None:
+                send_ctx.exception = MQBrokerError(response.code, response.remark, inner[4])
+            else:
+                send_ctx.send_result = result
+        else:
+            send_ctx.exception = error
+        try:
+            plugins.get_plugin_manager().hook.rmq_after_send(context=send_ctx)
+        except Exception:  # noqa: BLE001 - the send's outcome stands
+            log.exception("rmq_after_send raised")
+        self._pipelined_done(inner, response, error)
 
     def _pipelined_done(self, context: tuple, response: SendResponse | None, error: BaseException | None) -> None:
         """A pipelined send's answer or failure, on the connection's reader thread (or the sender's
@@ -827,7 +866,7 @@ class Producer:
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
         encoded = self._encode_batch(list(msgs))
-        if queue is not None and not self._hooks and not inst.in_loop_thread():
+        if queue is not None and not inst.in_loop_thread():
             # a batch to a given queue is one request, no retry: made from this thread when it can be
             topic, uniq, body, outer, outer_props = encoded
             if queue.topic != topic:
