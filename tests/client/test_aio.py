@@ -12,12 +12,17 @@ LOOPS = ["asyncio", "uvloop"]
 
 
 def run(coro, loop_kind: str):
+    """Run coro to its end on a new loop of that kind (asyncio.Runner is 3.11+)."""
     if loop_kind == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(coro)
-    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
-        return runner.run(coro)
+        loop = pytest.importorskip("uvloop").new_event_loop()
+    else:
+        loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
 
 
 def _contiguous(results) -> None:
