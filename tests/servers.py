@@ -112,3 +112,45 @@ class NamesrvAndBroker:
         for b in self.brokers:
             b.terminate()
         self.ns.terminate()
+
+
+class Tmpfs:
+    """A small tmpfs mounted at `path` for a test (as root: `mount -t tmpfs -o size=...`),
+    unmounted by `close()`.  `Tmpfs.mount` skips the calling test, with the reason, where the
+    mount is impossible (not root, no mount binary, a container without CAP_SYS_ADMIN)."""
+
+    def __init__(self, path, size: str):
+        self.path = str(path)
+        os.makedirs(self.path, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", self.path],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise OSError(f"mount -t tmpfs -o size={size} at {self.path} failed: {(r.stderr or r.stdout).strip()}")
+
+    @classmethod
+    def mount(cls, path, size: str) -> "Tmpfs":
+        import pytest
+
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        try:
+            return cls(path, size)
+        except (OSError, FileNotFoundError) as e:
+            pytest.skip(f"cannot mount a tmpfs here: {e}")
+
+    def fill(self, name: str = "filler") -> int:
+        """Another process (dd) writes a file until the file system is full; returns its size."""
+        path = os.path.join(self.path, name)
+        subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=64k"], capture_output=True)
+        subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=4k", "oflag=append", "conv=notrunc"],
+                       capture_output=True)  # the last partial 64 KiB
+        return os.path.getsize(path)
+
+    def free(self) -> int:
+        st = os.statvfs(self.path)
+        return st.f_bavail * st.f_frsize
+
+    def close(self) -> None:
+        r = subprocess.run(["umount", self.path], capture_output=True, text=True)
+        if r.returncode != 0:
+            subprocess.run(["umount", "-l", self.path], capture_output=True)

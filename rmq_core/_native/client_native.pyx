@@ -1026,6 +1026,15 @@ cdef class PipelinedSender:
                 return addrs.get(self._master_id)
         return None
 
+    cdef inline bint _passes_inline(self, message, topic, Py_ssize_t n, Py_ssize_t max_size):
+        """True only when check_message surely passes `message` (the usual case, decided
+        without a call): a body of fitting size, a topic check_message passed before, no
+        properties (their reserved names are check_message's to refuse) and a delay level >= 0.
+        Anything else goes through check_message itself, so every send route refuses the same
+        messages with the same error."""
+        return (0 < n <= max_size and topic in self._checked_topics and not message.properties
+                and message.delay_time_level >= 0)
+
     def sync_frame(self, message):
         """Producer._send_plain_direct's steps up to the frame, natively: the same checks (a
         plain Message of bytes under the compression threshold, a cached route, the direct path
@@ -1058,7 +1067,7 @@ cdef class PipelinedSender:
         loop_thread = instance._loop_thread
         if loop_thread is not None and loop_thread.ident == PyThread_get_thread_ident():
             return None  # (the loop's thread must not block on a socket)
-        if n <= 0 or n > producer.max_message_size or topic not in self._checked_topics:
+        if not self._passes_inline(message, topic, n, producer.max_message_size):
             self._check_message(message, producer.max_message_size)
         mq = self._pick_queue(info, queues)
         broker = mq.broker_name
@@ -1087,7 +1096,7 @@ cdef class PipelinedSender:
         queues = info.queues
         body = message.body
         n = len(body) if type(body) is bytes else -1
-        if n <= 0 or n > producer.max_message_size or topic not in self._checked_topics:
+        if not self._passes_inline(message, topic, n, producer.max_message_size):
             try:  # (check_message's usual case passed inline: a topic it passed, a body of fitting size)
                 self._check_message(message, producer.max_message_size)
             except Exception:  # the general path fails the Future with it

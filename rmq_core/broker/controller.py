@@ -90,15 +90,41 @@ class BrokerController:
         if bc.listen_port == 0:
             bc.listen_port = port
         self.broker_addr = f"{bc.broker_ip1}:{port}"
+        # Bound first (port 0 picks the port the store host names; a port in use fails before the
+        # store is touched), but until the processors are in place every request is answered
+        # SYSTEM_BUSY, which clients retry, never "request code not supported".
+        starting = _Starting(bc.broker_name)
+        tcp.register_default_processor(starting)
         if self.inproc_name:
             inproc = RemotingServer(f"inproc://{self.inproc_name}", name=f"broker[{bc.broker_name}]-inproc")
+            inproc.register_default_processor(starting)
             await inproc.start()
             self.servers.append(inproc)
             from rmq_core.remoting.aliases import register_inproc_alias
             register_inproc_alias(self.broker_addr, f"inproc://{self.inproc_name}")
+        try:
+            await self._start_services()
+        except BaseException:
+            for server in self.servers:
+                await server.stop()
+            self.servers.clear()
+            if self.inproc_name:
+                from rmq_core.remoting.aliases import unregister_inproc_alias
+                unregister_inproc_alias(self.broker_addr)
+            if self.store is not None:
+                self.store.detach_event_loop()
+                await asyncio.to_thread(self.store.shutdown)
+            raise
+        self.started = True
+        line = (f"The broker[{bc.broker_name}, {self.broker_addr}] boot success. serializeType=JSON"
+                + (f" and name server is {bc.namesrv_addr}" if bc.namesrv_addr else ""))
+        log.info(line)
+        return line
 
+    async def _start_services(self) -> None:
+        bc = self.broker_config
         os.makedirs(self.store_config.store_path_root_dir, exist_ok=True)
-        self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, port))
+        self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, bc.listen_port))
         if self.bloom_enabled:
             # Before load(): records re-dispatched by recovery get their bit maps too.
             self.filter_manager.load()
@@ -122,6 +148,7 @@ class BrokerController:
         for server in self.servers:
             server.register_processor(RequestCode.END_TRANSACTION, _Handler(self.transaction_service.end_transaction))
             server.on_channel_close.append(self._on_channel_close)
+            server.register_default_processor(None)  # serving: an unknown code is "not supported" again
 
         await self.schedule_service.start()
         await self.timer_service.start()
@@ -133,11 +160,6 @@ class BrokerController:
             asyncio.create_task(self._periodic(10.0, self._scan_channels), name="scan-channels"),
         ]
         await self.register_broker_all()
-        self.started = True
-        line = (f"The broker[{bc.broker_name}, {self.broker_addr}] boot success. serializeType=JSON"
-                + (f" and name server is {bc.namesrv_addr}" if bc.namesrv_addr else ""))
-        log.info(line)
-        return line
 
     async def stop(self) -> None:
         if not self.started:
@@ -372,6 +394,18 @@ class BrokerController:
         info.update(self.timer_service.runtime_info())
         info["heldPullRequests"] = str(self.pull_hold_service.held_count())
         return info
+
+
+class _Starting:
+    """Answers every request while the broker loads its store: SYSTEM_BUSY (clients retry it)."""
+
+    __slots__ = ("remark",)
+
+    def __init__(self, broker_name: str):
+        self.remark = f"[STARTING]broker[{broker_name}] is loading its store; try again shortly"
+
+    def process_request(self, ctx, request):
+        return request.make_response(ResponseCode.SYSTEM_BUSY, self.remark)
 
 
 class _Handler:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from rmq_core.errors import StoreError
 from rmq_core.store.config_file import SubscriptionGroupConfig, SubscriptionGroupTable
 
 log = logging.getLogger("rmq.broker")
@@ -29,8 +30,11 @@ class SubscriptionGroupManager:
                 if cfg is None:
                     cfg = SubscriptionGroupConfig(group_name=group)
                     self.table.put(cfg)
-                    self.table.persist()
                     log.info("auto create a subscription group, %s", group)
+                    try:
+                        self.table.persist()
+                    except StoreError as e:  # (a full disk) the group serves from memory meanwhile
+                        log.error("auto-created subscription group %s is not persisted yet: %s", group, e)
         return cfg
 
     def update(self, cfg: SubscriptionGroupConfig) -> None:

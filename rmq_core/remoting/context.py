@@ -56,7 +56,8 @@ class ProcessorTable:
         self._processors[int(code)] = (processor, _processor_callable(processor))
 
     def register_default(self, processor) -> None:
-        self._default = (processor, _processor_callable(processor))
+        """`processor` answers every code nobody registered (None: "not supported" again)."""
+        self._default = None if processor is None else (processor, _processor_callable(processor))
 
     def register_fast_lane(self, factory: Callable[["ChannelContext"], Any]) -> None:
         self.fast_lane_factory = factory

@@ -12,6 +12,8 @@ import mmap
 import os
 import struct
 
+from rmq_core.store.mapped_file import allocate_file
+
 _SIZE = 4096
 _CLEAN_MAGIC = 0x524D5143
 
@@ -22,8 +24,9 @@ class StoreCheckpoint:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size < _SIZE:
-                os.ftruncate(fd, _SIZE)
+            size = os.fstat(fd).st_size
+            if size < _SIZE:
+                allocate_file(fd, path, _SIZE, size)  # real blocks: never a SIGBUS at a flush
             self._mm = mmap.mmap(fd, _SIZE)
         finally:
             os.close(fd)

@@ -104,6 +104,7 @@ class CommitLog:
             allocator.write_through_fd = self.write_through_fd
         self.mapped_file_queue = MappedFileQueue(config.commit_log_dir, config.mapped_file_size_commit_log, allocator,
                                                  write_through_fd=self.write_through_fd)
+        self.mapped_file_queue.max_used_ratio = config.disk_space_warning_level_ratio
         self.put_lock = threading.Lock()
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
@@ -145,11 +146,14 @@ class CommitLog:
         return offset + size - offset % size
 
     # -- append ----------------------------------------------------------------------------------
-    def append(self, enc: EncodedMessages, dispatch) -> AppendOutcome:
+    def append(self, enc: EncodedMessages, dispatch, prepare=None) -> AppendOutcome:
         """Append one message or batch.  Under the put lock: queue offset, store timestamp, and
         either the copy of pre-encoded records (fields filled in) or — for a planned batch — the
         reservation of its space; then `dispatch(enc, first_queue_offset, entries, store_ts,
-        uses_queue)` in commit-log order (publication by ticket)."""
+        uses_queue)` in commit-log order (publication by ticket).  `prepare(enc, first_queue_offset)`
+        runs under the lock before anything is written: it may refuse (raise DiskFullError) when
+        the files the dispatch will need cannot be had.  So does a new segment: nothing of the
+        put is written then."""
         direct = enc.records is None
         if not direct and enc.total > self.max_record_in_segment and enc.count == 1:
             return AppendOutcome(PutMessageStatus.MESSAGE_ILLEGAL,
@@ -174,6 +178,10 @@ class CommitLog:
             mf = mfq.get_last_mapped_file(0, need_create=True)
             if mf is None:
                 return AppendOutcome(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error="cannot create a commit-log segment")
+            if mf.wrote_position + enc.total + native.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+                mfq.check_room_for_next()  # the put spills into the next segment: refuse it whole, now
+            if prepare is not None:
+                prepare(enc, qoff)
             wrote_offset = mf.file_from_offset + mf.wrote_position
             done = 0
             src_pos = 0

@@ -68,8 +68,14 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
             n = os.write(fd, view)
             view = view[n:]
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        try:
+            os.remove(tmp)  # (a full disk: the half-written copy would only hold space)
+        except OSError:
+            pass
+        raise
+    os.close(fd)
     os.replace(tmp, path)
     fsync_dir(directory)
 
@@ -142,9 +148,9 @@ class ConfigManager(abc.ABC):
         with self._lock:
             data = self.encode(pretty=True).encode("utf-8")
             prev = read_file_bytes(path)
-            if prev and _is_json_like(prev):
-                atomic_write(path + ".bak", prev)
             try:
+                if prev and _is_json_like(prev):
+                    atomic_write(path + ".bak", prev)
                 atomic_write(path, data)
             except OSError as e:
                 raise StoreError(f"cannot persist {path}: {e.strerror or e}") from e

@@ -31,7 +31,7 @@ import os
 import struct
 
 from rmq_core._native import store_native as native
-from rmq_core.store.mapped_file import MappedFile, MappedFileQueue, offset_to_file_name
+from rmq_core.store.mapped_file import MappedFile, MappedFileQueue, check_room, offset_to_file_name
 
 log = logging.getLogger("rmq.store")
 
@@ -109,7 +109,7 @@ class ConsumeQueue:
                 mfq.delete_last_mapped_file()
                 continue
             if pos < end:
-                mf.native.zero_range(pos, mf.file_size)
+                mf.zero_tail(pos)
                 mf.set_positions(pos)
             if pos > 0:
                 p, s, _ = native.cq_entry(mf.native, pos - CQ_STORE_UNIT_SIZE)
@@ -122,6 +122,23 @@ class ConsumeQueue:
             self.min_logic_offset = self.get_max_offset_in_queue() * CQ_STORE_UNIT_SIZE
 
     # -- write ----------------------------------------------------------------------------------
+    def prepare_entries(self, first_queue_offset: int, count: int) -> None:
+        """Before the commit log takes a put: create the file its first entry goes into when the
+        queue must roll to it, and check there is room for any further file it spans, so a full
+        disk refuses the put (DiskFullError) instead of failing its dispatch."""
+        mfq = self.mapped_file_queue
+        files = mfq.mapped_files
+        start = first_queue_offset * CQ_STORE_UNIT_SIZE
+        end = start + count * CQ_STORE_UNIT_SIZE
+        if files and end <= files[-1].end_offset:
+            return
+        if not files or files[-1].is_full():
+            mf = mfq.get_last_mapped_file(start, need_create=True)
+        else:
+            mf = files[-1]
+        if end > mf.end_offset:
+            check_room(self.store_path, end - mf.end_offset)
+
     def put_entries(self, entries, first_queue_offset: int, count: int) -> None:
         """Write `count` 20-byte entries for queue offsets first_queue_offset.. (entries already
         present — a re-dispatch after recovery — are skipped)."""

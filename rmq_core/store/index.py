@@ -49,6 +49,7 @@ import attrs
 from rmq_core.config import MessageStoreConfig
 from rmq_core.errors import StoreError
 from rmq_core.message import SysFlag, java_string_hash
+from rmq_core.store.mapped_file import allocate_file
 
 try:  # the native twin of the put/select paths; tests/store_index runs both implementations
     from rmq_core._native import index_native as _native
@@ -116,8 +117,16 @@ class IndexFile:
                     f"index file {path} is {size} bytes, but maxHashSlotNum={hash_slot_num} and "
                     f"maxIndexNum={index_num} give {self.file_size}; was the store configured differently?")
             if not exists:
-                os.ftruncate(fd, self.file_size)  # sparse: untouched slots and entries cost no disk
+                # real blocks (not sparse): a full disk is an error here, never a SIGBUS at a put
+                allocate_file(fd, path, self.file_size, 0)
             self._mm = mmap.mmap(fd, self.file_size)
+        except BaseException:
+            if not exists:
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass
+            raise
         finally:
             os.close(fd)
         self._native = _native.IndexMap(self._mm, hash_slot_num, index_num) if _native is not None else None

@@ -8,6 +8,7 @@ known to be on disk).  The native routines reach the mapping through `native` (a
 from __future__ import annotations
 
 import concurrent.futures
+import errno
 import logging
 import mmap
 import os
@@ -16,15 +17,74 @@ import threading
 import time
 
 from rmq_core._native.store_native import NativeMap
-from rmq_core.errors import StoreError
+from rmq_core.errors import DiskFullError, StoreError
 
 log = logging.getLogger("rmq.store")
 
 _NAME = re.compile(r"^\d{20}$")
+_PAGE = mmap.PAGESIZE
 
 
 def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
+
+
+def statvfs_of(path: str):
+    """os.statvfs of the file system that holds (or will hold) `path`: cheap, no I/O; None when
+    it cannot be asked."""
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return os.statvfs(path or ".")
+    except OSError:
+        return None
+
+
+def free_bytes(path: str) -> int:
+    """Bytes an unprivileged writer may still use where `path` lives, or -1 when unknown."""
+    st = statvfs_of(path)
+    return -1 if st is None else st.f_bavail * st.f_frsize
+
+
+def check_room(path: str, need: int, max_used_ratio: float | None = None) -> None:
+    """Raise DiskFullError unless `need` more bytes fit on the file system holding `path` (and,
+    with max_used_ratio, leave it at most that full): the cheap check before a new file."""
+    st = statvfs_of(path)
+    if st is None:
+        return  # cannot ask: the allocation itself will tell
+    free = st.f_bavail * st.f_frsize
+    total = st.f_blocks * st.f_frsize
+    if need > free:
+        raise DiskFullError(f"no space for a new {need}-byte file under {path!r}: {free} bytes free")
+    if max_used_ratio is not None and total:
+        used_after = (total - free + need) / total  # (reserved blocks count as used, as disk_usage_ratio counts them)
+        if used_after > max_used_ratio:
+            raise DiskFullError(
+                f"a new {need}-byte file under {path!r} would fill its disk to {used_after:.1%}, over "
+                f"diskSpaceWarningLevelRatio {max_used_ratio:.0%} ({free} bytes free)")
+
+
+def allocate_file(fd: int, path: str, size: int, old_size: int) -> None:
+    """Give the file `size` bytes of real blocks (posix_fallocate), so writes through a mapping
+    never meet a hole the file system cannot fill (SIGBUS); on failure the file is cut back to
+    `old_size` and DiskFullError (no space) or StoreError says why, naming the path."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except OSError as e:
+        err = e
+    try:
+        os.ftruncate(fd, old_size)
+    except OSError:
+        pass
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise DiskFullError(f"no space to allocate {size} bytes for {path!r}: "
+                            f"{max(free_bytes(path), 0)} bytes free on its file system") from None
+    if err.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+        # (glibc writes zeros where the file system has no fallocate; EINVAL: nothing to do)
+        os.ftruncate(fd, size)
+        return
+    raise StoreError(f"cannot allocate {size} bytes for {path!r}: {err.strerror}") from None
 
 
 class MappedFile:
@@ -35,6 +95,7 @@ class MappedFile:
         if not _NAME.match(name):
             raise StoreError(f"bad segment file name {path!r}: expected a 20-digit start offset")
         self.file_from_offset = int(name)
+        created = not os.path.exists(path)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
@@ -43,11 +104,17 @@ class MappedFile:
                     f"segment {path!r} is {size} bytes, larger than the configured size {file_size}; "
                     f"the mapped file size setting must not change for an existing store")
             if size < file_size:
-                # new file, or a tail truncated by a crash: extend with zeros (sparse)
-                os.ftruncate(fd, file_size)
+                # new file, or a tail truncated by a crash: real blocks, not a sparse extension,
+                # so "no space" is an error here rather than a SIGBUS at a later store
+                allocate_file(fd, path, file_size, size)
             self._mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
+            if created:
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass
             raise
         # write_through_fd: appends go through pwrite on this descriptor (see append_records_fd)
         self.fd = fd if write_through_fd else None
@@ -99,6 +166,28 @@ class MappedFile:
             self.flushed_position = end
         return self.flushed_position
 
+    def zero_tail(self, pos: int) -> None:
+        """Zero [pos, file_size) (a log cut there after a crash) without touching the pages after
+        pos's page: they are dropped by cutting the file there and given fresh, zero blocks again,
+        so recovery of a big segment holding little data reads and writes only that data (RocketMQ
+        leaves the tail as it is; zeroing it keeps a stale record there from being taken for a new
+        one by a later recovery).  Only while nothing else uses the mapping (recovery)."""
+        page_end = min(self.file_size, -(-pos // _PAGE) * _PAGE)
+        if page_end > pos:
+            self.native.zero_range(pos, page_end)
+        if page_end >= self.file_size:
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, page_end)
+            try:
+                allocate_file(fd, self.path, self.file_size, page_end)
+            except StoreError as e:
+                os.ftruncate(fd, self.file_size)  # the mapping must stay backed; sparse, as before
+                log.warning("%s: the tail after byte %d is sparse again: %s", self.path, page_end, e)
+        finally:
+            os.close(fd)
+
     def last_modified(self) -> float:
         try:
             return os.stat(self.path).st_mtime
@@ -144,7 +233,14 @@ class AllocateMappedFileService:
         self._lock = threading.Lock()
         self._closed = False
 
-    def request(self, path: str, next_path: str | None, file_size: int) -> MappedFile:
+    def ready(self, path: str) -> bool:
+        """True when `path` was pre-allocated successfully (its blocks are taken already)."""
+        with self._lock:
+            fut = self._pending.get(path)
+        return fut is not None and fut.done() and fut.exception() is None
+
+    def request(self, path: str, next_path: str | None, file_size: int,
+                max_used_ratio: float | None = None) -> MappedFile:
         with self._lock:
             fut = self._pending.pop(path, None)
         mf = None
@@ -156,6 +252,10 @@ class AllocateMappedFileService:
         if mf is None:
             mf = MappedFile(path, file_size, prefault=self.prefault, write_through_fd=self.write_through_fd)
         if next_path is not None:
+            try:  # no room for the next one yet: it is created (or refused) when needed
+                check_room(os.path.dirname(next_path), file_size, max_used_ratio)
+            except DiskFullError:
+                return mf
             with self._lock:
                 if not self._closed and next_path not in self._pending:
                     self._pending[next_path] = self._pool.submit(MappedFile, next_path, file_size, self.prefault,
@@ -187,6 +287,8 @@ class MappedFileQueue:
         self.mapped_file_size = mapped_file_size
         self.allocator = allocator
         self.mapped_files: list[MappedFile] = []
+        # the commit log's hard watermark: a new segment that would fill the disk past it is refused
+        self.max_used_ratio: float | None = None
         # SYNC_FLUSH commit log: the group commit's gate, whose rounds (served without Python)
         # advance the durable offset too; flushed_where reads and sets both
         self.durable_gate = None
@@ -250,14 +352,27 @@ class MappedFileQueue:
                 create_offset = last.file_from_offset + self.mapped_file_size
             os.makedirs(self.store_path, exist_ok=True)
             path = os.path.join(self.store_path, offset_to_file_name(create_offset))
+            if self.max_used_ratio is not None and not (self.allocator is not None and self.allocator.ready(path)):
+                # statvfs before each new segment: a write burst between two retention rounds
+                # cannot carry the disk past the hard watermark
+                check_room(self.store_path, self.mapped_file_size, self.max_used_ratio)
             if self.allocator is not None:
                 nxt = os.path.join(self.store_path, offset_to_file_name(create_offset + self.mapped_file_size))
-                mf = self.allocator.request(path, nxt, self.mapped_file_size)
+                mf = self.allocator.request(path, nxt, self.mapped_file_size, self.max_used_ratio)
             else:
                 mf = MappedFile(path, self.mapped_file_size, write_through_fd=self.write_through_fd)
             mf.first_create_in_queue = not self.mapped_files
             self.mapped_files = self.mapped_files + [mf]  # copy-on-write: readers iterate lock-free
             return mf
+
+    def check_room_for_next(self) -> None:
+        """Raise DiskFullError when the segment after the last one could not be created now."""
+        files = self.mapped_files
+        if not files or self.max_used_ratio is None:
+            return
+        nxt = os.path.join(self.store_path, offset_to_file_name(files[-1].end_offset))
+        if not (self.allocator is not None and self.allocator.ready(nxt)):
+            check_room(self.store_path, self.mapped_file_size, self.max_used_ratio)
 
     def find_mapped_file_by_offset(self, offset: int, return_first_on_not_found: bool = False) -> MappedFile | None:
         files = self.mapped_files
@@ -319,7 +434,7 @@ class MappedFileQueue:
                 if mf.end_offset > offset:
                     if offset >= mf.file_from_offset:
                         pos = offset - mf.file_from_offset
-                        mf.native.zero_range(pos, mf.file_size)
+                        mf.zero_tail(pos)
                         mf.set_positions(pos)
                         keep.append(mf)
                     else:

@@ -23,7 +23,8 @@ from rmq_core.store.checkpoint import StoreCheckpoint
 from rmq_core.store.commit_log import CommitLog, EncodedMessages, build_encoded_single, now_ms
 from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueExt
 from rmq_core.store.flush_waits import FlushWaits
-from rmq_core.store.mapped_file import AllocateMappedFileService
+from rmq_core.store.lock_file import StoreLock
+from rmq_core.store.mapped_file import AllocateMappedFileService, check_room, free_bytes, statvfs_of
 from rmq_core.store.service import ServiceThread
 from rmq_core.store.types import (AppendMessageResult, BatchAppendMessageResult, DispatchRequest, GetMessageResult,
                                   GetMessageStatus, MessageExtBatch, MessageExtBrokerInner, PutMessageResult,
@@ -37,17 +38,17 @@ _MATCH = struct.Struct("=qii")
 
 
 def disk_usage_ratio(path: str) -> float:
-    """Used fraction (0..1) of the file system holding `path`."""
-    while path and not os.path.exists(path):
-        path = os.path.dirname(path)
-    try:
-        du = shutil.disk_usage(path or ".")
-    except OSError:
+    """Used fraction (0..1) of the file system holding `path` (as shutil.disk_usage counts it)."""
+    st = statvfs_of(path)
+    if st is None or not st.f_blocks:
         return -1.0
-    return (du.total - du.free) / du.total if du.total else -1.0
+    return (st.f_blocks - st.f_bavail) / st.f_blocks
 
 
 class DefaultMessageStore:
+    # while writes are refused for a full disk, a put looks again at most this often (statvfs)
+    DISK_RECHECK_INTERVAL = 0.5
+
     def __init__(self, config: MessageStoreConfig, store_host: tuple[str, int] = ("127.0.0.1", 10911)):
         self.config = config
         self.store_host = (store_host[0], int(store_host[1]))
@@ -66,7 +67,10 @@ class DefaultMessageStore:
         # Disk usage is a function attribute so tests can simulate a full disk.
         self.disk_usage: Callable[[str], float] = disk_usage_ratio
         self._disk_full_error: str | None = None
+        self._no_room_error: str | None = None  # a put found no room for a new file
+        self._disk_checked_at = 0.0
         self._loaded = False
+        self.store_lock = StoreLock(config.store_path_root_dir)
         self._running = False
         self._shutdown = False
         self.put_message_count = 0
@@ -105,6 +109,15 @@ class DefaultMessageStore:
             return True
         cfg = self.config
         os.makedirs(cfg.store_path_root_dir, exist_ok=True)
+        self.store_lock.acquire()  # a second process on this directory stops here, naming the holder
+        try:
+            return self._load()
+        except BaseException:
+            self.store_lock.release()
+            raise
+
+    def _load(self) -> bool:
+        cfg = self.config
         unclean = os.path.exists(cfg.abort_file)
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_file)
         self.commit_log.load()
@@ -261,6 +274,7 @@ class DefaultMessageStore:
                 for cq in qs.values():
                     cq.shutdown()
             self.commit_log.mapped_file_queue.shutdown()
+        self.store_lock.release()
 
     def destroy(self) -> None:
         """Remove every file of the store (tests, `delete_topics` of everything)."""
@@ -323,6 +337,8 @@ class DefaultMessageStore:
         self._fast_put = self._single_put.put if ok else None
 
     def _check_writable(self) -> PutMessageResult | None:
+        if self._disk_full_error is not None and time.monotonic() - self._disk_checked_at >= self.DISK_RECHECK_INTERVAL:
+            self.check_disk_space()  # writes resume as soon as space returns, not at the next retention round
         if self._shutdown or not self._running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None,
                                     error="message store is not running (start() it first)" if not self._shutdown
@@ -464,9 +480,23 @@ class DefaultMessageStore:
             except Exception:
                 log.exception("dispatcher %r failed for %r", d, req)
 
+    def _prepare_queue(self, enc: EncodedMessages, first_qoff: int) -> None:
+        """Under the put lock, before the commit log is written: the consume-queue file(s) the
+        dispatch will write into can be had (else DiskFullError refuses the whole put)."""
+        if enc.uses_queue:
+            self.find_consume_queue(enc.topic, enc.queue_id).prepare_entries(first_qoff, enc.count)
+
     def _put(self, enc: EncodedMessages, wait: bool):
         try:
-            outcome = self.commit_log.append(enc, self._dispatch)
+            outcome = self.commit_log.append(enc, self._dispatch, self._prepare_queue)
+        except DiskFullError as e:
+            msg = f"{e}: writes are refused"
+            if self._disk_full_error is None:
+                log.error("put to %s-%d refused: %s", enc.topic, enc.queue_id, msg)
+            self._no_room_error = self._disk_full_error = msg
+            self._disk_checked_at = time.monotonic()
+            self._refresh_fast_path()
+            return PutMessageResult(PutMessageStatus.DISK_FULL, None, error=msg), None
         except OSError as e:
             # e.g. no space left for a new segment: the broker answers with the reason
             log.error("put to %s-%d failed: %s", enc.topic, enc.queue_id, e)
@@ -907,12 +937,24 @@ class DefaultMessageStore:
             self.checkpoint.flush()
 
     def check_disk_space(self) -> float:
-        """Refresh the disk-full flag from `self.disk_usage`; returns the used ratio."""
-        ratio = self.disk_usage(self.config.commit_log_dir)
-        limit = self.config.disk_space_warning_level_ratio
+        """Refresh the disk-full flag from `self.disk_usage` (and, after a put was refused for
+        want of room, from whether a new segment fits again); returns the used ratio."""
+        self._disk_checked_at = time.monotonic()
+        cfg = self.config
+        ratio = self.disk_usage(cfg.commit_log_dir)
+        limit = cfg.disk_space_warning_level_ratio
+        msg = None
         if ratio >= limit:
-            msg = (f"disk holding {self.config.commit_log_dir!r} is {ratio:.1%} full, over "
-                   f"diskSpaceWarningLevelRatio {limit:.0%}: writes are refused")
+            msg = (f"disk holding {cfg.commit_log_dir!r} is {ratio:.1%} full, over "
+                   f"diskSpaceWarningLevelRatio {limit:.0%} ({max(free_bytes(cfg.commit_log_dir), 0)} bytes "
+                   f"free): writes are refused")
+        elif self._no_room_error is not None:
+            try:
+                check_room(cfg.commit_log_dir, cfg.mapped_file_size_commit_log, limit)
+                self._no_room_error = None
+            except DiskFullError as e:
+                msg = self._no_room_error = f"{e}: writes are refused"
+        if msg is not None:
             if self._disk_full_error is None:
                 log.error(msg)
                 self._disk_full_error = msg

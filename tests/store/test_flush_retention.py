@@ -11,7 +11,7 @@ from rmq_core.config import FlushDiskType
 from rmq_core.errors import DiskFullError
 from rmq_core.store import GetMessageStatus, MessageExtBatch, PutMessageStatus
 
-from .conftest import msg
+from .conftest import make_config, msg
 
 
 def wait_until(cond, timeout=10.0):
@@ -125,7 +125,8 @@ def test_sync_flush_timeout(store_factory, monkeypatch):
         release.set()
 
 
-def test_put_nowait_returns_a_future_for_sync_flush(sync_store, store):
+def test_put_nowait_returns_a_future_for_sync_flush(sync_store, store_factory, tmp_path):
+    store = store_factory(make_config(tmp_path / "async-store"))  # (one store per directory)
     r, fut = sync_store.put_message_nowait(msg())
     assert r.status is PutMessageStatus.PUT_OK
     assert fut.result(timeout=10) is PutMessageStatus.PUT_OK

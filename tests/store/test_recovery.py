@@ -30,6 +30,7 @@ def crash(store: DefaultMessageStore) -> None:
     if store.index_service is not None:
         store.index_service.shutdown()
     store.checkpoint.shutdown()
+    store.store_lock.release()  # the kernel drops a killed process's flock with its descriptors
 
 
 def all_bodies(store, topic="TopicA", queue_id=0):
