@@ -358,7 +358,10 @@ class RpcHookStep:
 
     def before(self, frame) -> tuple[bytes, RemotingCommand]:
         request = RemotingCommand.decode(memoryview(frame)[4:])
+        fields, remark, body = dict(request.ext_fields), request.remark, request.body
         self._hook.rmq_rpc_before_request(remote_addr=self.addr, request=request)
+        if request.ext_fields == fields and request.remark == remark and request.body is body:
+            return frame, request  # (left as it was: the frame stands, no second encoding)
         return request.encode(), request
 
     def after(self, request: RemotingCommand, response: RemotingCommand) -> None:
