@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow bench build setup clean
+.PHONY: run test test-slow bench build setup clean browser
 
 # --- set-up -------------------------------------------------------------------------------------
 $(VENV)/bin/python:
@@ -28,7 +28,11 @@ build: setup
 run: build
 	$(VENV)/bin/rmq standalone $(RUN_ARGS)
 
-test: build
+# The web console's tests drive Debian's chromium through chromium-driver (Selenium).
+browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "chromium unavailable: the console's browser tests will be skipped"
+
+test: build browser
 	$(PY) -m pytest tests --ignore=tests/bench -m "not slow" -q $(PYTEST_ARGS)
 
 test-slow: build

@@ -1,4 +1,4 @@
-"""`rmq` command line: namesrv, broker, standalone (and admin later).
+"""`rmq` command line: namesrv, broker, standalone, admin (mqadmin's commands, rmq_core/admin/).
 
 Each server command prints RocketMQ's boot line once it accepts connections, stops cleanly on
 SIGTERM/SIGINT (flush, checkpoint, abort marker removed) and exits non-zero with one clear line on
@@ -86,7 +86,48 @@ def _cmd_standalone(args) -> None:
     cluster = Cluster(args.store, args.config, namesrv_listen=args.namesrv_listen,
                       broker_listen=args.broker_listen, name="standalone")
     _check_store_writable(cluster.store_config.store_path_root_dir)
-    loops.run(_serve(cluster.start_async, cluster.stop_async))
+    if not args.dashboard:
+        loops.run(_serve(cluster.start_async, cluster.stop_async))
+        return
+    from rmq_core.dashboard import serve
+    from rmq_core.message import parse_address
+
+    host, port = parse_address(args.dashboard)
+    console: list = []
+
+    async def start():
+        lines = await cluster.start_async()
+        # the console's admin calls are blocking: over TCP to this process's own name server
+        console.append(serve(cluster.tcp_namesrv, host, port))
+        return [*lines, f"rmq console on {console[0].url}"]
+
+    async def stop():
+        if console:
+            console[0].stop()
+        await cluster.stop_async()
+
+    loops.run(_serve(start, stop))
+
+
+def _cmd_dashboard(args) -> None:
+    from rmq_core.dashboard import serve
+    from rmq_core.message import parse_address
+
+    namesrv = args.namesrv or os.environ.get("NAMESRV_ADDR")
+    if not namesrv:
+        raise ConfigError("no name server: pass -n HOST:PORT or set NAMESRV_ADDR")
+    host, port = parse_address(args.listen)
+
+    async def start():
+        server.append(serve(namesrv, host, port))
+        return [f"rmq console for name server {namesrv} on {server[0].url}"]
+
+    async def stop():
+        if server:
+            server[0].stop()
+
+    server: list = []
+    loops.run(_serve(start, stop))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,8 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("-c", "--config", help="broker.conf (RocketMQ property names)")
     sa.add_argument("--namesrv-listen", default="127.0.0.1:9876", help="name server host:port (default 127.0.0.1:9876)")
     sa.add_argument("--broker-listen", default="127.0.0.1:10911", help="broker host:port (default 127.0.0.1:10911)")
+    sa.add_argument("--dashboard", metavar="HOST:PORT", help="also serve the web console there (e.g. 127.0.0.1:8080)")
     sa.set_defaults(fn=_cmd_standalone)
 
+    db = sub.add_parser("dashboard", help="serve the web console for a cluster")
+    db.add_argument("-n", "--namesrv", help="name server address(es), 'host:port;host:port' (else NAMESRV_ADDR)")
+    db.add_argument("--listen", default="127.0.0.1:8080", help="host:port to serve on (default 127.0.0.1:8080)")
+    db.set_defaults(fn=_cmd_dashboard)
+
+    from rmq_core.admin.commands import add_parsers  # (rich is imported only when a command prints)
+    add_parsers(sub)
     return p
 
 

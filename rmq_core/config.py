@@ -59,17 +59,23 @@ def read_properties_file(path: str) -> dict[str, str]:
     """Java .properties subset: `key=value` or `key: value`, `#`/`!` comments, blank lines."""
     try:
         with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+            text = f.read()
     except OSError as e:
         raise ConfigError(f"cannot read config file {path!r}: {e.strerror}") from None
+    return parse_properties(text, path)
+
+
+def parse_properties(text: str, where: str = "properties") -> dict[str, str]:
+    """The .properties subset of read_properties_file from text (also the body of UPDATE_BROKER_CONFIG,
+    UPDATE_NAMESRV_CONFIG and their GET answers); a bad line raises ConfigError naming it."""
     out: dict[str, str] = {}
-    for lineno, raw in enumerate(lines, 1):
+    for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line[0] in "#!":
             continue
         sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if sep <= 0:
-            raise ConfigError(f"{path}:{lineno}: expected key=value, got {raw!r}")
+            raise ConfigError(f"{where}:{lineno}: expected key=value, got {raw!r}")
         out[line[:sep].strip()] = line[sep + 1 :].strip()
     return out
 
@@ -285,6 +291,12 @@ class BrokerConfig(PropertiesConfig):
     # Java client gives up on a lock call after 1 s, so the delay stays under that.
     lock_refuse_reply_delay_ms: int = prop(500, "lockRefuseReplyDelayMs")
     server_max_frame_length: int = prop(16 * 1024 * 1024, "serverMaxFrameLength")
+    # RocketMQ 5's metrics keys: DISABLE | PROM | LOG (or an exporter a plugin adds)
+    metrics_exporter_type: str = prop("DISABLE", "metricsExporterType")
+    metrics_prom_exporter_host: str | None = prop(None, "metricsPromExporterHost")  # default: brokerIP1
+    metrics_prom_exporter_port: int = prop(5557, "metricsPromExporterPort")
+    metrics_logging_exporter_interval_in_mills: int = prop(10_000, "metricsLoggingExporterIntervalInMills",
+                                                           validator=_positive)
 
     @property
     def broker_addr(self) -> str:
@@ -305,6 +317,11 @@ class NamesrvConfig(PropertiesConfig):
     scan_not_active_broker_interval: int = prop(5000, "scanNotActiveBrokerInterval")
     broker_channel_expired_time: int = prop(120_000, "brokerChannelExpiredTime")
     server_max_frame_length: int = prop(16 * 1024 * 1024, "serverMaxFrameLength")
+    metrics_exporter_type: str = prop("DISABLE", "metricsExporterType")
+    metrics_prom_exporter_host: str | None = prop(None, "metricsPromExporterHost")  # default: the listen host
+    metrics_prom_exporter_port: int = prop(5557, "metricsPromExporterPort")
+    metrics_logging_exporter_interval_in_mills: int = prop(10_000, "metricsLoggingExporterIntervalInMills",
+                                                           validator=_positive)
 
 
 def load_broker_conf(props: Mapping[str, Any] | str | None = None, **overrides) -> tuple[BrokerConfig, MessageStoreConfig]:

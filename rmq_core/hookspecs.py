@@ -53,6 +53,17 @@ def rmq_transports():
     remoting layer.  Called when a remoting client or server is created."""
 
 
+@hookspec
+def rmq_metrics_exporters():
+    """Return {name: factory} of metrics exporters (e.g. "PROM", "LOG"), chosen by
+    `metricsExporterType`.
+
+    `factory(settings: rmq_core.metrics.ExporterSettings) -> exporter` with `start()` and
+    `stop()`; the exporter reads `settings.collect()` (a list of rmq_core.metrics.MetricFamily,
+    the server's stats snapshot) when it is scraped or on its own interval, never per message.
+    Called when a broker or name server starts."""
+
+
 # --- interception (RocketMQ hook equivalents) ----------------------------------------------------
 @hookspec
 def rmq_before_send(context):

@@ -23,6 +23,7 @@ BUILTIN_PLUGIN_MODULES = (
     "rmq_plugins.filter",
     "rmq_plugins.store",
     "rmq_plugins.transport",
+    "rmq_plugins.metrics",
 )
 
 _lock = threading.Lock()
@@ -62,6 +63,7 @@ _KINDS = {
     "filter expression type": "rmq_filters",
     "offset store": "rmq_offset_stores",
     "transport": "rmq_transports",
+    "metrics exporter": "rmq_metrics_exporters",
 }
 
 
@@ -95,6 +97,10 @@ def get_offset_store_factory(name: str):
 
 def get_transport(scheme: str):
     return lookup("transport", scheme)
+
+
+def get_metrics_exporter_factory(name: str):
+    return lookup("metrics exporter", (name or "").upper())
 
 
 def has_impls(hook_name: str) -> bool:

@@ -83,11 +83,15 @@ class RmqProcess:
 class NamesrvAndBroker:
     """`rmq namesrv` + one or more `rmq broker` subprocesses (a real cluster on loopback)."""
 
-    def __init__(self, tmp_path, brokers: int = 1, broker_props: dict | None = None, cluster: str = "DefaultCluster"):
+    def __init__(self, tmp_path, brokers: int = 1, broker_props: dict | None = None, cluster: str = "DefaultCluster",
+                 namesrv_props: dict | None = None):
         self.tmp_path = tmp_path
         self.ns_port = free_port()
         self.namesrv = f"127.0.0.1:{self.ns_port}"
-        self.ns = RmqProcess(["namesrv", "--listen", self.namesrv], ("The Name Server boot success",))
+        ns_args = ["namesrv", "--listen", self.namesrv]
+        if namesrv_props:
+            ns_args += ["-c", write_conf(tmp_path / "namesrv.conf", namesrv_props)]
+        self.ns = RmqProcess(ns_args, ("The Name Server boot success",))
         self.ns.wait_boot()
         self.brokers: list[RmqProcess] = []
         self.broker_addrs: list[str] = []

@@ -14,8 +14,10 @@ from rmq_core.broker.consumer_filter_manager import (
     CalcBitMapDispatcher, ConsumerFilterManager, PropertyFilterDisabledError,
 )
 from rmq_core.broker.lock_manager import RebalanceLockManager
+from rmq_core.broker.metrics import BrokerMetrics
 from rmq_core.broker.long_polling import PullRequestHoldService
 from rmq_core.broker.processors.admin import AdminBrokerProcessor
+from rmq_core.broker.processors.admin_ext import AdminExtProcessor
 from rmq_core.broker.processors.client import ClientManageProcessor
 from rmq_core.broker.processors.pull import PullMessageProcessor
 from rmq_core.broker.processors.send import SendMessageProcessor
@@ -72,6 +74,7 @@ class BrokerController:
             log.info("enableCalcFilterBitMap=true: turning on enableConsumeQueueExt to keep the bit maps")
             store_config.enable_consume_queue_ext = True
         self.broker_addr: str | None = None
+        self.metrics = BrokerMetrics(self)
         self.started = False
 
     # --- lifecycle -------------------------------------------------------------------------------------
@@ -105,6 +108,7 @@ class BrokerController:
         try:
             await self._start_services()
         except BaseException:
+            self.metrics.stop()
             for server in self.servers:
                 await server.stop()
             self.servers.clear()
@@ -123,6 +127,7 @@ class BrokerController:
 
     async def _start_services(self) -> None:
         bc = self.broker_config
+        self.metrics.start()  # metricsExporterType (none by default): a port in use fails here, before the store
         os.makedirs(self.store_config.store_path_root_dir, exist_ok=True)
         self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, bc.listen_port))
         if self.bloom_enabled:
@@ -142,7 +147,7 @@ class BrokerController:
         self.store.attach_event_loop(self.loop)  # SYNC_FLUSH: this loop answers its group commits
 
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
-                          ClientManageProcessor(self), AdminBrokerProcessor(self)):
+                          ClientManageProcessor(self), AdminBrokerProcessor(self), AdminExtProcessor(self)):
             for server in self.servers:
                 processor.register(server)
         for server in self.servers:
@@ -171,6 +176,7 @@ class BrokerController:
         if self.namesrv_client:
             await self.namesrv_client.close()
         self.pull_hold_service.wake_all()
+        self.metrics.stop()
         await self.schedule_service.stop()
         await self.timer_service.stop()
         await self.transaction_service.stop()
@@ -217,7 +223,12 @@ class BrokerController:
 
     # --- name server registration --------------------------------------------------------------------
     def _register_body(self) -> bytes:
-        return json.dumps({"topicConfigSerializeWrapper": self.topic_manager.serialize_wrapper(),
+        wrapper = self.topic_manager.serialize_wrapper()
+        broker_perm = self.broker_config.broker_permission
+        if broker_perm & 6 != 6:  # a read-only / write-only broker: its topics are, in the routes too
+            for tc in wrapper["topicConfigTable"].values():
+                tc["perm"] = tc["perm"] & broker_perm
+        return json.dumps({"topicConfigSerializeWrapper": wrapper,
                            "filterServerList": []}, separators=(",", ":")).encode("utf-8")
 
     async def register_broker_all(self) -> None:

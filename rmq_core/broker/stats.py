@@ -54,6 +54,16 @@ class BrokerStats:
         self.get_rate = _Rate()
         self._group_get = defaultdict(_Rate)
         self.boot_timestamp = int(time.time() * 1000)
+        # (topic, consumer group) -> messages sent to the group's DLQ; topic -> ends of transactions
+        self.dlq_nums = defaultdict(int)
+        self.commit_nums = defaultdict(int)
+        self.rollback_nums = defaultdict(int)
+        # rocketmq_message_size per topic (rmq_core.metrics.Buckets), kept only while metrics run
+        self.message_size = None
+
+    def enable_message_size(self) -> None:
+        from rmq_core.metrics import MESSAGE_SIZE_BUCKETS, Buckets
+        self.message_size = Buckets(MESSAGE_SIZE_BUCKETS)
 
     def inc_put(self, topic: str, n: int, size: int) -> None:
         # Called for every put: the rate's current second is bumped inline (see _Rate).
@@ -70,6 +80,17 @@ class BrokerStats:
                 rate._roll(sec, n)
         finally:
             lock.release()
+        sizes = self.message_size
+        if sizes is not None:  # a topic run's messages (the native lane's) count at their mean size
+            sizes.observe(topic, size / n if n > 1 else size, n)
+
+    def inc_dlq(self, topic: str, group: str) -> None:
+        with self._lock:
+            self.dlq_nums[(topic, group)] += 1
+
+    def inc_transaction_end(self, topic: str, commit: bool) -> None:
+        with self._lock:
+            (self.commit_nums if commit else self.rollback_nums)[topic] += 1
 
     def inc_get(self, group: str, topic: str, n: int, size: int) -> None:
         with self._lock:
@@ -83,6 +104,14 @@ class BrokerStats:
         with self._lock:
             r = self._group_get.get(group)
             return r.tps() if r else 0.0
+
+    def counters(self) -> dict[str, dict]:
+        """Copies of the per-topic / per-group tables, for a metrics snapshot."""
+        with self._lock:
+            return {"put_nums": dict(self.put_nums), "put_size": dict(self.put_size),
+                    "get_nums": dict(self.get_nums), "get_size": dict(self.get_size),
+                    "dlq_nums": dict(self.dlq_nums), "commit_nums": dict(self.commit_nums),
+                    "rollback_nums": dict(self.rollback_nums)}
 
     def snapshot(self) -> dict[str, str]:
         with self._lock:

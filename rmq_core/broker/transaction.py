@@ -114,6 +114,8 @@ class TransactionalMessageService:
             if res.status != PutMessageStatus.PUT_OK:
                 return request.make_response(ResponseCode.SYSTEM_ERROR, f"commit failed: {res.error or res.status.name}")
         await self._put_op(half_queue_offset, origin, resolved=True)
+        ctrl.stats.inc_transaction_end(half.properties.get(MessageConst.REAL_TOPIC, ""),
+                                       state == SysFlag.TRANSACTION_COMMIT_TYPE)
         return request.make_response(ResponseCode.SUCCESS, None)
 
     def _to_real(self, half, commit_log_offset: int) -> MessageExtBrokerInner:

@@ -6,6 +6,7 @@ import logging
 from typing import Sequence
 
 from rmq_core.config import NamesrvConfig
+from rmq_core.metrics import ExporterSettings, RpcLatency, check_exporter_type, start_exporter
 from rmq_core.remoting.context import ChannelContext
 from rmq_core.remoting.server import RemotingServer
 
@@ -35,6 +36,9 @@ class NamesrvController:
             self.remoting_server.register_processor(code, self.processor)
         self.remoting_server.on_channel_close.append(self._on_channel_close)
         self._scan_task: asyncio.Task | None = None
+        self.rpc_latency = RpcLatency()
+        self.metrics_exporter = None
+        check_exporter_type(self.config.metrics_exporter_type)  # an unknown name fails here
 
     @property
     def listen_address(self) -> str | None:
@@ -49,6 +53,7 @@ class NamesrvController:
         """Start serving; returns (and logs) RocketMQ's boot line."""
         self.kv_config_manager.load()
         await self.remoting_server.start()
+        self._start_metrics()
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="rmq-namesrv-scan")
         log.info(BOOT_SUCCESS_LINE)
         return BOOT_SUCCESS_LINE
@@ -58,8 +63,28 @@ class NamesrvController:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        if self.metrics_exporter is not None:
+            self.metrics_exporter.stop()
+            self.metrics_exporter = None
+        self.remoting_server.set_rpc_latency(None)
         await self.remoting_server.stop()
         log.info("the name server on %s shut down", self.listen_address)
+
+    def _start_metrics(self) -> None:
+        """metricsExporterType (DISABLE by default): the name server's rocketmq_rpc_latency."""
+        cfg = self.config
+        if (cfg.metrics_exporter_type or "DISABLE").upper() == "DISABLE":
+            return
+        self.remoting_server.set_rpc_latency(self.rpc_latency)
+        addr = next((a for a in self.listen_addresses if "://" not in a), None)
+        host = cfg.metrics_prom_exporter_host or (addr.rpartition(":")[0] if addr else cfg.listen_host)
+        settings = ExporterSettings(self.collect_metrics, host=host, port=cfg.metrics_prom_exporter_port,
+                                    interval_ms=cfg.metrics_logging_exporter_interval_in_mills, node="namesrv")
+        self.metrics_exporter = start_exporter(cfg.metrics_exporter_type, settings)
+
+    def collect_metrics(self):
+        addr = self.listen_address or ""
+        return [self.rpc_latency.family({"node_type": "nameserver", "node_id": addr})]
 
     async def _scan_loop(self) -> None:
         while True:  # the interval is re-read each round: UPDATE_NAMESRV_CONFIG may change it

@@ -215,22 +215,17 @@ class DefaultRequestProcessor:
         return request.make_response(ResponseCode.SUCCESS, body=text.encode("utf-8"))
 
     def update_namesrv_config(self, ctx, request):
-        from rmq_core.config import NamesrvConfig  # late: only admin tools call this
+        from rmq_core.config import NamesrvConfig, parse_properties  # late: only admin tools call this
 
-        text = (request.body or b"").decode("utf-8", "replace")
-        updates = {}
-        for line in text.splitlines():
-            line = line.strip()
-            if not line or line[0] in "#!":
-                continue
-            key, sep, value = line.partition("=")
-            if not sep:
-                return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad config line {line!r}: expected key=value")
-            if key.strip() not in self.UPDATABLE_CONFIG:
+        try:
+            updates = parse_properties((request.body or b"").decode("utf-8", "replace"), "config update")
+        except ValueError as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        for key in updates:
+            if key not in self.UPDATABLE_CONFIG:
                 return request.make_response(
                     ResponseCode.NO_PERMISSION,
-                    f"config key {key.strip()!r} cannot be updated; updatable: {', '.join(self.UPDATABLE_CONFIG)}")
-            updates[key.strip()] = value.strip()
+                    f"config key {key!r} cannot be updated; updatable: {', '.join(self.UPDATABLE_CONFIG)}")
         config = self.controller.config
         try:
             merged = NamesrvConfig.from_properties({**config.to_properties(), **updates})

@@ -12,19 +12,21 @@ import inspect
 import json
 import itertools
 import logging
+import time
 import types
 from typing import Any, Callable
 
 from rmq_core.errors import (
     IllegalArgumentError, RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError,
 )
-from rmq_core.remoting.codes import ResponseCode, code_name
+from rmq_core.remoting.codes import RequestCode, ResponseCode, code_name
 from rmq_core.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand, SerializeType, next_opaque
 from rmq_core.remoting.transport import Channel
 
 log = logging.getLogger("rmq.remoting")
 
 _CoroutineType = types.CoroutineType
+_monotonic = time.monotonic
 
 DEFAULT_MAX_INFLIGHT = 16384  # per connection; beyond it requests get SYSTEM_BUSY, not memory growth
 
@@ -51,6 +53,7 @@ class ProcessorTable:
         # fast_lane(ctx) -> a native lane for a connection's read chunks, or None (see
         # ChannelContext.start): the broker's send lane answers plain sends without a command
         self.fast_lane_factory: Callable[["ChannelContext"], Any] | None = None
+        self.rpc_latency = None  # rmq_core.metrics.RpcLatency while a metrics exporter runs
 
     def register(self, code: int, processor) -> None:
         self._processors[int(code)] = (processor, _processor_callable(processor))
@@ -67,6 +70,34 @@ class ProcessorTable:
 
         if has_impls("rmq_rpc_before_request") or has_impls("rmq_rpc_after_response"):
             self.rpc_hooks = get_plugin_manager().hook
+
+    def set_rpc_latency(self, recorder) -> None:
+        """Time every request from arrival to answer into `recorder` (an RpcLatency; None stops).
+        The timed dispatch shadows `dispatch` on this table only, so a server without metrics
+        pays nothing per request."""
+        self.rpc_latency = recorder
+        if recorder is None:
+            self.__dict__.pop("dispatch", None)
+        else:
+            self.dispatch = self._timed_dispatch
+
+    def _timed_dispatch(self, ctx: "ChannelContext", request: RemotingCommand):
+        recorder = self.rpc_latency
+        t0 = _monotonic()
+        response = ProcessorTable.dispatch(self, ctx, request)
+        if recorder is None:
+            return response
+        if type(response) is _CoroutineType:
+            # (the recorder taken now: a held pull may finish after the exporter stopped)
+            return self._timed_finish(response, request.code, t0, recorder)
+        recorder.observe(request.code, response.code if response is not None else 0, _monotonic() - t0)
+        return response
+
+    @staticmethod
+    async def _timed_finish(coro, code: int, t0: float, recorder):
+        response = await coro
+        recorder.observe(code, response.code if response is not None else 0, _monotonic() - t0)
+        return response
 
     async def run(self, ctx: "ChannelContext", request: RemotingCommand) -> RemotingCommand | None:
         """The response to `request` (None for none); never raises except on cancellation."""
@@ -163,6 +194,41 @@ class _Resume:
                     return stop.value
 
 
+class _TimedLane:
+    """A connection's native lane timed per read chunk while metrics run: the sends it answered
+    share the chunk's time (the frames it hands back are timed by dispatch and left out)."""
+
+    __slots__ = ("lane", "latency", "aside")
+
+    def __init__(self, lane, latency):
+        self.lane = lane
+        self.latency = latency
+        self.aside = 0.0
+
+    def __getattr__(self, name):  # handled / declined / waiting ...: the lane's own
+        return getattr(self.lane, name)
+
+    def deliver(self, data, max_frame_length, on_frame, emit):
+        lane = self.lane
+        before = lane.handled
+        self.aside = 0.0
+
+        def timed_on_frame(frame):
+            t = _monotonic()
+            try:
+                return on_frame(frame)
+            finally:
+                self.aside += _monotonic() - t
+
+        t0 = _monotonic()
+        try:
+            return lane.deliver(data, max_frame_length, timed_on_frame, emit)
+        finally:
+            n = lane.handled - before
+            if n:
+                self.latency.observe(RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS, max(0.0, _monotonic() - t0 - self.aside) / n, n)
+
+
 class ChannelContext:
     """One connection: `invoke` / `invoke_oneway` towards the peer, and the peer's requests served."""
 
@@ -203,6 +269,8 @@ class ChannelContext:
             if attach is not None:
                 lane = factory(self)
                 if lane is not None:
+                    if self._table.rpc_latency is not None:
+                        lane = _TimedLane(lane, self._table.rpc_latency)
                     attach(lane)
                     self._lane = lane
         self.channel.start(self._on_command, self._on_channel_closed)

@@ -51,6 +51,10 @@ class RemotingServer:
     def register_default_processor(self, processor) -> None:
         self._table.register_default(processor)
 
+    def set_rpc_latency(self, recorder) -> None:
+        """Time each request into `recorder` (rmq_core.metrics.RpcLatency) while metrics run."""
+        self._table.set_rpc_latency(recorder)
+
     def register_fast_lane(self, factory) -> None:
         """`factory(ctx)` gives a connection's native lane (or None); see ChannelContext.start."""
         self._table.register_fast_lane(factory)

@@ -262,6 +262,12 @@ class ConsumerOffsetManager(ConfigManager):
         with self._lock:
             return dict(self.offset_table.get(self._key(topic, group), {}))
 
+    def snapshot(self) -> dict[tuple[str, str], dict[int, int]]:
+        """A copy of every committed offset: (topic, group) -> {queue id: offset}."""
+        with self._lock:
+            table = {k: dict(v) for k, v in self.offset_table.items()}
+        return {tg: queues for tg, queues in ((self._split(k), v) for k, v in table.items()) if tg}
+
     def which_topic_by_consumer(self, group: str) -> set[str]:
         with self._lock:
             keys = list(self.offset_table)

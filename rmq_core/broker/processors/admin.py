@@ -139,11 +139,21 @@ class AdminBrokerProcessor(Processor):
         if tc is None or not group:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"[reset-offset] topic {topic!r} does not exist or no group")
         table = {}
-        for qid in range(tc.read_queue_nums):
+        queue_id, offset = request.get_int("queueId", -1), request.get_int("offset", -1)
+        if queue_id is not None and queue_id >= 0:
+            # RocketMQ 5's per-queue form: one queue to an explicit offset (skipping a poison message)
+            if queue_id >= tc.read_queue_nums or offset is None or offset < 0:
+                return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                             f"[reset-offset] bad queueId {queue_id} / offset {offset} for topic {topic}")
+            table[queue_id] = offset
+        for qid in range(tc.read_queue_nums) if not table else ():
             if ts is None or ts < 0:
                 off = ctrl.store.get_max_offset_in_queue(topic, qid)
             else:
                 off = ctrl.store.get_offset_in_queue_by_time(topic, qid, ts)
+            current = ctrl.offset_manager.query_offset(group, topic, qid)
+            if not request.get_bool("isForce", True) and 0 <= current < off:
+                off = current  # without force a reset only moves a group back (Broker2Client.resetOffset)
             table[qid] = off
         ctrl.offset_manager.reset_offsets(group, topic, table)
         await ctrl.notify_reset_offset(group, topic, ts, table)
@@ -221,23 +231,10 @@ class AdminBrokerProcessor(Processor):
 
     async def get_consume_stats(self, ctx, request):
         ctrl = self.ctrl
-        group = request.get_str("consumerGroup")
+        group = request.get_str("consumerGroup") or ""
         only_topic = request.get_str("topic")
-        topics = [only_topic] if only_topic else sorted(ctrl.offset_manager.which_topic_by_consumer(group or ""))
-        table = []
-        for topic in topics:
-            tc = ctrl.topic_manager.select(topic)
-            if tc is None:
-                continue
-            for qid in range(tc.read_queue_nums):
-                broker_off = ctrl.store.get_max_offset_in_queue(topic, qid)
-                consumer_off = max(0, ctrl.offset_manager.query_offset(group, topic, qid))
-                last = ctrl.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
-                table.append({"brokerName": ctrl.broker_config.broker_name, "queueId": qid, "topic": topic,
-                              "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": last})
-        tps = ctrl.stats.group_get_tps(group or "")
-        return request.make_response(ResponseCode.SUCCESS, None, None,
-                                     json_body({"consumeTps": tps, "offsetTable": table}))
+        topics = [only_topic] if only_topic else sorted(ctrl.offset_manager.which_topic_by_consumer(group))
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body(consume_stats_body(ctrl, group, topics)))
 
     async def get_consumer_connection_list(self, ctx, request):
         group = request.get_str("consumerGroup")
@@ -265,6 +262,23 @@ class AdminBrokerProcessor(Processor):
         groups = self.ctrl.consumer_manager.query_topic_consume_by_who(topic)
         groups |= set(self.ctrl.offset_manager.which_group_by_topic(topic))
         return request.make_response(ResponseCode.SUCCESS, None, None, json_body({"groupList": sorted(groups)}))
+
+
+def consume_stats_body(ctrl, group: str, topics) -> dict:
+    """ConsumeStats of a group over some topics: per queue the broker and consumer offsets and the
+    store time of the last consumed message (GET_CONSUME_STATS, GET_BROKER_CONSUME_STATS)."""
+    table = []
+    for topic in topics:
+        tc = ctrl.topic_manager.select(topic)
+        if tc is None:
+            continue
+        for qid in range(tc.read_queue_nums):
+            broker_off = ctrl.store.get_max_offset_in_queue(topic, qid)
+            consumer_off = max(0, ctrl.offset_manager.query_offset(group, topic, qid))
+            last = ctrl.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
+            table.append({"brokerName": ctrl.broker_config.broker_name, "queueId": qid, "topic": topic,
+                          "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": last})
+    return {"consumeTps": ctrl.stats.group_get_tps(group), "offsetTable": table}
 
 
 def now_ms() -> int:

@@ -442,6 +442,7 @@ class SendMessageProcessor(Processor):
             max_times = h.max_reconsume_times
         if h.reconsume_times > max_times:
             ctrl.topic_manager.dlq_topic(group)
+            ctrl.stats.inc_dlq(props.get(MessageConst.RETRY_TOPIC) or h.topic, group)
             log.info("send message to DLQ %s: reconsume times %d > max %d", MixAll.get_dlq_topic(group),
                      h.reconsume_times, max_times)
             return MixAll.get_dlq_topic(group), 0
@@ -498,6 +499,8 @@ class SendMessageProcessor(Processor):
         result = await ctrl.put_message(inner)
         if result.status != PutMessageStatus.PUT_OK:
             return request.make_response(ResponseCode.SYSTEM_ERROR, result.error or result.status.name)
+        if MixAll.is_dlq_topic(topic):
+            ctrl.stats.inc_dlq(props[MessageConst.RETRY_TOPIC], group)
         return request.make_response(ResponseCode.SUCCESS, None)
 
 

@@ -1,0 +1,172 @@
+"""Cluster, broker and name server commands: clusterList, brokerStatus, getBrokerConfig,
+updateBrokerConfig, getNamesrvConfig, updateKvConfig, deleteKvConfig, clusterRT, statsAll."""
+from __future__ import annotations
+
+import time
+
+from rmq_core.admin.commands import UsageError, arg, broker_targets, command
+from rmq_core.admin.output import fmt_time
+from rmq_core.message import MixAll
+
+_B = arg("-b", "--brokerAddr", help="broker address host:port")
+_C = arg("-c", "--clusterName", help="cluster name")
+
+
+def _first_float(text: str | None) -> float:
+    """putTps is "a b c" (10 s / 1 min / 10 min) on Java brokers, one value on rmq: the first."""
+    try:
+        return float((text or "0").split()[0])
+    except (ValueError, IndexError):
+        return 0.0
+
+
+@command("clusterList", "The brokers of each cluster with their version, rates and disk use",
+         arg("-c", "--clusterName", help="only this cluster"),
+         arg("-m", "--moreStats", action="store_true", help="also today's and yesterday's message totals"))
+def cluster_list(admin, args, out):
+    rows = []
+    for b in admin.brokers(args.clusterName):
+        info = admin.broker_runtime_info(b.addr)
+        earliest = admin.earliest_message_time(b.addr, info)
+        hours = f"{(time.time() * 1000 - earliest) / 3_600_000:.2f}" if earliest > 0 else "N/A"
+        row = [b.cluster, b.broker_name, b.broker_id, b.addr, info.get("brokerVersionDesc", ""),
+               _first_float(info.get("putTps")), _first_float(info.get("getTransferedTps")),
+               int(info.get("pageCacheLockTimeMills") or 0), hours, info.get("commitLogDiskRatio", "")]
+        if args.moreStats:
+            row += [int(info.get("msgPutTotalTodayNow") or 0), int(info.get("msgGetTotalTodayNow") or 0)]
+        rows.append(row)
+    cols = ["Cluster Name", "Broker Name", "BID", "Addr", "Version", "InTPS", "OutTPS", "PCWait(ms)", "Hour", "SPACE"]
+    if args.moreStats:
+        cols += ["InTotalToday", "OutTotalToday"]
+    out.table(cols, rows)
+
+
+@command("brokerStatus", "A broker's runtime info (key / value)", _B, _C)
+def broker_status(admin, args, out):
+    rows = []
+    for addr in broker_targets(admin, args):
+        for k, v in sorted(admin.broker_runtime_info(addr).items()):
+            rows.append((addr, k, v))
+    out.table(["Broker Addr", "Key", "Value"], rows)
+
+
+@command("getBrokerConfig", "A broker's configuration", _B, _C)
+def get_broker_config(admin, args, out):
+    rows = []
+    for addr in broker_targets(admin, args):
+        for k, v in sorted(admin.broker_config(addr).items()):
+            rows.append((addr, k, v))
+    out.table(["Broker Addr", "Key", "Value"], rows)
+
+
+@command("updateBrokerConfig", "Change one setting of a running broker (-b) or of a cluster's masters (-c)", _B, _C,
+         arg("-k", "--key", required=True, help="config key, e.g. brokerPermission"),
+         arg("-v", "--value", required=True, help="new value"))
+def update_broker_config(admin, args, out):
+    rows = []
+    for addr in broker_targets(admin, args):
+        admin.update_broker_config(addr, {args.key: args.value})
+        out.message(f"update broker config success, {addr}")
+        rows.append((addr, args.key, args.value))
+    out.table(["Broker Addr", "Key", "Value"], rows)
+
+
+@command("getNamesrvConfig", "Each name server's configuration")
+def get_namesrv_config(admin, args, out):
+    rows = [(ns, k, v) for ns, props in admin.namesrv_config().items() for k, v in sorted(props.items())]
+    out.table(["Name Server", "Key", "Value"], rows)
+
+
+@command("updateKvConfig", "Set a KV config item on every name server",
+         arg("-s", "--namespace", required=True, help="namespace, e.g. ORDER_TOPIC_CONFIG"),
+         arg("-k", "--key", required=True, help="key"), arg("-v", "--value", required=True, help="value"))
+def update_kv_config(admin, args, out):
+    admin.put_kv_config(args.namespace, args.key, args.value)
+    out.message("update kv config in namespace success.")
+    out.table(["Namespace", "Key", "Value"], [(args.namespace, args.key, args.value)])
+
+
+@command("deleteKvConfig", "Delete a KV config item from every name server",
+         arg("-s", "--namespace", required=True, help="namespace"), arg("-k", "--key", required=True, help="key"))
+def delete_kv_config(admin, args, out):
+    if admin.get_kv_config(args.namespace, args.key) is None:
+        raise UsageError(f"no KV config item {args.key!r} in namespace {args.namespace!r}")
+    admin.delete_kv_config(args.namespace, args.key)
+    out.message("delete kv config from namespace success.")
+    out.table(["Namespace", "Key"], [(args.namespace, args.key)])
+
+
+@command("clusterRT", "Send round trip per broker: messages to each broker's own topic, average RT",
+         arg("-a", "--amount", type=int, default=100, help="messages per broker (default 100)"),
+         arg("-s", "--size", type=int, default=128, help="message size in bytes (default 128)"),
+         arg("-c", "--cluster", help="only this cluster"))
+def cluster_rt(admin, args, out):
+    if args.amount <= 0 or args.size <= 0:
+        raise UsageError(f"bad -a {args.amount} / -s {args.size}: both must be > 0")
+    masters = [b for b in admin.brokers(args.cluster) if b.broker_id == MixAll.MASTER_ID]
+    body = b"x" * args.size
+    rows = []
+    with out.progress("clusterRT", len(masters) * args.amount) as advance:
+        for b in masters:
+            ok = fail = 0
+            spent = 0.0
+            for _ in range(args.amount):
+                t0 = time.perf_counter()
+                try:
+                    # (each broker serves a topic named after itself: brokerTopicEnable)
+                    admin.send_message(b.broker_name, body, broker_name=b.broker_name, queue_id=0)
+                    ok += 1
+                    spent += time.perf_counter() - t0
+                except Exception:
+                    fail += 1
+                advance()
+            rows.append((b.cluster, b.broker_name, round(spent * 1000 / ok, 3) if ok else 0.0, ok, fail))
+    out.table(["Cluster Name", "Broker Name", "RT(ms)", "Success Count", "Fail Count"], rows)
+
+
+@command("statsAll", "Per topic and consumer group: accumulation, TPS in and out, messages in 24 hours",
+         arg("-a", "--activeTopic", action="store_true", help="only topics with traffic in the last day"),
+         arg("-t", "--topic", help="only this topic"))
+def stats_all(admin, args, out):
+    topics = [args.topic] if args.topic else [t for t in admin.topic_list()
+                                               if not MixAll.is_retry_topic(t) and not MixAll.is_dlq_topic(t)]
+    if args.topic:
+        admin.topic_route(args.topic)
+    rows = []
+    with out.progress("statsAll", len(topics)) as advance:
+        for t in topics:
+            try:
+                brokers = admin.topic_master_addrs(t)
+            except Exception:
+                advance()
+                continue
+            in_tps = in_day = 0.0
+            for _, addr in brokers:
+                d = admin.stats_data(addr, "TOPIC_PUT_NUMS", t)
+                if d:
+                    in_tps += float(d["statsMinute"]["tps"])
+                    in_day += int(d["statsDay"]["sum"])
+            groups = []
+            try:
+                groups = admin.topic_consumed_by(t)
+            except Exception:
+                pass
+            if not groups:
+                if not args.activeTopic or in_day > 0:
+                    rows.append((t, "", 0, round(in_tps, 2), 0.0, int(in_day), 0))
+            for g in groups:
+                out_tps = out_day = 0.0
+                for _, addr in brokers:
+                    d = admin.stats_data(addr, "GROUP_GET_NUMS", f"{t}@{g}")
+                    if d:
+                        out_tps += float(d["statsMinute"]["tps"])
+                        out_day += int(d["statsDay"]["sum"])
+                try:
+                    accumulation = admin.consume_stats(g, t).diff_total
+                except Exception:
+                    accumulation = 0
+                if not args.activeTopic or in_day > 0 or out_day > 0:
+                    rows.append((t, g, accumulation, round(in_tps, 2), round(out_tps, 2), int(in_day), int(out_day)))
+            advance()
+    out.table(["Topic", "Consumer Group", "Accumulation", "InTPS", "OutTPS", "InMsg24Hour", "OutMsg24Hour"], rows)
+

@@ -1,0 +1,234 @@
+"""Consumer group commands: updateSubGroup, deleteSubGroup, consumerProgress, consumerConnection,
+producerConnection, consumerStatus, brokerConsumeStats, resetOffsetByTime, cloneGroupOffset,
+skipAccumulatedMessage."""
+from __future__ import annotations
+
+from rmq_core.admin.commands import UsageError, arg, broker_targets, command, parse_bool, parse_timestamp
+from rmq_core.admin.output import fmt_time
+from rmq_core.message import MixAll
+
+_G = arg("-g", "--groupName", required=True, help="consumer group")
+_B = arg("-b", "--brokerAddr", help="broker address host:port")
+_C = arg("-c", "--clusterName", help="cluster name")
+
+
+@command("updateSubGroup", "Update or create a subscription group on a broker (-b) or a cluster's masters (-c)",
+         _B, _C, _G,
+         arg("-s", "--consumeEnable", type=parse_bool, default=True, help="consuming allowed (default true)"),
+         arg("-m", "--consumeFromMinEnable", type=parse_bool, default=False, help="a new group starts at the min offset"),
+         arg("-d", "--consumeBroadcastEnable", type=parse_bool, default=False, help="broadcasting allowed"),
+         arg("-q", "--retryQueueNums", type=int, default=1, help="retry queue count (default 1)"),
+         arg("-r", "--retryMaxTimes", type=int, default=16, help="retries before the dead-letter queue (default 16)"),
+         arg("-i", "--brokerId", type=int, default=0, help="broker id to consume from (default 0, the master)"),
+         arg("-w", "--whichBrokerWhenConsumeSlowly", type=int, default=1, help="broker id when consuming slowly"),
+         arg("-a", "--notifyConsumerIdsChanged", type=parse_bool, default=True, help="notify members on changes"))
+def update_sub_group(admin, args, out):
+    if args.retryQueueNums < 0 or args.retryMaxTimes < 0:
+        raise UsageError(f"bad -q {args.retryQueueNums} / -r {args.retryMaxTimes}: must not be negative")
+    config = {"groupName": args.groupName, "consumeEnable": args.consumeEnable,
+              "consumeFromMinEnable": args.consumeFromMinEnable, "consumeBroadcastEnable": args.consumeBroadcastEnable,
+              "retryQueueNums": args.retryQueueNums, "retryMaxTimes": args.retryMaxTimes, "brokerId": args.brokerId,
+              "whichBrokerWhenConsumeSlowly": args.whichBrokerWhenConsumeSlowly,
+              "notifyConsumerIdsChangedEnable": args.notifyConsumerIdsChanged}
+    rows = []
+    for addr in broker_targets(admin, args):
+        admin.create_or_update_subscription_group(addr, config)
+        out.message(f"create subscription group to {addr} success.")
+        rows.append((addr, args.groupName, args.consumeEnable, args.consumeBroadcastEnable, args.retryQueueNums,
+                     args.retryMaxTimes))
+    out.table(["Broker Addr", "Group", "Consume Enable", "Broadcast Enable", "Retry Queues", "Retry Max Times"], rows)
+
+
+@command("deleteSubGroup", "Delete a subscription group from a broker (-b) or a cluster's masters (-c)", _B, _C, _G,
+         arg("-r", "--removeOffset", type=parse_bool, default=False, help="also drop its committed offsets"))
+def delete_sub_group(admin, args, out):
+    addrs = broker_targets(admin, args)
+    if not any(args.groupName in admin.subscription_groups(a) for a in addrs):
+        raise UsageError(f"subscription group {args.groupName!r} does not exist on {', '.join(addrs)}")
+    rows = []
+    for addr in addrs:
+        admin.delete_subscription_group(addr, args.groupName, args.removeOffset)
+        out.message(f"delete subscription group [{args.groupName}] from broker [{addr}] success.")
+        rows.append((addr, args.groupName, args.removeOffset))
+    out.table(["Broker Addr", "Group", "Offsets Removed"], rows)
+
+
+@command("consumerProgress", "A group's lag per queue (-g), or every group's summary",
+         arg("-g", "--groupName", help="consumer group (all groups when left out)"),
+         arg("-s", "--showClientIP", type=parse_bool, default=False, help="show which client holds each queue"))
+def consumer_progress(admin, args, out):
+    if args.groupName:
+        stats = admin.consume_stats(args.groupName)
+        owners = {}
+        if args.showClientIP:
+            owners = _queue_owners(admin, args.groupName)
+        cols = ["Topic", "Broker Name", "QID", "Broker Offset", "Consumer Offset"]
+        cols += ["Client IP"] if args.showClientIP else []
+        cols += ["Diff", "LastTime"]
+        rows = []
+        for q in stats.queues:
+            row = [q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset]
+            if args.showClientIP:
+                row.append(owners.get((q.topic, q.broker_name, q.queue_id), "N/A"))
+            rows.append(row + [q.diff, fmt_time(q.last_timestamp)])
+        out.table(cols, rows, footer=["", f"Consume TPS: {stats.consume_tps:.2f}", f"Diff Total: {stats.diff_total}"])
+        return
+    rows = []
+    groups = admin.consumer_groups()
+    with out.progress("consumerProgress", len(groups)) as advance:
+        for g in groups:
+            try:
+                stats = admin.consume_stats(g)
+            except Exception:
+                advance()
+                continue
+            try:
+                conn = admin.consumer_connection(g)
+                count = len(conn.connections)
+                version = _version_desc(max(c.version for c in conn.connections))
+                ctype = "PULL" if conn.consume_type == "CONSUME_ACTIVELY" else "PUSH"
+                model = conn.message_model
+            except Exception:
+                count, version, ctype, model = 0, "OFFLINE", "", ""
+            rows.append((g, count, version, ctype, model, round(stats.consume_tps, 2), stats.diff_total))
+            advance()
+    out.table(["Group", "Count", "Version", "Type", "Model", "TPS", "Diff Total"], rows)
+
+
+def _queue_owners(admin, group: str) -> dict:
+    owners = {}
+    try:
+        conn = admin.consumer_connection(group)
+    except Exception:
+        return owners
+    for c in conn.connections:
+        try:
+            info = admin.consumer_running_info(group, c.client_id)
+        except Exception:
+            continue
+        for mq in info.get("mqTable") or []:
+            owners[(mq["topic"], mq["brokerName"], int(mq["queueId"]))] = c.client_id
+    return owners
+
+
+def _version_desc(version: int) -> str:
+    return {407: "V4_9_7", 401: "V4_9_4", 63: "V3_1_8"}.get(version, str(version))
+
+
+@command("consumerConnection", "The live members of a consumer group and what they subscribe", _G)
+def consumer_connection(admin, args, out):
+    conn = admin.consumer_connection(args.groupName)
+    out.table(["ClientId", "ClientAddr", "Language", "Version"],
+              [(c.client_id, c.client_addr, c.language, _version_desc(c.version)) for c in conn.connections])
+    if not out.as_json:
+        out.table(["Topic", "SubExpression"], sorted(conn.subscriptions.items()), title="Below is subscription:")
+        out.message(f"ConsumeType: {conn.consume_type}")
+        out.message(f"MessageModel: {conn.message_model}")
+        out.message(f"ConsumeFromWhere: {conn.consume_from_where}")
+
+
+@command("producerConnection", "The live members of a producer group", arg("-g", "--producerGroup", required=True,
+         help="producer group"), arg("-t", "--topic", required=True, help="a topic it sends to"))
+def producer_connection(admin, args, out):
+    conns = admin.producer_connection(args.producerGroup, args.topic)
+    out.table(["ClientId", "ClientAddr", "Language", "Version"],
+              [(c.client_id, c.client_addr, c.language, _version_desc(c.version)) for c in conns])
+
+
+@command("consumerStatus", "Each member's running info (with -i: one member's queues in detail)", _G,
+         arg("-i", "--clientId", help="one member's client id"),
+         arg("-s", "--jstackEnable", type=parse_bool, default=False, help="(mqadmin compatibility; ignored)"))
+def consumer_status(admin, args, out):
+    conn = admin.consumer_connection(args.groupName)
+    ids = [c.client_id for c in conn.connections]
+    if args.clientId:
+        if args.clientId not in ids:
+            raise UsageError(f"client {args.clientId!r} is not a member of group {args.groupName!r} (members: {', '.join(ids)})")
+        info = admin.consumer_running_info(args.groupName, args.clientId)
+        out.table(["Topic", "Broker Name", "QID", "Commit Offset", "Cached Msg Count", "Locked"],
+                  [(m["topic"], m["brokerName"], int(m["queueId"]), int(m.get("commitOffset", -1)),
+                    int(m.get("cachedMsgCount", 0)), bool(m.get("locked", False)))
+                   for m in sorted(info.get("mqTable") or [], key=lambda m: (m["topic"], m["brokerName"], m["queueId"]))])
+        if not out.as_json:
+            out.table(["Key", "Value"], sorted((info.get("properties") or {}).items()), title="Properties:")
+        return
+    rows, subs = [], set()
+    for cid in ids:
+        info = admin.consumer_running_info(args.groupName, cid)
+        props = info.get("properties") or {}
+        sub = tuple(sorted((s.get("topic"), s.get("subString")) for s in info.get("subscriptionSet") or []))
+        subs.add(sub)
+        rows.append((cid, props.get("consumeType", ""), props.get("messageModel", ""), len(info.get("mqTable") or []),
+                     sum(int(m.get("cachedMsgCount", 0)) for m in info.get("mqTable") or [])))
+    out.table(["ClientId", "Consume Type", "Message Model", "Queues", "Cached Msgs"], rows,
+              footer=["", "Same subscription in the same group of consumer" if len(subs) <= 1
+                      else "WARN: Subscription differs in the same group of consumer"])
+
+
+@command("brokerConsumeStats", "Every group's lag on one broker", arg("-b", "--brokerAddr", required=True, help="broker address"),
+         arg("-t", "--timeoutMillis", type=int, default=50000, help="request timeout in ms"),
+         arg("-l", "--level", type=int, default=0, help="only groups with at least this diff"),
+         arg("-o", "--order", type=parse_bool, default=False, help="only orderly groups"))
+def broker_consume_stats(admin, args, out):
+    if args.brokerAddr not in {b.addr for b in admin.brokers()}:
+        raise UsageError(f"broker {args.brokerAddr} is not registered in the name server")
+    d = admin.broker_consume_stats(args.brokerAddr, args.level, args.order, args.timeoutMillis)
+    rows = []
+    for item in d.get("consumeStatsList") or []:
+        for group, stats in sorted(item.items()):
+            for s in stats:
+                for r in sorted(s.get("offsetTable") or [], key=lambda r: (r["topic"], r["queueId"])):
+                    diff = max(0, r["brokerOffset"] - r["consumerOffset"])
+                    rows.append((r["topic"], group, r["brokerName"], r["queueId"], r["brokerOffset"],
+                                 r["consumerOffset"], diff, fmt_time(r.get("lastTimestamp"))))
+    out.table(["Topic", "Group", "Broker Name", "QID", "Broker Offset", "Consumer Offset", "Diff", "LastTime"], rows,
+              footer=["", f"Diff Total: {d.get('totalDiff', 0)}"])
+
+
+def _print_reset(out, resets, title):
+    out.message(title)
+    out.table(["Topic", "Broker Name", "QID", "Offset"], [(r.topic, r.broker_name, r.queue_id, r.offset) for r in resets])
+
+
+def _reset(admin, out, topic, group, ts, force):
+    brokers = admin.topic_master_addrs(topic)
+    with out.progress(f"resetting {group} on {topic}", len(brokers)) as advance:
+        resets = admin.reset_offset_by_time(topic, group, ts, force, on_broker=lambda name: advance())
+    return resets
+
+
+@command("resetOffsetByTime", "Move a group's offsets on a topic to a time (live members follow; offline groups too)",
+         _G, arg("-t", "--topic", required=True, help="topic"),
+         arg("-s", "--timestamp", required=True, type=parse_timestamp,
+             help="'now', epoch ms, or yyyy-MM-dd#HH:mm:ss:SSS"),
+         arg("-f", "--force", type=parse_bool, default=True, help="also move forward (default true)"),
+         arg("-c", "--cplus", type=parse_bool, default=False, help="(mqadmin compatibility; ignored)"))
+def reset_offset_by_time(admin, args, out):
+    resets = _reset(admin, out, args.topic, args.groupName, args.timestamp, args.force)
+    _print_reset(out, resets, f"rollback consumer offset by specified consumerGroup[{args.groupName}], topic[{args.topic}], "
+                 f"force[{args.force}], timestamp(string)[{fmt_time(args.timestamp)}], timestamp(long)[{args.timestamp}]")
+
+
+@command("skipAccumulatedMessage", "Move a group's offsets on a topic to the end (skip the backlog)", _G,
+         arg("-t", "--topic", required=True, help="topic"), arg("-c", "--cluster", help="(mqadmin compatibility)"),
+         arg("-f", "--force", type=parse_bool, default=True, help="(default true)"))
+def skip_accumulated(admin, args, out):
+    resets = _reset(admin, out, args.topic, args.groupName, -1, args.force)
+    _print_reset(out, resets, f"skip accumulated messages of consumerGroup[{args.groupName}], topic[{args.topic}]")
+
+
+@command("cloneGroupOffset", "Copy one group's offsets on a topic to another group",
+         arg("-s", "--srcGroup", required=True, help="source group"), arg("-d", "--destGroup", required=True, help="destination group"),
+         arg("-t", "--topic", required=True, help="topic"),
+         arg("-o", "--offline", type=parse_bool, default=False, help="(mqadmin compatibility)"))
+def clone_group_offset(admin, args, out):
+    src = admin.consume_stats(args.srcGroup, args.topic)  # an unknown source group is an error
+    if not any(q.topic == args.topic for q in src.queues):
+        raise UsageError(f"group {args.srcGroup!r} has no offsets on topic {args.topic!r}")
+    addrs = admin.clone_group_offset(args.srcGroup, args.destGroup, args.topic, args.offline)
+    out.message(f"clone group offset success. srcGroup[{args.srcGroup}], destGroup=[{args.destGroup}], topic[{args.topic}]")
+    dest = admin.consume_stats(args.destGroup, args.topic)
+    out.table(["Topic", "Broker Name", "QID", "Consumer Offset"],
+              [(q.topic, q.broker_name, q.queue_id, q.consumer_offset) for q in dest.queues if q.topic == args.topic])
+    return 0 if addrs else 1
+

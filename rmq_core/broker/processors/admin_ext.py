@@ -1,0 +1,202 @@
+"""The rest of AdminBrokerProcessor that `rmq admin` (mqadmin's commands) needs: updating the
+broker's config, the consume stats of every group, cloning a group's offsets, the stats items
+behind statsAll, and asking a consumer for its running info (the broker forwards the request on
+the client's own connection, as Broker2Client does)."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+
+from rmq_core.broker.processors import Processor
+from rmq_core.broker.processors.admin import consume_stats_body
+from rmq_core.broker.processors.client import json_body
+from rmq_core.errors import ConfigError
+from rmq_core.message import MixAll
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand
+
+log = logging.getLogger("rmq.broker")
+
+# Settings a running broker cannot take: they name or place it (RocketMQ needs a restart too).
+_NOT_UPDATABLE = frozenset({
+    "brokerClusterName", "brokerName", "brokerId", "listenPort", "brokerIP1", "brokerIP2",
+    "storePathRootDir", "storePathCommitLog", "mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue",
+    "enableConsumeQueueExt", "enablePropertyFilter", "enableCalcFilterBitMap", "serverMaxFrameLength",
+})
+
+# Stats sampling for VIEW_BROKER_STATS_DATA, at StatsItem's cadence: a minute of 10 s samples, an
+# hour of 10 min samples, a day of hourly ones (39 copies of the counters at most).
+_SAMPLE_SECONDS = 10.0
+_RINGS = ((60, 10, 7), (3600, 600, 7), (86400, 3600, 25))  # window, cadence (s), samples kept
+
+
+class StatsSampler:
+    """Samples the broker's put / get counters so statsAll can read rates per topic and group over
+    the last minute, hour and day (RocketMQ's StatsItem minute / hour / day snapshots).  Counting
+    stays in BrokerStats (per batch on the send path); this only copies its totals."""
+
+    def __init__(self, stats):
+        self.stats = stats
+        self.rings = [collections.deque(maxlen=kept) for _, _, kept in _RINGS]  # (t, puts, gets)
+        self.sample()
+
+    def _snapshot(self) -> tuple:
+        counters = self.stats.counters()
+        return time.time(), counters["put_nums"], counters["get_nums"]
+
+    def sample(self) -> None:
+        snap = self._snapshot()
+        for ring, (_, cadence, _) in zip(self.rings, _RINGS):
+            if not ring or snap[0] - ring[-1][0] >= cadence - 0.5:
+                ring.append(snap)
+
+    def window(self, name: str, key: str, seconds: float) -> dict:
+        """{sum, tps, avgpt} of a counter over the last `seconds` (since boot when younger)."""
+        kind = 1 if name == "TOPIC_PUT_NUMS" else 2
+        ring = next(r for r, (w, _, _) in zip(self.rings, _RINGS) if seconds <= w)
+        now = self._snapshot()
+        base = next((s for s in ring if now[0] - s[0] <= seconds), ring[-1])
+        total = now[kind].get(key, 0) - base[kind].get(key, 0)
+        span = now[0] - base[0]
+        return {"sum": total, "tps": round(total / span, 2) if span > 0 else 0.0, "avgpt": 0.0}
+
+    def has(self, name: str, key: str) -> bool:
+        return key in self.stats.counters()["put_nums" if name == "TOPIC_PUT_NUMS" else "get_nums"]
+
+
+class AdminExtProcessor(Processor):
+    CODES = {
+        RequestCode.UPDATE_BROKER_CONFIG: "update_broker_config",
+        RequestCode.GET_BROKER_CONSUME_STATS: "get_broker_consume_stats",
+        RequestCode.CLONE_GROUP_OFFSET: "clone_group_offset",
+        RequestCode.VIEW_BROKER_STATS_DATA: "view_broker_stats_data",
+        RequestCode.GET_CONSUMER_RUNNING_INFO: "get_consumer_running_info",
+    }
+
+    def __init__(self, controller):
+        super().__init__(controller)
+        self.sampler: StatsSampler | None = None
+
+    def register(self, server) -> None:
+        super().register(server)
+        if self.sampler is None:  # once per broker (register runs per server, on the broker's loop)
+            self.sampler = StatsSampler(self.ctrl.stats)
+            self.ctrl._tasks.append(asyncio.get_running_loop().create_task(self._sample_loop(), name="stats-sampler"))
+
+    async def _sample_loop(self) -> None:
+        while True:
+            await asyncio.sleep(_SAMPLE_SECONDS)
+            self.sampler.sample()
+
+    # --- config ---------------------------------------------------------------------------------------
+    async def update_broker_config(self, ctx, request):
+        """Body: `key=value` lines.  Every key is checked (known, updatable, valid value) before any
+        is applied; the broker re-registers so brokerPermission and the like reach the name server."""
+        from rmq_core.config import BrokerConfig, MessageStoreConfig, parse_properties  # late: admin tools only
+
+        ctrl = self.ctrl
+        try:
+            updates = parse_properties((request.body or b"").decode("utf-8", "replace"), "config update")
+        except ConfigError as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        targets = {}
+        for cls, cfg in ((BrokerConfig, ctrl.broker_config), (MessageStoreConfig, ctrl.store_config)):
+            keys = cls.keys()
+            mine = {k: v for k, v in updates.items() if k in keys}
+            if mine:
+                targets[cls] = (cfg, mine)
+        for key in updates:
+            if key in _NOT_UPDATABLE:
+                return request.make_response(ResponseCode.NO_PERMISSION,
+                                             f"config key {key!r} cannot be changed on a running broker (restart with it)")
+            if not any(key in cls.keys() for cls in (BrokerConfig, MessageStoreConfig)):
+                return request.make_response(ResponseCode.SYSTEM_ERROR, f"unknown config key {key!r}")
+        merged = {}
+        try:
+            for cls, (cfg, mine) in targets.items():
+                merged[cls] = cls.from_properties({**cfg.to_properties(), **mine})
+        except (ConfigError, ValueError) as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        for cls, (cfg, mine) in targets.items():
+            keys = cls.keys()
+            for k in mine:
+                setattr(cfg, keys[k], getattr(merged[cls], keys[k]))
+        log.info("broker config updated by %s: %s", ctx.remote_address, updates)
+        if "brokerPermission" in updates:  # the routes must change: a new topic table version
+            ctrl.topic_manager.table.data_version.next_version()
+        ctrl._spawn(ctrl.register_broker_all())
+        return request.make_response(ResponseCode.SUCCESS, None)
+
+    # --- consume stats ----------------------------------------------------------------------------------
+    async def get_broker_consume_stats(self, ctx, request):
+        """ConsumeStatsList: for every group with offsets here, per topic its ConsumeStats (only
+        orderly groups when isOrder), and the broker's total diff."""
+        ctrl = self.ctrl
+        is_order = request.get_bool("isOrder", False)
+        groups = collections.defaultdict(set)
+        for topic, group in ctrl.offset_manager.snapshot():
+            if not MixAll.is_retry_topic(topic):
+                groups[group].add(topic)
+        stats_list, total_diff = [], 0
+        for group in sorted(groups):
+            if is_order:
+                info = ctrl.consumer_manager.get(group)
+                if info is None or info.consume_type != "CONSUME_PASSIVELY":
+                    continue
+            stats = []
+            for topic in sorted(groups[group]):
+                cs = consume_stats_body(ctrl, group, [topic])
+                if not cs["offsetTable"]:
+                    continue
+                total_diff += sum(max(0, r["brokerOffset"] - r["consumerOffset"]) for r in cs["offsetTable"])
+                stats.append(cs)
+            if stats:
+                stats_list.append({group: stats})
+        body = {"brokerAddr": ctrl.broker_addr, "totalDiff": total_diff, "consumeStatsList": stats_list}
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body(body))
+
+    async def clone_group_offset(self, ctx, request):
+        """cloneGroupOffset: destGroup's offsets on a topic (or every topic of srcGroup) become srcGroup's."""
+        ctrl = self.ctrl
+        src, dest, topic = request.get_str("srcGroup"), request.get_str("destGroup"), request.get_str("topic")
+        if not src or not dest:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "clone group offset needs srcGroup and destGroup")
+        topics = [topic] if topic else sorted(ctrl.offset_manager.which_topic_by_consumer(src))
+        for t in topics:
+            offsets = ctrl.offset_manager.query_offsets(src, t)
+            if offsets:
+                ctrl.offset_manager.reset_offsets(dest, t, offsets)
+                log.info("clone group offset %s -> %s on %s: %s", src, dest, t, offsets)
+        return request.make_response(ResponseCode.SUCCESS, None)
+
+    # --- stats ----------------------------------------------------------------------------------------------
+    async def view_broker_stats_data(self, ctx, request):
+        """BrokerStatsData of TOPIC_PUT_NUMS (key: topic) or GROUP_GET_NUMS (key: topic@group)."""
+        name, key = request.get_str("statsName") or "", request.get_str("statsKey") or ""
+        if name not in ("TOPIC_PUT_NUMS", "GROUP_GET_NUMS"):
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        if not self.sampler.has(name, key):
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        body = {"statsMinute": self.sampler.window(name, key, 60), "statsHour": self.sampler.window(name, key, 3600),
+                "statsDay": self.sampler.window(name, key, 86400)}
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body(body))
+
+    # --- consumer running info ------------------------------------------------------------------------------
+    async def get_consumer_running_info(self, ctx, request):
+        """Forward to the consumer's own connection and answer with its reply (Broker2Client)."""
+        group, client_id = request.get_str("consumerGroup") or "", request.get_str("clientId") or ""
+        info = self.ctrl.consumer_manager.get(group)
+        chan = info.find_channel(client_id) if info is not None else None
+        if chan is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"The Consumer <{group}> <{client_id}> not online")
+        forward = RemotingCommand.create_request(RequestCode.GET_CONSUMER_RUNNING_INFO, {
+            "consumerGroup": group, "clientId": client_id, "jstackEnable": request.get_str("jstackEnable", "false")})
+        try:
+            reply = await chan.channel.invoke(forward, 5.0)
+        except Exception as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"invoke consumer <{group}> <{client_id}> failed: {e}")
+        return request.make_response(reply.code, reply.remark, None, reply.body)

@@ -1,0 +1,220 @@
+"""The console's HTTP side: static pages shipped in the package and a small JSON API over a
+Backend (backend.py), served by the standard library's threading HTTP server.
+
+API (every answer JSON; a failure is {"error": "one line"}: 400 when the admin call failed - a
+bad or unknown name, a broker that did not answer - naming what was wrong):
+
+    GET  /api/cluster                      brokers (role, address, version, TPS, disk) + topics
+    GET  /api/topics                       topic names with their kind (normal, retry, dlq, system)
+    GET  /api/topic?topic=T                queues: broker, qid, min / max offset, last updated
+    POST /api/topic        {topic, queues} create (or update) on every master of the cluster
+    POST /api/topic/delete {topic}         delete from the brokers and the name server
+    GET  /api/groups                       consumer groups with members, TPS and total lag
+    GET  /api/group?group=G                members and per-queue progress (lag per queue)
+    POST /api/group/reset  {group, topic, timestamp}   resetOffsetByTime (ms since the epoch)
+    GET  /api/messages?id=I | ?topic=T&key=K | ?topic=T&begin=MS&end=MS
+                                           messages with body preview and per-group delivery state
+    POST /api/message/resend {topic, id}   send a stored message to its topic again
+    GET  /api/dlq?group=G                  the group's dead letters
+    POST /api/dlq/resend {group, ids}      send dead letters back to be consumed again
+"""
+from __future__ import annotations
+
+import json
+import logging
+import mimetypes
+import os
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from rmq_core.errors import IllegalArgumentError, RMQError
+
+log = logging.getLogger("rmq.dashboard")
+
+STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
+MAX_BODY = 1 << 20
+
+
+class BadRequest(Exception):
+    """A request the console refuses (missing or malformed parameter): 400 with its message."""
+
+
+def _str(params: dict, name: str, required: bool = True) -> str | None:
+    v = params.get(name)
+    if isinstance(v, list):
+        v = v[0] if v else None
+    if v is None or (isinstance(v, str) and not v.strip()):
+        if required:
+            raise BadRequest(f"missing parameter {name!r}")
+        return None
+    return str(v).strip()
+
+
+def _int(params: dict, name: str, required: bool = True, default: int | None = None) -> int | None:
+    v = _str(params, name, required and default is None)
+    if v is None:
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise BadRequest(f"parameter {name!r} must be an integer, got {v!r}") from None
+
+
+class DashboardApp:
+    """Routes API calls to `backend` (see backend.Backend) and serves the static pages."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        b = backend
+        self.get_routes = {
+            "/api/cluster": lambda q: b.cluster(),
+            "/api/topics": lambda q: b.topics(),
+            "/api/topic": lambda q: b.topic_status(_str(q, "topic")),
+            "/api/groups": lambda q: b.groups(),
+            "/api/group": lambda q: b.group(_str(q, "group")),
+            "/api/messages": self._messages,
+            "/api/dlq": lambda q: b.dlq(_str(q, "group"), _int(q, "max", default=64)),
+        }
+        self.post_routes = {
+            "/api/topic": lambda d: b.create_topic(_str(d, "topic"), _int(d, "queues", default=8),
+                                                   _str(d, "cluster", required=False)),
+            "/api/topic/delete": lambda d: b.delete_topic(_str(d, "topic")),
+            "/api/group/reset": lambda d: b.reset_offset(_str(d, "group"), _str(d, "topic"), _int(d, "timestamp")),
+            "/api/message/resend": lambda d: b.resend_message(_str(d, "topic"), _str(d, "id")),
+            "/api/dlq/resend": self._dlq_resend,
+        }
+
+    def _messages(self, q):
+        msg_id, topic, key = _str(q, "id", False), _str(q, "topic", False), _str(q, "key", False)
+        if msg_id:
+            return self.backend.message_by_id(msg_id, topic)
+        if topic and key:
+            return self.backend.messages_by_key(topic, key)
+        if topic and (q.get("begin") or q.get("end")):
+            return self.backend.messages_by_time(topic, _int(q, "begin", default=0),
+                                                 _int(q, "end", required=False), _int(q, "max", default=64))
+        raise BadRequest("search by id=, by topic= and key=, or by topic= with begin= / end= (ms)")
+
+    def _dlq_resend(self, d):
+        ids = d.get("ids")
+        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+            raise BadRequest(f"'ids' must be a list of message ids, got {ids!r}")
+        return self.backend.dlq_resend(_str(d, "group"), ids or None)
+
+    def handle(self, method: str, path: str, query: dict, body: dict | None) -> tuple[int, object]:
+        routes = self.get_routes if method == "GET" else self.post_routes
+        fn = routes.get(path)
+        if fn is None:
+            return HTTPStatus.NOT_FOUND, {"error": f"no such API: {method} {path}"}
+        try:
+            return HTTPStatus.OK, fn(query if method == "GET" else (body or {}))
+        except BadRequest as e:
+            return HTTPStatus.BAD_REQUEST, {"error": str(e)}
+        except (IllegalArgumentError, LookupError, RMQError) as e:  # a bad or unknown topic / group / id
+            return HTTPStatus.BAD_REQUEST, {"error": _one_line(e)}
+        except (OSError, TimeoutError) as e:
+            return HTTPStatus.BAD_GATEWAY, {"error": _one_line(e)}
+        except Exception as e:  # a bug: logged, answered in one line, the console keeps serving
+            log.exception("%s %s failed", method, path)
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(e).__name__}: {e}"}
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    return " ".join(text.split()) or type(e).__name__
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "rmq-dashboard"
+    app: DashboardApp  # set on the subclass made per server
+
+    def log_message(self, fmt, *args):  # through logging, not stderr
+        log.debug("%s " + fmt, self.address_string(), *args)
+
+    def _send(self, status: int, payload: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _json(self, status: int, obj) -> None:
+        self._send(status, json.dumps(obj, default=str).encode(), "application/json; charset=utf-8")
+
+    def do_GET(self):
+        url = urlsplit(self.path)
+        if url.path.startswith("/api/"):
+            status, obj = self.app.handle("GET", url.path, parse_qs(url.query), None)
+            self._json(status, obj)
+            return
+        name = "index.html" if url.path in ("/", "/index.html") else url.path.lstrip("/")
+        path = os.path.normpath(os.path.join(STATIC_DIR, name))
+        if not path.startswith(STATIC_DIR + os.sep) or not os.path.isfile(path):
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {url.path}"})
+            return
+        with open(path, "rb") as f:
+            data = f.read()
+        ctype = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype.endswith("javascript"):
+            ctype += "; charset=utf-8"
+        self._send(HTTPStatus.OK, data, ctype)
+
+    def do_POST(self):
+        url = urlsplit(self.path)
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            n = -1
+        if n < 0 or n > MAX_BODY:
+            self._json(HTTPStatus.BAD_REQUEST, {"error": f"bad Content-Length {self.headers.get('Content-Length')!r}"})
+            return
+        raw = self.rfile.read(n) if n else b"{}"
+        try:
+            body = json.loads(raw or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("expected a JSON object")
+        except ValueError as e:
+            self._json(HTTPStatus.BAD_REQUEST, {"error": f"bad JSON body: {e}"})
+            return
+        status, obj = self.app.handle("POST", url.path, {}, body)
+        self._json(status, obj)
+
+
+class DashboardServer:
+    """The console on `host:port` (port 0 picks a free one); `start()` serves in a thread."""
+
+    def __init__(self, backend, host: str = "127.0.0.1", port: int = 8080):
+        handler = type("Handler", (_Handler,), {"app": DashboardApp(backend)})
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        self.backend = backend
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"{host}:{port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}/"
+
+    def start(self) -> "DashboardServer":
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="rmq-dashboard", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()

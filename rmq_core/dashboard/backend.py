@@ -1,0 +1,251 @@
+"""What the console's pages ask the cluster, over the admin client (rmq_core.admin): each call is
+an admin call or a few of them, shaped into the rows the pages show (plain dicts, JSON-ready).
+
+Lookups that fail because a name is unknown raise AdminError with one line naming it; the HTTP
+app turns that into the page's error bar."""
+from __future__ import annotations
+
+import time
+
+from rmq_core.admin.client import TOOLS_CONSUMER_GROUP
+from rmq_core.errors import IllegalArgumentError, RMQError
+from rmq_core.message import MixAll, TopicValidator
+
+BODY_PREVIEW = 512  # characters of a body shown in tables
+NOT_CONSUMED, CONSUMED = "NOT_CONSUMED_YET", "CONSUMED"
+
+
+def topic_kind(topic: str, system: set[str]) -> str:
+    if MixAll.is_retry_topic(topic):
+        return "retry"
+    if MixAll.is_dlq_topic(topic):
+        return "dlq"
+    if topic in system or TopicValidator.is_system_topic(topic):
+        return "system"
+    return "normal"
+
+
+def body_preview(body: bytes | None) -> str:
+    body = bytes(body or b"")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:  # binary: its first bytes in hex
+        return "0x" + body[:BODY_PREVIEW // 2].hex() + ("…" if len(body) > BODY_PREVIEW // 2 else "")
+    return text[:BODY_PREVIEW] + ("…" if len(text) > BODY_PREVIEW else "")
+
+
+def message_row(m) -> dict:
+    return {
+        "msg_id": m.msg_id, "offset_msg_id": m.offset_msg_id, "topic": m.topic, "tags": m.tags or "",
+        "keys": m.keys or "", "broker_name": m.broker_name or "", "qid": m.queue_id, "queue_offset": m.queue_offset,
+        "store_time": m.store_timestamp, "born_time": m.born_timestamp, "born_host": m.born_host,
+        "reconsume_times": m.reconsume_times, "body_size": len(m.body or b""), "body_preview": body_preview(m.body),
+        "properties": dict(m.properties),
+    }
+
+
+class Backend:
+    """The console's calls over one AdminClient (shared by the HTTP server's threads)."""
+
+    def __init__(self, admin, namesrv: str = ""):
+        self.admin = admin
+        self.namesrv = namesrv
+
+    @classmethod
+    def connect(cls, namesrv: str) -> "Backend":
+        from rmq_core.admin.client import AdminClient
+
+        return cls(AdminClient(namesrv), namesrv)
+
+    def close(self) -> None:
+        self.admin.close()
+
+    # --- cluster and topics ------------------------------------------------------------------------
+    def _system_names(self, brokers) -> set[str]:
+        # a broker's and a cluster's own name are topics too (clusterTopicEnable / brokerTopicEnable)
+        return {b.cluster for b in brokers} | {b.broker_name for b in brokers}
+
+    def cluster(self) -> dict:
+        admin = self.admin
+        brokers = admin.brokers()
+        rows = []
+        for b in brokers:
+            row = {"cluster": b.cluster, "broker_name": b.broker_name, "bid": b.broker_id,
+                   "role": "MASTER" if b.broker_id == 0 else "SLAVE", "addr": b.addr, "version": "",
+                   "in_tps": None, "out_tps": None, "msg_put_total": None, "msg_get_total": None, "disk_ratio": None}
+            try:
+                rt = admin.broker_runtime_info(b.addr)
+            except Exception as e:  # a broker that does not answer still gets its row
+                row["version"] = f"unreachable: {e}"
+            else:
+                row.update(version=rt.get("brokerVersionDesc", ""), in_tps=_float(rt.get("putTps")),
+                           out_tps=_float(rt.get("getTransferedTps")), msg_put_total=_int(rt.get("msgPutTotalTodayNow")),
+                           msg_get_total=_int(rt.get("msgGetTotalTodayNow")), disk_ratio=_float(rt.get("commitLogDiskRatio")))
+            rows.append(row)
+        return {"namesrv": self.namesrv, "brokers": rows, "topics": self._topics(brokers)}
+
+    def _topics(self, brokers) -> list[dict]:
+        system = self._system_names(brokers)
+        return [{"topic": t, "kind": topic_kind(t, system)} for t in sorted(self.admin.topic_list())]
+
+    def topics(self) -> list[dict]:
+        return self._topics(self.admin.brokers())
+
+    def topic_status(self, topic: str) -> list[dict]:
+        return [{"broker_name": q.broker_name, "qid": q.queue_id, "min_offset": q.min_offset,
+                 "max_offset": q.max_offset, "last_updated": q.last_update_timestamp}
+                for q in self.admin.topic_stats(topic)]
+
+    def create_topic(self, topic: str, queues: int, cluster: str | None = None) -> dict:
+        TopicValidator.check_topic(topic)  # IllegalArgumentError naming the bad name
+        if not 1 <= queues <= 1024:
+            raise IllegalArgumentError(f"queue count {queues} outside 1..1024")
+        admin = self.admin
+        names = []
+        for b in admin.brokers(cluster):
+            if b.broker_id != 0:
+                continue
+            admin.create_or_update_topic(b.addr, topic, read_queue_nums=queues, write_queue_nums=queues)
+            names.append(b.broker_name)
+        return {"topic": topic, "queues": queues, "brokers": names}
+
+    def delete_topic(self, topic: str) -> dict:
+        admin = self.admin
+        clusters = admin.topic_clusters(topic)  # raises naming an unknown topic
+        addrs = []
+        for c in clusters:
+            addrs += admin.delete_topic(topic, c)
+        return {"topic": topic, "brokers": addrs}
+
+    # --- consumer groups ---------------------------------------------------------------------------
+    def groups(self) -> list[dict]:
+        admin = self.admin
+        rows = []
+        for g in admin.consumer_groups():
+            if g == TOOLS_CONSUMER_GROUP:
+                continue  # the group the admin tools (this console too) pull with
+            stats = admin.consume_stats(g)
+            members, model, ctype = 0, "", ""
+            try:
+                conn = admin.consumer_connection(g)
+            except Exception:  # no live member
+                pass
+            else:
+                members, model, ctype = len(conn.connections), conn.message_model, conn.consume_type
+            rows.append({"group": g, "members": members, "message_model": model, "consume_type": ctype,
+                         "consume_tps": stats.consume_tps, "diff_total": stats.diff_total})
+        return rows
+
+    def group(self, group: str) -> dict:
+        admin = self.admin
+        stats = admin.consume_stats(group)  # raises naming an unknown group
+        members, subs = [], {}
+        try:
+            conn = admin.consumer_connection(group)
+        except Exception:
+            conn = None
+        if conn is not None:
+            members = [{"client_id": c.client_id, "addr": c.client_addr, "language": c.language, "version": c.version}
+                       for c in conn.connections]
+            subs = dict(conn.subscriptions)
+        progress = [{"topic": q.topic, "broker_name": q.broker_name, "qid": q.queue_id, "broker_offset": q.broker_offset,
+                     "consumer_offset": q.consumer_offset, "diff": q.diff, "last_time": q.last_timestamp}
+                    for q in stats.queues]
+        return {"group": group, "members": members, "subscriptions": subs, "progress": progress,
+                "consume_tps": stats.consume_tps, "diff_total": stats.diff_total}
+
+    def reset_offset(self, group: str, topic: str, timestamp: int) -> dict:
+        moved = self.admin.reset_offset_by_time(topic, group, timestamp)
+        return {"group": group, "topic": topic, "timestamp": timestamp,
+                "queues": [{"broker_name": o.broker_name, "qid": o.queue_id, "offset": o.offset} for o in moved]}
+
+    # --- messages ------------------------------------------------------------------------------------
+    def _with_delivery(self, msgs) -> list[dict]:
+        """Rows with, per group consuming the topic, whether its committed offset is past the message."""
+        admin = self.admin
+        consumers: dict[str, list[str]] = {}
+        addrs: dict[str, str] = {}
+        rows = []
+        for m in msgs:
+            row = message_row(m)
+            if m.topic not in consumers:
+                consumers[m.topic] = [g for g in admin.topic_consumed_by(m.topic)
+                                      if g != TOOLS_CONSUMER_GROUP] if not MixAll.is_dlq_topic(m.topic) else []
+            if m.broker_name and m.broker_name not in addrs:
+                addrs[m.broker_name] = admin.broker_addr(m.broker_name)
+            delivery = []
+            for g in consumers[m.topic]:
+                off = admin.query_consumer_offset(addrs[m.broker_name], g, m.topic, m.queue_id) if m.broker_name else -1
+                delivery.append({"group": g, "consumer_offset": off,
+                                 "state": CONSUMED if off > m.queue_offset else NOT_CONSUMED})
+            row["delivery"] = delivery
+            rows.append(row)
+        return rows
+
+    def message_by_id(self, msg_id: str, topic: str | None = None) -> list[dict]:
+        try:
+            msg = self.admin.view_message(msg_id, topic)
+        except RMQError:
+            if topic:
+                raise
+            # (the admin client's own hint names its CLI flag)
+            raise IllegalArgumentError(f"message {msg_id!r} not found as an offset message id; to look it up "
+                                       f"as the producer's unique id, give its topic too") from None
+        return self._with_delivery([msg])
+
+    def messages_by_key(self, topic: str, key: str, max_num: int = 64) -> list[dict]:
+        return self._with_delivery(self.admin.query_messages(topic, key, max_num))
+
+    def messages_by_time(self, topic: str, begin: int, end: int | None, max_num: int = 64) -> list[dict]:
+        """Messages stored between begin and end (ms; end defaults to now), oldest first, at most
+        max_num over all queues."""
+        admin = self.admin
+        end = int(time.time() * 1000) if end is None else end
+        if end < begin:
+            raise IllegalArgumentError(f"end {end} is before begin {begin}")
+        found = []
+        for mq in admin.queues(topic):
+            addr = admin.broker_addr(mq.broker_name)
+            lo = admin.search_offset(addr, topic, mq.queue_id, begin)
+            hi = admin.max_offset(addr, topic, mq.queue_id)
+            for m in admin.iter_messages(mq, lo, min(hi, lo + max_num)):
+                if m.store_timestamp > end:
+                    break
+                if m.store_timestamp >= begin:
+                    found.append(m)
+        found.sort(key=lambda m: (m.store_timestamp, m.broker_name or "", m.queue_id, m.queue_offset))
+        return self._with_delivery(found[:max_num])
+
+    def resend_message(self, topic: str, msg_id: str) -> dict:
+        admin = self.admin
+        msg = admin.view_message(msg_id, topic)
+        out = admin.resend(msg, msg.topic)
+        return {"msg_id": out.msg_id, "offset_msg_id": out.offset_msg_id, "status": out.status,
+                "broker_name": out.broker_name, "qid": out.queue_id, "queue_offset": out.queue_offset}
+
+    # --- dead letters --------------------------------------------------------------------------------
+    def dlq(self, group: str, max_num: int = 64) -> list[dict]:
+        rows = []
+        for m in self.admin.dlq_messages(group)[-max_num:]:
+            row = message_row(m)
+            row["origin_topic"] = m.properties.get("RETRY_TOPIC", "")
+            rows.append(row)
+        return rows
+
+    def dlq_resend(self, group: str, msg_ids: list[str] | None = None) -> dict:
+        out = self.admin.dlq_resend(group, msg_ids)
+        return {"group": group, "resent": len(out), "ids": [o.msg_id for o in out]}
+
+
+def _float(v) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
