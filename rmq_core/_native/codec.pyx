@@ -114,92 +114,6 @@ cdef object _decode_error(Py_ssize_t offset, str reason):
     return _decode_error_cls(offset, reason)
 
 
-# --- dict value slots ---------------------------------------------------------------------------------
-# The properties fast path copies a template dict and then replaces some values.  PyDict_SetItem
-# would look each name up again; on the CPython versions whose dict table layout is mirrored below
-# the value is written straight into entry i of the fresh copy instead, after checking that the
-# copy has a combined str-keyed table whose entry i really holds that name.  Any other build, or
-# a failed check (also run once at import on a probe dict), takes PyDict_SetItem.
-cdef extern from *:
-    """
-    #if !defined(PYPY_VERSION) && !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
-    /* struct _dictkeysobject and PyDictUnicodeEntry of CPython 3.11-3.13 (Include/internal/pycore_dict.h) */
-    typedef struct {
-        Py_ssize_t dk_refcnt;
-        uint8_t dk_log2_size;
-        uint8_t dk_log2_index_bytes;
-        uint8_t dk_kind;
-        uint32_t dk_version;
-        Py_ssize_t dk_usable;
-        Py_ssize_t dk_nentries;
-        char dk_indices[];
-    } rmq_dict_keys;
-    typedef struct { PyObject *me_key; PyObject *me_value; } rmq_dict_unicode_entry;
-    #define RMQ_DICT_KEYS_UNICODE 1
-    static PyObject **rmq_dict_value_slot(PyObject *d, Py_ssize_t i, PyObject *key) {
-        PyDictObject *mp = (PyDictObject *)d;
-        rmq_dict_keys *k = (rmq_dict_keys *)mp->ma_keys;
-        rmq_dict_unicode_entry *e;
-        if (mp->ma_values != NULL || k->dk_kind != RMQ_DICT_KEYS_UNICODE || i < 0 || i >= k->dk_nentries)
-            return NULL;
-        e = (rmq_dict_unicode_entry *)(k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes));
-        return e[i].me_key == key ? &e[i].me_value : NULL;
-    }
-    #else
-    static PyObject **rmq_dict_value_slot(PyObject *d, Py_ssize_t i, PyObject *key) {
-        (void)d; (void)i; (void)key;
-        return NULL;
-    }
-    #endif
-    """
-    PyObject** rmq_dict_value_slot(object d, Py_ssize_t i, object key)
-
-
-cdef bint _value_slots_ok = False   # set by _check_value_slots() at import
-
-
-cdef int _replace_value(dict d, Py_ssize_t i, object key, object value) except -1:
-    """d[key] = value, where key is entry i of d (a fresh copy nobody else has seen)."""
-    cdef PyObject** slot
-    cdef PyObject* old
-    if _value_slots_ok:
-        slot = rmq_dict_value_slot(d, i, key)
-        if slot != NULL:
-            old = slot[0]
-            Py_INCREF(value)
-            slot[0] = <PyObject*>value
-            Py_DECREF(<object>old)
-            return 0
-    return PyDict_SetItem(d, key, value)
-
-
-cdef bint _check_value_slots():
-    # Probe: a copied str-keyed dict must expose each name at its entry index, and a value written
-    # there must be what lookups, iteration and equality then see.
-    cdef dict probe, copy
-    cdef PyObject** slot
-    names = ("rmq-probe-a", "rmq-probe-b", "rmq-probe-c")
-    probe = {}
-    for i, name in enumerate(names):
-        probe[name] = str(i)
-    copy = PyDict_Copy(probe)
-    for i, name in enumerate(names):
-        slot = rmq_dict_value_slot(copy, i, name)
-        if slot == NULL or slot[0] != <PyObject*>probe[name]:
-            return False
-    slot = rmq_dict_value_slot(copy, 1, names[1])
-    value = "written"
-    old = <object>slot[0]
-    Py_INCREF(value)
-    slot[0] = <PyObject*>value
-    Py_DECREF(old)
-    return (copy["rmq-probe-b"] == "written" and list(copy.items()) == [
-        ("rmq-probe-a", "0"), ("rmq-probe-b", "written"), ("rmq-probe-c", "2")]
-        and probe["rmq-probe-b"] == "1")
-
-
-_value_slots_ok = _check_value_slots()
-_DICT_VALUE_SLOTS = _value_slots_ok  # for the tests: whether the fast value write is in use
 
 
 # --- short-string cache ------------------------------------------------------------------------------
@@ -394,7 +308,7 @@ cdef dict _props_from_shape(_PropertiesShape s, const char* p, Py_ssize_t n):
             e = end
         if out is None:
             out = PyDict_Copy(s.template)
-        _replace_value(out, i, <object>PyTuple_GET_ITEM(s.names, i), _decode_str(v, e - v))
+        PyDict_SetItem(out, <object>PyTuple_GET_ITEM(s.names, i), _decode_str(v, e - v))
         cur = e + 1
     if cur < end:
         return None  # more pieces than the shape has (a copy made so far is dropped)
@@ -1067,156 +981,6 @@ cdef dict _message_props(MessageExt m):
     return m._properties
 
 
-# --- pymalloc arena cache -------------------------------------------------------------------------
-# pymalloc unmaps a 1 MiB arena the moment its last object dies (it keeps just one empty arena), so
-# a consumer that decodes a pull, drops it and decodes the next one page-faults every page of its
-# MessageExt objects, properties dicts and id strings in again: about 6,800 faults per 100k fully
-# decoded messages, a quarter of the decode.  The arena allocator below (CPython's public hook for
-# this) keeps freed arenas mapped for reuse instead — at most ARENA_CACHE_LIMIT_MIB of them (see
-# set_arena_cache_limit), and none that has sat unused for more than a second: those go back to the
-# OS at the next arena operation or decode_messages call (or with release_arena_cache()).  Arenas still come from, and go
-# back to, the allocator that was in place before, so arenas made before this module loaded are
-# handled alike.  (MessageExt used to come from the C allocator for the same reason; that kept every
-# freed message's memory for good.)
-cdef extern from *:
-    """
-    #if !defined(Py_GIL_DISABLED) && !defined(PYPY_VERSION)
-    #include <time.h>
-    #define RMQ_ARENA_SLOTS 1024
-    static PyObjectArenaAllocator rmq_arena_prev;
-    static int rmq_arena_installed = 0;
-    static void *rmq_arena_ptr[RMQ_ARENA_SLOTS];   /* a stack: the bottom is the longest unused */
-    static int64_t rmq_arena_at[RMQ_ARENA_SLOTS];  /* when each was cached (monotonic ns) */
-    static Py_ssize_t rmq_arena_n = 0;
-    static Py_ssize_t rmq_arena_limit = 0;         /* arenas, set from the MiB limit */
-    static size_t rmq_arena_size = 0;              /* pymalloc's arena size (one size only) */
-    static int64_t rmq_arena_idle_ns = 1000000000;
-    static int64_t rmq_arena_hits = 0, rmq_arena_misses = 0, rmq_arena_released = 0;
-
-    static int64_t rmq_arena_now(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    }
-    /* Return to the OS every cached arena beyond `keep` and every one idle longer than idle_ns
-       (oldest first: they sit at the bottom of the stack). */
-    static void rmq_arena_trim(Py_ssize_t keep, int64_t now) {
-        Py_ssize_t drop = 0, i;
-        while (drop < rmq_arena_n && (rmq_arena_n - drop > keep || now - rmq_arena_at[drop] > rmq_arena_idle_ns))
-            drop++;
-        if (drop == 0) return;
-        for (i = 0; i < drop; i++)
-            rmq_arena_prev.free(rmq_arena_prev.ctx, rmq_arena_ptr[i], rmq_arena_size);
-        memmove(rmq_arena_ptr, rmq_arena_ptr + drop, (size_t)(rmq_arena_n - drop) * sizeof(void *));
-        memmove(rmq_arena_at, rmq_arena_at + drop, (size_t)(rmq_arena_n - drop) * sizeof(int64_t));
-        rmq_arena_n -= drop;
-        rmq_arena_released += drop;
-    }
-    static void *rmq_arena_alloc(void *ctx, size_t size) {
-        (void)ctx;
-        if (rmq_arena_n > 0 && size == rmq_arena_size) {
-            void *ptr = rmq_arena_ptr[--rmq_arena_n];  /* the most recently freed: still warm */
-            rmq_arena_hits++;
-            rmq_arena_trim(rmq_arena_limit, rmq_arena_now());
-            return ptr;
-        }
-        if (size >= ((size_t)1 << 18)) rmq_arena_misses++;  /* arenas only, not frame chunks */
-        return rmq_arena_prev.alloc(rmq_arena_prev.ctx, size);
-    }
-    static void rmq_arena_free(void *ctx, void *ptr, size_t size) {
-        int64_t now;
-        (void)ctx;
-        if (ptr == NULL) return;
-        /* the same hook serves the interpreter's 16 KiB frame-stack chunks: only pymalloc's
-           arenas (256 KiB or 1 MiB, one size per build) are kept */
-        if (rmq_arena_size == 0 && size >= ((size_t)1 << 18)) rmq_arena_size = size;
-        if (size != rmq_arena_size || rmq_arena_limit <= 0) {
-            rmq_arena_prev.free(rmq_arena_prev.ctx, ptr, size);
-            return;
-        }
-        now = rmq_arena_now();
-        rmq_arena_trim(rmq_arena_limit - 1, now);
-        rmq_arena_ptr[rmq_arena_n] = ptr;
-        rmq_arena_at[rmq_arena_n] = now;
-        rmq_arena_n++;
-    }
-    static int rmq_arena_install(Py_ssize_t limit_arenas) {
-        PyObjectArenaAllocator mine;
-        if (rmq_arena_installed) return 1;
-        if (limit_arenas > RMQ_ARENA_SLOTS) limit_arenas = RMQ_ARENA_SLOTS;
-        rmq_arena_limit = limit_arenas;
-        PyObject_GetArenaAllocator(&rmq_arena_prev);
-        mine.ctx = NULL;
-        mine.alloc = rmq_arena_alloc;
-        mine.free = rmq_arena_free;
-        PyObject_SetArenaAllocator(&mine);
-        rmq_arena_installed = 1;
-        return 1;
-    }
-    static void rmq_arena_set_limit(Py_ssize_t limit_arenas) {
-        if (limit_arenas < 0) limit_arenas = 0;
-        if (limit_arenas > RMQ_ARENA_SLOTS) limit_arenas = RMQ_ARENA_SLOTS;
-        rmq_arena_limit = limit_arenas;
-        if (rmq_arena_installed) rmq_arena_trim(limit_arenas, rmq_arena_now());
-    }
-    static void rmq_arena_release_all(void) {
-        if (rmq_arena_installed) rmq_arena_trim(0, rmq_arena_now());
-    }
-    /* A decode call: return arenas idle for over a second even when no arena operation happens
-       (a consumer whose pulls fit in the arenas it already has). */
-    static inline void rmq_arena_tick(void) {
-        if (rmq_arena_n > 0) rmq_arena_trim(rmq_arena_limit, rmq_arena_now());
-    }
-    #else
-    static int rmq_arena_installed = 0;
-    static Py_ssize_t rmq_arena_n = 0, rmq_arena_limit = 0;
-    static size_t rmq_arena_size = 0;
-    static int64_t rmq_arena_hits = 0, rmq_arena_misses = 0, rmq_arena_released = 0;
-    static int rmq_arena_install(Py_ssize_t limit_arenas) { (void)limit_arenas; return 0; }
-    static void rmq_arena_set_limit(Py_ssize_t limit_arenas) { (void)limit_arenas; }
-    static void rmq_arena_release_all(void) { }
-    static inline void rmq_arena_tick(void) { }
-    #endif
-    """
-    int rmq_arena_install(Py_ssize_t limit_arenas)
-    void rmq_arena_set_limit(Py_ssize_t limit_arenas)
-    void rmq_arena_release_all()
-    void rmq_arena_tick()
-    int rmq_arena_installed
-    Py_ssize_t rmq_arena_n
-    Py_ssize_t rmq_arena_limit
-    size_t rmq_arena_size
-    int64_t rmq_arena_hits, rmq_arena_misses, rmq_arena_released
-
-# pymalloc's arenas are 1 MiB on 3.10+ (the limit is converted with that size until the first
-# arena is freed and tells the real one)
-cdef Py_ssize_t _ARENA_GUESS = 1 << 20
-ARENA_CACHE_LIMIT_MIB = 64
-
-
-def set_arena_cache_limit(Py_ssize_t mib):
-    """Keep at most `mib` MiB of freed pymalloc arenas mapped for reuse (0: none; the rest goes
-    back to the OS at once)."""
-    if mib < 0:
-        raise ValueError(f"arena cache limit must be >= 0 MiB, got {mib}")
-    cdef Py_ssize_t size = <Py_ssize_t>rmq_arena_size if rmq_arena_size else _ARENA_GUESS
-    rmq_arena_set_limit((mib << 20) // size)
-
-
-def release_arena_cache():
-    """Return every cached arena to the OS now."""
-    rmq_arena_release_all()
-
-
-def arena_cache_info():
-    """{"installed", "cached_bytes", "limit_bytes", "hits", "misses", "released"}."""
-    cdef Py_ssize_t size = <Py_ssize_t>rmq_arena_size if rmq_arena_size else _ARENA_GUESS
-    return {"installed": bool(rmq_arena_installed), "cached_bytes": rmq_arena_n * size,
-            "limit_bytes": rmq_arena_limit * size, "hits": rmq_arena_hits,
-            "misses": rmq_arena_misses, "released": rmq_arena_released}
-
-
-rmq_arena_install((ARENA_CACHE_LIMIT_MIB << 20) // _ARENA_GUESS)
 
 
 cdef inline object _message_prop(MessageExt m, str name):
@@ -1487,7 +1251,6 @@ def decode_messages(buf, *, bint decompress=True, bint read_body=True, broker_na
     cdef Py_ssize_t pos = 0
     cdef list out = []
     PyObject_GC_UnTrack(out)
-    rmq_arena_tick()
     while pos < st.size:
         pos += _decode_record(st, pos, out)
     return out
