@@ -607,6 +607,7 @@ cdef class SendResultMaker:
 cdef extern from "Python.h":
     object PyObject_GenericGetDict(object o, void* context)
     int PyDict_SetItem(object d, object key, object value) except -1
+    int PyDict_DelItem(object d, object key) except -1
     PyObject* PyDict_GetItem(object d, object key)
 
 cdef object _PENDING = None
@@ -643,8 +644,25 @@ def lean_result(future, timeout=None):
     return future._result_slow(timeout)
 
 
+def subscribe_unwatched(future, callback):
+    """LeanFuture.add_lean_callback: when the Future is pending, has no Condition and no lean
+    callback yet, record `callback` (called once with the Future when it finishes, by whoever
+    finishes it) in one step no other thread can come between, and return True.  False: the caller
+    subscribes the usual way (add_done_callback) or reads the finished Future."""
+    cdef PyObject* state
+    d = PyObject_GenericGetDict(future, NULL)
+    if PyDict_GetItem(d, "_condition") != NULL or PyDict_GetItem(d, "_lean_callback") != NULL:
+        return False
+    state = PyDict_GetItem(d, "_state")
+    if state == NULL or (<object>state is not _PENDING and <object>state is not _RUNNING):
+        return False
+    PyDict_SetItem(d, "_lean_callback", callback)
+    return True
+
+
 cdef bint _finish_unwatched(future, result, exception) except -1:
     cdef PyObject* state
+    cdef PyObject* found
     d = PyObject_GenericGetDict(future, NULL)  # (the public way to an instance's own __dict__)
     if PyDict_GetItem(d, "_condition") != NULL:
         return False
@@ -656,7 +674,20 @@ cdef bint _finish_unwatched(future, result, exception) except -1:
     else:
         PyDict_SetItem(d, "_exception", exception)
     PyDict_SetItem(d, "_state", _FINISHED)
+    found = PyDict_GetItem(d, "_lean_callback")  # (recorded before the state changed: see above)
+    if found != NULL:
+        callback = <object>found
+        PyDict_DelItem(d, "_lean_callback")
+        try:
+            callback(future)
+        except Exception:  # a subscriber's failure is not the finisher's (Future._invoke_callbacks)
+            _log_callback_error(future)
     return True
+
+
+cdef _log_callback_error(future):
+    import logging
+    logging.getLogger("concurrent.futures").exception("exception calling callback for %r", future)
 
 
 cdef extern from "<time.h>" nogil:
