@@ -145,6 +145,7 @@ class _OnLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: _LoopInbox | None = None
         self._watches: dict[int, _ChannelWatch] = {}  # id(channel) -> the loop's watch on it
+        self._flushing: set = set()  # connections whose gathered requests this iteration writes
 
     def _bind(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
@@ -169,7 +170,16 @@ class _OnLoop:
             self._watch(channel)
         if not isinstance(fut, LeanFuture) or not _subscribe_unwatched(fut, waiter.take):
             fut.add_done_callback(waiter.take)
+        if channel is not None and channel.writes.gathered and channel not in self._flushing:
+            # the requests this iteration of the loop made leave together at its end (as the
+            # waiting thread of a send_async writes what gathered before it reads)
+            self._flushing.add(channel)
+            self._loop.call_soon(self._flush, channel)
         return waiter
+
+    def _flush(self, channel) -> None:
+        self._flushing.discard(channel)
+        channel.flush()
 
     async def _wait(self, fut: concurrent.futures.Future):
         """Await a client Future (see _future_of)."""
@@ -275,7 +285,16 @@ class Producer(_OnLoop):
     def send(self, msg: Message, *, queue: MessageQueue | None = None,
              timeout: float | None = None) -> Awaitable[SendResult]:
         """Send; await the SendResult (retried on another broker as a sync send is)."""
-        return self._start(msg.topic, self._producer.send_async, msg, queue=queue, timeout=timeout)
+        p = self._producer
+        info = p.topic_publish_info.get(msg.topic)
+        if info is not None and info.ok and self._loop is not None:  # the usual case, in one step
+            try:
+                on_loop = _get_running_loop() is self._loop
+            except RuntimeError:
+                on_loop = False
+            if on_loop:
+                return self._future_of(p.send_async(msg, queue=queue, timeout=timeout))
+        return self._start(msg.topic, p.send_async, msg, queue=queue, timeout=timeout)
 
     def send_orderly(self, msg: Message, selector=None, arg: Any = None, *,
                      timeout: float | None = None) -> Awaitable[SendResult]:
