@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable
 import attrs
 
 from rmq_core import plugins
-from rmq_core.client.accumulator import BATCH_ITEM_OVERHEAD, PipelinedAccumulator, ProduceAccumulator
+from rmq_core.client.accumulator import BATCH_ITEM_OVERHEAD, PipelinedAccumulator
 from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import RETRY_RESPONSE_CODES, MQFaultStrategy, SendPolicy
 from rmq_core.client.instance import CancellableFuture, LeanFuture, MQClientInstance, MQClientManager
@@ -227,12 +227,9 @@ class Producer:
         # auto_batch (RocketMQ 5's autoBatch): async sends of a topic gathered into batch requests
         self.auto_batch = auto_batch
         self.batch_max_bytes = min(batch_max_bytes, max_message_size)
-        self._accumulator = ProduceAccumulator(self, batch_max_bytes=self.batch_max_bytes,
-                                               async_mode=CommunicationMode.ASYNC) if auto_batch else None
-        # auto_batch's usual way (to tcp brokers, no hooks): gathered in the senders' threads and
-        # written on the pipelined connection; set at start
+        # gathered in the senders' threads, written on the pipelined connection (or the loop's way:
+        # in-proc brokers, routes not cached yet, retries); made at start
         self._batch_accumulator: PipelinedAccumulator | None = None
-        self._batch_routes: dict[str, TopicPublishInfo] = {}  # topic -> its route found fit for that way
         # (topic, broker, queue id, batch) -> SendHeader, see _encode_frame (keyed by the fields: a
         # MessageQueue's attrs-made __hash__ and __eq__ are Python calls)
         self._send_headers: dict[tuple[str, str, int, bool], SendHeader | None] = {}
@@ -273,8 +270,8 @@ class Producer:
                     MixAll.MASTER_ID,  # (next_opaque's process-wide counter: opaques never repeat)
                     _SENDABLE_TOPICS)  # (the topic names check_message passed)
                 # (send hooks run on the same connections: _invoke_direct, _send_pipelined_to)
-                self._plain_pipelined = self._accumulator is None
-                if self._accumulator is not None and not self._hooks:
+                self._plain_pipelined = not self.auto_batch
+                if self.auto_batch and not self._hooks:  # (with send hooks each message goes alone)
                     self._batch_accumulator = PipelinedAccumulator(self, batch_max_bytes=self.batch_max_bytes)
                 self._started = True
             except BaseException:
@@ -292,13 +289,6 @@ class Producer:
             log.warning("producer %s: gathered messages still unanswered at shutdown", self.group)
             self._batch_accumulator.fail_pending(
                 MQClientError(f"producer {self.group} shut down before the message was sent"))
-        if self._accumulator is not None:
-            try:  # what was accepted leaves before the client goes
-                self.instance.run(self._accumulator.drain(), timeout=self.send_msg_timeout * 2 + 1)
-            except Exception as e:  # noqa: BLE001 - the shutdown goes on; unsent ones fail below
-                log.warning("producer %s: sending the gathered messages at shutdown failed: %s", self.group, e)
-                self.instance.post(lambda: self._accumulator.fail_pending(
-                    MQClientError(f"producer {self.group} shut down before the message was sent")))
         self.instance.unregister_producer(self.group)
 
     def __enter__(self) -> "Producer":
@@ -543,25 +533,7 @@ class Producer:
             prepared = self._prepare(msg)
         except Exception:  # a bad message fails its Future (and callback), as any other send error
             prepared = None
-        acc = self._accumulator
-        if (prepared is None or queue is not None or selector is not None or self._hooks or acc is None
-                or not acc.eligible(msg, prepared, self.batch_max_bytes)):
-            fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg, prepared=prepared))
-        else:
-            fut = CancellableFuture()
-
-            def finished(result, error):  # on the loop; a Future the caller cancelled stays cancelled
-                if isinstance(error, asyncio.CancelledError):
-                    fut.cancel()
-                if not fut.set_running_or_notify_cancel():
-                    return
-                if error is not None:
-                    fut.set_exception(error)
-                else:
-                    fut.set_result(result)
-
-            # (a gathered message cannot be taken back: cancelling only abandons its Future)
-            inst.post(lambda: acc.add(msg, prepared, t, finished))
+        fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg, prepared=prepared))
         if callback is not None:
             self._call_back_when_done(fut, callback)
         return fut
@@ -734,25 +706,13 @@ class Producer:
         """An auto_batch message validated and encoded as a batch item, in the caller's thread:
         (topic, uniq, item, wait_store_msg_ok); the IllegalArgumentError naming what is wrong; or
         None when it does not go this way (Java's batch rules: no delay level, no compression, not
-        to a retry topic, within batch_max_bytes; and a cached route to a tcp broker)."""
+        to a retry topic, within batch_max_bytes)."""
         body = msg.body if type(msg) is Message else None
         if (body is None or msg.delay_time_level != 0 or len(body) >= self.compress_msg_body_over_howmuch
                 or len(body) + BATCH_ITEM_OVERHEAD >= batch_max_bytes):
             return None
-        topic = msg.topic
-        info = self.topic_publish_info.get(topic)
-        inst = self.instance
-        if info is None or not inst.pipelined_send_possible():
+        if MixAll.is_retry_topic(msg.topic):
             return None
-        if self._batch_routes.get(topic) is not info:  # a route not judged yet (each change is a new info)
-            if not info.ok or MixAll.is_retry_topic(topic):
-                return None
-            addr = inst.find_broker_addr_in_publish(info.queues[0].broker_name)
-            if addr is None or inst.in_proc(addr):
-                return None
-            if len(self._batch_routes) >= 4096:
-                self._batch_routes.clear()
-            self._batch_routes[topic] = info
         try:  # (check_message's checks included)
             return encode_batch_item(msg, self.max_message_size, Message, _RESERVED_PROPERTIES, check_send_topic,
                                      MessageClientIDSetter)
@@ -777,14 +737,14 @@ class Producer:
         inst = self.instance
         info = self.topic_publish_info.get(topic)
         header = None
-        if info is not None and info.ok and not inst._stopping:
+        if info is not None and info.ok and not inst._stopping and inst.pipelined_send_possible():
             mq = self.send_policy.select(info)
             addr = inst.find_broker_addr_in_publish(mq.broker_name)
             if addr is not None and not inst.in_proc(addr):
                 header = self._send_header(mq, True)
         opaque = next_opaque()
         frame = header.build_frame(0, 0, _OUTER_PROPS[wait], opaque, body) if header is not None else None
-        if frame is None:  # no route or connection any more: the loop's way
+        if frame is None:  # no route cached (yet), an in-proc broker: the loop's way
             self._retry_batch(topic, wait, body, timeout, on_answer, context, None, futures)
             return None
         ctx = (mq, addr, time.monotonic(), topic, wait, body, timeout, on_answer, context, futures)
