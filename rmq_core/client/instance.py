@@ -513,6 +513,12 @@ class MQClientInstance:
         log.info("the client factory [%s] shut down", self.client_id)
 
     # --- bridging threads and the loop -----------------------------------------------------------
+    @property
+    def loop_thread_ident(self) -> int | None:
+        """The client loop's thread id (None before start)."""
+        t = self._loop_thread
+        return None if t is None else t.ident
+
     def in_loop_thread(self) -> bool:
         return self._loop_thread is threading.current_thread()
 

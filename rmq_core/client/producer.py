@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import enum
+import functools
 import logging
 import threading
 import time
@@ -35,6 +36,7 @@ from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import RETRY_RESPONSE_CODES, MQFaultStrategy, SendPolicy
 from rmq_core.client.instance import CancellableFuture, LeanFuture, MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
+from rmq_core.client.send_state import SendState
 from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
@@ -206,6 +208,9 @@ class Producer:
             raise ConfigError(f"bad max_message_size {max_message_size!r}: must be > 0")
         if batch_max_bytes <= 0:
             raise ConfigError(f"bad batch_max_bytes {batch_max_bytes!r}: must be > 0")
+        # what the native sender works from (max_message_size and compress_msg_body_over_howmuch
+        # live there too); bound to the client instance at start
+        self.send_state = SendState()
         self.send_msg_timeout = send_msg_timeout
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
         self.compress_type = compress_type
@@ -237,10 +242,25 @@ class Producer:
         # fast answers in the policy's table, as SendPolicy.note does
         self._pipelined_completion = PipelinedCompletion(_RESULTS, self.fault_strategy, self.send_policy.noted,
                                                          self._pipelined_done)
+        st = self.send_state
+        st.publish_info, st.headers, st.master_id = self.topic_publish_info, self._send_headers, MixAll.MASTER_ID
+        st.fault, st.benched = self.fault_strategy, self.fault_strategy.tolerance.items
+        st.clock = self.fault_strategy.tolerance.clock
+        st.checked_topics = _SENDABLE_TOPICS  # (the topic names check_message passed)
+        st.send_general, st.failed, st.completion = self._send_pipelined_to, self._pipelined_done, self._pipelined_completion
+        st.check_message, st.uniq, st.future_cls, st.message_cls = check_message, create_uniq_id, LeanFuture, Message
+        st.opaques = _command._opaque_counter  # (next_opaque's process-wide counter: opaques never repeat)
+        st.remoting_error = RemotingError
         # which plain sends take the lean paths (decided at start, with the hooks)
         self._plain_direct = False
         self._plain_pipelined = False
         self._pipelined_sender: PipelinedSender | None = None  # _send_pipelined's usual case, natively
+
+    # the message settings the native sender reads live in the send state
+    max_message_size = property(lambda self: self.send_state.max_message_size,
+                                lambda self, n: setattr(self.send_state, "max_message_size", n))
+    compress_msg_body_over_howmuch = property(lambda self: self.send_state.compress_over,
+                                              lambda self, n: setattr(self.send_state, "compress_over", n))
 
     # the retry settings live in the policy every send asks
     retry_times_when_send_failed = property(
@@ -264,11 +284,7 @@ class Producer:
                 self.instance.start()
                 self._hooks = plugins.has_impls("rmq_before_send") or plugins.has_impls("rmq_after_send")
                 self._plain_direct = not self._hooks and not self.retry_another_broker_when_not_store_ok
-                self._pipelined_sender = PipelinedSender(
-                    self, self.instance, LeanFuture, Message, check_message, create_uniq_id, self._pipelined_completion,
-                    read_send_response_frames, SendResponse.from_command, _command._opaque_counter, RemotingError,
-                    MixAll.MASTER_ID,  # (next_opaque's process-wide counter: opaques never repeat)
-                    _SENDABLE_TOPICS)  # (the topic names check_message passed)
+                self._pipelined_sender = PipelinedSender(self._bind_send_state())
                 # (send hooks run on the same connections: _invoke_direct, _send_pipelined_to)
                 self._plain_pipelined = not self.auto_batch
                 if self.auto_batch and not self._hooks:  # (with send hooks each message goes alone)
@@ -279,6 +295,19 @@ class Producer:
                 raise
         log.info("the producer [%s] start OK, client id %s", self.group, self.instance.client_id)
         return self
+
+    def _bind_send_state(self) -> SendState:
+        """The send state the native sender works from, bound to the started client instance."""
+        st, inst = self.send_state, self.instance
+        st.broker_addrs = inst.broker_addr_table
+        st.loop_thread_ident = inst.loop_thread_ident
+        st.one_channel_per_broker = getattr(getattr(inst, "config", None), "pipelined_send_connections", 0) == 1
+        st.pipelined_possible = inst.pipelined_send_possible
+        st.direct_possible = inst.direct_send_possible
+        st.in_proc = inst.in_proc
+        st.channel_for = functools.partial(inst.send_channel, read_frames=read_send_response_frames,
+                                           from_command=SendResponse.from_command)
+        return st
 
     def shutdown(self) -> None:
         with self._lock:
