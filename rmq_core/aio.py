@@ -34,13 +34,11 @@ import os
 import threading
 from typing import Any, Awaitable, Callable, Iterable
 
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED as _FINISHED
 from asyncio import get_running_loop as _get_running_loop
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED as _FINISHED
 from threading import get_ident
 
-from rmq_core._native.client_native import subscribe_unwatched as _subscribe_unwatched
 from rmq_core.client.instance import LeanFuture
-
 from rmq_core.message import Message, MessageQueue, MixAll, SendResult
 
 __all__ = ["Producer", "PullConsumer", "PushConsumer"]
@@ -168,7 +166,9 @@ class _OnLoop:
         channel = fut.channel if type(fut) is LeanFuture else getattr(fut, "channel", None)
         if channel is not None and id(channel) not in self._watches:  # the connection its answer comes on
             self._watch(channel)
-        if not isinstance(fut, LeanFuture) or not _subscribe_unwatched(fut, waiter.take):
+        if isinstance(fut, LeanFuture):
+            fut.add_lean_callback(waiter.take)
+        else:
             fut.add_done_callback(waiter.take)
         if channel is not None and channel.writes.gathered and channel not in self._flushing:
             # the requests this iteration of the loop made leave together at its end (as the
@@ -180,10 +180,6 @@ class _OnLoop:
     def _flush(self, channel) -> None:
         self._flushing.discard(channel)
         channel.flush()
-
-    async def _wait(self, fut: concurrent.futures.Future):
-        """Await a client Future (see _future_of)."""
-        return await self._future_of(fut)
 
     def _watch(self, channel) -> None:
         for key in [k for k, w in self._watches.items() if w.channel.closed]:  # broken ones go
