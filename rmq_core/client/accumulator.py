@@ -78,9 +78,9 @@ class PipelinedAccumulator:
     So a burst leaves in one request and a send that is waited for at once is not delayed.  Each
     message gets its own SendResult (msg_id its UNIQ_KEY, queue offset the batch's base + its
     index); a refused batch fails every message of it, one that failed in a way worth retrying is
-    retried as a whole on the loop (Producer._send_batch: another broker).  Producer.send_async
-    takes ProduceAccumulator's way where this cannot take a message (no route cached yet, an
-    in-proc broker, an ineligible message)."""
+    retried as a whole on the loop (Producer._send_batch: another broker).  A batch no pipelined
+    connection can take (no route cached yet, an in-proc broker) goes the loop's way from the
+    start (Producer._write_batch); an ineligible message is sent on its own (offer: None)."""
 
     def __init__(self, producer, *, batch_max_bytes: int, max_batch_count: int = 1024, max_inflight: int = 1,
                  linger: float = 0.002):
