@@ -12,7 +12,9 @@
 
 A send is the producer's own async send, made from the loop's thread: a plain message to a tcp
 broker is written straight onto that broker's pipelined connection (rmq_core.remoting.pipelined),
-anything else goes to the client's event loop; no worker thread is involved per call.  Your loop
+anything else goes to the client's event loop; no worker thread is involved per call, and no Task
+either: a send returns an asyncio Future the client Future hands its outcome to through its one
+lean callback (LeanFuture.add_lean_callback: no Condition made).  Your loop
 watches each such connection it sent on and reads the answers itself when the socket is readable
 (PipelinedChannel.read_ready, as a thread waiting for its answer does), so they complete on the
 loop's thread; answers completed elsewhere (the connection's reader thread when the loop was busy,
@@ -32,9 +34,16 @@ import os
 import threading
 from typing import Any, Awaitable, Callable, Iterable
 
+from asyncio import get_running_loop as _get_running_loop
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED as _FINISHED
+from threading import get_ident
+
+from rmq_core.client.instance import LeanFuture
 from rmq_core.message import Message, MessageQueue, MixAll, SendResult
 
 __all__ = ["Producer", "PullConsumer", "PushConsumer"]
+
+_DONE_STATES = frozenset((_FINISHED, CANCELLED, CANCELLED_AND_NOTIFIED))
 
 
 class _LoopInbox:
@@ -50,9 +59,7 @@ class _LoopInbox:
         self.thread = threading.get_ident()  # the loop's
 
     def put(self, waiter: asyncio.Future, fut: concurrent.futures.Future) -> None:
-        if threading.get_ident() == self.thread:  # completed on the loop itself (read_ready)
-            _transfer(waiter, fut)
-            return
+        """From another thread than the loop's."""
         self._items.append((waiter, fut))
         if not self._scheduled:  # (two threads may both schedule: one drain then finds nothing)
             self._scheduled = True
@@ -68,17 +75,40 @@ class _LoopInbox:
             _transfer(*items.popleft())
 
 
+class _ClientFuture(asyncio.Future):
+    """An asyncio Future of a client Future (`source`): cancelling it cancels that one too."""
+
+    __slots__ = ("source", "inbox")
+
+    def cancel(self, *args, **kwargs) -> bool:
+        if not super().cancel(*args, **kwargs):
+            return False
+        self.source.cancel()
+        return True
+
+    def take(self, fut: concurrent.futures.Future) -> None:
+        """The source's done callback (on whichever thread finished it)."""
+        inbox = self.inbox
+        if get_ident() == inbox.thread:  # completed on the loop itself (read_ready)
+            _transfer(self, fut)
+        else:
+            inbox.put(self, fut)
+
+
 def _transfer(waiter: asyncio.Future, fut: concurrent.futures.Future) -> None:
+    """Move a finished client Future's outcome into its asyncio Future.  Read from the finished
+    Future's fields: its result() / exception() would make a LeanFuture's Condition."""
     if waiter.done():  # the awaiting task was cancelled
         return
-    if fut.cancelled():
+    state = fut._state
+    if state == _FINISHED:
+        error = fut._exception
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(fut._result)
+    else:  # cancelled
         waiter.cancel()
-        return
-    error = fut.exception()
-    if error is not None:
-        waiter.set_exception(error)
-    else:
-        waiter.set_result(fut.result())
 
 
 class _ChannelWatch:
@@ -113,6 +143,7 @@ class _OnLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: _LoopInbox | None = None
         self._watches: dict[int, _ChannelWatch] = {}  # id(channel) -> the loop's watch on it
+        self._flushing: set = set()  # connections whose gathered requests this iteration writes
 
     def _bind(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
@@ -122,22 +153,33 @@ class _OnLoop:
             raise RuntimeError(f"{type(self).__name__} is bound to another event loop")
         return loop
 
-    async def _wait(self, fut: concurrent.futures.Future):
-        """Await a client Future; cancelling the awaiting task cancels it (a request already
-        written cannot be taken back: its answer is then dropped)."""
-        if fut.done():
-            return fut.result()
-        channel = getattr(fut, "channel", None)  # the pipelined connection its answer comes on
-        if channel is not None and id(channel) not in self._watches:
+    def _future_of(self, fut: concurrent.futures.Future) -> asyncio.Future:
+        """The loop's Future of a client Future, completed on the loop; cancelling it cancels the
+        client Future (a request already written cannot be taken back: its answer is then dropped).
+        No Task and no Condition per call: a LeanFuture hands its outcome over through its one lean
+        callback (LeanFuture.add_lean_callback), usually on the loop itself (read_ready)."""
+        waiter = _ClientFuture(loop=self._loop)
+        waiter.source, waiter.inbox = fut, self._inbox
+        if fut._state in _DONE_STATES:
+            _transfer(waiter, fut)
+            return waiter
+        channel = fut.channel if type(fut) is LeanFuture else getattr(fut, "channel", None)
+        if channel is not None and id(channel) not in self._watches:  # the connection its answer comes on
             self._watch(channel)
-        waiter = self._loop.create_future()
-        inbox = self._inbox
-        fut.add_done_callback(lambda f: inbox.put(waiter, f))
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            fut.cancel()
-            raise
+        if isinstance(fut, LeanFuture):
+            fut.add_lean_callback(waiter.take)
+        else:
+            fut.add_done_callback(waiter.take)
+        if channel is not None and channel.writes.gathered and channel not in self._flushing:
+            # the requests this iteration of the loop made leave together at its end (as the
+            # waiting thread of a send_async writes what gathered before it reads)
+            self._flushing.add(channel)
+            self._loop.call_soon(self._flush, channel)
+        return waiter
+
+    def _flush(self, channel) -> None:
+        self._flushing.discard(channel)
+        channel.flush()
 
     def _watch(self, channel) -> None:
         for key in [k for k, w in self._watches.items() if w.channel.closed]:  # broken ones go
@@ -189,18 +231,35 @@ class Producer(_OnLoop):
     async def __aexit__(self, *exc) -> None:
         await self.shutdown()
 
-    async def _ready(self, topic: str) -> None:
-        """A topic's first send waits (in the executor) for its route and the connections to its
-        brokers, which the loop's thread must not wait for; later sends find both ready."""
+    def _start(self, topic: str | None, send: Callable[..., concurrent.futures.Future], *args, **kwargs):
+        """An awaitable of send(*args, **kwargs): the loop's Future of the producer's async send,
+        made at once when the topic's route is ready; a topic's first send waits (in the executor)
+        for its route and the connections to its brokers, which the loop's thread must not wait for,
+        and is sent from a Task then.  Called outside a running loop (loop.run_until_complete(
+        p.send(m))), it returns a coroutine that sends when run."""
+        try:
+            loop = _get_running_loop()
+        except RuntimeError:
+            return self._send_when_ready(topic, send, args, kwargs)
+        if loop is not self._loop:
+            self._bind()
+        info = self._producer.topic_publish_info.get(topic)
+        if topic is None or (info is not None and info.ok):
+            return self._future_of(send(*args, **kwargs))
+        return asyncio.ensure_future(self._send_when_ready(topic, send, args, kwargs))
+
+    async def _send_when_ready(self, topic: str | None, send, args, kwargs):
+        self._bind()
+        if topic is None:
+            return await self._future_of(send(*args, **kwargs))
         warm = self._warm.get(topic)
         if warm is None:
-            if topic in self._producer.topic_publish_info and self._producer.topic_publish_info[topic].ok:
-                return
             warm = self._warm[topic] = asyncio.ensure_future(self._blocking(self._connect, topic))
         if not warm.done():
             await asyncio.shield(warm)
         elif warm.exception() is not None:  # failed: the next send looks again
             del self._warm[topic]
+        return await self._future_of(send(*args, **kwargs))
 
     def _connect(self, topic: str) -> None:  # in the executor
         from rmq_core.client.producer import SendResponse, read_send_response_frames
@@ -216,35 +275,41 @@ class Producer(_OnLoop):
                 except RemotingError:  # unreachable: the send's own retries deal with it
                     pass
 
-    async def send(self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None) -> SendResult:
-        """Send and await the SendResult (retried on another broker as a sync send is)."""
-        self._bind()
-        await self._ready(msg.topic)
-        return await self._wait(self._producer.send_async(msg, queue=queue, timeout=timeout))
+    # The sends are plain methods returning an awaitable (an asyncio Future): `await p.send(m)`,
+    # asyncio.gather(...) and ensure_future(...) take it as they take a coroutine, without a Task per
+    # send; cancelling it (or the Task awaiting it) abandons the send.
+    def send(self, msg: Message, *, queue: MessageQueue | None = None,
+             timeout: float | None = None) -> Awaitable[SendResult]:
+        """Send; await the SendResult (retried on another broker as a sync send is)."""
+        p = self._producer
+        info = p.topic_publish_info.get(msg.topic)
+        if info is not None and info.ok and self._loop is not None:  # the usual case, in one step
+            try:
+                on_loop = _get_running_loop() is self._loop
+            except RuntimeError:
+                on_loop = False
+            if on_loop:
+                return self._future_of(p.send_async(msg, queue=queue, timeout=timeout))
+        return self._start(msg.topic, p.send_async, msg, queue=queue, timeout=timeout)
 
-    async def send_orderly(self, msg: Message, selector=None, arg: Any = None, *,
-                           timeout: float | None = None) -> SendResult:
+    def send_orderly(self, msg: Message, selector=None, arg: Any = None, *,
+                     timeout: float | None = None) -> Awaitable[SendResult]:
         """Ordered send: messages with the same `arg` (default: the keys) go to the same queue."""
         from rmq_core.client.selector import resolve_selector
 
-        self._bind()
-        await self._ready(msg.topic)
-        fut = self._producer.send_async(msg, selector=resolve_selector(selector), arg=arg, timeout=timeout)
-        return await self._wait(fut)
+        return self._start(msg.topic, self._producer.send_async, msg, selector=resolve_selector(selector), arg=arg,
+                           timeout=timeout)
 
-    async def send_batch(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
-                         timeout: float | None = None) -> SendResult:
+    def send_batch(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
+                   timeout: float | None = None) -> Awaitable[SendResult]:
         msgs = list(msgs)
-        self._bind()
-        if msgs:
-            await self._ready(msgs[0].topic)
-        return await self._wait(self._producer.send_batch_async(msgs, queue=queue, timeout=timeout))
+        return self._start(msgs[0].topic if msgs else None, self._producer.send_batch_async, msgs, queue=queue,
+                           timeout=timeout)
 
-    async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None, selector=None,
-                          arg: Any = None) -> None:
+    def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None, selector=None,
+                    arg: Any = None) -> Awaitable[None]:
         """Returns once the request is written; no answer is awaited."""
-        self._bind()
-        await self._wait(self._producer.send_oneway_async(msg, queue=queue, selector=selector, arg=arg))
+        return self._start(None, self._producer.send_oneway_async, msg, queue=queue, selector=selector, arg=arg)
 
 
 class PullConsumer(_OnLoop):

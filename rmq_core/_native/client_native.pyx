@@ -607,6 +607,7 @@ cdef class SendResultMaker:
 cdef extern from "Python.h":
     object PyObject_GenericGetDict(object o, void* context)
     int PyDict_SetItem(object d, object key, object value) except -1
+    int PyDict_DelItem(object d, object key) except -1
     PyObject* PyDict_GetItem(object d, object key)
 
 cdef object _PENDING = None
@@ -643,8 +644,25 @@ def lean_result(future, timeout=None):
     return future._result_slow(timeout)
 
 
+def subscribe_unwatched(future, callback):
+    """LeanFuture.add_lean_callback: when the Future is pending, has no Condition and no lean
+    callback yet, record `callback` (called once with the Future when it finishes, by whoever
+    finishes it) in one step no other thread can come between, and return True.  False: the caller
+    subscribes the usual way (add_done_callback) or reads the finished Future."""
+    cdef PyObject* state
+    d = PyObject_GenericGetDict(future, NULL)
+    if PyDict_GetItem(d, "_condition") != NULL or PyDict_GetItem(d, "_lean_callback") != NULL:
+        return False
+    state = PyDict_GetItem(d, "_state")
+    if state == NULL or (<object>state is not _PENDING and <object>state is not _RUNNING):
+        return False
+    PyDict_SetItem(d, "_lean_callback", callback)
+    return True
+
+
 cdef bint _finish_unwatched(future, result, exception) except -1:
     cdef PyObject* state
+    cdef PyObject* found
     d = PyObject_GenericGetDict(future, NULL)  # (the public way to an instance's own __dict__)
     if PyDict_GetItem(d, "_condition") != NULL:
         return False
@@ -656,7 +674,20 @@ cdef bint _finish_unwatched(future, result, exception) except -1:
     else:
         PyDict_SetItem(d, "_exception", exception)
     PyDict_SetItem(d, "_state", _FINISHED)
+    found = PyDict_GetItem(d, "_lean_callback")  # (recorded before the state changed: see above)
+    if found != NULL:
+        callback = <object>found
+        PyDict_DelItem(d, "_lean_callback")
+        try:
+            callback(future)
+        except Exception:  # a subscriber's failure is not the finisher's (Future._invoke_callbacks)
+            _log_callback_error(future)
     return True
+
+
+cdef _log_callback_error(future):
+    import logging
+    logging.getLogger("concurrent.futures").exception("exception calling callback for %r", future)
 
 
 cdef extern from "<time.h>" nogil:
@@ -931,21 +962,24 @@ cdef class PipelinedSender:
     must take the send (as _send_pipelined's None after a queue was picked).  Where it declines
     after picking a queue for a reason the Python path handles (no cached native header, a body
     to compress, properties the native writer leaves to Python) it calls
-    producer._send_pipelined_to(message, timeout, queue, address) and returns what that returns."""
+    state.send_general(message, timeout, queue, address) and returns what that returns.
 
-    cdef object _producer
-    cdef object _instance
+    It works from one rmq_core.client.send_state.SendState - tables, settings and callables the
+    Python layer owns and keeps current - never from a Producer or a client instance."""
+
+    cdef object _state  # the rmq_core.client.send_state.SendState it works from (owned by Python)
     cdef dict _publish_info
     cdef object _fault_strategy
-    cdef object _tolerance
+    cdef dict _benched
+    cdef object _clock
+    cdef dict _broker_addrs
     cdef dict _headers
     cdef object _uniq
     cdef object _future_cls
     cdef object _message_cls
     cdef object _check_message
     cdef object _completion
-    cdef object _read_frames
-    cdef object _from_command
+    cdef object _channel_for
     cdef object _opaques
     cdef object _remoting_error
     cdef object _master_id
@@ -953,31 +987,29 @@ cdef class PipelinedSender:
     cdef set _checked_topics
     cdef dict _channels  # address -> its one pipelined connection while open (None: not cached)
 
-    def __init__(self, producer, instance, future_cls, message_cls, check_message, uniq_ids, completion,
-                 read_frames, from_command, opaque_counter, remoting_error, master_id=0, set checked_topics=None):
-        self._producer = producer
-        self._instance = instance
-        self._publish_info = producer.topic_publish_info
-        self._fault_strategy = producer.fault_strategy
-        self._tolerance = producer.fault_strategy.tolerance
-        self._headers = producer._send_headers
-        self._uniq = uniq_ids
-        self._future_cls = future_cls
-        self._message_cls = message_cls
-        self._check_message = check_message
-        self._completion = completion
-        self._read_frames = read_frames
-        self._from_command = from_command
-        self._opaques = opaque_counter
-        self._remoting_error = remoting_error
-        self._master_id = master_id
+    def __init__(self, state):
+        self._state = state
+        self._publish_info = state.publish_info
+        self._fault_strategy = state.fault
+        self._benched = state.benched
+        self._clock = state.clock
+        self._broker_addrs = state.broker_addrs
+        self._headers = state.headers
+        self._uniq = state.uniq
+        self._future_cls = state.future_cls
+        self._message_cls = state.message_cls
+        self._check_message = state.check_message
+        self._completion = state.completion
+        self._channel_for = state.channel_for
+        self._opaques = state.opaques
+        self._remoting_error = state.remoting_error
+        self._master_id = state.master_id
         # a LeanFuture made without its __init__: its class holds the defaults, only _state is set
-        self._new_future = future_cls.__new__
-        self._checked_topics = checked_topics if checked_topics is not None else set()
-        # with one connection per broker, the one send_channel gave for an address (a tcp one:
-        # in_proc was asked) serves until it closes; with more, send_channel takes them in turn
-        config = getattr(instance, "config", None)
-        self._channels = {} if getattr(config, "pipelined_send_connections", 0) == 1 else None
+        self._new_future = self._future_cls.__new__
+        self._checked_topics = state.checked_topics if state.checked_topics is not None else set()
+        # with one connection per broker, the one channel_for gave for an address (a tcp one:
+        # in_proc was asked) serves until it closes; with more, channel_for takes them in turn
+        self._channels = {} if state.one_channel_per_broker else None
 
     cdef object _publish_info_of(self, message):
         """The cached route of a plain Message's topic when it has queues; else None (the
@@ -1000,9 +1032,9 @@ cdef class PipelinedSender:
             n = len(queues)
             # TopicPublishInfo.next_index without its lock: this step is atomic under the GIL (a
             # locked Python step interleaved with it may lose one turn of the round robin: harmless)
-            index = (info._index + 1) & _INT32_MAX
-            info._index = index
-            items = self._tolerance._items
+            index = (info.index + 1) & _INT32_MAX
+            info.index = index
+            items = self._benched
             now = None
             for i in range(n):
                 candidate = queues[(index + i) % n]
@@ -1010,7 +1042,7 @@ cdef class PipelinedSender:
                 if found != NULL:
                     item = <object>found  # (a strong reference before any Python code runs)
                     if now is None:
-                        now = self._tolerance._clock()
+                        now = self._clock()
                     if not now >= item.start_timestamp:
                         continue
                 return candidate
@@ -1019,7 +1051,7 @@ cdef class PipelinedSender:
 
     cdef object _master_addr(self, broker):
         """MQClientInstance.find_broker_addr_in_publish: the broker's master address, or None."""
-        cdef PyObject* found = PyDict_GetItem(self._instance.broker_addr_table, broker)
+        cdef PyObject* found = PyDict_GetItem(self._broker_addrs, broker)
         if found != NULL:
             addrs = <object>found
             if addrs:
@@ -1052,23 +1084,23 @@ cdef class PipelinedSender:
         info = self._publish_info_of(message)
         if info is None:
             return None
-        producer = self._producer
+        state = self._state
         topic = message.topic
         queues = info.queues
         body = message.body
         if type(body) is not bytes:
             return None
         n = len(body)
-        if n >= producer.compress_msg_body_over_howmuch:
+        if n >= state.compress_over:
             return None
-        instance = self._instance
-        if not instance.direct_send_possible():
+        if not state.direct_possible():
             return None
-        loop_thread = instance._loop_thread
-        if loop_thread is not None and loop_thread.ident == PyThread_get_thread_ident():
+        loop_thread = state.loop_thread_ident
+        if loop_thread is not None and loop_thread == PyThread_get_thread_ident():
             return None  # (the loop's thread must not block on a socket)
-        if not self._passes_inline(message, topic, n, producer.max_message_size):
-            self._check_message(message, producer.max_message_size)
+        max_size = state.max_message_size
+        if not self._passes_inline(message, topic, n, max_size):
+            self._check_message(message, max_size)
         mq = self._pick_queue(info, queues)
         broker = mq.broker_name
         addr = self._master_addr(broker)
@@ -1088,22 +1120,22 @@ cdef class PipelinedSender:
     def send(self, message, double timeout):
         cdef Py_ssize_t n
         cdef PyObject* found
+        state = self._state
         info = self._publish_info_of(message)
-        if info is None or not self._instance.pipelined_send_possible():
+        if info is None or not state.pipelined_possible():
             return None
-        producer = self._producer
         topic = message.topic
         queues = info.queues
         body = message.body
         n = len(body) if type(body) is bytes else -1
-        if not self._passes_inline(message, topic, n, producer.max_message_size):
+        max_size = state.max_message_size
+        if not self._passes_inline(message, topic, n, max_size):
             try:  # (check_message's usual case passed inline: a topic it passed, a body of fitting size)
-                self._check_message(message, producer.max_message_size)
+                self._check_message(message, max_size)
             except Exception:  # the general path fails the Future with it
                 return None
         mq = self._pick_queue(info, queues)
         broker = mq.broker_name
-        instance = self._instance
         addr = self._master_addr(broker)
         if addr is None:
             return False
@@ -1114,26 +1146,25 @@ cdef class PipelinedSender:
                 channel = <object>found
                 if channel.closed:
                     channel = None
-        if channel is None and instance.in_proc(addr):
+        if channel is None and state.in_proc(addr):
             return False
         found = PyDict_GetItem(self._headers, (mq.topic, broker, mq.queue_id, False))
-        if found == NULL or type(<object>found) is not SendHeader \
-                or len(message.body) >= producer.compress_msg_body_over_howmuch:
-            return producer._send_pipelined_to(message, timeout, mq, addr)
+        if found == NULL or type(<object>found) is not SendHeader or len(message.body) >= state.compress_over:
+            return state.send_general(message, timeout, mq, addr)
         header = <SendHeader><object>found
         opaque = next(self._opaques) & _INT32_MAX
         uniq = self._uniq()
         frame = header._frame(0, message.flag, None, message, opaque, message.body, None, 0, None, uniq)
         if frame is None:
-            return producer._send_pipelined_to(message, timeout, mq, addr)
+            return state.send_general(message, timeout, mq, addr)
         fut = self._new_future(self._future_cls)
         PyObject_GenericSetAttr(fut, "_state", _PENDING)
         context = (message, uniq, None, mq, addr, timeout, _monotonic(), fut)
         if channel is None:
             try:
-                channel = instance.send_channel(addr, self._read_frames, self._from_command)
+                channel = self._channel_for(addr)
             except self._remoting_error as e:  # cannot connect: counted against the broker, retried elsewhere
-                producer._pipelined_done(context, None, e)
+                state.failed(context, None, e)
                 return fut
             if self._channels is not None:
                 if len(self._channels) >= 1024:  # brokers come and go with routes: keep it bounded

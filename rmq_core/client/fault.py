@@ -48,34 +48,34 @@ class FaultItem:
 
 class LatencyFaultTolerance:
     def __init__(self, clock: Callable[[], float] | None = None):
-        self._items: dict[str, FaultItem] = {}
+        self.items: dict[str, FaultItem] = {}  # broker name -> its fault item (the native sender reads it)
         self._lock = threading.Lock()
         self._which_worst = random.randrange(1 << 16)
-        self._clock = clock or (lambda: time.monotonic() * 1000.0)
+        self.clock = clock or (lambda: time.monotonic() * 1000.0)
 
     def update_fault_item(self, name: str, current_latency: int, not_available_ms: int) -> None:
-        now = self._clock()
+        now = self.clock()
         with self._lock:
-            item = self._items.get(name)
+            item = self.items.get(name)
             if item is None:
-                self._items[name] = FaultItem(name, current_latency, now + not_available_ms)
+                self.items[name] = FaultItem(name, current_latency, now + not_available_ms)
             else:
                 item.current_latency = current_latency
                 item.start_timestamp = now + not_available_ms
 
     def is_available(self, name: str) -> bool:
-        item = self._items.get(name)
-        return item is None or item.is_available(self._clock())
+        item = self.items.get(name)
+        return item is None or item.is_available(self.clock())
 
     def remove(self, name: str) -> None:
         with self._lock:
-            self._items.pop(name, None)
+            self.items.pop(name, None)
 
     def pick_one_at_least(self) -> str | None:
         """A broker from the better half of the benched ones (round robin among them)."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
-            items = list(self._items.values())
+            items = list(self.items.values())
         if not items:
             return None
         random.shuffle(items)
@@ -87,8 +87,8 @@ class LatencyFaultTolerance:
         return items[self._which_worst % half].name
 
     def snapshot(self) -> dict[str, tuple[int, bool]]:
-        now = self._clock()
-        return {k: (v.current_latency, v.is_available(now)) for k, v in self._items.items()}
+        now = self.clock()
+        return {k: (v.current_latency, v.is_available(now)) for k, v in self.items.items()}
 
 
 class MQFaultStrategy:

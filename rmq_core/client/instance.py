@@ -33,6 +33,7 @@ from concurrent.futures._base import RUNNING as _RUNNING
 from rmq_core import loops, plugins
 from rmq_core._native.client_native import finish_unwatched as _finish_unwatched
 from rmq_core._native.client_native import lean_result as _lean_result
+from rmq_core._native.client_native import subscribe_unwatched as _subscribe_unwatched
 from rmq_core._native.client_native import init_future_states
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.route import TopicRouteData
@@ -266,6 +267,22 @@ class LeanFuture(CancellableFuture):
     def done(self) -> bool:
         return self._state in _DONE_STATES  # (one read: no lock needed)
 
+    def add_lean_callback(self, fn: Callable[["LeanFuture"], Any]) -> None:
+        """add_done_callback for one subscriber (an aio waiter) without making the Condition: fn is
+        recorded natively while the Future is pending and unwatched, and called once by whoever
+        finishes it (finish, set_result, set_exception, cancel); otherwise add_done_callback."""
+        if not _subscribe_unwatched(self, fn):
+            self.add_done_callback(fn)
+
+    def _invoke_callbacks(self):  # (Future's own, called by set_result / set_exception / cancel)
+        fn = self.__dict__.pop("_lean_callback", None)
+        if fn is not None:
+            try:
+                fn(self)
+            except Exception:
+                log.exception("exception calling callback for %r", self)
+        super()._invoke_callbacks()
+
     result = _lean_result  # done and fine: answered natively, no Condition needed; else _result_slow
 
     def _result_slow(self, timeout: float | None = None):
@@ -496,6 +513,12 @@ class MQClientInstance:
         log.info("the client factory [%s] shut down", self.client_id)
 
     # --- bridging threads and the loop -----------------------------------------------------------
+    @property
+    def loop_thread_ident(self) -> int | None:
+        """The client loop's thread id (None before start)."""
+        t = self._loop_thread
+        return None if t is None else t.ident
+
     def in_loop_thread(self) -> bool:
         return self._loop_thread is threading.current_thread()
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import enum
+import functools
 import logging
 import threading
 import time
@@ -30,11 +31,12 @@ from typing import Any, Callable, Iterable
 import attrs
 
 from rmq_core import plugins
-from rmq_core.client.accumulator import BATCH_ITEM_OVERHEAD, PipelinedAccumulator, ProduceAccumulator
+from rmq_core.client.accumulator import BATCH_ITEM_OVERHEAD, PipelinedAccumulator
 from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import RETRY_RESPONSE_CODES, MQFaultStrategy, SendPolicy
 from rmq_core.client.instance import CancellableFuture, LeanFuture, MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
+from rmq_core.client.send_state import SendState
 from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
@@ -206,6 +208,9 @@ class Producer:
             raise ConfigError(f"bad max_message_size {max_message_size!r}: must be > 0")
         if batch_max_bytes <= 0:
             raise ConfigError(f"bad batch_max_bytes {batch_max_bytes!r}: must be > 0")
+        # what the native sender works from (max_message_size and compress_msg_body_over_howmuch
+        # live there too); bound to the client instance at start
+        self.send_state = SendState()
         self.send_msg_timeout = send_msg_timeout
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
         self.compress_type = compress_type
@@ -227,12 +232,9 @@ class Producer:
         # auto_batch (RocketMQ 5's autoBatch): async sends of a topic gathered into batch requests
         self.auto_batch = auto_batch
         self.batch_max_bytes = min(batch_max_bytes, max_message_size)
-        self._accumulator = ProduceAccumulator(self, batch_max_bytes=self.batch_max_bytes,
-                                               async_mode=CommunicationMode.ASYNC) if auto_batch else None
-        # auto_batch's usual way (to tcp brokers, no hooks): gathered in the senders' threads and
-        # written on the pipelined connection; set at start
+        # gathered in the senders' threads, written on the pipelined connection (or the loop's way:
+        # in-proc brokers, routes not cached yet, retries); made at start
         self._batch_accumulator: PipelinedAccumulator | None = None
-        self._batch_routes: dict[str, TopicPublishInfo] = {}  # topic -> its route found fit for that way
         # (topic, broker, queue id, batch) -> SendHeader, see _encode_frame (keyed by the fields: a
         # MessageQueue's attrs-made __hash__ and __eq__ are Python calls)
         self._send_headers: dict[tuple[str, str, int, bool], SendHeader | None] = {}
@@ -240,10 +242,25 @@ class Producer:
         # fast answers in the policy's table, as SendPolicy.note does
         self._pipelined_completion = PipelinedCompletion(_RESULTS, self.fault_strategy, self.send_policy.noted,
                                                          self._pipelined_done)
+        st = self.send_state
+        st.publish_info, st.headers, st.master_id = self.topic_publish_info, self._send_headers, MixAll.MASTER_ID
+        st.fault, st.benched = self.fault_strategy, self.fault_strategy.tolerance.items
+        st.clock = self.fault_strategy.tolerance.clock
+        st.checked_topics = _SENDABLE_TOPICS  # (the topic names check_message passed)
+        st.send_general, st.failed, st.completion = self._send_pipelined_to, self._pipelined_done, self._pipelined_completion
+        st.check_message, st.uniq, st.future_cls, st.message_cls = check_message, create_uniq_id, LeanFuture, Message
+        st.opaques = _command._opaque_counter  # (next_opaque's process-wide counter: opaques never repeat)
+        st.remoting_error = RemotingError
         # which plain sends take the lean paths (decided at start, with the hooks)
         self._plain_direct = False
         self._plain_pipelined = False
         self._pipelined_sender: PipelinedSender | None = None  # _send_pipelined's usual case, natively
+
+    # the message settings the native sender reads live in the send state
+    max_message_size = property(lambda self: self.send_state.max_message_size,
+                                lambda self, n: setattr(self.send_state, "max_message_size", n))
+    compress_msg_body_over_howmuch = property(lambda self: self.send_state.compress_over,
+                                              lambda self, n: setattr(self.send_state, "compress_over", n))
 
     # the retry settings live in the policy every send asks
     retry_times_when_send_failed = property(
@@ -267,14 +284,10 @@ class Producer:
                 self.instance.start()
                 self._hooks = plugins.has_impls("rmq_before_send") or plugins.has_impls("rmq_after_send")
                 self._plain_direct = not self._hooks and not self.retry_another_broker_when_not_store_ok
-                self._pipelined_sender = PipelinedSender(
-                    self, self.instance, LeanFuture, Message, check_message, create_uniq_id, self._pipelined_completion,
-                    read_send_response_frames, SendResponse.from_command, _command._opaque_counter, RemotingError,
-                    MixAll.MASTER_ID,  # (next_opaque's process-wide counter: opaques never repeat)
-                    _SENDABLE_TOPICS)  # (the topic names check_message passed)
+                self._pipelined_sender = PipelinedSender(self._bind_send_state())
                 # (send hooks run on the same connections: _invoke_direct, _send_pipelined_to)
-                self._plain_pipelined = self._accumulator is None
-                if self._accumulator is not None and not self._hooks:
+                self._plain_pipelined = not self.auto_batch
+                if self.auto_batch and not self._hooks:  # (with send hooks each message goes alone)
                     self._batch_accumulator = PipelinedAccumulator(self, batch_max_bytes=self.batch_max_bytes)
                 self._started = True
             except BaseException:
@@ -282,6 +295,19 @@ class Producer:
                 raise
         log.info("the producer [%s] start OK, client id %s", self.group, self.instance.client_id)
         return self
+
+    def _bind_send_state(self) -> SendState:
+        """The send state the native sender works from, bound to the started client instance."""
+        st, inst = self.send_state, self.instance
+        st.broker_addrs = inst.broker_addr_table
+        st.loop_thread_ident = inst.loop_thread_ident
+        st.one_channel_per_broker = getattr(getattr(inst, "config", None), "pipelined_send_connections", 0) == 1
+        st.pipelined_possible = inst.pipelined_send_possible
+        st.direct_possible = inst.direct_send_possible
+        st.in_proc = inst.in_proc
+        st.channel_for = functools.partial(inst.send_channel, read_frames=read_send_response_frames,
+                                           from_command=SendResponse.from_command)
+        return st
 
     def shutdown(self) -> None:
         with self._lock:
@@ -292,13 +318,6 @@ class Producer:
             log.warning("producer %s: gathered messages still unanswered at shutdown", self.group)
             self._batch_accumulator.fail_pending(
                 MQClientError(f"producer {self.group} shut down before the message was sent"))
-        if self._accumulator is not None:
-            try:  # what was accepted leaves before the client goes
-                self.instance.run(self._accumulator.drain(), timeout=self.send_msg_timeout * 2 + 1)
-            except Exception as e:  # noqa: BLE001 - the shutdown goes on; unsent ones fail below
-                log.warning("producer %s: sending the gathered messages at shutdown failed: %s", self.group, e)
-                self.instance.post(lambda: self._accumulator.fail_pending(
-                    MQClientError(f"producer {self.group} shut down before the message was sent")))
         self.instance.unregister_producer(self.group)
 
     def __enter__(self) -> "Producer":
@@ -543,25 +562,7 @@ class Producer:
             prepared = self._prepare(msg)
         except Exception:  # a bad message fails its Future (and callback), as any other send error
             prepared = None
-        acc = self._accumulator
-        if (prepared is None or queue is not None or selector is not None or self._hooks or acc is None
-                or not acc.eligible(msg, prepared, self.batch_max_bytes)):
-            fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg, prepared=prepared))
-        else:
-            fut = CancellableFuture()
-
-            def finished(result, error):  # on the loop; a Future the caller cancelled stays cancelled
-                if isinstance(error, asyncio.CancelledError):
-                    fut.cancel()
-                if not fut.set_running_or_notify_cancel():
-                    return
-                if error is not None:
-                    fut.set_exception(error)
-                else:
-                    fut.set_result(result)
-
-            # (a gathered message cannot be taken back: cancelling only abandons its Future)
-            inst.post(lambda: acc.add(msg, prepared, t, finished))
+        fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg, prepared=prepared))
         if callback is not None:
             self._call_back_when_done(fut, callback)
         return fut
@@ -734,25 +735,13 @@ class Producer:
         """An auto_batch message validated and encoded as a batch item, in the caller's thread:
         (topic, uniq, item, wait_store_msg_ok); the IllegalArgumentError naming what is wrong; or
         None when it does not go this way (Java's batch rules: no delay level, no compression, not
-        to a retry topic, within batch_max_bytes; and a cached route to a tcp broker)."""
+        to a retry topic, within batch_max_bytes)."""
         body = msg.body if type(msg) is Message else None
         if (body is None or msg.delay_time_level != 0 or len(body) >= self.compress_msg_body_over_howmuch
                 or len(body) + BATCH_ITEM_OVERHEAD >= batch_max_bytes):
             return None
-        topic = msg.topic
-        info = self.topic_publish_info.get(topic)
-        inst = self.instance
-        if info is None or not inst.pipelined_send_possible():
+        if MixAll.is_retry_topic(msg.topic):
             return None
-        if self._batch_routes.get(topic) is not info:  # a route not judged yet (each change is a new info)
-            if not info.ok or MixAll.is_retry_topic(topic):
-                return None
-            addr = inst.find_broker_addr_in_publish(info.queues[0].broker_name)
-            if addr is None or inst.in_proc(addr):
-                return None
-            if len(self._batch_routes) >= 4096:
-                self._batch_routes.clear()
-            self._batch_routes[topic] = info
         try:  # (check_message's checks included)
             return encode_batch_item(msg, self.max_message_size, Message, _RESERVED_PROPERTIES, check_send_topic,
                                      MessageClientIDSetter)
@@ -777,14 +766,14 @@ class Producer:
         inst = self.instance
         info = self.topic_publish_info.get(topic)
         header = None
-        if info is not None and info.ok and not inst._stopping:
+        if info is not None and info.ok and not inst._stopping and inst.pipelined_send_possible():
             mq = self.send_policy.select(info)
             addr = inst.find_broker_addr_in_publish(mq.broker_name)
             if addr is not None and not inst.in_proc(addr):
                 header = self._send_header(mq, True)
         opaque = next_opaque()
         frame = header.build_frame(0, 0, _OUTER_PROPS[wait], opaque, body) if header is not None else None
-        if frame is None:  # no route or connection any more: the loop's way
+        if frame is None:  # no route cached (yet), an in-proc broker: the loop's way
             self._retry_batch(topic, wait, body, timeout, on_answer, context, None, futures)
             return None
         ctx = (mq, addr, time.monotonic(), topic, wait, body, timeout, on_answer, context, futures)

@@ -123,7 +123,7 @@ class TopicRouteData:
 class TopicPublishInfo:
     """The queues a producer may write to, with the round-robin cursor (sendWhichQueue)."""
 
-    __slots__ = ("topic", "queues", "route", "order_topic", "_index", "_lock", "have_route")
+    __slots__ = ("topic", "queues", "route", "order_topic", "index", "_lock", "have_route")
 
     def __init__(self, topic: str, queues: list, route: TopicRouteData | None, order_topic: bool = False):
         self.topic = topic
@@ -131,8 +131,9 @@ class TopicPublishInfo:
         self.route = route
         self.order_topic = order_topic
         self.have_route = route is not None
+        # the round robin's cursor (public: the native sender advances it too, see SendState)
         # Java's ThreadLocalIndex starts at a random value so producers do not all hit queue 0
-        self._index = random.randrange(1 << 16)
+        self.index = random.randrange(1 << 16)
         self._lock = threading.Lock()
 
     @property
@@ -141,8 +142,8 @@ class TopicPublishInfo:
 
     def next_index(self) -> int:
         with self._lock:
-            self._index = (self._index + 1) & 0x7FFFFFFF
-            return self._index
+            self.index = (self.index + 1) & 0x7FFFFFFF
+            return self.index
 
     def select_one(self, last_broker_name: str | None = None) -> MessageQueue:
         """Round robin; when retrying, prefer a queue on another broker than the one that failed."""

@@ -137,6 +137,7 @@ class PipelinedChannel:
         self._rbuf = bytearray(_READ_BUFFER)  # the read buffer, used by the token holder only
         self._rview = memoryview(self._rbuf)
         self._rhave = 0  # bytes of _rbuf holding an incomplete frame
+        self._rfull = False  # the last receive filled the buffer
         self._reads = 0  # receives that got data, by whichever thread (the reader's deferral restarts)
         self._reader_gone = False
         self._next_sweep = time.monotonic() + sweep_interval  # (the reader's, or a reading caller's)
@@ -315,6 +316,8 @@ class PipelinedChannel:
                 if got is None:
                     break
                 answered += got
+                if not self._rfull:  # the receive took all the socket held: no second one to learn that
+                    break
             if (answered or self.writes.gathered) and not self.closed:
                 self._flush_gathered(answered)
         except (OSError, RemotingCommandError) as e:
@@ -367,6 +370,13 @@ class PipelinedChannel:
                 poller.register(fd, _POLL_IN)
             poller.poll(remaining * 1000.0)
 
+    def flush(self) -> None:
+        """Write what gathered now from this thread, unless another write is in progress: for a
+        sender that will wait for the answers anyway (an event loop about to go idle), so the
+        gathered requests leave before the first answer comes instead of after it."""
+        if self.writes.gathered and not self.closed:
+            self._flush_blocking()
+
     def _flush_blocking(self) -> None:
         """Write what gathered from this thread (it may block), unless another write is in progress."""
         data = self.writes.start_flush()
@@ -385,6 +395,7 @@ class PipelinedChannel:
             return None
         if n == 0:
             raise ConnectionResetError(f"connection closed by {self.addr}")
+        self._rfull = n == len(view) - have  # the buffer filled: more may be waiting
         self._reads += 1
         have += n
         items, consumed = self._read_frames(view[:have], self.max_frame_length)

@@ -144,3 +144,23 @@ def test_uniq_ids_are_distinct_across_threads_and_carry_their_parts():
     month_start = time.mktime((now.tm_year, now.tm_mon, 1, 0, 0, 0, 0, 0, 0)) - time.timezone
     expected = int((time.time() - month_start) * 1000)
     assert abs(int(ids[-1][20:28], 16) - expected) < 60_000
+
+
+@pytest.mark.parametrize("where", ["inproc", "tcp"])
+def test_first_sends_of_a_topic_and_in_proc_brokers_are_gathered_too(cluster, monkeypatch, where):
+    """The one accumulator also takes a topic's sends before its route is cached, and sends to an
+    in-proc broker: they leave as batches the client loop's way, each with its own SendResult."""
+    topic = f"AutoBatchFirst{where}T"
+    namesrv = cluster.namesrv if where == "inproc" else cluster.tcp_namesrv
+    with Producer(f"PG_ABF_{where}", namesrv=namesrv, auto_batch=True, **FAST) as p:
+        p._batch_accumulator.linger = 30.0  # they leave together when the first is waited for
+        seen = _count_requests(monkeypatch, p)
+        futures = [p.send_async(Message(topic, f"f{i}".encode())) for i in range(30)]
+        results = [f.result(20) for f in futures]
+    assert all(r.status is SendStatus.SEND_OK for r in results)
+    assert seen and all(code == RequestCode.SEND_BATCH_MESSAGE for code, _ in seen) and len(seen) < 30
+    assert len({r.msg_id for r in results}) == 30
+    assert len({(r.queue.queue_id, r.queue_offset) for r in results}) == 30
+    got = drain_topic(cluster.tcp_namesrv, topic, f"CG_ABF_{where}", 30)
+    by_uniq = {m.msg_id: m for m in got}
+    assert [by_uniq[r.msg_id].body for r in results] == [f"f{i}".encode() for i in range(30)]

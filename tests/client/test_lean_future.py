@@ -179,3 +179,50 @@ def test_native_ids_are_distinct_across_threads():
         t.join(30)
     flat = [u for chunk in out for u in chunk]
     assert len(flat) == 30000 and len(set(flat)) == 30000
+
+
+def test_a_lean_callback_is_called_once_by_whoever_finishes_and_makes_no_condition():
+    f = LeanFuture()
+    seen = []
+    f.add_lean_callback(seen.append)
+    assert "_condition" not in f.__dict__
+    f.finish("r")
+    assert seen == [f] and "_condition" not in f.__dict__ and "_lean_callback" not in f.__dict__
+    f.finish("again")  # finished already: nothing more is called
+    assert seen == [f] and f.result() == "r"
+
+
+@pytest.mark.parametrize("how", ["set_result", "set_exception", "cancel"])
+def test_a_lean_callback_is_called_by_the_usual_ways_too(how):
+    f = LeanFuture()
+    seen = []
+    f.add_lean_callback(seen.append)
+    f.add_done_callback(seen.append)  # a second subscriber makes the Condition: the usual way
+    if how == "set_result":
+        f.set_result(1)
+    elif how == "set_exception":
+        f.set_exception(ValueError("x"))
+    else:
+        assert f.cancel()
+    assert seen == [f, f]
+
+
+def test_a_lean_callback_on_a_finished_future_is_called_at_once():
+    f = LeanFuture()
+    f.finish(None, ValueError("bad"))
+    seen = []
+    f.add_lean_callback(seen.append)
+    assert seen == [f]
+
+
+def test_lean_callbacks_race_finishers_and_are_called_exactly_once():
+    counts = []
+    for _ in range(300):
+        f = LeanFuture()
+        seen = []
+        t = threading.Thread(target=lambda: f.finish(1))
+        t.start()
+        f.add_lean_callback(seen.append)
+        t.join(5)
+        counts.append(len(seen))
+    assert set(counts) == {1}

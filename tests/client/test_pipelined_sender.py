@@ -42,8 +42,12 @@ class _Instance:
         self.possible = True
         self.refuse_connect = False
         self._stopping = False
+        self.loop_thread_ident = None
         self.connects = 0  # send_channel calls
         self.in_proc_calls = 0
+
+    def direct_send_possible(self):
+        return True
 
     def pipelined_send_possible(self):
         return self.possible
@@ -74,9 +78,9 @@ def _setup(brokers=("broker-a", "broker-b"), queues=2, inproc=(), connections=No
         "T", [MessageQueue("T", b, q) for b in brokers for q in range(queues)], None)
     for mq in p.topic_publish_info["T"].queues:  # the headers a started producer caches on first use
         p._send_header(mq, False)
-    sender = client_native.PipelinedSender(
-        p, inst, LeanFuture, Message, check_message, producer_module.create_uniq_id, p._pipelined_completion,
-        producer_module.read_send_response_frames, SendResponse.from_command, itertools.count(1), RemotingError, 0)
+    state = p._bind_send_state()  # (what start() binds, from this instance)
+    state.opaques = itertools.count(1)
+    sender = client_native.PipelinedSender(state)
     return p, inst, sender
 
 
@@ -101,10 +105,10 @@ _messages = st.builds(
 @given(msg=_messages)
 def test_the_native_send_writes_what_the_python_path_writes(msg):
     p, inst, sender = _setup()
-    index = p.topic_publish_info["T"]._index
+    index = p.topic_publish_info["T"].index
     fut = sender.send(msg, 3.0)
     assert isinstance(fut, LeanFuture) and not fut.done()
-    p.topic_publish_info["T"]._index = index  # the same queue for the Python path
+    p.topic_publish_info["T"].index = index  # the same queue for the Python path
     fut_py = p._send_pipelined(msg, 3.0)
     native, python = _all_sent(inst)
     assert native[0] != python[0]  # (own opaque, UNIQ_KEY and born time)
@@ -166,7 +170,7 @@ def test_a_connection_that_cannot_be_opened_goes_to_the_failure_path():
     p, inst, sender = _setup()
     inst.refuse_connect = True
     seen = []
-    p._pipelined_done = lambda context, response, error: seen.append((context, response, error))
+    p.send_state.failed = lambda context, response, error: seen.append((context, response, error))
     fut = sender.send(Message("T", b"x"), 3.0)
     ((ctx, response, error),) = seen
     assert ctx[7] is fut and response is None and isinstance(error, RemotingConnectError)

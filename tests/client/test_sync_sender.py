@@ -36,12 +36,16 @@ class _Instance:
         self.direct = True
         self._loop_thread = None
         self._stopping = False
+        self.loop_thread_ident = None
         self.exchanged = []  # (addr, frame, opaque, timeout, code)
         self.script = []  # per exchange: a response code, an exception, or None (all connections busy)
         self.ran = []  # coroutines handed to run(): the loop's path
 
     def direct_send_possible(self):
         return self.direct
+
+    def send_channel(self, addr, read_frames, from_command):  # (sync sends never take this way here)
+        raise RemotingError(f"no pipelined connection to {addr} in this test")
 
     def pipelined_send_possible(self):
         return True
@@ -84,9 +88,9 @@ def _setup(brokers=("broker-a", "broker-b"), queues=2, cache_headers=True, **kw)
     if cache_headers:
         for mq in p.topic_publish_info["T"].queues:  # the headers a started producer caches on first use
             p._send_header(mq, False)
-    p._pipelined_sender = client_native.PipelinedSender(
-        p, inst, LeanFuture, Message, check_message, producer_module.create_uniq_id, p._pipelined_completion,
-        producer_module.read_send_response_frames, SendResponse.from_command, itertools.count(1), RemotingError, 0)
+    state = p._bind_send_state()  # (what start() binds, from this instance)
+    state.opaques = itertools.count(1)
+    p._pipelined_sender = client_native.PipelinedSender(state)
     return p, inst
 
 
@@ -107,9 +111,9 @@ _messages = st.builds(
 @given(msg=_messages)
 def test_the_native_frame_is_the_one_the_python_header_builds(msg):
     p, inst = _setup()
-    index = p.topic_publish_info["T"]._index
+    index = p.topic_publish_info["T"].index
     mq, addr, frame, opaque, uniq, code = p._pipelined_sender.sync_frame(msg)
-    assert p.topic_publish_info["T"]._index == (index + 1) & 0x7FFFFFFF  # one turn of the round robin
+    assert p.topic_publish_info["T"].index == (index + 1) & 0x7FFFFFFF  # one turn of the round robin
     assert mq == p.topic_publish_info["T"].queues[(index + 1) % 4]
     assert addr == inst.find_broker_addr_in_publish(mq.broker_name) and code == RequestCode.SEND_MESSAGE_V2
     header = p._send_header(mq, False)
@@ -124,7 +128,7 @@ def test_the_native_frame_is_the_one_the_python_header_builds(msg):
 def test_what_it_declines_before_picking_a_queue_is_none_and_a_bad_message_raises():
     p, inst = _setup()
     sender = p._pipelined_sender
-    index = p.topic_publish_info["T"]._index
+    index = p.topic_publish_info["T"].index
 
     class Sub(Message):
         """A user's Message subclass: the native path leaves it to Python."""
@@ -135,12 +139,12 @@ def test_what_it_declines_before_picking_a_queue_is_none_and_a_bad_message_raise
     inst.direct = False
     assert sender.sync_frame(Message("T", b"x")) is None
     inst.direct = True
-    inst._loop_thread = threading.current_thread()  # the loop's thread never blocks on a socket
+    p.send_state.loop_thread_ident = threading.get_ident()  # the loop's thread never blocks on a socket
     assert sender.sync_frame(Message("T", b"x")) is None
-    inst._loop_thread = None
+    p.send_state.loop_thread_ident = None
     with pytest.raises(IllegalArgumentError, match="empty body"):
         sender.sync_frame(Message("T", b""))
-    assert p.topic_publish_info["T"]._index == index  # none of them advanced the round robin
+    assert p.topic_publish_info["T"].index == index  # none of them advanced the round robin
 
 
 def test_after_picking_a_queue_it_leaves_the_address_and_header_to_python():
@@ -155,7 +159,7 @@ def test_after_picking_a_queue_it_leaves_the_address_and_header_to_python():
     result = p2.send(Message("T", b"x"))
     assert isinstance(result, SendResult) and len(inst2.exchanged) == 1
     assert _request(inst2.exchanged[0][1]).ext_fields["b"] == "T"
-    p2.topic_publish_info["T"]._index -= 1
+    p2.topic_publish_info["T"].index -= 1
     assert len(p2._pipelined_sender.sync_frame(Message("T", b"x"))) == 6
 
 
@@ -193,7 +197,7 @@ def test_a_refusal_raises_a_retryable_failure_resumes_on_the_loop_and_busy_conne
     with pytest.raises(MQBrokerError) as refused:
         p.send(Message("T", b"x"))
     assert refused.value.code == ResponseCode.MESSAGE_ILLEGAL
-    assert not inst.ran and p.fault_strategy.tolerance._items  # the failure was noted
+    assert not inst.ran and p.fault_strategy.tolerance.items  # the failure was noted
     broken = RemotingTimeoutError("no answer")
     inst.script = [broken]
     assert p.send(Message("T", b"x")) == "loop's result"
