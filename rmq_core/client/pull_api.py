@@ -87,28 +87,42 @@ class PullChain:
     answer)` says whether the loop would send the next one at once (flow control counting the
     answered batch as pull_batch_size messages and its body's bytes, not paused, ...)."""
 
-    __slots__ = ("instance", "timeout", "make_request", "may_pull_ahead", "ahead")
+    __slots__ = ("instance", "group", "mq", "timeout", "make_request", "may_pull_ahead", "filter_hooks", "ahead")
 
-    def __init__(self, instance, timeout: float, make_request, may_pull_ahead):
+    def __init__(self, instance, group: str, mq: MessageQueue, timeout: float, make_request, may_pull_ahead):
+        from rmq_core import plugins
+
         self.instance = instance
+        self.group = group
+        self.mq = mq
         self.timeout = timeout
         self.make_request = make_request
         self.may_pull_ahead = may_pull_ahead
+        self.filter_hooks = plugins.has_impls("rmq_filter_message")  # resolved once per queue, not per pull
         self.ahead = None  # (offset, addr, future) of the pull sent ahead, not yet taken
 
-    async def pull(self, addr: str, offset: int) -> tuple[str, RemotingCommand]:
-        """The answer to the pull at `offset`: the one sent ahead, or a new one; (addr, answer)."""
+    async def pull(self, addr: str, offset: int, sub) -> PullResultExt:
+        """The result of the pull at `offset` (the one sent ahead, or a new one), decoded and
+        through the FilterMessageHook plugins."""
         ahead = self.ahead
         if ahead is not None:
             self.ahead = None
             if ahead[0] == offset:
-                return ahead[1], await ahead[2]
-            ahead[2].cancel()
-        request = self.make_request(offset)
-        fut = self.instance.invoke_nowait(addr, request, self.timeout, self._chained(addr))
-        if fut is None:  # not connected yet (or an RPC hook runs): the usual invoke, unchained
-            return addr, await self.instance.invoke(addr, request, self.timeout)
-        return addr, await fut
+                addr, resp = ahead[1], await ahead[2]
+            else:
+                ahead[2].cancel()
+                ahead = None
+        if ahead is None:
+            request = self.make_request(offset)
+            fut = self.instance.invoke_nowait(addr, request, self.timeout, self._chained(addr))
+            if fut is None:  # not connected yet (or an RPC hook runs): the usual invoke, unchained
+                resp = await self.instance.invoke(addr, request, self.timeout)
+            else:
+                resp = await fut
+        result = process_pull_response(resp, self.mq, sub, addr)
+        if self.filter_hooks and result.messages:
+            run_filter_hooks(self.group, self.mq, result)
+        return result
 
     def _chained(self, addr: str):
         def on_answer(resp: RemotingCommand) -> None:

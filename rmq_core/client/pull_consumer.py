@@ -15,10 +15,8 @@ import time
 from typing import Iterable
 
 from rmq_core.client.process_queue import ProcessQueue
-from rmq_core import plugins
 from rmq_core.client.pull_api import (
-    PullChain, build_pull_request, build_pull_sys_flag, max_offset, min_offset, process_pull_response, reset_retry_topic,
-    run_filter_hooks, search_offset,
+    PullChain, build_pull_request, build_pull_sys_flag, max_offset, min_offset, reset_retry_topic, search_offset,
 )
 from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
 from rmq_core.client.subscription import SubscriptionData, build_subscription
@@ -285,7 +283,6 @@ class PullConsumer(ConsumerBase):
     async def _pull_loop(self, mq: MessageQueue, st: _QueueState) -> None:
         inst = self.instance
         pq = st.pq
-        filter_hooks = plugins.has_impls("rmq_filter_message")
         topic = mq.topic
 
         def make_request(at: int):
@@ -302,7 +299,7 @@ class PullConsumer(ConsumerBase):
                     and pq.msg_count + n <= self.pull_threshold_for_queue
                     and self._cached + n <= self.pull_threshold_for_all)
 
-        chain = PullChain(inst, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
+        chain = PullChain(inst, self.group, mq, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
         try:
             while not pq.dropped and self._started:
                 pq.last_pull_timestamp = time.monotonic()
@@ -325,10 +322,7 @@ class PullConsumer(ConsumerBase):
                     continue
                 try:
                     addr = await inst.find_broker_addr_in_subscribe_async(mq)
-                    addr, resp = await chain.pull(addr, offset)
-                    result = process_pull_response(resp, mq, sub, addr)
-                    if filter_hooks and result.messages:
-                        run_filter_hooks(self.group, mq, result)
+                    result = await chain.pull(addr, offset, sub)
                 except asyncio.CancelledError:
                     raise
                 except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:

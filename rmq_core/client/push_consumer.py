@@ -18,7 +18,7 @@ from rmq_core.client.consume_service import ConsumeConcurrentlyService, ConsumeO
 from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import (
-    BrokerOffsetApi, PullChain, build_pull_request, build_pull_sys_flag, max_offset, process_pull_response, run_filter_hooks,
+    BrokerOffsetApi, PullChain, build_pull_request, build_pull_sys_flag, max_offset,
     search_offset,
 )
 from rmq_core.client.rebalance import RebalanceImpl
@@ -496,7 +496,6 @@ class PushConsumer(ConsumerBase):
         broker_id = MixAll.MASTER_ID
         clustering = self.message_model is MessageModel.CLUSTERING
         loop = asyncio.get_running_loop()
-        filter_hooks = plugins.has_impls("rmq_filter_message")  # resolved once per queue, not per pull
         topic = mq.topic
 
         def make_request(at: int):
@@ -514,7 +513,7 @@ class PushConsumer(ConsumerBase):
                     and not (self._orderly and clustering and not pq.locked)
                     and not self._flow_controlled(pq, self.pull_batch_size, len(answer.body or b"")))
 
-        chain = PullChain(inst, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
+        chain = PullChain(inst, self.group, mq, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
         try:
             while not pq.dropped and self._started:
                 pq.last_pull_timestamp = time.monotonic()
@@ -536,10 +535,7 @@ class PushConsumer(ConsumerBase):
                     addr = inst.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
                     if addr is None:
                         addr = await inst.find_broker_addr_in_subscribe_async(mq, broker_id)
-                    addr, resp = await chain.pull(addr, offset)
-                    result = process_pull_response(resp, mq, sub, addr)
-                    if filter_hooks and result.messages:
-                        run_filter_hooks(self.group, mq, result)
+                    result = await chain.pull(addr, offset, sub)
                 except asyncio.CancelledError:
                     raise
                 except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:
