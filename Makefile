@@ -14,8 +14,11 @@ $(VENV)/bin/python:
 	$(PIP) install -U pip setuptools wheel "Cython>=3.0"
 
 # Re-install when the packaging files change (the stamp keeps repeated `make test` fast).
+# The spark extra (pyspark, pyarrow) is part of the test set-up: tests/spark runs a local Spark
+# session, which needs a Java runtime (Debian's, when the machine has none).
 $(VENV)/.installed: $(VENV)/bin/python pyproject.toml setup.py
-	$(PIP) install --no-build-isolation -e '.[dev]'
+	@command -v java >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null) || echo "no Java runtime: the Spark tests will fail"
+	$(PIP) install --no-build-isolation -e '.[dev,spark]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -30,7 +33,7 @@ run: build
 
 # The web console's tests drive Debian's chromium through chromium-driver (Selenium).
 browser:
-	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "chromium unavailable: the console's browser tests will be skipped"
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "chromium unavailable: the console's browser tests will be skipped"
 
 test: build browser
 	$(PY) -m pytest tests --ignore=tests/bench -m "not slow" -q $(PYTEST_ARGS)
@@ -41,7 +44,7 @@ test-slow: build
 # Benchmarks need a Redis server as the baseline for the client benchmarks (Debian's package).
 bench: build
 	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) || echo "redis-server unavailable: Redis baselines will be skipped"
-	$(PIP) install -e '.[dev,bench]' --no-build-isolation
+	$(PIP) install -e '.[dev,spark,bench]' --no-build-isolation
 	mkdir -p .benchmarks
 	$(PY) -m pytest tests/bench --benchmark-only --benchmark-columns=min,median,mean,ops,rounds --benchmark-json=.benchmarks/last.json -q $(PYTEST_ARGS)
 	$(PY) -m tests.bench.report .benchmarks/last.json

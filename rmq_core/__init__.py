@@ -26,6 +26,10 @@ _LAZY_EXPORTS = {
 
 
 def __getattr__(name):
+    if name == "aio":  # the asyncio API (a module of its own)
+        import importlib
+
+        return importlib.import_module("rmq_core.aio")
     module = _LAZY_EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'rmq_core' has no attribute {name!r}")
@@ -37,4 +41,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY_EXPORTS))
+    return sorted(set(globals()) | set(_LAZY_EXPORTS) | {"aio"})

@@ -3,22 +3,17 @@
 * Properties: records shaped like a recent one (same names, same order) are built from a template
   dict with only the changed values set.  Every result must equal the pure-Python oracle exactly,
   whatever mix of layouts, values and malformed pieces comes along.
-* Memory: freed pymalloc arenas are kept for reuse within a bound (see codec.pyx), and the list
-  decode_messages returns is not tracked by the cyclic GC; every way of making and dropping a
-  MessageExt must still free it.
+* Memory: the list decode_messages returns is not tracked by the cyclic GC; every way of making
+  and dropping a MessageExt must still free it.
 """
 import gc
 import pickle
 import sys
-import sysconfig
-import time
 import weakref
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import rmq_core._native.codec as native
 from rmq_core.codec import (
     MessageExt,
     decode_messages,
@@ -136,71 +131,10 @@ def test_layouts_whose_names_never_repeat_still_parse():
         assert string_to_properties(blob) == {f"id-{i}": str(i), "common": "c"}
 
 
-@pytest.mark.skipif(sys.implementation.name != "cpython" or not (3, 11) <= sys.version_info[:2] <= (3, 13),
-                    reason="direct value slots are only used on CPython 3.11-3.13")
-def test_direct_value_slots_are_enabled_where_supported():
-    assert native._DICT_VALUE_SLOTS is True
-
-
-_PYMALLOC_ARENAS = sys.implementation.name == "cpython" and not sysconfig.get_config_var("Py_GIL_DISABLED")
-
-
 def _pull_buffer(n):
     return b"".join(encode_message_record(topic="T", body=bytes([i % 256]) * 100, queue_offset=i,
                                           properties={"UNIQ_KEY": f"{i:032d}", "TAGS": "A"})
                     for i in range(n))
-
-
-@pytest.mark.skipif(not _PYMALLOC_ARENAS, reason="pymalloc arenas exist on CPython builds with a GIL")
-def test_freed_arenas_are_reused_within_the_bound():
-    # ~30 MiB of messages, dicts and ids once decoded: in a long-lived process (the whole suite)
-    # free pools in older arenas absorb a few MiB first, so the decode must be well past that
-    buf = _pull_buffer(60_000)
-    try:
-        native.set_arena_cache_limit(64)
-        msgs = [m.properties for m in decode_messages(buf)]  # noqa: F841 - held until the next line
-        del msgs
-        before = native.arena_cache_info()
-        assert before["installed"] and before["cached_bytes"] >= 8 << 20
-        msgs = [m.properties for m in decode_messages(buf)]
-        after = native.arena_cache_info()
-        # the second decode ran on the arenas the first one freed: (almost) none mapped anew —
-        # other threads of a long-lived process may take an arena meanwhile
-        hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
-        assert hits >= 8 and misses <= hits // 4
-        del msgs
-        native.set_arena_cache_limit(2)  # above the bound: returned to the OS at once
-        info = native.arena_cache_info()
-        assert 0 < info["cached_bytes"] <= info["limit_bytes"] == 2 << 20
-        assert info["released"] > after["released"]
-        native.release_arena_cache()
-        assert native.arena_cache_info()["cached_bytes"] == 0
-    finally:
-        native.set_arena_cache_limit(native.ARENA_CACHE_LIMIT_MIB)
-    with pytest.raises(ValueError, match="-1"):
-        native.set_arena_cache_limit(-1)
-
-
-@pytest.mark.skipif(not _PYMALLOC_ARENAS, reason="pymalloc arenas exist on CPython builds with a GIL")
-def test_cached_arenas_idle_for_a_second_go_back_to_the_os():
-    buf = _pull_buffer(20_000)
-    msgs = [m.properties for m in decode_messages(buf)]
-    del msgs
-    before = native.arena_cache_info()
-    assert before["cached_bytes"] > 0
-    one = _pull_buffer(1)
-    time.sleep(1.2)
-    # the next decode after the idle second returns them, even a pull needing no new arena
-    pull = decode_messages(one)
-    info = native.arena_cache_info()
-    assert info["released"] > before["released"] and info["cached_bytes"] == 0
-    msgs = [m.properties for m in decode_messages(buf)]
-    del msgs
-    time.sleep(1.2)
-    # so does any arena operation (one taken for `live`)
-    live = [str(i) * 20 for i in range(60_000)]
-    assert native.arena_cache_info()["cached_bytes"] == 0
-    del live, pull
 
 
 def test_decoded_list_is_untracked_but_frees_what_it_holds():

@@ -605,7 +605,7 @@ cdef class SendResultMaker:
 
 # --- futures ---------------------------------------------------------------------------------------
 cdef extern from "Python.h":
-    PyObject** _PyObject_GetDictPtr(object o)
+    object PyObject_GenericGetDict(object o, void* context)
     int PyDict_SetItem(object d, object key, object value) except -1
     PyObject* PyDict_GetItem(object d, object key)
 
@@ -632,25 +632,20 @@ def finish_unwatched(future, result, exception):
 def lean_result(future, timeout=None):
     """LeanFuture.result: a Future finished without an exception answers from its __dict__ here;
     anything else goes to future._result_slow(timeout) (waiting, raising, cancelled)."""
-    cdef PyObject** dict_ptr = _PyObject_GetDictPtr(future)
     cdef PyObject* found
-    if dict_ptr != NULL and dict_ptr[0] != NULL:
-        d = <object>dict_ptr[0]
-        found = PyDict_GetItem(d, "_state")
-        if found != NULL and <object>found is _FINISHED:
-            found = PyDict_GetItem(d, "_exception")
-            if found == NULL or <object>found is None:
-                found = PyDict_GetItem(d, "_result")
-                return None if found == NULL else <object>found
+    d = PyObject_GenericGetDict(future, NULL)  # (the public way to an instance's own __dict__)
+    found = PyDict_GetItem(d, "_state")
+    if found != NULL and <object>found is _FINISHED:
+        found = PyDict_GetItem(d, "_exception")
+        if found == NULL or <object>found is None:
+            found = PyDict_GetItem(d, "_result")
+            return None if found == NULL else <object>found
     return future._result_slow(timeout)
 
 
 cdef bint _finish_unwatched(future, result, exception) except -1:
-    cdef PyObject** dict_ptr = _PyObject_GetDictPtr(future)
     cdef PyObject* state
-    if dict_ptr == NULL or dict_ptr[0] == NULL:
-        return False
-    d = <object>dict_ptr[0]
+    d = PyObject_GenericGetDict(future, NULL)  # (the public way to an instance's own __dict__)
     if PyDict_GetItem(d, "_condition") != NULL:
         return False
     state = PyDict_GetItem(d, "_state")
@@ -677,7 +672,7 @@ cdef inline double _monotonic() noexcept nogil:
 @cython.final
 cdef class PipelinedCompletion:
     """Producer._pipelined_done's usual case on the reader thread, natively: a send answered with
-    a send status becomes its SendResult, the broker's fault item is noted as Producer._note_latency
+    a send status becomes its SendResult, the broker's fault item is noted as SendPolicy.note
     does (a fast answer at most once per millisecond per broker, in the same `noted` table), and the
     LeanFuture is finished.  Anything else (a failure, a refusal, a watched Future) goes to
     `fallback(context, response, error)`, the Python method.  context: the tuple
@@ -709,7 +704,7 @@ cdef class PipelinedCompletion:
         return result
 
     cdef int _note(self, broker, double begin) except -1:
-        """Producer._note_latency(broker, begin, False): a fast answer at most once per ms."""
+        """SendPolicy.note(broker, begin, False): a fast answer at most once per ms."""
         cdef double now = _monotonic()
         cdef int64_t latency = <int64_t>((now - begin) * 1000.0)
         cdef int64_t now_ms = <int64_t>(now * 1000.0)
@@ -1146,7 +1141,7 @@ cdef class PipelinedSender:
                 self._channels[addr] = channel
         fut.channel = channel  # result() reads the answer itself when no other thread does
         writes = getattr(channel, "writes", None)
-        if type(writes) is PipelinedWrites:  # PipelinedChannel.send without its Python frame
+        if type(writes) is PipelinedWrites and not channel.intercepted:  # PipelinedChannel.send without its Python frame
             data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, self._completion, context)
             if data is not None:
                 channel.after_offer(data, opaque, self._completion, context)

@@ -35,6 +35,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.dict cimport PyDict_Copy, PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM
@@ -113,92 +114,6 @@ cdef object _decode_error(Py_ssize_t offset, str reason):
     return _decode_error_cls(offset, reason)
 
 
-# --- dict value slots ---------------------------------------------------------------------------------
-# The properties fast path copies a template dict and then replaces some values.  PyDict_SetItem
-# would look each name up again; on the CPython versions whose dict table layout is mirrored below
-# the value is written straight into entry i of the fresh copy instead, after checking that the
-# copy has a combined str-keyed table whose entry i really holds that name.  Any other build, or
-# a failed check (also run once at import on a probe dict), takes PyDict_SetItem.
-cdef extern from *:
-    """
-    #if !defined(PYPY_VERSION) && !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
-    /* struct _dictkeysobject and PyDictUnicodeEntry of CPython 3.11-3.13 (Include/internal/pycore_dict.h) */
-    typedef struct {
-        Py_ssize_t dk_refcnt;
-        uint8_t dk_log2_size;
-        uint8_t dk_log2_index_bytes;
-        uint8_t dk_kind;
-        uint32_t dk_version;
-        Py_ssize_t dk_usable;
-        Py_ssize_t dk_nentries;
-        char dk_indices[];
-    } rmq_dict_keys;
-    typedef struct { PyObject *me_key; PyObject *me_value; } rmq_dict_unicode_entry;
-    #define RMQ_DICT_KEYS_UNICODE 1
-    static PyObject **rmq_dict_value_slot(PyObject *d, Py_ssize_t i, PyObject *key) {
-        PyDictObject *mp = (PyDictObject *)d;
-        rmq_dict_keys *k = (rmq_dict_keys *)mp->ma_keys;
-        rmq_dict_unicode_entry *e;
-        if (mp->ma_values != NULL || k->dk_kind != RMQ_DICT_KEYS_UNICODE || i < 0 || i >= k->dk_nentries)
-            return NULL;
-        e = (rmq_dict_unicode_entry *)(k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes));
-        return e[i].me_key == key ? &e[i].me_value : NULL;
-    }
-    #else
-    static PyObject **rmq_dict_value_slot(PyObject *d, Py_ssize_t i, PyObject *key) {
-        (void)d; (void)i; (void)key;
-        return NULL;
-    }
-    #endif
-    """
-    PyObject** rmq_dict_value_slot(object d, Py_ssize_t i, object key)
-
-
-cdef bint _value_slots_ok = False   # set by _check_value_slots() at import
-
-
-cdef int _replace_value(dict d, Py_ssize_t i, object key, object value) except -1:
-    """d[key] = value, where key is entry i of d (a fresh copy nobody else has seen)."""
-    cdef PyObject** slot
-    cdef PyObject* old
-    if _value_slots_ok:
-        slot = rmq_dict_value_slot(d, i, key)
-        if slot != NULL:
-            old = slot[0]
-            Py_INCREF(value)
-            slot[0] = <PyObject*>value
-            Py_DECREF(<object>old)
-            return 0
-    return PyDict_SetItem(d, key, value)
-
-
-cdef bint _check_value_slots():
-    # Probe: a copied str-keyed dict must expose each name at its entry index, and a value written
-    # there must be what lookups, iteration and equality then see.
-    cdef dict probe, copy
-    cdef PyObject** slot
-    names = ("rmq-probe-a", "rmq-probe-b", "rmq-probe-c")
-    probe = {}
-    for i, name in enumerate(names):
-        probe[name] = str(i)
-    copy = PyDict_Copy(probe)
-    for i, name in enumerate(names):
-        slot = rmq_dict_value_slot(copy, i, name)
-        if slot == NULL or slot[0] != <PyObject*>probe[name]:
-            return False
-    slot = rmq_dict_value_slot(copy, 1, names[1])
-    value = "written"
-    old = <object>slot[0]
-    Py_INCREF(value)
-    slot[0] = <PyObject*>value
-    Py_DECREF(old)
-    return (copy["rmq-probe-b"] == "written" and list(copy.items()) == [
-        ("rmq-probe-a", "0"), ("rmq-probe-b", "written"), ("rmq-probe-c", "2")]
-        and probe["rmq-probe-b"] == "1")
-
-
-_value_slots_ok = _check_value_slots()
-_DICT_VALUE_SLOTS = _value_slots_ok  # for the tests: whether the fast value write is in use
 
 
 # --- short-string cache ------------------------------------------------------------------------------
@@ -393,7 +308,7 @@ cdef dict _props_from_shape(_PropertiesShape s, const char* p, Py_ssize_t n):
             e = end
         if out is None:
             out = PyDict_Copy(s.template)
-        _replace_value(out, i, <object>PyTuple_GET_ITEM(s.names, i), _decode_str(v, e - v))
+        PyDict_SetItem(out, <object>PyTuple_GET_ITEM(s.names, i), _decode_str(v, e - v))
         cur = e + 1
     if cur < end:
         return None  # more pieces than the shape has (a copy made so far is dropped)
@@ -1066,156 +981,6 @@ cdef dict _message_props(MessageExt m):
     return m._properties
 
 
-# --- pymalloc arena cache -------------------------------------------------------------------------
-# pymalloc unmaps a 1 MiB arena the moment its last object dies (it keeps just one empty arena), so
-# a consumer that decodes a pull, drops it and decodes the next one page-faults every page of its
-# MessageExt objects, properties dicts and id strings in again: about 6,800 faults per 100k fully
-# decoded messages, a quarter of the decode.  The arena allocator below (CPython's public hook for
-# this) keeps freed arenas mapped for reuse instead — at most ARENA_CACHE_LIMIT_MIB of them (see
-# set_arena_cache_limit), and none that has sat unused for more than a second: those go back to the
-# OS at the next arena operation or decode_messages call (or with release_arena_cache()).  Arenas still come from, and go
-# back to, the allocator that was in place before, so arenas made before this module loaded are
-# handled alike.  (MessageExt used to come from the C allocator for the same reason; that kept every
-# freed message's memory for good.)
-cdef extern from *:
-    """
-    #if !defined(Py_GIL_DISABLED) && !defined(PYPY_VERSION)
-    #include <time.h>
-    #define RMQ_ARENA_SLOTS 1024
-    static PyObjectArenaAllocator rmq_arena_prev;
-    static int rmq_arena_installed = 0;
-    static void *rmq_arena_ptr[RMQ_ARENA_SLOTS];   /* a stack: the bottom is the longest unused */
-    static int64_t rmq_arena_at[RMQ_ARENA_SLOTS];  /* when each was cached (monotonic ns) */
-    static Py_ssize_t rmq_arena_n = 0;
-    static Py_ssize_t rmq_arena_limit = 0;         /* arenas, set from the MiB limit */
-    static size_t rmq_arena_size = 0;              /* pymalloc's arena size (one size only) */
-    static int64_t rmq_arena_idle_ns = 1000000000;
-    static int64_t rmq_arena_hits = 0, rmq_arena_misses = 0, rmq_arena_released = 0;
-
-    static int64_t rmq_arena_now(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    }
-    /* Return to the OS every cached arena beyond `keep` and every one idle longer than idle_ns
-       (oldest first: they sit at the bottom of the stack). */
-    static void rmq_arena_trim(Py_ssize_t keep, int64_t now) {
-        Py_ssize_t drop = 0, i;
-        while (drop < rmq_arena_n && (rmq_arena_n - drop > keep || now - rmq_arena_at[drop] > rmq_arena_idle_ns))
-            drop++;
-        if (drop == 0) return;
-        for (i = 0; i < drop; i++)
-            rmq_arena_prev.free(rmq_arena_prev.ctx, rmq_arena_ptr[i], rmq_arena_size);
-        memmove(rmq_arena_ptr, rmq_arena_ptr + drop, (size_t)(rmq_arena_n - drop) * sizeof(void *));
-        memmove(rmq_arena_at, rmq_arena_at + drop, (size_t)(rmq_arena_n - drop) * sizeof(int64_t));
-        rmq_arena_n -= drop;
-        rmq_arena_released += drop;
-    }
-    static void *rmq_arena_alloc(void *ctx, size_t size) {
-        (void)ctx;
-        if (rmq_arena_n > 0 && size == rmq_arena_size) {
-            void *ptr = rmq_arena_ptr[--rmq_arena_n];  /* the most recently freed: still warm */
-            rmq_arena_hits++;
-            rmq_arena_trim(rmq_arena_limit, rmq_arena_now());
-            return ptr;
-        }
-        if (size >= ((size_t)1 << 18)) rmq_arena_misses++;  /* arenas only, not frame chunks */
-        return rmq_arena_prev.alloc(rmq_arena_prev.ctx, size);
-    }
-    static void rmq_arena_free(void *ctx, void *ptr, size_t size) {
-        int64_t now;
-        (void)ctx;
-        if (ptr == NULL) return;
-        /* the same hook serves the interpreter's 16 KiB frame-stack chunks: only pymalloc's
-           arenas (256 KiB or 1 MiB, one size per build) are kept */
-        if (rmq_arena_size == 0 && size >= ((size_t)1 << 18)) rmq_arena_size = size;
-        if (size != rmq_arena_size || rmq_arena_limit <= 0) {
-            rmq_arena_prev.free(rmq_arena_prev.ctx, ptr, size);
-            return;
-        }
-        now = rmq_arena_now();
-        rmq_arena_trim(rmq_arena_limit - 1, now);
-        rmq_arena_ptr[rmq_arena_n] = ptr;
-        rmq_arena_at[rmq_arena_n] = now;
-        rmq_arena_n++;
-    }
-    static int rmq_arena_install(Py_ssize_t limit_arenas) {
-        PyObjectArenaAllocator mine;
-        if (rmq_arena_installed) return 1;
-        if (limit_arenas > RMQ_ARENA_SLOTS) limit_arenas = RMQ_ARENA_SLOTS;
-        rmq_arena_limit = limit_arenas;
-        PyObject_GetArenaAllocator(&rmq_arena_prev);
-        mine.ctx = NULL;
-        mine.alloc = rmq_arena_alloc;
-        mine.free = rmq_arena_free;
-        PyObject_SetArenaAllocator(&mine);
-        rmq_arena_installed = 1;
-        return 1;
-    }
-    static void rmq_arena_set_limit(Py_ssize_t limit_arenas) {
-        if (limit_arenas < 0) limit_arenas = 0;
-        if (limit_arenas > RMQ_ARENA_SLOTS) limit_arenas = RMQ_ARENA_SLOTS;
-        rmq_arena_limit = limit_arenas;
-        if (rmq_arena_installed) rmq_arena_trim(limit_arenas, rmq_arena_now());
-    }
-    static void rmq_arena_release_all(void) {
-        if (rmq_arena_installed) rmq_arena_trim(0, rmq_arena_now());
-    }
-    /* A decode call: return arenas idle for over a second even when no arena operation happens
-       (a consumer whose pulls fit in the arenas it already has). */
-    static inline void rmq_arena_tick(void) {
-        if (rmq_arena_n > 0) rmq_arena_trim(rmq_arena_limit, rmq_arena_now());
-    }
-    #else
-    static int rmq_arena_installed = 0;
-    static Py_ssize_t rmq_arena_n = 0, rmq_arena_limit = 0;
-    static size_t rmq_arena_size = 0;
-    static int64_t rmq_arena_hits = 0, rmq_arena_misses = 0, rmq_arena_released = 0;
-    static int rmq_arena_install(Py_ssize_t limit_arenas) { (void)limit_arenas; return 0; }
-    static void rmq_arena_set_limit(Py_ssize_t limit_arenas) { (void)limit_arenas; }
-    static void rmq_arena_release_all(void) { }
-    static inline void rmq_arena_tick(void) { }
-    #endif
-    """
-    int rmq_arena_install(Py_ssize_t limit_arenas)
-    void rmq_arena_set_limit(Py_ssize_t limit_arenas)
-    void rmq_arena_release_all()
-    void rmq_arena_tick()
-    int rmq_arena_installed
-    Py_ssize_t rmq_arena_n
-    Py_ssize_t rmq_arena_limit
-    size_t rmq_arena_size
-    int64_t rmq_arena_hits, rmq_arena_misses, rmq_arena_released
-
-# pymalloc's arenas are 1 MiB on 3.10+ (the limit is converted with that size until the first
-# arena is freed and tells the real one)
-cdef Py_ssize_t _ARENA_GUESS = 1 << 20
-ARENA_CACHE_LIMIT_MIB = 64
-
-
-def set_arena_cache_limit(Py_ssize_t mib):
-    """Keep at most `mib` MiB of freed pymalloc arenas mapped for reuse (0: none; the rest goes
-    back to the OS at once)."""
-    if mib < 0:
-        raise ValueError(f"arena cache limit must be >= 0 MiB, got {mib}")
-    cdef Py_ssize_t size = <Py_ssize_t>rmq_arena_size if rmq_arena_size else _ARENA_GUESS
-    rmq_arena_set_limit((mib << 20) // size)
-
-
-def release_arena_cache():
-    """Return every cached arena to the OS now."""
-    rmq_arena_release_all()
-
-
-def arena_cache_info():
-    """{"installed", "cached_bytes", "limit_bytes", "hits", "misses", "released"}."""
-    cdef Py_ssize_t size = <Py_ssize_t>rmq_arena_size if rmq_arena_size else _ARENA_GUESS
-    return {"installed": bool(rmq_arena_installed), "cached_bytes": rmq_arena_n * size,
-            "limit_bytes": rmq_arena_limit * size, "hits": rmq_arena_hits,
-            "misses": rmq_arena_misses, "released": rmq_arena_released}
-
-
-rmq_arena_install((ARENA_CACHE_LIMIT_MIB << 20) // _ARENA_GUESS)
 
 
 cdef inline object _message_prop(MessageExt m, str name):
@@ -1283,24 +1048,46 @@ cdef class _DecodeState:
         self.last_topic_len = -1
 
 
-cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except -1:
-    """Decode the record at `pos` and append it to `out` (a BLANK record is skipped).
-    Returns the record's size."""
-    cdef const unsigned char* p = st.base + pos
-    cdef Py_ssize_t avail = st.size - pos, need, q, body_len, body_pos, topic_len, props_len
-    cdef Py_ssize_t at = st.report_base + pos
+cdef struct _Record:
+    # one v1 record's fields and the positions of its variable parts (relative to the record)
+    int32_t total
+    int32_t body_crc
+    int32_t queue_id
+    int32_t flag
+    int64_t queue_offset
+    int64_t commit_log_offset
+    int32_t sys_flag
+    int64_t born_timestamp
+    Py_ssize_t born_ip_pos
+    int32_t born_port
+    int64_t store_timestamp
+    Py_ssize_t store_ip_pos
+    int32_t store_port
+    int32_t reconsume_times
+    int64_t prepared_transaction_offset
+    Py_ssize_t body_pos
+    Py_ssize_t body_len
+    Py_ssize_t topic_pos
+    Py_ssize_t topic_len
+    Py_ssize_t props_pos
+    Py_ssize_t props_len
+
+
+cdef int _read_record(const unsigned char* p, Py_ssize_t avail, Py_ssize_t at, _Record* r) except -1:
+    """Check the framing of the record at `p` (`avail` bytes left; `at` names it in errors) and
+    fill `r`.  Returns 1 for a message, 0 for a BLANK record (only r.total set)."""
+    cdef Py_ssize_t need, q
     cdef uint32_t magic
     cdef int32_t total, sys_flag
-    cdef MessageExt m
-    cdef object body
     if avail < 8:
         raise _decode_error(at, f"truncated record: {avail} bytes left, a record header needs 8")
     total = _i32(p)
     magic = _u32(p + 4)
+    r.total = total
     if magic == BLANK_MAGIC_CODE:
         if total < 8 or total > avail:
             raise _decode_error(at, f"BLANK record size {total} is outside 8..{avail} (bytes left)")
-        return total
+        return 0
     if magic != MESSAGE_MAGIC_CODE:
         raise _decode_error(
             at, f"magic code 0x{magic:08X} is neither a message (0xDAA320A7) nor BLANK (0xCBD43194)")
@@ -1318,86 +1105,112 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
         need += 12
     if total < need:
         raise _decode_error(at, f"record size {total} is below the minimum {need} for sysFlag 0x{sys_flag:X}")
-    m = MessageExt.__new__(MessageExt)
-    m.store_size = total
-    m.body_crc = _i32(p + 8)
-    m.queue_id = _i32(p + 12)
-    m.flag = _i32(p + 16)
-    m.queue_offset = _i64(p + 20)
-    m.commit_log_offset = _i64(p + 28)
-    m.born_timestamp = _i64(p + 40)
+    r.sys_flag = sys_flag
+    r.body_crc = _i32(p + 8)
+    r.queue_id = _i32(p + 12)
+    r.flag = _i32(p + 16)
+    r.queue_offset = _i64(p + 20)
+    r.commit_log_offset = _i64(p + 28)
+    r.born_timestamp = _i64(p + 40)
     q = 48
-    if sys_flag & FLAG_BORNHOST_V6:
-        memcpy(m._born_ip, p + q, 16)
-        m._born_v6 = True
-        q += 16
-    else:
-        memcpy(m._born_ip, p + q, 4)
-        q += 4
-    m._born_port = _i32(p + q)
-    m.store_timestamp = _i64(p + q + 4)
+    r.born_ip_pos = q
+    q += 16 if sys_flag & FLAG_BORNHOST_V6 else 4
+    r.born_port = _i32(p + q)
+    r.store_timestamp = _i64(p + q + 4)
     q += 12
-    if sys_flag & FLAG_STOREHOST_V6:
-        memcpy(m._store_ip, p + q, 16)
-        m._store_v6 = True
-        q += 16
-    else:
-        memcpy(m._store_ip, p + q, 4)
-        q += 4
-    m._store_port = _i32(p + q)
-    if <uint32_t>m._born_port > 65535 or <uint32_t>m._store_port > 65535:
+    r.store_ip_pos = q
+    q += 16 if sys_flag & FLAG_STOREHOST_V6 else 4
+    r.store_port = _i32(p + q)
+    if <uint32_t>r.born_port > 65535 or <uint32_t>r.store_port > 65535:
         # Java's decoder fails on these too (InetSocketAddress rejects the port).
         raise _decode_error(
-            at, f"host port out of 0..65535 (born {m._born_port}, store {m._store_port})")
-    m.reconsume_times = _i32(p + q + 4)
-    m.prepared_transaction_offset = _i64(p + q + 8)
-    body_len = _i32(p + q + 16)
+            at, f"host port out of 0..65535 (born {r.born_port}, store {r.store_port})")
+    r.reconsume_times = _i32(p + q + 4)
+    r.prepared_transaction_offset = _i64(p + q + 8)
+    r.body_len = _i32(p + q + 16)
     q += 20
-    if body_len < 0 or body_len > total - need:
-        raise _decode_error(at, f"body length {body_len} does not fit in record size {total}")
-    body_pos = q
-    q += body_len
-    topic_len = p[q]
+    if r.body_len < 0 or r.body_len > total - need:
+        raise _decode_error(at, f"body length {r.body_len} does not fit in record size {total}")
+    r.body_pos = q
+    q += r.body_len
+    r.topic_len = p[q]
     q += 1
-    if topic_len > 127:
-        raise _decode_error(at, f"topic length {topic_len} is over 127 (a 1-byte signed length)")
-    if need + body_len + topic_len > total:
-        raise _decode_error(at, f"topic length {topic_len} does not fit in record size {total}")
-    if st.last_topic_len == topic_len and _same_bytes(<const char*>st.last_topic_ptr, <const char*>p + q, topic_len):
-        m.topic = st.last_topic
-    else:
-        m.topic = PyUnicode_DecodeUTF8(<const char*>p + q, topic_len, "replace")
-        st.last_topic = m.topic
-        st.last_topic_ptr = p + q
-        st.last_topic_len = topic_len
-    q += topic_len
-    props_len = _i16(p + q)
+    if r.topic_len > 127:
+        raise _decode_error(at, f"topic length {r.topic_len} is over 127 (a 1-byte signed length)")
+    if need + r.body_len + r.topic_len > total:
+        raise _decode_error(at, f"topic length {r.topic_len} does not fit in record size {total}")
+    r.topic_pos = q
+    q += r.topic_len
+    r.props_len = _i16(p + q)
     q += 2
-    if props_len < 0:
-        raise _decode_error(at, f"properties length {props_len} is negative")
-    if need + body_len + topic_len + props_len != total:
+    if r.props_len < 0:
+        raise _decode_error(at, f"properties length {r.props_len} is negative")
+    if need + r.body_len + r.topic_len + r.props_len != total:
         raise _decode_error(
-            at, f"record size {total} does not match its parts: {need} fixed + body {body_len} + "
-                f"topic {topic_len} + properties {props_len}")
+            at, f"record size {total} does not match its parts: {need} fixed + body {r.body_len} + "
+                f"topic {r.topic_len} + properties {r.props_len}")
+    r.props_pos = q
+    return 1
+
+
+cdef inline str _record_topic(_DecodeState st, const unsigned char* t, Py_ssize_t topic_len):
+    # records of one pull nearly always share a topic: its str is reused instead of decoded again
+    if st.last_topic_len == topic_len and _same_bytes(<const char*>st.last_topic_ptr, <const char*>t, topic_len):
+        return st.last_topic
+    st.last_topic = PyUnicode_DecodeUTF8(<const char*>t, topic_len, "replace")
+    st.last_topic_ptr = t
+    st.last_topic_len = topic_len
+    return st.last_topic
+
+
+cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except -1:
+    """Decode the record at `pos` and append it to `out` (a BLANK record is skipped).
+    Returns the record's size."""
+    cdef const unsigned char* p = st.base + pos
+    cdef Py_ssize_t at = st.report_base + pos
+    cdef _Record r
+    cdef int32_t sys_flag
+    cdef MessageExt m
+    if not _read_record(p, st.size - pos, at, &r):
+        return r.total
+    sys_flag = r.sys_flag
+    m = MessageExt.__new__(MessageExt)
+    m.store_size = r.total
+    m.body_crc = r.body_crc
+    m.queue_id = r.queue_id
+    m.flag = r.flag
+    m.queue_offset = r.queue_offset
+    m.commit_log_offset = r.commit_log_offset
+    m.born_timestamp = r.born_timestamp
+    m._born_v6 = (sys_flag & FLAG_BORNHOST_V6) != 0
+    memcpy(m._born_ip, p + r.born_ip_pos, 16 if m._born_v6 else 4)
+    m._born_port = r.born_port
+    m.store_timestamp = r.store_timestamp
+    m._store_v6 = (sys_flag & FLAG_STOREHOST_V6) != 0
+    memcpy(m._store_ip, p + r.store_ip_pos, 16 if m._store_v6 else 4)
+    m._store_port = r.store_port
+    m.reconsume_times = r.reconsume_times
+    m.prepared_transaction_offset = r.prepared_transaction_offset
+    m.topic = _record_topic(st, p + r.topic_pos, r.topic_len)
     m._src = st.src
-    m._props_off = st.shift + pos + q
-    m._props_len = props_len
+    m._props_off = st.shift + pos + r.props_pos
+    m._props_len = r.props_len
     m._body_len = -1
     if st.read_body:
         if st.decompress and (sys_flag & FLAG_COMPRESSED):
             # Inflated now, not on first access, so bad compressed data fails the decode.
             m._body = _decompress_body(
-                PyBytes_FromStringAndSize(<const char*>p + body_pos, body_len), sys_flag, at)
+                PyBytes_FromStringAndSize(<const char*>p + r.body_pos, r.body_len), sys_flag, at)
             sys_flag &= ~(FLAG_COMPRESSED | COMPRESSION_TYPE_MASK)
         else:
             # Copied out of the shared buffer on first access (a tag-filtering consumer may
             # drop the message without ever reading it).
-            m._body_off = st.shift + pos + body_pos
-            m._body_len = body_len
+            m._body_off = st.shift + pos + r.body_pos
+            m._body_len = r.body_len
     m.sys_flag = sys_flag
     m.broker_name = st.broker_name
     PyList_Append(out, m)
-    return total
+    return r.total
 
 
 cdef _DecodeState _decode_state(object buf, bint decompress, bint read_body, broker_name):
@@ -1438,7 +1251,6 @@ def decode_messages(buf, *, bint decompress=True, bint read_body=True, broker_na
     cdef Py_ssize_t pos = 0
     cdef list out = []
     PyObject_GC_UnTrack(out)
-    rmq_arena_tick()
     while pos < st.size:
         pos += _decode_record(st, pos, out)
     return out
@@ -1557,3 +1369,220 @@ def decode_batch_body(buf):
         ))
         pos += total
     return out
+
+
+# --- columns: a pull body in Arrow's memory layout --------------------------------------------------
+# Spark's "rmq" data source hands Arrow record batches to the JVM.  Building them from MessageExt
+# objects costs a Python object per message and per field; this decoder writes each field of every
+# record straight into column buffers laid out as Arrow wants them (little-endian fixed-width
+# values; int32 offsets + data for strings and binaries; a validity bitmap where a value may be
+# missing).  It returns bytes only; the caller wraps them (pyarrow stays out of rmq_core).
+@cython.final
+cdef class _Buf:
+    cdef char* p
+    cdef Py_ssize_t n
+    cdef Py_ssize_t cap
+
+    def __cinit__(self, Py_ssize_t cap):
+        self.cap = cap if cap > 16 else 16
+        self.p = <char*>PyMem_Malloc(self.cap)
+        if self.p == NULL:
+            raise MemoryError()
+        self.n = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self.p)
+
+    cdef int reserve(self, Py_ssize_t extra) except -1:
+        cdef Py_ssize_t cap = self.cap
+        cdef char* q
+        if self.n + extra <= cap:
+            return 0
+        while cap < self.n + extra:
+            cap *= 2
+        q = <char*>PyMem_Realloc(self.p, cap)
+        if q == NULL:
+            raise MemoryError()
+        self.p = q
+        self.cap = cap
+        return 0
+
+    cdef inline int put(self, const void* src, Py_ssize_t size) except -1:
+        if self.n + size > self.cap:
+            self.reserve(size)
+        memcpy(self.p + self.n, src, size)
+        self.n += size
+        return 0
+
+    cdef inline int put_i32(self, int32_t v) except -1:
+        return self.put(&v, 4)
+
+    cdef inline int put_i64(self, int64_t v) except -1:
+        return self.put(&v, 8)
+
+    cdef bytes take(self):
+        return PyBytes_FromStringAndSize(self.p, self.n)
+
+
+@cython.final
+cdef class _VarColumn:
+    """A string / binary column: int32 offsets (rows + 1), data, and a validity bitmap."""
+    cdef _Buf offsets
+    cdef _Buf data
+    cdef _Buf validity
+    cdef Py_ssize_t rows
+    cdef Py_ssize_t nulls
+
+    def __cinit__(self, Py_ssize_t rows_hint, Py_ssize_t data_hint):
+        self.offsets = _Buf((rows_hint + 1) * 4)
+        self.data = _Buf(data_hint)
+        self.validity = _Buf(rows_hint // 8 + 1)
+        self.rows = 0
+        self.nulls = 0
+        self.offsets.put_i32(0)
+
+    cdef int add(self, const void* src, Py_ssize_t size, bint valid) except -1:
+        cdef Py_ssize_t byte = self.rows >> 3
+        if byte >= self.validity.n:
+            self.validity.reserve(1)
+            self.validity.p[byte] = 0
+            self.validity.n = byte + 1
+        if valid:
+            self.validity.p[byte] |= <char>(1 << (self.rows & 7))
+            if size:
+                self.data.put(src, size)
+        else:
+            self.nulls += 1
+        if self.data.n > 0x7FFFFFFF:
+            raise OverflowError("a column of one pull is over 2 GiB")
+        self.offsets.put_i32(<int32_t>self.data.n)
+        self.rows += 1
+        return 0
+
+    cdef tuple take(self):
+        return (self.validity.take() if self.nulls else None, self.offsets.take(), self.data.take(), self.nulls)
+
+
+cdef inline Py_ssize_t _prop_value(const unsigned char* props, Py_ssize_t plen, const char* name,
+                                   Py_ssize_t nlen, Py_ssize_t* vlen) noexcept nogil:
+    # position of the value of `name` in `name\x01value\x02...`, -1 when absent
+    cdef Py_ssize_t i = 0, k, v
+    while i < plen:
+        k = i
+        while i < plen and props[i] != 1:
+            i += 1
+        if i >= plen:
+            return -1
+        v = i + 1
+        i = v
+        while i < plen and props[i] != 2:
+            i += 1
+        if i - v >= 0 and v - 1 - k == nlen and memcmp(props + k, name, nlen) == 0:
+            vlen[0] = i - v
+            return v
+        i += 1
+    return -1
+
+
+def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_properties=()):
+    """Decode concatenated v1 records (a PULL body) into column buffers; records whose queue
+    offset is >= until_offset (when >= 0) and BLANK records are left out.  Framing is checked as
+    decode_messages checks it; compressed bodies are inflated.
+
+    Returns a dict of bytes: "rows"; fixed-width little-endian "queue_id" (int32),
+    "queue_offset" (int64), "born_timestamp" / "store_timestamp" (int64 microseconds since the
+    epoch), "reconsume_times" (int32); variable-width (validity or None, offsets, data, null count)
+    "topic", "broker_name", "msg_id" (UNIQ_KEY, else the offset message id), "tags", "keys",
+    "body"; and "properties" as a map: (entry offsets, key column, value column) of every property
+    whose name is not in skip_properties (at most 64 names, str)."""
+    cdef _Bytes b = _Bytes(buf)
+    cdef const unsigned char* base = b.ptr
+    cdef const unsigned char* p
+    cdef const unsigned char* props
+    cdef Py_ssize_t size = b.size, pos = 0, rows_hint = size // 200 + 1, i, k, v, vlen = 0, entries = 0
+    cdef _Record r
+    cdef bytes bn = PyUnicode_AsUTF8String(broker_name)
+    cdef bytes mid, body
+    cdef _Buf queue_id = _Buf(rows_hint * 4), queue_offset = _Buf(rows_hint * 8)
+    cdef _Buf born = _Buf(rows_hint * 8), stored = _Buf(rows_hint * 8), reconsume = _Buf(rows_hint * 4)
+    cdef _Buf entry_offsets = _Buf((rows_hint + 1) * 4)
+    cdef _VarColumn topic = _VarColumn(rows_hint, 64), broker = _VarColumn(rows_hint, rows_hint * 8)
+    cdef _VarColumn msg_id = _VarColumn(rows_hint, rows_hint * 32), tags = _VarColumn(rows_hint, rows_hint * 8)
+    cdef _VarColumn keys = _VarColumn(rows_hint, rows_hint * 8), bodies = _VarColumn(rows_hint, size)
+    cdef _VarColumn pkeys = _VarColumn(rows_hint * 4, rows_hint * 32), pvalues = _VarColumn(rows_hint * 4, rows_hint * 32)
+    cdef const char* skip_ptr[64]
+    cdef Py_ssize_t skip_len[64]
+    cdef Py_ssize_t n_skip = len(skip_properties), j
+    cdef list skip_names = [PyUnicode_AsUTF8String(name) for name in skip_properties]  # (owns the bytes)
+    cdef bint skipped
+    if n_skip > 64:
+        raise ValueError(f"skip_properties holds {n_skip} names; at most 64")
+    for j in range(n_skip):
+        skip_ptr[j] = PyBytes_AS_STRING(skip_names[j])
+        skip_len[j] = PyBytes_GET_SIZE(skip_names[j])
+    entry_offsets.put_i32(0)
+    while pos < size:
+        p = base + pos
+        if not _read_record(p, size - pos, pos, &r):
+            pos += r.total
+            continue
+        pos += r.total
+        if until_offset >= 0 and r.queue_offset >= until_offset:
+            continue
+        queue_id.put_i32(r.queue_id)
+        queue_offset.put_i64(r.queue_offset)
+        born.put_i64(r.born_timestamp * 1000)
+        stored.put_i64(r.store_timestamp * 1000)
+        reconsume.put_i32(r.reconsume_times)
+        topic.add(p + r.topic_pos, r.topic_len, True)
+        broker.add(PyBytes_AS_STRING(bn), PyBytes_GET_SIZE(bn), True)
+        props = p + r.props_pos
+        # TAGS / KEYS / UNIQ_KEY have columns of their own; every property is in the map as well
+        v = _prop_value(props, r.props_len, "TAGS", 4, &vlen)
+        tags.add(props + v, vlen, v >= 0)
+        v = _prop_value(props, r.props_len, "KEYS", 4, &vlen)
+        keys.add(props + v, vlen, v >= 0)
+        v = _prop_value(props, r.props_len, "UNIQ_KEY", 8, &vlen)
+        if v >= 0:
+            msg_id.add(props + v, vlen, True)
+        else:
+            mid = PyUnicode_AsUTF8String(_offset_msg_id(
+                p + r.store_ip_pos, r.sys_flag & FLAG_STOREHOST_V6, r.store_port, r.commit_log_offset))
+            msg_id.add(PyBytes_AS_STRING(mid), PyBytes_GET_SIZE(mid), True)
+        if r.sys_flag & FLAG_COMPRESSED:
+            body = _decompress_body(PyBytes_FromStringAndSize(<const char*>p + r.body_pos, r.body_len),
+                                    r.sys_flag, pos - r.total)
+            bodies.add(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), True)
+        else:
+            bodies.add(p + r.body_pos, r.body_len, True)
+        i = 0
+        while i < r.props_len:
+            k = i
+            while i < r.props_len and props[i] != 1:
+                i += 1
+            if i >= r.props_len:
+                break  # a trailing name without a value (never written by RocketMQ): ignored
+            v = i + 1
+            i = v
+            while i < r.props_len and props[i] != 2:
+                i += 1
+            skipped = False
+            for j in range(n_skip):
+                if skip_len[j] == v - 1 - k and memcmp(skip_ptr[j], props + k, v - 1 - k) == 0:
+                    skipped = True
+                    break
+            if not skipped:
+                pkeys.add(props + k, v - 1 - k, True)
+                pvalues.add(props + v, i - v, True)
+                entries += 1
+            i += 1
+        entry_offsets.put_i32(<int32_t>entries)
+    return {
+        "rows": topic.rows,
+        "queue_id": queue_id.take(), "queue_offset": queue_offset.take(),
+        "born_timestamp": born.take(), "store_timestamp": stored.take(),
+        "reconsume_times": reconsume.take(),
+        "topic": topic.take(), "broker_name": broker.take(), "msg_id": msg_id.take(),
+        "tags": tags.take(), "keys": keys.take(), "body": bodies.take(),
+        "properties": (entry_offsets.take(), pkeys.take(), pvalues.take()),
+    }

@@ -36,7 +36,6 @@ cdef extern from "Python.h":
     bint PyUnicode_CheckExact(object o)
     bint PyLong_CheckExact(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
-    object _PyDict_NewPresized(Py_ssize_t minused)
     object PyType_GenericAlloc(type t, Py_ssize_t nitems)
     void* PyUnicode_DATA(object o)
 
@@ -339,7 +338,7 @@ cdef bint _skip_literal(Cursor* c, const char* word, Py_ssize_t n) noexcept nogi
 
 cdef dict _read_ext(Cursor* c):
     """The extFields object with string values only (anything else: c.bad)."""
-    cdef dict ext = _PyDict_NewPresized(16)  # a SEND header has ~12 fields: no resize on the way
+    cdef dict ext = {}
     _skip_ws(c)
     if c.p >= c.end or c.p[0] != 123:
         c.bad = True

@@ -124,7 +124,8 @@ class ProduceAccumulator:
         outer_props = {MessageConst.WAIT_STORE_MSG_OK: "true" if first.wait_store_msg_ok else "false"}
         timeout = min(item[3] for item in items)
         try:
-            batch = await p._send_batch((first.topic, ",".join(uniqs), body, outer, outer_props), timeout, None)
+            batch = await p._send_batch((first.topic, ",".join(uniqs), body, outer, outer_props), timeout, None,
+                                        self.async_mode)
         except Exception as e:  # noqa: BLE001 - every message of the batch fails with it
             for *_, on_done in items:
                 on_done(None, e)

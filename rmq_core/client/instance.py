@@ -344,6 +344,30 @@ class _BlockingCall:
             self.task.cancel()
 
 
+class RpcHookStep:
+    """RocketMQ's RPCHook as a step of the direct and pipelined connections: the encoded request
+    decoded for rmq_rpc_before_request (which may change it, e.g. sign it) and encoded again, the
+    answer handed to rmq_rpc_after_response with its request.  The connection stays the same one
+    a send without hooks takes; only the step's own cost is added."""
+
+    __slots__ = ("addr", "_hook")
+
+    def __init__(self, addr: str):
+        self.addr = addr
+        self._hook = plugins.get_plugin_manager().hook
+
+    def before(self, frame) -> tuple[bytes, RemotingCommand]:
+        request = RemotingCommand.decode(memoryview(frame)[4:])
+        fields, remark, body = dict(request.ext_fields), request.remark, request.body
+        self._hook.rmq_rpc_before_request(remote_addr=self.addr, request=request)
+        if request.ext_fields == fields and request.remark == remark and request.body is body:
+            return frame, request  # (left as it was: the frame stands, no second encoding)
+        return request.encode(), request
+
+    def after(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        self._hook.rmq_rpc_after_response(remote_addr=self.addr, request=request, response=response)
+
+
 class MQClientInstance:
     def __init__(self, config: ClientConfig):
         self.config = config
@@ -655,15 +679,18 @@ class MQClientInstance:
             addr = resolve_inproc_alias(addr)
         return self.remoting.request_nowait(addr, request, timeout, on_answer)
 
+    def _rpc_step(self, addr: str) -> "RpcHookStep | None":
+        return RpcHookStep(addr) if self._rpc_hooks else None
+
     def _new_direct_channels(self) -> BlockingChannelPool:
         return BlockingChannelPool(max_per_address=self.config.direct_send_connections,
                                    connect_timeout=self.config.connect_timeout)
 
     def direct_send_possible(self) -> bool:
-        """True when a sync send may go straight from the caller's thread: no RPC hook
-        (hooks are called on the loop, where the remoting client runs them).  A transport without
-        blocking connections makes invoke_direct decline instead."""
-        return self.direct_channels.max_per_address > 0 and not self._rpc_hooks and not self._stopping
+        """True when a sync send may go straight from the caller's thread (RPC hooks run there
+        too, RpcHookStep).  A transport without blocking connections makes invoke_direct decline
+        instead."""
+        return self.direct_channels.max_per_address > 0 and not self._stopping
 
     def invoke_direct(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand | None:
         """invoke() from the calling thread over a pooled blocking connection; None when every
@@ -671,7 +698,14 @@ class MQClientInstance:
         request.language = "PYTHON"
         if self._inproc:
             addr = resolve_inproc_alias(addr)
-        return self.direct_channels.invoke(addr, request, timeout)
+        if not self._rpc_hooks:
+            return self.direct_channels.invoke(addr, request, timeout)
+        hook = plugins.get_plugin_manager().hook
+        hook.rmq_rpc_before_request(remote_addr=addr, request=request)
+        response = self.direct_channels.invoke(addr, request, timeout)
+        if response is not None:
+            hook.rmq_rpc_after_response(remote_addr=addr, request=request, response=response)
+        return response
 
     def in_proc(self, addr: str) -> bool:
         """True when `addr` is reached in-proc (a broker embedded in this process, for a client
@@ -685,13 +719,21 @@ class MQClientInstance:
         read(response frame), or None when every direct connection to `addr` is busy."""
         if self._inproc:
             addr = resolve_inproc_alias(addr)
+        step = self._rpc_step(addr)
+        if step is not None:
+            frame, request = step.before(frame)
+            plain_read = read
+
+            def read(response_frame):
+                step.after(request, RemotingCommand.decode(response_frame))
+                return plain_read(response_frame)
         return self.direct_channels.invoke_frame(addr, frame, opaque, timeout, read, code)
 
     # --- pipelined send connections (async sends without the loop) -----------------------------------
     def pipelined_send_possible(self) -> bool:
         """True when async sends may be written from the caller's thread on a pipelined connection:
-        the option is on, no RPC hook (hooks run on the loop), not shutting down."""
-        return self.config.pipelined_send_connections > 0 and not self._rpc_hooks and not self._stopping
+        the option is on, not shutting down (RPC hooks are a step of the connection, RpcHookStep)."""
+        return self.config.pipelined_send_connections > 0 and not self._stopping
 
     def send_channel(self, addr: str, read_frames, from_command) -> PipelinedChannel:
         """A pipelined connection to the tcp broker `addr` (one of pipelined_send_connections,
@@ -742,7 +784,8 @@ class MQClientInstance:
 
     def _open_send_channel(self, addr: str, read_frames, from_command) -> PipelinedChannel:
         return PipelinedChannel(addr, connect_timeout=self.config.connect_timeout, read_frames=read_frames,
-                                from_command=from_command, name=f"rmq-send-{self.client_id}-{addr}")
+                                from_command=from_command, name=f"rmq-send-{self.client_id}-{addr}",
+                                intercept=self._rpc_step(addr))
 
     def send_channel_count(self, addr: str) -> int:
         """Open pipelined send connections to `addr`."""

@@ -1,20 +1,21 @@
 """Producer (RocketMQ's DefaultMQProducer): sync, async, oneway, ordered (selector) and batch sends.
 
-`send` waits, `send_async` returns a concurrent Future (and calls an optional callback),
-`send_aio` can be awaited from the caller's own asyncio loop.  A plain send (no queue, no
-selector, no send hooks) whose topic route is cached makes its first attempt without the client's
-event loop:
+`send` waits, `send_async` returns a concurrent Future (and calls an optional callback); for
+asyncio see rmq_core.aio.  Every send's attempts, retry rule and fault-item update come from one
+SendPolicy (rmq_core.client.fault).  A plain send (no queue, no selector, no send hooks) whose
+topic route is cached makes its first attempt without the client's event loop:
 
 * to a tcp broker, the caller's thread validates the message and builds the whole SEND_MESSAGE_V2
   frame natively from its fields (client_native.SendHeader, header constants cached per queue);
   `send` exchanges it on a pooled blocking connection (rmq_core.remoting.blocking) and reads the
   answer natively, `send_async` writes it on the broker's pipelined connection
   (rmq_core.remoting.pipelined), whose reader thread completes the Future (PipelinedCompletion);
-* to an in-proc broker, `send` goes the same blocking way with RemotingCommands; `send_async` posts
-  a _FastSend to the loop: no Task, the Future completed straight from the response.
+  RPC hooks are a step of both connections (RpcHookStep);
+* to an in-proc broker, `send` goes the same blocking way.
 
 Everything else - the first route look-up, retries after a failed first attempt, ordered sends,
-hooks, auto_batch - is Producer._send, a coroutine on the loop (MQClientInstance.post).
+send hooks, async sends to an in-proc broker, auto_batch's loop side - is Producer._send, a
+coroutine on the loop, whose retry loop (_send_default) batches share.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ import attrs
 from rmq_core import plugins
 from rmq_core.client.accumulator import BATCH_ITEM_OVERHEAD, PipelinedAccumulator, ProduceAccumulator
 from rmq_core.client.config import make_client_config
-from rmq_core.client.fault import MQFaultStrategy
+from rmq_core.client.fault import RETRY_RESPONSE_CODES, MQFaultStrategy, SendPolicy
 from rmq_core.client.instance import CancellableFuture, LeanFuture, MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
 from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
@@ -49,12 +50,6 @@ from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, next_opaqu
 
 log = logging.getLogger("rmq.client.producer")
 
-# response codes after which a sync send tries again (DefaultMQProducer.retryResponseCodes)
-RETRY_RESPONSE_CODES = frozenset({
-    ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
-    ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
-    ResponseCode.SYSTEM_BUSY,
-})
 _STATUS_BY_CODE = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
@@ -172,151 +167,6 @@ class _SendContext:
         self.exception = None
 
 
-class _FastSend:
-    """A plain send (no queue, no selector, no send hooks) run on the loop without a Task.
-
-    The route is cached and the broker connected, so the first attempt is: pick the queue, build
-    the request, step the remoting call by hand until its response future resolves.  Anything
-    unusual (no route yet, not connected, a retryable failure) continues in Producer._send as a
-    Task, from where this left off.  on_done(result, error) is called once, on the loop."""
-
-    __slots__ = ("producer", "msg", "mode", "timeout", "prepared", "on_done", "begin", "mq", "addr", "t0",
-                 "coro", "task", "finished")
-
-    def __init__(self, producer: "Producer", msg: Message, mode: CommunicationMode, timeout: float, prepared: tuple,
-                 on_done: Callable[[Any, BaseException | None], None]):
-        self.producer, self.msg, self.mode, self.timeout, self.prepared = producer, msg, mode, timeout, prepared
-        self.on_done = on_done
-        self.begin = time.monotonic()
-        self.mq = self.addr = self.coro = self.task = None
-        self.t0 = 0.0
-        self.finished = False
-
-    def start(self) -> None:  # posted to the loop
-        if self.finished:  # cancelled before the loop got here
-            return
-        p = self.producer
-        inst = p.instance
-        info = p.topic_publish_info.get(self.msg.topic)
-        if info is None or not info.ok:
-            self._continue_in_task(None)
-            return
-        mq = p.fault_strategy.select_one_message_queue(info, None)
-        addr = inst.find_broker_addr_in_publish(mq.broker_name)
-        if addr is None or not inst.is_connected(addr):
-            self._continue_in_task(None)
-            return
-        _, body, sys_flag, props = self.prepared
-        try:
-            req = p._build_request(self.msg, mq, body, sys_flag, props)
-        except Exception as e:
-            self._finish(None, e)
-            return
-        self.mq, self.addr = mq, addr
-        self.t0 = time.monotonic()
-        self.coro = inst.invoke(addr, req, self.timeout)
-        self._step(None)
-
-    def _step(self, _future) -> None:
-        if self.finished:
-            return
-        try:
-            yielded = self.coro.send(None)
-        except StopIteration as stop:
-            self._answered(stop.value, None)
-            return
-        except BaseException as e:
-            self._answered(None, e)
-            return
-        if yielded is None:  # a bare yield: go on at the next loop iteration, as a Task would
-            asyncio.get_running_loop().call_soon(self._step, None)
-        elif getattr(yielded, "_asyncio_future_blocking", None):
-            yielded._asyncio_future_blocking = False
-            yielded.add_done_callback(self._step)
-        else:
-            self.coro.close()
-            self._finish(None, RuntimeError(f"send awaited {yielded!r}, which is not an asyncio future"))
-
-    def _answered(self, resp: RemotingCommand | None, error: BaseException | None) -> None:
-        p, mq = self.producer, self.mq
-        if error is None:
-            try:
-                result = parse_send_response(resp, mq, self.prepared[0], self.addr)
-            except MQBrokerError as e:
-                error = e
-            else:
-                p.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - self.t0) * 1000), False)
-                self._finish(result, None)
-                return
-        if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
-            self._finish(None, error)
-            return
-        p.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - self.t0) * 1000), True)
-        retryable = isinstance(error, (RemotingError, MQClientError, asyncio.TimeoutError)) or (
-            isinstance(error, MQBrokerError) and error.code in RETRY_RESPONSE_CODES)
-        if not retryable:
-            self._finish(None, error)
-            return
-        times = 1 + (p.retry_times_when_send_failed if self.mode is CommunicationMode.SYNC
-                     else p.retry_times_when_send_async_failed)
-        log.warning("send to %s failed (attempt 1/%d): %s", mq, times, error)
-        self._continue_in_task((self.begin, mq.broker_name, error))
-
-    def _continue_in_task(self, resume: tuple | None) -> None:
-        p = self.producer
-        if p.instance._stopping:  # shutting down: no new Task the shutdown would not cancel
-            self._finish(None, resume[2] if resume else MQClientError(f"client {p.instance.client_id} is shutting down"))
-            return
-        coro = p._send(self.msg, self.mode, self.timeout, None, None, None, prepared=self.prepared, resume=resume)
-        self.task = task = asyncio.get_running_loop().create_task(coro)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        if task.cancelled():
-            self._finish(None, asyncio.CancelledError())
-        else:
-            error = task.exception()
-            self._finish(None if error is not None else task.result(), error)
-
-    def _finish(self, result, error) -> None:
-        if self.finished:
-            return
-        self.finished = True
-        self.on_done(result, error)
-
-    def cancel(self) -> None:  # on the loop
-        if self.finished:
-            return
-        if self.task is not None:
-            self.task.cancel()
-            return
-        if self.coro is not None:
-            try:
-                self.coro.throw(asyncio.CancelledError())
-            except BaseException:  # the call ends here, whichever way it unwinds
-                pass
-        self._finish(None, asyncio.CancelledError())
-
-
-class _SyncCompletion:
-    """What a blocked send() waits on: a lock the loop releases with the outcome."""
-
-    __slots__ = ("result", "error", "_lock")
-
-    def __init__(self):
-        self.result = None
-        self.error: BaseException | None = None
-        self._lock = threading.Lock()
-        self._lock.acquire()
-
-    def __call__(self, result, error) -> None:  # on the loop
-        self.result, self.error = result, error
-        self._lock.release()
-
-    def wait(self, timeout: float) -> bool:
-        return self._lock.acquire(timeout=timeout)
-
-
 class Producer:
     """Send messages to a topic.
 
@@ -357,9 +207,6 @@ class Producer:
         if batch_max_bytes <= 0:
             raise ConfigError(f"bad batch_max_bytes {batch_max_bytes!r}: must be > 0")
         self.send_msg_timeout = send_msg_timeout
-        self.retry_times_when_send_failed = retry_times_when_send_failed
-        self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
-        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
         self.compress_type = compress_type
         self.compress_level = compress_level
@@ -369,6 +216,9 @@ class Producer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self._default_queue_nums_str = str(default_topic_queue_nums)
         self.fault_strategy = MQFaultStrategy(enabled=send_latency_fault_enable)
+        # every send's attempts, retry rule and fault item update (see SendPolicy)
+        self.send_policy = SendPolicy(self.fault_strategy, retry_times_when_send_failed,
+                                      retry_times_when_send_async_failed, retry_another_broker_when_not_store_ok)
         self.topic_publish_info: dict[str, TopicPublishInfo] = {}
         self.instance: MQClientInstance | None = None
         self._started = False
@@ -386,14 +236,25 @@ class Producer:
         # (topic, broker, queue id, batch) -> SendHeader, see _encode_frame (keyed by the fields: a
         # MessageQueue's attrs-made __hash__ and __eq__ are Python calls)
         self._send_headers: dict[tuple[str, str, int, bool], SendHeader | None] = {}
-        self._fault_noted: dict[str, int] = {}  # broker -> ms of its last fast answer noted (_note_latency)
-        # a pipelined send's usual completion, natively (its other cases: _pipelined_done)
-        self._pipelined_completion = PipelinedCompletion(_RESULTS, self.fault_strategy, self._fault_noted,
+        # a pipelined send's usual completion, natively (its other cases: _pipelined_done); it notes
+        # fast answers in the policy's table, as SendPolicy.note does
+        self._pipelined_completion = PipelinedCompletion(_RESULTS, self.fault_strategy, self.send_policy.noted,
                                                          self._pipelined_done)
         # which plain sends take the lean paths (decided at start, with the hooks)
         self._plain_direct = False
         self._plain_pipelined = False
         self._pipelined_sender: PipelinedSender | None = None  # _send_pipelined's usual case, natively
+
+    # the retry settings live in the policy every send asks
+    retry_times_when_send_failed = property(
+        lambda self: self.send_policy.retry_times_when_send_failed,
+        lambda self, n: setattr(self.send_policy, "retry_times_when_send_failed", n))
+    retry_times_when_send_async_failed = property(
+        lambda self: self.send_policy.retry_times_when_send_async_failed,
+        lambda self, n: setattr(self.send_policy, "retry_times_when_send_async_failed", n))
+    retry_another_broker_when_not_store_ok = property(
+        lambda self: self.send_policy.retry_another_broker_when_not_store_ok,
+        lambda self, v: setattr(self.send_policy, "retry_another_broker_when_not_store_ok", v))
 
     # --- life cycle ------------------------------------------------------------------------------
     def start(self) -> "Producer":
@@ -411,7 +272,8 @@ class Producer:
                     read_send_response_frames, SendResponse.from_command, _command._opaque_counter, RemotingError,
                     MixAll.MASTER_ID,  # (next_opaque's process-wide counter: opaques never repeat)
                     _SENDABLE_TOPICS)  # (the topic names check_message passed)
-                self._plain_pipelined = not self._hooks and self._accumulator is None
+                # (send hooks run on the same connections: _invoke_direct, _send_pipelined_to)
+                self._plain_pipelined = self._accumulator is None
                 if self._accumulator is not None and not self._hooks:
                     self._batch_accumulator = PipelinedAccumulator(self, batch_max_bytes=self.batch_max_bytes)
                 self._started = True
@@ -476,29 +338,15 @@ class Producer:
         # validation, properties, UNIQ_KEY and compression here in the caller's thread: the loop
         # thread is shared by every send, the caller's is not
         prepared = self._prepare(msg)
-        if (queue is not None or selector is not None or self._hooks or self.retry_another_broker_when_not_store_ok
+        if (queue is not None or selector is not None or self.retry_another_broker_when_not_store_ok
                 or inst.in_loop_thread()):  # (run() refuses the loop thread: it would wait on itself)
             return inst.run(self._send(msg, CommunicationMode.SYNC, t, queue, selector, arg, prepared=prepared),
                             timeout=t + 5)
         result = self._send_direct(msg, t, prepared)
         if result is not _NOT_DIRECT:
             return result
-        done = _SyncCompletion()
-        call = _FastSend(self, msg, CommunicationMode.SYNC, t, prepared, done)
-        inst.post(call.start)
-        if not done.wait(t + 5):
-            try:
-                inst.loop.call_soon_threadsafe(call.cancel)
-                done.wait(5)  # the call ends before send() returns: it never completes later
-            except RuntimeError:  # the loop is closed: the call went with it
-                pass
-            if done.error is None or isinstance(done.error, asyncio.CancelledError):
-                raise MQClientError(f"operation timed out after {t + 5} s")
-        if done.error is not None:
-            if isinstance(done.error, asyncio.CancelledError):  # as a cancelled run() reports it
-                raise concurrent.futures.CancelledError() from done.error
-            raise done.error
-        return done.result
+        return inst.run(self._send(msg, CommunicationMode.SYNC, t, None, None, None, prepared=prepared),
+                        timeout=t + 5)
 
     def _send_plain_direct(self, msg: Message, timeout: float):
         """The leanest sync send: a plain message (body under the compression threshold, no
@@ -528,15 +376,15 @@ class Producer:
             resp = inst.invoke_frame_direct(addr, frame, opaque, timeout, read_send_response_frame, code)
             if resp is None:  # every direct connection busy: the loop's way, same queue choice lost
                 return self._send_direct_prepared(msg, timeout, None)
-            # the SendResult, the fault item noted as _note_latency notes it (None: a refusal)
+            # the SendResult, the fault item noted as SendPolicy.note notes it (None: a refusal)
             result = self._pipelined_completion.finish_sync(resp, mq, uniq, begin)
             if result is None:
                 raise MQBrokerError(resp.code, resp.remark, addr)
         except (RemotingError, MQBrokerError) as e:
-            self._note_latency(mq.broker_name, begin, True)
-            if isinstance(e, MQBrokerError) and e.code not in RETRY_RESPONSE_CODES:
+            self.send_policy.note(mq.broker_name, begin, True)
+            if not self.send_policy.worth_retrying(e):
                 raise
-            log.warning("send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_failed, e)
+            log.warning("send to %s failed (attempt 1/%d): %s", mq, self.send_policy.attempts("SYNC"), e)
             return inst.run(self._send(msg, CommunicationMode.SYNC, timeout, None, None, None,
                                        prepared=self._prepared_with(msg, uniq), resume=(begin, mq.broker_name, e)),
                             timeout=timeout + 5)
@@ -553,7 +401,7 @@ class Producer:
         try:
             result = self._invoke_direct(msg, mq, *prepared, timeout, False)
         except (RemotingError, MQBrokerError) as e:
-            if isinstance(e, MQBrokerError) and e.code not in RETRY_RESPONSE_CODES:
+            if not self.send_policy.worth_retrying(e):
                 raise
             result = None
             resume = (begin, mq.broker_name, e)
@@ -570,21 +418,6 @@ class Producer:
         props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
         return uniq, msg.body, 0, props
 
-    def _note_latency(self, broker_name: str, begin: float, failed: bool) -> None:
-        """The fault item update after a direct or pipelined send.  A fast answer (< 50 ms, which
-        benches nobody) is recorded at most once per millisecond per broker: the ones in between
-        would store the same moment to the millisecond; a slow or failed one always is."""
-        now = time.monotonic()
-        latency = int((now - begin) * 1000)
-        now_ms = int(now * 1000)
-        if failed or latency >= 50:
-            self._fault_noted.pop(broker_name, None)
-        elif self._fault_noted.get(broker_name) == now_ms:
-            return
-        else:
-            self._fault_noted[broker_name] = now_ms
-        self.fault_strategy.update_fault_item(broker_name, latency, failed)
-
     def _send_direct(self, msg: Message, timeout: float, prepared: tuple):
         """A plain sync send's first attempt made in the caller's thread over a pooled blocking
         connection (see rmq_core.remoting.blocking): no hand-off to the client's loop and back.
@@ -593,15 +426,15 @@ class Producer:
         info = self.topic_publish_info.get(msg.topic)
         if info is None or not info.ok or not self.instance.direct_send_possible():
             return _NOT_DIRECT  # (asked before a queue is picked: picking advances the round robin)
-        mq = self.fault_strategy.select_one_message_queue(info, None)
+        mq = self.send_policy.select(info)
         uniq, body, sys_flag, props = prepared
         begin = time.monotonic()
         try:
             return self._invoke_direct(msg, mq, uniq, body, sys_flag, props, timeout, False)
         except (RemotingError, MQBrokerError) as e:
-            if isinstance(e, MQBrokerError) and e.code not in RETRY_RESPONSE_CODES:
+            if not self.send_policy.worth_retrying(e):
                 raise
-            log.warning("send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_failed, e)
+            log.warning("send to %s failed (attempt 1/%d): %s", mq, self.send_policy.attempts("SYNC"), e)
             return self.instance.run(
                 self._send(msg, CommunicationMode.SYNC, timeout, None, None, None, prepared=prepared,
                            resume=(begin, mq.broker_name, e)), timeout=timeout + 5)
@@ -616,6 +449,10 @@ class Producer:
         addr = inst.find_broker_addr_in_publish(mq.broker_name)
         if addr is None or not inst.direct_send_possible():
             return _NOT_DIRECT
+        ctx = None
+        if self._hooks:  # SendMessageHook, as _send_kernel calls it
+            ctx = _SendContext(self.group, msg, mq, addr, CommunicationMode.SYNC.value)
+            plugins.get_plugin_manager().hook.rmq_before_send(context=ctx)
         t0 = time.monotonic()
         try:
             if inst.in_proc(addr):
@@ -630,10 +467,16 @@ class Producer:
                 if resp is None:
                     return _NOT_DIRECT
                 result = send_result_of(resp, mq, uniq, addr)
-        except (RemotingError, MQBrokerError):
-            self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
+        except (RemotingError, MQBrokerError) as e:
+            self.send_policy.note(mq.broker_name, t0, True)
+            if ctx is not None:
+                ctx.exception = e
+                plugins.get_plugin_manager().hook.rmq_after_send(context=ctx)
             raise
-        self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
+        self.send_policy.note(mq.broker_name, t0, False)
+        if ctx is not None:
+            ctx.send_result = result
+            plugins.get_plugin_manager().hook.rmq_after_send(context=ctx)
         return result
 
     def _encode_frame(self, msg: Message, mq: MessageQueue, body: bytes, sys_flag: int, props: dict,
@@ -682,7 +525,8 @@ class Producer:
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
         if self._plain_pipelined and queue is None and selector is None:  # (then no _batch_accumulator)
-            fut = self._pipelined_sender.send(msg, t)  # None: it declined before picking a queue
+            # (None: it declined before picking a queue; with send hooks the Python side writes, for them)
+            fut = self._pipelined_sender.send(msg, t) if not self._hooks else None
             if fut is None:
                 fut = self._send_pipelined(msg, t)
             if fut is not None and fut is not False:  # (False: the loop's path takes it)
@@ -699,7 +543,9 @@ class Producer:
             prepared = self._prepare(msg)
         except Exception:  # a bad message fails its Future (and callback), as any other send error
             prepared = None
-        if prepared is None or queue is not None or selector is not None or self._hooks:
+        acc = self._accumulator
+        if (prepared is None or queue is not None or selector is not None or self._hooks or acc is None
+                or not acc.eligible(msg, prepared, self.batch_max_bytes)):
             fut = inst.submit(self._send(msg, CommunicationMode.ASYNC, t, queue, selector, arg, prepared=prepared))
         else:
             fut = CancellableFuture()
@@ -714,14 +560,8 @@ class Producer:
                 else:
                     fut.set_result(result)
 
-            acc = self._accumulator
-            if acc is not None and acc.eligible(msg, prepared, self.batch_max_bytes):
-                # (a gathered message cannot be taken back: cancelling only abandons its Future)
-                inst.post(lambda: acc.add(msg, prepared, t, finished))
-            else:
-                call = _FastSend(self, msg, CommunicationMode.ASYNC, t, prepared, finished)
-                fut.on_cancel = lambda: inst.loop.call_soon_threadsafe(call.cancel)
-                inst.post(call.start)
+            # (a gathered message cannot be taken back: cancelling only abandons its Future)
+            inst.post(lambda: acc.add(msg, prepared, t, finished))
         if callback is not None:
             self._call_back_when_done(fut, callback)
         return fut
@@ -761,7 +601,7 @@ class Producer:
             check_message(msg, self.max_message_size)
         except Exception:  # noqa: BLE001 - the general path fails the Future with it
             return None
-        mq = self.fault_strategy.select_one_message_queue(info, None)
+        mq = self.send_policy.select(info)
         addr = inst.find_broker_addr_in_publish(mq.broker_name)
         if addr is None or inst.in_proc(addr):
             return None
@@ -788,14 +628,41 @@ class Producer:
                 fut.set_exception(e)
                 return fut
         context = (msg, uniq, prepared, mq, addr, timeout, begin, fut)
+        on_done = self._pipelined_completion
+        if self._hooks:  # SendMessageHook around this attempt, as _send_kernel calls it
+            send_ctx = _SendContext(self.group, msg, mq, addr, CommunicationMode.ASYNC.value)
+            try:
+                plugins.get_plugin_manager().hook.rmq_before_send(context=send_ctx)
+            except Exception as e:  # noqa: BLE001 - this send's error
+                fut.finish(None, e)
+                return fut
+            context, on_done = (context, send_ctx), self._hooked_pipelined_done
         try:
             channel = inst.send_channel(addr, read_send_response_frames, SendResponse.from_command)
         except RemotingError as e:  # cannot connect: counted against the broker, retried elsewhere
-            self._pipelined_done(context, None, e)
+            on_done(context, None, e)
             return fut
         fut.channel = channel  # result() reads the answer itself when no other thread does
-        channel.send(frame, opaque, timeout, self._pipelined_completion, context)
+        channel.send(frame, opaque, timeout, on_done, context)
         return fut
+
+    def _hooked_pipelined_done(self, context: tuple, response: SendResponse | None,
+                               error: BaseException | None) -> None:
+        """_pipelined_done after rmq_after_send saw this attempt's outcome."""
+        inner, send_ctx = context
+        if error is None:
+            result = _RESULTS.make(response, inner[3], inner[1])
+            if result is None:
+                send_ctx.exception = MQBrokerError(response.code, response.remark, inner[4])
+            else:
+                send_ctx.send_result = result
+        else:
+            send_ctx.exception = error
+        try:
+            plugins.get_plugin_manager().hook.rmq_after_send(context=send_ctx)
+        except Exception:  # noqa: BLE001 - the send's outcome stands
+            log.exception("rmq_after_send raised")
+        self._pipelined_done(inner, response, error)
 
     def _pipelined_done(self, context: tuple, response: SendResponse | None, error: BaseException | None) -> None:
         """A pipelined send's answer or failure, on the connection's reader thread (or the sender's
@@ -805,14 +672,14 @@ class Producer:
         if error is None:
             result = _RESULTS.make(response, mq, uniq)
             if result is not None:
-                self._note_latency(mq.broker_name, begin, False)
+                self.send_policy.note(mq.broker_name, begin, False)
                 fut.finish(result)
                 return
             error = MQBrokerError(response.code, response.remark, addr)
         if not self._failure_worth_retrying(mq, begin, error):
             fut.finish(None, error)
             return
-        log.warning("send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_async_failed, error)
+        log.warning("send to %s failed (attempt 1/%d): %s", mq, self.send_policy.attempts("ASYNC"), error)
         fut.channel = None  # the loop completes it now: a waiter stops reading the connection for it
         self._continue_on_loop(msg, prepared or self._prepared_with(msg, uniq), timeout,
                                (begin, mq.broker_name, error), fut)
@@ -820,10 +687,8 @@ class Producer:
     def _failure_worth_retrying(self, mq: MessageQueue, begin: float, error: BaseException) -> bool:
         """A pipelined request to `mq` failed: count it against the broker; True when another
         attempt should follow (a connection failure or a retryable broker code, not shutting down)."""
-        self._note_latency(mq.broker_name, begin, True)
-        retryable = isinstance(error, RemotingError) or (
-            isinstance(error, MQBrokerError) and error.code in RETRY_RESPONSE_CODES)
-        return retryable and not self.instance._stopping
+        self.send_policy.note(mq.broker_name, begin, True)
+        return self.send_policy.worth_retrying(error) and not self.instance._stopping
 
     def _continue_on_loop(self, msg: Message, prepared: tuple, timeout: float, resume: tuple,
                           fut: CancellableFuture) -> None:
@@ -913,7 +778,7 @@ class Producer:
         info = self.topic_publish_info.get(topic)
         header = None
         if info is not None and info.ok and not inst._stopping:
-            mq = self.fault_strategy.select_one_message_queue(info, None)
+            mq = self.send_policy.select(info)
             addr = inst.find_broker_addr_in_publish(mq.broker_name)
             if addr is not None and not inst.in_proc(addr):
                 header = self._send_header(mq, True)
@@ -938,7 +803,7 @@ class Producer:
         if error is None:
             status = _STATUS_BY_CODE.get(response.code)
             if status is not None:
-                self._note_latency(mq.broker_name, begin, False)
+                self.send_policy.note(mq.broker_name, begin, False)
                 qid = response.queue_id
                 queue = mq if qid is None or qid == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, qid)
                 base = response.queue_offset
@@ -949,7 +814,7 @@ class Producer:
         if not self._failure_worth_retrying(mq, begin, error):
             on_answer(context, None, None, -1, None, None, error)
             return
-        log.warning("batch send to %s failed (attempt 1/%d): %s", mq, 1 + self.retry_times_when_send_failed, error)
+        log.warning("batch send to %s failed (attempt 1/%d): %s", mq, self.send_policy.attempts("ASYNC"), error)
         self._retry_batch(topic, wait, body, timeout - (time.monotonic() - begin), on_answer, context, error, futures)
 
     def _retry_batch(self, topic: str, wait: bool, body: bytes, timeout: float, on_answer, context,
@@ -963,7 +828,7 @@ class Producer:
             return
         encoded = (topic, "", body, Message(topic, b"x", wait_store_msg_ok=wait), _OUTER_PROPS[wait])
         try:
-            fut = self.instance.submit(self._send_batch(encoded, timeout, None))
+            fut = self.instance.submit(self._send_batch(encoded, timeout, None, CommunicationMode.ASYNC))
         except MQClientError as e:  # the client stopped meanwhile
             on_answer(context, None, None, -1, None, None, error or e)
             return
@@ -988,6 +853,12 @@ class Producer:
         inst.run(self._send(msg, CommunicationMode.ONEWAY, self.send_msg_timeout, queue, selector, arg),
                  timeout=self.send_msg_timeout + 5)
 
+    def send_oneway_async(self, msg: Message, *, queue: MessageQueue | None = None, selector=None,
+                          arg: Any = None) -> concurrent.futures.Future:
+        """send_oneway without waiting: the Future is done once the request is written."""
+        inst = self._check_started()
+        return inst.submit(self._send(msg, CommunicationMode.ONEWAY, self.send_msg_timeout, queue, selector, arg))
+
     def send_batch(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
                    timeout: float | None = None) -> SendResult:
         """One SEND_BATCH_MESSAGE request; all messages go to one queue of one topic.
@@ -995,7 +866,7 @@ class Producer:
         inst = self._check_started()
         t = timeout or self.send_msg_timeout
         encoded = self._encode_batch(list(msgs))
-        if queue is not None and not self._hooks and not inst.in_loop_thread():
+        if queue is not None and not inst.in_loop_thread():
             # a batch to a given queue is one request, no retry: made from this thread when it can be
             topic, uniq, body, outer, outer_props = encoded
             if queue.topic != topic:
@@ -1008,7 +879,7 @@ class Producer:
     def send_batch_async(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
                          timeout: float | None = None) -> concurrent.futures.Future:
         inst = self._check_started()
-        return inst.submit(self._send_batch(list(msgs), timeout or self.send_msg_timeout, queue))
+        return inst.submit(self._send_batch(list(msgs), timeout or self.send_msg_timeout, queue, CommunicationMode.ASYNC))
 
     def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
         inst = self._check_started()
@@ -1068,8 +939,9 @@ class Producer:
     async def _send(self, msg: Message, mode: CommunicationMode, timeout: float,
                     queue: MessageQueue | None, selector, arg, allow_system: bool = False,
                     prepared: tuple | None = None, resume: tuple | None = None) -> SendResult | None:
-        """resume: (begin, failed broker name, its error) when _FastSend's first attempt failed with
-        an error worth retrying: go on from the second attempt, as if this loop had made the first."""
+        """resume: (begin, failed broker name, its error) when a first attempt made off the loop
+        (direct or pipelined) failed with an error worth retrying: go on from the second attempt,
+        as if this loop had made the first."""
         begin = time.monotonic() if resume is None else resume[0]
         uniq, body, sys_flag, props = prepared or self._prepare(msg, allow_system)
         info = await self._find_publish_info(msg.topic)
@@ -1078,8 +950,19 @@ class Producer:
             if mq.topic != msg.topic:
                 raise IllegalArgumentError(f"queue {mq} does not belong to topic {msg.topic!r}")
             return await self._send_kernel(msg, mq, uniq, body, sys_flag, props, mode, timeout)
-        times = 1 + (self.retry_times_when_send_failed if mode is CommunicationMode.SYNC
-                     else self.retry_times_when_send_async_failed if mode is CommunicationMode.ASYNC else 0)
+
+        async def attempt(mq: MessageQueue, remaining: float) -> SendResult | None:
+            return await self._send_kernel(msg, mq, uniq, body, sys_flag, props, mode, remaining)
+
+        return await self._send_default(msg.topic, info, mode, timeout, begin, attempt, "send", resume)
+
+    async def _send_default(self, topic: str, info: TopicPublishInfo, mode: CommunicationMode, timeout: float,
+                            begin: float, attempt, what: str, resume: tuple | None = None) -> SendResult | None:
+        """sendDefaultImpl's loop, for single messages and batches alike: attempt(mq, remaining
+        time) on a queue SendPolicy picks (another broker after a failure), while SendPolicy says a
+        failure is worth another attempt and the timeout is not spent.  resume: see _send."""
+        policy = self.send_policy
+        times = policy.attempts(mode)
         last_broker = None
         last_error: BaseException | None = None
         result = None
@@ -1087,47 +970,40 @@ class Producer:
         if resume is not None:
             _, last_broker, last_error = resume
             first = 1
-            await self.instance.update_topic_route(msg.topic)
-            info = self.topic_publish_info.get(msg.topic) or info
-        for attempt in range(first, times):
+            await self.instance.update_topic_route(topic)
+            info = self.topic_publish_info.get(topic) or info
+        for n in range(first, times):
             remaining = timeout - (time.monotonic() - begin)
             if remaining <= 0:
                 break
-            mq = self.fault_strategy.select_one_message_queue(info, last_broker)
+            mq = policy.select(info, last_broker)
             last_broker = mq.broker_name
             t0 = time.monotonic()
             try:
-                result = await self._send_kernel(msg, mq, uniq, body, sys_flag, props, mode, remaining)
-            except (RemotingError, MQClientError, asyncio.TimeoutError) as e:
-                self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
+                result = await attempt(mq, remaining)
+            except (RemotingError, MQClientError, MQBrokerError, TimeoutError) as e:
+                policy.note(mq.broker_name, t0, True)
                 last_error = e
-                log.warning("send to %s failed (attempt %d/%d): %s", mq, attempt + 1, times, e)
-                await self.instance.update_topic_route(msg.topic)
-                info = self.topic_publish_info.get(msg.topic) or info
+                if not policy.worth_retrying(e):
+                    raise
+                log.warning("%s to %s failed (attempt %d/%d): %s", what, mq, n + 1, times, e)
+                await self.instance.update_topic_route(topic)
+                info = self.topic_publish_info.get(topic) or info
                 continue
-            except MQBrokerError as e:
-                self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
-                last_error = e
-                if e.code in RETRY_RESPONSE_CODES:
-                    log.warning("send to %s refused (attempt %d/%d): %s", mq, attempt + 1, times, e)
-                    await self.instance.update_topic_route(msg.topic)
-                    info = self.topic_publish_info.get(msg.topic) or info
-                    continue
-                raise
-            self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
+            policy.note(mq.broker_name, t0, False)
             if (mode is CommunicationMode.SYNC and result is not None and result.status is not SendStatus.SEND_OK
-                    and self.retry_another_broker_when_not_store_ok):
+                    and policy.retry_another_broker_when_not_store_ok):
                 continue
             return result
         if result is not None:
             return result
         elapsed = int((time.monotonic() - begin) * 1000)
         if last_error is None:
-            raise MQClientError(f"send to topic {msg.topic!r} timed out after {elapsed} ms")
+            raise MQClientError(f"{what} to topic {topic!r} timed out after {elapsed} ms")
         if isinstance(last_error, MQBrokerError):
             raise last_error
         raise MQClientError(
-            f"send to topic {msg.topic!r} failed after {times} attempt(s) in {elapsed} ms: {last_error}"
+            f"{what} to topic {topic!r} failed after {times} attempt(s) in {elapsed} ms: {last_error}"
         ) from last_error
 
     async def _send_kernel(self, msg: Message, mq: MessageQueue, uniq: str, body: bytes, sys_flag: int,
@@ -1209,8 +1085,10 @@ class Producer:
                                                 check_send_topic, MessageClientIDSetter)
         return topic, uniqs, body, Message(topic, b"x", wait_store_msg_ok=wait), _OUTER_PROPS[wait]
 
-    async def _send_batch(self, msgs: list[Message] | tuple, timeout: float, queue: MessageQueue | None) -> SendResult:
-        """msgs: the messages, or what _encode_batch made of them."""
+    async def _send_batch(self, msgs: list[Message] | tuple, timeout: float, queue: MessageQueue | None,
+                          mode: CommunicationMode = CommunicationMode.SYNC) -> SendResult:
+        """msgs: the messages, or what _encode_batch made of them.  mode: ASYNC for send_batch_async
+        and auto-batch (their retry count)."""
         topic, uniq, body, outer, outer_props = msgs if isinstance(msgs, tuple) else self._encode_batch(msgs)
         info = await self._find_publish_info(topic)
         if queue is not None:
@@ -1218,35 +1096,12 @@ class Producer:
                 raise IllegalArgumentError(f"queue {queue} does not belong to topic {topic!r}")
             return await self._send_kernel(outer, queue, uniq, body, 0, outer_props, CommunicationMode.SYNC, timeout,
                                            batch=True)
-        begin = time.monotonic()
-        last_error: BaseException | None = None
-        last_broker = None
-        times = 1 + self.retry_times_when_send_failed
-        for _ in range(times):
-            remaining = timeout - (time.monotonic() - begin)
-            if remaining <= 0:
-                break
-            mq = self.fault_strategy.select_one_message_queue(info, last_broker)
-            last_broker = mq.broker_name
-            t0 = time.monotonic()
-            try:
-                r = await self._send_kernel(outer, mq, uniq, body, 0, outer_props, CommunicationMode.SYNC, remaining,
-                                            batch=True)
-            except (RemotingError, MQClientError, asyncio.TimeoutError) as e:
-                self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
-                last_error = e
-                continue
-            except MQBrokerError as e:
-                self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
-                if e.code not in RETRY_RESPONSE_CODES:
-                    raise
-                last_error = e
-                continue
-            self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
-            return r
-        if isinstance(last_error, MQBrokerError):
-            raise last_error
-        raise MQClientError(f"batch send to topic {topic!r} failed after {times} attempt(s): {last_error}") from last_error
+
+        async def attempt(mq: MessageQueue, remaining: float) -> SendResult:
+            return await self._send_kernel(outer, mq, uniq, body, 0, outer_props, CommunicationMode.SYNC, remaining,
+                                           batch=True)
+
+        return await self._send_default(topic, info, mode, timeout, time.monotonic(), attempt, "batch send")
 
 
 __all__ = ["Producer", "CommunicationMode", "build_send_header", "parse_send_response", "RETRY_RESPONSE_CODES"]

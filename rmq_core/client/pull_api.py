@@ -52,7 +52,9 @@ def build_pull_request(*, group: str, mq: MessageQueue, sub, offset: int, max_nu
     })
 
 
-def process_pull_response(resp: RemotingCommand, mq: MessageQueue, sub, addr: str) -> PullResultExt:
+def process_pull_response(resp: RemotingCommand, mq: MessageQueue, sub, addr: str, decode: bool = True) -> PullResultExt:
+    """The pull's status and offsets; with `decode`, its messages as MessageExt (a caller that
+    decodes the body its own way, e.g. into columns, passes decode=False and reads resp.body)."""
     status = _STATUS.get(resp.code)
     if status is None:
         raise MQBrokerError(resp.code, resp.remark, addr)
@@ -63,7 +65,7 @@ def process_pull_response(resp: RemotingCommand, mq: MessageQueue, sub, addr: st
         max_offset=resp.get_int("maxOffset", 0),
         suggest_which_broker_id=resp.get_int("suggestWhichBrokerId", 0) or 0,
     )
-    if status is PullStatus.FOUND and resp.body:
+    if decode and status is PullStatus.FOUND and resp.body:
         from rmq_core.codec import decode_messages
         msgs = decode_messages(resp.body, broker_name=mq.broker_name)
         result.scanned = len(msgs)

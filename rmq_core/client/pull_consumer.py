@@ -97,6 +97,9 @@ class PullConsumer(ConsumerBase):
         self._paused_stash: dict[MessageQueue, list] = {}
         self._next_auto_commit = 0.0
         self._cached = 0
+        # called (on the client's loop) when a batch becomes ready for poll: rmq_core.aio wakes
+        # its `async for` with it instead of waiting in a thread
+        self.on_ready = None
 
     # --- subscription ----------------------------------------------------------------------------
     def subscribe(self, topic: str, expression="*") -> None:
@@ -341,6 +344,8 @@ class PullConsumer(ConsumerBase):
                     pq.put_messages(result.messages)
                     self._cached += len(result.messages)
                     self._requests.put((mq, st, version, result.messages))
+                    if self.on_ready is not None:
+                        self.on_ready()
                 elif result.status is PullStatus.OFFSET_ILLEGAL:
                     log.warning("the pull request offset illegal, %s offset=%d -> %d", mq, offset, result.next_begin_offset)
         finally:
@@ -350,10 +355,20 @@ class PullConsumer(ConsumerBase):
     def poll(self, timeout: float | None = None) -> list:
         """The next batch of messages (up to pull_batch_size, one queue), or [] after `timeout` s."""
         self._require_started()
+        if self.auto_commit_due():
+            self.commit()
+        return self.take(self.poll_timeout if timeout is None else timeout)
+
+    def auto_commit_due(self) -> bool:
+        """True (once per auto_commit_interval) when poll should commit before taking a batch."""
         if self.auto_commit and time.monotonic() >= self._next_auto_commit:
             self._next_auto_commit = time.monotonic() + self.auto_commit_interval
-            self.commit()
-        deadline = time.monotonic() + (self.poll_timeout if timeout is None else timeout)
+            return True
+        return False
+
+    def take(self, timeout: float) -> list:
+        """poll without its auto-commit: the next ready batch, waiting up to `timeout` s (0: never)."""
+        deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
             try:
@@ -467,6 +482,8 @@ class PullConsumer(ConsumerBase):
             for item in stashed:
                 self._cached += len(item[3])
                 self._requests.put(item)
+            if stashed and self.on_ready is not None:
+                self.on_ready()
 
     def is_paused(self, mq: MessageQueue) -> bool:
         return self._state(mq).paused

@@ -90,7 +90,8 @@ class PipelinedChannel:
                  read_frames: Callable[[Any, int], tuple[list, int]] = decode_command_frames,
                  from_command: Callable[[RemotingCommand], Any] | None = None,
                  sweep_interval: float = 0.05, write_timeout: float = 10.0, coalesce_bytes: int = 16384,
-                 coalesce_delay: float = 0.002, reader_defer: float = 0.002, name: str | None = None):
+                 coalesce_delay: float = 0.002, reader_defer: float = 0.002, name: str | None = None,
+                 intercept=None):
         scheme, location = split_address(addr)
         if scheme != "tcp":
             raise RemotingConnectError(f"a pipelined channel needs a tcp address, not {addr!r}")
@@ -104,7 +105,11 @@ class PipelinedChannel:
         self.addr = addr
         self.max_frame_length = max_frame_length
         self.sweep_interval = sweep_interval
-        self._read_frames = read_frames
+        # intercept: a step every request and its answer pass (RPC hooks: RpcHookStep) -
+        # before(frame) -> (frame, token) and after(token, response command); with one, answers
+        # are read as RemotingCommands and from_command is applied after it
+        self._intercept = intercept
+        self._read_frames = decode_command_frames if intercept is not None else read_frames
         self._from_command = from_command
         try:
             sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
@@ -148,9 +153,23 @@ class PipelinedChannel:
         request: one tuple, no function object.)  While a write is in progress or answers are due
         the frame gathers (PipelinedWrites.offer): a burst leaves in a few writes instead of one
         system call per request."""
+        if self._intercept is not None:
+            frame, token = self._intercept.before(frame)
+            on_done, context = self._intercepted_done, (on_done, context, token)
         data = self.writes.offer(frame, opaque, timeout, on_done, context)
         if data is not None:
             self.after_offer(data, opaque, on_done, context)
+
+    def _intercepted_done(self, context, response, error) -> None:
+        on_done, inner, token = context
+        if response is not None:
+            try:
+                self._intercept.after(token, response)
+                if self._from_command is not None and type(response) is RemotingCommand:
+                    response = self._from_command(response)
+            except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
+                response, error = None, e
+        on_done(inner, response, error)
 
     def after_offer(self, data, opaque: int, on_done: OnDone, context: Any) -> None:
         """What PipelinedWrites.offer decided, done: False - closed, the request fails here; bytes -
@@ -171,6 +190,11 @@ class PipelinedChannel:
         body = request.body
         frame = request.encode_header(len(body)) + bytes(body) if body else request.encode_header(0)
         self.send(frame, request.opaque, timeout, on_done, context)
+
+    @property
+    def intercepted(self) -> bool:
+        """True when requests pass an interception step (then only send() may write them)."""
+        return self._intercept is not None
 
     @property
     def pending_count(self) -> int:
@@ -272,6 +296,32 @@ class PipelinedChannel:
                     cond.wait(1.0 if remaining is None else min(remaining, 1.0))
             with self._tlock:
                 self._token_waiters.discard(future)
+
+    def read_ready(self) -> int:
+        """Read and complete on this thread, without blocking, the answers the connection holds
+        now - unless another thread reads - then write what gathered meanwhile (as the reader does
+        after answers).  For an event loop that watches the connection (rmq_core.aio): the answers
+        to its own sends complete on its thread, no other thread in between.  Answers completed."""
+        if self.closed:
+            return 0
+        with self._tlock:
+            if self._token_owner != _NOBODY:
+                return 0
+            self._token_owner = threading.get_ident()
+        answered = 0
+        try:
+            while not self.closed:
+                got = self._read_chunk()
+                if got is None:
+                    break
+                answered += got
+            if (answered or self.writes.gathered) and not self.closed:
+                self._flush_gathered(answered)
+        except (OSError, RemotingCommandError) as e:
+            self._fail(self._read_error(e))
+        finally:
+            self._release_token()
+        return answered
 
     def _release_token(self) -> None:
         with self._tlock:
@@ -453,7 +503,7 @@ class PipelinedChannel:
         for item in items:
             if type(item) is bytes:
                 command = RemotingCommand.decode(item)  # RemotingCommandError: the connection goes
-                if command.flag & RESPONSE_FLAG and self._from_command is not None:
+                if command.flag & RESPONSE_FLAG and self._from_command is not None and self._intercept is None:
                     item = self._from_command(command)
                 else:
                     item = command

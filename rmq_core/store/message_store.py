@@ -685,7 +685,10 @@ class DefaultMessageStore:
 
     # -- get -------------------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int,
-                    message_filter=None, max_total_bytes: int | None = None) -> GetMessageResult:
+                    message_filter=None, max_total_bytes: int | None = None,
+                    max_transfer_count: int | None = None) -> GetMessageResult:
+        """Up to max_msgs matching messages from `offset`, capped by maxTransferCountOnMessageInMemory
+        (or `max_transfer_count`, which replaces that cap) and by bytes."""
         if self._shutdown:
             raise StoreError("message store is shut down")
         cq = self._get_consume_queue(topic, queue_id)
@@ -708,7 +711,8 @@ class DefaultMessageStore:
         mf, rel, end = found
         scan_end = min(end, rel + MAX_SCAN_ENTRIES_PER_GET * CQ_STORE_UNIT_SIZE)
         cfg = self.config
-        max_count = max(1, min(max_msgs, cfg.max_transfer_count_on_message_in_memory))
+        cap = cfg.max_transfer_count_on_message_in_memory if max_transfer_count is None else max_transfer_count
+        max_count = max(1, min(max_msgs, cap))
         max_bytes = max_total_bytes if max_total_bytes is not None else cfg.max_transfer_bytes_on_message_in_memory
         tags = None
         if message_filter is not None and message_filter.tag_codes is not None:

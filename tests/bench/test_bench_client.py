@@ -13,9 +13,16 @@ Groups (each has a `baseline_redis_*` entry; extra_info carries msgs/s and laten
   RocketMQ's defaults (listener batch 1, 20 consume threads, pull batch 32), listener batch 32,
   pull and listener batch 1024, orderly with the defaults.
 * client-consume-interleaved: the same rows for 128 B, round after round; extra_info has the ratios.
+* client-aio-{128B,1KiB}: 1000 messages as rounds of 50 in flight - Producer.send_async (Futures
+  awaited with result(); the group's baseline) vs rmq_core.aio.Producer.send (50 coroutines
+  gathered on a running event loop, asyncio's and uvloop's).
+* client-rpc-hook-{sync,async}: 1000 sync sends / 1000 async sends in rounds of 50 - without an RPC
+  hook (baseline) vs a client started while one no-op rmq_rpc_before_request /
+  rmq_rpc_after_response plugin is registered: what one registered hook costs in sends/s.
 The broker runs as `rmq namesrv` + `rmq broker` subprocesses on loopback, like redis-server; the
 `_inproc` entries use an embedded broker in the client's own process over the in-proc transport.
 """
+import asyncio
 import itertools
 import shutil
 import subprocess
@@ -24,7 +31,8 @@ import time
 
 import pytest
 
-from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
+from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer, aio
+from rmq_core.plugins import get_plugin_manager, hookimpl
 from tests.servers import NamesrvAndBroker, free_port
 
 SIZES = {"128B": 128, "1KiB": 1024}
@@ -456,3 +464,100 @@ def test_consume_interleaved_vs_redis(benchmark, rmq_cluster, redis_client, cons
         orderly_defaults_vs_redis32=rate["orderly_defaults"] / rate["redis32"],
         batch32_vs_lite_pull32=rate["batch32"] / rate["lite_pull32"],
     )
+
+
+# --- asyncio API and interception -----------------------------------------------------------------
+def _rate(benchmark):  # (N_ONE == N_MANY: every entry here sends 1000 per round)
+    benchmark.extra_info["msgs_per_s"] = N_MANY / benchmark.stats.stats.median
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_aio_baseline_send_async(benchmark, producer, size):
+    benchmark.group = f"client-aio-{size}"
+    body, topic = b"x" * SIZES[size], f"Bench{SIZES[size]}"
+
+    def run():
+        for _ in range(N_MANY // BATCH):
+            for f in [producer.send_async(Message(topic, body, tags="TagA")) for _ in range(BATCH)]:
+                f.result(30)
+
+    benchmark.pedantic(run, rounds=PRODUCE_ROUNDS, iterations=1, warmup_rounds=1)
+    _rate(benchmark)
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("size", list(SIZES))
+def test_aio_producer_send(benchmark, rmq_cluster, size, loop_kind):
+    benchmark.group = f"client-aio-{size}"
+    if loop_kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        loop = uvloop.new_event_loop()
+    else:
+        loop = asyncio.new_event_loop()
+    body, topic = b"x" * SIZES[size], f"Bench{SIZES[size]}"
+    p = aio.Producer(f"PG_BENCH_AIO_{next(_ids)}", namesrv=rmq_cluster.namesrv,
+                     instance_name=f"bench-aio-{next(_ids)}", **FAST)
+
+    async def rounds():
+        for _ in range(N_MANY // BATCH):
+            await asyncio.gather(*(p.send(Message(topic, body, tags="TagA")) for _ in range(BATCH)))
+
+    try:
+        loop.run_until_complete(p.start())
+        loop.run_until_complete(p.send(Message(topic, body)))
+        benchmark.pedantic(lambda: loop.run_until_complete(rounds()), rounds=PRODUCE_ROUNDS, iterations=1, warmup_rounds=1)
+    finally:
+        loop.run_until_complete(p.shutdown())
+        loop.close()
+    _rate(benchmark)
+
+
+class _NoOpRpcHook:
+    @hookimpl
+    def rmq_rpc_before_request(self, remote_addr, request):
+        pass
+
+    @hookimpl
+    def rmq_rpc_after_response(self, remote_addr, request, response):
+        pass
+
+
+def _sends(benchmark, p, mode):
+    topic = "Bench128"
+    body = b"x" * 128
+
+    def run():
+        if mode == "sync":
+            for _ in range(N_ONE):
+                p.send(Message(topic, body))
+        else:
+            for _ in range(N_MANY // BATCH):
+                for f in [p.send_async(Message(topic, body)) for _ in range(BATCH)]:
+                    f.result(30)
+
+    benchmark.pedantic(run, rounds=PRODUCE_ROUNDS, iterations=1, warmup_rounds=1)
+    _rate(benchmark)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_rpc_hook_baseline_none(benchmark, producer, mode):
+    benchmark.group = f"client-rpc-hook-{mode}"
+    _sends(benchmark, producer, mode)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_rpc_hook_one_noop(benchmark, rmq_cluster, mode):
+    benchmark.group = f"client-rpc-hook-{mode}"
+    pm = get_plugin_manager()
+    hook = _NoOpRpcHook()
+    pm.register(hook, name="bench-noop-rpc-hook")
+    try:  # (hooks are looked up when the client starts)
+        p = Producer(f"PG_BENCH_HOOK_{next(_ids)}", namesrv=rmq_cluster.namesrv,
+                     instance_name=f"bench-hook-{next(_ids)}", **FAST).start()
+        try:
+            p.send(Message("Bench128", b"warm"))
+            _sends(benchmark, p, mode)
+        finally:
+            p.shutdown()
+    finally:
+        pm.unregister(hook)

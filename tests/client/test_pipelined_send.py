@@ -14,7 +14,7 @@ from rmq_core.client.producer import CommunicationMode
 from rmq_core.errors import MQBrokerError, MQClientError
 from rmq_core.message import MessageQueue, SendResult, SendStatus
 from rmq_core.plugins import get_plugin_manager, hookimpl
-from rmq_core.remoting.codes import ResponseCode
+from rmq_core.remoting.codes import RequestCode, ResponseCode
 from tests.client.conftest import FAST, drain_topic, wait_until
 
 
@@ -227,18 +227,30 @@ class _SendRecorder:
         self.modes.append("after")
 
 
-def test_send_hooks_take_the_general_path(cluster):
+def test_send_hooks_run_on_the_send_connections(cluster, monkeypatch):
     rec = _SendRecorder()
     pm = get_plugin_manager()
     pm.register(rec, name="test-pipe-recorder")
     try:
         with Producer("PG_PIPE_HOOK", namesrv=cluster.tcp_namesrv, **FAST) as p:
+            assert p.send(Message("PipeHookT", b"warm")).status is SendStatus.SEND_OK  # (route look-up)
+            loop_sends = []
+            real = p.instance.invoke
+
+            async def invoke(addr, request, timeout):
+                if request.code == RequestCode.SEND_MESSAGE_V2:
+                    loop_sends.append(request.code)
+                return await real(addr, request, timeout)
+
+            monkeypatch.setattr(p.instance, "invoke", invoke)
             assert p.send_async(Message("PipeHookT", b"h")).result(10).status is SendStatus.SEND_OK
             assert p.send(Message("PipeHookT", b"s")).status is SendStatus.SEND_OK
-            assert not p.instance._send_channels
+            # the hooks ran on the pipelined and the direct connection: not one send took the loop's route
+            assert loop_sends == [] and p.instance._send_channels
     finally:
         pm.unregister(rec)
-    assert rec.modes == [CommunicationMode.ASYNC.value, "after", CommunicationMode.SYNC.value, "after"]
+    assert rec.modes == [CommunicationMode.SYNC.value, "after", CommunicationMode.ASYNC.value, "after",
+                         CommunicationMode.SYNC.value, "after"]
 
 
 def test_auto_batch_still_gathers_over_tcp(cluster, monkeypatch):

@@ -216,7 +216,7 @@ def test_encode_batch_refuses_bad_batches(msgs, error):
         p._encode_batch(msgs)
 
 
-# --- the Task-less send (_FastSend) against a real embedded broker ----------------------------------
+# --- sends on the loop's route and the direct one, against a real embedded broker -----------------
 from rmq_core.errors import MQBrokerError, RemotingConnectError  # noqa: E402
 from rmq_core.message import SendStatus  # noqa: E402
 from rmq_core.remoting.codes import ResponseCode  # noqa: E402

@@ -184,7 +184,7 @@ def test_a_sync_send_answers_its_result_and_notes_a_fast_answer_at_most_once_per
         assert f"UNIQ_KEY\x01{result.msg_id}" in request.ext_fields["i"] and request.body == msg.body
         assert timeout == p.send_msg_timeout and code == RequestCode.SEND_MESSAGE_V2
     assert 1 <= len(noted) <= 50 and all(not failed for _, failed in noted)
-    assert set(p._fault_noted) <= {"broker-a", "broker-b"}
+    assert set(p.send_policy.noted) <= {"broker-a", "broker-b"}
 
 
 def test_a_refusal_raises_a_retryable_failure_resumes_on_the_loop_and_busy_connections_decline():

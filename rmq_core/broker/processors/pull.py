@@ -29,6 +29,11 @@ _STATUS_TO_CODE = {
     GetMessageStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
 }
 # The codes a 4.x client treats as a normal pull result; anything else it re-pulls at once.
+# rmq's own clients (language PYTHON: the lite pull consumer, Spark's executors) may take up to
+# 1024 messages / 4 MiB in one pull; the 4.x caps (maxTransferCountOnMessageInMemory 32,
+# maxTransferBytesOnMessageInMemory 256 KiB) stay for every other client, sized as Java's are.
+RMQ_CLIENT_MAX_TRANSFER_COUNT = 1024
+RMQ_CLIENT_MAX_TRANSFER_BYTES = 4 * 1024 * 1024
 PULL_RESULT_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
                                ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_OFFSET_MOVED})
 
@@ -118,7 +123,15 @@ class PullMessageProcessor(Processor):
         except PropertyFilterDisabledError as e:
             return request.make_response(ResponseCode.NO_PERMISSION, str(e))
 
-        result = ctrl.store.get_message(group, topic, queue_id, queue_offset, max_msg_nums, message_filter)
+        sc = ctrl.store_config
+        if ctrl.client_understands_lz4(request) and max_msg_nums > sc.max_transfer_count_on_message_in_memory:
+            # one of ours asking for a large pull (see RMQ_CLIENT_MAX_TRANSFER_COUNT)
+            result = ctrl.store.get_message(
+                group, topic, queue_id, queue_offset, max_msg_nums, message_filter,
+                max_total_bytes=max(RMQ_CLIENT_MAX_TRANSFER_BYTES, sc.max_transfer_bytes_on_message_in_memory),
+                max_transfer_count=min(max_msg_nums, RMQ_CLIENT_MAX_TRANSFER_COUNT))
+        else:
+            result = ctrl.store.get_message(group, topic, queue_id, queue_offset, max_msg_nums, message_filter)
         code = _STATUS_TO_CODE.get(result.status)
         if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
             code = ResponseCode.PULL_OFFSET_MOVED if queue_offset != 0 else ResponseCode.PULL_NOT_FOUND

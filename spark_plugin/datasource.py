@@ -1,0 +1,336 @@
+"""The "rmq" Spark Python data source: batch read, streaming read, write.
+
+    spark_plugin.register(spark)
+    spark.read.format("rmq").option("namesrv", ns).option("topic", "TopicA").load()
+    spark.readStream.format("rmq").option("namesrv", ns).option("topic", "TopicA").load()
+    df.write.format("rmq").option("namesrv", ns).option("topic", "TopicB").mode("append").save()
+
+Planning (options, routes, offsets) happens in Spark's planner process on the driver, so bad input
+fails there with one error naming the value; executors only pull their partition (pull.py) and
+decode it into Arrow record batches (arrow.py).  Streaming offsets are {"broker": {"queue id":
+offset}}; with `consumerGroup`, each committed micro-batch's end offsets are also written as that
+group's broker-side consumer offsets.
+"""
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql.datasource import (
+    DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter, InputPartition, WriterCommitMessage,
+)
+
+try:  # filter pushdown came with PySpark 4.1
+    from pyspark.sql.datasource import EqualTo, In
+except ImportError:  # pragma: no cover - PySpark 4.0
+    EqualTo = In = ()
+
+from rmq_core.errors import IllegalArgumentError, MQClientError
+from rmq_core.message import MessageQueue
+
+from spark_plugin.arrow import COLUMNS, SCHEMA_DDL
+from spark_plugin.offsets import (
+    EARLIEST, LATEST, QueueAdmin, check_data_loss, parse_positions, positions_from_json, positions_to_json,
+    split_by_backlog,
+)
+from spark_plugin.pull import QueueRead, subscription_of
+from spark_plugin.rdd import check_namesrv, plan_reads
+
+log = logging.getLogger("rmq.spark")
+
+_OPTIONS = {"namesrv", "topic", "expression", "expressiontype", "startingoffsets", "endingoffsets",
+            "startingtimestamp", "failondataloss", "maxrecordsperbatch", "consumergroup"}
+
+
+class ReadOptions:
+    """The read options, checked at once (each bad one named with its value)."""
+
+    def __init__(self, options, streaming: bool):
+        opts = {str(k).lower(): v for k, v in dict(options).items()}
+        unknown = sorted(set(opts) - _OPTIONS - {"path"})
+        if unknown:
+            raise IllegalArgumentError(f"unknown option(s) of the rmq source: {unknown} (known: {sorted(_OPTIONS)})")
+        self.namesrv = check_namesrv(opts.get("namesrv"))
+        self.topic = opts.get("topic")
+        if not self.topic:
+            raise IllegalArgumentError("the rmq source needs option 'topic'")
+        self.expression_type = (opts.get("expressiontype") or "TAG").upper()
+        self.expression = opts.get("expression") or "*"
+        subscription_of(self.topic, self.expression, self.expression_type)
+        self.starting = parse_positions(opts.get("startingoffsets"), "startingOffsets")
+        self.ending = parse_positions(opts.get("endingoffsets"), "endingOffsets")
+        if streaming and self.ending is not None:
+            raise IllegalArgumentError("endingOffsets is a batch option; a streaming query reads on")
+        ts = opts.get("startingtimestamp")
+        self.starting_timestamp = None
+        if ts is not None:
+            try:
+                self.starting_timestamp = int(ts)
+                if self.starting_timestamp < 0:
+                    raise ValueError
+            except ValueError:
+                raise IllegalArgumentError(f"bad startingTimestamp {ts!r}: expected epoch milliseconds >= 0") from None
+            if self.starting is not None:
+                raise IllegalArgumentError("give startingOffsets or startingTimestamp, not both")
+        fail = str(opts.get("failondataloss", "true")).strip().lower()
+        if fail not in ("true", "false"):
+            raise IllegalArgumentError(f"bad failOnDataLoss {opts.get('failondataloss')!r}: expected true or false")
+        self.fail_on_data_loss = fail == "true"
+        mr = opts.get("maxrecordsperbatch")
+        self.max_records_per_batch = None
+        if mr is not None:
+            try:
+                self.max_records_per_batch = int(mr)
+                if self.max_records_per_batch <= 0:
+                    raise ValueError
+            except ValueError:
+                raise IllegalArgumentError(f"bad maxRecordsPerBatch {mr!r}: expected an integer > 0") from None
+        self.consumer_group = opts.get("consumergroup")
+
+    def start_spec(self):
+        if self.starting_timestamp is not None:
+            return self.starting_timestamp
+        return self.starting
+
+    @staticmethod
+    def _as_bound(positions):
+        if positions is None:
+            return None
+        if positions == EARLIEST:
+            return "earliest"
+        if positions == LATEST:
+            return "latest"
+        return positions_to_json(positions)
+
+
+class RmqPartition(InputPartition):
+    """One (broker, queue) range: `value` is its QueueRead."""
+
+
+# --- batch -------------------------------------------------------------------------------------------
+class RmqBatchReader(DataSourceReader):
+    def __init__(self, options):
+        self.opts = ReadOptions(options, streaming=False)
+        self.tags = None  # tags pushed down by pushFilters (None: no tag filter pushed)
+
+    def _expression(self):
+        if self.tags is None:
+            return self.opts.expression
+        return " || ".join(sorted(self.tags))
+
+    def partitions(self):
+        o = self.opts
+        if self.tags is not None and not self.tags:
+            return []  # the pushed filters cannot all hold: nothing to read
+        start = ReadOptions._as_bound(o.starting) if o.starting_timestamp is None else o.starting_timestamp
+        reads, _ = plan_reads(o.namesrv, o.topic, None, expression=self._expression(),
+                              expression_type=o.expression_type, fail_on_data_loss=o.fail_on_data_loss,
+                              start=start, end=ReadOptions._as_bound(o.ending))
+        return [RmqPartition(r) for r in reads if r.until_offset > r.from_offset]
+
+    def read(self, partition):
+        from spark_plugin.arrow import read_batches
+        yield from read_batches(partition.value)
+
+
+class RmqFilteringBatchReader(RmqBatchReader):
+    """The batch reader with pushFilters: `tags = 'X'` and `tags IN (...)` become the broker's tag
+    filter (used when spark.sql.python.filterPushdown.enabled is on; PySpark refuses a reader with
+    pushFilters otherwise)."""
+
+    def pushFilters(self, filters):
+        from rmq_core.message import split_tags
+        tag_expression = self.opts.expression_type == "TAG"
+        for f in filters:
+            values = None
+            if isinstance(f, EqualTo) and f.attribute == ("tags",) and isinstance(f.value, str):
+                values = {f.value}
+            elif isinstance(f, In) and f.attribute == ("tags",) and all(isinstance(v, str) for v in f.value):
+                values = set(f.value)
+            if values is None or not tag_expression or any("||" in v or not v.strip() for v in values):
+                yield f
+                continue
+            if self.tags is None:
+                own = split_tags(self.opts.expression)
+                self.tags = set(own) if own else None
+            self.tags = values if self.tags is None else self.tags & values
+
+
+# --- streaming -----------------------------------------------------------------------------------------
+class RmqStreamReader(DataSourceStreamReader):
+    def __init__(self, options):
+        self.opts = ReadOptions(options, streaming=True)
+        self._admin = None
+
+    def __getstate__(self):  # sent to executors for read(): the driver's client stays here
+        state = dict(self.__dict__)
+        state["_admin"] = None
+        return state
+
+    @property
+    def admin(self) -> QueueAdmin:
+        if self._admin is None:
+            self._admin = QueueAdmin(self.opts.namesrv)
+        return self._admin
+
+    def _queues(self):
+        queues, self._addrs = self.admin.queues(self.opts.topic)
+        return queues
+
+    def initialOffset(self):
+        from spark_plugin.offsets import offset_ranges
+        o = self.opts
+        start = o.start_spec()
+        if start is None:
+            start = LATEST  # as Kafka's source: a new query reads what arrives from now on
+        bound = start if isinstance(start, int) and start >= 0 else ReadOptions._as_bound(start)
+        ranges = offset_ranges(o.namesrv, o.topic, start=bound, admin=self.admin)
+        return positions_to_json({(r.broker_name, r.queue_id): r.from_offset for r in ranges})
+
+    def latestOffset(self, start=None, limit=None):
+        """The end of the next micro-batch: every queue's max offset (new queues and brokers
+        included), or, under a ReadMaxRows limit (maxRecordsPerBatch), that many messages split
+        across the queues by backlog.  (PySpark before 4.2 calls it without arguments.)"""
+        queues = self._queues()
+        latest = {(mq.broker_name, mq.queue_id): self.admin.max_offset(mq) for mq in queues}
+        if start is None:
+            return positions_to_json(latest)
+        begin = positions_from_json(start)
+        max_rows = getattr(limit, "max_rows", None)  # ReadMaxRows; ReadAllAvailable has none
+        end = dict(begin)  # a queue that left the route keeps its position
+        backlog = {}
+        for mq in queues:
+            key = (mq.broker_name, mq.queue_id)
+            frm = begin.get(key)
+            if frm is None:  # a new queue (or broker): from its earliest offset
+                frm = self.admin.min_offset(mq)
+            backlog[key] = (frm, max(0, latest[key] - frm))
+        for key, count in split_by_backlog({k: b for k, (_, b) in backlog.items()}, max_rows).items():
+            end[key] = backlog[key][0] + count
+        return positions_to_json(end)
+
+    def getDefaultReadLimit(self):
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+        n = self.opts.max_records_per_batch
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def partitions(self, start, end):
+        o = self.opts
+        begin = positions_from_json(start)
+        stop = positions_from_json(end)
+        queues = {(mq.broker_name, mq.queue_id): mq for mq in self._queues()}
+        out = []
+        for key, until in sorted(stop.items()):
+            mq = queues.get(key) or MessageQueue(o.topic, key[0], key[1])
+            frm = begin.get(key)
+            if frm is None:
+                frm = self.admin.min_offset(mq)
+            if until <= frm:
+                continue
+            if key[0] not in self._addrs:
+                raise MQClientError(f"broker {key[0]!r} left the route of topic {o.topic!r}: cannot read "
+                                    f"[{frm}, {until}) of its queue {key[1]} (restart the query once it is back)")
+            frm = check_data_loss(mq, frm, until, self.admin.min_offset(mq), o.fail_on_data_loss)
+            if until <= frm:
+                continue
+            out.append(RmqPartition(QueueRead(o.topic, key[0], key[1], frm, until,
+                                              tuple(sorted(self._addrs[key[0]].items())), o.expression,
+                                              o.expression_type, o.fail_on_data_loss)))
+        return out
+
+    def read(self, partition):
+        from spark_plugin.arrow import read_batches
+        yield from read_batches(partition.value)
+
+    def commit(self, end):
+        group = self.opts.consumer_group
+        if not group:
+            return
+        for (broker, qid), off in positions_from_json(end).items():
+            self.admin.commit_offset(group, MessageQueue(self.opts.topic, broker, qid), off)
+
+    def stop(self):
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+
+
+# --- write ---------------------------------------------------------------------------------------------
+_WRITE_COLUMNS = {"body", "tags", "keys", "properties"}
+
+
+class RmqCommitMessage(WriterCommitMessage):
+    def __init__(self, sent: int):
+        self.sent = sent
+
+
+class RmqWriter(DataSourceWriter):
+    def __init__(self, options, schema):
+        opts = {str(k).lower(): v for k, v in dict(options).items()}
+        self.namesrv = check_namesrv(opts.get("namesrv"))
+        self.topic = opts.get("topic")
+        if not self.topic:
+            raise IllegalArgumentError("the rmq sink needs option 'topic'")
+        names = [f.name for f in schema.fields]
+        if "body" not in names:
+            raise IllegalArgumentError(f"the rmq sink needs a 'body' column (binary or string); columns: {names}")
+        extra = [n for n in names if n not in _WRITE_COLUMNS]
+        if extra:
+            raise IllegalArgumentError(f"the rmq sink writes columns body, tags, keys, properties; not {extra}")
+        self.columns = names
+
+    def write(self, iterator):
+        from rmq_core.message import Message
+        from spark_plugin.write import send_all
+
+        topic = self.topic
+
+        def messages():
+            for row in iterator:
+                d = row.asDict() if hasattr(row, "asDict") else dict(zip(self.columns, row))
+                body = d["body"]
+                if body is None:
+                    raise IllegalArgumentError(f"a row with a null body cannot be sent to {topic}: {d!r:.200}")
+                yield Message(topic, body.encode("utf-8") if isinstance(body, str) else bytes(body),
+                              tags=d.get("tags"), keys=d.get("keys"), properties=d.get("properties") or {})
+
+        return RmqCommitMessage(send_all(self.namesrv, topic, messages()))
+
+
+# --- the source ----------------------------------------------------------------------------------------
+class RmqDataSource(DataSource):
+    """Spark data source "rmq" over a topic's queues (schema: see arrow.SCHEMA_DDL)."""
+
+    @classmethod
+    def name(cls):
+        return "rmq"
+
+    def schema(self):
+        return SCHEMA_DDL
+
+    def reader(self, schema):
+        return RmqBatchReader(self.options)
+
+    def streamReader(self, schema):
+        return RmqStreamReader(self.options)
+
+    def writer(self, schema, overwrite):
+        if overwrite:
+            raise IllegalArgumentError("a topic is append-only: use mode('append') with the rmq sink")
+        return RmqWriter(self.options, schema)
+
+
+class RmqFilteringDataSource(RmqDataSource):
+    """"rmq" with tag filters pushed to the broker (spark.sql.python.filterPushdown.enabled)."""
+
+    def reader(self, schema):
+        return RmqFilteringBatchReader(self.options)
+
+
+def register(spark) -> None:
+    """Register the data source "rmq" with `spark` (the filter-pushing reader when
+    spark.sql.python.filterPushdown.enabled is on at this moment)."""
+    enabled = str(spark.conf.get("spark.sql.python.filterPushdown.enabled", "false")).lower() == "true"
+    spark.dataSource.register(RmqFilteringDataSource if enabled else RmqDataSource)
+
+
+__all__ = ["RmqDataSource", "RmqFilteringDataSource", "register", "COLUMNS"]

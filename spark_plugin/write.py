@@ -1,0 +1,95 @@
+"""What an executor does when writing: turn elements into Messages and send them in batches.
+
+One Producer per executor process and name server (`producer_for`), kept across tasks and shut
+down at exit.  Messages leave through `Producer.send_batch` (one SEND_BATCH_MESSAGE per batch,
+encoded natively), at most BATCH_MESSAGES messages or BATCH_BYTES of bodies at a time; a batch the
+broker refuses raises its error, which fails the Spark task (and Spark retries the task).
+Nothing here imports pyspark.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import Iterable
+
+from rmq_core.errors import IllegalArgumentError, MQBrokerError
+from rmq_core.message import Message, MessageConst
+
+WRITER_GROUP = "SPARK_RMQ_WRITER"
+BATCH_MESSAGES = 256
+BATCH_BYTES = 1024 * 1024
+
+_producers: dict = {}
+_lock = threading.Lock()
+
+
+def producer_for(namesrv: str):
+    """This process's producer for `namesrv` (started on first use)."""
+    key = (os.getpid(), namesrv)
+    with _lock:
+        p = _producers.get(key)
+        if p is None:
+            from rmq_core.client.producer import Producer
+            p = Producer(WRITER_GROUP, namesrv=namesrv)
+            p.start()
+            if not _producers:
+                atexit.register(_shutdown_all)
+            _producers[key] = p
+        return p
+
+
+def _shutdown_all() -> None:
+    with _lock:
+        producers = [p for (pid, _), p in _producers.items() if pid == os.getpid()]
+        _producers.clear()
+    for p in producers:
+        try:
+            p.shutdown()
+        except Exception:
+            pass
+
+
+def _user_properties(props) -> dict:
+    # a received message's properties carry the system ones (TAGS, UNIQ_KEY, ...): not re-sent
+    return {k: v for k, v in (props or {}).items() if k not in MessageConst.SYSTEM_KEYS}
+
+
+def to_message(topic: str, item) -> Message:
+    """A Message for `topic` from a Message, a received MessageExt, bytes or str."""
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return Message(topic, bytes(item))
+    if isinstance(item, str):
+        return Message(topic, item.encode("utf-8"))
+    body = getattr(item, "body", None)
+    if body is None:
+        raise IllegalArgumentError(f"cannot send {type(item).__name__} {item!r:.80} to {topic}: expected a Message, "
+                                   "MessageExt, bytes or str")
+    return Message(topic, body, tags=getattr(item, "tags", None), keys=getattr(item, "keys", None),
+                   properties=_user_properties(getattr(item, "properties", None)))
+
+
+def send_all(namesrv: str, topic: str, messages: Iterable[Message]) -> int:
+    """Send every message in batches; returns how many were sent."""
+    producer = producer_for(namesrv)
+    batch: list[Message] = []
+    size = sent = 0
+    for m in messages:
+        batch.append(m)
+        size += len(m.body)
+        if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
+            sent += _send(producer, topic, batch)
+            batch, size = [], 0
+    if batch:
+        sent += _send(producer, topic, batch)
+    return sent
+
+
+def _send(producer, topic: str, batch: list) -> int:
+    result = producer.send_batch(batch)
+    if result.status.value != "SEND_OK":
+        raise MQBrokerError(-1, f"batch of {len(batch)} messages to {topic}: {result.status.value}", "broker")
+    return len(batch)
+
+
+__all__ = ["WRITER_GROUP", "producer_for", "send_all", "to_message"]

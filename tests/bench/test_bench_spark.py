@@ -1,0 +1,217 @@
+"""Spark reading a topic: msgs/s into a DataFrame for a query that reads every body
+(`sum(length(body))`, `count(*)`), beside Spark reading the same bodies from a Parquet file written
+in the same run (the baseline), at 1,000,000 messages of 128 B.
+
+Entries (group spark-read-1M):
+* parquet_baseline: spark.read.parquet of the same bodies (written by Spark from the topic).
+* arrow_memory_ceiling: a Python data source with the rmq schema whose read() yields the very
+  Arrow batches the rmq source builds, from memory-mapped Arrow files: what any Python data
+  source with this schema can reach here (PySpark moves every column to the JVM).
+* rmq_source: the "rmq" data source as a user gets it (pulls of 1024 messages over TCP from a
+  `rmq broker` process, native decode into Arrow columns); extra_info vs_ceiling.
+* rmq_source_python_decode: the same source decoding each pull into MessageExt and building the
+  Arrow columns from Python lists: what the native column decoder buys.
+* rmq_rdd: create_rdd(...).map(len(body)).sum() (MessageExt per message).
+"""
+import os
+
+import pytest
+
+pytest.importorskip("pyspark")
+pa = pytest.importorskip("pyarrow")
+
+from tests.servers import NamesrvAndBroker  # noqa: E402
+
+N = int(os.environ.get("RMQ_BENCH_SPARK_MESSAGES", 1_000_000))
+QUEUES = 4
+TOPIC = "SparkBench"
+QUERY = ("sum(length(body)) as bytes", "count(*) as n")
+_rates = {}
+
+
+@pytest.fixture(scope="module")
+def bench_env(tmp_path_factory):
+    from rmq_core import Message, Producer
+    from tests.spark.conftest import create_topic, spark_session
+
+    tmp = tmp_path_factory.mktemp("spark-bench")
+    cl = NamesrvAndBroker(tmp, brokers=1, broker_props={"registerNameServerPeriod": "1000",
+                                                         "mappedFileSizeCommitLog": str(1024 * 1024 * 1024)})
+    spark = spark_session("rmq-bench")
+    try:
+        create_topic(cl, TOPIC, queues=QUEUES)
+        rnd = os.urandom(1 << 16)
+        with Producer("PG_spark_bench", namesrv=cl.namesrv) as p:
+            queues = p.fetch_publish_message_queues(TOPIC)
+            for start in range(0, N, 500):
+                batch = [Message(TOPIC, b"%08d" % i + rnd[(i * 7) % 60000:(i * 7) % 60000 + 120])
+                         for i in range(start, min(N, start + 500))]
+                p.send_batch(batch, queue=queues[(start // 500) % len(queues)])
+        ns = cl.namesrv
+        parquet = str(tmp / "bodies.parquet")
+        rmq(spark, ns).select("body").write.parquet(parquet)
+        arrow_dir = tmp / "arrow"
+        arrow_dir.mkdir()
+        files = _arrow_files(ns, arrow_dir)
+        # the comparison sources live in this test module, which Spark's workers cannot import by name
+        import sys
+
+        from pyspark import cloudpickle
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        spark.dataSource.register(ArrowMemorySource)
+        spark.dataSource.register(PythonDecodeSource)
+        yield spark, ns, parquet, files
+    finally:
+        spark.stop()
+        cl.stop()
+
+
+def rmq(spark, ns, fmt="rmq"):
+    return spark.read.format(fmt).option("namesrv", ns).option("topic", TOPIC).load()
+
+
+def _arrow_files(ns, directory):
+    """The rmq source's own batches of every queue, in Arrow IPC files (one per queue)."""
+    from spark_plugin.arrow import ARROW_SCHEMA, read_batches
+    from spark_plugin.rdd import plan_reads
+
+    reads, _ = plan_reads(ns, TOPIC)
+    files = []
+    for r in reads:
+        path = str(directory / f"{r.broker_name}-{r.queue_id}.arrow")
+        with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, ARROW_SCHEMA) as w:
+            for b in read_batches(r):
+                w.write_batch(b)
+        files.append(path)
+    return files
+
+
+# --- the comparison sources ----------------------------------------------------------------------
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
+
+from spark_plugin.datasource import RmqBatchReader, RmqDataSource  # noqa: E402
+
+
+class ArrowMemorySource(DataSource):
+    """Yields stored Arrow batches of the rmq schema (option files: comma-separated paths)."""
+
+    @classmethod
+    def name(cls):
+        return "rmq_arrow_memory"
+
+    def schema(self):
+        from spark_plugin.arrow import SCHEMA_DDL
+        return SCHEMA_DDL
+
+    def reader(self, schema):
+        return _MemoryReader(self.options["files"].split(","))
+
+
+class _MemoryReader(DataSourceReader):
+    def __init__(self, files):
+        self.files = files
+
+    def partitions(self):
+        return [InputPartition(f) for f in self.files]
+
+    def read(self, partition):
+        import pyarrow as pa
+        reader = pa.ipc.open_file(pa.memory_map(partition.value))
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+
+
+class PythonDecodeSource(RmqDataSource):
+    @classmethod
+    def name(cls):
+        return "rmq_python_decode"
+
+    def reader(self, schema):
+        return _PythonDecodeReader(self.options)
+
+
+class _PythonDecodeReader(RmqBatchReader):
+    def read(self, partition):
+        import pyarrow as pa
+
+        from spark_plugin.arrow import ARROW_SCHEMA, SYSTEM_PROPERTIES
+        from spark_plugin.pull import pull_range
+        system = frozenset(SYSTEM_PROPERTIES)
+        ts = pa.timestamp("us", tz="UTC")
+        for result, _ in pull_range(partition.value, decode=True):
+            ms = result.messages
+            if not ms:
+                continue
+            yield pa.RecordBatch.from_arrays([
+                pa.array([m.topic for m in ms], pa.string()), pa.array([m.broker_name for m in ms], pa.string()),
+                pa.array([m.queue_id for m in ms], pa.int32()), pa.array([m.queue_offset for m in ms], pa.int64()),
+                pa.array([m.msg_id for m in ms], pa.string()), pa.array([m.tags for m in ms], pa.string()),
+                pa.array([m.keys for m in ms], pa.string()), pa.array([m.body for m in ms], pa.binary()),
+                pa.array([[kv for kv in m.properties.items() if kv[0] not in system] for m in ms],
+                         ARROW_SCHEMA.field("properties").type),
+                pa.array([m.born_timestamp * 1000 for m in ms], pa.int64()).cast(ts),
+                pa.array([m.store_timestamp * 1000 for m in ms], pa.int64()).cast(ts),
+                pa.array([m.reconsume_times for m in ms], pa.int32()),
+            ], schema=ARROW_SCHEMA)
+
+
+# --- the benchmarks ----------------------------------------------------------------------------------
+def _run(benchmark, name, fn, rounds=3):
+    def once():
+        row = fn()
+        assert row["n"] == N, row
+        return row
+
+    once()  # warm-up: JVM code paths, Python workers
+    row = benchmark.pedantic(once, rounds=rounds, iterations=1)
+    rate = N / benchmark.stats.stats.median
+    benchmark.extra_info["records_per_s"] = rate
+    _rates[name] = rate
+    if "parquet" in _rates and name != "parquet":
+        benchmark.extra_info["vs_parquet"] = rate / _rates["parquet"]
+    if "ceiling" in _rates and name not in ("parquet", "ceiling"):
+        benchmark.extra_info["vs_ceiling"] = rate / _rates["ceiling"]
+    print(f"\n{name}: {rate / 1e6:.2f} M msgs/s" + "".join(f", {k} {v:.2f}x" for k, v in benchmark.extra_info.items()
+                                                      if k.startswith("vs_")))
+    return row
+
+
+@pytest.mark.benchmark(group="spark-read-1M")
+def test_spark_parquet_baseline(benchmark, bench_env):
+    spark, ns, parquet, files = bench_env
+    _run(benchmark, "parquet", lambda: spark.read.parquet(parquet).selectExpr(*QUERY).collect()[0])
+
+
+@pytest.mark.benchmark(group="spark-read-1M")
+def test_spark_arrow_memory_ceiling(benchmark, bench_env):
+    spark, ns, parquet, files = bench_env
+    df = lambda: spark.read.format("rmq_arrow_memory").option("files", ",".join(files)).load()  # noqa: E731
+    _run(benchmark, "ceiling", lambda: df().selectExpr(*QUERY).collect()[0])
+
+
+@pytest.mark.benchmark(group="spark-read-1M")
+def test_spark_rmq_source(benchmark, bench_env):
+    spark, ns, parquet, files = bench_env
+    row = _run(benchmark, "rmq", lambda: rmq(spark, ns).selectExpr(*QUERY).collect()[0])
+    assert row["bytes"] == 128 * N
+
+
+@pytest.mark.benchmark(group="spark-read-1M")
+def test_spark_rmq_source_python_decode(benchmark, bench_env):
+    spark, ns, parquet, files = bench_env
+    _run(benchmark, "python_decode", lambda: rmq(spark, ns, "rmq_python_decode").selectExpr(*QUERY).collect()[0],
+         rounds=2)
+
+
+@pytest.mark.benchmark(group="spark-read-1M")
+def test_spark_rmq_rdd(benchmark, bench_env):
+    import spark_plugin
+    spark, ns, parquet, files = bench_env
+    sc = spark.sparkContext
+
+    def run():
+        rdd = spark_plugin.create_rdd(sc, ns, TOPIC)
+        lengths = rdd.map(lambda m: len(m.body))
+        return {"n": lengths.count(), "bytes": None}
+
+    _run(benchmark, "rdd", run, rounds=2)
