@@ -689,6 +689,19 @@ class MQClientInstance:
             plugins.get_plugin_manager().hook.rmq_rpc_after_response(remote_addr=addr, request=request, response=resp)
         return resp
 
+    def invoke_nowait(self, addr: str, request: RemotingCommand, timeout: float,
+                      on_answer=None) -> asyncio.Future | None:
+        """invoke() split in two: the request goes out now, the returned future gives the response
+        later (`on_answer(response)` runs first, inside the read that brought it); None, with
+        nothing sent, when it cannot go out at once (no open connection, an RPC hook, a full
+        write buffer): then invoke() as usual.  Call on the loop."""
+        if self._rpc_hooks:
+            return None
+        request.language = "PYTHON"
+        if self._inproc:
+            addr = resolve_inproc_alias(addr)
+        return self.remoting.request_nowait(addr, request, timeout, on_answer)
+
     def _rpc_step(self, addr: str) -> "RpcHookStep | None":
         return RpcHookStep(addr) if self._rpc_hooks else None
 

@@ -77,6 +77,73 @@ def process_pull_response(resp: RemotingCommand, mq: MessageQueue, sub, addr: st
     return result
 
 
+class PullChain:
+    """One queue's pulls, each sent from inside the read that brought the previous answer.
+
+    RocketMQ's consumer sends a queue's next pull once the previous batch is in the process queue;
+    here the next pull leaves in the same read as that answer (its offset is the answer's
+    nextBeginOffset), before the client decodes and dispatches the batch, so the broker reads it
+    while the client works and the answers of several queues share one write each way.  One pull
+    at most runs ahead of the loop; a pull the loop then does not want (a seek, a dropped queue)
+    is cancelled and its answer dropped.  `make_request(offset)` builds a pull, `may_pull_ahead(
+    answer)` says whether the loop would send the next one at once (flow control counting the
+    answered batch as pull_batch_size messages and its body's bytes, not paused, ...)."""
+
+    __slots__ = ("instance", "group", "mq", "timeout", "make_request", "may_pull_ahead", "filter_hooks", "ahead")
+
+    def __init__(self, instance, group: str, mq: MessageQueue, timeout: float, make_request, may_pull_ahead):
+        from rmq_core import plugins
+
+        self.instance = instance
+        self.group = group
+        self.mq = mq
+        self.timeout = timeout
+        self.make_request = make_request
+        self.may_pull_ahead = may_pull_ahead
+        self.filter_hooks = plugins.has_impls("rmq_filter_message")  # resolved once per queue, not per pull
+        self.ahead = None  # (offset, addr, future) of the pull sent ahead, not yet taken
+
+    async def pull(self, addr: str, offset: int, sub) -> PullResultExt:
+        """The result of the pull at `offset` (the one sent ahead, or a new one), decoded and
+        through the FilterMessageHook plugins."""
+        ahead = self.ahead
+        if ahead is not None:
+            self.ahead = None
+            if ahead[0] == offset:
+                addr, resp = ahead[1], await ahead[2]
+            else:
+                ahead[2].cancel()
+                ahead = None
+        if ahead is None:
+            request = self.make_request(offset)
+            fut = self.instance.invoke_nowait(addr, request, self.timeout, self._chained(addr))
+            if fut is None:  # not connected yet (or an RPC hook runs): the usual invoke, unchained
+                resp = await self.instance.invoke(addr, request, self.timeout)
+            else:
+                resp = await fut
+        result = process_pull_response(resp, self.mq, sub, addr)
+        if self.filter_hooks and result.messages:
+            run_filter_hooks(self.group, self.mq, result)
+        return result
+
+    def _chained(self, addr: str):
+        def on_answer(resp: RemotingCommand) -> None:
+            if resp.code != ResponseCode.SUCCESS or self.ahead is not None or not self.may_pull_ahead(resp):
+                return
+            offset = resp.get_int("nextBeginOffset")
+            if offset is None:
+                return
+            fut = self.instance.invoke_nowait(addr, self.make_request(offset), self.timeout, on_answer)
+            if fut is not None:
+                self.ahead = (offset, addr, fut)
+        return on_answer
+
+    def cancel(self) -> None:
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            ahead[2].cancel()  # its answer, if any, is dropped as unmatched
+
+
 class FilterMessageContext:
     """What a FilterMessageHook plugin sees after a pull; it may drop messages from `messages`."""
 
@@ -166,7 +233,7 @@ class BrokerOffsetApi:
 
 
 __all__ = [
-    "FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "FLAG_CLASS_FILTER", "PullResultExt",
+    "FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "FLAG_CLASS_FILTER", "PullResultExt", "PullChain",
     "build_pull_sys_flag", "build_pull_request", "process_pull_response", "reset_retry_topic",
     "FilterMessageContext", "run_filter_hooks",
     "max_offset", "min_offset", "search_offset", "query_consumer_offset", "update_consumer_offset",

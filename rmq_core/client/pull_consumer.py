@@ -15,10 +15,8 @@ import time
 from typing import Iterable
 
 from rmq_core.client.process_queue import ProcessQueue
-from rmq_core import plugins
 from rmq_core.client.pull_api import (
-    build_pull_request, build_pull_sys_flag, max_offset, min_offset, process_pull_response, reset_retry_topic,
-    run_filter_hooks, search_offset,
+    PullChain, build_pull_request, build_pull_sys_flag, max_offset, min_offset, reset_retry_topic, search_offset,
 )
 from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
 from rmq_core.client.subscription import SubscriptionData, build_subscription
@@ -288,55 +286,70 @@ class PullConsumer(ConsumerBase):
     async def _pull_loop(self, mq: MessageQueue, st: _QueueState) -> None:
         inst = self.instance
         pq = st.pq
-        filter_hooks = plugins.has_impls("rmq_filter_message")
-        while not pq.dropped and self._started:
-            pq.last_pull_timestamp = time.monotonic()
-            if st.paused:
-                await asyncio.sleep(0.1)
-                continue
-            if pq.msg_count > self.pull_threshold_for_queue or self._cached > self.pull_threshold_for_all:
-                await asyncio.sleep(self.pull_time_delay_when_flow_control)
-                continue
-            if st.seek_offset >= 0:
-                st.pull_offset = st.seek_offset
-                st.consumed_offset = st.seek_offset
-                st.seek_offset = -1
-            version = st.version
-            offset = st.pull_offset
-            sub = self.subscription_inner.get(mq.topic)
-            if sub is None:
-                await asyncio.sleep(self.pull_time_delay_when_exception)
-                continue
-            req = build_pull_request(group=self.group, mq=mq, sub=sub, offset=offset, max_nums=self.pull_batch_size,
-                                     sys_flag=build_pull_sys_flag(False, True, True, lite_pull=True),
-                                     commit_offset=0, suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
-            try:
-                addr = await inst.find_broker_addr_in_subscribe_async(mq)
-                resp = await inst.invoke(addr, req, self.consumer_timeout_when_suspend)
-                result = process_pull_response(resp, mq, sub, addr)
-                if filter_hooks and result.messages:
-                    run_filter_hooks(self.group, mq, result)
-            except asyncio.CancelledError:
-                raise
-            except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:
-                if pq.dropped or not self._started:
+        topic = mq.topic
+
+        def make_request(at: int):
+            return build_pull_request(group=self.group, mq=mq, sub=self.subscription_inner[topic], offset=at,
+                                      max_nums=self.pull_batch_size,
+                                      sys_flag=build_pull_sys_flag(False, True, True, lite_pull=True),
+                                      commit_offset=0, suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
+
+        def may_pull_ahead(answer) -> bool:
+            # what the loop checks before its next pull, with the answered batch counted in
+            n = self.pull_batch_size
+            return (self._started and not st.paused and not pq.dropped and st.seek_offset < 0
+                    and topic in self.subscription_inner
+                    and pq.msg_count + n <= self.pull_threshold_for_queue
+                    and self._cached + n <= self.pull_threshold_for_all)
+
+        chain = PullChain(inst, self.group, mq, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
+        try:
+            while not pq.dropped and self._started:
+                pq.last_pull_timestamp = time.monotonic()
+                if st.paused:
+                    await asyncio.sleep(0.1)
+                    continue
+                if pq.msg_count > self.pull_threshold_for_queue or self._cached > self.pull_threshold_for_all:
+                    await asyncio.sleep(self.pull_time_delay_when_flow_control)
+                    continue
+                if st.seek_offset >= 0:
+                    st.pull_offset = st.seek_offset
+                    st.consumed_offset = st.seek_offset
+                    st.seek_offset = -1
+                    chain.cancel()  # a pull sent ahead is for the old position
+                version = st.version
+                offset = st.pull_offset
+                sub = self.subscription_inner.get(topic)
+                if sub is None:
+                    await asyncio.sleep(self.pull_time_delay_when_exception)
+                    continue
+                try:
+                    addr = await inst.find_broker_addr_in_subscribe_async(mq)
+                    result = await chain.pull(addr, offset, sub)
+                except asyncio.CancelledError:
+                    raise
+                except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:
+                    if pq.dropped or not self._started:
+                        return
+                    log.warning("pull %s from offset %d failed: %s", mq, offset, e)
+                    await asyncio.sleep(self.pull_time_delay_when_exception)
+                    continue
+                if pq.dropped:
                     return
-                log.warning("pull %s from offset %d failed: %s", mq, offset, e)
-                await asyncio.sleep(self.pull_time_delay_when_exception)
-                continue
-            if pq.dropped:
-                return
-            if version != st.version or st.seek_offset >= 0:
-                continue  # a seek happened while pulling: drop this result
-            st.pull_offset = result.next_begin_offset
-            if result.status is PullStatus.FOUND and result.messages:
-                pq.put_messages(result.messages)
-                self._cached += len(result.messages)
-                self._requests.put((mq, st, version, result.messages))
-                if self.on_ready is not None:
-                    self.on_ready()
-            elif result.status is PullStatus.OFFSET_ILLEGAL:
-                log.warning("the pull request offset illegal, %s offset=%d -> %d", mq, offset, result.next_begin_offset)
+                if version != st.version or st.seek_offset >= 0:
+                    chain.cancel()
+                    continue  # a seek happened while pulling: drop this result
+                st.pull_offset = result.next_begin_offset
+                if result.status is PullStatus.FOUND and result.messages:
+                    pq.put_messages(result.messages)
+                    self._cached += len(result.messages)
+                    self._requests.put((mq, st, version, result.messages))
+                    if self.on_ready is not None:
+                        self.on_ready()
+                elif result.status is PullStatus.OFFSET_ILLEGAL:
+                    log.warning("the pull request offset illegal, %s offset=%d -> %d", mq, offset, result.next_begin_offset)
+        finally:
+            chain.cancel()
 
     # --- poll and offsets ------------------------------------------------------------------------
     def poll(self, timeout: float | None = None) -> list:

@@ -18,7 +18,7 @@ from rmq_core.client.consume_service import ConsumeConcurrentlyService, ConsumeO
 from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import (
-    BrokerOffsetApi, build_pull_request, build_pull_sys_flag, max_offset, process_pull_response, run_filter_hooks,
+    BrokerOffsetApi, PullChain, build_pull_request, build_pull_sys_flag, max_offset,
     search_offset,
 )
 from rmq_core.client.rebalance import RebalanceImpl
@@ -493,81 +493,91 @@ class PushConsumer(ConsumerBase):
     # --- the pull loop ---------------------------------------------------------------------------
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         inst = self.instance
-        sub = self.subscription_inner.get(mq.topic)
         broker_id = MixAll.MASTER_ID
         clustering = self.message_model is MessageModel.CLUSTERING
         loop = asyncio.get_running_loop()
-        filter_hooks = plugins.has_impls("rmq_filter_message")  # resolved once per queue, not per pull
-        while not pq.dropped and self._started:
-            pq.last_pull_timestamp = time.monotonic()
-            if self._paused:
-                await asyncio.sleep(0.02)
-                continue
-            if self._flow_controlled(pq):
-                self.flow_control_times += 1
-                await self._wait_for_room(pq, loop)
-                continue
-            if self._orderly and clustering and not pq.locked:
-                await asyncio.sleep(self.pull_time_delay_when_exception)
-                continue
-            sub = self.subscription_inner.get(mq.topic)
-            if sub is None:
-                await asyncio.sleep(self.pull_time_delay_when_exception)
-                continue
-            commit_offset = 0
-            if clustering:
-                commit_offset = self.offset_store.read_offset(mq, READ_FROM_MEMORY)
-            sys_flag = build_pull_sys_flag(commit_offset > 0, True, True)
-            req = build_pull_request(group=self.group, mq=mq, sub=sub, offset=offset, max_nums=self.pull_batch_size,
-                                     sys_flag=sys_flag, commit_offset=max(commit_offset, 0),
-                                     suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
-            try:
-                addr = inst.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
-                if addr is None:
-                    addr = await inst.find_broker_addr_in_subscribe_async(mq, broker_id)
-                resp = await inst.invoke(addr, req, self.consumer_timeout_when_suspend)
-                result = process_pull_response(resp, mq, sub, addr)
-                if filter_hooks and result.messages:
-                    run_filter_hooks(self.group, mq, result)
-            except asyncio.CancelledError:
-                raise
-            except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:
-                if pq.dropped or not self._started:
-                    return
-                log.warning("pull %s from offset %d failed: %s", mq, offset, e)
-                await asyncio.sleep(self.pull_time_delay_when_exception)
-                continue
-            broker_id = result.suggest_which_broker_id or MixAll.MASTER_ID
-            if pq.dropped:
-                return
-            status = result.status
-            if status is PullStatus.FOUND:
-                offset = result.next_begin_offset
-                msgs = result.messages
-                if msgs:
-                    dispatch = pq.put_messages(msgs)
-                    pq.msg_acc_cnt = max(0, result.max_offset - msgs[-1].queue_offset)
-                    self.consume_service.submit_consume_request(msgs, pq, mq, dispatch)
-                elif pq.msg_count == 0:
-                    # every pulled message failed the exact tag check: move the offset past them
-                    self.offset_store.update_offset(mq, offset, True)
-                if self.pull_interval > 0:
-                    await asyncio.sleep(self.pull_interval)
-            elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
-                offset = result.next_begin_offset
-                if pq.msg_count == 0:
-                    self.offset_store.update_offset(mq, offset, True)
-            else:  # OFFSET_ILLEGAL: start over from where the broker says, and remember it
-                log.warning("the pull request offset illegal, %s offset=%d -> %d", mq, offset, result.next_begin_offset)
-                offset = result.next_begin_offset
-                self.offset_store.update_offset(mq, offset, False)
-                await loop.run_in_executor(inst.blocking_executor, self.offset_store.persist, mq)
+        topic = mq.topic
 
-    def _flow_controlled(self, pq: ProcessQueue) -> bool:
-        """Too much buffered for this queue (count, size, or offset span for concurrent consumption)."""
-        return (pq.msg_count > self.pull_threshold_for_queue
-                or pq.msg_size > self.pull_threshold_size_for_queue * 1024 * 1024
-                or (not self._orderly and pq.max_span > self.consume_concurrently_max_span))
+        def make_request(at: int):
+            commit_offset = self.offset_store.read_offset(mq, READ_FROM_MEMORY) if clustering else 0
+            return build_pull_request(group=self.group, mq=mq, sub=self.subscription_inner[topic], offset=at,
+                                      max_nums=self.pull_batch_size,
+                                      sys_flag=build_pull_sys_flag(commit_offset > 0, True, True),
+                                      commit_offset=max(commit_offset, 0),
+                                      suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
+
+        def may_pull_ahead(answer) -> bool:
+            # what the loop checks before its next pull, with the answered batch counted in
+            return (self._started and not self._paused and not pq.dropped and self.pull_interval <= 0
+                    and topic in self.subscription_inner
+                    and not (self._orderly and clustering and not pq.locked)
+                    and not self._flow_controlled(pq, self.pull_batch_size, len(answer.body or b"")))
+
+        chain = PullChain(inst, self.group, mq, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
+        try:
+            while not pq.dropped and self._started:
+                pq.last_pull_timestamp = time.monotonic()
+                if self._paused:
+                    await asyncio.sleep(0.02)
+                    continue
+                if self._flow_controlled(pq):
+                    self.flow_control_times += 1
+                    await self._wait_for_room(pq, loop)
+                    continue
+                if self._orderly and clustering and not pq.locked:
+                    await asyncio.sleep(self.pull_time_delay_when_exception)
+                    continue
+                sub = self.subscription_inner.get(topic)
+                if sub is None:
+                    await asyncio.sleep(self.pull_time_delay_when_exception)
+                    continue
+                try:
+                    addr = inst.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
+                    if addr is None:
+                        addr = await inst.find_broker_addr_in_subscribe_async(mq, broker_id)
+                    result = await chain.pull(addr, offset, sub)
+                except asyncio.CancelledError:
+                    raise
+                except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:
+                    if pq.dropped or not self._started:
+                        return
+                    log.warning("pull %s from offset %d failed: %s", mq, offset, e)
+                    await asyncio.sleep(self.pull_time_delay_when_exception)
+                    continue
+                broker_id = result.suggest_which_broker_id or MixAll.MASTER_ID
+                if pq.dropped:
+                    return
+                status = result.status
+                if status is PullStatus.FOUND:
+                    offset = result.next_begin_offset
+                    msgs = result.messages
+                    if msgs:
+                        dispatch = pq.put_messages(msgs)
+                        pq.msg_acc_cnt = max(0, result.max_offset - msgs[-1].queue_offset)
+                        self.consume_service.submit_consume_request(msgs, pq, mq, dispatch)
+                    elif pq.msg_count == 0:
+                        # every pulled message failed the exact tag check: move the offset past them
+                        self.offset_store.update_offset(mq, offset, True)
+                    if self.pull_interval > 0:
+                        await asyncio.sleep(self.pull_interval)
+                elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+                    offset = result.next_begin_offset
+                    if pq.msg_count == 0:
+                        self.offset_store.update_offset(mq, offset, True)
+                else:  # OFFSET_ILLEGAL: start over from where the broker says, and remember it
+                    log.warning("the pull request offset illegal, %s offset=%d -> %d", mq, offset, result.next_begin_offset)
+                    offset = result.next_begin_offset
+                    self.offset_store.update_offset(mq, offset, False)
+                    await loop.run_in_executor(inst.blocking_executor, self.offset_store.persist, mq)
+        finally:
+            chain.cancel()
+
+    def _flow_controlled(self, pq: ProcessQueue, more_msgs: int = 0, more_bytes: int = 0) -> bool:
+        """Too much buffered for this queue (count, size, or offset span for concurrent
+        consumption), also counting `more_msgs` / `more_bytes` about to be put."""
+        return (pq.msg_count + more_msgs > self.pull_threshold_for_queue
+                or pq.msg_size + more_bytes > self.pull_threshold_size_for_queue * 1024 * 1024
+                or (not self._orderly and pq.max_span + more_msgs > self.consume_concurrently_max_span))
 
     async def _wait_for_room(self, pq: ProcessQueue, loop) -> None:
         """Wait until consumption brings the queue under the thresholds again, or at most

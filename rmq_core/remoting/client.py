@@ -97,6 +97,16 @@ class RemotingClient:
         hooks.rmq_rpc_after_response(remote_addr=addr, request=request, response=response)
         return response
 
+    def request_nowait(self, addr: str, request: RemotingCommand, timeout: float,
+                       on_answer=None) -> asyncio.Future | None:
+        """Send `request` now over the open connection to `addr` and return the future of its
+        response (ChannelContext.request_nowait); None, with nothing sent, when there is no open
+        connection, an RPC hook must run, or the write buffer is full: then use invoke()."""
+        ctx = self._contexts.get(addr)
+        if ctx is None or ctx.closed or self._closed or self._table.rpc_hooks is not None:
+            return None
+        return ctx.request_nowait(request, timeout, on_answer)
+
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
         ctx = await self.get_channel(addr)
         hooks = self._table.rpc_hooks

@@ -250,8 +250,9 @@ class ChannelContext:
         self._answer_in_peer_type = answer_in_peer_type
         self._max_inflight = max_inflight
         self._lane = None  # the channel's native lane, if any: its waiting answers count as in flight
-        # opaque -> (future, deadline, request code, timeout) of our requests awaiting an answer
-        self._pending: dict[int, tuple[asyncio.Future, float, int, float]] = {}
+        # opaque -> (future, deadline, request code, timeout, on_answer or None) of our requests
+        # awaiting an answer
+        self._pending: dict[int, tuple[asyncio.Future, float, int, float, Any]] = {}
         # One timer per connection, due at (or before) the earliest pending deadline, instead of a
         # call_later per request: requests mostly share one timeout, so it seldom moves.
         self._sweep_handle: asyncio.TimerHandle | None = None
@@ -302,21 +303,7 @@ class ChannelContext:
     # --- towards the peer --------------------------------------------------------------------------
     async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send `request` and wait up to `timeout` seconds for the response with its opaque."""
-        if self.closed:
-            raise RemotingConnectError(f"connection to {self.peer_name} is closed")
-        if self._answer_in_peer_type:
-            request.serialize_type = self.peer_serialize_type
-        request.flag &= ~RESPONSE_FLAG
-        pending = self._pending
-        if request.opaque in pending:  # a re-sent command: give it its own id so answers cannot cross
-            request.opaque = next_opaque()
-        opaque = request.opaque
-        loop = self._loop
-        future = loop.create_future()
-        deadline = loop.time() + timeout
-        pending[opaque] = (future, deadline, request.code, timeout)
-        if self._sweep_handle is None or deadline < self._sweep_at:
-            self._arm_sweep(deadline)
+        opaque, future = self._expect(request, timeout)
         try:
             channel = self.channel
             if not channel.send_nowait(request):
@@ -333,6 +320,44 @@ class ChannelContext:
         except BaseException:  # cancelled by the caller (answers and timeouts remove the entry themselves)
             self._forget(opaque, future)
             raise
+
+    def request_nowait(self, request: RemotingCommand, timeout: float,
+                       on_answer: Callable[[RemotingCommand], None] | None = None) -> asyncio.Future | None:
+        """Put `request` on the wire now and return the future of its response, to be awaited
+        later; None, with nothing sent, when the write buffer is full.  `on_answer(response)` is
+        called inside the read that brought the answer, before the future's waiter runs: what it
+        sends joins the write at the end of that read (a consumer sends a queue's next pull there,
+        before it decodes the pulled messages)."""
+        opaque, future = self._expect(request, timeout, on_answer)
+        try:
+            sent = self.channel.send_nowait(request)
+        except RemotingError as e:
+            self._forget(opaque, future)
+            self.close()
+            raise RemotingConnectError(f"send {code_name(request.code)} to {self.peer_name} failed: {e}") from None
+        if not sent:
+            self._forget(opaque, future)
+            return None
+        return future
+
+    def _expect(self, request: RemotingCommand, timeout: float, on_answer=None) -> tuple[int, asyncio.Future]:
+        """Register `request` as awaiting its answer for `timeout` s: (its opaque, the future)."""
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.peer_name} is closed")
+        if self._answer_in_peer_type:
+            request.serialize_type = self.peer_serialize_type
+        request.flag &= ~RESPONSE_FLAG
+        pending = self._pending
+        if request.opaque in pending:  # a re-sent command: give it its own id so answers cannot cross
+            request.opaque = next_opaque()
+        opaque = request.opaque
+        loop = self._loop
+        future = loop.create_future()
+        deadline = loop.time() + timeout
+        pending[opaque] = (future, deadline, request.code, timeout, on_answer)
+        if self._sweep_handle is None or deadline < self._sweep_at:
+            self._arm_sweep(deadline)
+        return opaque, future
 
     def _forget(self, opaque: int, future: asyncio.Future) -> None:
         entry = self._pending.get(opaque)
@@ -351,7 +376,7 @@ class ChannelContext:
         now = self._loop.time()
         expired = [opaque for opaque, entry in self._pending.items() if entry[1] <= now]
         for opaque in expired:
-            future, _, code, timeout = self._pending.pop(opaque)
+            future, _, code, timeout, _ = self._pending.pop(opaque)
             if not future.done():
                 future.set_exception(RemotingTimeoutError(
                     f"no response to {code_name(code)} (opaque {opaque}) from {self.peer_name} within {timeout:g}s"))
@@ -380,6 +405,11 @@ class ChannelContext:
         if command.flag & RESPONSE_FLAG:
             entry = self._pending.pop(command.opaque, None)
             if entry is not None and not entry[0].done():
+                if entry[4] is not None:
+                    try:
+                        entry[4](command)
+                    except Exception:  # its request's waiter still gets the answer
+                        log.exception("%s: on_answer callback for opaque=%d failed", self._owner, command.opaque)
                 entry[0].set_result(command)
             else:  # a late answer to a timed-out request, or an answer to a oneway the peer answered anyway
                 log.debug("%s: dropping unmatched response opaque=%d from %s", self._owner, command.opaque,

@@ -443,3 +443,36 @@ async def test_processor_answering_at_once_awaitably_or_raising_with_hooks(trans
     finally:
         pm.unregister(hooks)
         await server.stop()
+
+
+async def test_request_nowait_on_answer_sends_the_next_request_inside_the_read(transport):
+    """request_nowait puts a request on the wire at once; its on_answer runs in the read that
+    brought the answer, before the waiter resumes, and a request it sends there (a consumer's next
+    pull) is answered too.  Without an open connection request_nowait sends nothing (None)."""
+    server, _, count = await _server(transport)
+    client = RemotingClient()
+    addr = server.listen_address
+    try:
+        assert client.request_nowait(addr, RemotingCommand.create_request(COUNT, {"i": 0}), 3) is None
+        assert count.seen == []
+        await client.invoke(addr, RemotingCommand.create_request(COUNT, {"i": 0}), 3)  # connects
+        order, chained = [], []
+
+        def on_answer(resp):
+            order.append(("on_answer", resp.get_int("i")))
+            chained.append(client.request_nowait(addr, RemotingCommand.create_request(COUNT, {"i": 2}), 3))
+
+        fut = client.request_nowait(addr, RemotingCommand.create_request(COUNT, {"i": 1}), 3, on_answer)
+        assert fut is not None and not fut.done()
+        resp = await fut
+        order.append(("waiter", resp.get_int("i")))
+        assert order == [("on_answer", 1), ("waiter", 1)]
+        assert (await chained[0]).get_int("i") == 2
+        assert count.seen == [0, 1, 2]
+        cancelled = client.request_nowait(addr, RemotingCommand.create_request(COUNT, {"i": 3}), 3, on_answer)
+        cancelled.cancel()  # a pull the consumer no longer wants: its answer is dropped, on_answer not run
+        await client.invoke(addr, RemotingCommand.create_request(COUNT, {"i": 4}), 3)
+        assert count.seen == [0, 1, 2, 3, 4] and len(chained) == 1
+    finally:
+        await client.close()
+        await server.stop()

@@ -38,8 +38,28 @@ PULL_RESULT_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND
                                ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_OFFSET_MOVED})
 
 
+# Subscriptions parsed from pull requests, by (topic, expression, type, version): a consumer sends
+# the same one with every pull, and parsing it (tags split and hashed) was per-pull work.
+_SUBSCRIPTION_CACHE_MAX = 10_000
+
+
 class PullMessageProcessor(Processor):
     CODES = {RequestCode.PULL_MESSAGE: "pull_message"}
+
+    def __init__(self, controller):
+        super().__init__(controller)
+        self._subscriptions: dict = {}
+
+    def _subscription(self, topic: str, sub_string, expression_type: str, sub_version: int):
+        cache = self._subscriptions
+        key = (topic, sub_string, expression_type, sub_version)
+        sub = cache.get(key)
+        if sub is None:
+            sub = SubscriptionData.build(topic, sub_string, expression_type, sub_version)
+            if len(cache) >= _SUBSCRIPTION_CACHE_MAX:
+                cache.clear()
+            cache[key] = sub
+        return sub
 
     async def pull_message(self, ctx, request):
         response = await self._process(ctx, request, broker_allow_suspend=True)
@@ -90,7 +110,7 @@ class PullMessageProcessor(Processor):
 
         has_subscription = bool(sys_flag & FLAG_SUBSCRIPTION)
         if has_subscription:
-            sub = SubscriptionData.build(topic, sub_string, expression_type, sub_version)
+            sub = self._subscription(topic, sub_string, expression_type, sub_version)
         else:
             sub = ctrl.consumer_manager.find_subscription(group, topic)
             if sub is None:
