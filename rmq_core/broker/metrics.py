@@ -26,6 +26,8 @@ class BrokerMetrics:
     def start(self) -> None:
         ctrl = self.ctrl
         bc = ctrl.broker_config
+        if check_exporter_type(bc.metrics_exporter_type) is None:
+            return  # DISABLE: no request timing, no size histogram - a broker without metrics pays nothing
         ctrl.stats.enable_message_size()
         for server in ctrl.servers:
             server.set_rpc_latency(self.rpc_latency)

@@ -69,8 +69,9 @@ def test_messages_in_out_and_lag_scraped_after_real_traffic(prom_cluster):
         try:
             wait_until(lambda: len(got) >= 23, what="23 messages consumed")
             # the committed offsets reach the broker (persisted every 0.5 s here)
-            wait_until(lambda: value(scrape(prom_cluster.metrics_port), "rocketmq_consumer_lag_messages",
-                                     topic="MetricsA", consumer_group="CG_METRICS") == 0,
+            # (the series appears with the group's first committed offset)
+            wait_until(lambda: [v for lab, v in scrape(prom_cluster.metrics_port).get("rocketmq_consumer_lag_messages", [])
+                                if lab.get("topic") == "MetricsA" and lab.get("consumer_group") == "CG_METRICS"] == [0],
                        what="lag 0 for CG_METRICS")
             m = scrape(prom_cluster.metrics_port)
             assert value(m, "rocketmq_consumer_connections", consumer_group="CG_METRICS",
@@ -230,3 +231,15 @@ def test_log_exporter_writes_the_snapshot(tmp_path, caplog):
             wait_until(lambda: cluster.broker.pull_hold_service.held_count() > 0, what="a held pull")
     gc.collect()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
+
+
+def test_a_broker_without_metrics_times_nothing(tmp_path):
+    """metricsExporterType=DISABLE (the default): no timed dispatch and no size histogram, so the
+    send and pull paths pay nothing for metrics."""
+    import rmq_core
+
+    with rmq_core.standalone(store=str(tmp_path / "store"), config={"mappedFileSizeCommitLog": 4 << 20}) as cluster:
+        broker = cluster.broker
+        assert broker.servers and all(s._table.rpc_latency is None for s in broker.servers)
+        assert all("dispatch" not in vars(s._table) for s in broker.servers)
+        assert broker.metrics.exporter is None
