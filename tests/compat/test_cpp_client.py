@@ -31,8 +31,8 @@ class Driver:
         for line in self.proc.stdout:
             try:
                 obj = json.loads(line)
-            except ValueError:
-                continue
+            except ValueError:  # kept, so a garbled line shows in a failure instead of a message gone missing
+                obj = {"unparsed": line}
             with self._cond:
                 self.items.append(obj)
                 self._cond.notify_all()
