@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -22,8 +23,11 @@ class Driver:
 
     def __init__(self, home, *args):
         env = {**os.environ, "HOME": str(home)}  # the C++ client keeps logs and broadcast offsets under ~
+        os.makedirs(home, exist_ok=True)
+        # the child's stderr (a traceback, the native library's prints) is kept for failure messages
+        self._stderr = tempfile.TemporaryFile(dir=home)
         self.proc = subprocess.Popen([sys.executable, DRIVER, *map(str, args)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=env)
+                                     stderr=self._stderr, text=True, env=env)
         self.items, self._cond = [], threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -60,6 +64,10 @@ class Driver:
         self._reader.join(10)  # the pipe may still hold lines the child wrote before exiting
         return self.items
 
+    def stderr_tail(self, limit=2000) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")[-limit:]
+
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
@@ -77,7 +85,7 @@ def home(tmp_path):
 def produce(home, namesrv, topic, messages, **spec):
     d = Driver(home, "produce", namesrv, topic, json.dumps({"messages": messages, **spec}))
     items = d.finish(90)
-    assert d.proc.returncode == 0, items
+    assert d.proc.returncode == 0, (items, d.stderr_tail())
     return items
 
 
