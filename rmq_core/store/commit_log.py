@@ -618,7 +618,12 @@ class GroupCommitService(ServiceThread):
             fut.set_result(PutMessageStatus.PUT_OK if flushed >= upto else PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
     def _after_rounds(self, fail: bool = False) -> None:
-        self._resolve_futures(fail)
+        # With a loop attached the loop resolves the Futures (the gate pings it after the round):
+        # resolving them here too would run their done-callbacks in this thread whenever a serve
+        # returns before the loop has read its ping (a busy machine).  A failed round is answered
+        # here at once.
+        if fail or self._attached is None:
+            self._resolve_futures(fail)
         ts = self.gate.flushed_timestamp
         if ts > self._checkpoint_ts:
             self._checkpoint_ts = ts

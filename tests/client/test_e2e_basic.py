@@ -205,6 +205,15 @@ def test_duplicate_client_id_is_refused_with_the_brokers_error(cluster):
     # a second process forced onto the same client id (same ip and instance name)
     with Producer("PG_DUP", namesrv=cluster.namesrv, **FAST) as p:
         p.send(Message("Dup", b"x"))
+    # the broker registers an auto-created topic with the name server after answering the send:
+    # until it has, a consumer starting knows no broker to heartbeat, and the first consumer
+    # must be registered there before the second one comes
+    from tests.rawclient import RawClient
+    raw = RawClient("route-check")
+    try:
+        wait_until(lambda: raw.route(cluster.tcp_namesrv, "Dup")[0].code == 0, what="the route of Dup")
+    finally:
+        raw.close()
     a = push("CG_DUP", cluster.namesrv, "Dup", instance_name="same-id")
     a.start()
     try:

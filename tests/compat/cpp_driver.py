@@ -7,10 +7,27 @@ process, so a crash or hang in the native library cannot take the test runner wi
     python cpp_driver.py pull NAMESRV TOPIC GROUP EXPR          -> one JSON line per message
 """
 import json
+import os
 import signal
 import sys
 import threading
 import time
+
+# One line per event, written whole: the consume callback (a C++ client thread) and the main
+# thread ("started", "done") both emit, and print() writes a line and its newline separately, so
+# two threads printing at once could glue lines together and the reader would drop both.  The
+# lines go to a private copy of stdout; fd 1 is pointed at stderr so anything the native library
+# prints cannot land inside a line either.
+_out = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
+_out_lock = threading.Lock()
+
+
+def emit(obj):
+    line = json.dumps(obj) + "\n"
+    with _out_lock:
+        _out.write(line)
+        _out.flush()
 
 
 def _msg_json(m):
@@ -55,7 +72,7 @@ def produce(namesrv, topic, spec):
                 out = {"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset}
             else:
                 raise SystemExit(f"unknown mode {mode}")
-            print(json.dumps(out), flush=True)
+            emit(out)
     finally:
         p.shutdown()
 
@@ -72,12 +89,12 @@ def consume(namesrv, topic, group, expr, model, expect, seconds, orderly=False):
     def cb(msg):
         with lock:
             got.append(_msg_json(msg))
-            print(json.dumps(got[-1]), flush=True)
+            emit(got[-1])
         return None  # the wrapper acks a callback that returns normally; raising = RECONSUME_LATER
 
     c.subscribe(topic, cb, expr)
     c.start()
-    print(json.dumps({"started": True}), flush=True)
+    emit({"started": True})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # shut down cleanly: offsets are persisted then
     deadline = time.time() + seconds
@@ -90,7 +107,7 @@ def consume(namesrv, topic, group, expr, model, expect, seconds, orderly=False):
         time.sleep(0.5)  # let the offset commit of the last batch happen at shutdown
     finally:
         c.shutdown()
-    print(json.dumps({"done": len(got)}), flush=True)
+    emit({"done": len(got)})
 
 
 def pull(namesrv, topic, group, expr):
@@ -101,7 +118,7 @@ def pull(namesrv, topic, group, expr):
     c.start()
     try:
         for m in c.pull(topic, expr, max_num=32):
-            print(json.dumps(_msg_json(m)), flush=True)
+            emit(_msg_json(m))
     finally:
         c.shutdown()
 

@@ -12,7 +12,7 @@ from rmq_core.errors import PluginNotFoundError, RemotingConnectError, RemotingT
 from rmq_core.remoting import ChannelContext, RemotingClient, RemotingCommand, RemotingServer, SerializeType
 from rmq_core.remoting.codes import ResponseCode
 
-ECHO, SLOW, BOOM, CALLBACK, ONEWAY_SINK = 1, 2, 3, 4, 5
+ECHO, SLOW, BOOM, CALLBACK, ONEWAY_SINK, REVERSED = 1, 2, 3, 4, 5, 6
 
 
 class Echo:
@@ -21,6 +21,25 @@ class Echo:
     async def process_request(self, ctx, request):
         await asyncio.sleep(float(request.get_str("sleep", "0")))
         return request.make_response(ResponseCode.SUCCESS, ext_fields=dict(request.ext_fields), body=request.body)
+
+
+class Reversed:
+    """Holds requests until `n` (numbered by ext field i from 0) have arrived, then answers them
+    last-numbered first, each once the later one's answer has been handed to the connection."""
+
+    def __init__(self, n):
+        self.n = n
+        self.turns: dict[int, asyncio.Event] = {}
+
+    async def process_request(self, ctx, request):
+        i = request.get_int("i")
+        turn = self.turns.setdefault(i, asyncio.Event())
+        if len(self.turns) == self.n:
+            self.turns[self.n - 1].set()
+        await turn.wait()
+        if i > 0:  # runs after this answer is written (a processor's answer goes out when it returns)
+            asyncio.get_running_loop().call_soon(self.turns[i - 1].set)
+        return request.make_response(ResponseCode.SUCCESS, ext_fields=dict(request.ext_fields))
 
 
 class Boom:
@@ -78,19 +97,19 @@ async def test_request_response(transport):
 
 async def test_pipelined_requests_answered_out_of_order_matched_by_opaque(transport):
     server = await _server(transport)
+    server.register_processor(REVERSED, Reversed(20))
     client = RemotingClient()
     order = []
     try:
-        async def call(i, sleep):
-            resp = await client.invoke(server.listen_address,
-                                       RemotingCommand.create_request(ECHO, {"i": i, "sleep": sleep}), 5)
+        async def call(i):
+            resp = await client.invoke(server.listen_address, RemotingCommand.create_request(REVERSED, {"i": i}), 10)
             order.append(i)
             return resp.get_int("i")
 
-        # 20 requests on one connection; the earliest sent sleep longest, so answers come back reversed.
-        results = await asyncio.gather(*(call(i, (20 - i) * 0.01) for i in range(20)))
+        # 20 requests on one connection; the server answers the last sent first.
+        results = await asyncio.gather(*(call(i) for i in range(20)))
         assert results == list(range(20))
-        assert order == sorted(order, reverse=True)
+        assert order == list(reversed(range(20)))
         assert len(client.connected_addresses()) == 1
     finally:
         await client.close()

@@ -72,6 +72,39 @@ def test_an_attached_loop_answers_many_writers_with_durable_puts(sync_store_1s):
     assert sum(s.get_max_offset_in_queue("TopicA", q) for q in range(4)) == 16 * 25 + 2
 
 
+def test_a_busy_attached_loop_still_answers_its_futures_itself(sync_store_1s, monkeypatch):
+    """The commit thread finishes a pass after the round that covers a Future while the attached
+    loop is too busy to read its ping (a loaded machine): the Future waits for the loop."""
+    s = sync_store_1s
+    svc = s.commit_log.flush_service
+    callback_threads = set()
+    passes_after = threading.Event()
+    end = []
+    real_after_rounds = svc._after_rounds
+
+    def after_rounds(fail=False):
+        real_after_rounds(fail)
+        if end and svc.gate.flushed >= end[0]:
+            passes_after.set()  # a whole pass of the commit thread after the covering round
+
+    monkeypatch.setattr(svc, "_after_rounds", after_rounds)
+
+    async def main():
+        s.attach_event_loop()
+        try:
+            r, fut = s.put_message_nowait(msg(body=b"busy"))
+            end.append(r.append_result.wrote_offset + r.append_result.wrote_bytes)
+            fut.add_done_callback(lambda f: callback_threads.add(threading.get_ident()))
+            assert passes_after.wait(10)  # the loop blocked: it cannot read the ping meanwhile
+            assert not fut.done(), "the commit thread answered a Future of the attached loop"
+            assert (await s.await_durable_async(r, fut)).status is PutMessageStatus.PUT_OK
+        finally:
+            s.detach_event_loop()
+        return threading.get_ident()
+
+    assert callback_threads == {loops.run(main())}
+
+
 def test_batches_from_an_attached_loop_are_durable_when_answered(sync_store_1s):
     s = sync_store_1s
     svc = s.commit_log.flush_service

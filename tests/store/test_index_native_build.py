@@ -437,9 +437,12 @@ def test_writing_a_run_lets_other_threads_run(tmp_path):
 
 def test_parsing_a_long_span_lets_other_threads_run(batch_store):
     """collect_span gives the GIL up over a long span (the same switch-interval trick as above:
-    the woken thread can only run inside a call)."""
+    the woken thread can only run inside a call).  Parsing is short, so on a busy machine the
+    woken thread may not get a CPU during one call: parse again until it has run (at most 30 s);
+    a call that kept the GIL would leave it waiting until after the last one."""
     import sys
     import threading
+    import time
 
     items = [(0, b"p", {"KEYS": f"gil-{i} other-{i}", "UNIQ_KEY": f"G{i:08d}"}) for i in range(2000)]
     topic, entries, count = put_batch_item(batch_store, items)
@@ -454,18 +457,23 @@ def test_parsing_a_long_span_lets_other_threads_run(batch_store):
     helper = threading.Thread(target=lambda: (go.wait(), seen.append(phase[0])))
     helper.start()
     old = sys.getswitchinterval()
-    sys.setswitchinterval(30.0)
+    sys.setswitchinterval(1000.0)  # longer than the bound below: no switch between two calls
+    calls = 0
     try:
-        phase[0] = "during"
+        deadline = time.monotonic() + 30
         go.set()
-        for _ in range(40):
+        while not seen and time.monotonic() < deadline:
             run.clear()
-            assert index_native.collect_span(run, span, entries, 0, count, seed) == (count, length)
+            phase[0] = "during"
+            result = index_native.collect_span(run, span, entries, 0, count, seed)
+            phase[0] = "between"
+            calls += 1
+            assert result == (count, length)
         phase[0] = "after"
     finally:
         sys.setswitchinterval(old)
     helper.join(10)
-    assert seen == ["during"]
+    assert seen == ["during"], f"the woken thread ran {seen} after {calls} calls"
     assert len(run) == count and run.key_count == 3 * count
     assert run[5][2] == [index_key_hash(f"{TOPIC}#G00000005"), index_key_hash(f"{TOPIC}#gil-5"),
                          index_key_hash(f"{TOPIC}#other-5")]
