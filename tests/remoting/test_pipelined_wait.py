@@ -134,7 +134,7 @@ def test_a_waiter_times_out_while_another_thread_holds_the_token_and_others_stil
         t0 = time.monotonic()
         with pytest.raises(concurrent.futures.TimeoutError):
             later.result(0.3)
-        assert 0.25 <= time.monotonic() - t0 < 0.9  # its own timeout, not the holder's answer
+        assert 0.25 <= time.monotonic() - t0 < 1.4  # its own timeout, not the holder's answer (due at 1.5 s)
         # an answer that comes while another thread reads reaches its waiter at once
         quick = _send(ch, out, "quick")
         assert quick.result(2).get_str("echo") == "quick"
