@@ -64,7 +64,8 @@ cdef struct SendFields:
     Py_ssize_t body_len
 
 
-from json_read cimport Cursor as Cur, expect, open_json_header, read_int, skip_ws as _ws
+from json_read cimport (Cursor as Cur, expect, hex_digit as _hex, key_is, open_json_header, read_int,
+                        scan_ascii_str as _json_str, skip_ws as _ws)
 
 
 cdef inline bint _eat(Cur* c, uint8_t ch) noexcept nogil:
@@ -76,50 +77,6 @@ cdef inline bint _json_int(Cur* c, int64_t* out) noexcept nogil:
     c.bad = False
     out[0] = read_int(c)
     return not c.bad
-
-
-# 1 for the bytes that end a plain run inside a JSON string: '"', '\\', controls and non-ASCII
-cdef uint8_t _STR_STOP[256]
-cdef int _i
-for _i in range(256):
-    _STR_STOP[_i] = 1 if (_i < 32 or _i >= 128 or _i == 34 or _i == 92) else 0
-
-
-cdef bint _json_str(Cur* c, const uint8_t** s, Py_ssize_t* n, bint* escaped) noexcept nogil:
-    """A JSON string of printable ASCII: its raw text (escapes left in place) — False on any byte
-    >= 0x80 or < 0x20 (the general decoder decides those) or when unterminated.  An escape is
-    only stepped over here; _unescape checks it."""
-    cdef const uint8_t* q
-    cdef const uint8_t* end = c.end
-    _ws(c)
-    if c.p >= end or c.p[0] != 34:
-        return False
-    q = c.p + 1
-    escaped[0] = False
-    while True:
-        while q < end and not _STR_STOP[q[0]]:  # one table test per byte of a plain run
-            q += 1
-        if q >= end:
-            return False
-        if q[0] == 34:
-            s[0] = c.p + 1
-            n[0] = q - (c.p + 1)
-            c.p = q + 1
-            return True
-        if q[0] != 92:  # a control character or non-ASCII
-            return False
-        escaped[0] = True
-        q += 2  # the escaped character (checked by _unescape; '"' here must not end the string)
-
-
-cdef inline int _hex(uint8_t ch) noexcept nogil:
-    if 48 <= ch <= 57:
-        return ch - 48
-    if 97 <= ch <= 102:
-        return ch - 87
-    if 65 <= ch <= 70:
-        return ch - 55
-    return -1
 
 
 cdef Py_ssize_t _unescape(const uint8_t* s, Py_ssize_t n, uint8_t* out) noexcept nogil:
@@ -189,15 +146,6 @@ cdef bint _is_int32(int64_t v) noexcept nogil:
     return -2147483648 <= v <= 2147483647
 
 
-cdef bint _name_is(const uint8_t* p, Py_ssize_t n, const char* name) noexcept nogil:
-    cdef Py_ssize_t i = 0
-    while name[i] != 0:
-        if i >= n or p[i] != <uint8_t>name[i]:
-            return False
-        i += 1
-    return i == n
-
-
 cdef bint _special_properties(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     """True when a property name asks for the general path: DELAY, TRAN_MSG, DELIVER_TIME_MS or
     TIMER_* (delay levels, transactions, timers) — a superset of process_send's pattern."""
@@ -207,8 +155,8 @@ cdef bint _special_properties(const uint8_t* p, Py_ssize_t n) noexcept nogil:
         while j < n and p[j] != 1 and p[j] != 2:
             j += 1
         if j < n and p[j] == 1:
-            if (_name_is(p + i, j - i, "DELAY") or _name_is(p + i, j - i, "TRAN_MSG")
-                    or _name_is(p + i, j - i, "DELIVER_TIME_MS")
+            if (key_is(p + i, j - i, "DELAY", 5) or key_is(p + i, j - i, "TRAN_MSG", 8)
+                    or key_is(p + i, j - i, "DELIVER_TIME_MS", 15)
                     or (j - i >= 6 and memcmp(p + i, b"TIMER_", 6) == 0)):
                 return True
             while j < n and p[j] != 2:

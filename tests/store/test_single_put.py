@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from rmq_core._native import store_native
 from rmq_core.config import FlushDiskType
-from rmq_core.message import properties_to_string, string_to_properties
+from rmq_core.message import java_string_hash, properties_to_string, string_to_properties
 from rmq_core.store import DefaultMessageStore, MessageExtBrokerInner, PutMessageStatus
 from rmq_core.store.index import index_key_hash
 from rmq_core.store.types import record_fields
@@ -105,7 +105,7 @@ def test_steady_state_puts_skip_the_general_path(store, monkeypatch):
         r, fut = store.put_message_nowait(msg(body=b"b%d" % i, tags="T"))
         assert r.is_ok() and fut is None and r.append_result.logics_offset == i + 1
     assert [a[2] for a in arrived] == list(range(2, 22))
-    assert arrived[0][3] == store_native.java_hash_code("T")
+    assert arrived[0][3] == java_string_hash("T")
     g = store.get_message("g", "TopicA", 0, 1, 32)
     assert g.message_count == 20
 
@@ -176,25 +176,6 @@ def test_one_group_commit_round_serves_every_put_queued_before_it(sync_store, mo
     gate.set()
     assert first.result(timeout=10) is PutMessageStatus.PUT_OK
     assert futs[0].result(timeout=10) is PutMessageStatus.PUT_OK
-
-
-@settings(max_examples=200, deadline=None)
-@given(topic=st.text(min_size=1, max_size=20).filter(lambda t: "\x01" not in t and "\x02" not in t),
-       props=st.dictionaries(st.sampled_from(["KEYS", "UNIQ_KEY", "TAGS", "x"]),
-                             st.text(max_size=30).filter(lambda t: "\x01" not in t and "\x02" not in t),
-                             max_size=4),
-       raw_tail=st.binary(max_size=12))
-def test_index_key_hashes_match_the_python_index(topic, props, raw_tail):
-    encoded = properties_to_string(props).encode("utf-8") + raw_tail
-    got = store_native.index_key_hashes((topic + "#").encode("utf-8"), encoded)
-    decoded = string_to_properties(encoded)
-    keys = ([decoded["UNIQ_KEY"]] if decoded.get("UNIQ_KEY") else []) + \
-           [k for k in decoded.get("KEYS", "").split(" ") if k]
-    want = [index_key_hash(topic + "#" + k) for k in keys]
-    if got is None:  # non-ASCII somewhere: the Python path handles it
-        assert not (topic + "#" + "".join(keys)).isascii() or not encoded.isascii()
-    else:
-        assert got == want
 
 
 def test_blocking_sync_put_times_out_then_waits_correctly_again(store_factory, monkeypatch):
