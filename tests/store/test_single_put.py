@@ -1,15 +1,15 @@
 """The native single put (SinglePutPath) must store exactly what the general path stores, and
 step aside whenever its preconditions do not hold."""
+import asyncio
 import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from rmq_core._native import store_native
+from rmq_core.codec import encode_batch_body
 from rmq_core.config import FlushDiskType
-from rmq_core.message import java_string_hash, properties_to_string, string_to_properties
-from rmq_core.store import DefaultMessageStore, MessageExtBrokerInner, PutMessageStatus
-from rmq_core.store.index import index_key_hash
+from rmq_core.message import java_string_hash, properties_to_string
+from rmq_core.store import DefaultMessageStore, MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 from rmq_core.store.types import record_fields
 
 from .conftest import hold_python_rounds, make_config, msg
@@ -195,3 +195,18 @@ def test_blocking_sync_put_times_out_then_waits_correctly_again(store_factory, m
         r = s.put_message(msg(body=b"n%d" % i))
         assert r.status is PutMessageStatus.PUT_OK
         assert s.commit_log.mapped_file_queue.flushed_where >= r.append_result.wrote_offset + r.append_result.wrote_bytes
+
+
+def test_one_put_path_takes_messages_and_batches(store_factory):
+    """put / put_nowait / put_async are one path: a message and a batch alike, in one queue's order,
+    and the RocketMQ-named entry points are that path."""
+    store = store_factory()
+    assert store.put_message == store.put and store.put_messages == store.put
+    assert store.put_message_nowait == store.put_nowait == store.put_messages_nowait
+    batch = MessageExtBatch("TopicA", 0, encode_batch_body([(0, b"b%d" % i, {}) for i in range(3)]))
+    assert store.put(msg(body=b"m0")).append_result.logics_offset == 0
+    r, fut = store.put_nowait(batch)
+    assert r.is_ok() and fut is None and r.append_result.logics_offset == 1 and r.append_result.msg_num == 3
+    assert asyncio.run(store.put_async(msg(body=b"m4"))).append_result.logics_offset == 4
+    got = store.get_message("g", "TopicA", 0, 0, 32)
+    assert got.message_count == 5
