@@ -487,7 +487,8 @@ def test_batch_errors_name_the_item():
 # --- properties and hashes -----------------------------------------------------------------------------
 @settings(max_examples=400, deadline=None)
 @given(st.one_of(st.binary(max_size=120),
-                 st.lists(st.sampled_from([b"\x01", b"\x02", b"TAGS", b"k", b"\xe6\xb6", b"\xff", b"v"]),
+                 st.lists(st.sampled_from([b"\x01", b"\x02", b"TAGS", b"k", b"\xe6\xb6", b"\xff", b"v",
+                                          b"\xed\xa0\x80", b"\xe0\x80", b"\xf4\x90", b"\xc0\xaf", b"\xf0\x9f\x98"]),
                           max_size=30).map(b"".join)))
 def test_string_to_properties_native_equals_python(raw):
     assert string_to_properties(raw) == string_to_properties_py(raw)

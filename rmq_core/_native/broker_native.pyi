@@ -20,20 +20,37 @@ class PlainSend:
     @property
     def prepared_transaction_offset(self) -> int: ...
 
+class SendLaneState:
+    put: Callable[..., Any] | None
+    topics: dict
+    data_version: Any
+    counter: int
+    writable: bool
+    cluster_prop: bytes
+    version: int
+    put_ok: Any
+    on_put: Callable[[str, int, int], None]
+    outcome: Callable[[Any], tuple[int, str | None, bool]]
+    refresh: Callable[["SendLaneState"], None]
+    def __init__(self, topics: dict, cluster_prop: bytes, version: int, put_ok: Any,
+                 on_put: Callable[[str, int, int], None],
+                 outcome: Callable[[Any], tuple[int, str | None, bool]],
+                 refresh: Callable[["SendLaneState"], None]) -> None: ...
+
 class SendLane:
     handled: int
     declined: int
     deferred: int
     failed: int
     @property
+    def state(self) -> SendLaneState: ...
+    @property
     def waiting(self) -> int: ...
-    def __init__(self, ctx: Any, store: Any, topic_manager: Any, broker_config: Any, stats: Any,
-                 table: Any, send_topics: dict, cluster_prop: bytes, born_host: tuple[str, int], version: int,
-                 tasks: set, max_inflight: int, json_type: Any, put_ok: Any,
-                 on_deferred: Callable[[memoryview, Any, Any, str, int], None],
+    def __init__(self, state: SendLaneState, born_host: tuple[str, int], tasks: set, max_inflight: int,
+                 on_deferred: Callable[[memoryview, Any, Any, str, int], None], *,
                  call_soon_threadsafe: Callable[..., Any] | None = None,
                  write_frames: Callable[[bytes], None] | None = None,
-                 sync_outcome: Callable[[Any], tuple[int, str | None, bool]] | None = None,
-                 on_error: Callable[[memoryview, Exception], None] | None = None) -> None: ...
+                 on_error: Callable[[memoryview, Exception], None] | None = None,
+                 on_json_peer: Callable[[], None] | None = None) -> None: ...
     def deliver(self, data: bytes | bytearray, max_frame_length: int, on_frame: Callable[[memoryview], bool],
                 emit: Callable[[bytes], None]) -> tuple[int, str | None]: ...

@@ -23,6 +23,10 @@ non-ASCII byte, an odd integer, a duplicate field, a put the native store path d
 `on_frame` as a memoryview, in its place in the order: the general path then does what it always
 did, with its precise errors.  Nothing is put before the last check passes, so declining is
 always safe.  Bytes from the network are untrusted: every read is bounds-checked.
+
+The lane reads nothing of the broker but its `SendLaneState`: plain values (the put to use, the
+topic table's version, writeable or not, the checked-topics cache) that the send processor owns
+and refreshes through `state.refresh` before each read chunk and after any frame handed back.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -64,7 +68,8 @@ cdef struct SendFields:
     Py_ssize_t body_len
 
 
-from json_read cimport Cursor as Cur, expect, open_json_header, read_int, skip_ws as _ws
+from json_read cimport (Cursor as Cur, expect, hex_digit as _hex, key_is, open_json_header, read_int,
+                        scan_ascii_str as _json_str, skip_ws as _ws)
 
 
 cdef inline bint _eat(Cur* c, uint8_t ch) noexcept nogil:
@@ -76,50 +81,6 @@ cdef inline bint _json_int(Cur* c, int64_t* out) noexcept nogil:
     c.bad = False
     out[0] = read_int(c)
     return not c.bad
-
-
-# 1 for the bytes that end a plain run inside a JSON string: '"', '\\', controls and non-ASCII
-cdef uint8_t _STR_STOP[256]
-cdef int _i
-for _i in range(256):
-    _STR_STOP[_i] = 1 if (_i < 32 or _i >= 128 or _i == 34 or _i == 92) else 0
-
-
-cdef bint _json_str(Cur* c, const uint8_t** s, Py_ssize_t* n, bint* escaped) noexcept nogil:
-    """A JSON string of printable ASCII: its raw text (escapes left in place) — False on any byte
-    >= 0x80 or < 0x20 (the general decoder decides those) or when unterminated.  An escape is
-    only stepped over here; _unescape checks it."""
-    cdef const uint8_t* q
-    cdef const uint8_t* end = c.end
-    _ws(c)
-    if c.p >= end or c.p[0] != 34:
-        return False
-    q = c.p + 1
-    escaped[0] = False
-    while True:
-        while q < end and not _STR_STOP[q[0]]:  # one table test per byte of a plain run
-            q += 1
-        if q >= end:
-            return False
-        if q[0] == 34:
-            s[0] = c.p + 1
-            n[0] = q - (c.p + 1)
-            c.p = q + 1
-            return True
-        if q[0] != 92:  # a control character or non-ASCII
-            return False
-        escaped[0] = True
-        q += 2  # the escaped character (checked by _unescape; '"' here must not end the string)
-
-
-cdef inline int _hex(uint8_t ch) noexcept nogil:
-    if 48 <= ch <= 57:
-        return ch - 48
-    if 97 <= ch <= 102:
-        return ch - 87
-    if 65 <= ch <= 70:
-        return ch - 55
-    return -1
 
 
 cdef Py_ssize_t _unescape(const uint8_t* s, Py_ssize_t n, uint8_t* out) noexcept nogil:
@@ -189,15 +150,6 @@ cdef bint _is_int32(int64_t v) noexcept nogil:
     return -2147483648 <= v <= 2147483647
 
 
-cdef bint _name_is(const uint8_t* p, Py_ssize_t n, const char* name) noexcept nogil:
-    cdef Py_ssize_t i = 0
-    while name[i] != 0:
-        if i >= n or p[i] != <uint8_t>name[i]:
-            return False
-        i += 1
-    return i == n
-
-
 cdef bint _special_properties(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     """True when a property name asks for the general path: DELAY, TRAN_MSG, DELIVER_TIME_MS or
     TIMER_* (delay levels, transactions, timers) — a superset of process_send's pattern."""
@@ -207,8 +159,8 @@ cdef bint _special_properties(const uint8_t* p, Py_ssize_t n) noexcept nogil:
         while j < n and p[j] != 1 and p[j] != 2:
             j += 1
         if j < n and p[j] == 1:
-            if (_name_is(p + i, j - i, "DELAY") or _name_is(p + i, j - i, "TRAN_MSG")
-                    or _name_is(p + i, j - i, "DELIVER_TIME_MS")
+            if (key_is(p + i, j - i, "DELAY", 5) or key_is(p + i, j - i, "TRAN_MSG", 8)
+                    or key_is(p + i, j - i, "DELIVER_TIME_MS", 15)
                     or (j - i >= 6 and memcmp(p + i, b"TIMER_", 6) == 0)):
                 return True
             while j < n and p[j] != 2:
@@ -441,6 +393,37 @@ cdef inline void _seal_frame(Out* o, char* start, char* end) noexcept:
     o.n += end - start
 
 
+cdef class SendLaneState:
+    """What a send lane knows of the broker, as plain values, owned by the send processor
+    (broker/processors/send.py): `refresh(state)` sets `put`, `data_version`, `counter` and
+    `writable` from the broker's current state; the lane calls it before each read chunk and after
+    each frame it hands back, so the general path's changes are seen by the next frame."""
+    cdef public object put           # the store's native single put, or None: the lane stands aside
+    cdef public dict topics          # topic -> (data version, its counter, write queues, queue id bound)
+    cdef public object data_version  # the topic table's DataVersion (compared by identity)
+    cdef public int64_t counter      # ... and its counter
+    cdef public bint writable        # the broker's permission allows writes
+    cdef public bytes cluster_prop   # "CLUSTER\x01<name>\x02", appended to every message's properties
+    cdef public int64_t version      # this broker's MQVersion, written in every answer
+    cdef public object put_ok        # PutMessageStatus.PUT_OK
+    cdef public object on_put        # on_put(topic, messages, bytes): the broker's put statistics
+    cdef public object outcome       # outcome(status) -> (code, remark or None, with fields)
+    cdef public object refresh       # refresh(state)
+
+    def __init__(self, dict topics, bytes cluster_prop, int64_t version, put_ok, on_put, outcome, refresh):
+        self.put = None
+        self.topics = topics
+        self.data_version = None
+        self.counter = 0
+        self.writable = False
+        self.cluster_prop = cluster_prop
+        self.version = version
+        self.put_ok = put_ok
+        self.on_put = on_put
+        self.outcome = outcome
+        self.refresh = refresh
+
+
 cdef class SendLane
 
 
@@ -468,14 +451,11 @@ cdef class SendLane:
     """One connection's native send lane (see the module doc).  Built by the send processor for
     a TCP connection of the broker; the transport calls `deliver` with each read chunk."""
 
-    cdef object ctx, store, topic_manager, broker_config, stats, table, on_deferred
-    cdef object tasks, json_type, put_ok, call_soon_threadsafe, write_frames, sync_outcome
+    cdef readonly SendLaneState state
+    cdef object on_deferred, tasks, call_soon_threadsafe, write_frames, on_json_peer
     cdef _SyncGroup group  # SYNC_FLUSH sends of this read waiting on one Future
     cdef Py_ssize_t sync_waiting  # sends put and not yet answered (counted as in flight)
-    cdef dict send_topics
     cdef Py_ssize_t max_inflight
-    cdef bytes cluster_prop
-    cdef int64_t version
     cdef PlainSend msg
     cdef PyObject* topics[TOPIC_SLOTS]  # direct-mapped cache: topic bytes -> str
     cdef Out out
@@ -503,37 +483,25 @@ cdef class SendLane:
             self.topics[i] = NULL
         free(self.out.buf)
 
-    def __init__(self, ctx, store, topic_manager, broker_config, stats, table, dict send_topics,
-                 bytes cluster_prop, born_host, int64_t version, tasks, Py_ssize_t max_inflight,
-                 json_type, put_ok, on_deferred, call_soon_threadsafe=None, write_frames=None, sync_outcome=None,
-                 on_error=None):
-        """`send_topics`: the processor's topic -> (data version, counter, write queues, queue id
-        bound) cache; `on_deferred(frame, result, future, topic, queue_id)` finishes a send whose
-        put must be waited for (SYNC_FLUSH) or failed; `tasks`/`max_inflight`: the connection's
-        requests in flight and its limit (at the limit the general path answers SYSTEM_BUSY).
-        SYNC_FLUSH puts whose Future is a concurrent Future are answered in groups instead, when
-        given: `call_soon_threadsafe` (the loop's), `write_frames(bytes)` (answers written outside
-        a read) and `sync_outcome(status) -> (code, remark or None, with fields)`.
-        `on_error(frame, exception)` answers a send whose handling raised (without it, deliver
-        raises and the transport drops the connection)."""
-        self.ctx = ctx
-        self.store = store
-        self.topic_manager = topic_manager
-        self.broker_config = broker_config
-        self.stats = stats
-        self.table = table
-        self.send_topics = send_topics
-        self.cluster_prop = cluster_prop
-        self.version = version
+    def __init__(self, SendLaneState state, born_host, tasks, Py_ssize_t max_inflight, on_deferred, *,
+                 call_soon_threadsafe=None, write_frames=None, on_error=None, on_json_peer=None):
+        """`state`: the broker's side (SendLaneState); `born_host`: the peer's (host, port);
+        `tasks`/`max_inflight`: the connection's requests in flight and its limit (at the limit the
+        general path answers SYSTEM_BUSY); `on_deferred(frame, result, future, topic, queue_id)`
+        finishes a send whose put must be waited for (SYNC_FLUSH) or failed.  SYNC_FLUSH puts whose
+        Future is a concurrent Future are answered in groups instead, when given
+        `call_soon_threadsafe` (the loop's) and `write_frames(bytes)` (answers written outside a
+        read).  `on_error(frame, exception)` answers a send whose handling raised (without it,
+        deliver raises and the transport drops the connection); `on_json_peer()` is told once that
+        the peer speaks JSON headers (after its first send answered here)."""
+        self.state = state
         self.tasks = tasks
         self.max_inflight = max_inflight
-        self.json_type = json_type
-        self.put_ok = put_ok
         self.on_deferred = on_deferred
         self.call_soon_threadsafe = call_soon_threadsafe
         self.write_frames = write_frames
-        self.sync_outcome = sync_outcome
         self.on_error = on_error
+        self.on_json_peer = on_json_peer
         self.group = None
         self.sync_waiting = 0
         self.msg = PlainSend()
@@ -569,7 +537,7 @@ cdef class SendLane:
             self.stat_topic = None
             self.stat_n = 0
             self.stat_bytes = 0
-            self.stats.inc_put(topic, n, size)
+            self.state.on_put(topic, n, size)
         return 0
 
     cdef int _flush(self, emit) except -1:
@@ -586,6 +554,7 @@ cdef class SendLane:
                        Py_ssize_t end, emit) except -1:
         """1: answered here; 0: declined (nothing done); 2: put, finished by on_deferred."""
         cdef SendFields f
+        cdef SendLaneState st
         cdef Py_ssize_t plen, total_props
         cdef uint8_t* pb
         cdef const char* idp
@@ -596,19 +565,20 @@ cdef class SendLane:
             return 0
         if f.sys_flag & TRANSACTION_MASK:
             return 0
+        st = self.state
         topic = self._topic_str(f.topic, f.topic_len)
-        entry = self.send_topics.get(topic)
+        entry = st.topics.get(topic)
         if entry is None:
             return 0
-        dv = self.topic_manager.table.data_version
-        if (<tuple>entry)[0] is not dv or (<tuple>entry)[1] != dv.counter:
+        if (<tuple>entry)[0] is not st.data_version or (<tuple>entry)[1] != st.counter:
             return 0
-        if not (self.broker_config.broker_permission & 2):  # PermName.PERM_WRITE
+        if not st.writable:
             return 0
         if f.queue_id >= <int64_t>(<tuple>entry)[3]:
             return 0
         # properties: unescaped, then CLUSTER appended (as process_send does)
-        total_props = f.props_len + len(self.cluster_prop)
+        cluster_prop = st.cluster_prop
+        total_props = f.props_len + len(cluster_prop)
         if len(self.props_buf) < total_props:
             self.props_buf = bytearray(total_props * 2)
         pb = <uint8_t*><char*>self.props_buf
@@ -622,7 +592,7 @@ cdef class SendLane:
                 memcpy(pb, f.props, plen)
         if _special_properties(pb, plen):
             return 0
-        memcpy(pb + plen, PyBytes_AS_STRING(self.cluster_prop), len(self.cluster_prop))
+        memcpy(pb + plen, PyBytes_AS_STRING(cluster_prop), len(cluster_prop))
         msg = self.msg
         msg.topic = topic
         msg.queue_id = <int>f.queue_id
@@ -631,13 +601,13 @@ cdef class SendLane:
         msg.reconsume_times = <int>f.reconsume
         msg.born_timestamp = f.born_ts
         msg.body = PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
-        msg.properties_bytes = PyBytes_FromStringAndSize(<const char*>pb, plen + len(self.cluster_prop))
+        msg.properties_bytes = PyBytes_FromStringAndSize(<const char*>pb, plen + len(cluster_prop))
         r = fast_put(msg)
         msg.body = None
         if r is None:
             return 0
         result, fut = <tuple>r
-        if fut is not None and result.status is self.put_ok and self.write_frames is not None \
+        if fut is not None and result.status is st.put_ok and self.write_frames is not None \
                 and isinstance(fut, _ConcurrentFuture):
             # SYNC_FLUSH: joins the group of its Future, answered when the Future resolves
             if self.group is not None and self.group.future is not fut:
@@ -648,7 +618,7 @@ cdef class SendLane:
             self.group.items.append((f.opaque, f.flag, f.queue_id, ar.logics_offset, ar.wrote_bytes, ar.msg_id, topic))
             self.sync_waiting += 1
             return 2
-        if fut is not None or result.status is not self.put_ok:
+        if fut is not None or result.status is not st.put_ok:
             self._flush(emit)
             self.on_deferred(view[pos:end], result, fut, topic, f.queue_id)
             return 2
@@ -664,7 +634,7 @@ cdef class SendLane:
                 raise TypeError(f"msg id {msg_id!r} is not an ASCII str")
             idp = <const char*>PyUnicode_DATA(msg_id)
             idn = PyUnicode_GET_LENGTH(msg_id)
-            _write_send_response(&self.out, 0, idp, idn, f.queue_id, <int64_t>ar.logics_offset, f.opaque, self.version)
+            _write_send_response(&self.out, 0, idp, idn, f.queue_id, <int64_t>ar.logics_offset, f.opaque, st.version)
         return 1
 
     cdef int _seal_group(self) except -1:
@@ -680,15 +650,17 @@ cdef class SendLane:
         cdef bint fields
         cdef Py_ssize_t k
         cdef const char* idp
+        cdef SendLaneState st
         self.sync_waiting -= len(group.items)
         try:
             status = group.future.result()
         except BaseException as e:  # cancelled or failed: answered as a flush that never finished
             status = e
-        if status is self.put_ok:
+        st = self.state
+        if status is st.put_ok:
             code, remark, fields = 0, None, True
         else:
-            code_o, remark, fields = self.sync_outcome(status)
+            code_o, remark, fields = st.outcome(status)
             code = code_o
         if remark is not None:
             remark = (<str>remark).encode("ascii", "replace").replace(b'"', b"'").replace(b"\\", b"/")
@@ -709,9 +681,9 @@ cdef class SendLane:
                     continue
                 if fields:
                     idp = <const char*>PyUnicode_DATA(msg_id)
-                    _write_send_response(&o, code, idp, PyUnicode_GET_LENGTH(msg_id), queue_id, qoff, opaque, self.version)
+                    _write_send_response(&o, code, idp, PyUnicode_GET_LENGTH(msg_id), queue_id, qoff, opaque, st.version)
                 else:
-                    _write_failure(&o, code, remark, opaque, self.version)
+                    _write_failure(&o, code, remark, opaque, st.version)
             self._flush_stats()
             if o.n:
                 self.write_frames(PyBytes_FromStringAndSize(o.buf, o.n))
@@ -734,11 +706,13 @@ cdef class SendLane:
         cdef Py_ssize_t n, pos = 0, end
         cdef int64_t length = 0
         cdef int rc
-        cdef bint lane_on
+        cdef bint lane_on, answered = False
+        cdef SendLaneState st = self.state
         error = None
         view = None
-        fast_put = self.store._fast_put
-        lane_on = fast_put is not None and self.table.rpc_hooks is None
+        st.refresh(st)
+        fast_put = st.put
+        lane_on = fast_put is not None
         PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
         try:
             buf = <const uint8_t*>pb.buf
@@ -767,9 +741,11 @@ cdef class SendLane:
                         rc = 3
                 if rc == 1:
                     self.handled += 1
+                    answered = True
                 else:
                     if rc == 2:
                         self.deferred += 1
+                        answered = True
                     elif rc == 0:
                         self.declined += 1
                         self._seal_group()
@@ -781,11 +757,12 @@ cdef class SendLane:
                             break
                     else:
                         self.failed += 1
-                    fast_put = self.store._fast_put
-                    lane_on = fast_put is not None and self.table.rpc_hooks is None
+                    st.refresh(st)  # the general path may have changed what the lane may do
+                    fast_put = st.put
+                    lane_on = fast_put is not None
                 pos = end
-            if (self.handled or self.deferred) and self.ctx.peer_serialize_type is not self.json_type:
-                self.ctx.peer_serialize_type = self.json_type
+            if answered and self.on_json_peer is not None:
+                self.on_json_peer()  # the answers written here were JSON
             self._seal_group()
             self._flush(emit)
         finally:

@@ -328,43 +328,8 @@ cdef class SendResponse:
                 f"msg_id={self.msg_id!r}, queue_id={self.queue_id!r}, queue_offset={self.queue_offset!r})")
 
 
-from json_read cimport Cursor, expect as _expect, open_json_header, read_int as _read_int, skip_ws as _skip_ws
-
-
-cdef bint _scan_str(Cursor* c, const uint8_t** start, Py_ssize_t* n, bint* escaped) noexcept nogil:
-    """A JSON string (cursor on its quote): its raw inside, and whether it holds escapes."""
-    cdef const uint8_t* q
-    _skip_ws(c)
-    if c.p >= c.end or c.p[0] != 34:
-        c.bad = True
-        return False
-    q = c.p + 1
-    escaped[0] = False
-    while q < c.end:
-        if q[0] == 34:
-            start[0] = c.p + 1
-            n[0] = q - (c.p + 1)
-            c.p = q + 1
-            return True
-        if q[0] == 92:
-            escaped[0] = True
-            q += 2
-            continue
-        if q[0] < 32:
-            break
-        q += 1
-    c.bad = True
-    return False
-
-
-cdef inline bint _is(const uint8_t* k, Py_ssize_t n, const char* name, Py_ssize_t m) noexcept nogil:
-    cdef Py_ssize_t i
-    if n != m:
-        return False
-    for i in range(n):
-        if k[i] != <uint8_t>name[i]:
-            return False
-    return True
+from json_read cimport (Cursor, expect as _expect, key_is as _is, open_json_header, read_int as _read_int,
+                        scan_str as _scan_str, skip_ws as _skip_ws)
 
 
 cdef object _plain_str(Cursor* c):

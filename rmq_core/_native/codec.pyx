@@ -525,22 +525,8 @@ def properties_to_bytes(props):
     return out
 
 
-# --- Java String.hashCode ------------------------------------------------------------------------------
-cdef int32_t _java_hash_str(str s):
-    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(s)
-    cdef int kind = PyUnicode_KIND(s)
-    cdef void* data = PyUnicode_DATA(s)
-    cdef uint32_t h = 0, c
-    for i in range(n):
-        c = PyUnicode_READ(kind, data, i)
-        if c > 0xFFFF:
-            # Java hashes UTF-16 code units: a non-BMP character counts as its surrogate pair.
-            c -= 0x10000
-            h = 31u * h + (0xD800u + (c >> 10))
-            h = 31u * h + (0xDC00u + (c & 0x3FF))
-        else:
-            h = 31u * h + c
-    return <int32_t>h
+# --- Java String.hashCode (java_hash.pxd) ---------------------------------------------------------------
+from java_hash cimport java_hash_str, java_hash_utf8
 
 
 def java_string_hash(s):
@@ -549,21 +535,15 @@ def java_string_hash(s):
         return 0
     if not isinstance(s, str):
         raise TypeError(f"java_string_hash expects a str, not {type(s).__name__}: {s!r}")
-    return _java_hash_str(s)
+    return <int32_t>java_hash_str(0, s)
 
 
 cdef int64_t _tags_code(const char* p, Py_ssize_t n):
-    cdef Py_ssize_t vlen = 0, i
+    cdef Py_ssize_t vlen = 0
     cdef Py_ssize_t off = _find_property(p, n, b"TAGS", 4, &vlen)
-    cdef uint32_t h = 0
     if off < 0:
         return 0
-    for i in range(vlen):
-        if <uint8_t>p[off + i] >= 0x80:
-            # Non-ASCII: hash the UTF-16 code units of the decoded string, exactly as Java would.
-            return _java_hash_str(PyUnicode_DecodeUTF8(p + off, vlen, "replace"))
-        h = 31u * h + <uint8_t>p[off + i]
-    return <int32_t>h
+    return java_hash_utf8(<const unsigned char*>p + off, vlen)
 
 
 def tags_code_from_properties(data):

@@ -61,26 +61,7 @@ cdef inline void wr64(uint8_t *p, int64_t v) noexcept nogil:
     wr32(p + 4, <int32_t><uint32_t>(<uint64_t>v))
 
 
-cdef uint32_t java_hash_str(uint32_t h, str text) noexcept:
-    """Continue Java's String.hashCode (h*31 + unit) over `text`'s UTF-16 code units."""
-    cdef Py_UCS4 ch
-    cdef uint32_t c
-    for ch in text:
-        c = <uint32_t>ch
-        if c > 0xFFFF:  # a supplementary character is two UTF-16 code units in Java
-            c -= 0x10000
-            h = 31 * h + (0xD800 + (c >> 10))
-            h = 31 * h + (0xDC00 + (c & 0x3FF))
-        else:
-            h = 31 * h + c
-    return h
-
-
-cdef inline int32_t abs_index_hash(uint32_t h) noexcept nogil:
-    cdef int32_t s = <int32_t>h
-    if s == <int32_t>0x80000000:
-        return 0
-    return -s if s < 0 else s
+from java_hash cimport abs_index_hash, java_hash_str
 
 
 def index_key_hash(str key):

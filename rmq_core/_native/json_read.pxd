@@ -70,3 +70,64 @@ cdef inline bint open_json_header(Cursor* c, const uint8_t* frame, Py_ssize_t n)
     c.end = frame + 4 + header_length
     c.bad = False
     return True
+
+
+cdef inline int hex_digit(uint8_t ch) noexcept nogil:
+    """The value of one hex digit of a \\uXXXX escape; -1 for anything else."""
+    if 48 <= ch <= 57:
+        return ch - 48
+    if 97 <= ch <= 102:
+        return ch - 87
+    if 65 <= ch <= 70:
+        return ch - 55
+    return -1
+
+
+cdef inline bint key_is(const uint8_t* k, Py_ssize_t n, const char* name, Py_ssize_t m) noexcept nogil:
+    """Whether the raw key `k` (n bytes) is `name` (m bytes)."""
+    cdef Py_ssize_t i
+    if n != m:
+        return False
+    for i in range(n):
+        if k[i] != <uint8_t>name[i]:
+            return False
+    return True
+
+
+cdef inline bint _scan(Cursor* c, const uint8_t** start, Py_ssize_t* n, bint* escaped,
+                       bint ascii_only) noexcept nogil:
+    cdef const uint8_t* q
+    cdef uint8_t ch
+    skip_ws(c)
+    if c.p >= c.end or c.p[0] != 34:
+        c.bad = True
+        return False
+    q = c.p + 1
+    escaped[0] = False
+    while q < c.end:
+        ch = q[0]
+        if ch == 34:
+            start[0] = c.p + 1
+            n[0] = q - (c.p + 1)
+            c.p = q + 1
+            return True
+        if ch == 92:
+            escaped[0] = True
+            q += 2  # the escaped character is checked by whoever unescapes; '"' here must not end it
+            continue
+        if ch < 32 or (ascii_only and ch >= 128):
+            break
+        q += 1
+    c.bad = True
+    return False
+
+
+cdef inline bint scan_str(Cursor* c, const uint8_t** start, Py_ssize_t* n, bint* escaped) noexcept nogil:
+    """A JSON string (cursor before its quote): its raw inside, escapes left in place, and whether
+    it holds any; False and c.bad when unterminated or holding a raw control character."""
+    return _scan(c, start, n, escaped, False)
+
+
+cdef inline bint scan_ascii_str(Cursor* c, const uint8_t** start, Py_ssize_t* n, bint* escaped) noexcept nogil:
+    """scan_str that also declines any byte >= 0x80 (the general decoder decides those)."""
+    return _scan(c, start, n, escaped, True)

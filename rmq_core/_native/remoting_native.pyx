@@ -108,17 +108,8 @@ cdef tuple _walk_frames(data, Py_ssize_t max_frame_length, bint decode):
 
 
 # --- JSON header decoding ------------------------------------------------------------------------
-from json_read cimport Cursor, expect as _expect, open_json_header, read_int as _read_int, skip_ws as _skip_ws
-
-
-cdef inline int _hex(uint8_t ch) noexcept nogil:
-    if 48 <= ch <= 57:
-        return ch - 48
-    if 97 <= ch <= 102:
-        return ch - 87
-    if 65 <= ch <= 70:
-        return ch - 55
-    return -1
+from json_read cimport (Cursor, expect as _expect, hex_digit as _hex, key_is as _key_is, open_json_header,
+                        read_int as _read_int, scan_str, skip_ws as _skip_ws)
 
 
 cdef int _read_u4(Cursor* c) noexcept nogil:
@@ -291,35 +282,14 @@ cdef object _read_str(Cursor* c):
             free(tmp)
 
 
-cdef inline bint _key_is(const uint8_t* k, Py_ssize_t n, const char* name, Py_ssize_t m) noexcept nogil:
-    cdef Py_ssize_t i
-    if n != m:
-        return False
-    for i in range(n):
-        if k[i] != <uint8_t>name[i]:
-            return False
-    return True
-
-
 cdef bint _read_key(Cursor* c, const uint8_t** key, Py_ssize_t* klen) noexcept nogil:
     """A top-level key without escapes (the fixed header names): pointer + length."""
-    cdef const uint8_t* q
-    _skip_ws(c)
-    if c.p >= c.end or c.p[0] != 34:
+    cdef bint escaped
+    if not scan_str(c, key, klen, &escaped):
+        return False
+    if escaped:
         c.bad = True
         return False
-    q = c.p + 1
-    while q < c.end and q[0] != 34:
-        if q[0] == 92:
-            c.bad = True
-            return False
-        q += 1
-    if q >= c.end:
-        c.bad = True
-        return False
-    key[0] = c.p + 1
-    klen[0] = q - (c.p + 1)
-    c.p = q + 1
     return True
 
 

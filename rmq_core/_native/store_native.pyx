@@ -185,53 +185,8 @@ def crc32_impl():
     return ("slice8", "pclmul", "vpclmul")[rmq_crc32_use_pclmul]
 
 
-# --- Java String.hashCode over UTF-8 bytes -----------------------------------------------------
-cdef inline int32_t java_hash_utf8(const unsigned char *p, Py_ssize_t n) noexcept nogil:
-    """Hash of the UTF-16 code units of the UTF-8 text (invalid bytes count as U+FFFD, as Java's
-    decoder substitutes them)."""
-    cdef uint32_t h = 0
-    cdef uint32_t cp, c
-    cdef Py_ssize_t i = 0
-    cdef int need
-    while i < n:
-        c = p[i]
-        if c < 0x80:
-            cp = c
-            i += 1
-        else:
-            if (c & 0xE0) == 0xC0:
-                need = 1
-                cp = c & 0x1F
-            elif (c & 0xF0) == 0xE0:
-                need = 2
-                cp = c & 0x0F
-            elif (c & 0xF8) == 0xF0:
-                need = 3
-                cp = c & 0x07
-            else:
-                need = -1
-                cp = 0
-            if need < 0:
-                h = h * 31 + 0xFFFD
-                i += 1
-                continue
-            i += 1
-            while need > 0:
-                if i >= n or (p[i] & 0xC0) != 0x80:
-                    break
-                cp = (cp << 6) | (p[i] & 0x3F)
-                i += 1
-                need -= 1
-            if need > 0:
-                h = h * 31 + 0xFFFD
-                continue
-        if cp >= 0x10000:
-            cp -= 0x10000
-            h = h * 31 + (0xD800 + (cp >> 10))
-            h = h * 31 + (0xDC00 + (cp & 0x3FF))
-        else:
-            h = h * 31 + cp
-    return <int32_t>h
+# --- Java String.hashCode of UTF-8 text (java_hash.pxd) ---------------------------------------
+from java_hash cimport java_hash_utf8
 
 
 cdef inline bint find_property(const unsigned char *props, Py_ssize_t n, const char *key, Py_ssize_t klen,
@@ -264,24 +219,6 @@ cdef inline int64_t tags_code_of(const unsigned char *props, Py_ssize_t n) noexc
     if find_property(props, n, b"TAGS", 4, &vs, &vl) and vl > 0:
         return java_hash_utf8(props + vs, vl)
     return 0
-
-
-def java_hash_code(data):
-    """Java String.hashCode of UTF-8 `data` (bytes) or str, as a signed int32."""
-    if isinstance(data, str):
-        data = (<str>data).encode("utf-8")
-    cdef const unsigned char[::1] v = data
-    if v.shape[0] == 0:
-        return 0
-    return java_hash_utf8(&v[0], v.shape[0])
-
-
-def tags_code_from_properties(props):
-    """Tag hash code of the TAGS property in an encoded properties string (0 when absent)."""
-    cdef const unsigned char[::1] v = props
-    if v.shape[0] == 0:
-        return 0
-    return tags_code_of(&v[0], v.shape[0])
 
 
 DEF STREAM_MIN = 65536
@@ -1910,109 +1847,3 @@ cdef class SinglePutPath:
                 return result, self.flush_futures.request_c(end, store_ts)
             return result, self.request_flush(end, store_ts)
         return result, None
-
-
-
-# --- index keys --------------------------------------------------------------------------------
-cdef inline uint32_t java_hash_ascii(uint32_t h, const unsigned char *p, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = h * 31 + p[i]
-    return h
-
-
-cdef inline int32_t abs_index_hash(uint32_t h) noexcept nogil:
-    # IndexService's keyHash: abs(Java hashCode), Integer.MIN_VALUE -> 0
-    cdef int32_t s = <int32_t>h
-    if s == <int32_t>0x80000000:
-        return 0
-    return -s if s < 0 else s
-
-
-def index_key_hashes(bytes topic_prefix, bytes props):
-    """Index key hashes of one record, as IndexService computes them from its properties: the
-    hash of `topic#UNIQ_KEY`, then of `topic#word` for each non-empty space-separated word of KEYS
-    (`topic_prefix` is the UTF-8 of "topic#").  The last value of a repeated property wins, as in
-    string_to_properties.  Returns None when a key is not plain ASCII: the caller then decodes in
-    Python, so invalid UTF-8 is replaced exactly as the Python decoder does."""
-    cdef const unsigned char *p = <const unsigned char *><char *>props
-    cdef const unsigned char *tp = <const unsigned char *><char *>topic_prefix
-    cdef Py_ssize_t n = len(props), i = 0, j, k, a, b
-    cdef Py_ssize_t us = -1, ul = 0, ks = -1, kl = 0
-    cdef uint32_t base
-    for j in range(len(topic_prefix)):
-        if tp[j] >= 0x80:
-            return None
-    # every "name\x01value\x02" pair; a pair without \x01 is dropped (string_to_properties)
-    while i < n:
-        j = i
-        while j < n and p[j] != 1 and p[j] != 2:
-            j += 1
-        if j >= n or p[j] == 2:
-            i = j + 1
-            continue
-        k = j + 1
-        while k < n and p[k] != 2:
-            k += 1
-        if j - i == 8 and memcmp(p + i, b"UNIQ_KEY", 8) == 0:
-            us = j + 1
-            ul = k - (j + 1)
-        elif j - i == 4 and memcmp(p + i, b"KEYS", 4) == 0:
-            ks = j + 1
-            kl = k - (j + 1)
-        i = k + 1
-    out = []
-    base = java_hash_ascii(0, tp, len(topic_prefix))
-    if us >= 0 and ul > 0:
-        for j in range(us, us + ul):
-            if p[j] >= 0x80:
-                return None
-        out.append(abs_index_hash(java_hash_ascii(base, p + us, ul)))
-    if ks >= 0 and kl > 0:
-        for j in range(ks, ks + kl):
-            if p[j] >= 0x80:
-                return None
-        a = ks
-        while a < ks + kl:
-            b = a
-            while b < ks + kl and p[b] != 32:
-                b += 1
-            if b > a:
-                out.append(abs_index_hash(java_hash_ascii(base, p + a, b - a)))
-            a = b + 1
-    return out
-
-
-def collect_index_run(q, Py_ssize_t limit, dict prefixes):
-    """Pop up to `limit` single-record index items (topic, commit-log offset, store timestamp,
-    sys flag, properties) from the left of deque `q` and hash their keys (index_key_hashes).
-    Stops at an item it cannot take — a batch item, or keys that are not plain ASCII — and hands
-    that one back popped.  Prepared / rollback records are dropped (never indexed).  Returns
-    (run: list of (offset, timestamp, hashes), store timestamp of the last item taken or 0,
-    the item handed back or None)."""
-    cdef list run = []
-    cdef int64_t last_ts = 0
-    cdef int32_t sys_flag
-    cdef tuple item
-    popleft = q.popleft
-    while len(run) < limit and q:
-        obj = popleft()
-        if type(obj) is not tuple or len(<tuple>obj) != 5:
-            return run, last_ts, obj
-        item = <tuple>obj
-        topic, phys, ts, sys_flag_o, props = item
-        sys_flag = sys_flag_o
-        if (sys_flag & 0xC) == 0x4 or (sys_flag & 0xC) == 0xC:
-            last_ts = ts
-            continue
-        prefix = prefixes.get(topic)
-        if prefix is None:
-            prefix = (<str>topic + "#").encode("utf-8")
-            prefixes[topic] = prefix
-        hashes = index_key_hashes(prefix, props)
-        if hashes is None:
-            return run, last_ts, obj
-        last_ts = ts
-        if hashes:
-            run.append((phys, ts, hashes))
-    return run, last_ts, None

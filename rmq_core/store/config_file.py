@@ -22,13 +22,14 @@ import logging
 import os
 import re
 import threading
-import time
 from typing import Any, Iterator
 
 import attrs
 
 from rmq_core.errors import IllegalArgumentError, StoreError
 from rmq_core.message import PermName, TopicValidator
+# one DataVersion: the table's version is the same object the broker registers with the name server
+from rmq_core.remoting.body import DataVersion
 
 log = logging.getLogger("rmq.store")
 
@@ -188,28 +189,6 @@ def _table(obj: Any, name: str, path_hint: str) -> dict:
     if not isinstance(table, dict):
         raise ValueError(f"{path_hint}: {name} is {type(table).__name__}, expected an object")
     return table
-
-
-# --- data version ------------------------------------------------------------------------------
-@attrs.define
-class DataVersion:
-    """RocketMQ's DataVersion: bumped on every change so the name server sees new topic configs."""
-
-    timestamp: int = attrs.field(factory=lambda: int(time.time() * 1000))
-    counter: int = 0
-
-    def next_version(self) -> None:
-        self.timestamp = int(time.time() * 1000)
-        self.counter += 1
-
-    def to_json(self) -> dict:
-        return {"counter": self.counter, "timestamp": self.timestamp}
-
-    @classmethod
-    def from_json(cls, obj: Any) -> "DataVersion":
-        if not isinstance(obj, dict):
-            raise ValueError(f"dataVersion is {type(obj).__name__}, expected an object")
-        return cls(timestamp=int(obj.get("timestamp", 0)), counter=int(obj.get("counter", 0)))
 
 
 # --- consumer offsets --------------------------------------------------------------------------
@@ -432,7 +411,10 @@ class _VersionedTable(ConfigManager):
         obj = loads_lenient(text)
         table = _table(obj, self.TABLE_KEY, self.config_file_path())
         parsed = {name: self.ITEM_TYPE.from_json(item) for name, item in table.items()}
-        version = DataVersion.from_json(obj["dataVersion"]) if obj.get("dataVersion") else DataVersion()
+        raw_version = obj.get("dataVersion")
+        if raw_version and not isinstance(raw_version, dict):
+            raise ValueError(f"dataVersion is {type(raw_version).__name__}, expected an object")
+        version = DataVersion.from_json(raw_version) if raw_version else DataVersion()
         with self._lock:
             self._table = parsed
             self.data_version = version

@@ -336,6 +336,13 @@ class DefaultMessageStore:
                                    self._durable_result)
         self._fast_put = self._single_put.put if ok else None
 
+    @property
+    def native_put(self):
+        """The native single put (`put(msg, wait=False) -> (result, future) or None` when it
+        declines) while the store may use it, else None: put_nowait's first step, and the one the
+        broker's send lane calls."""
+        return self._fast_put
+
     def _check_writable(self) -> PutMessageResult | None:
         if self._disk_full_error is not None and time.monotonic() - self._disk_checked_at >= self.DISK_RECHECK_INTERVAL:
             self.check_disk_space()  # writes resume as soon as space returns, not at the next retention round
@@ -564,20 +571,16 @@ class DefaultMessageStore:
         if hasattr(fs, "detach_loop"):
             fs.detach_loop()
 
-    async def put_message_async(self, msg: MessageExtBrokerInner) -> PutMessageResult:
-        """put_message for a coroutine: under SYNC_FLUSH it awaits the group commit that covers
-        the put without blocking the loop (many puts in flight share one fdatasync)."""
-        fast = self._fast_put  # put_message_nowait, inlined: one frame less per put on the loop
-        r = fast(msg) if fast is not None else None
-        result, fut = r if r is not None else self._put_message_general(msg)
+    async def put_async(self, msg: MessageExtBrokerInner | MessageExtBatch) -> PutMessageResult:
+        """put for a coroutine: under SYNC_FLUSH it awaits the group commit that covers the put
+        without blocking the loop (many puts in flight share one fdatasync)."""
+        result, fut = self.put_nowait(msg)
         if fut is None:  # refused, or nothing to wait for
             return result
         status = await self._flush_waits_here().wait(fut)
         return result if status is PutMessageStatus.PUT_OK else self._durable_answer(result, status)
 
-    async def put_messages_async(self, batch: MessageExtBatch) -> PutMessageResult:
-        result, fut = self.put_messages_nowait(batch)
-        return await self.await_durable_async(result, fut)
+    put_message_async = put_messages_async = put_async
 
     async def await_durable_async(self, put_result: PutMessageResult, fut) -> PutMessageResult:
         """The answer to a put_message(s)_nowait once its group commit (`fut`, None when there is
@@ -618,55 +621,40 @@ class DefaultMessageStore:
             except Exception:
                 log.exception("message arriving listener %r failed", fn)
 
-    def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
-        fast = self._fast_put
-        if fast is not None:
-            r = fast(msg, True)
-            if r is not None:
-                return r[0] if r[1] is None else self._await_durable(r[0], r[1])
-        err = self._check_writable()
-        if err:
-            return err
-        enc, err = self._encode_message(msg)
-        if err:
-            return err
-        return self._put(enc, True)[0]
-
-    def put_messages(self, batch: MessageExtBatch) -> PutMessageResult:
-        err = self._check_writable()
-        if err:
-            return err
-        enc, err = self._encode_batch(batch)
-        if err:
-            return err
-        return self._put(enc, True)[0]
-
-    def put_message_nowait(self, msg: MessageExtBrokerInner):
-        fast = self._fast_put
-        if fast is not None:
-            r = fast(msg)
-            if r is not None:
-                return r
-        return self._put_message_general(msg)
-
-    def _put_message_general(self, msg: MessageExtBrokerInner):
-        """put_message_nowait for what the native single put declines."""
-        err = self._check_writable()
+    # -- put: one path for a message and a batch ---------------------------------------------------
+    def put_nowait(self, msg: MessageExtBrokerInner | MessageExtBatch, wait: bool = False):
+        """The one put path: append `msg` (a message or a MessageExtBatch) and answer
+        (PutMessageResult, what to wait on under SYNC_FLUSH or None).  A plain single message goes
+        through the native put (SinglePutPath); anything it declines, and every batch, is encoded
+        here and appended by the commit log.  With `wait` this thread waits on the group commit's
+        gate itself (a blocking put) where it can."""
+        if type(msg) is MessageExtBatch:
+            err = self._check_writable()
+            if err:
+                return err, None
+            enc, err = self._encode_batch(msg)
+        else:
+            fast = self._fast_put
+            if fast is not None:
+                r = fast(msg, wait)
+                if r is not None:
+                    return r
+            err = self._check_writable()
+            if err:
+                return err, None
+            enc, err = self._encode_message(msg)
         if err:
             return err, None
-        enc, err = self._encode_message(msg)
-        if err:
-            return err, None
-        return self._put(enc, False)
+        return self._put(enc, wait)
 
-    def put_messages_nowait(self, batch: MessageExtBatch):
-        err = self._check_writable()
-        if err:
-            return err, None
-        enc, err = self._encode_batch(batch)
-        if err:
-            return err, None
-        return self._put(enc, False)
+    def put(self, msg: MessageExtBrokerInner | MessageExtBatch) -> PutMessageResult:
+        """A blocking put: the answer once the message (or batch) is stored (durable under SYNC_FLUSH)."""
+        result, fut = self.put_nowait(msg, True)
+        return result if fut is None else self._await_durable(result, fut)
+
+    # RocketMQ's names (putMessage / putMessages), used by the broker and plugins
+    put_message = put_messages = put
+    put_message_nowait = put_messages_nowait = put_nowait
 
     def put_message_or_raise(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         """put_message for direct users: raises MessageTooLargeError / DiskFullError /

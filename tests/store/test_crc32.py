@@ -5,7 +5,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rmq_core._native import store_native as native
-from rmq_core.message import java_string_hash
 
 
 def test_native_store_module_is_compiled():
@@ -50,17 +49,3 @@ def test_random_data_alignments_and_chaining(data, offset, seed):
 def test_known_value():
     assert native.crc32(b"seed-0") & 0x7FFFFFFF == 0x2873287F  # REMOTING.md §6.1
     assert native.crc32_impl() in ("vpclmul", "pclmul", "slice8")
-
-
-@pytest.mark.parametrize("text", ["TagA", "TagB", "*", "", "消息", "Aa", "BB", "polygenelubricants", "😀 non-BMP", "a\x00b"])
-def test_java_hash_code_matches_reference(text):
-    assert native.java_hash_code(text) == java_string_hash(text)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.text(max_size=40))
-def test_java_hash_code_property(text):
-    assert native.java_hash_code(text) == java_string_hash(text)
-    props = f"KEYS\x01k\x02TAGS\x01{text}\x02".encode() if "\x01" not in text and "\x02" not in text else b""
-    if props:
-        assert native.tags_code_from_properties(props) == java_string_hash(text)

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_core._native import index_native, store_native
+from rmq_core._native import index_native
 from rmq_core.codec import decode_messages, encode_batch_body
 from rmq_core.config import MessageStoreConfig
 from rmq_core.message import string_to_properties
@@ -105,11 +105,6 @@ def test_single_items_hash_like_the_reference_and_the_previous_native_run(tmp_pa
     assert list(run) == expected and len(run) == len(expected)
     assert handed == expected_handed and run.last_timestamp == last_ts
     assert run.key_count == sum(len(r[2]) for r in expected)
-    if topic.isascii() and limit >= len(items):
-        # the previous native run (store_native): ASCII topics only, and its limit counted records
-        # with keys (collect_items counts every record taken, keys or not)
-        old_run, old_ts, old_handed = store_native.collect_index_run(deque(items), limit, {})
-        assert (old_run, old_ts, old_handed) == (expected, last_ts, expected_handed)
     # the same run written natively (put_run) and as a list (put_hashed / Python) gives equal files
     images = []
     for records in (run, list(run)):

@@ -1,15 +1,15 @@
 """The native single put (SinglePutPath) must store exactly what the general path stores, and
 step aside whenever its preconditions do not hold."""
+import asyncio
 import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from rmq_core._native import store_native
+from rmq_core.codec import encode_batch_body
 from rmq_core.config import FlushDiskType
-from rmq_core.message import properties_to_string, string_to_properties
-from rmq_core.store import DefaultMessageStore, MessageExtBrokerInner, PutMessageStatus
-from rmq_core.store.index import index_key_hash
+from rmq_core.message import java_string_hash, properties_to_string
+from rmq_core.store import DefaultMessageStore, MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 from rmq_core.store.types import record_fields
 
 from .conftest import hold_python_rounds, make_config, msg
@@ -105,7 +105,7 @@ def test_steady_state_puts_skip_the_general_path(store, monkeypatch):
         r, fut = store.put_message_nowait(msg(body=b"b%d" % i, tags="T"))
         assert r.is_ok() and fut is None and r.append_result.logics_offset == i + 1
     assert [a[2] for a in arrived] == list(range(2, 22))
-    assert arrived[0][3] == store_native.java_hash_code("T")
+    assert arrived[0][3] == java_string_hash("T")
     g = store.get_message("g", "TopicA", 0, 1, 32)
     assert g.message_count == 20
 
@@ -178,25 +178,6 @@ def test_one_group_commit_round_serves_every_put_queued_before_it(sync_store, mo
     assert futs[0].result(timeout=10) is PutMessageStatus.PUT_OK
 
 
-@settings(max_examples=200, deadline=None)
-@given(topic=st.text(min_size=1, max_size=20).filter(lambda t: "\x01" not in t and "\x02" not in t),
-       props=st.dictionaries(st.sampled_from(["KEYS", "UNIQ_KEY", "TAGS", "x"]),
-                             st.text(max_size=30).filter(lambda t: "\x01" not in t and "\x02" not in t),
-                             max_size=4),
-       raw_tail=st.binary(max_size=12))
-def test_index_key_hashes_match_the_python_index(topic, props, raw_tail):
-    encoded = properties_to_string(props).encode("utf-8") + raw_tail
-    got = store_native.index_key_hashes((topic + "#").encode("utf-8"), encoded)
-    decoded = string_to_properties(encoded)
-    keys = ([decoded["UNIQ_KEY"]] if decoded.get("UNIQ_KEY") else []) + \
-           [k for k in decoded.get("KEYS", "").split(" ") if k]
-    want = [index_key_hash(topic + "#" + k) for k in keys]
-    if got is None:  # non-ASCII somewhere: the Python path handles it
-        assert not (topic + "#" + "".join(keys)).isascii() or not encoded.isascii()
-    else:
-        assert got == want
-
-
 def test_blocking_sync_put_times_out_then_waits_correctly_again(store_factory, monkeypatch):
     # 1 s: the puts after the slow one must fit their flushes in it even on a loaded machine
     s = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=1000)
@@ -214,3 +195,18 @@ def test_blocking_sync_put_times_out_then_waits_correctly_again(store_factory, m
         r = s.put_message(msg(body=b"n%d" % i))
         assert r.status is PutMessageStatus.PUT_OK
         assert s.commit_log.mapped_file_queue.flushed_where >= r.append_result.wrote_offset + r.append_result.wrote_bytes
+
+
+def test_one_put_path_takes_messages_and_batches(store_factory):
+    """put / put_nowait / put_async are one path: a message and a batch alike, in one queue's order,
+    and the RocketMQ-named entry points are that path."""
+    store = store_factory()
+    assert store.put_message == store.put and store.put_messages == store.put
+    assert store.put_message_nowait == store.put_nowait == store.put_messages_nowait
+    batch = MessageExtBatch("TopicA", 0, encode_batch_body([(0, b"b%d" % i, {}) for i in range(3)]))
+    assert store.put(msg(body=b"m0")).append_result.logics_offset == 0
+    r, fut = store.put_nowait(batch)
+    assert r.is_ok() and fut is None and r.append_result.logics_offset == 1 and r.append_result.msg_num == 3
+    assert asyncio.run(store.put_async(msg(body=b"m4"))).append_result.logics_offset == 4
+    got = store.get_message("g", "TopicA", 0, 0, 32)
+    assert got.message_count == 5

@@ -22,9 +22,9 @@ except ImportError:  # pragma: no cover - `make build` always builds it
     _header_ints = None
 
 try:
-    from rmq_core._native.broker_native import SendLane
+    from rmq_core._native.broker_native import SendLane, SendLaneState
 except ImportError:  # pragma: no cover - `make build` always builds it
-    SendLane = None
+    SendLane = SendLaneState = None
 
 log = logging.getLogger("rmq.broker")
 
@@ -165,13 +165,26 @@ class SendMessageProcessor(Processor):
             request = RemotingCommand.decode(frame)
             ctx.answer_failure(request, exc)
 
-        ctrl = self.ctrl
-        channel = ctx.channel
-        return SendLane(ctx, ctrl.store, ctrl.topic_manager, ctrl.broker_config, ctrl.stats,
-                        ctx.processor_table, self._send_topics, self._cluster_property(), born_host,
-                        MQVersion.CURRENT, ctx.tasks, ctx.max_inflight, SerializeType.JSON,
-                        PutMessageStatus.PUT_OK, finish_later, ctrl.loop.call_soon_threadsafe,
-                        getattr(channel, "write_frames", None), _sync_outcome, failed)
+        def json_peer():
+            ctx.peer_serialize_type = SerializeType.JSON
+
+        table = ctx.processor_table
+        store, topic_manager, broker_config = self.ctrl.store, self.ctrl.topic_manager, self.ctrl.broker_config
+
+        def refresh(state):
+            # what the lane may do now: RPC hooks see every request as a RemotingCommand, so with
+            # one registered the lane stands aside
+            state.put = store.native_put if table.rpc_hooks is None else None
+            dv = topic_manager.table.data_version
+            state.data_version, state.counter = dv, dv.counter
+            state.writable = bool(broker_config.broker_permission & PermName.PERM_WRITE)
+
+        state = SendLaneState(self._send_topics, self._cluster_property(), int(MQVersion.CURRENT),
+                              PutMessageStatus.PUT_OK, self.ctrl.stats.inc_put, put_outcome, refresh)
+        return SendLane(state, born_host, ctx.tasks, ctx.max_inflight, finish_later,
+                        call_soon_threadsafe=self.ctrl.loop.call_soon_threadsafe,
+                        write_frames=getattr(ctx.channel, "write_frames", None), on_error=failed,
+                        on_json_peer=json_peer)
 
     def process_send(self, ctx, request):
         """A send request's response, or an awaitable of it.
@@ -215,16 +228,10 @@ class SendMessageProcessor(Processor):
             topic=topic, queue_id=queue_id, body=request.body or b"", flag=ints[4],
             properties_bytes=props.encode("utf-8") + self._cluster_property(), sys_flag=sys_flag,
             born_timestamp=ints[3] or int(time.time() * 1000), born_host=born_host, reconsume_times=ints[5])
-        result, fut = self.ctrl.store.put_message_nowait(inner)
+        result, fut = self.ctrl.store.put_nowait(inner)
         if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answer once it is durable
             return self._finish_put(request, result, fut, topic, queue_id)
-        if result.status is not PutMessageStatus.PUT_OK:
-            return self._send_response(request, result, topic, queue_id)
-        ar = result.append_result
-        self.ctrl.stats.inc_put(topic, ar.msg_num, ar.wrote_bytes)
-        return _new_response(request, 0, None, {  # SUCCESS; the dict is fresh and all str
-            "msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset),
-            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}, None)
+        return self._send_response(request, result, topic, queue_id)
 
     def _process_batch(self, ctx, request, entry, ints, topic, props):
         """process_send's answer to a batch to a checked topic: _send_batch's work without a
@@ -261,7 +268,7 @@ class SendMessageProcessor(Processor):
         batch = MessageExtBatch(topic=topic, queue_id=queue_id, body=body, sys_flag=sys_flag,
                                 born_timestamp=ints[3] or int(time.time() * 1000), born_host=born_host,
                                 reconsume_times=ints[5], extra_properties=extra_bytes)
-        result, fut = self.ctrl.store.put_messages_nowait(batch)
+        result, fut = self.ctrl.store.put_nowait(batch)
         if fut is not None:
             return self._finish_put(request, result, fut, topic, queue_id)
         return self._send_response(request, result, topic, queue_id)
@@ -372,17 +379,17 @@ class SendMessageProcessor(Processor):
         return cached
 
     def _send_response(self, request, result, topic, queue_id):
-        code = _PUT_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR)
-        if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
-                        ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE):
-            remark = result.error or f"put message failed: {result.status.name}"
+        """A send's answer from its put's result (the native lane writes the same bytes)."""
+        code, remark, fields = put_outcome(result.status, result.error)
+        if not fields:
             return request.make_response(code, remark)
         ar = result.append_result
         self.ctrl.stats.inc_put(topic, ar.msg_num, ar.wrote_bytes)
-        return request.make_response(code, None, {
-            "msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset),
-            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true",
-        })
+        ext = {"msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset),
+               "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        if _header_ints is not None:  # the dict is fresh and all str: no copy, no checks
+            return _new_response(request, code, None, ext, None)
+        return request.make_response(code, None, ext)
 
     def _check(self, ctx, request, h):
         """msgCheck: broker permission, topic name, topic existence / auto-creation, queue id."""
@@ -504,16 +511,18 @@ class SendMessageProcessor(Processor):
         return request.make_response(ResponseCode.SUCCESS, None)
 
 
-def _sync_outcome(status) -> tuple[int, str | None, bool]:
-    """How _finish_put answers a put whose group commit ended with `status`: (response code,
-    remark, whether the answer keeps msgId/queueId/queueOffset and counts in the stats)."""
-    if not isinstance(status, PutMessageStatus):  # the flush Future failed or was cancelled
+def put_outcome(status, error: str | None = None) -> tuple[int, str | None, bool]:
+    """The one mapping of a put's outcome to a send's answer (the general path's, and the native
+    lane's for its SYNC_FLUSH groups): (response code, remark, whether the answer keeps
+    msgId/queueId/queueOffset and counts in the stats).  `status`: a PutMessageStatus, or the
+    exception of a flush Future that failed or was cancelled; `error`: the store's reason."""
+    if not isinstance(status, PutMessageStatus):
         return int(ResponseCode.SYSTEM_ERROR), f"flush failed: {type(status).__name__}", False
     code = _PUT_STATUS_TO_CODE.get(status, ResponseCode.SYSTEM_ERROR)
     if code in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
                 ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE):
         return int(code), None, True
-    return int(code), f"put message failed: {status.name}", False
+    return int(code), error or f"put message failed: {status.name}", False
 
 
 class _SendRequests:

@@ -1,0 +1,74 @@
+"""The send lane as a kernel: it needs no broker, only a SendLaneState of plain values (owned and
+refreshed by its user) and a real store's native put."""
+import struct
+
+from rmq_core._native.broker_native import SendLane, SendLaneState
+from rmq_core.broker.processors.send import put_outcome
+from rmq_core.config import MessageStoreConfig
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand
+from rmq_core.store import DefaultMessageStore, MessageExtBrokerInner, PutMessageStatus
+
+from .test_send_lane import frame, v2_fields
+
+V2 = int(RequestCode.SEND_MESSAGE_V2)
+
+
+def test_lane_answers_from_its_state_alone(tmp_path):
+    store = DefaultMessageStore(MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"),
+                                                   mapped_file_size_commit_log=1 << 20))
+    store.load()
+    store.start()
+    try:
+        # the native put takes a queue (and a born host) after the general path's first put to it
+        assert store.put(MessageExtBrokerInner("T", 1, b"warm", properties_bytes=b"",
+                                               born_host=("127.0.0.1", 5555))).is_ok()
+        version_token = object()  # what the topic cache was checked under (a DataVersion for a broker)
+        knobs = {"writable": True, "token": version_token}
+        refreshes, puts = [], []
+
+        def refresh(state):
+            refreshes.append(1)
+            state.put = store.native_put
+            state.data_version, state.counter = knobs["token"], 7
+            state.writable = knobs["writable"]
+
+        state = SendLaneState({"T": (version_token, 7, 4, 4)}, b"CLUSTER\x01c1\x02", 401,
+                              PutMessageStatus.PUT_OK, lambda topic, n, size: puts.append((topic, n)),
+                              put_outcome, refresh)
+        handed, emitted, deferred = [], [], []
+        lane = SendLane(state, ("127.0.0.1", 5555), set(), 1000,
+                        lambda *a: deferred.append(a))
+        assert lane.state is state
+
+        def deliver(data):
+            return lane.deliver(data, 1 << 20, lambda view: handed.append(bytes(view)) or True, emitted.append)
+
+        two = frame(V2, v2_fields("T", 1), b"a", opaque=1) + frame(V2, v2_fields("T", 1), b"b", opaque=2)
+        assert deliver(two) == (len(two), None)
+        assert state.put is not None, "native put off"
+        assert lane.handled == 2, (lane.declined, lane.deferred, lane.failed, handed[:1], deferred[:1])
+        assert not handed and not deferred and puts == [("T", 2)]
+        data = b"".join(emitted)
+        answers = []
+        while data:
+            n = struct.unpack_from(">i", data)[0]
+            answers.append(RemotingCommand.decode(data[4:4 + n]))
+            data = data[4 + n:]
+        assert [(a.code, a.opaque, a.ext_fields["queueOffset"], a.version) for a in answers] == \
+            [(ResponseCode.SUCCESS, 1, "1", 401), (ResponseCode.SUCCESS, 2, "2", 401)]
+        got = store.get_message("g", "T", 1, 0, 8)
+        assert got.message_count == 3
+
+        # what the lane may do comes from the state's owner: not writeable, or a topic table
+        # changed since the topic was checked, hands the send to the general path untouched
+        for change in ({"writable": False}, {"token": object()}):
+            knobs.update(change)
+            one = frame(V2, v2_fields("T", 1), b"c", opaque=3)
+            handed.clear()
+            deliver(one)
+            assert handed == [one[4:]] and lane.declined >= 1
+            knobs.update({"writable": True, "token": version_token})
+        assert refreshes and store.get_message("g", "T", 1, 0, 8).message_count == 3
+    finally:
+        store.shutdown()
