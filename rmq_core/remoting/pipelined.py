@@ -547,7 +547,10 @@ class PipelinedChannel:
             self.writes.add_response(response)
 
     def _sweep(self, now: float) -> None:
-        expired = [opaque for opaque, entry in list(self._pending.items()) if entry[0] <= now]
+        # dict.copy() clones the table without running Python code; list(items()) allocates a tuple
+        # per entry, and a garbage collection there may run a finalizer that lets a writer thread in
+        # to add a request mid-iteration ('dictionary changed size during iteration')
+        expired = [opaque for opaque, entry in self._pending.copy().items() if entry[0] <= now]
         if expired:  # no answer counted on for them any more (one coming late is counted again: >= 0)
             self.writes.answered(len(expired))
         for opaque in expired:
