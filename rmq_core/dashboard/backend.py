@@ -75,7 +75,7 @@ class Backend:
                    "in_tps": None, "out_tps": None, "msg_put_total": None, "msg_get_total": None, "disk_ratio": None}
             try:
                 rt = admin.broker_runtime_info(b.addr)
-            except Exception as e:  # a broker that does not answer still gets its row
+            except RMQError as e:  # a broker that does not answer still gets its row
                 row["version"] = f"unreachable: {e}"
             else:
                 row.update(version=rt.get("brokerVersionDesc", ""), in_tps=_float(rt.get("putTps")),
@@ -128,7 +128,7 @@ class Backend:
             members, model, ctype = 0, "", ""
             try:
                 conn = admin.consumer_connection(g)
-            except Exception:  # no live member
+            except RMQError:  # no live member
                 pass
             else:
                 members, model, ctype = len(conn.connections), conn.message_model, conn.consume_type
@@ -142,7 +142,7 @@ class Backend:
         members, subs = [], {}
         try:
             conn = admin.consumer_connection(group)
-        except Exception:
+        except RMQError:
             conn = None
         if conn is not None:
             members = [{"client_id": c.client_id, "addr": c.client_addr, "language": c.language, "version": c.version}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from rmq_core.admin.commands import UsageError, arg, broker_targets, command
-from rmq_core.admin.output import fmt_time
+from rmq_core.errors import RMQError
 from rmq_core.message import MixAll
 
 _B = arg("-b", "--brokerAddr", help="broker address host:port")
@@ -117,7 +117,7 @@ def cluster_rt(admin, args, out):
                     admin.send_message(b.broker_name, body, broker_name=b.broker_name, queue_id=0)
                     ok += 1
                     spent += time.perf_counter() - t0
-                except Exception:
+                except RMQError:
                     fail += 1
                 advance()
             rows.append((b.cluster, b.broker_name, round(spent * 1000 / ok, 3) if ok else 0.0, ok, fail))
@@ -137,7 +137,7 @@ def stats_all(admin, args, out):
         for t in topics:
             try:
                 brokers = admin.topic_master_addrs(t)
-            except Exception:
+            except RMQError:
                 advance()
                 continue
             in_tps = in_day = 0.0
@@ -149,7 +149,7 @@ def stats_all(admin, args, out):
             groups = []
             try:
                 groups = admin.topic_consumed_by(t)
-            except Exception:
+            except RMQError:
                 pass
             if not groups:
                 if not args.activeTopic or in_day > 0:
@@ -163,7 +163,7 @@ def stats_all(admin, args, out):
                         out_day += int(d["statsDay"]["sum"])
                 try:
                     accumulation = admin.consume_stats(g, t).diff_total
-                except Exception:
+                except RMQError:
                     accumulation = 0
                 if not args.activeTopic or in_day > 0 or out_day > 0:
                     rows.append((t, g, accumulation, round(in_tps, 2), round(out_tps, 2), int(in_day), int(out_day)))

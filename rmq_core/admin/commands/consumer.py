@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rmq_core.admin.commands import UsageError, arg, broker_targets, command, parse_bool, parse_timestamp
 from rmq_core.admin.output import fmt_time
-from rmq_core.message import MixAll
+from rmq_core.errors import RMQError
 
 _G = arg("-g", "--groupName", required=True, help="consumer group")
 _B = arg("-b", "--brokerAddr", help="broker address host:port")
@@ -79,7 +79,7 @@ def consumer_progress(admin, args, out):
         for g in groups:
             try:
                 stats = admin.consume_stats(g)
-            except Exception:
+            except RMQError:
                 advance()
                 continue
             try:
@@ -88,7 +88,7 @@ def consumer_progress(admin, args, out):
                 version = _version_desc(max(c.version for c in conn.connections))
                 ctype = "PULL" if conn.consume_type == "CONSUME_ACTIVELY" else "PUSH"
                 model = conn.message_model
-            except Exception:
+            except RMQError:
                 count, version, ctype, model = 0, "OFFLINE", "", ""
             rows.append((g, count, version, ctype, model, round(stats.consume_tps, 2), stats.diff_total))
             advance()
@@ -99,12 +99,12 @@ def _queue_owners(admin, group: str) -> dict:
     owners = {}
     try:
         conn = admin.consumer_connection(group)
-    except Exception:
+    except RMQError:
         return owners
     for c in conn.connections:
         try:
             info = admin.consumer_running_info(group, c.client_id)
-        except Exception:
+        except RMQError:
             continue
         for mq in info.get("mqTable") or []:
             owners[(mq["topic"], mq["brokerName"], int(mq["queueId"]))] = c.client_id

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rmq_core.admin.commands import UsageError, arg, broker_targets, command, parse_bool
 from rmq_core.admin.output import fmt_time
+from rmq_core.errors import RMQError
 from rmq_core.message import MixAll
 
 _T = arg("-t", "--topic", required=True, help="topic name")
@@ -65,7 +66,7 @@ def topic_list(admin, args, out):
                 continue
             try:
                 groups = admin.topic_consumed_by(t)
-            except Exception:
+            except RMQError:
                 groups = []
             for g in groups or [""]:
                 rows.append((cluster, t, g))
