@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow bench build setup clean browser
+.PHONY: run test test-slow bench bench-against build setup clean browser
 
 # --- set-up -------------------------------------------------------------------------------------
 $(VENV)/bin/python:
@@ -48,6 +48,13 @@ bench: build
 	mkdir -p .benchmarks
 	$(PY) -m pytest tests/bench --benchmark-only --benchmark-columns=min,median,mean,ops,rounds --benchmark-json=.benchmarks/last.json -q $(PYTEST_ARGS)
 	$(PY) -m tests.bench.report .benchmarks/last.json
+
+# The same benchmarks in this checkout and in a worktree of REF, taking turns: before/after ratios.
+bench-against: build
+	@test -n "$(REF)" || (echo "usage: make bench-against REF=<commit> [PYTEST_ARGS='-k send']"; exit 2)
+	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) || echo "redis-server unavailable: Redis baselines will be skipped"
+	$(PIP) install -e '.[dev,spark,bench]' --no-build-isolation
+	$(PY) -m tests.bench.against $(REF) --json .benchmarks/against.json -- $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info rmq_core/_native/*.c rmq_core/_native/*.so
