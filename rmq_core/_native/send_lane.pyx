@@ -5,24 +5,27 @@ A read chunk of a TCP connection holds whole frames (shared/protocol/REMOTING.md
 
     int32 length | int32 serializeType << 24 | headerLength | JSON header | body
 
-`SendLane.deliver` walks them in order.  A frame it recognises as a plain SEND_MESSAGE_V2 (code
-310, the one-letter header of SendMessageRequestHeaderV2) is read without building a
-RemotingCommand or a dict:
+`SendLane.deliver` walks them in order.  A frame whose JSON header (read by frame.pxd's
+read_json_header, the one header reader) is a plain SEND_MESSAGE_V2 (code 310, the one-letter
+header of SendMessageRequestHeaderV2) is read without building a RemotingCommand or a dict:
 
     {"code":310,"extFields":{"a":group,"b":topic,"c":defaultTopic,"d":defaultQueueNums,
      "e":queueId,"f":sysFlag,"g":bornTimestamp,"h":flag,"i":properties,"j":reconsumeTimes,
      "k":unitMode,"l":maxReconsumeTimes,"m":batch},"flag":0,"language":"JAVA","opaque":N,
      "serializeTypeCurrentRPC":"JSON","version":N}
 
-checked exactly as SendMessageProcessor.process_send checks its fast path (the topic passed every
-check under the topic table's current data version, the broker is writeable, no transaction,
-batch, delay or timer property, queue id in range), put through the store's native single put,
-and answered with a response frame written here — every answer of a run of such frames joins one
-write.  Any other frame, and any send the lane is not sure about (an escape it does not expect, a
-non-ASCII byte, an odd integer, a duplicate field, a put the native store path declines), goes to
-`on_frame` as a memoryview, in its place in the order: the general path then does what it always
-did, with its precise errors.  Nothing is put before the last check passes, so declining is
-always safe.  Bytes from the network are untrusted: every read is bounds-checked.
+and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
+every check of the send processor under the topic table's current data version, the broker is
+writeable, the queue id is in range, no transaction flag, no delay or timer property) — the
+functions the send processor's own path calls too (`checked_queues`, `plain_send_queues`,
+`special_properties`), so a send is recognised alike whichever path reads it.  It is then put
+through the store's native single put and answered with a response frame written here — every
+answer of a run of such frames joins one write.  Any other frame, and any send the lane is not
+sure about (an escape it does not expect, a non-ASCII byte, an odd integer, a duplicate field, a
+put the native store path declines), goes to `on_frame` as a memoryview, in its place in the
+order: the general path then checks it and makes every refusal, with its precise remark.  Nothing
+is put before the last check passes, so declining is always safe.  Bytes from the network are
+untrusted: every read is bounds-checked.
 
 The lane reads nothing of the broker but its `SendLaneState`: plain values (the put to use, the
 topic table's version, writeable or not, the checked-topics cache) that the send processor owns
