@@ -1,5 +1,5 @@
-"""Type stubs for rmq_core._native.commit_log (record encoding, CRC32, append, recovery scan, the
-single put; see the .pyx for the record format)."""
+"""Type stubs for rmq_core._native.commit_log (record encoding, append, recovery scan, the single
+put; see the .pyx for the record format)."""
 from rmq_core._native.group_commit import GroupCommitGate
 from rmq_core._native.mapped import NativeMap
 from rmq_core.errors import IllegalArgumentError
@@ -13,10 +13,6 @@ STOP_CORRUPT: int
 
 class PropertiesSizeExceededError(IllegalArgumentError): ...
 class BatchFormatError(IllegalArgumentError): ...
-
-def crc32(data: bytes | bytearray | memoryview, value: int = 0) -> int: ...
-def crc32_select(pclmul: bool, vpclmul: bool = True) -> bool: ...
-def crc32_impl() -> str: ...
 
 def encode_record(topic: bytes, queue_id: int, flag: int, body: bytes, props: bytes, sys_flag: int, born_ts: int,
                   born_host: bytes, store_host: bytes, reconsume_times: int, prepared_transaction_offset: int,

@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Commit-log kernels: record encoding (one message, a batch body's items), CRC32 (crc32.h, whose
-selected implementation the encoders share), appending records into a mapped segment or a file,
+"""Commit-log kernels: record encoding (one message, a batch body's items; body CRCs by crc.pyx),
+appending records into a mapped segment or a file,
 the recovery scan, and the single-message put end to end (SinglePutPath).
 
 Commit-log record (RocketMQ 4.x v1 layout, big-endian; REMOTING.md §6):
@@ -41,16 +41,12 @@ from libc.errno cimport errno, EINTR
 cdef extern from "<unistd.h>" nogil:
     ssize_t pwrite(int fd, const void *buf, size_t count, long offset)
 
-cdef extern from "crc32.h":
-    void rmq_crc32_init()
-    int rmq_crc32_select(int want_pclmul)
-    int rmq_crc32_use_pclmul
-    uint32_t rmq_crc32(uint32_t crc, const unsigned char *p, size_t n) nogil
+from rmq_core._native.crc cimport crc32_update
 
-
-rmq_crc32_init()
 
 cdef extern from "store_batch.h" nogil:
+    ctypedef uint32_t (*rmq_crc_fn)(uint32_t, const unsigned char *, size_t) noexcept nogil
+    rmq_crc_fn rmq_batch_crc32
     ctypedef int32_t (*rmq_hash_fn)(const unsigned char *, Py_ssize_t) noexcept nogil
     ctypedef struct rmq_batch_tmpl:
         size_t head_len
@@ -72,6 +68,8 @@ cdef extern from "store_batch.h" nogil:
     size_t rmq_batch_fit(const rmq_batch_tmpl *t, const unsigned char *s, size_t body_pos, size_t n_items,
                          size_t write_pos, size_t file_size, size_t *nbytes, size_t *next_body_pos)
 
+rmq_batch_crc32 = crc32_update  # the batch encoder (store_batch.h) uses the crc module's CRC-32
+
 
 cdef uint32_t MAGIC = 0xDAA320A7u
 cdef uint32_t BLANK_MAGIC = 0xCBD43194u
@@ -92,26 +90,6 @@ class PropertiesSizeExceededError(IllegalArgumentError):
 
 class BatchFormatError(IllegalArgumentError):
     """A SEND_BATCH_MESSAGE body does not decode (REMOTING.md §8)."""
-
-
-# --- CRC32 --------------------------------------------------------------------------------------
-def crc32(data, unsigned int value=0):
-    """zlib.crc32-compatible CRC-32 of any bytes-like object."""
-    cdef const unsigned char[::1] v = data
-    if v.shape[0] == 0:
-        return value
-    return rmq_crc32(value, &v[0], v.shape[0])
-
-
-def crc32_select(bint pclmul, bint vpclmul=True):
-    """Use carry-less multiply folding (if the CPU has it) — with 512-bit VPCLMULQDQ when the CPU
-    has that too and `vpclmul` — or the slicing-by-8 tables; returns whether folding is used."""
-    return bool(rmq_crc32_select((2 if vpclmul else 1) if pclmul else 0))
-
-
-def crc32_impl():
-    """The CRC32 in use: "vpclmul", "pclmul" or "slice8"."""
-    return ("slice8", "pclmul", "vpclmul")[rmq_crc32_use_pclmul]
 
 
 # --- Java String.hashCode of UTF-8 text (java_hash.pxd) ---------------------------------------
@@ -236,7 +214,7 @@ def encode_record(bytes topic, int32_t queue_id, int32_t flag, bytes body, bytes
     cdef unsigned char *d = <unsigned char *>PyByteArray_AS_STRING(out)
     cdef const unsigned char *bp = <const unsigned char *><char *>body
     cdef const unsigned char *pp = <const unsigned char *><char *>props
-    cdef uint32_t c = rmq_crc32(0, bp, bl)
+    cdef uint32_t c = crc32_update(0, bp, bl)
     write_record(d, <int32_t>total, c, queue_id, flag, sys_flag, born_ts, <const unsigned char *><char *>born_host, bhl,
                  <const unsigned char *><char *>store_host, shl, reconsume_times, prepared_transaction_offset,
                  bp, bl, <const unsigned char *><char *>topic, tl, pp, pl, NULL, 0, False)
@@ -323,7 +301,7 @@ def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t 
             ppos = pos + 22 + blen
             sep = plen > 0 and exl > 0 and s[ppos + plen - 1] != 2
             rlen = fixed + blen + plen + exl + (1 if sep else 0)
-            write_record(d, <int32_t>rlen, rmq_crc32(0, s + pos + 20, blen), queue_id, flag, sys_flag, born_ts,
+            write_record(d, <int32_t>rlen, crc32_update(0, s + pos + 20, blen), queue_id, flag, sys_flag, born_ts,
                          bhp, bh.shape[0], shp, sh.shape[0], reconsume_times, 0,
                          s + pos + 20, blen, tp, tl, s + ppos, plen, exp, exl, sep)
             # the TAGS of an item wins over one in the extra properties (first occurrence wins)
@@ -641,7 +619,7 @@ cdef inline int check_record(const unsigned char *p, Py_ssize_t pos, Py_ssize_t 
         return 3
     if not valid_properties(p + pos + po + 2, pl):
         return 3
-    if check_crc and (rmq_crc32(0, p + pos + bo, bl) & 0x7FFFFFFF) != rmq_ld32(p + pos + 8):
+    if check_crc and (crc32_update(0, p + pos + bo, bl) & 0x7FFFFFFF) != rmq_ld32(p + pos + 8):
         return 3
     out_size[0] = size
     return 0
@@ -1034,7 +1012,7 @@ cdef class SinglePutPath:
         cdef const unsigned char *pp = <const unsigned char *><char *>props
         cdef uint32_t body_crc
         with nogil:
-            body_crc = rmq_crc32(0, bp, bl)
+            body_crc = crc32_update(0, bp, bl)
         cdef int64_t tags
         if tags_override is None:
             tags = tags_code_of(pp, pl)

@@ -18,7 +18,11 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
-#include "crc32.h"
+
+/* The body CRC-32: crc.pyx's (the one implementation and its selected variant), set by
+   commit_log.pyx when it is imported. */
+typedef uint32_t (*rmq_crc_fn)(uint32_t, const unsigned char *, size_t);
+static rmq_crc_fn rmq_batch_crc32;
 
 #define RMQ_MAX_HEAD 112      /* 72 + 20 + 20: both hosts IPv6 */
 #define RMQ_HEAD_V4 88        /* 72 + 8 + 8 */
@@ -154,7 +158,7 @@ static size_t rmq_batch_encode_plain(const rmq_batch_tmpl *t, const unsigned cha
         if (v4) memcpy(d, t->head, RMQ_HEAD_V4);  /* fixed size: a few vector moves */
         else memcpy(d, t->head, head_len);
         rmq_bst32(d, (uint32_t)rlen);
-        rmq_bst32(d + 8, rmq_crc32(0, body, blen) & 0x7FFFFFFFu);
+        rmq_bst32(d + 8, rmq_batch_crc32(0, body, blen) & 0x7FFFFFFFu);
         rmq_bst32(d + 16, flag);
         rmq_bst64(d + 20, (uint64_t)(qoff0 + (int64_t)i));
         rmq_bst64(d + 28, (uint64_t)phys);
