@@ -1,6 +1,6 @@
 """Message codec: v1 records (PULL bodies, the commit log), batch bodies and properties strings.
 
-The fast routines are native (`rmq_core._native.codec`) and re-exported here.  Beside them sits a
+The fast routines are native (`rmq_core._native.record`) and re-exported here.  Beside them sits a
 pure-Python reference twin of each one — `*_py` functions and `encode_message_record` — written
 straight from the wire format below; the property tests hold the native code to them.
 
@@ -38,7 +38,7 @@ class MessageDecodeError(RMQError, ValueError):
 
 
 from rmq_core import compression  # noqa: E402
-from rmq_core._native.codec import (  # noqa: E402,F401
+from rmq_core._native.record import (  # noqa: E402,F401
     MessageExt,
     decode_batch_body,
     decode_message,

@@ -137,7 +137,7 @@ def recompress_records_for_4x(buf, *, compress_over: int = COMPRESS_OVER_DEFAULT
     over the new body: RocketMQ defines it as the CRC of the body stored in that record, and the
     rewritten record must stay self-consistent for anyone who verifies it (the 4.x clients do not).
     Every other field, BLANK records included, is copied byte for byte."""
-    from rmq_core._native.codec import decode_message, has_compression_type_bits, record_sizes_and_flags
+    from rmq_core._native.record import decode_message, has_compression_type_bits, record_sizes_and_flags
 
     if not has_compression_type_bits(buf):
         return buf

@@ -1,6 +1,6 @@
 """Message model: the values every part of rmq shares (RocketMQ 4.x vocabulary, Python style).
 
-`MessageExt` (a received message) is a native class from `rmq_core._native.codec` because it is
+`MessageExt` (a received message) is a native class from `rmq_core._native.record` because it is
 created on the client's hot path; it is re-exported here.
 """
 from __future__ import annotations
@@ -505,4 +505,4 @@ def iter_chunks(seq: Iterable, n: int):
         yield buf
 
 
-from rmq_core._native.codec import MessageExt  # noqa: E402
+from rmq_core._native.record import MessageExt  # noqa: E402

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rmq_core
-import rmq_core._native.codec as native
+import rmq_core._native.record as native
 from rmq_core import codec, compression, message
 from rmq_core.codec import (
     MessageDecodeError,

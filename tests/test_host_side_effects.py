@@ -25,8 +25,9 @@ CHILD = textwrap.dedent(r"""
     import rmq_core
     from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
     from rmq_core.codec import decode_messages, encode_message_record
-    import rmq_core._native.client_native, rmq_core._native.remoting_native, rmq_core._native.broker_native
-    import rmq_core._native.store_native, rmq_core._native.index_native
+    import rmq_core._native.client_native, rmq_core._native.frame, rmq_core._native.send_lane
+    import rmq_core._native.commit_log, rmq_core._native.cq, rmq_core._native.group_commit
+    import rmq_core._native.mapped, rmq_core._native.index, rmq_core._native.record, rmq_core._native.crc
     assert arena_allocator() == before, "importing rmq_core changed the arena allocator"
 
     store = sys.argv[1]

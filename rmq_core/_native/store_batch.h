@@ -1,5 +1,5 @@
 /* Batch encoding of SEND_BATCH_MESSAGE items into commit-log records (the 4.x v1 layout described
- * at the top of store_native.pyx), straight into space reserved in a mapped segment.
+ * at the top of commit_log.pyx), straight into space reserved in a mapped segment.
  *
  * Why a C header: the loop runs once per record with a budget of ~20-30 ns besides the copy, so
  * it must be plain C the compiler can schedule freely:
@@ -9,7 +9,7 @@
  *   - the tag hash of TAGS is computed once per distinct properties string (a batch usually
  *     repeats the same one);
  *   - the consume-queue entry is written next to the record, so the caller needs no second pass.
- * The caller has validated the whole batch (store_native.encode_batch, plan mode) before the put
+ * The caller has validated the whole batch (commit_log.encode_batch, plan mode) before the put
  * lock; this code trusts item sizes and only stops when the reserved space ends.
  */
 #ifndef RMQ_STORE_BATCH_H
@@ -18,7 +18,11 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
-#include "crc32.h"
+
+/* The body CRC-32: crc.pyx's (the one implementation and its selected variant), set by
+   commit_log.pyx when it is imported. */
+typedef uint32_t (*rmq_crc_fn)(uint32_t, const unsigned char *, size_t);
+static rmq_crc_fn rmq_batch_crc32;
 
 #define RMQ_MAX_HEAD 112      /* 72 + 20 + 20: both hosts IPv6 */
 #define RMQ_HEAD_V4 88        /* 72 + 8 + 8 */
@@ -101,7 +105,7 @@ typedef struct {
     int64_t code;
 } rmq_tag_cache;
 
-/* Java String.hashCode of UTF-8 text; the callback is store_native's full decoder. */
+/* Java String.hashCode of UTF-8 text; the callback is commit_log.pyx's full decoder. */
 typedef int32_t (*rmq_hash_fn)(const unsigned char *, ptrdiff_t);
 
 static inline int64_t rmq_item_tags_code(rmq_tag_cache *c, const unsigned char *props, size_t plen,
@@ -154,7 +158,7 @@ static size_t rmq_batch_encode_plain(const rmq_batch_tmpl *t, const unsigned cha
         if (v4) memcpy(d, t->head, RMQ_HEAD_V4);  /* fixed size: a few vector moves */
         else memcpy(d, t->head, head_len);
         rmq_bst32(d, (uint32_t)rlen);
-        rmq_bst32(d + 8, rmq_crc32(0, body, blen) & 0x7FFFFFFFu);
+        rmq_bst32(d + 8, rmq_batch_crc32(0, body, blen) & 0x7FFFFFFFu);
         rmq_bst32(d + 16, flag);
         rmq_bst64(d + 20, (uint64_t)(qoff0 + (int64_t)i));
         rmq_bst64(d + 28, (uint64_t)phys);
@@ -292,7 +296,7 @@ static size_t rmq_batch_encode(const rmq_batch_tmpl *t, const unsigned char *s, 
  * header consistent with its body and properties lengths, no record's properties (with the extra
  * ones) over max_props, no record over max_record.  Returns 0 with *count and *total (bytes of all
  * records, each `fixed` + body + properties), or -1 at the first problem: the caller then walks the
- * batch again to name it (store_native.encode_batch), so this loop carries no error reporting. */
+ * batch again to name it (commit_log.encode_batch), so this loop carries no error reporting. */
 static int rmq_batch_plan(const unsigned char *s, size_t n, size_t fixed, size_t extra_len, size_t max_props,
                           size_t max_record, size_t *count, size_t *total)
 {

@@ -409,23 +409,23 @@ def _int_field(obj: dict, name: str, default: int | None) -> int:
     raise RemotingCommandError(f"bad JSON header: field {name!r} has value {value!r:.80}, expected an integer")
 
 
-# The native JSON header codec (rmq_core/_native/remoting_native.pyx): the common flat header in
+# The native JSON header codec (rmq_core/_native/frame.pyx): the common flat header in
 # C; anything unusual comes back as None and the Python code above decides.
 try:
-    from rmq_core._native import remoting_native as _remoting_native
+    from rmq_core._native import frame as _frame_native
 except ImportError:  # pragma: no cover - `make build` always builds it
     _native_decode = _native_encode = _native_copy_if_plain = _native_new_response = None
     native_decode_frames = native_encode_json_header = None
 else:
-    _remoting_native.init(RemotingCommand, SerializeType.JSON, MQVersion.CURRENT)
-    _native_decode = _remoting_native.decode_frame
-    _native_encode = _remoting_native.encode_json_frame_header
-    _native_copy_if_plain = _remoting_native.copy_if_plain
-    _native_new_response = _remoting_native.new_response
+    _frame_native.init(RemotingCommand, SerializeType.JSON, MQVersion.CURRENT)
+    _native_decode = _frame_native.decode_frame
+    _native_encode = _frame_native.encode_json_frame_header
+    _native_copy_if_plain = _frame_native.copy_if_plain
+    _native_new_response = _frame_native.new_response
     # For transports (None when the extension is not built):
     # native_decode_frames(data, max_frame_length) -> (items, consumed): split and decode in one
     #   pass; an item the native codec declined is the frame's memoryview, for RemotingCommand.decode.
     # native_encode_json_header(command, body_length) -> the frame header of a JSON command, or None
     #   when encode_header must do it.
-    native_decode_frames = _remoting_native.decode_frames
-    native_encode_json_header = _remoting_native.encode_json_frame_header
+    native_decode_frames = _frame_native.decode_frames
+    native_encode_json_header = _frame_native.encode_json_frame_header

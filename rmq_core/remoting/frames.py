@@ -5,7 +5,7 @@ as a zero-copy memoryview WITHOUT its length prefix, and how many bytes they use
 `data[consumed:]` for the next read.  A length outside 4..max_frame_length raises
 RemotingCommandError naming it (the connection is then unusable: its framing is lost).
 
-The native splitter (rmq_core._native.remoting_native) is used when built; `split_frames_py` is the
+The native splitter (rmq_core._native.frame) is used when built; `split_frames_py` is the
 pure-Python reference the tests compare it with.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ def split_frames_py(data, max_frame_length: int) -> tuple[list[memoryview], int]
 
 
 try:
-    from rmq_core._native.remoting_native import split_frames as split_frames_native
+    from rmq_core._native.frame import split_frames as split_frames_native
 except ImportError:  # pragma: no cover - the extension is always built by `make build`
     split_frames_native = None
 

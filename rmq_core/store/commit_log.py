@@ -12,7 +12,7 @@ Put path (RocketMQ's split): nothing is encoded under the put lock.
   no queue sees a later put before an earlier one.
 * With SYNC_FLUSH, records go into the page cache with pwrite and are made durable by
   fdatasync in the group commit (much cheaper than msync of mmap-dirtied pages on ext4).
-* The common single put skips all of the above: `store_native.SinglePutPath` (owned by the
+* The common single put skips all of the above: `_native/commit_log.pyx: SinglePutPath` (owned by the
   store) checks, encodes into the segment (or pwrites), writes the consume-queue entry and builds
   the results in one native call under the same put lock; whenever a segment or queue file must
   roll, a batch is still being published, or anything else is unusual, it steps aside and
@@ -30,7 +30,9 @@ import struct
 import threading
 import time
 
-from rmq_core._native import store_native as native
+from rmq_core._native import commit_log as commit_log_native
+
+from rmq_core._native import group_commit as group_commit_native
 from rmq_core.config import FlushDiskType
 from rmq_core.message import SysFlag, TopicValidator
 from rmq_core.store.mapped_file import AllocateMappedFileService, MappedFileQueue
@@ -110,7 +112,7 @@ class CommitLog:
         self.last_store_timestamp = 0
         self.delay_levels_ms = list(delay_levels_ms or [])
         # largest record that fits an empty segment next to the 8-byte blank
-        self.max_record_in_segment = config.mapped_file_size_commit_log - native.END_FILE_MIN_BLANK_LENGTH
+        self.max_record_in_segment = config.mapped_file_size_commit_log - commit_log_native.END_FILE_MIN_BLANK_LENGTH
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.flush_service: ServiceThread = GroupCommitService(self)
         else:
@@ -178,7 +180,7 @@ class CommitLog:
             mf = mfq.get_last_mapped_file(0, need_create=True)
             if mf is None:
                 return AppendOutcome(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error="cannot create a commit-log segment")
-            if mf.wrote_position + enc.total + native.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+            if mf.wrote_position + enc.total + commit_log_native.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
                 mfq.check_room_for_next()  # the put spills into the next segment: refuse it whole, now
             if prepare is not None:
                 prepare(enc, qoff)
@@ -192,11 +194,11 @@ class CommitLog:
             while done < count:
                 if direct:
                     wp = mf.wrote_position
-                    if wp + left + native.END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
+                    if wp + left + commit_log_native.END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
                         n, nbytes, eof = count - done, left, False  # the rest fits: no walk
                     else:  # split at the segment end (src_pos: the body position of item `done`)
                         topic_b, sys_flag, _, born_b, store_b, _, extra = enc.encode_args
-                        n, nbytes, next_pos = native.fit_batch(enc.body, src_pos, count - done, topic_b, sys_flag,
+                        n, nbytes, next_pos = commit_log_native.fit_batch(enc.body, src_pos, count - done, topic_b, sys_flag,
                                                                born_b, store_b, extra, wp, mf.file_size)
                         eof = True
                         src_pos = next_pos
@@ -204,11 +206,11 @@ class CommitLog:
                         chunks.append((mf, wp, nbytes, done, n))
                     left -= nbytes
                 elif mf.fd is not None:
-                    n, nbytes, eof = native.append_records_fd(
+                    n, nbytes, eof = commit_log_native.append_records_fd(
                         mf.fd, mf.wrote_position, mf.file_size, enc.records, src_pos, count - done,
                         mf.file_from_offset, qoff + done, store_ts, tags, done, entries, done * 20)
                 else:
-                    n, nbytes, eof = native.append_records(
+                    n, nbytes, eof = commit_log_native.append_records(
                         mf.native, mf.wrote_position, enc.records, src_pos, count - done, mf.file_from_offset,
                         qoff + done, store_ts, tags, done, entries, done * 20)
                 if first_offset is None and n:
@@ -219,7 +221,7 @@ class CommitLog:
                     src_pos += nbytes
                 if eof:
                     if direct:
-                        native.write_blank(mf.native, mf.wrote_position)
+                        commit_log_native.write_blank(mf.native, mf.wrote_position)
                     mf.wrote_position = mf.file_size
                     mf = mfq.get_last_mapped_file(0, need_create=True)
                     if mf is None:
@@ -250,7 +252,7 @@ class CommitLog:
                     topic_b, sys_flag, born_ts, born_b, store_b, reconsume, extra = enc.encode_args
                     body_pos = 0
                     for cmf, pos, nbytes, first, n in chunks:
-                        body_pos = native.encode_batch_into(
+                        body_pos = commit_log_native.encode_batch_into(
                             cmf.native, pos, nbytes, enc.body, body_pos, n, topic_b, enc.queue_id, sys_flag, born_ts,
                             born_b, store_b, reconsume, extra, cmf.file_from_offset, qoff + first, store_ts,
                             entries, first * 20)
@@ -319,7 +321,7 @@ class CommitLog:
             return -1
         head = mf.read(pos, 8)
         size, magic = struct.unpack(">iI", head)
-        if magic != native.MESSAGE_MAGIC_CODE or size < 91 or pos + size > mf.wrote_position:
+        if magic != commit_log_native.MESSAGE_MAGIC_CODE or size < 91 or pos + size > mf.wrote_position:
             return -1
         return size
 
@@ -328,7 +330,7 @@ class CommitLog:
         if mf is None:
             return -1
         try:
-            ts = native.record_store_timestamp(mf.native, offset - mf.file_from_offset)
+            ts = commit_log_native.record_store_timestamp(mf.native, offset - mf.file_from_offset)
         except ValueError:
             return -1
         return ts if ts else -1
@@ -371,7 +373,7 @@ class CommitLog:
             return 0
         start = 0
         for i in range(len(files) - 1, -1, -1):
-            ts = native.record_store_timestamp(files[i].native, 0)
+            ts = commit_log_native.record_store_timestamp(files[i].native, 0)
             if ts and ts <= min_timestamp:
                 start = i
                 break
@@ -396,16 +398,16 @@ class CommitLog:
                 progress_log.info("recovering commit log: segment %d of %d, %.0f MiB verified (%.0f MiB/s)",
                                   i - start_index + 1, len(files) - start_index, done / 2**20,
                                   done / 2**20 / max(now - began, 1e-9))
-            pos, reason, count, ts, runs = native.verify_records(
+            pos, reason, count, ts, runs = commit_log_native.verify_records(
                 mf.native, 0, mf.file_size, mf.file_from_offset, check_crc, on_runs is not None, self.delay_levels_ms)
             if ts:
                 last_ts = max(last_ts, ts)
             if on_runs is not None and runs:
                 on_runs(mf, runs)
             end = mf.file_from_offset + pos
-            if reason == native.STOP_BLANK:
+            if reason == commit_log_native.STOP_BLANK:
                 continue
-            if reason == native.STOP_CORRUPT:
+            if reason == commit_log_native.STOP_CORRUPT:
                 log.warning("commit log: bad record at offset %d in %s; the log is cut there", end, mf.path)
             break
         if last_ts:
@@ -443,7 +445,7 @@ class FlushRealTimeService(ServiceThread):
 class GroupCommitService(ServiceThread):
     """SYNC_FLUSH group commit (RocketMQ's GroupCommitService).
 
-    Rounds are served natively (`store_native.GroupCommitGate`): a blocking put waits on the gate
+    Rounds are served natively (`_native/group_commit.pyx: GroupCommitGate`): a blocking put waits on the gate
     with the GIL released until the durable offset passes its record's end; this thread waits
     there for requests, fdatasyncs the current segment once for every put that asked before the
     round began, and wakes them one at a time, each woken writer waking the next when it waits
@@ -465,11 +467,11 @@ class GroupCommitService(ServiceThread):
     def __init__(self, commit_log: CommitLog):
         super().__init__()
         self.commit_log = commit_log
-        self.gate = native.GroupCommitGate()
+        self.gate = group_commit_native.GroupCommitGate()
         commit_log.mapped_file_queue.durable_gate = self.gate
         self._serve_natively = True
         # put_request's Futures (native; the GIL is their lock)
-        self.futures = native.GroupCommitFutures(self.gate, concurrent.futures.Future)
+        self.futures = group_commit_native.GroupCommitFutures(self.gate, concurrent.futures.Future)
         self._python_rounds = 0
         self._checkpoint_ts = 0
         self._attached = None  # (loop, read fd, write fd) while an event loop resolves the Futures
@@ -537,9 +539,9 @@ class GroupCommitService(ServiceThread):
     def await_flush(self, next_offset: int, timeout: float, store_timestamp: int = 0) -> PutMessageStatus:
         """Block (GIL released) until bytes below next_offset are durable."""
         r = self.gate.await_flushed(next_offset, store_timestamp, int(timeout * 1000))
-        if r == native.GC_OK:
+        if r == group_commit_native.GC_OK:
             return PutMessageStatus.PUT_OK
-        if r == native.GC_TIMEOUT:
+        if r == group_commit_native.GC_TIMEOUT:
             return PutMessageStatus.FLUSH_DISK_TIMEOUT
         return PutMessageStatus.SERVICE_NOT_AVAILABLE
 
@@ -583,10 +585,10 @@ class GroupCommitService(ServiceThread):
                     code, _ = gate.serve(-1, 0, 0, self.SERVE_BUDGET_MS, pending)
                 else:
                     code, _ = gate.serve(fd, mf.file_from_offset, mf.end_offset, self.SERVE_BUDGET_MS, pending)
-                if code == native.GC_NEED_FLUSH:
+                if code == group_commit_native.GC_NEED_FLUSH:
                     self._seal()
                     self._flush_through_python()
-                elif code == native.GC_IO_ERROR:
+                elif code == group_commit_native.GC_IO_ERROR:
                     log.error("group commit fdatasync failed: %s", os.strerror(gate.last_errno))
                     self._flush_through_python()  # retries, logs, and fails the Futures it cannot cover
                     time.sleep(0.01)
@@ -673,7 +675,7 @@ def _forget_reader(att) -> None:
 def build_encoded_single(topic: str, topic_b: bytes, queue_id: int, flag: int, body: bytes, props_b: bytes,
                          sys_flag: int, born_ts: int, born_host_b: bytes, store_host_b: bytes, reconsume: int,
                          prepared: int, max_size: int, tags_code, delay_level: int) -> EncodedMessages:
-    rec, code = native.encode_record(topic_b, queue_id, flag, body, props_b, sys_flag, born_ts, born_host_b,
+    rec, code = commit_log_native.encode_record(topic_b, queue_id, flag, body, props_b, sys_flag, born_ts, born_host_b,
                                      store_host_b, reconsume, prepared, max_size)
     sched = tags_code is None and topic == TopicValidator.RMQ_SYS_SCHEDULE_TOPIC and delay_level > 0
     if tags_code is not None:

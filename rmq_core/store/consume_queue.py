@@ -30,7 +30,7 @@ import logging
 import os
 import struct
 
-from rmq_core._native import store_native as native
+from rmq_core._native import cq as cq_native
 from rmq_core.store.mapped_file import MappedFile, MappedFileQueue, check_room, offset_to_file_name
 
 log = logging.getLogger("rmq.store")
@@ -65,7 +65,7 @@ class ConsumeQueue:
         # the last non-empty file holds the end; later (pre-created) empty ones are dropped
         idx = len(files) - 1
         while idx >= 0:
-            end = native.cq_valid_end(files[idx].native, 0)
+            end = cq_native.cq_valid_end(files[idx].native, 0)
             if end > 0 or idx == 0:
                 break
             idx -= 1
@@ -76,7 +76,7 @@ class ConsumeQueue:
         last.set_positions(end)
         self.mapped_file_queue.flushed_where = last.file_from_offset + end
         if end > 0:
-            phys, size, _ = native.cq_entry(last.native, end - CQ_STORE_UNIT_SIZE)
+            phys, size, _ = cq_native.cq_entry(last.native, end - CQ_STORE_UNIT_SIZE)
             self.max_physic_offset = phys + size
         elif idx == 0:
             self.max_physic_offset = -1
@@ -91,7 +91,7 @@ class ConsumeQueue:
             end = mf.wrote_position
             if end <= 0:
                 continue
-            pos = native.cq_first_phys_at_or_above(mf.native, 0, end, min_commit_log_offset)
+            pos = cq_native.cq_first_phys_at_or_above(mf.native, 0, end, min_commit_log_offset)
             if pos < end:
                 self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + pos)
                 return
@@ -104,7 +104,7 @@ class ConsumeQueue:
         while mfq.mapped_files:
             mf = mfq.mapped_files[-1]
             end = mf.wrote_position
-            pos = native.cq_first_phys_at_or_above(mf.native, 0, end, phys_offset) if end else 0
+            pos = cq_native.cq_first_phys_at_or_above(mf.native, 0, end, phys_offset) if end else 0
             if pos == 0 and len(mfq.mapped_files) > 1:
                 mfq.delete_last_mapped_file()
                 continue
@@ -112,7 +112,7 @@ class ConsumeQueue:
                 mf.zero_tail(pos)
                 mf.set_positions(pos)
             if pos > 0:
-                p, s, _ = native.cq_entry(mf.native, pos - CQ_STORE_UNIT_SIZE)
+                p, s, _ = cq_native.cq_entry(mf.native, pos - CQ_STORE_UNIT_SIZE)
                 self.max_physic_offset = p + s
             else:
                 self.max_physic_offset = -1
@@ -230,7 +230,7 @@ class ConsumeQueue:
         if found is None:
             return None
         mf, rel, _ = found
-        return native.cq_entry(mf.native, rel)
+        return cq_native.cq_entry(mf.native, rel)
 
     def get_last_offset(self) -> int:
         """Commit-log end covered by the entries (RocketMQ getLastOffset), -1 when empty."""
@@ -244,7 +244,7 @@ class ConsumeQueue:
         for mf in files:
             if mf.wrote_position < CQ_STORE_UNIT_SIZE:
                 break
-            phys, _, _ = native.cq_entry(mf.native, mf.wrote_position - CQ_STORE_UNIT_SIZE)
+            phys, _, _ = cq_native.cq_entry(mf.native, mf.wrote_position - CQ_STORE_UNIT_SIZE)
             if phys < min_commit_log_offset:
                 n += 1
             else:

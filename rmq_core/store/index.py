@@ -52,7 +52,7 @@ from rmq_core.message import SysFlag, java_string_hash
 from rmq_core.store.mapped_file import allocate_file
 
 try:  # the native twin of the put/select paths; tests/store_index runs both implementations
-    from rmq_core._native import index_native as _native
+    from rmq_core._native import index as _native
 except ImportError:  # pragma: no cover - a source tree without the built extension
     _native = None
 

@@ -16,7 +16,7 @@ import re
 import threading
 import time
 
-from rmq_core._native.store_native import NativeMap
+from rmq_core._native.mapped import NativeMap
 from rmq_core.errors import DiskFullError, StoreError
 
 log = logging.getLogger("rmq.store")

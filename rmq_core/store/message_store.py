@@ -13,8 +13,10 @@ import threading
 import time
 from typing import Callable
 
-from rmq_core._native import index_native
-from rmq_core._native import store_native as native
+from rmq_core._native import index as index_native
+from rmq_core._native import commit_log as commit_log_native
+from rmq_core._native import cq as cq_native
+from rmq_core._native import group_commit as group_commit_native
 from rmq_core.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from rmq_core.errors import DiskFullError, IllegalArgumentError, MessageTooLargeError, StoreError
 from rmq_core.message import (MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MessageConst, TopicValidator,
@@ -84,7 +86,7 @@ class DefaultMessageStore:
             self.index_service = IndexService(config)
         self.index_build_service = IndexBuildService(self) if self.index_service is not None else None
         # The common single put in one native call; anything unusual falls back to _put.
-        self._single_put = native.SinglePutPath(
+        self._single_put = commit_log_native.SinglePutPath(
             self, self.commit_log, self._host_cache, self._store_host_b, self._store_host_v6, 0,
             AppendMessageResult, PutMessageResult, PutMessageStatus.PUT_OK, TopicValidator.RMQ_SYS_SCHEDULE_TOPIC,
             log.exception, properties_to_string)
@@ -396,7 +398,7 @@ class DefaultMessageStore:
                                           error=f"message size {e.size} bytes exceeds maxMessageSize {self.config.max_message_size} bytes"
                                           if e.limit == self.config.max_message_size else
                                           f"message size {e.size} bytes exceeds the commit-log segment size")
-        except native.PropertiesSizeExceededError as e:
+        except commit_log_native.PropertiesSizeExceededError as e:
             return None, PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, error=str(e))
         except (IllegalArgumentError, ValueError, TypeError) as e:
             return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e))
@@ -417,12 +419,12 @@ class DefaultMessageStore:
         extra = batch.extra_properties or b""
         body = batch.body if type(batch.body) is bytes else bytes(batch.body)
         try:
-            res = native.encode_batch(body, topic_b, batch.queue_id, sys_flag, born_ts, born_b, store_b,
+            res = commit_log_native.encode_batch(body, topic_b, batch.queue_id, sys_flag, born_ts, born_b, store_b,
                                       batch.reconsume_times, extra, limit, plan)
         except MessageTooLargeError as e:
             return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None,
                                           error=f"message size {e.size} bytes exceeds maxMessageSize {self.config.max_message_size} bytes")
-        except native.PropertiesSizeExceededError as e:
+        except commit_log_native.PropertiesSizeExceededError as e:
             return None, PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, error=str(e))
         except (IllegalArgumentError, ValueError, TypeError) as e:
             return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e))
@@ -514,7 +516,7 @@ class DefaultMessageStore:
             return PutMessageResult(outcome.status, None, error=outcome.error), None
         count = outcome.count
         if count == 1:
-            msg_id = native.offset_msg_ids(outcome.entries, 1, self._store_host_b)
+            msg_id = commit_log_native.offset_msg_ids(outcome.entries, 1, self._store_host_b)
             result = AppendMessageResult(outcome.wrote_offset, outcome.wrote_bytes, msg_id, outcome.store_timestamp,
                                          outcome.logics_offset, 1)
         else:  # per-record ids and offsets are built when first read
@@ -531,7 +533,7 @@ class DefaultMessageStore:
 
     def _durable_result(self, put_result: PutMessageResult, gate_status: int) -> PutMessageResult:
         """The answer to a blocking put the group commit's gate did not report durable in time."""
-        if gate_status == native.GC_TIMEOUT:
+        if gate_status == group_commit_native.GC_TIMEOUT:
             return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, put_result.append_result,
                                     error=f"flush to disk did not finish within syncFlushTimeout "
                                           f"{self.config.sync_flush_timeout} ms")
@@ -713,7 +715,7 @@ class DefaultMessageStore:
             if loc is not None:
                 ext_args = (loc[0], loc[1], loc[2], _bloom_test(message_filter))
         try:
-            n, stop, removed = native.cq_scan(mf.native, rel, scan_end, tags, max_count, max_bytes,
+            n, stop, removed = cq_native.cq_scan(mf.native, rel, scan_end, tags, max_count, max_bytes,
                                               max(min_phy, 0), out, *ext_args)
         except ValueError:  # the consume-queue file was deleted meanwhile
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, offset, min_off, max_off)
@@ -733,7 +735,7 @@ class DefaultMessageStore:
                     i += 1
                     continue
                 try:
-                    body, offs, k = native.gather_matches(out, i, n, seg.native, seg.file_from_offset,
+                    body, offs, k = cq_native.gather_matches(out, i, n, seg.native, seg.file_from_offset,
                                                           seg.wrote_position, offset)
                 except ValueError:  # deleted by retention meanwhile
                     removed += 1
@@ -1015,28 +1017,28 @@ class DefaultMessageStore:
         }
 
 
-_TAG_FILTER_CACHE: dict[frozenset, native.TagFilter] = {}
+_TAG_FILTER_CACHE: dict[frozenset, cq_native.TagFilter] = {}
 
 
-def _tag_filter(codes) -> native.TagFilter:
+def _tag_filter(codes) -> cq_native.TagFilter:
     f = _TAG_FILTER_CACHE.get(codes)
     if f is None:
-        f = native.TagFilter(codes)
+        f = cq_native.TagFilter(codes)
         if len(_TAG_FILTER_CACHE) > 10000:
             _TAG_FILTER_CACHE.clear()
         _TAG_FILTER_CACHE[frozenset(codes)] = f
     return f
 
 
-_BLOOM_CACHE: dict[tuple, native.BloomTest] = {}
+_BLOOM_CACHE: dict[tuple, cq_native.BloomTest] = {}
 
 
-def _bloom_test(message_filter) -> native.BloomTest:
+def _bloom_test(message_filter) -> cq_native.BloomTest:
     key = (tuple(message_filter.bloom_bits), int(getattr(message_filter, "bloom_bit_num", 0) or 0),
            int(getattr(message_filter, "bloom_born_time", -1)))
     b = _BLOOM_CACHE.get(key)
     if b is None:
-        b = native.BloomTest(*key)
+        b = cq_native.BloomTest(*key)
         if len(_BLOOM_CACHE) > 10000:
             _BLOOM_CACHE.clear()
         _BLOOM_CACHE[key] = b

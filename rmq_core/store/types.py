@@ -68,7 +68,7 @@ class BatchAppendMessageResult(AppendMessageResult):
     def msg_id(self) -> str:  # type: ignore[override]
         ids = self._msg_id
         if ids is None:
-            from rmq_core._native.store_native import offset_msg_ids
+            from rmq_core._native.commit_log import offset_msg_ids
             ids = offset_msg_ids(self._entries, self.msg_num, self._store_host)
             object.__setattr__(self, "_msg_id", ids)
         return ids
@@ -77,7 +77,7 @@ class BatchAppendMessageResult(AppendMessageResult):
     def phys_offsets(self) -> tuple:  # type: ignore[override]
         offs = self._phys_offsets
         if offs is None:
-            from rmq_core._native.store_native import entries_phys_offsets
+            from rmq_core._native.commit_log import entries_phys_offsets
             offs = entries_phys_offsets(self._entries, self.msg_num)
             object.__setattr__(self, "_phys_offsets", offs)
         return offs

@@ -14,8 +14,6 @@ from collections import deque
 
 import attrs
 import pytest
-
-from rmq_core._native import store_native
 from rmq_core.codec import encode_batch_body
 from rmq_core.config import MessageStoreConfig
 from rmq_core.message import MessageQueue
@@ -104,36 +102,6 @@ def stored(tmp_path_factory):
     store.shutdown()
 
 
-def _previous_build_entries(store, svc, topic, entries, count):
-    """The builder's batch path before KeyRun: a Python item per record (read back in runs),
-    hashed by store_native.collect_index_run into a list of tuples for build_hashed."""
-    from rmq_core.store.message_store import _index_item
-    get_data = store.commit_log.get_data
-    items = deque()
-    i = 0
-    while i < count:
-        phys, size = struct.unpack_from(">qi", entries, i * 20)
-        j, end = i + 1, phys + size
-        while j < count:
-            nphys, nsize = struct.unpack_from(">qi", entries, j * 20)
-            if nphys != end:
-                break
-            end += nsize
-            j += 1
-        span = get_data(phys, end - phys)
-        pos = 0
-        for k in range(i, j):
-            _, ksize = struct.unpack_from(">qi", entries, k * 20)
-            items.append(_index_item(topic, phys + pos, span, pos))
-            pos += ksize
-        i = j
-    prefixes = {}
-    while items:
-        run, _ts, other = store_native.collect_index_run(items, 4096, prefixes)
-        svc.build_hashed(run)
-        assert other is None
-
-
 def _index_setup(tmp_path, store):
     from rmq_core.store.message_store import IndexBuildService
     counter = iter(range(10**9))
@@ -167,35 +135,12 @@ def _run(benchmark, build, setup):
 
 
 @pytest.mark.benchmark(group="index-build-stored-batch")
-def test_index_build_batch_baseline_previous_path(benchmark, stored, tmp_path):
-    store, batches, _ = stored
-
-    def build(svc, builder):
-        for item in batches:
-            _previous_build_entries(store, svc, *item)
-    _run(benchmark, build, _index_setup(tmp_path, store))
-
-
-@pytest.mark.benchmark(group="index-build-stored-batch")
 def test_index_build_batch_native_span(benchmark, stored, tmp_path):
     store, batches, _ = stored
 
     def build(svc, builder):
         for item in batches:
             builder._build_entries(*item)
-    _run(benchmark, build, _index_setup(tmp_path, store))
-
-
-@pytest.mark.benchmark(group="index-build-stored-singles")
-def test_index_build_singles_baseline_previous_path(benchmark, stored, tmp_path):
-    store, _, singles = stored
-
-    def build(svc, builder):
-        q = deque(singles)
-        prefixes = {}
-        while q:
-            run, _ts, other = store_native.collect_index_run(q, 4096, prefixes)
-            svc.build_hashed(run)
     _run(benchmark, build, _index_setup(tmp_path, store))
 
 

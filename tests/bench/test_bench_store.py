@@ -36,7 +36,9 @@ import time
 import pytest
 
 from rmq_core import loops
-from rmq_core._native import store_native as native
+from rmq_core._native import commit_log as commit_log_native
+from rmq_core._native import crc as crc_native
+from rmq_core._native import cq as cq_native
 from rmq_core.codec import encode_batch_body
 from rmq_core.config import FlushDiskType, MessageStoreConfig
 from rmq_core.message import java_string_hash
@@ -92,7 +94,7 @@ def _encoded_bytes(store) -> bytes:
     """The batch's records exactly as they land in the log (what the baseline copies)."""
     host = struct.pack(">4si", bytes([127, 0, 0, 1]), 10911)
     born = struct.pack(">4si", bytes([127, 0, 0, 1]), 0)
-    records, count, _ = native.encode_batch(BATCH_BODY, b"BenchTopic", 0, 0, 1, born, host, 0, b"", 4 << 20)
+    records, count, _ = commit_log_native.encode_batch(BATCH_BODY, b"BenchTopic", 0, 0, 1, born, host, 0, b"", 4 << 20)
     assert count == BATCH
     return bytes(records)
 
@@ -271,7 +273,7 @@ def _extra(benchmark, records, nbytes):
     benchmark.extra_info["records_per_s"] = records / med
     benchmark.extra_info["records_per_s_best"] = records / best
     benchmark.extra_info["MB_per_s"] = nbytes / med / 1e6
-    benchmark.extra_info["crc32"] = native.crc32_impl()
+    benchmark.extra_info["crc32"] = crc_native.crc32_impl()
 
 
 # --- sync flush ---------------------------------------------------------------------------------
@@ -462,10 +464,10 @@ def test_cq_scan_baseline_mmap_find(benchmark, big_cq):
 @pytest.mark.benchmark(group="store-cq-scan")
 def test_cq_scan_one_tag(benchmark, big_cq):
     files = big_cq.mapped_file_queue.mapped_files
-    tags = native.TagFilter([HIT])
+    tags = cq_native.TagFilter([HIT])
 
     def scan():
-        return sum(native.cq_count_matches(mf.native, 0, mf.wrote_position, tags) for mf in files)
+        return sum(cq_native.cq_count_matches(mf.native, 0, mf.wrote_position, tags) for mf in files)
 
     clock = _CpuClock(scan)
     found = benchmark.pedantic(clock, rounds=5, warmup_rounds=1)

@@ -6,7 +6,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rmq_core._native.remoting_native import header_ints
+from rmq_core._native.frame import header_ints
 from rmq_core.broker.processors.send import SendMessageProcessor
 from rmq_core.codec import decode_messages
 from rmq_core.message import PermName

@@ -2,7 +2,7 @@
 refreshed by its user) and a real store's native put."""
 import struct
 
-from rmq_core._native.broker_native import SendLane, SendLaneState
+from rmq_core._native.send_lane import SendLane, SendLaneState
 from rmq_core.broker.processors.send import put_outcome
 from rmq_core.config import MessageStoreConfig
 from rmq_core.remoting.codes import RequestCode, ResponseCode

@@ -11,7 +11,9 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from rmq_core._native import store_native as native
+from rmq_core._native import commit_log as commit_log_native
+
+from rmq_core._native import mapped as mapped_native
 from rmq_core.codec import encode_batch_body
 from rmq_core.message import java_string_hash
 from rmq_core.store.types import BatchAppendMessageResult, AppendMessageResult
@@ -24,7 +26,7 @@ V6_STORE = struct.pack(">16si", bytes(range(16, 32)), 10911)
 
 def reference(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra, phys0, qoff0, store_ts):
     """Records and consume-queue entries as the two-step encoder (then the append) produce them."""
-    records, count, tags = native.encode_batch(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra,
+    records, count, tags = commit_log_native.encode_batch(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra,
                                                4 << 20)
     codes = struct.unpack(f"={count}q", tags)
     ts_pos = 48 + len(born)
@@ -39,13 +41,13 @@ def reference(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra
 
 
 def run_into(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra, store_ts, align, seg_from=1 << 40):
-    _, count, total = native.encode_batch(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra,
+    _, count, total = commit_log_native.encode_batch(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra,
                                           4 << 20, True)
     seg = bytearray(b"\xee" * (align + total + 64))  # a marker around the reserved space
-    m = native.NativeMap(seg)
+    m = mapped_native.NativeMap(seg)
     cq = bytearray(count * 20)
     try:
-        end = native.encode_batch_into(m, align, total, body, 0, count, topic, qid, sys_flag, born_ts, born, store,
+        end = commit_log_native.encode_batch_into(m, align, total, body, 0, count, topic, qid, sys_flag, born_ts, born, store,
                                        reconsume, extra, seg_from, 77, store_ts, cq, 0)
     finally:
         m.release()
@@ -101,15 +103,15 @@ def test_tag_codes_follow_each_items_properties():
 
 def test_reserved_space_too_small_is_an_error_not_an_overrun():
     body = encode_batch_body([(0, b"x" * 100, {})] * 3)
-    _, count, total = native.encode_batch(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", 4 << 20, True)
+    _, count, total = commit_log_native.encode_batch(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", 4 << 20, True)
     seg = bytearray(total)
-    m = native.NativeMap(seg)
+    m = mapped_native.NativeMap(seg)
     try:
         with pytest.raises(ValueError, match="ends before item 2"):
-            native.encode_batch_into(m, 0, total - 1, body, 0, count, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"",
+            commit_log_native.encode_batch_into(m, 0, total - 1, body, 0, count, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"",
                                      0, 0, 6, bytearray(count * 20), 0)
         with pytest.raises(ValueError, match="outside mapped file"):
-            native.encode_batch_into(m, 1, total, body, 0, count, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"",
+            commit_log_native.encode_batch_into(m, 1, total, body, 0, count, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"",
                                      0, 0, 6, bytearray(count * 20), 0)
     finally:
         m.release()
@@ -117,12 +119,12 @@ def test_reserved_space_too_small_is_an_error_not_an_overrun():
 
 def test_fit_batch_splits_where_the_segment_ends():
     body = encode_batch_body([(0, b"x" * 100, {})] * 10)
-    _, count, total = native.encode_batch(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", 4 << 20, True)
+    _, count, total = commit_log_native.encode_batch(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", 4 << 20, True)
     size = total // 10
     # room for 3 records and the 8-byte blank, not for a 4th
-    n, nbytes, next_pos = native.fit_batch(body, 0, 10, b"T", 0, V4_BORN, V4_STORE, b"", 1000, 1000 + 4 * size + 7)
+    n, nbytes, next_pos = commit_log_native.fit_batch(body, 0, 10, b"T", 0, V4_BORN, V4_STORE, b"", 1000, 1000 + 4 * size + 7)
     assert (n, nbytes, next_pos) == (3, 3 * size, 3 * (len(body) // 10))
-    n, nbytes, _ = native.fit_batch(body, next_pos, 7, b"T", 0, V4_BORN, V4_STORE, b"", 0, 1 << 20)
+    n, nbytes, _ = commit_log_native.fit_batch(body, next_pos, 7, b"T", 0, V4_BORN, V4_STORE, b"", 0, 1 << 20)
     assert (n, nbytes) == (7, 7 * size)
 
 

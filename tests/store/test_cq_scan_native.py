@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmq_core._native import store_native as native
+from rmq_core._native import cq as cq_native
+
+from rmq_core._native import mapped as mapped_native
 
 ENTRY = struct.Struct(">qiq")
 TAGS = [0, 1, -1, 0x7FFFFFFF, -0x80000000, 123456789, -987654321]
@@ -37,10 +39,10 @@ def reference_scan(buf, start, end, codes, max_count, max_bytes, min_phys):
 
 
 def native_scan(buf, start, end, codes, max_count, max_bytes, min_phys):
-    m = native.NativeMap(buf)
+    m = mapped_native.NativeMap(buf)
     out = bytearray(max_count * 16)
-    tags = None if codes is None else native.TagFilter(codes)
-    n, stop, removed = native.cq_scan(m, start, end, tags, max_count, max_bytes, min_phys, out)
+    tags = None if codes is None else cq_native.TagFilter(codes)
+    n, stop, removed = cq_native.cq_scan(m, start, end, tags, max_count, max_bytes, min_phys, out)
     found = [struct.unpack_from("=qii", out, i * 16) for i in range(n)]
     m.release()
     return found, stop, removed
@@ -74,9 +76,9 @@ def test_count_matches_reference(entries, data):
     end = data.draw(st.integers(start, len(buf)), label="end byte")
     codes = data.draw(st.sets(st.sampled_from(TAGS), max_size=3), label="tags")
     want = len(reference_scan(buf, start, end, codes, 1 << 30, 1 << 62, 0)[0])
-    m = native.NativeMap(buf)
+    m = mapped_native.NativeMap(buf)
     try:
-        assert native.cq_count_matches(m, start, end, native.TagFilter(codes)) == want
+        assert cq_native.cq_count_matches(m, start, end, cq_native.TagFilter(codes)) == want
     finally:
         m.release()
 
@@ -89,8 +91,8 @@ def test_one_tag_hit_at_every_position_of_the_stepped_scan(n):
         buf = entries_buffer([(1000 + i, 10 + i, hit if i == at else miss) for i in range(n)])
         found, stop, removed = native_scan(buf, 0, len(buf), {hit}, 8, 1 << 20, 0)
         assert found == [(1000 + at, 10 + at, at)] and stop == len(buf) and removed == 0
-        m = native.NativeMap(buf)
-        assert native.cq_count_matches(m, 0, len(buf), native.TagFilter([hit])) == 1
+        m = mapped_native.NativeMap(buf)
+        assert cq_native.cq_count_matches(m, 0, len(buf), cq_native.TagFilter([hit])) == 1
         m.release()
 
 
@@ -105,9 +107,9 @@ def test_one_tag_scan_stops_at_the_match_it_cannot_take():
 
 
 def test_scan_refuses_a_zero_count_and_a_short_output_buffer():
-    m = native.NativeMap(entries_buffer([(0, 1, 5)]))
+    m = mapped_native.NativeMap(entries_buffer([(0, 1, 5)]))
     with pytest.raises(ValueError, match="max_count must be at least 1, got 0"):
-        native.cq_scan(m, 0, 20, None, 0, 100, 0, bytearray())
+        cq_native.cq_scan(m, 0, 20, None, 0, 100, 0, bytearray())
     with pytest.raises(ValueError, match="too small for 4 matches"):
-        native.cq_scan(m, 0, 20, None, 4, 100, 0, bytearray(16))
+        cq_native.cq_scan(m, 0, 20, None, 4, 100, 0, bytearray(16))
     m.release()

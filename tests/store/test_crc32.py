@@ -4,21 +4,21 @@ import zlib
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rmq_core._native import store_native as native
+from rmq_core._native import crc as crc_native
 
 
 def test_native_store_module_is_compiled():
     # a silently missing extension must not let the suite pass on some fallback
-    assert native.__file__.endswith((".so", ".pyd"))
+    assert crc_native.__file__.endswith((".so", ".pyd"))
 
 
 @pytest.fixture(params=[True, False], ids=["pclmul", "slice8"])
 def impl(request):
-    chosen = native.crc32_select(request.param)
+    chosen = crc_native.crc32_select(request.param)
     if request.param and not chosen:
         pytest.skip("CPU without PCLMULQDQ")
     yield chosen
-    native.crc32_select(True)
+    crc_native.crc32_select(True)
 
 
 def test_every_length_and_alignment_up_to_4096(impl):
@@ -26,7 +26,7 @@ def test_every_length_and_alignment_up_to_4096(impl):
     mv = memoryview(data)
     for length in range(0, 4097):
         off = length % 16
-        assert native.crc32(mv[off:off + length]) == zlib.crc32(mv[off:off + length]), length
+        assert crc_native.crc32(mv[off:off + length]) == zlib.crc32(mv[off:off + length]), length
 
 
 @settings(max_examples=300, deadline=None)
@@ -37,15 +37,15 @@ def test_random_data_alignments_and_chaining(data, offset, seed):
     cut = seed % (len(data) + 1)
     try:
         for use_pclmul in (True, False):
-            native.crc32_select(use_pclmul)
-            assert native.crc32(view) == zlib.crc32(data)
+            crc_native.crc32_select(use_pclmul)
+            assert crc_native.crc32(view) == zlib.crc32(data)
             # chaining with a start value, as zlib.crc32(data, value)
-            assert native.crc32(view[cut:], native.crc32(view[:cut])) == zlib.crc32(data)
-            assert native.crc32(data, seed) == zlib.crc32(data, seed)
+            assert crc_native.crc32(view[cut:], crc_native.crc32(view[:cut])) == zlib.crc32(data)
+            assert crc_native.crc32(data, seed) == zlib.crc32(data, seed)
     finally:
-        native.crc32_select(True)
+        crc_native.crc32_select(True)
 
 
 def test_known_value():
-    assert native.crc32(b"seed-0") & 0x7FFFFFFF == 0x2873287F  # REMOTING.md §6.1
-    assert native.crc32_impl() in ("vpclmul", "pclmul", "slice8")
+    assert crc_native.crc32(b"seed-0") & 0x7FFFFFFF == 0x2873287F  # REMOTING.md §6.1
+    assert crc_native.crc32_impl() in ("vpclmul", "pclmul", "slice8")

@@ -4,7 +4,7 @@ import zlib
 
 import pytest
 
-from rmq_core._native import store_native as native
+from rmq_core._native import crc as crc_native
 
 DATA = bytes(((i * 131 + 7) ^ (i >> 7)) & 0xFF for i in range(4300))
 
@@ -13,28 +13,28 @@ DATA = bytes(((i * 131 + 7) ^ (i >> 7)) & 0xFF for i in range(4300))
                 ids=lambda p: p[0])
 def level(request):
     name, pclmul, vpclmul = request.param
-    native.crc32_select(pclmul, vpclmul)
+    crc_native.crc32_select(pclmul, vpclmul)
     try:
-        if native.crc32_impl() != name:
+        if crc_native.crc32_impl() != name:
             pytest.skip(f"CPU without {name}")
         yield name
     finally:
-        native.crc32_select(True)
+        crc_native.crc32_select(True)
 
 
 def test_every_length_up_to_4200_at_three_alignments(level):
     mv = memoryview(DATA)
     for off in (0, 5, 17):
         for n in range(0, 4201):
-            assert native.crc32(mv[off:off + n], 0x1234) == zlib.crc32(mv[off:off + n], 0x1234), (level, off, n)
+            assert crc_native.crc32(mv[off:off + n], 0x1234) == zlib.crc32(mv[off:off + n], 0x1234), (level, off, n)
 
 
 def test_default_is_the_widest_the_cpu_has():
-    if not native.crc32_select(True):
+    if not crc_native.crc32_select(True):
         pytest.skip("CPU without PCLMULQDQ")
-    assert native.crc32_impl() in ("vpclmul", "pclmul")
-    native.crc32_select(True, False)
+    assert crc_native.crc32_impl() in ("vpclmul", "pclmul")
+    crc_native.crc32_select(True, False)
     try:
-        assert native.crc32_impl() == "pclmul"
+        assert crc_native.crc32_impl() == "pclmul"
     finally:
-        native.crc32_select(True)
+        crc_native.crc32_select(True)

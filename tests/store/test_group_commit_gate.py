@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rmq_core._native import store_native as native
+from rmq_core._native import group_commit as group_commit_native
 from rmq_core.config import FlushDiskType
 from rmq_core.store import PutMessageStatus
 
@@ -36,20 +36,20 @@ def _waiters(gate, ends, results):
 
 
 def test_one_round_releases_every_writer_that_asked_before_it(seg_fd):
-    gate = native.GroupCommitGate()
+    gate = group_commit_native.GroupCommitGate()
     results = {}
     threads = _waiters(gate, [100, 200, 300, 400], results)
     code, _ = gate.serve(seg_fd, 0, 1 << 20, 1000, True)  # serving thread = this one
-    assert code == native.GC_RETURN and gate.rounds == 1
+    assert code == group_commit_native.GC_RETURN and gate.rounds == 1
     for t in threads:
         t.join(10)
-    assert results == {100: native.GC_OK, 200: native.GC_OK, 300: native.GC_OK, 400: native.GC_OK}
+    assert results == {100: group_commit_native.GC_OK, 200: group_commit_native.GC_OK, 300: group_commit_native.GC_OK, 400: group_commit_native.GC_OK}
     assert gate.flushed == 400 and gate.flushed_timestamp == 1400
-    assert gate.await_flushed(250, 0, 0) == native.GC_OK  # already durable: no wait
+    assert gate.await_flushed(250, 0, 0) == group_commit_native.GC_OK  # already durable: no wait
 
 
 def test_stats_count_the_writers_a_round_carries(seg_fd):
-    gate = native.GroupCommitGate()
+    gate = group_commit_native.GroupCommitGate()
     assert gate.stats == {"rounds": 0, "awaits": 0, "sync_s": 0.0, "idle_s": 0.0}
     results = {}
     threads = _waiters(gate, [100, 200, 300], results)
@@ -60,16 +60,16 @@ def test_stats_count_the_writers_a_round_carries(seg_fd):
     for t in threads:
         t.join(10)
     stats = gate.stats
-    assert code == native.GC_RETURN and set(results.values()) == {native.GC_OK}
+    assert code == group_commit_native.GC_RETURN and set(results.values()) == {group_commit_native.GC_OK}
     assert stats["rounds"] == 1 and stats["awaits"] == 3  # one fdatasync carried three writers
     assert stats["sync_s"] > 0 and stats["idle_s"] >= 0
-    assert gate.await_flushed(300, 0, 0) == native.GC_OK and gate.stats["awaits"] == 3  # durable: no wait
+    assert gate.await_flushed(300, 0, 0) == group_commit_native.GC_OK and gate.stats["awaits"] == 3  # durable: no wait
 
 
 def test_writers_that_do_not_come_back_still_get_woken_promptly(seg_fd):
     """After a native round one covered writer is woken and wakes the next when it waits again;
     these writers wait once and leave, so the serving thread must wake the rest itself."""
-    gate = native.GroupCommitGate()
+    gate = group_commit_native.GroupCommitGate()
     stop = threading.Event()
 
     def serve():
@@ -84,7 +84,7 @@ def test_writers_that_do_not_come_back_still_get_woken_promptly(seg_fd):
         threads = _waiters(gate, list(range(100, 1700, 100)), results)
         for t in threads:
             t.join(10)
-        assert all(r == native.GC_OK for r in results.values()) and len(results) == 16
+        assert all(r == group_commit_native.GC_OK for r in results.values()) and len(results) == 16
         assert time.monotonic() - t0 < 2.0  # not their 10 s timeout
     finally:
         stop.set()
@@ -93,33 +93,33 @@ def test_writers_that_do_not_come_back_still_get_woken_promptly(seg_fd):
 
 
 def test_await_times_out_without_a_round_and_stop_refuses_waiters():
-    gate = native.GroupCommitGate()
+    gate = group_commit_native.GroupCommitGate()
     t0 = time.monotonic()
-    assert gate.await_flushed(10, 0, 50) == native.GC_TIMEOUT
+    assert gate.await_flushed(10, 0, 50) == group_commit_native.GC_TIMEOUT
     assert time.monotonic() - t0 >= 0.045
     results = {}
     threads = _waiters(gate, [20], results)
     gate.stop()
     threads[0].join(10)
-    assert results == {20: native.GC_STOPPED}
-    assert gate.await_flushed(30, 0, 1000) == native.GC_STOPPED
+    assert results == {20: group_commit_native.GC_STOPPED}
+    assert gate.await_flushed(30, 0, 1000) == group_commit_native.GC_STOPPED
     with pytest.raises(ValueError, match="timeout_ms"):
         gate.await_flushed(1, 0, -1)
 
 
 def test_serve_hands_requests_outside_its_segment_to_python(seg_fd):
-    gate = native.GroupCommitGate()
+    gate = group_commit_native.GroupCommitGate()
     gate.request(5000, 0)
-    assert gate.serve(seg_fd, 0, 4096, 1000) == (native.GC_NEED_FLUSH, 5000)  # past the segment end
-    assert gate.serve(seg_fd, 4096, 8192, 1000)[0] == native.GC_NEED_FLUSH  # bytes before it not durable
-    assert gate.serve(-1, 0, 1 << 20, 1000)[0] == native.GC_NEED_FLUSH  # no descriptor: Python flushes
+    assert gate.serve(seg_fd, 0, 4096, 1000) == (group_commit_native.GC_NEED_FLUSH, 5000)  # past the segment end
+    assert gate.serve(seg_fd, 4096, 8192, 1000)[0] == group_commit_native.GC_NEED_FLUSH  # bytes before it not durable
+    assert gate.serve(-1, 0, 1 << 20, 1000)[0] == group_commit_native.GC_NEED_FLUSH  # no descriptor: Python flushes
     gate.complete(5000, 77)  # ... and reports back
     assert gate.flushed == 5000 and gate.flushed_timestamp == 77
-    assert gate.serve(seg_fd, 4096, 8192, 20) == (native.GC_TIMEOUT, 0)  # idle: budget used up
+    assert gate.serve(seg_fd, 4096, 8192, 20) == (group_commit_native.GC_TIMEOUT, 0)  # idle: budget used up
 
 
 def test_serve_returns_when_kicked_or_halted(seg_fd):
-    gate = native.GroupCommitGate()
+    gate = group_commit_native.GroupCommitGate()
     out = []
     t = threading.Thread(target=lambda: out.append(gate.serve(seg_fd, 0, 1 << 20, 10_000)[0]))
     t.start()
@@ -131,15 +131,15 @@ def test_serve_returns_when_kicked_or_halted(seg_fd):
     time.sleep(0.05)
     gate.halt()
     t.join(10)
-    assert out == [native.GC_OK, native.GC_STOPPED]
+    assert out == [group_commit_native.GC_OK, group_commit_native.GC_STOPPED]
 
 
 def test_a_failed_fdatasync_is_reported_not_counted_as_durable():
-    gate = native.GroupCommitGate()
+    gate = group_commit_native.GroupCommitGate()
     r, w = os.pipe()  # fdatasync on a pipe fails with EINVAL
     try:
         gate.request(10, 0)
-        assert gate.serve(r, 0, 1 << 20, 1000)[0] == native.GC_IO_ERROR
+        assert gate.serve(r, 0, 1 << 20, 1000)[0] == group_commit_native.GC_IO_ERROR
         assert gate.last_errno != 0 and gate.flushed == 0
     finally:
         os.close(r)

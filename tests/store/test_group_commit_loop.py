@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from rmq_core import loops
-from rmq_core._native import store_native
+from rmq_core._native import group_commit as group_commit_native
 from rmq_core.codec import encode_batch_body
 from rmq_core.config import FlushDiskType
 from rmq_core.store import MessageExtBatch, PutMessageStatus
@@ -127,8 +127,8 @@ def test_batches_from_an_attached_loop_are_durable_when_answered(sync_store_1s):
 
 
 def test_requests_made_while_the_same_rounds_started_share_one_future(tmp_path):
-    gate = store_native.GroupCommitGate()
-    futures = store_native.GroupCommitFutures(gate, concurrent.futures.Future)
+    gate = group_commit_native.GroupCommitGate()
+    futures = group_commit_native.GroupCommitFutures(gate, concurrent.futures.Future)
     a, b = futures.request(100), futures.request(200)
     assert a is b and not a.done()
     fd = os.open(tmp_path / "segment", os.O_RDWR | os.O_CREAT, 0o644)
@@ -137,7 +137,7 @@ def test_requests_made_while_the_same_rounds_started_share_one_future(tmp_path):
         code, _ = gate.serve(fd, 0, 1 << 20, 5000, True)
     finally:
         os.close(fd)
-    assert code == store_native.GC_RETURN and gate.flushed == 200 and gate.rounds == 1
+    assert code == group_commit_native.GC_RETURN and gate.flushed == 200 and gate.rounds == 1
     c = futures.request(300)  # a round started since: a new Future
     assert c is not a
     # the durable offset covers a's requests only: a alone is handed back, c stays open
@@ -147,7 +147,7 @@ def test_requests_made_while_the_same_rounds_started_share_one_future(tmp_path):
 
 
 def test_a_refused_service_answers_every_later_request_with_its_future():
-    futures = store_native.GroupCommitFutures(store_native.GroupCommitGate(), concurrent.futures.Future)
+    futures = group_commit_native.GroupCommitFutures(group_commit_native.GroupCommitGate(), concurrent.futures.Future)
     refused = concurrent.futures.Future()
     refused.set_result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
     futures.refuse(refused)

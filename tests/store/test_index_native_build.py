@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_core._native import index_native
+from rmq_core._native import index as index_native
 from rmq_core.codec import decode_messages, encode_batch_body
 from rmq_core.config import MessageStoreConfig
 from rmq_core.message import string_to_properties

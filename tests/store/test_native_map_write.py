@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from rmq_core._native import store_native as native
+from rmq_core._native import mapped as mapped_native
 
 
 @pytest.mark.parametrize("n", [0, 1, 63, 64, 65_535, 65_536, 65_537, 163_840, 200_003])
@@ -13,7 +13,7 @@ from rmq_core._native import store_native as native
 def test_write_puts_exactly_the_bytes_at_pos(n, pos, kind):
     target = bytearray(b"\xa5" * (pos + n + 128))
     data = os.urandom(n)
-    m = native.NativeMap(target)
+    m = mapped_native.NativeMap(target)
     try:
         m.write(pos, kind(data))
     finally:
@@ -24,7 +24,7 @@ def test_write_puts_exactly_the_bytes_at_pos(n, pos, kind):
 
 def test_write_past_the_end_is_refused_and_writes_nothing():
     target = bytearray(100_000)
-    m = native.NativeMap(target)
+    m = mapped_native.NativeMap(target)
     try:
         with pytest.raises(ValueError, match="range 40000..110000 outside mapped file of 100000 bytes"):
             m.write(40_000, bytearray(b"\x01" * 70_000))

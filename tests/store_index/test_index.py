@@ -356,7 +356,7 @@ def test_index_file_rejects_bad_config(tmp_path):
 
 def test_native_extension_is_loaded():
     # A silently missing extension must not pass the suite with only the slow path.
-    from rmq_core._native import index_native
+    from rmq_core._native import index as index_native
     assert index_native.index_key_hash("T#Aa") == abs(java_string_hash("T#Aa"))
 
 
@@ -364,7 +364,7 @@ def test_native_extension_is_loaded():
 @given(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=30))
 def test_native_and_python_write_identical_files(tmp_path_factory, keys):
     from rmq_core.store import index as index_mod
-    from rmq_core._native import index_native
+    from rmq_core._native import index as index_native
     images = []
     for native in (index_native, None):
         root = tmp_path_factory.mktemp("same")
@@ -406,7 +406,7 @@ def test_runs_of_records_and_redispatch_write_identical_files(tmp_path_factory, 
     """build_hashed over runs (the store's index builder), re-dispatching a tail as recovery does,
     leaves the same files natively and in Python."""
     from rmq_core.store import index as index_mod
-    from rmq_core._native import index_native
+    from rmq_core._native import index as index_native
 
     records = [(i * 100, T0 + i * 300, hashes) for i, hashes in enumerate(key_lists)]
     images = []

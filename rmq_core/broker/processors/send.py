@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import time
 import zlib
 
@@ -16,24 +15,15 @@ from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand, SerializeType
 from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 
-try:
-    from rmq_core._native.remoting_native import header_ints as _header_ints, new_response as _new_response
-except ImportError:  # pragma: no cover - `make build` always builds it
-    _header_ints = None
-
-try:
-    from rmq_core._native.broker_native import SendLane, SendLaneState
-except ImportError:  # pragma: no cover - `make build` always builds it
-    SendLane = SendLaneState = None
+from rmq_core._native.frame import header_ints as _header_ints, new_response as _new_response
+from rmq_core._native.send_lane import (SendLane, SendLaneState, checked_queues, plain_send_queues,
+                                        special_properties)
 
 log = logging.getLogger("rmq.broker")
 
-# RMQ_NATIVE_SEND=0 turns the native send lane off: every send then takes process_send (the
-# reference the lane's answers are compared with in tests).
+# RMQ_NATIVE_SEND=0 turns the native send lane off: every send then takes process_send, which
+# makes the same checks through the same kernel functions (tests compare the two answers).
 NATIVE_SEND = os.environ.get("RMQ_NATIVE_SEND", "1").strip().lower() not in ("0", "false", "no", "off")
-
-# Property keys that need the slow path (a dict, redirects): delay levels, timers, transactions.
-_SPECIAL_KEYS = re.compile("(?:^|\x02)(?:DELAY|TRAN_MSG|TIMER_DELIVER_MS|TIMER_DELAY_SEC|DELIVER_TIME_MS|TIMER_[A-Z_]*)\x01")
 
 # Java's MQVersion.Version.V3_4_9 ordinal: from this client version on, the send-back header's
 # maxReconsumeTimes wins over the subscription group's retryMaxTimes.
@@ -129,6 +119,7 @@ class SendMessageProcessor(Processor):
         # topic every check of _check passed for, under that version of the topic table: while the
         # version is unchanged, a plain send to it needs none of those checks again.
         self._send_topics: dict[str, tuple] = {}
+        self._state = None  # process_send's SendLaneState (see _new_state)
         # batch header properties -> (them as a dict, a timer refusal or None, the extra
         # properties every item of the batch gets, encoded): see _process_batch
         self._batch_extras: dict[str, tuple] = {}
@@ -147,7 +138,7 @@ class SendMessageProcessor(Processor):
     def fast_lane(self, ctx):
         """The native send lane of one connection: it answers the sends process_send would answer
         at once (same checks, same cache, same store put, byte-identical answers) straight from
-        the read chunk, and hands every other frame back in order (broker_native.pyx)."""
+        the read chunk, and hands every other frame back in order (_native/send_lane.pyx)."""
         if self.ctrl.store is None:
             return None
         try:
@@ -168,82 +159,91 @@ class SendMessageProcessor(Processor):
         def json_peer():
             ctx.peer_serialize_type = SerializeType.JSON
 
-        table = ctx.processor_table
-        store, topic_manager, broker_config = self.ctrl.store, self.ctrl.topic_manager, self.ctrl.broker_config
-
-        def refresh(state):
-            # what the lane may do now: RPC hooks see every request as a RemotingCommand, so with
-            # one registered the lane stands aside
-            state.put = store.native_put if table.rpc_hooks is None else None
-            dv = topic_manager.table.data_version
-            state.data_version, state.counter = dv, dv.counter
-            state.writable = bool(broker_config.broker_permission & PermName.PERM_WRITE)
-
-        state = SendLaneState(self._send_topics, self._cluster_property(), int(MQVersion.CURRENT),
-                              PutMessageStatus.PUT_OK, self.ctrl.stats.inc_put, put_outcome, refresh)
-        return SendLane(state, born_host, ctx.tasks, ctx.max_inflight, finish_later,
+        return SendLane(self._new_state(ctx.processor_table), born_host, ctx.tasks, ctx.max_inflight, finish_later,
                         call_soon_threadsafe=self.ctrl.loop.call_soon_threadsafe,
                         write_frames=getattr(ctx.channel, "write_frames", None), on_error=failed,
                         on_json_peer=json_peer)
 
+    def _new_state(self, table=None):
+        """A SendLaneState over this processor's checked-topics cache: what the send_lane kernel
+        checks a send against, for a connection's lane (`table`: its processor table) or for
+        process_send (no table: it never uses the lane's put)."""
+        store, topic_manager, broker_config = self.ctrl.store, self.ctrl.topic_manager, self.ctrl.broker_config
+
+        def refresh(state):
+            # what a lane may do now: RPC hooks see every request as a RemotingCommand, so with
+            # one registered the lane stands aside
+            state.put = store.native_put if table is not None and table.rpc_hooks is None else None
+            dv = topic_manager.table.data_version
+            state.data_version, state.counter = dv, dv.counter
+            state.writable = bool(broker_config.broker_permission & PermName.PERM_WRITE)
+
+        return SendLaneState(self._send_topics, self._cluster_property(), int(MQVersion.CURRENT),
+                             PutMessageStatus.PUT_OK, self.ctrl.stats.inc_put, put_outcome, refresh)
+
     def process_send(self, ctx, request):
         """A send request's response, or an awaitable of it.
 
-        The common send — a plain message (no batch, transaction, delay, timer or retry topic) to
-        a topic whose checks passed under the topic table's current data version — is put and
-        answered right here; every other request, and any field the native reader declines,
-        takes send_message, which does the whole check and names a bad value."""
+        The plain send the lane answers — a message without transaction, delay or timer, or a
+        batch, to a topic whose checks passed under the topic table's current data version — is
+        recognised by the lane's own kernel check (send_lane.plain_send_queues / checked_queues)
+        and put and answered right here; every other request, and any field the native reader
+        declines, takes send_message, which does the whole check and names a bad value."""
         ext = request.ext_fields
         if "b" in ext and "topic" not in ext:
             names, int_keys = _V2_FIELDS, _V2_INT_KEYS
         else:
             names, int_keys = _V1_FIELDS, _V1_INT_KEYS
         topic = ext.get(names[0])
-        entry = self._send_topics.get(topic)
-        if entry is None or _header_ints is None:
-            return self.send_message(ctx, request)
-        dv = self.ctrl.topic_manager.table.data_version
         ints = _header_ints(ext, int_keys, _INT_DEFAULTS)
-        if (ints is None or entry[0] is not dv or entry[1] != dv.counter
-                or not self.ctrl.broker_config.broker_permission & PermName.PERM_WRITE):
+        if ints is None:
             return self.send_message(ctx, request)
+        state = self._state
+        if state is None:
+            state = self._state = self._new_state()
+        state.refresh(state)
         queue_id, sys_flag = ints[1], ints[2]
         props = ext.get(names[8]) or ""
         batch = ext.get(names[12])
         if request.code == RequestCode.SEND_BATCH_MESSAGE or (batch is not None and batch != "false" and _bool(batch)):
-            return self._process_batch(ctx, request, entry, ints, topic, props)
-        if (sys_flag & SysFlag.TRANSACTION_MASK
-                or (("DELAY" in props or "TRAN_MSG" in props or "TIMER_" in props or "DELIVER_TIME_MS" in props)
-                    and _SPECIAL_KEYS.search(props))):
-            return self.send_message(ctx, request)
+            try:
+                queues = checked_queues(state, topic, queue_id)
+            except OverflowError:
+                queues = 0
+            if not queues:
+                return self.send_message(ctx, request)
+            return self._process_batch(ctx, request, queues, ints, topic, props)
+        try:
+            props_bytes = props.encode("utf-8")
+            queues = plain_send_queues(state, topic, queue_id, sys_flag, props_bytes)
+        except (AttributeError, UnicodeEncodeError, OverflowError):
+            queues = 0
+        if not queues:
+            return self.send_message(ctx, request)  # it checks everything and names what is wrong
         if queue_id < 0:
-            queue_id = random.randrange(entry[2])
-        elif queue_id >= entry[3]:
-            return self.send_message(ctx, request)  # answers with the error naming the queue id
+            queue_id = random.randrange(queues)
         try:
             born_host = ctx.attributes["_born_host"]
         except (AttributeError, KeyError):
             born_host = _remember_born_host(ctx)
         inner = MessageExtBrokerInner(
             topic=topic, queue_id=queue_id, body=request.body or b"", flag=ints[4],
-            properties_bytes=props.encode("utf-8") + self._cluster_property(), sys_flag=sys_flag,
+            properties_bytes=props_bytes + self._cluster_property(), sys_flag=sys_flag,
             born_timestamp=ints[3] or int(time.time() * 1000), born_host=born_host, reconsume_times=ints[5])
         result, fut = self.ctrl.store.put_nowait(inner)
         if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answer once it is durable
             return self._finish_put(request, result, fut, topic, queue_id)
         return self._send_response(request, result, topic, queue_id)
 
-    def _process_batch(self, ctx, request, entry, ints, topic, props):
-        """process_send's answer to a batch to a checked topic: _send_batch's work without a
-        coroutine (the properties every item gets are prepared once per distinct header value);
-        a compressed batch, or a queue id out of range, takes send_message."""
+    def _process_batch(self, ctx, request, queues, ints, topic, props):
+        """process_send's answer to a batch to a checked topic (`queues`: its write queues):
+        _send_batch's work without a coroutine (the properties every item gets are prepared once
+        per distinct header value); a compressed batch takes send_message."""
         queue_id, sys_flag = ints[1], ints[2]
         if sys_flag & SysFlag.COMPRESSED:
             return self.send_message(ctx, request)
         if queue_id < 0:
-            queue_id = random.randrange(entry[2])
-        elif queue_id >= entry[3]:
-            return self.send_message(ctx, request)  # answers with the error naming the queue id
+            queue_id = random.randrange(queues)
         prepared = self._batch_extras.get(props)
         if prepared is None:
             header_props = string_to_properties(props)
@@ -300,13 +300,14 @@ class SendMessageProcessor(Processor):
 
         topic, props_str = h.topic, h.properties
         sys_flag = h.sys_flag
+        props_bytes = props_str.encode("utf-8")
         if (not SysFlag.transaction_value(sys_flag) and not MixAll.is_retry_topic(topic)
-                and not _SPECIAL_KEYS.search(props_str)):
+                and not special_properties(props_bytes)):
             # Plain message (no delay, timer, transaction): hand the client's properties through
             # as bytes, plus CLUSTER, without building a dict (the common case, on the hot path).
             inner = MessageExtBrokerInner(
                 topic=topic, queue_id=queue_id, body=body, flag=h.flag,
-                properties_bytes=props_str.encode("utf-8") + self._cluster_property(),
+                properties_bytes=props_bytes + self._cluster_property(),
                 sys_flag=sys_flag, born_timestamp=h.born_timestamp, born_host=born_host,
                 reconsume_times=h.reconsume_times)
             result = await ctrl.put_message(inner)
@@ -387,9 +388,7 @@ class SendMessageProcessor(Processor):
         self.ctrl.stats.inc_put(topic, ar.msg_num, ar.wrote_bytes)
         ext = {"msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-        if _header_ints is not None:  # the dict is fresh and all str: no copy, no checks
-            return _new_response(request, code, None, ext, None)
-        return request.make_response(code, None, ext)
+        return _new_response(request, code, None, ext, None)  # the dict is fresh and all str
 
     def _check(self, ctx, request, h):
         """msgCheck: broker permission, topic name, topic existence / auto-creation, queue id."""

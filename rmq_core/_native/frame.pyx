@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Native remoting hot path: frame splitting and the JSON header codec of RemotingCommand.
+"""Remoting frames: splitting a read into frames, and the JSON header codec of RemotingCommand.
 
 Frame (shared/protocol/REMOTING.md §1, integers big-endian):
 
@@ -13,8 +13,9 @@ The JSON header this module reads and writes is the flat object every RocketMQ 4
     {"code":N,"extFields":{"k":"v",...},"flag":N,"language":"JAVA","opaque":N,
      "remark":"...","serializeTypeCurrentRPC":"JSON","version":N}
 
-Anything else (a number or boolean inside extFields, a numeric string for code, floats, unknown
-nested values, a lone surrogate, invalid UTF-8, trailing garbage...) makes the native routine
+The header is read by frame.pxd's read_json_header (the one reader, which the broker's send lane
+uses too).  Anything else (a number or boolean inside extFields, a numeric string for code, floats,
+a top-level name RocketMQ does not send, a lone surrogate, invalid UTF-8, trailing garbage...) makes the native routine
 return None and the pure-Python codec in rmq_core/remoting/command.py — the reference, and the
 oracle of the tests — decides, with its precise error messages.  The encoder writes exactly the
 bytes of the Python encoder (sorted keys, compact separators, non-ASCII kept, json escapes).
@@ -108,23 +109,7 @@ cdef tuple _walk_frames(data, Py_ssize_t max_frame_length, bint decode):
 
 
 # --- JSON header decoding ------------------------------------------------------------------------
-from json_read cimport (Cursor, expect as _expect, hex_digit as _hex, key_is as _key_is, open_json_header,
-                        read_int as _read_int, scan_str, skip_ws as _skip_ws)
-
-
-cdef int _read_u4(Cursor* c) noexcept nogil:
-    cdef int v = 0, d, i
-    if c.end - c.p < 4:
-        c.bad = True
-        return -1
-    for i in range(4):
-        d = _hex(c.p[i])
-        if d < 0:
-            c.bad = True
-            return -1
-        v = (v << 4) | d
-    c.p += 4
-    return v
+from frame cimport JsonHeader, header_int, read_json_header, unescape_json
 
 
 # Header keys and many values repeat on every request ("topic", "JAVA", "false", a group name):
@@ -162,181 +147,47 @@ cdef enum:
     _STACK_UNESCAPE = 1024
 
 
-cdef object _read_str(Cursor* c):
-    """A JSON string as str (cursor on the opening quote, after whitespace); None and c.bad on trouble."""
-    cdef const uint8_t* start
-    cdef const uint8_t* q
-    cdef uint8_t ch
-    cdef char* tmp
+cdef object _json_str(const uint8_t* p, Py_ssize_t n, bint escaped):
+    """The str of a JSON string's inside (escapes in place), or None when it is not one this
+    decoder takes (a lone surrogate, invalid UTF-8): the Python codec decides."""
     cdef char stack_buf[_STACK_UNESCAPE]
-    cdef Py_ssize_t n = 0
-    cdef int cp, lo
-    _skip_ws(c)
-    if c.p >= c.end or c.p[0] != 34:
-        c.bad = True
-        return None
-    c.p += 1
-    start = c.p
-    q = c.p
-    while q < c.end:  # the common case: no escapes, one decode straight from the frame
-        ch = q[0]
-        if ch == 34:
-            c.p = q + 1
-            try:
-                return _short_str(start, q - start)
-            except UnicodeDecodeError:
-                c.bad = True
-                return None
-        if ch == 92 or ch < 32:
-            break
-        q += 1
-    if q >= c.end or q[0] < 32:  # unterminated, or a raw control character (invalid JSON)
-        c.bad = True
-        return None
-    # Escapes: unescape into a UTF-8 buffer (never longer than the escaped text); a header's
-    # escaped value (a properties string full of \u0001 / \u0002) usually fits the stack buffer.
-    if c.end - start + 1 <= _STACK_UNESCAPE:
+    cdef char* tmp
+    cdef Py_ssize_t m
+    if not escaped:
+        try:
+            return _short_str(p, n)
+        except UnicodeDecodeError:
+            return None
+    # a header's escaped value (a properties string full of \u0001 / \u0002) usually fits the stack
+    if n <= _STACK_UNESCAPE:
         tmp = stack_buf
     else:
-        tmp = <char*>malloc(c.end - start + 1)
+        tmp = <char*>malloc(n)
         if tmp == NULL:
             raise MemoryError()
     try:
-        # the plain run before the first escape is copied at once
-        n = q - start
-        memcpy(tmp, start, n)
-        c.p = q
-        while True:
-            if c.p >= c.end:
-                c.bad = True
-                return None
-            ch = c.p[0]
-            if ch == 34:
-                c.p += 1
-                try:
-                    return PyUnicode_DecodeUTF8(tmp, n, NULL)
-                except UnicodeDecodeError:
-                    c.bad = True
-                    return None
-            if ch < 32:
-                c.bad = True
-                return None
-            if ch != 92:
-                tmp[n] = <char>ch
-                n += 1
-                c.p += 1
-                continue
-            c.p += 1
-            if c.p >= c.end:
-                c.bad = True
-                return None
-            ch = c.p[0]
-            c.p += 1
-            if ch == 34 or ch == 92 or ch == 47:
-                tmp[n] = <char>ch
-                n += 1
-            elif ch == 98:
-                tmp[n] = 8; n += 1
-            elif ch == 102:
-                tmp[n] = 12; n += 1
-            elif ch == 110:
-                tmp[n] = 10; n += 1
-            elif ch == 114:
-                tmp[n] = 13; n += 1
-            elif ch == 116:
-                tmp[n] = 9; n += 1
-            elif ch == 117:
-                cp = _read_u4(c)
-                if cp < 0:
-                    return None
-                if 0xD800 <= cp <= 0xDBFF:  # a surrogate pair must follow
-                    if c.end - c.p < 6 or c.p[0] != 92 or c.p[1] != 117:
-                        c.bad = True  # a lone surrogate: Python keeps it, UTF-8 cannot
-                        return None
-                    c.p += 2
-                    lo = _read_u4(c)
-                    if lo < 0xDC00 or lo > 0xDFFF:
-                        c.bad = True
-                        return None
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)
-                elif 0xDC00 <= cp <= 0xDFFF:
-                    c.bad = True
-                    return None
-                # \uXXXX (6 escaped bytes) -> at most 3 UTF-8 bytes; a pair (12) -> 4
-                if cp < 0x80:
-                    tmp[n] = <char>cp; n += 1
-                elif cp < 0x800:
-                    tmp[n] = <char>(0xC0 | (cp >> 6)); tmp[n + 1] = <char>(0x80 | (cp & 0x3F)); n += 2
-                elif cp < 0x10000:
-                    tmp[n] = <char>(0xE0 | (cp >> 12)); tmp[n + 1] = <char>(0x80 | ((cp >> 6) & 0x3F))
-                    tmp[n + 2] = <char>(0x80 | (cp & 0x3F)); n += 3
-                else:
-                    tmp[n] = <char>(0xF0 | (cp >> 18)); tmp[n + 1] = <char>(0x80 | ((cp >> 12) & 0x3F))
-                    tmp[n + 2] = <char>(0x80 | ((cp >> 6) & 0x3F)); tmp[n + 3] = <char>(0x80 | (cp & 0x3F))
-                    n += 4
-            else:
-                c.bad = True
-                return None
+        m = unescape_json(p, n, <uint8_t*>tmp)
+        if m < 0:
+            return None
+        try:
+            return PyUnicode_DecodeUTF8(tmp, m, NULL)
+        except UnicodeDecodeError:
+            return None
     finally:
         if tmp != stack_buf:
             free(tmp)
 
 
-cdef bint _read_key(Cursor* c, const uint8_t** key, Py_ssize_t* klen) noexcept nogil:
-    """A top-level key without escapes (the fixed header names): pointer + length."""
-    cdef bint escaped
-    if not scan_str(c, key, klen, &escaped):
-        return False
-    if escaped:
-        c.bad = True
-        return False
-    return True
-
-
-cdef bint _skip_literal(Cursor* c, const char* word, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    if c.end - c.p < n:
-        c.bad = True
-        return False
-    for i in range(n):
-        if c.p[i] != <uint8_t>word[i]:
-            c.bad = True
-            return False
-    c.p += n
-    return True
-
-
-cdef dict _read_ext(Cursor* c):
-    """The extFields object with string values only (anything else: c.bad)."""
-    cdef dict ext = {}
-    _skip_ws(c)
-    if c.p >= c.end or c.p[0] != 123:
-        c.bad = True
-        return None
-    c.p += 1
-    _skip_ws(c)
-    if c.p < c.end and c.p[0] == 125:
-        c.p += 1
-        return ext
-    while True:
-        k = _read_str(c)
-        if c.bad:
-            return None
-        if not _expect(c, 58):
-            return None
-        v = _read_str(c)
-        if c.bad:
-            return None
-        PyDict_SetItem(ext, k, v)
-        _skip_ws(c)
-        if c.p < c.end and c.p[0] == 44:
-            c.p += 1
-            continue
-        if c.p < c.end and c.p[0] == 125:
-            c.p += 1
-            return ext
-        c.bad = True
-        return None
+cdef int _ext_entry(void* target, const uint8_t* k, Py_ssize_t kl, bint kesc,
+                    const uint8_t* v, Py_ssize_t vl, bint vesc) except -1:
+    key = _json_str(k, kl, kesc)
+    if key is None:
+        return 1
+    value = _json_str(v, vl, vesc)
+    if value is None:
+        return 1
+    PyDict_SetItem(<dict>target, key, value)
+    return 0
 
 
 def decode_frame(frame):
@@ -351,90 +202,32 @@ def decode_frame(frame):
 
 
 cdef object _decode_frame(const uint8_t* base, Py_ssize_t n):
-    cdef Py_ssize_t header_length
-    cdef Cursor c
-    cdef const uint8_t* key
-    cdef Py_ssize_t klen
-    cdef int64_t code = 0, opaque = 0, flag = 0, version = 0
-    cdef bint has_code = False
-    if not open_json_header(&c, base, n):
+    cdef JsonHeader h
+    cdef dict ext = {}
+    if read_json_header(base, n, &h, _ext_entry, <void*>ext) != 1 or h.other:
         return None
-    header_length = c.end - base - 4
-    language = None
-    remark = None
-    ext = None
-    if not _expect(&c, 123):
-        return None
-    _skip_ws(&c)
-    if c.p < c.end and c.p[0] == 125:  # "{}": no code; the Python codec names the problem
-        return None
-    while True:
-        if not _read_key(&c, &key, &klen):
+    if h.language == NULL:
+        language = "JAVA"
+    else:
+        language = _json_str(h.language, h.language_len, h.language_escaped)
+        if language is None:
             return None
-        if not _expect(&c, 58):
+    if h.remark == NULL:
+        remark = None
+    else:
+        remark = _json_str(h.remark, h.remark_len, h.remark_escaped)
+        if remark is None:
             return None
-        _skip_ws(&c)
-        if c.p >= c.end:
-            return None
-        if _key_is(key, klen, "code", 4):
-            code = _read_int(&c)
-            has_code = True
-        elif _key_is(key, klen, "opaque", 6):
-            opaque = _read_int(&c)
-        elif _key_is(key, klen, "flag", 4):
-            flag = _read_int(&c)
-        elif _key_is(key, klen, "version", 7):
-            version = _read_int(&c)
-        elif _key_is(key, klen, "language", 8):
-            language = _read_str(&c)
-        elif _key_is(key, klen, "remark", 6):
-            if c.p[0] == 110:  # null
-                _skip_literal(&c, "null", 4)
-                remark = None
-            else:
-                remark = _read_str(&c)
-        elif _key_is(key, klen, "extFields", 9):
-            if c.p[0] == 110:
-                _skip_literal(&c, "null", 4)
-                ext = None
-            else:
-                ext = _read_ext(&c)
-        elif c.p[0] == 34:  # serializeTypeCurrentRPC and any other string field: not kept
-            _read_str(&c)
-        elif c.p[0] == 110:
-            _skip_literal(&c, "null", 4)
-        elif c.p[0] == 116:
-            _skip_literal(&c, "true", 4)
-        elif c.p[0] == 102:
-            _skip_literal(&c, "false", 5)
-        else:
-            _read_int(&c)
-        if c.bad:
-            return None
-        _skip_ws(&c)
-        if c.p < c.end and c.p[0] == 44:
-            c.p += 1
-            continue
-        if c.p < c.end and c.p[0] == 125:
-            c.p += 1
-            break
-        return None
-    _skip_ws(&c)
-    if c.p != c.end or not has_code:
-        return None
     # The slots start empty and are all set below, as RemotingCommand.__init__ would (minus the call).
     cmd = PyType_GenericAlloc(<type>_command_cls, 0)
-    cmd.code = code
-    cmd.language = language if language is not None else "JAVA"
-    cmd.version = version
-    cmd.opaque = opaque
-    cmd.flag = flag
+    cmd.code = h.code
+    cmd.language = language
+    cmd.version = h.version
+    cmd.opaque = h.opaque
+    cmd.flag = h.flag
     cmd.remark = remark
-    cmd.ext_fields = ext if ext is not None else {}
-    if n > 4 + header_length:
-        cmd.body = PyBytes_FromStringAndSize(<const char*>(base + 4 + header_length), n - 4 - header_length)
-    else:
-        cmd.body = None
+    cmd.ext_fields = ext
+    cmd.body = PyBytes_FromStringAndSize(<const char*>h.body, h.body_len) if h.body_len else None
     cmd.serialize_type = _json_type
     return cmd
 
@@ -563,11 +356,10 @@ def header_ints(dict ext, tuple keys, tuple defaults):
     entry in `defaults`, an int stays as it is, a str of optional '-' and 1..18 ASCII digits is
     parsed.  None when any value is something else (" 7", "+7", "7_0", "x", 1e3, a huge number):
     the caller's Python path then parses it as int() would, or names the bad field."""
-    cdef Py_ssize_t i, j, slen, n = len(keys)
+    cdef Py_ssize_t i, slen, n = len(keys)
     cdef PyObject* v
     cdef const char* s
-    cdef long long acc
-    cdef bint neg
+    cdef int64_t iv
     if len(defaults) != n:
         raise ValueError(f"header_ints: {n} keys but {len(defaults)} defaults")
     out = PyTuple_New(n)
@@ -580,19 +372,9 @@ def header_ints(dict ext, tuple keys, tuple defaults):
                 val = defaults[i]
             else:
                 s = PyUnicode_AsUTF8AndSize(<object>v, &slen)
-                j = 0
-                neg = s[0] == 45  # '-'
-                if neg:
-                    j = 1
-                if slen - j < 1 or slen - j > 18:
+                if not header_int(<const uint8_t*>s, slen, &iv):
                     return None
-                acc = 0
-                while j < slen:
-                    if s[j] < 48 or s[j] > 57:
-                        return None
-                    acc = acc * 10 + (s[j] - 48)
-                    j += 1
-                val = PyLong_FromLongLong(-acc if neg else acc)
+                val = PyLong_FromLongLong(iv)
         elif PyLong_CheckExact(<object>v):
             val = <object>v
         else:

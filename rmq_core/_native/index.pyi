@@ -1,4 +1,4 @@
-"""Type stubs for rmq_core._native.index_native (the IndexFile put/select paths and the native
+"""Type stubs for rmq_core._native.index (the IndexFile put/select paths and the native
 hashing of records' keys into a KeyRun)."""
 import mmap
 from collections import deque

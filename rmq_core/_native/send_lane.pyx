@@ -5,24 +5,27 @@ A read chunk of a TCP connection holds whole frames (shared/protocol/REMOTING.md
 
     int32 length | int32 serializeType << 24 | headerLength | JSON header | body
 
-`SendLane.deliver` walks them in order.  A frame it recognises as a plain SEND_MESSAGE_V2 (code
-310, the one-letter header of SendMessageRequestHeaderV2) is read without building a
-RemotingCommand or a dict:
+`SendLane.deliver` walks them in order.  A frame whose JSON header (read by frame.pxd's
+read_json_header, the one header reader) is a plain SEND_MESSAGE_V2 (code 310, the one-letter
+header of SendMessageRequestHeaderV2) is read without building a RemotingCommand or a dict:
 
     {"code":310,"extFields":{"a":group,"b":topic,"c":defaultTopic,"d":defaultQueueNums,
      "e":queueId,"f":sysFlag,"g":bornTimestamp,"h":flag,"i":properties,"j":reconsumeTimes,
      "k":unitMode,"l":maxReconsumeTimes,"m":batch},"flag":0,"language":"JAVA","opaque":N,
      "serializeTypeCurrentRPC":"JSON","version":N}
 
-checked exactly as SendMessageProcessor.process_send checks its fast path (the topic passed every
-check under the topic table's current data version, the broker is writeable, no transaction,
-batch, delay or timer property, queue id in range), put through the store's native single put,
-and answered with a response frame written here — every answer of a run of such frames joins one
-write.  Any other frame, and any send the lane is not sure about (an escape it does not expect, a
-non-ASCII byte, an odd integer, a duplicate field, a put the native store path declines), goes to
-`on_frame` as a memoryview, in its place in the order: the general path then does what it always
-did, with its precise errors.  Nothing is put before the last check passes, so declining is
-always safe.  Bytes from the network are untrusted: every read is bounds-checked.
+and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
+every check of the send processor under the topic table's current data version, the broker is
+writeable, the queue id is in range, no transaction flag, no delay or timer property) — the
+functions the send processor's own path calls too (`checked_queues`, `plain_send_queues`,
+`special_properties`), so a send is recognised alike whichever path reads it.  It is then put
+through the store's native single put and answered with a response frame written here — every
+answer of a run of such frames joins one write.  Any other frame, and any send the lane is not
+sure about (an escape it does not expect, a non-ASCII byte, an odd integer, a duplicate field, a
+put the native store path declines), goes to `on_frame` as a memoryview, in its place in the
+order: the general path then checks it and makes every refusal, with its precise remark.  Nothing
+is put before the last check passes, so declining is always safe.  Bytes from the network are
+untrusted: every read is bounds-checked.
 
 The lane reads nothing of the broker but its `SendLaneState`: plain values (the put to use, the
 topic table's version, writeable or not, the checked-topics cache) that the send processor owns
@@ -64,86 +67,13 @@ cdef struct SendFields:
     bint props_escaped
     int64_t queue_id, sys_flag, born_ts, msg_flag, reconsume
     bint has_queue_id
+    uint32_t seen             # the one-letter fields read
     const uint8_t* body
     Py_ssize_t body_len
 
 
-from json_read cimport (Cursor as Cur, expect, hex_digit as _hex, key_is, open_json_header, read_int,
-                        scan_ascii_str as _json_str, skip_ws as _ws)
-
-
-cdef inline bint _eat(Cur* c, uint8_t ch) noexcept nogil:
-    return expect(c, ch)  # (this reader answers with False, never reads `bad`)
-
-
-cdef inline bint _json_int(Cur* c, int64_t* out) noexcept nogil:
-    """A JSON integer of at most 18 digits (what the general decoder accepts); False otherwise."""
-    c.bad = False
-    out[0] = read_int(c)
-    return not c.bad
-
-
-cdef Py_ssize_t _unescape(const uint8_t* s, Py_ssize_t n, uint8_t* out) noexcept nogil:
-    """The unescaped bytes of a JSON string body (ASCII only: \\u0000..\\u007f and the one-letter
-    escapes); -1 for anything else.  `out` has room for n bytes."""
-    cdef Py_ssize_t i = 0, w = 0
-    cdef int a, b, cc, d
-    cdef uint8_t ch
-    while i < n:
-        ch = s[i]
-        if ch != 92:
-            out[w] = ch
-            w += 1
-            i += 1
-            continue
-        if i + 1 >= n:
-            return -1
-        ch = s[i + 1]
-        if ch == 34 or ch == 92 or ch == 47:
-            out[w] = ch
-        elif ch == 98:
-            out[w] = 8
-        elif ch == 102:
-            out[w] = 12
-        elif ch == 110:
-            out[w] = 10
-        elif ch == 114:
-            out[w] = 13
-        elif ch == 116:
-            out[w] = 9
-        elif ch == 117:
-            if i + 6 > n:
-                return -1
-            a = _hex(s[i + 2]); b = _hex(s[i + 3]); cc = _hex(s[i + 4]); d = _hex(s[i + 5])
-            if a != 0 or b != 0 or cc < 0 or cc > 7 or d < 0:
-                return -1  # beyond ASCII: the general decoder's business
-            out[w] = <uint8_t>((cc << 4) | d)
-            w += 1
-            i += 6
-            continue
-        else:
-            return -1
-        w += 1
-        i += 2
-    return w
-
-
-cdef bint _header_int(const uint8_t* s, Py_ssize_t n, int64_t* out) noexcept nogil:
-    """A header integer as header_ints reads it: optional '-' and 1..18 ASCII digits."""
-    cdef Py_ssize_t j = 0
-    cdef int64_t acc = 0
-    cdef bint neg = n > 0 and s[0] == 45
-    if neg:
-        j = 1
-    if n - j < 1 or n - j > 18:
-        return False
-    while j < n:
-        if s[j] < 48 or s[j] > 57:
-            return False
-        acc = acc * 10 + (s[j] - 48)
-        j += 1
-    out[0] = -acc if neg else acc
-    return True
+from frame cimport JsonHeader, header_int, plain_ascii, read_json_header, unescape_json
+from json_read cimport key_is
 
 
 cdef bint _is_int32(int64_t v) noexcept nogil:
@@ -152,7 +82,7 @@ cdef bint _is_int32(int64_t v) noexcept nogil:
 
 cdef bint _special_properties(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     """True when a property name asks for the general path: DELAY, TRAN_MSG, DELIVER_TIME_MS or
-    TIMER_* (delay levels, transactions, timers) — a superset of process_send's pattern."""
+    TIMER_* (delay levels, transactions, timers)."""
     cdef Py_ssize_t i = 0, j
     while i < n:
         j = i
@@ -169,21 +99,70 @@ cdef bint _special_properties(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     return False
 
 
-cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) noexcept nogil:
-    """Read a plain SEND_MESSAGE_V2 request frame (without its length prefix) into `f`; False
-    when it is anything else or anything the lane is not sure about."""
-    cdef Py_ssize_t hl, klen, vlen
-    cdef Cur c
-    cdef const uint8_t* key
-    cdef const uint8_t* v
-    cdef bint esc, has_code = False
-    cdef uint32_t seen = 0, top = 0, bit
+cdef int _send_field(void* target, const uint8_t* key, Py_ssize_t klen, bint kesc,
+                     const uint8_t* v, Py_ssize_t vlen, bint esc) except -1:
+    """One extFields entry of a SendMessageRequestHeaderV2 into the SendFields `target`: 1 for
+    anything the lane is not sure about (the general path then reads the frame)."""
+    cdef SendFields* f = <SendFields*>target
     cdef int64_t iv
-    if not open_json_header(&c, base, n):
-        return False
-    hl = c.end - base - 4
-    f.flag = 0
-    f.opaque = 0
+    cdef uint8_t k
+    if kesc or klen != 1 or key[0] < 97 or key[0] > 110 or not plain_ascii(v, vlen):
+        return 1  # only the one-letter names a..n, ASCII values
+    k = key[0]
+    if f.seen & (1u << (k - 97)):
+        return 1  # a repeat: the general decoder keeps the last
+    f.seen |= 1u << (k - 97)
+    if k == 98:  # b: topic
+        if esc or vlen == 0 or vlen > MAX_TOPIC_BYTES:
+            return 1
+        f.topic = v
+        f.topic_len = vlen
+    elif k == 105:  # i: properties
+        f.props = v
+        f.props_len = vlen
+        f.props_escaped = esc
+    elif k == 109:  # m: batch
+        if not (vlen == 5 and memcmp(v, b"false", 5) == 0):
+            return 1
+    elif k == 97 or k == 99 or k == 107 or k == 110:
+        # a, c, k, n: producer group, default topic, unit mode, broker name (sent by Java 4.9
+        # clients and ours; a 4.x broker does not read it) — not read here
+        pass
+    else:  # d e f g h j l: integers, empty meaning the default
+        if esc:
+            return 1
+        if vlen == 0:
+            return 0
+        if not header_int(v, vlen, &iv):
+            return 1
+        if k == 101:
+            if not _is_int32(iv):
+                return 1
+            f.queue_id = iv
+            f.has_queue_id = True
+        elif k == 102:
+            if not _is_int32(iv):
+                return 1
+            f.sys_flag = iv
+        elif k == 103:
+            f.born_ts = iv
+        elif k == 104:
+            if not _is_int32(iv):
+                return 1
+            f.msg_flag = iv
+        elif k == 106:
+            if not _is_int32(iv):
+                return 1
+            f.reconsume = iv
+    return 0
+
+
+cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) except -1:
+    """Read a SEND_MESSAGE_V2-shaped request frame (without its length prefix) into `f` through
+    the one JSON header reader (frame.pxd); False when it is anything else or anything the lane is
+    not sure about (a remark, a name RocketMQ does not send, a repeated name, an escaped or
+    non-ASCII language)."""
+    cdef JsonHeader h
     f.topic = NULL
     f.props = NULL
     f.props_len = 0
@@ -194,122 +173,18 @@ cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) noexcept
     f.born_ts = 0
     f.msg_flag = 0
     f.reconsume = 0
-    if not _eat(&c, 123):
+    f.seen = 0
+    if read_json_header(base, n, &h, _send_field, f) != 1:
         return False
-    while True:
-        if not _json_str(&c, &key, &klen, &esc) or esc:
-            return False
-        if not _eat(&c, 58):
-            return False
-        _ws(&c)
-        if c.p >= c.end:
-            return False
-        # each top-level name once (a repeat: the general decoder keeps the last)
-        if klen == 4 and memcmp(key, b"code", 4) == 0:
-            bit = 1
-            if not _json_int(&c, &f.code):
-                return False
-            has_code = True
-        elif klen == 4 and memcmp(key, b"flag", 4) == 0:
-            bit = 2
-            if not _json_int(&c, &f.flag):
-                return False
-        elif klen == 6 and memcmp(key, b"opaque", 6) == 0:
-            bit = 4
-            if not _json_int(&c, &f.opaque):
-                return False
-        elif klen == 7 and memcmp(key, b"version", 7) == 0:
-            bit = 8
-            if not _json_int(&c, &iv):
-                return False
-        elif (klen == 8 and memcmp(key, b"language", 8) == 0) or (
-                klen == 23 and memcmp(key, b"serializeTypeCurrentRPC", 23) == 0):
-            bit = 16 if klen == 8 else 32
-            if not _json_str(&c, &v, &vlen, &esc):
-                return False
-        elif klen == 6 and memcmp(key, b"remark", 6) == 0:
-            bit = 64
-            if c.end - c.p < 4 or memcmp(c.p, b"null", 4) != 0:
-                return False
-            c.p += 4
-        elif klen == 9 and memcmp(key, b"extFields", 9) == 0:
-            bit = 128
-            if not _eat(&c, 123):
-                return False
-            if _eat(&c, 125):
-                return False  # no topic
-            while True:
-                if not _json_str(&c, &key, &klen, &esc) or esc or klen != 1 or key[0] < 97 or key[0] > 110:
-                    return False  # only the one-letter names a..n
-                if not _eat(&c, 58):
-                    return False
-                if not _json_str(&c, &v, &vlen, &esc):
-                    return False
-                if seen & (1u << (key[0] - 97)):
-                    return False
-                seen |= 1u << (key[0] - 97)
-                if key[0] == 98:  # b: topic
-                    if esc or vlen == 0 or vlen > MAX_TOPIC_BYTES:
-                        return False
-                    f.topic = v
-                    f.topic_len = vlen
-                elif key[0] == 105:  # i: properties
-                    f.props = v
-                    f.props_len = vlen
-                    f.props_escaped = esc
-                elif key[0] == 109:  # m: batch
-                    if not (vlen == 5 and memcmp(v, b"false", 5) == 0):
-                        return False
-                elif key[0] == 97 or key[0] == 99 or key[0] == 107 or key[0] == 110:
-                    # a, c, k, n: producer group, default topic, unit mode, broker name (sent by
-                    # Java 4.9 clients and ours; a 4.x broker does not read it) — not read here
-                    pass
-                else:  # d e f g h j l: integers, empty meaning the default
-                    if esc:
-                        return False
-                    if vlen == 0:
-                        pass
-                    elif not _header_int(v, vlen, &iv):
-                        return False
-                    elif key[0] == 101:
-                        if not _is_int32(iv):
-                            return False
-                        f.queue_id = iv
-                        f.has_queue_id = True
-                    elif key[0] == 102:
-                        if not _is_int32(iv):
-                            return False
-                        f.sys_flag = iv
-                    elif key[0] == 103:
-                        f.born_ts = iv
-                    elif key[0] == 104:
-                        if not _is_int32(iv):
-                            return False
-                        f.msg_flag = iv
-                    elif key[0] == 106:
-                        if not _is_int32(iv):
-                            return False
-                        f.reconsume = iv
-                if _eat(&c, 44):
-                    continue
-                if _eat(&c, 125):
-                    break
-                return False
-        else:
-            return False
-        if top & bit:
-            return False
-        top |= bit
-        if _eat(&c, 44):
-            continue
-        if _eat(&c, 125):
-            break
+    if h.other or h.repeated or h.remark != NULL or f.topic == NULL:
         return False
-    _ws(&c)
-    if c.p != c.end or not has_code or f.topic == NULL:
+    if h.language != NULL and (h.language_escaped or not plain_ascii(h.language, h.language_len)):
         return False
-    f.body = base + 4 + hl
-    f.body_len = n - 4 - hl
+    f.code = h.code
+    f.flag = h.flag
+    f.opaque = h.opaque
+    f.body = h.body
+    f.body_len = h.body_len
     return True
 
 
@@ -329,7 +204,7 @@ cdef class PlainSend:
         self.prepared_transaction_offset = 0
 
 
-from json_text cimport Out, out_reserve as _reserve, rmq_json_int
+from json_text cimport Out, out_reserve as _reserve, rmq_json_escaped, rmq_json_int
 
 
 cdef inline char* _lit(char* w, const char* s, Py_ssize_t n) noexcept nogil:
@@ -365,10 +240,10 @@ cdef int _write_send_response(Out* o, int64_t code, const char* msg_id, Py_ssize
 
 cdef int _write_failure(Out* o, int64_t code, bytes remark, int64_t opaque, int64_t version) except -1:
     """A send's answer without fields: make_response(code, remark) as the JSON encoder writes it
-    (`remark`: printable ASCII without quotes or backslashes, checked by the caller)."""
+    (`remark`: UTF-8, escaped by the encoder's own json_text writer)."""
     cdef char* start
     cdef char* w
-    _reserve(o, len(remark) + 200)
+    _reserve(o, len(remark) * 6 + 200)
     start = o.buf + o.n
     w = start + 8
     w = _lit(w, b'{"code":', 8)
@@ -376,7 +251,7 @@ cdef int _write_failure(Out* o, int64_t code, bytes remark, int64_t opaque, int6
     w = _lit(w, b',"flag":1,"language":"JAVA","opaque":', 37)
     w = rmq_json_int(w, opaque)
     w = _lit(w, b',"remark":"', 11)
-    w = _lit(w, PyBytes_AS_STRING(remark), len(remark))
+    w = rmq_json_escaped(w, PyBytes_AS_STRING(remark), len(remark))
     w = _lit(w, b'","serializeTypeCurrentRPC":"JSON","version":', 45)
     w = rmq_json_int(w, version)
     w[0] = 125  # }
@@ -422,6 +297,46 @@ cdef class SendLaneState:
         self.on_put = on_put
         self.outcome = outcome
         self.refresh = refresh
+
+
+cdef int64_t _checked_queues(SendLaneState st, topic, int64_t queue_id) except -1:
+    """The write queue count of `topic` when every check of the send processor passed for it under
+    the topic table's current version, the broker is writeable and `queue_id` (< 0: any queue) is
+    below the topic's bound; 0 when the send must take the general path (which checks everything
+    and names what is wrong)."""
+    entry = st.topics.get(topic)
+    if entry is None:
+        return 0
+    if (<tuple>entry)[0] is not st.data_version or (<tuple>entry)[1] != st.counter:
+        return 0
+    if not st.writable or queue_id >= <int64_t>(<tuple>entry)[3]:
+        return 0
+    return <int64_t>(<tuple>entry)[2]
+
+
+def checked_queues(SendLaneState state, topic, int64_t queue_id):
+    """The check the lane makes of every send, for the send processor's own sends (a batch, a
+    send read as a RemotingCommand): the topic's write queue count, or 0 for the general path."""
+    if type(topic) is not str:
+        return 0
+    return _checked_queues(state, topic, queue_id)
+
+
+def plain_send_queues(SendLaneState state, topic, int64_t queue_id, int64_t sys_flag, properties):
+    """checked_queues for one message, 0 as well when it is not plain: a transaction flag, or a
+    delay, timer or transaction property (`properties`: the encoded properties string)."""
+    cdef const uint8_t* p
+    if sys_flag & TRANSACTION_MASK or type(topic) is not str:
+        return 0
+    p = <const uint8_t*>PyBytes_AS_STRING(<bytes?>properties)
+    if _special_properties(p, len(properties)):
+        return 0
+    return _checked_queues(state, topic, queue_id)
+
+
+def special_properties(bytes properties):
+    """Whether an encoded properties string asks for delay, timer or transaction handling."""
+    return _special_properties(<const uint8_t*>PyBytes_AS_STRING(properties), len(properties))
 
 
 cdef class SendLane
@@ -563,27 +478,18 @@ cdef class SendLane:
             return 0
         if f.code != SEND_MESSAGE_V2 or f.flag & RESPONSE_FLAG or not f.has_queue_id or f.queue_id < 0:
             return 0
-        if f.sys_flag & TRANSACTION_MASK:
-            return 0
         st = self.state
         topic = self._topic_str(f.topic, f.topic_len)
-        entry = st.topics.get(topic)
-        if entry is None:
+        if f.sys_flag & TRANSACTION_MASK or _checked_queues(st, topic, f.queue_id) == 0:
             return 0
-        if (<tuple>entry)[0] is not st.data_version or (<tuple>entry)[1] != st.counter:
-            return 0
-        if not st.writable:
-            return 0
-        if f.queue_id >= <int64_t>(<tuple>entry)[3]:
-            return 0
-        # properties: unescaped, then CLUSTER appended (as process_send does)
+        # properties: unescaped, then CLUSTER appended (as the general path does)
         cluster_prop = st.cluster_prop
         total_props = f.props_len + len(cluster_prop)
         if len(self.props_buf) < total_props:
             self.props_buf = bytearray(total_props * 2)
         pb = <uint8_t*><char*>self.props_buf
         if f.props_escaped:
-            plen = _unescape(f.props, f.props_len, pb)
+            plen = unescape_json(f.props, f.props_len, pb)
             if plen < 0:
                 return 0
         else:
@@ -663,7 +569,7 @@ cdef class SendLane:
             code_o, remark, fields = st.outcome(status)
             code = code_o
         if remark is not None:
-            remark = (<str>remark).encode("ascii", "replace").replace(b'"', b"'").replace(b"\\", b"/")
+            remark = (<str>remark).encode("utf-8", "replace")
         o.buf = NULL
         o.n = 0
         o.cap = 0

@@ -1,4 +1,4 @@
-"""Type stub for the native message codec (rmq_core/_native/codec.pyx)."""
+"""Type stub for the native message codec (rmq_core/_native/record.pyx)."""
 from typing import Any, Iterable, Mapping
 
 class MessageExt:

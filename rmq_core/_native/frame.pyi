@@ -1,4 +1,4 @@
-"""Type stubs for rmq_core._native.remoting_native (frame splitting and the JSON header codec)."""
+"""Type stubs for rmq_core._native.frame (frame splitting and the JSON header codec)."""
 from typing import Any
 
 from rmq_core.remoting.command import RemotingCommand, SerializeType

@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Hot paths of the message store: record encoding, batch append into a mapped segment, CRC32,
-recovery scan of the commit log, consume-queue scans.
+"""Commit-log kernels: record encoding (one message, a batch body's items; body CRCs by crc.pyx),
+appending records into a mapped segment or a file,
+the recovery scan, and the single-message put end to end (SinglePutPath).
 
 Commit-log record (RocketMQ 4.x v1 layout, big-endian; REMOTING.md §6):
 
@@ -12,11 +13,11 @@ Commit-log record (RocketMQ 4.x v1 layout, big-endian; REMOTING.md §6):
 
 End of segment: BLANK record = i32 remaining bytes, i32 0xCBD43194 (at least 8 bytes left).
 
-Consume-queue entry (20 bytes, big-endian): i64 commit-log offset | i32 size | i64 tags code.
+Consume-queue entry (written by the puts here, scanned by cq.pyx; 20 bytes, big-endian):
+i64 commit-log offset | i32 size | i64 tags code.
 
-All functions work on raw pointers held by `NativeMap` (one buffer-protocol view per mapped file,
-taken once, released before the mmap is closed), so a call costs no per-call buffer acquisition
-and creates no Python object per record scanned or skipped.
+All functions work on raw pointers held by `NativeMap` (mapped.pyx), so a call costs no per-call
+buffer acquisition and creates no Python object per record scanned or skipped.
 """
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
@@ -26,6 +27,10 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
 from libc.string cimport memcpy, memset, memcmp
 
 from rmq_core.errors import IllegalArgumentError, MessageTooLargeError
+from rmq_core._native.group_commit cimport GroupCommitFutures, GroupCommitGate, RMQ_GC_OK, rmq_gc_await
+from rmq_core._native.mapped cimport NativeMap
+from store_bytes cimport (BORNHOST_V6, CQ_UNIT, MAX_PROPS, MAX_TOPIC, MIN_BLANK, STOREHOST_V6, copy_out,
+                          rmq_bswap64, rmq_ld16, rmq_ld32, rmq_ld64, rmq_ldu64, rmq_st16, rmq_st32, rmq_st64)
 
 cdef extern from "<sys/mman.h>" nogil:
     int msync(void *addr, size_t length, int flags)
@@ -36,85 +41,12 @@ from libc.errno cimport errno, EINTR
 cdef extern from "<unistd.h>" nogil:
     ssize_t pwrite(int fd, const void *buf, size_t count, long offset)
 
-cdef extern from "crc32.h":
-    void rmq_crc32_init()
-    int rmq_crc32_select(int want_pclmul)
-    int rmq_crc32_use_pclmul
-    uint32_t rmq_crc32(uint32_t crc, const unsigned char *p, size_t n) nogil
+from rmq_core._native.crc cimport crc32_update
 
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    static inline uint32_t rmq_ld32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v); }
-    static inline uint64_t rmq_ld64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v); }
-    static inline uint16_t rmq_ld16(const unsigned char *p) { uint16_t v; memcpy(&v, p, 2); return __builtin_bswap16(v); }
-    static inline void rmq_st32(unsigned char *p, uint32_t v) { v = __builtin_bswap32(v); memcpy(p, &v, 4); }
-    static inline void rmq_st64(unsigned char *p, uint64_t v) { v = __builtin_bswap64(v); memcpy(p, &v, 8); }
-    static inline void rmq_st16(unsigned char *p, uint16_t v) { v = __builtin_bswap16(v); memcpy(p, &v, 2); }
-    static inline uint64_t rmq_bswap64(uint64_t v) { return __builtin_bswap64(v); }
-    static inline uint64_t rmq_ldu64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
-
-    /* One-tag consume-queue scans.  `code` is the tag code's big-endian image, so an entry's
-       bytes 12..20 are compared as loaded (no byte swap per entry).  The scan is bound by memory
-       bandwidth: 16 entries (320 bytes, five cache lines) per step, each line prefetched 4 KiB
-       ahead (the hardware prefetcher stops at page boundaries; a prefetch never faults), and one
-       branch per step, taken only when the step holds a hit. */
-    #define RMQ_CQ_UNIT 20
-    #define RMQ_CQ_STEP (16 * RMQ_CQ_UNIT)
-    #define RMQ_CQ_AHEAD 4096
-    static inline void rmq_cq_prefetch_step(const unsigned char *p) {
-        __builtin_prefetch(p + RMQ_CQ_AHEAD);
-        __builtin_prefetch(p + RMQ_CQ_AHEAD + 64);
-        __builtin_prefetch(p + RMQ_CQ_AHEAD + 128);
-        __builtin_prefetch(p + RMQ_CQ_AHEAD + 192);
-        __builtin_prefetch(p + RMQ_CQ_AHEAD + 256);
-    }
-    /* Entries in [pos, end) whose tag image is `code` (pos and end relative to p). */
-    static inline Py_ssize_t rmq_cq_count1(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, uint64_t code) {
-        Py_ssize_t found = 0;
-        while (pos + RMQ_CQ_STEP <= end) {
-            const unsigned char *q = p + pos + 12;
-            Py_ssize_t f = 0;
-            int k;
-            rmq_cq_prefetch_step(p + pos);
-            for (k = 0; k < 16; k++) f += rmq_ldu64(q + k * RMQ_CQ_UNIT) == code;
-            found += f;
-            pos += RMQ_CQ_STEP;
-        }
-        for (; pos + RMQ_CQ_UNIT <= end; pos += RMQ_CQ_UNIT) found += rmq_ldu64(p + pos + 12) == code;
-        return found;
-    }
-    /* Byte position of the first entry at or after pos whose tag image is `code`; when there is
-       none, the first position past the last whole entry (pos + RMQ_CQ_UNIT > end). */
-    static inline Py_ssize_t rmq_cq_next1(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, uint64_t code) {
-        while (pos + RMQ_CQ_STEP <= end) {
-            const unsigned char *q = p + pos + 12;
-            int hit = 0, k;
-            rmq_cq_prefetch_step(p + pos);
-            for (k = 0; k < 16; k++) hit |= rmq_ldu64(q + k * RMQ_CQ_UNIT) == code;
-            if (__builtin_expect(hit, 0)) break;
-            pos += RMQ_CQ_STEP;
-        }
-        for (; pos + RMQ_CQ_UNIT <= end; pos += RMQ_CQ_UNIT)
-            if (rmq_ldu64(p + pos + 12) == code) return pos;
-        return pos;
-    }
-    """
-    uint32_t rmq_ld32(const unsigned char *p) nogil
-    uint64_t rmq_ld64(const unsigned char *p) nogil
-    uint16_t rmq_ld16(const unsigned char *p) nogil
-    void rmq_st32(unsigned char *p, uint32_t v) nogil
-    void rmq_st64(unsigned char *p, uint64_t v) nogil
-    void rmq_st16(unsigned char *p, uint16_t v) nogil
-    uint64_t rmq_bswap64(uint64_t v) nogil
-    uint64_t rmq_ldu64(const unsigned char *p) nogil
-    Py_ssize_t rmq_cq_count1(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, uint64_t code) nogil
-    Py_ssize_t rmq_cq_next1(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, uint64_t code) nogil
-
-rmq_crc32_init()
 
 cdef extern from "store_batch.h" nogil:
+    ctypedef uint32_t (*rmq_crc_fn)(uint32_t, const unsigned char *, size_t) noexcept nogil
+    rmq_crc_fn rmq_batch_crc32
     ctypedef int32_t (*rmq_hash_fn)(const unsigned char *, Py_ssize_t) noexcept nogil
     ctypedef struct rmq_batch_tmpl:
         size_t head_len
@@ -136,19 +68,14 @@ cdef extern from "store_batch.h" nogil:
     size_t rmq_batch_fit(const rmq_batch_tmpl *t, const unsigned char *s, size_t body_pos, size_t n_items,
                          size_t write_pos, size_t file_size, size_t *nbytes, size_t *next_body_pos)
 
+rmq_batch_crc32 = crc32_update  # the batch encoder (store_batch.h) uses the crc module's CRC-32
+
 
 cdef uint32_t MAGIC = 0xDAA320A7u
 cdef uint32_t BLANK_MAGIC = 0xCBD43194u
-DEF MIN_BLANK = 8
-DEF CQ_UNIT = 20
-DEF MAX_TOPIC = 127
-DEF MAX_PROPS = 32767
-DEF BORNHOST_V6 = 0x10
-DEF STOREHOST_V6 = 0x20
 
 MESSAGE_MAGIC_CODE = MAGIC
 BLANK_MAGIC_CODE = BLANK_MAGIC
-CQ_STORE_UNIT_SIZE = CQ_UNIT
 END_FILE_MIN_BLANK_LENGTH = MIN_BLANK
 
 # verify_records stop reasons
@@ -163,26 +90,6 @@ class PropertiesSizeExceededError(IllegalArgumentError):
 
 class BatchFormatError(IllegalArgumentError):
     """A SEND_BATCH_MESSAGE body does not decode (REMOTING.md §8)."""
-
-
-# --- CRC32 --------------------------------------------------------------------------------------
-def crc32(data, unsigned int value=0):
-    """zlib.crc32-compatible CRC-32 of any bytes-like object."""
-    cdef const unsigned char[::1] v = data
-    if v.shape[0] == 0:
-        return value
-    return rmq_crc32(value, &v[0], v.shape[0])
-
-
-def crc32_select(bint pclmul, bint vpclmul=True):
-    """Use carry-less multiply folding (if the CPU has it) — with 512-bit VPCLMULQDQ when the CPU
-    has that too and `vpclmul` — or the slicing-by-8 tables; returns whether folding is used."""
-    return bool(rmq_crc32_select((2 if vpclmul else 1) if pclmul else 0))
-
-
-def crc32_impl():
-    """The CRC32 in use: "vpclmul", "pclmul" or "slice8"."""
-    return ("slice8", "pclmul", "vpclmul")[rmq_crc32_use_pclmul]
 
 
 # --- Java String.hashCode of UTF-8 text (java_hash.pxd) ---------------------------------------
@@ -221,127 +128,6 @@ cdef inline int64_t tags_code_of(const unsigned char *props, Py_ssize_t n) noexc
     return 0
 
 
-DEF STREAM_MIN = 65536
-
-
-cdef inline void copy_out(unsigned char *d, const unsigned char *s, Py_ssize_t n) noexcept nogil:
-    # a large write (a batch's consume-queue entries) lands on fresh lines: streaming stores skip
-    # reading them first; a small one is cheaper as a plain copy that stays in cache for readers
-    if n >= STREAM_MIN:
-        rmq_stream_copy(d, s, n)
-    elif n > 0:
-        memcpy(d, s, n)
-
-
-# --- NativeMap: a raw pointer into one mapped file -------------------------------------------------
-cdef class NativeMap:
-    """Holds one buffer-protocol view (of an mmap) for the native routines; `release()` it before
-    closing the mmap (an exported view keeps mmap.close() from succeeding)."""
-    cdef Py_buffer view
-    cdef unsigned char *ptr
-    cdef readonly Py_ssize_t size
-    cdef bint held
-
-    def __cinit__(self, obj, bint writable=True):
-        PyObject_GetBuffer(obj, &self.view, PyBUF_WRITABLE if writable else PyBUF_SIMPLE)
-        self.held = True
-        self.ptr = <unsigned char *>self.view.buf
-        self.size = self.view.len
-
-    def release(self):
-        if self.held:
-            self.held = False
-            self.ptr = NULL
-            self.size = 0
-            PyBuffer_Release(&self.view)
-
-    def __dealloc__(self):
-        if self.held:
-            PyBuffer_Release(&self.view)
-
-    cdef inline unsigned char *check(self, Py_ssize_t start, Py_ssize_t end) except NULL:
-        if self.ptr == NULL:
-            raise ValueError("mapped file is closed")
-        if start < 0 or end > self.size or start > end:
-            raise ValueError(f"range {start}..{end} outside mapped file of {self.size} bytes")
-        return self.ptr
-
-    def read(self, Py_ssize_t pos, Py_ssize_t n):
-        cdef unsigned char *p = self.check(pos, pos + n)
-        return PyBytes_FromStringAndSize(<char *>p + pos, n)
-
-    def write(self, Py_ssize_t pos, data):
-        cdef const unsigned char[::1] v
-        cdef Py_ssize_t n
-        cdef unsigned char *p
-        if type(data) is bytearray:  # the put path: no buffer acquisition
-            n = len(<bytearray>data)
-            p = self.check(pos, pos + n)
-            copy_out(p + pos, <const unsigned char *>PyByteArray_AS_STRING(data), n)
-            return
-        v = data
-        n = v.shape[0]
-        p = self.check(pos, pos + n)
-        if n:
-            copy_out(p + pos, &v[0], n)
-
-    def prefault(self, Py_ssize_t start, Py_ssize_t end, Py_ssize_t page=4096):
-        """Touch every page for writing (no content change) so appends never take a page fault."""
-        cdef unsigned char *p = self.check(start, end)
-        cdef volatile unsigned char *vp = p
-        cdef Py_ssize_t i = start
-        with nogil:
-            while i < end:
-                vp[i] = vp[i]
-                i += page
-
-    def msync(self, Py_ssize_t start, Py_ssize_t end):
-        """msync(MS_SYNC) the pages covering [start, end) without holding the GIL (CPython's
-        mmap.flush keeps it, which would stall every writer during a group commit)."""
-        cdef unsigned char *p = self.check(start, end)
-        cdef Py_ssize_t a = start - start % 4096
-        cdef int rc
-        if end <= start:
-            return
-        with nogil:
-            rc = msync(p + a, end - a, MS_SYNC)
-        if rc != 0:
-            raise OSError(errno, f"msync of bytes {a}..{end} failed")
-
-    def zero_range(self, Py_ssize_t start, Py_ssize_t end):
-        """Zero [start, end), skipping 4 KiB chunks already zero (a sparse tail stays sparse)."""
-        cdef unsigned char *p = self.check(start, end)
-        cdef Py_ssize_t i = start, chunk_end, j
-        cdef bint dirty
-        with nogil:
-            while i < end:
-                chunk_end = (i // 4096 + 1) * 4096
-                if chunk_end > end:
-                    chunk_end = end
-                dirty = False
-                j = i
-                while j + 8 <= chunk_end:
-                    if rmq_ldu64(p + j) != 0:
-                        dirty = True
-                        break
-                    j += 8
-                if not dirty:
-                    while j < chunk_end:
-                        if p[j] != 0:
-                            dirty = True
-                            break
-                        j += 1
-                if dirty:
-                    memset(p + i, 0, chunk_end - i)
-                i = chunk_end
-
-    def copy_in(self, Py_ssize_t pos, data):
-        """Plain memcpy of `data` at `pos` (the benchmark baseline for append)."""
-        cdef const unsigned char[::1] v = data
-        cdef Py_ssize_t n = v.shape[0]
-        cdef unsigned char *p = self.check(pos, pos + n)
-        with nogil:
-            memcpy(p + pos, &v[0], n)
 
 
 # --- record encoding ---------------------------------------------------------------------------
@@ -428,7 +214,7 @@ def encode_record(bytes topic, int32_t queue_id, int32_t flag, bytes body, bytes
     cdef unsigned char *d = <unsigned char *>PyByteArray_AS_STRING(out)
     cdef const unsigned char *bp = <const unsigned char *><char *>body
     cdef const unsigned char *pp = <const unsigned char *><char *>props
-    cdef uint32_t c = rmq_crc32(0, bp, bl)
+    cdef uint32_t c = crc32_update(0, bp, bl)
     write_record(d, <int32_t>total, c, queue_id, flag, sys_flag, born_ts, <const unsigned char *><char *>born_host, bhl,
                  <const unsigned char *><char *>store_host, shl, reconsume_times, prepared_transaction_offset,
                  bp, bl, <const unsigned char *><char *>topic, tl, pp, pl, NULL, 0, False)
@@ -515,7 +301,7 @@ def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t 
             ppos = pos + 22 + blen
             sep = plen > 0 and exl > 0 and s[ppos + plen - 1] != 2
             rlen = fixed + blen + plen + exl + (1 if sep else 0)
-            write_record(d, <int32_t>rlen, rmq_crc32(0, s + pos + 20, blen), queue_id, flag, sys_flag, born_ts,
+            write_record(d, <int32_t>rlen, crc32_update(0, s + pos + 20, blen), queue_id, flag, sys_flag, born_ts,
                          bhp, bh.shape[0], shp, sh.shape[0], reconsume_times, 0,
                          s + pos + 20, blen, tp, tl, s + ppos, plen, exp, exl, sep)
             # the TAGS of an item wins over one in the extra properties (first occurrence wins)
@@ -833,7 +619,7 @@ cdef inline int check_record(const unsigned char *p, Py_ssize_t pos, Py_ssize_t 
         return 3
     if not valid_properties(p + pos + po + 2, pl):
         return 3
-    if check_crc and (rmq_crc32(0, p + pos + bo, bl) & 0x7FFFFFFF) != rmq_ld32(p + pos + 8):
+    if check_crc and (crc32_update(0, p + pos + bo, bl) & 0x7FFFFFFF) != rmq_ld32(p + pos + 8):
         return 3
     out_size[0] = size
     return 0
@@ -962,214 +748,6 @@ def record_store_timestamp(NativeMap m, Py_ssize_t pos):
     return <int64_t>rmq_ld64(p + pos + store_ts_pos(<int32_t>rmq_ld32(p + pos + 36)))
 
 
-# --- consume queue -------------------------------------------------------------------------------
-def cq_valid_end(NativeMap m, Py_ssize_t start=0):
-    """Byte position after the last valid entry (commit-log offset >= 0 and size > 0), scanning from
-    `start` (RocketMQ's ConsumeQueue.recover rule)."""
-    cdef unsigned char *p = m.check(start, m.size)
-    cdef Py_ssize_t pos = start - start % CQ_UNIT, end = m.size - m.size % CQ_UNIT
-    with nogil:
-        while pos + CQ_UNIT <= end:
-            if <int64_t>rmq_ld64(p + pos) < 0 or <int32_t>rmq_ld32(p + pos + 8) <= 0:
-                break
-            pos += CQ_UNIT
-    return pos
-
-
-def cq_first_at_or_above(NativeMap m, Py_ssize_t start, Py_ssize_t end, int64_t phys):
-    """Position of the first entry in [start, end) whose commit-log offset >= phys (or end)."""
-    cdef unsigned char *p = m.check(start, end)
-    cdef Py_ssize_t pos = start
-    with nogil:
-        while pos + CQ_UNIT <= end:
-            if <int64_t>rmq_ld64(p + pos) >= phys:
-                break
-            pos += CQ_UNIT
-    return pos
-
-
-def cq_first_phys_at_or_above(NativeMap m, Py_ssize_t start, Py_ssize_t end, int64_t phys):
-    """Binary search (entries are ordered by commit-log offset): first entry with offset >= phys."""
-    cdef unsigned char *p = m.check(start, end)
-    cdef Py_ssize_t lo = start // CQ_UNIT, hi = end // CQ_UNIT, mid
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if <int64_t>rmq_ld64(p + mid * CQ_UNIT) < phys:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo * CQ_UNIT
-
-
-def cq_entry(NativeMap m, Py_ssize_t pos):
-    """(commit-log offset, size, tags code) of the entry at byte pos."""
-    cdef unsigned char *p = m.check(pos, pos + CQ_UNIT)
-    return <int64_t>rmq_ld64(p + pos), <int32_t>rmq_ld32(p + pos + 8), <int64_t>rmq_ld64(p + pos + 12)
-
-
-cdef class TagFilter:
-    """Tag hash codes prepared for the native scan: big-endian images, sorted for bsearch."""
-    cdef uint64_t *codes
-    cdef Py_ssize_t n
-    cdef bytes store
-
-    def __cinit__(self, codes):
-        vals = sorted({rmq_bswap64(<uint64_t><int64_t>c) for c in codes})
-        import array
-        self.store = array.array("Q", vals).tobytes()
-        self.codes = <uint64_t *><char *>self.store
-        self.n = len(vals)
-
-    @property
-    def size(self):
-        return self.n
-
-
-cdef inline bint tag_match(uint64_t be_code, const uint64_t *codes, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t lo, hi, mid, i
-    if n <= 8:
-        for i in range(n):
-            if codes[i] == be_code:
-                return True
-        return False
-    lo = 0
-    hi = n
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if codes[mid] < be_code:
-            lo = mid + 1
-        elif codes[mid] > be_code:
-            hi = mid
-        else:
-            return True
-    return False
-
-
-cdef class BloomTest:
-    """A filter's bloom test prepared for the scan (the `MessageFilter` contract): an entry whose
-    ext unit holds a bit map — of `bit_num` bits unless that is 0 — stored after `born_time`
-    (unless that is -1) must have every bit set to stay a candidate."""
-    cdef int32_t *bits
-    cdef Py_ssize_t n
-    cdef readonly Py_ssize_t bit_num
-    cdef readonly int64_t born_time
-    cdef bytes store
-
-    def __cinit__(self, bits, Py_ssize_t bit_num=0, int64_t born_time=-1):
-        import array
-        self.store = array.array("i", [int(b) for b in bits]).tobytes()
-        self.bits = <int32_t *><char *>self.store
-        self.n = len(self.store) // 4
-        self.bit_num = bit_num
-        self.born_time = born_time
-        for i in range(self.n):
-            if self.bits[i] < 0 or (bit_num and self.bits[i] >= bit_num):
-                raise ValueError(f"bloom bit {self.bits[i]} outside a {bit_num}-bit map")
-
-
-cdef inline bint bloom_reject(const unsigned char *unit, BloomTest bloom) noexcept nogil:
-    """True when the entry's bit map proves the filter cannot match (RocketMQ's bloom prefilter)."""
-    cdef int64_t ts = <int64_t>rmq_ld64(unit)
-    cdef Py_ssize_t blen = rmq_ld16(unit + 8), i
-    cdef int32_t b
-    if blen <= 0:
-        return False  # no map: a candidate
-    if bloom.bit_num and blen * 8 != bloom.bit_num:
-        return False  # a map of another bloom configuration
-    if bloom.born_time >= 0 and ts <= bloom.born_time:
-        return False  # computed before the subscription was registered
-    for i in range(bloom.n):
-        b = bloom.bits[i]
-        if (b >> 3) >= blen or not (unit[10 + (b >> 3)] & (1 << (b & 7))):
-            return True
-    return False
-
-
-cdef inline void emit_match(unsigned char *o, int64_t phys, int32_t size, int32_t index) noexcept nogil:
-    # one cq_scan match: native int64 commit-log offset, int32 size, int32 entry index
-    memcpy(o, &phys, 8)
-    memcpy(o + 8, &size, 4)
-    memcpy(o + 12, &index, 4)
-
-
-def cq_scan(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter tags, Py_ssize_t max_count,
-            Py_ssize_t max_bytes, int64_t min_phys, bytearray out, NativeMap ext=None, Py_ssize_t ext_pos=0,
-            Py_ssize_t ext_unit=0, BloomTest bloom=None):
-    """Scan entries in [start, end) of one consume-queue file.
-
-    An entry matches when its tag code is in `tags` (None: every entry).  Entries whose commit-log
-    offset is below `min_phys` (already deleted from the log) are skipped and counted.  Stops after
-    `max_count` matches, or before a match that would take the total size over `max_bytes`
-    (the first match is always taken), or at `end`.  Matches are written to `out` as native
-    (int64 commit-log offset, int32 size, int32 entry index relative to start), 16 bytes each.
-    With `ext` (the paired consume-queue ext file, unit of entry `start` at ext_pos, `ext_unit`
-    bytes per entry) and `bloom`, tag candidates are also tested against their bit map.
-    Returns (matches, scanned_end_pos, skipped_removed)."""
-    cdef unsigned char *p = m.check(start, end)
-    cdef unsigned char *xp = NULL
-    if ext is not None and bloom is not None:
-        xp = ext.check(ext_pos, ext_pos + ((end - start) // CQ_UNIT) * ext_unit)
-    if max_count < 1:  # the first match is always written: a zero-length `out` would overflow
-        raise ValueError(f"max_count must be at least 1, got {max_count}")
-    if len(out) < max_count * 16:
-        raise ValueError(f"output buffer of {len(out)} bytes too small for {max_count} matches")
-    cdef unsigned char *o = <unsigned char *>PyByteArray_AS_STRING(out)
-    cdef const uint64_t *codes = NULL
-    cdef Py_ssize_t ncodes = -1
-    if tags is not None:
-        codes = tags.codes
-        ncodes = tags.n
-    cdef Py_ssize_t pos = start, found = 0, total = 0, removed = 0
-    cdef int64_t phys
-    cdef int32_t size
-    cdef uint64_t code = 0
-    if ncodes == 1:
-        code = codes[0]
-    with nogil:
-        while True:
-            # the next candidate: for the common pull (one tag) the native kernel skips to it
-            if ncodes == 1:
-                pos = rmq_cq_next1(p, pos, end, code)
-            else:
-                while pos + CQ_UNIT <= end and not (ncodes < 0 or tag_match(rmq_ldu64(p + pos + 12), codes, ncodes)):
-                    pos += CQ_UNIT
-            if pos + CQ_UNIT > end:
-                break
-            phys = <int64_t>rmq_ld64(p + pos)
-            if phys < min_phys:
-                removed += 1
-                pos += CQ_UNIT
-                continue
-            if xp != NULL and bloom_reject(xp + ext_pos + ((pos - start) // CQ_UNIT) * ext_unit, bloom):
-                pos += CQ_UNIT
-                continue
-            size = <int32_t>rmq_ld32(p + pos + 8)
-            if found and (found >= max_count or total + size > max_bytes):
-                break
-            emit_match(o + found * 16, phys, size, <int32_t>((pos - start) // CQ_UNIT))
-            total += size
-            found += 1
-            pos += CQ_UNIT
-    return found, pos, removed
-
-
-def cq_count_matches(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter tags):
-    """Count entries in [start, end) whose tag code is in `tags` (a full-speed scan; no limits)."""
-    cdef unsigned char *p = m.check(start, end)
-    cdef Py_ssize_t pos = start, found = 0
-    cdef const uint64_t *codes = tags.codes
-    cdef Py_ssize_t ncodes = tags.n
-    cdef uint64_t code = 0
-    with nogil:
-        if ncodes == 1:
-            found = rmq_cq_count1(p, pos, end, codes[0])
-        else:
-            while pos + CQ_UNIT <= end:
-                found += tag_match(rmq_ldu64(p + pos + 12), codes, ncodes)
-                pos += CQ_UNIT
-    return found
-
-
 # --- results of a batch append ------------------------------------------------------------------
 def entries_phys_offsets(entries, Py_ssize_t count):
     """Commit-log offsets of the first `count` 20-byte consume-queue entries, as a tuple."""
@@ -1221,282 +799,6 @@ def offset_msg_ids(entries, Py_ssize_t count, bytes host):
                 o[0] = 44
                 o += 1
     return out
-
-
-def gather_matches(bytearray matches, Py_ssize_t start, Py_ssize_t n, NativeMap seg, int64_t seg_from,
-                   Py_ssize_t seg_limit, int64_t queue_offset_base):
-    """Copy the records of matches[start:n] (as written by cq_scan) that lie in one commit-log
-    segment into one bytes object — the pull response body — stopping at the first match outside
-    [seg_from, seg_from + seg_limit).  Returns (body, queue offsets, matches consumed)."""
-    cdef const unsigned char *m = <const unsigned char *>PyByteArray_AS_STRING(matches)
-    if len(matches) < n * 16:
-        raise ValueError("matches buffer shorter than n")
-    cdef unsigned char *p = seg.check(0, seg_limit)
-    cdef Py_ssize_t i = start, total = 0, k
-    cdef int64_t phys
-    cdef int32_t size, idx
-    while i < n:
-        memcpy(&phys, m + i * 16, 8)
-        memcpy(&size, m + i * 16 + 8, 4)
-        if phys < seg_from or phys - seg_from + size > seg_limit or size <= 0:
-            break
-        total += size
-        i += 1
-    body = PyBytes_FromStringAndSize(NULL, total)
-    cdef unsigned char *o = <unsigned char *><char *>(<bytes>body)
-    qoffs = []
-    for k in range(start, i):
-        memcpy(&phys, m + k * 16, 8)
-        memcpy(&size, m + k * 16 + 8, 4)
-        memcpy(&idx, m + k * 16 + 12, 4)
-        memcpy(o, p + (phys - seg_from), size)
-        o += size
-        qoffs.append(queue_offset_base + idx)
-    return body, qoffs, i - start
-
-
-# --- SYNC_FLUSH group commit --------------------------------------------------------------------
-cdef extern from "store_group_commit.h" nogil:
-    ctypedef struct rmq_gc:
-        int64_t requested
-        int64_t flushed
-        int64_t flushed_ts
-        int64_t rounds
-        int64_t sync_ns
-        int64_t idle_ns
-        int64_t awaits
-        int stopped
-        int last_errno
-    int RMQ_GC_OK, RMQ_GC_TIMEOUT, RMQ_GC_STOPPED, RMQ_GC_NEED_FLUSH, RMQ_GC_RETURN, RMQ_GC_IO_ERROR
-    int rmq_gc_init(rmq_gc *g)
-    void rmq_gc_destroy(rmq_gc *g)
-    void rmq_gc_request(rmq_gc *g, int64_t end, int64_t store_ts, int return_each_round, int notify)
-    void rmq_gc_set_notify_fd(rmq_gc *g, int fd)
-    int64_t rmq_gc_epoch(rmq_gc *g)
-    int rmq_gc_await(rmq_gc *g, int64_t end, int64_t store_ts, int64_t timeout_ns)
-    void rmq_gc_complete(rmq_gc *g, int64_t flushed, int64_t store_ts)
-    void rmq_gc_reset(rmq_gc *g, int64_t flushed)
-    void rmq_gc_kick(rmq_gc *g)
-    void rmq_gc_halt(rmq_gc *g)
-    void rmq_gc_stop(rmq_gc *g)
-    int rmq_gc_serve(rmq_gc *g, int fd, int64_t seg_from, int64_t seg_end, int64_t budget_ns,
-                     int return_each_round, int64_t *upto)
-
-GC_OK = RMQ_GC_OK
-GC_TIMEOUT = RMQ_GC_TIMEOUT
-GC_STOPPED = RMQ_GC_STOPPED
-GC_NEED_FLUSH = RMQ_GC_NEED_FLUSH
-GC_RETURN = RMQ_GC_RETURN
-GC_IO_ERROR = RMQ_GC_IO_ERROR
-
-
-@cython.final
-cdef class GroupCommitGate:
-    """Where SYNC_FLUSH writers wait for durability and the group-commit thread serves rounds, both
-    without the GIL (store_group_commit.h).  `flushed`: every commit-log byte below it is durable."""
-
-    cdef rmq_gc g
-    cdef bint ready
-
-    def __cinit__(self):
-        if rmq_gc_init(&self.g) != 0:
-            raise OSError("cannot initialise the group-commit mutex / conditions")
-        self.ready = True
-
-    def __dealloc__(self):
-        if self.ready:
-            rmq_gc_destroy(&self.g)
-
-    @property
-    def flushed(self):
-        return self.g.flushed
-
-    @property
-    def flushed_timestamp(self):
-        return self.g.flushed_ts
-
-    @property
-    def requested(self):
-        return self.g.requested
-
-    @property
-    def rounds(self):
-        """fdatasync rounds served natively (rounds flushed through Python are not counted)."""
-        return self.g.rounds
-
-    @property
-    def stats(self):
-        """Instrumentation of the native rounds: {"rounds", "awaits" (writers that waited for a
-        round), "sync_s" (time in fdatasync), "idle_s" (time the serving thread waited for
-        requests)}.  awaits / rounds is how many writers a round carries."""
-        return {"rounds": self.g.rounds, "awaits": self.g.awaits, "sync_s": self.g.sync_ns / 1e9,
-                "idle_s": self.g.idle_ns / 1e9}
-
-    @property
-    def stopped(self):
-        return bool(self.g.stopped)
-
-    @property
-    def last_errno(self):
-        return self.g.last_errno
-
-    def await_flushed(self, int64_t end_offset, int64_t store_timestamp, int64_t timeout_ms):
-        """Block (GIL released) until bytes below end_offset are durable: GC_OK, GC_TIMEOUT after
-        timeout_ms, or GC_STOPPED."""
-        cdef int r
-        if timeout_ms < 0:
-            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
-        with nogil:
-            r = rmq_gc_await(&self.g, end_offset, store_timestamp, timeout_ms * 1000000)
-        return r
-
-    def request(self, int64_t end_offset, int64_t store_timestamp, bint return_each_round=False,
-                bint notify=False):
-        """Ask for bytes below end_offset to become durable without waiting; return_each_round:
-        the serving thread returns after the next round (it has Futures to resolve); notify: the
-        attached loop resolves this request's Future - its descriptor is pinged after the round
-        that covers it (at once when already durable)."""
-        rmq_gc_request(&self.g, end_offset, store_timestamp, return_each_round, notify)
-
-    def set_notify_fd(self, int fd):
-        """Attach the descriptor (non-blocking eventfd or pipe) an event loop reads to resolve
-        Futures itself (pinged once now), or detach with -1: once this returns, no write to the
-        old descriptor is under way or will be."""
-        with nogil:
-            rmq_gc_set_notify_fd(&self.g, fd)
-
-    def complete(self, int64_t flushed, int64_t store_timestamp=0):
-        """The flush thread flushed through Python up to `flushed`: wake whoever that covers."""
-        with nogil:
-            rmq_gc_complete(&self.g, flushed, store_timestamp)
-
-    def reset(self, int64_t flushed):
-        """Set the durable offset (recovery, truncation), also below the current one."""
-        with nogil:
-            rmq_gc_reset(&self.g, flushed)
-
-    def kick(self):
-        """Make a running `serve` return (GC_OK) before its next round."""
-        with nogil:
-            rmq_gc_kick(&self.g)
-
-    def halt(self):
-        """Make `serve` return; awaiting writers keep waiting for the final flush."""
-        with nogil:
-            rmq_gc_halt(&self.g)
-
-    def stop(self):
-        """No more waiting: every waiter (now or later) gets GC_STOPPED unless already durable."""
-        with nogil:
-            rmq_gc_stop(&self.g)
-
-    def serve(self, int fd, int64_t segment_from, int64_t segment_end, int64_t budget_ms,
-              bint return_each_round=False):
-        """The group-commit thread: serve rounds (fdatasync of fd, then wake the writers) while
-        every request lies in the segment [segment_from, segment_end), for about budget_ms.
-        Returns (code, requested offset): GC_OK / GC_TIMEOUT (budget used up, busy / idle),
-        GC_RETURN (a round done and return_each_round), GC_NEED_FLUSH (requests outside the
-        segment: flush through Python), GC_STOPPED (halted), GC_IO_ERROR (see last_errno)."""
-        cdef int r
-        cdef int64_t upto = 0
-        with nogil:
-            r = rmq_gc_serve(&self.g, fd, segment_from, segment_end, budget_ms * 1000000, return_each_round,
-                             &upto)
-        return r, upto
-
-
-cdef class GroupCommitFutures:
-    """The Futures of SYNC_FLUSH puts that do not wait themselves (put_message_nowait): the
-    requests made while the same group-commit rounds have started share one Future (a round that
-    starts after them covers them all), and the gate learns each request's end offset.  A Future
-    is resolved once the durable offset passes the largest end offset it was asked for.
-    Every method runs under the GIL without running Python code between its reads and writes (a
-    Future is created before the open slot is looked at), so the GIL is the lock: the loop or
-    threads that put and the thread or loop that resolves need no other.
-    `notify`: an attached event loop resolves the Futures (the gate pings it after the round that
-    covers a request); otherwise the serving thread returns after each round to resolve them."""
-
-    cdef GroupCommitGate gate
-    cdef object future_cls
-    cdef object open_future
-    cdef int64_t open_end
-    cdef int64_t open_epoch
-    cdef list sealed
-    cdef object refused
-    cdef public bint notify
-
-    def __init__(self, GroupCommitGate gate, future_cls):
-        self.gate = gate
-        self.future_cls = future_cls
-        self.open_future = None
-        self.open_end = 0
-        self.open_epoch = -1
-        self.sealed = []
-        self.refused = None
-        self.notify = False
-
-    cdef object request_c(self, int64_t end, int64_t store_ts):
-        if self.refused is not None:
-            return self.refused
-        cdef int64_t epoch = rmq_gc_epoch(&self.gate.g)
-        fut = self.open_future
-        if fut is None or self.open_epoch != epoch:
-            new = self.future_cls()  # Python code: another thread may take the slot meanwhile
-            fut = self.open_future
-            epoch = rmq_gc_epoch(&self.gate.g)
-            if fut is None or self.open_epoch != epoch:
-                if fut is not None:  # a round started since: its requests are in the gate
-                    self.sealed.append((fut, self.open_end))
-                fut = self.open_future = new
-                self.open_end = end
-                self.open_epoch = epoch
-        if end > self.open_end:
-            self.open_end = end
-        if self.notify:
-            rmq_gc_request(&self.gate.g, end, store_ts, 0, 1)
-        else:
-            rmq_gc_request(&self.gate.g, end, store_ts, 1, 0)
-        return fut
-
-    def request(self, int64_t end_offset, int64_t store_timestamp=0):
-        """The Future resolved once bytes below end_offset are durable (shared by every request
-        until the round that covers them)."""
-        return self.request_c(end_offset, store_timestamp)
-
-    def refuse(self, refused_future):
-        """The service stopped: every later request gets `refused_future` (already resolved)."""
-        self.refused = refused_future
-
-    def seal(self):
-        """The open Future takes no more requests (the gate has them all): True when any sealed
-        Future waits to be resolved."""
-        if self.open_future is not None:
-            self.sealed.append((self.open_future, self.open_end))
-            self.open_future = None
-        return len(self.sealed) > 0
-
-    @property
-    def pending(self):
-        return self.open_future is not None or len(self.sealed) > 0
-
-    def take_covered(self, int64_t flushed, bint fail=False):
-        """Remove and return [(Future, end offset)] the durable offset `flushed` covers (the open
-        one too: a later request makes a new one); `fail`: the sealed ones not covered as well."""
-        cdef list done = []
-        cdef list keep
-        cdef tuple item
-        if self.sealed:
-            keep = []
-            for item in self.sealed:
-                if fail or <int64_t>item[1] <= flushed:
-                    done.append(item)
-                else:
-                    keep.append(item)
-            self.sealed = keep
-        if self.open_future is not None and self.open_end <= flushed:
-            done.append((self.open_future, self.open_end))
-            self.open_future = None
-        return done
 
 
 # --- the single-message put, end to end --------------------------------------------------------
@@ -1710,7 +1012,7 @@ cdef class SinglePutPath:
         cdef const unsigned char *pp = <const unsigned char *><char *>props
         cdef uint32_t body_crc
         with nogil:
-            body_crc = rmq_crc32(0, bp, bl)
+            body_crc = crc32_update(0, bp, bl)
         cdef int64_t tags
         if tags_override is None:
             tags = tags_code_of(pp, pl)
