@@ -10,10 +10,10 @@
     c.register_message_listener(listener)          # async def listener(msgs) -> ConsumeStatus
     async with c: ...
 
-A send is the producer's own async send, made from the loop's thread: a plain message to a tcp
-broker is written straight onto that broker's pipelined connection (rmq_core.remoting.pipelined),
-anything else goes to the client's event loop; no worker thread is involved per call, and no Task
-either: a send returns an asyncio Future the client Future hands its outcome to through its one
+A send is the producer's own async send, made from the loop's thread: written straight onto its
+broker's pipelined connection (rmq_core.remoting.pipelined; retries from the completion of the
+failed attempt, see rmq_core.client.producer.SendAttempts); no worker thread is involved per
+call, and no Task either: a send returns an asyncio Future the client Future hands its outcome to through its one
 lean callback (LeanFuture.add_lean_callback: no Condition made).  Your loop
 watches each such connection it sent on and reads the answers itself when the socket is readable
 (PipelinedChannel.read_ready, as a thread waiting for its answer does), so they complete on the
@@ -170,7 +170,8 @@ class _OnLoop:
             fut.add_lean_callback(waiter.take)
         else:
             fut.add_done_callback(waiter.take)
-        if channel is not None and channel.writes.gathered and channel not in self._flushing:
+        writes = channel.writes if channel is not None else None  # (None: an in-proc connection)
+        if writes is not None and writes.gathered and channel not in self._flushing:
             # the requests this iteration of the loop made leave together at its end (as the
             # waiting thread of a send_async writes what gathered before it reads)
             self._flushing.add(channel)
@@ -184,7 +185,7 @@ class _OnLoop:
     def _watch(self, channel) -> None:
         for key in [k for k, w in self._watches.items() if w.channel.closed]:  # broken ones go
             self._watches.pop(key).close()
-        if not channel.closed:
+        if not channel.closed and getattr(channel, "_rsock", None) is not None:  # (in-proc: nothing to watch)
             try:
                 self._watches[id(channel)] = _ChannelWatch(self._loop, channel)
             except (OSError, NotImplementedError, ValueError):  # a loop that cannot watch it: the
@@ -269,7 +270,7 @@ class Producer(_OnLoop):
         inst = p.instance
         for mq in p.fetch_publish_message_queues(topic):
             addr = inst.find_broker_addr_in_publish(mq.broker_name)
-            if addr is not None and not inst.in_proc(addr) and inst.pipelined_send_possible():
+            if addr is not None and inst.pipelined_send_possible():
                 try:
                     inst.send_channel(addr, read_send_response_frames, SendResponse.from_command)
                 except RemotingError:  # unreachable: the send's own retries deal with it
@@ -309,7 +310,7 @@ class Producer(_OnLoop):
     def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None, selector=None,
                     arg: Any = None) -> Awaitable[None]:
         """Returns once the request is written; no answer is awaited."""
-        return self._start(None, self._producer.send_oneway_async, msg, queue=queue, selector=selector, arg=arg)
+        return self._start(msg.topic, self._producer.send_oneway_async, msg, queue=queue, selector=selector, arg=arg)
 
 
 class PullConsumer(_OnLoop):

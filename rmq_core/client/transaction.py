@@ -96,8 +96,8 @@ class TransactionProducer(Producer):
         # the two properties are system keys: set them past the user-property check
         half.properties.update({k: v for k, v in props.items()})
         t = timeout or self.send_msg_timeout
-        result = inst.run(self._send(half, CommunicationMode.SYNC, t, None, None, None, allow_system=True),
-                          timeout=t + 5)
+        # (the two system properties are the half message's own: validated with them allowed)
+        result = self._wait(self._submit(half, CommunicationMode.SYNC, t, prepared=self._prepare(half, True)), t)
         state = LocalTransactionState.ROLLBACK_MESSAGE
         error = None
         if result.status is SendStatus.SEND_OK:

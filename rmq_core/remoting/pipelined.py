@@ -161,6 +161,16 @@ class PipelinedChannel:
         if data is not None:
             self.after_offer(data, opaque, on_done, context)
 
+    def send_oneway(self, frame: bytes) -> None:
+        """Write a request no answer is expected to (its flag says oneway): nothing registered,
+        written with what gathered; raises RemotingConnectError when the channel is closed."""
+        if self._intercept is not None:
+            frame, _ = self._intercept.before(frame)
+        if self.closed or self.writes.closing:
+            raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
+        self.writes.add_response(frame)
+        self._flush_blocking()
+
     def _intercepted_done(self, context, response, error) -> None:
         on_done, inner, token = context
         if response is not None:

@@ -90,18 +90,15 @@ def test_many_threads_share_one_pipelined_connection(cluster):
         f"{n}-{i}".encode() for n in range(6) for i in range(50))
 
 
-def test_pipelined_path_off_takes_the_loop(cluster):
-    with Producer("PG_NOPIPE", namesrv=cluster.tcp_namesrv, pipelined_send_connections=0, **FAST) as p:
-        p.send(Message("NoPipeT", b"warm"))
-        assert all(p.send_async(Message("NoPipeT", b"x")).result(10).status is SendStatus.SEND_OK for _ in range(5))
-        assert p.instance.send_channel_count(_broker_addr(p, "NoPipeT")) == 0
+def test_in_proc_brokers_take_the_same_pipeline(cluster):
+    from rmq_plugins.transport.inproc import InprocPipelinedChannel
 
-
-def test_in_proc_brokers_keep_the_loop_path(cluster):
     with Producer("PG_PIPE_INPROC", namesrv=cluster.namesrv, **FAST) as p:
         p.send(Message("PipeInprocT", b"warm"))
         assert p.send_async(Message("PipeInprocT", b"x")).result(10).status is SendStatus.SEND_OK
-        assert not p.instance._send_channels
+        assert p.send_batch([Message("PipeInprocT", b"b1"), Message("PipeInprocT", b"b2")]).status is SendStatus.SEND_OK
+        channels = [c for cs in p.instance._send_channels.values() for c in cs]
+        assert len(channels) == 1 and type(channels[0]) is InprocPipelinedChannel
 
 
 def test_a_connection_broken_mid_flight_retries_and_the_next_send_reconnects(cluster):

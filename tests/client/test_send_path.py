@@ -1,4 +1,4 @@
-"""The cheap send path: the V2 header built as strings, the instance's batched hand-off to its loop
+"""The instance's batched hand-off to its loop
 (`post`), `run` on a plain lock (errors, cancellation, timeouts), `submit` Futures, and sends whose
 message is prepared in the caller's thread."""
 import asyncio
@@ -7,34 +7,14 @@ import threading
 import time
 
 import pytest
-from hypothesis import given, settings, strategies as st
 
 from rmq_core import Message, Producer
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.instance import MQClientInstance
-from rmq_core.client.producer import build_send_header
 from rmq_core.errors import IllegalArgumentError, MQClientError
 from rmq_core.message import MessageQueue
 from rmq_core.remoting.codes import RequestCode
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
-
-
-@settings(max_examples=200, deadline=None)
-@given(queue_id=st.integers(0, 1 << 20), sys_flag=st.integers(0, 1 << 16), born=st.integers(0, 1 << 45),
-       flag=st.integers(-(1 << 31), (1 << 31) - 1), props=st.text(max_size=40), reconsume=st.integers(0, 32),
-       max_reconsume=st.none() | st.integers(-1, 32), batch=st.booleans(), queue_nums=st.integers(1, 64),
-       topic=st.from_regex(r"[A-Za-z0-9_%|-]{1,20}", fullmatch=True))
-def test_v2_header_travels_as_build_send_header(queue_id, sys_flag, born, flag, props, reconsume, max_reconsume,
-                                                batch, queue_nums, topic):
-    p = Producer("PG_H", namesrv="127.0.0.1:9876", default_topic_queue_nums=queue_nums)
-    mq = MessageQueue(topic, "broker-a", queue_id)
-    fast = p._v2_header(mq, sys_flag, born, flag, props, reconsume, max_reconsume, batch)
-    slow = build_send_header(group="PG_H", topic=topic, queue_id=queue_id, sys_flag=sys_flag, born_timestamp=born,
-                             flag=flag, properties=props, reconsume_times=reconsume,
-                             max_reconsume_times=max_reconsume, batch=batch, broker_name="broker-a",
-                             default_topic_queue_nums=queue_nums)
-    assert fast == RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, slow).ext_fields
-    assert all(type(v) is str for v in fast.values())
 
 
 @pytest.fixture()
