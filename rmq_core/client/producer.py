@@ -481,6 +481,11 @@ class Producer:
             raise MQClientError(f"the producer {self.group!r} is not started; call start() first")
         return self.instance
 
+    def _check_may_wait(self) -> None:
+        """A blocking send is refused on the client's loop: it may be the one to finish it."""
+        if self._check_started().in_loop_thread():
+            raise RuntimeError("a blocking send called on the client event loop (would deadlock)")
+
     # --- public send API -------------------------------------------------------------------------
     def send(self, msg: Message, *, queue: MessageQueue | None = None, selector=None, arg: Any = None,
              timeout: float | None = None) -> SendResult:
@@ -488,7 +493,7 @@ class Producer:
         broker's connection.  queue: send to that queue; selector(+arg): ordered send (neither
         switches queue on a failure, like Java).  Raises MQClientError / MQBrokerError /
         IllegalArgumentError naming the problem."""
-        self._check_started()
+        self._check_may_wait()
         t = timeout or self.send_msg_timeout
         return self._wait(self._submit(msg, CommunicationMode.SYNC, t, queue, selector, arg), t)
 
@@ -516,7 +521,7 @@ class Producer:
 
     def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None, selector=None, arg: Any = None) -> None:
         """Fire and forget: no response is awaited, no retry."""
-        self._check_started()
+        self._check_may_wait()
         t = self.send_msg_timeout
         self._wait(self._submit(msg, CommunicationMode.ONEWAY, t, queue, selector, arg), t)
 
@@ -530,7 +535,7 @@ class Producer:
                    timeout: float | None = None) -> SendResult:
         """One SEND_BATCH_MESSAGE request; all messages go to one queue of one topic.
         result.msg_id is the comma-joined UNIQ_KEYs (as Java)."""
-        self._check_started()
+        self._check_may_wait()
         t = timeout or self.send_msg_timeout
         encoded = self._encode_batch(list(msgs))
         return self._wait(self._submit(encoded[3], CommunicationMode.SYNC, t, queue, batch=encoded), t)
@@ -655,12 +660,10 @@ class Producer:
         props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
         return uniq, msg.body, 0, props
 
-    def _wait(self, fut: concurrent.futures.Future, timeout: float):
+    @staticmethod
+    def _wait(fut: concurrent.futures.Future, timeout: float):
         """A send's outcome; the pipeline finishes every send within its timeout (the slack covers
-        a route look-up made first).  Never on the client's loop: it may be the one to finish it."""
-        if self.instance.in_loop_thread():
-            fut.cancel()
-            raise RuntimeError("a blocking send called on the client event loop (would deadlock)")
+        a route look-up made first)."""
         try:
             return fut.result(timeout + 5)
         except concurrent.futures.TimeoutError:

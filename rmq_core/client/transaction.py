@@ -86,6 +86,7 @@ class TransactionProducer(Producer):
         """Send a half message, run the local transaction, then commit / roll back / leave it to
         the broker's check (UNKNOW)."""
         inst = self._check_started()
+        self._check_may_wait()
         if msg.delay_time_level:
             raise IllegalArgumentError("delay messages cannot be transactional (delay_time_level must be 0)")
         props = dict(msg.properties)

@@ -78,7 +78,7 @@ def test_build_frame_writes_the_bytes_of_the_python_encoder(group, topic, broker
     assert got == want
     decoded = RemotingCommand.decode(got[4:])
     assert decoded.ext_fields["i" if v2 else "properties"] == properties_to_string(props)
-    assert (decoded.body or b"") == body and decoded.is_oneway() == oneway
+    assert (decoded.body or b"") == body and decoded.is_oneway == oneway
 
 
 def test_build_send_header_is_what_send_header_writes():

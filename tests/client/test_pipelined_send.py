@@ -15,6 +15,7 @@ from rmq_core.errors import MQBrokerError, MQClientError
 from rmq_core.message import MessageQueue, SendResult, SendStatus
 from rmq_core.plugins import get_plugin_manager, hookimpl
 from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand
 from tests.client.conftest import FAST, drain_topic, wait_until
 
 
@@ -122,8 +123,9 @@ def test_a_connection_broken_mid_flight_retries_and_the_next_send_reconnects(clu
     assert bodies == {b"warm", b"warm-async", b"after"} | {f"b{i}".encode() for i in range(30)}
 
 
-def _rewrite_responses(monkeypatch, rewrite):
-    """Make the pipelined connections read send responses through rewrite(items) first."""
+def _rewrite_responses(monkeypatch, rewrite, p=None):
+    """Make the pipelined connections read send responses through rewrite(items) first (those
+    of producer `p` open already are closed: their successors read so)."""
     real = producer_module.read_send_response_frames
 
     def read(data, max_frame_length):
@@ -131,21 +133,25 @@ def _rewrite_responses(monkeypatch, rewrite):
         return rewrite(items), consumed
 
     monkeypatch.setattr(producer_module, "read_send_response_frames", read)
+    if p is not None:
+        p.instance._close_send_channels(1.0)
 
 
-def test_a_busy_answer_is_retried_through_the_loop_and_a_refusal_is_not(cluster, monkeypatch):
-    codes = [ResponseCode.SYSTEM_BUSY, ResponseCode.MESSAGE_ILLEGAL]
+def test_a_busy_answer_is_retried_and_a_refusal_is_not(cluster, monkeypatch):
+    codes = [ResponseCode.SYSTEM_BUSY, None, ResponseCode.MESSAGE_ILLEGAL]  # (None: the retry's answer stands)
 
     def rewrite(items):
         for item in items:
             if codes and not isinstance(item, bytes):
-                item.code, item.remark = codes.pop(0), "injected"
+                code = codes.pop(0)
+                if code is not None:
+                    item.code, item.remark = code, "injected"
         return items
 
     with Producer("PG_PIPE_BUSY", namesrv=cluster.tcp_namesrv, **FAST) as p:
         p.send(Message("PipeBusyT", b"warm"))
-        _rewrite_responses(monkeypatch, rewrite)
-        busy = p.send_async(Message("PipeBusyT", b"busy once")).result(10)  # retried on the loop's path
+        _rewrite_responses(monkeypatch, rewrite, p)
+        busy = p.send_async(Message("PipeBusyT", b"busy once")).result(10)  # retried on the pipeline
         assert busy.status is SendStatus.SEND_OK
         with pytest.raises(MQBrokerError, match="code 13 .*injected"):
             p.send_async(Message("PipeBusyT", b"illegal")).result(10)
@@ -165,7 +171,7 @@ def test_an_unanswered_send_times_out_within_its_timeout(cluster, monkeypatch):
 
     with Producer("PG_PIPE_TIMEOUT", namesrv=cluster.tcp_namesrv, **FAST) as p:
         p.send(Message("PipeTimeoutT", b"warm"))
-        _rewrite_responses(monkeypatch, rewrite)
+        _rewrite_responses(monkeypatch, rewrite, p)
         t0 = time.monotonic()
         fut = p.send_async(Message("PipeTimeoutT", b"lost answer"), timeout=0.5)
         with pytest.raises(MQClientError, match="no response .* in time"):
@@ -272,14 +278,18 @@ def test_plain_sync_sends_never_build_a_remoting_command(cluster, monkeypatch):
     with Producer("PG_LEAN_SYNC", namesrv=cluster.tcp_namesrv, **FAST) as p:
         p.send(Message("LeanSyncT", b"warm"))  # the route look-up goes through the loop
 
-        def no_command(*a, **kw):
-            raise AssertionError("a plain send built a RemotingCommand")
+        real = RemotingCommand.create_request
 
-        monkeypatch.setattr(p, "_build_request", no_command)
+        def no_send_command(code, *a, **kw):
+            if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE, RequestCode.SEND_BATCH_MESSAGE):
+                raise AssertionError("a plain send built a RemotingCommand")
+            return real(code, *a, **kw)
+
+        monkeypatch.setattr(RemotingCommand, "create_request", staticmethod(no_send_command))
         results = [p.send(Message("LeanSyncT", f"l{i}".encode(), tags="T", properties={"a": "1"})) for i in range(10)]
         results += [p.send_async(Message("LeanSyncT", f"la{i}".encode())).result(10) for i in range(10)]
         monkeypatch.undo()
-        big = p.send(Message("LeanSyncT", b"z" * 10000))  # compressed: the Python way, still direct
+        big = p.send(Message("LeanSyncT", b"z" * 10000))  # compressed: SendAttempts, the same connection
     assert all(r.status is SendStatus.SEND_OK for r in results + [big])
     got = drain_topic(cluster.tcp_namesrv, "LeanSyncT", "CG_LEAN_SYNC", 22)
     by_body = {m.body: m for m in got}
@@ -288,8 +298,8 @@ def test_plain_sync_sends_never_build_a_remoting_command(cluster, monkeypatch):
 
 
 def test_a_failed_connect_is_not_tried_per_message(cluster, monkeypatch):
-    """After a pipelined connection could not be opened, async sends to that broker go the loop's
-    way for a while (which connects without blocking the caller) instead of each trying again."""
+    """After a pipelined connection could not be opened, sends to that broker fail at once for a
+    while (each attempt counted against the broker) instead of each trying to connect again."""
     from rmq_core.errors import RemotingConnectError
 
     with Producer("PG_PIPE_NOCONN", namesrv=cluster.tcp_namesrv, **FAST) as p:
@@ -301,8 +311,10 @@ def test_a_failed_connect_is_not_tried_per_message(cluster, monkeypatch):
             raise RemotingConnectError(f"injected: connect to {addr} refused")
 
         monkeypatch.setattr(p.instance, "_open_send_channel", refuse)
-        results = [p.send_async(Message("PipeNoConnT", f"n{i}".encode())).result(10) for i in range(20)]
-        assert all(r.status is SendStatus.SEND_OK for r in results)  # retried on the loop's path
+        p.instance._close_send_channels(1.0)
+        for i in range(20):
+            with pytest.raises(MQClientError, match="connect to .* refused|failed moments ago"):
+                p.send_async(Message("PipeNoConnT", f"n{i}".encode())).result(10)
         assert len(tries) == 1
         monkeypatch.undo()
         p.instance._send_connect_failed.clear()  # (the retry moment reached)

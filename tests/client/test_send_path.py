@@ -210,51 +210,6 @@ def started_producer(cluster):
     p.shutdown()
 
 
-def _patch_invoke(monkeypatch, producer, plan):
-    """Make the instance's sends follow `plan` (a list of async callables(addr, request), one per
-    send request, the real invoke after the plan ends) on the loop's path and on the direct one
-    (sync sends from the caller's thread); returns the list of send codes seen."""
-    inst = producer.instance
-    real = inst.invoke
-    seen = []
-
-    async def invoke(addr, request, timeout):
-        if request.code != RequestCode.SEND_MESSAGE_V2:  # route look-ups and the like go through
-            return await real(addr, request, timeout)
-        seen.append(request.code)
-        if len(seen) <= len(plan):
-            return await plan[len(seen) - 1](addr, request)
-        return await real(addr, request, timeout)
-
-    real_direct = inst.invoke_direct
-
-    def invoke_direct(addr, request, timeout):  # a sync send's first attempt, in the caller's thread
-        if request.code != RequestCode.SEND_MESSAGE_V2:
-            return real_direct(addr, request, timeout)
-        seen.append(request.code)
-        if len(seen) <= len(plan):
-            return asyncio.run(plan[len(seen) - 1](addr, request))
-        return real_direct(addr, request, timeout)
-
-    real_frame = inst.invoke_frame_direct
-
-    def invoke_frame_direct(addr, frame, opaque, timeout, read, code=0):  # a plain sync send's first attempt
-        if code != RequestCode.SEND_MESSAGE_V2:
-            return real_frame(addr, frame, opaque, timeout, read, code)
-        seen.append(code)
-        if len(seen) <= len(plan):
-            response = asyncio.run(plan[len(seen) - 1](addr, RemotingCommand.decode(memoryview(frame)[4:])))
-            response.opaque = opaque
-            response.flag |= RESPONSE_FLAG
-            return read(memoryview(response.encode())[4:])
-        return real_frame(addr, frame, opaque, timeout, read, code)
-
-    monkeypatch.setattr(inst, "invoke", invoke)
-    monkeypatch.setattr(inst, "invoke_direct", invoke_direct)
-    monkeypatch.setattr(inst, "invoke_frame_direct", invoke_frame_direct)
-    return seen
-
-
 def test_cold_route_then_fast_sends_store_every_message(started_producer):
     p = started_producer
     results = [p.send(Message("FastT", f"m{i}".encode(), keys=f"k{i}")) for i in range(5)]
@@ -266,74 +221,6 @@ def test_cold_route_then_fast_sends_store_every_message(started_producer):
     for offsets in per_queue.values():  # each queue's offsets climb one by one: nothing lost or doubled
         assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
     assert len({r.msg_id for r in results}) == 10
-
-
-def test_a_failed_first_attempt_is_retried(started_producer, monkeypatch):
-    p = started_producer
-    p.send(Message("FastRetry", b"warm"))  # route cached, broker connected: the next send is a fast one
-
-    async def refuse(addr, request):
-        raise RemotingConnectError(f"injected: connection to {addr} reset")
-
-    seen = _patch_invoke(monkeypatch, p, [refuse])
-    r = p.send(Message("FastRetry", b"second try"))
-    assert r.status is SendStatus.SEND_OK
-    assert seen == [RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE_V2]
-
-
-def test_a_busy_broker_is_retried_and_a_refusal_is_not(started_producer, monkeypatch):
-    p = started_producer
-    p.send(Message("FastBusy", b"warm"))
-
-    async def busy(addr, request):
-        return request.make_response(ResponseCode.SYSTEM_BUSY, "injected busy")
-
-    async def illegal(addr, request):
-        return request.make_response(ResponseCode.MESSAGE_ILLEGAL, "injected illegal")
-
-    seen = _patch_invoke(monkeypatch, p, [busy])
-    assert p.send_async(Message("FastBusy", b"x")).result(10).status is SendStatus.SEND_OK
-    assert len(seen) == 2
-    seen = _patch_invoke(monkeypatch, p, [illegal])
-    with pytest.raises(MQBrokerError, match="injected illegal"):
-        p.send(Message("FastBusy", b"y"))
-    assert len(seen) == 1
-
-
-def test_retries_exhausted_name_the_topic_and_the_error(started_producer, monkeypatch):
-    p = started_producer
-    p.send(Message("FastDown", b"warm"))
-
-    async def refuse(addr, request):
-        raise RemotingConnectError("injected: broker down")
-
-    seen = _patch_invoke(monkeypatch, p, [refuse] * 3)
-    with pytest.raises(MQClientError, match=r"send to topic 'FastDown' failed after 3 attempt\(s\).*injected"):
-        p.send(Message("FastDown", b"z"))
-    assert len(seen) == 3
-
-
-def test_cancelling_an_async_send_ends_its_call(started_producer, monkeypatch):
-    p = started_producer
-    p.send(Message("FastCancel", b"warm"))
-    entered = threading.Event()
-    cancelled = threading.Event()
-
-    async def hang(addr, request):
-        entered.set()
-        try:
-            await asyncio.get_running_loop().create_future()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    _patch_invoke(monkeypatch, p, [hang])
-    f = p.send_async(Message("FastCancel", b"never"))
-    assert entered.wait(5)
-    assert f.cancel()
-    assert cancelled.wait(5)
-    monkeypatch.undo()
-    assert p.send(Message("FastCancel", b"after")).status is SendStatus.SEND_OK
 
 
 def test_check_message_remembers_only_good_topic_names(monkeypatch):
