@@ -13,9 +13,10 @@ Request frame (shared/protocol/REMOTING.md §1 and §5.4, integers big-endian):
                              "opaque":N,"serializeTypeCurrentRPC":"JSON","version":N}
     body                    the message body (or a batch body)
 
-These are exactly the bytes RemotingCommand.create_request(code, Producer._v2_header(...), body)
-encodes to with language PYTHON: ext fields in that insertion order, every value a JSON string
-escaped as json.encoder.encode_basestring does (UTF-8 kept).  A SendHeader holds what is constant
+These are exactly the bytes RemotingCommand.create_request(code, header, body) encodes to with
+language PYTHON (V1 - SEND_MESSAGE - the same with the long field names): ext fields in that
+insertion order, every value a JSON string escaped as json.encoder.encode_basestring does (UTF-8
+kept).  A SendHeader holds what is constant
 for one (producer, queue); build_frame writes the rest.
 
 Response frame: the JSON header of a SendMessageResponseHeader, read for code, flag, opaque,
@@ -687,7 +688,7 @@ cdef inline double _monotonic() noexcept nogil:
 
 @cython.final
 cdef class PipelinedCompletion:
-    """Producer._pipelined_done's usual case on the reader thread, natively: a send answered with
+    """SendAttempts.answered's usual case on the reader thread, natively: a send answered with
     a send status becomes its SendResult, the broker's fault item is noted as SendPolicy.note
     does (a fast answer at most once per millisecond per broker, in the same `noted` table), and the
     LeanFuture is finished.  Anything else (a failure, a refusal, a watched Future) goes to

@@ -236,7 +236,8 @@ class SendAttempts:
             result = _RESULTS.make(response, mq, self.uniq)
             if result is None:
                 error = MQBrokerError(response.code, response.remark, self.addr)
-        policy.note(mq.broker_name, self.t0, error is not None)
+        if self.fixed is None:  # (Java notes latency in sendDefaultImpl only, not for a chosen queue)
+            policy.note(mq.broker_name, self.t0, error is not None)
         ctx, self.hook_ctx = self.hook_ctx, None
         if ctx is not None:
             ctx.send_result, ctx.exception = result, error
