@@ -934,8 +934,9 @@ cdef class PipelinedSender:
     frame for each.  Its answer is finished by PipelinedCompletion; a failure goes to
     state.failed, which retries as the policy says.
 
-    send(message, timeout, mode) returns the LeanFuture; None when it declined before picking a
-    queue (the caller's general attempt decides).  Where it declines after picking a queue for a
+    send(message, timeout, mode, future=None) returns the LeanFuture (or `future`, when given: an
+    object with finish(result, error) and a settable `channel`, which the completion finishes);
+    None when it declined before picking a queue (the caller's general attempt decides).  Where it declines after picking a queue for a
     reason the Python path handles (no address, no cached native header, a body to compress,
     properties the native writer leaves to Python) it calls
     state.send_general(message, timeout, queue, address, mode) and returns what that returns.
@@ -1043,7 +1044,7 @@ cdef class PipelinedSender:
         return (0 < n <= max_size and topic in self._checked_topics and not message.properties
                 and message.delay_time_level >= 0)
 
-    def send(self, message, double timeout, mode="ASYNC"):
+    def send(self, message, double timeout, mode="ASYNC", future=None):
         cdef Py_ssize_t n
         cdef PyObject* found
         state = self._state
@@ -1081,8 +1082,11 @@ cdef class PipelinedSender:
         frame = header._frame(0, message.flag, None, message, opaque, message.body, None, 0, None, uniq)
         if frame is None:
             return state.send_general(message, timeout, mq, addr, mode)
-        fut = self._new_future(self._future_cls)
-        PyObject_GenericSetAttr(fut, "_state", _PENDING)
+        if future is None:
+            fut = self._new_future(self._future_cls)
+            PyObject_GenericSetAttr(fut, "_state", _PENDING)
+        else:  # the caller's own Future (rmq_core.aio's): finished through its finish(result, error)
+            fut = future
         context = (message, uniq, mode, mq, addr, timeout, _monotonic(), fut)
         if channel is None:
             try:

@@ -611,6 +611,14 @@ class Producer:
             s.finish(None, e)
         return s.fut
 
+    def _send_into(self, msg: Message, future, timeout: float | None = None):
+        """send_async of a plain message whose native first attempt finishes `future` itself (an
+        object with finish(result, error) and a `channel`: rmq_core.aio's Future): `future`, the
+        LeanFuture of the general attempt, or None - it does not go so (send_async then)."""
+        if not self._native_first or self._batch_accumulator is not None or not self._started:
+            return None
+        return self._pipelined_sender.send(msg, timeout or self.send_msg_timeout, "ASYNC", future)
+
     def _route_then(self, s: "SendAttempts", queue, selector, arg) -> None:
         inst = self.instance
         routed = inst.submit(self._find_publish_info(s.topic))

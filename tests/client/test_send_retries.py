@@ -213,3 +213,27 @@ def test_a_killed_broker_is_avoided(tmp_path, mode):
             assert not p.fault_strategy.tolerance.is_available("broker-b")
     finally:
         servers.stop()
+
+
+def test_an_aio_send_is_retried_on_the_pipeline_too(servers, monkeypatch):
+    """rmq_core.aio's send (whose Future the pipeline finishes itself) takes the same attempts."""
+    import asyncio
+
+    from rmq_core import aio
+
+    script = Script(monkeypatch, [])
+
+    async def main():
+        async with aio.Producer("PG_RETRY_AIO", namesrv=servers.namesrv, **{**FAST, **RETRIES}) as p:
+            script.watch(p.producer)
+            await p.send(Message(TOPIC, b"warm"))
+            script.codes = [ResponseCode.SYSTEM_BUSY]
+            r = await p.send(Message(TOPIC, b"x"))
+            assert r.status is SendStatus.SEND_OK and script.answers == 3
+            assert r.queue.broker_name not in script.failed
+            script.codes = [ResponseCode.SYSTEM_BUSY] * 10
+            with pytest.raises(MQBrokerError, match="code 2 .*injected"):
+                await p.send(Message(TOPIC, b"y"))
+            assert script.answers - 3 == ATTEMPTS["async"]
+
+    asyncio.run(main())
