@@ -6,9 +6,10 @@ a command is delivered by scheduling the receiver's callback on the receiver's l
 `call_soon_threadsafe`, which also keeps commands in send order.  The receiver gets a copy, so a
 sender that mutates or reuses its command afterwards cannot change what was delivered.
 
-A blocking connection (connect_blocking, the sync send's direct path) may also carry encoded
-frames (InprocBlockingChannel.invoke_frame): its server end hands them to the broker's native
-send lane when the broker installed one (set_fast_lane, as on a TCP connection), which answers a
+A pipelined connection (connect_pipelined: the producer's send pipeline, many requests in flight)
+and a blocking one (connect_blocking: BlockingChannelPool's, InprocBlockingChannel.invoke_frame)
+also carry encoded frames: their server end hands them to the broker's native send lane when the
+broker installed one (set_fast_lane, as on a TCP connection), which answers a
 plain send with the response frame the client reads natively; frames the lane declines are
 decoded and take the general path, whose RemotingCommand answer is encoded for the reader.
 """

@@ -268,6 +268,8 @@ class SendAttempts:
         """The next attempt, from the completion of the last one.  A connect to the next broker
         must not hold up the thread that read the last answer: that one goes to a client thread."""
         try:
+            if self.fut is not None and self.fut.done():  # cancelled meanwhile: no more attempts
+                return
             if self.timeout - (time.monotonic() - self.begin) <= 0:
                 self.give_up()
                 return
@@ -682,7 +684,7 @@ class Producer:
         """The header writer of sends to `mq` (V2, or V1 with use_send_message_v2=False), cached."""
         # (a retry topic's header is keyed apart: the native first attempt, which looks up the plain
         # key, leaves such sends to SendAttempts, which moves their reconsume fields into the header)
-        key = (mq.topic, mq.broker_name, mq.queue_id, "retry" if MixAll.is_retry_topic(mq.topic) else batch)
+        key = (mq.topic, mq.broker_name, mq.queue_id, ("retry", batch) if MixAll.is_retry_topic(mq.topic) else batch)
         header = self._send_headers.get(key)
         if header is not None:
             return header
