@@ -1,5 +1,5 @@
 """Pipelined request/response connections written by any thread and read by one thread of their own
-(the async send's direct path).
+(the producer's send pipeline: every send travels on one).
 
 The remoting client runs every connection on the client instance's event loop; an async send
 through it posts a closure to that loop (a self-pipe write and a wake-up per burst), and the loop

@@ -1,7 +1,6 @@
-"""Plain sends over TCP without the client's event loop: send_async written from the caller's thread on
-a pipelined connection per broker (Producer._send_pipelined), and sync sends whose request frame is
-built natively (Producer._send_plain_direct); against real brokers (embedded on TCP, and broker
-subprocesses where one is killed)."""
+"""Sends on the one send pipeline: written from the caller's thread on the broker's pipelined
+connection (sync sends then read their own answer), without the client's event loop; against real
+brokers (embedded on TCP and in-proc, and broker subprocesses where one is killed)."""
 import socket
 import threading
 import time
@@ -33,7 +32,7 @@ def test_async_sends_are_pipelined_land_once_and_call_back_off_the_reader(cluste
     topic = "PipeT"
     calls, errors = [], []
     with Producer("PG_PIPE", namesrv=cluster.tcp_namesrv, **FAST) as p:
-        sync_result = p.send(Message(topic, b"sync", tags="TagP"))  # route cached, direct path open
+        sync_result = p.send(Message(topic, b"sync", tags="TagP"))  # route cached, the connection open
         addr = _broker_addr(p, topic)
 
         def callback(result, error):

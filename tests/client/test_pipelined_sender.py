@@ -46,9 +46,6 @@ class _Instance:
         self.connects = 0  # send_channel calls
         self.in_proc_calls = 0
 
-    def direct_send_possible(self):
-        return True
-
     def pipelined_send_possible(self):
         return self.possible
 

@@ -1,6 +1,6 @@
-"""The instance's batched hand-off to its loop
-(`post`), `run` on a plain lock (errors, cancellation, timeouts), `submit` Futures, and sends whose
-message is prepared in the caller's thread."""
+"""The instance's batched hand-off to its loop (`post`), `run` on a plain lock (errors,
+cancellation, timeouts), `submit` Futures, and sends whose message is prepared in the caller's
+thread."""
 import asyncio
 import concurrent.futures
 import threading
@@ -12,9 +12,6 @@ from rmq_core import Message, Producer
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.instance import MQClientInstance
 from rmq_core.errors import IllegalArgumentError, MQClientError
-from rmq_core.message import MessageQueue
-from rmq_core.remoting.codes import RequestCode
-from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
 
 
 @pytest.fixture()
@@ -196,10 +193,8 @@ def test_encode_batch_refuses_bad_batches(msgs, error):
         p._encode_batch(msgs)
 
 
-# --- sends on the loop's route and the direct one, against a real embedded broker -----------------
-from rmq_core.errors import MQBrokerError, RemotingConnectError  # noqa: E402
+# --- sends against a real embedded broker ---------------------------------------------------------
 from rmq_core.message import SendStatus  # noqa: E402
-from rmq_core.remoting.codes import ResponseCode  # noqa: E402
 from tests.client.conftest import FAST  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""PipelinedChannel (the async send's direct path): many requests in flight on one connection, written
+"""PipelinedChannel (the producer's send pipeline): many requests in flight on one connection, written
 by any thread, answered on the channel's reader thread; against a real RemotingServer on 127.0.0.1
 and against raw socket peers that answer out of order, stall, hang up or send requests."""
 import asyncio
