@@ -411,6 +411,10 @@ class InprocPipelinedChannel:
         if not _schedule(server._loop, server._deliver_frame, frame):
             self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
 
+    def exchange(self, frame, opaque: int, timeout: float, on_done, context=None) -> None:
+        """PipelinedChannel.exchange (a sync send's): the answer comes on the server's thread."""
+        self.send(frame, opaque, timeout, on_done, context)
+
     def send_oneway(self, frame) -> None:
         """A request no answer is expected to (its flag says oneway)."""
         if self._intercept is not None:

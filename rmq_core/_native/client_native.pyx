@@ -1100,7 +1100,9 @@ cdef class PipelinedSender:
                 self._channels[addr] = channel
         fut.channel = channel  # result() reads the answer itself when no other thread does
         writes = getattr(channel, "writes", None)
-        if type(writes) is PipelinedWrites and not channel.intercepted:  # PipelinedChannel.send without its Python frame
+        if mode == "SYNC":  # this thread waits for the answer at once: it writes and reads it itself
+            channel.exchange(frame, opaque, timeout, self._completion, context)
+        elif type(writes) is PipelinedWrites and not channel.intercepted:  # PipelinedChannel.send without its Python frame
             data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, self._completion, context)
             if data is not None:
                 channel.after_offer(data, opaque, self._completion, context)
@@ -1474,5 +1476,87 @@ def blocking_exchange(int fd, frame, chunk):
                 return got
         finally:
             PyBuffer_Release(&into)
+    finally:
+        PyBuffer_Release(&out)
+
+
+cdef extern from "<poll.h>" nogil:
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    int c_poll "poll"(pollfd* fds, unsigned long nfds, int timeout)
+    short POLLIN
+    short POLLOUT
+
+from libc.errno cimport EAGAIN
+
+cdef extern from "<errno.h>" nogil:
+    int EWOULDBLOCK
+
+
+def pipelined_exchange(int fd, frame, into, double timeout):
+    """A sync send's request and the first receive of its answer on a pipelined connection's
+    non-blocking socket `fd`, the GIL released once across both (the answer usually comes whole
+    in that one receive): write all of `frame` (waiting while the socket buffer is full), then wait
+    up to `timeout` seconds for the socket to be readable and receive once into the writable
+    buffer `into`.  Returns the bytes received (0: the peer closed), or -1 when nothing came in
+    time.  A failed or unfinished write raises OSError (part of a frame may be out)."""
+    cdef Py_buffer out, buf
+    cdef const char* p
+    cdef Py_ssize_t left
+    cdef ssize_t n = -1
+    cdef int failed = 0, ready, wait_ms
+    cdef pollfd pfd
+    wait_ms = <int>(timeout * 1000.0) if timeout > 0 else 0
+    PyObject_GetBuffer(frame, &out, PyBUF_SIMPLE)
+    try:
+        PyObject_GetBuffer(into, &buf, PyBUF_WRITABLE)
+        try:
+            p = <const char*>out.buf
+            left = out.len
+            pfd.fd = fd
+            while True:
+                with nogil:
+                    while left > 0:
+                        n = c_send(fd, p, left, MSG_NOSIGNAL)
+                        if n < 0:
+                            if errno == EAGAIN or errno == EWOULDBLOCK:
+                                pfd.events = POLLOUT
+                                ready = c_poll(&pfd, 1, wait_ms)
+                                if ready > 0:
+                                    continue
+                                failed = errno if ready < 0 else EAGAIN
+                            else:
+                                failed = errno
+                            break
+                        p += n
+                        left -= n
+                    if not failed:
+                        n = c_recv(fd, buf.buf, buf.len, 0)
+                        if n < 0 and (errno == EAGAIN or errno == EWOULDBLOCK):
+                            pfd.events = POLLIN
+                            ready = c_poll(&pfd, 1, wait_ms)
+                            if ready > 0:
+                                n = c_recv(fd, buf.buf, buf.len, 0)
+                                if n < 0 and (errno == EAGAIN or errno == EWOULDBLOCK):
+                                    n = -1
+                                elif n < 0:
+                                    failed = errno
+                            elif ready == 0:
+                                n = -1
+                            else:
+                                failed = errno
+                        elif n < 0:
+                            failed = errno
+                if failed == EINTR:  # a signal: its handler runs (and may raise), then go on
+                    PyErr_CheckSignals()
+                    failed = 0
+                    continue
+                if failed:
+                    raise OSError(failed, strerror(failed).decode())
+                return n
+        finally:
+            PyBuffer_Release(&buf)
     finally:
         PyBuffer_Release(&out)

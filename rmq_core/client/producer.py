@@ -223,7 +223,10 @@ class SendAttempts:
         if self.futures:
             for fut in self.futures:
                 fut.channel = channel
-        channel.send(frame, opaque, remaining, SendAttempts.answered, self)
+        if self.mode is CommunicationMode.SYNC:  # the caller waits at once: it writes and reads itself
+            channel.exchange(frame, opaque, remaining, SendAttempts.answered, self)
+        else:
+            channel.send(frame, opaque, remaining, SendAttempts.answered, self)
 
     def answered(self, response: SendResponse | None, error: BaseException | None) -> None:
         """An attempt's outcome (PipelinedChannel's completion): noted, then the send finished or
