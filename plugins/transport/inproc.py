@@ -15,6 +15,7 @@ decoded and take the general path, whose RemotingCommand answer is encoded for t
 """
 from __future__ import annotations
 
+import _thread
 import asyncio
 import itertools
 import logging
@@ -412,8 +413,21 @@ class InprocPipelinedChannel:
             self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
 
     def exchange(self, frame, opaque: int, timeout: float, on_done, context=None) -> None:
-        """PipelinedChannel.exchange (a sync send's): the answer comes on the server's thread."""
-        self.send(frame, opaque, timeout, on_done, context)
+        """PipelinedChannel.exchange (a sync send's): send(), then this thread waits on a plain
+        lock the server's thread releases once it completed the answer (or the sweeper its
+        timeout), so the caller finds it done."""
+        done = _thread.allocate_lock()
+        done.acquire()
+        self.send(frame, opaque, timeout, self._exchanged, (on_done, context, done))
+        done.acquire(timeout=max(0.0, timeout) + 1.0)
+
+    @staticmethod
+    def _exchanged(context, response, error) -> None:
+        on_done, inner, done = context
+        try:
+            on_done(inner, response, error)
+        finally:
+            done.release()
 
     def send_oneway(self, frame) -> None:
         """A request no answer is expected to (its flag says oneway)."""

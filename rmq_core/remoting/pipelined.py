@@ -168,8 +168,7 @@ class PipelinedChannel:
         call (the GIL released once: pipelined_exchange) and completes what came; whatever is left
         its wait (LeanFuture.result -> wait) reads as usual.  Otherwise it is send()."""
         writes = self.writes
-        if (self._intercept is not None or writes.unanswered or writes.writing or writes.gathered
-                or self._token_owner != _NOBODY):
+        if writes.unanswered or writes.writing or writes.gathered or self._token_owner != _NOBODY:
             self.send(frame, opaque, timeout, on_done, context)
             return
         with self._tlock:
@@ -179,6 +178,13 @@ class PipelinedChannel:
         if not got:
             self.send(frame, opaque, timeout, on_done, context)
             return
+        if self._intercept is not None:  # (as send() does)
+            try:
+                frame, token = self._intercept.before(frame)
+            except BaseException:
+                self._release_token()
+                raise
+            on_done, context = self._intercepted_done, (on_done, context, token)
         try:
             data = writes.offer(frame, opaque, timeout, on_done, context)
             if data is None:  # gathered beside a write begun meanwhile: that writer sends it
