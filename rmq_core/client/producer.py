@@ -19,6 +19,7 @@ import functools
 import logging
 import threading
 import time
+from threading import get_ident
 from typing import Any, Callable, Iterable
 
 import attrs
@@ -489,7 +490,9 @@ class Producer:
 
     def _check_may_wait(self) -> None:
         """A blocking send is refused on the client's loop: it may be the one to finish it."""
-        if self._check_started().in_loop_thread():
+        if not self._started:
+            self._check_started()
+        if self.instance.loop_thread_ident == get_ident():
             raise RuntimeError("a blocking send called on the client event loop (would deadlock)")
 
     # --- public send API -------------------------------------------------------------------------
@@ -501,6 +504,10 @@ class Producer:
         IllegalArgumentError naming the problem."""
         self._check_may_wait()
         t = timeout or self.send_msg_timeout
+        if queue is None and selector is None and self._native_first and not self.retry_another_broker_when_not_store_ok:
+            fut = self._pipelined_sender.send(msg, t, "SYNC")  # (_submit's first case, without its checks)
+            if fut is not None:
+                return self._wait(fut, t)
         return self._wait(self._submit(msg, CommunicationMode.SYNC, t, queue, selector, arg), t)
 
     def send_orderly(self, msg: Message, arg: Any = None, selector=None, timeout: float | None = None) -> SendResult:

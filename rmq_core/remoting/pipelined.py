@@ -206,7 +206,15 @@ class PipelinedChannel:
                 self._fail(RemotingConnectError(f"connection closed by {self.addr}"))
             elif n > 0:
                 try:
-                    answered = self._consume(n)
+                    if not have:  # the usual case: whole answers, nothing kept for the next read
+                        items, consumed = self._read_frames(self._rview[:n], self.max_frame_length)
+                        if consumed == n:
+                            self._reads += 1
+                            answered = self._deliver(items) if items else 0
+                        else:  # (the frames were parsed again: parsing has no side effects)
+                            answered = self._consume(n)
+                    else:
+                        answered = self._consume(n)
                 except (OSError, RemotingCommandError) as e:
                     self._fail(self._read_error(e))
                     return
