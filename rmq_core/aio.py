@@ -10,12 +10,13 @@
     c.register_message_listener(listener)          # async def listener(msgs) -> ConsumeStatus
     async with c: ...
 
-A send is the producer's own async send, made from the loop's thread: a plain message to a tcp
-broker is written straight onto that broker's pipelined connection (rmq_core.remoting.pipelined),
-anything else goes to the client's event loop; no worker thread is involved per call, and no Task
-either: a send returns an asyncio Future the client Future hands its outcome to through its one
-lean callback (LeanFuture.add_lean_callback: no Condition made).  Your loop
-watches each such connection it sent on and reads the answers itself when the socket is readable
+A send is the producer's own async send, made from the loop's thread: written straight onto its
+broker's pipelined connection (rmq_core.remoting.pipelined; retries from the completion of the
+failed attempt, see rmq_core.client.producer.SendAttempts); no worker thread is involved per
+call, and no Task either.  A plain message's send returns an asyncio Future the pipeline's native
+completion finishes itself (_SendFuture.finish); others return one the client Future hands its
+outcome to through its one lean callback (LeanFuture.add_lean_callback: no Condition made).  Your
+loop watches each connection it sent on and reads the answers itself when the socket is readable
 (PipelinedChannel.read_ready, as a thread waiting for its answer does), so they complete on the
 loop's thread; answers completed elsewhere (the connection's reader thread when the loop was busy,
 the client's loop) are handed over through one inbox, drained by one callback per burst
@@ -60,7 +61,14 @@ class _LoopInbox:
 
     def put(self, waiter: asyncio.Future, fut: concurrent.futures.Future) -> None:
         """From another thread than the loop's."""
-        self._items.append((waiter, fut))
+        self._put((waiter, fut))
+
+    def put_outcome(self, waiter: asyncio.Future, result, error: BaseException | None) -> None:
+        """From another thread than the loop's."""
+        self._put((waiter, result, error))
+
+    def _put(self, item: tuple) -> None:
+        self._items.append(item)
         if not self._scheduled:  # (two threads may both schedule: one drain then finds nothing)
             self._scheduled = True
             try:
@@ -72,7 +80,11 @@ class _LoopInbox:
         self._scheduled = False  # before popping: an item put from now on schedules another drain
         items = self._items
         while items:
-            _transfer(*items.popleft())
+            item = items.popleft()
+            if len(item) == 2:
+                _transfer(*item)
+            else:
+                _settle(*item)
 
 
 class _ClientFuture(asyncio.Future):
@@ -93,6 +105,32 @@ class _ClientFuture(asyncio.Future):
             _transfer(self, fut)
         else:
             inbox.put(self, fut)
+
+
+class _SendFuture(asyncio.Future):
+    """An aio send's Future finished by the send pipeline itself: the native completion (or the
+    send's SendAttempts) calls finish(result, error) on whichever thread read the answer - the
+    loop's own (read_ready) sets it at once, another hands it over through the inbox.  No client
+    Future between; cancelling it abandons the send (a written request cannot be taken back)."""
+
+    channel = None  # the connection its answer comes on (set by the pipeline)
+    inbox: _LoopInbox
+
+    def finish(self, result, error: BaseException | None = None) -> None:
+        inbox = self.inbox
+        if get_ident() == inbox.thread:
+            _settle(self, result, error)
+        else:
+            inbox.put_outcome(self, result, error)
+
+
+def _settle(waiter: asyncio.Future, result, error: BaseException | None) -> None:
+    if waiter.done():  # the awaiting task was cancelled
+        return
+    if error is not None:
+        waiter.set_exception(error)
+    else:
+        waiter.set_result(result)
 
 
 def _transfer(waiter: asyncio.Future, fut: concurrent.futures.Future) -> None:
@@ -163,19 +201,26 @@ class _OnLoop:
         if fut._state in _DONE_STATES:
             _transfer(waiter, fut)
             return waiter
-        channel = fut.channel if type(fut) is LeanFuture else getattr(fut, "channel", None)
-        if channel is not None and id(channel) not in self._watches:  # the connection its answer comes on
-            self._watch(channel)
         if isinstance(fut, LeanFuture):
             fut.add_lean_callback(waiter.take)
         else:
             fut.add_done_callback(waiter.take)
-        if channel is not None and channel.writes.gathered and channel not in self._flushing:
+        self._on_channel(fut.channel if type(fut) is LeanFuture else getattr(fut, "channel", None))
+        return waiter
+
+    def _on_channel(self, channel) -> None:
+        """The loop reads the connection a send's answer comes on, and writes at the end of this
+        iteration what gathered on it."""
+        if channel is None:
+            return
+        if id(channel) not in self._watches:
+            self._watch(channel)
+        writes = channel.writes  # (None: an in-proc connection)
+        if writes is not None and writes.gathered and channel not in self._flushing:
             # the requests this iteration of the loop made leave together at its end (as the
             # waiting thread of a send_async writes what gathered before it reads)
             self._flushing.add(channel)
             self._loop.call_soon(self._flush, channel)
-        return waiter
 
     def _flush(self, channel) -> None:
         self._flushing.discard(channel)
@@ -184,7 +229,7 @@ class _OnLoop:
     def _watch(self, channel) -> None:
         for key in [k for k, w in self._watches.items() if w.channel.closed]:  # broken ones go
             self._watches.pop(key).close()
-        if not channel.closed:
+        if not channel.closed and getattr(channel, "_rsock", None) is not None:  # (in-proc: nothing to watch)
             try:
                 self._watches[id(channel)] = _ChannelWatch(self._loop, channel)
             except (OSError, NotImplementedError, ValueError):  # a loop that cannot watch it: the
@@ -269,7 +314,7 @@ class Producer(_OnLoop):
         inst = p.instance
         for mq in p.fetch_publish_message_queues(topic):
             addr = inst.find_broker_addr_in_publish(mq.broker_name)
-            if addr is not None and not inst.in_proc(addr) and inst.pipelined_send_possible():
+            if addr is not None and inst.pipelined_send_possible():
                 try:
                     inst.send_channel(addr, read_send_response_frames, SendResponse.from_command)
                 except RemotingError:  # unreachable: the send's own retries deal with it
@@ -289,6 +334,15 @@ class Producer(_OnLoop):
             except RuntimeError:
                 on_loop = False
             if on_loop:
+                if queue is None:  # the native first attempt finishes the loop's Future itself
+                    waiter = _SendFuture(loop=self._loop)
+                    waiter.inbox = self._inbox
+                    fut = p._send_into(msg, waiter, timeout)
+                    if fut is waiter:
+                        self._on_channel(waiter.channel)
+                        return waiter
+                    if fut is not None:
+                        return self._future_of(fut)
                 return self._future_of(p.send_async(msg, queue=queue, timeout=timeout))
         return self._start(msg.topic, p.send_async, msg, queue=queue, timeout=timeout)
 
@@ -309,7 +363,7 @@ class Producer(_OnLoop):
     def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None, selector=None,
                     arg: Any = None) -> Awaitable[None]:
         """Returns once the request is written; no answer is awaited."""
-        return self._start(None, self._producer.send_oneway_async, msg, queue=queue, selector=selector, arg=arg)
+        return self._start(msg.topic, self._producer.send_oneway_async, msg, queue=queue, selector=selector, arg=arg)
 
 
 class PullConsumer(_OnLoop):

@@ -6,18 +6,21 @@ a command is delivered by scheduling the receiver's callback on the receiver's l
 `call_soon_threadsafe`, which also keeps commands in send order.  The receiver gets a copy, so a
 sender that mutates or reuses its command afterwards cannot change what was delivered.
 
-A blocking connection (connect_blocking, the sync send's direct path) may also carry encoded
-frames (InprocBlockingChannel.invoke_frame): its server end hands them to the broker's native
-send lane when the broker installed one (set_fast_lane, as on a TCP connection), which answers a
+A pipelined connection (connect_pipelined: the producer's send pipeline, many requests in flight)
+and a blocking one (connect_blocking: BlockingChannelPool's, InprocBlockingChannel.invoke_frame)
+also carry encoded frames: their server end hands them to the broker's native send lane when the
+broker installed one (set_fast_lane, as on a TCP connection), which answers a
 plain send with the response frame the client reads natively; frames the lane declines are
 decoded and take the general path, whose RemotingCommand answer is encoded for the reader.
 """
 from __future__ import annotations
 
+import _thread
 import asyncio
 import itertools
 import logging
 import threading
+import time
 
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
@@ -350,6 +353,206 @@ class InprocBlockingChannel:
             pass
 
 
+class InprocPipelinedChannel:
+    """The client end of an in-proc connection with PipelinedChannel's interface (the producer's
+    send pipeline, rmq_core.remoting.pipelined): encoded request frames in - handed to the
+    server's loop, through the broker's native lane when it has one - and every answer out
+    through the request's completion, on the server's thread, as a tcp connection's reader
+    completes them.  Many requests are in flight at once; a request without an answer by its
+    deadline fails with RemotingTimeoutError (a sweeper thread, while any are pending)."""
+
+    _loop = None  # answers arrive through _schedule(None, ...): at once, in the server's thread
+    writes = None  # (no write buffer: a frame is handed over whole)
+
+    def __init__(self, address: str, server: "InprocFrameChannel", *, read_frames, from_command=None,
+                 intercept=None, sweep_interval: float = 0.05):
+        self.addr = address
+        self.local_address, self.remote_address = server.remote_address, server.local_address
+        self._server = server
+        self.max_frame_length = server._max_frame_length
+        self._intercept = intercept
+        # with an interception step answers are read as RemotingCommands (its after() takes one)
+        self._read_frames = None if intercept is not None else read_frames
+        self._from_command = from_command
+        self._pending: dict[int, tuple] = {}  # opaque -> (deadline, on_done, context)
+        self._closed = False
+        self._error: BaseException | None = None
+        self._sweep_interval = sweep_interval
+        self._sweeper: threading.Thread | None = None
+        self._sweeper_lock = threading.Lock()
+        self._wake = threading.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def intercepted(self) -> bool:
+        return self._intercept is not None
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def send(self, frame, opaque: int, timeout: float, on_done, context=None) -> None:
+        """PipelinedChannel.send: on_done(context, response, None) or on_done(context, None, error),
+        exactly once."""
+        if self._intercept is not None:
+            frame, token = self._intercept.before(frame)
+            on_done, context = self._intercepted_done, (on_done, context, token)
+        if self._closed:
+            on_done(context, None, self._error or RemotingConnectError(f"connection to {self.addr} is closed"))
+            return
+        if type(frame) is not bytes:  # the server reads it later: a buffer the caller may reuse is copied
+            frame = bytes(frame)
+        self._pending[opaque] = (time.monotonic() + timeout, on_done, context)
+        if self._sweeper is None:
+            self._start_sweeper()
+        server = self._server
+        if not _schedule(server._loop, server._deliver_frame, frame):
+            self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
+
+    def exchange(self, frame, opaque: int, timeout: float, on_done, context=None) -> None:
+        """PipelinedChannel.exchange (a sync send's): send(), then this thread waits on a plain
+        lock the server's thread releases once it completed the answer (or the sweeper its
+        timeout), so the caller finds it done."""
+        done = _thread.allocate_lock()
+        done.acquire()
+        self.send(frame, opaque, timeout, self._exchanged, (on_done, context, done))
+        done.acquire(timeout=max(0.0, timeout) + 1.0)
+
+    @staticmethod
+    def _exchanged(context, response, error) -> None:
+        on_done, inner, done = context
+        try:
+            on_done(inner, response, error)
+        finally:
+            done.release()
+
+    def send_oneway(self, frame) -> None:
+        """A request no answer is expected to (its flag says oneway)."""
+        if self._intercept is not None:
+            frame, _ = self._intercept.before(frame)
+        if self._closed:
+            raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
+        server = self._server
+        if not _schedule(server._loop, server._deliver_frame, bytes(frame)):
+            self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
+            raise self._error
+
+    def _intercepted_done(self, context, response, error) -> None:
+        on_done, inner, token = context
+        if response is not None:
+            try:
+                self._intercept.after(token, response)
+                if self._from_command is not None and type(response) is RemotingCommand:
+                    response = self._from_command(response)
+            except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
+                response, error = None, e
+        on_done(inner, response, error)
+
+    # the server end's calls, in the server's thread
+    def _deliver_frames(self, frames: bytes) -> None:
+        """Answers the broker's lane wrote (whole frames)."""
+        if self._read_frames is not None:
+            items, _ = self._read_frames(frames, self.max_frame_length)
+        else:
+            items = []
+            view, pos = memoryview(frames), 0
+            while len(frames) - pos >= _LENGTH_BYTES:
+                end = pos + _LENGTH_BYTES + int.from_bytes(view[pos:pos + _LENGTH_BYTES], "big", signed=True)
+                items.append(bytes(view[pos + _LENGTH_BYTES:end]))
+                pos = end
+        for item in items:
+            if type(item) is bytes:
+                try:
+                    item = RemotingCommand.decode(item)
+                except RemotingCommandError as e:
+                    self._fail(RemotingConnectError(f"bad frame from {self.addr}: {e}"))
+                    return
+            self._deliver(item)
+
+    def _deliver(self, item) -> None:
+        """One answer (a RemotingCommand from the general path, or a natively read response)."""
+        if not item.flag & RESPONSE_FLAG:
+            log.debug("inproc pipelined channel %s: dropping %r", self.local_address, item)
+            return
+        entry = self._pending.pop(item.opaque, None)
+        if entry is None:
+            log.debug("inproc pipelined channel %s: no request waits for opaque %d", self.local_address, item.opaque)
+            return
+        if type(item) is RemotingCommand and self._intercept is None and self._from_command is not None:
+            item = self._from_command(item)
+        try:
+            entry[1](entry[2], item, None)
+        except Exception:  # noqa: BLE001 - one bad callback must not stop the others
+            log.exception("inproc pipelined channel to %s: completion of opaque %d failed", self.addr, item.opaque)
+
+    def _peer_closed(self) -> None:
+        self._fail(RemotingConnectError(f"connection to {self.addr} closed by the broker"))
+
+    # PipelinedChannel's reading side: answers come on the server's thread, nothing to read here
+    def wait(self, future, timeout: float | None = None) -> None:
+        return None
+
+    def read_ready(self) -> int:
+        return 0
+
+    def flush(self) -> None:
+        return None
+
+    def _start_sweeper(self) -> None:
+        with self._sweeper_lock:
+            if self._sweeper is None and not self._closed:
+                self._sweeper = threading.Thread(target=self._sweep_loop, name=f"rmq-inproc-sweep-{self.addr}",
+                                                 daemon=True)
+                self._sweeper.start()
+
+    def _sweep_loop(self) -> None:
+        while not self._closed:
+            self._wake.wait(self._sweep_interval)
+            now = time.monotonic()
+            expired = [opaque for opaque, entry in self._pending.copy().items() if entry[0] <= now]
+            for opaque in expired:
+                entry = self._pending.pop(opaque, None)
+                if entry is not None:
+                    self._complete_with(entry, RemotingTimeoutError(
+                        f"no response (opaque {opaque}) from {self.addr} in time"))
+
+    @staticmethod
+    def _complete_with(entry: tuple, error: BaseException) -> None:
+        try:
+            entry[1](entry[2], None, error)
+        except Exception:  # noqa: BLE001
+            log.exception("inproc pipelined channel: failing a request's completion raised")
+
+    def _fail(self, error: BaseException) -> None:
+        if not self._closed:
+            self._closed = True
+            self._error = error
+            self._wake.set()
+        while self._pending:
+            try:
+                _, entry = self._pending.popitem()
+            except KeyError:
+                break
+            self._complete_with(entry, self._error)
+
+    def close(self, drain_timeout: float = 0.0) -> None:
+        """Let the pending requests finish for up to drain_timeout seconds, fail the rest."""
+        deadline = time.monotonic() + drain_timeout
+        while self._pending and not self._closed and time.monotonic() < deadline:
+            time.sleep(0.005)
+        was_closed = self._closed
+        self._fail(RemotingConnectError(f"connection to {self.addr} closed with the request pending"))
+        if not was_closed:
+            server = self._server
+            _schedule(server._loop, server._peer_closed)
+
+    def __repr__(self) -> str:
+        return f"InprocPipelinedChannel({self.addr}, {'closed' if self._closed else f'{len(self._pending)} pending'})"
+
+
 class InprocListener(Listener):
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop, on_channel, max_frame_length: int):
         self.name = name
@@ -420,6 +623,20 @@ class InprocTransport:
         client_addr = f"inproc://{address}#{n}"
         server = InprocFrameChannel(listener._loop, listener.address, client_addr, listener.max_frame_length)
         client = InprocBlockingChannel(listener.address, server)
+        server.peer = client
+        if not _schedule(listener._loop, listener._accept, server):
+            raise RemotingConnectError(f"connect to inproc://{address} failed: its event loop is closed")
+        return client
+
+    def connect_pipelined(self, address: str, *, read_frames, from_command=None, intercept=None,
+                          ) -> InprocPipelinedChannel:
+        """A connection with PipelinedChannel's interface (the producer's send pipeline)."""
+        listener = self._listener(address)
+        n = next(listener._ids)
+        client_addr = f"inproc://{address}#{n}"
+        server = InprocFrameChannel(listener._loop, listener.address, client_addr, listener.max_frame_length)
+        client = InprocPipelinedChannel(listener.address, server, read_frames=read_frames, from_command=from_command,
+                                        intercept=intercept)
         server.peer = client
         if not _schedule(listener._loop, listener._accept, server):
             raise RemotingConnectError(f"connect to inproc://{address} failed: its event loop is closed")

@@ -13,9 +13,10 @@ Request frame (shared/protocol/REMOTING.md §1 and §5.4, integers big-endian):
                              "opaque":N,"serializeTypeCurrentRPC":"JSON","version":N}
     body                    the message body (or a batch body)
 
-These are exactly the bytes RemotingCommand.create_request(code, Producer._v2_header(...), body)
-encodes to with language PYTHON: ext fields in that insertion order, every value a JSON string
-escaped as json.encoder.encode_basestring does (UTF-8 kept).  A SendHeader holds what is constant
+These are exactly the bytes RemotingCommand.create_request(code, header, body) encodes to with
+language PYTHON (V1 - SEND_MESSAGE - the same with the long field names): ext fields in that
+insertion order, every value a JSON string escaped as json.encoder.encode_basestring does (UTF-8
+kept).  A SendHeader holds what is constant
 for one (producer, queue); build_frame writes the rest.
 
 Response frame: the JSON header of a SendMessageResponseHeader, read for code, flag, opaque,
@@ -98,16 +99,26 @@ def now_ms():
     return _now_ms()
 
 
+# the header field names, V2 (SendMessageRequestHeaderV2) and V1, in the order they are written
+cdef tuple _V2_NAMES = (b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h", b"i", b"j", b"k", b"l", b"m", b"n")
+cdef tuple _V1_NAMES = (b"producerGroup", b"topic", b"defaultTopic", b"defaultTopicQueueNums", b"queueId",
+                        b"sysFlag", b"bornTimestamp", b"flag", b"properties", b"reconsumeTimes", b"unitMode",
+                        b"maxReconsumeTimes", b"batch", b"brokerName")
+
+
 # --- the request -------------------------------------------------------------------------------------
 @cython.final
 cdef class SendHeader:
-    """The constant parts of one producer's SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header to one
-    queue; build_frame fills in the rest per send."""
+    """The one writer of a producer's send request header (SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE
+    with the one-letter names a..n, SEND_MESSAGE with the long ones): what is constant for one
+    (producer, queue) made once; build_frame fills in the rest per send (a retry topic's
+    reconsume fields included, a oneway request's flag)."""
 
     cdef bytes _head  # '{"code":310,"extFields":{"a":..,"b":..,"c":..,"d":..,"e":"<qid>","f":"'
     cdef bytes _mid   # '","k":"false","m":"false","n":<broker>'
     cdef bytes _language  # ',"language":"PYTHON","opaque":'
     cdef bytes _tail  # ',"serializeTypeCurrentRPC":"JSON","version":N}'
+    cdef bytes _kg, _kh, _ki, _kj, _kl  # '","g":"' ... (or the V1 names)
     cdef readonly int code
     cdef readonly str topic
     cdef readonly int queue_id
@@ -115,27 +126,34 @@ cdef class SendHeader:
 
     def __init__(self, str group, str topic, int queue_id, str broker_name, str create_topic_key="TBW102",
                  int default_topic_queue_nums=4, int code=310, bint batch=False, str language="PYTHON",
-                 int version=0):
+                 int version=0, bint v2=True):
         self.code = code
         self.topic = topic
         self.queue_id = queue_id
         self.broker_name = broker_name
+        names = _V2_NAMES if v2 else _V1_NAMES
         self._head = b"".join([
-            b'{"code":', str(code).encode(), b',"extFields":{"a":', _json_str(group), b',"b":', _json_str(topic),
-            b',"c":', _json_str(create_topic_key), b',"d":', _json_str(str(default_topic_queue_nums)),
-            b',"e":"', str(queue_id).encode(), b'","f":"'])
-        self._mid = b"".join([b'","k":"false","m":', b'"true"' if batch else b'"false"', b',"n":',
-                              _json_str(broker_name)])
+            b'{"code":', str(code).encode(), b',"extFields":{"', names[0], b'":', _json_str(group),
+            b',"', names[1], b'":', _json_str(topic), b',"', names[2], b'":', _json_str(create_topic_key),
+            b',"', names[3], b'":', _json_str(str(default_topic_queue_nums)),
+            b',"', names[4], b'":"', str(queue_id).encode(), b'","', names[5], b'":"'])
+        self._kg = b'","' + names[6] + b'":"'
+        self._kh = b'","' + names[7] + b'":"'
+        self._ki = b'","' + names[8] + b'":"'
+        self._kj = b'","' + names[9] + b'":"'
+        self._kl = b',"' + names[11] + b'":"'
+        self._mid = b"".join([b'","', names[10], b'":"false","', names[12], b'":', b'"true"' if batch else b'"false"',
+                              b',"', names[13], b'":', _json_str(broker_name)])
         self._language = b"".join([b',"language":', _json_str(language), b',"opaque":'])
         self._tail = b',"serializeTypeCurrentRPC":"JSON","version":' + str(version).encode() + b"}"
 
     def build_frame(self, sys_flag, flag, dict properties, opaque, body, born_timestamp=None,
-                    reconsume_times=0, max_reconsume_times=None):
-        """The whole request frame (length prefix included) as bytes, or None when the Python
-        encoder must do it (a property that is not a str, a lone surrogate, a number beyond 64
-        bits) or judge it (properties over 32767 bytes).  born_timestamp None: now."""
+                    reconsume_times=0, max_reconsume_times=None, bint oneway=False):
+        """The whole request frame (length prefix included) as bytes, or None when the caller must
+        judge it (a property that is not a str, a lone surrogate, a number beyond 64 bits,
+        properties over 32767 bytes).  born_timestamp None: now."""
         return self._frame(sys_flag, flag, properties, None, opaque, body, born_timestamp, reconsume_times,
-                           max_reconsume_times)
+                           max_reconsume_times, None, oneway)
 
     def build_message_frame(self, message, str uniq, opaque):
         """build_frame for a plain message straight from its fields: the properties are those
@@ -145,7 +163,7 @@ cdef class SendHeader:
         return self._frame(0, message.flag, None, message, opaque, message.body, None, 0, None, uniq)
 
     cdef object _frame(self, sys_flag, flag, dict properties, message, opaque, body, born_timestamp,
-                       reconsume_times, max_reconsume_times, str uniq=None):
+                       reconsume_times, max_reconsume_times, str uniq=None, bint oneway=False):
         cdef Py_buffer pb
         cdef char stack[2048]
         cdef Out o
@@ -166,25 +184,28 @@ cdef class SendHeader:
         try:
             _put(&o, PyBytes_AS_STRING(self._head), len(self._head))
             _put_int(&o, c_sys_flag)
-            _put(&o, '","g":"', 7)
+            _put(&o, PyBytes_AS_STRING(self._kg), len(self._kg))
             _put_int(&o, born)
-            _put(&o, '","h":"', 7)
+            _put(&o, PyBytes_AS_STRING(self._kh), len(self._kh))
             _put_int(&o, c_flag)
-            _put(&o, '","i":"', 7)
+            _put(&o, PyBytes_AS_STRING(self._ki), len(self._ki))
             if message is None:
                 raw_props = _put_properties(&o, properties, False)
             else:
                 raw_props = _put_message_properties(&o, message, uniq)
             if raw_props < 0 or raw_props > MAX_PROPERTIES_LENGTH:
                 return None
-            _put(&o, '","j":"', 7)
+            _put(&o, PyBytes_AS_STRING(self._kj), len(self._kj))
             _put_int(&o, c_reconsume)
             _put(&o, PyBytes_AS_STRING(self._mid), len(self._mid))
             if max_reconsume_times is not None:
-                _put(&o, ',"l":"', 6)
+                _put(&o, PyBytes_AS_STRING(self._kl), len(self._kl))
                 _put_int(&o, c_max_reconsume)
                 _put(&o, '"', 1)
-            _put(&o, '},"flag":0', 10)
+            if oneway:  # (flag bit 1: no answer expected)
+                _put(&o, '},"flag":2', 10)
+            else:
+                _put(&o, '},"flag":0', 10)
             _put(&o, PyBytes_AS_STRING(self._language), len(self._language))
             _put_int(&o, c_opaque)
             _put(&o, PyBytes_AS_STRING(self._tail), len(self._tail))
@@ -667,12 +688,12 @@ cdef inline double _monotonic() noexcept nogil:
 
 @cython.final
 cdef class PipelinedCompletion:
-    """Producer._pipelined_done's usual case on the reader thread, natively: a send answered with
+    """SendAttempts.answered's usual case on the reader thread, natively: a send answered with
     a send status becomes its SendResult, the broker's fault item is noted as SendPolicy.note
     does (a fast answer at most once per millisecond per broker, in the same `noted` table), and the
     LeanFuture is finished.  Anything else (a failure, a refusal, a watched Future) goes to
     `fallback(context, response, error)`, the Python method.  context: the tuple
-    (message, uniq, prepared, queue, address, timeout, begin, future) the producer made."""
+    (message, uniq, mode, queue, address, timeout, begin, future) PipelinedSender made."""
 
     cdef SendResultMaker _maker
     cdef object _fault_strategy
@@ -687,17 +708,6 @@ cdef class PipelinedCompletion:
 
     def __call__(self, tuple context, response, error):
         self.complete(context, response, error)
-
-    def finish_sync(self, response, mq, str uniq, double begin):
-        """A sync send's answer (Producer._send_plain_direct): its SendResult with the broker's
-        fault item noted as complete() notes it, or None for anything else (a refusal, a frame
-        read the Python way): the caller's to judge, latency not noted."""
-        if type(response) is not SendResponse:
-            return None
-        result = self._maker.make(<SendResponse>response, mq, uniq)
-        if result is not None:
-            self._note(mq.broker_name, begin)
-        return result
 
     cdef int _note(self, broker, double begin) except -1:
         """SendPolicy.note(broker, begin, False): a fast answer at most once per ms."""
@@ -916,18 +926,20 @@ DEF _RESPONSE_FLAG = 1
 
 @cython.final
 cdef class PipelinedSender:
-    """Producer._send_pipelined's usual case natively: the topic's route, a queue picked as
-    MQFaultStrategy.select_one_message_queue does (round robin past brokers on the bench), the
-    broker's master address, the cached SendHeader, a UNIQ_KEY, the whole frame, the LeanFuture
-    and its context, written on the broker's pipelined connection - the same steps and calls,
-    without a Python frame for each.
+    """The first attempt of a plain send (rmq_core.client.producer.SendAttempts.write's usual
+    case) natively: the topic's route, a queue picked as MQFaultStrategy.select_one_message_queue
+    does (round robin past brokers on the bench), the broker's master address, the cached
+    SendHeader, a UNIQ_KEY, the whole frame, the LeanFuture and its context, written on the
+    broker's pipelined connection (tcp or in-proc) - the same steps and calls, without a Python
+    frame for each.  Its answer is finished by PipelinedCompletion; a failure goes to
+    state.failed, which retries as the policy says.
 
-    send(message, timeout) returns the LeanFuture; None when it declined before picking a queue
-    (the caller runs Producer._send_pipelined, which decides again); False when the loop's path
-    must take the send (as _send_pipelined's None after a queue was picked).  Where it declines
-    after picking a queue for a reason the Python path handles (no cached native header, a body
-    to compress, properties the native writer leaves to Python) it calls
-    state.send_general(message, timeout, queue, address) and returns what that returns.
+    send(message, timeout, mode, future=None) returns the LeanFuture (or `future`, when given: an
+    object with finish(result, error) and a settable `channel`, which the completion finishes);
+    None when it declined before picking a queue (the caller's general attempt decides).  Where it declines after picking a queue for a
+    reason the Python path handles (no address, no cached native header, a body to compress,
+    properties the native writer leaves to Python) it calls
+    state.send_general(message, timeout, queue, address, mode) and returns what that returns.
 
     It works from one rmq_core.client.send_state.SendState - tables, settings and callables the
     Python layer owns and keeps current - never from a Producer or a client instance."""
@@ -972,8 +984,8 @@ cdef class PipelinedSender:
         # a LeanFuture made without its __init__: its class holds the defaults, only _state is set
         self._new_future = self._future_cls.__new__
         self._checked_topics = state.checked_topics if state.checked_topics is not None else set()
-        # with one connection per broker, the one channel_for gave for an address (a tcp one:
-        # in_proc was asked) serves until it closes; with more, channel_for takes them in turn
+        # with one connection per broker, the one channel_for gave for an address
+        # (a tcp or in-proc one) serves until it closes; with more, channel_for takes them in turn
         self._channels = {} if state.one_channel_per_broker else None
 
     cdef object _publish_info_of(self, message):
@@ -1032,57 +1044,7 @@ cdef class PipelinedSender:
         return (0 < n <= max_size and topic in self._checked_topics and not message.properties
                 and message.delay_time_level >= 0)
 
-    def sync_frame(self, message):
-        """Producer._send_plain_direct's steps up to the frame, natively: the same checks (a
-        plain Message of bytes under the compression threshold, a cached route, the direct path
-        open, not the loop's thread), check_message (whose error it raises), the queue (round
-        robin past benched brokers), the master address, the cached SendHeader, a UNIQ_KEY, an
-        opaque and the frame.
-
-        Returns None when it declined before picking a queue (the caller decides the Python way);
-        (queue, address) once the queue is picked but the frame is the Python way's to make (no
-        address, no cached native header, properties the native writer leaves to Python); or
-        (queue, address, frame, opaque, uniq, code).  The frame suits a tcp or an in-proc broker
-        alike (both answer frames: invoke_frame_direct)."""
-        cdef Py_ssize_t n
-        cdef PyObject* found
-        info = self._publish_info_of(message)
-        if info is None:
-            return None
-        state = self._state
-        topic = message.topic
-        queues = info.queues
-        body = message.body
-        if type(body) is not bytes:
-            return None
-        n = len(body)
-        if n >= state.compress_over:
-            return None
-        if not state.direct_possible():
-            return None
-        loop_thread = state.loop_thread_ident
-        if loop_thread is not None and loop_thread == PyThread_get_thread_ident():
-            return None  # (the loop's thread must not block on a socket)
-        max_size = state.max_message_size
-        if not self._passes_inline(message, topic, n, max_size):
-            self._check_message(message, max_size)
-        mq = self._pick_queue(info, queues)
-        broker = mq.broker_name
-        addr = self._master_addr(broker)
-        if addr is None:
-            return mq, None
-        found = PyDict_GetItem(self._headers, (mq.topic, broker, mq.queue_id, False))
-        if found == NULL or type(<object>found) is not SendHeader:
-            return mq, addr
-        header = <SendHeader><object>found
-        opaque = next(self._opaques) & _INT32_MAX
-        uniq = self._uniq()
-        frame = header._frame(0, message.flag, None, message, opaque, body, None, 0, None, uniq)
-        if frame is None:
-            return mq, addr
-        return mq, addr, frame, opaque, uniq, header.code
-
-    def send(self, message, double timeout):
+    def send(self, message, double timeout, mode="ASYNC", future=None):
         cdef Py_ssize_t n
         cdef PyObject* found
         state = self._state
@@ -1103,7 +1065,7 @@ cdef class PipelinedSender:
         broker = mq.broker_name
         addr = self._master_addr(broker)
         if addr is None:
-            return False
+            return state.send_general(message, timeout, mq, None, mode)
         channel = None
         if self._channels is not None:
             found = PyDict_GetItem(self._channels, addr)
@@ -1111,20 +1073,21 @@ cdef class PipelinedSender:
                 channel = <object>found
                 if channel.closed:
                     channel = None
-        if channel is None and state.in_proc(addr):
-            return False
         found = PyDict_GetItem(self._headers, (mq.topic, broker, mq.queue_id, False))
         if found == NULL or type(<object>found) is not SendHeader or len(message.body) >= state.compress_over:
-            return state.send_general(message, timeout, mq, addr)
+            return state.send_general(message, timeout, mq, addr, mode)
         header = <SendHeader><object>found
         opaque = next(self._opaques) & _INT32_MAX
         uniq = self._uniq()
         frame = header._frame(0, message.flag, None, message, opaque, message.body, None, 0, None, uniq)
         if frame is None:
-            return state.send_general(message, timeout, mq, addr)
-        fut = self._new_future(self._future_cls)
-        PyObject_GenericSetAttr(fut, "_state", _PENDING)
-        context = (message, uniq, None, mq, addr, timeout, _monotonic(), fut)
+            return state.send_general(message, timeout, mq, addr, mode)
+        if future is None:
+            fut = self._new_future(self._future_cls)
+            PyObject_GenericSetAttr(fut, "_state", _PENDING)
+        else:  # the caller's own Future (rmq_core.aio's): finished through its finish(result, error)
+            fut = future
+        context = (message, uniq, mode, mq, addr, timeout, _monotonic(), fut)
         if channel is None:
             try:
                 channel = self._channel_for(addr)
@@ -1137,7 +1100,9 @@ cdef class PipelinedSender:
                 self._channels[addr] = channel
         fut.channel = channel  # result() reads the answer itself when no other thread does
         writes = getattr(channel, "writes", None)
-        if type(writes) is PipelinedWrites and not channel.intercepted:  # PipelinedChannel.send without its Python frame
+        if mode == "SYNC":  # this thread waits for the answer at once: it writes and reads it itself
+            channel.exchange(frame, opaque, timeout, self._completion, context)
+        elif type(writes) is PipelinedWrites and not channel.intercepted:  # PipelinedChannel.send without its Python frame
             data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, self._completion, context)
             if data is not None:
                 channel.after_offer(data, opaque, self._completion, context)
@@ -1511,5 +1476,87 @@ def blocking_exchange(int fd, frame, chunk):
                 return got
         finally:
             PyBuffer_Release(&into)
+    finally:
+        PyBuffer_Release(&out)
+
+
+cdef extern from "<poll.h>" nogil:
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    int c_poll "poll"(pollfd* fds, unsigned long nfds, int timeout)
+    short POLLIN
+    short POLLOUT
+
+from libc.errno cimport EAGAIN
+
+cdef extern from "<errno.h>" nogil:
+    int EWOULDBLOCK
+
+
+def pipelined_exchange(int fd, frame, into, double timeout):
+    """A sync send's request and the first receive of its answer on a pipelined connection's
+    non-blocking socket `fd`, the GIL released once across both (the answer usually comes whole
+    in that one receive): write all of `frame` (waiting while the socket buffer is full), then wait
+    up to `timeout` seconds for the socket to be readable and receive once into the writable
+    buffer `into`.  Returns the bytes received (0: the peer closed), or -1 when nothing came in
+    time.  A failed or unfinished write raises OSError (part of a frame may be out)."""
+    cdef Py_buffer out, buf
+    cdef const char* p
+    cdef Py_ssize_t left
+    cdef ssize_t n = -1
+    cdef int failed = 0, ready, wait_ms
+    cdef pollfd pfd
+    wait_ms = <int>(timeout * 1000.0) if timeout > 0 else 0
+    PyObject_GetBuffer(frame, &out, PyBUF_SIMPLE)
+    try:
+        PyObject_GetBuffer(into, &buf, PyBUF_WRITABLE)
+        try:
+            p = <const char*>out.buf
+            left = out.len
+            pfd.fd = fd
+            while True:
+                with nogil:
+                    while left > 0:
+                        n = c_send(fd, p, left, MSG_NOSIGNAL)
+                        if n < 0:
+                            if errno == EAGAIN or errno == EWOULDBLOCK:
+                                pfd.events = POLLOUT
+                                ready = c_poll(&pfd, 1, wait_ms)
+                                if ready > 0:
+                                    continue
+                                failed = errno if ready < 0 else EAGAIN
+                            else:
+                                failed = errno
+                            break
+                        p += n
+                        left -= n
+                    if not failed:
+                        n = c_recv(fd, buf.buf, buf.len, 0)
+                        if n < 0 and (errno == EAGAIN or errno == EWOULDBLOCK):
+                            pfd.events = POLLIN
+                            ready = c_poll(&pfd, 1, wait_ms)
+                            if ready > 0:
+                                n = c_recv(fd, buf.buf, buf.len, 0)
+                                if n < 0 and (errno == EAGAIN or errno == EWOULDBLOCK):
+                                    n = -1
+                                elif n < 0:
+                                    failed = errno
+                            elif ready == 0:
+                                n = -1
+                            else:
+                                failed = errno
+                        elif n < 0:
+                            failed = errno
+                if failed == EINTR:  # a signal: its handler runs (and may raise), then go on
+                    PyErr_CheckSignals()
+                    failed = 0
+                    continue
+                if failed:
+                    raise OSError(failed, strerror(failed).decode())
+                return n
+        finally:
+            PyBuffer_Release(&buf)
     finally:
         PyBuffer_Release(&out)

@@ -6,10 +6,9 @@ Only plain messages qualify (Java's batch rules): no delay level, no transaction
 topic, no explicit queue or selector, not compressed (batches carry no per-message sys flag).
 
 PipelinedAccumulator: the caller's thread validates and encodes the message natively and gathers
-it; a batch is written on its broker's pipelined connection and answered on whichever thread reads
-that connection - no event loop on the way.  Where no pipelined connection can take it (an in-proc
-broker, a topic whose route is not cached yet) or it failed in a way worth retrying, the batch goes
-the client loop's way (Producer._send_batch: route look-up, retries on other brokers).
+it; a batch is an async batch send on the send pipeline (Producer._write_batch: a SendAttempts,
+written on its broker's pipelined connection, tcp or in-proc, answered on whichever thread reads
+that connection, retried on another broker from there as the policy says).
 """
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ class _Gathering:
         self.items: list[tuple] = []  # (encoded batch item, uniq, future, timeout)
         self.size = 0
         self.inflight = 0
-        self.channel = None  # the connection of the latest request (None: the loop's way)
+        self.channel = None  # the connection of the latest request (None: not written yet)
         self.deadline = 0.0  # when the gathered items leave at the latest (0: no linger running)
 
 
@@ -78,9 +77,8 @@ class PipelinedAccumulator:
     So a burst leaves in one request and a send that is waited for at once is not delayed.  Each
     message gets its own SendResult (msg_id its UNIQ_KEY, queue offset the batch's base + its
     index); a refused batch fails every message of it, one that failed in a way worth retrying is
-    retried as a whole on the loop (Producer._send_batch: another broker).  A batch no pipelined
-    connection can take (no route cached yet, an in-proc broker) goes the loop's way from the
-    start (Producer._write_batch); an ineligible message is sent on its own (offer: None)."""
+    retried as a whole (SendAttempts: another broker); an ineligible message is sent on its own
+    (offer: None)."""
 
     def __init__(self, producer, *, batch_max_bytes: int, max_batch_count: int = 1024, max_inflight: int = 1,
                  linger: float = 0.002):
@@ -169,8 +167,7 @@ class PipelinedAccumulator:
 
     def _answered(self, context: tuple, status, queue, base: int, offset_ids: str | None, region: str | None,
                   error: BaseException | None) -> None:
-        """A request's outcome (from the reader thread, a waiting caller's, the sender's, or the
-        loop after a retry): every message of it finished, then the next gathered request of the
+        """A request's outcome (from the reader thread, a waiting caller's or the sender's): every message of it finished, then the next gathered request of the
         topic sent."""
         g, batch = context
         if error is not None:

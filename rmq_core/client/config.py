@@ -87,13 +87,9 @@ class ClientConfig:
     # RPC timeouts
     mq_client_api_timeout: float = attrs.field(default=3.0, validator=_positive)
     connect_timeout: float = attrs.field(default=3.0, validator=_positive)
-    # sync sends from the caller's own thread over pooled blocking connections (no hand-off to the
-    # client's event loop); this many per broker, 0 turns the direct path off
-    direct_send_connections: int = attrs.field(default=4, validator=_non_negative)
-    # async sends written from the caller's thread on pipelined connections, many requests in
-    # flight on each, answered on one reader thread per connection (no hand-off to the event loop
-    # per send); this many per broker, 0 turns the pipelined path off
-    pipelined_send_connections: int = attrs.field(default=1, validator=_non_negative)
+    # every send is written from the caller's thread on a broker's pipelined connection, many
+    # requests in flight on each (the send pipeline); this many per broker
+    pipelined_send_connections: int = attrs.field(default=1, validator=_positive)
 
     @property
     def client_id(self) -> str:

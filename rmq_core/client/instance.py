@@ -41,8 +41,8 @@ from rmq_core.client.subscription import heartbeat_body
 from rmq_core.errors import MQBrokerError, MQClientError, RemotingConnectError, RemotingError
 from rmq_core.message import MessageConst, MessageQueue, MixAll, TopicValidator
 from rmq_core.remoting.aliases import resolve_inproc_alias
-from rmq_core.remoting.blocking import BlockingChannelPool
 from rmq_core.remoting.pipelined import PipelinedChannel
+from rmq_core.remoting.transport import resolve_transport
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -362,7 +362,7 @@ class _BlockingCall:
 
 
 class RpcHookStep:
-    """RocketMQ's RPCHook as a step of the direct and pipelined connections: the encoded request
+    """RocketMQ's RPCHook as a step of the pipelined send connections: the encoded request
     decoded for rmq_rpc_before_request (which may change it, e.g. sign it) and encoded again, the
     answer handed to rmq_rpc_after_response with its request.  The connection stays the same one
     a send without hooks takes; only the step's own cost is added."""
@@ -398,10 +398,9 @@ class MQClientInstance:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self.remoting: RemotingClient | None = None
-        # sync sends made in the caller's thread (see rmq_core.remoting.blocking)
-        self.direct_channels = self._new_direct_channels()
-        # async sends written from the caller's thread, answered on a reader thread per connection
-        # (see rmq_core.remoting.pipelined): broker address -> its connections
+        # every send written from the caller's thread on a broker's pipelined connection (see
+        # rmq_core.remoting.pipelined; in-proc: plugins/transport/inproc.py InprocPipelinedChannel):
+        # broker address -> its connections
         self._send_channels: dict[str, list[PipelinedChannel]] = {}
         self._send_channels_lock = threading.Lock()
         self._send_channel_turn = itertools.count()
@@ -436,8 +435,6 @@ class MQClientInstance:
         with self._lock:
             if self._running:
                 return
-            if self.direct_channels.closed:  # started again after a shutdown
-                self.direct_channels = self._new_direct_channels()
             self._rpc_hooks = plugins.has_impls("rmq_rpc_before_request") or plugins.has_impls("rmq_rpc_after_response")
             self._loop = loops.new_event_loop()
             ready = threading.Event()
@@ -488,7 +485,6 @@ class MQClientInstance:
         # that runs their callbacks and the loop that would retry them go away
         self._close_send_channels(self.config.mq_client_api_timeout)
         self.blocking_executor.shutdown(wait=True)
-        self.direct_channels.close()
 
         async def close():
             # every task still on the loop (pulls, sends in flight): cancel so no caller waits forever
@@ -705,66 +701,28 @@ class MQClientInstance:
     def _rpc_step(self, addr: str) -> "RpcHookStep | None":
         return RpcHookStep(addr) if self._rpc_hooks else None
 
-    def _new_direct_channels(self) -> BlockingChannelPool:
-        return BlockingChannelPool(max_per_address=self.config.direct_send_connections,
-                                   connect_timeout=self.config.connect_timeout)
-
-    def direct_send_possible(self) -> bool:
-        """True when a sync send may go straight from the caller's thread (RPC hooks run there
-        too, RpcHookStep).  A transport without blocking connections makes invoke_direct decline
-        instead."""
-        return self.direct_channels.max_per_address > 0 and not self._stopping
-
-    def invoke_direct(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand | None:
-        """invoke() from the calling thread over a pooled blocking connection; None when every
-        such connection to `addr` is busy (then use the loop)."""
-        request.language = "PYTHON"
-        if self._inproc:
-            addr = resolve_inproc_alias(addr)
-        if not self._rpc_hooks:
-            return self.direct_channels.invoke(addr, request, timeout)
-        hook = plugins.get_plugin_manager().hook
-        hook.rmq_rpc_before_request(remote_addr=addr, request=request)
-        response = self.direct_channels.invoke(addr, request, timeout)
-        if response is not None:
-            hook.rmq_rpc_after_response(remote_addr=addr, request=request, response=response)
-        return response
-
     def in_proc(self, addr: str) -> bool:
         """True when `addr` is reached in-proc (a broker embedded in this process, for a client
-        that reached the name server in-proc): RemotingCommands travel there (and, on the direct
-        path, encoded frames: invoke_frame_direct)."""
+        that reached the name server in-proc)."""
         return self._inproc and resolve_inproc_alias(addr) != addr
-
-    def invoke_frame_direct(self, addr: str, frame: bytes, opaque: int, timeout: float, read, code: int = 0):
-        """invoke_direct of an encoded request frame (see BlockingChannel.invoke_frame; an in-proc
-        broker's blocking connection takes frames too, InprocBlockingChannel.invoke_frame):
-        read(response frame), or None when every direct connection to `addr` is busy."""
-        if self._inproc:
-            addr = resolve_inproc_alias(addr)
-        step = self._rpc_step(addr)
-        if step is not None:
-            frame, request = step.before(frame)
-            plain_read = read
-
-            def read(response_frame):
-                step.after(request, RemotingCommand.decode(response_frame))
-                return plain_read(response_frame)
-        return self.direct_channels.invoke_frame(addr, frame, opaque, timeout, read, code)
 
     # --- pipelined send connections (async sends without the loop) -----------------------------------
     def pipelined_send_possible(self) -> bool:
-        """True when async sends may be written from the caller's thread on a pipelined connection:
-        the option is on, not shutting down (RPC hooks are a step of the connection, RpcHookStep)."""
-        return self.config.pipelined_send_connections > 0 and not self._stopping
+        """True while sends may be written (not shutting down)."""
+        return not self._stopping
+
+    def has_send_channel(self, addr: str) -> bool:
+        """True when a send to `addr` finds its pipelined connection open (no connect needed)."""
+        channels = self._send_channels.get(addr)
+        return bool(channels) and len(channels) == self.config.pipelined_send_connections and not any(
+            c.closed for c in channels)
 
     def send_channel(self, addr: str, read_frames, from_command) -> PipelinedChannel:
-        """A pipelined connection to the tcp broker `addr` (one of pipelined_send_connections,
-        taken in turn), opened on first use and again after it broke; raises RemotingConnectError
-        when it cannot be opened - at once, without trying, for a while after a failed try (an
-        async send must not block its caller on a connect per message to an unreachable broker:
-        the loop's path, which connects without blocking anyone, takes those sends).
-        read_frames / from_command: see PipelinedChannel."""
+        """A pipelined connection to the broker `addr` (one of pipelined_send_connections, taken
+        in turn; in-proc for a broker embedded in this process), opened on first use and again
+        after it broke; raises RemotingConnectError when it cannot be opened - at once, without
+        trying, for a while after a failed try (a send must not block its caller on a connect
+        per message to an unreachable broker).  read_frames / from_command: see PipelinedChannel."""
         channels = self._send_channels.get(addr)
         n = self.config.pipelined_send_connections
         if channels is not None and len(channels) == n:
@@ -806,6 +764,11 @@ class MQClientInstance:
             return channel
 
     def _open_send_channel(self, addr: str, read_frames, from_command) -> PipelinedChannel:
+        if self.in_proc(addr):
+            target = resolve_inproc_alias(addr)
+            transport, location = resolve_transport(target)
+            return transport.connect_pipelined(location, read_frames=read_frames, from_command=from_command,
+                                               intercept=self._rpc_step(target))
         return PipelinedChannel(addr, connect_timeout=self.config.connect_timeout, read_frames=read_frames,
                                 from_command=from_command, name=f"rmq-send-{self.client_id}-{addr}",
                                 intercept=self._rpc_step(addr))

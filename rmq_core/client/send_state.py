@@ -25,12 +25,10 @@ class SendState:
         "one_channel_per_broker",  # pipelined_send_connections == 1: a broker's open connection is cached
         "loop_thread_ident",  # the client loop's thread (it must never block on a socket)
         # what the native code calls
-        "pipelined_possible",  # () -> bool
-        "direct_possible",  # () -> bool
-        "in_proc",  # (address) -> bool
-        "channel_for",  # (address) -> the broker's PipelinedChannel
-        "send_general",  # (message, timeout, queue, address): the Python way once a queue is picked
-        "failed",  # (context, response, error): a send's failure, the Python way
+        "pipelined_possible",  # () -> bool: not shutting down
+        "channel_for",  # (address) -> the broker's pipelined connection (tcp or in-proc)
+        "send_general",  # (message, timeout, queue, address, mode): SendAttempts once a queue is picked
+        "failed",  # (context, response, error): an attempt's failure, judged (and retried) by SendAttempts
         "completion",  # client_native.PipelinedCompletion: a send's usual answer
         "check_message",  # (message, max_message_size): raises for a bad message
         "uniq",  # () -> a new UNIQ_KEY

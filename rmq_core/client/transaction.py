@@ -86,6 +86,7 @@ class TransactionProducer(Producer):
         """Send a half message, run the local transaction, then commit / roll back / leave it to
         the broker's check (UNKNOW)."""
         inst = self._check_started()
+        self._check_may_wait()
         if msg.delay_time_level:
             raise IllegalArgumentError("delay messages cannot be transactional (delay_time_level must be 0)")
         props = dict(msg.properties)
@@ -96,8 +97,8 @@ class TransactionProducer(Producer):
         # the two properties are system keys: set them past the user-property check
         half.properties.update({k: v for k, v in props.items()})
         t = timeout or self.send_msg_timeout
-        result = inst.run(self._send(half, CommunicationMode.SYNC, t, None, None, None, allow_system=True),
-                          timeout=t + 5)
+        # (the two system properties are the half message's own: validated with them allowed)
+        result = self._wait(self._submit(half, CommunicationMode.SYNC, t, prepared=self._prepare(half, True)), t)
         state = LocalTransactionState.ROLLBACK_MESSAGE
         error = None
         if result.status is SendStatus.SEND_OK:

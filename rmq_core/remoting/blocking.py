@@ -1,16 +1,14 @@
-"""Blocking request/response connections for a caller's own thread (the sync send's direct path).
+"""Blocking request/response connections for a caller's own thread (the admin client's calls, the
+Spark source's pulls; the producer sends on its pipelined connections, rmq_core.remoting.pipelined).
 
-The remoting client runs every connection on the client instance's event loop; a synchronous
-`Producer.send` through it costs three thread hand-offs (caller -> loop -> reader -> caller), each
-a GIL transfer and a wake-up, which on a small machine is most of a send's latency.  A
-BlockingChannel is a plain TCP socket that one thread at a time uses for one exchange: write
+A BlockingChannel is a plain TCP socket that one thread at a time uses for one exchange: write
 the request, read frames until its response, return.  No other thread is involved.
 
 BlockingChannelPool keeps idle channels per address and lends one per call, so concurrent
-callers each get their own connection (up to `max_per_address`; beyond that the call declines
-and the caller takes the event-loop path).  The broker sees ordinary client connections.
-Requests the broker initiates (transaction checks, consumer-id changes) never arrive here: the
-broker sends those on the connection a client heartbeats on, which is the event loop's.
+callers each get their own connection (up to `max_per_address`; beyond that the call declines).
+The broker sees ordinary client connections.  Requests the broker initiates (transaction checks,
+consumer-id changes) never arrive here: the broker sends those on the connection a client
+heartbeats on, which is the event loop's.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Pipelined request/response connections written by any thread and read by one thread of their own
-(the async send's direct path).
+(the producer's send pipeline: every send travels on one).
 
 The remoting client runs every connection on the client instance's event loop; an async send
 through it posts a closure to that loop (a self-pipe write and a wake-up per burst), and the loop
@@ -47,7 +47,7 @@ import time
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any, Callable
 
-from rmq_core._native.client_native import PipelinedWrites, deliver_responses
+from rmq_core._native.client_native import PipelinedWrites, deliver_responses, pipelined_exchange
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.blocking import refusal
 from rmq_core.remoting.codes import code_name
@@ -160,6 +160,78 @@ class PipelinedChannel:
         data = self.writes.offer(frame, opaque, timeout, on_done, context)
         if data is not None:
             self.after_offer(data, opaque, on_done, context)
+
+    def exchange(self, frame: bytes, opaque: int, timeout: float, on_done: OnDone, context: Any = None) -> None:
+        """send() for a caller that waits for this answer at once (a sync send).  When the
+        connection is idle - nothing in flight or gathered, no write in progress, nobody reading -
+        this thread takes the read token, writes the request and receives its answer in one native
+        call (the GIL released once: pipelined_exchange) and completes what came; whatever is left
+        its wait (LeanFuture.result -> wait) reads as usual.  Otherwise it is send()."""
+        writes = self.writes
+        if writes.unanswered or writes.writing or writes.gathered or self._token_owner != _NOBODY:
+            self.send(frame, opaque, timeout, on_done, context)
+            return
+        with self._tlock:
+            got = self._token_owner == _NOBODY
+            if got:
+                self._token_owner = threading.get_ident()
+        if not got:
+            self.send(frame, opaque, timeout, on_done, context)
+            return
+        if self._intercept is not None:  # (as send() does)
+            try:
+                frame, token = self._intercept.before(frame)
+            except BaseException:
+                self._release_token()
+                raise
+            on_done, context = self._intercepted_done, (on_done, context, token)
+        try:
+            data = writes.offer(frame, opaque, timeout, on_done, context)
+            if data is None:  # gathered beside a write begun meanwhile: that writer sends it
+                return
+            if data is False:
+                on_done(context, None, RemotingConnectError(f"connection to {self.addr} is closed"))
+                return
+            have = self._rhave
+            try:
+                n = pipelined_exchange(self._rsock.fileno(), data, self._rview[have:], timeout)
+            except OSError as e:
+                writes.write_failed()
+                self._fail(RemotingConnectError(f"exchange with {self.addr} failed: {e}"))
+                return
+            more = writes.next_write()  # what other threads gathered meanwhile (this one is the writer)
+            if more is not None:
+                self._write_out(more)
+            if n == 0:
+                self._fail(RemotingConnectError(f"connection closed by {self.addr}"))
+            elif n > 0:
+                try:
+                    if not have:  # the usual case: whole answers, nothing kept for the next read
+                        items, consumed = self._read_frames(self._rview[:n], self.max_frame_length)
+                        if consumed == n:
+                            self._reads += 1
+                            answered = self._deliver(items) if items else 0
+                        else:  # (the frames were parsed again: parsing has no side effects)
+                            answered = self._consume(n)
+                    else:
+                        answered = self._consume(n)
+                except (OSError, RemotingCommandError) as e:
+                    self._fail(self._read_error(e))
+                    return
+                if answered:
+                    writes.answered(answered)
+        finally:
+            self._release_token()
+
+    def send_oneway(self, frame: bytes) -> None:
+        """Write a request no answer is expected to (its flag says oneway): nothing registered,
+        written with what gathered; raises RemotingConnectError when the channel is closed."""
+        if self._intercept is not None:
+            frame, _ = self._intercept.before(frame)
+        if self.closed or self.writes.closing:
+            raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
+        self.writes.add_response(frame)
+        self._flush_blocking()
 
     def _intercepted_done(self, context, response, error) -> None:
         on_done, inner, token = context
@@ -387,14 +459,19 @@ class PipelinedChannel:
         """One receive into the read buffer and the completion of every answer it finishes (token
         holder only): how many answers came, None when nothing was there to read.  The frames are
         parsed and the buffer compacted before any completion runs (a completion may read too)."""
-        view = self._rview
-        have = self._rhave
         try:
-            n = self._rsock.recv_into(view[have:])
+            n = self._rsock.recv_into(self._rview[self._rhave:])
         except BlockingIOError:
             return None
         if n == 0:
             raise ConnectionResetError(f"connection closed by {self.addr}")
+        return self._consume(n)
+
+    def _consume(self, n: int) -> int:
+        """`n` bytes just received at the end of the read buffer: every answer they finish
+        completed (token holder only); how many answers there were."""
+        view = self._rview
+        have = self._rhave
         self._rfull = n == len(view) - have  # the buffer filled: more may be waiting
         self._reads += 1
         have += n
@@ -441,9 +518,14 @@ class PipelinedChannel:
                 else:
                     wait = self.sweep_interval
                 readable = False
-                for _, event in poller.poll(wait * 1000.0):
-                    if event & _POLL_IN:
-                        readable = True
+                if self._token_owner != _NOBODY:
+                    # a caller reads (a sync send's exchange, a waiter): it completes what comes;
+                    # waking on every answer it reads would only take the GIL from it
+                    self._reader_wake.wait(self.reader_defer or 0.0001)
+                else:
+                    for _, event in poller.poll(wait * 1000.0):
+                        if event & _POLL_IN:
+                            readable = True
                 if readable:
                     now = time.monotonic()
                     defer = self.reader_defer

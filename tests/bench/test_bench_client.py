@@ -4,7 +4,8 @@
 Groups (each has a `baseline_redis_*` entry; extra_info carries msgs/s and latency percentiles):
 * client-produce-{128B,1KiB}: one message at a time — XADD vs Producer.send; pipelined / async /
   batched — XADD pipeline of 50 vs send_async (50 in flight; plain, and with auto_batch=True) vs
-  send_batch (50 per request); and XADD pipeline of 200 vs send_async with 200 in flight.
+  send_batch (50 per request); and XADD pipeline of 200 vs send_async with 200 in flight;
+  send_oneway (1000, each returning once written).
   send_async_vs_redis_interleaved: send_async rounds (50 / 200 in flight) each timed right after an
   XADD pipeline round of the same shape, so a load drifting between tests hits both; extra_info
   holds both rates and ratio_to_redis.
@@ -467,6 +468,21 @@ def test_consume_interleaved_vs_redis(benchmark, rmq_cluster, redis_client, cons
 
 
 # --- asyncio API and interception -----------------------------------------------------------------
+@pytest.mark.parametrize("size", list(SIZES))
+def test_produce_many_rmq_send_oneway(benchmark, producer, size):
+    """N_MANY oneway sends (each returns once its request is written; no answer)."""
+    benchmark.group = f"client-produce-{size}"
+    body = b"x" * SIZES[size]
+    topic = f"Bench{SIZES[size]}"
+
+    def run():
+        for _ in range(N_MANY):
+            producer.send_oneway(Message(topic, body, tags="TagA"))
+
+    benchmark.pedantic(run, rounds=PRODUCE_ROUNDS, iterations=1, warmup_rounds=1)
+    benchmark.extra_info["msgs_per_s"] = N_MANY / benchmark.stats.stats.median
+
+
 def _rate(benchmark):  # (N_ONE == N_MANY: every entry here sends 1000 per round)
     benchmark.extra_info["msgs_per_s"] = N_MANY / benchmark.stats.stats.median
 

@@ -165,9 +165,8 @@ def test_cancelling_a_pending_send(cluster, loop_kind):
     async def main():
         async with aio.Producer("PG_AIO_CANCEL", namesrv=cluster.tcp_namesrv, **FAST) as p:
             await p.send(Message("AioCancelT", b"warm"))
-            task = asyncio.ensure_future(p.send(Message("AioCancelT", b"abandoned")))
-            await asyncio.sleep(0)  # written; its answer not handed over yet
-            task.cancel()
+            task = asyncio.ensure_future(p.send(Message("AioCancelT", b"abandoned")))  # written at once
+            task.cancel()  # (before the loop could read its answer: not after a sleep(0), which could)
             with pytest.raises(asyncio.CancelledError):
                 await task
             # the producer goes on: the next sends are answered

@@ -12,28 +12,27 @@ from rmq_core import Message, Producer
 from rmq_core.errors import MQBrokerError
 from rmq_core.message import MessageClientIDSetter, SendStatus
 from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand
+from rmq_core.remoting.pipelined import PipelinedChannel
+from rmq_plugins.transport.inproc import InprocPipelinedChannel
 from tests.client.conftest import FAST, drain_topic
 
 
 def _count_requests(monkeypatch, p):
-    """Record (code, body length) of every send request the producer makes: the loop's (through
-    the instance) and the gathered batches written on the pipelined connection."""
-    inst = p.instance
-    real = inst.invoke
-    real_write = p._write_batch
+    """Record (code, body length) of every send request the producer writes on its pipelined
+    connections (each one through SendAttempts here: the native first attempt is turned off)."""
+    real = {PipelinedChannel: PipelinedChannel.send, InprocPipelinedChannel: InprocPipelinedChannel.send}
     seen = []
 
-    async def invoke(addr, request, timeout):
+    def send(self, frame, opaque, timeout, on_done, context=None):
+        request = RemotingCommand.decode(memoryview(frame)[4:])
         if request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             seen.append((request.code, len(request.body or b"")))
-        return await real(addr, request, timeout)
+        return real[type(self)](self, frame, opaque, timeout, on_done, context)
 
-    def write_batch(topic, wait, body, *rest):
-        seen.append((RequestCode.SEND_BATCH_MESSAGE, len(body)))
-        return real_write(topic, wait, body, *rest)
-
-    monkeypatch.setattr(inst, "invoke", invoke)
-    monkeypatch.setattr(p, "_write_batch", write_batch)
+    monkeypatch.setattr(PipelinedChannel, "send", send)
+    monkeypatch.setattr(InprocPipelinedChannel, "send", send)
+    p._native_first = False
     return seen
 
 

@@ -1,14 +1,14 @@
 """Producer(auto_batch=True) to a tcp broker: messages gathered in the senders' threads leave as
 SEND_BATCH_MESSAGE frames on the pipelined connection - when a caller waits, when the batch is full,
 when the linger passes (callbacks only), when the request in flight is answered - each with its own
-SendResult; a batch whose write fails is retried on the loop; a bad message fails its own Future."""
+SendResult; a bad message fails its own Future."""
 import threading
 
 import pytest
 
 from rmq_core import Message, Producer
 from rmq_core.client.accumulator import GatheredFuture
-from rmq_core.errors import IllegalArgumentError, RemotingConnectError
+from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import SendStatus
 from tests.client.conftest import FAST, drain_topic
 
@@ -77,27 +77,6 @@ def test_full_batches_leave_without_a_wait(cluster, monkeypatch):
         assert writes and max(writes) <= 2000  # written as they filled up, before anyone waited
         assert all(f.result(20).status is SendStatus.SEND_OK for f in futures)
     assert len(writes) >= 4 and max(writes) <= 2000  # 40 items of ~220 bytes: 9 a request at most
-
-
-def test_a_failed_write_is_retried_on_the_loop(cluster, monkeypatch):
-    topic = "ABPipeRetryT"
-    with Producer("PG_ABP4", namesrv=cluster.tcp_namesrv, auto_batch=True, **FAST) as p:
-        p.send(Message(topic, b"warm"))
-        p._batch_accumulator.linger = 30.0
-        inst = p.instance
-        calls = []
-
-        def broken(addr, *a, **kw):
-            calls.append(addr)
-            raise RemotingConnectError(f"injected: cannot connect to {addr}")
-
-        monkeypatch.setattr(inst, "send_channel", broken)
-        futures = [p.send_async(Message(topic, f"r{i}".encode())) for i in range(10)]
-        results = [f.result(20) for f in futures]  # the loop's connection carried them
-    assert calls and all(r.status is SendStatus.SEND_OK for r in results)
-    assert [r.queue_offset for r in results] == list(range(results[0].queue_offset, results[0].queue_offset + 10))
-    got = drain_topic(cluster.tcp_namesrv, topic, "CG_ABP4", 11)
-    assert sorted(m.body for m in got) == sorted([b"warm"] + [f"r{i}".encode() for i in range(10)])
 
 
 @pytest.mark.parametrize("msg, error", [

@@ -1,9 +1,9 @@
-"""The client's native produce codec (rmq_core._native.client_native) against the Python reference.
+"""The client's native produce codec (rmq_core._native.client_native) against a Python reference
+written from the protocol (tests/client/send_reference.py).
 
-SendHeader.build_frame must write exactly the bytes RemotingCommand encodes for the request
-Producer._build_request makes (language PYTHON, as the direct paths send it), for any header values,
-properties and body; build_message_frame exactly what _prepare + build_frame make of a plain
-message.  read_send_response must read exactly what SendResponse.from_command reads of the decoded
+SendHeader.build_frame must write exactly the bytes RemotingCommand encodes for the send request
+(language PYTHON), V2, V1 and oneway alike, for any header values, properties and body;
+build_message_frame exactly what _prepare + build_frame make of a plain message.  read_send_response must read exactly what SendResponse.from_command reads of the decoded
 frame, and decline (None) whatever it does not handle, so RemotingCommand's errors still name a
 malformed frame.
 """
@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 
 from rmq_core._native import client_native
 from rmq_core.client import producer as producer_module
-from rmq_core.client.producer import Producer, read_send_response_frame, send_result_of
+from rmq_core.client.producer import Producer, SendAttempts, build_send_header
 from rmq_core.errors import IllegalArgumentError, MQBrokerError, RemotingCommandError
 from rmq_core.message import Message, MessageQueue, SendResult, SendStatus, properties_to_string
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, SerializeType
+from tests.client.send_reference import parse_send_response, read_send_response_frame, request_frame, send_header
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)  # no lone surrogates
@@ -31,7 +32,7 @@ name = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size
 def test_the_native_extension_is_the_one_the_producer_uses():
     # a silently missing extension must not let the producer fall back unnoticed
     assert producer_module.SendHeader is client_native.SendHeader
-    assert producer_module.read_send_response is client_native.read_send_response
+    assert producer_module.read_send_response_frames is client_native.read_send_responses
     assert isinstance(producer_module._RESULTS, client_native.SendResultMaker)
 
 
@@ -40,20 +41,20 @@ def _producer(group="PG", **kw) -> Producer:
 
 
 def _reference_frame(p: Producer, mq: MessageQueue, sys_flag, born, flag, props, body, opaque, reconsume=0,
-                     max_reconsume=None, batch=False) -> bytes:
-    header = p._v2_header(mq, sys_flag, born, flag, properties_to_string(props), reconsume, max_reconsume, batch)
-    req = RemotingCommand.create_request(RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2,
-                                         header, body)
-    req.language = "PYTHON"
-    req.opaque = opaque
-    return req.encode()
+                     max_reconsume=None, batch=False, v2=True, oneway=False) -> bytes:
+    header = send_header(group=p.group, topic=mq.topic, queue_id=mq.queue_id, sys_flag=sys_flag, born_timestamp=born,
+                         flag=flag, properties=properties_to_string(props), reconsume_times=reconsume,
+                         max_reconsume_times=max_reconsume, batch=batch, broker_name=mq.broker_name,
+                         default_topic=p.create_topic_key, default_topic_queue_nums=p.default_topic_queue_nums, v2=v2)
+    return request_frame(header, body, opaque, batch, v2, oneway)
 
 
-def _native_header(p: Producer, mq: MessageQueue, batch=False) -> client_native.SendHeader:
+def _native_header(p: Producer, mq: MessageQueue, batch=False, v2=True) -> client_native.SendHeader:
     return client_native.SendHeader(p.group, mq.topic, mq.queue_id, mq.broker_name, p.create_topic_key,
                                     p.default_topic_queue_nums,
-                                    RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2,
-                                    batch, "PYTHON", MQVersion.CURRENT)
+                                    RequestCode.SEND_BATCH_MESSAGE if batch else
+                                    RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE,
+                                    batch, "PYTHON", MQVersion.CURRENT, v2)
 
 
 @SETTINGS
@@ -61,20 +62,30 @@ def _native_header(p: Producer, mq: MessageQueue, batch=False) -> client_native.
        born=st.integers(0, 1 << 62), flag=st.integers(-(1 << 31), (1 << 31) - 1),
        props=st.dictionaries(name, text, max_size=6), body=st.binary(max_size=300),
        opaque=st.integers(0, (1 << 31) - 1), reconsume=st.integers(0, 100),
-       max_reconsume=st.none() | st.integers(-1, 100), batch=st.booleans(), queue_nums=st.integers(1, 64))
+       max_reconsume=st.none() | st.integers(-1, 100), batch=st.booleans(), queue_nums=st.integers(1, 64),
+       v2=st.booleans(), oneway=st.booleans())
 def test_build_frame_writes_the_bytes_of_the_python_encoder(group, topic, broker, queue_id, sys_flag, born, flag,
                                                             props, body, opaque, reconsume, max_reconsume, batch,
-                                                            queue_nums):
+                                                            queue_nums, v2, oneway):
     p = _producer("PG", default_topic_queue_nums=queue_nums)
     p.group = group  # (any text: the builder escapes what it must)
     mq = MessageQueue(topic, broker, queue_id)
+    v2 = v2 or batch
     want = _reference_frame(p, mq, sys_flag, born, 0 if batch else flag, props, body, opaque, reconsume,
-                            max_reconsume, batch)
-    got = _native_header(p, mq, batch).build_frame(sys_flag, 0 if batch else flag, props, opaque, body, born,
-                                                   reconsume, max_reconsume)
+                            max_reconsume, batch, v2, oneway)
+    got = _native_header(p, mq, batch, v2).build_frame(sys_flag, 0 if batch else flag, props, opaque, body, born,
+                                                       reconsume, max_reconsume, oneway)
     assert got == want
     decoded = RemotingCommand.decode(got[4:])
-    assert decoded.ext_fields["i"] == properties_to_string(props) and (decoded.body or b"") == body
+    assert decoded.ext_fields["i" if v2 else "properties"] == properties_to_string(props)
+    assert (decoded.body or b"") == body and decoded.is_oneway == oneway
+
+
+def test_build_send_header_is_what_send_header_writes():
+    got = build_send_header(group="PG", topic="%RETRY%CG", queue_id=2, sys_flag=0, born_timestamp=5, flag=1,
+                            properties="a\x01b\x02", reconsume_times=3, max_reconsume_times=16, broker_name="b")
+    assert got == send_header(group="PG", topic="%RETRY%CG", queue_id=2, sys_flag=0, born_timestamp=5, flag=1,
+                              properties="a\x01b\x02", reconsume_times=3, max_reconsume_times=16, broker_name="b")
 
 
 def test_control_characters_quotes_and_non_ascii_are_escaped_as_json_does():
@@ -116,11 +127,11 @@ def test_born_timestamp_defaults_to_now():
 
 
 @pytest.mark.parametrize("props", [
-    {"a": 1},                                 # not a str: Python's str() decides
-    {"a": "\ud800"},                          # a lone surrogate: the Python encoder replaces it
-    {"k": "v" * 40000},                        # over 32767 bytes: the Python path raises naming it
+    {"a": 1},                                 # not a str: SendAttempts sends it as text
+    {"a": "\ud800"},                          # a lone surrogate: SendAttempts replaces it
+    {"k": "v" * 40000},                        # over 32767 bytes: SendAttempts raises naming it
 ])
-def test_build_frame_declines_what_the_python_encoder_must_do(props):
+def test_build_frame_declines_what_its_caller_must_judge(props):
     p = _producer()
     assert _native_header(p, MessageQueue("T", "b", 0)).build_frame(0, 0, props, 1, b"x", 1) is None
 
@@ -289,16 +300,16 @@ def test_send_result_maker_equals_parse_send_response(code, msg_id, queue_id, qu
     ext = {k: str(v) for k, v in (("msgId", msg_id), ("queueId", queue_id), ("queueOffset", queue_offset),
                                   ("transactionId", txid), ("MSG_REGION", region)) if v is not None}
     cmd = _response(code, None, ext)
-    want = producer_module.parse_send_response(cmd, mq, uniq, "addr")
-    got = send_result_of(client_native.read_send_response(cmd.encode()[4:]), mq, uniq, "addr")
+    try:
+        want = parse_send_response(cmd, mq, uniq, "addr")
+    except MQBrokerError:
+        want = None  # (a refusal: the SendResultMaker makes none)
+    got = producer_module._RESULTS.make(client_native.read_send_response(cmd.encode()[4:]), mq, uniq)
+    if want is None:
+        assert got is None
+        return
     assert got == want and type(got) is SendResult
     assert attrs.asdict(got, recurse=False) == attrs.asdict(want, recurse=False)
-
-
-def test_a_refusal_is_a_broker_error_naming_the_code_and_the_broker():
-    response = client_native.SendResponse(ResponseCode.SYSTEM_BUSY, remark="too busy")
-    with pytest.raises(MQBrokerError, match="code 2 from 127.0.0.1:10911: too busy"):
-        send_result_of(response, MessageQueue("T", "b", 0), "U", "127.0.0.1:10911")
 
 
 def test_send_result_maker_refuses_a_changed_send_result():
@@ -309,8 +320,10 @@ def test_send_result_maker_refuses_a_changed_send_result():
 def test_oversize_properties_still_fail_naming_the_size():
     p = _producer()
     msg = Message("T", b"x", properties={"k": "v" * 40000})
+    s = SendAttempts(p, msg, producer_module.CommunicationMode.SYNC, 3.0, None, None, None)
+    s.set_prepared(p._prepare(msg))
     with pytest.raises(IllegalArgumentError, match="message properties are 40[0-9]+ bytes, more than 32767"):
-        p._encode_frame(msg, MessageQueue("T", "b", 0), b"x", 0, p._prepare(msg)[3])
+        s.write(MessageQueue("T", "b", 0), "127.0.0.1:1")
 
 
 # --- the reader's completion of a pipelined send --------------------------------------------------
@@ -323,7 +336,7 @@ class _Strategy:
 
 
 def _context(mq, future, begin):
-    return (Message("T", b"x"), "UNIQ", None, mq, "127.0.0.1:10911", 3.0, begin, future)
+    return (Message("T", b"x"), "UNIQ", "ASYNC", mq, "127.0.0.1:10911", 3.0, begin, future)
 
 
 def test_pipelined_completion_finishes_the_future_as_the_python_path_would():
@@ -341,7 +354,7 @@ def test_pipelined_completion_finishes_the_future_as_the_python_path_would():
     begin = time.monotonic()
     for f in futures:
         completion(_context(mq, f, begin), response, None)
-    want = send_result_of(response, mq, "UNIQ", "addr")
+    want = producer_module._RESULTS.make(response, mq, "UNIQ")
     assert all(f.result(0) == want for f in futures) and not fallback_calls
     # fast answers: noted at most once per millisecond for the broker (50 answers in a few ms)
     assert 1 <= len(strategy.updates) <= 10 and all(u[0] == "broker-a" and not u[2] for u in strategy.updates)

@@ -8,7 +8,8 @@ import pytest
 
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.instance import Scheduler, parse_offset_table
-from rmq_core.client.producer import build_send_header, parse_send_response
+from rmq_core._native.client_native import read_send_responses
+from rmq_core.client.producer import _RESULTS, build_send_header
 from rmq_core.client.pull_api import build_pull_request, build_pull_sys_flag, process_pull_response
 from rmq_core.client.subscription import build_subscription, heartbeat_body, retry_subscription
 from rmq_core.codec import encode_message_record
@@ -23,25 +24,25 @@ MQ = MessageQueue("T", "broker-a", 2)
 def test_send_header_v2_short_names_and_long_names():
     h = build_send_header(group="PG", topic="T", queue_id=1, sys_flag=0, born_timestamp=5, flag=0,
                           properties="a\x011\x02", batch=True, broker_name="broker-a")
-    assert h == {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 1, "f": 0, "g": 5, "h": 0, "i": "a\x011\x02",
-                 "j": 0, "k": False, "m": True, "n": "broker-a"}
-    req = RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, h)
-    assert req.ext_fields["m"] == "true" and req.ext_fields["e"] == "1"
+    assert h == {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0", "g": "5", "h": "0",
+                 "i": "a\x011\x02", "j": "0", "k": "false", "m": "true", "n": "broker-a"}
     long = build_send_header(group="PG", topic="T", queue_id=1, sys_flag=1, born_timestamp=5, flag=3,
                              properties="", max_reconsume_times=3, v2=False)
-    assert long["producerGroup"] == "PG" and long["maxReconsumeTimes"] == 3 and long["batch"] is False
+    assert long["producerGroup"] == "PG" and long["maxReconsumeTimes"] == "3" and long["batch"] == "false"
+    assert long["flag"] == "3" and "a" not in long
 
 
-def test_parse_send_response():
-    resp = RemotingCommand.create_response(ResponseCode.SUCCESS, ext_fields={
-        "msgId": "7F00000100002A9F00000000000007E7", "queueId": "3", "queueOffset": "42"})
-    r = parse_send_response(resp, MQ, "UNIQ", "addr")
+def test_send_results_read_from_responses():
+    def read(cmd):
+        return _RESULTS.make(read_send_responses(cmd.encode(), 1 << 20)[0][0], MQ, "UNIQ")
+
+    r = read(RemotingCommand.create_response(ResponseCode.SUCCESS, ext_fields={
+        "msgId": "7F00000100002A9F00000000000007E7", "queueId": "3", "queueOffset": "42"}))
     assert (r.status, r.msg_id, r.offset_msg_id, r.queue.queue_id, r.queue_offset) == (
         SendStatus.SEND_OK, "UNIQ", "7F00000100002A9F00000000000007E7", 3, 42)
     slow = RemotingCommand.create_response(ResponseCode.FLUSH_DISK_TIMEOUT, ext_fields={"queueId": "2", "queueOffset": "1"})
-    assert parse_send_response(slow, MQ, "U", "a").status is SendStatus.FLUSH_DISK_TIMEOUT
-    with pytest.raises(MQBrokerError, match="code 13 from 10.0.0.1:10911: bad"):
-        parse_send_response(RemotingCommand.create_response(13, "bad"), MQ, "U", "10.0.0.1:10911")
+    assert read(slow).status is SendStatus.FLUSH_DISK_TIMEOUT
+    assert read(RemotingCommand.create_response(13, "bad")) is None  # a refusal: SendAttempts raises MQBrokerError
 
 
 def _record(offset, tags, body=b"hello"):

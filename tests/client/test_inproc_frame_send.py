@@ -1,6 +1,7 @@
-"""In-proc sync sends as encoded frames (InprocBlockingChannel.invoke_frame): the broker's native
-send lane answers plain sends on the in-proc connection as it does on TCP; every other frame takes
-the general path, whose RemotingCommand answer is encoded for the caller's reader.  Checked against
+"""In-proc sends as encoded frames (the producer's InprocPipelinedChannel, and a blocking
+InprocBlockingChannel.invoke_frame): the broker's native send lane answers plain sends on the
+in-proc connection as it does on TCP; every other frame takes the general path, whose
+RemotingCommand answer is encoded for the caller's reader.  Checked against
 a real embedded broker: the answers of both ways, SYNC_FLUSH, RPC hooks, RMQ_NATIVE_SEND=0,
 flow control, timeouts, a stopped broker or loop, bad frames, and many threads at once."""
 import asyncio
@@ -13,12 +14,13 @@ import pytest
 from rmq_core import Message, Producer, SendStatus
 from rmq_core.broker.processors import send as send_module
 from rmq_core.codec import decode_messages
-from rmq_core.client.producer import _RESULTS, read_send_response_frame
+from rmq_core.client.producer import _RESULTS
 from rmq_core.errors import RemotingConnectError, RemotingTimeoutError
 from rmq_core.message import MessageQueue
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
-from rmq_plugins.transport.inproc import InprocFrameChannel, InprocTransport
+from rmq_plugins.transport.inproc import InprocFrameChannel, InprocPipelinedChannel, InprocTransport
+from tests.client.send_reference import read_send_response_frame
 
 from .conftest import FAST
 
@@ -199,20 +201,13 @@ def test_without_the_native_lane_frames_take_the_general_path(make_cluster, monk
     cluster = make_cluster()
     monkeypatch.undo()
     p = Producer("PG_NO_LANE", namesrv=cluster.namesrv, **FAST).start()
-    framed = []
-    real = p.instance.direct_channels.invoke_frame
-
-    def counting(addr, frame, opaque, timeout, read, code=0):
-        framed.append(addr)
-        return real(addr, frame, opaque, timeout, read, code)
-
-    monkeypatch.setattr(p.instance.direct_channels, "invoke_frame", counting)
     try:
         results = [p.send(Message("NoLaneT", b"n%d" % i)) for i in range(10)]
         assert all(r.status is SendStatus.SEND_OK for r in results)
         contexts = frame_contexts(cluster)
         assert contexts and all(ctx.channel._fast_lane is None for ctx in contexts)
-        assert framed and all(a.startswith("inproc://") for a in framed)
+        channels = [c for cs in p.instance._send_channels.values() for c in cs]
+        assert channels and all(type(c) is InprocPipelinedChannel for c in channels)
     finally:
         p.shutdown()
 
@@ -321,7 +316,7 @@ def test_a_closed_server_loop_gives_a_connect_error():
 
 def test_many_threads_each_get_their_own_answers(make_cluster):
     cluster = make_cluster()
-    p = Producer("PG_INPROC_THREADS", namesrv=cluster.namesrv, direct_send_connections=4, **FAST).start()
+    p = Producer("PG_INPROC_THREADS", namesrv=cluster.namesrv, **FAST).start()
     try:
         p.send(Message("ThreadsT", b"warm"))
         results, errors = [], []

@@ -1,7 +1,6 @@
-"""Plain sends over TCP without the client's event loop: send_async written from the caller's thread on
-a pipelined connection per broker (Producer._send_pipelined), and sync sends whose request frame is
-built natively (Producer._send_plain_direct); against real brokers (embedded on TCP, and broker
-subprocesses where one is killed)."""
+"""Sends on the one send pipeline: written from the caller's thread on the broker's pipelined
+connection (sync sends then read their own answer), without the client's event loop; against real
+brokers (embedded on TCP and in-proc, and broker subprocesses where one is killed)."""
 import socket
 import threading
 import time
@@ -15,6 +14,7 @@ from rmq_core.errors import MQBrokerError, MQClientError
 from rmq_core.message import MessageQueue, SendResult, SendStatus
 from rmq_core.plugins import get_plugin_manager, hookimpl
 from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand
 from tests.client.conftest import FAST, drain_topic, wait_until
 
 
@@ -32,7 +32,7 @@ def test_async_sends_are_pipelined_land_once_and_call_back_off_the_reader(cluste
     topic = "PipeT"
     calls, errors = [], []
     with Producer("PG_PIPE", namesrv=cluster.tcp_namesrv, **FAST) as p:
-        sync_result = p.send(Message(topic, b"sync", tags="TagP"))  # route cached, direct path open
+        sync_result = p.send(Message(topic, b"sync", tags="TagP"))  # route cached, the connection open
         addr = _broker_addr(p, topic)
 
         def callback(result, error):
@@ -90,18 +90,15 @@ def test_many_threads_share_one_pipelined_connection(cluster):
         f"{n}-{i}".encode() for n in range(6) for i in range(50))
 
 
-def test_pipelined_path_off_takes_the_loop(cluster):
-    with Producer("PG_NOPIPE", namesrv=cluster.tcp_namesrv, pipelined_send_connections=0, **FAST) as p:
-        p.send(Message("NoPipeT", b"warm"))
-        assert all(p.send_async(Message("NoPipeT", b"x")).result(10).status is SendStatus.SEND_OK for _ in range(5))
-        assert p.instance.send_channel_count(_broker_addr(p, "NoPipeT")) == 0
+def test_in_proc_brokers_take_the_same_pipeline(cluster):
+    from rmq_plugins.transport.inproc import InprocPipelinedChannel
 
-
-def test_in_proc_brokers_keep_the_loop_path(cluster):
     with Producer("PG_PIPE_INPROC", namesrv=cluster.namesrv, **FAST) as p:
         p.send(Message("PipeInprocT", b"warm"))
         assert p.send_async(Message("PipeInprocT", b"x")).result(10).status is SendStatus.SEND_OK
-        assert not p.instance._send_channels
+        assert p.send_batch([Message("PipeInprocT", b"b1"), Message("PipeInprocT", b"b2")]).status is SendStatus.SEND_OK
+        channels = [c for cs in p.instance._send_channels.values() for c in cs]
+        assert len(channels) == 1 and type(channels[0]) is InprocPipelinedChannel
 
 
 def test_a_connection_broken_mid_flight_retries_and_the_next_send_reconnects(cluster):
@@ -125,8 +122,9 @@ def test_a_connection_broken_mid_flight_retries_and_the_next_send_reconnects(clu
     assert bodies == {b"warm", b"warm-async", b"after"} | {f"b{i}".encode() for i in range(30)}
 
 
-def _rewrite_responses(monkeypatch, rewrite):
-    """Make the pipelined connections read send responses through rewrite(items) first."""
+def _rewrite_responses(monkeypatch, rewrite, p=None):
+    """Make the pipelined connections read send responses through rewrite(items) first (those
+    of producer `p` open already are closed: their successors read so)."""
     real = producer_module.read_send_response_frames
 
     def read(data, max_frame_length):
@@ -134,21 +132,25 @@ def _rewrite_responses(monkeypatch, rewrite):
         return rewrite(items), consumed
 
     monkeypatch.setattr(producer_module, "read_send_response_frames", read)
+    if p is not None:
+        p.instance._close_send_channels(1.0)
 
 
-def test_a_busy_answer_is_retried_through_the_loop_and_a_refusal_is_not(cluster, monkeypatch):
-    codes = [ResponseCode.SYSTEM_BUSY, ResponseCode.MESSAGE_ILLEGAL]
+def test_a_busy_answer_is_retried_and_a_refusal_is_not(cluster, monkeypatch):
+    codes = [ResponseCode.SYSTEM_BUSY, None, ResponseCode.MESSAGE_ILLEGAL]  # (None: the retry's answer stands)
 
     def rewrite(items):
         for item in items:
             if codes and not isinstance(item, bytes):
-                item.code, item.remark = codes.pop(0), "injected"
+                code = codes.pop(0)
+                if code is not None:
+                    item.code, item.remark = code, "injected"
         return items
 
     with Producer("PG_PIPE_BUSY", namesrv=cluster.tcp_namesrv, **FAST) as p:
         p.send(Message("PipeBusyT", b"warm"))
-        _rewrite_responses(monkeypatch, rewrite)
-        busy = p.send_async(Message("PipeBusyT", b"busy once")).result(10)  # retried on the loop's path
+        _rewrite_responses(monkeypatch, rewrite, p)
+        busy = p.send_async(Message("PipeBusyT", b"busy once")).result(10)  # retried on the pipeline
         assert busy.status is SendStatus.SEND_OK
         with pytest.raises(MQBrokerError, match="code 13 .*injected"):
             p.send_async(Message("PipeBusyT", b"illegal")).result(10)
@@ -168,7 +170,7 @@ def test_an_unanswered_send_times_out_within_its_timeout(cluster, monkeypatch):
 
     with Producer("PG_PIPE_TIMEOUT", namesrv=cluster.tcp_namesrv, **FAST) as p:
         p.send(Message("PipeTimeoutT", b"warm"))
-        _rewrite_responses(monkeypatch, rewrite)
+        _rewrite_responses(monkeypatch, rewrite, p)
         t0 = time.monotonic()
         fut = p.send_async(Message("PipeTimeoutT", b"lost answer"), timeout=0.5)
         with pytest.raises(MQClientError, match="no response .* in time"):
@@ -275,14 +277,18 @@ def test_plain_sync_sends_never_build_a_remoting_command(cluster, monkeypatch):
     with Producer("PG_LEAN_SYNC", namesrv=cluster.tcp_namesrv, **FAST) as p:
         p.send(Message("LeanSyncT", b"warm"))  # the route look-up goes through the loop
 
-        def no_command(*a, **kw):
-            raise AssertionError("a plain send built a RemotingCommand")
+        real = RemotingCommand.create_request
 
-        monkeypatch.setattr(p, "_build_request", no_command)
+        def no_send_command(code, *a, **kw):
+            if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE, RequestCode.SEND_BATCH_MESSAGE):
+                raise AssertionError("a plain send built a RemotingCommand")
+            return real(code, *a, **kw)
+
+        monkeypatch.setattr(RemotingCommand, "create_request", staticmethod(no_send_command))
         results = [p.send(Message("LeanSyncT", f"l{i}".encode(), tags="T", properties={"a": "1"})) for i in range(10)]
         results += [p.send_async(Message("LeanSyncT", f"la{i}".encode())).result(10) for i in range(10)]
         monkeypatch.undo()
-        big = p.send(Message("LeanSyncT", b"z" * 10000))  # compressed: the Python way, still direct
+        big = p.send(Message("LeanSyncT", b"z" * 10000))  # compressed: SendAttempts, the same connection
     assert all(r.status is SendStatus.SEND_OK for r in results + [big])
     got = drain_topic(cluster.tcp_namesrv, "LeanSyncT", "CG_LEAN_SYNC", 22)
     by_body = {m.body: m for m in got}
@@ -291,8 +297,8 @@ def test_plain_sync_sends_never_build_a_remoting_command(cluster, monkeypatch):
 
 
 def test_a_failed_connect_is_not_tried_per_message(cluster, monkeypatch):
-    """After a pipelined connection could not be opened, async sends to that broker go the loop's
-    way for a while (which connects without blocking the caller) instead of each trying again."""
+    """After a pipelined connection could not be opened, sends to that broker fail at once for a
+    while (each attempt counted against the broker) instead of each trying to connect again."""
     from rmq_core.errors import RemotingConnectError
 
     with Producer("PG_PIPE_NOCONN", namesrv=cluster.tcp_namesrv, **FAST) as p:
@@ -304,8 +310,10 @@ def test_a_failed_connect_is_not_tried_per_message(cluster, monkeypatch):
             raise RemotingConnectError(f"injected: connect to {addr} refused")
 
         monkeypatch.setattr(p.instance, "_open_send_channel", refuse)
-        results = [p.send_async(Message("PipeNoConnT", f"n{i}".encode())).result(10) for i in range(20)]
-        assert all(r.status is SendStatus.SEND_OK for r in results)  # retried on the loop's path
+        p.instance._close_send_channels(1.0)
+        for i in range(20):
+            with pytest.raises(MQClientError, match="connect to .* refused|failed moments ago"):
+                p.send_async(Message("PipeNoConnT", f"n{i}".encode())).result(10)
         assert len(tries) == 1
         monkeypatch.undo()
         p.instance._send_connect_failed.clear()  # (the retry moment reached)

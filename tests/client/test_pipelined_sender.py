@@ -1,5 +1,5 @@
-"""PipelinedSender (Producer._send_pipelined's usual case, natively) against the Python path it
-replaces, with a recording stand-in for the client instance and its pipelined connection; and
+"""PipelinedSender (a plain send's first attempt, natively) against SendAttempts' first attempt
+(the general path it is the kernel of), with a recording stand-in for the client instance and its pipelined connection; and
 deliver_responses (a chunk of send answers completed in one native call)."""
 import itertools
 import logging
@@ -32,7 +32,7 @@ class _Channel:
 
 
 class _Instance:
-    """What PipelinedSender and Producer._send_pipelined ask of an MQClientInstance."""
+    """What PipelinedSender and SendAttempts ask of an MQClientInstance."""
 
     def __init__(self, addrs, inproc=()):
         self.broker_addr_table = {b: {0: a} for b, a in addrs.items()}
@@ -45,9 +45,6 @@ class _Instance:
         self.loop_thread_ident = None
         self.connects = 0  # send_channel calls
         self.in_proc_calls = 0
-
-    def direct_send_possible(self):
-        return True
 
     def pipelined_send_possible(self):
         return self.possible
@@ -108,8 +105,8 @@ def test_the_native_send_writes_what_the_python_path_writes(msg):
     index = p.topic_publish_info["T"].index
     fut = sender.send(msg, 3.0)
     assert isinstance(fut, LeanFuture) and not fut.done()
-    p.topic_publish_info["T"].index = index  # the same queue for the Python path
-    fut_py = p._send_pipelined(msg, 3.0)
+    ctx = _all_sent(inst)[0][4]
+    fut_py = p._send_general(msg, 3.0, ctx[3], ctx[4], "ASYNC")  # SendAttempts' first attempt to that queue
     native, python = _all_sent(inst)
     assert native[0] != python[0]  # (own opaque, UNIQ_KEY and born time)
     a, b = _request(native[0]), _request(python[0])
@@ -119,13 +116,15 @@ def test_the_native_send_writes_what_the_python_path_writes(msg):
         f.pop("g")  # born timestamp
     props_a, props_b = fa.pop("i"), fb.pop("i")
     assert fa == fb
-    uniq_a, uniq_b = native[4][1], python[4][1]
+    uniq_a, uniq_b = native[4][1], python[4].uniq
     assert props_a.replace(uniq_a, "U") == props_b.replace(uniq_b, "U")
-    # the same context: message, uniq, no prepared tuple, queue, address, timeout, begin, future
-    ctx, ctx_py = native[4], python[4]
-    assert ctx[0] is msg and ctx[2] is None and ctx[3] == ctx_py[3] and ctx[4:6] == ctx_py[4:6]
+    # the same attempt: message, mode, queue, address, timeout, future
+    ctx, attempts = native[4], python[4]
+    assert ctx[0] is msg is attempts.msg and ctx[2] == "ASYNC" == attempts.mode.value
+    assert (ctx[3], ctx[4], ctx[5]) == (attempts.mq, attempts.addr, attempts.timeout)
     assert ctx[7] is fut and fut.channel is inst.channels[ctx[4]] and fut_py.channel is fut.channel
     assert native[3] is p._pipelined_completion and native[2] == 3.0
+    assert python[3] is producer_module.SendAttempts.answered and 0 < python[2] <= 3.0
 
 
 def test_queues_go_round_robin_past_benched_brokers_and_as_the_strategy_picks_when_all_are():
@@ -141,7 +140,7 @@ def test_queues_go_round_robin_past_benched_brokers_and_as_the_strategy_picks_wh
 
 
 def test_what_it_declines_before_picking_a_queue_returns_none_and_after_it_the_python_way():
-    p, inst, sender = _setup(inproc=("broker-b",))
+    p, inst, sender = _setup()
     assert sender.send(Message("Unknown", b"x"), 3.0) is None  # no route cached
     assert sender.send(Message("T", b""), 3.0) is None  # fails validation: the general path names it
 
@@ -152,18 +151,15 @@ def test_what_it_declines_before_picking_a_queue_returns_none_and_after_it_the_p
     inst.possible = False
     assert sender.send(Message("T", b"x"), 3.0) is None
     inst.possible = True
-    outcomes = {sender.send(Message("T", b"x"), 3.0) is False for _ in range(4)}
-    assert outcomes == {True, False}  # the in-proc broker's queues take the loop's path
-    assert not inst.channels["127.0.0.1:10912"].sent
     # a body to compress and a UNIQ_KEY of the user's: the Python encoder, same future kind
     p2, inst2, sender2 = _setup(compress_msg_body_over_howmuch=100)
     fut = sender2.send(Message("T", b"z" * 500), 3.0)
     (frame, opaque, _, _, ctx), = _all_sent(inst2)
-    assert isinstance(fut, LeanFuture) and ctx[2] is not None  # prepared by _prepare
+    assert isinstance(fut, LeanFuture) and isinstance(ctx, producer_module.SendAttempts)  # prepared by _prepare
     assert _request(frame).ext_fields["f"] != "0"  # compressed
     own = Message("T", b"x", properties={"UNIQ_KEY": "MYOWNID"})
     sender2.send(own, 3.0)
-    assert _all_sent(inst2)[-1][4][1] == "MYOWNID"
+    assert _all_sent(inst2)[-1][4].uniq == "MYOWNID"
 
 
 def test_a_connection_that_cannot_be_opened_goes_to_the_failure_path():
@@ -223,12 +219,12 @@ def test_with_one_connection_per_broker_it_is_asked_for_once_and_again_after_it_
     p, inst, sender = _setup(brokers=("broker-a",), connections=1)
     for _ in range(5):
         sender.send(Message("T", b"x"), 3.0)
-    assert inst.connects == 1 and inst.in_proc_calls == 1 and len(inst.log) == 5
+    assert inst.connects == 1 and len(inst.log) == 5
     inst.channels["127.0.0.1:10911"].closed = True  # broke: the instance opens another
     fresh = _Channel("127.0.0.1:10911", inst.log)
     inst.channels["127.0.0.1:10911"] = fresh
     sender.send(Message("T", b"x"), 3.0)
-    assert inst.connects == 2 and inst.in_proc_calls == 2 and len(fresh.sent) == 1
+    assert inst.connects == 2 and len(fresh.sent) == 1
     # with more connections per broker every send asks the instance (it takes them in turn)
     p2, inst2, sender2 = _setup(brokers=("broker-a",), connections=2)
     for _ in range(3):

@@ -1,40 +1,17 @@
-"""The cheap send path: the V2 header built as strings, the instance's batched hand-off to its loop
-(`post`), `run` on a plain lock (errors, cancellation, timeouts), `submit` Futures, and sends whose
-message is prepared in the caller's thread."""
+"""The instance's batched hand-off to its loop (`post`), `run` on a plain lock (errors,
+cancellation, timeouts), `submit` Futures, and sends whose message is prepared in the caller's
+thread."""
 import asyncio
 import concurrent.futures
 import threading
 import time
 
 import pytest
-from hypothesis import given, settings, strategies as st
 
 from rmq_core import Message, Producer
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.instance import MQClientInstance
-from rmq_core.client.producer import build_send_header
 from rmq_core.errors import IllegalArgumentError, MQClientError
-from rmq_core.message import MessageQueue
-from rmq_core.remoting.codes import RequestCode
-from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
-
-
-@settings(max_examples=200, deadline=None)
-@given(queue_id=st.integers(0, 1 << 20), sys_flag=st.integers(0, 1 << 16), born=st.integers(0, 1 << 45),
-       flag=st.integers(-(1 << 31), (1 << 31) - 1), props=st.text(max_size=40), reconsume=st.integers(0, 32),
-       max_reconsume=st.none() | st.integers(-1, 32), batch=st.booleans(), queue_nums=st.integers(1, 64),
-       topic=st.from_regex(r"[A-Za-z0-9_%|-]{1,20}", fullmatch=True))
-def test_v2_header_travels_as_build_send_header(queue_id, sys_flag, born, flag, props, reconsume, max_reconsume,
-                                                batch, queue_nums, topic):
-    p = Producer("PG_H", namesrv="127.0.0.1:9876", default_topic_queue_nums=queue_nums)
-    mq = MessageQueue(topic, "broker-a", queue_id)
-    fast = p._v2_header(mq, sys_flag, born, flag, props, reconsume, max_reconsume, batch)
-    slow = build_send_header(group="PG_H", topic=topic, queue_id=queue_id, sys_flag=sys_flag, born_timestamp=born,
-                             flag=flag, properties=props, reconsume_times=reconsume,
-                             max_reconsume_times=max_reconsume, batch=batch, broker_name="broker-a",
-                             default_topic_queue_nums=queue_nums)
-    assert fast == RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, slow).ext_fields
-    assert all(type(v) is str for v in fast.values())
 
 
 @pytest.fixture()
@@ -216,10 +193,8 @@ def test_encode_batch_refuses_bad_batches(msgs, error):
         p._encode_batch(msgs)
 
 
-# --- sends on the loop's route and the direct one, against a real embedded broker -----------------
-from rmq_core.errors import MQBrokerError, RemotingConnectError  # noqa: E402
+# --- sends against a real embedded broker ---------------------------------------------------------
 from rmq_core.message import SendStatus  # noqa: E402
-from rmq_core.remoting.codes import ResponseCode  # noqa: E402
 from tests.client.conftest import FAST  # noqa: E402
 
 
@@ -228,51 +203,6 @@ def started_producer(cluster):
     p = Producer(f"PG_FAST{time.monotonic_ns()}", namesrv=cluster.namesrv, **FAST).start()
     yield p
     p.shutdown()
-
-
-def _patch_invoke(monkeypatch, producer, plan):
-    """Make the instance's sends follow `plan` (a list of async callables(addr, request), one per
-    send request, the real invoke after the plan ends) on the loop's path and on the direct one
-    (sync sends from the caller's thread); returns the list of send codes seen."""
-    inst = producer.instance
-    real = inst.invoke
-    seen = []
-
-    async def invoke(addr, request, timeout):
-        if request.code != RequestCode.SEND_MESSAGE_V2:  # route look-ups and the like go through
-            return await real(addr, request, timeout)
-        seen.append(request.code)
-        if len(seen) <= len(plan):
-            return await plan[len(seen) - 1](addr, request)
-        return await real(addr, request, timeout)
-
-    real_direct = inst.invoke_direct
-
-    def invoke_direct(addr, request, timeout):  # a sync send's first attempt, in the caller's thread
-        if request.code != RequestCode.SEND_MESSAGE_V2:
-            return real_direct(addr, request, timeout)
-        seen.append(request.code)
-        if len(seen) <= len(plan):
-            return asyncio.run(plan[len(seen) - 1](addr, request))
-        return real_direct(addr, request, timeout)
-
-    real_frame = inst.invoke_frame_direct
-
-    def invoke_frame_direct(addr, frame, opaque, timeout, read, code=0):  # a plain sync send's first attempt
-        if code != RequestCode.SEND_MESSAGE_V2:
-            return real_frame(addr, frame, opaque, timeout, read, code)
-        seen.append(code)
-        if len(seen) <= len(plan):
-            response = asyncio.run(plan[len(seen) - 1](addr, RemotingCommand.decode(memoryview(frame)[4:])))
-            response.opaque = opaque
-            response.flag |= RESPONSE_FLAG
-            return read(memoryview(response.encode())[4:])
-        return real_frame(addr, frame, opaque, timeout, read, code)
-
-    monkeypatch.setattr(inst, "invoke", invoke)
-    monkeypatch.setattr(inst, "invoke_direct", invoke_direct)
-    monkeypatch.setattr(inst, "invoke_frame_direct", invoke_frame_direct)
-    return seen
 
 
 def test_cold_route_then_fast_sends_store_every_message(started_producer):
@@ -286,74 +216,6 @@ def test_cold_route_then_fast_sends_store_every_message(started_producer):
     for offsets in per_queue.values():  # each queue's offsets climb one by one: nothing lost or doubled
         assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
     assert len({r.msg_id for r in results}) == 10
-
-
-def test_a_failed_first_attempt_is_retried(started_producer, monkeypatch):
-    p = started_producer
-    p.send(Message("FastRetry", b"warm"))  # route cached, broker connected: the next send is a fast one
-
-    async def refuse(addr, request):
-        raise RemotingConnectError(f"injected: connection to {addr} reset")
-
-    seen = _patch_invoke(monkeypatch, p, [refuse])
-    r = p.send(Message("FastRetry", b"second try"))
-    assert r.status is SendStatus.SEND_OK
-    assert seen == [RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE_V2]
-
-
-def test_a_busy_broker_is_retried_and_a_refusal_is_not(started_producer, monkeypatch):
-    p = started_producer
-    p.send(Message("FastBusy", b"warm"))
-
-    async def busy(addr, request):
-        return request.make_response(ResponseCode.SYSTEM_BUSY, "injected busy")
-
-    async def illegal(addr, request):
-        return request.make_response(ResponseCode.MESSAGE_ILLEGAL, "injected illegal")
-
-    seen = _patch_invoke(monkeypatch, p, [busy])
-    assert p.send_async(Message("FastBusy", b"x")).result(10).status is SendStatus.SEND_OK
-    assert len(seen) == 2
-    seen = _patch_invoke(monkeypatch, p, [illegal])
-    with pytest.raises(MQBrokerError, match="injected illegal"):
-        p.send(Message("FastBusy", b"y"))
-    assert len(seen) == 1
-
-
-def test_retries_exhausted_name_the_topic_and_the_error(started_producer, monkeypatch):
-    p = started_producer
-    p.send(Message("FastDown", b"warm"))
-
-    async def refuse(addr, request):
-        raise RemotingConnectError("injected: broker down")
-
-    seen = _patch_invoke(monkeypatch, p, [refuse] * 3)
-    with pytest.raises(MQClientError, match=r"send to topic 'FastDown' failed after 3 attempt\(s\).*injected"):
-        p.send(Message("FastDown", b"z"))
-    assert len(seen) == 3
-
-
-def test_cancelling_an_async_send_ends_its_call(started_producer, monkeypatch):
-    p = started_producer
-    p.send(Message("FastCancel", b"warm"))
-    entered = threading.Event()
-    cancelled = threading.Event()
-
-    async def hang(addr, request):
-        entered.set()
-        try:
-            await asyncio.get_running_loop().create_future()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    _patch_invoke(monkeypatch, p, [hang])
-    f = p.send_async(Message("FastCancel", b"never"))
-    assert entered.wait(5)
-    assert f.cancel()
-    assert cancelled.wait(5)
-    monkeypatch.undo()
-    assert p.send(Message("FastCancel", b"after")).status is SendStatus.SEND_OK
 
 
 def test_check_message_remembers_only_good_topic_names(monkeypatch):

@@ -1,6 +1,6 @@
-"""One definition of a valid message: every send route (sync send on the native frame path,
-send_async on the pipelined connection, oneway, the event-loop route, a one-message batch)
-accepts and refuses the same messages, with the same error (issue 13: a negative
+"""One definition of a valid message: every kind of send (sync, async and oneway sends whose first
+attempt is made natively, the same by a selector - SendAttempts from the start -, a one-message
+batch) accepts and refuses the same messages, with the same error (issue 13: a negative
 delay_time_level was accepted by two routes and refused by the others)."""
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ messages = st.builds(lambda topic, body, delay, props, tags: Message(topic, body
                      topics, bodies, st.integers(-3, 3), properties, st.sampled_from([None, "TagA"]))
 
 
+def _first(mqs, msg, arg):
+    return mqs[0]
+
+
 def _verdict(call) -> str:
     """"ok", or the refusal's message (an IllegalArgumentError, raised or in the Future)."""
     try:
@@ -40,13 +44,7 @@ def _verdict(call) -> str:
 
 @pytest.fixture
 def producers(cluster):
-    made = {
-        # the native routes: sync frame + pipelined connection
-        "native": Producer("PG_CHK_N", namesrv=cluster.tcp_namesrv, max_message_size=MAX_SIZE, **FAST),
-        # every send through the client's event loop
-        "loop": Producer("PG_CHK_L", namesrv=cluster.tcp_namesrv, max_message_size=MAX_SIZE,
-                         direct_send_connections=0, pipelined_send_connections=0, **FAST),
-    }
+    made = {"native": Producer("PG_CHK_N", namesrv=cluster.tcp_namesrv, max_message_size=MAX_SIZE, **FAST)}
     for p in made.values():
         p.start()
         p.send(Message(TOPIC, b"warm-up"))  # routes cached: the native routes are open
@@ -58,14 +56,14 @@ def producers(cluster):
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(msg=messages)
 def test_every_send_route_accepts_and_refuses_the_same_messages(producers, msg):
-    native, loop = producers["native"], producers["loop"]
+    native = producers["native"]
     routes = {
         "send": lambda: native.send(msg),
         "send_async": lambda: native.send_async(msg),
         "send_oneway": lambda: native.send_oneway(msg),
-        "loop send": lambda: loop.send(msg),
-        "loop send_async": lambda: loop.send_async(msg),
-        "loop send_oneway": lambda: loop.send_oneway(msg),
+        "selector send": lambda: native.send(msg, selector=_first),
+        "selector send_async": lambda: native.send_async(msg, selector=_first),
+        "selector send_oneway": lambda: native.send_oneway(msg, selector=_first),
     }
     expected = _verdict(lambda: check_message(msg, MAX_SIZE))
     answers = {name: _verdict(call) for name, call in routes.items()}
@@ -78,8 +76,9 @@ def test_every_send_route_accepts_and_refuses_the_same_messages(producers, msg):
 
 def test_a_negative_delay_level_is_refused_by_every_route(producers):
     msg = Message(TOPIC, b"body", delay_time_level=-1)
-    native, loop = producers["native"], producers["loop"]
+    native = producers["native"]
     for call in (lambda: native.send(msg), lambda: native.send_async(msg), lambda: native.send_oneway(msg),
-                 lambda: loop.send(msg), lambda: loop.send_async(msg), lambda: native.send_batch([msg])):
+                 lambda: native.send(msg, selector=_first), lambda: native.send_async(msg, selector=_first),
+                 lambda: native.send_batch([msg])):
         assert "bad delay_time_level -1: must be >= 0" in _verdict(call)
     native.send(Message(TOPIC, b"valid"))  # (refusals sent nothing and broke nothing)

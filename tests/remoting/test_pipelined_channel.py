@@ -1,4 +1,4 @@
-"""PipelinedChannel (the async send's direct path): many requests in flight on one connection, written
+"""PipelinedChannel (the producer's send pipeline): many requests in flight on one connection, written
 by any thread, answered on the channel's reader thread; against a real RemotingServer on 127.0.0.1
 and against raw socket peers that answer out of order, stall, hang up or send requests."""
 import asyncio
@@ -380,5 +380,34 @@ def test_gathered_requests_never_wait_for_a_timer(server):
             ch.invoke(_echo(f"lone{k}"), 60.0, out, ("lone", k))
             assert out.wait_for(601 + k, timeout=20)
         assert all(e is None for _, e in out.done.values())
+    finally:
+        ch.close()
+
+
+def _frame(request: RemotingCommand) -> bytes:
+    body = request.body
+    return request.encode_header(len(body)) + bytes(body) if body else request.encode_header(0)
+
+
+def test_exchange_answers_on_the_calling_thread_and_beside_requests_in_flight_is_a_send(server):
+    """A sync send's exchange: on an idle connection the calling thread writes and reads its own
+    answer (completed before exchange returns); with a slow request in flight it is an ordinary
+    send, answered once it comes, and the slow one is answered too."""
+    ch = PipelinedChannel(server, name="rmq-pipe-exchange")
+    out = _Outcomes()
+    try:
+        for i in range(50):
+            request = _echo(f"x{i}", b"b" * i)
+            ch.exchange(_frame(request), request.opaque, 10.0, out, i)
+            assert i in out.done  # read by this thread within the call (the answer comes whole)
+        assert out.threads == {threading.current_thread().name}
+        slow = RemotingCommand.create_request(SLOW, {"sleep": "0.3", "value": "slow"})
+        ch.invoke(slow, 10.0, out, "slow")
+        request = _echo("beside")
+        ch.exchange(_frame(request), request.opaque, 10.0, out, "beside")
+        assert out.wait_for(52)
+        assert out.done["beside"][0].get_str("echo") == "beside"
+        assert out.done["slow"][0].get_str("echo") == "slow"
+        assert all(e is None for _, e in out.done.values()) and ch.pending_count == 0
     finally:
         ch.close()
