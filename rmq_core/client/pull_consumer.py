@@ -294,9 +294,9 @@ class PullConsumer(ConsumerBase):
                                       sys_flag=build_pull_sys_flag(False, True, True, lite_pull=True),
                                       commit_offset=0, suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
 
-        def may_pull_ahead(answer) -> bool:
-            # what the loop checks before its next pull, with the answered batch counted in
-            n = self.pull_batch_size
+        def may_pull_ahead(answer, batches: int) -> bool:
+            # what the loop checks before its next pull, with the batches pulled ahead counted in
+            n = batches * self.pull_batch_size
             return (self._started and not st.paused and not pq.dropped and st.seek_offset < 0
                     and topic in self.subscription_inner
                     and pq.msg_count + n <= self.pull_threshold_for_queue
