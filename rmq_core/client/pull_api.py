@@ -9,7 +9,7 @@ import attrs
 from rmq_core.errors import MQBrokerError
 from rmq_core.message import MessageQueue, MixAll, PullStatus
 from rmq_core.remoting.codes import RequestCode, ResponseCode
-from rmq_core.remoting.command import RemotingCommand
+from rmq_core.remoting.command import RemotingCommand, next_opaque
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
@@ -47,15 +47,35 @@ class PullResultExt:
     scanned: int = 0  # messages decoded before the client-side tag check
 
 
+class PullRequests:
+    """The PULL_MESSAGE requests of one queue and subscription: the header fields that stay the
+    same from pull to pull are made into strings once, a pull copies them and sets its offsets."""
+
+    __slots__ = ("sub", "max_nums", "_fields")
+
+    def __init__(self, *, group: str, mq: MessageQueue, sub, max_nums: int, suspend_timeout_ms: int):
+        self.sub = sub
+        self.max_nums = max_nums
+        self._fields = {
+            "consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": "",
+            "maxMsgNums": str(max_nums), "sysFlag": "", "commitOffset": "",
+            "suspendTimeoutMillis": str(suspend_timeout_ms), "subscription": sub.sub_string,
+            "subVersion": str(sub.sub_version), "expressionType": str(sub.expression_type),
+        }
+
+    def request(self, offset: int, sys_flag: int, commit_offset: int) -> RemotingCommand:
+        fields = self._fields.copy()
+        fields["queueOffset"] = str(offset)
+        fields["sysFlag"] = str(sys_flag)
+        fields["commitOffset"] = str(commit_offset)
+        # every value already a string: the header goes out as is, not converted field by field
+        return RemotingCommand(RequestCode.PULL_MESSAGE, opaque=next_opaque(), ext_fields=fields)
+
+
 def build_pull_request(*, group: str, mq: MessageQueue, sub, offset: int, max_nums: int, sys_flag: int,
                        commit_offset: int, suspend_timeout_ms: int) -> RemotingCommand:
-    # every value already a string: the header is copied as is, not converted field by field
-    return RemotingCommand.create_request(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": str(offset),
-        "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": str(commit_offset),
-        "suspendTimeoutMillis": str(suspend_timeout_ms), "subscription": sub.sub_string,
-        "subVersion": str(sub.sub_version), "expressionType": str(sub.expression_type),
-    })
+    return PullRequests(group=group, mq=mq, sub=sub, max_nums=max_nums,
+                        suspend_timeout_ms=suspend_timeout_ms).request(offset, sys_flag, commit_offset)
 
 
 def process_pull_response(resp: RemotingCommand, mq: MessageQueue, sub, addr: str, decode: bool = True) -> PullResultExt:
@@ -286,7 +306,7 @@ class BrokerOffsetApi:
 
 __all__ = [
     "FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "FLAG_CLASS_FILTER", "PullResultExt", "PullChain",
-    "build_pull_sys_flag", "build_pull_request", "process_pull_response", "reset_retry_topic",
+    "build_pull_sys_flag", "build_pull_request", "PullRequests", "process_pull_response", "reset_retry_topic",
     "FilterMessageContext", "run_filter_hooks",
     "max_offset", "min_offset", "search_offset", "query_consumer_offset", "update_consumer_offset",
     "BrokerOffsetApi",

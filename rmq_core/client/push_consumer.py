@@ -17,7 +17,7 @@ from rmq_core.client.consume_service import ConsumeConcurrentlyService, ConsumeO
 from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import (
-    BrokerOffsetApi, PullChain, build_pull_request, build_pull_sys_flag, max_offset,
+    BrokerOffsetApi, PullChain, PullRequests, build_pull_sys_flag, max_offset,
     search_offset,
 )
 from rmq_core.client.rebalance import RebalanceImpl
@@ -514,13 +514,16 @@ class PushConsumer(ConsumerBase):
         loop = asyncio.get_running_loop()
         topic = mq.topic
 
+        requests = None
+
         def make_request(at: int):
+            nonlocal requests
+            sub = self.subscription_inner[topic]
+            if requests is None or requests.sub is not sub or requests.max_nums != self.pull_batch_size:
+                requests = PullRequests(group=self.group, mq=mq, sub=sub, max_nums=self.pull_batch_size,
+                                        suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
             commit_offset = self.offset_store.read_offset(mq, READ_FROM_MEMORY) if clustering else 0
-            return build_pull_request(group=self.group, mq=mq, sub=self.subscription_inner[topic], offset=at,
-                                      max_nums=self.pull_batch_size,
-                                      sys_flag=build_pull_sys_flag(commit_offset > 0, True, True),
-                                      commit_offset=max(commit_offset, 0),
-                                      suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
+            return requests.request(at, build_pull_sys_flag(commit_offset > 0, True, True), max(commit_offset, 0))
 
         def may_pull_ahead(answer, batches: int) -> bool:
             # what the loop checks before its next pull, with the batches pulled ahead counted in
