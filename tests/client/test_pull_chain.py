@@ -84,3 +84,43 @@ def test_orderly_push_consumer_gets_every_message_once_in_order(cluster, express
         wait_until(lambda: len(got) >= want, timeout=60, what="every message")
     with lock:
         _check(list(got), expression)
+
+
+@pytest.mark.parametrize("by", ["count", "size"])
+def test_flow_control_counts_the_pulls_in_flight(cluster, by):
+    """A blocked listener and a deep backlog: however many pulls are on the wire, the buffer never
+    holds more than the threshold plus one pull (as with one pull at a time), and everything comes
+    once the listener runs."""
+    topic = f"ChainFlow{by}"
+    if by == "count":
+        n, body, options, bound = 2000, 100, dict(pull_threshold_for_queue=300), lambda pq: pq.msg_count <= 300 + 32
+    else:  # 64 KiB bodies: four to a pull (the broker's 256 KiB), 1 MiB at most buffered
+        n, body, options = 60, 64 * 1024, dict(pull_threshold_size_for_queue=1)
+        bound = lambda pq: pq.msg_size <= 1024 * 1024 + 256 * 1024  # noqa: E731
+    with Producer(f"PG_{topic}", namesrv=cluster.namesrv, **FAST) as p:
+        queue = p.fetch_publish_message_queues(topic)[0]
+        for i in range(0, n, 10):
+            p.send_batch([Message(topic, f"{i + j}".encode().ljust(body, b"-")) for j in range(10)], queue=queue)
+    gate = threading.Event()
+    got = []
+    lock = threading.Lock()
+
+    def listener(msgs):
+        gate.wait(30)
+        with lock:
+            got.extend(_index(m) for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(f"CG_CHAIN_FLOW_{by}", namesrv=cluster.namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                     consume_thread_min=1, consume_thread_max=1, **options, **FAST_CONSUMER)
+    c.subscribe(topic, "*")
+    c.register_message_listener(listener)
+    with c:
+        wait_until(lambda: c.flow_control_times >= 3, what="flow control holding the pulls back")
+        pq = next(pq for mq, pq in c.process_queue_table.items() if mq.topic == topic and mq.queue_id == 0)
+        for _ in range(20):  # the buffer, looked at while pulls could still be arriving
+            assert bound(pq), pq
+            threading.Event().wait(0.01)
+        gate.set()
+        wait_until(lambda: len(got) >= n, timeout=60, what="everything once the listener runs")
+    assert sorted(got) == list(range(n))
