@@ -382,8 +382,7 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
 
     def _consume(self, msgs: list, pq: ProcessQueue, mq: MessageQueue) -> None:
         """One chunk: the listener for each listener batch of `msgs` in turn, then the bookkeeping
-        once.  (The listener call is spelled out here rather than through _call_listener: with
-        RocketMQ's listener batch of 1 it runs once per message.)"""
+        once."""
         if pq.dropped:
             return
         chunk = _RunningChunk()
@@ -391,8 +390,7 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
         failed: list = []
         pq.add_running_chunk(chunk)  # what the expired-message cleaner looks at
         self._running[id(chunk)] = chunk
-        listener = self.listener
-        hooks = self._hooks
+        call_listener = self._call_listener
         monotonic = time.monotonic
         ok, ok_too = ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.SUCCESS
         try:
@@ -403,17 +401,7 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
             for i in range(0, total, n):
                 batch = msgs if n >= total else msgs[i:i + n]
                 chunk.current, chunk.started = batch, now
-                if hooks:
-                    status = self._call_listener(batch, mq, False)
-                else:
-                    try:
-                        status = listener(batch)
-                    except Exception:
-                        log.exception("consume message exception, group=%s %s (%d message(s))",
-                                      self.group, mq, len(batch))
-                        status = False  # not None: an exception is not "returned None"
-                    if status is not ok and status is not ok_too:
-                        status = self._status_of(status, False)
+                status = call_listener(batch, mq, False)
                 if pq.dropped:
                     log.info("processQueue dropped while consuming, group=%s %s: %d message(s) will be redelivered",
                              self.group, mq, len(batch) + len(done) + len(failed))
