@@ -1,4 +1,5 @@
-"""Consume services: hand buffered messages to the user's listener on the consume thread pool.
+"""Consume services: hand buffered messages to the user's listener on the consume threads
+(ConsumeThreads: consume_thread_min..consume_thread_max threads fed from one task deque).
 
 Concurrent (ConsumeMessageConcurrentlyService): the listener gets batches of up to
 `consume_message_batch_max_size`; RECONSUME_LATER (or an exception) sends the batch back to the
@@ -8,9 +9,10 @@ task per call: a chunk runs its calls one after another and does the bookkeeping
 removal, the commit offset, stats).  How many calls a chunk gets follows the measured cost of a call:
 a fast listener gets whole pulled batches (a thread hand-off per call would cost more than the call),
 a slow one (I/O) one call per chunk as in Java, so up to consume_thread_max calls run at once; a chunk
-that runs past CHUNK_TIME hands its remaining calls back, split by the new estimate.  Chunks wait in
-one queue; "drainer" tasks on the consume pool take them one after another, and more drainers join
-only when chunks are slow or every drainer is held in a long listener call.
+that runs past CHUNK_TIME hands its remaining calls back, split by the new estimate.  The listener
+batches are cut on the consume thread, not on the event loop that pulls.  Chunks wait in one queue;
+"drainer" tasks on the consume threads take them one after another, and more drainers join only
+when chunks are slow or every drainer is held in a long listener call.
 
 Orderly (ConsumeMessageOrderlyService): one thread at a time per queue, only while the broker
 lock is held; SUSPEND_CURRENT_QUEUE_A_MOMENT retries locally after a pause, up to
@@ -21,7 +23,7 @@ batch of them in order under the queue's consume lock, and commits once per take
 from __future__ import annotations
 
 import collections
-import concurrent.futures
+import itertools
 import logging
 import threading
 import time
@@ -45,6 +47,8 @@ MAX_TIME_CONSUME_CONTINUOUSLY = 60.0
 CHUNK_TIME = 0.01
 # Orderly: messages taken from the process queue per take (listener batches are cut from them).
 ORDERLY_TAKE_BATCH = 64
+# A consume thread beyond consume_thread_min leaves after this long without work (Java: 60 s).
+KEEP_ALIVE = 60.0
 _OK = (ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.SUCCESS)
 
 
@@ -56,6 +60,100 @@ def _estimate(old: float, sample: float) -> float:
     if old == 0.0 or sample < old:
         return sample
     return min(sample, old * 1.25)
+
+
+class ConsumeThreads:
+    """RocketMQ's consumeExecutor: the threads the listeners run on.  Up to `max_threads` run
+    tasks at once; once idle, `min_threads` of them wait for work and the others leave after
+    KEEP_ALIVE s without any.
+
+    Tasks wait in one deque; an idle thread waits on a lock of its own, and `execute` hands it a
+    task with one release of that lock.  (A ThreadPoolExecutor.submit per pulled batch - a Future,
+    a work item, the idle-semaphore bookkeeping on both sides - was the largest cost a pulled
+    batch had on the consumer's threads.)  An idle thread that was busy last is woken first, so a
+    fast listener keeps running on one warm thread."""
+
+    def __init__(self, name: str, min_threads: int, max_threads: int):
+        self.name = name
+        self.min_threads = min_threads
+        self.max_threads = max_threads
+        self._tasks: collections.deque = collections.deque()
+        self._idle: list = []  # the wake-up locks of idle threads, the most recently idle last
+        self._threads: set = set()
+        self._lock = threading.Lock()
+        self._shutdown = False
+        self._ids = itertools.count()
+
+    def execute(self, fn, *args) -> bool:
+        """Run fn(*args) on a consume thread; False when shut down (the task is not run)."""
+        with self._lock:
+            if self._shutdown:
+                return False
+            self._tasks.append((fn, args))
+            if self._idle:
+                wake = self._idle.pop()
+            else:
+                if len(self._threads) < self.max_threads:
+                    self._start_thread()
+                return True
+        wake.release()
+        return True
+
+    def _start_thread(self) -> None:
+        t = threading.Thread(target=self._run, name=f"{self.name}_{next(self._ids)}", daemon=True)
+        self._threads.add(t)
+        t.start()
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        wake = threading.Lock()
+        wake.acquire()
+        tasks = self._tasks
+        while True:
+            with self._lock:
+                if tasks:
+                    fn, args = tasks.popleft()
+                elif self._shutdown:
+                    self._threads.discard(me)
+                    return
+                else:
+                    fn = None
+                    self._idle.append(wake)
+                    keep = len(self._threads) <= self.min_threads
+            if fn is not None:
+                try:
+                    fn(*args)
+                except BaseException:
+                    log.exception("consume task %r failed", fn)
+                fn = args = None
+                continue
+            if wake.acquire(timeout=-1 if keep else KEEP_ALIVE):
+                continue
+            with self._lock:
+                if wake in self._idle and len(self._threads) > self.min_threads:
+                    self._idle.remove(wake)
+                    self._threads.discard(me)
+                    return
+            wake.acquire()  # handed a task (or shut down) just as the wait ran out
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Drop the tasks not started; with `wait`, return once the running ones are done (never
+        waits for the calling thread itself)."""
+        with self._lock:
+            self._shutdown = True
+            self._tasks.clear()
+            idle, self._idle = self._idle, []
+            threads = list(self._threads)
+        for wake in idle:
+            wake.release()
+        if wait:
+            me = threading.current_thread()
+            for t in threads:
+                if t is not me:
+                    t.join()
+
+    def __len__(self) -> int:
+        return len(self._threads)
 
 
 class _RunningChunk:
@@ -81,10 +179,10 @@ class _ConsumeContext:
 
 
 class _BaseConsumeService:
-    def __init__(self, consumer, listener: Callable, pool: concurrent.futures.ThreadPoolExecutor):
+    def __init__(self, consumer, listener: Callable, threads: ConsumeThreads):
         self.consumer = consumer
         self.listener = listener
-        self.pool = pool
+        self.threads = threads
         self.group = consumer.group
         self._hooks = plugins.has_impls("rmq_before_consume") or plugins.has_impls("rmq_after_consume")
         self.stats = {"ok": 0, "failed": 0, "sent_back": 0, "dlq": 0}
@@ -125,12 +223,6 @@ class _BaseConsumeService:
             except ValueError:
                 return None
         return status if isinstance(status, ConsumeStatus) else None
-
-    def _submit(self, fn, *args) -> None:
-        try:
-            self.pool.submit(fn, *args)
-        except RuntimeError:  # pool shut down: the consumer is stopping
-            pass
 
     def send_message_back(self, msg, mq: MessageQueue, delay_level: int) -> bool:
         """CONSUMER_SEND_MSG_BACK; if the broker refuses, re-send the message to %RETRY%<group>
@@ -198,12 +290,12 @@ class _BaseConsumeService:
 class ConsumeConcurrentlyService(_BaseConsumeService):
     orderly = False
 
-    def __init__(self, consumer, listener, pool):
-        super().__init__(consumer, listener, pool)
+    def __init__(self, consumer, listener, threads):
+        super().__init__(consumer, listener, threads)
         self._retry_topic = MixAll.get_retry_topic(self.group)
         self._call_time = 0.0  # moving average of one listener call's wall time (s); 0 until measured
         self._chunk_time = 0.0  # the same for a whole chunk
-        # chunks not yet started, taken by "drainer" tasks on the pool: a consume thread that
+        # chunks not yet started, taken by "drainer" tasks on the consume threads: a thread that
         # finishes a chunk takes the next one without a hand-off
         self._chunks: collections.deque = collections.deque()
         self._drainers = 0
@@ -213,21 +305,21 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
     def submit_consume_request(self, msgs, pq: ProcessQueue, mq: MessageQueue, dispatch: bool) -> None:
         if mq.topic == self._retry_topic:  # every message of a pull comes from the queue's topic
             reset_retry_topic(msgs, self.group)
-        n = max(1, self.consumer.consume_message_batch_max_size)
-        self._dispatch([msgs] if len(msgs) <= n else [msgs[i:i + n] for i in range(0, len(msgs), n)], pq, mq)
+        self._dispatch(msgs, pq, mq)
 
-    def _dispatch(self, batches: list, pq: ProcessQueue, mq: MessageQueue, first: bool = False) -> None:
-        """Queue listener batches as chunks of about CHUNK_TIME each, and start a drainer if the
-        running ones will not get to them soon.  first: the rest of a chunk that ran long goes
-        ahead of everything queued, so messages still start in the order they were pulled (a
-        clean shutdown then leaves no consumed message above the commit offset)."""
-        per_task = len(batches)
-        if self._call_time * per_task > CHUNK_TIME:
-            per_task = max(1, int(CHUNK_TIME / self._call_time))
-        if per_task >= len(batches):
-            chunks = [(batches, pq, mq)]
+    def _dispatch(self, msgs: list, pq: ProcessQueue, mq: MessageQueue, first: bool = False) -> None:
+        """Queue messages as chunks of listener calls of about CHUNK_TIME each (the listener
+        batches are cut on the consume thread), and start a drainer if the running ones will not
+        get to them soon.  first: the rest of a chunk that ran long goes ahead of everything
+        queued, so messages still start in the order they were pulled (a clean shutdown then
+        leaves no consumed message above the commit offset)."""
+        n = max(1, self.consumer.consume_message_batch_max_size)
+        calls = -(-len(msgs) // n)
+        if self._call_time * calls <= CHUNK_TIME:
+            chunks = [(msgs, pq, mq)]
         else:
-            chunks = [(batches[i:i + per_task], pq, mq) for i in range(0, len(batches), per_task)]
+            step = max(1, int(CHUNK_TIME / self._call_time)) * n
+            chunks = [(msgs[i:i + step], pq, mq) for i in range(0, len(msgs), step)]
         if first:
             self._chunks.extendleft(reversed(chunks))
         else:
@@ -250,9 +342,7 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
                 if self._chunk_time < CHUNK_TIME / 2 and not self._all_drainers_held(active):
                     return
             self._drainers = active + 1
-        try:
-            self.pool.submit(self._drain)
-        except RuntimeError:  # pool shut down: the consumer is stopping
+        if not self.threads.execute(self._drain):  # shut down: the consumer is stopping
             with self._drain_lock:
                 self._drainers -= 1
 
@@ -274,14 +364,14 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
         try:
             while self.consumer.running:
                 try:
-                    batches, pq, mq = chunks.popleft()
+                    msgs, pq, mq = chunks.popleft()
                 except IndexError:
                     with self._drain_lock:
                         if chunks:
                             continue  # queued after our look, while the queuer saw us running
                         self._drainers -= 1
                         return
-                self._consume(batches, pq, mq)
+                self._consume(msgs, pq, mq)
                 if chunks:
                     self._start_drainers()
         except BaseException:
@@ -290,7 +380,9 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
         with self._drain_lock:
             self._drainers -= 1
 
-    def _consume(self, batches: list, pq: ProcessQueue, mq: MessageQueue) -> None:
+    def _consume(self, msgs: list, pq: ProcessQueue, mq: MessageQueue) -> None:
+        """One chunk: the listener for each listener batch of `msgs` in turn, then the bookkeeping
+        once."""
         if pq.dropped:
             return
         chunk = _RunningChunk()
@@ -298,31 +390,37 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
         failed: list = []
         pq.add_running_chunk(chunk)  # what the expired-message cleaner looks at
         self._running[id(chunk)] = chunk
+        call_listener = self._call_listener
+        monotonic = time.monotonic
+        ok, ok_too = ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.SUCCESS
         try:
-            n = len(batches)
-            now = start = time.monotonic()
-            for i in range(n):
-                msgs = batches[i]
-                chunk.current, chunk.started = msgs, now
-                status = self._call_listener(msgs, mq, False)
+            total = len(msgs)
+            n = max(1, self.consumer.consume_message_batch_max_size)
+            calls = 0
+            now = start = monotonic()
+            for i in range(0, total, n):
+                batch = msgs if n >= total else msgs[i:i + n]
+                chunk.current, chunk.started = batch, now
+                status = call_listener(batch, mq, False)
                 if pq.dropped:
                     log.info("processQueue dropped while consuming, group=%s %s: %d message(s) will be redelivered",
-                             self.group, mq, len(msgs) + len(done) + len(failed))
+                             self.group, mq, len(batch) + len(done) + len(failed))
                     return
-                if status is ConsumeStatus.CONSUME_SUCCESS or status is ConsumeStatus.SUCCESS:
-                    done += msgs
+                if status is ok or status is ok_too:
+                    done += batch
                 else:
-                    failed += msgs
+                    failed += batch
                 chunk.current = ()
-                now = time.monotonic()
-                if i + 1 < n and now - start > CHUNK_TIME:  # a slow listener: the rest may run on other threads
-                    self._call_time = _estimate(self._call_time, (now - start) / (i + 1))
-                    self._dispatch(batches[i + 1:], pq, mq, first=True)
+                calls += 1
+                now = monotonic()
+                if i + n < total and now - start > CHUNK_TIME:  # a slow listener: the rest may run on other threads
+                    self._call_time = _estimate(self._call_time, (now - start) / calls)
+                    self._dispatch(msgs[i + n:], pq, mq, first=True)
                     break
             else:
-                self._call_time = _estimate(self._call_time, (now - start) / n)
+                self._call_time = _estimate(self._call_time, (now - start) / calls)
             self._process_result(done, failed, pq, mq)
-            self._chunk_time = _estimate(self._chunk_time, time.monotonic() - start)
+            self._chunk_time = _estimate(self._chunk_time, monotonic() - start)
         finally:
             pq.remove_running_chunk(chunk)
             self._running.pop(id(chunk), None)
@@ -391,8 +489,8 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
 class ConsumeOrderlyService(_BaseConsumeService):
     orderly = True
 
-    def __init__(self, consumer, listener, pool):
-        super().__init__(consumer, listener, pool)
+    def __init__(self, consumer, listener, threads):
+        super().__init__(consumer, listener, threads)
         self._retry_topic = MixAll.get_retry_topic(self.group)
         self._mq_locks: dict[MessageQueue, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -406,10 +504,10 @@ class ConsumeOrderlyService(_BaseConsumeService):
 
     def submit_consume_request(self, msgs, pq: ProcessQueue, mq: MessageQueue, dispatch: bool) -> None:
         if dispatch:
-            self._submit(self._consume, pq, mq)
+            self.threads.execute(self._consume, pq, mq)
 
     def _later(self, pq: ProcessQueue, mq: MessageQueue, delay: float) -> None:
-        self.consumer.instance.scheduler.schedule(lambda: self._submit(self._consume, pq, mq), None, delay,
+        self.consumer.instance.scheduler.schedule(lambda: self.threads.execute(self._consume, pq, mq), None, delay,
                                                   "orderly consume later")
 
     def _try_lock_later_and_reconsume(self, pq: ProcessQueue, mq: MessageQueue, delay: float) -> None:
@@ -514,4 +612,4 @@ class ConsumeOrderlyService(_BaseConsumeService):
         return suspend
 
 
-__all__ = ["ConsumeConcurrentlyService", "ConsumeOrderlyService"]
+__all__ = ["ConsumeConcurrentlyService", "ConsumeOrderlyService", "ConsumeThreads"]

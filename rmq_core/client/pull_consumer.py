@@ -16,7 +16,7 @@ from typing import Iterable
 
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import (
-    PullChain, build_pull_request, build_pull_sys_flag, max_offset, min_offset, reset_retry_topic, search_offset,
+    PullChain, PullRequests, build_pull_sys_flag, max_offset, min_offset, reset_retry_topic, search_offset,
 )
 from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
 from rmq_core.client.subscription import SubscriptionData, build_subscription
@@ -288,15 +288,20 @@ class PullConsumer(ConsumerBase):
         pq = st.pq
         topic = mq.topic
 
-        def make_request(at: int):
-            return build_pull_request(group=self.group, mq=mq, sub=self.subscription_inner[topic], offset=at,
-                                      max_nums=self.pull_batch_size,
-                                      sys_flag=build_pull_sys_flag(False, True, True, lite_pull=True),
-                                      commit_offset=0, suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
+        requests = None
+        sys_flag = build_pull_sys_flag(False, True, True, lite_pull=True)
 
-        def may_pull_ahead(answer) -> bool:
-            # what the loop checks before its next pull, with the answered batch counted in
-            n = self.pull_batch_size
+        def make_request(at: int):
+            nonlocal requests
+            sub = self.subscription_inner[topic]
+            if requests is None or requests.sub is not sub or requests.max_nums != self.pull_batch_size:
+                requests = PullRequests(group=self.group, mq=mq, sub=sub, max_nums=self.pull_batch_size,
+                                        suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
+            return requests.request(at, sys_flag, 0)
+
+        def may_pull_ahead(answer, batches: int) -> bool:
+            # what the loop checks before its next pull, with the batches pulled ahead counted in
+            n = batches * self.pull_batch_size
             return (self._started and not st.paused and not pq.dropped and st.seek_offset < 0
                     and topic in self.subscription_inner
                     and pq.msg_count + n <= self.pull_threshold_for_queue

@@ -6,7 +6,6 @@ ProcessQueue and, as consume requests, to the consume thread pool where the list
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import threading
 import time
@@ -14,11 +13,11 @@ from typing import Callable
 
 from rmq_core import plugins
 from rmq_core.client.config import make_client_config
-from rmq_core.client.consume_service import ConsumeConcurrentlyService, ConsumeOrderlyService
+from rmq_core.client.consume_service import ConsumeConcurrentlyService, ConsumeOrderlyService, ConsumeThreads
 from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import (
-    BrokerOffsetApi, PullChain, build_pull_request, build_pull_sys_flag, max_offset,
+    BrokerOffsetApi, PullChain, PullRequests, build_pull_sys_flag, max_offset,
     search_offset,
 )
 from rmq_core.client.rebalance import RebalanceImpl
@@ -49,6 +48,11 @@ def _enum(cls, value, what: str):
         return cls(text)
     except ValueError:
         raise ConfigError(f"bad {what} {value!r}; expected one of: {', '.join(m.value for m in cls)}") from None
+
+
+def _settle(fut) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class ConsumerBase:
@@ -315,11 +319,12 @@ class PushConsumer(ConsumerBase):
         self.lock_max_live_time = lock_max_live_time
         self._listener: Callable | None = None
         self._orderly = False
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._threads: ConsumeThreads | None = None
         self.consume_service = None
         self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
         self._jobs: list[int] = []
         self._paused = False
+        self._resume_waiters: set = set()  # futures of pull loops waiting while paused
         self.flow_control_times = 0
 
     # --- configuration ---------------------------------------------------------------------------
@@ -368,15 +373,15 @@ class PushConsumer(ConsumerBase):
             if self.message_model is MessageModel.CLUSTERING:
                 retry = retry_subscription(self.group)
                 self.subscription_inner.setdefault(retry.topic, retry)
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                self.consume_thread_max, thread_name_prefix=f"rmq-consume-{self.group}")
+            self._threads = ConsumeThreads(f"rmq-consume-{self.group}", self.consume_thread_min,
+                                           self.consume_thread_max)
             try:
                 self._start_common(self._orderly)
             except BaseException:
-                self._pool.shutdown(wait=False)
+                self._threads.shutdown(wait=False)
                 raise
             svc_cls = ConsumeOrderlyService if self._orderly else ConsumeConcurrentlyService
-            self.consume_service = svc_cls(self, self._listener, self._pool)
+            self.consume_service = svc_cls(self, self._listener, self._threads)
             sched = self.instance.scheduler
             if self._orderly and self.message_model is MessageModel.CLUSTERING:
                 self._jobs.append(sched.schedule(self.rebalance.lock_all, self.lock_interval, 1.0, "lockAll"))
@@ -417,7 +422,7 @@ class PushConsumer(ConsumerBase):
         # the final commit, as Java does); requests not yet started are cancelled and redelivered.
         # shutdown() called from inside a listener must not wait for its own thread.
         in_listener = threading.current_thread().name.startswith(f"rmq-consume-{self.group}")
-        self._pool.shutdown(wait=not in_listener, cancel_futures=True)
+        self._threads.shutdown(wait=not in_listener)
         try:
             self.commit_offsets_sync(list(self.rebalance.process_queue_table))
         except Exception:
@@ -440,6 +445,17 @@ class PushConsumer(ConsumerBase):
 
     def resume(self) -> None:
         self._paused = False
+        inst = self.instance
+        if self._started and inst is not None:
+            try:
+                inst.loop.call_soon_threadsafe(self._wake_resumed)
+            except RuntimeError:  # the client's loop is closed: no pull loop waits
+                pass
+
+    def _wake_resumed(self) -> None:
+        waiters, self._resume_waiters = self._resume_waiters, set()
+        for fut in waiters:
+            _settle(fut)
 
     @property
     def running(self) -> bool:
@@ -498,27 +514,41 @@ class PushConsumer(ConsumerBase):
         loop = asyncio.get_running_loop()
         topic = mq.topic
 
-        def make_request(at: int):
-            commit_offset = self.offset_store.read_offset(mq, READ_FROM_MEMORY) if clustering else 0
-            return build_pull_request(group=self.group, mq=mq, sub=self.subscription_inner[topic], offset=at,
-                                      max_nums=self.pull_batch_size,
-                                      sys_flag=build_pull_sys_flag(commit_offset > 0, True, True),
-                                      commit_offset=max(commit_offset, 0),
-                                      suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
+        requests = None
 
-        def may_pull_ahead(answer) -> bool:
-            # what the loop checks before its next pull, with the answered batch counted in
+        def make_request(at: int):
+            nonlocal requests
+            sub = self.subscription_inner[topic]
+            if requests is None or requests.sub is not sub or requests.max_nums != self.pull_batch_size:
+                requests = PullRequests(group=self.group, mq=mq, sub=sub, max_nums=self.pull_batch_size,
+                                        suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
+            commit_offset = self.offset_store.read_offset(mq, READ_FROM_MEMORY) if clustering else 0
+            return requests.request(at, build_pull_sys_flag(commit_offset > 0, True, True), max(commit_offset, 0))
+
+        def may_pull_ahead(answer, batches: int) -> bool:
+            # what the loop checks before its next pull, with the batches pulled ahead counted in
             return (self._started and not self._paused and not pq.dropped and self.pull_interval <= 0
                     and topic in self.subscription_inner
                     and not (self._orderly and clustering and not pq.locked)
-                    and not self._flow_controlled(pq, self.pull_batch_size, len(answer.body or b"")))
+                    and not self._flow_controlled(pq, batches * self.pull_batch_size,
+                                                  batches * len(answer.body or b"")))
 
         chain = PullChain(inst, self.group, mq, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
         try:
             while not pq.dropped and self._started:
                 pq.last_pull_timestamp = time.monotonic()
                 if self._paused:
-                    await asyncio.sleep(0.02)
+                    # resume() wakes it at once; every second it looks again (and the queue's
+                    # pull time stays fresh, so the rebalance does not rebuild a paused queue)
+                    fut = loop.create_future()
+                    self._resume_waiters.add(fut)
+                    timer = loop.call_later(1.0, _settle, fut)
+                    try:
+                        if self._paused:
+                            await fut
+                    finally:
+                        timer.cancel()
+                        self._resume_waiters.discard(fut)
                     continue
                 if self._flow_controlled(pq):
                     self.flow_control_times += 1
@@ -585,15 +615,11 @@ class PushConsumer(ConsumerBase):
         threshold then waited 50 ms per pull, so bigger batches consumed slower)."""
         fut = loop.create_future()
 
-        def settle():
-            if not fut.done():
-                fut.set_result(None)
-
         def waiter():  # a consume thread, after removing consumed messages
             if not self._flow_controlled(pq):
                 pq.flow_waiter = None
                 try:
-                    loop.call_soon_threadsafe(settle)
+                    loop.call_soon_threadsafe(_settle, fut)
                 except RuntimeError:  # the client's loop is closed: nobody is waiting any more
                     pass
 
@@ -601,7 +627,7 @@ class PushConsumer(ConsumerBase):
         if not self._flow_controlled(pq):  # room was made before the waiter was in place
             pq.flow_waiter = None
             return
-        timer = loop.call_later(self.pull_time_delay_when_flow_control, settle)
+        timer = loop.call_later(self.pull_time_delay_when_flow_control, _settle, fut)
         try:
             await fut
         finally:

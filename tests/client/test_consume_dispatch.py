@@ -8,8 +8,9 @@
 * a slow (I/O-bound) listener still runs on many consume threads at once;
 * an orderly listener that suspends in the middle of a take: the part before it is committed, the
   rest comes again in order after suspend_current_queue_time;
-* a consumer process SIGKILLed in the middle of its chunks: the committed offsets never pass a
-  message it had not consumed, and a restarted consumer brings every message at least once.
+* a consumer process SIGKILLed in the middle of its chunks (listener batch 1 and 32): the
+  committed offsets never pass a message it had not consumed, and a restarted consumer brings
+  every message at least once.
 """
 import collections
 import signal
@@ -159,20 +160,22 @@ def test_orderly_suspend_inside_a_take_commits_the_consumed_part_and_retries_the
         (f"o{i}".encode(), 0) for i in range(6, 10)]
 
 
-def test_consumer_killed_mid_chunk_never_committed_past_an_unconsumed_message(cluster, tmp_path):
-    topic = "KillMidChunk"
-    group = "CG_KILL_MID"
+@pytest.mark.parametrize("batch", [1, 32])
+def test_consumer_killed_mid_chunk_never_committed_past_an_unconsumed_message(cluster, tmp_path, batch):
+    topic = f"KillMidChunk{batch}"
+    group = f"CG_KILL_MID{batch}"
     n = 3000
     with Producer("PG_KILL_MID", namesrv=cluster.namesrv, **FAST) as p:
         queues = p.fetch_publish_message_queues(topic)
         for i in range(0, n, 50):
             p.send_batch([Message(topic, f"{i + j}".encode()) for j in range(50)], queue=queues[(i // 50) % len(queues)])
-    # RocketMQ's defaults (listener batch 1, 20 consume threads, pull batch 32): chunks of many
-    # listener calls (10 ms each: a few offset commits happen before the kill); offsets reach the
-    # broker with every pull and every 0.2 s.  The first run SIGKILLs itself inside the listener
-    # call of its 1500th message.
+    # RocketMQ's defaults (listener batch 1, 20 consume threads, pull batch 32), and listener
+    # batch 32: chunks of many listener calls (10 ms a message: a few offset commits happen
+    # before the kill); offsets reach the broker with every pull and every 0.2 s.  The first run
+    # SIGKILLs itself inside the listener call of its 1500th message (with batch 32, in the
+    # middle of a listener batch).
     child = ChildConsumer(tmp_path, cluster.tcp_namesrv, group, topic, listener_sleep_per_message=0.01,
-                          persist_consumer_offset_interval=0.2)
+                          persist_consumer_offset_interval=0.2, consume_message_batch_max_size=batch)
 
     def consumed():
         return {(q, o) for _, q, o in child.lines()}
