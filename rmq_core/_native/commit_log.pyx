@@ -414,7 +414,10 @@ cdef class SinglePutPath:
             props_dict = msg.properties
             if type(props_dict) is not dict:
                 return None
-            props = encode_properties(props_dict) if props_dict else b""
+            try:
+                props = encode_properties(props_dict) if props_dict else b""
+            except Exception:  # a bad name or value: the general path names it
+                return None
         if type(props) is not bytes or type(body) is not bytes or type(topic) is not str:
             return None
         if msg.store_host is not None or topic == self.schedule_topic:

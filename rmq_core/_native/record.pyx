@@ -1,5 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Native message codec: the client's hot path (PULL bodies -> MessageExt), batch bodies, properties.
+"""The message record, the one owner of its format: decoding (the client's hot path, PULL bodies ->
+MessageExt), properties (the one encoder, the one lookup: the last pair of a name wins), batch
+bodies, the store's record encoders (one message, a batch's items) and the recovery scan.
 
 Wire format (shared/protocol/REMOTING.md §6), every integer big-endian, v1 record only:
 

@@ -84,7 +84,7 @@ typedef struct {
     int64_t code;
 } rmq_tag_cache;
 
-/* Java String.hashCode of UTF-8 text; the callback is commit_log.pyx's full decoder. */
+/* Java String.hashCode of UTF-8 text; the callback is java_hash.pxd's java_hash_utf8. */
 typedef int32_t (*rmq_hash_fn)(const unsigned char *, ptrdiff_t);
 
 static inline int64_t rmq_item_tags_code(rmq_tag_cache *c, const unsigned char *props, size_t plen,

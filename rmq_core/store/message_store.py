@@ -374,7 +374,10 @@ class DefaultMessageStore:
             return None, err
         props_b = msg.properties_bytes
         if props_b is None:
-            props_b = properties_to_bytes(msg.properties)
+            try:
+                props_b = properties_to_bytes(msg.properties)
+            except IllegalArgumentError as e:
+                return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e))
         elif type(props_b) is not bytes:
             props_b = bytes(props_b)
         body = msg.body

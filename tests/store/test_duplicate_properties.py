@@ -7,7 +7,7 @@ import shutil
 
 from rmq_core.codec import decode_messages, encode_batch_body
 from rmq_core.store import GetMessageStatus as S
-from rmq_core.store import MessageExtBatch, MessageExtBrokerInner
+from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 from rmq_core.message import java_string_hash
 
 from .test_consume_queue import TagFilter
@@ -58,3 +58,13 @@ def test_tags_twice_last_wins_on_every_put_route_and_after_recovery(store_factor
     s2 = store_factory(cfg)
     for topic in ("Single", "General", "Batch", "Extra"):
         _agree(s2, topic, 2)
+
+
+def test_a_property_that_would_not_read_back_is_refused_by_every_route(store):
+    good = MessageExtBrokerInner(topic="T", queue_id=0, body=b"x", properties={"K": "v"})
+    bad = MessageExtBrokerInner(topic="T", queue_id=0, body=b"x", properties={"K": "a\x02b"})
+    assert store.put_message(good).is_ok()  # the queue exists: the native single put is tried first
+    assert store._single_put.put(bad) is None
+    r = store.put_message(bad)
+    assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "'K'" in r.error and "separator" in r.error
+    assert store.put_message(good).append_result.logics_offset == 1
