@@ -1,27 +1,11 @@
-"""Type stubs for rmq_core._native.commit_log (record encoding, append, recovery scan, the single
-put; see the .pyx for the record format)."""
+"""Type stubs for rmq_core._native.commit_log (appends, the end-of-segment blank, append results, the
+single put; the record format and its encoders are rmq_core._native.record)."""
 from rmq_core._native.group_commit import GroupCommitGate
 from rmq_core._native.mapped import NativeMap
-from rmq_core.errors import IllegalArgumentError
 
 MESSAGE_MAGIC_CODE: int
 BLANK_MAGIC_CODE: int
 END_FILE_MIN_BLANK_LENGTH: int
-STOP_END: int
-STOP_BLANK: int
-STOP_CORRUPT: int
-
-class PropertiesSizeExceededError(IllegalArgumentError): ...
-class BatchFormatError(IllegalArgumentError): ...
-
-def encode_record(topic: bytes, queue_id: int, flag: int, body: bytes, props: bytes, sys_flag: int, born_ts: int,
-                  born_host: bytes, store_host: bytes, reconsume_times: int, prepared_transaction_offset: int,
-                  max_message_size: int) -> tuple[bytearray, int]: ...
-def encode_batch(body: bytes, topic: bytes, queue_id: int, sys_flag: int, born_ts: int, born_host: bytes,
-                 store_host: bytes, reconsume_times: int, extra_properties: bytes, max_message_size: int,
-                 plan_only: bool = False) -> tuple: ...
-def fit_batch(body: bytes, body_pos: int, n_items: int, topic: bytes, sys_flag: int, born_host: bytes,
-              store_host: bytes, extra_properties: bytes, write_pos: int, file_size: int) -> tuple[int, int, int]: ...
 def write_blank(dst: NativeMap, pos: int) -> None: ...
 def encode_batch_into(dst: NativeMap, dst_pos: int, dst_len: int, body: bytes, body_pos: int, n_items: int,
                       topic: bytes, queue_id: int, sys_flag: int, born_ts: int, born_host: bytes, store_host: bytes,
@@ -33,8 +17,6 @@ def append_records(dst: NativeMap, write_pos: int, src: bytearray, src_pos: int,
 def append_records_fd(fd: int, write_pos: int, file_size: int, src: bytearray, src_pos: int, count: int,
                       file_from_offset: int, queue_offset: int, store_timestamp: int, tags: bytes, tag_index: int,
                       cq_out: bytearray, cq_pos: int) -> tuple[int, int, bool]: ...
-def verify_records(m: NativeMap, start: int, end: int, file_from_offset: int, check_crc: bool,
-                   collect: bool = True, delay_levels_ms: list[int] | None = None) -> tuple[int, int, int, int, list]: ...
 def record_store_timestamp(m: NativeMap, pos: int) -> int: ...
 def entries_phys_offsets(entries: bytes | bytearray, count: int) -> tuple[int, ...]: ...
 def offset_msg_ids(entries: bytes | bytearray, count: int, host: bytes) -> str: ...
@@ -43,7 +25,7 @@ class SinglePutPath:
     enabled: bool
     def __init__(self, store: object, commit_log: object, host_cache: dict, store_host_b: bytes, store_v6: bool,
                  limit: int, append_result_cls: type, put_result_cls: type, put_ok: object, schedule_topic: str,
-                 log_exception: object, properties_to_string: object) -> None: ...
+                 log_exception: object) -> None: ...
     def configure(self, enabled: bool, index_builder: object, listeners: object, limit: int,
                   request_flush: object = None, gate: GroupCommitGate | None = None, sync_timeout_ms: int = 0,
                   durable_result: object = None) -> None: ...

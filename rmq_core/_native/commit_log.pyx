@@ -1,15 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Commit-log kernels: record encoding (one message, a batch body's items; body CRCs by crc.pyx),
-appending records into a mapped segment or a file,
-the recovery scan, and the single-message put end to end (SinglePutPath).
-
-Commit-log record (RocketMQ 4.x v1 layout, big-endian; REMOTING.md §6):
-
-    0 TOTALSIZE i32 | 4 MAGIC i32 (0xDAA320A7) | 8 BODYCRC i32 (crc32 & 0x7fffffff) | 12 QUEUEID i32
-    16 FLAG i32 | 20 QUEUEOFFSET i64 | 28 PHYSICALOFFSET i64 | 36 SYSFLAG i32 | 40 BORNTIMESTAMP i64
-    48 BORNHOST ip(4|16)+port i32 | STORETIMESTAMP i64 | STOREHOST ip(4|16)+port i32
-    RECONSUMETIMES i32 | PREPARED_TRANSACTION_OFFSET i64 | BODYLENGTH i32, body
-    TOPICLENGTH u8, topic | PROPERTIESLENGTH i16, properties ("k\\x01v\\x02"...)
+"""Commit-log kernels: appending records into a mapped segment or a file (encoded records, or a
+batch body's items straight into the segment), the end-of-segment blank, append results, and the
+single-message put end to end (SinglePutPath).  The record format itself (layout, encoders, the
+property lookup, the recovery scan) is record.pyx's; the shared inline helpers come from record.pxd.
 
 End of segment: BLANK record = i32 remaining bytes, i32 0xCBD43194 (at least 8 bytes left).
 
@@ -26,7 +19,6 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset, memcmp
 
-from rmq_core.errors import IllegalArgumentError, MessageTooLargeError
 from rmq_core._native.group_commit cimport GroupCommitFutures, GroupCommitGate, RMQ_GC_OK, rmq_gc_await
 from rmq_core._native.mapped cimport NativeMap
 from store_bytes cimport (BORNHOST_V6, CQ_UNIT, MAX_PROPS, MAX_TOPIC, MIN_BLANK, STOREHOST_V6, copy_out,
@@ -42,31 +34,11 @@ cdef extern from "<unistd.h>" nogil:
     ssize_t pwrite(int fd, const void *buf, size_t count, long offset)
 
 from rmq_core._native.crc cimport crc32_update
+from java_hash cimport java_hash_utf8
+from rmq_core._native.record cimport (batch_template, encode_properties, rmq_batch_crc32, rmq_batch_encode,
+                                      rmq_batch_tmpl, rmq_hash_fn, rmq_tag_cache, record_len,
+                                      store_ts_pos, tags_code_of, write_record)
 
-
-cdef extern from "store_batch.h" nogil:
-    ctypedef uint32_t (*rmq_crc_fn)(uint32_t, const unsigned char *, size_t) noexcept nogil
-    rmq_crc_fn rmq_batch_crc32
-    ctypedef int32_t (*rmq_hash_fn)(const unsigned char *, Py_ssize_t) noexcept nogil
-    ctypedef struct rmq_batch_tmpl:
-        size_t head_len
-        size_t fixed
-    ctypedef struct rmq_tag_cache:
-        const unsigned char *props
-    void rmq_batch_tmpl_init(rmq_batch_tmpl *t, int32_t queue_id, int32_t sys_flag, int64_t born_ts,
-                             const unsigned char *born_host, size_t bh_len,
-                             const unsigned char *store_host, size_t sh_len,
-                             int32_t reconsume, int64_t store_ts,
-                             const unsigned char *topic, size_t topic_len,
-                             const unsigned char *extra, size_t extra_len)
-    size_t rmq_batch_encode(const rmq_batch_tmpl *t, const unsigned char *s, size_t *body_pos, size_t n_items,
-                            unsigned char *dst, size_t dst_len, int64_t phys0, int64_t qoff0,
-                            unsigned char *cq, rmq_tag_cache *tc, rmq_hash_fn hash)
-    int rmq_batch_plan(const unsigned char *s, size_t n, size_t fixed, size_t extra_len, size_t max_props,
-                       size_t max_record, size_t *count, size_t *total)
-    void rmq_stream_copy(unsigned char *d, const unsigned char *s, size_t n)
-    size_t rmq_batch_fit(const rmq_batch_tmpl *t, const unsigned char *s, size_t body_pos, size_t n_items,
-                         size_t write_pos, size_t file_size, size_t *nbytes, size_t *next_body_pos)
 
 rmq_batch_crc32 = crc32_update  # the batch encoder (store_batch.h) uses the crc module's CRC-32
 
@@ -77,277 +49,6 @@ cdef uint32_t BLANK_MAGIC = 0xCBD43194u
 MESSAGE_MAGIC_CODE = MAGIC
 BLANK_MAGIC_CODE = BLANK_MAGIC
 END_FILE_MIN_BLANK_LENGTH = MIN_BLANK
-
-# verify_records stop reasons
-STOP_END = 0        # reached `end` or a zero header (nothing written there)
-STOP_BLANK = 1      # end-of-segment blank record
-STOP_CORRUPT = 2    # bad magic / size / crc / physical offset / structure
-
-
-class PropertiesSizeExceededError(IllegalArgumentError):
-    """A message's properties are longer than the int16 length field allows (32767 bytes)."""
-
-
-class BatchFormatError(IllegalArgumentError):
-    """A SEND_BATCH_MESSAGE body does not decode (REMOTING.md §8)."""
-
-
-# --- Java String.hashCode of UTF-8 text (java_hash.pxd) ---------------------------------------
-from java_hash cimport java_hash_utf8
-
-
-cdef inline bint find_property(const unsigned char *props, Py_ssize_t n, const char *key, Py_ssize_t klen,
-                               Py_ssize_t *vstart, Py_ssize_t *vlen) noexcept nogil:
-    """Locate `key`'s value in a "k\\x01v\\x02" properties string."""
-    cdef Py_ssize_t i = 0, j, k
-    while i < n:
-        # pair starts at i: name up to \x01
-        j = i
-        while j < n and props[j] != 1 and props[j] != 2:
-            j += 1
-        if j >= n:
-            return False
-        if props[j] == 2:      # malformed pair without a value: skip it
-            i = j + 1
-            continue
-        k = j + 1
-        while k < n and props[k] != 2:
-            k += 1
-        if j - i == klen and memcmp(props + i, key, klen) == 0:
-            vstart[0] = j + 1
-            vlen[0] = k - (j + 1)
-            return True
-        i = k + 1
-    return False
-
-
-cdef inline int64_t tags_code_of(const unsigned char *props, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t vs = 0, vl = 0
-    if find_property(props, n, b"TAGS", 4, &vs, &vl) and vl > 0:
-        return java_hash_utf8(props + vs, vl)
-    return 0
-
-
-
-
-# --- record encoding ---------------------------------------------------------------------------
-cdef inline Py_ssize_t write_record(unsigned char *d, int32_t total, uint32_t body_crc, int32_t queue_id,
-                                    int32_t flag, int32_t sys_flag, int64_t born_ts,
-                                    const unsigned char *born_host, Py_ssize_t bh_len,
-                                    const unsigned char *store_host, Py_ssize_t sh_len,
-                                    int32_t reconsume, int64_t prepared,
-                                    const unsigned char *body, Py_ssize_t body_len,
-                                    const unsigned char *topic, Py_ssize_t topic_len,
-                                    const unsigned char *props, Py_ssize_t props_len,
-                                    const unsigned char *extra, Py_ssize_t extra_len,
-                                    bint extra_sep) noexcept nogil:
-    """Write one record with queue offset, physical offset and store timestamp zero (the append
-    fills them in under the put lock).  Returns bytes written (== total)."""
-    cdef unsigned char *q = d
-    rmq_st32(q, <uint32_t>total); q += 4
-    rmq_st32(q, MAGIC); q += 4
-    rmq_st32(q, body_crc & 0x7FFFFFFF); q += 4
-    rmq_st32(q, <uint32_t>queue_id); q += 4
-    rmq_st32(q, <uint32_t>flag); q += 4
-    memset(q, 0, 16); q += 16                  # queue offset, physical offset
-    rmq_st32(q, <uint32_t>sys_flag); q += 4
-    rmq_st64(q, <uint64_t>born_ts); q += 8
-    memcpy(q, born_host, bh_len); q += bh_len
-    memset(q, 0, 8); q += 8                    # store timestamp
-    memcpy(q, store_host, sh_len); q += sh_len
-    rmq_st32(q, <uint32_t>reconsume); q += 4
-    rmq_st64(q, <uint64_t>prepared); q += 8
-    rmq_st32(q, <uint32_t>body_len); q += 4
-    if body_len:
-        memcpy(q, body, body_len); q += body_len
-    q[0] = <unsigned char>topic_len; q += 1
-    memcpy(q, topic, topic_len); q += topic_len
-    rmq_st16(q, <uint16_t>(props_len + extra_len + (1 if extra_sep else 0))); q += 2
-    if props_len:
-        memcpy(q, props, props_len); q += props_len
-    if extra_sep:
-        q[0] = 2; q += 1
-    if extra_len:
-        memcpy(q, extra, extra_len); q += extra_len
-    return q - d
-
-
-cdef inline Py_ssize_t record_len(Py_ssize_t bh, Py_ssize_t sh, Py_ssize_t body, Py_ssize_t topic, Py_ssize_t props) noexcept nogil:
-    return 72 + bh + sh + body + 1 + topic + 2 + props
-
-
-cdef check_hosts(const unsigned char[::1] born_host, const unsigned char[::1] store_host, int32_t sys_flag):
-    cdef Py_ssize_t bh = 20 if sys_flag & BORNHOST_V6 else 8
-    cdef Py_ssize_t sh = 20 if sys_flag & STOREHOST_V6 else 8
-    if born_host.shape[0] != bh:
-        raise IllegalArgumentError(f"born host must be {bh} encoded bytes for sysFlag {sys_flag:#x}, got {born_host.shape[0]}")
-    if store_host.shape[0] != sh:
-        raise IllegalArgumentError(f"store host must be {sh} encoded bytes for sysFlag {sys_flag:#x}, got {store_host.shape[0]}")
-
-
-cdef inline const unsigned char *ptr_or_empty(const unsigned char[::1] v) noexcept:
-    if v.shape[0] == 0:
-        return <const unsigned char *>b""
-    return &v[0]
-
-
-def encode_record(bytes topic, int32_t queue_id, int32_t flag, bytes body, bytes props, int32_t sys_flag,
-                  int64_t born_ts, bytes born_host, bytes store_host, int32_t reconsume_times,
-                  int64_t prepared_transaction_offset, Py_ssize_t max_message_size):
-    """One message -> (bytearray record, tags code of its TAGS property).  The record's queue
-    offset, physical offset and store timestamp are left zero for `append_records`."""
-    cdef Py_ssize_t tl = len(topic), bl = len(body), pl = len(props)
-    cdef Py_ssize_t bhl = len(born_host), shl = len(store_host)
-    cdef Py_ssize_t want_bh = 20 if sys_flag & BORNHOST_V6 else 8
-    cdef Py_ssize_t want_sh = 20 if sys_flag & STOREHOST_V6 else 8
-    if tl > MAX_TOPIC or tl == 0:
-        raise IllegalArgumentError(f"topic {topic.decode('utf-8', 'replace')!r} is {tl} bytes; it must be 1..{MAX_TOPIC}")
-    if pl > MAX_PROPS:
-        raise PropertiesSizeExceededError(f"message properties are {pl} bytes, more than {MAX_PROPS}")
-    if bhl != want_bh or shl != want_sh:
-        raise IllegalArgumentError(f"hosts must be encoded as {want_bh}/{want_sh} bytes for sysFlag {sys_flag:#x}, "
-                                   f"got {bhl}/{shl}")
-    cdef Py_ssize_t total = record_len(bhl, shl, bl, tl, pl)
-    if total > max_message_size:
-        raise MessageTooLargeError(total, max_message_size)
-    out = PyByteArray_FromStringAndSize(NULL, total)
-    cdef unsigned char *d = <unsigned char *>PyByteArray_AS_STRING(out)
-    cdef const unsigned char *bp = <const unsigned char *><char *>body
-    cdef const unsigned char *pp = <const unsigned char *><char *>props
-    cdef uint32_t c = crc32_update(0, bp, bl)
-    write_record(d, <int32_t>total, c, queue_id, flag, sys_flag, born_ts, <const unsigned char *><char *>born_host, bhl,
-                 <const unsigned char *><char *>store_host, shl, reconsume_times, prepared_transaction_offset,
-                 bp, bl, <const unsigned char *><char *>topic, tl, pp, pl, NULL, 0, False)
-    return out, tags_code_of(pp, pl)
-
-
-def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts, bytes born_host,
-                 bytes store_host, int32_t reconsume_times, extra_properties, Py_ssize_t max_message_size,
-                 bint plan_only=False):
-    """A SEND_BATCH_MESSAGE body (REMOTING.md §8) -> (bytearray records, count, bytearray tags codes
-    as native int64).  Every item becomes a full record with the request's topic, queue, hosts and
-    `extra_properties` appended to its own properties (as the Java broker does).
-
-    plan_only: validate and size only -> (None, count, total record bytes), for `fit_batch` and
-    `encode_batch_into`, which encode straight into the segment."""
-    cdef const unsigned char[::1] src = body
-    cdef const unsigned char[::1] ex = extra_properties
-    cdef const unsigned char[::1] bh = born_host
-    cdef const unsigned char[::1] sh = store_host
-    cdef Py_ssize_t n = src.shape[0]
-    cdef Py_ssize_t tl = len(topic)
-    cdef Py_ssize_t exl = ex.shape[0]
-    if tl > MAX_TOPIC or tl == 0:
-        raise IllegalArgumentError(f"topic {topic.decode('utf-8', 'replace')!r} is {tl} bytes; it must be 1..{MAX_TOPIC}")
-    check_hosts(bh, sh, sys_flag)
-    if n == 0:
-        raise BatchFormatError("batch body is empty")
-    cdef const unsigned char *s = &src[0]
-    cdef const unsigned char *exp = ptr_or_empty(ex)
-    cdef Py_ssize_t fixed = record_len(bh.shape[0], sh.shape[0], 0, tl, 0)
-    # pass 1: validate and size (the C pass; this loop only runs again to name a problem it found)
-    cdef Py_ssize_t pos = 0, count = 0, out_len = 0, item_total, blen, plen, rlen, ppos
-    cdef bint sep
-    cdef size_t planned_count = 0, planned_total = 0
-    cdef int planned
-    planned = rmq_batch_plan(s, n, fixed, exl, MAX_PROPS, max_message_size if max_message_size > 0 else 0,
-                             &planned_count, &planned_total)
-    if planned == 0:
-        count = planned_count
-        out_len = planned_total
-        pos = n
-    while pos < n:
-        if n - pos < 20:
-            raise BatchFormatError(f"batch body truncated at byte {pos}: {n - pos} bytes left, an item header needs 20")
-        item_total = <int32_t>rmq_ld32(s + pos)
-        blen = <int32_t>rmq_ld32(s + pos + 16)
-        if blen < 0 or pos + 20 + blen + 2 > n:
-            raise BatchFormatError(f"batch item {count} at byte {pos}: body length {blen} runs past the end ({n} bytes)")
-        plen = <int16_t>rmq_ld16(s + pos + 20 + blen)
-        if plen < 0 or pos + 22 + blen + plen > n:
-            raise BatchFormatError(f"batch item {count} at byte {pos}: properties length {plen} runs past the end ({n} bytes)")
-        if item_total != 22 + blen + plen:
-            raise BatchFormatError(f"batch item {count} at byte {pos}: total size {item_total} != 22 + body {blen} + properties {plen}")
-        ppos = pos + 22 + blen
-        sep = plen > 0 and exl > 0 and s[ppos + plen - 1] != 2
-        if plen + exl + (1 if sep else 0) > MAX_PROPS:
-            raise PropertiesSizeExceededError(
-                f"batch item {count}: properties are {plen + exl + (1 if sep else 0)} bytes, more than {MAX_PROPS}")
-        rlen = fixed + blen + plen + exl + (1 if sep else 0)
-        if rlen > max_message_size:
-            raise MessageTooLargeError(rlen, max_message_size)
-        out_len += rlen
-        count += 1
-        pos += item_total
-    if plan_only:
-        return None, count, out_len
-    out = PyByteArray_FromStringAndSize(NULL, out_len)
-    tags = PyBytes_FromStringAndSize(NULL, count * 8)  # fresh: filled below, then immutable
-    cdef unsigned char *d = <unsigned char *>PyByteArray_AS_STRING(out)
-    cdef int64_t *tg = <int64_t *><char *>(<bytes>tags)
-    cdef const unsigned char *tp = <const unsigned char *><char *>topic
-    cdef const unsigned char *bhp = &bh[0]
-    cdef const unsigned char *shp = &sh[0]
-    cdef Py_ssize_t i = 0, vs, vl
-    cdef int32_t flag
-    cdef int64_t code
-    with nogil:
-        pos = 0
-        while i < count:
-            item_total = <int32_t>rmq_ld32(s + pos)
-            flag = <int32_t>rmq_ld32(s + pos + 12)
-            blen = <int32_t>rmq_ld32(s + pos + 16)
-            plen = <int16_t>rmq_ld16(s + pos + 20 + blen)
-            ppos = pos + 22 + blen
-            sep = plen > 0 and exl > 0 and s[ppos + plen - 1] != 2
-            rlen = fixed + blen + plen + exl + (1 if sep else 0)
-            write_record(d, <int32_t>rlen, crc32_update(0, s + pos + 20, blen), queue_id, flag, sys_flag, born_ts,
-                         bhp, bh.shape[0], shp, sh.shape[0], reconsume_times, 0,
-                         s + pos + 20, blen, tp, tl, s + ppos, plen, exp, exl, sep)
-            # the TAGS of an item wins over one in the extra properties (first occurrence wins)
-            code = 0
-            if find_property(s + ppos, plen, b"TAGS", 4, &vs, &vl):
-                if vl > 0:
-                    code = java_hash_utf8(s + ppos + vs, vl)
-            elif exl:
-                code = tags_code_of(exp, exl)
-            tg[i] = code
-            d += rlen
-            pos += item_total
-            i += 1
-    return out, count, tags
-
-
-cdef inline int batch_template(rmq_batch_tmpl *t, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts,
-                               bytes born_host, bytes store_host, int32_t reconsume_times,
-                               const unsigned char[::1] extra, int64_t store_timestamp) except -1:
-    cdef Py_ssize_t tl = len(topic), bhl = len(born_host), shl = len(store_host)
-    if tl == 0 or tl > MAX_TOPIC:
-        raise ValueError(f"topic of {tl} bytes; it must be 1..{MAX_TOPIC}")
-    if bhl != (20 if sys_flag & BORNHOST_V6 else 8) or shl != (20 if sys_flag & STOREHOST_V6 else 8):
-        raise ValueError(f"hosts of {bhl}/{shl} bytes do not match sysFlag {sys_flag:#x}")
-    rmq_batch_tmpl_init(t, queue_id, sys_flag, born_ts, <const unsigned char *><char *>born_host, bhl,
-                        <const unsigned char *><char *>store_host, shl, reconsume_times, store_timestamp,
-                        <const unsigned char *><char *>topic, tl, ptr_or_empty(extra), extra.shape[0])
-    return 0
-
-
-def fit_batch(body, Py_ssize_t body_pos, Py_ssize_t n_items, bytes topic, int32_t sys_flag, bytes born_host,
-              bytes store_host, extra_properties, Py_ssize_t write_pos, Py_ssize_t file_size):
-    """How many of the (validated) batch items from body[body_pos:] fit a segment at write_pos, each
-    record leaving 8 bytes for the end-of-file blank: (records, bytes, next body position)."""
-    cdef const unsigned char[::1] src = body
-    cdef const unsigned char[::1] ex = extra_properties
-    cdef rmq_batch_tmpl t
-    cdef size_t nbytes = 0, next_pos = 0, k
-    batch_template(&t, topic, 0, sys_flag, 0, born_host, store_host, 0, ex, 0)
-    if body_pos < 0 or body_pos > src.shape[0] or n_items < 0 or write_pos < 0:
-        raise ValueError(f"body position {body_pos} / item count {n_items} / write position {write_pos} out of range")
-    if n_items == 0:
-        return 0, 0, body_pos
-    k = rmq_batch_fit(&t, &src[0], body_pos, n_items, write_pos, file_size, &nbytes, &next_pos)
-    return k, nbytes, next_pos
-
 
 def write_blank(NativeMap dst, Py_ssize_t pos):
     """The end-of-file blank record from pos to the end of the segment."""
@@ -393,10 +94,6 @@ def encode_batch_into(NativeMap dst, Py_ssize_t dst_pos, Py_ssize_t dst_len, bod
 
 
 # --- append --------------------------------------------------------------------------------------
-cdef inline Py_ssize_t store_ts_pos(int32_t sys_flag) noexcept nogil:
-    return 48 + (20 if sys_flag & BORNHOST_V6 else 8)
-
-
 def append_records(NativeMap dst, Py_ssize_t write_pos, bytearray src, Py_ssize_t src_pos, Py_ssize_t count,
                    int64_t file_from_offset, int64_t queue_offset, int64_t store_timestamp,
                    bytes tags, Py_ssize_t tag_index, bytearray cq_out, Py_ssize_t cq_pos):
@@ -525,221 +222,6 @@ def append_records_fd(int fd, Py_ssize_t write_pos, Py_ssize_t file_size, bytear
     return i, pos - write_pos, eof
 
 
-# --- recovery scan ---------------------------------------------------------------------------------
-cdef inline bint valid_topic_byte(unsigned char c) noexcept nogil:
-    return (c >= 48 and c <= 57) or (c >= 65 and c <= 90) or (c >= 97 and c <= 122) or c == 37 or c == 124 or c == 95 or c == 45
-
-
-cdef inline bint valid_properties(const unsigned char *p, Py_ssize_t n) noexcept nogil:
-    """Properties are "name\\x01value\\x02" pairs of UTF-8 text without NULs.  A torn write that left
-    random bytes in this part of a record (which the body CRC does not cover) fails this check."""
-    cdef Py_ssize_t i = 0, need = 0
-    cdef bint in_name = True
-    cdef Py_ssize_t name_len = 0
-    cdef unsigned char c
-    if n == 0:
-        return True
-    if p[n - 1] != 2:
-        return False
-    while i < n:
-        c = p[i]
-        if need:
-            if (c & 0xC0) != 0x80:
-                return False
-            need -= 1
-        elif c == 0:
-            return False
-        elif c == 1:
-            if not in_name or name_len == 0:
-                return False
-            in_name = False
-        elif c == 2:
-            if in_name:
-                return False
-            in_name = True
-            name_len = 0
-        elif c >= 0x80:
-            if (c & 0xE0) == 0xC0 and c >= 0xC2:
-                need = 1
-            elif (c & 0xF0) == 0xE0:
-                need = 2
-            elif (c & 0xF8) == 0xF0 and c <= 0xF4:
-                need = 3
-            else:
-                return False
-            if in_name:
-                name_len += 1
-        elif in_name:
-            name_len += 1
-        i += 1
-    return need == 0
-
-
-cdef inline int check_record(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int64_t phys, bint check_crc,
-                             Py_ssize_t *out_size) noexcept nogil:
-    """0 = good message record, 1 = blank, 2 = nothing (zero header / too short), 3 = corrupt."""
-    cdef Py_ssize_t avail = end - pos
-    cdef uint32_t size, magic, bl, tl, pl, sysf
-    cdef Py_ssize_t bh, sh, bo, to, po
-    cdef uint32_t i
-    if avail < 8:
-        return 2
-    size = rmq_ld32(p + pos)
-    magic = rmq_ld32(p + pos + 4)
-    if size == 0 and magic == 0:
-        return 2
-    if magic == BLANK_MAGIC:
-        if size >= MIN_BLANK and <Py_ssize_t>size == avail:
-            out_size[0] = size
-            return 1
-        return 3
-    if magic != MAGIC or size < 91 or <Py_ssize_t>size > avail:
-        return 3
-    if <int64_t>rmq_ld64(p + pos + 28) != phys:
-        return 3
-    sysf = rmq_ld32(p + pos + 36)
-    bh = 20 if sysf & BORNHOST_V6 else 8
-    sh = 20 if sysf & STOREHOST_V6 else 8
-    bo = 72 + bh + sh
-    if bo + 4 > <Py_ssize_t>size:
-        return 3
-    bl = rmq_ld32(p + pos + bo - 4)
-    if <int64_t>bo + <int32_t>bl + 3 > <int64_t>size or <int32_t>bl < 0:
-        return 3
-    to = bo + bl
-    tl = p[pos + to]
-    if tl == 0 or tl > MAX_TOPIC or to + 1 + tl + 2 > <Py_ssize_t>size:
-        return 3
-    for i in range(tl):
-        if not valid_topic_byte(p[pos + to + 1 + i]):
-            return 3
-    po = to + 1 + tl
-    pl = rmq_ld16(p + pos + po)
-    if po + 2 + <Py_ssize_t>pl != <Py_ssize_t>size:
-        return 3
-    if not valid_properties(p + pos + po + 2, pl):
-        return 3
-    if check_crc and (crc32_update(0, p + pos + bo, bl) & 0x7FFFFFFF) != rmq_ld32(p + pos + 8):
-        return 3
-    out_size[0] = size
-    return 0
-
-
-cdef inline int64_t schedule_tags_code(const unsigned char *props, Py_ssize_t n, int64_t store_ts,
-                                       const int64_t *levels, Py_ssize_t nlevels, int64_t fallback) noexcept nogil:
-    """SCHEDULE_TOPIC_XXXX entries carry the delivery time as their tag code (RocketMQ)."""
-    cdef Py_ssize_t vs = 0, vl = 0, i
-    cdef int64_t level = 0
-    if nlevels == 0 or not find_property(props, n, b"DELAY", 5, &vs, &vl) or vl == 0 or vl > 9:
-        return fallback
-    for i in range(vl):
-        if props[vs + i] < 48 or props[vs + i] > 57:
-            return fallback
-        level = level * 10 + (props[vs + i] - 48)
-    if level <= 0:
-        return fallback
-    if level > nlevels:
-        level = nlevels
-    return store_ts + levels[level - 1]
-
-
-def verify_records(NativeMap m, Py_ssize_t start, Py_ssize_t end, int64_t file_from_offset, bint check_crc,
-                   bint collect=True, delay_levels_ms=None):
-    """Walk records in [start, end) of one segment, checking magic, size, physical offset,
-    structure and (optionally) body CRC.
-
-    Returns (stop_pos, stop_reason, count, last_store_timestamp, runs).  stop_reason is STOP_END,
-    STOP_BLANK or STOP_CORRUPT; stop_pos is where the walk stopped (the end of the last good record,
-    or the segment end after a blank).  With `collect`, runs lists consecutive records of one
-    (topic, queue) with consecutive queue offsets as (topic, queue_id, first_queue_offset, count,
-    memoryview of its 20-byte consume-queue entries, max_store_timestamp) — so re-dispatch costs one
-    Python object per run, not per record."""
-    cdef unsigned char *p = m.check(start, end)
-    cdef Py_ssize_t pos = start, size = 0
-    cdef int r = 2
-    cdef Py_ssize_t count = 0
-    cdef int64_t last_ts = 0, ts, qoff, run_next = -1
-    cdef int32_t qid, run_qid = -1
-    cdef uint32_t sysf, tl, pl, bl
-    cdef Py_ssize_t bo, to, po
-    cdef const unsigned char *run_topic = NULL
-    cdef uint32_t run_tl = 0
-    cdef int64_t code
-    cdef int64_t run_max_ts = 0
-    cdef Py_ssize_t run_start_count = 0
-    cdef bint sched
-    cdef const int64_t *lv = NULL
-    cdef Py_ssize_t nlv = 0
-    cdef const unsigned char[::1] lvv
-    if delay_levels_ms is not None and len(delay_levels_ms):
-        import array
-        lvv = array.array("q", delay_levels_ms).tobytes()
-        lv = <const int64_t *>&lvv[0]
-        nlv = len(delay_levels_ms)
-    runs = []
-    # every entry of this segment goes into one growing buffer; a run is a slice of it
-    cdef Py_ssize_t cap = 65536, used = 0, run_byte = 0
-    allbuf = PyByteArray_FromStringAndSize(NULL, cap)
-    cdef unsigned char *entry
-    cdef int64_t run_first = 0
-    while True:
-        r = check_record(p, pos, end, file_from_offset + pos, check_crc, &size)
-        if r != 0:
-            break
-        sysf = rmq_ld32(p + pos + 36)
-        ts = <int64_t>rmq_ld64(p + pos + store_ts_pos(sysf))
-        if ts > last_ts:
-            last_ts = ts
-        count += 1
-        if collect:
-            qid = <int32_t>rmq_ld32(p + pos + 12)
-            qoff = <int64_t>rmq_ld64(p + pos + 20)
-            bo = 72 + (20 if sysf & BORNHOST_V6 else 8) + (20 if sysf & STOREHOST_V6 else 8)
-            bl = rmq_ld32(p + pos + bo - 4)
-            to = bo + bl
-            tl = p[pos + to]
-            po = to + 1 + tl
-            pl = rmq_ld16(p + pos + po)
-            code = tags_code_of(p + pos + po + 2, pl)
-            sched = tl == 19 and memcmp(p + pos + to + 1, b"SCHEDULE_TOPIC_XXXX", 19) == 0
-            if sched:
-                code = schedule_tags_code(p + pos + po + 2, pl, ts, lv, nlv, code)
-            if not (run_topic != NULL and qid == run_qid and qoff == run_next and tl == run_tl
-                    and memcmp(run_topic, p + pos + to + 1, tl) == 0):
-                if run_topic != NULL:
-                    runs.append((PyBytes_FromStringAndSize(<char *>run_topic, run_tl).decode("utf-8"), run_qid,
-                                 run_first, count - 1 - run_start_count, run_byte, run_max_ts))
-                    run_byte = used
-                run_topic = p + pos + to + 1
-                run_tl = tl
-                run_qid = qid
-                run_first = qoff
-                run_start_count = count - 1
-                run_max_ts = 0
-            run_next = qoff + 1
-            if ts > run_max_ts:
-                run_max_ts = ts
-            if used + CQ_UNIT > cap:
-                cap *= 2
-                PyByteArray_Resize(allbuf, cap)
-            entry = <unsigned char *>PyByteArray_AS_STRING(allbuf) + used
-            rmq_st64(entry, <uint64_t>(file_from_offset + pos))
-            rmq_st32(entry + 8, <uint32_t>size)
-            rmq_st64(entry + 12, <uint64_t>code)
-            used += CQ_UNIT
-        pos += size
-    if collect and run_topic != NULL:
-        runs.append((PyBytes_FromStringAndSize(<char *>run_topic, run_tl).decode("utf-8"), run_qid,
-                     run_first, count - run_start_count, run_byte, run_max_ts))
-    if runs:
-        PyByteArray_Resize(allbuf, used)
-        view = memoryview(allbuf)
-        runs = [(t, q, f, c, view[b:b + c * CQ_UNIT], ts) for (t, q, f, c, b, ts) in runs]
-    if r == 1:
-        return end, STOP_BLANK, count, last_ts, runs
-    return pos, (STOP_CORRUPT if r == 3 else STOP_END), count, last_ts, runs
-
-
 def record_store_timestamp(NativeMap m, Py_ssize_t pos):
     """Store timestamp of the record at pos (0 if no message record starts there)."""
     cdef unsigned char *p = m.check(pos, pos + 8)
@@ -832,36 +314,6 @@ cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 
 
-cdef bytes _encode_properties(dict props, object properties_to_string):
-    """properties_to_string(props).encode("utf-8") for the common all-str dict, without building
-    the intermediate str (str objects keep their UTF-8 form, so this is mostly memcpy)."""
-    cdef Py_ssize_t total = 0, n
-    cdef const char *p
-    for k, v in props.items():
-        if v is None:
-            continue
-        if type(k) is not str or type(v) is not str:
-            return (<str>properties_to_string(props)).encode("utf-8")
-        PyUnicode_AsUTF8AndSize(k, &n)
-        total += n + 1
-        PyUnicode_AsUTF8AndSize(v, &n)
-        total += n + 1
-    out = PyBytes_FromStringAndSize(NULL, total)
-    cdef char *o = <char *>(<bytes>out)
-    for k, v in props.items():
-        if v is None:
-            continue
-        p = PyUnicode_AsUTF8AndSize(k, &n)
-        memcpy(o, p, n)
-        o[n] = 1
-        o += n + 1
-        p = PyUnicode_AsUTF8AndSize(v, &n)
-        memcpy(o, p, n)
-        o[n] = 2
-        o += n + 1
-    return <bytes>out
-
-
 cdef tuple _APPEND_FIELDS = ("wrote_offset", "wrote_bytes", "msg_id", "store_timestamp", "logics_offset",
                              "msg_num", "phys_offsets", "queue_offsets")
 cdef tuple _PUT_FIELDS = ("status", "append_result", "error")
@@ -889,7 +341,7 @@ cdef class SinglePutPath:
     cdef bytes store_host_b
     cdef bint store_v6
     cdef Py_ssize_t limit
-    cdef object schedule_topic, index_append, index_builder, listeners, log_exception, properties_to_string
+    cdef object schedule_topic, index_append, index_builder, listeners, log_exception
     cdef object request_flush
     cdef GroupCommitFutures flush_futures
     cdef GroupCommitGate gate
@@ -898,7 +350,7 @@ cdef class SinglePutPath:
     cdef bytearray scratch
 
     def __init__(self, store, commit_log, dict host_cache, bytes store_host_b, bint store_v6, Py_ssize_t limit,
-                 append_result_cls, put_result_cls, put_ok, schedule_topic, log_exception, properties_to_string):
+                 append_result_cls, put_result_cls, put_ok, schedule_topic, log_exception):
         self.enabled = False
         self.store = store
         self.commit_log = commit_log
@@ -925,7 +377,6 @@ cdef class SinglePutPath:
         self.scratch = bytearray(4096)
         self.listeners = ()
         self.log_exception = log_exception
-        self.properties_to_string = properties_to_string
 
     def configure(self, bint enabled, index_builder, listeners, Py_ssize_t limit, request_flush=None,
                   GroupCommitGate gate=None, int64_t sync_timeout_ms=0, durable_result=None):
@@ -963,7 +414,10 @@ cdef class SinglePutPath:
             props_dict = msg.properties
             if type(props_dict) is not dict:
                 return None
-            props = _encode_properties(<dict>props_dict, self.properties_to_string) if props_dict else b""
+            try:
+                props = encode_properties(props_dict) if props_dict else b""
+            except Exception:  # a bad name or value: the general path names it
+                return None
         if type(props) is not bytes or type(body) is not bytes or type(topic) is not str:
             return None
         if msg.store_host is not None or topic == self.schedule_topic:

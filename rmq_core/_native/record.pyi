@@ -81,3 +81,25 @@ def tags_code_from_properties(data: bytes | bytearray | memoryview | str | None)
 
 def decode_columns(buf: bytes | bytearray | memoryview, broker_name: str, until_offset: int = -1,
                    skip_properties: tuple[str, ...] = ()) -> dict[str, Any]: ...
+
+# --- the commit-log record: encoders and the recovery scan ---
+from rmq_core._native.mapped import NativeMap as _NativeMap
+from rmq_core.errors import IllegalArgumentError as _IllegalArgumentError
+
+STOP_END: int
+STOP_BLANK: int
+STOP_CORRUPT: int
+
+class PropertiesSizeExceededError(_IllegalArgumentError): ...
+class BatchFormatError(_IllegalArgumentError): ...
+
+def encode_record(topic: bytes, queue_id: int, flag: int, body: bytes, props: bytes, sys_flag: int, born_ts: int,
+                  born_host: bytes, store_host: bytes, reconsume_times: int, prepared_transaction_offset: int,
+                  max_message_size: int) -> tuple[bytearray, int]: ...
+def encode_batch(body: bytes, topic: bytes, queue_id: int, sys_flag: int, born_ts: int, born_host: bytes,
+                 store_host: bytes, reconsume_times: int, extra_properties: bytes, max_message_size: int,
+                 plan_only: bool = False) -> tuple: ...
+def fit_batch(body: bytes, body_pos: int, n_items: int, topic: bytes, sys_flag: int, born_host: bytes,
+              store_host: bytes, extra_properties: bytes, write_pos: int, file_size: int) -> tuple[int, int, int]: ...
+def verify_records(m: _NativeMap, start: int, end: int, file_from_offset: int, check_crc: bool,
+                   collect: bool = True, delay_levels_ms: list[int] | None = None) -> tuple[int, int, int, int, list]: ...

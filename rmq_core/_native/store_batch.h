@@ -1,5 +1,5 @@
 /* Batch encoding of SEND_BATCH_MESSAGE items into commit-log records (the 4.x v1 layout described
- * at the top of commit_log.pyx), straight into space reserved in a mapped segment.
+ * at the top of record.pyx), straight into space reserved in a mapped segment.
  *
  * Why a C header: the loop runs once per record with a budget of ~20-30 ns besides the copy, so
  * it must be plain C the compiler can schedule freely:
@@ -9,7 +9,7 @@
  *   - the tag hash of TAGS is computed once per distinct properties string (a batch usually
  *     repeats the same one);
  *   - the consume-queue entry is written next to the record, so the caller needs no second pass.
- * The caller has validated the whole batch (commit_log.encode_batch, plan mode) before the put
+ * The caller has validated the whole batch (record.encode_batch, plan mode) before the put
  * lock; this code trusts item sizes and only stops when the reserved space ends.
  */
 #ifndef RMQ_STORE_BATCH_H
@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
+#include "store_bytes.h"  /* rmq_find_prop: the one property lookup */
 
 /* The body CRC-32: crc.pyx's (the one implementation and its selected variant), set by
    commit_log.pyx when it is imported. */
@@ -76,28 +77,6 @@ static void rmq_batch_tmpl_init(rmq_batch_tmpl *t, int32_t queue_id, int32_t sys
     t->fixed = t->head_len + t->tail_len + 2;
 }
 
-/* The "k\x01v\x02" pair named key: value start/length (0 when absent). */
-static inline int rmq_find_prop(const unsigned char *p, size_t n, const char *key, size_t klen,
-                                size_t *vs, size_t *vl)
-{
-    size_t i = 0, j, k;
-    while (i < n) {
-        j = i;
-        while (j < n && p[j] != 1 && p[j] != 2) j++;
-        if (j >= n) return 0;
-        if (p[j] == 2) { i = j + 1; continue; }  /* a pair without a value: skipped */
-        k = j + 1;
-        while (k < n && p[k] != 2) k++;
-        if (j - i == klen && memcmp(p + i, key, klen) == 0) {
-            *vs = j + 1;
-            *vl = k - (j + 1);
-            return 1;
-        }
-        i = k + 1;
-    }
-    return 0;
-}
-
 /* Remembers the last properties string and its tag code: items of a batch mostly repeat it. */
 typedef struct {
     const unsigned char *props;
@@ -105,22 +84,22 @@ typedef struct {
     int64_t code;
 } rmq_tag_cache;
 
-/* Java String.hashCode of UTF-8 text; the callback is commit_log.pyx's full decoder. */
+/* Java String.hashCode of UTF-8 text; the callback is java_hash.pxd's java_hash_utf8. */
 typedef int32_t (*rmq_hash_fn)(const unsigned char *, ptrdiff_t);
 
 static inline int64_t rmq_item_tags_code(rmq_tag_cache *c, const unsigned char *props, size_t plen,
                                          const rmq_batch_tmpl *t, rmq_hash_fn hash)
 {
-    size_t vs, vl;
+    size_t vs = 0, vl = 0;
     int64_t code;
     if (c->props != NULL && c->len == plen && memcmp(c->props, props, plen) == 0)
         return c->code;
-    /* the item's own TAGS wins over one in the extra properties (first occurrence wins) */
+    /* the record's properties are the item's, then the extra ones: the last TAGS wins */
     code = 0;
-    if (rmq_find_prop(props, plen, "TAGS", 4, &vs, &vl)) {
-        if (vl > 0) code = hash(props + vs, (ptrdiff_t)vl);
-    } else if (t->extra_len && rmq_find_prop(t->extra, t->extra_len, "TAGS", 4, &vs, &vl) && vl > 0) {
-        code = hash(t->extra + vs, (ptrdiff_t)vl);
+    if (t->extra_len && rmq_find_prop(t->extra, t->extra_len, "TAGS", 4, &vs, &vl)) {
+        if (vl > 0) code = hash(t->extra + vs, (ptrdiff_t)vl);
+    } else if (rmq_find_prop(props, plen, "TAGS", 4, &vs, &vl) && vl > 0) {
+        code = hash(props + vs, (ptrdiff_t)vl);
     }
     c->props = props;
     c->len = plen;

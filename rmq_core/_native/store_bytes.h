@@ -13,6 +13,30 @@ static inline void rmq_st16(unsigned char *p, uint16_t v) { v = __builtin_bswap1
 static inline uint64_t rmq_bswap64(uint64_t v) { return __builtin_bswap64(v); }
 static inline uint64_t rmq_ldu64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
+/* The value of the LAST "name\x01value\x02" pair named key: later pairs win, as in the Java broker
+   (MessageDecoder.string2messageProperties fills a HashMap) and in record.pyx's decoded dict.  A
+   piece without \x01 is no pair; the value runs to the next \x02 or the end.  Sets *vs / *vl
+   (value start and length) and returns 1, or returns 0 when there is no such pair. */
+static inline int rmq_find_prop(const unsigned char *p, size_t n, const char *key, size_t klen,
+                                size_t *vs, size_t *vl) {
+    size_t i = 0, end;
+    int found = 0;
+    const unsigned char *e, *k;
+    if (klen == 0) return 0;
+    while (i < n) {
+        e = (const unsigned char *)memchr(p + i, 2, n - i);
+        end = e ? (size_t)(e - p) : n;
+        k = (const unsigned char *)memchr(p + i, 1, end - i);
+        if (k && (size_t)(k - p) - i == klen && memcmp(p + i, key, klen) == 0) {
+            *vs = (size_t)(k - p) + 1;
+            *vl = end - *vs;
+            found = 1;
+        }
+        i = end + 1;
+    }
+    return found;
+}
+
 /* One-tag consume-queue scans.  `code` is the tag code's big-endian image, so an entry's
    bytes 12..20 are compared as loaded (no byte swap per entry).  The scan is bound by memory
    bandwidth: 16 entries (320 bytes, five cache lines) per step, each line prefetched 4 KiB

@@ -15,12 +15,14 @@ from typing import Callable
 
 from rmq_core._native import index as index_native
 from rmq_core._native import commit_log as commit_log_native
+from rmq_core._native import record as record_native
+from rmq_core._native.record import properties_to_bytes
 from rmq_core._native import cq as cq_native
 from rmq_core._native import group_commit as group_commit_native
 from rmq_core.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from rmq_core.errors import DiskFullError, IllegalArgumentError, MessageTooLargeError, StoreError
 from rmq_core.message import (MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MessageConst, TopicValidator,
-                              create_offset_msg_id, properties_to_string, string_to_properties)
+                              create_offset_msg_id, string_to_properties)
 from rmq_core.store.checkpoint import StoreCheckpoint
 from rmq_core.store.commit_log import CommitLog, EncodedMessages, build_encoded_single, now_ms
 from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueExt
@@ -89,7 +91,7 @@ class DefaultMessageStore:
         self._single_put = commit_log_native.SinglePutPath(
             self, self.commit_log, self._host_cache, self._store_host_b, self._store_host_v6, 0,
             AppendMessageResult, PutMessageResult, PutMessageStatus.PUT_OK, TopicValidator.RMQ_SYS_SCHEDULE_TOPIC,
-            log.exception, properties_to_string)
+            log.exception)
         self._fast_put = None  # the bound SinglePutPath.put while it may be used
         self._flush_waits: FlushWaits | None = None  # await_durable_async's, for its event loop
 
@@ -372,7 +374,10 @@ class DefaultMessageStore:
             return None, err
         props_b = msg.properties_bytes
         if props_b is None:
-            props_b = properties_to_string(msg.properties).encode("utf-8")
+            try:
+                props_b = properties_to_bytes(msg.properties)
+            except IllegalArgumentError as e:
+                return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e))
         elif type(props_b) is not bytes:
             props_b = bytes(props_b)
         body = msg.body
@@ -398,7 +403,7 @@ class DefaultMessageStore:
                                           error=f"message size {e.size} bytes exceeds maxMessageSize {self.config.max_message_size} bytes"
                                           if e.limit == self.config.max_message_size else
                                           f"message size {e.size} bytes exceeds the commit-log segment size")
-        except commit_log_native.PropertiesSizeExceededError as e:
+        except record_native.PropertiesSizeExceededError as e:
             return None, PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, error=str(e))
         except (IllegalArgumentError, ValueError, TypeError) as e:
             return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e))
@@ -419,12 +424,12 @@ class DefaultMessageStore:
         extra = batch.extra_properties or b""
         body = batch.body if type(batch.body) is bytes else bytes(batch.body)
         try:
-            res = commit_log_native.encode_batch(body, topic_b, batch.queue_id, sys_flag, born_ts, born_b, store_b,
+            res = record_native.encode_batch(body, topic_b, batch.queue_id, sys_flag, born_ts, born_b, store_b,
                                       batch.reconsume_times, extra, limit, plan)
         except MessageTooLargeError as e:
             return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None,
                                           error=f"message size {e.size} bytes exceeds maxMessageSize {self.config.max_message_size} bytes")
-        except commit_log_native.PropertiesSizeExceededError as e:
+        except record_native.PropertiesSizeExceededError as e:
             return None, PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, error=str(e))
         except (IllegalArgumentError, ValueError, TypeError) as e:
             return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e))

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from rmq_core._native import commit_log as commit_log_native
+from rmq_core._native import record as record_native
 from rmq_core.errors import MessageTooLargeError
 
 V4_BORN = struct.pack(">4si", bytes([10, 0, 0, 7]), 40000)
@@ -23,7 +24,7 @@ def _item(body, props, total_delta=0):
 
 
 def _plan(body, extra=b"", limit=4 << 20):
-    return commit_log_native.encode_batch(body, b"T", 0, 0, 1, V4_BORN, V4_STORE, 0, extra, limit, True)
+    return record_native.encode_batch(body, b"T", 0, 0, 1, V4_BORN, V4_STORE, 0, extra, limit, True)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -32,16 +33,16 @@ def _plan(body, extra=b"", limit=4 << 20):
 def test_plan_counts_and_sizes_every_record(items, extra):
     body = b"".join(_item(b, p) for b, p in items)
     _, count, total = _plan(body, extra)
-    records, n, _ = commit_log_native.encode_batch(body, b"T", 0, 0, 1, V4_BORN, V4_STORE, 0, extra, 4 << 20)
+    records, n, _ = record_native.encode_batch(body, b"T", 0, 0, 1, V4_BORN, V4_STORE, 0, extra, 4 << 20)
     assert (count, total) == (n, len(records)) == (len(items), len(records))
 
 
 @pytest.mark.parametrize("body, error, match", [
-    (_item(b"x" * 10, b"") + b"\x00" * 7, commit_log_native.BatchFormatError, "truncated at byte 32: 7 bytes left"),
-    (_item(b"x" * 10, b"", total_delta=1), commit_log_native.BatchFormatError, "item 0 at byte 0: total size 33 != 22"),
-    (_item(b"ok", b"") + struct.pack(">iiiii", 40, 0, 0, 0, 500), commit_log_native.BatchFormatError,
+    (_item(b"x" * 10, b"") + b"\x00" * 7, record_native.BatchFormatError, "truncated at byte 32: 7 bytes left"),
+    (_item(b"x" * 10, b"", total_delta=1), record_native.BatchFormatError, "item 0 at byte 0: total size 33 != 22"),
+    (_item(b"ok", b"") + struct.pack(">iiiii", 40, 0, 0, 0, 500), record_native.BatchFormatError,
      "item 1 at byte 24: body length 500 runs past the end"),
-    (_item(b"ok", b"") + struct.pack(">iiiii", 30, 0, 0, 0, 2) + b"ab" + struct.pack(">h", 90), commit_log_native.BatchFormatError,
+    (_item(b"ok", b"") + struct.pack(">iiiii", 30, 0, 0, 0, 2) + b"ab" + struct.pack(">h", 90), record_native.BatchFormatError,
      "item 1 at byte 24: properties length 90 runs past the end"),
     (_item(b"x" * 2000, b""), MessageTooLargeError, "2"),
 ])
@@ -53,5 +54,5 @@ def test_plan_names_the_first_bad_item(body, error, match):
 def test_plan_refuses_properties_over_32767_bytes_with_the_extra_ones():
     body = _item(b"b", b"K\x01" + b"v" * 32700 + b"\x02")
     assert _plan(body)[1] == 1
-    with pytest.raises(commit_log_native.PropertiesSizeExceededError, match="batch item 0: properties are 32803 bytes"):
+    with pytest.raises(record_native.PropertiesSizeExceededError, match="batch item 0: properties are 32803 bytes"):
         _plan(body, extra=b"E\x01" + b"w" * 98)

@@ -1,0 +1,126 @@
+# The message-record format shared by record.pyx (encode, decode, verify) and commit_log.pyx (the
+# appends and the single put write records in place): the one property lookup, the tag code, the
+# record writer and its size, and the batch template of store_batch.h.
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
+
+from java_hash cimport java_hash_utf8
+from store_bytes cimport BORNHOST_V6, MAX_TOPIC, STOREHOST_V6, rmq_st16, rmq_st32, rmq_st64
+
+cdef extern from "store_bytes.h" nogil:
+    int rmq_find_prop(const unsigned char *p, size_t n, const char *key, size_t klen, size_t *vs, size_t *vl)
+
+cdef extern from "store_batch.h" nogil:
+    ctypedef uint32_t (*rmq_crc_fn)(uint32_t, const unsigned char *, size_t) noexcept nogil
+    rmq_crc_fn rmq_batch_crc32
+    ctypedef int32_t (*rmq_hash_fn)(const unsigned char *, Py_ssize_t) noexcept nogil
+    ctypedef struct rmq_batch_tmpl:
+        size_t head_len
+        size_t fixed
+    ctypedef struct rmq_tag_cache:
+        const unsigned char *props
+    void rmq_batch_tmpl_init(rmq_batch_tmpl *t, int32_t queue_id, int32_t sys_flag, int64_t born_ts,
+                             const unsigned char *born_host, size_t bh_len,
+                             const unsigned char *store_host, size_t sh_len,
+                             int32_t reconsume, int64_t store_ts,
+                             const unsigned char *topic, size_t topic_len,
+                             const unsigned char *extra, size_t extra_len)
+    size_t rmq_batch_encode(const rmq_batch_tmpl *t, const unsigned char *s, size_t *body_pos, size_t n_items,
+                            unsigned char *dst, size_t dst_len, int64_t phys0, int64_t qoff0,
+                            unsigned char *cq, rmq_tag_cache *tc, rmq_hash_fn hash)
+    int rmq_batch_plan(const unsigned char *s, size_t n, size_t fixed, size_t extra_len, size_t max_props,
+                       size_t max_record, size_t *count, size_t *total)
+    size_t rmq_batch_fit(const rmq_batch_tmpl *t, const unsigned char *s, size_t body_pos, size_t n_items,
+                         size_t write_pos, size_t file_size, size_t *nbytes, size_t *next_body_pos)
+
+
+cdef bytes encode_properties(object props)
+
+
+cdef inline bint find_property(const unsigned char *props, Py_ssize_t n, const char *key, Py_ssize_t klen,
+                               Py_ssize_t *vstart, Py_ssize_t *vlen) noexcept nogil:
+    """Locate `key`'s value in a "k\\x01v\\x02" properties string (the last such pair wins)."""
+    cdef size_t vs = 0, vl = 0
+    if n <= 0 or not rmq_find_prop(props, <size_t>n, key, <size_t>klen, &vs, &vl):
+        return False
+    vstart[0] = <Py_ssize_t>vs
+    vlen[0] = <Py_ssize_t>vl
+    return True
+
+
+cdef inline int64_t tags_code_of(const unsigned char *props, Py_ssize_t n) noexcept nogil:
+    """The consume-queue tag code: Java String.hashCode of the TAGS value, 0 without one."""
+    cdef Py_ssize_t vs = 0, vl = 0
+    if find_property(props, n, b"TAGS", 4, &vs, &vl) and vl > 0:
+        return java_hash_utf8(props + vs, vl)
+    return 0
+
+
+cdef inline Py_ssize_t record_len(Py_ssize_t bh, Py_ssize_t sh, Py_ssize_t body, Py_ssize_t topic, Py_ssize_t props) noexcept nogil:
+    return 72 + bh + sh + body + 1 + topic + 2 + props
+
+
+cdef inline Py_ssize_t store_ts_pos(int32_t sys_flag) noexcept nogil:
+    return 48 + (20 if sys_flag & BORNHOST_V6 else 8)
+
+
+cdef inline Py_ssize_t write_record(unsigned char *d, int32_t total, uint32_t body_crc, int32_t queue_id,
+                                    int32_t flag, int32_t sys_flag, int64_t born_ts,
+                                    const unsigned char *born_host, Py_ssize_t bh_len,
+                                    const unsigned char *store_host, Py_ssize_t sh_len,
+                                    int32_t reconsume, int64_t prepared,
+                                    const unsigned char *body, Py_ssize_t body_len,
+                                    const unsigned char *topic, Py_ssize_t topic_len,
+                                    const unsigned char *props, Py_ssize_t props_len,
+                                    const unsigned char *extra, Py_ssize_t extra_len,
+                                    bint extra_sep) noexcept nogil:
+    """Write one record with queue offset, physical offset and store timestamp zero (the append
+    fills them in under the put lock).  Returns bytes written (== total)."""
+    cdef unsigned char *q = d
+    rmq_st32(q, <uint32_t>total); q += 4
+    rmq_st32(q, <uint32_t>0xDAA320A7); q += 4  # message magic
+    rmq_st32(q, body_crc & 0x7FFFFFFF); q += 4
+    rmq_st32(q, <uint32_t>queue_id); q += 4
+    rmq_st32(q, <uint32_t>flag); q += 4
+    memset(q, 0, 16); q += 16                  # queue offset, physical offset
+    rmq_st32(q, <uint32_t>sys_flag); q += 4
+    rmq_st64(q, <uint64_t>born_ts); q += 8
+    memcpy(q, born_host, bh_len); q += bh_len
+    memset(q, 0, 8); q += 8                    # store timestamp
+    memcpy(q, store_host, sh_len); q += sh_len
+    rmq_st32(q, <uint32_t>reconsume); q += 4
+    rmq_st64(q, <uint64_t>prepared); q += 8
+    rmq_st32(q, <uint32_t>body_len); q += 4
+    if body_len:
+        memcpy(q, body, body_len); q += body_len
+    q[0] = <unsigned char>topic_len; q += 1
+    memcpy(q, topic, topic_len); q += topic_len
+    rmq_st16(q, <uint16_t>(props_len + extra_len + (1 if extra_sep else 0))); q += 2
+    if props_len:
+        memcpy(q, props, props_len); q += props_len
+    if extra_sep:
+        q[0] = 2; q += 1
+    if extra_len:
+        memcpy(q, extra, extra_len); q += extra_len
+    return q - d
+
+
+cdef inline const unsigned char *ptr_or_empty(const unsigned char[::1] v) noexcept:
+    if v.shape[0] == 0:
+        return <const unsigned char *>b""
+    return &v[0]
+
+
+cdef inline int batch_template(rmq_batch_tmpl *t, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts,
+                               bytes born_host, bytes store_host, int32_t reconsume_times,
+                               const unsigned char[::1] extra, int64_t store_timestamp) except -1:
+    """The constant part of every record of one batch (store_batch.h)."""
+    cdef Py_ssize_t tl = len(topic), bhl = len(born_host), shl = len(store_host)
+    if tl == 0 or tl > MAX_TOPIC:
+        raise ValueError(f"topic of {tl} bytes; it must be 1..{MAX_TOPIC}")
+    if bhl != (20 if sys_flag & BORNHOST_V6 else 8) or shl != (20 if sys_flag & STOREHOST_V6 else 8):
+        raise ValueError(f"hosts of {bhl}/{shl} bytes do not match sysFlag {sys_flag:#x}")
+    rmq_batch_tmpl_init(t, queue_id, sys_flag, born_ts, <const unsigned char *><char *>born_host, bhl,
+                        <const unsigned char *><char *>store_host, shl, reconsume_times, store_timestamp,
+                        <const unsigned char *><char *>topic, tl, ptr_or_empty(extra), extra.shape[0])
+    return 0
