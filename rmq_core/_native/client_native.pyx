@@ -686,6 +686,17 @@ cdef inline double _monotonic() noexcept nogil:
     return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
 
 
+cdef object _LOOP_FUTURE = None
+
+
+def set_loop_future_class(cls):
+    """The asyncio Future class of rmq_core.aio's sends (an `inbox` whose `thread` is its loop's):
+    PipelinedCompletion sets one's result itself when it reads the answer on that loop's thread,
+    and calls its finish(result) elsewhere."""
+    global _LOOP_FUTURE
+    _LOOP_FUTURE = cls
+
+
 @cython.final
 cdef class PipelinedCompletion:
     """SendAttempts.answered's usual case on the reader thread, natively: a send answered with
@@ -730,7 +741,13 @@ cdef class PipelinedCompletion:
             if result is not None:
                 self._note(mq.broker_name, context[6])
                 future = context[7]
-                if not _finish_unwatched(future, result, None):
+                if type(future) is _LOOP_FUTURE:
+                    if PyThread_get_thread_ident() == future.inbox.thread:  # read on its own loop
+                        if not future.done():  # (else its awaiting task was cancelled)
+                            future.set_result(result)
+                    else:
+                        future.finish(result)
+                elif not _finish_unwatched(future, result, None):
                     future.finish(result)
                 return 0
         self._fallback(context, response, error)
@@ -1533,21 +1550,19 @@ def pipelined_exchange(int fd, frame, into, double timeout):
                         p += n
                         left -= n
                     if not failed:
-                        n = c_recv(fd, buf.buf, buf.len, 0)
-                        if n < 0 and (errno == EAGAIN or errno == EWOULDBLOCK):
-                            pfd.events = POLLIN
-                            ready = c_poll(&pfd, 1, wait_ms)
-                            if ready > 0:
-                                n = c_recv(fd, buf.buf, buf.len, 0)
-                                if n < 0 and (errno == EAGAIN or errno == EWOULDBLOCK):
-                                    n = -1
-                                elif n < 0:
-                                    failed = errno
-                            elif ready == 0:
+                        # (the answer is never there the moment the request left: wait for it
+                        # first, then one receive - no receive that can only say EAGAIN)
+                        pfd.events = POLLIN
+                        ready = c_poll(&pfd, 1, wait_ms)
+                        if ready > 0:
+                            n = c_recv(fd, buf.buf, buf.len, 0)
+                            if n < 0 and (errno == EAGAIN or errno == EWOULDBLOCK):
                                 n = -1
-                            else:
+                            elif n < 0:
                                 failed = errno
-                        elif n < 0:
+                        elif ready == 0:
+                            n = -1
+                        else:
                             failed = errno
                 if failed == EINTR:  # a signal: its handler runs (and may raise), then go on
                     PyErr_CheckSignals()
