@@ -39,6 +39,7 @@ from asyncio import get_running_loop as _get_running_loop
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED as _FINISHED
 from threading import get_ident
 
+from rmq_core._native.client_native import set_loop_future_class
 from rmq_core.client.instance import LeanFuture
 from rmq_core.message import Message, MessageQueue, MixAll, SendResult
 
@@ -122,6 +123,9 @@ class _SendFuture(asyncio.Future):
             _settle(self, result, error)
         else:
             inbox.put_outcome(self, result, error)
+
+
+set_loop_future_class(_SendFuture)  # (its answer read on its loop: set there natively, no finish() call)
 
 
 def _settle(waiter: asyncio.Future, result, error: BaseException | None) -> None:
@@ -334,10 +338,12 @@ class Producer(_OnLoop):
             except RuntimeError:
                 on_loop = False
             if on_loop:
-                if queue is None:  # the native first attempt finishes the loop's Future itself
+                if queue is None and p._native_first and p._batch_accumulator is None and p._started:
+                    # a plain message's native first attempt (what Producer._submit makes first) finishes
+                    # the loop's Future itself; None: it does not go so, fut: the general attempt's
                     waiter = _SendFuture(loop=self._loop)
                     waiter.inbox = self._inbox
-                    fut = p._send_into(msg, waiter, timeout)
+                    fut = p._pipelined_sender.send(msg, timeout or p.send_msg_timeout, "ASYNC", waiter)
                     if fut is waiter:
                         self._on_channel(waiter.channel)
                         return waiter

@@ -221,6 +221,12 @@ class InprocFrameChannel(InprocChannel):
 _LENGTH_BYTES = 4
 
 
+def _hand_over(box: list, response, error) -> None:
+    """A sync send's answer handed to its waiting thread (InprocPipelinedChannel.exchange)."""
+    box[1], box[2] = response, error
+    box[0].release()
+
+
 class InprocBlockingChannel:
     """The client end of an in-proc connection used by one thread at a time, without an event loop
     of its own: a request is handed to the server's loop, the server's answer is taken in the
@@ -414,20 +420,18 @@ class InprocPipelinedChannel:
 
     def exchange(self, frame, opaque: int, timeout: float, on_done, context=None) -> None:
         """PipelinedChannel.exchange (a sync send's): send(), then this thread waits on a plain
-        lock the server's thread releases once it completed the answer (or the sweeper its
-        timeout), so the caller finds it done."""
+        lock and completes its own answer - the server's thread only hands it over (or the
+        sweeper its timeout) and goes back to its loop at once, as a tcp caller reads its own."""
         done = _thread.allocate_lock()
         done.acquire()
-        self.send(frame, opaque, timeout, self._exchanged, (on_done, context, done))
-        done.acquire(timeout=max(0.0, timeout) + 1.0)
-
-    @staticmethod
-    def _exchanged(context, response, error) -> None:
-        on_done, inner, done = context
-        try:
-            on_done(inner, response, error)
-        finally:
-            done.release()
+        box = [done, None, None]
+        self.send(frame, opaque, timeout, _hand_over, box)
+        if not done.acquire(timeout=max(0.0, timeout) + 1.0):
+            if self._pending.pop(opaque, None) is not None:  # (the sweeper never came to it)
+                on_done(context, None, RemotingTimeoutError(f"no response (opaque {opaque}) from {self.addr} in time"))
+                return
+            done.acquire()  # being handed over right now
+        on_done(context, box[1], box[2])
 
     def send_oneway(self, frame) -> None:
         """A request no answer is expected to (its flag says oneway)."""

@@ -349,143 +349,71 @@ cdef class SendResponse:
                 f"msg_id={self.msg_id!r}, queue_id={self.queue_id!r}, queue_offset={self.queue_offset!r})")
 
 
-from json_read cimport (Cursor, expect as _expect, key_is as _is, open_json_header, read_int as _read_int,
-                        scan_str as _scan_str, skip_ws as _skip_ws)
+DEF _RESPONSE_FLAG = 1
+
+from frame cimport JsonHeader, header_int, read_json_header
+from json_read cimport key_is as _is
 
 
-cdef object _plain_str(Cursor* c):
-    """A kept string value: decoded when it has no escapes; None and c.bad otherwise."""
-    cdef const uint8_t* s
-    cdef Py_ssize_t n
-    cdef bint escaped
-    if not _scan_str(c, &s, &n, &escaped):
-        return None
+cdef object _plain_text(const uint8_t* s, Py_ssize_t n, bint escaped, bint* bad):
+    """A kept string value: decoded when it has no escapes; None and *bad otherwise (the Python
+    codec decodes the rest)."""
     if escaped:
-        c.bad = True
+        bad[0] = True
         return None
     try:
         return PyUnicode_DecodeUTF8(<const char*>s, n, NULL)
     except UnicodeDecodeError:
-        c.bad = True
+        bad[0] = True
         return None
 
 
-cdef object _plain_int(Cursor* c):
-    """An ext field read as an int, as RemotingCommand.get_int would: None when empty."""
-    cdef const uint8_t* s
-    cdef Py_ssize_t n, i = 0
-    cdef bint escaped, neg = False
-    cdef int64_t v = 0
-    if not _scan_str(c, &s, &n, &escaped):
-        return None
-    if n == 0:
-        return None
-    if escaped or n > 19:
-        c.bad = True
-        return None
-    if s[0] == 45:
-        neg = True
-        i = 1
-        if n == 1:
-            c.bad = True
-            return None
-    while i < n:
-        if s[i] < 48 or s[i] > 57:
-            c.bad = True  # " 7", "+7", "7_0": int() may still take it; let the Python path decide
-            return None
-        v = v * 10 + (s[i] - 48)
-        i += 1
-    return -v if neg else v
+cdef int _response_field(void* target, const uint8_t* key, Py_ssize_t key_len, bint key_escaped,
+                         const uint8_t* value, Py_ssize_t value_len, bint value_escaped) except -1:
+    """read_json_header's extFields entry of a send response: the fields SendResponse keeps (an
+    int as RemotingCommand.get_int reads it, None when empty); 1 declines the frame."""
+    cdef SendResponse r = <SendResponse>target
+    cdef int64_t v
+    cdef bint bad = False
+    if key_escaped:
+        return 1
+    if _is(key, key_len, "msgId", 5):
+        r.msg_id = _plain_text(value, value_len, value_escaped, &bad)
+    elif _is(key, key_len, "queueId", 7) or _is(key, key_len, "queueOffset", 11):
+        if value_len == 0:
+            v_obj = None
+        elif value_escaped or not header_int(value, value_len, &v):
+            return 1  # " 7", "+7", a huge number: int() may still take it; the Python path decides
+        else:
+            v_obj = v
+        if key_len == 7:
+            r.queue_id = v_obj
+        else:
+            r.queue_offset = v_obj
+    elif _is(key, key_len, "transactionId", 13):
+        r.transaction_id = _plain_text(value, value_len, value_escaped, &bad)
+    elif _is(key, key_len, "MSG_REGION", 10):
+        r.region_id = _plain_text(value, value_len, value_escaped, &bad)
+    return 1 if bad else 0  # (other entries, TRACE_ON..., are not kept)
 
 
 cdef object _read_response(const uint8_t* base, Py_ssize_t n):
-    cdef Cursor c
-    cdef const uint8_t* key
-    cdef Py_ssize_t klen
-    cdef bint escaped, has_code = False, has_flag = False
-    cdef int64_t code = 0, opaque = 0, flag = 0
-    cdef SendResponse r
-    if not open_json_header(&c, base, n):
+    """The SendResponse of one frame (without its length prefix) read by the one JSON header
+    reader (frame.pxd: read_json_header), or None: declined, or not a response."""
+    cdef JsonHeader h
+    cdef SendResponse r = SendResponse.__new__(SendResponse)
+    cdef bint bad = False
+    if read_json_header(base, n, &h, _response_field, <void*>r) != 1:
         return None
-    r = SendResponse.__new__(SendResponse)
-    if not _expect(&c, 123):
-        return None
-    while True:
-        if not _scan_str(&c, &key, &klen, &escaped) or escaped:
+    if not (h.flag & _RESPONSE_FLAG):
+        return None  # a request from the peer: not a send response
+    if h.remark != NULL:
+        r.remark = _plain_text(h.remark, h.remark_len, h.remark_escaped, &bad)
+        if bad:
             return None
-        if not _expect(&c, 58):
-            return None
-        _skip_ws(&c)
-        if c.p >= c.end:
-            return None
-        if _is(key, klen, "code", 4):
-            code = _read_int(&c)
-            has_code = True
-        elif _is(key, klen, "opaque", 6):
-            opaque = _read_int(&c)
-        elif _is(key, klen, "flag", 4):
-            flag = _read_int(&c)
-            has_flag = True
-        elif _is(key, klen, "remark", 6) and c.p[0] == 34:
-            r.remark = _plain_str(&c)
-        elif _is(key, klen, "extFields", 9) and c.p[0] == 123:
-            c.p += 1
-            _skip_ws(&c)
-            if c.p < c.end and c.p[0] == 125:
-                c.p += 1
-            else:
-                while True:
-                    if not _scan_str(&c, &key, &klen, &escaped) or escaped:
-                        return None
-                    if not _expect(&c, 58):
-                        return None
-                    _skip_ws(&c)
-                    if _is(key, klen, "msgId", 5):
-                        r.msg_id = _plain_str(&c)
-                    elif _is(key, klen, "queueId", 7):
-                        r.queue_id = _plain_int(&c)
-                    elif _is(key, klen, "queueOffset", 11):
-                        r.queue_offset = _plain_int(&c)
-                    elif _is(key, klen, "transactionId", 13):
-                        r.transaction_id = _plain_str(&c)
-                    elif _is(key, klen, "MSG_REGION", 10):
-                        r.region_id = _plain_str(&c)
-                    else:
-                        _scan_str(&c, &key, &klen, &escaped)  # a string we do not keep (TRACE_ON...)
-                    if c.bad:
-                        return None
-                    _skip_ws(&c)
-                    if c.p < c.end and c.p[0] == 44:
-                        c.p += 1
-                        continue
-                    if c.p < c.end and c.p[0] == 125:
-                        c.p += 1
-                        break
-                    return None
-        elif c.p[0] == 34:  # language, serializeTypeCurrentRPC and any other string field
-            _scan_str(&c, &key, &klen, &escaped)
-        elif c.p[0] == 45 or 48 <= c.p[0] <= 57:  # version and any other number
-            _read_int(&c)
-        elif c.p[0] == 110 and c.end - c.p >= 4 and c.p[1] == 117 and c.p[2] == 108 and c.p[3] == 108:
-            c.p += 4  # null
-        else:
-            return None  # true/false/objects/arrays where none belong: the Python codec decides
-        if c.bad:
-            return None
-        _skip_ws(&c)
-        if c.p < c.end and c.p[0] == 44:
-            c.p += 1
-            continue
-        if c.p < c.end and c.p[0] == 125:
-            c.p += 1
-            break
-        return None
-    _skip_ws(&c)
-    if c.p != c.end or not has_code or not (flag & 1):
-        return None  # trailing bytes, no code, or a request from the peer: not a send response
-    r.code = code
-    r.flag = flag
-    r.opaque = opaque
+    r.code = h.code
+    r.flag = h.flag
+    r.opaque = h.opaque
     return r
 
 
@@ -686,6 +614,17 @@ cdef inline double _monotonic() noexcept nogil:
     return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
 
 
+cdef object _LOOP_FUTURE = None
+
+
+def set_loop_future_class(cls):
+    """The asyncio Future class of rmq_core.aio's sends (an `inbox` whose `thread` is its loop's):
+    PipelinedCompletion sets one's result itself when it reads the answer on that loop's thread,
+    and calls its finish(result) elsewhere."""
+    global _LOOP_FUTURE
+    _LOOP_FUTURE = cls
+
+
 @cython.final
 cdef class PipelinedCompletion:
     """SendAttempts.answered's usual case on the reader thread, natively: a send answered with
@@ -730,7 +669,13 @@ cdef class PipelinedCompletion:
             if result is not None:
                 self._note(mq.broker_name, context[6])
                 future = context[7]
-                if not _finish_unwatched(future, result, None):
+                if type(future) is _LOOP_FUTURE:
+                    if PyThread_get_thread_ident() == future.inbox.thread:  # read on its own loop
+                        if not future.done():  # (else its awaiting task was cancelled)
+                            future.set_result(result)
+                    else:
+                        future.finish(result)
+                elif not _finish_unwatched(future, result, None):
                     future.finish(result)
                 return 0
         self._fallback(context, response, error)
@@ -921,7 +866,6 @@ cdef class PipelinedWrites:
 
 # --- the pipelined send path -------------------------------------------------------------------------
 DEF _INT32_MAX = 0x7FFFFFFF
-DEF _RESPONSE_FLAG = 1
 
 
 @cython.final
@@ -1533,21 +1477,19 @@ def pipelined_exchange(int fd, frame, into, double timeout):
                         p += n
                         left -= n
                     if not failed:
-                        n = c_recv(fd, buf.buf, buf.len, 0)
-                        if n < 0 and (errno == EAGAIN or errno == EWOULDBLOCK):
-                            pfd.events = POLLIN
-                            ready = c_poll(&pfd, 1, wait_ms)
-                            if ready > 0:
-                                n = c_recv(fd, buf.buf, buf.len, 0)
-                                if n < 0 and (errno == EAGAIN or errno == EWOULDBLOCK):
-                                    n = -1
-                                elif n < 0:
-                                    failed = errno
-                            elif ready == 0:
+                        # (the answer is never there the moment the request left: wait for it
+                        # first, then one receive - no receive that can only say EAGAIN)
+                        pfd.events = POLLIN
+                        ready = c_poll(&pfd, 1, wait_ms)
+                        if ready > 0:
+                            n = c_recv(fd, buf.buf, buf.len, 0)
+                            if n < 0 and (errno == EAGAIN or errno == EWOULDBLOCK):
                                 n = -1
-                            else:
+                            elif n < 0:
                                 failed = errno
-                        elif n < 0:
+                        elif ready == 0:
+                            n = -1
+                        else:
                             failed = errno
                 if failed == EINTR:  # a signal: its handler runs (and may raise), then go on
                     PyErr_CheckSignals()

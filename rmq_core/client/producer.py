@@ -401,6 +401,7 @@ class Producer:
         st.check_message, st.uniq, st.future_cls, st.message_cls = check_message, create_uniq_id, LeanFuture, Message
         st.opaques = _command._opaque_counter  # (next_opaque's process-wide counter: opaques never repeat)
         st.remoting_error = RemotingError
+        self._loop_ident: int | None = None  # the client loop's thread, where no send may wait
         self._native_first = False  # plain sends make their first attempt natively (no send hooks; at start)
         self._pipelined_sender: PipelinedSender | None = None  # a plain send's first attempt, natively
 
@@ -430,6 +431,7 @@ class Producer:
             self.instance.register_producer(self.group, self)
             try:
                 self.instance.start()
+                self._loop_ident = self.instance.loop_thread_ident  # (send()'s check, see _check_may_wait)
                 self._hooks = plugins.has_impls("rmq_before_send") or plugins.has_impls("rmq_after_send")
                 # (send hooks run around each attempt of a SendAttempts, on the same connection)
                 self._native_first = not self._hooks
@@ -502,9 +504,11 @@ class Producer:
         broker's connection.  queue: send to that queue; selector(+arg): ordered send (neither
         switches queue on a failure, like Java).  Raises MQClientError / MQBrokerError /
         IllegalArgumentError naming the problem."""
-        self._check_may_wait()
+        if not self._started or self._loop_ident == get_ident():
+            self._check_may_wait()  # (raises naming why)
         t = timeout or self.send_msg_timeout
-        if queue is None and selector is None and self._native_first and not self.retry_another_broker_when_not_store_ok:
+        if (queue is None and selector is None and self._native_first
+                and not self.send_policy.retry_another_broker_when_not_store_ok):
             fut = self._pipelined_sender.send(msg, t, "SYNC")  # (_submit's first case, without its checks)
             if fut is not None:
                 return self._wait(fut, t)
@@ -622,14 +626,6 @@ class Producer:
         except Exception as e:  # noqa: BLE001 - a bad message, no route...: this send's error
             s.finish(None, e)
         return s.fut
-
-    def _send_into(self, msg: Message, future, timeout: float | None = None):
-        """send_async of a plain message whose native first attempt finishes `future` itself (an
-        object with finish(result, error) and a `channel`: rmq_core.aio's Future): `future`, the
-        LeanFuture of the general attempt, or None - it does not go so (send_async then)."""
-        if not self._native_first or self._batch_accumulator is not None or not self._started:
-            return None
-        return self._pipelined_sender.send(msg, timeout or self.send_msg_timeout, "ASYNC", future)
 
     def _route_then(self, s: "SendAttempts", queue, selector, arg) -> None:
         inst = self.instance

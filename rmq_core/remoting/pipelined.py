@@ -210,7 +210,10 @@ class PipelinedChannel:
                         items, consumed = self._read_frames(self._rview[:n], self.max_frame_length)
                         if consumed == n:
                             self._reads += 1
-                            answered = self._deliver(items) if items else 0
+                            # (_deliver's usual case inline: every item a send response waited for)
+                            answered, rest = deliver_responses(items, self._pending, self._completion_failed)
+                            if rest or writes.closing:
+                                answered += self._deliver(rest)
                         else:  # (the frames were parsed again: parsing has no side effects)
                             answered = self._consume(n)
                     else:
