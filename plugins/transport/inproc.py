@@ -25,6 +25,7 @@ import time
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
+from rmq_core.remoting.pipelined import PipelinedChannel
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
 
 log = logging.getLogger("rmq.remoting.inproc")
@@ -444,16 +445,8 @@ class InprocPipelinedChannel:
             self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
             raise self._error
 
-    def _intercepted_done(self, context, response, error) -> None:
-        on_done, inner, token = context
-        if response is not None:
-            try:
-                self._intercept.after(token, response)
-                if self._from_command is not None and type(response) is RemotingCommand:
-                    response = self._from_command(response)
-            except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
-                response, error = None, e
-        on_done(inner, response, error)
+    # the answer after the RPC hook step, exactly as a tcp connection's (it reads the same fields)
+    _intercepted_done = PipelinedChannel._intercepted_done
 
     # the server end's calls, in the server's thread
     def _deliver_frames(self, frames: bytes) -> None:

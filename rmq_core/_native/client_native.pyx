@@ -351,7 +351,7 @@ cdef class SendResponse:
 
 DEF _RESPONSE_FLAG = 1
 
-from frame cimport JsonHeader, header_int, read_json_header
+from frame cimport JsonHeader, frame_at, header_int, read_json_header
 from json_read cimport key_is as _is
 
 
@@ -436,20 +436,18 @@ def read_send_responses(data, Py_ssize_t max_frame_length):
     cdef Py_ssize_t n, pos = 0, end
     cdef int64_t length = 0
     cdef bint bad = False
+    cdef int status
     cdef list items = []
     PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
     try:
         buf = <const uint8_t*>pb.buf
         n = pb.len
-        while n - pos >= 4:
-            length = <int>((<uint32_t>buf[pos] << 24) | (<uint32_t>buf[pos + 1] << 16)
-                           | (<uint32_t>buf[pos + 2] << 8) | <uint32_t>buf[pos + 3])
-            if length < 4 or length > max_frame_length:
-                bad = True
+        while True:
+            status = frame_at(buf, n, pos, max_frame_length, &length)
+            if status <= 0:
+                bad = status < 0
                 break
             end = pos + 4 + length
-            if end > n:
-                break
             item = _read_response(buf + pos + 4, length)
             if item is None:  # a copy, not a view: the caller may reuse `data` at once
                 item = PyBytes_FromStringAndSize(<const char*>(buf + pos + 4), length)

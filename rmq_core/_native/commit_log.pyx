@@ -94,6 +94,42 @@ def encode_batch_into(NativeMap dst, Py_ssize_t dst_pos, Py_ssize_t dst_len, bod
 
 
 # --- append --------------------------------------------------------------------------------------
+cdef inline Py_ssize_t fill_records(unsigned char *s, Py_ssize_t n, Py_ssize_t src_pos, Py_ssize_t count,
+                                    Py_ssize_t write_pos, Py_ssize_t file_size, int64_t file_from_offset,
+                                    int64_t queue_offset, int64_t store_timestamp, const int64_t *tags,
+                                    unsigned char *cq, Py_ssize_t *pos_out, Py_ssize_t *sp_out,
+                                    bint *eof) noexcept nogil:
+    """Fill in the queue offset, physical offset and store timestamp of up to `count` encoded
+    records at s[src_pos:] bound for write_pos, and write their consume-queue entries into `cq`;
+    stops at a record that would not leave room for the blank (*eof) or a bad size.  Returns the
+    records filled; *pos_out / *sp_out end where they end.  Both append routes (mapping and
+    descriptor) copy what this filled."""
+    cdef Py_ssize_t pos = write_pos, sp = src_pos, i = 0, size
+    cdef unsigned char *d
+    cdef int32_t sysf
+    while i < count:
+        size = <int32_t>rmq_ld32(s + sp)
+        if size < 91 or sp + size > n:
+            break
+        if pos + size + MIN_BLANK > file_size:
+            eof[0] = True
+            break
+        d = s + sp
+        rmq_st64(d + 20, <uint64_t>(queue_offset + i))
+        rmq_st64(d + 28, <uint64_t>(file_from_offset + pos))
+        sysf = <int32_t>rmq_ld32(d + 36)
+        rmq_st64(d + store_ts_pos(sysf), <uint64_t>store_timestamp)
+        rmq_st64(cq, <uint64_t>(file_from_offset + pos))
+        rmq_st32(cq + 8, <uint32_t>size)
+        rmq_st64(cq + 12, <uint64_t>tags[i])
+        cq += CQ_UNIT
+        pos += size
+        sp += size
+        i += 1
+    pos_out[0] = pos
+    sp_out[0] = sp
+    return i
+
 def append_records(NativeMap dst, Py_ssize_t write_pos, bytearray src, Py_ssize_t src_pos, Py_ssize_t count,
                    int64_t file_from_offset, int64_t queue_offset, int64_t store_timestamp,
                    bytes tags, Py_ssize_t tag_index, bytearray cq_out, Py_ssize_t cq_pos):
@@ -117,30 +153,11 @@ def append_records(NativeMap dst, Py_ssize_t write_pos, bytearray src, Py_ssize_
     cdef unsigned char *s = <unsigned char *>PyByteArray_AS_STRING(src)
     cdef const int64_t *tg = <const int64_t *><char *>tags
     cdef unsigned char *cq = <unsigned char *>PyByteArray_AS_STRING(cq_out) + cq_pos
-    cdef Py_ssize_t pos = write_pos, sp = src_pos, i = 0, size
-    cdef unsigned char *d
+    cdef Py_ssize_t pos = write_pos, sp = src_pos, i = 0
     cdef bint eof = False
-    cdef int32_t sysf
     with nogil:
-        while i < count:
-            size = <int32_t>rmq_ld32(s + sp)
-            if size < 91 or sp + size > n:
-                break
-            if pos + size + MIN_BLANK > file_size:
-                eof = True
-                break
-            d = s + sp
-            rmq_st64(d + 20, <uint64_t>(queue_offset + i))
-            rmq_st64(d + 28, <uint64_t>(file_from_offset + pos))
-            sysf = <int32_t>rmq_ld32(d + 36)
-            rmq_st64(d + store_ts_pos(sysf), <uint64_t>store_timestamp)
-            rmq_st64(cq, <uint64_t>(file_from_offset + pos))
-            rmq_st32(cq + 8, <uint32_t>size)
-            rmq_st64(cq + 12, <uint64_t>tg[tag_index + i])
-            cq += CQ_UNIT
-            pos += size
-            sp += size
-            i += 1
+        i = fill_records(s, n, src_pos, count, write_pos, file_size, file_from_offset, queue_offset,
+                         store_timestamp, tg + tag_index, cq, &pos, &sp, &eof)
         if pos > write_pos:
             memcpy(base + write_pos, s + src_pos, pos - write_pos)
         if eof:
@@ -183,32 +200,13 @@ def append_records_fd(int fd, Py_ssize_t write_pos, Py_ssize_t file_size, bytear
     cdef unsigned char *s = <unsigned char *>PyByteArray_AS_STRING(src)
     cdef const int64_t *tg = <const int64_t *><char *>tags
     cdef unsigned char *cq = <unsigned char *>PyByteArray_AS_STRING(cq_out) + cq_pos
-    cdef Py_ssize_t pos = write_pos, sp = src_pos, i = 0, size
-    cdef unsigned char *d
+    cdef Py_ssize_t pos = write_pos, sp = src_pos, i = 0
     cdef bint eof = False
-    cdef int32_t sysf
     cdef int rc = 0
     cdef unsigned char blank[8]
     with nogil:
-        while i < count:
-            size = <int32_t>rmq_ld32(s + sp)
-            if size < 91 or sp + size > n:
-                break
-            if pos + size + MIN_BLANK > file_size:
-                eof = True
-                break
-            d = s + sp
-            rmq_st64(d + 20, <uint64_t>(queue_offset + i))
-            rmq_st64(d + 28, <uint64_t>(file_from_offset + pos))
-            sysf = <int32_t>rmq_ld32(d + 36)
-            rmq_st64(d + store_ts_pos(sysf), <uint64_t>store_timestamp)
-            rmq_st64(cq, <uint64_t>(file_from_offset + pos))
-            rmq_st32(cq + 8, <uint32_t>size)
-            rmq_st64(cq + 12, <uint64_t>tg[tag_index + i])
-            cq += CQ_UNIT
-            pos += size
-            sp += size
-            i += 1
+        i = fill_records(s, n, src_pos, count, write_pos, file_size, file_from_offset, queue_offset,
+                         store_timestamp, tg + tag_index, cq, &pos, &sp, &eof)
         if pos > write_pos:
             rc = pwrite_all(fd, s + src_pos, pos - write_pos, write_pos)
         if eof and rc == 0:

@@ -9,7 +9,7 @@
 # RemotingCommand from it (frame.pyx), the broker's send lane reads a SEND_MESSAGE_V2 from it
 # without building anything (send_lane.pyx).  Anything it does not handle makes it return 0, and
 # the pure-Python codec (rmq_core/remoting/command.py) decides and names the problem.
-from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
 from json_read cimport Cursor, expect, hex_digit, key_is, open_json_header, read_int, scan_str, skip_ws
 
@@ -298,3 +298,19 @@ cdef inline bint header_int(const uint8_t* s, Py_ssize_t n, int64_t* out) noexce
         j += 1
     out[0] = -acc if neg else acc
     return True
+
+
+cdef inline int frame_at(const uint8_t* buf, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t max_frame_length,
+                         int64_t* length) noexcept nogil:
+    """The remoting framing, for every reader of frames: 1 when a whole frame (a 4-byte big-endian
+    length, then that many bytes) starts at buf[pos], 0 when more bytes are needed, -1 when the
+    length is outside 4..max_frame_length (the framing is lost; *length names it)."""
+    if n - pos < 4:
+        return 0
+    length[0] = <int32_t>((<uint32_t>buf[pos] << 24) | (<uint32_t>buf[pos + 1] << 16)
+                          | (<uint32_t>buf[pos + 2] << 8) | <uint32_t>buf[pos + 3])
+    if length[0] < 4 or length[0] > max_frame_length:
+        return -1
+    if pos + 4 + length[0] > n:
+        return 0
+    return 1

@@ -77,6 +77,7 @@ cdef tuple _walk_frames(data, Py_ssize_t max_frame_length, bint decode):
     cdef Py_ssize_t pos = 0, end
     cdef int64_t length = 0
     cdef bint bad = False
+    cdef int status
     cdef list items = []
     view = None
     # A raw buffer, not a typed memoryview: acquiring one of those costs more than the split.
@@ -84,15 +85,12 @@ cdef tuple _walk_frames(data, Py_ssize_t max_frame_length, bint decode):
     try:
         buf = <const uint8_t*>pb.buf
         n = pb.len
-        while n - pos >= 4:
-            length = <int>((<uint32_t>buf[pos] << 24) | (<uint32_t>buf[pos + 1] << 16)
-                           | (<uint32_t>buf[pos + 2] << 8) | <uint32_t>buf[pos + 3])
-            if length < 4 or length > max_frame_length:
-                bad = True
+        while True:
+            status = frame_at(buf, n, pos, max_frame_length, &length)
+            if status <= 0:
+                bad = status < 0
                 break
             end = pos + 4 + length
-            if end > n:
-                break
             item = _decode_frame(buf + pos + 4, length) if decode else None
             if item is None:
                 if view is None:
