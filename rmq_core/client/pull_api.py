@@ -2,14 +2,18 @@
 (RocketMQ's PullAPIWrapper + the MQAdmin offset calls)."""
 from __future__ import annotations
 
+import asyncio
 import collections
+import logging
 
 import attrs
 
-from rmq_core.errors import MQBrokerError
+from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import MessageQueue, MixAll, PullStatus
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand, next_opaque
+
+log = logging.getLogger("rmq.client.pull")
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
@@ -170,6 +174,23 @@ class PullChain:
         if self.filter_hooks and result.messages:
             run_filter_hooks(self.group, self.mq, result)
         return result
+
+    async def pull_or_back_off(self, broker_id: int, offset: int, sub, delay: float, stopped) -> PullResultExt | None:
+        """The pull at `offset` from the queue's broker (`broker_id` as the last answer suggested;
+        the master when that one is not in the route), or None when it failed: logged, then
+        `delay` seconds waited, as both consumers' pull loops back off - at once when `stopped()`
+        says the loop is over."""
+        try:
+            addr = self.instance.find_broker_addr_in_subscribe(self.mq.broker_name, broker_id)
+            if addr is None:
+                addr = await self.instance.find_broker_addr_in_subscribe_async(self.mq, broker_id)
+            return await self.pull(addr, offset, sub)
+        except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:
+            if stopped():
+                return None
+            log.warning("pull %s from offset %d failed: %s", self.mq, offset, e)
+            await asyncio.sleep(delay)
+            return None
 
     def _send(self, addr: str, offset: int) -> bool:
         p = _Pull(offset, addr)

@@ -20,8 +20,8 @@ from rmq_core.client.pull_api import (
 )
 from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
 from rmq_core.client.subscription import SubscriptionData, build_subscription
-from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
-from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, PullStatus
+from rmq_core.errors import ConfigError, IllegalArgumentError, MQClientError
+from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus
 
 log = logging.getLogger("rmq.client.pull")
 
@@ -307,6 +307,9 @@ class PullConsumer(ConsumerBase):
                     and pq.msg_count + n <= self.pull_threshold_for_queue
                     and self._cached + n <= self.pull_threshold_for_all)
 
+        def stopped() -> bool:
+            return pq.dropped or not self._started
+
         chain = PullChain(inst, self.group, mq, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
         try:
             while not pq.dropped and self._started:
@@ -328,16 +331,11 @@ class PullConsumer(ConsumerBase):
                 if sub is None:
                     await asyncio.sleep(self.pull_time_delay_when_exception)
                     continue
-                try:
-                    addr = await inst.find_broker_addr_in_subscribe_async(mq)
-                    result = await chain.pull(addr, offset, sub)
-                except asyncio.CancelledError:
-                    raise
-                except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:
-                    if pq.dropped or not self._started:
+                result = await chain.pull_or_back_off(MixAll.MASTER_ID, offset, sub,
+                                                      self.pull_time_delay_when_exception, stopped)
+                if result is None:
+                    if stopped():
                         return
-                    log.warning("pull %s from offset %d failed: %s", mq, offset, e)
-                    await asyncio.sleep(self.pull_time_delay_when_exception)
                     continue
                 if pq.dropped:
                     return

@@ -533,6 +533,9 @@ class PushConsumer(ConsumerBase):
                     and not self._flow_controlled(pq, batches * self.pull_batch_size,
                                                   batches * len(answer.body or b"")))
 
+        def stopped() -> bool:
+            return pq.dropped or not self._started
+
         chain = PullChain(inst, self.group, mq, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
         try:
             while not pq.dropped and self._started:
@@ -561,18 +564,11 @@ class PushConsumer(ConsumerBase):
                 if sub is None:
                     await asyncio.sleep(self.pull_time_delay_when_exception)
                     continue
-                try:
-                    addr = inst.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
-                    if addr is None:
-                        addr = await inst.find_broker_addr_in_subscribe_async(mq, broker_id)
-                    result = await chain.pull(addr, offset, sub)
-                except asyncio.CancelledError:
-                    raise
-                except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:
-                    if pq.dropped or not self._started:
+                result = await chain.pull_or_back_off(broker_id, offset, sub, self.pull_time_delay_when_exception,
+                                                      stopped)
+                if result is None:
+                    if stopped():
                         return
-                    log.warning("pull %s from offset %d failed: %s", mq, offset, e)
-                    await asyncio.sleep(self.pull_time_delay_when_exception)
                     continue
                 broker_id = result.suggest_which_broker_id or MixAll.MASTER_ID
                 if pq.dropped:
