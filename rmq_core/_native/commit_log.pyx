@@ -294,12 +294,14 @@ def offset_msg_ids(entries, Py_ssize_t count, bytes host):
 def put_record(NativeMap seg, Py_ssize_t write_pos, int fd, bytearray scratch, NativeMap cq_map, Py_ssize_t cq_pos,
                bytes topic, int32_t queue_id, int32_t flag, bytes body, bytes props, int32_t sys_flag,
                int64_t born_ts, bytes born_host, bytes store_host, int32_t reconsume_times, int64_t prepared,
-               uint32_t body_crc, int64_t queue_offset, int64_t phys, int64_t store_timestamp, int64_t tags):
+               int64_t body_crc, int64_t queue_offset, int64_t phys, int64_t store_timestamp, tags):
     """Write one message record at write_pos of a segment, with its queue offset, physical offset
     `phys` and store timestamp filled in, and (cq_map not None) its consume-queue entry
-    (phys, size, tags) at cq_pos of a consume-queue file.  fd < 0: the record is encoded straight
-    into the mapping; fd >= 0 (SYNC_FLUSH): into `scratch`, then pwritten at write_pos.
-    Returns the record length.  The caller decided where (room, positions) and owns them."""
+    (phys, size, tag code) at cq_pos of a consume-queue file.  fd < 0: the record is encoded
+    straight into the mapping; fd >= 0 (SYNC_FLUSH): into `scratch`, then pwritten at write_pos.
+    body_crc < 0: the body's CRC is taken here (a small body; see `body_crc`).  tags None: the
+    tag code is the Java hash of the TAGS property.  Returns the tag code.  The caller decided
+    where (room, positions) and owns them."""
     cdef Py_ssize_t tl = len(topic), bl = len(body), pl = len(props)
     cdef Py_ssize_t bhl = len(born_host), shl = len(store_host)
     if tl == 0 or tl > MAX_TOPIC:
@@ -309,6 +311,9 @@ def put_record(NativeMap seg, Py_ssize_t write_pos, int fd, bytearray scratch, N
     if bhl != (20 if sys_flag & BORNHOST_V6 else 8) or shl != (20 if sys_flag & STOREHOST_V6 else 8):
         raise ValueError(f"hosts of {bhl}/{shl} bytes do not match sysFlag {sys_flag:#x}")
     cdef Py_ssize_t total = record_len(bhl, shl, bl, tl, pl)
+    cdef const unsigned char *bp = <const unsigned char *><char *>body
+    cdef const unsigned char *pp = <const unsigned char *><char *>props
+    cdef int64_t tag_code = tags_code_of(pp, pl) if tags is None else <int64_t>tags
     cdef unsigned char *base = seg.check(write_pos, write_pos + total)
     cdef unsigned char *c = NULL
     if cq_map is not None:
@@ -320,10 +325,10 @@ def put_record(NativeMap seg, Py_ssize_t write_pos, int fd, bytearray scratch, N
         if len(scratch) < total:
             raise ValueError(f"scratch buffer of {len(scratch)} bytes is shorter than the {total}-byte record")
         d = <unsigned char *>PyByteArray_AS_STRING(scratch)
-    write_record(d, <int32_t>total, body_crc, queue_id, flag, sys_flag, born_ts,
+    cdef uint32_t crc = <uint32_t>body_crc if body_crc >= 0 else crc32_update(0, bp, bl)
+    write_record(d, <int32_t>total, crc, queue_id, flag, sys_flag, born_ts,
                  <const unsigned char *><char *>born_host, bhl, <const unsigned char *><char *>store_host, shl,
-                 reconsume_times, prepared, <const unsigned char *><char *>body, bl,
-                 <const unsigned char *><char *>topic, tl, <const unsigned char *><char *>props, pl, NULL, 0, False)
+                 reconsume_times, prepared, bp, bl, <const unsigned char *><char *>topic, tl, pp, pl, NULL, 0, False)
     rmq_st64(d + 20, <uint64_t>queue_offset)
     rmq_st64(d + 28, <uint64_t>phys)
     rmq_st64(d + store_ts_pos(sys_flag), <uint64_t>store_timestamp)
@@ -333,12 +338,12 @@ def put_record(NativeMap seg, Py_ssize_t write_pos, int fd, bytearray scratch, N
     if c != NULL:
         rmq_st64(c, <uint64_t>phys)
         rmq_st32(c + 8, <uint32_t>total)
-        rmq_st64(c + 12, <uint64_t>tags)
-    return total
+        rmq_st64(c + 12, <uint64_t>tag_code)
+    return tag_code
 
 
 def body_crc(bytes body):
-    """CRC-32 of a message body, as its record stores it (taken before the put lock)."""
+    """CRC-32 of a message body, for put_record: a large body's is taken before the put lock."""
     cdef Py_ssize_t n = len(body)
     cdef const unsigned char *p = <const unsigned char *><char *>body
     cdef uint32_t c

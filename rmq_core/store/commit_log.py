@@ -107,6 +107,8 @@ class CommitLog:
                                                  write_through_fd=self.write_through_fd)
         self.mapped_file_queue.max_used_ratio = config.disk_space_warning_level_ratio
         self.put_lock = threading.Lock()
+        self._put_lock_acquire = self.put_lock.acquire
+        self._put_lock_release = self.put_lock.release
         self.accepting_puts = False  # the store's word: False makes a put that got here take nothing
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
@@ -152,17 +154,23 @@ class CommitLog:
     # -- put: one message ------------------------------------------------------------------------
     def put_message(self, topic, topic_b, queue_id, flag, body, props, sys_flag, born_ts, born_host, store_host,
                     reconsume_times, prepared, body_crc, total, tags, delay_level, cq, dispatch):
-        """Store one message record of `total` bytes (checked, sized and its body CRC taken by the
-        caller): under the put lock its queue offset (`cq`: its consume queue, None for a record
-        without a queue entry) and store time are assigned, the segment rolls when the record
-        does not fit, and `_native/commit_log.pyx: put_record` writes the record and its
-        consume-queue entry where this says; then `dispatch(topic, queue_id, phys, size, tags,
-        store_ts, queue_offset, sys_flag, props)` (None: nothing beyond the queue).  Both run
-        in commit-log order: a batch still being published first (see `append`).
-        Returns (physical offset, store timestamp, queue offset, tags code), or None when no
-        segment can be created; DiskFullError refuses the put before anything is written."""
+        """Store one message record of `total` bytes, checked and sized by the caller (born_ts 0:
+        now; body_crc < 0: taken by the kernel; tags None: from the TAGS property).  Under the
+        put lock its queue offset (`cq`: its consume queue, None for a record without a queue
+        entry) and store time are assigned, the segment rolls when the record does not fit, and
+        `_native/commit_log.pyx: put_record` writes the record and its consume-queue entry where
+        this says; then `dispatch(topic, queue_id, phys, size, tags, store_ts, queue_offset,
+        sys_flag, props)` (None: nothing beyond the queue).  Entry and dispatch follow commit-log
+        order: a batch still being published goes first (see `append`).
+        Returns (physical offset, store timestamp, queue offset, tag code), or None when the
+        store stopped taking puts or no segment can be created; DiskFullError refuses the put
+        before anything is written."""
+        now = _time_ns() // 1_000_000
+        if not born_ts:
+            born_ts = now
         key = (topic, queue_id)
-        with self.put_lock:
+        self._put_lock_acquire()  # (a with block costs twice as much per put)
+        try:
             if not self.accepting_puts:
                 return None
             files = self.mapped_file_queue.mapped_files
@@ -173,24 +181,22 @@ class CommitLog:
                     return None
             wp = mf.wrote_position
             phys = mf.file_from_offset + wp
-            store_ts = _time_ns() // 1_000_000
-            last_ts = self.last_store_timestamp
-            if store_ts < last_ts:
-                store_ts = last_ts  # store time stays monotonic along the log
+            store_ts = self.last_store_timestamp
+            if now > store_ts:  # store time stays monotonic along the log
+                store_ts = now
             if delay_level:  # a scheduled message's tag code is its delivery time
                 levels = self.delay_levels_ms
                 tags = store_ts + levels[min(delay_level, len(levels)) - 1]
             in_order = self._published == self._next_ticket - 1  # no batch being published
-            cmf = cmap = None
+            cmap = None
             cpos = qoff = 0
             if cq is not None:
                 qoff = self.topic_queue_table.get(key, 0)
                 if in_order:
                     cfiles = cq.mapped_file_queue.mapped_files
-                    if cfiles:
-                        cmf = cfiles[-1]
-                        cpos = cmf.wrote_position
-                    if cmf is None or cpos + 20 > cmf.file_size or cmf.file_from_offset + cpos != qoff * 20:
+                    cmf = cfiles[-1] if cfiles else None
+                    if cmf is None or (cpos := cmf.wrote_position) + 20 > cmf.file_size \
+                            or cmf.file_from_offset + cpos != qoff * 20:
                         cmf = cq.file_for_entry(qoff)
                         cpos = cmf.wrote_position
                     cmap = cmf.native
@@ -201,15 +207,15 @@ class CommitLog:
                 fd = -1
             elif len(self._scratch) < total:
                 self._scratch = bytearray(total * 2)
-            put_record(mf.native, wp, fd, self._scratch, cmap, cpos, topic_b, queue_id, flag,
-                       body, props, sys_flag, born_ts, born_host, store_host, reconsume_times, prepared, body_crc,
-                       qoff, phys, store_ts, tags)
+            tags = put_record(mf.native, wp, fd, self._scratch, cmap, cpos, topic_b, queue_id, flag, body, props,
+                              sys_flag, born_ts, born_host, store_host, reconsume_times, prepared, body_crc, qoff,
+                              phys, store_ts, tags)
             mf.wrote_position = wp + total
             self.last_store_timestamp = store_ts
             if cq is not None:
                 self.topic_queue_table[key] = qoff + 1
             if in_order:
-                if cmf is not None:
+                if cmap is not None:
                     cmf.wrote_position = cpos + 20
                     cq.max_physic_offset = phys + total
                 if dispatch is not None:
@@ -217,6 +223,8 @@ class CommitLog:
                 return phys, store_ts, qoff, tags
             ticket = self._next_ticket
             self._next_ticket = ticket + 1
+        finally:
+            self._put_lock_release()
         # a batch taken earlier is still being encoded: its queue entries (and dispatch) go first
         with self._publish_cond:
             while self._published != ticket - 1:

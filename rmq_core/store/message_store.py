@@ -62,6 +62,7 @@ class DefaultMessageStore:
         self.config = config
         self.store_host = (store_host[0], int(store_host[1]))
         self._store_host_b, self._store_host_v6 = encode_host(self.store_host)
+        self._store_host_flag = 0x20 if self._store_host_v6 else 0  # STOREHOSTADDRESS_V6_FLAG of every record
         self._host_cache: dict[tuple, tuple[bytes, bool]] = {self.store_host: (self._store_host_b, self._store_host_v6)}
         self.delay_levels_ms = config.delay_levels_ms
         self.allocator = AllocateMappedFileService(prefault=getattr(config, "warm_mapped_file_enable", False))
@@ -604,8 +605,9 @@ class DefaultMessageStore:
             if err is not None:
                 return err, None
         topic = msg.topic
-        topic_b = self._topic_bytes.get(topic) if type(topic) is str else None
-        if topic_b is None:
+        try:
+            topic_b = self._topic_bytes[topic]
+        except (KeyError, TypeError):
             topic_b, err = self._check_topic(topic)
             if err is not None:
                 return err, None
@@ -625,16 +627,16 @@ class DefaultMessageStore:
         body = msg.body
         if type(body) is not bytes:
             body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
-        born = self._host_cache.get(msg.born_host)
-        if born is None:
-            born = self._host(msg.born_host)
-        born_b = born[0]
+        try:
+            born_b, born6 = self._host_cache[msg.born_host]
+        except KeyError:
+            born_b, born6 = self._host(msg.born_host)
         if msg.store_host is None:
             store_b = self._store_host_b
-            sys_flag = (msg.sys_flag & ~0x30) | (0x10 if born[1] else 0) | (0x20 if self._store_host_v6 else 0)
+            sys_flag = (msg.sys_flag & ~0x30) | (0x10 if born6 else 0) | self._store_host_flag
         else:
             store_b, store6 = self._host(msg.store_host)
-            sys_flag = (msg.sys_flag & ~0x30) | (0x10 if born[1] else 0) | (0x20 if store6 else 0)
+            sys_flag = (msg.sys_flag & ~0x30) | (0x10 if born6 else 0) | (0x20 if store6 else 0)
         total = 75 + len(born_b) + len(store_b) + len(body) + len(topic_b) + len(props)  # the record's length
         if total > self._max_record:
             limit = self.config.max_message_size
@@ -643,28 +645,25 @@ class DefaultMessageStore:
                 else f"message size {total} bytes exceeds the commit-log segment size")), None
         tags = msg.tags_code
         delay = 0
-        if tags is None:
-            tags = tags_code_from_properties(props)
-            if topic == _SCHEDULE_TOPIC:
-                d = (msg.properties or string_to_properties(props)).get(MessageConst.DELAY_TIME_LEVEL)
-                delay = int(d) if d and d.isdigit() else 0
+        if tags is None and topic == _SCHEDULE_TOPIC:
+            d = (msg.properties or string_to_properties(props)).get(MessageConst.DELAY_TIME_LEVEL)
+            delay = int(d) if d and d.isdigit() else 0
         queue_id = msg.queue_id
-        t = sys_flag & 0xC
-        if t == 0x4 or t == 0xC:
-            cq = None  # prepared and rolled-back transaction records get no queue entry (RocketMQ)
+        if sys_flag & 0x4:  # prepared (0x4) and rolled-back (0xC) transaction records get no queue entry
+            cq = None
         else:
-            qs = self.consume_queue_table.get(topic)
-            cq = qs.get(queue_id) if qs is not None else None
-            if cq is None:
+            try:
+                cq = self.consume_queue_table[topic][queue_id]
+            except (KeyError, TypeError):
                 if type(queue_id) is not int or not -2**31 <= queue_id < 2**31:
                     return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None,
                                             error=f"queue id {queue_id!r} is not a 32-bit integer"), None
                 cq = self.find_consume_queue(topic, queue_id)
         try:
             stored = self.commit_log.put_message(
-                topic, topic_b, queue_id, msg.flag, body, props, sys_flag, msg.born_timestamp or now_ms(), born_b,
-                store_b, msg.reconsume_times, msg.prepared_transaction_offset, body_crc(body), total, tags, delay, cq,
-                self._record_dispatch)
+                topic, topic_b, queue_id, msg.flag, body, props, sys_flag, msg.born_timestamp, born_b, store_b,
+                msg.reconsume_times, msg.prepared_transaction_offset, body_crc(body) if len(body) > 4096 else -1,
+                total, tags, delay, cq, self._record_dispatch)
         except (DiskFullError, OSError) as e:
             return self._put_failed(e, topic, queue_id), None
         except (OverflowError, TypeError, ValueError) as e:  # a field out of range (nothing was written)
