@@ -1,25 +1,27 @@
 """CommitLog: the one append-only log of every message record, its flush services and recovery.
 
-Put path (RocketMQ's split): nothing is encoded under the put lock.
+The store's one put path (DefaultMessageStore.put_nowait) ends here; this layer owns every
+position and decision, the native kernels (`_native/commit_log.pyx`) only write bytes where they
+are told, from plain values.
 
-* A single message is encoded (with its body CRC) before the lock; under it the native append
-  copies the record into the segment, filling in queue offset, physical offset and store
-  timestamp, and writes its consume-queue entry, then it is dispatched.
-* A batch (ASYNC_FLUSH) is validated and sized before the lock; under it only its space is
-  reserved (possibly over several segments); after the lock the items are encoded straight into
-  that space in one pass (read item, write record, CRC), and the batch is published — dispatched
-  to its consume queue — in ticket order, so no reader sees a record before it is complete and
-  no queue sees a later put before an earlier one.
-* With SYNC_FLUSH, records go into the page cache with pwrite and are made durable by
-  fdatasync in the group commit (much cheaper than msync of mmap-dirtied pages on ext4).
-* The common single put skips all of the above: `_native/commit_log.pyx: SinglePutPath` (owned by the
-  store) checks, encodes into the segment (or pwrites), writes the consume-queue entry and builds
-  the results in one native call under the same put lock; whenever a segment or queue file must
-  roll, a batch is still being published, or anything else is unusual, it steps aside and
-  `append` runs.
+* A message (`put_message`), checked and sized by the store before the lock: under the put lock
+  its queue offset and store time are assigned, the segment rolls when the record does not fit
+  (and the consume-queue file when its entry does not), and `put_record` encodes the record
+  straight into the segment - with SYNC_FLUSH into a scratch buffer then pwritten - and writes its
+  consume-queue entry; positions move after the bytes are written.
+* A batch (`append`) is validated and sized before the lock; under it only its space is reserved
+  (possibly over several segments); after the lock the items are encoded straight into that
+  space in one pass (`encode_batch_into`: read item, write record, CRC).  With SYNC_FLUSH it is
+  encoded before the lock and copied through the descriptor (`append_records_fd`).
+* Puts are published - consume-queue entries, index work, extra dispatchers - in commit-log
+  order: a batch encoded outside the lock holds a ticket, and a put taken meanwhile writes its
+  queue entry only once the batch is published, so no reader sees a record before it is complete
+  and no queue sees a later put before an earlier one.
+* With SYNC_FLUSH, records reach the page cache with pwrite and become durable by fdatasync in
+  the group commit (much cheaper than msync of mmap-dirtied pages on ext4).
 
 A record never straddles segments: when it does not fit, the rest of the segment becomes a blank
-record (int32 length, int32 0xCBD43194) and the append continues in the next segment.
+record (int32 length, int32 0xCBD43194) and the put continues in the next segment.
 """
 from __future__ import annotations
 
@@ -173,8 +175,10 @@ class CommitLog:
         try:
             if not self.accepting_puts:
                 return None
-            files = self.mapped_file_queue.mapped_files
-            mf = files[-1] if files else None
+            try:
+                mf = self.mapped_file_queue.mapped_files[-1]
+            except IndexError:
+                mf = None
             if mf is None or mf.wrote_position + total + 8 > mf.file_size:
                 mf = self._segment_for(total, cq, key)
                 if mf is None:

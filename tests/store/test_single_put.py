@@ -9,15 +9,15 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from rmq_core.codec import encode_batch_body, encode_message_record
 from rmq_core.config import FlushDiskType
-from rmq_core.message import create_offset_msg_id, java_string_hash, properties_to_string, string_to_properties
+from rmq_core.message import java_string_hash, properties_to_string, string_to_properties
 from rmq_core.store import DefaultMessageStore, MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
-from rmq_core.store.types import record_fields
+from rmq_core.store.types import encode_host, record_fields
 
 from .conftest import hold_python_rounds, make_config, msg
 
 
-def _open(root, **kw) -> DefaultMessageStore:
-    s = DefaultMessageStore(make_config(root, **kw))
+def _open(root, store_host=("127.0.0.1", 10911), **kw) -> DefaultMessageStore:
+    s = DefaultMessageStore(make_config(root, **kw), store_host)
     s.load()
     s.start()
     return s
@@ -38,11 +38,14 @@ _messages = st.lists(st.tuples(
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(items=_messages)
-def test_every_put_stores_the_record_rocketmq_writes(tmp_path_factory, items):
+@given(items=_messages, store_host=st.sampled_from([("127.0.0.1", 10911), ("::1", 10911)]),
+       flush=st.sampled_from([FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH]))
+def test_every_put_stores_the_record_rocketmq_writes(tmp_path_factory, items, store_host, flush):
     """Byte for byte the record of the codec's oracle (encode_message_record) at the offsets the
-    put answered, and the consume-queue entry (offset, size, tag code) pointing at it."""
-    store = _open(tmp_path_factory.mktemp("one"), mapped_file_size_commit_log=8 * 1024)  # rolls often
+    put answered, and the consume-queue entry (offset, size, tag code) pointing at it - through
+    the mapping and through the descriptor (SYNC_FLUSH), for an IPv4 and an IPv6 store host."""
+    store = _open(tmp_path_factory.mktemp("one"), store_host, flush_disk_type=flush,
+                  mapped_file_size_commit_log=8 * 1024)  # rolls often
     try:
         next_qoff = {}
         for topic, qid, body, props, flag, sys_flag, born, tags_code, pre in items:
@@ -64,13 +67,35 @@ def test_every_put_stores_the_record_rocketmq_writes(tmp_path_factory, items):
                 commit_log_offset=a.wrote_offset, sys_flag=sys_flag, born_timestamp=1_700_000_000_000, born_host=born,
                 store_timestamp=a.store_timestamp, store_host=store.store_host, properties=props_b)
             assert store.select_one_message_by_offset(a.wrote_offset) == want and a.wrote_bytes == len(want)
-            assert a.msg_id == create_offset_msg_id(*store.store_host, a.wrote_offset)
+            assert a.msg_id == (encode_host(store.store_host)[0] + a.wrote_offset.to_bytes(8, "big")).hex().upper()
             tags = tags_code_of(props_b) if tags_code is None else tags_code
             assert store.find_consume_queue(topic, qid).get_entry(a.logics_offset) == (a.wrote_offset, len(want), tags)
         for (topic, qid), n in next_qoff.items():
             assert store.get_max_offset_in_queue(topic, qid) == n
     finally:
         store.shutdown()
+
+
+def test_a_failed_write_is_answered_and_leaves_no_trace(sync_store):
+    """A record the descriptor refuses (SYNC_FLUSH pwrite): the put answers with the reason and
+    no position moved, so the next put takes the same place."""
+    import os
+
+    s = sync_store
+    assert s.put_message(msg(body=b"first")).is_ok()
+    mf = s.commit_log.mapped_file_queue.mapped_files[-1]
+    good_fd, read_only = mf.fd, os.open(mf.path, os.O_RDONLY)
+    end = s.get_max_phy_offset()
+    try:
+        mf.fd = read_only
+        r = s.put_message(msg(body=b"refused"))
+    finally:
+        mf.fd = good_fd
+        os.close(read_only)
+    assert r.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED and "commit log write failed" in r.error
+    assert s.get_max_phy_offset() == end and s.get_max_offset_in_queue("TopicA", 0) == 1
+    r = s.put_message(msg(body=b"second"))
+    assert r.is_ok() and r.append_result.wrote_offset == end and r.append_result.logics_offset == 1
 
 
 def tags_code_of(props_b: bytes) -> int:
