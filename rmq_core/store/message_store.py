@@ -14,12 +14,10 @@ import time
 from typing import Callable
 
 from rmq_core._native import index as index_native
-from rmq_core._native import commit_log as commit_log_native
 from rmq_core._native import record as record_native
 from rmq_core._native.commit_log import body_crc, offset_msg_id
 from rmq_core._native.record import properties_to_bytes, tags_code_from_properties
 from rmq_core._native import cq as cq_native
-from rmq_core._native import group_commit as group_commit_native
 from rmq_core.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from rmq_core.errors import DiskFullError, IllegalArgumentError, MessageTooLargeError, StoreError
 from rmq_core.message import (MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MessageConst, TopicValidator,
