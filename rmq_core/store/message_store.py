@@ -260,7 +260,7 @@ class DefaultMessageStore:
         self._running = False
         self._refresh_put_path()
         with self.commit_log.put_lock:
-            pass  # a native put already past its checks finishes (and queues its index work) first
+            pass  # a put already under the lock finishes (and queues its index work) first
         self.clean_commit_log_service.shutdown()
         self.commit_log.shutdown()  # final flush
         self.flush_consume_queue_service.shutdown()
@@ -593,9 +593,9 @@ class DefaultMessageStore:
     def put_nowait(self, msg: MessageExtBrokerInner | MessageExtBatch, wait: bool = False):
         """The one put path: store `msg` (a message or a MessageExtBatch) and answer
         (PutMessageResult, what to wait on under SYNC_FLUSH or None).  Here the message is
-        checked and sized and its body CRC taken; the commit log writes it under its put lock
-        (CommitLog.put_message; a batch: CommitLog.append).  With `wait` this thread waits on the
-        group commit's gate itself (a blocking put)."""
+        checked and sized (a large body's CRC taken before the lock); the commit log places it
+        under its put lock (CommitLog.put_message; a batch: CommitLog.append).  With `wait` this
+        thread waits on the group commit's gate itself (a blocking put)."""
         if type(msg) is MessageExtBatch:
             return self._put_batch(msg, wait)
         if self._refused:
