@@ -3,6 +3,7 @@ kernel) for a single message: every message stores exactly the record RocketMQ w
 state of the log and its queues (first put, rolls, SYNC_FLUSH, a batch in flight)."""
 import asyncio
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -132,6 +133,8 @@ def test_a_put_while_a_batch_is_published_waits_for_it(store, monkeypatch):
 
     monkeypatch.setattr(commit_log_module.commit_log_native, "encode_batch_into", slow_encode)
     batch = MessageExtBatch("TopicA", 0, encode_batch_body([(0, b"b%d" % i, {}) for i in range(3)]))
+    cl = store.commit_log
+    first_ticket = cl._next_ticket
     answers = {}
     t = threading.Thread(target=lambda: answers.setdefault("batch", store.put(batch)))
     t.start()
@@ -139,7 +142,10 @@ def test_a_put_while_a_batch_is_published_waits_for_it(store, monkeypatch):
     single = {}
     t2 = threading.Thread(target=lambda: single.setdefault("r", store.put_message(msg(body=b"m4"))))
     t2.start()
-    t2.join(0.2)
+    deadline = time.monotonic() + 10
+    while cl._next_ticket != first_ticket + 2:  # the message took the ticket after the batch's
+        assert time.monotonic() < deadline, "the put never got past the put lock"
+        time.sleep(0.001)
     assert store.get_max_offset_in_queue("TopicA", 0) == 1  # neither entry is visible yet
     release.set()
     t.join(10)
