@@ -1614,36 +1614,6 @@ cdef check_hosts(const unsigned char[::1] born_host, const unsigned char[::1] st
         raise IllegalArgumentError(f"store host must be {sh} encoded bytes for sysFlag {sys_flag:#x}, got {store_host.shape[0]}")
 
 
-def encode_record(bytes topic, int32_t queue_id, int32_t flag, bytes body, bytes props, int32_t sys_flag,
-                  int64_t born_ts, bytes born_host, bytes store_host, int32_t reconsume_times,
-                  int64_t prepared_transaction_offset, Py_ssize_t max_message_size):
-    """One message -> (bytearray record, tags code of its TAGS property).  The record's queue
-    offset, physical offset and store timestamp are left zero for `append_records`."""
-    cdef Py_ssize_t tl = len(topic), bl = len(body), pl = len(props)
-    cdef Py_ssize_t bhl = len(born_host), shl = len(store_host)
-    cdef Py_ssize_t want_bh = 20 if sys_flag & BORNHOST_V6 else 8
-    cdef Py_ssize_t want_sh = 20 if sys_flag & STOREHOST_V6 else 8
-    if tl > MAX_TOPIC or tl == 0:
-        raise IllegalArgumentError(f"topic {topic.decode('utf-8', 'replace')!r} is {tl} bytes; it must be 1..{MAX_TOPIC}")
-    if pl > MAX_PROPS:
-        raise PropertiesSizeExceededError(f"message properties are {pl} bytes, more than {MAX_PROPS}")
-    if bhl != want_bh or shl != want_sh:
-        raise IllegalArgumentError(f"hosts must be encoded as {want_bh}/{want_sh} bytes for sysFlag {sys_flag:#x}, "
-                                   f"got {bhl}/{shl}")
-    cdef Py_ssize_t total = record_len(bhl, shl, bl, tl, pl)
-    if total > max_message_size:
-        raise MessageTooLargeError(total, max_message_size)
-    out = PyByteArray_FromStringAndSize(NULL, total)
-    cdef unsigned char *d = <unsigned char *>PyByteArray_AS_STRING(out)
-    cdef const unsigned char *bp = <const unsigned char *><char *>body
-    cdef const unsigned char *pp = <const unsigned char *><char *>props
-    cdef uint32_t c = crc32_update(0, bp, bl)
-    write_record(d, <int32_t>total, c, queue_id, flag, sys_flag, born_ts, <const unsigned char *><char *>born_host, bhl,
-                 <const unsigned char *><char *>store_host, shl, reconsume_times, prepared_transaction_offset,
-                 bp, bl, <const unsigned char *><char *>topic, tl, pp, pl, NULL, 0, False)
-    return out, tags_code_of(pp, pl)
-
-
 def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts, bytes born_host,
                  bytes store_host, int32_t reconsume_times, extra_properties, Py_ssize_t max_message_size,
                  bint plan_only=False):

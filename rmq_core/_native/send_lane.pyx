@@ -19,10 +19,10 @@ every check of the send processor under the topic table's current data version, 
 writeable, the queue id is in range, no transaction flag, no delay or timer property) — the
 functions the send processor's own path calls too (`checked_queues`, `plain_send_queues`,
 `special_properties`), so a send is recognised alike whichever path reads it.  It is then put
-through the store's native single put and answered with a response frame written here — every
-answer of a run of such frames joins one write.  Any other frame, and any send the lane is not
-sure about (an escape it does not expect, a non-ASCII byte, an odd integer, a duplicate field, a
-put the native store path declines), goes to `on_frame` as a memoryview, in its place in the
+through the store's one put path (`state.put`) and answered with a response frame written here —
+every answer of a run of such frames joins one write.  Any other frame, and any send the lane is
+not sure about (an escape it does not expect, a non-ASCII byte, an odd integer, a duplicate
+field), goes to `on_frame` as a memoryview, in its place in the
 order: the general path then checks it and makes every refusal, with its precise remark.  Nothing
 is put before the last check passes, so declining is always safe.  Bytes from the network are
 untrusted: every read is bounds-checked.
@@ -273,7 +273,7 @@ cdef class SendLaneState:
     (broker/processors/send.py): `refresh(state)` sets `put`, `data_version`, `counter` and
     `writable` from the broker's current state; the lane calls it before each read chunk and after
     each frame it hands back, so the general path's changes are seen by the next frame."""
-    cdef public object put           # the store's native single put, or None: the lane stands aside
+    cdef public object put           # the store's put (put_nowait), or None: the lane stands aside
     cdef public dict topics          # topic -> (data version, its counter, write queues, queue id bound)
     cdef public object data_version  # the topic table's DataVersion (compared by identity)
     cdef public int64_t counter      # ... and its counter
@@ -510,8 +510,6 @@ cdef class SendLane:
         msg.properties_bytes = PyBytes_FromStringAndSize(<const char*>pb, plen + len(cluster_prop))
         r = fast_put(msg)
         msg.body = None
-        if r is None:
-            return 0
         result, fut = <tuple>r
         if fut is not None and result.status is st.put_ok and self.write_frames is not None \
                 and isinstance(fut, _ConcurrentFuture):

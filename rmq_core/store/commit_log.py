@@ -1,25 +1,27 @@
 """CommitLog: the one append-only log of every message record, its flush services and recovery.
 
-Put path (RocketMQ's split): nothing is encoded under the put lock.
+The store's one put path (DefaultMessageStore.put_nowait) ends here; this layer owns every
+position and decision, the native kernels (`_native/commit_log.pyx`) only write bytes where they
+are told, from plain values.
 
-* A single message is encoded (with its body CRC) before the lock; under it the native append
-  copies the record into the segment, filling in queue offset, physical offset and store
-  timestamp, and writes its consume-queue entry, then it is dispatched.
-* A batch (ASYNC_FLUSH) is validated and sized before the lock; under it only its space is
-  reserved (possibly over several segments); after the lock the items are encoded straight into
-  that space in one pass (read item, write record, CRC), and the batch is published — dispatched
-  to its consume queue — in ticket order, so no reader sees a record before it is complete and
-  no queue sees a later put before an earlier one.
-* With SYNC_FLUSH, records go into the page cache with pwrite and are made durable by
-  fdatasync in the group commit (much cheaper than msync of mmap-dirtied pages on ext4).
-* The common single put skips all of the above: `_native/commit_log.pyx: SinglePutPath` (owned by the
-  store) checks, encodes into the segment (or pwrites), writes the consume-queue entry and builds
-  the results in one native call under the same put lock; whenever a segment or queue file must
-  roll, a batch is still being published, or anything else is unusual, it steps aside and
-  `append` runs.
+* A message (`put_message`), checked and sized by the store before the lock: under the put lock
+  its queue offset and store time are assigned, the segment rolls when the record does not fit
+  (and the consume-queue file when its entry does not), and `put_record` encodes the record
+  straight into the segment - with SYNC_FLUSH into a scratch buffer then pwritten - and writes its
+  consume-queue entry; positions move after the bytes are written.
+* A batch (`append`) is validated and sized before the lock; under it only its space is reserved
+  (possibly over several segments); after the lock the items are encoded straight into that
+  space in one pass (`encode_batch_into`: read item, write record, CRC).  With SYNC_FLUSH it is
+  encoded before the lock and copied through the descriptor (`append_records_fd`).
+* Puts are published - consume-queue entries, index work, extra dispatchers - in commit-log
+  order: a batch encoded outside the lock holds a ticket, and a put taken meanwhile writes its
+  queue entry only once the batch is published, so no reader sees a record before it is complete
+  and no queue sees a later put before an earlier one.
+* With SYNC_FLUSH, records reach the page cache with pwrite and become durable by fdatasync in
+  the group commit (much cheaper than msync of mmap-dirtied pages on ext4).
 
 A record never straddles segments: when it does not fit, the rest of the segment becomes a blank
-record (int32 length, int32 0xCBD43194) and the append continues in the next segment.
+record (int32 length, int32 0xCBD43194) and the put continues in the next segment.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from rmq_core._native import record as record_native
 
 from rmq_core._native import group_commit as group_commit_native
 from rmq_core.config import FlushDiskType
-from rmq_core.message import SysFlag, TopicValidator
+from rmq_core.message import SysFlag
 from rmq_core.store.mapped_file import AllocateMappedFileService, MappedFileQueue
 from rmq_core.store.service import ServiceThread
 from rmq_core.store.types import PutMessageStatus
@@ -43,7 +45,9 @@ from rmq_core.store.types import PutMessageStatus
 log = logging.getLogger("rmq.store")
 progress_log = logging.getLogger("rmq.progress")  # shown by the CLI even without -v
 
-_I64 = struct.Struct("=q")
+_CQ_ENTRY = struct.Struct(">qiq")
+_time_ns = time.time_ns
+put_record = commit_log_native.put_record
 
 
 def now_ms() -> int:
@@ -51,15 +55,14 @@ def now_ms() -> int:
 
 
 class EncodedMessages:
-    """Records ready for `CommitLog.append`: one message or one batch, all for one queue."""
+    """A batch ready for `CommitLog.append`, all for one queue."""
 
-    __slots__ = ("records", "count", "tags", "topic", "queue_id", "sys_flag", "properties_bytes",
-                 "compute_schedule_tags", "delay_level", "total", "body", "encode_args")
+    __slots__ = ("records", "count", "tags", "topic", "queue_id", "sys_flag", "total", "body", "encode_args")
 
-    def __init__(self, records, count, tags, topic, queue_id, sys_flag, properties_bytes=None,
-                 compute_schedule_tags=False, delay_level=0, total=0, body=None, encode_args=None):
-        # Either `records` (encoded bytes) or a plan: the records' `total` bytes, the validated
-        # batch `body` and `encode_args` for encoding straight into the reserved segment space.
+    def __init__(self, records, count, tags, topic, queue_id, sys_flag, total=0, body=None, encode_args=None):
+        # Either `records` (encoded bytes, their tag codes in `tags`) or a plan: the records'
+        # `total` bytes, the validated batch `body` and `encode_args` for encoding straight into
+        # the reserved segment space.
         self.total = total if records is None else len(records)
         self.body = body
         self.encode_args = encode_args
@@ -69,9 +72,6 @@ class EncodedMessages:
         self.topic = topic
         self.queue_id = queue_id
         self.sys_flag = sys_flag
-        self.properties_bytes = properties_bytes
-        self.compute_schedule_tags = compute_schedule_tags
-        self.delay_level = delay_level
 
     @property
     def uses_queue(self) -> bool:
@@ -109,6 +109,9 @@ class CommitLog:
                                                  write_through_fd=self.write_through_fd)
         self.mapped_file_queue.max_used_ratio = config.disk_space_warning_level_ratio
         self.put_lock = threading.Lock()
+        self._put_lock_acquire = self.put_lock.acquire
+        self._put_lock_release = self.put_lock.release
+        self.accepting_puts = False  # the store's word: False makes a put that got here take nothing
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
         self.delay_levels_ms = list(delay_levels_ms or [])
@@ -125,6 +128,8 @@ class CommitLog:
         self._next_ticket = 1
         self._published = 0
         self._publish_cond = threading.Condition(threading.Lock())
+        # SYNC_FLUSH: a single record is encoded here, then pwritten (put_record)
+        self._scratch = bytearray(4096) if self.write_through_fd else None
 
     # -- load ------------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -148,15 +153,121 @@ class CommitLog:
         size = self.config.mapped_file_size_commit_log
         return offset + size - offset % size
 
+    # -- put: one message ------------------------------------------------------------------------
+    def put_message(self, topic, topic_b, queue_id, flag, body, props, sys_flag, born_ts, born_host, store_host,
+                    reconsume_times, prepared, body_crc, total, tags, delay_level, cq, dispatch):
+        """Store one message record of `total` bytes, checked and sized by the caller (born_ts 0:
+        now; body_crc < 0: taken by the kernel; tags None: from the TAGS property).  Under the
+        put lock its queue offset (`cq`: its consume queue, None for a record without a queue
+        entry) and store time are assigned, the segment rolls when the record does not fit, and
+        `_native/commit_log.pyx: put_record` writes the record and its consume-queue entry where
+        this says; then `dispatch(topic, queue_id, phys, size, tags, store_ts, queue_offset,
+        sys_flag, props)` (None: nothing beyond the queue).  Entry and dispatch follow commit-log
+        order: a batch still being published goes first (see `append`).
+        Returns (physical offset, store timestamp, queue offset, tag code), or None when the
+        store stopped taking puts or no segment can be created; DiskFullError refuses the put
+        before anything is written."""
+        now = _time_ns() // 1_000_000
+        if not born_ts:
+            born_ts = now
+        key = (topic, queue_id)
+        self._put_lock_acquire()  # (a with block costs twice as much per put)
+        try:
+            if not self.accepting_puts:
+                return None
+            try:
+                mf = self.mapped_file_queue.mapped_files[-1]
+            except IndexError:
+                mf = None
+            if mf is None or mf.wrote_position + total + 8 > mf.file_size:
+                mf = self._segment_for(total, cq, key)
+                if mf is None:
+                    return None
+            wp = mf.wrote_position
+            phys = mf.file_from_offset + wp
+            store_ts = self.last_store_timestamp
+            if now > store_ts:  # store time stays monotonic along the log
+                store_ts = now
+            if delay_level:  # a scheduled message's tag code is its delivery time
+                levels = self.delay_levels_ms
+                tags = store_ts + levels[min(delay_level, len(levels)) - 1]
+            in_order = self._published == self._next_ticket - 1  # no batch being published
+            cmap = None
+            cpos = qoff = 0
+            if cq is not None:
+                qoff = self.topic_queue_table.get(key, 0)
+                if in_order:
+                    cfiles = cq.mapped_file_queue.mapped_files
+                    cmf = cfiles[-1] if cfiles else None
+                    if cmf is None or (cpos := cmf.wrote_position) + 20 > cmf.file_size \
+                            or cmf.file_from_offset + cpos != qoff * 20:
+                        cmf = cq.file_for_entry(qoff)
+                        cpos = cmf.wrote_position
+                    cmap = cmf.native
+                else:
+                    cq.prepare_entries(qoff, 1)
+            fd = mf.fd
+            if fd is None:
+                fd = -1
+            elif len(self._scratch) < total:
+                self._scratch = bytearray(total * 2)
+            tags = put_record(mf.native, wp, fd, self._scratch, cmap, cpos, topic_b, queue_id, flag, body, props,
+                              sys_flag, born_ts, born_host, store_host, reconsume_times, prepared, body_crc, qoff,
+                              phys, store_ts, tags)
+            mf.wrote_position = wp + total
+            self.last_store_timestamp = store_ts
+            if cq is not None:
+                self.topic_queue_table[key] = qoff + 1
+            if in_order:
+                if cmap is not None:
+                    cmf.wrote_position = cpos + 20
+                    cq.max_physic_offset = phys + total
+                if dispatch is not None:
+                    dispatch(topic, queue_id, phys, total, tags, store_ts, qoff, sys_flag, props)
+                return phys, store_ts, qoff, tags
+            ticket = self._next_ticket
+            self._next_ticket = ticket + 1
+        finally:
+            self._put_lock_release()
+        # a batch taken earlier is still being encoded: its queue entries (and dispatch) go first
+        with self._publish_cond:
+            while self._published != ticket - 1:
+                self._publish_cond.wait()
+            try:
+                if cq is not None:
+                    cq.put_entries(_CQ_ENTRY.pack(phys, total, tags), qoff, 1)
+                if dispatch is not None:
+                    dispatch(topic, queue_id, phys, total, tags, store_ts, qoff, sys_flag, props)
+            finally:
+                self._published = ticket
+                self._publish_cond.notify_all()
+        return phys, store_ts, qoff, tags
+
+    def _segment_for(self, total, cq, key):
+        """Under the put lock: the segment a record of `total` bytes goes into.  When the last one
+        cannot take it (with room for the blank), the next segment is checked for first and the
+        record's queue file readied (either may refuse the put with DiskFullError before anything
+        is written), then the rest of the last one becomes the blank record."""
+        mfq = self.mapped_file_queue
+        mf = mfq.get_last_mapped_file(0, need_create=True)
+        if mf is None or mf.wrote_position + total + commit_log_native.END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
+            return mf
+        mfq.check_room_for_next()
+        if cq is not None:
+            cq.prepare_entries(self.topic_queue_table.get(key, 0), 1)
+        commit_log_native.write_blank(mf.native, mf.wrote_position, -1 if mf.fd is None else mf.fd)
+        mf.wrote_position = mf.file_size
+        return mfq.get_last_mapped_file(0, need_create=True)
+
     # -- append ----------------------------------------------------------------------------------
-    def append(self, enc: EncodedMessages, dispatch, prepare=None) -> AppendOutcome:
-        """Append one message or batch.  Under the put lock: queue offset, store timestamp, and
+    def append(self, enc: EncodedMessages, dispatch, prepare=None) -> AppendOutcome | None:
+        """Append one batch.  Under the put lock: queue offset, store timestamp, and
         either the copy of pre-encoded records (fields filled in) or — for a planned batch — the
         reservation of its space; then `dispatch(enc, first_queue_offset, entries, store_ts,
         uses_queue)` in commit-log order (publication by ticket).  `prepare(enc, first_queue_offset)`
         runs under the lock before anything is written: it may refuse (raise DiskFullError) when
         the files the dispatch will need cannot be had.  So does a new segment: nothing of the
-        put is written then."""
+        put is written then.  None: the store stopped taking puts meanwhile."""
         direct = enc.records is None
         if not direct and enc.total > self.max_record_in_segment and enc.count == 1:
             return AppendOutcome(PutMessageStatus.MESSAGE_ILLEGAL,
@@ -169,15 +280,14 @@ class CommitLog:
         chunks = None
         published = False
         with self.put_lock:
+            if not self.accepting_puts:
+                return None
             key = (enc.topic, enc.queue_id)
             qoff = self.topic_queue_table.get(key, 0) if uses_queue else 0
             store_ts = now_ms()
             if store_ts < self.last_store_timestamp:
                 store_ts = self.last_store_timestamp  # keep store time monotonic across records
             tags = enc.tags
-            if enc.compute_schedule_tags and self.delay_levels_ms:
-                level = min(enc.delay_level, len(self.delay_levels_ms))
-                tags = _I64.pack(store_ts + self.delay_levels_ms[level - 1])
             mf = mfq.get_last_mapped_file(0, need_create=True)
             if mf is None:
                 return AppendOutcome(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error="cannot create a commit-log segment")
@@ -281,16 +391,6 @@ class CommitLog:
             if self.on_flushed is not None:
                 self.on_flushed(ts)
         return flushed
-
-    @property
-    def flush_requests(self):
-        """What the native single put calls for durability: the group commit's Futures object
-        (no Python frame per put) - unless request_flush was replaced on this instance (a layer
-        wrapping it, e.g. one that also waits for a slave): then that, as the general path calls."""
-        fs = self.flush_service
-        if isinstance(fs, GroupCommitService) and "request_flush" not in self.__dict__:
-            return fs.futures
-        return self.request_flush
 
     def request_flush(self, next_offset: int, store_timestamp: int = 0) -> concurrent.futures.Future | None:
         """SYNC_FLUSH: a Future resolved with PUT_OK once bytes up to next_offset are durable
@@ -671,14 +771,3 @@ def _forget_reader(att) -> None:
         loop.remove_reader(rfd)
     finally:
         _close_descriptors(rfd, wfd)
-
-
-def build_encoded_single(topic: str, topic_b: bytes, queue_id: int, flag: int, body: bytes, props_b: bytes,
-                         sys_flag: int, born_ts: int, born_host_b: bytes, store_host_b: bytes, reconsume: int,
-                         prepared: int, max_size: int, tags_code, delay_level: int) -> EncodedMessages:
-    rec, code = record_native.encode_record(topic_b, queue_id, flag, body, props_b, sys_flag, born_ts, born_host_b,
-                                     store_host_b, reconsume, prepared, max_size)
-    sched = tags_code is None and topic == TopicValidator.RMQ_SYS_SCHEDULE_TOPIC and delay_level > 0
-    if tags_code is not None:
-        code = tags_code
-    return EncodedMessages(rec, 1, _I64.pack(code), topic, queue_id, sys_flag, props_b, sched, delay_level)

@@ -139,23 +139,39 @@ class ConsumeQueue:
         if end > mf.end_offset:
             check_room(self.store_path, end - mf.end_offset)
 
-    def put_entries(self, entries, first_queue_offset: int, count: int) -> None:
-        """Write `count` 20-byte entries for queue offsets first_queue_offset.. (entries already
-        present — a re-dispatch after recovery — are skipped)."""
+    def file_for_entry(self, queue_offset: int) -> MappedFile:
+        """The file the entry of queue_offset is written into, its wrote position at that entry:
+        the last file, or a new one when it is full; blank entries in front of a queue's first
+        entry (RocketMQ fillPreBlank) or over a gap.  Every put's writes go where this says."""
         mfq = self.mapped_file_queue
         unit = CQ_STORE_UNIT_SIZE
         size = self.mapped_file_size
-        files = mfq.mapped_files
-        if count == 1 and files and type(entries) is bytearray:
-            # the single-message put: append one entry to the last file if it is the expected spot
-            mf = files[-1]
-            pos = mf.wrote_position
-            if pos + unit <= size and mf.file_from_offset + pos == first_queue_offset * unit:
-                mf.native.write(pos, entries)
-                mf.wrote_position = pos + unit
-                phys, sz = _HEAD.unpack_from(entries, 0)
-                self.max_physic_offset = phys + sz
-                return
+        expect = queue_offset * unit
+        while True:
+            mf = mfq.get_last_mapped_file(expect, need_create=True)
+            if mf.first_create_in_queue and mf.wrote_position == 0 and expect > mf.file_from_offset:
+                # a queue whose first entry is not at offset 0
+                nblank = (expect - mf.file_from_offset) // unit
+                mf.native.write(0, _BLANK_ENTRY * nblank)
+                mf.set_positions(expect - mf.file_from_offset)
+                mfq.flushed_where = mf.file_from_offset
+                self.min_logic_offset = expect
+                mf.first_create_in_queue = False
+            cur_pos = mf.file_from_offset + mf.wrote_position
+            if cur_pos == expect:
+                return mf
+            if expect < cur_pos:
+                raise AssertionError(f"consume queue {self.topic}/{self.queue_id}: write at {expect} behind {cur_pos}")
+            log.error("consume queue %s/%d: gap from byte %d to %d, filling with blank entries",
+                      self.topic, self.queue_id, cur_pos, expect)
+            gap = min((expect - cur_pos) // unit, (size - mf.wrote_position) // unit)
+            mf.native.write(mf.wrote_position, _BLANK_ENTRY * gap)
+            mf.wrote_position += gap * unit
+
+    def put_entries(self, entries, first_queue_offset: int, count: int) -> None:
+        """Write `count` 20-byte entries for queue offsets first_queue_offset.. (entries already
+        present — a re-dispatch after recovery — are skipped)."""
+        unit = CQ_STORE_UNIT_SIZE
         cur = self.get_max_offset_in_queue()
         skip = cur - first_queue_offset
         if skip >= count:
@@ -167,37 +183,16 @@ class ConsumeQueue:
             count -= skip
         else:
             view = view[:count * unit]
-        expect = first_queue_offset * unit
         while count > 0:
-            mf = mfq.get_last_mapped_file(expect, need_create=True)
-            if mf.first_create_in_queue and mf.wrote_position == 0 and expect > mf.file_from_offset:
-                # a queue whose first entry is not at offset 0: pre-fill blanks (RocketMQ fillPreBlank)
-                nblank = (expect - mf.file_from_offset) // unit
-                mf.native.write(0, _BLANK_ENTRY * nblank)
-                mf.set_positions(expect - mf.file_from_offset)
-                mfq.flushed_where = mf.file_from_offset
-                self.min_logic_offset = expect
-                mf.first_create_in_queue = False
-            cur_pos = mf.file_from_offset + mf.wrote_position
-            if cur_pos != expect:
-                if expect > cur_pos:
-                    log.error("consume queue %s/%d: gap from byte %d to %d, filling with blank entries",
-                              self.topic, self.queue_id, cur_pos, expect)
-                    gap = min((expect - cur_pos) // unit, (size - mf.wrote_position) // unit)
-                    mf.native.write(mf.wrote_position, _BLANK_ENTRY * gap)
-                    mf.wrote_position += gap * unit
-                    continue
-                raise AssertionError(f"consume queue {self.topic}/{self.queue_id}: write at {expect} behind {cur_pos}")
-            room = (size - mf.wrote_position) // unit
-            n = min(room, count)
+            mf = self.file_for_entry(first_queue_offset)
+            n = min((self.mapped_file_size - mf.wrote_position) // unit, count)
             mf.native.write(mf.wrote_position, view[:n * unit])
             mf.wrote_position += n * unit
-            last = view[(n - 1) * unit:n * unit]
-            phys, sz = struct.unpack_from(">qi", last, 0)
+            phys, sz = _HEAD.unpack_from(view, (n - 1) * unit)
             self.max_physic_offset = phys + sz
             view = view[n * unit:]
             count -= n
-            expect += n * unit
+            first_queue_offset += n
 
     def flush(self, least_pages: int = 0) -> bool:
         if self.ext is not None:

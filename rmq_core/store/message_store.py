@@ -14,17 +14,16 @@ import time
 from typing import Callable
 
 from rmq_core._native import index as index_native
-from rmq_core._native import commit_log as commit_log_native
 from rmq_core._native import record as record_native
-from rmq_core._native.record import properties_to_bytes
+from rmq_core._native.commit_log import body_crc, offset_msg_id
+from rmq_core._native.record import properties_to_bytes, tags_code_from_properties
 from rmq_core._native import cq as cq_native
-from rmq_core._native import group_commit as group_commit_native
 from rmq_core.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from rmq_core.errors import DiskFullError, IllegalArgumentError, MessageTooLargeError, StoreError
 from rmq_core.message import (MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MessageConst, TopicValidator,
                               create_offset_msg_id, string_to_properties)
 from rmq_core.store.checkpoint import StoreCheckpoint
-from rmq_core.store.commit_log import CommitLog, EncodedMessages, build_encoded_single, now_ms
+from rmq_core.store.commit_log import CommitLog, EncodedMessages, now_ms
 from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueExt
 from rmq_core.store.flush_waits import FlushWaits
 from rmq_core.store.lock_file import StoreLock
@@ -35,6 +34,10 @@ from rmq_core.store.types import (AppendMessageResult, BatchAppendMessageResult,
                                   PutMessageStatus, QueryMessageResult, encode_host, record_fields)
 
 log = logging.getLogger("rmq.store")
+
+_PUT_OK = PutMessageStatus.PUT_OK
+_tuple_new = tuple.__new__  # builds a result named tuple without a Python frame
+_SCHEDULE_TOPIC = TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
 
 # Entries one get_message call may scan (bounded time for a pull with a rare tag).
 MAX_SCAN_ENTRIES_PER_GET = 16000
@@ -57,6 +60,7 @@ class DefaultMessageStore:
         self.config = config
         self.store_host = (store_host[0], int(store_host[1]))
         self._store_host_b, self._store_host_v6 = encode_host(self.store_host)
+        self._store_host_flag = 0x20 if self._store_host_v6 else 0  # STOREHOSTADDRESS_V6_FLAG of every record
         self._host_cache: dict[tuple, tuple[bytes, bool]] = {self.store_host: (self._store_host_b, self._store_host_v6)}
         self.delay_levels_ms = config.delay_levels_ms
         self.allocator = AllocateMappedFileService(prefault=getattr(config, "warm_mapped_file_enable", False))
@@ -87,12 +91,13 @@ class DefaultMessageStore:
 
             self.index_service = IndexService(config)
         self.index_build_service = IndexBuildService(self) if self.index_service is not None else None
-        # The common single put in one native call; anything unusual falls back to _put.
-        self._single_put = commit_log_native.SinglePutPath(
-            self, self.commit_log, self._host_cache, self._store_host_b, self._store_host_v6, 0,
-            AppendMessageResult, PutMessageResult, PutMessageStatus.PUT_OK, TopicValidator.RMQ_SYS_SCHEDULE_TOPIC,
-            log.exception)
-        self._fast_put = None  # the bound SinglePutPath.put while it may be used
+        # what every put reads instead of working it out (kept by _refresh_put_path)
+        self._refused = True  # not running, a slave, or the disk full: _check_writable says why
+        self._record_dispatch = None  # a record's dispatch beyond its consume queue, or None
+        self._listeners: tuple = ()
+        self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._max_record = min(config.max_message_size, self.commit_log.max_record_in_segment)
+        self._topic_bytes: dict[str, bytes] = {}  # checked topics, UTF-8
         self._flush_waits: FlushWaits | None = None  # await_durable_async's, for its event loop
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -244,7 +249,7 @@ class DefaultMessageStore:
         self.clean_commit_log_service.start()
         self._running = True
         self._shutdown = False
-        self._refresh_fast_path()
+        self._refresh_put_path()
 
     def shutdown(self) -> None:
         """Flush everything, write the checkpoint, remove the abort marker, close the files."""
@@ -253,9 +258,9 @@ class DefaultMessageStore:
         self._shutdown = True
         was_running = self._running
         self._running = False
-        self._refresh_fast_path()
+        self._refresh_put_path()
         with self.commit_log.put_lock:
-            pass  # a native put already past its checks finishes (and queues its index work) first
+            pass  # a put already under the lock finishes (and queues its index work) first
         self.clean_commit_log_service.shutdown()
         self.commit_log.shutdown()  # final flush
         self.flush_consume_queue_service.shutdown()
@@ -318,34 +323,23 @@ class DefaultMessageStore:
                 self._host_cache[host] = h
         return h
 
-    def _refresh_fast_path(self) -> None:
-        """Enable the native single put only when it would do exactly what the general path does:
-        running and writable, no extra dispatchers and no consume-queue ext (they need the
-        request).  With SYNC_FLUSH it appends through pwrite and returns the group-commit Future."""
+    def _refresh_put_path(self) -> None:
+        """Keep what a put reads current: whether writes are refused, what a stored record is
+        dispatched to besides its consume queue, the arriving listeners."""
         cfg = self.config
-        sync = cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH
-        ok = (self._running and not self._shutdown and self._disk_full_error is None
-              and cfg.broker_role is not BrokerRole.SLAVE and sync == self.commit_log.write_through_fd
-              and not self.dispatchers and not cfg.enable_consume_queue_ext)
+        self._refused = not (self._running and not self._shutdown and self._disk_full_error is None
+                             and cfg.broker_role is not BrokerRole.SLAVE)
+        self.commit_log.accepting_puts = not self._refused
         builder = self.index_build_service
-        if builder is not None and not builder.accepting:
-            builder = None
-        if self.index_service is not None and builder is None:
-            ok = False
-        svc = self.commit_log.flush_service
-        self._single_put.configure(ok, builder, self.arriving_listeners,
-                                   min(cfg.max_message_size, self.commit_log.max_record_in_segment),
-                                   self.commit_log.flush_requests if sync else None,
-                                   getattr(svc, "gate", None) if sync else None, cfg.sync_flush_timeout,
-                                   self._durable_result)
-        self._fast_put = self._single_put.put if ok else None
-
-    @property
-    def native_put(self):
-        """The native single put (`put(msg, wait=False) -> (result, future) or None` when it
-        declines) while the store may use it, else None: put_nowait's first step, and the one the
-        broker's send lane calls."""
-        return self._fast_put
+        if self.dispatchers or cfg.enable_consume_queue_ext:
+            self._record_dispatch = self._dispatch_record
+        elif builder is not None and builder.accepting:
+            self._record_dispatch = self._index_record  # queued for the builder thread
+        elif self.index_service is not None:
+            self._record_dispatch = self._dispatch_record  # recovery: built right here
+        else:
+            self._record_dispatch = None
+        self._listeners = tuple(self.arriving_listeners)
 
     def _check_writable(self) -> PutMessageResult | None:
         if self._disk_full_error is not None and time.monotonic() - self._disk_checked_at >= self.DISK_RECHECK_INTERVAL:
@@ -367,47 +361,6 @@ class DefaultMessageStore:
             return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None,
                                           error=f"topic {topic!r} is {len(topic_b)} bytes; it must be 1..{MAX_TOPIC_LENGTH}")
         return topic_b, None
-
-    def _encode_message(self, msg: MessageExtBrokerInner):
-        topic_b, err = self._check_topic(msg.topic)
-        if err:
-            return None, err
-        props_b = msg.properties_bytes
-        if props_b is None:
-            try:
-                props_b = properties_to_bytes(msg.properties)
-            except IllegalArgumentError as e:
-                return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e))
-        elif type(props_b) is not bytes:
-            props_b = bytes(props_b)
-        body = msg.body
-        if type(body) is not bytes:
-            body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
-        if len(props_b) > MAX_PROPERTIES_LENGTH:
-            return None, PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None,
-                                          error=f"message properties are {len(props_b)} bytes, more than {MAX_PROPERTIES_LENGTH}")
-        born_b, born6 = self._host(msg.born_host)
-        store_b, store6 = self._host(msg.store_host) if msg.store_host is not None else (self._store_host_b, self._store_host_v6)
-        sys_flag = (msg.sys_flag & ~0x30) | (0x10 if born6 else 0) | (0x20 if store6 else 0)
-        delay = 0
-        if msg.topic == TopicValidator.RMQ_SYS_SCHEDULE_TOPIC and msg.tags_code is None:
-            d = (msg.properties or string_to_properties(props_b)).get(MessageConst.DELAY_TIME_LEVEL)
-            delay = int(d) if d and d.isdigit() else 0
-        limit = min(self.config.max_message_size, self.commit_log.max_record_in_segment)
-        try:
-            enc = build_encoded_single(msg.topic, topic_b, msg.queue_id, msg.flag, body, props_b, sys_flag,
-                                       msg.born_timestamp or now_ms(), born_b, store_b, msg.reconsume_times,
-                                       msg.prepared_transaction_offset, limit, msg.tags_code, delay)
-        except MessageTooLargeError as e:
-            return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None,
-                                          error=f"message size {e.size} bytes exceeds maxMessageSize {self.config.max_message_size} bytes"
-                                          if e.limit == self.config.max_message_size else
-                                          f"message size {e.size} bytes exceeds the commit-log segment size")
-        except record_native.PropertiesSizeExceededError as e:
-            return None, PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, error=str(e))
-        except (IllegalArgumentError, ValueError, TypeError) as e:
-            return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e))
-        return enc, None
 
     def _encode_batch(self, batch: MessageExtBatch):
         topic_b, err = self._check_topic(batch.topic)
@@ -442,19 +395,12 @@ class DefaultMessageStore:
         return EncodedMessages(records, count, tags, batch.topic, batch.queue_id, sys_flag), None
 
     def _dispatch(self, enc: EncodedMessages, first_qoff: int, entries, store_ts: int, uses_queue: bool) -> None:
-        """Runs in commit-log order: consume queue first, then the extra dispatchers — or, with the
-        consume-queue ext, the dispatchers first (they compute the filter bit map the ext keeps)."""
+        """A batch's dispatch, in commit-log order: consume queue first, then the extra
+        dispatchers — or, with the consume-queue ext, the dispatchers first (they compute the
+        filter bit map the ext keeps)."""
         if uses_queue and self.config.enable_consume_queue_ext:
             cq = self.find_consume_queue(enc.topic, enc.queue_id)
-            if enc.count == 1 and enc.properties_bytes is not None:
-                phys, size, tags = struct.unpack_from(">qiq", entries, 0)
-                req = DispatchRequest(enc.topic, enc.queue_id, phys, size, tags, store_ts, first_qoff,
-                                      enc.sys_flag, 0, enc.properties_bytes)
-                self._run_extra_dispatchers(req)
-                reqs = [req]
-            else:
-                reqs = self._dispatch_extra_from_entries(enc.topic, enc.queue_id, first_qoff, enc.count, entries)
-            for req in reqs:
+            for req in self._dispatch_extra_from_entries(enc.topic, enc.queue_id, first_qoff, enc.count, entries):
                 cq.ext.put(req.consume_queue_offset, req.store_timestamp, req.bit_map)
             cq.put_entries(entries, first_qoff, enc.count)
             return
@@ -462,20 +408,27 @@ class DefaultMessageStore:
             self.find_consume_queue(enc.topic, enc.queue_id).put_entries(entries, first_qoff, enc.count)
         builder = self.index_build_service
         if not self.dispatchers and builder is not None and builder.accepting:
-            # index only: queue it for the builder thread (nothing read back on the put path)
-            if enc.count == 1 and enc.properties_bytes is not None:
-                builder.submit((enc.topic, struct.unpack_from(">q", entries, 0)[0], store_ts, enc.sys_flag,
-                                enc.properties_bytes))
-            else:
-                builder.submit((enc.topic, entries, enc.count))
+            builder.submit((enc.topic, entries, enc.count))  # read back from the log by the builder thread
         elif self.dispatchers or self.index_service is not None:
-            if enc.count == 1 and enc.properties_bytes is not None:
-                phys, size, tags = struct.unpack_from(">qiq", entries, 0)
-                req = DispatchRequest(enc.topic, enc.queue_id, phys, size, tags, store_ts, first_qoff,
-                                      enc.sys_flag, 0, enc.properties_bytes)
-                self._run_extra_dispatchers(req)
-            else:
-                self._dispatch_extra_from_entries(enc.topic, enc.queue_id, first_qoff, enc.count, entries)
+            self._dispatch_extra_from_entries(enc.topic, enc.queue_id, first_qoff, enc.count, entries)
+
+    def _index_record(self, topic, queue_id, phys, size, tags, store_ts, qoff, sys_flag, props) -> None:
+        """A message record's dispatch when the key index is the only one: queued for the builder
+        thread (IndexBuildService.submit, inlined: nothing is read back on the put path)."""
+        builder = self.index_build_service
+        q = builder._queue
+        q.append((topic, phys, store_ts, sys_flag, props))
+        if builder._idle and len(q) >= builder.WAKE_BACKLOG:
+            builder.wake()
+
+    def _dispatch_record(self, topic, queue_id, phys, size, tags, store_ts, qoff, sys_flag, props) -> None:
+        """A message record's dispatch to the index and the extra dispatchers (and, with the
+        consume-queue ext, its unit from the bit map they computed)."""
+        req = DispatchRequest(topic, queue_id, phys, size, tags, store_ts, qoff, sys_flag, 0, props)
+        self._run_extra_dispatchers(req)
+        t = sys_flag & 0xC
+        if self.config.enable_consume_queue_ext and t != 0x4 and t != 0xC:
+            self.find_consume_queue(topic, queue_id).ext.put(qoff, store_ts, req.bit_map)
 
     def _run_extra_dispatchers(self, req: DispatchRequest) -> None:
         if self.index_service is not None:
@@ -500,49 +453,58 @@ class DefaultMessageStore:
         if enc.uses_queue:
             self.find_consume_queue(enc.topic, enc.queue_id).prepare_entries(first_qoff, enc.count)
 
-    def _put(self, enc: EncodedMessages, wait: bool):
+    def _put_batch(self, batch: MessageExtBatch, wait: bool):
+        if self._refused:
+            err = self._check_writable()
+            if err is not None:
+                return err, None
+        enc, err = self._encode_batch(batch)
+        if err is not None:
+            return err, None
         try:
             outcome = self.commit_log.append(enc, self._dispatch, self._prepare_queue)
-        except DiskFullError as e:
-            msg = f"{e}: writes are refused"
-            if self._disk_full_error is None:
-                log.error("put to %s-%d refused: %s", enc.topic, enc.queue_id, msg)
-            self._no_room_error = self._disk_full_error = msg
-            self._disk_checked_at = time.monotonic()
-            self._refresh_fast_path()
-            return PutMessageResult(PutMessageStatus.DISK_FULL, None, error=msg), None
-        except OSError as e:
-            # e.g. no space left for a new segment: the broker answers with the reason
-            log.error("put to %s-%d failed: %s", enc.topic, enc.queue_id, e)
-            self.check_disk_space()
-            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None,
-                                    error=f"commit log write failed: {e}"), None
+        except (DiskFullError, OSError) as e:
+            return self._put_failed(e, enc.topic, enc.queue_id), None
+        if outcome is None:
+            return self._not_stored(), None
         if outcome.status is not PutMessageStatus.PUT_OK:
             return PutMessageResult(outcome.status, None, error=outcome.error), None
         count = outcome.count
-        if count == 1:
-            msg_id = commit_log_native.offset_msg_ids(outcome.entries, 1, self._store_host_b)
-            result = AppendMessageResult(outcome.wrote_offset, outcome.wrote_bytes, msg_id, outcome.store_timestamp,
-                                         outcome.logics_offset, 1)
-        else:  # per-record ids and offsets are built when first read
-            result = BatchAppendMessageResult(outcome.wrote_offset, outcome.wrote_bytes, outcome.store_timestamp,
-                                              outcome.logics_offset, count, outcome.entries, self._store_host_b)
+        result = PutMessageResult(PutMessageStatus.PUT_OK, BatchAppendMessageResult(
+            outcome.wrote_offset, outcome.wrote_bytes, outcome.store_timestamp, outcome.logics_offset, count,
+            outcome.entries, self._store_host_b))  # per-record ids and offsets are built when first read
         self.put_message_count += count
         self._notify_arriving(enc, outcome)
-        if self.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
-            return PutMessageResult(PutMessageStatus.PUT_OK, result), None
-        if wait:  # this thread waits on the group commit's gate: no Future needed
-            return self._await_durable(PutMessageResult(PutMessageStatus.PUT_OK, result), outcome.end_offset), None
-        fut = self.commit_log.request_flush(outcome.end_offset, outcome.store_timestamp)
-        return PutMessageResult(PutMessageStatus.PUT_OK, result), fut
+        if self._sync_flush:
+            return self._flush_for(result, outcome.end_offset, outcome.store_timestamp, wait)
+        return result, None
 
-    def _durable_result(self, put_result: PutMessageResult, gate_status: int) -> PutMessageResult:
-        """The answer to a blocking put the group commit's gate did not report durable in time."""
-        if gate_status == group_commit_native.GC_TIMEOUT:
-            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, put_result.append_result,
-                                    error=f"flush to disk did not finish within syncFlushTimeout "
-                                          f"{self.config.sync_flush_timeout} ms")
-        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, put_result.append_result)
+    def _put_failed(self, e: Exception, topic: str, queue_id: int) -> PutMessageResult:
+        """The answer to a put the commit log refused (DiskFullError) or failed to write."""
+        if isinstance(e, DiskFullError):
+            msg = f"{e}: writes are refused"
+            if self._disk_full_error is None:
+                log.error("put to %s-%d refused: %s", topic, queue_id, msg)
+            self._no_room_error = self._disk_full_error = msg
+            self._disk_checked_at = time.monotonic()
+            self._refresh_put_path()
+            return PutMessageResult(PutMessageStatus.DISK_FULL, None, error=msg)
+        # e.g. no space left for a new segment: the broker answers with the reason
+        log.error("put to %s-%d failed: %s", topic, queue_id, e)
+        self.check_disk_space()
+        return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None, error=f"commit log write failed: {e}")
+
+    def _not_stored(self) -> PutMessageResult:
+        """The answer to a put the commit log did not take: writes stopped meanwhile, or no segment."""
+        return self._check_writable() or PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, None,
+                                                          error="cannot create a commit-log segment")
+
+    def _flush_for(self, result: PutMessageResult, end: int, store_ts: int, wait: bool):
+        """SYNC_FLUSH: a blocking put waits on the group commit's gate here (no Future needed);
+        else the Future of the round that covers the put, for the caller to wait on."""
+        if wait:
+            return self._await_durable(result, end), None
+        return result, self.commit_log.request_flush(end, store_ts)
 
     def _await_durable(self, put_result: PutMessageResult, fut) -> PutMessageResult:
         """SYNC_FLUSH: wait for the group commit that covers the put (`fut`: the round's Future,
@@ -613,16 +575,15 @@ class DefaultMessageStore:
         return PutMessageResult(status, put_result.append_result)
 
     def _notify_arriving(self, enc: EncodedMessages, outcome) -> None:
-        if not self.arriving_listeners or not enc.uses_queue:
+        """A batch's arrival: the listeners see its last record (read back for its properties)."""
+        if not self._listeners or not enc.uses_queue:
             return
         max_after = outcome.logics_offset + outcome.count
         last = (outcome.count - 1) * 20
         phys, size, tags = struct.unpack_from(">qiq", outcome.entries, last)
-        props = enc.properties_bytes
-        if props is None:
-            raw = self.commit_log.get_data(phys, size)
-            props = record_fields(raw)["properties_bytes"] if raw is not None else b""
-        for fn in self.arriving_listeners:
+        raw = self.commit_log.get_data(phys, size)
+        props = record_fields(raw)["properties_bytes"] if raw is not None else b""
+        for fn in self._listeners:
             try:
                 fn(enc.topic, enc.queue_id, max_after, tags, outcome.store_timestamp, props)
             except Exception:
@@ -630,29 +591,96 @@ class DefaultMessageStore:
 
     # -- put: one path for a message and a batch ---------------------------------------------------
     def put_nowait(self, msg: MessageExtBrokerInner | MessageExtBatch, wait: bool = False):
-        """The one put path: append `msg` (a message or a MessageExtBatch) and answer
-        (PutMessageResult, what to wait on under SYNC_FLUSH or None).  A plain single message goes
-        through the native put (SinglePutPath); anything it declines, and every batch, is encoded
-        here and appended by the commit log.  With `wait` this thread waits on the group commit's
-        gate itself (a blocking put) where it can."""
+        """The one put path: store `msg` (a message or a MessageExtBatch) and answer
+        (PutMessageResult, what to wait on under SYNC_FLUSH or None).  Here the message is
+        checked and sized (a large body's CRC taken before the lock); the commit log places it
+        under its put lock (CommitLog.put_message; a batch: CommitLog.append).  With `wait` this
+        thread waits on the group commit's gate itself (a blocking put)."""
         if type(msg) is MessageExtBatch:
+            return self._put_batch(msg, wait)
+        if self._refused:
             err = self._check_writable()
-            if err:
+            if err is not None:
                 return err, None
-            enc, err = self._encode_batch(msg)
+        topic = msg.topic
+        try:
+            topic_b = self._topic_bytes[topic]
+        except (KeyError, TypeError):
+            topic_b, err = self._check_topic(topic)
+            if err is not None:
+                return err, None
+            if len(self._topic_bytes) < 100_000:
+                self._topic_bytes[topic] = topic_b
+        props = msg.properties_bytes
+        if props is None:
+            try:
+                props = properties_to_bytes(msg.properties)
+            except IllegalArgumentError as e:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e)), None
+        elif type(props) is not bytes:
+            props = bytes(props)
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None, error=f"message properties are "
+                                    f"{len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}"), None
+        body = msg.body
+        if type(body) is not bytes:
+            body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        try:
+            born_b, born6 = self._host_cache[msg.born_host]
+        except KeyError:
+            born_b, born6 = self._host(msg.born_host)
+        if msg.store_host is None:
+            store_b = self._store_host_b
+            sys_flag = (msg.sys_flag & ~0x30) | (0x10 if born6 else 0) | self._store_host_flag
         else:
-            fast = self._fast_put
-            if fast is not None:
-                r = fast(msg, wait)
-                if r is not None:
-                    return r
-            err = self._check_writable()
-            if err:
-                return err, None
-            enc, err = self._encode_message(msg)
-        if err:
-            return err, None
-        return self._put(enc, wait)
+            store_b, store6 = self._host(msg.store_host)
+            sys_flag = (msg.sys_flag & ~0x30) | (0x10 if born6 else 0) | (0x20 if store6 else 0)
+        total = 75 + len(born_b) + len(store_b) + len(body) + len(topic_b) + len(props)  # the record's length
+        if total > self._max_record:
+            limit = self.config.max_message_size
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=(
+                f"message size {total} bytes exceeds maxMessageSize {limit} bytes" if total > limit
+                else f"message size {total} bytes exceeds the commit-log segment size")), None
+        tags = msg.tags_code
+        delay = 0
+        if tags is None and topic == _SCHEDULE_TOPIC:
+            d = (msg.properties or string_to_properties(props)).get(MessageConst.DELAY_TIME_LEVEL)
+            delay = int(d) if d and d.isdigit() else 0
+        queue_id = msg.queue_id
+        if sys_flag & 0x4:  # prepared (0x4) and rolled-back (0xC) transaction records get no queue entry
+            cq = None
+        else:
+            try:
+                cq = self.consume_queue_table[topic][queue_id]
+            except (KeyError, TypeError):
+                if type(queue_id) is not int or not -2**31 <= queue_id < 2**31:
+                    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None,
+                                            error=f"queue id {queue_id!r} is not a 32-bit integer"), None
+                cq = self.find_consume_queue(topic, queue_id)
+        try:
+            stored = self.commit_log.put_message(
+                topic, topic_b, queue_id, msg.flag, body, props, sys_flag, msg.born_timestamp, born_b, store_b,
+                msg.reconsume_times, msg.prepared_transaction_offset, body_crc(body) if len(body) > 4096 else -1,
+                total, tags, delay, cq, self._record_dispatch)
+        except (DiskFullError, OSError) as e:
+            return self._put_failed(e, topic, queue_id), None
+        except (OverflowError, TypeError, ValueError) as e:  # a field out of range (nothing was written)
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=str(e)), None
+        if stored is None:
+            return self._not_stored(), None
+        phys, store_ts, qoff, tags = stored
+        result = _tuple_new(PutMessageResult, (_PUT_OK, _tuple_new(AppendMessageResult, (
+            phys, total, offset_msg_id(self._store_host_b, phys), store_ts, qoff, 1, None, None)), None))
+        self.put_message_count += 1
+        if cq is not None:
+            for fn in self._listeners:
+                try:
+                    fn(topic, queue_id, qoff + 1, tags, store_ts, props)
+                except Exception:
+                    log.exception("message arriving listener %r failed", fn)
+        if self._sync_flush:
+            return self._flush_for(result, phys + total, store_ts, wait)
+        return result, None
 
     def put(self, msg: MessageExtBrokerInner | MessageExtBatch) -> PutMessageResult:
         """A blocking put: the answer once the message (or batch) is stored (durable under SYNC_FLUSH)."""
@@ -903,11 +931,11 @@ class DefaultMessageStore:
 
     def register_message_arriving_listener(self, fn) -> None:
         self.arriving_listeners.append(fn)
-        self._refresh_fast_path()
+        self._refresh_put_path()
 
     def add_dispatcher(self, dispatcher) -> None:
         self.dispatchers.append(dispatcher)
-        self._refresh_fast_path()
+        self._refresh_put_path()
 
     # -- flush, retention, disk ------------------------------------------------------------------
     def _on_commit_log_flushed(self, store_ts: int) -> None:
@@ -957,13 +985,13 @@ class DefaultMessageStore:
             if self._disk_full_error is None:
                 log.error(msg)
                 self._disk_full_error = msg
-                self._refresh_fast_path()
+                self._refresh_put_path()
             self._disk_full_error = msg
         else:
             if self._disk_full_error is not None:
                 log.info("disk usage back to %.1f%%: writes allowed again", ratio * 100)
                 self._disk_full_error = None
-                self._refresh_fast_path()
+                self._refresh_put_path()
         return ratio
 
     def clean_expired_files(self, now: float | None = None, force_time_up: bool = False) -> int:

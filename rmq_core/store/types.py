@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 import socket
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -30,8 +30,10 @@ _STORED = {PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
            PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE}
 
 
-@attrs.frozen
-class AppendMessageResult:
+class AppendMessageResult(NamedTuple):
+    """Where a put's records went.  A named tuple: immutable, and built by a put without a
+    Python frame of its own (`tuple.__new__(AppendMessageResult, values)`)."""
+
     wrote_offset: int  # physical offset of the first record
     wrote_bytes: int
     msg_id: str  # offsetMsgId; comma-joined for a batch
@@ -50,27 +52,26 @@ class BatchAppendMessageResult(AppendMessageResult):
     code builds that comma-joined string in one go).  The values come from the append's 20-byte
     consume-queue entries; equality, hash and repr are those of the eager AppendMessageResult."""
 
-    __slots__ = ("_entries", "_store_host", "_msg_id", "_phys_offsets")
+    def __new__(cls, wrote_offset: int, wrote_bytes: int, store_timestamp: int, logics_offset: int, msg_num: int,
+                entries, store_host: bytes):
+        self = tuple.__new__(cls, (wrote_offset, wrote_bytes, None, store_timestamp, logics_offset, msg_num, None,
+                                   None))
+        d = self.__dict__
+        d["_entries"] = entries
+        d["_store_host"] = store_host
+        d["_msg_id"] = None
+        d["_phys_offsets"] = None
+        return self
 
-    def __init__(self, wrote_offset: int, wrote_bytes: int, store_timestamp: int, logics_offset: int, msg_num: int,
-                 entries, store_host: bytes):
-        # the base class's slots, set as attrs' own frozen __init__ does
-        for name, value in (("wrote_offset", wrote_offset), ("wrote_bytes", wrote_bytes),
-                            ("store_timestamp", store_timestamp), ("logics_offset", logics_offset),
-                            ("msg_num", msg_num)):
-            _BASE_SLOTS[name].__set__(self, value)
-        object.__setattr__(self, "_entries", entries)
-        object.__setattr__(self, "_store_host", store_host)
-        object.__setattr__(self, "_msg_id", None)
-        object.__setattr__(self, "_phys_offsets", None)
+    def __setattr__(self, name, value):
+        raise AttributeError(f"can't set attribute {name!r} of an AppendMessageResult")
 
     @property
     def msg_id(self) -> str:  # type: ignore[override]
         ids = self._msg_id
         if ids is None:
             from rmq_core._native.commit_log import offset_msg_ids
-            ids = offset_msg_ids(self._entries, self.msg_num, self._store_host)
-            object.__setattr__(self, "_msg_id", ids)
+            ids = self.__dict__["_msg_id"] = offset_msg_ids(self._entries, self.msg_num, self._store_host)
         return ids
 
     @property
@@ -78,32 +79,41 @@ class BatchAppendMessageResult(AppendMessageResult):
         offs = self._phys_offsets
         if offs is None:
             from rmq_core._native.commit_log import entries_phys_offsets
-            offs = entries_phys_offsets(self._entries, self.msg_num)
-            object.__setattr__(self, "_phys_offsets", offs)
+            offs = self.__dict__["_phys_offsets"] = entries_phys_offsets(self._entries, self.msg_num)
         return offs
 
     @property
     def queue_offsets(self) -> tuple:  # type: ignore[override]
         return tuple(range(self.logics_offset, self.logics_offset + self.msg_num))
 
+    def _eager(self) -> tuple:
+        return (self.wrote_offset, self.wrote_bytes, self.msg_id, self.store_timestamp, self.logics_offset,
+                self.msg_num, self.phys_offsets, self.queue_offsets)
+
     def __eq__(self, other):
         if not isinstance(other, AppendMessageResult):
             return NotImplemented
-        return attrs.astuple(self, recurse=False) == attrs.astuple(other, recurse=False)
+        theirs = other._eager() if isinstance(other, BatchAppendMessageResult) else tuple(other)
+        return self._eager() == theirs
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
 
     def __hash__(self):
-        return AppendMessageResult.__hash__(self)  # reads the fields through the properties above
+        return hash(self._eager())
+
+    def __iter__(self):
+        return iter(self._eager())
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in attrs.fields(AppendMessageResult))
+        fields = ", ".join(f"{n}={v!r}" for n, v in zip(AppendMessageResult._fields, self._eager()))
         return f"AppendMessageResult({fields})"
 
 
-_BASE_SLOTS = {f.name: AppendMessageResult.__dict__[f.name] for f in attrs.fields(AppendMessageResult)}
+class PutMessageResult(NamedTuple):
+    """A put's answer (a named tuple, as AppendMessageResult)."""
 
-
-@attrs.frozen
-class PutMessageResult:
     status: PutMessageStatus
     append_result: AppendMessageResult | None
     error: str | None = None

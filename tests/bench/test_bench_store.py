@@ -7,9 +7,9 @@
   per-record offsets and msg ids are built on first access; test_append_put_messages_with_msg_ids
   reads the comma-joined msg ids too, as the broker's SEND_BATCH reply does).
   Baseline: a plain memcpy of the same, already encoded bytes into the same mapping.
-* store-put-single-128B: put_message_nowait of one 128-byte message (ASYNC_FLUSH), through the
-  native single put, through the general path, and with the key index on (its build included),
-  vs one 250-byte memcpy into the mapping per message.
+* store-put-single-128B: put_message_nowait of one 128-byte message (ASYNC_FLUSH) — the one put
+  path — without and with the key index on (its build included), vs one 250-byte memcpy into the
+  mapping per message.
 * store-sync-flush: 16 writers, one record per put, SYNC_FLUSH (group commit), vs the raw
   fdatasync/s of one writer (write 256 bytes + fdatasync) on the same disk ("vs baseline" compares
   records/s): as 16 coroutines on an event loop attached to the group commit (the broker's way),
@@ -217,18 +217,8 @@ def test_put_single_baseline_memcpy_of_the_record(benchmark, tmp_path):
 
 
 @pytest.mark.benchmark(group="store-put-single-128B")
-def test_put_single_general_path(benchmark, tmp_path):
-    """put_message_nowait through the general path (what every put cost before SinglePutPath)."""
-    s = _single_store(tmp_path, False)
-    s._single_put.enabled = False
-    s._fast_put = None
-    _single_bench(benchmark, s, s.put_message_nowait)
-
-
-@pytest.mark.benchmark(group="store-put-single-128B")
 def test_put_single_nowait(benchmark, tmp_path):
     s = _single_store(tmp_path, False)
-    assert s._fast_put is not None
     _single_bench(benchmark, s, s.put_message_nowait)
 
 
@@ -236,7 +226,6 @@ def test_put_single_nowait(benchmark, tmp_path):
 def test_put_single_nowait_index_on(benchmark, tmp_path):
     """With the key index on: the put queues the index work; its (background) build is included."""
     s = _single_store(tmp_path, True)
-    assert s._fast_put is not None
 
     def put_and_build(m, _put=s.put_message_nowait, _b=s.index_build_service):
         _put(m)

@@ -1,5 +1,5 @@
 """The send lane as a kernel: it needs no broker, only a SendLaneState of plain values (owned and
-refreshed by its user) and a real store's native put."""
+refreshed by its user) and a real store's put."""
 import struct
 
 from rmq_core._native.send_lane import SendLane, SendLaneState
@@ -20,7 +20,7 @@ def test_lane_answers_from_its_state_alone(tmp_path):
     store.load()
     store.start()
     try:
-        # the native put takes a queue (and a born host) after the general path's first put to it
+        # a queue with a message in it already
         assert store.put(MessageExtBrokerInner("T", 1, b"warm", properties_bytes=b"",
                                                born_host=("127.0.0.1", 5555))).is_ok()
         version_token = object()  # what the topic cache was checked under (a DataVersion for a broker)
@@ -29,7 +29,7 @@ def test_lane_answers_from_its_state_alone(tmp_path):
 
         def refresh(state):
             refreshes.append(1)
-            state.put = store.native_put
+            state.put = store.put_nowait
             state.data_version, state.counter = knobs["token"], 7
             state.writable = knobs["writable"]
 
@@ -46,7 +46,7 @@ def test_lane_answers_from_its_state_alone(tmp_path):
 
         two = frame(V2, v2_fields("T", 1), b"a", opaque=1) + frame(V2, v2_fields("T", 1), b"b", opaque=2)
         assert deliver(two) == (len(two), None)
-        assert state.put is not None, "native put off"
+        assert state.put is not None, "lane put off"
         assert lane.handled == 2, (lane.declined, lane.deferred, lane.failed, handed[:1], deferred[:1])
         assert not handed and not deferred and puts == [("T", 2)]
         data = b"".join(emitted)

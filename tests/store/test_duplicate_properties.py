@@ -37,34 +37,29 @@ def test_tags_twice_last_wins_on_every_put_route_and_after_recovery(store_factor
     cfg = config_factory()
     s = store_factory(cfg)
     inner = dict(queue_id=0, body=b"x", properties_bytes=TWICE, born_timestamp=1_700_000_000_000)
-    # the native single put (taken once the queue exists), then the general path
+    # a message: the first put to its queue and one after
     assert s.put_message(MessageExtBrokerInner(topic="Single", **inner)).is_ok()
-    assert s._single_put.put(MessageExtBrokerInner(topic="Single", **inner)) is not None
-    s._single_put.enabled = False
-    s._fast_put = None
-    assert s.put_message(MessageExtBrokerInner(topic="General", **inner)).is_ok()
-    assert s.put_message(MessageExtBrokerInner(topic="General", **inner)).is_ok()
+    assert s.put_message(MessageExtBrokerInner(topic="Single", **inner)).is_ok()
     # a batch: the item names TAGS twice; and an item whose TAGS the extra properties repeat later
     body = encode_batch_body([(0, b"a", TWICE), (0, b"b", TWICE)])
     assert s.put(MessageExtBatch("Batch", 0, body)).is_ok()
     body = encode_batch_body([(0, b"c", {"TAGS": "First"}), (0, b"d", {})])
     assert s.put(MessageExtBatch("Extra", 0, body, extra_properties=b"TAGS\x01Second\x02")).is_ok()
-    for topic in ("Single", "General", "Batch", "Extra"):
+    for topic in ("Single", "Batch", "Extra"):
         _agree(s, topic, 2)
     # the consume queues rebuilt from the log by the recovery scan
     crash(s)
     shutil.rmtree(cfg.consume_queue_dir)
     os.remove(cfg.checkpoint_file)
     s2 = store_factory(cfg)
-    for topic in ("Single", "General", "Batch", "Extra"):
+    for topic in ("Single", "Batch", "Extra"):
         _agree(s2, topic, 2)
 
 
 def test_a_property_that_would_not_read_back_is_refused_by_every_route(store):
     good = MessageExtBrokerInner(topic="T", queue_id=0, body=b"x", properties={"K": "v"})
     bad = MessageExtBrokerInner(topic="T", queue_id=0, body=b"x", properties={"K": "a\x02b"})
-    assert store.put_message(good).is_ok()  # the queue exists: the native single put is tried first
-    assert store._single_put.put(bad) is None
+    assert store.put_message(good).is_ok()
     r = store.put_message(bad)
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "'K'" in r.error and "separator" in r.error
     assert store.put_message(good).append_result.logics_offset == 1

@@ -1,28 +1,24 @@
-"""The native single put (SinglePutPath) must store exactly what the general path stores, and
-step aside whenever its preconditions do not hold."""
+"""The one put path (DefaultMessageStore.put_nowait -> CommitLog.put_message -> the put_record
+kernel) for a single message: every message stores exactly the record RocketMQ writes, in every
+state of the log and its queues (first put, rolls, SYNC_FLUSH, a batch in flight)."""
 import asyncio
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from rmq_core.codec import encode_batch_body
+from rmq_core.codec import encode_batch_body, encode_message_record
 from rmq_core.config import FlushDiskType
-from rmq_core.message import java_string_hash, properties_to_string
+from rmq_core.message import java_string_hash, properties_to_string, string_to_properties
 from rmq_core.store import DefaultMessageStore, MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
-from rmq_core.store.types import record_fields
+from rmq_core.store.types import encode_host, record_fields
 
 from .conftest import hold_python_rounds, make_config, msg
 
 
-def _general_only(store: DefaultMessageStore) -> DefaultMessageStore:
-    store._single_put.enabled = False
-    store._fast_put = None
-    return store
-
-
-def _open(root, **kw) -> DefaultMessageStore:
-    s = DefaultMessageStore(make_config(root, **kw))
+def _open(root, store_host=("127.0.0.1", 10911), **kw) -> DefaultMessageStore:
+    s = DefaultMessageStore(make_config(root, **kw), store_host)
     s.load()
     s.start()
     return s
@@ -43,62 +39,73 @@ _messages = st.lists(st.tuples(
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(items=_messages)
-def test_native_put_stores_what_the_general_path_stores(tmp_path_factory, items):
-    fast = _open(tmp_path_factory.mktemp("fast"))
-    slow = _general_only(_open(tmp_path_factory.mktemp("slow")))
+@given(items=_messages, store_host=st.sampled_from([("127.0.0.1", 10911), ("::1", 10911)]),
+       flush=st.sampled_from([FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH]))
+def test_every_put_stores_the_record_rocketmq_writes(tmp_path_factory, items, store_host, flush):
+    """Byte for byte the record of the codec's oracle (encode_message_record) at the offsets the
+    put answered, and the consume-queue entry (offset, size, tag code) pointing at it - through
+    the mapping and through the descriptor (SYNC_FLUSH), for an IPv4 and an IPv6 store host."""
+    store = _open(tmp_path_factory.mktemp("one"), store_host, flush_disk_type=flush,
+                  mapped_file_size_commit_log=8 * 1024)  # rolls often
     try:
-        taken = 0
+        next_qoff = {}
         for topic, qid, body, props, flag, sys_flag, born, tags_code, pre in items:
             kw = dict(topic=topic, queue_id=qid, body=body, flag=flag, sys_flag=sys_flag, born_host=born,
                       born_timestamp=1_700_000_000_000, tags_code=tags_code)
+            props_b = properties_to_string(props).encode()
             if pre:
-                kw["properties_bytes"] = properties_to_string(props).encode()
+                kw["properties_bytes"] = props_b
             else:
                 kw["properties"] = props
-            before = fast.put_message_count
-            native_result = fast._single_put.put(MessageExtBrokerInner(**kw))
-            if native_result is None:
-                a = fast.put_message(MessageExtBrokerInner(**kw))
-            else:
-                taken += 1
-                a, fut = native_result
-                assert fut is None
-                assert fast.put_message_count == before + 1
-            b = slow.put_message(MessageExtBrokerInner(**kw))
-            assert a.status is b.status is PutMessageStatus.PUT_OK
-            ra, rb = a.append_result, b.append_result
-            assert (ra.wrote_offset, ra.wrote_bytes, ra.msg_id, ra.logics_offset, ra.msg_num) == \
-                   (rb.wrote_offset, rb.wrote_bytes, rb.msg_id, rb.logics_offset, rb.msg_num)
-            fa = record_fields(fast.select_one_message_by_offset(ra.wrote_offset))
-            fb = record_fields(slow.select_one_message_by_offset(rb.wrote_offset))
-            assert fa["store_timestamp"] == ra.store_timestamp
-            fa.pop("store_timestamp"), fb.pop("store_timestamp")
-            assert fa == fb
-            ca = fast.find_consume_queue(topic, qid).get_entry(ra.logics_offset)
-            cb = slow.find_consume_queue(topic, qid).get_entry(rb.logics_offset)
-            assert ca == cb
-        # every first put to a queue (and from a new host) takes the general path; later ones not
-        seen = set()
-        expect_native = 0
-        for topic, qid, *_rest, born, _tags, _pre in items:
-            expect_native += (topic, qid) in seen and born in seen
-            seen.add((topic, qid))
-            seen.add(born)
-        assert taken >= expect_native
-        for topic in ("TopicA", "TopicB", "%RETRY%g"):
-            for q in range(4):
-                assert fast.get_max_offset_in_queue(topic, q) == slow.get_max_offset_in_queue(topic, q)
+            before = store.put_message_count
+            r = store.put_message(MessageExtBrokerInner(**kw))
+            assert r.status is PutMessageStatus.PUT_OK and store.put_message_count == before + 1
+            a = r.append_result
+            assert a.logics_offset == next_qoff.get((topic, qid), 0) and a.msg_num == 1
+            next_qoff[(topic, qid)] = a.logics_offset + 1
+            want = encode_message_record(
+                topic=topic, body=body, queue_id=qid, flag=flag, queue_offset=a.logics_offset,
+                commit_log_offset=a.wrote_offset, sys_flag=sys_flag, born_timestamp=1_700_000_000_000, born_host=born,
+                store_timestamp=a.store_timestamp, store_host=store.store_host, properties=props_b)
+            assert store.select_one_message_by_offset(a.wrote_offset) == want and a.wrote_bytes == len(want)
+            assert a.msg_id == (encode_host(store.store_host)[0] + a.wrote_offset.to_bytes(8, "big")).hex().upper()
+            tags = tags_code_of(props_b) if tags_code is None else tags_code
+            assert store.find_consume_queue(topic, qid).get_entry(a.logics_offset) == (a.wrote_offset, len(want), tags)
+        for (topic, qid), n in next_qoff.items():
+            assert store.get_max_offset_in_queue(topic, qid) == n
     finally:
-        fast.shutdown()
-        slow.shutdown()
+        store.shutdown()
 
 
-def test_steady_state_puts_skip_the_general_path(store, monkeypatch):
-    assert store.put_message(msg(body=b"first")).is_ok()  # creates the consume queue
-    def general(*a, **k):
-        raise AssertionError("the general append path was used")
-    monkeypatch.setattr(store.commit_log, "append", general)
+def test_a_failed_write_is_answered_and_leaves_no_trace(sync_store):
+    """A record the descriptor refuses (SYNC_FLUSH pwrite): the put answers with the reason and
+    no position moved, so the next put takes the same place."""
+    import os
+
+    s = sync_store
+    assert s.put_message(msg(body=b"first")).is_ok()
+    mf = s.commit_log.mapped_file_queue.mapped_files[-1]
+    good_fd, read_only = mf.fd, os.open(mf.path, os.O_RDONLY)
+    end = s.get_max_phy_offset()
+    try:
+        mf.fd = read_only
+        r = s.put_message(msg(body=b"refused"))
+    finally:
+        mf.fd = good_fd
+        os.close(read_only)
+    assert r.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED and "commit log write failed" in r.error
+    assert s.get_max_phy_offset() == end and s.get_max_offset_in_queue("TopicA", 0) == 1
+    r = s.put_message(msg(body=b"second"))
+    assert r.is_ok() and r.append_result.wrote_offset == end and r.append_result.logics_offset == 1
+
+
+def tags_code_of(props_b: bytes) -> int:
+    tags = string_to_properties(props_b).get("TAGS")
+    return java_string_hash(tags) if tags else 0
+
+
+def test_puts_keep_queue_order_and_notify_listeners(store):
+    assert store.put_message(msg(body=b"first")).is_ok()
     arrived = []
     store.register_message_arriving_listener(lambda *a: arrived.append(a))
     for i in range(20):
@@ -110,7 +117,54 @@ def test_steady_state_puts_skip_the_general_path(store, monkeypatch):
     assert g.message_count == 20
 
 
-def test_segment_roll_and_new_queue_fall_back(store):
+def test_a_put_while_a_batch_is_published_waits_for_it(store, monkeypatch):
+    """A batch is encoded after the put lock, then published: a single put taken meanwhile gets
+    the next queue offset at once, but its queue entry (and its dispatch) come after the batch's."""
+    assert store.put_message(msg(body=b"m0")).is_ok()
+    encoding, release = threading.Event(), threading.Event()
+    from rmq_core.store import commit_log as commit_log_module
+
+    real = commit_log_module.commit_log_native.encode_batch_into
+
+    def slow_encode(*a):
+        encoding.set()
+        assert release.wait(10)
+        return real(*a)
+
+    monkeypatch.setattr(commit_log_module.commit_log_native, "encode_batch_into", slow_encode)
+    batch = MessageExtBatch("TopicA", 0, encode_batch_body([(0, b"b%d" % i, {}) for i in range(3)]))
+    cl = store.commit_log
+    first_ticket = cl._next_ticket
+    answers = {}
+    t = threading.Thread(target=lambda: answers.setdefault("batch", store.put(batch)))
+    t.start()
+    assert encoding.wait(10)
+    single = {}
+    t2 = threading.Thread(target=lambda: single.setdefault("r", store.put_message(msg(body=b"m4"))))
+    t2.start()
+    deadline = time.monotonic() + 10
+    while cl._next_ticket != first_ticket + 2:  # the message took the ticket after the batch's
+        assert time.monotonic() < deadline, "the put never got past the put lock"
+        time.sleep(0.001)
+    assert store.get_max_offset_in_queue("TopicA", 0) == 1  # neither entry is visible yet
+    release.set()
+    t.join(10)
+    t2.join(10)
+    assert answers["batch"].append_result.logics_offset == 1 and single["r"].append_result.logics_offset == 4
+    got = store.get_message("g", "TopicA", 0, 0, 32)
+    assert got.message_count == 5
+    assert [record_fields(got.buffer[p:])["body"] for p in _positions(got)] == [b"m0", b"b0", b"b1", b"b2", b"m4"]
+
+
+def _positions(got):
+    pos, out = 0, []
+    while pos < len(got.buffer):
+        out.append(pos)
+        pos += record_fields(got.buffer[pos:])["total_size"]
+    return out
+
+
+def test_segment_and_consume_queue_rolls(store):
     # 64 KiB segments and 100-entry consume-queue files: 900 records of ~200 bytes roll both
     offsets = []
     for i in range(900):
@@ -125,22 +179,20 @@ def test_segment_roll_and_new_queue_fall_back(store):
     assert [r.append_result.logics_offset for r in [store.put_message(msg(queue_id=2))]] == [300]
 
 
-def test_disk_full_and_shutdown_disable_the_native_path(store):
+def test_disk_full_and_shutdown_refuse_puts(store):
     assert store.put_message(msg()).is_ok()
     store.disk_usage = lambda path: 0.99
     store.check_disk_space()
-    assert store._fast_put is None
     r = store.put_message(msg())
     assert r.status is PutMessageStatus.DISK_FULL and "full" in r.error
     store.disk_usage = lambda path: 0.10
     store.check_disk_space()
-    assert store._fast_put is not None and store.put_message(msg()).is_ok()
+    assert store.put_message(msg()).is_ok()
     store.shutdown()
-    assert store._single_put.put(msg()) is None
     assert store.put_message(msg()).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
 
 
-def test_errors_still_come_from_the_general_path(store_factory):
+def test_bad_messages_are_refused_naming_the_value(store_factory):
     store = store_factory(max_message_size=1024)
     assert store.put_message(msg()).is_ok()
     r = store.put_message(msg(body=b"x" * 1024))
@@ -149,11 +201,9 @@ def test_errors_still_come_from_the_general_path(store_factory):
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "128 bytes" in r.error
 
 
-def test_sync_flush_native_put_writes_through_the_descriptor_and_waits_for_group_commit(sync_store, monkeypatch):
+def test_sync_flush_put_writes_through_the_descriptor_and_waits_for_group_commit(sync_store):
     s = sync_store
     assert s.put_message(msg(body=b"first")).is_ok()  # creates the consume queue
-    assert s._fast_put is not None
-    monkeypatch.setattr(s.commit_log, "append", lambda *a, **k: pytest.fail("general path used"))
     rounds = s.commit_log.flush_service.rounds
     r, fut = s.put_message_nowait(msg(body=b"second"))
     assert r.is_ok() and fut.result(timeout=10) is PutMessageStatus.PUT_OK

@@ -173,7 +173,7 @@ class SendMessageProcessor(Processor):
         def refresh(state):
             # what a lane may do now: RPC hooks see every request as a RemotingCommand, so with
             # one registered the lane stands aside
-            state.put = store.native_put if table is not None and table.rpc_hooks is None else None
+            state.put = store.put_nowait if table is not None and table.rpc_hooks is None else None
             dv = topic_manager.table.data_version
             state.data_version, state.counter = dv, dv.counter
             state.writable = bool(broker_config.broker_permission & PermName.PERM_WRITE)
