@@ -1,42 +1,8 @@
-"""Type stubs for rmq_core._native.client_native (the client's native SEND request / response codec)."""
+"""Type stubs for rmq_core._native.send_pipeline (the send pipeline's kernel)."""
 from typing import Any
 
+from rmq_core._native.frame import SendResponse
 from rmq_core.message import Message, MessageQueue, SendResult
-from rmq_core.remoting.command import RemotingCommand
-
-def now_ms() -> int: ...
-
-class SendHeader:
-    code: int
-    topic: str
-    queue_id: int
-    broker_name: str
-    def __init__(self, group: str, topic: str, queue_id: int, broker_name: str, create_topic_key: str = "TBW102",
-                 default_topic_queue_nums: int = 4, code: int = 310, batch: bool = False, language: str = "PYTHON",
-                 version: int = 0, v2: bool = True) -> None: ...
-    def build_frame(self, sys_flag: int, flag: int, properties: dict[str, str | None], opaque: int,
-                    body: bytes | bytearray | memoryview, born_timestamp: int | None = None, reconsume_times: int = 0,
-                    max_reconsume_times: int | None = None, oneway: bool = False) -> bytes | None: ...
-    def build_message_frame(self, message: Message, uniq: str, opaque: int) -> bytes | None: ...
-
-class SendResponse:
-    code: int
-    flag: int
-    opaque: int
-    remark: str | None
-    msg_id: str | None
-    queue_id: int | None
-    queue_offset: int | None
-    transaction_id: str | None
-    region_id: str | None
-    def __init__(self, code: int, flag: int = 1, opaque: int = 0, remark: str | None = None, msg_id: str | None = None,
-                 queue_id: int | None = None, queue_offset: int | None = None, transaction_id: str | None = None,
-                 region_id: str | None = None) -> None: ...
-    @staticmethod
-    def from_command(cmd: RemotingCommand) -> SendResponse: ...
-
-def read_send_response(frame: bytes | bytearray | memoryview) -> SendResponse | None: ...
-def read_send_responses(data: bytes | bytearray | memoryview, max_frame_length: int) -> tuple[list[SendResponse | bytes], int]: ...
 
 class SendResultMaker:
     def __init__(self, send_result_cls: type[SendResult], field_names: tuple[str, ...], message_queue_cls: type[MessageQueue],
@@ -44,7 +10,7 @@ class SendResultMaker:
     def make(self, response: SendResponse, mq: MessageQueue, msg_id: str) -> SendResult | None: ...
 
 class PipelinedCompletion:
-    def __init__(self, maker: SendResultMaker, fault_strategy: Any, noted: dict[str, int], fallback: Any) -> None: ...
+    def __init__(self, *, maker: SendResultMaker, update_fault_item: Any, noted: dict[str, int], fallback: Any) -> None: ...
     def __call__(self, context: tuple, response: SendResponse | None, error: BaseException | None) -> None: ...
 
 def init_future_states(pending: str, running: str, finished: str) -> None: ...
@@ -76,19 +42,18 @@ class PipelinedWrites:
     def mark_closed(self, error: BaseException) -> bool: ...
 
 class PipelinedSender:
-    def __init__(self, state: Any) -> None: ...  # a rmq_core.client.send_state.SendState
+    def __init__(self, *, routes: dict[str, Any], headers: dict[tuple, Any], broker_addrs: dict[str, dict[int, str]],
+                 master_id: int, benched: dict[str, Any], clock: Any, select_queue: Any, checked_topics: set[str],
+                 check_message: Any, new_uniq: Any, opaques: Any, future_cls: type, message_cls: type[Message],
+                 channel_for: Any, remoting_error: type[BaseException], completion: PipelinedCompletion,
+                 send_general: Any, failed: Any, one_channel_per_broker: bool, max_message_size: int,
+                 compress_over: int, fault_enabled: bool = True) -> None: ...
+    def configure(self, *, max_message_size: int | None = None, compress_over: int | None = None,
+                  fault_enabled: bool | None = None, open: bool | None = None) -> None: ...
     def send(self, message: Message, timeout: float, mode: str = "ASYNC", future: Any = None) -> Any: ...
 
 def deliver_responses(items: list[Any], pending: dict[int, tuple[float, Any, Any]],
                       failed: Any) -> tuple[int, list[Any]]: ...
 
-class UniqIds:
-    def __init__(self, setter_cls: type) -> None: ...
-    def __call__(self) -> str: ...
-
-def encode_batch(msgs: list[Message], max_message_size: int, message_cls: type[Message], reserved: frozenset[str],
-                 check_topic: Any, id_setter: type) -> tuple[str, str, bytes, bool]: ...
-def encode_batch_item(message: Message, max_message_size: int, message_cls: type[Message], reserved: frozenset[str],
-                      check_topic: Any, id_setter: type) -> tuple[str, str, bytes, bool]: ...
 def finish_batch(maker: SendResultMaker, batch: list[tuple], status: Any, queue: MessageQueue, base: int,
                  offset_ids: str | None, region: str | None) -> None: ...

@@ -1,464 +1,27 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Native produce path of the client: the whole SEND_MESSAGE_V2 request frame built from its
-fields, and the send response read straight from its frame (no RemotingCommand either way).
+"""The send pipeline's kernel (rmq_core.client.producer.SendAttempts' usual case, natively).
 
-Request frame (shared/protocol/REMOTING.md §1 and §5.4, integers big-endian):
+- PipelinedSender: a plain message's first attempt - its queue picked, its request frame written
+  by frame.pyx's SendHeader, the LeanFuture and its context, the write on the broker's pipelined
+  connection;
+- PipelinedWrites: a pipelined connection's write side (rmq_core.remoting.pipelined);
+- deliver_responses and PipelinedCompletion: answers (frame.pyx: read_send_responses) matched to
+  their requests and finished as SendResults (SendResultMaker; finish_batch for auto_batch);
+- the LeanFuture steps (finish_unwatched, lean_result, subscribe_unwatched).
 
-    int32 length            = 4 + headerLength + bodyLength
-    int32 hdrLenAndType     = 0 << 24 | headerLength          (JSON header)
-    header                  {"code":310,"extFields":{"a":group,"b":topic,"c":createTopicKey,
-                             "d":defaultQueueNums,"e":queueId,"f":sysFlag,"g":bornTimestamp,
-                             "h":flag,"i":properties,"j":reconsumeTimes,"k":"false","m":batch,
-                             "n":brokerName[,"l":maxReconsumeTimes]},"flag":0,"language":"PYTHON",
-                             "opaque":N,"serializeTypeCurrentRPC":"JSON","version":N}
-    body                    the message body (or a batch body)
-
-These are exactly the bytes RemotingCommand.create_request(code, header, body) encodes to with
-language PYTHON (V1 - SEND_MESSAGE - the same with the long field names): ext fields in that
-insertion order, every value a JSON string escaped as json.encoder.encode_basestring does (UTF-8
-kept).  A SendHeader holds what is constant
-for one (producer, queue); build_frame writes the rest.
-
-Response frame: the JSON header of a SendMessageResponseHeader, read for code, flag, opaque,
-remark and the ext fields msgId, queueId, queueOffset, transactionId and MSG_REGION (the others are
-skipped without building anything).  Whatever is unusual (a binary header, a number or object
-inside extFields, an escaped value in a field we keep, a non-plain integer, a request from the
-peer, malformed JSON) makes the reader decline with None: the caller then decodes the frame with
-RemotingCommand.decode, whose errors name the problem, and reads it with
-SendResponse.from_command.  Bytes from the network are untrusted: every read is bounds-checked.
+Everything here works from plain values the Python layer owns and hands over: dicts, sets,
+callables, ints - never a Producer, a client instance or a state object whose attributes it reads.
+Settings that change while a producer runs are pushed through PipelinedSender.configure.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.dict cimport PyDict_Next
-from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
 from cpython.pythread cimport PyThread_get_thread_ident
-from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint32_t, uint8_t
-from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy
+from libc.stdint cimport int64_t
 
 cimport cython
 
-cdef extern from "Python.h":
-    const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
-    bint PyUnicode_CheckExact(object o)
-    bint PyLong_CheckExact(object o)
-
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int clock_gettime(int clk_id, timespec* tp)
-    int CLOCK_REALTIME
-
-DEF MAX_PROPERTIES_LENGTH = 32767  # what the broker accepts (int16 length in the stored record)
-
-
-# --- an output buffer ------------------------------------------------------------------------------
-from json_text cimport Out, out_put as _put, out_put_int as _put_int, out_reserve as _grow, rmq_json_escaped
-
-
-cdef int _put_escaped(Out* o, const char* p, Py_ssize_t n) except -1:
-    """UTF-8 bytes as the inside of a JSON string literal (json_text.h)."""
-    if o.n + n * 6 > o.cap:
-        _grow(o, n * 6)
-    o.n = rmq_json_escaped(o.buf + o.n, p, n) - o.buf
-    return 0
-
-
-cdef bytes _json_str(object s):
-    """A str as a JSON string literal (with its quotes), UTF-8."""
-    cdef Py_ssize_t n
-    cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)
-    cdef char stack[256]
-    cdef Out o
-    o.buf = stack
-    o.cap = 256
-    o.n = 0
-    o.heap = False
-    try:
-        _put(&o, '"', 1)
-        _put_escaped(&o, p, n)
-        _put(&o, '"', 1)
-        return PyBytes_FromStringAndSize(o.buf, o.n)
-    finally:
-        if o.heap:
-            free(o.buf)
-
-
-cdef inline int64_t _now_ms() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
-
-
-def now_ms():
-    """Milliseconds since the epoch, as build_frame stamps bornTimestamp (int(time.time() * 1000))."""
-    return _now_ms()
-
-
-# the header field names, V2 (SendMessageRequestHeaderV2) and V1, in the order they are written
-cdef tuple _V2_NAMES = (b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h", b"i", b"j", b"k", b"l", b"m", b"n")
-cdef tuple _V1_NAMES = (b"producerGroup", b"topic", b"defaultTopic", b"defaultTopicQueueNums", b"queueId",
-                        b"sysFlag", b"bornTimestamp", b"flag", b"properties", b"reconsumeTimes", b"unitMode",
-                        b"maxReconsumeTimes", b"batch", b"brokerName")
-
-
-# --- the request -------------------------------------------------------------------------------------
-@cython.final
-cdef class SendHeader:
-    """The one writer of a producer's send request header (SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE
-    with the one-letter names a..n, SEND_MESSAGE with the long ones): what is constant for one
-    (producer, queue) made once; build_frame fills in the rest per send (a retry topic's
-    reconsume fields included, a oneway request's flag)."""
-
-    cdef bytes _head  # '{"code":310,"extFields":{"a":..,"b":..,"c":..,"d":..,"e":"<qid>","f":"'
-    cdef bytes _mid   # '","k":"false","m":"false","n":<broker>'
-    cdef bytes _language  # ',"language":"PYTHON","opaque":'
-    cdef bytes _tail  # ',"serializeTypeCurrentRPC":"JSON","version":N}'
-    cdef bytes _kg, _kh, _ki, _kj, _kl  # '","g":"' ... (or the V1 names)
-    cdef readonly int code
-    cdef readonly str topic
-    cdef readonly int queue_id
-    cdef readonly str broker_name
-
-    def __init__(self, str group, str topic, int queue_id, str broker_name, str create_topic_key="TBW102",
-                 int default_topic_queue_nums=4, int code=310, bint batch=False, str language="PYTHON",
-                 int version=0, bint v2=True):
-        self.code = code
-        self.topic = topic
-        self.queue_id = queue_id
-        self.broker_name = broker_name
-        names = _V2_NAMES if v2 else _V1_NAMES
-        self._head = b"".join([
-            b'{"code":', str(code).encode(), b',"extFields":{"', names[0], b'":', _json_str(group),
-            b',"', names[1], b'":', _json_str(topic), b',"', names[2], b'":', _json_str(create_topic_key),
-            b',"', names[3], b'":', _json_str(str(default_topic_queue_nums)),
-            b',"', names[4], b'":"', str(queue_id).encode(), b'","', names[5], b'":"'])
-        self._kg = b'","' + names[6] + b'":"'
-        self._kh = b'","' + names[7] + b'":"'
-        self._ki = b'","' + names[8] + b'":"'
-        self._kj = b'","' + names[9] + b'":"'
-        self._kl = b',"' + names[11] + b'":"'
-        self._mid = b"".join([b'","', names[10], b'":"false","', names[12], b'":', b'"true"' if batch else b'"false"',
-                              b',"', names[13], b'":', _json_str(broker_name)])
-        self._language = b"".join([b',"language":', _json_str(language), b',"opaque":'])
-        self._tail = b',"serializeTypeCurrentRPC":"JSON","version":' + str(version).encode() + b"}"
-
-    def build_frame(self, sys_flag, flag, dict properties, opaque, body, born_timestamp=None,
-                    reconsume_times=0, max_reconsume_times=None, bint oneway=False):
-        """The whole request frame (length prefix included) as bytes, or None when the caller must
-        judge it (a property that is not a str, a lone surrogate, a number beyond 64 bits,
-        properties over 32767 bytes).  born_timestamp None: now."""
-        return self._frame(sys_flag, flag, properties, None, opaque, body, born_timestamp, reconsume_times,
-                           max_reconsume_times, None, oneway)
-
-    def build_message_frame(self, message, str uniq, opaque):
-        """build_frame for a plain message straight from its fields: the properties are those
-        Producer._prepare makes (user properties, TAGS, KEYS, DELAY, WAIT, then UNIQ_KEY = uniq),
-        sys flag 0 (no compression), born now.  None where the Python path must do it: a user
-        property that is not a str or is UNIQ_KEY, a tag that is not a str, or build_frame's cases."""
-        return self._frame(0, message.flag, None, message, opaque, message.body, None, 0, None, uniq)
-
-    cdef object _frame(self, sys_flag, flag, dict properties, message, opaque, body, born_timestamp,
-                       reconsume_times, max_reconsume_times, str uniq=None, bint oneway=False):
-        cdef Py_buffer pb
-        cdef char stack[2048]
-        cdef Out o
-        cdef Py_ssize_t header_length, total, raw_props = 0
-        cdef int64_t born, c_sys_flag, c_flag, c_opaque, c_reconsume, c_max_reconsume = 0
-        cdef char* out
-        try:  # a value beyond 64 bits: the Python encoder writes it (and the broker judges it)
-            born = _now_ms() if born_timestamp is None else born_timestamp
-            c_sys_flag, c_flag, c_opaque, c_reconsume = sys_flag, flag, opaque, reconsume_times
-            if max_reconsume_times is not None:
-                c_max_reconsume = max_reconsume_times
-        except OverflowError:
-            return None
-        o.buf = stack
-        o.cap = 2048
-        o.n = 8  # room for the two int32 fields in front
-        o.heap = False
-        try:
-            _put(&o, PyBytes_AS_STRING(self._head), len(self._head))
-            _put_int(&o, c_sys_flag)
-            _put(&o, PyBytes_AS_STRING(self._kg), len(self._kg))
-            _put_int(&o, born)
-            _put(&o, PyBytes_AS_STRING(self._kh), len(self._kh))
-            _put_int(&o, c_flag)
-            _put(&o, PyBytes_AS_STRING(self._ki), len(self._ki))
-            if message is None:
-                raw_props = _put_properties(&o, properties, False)
-            else:
-                raw_props = _put_message_properties(&o, message, uniq)
-            if raw_props < 0 or raw_props > MAX_PROPERTIES_LENGTH:
-                return None
-            _put(&o, PyBytes_AS_STRING(self._kj), len(self._kj))
-            _put_int(&o, c_reconsume)
-            _put(&o, PyBytes_AS_STRING(self._mid), len(self._mid))
-            if max_reconsume_times is not None:
-                _put(&o, PyBytes_AS_STRING(self._kl), len(self._kl))
-                _put_int(&o, c_max_reconsume)
-                _put(&o, '"', 1)
-            if oneway:  # (flag bit 1: no answer expected)
-                _put(&o, '},"flag":2', 10)
-            else:
-                _put(&o, '},"flag":0', 10)
-            _put(&o, PyBytes_AS_STRING(self._language), len(self._language))
-            _put_int(&o, c_opaque)
-            _put(&o, PyBytes_AS_STRING(self._tail), len(self._tail))
-            header_length = o.n - 8
-            PyObject_GetBuffer(body, &pb, PyBUF_SIMPLE)
-            try:
-                total = 4 + header_length + pb.len
-                if total > 0x7FFFFFFF:
-                    return None
-                frame = PyBytes_FromStringAndSize(NULL, 4 + total)
-                out = PyBytes_AS_STRING(frame)
-                o.buf[0] = <char>(total >> 24); o.buf[1] = <char>(total >> 16)
-                o.buf[2] = <char>(total >> 8); o.buf[3] = <char>total
-                o.buf[4] = 0; o.buf[5] = <char>(header_length >> 16)
-                o.buf[6] = <char>(header_length >> 8); o.buf[7] = <char>header_length
-                memcpy(out, o.buf, o.n)
-                if pb.len:
-                    memcpy(out + o.n, pb.buf, pb.len)
-            finally:
-                PyBuffer_Release(&pb)
-            return frame
-        finally:
-            if o.heap:
-                free(o.buf)
-
-
-cdef Py_ssize_t _put_pair(Out* o, object k, object v) except -2:
-    """name\u0001value\u0002 (JSON-escaped); the raw UTF-8 size, or -1 (not two str, or a lone
-    surrogate): the caller declines."""
-    cdef Py_ssize_t klen, vlen
-    cdef const char* kp
-    cdef const char* vp
-    if not PyUnicode_CheckExact(k) or not PyUnicode_CheckExact(v):
-        return -1
-    try:
-        kp = PyUnicode_AsUTF8AndSize(k, &klen)
-        vp = PyUnicode_AsUTF8AndSize(v, &vlen)
-    except UnicodeEncodeError:
-        return -1
-    _put_escaped(o, kp, klen)
-    _put(o, "\\u0001", 6)
-    _put_escaped(o, vp, vlen)
-    _put(o, "\\u0002", 6)
-    return klen + vlen + 2
-
-
-cdef Py_ssize_t _put_properties(Out* o, dict properties, bint no_uniq) except -2:
-    """properties_to_string(properties), escaped; the raw size or -1 (decline)."""
-    cdef Py_ssize_t pos = 0, n, raw = 0
-    cdef PyObject* k
-    cdef PyObject* v
-    while PyDict_Next(properties, &pos, &k, &v):
-        if v == <PyObject*>None:
-            continue  # properties_to_string skips None values
-        if no_uniq and PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY":
-            return -1
-        n = _put_pair(o, <object>k, <object>v)
-        if n < 0:
-            return -1
-        raw += n
-    return raw
-
-
-cdef Py_ssize_t _put_message_properties(Out* o, message, str uniq) except -2:
-    """Message.wire_properties() plus UNIQ_KEY, escaped; the raw size or -1 (decline)."""
-    cdef Py_ssize_t n, raw
-    cdef dict user = message.properties
-    cdef PyObject* k
-    cdef PyObject* v
-    cdef Py_ssize_t pos = 0
-    raw = 0
-    if user:
-        while PyDict_Next(user, &pos, &k, &v):  # str(v) of None would be "None": the Python path's
-            if v == <PyObject*>None or (PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY"):
-                return -1
-            n = _put_pair(o, <object>k, <object>v)
-            if n < 0:
-                return -1
-            raw += n
-    tags = message.tags
-    if tags:
-        n = _put_pair(o, "TAGS", tags)
-        if n < 0:
-            return -1
-        raw += n
-    keys = message.keys
-    if keys:
-        n = _put_pair(o, "KEYS", keys)
-        if n < 0:
-            return -1
-        raw += n
-    delay = message.delay_time_level
-    if delay > 0:
-        raw += _put_pair(o, "DELAY", str(delay))
-    raw += _put_pair(o, "WAIT", "true" if message.wait_store_msg_ok else "false")
-    n = _put_pair(o, "UNIQ_KEY", uniq)
-    if n < 0:
-        return -1
-    return raw + n
-
-
-# --- the response ------------------------------------------------------------------------------------
-@cython.final
-@cython.freelist(64)
-cdef class SendResponse:
-    """What a send response says: code, flag, opaque, remark, and the SendMessageResponseHeader
-    fields (None where the header lacks them; queue_id / queue_offset None also when empty)."""
-
-    cdef public object code
-    cdef public object flag
-    cdef public object opaque
-    cdef public object remark
-    cdef public object msg_id
-    cdef public object queue_id
-    cdef public object queue_offset
-    cdef public object transaction_id
-    cdef public object region_id
-
-    def __init__(self, code, flag=1, opaque=0, remark=None, msg_id=None, queue_id=None, queue_offset=None,
-                 transaction_id=None, region_id=None):
-        self.code = code
-        self.flag = flag
-        self.opaque = opaque
-        self.remark = remark
-        self.msg_id = msg_id
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        self.transaction_id = transaction_id
-        self.region_id = region_id
-
-    @staticmethod
-    def from_command(cmd):
-        """The same reading of a decoded RemotingCommand (the path for frames the native reader
-        declines); a garbage queueId / queueOffset raises RemotingCommandError naming it."""
-        return SendResponse(cmd.code, cmd.flag, cmd.opaque, cmd.remark, cmd.get_str("msgId"),
-                            cmd.get_int("queueId"), cmd.get_int("queueOffset"), cmd.get_str("transactionId"),
-                            cmd.get_str("MSG_REGION"))
-
-    def __repr__(self):
-        return (f"SendResponse(code={self.code}, opaque={self.opaque}, remark={self.remark!r}, "
-                f"msg_id={self.msg_id!r}, queue_id={self.queue_id!r}, queue_offset={self.queue_offset!r})")
-
-
-DEF _RESPONSE_FLAG = 1
-
-from frame cimport JsonHeader, frame_at, header_int, read_json_header
-from json_read cimport key_is as _is
-
-
-cdef object _plain_text(const uint8_t* s, Py_ssize_t n, bint escaped, bint* bad):
-    """A kept string value: decoded when it has no escapes; None and *bad otherwise (the Python
-    codec decodes the rest)."""
-    if escaped:
-        bad[0] = True
-        return None
-    try:
-        return PyUnicode_DecodeUTF8(<const char*>s, n, NULL)
-    except UnicodeDecodeError:
-        bad[0] = True
-        return None
-
-
-cdef int _response_field(void* target, const uint8_t* key, Py_ssize_t key_len, bint key_escaped,
-                         const uint8_t* value, Py_ssize_t value_len, bint value_escaped) except -1:
-    """read_json_header's extFields entry of a send response: the fields SendResponse keeps (an
-    int as RemotingCommand.get_int reads it, None when empty); 1 declines the frame."""
-    cdef SendResponse r = <SendResponse>target
-    cdef int64_t v
-    cdef bint bad = False
-    if key_escaped:
-        return 1
-    if _is(key, key_len, "msgId", 5):
-        r.msg_id = _plain_text(value, value_len, value_escaped, &bad)
-    elif _is(key, key_len, "queueId", 7) or _is(key, key_len, "queueOffset", 11):
-        if value_len == 0:
-            v_obj = None
-        elif value_escaped or not header_int(value, value_len, &v):
-            return 1  # " 7", "+7", a huge number: int() may still take it; the Python path decides
-        else:
-            v_obj = v
-        if key_len == 7:
-            r.queue_id = v_obj
-        else:
-            r.queue_offset = v_obj
-    elif _is(key, key_len, "transactionId", 13):
-        r.transaction_id = _plain_text(value, value_len, value_escaped, &bad)
-    elif _is(key, key_len, "MSG_REGION", 10):
-        r.region_id = _plain_text(value, value_len, value_escaped, &bad)
-    return 1 if bad else 0  # (other entries, TRACE_ON..., are not kept)
-
-
-cdef object _read_response(const uint8_t* base, Py_ssize_t n):
-    """The SendResponse of one frame (without its length prefix) read by the one JSON header
-    reader (frame.pxd: read_json_header), or None: declined, or not a response."""
-    cdef JsonHeader h
-    cdef SendResponse r = SendResponse.__new__(SendResponse)
-    cdef bint bad = False
-    if read_json_header(base, n, &h, _response_field, <void*>r) != 1:
-        return None
-    if not (h.flag & _RESPONSE_FLAG):
-        return None  # a request from the peer: not a send response
-    if h.remark != NULL:
-        r.remark = _plain_text(h.remark, h.remark_len, h.remark_escaped, &bad)
-        if bad:
-            return None
-    r.code = h.code
-    r.flag = h.flag
-    r.opaque = h.opaque
-    return r
-
-
-def read_send_response(frame):
-    """The SendResponse of one frame WITHOUT its length prefix, or None (see the module doc)."""
-    cdef Py_buffer pb
-    PyObject_GetBuffer(frame, &pb, PyBUF_SIMPLE)
-    try:
-        return _read_response(<const uint8_t*>pb.buf, pb.len)
-    finally:
-        PyBuffer_Release(&pb)
-
-
-def read_send_responses(data, Py_ssize_t max_frame_length):
-    """Every whole frame at the start of `data`: (items, consumed), each item the frame's
-    SendResponse or, when declined, the frame's bytes without its length prefix.  A length
-    outside 4..max_frame_length raises RemotingCommandError naming it (the framing is lost)."""
-    cdef Py_buffer pb
-    cdef const uint8_t* buf
-    cdef Py_ssize_t n, pos = 0, end
-    cdef int64_t length = 0
-    cdef bint bad = False
-    cdef int status
-    cdef list items = []
-    PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
-    try:
-        buf = <const uint8_t*>pb.buf
-        n = pb.len
-        while True:
-            status = frame_at(buf, n, pos, max_frame_length, &length)
-            if status <= 0:
-                bad = status < 0
-                break
-            end = pos + 4 + length
-            item = _read_response(buf + pos + 4, length)
-            if item is None:  # a copy, not a view: the caller may reuse `data` at once
-                item = PyBytes_FromStringAndSize(<const char*>(buf + pos + 4), length)
-            PyList_Append(items, item)
-            pos = end
-    finally:
-        PyBuffer_Release(&pb)
-    if bad:
-        from rmq_core.errors import RemotingCommandError
-        raise RemotingCommandError(f"frame length {length} outside 4..{max_frame_length}")
-    return items, pos
+from clock cimport monotonic as _monotonic
+from rmq_core._native.frame cimport RESPONSE_FLAG, SendHeader, SendResponse
 
 
 # --- the SendResult --------------------------------------------------------------------------------
@@ -602,16 +165,6 @@ cdef _log_callback_error(future):
     logging.getLogger("concurrent.futures").exception("exception calling callback for %r", future)
 
 
-cdef extern from "<time.h>" nogil:
-    int CLOCK_MONOTONIC
-
-
-cdef inline double _monotonic() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)  # what time.monotonic() reads on Linux
-    return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
-
-
 cdef object _LOOP_FUTURE = None
 
 
@@ -630,16 +183,19 @@ cdef class PipelinedCompletion:
     does (a fast answer at most once per millisecond per broker, in the same `noted` table), and the
     LeanFuture is finished.  Anything else (a failure, a refusal, a watched Future) goes to
     `fallback(context, response, error)`, the Python method.  context: the tuple
-    (message, uniq, mode, queue, address, timeout, begin, future) PipelinedSender made."""
+    (message, uniq, mode, queue, address, timeout, begin, future) PipelinedSender made.
+
+    maker: the SendResults' maker; update_fault_item(broker, latency ms, isolation): the fault
+    strategy's; noted: broker -> the ms of its last fast note (SendPolicy.noted)."""
 
     cdef SendResultMaker _maker
-    cdef object _fault_strategy
+    cdef object _update_fault_item
     cdef dict _noted
     cdef object _fallback
 
-    def __init__(self, SendResultMaker maker, fault_strategy, dict noted, fallback):
+    def __init__(self, *, SendResultMaker maker, update_fault_item, dict noted, fallback):
         self._maker = maker
-        self._fault_strategy = fault_strategy
+        self._update_fault_item = update_fault_item
         self._noted = noted
         self._fallback = fallback
 
@@ -654,10 +210,10 @@ cdef class PipelinedCompletion:
         cdef PyObject* last = PyDict_GetItem(self._noted, broker)
         if latency >= 50:
             self._noted.pop(broker, None)
-            self._fault_strategy.update_fault_item(broker, latency, False)
+            self._update_fault_item(broker, latency, False)
         elif last == NULL or <int64_t><object>last != now_ms:
             self._noted[broker] = now_ms
-            self._fault_strategy.update_fault_item(broker, latency, False)
+            self._update_fault_item(broker, latency, False)
         return 0
 
     cdef int complete(self, tuple context, response, error) except -1:
@@ -678,56 +234,6 @@ cdef class PipelinedCompletion:
                 return 0
         self._fallback(context, response, error)
         return 0
-
-
-# --- UNIQ_KEY ----------------------------------------------------------------------------------------
-cdef extern from "Python.h":
-    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
-    void* PyUnicode_DATA(object o)
-    int PyUnicode_KIND(object o)
-    Py_ssize_t PyUnicode_GET_LENGTH(object o)
-    object PyIter_Next(object o)
-
-cdef const char* _UPPER_HEX = "0123456789ABCDEF"
-
-
-@cython.final
-cdef class UniqIds:
-    """MessageClientIDSetter.create_uniq_id written natively: the same id from the same state
-    (its hex prefix, month bounds and its shared counter, so ids from either never repeat), the
-    32 characters formatted in C instead of an f-string."""
-
-    cdef object _setter
-
-    def __init__(self, setter_cls):
-        self._setter = setter_cls
-
-    def __call__(self):
-        return _uniq_id(self._setter)
-
-
-cdef str _uniq_id(object setter):
-    """One UNIQ_KEY from MessageClientIDSetter's state (UniqIds.__call__, encode_batch)."""
-    cdef int64_t now = _now_ms()
-    cdef Py_ssize_t n, i
-    cdef uint32_t elapsed, counter
-    cdef char* out
-    if now >= <int64_t>setter._next_month_ms:
-        setter._roll_month(now)
-    counter = <uint32_t>(<int64_t>PyIter_Next(setter._sequence) & 0xFFFF)
-    elapsed = <uint32_t>((now - <int64_t>setter._month_start_ms) & 0xFFFFFFFF)
-    prefix = setter._hex_prefix
-    n = PyUnicode_GET_LENGTH(prefix)
-    if PyUnicode_KIND(prefix) != 1:
-        raise ValueError(f"MessageClientIDSetter prefix {prefix!r} is not ASCII hex")
-    uniq = PyUnicode_New(n + 12, 127)
-    out = <char*>PyUnicode_DATA(uniq)
-    memcpy(out, PyUnicode_DATA(prefix), n)
-    for i in range(8):
-        out[n + i] = _UPPER_HEX[(elapsed >> (28 - 4 * i)) & 15]
-    for i in range(4):
-        out[n + 8 + i] = _UPPER_HEX[(counter >> (12 - 4 * i)) & 15]
-    return uniq
 
 
 # --- the pipelined connection's writes ----------------------------------------------------------------
@@ -870,73 +376,109 @@ DEF _INT32_MAX = 0x7FFFFFFF
 cdef class PipelinedSender:
     """The first attempt of a plain send (rmq_core.client.producer.SendAttempts.write's usual
     case) natively: the topic's route, a queue picked as MQFaultStrategy.select_one_message_queue
-    does (round robin past brokers on the bench), the broker's master address, the cached
-    SendHeader, a UNIQ_KEY, the whole frame, the LeanFuture and its context, written on the
-    broker's pipelined connection (tcp or in-proc) - the same steps and calls, without a Python
-    frame for each.  Its answer is finished by PipelinedCompletion; a failure goes to
-    state.failed, which retries as the policy says.
+    does (round robin past benched brokers), the broker's master address, the cached SendHeader,
+    a UNIQ_KEY, the whole frame, the LeanFuture and its context, written on the broker's
+    pipelined connection (tcp or in-proc) - the same steps and calls, without a Python frame for
+    each.  Its answer is finished by `completion`; a failure goes to `failed`, which retries as the
+    policy says.
 
     send(message, timeout, mode, future=None) returns the LeanFuture (or `future`, when given: an
     object with finish(result, error) and a settable `channel`, which the completion finishes);
-    None when it declined before picking a queue (the caller's general attempt decides).  Where it declines after picking a queue for a
-    reason the Python path handles (no address, no cached native header, a body to compress,
-    properties the native writer leaves to Python) it calls
-    state.send_general(message, timeout, queue, address, mode) and returns what that returns.
+    None when it declined before picking a queue (the caller's general attempt decides).  Where it
+    declines after picking a queue for a reason the Python path handles (no address, no cached
+    native header, a body to compress, properties the native writer leaves to Python) it calls
+    send_general(message, timeout, queue, address, mode) and returns what that returns.
 
-    It works from one rmq_core.client.send_state.SendState - tables, settings and callables the
-    Python layer owns and keeps current - never from a Producer or a client instance."""
+    What it works from, all handed over at construction (the Python layer keeps the tables
+    current):
+      routes          topic -> TopicPublishInfo (queues, the round-robin `index` it advances)
+      headers         (topic, broker, queue id, batch) -> SendHeader
+      broker_addrs    broker name -> {broker id: address};  master_id: a master's broker id
+      benched         broker name -> FaultItem (start_timestamp: benched until), read with `clock`
+      select_queue    (route, last broker) -> queue: the fault strategy's own pick
+      checked_topics  topic names check_message passed;  check_message(message, max_size)
+      new_uniq, opaques, future_cls, message_cls, channel_for(address), remoting_error
+      completion, send_general, failed: see above;  one_channel_per_broker: cache the channel
+    and the settings pushed through configure() whenever they change: max_message_size,
+    compress_over, fault_enabled, and open (False once the client shuts down: every send declines)."""
 
-    cdef object _state  # the rmq_core.client.send_state.SendState it works from (owned by Python)
-    cdef dict _publish_info
-    cdef object _fault_strategy
+    cdef dict _routes
+    cdef dict _headers
+    cdef dict _broker_addrs
+    cdef object _master_id
     cdef dict _benched
     cdef object _clock
-    cdef dict _broker_addrs
-    cdef dict _headers
-    cdef object _uniq
-    cdef object _future_cls
-    cdef object _message_cls
-    cdef object _check_message
-    cdef object _completion
-    cdef object _channel_for
-    cdef object _opaques
-    cdef object _remoting_error
-    cdef object _master_id
-    cdef object _new_future
+    cdef object _select_queue
     cdef set _checked_topics
+    cdef object _check_message
+    cdef object _new_uniq
+    cdef object _opaques
+    cdef object _future_cls
+    cdef object _new_future
+    cdef object _message_cls
+    cdef object _channel_for
+    cdef object _remoting_error
+    cdef object _completion
+    cdef object _send_general
+    cdef object _failed
     cdef dict _channels  # address -> its one pipelined connection while open (None: not cached)
+    # the settings (configure)
+    cdef Py_ssize_t _max_message_size
+    cdef Py_ssize_t _compress_over
+    cdef bint _fault_enabled
+    cdef bint _open
 
-    def __init__(self, state):
-        self._state = state
-        self._publish_info = state.publish_info
-        self._fault_strategy = state.fault
-        self._benched = state.benched
-        self._clock = state.clock
-        self._broker_addrs = state.broker_addrs
-        self._headers = state.headers
-        self._uniq = state.uniq
-        self._future_cls = state.future_cls
-        self._message_cls = state.message_cls
-        self._check_message = state.check_message
-        self._completion = state.completion
-        self._channel_for = state.channel_for
-        self._opaques = state.opaques
-        self._remoting_error = state.remoting_error
-        self._master_id = state.master_id
+    def __init__(self, *, dict routes, dict headers, dict broker_addrs, master_id, dict benched, clock, select_queue,
+                 set checked_topics, check_message, new_uniq, opaques, future_cls, message_cls, channel_for,
+                 remoting_error, completion, send_general, failed, bint one_channel_per_broker,
+                 Py_ssize_t max_message_size, Py_ssize_t compress_over, bint fault_enabled=True):
+        self._routes = routes
+        self._headers = headers
+        self._broker_addrs = broker_addrs
+        self._master_id = master_id
+        self._benched = benched
+        self._clock = clock
+        self._select_queue = select_queue
+        self._checked_topics = checked_topics
+        self._check_message = check_message
+        self._new_uniq = new_uniq
+        self._opaques = opaques
+        self._future_cls = future_cls
         # a LeanFuture made without its __init__: its class holds the defaults, only _state is set
-        self._new_future = self._future_cls.__new__
-        self._checked_topics = state.checked_topics if state.checked_topics is not None else set()
+        self._new_future = future_cls.__new__
+        self._message_cls = message_cls
+        self._channel_for = channel_for
+        self._remoting_error = remoting_error
+        self._completion = completion
+        self._send_general = send_general
+        self._failed = failed
         # with one connection per broker, the one channel_for gave for an address
         # (a tcp or in-proc one) serves until it closes; with more, channel_for takes them in turn
-        self._channels = {} if state.one_channel_per_broker else None
+        self._channels = {} if one_channel_per_broker else None
+        self._max_message_size = max_message_size
+        self._compress_over = compress_over
+        self._fault_enabled = fault_enabled
+        self._open = True
 
-    cdef object _publish_info_of(self, message):
+    def configure(self, *, max_message_size=None, compress_over=None, fault_enabled=None, open=None):
+        """The settings that change while the producer runs, pushed by the Python layer that owns
+        them when they change (None: unchanged)."""
+        if max_message_size is not None:
+            self._max_message_size = max_message_size
+        if compress_over is not None:
+            self._compress_over = compress_over
+        if fault_enabled is not None:
+            self._fault_enabled = fault_enabled
+        if open is not None:
+            self._open = open
+
+    cdef object _route_of(self, message):
         """The cached route of a plain Message's topic when it has queues; else None (the
         Python way decides: a user's Message subclass, a route not fetched yet or empty)."""
         cdef PyObject* found
         if type(message) is not self._message_cls:
             return None
-        found = PyDict_GetItem(self._publish_info, message.topic)
+        found = PyDict_GetItem(self._routes, message.topic)
         if found == NULL:
             return None
         info = <object>found
@@ -946,8 +488,7 @@ cdef class PipelinedSender:
         """The queue MQFaultStrategy.select_one_message_queue picks, its usual case inline."""
         cdef Py_ssize_t n, i, index
         cdef PyObject* found
-        fault = self._fault_strategy
-        if fault.enabled:
+        if self._fault_enabled:
             n = len(queues)
             # TopicPublishInfo.next_index without its lock: this step is atomic under the GIL (a
             # locked Python step interleaved with it may lose one turn of the round robin: harmless)
@@ -966,7 +507,7 @@ cdef class PipelinedSender:
                         continue
                 return candidate
         # not enabled, or every broker benched: the strategy's own way
-        return fault.select_one_message_queue(info, None)
+        return self._select_queue(info, None)
 
     cdef object _master_addr(self, broker):
         """MQClientInstance.find_broker_addr_in_publish: the broker's master address, or None."""
@@ -977,37 +518,37 @@ cdef class PipelinedSender:
                 return addrs.get(self._master_id)
         return None
 
-    cdef inline bint _passes_inline(self, message, topic, Py_ssize_t n, Py_ssize_t max_size):
+    cdef inline bint _passes_inline(self, message, topic, Py_ssize_t n):
         """True only when check_message surely passes `message` (the usual case, decided
         without a call): a body of fitting size, a topic check_message passed before, no
         properties (their reserved names are check_message's to refuse) and a delay level >= 0.
         Anything else goes through check_message itself, so every send route refuses the same
         messages with the same error."""
-        return (0 < n <= max_size and topic in self._checked_topics and not message.properties
+        return (0 < n <= self._max_message_size and topic in self._checked_topics and not message.properties
                 and message.delay_time_level >= 0)
 
     def send(self, message, double timeout, mode="ASYNC", future=None):
         cdef Py_ssize_t n
         cdef PyObject* found
-        state = self._state
-        info = self._publish_info_of(message)
-        if info is None or not state.pipelined_possible():
+        if not self._open:
+            return None
+        info = self._route_of(message)
+        if info is None:
             return None
         topic = message.topic
         queues = info.queues
         body = message.body
         n = len(body) if type(body) is bytes else -1
-        max_size = state.max_message_size
-        if not self._passes_inline(message, topic, n, max_size):
+        if not self._passes_inline(message, topic, n):
             try:  # (check_message's usual case passed inline: a topic it passed, a body of fitting size)
-                self._check_message(message, max_size)
+                self._check_message(message, self._max_message_size)
             except Exception:  # the general path fails the Future with it
                 return None
         mq = self._pick_queue(info, queues)
         broker = mq.broker_name
         addr = self._master_addr(broker)
         if addr is None:
-            return state.send_general(message, timeout, mq, None, mode)
+            return self._send_general(message, timeout, mq, None, mode)
         channel = None
         if self._channels is not None:
             found = PyDict_GetItem(self._channels, addr)
@@ -1016,14 +557,14 @@ cdef class PipelinedSender:
                 if channel.closed:
                     channel = None
         found = PyDict_GetItem(self._headers, (mq.topic, broker, mq.queue_id, False))
-        if found == NULL or type(<object>found) is not SendHeader or len(message.body) >= state.compress_over:
-            return state.send_general(message, timeout, mq, addr, mode)
+        if found == NULL or type(<object>found) is not SendHeader or n >= self._compress_over:
+            return self._send_general(message, timeout, mq, addr, mode)
         header = <SendHeader><object>found
         opaque = next(self._opaques) & _INT32_MAX
-        uniq = self._uniq()
-        frame = header._frame(0, message.flag, None, message, opaque, message.body, None, 0, None, uniq)
+        uniq = self._new_uniq()
+        frame = header._frame(0, message.flag, None, message, opaque, body, None, 0, None, uniq)
         if frame is None:
-            return state.send_general(message, timeout, mq, addr, mode)
+            return self._send_general(message, timeout, mq, addr, mode)
         if future is None:
             fut = self._new_future(self._future_cls)
             PyObject_GenericSetAttr(fut, "_state", _PENDING)
@@ -1034,7 +575,7 @@ cdef class PipelinedSender:
             try:
                 channel = self._channel_for(addr)
             except self._remoting_error as e:  # cannot connect: counted against the broker, retried elsewhere
-                state.failed(context, None, e)
+                self._failed(context, None, e)
                 return fut
             if self._channels is not None:
                 if len(self._channels) >= 1024:  # brokers come and go with routes: keep it bounded
@@ -1065,7 +606,7 @@ def deliver_responses(list items, dict pending, failed):
     cdef SendResponse response
     cdef PyObject* found
     for item in items:
-        if type(item) is not SendResponse or not (<SendResponse>item).flag & _RESPONSE_FLAG:
+        if type(item) is not SendResponse or not (<SendResponse>item).flag & RESPONSE_FLAG:
             rest.append(item)
             continue
         response = <SendResponse>item
@@ -1086,257 +627,6 @@ def deliver_responses(list items, dict pending, failed):
         except Exception:  # one bad completion must not stop the others
             failed(key)
     return answers, rest
-
-
-# --- batch bodies (SEND_BATCH_MESSAGE) ---------------------------------------------------------------
-# Producer.send_batch's validation and encoding in one pass, from the Message objects straight to
-# the body (codec.encode_batch_body's layout, byte for byte; encode_batch_py in
-# tests/client/batch_reference.py is the Python twin the tests compare it with):
-#
-#     int32 totalSize = 22 + bodyLength + propertiesLength
-#     int32 magic = 0,  int32 bodyCRC = 0          (the broker fills them in, as for Java's clients)
-#     int32 flag,  int32 bodyLength,  body
-#     int16 propertiesLength,  properties           (name\x01value\x02 ..., UTF-8)
-#
-# An item's properties are Message.wire_properties() (user properties, TAGS, KEYS, WAIT) with
-# UNIQ_KEY set: the message's own one where it has it, else a new one (at the end).
-from cpython.bytes cimport PyBytes_Check, PyBytes_GET_SIZE
-from libc.string cimport memchr
-
-DEF BATCH_ITEM_FIXED = 22
-
-
-cdef inline void _be32(char* p, uint32_t v) noexcept nogil:
-    p[0] = <char>(v >> 24); p[1] = <char>(v >> 16); p[2] = <char>(v >> 8); p[3] = <char>v
-
-
-cdef object _IllegalArgumentError = None
-
-
-cdef object _illegal_argument():
-    global _IllegalArgumentError
-    if _IllegalArgumentError is None:  # (imported on first use: rmq_core.errors imports nothing native)
-        from rmq_core.errors import IllegalArgumentError
-        _IllegalArgumentError = IllegalArgumentError
-    return _IllegalArgumentError
-
-
-cdef object _batch_error(Py_ssize_t index, str text):
-    """The error of item `index` (-1: a message sent on its own, encode_batch_item)."""
-    if index < 0:
-        return _illegal_argument()(text)
-    return _illegal_argument()(f"batch item {index}: {text}")
-
-
-cdef const char* _utf8(object s, Py_ssize_t* n, Py_ssize_t index, object name) except NULL:
-    try:
-        return PyUnicode_AsUTF8AndSize(s, n)
-    except UnicodeEncodeError:
-        raise _batch_error(index, f"property {name!r} is not encodable as UTF-8") from None
-
-
-cdef Py_ssize_t _put_raw_pair(Out* o, object k, object v, Py_ssize_t index) except -1:
-    """name\\x01value\\x02 as raw UTF-8 (a value that is not a str as str() makes it); the bytes
-    written.  A name that is not a str, is empty or holds a separator, and a value holding \\x02,
-    fail naming the item: they would corrupt the properties string."""
-    cdef Py_ssize_t klen, vlen
-    cdef const char* kp
-    cdef const char* vp
-    if not PyUnicode_CheckExact(k):
-        if not isinstance(k, str):
-            raise _batch_error(index, f"property name {k!r} must be a str")
-    if not PyUnicode_CheckExact(v):
-        v = str(v)
-    kp = _utf8(k, &klen, index, k)
-    vp = _utf8(v, &vlen, index, k)
-    if klen == 0:
-        raise _batch_error(index, f"property name {k!r} is empty (value {v!r})")
-    if memchr(kp, 1, klen) != NULL or memchr(kp, 2, klen) != NULL:
-        raise _batch_error(index, f"property name {k!r} contains a separator (\\x01 or \\x02)")
-    if memchr(vp, 2, vlen) != NULL:
-        raise _batch_error(index, f"property {k!r}: the value contains the separator '\\x02'")
-    if o.n + klen + vlen + 2 > o.cap:
-        _grow(o, klen + vlen + 2)
-    memcpy(o.buf + o.n, kp, klen)
-    o.buf[o.n + klen] = 1
-    memcpy(o.buf + o.n + klen + 1, vp, vlen)
-    o.buf[o.n + klen + 1 + vlen] = 2
-    o.n += klen + vlen + 2
-    return klen + vlen + 2
-
-
-cdef object _reserved_name(dict props, frozenset reserved):
-    """The first (sorted) reserved property name among `props`' names, UNIQ_KEY allowed; None."""
-    cdef PyObject* k
-    cdef PyObject* v
-    cdef Py_ssize_t pos = 0
-    first = None
-    while PyDict_Next(props, &pos, &k, &v):
-        if <object>k in reserved and <object>k != "UNIQ_KEY":
-            if first is None or <object>k < first:
-                first = <object>k
-    return first
-
-
-cdef str _put_item(Out* o, m, Py_ssize_t i, str topic, Py_ssize_t max_message_size, frozenset reserved,
-                   id_setter, Py_ssize_t* item_size):
-    """One message as a batch item at the end of `o` after check_message's checks and the batch
-    rules (errors name item i); its UNIQ_KEY.  item_size: its size as the batch limit counts it
-    (20 + body + properties)."""
-    cdef Py_ssize_t start, props_at, raw, body_len
-    cdef int64_t c_flag
-    cdef dict user
-    cdef PyObject* k
-    cdef PyObject* v
-    cdef Py_ssize_t pos
-    cdef bint has_uniq
-    body = m.body
-    if not PyBytes_Check(body):
-        raise _batch_error(i, f"body must be bytes, not {type(body).__name__}")
-    body_len = PyBytes_GET_SIZE(body)
-    if body_len == 0:
-        raise _batch_error(i, f"message to topic {topic!r} has an empty body")
-    if body_len > max_message_size:
-        raise _batch_error(i, f"message body of {body_len} bytes to topic {topic!r} exceeds "
-                              f"max_message_size {max_message_size} bytes")
-    delay = m.delay_time_level
-    if delay < 0:
-        raise _batch_error(i, f"bad delay_time_level {delay!r}: must be >= 0")
-    if delay > 0:
-        raise _batch_error(i, f"delay messages are not supported in a batch (delay_time_level {delay!r})")
-    flag = m.flag
-    try:
-        c_flag = flag
-    except (OverflowError, TypeError):
-        c_flag = 1 << 40
-    if c_flag < -0x80000000 or c_flag > 0x7FFFFFFF:
-        raise _batch_error(i, f"flag {flag!r} is out of range (a 32-bit signed int)")
-    user = m.properties
-    if user:
-        name = _reserved_name(user, reserved)
-        if name is not None:
-            raise _batch_error(i, f"property name {name!r} is reserved by RocketMQ; use the Message field "
-                                  f"instead" if name in ("TAGS", "KEYS", "DELAY") else
-                                  f"property name {name!r} is reserved by RocketMQ")
-    # the fixed part, the body, then the properties after a 2-byte length slot
-    start = o.n
-    if o.n + 20 + body_len + 2 > o.cap:
-        _grow(o, 20 + body_len + 2)
-    _be32(o.buf + start + 4, 0)
-    _be32(o.buf + start + 8, 0)
-    _be32(o.buf + start + 12, <uint32_t>c_flag)
-    _be32(o.buf + start + 16, <uint32_t>body_len)
-    memcpy(o.buf + start + 20, PyBytes_AS_STRING(body), body_len)
-    props_at = start + 20 + body_len + 2
-    o.n = props_at
-    raw = 0
-    has_uniq = False
-    uniq = None
-    if user:
-        pos = 0
-        while PyDict_Next(user, &pos, &k, &v):
-            if PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY":
-                uniq = str(<object>v) if <object>v else _uniq_id(id_setter)
-                has_uniq = True
-                raw += _put_raw_pair(o, "UNIQ_KEY", uniq, i)
-            else:
-                raw += _put_raw_pair(o, <object>k, <object>v, i)
-    tags = m.tags
-    if tags:
-        raw += _put_raw_pair(o, "TAGS", tags, i)
-    keys = m.keys
-    if keys:
-        raw += _put_raw_pair(o, "KEYS", keys, i)
-    raw += _put_raw_pair(o, "WAIT", "true" if m.wait_store_msg_ok else "false", i)
-    if not has_uniq:
-        uniq = _uniq_id(id_setter)
-        raw += _put_raw_pair(o, "UNIQ_KEY", uniq, i)
-    if raw > MAX_PROPERTIES_LENGTH:
-        raise _batch_error(i, f"properties are {raw} bytes, more than {MAX_PROPERTIES_LENGTH}")
-    _be32(o.buf + start, <uint32_t>(BATCH_ITEM_FIXED + body_len + raw))
-    o.buf[props_at - 2] = <char>(raw >> 8)
-    o.buf[props_at - 1] = <char>raw
-    item_size[0] = 20 + body_len + raw
-    return uniq
-
-
-def encode_batch(list msgs, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
-                 id_setter):
-    """Validate and encode a batch: (topic, comma-joined UNIQ_KEYs, body, the first message's
-    wait_store_msg_ok).  Each message is checked as selector.check_message does (a Message, the
-    topic once through check_topic, a bytes body of 1..max_message_size, no reserved property name,
-    a delay level >= 0) plus the batch rules (one topic, no delay, no retry topic, a 32-bit flag,
-    properties that do not corrupt the encoding and fit 32767 bytes); the encoded batch (20 bytes a
-    message plus bodies and properties) must fit max_message_size.  IllegalArgumentError names the
-    item and the bad value.  id_setter: MessageClientIDSetter (new UNIQ_KEYs)."""
-    cdef Py_ssize_t count = len(msgs), i, item_size = 0, total = 0
-    cdef Out o
-    cdef list uniqs
-    IllegalArgumentError = _illegal_argument()
-    if count == 0:
-        raise IllegalArgumentError("send_batch needs at least one message")
-    uniqs = [None] * count
-    topic = None
-    o.buf = NULL
-    o.cap = 0
-    o.n = 0
-    o.heap = False
-    try:
-        for i in range(count):
-            m = msgs[i]
-            if not isinstance(m, message_cls):
-                raise _batch_error(i, f"expected a Message, got {type(m).__name__}")
-            if i == 0:
-                topic = m.topic
-                check_topic(topic)
-                if topic.startswith("%RETRY%"):
-                    raise IllegalArgumentError(f"retry topic {topic!r} is not supported in a batch")
-                # room for every item the size of the first (its body and ~100 bytes of properties)
-                _grow(&o, count * (BATCH_ITEM_FIXED + 100 + (PyBytes_GET_SIZE(m.body) if PyBytes_Check(m.body) else 0)))
-            else:
-                other = m.topic
-                if other is not topic and other != topic:
-                    raise _batch_error(i, f"all messages of a batch must have the same topic: {other!r} "
-                                          f"differs from {topic!r}")
-            uniqs[i] = _put_item(&o, m, i, topic, max_message_size, reserved, id_setter, &item_size)
-            total += item_size
-        if total > max_message_size:
-            raise IllegalArgumentError(
-                f"batch of {count} messages is {total} bytes encoded, more than max_message_size "
-                f"{max_message_size}; split it")
-        return topic, ",".join(uniqs), PyBytes_FromStringAndSize(o.buf, o.n), msgs[0].wait_store_msg_ok
-    finally:
-        if o.heap:
-            free(o.buf)
-
-
-def encode_batch_item(message, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
-                      id_setter):
-    """One message sent on its own as a batch item (auto_batch gathers these): (topic, UNIQ_KEY,
-    item, wait_store_msg_ok) after encode_batch's checks, its errors naming the bad value without
-    an item index; the item is what encode_batch writes for it (a batch body is items end to end)."""
-    cdef char stack[1024]
-    cdef Out o
-    cdef Py_ssize_t item_size = 0
-    if not isinstance(message, message_cls):
-        raise _illegal_argument()(f"expected a Message, got {type(message).__name__}")
-    topic = message.topic
-    check_topic(topic)
-    if topic.startswith("%RETRY%"):
-        raise _illegal_argument()(f"retry topic {topic!r} is not supported in a batch")
-    o.buf = stack
-    o.cap = 1024
-    o.n = 0
-    o.heap = False
-    try:
-        uniq = _put_item(&o, message, -1, topic, max_message_size, reserved, id_setter, &item_size)
-        if item_size > max_message_size:
-            raise _illegal_argument()(f"message to topic {topic!r} is {item_size} bytes encoded, more than "
-                                      f"max_message_size {max_message_size}")
-        return topic, uniq, PyBytes_FromStringAndSize(o.buf, o.n), message.wait_store_msg_ok
-    finally:
-        if o.heap:
-            free(o.buf)
 
 
 def finish_batch(SendResultMaker maker, list batch, status, queue, int64_t base, offset_ids, region):

@@ -31,10 +31,10 @@ from concurrent.futures._base import PENDING as _PENDING
 from concurrent.futures._base import RUNNING as _RUNNING
 
 from rmq_core import loops, plugins
-from rmq_core._native.client_native import finish_unwatched as _finish_unwatched
-from rmq_core._native.client_native import lean_result as _lean_result
-from rmq_core._native.client_native import subscribe_unwatched as _subscribe_unwatched
-from rmq_core._native.client_native import init_future_states
+from rmq_core._native.send_pipeline import finish_unwatched as _finish_unwatched
+from rmq_core._native.send_pipeline import lean_result as _lean_result
+from rmq_core._native.send_pipeline import subscribe_unwatched as _subscribe_unwatched
+from rmq_core._native.send_pipeline import init_future_states
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
@@ -225,7 +225,7 @@ class LeanFuture(CancellableFuture):
     the cost of one); an async send's Future is usually finished before anyone asks for it.  Here
     `_condition` is made on first use (__getattr__, installed with dict.setdefault so two threads
     get the same one), and finish() completes a Future nobody watches in one native step
-    (client_native.finish_unwatched): whoever comes later makes the Condition first and then reads
+    (send_pipeline.finish_unwatched): whoever comes later makes the Condition first and then reads
     the final state, so nobody can miss the completion.  Otherwise the usual Future methods run.
 
     `channel`: the PipelinedChannel whose answer completes it (None when something else does):
@@ -233,7 +233,7 @@ class LeanFuture(CancellableFuture):
     (PipelinedChannel.wait) instead of sleeping until that connection's reader thread gets to them."""
 
     # what Future.__init__ sets, as class defaults (an instance's own value replaces one when set):
-    # a LeanFuture made natively (client_native.PipelinedSender) only sets _state
+    # a LeanFuture made natively (send_pipeline.PipelinedSender) only sets _state
     channel: PipelinedChannel | None = None
     _result = None
     _exception = None
@@ -477,6 +477,9 @@ class MQClientInstance:
                 return
             self._stopping = True
             self._running = False
+            producers = list(self.producers.values())
+        for p in producers:  # their native first attempts stop too (the general path refuses, naming why)
+            p.on_client_stopping()
         self._rebalance_event.set()
         if self._rebalance_thread is not None:
             self._rebalance_thread.join(30)

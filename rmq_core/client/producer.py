@@ -1,14 +1,15 @@
 """Producer (RocketMQ's DefaultMQProducer): sync, async, oneway, ordered (selector) and batch sends.
 
 Every send travels one pipeline: the caller's thread validates the message and builds the whole
-request frame natively (client_native.SendHeader, the one header writer), and writes it on its
+request frame natively (rmq_core._native.frame.SendHeader, the one header writer), and writes it on its
 broker's one pipelined connection (rmq_core.remoting.pipelined; an in-proc broker's the same
 way, plugins/transport/inproc.py).  `send_async` returns the LeanFuture the answer finishes;
 `send` is that plus a wait, in which the waiting thread reads its own answer off the connection.
 A send's attempts, retry rule and fault-item notes are SendAttempts over the producer's one
 SendPolicy (rmq_core.client.fault): the next attempt is written from the completion of the last.
 The client's event loop only fetches a topic's route the first time.  A plain message's first
-attempt is made natively (client_native.PipelinedSender, answered by PipelinedCompletion).
+attempt is made natively (rmq_core._native.send_pipeline.PipelinedSender, answered by
+PipelinedCompletion), from the tables and settings this module owns and hands over.
 """
 from __future__ import annotations
 
@@ -30,17 +31,15 @@ from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import RETRY_RESPONSE_CODES, MQFaultStrategy, SendPolicy
 from rmq_core.client.instance import LeanFuture, MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
-from rmq_core.client.send_state import SendState
 from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
     Message, MessageClientIDSetter, MessageConst, MessageQueue, MixAll, SendResult, SendStatus, SysFlag,
     TopicValidator, encode_properties_checked, string_to_properties,
 )
-from rmq_core._native.client_native import (
-    PipelinedCompletion, PipelinedSender, SendHeader, SendResponse, SendResultMaker, UniqIds, encode_batch,
-    encode_batch_item, read_send_responses,
-)
+from rmq_core._native.frame import SendHeader, SendResponse, read_send_responses
+from rmq_core._native.record import encode_batch_body, encode_batch_item
+from rmq_core._native.send_pipeline import PipelinedCompletion, PipelinedSender, SendResultMaker
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting import command as _command
 from rmq_core.remoting.command import RemotingCommand, next_opaque
@@ -84,7 +83,7 @@ def build_send_header(*, group: str, topic: str, queue_id: int, sys_flag: int, b
 read_send_response_frames = read_send_responses
 
 
-create_uniq_id = UniqIds(MessageClientIDSetter)  # MessageClientIDSetter.create_uniq_id, natively
+create_uniq_id = MessageClientIDSetter.create_uniq_id  # (the native UNIQ_KEY maker, record.pyx: UniqIds)
 _RESULTS = SendResultMaker(SendResult, tuple(f.name for f in attrs.fields(SendResult)), MessageQueue, _STATUS_BY_CODE)
 
 
@@ -360,9 +359,7 @@ class Producer:
             raise ConfigError(f"bad max_message_size {max_message_size!r}: must be > 0")
         if batch_max_bytes <= 0:
             raise ConfigError(f"bad batch_max_bytes {batch_max_bytes!r}: must be > 0")
-        # what the native sender works from (max_message_size and compress_msg_body_over_howmuch
-        # live there too); bound to the client instance at start
-        self.send_state = SendState()
+        self._pipelined_sender: PipelinedSender | None = None  # a plain send's first attempt, natively (at start)
         self.send_msg_timeout = send_msg_timeout
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
         self.compress_type = compress_type
@@ -390,26 +387,42 @@ class Producer:
         self._send_headers: dict[tuple, SendHeader] = {}
         # a native first attempt's usual completion (its other cases: _native_failed); it notes
         # fast answers in the policy's table, as SendPolicy.note does
-        self._pipelined_completion = PipelinedCompletion(_RESULTS, self.fault_strategy, self.send_policy.noted,
-                                                         self._native_failed)
-        st = self.send_state
-        st.publish_info, st.headers, st.master_id = self.topic_publish_info, self._send_headers, MixAll.MASTER_ID
-        st.fault, st.benched = self.fault_strategy, self.fault_strategy.tolerance.items
-        st.clock = self.fault_strategy.tolerance.clock
-        st.checked_topics = _SENDABLE_TOPICS  # (the topic names check_message passed)
-        st.send_general, st.failed, st.completion = self._send_general, self._native_failed, self._pipelined_completion
-        st.check_message, st.uniq, st.future_cls, st.message_cls = check_message, create_uniq_id, LeanFuture, Message
-        st.opaques = _command._opaque_counter  # (next_opaque's process-wide counter: opaques never repeat)
-        st.remoting_error = RemotingError
+        self._pipelined_completion = PipelinedCompletion(
+            maker=_RESULTS, update_fault_item=self.fault_strategy.update_fault_item, noted=self.send_policy.noted,
+            fallback=self._native_failed)
         self._loop_ident: int | None = None  # the client loop's thread, where no send may wait
         self._native_first = False  # plain sends make their first attempt natively (no send hooks; at start)
-        self._pipelined_sender: PipelinedSender | None = None  # a plain send's first attempt, natively
 
-    # the message settings the native sender reads live in the send state
-    max_message_size = property(lambda self: self.send_state.max_message_size,
-                                lambda self, n: setattr(self.send_state, "max_message_size", n))
-    compress_msg_body_over_howmuch = property(lambda self: self.send_state.compress_over,
-                                              lambda self, n: setattr(self.send_state, "compress_over", n))
+    # the settings the native sender keeps a copy of: pushed to it when they change
+    @property
+    def max_message_size(self) -> int:
+        return self._max_message_size
+
+    @max_message_size.setter
+    def max_message_size(self, n: int) -> None:
+        self._max_message_size = n
+        if self._pipelined_sender is not None:
+            self._pipelined_sender.configure(max_message_size=n)
+
+    @property
+    def compress_msg_body_over_howmuch(self) -> int:
+        return self._compress_over
+
+    @compress_msg_body_over_howmuch.setter
+    def compress_msg_body_over_howmuch(self, n: int) -> None:
+        self._compress_over = n
+        if self._pipelined_sender is not None:
+            self._pipelined_sender.configure(compress_over=n)
+
+    @property
+    def send_latency_fault_enable(self) -> bool:
+        return self.fault_strategy.enabled
+
+    @send_latency_fault_enable.setter
+    def send_latency_fault_enable(self, enabled: bool) -> None:
+        self.fault_strategy.enabled = enabled
+        if self._pipelined_sender is not None:
+            self._pipelined_sender.configure(fault_enabled=enabled)
 
     # the retry settings live in the policy every send asks
     retry_times_when_send_failed = property(
@@ -435,7 +448,7 @@ class Producer:
                 self._hooks = plugins.has_impls("rmq_before_send") or plugins.has_impls("rmq_after_send")
                 # (send hooks run around each attempt of a SendAttempts, on the same connection)
                 self._native_first = not self._hooks
-                self._pipelined_sender = PipelinedSender(self._bind_send_state())
+                self._pipelined_sender = self._make_pipelined_sender()
                 if self.auto_batch and not self._hooks:  # (with send hooks each message goes alone)
                     self._batch_accumulator = PipelinedAccumulator(self, batch_max_bytes=self.batch_max_bytes)
                 self._started = True
@@ -445,16 +458,31 @@ class Producer:
         log.info("the producer [%s] start OK, client id %s", self.group, self.instance.client_id)
         return self
 
-    def _bind_send_state(self) -> SendState:
-        """The send state the native sender works from, bound to the started client instance."""
-        st, inst = self.send_state, self.instance
-        st.broker_addrs = inst.broker_addr_table
-        st.loop_thread_ident = inst.loop_thread_ident
-        st.one_channel_per_broker = getattr(getattr(inst, "config", None), "pipelined_send_connections", 0) == 1
-        st.pipelined_possible = inst.pipelined_send_possible
-        st.channel_for = functools.partial(inst.send_channel, read_frames=read_send_response_frames,
-                                           from_command=SendResponse.from_command)
-        return st
+    def _make_pipelined_sender(self) -> PipelinedSender:
+        """The native first attempt, working from this producer's tables and settings and those of
+        its (started) client instance; the client's shutdown closes it (on_client_stopping)."""
+        inst, fault = self.instance, self.fault_strategy
+        return PipelinedSender(
+            routes=self.topic_publish_info, headers=self._send_headers, broker_addrs=inst.broker_addr_table,
+            master_id=MixAll.MASTER_ID, benched=fault.tolerance.items, clock=fault.tolerance.clock,
+            select_queue=fault.select_one_message_queue,
+            checked_topics=_SENDABLE_TOPICS, check_message=check_message,  # (the topic names check_message passed)
+            new_uniq=create_uniq_id,
+            opaques=_command._opaque_counter,  # (next_opaque's process-wide counter: opaques never repeat)
+            future_cls=LeanFuture, message_cls=Message,
+            channel_for=functools.partial(inst.send_channel, read_frames=read_send_response_frames,
+                                          from_command=SendResponse.from_command),
+            remoting_error=RemotingError, completion=self._pipelined_completion, send_general=self._send_general,
+            failed=self._native_failed,
+            one_channel_per_broker=getattr(getattr(inst, "config", None), "pipelined_send_connections", 0) == 1,
+            max_message_size=self._max_message_size, compress_over=self._compress_over, fault_enabled=fault.enabled)
+
+    def on_client_stopping(self) -> None:
+        """The client instance is shutting down: no more native first attempts (the general path
+        refuses them, naming why)."""
+        sender = self._pipelined_sender
+        if sender is not None:
+            sender.configure(open=False)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -717,11 +745,11 @@ class Producer:
             return None
         try:  # (check_message's checks included)
             return encode_batch_item(msg, self.max_message_size, Message, _RESERVED_PROPERTIES, check_send_topic,
-                                     MessageClientIDSetter)
+                                     create_uniq_id)
         except IllegalArgumentError as e:
             return e
 
-    _results_maker = _RESULTS  # PipelinedAccumulator's SendResults (client_native.finish_batch)
+    _results_maker = _RESULTS  # PipelinedAccumulator's SendResults (send_pipeline.finish_batch)
 
     @staticmethod
     def _failed_future(error: BaseException) -> LeanFuture:
@@ -792,11 +820,11 @@ class Producer:
         return uniq, body, sys_flag, props
 
     def _encode_batch(self, msgs: list[Message]) -> tuple[str, str, bytes, Message, dict]:
-        """Validate and encode a batch (in the caller's thread, natively: encode_batch in
-        client_native); returns (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the outer
+        """Validate and encode a batch (in the caller's thread, natively: record.pyx's
+        encode_batch_body); returns (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the outer
         message, its properties)."""
-        topic, uniqs, body, wait = encode_batch(msgs, self.max_message_size, Message, _RESERVED_PROPERTIES,
-                                                check_send_topic, MessageClientIDSetter)
+        topic, uniqs, body, wait = encode_batch_body(msgs, self.max_message_size, Message, _RESERVED_PROPERTIES,
+                                                     check_send_topic, create_uniq_id)
         return topic, uniqs, body, Message(topic, b"x", wait_store_msg_ok=wait), _OUTER_PROPS[wait]
 
 

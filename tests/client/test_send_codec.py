@@ -1,5 +1,6 @@
-"""The client's native produce codec (rmq_core._native.client_native) against a Python reference
-written from the protocol (tests/client/send_reference.py).
+"""The client's native send codec (rmq_core._native.frame: SendHeader, read_send_response; and
+send_pipeline's SendResultMaker and PipelinedCompletion) against a Python reference written from
+the protocol (tests/client/send_reference.py).
 
 SendHeader.build_frame must write exactly the bytes RemotingCommand encodes for the send request
 (language PYTHON), V2, V1 and oneway alike, for any header values, properties and body;
@@ -15,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_core._native import client_native
+from rmq_core._native import frame as frame_native
+from rmq_core._native import send_pipeline
 from rmq_core.client import producer as producer_module
-from rmq_core.client.producer import Producer, SendAttempts, build_send_header
+from rmq_core.client.producer import Producer, SendAttempts
 from rmq_core.errors import IllegalArgumentError, MQBrokerError, RemotingCommandError
 from rmq_core.message import Message, MessageQueue, SendResult, SendStatus, properties_to_string
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
@@ -31,9 +33,9 @@ name = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size
 
 def test_the_native_extension_is_the_one_the_producer_uses():
     # a silently missing extension must not let the producer fall back unnoticed
-    assert producer_module.SendHeader is client_native.SendHeader
-    assert producer_module.read_send_response_frames is client_native.read_send_responses
-    assert isinstance(producer_module._RESULTS, client_native.SendResultMaker)
+    assert producer_module.SendHeader is frame_native.SendHeader
+    assert producer_module.read_send_response_frames is frame_native.read_send_responses
+    assert isinstance(producer_module._RESULTS, send_pipeline.SendResultMaker)
 
 
 def _producer(group="PG", **kw) -> Producer:
@@ -49,8 +51,8 @@ def _reference_frame(p: Producer, mq: MessageQueue, sys_flag, born, flag, props,
     return request_frame(header, body, opaque, batch, v2, oneway)
 
 
-def _native_header(p: Producer, mq: MessageQueue, batch=False, v2=True) -> client_native.SendHeader:
-    return client_native.SendHeader(p.group, mq.topic, mq.queue_id, mq.broker_name, p.create_topic_key,
+def _native_header(p: Producer, mq: MessageQueue, batch=False, v2=True) -> frame_native.SendHeader:
+    return frame_native.SendHeader(p.group, mq.topic, mq.queue_id, mq.broker_name, p.create_topic_key,
                                     p.default_topic_queue_nums,
                                     RequestCode.SEND_BATCH_MESSAGE if batch else
                                     RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE,
@@ -79,13 +81,6 @@ def test_build_frame_writes_the_bytes_of_the_python_encoder(group, topic, broker
     decoded = RemotingCommand.decode(got[4:])
     assert decoded.ext_fields["i" if v2 else "properties"] == properties_to_string(props)
     assert (decoded.body or b"") == body and decoded.is_oneway == oneway
-
-
-def test_build_send_header_is_what_send_header_writes():
-    got = build_send_header(group="PG", topic="%RETRY%CG", queue_id=2, sys_flag=0, born_timestamp=5, flag=1,
-                            properties="a\x01b\x02", reconsume_times=3, max_reconsume_times=16, broker_name="b")
-    assert got == send_header(group="PG", topic="%RETRY%CG", queue_id=2, sys_flag=0, born_timestamp=5, flag=1,
-                              properties="a\x01b\x02", reconsume_times=3, max_reconsume_times=16, broker_name="b")
 
 
 def test_control_characters_quotes_and_non_ascii_are_escaped_as_json_does():
@@ -120,10 +115,10 @@ def test_a_header_past_the_stack_buffer_grows_onto_the_heap():
 def test_born_timestamp_defaults_to_now():
     p = _producer()
     mq = MessageQueue("T", "b", 0)
-    before = client_native.now_ms()
+    before = frame_native.now_ms()
     frame = _native_header(p, mq).build_frame(0, 0, {}, 1, b"x")
     born = int(RemotingCommand.decode(frame[4:]).ext_fields["g"])
-    assert before <= born <= client_native.now_ms()
+    assert before <= born <= frame_native.now_ms()
 
 
 @pytest.mark.parametrize("props", [
@@ -213,8 +208,8 @@ def test_read_send_response_reads_what_the_python_decoder_reads(code, remark, ms
         if value is not None:
             ext[key] = value
     frame = _response(code, remark, ext, opaque).encode()[4:]
-    native = client_native.read_send_response(frame)
-    reference = client_native.SendResponse.from_command(RemotingCommand.decode(frame))
+    native = frame_native.read_send_response(frame)
+    reference = frame_native.SendResponse.from_command(RemotingCommand.decode(frame))
     assert native is not None
     assert _fields(native) == _fields(reference)
     assert _fields(read_send_response_frame(frame)) == _fields(reference)
@@ -234,16 +229,16 @@ def _json_frame(header: bytes, body: bytes = b"", stype: int = 0) -> bytes:
 ])
 def test_unusual_headers_are_declined_and_read_the_python_way(header):
     frame = _json_frame(header)
-    assert client_native.read_send_response(frame) is None
+    assert frame_native.read_send_response(frame) is None
     got = read_send_response_frame(frame)
-    assert _fields(got) == _fields(client_native.SendResponse.from_command(RemotingCommand.decode(frame)))
+    assert _fields(got) == _fields(frame_native.SendResponse.from_command(RemotingCommand.decode(frame)))
 
 
 def test_a_binary_header_is_declined_and_read_the_python_way():
     cmd = _response(0, None, {"msgId": "ID", "queueId": "2", "queueOffset": "9"})
     cmd.serialize_type = SerializeType.ROCKETMQ
     frame = cmd.encode()[4:]
-    assert client_native.read_send_response(frame) is None
+    assert frame_native.read_send_response(frame) is None
     got = read_send_response_frame(frame)
     assert (got.msg_id, got.queue_id, got.queue_offset) == ("ID", 2, 9)
 
@@ -251,7 +246,7 @@ def test_a_binary_header_is_declined_and_read_the_python_way():
 def test_a_request_from_the_peer_comes_back_as_its_command():
     request = RemotingCommand.create_request(RequestCode.CHECK_TRANSACTION_STATE, {"x": "1"})
     frame = request.encode()[4:]
-    assert client_native.read_send_response(frame) is None
+    assert frame_native.read_send_response(frame) is None
     got = read_send_response_frame(frame)
     assert isinstance(got, RemotingCommand) and got.code == RequestCode.CHECK_TRANSACTION_STATE
 
@@ -265,7 +260,7 @@ def test_a_request_from_the_peer_comes_back_as_its_command():
      "bad value 'seven' for header field 'queueId'"),
 ])
 def test_malformed_response_frames_give_a_clear_error(frame, error):
-    assert client_native.read_send_response(frame) is None
+    assert frame_native.read_send_response(frame) is None
     with pytest.raises(RemotingCommandError, match=error):
         read_send_response_frame(frame)
 
@@ -276,18 +271,18 @@ def test_read_send_responses_splits_frames_and_keeps_a_partial_tail():
     b = struct.pack(">i", len(inner)) + inner  # a number in extFields: declined, comes back as its bytes
     c = _response(14, "busy", None, opaque=3).encode()
     data = a + b + c[:10]
-    items, consumed = client_native.read_send_responses(bytearray(data), 1 << 20)
+    items, consumed = frame_native.read_send_responses(bytearray(data), 1 << 20)
     assert consumed == len(a) + len(b)
     assert items[0].opaque == 1 and items[0].queue_offset == 7
     assert items[1] == b[4:]
-    items, consumed = client_native.read_send_responses(c, 1 << 20)
+    items, consumed = frame_native.read_send_responses(c, 1 << 20)
     assert consumed == len(c) and items[0].code == 14 and items[0].remark == "busy"
 
 
 @pytest.mark.parametrize("length", [-5, 0, 3, 1 << 21])
 def test_read_send_responses_names_a_bad_frame_length(length):
     with pytest.raises(RemotingCommandError, match=f"frame length {length} outside 4..{1 << 20}"):
-        client_native.read_send_responses(struct.pack(">i", length) + b"\x00" * 8, 1 << 20)
+        frame_native.read_send_responses(struct.pack(">i", length) + b"\x00" * 8, 1 << 20)
 
 
 # --- SendResult ------------------------------------------------------------------------------------
@@ -304,7 +299,7 @@ def test_send_result_maker_equals_parse_send_response(code, msg_id, queue_id, qu
         want = parse_send_response(cmd, mq, uniq, "addr")
     except MQBrokerError:
         want = None  # (a refusal: the SendResultMaker makes none)
-    got = producer_module._RESULTS.make(client_native.read_send_response(cmd.encode()[4:]), mq, uniq)
+    got = producer_module._RESULTS.make(frame_native.read_send_response(cmd.encode()[4:]), mq, uniq)
     if want is None:
         assert got is None
         return
@@ -314,7 +309,7 @@ def test_send_result_maker_equals_parse_send_response(code, msg_id, queue_id, qu
 
 def test_send_result_maker_refuses_a_changed_send_result():
     with pytest.raises(ValueError, match="unexpected SendResult fields"):
-        client_native.SendResultMaker(SendResult, ("status",), MessageQueue, {0: SendStatus.SEND_OK})
+        send_pipeline.SendResultMaker(SendResult, ("status",), MessageQueue, {0: SendStatus.SEND_OK})
 
 
 def test_oversize_properties_still_fail_naming_the_size():
@@ -345,10 +340,11 @@ def test_pipelined_completion_finishes_the_future_as_the_python_path_would():
     from rmq_core.client.instance import LeanFuture
 
     strategy, noted, fallback_calls = _Strategy(), {}, []
-    completion = client_native.PipelinedCompletion(producer_module._RESULTS, strategy, noted,
-                                                   lambda *a: fallback_calls.append(a))
+    completion = send_pipeline.PipelinedCompletion(maker=producer_module._RESULTS,
+                                                   update_fault_item=strategy.update_fault_item, noted=noted,
+                                                   fallback=lambda *a: fallback_calls.append(a))
     mq = MessageQueue("T", "broker-a", 1)
-    response = client_native.read_send_response(
+    response = frame_native.read_send_response(
         _response(0, None, {"msgId": "OFF", "queueId": "1", "queueOffset": "12"}).encode()[4:])
     futures = [LeanFuture() for _ in range(50)]
     begin = time.monotonic()
@@ -370,10 +366,11 @@ def test_pipelined_completion_hands_failures_and_refusals_to_the_fallback():
     from rmq_core.client.instance import LeanFuture
 
     calls = []
-    completion = client_native.PipelinedCompletion(producer_module._RESULTS, _Strategy(), {},
-                                                   lambda *a: calls.append(a))
+    completion = send_pipeline.PipelinedCompletion(maker=producer_module._RESULTS,
+                                                   update_fault_item=_Strategy().update_fault_item, noted={},
+                                                   fallback=lambda *a: calls.append(a))
     mq = MessageQueue("T", "broker-a", 1)
-    refusal = client_native.SendResponse(ResponseCode.SYSTEM_BUSY, remark="busy")
+    refusal = frame_native.SendResponse(ResponseCode.SYSTEM_BUSY, remark="busy")
     ctx = _context(mq, LeanFuture(), 0.0)
     error = RemotingCommandError("x")
     completion(ctx, refusal, None)
