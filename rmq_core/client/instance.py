@@ -30,6 +30,8 @@ from concurrent.futures._base import FINISHED as _FINISHED
 from concurrent.futures._base import PENDING as _PENDING
 from concurrent.futures._base import RUNNING as _RUNNING
 
+import attrs
+
 from rmq_core import loops, plugins
 from rmq_core._native.send_pipeline import finish_unwatched as _finish_unwatched
 from rmq_core._native.send_pipeline import lean_result as _lean_result
@@ -391,6 +393,7 @@ class MQClientInstance:
         self.client_id = config.client_id
         self.producers: dict[str, Any] = {}
         self.consumers: dict[str, Any] = {}
+        self._inner_producer = None  # CLIENT_INNER_PRODUCER, started on first use (inner_producer)
         self.topic_route_table: dict[str, TopicRouteData] = {}
         self.broker_addr_table: dict[str, dict[int, str]] = {}
         self._lock = threading.RLock()
@@ -478,8 +481,11 @@ class MQClientInstance:
             self._stopping = True
             self._running = False
             producers = list(self.producers.values())
+            inner, self._inner_producer = self._inner_producer, None
         for p in producers:  # their native first attempts stop too (the general path refuses, naming why)
             p.on_client_stopping()
+        if inner is not None:
+            inner.shutdown()
         self._rebalance_event.set()
         if self._rebalance_thread is not None:
             self._rebalance_thread.join(30)
@@ -649,10 +655,29 @@ class MQClientInstance:
         self._shutdown_if_idle()
 
     def _shutdown_if_idle(self) -> None:
-        with self._lock:
-            idle = not self.producers and not self.consumers
+        with self._lock:  # (the inner producer is the client's own: it does not keep it running)
+            inner = self._inner_producer
+            idle = not self.consumers and all(p is inner for p in self.producers.values())
         if idle:
             self.shutdown()
+
+    def inner_producer(self):
+        """The client's own producer (Java's CLIENT_INNER_PRODUCER, the client factory's
+        getDefaultMQProducer): a consumer re-sends a message to its retry topic with it when the
+        broker refused CONSUMER_SEND_MSG_BACK.  Made and started on this instance on first use,
+        shut down with it."""
+        from rmq_core.client.producer import Producer
+
+        with self._lock:
+            if self._stopping:
+                raise MQClientError(f"client {self.client_id} is shutting down")
+            p = self._inner_producer
+            if p is None:
+                options = attrs.asdict(self.config, recurse=False)
+                namesrv = options.pop("namesrv")
+                p = self._inner_producer = Producer(MixAll.CLIENT_INNER_PRODUCER_GROUP, namesrv, **options)
+        p._start_on(self)  # (registered on this instance; a no-op once started)
+        return p
 
     def _unregister_client(self, producer_group: str, consumer_group: str) -> None:
         if not self._running:

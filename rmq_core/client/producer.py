@@ -35,14 +35,14 @@ from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_g
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
     Message, MessageClientIDSetter, MessageConst, MessageQueue, MixAll, SendResult, SendStatus, SysFlag,
-    TopicValidator, encode_properties_checked, string_to_properties,
+    TopicValidator, encode_properties_checked,
 )
 from rmq_core._native.frame import SendHeader, SendResponse, read_send_responses
 from rmq_core._native.record import encode_batch_body, encode_batch_item
 from rmq_core._native.send_pipeline import PipelinedCompletion, PipelinedSender, SendResultMaker
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting import command as _command
-from rmq_core.remoting.command import RemotingCommand, next_opaque
+from rmq_core.remoting.command import next_opaque
 
 log = logging.getLogger("rmq.client.producer")
 
@@ -59,24 +59,6 @@ class CommunicationMode(enum.Enum):
     SYNC = "SYNC"
     ASYNC = "ASYNC"
     ONEWAY = "ONEWAY"
-
-
-def build_send_header(*, group: str, topic: str, queue_id: int, sys_flag: int, born_timestamp: int,
-                      flag: int, properties: str, reconsume_times: int = 0, max_reconsume_times: int | None = None,
-                      batch: bool = False, broker_name: str = "", default_topic: str = "TBW102",
-                      default_topic_queue_nums: int = 4, v2: bool = True) -> dict[str, str]:
-    """SendMessageRequestHeader(V2) as the ext fields it travels as - what SendHeader writes (for
-    a caller that builds its own RemotingCommand)."""
-    header = SendHeader(group, topic, queue_id, broker_name, default_topic, default_topic_queue_nums,
-                        RequestCode.SEND_BATCH_MESSAGE if batch else
-                        RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE, batch, "PYTHON",
-                        MQVersion.CURRENT, v2)
-    props = string_to_properties(properties)
-    frame = header.build_frame(sys_flag, flag, props, 0, b"", born_timestamp, reconsume_times, max_reconsume_times)
-    if frame is None:
-        encode_properties_checked(props)  # raises naming the size
-        raise IllegalArgumentError(f"message properties cannot be encoded: {properties!r}")
-    return RemotingCommand.decode(memoryview(frame)[4:]).ext_fields
 
 
 # PipelinedChannel's reader of send responses: SendResponse items (bytes where declined)
@@ -437,10 +419,15 @@ class Producer:
 
     # --- life cycle ------------------------------------------------------------------------------
     def start(self) -> "Producer":
+        return self._start_on(None)
+
+    def _start_on(self, instance: MQClientInstance | None) -> "Producer":
+        """start() on `instance` (the client instance's own inner producer), else on the instance
+        of this producer's client id."""
         with self._lock:
             if self._started:
                 return self
-            self.instance = MQClientManager.get_instance(self.client_config)
+            self.instance = instance or MQClientManager.get_instance(self.client_config)
             self.instance.register_producer(self.group, self)
             try:
                 self.instance.start()
@@ -541,6 +528,16 @@ class Producer:
             if fut is not None:
                 return self._wait(fut, t)
         return self._wait(self._submit(msg, CommunicationMode.SYNC, t, queue, selector, arg), t)
+
+    def resend(self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None) -> SendResult:
+        """Send a copy of a stored message with its system properties (RETRY_TOPIC,
+        ORIGIN_MESSAGE_ID, UNIQ_KEY, TAGS, RECONSUME_TIME, MAX_RECONSUME_TIMES...), as RocketMQ's own
+        re-sends set them (MessageAccessor): a consumer's fallback to its retry topic (the client
+        instance's inner producer) and the admin tools' resends.  To a retry topic, RECONSUME_TIME and
+        MAX_RECONSUME_TIMES travel in the request header (SendAttempts.set_prepared)."""
+        self._check_may_wait()
+        t = timeout or self.send_msg_timeout
+        return self._wait(self._submit(msg, CommunicationMode.SYNC, t, queue, prepared=self._prepare(msg, True)), t)
 
     def send_orderly(self, msg: Message, arg: Any = None, selector=None, timeout: float | None = None) -> SendResult:
         """Ordered send: messages with the same `arg` (default: the message keys) go to the same queue."""
@@ -646,6 +643,9 @@ class Producer:
             info = self.topic_publish_info.get(msg.topic)
             if info is not None and info.ok:
                 s.first(info, queue, selector, arg)
+            elif queue is not None and self.instance.find_broker_addr_in_publish(queue.broker_name) is not None:
+                # (as Java's send to a given queue: the broker's address is all it needs, not the topic's route)
+                s.first(info or TopicPublishInfo(msg.topic, [], None), queue, None, None)
             elif mode is CommunicationMode.SYNC and not self.instance.in_loop_thread():
                 s.first(self.instance.run(self._find_publish_info(msg.topic), timeout=timeout + 5), queue, selector,
                         arg)
@@ -828,4 +828,4 @@ class Producer:
         return topic, uniqs, body, Message(topic, b"x", wait_store_msg_ok=wait), _OUTER_PROPS[wait]
 
 
-__all__ = ["Producer", "CommunicationMode", "SendAttempts", "build_send_header", "RETRY_RESPONSE_CODES"]
+__all__ = ["Producer", "CommunicationMode", "SendAttempts", "RETRY_RESPONSE_CODES"]
