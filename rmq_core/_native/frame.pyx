@@ -487,8 +487,9 @@ cdef class SendHeader:
     def build_frame(self, sys_flag, flag, dict properties, opaque, body, born_timestamp=None,
                     reconsume_times=0, max_reconsume_times=None, bint oneway=False):
         """The whole request frame (length prefix included) as bytes, or None when the caller must
-        judge it (a property that is not a str, a lone surrogate, a number beyond 64 bits,
-        properties over 32767 bytes).  born_timestamp None: now."""
+        judge it (a number beyond 64 bits, properties over 32767 bytes).  A property the
+        properties format cannot hold (record.pyx: put_property) raises IllegalArgumentError
+        naming it; a value that is not a str travels as str() makes it.  born_timestamp None: now."""
         return self._frame(sys_flag, flag, properties, None, opaque, body, born_timestamp, reconsume_times,
                            max_reconsume_times, None, oneway)
 
@@ -496,7 +497,8 @@ cdef class SendHeader:
         """build_frame for a plain message straight from its fields: the properties are those
         Producer._prepare makes (user properties, TAGS, KEYS, DELAY, WAIT, then UNIQ_KEY = uniq),
         sys flag 0 (no compression), born now.  None where the Python path must do it: a user
-        property that is not a str or is UNIQ_KEY, a tag that is not a str, or build_frame's cases."""
+        property that is None or UNIQ_KEY, one the properties format cannot hold (the Python path
+        raises naming it), or build_frame's cases."""
         return self._frame(0, message.flag, None, message, opaque, message.body, None, 0, None, uniq)
 
     cdef object _frame(self, sys_flag, flag, dict properties, message, opaque, body, born_timestamp,
@@ -528,7 +530,7 @@ cdef class SendHeader:
             out_put_int(&o, c_flag)
             _put(&o, PyBytes_AS_STRING(self._ki), len(self._ki))
             if message is None:
-                raw_props = _put_properties(&o, properties, False)
+                raw_props = _put_properties(&o, properties)
             else:
                 raw_props = _put_message_properties(&o, message, uniq)
             if raw_props < 0 or raw_props > MAX_PROPS:
@@ -570,79 +572,88 @@ cdef class SendHeader:
                 free(o.buf)
 
 
-cdef Py_ssize_t _put_pair(Out* o, object k, object v) except -2:
-    """name\u0001value\u0002 (JSON-escaped); the raw UTF-8 size, or -1 (not two str, or a lone
-    surrogate): the caller declines."""
-    cdef Py_ssize_t klen, vlen
-    cdef const char* kp
-    cdef const char* vp
-    if not PyUnicode_CheckExact(k) or not PyUnicode_CheckExact(v):
-        return -1
+from rmq_core._native.record cimport put_property
+from rmq_core.errors import IllegalArgumentError
+
+
+cdef int _put_raw_escaped(Out* o, Out* raw) except -1:
+    """The properties string in `raw` JSON-escaped at the end of `o`; `raw` freed."""
     try:
-        kp = PyUnicode_AsUTF8AndSize(k, &klen)
-        vp = PyUnicode_AsUTF8AndSize(v, &vlen)
-    except UnicodeEncodeError:
-        return -1
-    _put_escaped(o, kp, klen)
-    _put(o, "\\u0001", 6)
-    _put_escaped(o, vp, vlen)
-    _put(o, "\\u0002", 6)
-    return klen + vlen + 2
+        _put_escaped(o, raw.buf, raw.n)
+    finally:
+        if raw.heap:
+            free(raw.buf)
+    return 0
 
 
-cdef Py_ssize_t _put_properties(Out* o, dict properties, bint no_uniq) except -2:
-    """properties_to_string(properties), escaped; the raw size or -1 (decline)."""
-    cdef Py_ssize_t pos = 0, n, raw = 0
+cdef Py_ssize_t _put_properties(Out* o, dict properties) except -1:
+    """properties_to_string(properties) - written by record.pyx's put_property, the one writer of
+    the properties format (its checks, its errors) - JSON-escaped; the raw size."""
+    cdef char stack[512]
+    cdef Out raw
+    cdef Py_ssize_t pos = 0
     cdef PyObject* k
     cdef PyObject* v
-    while PyDict_Next(properties, &pos, &k, &v):
-        if v == <PyObject*>None:
-            continue  # properties_to_string skips None values
-        if no_uniq and PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY":
-            return -1
-        n = _put_pair(o, <object>k, <object>v)
-        if n < 0:
-            return -1
-        raw += n
-    return raw
+    raw.buf = stack
+    raw.cap = 512
+    raw.n = 0
+    raw.heap = False
+    try:
+        while PyDict_Next(properties, &pos, &k, &v):
+            if v != <PyObject*>None:  # (properties_to_string skips None values)
+                put_property(&raw, <object>k, <object>v)
+    except BaseException:
+        if raw.heap:
+            free(raw.buf)
+        raise
+    _put_raw_escaped(o, &raw)
+    return raw.n
 
 
 cdef Py_ssize_t _put_message_properties(Out* o, message, str uniq) except -2:
-    """Message.wire_properties() plus UNIQ_KEY, escaped; the raw size or -1 (decline)."""
-    cdef Py_ssize_t n, raw
+    """Message.wire_properties() plus UNIQ_KEY as _put_properties writes them; the raw size, or -1
+    where the Python path does otherwise (the caller declines): a user property None
+    (wire_properties makes "None" of it) or UNIQ_KEY (it keeps its place), or a property
+    put_property refuses (the Python path raises naming it)."""
+    cdef char stack[512]
+    cdef Out raw
     cdef dict user = message.properties
     cdef PyObject* k
     cdef PyObject* v
     cdef Py_ssize_t pos = 0
-    raw = 0
-    if user:
-        while PyDict_Next(user, &pos, &k, &v):  # str(v) of None would be "None": the Python path's
-            if v == <PyObject*>None or (PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY"):
-                return -1
-            n = _put_pair(o, <object>k, <object>v)
-            if n < 0:
-                return -1
-            raw += n
-    tags = message.tags
-    if tags:
-        n = _put_pair(o, "TAGS", tags)
-        if n < 0:
-            return -1
-        raw += n
-    keys = message.keys
-    if keys:
-        n = _put_pair(o, "KEYS", keys)
-        if n < 0:
-            return -1
-        raw += n
-    delay = message.delay_time_level
-    if delay > 0:
-        raw += _put_pair(o, "DELAY", str(delay))
-    raw += _put_pair(o, "WAIT", "true" if message.wait_store_msg_ok else "false")
-    n = _put_pair(o, "UNIQ_KEY", uniq)
-    if n < 0:
+    raw.buf = stack
+    raw.cap = 512
+    raw.n = 0
+    raw.heap = False
+    try:
+        if user:
+            while PyDict_Next(user, &pos, &k, &v):
+                if v == <PyObject*>None or (PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY"):
+                    if raw.heap:
+                        free(raw.buf)
+                    return -1
+                put_property(&raw, <object>k, <object>v)
+        tags = message.tags
+        if tags:
+            put_property(&raw, "TAGS", tags)
+        keys = message.keys
+        if keys:
+            put_property(&raw, "KEYS", keys)
+        delay = message.delay_time_level
+        if delay > 0:
+            put_property(&raw, "DELAY", str(delay))
+        put_property(&raw, "WAIT", "true" if message.wait_store_msg_ok else "false")
+        put_property(&raw, "UNIQ_KEY", uniq)
+    except IllegalArgumentError:
+        if raw.heap:
+            free(raw.buf)
         return -1
-    return raw + n
+    except BaseException:
+        if raw.heap:
+            free(raw.buf)
+        raise
+    _put_raw_escaped(o, &raw)
+    return raw.n
 
 
 # --- the send response -------------------------------------------------------------------------------

@@ -180,14 +180,9 @@ class SendAttempts:
         flag = 0 if self.batch else self.msg.flag
         frame = header.build_frame(self.sys_flag, flag, self.props, opaque, self.body, None, self.reconsume,
                                    self.max_reconsume, oneway)
-        if frame is None:  # values that are not text, lone surrogates: sent as text, else judged
-            self.props = {k: str(v).encode("utf-8", "replace").decode("utf-8")
-                          for k, v in self.props.items() if v is not None}
-            frame = header.build_frame(self.sys_flag, flag, self.props, opaque, self.body, None, self.reconsume,
-                                       self.max_reconsume, oneway)
-            if frame is None:
-                encode_properties_checked(self.props)  # raises naming the size
-                raise IllegalArgumentError(f"message flag {flag!r} or properties cannot be encoded")
+        if frame is None:  # (a property the format cannot hold raised naming it)
+            encode_properties_checked(self.props)  # raises naming the size
+            raise IllegalArgumentError(f"message flag {flag!r} cannot be encoded (a 64-bit int at most)")
         if p._hooks:  # SendMessageHook around this attempt
             self.hook_ctx = _SendContext(p.group, self.msg, mq, addr, self.mode.value)
             plugins.get_plugin_manager().hook.rmq_before_send(context=self.hook_ctx)

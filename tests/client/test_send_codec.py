@@ -29,6 +29,10 @@ from tests.client.send_reference import parse_send_response, read_send_response_
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)  # no lone surrogates
 name = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+# what the properties format holds: no separator in a name, no \x02 in a value
+prop_name = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), min_size=1,
+                    max_size=12)
+prop_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x02"), max_size=12)
 
 
 def test_the_native_extension_is_the_one_the_producer_uses():
@@ -62,7 +66,7 @@ def _native_header(p: Producer, mq: MessageQueue, batch=False, v2=True) -> frame
 @SETTINGS
 @given(group=name, topic=name, broker=name, queue_id=st.integers(0, 1 << 20), sys_flag=st.integers(0, 1 << 20),
        born=st.integers(0, 1 << 62), flag=st.integers(-(1 << 31), (1 << 31) - 1),
-       props=st.dictionaries(name, text, max_size=6), body=st.binary(max_size=300),
+       props=st.dictionaries(prop_name, prop_text, max_size=6), body=st.binary(max_size=300),
        opaque=st.integers(0, (1 << 31) - 1), reconsume=st.integers(0, 100),
        max_reconsume=st.none() | st.integers(-1, 100), batch=st.booleans(), queue_nums=st.integers(1, 64),
        v2=st.booleans(), oneway=st.booleans())
@@ -121,14 +125,31 @@ def test_born_timestamp_defaults_to_now():
     assert before <= born <= frame_native.now_ms()
 
 
-@pytest.mark.parametrize("props", [
-    {"a": 1},                                 # not a str: SendAttempts sends it as text
-    {"a": "\ud800"},                          # a lone surrogate: SendAttempts replaces it
-    {"k": "v" * 40000},                        # over 32767 bytes: SendAttempts raises naming it
-])
-def test_build_frame_declines_what_its_caller_must_judge(props):
+def test_build_frame_declines_oversize_properties_for_its_caller_to_name():
     p = _producer()
-    assert _native_header(p, MessageQueue("T", "b", 0)).build_frame(0, 0, props, 1, b"x", 1) is None
+    assert _native_header(p, MessageQueue("T", "b", 0)).build_frame(0, 0, {"k": "v" * 40000}, 1, b"x", 1) is None
+
+
+def test_a_value_that_is_not_a_str_travels_as_its_text():
+    p = _producer()
+    mq = MessageQueue("T", "b", 0)
+    got = _native_header(p, mq).build_frame(0, 0, {"a": 1}, 3, b"x", 5)
+    assert got == _reference_frame(p, mq, 0, 5, 0, {"a": "1"}, b"x", 3)
+
+
+@pytest.mark.parametrize("props, error", [
+    ({"a": "\ud800"}, "property 'a' is not encodable as UTF-8"),
+    ({"a": "v\x02"}, "property 'a': the value contains the separator"),
+    ({"a\x01": "v"}, "property 'a\\x01': the name contains the separator"),
+    ({"": "v"}, "property name '' is empty"),
+    ({1: "v"}, "property name 1 must be a str"),
+])
+def test_properties_the_format_cannot_hold_fail_naming_the_property(props, error):
+    """The header's properties are written by the one properties writer (record.pyx: put_property),
+    with its checks: a send fails as a batch item or a stored record would."""
+    header = _native_header(_producer(), MessageQueue("T", "b", 0))
+    with pytest.raises(IllegalArgumentError, match=re.escape(error)):
+        header.build_frame(0, 0, props, 1, b"x", 1)
 
 
 def test_build_frame_declines_numbers_beyond_64_bits():
@@ -152,8 +173,8 @@ def _normalise_born(frame: bytes) -> bytes:
 
 
 @SETTINGS
-@given(tags=st.none() | name, keys=st.none() | st.lists(name.filter(lambda k: " " not in k), max_size=3),
-       user=st.dictionaries(name.filter(lambda k: k.isalnum() and k.islower()), text, max_size=4),
+@given(tags=st.none() | prop_name, keys=st.none() | st.lists(prop_name.filter(lambda k: " " not in k), max_size=3),
+       user=st.dictionaries(name.filter(lambda k: k.isalnum() and k.islower()), prop_text, max_size=4),
        delay=st.integers(0, 18), wait=st.booleans(), flag=st.integers(0, 1 << 20), body=st.binary(min_size=1, max_size=200))
 def test_build_message_frame_equals_prepare_then_build_frame(tags, keys, user, delay, wait, flag, body):
     p = _producer()
@@ -171,12 +192,21 @@ def test_build_message_frame_equals_prepare_then_build_frame(tags, keys, user, d
 @pytest.mark.parametrize("msg", [
     Message("T", b"x", properties={"UNIQ_KEY": "MINE"}),  # a UNIQ_KEY of its own keeps its place: Python
     Message("T", b"x", properties={"n": None}),          # wire_properties makes "None" of it: Python
-    Message("T", b"x", properties={"n": 5}),
-    Message("T", b"x", tags=7),
+    Message("T", b"x", properties={"n": "v\x02"}),       # the Python path raises naming it
 ])
 def test_build_message_frame_declines_what_prepare_must_do(msg):
     header = _native_header(_producer(), MessageQueue("T", "b", 0))
     assert header.build_message_frame(msg, "U" * 32, 1) is None
+
+
+@pytest.mark.parametrize("msg", [Message("T", b"x", properties={"n": 5}), Message("T", b"x", tags=7)])
+def test_build_message_frame_writes_values_that_are_not_str_as_prepare_does(msg):
+    p = _producer()
+    header = _native_header(p, MessageQueue("T", "b", 0))
+    props = msg.wire_properties()
+    props["UNIQ_KEY"] = "U" * 32
+    want = header.build_frame(0, msg.flag, props, 1, msg.body)
+    assert _normalise_born(header.build_message_frame(msg, "U" * 32, 1)) == _normalise_born(want)
 
 
 # --- responses -------------------------------------------------------------------------------------
