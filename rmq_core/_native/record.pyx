@@ -76,33 +76,29 @@ cdef Py_ssize_t RECORD_FIXED_V4 = 91
 cdef Py_ssize_t BATCH_ITEM_FIXED = 22
 
 
-# --- big-endian readers (gcc turns these into a load + bswap) -------------------------------------
+# --- big-endian integers: store_bytes.h's loads and stores (one memcpy + bswap each) ---------------
 cdef inline uint32_t _u32(const unsigned char* p) noexcept nogil:
-    return ((<uint32_t>p[0]) << 24) | ((<uint32_t>p[1]) << 16) | ((<uint32_t>p[2]) << 8) | p[3]
+    return rmq_ld32(p)
 
 
 cdef inline int32_t _i32(const unsigned char* p) noexcept nogil:
-    return <int32_t>_u32(p)
+    return <int32_t>rmq_ld32(p)
 
 
 cdef inline int64_t _i64(const unsigned char* p) noexcept nogil:
-    return <int64_t>(((<uint64_t>_u32(p)) << 32) | _u32(p + 4))
+    return <int64_t>rmq_ld64(p)
 
 
 cdef inline int16_t _i16(const unsigned char* p) noexcept nogil:
-    return <int16_t>(((<uint32_t>p[0]) << 8) | p[1])
+    return <int16_t>rmq_ld16(p)
 
 
 cdef inline void _put_u32(unsigned char* p, uint32_t v) noexcept nogil:
-    p[0] = <unsigned char>(v >> 24)
-    p[1] = <unsigned char>(v >> 16)
-    p[2] = <unsigned char>(v >> 8)
-    p[3] = <unsigned char>v
+    rmq_st32(p, v)
 
 
 cdef inline void _put_u64(unsigned char* p, uint64_t v) noexcept nogil:
-    _put_u32(p, <uint32_t>(v >> 32))
-    _put_u32(p + 4, <uint32_t>v)
+    rmq_st64(p, v)
 
 
 # --- errors ----------------------------------------------------------------------------------------
