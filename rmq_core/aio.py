@@ -39,7 +39,7 @@ from asyncio import get_running_loop as _get_running_loop
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED as _FINISHED
 from threading import get_ident
 
-from rmq_core._native.client_native import set_loop_future_class
+from rmq_core._native.send_pipeline import set_loop_future_class
 from rmq_core.client.instance import LeanFuture
 from rmq_core.message import Message, MessageQueue, MixAll, SendResult
 

@@ -11,9 +11,8 @@ import os
 import re
 import socket
 import struct
-import threading
 import time
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import attrs
 
@@ -276,12 +275,11 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
 
 class MessageClientIDSetter:
     """Client-side unique ids (UNIQ_KEY): IP(4) + pid(2) + per-process random(4) + ms since the
-    start of this month(4) + counter(2) -> 32 upper-case hex.  Treat the value as opaque."""
+    start of this month(4) + counter(2) -> 32 upper-case hex.  Treat the value as opaque.
+    create_uniq_id is the native maker (rmq_core._native.record.UniqIds), made from these parts."""
 
-    _lock = threading.Lock()
     _fix = None
-    _month_start_ms = 0
-    _next_month_ms = 0
+    _sequence = itertools.count(1)  # (atomic under the GIL, as Java's AtomicInteger)
 
     @classmethod
     def _prefix(cls) -> bytes:
@@ -294,29 +292,19 @@ class MessageClientIDSetter:
         return cls._fix
 
     @classmethod
-    def create_uniq_id(cls) -> str:
-        # On every send: the fixed 10 bytes are formatted once; the counter is an itertools.count
-        # (atomic under the GIL, as Java's AtomicInteger); the month bounds move under the lock.
-        now = time.time_ns() // 1_000_000
-        if now >= cls._next_month_ms:
-            cls._roll_month(now)
-        counter = next(cls._sequence) & 0xFFFF
-        return f"{cls._hex_prefix}{(now - cls._month_start_ms) & 0xFFFFFFFF:08X}{counter:04X}"
+    def hex_prefix(cls) -> str:
+        """The fixed part of every id: 20 upper-case hex digits."""
+        return cls._prefix().hex().upper()
 
-    _sequence = itertools.count(1)
-    _hex_prefix = ""
+    @staticmethod
+    def month_bounds(now_ms: int) -> tuple[int, int]:
+        """(the start of now_ms's month, the start of the next one), in ms since the epoch (UTC)."""
+        t = time.gmtime(now_ms / 1000)
+        start = int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) - time.timezone)
+        nm = (t.tm_year + (t.tm_mon == 12), t.tm_mon % 12 + 1, 1, 0, 0, 0, 0, 0, 0)
+        return start * 1000, int(time.mktime(nm) - time.timezone) * 1000
 
-    @classmethod
-    def _roll_month(cls, now: int) -> None:
-        with cls._lock:
-            if now < cls._next_month_ms:
-                return
-            cls._hex_prefix = cls._prefix().hex().upper()
-            t = time.gmtime(now / 1000)
-            start = int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) - time.timezone)
-            cls._month_start_ms = start * 1000
-            nm = (t.tm_year + (t.tm_mon == 12), t.tm_mon % 12 + 1, 1, 0, 0, 0, 0, 0, 0)
-            cls._next_month_ms = int(time.mktime(nm) - time.timezone) * 1000
+    create_uniq_id: Callable[[], str]  # set below the class (the native maker)
 
 
 # --- values -----------------------------------------------------------------------------------------
@@ -505,4 +493,7 @@ def iter_chunks(seq: Iterable, n: int):
         yield buf
 
 
-from rmq_core._native.record import MessageExt  # noqa: E402
+from rmq_core._native.record import MessageExt, UniqIds  # noqa: E402
+
+MessageClientIDSetter.create_uniq_id = staticmethod(UniqIds(
+    MessageClientIDSetter.hex_prefix, MessageClientIDSetter.month_bounds, MessageClientIDSetter._sequence))

@@ -25,7 +25,7 @@ CHILD = textwrap.dedent(r"""
     import rmq_core
     from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
     from rmq_core.codec import decode_messages, encode_message_record
-    import rmq_core._native.client_native, rmq_core._native.frame, rmq_core._native.send_lane
+    import rmq_core._native.send_pipeline, rmq_core._native.frame, rmq_core._native.send_lane
     import rmq_core._native.commit_log, rmq_core._native.cq, rmq_core._native.group_commit
     import rmq_core._native.mapped, rmq_core._native.index, rmq_core._native.record, rmq_core._native.crc
     assert arena_allocator() == before, "importing rmq_core changed the arena allocator"

@@ -9,6 +9,12 @@
 # RemotingCommand from it (frame.pyx), the broker's send lane reads a SEND_MESSAGE_V2 from it
 # without building anything (send_lane.pyx).  Anything it does not handle makes it return 0, and
 # the pure-Python codec (rmq_core/remoting/command.py) decides and names the problem.
+#
+# frame.pyx also holds the producer's send request header writer (SendHeader) and the send
+# response (SendResponse, read by read_json_header): declared here for the send pipeline kernel
+# (send_pipeline.pyx), which calls them without a Python call.  Cimport this module by its full
+# name (rmq_core._native.frame): it declares extension types.
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
 from json_read cimport Cursor, expect, hex_digit, key_is, open_json_header, read_int, scan_str, skip_ws
@@ -314,3 +320,36 @@ cdef inline int frame_at(const uint8_t* buf, Py_ssize_t n, Py_ssize_t pos, Py_ss
     if pos + 4 + length[0] > n:
         return 0
     return 1
+
+
+cdef enum:
+    RESPONSE_FLAG = 1  # the flag bit of a response (RemotingCommand's RPC_TYPE)
+
+
+@cython.final
+cdef class SendHeader:
+    cdef bytes _head  # '{"code":310,"extFields":{"a":..,"b":..,"c":..,"d":..,"e":"<qid>","f":"'
+    cdef bytes _mid   # '","k":"false","m":"false","n":<broker>'
+    cdef bytes _language  # ',"language":"PYTHON","opaque":'
+    cdef bytes _tail  # ',"serializeTypeCurrentRPC":"JSON","version":N}'
+    cdef bytes _kg, _kh, _ki, _kj, _kl  # '","g":"' ... (or the V1 names)
+    cdef readonly int code
+    cdef readonly str topic
+    cdef readonly int queue_id
+    cdef readonly str broker_name
+
+    cdef object _frame(self, sys_flag, flag, dict properties, message, opaque, body, born_timestamp,
+                       reconsume_times, max_reconsume_times, str uniq=*, bint oneway=*)
+
+
+@cython.final
+cdef class SendResponse:
+    cdef public object code
+    cdef public object flag
+    cdef public object opaque
+    cdef public object remark
+    cdef public object msg_id
+    cdef public object queue_id
+    cdef public object queue_offset
+    cdef public object transaction_id
+    cdef public object region_id

@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Remoting frames: splitting a read into frames, and the JSON header codec of RemotingCommand.
+"""Remoting frames: splitting a read into frames, the JSON header codec of RemotingCommand, and the
+producer's send request header writer (SendHeader) and send response reader (read_send_responses).
 
 Frame (shared/protocol/REMOTING.md §1, integers big-endian):
 
@@ -27,6 +28,7 @@ from cpython.dict cimport PyDict_Next, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+cimport cython
 from libc.stdint cimport int64_t, uint32_t, uint8_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
@@ -107,7 +109,6 @@ cdef tuple _walk_frames(data, Py_ssize_t max_frame_length, bint decode):
 
 
 # --- JSON header decoding ------------------------------------------------------------------------
-from frame cimport JsonHeader, header_int, read_json_header, unescape_json
 
 
 # Header keys and many values repeat on every request ("topic", "JAVA", "false", a group name):
@@ -239,18 +240,22 @@ cdef int _put_int(Out* o, object value) except -1:
     return out_put_int(o, v)
 
 
+cdef int _put_escaped(Out* o, const char* p, Py_ssize_t n) except -1:
+    """UTF-8 bytes as the inside of a JSON string literal, escaped as
+    json.encoder.encode_basestring does (json_text.h): the one JSON string writer."""
+    if o.n + n * 6 > o.cap:
+        _grow(o, n * 6)
+    o.n = rmq_json_escaped(o.buf + o.n, p, n) - o.buf
+    return 0
+
+
 cdef int _put_str(Out* o, object s) except -1:
-    """A JSON string literal, escaped as json.encoder.encode_basestring does (json_text.h)."""
+    """A str as a JSON string literal (with its quotes)."""
     cdef Py_ssize_t n
     cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)  # UnicodeEncodeError on a lone surrogate
-    cdef char* w
-    if o.n + n * 6 + 2 > o.cap:
-        _grow(o, n * 6 + 2)
-    w = o.buf + o.n
-    w[0] = 34
-    w = rmq_json_escaped(w + 1, p, n)
-    w[0] = 34
-    o.n = w + 1 - o.buf
+    _put(o, '"', 1)
+    _put_escaped(o, p, n)
+    _put(o, '"', 1)
     return 0
 
 
@@ -400,3 +405,399 @@ def new_response(request, code, remark, dict ext_fields, body):
     cmd.body = body
     cmd.serialize_type = request.serialize_type
     return cmd
+
+
+# --- a producer's send request (SEND_MESSAGE_V2, SEND_BATCH_MESSAGE, SEND_MESSAGE) ------------------
+# The whole request frame built from its fields, no RemotingCommand (REMOTING.md §1 and §5.4):
+#
+#     int32 length            = 4 + headerLength + bodyLength
+#     int32 hdrLenAndType     = 0 << 24 | headerLength          (JSON header)
+#     header                  {"code":310,"extFields":{"a":group,"b":topic,"c":createTopicKey,
+#                              "d":defaultQueueNums,"e":queueId,"f":sysFlag,"g":bornTimestamp,
+#                              "h":flag,"i":properties,"j":reconsumeTimes,"k":"false","m":batch,
+#                              "n":brokerName[,"l":maxReconsumeTimes]},"flag":0,"language":"PYTHON",
+#                              "opaque":N,"serializeTypeCurrentRPC":"JSON","version":N}
+#     body                    the message body (or a batch body, record.pyx: encode_batch_body)
+#
+# These are exactly the bytes RemotingCommand.create_request(code, header, body) encodes to with
+# language PYTHON (V1 - SEND_MESSAGE - the same with the long field names): ext fields in that
+# insertion order, every value a JSON string escaped as _encode_into escapes it.  A SendHeader
+# holds what is constant for one (producer, queue); build_frame writes the rest.
+from clock cimport epoch_ms
+from store_bytes cimport MAX_PROPS
+
+
+def now_ms():
+    """Milliseconds since the epoch, as build_frame stamps bornTimestamp (int(time.time() * 1000))."""
+    return epoch_ms()
+
+
+cdef bytes _json_literal(object s):
+    """A str as a JSON string literal (with its quotes), UTF-8."""
+    cdef char stack[256]
+    cdef Out o
+    o.buf = stack
+    o.cap = 256
+    o.n = 0
+    o.heap = False
+    try:
+        _put_str(&o, s)
+        return PyBytes_FromStringAndSize(o.buf, o.n)
+    finally:
+        if o.heap:
+            free(o.buf)
+
+
+cdef tuple _V2_NAMES = (b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h", b"i", b"j", b"k", b"l", b"m", b"n")
+cdef tuple _V1_NAMES = (b"producerGroup", b"topic", b"defaultTopic", b"defaultTopicQueueNums", b"queueId",
+                        b"sysFlag", b"bornTimestamp", b"flag", b"properties", b"reconsumeTimes", b"unitMode",
+                        b"maxReconsumeTimes", b"batch", b"brokerName")
+
+
+# --- the request -------------------------------------------------------------------------------------
+cdef class SendHeader:
+    """The one writer of a producer's send request header (SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE
+    with the one-letter names a..n, SEND_MESSAGE with the long ones): what is constant for one
+    (producer, queue) made once; build_frame fills in the rest per send (a retry topic's
+    reconsume fields included, a oneway request's flag)."""
+
+    def __init__(self, str group, str topic, int queue_id, str broker_name, str create_topic_key="TBW102",
+                 int default_topic_queue_nums=4, int code=310, bint batch=False, str language="PYTHON",
+                 int version=0, bint v2=True):
+        self.code = code
+        self.topic = topic
+        self.queue_id = queue_id
+        self.broker_name = broker_name
+        names = _V2_NAMES if v2 else _V1_NAMES
+        self._head = b"".join([
+            b'{"code":', str(code).encode(), b',"extFields":{"', names[0], b'":', _json_literal(group),
+            b',"', names[1], b'":', _json_literal(topic), b',"', names[2], b'":', _json_literal(create_topic_key),
+            b',"', names[3], b'":', _json_literal(str(default_topic_queue_nums)),
+            b',"', names[4], b'":"', str(queue_id).encode(), b'","', names[5], b'":"'])
+        self._kg = b'","' + names[6] + b'":"'
+        self._kh = b'","' + names[7] + b'":"'
+        self._ki = b'","' + names[8] + b'":"'
+        self._kj = b'","' + names[9] + b'":"'
+        self._kl = b',"' + names[11] + b'":"'
+        self._mid = b"".join([b'","', names[10], b'":"false","', names[12], b'":', b'"true"' if batch else b'"false"',
+                              b',"', names[13], b'":', _json_literal(broker_name)])
+        self._language = b"".join([b',"language":', _json_literal(language), b',"opaque":'])
+        self._tail = b',"serializeTypeCurrentRPC":"JSON","version":' + str(version).encode() + b"}"
+
+    def build_frame(self, sys_flag, flag, dict properties, opaque, body, born_timestamp=None,
+                    reconsume_times=0, max_reconsume_times=None, bint oneway=False):
+        """The whole request frame (length prefix included) as bytes, or None when the caller must
+        judge it (a number beyond 64 bits, properties over 32767 bytes).  A property the
+        properties format cannot hold (record.pyx: put_property) raises IllegalArgumentError
+        naming it; a value that is not a str travels as str() makes it.  born_timestamp None: now."""
+        return self._frame(sys_flag, flag, properties, None, opaque, body, born_timestamp, reconsume_times,
+                           max_reconsume_times, None, oneway)
+
+    def build_message_frame(self, message, str uniq, opaque):
+        """build_frame for a plain message straight from its fields: the properties are those
+        Producer._prepare makes (user properties, TAGS, KEYS, DELAY, WAIT, then UNIQ_KEY = uniq),
+        sys flag 0 (no compression), born now.  None where the Python path must do it: a user
+        property that is None or UNIQ_KEY, one the properties format cannot hold (the Python path
+        raises naming it), or build_frame's cases."""
+        return self._frame(0, message.flag, None, message, opaque, message.body, None, 0, None, uniq)
+
+    cdef object _frame(self, sys_flag, flag, dict properties, message, opaque, body, born_timestamp,
+                       reconsume_times, max_reconsume_times, str uniq=None, bint oneway=False):
+        """build_frame / build_message_frame (the pipeline kernel calls it without a Python call)."""
+        cdef Py_buffer pb
+        cdef char stack[2048]
+        cdef Out o
+        cdef Py_ssize_t header_length, total, raw_props = 0
+        cdef int64_t born, c_sys_flag, c_flag, c_opaque, c_reconsume, c_max_reconsume = 0
+        cdef char* out
+        try:  # a value beyond 64 bits: the Python encoder writes it (and the broker judges it)
+            born = epoch_ms() if born_timestamp is None else born_timestamp
+            c_sys_flag, c_flag, c_opaque, c_reconsume = sys_flag, flag, opaque, reconsume_times
+            if max_reconsume_times is not None:
+                c_max_reconsume = max_reconsume_times
+        except OverflowError:
+            return None
+        o.buf = stack
+        o.cap = 2048
+        o.n = 8  # room for the two int32 fields in front
+        o.heap = False
+        try:
+            _put(&o, PyBytes_AS_STRING(self._head), len(self._head))
+            out_put_int(&o, c_sys_flag)
+            _put(&o, PyBytes_AS_STRING(self._kg), len(self._kg))
+            out_put_int(&o, born)
+            _put(&o, PyBytes_AS_STRING(self._kh), len(self._kh))
+            out_put_int(&o, c_flag)
+            _put(&o, PyBytes_AS_STRING(self._ki), len(self._ki))
+            if message is None:
+                raw_props = _put_properties(&o, properties)
+            else:
+                raw_props = _put_message_properties(&o, message, uniq)
+            if raw_props < 0 or raw_props > MAX_PROPS:
+                return None
+            _put(&o, PyBytes_AS_STRING(self._kj), len(self._kj))
+            out_put_int(&o, c_reconsume)
+            _put(&o, PyBytes_AS_STRING(self._mid), len(self._mid))
+            if max_reconsume_times is not None:
+                _put(&o, PyBytes_AS_STRING(self._kl), len(self._kl))
+                out_put_int(&o, c_max_reconsume)
+                _put(&o, '"', 1)
+            if oneway:  # (flag bit 1: no answer expected)
+                _put(&o, '},"flag":2', 10)
+            else:
+                _put(&o, '},"flag":0', 10)
+            _put(&o, PyBytes_AS_STRING(self._language), len(self._language))
+            out_put_int(&o, c_opaque)
+            _put(&o, PyBytes_AS_STRING(self._tail), len(self._tail))
+            header_length = o.n - 8
+            PyObject_GetBuffer(body, &pb, PyBUF_SIMPLE)
+            try:
+                total = 4 + header_length + pb.len
+                if total > 0x7FFFFFFF:
+                    return None
+                frame = PyBytes_FromStringAndSize(NULL, 4 + total)
+                out = PyBytes_AS_STRING(frame)
+                o.buf[0] = <char>(total >> 24); o.buf[1] = <char>(total >> 16)
+                o.buf[2] = <char>(total >> 8); o.buf[3] = <char>total
+                o.buf[4] = 0; o.buf[5] = <char>(header_length >> 16)
+                o.buf[6] = <char>(header_length >> 8); o.buf[7] = <char>header_length
+                memcpy(out, o.buf, o.n)
+                if pb.len:
+                    memcpy(out + o.n, pb.buf, pb.len)
+            finally:
+                PyBuffer_Release(&pb)
+            return frame
+        finally:
+            if o.heap:
+                free(o.buf)
+
+
+from rmq_core._native.record cimport put_property
+from rmq_core.errors import IllegalArgumentError
+
+
+cdef int _put_raw_escaped(Out* o, Out* raw) except -1:
+    """The properties string in `raw` JSON-escaped at the end of `o`; `raw` freed."""
+    try:
+        _put_escaped(o, raw.buf, raw.n)
+    finally:
+        if raw.heap:
+            free(raw.buf)
+    return 0
+
+
+cdef Py_ssize_t _put_properties(Out* o, dict properties) except -1:
+    """properties_to_string(properties) - written by record.pyx's put_property, the one writer of
+    the properties format (its checks, its errors) - JSON-escaped; the raw size."""
+    cdef char stack[512]
+    cdef Out raw
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* k
+    cdef PyObject* v
+    raw.buf = stack
+    raw.cap = 512
+    raw.n = 0
+    raw.heap = False
+    try:
+        while PyDict_Next(properties, &pos, &k, &v):
+            if v != <PyObject*>None:  # (properties_to_string skips None values)
+                put_property(&raw, <object>k, <object>v)
+    except BaseException:
+        if raw.heap:
+            free(raw.buf)
+        raise
+    _put_raw_escaped(o, &raw)
+    return raw.n
+
+
+cdef Py_ssize_t _put_message_properties(Out* o, message, str uniq) except -2:
+    """Message.wire_properties() plus UNIQ_KEY as _put_properties writes them; the raw size, or -1
+    where the Python path does otherwise (the caller declines): a user property None
+    (wire_properties makes "None" of it) or UNIQ_KEY (it keeps its place), or a property
+    put_property refuses (the Python path raises naming it)."""
+    cdef char stack[512]
+    cdef Out raw
+    cdef dict user = message.properties
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef Py_ssize_t pos = 0
+    raw.buf = stack
+    raw.cap = 512
+    raw.n = 0
+    raw.heap = False
+    try:
+        if user:
+            while PyDict_Next(user, &pos, &k, &v):
+                if v == <PyObject*>None or (PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY"):
+                    if raw.heap:
+                        free(raw.buf)
+                    return -1
+                put_property(&raw, <object>k, <object>v)
+        tags = message.tags
+        if tags:
+            put_property(&raw, "TAGS", tags)
+        keys = message.keys
+        if keys:
+            put_property(&raw, "KEYS", keys)
+        delay = message.delay_time_level
+        if delay > 0:
+            put_property(&raw, "DELAY", str(delay))
+        put_property(&raw, "WAIT", "true" if message.wait_store_msg_ok else "false")
+        put_property(&raw, "UNIQ_KEY", uniq)
+    except IllegalArgumentError:
+        if raw.heap:
+            free(raw.buf)
+        return -1
+    except BaseException:
+        if raw.heap:
+            free(raw.buf)
+        raise
+    _put_raw_escaped(o, &raw)
+    return raw.n
+
+
+# --- the send response -------------------------------------------------------------------------------
+# The JSON header of a SendMessageResponseHeader, read for code, flag, opaque, remark and the ext
+# fields msgId, queueId, queueOffset, transactionId and MSG_REGION (the others are skipped without
+# building anything).  Whatever is unusual (a binary header, a number or object inside extFields,
+# an escaped value in a field we keep, a non-plain integer, a request from the peer, malformed
+# JSON) makes the reader decline with None: the caller then decodes the frame with
+# RemotingCommand.decode, whose errors name the problem, and reads it with
+# SendResponse.from_command.
+@cython.freelist(64)
+cdef class SendResponse:
+    """What a send response says: code, flag, opaque, remark, and the SendMessageResponseHeader
+    fields (None where the header lacks them; queue_id / queue_offset None also when empty)."""
+
+    def __init__(self, code, flag=1, opaque=0, remark=None, msg_id=None, queue_id=None, queue_offset=None,
+                 transaction_id=None, region_id=None):
+        self.code = code
+        self.flag = flag
+        self.opaque = opaque
+        self.remark = remark
+        self.msg_id = msg_id
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.transaction_id = transaction_id
+        self.region_id = region_id
+
+    @staticmethod
+    def from_command(cmd):
+        """The same reading of a decoded RemotingCommand (the path for frames the native reader
+        declines); a garbage queueId / queueOffset raises RemotingCommandError naming it."""
+        return SendResponse(cmd.code, cmd.flag, cmd.opaque, cmd.remark, cmd.get_str("msgId"),
+                            cmd.get_int("queueId"), cmd.get_int("queueOffset"), cmd.get_str("transactionId"),
+                            cmd.get_str("MSG_REGION"))
+
+    def __repr__(self):
+        return (f"SendResponse(code={self.code}, opaque={self.opaque}, remark={self.remark!r}, "
+                f"msg_id={self.msg_id!r}, queue_id={self.queue_id!r}, queue_offset={self.queue_offset!r})")
+
+
+from json_read cimport key_is as _is
+
+
+cdef object _plain_text(const uint8_t* s, Py_ssize_t n, bint escaped, bint* bad):
+    """A kept string value: decoded when it has no escapes; None and *bad otherwise (the Python
+    codec decodes the rest)."""
+    if escaped:
+        bad[0] = True
+        return None
+    try:
+        return PyUnicode_DecodeUTF8(<const char*>s, n, NULL)
+    except UnicodeDecodeError:
+        bad[0] = True
+        return None
+
+
+cdef int _response_field(void* target, const uint8_t* key, Py_ssize_t key_len, bint key_escaped,
+                         const uint8_t* value, Py_ssize_t value_len, bint value_escaped) except -1:
+    """read_json_header's extFields entry of a send response: the fields SendResponse keeps (an
+    int as RemotingCommand.get_int reads it, None when empty); 1 declines the frame."""
+    cdef SendResponse r = <SendResponse>target
+    cdef int64_t v
+    cdef bint bad = False
+    if key_escaped:
+        return 1
+    if _is(key, key_len, "msgId", 5):
+        r.msg_id = _plain_text(value, value_len, value_escaped, &bad)
+    elif _is(key, key_len, "queueId", 7) or _is(key, key_len, "queueOffset", 11):
+        if value_len == 0:
+            v_obj = None
+        elif value_escaped or not header_int(value, value_len, &v):
+            return 1  # " 7", "+7", a huge number: int() may still take it; the Python path decides
+        else:
+            v_obj = v
+        if key_len == 7:
+            r.queue_id = v_obj
+        else:
+            r.queue_offset = v_obj
+    elif _is(key, key_len, "transactionId", 13):
+        r.transaction_id = _plain_text(value, value_len, value_escaped, &bad)
+    elif _is(key, key_len, "MSG_REGION", 10):
+        r.region_id = _plain_text(value, value_len, value_escaped, &bad)
+    return 1 if bad else 0  # (other entries, TRACE_ON..., are not kept)
+
+
+cdef object _read_response(const uint8_t* base, Py_ssize_t n):
+    """The SendResponse of one frame (without its length prefix) read by the one JSON header
+    reader (frame.pxd: read_json_header), or None: declined, or not a response."""
+    cdef JsonHeader h
+    cdef SendResponse r = SendResponse.__new__(SendResponse)
+    cdef bint bad = False
+    if read_json_header(base, n, &h, _response_field, <void*>r) != 1:
+        return None
+    if not (h.flag & RESPONSE_FLAG):
+        return None  # a request from the peer: not a send response
+    if h.remark != NULL:
+        r.remark = _plain_text(h.remark, h.remark_len, h.remark_escaped, &bad)
+        if bad:
+            return None
+    r.code = h.code
+    r.flag = h.flag
+    r.opaque = h.opaque
+    return r
+
+
+def read_send_response(frame):
+    """The SendResponse of one frame WITHOUT its length prefix, or None (see the module doc)."""
+    cdef Py_buffer pb
+    PyObject_GetBuffer(frame, &pb, PyBUF_SIMPLE)
+    try:
+        return _read_response(<const uint8_t*>pb.buf, pb.len)
+    finally:
+        PyBuffer_Release(&pb)
+
+
+def read_send_responses(data, Py_ssize_t max_frame_length):
+    """Every whole frame at the start of `data`: (items, consumed), each item the frame's
+    SendResponse or, when declined, the frame's bytes without its length prefix.  A length
+    outside 4..max_frame_length raises RemotingCommandError naming it (the framing is lost)."""
+    cdef Py_buffer pb
+    cdef const uint8_t* buf
+    cdef Py_ssize_t n, pos = 0, end
+    cdef int64_t length = 0
+    cdef bint bad = False
+    cdef int status
+    cdef list items = []
+    PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
+    try:
+        buf = <const uint8_t*>pb.buf
+        n = pb.len
+        while True:
+            status = frame_at(buf, n, pos, max_frame_length, &length)
+            if status <= 0:
+                bad = status < 0
+                break
+            end = pos + 4 + length
+            item = _read_response(buf + pos + 4, length)
+            if item is None:  # a copy, not a view: the caller may reuse `data` at once
+                item = PyBytes_FromStringAndSize(<const char*>(buf + pos + 4), length)
+            PyList_Append(items, item)
+            pos = end
+    finally:
+        PyBuffer_Release(&pb)
+    if bad:
+        from rmq_core.errors import RemotingCommandError
+        raise RemotingCommandError(f"frame length {length} outside 4..{max_frame_length}")
+    return items, pos

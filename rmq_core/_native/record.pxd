@@ -34,7 +34,10 @@ cdef extern from "store_batch.h" nogil:
                          size_t write_pos, size_t file_size, size_t *nbytes, size_t *next_body_pos)
 
 
+from json_text cimport Out
+
 cdef bytes encode_properties(object props)
+cdef Py_ssize_t put_property(Out* o, object key, object value) except -1
 
 
 cdef inline bint find_property(const unsigned char *props, Py_ssize_t n, const char *key, Py_ssize_t klen,

@@ -35,7 +35,7 @@ that are really there before anything is read.
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.dict cimport PyDict_Copy, PyDict_GetItem, PyDict_SetItem
+from cpython.dict cimport PyDict_Copy, PyDict_GetItem, PyDict_Next, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
@@ -43,6 +43,7 @@ from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free
 from libc.string cimport memchr, memcmp, memcpy, memset
 
 import socket as _socket
@@ -58,6 +59,8 @@ cdef extern from "Python.h":
     int PyUnicode_KIND(object o)
     Py_UCS4 PyUnicode_READ(int kind, void* data, Py_ssize_t index)
     const char* PyUnicode_AsUTF8AndSize(object o, Py_ssize_t* size) except NULL
+    bint PyUnicode_CheckExact(object o)
+    object PyIter_Next(object o)
     str PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
     void PyObject_GC_UnTrack(object o)
 
@@ -73,33 +76,29 @@ cdef Py_ssize_t RECORD_FIXED_V4 = 91
 cdef Py_ssize_t BATCH_ITEM_FIXED = 22
 
 
-# --- big-endian readers (gcc turns these into a load + bswap) -------------------------------------
+# --- big-endian integers: store_bytes.h's loads and stores (one memcpy + bswap each) ---------------
 cdef inline uint32_t _u32(const unsigned char* p) noexcept nogil:
-    return ((<uint32_t>p[0]) << 24) | ((<uint32_t>p[1]) << 16) | ((<uint32_t>p[2]) << 8) | p[3]
+    return rmq_ld32(p)
 
 
 cdef inline int32_t _i32(const unsigned char* p) noexcept nogil:
-    return <int32_t>_u32(p)
+    return <int32_t>rmq_ld32(p)
 
 
 cdef inline int64_t _i64(const unsigned char* p) noexcept nogil:
-    return <int64_t>(((<uint64_t>_u32(p)) << 32) | _u32(p + 4))
+    return <int64_t>rmq_ld64(p)
 
 
 cdef inline int16_t _i16(const unsigned char* p) noexcept nogil:
-    return <int16_t>(((<uint32_t>p[0]) << 8) | p[1])
+    return <int16_t>rmq_ld16(p)
 
 
 cdef inline void _put_u32(unsigned char* p, uint32_t v) noexcept nogil:
-    p[0] = <unsigned char>(v >> 24)
-    p[1] = <unsigned char>(v >> 16)
-    p[2] = <unsigned char>(v >> 8)
-    p[3] = <unsigned char>v
+    rmq_st32(p, v)
 
 
 cdef inline void _put_u64(unsigned char* p, uint64_t v) noexcept nogil:
-    _put_u32(p, <uint32_t>(v >> 32))
-    _put_u32(p + 4, <uint32_t>v)
+    rmq_st64(p, v)
 
 
 # --- errors ----------------------------------------------------------------------------------------
@@ -480,76 +479,65 @@ cdef inline int _check_pair(object key, const char* kp, Py_ssize_t kn, const cha
     return 0
 
 
-cdef bytes encode_properties(object props):
-    """The one properties encoder (properties_to_bytes; the store's single put calls it natively).
-    A dict of str names and str values (the common case) is written in two passes over the dict,
-    sizing then copying, with no intermediate str or list."""
-    cdef list parts
-    cdef Py_ssize_t total = 0, kn, vn, pos, i
+from json_text cimport Out, out_reserve
+
+
+cdef Py_ssize_t put_property(Out* o, object key, object value) except -1:
+    """`name\\x01value\\x02` at the end of `o` (a value that is not a str as str() makes it): the one
+    writer of a properties pair (encode_properties, the batch items).  A name that is not a str, is
+    empty or holds a separator, a value holding \\x02, or text that UTF-8 cannot hold (a lone
+    surrogate) raise IllegalArgumentError naming the property: it would not read back.  Returns
+    the bytes written."""
+    cdef Py_ssize_t kn, vn
     cdef const char* kp
     cdef const char* vp
-    cdef bytes out
-    cdef unsigned char* w
-    cdef bint plain = True
-    if props is None:
-        return b""
-    if type(props) is dict:
-        for key, value in (<dict>props).items():
-            if value is None:
-                continue
-            if type(key) is not str or type(value) is not str:
-                plain = False
-                break
-            kp = PyUnicode_AsUTF8AndSize(key, &kn)
-            vp = PyUnicode_AsUTF8AndSize(value, &vn)
-            _check_pair(key, kp, kn, vp, vn, value)
-            total += kn + vn + 2
-        if plain:
-            out = PyBytes_FromStringAndSize(NULL, total)
-            w = <unsigned char*>PyBytes_AS_STRING(out)
-            for key, value in (<dict>props).items():
-                if value is None:
-                    continue
-                kp = PyUnicode_AsUTF8AndSize(key, &kn)
-                vp = PyUnicode_AsUTF8AndSize(value, &vn)
-                memcpy(w, kp, kn)
-                w[kn] = 1
-                w += kn + 1
-                memcpy(w, vp, vn)
-                w[vn] = 2
-                w += vn + 1
-            return out
-        total = 0
-    parts = []
-    items = props.items() if hasattr(props, "items") else props
-    for key, value in items:
-        if value is None:
-            continue
-        if type(key) is not str:
-            raise IllegalArgumentError(f"property name {key!r} must be a str")
-        if type(value) is not str:
-            value = str(value)
+    if not PyUnicode_CheckExact(key) and not isinstance(key, str):
+        raise IllegalArgumentError(f"property name {key!r} must be a str")
+    if not PyUnicode_CheckExact(value):
+        value = str(value)
+    try:
         kp = PyUnicode_AsUTF8AndSize(key, &kn)
         vp = PyUnicode_AsUTF8AndSize(value, &vn)
-        _check_pair(key, kp, kn, vp, vn, value)
-        parts.append(key)
-        parts.append(value)
-        total += kn + vn + 2
-    out = PyBytes_FromStringAndSize(NULL, total)
-    w = <unsigned char*>PyBytes_AS_STRING(out)
-    pos = 0
-    for i in range(0, len(parts), 2):
-        kp = PyUnicode_AsUTF8AndSize(parts[i], &kn)
-        vp = PyUnicode_AsUTF8AndSize(parts[i + 1], &vn)
-        memcpy(w + pos, kp, kn)
-        pos += kn
-        w[pos] = 1
-        pos += 1
-        memcpy(w + pos, vp, vn)
-        pos += vn
-        w[pos] = 2
-        pos += 1
-    return out
+    except UnicodeEncodeError:
+        raise IllegalArgumentError(f"property {key!r} is not encodable as UTF-8") from None
+    _check_pair(key, kp, kn, vp, vn, value)
+    if o.n + kn + vn + 2 > o.cap:
+        out_reserve(o, kn + vn + 2)
+    memcpy(o.buf + o.n, kp, kn)
+    o.buf[o.n + kn] = 1
+    memcpy(o.buf + o.n + kn + 1, vp, vn)
+    o.buf[o.n + kn + 1 + vn] = 2
+    o.n += kn + vn + 2
+    return kn + vn + 2
+
+
+cdef bytes encode_properties(object props):
+    """The one properties encoder (properties_to_bytes; the store's single put calls it natively):
+    every pair whose value is not None, in the mapping's order, through put_property."""
+    cdef char stack[512]
+    cdef Out o
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef Py_ssize_t pos = 0
+    if props is None:
+        return b""
+    o.buf = stack
+    o.cap = 512
+    o.n = 0
+    o.heap = False
+    try:
+        if type(props) is dict:
+            while PyDict_Next(<dict>props, &pos, &k, &v):
+                if v != <PyObject*>None:
+                    put_property(&o, <object>k, <object>v)
+        else:
+            for key, value in (props.items() if hasattr(props, "items") else props):
+                if value is not None:
+                    put_property(&o, key, value)
+        return PyBytes_FromStringAndSize(o.buf, o.n)
+    finally:
+        if o.heap:
+            free(o.buf)
 
 
 # --- Java String.hashCode (java_hash.pxd) ---------------------------------------------------------------
@@ -1372,6 +1360,267 @@ def decode_batch_body(buf):
         ))
         pos += total
     return out
+
+
+# A batch body written from Message objects (Producer.send_batch, auto_batch's items), validated and
+# encoded in one pass; decode_batch_body reads it back (encode_batch_py in
+# tests/client/batch_reference.py is the Python twin the tests compare it with).  Each item:
+#
+#     int32 totalSize = 22 + bodyLength + propertiesLength
+#     int32 magic = 0,  int32 bodyCRC = 0          (the broker fills them in, as for Java's clients)
+#     int32 flag,  int32 bodyLength,  body
+#     int16 propertiesLength,  properties           (put_property's pairs)
+#
+# An item's properties are Message.wire_properties() (user properties, TAGS, KEYS, WAIT) with
+# UNIQ_KEY set: the message's own one where it has it, else a new one (at the end).
+cdef object _batch_error(Py_ssize_t index, str text):
+    """The error of item `index` (-1: a message sent on its own, encode_batch_item)."""
+    if index < 0:
+        return IllegalArgumentError(text)
+    return IllegalArgumentError(f"batch item {index}: {text}")
+
+
+cdef object _reserved_name(dict props, frozenset reserved):
+    """The first (sorted) reserved property name among `props`' names, UNIQ_KEY allowed; None."""
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef Py_ssize_t pos = 0
+    first = None
+    while PyDict_Next(props, &pos, &k, &v):
+        if <object>k in reserved and <object>k != "UNIQ_KEY":
+            if first is None or <object>k < first:
+                first = <object>k
+    return first
+
+
+cdef str _put_item_properties(Out* o, m, dict user, UniqIds uniq_ids, Py_ssize_t* size):
+    """An item's properties through put_property; its UNIQ_KEY (*size: the properties' size)."""
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef Py_ssize_t pos = 0, raw = 0
+    cdef bint has_uniq = False
+    cdef str uniq = None
+    if user:
+        while PyDict_Next(user, &pos, &k, &v):
+            if PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY":
+                uniq = str(<object>v) if <object>v else uniq_ids.next_id()
+                has_uniq = True
+                raw += put_property(o, "UNIQ_KEY", uniq)
+            elif v != <PyObject*>None:  # (None: skipped, as properties_to_bytes and a single send do)
+                raw += put_property(o, <object>k, <object>v)
+    tags = m.tags
+    if tags:
+        raw += put_property(o, "TAGS", tags)
+    keys = m.keys
+    if keys:
+        raw += put_property(o, "KEYS", keys)
+    raw += put_property(o, "WAIT", "true" if m.wait_store_msg_ok else "false")
+    if not has_uniq:
+        uniq = uniq_ids.next_id()
+        raw += put_property(o, "UNIQ_KEY", uniq)
+    size[0] = raw
+    return uniq
+
+
+cdef str _put_item(Out* o, m, Py_ssize_t i, str topic, Py_ssize_t max_message_size, frozenset reserved,
+                   UniqIds uniq_ids, Py_ssize_t* item_size):
+    """One message as a batch item at the end of `o` after check_message's checks and the batch
+    rules (errors name item i); its UNIQ_KEY.  item_size: its size as the batch limit counts it
+    (20 + body + properties)."""
+    cdef Py_ssize_t start, props_at, raw = 0, body_len
+    cdef int64_t c_flag
+    cdef dict user
+    cdef unsigned char* at
+    body = m.body
+    if type(body) is not bytes:
+        raise _batch_error(i, f"body must be bytes, not {type(body).__name__}")
+    body_len = PyBytes_GET_SIZE(body)
+    if body_len == 0:
+        raise _batch_error(i, f"message to topic {topic!r} has an empty body")
+    if body_len > max_message_size:
+        raise _batch_error(i, f"message body of {body_len} bytes to topic {topic!r} exceeds "
+                              f"max_message_size {max_message_size} bytes")
+    delay = m.delay_time_level
+    if delay < 0:
+        raise _batch_error(i, f"bad delay_time_level {delay!r}: must be >= 0")
+    if delay > 0:
+        raise _batch_error(i, f"delay messages are not supported in a batch (delay_time_level {delay!r})")
+    flag = m.flag
+    try:
+        c_flag = flag
+    except (OverflowError, TypeError):
+        c_flag = 1 << 40
+    if c_flag < -0x80000000 or c_flag > 0x7FFFFFFF:
+        raise _batch_error(i, f"flag {flag!r} is out of range (a 32-bit signed int)")
+    user = m.properties
+    if user:
+        name = _reserved_name(user, reserved)
+        if name is not None:
+            raise _batch_error(i, f"property name {name!r} is reserved by RocketMQ; use the Message field "
+                                  f"instead" if name in ("TAGS", "KEYS", "DELAY") else
+                                  f"property name {name!r} is reserved by RocketMQ")
+    # the fixed part, the body, then the properties after a 2-byte length slot
+    start = o.n
+    if o.n + 20 + body_len + 2 > o.cap:
+        out_reserve(o, 20 + body_len + 2)
+    at = <unsigned char*>o.buf + start
+    _put_u32(at + 4, 0)
+    _put_u32(at + 8, 0)
+    _put_u32(at + 12, <uint32_t>c_flag)
+    _put_u32(at + 16, <uint32_t>body_len)
+    memcpy(at + 20, PyBytes_AS_STRING(body), body_len)
+    props_at = start + 20 + body_len + 2
+    o.n = props_at
+    try:
+        uniq = _put_item_properties(o, m, user, uniq_ids, &raw)
+    except IllegalArgumentError as e:
+        raise _batch_error(i, str(e)) from None
+    if raw > MAX_PROPS:
+        raise _batch_error(i, f"properties are {raw} bytes, more than {MAX_PROPS}")
+    at = <unsigned char*>o.buf + start  # (the buffer may have moved)
+    _put_u32(at, <uint32_t>(BATCH_ITEM_FIXED + body_len + raw))
+    o.buf[props_at - 2] = <char>(raw >> 8)
+    o.buf[props_at - 1] = <char>raw
+    item_size[0] = 20 + body_len + raw
+    return uniq
+
+
+def encode_batch_body(list msgs, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
+                      UniqIds uniq_ids):
+    """Validate and encode a batch: (topic, comma-joined UNIQ_KEYs, body, the first message's
+    wait_store_msg_ok).  Each message is checked as selector.check_message does (a Message, the
+    topic once through check_topic, a bytes body of 1..max_message_size, no reserved property name,
+    a delay level >= 0) plus the batch rules (one topic, no delay, no retry topic, a 32-bit flag,
+    properties that do not corrupt the encoding and fit 32767 bytes); the encoded batch (20 bytes a
+    message plus bodies and properties) must fit max_message_size.  IllegalArgumentError names the
+    item and the bad value.  uniq_ids: the UNIQ_KEY maker (new UNIQ_KEYs)."""
+    cdef Py_ssize_t count = len(msgs), i, item_size = 0, total = 0
+    cdef Out o
+    cdef list uniqs
+    if count == 0:
+        raise IllegalArgumentError("send_batch needs at least one message")
+    uniqs = [None] * count
+    topic = None
+    o.buf = NULL
+    o.cap = 0
+    o.n = 0
+    o.heap = False
+    try:
+        for i in range(count):
+            m = msgs[i]
+            if not isinstance(m, message_cls):
+                raise _batch_error(i, f"expected a Message, got {type(m).__name__}")
+            if i == 0:
+                topic = m.topic
+                check_topic(topic)
+                if topic.startswith("%RETRY%"):
+                    raise IllegalArgumentError(f"retry topic {topic!r} is not supported in a batch")
+                # room for every item the size of the first (its body and ~100 bytes of properties)
+                out_reserve(&o, count * (BATCH_ITEM_FIXED + 100 + (PyBytes_GET_SIZE(m.body) if type(m.body) is bytes else 0)))
+            else:
+                other = m.topic
+                if other is not topic and other != topic:
+                    raise _batch_error(i, f"all messages of a batch must have the same topic: {other!r} "
+                                          f"differs from {topic!r}")
+            uniqs[i] = _put_item(&o, m, i, topic, max_message_size, reserved, uniq_ids, &item_size)
+            total += item_size
+        if total > max_message_size:
+            raise IllegalArgumentError(
+                f"batch of {count} messages is {total} bytes encoded, more than max_message_size "
+                f"{max_message_size}; split it")
+        return topic, ",".join(uniqs), PyBytes_FromStringAndSize(o.buf, o.n), msgs[0].wait_store_msg_ok
+    finally:
+        if o.heap:
+            free(o.buf)
+
+
+def encode_batch_item(message, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
+                      UniqIds uniq_ids):
+    """One message sent on its own as a batch item (auto_batch gathers these): (topic, UNIQ_KEY,
+    item, wait_store_msg_ok) after encode_batch_body's checks, its errors naming the bad value
+    without an item index; the item is what encode_batch_body writes for it (a batch body is items
+    end to end)."""
+    cdef char stack[1024]
+    cdef Out o
+    cdef Py_ssize_t item_size = 0
+    if not isinstance(message, message_cls):
+        raise IllegalArgumentError(f"expected a Message, got {type(message).__name__}")
+    topic = message.topic
+    check_topic(topic)
+    if topic.startswith("%RETRY%"):
+        raise IllegalArgumentError(f"retry topic {topic!r} is not supported in a batch")
+    o.buf = stack
+    o.cap = 1024
+    o.n = 0
+    o.heap = False
+    try:
+        uniq = _put_item(&o, message, -1, topic, max_message_size, reserved, uniq_ids, &item_size)
+        if item_size > max_message_size:
+            raise IllegalArgumentError(f"message to topic {topic!r} is {item_size} bytes encoded, more than "
+                                       f"max_message_size {max_message_size}")
+        return topic, uniq, PyBytes_FromStringAndSize(o.buf, o.n), message.wait_store_msg_ok
+    finally:
+        if o.heap:
+            free(o.buf)
+
+
+# --- UNIQ_KEY -----------------------------------------------------------------------------------------
+from clock cimport epoch_ms
+
+cdef const char* _UPPER_HEX = "0123456789ABCDEF"
+
+
+@cython.final
+cdef class UniqIds:
+    """The UNIQ_KEY maker (MessageClientIDSetter.create_uniq_id): 32 upper-case hex digits - the
+    fixed part (IP, pid, a random number: 20 digits, from `prefix()`, asked once), the milliseconds
+    since the start of this month (8; `month_bounds(now_ms)` gives (month start, next month start)
+    in ms, asked when a month begins) and a counter from the iterator `sequence` (4).  Called from
+    many threads: each step is atomic under the GIL, and racing month look-ups agree."""
+
+    cdef object _prefix_of
+    cdef object _month_bounds
+    cdef object _sequence
+    cdef str _prefix
+    cdef int64_t _month_start
+    cdef int64_t _next_month
+
+    def __init__(self, prefix, month_bounds, sequence):
+        self._prefix_of = prefix
+        self._month_bounds = month_bounds
+        self._sequence = sequence
+        self._prefix = None
+        self._month_start = 0
+        self._next_month = 0
+
+    def __call__(self):
+        return self.next_id()
+
+    cdef str next_id(self):
+        cdef int64_t now = epoch_ms()
+        cdef Py_ssize_t n, i
+        cdef uint32_t elapsed, counter
+        cdef char* out
+        if now >= self._next_month:
+            if self._prefix is None:
+                prefix = self._prefix_of()
+                if type(prefix) is not str or not (<str>prefix).isascii():
+                    raise ValueError(f"UNIQ_KEY prefix {prefix!r} is not ASCII hex")
+                self._prefix = prefix
+            start, following = self._month_bounds(now)
+            self._month_start, self._next_month = start, following
+        counter = <uint32_t>(<int64_t>PyIter_Next(self._sequence) & 0xFFFF)
+        elapsed = <uint32_t>((now - self._month_start) & 0xFFFFFFFF)
+        prefix = self._prefix
+        n = PyUnicode_GET_LENGTH(prefix)
+        uniq = PyUnicode_New(n + 12, 127)
+        out = <char*>PyUnicode_DATA(uniq)
+        memcpy(out, PyUnicode_DATA(prefix), n)
+        for i in range(8):
+            out[n + i] = _UPPER_HEX[(elapsed >> (28 - 4 * i)) & 15]
+        for i in range(4):
+            out[n + 8 + i] = _UPPER_HEX[(counter >> (12 - 4 * i)) & 15]
+        return uniq
 
 
 # --- columns: a pull body in Arrow's memory layout --------------------------------------------------

@@ -72,7 +72,7 @@ cdef struct SendFields:
     Py_ssize_t body_len
 
 
-from frame cimport JsonHeader, header_int, plain_ascii, read_json_header, unescape_json
+from rmq_core._native.frame cimport JsonHeader, header_int, plain_ascii, read_json_header, unescape_json
 from json_read cimport key_is
 
 

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import attrs
 
 from rmq_core.errors import MQBrokerError, RemotingError, RMQError
-from rmq_core.message import MessageQueue, MixAll, PermName, decode_offset_msg_id, properties_to_string
+from rmq_core.message import MessageConst, MessageQueue, MixAll, PermName, decode_offset_msg_id
 from rmq_core.remoting.blocking import BlockingChannelPool
 from rmq_core.remoting.body import ClusterInfo, TopicRouteData, kv_table_decode, loads_lenient, topic_list_decode
 from rmq_core.remoting.codes import RequestCode, ResponseCode
@@ -810,12 +810,8 @@ class AdminClient:
                      properties: Mapping[str, str] | None = None) -> SendOutcome:
         """Send one message with an rmq Producer (group TOOLS_PRODUCER); to a given queue when
         broker_name and queue_id are given."""
-        from rmq_core import Message, Producer
-        with self._lock:
-            if self._producer is None:
-                p = Producer(ADMIN_PRODUCER_GROUP, namesrv=";".join(self.namesrv_addrs))
-                p.start()
-                self._producer = p
+        from rmq_core import Message
+        self._tools_producer()
         msg = Message(topic, body, tags=tags, keys=keys, properties=dict(properties or {}))
         try:
             if broker_name is not None or queue_id is not None:
@@ -832,22 +828,41 @@ class AdminClient:
         return SendOutcome(r.queue.broker_name, r.queue.queue_id, r.queue_offset, r.msg_id, r.offset_msg_id,
                            r.status.value if hasattr(r.status, "value") else str(r.status))
 
+    def _tools_producer(self):
+        """The admin's producer (group TOOLS_PRODUCER), started on first use."""
+        from rmq_core import Producer
+        with self._lock:
+            if self._producer is None:
+                p = Producer(ADMIN_PRODUCER_GROUP, namesrv=";".join(self.namesrv_addrs))
+                p.start()
+                self._producer = p
+            return self._producer
+
     def resend(self, msg, topic: str, *, reconsume_times: int = 0, extra_properties: Mapping[str, str] | None = None,
                broker_name: str | None = None, queue_id: int = 0) -> SendOutcome:
         """Write a copy of a stored message (same body, flag, properties - so the same UNIQ_KEY) to
-        `topic` with SEND_MESSAGE on the broker that holds it (dlq resend, poison skip)."""
+        queue `queue_id` of `topic` on the broker that holds it (dlq resend, poison skip), with the
+        admin's producer on the send pipeline (Producer.resend).  reconsume_times travels in the
+        request header, which carries it for a retry topic only (as RocketMQ's producer sends)."""
+        from rmq_core import Message
         name = broker_name or msg.broker_name
-        addr = self.broker_addr(name)
+        self.broker_addr(name)  # (an unknown broker fails here, naming it)
         props = dict(msg.properties)
         props.update(extra_properties or {})
-        ext = {"producerGroup": ADMIN_PRODUCER_GROUP, "topic": topic, "defaultTopic": "TBW102",
-               "defaultTopicQueueNums": 4, "queueId": queue_id,
-               "sysFlag": 0,  # a plain message: the decoded body is uncompressed, no transaction state
-               "bornTimestamp": int(time.time() * 1000), "flag": msg.flag, "properties": properties_to_string(props),
-               "reconsumeTimes": reconsume_times, "unitMode": False, "batch": False}
-        r = self._call(addr, RequestCode.SEND_MESSAGE, ext, bytes(msg.body or b""), what=f"send a copy of {msg.msg_id} to {topic}")
-        return SendOutcome(name, r.get_int("queueId", queue_id), r.get_int("queueOffset", -1),
-                           props.get("UNIQ_KEY") or r.get_str("msgId", ""), r.get_str("msgId", ""), "SEND_OK")
+        props.pop(MessageConst.TRANSACTION_PREPARED, None)  # a plain message: no transaction state
+        if MixAll.is_retry_topic(topic):
+            props[MessageConst.RECONSUME_TIME] = str(reconsume_times)
+        elif reconsume_times:
+            raise AdminError(f"reconsume times {reconsume_times} travel only in a send to a retry topic, "
+                             f"not to {topic!r}")
+        copy = Message(topic, bytes(msg.body or b""), flag=msg.flag, properties=props,
+                       wait_store_msg_ok=props.get(MessageConst.WAIT_STORE_MSG_OK) != "false")
+        try:
+            r = self._tools_producer().resend(copy, queue=MessageQueue(topic, name, queue_id))
+        except RMQError as e:
+            raise AdminError(f"send a copy of {msg.msg_id} to {topic} failed: {e}") from None
+        return SendOutcome(r.queue.broker_name, r.queue.queue_id, r.queue_offset, r.msg_id, r.offset_msg_id,
+                           r.status.value if hasattr(r.status, "value") else str(r.status))
 
     # --- dead letters --------------------------------------------------------------------------------------
     def dlq_messages(self, group: str, *, on_progress: Callable[[int, int], None] | None = None) -> list:

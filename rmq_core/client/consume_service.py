@@ -32,8 +32,10 @@ from typing import Callable
 from rmq_core import plugins
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import reset_retry_topic
-from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
-from rmq_core.message import ConsumeStatus, MessageConst, MessageModel, MessageQueue, MixAll
+from rmq_core.errors import IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
+from rmq_core.message import (
+    ConsumeStatus, Message, MessageClientIDSetter, MessageConst, MessageModel, MessageQueue, MixAll,
+)
 from rmq_core.remoting.codes import RequestCode
 from rmq_core.remoting.command import RemotingCommand
 
@@ -238,43 +240,30 @@ class _BaseConsumeService:
         if delay_level < 0:
             return False  # a DLQ request has no retry-topic fallback
         try:
-            inst.run(self._resend_to_retry_topic(msg), timeout=timeout)
+            self._resend_to_retry_topic(msg)
             return True
-        except (MQClientError, MQBrokerError, RemotingError) as e:
+        except (MQClientError, MQBrokerError, RemotingError, IllegalArgumentError) as e:
             log.warning("re-send to the retry topic failed, group=%s msg=%s: %s", self.group, msg.msg_id, e)
             return False
 
-    async def _resend_to_retry_topic(self, msg) -> None:
-        """A new message in %RETRY%<group> carrying the original's body, properties and history."""
-        from rmq_core.client.producer import build_send_header
-        from rmq_core.message import MessageClientIDSetter, MixAll, properties_to_string
-
-        inst = self.consumer.instance
-        retry_topic = MixAll.get_retry_topic(self.group)
-        route = inst.topic_route_table.get(retry_topic)
-        if route is None:
-            await inst.update_topic_route(retry_topic)
-            route = inst.topic_route_table.get(retry_topic)
-        info = route.publish_info(retry_topic) if route is not None else None
-        if info is None or not info.ok:
-            raise MQClientError(f"no route to the retry topic {retry_topic!r}")
-        mq = info.select_one()
-        addr = await inst.find_broker_addr_in_publish_async(mq)
+    def _resend_to_retry_topic(self, msg) -> None:
+        """Java's fallback of sendMessageBack: a new message in %RETRY%<group> carrying the
+        original's body, flag and properties (RETRY_TOPIC the original topic, ORIGIN_MESSAGE_ID its
+        id, a new UNIQ_KEY, delay level 3 + its reconsume times), sent by the client instance's inner
+        producer (CLIENT_INNER_PRODUCER) on the send pipeline; the request header carries the
+        reconsume times + 1 and the group's max reconsume times."""
         props = dict(msg.properties)
         props.pop(MessageConst.TRANSACTION_PREPARED, None)
-        props.pop(MessageConst.RECONSUME_TIME, None)
-        props.pop(MessageConst.MAX_RECONSUME_TIMES, None)
         props.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
         props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, msg.msg_id)
         props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = MessageClientIDSetter.create_uniq_id()
         props[MessageConst.DELAY_TIME_LEVEL] = str(3 + msg.reconsume_times)
-        header = build_send_header(
-            group=self.group, topic=retry_topic, queue_id=mq.queue_id, sys_flag=0,
-            born_timestamp=int(time.time() * 1000), flag=msg.flag, properties=properties_to_string(props),
-            reconsume_times=msg.reconsume_times + 1,
-            max_reconsume_times=self.consumer.effective_max_reconsume_times(), broker_name=mq.broker_name)
-        req = RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, header, msg.body)
-        await inst.invoke_broker(addr, req)
+        props[MessageConst.RECONSUME_TIME] = str(msg.reconsume_times + 1)
+        props[MessageConst.MAX_RECONSUME_TIMES] = str(self.consumer.effective_max_reconsume_times())
+        copy = Message(MixAll.get_retry_topic(self.group), bytes(msg.body or b""), flag=msg.flag, properties=props,
+                       wait_store_msg_ok=props.get(MessageConst.WAIT_STORE_MSG_OK) != "false")
+        inst = self.consumer.instance
+        inst.inner_producer().resend(copy, timeout=inst.config.mq_client_api_timeout)
 
     async def _send_back(self, msg, mq: MessageQueue, delay_level: int) -> None:
         inst = self.consumer.instance

@@ -152,7 +152,7 @@ class SendPolicy:
     * note: the fault item update after every attempt.  A fast answer (< 50 ms, which benches
       nobody) is recorded at most once per millisecond per broker - the ones in between would store
       the same moment to the millisecond; a slow or failed one always is.  (The native completion,
-      client_native.PipelinedCompletion, notes through the same `noted` table.)
+      send_pipeline.PipelinedCompletion, notes through the same `noted` table.)
     """
 
     __slots__ = ("fault", "retry_times_when_send_failed", "retry_times_when_send_async_failed",

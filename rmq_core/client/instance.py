@@ -30,11 +30,13 @@ from concurrent.futures._base import FINISHED as _FINISHED
 from concurrent.futures._base import PENDING as _PENDING
 from concurrent.futures._base import RUNNING as _RUNNING
 
+import attrs
+
 from rmq_core import loops, plugins
-from rmq_core._native.client_native import finish_unwatched as _finish_unwatched
-from rmq_core._native.client_native import lean_result as _lean_result
-from rmq_core._native.client_native import subscribe_unwatched as _subscribe_unwatched
-from rmq_core._native.client_native import init_future_states
+from rmq_core._native.send_pipeline import finish_unwatched as _finish_unwatched
+from rmq_core._native.send_pipeline import lean_result as _lean_result
+from rmq_core._native.send_pipeline import subscribe_unwatched as _subscribe_unwatched
+from rmq_core._native.send_pipeline import init_future_states
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
@@ -225,7 +227,7 @@ class LeanFuture(CancellableFuture):
     the cost of one); an async send's Future is usually finished before anyone asks for it.  Here
     `_condition` is made on first use (__getattr__, installed with dict.setdefault so two threads
     get the same one), and finish() completes a Future nobody watches in one native step
-    (client_native.finish_unwatched): whoever comes later makes the Condition first and then reads
+    (send_pipeline.finish_unwatched): whoever comes later makes the Condition first and then reads
     the final state, so nobody can miss the completion.  Otherwise the usual Future methods run.
 
     `channel`: the PipelinedChannel whose answer completes it (None when something else does):
@@ -233,7 +235,7 @@ class LeanFuture(CancellableFuture):
     (PipelinedChannel.wait) instead of sleeping until that connection's reader thread gets to them."""
 
     # what Future.__init__ sets, as class defaults (an instance's own value replaces one when set):
-    # a LeanFuture made natively (client_native.PipelinedSender) only sets _state
+    # a LeanFuture made natively (send_pipeline.PipelinedSender) only sets _state
     channel: PipelinedChannel | None = None
     _result = None
     _exception = None
@@ -391,6 +393,7 @@ class MQClientInstance:
         self.client_id = config.client_id
         self.producers: dict[str, Any] = {}
         self.consumers: dict[str, Any] = {}
+        self._inner_producer = None  # CLIENT_INNER_PRODUCER, started on first use (inner_producer)
         self.topic_route_table: dict[str, TopicRouteData] = {}
         self.broker_addr_table: dict[str, dict[int, str]] = {}
         self._lock = threading.RLock()
@@ -477,6 +480,12 @@ class MQClientInstance:
                 return
             self._stopping = True
             self._running = False
+            producers = list(self.producers.values())
+            inner, self._inner_producer = self._inner_producer, None
+        for p in producers:  # their native first attempts stop too (the general path refuses, naming why)
+            p.on_client_stopping()
+        if inner is not None:
+            inner.shutdown()
         self._rebalance_event.set()
         if self._rebalance_thread is not None:
             self._rebalance_thread.join(30)
@@ -646,10 +655,29 @@ class MQClientInstance:
         self._shutdown_if_idle()
 
     def _shutdown_if_idle(self) -> None:
-        with self._lock:
-            idle = not self.producers and not self.consumers
+        with self._lock:  # (the inner producer is the client's own: it does not keep it running)
+            inner = self._inner_producer
+            idle = not self.consumers and all(p is inner for p in self.producers.values())
         if idle:
             self.shutdown()
+
+    def inner_producer(self):
+        """The client's own producer (Java's CLIENT_INNER_PRODUCER, the client factory's
+        getDefaultMQProducer): a consumer re-sends a message to its retry topic with it when the
+        broker refused CONSUMER_SEND_MSG_BACK.  Made and started on this instance on first use,
+        shut down with it."""
+        from rmq_core.client.producer import Producer
+
+        with self._lock:
+            if self._stopping:
+                raise MQClientError(f"client {self.client_id} is shutting down")
+            p = self._inner_producer
+            if p is None:
+                options = attrs.asdict(self.config, recurse=False)
+                namesrv = options.pop("namesrv")
+                p = self._inner_producer = Producer(MixAll.CLIENT_INNER_PRODUCER_GROUP, namesrv, **options)
+        p._start_on(self)  # (registered on this instance; a no-op once started)
+        return p
 
     def _unregister_client(self, producer_group: str, consumer_group: str) -> None:
         if not self._running:

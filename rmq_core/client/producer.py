@@ -1,14 +1,15 @@
 """Producer (RocketMQ's DefaultMQProducer): sync, async, oneway, ordered (selector) and batch sends.
 
 Every send travels one pipeline: the caller's thread validates the message and builds the whole
-request frame natively (client_native.SendHeader, the one header writer), and writes it on its
+request frame natively (rmq_core._native.frame.SendHeader, the one header writer), and writes it on its
 broker's one pipelined connection (rmq_core.remoting.pipelined; an in-proc broker's the same
 way, plugins/transport/inproc.py).  `send_async` returns the LeanFuture the answer finishes;
 `send` is that plus a wait, in which the waiting thread reads its own answer off the connection.
 A send's attempts, retry rule and fault-item notes are SendAttempts over the producer's one
 SendPolicy (rmq_core.client.fault): the next attempt is written from the completion of the last.
 The client's event loop only fetches a topic's route the first time.  A plain message's first
-attempt is made natively (client_native.PipelinedSender, answered by PipelinedCompletion).
+attempt is made natively (rmq_core._native.send_pipeline.PipelinedSender, answered by
+PipelinedCompletion), from the tables and settings this module owns and hands over.
 """
 from __future__ import annotations
 
@@ -30,20 +31,18 @@ from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import RETRY_RESPONSE_CODES, MQFaultStrategy, SendPolicy
 from rmq_core.client.instance import LeanFuture, MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
-from rmq_core.client.send_state import SendState
 from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
     Message, MessageClientIDSetter, MessageConst, MessageQueue, MixAll, SendResult, SendStatus, SysFlag,
-    TopicValidator, encode_properties_checked, string_to_properties,
+    TopicValidator, encode_properties_checked,
 )
-from rmq_core._native.client_native import (
-    PipelinedCompletion, PipelinedSender, SendHeader, SendResponse, SendResultMaker, UniqIds, encode_batch,
-    encode_batch_item, read_send_responses,
-)
+from rmq_core._native.frame import SendHeader, SendResponse, read_send_responses
+from rmq_core._native.record import encode_batch_body, encode_batch_item
+from rmq_core._native.send_pipeline import PipelinedCompletion, PipelinedSender, SendResultMaker
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting import command as _command
-from rmq_core.remoting.command import RemotingCommand, next_opaque
+from rmq_core.remoting.command import next_opaque
 
 log = logging.getLogger("rmq.client.producer")
 
@@ -62,29 +61,11 @@ class CommunicationMode(enum.Enum):
     ONEWAY = "ONEWAY"
 
 
-def build_send_header(*, group: str, topic: str, queue_id: int, sys_flag: int, born_timestamp: int,
-                      flag: int, properties: str, reconsume_times: int = 0, max_reconsume_times: int | None = None,
-                      batch: bool = False, broker_name: str = "", default_topic: str = "TBW102",
-                      default_topic_queue_nums: int = 4, v2: bool = True) -> dict[str, str]:
-    """SendMessageRequestHeader(V2) as the ext fields it travels as - what SendHeader writes (for
-    a caller that builds its own RemotingCommand)."""
-    header = SendHeader(group, topic, queue_id, broker_name, default_topic, default_topic_queue_nums,
-                        RequestCode.SEND_BATCH_MESSAGE if batch else
-                        RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE, batch, "PYTHON",
-                        MQVersion.CURRENT, v2)
-    props = string_to_properties(properties)
-    frame = header.build_frame(sys_flag, flag, props, 0, b"", born_timestamp, reconsume_times, max_reconsume_times)
-    if frame is None:
-        encode_properties_checked(props)  # raises naming the size
-        raise IllegalArgumentError(f"message properties cannot be encoded: {properties!r}")
-    return RemotingCommand.decode(memoryview(frame)[4:]).ext_fields
-
-
 # PipelinedChannel's reader of send responses: SendResponse items (bytes where declined)
 read_send_response_frames = read_send_responses
 
 
-create_uniq_id = UniqIds(MessageClientIDSetter)  # MessageClientIDSetter.create_uniq_id, natively
+create_uniq_id = MessageClientIDSetter.create_uniq_id  # (the native UNIQ_KEY maker, record.pyx: UniqIds)
 _RESULTS = SendResultMaker(SendResult, tuple(f.name for f in attrs.fields(SendResult)), MessageQueue, _STATUS_BY_CODE)
 
 
@@ -199,14 +180,9 @@ class SendAttempts:
         flag = 0 if self.batch else self.msg.flag
         frame = header.build_frame(self.sys_flag, flag, self.props, opaque, self.body, None, self.reconsume,
                                    self.max_reconsume, oneway)
-        if frame is None:  # values that are not text, lone surrogates: sent as text, else judged
-            self.props = {k: str(v).encode("utf-8", "replace").decode("utf-8")
-                          for k, v in self.props.items() if v is not None}
-            frame = header.build_frame(self.sys_flag, flag, self.props, opaque, self.body, None, self.reconsume,
-                                       self.max_reconsume, oneway)
-            if frame is None:
-                encode_properties_checked(self.props)  # raises naming the size
-                raise IllegalArgumentError(f"message flag {flag!r} or properties cannot be encoded")
+        if frame is None:  # (a property the format cannot hold raised naming it)
+            encode_properties_checked(self.props)  # raises naming the size
+            raise IllegalArgumentError(f"message flag {flag!r} cannot be encoded (a 64-bit int at most)")
         if p._hooks:  # SendMessageHook around this attempt
             self.hook_ctx = _SendContext(p.group, self.msg, mq, addr, self.mode.value)
             plugins.get_plugin_manager().hook.rmq_before_send(context=self.hook_ctx)
@@ -360,9 +336,7 @@ class Producer:
             raise ConfigError(f"bad max_message_size {max_message_size!r}: must be > 0")
         if batch_max_bytes <= 0:
             raise ConfigError(f"bad batch_max_bytes {batch_max_bytes!r}: must be > 0")
-        # what the native sender works from (max_message_size and compress_msg_body_over_howmuch
-        # live there too); bound to the client instance at start
-        self.send_state = SendState()
+        self._pipelined_sender: PipelinedSender | None = None  # a plain send's first attempt, natively (at start)
         self.send_msg_timeout = send_msg_timeout
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
         self.compress_type = compress_type
@@ -390,26 +364,42 @@ class Producer:
         self._send_headers: dict[tuple, SendHeader] = {}
         # a native first attempt's usual completion (its other cases: _native_failed); it notes
         # fast answers in the policy's table, as SendPolicy.note does
-        self._pipelined_completion = PipelinedCompletion(_RESULTS, self.fault_strategy, self.send_policy.noted,
-                                                         self._native_failed)
-        st = self.send_state
-        st.publish_info, st.headers, st.master_id = self.topic_publish_info, self._send_headers, MixAll.MASTER_ID
-        st.fault, st.benched = self.fault_strategy, self.fault_strategy.tolerance.items
-        st.clock = self.fault_strategy.tolerance.clock
-        st.checked_topics = _SENDABLE_TOPICS  # (the topic names check_message passed)
-        st.send_general, st.failed, st.completion = self._send_general, self._native_failed, self._pipelined_completion
-        st.check_message, st.uniq, st.future_cls, st.message_cls = check_message, create_uniq_id, LeanFuture, Message
-        st.opaques = _command._opaque_counter  # (next_opaque's process-wide counter: opaques never repeat)
-        st.remoting_error = RemotingError
+        self._pipelined_completion = PipelinedCompletion(
+            maker=_RESULTS, update_fault_item=self.fault_strategy.update_fault_item, noted=self.send_policy.noted,
+            fallback=self._native_failed)
         self._loop_ident: int | None = None  # the client loop's thread, where no send may wait
         self._native_first = False  # plain sends make their first attempt natively (no send hooks; at start)
-        self._pipelined_sender: PipelinedSender | None = None  # a plain send's first attempt, natively
 
-    # the message settings the native sender reads live in the send state
-    max_message_size = property(lambda self: self.send_state.max_message_size,
-                                lambda self, n: setattr(self.send_state, "max_message_size", n))
-    compress_msg_body_over_howmuch = property(lambda self: self.send_state.compress_over,
-                                              lambda self, n: setattr(self.send_state, "compress_over", n))
+    # the settings the native sender keeps a copy of: pushed to it when they change
+    @property
+    def max_message_size(self) -> int:
+        return self._max_message_size
+
+    @max_message_size.setter
+    def max_message_size(self, n: int) -> None:
+        self._max_message_size = n
+        if self._pipelined_sender is not None:
+            self._pipelined_sender.configure(max_message_size=n)
+
+    @property
+    def compress_msg_body_over_howmuch(self) -> int:
+        return self._compress_over
+
+    @compress_msg_body_over_howmuch.setter
+    def compress_msg_body_over_howmuch(self, n: int) -> None:
+        self._compress_over = n
+        if self._pipelined_sender is not None:
+            self._pipelined_sender.configure(compress_over=n)
+
+    @property
+    def send_latency_fault_enable(self) -> bool:
+        return self.fault_strategy.enabled
+
+    @send_latency_fault_enable.setter
+    def send_latency_fault_enable(self, enabled: bool) -> None:
+        self.fault_strategy.enabled = enabled
+        if self._pipelined_sender is not None:
+            self._pipelined_sender.configure(fault_enabled=enabled)
 
     # the retry settings live in the policy every send asks
     retry_times_when_send_failed = property(
@@ -424,10 +414,15 @@ class Producer:
 
     # --- life cycle ------------------------------------------------------------------------------
     def start(self) -> "Producer":
+        return self._start_on(None)
+
+    def _start_on(self, instance: MQClientInstance | None) -> "Producer":
+        """start() on `instance` (the client instance's own inner producer), else on the instance
+        of this producer's client id."""
         with self._lock:
             if self._started:
                 return self
-            self.instance = MQClientManager.get_instance(self.client_config)
+            self.instance = instance or MQClientManager.get_instance(self.client_config)
             self.instance.register_producer(self.group, self)
             try:
                 self.instance.start()
@@ -435,7 +430,7 @@ class Producer:
                 self._hooks = plugins.has_impls("rmq_before_send") or plugins.has_impls("rmq_after_send")
                 # (send hooks run around each attempt of a SendAttempts, on the same connection)
                 self._native_first = not self._hooks
-                self._pipelined_sender = PipelinedSender(self._bind_send_state())
+                self._pipelined_sender = self._make_pipelined_sender()
                 if self.auto_batch and not self._hooks:  # (with send hooks each message goes alone)
                     self._batch_accumulator = PipelinedAccumulator(self, batch_max_bytes=self.batch_max_bytes)
                 self._started = True
@@ -445,16 +440,31 @@ class Producer:
         log.info("the producer [%s] start OK, client id %s", self.group, self.instance.client_id)
         return self
 
-    def _bind_send_state(self) -> SendState:
-        """The send state the native sender works from, bound to the started client instance."""
-        st, inst = self.send_state, self.instance
-        st.broker_addrs = inst.broker_addr_table
-        st.loop_thread_ident = inst.loop_thread_ident
-        st.one_channel_per_broker = getattr(getattr(inst, "config", None), "pipelined_send_connections", 0) == 1
-        st.pipelined_possible = inst.pipelined_send_possible
-        st.channel_for = functools.partial(inst.send_channel, read_frames=read_send_response_frames,
-                                           from_command=SendResponse.from_command)
-        return st
+    def _make_pipelined_sender(self) -> PipelinedSender:
+        """The native first attempt, working from this producer's tables and settings and those of
+        its (started) client instance; the client's shutdown closes it (on_client_stopping)."""
+        inst, fault = self.instance, self.fault_strategy
+        return PipelinedSender(
+            routes=self.topic_publish_info, headers=self._send_headers, broker_addrs=inst.broker_addr_table,
+            master_id=MixAll.MASTER_ID, benched=fault.tolerance.items, clock=fault.tolerance.clock,
+            select_queue=fault.select_one_message_queue,
+            checked_topics=_SENDABLE_TOPICS, check_message=check_message,  # (the topic names check_message passed)
+            new_uniq=create_uniq_id,
+            opaques=_command._opaque_counter,  # (next_opaque's process-wide counter: opaques never repeat)
+            future_cls=LeanFuture, message_cls=Message,
+            channel_for=functools.partial(inst.send_channel, read_frames=read_send_response_frames,
+                                          from_command=SendResponse.from_command),
+            remoting_error=RemotingError, completion=self._pipelined_completion, send_general=self._send_general,
+            failed=self._native_failed,
+            one_channel_per_broker=getattr(getattr(inst, "config", None), "pipelined_send_connections", 0) == 1,
+            max_message_size=self._max_message_size, compress_over=self._compress_over, fault_enabled=fault.enabled)
+
+    def on_client_stopping(self) -> None:
+        """The client instance is shutting down: no more native first attempts (the general path
+        refuses them, naming why)."""
+        sender = self._pipelined_sender
+        if sender is not None:
+            sender.configure(open=False)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -513,6 +523,16 @@ class Producer:
             if fut is not None:
                 return self._wait(fut, t)
         return self._wait(self._submit(msg, CommunicationMode.SYNC, t, queue, selector, arg), t)
+
+    def resend(self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None) -> SendResult:
+        """Send a copy of a stored message with its system properties (RETRY_TOPIC,
+        ORIGIN_MESSAGE_ID, UNIQ_KEY, TAGS, RECONSUME_TIME, MAX_RECONSUME_TIMES...), as RocketMQ's own
+        re-sends set them (MessageAccessor): a consumer's fallback to its retry topic (the client
+        instance's inner producer) and the admin tools' resends.  To a retry topic, RECONSUME_TIME and
+        MAX_RECONSUME_TIMES travel in the request header (SendAttempts.set_prepared)."""
+        self._check_may_wait()
+        t = timeout or self.send_msg_timeout
+        return self._wait(self._submit(msg, CommunicationMode.SYNC, t, queue, prepared=self._prepare(msg, True)), t)
 
     def send_orderly(self, msg: Message, arg: Any = None, selector=None, timeout: float | None = None) -> SendResult:
         """Ordered send: messages with the same `arg` (default: the message keys) go to the same queue."""
@@ -618,6 +638,9 @@ class Producer:
             info = self.topic_publish_info.get(msg.topic)
             if info is not None and info.ok:
                 s.first(info, queue, selector, arg)
+            elif queue is not None and self.instance.find_broker_addr_in_publish(queue.broker_name) is not None:
+                # (as Java's send to a given queue: the broker's address is all it needs, not the topic's route)
+                s.first(info or TopicPublishInfo(msg.topic, [], None), queue, None, None)
             elif mode is CommunicationMode.SYNC and not self.instance.in_loop_thread():
                 s.first(self.instance.run(self._find_publish_info(msg.topic), timeout=timeout + 5), queue, selector,
                         arg)
@@ -717,11 +740,11 @@ class Producer:
             return None
         try:  # (check_message's checks included)
             return encode_batch_item(msg, self.max_message_size, Message, _RESERVED_PROPERTIES, check_send_topic,
-                                     MessageClientIDSetter)
+                                     create_uniq_id)
         except IllegalArgumentError as e:
             return e
 
-    _results_maker = _RESULTS  # PipelinedAccumulator's SendResults (client_native.finish_batch)
+    _results_maker = _RESULTS  # PipelinedAccumulator's SendResults (send_pipeline.finish_batch)
 
     @staticmethod
     def _failed_future(error: BaseException) -> LeanFuture:
@@ -792,12 +815,12 @@ class Producer:
         return uniq, body, sys_flag, props
 
     def _encode_batch(self, msgs: list[Message]) -> tuple[str, str, bytes, Message, dict]:
-        """Validate and encode a batch (in the caller's thread, natively: encode_batch in
-        client_native); returns (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the outer
+        """Validate and encode a batch (in the caller's thread, natively: record.pyx's
+        encode_batch_body); returns (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the outer
         message, its properties)."""
-        topic, uniqs, body, wait = encode_batch(msgs, self.max_message_size, Message, _RESERVED_PROPERTIES,
-                                                check_send_topic, MessageClientIDSetter)
+        topic, uniqs, body, wait = encode_batch_body(msgs, self.max_message_size, Message, _RESERVED_PROPERTIES,
+                                                     check_send_topic, create_uniq_id)
         return topic, uniqs, body, Message(topic, b"x", wait_store_msg_ok=wait), _OUTER_PROPS[wait]
 
 
-__all__ = ["Producer", "CommunicationMode", "SendAttempts", "build_send_header", "RETRY_RESPONSE_CODES"]
+__all__ = ["Producer", "CommunicationMode", "SendAttempts", "RETRY_RESPONSE_CODES"]

@@ -131,7 +131,7 @@ class TopicPublishInfo:
         self.route = route
         self.order_topic = order_topic
         self.have_route = route is not None
-        # the round robin's cursor (public: the native sender advances it too, see SendState)
+        # the round robin's cursor (public: the native sender advances it too, send_pipeline.PipelinedSender)
         # Java's ThreadLocalIndex starts at a random value so producers do not all hit queue 0
         self.index = random.randrange(1 << 16)
         self._lock = threading.Lock()

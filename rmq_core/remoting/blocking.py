@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from rmq_core._native.client_native import blocking_exchange
+from rmq_core._native.send_pipeline import blocking_exchange
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingTimeoutError
 from rmq_core.remoting.codes import ResponseCode, code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand

@@ -47,7 +47,7 @@ import time
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any, Callable
 
-from rmq_core._native.client_native import PipelinedWrites, deliver_responses, pipelined_exchange
+from rmq_core._native.send_pipeline import PipelinedWrites, deliver_responses, pipelined_exchange
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.blocking import refusal
 from rmq_core.remoting.codes import code_name

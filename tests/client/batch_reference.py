@@ -1,4 +1,4 @@
-"""A plain-Python reference of client_native.encode_batch (the same checks, errors and bytes), for
+"""A plain-Python reference of rmq_core._native.record.encode_batch_body (the same checks, errors and bytes), for
 the tests that compare the two: the producer itself encodes batches natively."""
 import struct
 from typing import Callable
@@ -25,15 +25,18 @@ def _raw_pair(index: int, name, value) -> bytes:
         raise _batch_error(index, f"property {name!r} is not encodable as UTF-8") from None
     if not k:
         raise _batch_error(index, f"property name {name!r} is empty (value {value!r})")
-    if b"\x01" in k or b"\x02" in k:
-        raise _batch_error(index, f"property name {name!r} contains a separator (\\x01 or \\x02)")
+    for sep in (b"\x01", b"\x02"):
+        if sep in k:
+            raise _batch_error(index, f"property {name!r}: the name contains the separator {sep.decode()!r}, which "
+                                      f"would corrupt the properties string")
     if b"\x02" in v:
-        raise _batch_error(index, f"property {name!r}: the value contains the separator '\\x02'")
+        raise _batch_error(index, f"property {name!r}: the value contains the separator '\\x02', which would "
+                                  f"corrupt the properties string")
     return k + b"\x01" + v + b"\x02"
 
 
 def encode_batch_py(msgs: list, max_message_size: int, create_id: Callable[[], str] = None) -> tuple:
-    """Reference twin of client_native.encode_batch (the same checks, errors and bytes):
+    """Reference twin of record.encode_batch_body (the same checks, errors and bytes):
     (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the first message's wait_store_msg_ok)."""
     create_id = create_id or MessageClientIDSetter.create_uniq_id
     if not msgs:
@@ -83,7 +86,7 @@ def encode_batch_py(msgs: list, max_message_size: int, create_id: Callable[[], s
         props[MessageConst.WAIT_STORE_MSG_OK] = "true" if m.wait_store_msg_ok else "false"
         if uniq_key not in props:
             props[uniq_key] = create_id()
-        raw = b"".join(_raw_pair(i, k, v) for k, v in props.items())
+        raw = b"".join(_raw_pair(i, k, v) for k, v in props.items() if v is not None)  # (None: skipped)
         if len(raw) > MAX_PROPERTIES_LENGTH:
             raise _batch_error(i, f"properties are {len(raw)} bytes, more than {MAX_PROPERTIES_LENGTH}")
         uniqs.append(props[uniq_key])

@@ -1,7 +1,7 @@
-"""Plain-Python references of the client's native send codec (client_native.SendHeader,
+"""Plain-Python references of the client's native send codec (rmq_core._native.frame: SendHeader,
 read_send_response, SendResultMaker), written from the protocol for the tests that compare the
 two: the producer itself only uses the native ones."""
-from rmq_core._native import client_native
+from rmq_core._native import frame as frame_native
 from rmq_core.errors import MQBrokerError
 from rmq_core.message import MessageConst, MessageQueue, SendResult, SendStatus
 from rmq_core.remoting.codes import RequestCode, ResponseCode
@@ -49,13 +49,13 @@ def request_frame(header: dict, body: bytes, opaque: int, batch=False, v2=True, 
 def read_send_response_frame(frame):
     """A response frame read natively, or decoded and read from its RemotingCommand where the
     native reader declines (a request comes back as its RemotingCommand)."""
-    response = client_native.read_send_response(frame)
+    response = frame_native.read_send_response(frame)
     if response is not None:
         return response
     command = RemotingCommand.decode(frame)
     if not command.flag & RESPONSE_FLAG:
         return command
-    return client_native.SendResponse.from_command(command)
+    return frame_native.SendResponse.from_command(command)
 
 
 def parse_send_response(resp: RemotingCommand, mq: MessageQueue, msg_id: str, addr: str) -> SendResult:

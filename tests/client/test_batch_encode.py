@@ -1,4 +1,4 @@
-"""send_batch's native encoder (client_native.encode_batch) against its Python twin
+"""send_batch's native encoder (rmq_core._native.record.encode_batch_body) against its Python twin
 (tests/client/batch_reference.py) and the codec's layout: the same bytes, the same UNIQ_KEYs,
 the same errors naming the item and the bad value."""
 import re
@@ -7,16 +7,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_core._native.client_native import encode_batch, encode_batch_item
+from rmq_core._native.record import encode_batch_body, encode_batch_item
 from rmq_core.client.producer import _RESERVED_PROPERTIES, Producer, check_send_topic
 from tests.client.batch_reference import encode_batch_py
-from rmq_core.codec import decode_batch_body_py, encode_batch_body
+from rmq_core.codec import decode_batch_body_py
+from rmq_core.codec import encode_batch_body as encode_batch_body_py
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import Message, MessageClientIDSetter, MessageConst, string_to_properties
 
 
 def native(msgs, max_size=4 * 1024 * 1024):
-    return encode_batch(msgs, max_size, Message, _RESERVED_PROPERTIES, check_send_topic, MessageClientIDSetter)
+    return encode_batch_body(msgs, max_size, Message, _RESERVED_PROPERTIES, check_send_topic,
+                             MessageClientIDSetter.create_uniq_id)
 
 
 def twin(msgs, uniqs, max_size=4 * 1024 * 1024):
@@ -75,7 +77,7 @@ def test_native_encoder_matches_its_python_twin(msgs, max_size):
         assert got == ("ok", twin(msgs, uniqs, max_size))
         # the codec's own layout, item by item
         items = decode_batch_body_py(body)
-        assert encode_batch_body([(f, b, raw) for f, b, raw in items]) == body
+        assert encode_batch_body_py([(f, b, raw) for f, b, raw in items]) == body
         for m, (flag, b, raw), u in zip(msgs, items, uniqs):
             props = string_to_properties(raw)
             assert (flag, b, props["UNIQ_KEY"], props["WAIT"]) == (
@@ -103,7 +105,7 @@ def test_new_uniq_keys_are_unique_and_a_message_keeps_its_own():
     ([Message("TopicA", b"a"), "x"], "^batch item 1: expected a Message, got str"),
     ([Message("TopicA", b"a", flag=2**31)], r"^batch item 0: flag 2147483648 is out of range"),
     ([Message("TopicA", b"a", properties={"TAGS": "t"})], "^batch item 0: property name 'TAGS' is reserved.*Message field"),
-    ([Message("TopicA", b"a", properties={"k\x01": "v"})], r"^batch item 0: property name 'k\\x01' contains a separator"),
+    ([Message("TopicA", b"a", properties={"k\x01": "v"})], r"^batch item 0: property 'k\\x01': the name contains the separator"),
     ([Message("TopicA", b"a", properties={"k": "v\x02"})], r"^batch item 0: property 'k': the value contains the separator"),
     ([Message("TopicA", b"a", properties={"": "v"})], "^batch item 0: property name '' is empty"),
     ([Message("TopicA", b"a", properties={1: "v"})], "^batch item 0: property name 1 must be a str"),
@@ -136,7 +138,7 @@ def test_a_lone_item_is_what_a_batch_of_one_holds(msgs):
     same bytes and UNIQ_KEY, the same error without the item index."""
     m = msgs[0]
     got = outcome(lambda: encode_batch_item(m, 600, Message, _RESERVED_PROPERTIES, check_send_topic,
-                                            MessageClientIDSetter))
+                                            MessageClientIDSetter.create_uniq_id))
     if got[0] == "ok":
         assert got[1] == twin([m], [got[1][1]], 600)
     else:

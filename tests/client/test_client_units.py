@@ -8,8 +8,8 @@ import pytest
 
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.instance import Scheduler, parse_offset_table
-from rmq_core._native.client_native import read_send_responses
-from rmq_core.client.producer import _RESULTS, build_send_header
+from rmq_core._native.frame import SendHeader, read_send_responses
+from rmq_core.client.producer import _RESULTS
 from rmq_core.client.pull_api import build_pull_request, build_pull_sys_flag, process_pull_response
 from rmq_core.client.subscription import build_subscription, heartbeat_body, retry_subscription
 from rmq_core.codec import encode_message_record
@@ -21,13 +21,21 @@ from rmq_core.remoting.command import RemotingCommand
 MQ = MessageQueue("T", "broker-a", 2)
 
 
+def _send_header(*, topic, queue_id, sys_flag, born_timestamp, flag, properties, max_reconsume_times=None,
+                 batch=False, broker_name="", v2=True):
+    code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE
+    header = SendHeader("PG", topic, queue_id, broker_name, "TBW102", 4, code, batch, "PYTHON", 0, v2)
+    frame = header.build_frame(sys_flag, flag, properties, 7, b"", born_timestamp, 0, max_reconsume_times)
+    return RemotingCommand.decode(frame[4:]).ext_fields
+
+
 def test_send_header_v2_short_names_and_long_names():
-    h = build_send_header(group="PG", topic="T", queue_id=1, sys_flag=0, born_timestamp=5, flag=0,
-                          properties="a\x011\x02", batch=True, broker_name="broker-a")
+    h = _send_header(topic="T", queue_id=1, sys_flag=0, born_timestamp=5, flag=0, properties={"a": "1"},
+                     batch=True, broker_name="broker-a")
     assert h == {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0", "g": "5", "h": "0",
                  "i": "a\x011\x02", "j": "0", "k": "false", "m": "true", "n": "broker-a"}
-    long = build_send_header(group="PG", topic="T", queue_id=1, sys_flag=1, born_timestamp=5, flag=3,
-                             properties="", max_reconsume_times=3, v2=False)
+    long = _send_header(topic="T", queue_id=1, sys_flag=1, born_timestamp=5, flag=3, properties={},
+                        max_reconsume_times=3, v2=False)
     assert long["producerGroup"] == "PG" and long["maxReconsumeTimes"] == "3" and long["batch"] == "false"
     assert long["flag"] == "3" and "a" not in long
 

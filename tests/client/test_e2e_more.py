@@ -187,10 +187,16 @@ def test_refused_send_back_falls_back_to_resending_into_the_retry_topic(cluster)
                     for m in msgs)
         return ConsumeStatus.RECONSUME_LATER if len(seen) == 1 else ConsumeStatus.CONSUME_SUCCESS
 
-    with make_consumer(cluster.namesrv, "CG_FB", "FallBack", listener):
+    with make_consumer(cluster.namesrv, "CG_FB", "FallBack", listener) as c:
         wait_until(lambda: len(seen) >= 2, timeout=20, what="the message back through the retry topic")
+        inst = c.instance
+        # re-sent by the client instance's own producer, on the send pipeline
+        inner = inst.producers.get("CLIENT_INNER_PRODUCER")
+        assert inner is not None and inner.instance is inst and "%RETRY%CG_FB" in inner.topic_publish_info
     assert seen[0][:4] == ("FallBack", 0, "T1", "1")
     assert seen[1] == ("FallBack", 1, "T1", "1", r.msg_id)
+    # the inner producer does not keep the client running: it shut down with the consumer
+    assert not inst.running and "CLIENT_INNER_PRODUCER" not in inst.producers
 
 
 def test_send_message_v1_header_and_flow_control(cluster):

@@ -1,7 +1,7 @@
 """LeanFuture (an async send's Future: no Condition until someone waits) behaves as a
 concurrent.futures.Future in every way a caller can see, under races between the thread that
 finishes it and threads that wait on it, subscribe to it or cancel it; and the native UNIQ_KEY
-maker (client_native.UniqIds) makes MessageClientIDSetter's ids from the same state."""
+maker (record.UniqIds, which MessageClientIDSetter.create_uniq_id is) makes ids from its parts."""
 import asyncio
 import concurrent.futures
 import random
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from rmq_core._native.client_native import UniqIds
+from rmq_core._native.record import UniqIds
 from rmq_core.client.instance import CancellableFuture, LeanFuture
 from rmq_core.message import MessageClientIDSetter
 
@@ -150,23 +150,39 @@ def test_races_between_finishing_waiting_subscribing_and_cancelling():
 
 
 # --- UNIQ_KEY --------------------------------------------------------------------------------------
-def test_native_ids_have_the_python_ids_layout_and_share_their_counter():
-    native = UniqIds(MessageClientIDSetter)
+def test_native_ids_have_the_layout_and_share_one_counter():
+    other = UniqIds(MessageClientIDSetter.hex_prefix, MessageClientIDSetter.month_bounds,
+                    MessageClientIDSetter._sequence)
     ids = []
     for _ in range(50):
         ids.append(MessageClientIDSetter.create_uniq_id())
-        ids.append(native())
+        ids.append(other())
     assert all(re.fullmatch(r"[0-9A-F]{32}", u) for u in ids)
-    assert {u[:20] for u in ids} == {MessageClientIDSetter._hex_prefix}
+    assert {u[:20] for u in ids} == {MessageClientIDSetter.hex_prefix()}
     counters = [int(u[28:], 16) for u in ids]
     # one shared sequence: consecutive (mod 2**16) whichever maker took the next number
     assert all((b - a) % 0x10000 == 1 for a, b in zip(counters, counters[1:]))
-    elapsed = [int(u[20:28], 16) for u in ids]
-    assert max(elapsed) - min(elapsed) < 5000  # both count ms since the start of the same month
+
+
+def test_the_time_part_counts_from_the_month_start_the_bounds_give():
+    asked = []
+
+    def bounds(now_ms):
+        asked.append(now_ms)
+        return now_ms - 5000, now_ms + 10**9  # "this month" began 5 s before the first id
+
+    ids = UniqIds(lambda: "AB" * 10, bounds, iter(range(7, 100)))
+    first, second = ids(), ids()
+    assert len(asked) == 1  # asked again only when the next month begins
+    assert first.startswith("AB" * 10) and int(first[20:28], 16) == 5000 and int(first[28:], 16) == 7
+    assert int(second[20:28], 16) >= 5000 and int(second[28:], 16) == 8
+    assert MessageClientIDSetter.month_bounds(0) == (0, 31 * 86400 * 1000)  # January 1970
+    with pytest.raises(ValueError, match="not ASCII hex"):
+        UniqIds(lambda: "é" * 20, MessageClientIDSetter.month_bounds, iter(range(3)))()
 
 
 def test_native_ids_are_distinct_across_threads():
-    native = UniqIds(MessageClientIDSetter)
+    native = MessageClientIDSetter.create_uniq_id
     out = []
 
     def make():

@@ -1,5 +1,6 @@
-"""The client's native produce codec (rmq_core._native.client_native) against a Python reference
-written from the protocol (tests/client/send_reference.py).
+"""The client's native send codec (rmq_core._native.frame: SendHeader, read_send_response; and
+send_pipeline's SendResultMaker and PipelinedCompletion) against a Python reference written from
+the protocol (tests/client/send_reference.py).
 
 SendHeader.build_frame must write exactly the bytes RemotingCommand encodes for the send request
 (language PYTHON), V2, V1 and oneway alike, for any header values, properties and body;
@@ -15,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_core._native import client_native
+from rmq_core._native import frame as frame_native
+from rmq_core._native import send_pipeline
 from rmq_core.client import producer as producer_module
-from rmq_core.client.producer import Producer, SendAttempts, build_send_header
+from rmq_core.client.producer import Producer, SendAttempts
 from rmq_core.errors import IllegalArgumentError, MQBrokerError, RemotingCommandError
 from rmq_core.message import Message, MessageQueue, SendResult, SendStatus, properties_to_string
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
@@ -27,13 +29,17 @@ from tests.client.send_reference import parse_send_response, read_send_response_
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)  # no lone surrogates
 name = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+# what the properties format holds: no separator in a name, no \x02 in a value
+prop_name = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), min_size=1,
+                    max_size=12)
+prop_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x02"), max_size=12)
 
 
 def test_the_native_extension_is_the_one_the_producer_uses():
     # a silently missing extension must not let the producer fall back unnoticed
-    assert producer_module.SendHeader is client_native.SendHeader
-    assert producer_module.read_send_response_frames is client_native.read_send_responses
-    assert isinstance(producer_module._RESULTS, client_native.SendResultMaker)
+    assert producer_module.SendHeader is frame_native.SendHeader
+    assert producer_module.read_send_response_frames is frame_native.read_send_responses
+    assert isinstance(producer_module._RESULTS, send_pipeline.SendResultMaker)
 
 
 def _producer(group="PG", **kw) -> Producer:
@@ -49,8 +55,8 @@ def _reference_frame(p: Producer, mq: MessageQueue, sys_flag, born, flag, props,
     return request_frame(header, body, opaque, batch, v2, oneway)
 
 
-def _native_header(p: Producer, mq: MessageQueue, batch=False, v2=True) -> client_native.SendHeader:
-    return client_native.SendHeader(p.group, mq.topic, mq.queue_id, mq.broker_name, p.create_topic_key,
+def _native_header(p: Producer, mq: MessageQueue, batch=False, v2=True) -> frame_native.SendHeader:
+    return frame_native.SendHeader(p.group, mq.topic, mq.queue_id, mq.broker_name, p.create_topic_key,
                                     p.default_topic_queue_nums,
                                     RequestCode.SEND_BATCH_MESSAGE if batch else
                                     RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE,
@@ -60,7 +66,7 @@ def _native_header(p: Producer, mq: MessageQueue, batch=False, v2=True) -> clien
 @SETTINGS
 @given(group=name, topic=name, broker=name, queue_id=st.integers(0, 1 << 20), sys_flag=st.integers(0, 1 << 20),
        born=st.integers(0, 1 << 62), flag=st.integers(-(1 << 31), (1 << 31) - 1),
-       props=st.dictionaries(name, text, max_size=6), body=st.binary(max_size=300),
+       props=st.dictionaries(prop_name, prop_text, max_size=6), body=st.binary(max_size=300),
        opaque=st.integers(0, (1 << 31) - 1), reconsume=st.integers(0, 100),
        max_reconsume=st.none() | st.integers(-1, 100), batch=st.booleans(), queue_nums=st.integers(1, 64),
        v2=st.booleans(), oneway=st.booleans())
@@ -79,13 +85,6 @@ def test_build_frame_writes_the_bytes_of_the_python_encoder(group, topic, broker
     decoded = RemotingCommand.decode(got[4:])
     assert decoded.ext_fields["i" if v2 else "properties"] == properties_to_string(props)
     assert (decoded.body or b"") == body and decoded.is_oneway == oneway
-
-
-def test_build_send_header_is_what_send_header_writes():
-    got = build_send_header(group="PG", topic="%RETRY%CG", queue_id=2, sys_flag=0, born_timestamp=5, flag=1,
-                            properties="a\x01b\x02", reconsume_times=3, max_reconsume_times=16, broker_name="b")
-    assert got == send_header(group="PG", topic="%RETRY%CG", queue_id=2, sys_flag=0, born_timestamp=5, flag=1,
-                              properties="a\x01b\x02", reconsume_times=3, max_reconsume_times=16, broker_name="b")
 
 
 def test_control_characters_quotes_and_non_ascii_are_escaped_as_json_does():
@@ -120,20 +119,37 @@ def test_a_header_past_the_stack_buffer_grows_onto_the_heap():
 def test_born_timestamp_defaults_to_now():
     p = _producer()
     mq = MessageQueue("T", "b", 0)
-    before = client_native.now_ms()
+    before = frame_native.now_ms()
     frame = _native_header(p, mq).build_frame(0, 0, {}, 1, b"x")
     born = int(RemotingCommand.decode(frame[4:]).ext_fields["g"])
-    assert before <= born <= client_native.now_ms()
+    assert before <= born <= frame_native.now_ms()
 
 
-@pytest.mark.parametrize("props", [
-    {"a": 1},                                 # not a str: SendAttempts sends it as text
-    {"a": "\ud800"},                          # a lone surrogate: SendAttempts replaces it
-    {"k": "v" * 40000},                        # over 32767 bytes: SendAttempts raises naming it
-])
-def test_build_frame_declines_what_its_caller_must_judge(props):
+def test_build_frame_declines_oversize_properties_for_its_caller_to_name():
     p = _producer()
-    assert _native_header(p, MessageQueue("T", "b", 0)).build_frame(0, 0, props, 1, b"x", 1) is None
+    assert _native_header(p, MessageQueue("T", "b", 0)).build_frame(0, 0, {"k": "v" * 40000}, 1, b"x", 1) is None
+
+
+def test_a_value_that_is_not_a_str_travels_as_its_text():
+    p = _producer()
+    mq = MessageQueue("T", "b", 0)
+    got = _native_header(p, mq).build_frame(0, 0, {"a": 1}, 3, b"x", 5)
+    assert got == _reference_frame(p, mq, 0, 5, 0, {"a": "1"}, b"x", 3)
+
+
+@pytest.mark.parametrize("props, error", [
+    ({"a": "\ud800"}, "property 'a' is not encodable as UTF-8"),
+    ({"a": "v\x02"}, "property 'a': the value contains the separator"),
+    ({"a\x01": "v"}, "property 'a\\x01': the name contains the separator"),
+    ({"": "v"}, "property name '' is empty"),
+    ({1: "v"}, "property name 1 must be a str"),
+])
+def test_properties_the_format_cannot_hold_fail_naming_the_property(props, error):
+    """The header's properties are written by the one properties writer (record.pyx: put_property),
+    with its checks: a send fails as a batch item or a stored record would."""
+    header = _native_header(_producer(), MessageQueue("T", "b", 0))
+    with pytest.raises(IllegalArgumentError, match=re.escape(error)):
+        header.build_frame(0, 0, props, 1, b"x", 1)
 
 
 def test_build_frame_declines_numbers_beyond_64_bits():
@@ -157,8 +173,8 @@ def _normalise_born(frame: bytes) -> bytes:
 
 
 @SETTINGS
-@given(tags=st.none() | name, keys=st.none() | st.lists(name.filter(lambda k: " " not in k), max_size=3),
-       user=st.dictionaries(name.filter(lambda k: k.isalnum() and k.islower()), text, max_size=4),
+@given(tags=st.none() | prop_name, keys=st.none() | st.lists(prop_name.filter(lambda k: " " not in k), max_size=3),
+       user=st.dictionaries(name.filter(lambda k: k.isalnum() and k.islower()), prop_text, max_size=4),
        delay=st.integers(0, 18), wait=st.booleans(), flag=st.integers(0, 1 << 20), body=st.binary(min_size=1, max_size=200))
 def test_build_message_frame_equals_prepare_then_build_frame(tags, keys, user, delay, wait, flag, body):
     p = _producer()
@@ -176,12 +192,21 @@ def test_build_message_frame_equals_prepare_then_build_frame(tags, keys, user, d
 @pytest.mark.parametrize("msg", [
     Message("T", b"x", properties={"UNIQ_KEY": "MINE"}),  # a UNIQ_KEY of its own keeps its place: Python
     Message("T", b"x", properties={"n": None}),          # wire_properties makes "None" of it: Python
-    Message("T", b"x", properties={"n": 5}),
-    Message("T", b"x", tags=7),
+    Message("T", b"x", properties={"n": "v\x02"}),       # the Python path raises naming it
 ])
 def test_build_message_frame_declines_what_prepare_must_do(msg):
     header = _native_header(_producer(), MessageQueue("T", "b", 0))
     assert header.build_message_frame(msg, "U" * 32, 1) is None
+
+
+@pytest.mark.parametrize("msg", [Message("T", b"x", properties={"n": 5}), Message("T", b"x", tags=7)])
+def test_build_message_frame_writes_values_that_are_not_str_as_prepare_does(msg):
+    p = _producer()
+    header = _native_header(p, MessageQueue("T", "b", 0))
+    props = msg.wire_properties()
+    props["UNIQ_KEY"] = "U" * 32
+    want = header.build_frame(0, msg.flag, props, 1, msg.body)
+    assert _normalise_born(header.build_message_frame(msg, "U" * 32, 1)) == _normalise_born(want)
 
 
 # --- responses -------------------------------------------------------------------------------------
@@ -213,8 +238,8 @@ def test_read_send_response_reads_what_the_python_decoder_reads(code, remark, ms
         if value is not None:
             ext[key] = value
     frame = _response(code, remark, ext, opaque).encode()[4:]
-    native = client_native.read_send_response(frame)
-    reference = client_native.SendResponse.from_command(RemotingCommand.decode(frame))
+    native = frame_native.read_send_response(frame)
+    reference = frame_native.SendResponse.from_command(RemotingCommand.decode(frame))
     assert native is not None
     assert _fields(native) == _fields(reference)
     assert _fields(read_send_response_frame(frame)) == _fields(reference)
@@ -234,16 +259,16 @@ def _json_frame(header: bytes, body: bytes = b"", stype: int = 0) -> bytes:
 ])
 def test_unusual_headers_are_declined_and_read_the_python_way(header):
     frame = _json_frame(header)
-    assert client_native.read_send_response(frame) is None
+    assert frame_native.read_send_response(frame) is None
     got = read_send_response_frame(frame)
-    assert _fields(got) == _fields(client_native.SendResponse.from_command(RemotingCommand.decode(frame)))
+    assert _fields(got) == _fields(frame_native.SendResponse.from_command(RemotingCommand.decode(frame)))
 
 
 def test_a_binary_header_is_declined_and_read_the_python_way():
     cmd = _response(0, None, {"msgId": "ID", "queueId": "2", "queueOffset": "9"})
     cmd.serialize_type = SerializeType.ROCKETMQ
     frame = cmd.encode()[4:]
-    assert client_native.read_send_response(frame) is None
+    assert frame_native.read_send_response(frame) is None
     got = read_send_response_frame(frame)
     assert (got.msg_id, got.queue_id, got.queue_offset) == ("ID", 2, 9)
 
@@ -251,7 +276,7 @@ def test_a_binary_header_is_declined_and_read_the_python_way():
 def test_a_request_from_the_peer_comes_back_as_its_command():
     request = RemotingCommand.create_request(RequestCode.CHECK_TRANSACTION_STATE, {"x": "1"})
     frame = request.encode()[4:]
-    assert client_native.read_send_response(frame) is None
+    assert frame_native.read_send_response(frame) is None
     got = read_send_response_frame(frame)
     assert isinstance(got, RemotingCommand) and got.code == RequestCode.CHECK_TRANSACTION_STATE
 
@@ -265,7 +290,7 @@ def test_a_request_from_the_peer_comes_back_as_its_command():
      "bad value 'seven' for header field 'queueId'"),
 ])
 def test_malformed_response_frames_give_a_clear_error(frame, error):
-    assert client_native.read_send_response(frame) is None
+    assert frame_native.read_send_response(frame) is None
     with pytest.raises(RemotingCommandError, match=error):
         read_send_response_frame(frame)
 
@@ -276,18 +301,18 @@ def test_read_send_responses_splits_frames_and_keeps_a_partial_tail():
     b = struct.pack(">i", len(inner)) + inner  # a number in extFields: declined, comes back as its bytes
     c = _response(14, "busy", None, opaque=3).encode()
     data = a + b + c[:10]
-    items, consumed = client_native.read_send_responses(bytearray(data), 1 << 20)
+    items, consumed = frame_native.read_send_responses(bytearray(data), 1 << 20)
     assert consumed == len(a) + len(b)
     assert items[0].opaque == 1 and items[0].queue_offset == 7
     assert items[1] == b[4:]
-    items, consumed = client_native.read_send_responses(c, 1 << 20)
+    items, consumed = frame_native.read_send_responses(c, 1 << 20)
     assert consumed == len(c) and items[0].code == 14 and items[0].remark == "busy"
 
 
 @pytest.mark.parametrize("length", [-5, 0, 3, 1 << 21])
 def test_read_send_responses_names_a_bad_frame_length(length):
     with pytest.raises(RemotingCommandError, match=f"frame length {length} outside 4..{1 << 20}"):
-        client_native.read_send_responses(struct.pack(">i", length) + b"\x00" * 8, 1 << 20)
+        frame_native.read_send_responses(struct.pack(">i", length) + b"\x00" * 8, 1 << 20)
 
 
 # --- SendResult ------------------------------------------------------------------------------------
@@ -304,7 +329,7 @@ def test_send_result_maker_equals_parse_send_response(code, msg_id, queue_id, qu
         want = parse_send_response(cmd, mq, uniq, "addr")
     except MQBrokerError:
         want = None  # (a refusal: the SendResultMaker makes none)
-    got = producer_module._RESULTS.make(client_native.read_send_response(cmd.encode()[4:]), mq, uniq)
+    got = producer_module._RESULTS.make(frame_native.read_send_response(cmd.encode()[4:]), mq, uniq)
     if want is None:
         assert got is None
         return
@@ -314,7 +339,7 @@ def test_send_result_maker_equals_parse_send_response(code, msg_id, queue_id, qu
 
 def test_send_result_maker_refuses_a_changed_send_result():
     with pytest.raises(ValueError, match="unexpected SendResult fields"):
-        client_native.SendResultMaker(SendResult, ("status",), MessageQueue, {0: SendStatus.SEND_OK})
+        send_pipeline.SendResultMaker(SendResult, ("status",), MessageQueue, {0: SendStatus.SEND_OK})
 
 
 def test_oversize_properties_still_fail_naming_the_size():
@@ -345,10 +370,11 @@ def test_pipelined_completion_finishes_the_future_as_the_python_path_would():
     from rmq_core.client.instance import LeanFuture
 
     strategy, noted, fallback_calls = _Strategy(), {}, []
-    completion = client_native.PipelinedCompletion(producer_module._RESULTS, strategy, noted,
-                                                   lambda *a: fallback_calls.append(a))
+    completion = send_pipeline.PipelinedCompletion(maker=producer_module._RESULTS,
+                                                   update_fault_item=strategy.update_fault_item, noted=noted,
+                                                   fallback=lambda *a: fallback_calls.append(a))
     mq = MessageQueue("T", "broker-a", 1)
-    response = client_native.read_send_response(
+    response = frame_native.read_send_response(
         _response(0, None, {"msgId": "OFF", "queueId": "1", "queueOffset": "12"}).encode()[4:])
     futures = [LeanFuture() for _ in range(50)]
     begin = time.monotonic()
@@ -370,10 +396,11 @@ def test_pipelined_completion_hands_failures_and_refusals_to_the_fallback():
     from rmq_core.client.instance import LeanFuture
 
     calls = []
-    completion = client_native.PipelinedCompletion(producer_module._RESULTS, _Strategy(), {},
-                                                   lambda *a: calls.append(a))
+    completion = send_pipeline.PipelinedCompletion(maker=producer_module._RESULTS,
+                                                   update_fault_item=_Strategy().update_fault_item, noted={},
+                                                   fallback=lambda *a: calls.append(a))
     mq = MessageQueue("T", "broker-a", 1)
-    refusal = client_native.SendResponse(ResponseCode.SYSTEM_BUSY, remark="busy")
+    refusal = frame_native.SendResponse(ResponseCode.SYSTEM_BUSY, remark="busy")
     ctx = _context(mq, LeanFuture(), 0.0)
     error = RemotingCommandError("x")
     completion(ctx, refusal, None)
