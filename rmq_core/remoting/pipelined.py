@@ -44,12 +44,14 @@ import select
 import socket
 import threading
 import time
+from threading import get_ident
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any, Callable
 
-from rmq_core._native.client_native import PipelinedWrites, deliver_responses, pipelined_exchange
+from rmq_core._native.client_native import PipelinedWrites, deliver_responses
+from rmq_core._native.socket_io import exchange as socket_exchange
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
-from rmq_core.remoting.blocking import refusal
+from rmq_core.remoting.blocking import refusal, set_kernel_timeouts
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, native_decode_frames
 from rmq_core.remoting.frames import split_frames
@@ -116,13 +118,20 @@ class PipelinedChannel:
         except OSError as e:
             raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # Two socket objects on one connection (a timeout is per object): the reader's never blocks
-        # (it polls, and its writes take what the buffer takes), the writers' send timeout bounds
-        # a caller's write into a full buffer.
-        self._rsock = sock
-        self._rsock.settimeout(0)  # the reader polls; its writes never block
+        # Two socket objects on one connection, one blocking descriptor (a duplicate shares its
+        # blocking mode).  The reader's object reads and writes with MSG_DONTWAIT (it polls; its
+        # writes take what the buffer takes), except a sync send's exchange: one receive that
+        # sleeps until the answer, bounded by SO_RCVTIMEO (socket_io.exchange).  The writers'
+        # object has a Python timeout, which bounds a caller's write into a full buffer and
+        # polls when a send would block (also should anything make the descriptor non-blocking:
+        # uvloop's watch of a duplicate does); SO_SNDTIMEO bounds an exchange's write.
         self._wsock = sock.dup()
-        self._wsock.settimeout(write_timeout)
+        self._wsock.settimeout(write_timeout)  # (this leaves the descriptor non-blocking...)
+        self._rsock = sock
+        sock.settimeout(None)  # (...and this blocking again)
+        set_kernel_timeouts(sock, write_timeout)
+        self._recv_timeout = write_timeout  # the SO_RCVTIMEO set (an exchange sets its own)
+        self._fd = sock.fileno()  # (used by the read token's holder, while the socket is surely open)
         self._pending: dict[int, tuple[float, OnDone, Any]] = {}  # opaque -> (deadline, on_done, context)
         # the write side: requests registered, frames gathered, who writes (each step atomic, natively)
         self.writes = PipelinedWrites(self._pending, coalesce_bytes, coalesce_delay)
@@ -165,36 +174,38 @@ class PipelinedChannel:
         """send() for a caller that waits for this answer at once (a sync send).  When the
         connection is idle - nothing in flight or gathered, no write in progress, nobody reading -
         this thread takes the read token, writes the request and receives its answer in one native
-        call (the GIL released once: pipelined_exchange) and completes what came; whatever is left
-        its wait (LeanFuture.result -> wait) reads as usual.  Otherwise it is send()."""
+        call (socket_io.exchange: the GIL released once, one receive that sleeps until the answer
+        comes) and completes what came; whatever is left its wait (LeanFuture.result -> wait) reads
+        as usual.  Otherwise it is send()."""
         writes = self.writes
         if writes.unanswered or writes.writing or writes.gathered or self._token_owner != _NOBODY:
             self.send(frame, opaque, timeout, on_done, context)
             return
+        me = get_ident()
         with self._tlock:
-            got = self._token_owner == _NOBODY
-            if got:
-                self._token_owner = threading.get_ident()
-        if not got:
+            if self._token_owner == _NOBODY:
+                self._token_owner = me
+            else:
+                me = _NOBODY
+        if me == _NOBODY:
             self.send(frame, opaque, timeout, on_done, context)
             return
-        if self._intercept is not None:  # (as send() does)
-            try:
-                frame, token = self._intercept.before(frame)
-            except BaseException:
-                self._release_token()
-                raise
-            on_done, context = self._intercepted_done, (on_done, context, token)
         try:
+            if self._intercept is not None:  # (as send() does)
+                frame, token = self._intercept.before(frame)
+                on_done, context = self._intercepted_done, (on_done, context, token)
             data = writes.offer(frame, opaque, timeout, on_done, context)
             if data is None:  # gathered beside a write begun meanwhile: that writer sends it
                 return
             if data is False:
                 on_done(context, None, RemotingConnectError(f"connection to {self.addr} is closed"))
                 return
+            if timeout != self._recv_timeout:  # (most sends share the producer's timeout)
+                set_kernel_timeouts(self._rsock, timeout, send=False)
+                self._recv_timeout = timeout
             have = self._rhave
             try:
-                n = pipelined_exchange(self._rsock.fileno(), data, self._rview[have:], timeout)
+                n = socket_exchange(self._fd, data, self._rview[have:] if have else self._rview, timeout)
             except OSError as e:
                 writes.write_failed()
                 self._fail(RemotingConnectError(f"exchange with {self.addr} failed: {e}"))
@@ -202,9 +213,7 @@ class PipelinedChannel:
             more = writes.next_write()  # what other threads gathered meanwhile (this one is the writer)
             if more is not None:
                 self._write_out(more)
-            if n == 0:
-                self._fail(RemotingConnectError(f"connection closed by {self.addr}"))
-            elif n > 0:
+            if n > 0:
                 try:
                     if not have:  # the usual case: whole answers, nothing kept for the next read
                         items, consumed = self._read_frames(self._rview[:n], self.max_frame_length)
@@ -223,6 +232,8 @@ class PipelinedChannel:
                     return
                 if answered:
                     writes.answered(answered)
+            elif n == 0:
+                self._fail(RemotingConnectError(f"connection closed by {self.addr}"))
         finally:
             self._release_token()
 
@@ -323,7 +334,7 @@ class PipelinedChannel:
             if data is None:
                 return False
             try:
-                sent = self._rsock.send(data)
+                sent = self._rsock.send(data, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 sent = 0
             except OSError as e:
@@ -463,7 +474,7 @@ class PipelinedChannel:
         holder only): how many answers came, None when nothing was there to read.  The frames are
         parsed and the buffer compacted before any completion runs (a completion may read too)."""
         try:
-            n = self._rsock.recv_into(self._rview[self._rhave:])
+            n = self._rsock.recv_into(self._rview[self._rhave:], 0, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return None
         if n == 0:
