@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import functools
 import itertools
 import logging
 import threading
@@ -25,7 +26,7 @@ import time
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
-from rmq_core.remoting.pipelined import PipelinedChannel
+from rmq_core.remoting.pipelined import PipelinedChannel, read_intercepted
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
 
 log = logging.getLogger("rmq.remoting.inproc")
@@ -378,8 +379,8 @@ class InprocPipelinedChannel:
         self._server = server
         self.max_frame_length = server._max_frame_length
         self._intercept = intercept
-        # with an interception step answers are read as RemotingCommands (its after() takes one)
-        self._read_frames = None if intercept is not None else read_frames
+        # with an interception step answers are read as InterceptedAnswers (as a tcp connection's)
+        self._read_frames = read_frames if intercept is None else functools.partial(read_intercepted, read_frames)
         self._from_command = from_command
         self._pending: dict[int, tuple] = {}  # opaque -> (deadline, on_done, context)
         self._closed = False
@@ -405,8 +406,9 @@ class InprocPipelinedChannel:
         """PipelinedChannel.send: on_done(context, response, None) or on_done(context, None, error),
         exactly once."""
         if self._intercept is not None:
-            frame, token = self._intercept.before(frame)
-            on_done, context = self._intercepted_done, (on_done, context, token)
+            frame, on_done, context = self.intercept(frame, on_done, context)
+            if frame is None:
+                return
         if self._closed:
             on_done(context, None, self._error or RemotingConnectError(f"connection to {self.addr} is closed"))
             return
@@ -445,14 +447,19 @@ class InprocPipelinedChannel:
             self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
             raise self._error
 
-    # the answer after the RPC hook step, exactly as a tcp connection's (it reads the same fields)
+    # the RPC hook step, exactly as a tcp connection's
+    intercept = PipelinedChannel.intercept
     _intercepted_done = PipelinedChannel._intercepted_done
 
     # the server end's calls, in the server's thread
     def _deliver_frames(self, frames: bytes) -> None:
         """Answers the broker's lane wrote (whole frames)."""
         if self._read_frames is not None:
-            items, _ = self._read_frames(frames, self.max_frame_length)
+            try:
+                items, _ = self._read_frames(frames, self.max_frame_length)
+            except RemotingCommandError as e:
+                self._fail(RemotingConnectError(f"bad frame from {self.addr}: {e}"))
+                return
         else:
             items = []
             view, pos = memoryview(frames), 0

@@ -393,6 +393,58 @@ def _language_name(value: int) -> str:
         return LanguageCode.OTHER.name
 
 
+_FIELDS = RemotingCommand.__slots__
+
+
+class FrameCommand(RemotingCommand):
+    """A RemotingCommand over an encoded frame, decoded when one of its fields is first read or
+    set (what an RPC hook is handed: a hook that reads nothing costs no decoding).  `changed`
+    tells whether the command now differs from its frame (then encode() it anew; else the frame
+    stands as it is).  A malformed frame raises RemotingCommandError at that first access.
+
+    frame: the encoded command; `start`: where it begins after the length prefix (4 for a frame
+    with its prefix, 0 without)."""
+
+    __slots__ = ("_src", "_was")  # (frame, start) until decoded, then None; the fields decoded
+
+    def __init__(self, frame, start: int = 0):  # (the fields stay unset until decoded)
+        _set_src(self, (frame, start))
+
+    def __getattr__(self, name: str):  # (only ever called for an unset slot: before decoding)
+        if name in _FIELDS and self._src is not None:
+            self._decode()
+            return object.__getattribute__(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value) -> None:
+        if self._src is not None:  # (decoded first: a later decoding must not undo what was set)
+            self._decode()
+        object.__setattr__(self, name, value)
+
+    def _decode(self) -> None:
+        frame, start = self._src
+        command = RemotingCommand.decode(memoryview(frame)[start:] if start else frame)
+        setattr_ = object.__setattr__
+        for name in _FIELDS:
+            setattr_(self, name, getattr(command, name))
+        _set_src(self, None)
+        setattr_(self, "_was", self._fields())
+
+    def _fields(self) -> tuple:
+        return (self.code, self.language, self.version, self.opaque, self.flag, self.remark,
+                dict(self.ext_fields), self.body, self.serialize_type)
+
+    @property
+    def changed(self) -> bool:
+        """True once a field differs from the frame's (a body counts as changed when replaced)."""
+        if self._src is not None:
+            return False
+        was = self._was
+        return self.body is not was[7] or self._fields() != was
+
+
+_set_src = FrameCommand._src.__set__
+
 def _int_field(obj: dict, name: str, default: int | None) -> int:
     value = obj.get(name)
     if value is None:

@@ -39,6 +39,7 @@ that comes is refused with REQUEST_CODE_NOT_SUPPORTED, as a BlockingChannel does
 """
 from __future__ import annotations
 
+import functools
 import logging
 import select
 import socket
@@ -53,7 +54,7 @@ from rmq_core._native.socket_io import exchange as socket_exchange
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.blocking import refusal, set_kernel_timeouts
 from rmq_core.remoting.codes import code_name
-from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, native_decode_frames
+from rmq_core.remoting.command import RESPONSE_FLAG, FrameCommand, RemotingCommand, native_decode_frames
 from rmq_core.remoting.frames import split_frames
 from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, split_address
 
@@ -76,6 +77,41 @@ def decode_command_frames(data, max_frame_length: int) -> tuple[list, int]:
         return [bytes(i) if type(i) is memoryview else i for i in items], consumed
     frames, consumed = split_frames(data, max_frame_length)
     return [bytes(f) for f in frames], consumed
+
+
+class InterceptedAnswer:
+    """An answer on a connection with an interception step: what the connection's reader made of
+    it (`item`: a natively read response, or a RemotingCommand) and the command the step hands
+    its hooks (`command`: a FrameCommand over a copy of the frame, decoded only if a hook reads
+    it, or the RemotingCommand where the reader decoded the frame anyway)."""
+
+    __slots__ = ("item", "command", "flag", "opaque")
+
+    def __init__(self, item, command):
+        self.item, self.command = item, command
+        self.flag, self.opaque = item.flag, item.opaque
+
+
+def read_intercepted(read_frames, data, max_frame_length: int) -> tuple[list, int]:
+    """The frame reader of a connection with an interception step: read_frames' items, each
+    response an InterceptedAnswer (its frame kept, copied, for the step); a frame read_frames
+    declined is decoded here."""
+    items, consumed = (read_frames or decode_command_frames)(data, max_frame_length)
+    if items:
+        frames = None
+        for k, item in enumerate(items):
+            if type(item) is bytes:
+                item = RemotingCommand.decode(item)  # RemotingCommandError: the connection goes
+            if type(item) is RemotingCommand:
+                if item.flag & RESPONSE_FLAG:
+                    items[k] = InterceptedAnswer(item, item)
+                else:
+                    items[k] = item  # (a request from the peer: refused)
+            elif item.flag & RESPONSE_FLAG:
+                if frames is None:  # (one frame per item, in order: the same lengths were read)
+                    frames, _ = split_frames(data, max_frame_length)
+                items[k] = InterceptedAnswer(item, FrameCommand(bytes(frames[k])))
+    return items, consumed
 
 
 class PipelinedChannel:
@@ -108,10 +144,10 @@ class PipelinedChannel:
         self.max_frame_length = max_frame_length
         self.sweep_interval = sweep_interval
         # intercept: a step every request and its answer pass (RPC hooks: RpcHookStep) -
-        # before(frame) -> (frame, token) and after(token, response command); with one, answers
-        # are read as RemotingCommands and from_command is applied after it
+        # before(frame) -> (frame, token) and after(token, the answer's command); with one,
+        # answers are read as InterceptedAnswers (read_intercepted)
         self._intercept = intercept
-        self._read_frames = decode_command_frames if intercept is not None else read_frames
+        self._read_frames = read_frames if intercept is None else functools.partial(read_intercepted, read_frames)
         self._from_command = from_command
         try:
             sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
@@ -164,8 +200,9 @@ class PipelinedChannel:
         the frame gathers (PipelinedWrites.offer): a burst leaves in a few writes instead of one
         system call per request."""
         if self._intercept is not None:
-            frame, token = self._intercept.before(frame)
-            on_done, context = self._intercepted_done, (on_done, context, token)
+            frame, on_done, context = self.intercept(frame, on_done, context)
+            if frame is None:
+                return
         data = self.writes.offer(frame, opaque, timeout, on_done, context)
         if data is not None:
             self.after_offer(data, opaque, on_done, context)
@@ -178,7 +215,7 @@ class PipelinedChannel:
         comes) and completes what came; whatever is left its wait (LeanFuture.result -> wait) reads
         as usual.  Otherwise it is send()."""
         writes = self.writes
-        if writes.unanswered or writes.writing or writes.gathered or self._token_owner != _NOBODY:
+        if writes.unanswered or writes.writing or writes.gathered or self._token_owner:  # (_NOBODY is 0)
             self.send(frame, opaque, timeout, on_done, context)
             return
         me = get_ident()
@@ -192,8 +229,9 @@ class PipelinedChannel:
             return
         try:
             if self._intercept is not None:  # (as send() does)
-                frame, token = self._intercept.before(frame)
-                on_done, context = self._intercepted_done, (on_done, context, token)
+                frame, on_done, context = self.intercept(frame, on_done, context)
+                if frame is None:
+                    return
             data = writes.offer(frame, opaque, timeout, on_done, context)
             if data is None:  # gathered beside a write begun meanwhile: that writer sends it
                 return
@@ -230,12 +268,17 @@ class PipelinedChannel:
                 except (OSError, RemotingCommandError) as e:
                     self._fail(self._read_error(e))
                     return
-                if answered:
-                    writes.answered(answered)
+                writes.answered(answered)
             elif n == 0:
                 self._fail(RemotingConnectError(f"connection closed by {self.addr}"))
         finally:
-            self._release_token()
+            with self._tlock:  # (_release_token's usual case inline)
+                if self._reader_gone or self._token_waiters:
+                    me = _NOBODY
+                else:
+                    self._token_owner = _NOBODY
+            if me == _NOBODY:
+                self._release_token()
 
     def send_oneway(self, frame: bytes) -> None:
         """Write a request no answer is expected to (its flag says oneway): nothing registered,
@@ -247,11 +290,25 @@ class PipelinedChannel:
         self.writes.add_response(frame)
         self._flush_blocking()
 
-    def _intercepted_done(self, context, response, error) -> None:
+    def intercept(self, frame, on_done: OnDone, context: Any) -> tuple[bytes, OnDone, Any]:
+        """A request through the interception step (connections with one: `intercepted`): the
+        frame to write - the step may have changed it - and the completion its answer takes,
+        through the step's after() first.  A step that raises fails this request only: then
+        on_done(context, None, error) was called and the frame is None (nothing to write)."""
+        try:
+            frame, token = self._intercept.before(frame)
+        except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
+            on_done(context, None, e)
+            return None, None, None
+        return frame, self._intercepted_done, (on_done, context, token)
+
+    def _intercepted_done(self, context, answer, error) -> None:
         on_done, inner, token = context
-        if response is not None:
+        response = None
+        if answer is not None:
+            response = answer.item
             try:
-                self._intercept.after(token, response)
+                self._intercept.after(token, answer.command)
                 if self._from_command is not None and type(response) is RemotingCommand:
                     response = self._from_command(response)
             except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
