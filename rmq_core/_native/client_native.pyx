@@ -1045,14 +1045,13 @@ cdef class PipelinedSender:
         if mode == "SYNC":  # this thread waits for the answer at once: it writes and reads it itself
             channel.exchange(frame, opaque, timeout, self._completion, context)
         elif type(writes) is PipelinedWrites:  # PipelinedChannel.send without its Python frame
-            on_done = self._completion
             if channel.intercepted:  # its RPC hook step first (a step that raises failed the send)
-                frame, on_done, context = channel.intercept(frame, on_done, context)
+                frame = channel.intercept(frame, opaque, self._completion, context)
                 if frame is None:
                     return fut
-            data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, on_done, context)
+            data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, self._completion, context)
             if data is not None:
-                channel.after_offer(data, opaque, on_done, context)
+                channel.after_offer(data, opaque, self._completion, context)
         else:
             channel.send(frame, opaque, timeout, self._completion, context)
         return fut

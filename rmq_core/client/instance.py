@@ -362,26 +362,39 @@ class _BlockingCall:
 
 
 class _HookCalls:
-    """One hook's implementations called as pluggy calls plain ones - the last registered first,
+    """One hook's implementations, called as pluggy calls plain ones - the last registered first,
     each with the arguments it names, an exception ending the call - but directly: pluggy's call
-    machinery costs more than a no-op implementation.  When one is a wrapper or takes keyword-only
-    arguments, the call goes through pluggy.  The implementations are looked up again whenever
-    the registered ones change."""
+    machinery costs more than a no-op implementation.  `calls` is None when one is a wrapper or
+    takes keyword-only arguments: then the caller goes through pluggy (`caller`).  current()
+    looks the implementations up again whenever the registered ones changed."""
 
-    __slots__ = ("_caller", "_names", "_impls", "_calls")
+    __slots__ = ("caller", "names", "impls", "calls")
 
     def __init__(self, caller, names: tuple[str, ...]):
-        self._caller, self._names = caller, names
-        self._impls: list | None = None
-        self._calls: list | None = []  # (function, positions of its arguments or None: all, in order)
+        self.caller, self.names = caller, names
+        self.impls: list | None = None
+        self.calls: list | None = []  # (function, positions of its arguments or None: all, in order)
 
-    def __call__(self, *values) -> None:
-        impls = self._caller.get_hookimpls()
-        if impls != self._impls:
-            self._prepare(impls)
-        calls = self._calls
+    def current(self) -> list | None:
+        impls = self.caller.get_hookimpls()
+        if impls != self.impls:
+            names = self.names
+            calls: list | None = []
+            for impl in reversed(impls):
+                if (impl.hookwrapper or getattr(impl, "wrapper", False) or getattr(impl, "kwargnames", ())
+                        or not set(impl.argnames) <= set(names)):
+                    calls = None  # (pluggy's to call, or to name what is wrong)
+                    break
+                picks = tuple(names.index(a) for a in impl.argnames)
+                calls.append((impl.function, None if picks == tuple(range(len(names))) else picks))
+            self.impls, self.calls = impls, calls
+        return self.calls
+
+    def call(self, values: tuple) -> None:
+        """The implementations called with `values` (in the order of `names`)."""
+        calls = self.current()
         if calls is None:
-            self._caller(**dict(zip(self._names, values)))
+            self.caller(**dict(zip(self.names, values)))
             return
         for function, picks in calls:
             if picks is None:
@@ -389,26 +402,14 @@ class _HookCalls:
             else:
                 function(*[values[k] for k in picks])
 
-    def _prepare(self, impls: list) -> None:
-        names = self._names
-        calls: list | None = []
-        for impl in reversed(impls):
-            if (impl.hookwrapper or getattr(impl, "wrapper", False) or getattr(impl, "kwargnames", ())
-                    or not set(impl.argnames) <= set(names)):
-                calls = None  # (pluggy's to call, or to name what is wrong)
-                break
-            picks = tuple(names.index(a) for a in impl.argnames)
-            calls.append((impl.function, None if picks == tuple(range(len(names))) else picks))
-        self._impls, self._calls = impls, calls
-
 
 class RpcHookStep:
-    """RocketMQ's RPCHook as a step of the pipelined send connections.  rmq_rpc_before_request
-    is handed the request as a FrameCommand over its encoded frame - decoded only when a hook reads
-    or sets a field, encoded again only when one changed it (e.g. signed it) - and
-    rmq_rpc_after_response the answer the same way (the connection's own reader still reads it
-    for the send's completion), with its request.  The connection stays the same one a send
-    without hooks takes; only the step's own cost is added."""
+    """RocketMQ's RPCHook as a step of the pipelined send connections (their HookedRequests).
+    rmq_rpc_before_request is handed the request as a FrameCommand over its encoded frame -
+    decoded only when a hook reads or sets a field, encoded again only when one changed it (e.g.
+    signed it) - and rmq_rpc_after_response the answer the same way, with its request (the
+    connection's own reader still reads the answer for the send's completion).  The connection
+    stays the same one a send without hooks takes; only the step's own cost is added."""
 
     __slots__ = ("addr", "_before", "_after")
 
@@ -422,14 +423,22 @@ class RpcHookStep:
         """The request `frame` (length prefix included) the hooks saw: the frame itself, or
         encoded anew when a hook changed it; and the request command for after()."""
         request = FrameCommand(frame, 4)
-        self._before(self.addr, request)
+        calls = self._before.current()
+        if calls is not None and len(calls) == 1 and calls[0][1] is None:  # (the usual case: one hook)
+            calls[0][0](self.addr, request)
+        else:
+            self._before.call((self.addr, request))
         if request._src is None and request.changed:  # (read, and maybe changed)
             return request.encode(), request
         return frame, request
 
     def after(self, request: FrameCommand, response: RemotingCommand) -> None:
         """The answer to `request` (a FrameCommand over its frame, or its decoded command)."""
-        self._after(self.addr, request, response)
+        calls = self._after.current()
+        if calls is not None and len(calls) == 1 and calls[0][1] is None:
+            calls[0][0](self.addr, request, response)
+        else:
+            self._after.call((self.addr, request, response))
 
 
 class MQClientInstance:

@@ -79,39 +79,93 @@ def decode_command_frames(data, max_frame_length: int) -> tuple[list, int]:
     return [bytes(f) for f in frames], consumed
 
 
-class InterceptedAnswer:
-    """An answer on a connection with an interception step: what the connection's reader made of
-    it (`item`: a natively read response, or a RemotingCommand) and the command the step hands
-    its hooks (`command`: a FrameCommand over a copy of the frame, decoded only if a hook reads
-    it, or the RemotingCommand where the reader decoded the frame anyway)."""
+class HookFailed:
+    """An answer whose interception step raised: its request fails with `error`."""
 
-    __slots__ = ("item", "command", "flag", "opaque")
+    __slots__ = ("flag", "opaque", "error")
 
-    def __init__(self, item, command):
-        self.item, self.command = item, command
-        self.flag, self.opaque = item.flag, item.opaque
+    def __init__(self, opaque: int, error: BaseException):
+        self.flag, self.opaque, self.error = RESPONSE_FLAG, opaque, error
 
 
-def read_intercepted(read_frames, data, max_frame_length: int) -> tuple[list, int]:
-    """The frame reader of a connection with an interception step: read_frames' items, each
-    response an InterceptedAnswer (its frame kept, copied, for the step); a frame read_frames
-    declined is decoded here."""
-    items, consumed = (read_frames or decode_command_frames)(data, max_frame_length)
-    if items:
-        frames = None
-        for k, item in enumerate(items):
-            if type(item) is bytes:
-                item = RemotingCommand.decode(item)  # RemotingCommandError: the connection goes
-            if type(item) is RemotingCommand:
-                if item.flag & RESPONSE_FLAG:
-                    items[k] = InterceptedAnswer(item, item)
+class HookedRequests:
+    """A connection's interception step (RPC hooks: RpcHookStep, with before(frame) -> (frame,
+    request) and after(request, response command)) and the requests that passed it, by opaque,
+    until their answers pass it too.  The answers are read by the connection's own reader and
+    completed as usual (natively, for send responses); after() runs as the frames are read, with
+    a FrameCommand over a copy of the answer's frame (decoded only if a hook reads it)."""
+
+    __slots__ = ("step", "requests")
+
+    def __init__(self, step):
+        self.step = step
+        self.requests: dict[int, Any] = {}
+
+    def intercept(self, frame, opaque: int, on_done: OnDone, context: Any):
+        """The request `frame` (length prefix included) through the step's before(): the frame
+        to write (the step may have changed it), or None when the step raised - then this request
+        failed: on_done(context, None, error) was called.  Nothing else fails."""
+        try:
+            frame, request = self.step.before(frame)
+        except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
+            on_done(context, None, e)
+            return None
+        self.requests[opaque] = request
+        return frame
+
+    def read(self, read_frames, from_command, data, max_frame_length: int) -> tuple[list, int]:
+        """The connection's frame reader (read_frames(data, max_frame_length) -> (items, consumed))
+        with each answer to an intercepted request passed through the step's after(); an answer
+        whose after() raised becomes a HookFailed.  A frame read_frames declined is decoded here
+        (and made from_command(command) when given, as the channel would)."""
+        items, consumed = read_frames(data, max_frame_length)
+        requests = self.requests
+        if items and requests:
+            frames = None
+            for k, item in enumerate(items):
+                if type(item) is bytes:
+                    item = RemotingCommand.decode(item)  # RemotingCommandError: the connection goes
+                    if not item.flag & RESPONSE_FLAG:
+                        items[k] = item
+                        continue
+                    command = item
+                    if from_command is not None:
+                        item = items[k] = from_command(item)
+                    else:
+                        items[k] = item
+                elif not item.flag & RESPONSE_FLAG:
+                    continue
+                elif type(item) is RemotingCommand:
+                    command = item
                 else:
-                    items[k] = item  # (a request from the peer: refused)
-            elif item.flag & RESPONSE_FLAG:
-                if frames is None:  # (one frame per item, in order: the same lengths were read)
-                    frames, _ = split_frames(data, max_frame_length)
-                items[k] = InterceptedAnswer(item, FrameCommand(bytes(frames[k])))
-    return items, consumed
+                    command = None
+                request = requests.pop(item.opaque, None)
+                if request is None:
+                    continue
+                if command is None:
+                    if frames is None:  # (one frame per item, in order: the same lengths were read)
+                        frames, _ = split_frames(data, max_frame_length)
+                    command = FrameCommand(bytes(frames[k]))
+                try:
+                    self.step.after(request, command)
+                except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
+                    items[k] = HookFailed(item.opaque, e)
+        return items, consumed
+
+    def answer(self, item, command):
+        """One answer handed over as it is (an in-proc broker's): `item`, or a HookFailed."""
+        request = self.requests.pop(item.opaque, None)
+        if request is not None:
+            try:
+                self.step.after(request, command)
+            except Exception as e:  # noqa: BLE001
+                return HookFailed(item.opaque, e)
+        return item
+
+    def forget(self, opaques) -> None:
+        """Requests that will get no answer (timed out)."""
+        for opaque in opaques:
+            self.requests.pop(opaque, None)
 
 
 class PipelinedChannel:
@@ -143,11 +197,13 @@ class PipelinedChannel:
         self.addr = addr
         self.max_frame_length = max_frame_length
         self.sweep_interval = sweep_interval
-        # intercept: a step every request and its answer pass (RPC hooks: RpcHookStep) -
-        # before(frame) -> (frame, token) and after(token, the answer's command); with one,
-        # answers are read as InterceptedAnswers (read_intercepted)
+        # intercept: a step every request and its answer pass (RPC hooks: RpcHookStep, see
+        # HookedRequests); `intercept(frame, opaque, on_done, context)` is its way in
         self._intercept = intercept
-        self._read_frames = read_frames if intercept is None else functools.partial(read_intercepted, read_frames)
+        self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
+        self.intercept = None if hooks is None else hooks.intercept
+        self._read_frames = read_frames if hooks is None else functools.partial(
+            hooks.read, read_frames or decode_command_frames, from_command)
         self._from_command = from_command
         try:
             sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
@@ -199,8 +255,8 @@ class PipelinedChannel:
         request: one tuple, no function object.)  While a write is in progress or answers are due
         the frame gathers (PipelinedWrites.offer): a burst leaves in a few writes instead of one
         system call per request."""
-        if self._intercept is not None:
-            frame, on_done, context = self.intercept(frame, on_done, context)
+        if self._hooks is not None:
+            frame = self.intercept(frame, opaque, on_done, context)
             if frame is None:
                 return
         data = self.writes.offer(frame, opaque, timeout, on_done, context)
@@ -228,8 +284,8 @@ class PipelinedChannel:
             self.send(frame, opaque, timeout, on_done, context)
             return
         try:
-            if self._intercept is not None:  # (as send() does)
-                frame, on_done, context = self.intercept(frame, on_done, context)
+            if self._hooks is not None:  # (as send() does)
+                frame = self.intercept(frame, opaque, on_done, context)
                 if frame is None:
                     return
             data = writes.offer(frame, opaque, timeout, on_done, context)
@@ -289,31 +345,6 @@ class PipelinedChannel:
             raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
         self.writes.add_response(frame)
         self._flush_blocking()
-
-    def intercept(self, frame, on_done: OnDone, context: Any) -> tuple[bytes, OnDone, Any]:
-        """A request through the interception step (connections with one: `intercepted`): the
-        frame to write - the step may have changed it - and the completion its answer takes,
-        through the step's after() first.  A step that raises fails this request only: then
-        on_done(context, None, error) was called and the frame is None (nothing to write)."""
-        try:
-            frame, token = self._intercept.before(frame)
-        except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
-            on_done(context, None, e)
-            return None, None, None
-        return frame, self._intercepted_done, (on_done, context, token)
-
-    def _intercepted_done(self, context, answer, error) -> None:
-        on_done, inner, token = context
-        response = None
-        if answer is not None:
-            response = answer.item
-            try:
-                self._intercept.after(token, answer.command)
-                if self._from_command is not None and type(response) is RemotingCommand:
-                    response = self._from_command(response)
-            except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
-                response, error = None, e
-        on_done(inner, response, error)
 
     def after_offer(self, data, opaque: int, on_done: OnDone, context: Any) -> None:
         """What PipelinedWrites.offer decided, done: False - closed, the request fails here; bytes -
@@ -667,7 +698,7 @@ class PipelinedChannel:
         for item in items:
             if type(item) is bytes:
                 command = RemotingCommand.decode(item)  # RemotingCommandError: the connection goes
-                if command.flag & RESPONSE_FLAG and self._from_command is not None and self._intercept is None:
+                if command.flag & RESPONSE_FLAG and self._from_command is not None:
                     item = self._from_command(command)
                 else:
                     item = command
@@ -681,7 +712,10 @@ class PipelinedChannel:
                           self.addr, item.opaque)
                 continue
             try:
-                entry[1](entry[2], item, None)
+                if type(item) is HookFailed:
+                    entry[1](entry[2], None, item.error)
+                else:
+                    entry[1](entry[2], item, None)
             except Exception:  # noqa: BLE001 - one bad callback must not stop the others
                 log.exception("pipelined channel to %s: completion of opaque %d failed", self.addr, item.opaque)
         if self.writes.closing and not pending:
@@ -706,6 +740,8 @@ class PipelinedChannel:
         expired = [opaque for opaque, entry in self._pending.copy().items() if entry[0] <= now]
         if expired:  # no answer counted on for them any more (one coming late is counted again: >= 0)
             self.writes.answered(len(expired))
+            if self._hooks is not None:
+                self._hooks.forget(expired)
         for opaque in expired:
             entry = self._pending.pop(opaque, None)
             if entry is not None:
@@ -730,6 +766,8 @@ class PipelinedChannel:
             except KeyError:  # emptied meanwhile by another thread
                 break
             self._complete_with(entry, error)
+        if self._hooks is not None:
+            self._hooks.requests.clear()
         with self._drained:
             self._drained.notify_all()
 
