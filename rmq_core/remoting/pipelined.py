@@ -309,16 +309,16 @@ class PipelinedChannel:
                 self._write_out(more)
             if n > 0:
                 try:
-                    if not have:  # the usual case: whole answers, nothing kept for the next read
+                    if not have:  # (_consume's usual case inline: nothing kept from the last read)
                         items, consumed = self._read_frames(self._rview[:n], self.max_frame_length)
-                        if consumed == n:
+                        if consumed == n:  # whole answers, nothing kept for the next read
                             self._reads += 1
-                            # (_deliver's usual case inline: every item a send response waited for)
-                            answered, rest = deliver_responses(items, self._pending, self._completion_failed)
-                            if rest or writes.closing:
-                                answered += self._deliver(rest)
-                        else:  # (the frames were parsed again: parsing has no side effects)
-                            answered = self._consume(n)
+                        else:
+                            self._keep(n, consumed)
+                        # (_deliver's usual case inline: every item a send response waited for)
+                        answered, rest = deliver_responses(items, self._pending, self._completion_failed)
+                        if rest or writes.closing:
+                            answered += self._deliver(rest)
                     else:
                         answered = self._consume(n)
                 except (OSError, RemotingCommandError) as e:
@@ -572,15 +572,22 @@ class PipelinedChannel:
     def _consume(self, n: int) -> int:
         """`n` bytes just received at the end of the read buffer: every answer they finish
         completed (token holder only); how many answers there were."""
-        view = self._rview
         have = self._rhave
-        self._rfull = n == len(view) - have  # the buffer filled: more may be waiting
-        self._reads += 1
+        self._rfull = n == len(self._rview) - have  # the buffer filled: more may be waiting
         have += n
-        items, consumed = self._read_frames(view[:have], self.max_frame_length)
+        items, consumed = self._read_frames(self._rview[:have], self.max_frame_length)
+        self._keep(have, consumed)
+        return self._deliver(items) if items else 0
+
+    def _keep(self, have: int, consumed: int) -> None:
+        """`have` bytes in the read buffer, the first `consumed` of them read as frames: what is
+        left (the start of the next frame) moves to the front, and the buffer grows to hold that
+        frame whole (token holder only)."""
+        self._reads += 1
+        view = self._rview
         if consumed:
             rest = have - consumed
-            if rest:  # the start of the next frame moves to the front (copied: may overlap)
+            if rest:  # (copied: may overlap)
                 self._rbuf[:rest] = bytes(view[consumed:have])
             have = rest
         if have >= 4:
@@ -590,7 +597,6 @@ class PipelinedChannel:
                 self._rbuf.extend(bytes(need - len(self._rbuf)))
                 self._rview = memoryview(self._rbuf)
         self._rhave = have
-        return self._deliver(items) if items else 0
 
     def _read_error(self, e: BaseException) -> BaseException:
         if isinstance(e, RemotingCommandError):

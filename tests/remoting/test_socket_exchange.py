@@ -207,3 +207,53 @@ def test_close_while_a_thread_exchanges_fails_its_request():
     finally:
         ch.close()
         peer.close()
+
+
+class _CountingStep:
+    """An interception step (as RpcHookStep) that notes each request and answer it sees."""
+
+    def __init__(self):
+        self.before_calls, self.after_calls = [], []
+
+    def before(self, frame):
+        request = RemotingCommand.decode(memoryview(frame)[4:])
+        self.before_calls.append(request.opaque)
+        return frame, request
+
+    def after(self, request, response):
+        self.after_calls.append((request.opaque, response.opaque, response.get_str("echo")))
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_channel_exchange_whose_receive_ends_inside_the_next_frame(hooked):
+    """The exchange's receive brings its answer and the start of a request from the peer: the
+    answer completes at once (its hook step run once), the request is refused when it is whole."""
+    refused = []
+
+    def script(conn):
+        request = _read_frame(conn)
+        peer_request = RemotingCommand.create_request(39, {"x": "1"}).encode()
+        conn.sendall(_answer(request, echo="mine") + peer_request[:7])
+        time.sleep(0.1)
+        conn.sendall(peer_request[7:])
+        refused.append(_read_frame(conn))
+        time.sleep(0.5)
+
+    peer = _RawPeer(script)
+    step = _CountingStep() if hooked else None
+    ch = PipelinedChannel(peer.addr, intercept=step)
+    out = _Outcomes()
+    try:
+        request = _echo("q")
+        ch.exchange(_frame(request), request.opaque, 5.0, out, "q")
+        assert out.done["q"][0].get_str("echo") == "mine"
+        deadline = time.monotonic() + 10
+        while not refused and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert refused and refused[0].flag & 1 and refused[0].opaque != request.opaque
+        if hooked:
+            assert step.before_calls == [request.opaque]
+            assert step.after_calls == [(request.opaque, request.opaque, "mine")]
+    finally:
+        ch.close()
+        peer.close()
