@@ -45,7 +45,7 @@ from rmq_core.remoting.pipelined import PipelinedChannel
 from rmq_core.remoting.transport import resolve_transport
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
-from rmq_core.remoting.command import FrameCommand, RemotingCommand
+from rmq_core.remoting.command import FrameCommand, PrefixedFrameCommand, RemotingCommand
 
 log = logging.getLogger("rmq.client")
 
@@ -422,7 +422,7 @@ class RpcHookStep:
     def before(self, frame) -> tuple[bytes, FrameCommand]:
         """The request `frame` (length prefix included) the hooks saw: the frame itself, or
         encoded anew when a hook changed it; and the request command for after()."""
-        request = FrameCommand(frame, 4)
+        request = PrefixedFrameCommand(frame)
         calls = self._before.current()
         if calls is not None and len(calls) == 1 and calls[0][1] is None:  # (the usual case: one hook)
             calls[0][0](self.addr, request)

@@ -397,18 +397,17 @@ _FIELDS = RemotingCommand.__slots__
 
 
 class FrameCommand(RemotingCommand):
-    """A RemotingCommand over an encoded frame, decoded when one of its fields is first read or
-    set (what an RPC hook is handed: a hook that reads nothing costs no decoding).  `changed`
-    tells whether the command now differs from its frame (then encode() it anew; else the frame
-    stands as it is).  A malformed frame raises RemotingCommandError at that first access.
+    """A RemotingCommand over an encoded frame (without its length prefix; PrefixedFrameCommand:
+    with it), decoded when one of its fields is first read or set - what an RPC hook is handed:
+    a hook that reads nothing costs no decoding.  `changed` tells whether the command now differs
+    from its frame (then encode() it anew; else the frame stands as it is).  A malformed frame
+    raises RemotingCommandError at that first access."""
 
-    frame: the encoded command; `start`: where it begins after the length prefix (4 for a frame
-    with its prefix, 0 without)."""
+    __slots__ = ("_src", "_was")  # the frame until decoded, then None; the fields decoded
+    _skip = 0  # bytes before the command in the frame
 
-    __slots__ = ("_src", "_was")  # (frame, start) until decoded, then None; the fields decoded
-
-    def __init__(self, frame, start: int = 0):  # (the fields stay unset until decoded)
-        _set_src(self, (frame, start))
+    def __init__(self, frame):  # (the fields stay unset until decoded)
+        _set_src(self, frame)
 
     def __getattr__(self, name: str):  # (only ever called for an unset slot: before decoding)
         if name in _FIELDS and self._src is not None:
@@ -422,8 +421,8 @@ class FrameCommand(RemotingCommand):
         object.__setattr__(self, name, value)
 
     def _decode(self) -> None:
-        frame, start = self._src
-        command = RemotingCommand.decode(memoryview(frame)[start:] if start else frame)
+        frame, skip = self._src, self._skip
+        command = RemotingCommand.decode(memoryview(frame)[skip:] if skip else frame)
         setattr_ = object.__setattr__
         for name in _FIELDS:
             setattr_(self, name, getattr(command, name))
@@ -441,6 +440,13 @@ class FrameCommand(RemotingCommand):
             return False
         was = self._was
         return self.body is not was[7] or self._fields() != was
+
+
+class PrefixedFrameCommand(FrameCommand):
+    """A FrameCommand over a frame that keeps its 4-byte length prefix (a request as written)."""
+
+    __slots__ = ()
+    _skip = 4
 
 
 _set_src = FrameCommand._src.__set__
