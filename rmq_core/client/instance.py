@@ -45,7 +45,7 @@ from rmq_core.remoting.pipelined import PipelinedChannel
 from rmq_core.remoting.transport import resolve_transport
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
-from rmq_core.remoting.command import FrameCommand, PrefixedFrameCommand, RemotingCommand
+from rmq_core.remoting.command import FrameCommand, PrefixedFrameCommand, RemotingCommand, new_command, set_frame
 
 log = logging.getLogger("rmq.client")
 
@@ -422,23 +422,28 @@ class RpcHookStep:
     def before(self, frame) -> tuple[bytes, FrameCommand]:
         """The request `frame` (length prefix included) the hooks saw: the frame itself, or
         encoded anew when a hook changed it; and the request command for after()."""
-        request = PrefixedFrameCommand(frame)
-        calls = self._before.current()
+        request = new_command(PrefixedFrameCommand)
+        set_frame(request, frame)
+        hook = self._before
+        impls = hook.caller.get_hookimpls()
+        calls = hook.calls if impls == hook.impls else hook.current()
         if calls is not None and len(calls) == 1 and calls[0][1] is None:  # (the usual case: one hook)
             calls[0][0](self.addr, request)
         else:
-            self._before.call((self.addr, request))
+            hook.call((self.addr, request))
         if request._src is None and request.changed:  # (read, and maybe changed)
             return request.encode(), request
         return frame, request
 
     def after(self, request: FrameCommand, response: RemotingCommand) -> None:
         """The answer to `request` (a FrameCommand over its frame, or its decoded command)."""
-        calls = self._after.current()
+        hook = self._after
+        impls = hook.caller.get_hookimpls()
+        calls = hook.calls if impls == hook.impls else hook.current()
         if calls is not None and len(calls) == 1 and calls[0][1] is None:
             calls[0][0](self.addr, request, response)
         else:
-            self._after.call((self.addr, request, response))
+            hook.call((self.addr, request, response))
 
 
 class MQClientInstance:

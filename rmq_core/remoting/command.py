@@ -451,6 +451,11 @@ class PrefixedFrameCommand(FrameCommand):
 
 _set_src = FrameCommand._src.__set__
 
+# FrameCommand(frame) in two C calls, without the Python call of __init__ (for the per-message
+# paths of the RPC hook step): command = new_command(FrameCommand); set_frame(command, frame)
+new_command = object.__new__
+set_frame = _set_src
+
 def _int_field(obj: dict, name: str, default: int | None) -> int:
     value = obj.get(name)
     if value is None:

@@ -54,7 +54,8 @@ from rmq_core._native.socket_io import exchange as socket_exchange
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.blocking import refusal, set_kernel_timeouts
 from rmq_core.remoting.codes import code_name
-from rmq_core.remoting.command import RESPONSE_FLAG, FrameCommand, RemotingCommand, native_decode_frames
+from rmq_core.remoting.command import (RESPONSE_FLAG, FrameCommand, RemotingCommand, native_decode_frames, new_command,
+                                       set_frame)
 from rmq_core.remoting.frames import split_frames
 from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, split_address
 
@@ -145,7 +146,8 @@ class HookedRequests:
                 if command is None:
                     if frames is None:  # (one frame per item, in order: the same lengths were read)
                         frames, _ = split_frames(data, max_frame_length)
-                    command = FrameCommand(bytes(frames[k]))
+                    command = new_command(FrameCommand)
+                    set_frame(command, bytes(frames[k]))
                 try:
                     self.step.after(request, command)
                 except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
