@@ -296,7 +296,11 @@ class PipelinedChannel:
             if data is False:
                 on_done(context, None, RemotingConnectError(f"connection to {self.addr} is closed"))
                 return
-            if timeout != self._recv_timeout:  # (most sends share the producer's timeout)
+            set_to = self._recv_timeout
+            if timeout < set_to - 0.001 or timeout > set_to * 2:
+                # (set again only when it would end the receive more than 1 ms late, or much too
+                # early - one that ends early is waited out with a poll: a send's remaining time,
+                # a little less on every retry, costs no system call)
                 set_kernel_timeouts(self._rsock, timeout, send=False)
                 self._recv_timeout = timeout
             have = self._rhave
