@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import functools
 import itertools
 import logging
 import threading
@@ -25,7 +26,7 @@ import time
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
-from rmq_core.remoting.pipelined import PipelinedChannel
+from rmq_core.remoting.pipelined import HookedRequests, HookFailed, PipelinedChannel, decode_command_frames
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
 
 log = logging.getLogger("rmq.remoting.inproc")
@@ -378,8 +379,11 @@ class InprocPipelinedChannel:
         self._server = server
         self.max_frame_length = server._max_frame_length
         self._intercept = intercept
-        # with an interception step answers are read as RemotingCommands (its after() takes one)
-        self._read_frames = None if intercept is not None else read_frames
+        # the interception step, as a tcp connection's (see HookedRequests)
+        self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
+        self.intercept = None if hooks is None else hooks.intercept
+        self._read_frames = read_frames if hooks is None else functools.partial(
+            hooks.read, read_frames or decode_command_frames, from_command)
         self._from_command = from_command
         self._pending: dict[int, tuple] = {}  # opaque -> (deadline, on_done, context)
         self._closed = False
@@ -404,9 +408,10 @@ class InprocPipelinedChannel:
     def send(self, frame, opaque: int, timeout: float, on_done, context=None) -> None:
         """PipelinedChannel.send: on_done(context, response, None) or on_done(context, None, error),
         exactly once."""
-        if self._intercept is not None:
-            frame, token = self._intercept.before(frame)
-            on_done, context = self._intercepted_done, (on_done, context, token)
+        if self._hooks is not None:
+            frame = self.intercept(frame, opaque, on_done, context)
+            if frame is None:
+                return
         if self._closed:
             on_done(context, None, self._error or RemotingConnectError(f"connection to {self.addr} is closed"))
             return
@@ -445,14 +450,15 @@ class InprocPipelinedChannel:
             self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
             raise self._error
 
-    # the answer after the RPC hook step, exactly as a tcp connection's (it reads the same fields)
-    _intercepted_done = PipelinedChannel._intercepted_done
-
     # the server end's calls, in the server's thread
     def _deliver_frames(self, frames: bytes) -> None:
         """Answers the broker's lane wrote (whole frames)."""
         if self._read_frames is not None:
-            items, _ = self._read_frames(frames, self.max_frame_length)
+            try:
+                items, _ = self._read_frames(frames, self.max_frame_length)
+            except RemotingCommandError as e:
+                self._fail(RemotingConnectError(f"bad frame from {self.addr}: {e}"))
+                return
         else:
             items = []
             view, pos = memoryview(frames), 0
@@ -478,10 +484,16 @@ class InprocPipelinedChannel:
         if entry is None:
             log.debug("inproc pipelined channel %s: no request waits for opaque %d", self.local_address, item.opaque)
             return
-        if type(item) is RemotingCommand and self._intercept is None and self._from_command is not None:
-            item = self._from_command(item)
+        if type(item) is RemotingCommand:  # (handed over as it is, not read by _read_frames)
+            if self._hooks is not None:
+                item = self._hooks.answer(item, item)
+            if self._from_command is not None and type(item) is RemotingCommand:
+                item = self._from_command(item)
         try:
-            entry[1](entry[2], item, None)
+            if type(item) is HookFailed:
+                entry[1](entry[2], None, item.error)
+            else:
+                entry[1](entry[2], item, None)
         except Exception:  # noqa: BLE001 - one bad callback must not stop the others
             log.exception("inproc pipelined channel to %s: completion of opaque %d failed", self.addr, item.opaque)
 
@@ -510,6 +522,8 @@ class InprocPipelinedChannel:
             self._wake.wait(self._sweep_interval)
             now = time.monotonic()
             expired = [opaque for opaque, entry in self._pending.copy().items() if entry[0] <= now]
+            if expired and self._hooks is not None:
+                self._hooks.forget(expired)
             for opaque in expired:
                 entry = self._pending.pop(opaque, None)
                 if entry is not None:
@@ -534,6 +548,8 @@ class InprocPipelinedChannel:
             except KeyError:
                 break
             self._complete_with(entry, self._error)
+        if self._hooks is not None:
+            self._hooks.requests.clear()
 
     def close(self, drain_timeout: float = 0.0) -> None:
         """Let the pending requests finish for up to drain_timeout seconds, fail the rest."""

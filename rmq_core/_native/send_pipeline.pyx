@@ -585,7 +585,11 @@ cdef class PipelinedSender:
         writes = getattr(channel, "writes", None)
         if mode == "SYNC":  # this thread waits for the answer at once: it writes and reads it itself
             channel.exchange(frame, opaque, timeout, self._completion, context)
-        elif type(writes) is PipelinedWrites and not channel.intercepted:  # PipelinedChannel.send without its Python frame
+        elif type(writes) is PipelinedWrites:  # PipelinedChannel.send without its Python frame
+            if channel.intercepted:  # its RPC hook step first (a step that raises failed the send)
+                frame = channel.intercept(frame, opaque, self._completion, context)
+                if frame is None:
+                    return fut
             data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, self._completion, context)
             if data is not None:
                 channel.after_offer(data, opaque, self._completion, context)
@@ -653,140 +657,3 @@ def finish_batch(SendResultMaker maker, list batch, status, queue, int64_t base,
         future = entry[2]
         if not _finish_unwatched(future, result, None):
             future.finish(result)
-
-
-# --- the sync send's blocking exchange --------------------------------------------------------------
-from cpython.buffer cimport PyBUF_WRITABLE
-from cpython.exc cimport PyErr_CheckSignals
-from libc.errno cimport EINTR, errno
-from libc.string cimport strerror
-
-cdef extern from "<sys/socket.h>" nogil:
-    ssize_t c_send "send"(int fd, const void* buf, size_t n, int flags)
-    ssize_t c_recv "recv"(int fd, void* buf, size_t n, int flags)
-    int MSG_NOSIGNAL
-
-
-def blocking_exchange(int fd, frame, chunk):
-    """BlockingChannel's exchange: write all of `frame` to the blocking socket `fd`, then receive
-    once into the writable buffer `chunk`, with the GIL released once across both (the answer
-    usually comes whole in that one receive); returns the bytes received (0: the peer closed).
-    The socket's SO_SNDTIMEO / SO_RCVTIMEO bound each call: an expired one raises
-    BlockingIOError, any other failure its OSError (as socket.sendall / recv_into would)."""
-    cdef Py_buffer out, into
-    cdef const char* p
-    cdef Py_ssize_t left, got = 0
-    cdef ssize_t n
-    cdef int failed = 0
-    PyObject_GetBuffer(frame, &out, PyBUF_SIMPLE)
-    try:
-        PyObject_GetBuffer(chunk, &into, PyBUF_WRITABLE)
-        try:
-            p = <const char*>out.buf
-            left = out.len
-            while True:
-                with nogil:
-                    while left > 0:
-                        n = c_send(fd, p, left, MSG_NOSIGNAL)
-                        if n < 0:
-                            failed = errno
-                            break
-                        p += n
-                        left -= n
-                    if not failed:
-                        n = c_recv(fd, into.buf, into.len, 0)
-                        if n < 0:
-                            failed = errno
-                        else:
-                            got = n
-                if failed == EINTR:  # a signal: its handler runs (and may raise), then go on
-                    PyErr_CheckSignals()
-                    failed = 0
-                    continue
-                if failed:  # (OSError(errno, ...) is BlockingIOError for EAGAIN, and so on)
-                    raise OSError(failed, strerror(failed).decode())
-                return got
-        finally:
-            PyBuffer_Release(&into)
-    finally:
-        PyBuffer_Release(&out)
-
-
-cdef extern from "<poll.h>" nogil:
-    struct pollfd:
-        int fd
-        short events
-        short revents
-    int c_poll "poll"(pollfd* fds, unsigned long nfds, int timeout)
-    short POLLIN
-    short POLLOUT
-
-from libc.errno cimport EAGAIN
-
-cdef extern from "<errno.h>" nogil:
-    int EWOULDBLOCK
-
-
-def pipelined_exchange(int fd, frame, into, double timeout):
-    """A sync send's request and the first receive of its answer on a pipelined connection's
-    non-blocking socket `fd`, the GIL released once across both (the answer usually comes whole
-    in that one receive): write all of `frame` (waiting while the socket buffer is full), then wait
-    up to `timeout` seconds for the socket to be readable and receive once into the writable
-    buffer `into`.  Returns the bytes received (0: the peer closed), or -1 when nothing came in
-    time.  A failed or unfinished write raises OSError (part of a frame may be out)."""
-    cdef Py_buffer out, buf
-    cdef const char* p
-    cdef Py_ssize_t left
-    cdef ssize_t n = -1
-    cdef int failed = 0, ready, wait_ms
-    cdef pollfd pfd
-    wait_ms = <int>(timeout * 1000.0) if timeout > 0 else 0
-    PyObject_GetBuffer(frame, &out, PyBUF_SIMPLE)
-    try:
-        PyObject_GetBuffer(into, &buf, PyBUF_WRITABLE)
-        try:
-            p = <const char*>out.buf
-            left = out.len
-            pfd.fd = fd
-            while True:
-                with nogil:
-                    while left > 0:
-                        n = c_send(fd, p, left, MSG_NOSIGNAL)
-                        if n < 0:
-                            if errno == EAGAIN or errno == EWOULDBLOCK:
-                                pfd.events = POLLOUT
-                                ready = c_poll(&pfd, 1, wait_ms)
-                                if ready > 0:
-                                    continue
-                                failed = errno if ready < 0 else EAGAIN
-                            else:
-                                failed = errno
-                            break
-                        p += n
-                        left -= n
-                    if not failed:
-                        # (the answer is never there the moment the request left: wait for it
-                        # first, then one receive - no receive that can only say EAGAIN)
-                        pfd.events = POLLIN
-                        ready = c_poll(&pfd, 1, wait_ms)
-                        if ready > 0:
-                            n = c_recv(fd, buf.buf, buf.len, 0)
-                            if n < 0 and (errno == EAGAIN or errno == EWOULDBLOCK):
-                                n = -1
-                            elif n < 0:
-                                failed = errno
-                        elif ready == 0:
-                            n = -1
-                        else:
-                            failed = errno
-                if failed == EINTR:  # a signal: its handler runs (and may raise), then go on
-                    PyErr_CheckSignals()
-                    failed = 0
-                    continue
-                if failed:
-                    raise OSError(failed, strerror(failed).decode())
-                return n
-        finally:
-            PyBuffer_Release(&buf)
-    finally:
-        PyBuffer_Release(&out)

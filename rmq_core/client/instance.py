@@ -47,7 +47,7 @@ from rmq_core.remoting.pipelined import PipelinedChannel
 from rmq_core.remoting.transport import resolve_transport
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
-from rmq_core.remoting.command import RemotingCommand
+from rmq_core.remoting.command import FrameCommand, PrefixedFrameCommand, RemotingCommand, new_command, set_frame
 
 log = logging.getLogger("rmq.client")
 
@@ -363,28 +363,89 @@ class _BlockingCall:
             self.task.cancel()
 
 
-class RpcHookStep:
-    """RocketMQ's RPCHook as a step of the pipelined send connections: the encoded request
-    decoded for rmq_rpc_before_request (which may change it, e.g. sign it) and encoded again, the
-    answer handed to rmq_rpc_after_response with its request.  The connection stays the same one
-    a send without hooks takes; only the step's own cost is added."""
+class _HookCalls:
+    """One hook's implementations, called as pluggy calls plain ones - the last registered first,
+    each with the arguments it names, an exception ending the call - but directly: pluggy's call
+    machinery costs more than a no-op implementation.  `calls` is None when one is a wrapper or
+    takes keyword-only arguments: then the caller goes through pluggy (`caller`).  current()
+    looks the implementations up again whenever the registered ones changed."""
 
-    __slots__ = ("addr", "_hook")
+    __slots__ = ("caller", "names", "impls", "calls")
+
+    def __init__(self, caller, names: tuple[str, ...]):
+        self.caller, self.names = caller, names
+        self.impls: list | None = None
+        self.calls: list | None = []  # (function, positions of its arguments or None: all, in order)
+
+    def current(self) -> list | None:
+        impls = self.caller.get_hookimpls()
+        if impls != self.impls:
+            names = self.names
+            calls: list | None = []
+            for impl in reversed(impls):
+                if (impl.hookwrapper or getattr(impl, "wrapper", False) or getattr(impl, "kwargnames", ())
+                        or not set(impl.argnames) <= set(names)):
+                    calls = None  # (pluggy's to call, or to name what is wrong)
+                    break
+                picks = tuple(names.index(a) for a in impl.argnames)
+                calls.append((impl.function, None if picks == tuple(range(len(names))) else picks))
+            self.impls, self.calls = impls, calls
+        return self.calls
+
+    def call(self, values: tuple) -> None:
+        """The implementations called with `values` (in the order of `names`)."""
+        calls = self.current()
+        if calls is None:
+            self.caller(**dict(zip(self.names, values)))
+            return
+        for function, picks in calls:
+            if picks is None:
+                function(*values)
+            else:
+                function(*[values[k] for k in picks])
+
+
+class RpcHookStep:
+    """RocketMQ's RPCHook as a step of the pipelined send connections (their HookedRequests).
+    rmq_rpc_before_request is handed the request as a FrameCommand over its encoded frame -
+    decoded only when a hook reads or sets a field, encoded again only when one changed it (e.g.
+    signed it) - and rmq_rpc_after_response the answer the same way, with its request (the
+    connection's own reader still reads the answer for the send's completion).  The connection
+    stays the same one a send without hooks takes; only the step's own cost is added."""
+
+    __slots__ = ("addr", "_before", "_after")
 
     def __init__(self, addr: str):
         self.addr = addr
-        self._hook = plugins.get_plugin_manager().hook
+        hook = plugins.get_plugin_manager().hook
+        self._before = _HookCalls(hook.rmq_rpc_before_request, ("remote_addr", "request"))
+        self._after = _HookCalls(hook.rmq_rpc_after_response, ("remote_addr", "request", "response"))
 
-    def before(self, frame) -> tuple[bytes, RemotingCommand]:
-        request = RemotingCommand.decode(memoryview(frame)[4:])
-        fields, remark, body = dict(request.ext_fields), request.remark, request.body
-        self._hook.rmq_rpc_before_request(remote_addr=self.addr, request=request)
-        if request.ext_fields == fields and request.remark == remark and request.body is body:
-            return frame, request  # (left as it was: the frame stands, no second encoding)
-        return request.encode(), request
+    def before(self, frame) -> tuple[bytes, FrameCommand]:
+        """The request `frame` (length prefix included) the hooks saw: the frame itself, or
+        encoded anew when a hook changed it; and the request command for after()."""
+        request = new_command(PrefixedFrameCommand)
+        set_frame(request, frame)
+        hook = self._before
+        impls = hook.caller.get_hookimpls()
+        calls = hook.calls if impls == hook.impls else hook.current()
+        if calls is not None and len(calls) == 1 and calls[0][1] is None:  # (the usual case: one hook)
+            calls[0][0](self.addr, request)
+        else:
+            hook.call((self.addr, request))
+        if request._src is None and request.changed:  # (read, and maybe changed)
+            return request.encode(), request
+        return frame, request
 
-    def after(self, request: RemotingCommand, response: RemotingCommand) -> None:
-        self._hook.rmq_rpc_after_response(remote_addr=self.addr, request=request, response=response)
+    def after(self, request: FrameCommand, response: RemotingCommand) -> None:
+        """The answer to `request` (a FrameCommand over its frame, or its decoded command)."""
+        hook = self._after
+        impls = hook.caller.get_hookimpls()
+        calls = hook.calls if impls == hook.impls else hook.current()
+        if calls is not None and len(calls) == 1 and calls[0][1] is None:
+            calls[0][0](self.addr, request, response)
+        else:
+            hook.call((self.addr, request, response))
 
 
 class MQClientInstance:

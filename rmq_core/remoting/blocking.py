@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from rmq_core._native.send_pipeline import blocking_exchange
+from rmq_core._native.socket_io import exchange
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingTimeoutError
 from rmq_core.remoting.codes import ResponseCode, code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
@@ -30,6 +30,17 @@ log = logging.getLogger("rmq.remoting")
 _LENGTH = struct.Struct(">i")
 _TIMEVAL = struct.Struct("@ll")  # struct timeval
 _READ_CHUNK = 64 * 1024
+
+
+def set_kernel_timeouts(sock: socket.socket, seconds: float, *, send: bool = True) -> None:
+    """The timeouts the kernel keeps for a blocking socket's receives (SO_RCVTIMEO) and, with
+    send, its sends (SO_SNDTIMEO): an expired one ends the call with EAGAIN.  One system call per
+    send or receive; a Python socket timeout polls before each call instead: twice the calls."""
+    seconds = max(seconds, 0.001)  # (0 would mean "never")
+    tv = _TIMEVAL.pack(int(seconds), int((seconds % 1) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    if send:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
 
 
 def refusal(command: RemotingCommand) -> bytes | None:
@@ -62,10 +73,7 @@ class BlockingChannel:
         except OSError as e:
             raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # A blocking socket whose send / receive timeouts the kernel keeps (SO_SNDTIMEO,
-        # SO_RCVTIMEO): one system call per send and per receive.  (A Python socket timeout polls
-        # before each call: twice the calls on the sync send's path.)  An expired one ends the call
-        # with EAGAIN.
+        # a blocking socket whose timeouts the kernel keeps (set_kernel_timeouts)
         self._sock.settimeout(None)
         self._timeout: float | None = None
         self._set_timeout(connect_timeout)
@@ -103,7 +111,9 @@ class BlockingChannel:
                 # it, not two), the answer whole in that one receive
                 chunk = self._chunk
                 # (the descriptor read now, as the socket's own calls do: -1 once closed, never stale)
-                n = blocking_exchange(self._sock.fileno(), frame, chunk)
+                n = exchange(self._sock.fileno(), frame, chunk, timeout)
+                if n < 0:
+                    raise BlockingIOError("no answer in time")
                 if n > 4 and _LENGTH.unpack_from(chunk, 0)[0] == n - 4 and n - 4 <= self.max_frame_length:
                     item = read(chunk[4:n])  # (in place: the caller is done with it before the next receive)
                 else:
@@ -138,10 +148,7 @@ class BlockingChannel:
     def _set_timeout(self, timeout: float) -> None:
         # set per call only when it changes: most calls share the producer's timeout
         if timeout != self._timeout:
-            seconds = max(timeout, 0.001)  # (0 would mean "never")
-            tv = _TIMEVAL.pack(int(seconds), int((seconds % 1) * 1_000_000))
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+            set_kernel_timeouts(self._sock, timeout)
             self._timeout = timeout
 
     def _read_frame(self, deadline: float, code: int):

@@ -393,6 +393,69 @@ def _language_name(value: int) -> str:
         return LanguageCode.OTHER.name
 
 
+_FIELDS = RemotingCommand.__slots__
+
+
+class FrameCommand(RemotingCommand):
+    """A RemotingCommand over an encoded frame (without its length prefix; PrefixedFrameCommand:
+    with it), decoded when one of its fields is first read or set - what an RPC hook is handed:
+    a hook that reads nothing costs no decoding.  `changed` tells whether the command now differs
+    from its frame (then encode() it anew; else the frame stands as it is).  A malformed frame
+    raises RemotingCommandError at that first access."""
+
+    __slots__ = ("_src", "_was")  # the frame until decoded, then None; the fields decoded
+    _skip = 0  # bytes before the command in the frame
+
+    def __init__(self, frame):  # (the fields stay unset until decoded)
+        _set_src(self, frame)
+
+    def __getattr__(self, name: str):  # (only ever called for an unset slot: before decoding)
+        if name in _FIELDS and self._src is not None:
+            self._decode()
+            return object.__getattribute__(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value) -> None:
+        if self._src is not None:  # (decoded first: a later decoding must not undo what was set)
+            self._decode()
+        object.__setattr__(self, name, value)
+
+    def _decode(self) -> None:
+        frame, skip = self._src, self._skip
+        command = RemotingCommand.decode(memoryview(frame)[skip:] if skip else frame)
+        setattr_ = object.__setattr__
+        for name in _FIELDS:
+            setattr_(self, name, getattr(command, name))
+        _set_src(self, None)
+        setattr_(self, "_was", self._fields())
+
+    def _fields(self) -> tuple:
+        return (self.code, self.language, self.version, self.opaque, self.flag, self.remark,
+                dict(self.ext_fields), self.body, self.serialize_type)
+
+    @property
+    def changed(self) -> bool:
+        """True once a field differs from the frame's (a body counts as changed when replaced)."""
+        if self._src is not None:
+            return False
+        was = self._was
+        return self.body is not was[7] or self._fields() != was
+
+
+class PrefixedFrameCommand(FrameCommand):
+    """A FrameCommand over a frame that keeps its 4-byte length prefix (a request as written)."""
+
+    __slots__ = ()
+    _skip = 4
+
+
+_set_src = FrameCommand._src.__set__
+
+# FrameCommand(frame) in two C calls, without the Python call of __init__ (for the per-message
+# paths of the RPC hook step): command = new_command(FrameCommand); set_frame(command, frame)
+new_command = object.__new__
+set_frame = _set_src
+
 def _int_field(obj: dict, name: str, default: int | None) -> int:
     value = obj.get(name)
     if value is None:

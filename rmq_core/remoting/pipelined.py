@@ -39,19 +39,23 @@ that comes is refused with REQUEST_CODE_NOT_SUPPORTED, as a BlockingChannel does
 """
 from __future__ import annotations
 
+import functools
 import logging
 import select
 import socket
 import threading
 import time
+from threading import get_ident
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any, Callable
 
-from rmq_core._native.send_pipeline import PipelinedWrites, deliver_responses, pipelined_exchange
+from rmq_core._native.send_pipeline import PipelinedWrites, deliver_responses
+from rmq_core._native.socket_io import exchange as socket_exchange
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
-from rmq_core.remoting.blocking import refusal
+from rmq_core.remoting.blocking import refusal, set_kernel_timeouts
 from rmq_core.remoting.codes import code_name
-from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, native_decode_frames
+from rmq_core.remoting.command import (RESPONSE_FLAG, FrameCommand, RemotingCommand, native_decode_frames, new_command,
+                                       set_frame)
 from rmq_core.remoting.frames import split_frames
 from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, split_address
 
@@ -74,6 +78,96 @@ def decode_command_frames(data, max_frame_length: int) -> tuple[list, int]:
         return [bytes(i) if type(i) is memoryview else i for i in items], consumed
     frames, consumed = split_frames(data, max_frame_length)
     return [bytes(f) for f in frames], consumed
+
+
+class HookFailed:
+    """An answer whose interception step raised: its request fails with `error`."""
+
+    __slots__ = ("flag", "opaque", "error")
+
+    def __init__(self, opaque: int, error: BaseException):
+        self.flag, self.opaque, self.error = RESPONSE_FLAG, opaque, error
+
+
+class HookedRequests:
+    """A connection's interception step (RPC hooks: RpcHookStep, with before(frame) -> (frame,
+    request) and after(request, response command)) and the requests that passed it, by opaque,
+    until their answers pass it too.  The answers are read by the connection's own reader and
+    completed as usual (natively, for send responses); after() runs as the frames are read, with
+    a FrameCommand over a copy of the answer's frame (decoded only if a hook reads it)."""
+
+    __slots__ = ("step", "requests")
+
+    def __init__(self, step):
+        self.step = step
+        self.requests: dict[int, Any] = {}
+
+    def intercept(self, frame, opaque: int, on_done: OnDone, context: Any):
+        """The request `frame` (length prefix included) through the step's before(): the frame
+        to write (the step may have changed it), or None when the step raised - then this request
+        failed: on_done(context, None, error) was called.  Nothing else fails."""
+        try:
+            frame, request = self.step.before(frame)
+        except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
+            on_done(context, None, e)
+            return None
+        self.requests[opaque] = request
+        return frame
+
+    def read(self, read_frames, from_command, data, max_frame_length: int) -> tuple[list, int]:
+        """The connection's frame reader (read_frames(data, max_frame_length) -> (items, consumed))
+        with each answer to an intercepted request passed through the step's after(); an answer
+        whose after() raised becomes a HookFailed.  A frame read_frames declined is decoded here
+        (and made from_command(command) when given, as the channel would)."""
+        items, consumed = read_frames(data, max_frame_length)
+        requests = self.requests
+        if items and requests:
+            frames = None
+            for k, item in enumerate(items):
+                if type(item) is bytes:
+                    item = RemotingCommand.decode(item)  # RemotingCommandError: the connection goes
+                    if not item.flag & RESPONSE_FLAG:
+                        items[k] = item
+                        continue
+                    command = item
+                    if from_command is not None:
+                        item = items[k] = from_command(item)
+                    else:
+                        items[k] = item
+                elif not item.flag & RESPONSE_FLAG:
+                    continue
+                elif type(item) is RemotingCommand:
+                    command = item
+                else:
+                    command = None
+                request = requests.pop(item.opaque, None)
+                if request is None:
+                    continue
+                if command is None:
+                    if frames is None:  # (one frame per item, in order: the same lengths were read)
+                        frames, _ = split_frames(data, max_frame_length)
+                    command = new_command(FrameCommand)
+                    set_frame(command, bytes(frames[k]))
+                try:
+                    self.step.after(request, command)
+                except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
+                    items[k] = HookFailed(item.opaque, e)
+        return items, consumed
+
+    def answer(self, item, command):
+        """One answer handed over as it is (an in-proc broker's): `item`, or a HookFailed."""
+        request = self.requests.pop(item.opaque, None)
+        if request is not None:
+            try:
+                self.step.after(request, command)
+            except Exception as e:  # noqa: BLE001
+                return HookFailed(item.opaque, e)
+        return item
+
+    def forget(self, opaques) -> None:
+        """Requests that will get no answer (timed out)."""
+        for opaque in opaques:
+            self.requests.pop(opaque, None)
 
 
 class PipelinedChannel:
@@ -105,24 +199,33 @@ class PipelinedChannel:
         self.addr = addr
         self.max_frame_length = max_frame_length
         self.sweep_interval = sweep_interval
-        # intercept: a step every request and its answer pass (RPC hooks: RpcHookStep) -
-        # before(frame) -> (frame, token) and after(token, response command); with one, answers
-        # are read as RemotingCommands and from_command is applied after it
+        # intercept: a step every request and its answer pass (RPC hooks: RpcHookStep, see
+        # HookedRequests); `intercept(frame, opaque, on_done, context)` is its way in
         self._intercept = intercept
-        self._read_frames = decode_command_frames if intercept is not None else read_frames
+        self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
+        self.intercept = None if hooks is None else hooks.intercept
+        self._read_frames = read_frames if hooks is None else functools.partial(
+            hooks.read, read_frames or decode_command_frames, from_command)
         self._from_command = from_command
         try:
             sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
         except OSError as e:
             raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # Two socket objects on one connection (a timeout is per object): the reader's never blocks
-        # (it polls, and its writes take what the buffer takes), the writers' send timeout bounds
-        # a caller's write into a full buffer.
-        self._rsock = sock
-        self._rsock.settimeout(0)  # the reader polls; its writes never block
+        # Two socket objects on one connection, one blocking descriptor (a duplicate shares its
+        # blocking mode).  The reader's object reads and writes with MSG_DONTWAIT (it polls; its
+        # writes take what the buffer takes), except a sync send's exchange: one receive that
+        # sleeps until the answer, bounded by SO_RCVTIMEO (socket_io.exchange).  The writers'
+        # object has a Python timeout, which bounds a caller's write into a full buffer and
+        # polls when a send would block (also should anything make the descriptor non-blocking:
+        # uvloop's watch of a duplicate does); SO_SNDTIMEO bounds an exchange's write.
         self._wsock = sock.dup()
-        self._wsock.settimeout(write_timeout)
+        self._wsock.settimeout(write_timeout)  # (this leaves the descriptor non-blocking...)
+        self._rsock = sock
+        sock.settimeout(None)  # (...and this blocking again)
+        set_kernel_timeouts(sock, write_timeout)
+        self._recv_timeout = write_timeout  # the SO_RCVTIMEO set (an exchange sets its own)
+        self._fd = sock.fileno()  # (used by the read token's holder, while the socket is surely open)
         self._pending: dict[int, tuple[float, OnDone, Any]] = {}  # opaque -> (deadline, on_done, context)
         # the write side: requests registered, frames gathered, who writes (each step atomic, natively)
         self.writes = PipelinedWrites(self._pending, coalesce_bytes, coalesce_delay)
@@ -154,9 +257,10 @@ class PipelinedChannel:
         request: one tuple, no function object.)  While a write is in progress or answers are due
         the frame gathers (PipelinedWrites.offer): a burst leaves in a few writes instead of one
         system call per request."""
-        if self._intercept is not None:
-            frame, token = self._intercept.before(frame)
-            on_done, context = self._intercepted_done, (on_done, context, token)
+        if self._hooks is not None:
+            frame = self.intercept(frame, opaque, on_done, context)
+            if frame is None:
+                return
         data = self.writes.offer(frame, opaque, timeout, on_done, context)
         if data is not None:
             self.after_offer(data, opaque, on_done, context)
@@ -165,36 +269,43 @@ class PipelinedChannel:
         """send() for a caller that waits for this answer at once (a sync send).  When the
         connection is idle - nothing in flight or gathered, no write in progress, nobody reading -
         this thread takes the read token, writes the request and receives its answer in one native
-        call (the GIL released once: pipelined_exchange) and completes what came; whatever is left
-        its wait (LeanFuture.result -> wait) reads as usual.  Otherwise it is send()."""
+        call (socket_io.exchange: the GIL released once, one receive that sleeps until the answer
+        comes) and completes what came; whatever is left its wait (LeanFuture.result -> wait) reads
+        as usual.  Otherwise it is send()."""
         writes = self.writes
-        if writes.unanswered or writes.writing or writes.gathered or self._token_owner != _NOBODY:
+        if writes.unanswered or writes.writing or writes.gathered or self._token_owner:  # (_NOBODY is 0)
             self.send(frame, opaque, timeout, on_done, context)
             return
+        me = get_ident()
         with self._tlock:
-            got = self._token_owner == _NOBODY
-            if got:
-                self._token_owner = threading.get_ident()
-        if not got:
+            if self._token_owner == _NOBODY:
+                self._token_owner = me
+            else:
+                me = _NOBODY
+        if me == _NOBODY:
             self.send(frame, opaque, timeout, on_done, context)
             return
-        if self._intercept is not None:  # (as send() does)
-            try:
-                frame, token = self._intercept.before(frame)
-            except BaseException:
-                self._release_token()
-                raise
-            on_done, context = self._intercepted_done, (on_done, context, token)
         try:
+            if self._hooks is not None:  # (as send() does)
+                frame = self.intercept(frame, opaque, on_done, context)
+                if frame is None:
+                    return
             data = writes.offer(frame, opaque, timeout, on_done, context)
             if data is None:  # gathered beside a write begun meanwhile: that writer sends it
                 return
             if data is False:
                 on_done(context, None, RemotingConnectError(f"connection to {self.addr} is closed"))
                 return
+            set_to = self._recv_timeout
+            if timeout < set_to - 0.001 or timeout > set_to * 2:
+                # (set again only when it would end the receive more than 1 ms late, or much too
+                # early - one that ends early is waited out with a poll: a send's remaining time,
+                # a little less on every retry, costs no system call)
+                set_kernel_timeouts(self._rsock, timeout, send=False)
+                self._recv_timeout = timeout
             have = self._rhave
             try:
-                n = pipelined_exchange(self._rsock.fileno(), data, self._rview[have:], timeout)
+                n = socket_exchange(self._fd, data, self._rview[have:] if have else self._rview, timeout)
             except OSError as e:
                 writes.write_failed()
                 self._fail(RemotingConnectError(f"exchange with {self.addr} failed: {e}"))
@@ -202,29 +313,34 @@ class PipelinedChannel:
             more = writes.next_write()  # what other threads gathered meanwhile (this one is the writer)
             if more is not None:
                 self._write_out(more)
-            if n == 0:
-                self._fail(RemotingConnectError(f"connection closed by {self.addr}"))
-            elif n > 0:
+            if n > 0:
                 try:
-                    if not have:  # the usual case: whole answers, nothing kept for the next read
+                    if not have:  # (_consume's usual case inline: nothing kept from the last read)
                         items, consumed = self._read_frames(self._rview[:n], self.max_frame_length)
-                        if consumed == n:
+                        if consumed == n:  # whole answers, nothing kept for the next read
                             self._reads += 1
-                            # (_deliver's usual case inline: every item a send response waited for)
-                            answered, rest = deliver_responses(items, self._pending, self._completion_failed)
-                            if rest or writes.closing:
-                                answered += self._deliver(rest)
-                        else:  # (the frames were parsed again: parsing has no side effects)
-                            answered = self._consume(n)
+                        else:
+                            self._keep(n, consumed)
+                        # (_deliver's usual case inline: every item a send response waited for)
+                        answered, rest = deliver_responses(items, self._pending, self._completion_failed)
+                        if rest or writes.closing:
+                            answered += self._deliver(rest)
                     else:
                         answered = self._consume(n)
                 except (OSError, RemotingCommandError) as e:
                     self._fail(self._read_error(e))
                     return
-                if answered:
-                    writes.answered(answered)
+                writes.answered(answered)
+            elif n == 0:
+                self._fail(RemotingConnectError(f"connection closed by {self.addr}"))
         finally:
-            self._release_token()
+            with self._tlock:  # (_release_token's usual case inline)
+                if self._reader_gone or self._token_waiters:
+                    me = _NOBODY
+                else:
+                    self._token_owner = _NOBODY
+            if me == _NOBODY:
+                self._release_token()
 
     def send_oneway(self, frame: bytes) -> None:
         """Write a request no answer is expected to (its flag says oneway): nothing registered,
@@ -235,17 +351,6 @@ class PipelinedChannel:
             raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
         self.writes.add_response(frame)
         self._flush_blocking()
-
-    def _intercepted_done(self, context, response, error) -> None:
-        on_done, inner, token = context
-        if response is not None:
-            try:
-                self._intercept.after(token, response)
-                if self._from_command is not None and type(response) is RemotingCommand:
-                    response = self._from_command(response)
-            except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
-                response, error = None, e
-        on_done(inner, response, error)
 
     def after_offer(self, data, opaque: int, on_done: OnDone, context: Any) -> None:
         """What PipelinedWrites.offer decided, done: False - closed, the request fails here; bytes -
@@ -323,7 +428,7 @@ class PipelinedChannel:
             if data is None:
                 return False
             try:
-                sent = self._rsock.send(data)
+                sent = self._rsock.send(data, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 sent = 0
             except OSError as e:
@@ -463,7 +568,7 @@ class PipelinedChannel:
         holder only): how many answers came, None when nothing was there to read.  The frames are
         parsed and the buffer compacted before any completion runs (a completion may read too)."""
         try:
-            n = self._rsock.recv_into(self._rview[self._rhave:])
+            n = self._rsock.recv_into(self._rview[self._rhave:], 0, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return None
         if n == 0:
@@ -473,15 +578,22 @@ class PipelinedChannel:
     def _consume(self, n: int) -> int:
         """`n` bytes just received at the end of the read buffer: every answer they finish
         completed (token holder only); how many answers there were."""
-        view = self._rview
         have = self._rhave
-        self._rfull = n == len(view) - have  # the buffer filled: more may be waiting
-        self._reads += 1
+        self._rfull = n == len(self._rview) - have  # the buffer filled: more may be waiting
         have += n
-        items, consumed = self._read_frames(view[:have], self.max_frame_length)
+        items, consumed = self._read_frames(self._rview[:have], self.max_frame_length)
+        self._keep(have, consumed)
+        return self._deliver(items) if items else 0
+
+    def _keep(self, have: int, consumed: int) -> None:
+        """`have` bytes in the read buffer, the first `consumed` of them read as frames: what is
+        left (the start of the next frame) moves to the front, and the buffer grows to hold that
+        frame whole (token holder only)."""
+        self._reads += 1
+        view = self._rview
         if consumed:
             rest = have - consumed
-            if rest:  # the start of the next frame moves to the front (copied: may overlap)
+            if rest:  # (copied: may overlap)
                 self._rbuf[:rest] = bytes(view[consumed:have])
             have = rest
         if have >= 4:
@@ -491,7 +603,6 @@ class PipelinedChannel:
                 self._rbuf.extend(bytes(need - len(self._rbuf)))
                 self._rview = memoryview(self._rbuf)
         self._rhave = have
-        return self._deliver(items) if items else 0
 
     def _read_error(self, e: BaseException) -> BaseException:
         if isinstance(e, RemotingCommandError):
@@ -599,7 +710,7 @@ class PipelinedChannel:
         for item in items:
             if type(item) is bytes:
                 command = RemotingCommand.decode(item)  # RemotingCommandError: the connection goes
-                if command.flag & RESPONSE_FLAG and self._from_command is not None and self._intercept is None:
+                if command.flag & RESPONSE_FLAG and self._from_command is not None:
                     item = self._from_command(command)
                 else:
                     item = command
@@ -613,7 +724,10 @@ class PipelinedChannel:
                           self.addr, item.opaque)
                 continue
             try:
-                entry[1](entry[2], item, None)
+                if type(item) is HookFailed:
+                    entry[1](entry[2], None, item.error)
+                else:
+                    entry[1](entry[2], item, None)
             except Exception:  # noqa: BLE001 - one bad callback must not stop the others
                 log.exception("pipelined channel to %s: completion of opaque %d failed", self.addr, item.opaque)
         if self.writes.closing and not pending:
@@ -638,6 +752,8 @@ class PipelinedChannel:
         expired = [opaque for opaque, entry in self._pending.copy().items() if entry[0] <= now]
         if expired:  # no answer counted on for them any more (one coming late is counted again: >= 0)
             self.writes.answered(len(expired))
+            if self._hooks is not None:
+                self._hooks.forget(expired)
         for opaque in expired:
             entry = self._pending.pop(opaque, None)
             if entry is not None:
@@ -662,6 +778,8 @@ class PipelinedChannel:
             except KeyError:  # emptied meanwhile by another thread
                 break
             self._complete_with(entry, error)
+        if self._hooks is not None:
+            self._hooks.requests.clear()
         with self._drained:
             self._drained.notify_all()
 

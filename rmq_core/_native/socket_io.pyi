@@ -1,0 +1,3 @@
+"""Type stubs for rmq_core._native.socket_io (a sync request's round trip on a socket)."""
+
+def exchange(fd: int, frame: bytes | bytearray | memoryview, into: bytearray | memoryview, timeout: float) -> int: ...
