@@ -61,7 +61,7 @@ def init(command_cls, json_serialize_type, current_version=0):
 # --- frame splitting -----------------------------------------------------------------------------
 def split_frames(data, Py_ssize_t max_frame_length):
     """(frames, consumed): every whole frame in `data` as a memoryview without its length prefix."""
-    return _walk_frames(data, max_frame_length, False)
+    return _walk_frames(data, max_frame_length, _SPLIT)
 
 
 def decode_frames(data, Py_ssize_t max_frame_length):
@@ -69,10 +69,17 @@ def decode_frames(data, Py_ssize_t max_frame_length):
     its RemotingCommand or — when the native decoder declines it — as a memoryview of the frame
     (without its length prefix) for the Python codec to decode or reject.  A length outside
     4..max_frame_length raises RemotingCommandError naming it, as split_frames does."""
-    return _walk_frames(data, max_frame_length, True)
+    return _walk_frames(data, max_frame_length, _DECODE_COMMAND)
 
 
-cdef tuple _walk_frames(data, Py_ssize_t max_frame_length, bint decode):
+cdef enum:
+    _SPLIT = 0  # each frame a memoryview
+    _DECODE_COMMAND = 1  # its RemotingCommand, else a memoryview
+    _READ_SEND_RESPONSE = 2  # its SendResponse, else a copy of the frame (the caller may reuse `data`)
+
+
+cdef tuple _walk_frames(data, Py_ssize_t max_frame_length, int mode):
+    """The one walk over length-prefixed frames (frame_at checks each length): (items, consumed)."""
     cdef Py_buffer pb
     cdef const uint8_t* buf
     cdef Py_ssize_t n
@@ -93,7 +100,14 @@ cdef tuple _walk_frames(data, Py_ssize_t max_frame_length, bint decode):
                 bad = status < 0
                 break
             end = pos + 4 + length
-            item = _decode_frame(buf + pos + 4, length) if decode else None
+            if mode == _DECODE_COMMAND:
+                item = _decode_frame(buf + pos + 4, length)
+            elif mode == _READ_SEND_RESPONSE:
+                item = _read_response(buf + pos + 4, length)
+                if item is None:
+                    item = PyBytes_FromStringAndSize(<const char*>(buf + pos + 4), length)
+            else:
+                item = None
             if item is None:
                 if view is None:
                     view = memoryview(data)
@@ -773,31 +787,4 @@ def read_send_responses(data, Py_ssize_t max_frame_length):
     """Every whole frame at the start of `data`: (items, consumed), each item the frame's
     SendResponse or, when declined, the frame's bytes without its length prefix.  A length
     outside 4..max_frame_length raises RemotingCommandError naming it (the framing is lost)."""
-    cdef Py_buffer pb
-    cdef const uint8_t* buf
-    cdef Py_ssize_t n, pos = 0, end
-    cdef int64_t length = 0
-    cdef bint bad = False
-    cdef int status
-    cdef list items = []
-    PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
-    try:
-        buf = <const uint8_t*>pb.buf
-        n = pb.len
-        while True:
-            status = frame_at(buf, n, pos, max_frame_length, &length)
-            if status <= 0:
-                bad = status < 0
-                break
-            end = pos + 4 + length
-            item = _read_response(buf + pos + 4, length)
-            if item is None:  # a copy, not a view: the caller may reuse `data` at once
-                item = PyBytes_FromStringAndSize(<const char*>(buf + pos + 4), length)
-            PyList_Append(items, item)
-            pos = end
-    finally:
-        PyBuffer_Release(&pb)
-    if bad:
-        from rmq_core.errors import RemotingCommandError
-        raise RemotingCommandError(f"frame length {length} outside 4..{max_frame_length}")
-    return items, pos
+    return _walk_frames(data, max_frame_length, _READ_SEND_RESPONSE)
