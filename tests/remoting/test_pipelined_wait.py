@@ -131,10 +131,10 @@ def test_a_waiter_times_out_while_another_thread_holds_the_token_and_others_stil
         assert _wait_until(lambda: ch._token_owner not in (0, -1))
         owner = ch._token_owner
         later = _send(ch, out, "later", sleep=1.5)
-        t0 = time.monotonic()
         with pytest.raises(concurrent.futures.TimeoutError):
             later.result(0.3)
-        assert 0.25 <= time.monotonic() - t0 < 1.4  # its own timeout, not the holder's answer (due at 1.5 s)
+        with out.lock:  # its own timeout woke it: neither the holder's answer (0.8 s) nor its own came yet
+            assert id(slow) not in out.count and id(later) not in out.count
         # an answer that comes while another thread reads reaches its waiter at once
         quick = _send(ch, out, "quick")
         assert quick.result(2).get_str("echo") == "quick"
@@ -213,10 +213,10 @@ def test_cancelling_a_future_wakes_its_waiter(server):
             if own_token:
                 holder.join(5)
             threading.Timer(0.2, fut.cancel).start()
-            t0 = time.monotonic()
             with pytest.raises(concurrent.futures.CancelledError):
                 fut.result(10)
-            assert time.monotonic() - t0 < 2.0
+            with out.lock:  # woken by the cancel, not by the answer (which comes seconds later)
+                assert id(fut) not in out.count
     finally:
         ch.close()
 
@@ -274,10 +274,8 @@ def test_a_connection_broken_while_a_caller_reads_fails_every_waiter_and_closes_
         futs = [_send(ch, out, str(i)) for i in range(4)]
         assert futs[0].result(5).get_str("echo") == "first"
         for f in futs[1:]:
-            t0 = time.monotonic()
-            with pytest.raises(RemotingConnectError):
+            with pytest.raises(RemotingConnectError):  # (not TimeoutError: the reset woke it)
                 f.result(5)
-            assert time.monotonic() - t0 < 3.0
         assert ch.closed and not out.twice()
         assert _wait_until(lambda: ch._rsock.fileno() == -1 and ch._wsock.fileno() == -1)
         # the next request on the closed channel fails at once
@@ -323,10 +321,8 @@ def test_close_with_drain_lets_a_waiting_caller_get_its_answer(server):
     ch2 = PipelinedChannel(server, reader_defer=5.0)
     fut2 = _send(ch2, out, "dropped", sleep=5.0)
     threading.Timer(0.2, ch2.close).start()
-    t0 = time.monotonic()
-    with pytest.raises(RemotingConnectError):
+    with pytest.raises(RemotingConnectError):  # (not TimeoutError: woken by the close, not by its timeout)
         fut2.result(5)
-    assert time.monotonic() - t0 < 2.0
 
 
 # --- random schedules --------------------------------------------------------------------------------
