@@ -128,15 +128,19 @@ cdef inline Py_ssize_t fill_records(unsigned char *s, Py_ssize_t n, Py_ssize_t s
 
 def append_records(NativeMap dst, Py_ssize_t write_pos, bytearray src, Py_ssize_t src_pos, Py_ssize_t count,
                    int64_t file_from_offset, int64_t queue_offset, int64_t store_timestamp,
-                   bytes tags, Py_ssize_t tag_index, bytearray cq_out, Py_ssize_t cq_pos):
-    """Copy up to `count` encoded records from src[src_pos:] into the segment at write_pos, filling
-    in each record's queue offset (consecutive from `queue_offset`), physical offset and store
-    timestamp, and writing one 20-byte consume-queue entry per record into cq_out[cq_pos:].
+                   bytes tags, Py_ssize_t tag_index, bytearray cq_out, Py_ssize_t cq_pos, int fd=-1):
+    """Copy up to `count` encoded records from src[src_pos:] into the segment `dst` at write_pos,
+    filling in each record's queue offset (consecutive from `queue_offset`), physical offset and
+    store timestamp, and writing one 20-byte consume-queue entry per record into cq_out[cq_pos:].
 
     The fields are filled in `src` (the caller's private encode buffer, still warm in cache) and
-    the records then go into the mapping with one large memcpy.  A record that does not fit (it
-    must leave 8 bytes for the blank) stops the copy: the blank end-of-file record is written and
-    the third result is True.  Returns (records written, bytes written, end_of_file)."""
+    the records then go into the segment in one piece: one memcpy into the mapping, or - with
+    `fd` >= 0, the segment's descriptor - one pwrite into the page cache, where the mapping sees
+    them (RocketMQ's transient-store idea, used for SYNC_FLUSH: pages dirtied through write() are
+    made durable by fdatasync without the page-fault / journal cost that msync of mmap-dirtied
+    pages has on ext4).  A record that does not fit (it must leave 8 bytes for the blank) stops
+    the copy: the blank end-of-file record is written and the third result is True.
+    Returns (records written, bytes written, end_of_file)."""
     cdef unsigned char *base = dst.check(write_pos, dst.size)
     cdef Py_ssize_t file_size = dst.size
     cdef Py_ssize_t n = len(src)
@@ -151,14 +155,19 @@ def append_records(NativeMap dst, Py_ssize_t write_pos, bytearray src, Py_ssize_
     cdef unsigned char *cq = <unsigned char *>PyByteArray_AS_STRING(cq_out) + cq_pos
     cdef Py_ssize_t pos = write_pos, sp = src_pos, i = 0
     cdef bint eof = False
+    cdef int rc = 0
     with nogil:
         i = fill_records(s, n, src_pos, count, write_pos, file_size, file_from_offset, queue_offset,
                          store_timestamp, tg + tag_index, cq, &pos, &sp, &eof)
         if pos > write_pos:
-            memcpy(base + write_pos, s + src_pos, pos - write_pos)
-        if eof:
-            rmq_st32(base + pos, <uint32_t>(file_size - pos))
-            rmq_st32(base + pos + 4, BLANK_MAGIC)
+            if fd < 0:
+                memcpy(base + write_pos, s + src_pos, pos - write_pos)
+            else:
+                rc = pwrite_all(fd, s + src_pos, pos - write_pos, write_pos)
+        if eof and rc == 0:
+            rc = put_blank(base, fd, pos, file_size)
+    if rc != 0:
+        raise OSError(errno, f"write of commit-log bytes {write_pos}..{pos} failed")
     if not eof and i < count:
         raise ValueError(f"encoded record at byte {sp} has a bad size")
     return i, pos - write_pos, eof
@@ -178,55 +187,24 @@ cdef int pwrite_all(int fd, const unsigned char *p, Py_ssize_t n, Py_ssize_t off
     return 0
 
 
+cdef int put_blank(unsigned char *base, int fd, Py_ssize_t pos, Py_ssize_t file_size) noexcept nogil:
+    """The end-of-file blank record (int32 length to the segment end, int32 BLANK_MAGIC) at pos:
+    into the mapping at `base`, or pwritten through `fd` when fd >= 0.  0, or -1 (errno set)."""
+    cdef unsigned char blank[8]
+    rmq_st32(blank, <uint32_t>(file_size - pos))
+    rmq_st32(blank + 4, BLANK_MAGIC)
+    if fd < 0:
+        memcpy(base + pos, blank, 8)
+        return 0
+    return pwrite_all(fd, blank, 8, pos)
+
+
 def write_blank(NativeMap dst, Py_ssize_t pos, int fd=-1):
     """The end-of-file blank record from pos to the end of the segment (fd >= 0: pwritten through
     the segment's descriptor, as the records of a SYNC_FLUSH log are)."""
     cdef unsigned char *p = dst.check(pos, pos + MIN_BLANK)
-    cdef unsigned char blank[8]
-    rmq_st32(blank, <uint32_t>(dst.size - pos))
-    rmq_st32(blank + 4, BLANK_MAGIC)
-    if fd < 0:
-        memcpy(p + pos, blank, 8)
-    elif pwrite_all(fd, blank, 8, pos) != 0:
+    if put_blank(p, fd, pos, dst.size) != 0:
         raise OSError(errno, f"write of the blank record at {pos} failed")
-
-
-def append_records_fd(int fd, Py_ssize_t write_pos, Py_ssize_t file_size, bytearray src, Py_ssize_t src_pos,
-                      Py_ssize_t count, int64_t file_from_offset, int64_t queue_offset, int64_t store_timestamp,
-                      bytes tags, Py_ssize_t tag_index, bytearray cq_out, Py_ssize_t cq_pos):
-    """`append_records` through the file descriptor instead of the mapping (RocketMQ's
-    transient-store idea): the fields are filled in the caller's private encode buffer, then one
-    pwrite puts the records into the page cache, where the segment's mapping sees them.  Used for
-    SYNC_FLUSH: pages dirtied through write() are made durable by fdatasync without the
-    page-fault / journal cost that msync of mmap-dirtied pages has on ext4."""
-    cdef Py_ssize_t n = len(src)
-    if count <= 0:
-        return 0, 0, False
-    if src_pos < 0 or src_pos >= n or write_pos < 0 or write_pos > file_size:
-        raise ValueError(f"src_pos {src_pos} / write_pos {write_pos} out of range")
-    if len(tags) < (tag_index + count) * 8 or len(cq_out) < cq_pos + count * CQ_UNIT:
-        raise ValueError("tags / consume-queue buffers are too small for the record count")
-    cdef unsigned char *s = <unsigned char *>PyByteArray_AS_STRING(src)
-    cdef const int64_t *tg = <const int64_t *><char *>tags
-    cdef unsigned char *cq = <unsigned char *>PyByteArray_AS_STRING(cq_out) + cq_pos
-    cdef Py_ssize_t pos = write_pos, sp = src_pos, i = 0
-    cdef bint eof = False
-    cdef int rc = 0
-    cdef unsigned char blank[8]
-    with nogil:
-        i = fill_records(s, n, src_pos, count, write_pos, file_size, file_from_offset, queue_offset,
-                         store_timestamp, tg + tag_index, cq, &pos, &sp, &eof)
-        if pos > write_pos:
-            rc = pwrite_all(fd, s + src_pos, pos - write_pos, write_pos)
-        if eof and rc == 0:
-            rmq_st32(blank, <uint32_t>(file_size - pos))
-            rmq_st32(blank + 4, BLANK_MAGIC)
-            rc = pwrite_all(fd, blank, 8, pos)
-    if rc != 0:
-        raise OSError(errno, f"write of commit-log bytes {write_pos}..{pos} failed")
-    if not eof and i < count:
-        raise ValueError(f"encoded record at byte {sp} has a bad size")
-    return i, pos - write_pos, eof
 
 
 def record_store_timestamp(NativeMap m, Py_ssize_t pos):

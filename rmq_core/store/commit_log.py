@@ -12,7 +12,7 @@ are told, from plain values.
 * A batch (`append`) is validated and sized before the lock; under it only its space is reserved
   (possibly over several segments); after the lock the items are encoded straight into that
   space in one pass (`encode_batch_into`: read item, write record, CRC).  With SYNC_FLUSH it is
-  encoded before the lock and copied through the descriptor (`append_records_fd`).
+  encoded before the lock and copied through the descriptor (`append_records` with the segment's fd).
 * Puts are published - consume-queue entries, index work, extra dispatchers - in commit-log
   order: a batch encoded outside the lock holds a ticket, and a put taken meanwhile writes its
   queue entry only once the batch is published, so no reader sees a record before it is complete
@@ -316,14 +316,10 @@ class CommitLog:
                     if n:
                         chunks.append((mf, wp, nbytes, done, n))
                     left -= nbytes
-                elif mf.fd is not None:
-                    n, nbytes, eof = commit_log_native.append_records_fd(
-                        mf.fd, mf.wrote_position, mf.file_size, enc.records, src_pos, count - done,
-                        mf.file_from_offset, qoff + done, store_ts, tags, done, entries, done * 20)
-                else:
+                else:  # (SYNC_FLUSH segments are written through their descriptor)
                     n, nbytes, eof = commit_log_native.append_records(
                         mf.native, mf.wrote_position, enc.records, src_pos, count - done, mf.file_from_offset,
-                        qoff + done, store_ts, tags, done, entries, done * 20)
+                        qoff + done, store_ts, tags, done, entries, done * 20, -1 if mf.fd is None else mf.fd)
                 if first_offset is None and n:
                     first_offset = mf.file_from_offset + mf.wrote_position
                 mf.wrote_position += nbytes

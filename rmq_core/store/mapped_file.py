@@ -116,7 +116,7 @@ class MappedFile:
                 except OSError:
                     pass
             raise
-        # write_through_fd: appends go through pwrite on this descriptor (see append_records_fd)
+        # write_through_fd: appends go through pwrite on this descriptor (see commit_log.pyx: append_records)
         self.fd = fd if write_through_fd else None
         if not write_through_fd:
             os.close(fd)
