@@ -41,7 +41,7 @@ from rmq_core.client.config import ClientConfig
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
 from rmq_core.errors import MQBrokerError, MQClientError, RemotingConnectError, RemotingError
-from rmq_core.message import MessageConst, MessageQueue, MixAll, TopicValidator
+from rmq_core.message import ExpressionType, MessageConst, MessageQueue, MixAll, TopicValidator
 from rmq_core.remoting.aliases import resolve_inproc_alias
 from rmq_core.remoting.pipelined import PipelinedChannel
 from rmq_core.remoting.transport import resolve_transport
@@ -1043,6 +1043,21 @@ class MQClientInstance:
                     log.warning("heartbeat of %s to broker %s (%s) failed: %s", self.client_id, name, addr, e)
         if raise_errors and errors:
             raise errors[0]
+
+    async def check_client_in_broker(self, group: str, subscriptions) -> None:
+        """CHECK_CLIENT_CONFIG for each subscription that is not a tag expression, to every broker
+        of its topic (Java's checkClientInBroker at consumer start): the broker's refusal (SQL92
+        on a broker with enablePropertyFilter=false, an unknown expression type) raises
+        MQBrokerError with its remark, so start() fails saying why instead of the pulls."""
+        for sub in subscriptions:
+            if ExpressionType.is_tag_type(sub.expression_type):
+                continue
+            route = self.topic_route_table.get(sub.topic)
+            addrs = [a for bd in (route.broker_datas if route else ()) for a in bd.broker_addrs.values()]
+            body = json.dumps({"clientId": self.client_id, "group": group,
+                               "subscriptionData": sub.to_json_dict()}).encode("utf-8")
+            for addr in addrs:
+                await self.invoke_broker(addr, RemotingCommand.create_request(RequestCode.CHECK_CLIENT_CONFIG, {}, body))
 
     def _heartbeat_job(self) -> None:
         self.run(self.send_heartbeat_to_all_brokers(), timeout=60)

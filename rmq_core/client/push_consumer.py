@@ -145,6 +145,7 @@ class ConsumerBase:
                 if route is not None:
                     self.rebalance.topic_subscribe_info[t] = route.subscribe_queues(t)
             inst.heartbeat_now(raise_errors=True)
+            inst.run(inst.check_client_in_broker(self.group, list(self.subscription_inner.values())), timeout=30)
         except BaseException:
             self.instance.unregister_consumer(self.group)
             raise

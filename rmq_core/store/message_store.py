@@ -877,13 +877,15 @@ class DefaultMessageStore:
                 return None
         return self.commit_log.get_data(phys_offset, size)
 
-    def look_message_by_offset(self, phys_offset: int, size: int | None = None):
+    def look_message_by_offset(self, phys_offset: int, size: int | None = None, decompress: bool = True):
+        """The message stored at `phys_offset`; decompress=False keeps a compressed body and its
+        sysFlag bits as stored (RocketMQ's lookMessageByOffset, for a send-back that stores it again)."""
         raw = self.select_one_message_by_offset(phys_offset, size)
         if raw is None:
             return None
         from rmq_core.codec import decode_messages  # the client-side decoder (codec owns MessageExt)
 
-        msgs = decode_messages(raw)
+        msgs = decode_messages(raw, decompress=decompress)
         return msgs[0] if msgs else None
 
     def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> QueryMessageResult:

@@ -179,6 +179,9 @@ def test_sql92_subscription_rejected_at_heartbeat_with_position(cluster, raw):
 def test_sql92_disabled_names_the_setting(make_cluster, raw):
     c = make_cluster({"enablePropertyFilter": "false"})
     r = raw.heartbeat(c.broker_addr, "c-sql", "CG_SQL", "T_SQL", sub="a > 1", expression_type="SQL92")
+    assert r.code == 0  # registered, as RocketMQ's broker does; the pull says why it cannot filter
+    assert raw.send(c.broker_addr, "T_SQL", b"x", queue_id=0).code == 0
+    r = raw.pull(c.broker_addr, "T_SQL", 0, 0, group="CG_SQL", sub="a > 1", expression_type="SQL92")
     assert r.code != 0 and "enablePropertyFilter=true" in r.remark
 
 

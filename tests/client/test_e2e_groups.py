@@ -144,6 +144,30 @@ def test_reconsume_later_goes_to_retry_topic_then_dlq(cluster):
     assert got[0].get_property("ORIGIN_MESSAGE_ID") == r.msg_id or got[0].msg_id == r.msg_id
 
 
+def test_send_back_keeps_a_compressed_body_compressed(cluster):
+    """A compressed message sent back for retry is stored in %RETRY% with its compressed body and
+    flag, as RocketMQ stores it (lookMessageByOffset without decompression), and redelivered whole."""
+    topic, group = "RetryCompressed", "CG_RETRY_Z"
+    body = b"compress me " * 1000  # over the producer's 4 KiB compression threshold
+    seen = []
+
+    def listener(msgs):
+        seen.extend((m.reconsume_times, m.body) for m in msgs)
+        return ConsumeStatus.RECONSUME_LATER if len(seen) == 1 else ConsumeStatus.CONSUME_SUCCESS
+
+    with Producer("PG_RETRY_Z", namesrv=cluster.namesrv, **FAST) as p:
+        p.send(Message(topic, body))
+    with make_consumer(cluster.namesrv, group, topic, listener):
+        wait_until(lambda: len(seen) >= 2, timeout=30, what="the redelivery")
+    assert seen[:2] == [(0, body), (1, body)]
+    store = cluster.broker.store
+    cq = store.find_consume_queue("%RETRY%" + group, 0)
+    assert cq.get_max_offset_in_queue() >= 1
+    stored = store.look_message_by_offset(cq.get_entry(0)[0], decompress=False)
+    assert stored.sys_flag & 0x1 and len(stored.body) < len(body) // 4  # kept compressed
+    assert store.look_message_by_offset(cq.get_entry(0)[0]).body == body
+
+
 def test_sigkill_consumer_loses_nothing(cluster, tmp_path):
     topic = "KillMe"
     n = 600

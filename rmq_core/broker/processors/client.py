@@ -48,25 +48,34 @@ class ClientManageProcessor(Processor):
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {e}")
         client_id = hb["client_id"]
         info_args = dict(channel=ctx, client_id=client_id, language=request.language, version=request.version)
+        refused = None  # a group's refusal is answered after every other group and producer is registered
         for c in hb["consumers"]:
             group = c["group"]
             if not group:
                 continue
             sg = ctrl.subscription_manager.find_or_create(group)
             if sg is None:
-                return request.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                             f"subscription group [{group}] does not exist")
+                refused = refused or request.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                                           f"subscription group [{group}] does not exist")
+                continue
             if c["message_model"] == "CLUSTERING":
                 ctrl.topic_manager.retry_topic(group, max(1, sg.retry_queue_nums))
-            # Reject an unparsable or disabled SQL92 subscription here, at subscribe time, never at pull.
+            # An unparsable SQL92 expression is refused here, naming its position.  A well-formed one
+            # on a broker with enablePropertyFilter=false is registered, as RocketMQ's broker does:
+            # CHECK_CLIENT_CONFIG and the pull refuse it, naming the setting.
+            bad = None
             for sub in c["subscriptions"]:
                 if not ExpressionType.is_tag_type(sub.expression_type):
                     try:
                         ctrl.check_filter(group, sub)
                     except (FilterExpressionError, PluginNotFoundError) as e:
-                        return request.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
-                    except PropertyFilterDisabledError as e:
-                        return request.make_response(ResponseCode.NO_PERMISSION, str(e))
+                        bad = request.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
+                        break
+                    except PropertyFilterDisabledError:
+                        pass
+            if bad is not None:
+                refused = refused or bad
+                continue
             ctrl.register_group_filters(group, c["subscriptions"])
             try:
                 changed = ctrl.consumer_manager.register_consumer(
@@ -74,13 +83,14 @@ class ClientManageProcessor(Processor):
                     c["consume_from_where"], c["subscriptions"])
             except DuplicateClientIdError as e:
                 log.warning("%s", e)
-                return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+                refused = refused or request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+                continue
             if changed:
                 log.info("new consumer connected, group: %s %s %s channel: %s", group, c["consume_type"],
                          c["message_model"], ctx.remote_address)
         for group in hb["producers"]:
             ctrl.producer_manager.register_producer(group, ClientChannelInfo(**info_args))
-        return request.make_response(ResponseCode.SUCCESS, None)
+        return refused or request.make_response(ResponseCode.SUCCESS, None)
 
     async def unregister_client(self, ctx, request):
         ctrl = self.ctrl

@@ -475,7 +475,7 @@ class SendMessageProcessor(Processor):
             return request.make_response(ResponseCode.NO_PERMISSION, "the broker sending message is forbidden")
         if sg.retry_queue_nums <= 0:
             return request.make_response(ResponseCode.SUCCESS, None)
-        msg = ctrl.store.look_message_by_offset(offset)
+        msg = ctrl.store.look_message_by_offset(offset, decompress=False)  # stored again as it is
         if msg is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
         retry_topic = MixAll.get_retry_topic(group)
@@ -498,8 +498,7 @@ class SendMessageProcessor(Processor):
         props[MessageConst.ORIGIN_MESSAGE_ID] = origin_msg_id or props.get(MessageConst.ORIGIN_MESSAGE_ID) or msg.msg_id
         inner = MessageExtBrokerInner(
             topic=topic, queue_id=queue_id, body=msg.body, flag=msg.flag, properties=props,
-            sys_flag=msg.sys_flag & ~(SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK),
-            born_timestamp=msg.born_timestamp, born_host=host_port(msg.born_host),
+            sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=host_port(msg.born_host),
             reconsume_times=msg.reconsume_times + 1)
         inner = ctrl.redirect_if_delayed(inner, strict=False)
         result = await ctrl.put_message(inner)
