@@ -23,6 +23,10 @@ try:  # filter pushdown came with PySpark 4.1
     from pyspark.sql.datasource import EqualTo, In
 except ImportError:  # pragma: no cover - PySpark 4.0
     EqualTo = In = ()
+try:  # without it Spark wraps the source for availableNow and never asks it again after the last batch
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - PySpark 4.0
+    SupportsTriggerAvailableNow = object
 
 from rmq_core.errors import IllegalArgumentError, MQClientError
 from rmq_core.message import MessageQueue
@@ -156,10 +160,19 @@ class RmqFilteringBatchReader(RmqBatchReader):
 
 
 # --- streaming -----------------------------------------------------------------------------------------
-class RmqStreamReader(DataSourceStreamReader):
+class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """With `consumerGroup`, the group's broker-side offsets follow what the query has durably
+    done: Spark asks for the next batch's end (latestOffset) with `start` = the end of the last
+    batch it committed to its checkpoint, after every batch and again at every trigger while idle,
+    so that `start` is written then (and Spark's own commit() of the batch before is kept too).
+    Under availableNow the reader stops at the offsets of the moment the query started
+    (prepareForTriggerAvailableNow), and Spark asks once more after the last batch."""
+
     def __init__(self, options):
         self.opts = ReadOptions(options, streaming=True)
         self._admin = None
+        self._committed = {}  # (broker, queue id) -> the group offset this reader last wrote
+        self._target = None  # availableNow: the positions the query ends at
 
     def __getstate__(self):  # sent to executors for read(): the driver's client stays here
         state = dict(self.__dict__)
@@ -184,7 +197,9 @@ class RmqStreamReader(DataSourceStreamReader):
             start = LATEST  # as Kafka's source: a new query reads what arrives from now on
         bound = start if isinstance(start, int) and start >= 0 else ReadOptions._as_bound(start)
         ranges = offset_ranges(o.namesrv, o.topic, start=bound, admin=self.admin)
-        return positions_to_json({(r.broker_name, r.queue_id): r.from_offset for r in ranges})
+        initial = {(r.broker_name, r.queue_id): r.from_offset for r in ranges}
+        self._committed.update(initial)  # a new query's start is no progress to write over the group's
+        return positions_to_json(initial)
 
     def latestOffset(self, start=None, limit=None):
         """The end of the next micro-batch: every queue's max offset (new queues and brokers
@@ -195,6 +210,10 @@ class RmqStreamReader(DataSourceStreamReader):
         if start is None:
             return positions_to_json(latest)
         begin = positions_from_json(start)
+        self._commit_group(begin)  # every batch before `start` is in the checkpoint
+        if self._target is not None:  # availableNow: nothing past the target (new queues none at all)
+            latest = {key: min(off, self._target[key]) if key in self._target else begin.get(key, 0)
+                      for key, off in latest.items()}
         max_rows = getattr(limit, "max_rows", None)  # ReadMaxRows; ReadAllAvailable has none
         end = dict(begin)  # a queue that left the route keeps its position
         backlog = {}
@@ -207,6 +226,9 @@ class RmqStreamReader(DataSourceStreamReader):
         for key, count in split_by_backlog({k: b for k, (_, b) in backlog.items()}, max_rows).items():
             end[key] = backlog[key][0] + count
         return positions_to_json(end)
+
+    def prepareForTriggerAvailableNow(self):
+        self._target = {(mq.broker_name, mq.queue_id): self.admin.max_offset(mq) for mq in self._queues()}
 
     def getDefaultReadLimit(self):
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -242,11 +264,18 @@ class RmqStreamReader(DataSourceStreamReader):
         yield from read_batches(partition.value)
 
     def commit(self, end):
+        self._commit_group(positions_from_json(end))
+
+    def _commit_group(self, positions) -> None:
+        """Write `positions` (all done by the query) as the group's offsets, each queue only when
+        it moved since this reader last wrote it."""
         group = self.opts.consumer_group
         if not group:
             return
-        for (broker, qid), off in positions_from_json(end).items():
-            self.admin.commit_offset(group, MessageQueue(self.opts.topic, broker, qid), off)
+        for (broker, qid), off in positions.items():
+            if self._committed.get((broker, qid)) != off:
+                self.admin.commit_offset(group, MessageQueue(self.opts.topic, broker, qid), off)
+                self._committed[(broker, qid)] = off
 
     def stop(self):
         if self._admin is not None:
