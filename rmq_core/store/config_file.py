@@ -100,6 +100,7 @@ class ConfigManager(abc.ABC):
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
+        self._written: tuple | None = None  # (inode, size, mtime) of the file this manager last wrote
 
     @abc.abstractmethod
     def config_file_path(self) -> str:
@@ -148,13 +149,41 @@ class ConfigManager(abc.ABC):
         path = self.config_file_path()
         with self._lock:
             data = self.encode(pretty=True).encode("utf-8")
-            prev = read_file_bytes(path)
             try:
-                if prev and _is_json_like(prev):
-                    atomic_write(path + ".bak", prev)
+                self._keep_backup(path)
                 atomic_write(path, data)
+                self._written = _file_id(path)
             except OSError as e:
                 raise StoreError(f"cannot persist {path}: {e.strerror or e}") from e
+
+    def _keep_backup(self, path: str) -> None:
+        """The current file becomes `<file>.bak`.  When it is the very file this manager last wrote
+        (same inode, size and mtime) it is known good: a hard link renamed over the backup costs
+        O(1), where re-reading and re-checking a large table would cost O(table) per persist."""
+        if self._written is not None and _file_id(path) == self._written:
+            tmp = path + ".bak.tmp"
+            try:
+                os.remove(tmp)
+            except FileNotFoundError:
+                pass
+            try:
+                os.link(path, tmp)
+            except OSError:  # (a file system without hard links) fall back to the copy below
+                pass
+            else:
+                os.replace(tmp, path + ".bak")
+                return
+        prev = read_file_bytes(path)
+        if prev and _is_json_like(prev):
+            atomic_write(path + ".bak", prev)
+
+
+def _file_id(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _is_json_like(raw: bytes) -> bool:
@@ -215,8 +244,10 @@ class ConsumerOffsetManager(ConfigManager):
         parts = key.split(TOPIC_GROUP_SEPARATOR)
         return (parts[0], parts[1]) if len(parts) == 2 else None
 
-    def commit_offset(self, client_host: str | None, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Store `offset` as the group's next offset to consume in (topic, queue_id)."""
+    def commit_offset(self, client_host: str | None, group: str, topic: str, queue_id: int, offset: int,
+                      client_id: str | None = None) -> None:
+        """Store `offset` as the group's next offset to consume in (topic, queue_id).  A lower
+        offset than the stored one is accepted (as RocketMQ) and logged naming the client."""
         if not group or not topic:
             raise IllegalArgumentError(f"commit_offset needs a group and a topic, got group={group!r} topic={topic!r}")
         if int(queue_id) < 0:
@@ -227,8 +258,9 @@ class ConsumerOffsetManager(ConfigManager):
             queues[int(queue_id)] = int(offset)
         if prev is not None and offset < prev:
             # Legal (a reset or a re-balanced consumer), but worth a trace as in RocketMQ.
-            log.warning("[NOTIFYME]update consumer offset less than store. clientHost=%s, key=%s, queueId=%s, "
-                        "requestOffset=%s, storeOffset=%s", client_host, self._key(topic, group), queue_id, offset, prev)
+            log.warning("[NOTIFYME]update consumer offset less than store. clientHost=%s, clientId=%s, key=%s, "
+                        "queueId=%s, requestOffset=%s, storeOffset=%s", client_host, client_id,
+                        self._key(topic, group), queue_id, offset, prev)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         with self._lock:
@@ -361,6 +393,10 @@ class _VersionedTable(ConfigManager):
         self.config_dir = os.fspath(config_dir)
         self.data_version = DataVersion()
         self._table: dict[str, Any] = {}
+        # name -> its `"name":{...}` JSON, kept between writes: a write of a large table joins
+        # strings instead of encoding every entry again, and the broker's full registration
+        # carries the same text.
+        self._fragments: dict[str, str] = {}
 
     def config_file_path(self) -> str:
         return os.path.join(self.config_dir, self.FILE_NAME)
@@ -388,6 +424,7 @@ class _VersionedTable(ConfigManager):
         with self._lock:
             old = self._table.get(name)
             self._table[name] = item
+            self._fragments.pop(name, None)
             self.data_version.next_version()
             return old
 
@@ -396,16 +433,34 @@ class _VersionedTable(ConfigManager):
         with self._lock:
             old = self._table.pop(name, None)
             if old is not None:
+                self._fragments.pop(name, None)
                 self.data_version.next_version()
             return old
 
-    def encode(self, pretty: bool = False) -> str:
+    def table_json(self, separator: str = ",") -> str:
+        """The table's entries as JSON object members (`"name":{...}`), without the braces."""
         with self._lock:
-            obj = {
-                "dataVersion": self.data_version.to_json(),
-                self.TABLE_KEY: {k: v.to_json() for k, v in sorted(self._table.items())},
-            }
-        return _dumps(obj, pretty)
+            fragments = self._fragments
+            out = []
+            for name, item in self._table.items():
+                text = fragments.get(name)
+                if text is None:
+                    text = fragments[name] = json.dumps(name) + ":" + json.dumps(item.to_json(), separators=(",", ":"))
+                out.append(text)
+        return separator.join(out)
+
+    def snapshot_json(self) -> tuple[DataVersion, str]:
+        """(a copy of the data version, table_json()) taken together."""
+        with self._lock:
+            return attrs.evolve(self.data_version), self.table_json()
+
+    def encode(self, pretty: bool = False) -> str:
+        """One entry per line when `pretty` (readable, and cheap to write for a large table)."""
+        with self._lock:
+            version = json.dumps(self.data_version.to_json(), separators=(",", ":"))
+            table = self.table_json(",\n" if pretty else ",")
+        nl = "\n" if pretty else ""
+        return f'{{"dataVersion":{version},{nl}"{self.TABLE_KEY}":{{{nl}{table}}}}}{nl}'
 
     def decode(self, text: str) -> None:
         obj = loads_lenient(text)
@@ -417,6 +472,7 @@ class _VersionedTable(ConfigManager):
         version = DataVersion.from_json(raw_version) if raw_version else DataVersion()
         with self._lock:
             self._table = parsed
+            self._fragments = {}
             self.data_version = version
 
 
