@@ -184,7 +184,8 @@ class BrokerController:
         await cancel_and_wait(self._tasks)
         self._tasks.clear()
         await self._registrations.close()
-        await self.topic_manager.flush()  # the last batch of topic changes is on disk before we stop
+        await self.topic_manager.flush()  # the last batches of changes are on disk before we stop
+        await self.subscription_manager.flush()
         await self.unregister_broker_all()
         if self.namesrv_client:
             await self.namesrv_client.close()

@@ -17,7 +17,6 @@ import logging
 import threading
 
 from rmq_core.errors import IllegalArgumentError
-from rmq_core.loops import GroupCommit
 from rmq_core.message import MixAll, PermName, TopicValidator
 from rmq_core.store.config_file import TopicConfig, TopicConfigTable
 
@@ -34,7 +33,6 @@ class TopicConfigManager:
         self.delay_level_count = delay_level_count
         # fn(topic_config, or None for a deletion) -> a future of the registration carrying it, or None
         self.on_change = None
-        self._writes = GroupCommit(self._write_table, "rmq-topics-json")
 
     def load(self) -> None:
         self.table.load()
@@ -65,31 +63,12 @@ class TopicConfigManager:
     def all(self) -> dict[str, TopicConfig]:
         return dict(self.table.items())
 
-    # --- persistence (group commit) ------------------------------------------------------------------
-    async def _write_table(self) -> None:
-        try:
-            await asyncio.to_thread(self.table.persist)
-        except Exception as e:
-            log.error("cannot write the topic table: %s", e)
-            raise
-        log.info("topics.json written: %d topics", len(self.table))
-
-    def _persist_soon(self):
-        """A future of the write that will hold the table as it is now (None: written already,
-        by a caller outside an event loop)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            self.table.persist()
-            return None
-        return self._writes.request()
-
     async def flush(self) -> None:
         """Wait for the writes under way (a stopping broker calls this)."""
-        await self._writes.close()
+        await self.table.flush()
 
     def _changed(self, tc: TopicConfig | None, notify: bool) -> list:
-        waits = [self._persist_soon()]
+        waits = [self.table.persist_soon()]
         if notify and self.on_change:
             waits.append(self.on_change(tc))
         return [w for w in waits if w is not None]

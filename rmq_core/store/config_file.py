@@ -17,6 +17,7 @@ offset table decoder accepts that too, so a Java broker's `consumerOffset.json` 
 from __future__ import annotations
 
 import abc
+import asyncio
 import json
 import logging
 import os
@@ -101,6 +102,7 @@ class ConfigManager(abc.ABC):
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._written: tuple | None = None  # (inode, size, mtime) of the file this manager last wrote
+        self._writes = None  # the GroupCommit of persist_soon(), made in the loop that first calls it
 
     @abc.abstractmethod
     def config_file_path(self) -> str:
@@ -155,6 +157,34 @@ class ConfigManager(abc.ABC):
                 self._written = _file_id(path)
             except OSError as e:
                 raise StoreError(f"cannot persist {path}: {e.strerror or e}") from e
+
+    def persist_soon(self):
+        """Group-committed persist(): in an event loop, a future of the write that will hold the
+        table as it is now (changes made while a write runs share the next one); outside a loop,
+        written at once (None)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.persist()
+            return None
+        if self._writes is None:
+            from rmq_core.loops import GroupCommit  # (the event-loop helpers, only where one runs)
+
+            self._writes = GroupCommit(self._write_batch, f"rmq-persist-{os.path.basename(self.config_file_path())}")
+        return self._writes.request()
+
+    async def _write_batch(self) -> None:
+        try:
+            await asyncio.to_thread(self.persist)
+        except Exception as e:
+            log.error("%s", e)
+            raise
+        log.info("%s written", os.path.basename(self.config_file_path()))
+
+    async def flush(self) -> None:
+        """Wait for the group-committed writes under way (a stopping broker calls this)."""
+        if self._writes is not None:
+            await self._writes.close()
 
     def _keep_backup(self, path: str) -> None:
         """The current file becomes `<file>.bak`.  When it is the very file this manager last wrote

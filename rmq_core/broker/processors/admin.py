@@ -189,8 +189,8 @@ class AdminBrokerProcessor(Processor):
         try:
             d = json.loads(bytes(request.body or b"{}"))
             cfg = SubscriptionGroupConfig.from_json(d)
-            self.ctrl.subscription_manager.update(cfg)
-        except (ValueError, KeyError, TypeError) as e:
+            await self.ctrl.subscription_manager.update(cfg)
+        except (ValueError, KeyError, TypeError, StoreError) as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {e}")
         return request.make_response(ResponseCode.SUCCESS, None)
 
@@ -200,7 +200,7 @@ class AdminBrokerProcessor(Processor):
 
     async def delete_subscription_group(self, ctx, request):
         group = request.get_str("groupName")
-        self.ctrl.subscription_manager.delete(group or "")
+        await self.ctrl.subscription_manager.delete(group or "")
         if request.get_bool("removeOffset", False):
             self.ctrl.offset_manager.remove_offset(group)
         return request.make_response(ResponseCode.SUCCESS, None)
