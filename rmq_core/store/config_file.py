@@ -7,6 +7,8 @@ directory reads like a RocketMQ one, and make the rewrite crash-safe:
 * `atomic_write` writes `<file>.tmp`, fsyncs it, renames it over `<file>` and fsyncs the
   directory, so after a crash the file is either the old or the new version, never a mix.  A
   `.tmp` left behind by a crash is never read.
+* Topic and subscription group tables append changes to a journal between rewrites (see
+  `_VersionedTable`), so a burst of changes to a large table does not rewrite it per change.
 * `ConfigManager.persist` keeps the previous good version as `<file>.bak` (as RocketMQ's
   MixAll.string2File does) and `load` falls back to it when the main file is missing, empty or
   does not decode.
@@ -38,6 +40,8 @@ CONSUMER_OFFSET_FILE = "consumerOffset.json"
 TOPICS_FILE = "topics.json"
 SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
 TOPIC_GROUP_SEPARATOR = "@"
+JOURNAL_SUFFIX = ".log"
+JOURNAL_MIN_ENTRIES = 1024  # the journal grows to max(this, table size) entries before a rewrite
 
 
 # --- crash-safe file writes --------------------------------------------------------------------
@@ -125,6 +129,7 @@ class ConfigManager(abc.ABC):
             if main and main.strip():
                 try:
                     self.decode(main.decode("utf-8"))
+                    self._after_load()
                     log.info("load %s OK", path)
                     return True
                 except Exception as e:  # noqa: BLE001 - any decode failure means "use the backup"
@@ -137,12 +142,14 @@ class ConfigManager(abc.ABC):
             if main_existed:
                 log.error("config file %s is unusable and has no backup", path)
                 return False
+            self._after_load()  # (a journal alone: changes made since a fresh start)
             return True  # nothing stored yet
         try:
             self.decode(bak.decode("utf-8"))
         except Exception as e:  # noqa: BLE001
             log.error("config file %s and its backup are both corrupt: %s", path, e)
             return False
+        self._after_load()
         log.warning("loaded %s from its backup %s.bak", path, path)
         return True
 
@@ -175,11 +182,19 @@ class ConfigManager(abc.ABC):
 
     async def _write_batch(self) -> None:
         try:
-            await asyncio.to_thread(self.persist)
+            what = await asyncio.to_thread(self._write_changes)
         except Exception as e:
             log.error("%s", e)
             raise
-        log.info("%s written", os.path.basename(self.config_file_path()))
+        log.info("%s written (%s)", os.path.basename(self.config_file_path()), what)
+
+    def _after_load(self) -> None:
+        """Called once a file was loaded (a journaled table replays its journal)."""
+
+    def _write_changes(self) -> str:
+        """A group-committed batch's write: the whole file here (a journaled table appends)."""
+        self.persist()
+        return "whole file"
 
     async def flush(self) -> None:
         """Wait for the group-committed writes under way (a stopping broker calls this)."""
@@ -412,7 +427,16 @@ class TopicConfig:
 
 
 class _VersionedTable(ConfigManager):
-    """A name -> config table with a DataVersion bumped on every change."""
+    """A name -> config table with a DataVersion bumped on every change.
+
+    Group-committed writes (`persist_soon`) append the batch's changes to `<file>.log`, one JSON
+    line each (`{"v": counter, "ts": ..., "put": {...}}` or `"delete": name`), and fdatasync it:
+    a batch costs what it changed, not the table's size.  Once the journal holds more entries than
+    max(JOURNAL_MIN_ENTRIES, table size), the batch rewrites the whole file instead (crash-safe, as
+    `persist`) and empties the journal.  `load` replays the entries whose data version counter is
+    newer than the file's (an entry already in the file is skipped, so a crash between a rewrite and
+    the emptying is harmless).  A clean stop (`flush`) rewrites the file and empties the journal,
+    so a stopped broker's config directory is what a RocketMQ broker reads."""
 
     FILE_NAME = ""
     TABLE_KEY = ""
@@ -427,9 +451,108 @@ class _VersionedTable(ConfigManager):
         # strings instead of encoding every entry again, and the broker's full registration
         # carries the same text.
         self._fragments: dict[str, str] = {}
+        # Changes not in the file yet, in order: (data version after the change, name, config or
+        # None for a deletion).  A batch appends them to the journal (see the class docstring).
+        self._unwritten: list[tuple[DataVersion, str, Any]] = []
+        self._journal_entries = 0  # entries in the journal now (a rewrite of the file empties it)
+        self._io_lock = threading.Lock()
 
     def config_file_path(self) -> str:
         return os.path.join(self.config_dir, self.FILE_NAME)
+
+    def journal_path(self) -> str:
+        return self.config_file_path() + JOURNAL_SUFFIX
+
+    def _write_changes(self) -> str:
+        with self._lock:
+            changes, self._unwritten = self._unwritten, []
+            if not changes:
+                return "nothing new"
+            if self._journal_entries + len(changes) > max(JOURNAL_MIN_ENTRIES, len(self._table)):
+                self.persist()  # compaction: amortised O(1) per change
+                return "whole file, journal emptied"
+            lines = "".join(
+                json.dumps({"v": v.counter, "ts": v.timestamp, **({"put": item.to_json()} if item is not None
+                                                                   else {"delete": name})},
+                           separators=(",", ":")) + "\n" for v, name, item in changes).encode("utf-8")
+            self._journal_entries += len(changes)
+        path = self.journal_path()
+        with self._io_lock:
+            try:
+                created = not os.path.exists(path)
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    view = memoryview(lines)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+                if created:
+                    fsync_dir(os.path.dirname(path))
+            except OSError as e:
+                raise StoreError(f"cannot append to {path}: {e.strerror or e}") from e
+        return f"{len(changes)} changes appended to {os.path.basename(path)}"
+
+    def persist(self) -> None:
+        """The whole file (crash-safe), then an empty journal: what it held is in the file now."""
+        with self._lock:
+            super().persist()
+            self._unwritten = []
+            self._journal_entries = 0
+            with self._io_lock:
+                try:
+                    fd = os.open(self.journal_path(), os.O_WRONLY)
+                except FileNotFoundError:
+                    return
+                try:
+                    os.ftruncate(fd, 0)
+                    os.fsync(fd)
+                except OSError as e:
+                    raise StoreError(f"cannot empty {self.journal_path()}: {e.strerror or e}") from e
+                finally:
+                    os.close(fd)
+
+    def _after_load(self) -> None:
+        """Replay the journal's changes newer than the file (by data version counter).  A torn
+        last line (a crash in the middle of an append that was never acknowledged) ends it."""
+        raw = read_file_bytes(self.journal_path())
+        if not raw:
+            return
+        applied = entries = 0
+        for line in raw.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                counter, ts = int(entry["v"]), int(entry["ts"])
+                item = self.ITEM_TYPE.from_json(entry["put"]) if "put" in entry else None
+                name = self._name_of(item) if item is not None else str(entry["delete"])
+            except (ValueError, KeyError, TypeError, IllegalArgumentError) as e:
+                log.warning("%s: ignoring its end from entry %d on (%s)", self.journal_path(), entries + 1, e)
+                break
+            entries += 1
+            if counter <= self.data_version.counter:
+                continue  # in the file already
+            if item is None:
+                self._table.pop(name, None)
+            else:
+                self._table[name] = item
+            self._fragments.pop(name, None)
+            self.data_version = DataVersion(ts, counter)
+            applied += 1
+        self._journal_entries = entries
+        if applied:
+            log.info("%s: %d changes replayed", self.journal_path(), applied)
+
+    async def flush(self) -> None:
+        await super().flush()
+        if self._journal_entries or self._unwritten:
+            await asyncio.to_thread(self.persist)
+
+    @staticmethod
+    def _name_of(item) -> str:
+        raise NotImplementedError
 
     def get(self, name: str):
         with self._lock:
@@ -456,6 +579,7 @@ class _VersionedTable(ConfigManager):
             self._table[name] = item
             self._fragments.pop(name, None)
             self.data_version.next_version()
+            self._unwritten.append((attrs.evolve(self.data_version), name, item))
             return old
 
     def delete(self, name: str):
@@ -465,6 +589,7 @@ class _VersionedTable(ConfigManager):
             if old is not None:
                 self._fragments.pop(name, None)
                 self.data_version.next_version()
+                self._unwritten.append((attrs.evolve(self.data_version), name, None))
             return old
 
     def table_json(self, separator: str = ",") -> str:
@@ -503,6 +628,7 @@ class _VersionedTable(ConfigManager):
         with self._lock:
             self._table = parsed
             self._fragments = {}
+            self._unwritten = []
             self.data_version = version
 
 
@@ -514,6 +640,10 @@ class TopicConfigTable(_VersionedTable):
     FILE_NAME = TOPICS_FILE
     TABLE_KEY = "topicConfigTable"
     ITEM_TYPE = TopicConfig
+
+    @staticmethod
+    def _name_of(item: TopicConfig) -> str:
+        return item.topic_name
 
     def put(self, config: TopicConfig) -> TopicConfig | None:
         """Add or replace a topic config; returns the previous one.  Bumps the data version."""
@@ -568,6 +698,10 @@ class SubscriptionGroupTable(_VersionedTable):
     FILE_NAME = SUBSCRIPTION_GROUP_FILE
     TABLE_KEY = "subscriptionGroupTable"
     ITEM_TYPE = SubscriptionGroupConfig
+
+    @staticmethod
+    def _name_of(item: SubscriptionGroupConfig) -> str:
+        return item.group_name
 
     def put(self, config: SubscriptionGroupConfig) -> SubscriptionGroupConfig | None:
         if not isinstance(config, SubscriptionGroupConfig):

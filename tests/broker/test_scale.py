@@ -6,7 +6,6 @@ offsets never step back."""
 from __future__ import annotations
 
 import errno
-import json
 import re
 import selectors
 import socket
@@ -20,6 +19,7 @@ import pytest
 from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
 from rmq_core.admin.client import AdminClient
 from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG
+from rmq_core.store.config_file import TopicConfigTable
 from tests.client.conftest import FAST_CONSUMER, wait_until
 from tests.servers import NamesrvAndBroker, RmqProcess, free_port
 
@@ -37,8 +37,11 @@ def cluster(tmp_path):
         servers.stop()
 
 
-def _topics_json(tmp_path, name="broker-a") -> dict:
-    return json.loads((tmp_path / f"store-{name}" / "config" / "topics.json").read_text())["topicConfigTable"]
+def _stored_topics(tmp_path, name="broker-a") -> dict:
+    """The topic table as a broker starting on this directory loads it (topics.json + journal)."""
+    table = TopicConfigTable(tmp_path / f"store-{name}" / "config")
+    assert table.load()
+    return dict(table.items())
 
 
 def _count(proc: RmqProcess, pattern: str) -> int:
@@ -58,7 +61,7 @@ def test_topic_burst_shares_registrations_and_writes(cluster, tmp_path):
             list(pool.map(lambda it: admins[it[0] % 4].create_or_update_topic(
                 broker, it[1], read_queue_nums=2, write_queue_nums=2), enumerate(names)))
         # every call has returned: every topic is in the file and in the name server's routes
-        assert set(names) <= set(_topics_json(tmp_path))
+        assert set(names) <= set(_stored_topics(tmp_path))
         assert set(names) <= set(admins[0].topic_list())
     finally:
         for admin in admins:
@@ -73,7 +76,13 @@ def test_acknowledged_topic_survives_sigkill(cluster, tmp_path):
     with AdminClient(cluster.namesrv) as admin:
         admin.create_or_update_topic(broker, "SurvivesKill", read_queue_nums=3, write_queue_nums=3)
     cluster.brokers[0].kill()  # right after the answer: no clean stop, nothing written later
-    assert _topics_json(tmp_path)["SurvivesKill"]["readQueueNums"] == 3
+    assert _stored_topics(tmp_path)["SurvivesKill"].read_queue_nums == 3
+    restarted = RmqProcess(["broker", "-n", cluster.namesrv, "-c", str(tmp_path / "broker-a.conf"),
+                            "--listen-host", "127.0.0.1"])
+    cluster.brokers[0] = restarted
+    restarted.wait_boot()
+    with AdminClient(cluster.namesrv) as admin:
+        assert admin.topic_config(broker, "SurvivesKill")["readQueueNums"] == 3
 
 
 # --- listen backlog and connect storms -----------------------------------------------------------
