@@ -63,7 +63,7 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         self._waiters.append(waiter)
-        if self._task is None or self._task.done():
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:  # (another loop's run died with it)
             self._task = loop.create_task(self._run(), name=self._name)
         return waiter
 
@@ -72,13 +72,16 @@ class GroupCommit:
             waiters, self._waiters = self._waiters, []
             try:
                 await self._job()
+            except asyncio.CancelledError:
+                for w in waiters + self._waiters:
+                    w.cancel()
+                self._waiters = []
+                raise
             except BaseException as e:  # noqa: BLE001 - handed to every waiter of this run
                 for w in waiters:
                     if not w.done():
                         w.set_exception(e)
                         w.exception()  # a waiter that was not awaited must not log "never retrieved"
-                if isinstance(e, asyncio.CancelledError):
-                    raise
             else:
                 for w in waiters:
                     if not w.done():

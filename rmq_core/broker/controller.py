@@ -281,14 +281,13 @@ class BrokerController:
         """The full registration's body, and whether it is compressed (compressedRegister)."""
         table = self.topic_manager.table
         if self.broker_config.compressed_register:
-            with table._lock:
-                version = attrs.evolve(table.data_version)
-                entries = [(tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_filter_type)
-                           for tc in map(self._registered_config, table._table.values())]
+            version, configs = table.snapshot()
+            entries = [(tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_filter_type)
+                       for tc in map(self._registered_config, configs)]
             return RegisterBrokerBody.encode_compressed(version, entries), True
         if self.broker_config.broker_permission & 6 != 6:
-            version = attrs.evolve(table.data_version)
-            return RegisterBrokerBody.build({n: self._registered_config(tc) for n, tc in table.items()},
+            version, configs = table.snapshot()
+            return RegisterBrokerBody.build({tc.topic_name: self._registered_config(tc) for tc in configs},
                                             version).encode(), False
         version, members = table.snapshot_json()  # the entries as topics.json holds them, already encoded
         return register_body_json(version, members), False

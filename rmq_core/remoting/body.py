@@ -239,17 +239,21 @@ _TOPIC_CONFIG_FIELDS = (  # attribute name, JSON name, default
 )
 
 
+_PLAIN = (int, str, bool, type(None))
+
+
 def topic_config_to_json(topic: str, config: Any) -> dict:
     """A TopicConfig as Java writes it, from a dict (Java names) or an object (snake_case attributes)."""
-    out = {}
-    for attr, key, default in _TOPIC_CONFIG_FIELDS:
-        if isinstance(config, Mapping):
-            value = config.get(key, config.get(attr, default))
-        else:
-            value = getattr(config, attr, default)
-        if hasattr(value, "value") and not isinstance(value, (int, str)):
-            value = value.value  # an enum (topic filter type)
-        out[key] = value
+    # (a name server decodes every topic of every full registration: one type test per config,
+    # not an isinstance(Mapping) per field)
+    if type(config) is dict or isinstance(config, Mapping):
+        get = config.get
+        out = {key: get(key, get(attr, default)) for attr, key, default in _TOPIC_CONFIG_FIELDS}
+    else:
+        out = {key: getattr(config, attr, default) for attr, key, default in _TOPIC_CONFIG_FIELDS}
+    for key, value in out.items():
+        if type(value) not in _PLAIN and hasattr(value, "value") and not isinstance(value, (int, str)):
+            out[key] = value.value  # an enum (topic filter type)
     if out["topicName"] is None:
         out["topicName"] = topic
     return out
@@ -306,11 +310,12 @@ class RegisterBrokerBody:
             raise RemotingCommandError(f"bad topicConfigTable: {table!r:.80}")
         configs = {}
         for topic, config in table.items():
-            if not isinstance(config, Mapping):
+            if type(config) is not dict and not isinstance(config, Mapping):
                 raise RemotingCommandError(f"bad topic config for {topic!r}: {config!r:.80}")
-            configs[str(topic)] = topic_config_to_json(str(topic), config)
+            c = configs[str(topic)] = topic_config_to_json(str(topic), config)
             for key in ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag"):
-                configs[str(topic)][key] = _int(configs[str(topic)], key, where=f"topic config {topic!r} ")
+                if type(c[key]) is not int:  # (a string number is accepted; anything else is named)
+                    c[key] = _int(c, key, where=f"topic config {topic!r} ")
         servers = d.get("filterServerList") or []
         return cls(configs, DataVersion.from_json(wrapper.get("dataVersion")),
                    [str(s) for s in servers] if isinstance(servers, list) else [])

@@ -609,6 +609,11 @@ class _VersionedTable(ConfigManager):
         with self._lock:
             return attrs.evolve(self.data_version), self.table_json()
 
+    def snapshot(self) -> tuple[DataVersion, list]:
+        """(a copy of the data version, the configs) taken together."""
+        with self._lock:
+            return attrs.evolve(self.data_version), list(self._table.values())
+
     def encode(self, pretty: bool = False) -> str:
         """One entry per line when `pretty` (readable, and cheap to write for a large table)."""
         with self._lock:

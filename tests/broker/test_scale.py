@@ -19,7 +19,9 @@ import pytest
 from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
 from rmq_core.admin.client import AdminClient
 from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG
-from rmq_core.store.config_file import TopicConfigTable
+from rmq_core.remoting.body import TopicRouteData
+from rmq_core.remoting.codes import RequestCode
+from rmq_core.store.config_file import TopicConfig, TopicConfigTable
 from tests.client.conftest import FAST_CONSUMER, wait_until
 from tests.servers import NamesrvAndBroker, RmqProcess, free_port
 
@@ -231,3 +233,22 @@ def test_group_commits_never_step_back(cluster):
         producer.shutdown()
     back = [line for line in cluster.brokers[0].lines if "less than store" in line and group in line]
     assert sent > 0 and back == [], back[:5]
+
+
+def test_compressed_full_registration_routes_the_table(tmp_path):
+    """compressedRegister=true: the broker's full registrations use RocketMQ's deflate layout and
+    the name server routes what they carry (topics.json written before the broker starts, so only
+    the full registration at start carries them)."""
+    table = TopicConfigTable(tmp_path / "store-broker-a" / "config")
+    for i in range(300):
+        table.put(TopicConfig(f"Zipped{i}", 4, 4))
+    table.persist()
+    servers = NamesrvAndBroker(tmp_path, brokers=0)
+    try:
+        servers.add_broker("broker-a", {**STORE, "compressedRegister": "true"})
+        with AdminClient(servers.namesrv) as admin:
+            assert {f"Zipped{i}" for i in range(300)} <= set(admin.topic_list())
+            route = admin.invoke(admin.namesrv_addrs[0], RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Zipped299"})
+            assert route.code == 0 and TopicRouteData.decode(route.body).queue_datas[0].write_queue_nums == 4
+    finally:
+        servers.stop()

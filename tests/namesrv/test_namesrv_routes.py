@@ -470,3 +470,31 @@ async def test_get_and_update_namesrv_config(tmp_path):
             assert ns.config.broker_channel_expired_time == 30000
         finally:
             await c.close()
+
+
+def test_compressed_body_is_javas_deflate_layout():
+    """RegisterBrokerBody.encode(true) of RocketMQ 4.9: a zlib stream (Deflater BEST_COMPRESSION)
+    of int32 big-endian length-prefixed parts: DataVersion JSON, the topic count, one
+    TopicConfig.encode() line per topic ("name read write perm filterType"), the filter servers."""
+    import struct
+
+    version = DataVersion(1700000000000, 7)
+    raw_z = RegisterBrokerBody.encode_compressed(version, [("A", 4, 2, 6, "SINGLE_TAG"), ("B", 1, 1, 4, "MULTI_TAG")],
+                                                 ["127.0.0.1:1"])
+    assert raw_z[:2] == b"\x78\xda"  # zlib header of level 9, as java.util.zip.Deflater(9) writes
+    raw = zlib.decompress(raw_z)
+    pos = 0
+
+    def take() -> bytes:
+        nonlocal pos
+        (n,) = struct.unpack_from(">i", raw, pos)
+        pos += 4 + n
+        return raw[pos - n:pos]
+
+    assert json.loads(take()) == {"counter": 7, "timestamp": 1700000000000}
+    (count,) = struct.unpack_from(">i", raw, pos)
+    pos += 4
+    assert count == 2 and [take() for _ in range(count)] == [b"A 4 2 6 SINGLE_TAG", b"B 1 1 4 MULTI_TAG"]
+    assert json.loads(take()) == ["127.0.0.1:1"] and pos == len(raw)
+    back = RegisterBrokerBody.decode(raw_z, compressed=True)
+    assert back.data_version == version and back.topic_config_table["A"]["writeQueueNums"] == 2
