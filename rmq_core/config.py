@@ -26,6 +26,12 @@ class BrokerRole(enum.Enum):
     SLAVE = "SLAVE"
 
 
+# serverSocketBacklog: the accept queue of every socket rmq listens on (remoting, console, metrics,
+# HA), as RocketMQ's NettyServerConfig.  asyncio's default (100) and socketserver's (5) overflow
+# when a few hundred clients reconnect at once: each dropped SYN costs its client 1 s, then 3 s.
+# The kernel caps it at net.core.somaxconn.
+DEFAULT_SERVER_SOCKET_BACKLOG = 1024
+
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _TIME_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -278,6 +284,11 @@ class BrokerConfig(PropertiesConfig):
     notify_consumer_ids_changed_enable: bool = prop(True, "notifyConsumerIdsChangedEnable")
     transfer_msg_by_heap: bool = prop(True, "transferMsgByHeap")
     register_name_server_period: int = prop(30_000, "registerNameServerPeriod")
+    # The full registration in RocketMQ's deflate layout (off, as in RocketMQ: that layout drops
+    # each topic's topicSysFlag and order, and level-9 zlib costs CPU the plain body does not; it
+    # pays off only when the name servers are far away and the table large).
+    compressed_register: bool = prop(False, "compressedRegister")
+    server_socket_backlog: int = prop(DEFAULT_SERVER_SOCKET_BACKLOG, "serverSocketBacklog", validator=_positive)
     flush_consumer_offset_interval: int = prop(5000, "flushConsumerOffsetInterval")
     client_channel_max_idle_time_seconds: int = prop(120, "clientChannelMaxIdleTimeSeconds")
     reject_transaction_message: bool = prop(False, "rejectTransactionMessage")
@@ -317,6 +328,7 @@ class NamesrvConfig(PropertiesConfig):
     scan_not_active_broker_interval: int = prop(5000, "scanNotActiveBrokerInterval")
     broker_channel_expired_time: int = prop(120_000, "brokerChannelExpiredTime")
     server_max_frame_length: int = prop(16 * 1024 * 1024, "serverMaxFrameLength")
+    server_socket_backlog: int = prop(DEFAULT_SERVER_SOCKET_BACKLOG, "serverSocketBacklog", validator=_positive)
     metrics_exporter_type: str = prop("DISABLE", "metricsExporterType")
     metrics_prom_exporter_host: str | None = prop(None, "metricsPromExporterHost")  # default: the listen host
     metrics_prom_exporter_port: int = prop(5557, "metricsPromExporterPort")

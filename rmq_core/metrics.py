@@ -15,6 +15,7 @@ from typing import Callable
 
 import attrs
 
+from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG
 from rmq_core.errors import ConfigError
 
 log = logging.getLogger("rmq.metrics")
@@ -121,6 +122,7 @@ class ExporterSettings:
     port: int = 5557
     interval_ms: int = 10_000
     node: str = ""  # "broker[broker-a, 127.0.0.1:10911]", for log lines
+    backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG  # serverSocketBacklog of the endpoint (PROM)
 
 
 def check_exporter_type(exporter_type: str | None):

@@ -98,7 +98,7 @@ class NamesrvAndBroker:
         for i in range(brokers):
             self.add_broker(f"broker-{chr(ord('a') + i)}", broker_props or {}, cluster)
 
-    def add_broker(self, name: str, props: dict, cluster: str = "DefaultCluster") -> RmqProcess:
+    def add_broker(self, name: str, props: dict, cluster: str = "DefaultCluster", verbose: bool = False) -> RmqProcess:
         port = free_port()
         store = self.tmp_path / f"store-{name}"
         conf = write_conf(self.tmp_path / f"{name}.conf", {
@@ -106,7 +106,8 @@ class NamesrvAndBroker:
             "storePathRootDir": store, "mappedFileSizeCommitLog": 64 * 1024 * 1024,
             "mappedFileSizeConsumeQueue": 6000 * 20, "maxHashSlotNum": 10000, "maxIndexNum": 40000,
             "registerNameServerPeriod": 2000, **props})
-        proc = RmqProcess(["broker", "-n", self.namesrv, "-c", conf, "--listen-host", "127.0.0.1"], ("boot success",))
+        proc = RmqProcess([*(["-v"] if verbose else []), "broker", "-n", self.namesrv, "-c", conf,
+                           "--listen-host", "127.0.0.1"], ("boot success",))
         proc.wait_boot()
         self.brokers.append(proc)
         self.broker_addrs.append(f"127.0.0.1:{port}")

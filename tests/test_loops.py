@@ -60,3 +60,36 @@ def test_run_serves_a_request_on_either_loop(monkeypatch, kind):
     module, body = loops.run(main())
     assert body == b"ping"
     assert module.startswith("uvloop") == (kind == "uvloop")
+
+
+def test_group_commit_serves_a_burst_in_two_runs_and_hands_errors_to_its_waiters():
+    import asyncio
+
+    from rmq_core.loops import GroupCommit
+
+    runs: list[int] = []
+    fail = [False]
+
+    async def job():
+        runs.append(len(runs))
+        await asyncio.sleep(0.01)
+        if fail[0]:
+            fail[0] = False
+            raise OSError("disk full")
+
+    async def main():
+        group = GroupCommit(job, "test")
+        first = group.request()  # starts a run at once
+        await asyncio.sleep(0)
+        burst = [group.request() for _ in range(50)]  # all made while the first run is under way
+        await asyncio.gather(first, *burst)
+        assert len(runs) == 2
+        fail[0] = True
+        failed = group.request()
+        with pytest.raises(OSError, match="disk full"):
+            await failed
+        await group.request()  # the next run is served normally
+        assert len(runs) == 4
+        await group.close()
+
+    asyncio.run(main())

@@ -5,6 +5,7 @@ the server's snapshot into metric families at scrape time, so nothing is counted
 from __future__ import annotations
 
 import logging
+import threading
 
 from rmq_core.metrics import COUNTER, GAUGE, HISTOGRAM, ExporterSettings
 
@@ -42,6 +43,11 @@ class SnapshotCollector:
         return []  # collected lazily: describing would run a whole snapshot at registration
 
 
+def _quiet(handler: type) -> type:
+    """The request handler without a printed line per scrape (as prometheus_client's)."""
+    return type("QuietHandler", (handler,), {"log_message": lambda self, *args: None})
+
+
 class PromExporter:
     def __init__(self, settings: ExporterSettings):
         self.settings = settings
@@ -50,12 +56,25 @@ class PromExporter:
         self._thread = None
 
     def start(self) -> None:
-        from prometheus_client import CollectorRegistry, start_http_server
+        # prometheus_client's start_http_server, with the endpoint's serverSocketBacklog (its server
+        # listens with socketserver's 5)
+        import socket
+        from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+        from prometheus_client import CollectorRegistry, make_wsgi_app
+        from prometheus_client.exposition import ThreadingWSGIServer
+
+        from rmq_core.remoting.transport import with_backlog
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(SnapshotCollector(self.settings.collect))
-        self._server, self._thread = start_http_server(self.settings.port, addr=self.settings.host,
-                                                       registry=registry)
+        server_class = with_backlog(ThreadingWSGIServer, self.settings.backlog)
+        server_class.address_family = socket.getaddrinfo(self.settings.host, self.settings.port,
+                                                         type=socket.SOCK_STREAM)[0][0]
+        self._server = make_server(self.settings.host, self.settings.port, make_wsgi_app(registry), server_class,
+                                   handler_class=_quiet(WSGIRequestHandler))
+        self._thread = threading.Thread(target=self._server.serve_forever, name="rmq-metrics-http", daemon=True)
+        self._thread.start()
         self.port = self._server.server_port
         log.info("%s: Prometheus metrics on http://%s:%d/metrics", self.settings.node or "rmq",
                  self.settings.host, self.port)
@@ -66,3 +85,4 @@ class PromExporter:
             server.shutdown()
             server.server_close()
             self._thread.join(5)
+

@@ -15,6 +15,12 @@
 
 Offsets follow RocketMQ's rules: -1 = unknown, -2 = could not be read (broker unreachable); an
 `increase_only` update never moves an offset backwards (a slow thread must not undo progress).
+
+What goes to the broker never steps back either: every commit (a periodic persist, a pull's
+commitOffset, a synchronous commit) passes the store's `commit_guard`, which refuses an offset
+lower than one already committed for the queue.  Only an explicit set (`update_offset(...,
+increase_only=False)`: a reset by time, a seek, an admin reset, the broker's own value read back)
+or dropping the queue lets the next commit go lower.
 """
 from __future__ import annotations
 
@@ -68,6 +74,30 @@ def _check_group(group: str) -> str:
     return group
 
 
+class CommitGuard:
+    """The highest offset committed per queue: `admit(mq, offset)` is False for a lower one (the
+    caller then does not send it) and records it otherwise; `reset(mq)` lets the next one be lower."""
+
+    def __init__(self, group: str):
+        self.group = group
+        self._lock = threading.Lock()
+        self._committed: dict[MessageQueue, int] = {}
+
+    def admit(self, mq: MessageQueue, offset: int) -> bool:
+        with self._lock:
+            last = self._committed.get(mq)
+            if last is not None and offset < last:
+                log.debug("not committing offset %d of %s (group %s): %d is committed already",
+                          offset, mq, self.group, last)
+                return False
+            self._committed[mq] = offset
+            return True
+
+    def reset(self, mq: MessageQueue) -> None:
+        with self._lock:
+            self._committed.pop(mq, None)
+
+
 class OffsetStore(abc.ABC):
     """Common part: the in-memory table and the RocketMQ read/update rules."""
 
@@ -76,6 +106,7 @@ class OffsetStore(abc.ABC):
         self.client_id = client_id
         self._lock = threading.RLock()
         self._table: dict[MessageQueue, int] = {}
+        self.commit_guard = CommitGuard(self.group)
 
     # -- in memory --
     def load(self) -> None:
@@ -88,6 +119,8 @@ class OffsetStore(abc.ABC):
             old = self._table.get(mq)
             if old is None or not increase_only or offset > old:
                 self._table[mq] = int(offset)
+            if not increase_only:  # an explicit set (reset, seek): the next commit may go lower
+                self.commit_guard.reset(mq)
 
     def read_offset(self, mq: MessageQueue, read_type) -> int:
         read_type = _read_type(read_type)
@@ -109,6 +142,7 @@ class OffsetStore(abc.ABC):
     def remove_offset(self, mq: MessageQueue) -> None:
         with self._lock:
             self._table.pop(mq, None)
+            self.commit_guard.reset(mq)
 
     def clone_offset_table(self, topic: str | None = None) -> dict[MessageQueue, int]:
         """A copy of the table, only `topic`'s queues unless topic is empty."""
@@ -142,6 +176,8 @@ class RemoteBrokerOffsetStore(OffsetStore):
                 raise IllegalArgumentError(
                     f"remote offset store for group {group!r} needs a broker_api with {method}(), got {broker_api!r}")
         self.broker_api = broker_api
+        if hasattr(broker_api, "commit_guard"):  # the client's API re-checks in its event loop, right before the send
+            broker_api.commit_guard = self.commit_guard
 
     def _read_from_store(self, mq: MessageQueue) -> int:
         try:
@@ -163,26 +199,30 @@ class RemoteBrokerOffsetStore(OffsetStore):
         if not mqs:
             return
         with self._lock:
-            snapshot = list(self._table.items())
+            queues = list(self._table)
         unused = []
-        for mq, offset in snapshot:
+        for mq in queues:
             if mq in mqs:
-                self._send(mq, offset, "persistAll")
+                self._send(mq, "persistAll")
             else:
                 unused.append(mq)
         if unused:
             with self._lock:
                 for mq in unused:
                     self._table.pop(mq, None)
+                    self.commit_guard.reset(mq)
                     log.info("remove unused mq, %s, %s", mq, self.group)
 
     def persist(self, mq: MessageQueue) -> None:
+        self._send(mq, "persist")
+
+    def _send(self, mq: MessageQueue, what: str) -> None:
+        # The offset is read now, not from a snapshot taken before the first queue was sent:
+        # meanwhile pulls commit newer offsets, and an older one sent after them would step back.
         with self._lock:
             offset = self._table.get(mq)
-        if offset is not None:
-            self._send(mq, offset, "persist")
-
-    def _send(self, mq: MessageQueue, offset: int, what: str) -> None:
+        if offset is None:
+            return
         try:
             self.update_consume_offset_to_broker(mq, offset, True)
             log.debug("[%s] Group: %s ClientId: %s updateConsumeOffsetToBroker %s %s",
@@ -191,7 +231,8 @@ class RemoteBrokerOffsetStore(OffsetStore):
             log.error("updateConsumeOffsetToBroker %s (group %s) failed: %s", mq, self.group, e)
 
     def update_consume_offset_to_broker(self, mq: MessageQueue, offset: int, oneway: bool) -> None:
-        self.broker_api.update_consumer_offset(mq, int(offset), bool(oneway))
+        if self.commit_guard.admit(mq, int(offset)):
+            self.broker_api.update_consumer_offset(mq, int(offset), bool(oneway))
 
 
 def _fsync_dir(path: str) -> None:

@@ -4,7 +4,7 @@ A transport is an object with
 
     scheme: str
     async connect(address, *, max_frame_length: int, timeout: float) -> Channel
-    async serve(address, on_channel, *, max_frame_length: int) -> Listener
+    async serve(address, on_channel, *, max_frame_length: int, backlog: int) -> Listener
 
 where `address` is the part after "scheme://" ("127.0.0.1:9876", or a name for inproc), and
 `Channel` / `Listener` are the base classes in `rmq_core.remoting.transport` (read that module's

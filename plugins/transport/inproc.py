@@ -655,7 +655,8 @@ class InprocTransport:
             raise RemotingConnectError(f"connect to inproc://{address} failed: its event loop is closed")
         return client
 
-    async def serve(self, address: str, on_channel, *, max_frame_length: int) -> InprocListener:
+    async def serve(self, address: str, on_channel, *, max_frame_length: int,
+                    backlog: int = 0) -> InprocListener:  # (no accept queue in process)
         name = address
         if not name or "#" in name:
             raise RemotingError(f"bad inproc address inproc://{name}: use inproc://<name> without '#'")

@@ -26,7 +26,7 @@ from rmq_core.remoting.command import (
 from rmq_core.remoting.frames import split_frames
 
 _JSON = SerializeType.JSON
-from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
+from rmq_core.remoting.transport import DEFAULT_SERVER_SOCKET_BACKLOG, Channel, Listener, OnClose, OnCommand
 
 log = logging.getLogger("rmq.remoting.tcp")
 
@@ -400,12 +400,14 @@ class TcpTransport:
             raise RemotingConnectError(f"connect to {address} failed: {e.strerror or e}") from None
         return channel
 
-    async def serve(self, address: str, on_channel, *, max_frame_length: int) -> TcpListener:
+    async def serve(self, address: str, on_channel, *, max_frame_length: int,
+                    backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG) -> TcpListener:
         host, port = parse_address(address)
         listener = TcpListener(max_frame_length, on_channel)
         loop = asyncio.get_running_loop()
         try:
-            listener._server = await loop.create_server(listener._make_channel, host, port, reuse_address=True)
+            listener._server = await loop.create_server(listener._make_channel, host, port, reuse_address=True,
+                                                       backlog=backlog)
         except OSError as e:
             raise RemotingError(f"cannot listen on {address}: {e.strerror or e}") from None
         sockname = listener._server.sockets[0].getsockname()

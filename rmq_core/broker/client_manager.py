@@ -116,6 +116,12 @@ class ConsumerManager:
         self.on_ids_changed = on_ids_changed
         self.channel_expired_seconds = channel_expired_seconds
 
+    def client_id_of(self, group: str, channel) -> str | None:
+        """The client id `channel` registered in `group` with (None before its heartbeat)."""
+        g = self._groups.get(group)
+        info = g.channels.get(_channel_key(channel)) if g is not None else None
+        return info.client_id if info is not None else None
+
     def register_consumer(self, group: str, info: ClientChannelInfo, consume_type: str, message_model: str,
                           consume_from_where: str, subscriptions: list[SubscriptionData]) -> bool:
         """Returns True when the group's membership or subscriptions changed."""

@@ -6,7 +6,10 @@ import asyncio
 import json
 import logging
 import os
+import threading
 import zlib
+
+import attrs
 
 from rmq_core.broker import cancel_and_wait
 from rmq_core.broker.client_manager import ConsumerManager, ProducerManager
@@ -29,8 +32,10 @@ from rmq_core.broker.topic_manager import TopicConfigManager
 from rmq_core.broker.transaction import TransactionalMessageService
 from rmq_core.config import BrokerConfig, MessageStoreConfig
 from rmq_core.errors import ConfigError
+from rmq_core.loops import GroupCommit
 from rmq_core.message import ExpressionType
 from rmq_core.plugins import get_filter_factory
+from rmq_core.remoting.body import REGISTER_ALL, RegisterBrokerBody, register_body_json
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -65,6 +70,12 @@ class BrokerController:
         self.pull_hold_service: PullRequestHoldService | None = None
         self.servers: list[RemotingServer] = []
         self.namesrv_client: RemotingClient | None = None
+        # Registration with the name servers, group-committed: topic changes arriving together
+        # share one incremental registration; a full one is due at start, every
+        # registerNameServerPeriod and after a deletion.
+        self._register_changed: dict[str, object] = {}
+        self._register_all_due = False
+        self._registrations = GroupCommit(self._register_job, "rmq-register-broker")
         self._tasks: list[asyncio.Task] = []
         self._filters: dict = {}  # (group, topic, type, expression, version) -> MessageFilter
         # SQL92 subscriptions per topic, their bloom bits, and the bit map dispatcher.
@@ -86,7 +97,7 @@ class BrokerController:
         self.pull_hold_service = PullRequestHoldService(self.loop)
         self.pull_hold_service.bind_thread()
         tcp = RemotingServer(f"{self.listen_host}:{bc.listen_port}", name=f"broker[{bc.broker_name}]",
-                             max_frame_length=bc.server_max_frame_length)
+                             max_frame_length=bc.server_max_frame_length, backlog=bc.server_socket_backlog)
         await tcp.start()
         self.servers.append(tcp)
         port = int(tcp.listen_address.rpartition(":")[2])
@@ -138,7 +149,7 @@ class BrokerController:
             raise ConfigError(f"cannot load the message store under {self.store_config.store_path_root_dir}")
         self.store.register_message_arriving_listener(self._on_message_arriving)
         self.topic_manager.load()
-        self.topic_manager.on_change = lambda tc: self._spawn(self.register_broker_all())
+        self.topic_manager.on_change = self._on_topic_changed
         self.subscription_manager.load()
         self.offset_manager.load()
         self.schedule_service.load()
@@ -172,6 +183,9 @@ class BrokerController:
         self.started = False
         await cancel_and_wait(self._tasks)
         self._tasks.clear()
+        await self._registrations.close()
+        await self.topic_manager.flush()  # the last batches of changes are on disk before we stop
+        await self.subscription_manager.flush()
         await self.unregister_broker_all()
         if self.namesrv_client:
             await self.namesrv_client.close()
@@ -222,25 +236,71 @@ class BrokerController:
         self.producer_manager.scan_not_active_channel()
 
     # --- name server registration --------------------------------------------------------------------
-    def _register_body(self) -> bytes:
-        wrapper = self.topic_manager.serialize_wrapper()
-        broker_perm = self.broker_config.broker_permission
-        if broker_perm & 6 != 6:  # a read-only / write-only broker: its topics are, in the routes too
-            for tc in wrapper["topicConfigTable"].values():
-                tc["perm"] = tc["perm"] & broker_perm
-        return json.dumps({"topicConfigSerializeWrapper": wrapper,
-                           "filterServerList": []}, separators=(",", ":")).encode("utf-8")
+    def _on_topic_changed(self, tc):
+        """A topic was created or updated (tc) or deleted (None): returns the future of the
+        registration that carries it (None when called outside the broker's loop)."""
+        if self.loop is None or self.pull_hold_service._loop_thread_id != threading.get_ident():
+            if self.loop is not None:
+                self.loop.call_soon_threadsafe(self._on_topic_changed, tc)
+            return None
+        if tc is None:
+            self._register_all_due = True  # an increment cannot say "gone": the full table can
+        else:
+            self._register_changed[tc.topic_name] = tc
+        return self._registrations.request()
 
     async def register_broker_all(self) -> None:
-        bc = self.broker_config
-        addrs = bc.namesrv_addr_list
-        if not addrs:
+        """Register the whole topic table (registerBrokerAll): at start and every registerNameServerPeriod."""
+        self._register_all_due = True
+        await self._registrations.request()
+
+    async def _register_job(self) -> None:
+        register_all, self._register_all_due = self._register_all_due, False
+        changed, self._register_changed = self._register_changed, {}
+        if not self.broker_config.namesrv_addr_list or not (register_all or changed):
             return
-        body = self._register_body()
+        if register_all:
+            body, compressed = self.register_all_body()
+        else:  # registerIncrementBrokerData: only what changed, with the table's data version
+            version = attrs.evolve(self.topic_manager.table.data_version)
+            body, compressed = RegisterBrokerBody.build(
+                {name: self._registered_config(tc) for name, tc in changed.items()}, version).encode(), False
+        await self._send_registration(body, compressed, register_all)
+        if register_all:
+            log.debug("registered all %d topics (%d bytes%s)", len(self.topic_manager.table), len(body),
+                      ", compressed" if compressed else "")
+        else:
+            log.info("registered %d changed topics incrementally", len(changed))
+
+    def _registered_config(self, tc):
+        """A read-only / write-only broker registers its topics with its own permission (as Java)."""
+        broker_perm = self.broker_config.broker_permission
+        return tc if broker_perm & 6 == 6 else attrs.evolve(tc, perm=tc.perm & broker_perm)
+
+    def register_all_body(self) -> tuple[bytes, bool]:
+        """The full registration's body, and whether it is compressed (compressedRegister)."""
+        table = self.topic_manager.table
+        if self.broker_config.compressed_register:
+            version, configs = table.snapshot()
+            entries = [(tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_filter_type)
+                       for tc in map(self._registered_config, configs)]
+            return RegisterBrokerBody.encode_compressed(version, entries), True
+        if self.broker_config.broker_permission & 6 != 6:
+            version, configs = table.snapshot()
+            return RegisterBrokerBody.build({tc.topic_name: self._registered_config(tc) for tc in configs},
+                                            version).encode(), False
+        version, members = table.snapshot_json()  # the entries as topics.json holds them, already encoded
+        return register_body_json(version, members), False
+
+    async def _send_registration(self, body: bytes, compressed: bool, register_all: bool) -> None:
+        bc = self.broker_config
         crc = zlib.crc32(body)
         ext = {"brokerAddr": self.broker_addr, "brokerName": bc.broker_name, "clusterName": bc.broker_cluster_name,
                "haServerAddr": f"{bc.broker_ip1}:{bc.listen_port + 1}", "brokerId": str(bc.broker_id),
-               "compressed": "false", "bodyCrc32": str(crc - (1 << 32) if crc & 0x80000000 else crc)}
+               "compressed": "true" if compressed else "false",
+               "bodyCrc32": str(crc - (1 << 32) if crc & 0x80000000 else crc)}
+        if register_all:
+            ext[REGISTER_ALL] = "true"
 
         async def one(addr):
             try:
@@ -250,7 +310,7 @@ class BrokerController:
             except Exception as e:
                 log.warning("register broker to name server %s failed: %s", addr, e)
 
-        await asyncio.gather(*(one(a) for a in addrs))
+        await asyncio.gather(*(one(a) for a in bc.namesrv_addr_list))
 
     async def unregister_broker_all(self) -> None:
         bc = self.broker_config

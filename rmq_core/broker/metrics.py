@@ -34,7 +34,7 @@ class BrokerMetrics:
         settings = ExporterSettings(self.collect, host=bc.metrics_prom_exporter_host or bc.broker_ip1,
                                     port=bc.metrics_prom_exporter_port,
                                     interval_ms=bc.metrics_logging_exporter_interval_in_mills,
-                                    node=f"broker[{bc.broker_name}]")
+                                    node=f"broker[{bc.broker_name}]", backlog=bc.server_socket_backlog)
         self.exporter = start_exporter(bc.metrics_exporter_type, settings)
 
     def stop(self) -> None:

@@ -31,22 +31,32 @@ class SubscriptionGroupManager:
                     cfg = SubscriptionGroupConfig(group_name=group)
                     self.table.put(cfg)
                     log.info("auto create a subscription group, %s", group)
-                    try:
-                        self.table.persist()
+                    try:  # group-committed: a heartbeat storm of new groups shares the writes
+                        self.table.persist_soon()
                     except StoreError as e:  # (a full disk) the group serves from memory meanwhile
                         log.error("auto-created subscription group %s is not persisted yet: %s", group, e)
         return cfg
 
-    def update(self, cfg: SubscriptionGroupConfig) -> None:
+    async def update(self, cfg: SubscriptionGroupConfig) -> None:
+        """An admin's change: returns once written."""
         with self._lock:
             self.table.put(cfg)
-            self.table.persist()
+        await _written(self.table.persist_soon())
 
-    def delete(self, group: str) -> None:
+    async def delete(self, group: str) -> None:
         with self._lock:
-            if self.table.get(group) is not None:
-                self.table.delete(group)
-                self.table.persist()
+            if self.table.get(group) is None:
+                return
+            self.table.delete(group)
+        await _written(self.table.persist_soon())
+
+    async def flush(self) -> None:
+        await self.table.flush()
 
     def serialize(self) -> dict:
         return {"subscriptionGroupTable": {name: cfg.to_json() for name, cfg in self.table.items()}}
+
+
+async def _written(write) -> None:
+    if write is not None:
+        await write

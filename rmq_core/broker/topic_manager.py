@@ -1,7 +1,20 @@
 """Topic configs with the broker's policy: system topics, auto-creation from TBW102, retry/DLQ
-topics (RocketMQ's TopicConfigManager).  Persistence is `rmq_core.store.config_file`."""
+topics (RocketMQ's TopicConfigManager).  Persistence is `rmq_core.store.config_file`.
+
+Writing the table is group-committed (`ConfigManager.persist_soon`): a change schedules a batch,
+and every change made while a batch is written shares the next one, so a burst of N creations
+costs about two writes, not N.  A batch appends its changes to `topics.json.log` (fdatasync) and
+the whole `topics.json` is rewritten (temp file, fsync, rename, fsync of the directory) only once
+that journal outgrows the table, so a creation costs the same with 1,000 or 10,000 topics.  An admin creation
+(`update_topic_config`) is answered after the write that holds it has finished, and after the
+registration that carries it: an acknowledged topic survives a crash (kill -9, power cut) right
+after its answer.  A topic a send or a consumer's heartbeat creates on the fly (auto-create, retry,
+DLQ) is served at once and written by the next batch, a moment later: a crash in that moment loses
+it (the next send or heartbeat creates it again).  On a stop the broker waits for the last batch.
+"""
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 
@@ -20,7 +33,8 @@ class TopicConfigManager:
         self.table = TopicConfigTable(config_dir)
         self._lock = threading.RLock()
         self.delay_level_count = delay_level_count
-        self.on_change = None  # fn(topic_config) -> None: the broker re-registers with the name server
+        # fn(topic_config, or None for a deletion) -> a future of the registration carrying it, or None
+        self.on_change = None
 
     def load(self) -> None:
         self.table.load()
@@ -51,27 +65,44 @@ class TopicConfigManager:
     def all(self) -> dict[str, TopicConfig]:
         return dict(self.table.items())
 
+    async def flush(self) -> None:
+        """Wait for the writes under way (a stopping broker calls this)."""
+        await self.table.flush()
+
+    def _changed(self, tc: TopicConfig | None, notify: bool) -> list:
+        waits = [self.table.persist_soon()]
+        if notify and self.on_change:
+            waits.append(self.on_change(tc))
+        return [w for w in waits if w is not None]
+
+    # --- changes -----------------------------------------------------------------------------------
     def create_or_update(self, tc: TopicConfig, notify: bool = True) -> TopicConfig:
+        """Apply at once; the write and the registration follow in the next batch."""
+        self._apply(tc, notify)
+        return tc
+
+    async def update_topic_config(self, tc: TopicConfig) -> TopicConfig:
+        """An admin's creation or update: returns once written to disk and registered (the
+        registration is retried by the periodic one if a name server does not answer)."""
+        await asyncio.gather(*self._apply(tc, True))
+        return tc
+
+    def _apply(self, tc: TopicConfig, notify: bool) -> list:
         TopicValidator.check_topic(tc.topic_name)
         if tc.read_queue_nums < 0 or tc.write_queue_nums < 0:
             raise IllegalArgumentError(f"bad queue numbers for topic {tc.topic_name!r}: "
                                        f"read={tc.read_queue_nums} write={tc.write_queue_nums}")
         with self._lock:
             self.table.put(tc)
-            self.table.persist()
         log.info("create/update topic config %s", tc)
-        if notify and self.on_change:
-            self.on_change(tc)
-        return tc
+        return self._changed(tc, notify)
 
     def delete(self, topic: str) -> bool:
         with self._lock:
             if self.table.get(topic) is None:
                 return False
             self.table.delete(topic)
-            self.table.persist()
-        if self.on_change:
-            self.on_change(None)
+        self._changed(None, True)
         return True
 
     def create_topic_in_send_message_method(self, topic: str, default_topic: str | None, remote_addr: str,

@@ -297,8 +297,13 @@ async def query_consumer_offset(instance, group: str, mq: MessageQueue) -> int:
     return resp.get_int("offset", -1)
 
 
-async def update_consumer_offset(instance, group: str, mq: MessageQueue, offset: int, oneway: bool) -> None:
+async def update_consumer_offset(instance, group: str, mq: MessageQueue, offset: int, oneway: bool,
+                                 commit_guard=None) -> None:
     addr = await instance.find_broker_addr_in_subscribe_async(mq)
+    # Checked again here, in the loop, with nothing between it and the write: a pull that
+    # committed a newer offset since the caller's check wins (the loop orders both sends).
+    if commit_guard is not None and not commit_guard.admit(mq, offset):
+        return
     req = RemotingCommand.create_request(RequestCode.UPDATE_CONSUMER_OFFSET, {
         "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "commitOffset": offset,
     })
@@ -315,13 +320,14 @@ class BrokerOffsetApi:
     def __init__(self, instance, group: str):
         self.instance = instance
         self.group = group
+        self.commit_guard = None  # the offset store's CommitGuard (set by the store)
 
     def query_consumer_offset(self, mq: MessageQueue) -> int:
         return self.instance.run(query_consumer_offset(self.instance, self.group, mq),
                                  timeout=self.instance.config.mq_client_api_timeout + 5)
 
     def update_consumer_offset(self, mq: MessageQueue, offset: int, oneway: bool = False) -> None:
-        self.instance.run(update_consumer_offset(self.instance, self.group, mq, offset, oneway),
+        self.instance.run(update_consumer_offset(self.instance, self.group, mq, offset, oneway, self.commit_guard),
                           timeout=self.instance.config.mq_client_api_timeout + 5)
 
 

@@ -524,6 +524,9 @@ class PushConsumer(ConsumerBase):
                 requests = PullRequests(group=self.group, mq=mq, sub=sub, max_nums=self.pull_batch_size,
                                         suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
             commit_offset = self.offset_store.read_offset(mq, READ_FROM_MEMORY) if clustering else 0
+            guard = getattr(self.offset_store, "commit_guard", None)
+            if commit_offset > 0 and guard is not None and not guard.admit(mq, commit_offset):
+                commit_offset = 0  # older than one committed already (a reset moved the queue back meanwhile)
             return requests.request(at, build_pull_sys_flag(commit_offset > 0, True, True), max(commit_offset, 0))
 
         def may_pull_ahead(answer, batches: int) -> bool:

@@ -29,7 +29,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG
 from rmq_core.errors import IllegalArgumentError, RMQError
+from rmq_core.remoting.transport import with_backlog
 
 log = logging.getLogger("rmq.dashboard")
 
@@ -186,9 +188,10 @@ class _Handler(BaseHTTPRequestHandler):
 class DashboardServer:
     """The console on `host:port` (port 0 picks a free one); `start()` serves in a thread."""
 
-    def __init__(self, backend, host: str = "127.0.0.1", port: int = 8080):
+    def __init__(self, backend, host: str = "127.0.0.1", port: int = 8080,
+                 backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG):
         handler = type("Handler", (_Handler,), {"app": DashboardApp(backend)})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd = with_backlog(ThreadingHTTPServer, backlog)((host, port), handler)
         self.httpd.daemon_threads = True
         self.backend = backend
         self._thread: threading.Thread | None = None

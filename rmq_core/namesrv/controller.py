@@ -30,7 +30,8 @@ class NamesrvController:
         self.route_info_manager = RouteInfoManager()
         self.kv_config_manager = KVConfigManager(self.config.kv_config_path)
         self.remoting_server = RemotingServer(self.listen, name="namesrv",
-                                              max_frame_length=self.config.server_max_frame_length)
+                                              max_frame_length=self.config.server_max_frame_length,
+                                              backlog=self.config.server_socket_backlog)
         self.processor = DefaultRequestProcessor(self)
         for code in self.processor.codes:
             self.remoting_server.register_processor(code, self.processor)
@@ -79,7 +80,8 @@ class NamesrvController:
         addr = next((a for a in self.listen_addresses if "://" not in a), None)
         host = cfg.metrics_prom_exporter_host or (addr.rpartition(":")[0] if addr else cfg.listen_host)
         settings = ExporterSettings(self.collect_metrics, host=host, port=cfg.metrics_prom_exporter_port,
-                                    interval_ms=cfg.metrics_logging_exporter_interval_in_mills, node="namesrv")
+                                    interval_ms=cfg.metrics_logging_exporter_interval_in_mills, node="namesrv",
+                                    backlog=cfg.server_socket_backlog)
         self.metrics_exporter = start_exporter(cfg.metrics_exporter_type, settings)
 
     def collect_metrics(self):

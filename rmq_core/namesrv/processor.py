@@ -7,7 +7,7 @@ import zlib
 from rmq_core.errors import RemotingCommandError
 from rmq_core.message import parse_address
 from rmq_core.remoting.body import (
-    DataVersion, RegisterBrokerBody, TopicRouteData, dumps, kv_table_encode, loads_lenient, topic_list_encode,
+    REGISTER_ALL, DataVersion, RegisterBrokerBody, TopicRouteData, dumps, kv_table_encode, loads_lenient, topic_list_encode,
 )
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -130,7 +130,8 @@ class DefaultRequestProcessor:
         else:  # a body-less registration still counts as a heartbeat, with an empty topic table
             body = RegisterBrokerBody()
         result = self.route_info.register_broker(
-            cluster_name, broker_addr, broker_name, broker_id, request.get_str("haServerAddr"), body, ctx)
+            cluster_name, broker_addr, broker_name, broker_id, request.get_str("haServerAddr"), body, ctx,
+            register_all=bool(request.get_bool(REGISTER_ALL)))
         order_conf = self.kv_config.get_namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
         return request.make_response(
             ResponseCode.SUCCESS,

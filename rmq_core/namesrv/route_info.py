@@ -1,11 +1,16 @@
 """RouteInfoManager: the name server's view of clusters, brokers, topics and broker liveness.
 
 Everything runs on the name server's event loop, so the tables need no locks.  A master's
-registration carries its whole topic config table, and we apply it as a full snapshot every time
-when it is the broker's first registration, its data version changed, or its set of topics
-differs from what we hold (so a broker that forgets to bump its data version still gets new topics
-routed).  Otherwise it is a heartbeat, and a WIPE_WRITE_PERM_OF_BROKER stays in force, as in Java.
-Applying a snapshot also drops the topics the broker no longer has.
+registration carries topic configs, applied as RocketMQ 4.9's name server does: when it is the
+broker's first registration or its data version changed, every carried topic is added or updated;
+otherwise it is a heartbeat (only topics new to that broker are added), and a
+WIPE_WRITE_PERM_OF_BROKER stays in force, as in Java.  A registration only adds and updates, so a
+broker's incremental registration (RocketMQ's registerIncrementBrokerData: the changed topics
+alone) costs what it carries.  A registration marked `registerAll` (rmq's brokers mark their full,
+periodic one) carries the broker's whole table, and the topics it no longer has are dropped.
+
+`broker_topics` indexes the topics of each broker name, so applying, dropping and wiping cost the
+size of one broker's table, never a scan of every topic; a route lookup is two dict lookups.
 """
 from __future__ import annotations
 
@@ -46,11 +51,12 @@ class RouteInfoManager:
         self.cluster_addr_table: dict[str, set[str]] = {}  # cluster -> brokerNames
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}  # brokerAddr -> liveness
         self.filter_server_table: dict[str, list[str]] = {}  # brokerAddr -> filter servers
+        self.broker_topics: dict[str, set[str]] = {}  # brokerName -> its topics (topic_queue_table's index)
 
     # --- registration ------------------------------------------------------------------------------
     def register_broker(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
                         ha_server_addr: str | None, body: RegisterBrokerBody | None,
-                        channel: Any = None) -> RegisterBrokerResult:
+                        channel: Any = None, register_all: bool = False) -> RegisterBrokerResult:
         self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
         broker_data = self.broker_addr_table.get(broker_name)
         if broker_data is None:
@@ -64,10 +70,19 @@ class RouteInfoManager:
         broker_data.broker_addrs[broker_id] = broker_addr
 
         data_version = body.data_version if body is not None else DataVersion(0, 0)
-        if body is not None and broker_id == MixAll.MASTER_ID and (
-                first or self.is_broker_topic_config_changed(broker_addr, data_version)
-                or self._topics_of(broker_name) != body.topic_config_table.keys()):
-            self._apply_topic_configs(broker_name, body.topic_config_table)
+        if body is not None and broker_id == MixAll.MASTER_ID:
+            carried = body.topic_config_table
+            held = self.broker_topics.get(broker_name, ())
+            if first or self.is_broker_topic_config_changed(broker_addr, data_version):
+                self._apply_topic_configs(broker_name, carried)
+            else:  # a heartbeat: only what the name server does not hold yet (a broker that forgot to bump its version)
+                new = {t: c for t, c in carried.items() if t not in held}
+                if new:
+                    self._apply_topic_configs(broker_name, new)
+            held = self.broker_topics.get(broker_name, ())
+            if register_all and len(held) > len(carried):  # held covers carried now: the rest is gone
+                for topic in [t for t in held if t not in carried]:
+                    self._remove_topic_of_broker(topic, broker_name)
         self.broker_live_table[broker_addr] = BrokerLiveInfo(_now_ms(), data_version, channel, ha_server_addr)
         if body is not None:
             if body.filter_server_list:
@@ -86,6 +101,8 @@ class RouteInfoManager:
         return result
 
     def _apply_topic_configs(self, broker_name: str, table: dict[str, dict]) -> None:
+        """Add or update the carried topics of `broker_name` (nothing else is touched)."""
+        held = self.broker_topics.setdefault(broker_name, set())
         for topic, config in table.items():
             queue_data = QueueData(broker_name, int(config["readQueueNums"]), int(config["writeQueueNums"]),
                                    int(config["perm"]), int(config.get("topicSysFlag", 0)))
@@ -97,14 +114,14 @@ class RouteInfoManager:
                 else:
                     log.info("topic changed, %s OLD: %s NEW: %s", topic, old, queue_data)
                 per_broker[broker_name] = queue_data
-        for topic in [t for t, per_broker in self.topic_queue_table.items()
-                      if broker_name in per_broker and t not in table]:
-            self._remove_topic_of_broker(topic, broker_name)
-
-    def _topics_of(self, broker_name: str) -> set[str]:
-        return {t for t, per_broker in self.topic_queue_table.items() if broker_name in per_broker}
+                held.add(topic)
 
     def _remove_topic_of_broker(self, topic: str, broker_name: str) -> None:
+        held = self.broker_topics.get(broker_name)
+        if held is not None:
+            held.discard(topic)
+            if not held:
+                del self.broker_topics[broker_name]
         per_broker = self.topic_queue_table.get(topic)
         if per_broker is None:
             return
@@ -118,6 +135,7 @@ class RouteInfoManager:
         for queue_data in queue_datas:
             if queue_data.broker_name in self.broker_addr_table:
                 self.topic_queue_table.setdefault(topic, {})[queue_data.broker_name] = queue_data
+                self.broker_topics.setdefault(queue_data.broker_name, set()).add(topic)
 
     def is_broker_topic_config_changed(self, broker_addr: str, data_version: DataVersion) -> bool:
         live = self.broker_live_table.get(broker_addr)
@@ -154,7 +172,7 @@ class RouteInfoManager:
             self._remove_topics_of_broker_name(broker_name)
 
     def _remove_topics_of_broker_name(self, broker_name: str) -> None:
-        for topic in [t for t, per_broker in self.topic_queue_table.items() if broker_name in per_broker]:
+        for topic in list(self.broker_topics.get(broker_name, ())):
             self._remove_topic_of_broker(topic, broker_name)
 
     def on_channel_destroy(self, channel: Any) -> str | None:
@@ -219,8 +237,10 @@ class RouteInfoManager:
         return sorted(self.topic_queue_table)
 
     def get_topics_by_cluster(self, cluster: str) -> list[str]:
-        names = self.cluster_addr_table.get(cluster, set())
-        return sorted(t for t, per_broker in self.topic_queue_table.items() if names & per_broker.keys())
+        topics: set[str] = set()
+        for name in self.cluster_addr_table.get(cluster, ()):
+            topics |= self.broker_topics.get(name, set())
+        return sorted(topics)
 
     def get_system_topic_list(self) -> tuple[list[str], str | None]:
         """Cluster and broker names (the topics a broker creates for itself), and a master address."""
@@ -234,15 +254,16 @@ class RouteInfoManager:
 
     def delete_topic(self, topic: str, cluster_name: str | None = None) -> None:
         if not cluster_name:
-            self.topic_queue_table.pop(topic, None)
+            for broker_name in list(self.topic_queue_table.get(topic, ())):
+                self._remove_topic_of_broker(topic, broker_name)
             return
         for broker_name in self.cluster_addr_table.get(cluster_name, set()):
             self._remove_topic_of_broker(topic, broker_name)
 
     def _change_write_perm(self, broker_name: str, wipe: bool) -> int:
         count = 0
-        for per_broker in self.topic_queue_table.values():
-            queue_data = per_broker.get(broker_name)
+        for topic in self.broker_topics.get(broker_name, ()):
+            queue_data = self.topic_queue_table[topic].get(broker_name)
             if queue_data is not None:
                 if wipe:
                     queue_data.perm &= ~PermName.PERM_WRITE

@@ -239,20 +239,38 @@ _TOPIC_CONFIG_FIELDS = (  # attribute name, JSON name, default
 )
 
 
+_PLAIN = (int, str, bool, type(None))
+
+
 def topic_config_to_json(topic: str, config: Any) -> dict:
     """A TopicConfig as Java writes it, from a dict (Java names) or an object (snake_case attributes)."""
-    out = {}
-    for attr, key, default in _TOPIC_CONFIG_FIELDS:
-        if isinstance(config, Mapping):
-            value = config.get(key, config.get(attr, default))
-        else:
-            value = getattr(config, attr, default)
-        if hasattr(value, "value") and not isinstance(value, (int, str)):
-            value = value.value  # an enum (topic filter type)
-        out[key] = value
+    # (a name server decodes every topic of every full registration: one type test per config,
+    # not an isinstance(Mapping) per field)
+    if type(config) is dict or isinstance(config, Mapping):
+        get = config.get
+        out = {key: get(key, get(attr, default)) for attr, key, default in _TOPIC_CONFIG_FIELDS}
+    else:
+        out = {key: getattr(config, attr, default) for attr, key, default in _TOPIC_CONFIG_FIELDS}
+    for key, value in out.items():
+        if type(value) not in _PLAIN and hasattr(value, "value") and not isinstance(value, (int, str)):
+            out[key] = value.value  # an enum (topic filter type)
     if out["topicName"] is None:
         out["topicName"] = topic
     return out
+
+
+# REGISTER_BROKER ext field rmq's brokers add to their full (periodic) registration: the body carries
+# the broker's whole topic table, so the name server may drop the topics it lacks.  RocketMQ 4.9's
+# brokers never send it (their name server only adds and updates); Java's name server ignores it.
+REGISTER_ALL = "registerAll"
+
+
+def register_body_json(data_version: "DataVersion", table_members: str, filter_server_list: Iterable[str] = ()) -> bytes:
+    """RegisterBrokerBody's JSON, with the topic table given as encoded object members
+    (`"T":{...},"U":{...}`): a broker holding its entries encoded registers by joining strings."""
+    return (f'{{"filterServerList":{json.dumps(list(filter_server_list))},"topicConfigSerializeWrapper":'
+            f'{{"dataVersion":{dumps(data_version.to_json()).decode()},"topicConfigTable":{{{table_members}}}}}}}'
+            ).encode("utf-8")
 
 
 @attrs.define
@@ -269,10 +287,12 @@ class RegisterBrokerBody:
 
     def encode(self, compress: bool = False) -> bytes:
         if compress:
-            return self._encode_compressed()
-        return dumps({"filterServerList": self.filter_server_list,
-                      "topicConfigSerializeWrapper": {"dataVersion": self.data_version.to_json(),
-                                                      "topicConfigTable": self.topic_config_table}})
+            return self.encode_compressed(
+                self.data_version, ((c["topicName"], c["readQueueNums"], c["writeQueueNums"], c["perm"],
+                                     c["topicFilterType"]) for c in self.topic_config_table.values()),
+                self.filter_server_list)
+        table = dumps(self.topic_config_table).decode("utf-8")
+        return register_body_json(self.data_version, table[1:-1], self.filter_server_list)
 
     @classmethod
     def decode(cls, body, compressed: bool = False) -> "RegisterBrokerBody":
@@ -290,29 +310,39 @@ class RegisterBrokerBody:
             raise RemotingCommandError(f"bad topicConfigTable: {table!r:.80}")
         configs = {}
         for topic, config in table.items():
-            if not isinstance(config, Mapping):
+            if type(config) is not dict and not isinstance(config, Mapping):
                 raise RemotingCommandError(f"bad topic config for {topic!r}: {config!r:.80}")
-            configs[str(topic)] = topic_config_to_json(str(topic), config)
+            c = configs[str(topic)] = topic_config_to_json(str(topic), config)
             for key in ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag"):
-                configs[str(topic)][key] = _int(configs[str(topic)], key, where=f"topic config {topic!r} ")
+                if type(c[key]) is not int:  # (a string number is accepted; anything else is named)
+                    c[key] = _int(c, key, where=f"topic config {topic!r} ")
         servers = d.get("filterServerList") or []
         return cls(configs, DataVersion.from_json(wrapper.get("dataVersion")),
                    [str(s) for s in servers] if isinstance(servers, list) else [])
 
-    # Java's compressedRegister form: a zlib stream of length-prefixed parts.
-    def _encode_compressed(self) -> bytes:
+    # Java's compressedRegister form (RegisterBrokerBody.encode(true)): one zlib stream (Deflater
+    # BEST_COMPRESSION) of big-endian int32-length-prefixed parts: the DataVersion JSON, the topic
+    # count, one `name read write perm filterType` line per topic (TopicConfig.encode: no sys flag,
+    # no order), then the filter server list JSON.
+    @staticmethod
+    def encode_compressed(data_version: "DataVersion", entries: Iterable[tuple], filter_server_list: Iterable[str] = ()) -> bytes:
+        """`entries`: (topicName, readQueueNums, writeQueueNums, perm, topicFilterType) tuples."""
+        pack = struct.Struct(">i").pack
         parts = []
 
         def put(b: bytes) -> None:
-            parts.append(struct.pack(">i", len(b)))
+            parts.append(pack(len(b)))
             parts.append(b)
 
-        put(dumps(self.data_version.to_json()))
-        parts.append(struct.pack(">i", len(self.topic_config_table)))
-        for topic, c in self.topic_config_table.items():
-            put(f"{c['topicName']} {c['readQueueNums']} {c['writeQueueNums']} {c['perm']} "
-                f"{c['topicFilterType']}".encode("utf-8"))
-        put(dumps(self.filter_server_list))
+        put(dumps(data_version.to_json()))
+        count = len(parts)
+        parts.append(b"")  # the count, once known
+        n = 0
+        for name, r, w, perm, filter_type in entries:
+            put(f"{name} {r} {w} {perm} {filter_type}".encode("utf-8"))
+            n += 1
+        parts[count] = pack(n)
+        put(dumps(list(filter_server_list)))
         return zlib.compress(b"".join(parts), 9)
 
     @classmethod

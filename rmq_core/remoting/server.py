@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 from rmq_core.errors import IllegalArgumentError, RemotingError
 from rmq_core.remoting.context import DEFAULT_MAX_INFLIGHT, ChannelContext, ProcessorTable
-from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, Channel, Listener, resolve_transport
+from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, DEFAULT_SERVER_SOCKET_BACKLOG, Channel, Listener, resolve_transport
 
 log = logging.getLogger("rmq.remoting")
 
@@ -25,7 +25,8 @@ class RemotingServer:
 
     def __init__(self, address: str | Sequence[str], *, name: str = "server",
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
-                 max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT):
+                 max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT,
+                 backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG):
         addresses = [address] if isinstance(address, str) else list(address)
         if not addresses:
             raise IllegalArgumentError(f"{name}: no listen address given")
@@ -33,6 +34,7 @@ class RemotingServer:
         self.name = name
         self.max_frame_length = max_frame_length
         self.max_inflight_per_connection = max_inflight_per_connection
+        self.backlog = backlog  # serverSocketBacklog
         self._endpoints = [resolve_transport(a) for a in addresses]  # an unknown scheme fails here
         self._table = ProcessorTable(name)
         self._listeners: list[Listener] = []
@@ -75,7 +77,8 @@ class RemotingServer:
         self.listen_addresses = []
         try:
             for transport, location in self._endpoints:
-                listener = await transport.serve(location, self._on_channel, max_frame_length=self.max_frame_length)
+                listener = await transport.serve(location, self._on_channel, max_frame_length=self.max_frame_length,
+                                                 backlog=self.backlog)
                 self._listeners.append(listener)
                 self.listen_addresses.append(listener.address)
         except BaseException:

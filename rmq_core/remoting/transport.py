@@ -6,7 +6,7 @@ A transport moves whole `RemotingCommand`s between two endpoints; the remoting l
     class Transport:
         scheme: str                                        # "tcp", "inproc", ...
         async def connect(address, *, max_frame_length, timeout) -> Channel
-        async def serve(address, on_channel, *, max_frame_length) -> Listener
+        async def serve(address, on_channel, *, max_frame_length, backlog) -> Listener
 
     Channel            one connection end, bound to the event loop that created it
         local_address, remote_address: str
@@ -35,6 +35,8 @@ from typing import Callable
 
 from rmq_core.errors import IllegalArgumentError, RemotingError
 from rmq_core.remoting.command import RemotingCommand
+
+from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG
 
 DEFAULT_SCHEME = "tcp"
 DEFAULT_MAX_FRAME_LENGTH = 16 * 1024 * 1024
@@ -94,3 +96,9 @@ class Listener(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+
+def with_backlog(server_class: type, backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG) -> type:
+    """A socketserver server class (http.server, wsgiref) that listens with `backlog`
+    (serverSocketBacklog) instead of socketserver's 5."""
+    return type(server_class.__name__, (server_class,), {"request_queue_size": int(backlog)})

@@ -7,6 +7,8 @@ directory reads like a RocketMQ one, and make the rewrite crash-safe:
 * `atomic_write` writes `<file>.tmp`, fsyncs it, renames it over `<file>` and fsyncs the
   directory, so after a crash the file is either the old or the new version, never a mix.  A
   `.tmp` left behind by a crash is never read.
+* Topic and subscription group tables append changes to a journal between rewrites (see
+  `_VersionedTable`), so a burst of changes to a large table does not rewrite it per change.
 * `ConfigManager.persist` keeps the previous good version as `<file>.bak` (as RocketMQ's
   MixAll.string2File does) and `load` falls back to it when the main file is missing, empty or
   does not decode.
@@ -17,6 +19,7 @@ offset table decoder accepts that too, so a Java broker's `consumerOffset.json` 
 from __future__ import annotations
 
 import abc
+import asyncio
 import json
 import logging
 import os
@@ -37,6 +40,8 @@ CONSUMER_OFFSET_FILE = "consumerOffset.json"
 TOPICS_FILE = "topics.json"
 SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
 TOPIC_GROUP_SEPARATOR = "@"
+JOURNAL_SUFFIX = ".log"
+JOURNAL_MIN_ENTRIES = 1024  # the journal grows to max(this, table size) entries before a rewrite
 
 
 # --- crash-safe file writes --------------------------------------------------------------------
@@ -100,6 +105,8 @@ class ConfigManager(abc.ABC):
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
+        self._written: tuple | None = None  # (inode, size, mtime) of the file this manager last wrote
+        self._writes = None  # the GroupCommit of persist_soon(), made in the loop that first calls it
 
     @abc.abstractmethod
     def config_file_path(self) -> str:
@@ -122,6 +129,7 @@ class ConfigManager(abc.ABC):
             if main and main.strip():
                 try:
                     self.decode(main.decode("utf-8"))
+                    self._after_load()
                     log.info("load %s OK", path)
                     return True
                 except Exception as e:  # noqa: BLE001 - any decode failure means "use the backup"
@@ -134,12 +142,14 @@ class ConfigManager(abc.ABC):
             if main_existed:
                 log.error("config file %s is unusable and has no backup", path)
                 return False
+            self._after_load()  # (a journal alone: changes made since a fresh start)
             return True  # nothing stored yet
         try:
             self.decode(bak.decode("utf-8"))
         except Exception as e:  # noqa: BLE001
             log.error("config file %s and its backup are both corrupt: %s", path, e)
             return False
+        self._after_load()
         log.warning("loaded %s from its backup %s.bak", path, path)
         return True
 
@@ -148,13 +158,77 @@ class ConfigManager(abc.ABC):
         path = self.config_file_path()
         with self._lock:
             data = self.encode(pretty=True).encode("utf-8")
-            prev = read_file_bytes(path)
             try:
-                if prev and _is_json_like(prev):
-                    atomic_write(path + ".bak", prev)
+                self._keep_backup(path)
                 atomic_write(path, data)
+                self._written = _file_id(path)
             except OSError as e:
                 raise StoreError(f"cannot persist {path}: {e.strerror or e}") from e
+
+    def persist_soon(self):
+        """Group-committed persist(): in an event loop, a future of the write that will hold the
+        table as it is now (changes made while a write runs share the next one); outside a loop,
+        written at once (None)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.persist()
+            return None
+        if self._writes is None:
+            from rmq_core.loops import GroupCommit  # (the event-loop helpers, only where one runs)
+
+            self._writes = GroupCommit(self._write_batch, f"rmq-persist-{os.path.basename(self.config_file_path())}")
+        return self._writes.request()
+
+    async def _write_batch(self) -> None:
+        try:
+            what = await asyncio.to_thread(self._write_changes)
+        except Exception as e:
+            log.error("%s", e)
+            raise
+        log.info("%s written (%s)", os.path.basename(self.config_file_path()), what)
+
+    def _after_load(self) -> None:
+        """Called once a file was loaded (a journaled table replays its journal)."""
+
+    def _write_changes(self) -> str:
+        """A group-committed batch's write: the whole file here (a journaled table appends)."""
+        self.persist()
+        return "whole file"
+
+    async def flush(self) -> None:
+        """Wait for the group-committed writes under way (a stopping broker calls this)."""
+        if self._writes is not None:
+            await self._writes.close()
+
+    def _keep_backup(self, path: str) -> None:
+        """The current file becomes `<file>.bak`.  When it is the very file this manager last wrote
+        (same inode, size and mtime) it is known good: a hard link renamed over the backup costs
+        O(1), where re-reading and re-checking a large table would cost O(table) per persist."""
+        if self._written is not None and _file_id(path) == self._written:
+            tmp = path + ".bak.tmp"
+            try:
+                os.remove(tmp)
+            except FileNotFoundError:
+                pass
+            try:
+                os.link(path, tmp)
+            except OSError:  # (a file system without hard links) fall back to the copy below
+                pass
+            else:
+                os.replace(tmp, path + ".bak")
+                return
+        prev = read_file_bytes(path)
+        if prev and _is_json_like(prev):
+            atomic_write(path + ".bak", prev)
+
+
+def _file_id(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _is_json_like(raw: bytes) -> bool:
@@ -215,8 +289,10 @@ class ConsumerOffsetManager(ConfigManager):
         parts = key.split(TOPIC_GROUP_SEPARATOR)
         return (parts[0], parts[1]) if len(parts) == 2 else None
 
-    def commit_offset(self, client_host: str | None, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Store `offset` as the group's next offset to consume in (topic, queue_id)."""
+    def commit_offset(self, client_host: str | None, group: str, topic: str, queue_id: int, offset: int,
+                      client_id: str | None = None) -> None:
+        """Store `offset` as the group's next offset to consume in (topic, queue_id).  A lower
+        offset than the stored one is accepted (as RocketMQ) and logged naming the client."""
         if not group or not topic:
             raise IllegalArgumentError(f"commit_offset needs a group and a topic, got group={group!r} topic={topic!r}")
         if int(queue_id) < 0:
@@ -227,8 +303,9 @@ class ConsumerOffsetManager(ConfigManager):
             queues[int(queue_id)] = int(offset)
         if prev is not None and offset < prev:
             # Legal (a reset or a re-balanced consumer), but worth a trace as in RocketMQ.
-            log.warning("[NOTIFYME]update consumer offset less than store. clientHost=%s, key=%s, queueId=%s, "
-                        "requestOffset=%s, storeOffset=%s", client_host, self._key(topic, group), queue_id, offset, prev)
+            log.warning("[NOTIFYME]update consumer offset less than store. clientHost=%s, clientId=%s, key=%s, "
+                        "queueId=%s, requestOffset=%s, storeOffset=%s", client_host, client_id,
+                        self._key(topic, group), queue_id, offset, prev)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         with self._lock:
@@ -350,7 +427,16 @@ class TopicConfig:
 
 
 class _VersionedTable(ConfigManager):
-    """A name -> config table with a DataVersion bumped on every change."""
+    """A name -> config table with a DataVersion bumped on every change.
+
+    Group-committed writes (`persist_soon`) append the batch's changes to `<file>.log`, one JSON
+    line each (`{"v": counter, "ts": ..., "put": {...}}` or `"delete": name`), and fdatasync it:
+    a batch costs what it changed, not the table's size.  Once the journal holds more entries than
+    max(JOURNAL_MIN_ENTRIES, table size), the batch rewrites the whole file instead (crash-safe, as
+    `persist`) and empties the journal.  `load` replays the entries whose data version counter is
+    newer than the file's (an entry already in the file is skipped, so a crash between a rewrite and
+    the emptying is harmless).  A clean stop (`flush`) rewrites the file and empties the journal,
+    so a stopped broker's config directory is what a RocketMQ broker reads."""
 
     FILE_NAME = ""
     TABLE_KEY = ""
@@ -361,9 +447,112 @@ class _VersionedTable(ConfigManager):
         self.config_dir = os.fspath(config_dir)
         self.data_version = DataVersion()
         self._table: dict[str, Any] = {}
+        # name -> its `"name":{...}` JSON, kept between writes: a write of a large table joins
+        # strings instead of encoding every entry again, and the broker's full registration
+        # carries the same text.
+        self._fragments: dict[str, str] = {}
+        # Changes not in the file yet, in order: (data version after the change, name, config or
+        # None for a deletion).  A batch appends them to the journal (see the class docstring).
+        self._unwritten: list[tuple[DataVersion, str, Any]] = []
+        self._journal_entries = 0  # entries in the journal now (a rewrite of the file empties it)
+        self._io_lock = threading.Lock()
 
     def config_file_path(self) -> str:
         return os.path.join(self.config_dir, self.FILE_NAME)
+
+    def journal_path(self) -> str:
+        return self.config_file_path() + JOURNAL_SUFFIX
+
+    def _write_changes(self) -> str:
+        with self._lock:
+            changes, self._unwritten = self._unwritten, []
+            if not changes:
+                return "nothing new"
+            if self._journal_entries + len(changes) > max(JOURNAL_MIN_ENTRIES, len(self._table)):
+                self.persist()  # compaction: amortised O(1) per change
+                return "whole file, journal emptied"
+            lines = "".join(
+                json.dumps({"v": v.counter, "ts": v.timestamp, **({"put": item.to_json()} if item is not None
+                                                                   else {"delete": name})},
+                           separators=(",", ":")) + "\n" for v, name, item in changes).encode("utf-8")
+            self._journal_entries += len(changes)
+        path = self.journal_path()
+        with self._io_lock:
+            try:
+                created = not os.path.exists(path)
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    view = memoryview(lines)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+                if created:
+                    fsync_dir(os.path.dirname(path))
+            except OSError as e:
+                raise StoreError(f"cannot append to {path}: {e.strerror or e}") from e
+        return f"{len(changes)} changes appended to {os.path.basename(path)}"
+
+    def persist(self) -> None:
+        """The whole file (crash-safe), then an empty journal: what it held is in the file now."""
+        with self._lock:
+            super().persist()
+            self._unwritten = []
+            self._journal_entries = 0
+            with self._io_lock:
+                try:
+                    fd = os.open(self.journal_path(), os.O_WRONLY)
+                except FileNotFoundError:
+                    return
+                try:
+                    os.ftruncate(fd, 0)
+                    os.fsync(fd)
+                except OSError as e:
+                    raise StoreError(f"cannot empty {self.journal_path()}: {e.strerror or e}") from e
+                finally:
+                    os.close(fd)
+
+    def _after_load(self) -> None:
+        """Replay the journal's changes newer than the file (by data version counter).  A torn
+        last line (a crash in the middle of an append that was never acknowledged) ends it."""
+        raw = read_file_bytes(self.journal_path())
+        if not raw:
+            return
+        applied = entries = 0
+        for line in raw.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                counter, ts = int(entry["v"]), int(entry["ts"])
+                item = self.ITEM_TYPE.from_json(entry["put"]) if "put" in entry else None
+                name = self._name_of(item) if item is not None else str(entry["delete"])
+            except (ValueError, KeyError, TypeError, IllegalArgumentError) as e:
+                log.warning("%s: ignoring its end from entry %d on (%s)", self.journal_path(), entries + 1, e)
+                break
+            entries += 1
+            if counter <= self.data_version.counter:
+                continue  # in the file already
+            if item is None:
+                self._table.pop(name, None)
+            else:
+                self._table[name] = item
+            self._fragments.pop(name, None)
+            self.data_version = DataVersion(ts, counter)
+            applied += 1
+        self._journal_entries = entries
+        if applied:
+            log.info("%s: %d changes replayed", self.journal_path(), applied)
+
+    async def flush(self) -> None:
+        await super().flush()
+        if self._journal_entries or self._unwritten:
+            await asyncio.to_thread(self.persist)
+
+    @staticmethod
+    def _name_of(item) -> str:
+        raise NotImplementedError
 
     def get(self, name: str):
         with self._lock:
@@ -388,7 +577,9 @@ class _VersionedTable(ConfigManager):
         with self._lock:
             old = self._table.get(name)
             self._table[name] = item
+            self._fragments.pop(name, None)
             self.data_version.next_version()
+            self._unwritten.append((attrs.evolve(self.data_version), name, item))
             return old
 
     def delete(self, name: str):
@@ -396,16 +587,40 @@ class _VersionedTable(ConfigManager):
         with self._lock:
             old = self._table.pop(name, None)
             if old is not None:
+                self._fragments.pop(name, None)
                 self.data_version.next_version()
+                self._unwritten.append((attrs.evolve(self.data_version), name, None))
             return old
 
-    def encode(self, pretty: bool = False) -> str:
+    def table_json(self, separator: str = ",") -> str:
+        """The table's entries as JSON object members (`"name":{...}`), without the braces."""
         with self._lock:
-            obj = {
-                "dataVersion": self.data_version.to_json(),
-                self.TABLE_KEY: {k: v.to_json() for k, v in sorted(self._table.items())},
-            }
-        return _dumps(obj, pretty)
+            fragments = self._fragments
+            out = []
+            for name, item in self._table.items():
+                text = fragments.get(name)
+                if text is None:
+                    text = fragments[name] = json.dumps(name) + ":" + json.dumps(item.to_json(), separators=(",", ":"))
+                out.append(text)
+        return separator.join(out)
+
+    def snapshot_json(self) -> tuple[DataVersion, str]:
+        """(a copy of the data version, table_json()) taken together."""
+        with self._lock:
+            return attrs.evolve(self.data_version), self.table_json()
+
+    def snapshot(self) -> tuple[DataVersion, list]:
+        """(a copy of the data version, the configs) taken together."""
+        with self._lock:
+            return attrs.evolve(self.data_version), list(self._table.values())
+
+    def encode(self, pretty: bool = False) -> str:
+        """One entry per line when `pretty` (readable, and cheap to write for a large table)."""
+        with self._lock:
+            version = json.dumps(self.data_version.to_json(), separators=(",", ":"))
+            table = self.table_json(",\n" if pretty else ",")
+        nl = "\n" if pretty else ""
+        return f'{{"dataVersion":{version},{nl}"{self.TABLE_KEY}":{{{nl}{table}}}}}{nl}'
 
     def decode(self, text: str) -> None:
         obj = loads_lenient(text)
@@ -417,6 +632,8 @@ class _VersionedTable(ConfigManager):
         version = DataVersion.from_json(raw_version) if raw_version else DataVersion()
         with self._lock:
             self._table = parsed
+            self._fragments = {}
+            self._unwritten = []
             self.data_version = version
 
 
@@ -428,6 +645,10 @@ class TopicConfigTable(_VersionedTable):
     FILE_NAME = TOPICS_FILE
     TABLE_KEY = "topicConfigTable"
     ITEM_TYPE = TopicConfig
+
+    @staticmethod
+    def _name_of(item: TopicConfig) -> str:
+        return item.topic_name
 
     def put(self, config: TopicConfig) -> TopicConfig | None:
         """Add or replace a topic config; returns the previous one.  Bumps the data version."""
@@ -482,6 +703,10 @@ class SubscriptionGroupTable(_VersionedTable):
     FILE_NAME = SUBSCRIPTION_GROUP_FILE
     TABLE_KEY = "subscriptionGroupTable"
     ITEM_TYPE = SubscriptionGroupConfig
+
+    @staticmethod
+    def _name_of(item: SubscriptionGroupConfig) -> str:
+        return item.group_name
 
     def put(self, config: SubscriptionGroupConfig) -> SubscriptionGroupConfig | None:
         if not isinstance(config, SubscriptionGroupConfig):

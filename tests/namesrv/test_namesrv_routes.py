@@ -13,7 +13,7 @@ from rmq_core.config import NamesrvConfig
 from rmq_core.namesrv import BOOT_SUCCESS_LINE, NamesrvController, run_namesrv
 from rmq_core.remoting import RemotingClient, RemotingCommand
 from rmq_core.remoting.body import (
-    ClusterInfo, DataVersion, RegisterBrokerBody, TopicRouteData, kv_table_decode, loads_lenient, topic_list_decode,
+    REGISTER_ALL, ClusterInfo, DataVersion, RegisterBrokerBody, TopicRouteData, kv_table_decode, loads_lenient, topic_list_decode,
 )
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 
@@ -33,7 +33,7 @@ def listen(request):
 
 
 async def register(client, ns, *, cluster="DefaultCluster", name="broker-a", addr="127.0.0.1:10911", broker_id=0,
-                   topics=None, version=None, ha="127.0.0.1:10912", crc=True, compressed=False):
+                   topics=None, version=None, ha="127.0.0.1:10912", crc=True, compressed=False, register_all=None):
     topics = {"TopicA": 4} if topics is None else topics
     table = {t: {"topicName": t, "readQueueNums": n, "writeQueueNums": n, "perm": 6, "topicFilterType": "SINGLE_TAG",
                  "topicSysFlag": 0, "order": False} for t, n in topics.items()}
@@ -41,6 +41,8 @@ async def register(client, ns, *, cluster="DefaultCluster", name="broker-a", add
     ext = {"clusterName": cluster, "brokerName": name, "brokerAddr": addr, "brokerId": broker_id,
            "haServerAddr": ha, "compressed": compressed,
            "bodyCrc32": (zlib.crc32(body) & 0x7FFFFFFF) if crc else 0}
+    if register_all is not None:
+        ext[REGISTER_ALL] = register_all
     return await client.invoke(ns.listen_address, RemotingCommand.create_request(RequestCode.REGISTER_BROKER, ext, body), 3)
 
 
@@ -197,16 +199,22 @@ async def test_reregistration_applies_topic_changes(tmp_path):
         try:
             version = DataVersion()
             await register(broker, ns, topics={"Keep": 4, "Drop": 4}, version=version)
+            # an incremental registration (RocketMQ's registerIncrementBrokerData, and every Java
+            # 4.9 registration): it adds and updates what it carries, and leaves the rest alone
             version.next_version()
             await register(broker, ns, topics={"Keep": 8}, version=version)
-            assert (await route(broker, ns, "Drop")).code == ResponseCode.TOPIC_NOT_EXIST
+            assert (await route(broker, ns, "Drop")).code == ResponseCode.SUCCESS
             keep = TopicRouteData.decode((await route(broker, ns, "Keep")).body)
             assert keep.queue_datas[0].write_queue_nums == 8
+            # the full table (registerAll): what it lacks is gone
+            await register(broker, ns, topics={"Keep": 8}, version=version, register_all=True)
+            assert (await route(broker, ns, "Drop")).code == ResponseCode.TOPIC_NOT_EXIST
             # same data version but a new topic: still picked up
-            await register(broker, ns, topics={"Keep": 8, "New": 2}, version=version)
+            await register(broker, ns, topics={"Keep": 8, "New": 2}, version=version, register_all=True)
             assert (await route(broker, ns, "New")).code == ResponseCode.SUCCESS
             all_topics = topic_list_decode((await call(broker, ns, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body)
             assert all_topics == ["Keep", "New"]
+            assert ns.route_info_manager.broker_topics == {"broker-a": {"Keep", "New"}}
         finally:
             await broker.close()
 
@@ -462,3 +470,31 @@ async def test_get_and_update_namesrv_config(tmp_path):
             assert ns.config.broker_channel_expired_time == 30000
         finally:
             await c.close()
+
+
+def test_compressed_body_is_javas_deflate_layout():
+    """RegisterBrokerBody.encode(true) of RocketMQ 4.9: a zlib stream (Deflater BEST_COMPRESSION)
+    of int32 big-endian length-prefixed parts: DataVersion JSON, the topic count, one
+    TopicConfig.encode() line per topic ("name read write perm filterType"), the filter servers."""
+    import struct
+
+    version = DataVersion(1700000000000, 7)
+    raw_z = RegisterBrokerBody.encode_compressed(version, [("A", 4, 2, 6, "SINGLE_TAG"), ("B", 1, 1, 4, "MULTI_TAG")],
+                                                 ["127.0.0.1:1"])
+    assert raw_z[:2] == b"\x78\xda"  # zlib header of level 9, as java.util.zip.Deflater(9) writes
+    raw = zlib.decompress(raw_z)
+    pos = 0
+
+    def take() -> bytes:
+        nonlocal pos
+        (n,) = struct.unpack_from(">i", raw, pos)
+        pos += 4 + n
+        return raw[pos - n:pos]
+
+    assert json.loads(take()) == {"counter": 7, "timestamp": 1700000000000}
+    (count,) = struct.unpack_from(">i", raw, pos)
+    pos += 4
+    assert count == 2 and [take() for _ in range(count)] == [b"A 4 2 6 SINGLE_TAG", b"B 1 1 4 MULTI_TAG"]
+    assert json.loads(take()) == ["127.0.0.1:1"] and pos == len(raw)
+    back = RegisterBrokerBody.decode(raw_z, compressed=True)
+    assert back.data_version == version and back.topic_config_table["A"]["writeQueueNums"] == 2

@@ -222,3 +222,81 @@ def test_topics_bak_fallback(tmp_path):
     back = TopicConfigTable(tmp_path)
     assert back.load()
     assert sorted(back) == ["A"]
+
+
+# --- the journal of group-committed writes ----------------------------------------------------------
+def _journal_lines(tmp_path) -> list[dict]:
+    raw = (tmp_path / "topics.json.log").read_bytes() if (tmp_path / "topics.json.log").exists() else b""
+    return [json.loads(line) for line in raw.splitlines() if line.strip()]
+
+
+def test_batches_append_to_the_journal_and_load_replays_it(tmp_path):
+    t = TopicConfigTable(tmp_path)
+    t.put(TopicConfig("A", 1, 1))
+    t.persist()
+    whole = (tmp_path / "topics.json").read_bytes()
+    t.put(TopicConfig("B", 2, 2))
+    t.put(TopicConfig("A", 4, 4))
+    t.delete("B")
+    assert "appended" in t._write_changes()
+    assert (tmp_path / "topics.json").read_bytes() == whole  # a batch does not rewrite the file
+    assert [sorted(e) for e in _journal_lines(tmp_path)] == [["put", "ts", "v"], ["put", "ts", "v"], ["delete", "ts", "v"]]
+    back = TopicConfigTable(tmp_path)
+    assert back.load()
+    assert dict(back.items()) == {"A": TopicConfig("A", 4, 4)} and back.data_version == t.data_version
+    # a rewrite empties the journal; entries older than the file are never replayed over it
+    t.put(TopicConfig("C", 1, 1))
+    t.persist()
+    assert _journal_lines(tmp_path) == []
+    again = TopicConfigTable(tmp_path)
+    assert again.load() and sorted(again) == ["A", "C"]
+
+
+def test_a_torn_journal_line_ends_the_replay(tmp_path):
+    t = TopicConfigTable(tmp_path)
+    t.put(TopicConfig("A", 1, 1))
+    t._write_changes()
+    with open(tmp_path / "topics.json.log", "ab") as f:
+        f.write(b'{"v":99,"ts":1,"put":{"topicName":"Torn"')  # a crash in the middle of an append
+    back = TopicConfigTable(tmp_path)
+    assert back.load() and sorted(back) == ["A"]
+
+
+def test_the_journal_is_compacted_into_the_file(tmp_path, monkeypatch):
+    import rmq_core.store.config_file as cf
+
+    monkeypatch.setattr(cf, "JOURNAL_MIN_ENTRIES", 4)
+    t = TopicConfigTable(tmp_path)
+    for i in range(3):
+        t.put(TopicConfig(f"T{i}", 1, 1))
+    assert "appended" in t._write_changes()
+    t.put(TopicConfig("T0", 2, 2))
+    t.put(TopicConfig("T0", 3, 3))
+    assert "whole file" in t._write_changes()  # 5 entries > max(4, 3 topics): the journal is bounded by the table
+    assert _journal_lines(tmp_path) == []
+    assert json.loads((tmp_path / "topics.json").read_text())["topicConfigTable"]["T0"]["readQueueNums"] == 3
+
+
+def test_persist_soon_group_commits_a_burst(tmp_path):
+    import asyncio
+
+    asyncio.run(_burst(tmp_path))
+
+
+async def _burst(tmp_path):
+    import asyncio
+
+    t = TopicConfigTable(tmp_path)
+    writes = []
+    real = t._write_changes
+    t._write_changes = lambda: writes.append(real()) or writes[-1]
+    waits = []
+    for i in range(50):
+        t.put(TopicConfig(f"T{i}", 1, 1))
+        waits.append(t.persist_soon())
+    await asyncio.gather(*waits)
+    assert 1 <= len(writes) <= 2  # the first change's write, then one for the other 49
+    back = TopicConfigTable(tmp_path)
+    assert back.load() and len(back) == 50
+    await t.flush()  # a clean stop: the whole file, nothing left in the journal
+    assert _journal_lines(tmp_path) == [] and len(json.loads((tmp_path / "topics.json").read_text())["topicConfigTable"]) == 50

@@ -8,7 +8,7 @@ import time
 
 from rmq_core.broker.processors import Processor
 from rmq_core.broker.processors.client import json_body
-from rmq_core.errors import IllegalArgumentError
+from rmq_core.errors import IllegalArgumentError, StoreError
 from rmq_core.message import MixAll, TopicValidator
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.store.config_file import SubscriptionGroupConfig, TopicConfig
@@ -59,8 +59,8 @@ class AdminBrokerProcessor(Processor):
                 topic_sys_flag=request.get_int("topicSysFlag", 0),
                 order=request.get_bool("order", False),
             )
-            self.ctrl.topic_manager.create_or_update(tc)
-        except (IllegalArgumentError, ValueError) as e:
+            await self.ctrl.topic_manager.update_topic_config(tc)  # answered once written and registered
+        except (IllegalArgumentError, ValueError, StoreError) as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
         return request.make_response(ResponseCode.SUCCESS, None)
 
@@ -189,8 +189,8 @@ class AdminBrokerProcessor(Processor):
         try:
             d = json.loads(bytes(request.body or b"{}"))
             cfg = SubscriptionGroupConfig.from_json(d)
-            self.ctrl.subscription_manager.update(cfg)
-        except (ValueError, KeyError, TypeError) as e:
+            await self.ctrl.subscription_manager.update(cfg)
+        except (ValueError, KeyError, TypeError, StoreError) as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {e}")
         return request.make_response(ResponseCode.SUCCESS, None)
 
@@ -200,7 +200,7 @@ class AdminBrokerProcessor(Processor):
 
     async def delete_subscription_group(self, ctx, request):
         group = request.get_str("groupName")
-        self.ctrl.subscription_manager.delete(group or "")
+        await self.ctrl.subscription_manager.delete(group or "")
         if request.get_bool("removeOffset", False):
             self.ctrl.offset_manager.remove_offset(group)
         return request.make_response(ResponseCode.SUCCESS, None)

@@ -151,7 +151,8 @@ class ClientManageProcessor(Processor):
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad offset update: {e}")
         if not group or not topic or queue_id is None or offset is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "offset update needs consumerGroup, topic, queueId, commitOffset")
-        self.ctrl.offset_manager.commit_offset(ctx.remote_address, group, topic, queue_id, offset)
+        self.ctrl.offset_manager.commit_offset(ctx.remote_address, group, topic, queue_id, offset,
+                                               self.ctrl.consumer_manager.client_id_of(group, ctx))
         return request.make_response(ResponseCode.SUCCESS, None)
 
     async def lock_batch_mq(self, ctx, request):

@@ -140,7 +140,8 @@ class PullMessageProcessor(Processor):
 
         store_offset_enable = broker_allow_suspend and bool(sys_flag & FLAG_COMMIT_OFFSET)
         if store_offset_enable and commit_offset is not None and commit_offset >= 0:
-            ctrl.offset_manager.commit_offset(ctx.remote_address, group, topic, queue_id, commit_offset)
+            ctrl.offset_manager.commit_offset(ctx.remote_address, group, topic, queue_id, commit_offset,
+                                              ctrl.consumer_manager.client_id_of(group, ctx))
 
         if code == ResponseCode.SUCCESS:
             body = result.buffer
