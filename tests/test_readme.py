@@ -2,7 +2,8 @@
 the `<!-- check: KIND -->` comment right before it, and every error text its refusal table quotes
 is compared with what a real run prints.
 
-Kinds of blocks:
+Kinds of blocks (```python, ```properties and ```console blocks default to their own kind; any
+other block needs its comment):
 - `python`: run as a program (this interpreter, a fresh temporary directory as cwd); with
   `python, output` the ```text block after it lists lines the program must print, in order.
 - `properties`: loaded as a broker.conf (rmq_core.config.load_broker_conf): every key known, every
@@ -36,6 +37,8 @@ README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 NS, BROKER, CONSOLE = "127.0.0.1:9876", "127.0.0.1:10911", "127.0.0.1:8080"
 KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make"}
+# a block without a check comment is checked by its language where that says how (else it is an error)
+DEFAULT_KINDS = {"python": "python", "properties": "properties", "console": "console"}
 
 
 @dataclass
@@ -74,6 +77,7 @@ def readme_blocks(text: str | None = None) -> list[Block]:
                     and blocks[-1].output is None:
                 blocks[-1].output = text_
             else:
+                kind = kind or DEFAULT_KINDS.get(lang)
                 assert kind is not None, f"README:{start}: a ```{lang} block without a <!-- check: KIND --> comment"
                 blocks.append(Block(kind, lang, text_, start))
             kind = None
@@ -264,4 +268,5 @@ def test_refusal_table_texts(live, tmp_path):
 
 def test_readme_harness_rejects_an_unchecked_block():
     with pytest.raises(AssertionError, match="without a <!-- check"):
-        readme_blocks("text\n\n```python\nprint(1)\n```\n")
+        readme_blocks("text\n\n```sh\nrmq namesrv\n```\n")
+    assert [b.kind for b in readme_blocks("```properties\nlistenPort=1\n```\n")] == ["properties"]
