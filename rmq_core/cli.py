@@ -95,6 +95,7 @@ def _cmd_standalone(args) -> None:
     cluster = Cluster(args.store, args.config, namesrv_listen=args.namesrv_listen,
                       broker_listen=args.broker_listen, name="standalone")
     _check_store_writable(cluster.store_config.store_path_root_dir)
+
     async def start_cluster():
         return [*await cluster.start_async(), _store_line(cluster.store_config)]
 

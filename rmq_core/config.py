@@ -89,8 +89,8 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
 
 
 def _convert(where: str, field: attrs.Attribute, value: Any, key: str | None = None) -> Any:
-    """`value` as the field's type; a bad value is a ConfigError naming `where` (the file or
-    setting it came from), the key and the accepted values."""
+    """`value` as the field's type; a bad value is a ConfigError naming `where` (the file it came
+    from; "" for a keyword setting), the key and the accepted values."""
     key = key or field.metadata["key"]
     typ = field.type if not isinstance(field.type, str) else _TYPE_NAMES.get(field.type, str)
     if value is None or (isinstance(value, str) and not isinstance(typ, type)):
@@ -117,7 +117,8 @@ def _convert(where: str, field: attrs.Attribute, value: Any, key: str | None = N
             " | ".join(m.value for m in typ) if isinstance(typ, type) and issubclass(typ, enum.Enum)
             else getattr(typ, "__name__", str(typ))
         )
-        raise ConfigError(f"{where}: bad value {value!r} for {key} (expected {expected})") from None
+        msg = f"bad value {value!r} for {key} (expected {expected})"
+        raise ConfigError(f"{where}: {msg}" if where else msg) from None
 
 
 _TYPE_NAMES = {"int": int, "bool": bool, "float": float, "str": str, "FlushDiskType": FlushDiskType,
@@ -160,7 +161,7 @@ class PropertiesConfig:
             if name not in fields:
                 raise ConfigError(f"unknown setting {name!r}{did_you_mean(name, fields)}")
             if v is not None:
-                kwargs[name] = (_convert(f"setting {name}", fields[name], v, name)
+                kwargs[name] = (_convert("", fields[name], v, f"setting {name}")
                                 if "key" in fields[name].metadata else v)
         try:
             return cls(**kwargs)
@@ -193,7 +194,7 @@ def _ratio_percent(inst, attribute, value):
 def _hours_of_day(inst, attribute, value):
     hours = [h.strip() for h in str(value).split(";") if h.strip()]
     if not hours or not all(h.isdigit() and 0 <= int(h) <= 23 for h in hours):
-        raise ConfigError(f"{attribute.metadata['key']}: bad value {value!r} (expected hours of the day "
+        raise ConfigError(f"bad value {value!r} for {attribute.metadata['key']} (expected hours of the day "
                           f"0..23 separated by ';', e.g. 04 or 04;16)")
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import os
 import socket
-
 from typing import Callable
 
 import attrs

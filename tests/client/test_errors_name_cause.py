@@ -111,8 +111,8 @@ def test_broker_conf_errors_name_the_file_the_key_and_the_accepted_values(tmp_pa
                                    f"(expected ASYNC_FLUSH | SYNC_FLUSH)",
         "brokerNam=broker-a": f"rmq broker: error: {conf}: unknown key 'brokerNam' (did you mean 'brokerName'?)",
         "mappedFileSizeCommitLog=0": f"rmq broker: error: {conf}: mappedFileSizeCommitLog must be > 0, got 0",
-        "deleteWhen=4am": f"rmq broker: error: {conf}: deleteWhen: bad value '4am' (expected hours of the day 0..23 "
-                          f"separated by ';', e.g. 04 or 04;16)",
+        "deleteWhen=4am": f"rmq broker: error: {conf}: bad value '4am' for deleteWhen (expected hours of the day "
+                          f"0..23 separated by ';', e.g. 04 or 04;16)",
     }
     for line, expected in cases.items():
         conf.write_text(f"storePathRootDir={tmp_path / 'store'}\n{line}\n")
@@ -128,8 +128,7 @@ def test_broker_conf_errors_name_the_file_the_key_and_the_accepted_values(tmp_pa
 def test_settings_from_python_are_named_as_settings_with_the_nearest_known_name(tmp_path):
     with pytest.raises(ConfigError) as e:
         rmq_core.standalone(store=str(tmp_path), flush_disk_type="SOMETIMES")
-    assert str(e.value) == ("setting flush_disk_type: bad value 'SOMETIMES' for flush_disk_type "
-                            "(expected ASYNC_FLUSH | SYNC_FLUSH)")
+    assert str(e.value) == "bad value 'SOMETIMES' for setting flush_disk_type (expected ASYNC_FLUSH | SYNC_FLUSH)"
     with pytest.raises(ConfigError, match=r"^unknown setting 'mapped_file_size' \(did you mean 'mapped_file_size_commit_log'\?\)$"):
         rmq_core.standalone(store=str(tmp_path), mapped_file_size=1)
     with pytest.raises(ConfigError) as e:
