@@ -157,3 +157,30 @@ def test_a_persisted_restart_key_is_in_effect_after_the_restart(tmp_path):
         assert second.store_config.file_reserved_time == 24
     finally:
         second.stop()
+
+
+def test_the_property_filter_switch_takes_effect_at_once(live):
+    """enablePropertyFilter turned off on a running broker: the next SQL92 subscription is refused."""
+    from rmq_core import ConsumeStatus, MessageSelector, PushConsumer
+
+    cluster, admin = live
+
+    def start_sql_consumer():
+        c = PushConsumer("UbcSql", namesrv=cluster.tcp_namesrv)
+        c.subscribe("UbcSqlTopic", MessageSelector.by_sql("a > 1"))
+        c.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+        try:
+            c.start()
+        finally:
+            c.shutdown()
+
+    with Producer("UbcPG", namesrv=cluster.tcp_namesrv) as p:
+        p.send(Message("UbcSqlTopic", b"x", properties={"a": "2"}))  # the topic exists on the broker
+    start_sql_consumer()  # on (SMALL): accepted
+    admin.update_broker_config(cluster.broker_addr, {"enablePropertyFilter": "false"})
+    try:
+        with pytest.raises(Exception, match=r"property filtering is off \(enablePropertyFilter=false\)"):
+            start_sql_consumer()
+    finally:
+        admin.update_broker_config(cluster.broker_addr, {"enablePropertyFilter": "true"})
+    start_sql_consumer()
