@@ -30,11 +30,11 @@ def _check_store_writable(path: str) -> None:
 
 
 def _store_line(cfg) -> str:
-    """The boot line saying where the store lives and what it holds on disk from the start."""
+    """The boot line saying where the store lives and the size of each file it makes."""
     mib = 1024 * 1024
     index = 40 + cfg.max_hash_slot_num * 4 + cfg.max_index_num * 20
-    return (f"store {cfg.store_path_root_dir}: commit-log segments of {cfg.mapped_file_size_commit_log / mib:g} MiB "
-            f"(2 allocated), index files of {index / mib:.1f} MiB, "
+    return (f"store {cfg.store_path_root_dir}: commit-log segments of {cfg.mapped_file_size_commit_log / mib:g} MiB, "
+            f"index files of {index / mib:.1f} MiB, "
             f"{cfg.mapped_file_size_consume_queue / mib:.2f} MiB per consume queue")
 
 
