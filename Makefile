@@ -1,34 +1,50 @@
 # The two set-up commands of the README: `make run` and `make test`.  Each does the whole set-up
 # on a fresh machine: .venv, install (editable, with the Cython extensions built), then the job.
+# `make run` installs only what a broker needs; `make test` adds the test extras, PySpark, a Java
+# runtime and chromium.  Each has its own stamp, so either may come first and neither undoes the other.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-PIP    := $(PY) -m pip --disable-pip-version-check -q
+# -qq: pip's errors only, not the build backend's notices (which look like failures)
+PIP    := $(PY) -m pip --disable-pip-version-check -qq
 PYTEST_ARGS ?=
+# The requirements of optional-dependency groups of pyproject.toml, one a line (the one list of them).
+EXTRAS = $(PY) -c 'import sys, tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(r for e in sys.argv[1:] for r in d[e]))'
 
-.PHONY: run test test-slow bench bench-against build setup clean browser
+.PHONY: run test test-slow bench bench-against build build-run setup setup-run clean browser
 
 # --- set-up -------------------------------------------------------------------------------------
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -U pip setuptools wheel "Cython>=3.0"
 
-# Re-install when the packaging files change (the stamp keeps repeated `make test` fast).
-# The spark extra (pyspark, pyarrow) is part of the test set-up: tests/spark runs a local Spark
-# session, which needs a Java runtime (Debian's, when the machine has none).
-$(VENV)/.installed: $(VENV)/bin/python pyproject.toml setup.py
-	@command -v java >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null) || echo "no Java runtime: the Spark tests will fail"
-	$(PIP) install --no-build-isolation -e '.[dev,spark]'
+# rmq itself and its run-time dependencies: all `make run` needs.  The Cython extensions are built
+# in place first (two at a time), so pip's editable install skips them (setup.py: RMQ_SKIP_EXT_BUILD).
+# Re-installed when the packaging files change.
+$(VENV)/.installed-run: $(VENV)/bin/python pyproject.toml setup.py
+	$(PY) setup.py -q build_ext --inplace -j 2 >/dev/null
+	RMQ_SKIP_EXT_BUILD=1 $(PIP) install --no-build-isolation -e .
 	touch $@
 
-setup: $(VENV)/.installed
+# The test set-up adds the extras without re-building rmq: the dev tools and the spark extra
+# (pyspark, pyarrow; tests/spark runs a local Spark session, which needs a Java runtime - Debian's,
+# when the machine has none).
+$(VENV)/.installed-test: $(VENV)/.installed-run
+	@command -v java >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null) || echo "no Java runtime: the Spark tests will fail"
+	$(EXTRAS) dev spark > $(VENV)/extras.txt
+	$(PIP) install -r $(VENV)/extras.txt
+	touch $@
+
+setup-run: $(VENV)/.installed-run
+setup: $(VENV)/.installed-test
 
 # Rebuild the Cython extensions in place (a no-op when nothing changed).
-build: setup
+build-run: setup-run
 	$(PY) setup.py -q build_ext --inplace -j 2 >/dev/null
+build: setup build-run
 
 # --- jobs ---------------------------------------------------------------------------------------
-run: build
+run: build-run
 	$(VENV)/bin/rmq standalone $(RUN_ARGS)
 
 # The web console's tests drive Debian's chromium through chromium-driver (Selenium).
@@ -44,7 +60,7 @@ test-slow: build
 # Benchmarks need a Redis server as the baseline for the client benchmarks (Debian's package).
 bench: build
 	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) || echo "redis-server unavailable: Redis baselines will be skipped"
-	$(PIP) install -e '.[dev,spark,bench]' --no-build-isolation
+	$(EXTRAS) bench > $(VENV)/extras-bench.txt && $(PIP) install -r $(VENV)/extras-bench.txt
 	mkdir -p .benchmarks
 	$(PY) -m pytest tests/bench --benchmark-only --benchmark-columns=min,median,mean,ops,rounds --benchmark-json=.benchmarks/last.json -q $(PYTEST_ARGS)
 	$(PY) -m tests.bench.report .benchmarks/last.json
@@ -53,7 +69,7 @@ bench: build
 bench-against: build
 	@test -n "$(REF)" || (echo "usage: make bench-against REF=<commit> [PYTEST_ARGS='-k send']"; exit 2)
 	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) || echo "redis-server unavailable: Redis baselines will be skipped"
-	$(PIP) install -e '.[dev,spark,bench]' --no-build-isolation
+	$(EXTRAS) bench > $(VENV)/extras-bench.txt && $(PIP) install -r $(VENV)/extras-bench.txt
 	$(PY) -m tests.bench.against $(REF) --json .benchmarks/against.json -- $(PYTEST_ARGS)
 
 clean:

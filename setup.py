@@ -36,15 +36,21 @@ def native_extensions():
 
 
 def packages():
+    # _native (Cython sources and headers beside the built modules) and dashboard/static (the
+    # console's files) hold no __init__.py but ship files: they are listed as packages so their
+    # package-data is declared, not guessed by setuptools (which warns about each).
     core = find_packages(include=["rmq_core", "rmq_core.*", "spark_plugin", "spark_plugin.*"])
+    core += ["rmq_core._native", "rmq_core.dashboard.static"]
     plug = ["rmq_plugins" + p[len("plugins"):] for p in find_packages(include=["plugins", "plugins.*"])]
     return core + plug
 
 
-setup(
-    packages=packages(),
-    package_dir={"rmq_plugins": "plugins"},
-    ext_modules=cythonize(
+def ext_modules():
+    # The Makefile builds the extensions in place first (once, two compilers at a time), then
+    # installs editable with RMQ_SKIP_EXT_BUILD=1 so that pip does not compile them all again.
+    if os.environ.get("RMQ_SKIP_EXT_BUILD") == "1":
+        return []
+    return cythonize(
         native_extensions(),
         language_level=3,
         compiler_directives={
@@ -54,6 +60,12 @@ setup(
             "initializedcheck": False,
         },
         annotate=False,
-    ),
+    )
+
+
+setup(
+    packages=packages(),
+    package_dir={"rmq_plugins": "plugins"},
+    ext_modules=ext_modules(),
     zip_safe=False,
 )

@@ -29,6 +29,15 @@ def _check_store_writable(path: str) -> None:
         raise ConfigError(f"store directory {path!r} is not writable: {e.strerror}") from None
 
 
+def _store_line(cfg) -> str:
+    """The boot line saying where the store lives and the size of each file it makes."""
+    mib = 1024 * 1024
+    index = 40 + cfg.max_hash_slot_num * 4 + cfg.max_index_num * 20
+    return (f"store {cfg.store_path_root_dir}: commit-log segments of {cfg.mapped_file_size_commit_log / mib:g} MiB, "
+            f"index files of {index / mib:.1f} MiB, "
+            f"{cfg.mapped_file_size_consume_queue / mib:.2f} MiB per consume queue")
+
+
 async def _serve(start, stop) -> None:
     """Start, print boot lines, wait for SIGTERM/SIGINT, stop."""
     loop = asyncio.get_running_loop()
@@ -75,7 +84,7 @@ def _cmd_broker(args) -> None:
     ctrl = BrokerController(broker_cfg, store_cfg, listen_host=args.listen_host)
 
     async def start():
-        return [await ctrl.start()]
+        return [await ctrl.start(), _store_line(store_cfg)]
 
     loops.run(_serve(start, ctrl.stop))
 
@@ -86,8 +95,12 @@ def _cmd_standalone(args) -> None:
     cluster = Cluster(args.store, args.config, namesrv_listen=args.namesrv_listen,
                       broker_listen=args.broker_listen, name="standalone")
     _check_store_writable(cluster.store_config.store_path_root_dir)
+
+    async def start_cluster():
+        return [*await cluster.start_async(), _store_line(cluster.store_config)]
+
     if not args.dashboard:
-        loops.run(_serve(cluster.start_async, cluster.stop_async))
+        loops.run(_serve(start_cluster, cluster.stop_async))
         return
     from rmq_core.dashboard import serve
     from rmq_core.message import parse_address
@@ -96,7 +109,7 @@ def _cmd_standalone(args) -> None:
     console: list = []
 
     async def start():
-        lines = await cluster.start_async()
+        lines = await start_cluster()
         # the console's admin calls are blocking: over TCP to this process's own name server
         console.append(serve(cluster.tcp_namesrv, host, port))
         return [*lines, f"rmq console on {console[0].url}"]
@@ -171,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("rmq.progress").setLevel(min(level, logging.INFO))  # long operations report progress
     try:
         rc = args.fn(args)
+        sys.stdout.flush()  # a reader gone (`rmq admin ... | head`) shows here rather than at exit
+    except BrokenPipeError:
+        # as `mqadmin | head`: no error and exit 0; stdout goes to /dev/null so that the
+        # interpreter's last flush does not complain either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ConfigError, RMQError) as e:
         print(f"rmq {args.command}: error: {e}", file=sys.stderr)
         return 2

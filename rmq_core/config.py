@@ -6,7 +6,9 @@ ConfigError naming the key, the value and what was expected.
 """
 from __future__ import annotations
 
+import difflib
 import enum
+import logging
 import os
 from typing import Any, Iterable, Mapping
 
@@ -86,8 +88,16 @@ def parse_properties(text: str, where: str = "properties") -> dict[str, str]:
     return out
 
 
-def _convert(cls_name: str, field: attrs.Attribute, value: Any) -> Any:
-    key = field.metadata["key"]
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the nearest known name, else '': the tail of an unknown-name error."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _convert(where: str, field: attrs.Attribute, value: Any, key: str | None = None) -> Any:
+    """`value` as the field's type; a bad value is a ConfigError naming `where` (the file it came
+    from; "" for a keyword setting), the key and the accepted values."""
+    key = key or field.metadata["key"]
     typ = field.type if not isinstance(field.type, str) else _TYPE_NAMES.get(field.type, str)
     if value is None or (isinstance(value, str) and not isinstance(typ, type)):
         return value
@@ -113,7 +123,8 @@ def _convert(cls_name: str, field: attrs.Attribute, value: Any) -> Any:
             " | ".join(m.value for m in typ) if isinstance(typ, type) and issubclass(typ, enum.Enum)
             else getattr(typ, "__name__", str(typ))
         )
-        raise ConfigError(f"{cls_name}: bad value {value!r} for {key} (expected {expected})") from None
+        msg = f"bad value {value!r} for {key} (expected {expected})"
+        raise ConfigError(f"{where}: {msg}" if where else msg) from None
 
 
 _TYPE_NAMES = {"int": int, "bool": bool, "float": float, "str": str, "FlushDiskType": FlushDiskType,
@@ -129,14 +140,18 @@ class PropertiesConfig:
         return {f.metadata["key"]: f.name for f in attrs.fields(cls) if "key" in f.metadata}
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any] | str | None = None, *, strict: bool = True, **overrides):
+    def from_properties(cls, props: Mapping[str, Any] | str | None = None, *, strict: bool = True,
+                        where: str | None = None, **overrides):
         """Build from a mapping of RocketMQ property names (or a path to a .properties file).
 
         strict: unknown keys raise ConfigError (a typo must not be silently ignored).
-        overrides: attribute names (snake_case) that win over the file.
+        where: what errors name as the source of the properties (default: the file, else "config").
+        overrides: attribute names (snake_case) that win over the file; errors name them as settings.
         """
         if isinstance(props, (str, os.PathLike)):
+            where = where or os.fspath(props)
             props = read_properties_file(os.fspath(props))
+        where = where or "config"
         props = dict(props or {})
         keymap = cls.keys()
         fields = {f.name: f for f in attrs.fields(cls)}
@@ -145,20 +160,21 @@ class PropertiesConfig:
             name = keymap.get(k)
             if name is None:
                 if strict:
-                    raise ConfigError(f"{cls.__name__}: unknown key {k!r}")
+                    raise ConfigError(f"{where}: unknown key {k!r}{did_you_mean(k, keymap)}")
                 continue
-            kwargs[name] = _convert(cls.__name__, fields[name], v)
+            kwargs[name] = _convert(where, fields[name], v)
         for name, v in overrides.items():
             if name not in fields:
-                raise ConfigError(f"{cls.__name__}: unknown setting {name!r}")
+                raise ConfigError(f"unknown setting {name!r}{did_you_mean(name, fields)}")
             if v is not None:
-                kwargs[name] = _convert(cls.__name__, fields[name], v) if "key" in fields[name].metadata else v
+                kwargs[name] = (_convert("", fields[name], v, f"setting {name}")
+                                if "key" in fields[name].metadata else v)
         try:
             return cls(**kwargs)
+        except ConfigError as e:  # a validator's complaint ("<key> must be > 0, got 0"): say where
+            raise ConfigError(f"{where}: {e}") from None
         except (TypeError, ValueError) as e:
-            if isinstance(e, ConfigError):
-                raise
-            raise ConfigError(f"{cls.__name__}: {e}") from None
+            raise ConfigError(f"{where}: {e}") from None
 
     def to_properties(self) -> dict[str, str]:
         out = {}
@@ -173,12 +189,19 @@ class PropertiesConfig:
 
 def _positive(inst, attribute, value):
     if value <= 0:
-        raise ConfigError(f"{type(inst).__name__}: {attribute.metadata.get('key', attribute.name)} must be > 0, got {value!r}")
+        raise ConfigError(f"{attribute.metadata.get('key', attribute.name)} must be > 0, got {value!r}")
 
 
 def _ratio_percent(inst, attribute, value):
     if not 1 <= value <= 99:
-        raise ConfigError(f"{type(inst).__name__}: {attribute.metadata['key']} must be within 1..99, got {value!r}")
+        raise ConfigError(f"{attribute.metadata['key']} must be within 1..99, got {value!r}")
+
+
+def _hours_of_day(inst, attribute, value):
+    hours = [h.strip() for h in str(value).split(";") if h.strip()]
+    if not hours or not all(h.isdigit() and 0 <= int(h) <= 23 for h in hours):
+        raise ConfigError(f"bad value {value!r} for {attribute.metadata['key']} (expected hours of the day "
+                          f"0..23 separated by ';', e.g. 04 or 04;16)")
 
 
 def _valid_delay_levels(inst, attribute, value):
@@ -202,7 +225,7 @@ class MessageStoreConfig(PropertiesConfig):
     flush_consume_queue_least_pages: int = prop(2, "flushConsumeQueueLeastPages")
     sync_flush_timeout: int = prop(5000, "syncFlushTimeout", validator=_positive)
     file_reserved_time: int = prop(72, "fileReservedTime", validator=_positive)  # hours
-    delete_when: str = prop("04", "deleteWhen")  # hours of day, e.g. "04" or "04;16"
+    delete_when: str = prop("04", "deleteWhen", validator=_hours_of_day)  # hours of day, e.g. "04" or "04;16"
     clean_resource_interval: int = prop(10_000, "cleanResourceInterval", validator=_positive)
     disk_max_used_space_ratio: int = prop(75, "diskMaxUsedSpaceRatio", validator=_ratio_percent)
     disk_space_clean_forcibly_ratio: float = prop(0.85, "diskSpaceCleanForciblyRatio")
@@ -257,6 +280,11 @@ class MessageStoreConfig(PropertiesConfig):
     @property
     def delay_levels_ms(self) -> list[int]:
         return parse_delay_levels(self.message_delay_level)
+
+    @property
+    def updated_config_file(self) -> str:
+        """Where updateBrokerConfig writes what it changed: read over broker.conf at the next start."""
+        return os.path.join(self.config_dir, "broker.properties")
 
 
 @attrs.define
@@ -336,24 +364,59 @@ class NamesrvConfig(PropertiesConfig):
                                                            validator=_positive)
 
 
-def load_broker_conf(props: Mapping[str, Any] | str | None = None, **overrides) -> tuple[BrokerConfig, MessageStoreConfig]:
+def load_broker_conf(props: Mapping[str, Any] | str | None = None, *, defaults: Mapping[str, Any] | None = None,
+                     where: str | None = None, updated: bool = True,
+                     **overrides) -> tuple[BrokerConfig, MessageStoreConfig]:
     """Split one broker.conf into the broker's and the store's settings (as RocketMQ does); any key
-    that neither knows is an error naming it."""
+    that neither knows is an error naming the file (`where`) and the key.  `defaults`: property
+    values the file may override (the embedded mode's small segments); `overrides`: attribute
+    names that win over the file.  `updated`: what updateBrokerConfig wrote into the store
+    (`updated_config_file`) wins over the file, as RocketMQ rewrites its broker.conf."""
     if isinstance(props, (str, os.PathLike)):
+        where = where or os.fspath(props)
         props = read_properties_file(os.fspath(props))
-    props = dict(props or {})
+    where = where or "broker config"
+    props = {**(defaults or {}), **(props or {})}
     bkeys, skeys = BrokerConfig.keys(), MessageStoreConfig.keys()
     unknown = [k for k in props if k not in bkeys and k not in skeys]
     if unknown:
-        raise ConfigError(f"broker.conf: unknown key {unknown[0]!r}")
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], {**bkeys, **skeys})}")
     b_over = {k: v for k, v in overrides.items() if k in attrs.fields_dict(BrokerConfig)}
     s_over = {k: v for k, v in overrides.items() if k in attrs.fields_dict(MessageStoreConfig)}
-    bad = set(overrides) - set(b_over) - set(s_over)
+    bad = sorted(set(overrides) - set(b_over) - set(s_over))
     if bad:
-        raise ConfigError(f"unknown setting {sorted(bad)[0]!r}")
-    broker = BrokerConfig.from_properties({k: v for k, v in props.items() if k in bkeys}, **b_over)
-    store = MessageStoreConfig.from_properties({k: v for k, v in props.items() if k in skeys}, **s_over)
+        known = {**attrs.fields_dict(BrokerConfig), **attrs.fields_dict(MessageStoreConfig)}
+        raise ConfigError(f"unknown setting {bad[0]!r}{did_you_mean(bad[0], known)}")
+    broker = BrokerConfig.from_properties({k: v for k, v in props.items() if k in bkeys}, where=where, **b_over)
+    store = MessageStoreConfig.from_properties({k: v for k, v in props.items() if k in skeys}, where=where, **s_over)
+    if updated and os.path.exists(store.updated_config_file):
+        path = store.updated_config_file
+        changed = read_properties_file(path)
+        logging.getLogger("rmq.broker").warning("settings changed by updateBrokerConfig, from %s: %s", path,
+                                                ", ".join(f"{k}={v}" for k, v in changed.items()))
+        return load_broker_conf({**props, **changed}, where=f"{where} + {path}", updated=False, **overrides)
     return broker, store
+
+
+# Keys a running broker applies at once through updateBrokerConfig: the services read them where
+# they act (the store refreshes what it keeps, MessageStore.apply_config).  Any other key is written
+# to the store's updated_config_file and takes effect after a restart (they name or place the
+# broker, size its files, or are read once by a service as it starts - in RocketMQ too).
+RUNTIME_BROKER_KEYS = frozenset({
+    # store
+    "maxMessageSize", "flushIntervalCommitLog", "flushCommitLogLeastPages", "flushCommitLogThoroughInterval",
+    "flushIntervalConsumeQueue", "flushConsumeQueueLeastPages", "syncFlushTimeout", "fileReservedTime",
+    "deleteWhen", "cleanResourceInterval", "diskMaxUsedSpaceRatio", "diskSpaceCleanForciblyRatio",
+    "diskSpaceWarningLevelRatio", "maxTransferBytesOnMessageInMemory", "maxTransferCountOnMessageInMemory",
+    "maxTransferBytesOnMessageInDisk", "maxTransferCountOnMessageInDisk", "accessMessageInMemoryMaxRatio",
+    "timerWheelEnable", "timerMaxDelaySec",
+    # broker
+    "namesrvAddr", "brokerPermission", "autoCreateTopicEnable", "autoCreateSubscriptionGroup",
+    "defaultTopicQueueNums", "enablePropertyFilter", "filterSupportRetry", "longPollingEnable",
+    "shortPollingTimeMills", "notifyConsumerIdsChangedEnable", "transferMsgByHeap", "rejectTransactionMessage",
+    "transactionTimeOut", "transactionCheckMax", "traceTopicEnable", "errorReplyDelayMs",
+    "lockRefuseReplyDelayMs",
+})
 
 
 def names(values: Iterable[str]) -> str:

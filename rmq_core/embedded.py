@@ -23,6 +23,16 @@ from rmq_core.remoting.server import RemotingServer
 log = logging.getLogger("rmq")
 _ids = itertools.count(1)
 
+# The embedded and standalone modes are sized for a laptop: RocketMQ's defaults (which `rmq broker`
+# keeps) hold two 1 GiB commit-log segments and a 420 MB index file as real blocks from the start.
+# broker.conf keys and keyword settings override these.
+LAPTOP_SIZES = {
+    "mappedFileSizeCommitLog": 64 * 1024 * 1024,  # the active segment + the pre-created next: 128 MiB
+    "mappedFileSizeConsumeQueue": 30_000 * 20,    # 600 KB per queue (RocketMQ: 300,000 entries, 6 MB)
+    "maxHashSlotNum": 100_000,                    # one index file of about 8.4 MB (RocketMQ: 420 MB)
+    "maxIndexNum": 400_000,
+}
+
 
 class Cluster:
     """A running embedded name server + broker."""
@@ -37,7 +47,7 @@ class Cluster:
             overrides.setdefault("store_path_root_dir", os.path.abspath(os.path.expanduser(store)))
         overrides.setdefault("listen_port", b_port)
         overrides.setdefault("broker_ip1", "127.0.0.1" if b_host in ("0.0.0.0", "") else b_host)
-        self.broker_config, self.store_config = load_broker_conf(config, **overrides)
+        self.broker_config, self.store_config = load_broker_conf(config, defaults=LAPTOP_SIZES, **overrides)
         self.namesrv_config = NamesrvConfig(
             listen_port=ns_port, listen_host=ns_host,
             kv_config_path=os.path.join(self.store_config.store_path_root_dir, "namesrv", "kvConfig.json"))
@@ -143,5 +153,7 @@ class Cluster:
 
 
 def standalone(store: str | None = None, config: str | Mapping[str, Any] | None = None, **kwargs) -> Cluster:
-    """`with rmq_core.standalone(store=DIR) as cluster:` — embedded name server + broker."""
+    """`with rmq_core.standalone(store=DIR) as cluster:` — embedded name server + broker, with the
+    laptop-sized segments of LAPTOP_SIZES unless `config` (broker.conf keys) or keyword settings
+    (`mapped_file_size_commit_log=...`) say otherwise."""
     return Cluster(store, config, **kwargs)

@@ -61,6 +61,10 @@ class MQClientError(RMQError):
         super().__init__(message)
 
 
+class NamesrvUnreachableError(MQClientError):
+    """No name server answered: names each address tried and its socket error."""
+
+
 class MQBrokerError(RMQError):
     """The broker (or name server) answered with a non-success response code."""
 

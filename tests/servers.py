@@ -159,3 +159,45 @@ class Tmpfs:
         r = subprocess.run(["umount", self.path], capture_output=True, text=True)
         if r.returncode != 0:
             subprocess.run(["umount", "-l", self.path], capture_output=True)
+
+
+class UnreachableBroker:
+    """`rmq namesrv` + an `rmq broker` that registers 127.0.0.1:PORT (brokerIP1) but listens on
+    127.0.0.2: the routes name a broker no client reaches (connection refused), as when brokerIP1 is
+    an address the clients cannot reach.  Its store already holds `topic` (created while the broker
+    still listened on 127.0.0.1)."""
+
+    def __init__(self, tmp_path, topic: str = "TopicA"):
+        self.namesrv = f"127.0.0.1:{free_port()}"
+        port = free_port()
+        self.broker_addr = f"127.0.0.1:{port}"
+        self.ns = RmqProcess(["namesrv", "--listen", self.namesrv], ("The Name Server boot success",))
+        self.ns.wait_boot()
+        conf = write_conf(tmp_path / "unreachable-broker.conf", {
+            "brokerIP1": "127.0.0.1", "listenPort": port, "storePathRootDir": tmp_path / "unreachable-store",
+            "mappedFileSizeCommitLog": 4 * 1024 * 1024, "maxHashSlotNum": 1000, "maxIndexNum": 4000})
+        try:
+            from rmq_core.admin import AdminClient
+
+            first = RmqProcess(["broker", "-n", self.namesrv, "-c", conf, "--listen-host", "127.0.0.1"])
+            try:
+                first.wait_boot()
+                with AdminClient(self.namesrv) as admin:
+                    admin.create_or_update_topic(self.broker_addr, topic, read_queue_nums=2, write_queue_nums=2)
+            finally:
+                first.terminate()
+            self.broker = RmqProcess(["broker", "-n", self.namesrv, "-c", conf, "--listen-host", "127.0.0.2"])
+            self.broker.wait_boot()
+        except BaseException:
+            self.ns.terminate()
+            raise
+
+    def stop(self) -> None:
+        self.broker.terminate()
+        self.ns.terminate()
+
+    def __enter__(self) -> "UnreachableBroker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

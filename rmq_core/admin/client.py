@@ -464,10 +464,12 @@ class AdminClient:
         r = self._call(addr, RequestCode.GET_BROKER_CONFIG, what="get broker config")
         return _parse_props_text(r.body)
 
-    def update_broker_config(self, addr: str, props: Mapping[str, str]) -> None:
-        """UPDATE_BROKER_CONFIG: body is `key=value` lines (Java's properties form)."""
+    def update_broker_config(self, addr: str, props: Mapping[str, str]) -> str | None:
+        """UPDATE_BROKER_CONFIG: body is `key=value` lines (Java's properties form).  Returns the
+        broker's remark: which keys take effect only after a restart (None: all at once)."""
         body = "".join(f"{k}={v}\n" for k, v in props.items()).encode("utf-8")
-        self._call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body, what=f"update broker config {', '.join(props)}")
+        r = self._call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body, what=f"update broker config {', '.join(props)}")
+        return r.remark or None
 
     def stats_data(self, addr: str, stats_name: str, stats_key: str) -> dict | None:
         """VIEW_BROKER_STATS_DATA (BrokerStatsData: statsMinute / statsHour / statsDay with sum, tps,

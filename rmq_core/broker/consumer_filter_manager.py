@@ -58,7 +58,8 @@ class PropertyFilterDisabledError(ConfigError):
         super().__init__(
             f"the broker does not support filtering messages by {expression_type}: property "
             "filtering is off (enablePropertyFilter=false); set enablePropertyFilter=true in "
-            "broker.conf and restart the broker"
+            "broker.conf, or on the running broker with: rmq admin updateBrokerConfig -k "
+            "enablePropertyFilter -v true"
         )
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+from typing import Callable
 
 import attrs
 
+from rmq_core.config import did_you_mean
 from rmq_core.errors import ConfigError
 
 _instance_counter = itertools.count(1)
@@ -99,13 +101,18 @@ class ClientConfig:
         return cid
 
 
-def make_client_config(owner: str, namesrv, options: dict) -> ClientConfig:
+def make_client_config(owner: str, namesrv, options: dict, own: Callable | None = None) -> ClientConfig:
     """ClientConfig from a Producer / consumer's extra keyword arguments; an unknown keyword is a
-    ConfigError naming it and listing the accepted ones (not a TypeError from deep inside)."""
+    ConfigError naming it, the nearest accepted name (among the parameters of `own`, the owner's
+    __init__, too) and the accepted ones (not a TypeError from deep inside)."""
     known = {f.name for f in attrs.fields(ClientConfig)} - {"namesrv"}
     unknown = sorted(set(options) - known)
     if unknown:
-        raise ConfigError(f"{owner}: unknown setting {unknown[0]!r}; accepted here besides the "
+        import inspect  # only on this error path
+
+        params = set(inspect.signature(own).parameters) if own is not None else set()
+        hint = did_you_mean(unknown[0], known | params - {"self", "client_options"})
+        raise ConfigError(f"{owner}: unknown setting {unknown[0]!r}{hint}; accepted here besides the "
                           f"{owner} settings: {', '.join(sorted(known))}")
     return ClientConfig(namesrv=namesrv, **options)
 

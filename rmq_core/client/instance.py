@@ -40,7 +40,7 @@ from rmq_core._native.send_pipeline import init_future_states
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
-from rmq_core.errors import MQBrokerError, MQClientError, RemotingConnectError, RemotingError
+from rmq_core.errors import MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingConnectError, RemotingError
 from rmq_core.message import ExpressionType, MessageConst, MessageQueue, MixAll, TopicValidator
 from rmq_core.remoting.aliases import resolve_inproc_alias
 from rmq_core.remoting.pipelined import PipelinedChannel
@@ -456,6 +456,7 @@ class MQClientInstance:
         self.consumers: dict[str, Any] = {}
         self._inner_producer = None  # CLIENT_INNER_PRODUCER, started on first use (inner_producer)
         self.topic_route_table: dict[str, TopicRouteData] = {}
+        self.route_errors: dict[str, Exception] = {}  # topic -> why its last route lookup failed
         self.broker_addr_table: dict[str, dict[int, str]] = {}
         self._lock = threading.RLock()
         self._route_lock: asyncio.Lock | None = None
@@ -469,7 +470,8 @@ class MQClientInstance:
         self._send_channels_lock = threading.Lock()
         self._send_channel_turn = itertools.count()
         self._send_connect_locks: dict[str, threading.Lock] = {}  # one connect at a time per broker
-        self._send_connect_failed: dict[str, float] = {}  # broker -> when its connect is tried again
+        # broker -> (when its connect is tried again, why it failed)
+        self._send_connect_failed: dict[str, tuple[float, str]] = {}
         self.scheduler = Scheduler(f"rmq-sched-{self.client_id}")
         self._rebalance_event = threading.Event()
         self._rebalance_thread: threading.Thread | None = None
@@ -824,19 +826,20 @@ class MQClientInstance:
             with self._send_channels_lock:
                 if self._stopping:
                     raise RemotingConnectError(f"client {self.client_id} is shutting down; cannot reach {addr}")
-                retry_at = self._send_connect_failed.get(addr, 0.0)
+                retry_at, why = self._send_connect_failed.get(addr, (0.0, ""))
                 if time.monotonic() < retry_at:
-                    raise RemotingConnectError(f"connect to {addr} failed moments ago; not tried again for "
-                                               f"{retry_at - time.monotonic():.1f} s")
+                    raise RemotingConnectError(f"{why} (moments ago; not tried again for "
+                                               f"{retry_at - time.monotonic():.1f} s)")
                 channels = self._send_channels.setdefault(addr, [])
                 slot = next((i for i, c in enumerate(channels) if c.closed), None)
                 if slot is None and len(channels) >= n:
                     return channels[next(self._send_channel_turn) % len(channels)]
             try:
                 channel = self._open_send_channel(addr, read_frames, from_command)
-            except RemotingConnectError:
+            except RemotingConnectError as e:
                 with self._send_channels_lock:
-                    self._send_connect_failed[addr] = time.monotonic() + min(5.0, max(1.0, self.config.connect_timeout))
+                    self._send_connect_failed[addr] = (
+                        time.monotonic() + min(5.0, max(1.0, self.config.connect_timeout)), str(e))
                 raise
             with self._send_channels_lock:
                 stopping = self._stopping
@@ -891,6 +894,7 @@ class MQClientInstance:
     async def invoke_namesrv(self, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
         addrs = self.config.namesrv
         last: Exception | None = None
+        errors: list[str] = []
         for i in range(len(addrs)):
             addr = addrs[(self._namesrv_index + i) % len(addrs)]
             try:
@@ -899,8 +903,10 @@ class MQClientInstance:
                 return resp
             except RemotingError as e:
                 last = e
+                errors.append(str(e))
                 request = RemotingCommand.create_request(request.code, dict(request.ext_fields), request.body)
-        raise MQClientError(f"no name server reachable among {addrs}: {last}")
+        what = f"the name server {addrs[0]}" if len(addrs) == 1 else f"any of the name servers {';'.join(addrs)}"
+        raise NamesrvUnreachableError(f"cannot reach {what}: {'; '.join(errors)}") from last
 
     async def invoke_broker(self, addr: str, request: RemotingCommand, timeout: float | None = None,
                             ok_codes=(ResponseCode.SUCCESS,)) -> RemotingCommand:
@@ -935,7 +941,9 @@ class MQClientInstance:
                     route = await self.get_topic_route(topic)
             except (MQClientError, MQBrokerError, RemotingError) as e:
                 log.warning("update route of topic %s failed: %s", topic, e)
+                self.route_errors[topic] = e  # what a caller left without a route is told
                 return topic in self.topic_route_table
+            self.route_errors.pop(topic, None)
             if route is None:
                 if not default_topic:
                     log.debug("no route for topic %s on the name server", topic)
@@ -957,6 +965,16 @@ class MQClientInstance:
                 for c in list(self.consumers.values()):
                     c.on_route_changed(topic, route)
             return True
+
+    def route_error(self, topic: str) -> MQClientError | None:
+        """Why `topic` has no route, when its last lookup failed (the name server unreachable,
+        named with its address and socket error), else None (the topic does not exist)."""
+        err = self.route_errors.get(topic)
+        if err is None or topic in self.topic_route_table:
+            return None
+        wrapped = MQClientError(f"cannot get the route of topic {topic!r}: {err}")
+        wrapped.__cause__ = err
+        return wrapped
 
     def topics_in_use(self) -> set[str]:
         topics: set[str] = set()
@@ -1029,11 +1047,14 @@ class MQClientInstance:
             return
         body = heartbeat_body(self.client_id, producers, consumers)
         errors = []
+        unreachable: list[str] = []  # "broker-a (addr): why" of each broker that did not answer
+        tried = 0
         for name, addrs in list(self.broker_addr_table.items()):
             for bid, addr in addrs.items():
                 if not consumers and bid != MixAll.MASTER_ID:
                     continue
                 req = RemotingCommand.create_request(RequestCode.HEART_BEAT, {}, body)
+                tried += 1
                 try:
                     await self.invoke_broker(addr, req)
                 except MQBrokerError as e:
@@ -1041,8 +1062,12 @@ class MQClientInstance:
                     errors.append(e)
                 except (RemotingError, MQClientError) as e:
                     log.warning("heartbeat of %s to broker %s (%s) failed: %s", self.client_id, name, addr, e)
+                    unreachable.append(f"broker {name} ({addr}): {e}")
         if raise_errors and errors:
             raise errors[0]
+        if raise_errors and unreachable and len(unreachable) == tried:
+            # no broker of the routes answers (e.g. brokerIP1 is not an address this client reaches)
+            raise MQClientError(f"no broker reachable: {'; '.join(unreachable)}")
 
     async def check_client_in_broker(self, group: str, subscriptions) -> None:
         """CHECK_CLIENT_CONFIG for each subscription that is not a tag expression, to every broker

@@ -325,7 +325,7 @@ class Producer:
         opts = dict(client_options)
         if instance_name is not None:
             opts["instance_name"] = instance_name
-        self.client_config = make_client_config(type(self).__name__, namesrv, opts)
+        self.client_config = make_client_config(type(self).__name__, namesrv, opts, own=type(self).__init__)
         if compress_type not in COMPRESS_TYPES:
             raise ConfigError(f"bad compress_type {compress_type!r}; available: {', '.join(COMPRESS_TYPES)}")
         if retry_times_when_send_failed < 0 or retry_times_when_send_async_failed < 0:
@@ -790,6 +790,9 @@ class Producer:
             info = self.topic_publish_info[topic] = route.publish_info(topic)
             if info.ok:
                 return info
+        cause = self.instance.route_error(topic)
+        if cause is not None:
+            raise cause
         raise MQClientError(
             f"no route info of topic {topic!r} (not on the name server {self.client_config.namesrv}, and no "
             f"auto-create route {self.create_topic_key!r}); create the topic first"

@@ -143,7 +143,7 @@ class PullConsumer(ConsumerBase):
         inst.run(inst.update_topic_route(topic), timeout=30)
         route = inst.topic_route_table.get(topic)
         if route is None:
-            raise MQClientError(f"no route info of topic {topic!r}")
+            raise inst.route_error(topic) or MQClientError(f"no route info of topic {topic!r}")
         return route.subscribe_queues(topic)
 
     def assignment(self) -> set[MessageQueue]:

@@ -24,7 +24,7 @@ from rmq_core.client.rebalance import RebalanceImpl
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.selector import check_group
 from rmq_core.client.subscription import SubscriptionData, build_subscription, retry_subscription
-from rmq_core.errors import ConfigError, MQBrokerError, MQClientError, RemotingError
+from rmq_core.errors import ConfigError, MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingError
 from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus
 
 log = logging.getLogger("rmq.client.push")
@@ -67,7 +67,7 @@ class ConsumerBase:
         opts = dict(client_options)
         if instance_name is not None:
             opts["instance_name"] = instance_name
-        self.client_config = make_client_config(type(self).__name__, namesrv, opts)
+        self.client_config = make_client_config(type(self).__name__, namesrv, opts, own=type(self).__init__)
         self.message_model = _enum(MessageModel, message_model, "message_model")
         self.consume_from_where = _enum(ConsumeFromWhere, consume_from_where, "consume_from_where")
         # Java default: half an hour before the consumer starts
@@ -144,6 +144,9 @@ class ConsumerBase:
                 route = inst.topic_route_table.get(t)
                 if route is not None:
                     self.rebalance.topic_subscribe_info[t] = route.subscribe_queues(t)
+                elif isinstance(inst.route_errors.get(t), NamesrvUnreachableError):
+                    # no name server answers: starting would wait for routes that never come
+                    raise inst.route_error(t)
             inst.heartbeat_now(raise_errors=True)
             inst.run(inst.check_client_in_broker(self.group, list(self.subscription_inner.values())), timeout=30)
         except BaseException:

@@ -233,6 +233,15 @@ class DefaultMessageStore:
             reqs.append(req)
         return reqs
 
+    def apply_config(self) -> None:
+        """Refresh what the store keeps of its config after a run-time update (updateBrokerConfig):
+        everything else is read from the config where it acts."""
+        cfg = self.config
+        self._max_record = min(cfg.max_message_size, self.commit_log.max_record_in_segment)
+        self.commit_log.mapped_file_queue.max_used_ratio = cfg.disk_space_warning_level_ratio
+        if self._flush_waits is not None:
+            self._flush_waits.timeout = cfg.sync_flush_timeout / 1000.0
+
     def start(self) -> None:
         if self._running:
             return

@@ -2,6 +2,7 @@
 Selenium) against `rmq dashboard` over real `rmq namesrv` + `rmq broker` processes: every page
 loads, a message search finds a sent message, a reset moves a group's offsets, a DLQ resend
 redelivers.  A screenshot of each page is kept under the test's tmp dir."""
+import datetime
 import os
 import shutil
 import threading
@@ -181,9 +182,12 @@ def test_console_pages_search_reset_and_dlq_resend(console, browser, tmp_path):
         wait_until(lambda: sum(q.max_offset for q in admin.topic_stats(TOPIC)) == 11, what="the resent copy stored")
 
         Select(d.find_element(By.ID, "search-by")).select_by_value("time")
+        # the range is picked as local dates and times (datetime-local fields), not epoch ms
         begin = d.find_element(By.ID, "search-begin")
-        begin.clear()
-        begin.send_keys(str(before_sends))
+        assert begin.get_attribute("type") == "datetime-local"
+        assert d.find_element(By.ID, "search-end").get_attribute("type") == "datetime-local"
+        local = datetime.datetime.fromtimestamp(before_sends // 1000).strftime("%Y-%m-%dT%H:%M:%S")
+        d.execute_script("arguments[0].value = arguments[1]", begin, local)
         d.find_element(By.ID, "search").click()
         wait_until(lambda: len(rows(d, "messages")) == 11, what="11 messages by time")
 

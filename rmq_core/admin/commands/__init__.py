@@ -105,6 +105,8 @@ def main(args) -> int:
         rc = cmd.run(admin, args, out)
         out.finish()
         return rc or 0
+    except BrokenPipeError:
+        raise  # the reader of our output is gone: `rmq` ends quietly (cli.main)
     except (RMQError, ValueError, OSError) as e:
         print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
         return 1

@@ -65,10 +65,10 @@ def get_broker_config(admin, args, out):
 def update_broker_config(admin, args, out):
     rows = []
     for addr in broker_targets(admin, args):
-        admin.update_broker_config(addr, {args.key: args.value})
-        out.message(f"update broker config success, {addr}")
-        rows.append((addr, args.key, args.value))
-    out.table(["Broker Addr", "Key", "Value"], rows)
+        later = admin.update_broker_config(addr, {args.key: args.value})
+        out.message(f"update broker config success, {addr}" + (f"; {later}" if later else ", in effect now"))
+        rows.append((addr, args.key, args.value, "after a restart" if later else "now"))
+    out.table(["Broker Addr", "Key", "Value", "Takes Effect"], rows)
 
 
 @command("getNamesrvConfig", "Each name server's configuration")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import time
 
 from rmq_core.broker.processors import Processor
@@ -18,13 +19,6 @@ from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
 
 log = logging.getLogger("rmq.broker")
-
-# Settings a running broker cannot take: they name or place it (RocketMQ needs a restart too).
-_NOT_UPDATABLE = frozenset({
-    "brokerClusterName", "brokerName", "brokerId", "listenPort", "brokerIP1", "brokerIP2",
-    "storePathRootDir", "storePathCommitLog", "mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue",
-    "enableConsumeQueueExt", "enablePropertyFilter", "enableCalcFilterBitMap", "serverMaxFrameLength",
-})
 
 # Stats sampling for VIEW_BROKER_STATS_DATA, at StatsItem's cadence: a minute of 10 s samples, an
 # hour of 10 min samples, a day of hourly ones (39 copies of the counters at most).
@@ -92,42 +86,61 @@ class AdminExtProcessor(Processor):
 
     # --- config ---------------------------------------------------------------------------------------
     async def update_broker_config(self, ctx, request):
-        """Body: `key=value` lines.  Every key is checked (known, updatable, valid value) before any
-        is applied; the broker re-registers so brokerPermission and the like reach the name server."""
-        from rmq_core.config import BrokerConfig, MessageStoreConfig, parse_properties  # late: admin tools only
+        """Body: `key=value` lines.  Every key is checked (known, valid value) before any is applied;
+        the keys of RUNTIME_BROKER_KEYS take effect at once, every key is written to the store's
+        updated_config_file (read at the next start), and the answer's remark names the keys that
+        wait for a restart.  The broker re-registers, so brokerPermission reaches the name server."""
+        from rmq_core.config import (RUNTIME_BROKER_KEYS, BrokerConfig, MessageStoreConfig, did_you_mean,
+                                     parse_properties, read_properties_file)  # late: admin tools only
 
         ctrl = self.ctrl
         try:
             updates = parse_properties((request.body or b"").decode("utf-8", "replace"), "config update")
         except ConfigError as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        targets = {}
-        for cls, cfg in ((BrokerConfig, ctrl.broker_config), (MessageStoreConfig, ctrl.store_config)):
-            keys = cls.keys()
-            mine = {k: v for k, v in updates.items() if k in keys}
-            if mine:
-                targets[cls] = (cfg, mine)
+        if not updates:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "config update: no key=value given")
+        configs = ((BrokerConfig, ctrl.broker_config), (MessageStoreConfig, ctrl.store_config))
+        known = {k: (cls, cfg) for cls, cfg in configs for k in cls.keys()}
         for key in updates:
-            if key in _NOT_UPDATABLE:
-                return request.make_response(ResponseCode.NO_PERMISSION,
-                                             f"config key {key!r} cannot be changed on a running broker (restart with it)")
-            if not any(key in cls.keys() for cls in (BrokerConfig, MessageStoreConfig)):
-                return request.make_response(ResponseCode.SYSTEM_ERROR, f"unknown config key {key!r}")
+            if key not in known:
+                return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                             f"unknown config key {key!r}{did_you_mean(key, known)}")
         merged = {}
         try:
-            for cls, (cfg, mine) in targets.items():
-                merged[cls] = cls.from_properties({**cfg.to_properties(), **mine})
-        except (ConfigError, ValueError) as e:
+            for cls, cfg in configs:
+                mine = {k: v for k, v in updates.items() if known[k][0] is cls}
+                if mine:
+                    merged[cls] = cls.from_properties({**cfg.to_properties(), **mine}, where="updateBrokerConfig")
+        except ConfigError as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        for cls, (cfg, mine) in targets.items():
-            keys = cls.keys()
-            for k in mine:
-                setattr(cfg, keys[k], getattr(merged[cls], keys[k]))
-        log.info("broker config updated by %s: %s", ctx.remote_address, updates)
+        path = ctrl.store_config.updated_config_file
+        try:  # first persisted, so that a key acknowledged survives a restart
+            saved = read_properties_file(path) if os.path.exists(path) else {}
+            saved.update(updates)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write("# written by updateBrokerConfig; read over broker.conf when the broker starts\n")
+                f.writelines(f"{k}={v}\n" for k, v in sorted(saved.items()))
+            os.replace(tmp, path)
+        except (OSError, ConfigError) as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"cannot write {path}: {e}")
+        later = [k for k in updates if k not in RUNTIME_BROKER_KEYS]
+        for key in updates:
+            if key in RUNTIME_BROKER_KEYS:
+                cls, cfg = known[key]
+                name = cls.keys()[key]
+                setattr(cfg, name, getattr(merged[cls], name))
+        if ctrl.store is not None:
+            ctrl.store.apply_config()
+        log.info("broker config updated by %s: %s%s", ctx.remote_address, updates,
+                 f" ({', '.join(later)} after a restart)" if later else "")
         if "brokerPermission" in updates:  # the routes must change: a new topic table version
             ctrl.topic_manager.table.data_version.next_version()
         ctrl._spawn(ctrl.register_broker_all())
-        return request.make_response(ResponseCode.SUCCESS, None)
+        remark = (f"{', '.join(later)}: written to {path}, takes effect after a restart" if later else None)
+        return request.make_response(ResponseCode.SUCCESS, remark)
 
     # --- consume stats ----------------------------------------------------------------------------------
     async def get_broker_consume_stats(self, ctx, request):

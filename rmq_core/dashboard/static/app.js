@@ -139,7 +139,7 @@ async function pageGroups(selected) {
 async function groupDetail(group) {
   const g = await api(`/api/group?group=${encodeURIComponent(group)}`);
   const topics = [...new Set(g.progress.map(p => p.topic))];
-  const now = new Date(Date.now() - new Date().getTimezoneOffset() * 60000).toISOString().slice(0, 19);
+  const now = localDateTime(Date.now());
   $("#group-detail").innerHTML = `
     <h2 id="group-title">${esc(group)}</h2>
     <div class="grid2">
@@ -178,8 +178,18 @@ const msgCols = [
   ["Body", r => `<span class="body">${esc(r.body_preview)}</span>`],
 ];
 
+// A <input type="datetime-local"> value (local time, to the second) for epoch ms, and back.
+function localDateTime(ms) {
+  return new Date(ms - new Date(ms).getTimezoneOffset() * 60000).toISOString().slice(0, 19);
+}
+function epochMs(value) {
+  const ms = new Date(value).getTime();
+  if (Number.isNaN(ms)) throw new Error(`bad date and time ${JSON.stringify(value)}`);
+  return ms;
+}
+
 async function pageMessages() {
-  const hourAgo = Date.now() - 3600 * 1000;
+  const hourAgo = localDateTime(Date.now() - 3600 * 1000);
   page().innerHTML = `
     <h2>Search messages</h2><div class="card">
       <form class="inline" id="search-form">
@@ -187,8 +197,8 @@ async function pageMessages() {
         <label>Message ID <input id="search-id" size="34"></label>
         <label>Topic <input id="search-topic"></label>
         <label>Key <input id="search-key"></label>
-        <label>Begin (ms) <input id="search-begin" value="${hourAgo}" style="width:11em"></label>
-        <label>End (ms) <input id="search-end" placeholder="now" style="width:11em"></label>
+        <label>From <input id="search-begin" type="datetime-local" step="1" value="${hourAgo}"></label>
+        <label>To <input id="search-end" type="datetime-local" step="1" title="empty: now"></label>
         <button type="submit" id="search">Search</button>
       </form></div>
     <div class="card" id="search-results"><span class="muted">no search yet</span></div>
@@ -199,8 +209,12 @@ async function pageMessages() {
     const q = new URLSearchParams();
     if (by === "id") { q.set("id", $("#search-id").value.trim()); if ($("#search-topic").value.trim()) q.set("topic", $("#search-topic").value.trim()); }
     else if (by === "key") { q.set("topic", $("#search-topic").value.trim()); q.set("key", $("#search-key").value.trim()); }
-    else { q.set("topic", $("#search-topic").value.trim()); q.set("begin", $("#search-begin").value.trim() || "0"); if ($("#search-end").value.trim()) q.set("end", $("#search-end").value.trim()); }
     try {
+      if (by === "time") {
+        q.set("topic", $("#search-topic").value.trim());
+        q.set("begin", $("#search-begin").value ? epochMs($("#search-begin").value) : 0);
+        if ($("#search-end").value) q.set("end", epochMs($("#search-end").value));
+      }
       showError("");
       const rows = await api(`/api/messages?${q}`);
       $("#search-results").innerHTML = `<b>${rows.length} message(s)</b>` + table("messages", msgCols, rows, {clickable: true, empty: "no message found"});
