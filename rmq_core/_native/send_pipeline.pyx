@@ -186,18 +186,21 @@ cdef class PipelinedCompletion:
     (message, uniq, mode, queue, address, timeout, begin, future) PipelinedSender made.
 
     maker: the SendResults' maker; update_fault_item(broker, latency ms, isolation): the fault
-    strategy's; noted: broker -> the ms of its last fast note (SendPolicy.noted)."""
+    strategy's; noted: broker -> the ms of its last fast note (SendPolicy.noted); traced(context,
+    result): the producer's message trace hook (TraceDispatcher.on_send), None when not traced."""
 
     cdef SendResultMaker _maker
     cdef object _update_fault_item
     cdef dict _noted
     cdef object _fallback
+    cdef object _traced
 
-    def __init__(self, *, SendResultMaker maker, update_fault_item, dict noted, fallback):
+    def __init__(self, *, SendResultMaker maker, update_fault_item, dict noted, fallback, traced=None):
         self._maker = maker
         self._update_fault_item = update_fault_item
         self._noted = noted
         self._fallback = fallback
+        self._traced = traced
 
     def __call__(self, tuple context, response, error):
         self.complete(context, response, error)
@@ -222,6 +225,8 @@ cdef class PipelinedCompletion:
             result = self._maker.make(<SendResponse>response, mq, context[1])
             if result is not None:
                 self._note(mq.broker_name, context[6])
+                if self._traced is not None:
+                    self._traced(context, result)
                 future = context[7]
                 if type(future) is _LOOP_FUTURE:
                     if PyThread_get_thread_ident() == future.inbox.thread:  # read on its own loop

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import attrs
 
 from rmq_core.errors import MQBrokerError, RemotingError, RMQError
-from rmq_core.message import MessageConst, MessageQueue, MixAll, PermName, decode_offset_msg_id
+from rmq_core.message import MessageConst, MessageQueue, MixAll, PermName, TopicValidator, decode_offset_msg_id
 from rmq_core.remoting.blocking import BlockingChannelPool
 from rmq_core.remoting.body import ClusterInfo, TopicRouteData, kv_table_decode, loads_lenient, topic_list_decode
 from rmq_core.remoting.codes import RequestCode, ResponseCode
@@ -334,6 +334,19 @@ class AdminClient:
         body = "".join(f"{k}={v}\n" for k, v in props.items()).encode("utf-8")
         for addr in self.namesrv_addrs:
             self._call(addr, RequestCode.UPDATE_NAMESRV_CONFIG, body=body, what="update name server config")
+
+    def change_write_perm(self, broker_name: str, wipe: bool) -> list[tuple[str, int]]:
+        """WIPE_WRITE_PERM_OF_BROKER (wipe) or ADD_WRITE_PERM_OF_BROKER on every name server: the
+        broker's queues of every topic become read-only in the routes (producers move to other
+        brokers, consumers drain it), or writable again.  [(name server, topics changed)]."""
+        code, key = ((RequestCode.WIPE_WRITE_PERM_OF_BROKER, "wipeTopicCount") if wipe
+                     else (RequestCode.ADD_WRITE_PERM_OF_BROKER, "addTopicCount"))
+        what = f"{'wipe' if wipe else 'add'} write perm of broker {broker_name}"
+        out = []
+        for addr in self.namesrv_addrs:
+            r = self._call(addr, code, {"brokerName": broker_name}, what=what)
+            out.append((addr, int((r.ext_fields or {}).get(key) or 0)))
+        return out
 
     def put_kv_config(self, namespace: str, key: str, value: str) -> None:
         """PUT_KV_CONFIG on every name server (updateKvConfig)."""
@@ -772,6 +785,17 @@ class AdminClient:
                     continue
                 found[(name, m.commit_log_offset)] = m
         return sorted(found.values(), key=lambda m: (m.store_timestamp, m.queue_id, m.queue_offset))
+
+    def message_trace(self, msg_id: str, trace_topic: str | None = None) -> list:
+        """The trace records of message `msg_id` (RocketMQ's queryMsgTraceById): the trace
+        messages the index finds under the id in the trace topic (RMQ_SYS_TRACE_TOPIC unless
+        given), decoded, as TraceViews in the order they happened."""
+        from rmq_core.client.trace import TraceView, sort_views
+        topic = trace_topic or TopicValidator.RMQ_SYS_TRACE_TOPIC
+        views = []
+        for m in self.query_messages(topic, msg_id, 64):
+            views.extend(TraceView.from_trace_message(msg_id, m))
+        return sort_views(views)
 
     def query_message_by_unique_key(self, topic: str, uniq_key: str):
         """The message whose producer-assigned unique id (UNIQ_KEY) is `uniq_key`."""

@@ -32,6 +32,7 @@ from typing import Callable
 from rmq_core import plugins
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import reset_retry_topic
+from rmq_core.client.trace import ConsumeReturnType
 from rmq_core.errors import IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
     ConsumeStatus, Message, MessageClientIDSetter, MessageConst, MessageModel, MessageQueue, MixAll,
@@ -187,6 +188,7 @@ class _BaseConsumeService:
         self.threads = threads
         self.group = consumer.group
         self._hooks = plugins.has_impls("rmq_before_consume") or plugins.has_impls("rmq_after_consume")
+        self._trace = consumer.trace  # ConsumeMessageTraceHookImpl's notes (None: not traced)
         self.stats = {"ok": 0, "failed": 0, "sent_back": 0, "dlq": 0}
         self._warned_none = False
         self._stats_lock = threading.Lock()
@@ -200,13 +202,21 @@ class _BaseConsumeService:
         if self._hooks:
             ctx = _ConsumeContext(self.group, mq, msgs, orderly)
             plugins.get_plugin_manager().hook.rmq_before_consume(context=ctx)
+        trace = self._trace
+        token = trace.on_consume_before(msgs) if trace is not None else None
         try:
             status = self.listener(msgs)
         except Exception:
             log.exception("consume message exception, group=%s %s (%d message(s))", self.group, mq, len(msgs))
             status = False  # not None: an exception is not "returned None"
+        returned = status
         if status is not ConsumeStatus.CONSUME_SUCCESS and status is not ConsumeStatus.SUCCESS:
             status = self._status_of(status, orderly)
+        if trace is not None:
+            ok = status in _OK
+            trace.on_consume_after(token, ok, ConsumeReturnType.SUCCESS if ok else (
+                ConsumeReturnType.EXCEPTION if returned is False else
+                ConsumeReturnType.RETURNNULL if returned is None else ConsumeReturnType.FAILED))
         if ctx is not None:
             ctx.status = status
             ctx.success = status in _OK

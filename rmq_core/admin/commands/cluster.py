@@ -1,5 +1,6 @@
 """Cluster, broker and name server commands: clusterList, brokerStatus, getBrokerConfig,
-updateBrokerConfig, getNamesrvConfig, updateKvConfig, deleteKvConfig, clusterRT, statsAll."""
+updateBrokerConfig, getNamesrvConfig, updateKvConfig, deleteKvConfig, clusterRT, statsAll,
+wipeWritePerm, addWritePerm."""
 from __future__ import annotations
 
 import time
@@ -170,3 +171,30 @@ def stats_all(admin, args, out):
             advance()
     out.table(["Topic", "Consumer Group", "Accumulation", "InTPS", "OutTPS", "InMsg24Hour", "OutMsg24Hour"], rows)
 
+
+
+def _write_perm(admin, args, out, wipe: bool):
+    name = args.brokerName.strip()
+    known = {b.broker_name for b in admin.brokers()}
+    if name not in known:
+        raise UsageError(f"bad -b {args.brokerName!r}: no broker of that name in the cluster "
+                         f"(known: {', '.join(sorted(known)) or 'none'})")
+    done = admin.change_write_perm(name, wipe)
+    verb = "wipe" if wipe else "add"
+    for ns, count in done:
+        out.message(f"{verb} write perm of broker[{name}] in name server[{ns}] OK, {count}")
+    out.table(["Name Server", "Broker Name", "Wiped Topics" if wipe else "Added Topics"],
+              [(ns, name, count) for ns, count in done])
+
+
+@command("wipeWritePerm", "Make a broker's queues read-only in the name servers' routes: producers move to the "
+         "other brokers, consumers drain it (before maintenance)",
+         arg("-b", "--brokerName", required=True, help="broker name"))
+def wipe_write_perm(admin, args, out):
+    _write_perm(admin, args, out, True)
+
+
+@command("addWritePerm", "Make a broker's queues writable again in the name servers' routes (after wipeWritePerm)",
+         arg("-b", "--brokerName", required=True, help="broker name"))
+def add_write_perm(admin, args, out):
+    _write_perm(admin, args, out, False)

@@ -1,11 +1,13 @@
 """Message commands: queryMsgById, queryMsgByKey, queryMsgByUniqueKey, queryMsgByOffset, printMsg,
-printMsgByQueue, sendMessage, consumeMessage.  A message's id is the producer's unique id
+printMsgByQueue, sendMessage, consumeMessage, queryMsgTraceById.  A message's id is the producer's unique id
 (UNIQ_KEY) where it has one, else the offset id, as mqadmin prints it."""
 from __future__ import annotations
 
+import re
+
 from rmq_core.admin.commands import UsageError, arg, command, parse_bool, parse_timestamp
 from rmq_core.admin.output import body_preview, fmt_time
-from rmq_core.message import MessageQueue
+from rmq_core.message import MessageQueue, TopicValidator
 
 _T = arg("-t", "--topic", required=True, help="topic")
 LIST_COLUMNS = ["Message ID", "Broker Name", "QID", "Offset", "Store Time", "Tags", "Keys", "Body"]
@@ -201,3 +203,28 @@ def consume_message(admin, args, out):
     _print_queues(admin, out, mqs, begin_ts=args.beginTimestamp, end_ts=args.endTimestamp, sub="*", charset="utf-8",
                   print_body=True, group=args.consumerGroup, limit=args.count, title="consumeMessage")
 
+
+
+TRACE_COLUMNS = ["Type", "Group", "Client Host", "Time", "Cost Times", "Status", "Store Host", "Topic", "Tags",
+                 "Keys"]
+
+
+def trace_rows(views) -> list[tuple]:
+    return [(v.type, v.group, v.client_host, fmt_time(v.timestamp), f"{v.cost_time}ms", v.status,
+             v.store_host if v.type == "Pub" else "", v.topic, v.tags, v.keys) for v in views]
+
+
+@command("queryMsgTraceById", "Show a message's trace: who sent it, where, when, and which groups consumed it",
+         arg("-i", "--msgId", required=True, help="message id (the producer's unique id)"),
+         arg("-t", "--traceTopic", default=None, help="trace topic (default RMQ_SYS_TRACE_TOPIC)"))
+def query_msg_trace_by_id(admin, args, out):
+    msg_id = args.msgId.strip()
+    if not re.fullmatch(r"[0-9A-Fa-f]{32,}", msg_id):
+        raise UsageError(f"bad -i {args.msgId!r}: a message id is 32 or more hex digits")
+    topic = (args.traceTopic or "").strip() or TopicValidator.RMQ_SYS_TRACE_TOPIC
+    TopicValidator.check_topic(topic)
+    admin.topic_route(topic)  # (names a trace topic the name server does not know)
+    views = admin.message_trace(msg_id, topic)
+    out.table(TRACE_COLUMNS, trace_rows(views))
+    if not views:
+        out.message(f"no trace of message {msg_id} in {topic}")
