@@ -373,7 +373,7 @@ class Producer:
         # fast answers in the policy's table, as SendPolicy.note does
         self._pipelined_completion = PipelinedCompletion(
             maker=_RESULTS, update_fault_item=self.fault_strategy.update_fault_item, noted=self.send_policy.noted,
-            fallback=self._native_failed, traced=self.trace.on_send if self.trace is not None else None)
+            fallback=self._native_failed, traced=self.trace.buffer if self.trace is not None else None)
         self._loop_ident: int | None = None  # the client loop's thread, where no send may wait
         self._native_first = False  # plain sends make their first attempt natively (no send hooks; at start)
 

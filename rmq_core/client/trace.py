@@ -28,6 +28,7 @@ from typing import Iterable
 
 import attrs
 
+from rmq_core._native.trace import TraceBuffer, pub_record, write_pubs
 from rmq_core.errors import ConfigError
 from rmq_core.message import Message, MessageClientIDSetter, MessageConst, SendStatus, TopicValidator
 
@@ -42,6 +43,7 @@ MAX_MSG_SIZE = 128_000
 BATCH_BYTES = MAX_MSG_SIZE - 10_000
 POLLING_TIME = 0.1
 WAIT_TIME_THRESHOLD = 0.5
+KEYS_BYTES = 24_000
 
 
 class TraceType(enum.Enum):
@@ -95,44 +97,58 @@ class TraceContext:
 
 
 def _j(value) -> str:
-    """A value as Java's StringBuilder.append writes it."""
+    """A string or bool as Java's StringBuilder.append writes it (null -> "null")."""
     if value is None:
         return "null"
     if value is True:
         return "true"
     if value is False:
         return "false"
-    return str(value)
+    return value
+
+
+# The one writer of each record kind (the worker calls them with a note's values, encode() with a
+# TraceContext's): fields in TraceDataEncoder's order; _j writes what Java's append would.  Pub
+# records, one per traced send, are written natively (rmq_core._native.trace.pub_record).
+def sub_before_record(timestamp: int, region: str, group: str, request_id: str, msg_id: str, retry_times: int,
+                      keys) -> str:
+    return (f"SubBefore\x01{timestamp}\x01{region}\x01{group}\x01{request_id}\x01{msg_id}\x01{retry_times}\x01"
+            f"{_j(keys)}\x02")
+
+
+def sub_after_record(request_id: str, msg_id: str, cost: int, success: bool, keys, context_code: int,
+                     timestamp: int, group: str) -> str:
+    return (f"SubAfter\x01{request_id}\x01{msg_id}\x01{cost}\x01{_j(success)}\x01{_j(keys)}\x01{context_code}\x01"
+            f"{timestamp}\x01{group}\x02")
+
+
+def index_keys(msg_id: str, keys: str | None, into: list) -> None:
+    """The keys a trace record is found by: the message's id and its own keys."""
+    into.append(msg_id)
+    if keys:
+        into.extend(k for k in keys.split(KEY_SEPARATOR) if k)
 
 
 def encode(ctx: TraceContext) -> tuple[str, list[str]]:
     """TraceDataEncoder.encoderFromContextBean: (the record text, the keys that index it - each
     bean's msgId and its message keys)."""
-    parts = []
     t = ctx.trace_type
     if t is TraceType.Pub:
         b = ctx.beans[0]
-        fields = (t.value, ctx.timestamp, ctx.region_id, ctx.group_name, b.topic, b.msg_id, b.tags, b.keys,
-                  b.store_host, b.body_length, ctx.cost_time, int(b.msg_type), b.offset_msg_id, ctx.success)
-        parts.append(CONTENT_SPLITOR.join(map(_j, fields)) + FIELD_SPLITOR)
+        data = pub_record(ctx.timestamp, ctx.region_id, ctx.group_name, b.topic, b.msg_id, b.tags, b.keys,
+                          b.store_host, b.body_length, ctx.cost_time, int(b.msg_type), b.offset_msg_id, ctx.success)
     elif t is TraceType.SubBefore:
-        for b in ctx.beans:
-            fields = (t.value, ctx.timestamp, ctx.region_id, ctx.group_name, ctx.request_id, b.msg_id, b.retry_times,
-                      b.keys)
-            parts.append(CONTENT_SPLITOR.join(map(_j, fields)) + FIELD_SPLITOR)
+        data = "".join(sub_before_record(ctx.timestamp, ctx.region_id, ctx.group_name, ctx.request_id, b.msg_id,
+                                         b.retry_times, b.keys) for b in ctx.beans)
     elif t is TraceType.SubAfter:
-        for b in ctx.beans:
-            fields = (t.value, ctx.request_id, b.msg_id, ctx.cost_time, ctx.success, b.keys, ctx.context_code,
-                      ctx.timestamp, ctx.group_name)
-            parts.append(CONTENT_SPLITOR.join(map(_j, fields)) + FIELD_SPLITOR)
+        data = "".join(sub_after_record(ctx.request_id, b.msg_id, ctx.cost_time, ctx.success, b.keys,
+                                        int(ctx.context_code), ctx.timestamp, ctx.group_name) for b in ctx.beans)
     else:
         raise ValueError(f"cannot encode a {t.value} trace context")
-    keys = []
+    keys: list[str] = []
     for b in ctx.beans:
-        keys.append(b.msg_id)
-        if b.keys:
-            keys.extend(k for k in b.keys.split(KEY_SEPARATOR) if k)
-    return "".join(parts), keys
+        index_keys(b.msg_id, b.keys, keys)
+    return data, keys
 
 
 def _text(value: str) -> str:
@@ -218,18 +234,46 @@ def sort_views(views: Iterable[TraceView]) -> list[TraceView]:
     return sorted(views, key=lambda v: (v.timestamp, order.get(v.type, 3)))
 
 
-def message_type_of(msg) -> MessageType:
-    """SendMessageContext.msgType as sendKernelImpl sets it."""
+def message_type_of(msg) -> int:
+    """SendMessageContext.msgType as sendKernelImpl sets it (its ordinal)."""
     props = msg.properties
     if props and props.get(MessageConst.TRANSACTION_PREPARED) == "true":
-        return MessageType.Trans_Msg_Half
+        return MessageType.Trans_Msg_Half.value
     if msg.delay_time_level > 0:
-        return MessageType.Delay_Msg
-    return MessageType.Normal_Msg
+        return MessageType.Delay_Msg.value
+    return MessageType.Normal_Msg.value
 
 
-# the notes the hooks append (kind first); turned into TraceContexts by the worker
-_PUB, _SUB_BEFORE, _SUB_AFTER = 0, 1, 2
+# the consume hooks' notes (kind first; send notes have their own deque); written by the worker
+_SUB_BEFORE, _SUB_AFTER = 1, 2
+
+
+class _Batch:
+    """The records of one trace message (AsyncTraceDispatcher's TraceDataSegment): full at
+    ~118 KB of records, or when its keys (one KEYS property, at most 32 KiB as every property
+    block) near KEYS_BYTES."""
+    __slots__ = ("parts", "keys", "size", "key_bytes", "first")
+
+    def __init__(self):
+        self.parts: list[str] = []
+        self.keys: dict[str, None] = {}  # (ordered, each once)
+        self.size = self.key_bytes = 0
+        self.first = 0.0
+
+    def add(self, record: str, msg_id: str, keys: str | None) -> None:
+        if not self.parts:
+            self.first = time.monotonic()
+        self.parts.append(record)
+        self.size += len(record)
+        found: list[str] = []
+        index_keys(msg_id, keys, found)
+        for k in found:
+            if k not in self.keys:
+                self.keys[k] = None
+                self.key_bytes += len(k) + 1
+
+    def full(self) -> bool:
+        return self.size >= BATCH_BYTES or self.key_bytes >= KEYS_BYTES
 
 
 class TraceDispatcher:
@@ -244,13 +288,13 @@ class TraceDispatcher:
         TopicValidator.check_topic(topic)
         if capacity <= 0:
             raise ConfigError(f"bad trace buffer capacity {capacity!r}: must be > 0")
-        self.group, self.kind, self.trace_topic, self.capacity = group, kind, topic, capacity
-        self.discarded = 0
+        self.group, self.kind, self.trace_topic = group, kind, topic
         self.sent = 0
         self.send_failed = 0
-        self._notes: collections.deque = collections.deque()
-        self._instance = None
         self._wake = threading.Event()
+        # the hooks' notes (the send hook's offered natively by the producer's PipelinedCompletion)
+        self.buffer = TraceBuffer(capacity, self._wake.set)
+        self._instance = None
         self._stopped = False
         self._worker: threading.Thread | None = None
         self._holding = False  # the worker holds an unsent batch
@@ -259,6 +303,20 @@ class TraceDispatcher:
         self._flushing = 0  # flush() callers waiting: a batch is sent without its time threshold
         # wall clock = monotonic + this (notes carry monotonic times; records carry epoch ms)
         self._epoch_offset = time.time() - time.monotonic()
+
+    @property
+    def capacity(self) -> int:
+        """How many notes the buffer holds; more are dropped (counted in `discarded`)."""
+        return self.buffer.capacity
+
+    @capacity.setter
+    def capacity(self, n: int) -> None:
+        self.buffer.capacity = n
+
+    @property
+    def discarded(self) -> int:
+        """Notes a full buffer dropped."""
+        return self.buffer.discarded
 
     @staticmethod
     def create(group: str, kind: str, enable: bool, trace_topic: str | None) -> "TraceDispatcher | None":
@@ -271,30 +329,18 @@ class TraceDispatcher:
 
     # --- the hooks: on the caller's path, a tuple appended and nothing else -----------------------
     def on_send(self, context: tuple, result) -> None:
-        """A send answered (PipelinedCompletion's context tuple (message, uniq, mode, queue,
-        address, timeout, begin, future), or SendAttempts.trace_context()) with its SendResult."""
-        notes = self._notes
-        if len(notes) >= self.capacity:
-            self.discarded += 1
-            return
-        notes.append((_PUB, context[0], result, context[4], context[6], time.monotonic()))
+        """A send answered: its context tuple (message, uniq, mode, queue, store host, timeout,
+        begin, ...) and SendResult (the producer's PipelinedCompletion offers its own natively)."""
+        self.buffer.offer_pub(context, result)
 
-    def on_consume_before(self, msgs: list) -> tuple | None:
+    def on_consume_before(self, msgs: list) -> tuple:
         """A listener call starts: its SubBefore note; returns what on_consume_after needs."""
-        notes = self._notes
         token = (MessageClientIDSetter.create_uniq_id(), time.monotonic(), msgs)
-        if len(notes) >= self.capacity:
-            self.discarded += 1
-        else:
-            notes.append((_SUB_BEFORE,) + token)
+        self.buffer.offer((_SUB_BEFORE,) + token)
         return token
 
     def on_consume_after(self, token: tuple, success: bool, code: ConsumeReturnType) -> None:
-        notes = self._notes
-        if len(notes) >= self.capacity:
-            self.discarded += 1
-            return
-        notes.append((_SUB_AFTER,) + token + (time.monotonic(), success, int(code)))
+        self.buffer.offer((_SUB_AFTER,) + token + (time.monotonic(), success, int(code)))
 
     # --- life cycle --------------------------------------------------------------------------------
     def start(self, instance) -> None:
@@ -310,7 +356,7 @@ class TraceDispatcher:
         with self._idle:
             self._flushing += 1
             try:
-                while (self._notes or self._in_flight or self._holding) and time.monotonic() < deadline:
+                while (len(self.buffer) or self._in_flight or self._holding) and time.monotonic() < deadline:
                     self._wake.set()
                     self._idle.wait(0.05)
             finally:
@@ -327,89 +373,70 @@ class TraceDispatcher:
 
     # --- the worker ----------------------------------------------------------------------------------
     def _run(self) -> None:
-        batch: list[tuple[str, list[str]]] = []
-        size = 0
-        first = 0.0
+        batch = _Batch()
         while True:
             self._wake.wait(POLLING_TIME)
             self._wake.clear()
             stopping = self._stopped
-            notes = self._notes
-            if notes:
+            pubs, notes = self.buffer.pubs, self.buffer.notes
+            if pubs or notes:
                 self._holding = True  # (before a note leaves the buffer: flush() keeps waiting)
-            while notes:
+            while pubs or notes:
                 try:
-                    ctx = self._context_of(notes.popleft())
-                    if ctx is None:
-                        continue
-                    data, keys = encode(ctx)
+                    if pubs:
+                        self._write_pubs(pubs, batch)
+                    else:
+                        self._write(notes.popleft(), batch)
                 except Exception:  # noqa: BLE001 - one bad note must not stop tracing
                     log.exception("cannot encode a trace note of group %s", self.group)
                     continue
-                if not batch:
-                    first = time.monotonic()
-                batch.append((data, keys))
-                size += len(data)
-                if size >= BATCH_BYTES:
+                if batch.full():
                     self._send(batch)
-                    batch, size = [], 0
-            if batch and (time.monotonic() - first >= WAIT_TIME_THRESHOLD or self._flushing or self._stopped):
+                    batch = _Batch()
+            if batch.parts and (time.monotonic() - batch.first >= WAIT_TIME_THRESHOLD or self._flushing
+                                or self._stopped):
                 self._send(batch)
-                batch, size = [], 0
-            self._holding = bool(batch)
+                batch = _Batch()
+            self._holding = bool(batch.parts)
             with self._idle:
                 self._idle.notify_all()
             if stopping:
                 return
 
-    def _context_of(self, note: tuple) -> TraceContext | None:
+    def _write_pubs(self, pubs: collections.deque, batch: "_Batch") -> None:
+        """SendMessageTraceHookImpl's Pub records of the send notes (until the batch is full)
+        into the batch, natively: the worker's usual work."""
+        if not batch.parts:
+            batch.first = time.monotonic()
+        batch.size, batch.key_bytes = write_pubs(
+            pubs, self.group, self._epoch_offset, self.trace_topic, batch.parts, batch.keys, batch.size,
+            batch.key_bytes, BATCH_BYTES, KEYS_BYTES, SendStatus.SEND_OK, message_type_of)
+
+    def _write(self, note: tuple, batch: "_Batch") -> None:
+        """A consume note's records (ConsumeMessageTraceHookImpl's contexts) into the batch,
+        written straight from the note's values."""
         kind = note[0]
-        to_ms = self._epoch_offset
-        if kind == _PUB:
-            _, msg, result, addr, begin, end = note
-            if msg.topic.startswith(self.trace_topic):
-                return None
-            cost = int((end - begin) * 1000)
-            bean = TraceBean(topic=msg.topic, msg_id=result.msg_id, offset_msg_id=result.offset_msg_id,
-                             tags=msg.tags, keys=msg.keys, store_host=addr, body_length=len(msg.body),
-                             msg_type=message_type_of(msg))
-            return TraceContext(TraceType.Pub, int((begin + to_ms) * 1000), result.region_id or "", self.group,
-                                cost_time=cost, success=result.status is SendStatus.SEND_OK, beans=[bean])
+        ms = self._epoch_offset
+        group = self.group
+        traced = [m for m in note[3] if m.properties.get(MessageConst.TRACE_SWITCH) != "false"]
+        if not traced:
+            return
+        _, request_id, begin, msgs = note[:4]
+        timestamp = int((begin + ms) * 1000)
         if kind == _SUB_BEFORE:
-            _, request_id, begin, msgs = note
-            beans, region = self._consumed_beans(msgs)
-            if not beans:
-                return None
-            return TraceContext(TraceType.SubBefore, int((begin + to_ms) * 1000), region, self.group,
-                                request_id=request_id, beans=beans)
-        _, request_id, begin, msgs, end, success, code = note
-        beans, region = self._consumed_beans(msgs)
-        if not beans:
-            return None
+            region = next((r for r in (m.properties.get(MessageConst.MSG_REGION) for m in traced) if r), "")
+            for m in traced:
+                batch.add(sub_before_record(timestamp, region, group, request_id, m.msg_id, m.reconsume_times, m.keys),
+                          m.msg_id, m.keys)
+            return
+        end, success, code = note[4:]
         cost = int((end - begin) * 1000 / len(msgs))
-        # (RocketMQ's SubAfter keeps the SubBefore's timestamp)
-        return TraceContext(TraceType.SubAfter, int((begin + to_ms) * 1000), region, self.group, cost_time=cost,
-                            success=success, request_id=request_id, context_code=code, beans=beans)
+        for m in traced:  # (RocketMQ's SubAfter keeps its SubBefore's timestamp and request id)
+            batch.add(sub_after_record(request_id, m.msg_id, cost, success, m.keys, code, timestamp, group),
+                      m.msg_id, m.keys)
 
-    @staticmethod
-    def _consumed_beans(msgs) -> tuple[list, str]:
-        beans, region = [], ""
-        for m in msgs:
-            props = m.properties
-            if props.get(MessageConst.TRACE_SWITCH) == "false":
-                continue
-            region = props.get(MessageConst.MSG_REGION, region) or region
-            beans.append(TraceBean(topic=m.topic, msg_id=m.msg_id, tags=m.tags, keys=m.keys,
-                                   body_length=m.store_size, retry_times=m.reconsume_times))
-        return beans, region
-
-    def _send(self, batch: list[tuple[str, list[str]]]) -> None:
-        keys: dict[str, None] = {}
-        for _, ks in batch:
-            for k in ks:
-                keys[k] = None
-        body = "".join(data for data, _ in batch).encode("utf-8")
-        msg = Message(self.trace_topic, body, keys=list(keys))
+    def _send(self, batch: "_Batch") -> None:
+        msg = Message(self.trace_topic, "".join(batch.parts).encode("utf-8"), keys=list(batch.keys))
         try:
             producer = self._instance.inner_producer()
             with self._idle:
