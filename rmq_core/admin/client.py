@@ -754,6 +754,18 @@ class AdminClient:
                              "give -t TOPIC to look it up as a unique key")
         return self.query_message_by_unique_key(topic, msg_id)
 
+    def consume_message_directly(self, group: str, client_id: str, msg_id: str, topic: str | None = None) -> dict:
+        """CONSUME_MESSAGE_DIRECTLY: the message (found as view_message finds it) handed to one live
+        consumer of `group` for its listener, through the broker that stores it; the consumer's
+        ConsumeMessageDirectlyResult ({order, autoCommit, consumeResult, remark, spentTimeMills})."""
+        msg = self.view_message(msg_id, topic)
+        host, port, _ = decode_offset_msg_id(msg.offset_msg_id)
+        addr = f"{host}:{port}"
+        r = self._call(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                       {"consumerGroup": group, "clientId": client_id, "msgId": msg.offset_msg_id, "topic": msg.topic},
+                       what=f"consume message {msg_id} directly in {group} <{client_id}>", timeout=max(self.timeout, 15.0))
+        return json.loads(r.body or b"{}")
+
     def _named(self, msg, addr: str):
         try:
             msg.broker_name = self.broker_name_of(addr)

@@ -223,6 +223,32 @@ class _BaseConsumeService:
             plugins.get_plugin_manager().hook.rmq_after_consume(context=ctx)
         return status
 
+    def consume_message_directly(self, msg, broker_name: str | None) -> dict:
+        """CONSUME_MESSAGE_DIRECTLY (mqadmin queryMsgById -g -d): the listener called with this one
+        message, outside the queues and offsets; the answer is RocketMQ's
+        ConsumeMessageDirectlyResult (consumeResult CR_SUCCESS / CR_LATER / CR_RETURN_NULL /
+        CR_THROW_EXCEPTION, the traceback as remark)."""
+        import traceback
+
+        if broker_name:
+            msg.broker_name = broker_name
+        reset_retry_topic([msg], self.group)
+        begin = time.monotonic()
+        remark = None
+        try:
+            status = self.listener([msg])
+        except Exception:  # noqa: BLE001 - reported to the admin as Java reports it
+            status, remark, result = None, traceback.format_exc(), "CR_THROW_EXCEPTION"
+        else:
+            if status is None:
+                result = "CR_RETURN_NULL"
+            else:
+                status = self._status_of(status, self.orderly)
+                result = "CR_SUCCESS" if status in _OK else "CR_LATER"
+        log.info("consume message directly, group=%s msg=%s: %s", self.group, msg.msg_id, result)
+        return {"order": self.orderly, "autoCommit": True, "consumeResult": result, "remark": remark,
+                "spentTimeMills": int((time.monotonic() - begin) * 1000)}
+
     def _status_of(self, status, orderly: bool):
         """A listener's answer other than the usual success, as a ConsumeStatus (None: failed)."""
         if status is None and not self._warned_none:

@@ -43,11 +43,24 @@ def _show(admin, out, msgs, charset="utf-8", track=True):
 @command("queryMsgById", "Show messages by id: an offset id (store host + commit-log offset) or, with -t, a unique id",
          arg("-i", "--msgId", required=True, help="message id(s), comma separated"),
          arg("-t", "--topic", help="topic (needed to look a unique id up)"),
-         arg("-c", "--charset", default="utf-8", help="body charset (default utf-8)"))
+         arg("-c", "--charset", default="utf-8", help="body charset (default utf-8)"),
+         arg("-g", "--consumerGroup", help="with -d: hand the message to this group's consumer -d for its listener"),
+         arg("-d", "--clientId", help="with -g: the consumer's client id (consumerConnection lists them)"))
 def query_msg_by_id(admin, args, out):
     ids = [i.strip() for i in args.msgId.split(",") if i.strip()]
     if not ids:
         raise UsageError(f"bad -i {args.msgId!r}: no message id")
+    if (args.consumerGroup is None) != (args.clientId is None):
+        raise UsageError("give both the consumer group (-g) and its client id (-d), or neither")
+    if args.consumerGroup is not None:  # CONSUME_MESSAGE_DIRECTLY, as mqadmin's pushMsg
+        rows = []
+        for i in ids:
+            r = admin.consume_message_directly(args.consumerGroup, args.clientId, i, args.topic)
+            rows.append((i, args.consumerGroup, args.clientId, r.get("consumeResult"), r.get("spentTimeMills"),
+                         bool(r.get("order")), bool(r.get("autoCommit")), (r.get("remark") or "").strip()))
+        out.table(["Message ID", "Consumer Group", "Client ID", "Consume Result", "Spent Time(ms)", "Order",
+                   "Auto Commit", "Remark"], rows)
+        return
     _show(admin, out, [admin.view_message(i, args.topic) for i in ids], args.charset)
 
 

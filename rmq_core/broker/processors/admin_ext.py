@@ -12,7 +12,7 @@ import time
 from rmq_core.broker.processors import Processor
 from rmq_core.broker.processors.admin import consume_stats_body
 from rmq_core.broker.processors.client import json_body
-from rmq_core.errors import ConfigError
+from rmq_core.errors import ConfigError, RMQError
 from rmq_core.message import MixAll
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -73,6 +73,7 @@ class AdminExtProcessor(Processor):
         RequestCode.CLONE_GROUP_OFFSET: "clone_group_offset",
         RequestCode.VIEW_BROKER_STATS_DATA: "view_broker_stats_data",
         RequestCode.GET_CONSUMER_RUNNING_INFO: "get_consumer_running_info",
+        RequestCode.CONSUME_MESSAGE_DIRECTLY: "consume_message_directly",
     }
 
     def __init__(self, controller):
@@ -187,15 +188,37 @@ class AdminExtProcessor(Processor):
     async def get_consumer_running_info(self, ctx, request):
         """Forward to the consumer's own connection and answer with its reply (Broker2Client)."""
         group, client_id = request.get_str("consumerGroup") or "", request.get_str("clientId") or ""
+        forward = RemotingCommand.create_request(RequestCode.GET_CONSUMER_RUNNING_INFO, {
+            "consumerGroup": group, "clientId": client_id, "jstackEnable": request.get_str("jstackEnable", "false")})
+        return await self._call_consumer(request, group, client_id, forward, 5.0)
+
+    async def consume_message_directly(self, ctx, request):
+        """The message at the commit-log offset of msgId, sent to one consumer of the group for
+        its listener (AdminBrokerProcessor.consumeMessageDirectly); its result is the answer."""
+        from rmq_core.message import decode_offset_msg_id
+        group, client_id = request.get_str("consumerGroup") or "", request.get_str("clientId") or ""
+        msg_id = request.get_str("msgId") or ""
+        try:
+            offset = decode_offset_msg_id(msg_id)[2]
+        except (ValueError, RMQError):
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad msgId {msg_id!r}: not an offset message id")
+        raw = self.ctrl.store.select_one_message_by_offset(offset)
+        if raw is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        forward = RemotingCommand.create_request(RequestCode.CONSUME_MESSAGE_DIRECTLY, {
+            "consumerGroup": group, "clientId": client_id, "msgId": msg_id,
+            "brokerName": self.ctrl.broker_config.broker_name}, body=bytes(raw))
+        return await self._call_consumer(request, group, client_id, forward, 10.0)
+
+    async def _call_consumer(self, request, group: str, client_id: str, forward, timeout: float):
+        """`forward` on the consumer's own connection; its reply answers `request` (Broker2Client.callClient)."""
         info = self.ctrl.consumer_manager.get(group)
         chan = info.find_channel(client_id) if info is not None else None
         if chan is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"The Consumer <{group}> <{client_id}> not online")
-        forward = RemotingCommand.create_request(RequestCode.GET_CONSUMER_RUNNING_INFO, {
-            "consumerGroup": group, "clientId": client_id, "jstackEnable": request.get_str("jstackEnable", "false")})
         try:
-            reply = await chan.channel.invoke(forward, 5.0)
+            reply = await chan.channel.invoke(forward, timeout)
         except Exception as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"invoke consumer <{group}> <{client_id}> failed: {e}")
