@@ -653,12 +653,17 @@ class AdminClient:
         return r.get_int("offset", -1) if r.code == ResponseCode.SUCCESS else -1
 
     def clone_group_offset(self, src_group: str, dest_group: str, topic: str, offline: bool = False) -> list[str]:
-        """CLONE_GROUP_OFFSET on every broker of the topic: dest group's offsets become src's."""
+        """CLONE_GROUP_OFFSET on every broker of the topic: dest group's offsets become src's.
+        Unless `offline`, a source group online without a subscription to the topic is refused (the
+        broker skips it, as RocketMQ's does).  Returns the brokers' addresses."""
         addrs = []
+        what = f"clone offsets of group {src_group} to {dest_group} on topic {topic}"
         for _, addr in self.topic_master_addrs(topic):
-            self._call(addr, RequestCode.CLONE_GROUP_OFFSET,
-                       {"srcGroup": src_group, "destGroup": dest_group, "topic": topic, "offline": offline},
-                       what=f"clone offsets of group {src_group} to {dest_group} on topic {topic}")
+            r = self._call(addr, RequestCode.CLONE_GROUP_OFFSET,
+                           {"srcGroup": src_group, "destGroup": dest_group, "topic": topic, "offline": offline},
+                           what=what)
+            if r.remark and r.remark.startswith("skipped: "):
+                raise AdminError(f"{what} on {addr}: {r.remark}")
             addrs.append(addr)
         return addrs
 
@@ -863,6 +868,30 @@ class AdminClient:
             raise AdminError(f"send to topic {topic!r} failed: {e}") from None
         return SendOutcome(r.queue.broker_name, r.queue.queue_id, r.queue_offset, r.msg_id, r.offset_msg_id,
                            r.status.value if hasattr(r.status, "value") else str(r.status))
+
+    def send_rt(self, topic: str, amount: int, size: int, *, by_queue: bool = True,
+                on_progress: Callable[[int], None] | None = None) -> list[tuple[str, int, bool, float, str]]:
+        """`amount` messages of `size` bytes sent one at a time with the tools producer, each timed
+        (checkMsgSendRT: queue i % n of the topic's writable queues; sendMsgStatus, by_queue=False:
+        the producer's own pick).  [(broker, queue id, sent, rt ms, status or error)]."""
+        from rmq_core import Message
+        p = self._tools_producer()
+        mqs = p.fetch_publish_message_queues(topic) if by_queue else []
+        body = b"a" * size
+        out = []
+        for i in range(amount):
+            mq = mqs[i % len(mqs)] if mqs else None
+            begin = time.perf_counter()
+            try:
+                r = p.send(Message(topic, body), queue=mq)
+                sent, broker, qid, status = True, r.queue.broker_name, r.queue.queue_id, r.status.value
+            except RMQError as e:
+                sent, status = False, str(e).splitlines()[0]
+                broker, qid = (mq.broker_name, mq.queue_id) if mq is not None else ("", -1)
+            out.append((broker, qid, sent, (time.perf_counter() - begin) * 1000, status))
+            if on_progress is not None:
+                on_progress(i + 1)
+        return out
 
     def _tools_producer(self):
         """The admin's producer (group TOOLS_PRODUCER), started on first use."""

@@ -220,7 +220,8 @@ def skip_accumulated(admin, args, out):
 @command("cloneGroupOffset", "Copy one group's offsets on a topic to another group",
          arg("-s", "--srcGroup", required=True, help="source group"), arg("-d", "--destGroup", required=True, help="destination group"),
          arg("-t", "--topic", required=True, help="topic"),
-         arg("-o", "--offline", type=parse_bool, default=False, help="(mqadmin compatibility)"))
+         arg("-o", "--offline", type=parse_bool, default=False,
+             help="the source group is offline: clone even when it is online without a subscription to the topic"))
 def clone_group_offset(admin, args, out):
     src = admin.consume_stats(args.srcGroup, args.topic)  # an unknown source group is an error
     if not any(q.topic == args.topic for q in src.queues):

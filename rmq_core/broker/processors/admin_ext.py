@@ -164,13 +164,25 @@ class AdminExtProcessor(Processor):
         src, dest, topic = request.get_str("srcGroup"), request.get_str("destGroup"), request.get_str("topic")
         if not src or not dest:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "clone group offset needs srcGroup and destGroup")
+        offline = (request.get_str("offline") or "false").lower() == "true"
         topics = [topic] if topic else sorted(ctrl.offset_manager.which_topic_by_consumer(src))
+        online = ctrl.consumer_manager.get(src)
+        skipped = []
         for t in topics:
+            if ctrl.topic_manager.select(t) is None:
+                skipped.append(f"{t} (no such topic on this broker)")
+                continue
+            # an online source group that does not subscribe the topic is left alone unless the
+            # caller says it is offline (-o true), as RocketMQ's broker does
+            if not offline and online is not None and online.subscriptions and \
+                    ctrl.consumer_manager.find_subscription(src, t) is None:
+                skipped.append(f"{t} (group {src} is online and does not subscribe it; -o true clones anyway)")
+                continue
             offsets = ctrl.offset_manager.query_offsets(src, t)
             if offsets:
                 ctrl.offset_manager.reset_offsets(dest, t, offsets)
                 log.info("clone group offset %s -> %s on %s: %s", src, dest, t, offsets)
-        return request.make_response(ResponseCode.SUCCESS, None)
+        return request.make_response(ResponseCode.SUCCESS, "skipped: " + "; ".join(skipped) if skipped else None)
 
     # --- stats ----------------------------------------------------------------------------------------------
     async def view_broker_stats_data(self, ctx, request):
