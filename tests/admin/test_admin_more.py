@@ -58,3 +58,65 @@ def test_query_msg_by_id_consumes_directly(cl):
               needle="nobody@1")
     finally:
         c.shutdown()
+
+
+def test_clone_group_offset_offline_flag(cl):
+    ns = cl.namesrv
+    with Producer("PG_CLONE", namesrv=ns, **CLIENT) as p:
+        for i in range(8):
+            p.send(Message("CloneA", f"a{i}".encode()))
+        p.send(Message("CloneB", b"b"))
+    got = []
+    c = PushConsumer("CG_CLONE_SRC", namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
+    c.subscribe("CloneA", "*")
+    c.register_message_listener(lambda msgs: (got.extend(msgs), ConsumeStatus.CONSUME_SUCCESS)[1])
+    c.start()
+    wait_for(lambda: len(got) >= 8, what="CloneA consumed")
+    c.shutdown()  # (its offsets are committed at shutdown)
+    # the source group comes back online subscribing only CloneB
+    c = PushConsumer("CG_CLONE_SRC", namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
+    c.subscribe("CloneB", "*")
+    c.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+    c.start()
+    try:
+        line = fails("cloneGroupOffset", "-s", "CG_CLONE_SRC", "-d", "CG_CLONE_DST", "-t", "CloneA", ns=ns,
+                     needle="does not subscribe")
+        assert "-o true" in line
+        cloned = rows("cloneGroupOffset", "-s", "CG_CLONE_SRC", "-d", "CG_CLONE_DST", "-t", "CloneA", "-o", "true",
+                      ns=ns)
+        assert sum(r["consumer_offset"] for r in cloned) == 8
+    finally:
+        c.shutdown()
+
+
+def test_check_msg_send_rt_and_send_msg_status(cl):
+    ns = cl.namesrv
+    ok("updateTopic", "-b", cl.broker_addrs[0], "-t", "RtTopic", "-r", "3", "-w", "3", ns=ns)
+    r = rows("checkMsgSendRT", "-t", "RtTopic", "-a", "7", "-s", "64", ns=ns)
+    assert len(r) == 7 and all(x["send_result"] is True and x["rt_ms"] >= 0 for x in r)
+    assert [x["qid"] for x in r] == [0, 1, 2, 0, 1, 2, 0]  # one queue after another
+    table = ok("checkMsgSendRT", "-t", "RtTopic", "-a", "3", ns=ns)
+    assert "Avg RT:" in table
+    fails("checkMsgSendRT", "-t", "RtTopic", "-a", "1", ns=ns, needle="-a 1")
+    fails("checkMsgSendRT", "-t", "NoSuchRtTopic", ns=ns, needle="NoSuchRtTopic")
+    s = rows("sendMsgStatus", "-b", "broker-a", "-c", "5", "-s", "32", ns=ns)
+    assert len(s) == 5 and {x["send_status"] for x in s} == {"SEND_OK"} and {x["broker_name"] for x in s} == {"broker-a"}
+    fails("sendMsgStatus", "-b", "broker-zz", ns=ns, needle="broker-zz")
+    fails("sendMsgStatus", "-b", "broker-a", "-c", "0", ns=ns, needle="-c 0")
+
+
+def test_update_order_conf_and_namesrv_config(cl):
+    ns = cl.namesrv
+    put = rows("updateOrderConf", "-t", "OrderedTopic", "-v", "broker-a:4", ns=ns)
+    assert put == [{"topic": "OrderedTopic", "method": "put", "order_conf": "broker-a:4"}]
+    assert rows("updateOrderConf", "-t", "OrderedTopic", "-m", "get", ns=ns)[0]["order_conf"] == "broker-a:4"
+    assert "delete orderConf success" in ok("updateOrderConf", "-t", "OrderedTopic", "-m", "delete", ns=ns)
+    fails("updateOrderConf", "-t", "OrderedTopic", "-m", "get", ns=ns, needle="OrderedTopic")
+    fails("updateOrderConf", "-t", "OrderedTopic", "-v", "broker-a:x", ns=ns, needle="broker-a:x")
+    fails("updateOrderConf", "-t", "OrderedTopic", ns=ns, needle="-v")
+    r = rows("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "true", ns=ns)
+    assert r == [{"name_server": ns, "key": "orderMessageEnable", "value": "true"}]
+    cfg = rows("getNamesrvConfig", ns=ns)
+    assert {"name_server": ns, "key": "orderMessageEnable", "value": "true"} in cfg
+    ok("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "false", ns=ns)
+    fails("updateNamesrvConfig", "-k", "noSuchKey", "-v", "1", ns=ns, needle="noSuchKey")
