@@ -759,6 +759,23 @@ class AdminClient:
                              "give -t TOPIC to look it up as a unique key")
         return self.query_message_by_unique_key(topic, msg_id)
 
+    def consumer_status(self, topic: str, group: str, client_addr: str | None = None) -> dict[str, dict[MessageQueue, int]]:
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS on every broker of the topic: each online consumer's
+        own offsets of the topic (what it holds in memory), {client id: {queue: offset}}."""
+        out: dict[str, dict[MessageQueue, int]] = {}
+        for _, addr in self.topic_master_addrs(topic):
+            r = self._call(addr, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+                           {"topic": topic, "group": group, "clientAddr": client_addr or ""},
+                           what=f"get consumer status of group {group} on topic {topic}")
+            for client_id, rows in (json.loads(r.body or b"{}").get("consumerTable") or {}).items():
+                mine = out.setdefault(client_id, {})
+                for row in rows:
+                    q = row["mq"]
+                    mine[MessageQueue(q["topic"], q["brokerName"], int(q["queueId"]))] = int(row["offset"])
+            if out:  # every broker asks the same clients: one answer is all of it
+                break
+        return out
+
     def consume_message_directly(self, group: str, client_id: str, msg_id: str, topic: str | None = None) -> dict:
         """CONSUME_MESSAGE_DIRECTLY: the message (found as view_message finds it) handed to one live
         consumer of `group` for its listener, through the broker that stores it; the consumer's

@@ -137,6 +137,17 @@ class _BrokerRequestProcessor:
             return request.make_response(ResponseCode.SUCCESS, body=body)
         if code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
             return await self._consume_message_directly(request)
+        if code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:  # (mqadmin getConsumerStatus, via the broker)
+            group, topic = request.get_str("group"), request.get_str("topic")
+            consumer = inst.consumers.get(group)
+            store = getattr(consumer, "offset_store", None)
+            if store is None:
+                return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                             f"The Consumer Group <{group}> not exist in this consumer")
+            table = [{"mq": {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id}, "offset": off}
+                     for mq, off in sorted(store.clone_offset_table(topic).items())]
+            return request.make_response(ResponseCode.SUCCESS,
+                                         body=json.dumps({"messageQueueTable": table}).encode("utf-8"))
         if code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             group = request.get_str("group")
             topic = request.get_str("topic")
@@ -540,7 +551,7 @@ class MQClientInstance:
                 self.remoting = RemotingClient(name=f"client-{self.client_id}", connect_timeout=self.config.connect_timeout)
                 proc = _BrokerRequestProcessor(self)
                 for code in (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.GET_CONSUMER_RUNNING_INFO,
-                             RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                             RequestCode.CONSUME_MESSAGE_DIRECTLY, RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
                              RequestCode.RESET_CONSUMER_CLIENT_OFFSET, RequestCode.CHECK_TRANSACTION_STATE):
                     self.remoting.register_processor(code, proc)
 

@@ -120,3 +120,28 @@ def test_update_order_conf_and_namesrv_config(cl):
     assert {"name_server": ns, "key": "orderMessageEnable", "value": "true"} in cfg
     ok("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "false", ns=ns)
     fails("updateNamesrvConfig", "-k", "noSuchKey", "-v", "1", ns=ns, needle="noSuchKey")
+
+
+def test_get_consumer_status(cl):
+    ns = cl.namesrv
+    with Producer("PG_STATUS", namesrv=ns, **CLIENT) as p:
+        for i in range(6):
+            p.send(Message("StatusTopic", f"s{i}".encode()))
+    got = []
+    c = PushConsumer("CG_STATUS", namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
+    c.subscribe("StatusTopic", "*")
+    c.register_message_listener(lambda msgs: (got.extend(msgs), ConsumeStatus.CONSUME_SUCCESS)[1])
+    c.start()
+    try:
+        wait_for(lambda: len(got) >= 6, what="StatusTopic consumed")
+        r = wait_for(lambda: (lambda v: v if sum(x["offset"] for x in v) == 6 else None)(
+            rows("getConsumerStatus", "-g", "CG_STATUS", "-t", "StatusTopic", ns=ns)), what="offsets 6 in all")
+        assert {x["client_id"] for x in r} == {c.client_id} and {x["broker_name"] for x in r} == {"broker-a"}
+        one = rows("getConsumerStatus", "-g", "CG_STATUS", "-t", "StatusTopic", "-i", c.client_id, ns=ns)
+        assert one == r
+        assert "get consumer status from client" in ok("getConsumerStatus", "-g", "CG_STATUS", "-t", "StatusTopic",
+                                                       ns=ns)
+        fails("getConsumerStatus", "-g", "CG_STATUS", "-t", "StatusTopic", "-i", "ghost@1", ns=ns, needle="ghost@1")
+        fails("getConsumerStatus", "-g", "CG_NOBODY", "-t", "StatusTopic", ns=ns, needle="CG_NOBODY")
+    finally:
+        c.shutdown()

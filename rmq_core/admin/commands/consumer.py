@@ -1,5 +1,5 @@
 """Consumer group commands: updateSubGroup, deleteSubGroup, consumerProgress, consumerConnection,
-producerConnection, consumerStatus, brokerConsumeStats, resetOffsetByTime, cloneGroupOffset,
+producerConnection, consumerStatus, brokerConsumeStats, resetOffsetByTime, cloneGroupOffset, getConsumerStatus,
 skipAccumulatedMessage."""
 from __future__ import annotations
 
@@ -233,3 +233,15 @@ def clone_group_offset(admin, args, out):
               [(q.topic, q.broker_name, q.queue_id, q.consumer_offset) for q in dest.queues if q.topic == args.topic])
     return 0 if addrs else 1
 
+
+
+@command("getConsumerStatus", "Each online consumer's own offsets of a topic (what it holds in memory), asked through the broker",
+         _G, arg("-t", "--topic", required=True, help="topic"),
+         arg("-i", "--originClientId", help="only this client (its client id or address)"))
+def get_consumer_status(admin, args, out):
+    status = admin.consumer_status(args.topic, args.groupName, args.originClientId)
+    out.message(f"get consumer status from client. group={args.groupName}, topic={args.topic}, "
+                f"originClientId={args.originClientId or ''}")
+    out.table(["Client ID", "Broker Name", "QID", "Offset"],
+              [(cid, mq.broker_name, mq.queue_id, off) for cid, table in sorted(status.items())
+               for mq, off in sorted(table.items())])

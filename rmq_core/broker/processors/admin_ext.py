@@ -74,6 +74,7 @@ class AdminExtProcessor(Processor):
         RequestCode.VIEW_BROKER_STATS_DATA: "view_broker_stats_data",
         RequestCode.GET_CONSUMER_RUNNING_INFO: "get_consumer_running_info",
         RequestCode.CONSUME_MESSAGE_DIRECTLY: "consume_message_directly",
+        RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: "get_consumer_status",
     }
 
     def __init__(self, controller):
@@ -221,6 +222,34 @@ class AdminExtProcessor(Processor):
             "consumerGroup": group, "clientId": client_id, "msgId": msg_id,
             "brokerName": self.ctrl.broker_config.broker_name}, body=bytes(raw))
         return await self._call_consumer(request, group, client_id, forward, 10.0)
+
+    async def get_consumer_status(self, ctx, request):
+        """Each online consumer of the group (or the one at clientAddr) asked for its offsets of the
+        topic (Broker2Client.getConsumeStatus): {"consumerTable": {client id: offset rows}}."""
+        topic, group = request.get_str("topic") or "", request.get_str("group") or ""
+        client_addr = request.get_str("clientAddr") or ""
+        info = self.ctrl.consumer_manager.get(group)
+        if info is None or not info.all_client_ids():
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"No Any Consumer online in the consumer group: [{group}]")
+        table = {}
+        for client_id in info.all_client_ids():
+            chan = info.find_channel(client_id)
+            if chan is None or (client_addr and client_addr not in (client_id, chan.addr)):
+                continue
+            forward = RemotingCommand.create_request(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
+                                                     {"topic": topic, "group": group, "clientAddr": chan.addr})
+            try:
+                reply = await chan.channel.invoke(forward, 5.0)
+            except Exception as e:  # noqa: BLE001 - one unreachable client does not hide the others
+                log.warning("get consumer status of %s from %s failed: %s", group, client_id, e)
+                continue
+            if reply.code == ResponseCode.SUCCESS and reply.body:
+                from rmq_core.remoting.body import loads_lenient
+                table[client_id] = loads_lenient(reply.body).get("messageQueueTable") or []
+        if client_addr and not table:
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"The Consumer <{group}> <{client_addr}> not online")
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body({"consumerTable": table}))
 
     async def _call_consumer(self, request, group: str, client_id: str, forward, timeout: float):
         """`forward` on the consumer's own connection; its reply answers `request` (Broker2Client.callClient)."""
