@@ -759,6 +759,18 @@ class AdminClient:
                              "give -t TOPIC to look it up as a unique key")
         return self.query_message_by_unique_key(topic, msg_id)
 
+    def clean_expired_consume_queues(self, addr: str) -> list[tuple[str, int]]:
+        """CLEAN_EXPIRED_CONSUMEQUEUE: the broker destroys consume queues whose messages its commit
+        log no longer holds; the (topic, queue id)s it removed."""
+        r = self._call(addr, RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, what="clean expired consume queues",
+                       timeout=max(self.timeout, 30.0))
+        return [(t, int(q)) for t, q in json.loads(r.body or b"{}").get("removed") or []]
+
+    def clean_unused_topics(self, addr: str) -> list[str]:
+        """CLEAN_UNUSED_TOPIC: the broker deletes the consume queues of topics it has no config for."""
+        r = self._call(addr, RequestCode.CLEAN_UNUSED_TOPIC, what="clean unused topics", timeout=max(self.timeout, 30.0))
+        return list(json.loads(r.body or b"{}").get("removed") or [])
+
     def consumer_status(self, topic: str, group: str, client_addr: str | None = None) -> dict[str, dict[MessageQueue, int]]:
         """INVOKE_BROKER_TO_GET_CONSUMER_STATUS on every broker of the topic: each online consumer's
         own offsets of the topic (what it holds in memory), {client id: {queue: offset}}."""

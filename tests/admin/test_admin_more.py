@@ -145,3 +145,43 @@ def test_get_consumer_status(cl):
         fails("getConsumerStatus", "-g", "CG_NOBODY", "-t", "StatusTopic", ns=ns, needle="CG_NOBODY")
     finally:
         c.shutdown()
+
+
+def test_clean_unused_topic_and_expired_cq(tmp_path):
+    """A topic whose config is gone (edited out of topics.json while the broker was down) keeps its
+    consume queues until cleanUnusedTopic; cleanExpiredCQ runs on a cluster's masters."""
+    import json
+    import os
+
+    from tests.servers import RmqProcess
+
+    c = NamesrvAndBroker(tmp_path)
+    try:
+        ns, addr = c.namesrv, c.broker_addrs[0]
+        for topic in ("KeepMe", "Orphan"):
+            ok("updateTopic", "-b", addr, "-t", topic, ns=ns)
+        with Producer("PG_CLEAN", namesrv=ns, **CLIENT) as p:
+            p.send(Message("KeepMe", b"k"))
+            p.send(Message("Orphan", b"o"))
+        c.brokers[0].terminate()
+        store = tmp_path / "store-broker-a"
+        topics_file = store / "config" / "topics.json"
+        table = json.loads(topics_file.read_text())
+        del table["topicConfigTable"]["Orphan"]
+        topics_file.write_text(json.dumps(table))
+        c.brokers[0] = RmqProcess(["broker", "-n", ns, "-c", str(tmp_path / "broker-a.conf"), "--listen-host",
+                                   "127.0.0.1"], ("boot success",))
+        c.brokers[0].wait_boot()
+        assert os.path.isdir(store / "consumequeue" / "Orphan")
+        r = rows("cleanUnusedTopic", "-b", addr, ns=ns)
+        assert r[0]["broker_addr"] == addr and "Orphan" in r[0]["topics"].split(", ") and "KeepMe" not in r[0]["topics"]
+        assert not os.path.exists(store / "consumequeue" / "Orphan")
+        assert os.path.isdir(store / "consumequeue" / "KeepMe")
+        assert "0 topic(s) removed" in ok("cleanUnusedTopic", "-c", "DefaultCluster", ns=ns)
+        # nothing expired here: every queue stays
+        assert rows("cleanExpiredCQ", "-c", "DefaultCluster", ns=ns) == [{"broker_addr": addr, "removed": 0, "queues": ""}]
+        assert "cleanExpiredCQ: 0 consume queue(s) removed" in ok("cleanExpiredCQ", "-b", addr, ns=ns)
+        fails("cleanExpiredCQ", "-b", "10.9.9.9:1", ns=ns, needle="10.9.9.9:1")
+        fails("cleanUnusedTopic", ns=ns, needle="-b")
+    finally:
+        c.stop()

@@ -1,5 +1,5 @@
 """Topic commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus, topicClusterList,
-updateTopicPerm, allocateMQ."""
+updateTopicPerm, allocateMQ, cleanExpiredCQ, cleanUnusedTopic."""
 from __future__ import annotations
 
 from rmq_core.admin.commands import UsageError, arg, broker_targets, command, parse_bool
@@ -125,3 +125,27 @@ def allocate_mq(admin, args, out):
     result = admin.allocate(args.topic, cids, args.strategy)
     out.table(["Client ID", "Broker Name", "QID"],
               [(cid, mq.broker_name, mq.queue_id) for cid, mqs in result.items() for mq in mqs])
+
+
+@command("cleanExpiredCQ", "Destroy consume queues whose messages the commit log no longer holds, on a broker (-b) "
+         "or a cluster's masters (-c)",
+         _B, _C)
+def clean_expired_cq(admin, args, out):
+    rows = []
+    for addr in broker_targets(admin, args):
+        removed = admin.clean_expired_consume_queues(addr)
+        rows.append((addr, len(removed), ", ".join(f"{t}/{q}" for t, q in removed)))
+    out.message(f"cleanExpiredCQ: {sum(r[1] for r in rows)} consume queue(s) removed")
+    out.table(["Broker Addr", "Removed", "Queues"], rows)
+
+
+@command("cleanUnusedTopic", "Delete the consume queues of topics a broker has no config for, on a broker (-b) or a "
+         "cluster's masters (-c)",
+         _B, _C)
+def clean_unused_topic(admin, args, out):
+    rows = []
+    for addr in broker_targets(admin, args):
+        removed = admin.clean_unused_topics(addr)
+        rows.append((addr, len(removed), ", ".join(removed)))
+    out.message(f"cleanUnusedTopic: {sum(r[1] for r in rows)} topic(s) removed")
+    out.table(["Broker Addr", "Removed", "Topics"], rows)

@@ -75,6 +75,8 @@ class AdminExtProcessor(Processor):
         RequestCode.GET_CONSUMER_RUNNING_INFO: "get_consumer_running_info",
         RequestCode.CONSUME_MESSAGE_DIRECTLY: "consume_message_directly",
         RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: "get_consumer_status",
+        RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: "clean_expired_consume_queue",
+        RequestCode.CLEAN_UNUSED_TOPIC: "clean_unused_topic",
     }
 
     def __init__(self, controller):
@@ -184,6 +186,20 @@ class AdminExtProcessor(Processor):
                 ctrl.offset_manager.reset_offsets(dest, t, offsets)
                 log.info("clone group offset %s -> %s on %s: %s", src, dest, t, offsets)
         return request.make_response(ResponseCode.SUCCESS, "skipped: " + "; ".join(skipped) if skipped else None)
+
+    # --- store housekeeping (mqadmin cleanExpiredCQ / cleanUnusedTopic) ---------------------------------------
+    async def clean_expired_consume_queue(self, ctx, request):
+        """Consume queues whose messages the commit log no longer holds are destroyed; the body
+        lists them ({"removed": [[topic, queue id], ...]})."""
+        store = self.ctrl.store
+        removed = await asyncio.get_running_loop().run_in_executor(None, store.clean_expired_consumer_queue)
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body({"removed": removed}))
+
+    async def clean_unused_topic(self, ctx, request):
+        """Consume queues of topics this broker has no config for are deleted ({"removed": [topic, ...]})."""
+        topics = set(self.ctrl.topic_manager.all())
+        removed = await asyncio.get_running_loop().run_in_executor(None, self.ctrl.store.clean_unused_topics, topics)
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body({"removed": removed}))
 
     # --- stats ----------------------------------------------------------------------------------------------
     async def view_broker_stats_data(self, ctx, request):
