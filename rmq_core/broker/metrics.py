@@ -147,9 +147,8 @@ class BrokerMetrics:
                     pass  # removed meanwhile (retention)
         max_phy = store.get_max_phy_offset()
         flush_behind = max(0, max_phy - store.commit_log.mapped_file_queue.flushed_where)
-        # The put itself writes the consume-queue entries (DefaultMessageStore._dispatch, under
-        # the put lock), so no committed byte is ever waiting for dispatch: 0, as runtime_info says.
-        dispatch_behind = 0
+        # (the consume queues are written by the put itself; the index is built behind it)
+        dispatch_behind = store.dispatch_behind_bytes()
         first_ts = _first_store_timestamp(store)
         reserve = max(0, int(time.time() * 1000) - first_ts) if first_ts > 0 else 0
         return [

@@ -1071,6 +1071,14 @@ class DefaultMessageStore:
         self._min_phy_offset_cleaned = min_phy
 
     # -- stats -----------------------------------------------------------------------------------
+    def dispatch_behind_bytes(self) -> int:
+        """Commit-log bytes not yet dispatched to every dispatcher (RocketMQ's dispatchBehindBytes):
+        the consume queues are written by the put itself, the index in the background - from the
+        oldest record still waiting for it to the log's end."""
+        builder = self.index_build_service
+        oldest = builder.oldest_pending_offset() if builder is not None else None
+        return max(0, self.get_max_phy_offset() - oldest) if oldest is not None else 0
+
     def commit_log_disk_ratio(self) -> float:
         return self.disk_usage(self.config.commit_log_dir)
 
@@ -1085,8 +1093,8 @@ class DefaultMessageStore:
             "commitLogMaxOffset": str(self.get_max_phy_offset()),
             "putMessageTimesTotal": str(self.put_message_count),
             "putTps": f"{tps:.1f}",
-            "dispatchBehindBytes": "0",
-            "pageCacheLockTimeMills": "0",
+            "dispatchBehindBytes": str(self.dispatch_behind_bytes()),
+            "pageCacheLockTimeMills": str(self.commit_log.lock_time_mills()),
             "diskFull": "true" if self._disk_full_error else "false",
             "consumeQueueCount": str(sum(len(q) for q in self.consume_queue_table.values())),
         }
@@ -1244,6 +1252,16 @@ class IndexBuildService:
 
     def pending(self) -> int:
         return len(self._queue)
+
+    def oldest_pending_offset(self) -> int | None:
+        """The commit-log offset of the oldest record waiting for the index (None: none waits)."""
+        try:
+            item = self._queue[0]
+        except IndexError:  # (empty, or drained meanwhile)
+            return None
+        if len(item) == 5:
+            return item[1]
+        return int.from_bytes(bytes(memoryview(item[1])[:8]), "big")  # the first consume-queue entry's offset
 
     def start(self) -> None:
         if self._thread is not None:
