@@ -185,3 +185,31 @@ def test_clean_unused_topic_and_expired_cq(tmp_path):
         fails("cleanUnusedTopic", ns=ns, needle="-b")
     finally:
         c.stop()
+
+
+def test_start_monitoring_reports_undone_messages(cl):
+    ns = cl.namesrv
+    with Producer("PG_MONITOR", namesrv=ns, **CLIENT) as p:
+        for i in range(4):
+            p.send(Message("MonitorTopic", f"m{i}".encode()))
+    got = []
+    c = PushConsumer("CG_MONITOR", namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
+    c.subscribe("MonitorTopic", "*")
+    c.register_message_listener(lambda msgs: (got.extend(msgs), ConsumeStatus.CONSUME_SUCCESS)[1])
+    c.start()
+    try:
+        wait_for(lambda: len(got) >= 4, what="consumed")
+        wait_for(lambda: [r for r in rows("startMonitoring", "--rounds", "1", ns=ns)
+                          if r["consumer_group"] == "CG_MONITOR" and r["undone_msgs"] == 0], what="caught up")
+    finally:
+        c.shutdown()
+    with Producer("PG_MONITOR", namesrv=ns, **CLIENT) as p:  # the group is away: these stay undone
+        for i in range(3):
+            p.send(Message("MonitorTopic", f"late{i}".encode()))
+    r = rows("startMonitoring", "--rounds", "2", "--interval", "0.1", ns=ns)
+    mine = [x for x in r if x["consumer_group"] == "CG_MONITOR"]
+    assert len(mine) == 2 and all(x["topic"] == "MonitorTopic" and x["undone_msgs"] == 3 for x in mine)
+    assert all(x["undone_delay_ms"] >= 0 and 1 <= x["undone_single_mq"] <= 3 for x in mine)
+    assert "[UNDONE_MSG] round 1" in ok("startMonitoring", "--rounds", "1", ns=ns)
+    fails("startMonitoring", "--json", ns=ns, needle="--rounds")
+    fails("startMonitoring", "--rounds", "1", "--interval", "0", ns=ns, needle="--interval 0")
