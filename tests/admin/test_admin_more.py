@@ -8,19 +8,28 @@ import threading
 import pytest
 
 from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
-from tests.admin.test_admin_cli import FAST, fails, ok, rows, wait_for
+from tests.admin.test_admin_cli import cl, fails, ok, rows, wait_for  # noqa: F401 - cl: the module's cluster
 from tests.servers import NamesrvAndBroker
 
 CLIENT = dict(poll_name_server_interval=1.0, heartbeat_broker_interval=1.0, persist_consumer_offset_interval=1.0)
 
 
-@pytest.fixture(scope="module")
-def cl(tmp_path_factory):
-    c = NamesrvAndBroker(tmp_path_factory.mktemp("admin-more"), broker_props=FAST)
+def sent_and_consumed(ns, topic, group, n) -> PushConsumer:
+    """n messages sent to `topic`, then a started consumer of `group` that has consumed them all."""
+    with Producer(f"PG_{group}", namesrv=ns, **CLIENT) as p:
+        for i in range(n):
+            p.send(Message(topic, f"{topic}-{i}".encode()))
+    got = []
+    c = PushConsumer(group, namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
+    c.subscribe(topic, "*")
+    c.register_message_listener(lambda msgs: (got.extend(msgs), ConsumeStatus.CONSUME_SUCCESS)[1])
+    c.start()
     try:
-        yield c
-    finally:
-        c.stop()
+        wait_for(lambda: len(got) >= n, what=f"{n} messages of {topic} consumed")
+    except BaseException:
+        c.shutdown()
+        raise
+    return c
 
 
 def test_query_msg_by_id_consumes_directly(cl):
@@ -63,16 +72,8 @@ def test_query_msg_by_id_consumes_directly(cl):
 def test_clone_group_offset_offline_flag(cl):
     ns = cl.namesrv
     with Producer("PG_CLONE", namesrv=ns, **CLIENT) as p:
-        for i in range(8):
-            p.send(Message("CloneA", f"a{i}".encode()))
         p.send(Message("CloneB", b"b"))
-    got = []
-    c = PushConsumer("CG_CLONE_SRC", namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
-    c.subscribe("CloneA", "*")
-    c.register_message_listener(lambda msgs: (got.extend(msgs), ConsumeStatus.CONSUME_SUCCESS)[1])
-    c.start()
-    wait_for(lambda: len(got) >= 8, what="CloneA consumed")
-    c.shutdown()  # (its offsets are committed at shutdown)
+    sent_and_consumed(ns, "CloneA", "CG_CLONE_SRC", 8).shutdown()  # (its offsets are committed at shutdown)
     # the source group comes back online subscribing only CloneB
     c = PushConsumer("CG_CLONE_SRC", namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
     c.subscribe("CloneB", "*")
@@ -124,16 +125,8 @@ def test_update_order_conf_and_namesrv_config(cl):
 
 def test_get_consumer_status(cl):
     ns = cl.namesrv
-    with Producer("PG_STATUS", namesrv=ns, **CLIENT) as p:
-        for i in range(6):
-            p.send(Message("StatusTopic", f"s{i}".encode()))
-    got = []
-    c = PushConsumer("CG_STATUS", namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
-    c.subscribe("StatusTopic", "*")
-    c.register_message_listener(lambda msgs: (got.extend(msgs), ConsumeStatus.CONSUME_SUCCESS)[1])
-    c.start()
+    c = sent_and_consumed(ns, "StatusTopic", "CG_STATUS", 6)
     try:
-        wait_for(lambda: len(got) >= 6, what="StatusTopic consumed")
         r = wait_for(lambda: (lambda v: v if sum(x["offset"] for x in v) == 6 else None)(
             rows("getConsumerStatus", "-g", "CG_STATUS", "-t", "StatusTopic", ns=ns)), what="offsets 6 in all")
         assert {x["client_id"] for x in r} == {c.client_id} and {x["broker_name"] for x in r} == {"broker-a"}
@@ -189,16 +182,8 @@ def test_clean_unused_topic_and_expired_cq(tmp_path):
 
 def test_start_monitoring_reports_undone_messages(cl):
     ns = cl.namesrv
-    with Producer("PG_MONITOR", namesrv=ns, **CLIENT) as p:
-        for i in range(4):
-            p.send(Message("MonitorTopic", f"m{i}".encode()))
-    got = []
-    c = PushConsumer("CG_MONITOR", namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
-    c.subscribe("MonitorTopic", "*")
-    c.register_message_listener(lambda msgs: (got.extend(msgs), ConsumeStatus.CONSUME_SUCCESS)[1])
-    c.start()
+    c = sent_and_consumed(ns, "MonitorTopic", "CG_MONITOR", 4)
     try:
-        wait_for(lambda: len(got) >= 4, what="consumed")
         wait_for(lambda: [r for r in rows("startMonitoring", "--rounds", "1", ns=ns)
                           if r["consumer_group"] == "CG_MONITOR" and r["undone_msgs"] == 0], what="caught up")
     finally:

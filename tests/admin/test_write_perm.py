@@ -9,7 +9,7 @@ import time
 import pytest
 
 from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
-from tests.admin.test_admin_cli import fails, ok, rows
+from tests.admin.test_admin_cli import fails, ok, rows, wait_for
 from tests.servers import NamesrvAndBroker
 
 FAST = dict(poll_name_server_interval=0.5, heartbeat_broker_interval=1.0, persist_consumer_offset_interval=1.0)
@@ -24,15 +24,6 @@ def cl(tmp_path_factory):
         yield c
     finally:
         c.stop()
-
-
-def wait_for(pred, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Sender(threading.Thread):
@@ -84,29 +75,29 @@ def test_wipe_and_add_write_perm_under_live_traffic(cl):
     s = Sender(p)
     s.start()
     try:
-        wait_for(lambda: {"broker-a", "broker-b"} <= set(s.brokers), what="sends to both brokers")
+        wait_for(lambda: {"broker-a", "broker-b"} <= set(s.brokers), timeout=60, what="sends to both brokers")
         done = rows("wipeWritePerm", "-b", "broker-a", ns=ns)
         assert done == [{"name_server": ns, "broker_name": "broker-a", "wiped_topics": done[0]["wiped_topics"]}]
         assert done[0]["wiped_topics"] >= 1
         route = rows("topicRoute", "-t", TOPIC, ns=ns)
         assert route, "topicRoute shows the route"
         mark = len(s.brokers)
-        wait_for(lambda: s.only_to("broker-b", mark), what="sends only to broker-b")
+        wait_for(lambda: s.only_to("broker-b", mark), timeout=60, what="sends only to broker-b")
         backlog = set(s.by_broker["broker-a"])
         assert backlog and not backlog & consumed  # nothing of it consumed yet (the consumer was suspended)
         c.resume()  # the consumer drains broker-a's backlog (its queues stay readable) while sends go on
-        wait_for(lambda: backlog <= consumed, what="broker-a's backlog consumed")
+        wait_for(lambda: backlog <= consumed, timeout=60, what="broker-a's backlog consumed")
         assert s.only_to("broker-b", mark)
         table = ok("addWritePerm", "-b", "broker-a", ns=ns)
         assert "add write perm of broker[broker-a]" in table and "Added Topics" in table
         mark = len(s.brokers)
-        wait_for(lambda: "broker-a" in s.brokers[mark:], what="sends to broker-a again")
+        wait_for(lambda: "broker-a" in s.brokers[mark:], timeout=60, what="sends to broker-a again")
     finally:
         s.stop.set()
         s.join(30)
         p.shutdown()
     try:
-        wait_for(lambda: s.ids <= consumed, what="every sent message consumed")
+        wait_for(lambda: s.ids <= consumed, timeout=60, what="every sent message consumed")
     finally:
         c.shutdown()
     assert s.failures == []

@@ -13,7 +13,7 @@ import pytest
 
 from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer, aio
 from rmq_core.admin.client import AdminClient
-from tests.admin.test_admin_cli import admin, fails, ok, rows
+from tests.admin.test_admin_cli import admin, fails, ok, rows, wait_for
 from tests.servers import NamesrvAndBroker
 
 FAST = dict(poll_name_server_interval=1.0, heartbeat_broker_interval=1.0, persist_consumer_offset_interval=1.0)
@@ -30,16 +30,6 @@ def cl(tmp_path_factory):
         yield c
     finally:
         c.stop()
-
-
-def wait_for(pred, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def trace_rows(ns, msg_id, *extra):

@@ -6,8 +6,7 @@ import pytest
 
 from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
 from tests.client.conftest import FAST, FAST_CONSUMER, wait_until
-from tests.dashboard.test_console_browser import browser, shot, wait_css  # noqa: F401 - the fixture
-from tests.servers import NamesrvAndBroker, RmqProcess, free_port
+from tests.dashboard.test_console_browser import browser, running_console, shot, wait_css  # noqa: F401 - the fixture
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -20,16 +19,8 @@ TOPIC, GROUP = "ConsoleTraced", "CG_CONSOLE_TRACE"
 
 @pytest.fixture
 def console(tmp_path):
-    servers = NamesrvAndBroker(tmp_path, broker_props={"traceTopicEnable": "true"})
-    port = free_port()
-    proc = RmqProcess(["dashboard", "-n", servers.namesrv, "--listen", f"127.0.0.1:{port}"], ("rmq console",))
-    try:
-        proc.wait_boot()
-        servers.console_url = f"http://127.0.0.1:{port}/"
+    with running_console(tmp_path, {"traceTopicEnable": "true"}) as servers:
         yield servers
-    finally:
-        proc.terminate()
-        servers.stop()
 
 
 def test_message_page_shows_the_trace_timeline(console, browser, tmp_path):  # noqa: F811

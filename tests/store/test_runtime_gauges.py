@@ -1,25 +1,14 @@
 """The store's runtime gauges behind mqadmin's PCWait and rocketmq_storage_dispatch_behind_bytes,
 on a real store: the put lock's holding time while a put holds it, and the commit-log bytes the
 index has not yet been built for while its builder is held."""
-import time
-
+from tests.admin.test_admin_cli import wait_for
 from tests.store.conftest import msg
-
-
-def _until(pred, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.01)
-    raise AssertionError("condition not reached")
 
 
 def test_page_cache_lock_time_while_a_put_holds_the_lock(store):
     assert store.runtime_info()["pageCacheLockTimeMills"] == "0"
     with store.commit_log._timed_put_lock:  # a put in progress, as far as the gauge can tell
-        held = _until(lambda: int(store.runtime_info()["pageCacheLockTimeMills"]))
+        held = wait_for(lambda: int(store.runtime_info()["pageCacheLockTimeMills"]), what="PCWait > 0")
         assert held >= 1
     assert store.runtime_info()["pageCacheLockTimeMills"] == "0"
     assert store.put_message(msg()).is_ok()

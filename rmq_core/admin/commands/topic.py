@@ -131,21 +131,22 @@ def allocate_mq(admin, args, out):
          "or a cluster's masters (-c)",
          _B, _C)
 def clean_expired_cq(admin, args, out):
-    rows = []
-    for addr in broker_targets(admin, args):
-        removed = admin.clean_expired_consume_queues(addr)
-        rows.append((addr, len(removed), ", ".join(f"{t}/{q}" for t, q in removed)))
-    out.message(f"cleanExpiredCQ: {sum(r[1] for r in rows)} consume queue(s) removed")
-    out.table(["Broker Addr", "Removed", "Queues"], rows)
+    _clean(admin, args, out, "cleanExpiredCQ", "consume queue(s)", "Queues",
+           lambda addr: [f"{t}/{q}" for t, q in admin.clean_expired_consume_queues(addr)])
 
 
 @command("cleanUnusedTopic", "Delete the consume queues of topics a broker has no config for, on a broker (-b) or a "
          "cluster's masters (-c)",
          _B, _C)
 def clean_unused_topic(admin, args, out):
+    _clean(admin, args, out, "cleanUnusedTopic", "topic(s)", "Topics", admin.clean_unused_topics)
+
+
+def _clean(admin, args, out, name: str, what: str, column: str, clean) -> None:
+    """A store clean-up on each target broker: clean(addr) -> the names of what it removed."""
     rows = []
     for addr in broker_targets(admin, args):
-        removed = admin.clean_unused_topics(addr)
+        removed = clean(addr)
         rows.append((addr, len(removed), ", ".join(removed)))
-    out.message(f"cleanUnusedTopic: {sum(r[1] for r in rows)} topic(s) removed")
-    out.table(["Broker Addr", "Removed", "Topics"], rows)
+    out.message(f"{name}: {sum(r[1] for r in rows)} {what} removed")
+    out.table(["Broker Addr", "Removed", column], rows)
