@@ -15,6 +15,6 @@ class TraceBuffer:
 def pub_record(timestamp: int, region: str, group: str, topic: str, msg_id: str, tags: str | None,
                keys: str | None, store_host: str, body_length: int, cost: int, msg_type: int, offset_msg_id: str,
                success: bool) -> str: ...
-def write_pubs(pubs: deque, group: str, epoch_offset: float, trace_topic: str, parts: list[str],
+def write_pubs(pubs: deque, group: str, epoch_offset: float, trace_topic: str, body: bytearray,
                keys: dict[str, None], size: int, key_bytes: int, max_size: int, max_key_bytes: int, ok_status: Any,
                message_type_of: Callable[[Any], int]) -> tuple[int, int]: ...

@@ -17,7 +17,9 @@ store host, timeout, begin, ...), its SendResult, end) - write_pubs reads their 
 nothing.
 """
 from collections import deque
-from libc.stdint cimport int64_t
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from libc.stdint cimport int64_t, uint64_t
+from libc.string cimport memcpy
 
 cimport cython
 
@@ -72,19 +74,97 @@ cdef class TraceBuffer:
         return True
 
 
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+
+
+cdef inline Py_ssize_t _digits(char* buf, int64_t v) noexcept:
+    """v in decimal at the end of buf[24]; returns where it starts."""
+    cdef Py_ssize_t i = 24
+    cdef bint neg = v < 0
+    cdef uint64_t u = <uint64_t>(-v) if neg else <uint64_t>v
+    while True:
+        i -= 1
+        buf[i] = <char>(48 + u % 10)
+        u //= 10
+        if u == 0:
+            break
+    if neg:
+        i -= 1
+        buf[i] = 45
+    return i
+
+
+cdef inline int _field(value, const char** p, Py_ssize_t* n) except -1:
+    """A str field's UTF-8 (an ASCII str's own buffer: no copy); None as Java writes null."""
+    if value is None:
+        p[0], n[0] = b"null", 4
+    else:
+        p[0] = PyUnicode_AsUTF8AndSize(value, n)
+    return 0
+
+
+cdef Py_ssize_t _write_pub(bytearray out, int64_t timestamp, str region, str group, str topic, str msg_id, tags, keys,
+                           str store_host, int64_t body_length, int64_t cost, int64_t msg_type, str offset_msg_id,
+                           bint success) except -1:
+    """A Pub record's UTF-8 bytes appended to `out` in one resize; returns how many."""
+    cdef const char* p[14]
+    cdef Py_ssize_t n[14]
+    cdef char nums[4][24]
+    cdef Py_ssize_t i, total = 0, pos
+    cdef char* dst
+    cdef int64_t ints[4]
+    # the fields in TraceDataEncoder's order: Pub, timestamp, region, group, topic, msgId, tags,
+    # keys, storeHost, bodyLength, costTime, msgType, offsetMsgId, success
+    p[0], n[0] = b"Pub", 3
+    _field(region, &p[2], &n[2])
+    _field(group, &p[3], &n[3])
+    _field(topic, &p[4], &n[4])
+    _field(msg_id, &p[5], &n[5])
+    _field(tags, &p[6], &n[6])
+    _field(keys, &p[7], &n[7])
+    _field(store_host, &p[8], &n[8])
+    _field(offset_msg_id, &p[12], &n[12])
+    ints[0], ints[1], ints[2], ints[3] = timestamp, body_length, cost, msg_type
+    i = _digits(nums[0], ints[0])
+    p[1], n[1] = nums[0] + i, 24 - i
+    i = _digits(nums[1], ints[1])
+    p[9], n[9] = nums[1] + i, 24 - i
+    i = _digits(nums[2], ints[2])
+    p[10], n[10] = nums[2] + i, 24 - i
+    i = _digits(nums[3], ints[3])
+    p[11], n[11] = nums[3] + i, 24 - i
+    if success:
+        p[13], n[13] = b"true", 4
+    else:
+        p[13], n[13] = b"false", 5
+    for i in range(14):
+        total += n[i] + 1  # (each field closed by \x01, the last by \x02)
+    pos = PyByteArray_GET_SIZE(out)
+    PyByteArray_Resize(out, pos + total)
+    dst = PyByteArray_AS_STRING(out) + pos
+    for i in range(14):
+        memcpy(dst, p[i], n[i])
+        dst += n[i]
+        dst[0] = 1 if i < 13 else 2
+        dst += 1
+    return total
+
+
 cpdef str pub_record(int64_t timestamp, str region, str group, str topic, str msg_id, tags, keys, str store_host,
                      Py_ssize_t body_length, int64_t cost, int msg_type, str offset_msg_id, bint success):
-    return (f"Pub\x01{timestamp}\x01{region}\x01{group}\x01{topic}\x01{msg_id}\x01{'null' if tags is None else tags}"
-            f"\x01{'null' if keys is None else keys}\x01{store_host}\x01{body_length}\x01{cost}\x01{msg_type}\x01"
-            f"{offset_msg_id}\x01{'true' if success else 'false'}\x02")
+    cdef bytearray out = bytearray()
+    _write_pub(out, timestamp, region, group, topic, msg_id, tags, keys, store_host, body_length, cost, msg_type,
+               offset_msg_id, success)
+    return out.decode("utf-8")
 
 
-def write_pubs(pubs, str group, double epoch_offset, str trace_topic, list parts, dict keys,
+def write_pubs(pubs, str group, double epoch_offset, str trace_topic, bytearray body, dict keys,
                Py_ssize_t size, Py_ssize_t key_bytes, Py_ssize_t max_size, Py_ssize_t max_key_bytes, ok_status,
                message_type_of):
     """The send notes of the deque `pubs` (taken while the batch has room) as records appended
-    to `parts`, their message ids and keys to `keys` (each once); a message of the trace topic
-    itself is skipped.  Returns the batch's new (size, key bytes).  message_type_of(message): the
+    to `body` (UTF-8), their message ids and keys to `keys` (each once); a message of the trace
+    topic itself is skipped.  Returns the batch's new (size, key bytes).  message_type_of(message): the
     type ordinal of a message with properties or a delay level (the others are normal, 0)."""
     cdef double begin, end
     cdef str msg_id, k
@@ -99,11 +179,9 @@ def write_pubs(pubs, str group, double epoch_offset, str trace_topic, list parts
             msg_id = result.msg_id
             msg_keys = msg.keys
             msg_type = message_type_of(msg) if (msg.properties or msg.delay_time_level) else 0
-            record = pub_record(<int64_t>((begin + epoch_offset) * 1000.0), result.region_id or "", group, topic,
-                                msg_id, msg.tags, msg_keys, addr, len(msg.body), <int64_t>((end - begin) * 1000.0),
-                                msg_type, result.offset_msg_id, result.status is ok_status)
-            parts.append(record)
-            size += len(record)
+            size += _write_pub(body, <int64_t>((begin + epoch_offset) * 1000.0), result.region_id or "", group, topic,
+                               msg_id, msg.tags, msg_keys, addr, len(msg.body), <int64_t>((end - begin) * 1000.0),
+                               msg_type, result.offset_msg_id, result.status is ok_status)
             if msg_id not in keys:
                 keys[msg_id] = None
                 key_bytes += len(msg_id) + 1

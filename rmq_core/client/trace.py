@@ -249,22 +249,23 @@ _SUB_BEFORE, _SUB_AFTER = 1, 2
 
 
 class _Batch:
-    """The records of one trace message (AsyncTraceDispatcher's TraceDataSegment): full at
-    ~118 KB of records, or when its keys (one KEYS property, at most 32 KiB as every property
-    block) near KEYS_BYTES."""
-    __slots__ = ("parts", "keys", "size", "key_bytes", "first")
+    """The records of one trace message (AsyncTraceDispatcher's TraceDataSegment), as its UTF-8
+    body: full at ~118 KB of records, or when its keys (one KEYS property, at most 32 KiB as
+    every property block) near KEYS_BYTES."""
+    __slots__ = ("body", "keys", "size", "key_bytes", "first")
 
     def __init__(self):
-        self.parts: list[str] = []
+        self.body = bytearray()
         self.keys: dict[str, None] = {}  # (ordered, each once)
         self.size = self.key_bytes = 0
         self.first = 0.0
 
     def add(self, record: str, msg_id: str, keys: str | None) -> None:
-        if not self.parts:
+        if not self.body:
             self.first = time.monotonic()
-        self.parts.append(record)
-        self.size += len(record)
+        data = record.encode("utf-8")
+        self.body += data
+        self.size += len(data)
         found: list[str] = []
         index_keys(msg_id, keys, found)
         for k in found:
@@ -393,11 +394,11 @@ class TraceDispatcher:
                 if batch.full():
                     self._send(batch)
                     batch = _Batch()
-            if batch.parts and (time.monotonic() - batch.first >= WAIT_TIME_THRESHOLD or self._flushing
+            if batch.body and (time.monotonic() - batch.first >= WAIT_TIME_THRESHOLD or self._flushing
                                 or self._stopped):
                 self._send(batch)
                 batch = _Batch()
-            self._holding = bool(batch.parts)
+            self._holding = bool(batch.body)
             with self._idle:
                 self._idle.notify_all()
             if stopping:
@@ -406,10 +407,10 @@ class TraceDispatcher:
     def _write_pubs(self, pubs: collections.deque, batch: "_Batch") -> None:
         """SendMessageTraceHookImpl's Pub records of the send notes (until the batch is full)
         into the batch, natively: the worker's usual work."""
-        if not batch.parts:
+        if not batch.body:
             batch.first = time.monotonic()
         batch.size, batch.key_bytes = write_pubs(
-            pubs, self.group, self._epoch_offset, self.trace_topic, batch.parts, batch.keys, batch.size,
+            pubs, self.group, self._epoch_offset, self.trace_topic, batch.body, batch.keys, batch.size,
             batch.key_bytes, BATCH_BYTES, KEYS_BYTES, SendStatus.SEND_OK, message_type_of)
 
     def _write(self, note: tuple, batch: "_Batch") -> None:
@@ -436,7 +437,7 @@ class TraceDispatcher:
                       m.msg_id, m.keys)
 
     def _send(self, batch: "_Batch") -> None:
-        msg = Message(self.trace_topic, "".join(batch.parts).encode("utf-8"), keys=list(batch.keys))
+        msg = Message(self.trace_topic, bytes(batch.body), keys=list(batch.keys))
         try:
             producer = self._instance.inner_producer()
             with self._idle:
