@@ -323,7 +323,8 @@ class BrokerConfig(PropertiesConfig):
     transaction_time_out: int = prop(6000, "transactionTimeOut")
     transaction_check_max: int = prop(15, "transactionCheckMax")
     transaction_check_interval: int = prop(60_000, "transactionCheckInterval")
-    trace_topic_enable: bool = prop(False, "traceTopicEnable")
+    trace_topic_enable: bool = prop(False, "traceTopicEnable")  # creates msgTraceTopicName at start
+    msg_trace_topic_name: str = prop("RMQ_SYS_TRACE_TOPIC", "msgTraceTopicName")
     rebalance_lock_max_live_time: int = prop(60_000, "rebalanceLockMaxLiveTime")  # orderly queue lock lease
     error_reply_delay_ms: int = prop(1000, "errorReplyDelayMs")  # C++ client retries at once: slow it down
     # A refused queue lock is answered after this long: the C++ client retries at once, while a

@@ -1,6 +1,7 @@
 """Type stubs for rmq_core._native.send_pipeline (the send pipeline's kernel)."""
 from typing import Any
 
+from rmq_core._native.trace import TraceBuffer
 from rmq_core._native.frame import SendResponse
 from rmq_core.message import Message, MessageQueue, SendResult
 
@@ -10,7 +11,8 @@ class SendResultMaker:
     def make(self, response: SendResponse, mq: MessageQueue, msg_id: str) -> SendResult | None: ...
 
 class PipelinedCompletion:
-    def __init__(self, *, maker: SendResultMaker, update_fault_item: Any, noted: dict[str, int], fallback: Any) -> None: ...
+    def __init__(self, *, maker: SendResultMaker, update_fault_item: Any, noted: dict[str, int], fallback: Any,
+                 traced: TraceBuffer | None = None) -> None: ...
     def __call__(self, context: tuple, response: SendResponse | None, error: BaseException | None) -> None: ...
 
 def init_future_states(pending: str, running: str, finished: str) -> None: ...

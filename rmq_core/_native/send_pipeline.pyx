@@ -22,6 +22,7 @@ cimport cython
 
 from clock cimport monotonic as _monotonic
 from rmq_core._native.frame cimport RESPONSE_FLAG, SendHeader, SendResponse
+from rmq_core._native.trace cimport TraceBuffer
 
 
 # --- the SendResult --------------------------------------------------------------------------------
@@ -186,18 +187,22 @@ cdef class PipelinedCompletion:
     (message, uniq, mode, queue, address, timeout, begin, future) PipelinedSender made.
 
     maker: the SendResults' maker; update_fault_item(broker, latency ms, isolation): the fault
-    strategy's; noted: broker -> the ms of its last fast note (SendPolicy.noted)."""
+    strategy's; noted: broker -> the ms of its last fast note (SendPolicy.noted); traced: the
+    producer's message trace buffer (trace.pyx TraceBuffer, offered each answered send, as
+    TraceDispatcher.on_send does), None when not traced."""
 
     cdef SendResultMaker _maker
     cdef object _update_fault_item
     cdef dict _noted
     cdef object _fallback
+    cdef TraceBuffer _traced
 
-    def __init__(self, *, SendResultMaker maker, update_fault_item, dict noted, fallback):
+    def __init__(self, *, SendResultMaker maker, update_fault_item, dict noted, fallback, TraceBuffer traced=None):
         self._maker = maker
         self._update_fault_item = update_fault_item
         self._noted = noted
         self._fallback = fallback
+        self._traced = traced
 
     def __call__(self, tuple context, response, error):
         self.complete(context, response, error)
@@ -222,6 +227,8 @@ cdef class PipelinedCompletion:
             result = self._maker.make(<SendResponse>response, mq, context[1])
             if result is not None:
                 self._note(mq.broker_name, context[6])
+                if self._traced is not None:
+                    self._traced.offer_pub(context, result)
                 future = context[7]
                 if type(future) is _LOOP_FUTURE:
                     if PyThread_get_thread_ident() == future.inbox.thread:  # read on its own loop

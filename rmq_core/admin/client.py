@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import attrs
 
 from rmq_core.errors import MQBrokerError, RemotingError, RMQError
-from rmq_core.message import MessageConst, MessageQueue, MixAll, PermName, decode_offset_msg_id
+from rmq_core.message import MessageConst, MessageQueue, MixAll, PermName, TopicValidator, decode_offset_msg_id
 from rmq_core.remoting.blocking import BlockingChannelPool
 from rmq_core.remoting.body import ClusterInfo, TopicRouteData, kv_table_decode, loads_lenient, topic_list_decode
 from rmq_core.remoting.codes import RequestCode, ResponseCode
@@ -335,6 +335,19 @@ class AdminClient:
         for addr in self.namesrv_addrs:
             self._call(addr, RequestCode.UPDATE_NAMESRV_CONFIG, body=body, what="update name server config")
 
+    def change_write_perm(self, broker_name: str, wipe: bool) -> list[tuple[str, int]]:
+        """WIPE_WRITE_PERM_OF_BROKER (wipe) or ADD_WRITE_PERM_OF_BROKER on every name server: the
+        broker's queues of every topic become read-only in the routes (producers move to other
+        brokers, consumers drain it), or writable again.  [(name server, topics changed)]."""
+        code, key = ((RequestCode.WIPE_WRITE_PERM_OF_BROKER, "wipeTopicCount") if wipe
+                     else (RequestCode.ADD_WRITE_PERM_OF_BROKER, "addTopicCount"))
+        what = f"{'wipe' if wipe else 'add'} write perm of broker {broker_name}"
+        out = []
+        for addr in self.namesrv_addrs:
+            r = self._call(addr, code, {"brokerName": broker_name}, what=what)
+            out.append((addr, int((r.ext_fields or {}).get(key) or 0)))
+        return out
+
     def put_kv_config(self, namespace: str, key: str, value: str) -> None:
         """PUT_KV_CONFIG on every name server (updateKvConfig)."""
         for addr in self.namesrv_addrs:
@@ -642,12 +655,17 @@ class AdminClient:
         return r.get_int("offset", -1) if r.code == ResponseCode.SUCCESS else -1
 
     def clone_group_offset(self, src_group: str, dest_group: str, topic: str, offline: bool = False) -> list[str]:
-        """CLONE_GROUP_OFFSET on every broker of the topic: dest group's offsets become src's."""
+        """CLONE_GROUP_OFFSET on every broker of the topic: dest group's offsets become src's.
+        Unless `offline`, a source group online without a subscription to the topic is refused (the
+        broker skips it, as RocketMQ's does).  Returns the brokers' addresses."""
         addrs = []
+        what = f"clone offsets of group {src_group} to {dest_group} on topic {topic}"
         for _, addr in self.topic_master_addrs(topic):
-            self._call(addr, RequestCode.CLONE_GROUP_OFFSET,
-                       {"srcGroup": src_group, "destGroup": dest_group, "topic": topic, "offline": offline},
-                       what=f"clone offsets of group {src_group} to {dest_group} on topic {topic}")
+            r = self._call(addr, RequestCode.CLONE_GROUP_OFFSET,
+                           {"srcGroup": src_group, "destGroup": dest_group, "topic": topic, "offline": offline},
+                           what=what)
+            if r.remark and r.remark.startswith("skipped: "):
+                raise AdminError(f"{what} on {addr}: {r.remark}")
             addrs.append(addr)
         return addrs
 
@@ -743,6 +761,47 @@ class AdminClient:
                              "give -t TOPIC to look it up as a unique key")
         return self.query_message_by_unique_key(topic, msg_id)
 
+    def clean_expired_consume_queues(self, addr: str) -> list[tuple[str, int]]:
+        """CLEAN_EXPIRED_CONSUMEQUEUE: the broker destroys consume queues whose messages its commit
+        log no longer holds; the (topic, queue id)s it removed."""
+        r = self._call(addr, RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, what="clean expired consume queues",
+                       timeout=max(self.timeout, 30.0))
+        return [(t, int(q)) for t, q in json.loads(r.body or b"{}").get("removed") or []]
+
+    def clean_unused_topics(self, addr: str) -> list[str]:
+        """CLEAN_UNUSED_TOPIC: the broker deletes the consume queues of topics it has no config for."""
+        r = self._call(addr, RequestCode.CLEAN_UNUSED_TOPIC, what="clean unused topics", timeout=max(self.timeout, 30.0))
+        return list(json.loads(r.body or b"{}").get("removed") or [])
+
+    def consumer_status(self, topic: str, group: str, client_addr: str | None = None) -> dict[str, dict[MessageQueue, int]]:
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS on every broker of the topic: each online consumer's
+        own offsets of the topic (what it holds in memory), {client id: {queue: offset}}."""
+        out: dict[str, dict[MessageQueue, int]] = {}
+        for _, addr in self.topic_master_addrs(topic):
+            r = self._call(addr, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+                           {"topic": topic, "group": group, "clientAddr": client_addr or ""},
+                           what=f"get consumer status of group {group} on topic {topic}")
+            for client_id, rows in (json.loads(r.body or b"{}").get("consumerTable") or {}).items():
+                mine = out.setdefault(client_id, {})
+                for row in rows:
+                    q = row["mq"]
+                    mine[MessageQueue(q["topic"], q["brokerName"], int(q["queueId"]))] = int(row["offset"])
+            if out:  # every broker asks the same clients: one answer is all of it
+                break
+        return out
+
+    def consume_message_directly(self, group: str, client_id: str, msg_id: str, topic: str | None = None) -> dict:
+        """CONSUME_MESSAGE_DIRECTLY: the message (found as view_message finds it) handed to one live
+        consumer of `group` for its listener, through the broker that stores it; the consumer's
+        ConsumeMessageDirectlyResult ({order, autoCommit, consumeResult, remark, spentTimeMills})."""
+        msg = self.view_message(msg_id, topic)
+        host, port, _ = decode_offset_msg_id(msg.offset_msg_id)
+        addr = f"{host}:{port}"
+        r = self._call(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                       {"consumerGroup": group, "clientId": client_id, "msgId": msg.offset_msg_id, "topic": msg.topic},
+                       what=f"consume message {msg_id} directly in {group} <{client_id}>", timeout=max(self.timeout, 15.0))
+        return json.loads(r.body or b"{}")
+
     def _named(self, msg, addr: str):
         try:
             msg.broker_name = self.broker_name_of(addr)
@@ -774,6 +833,17 @@ class AdminClient:
                     continue
                 found[(name, m.commit_log_offset)] = m
         return sorted(found.values(), key=lambda m: (m.store_timestamp, m.queue_id, m.queue_offset))
+
+    def message_trace(self, msg_id: str, trace_topic: str | None = None) -> list:
+        """The trace records of message `msg_id` (RocketMQ's queryMsgTraceById): the trace
+        messages the index finds under the id in the trace topic (RMQ_SYS_TRACE_TOPIC unless
+        given), decoded, as TraceViews in the order they happened."""
+        from rmq_core.client.trace import TraceView, sort_views
+        topic = trace_topic or TopicValidator.RMQ_SYS_TRACE_TOPIC
+        views = []
+        for m in self.query_messages(topic, msg_id, 64):
+            views.extend(TraceView.from_trace_message(msg_id, m))
+        return sort_views(views)
 
     def query_message_by_unique_key(self, topic: str, uniq_key: str):
         """The message whose producer-assigned unique id (UNIQ_KEY) is `uniq_key`."""
@@ -829,6 +899,30 @@ class AdminClient:
             raise AdminError(f"send to topic {topic!r} failed: {e}") from None
         return SendOutcome(r.queue.broker_name, r.queue.queue_id, r.queue_offset, r.msg_id, r.offset_msg_id,
                            r.status.value if hasattr(r.status, "value") else str(r.status))
+
+    def send_rt(self, topic: str, amount: int, size: int, *, by_queue: bool = True,
+                on_progress: Callable[[int], None] | None = None) -> list[tuple[str, int, bool, float, str]]:
+        """`amount` messages of `size` bytes sent one at a time with the tools producer, each timed
+        (checkMsgSendRT: queue i % n of the topic's writable queues; sendMsgStatus, by_queue=False:
+        the producer's own pick).  [(broker, queue id, sent, rt ms, status or error)]."""
+        from rmq_core import Message
+        p = self._tools_producer()
+        mqs = p.fetch_publish_message_queues(topic) if by_queue else []
+        body = b"a" * size
+        out = []
+        for i in range(amount):
+            mq = mqs[i % len(mqs)] if mqs else None
+            begin = time.perf_counter()
+            try:
+                r = p.send(Message(topic, body), queue=mq)
+                sent, broker, qid, status = True, r.queue.broker_name, r.queue.queue_id, r.status.value
+            except RMQError as e:
+                sent, status = False, str(e).splitlines()[0]
+                broker, qid = (mq.broker_name, mq.queue_id) if mq is not None else ("", -1)
+            out.append((broker, qid, sent, (time.perf_counter() - begin) * 1000, status))
+            if on_progress is not None:
+                on_progress(i + 1)
+        return out
 
     def _tools_producer(self):
         """The admin's producer (group TOOLS_PRODUCER), started on first use."""

@@ -68,9 +68,20 @@ class BrokerMetrics:
                 samples.append((cv + (topic, group), v))
             return MetricFamily(name, kind, doc, cl + ("topic", "consumer_group"), samples, unit)
 
+        def by_topic_type(name, doc, totals, by_type, unit=""):
+            # (a topic's puts not counted under another type are normal)
+            samples = []
+            for t, total in sorted(totals.items()):
+                others = {mt: v for (tt, mt), v in by_type.items() if tt == t}
+                for mt, v in sorted({"normal": total - sum(others.values()), **others}.items()):
+                    if v or not others:
+                        samples.append((cv + (t, mt), v))
+            return MetricFamily(name, COUNTER, doc, cl + ("topic", "message_type"), samples, unit)
+
         families = [
-            by_topic("rocketmq_messages_in", "Messages put into the broker", c["put_nums"]),
-            by_topic("rocketmq_throughput_in", "Bytes put into the broker", c["put_size"], "bytes"),
+            by_topic_type("rocketmq_messages_in", "Messages put into the broker", c["put_nums"], c["put_nums_by_type"]),
+            by_topic_type("rocketmq_throughput_in", "Bytes put into the broker", c["put_size"], c["put_size_by_type"],
+                          "bytes"),
             by_topic_group("rocketmq_messages_out", "Messages pulled by consumer groups", c["get_nums"]),
             by_topic_group("rocketmq_throughput_out", "Bytes pulled by consumer groups", c["get_size"], unit="bytes"),
             by_topic_group("rocketmq_send_to_dlq_messages", "Messages sent to a group's dead-letter queue",
@@ -147,9 +158,8 @@ class BrokerMetrics:
                     pass  # removed meanwhile (retention)
         max_phy = store.get_max_phy_offset()
         flush_behind = max(0, max_phy - store.commit_log.mapped_file_queue.flushed_where)
-        # The put itself writes the consume-queue entries (DefaultMessageStore._dispatch, under
-        # the put lock), so no committed byte is ever waiting for dispatch: 0, as runtime_info says.
-        dispatch_behind = 0
+        # (the consume queues are written by the put itself; the index is built behind it)
+        dispatch_behind = store.dispatch_behind_bytes()
         first_ts = _first_store_timestamp(store)
         reserve = max(0, int(time.time() * 1000) - first_ts) if first_ts > 0 else 0
         return [

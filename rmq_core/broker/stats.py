@@ -48,6 +48,10 @@ class BrokerStats:
         self._lock = threading.Lock()
         self.put_nums = defaultdict(int)
         self.put_size = defaultdict(int)
+        # (topic, message type) -> messages / bytes of the types other than "normal" (the rest of
+        # a topic's puts are normal: the lane's plain sends are counted by topic alone)
+        self.put_nums_by_type = defaultdict(int)
+        self.put_size_by_type = defaultdict(int)
         self.get_nums = defaultdict(int)
         self.get_size = defaultdict(int)
         self.put_rate = _Rate()
@@ -65,7 +69,7 @@ class BrokerStats:
         from rmq_core.metrics import MESSAGE_SIZE_BUCKETS, Buckets
         self.message_size = Buckets(MESSAGE_SIZE_BUCKETS)
 
-    def inc_put(self, topic: str, n: int, size: int) -> None:
+    def inc_put(self, topic: str, n: int, size: int, message_type: str | None = None) -> None:
         # Called for every put: the rate's current second is bumped inline (see _Rate).
         sec = int(_time())
         lock = self._lock
@@ -73,6 +77,9 @@ class BrokerStats:
         try:
             self.put_nums[topic] += n
             self.put_size[topic] += size
+            if message_type is not None and message_type != "normal":
+                self.put_nums_by_type[(topic, message_type)] += n
+                self.put_size_by_type[(topic, message_type)] += size
             rate = self.put_rate
             if sec == rate.sec:
                 rate.count += n
@@ -109,6 +116,7 @@ class BrokerStats:
         """Copies of the per-topic / per-group tables, for a metrics snapshot."""
         with self._lock:
             return {"put_nums": dict(self.put_nums), "put_size": dict(self.put_size),
+                    "put_nums_by_type": dict(self.put_nums_by_type), "put_size_by_type": dict(self.put_size_by_type),
                     "get_nums": dict(self.get_nums), "get_size": dict(self.get_size),
                     "dlq_nums": dict(self.dlq_nums), "commit_nums": dict(self.commit_nums),
                     "rollback_nums": dict(self.rollback_nums)}

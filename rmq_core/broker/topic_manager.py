@@ -49,6 +49,8 @@ class TopicConfigManager:
             (TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC, 1, 1, 6),
             (TopicValidator.RMQ_SYS_TRANS_OP_HALF_TOPIC, 1, 1, 6),
         ]
+        if bc.trace_topic_enable:  # message traces land here (one queue, as RocketMQ makes it)
+            sys_topics.append((bc.msg_trace_topic_name, 1, 1, PermName.PERM_READ | PermName.PERM_WRITE))
         if bc.auto_create_topic_enable:
             n = bc.default_topic_queue_nums
             sys_topics.append((TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC, n, n,

@@ -32,6 +32,7 @@ from typing import Callable
 from rmq_core import plugins
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import reset_retry_topic
+from rmq_core.client.trace import ConsumeReturnType
 from rmq_core.errors import IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
     ConsumeStatus, Message, MessageClientIDSetter, MessageConst, MessageModel, MessageQueue, MixAll,
@@ -187,6 +188,7 @@ class _BaseConsumeService:
         self.threads = threads
         self.group = consumer.group
         self._hooks = plugins.has_impls("rmq_before_consume") or plugins.has_impls("rmq_after_consume")
+        self._trace = consumer.trace  # ConsumeMessageTraceHookImpl's notes (None: not traced)
         self.stats = {"ok": 0, "failed": 0, "sent_back": 0, "dlq": 0}
         self._warned_none = False
         self._stats_lock = threading.Lock()
@@ -200,18 +202,52 @@ class _BaseConsumeService:
         if self._hooks:
             ctx = _ConsumeContext(self.group, mq, msgs, orderly)
             plugins.get_plugin_manager().hook.rmq_before_consume(context=ctx)
+        trace = self._trace
+        token = trace.on_consume_before(msgs) if trace is not None else None
         try:
             status = self.listener(msgs)
         except Exception:
             log.exception("consume message exception, group=%s %s (%d message(s))", self.group, mq, len(msgs))
             status = False  # not None: an exception is not "returned None"
+        returned = status
         if status is not ConsumeStatus.CONSUME_SUCCESS and status is not ConsumeStatus.SUCCESS:
             status = self._status_of(status, orderly)
+        if trace is not None:
+            ok = status in _OK
+            trace.on_consume_after(token, ok, ConsumeReturnType.SUCCESS if ok else (
+                ConsumeReturnType.EXCEPTION if returned is False else
+                ConsumeReturnType.RETURNNULL if returned is None else ConsumeReturnType.FAILED))
         if ctx is not None:
             ctx.status = status
             ctx.success = status in _OK
             plugins.get_plugin_manager().hook.rmq_after_consume(context=ctx)
         return status
+
+    def consume_message_directly(self, msg, broker_name: str | None) -> dict:
+        """CONSUME_MESSAGE_DIRECTLY (mqadmin queryMsgById -g -d): the listener called with this one
+        message, outside the queues and offsets; the answer is RocketMQ's
+        ConsumeMessageDirectlyResult (consumeResult CR_SUCCESS / CR_LATER / CR_RETURN_NULL /
+        CR_THROW_EXCEPTION, the traceback as remark)."""
+        import traceback
+
+        if broker_name:
+            msg.broker_name = broker_name
+        reset_retry_topic([msg], self.group)
+        begin = time.monotonic()
+        remark = None
+        try:
+            status = self.listener([msg])
+        except Exception:  # noqa: BLE001 - reported to the admin as Java reports it
+            status, remark, result = None, traceback.format_exc(), "CR_THROW_EXCEPTION"
+        else:
+            if status is None:
+                result = "CR_RETURN_NULL"
+            else:
+                status = self._status_of(status, self.orderly)
+                result = "CR_SUCCESS" if status in _OK else "CR_LATER"
+        log.info("consume message directly, group=%s msg=%s: %s", self.group, msg.msg_id, result)
+        return {"order": self.orderly, "autoCommit": True, "consumeResult": result, "remark": remark,
+                "spentTimeMills": int((time.monotonic() - begin) * 1000)}
 
     def _status_of(self, status, orderly: bool):
         """A listener's answer other than the usual success, as a ConsumeStatus (None: failed)."""

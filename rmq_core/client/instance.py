@@ -135,6 +135,19 @@ class _BrokerRequestProcessor:
                                              f"The Consumer Group <{group}> not exist in this consumer")
             body = json.dumps(consumer.running_info(), default=str).encode("utf-8")
             return request.make_response(ResponseCode.SUCCESS, body=body)
+        if code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            return await self._consume_message_directly(request)
+        if code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:  # (mqadmin getConsumerStatus, via the broker)
+            group, topic = request.get_str("group"), request.get_str("topic")
+            consumer = inst.consumers.get(group)
+            store = getattr(consumer, "offset_store", None)
+            if store is None:
+                return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                             f"The Consumer Group <{group}> not exist in this consumer")
+            table = [{"mq": {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id}, "offset": off}
+                     for mq, off in sorted(store.clone_offset_table(topic).items())]
+            return request.make_response(ResponseCode.SUCCESS,
+                                         body=json.dumps({"messageQueueTable": table}).encode("utf-8"))
         if code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             group = request.get_str("group")
             topic = request.get_str("topic")
@@ -150,6 +163,27 @@ class _BrokerRequestProcessor:
             return None  # oneway: the answer is an END_TRANSACTION request
         return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                      f"request code {code} not supported by this client")
+
+    async def _consume_message_directly(self, request: RemotingCommand) -> RemotingCommand:
+        """ClientRemotingProcessor.consumeMessageDirectly: the message in the body to the group's
+        push consumer's listener (off the event loop), its ConsumeMessageDirectlyResult back."""
+        from rmq_core.codec import decode_messages
+        group = request.get_str("consumerGroup")
+        consumer = self.instance.consumers.get(group)
+        service = getattr(consumer, "consume_service", None)
+        if service is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"The Consumer Group <{group}> not exist in this consumer")
+        try:
+            msgs = decode_messages(request.body or b"")
+        except ValueError as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"cannot decode the message: {e}")
+        if not msgs:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "no message in the request")
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self.instance.blocking_executor, service.consume_message_directly,
+                                            msgs[0], request.get_str("brokerName"))
+        return request.make_response(ResponseCode.SUCCESS, body=json.dumps(result).encode("utf-8"))
 
     def _check_transaction_state(self, ctx, request: RemotingCommand) -> None:
         from rmq_core.codec import decode_messages
@@ -519,6 +553,7 @@ class MQClientInstance:
                 self.remoting = RemotingClient(name=f"client-{self.client_id}", connect_timeout=self.config.connect_timeout)
                 proc = _BrokerRequestProcessor(self)
                 for code in (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.GET_CONSUMER_RUNNING_INFO,
+                             RequestCode.CONSUME_MESSAGE_DIRECTLY, RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
                              RequestCode.RESET_CONSUMER_CLIENT_OFFSET, RequestCode.CHECK_TRANSACTION_STATE):
                     self.remoting.register_processor(code, proc)
 

@@ -31,6 +31,7 @@ from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import RETRY_RESPONSE_CODES, MQFaultStrategy, SendPolicy
 from rmq_core.client.instance import LeanFuture, MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
+from rmq_core.client.trace import TraceDispatcher
 from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
@@ -219,6 +220,8 @@ class SendAttempts:
         if self.fixed is None:  # (Java notes latency in sendDefaultImpl only, not for a chosen queue)
             policy.note(mq.broker_name, self.t0, error is not None)
         ctx, self.hook_ctx = self.hook_ctx, None
+        if result is not None and p.trace is not None and not self.batch:  # SendMessageTraceHookImpl
+            p.trace.on_send((self.msg, self.uniq, None, mq, self.addr, None, self.t0), result)
         if ctx is not None:
             ctx.send_result, ctx.exception = result, error
             try:
@@ -320,8 +323,12 @@ class Producer:
                  default_topic_queue_nums: int = 4,
                  auto_batch: bool = False,
                  batch_max_bytes: int = 32 * 1024,
+                 enable_msg_trace: bool = False,
+                 customized_trace_topic: str | None = None,
                  **client_options):
         self.group = check_group(group)
+        # message trace (RocketMQ's enableMsgTrace): each answered send noted, sent in the background
+        self.trace = TraceDispatcher.create(self.group, "PRODUCE", enable_msg_trace, customized_trace_topic)
         opts = dict(client_options)
         if instance_name is not None:
             opts["instance_name"] = instance_name
@@ -366,7 +373,7 @@ class Producer:
         # fast answers in the policy's table, as SendPolicy.note does
         self._pipelined_completion = PipelinedCompletion(
             maker=_RESULTS, update_fault_item=self.fault_strategy.update_fault_item, noted=self.send_policy.noted,
-            fallback=self._native_failed)
+            fallback=self._native_failed, traced=self.trace.buffer if self.trace is not None else None)
         self._loop_ident: int | None = None  # the client loop's thread, where no send may wait
         self._native_first = False  # plain sends make their first attempt natively (no send hooks; at start)
 
@@ -431,8 +438,11 @@ class Producer:
                 # (send hooks run around each attempt of a SendAttempts, on the same connection)
                 self._native_first = not self._hooks
                 self._pipelined_sender = self._make_pipelined_sender()
-                if self.auto_batch and not self._hooks:  # (with send hooks each message goes alone)
+                # (with send hooks or a trace each message goes alone: each gets its own record)
+                if self.auto_batch and not self._hooks and self.trace is None:
                     self._batch_accumulator = PipelinedAccumulator(self, batch_max_bytes=self.batch_max_bytes)
+                if self.trace is not None:
+                    self.trace.start(self.instance)
                 self._started = True
             except BaseException:
                 self.instance.unregister_producer(self.group)
@@ -475,6 +485,8 @@ class Producer:
             log.warning("producer %s: gathered messages still unanswered at shutdown", self.group)
             self._batch_accumulator.fail_pending(
                 MQClientError(f"producer {self.group} shut down before the message was sent"))
+        if self.trace is not None:  # (its last records leave through the client's inner producer)
+            self.trace.shutdown()
         self.instance.unregister_producer(self.group)
 
     def __enter__(self) -> "Producer":

@@ -20,6 +20,7 @@ from rmq_core.client.pull_api import (
 )
 from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
 from rmq_core.client.subscription import SubscriptionData, build_subscription
+from rmq_core.client.trace import ConsumeReturnType
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQClientError
 from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus
 
@@ -100,6 +101,7 @@ class PullConsumer(ConsumerBase):
         # called (on the client's loop) when a batch becomes ready for poll: rmq_core.aio wakes
         # its `async for` with it instead of waiting in a thread
         self.on_ready = None
+        self._trace_token = None  # the last polled batch's SubBefore (message trace)
 
     # --- subscription ----------------------------------------------------------------------------
     def subscribe(self, topic: str, expression="*") -> None:
@@ -195,6 +197,8 @@ class PullConsumer(ConsumerBase):
             inst.run(stop(), timeout=10)
         except Exception as e:
             log.warning("stopping pull tasks of %s: %s", self.group, e)
+        self._trace_consumed()
+        self._stop_trace()
         inst.unregister_consumer(self.group)
 
     def __enter__(self) -> "PullConsumer":
@@ -391,7 +395,17 @@ class PullConsumer(ConsumerBase):
             if offset >= 0:
                 st.consumed_offset = offset
             reset_retry_topic(msgs, self.group)
+            if self.trace is not None:
+                self._trace_consumed()
+                self._trace_token = self.trace.on_consume_before(msgs)
             return msgs
+
+    def _trace_consumed(self) -> None:
+        """The last polled batch's SubAfter: a polled batch counts as consumed (successfully) when
+        the application polls again, commits or shuts down - as its offset does."""
+        token, self._trace_token = self._trace_token, None
+        if token is not None:
+            self.trace.on_consume_after(token, True, ConsumeReturnType.SUCCESS)
 
     def __iter__(self):
         """Iterate forever over polled messages (one message at a time)."""
@@ -411,6 +425,7 @@ class PullConsumer(ConsumerBase):
         """Store consumed offsets (all polled queues, or the given {mq: next offset}) on the broker
         (clustering) or in the local file (broadcasting)."""
         self._require_started()
+        self._trace_consumed()
         with self._states_lock:
             if offsets is None:
                 offsets = {mq: st.consumed_offset for mq, st in self._states.items() if st.consumed_offset >= 0}

@@ -24,6 +24,7 @@ from rmq_core.client.rebalance import RebalanceImpl
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.selector import check_group
 from rmq_core.client.subscription import SubscriptionData, build_subscription, retry_subscription
+from rmq_core.client.trace import TraceDispatcher
 from rmq_core.errors import ConfigError, MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingError
 from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus
 
@@ -65,6 +66,9 @@ class ConsumerBase:
                  instance_name: str | None, rebalance_interval: float, client_options: dict):
         self.group = check_group(group)
         opts = dict(client_options)
+        # message trace (RocketMQ's enableMsgTrace): each listener call noted, sent in the background
+        self.trace = TraceDispatcher.create(self.group, "CONSUME", opts.pop("enable_msg_trace", False),
+                                            opts.pop("customized_trace_topic", None))
         if instance_name is not None:
             opts["instance_name"] = instance_name
         self.client_config = make_client_config(type(self).__name__, namesrv, opts, own=type(self).__init__)
@@ -152,6 +156,14 @@ class ConsumerBase:
         except BaseException:
             self.instance.unregister_consumer(self.group)
             raise
+        if self.trace is not None:
+            self.trace.start(self.instance)
+
+    def _stop_trace(self) -> None:
+        """The trace's last records leave (through the client's inner producer) before the
+        consumer unregisters, which may stop the client."""
+        if self.trace is not None:
+            self.trace.shutdown()
 
     def persist_consumer_offset(self) -> None:
         if self.offset_store is None or self.rebalance is None:
@@ -434,6 +446,7 @@ class PushConsumer(ConsumerBase):
         if self._orderly and self.message_model is MessageModel.CLUSTERING:
             self.rebalance.unlock_all(oneway=False)
         self.rebalance.drop_all()
+        self._stop_trace()
         inst.unregister_consumer(self.group)
         log.info("the consumer [%s] shut down", self.group)
 

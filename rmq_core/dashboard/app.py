@@ -78,6 +78,7 @@ class DashboardApp:
             "/api/group": lambda q: b.group(_str(q, "group")),
             "/api/messages": self._messages,
             "/api/dlq": lambda q: b.dlq(_str(q, "group"), _int(q, "max", default=64)),
+            "/api/message/trace": lambda q: b.message_trace(_str(q, "id"), _str(q, "traceTopic", required=False)),
         }
         self.post_routes = {
             "/api/topic": lambda d: b.create_topic(_str(d, "topic"), _int(d, "queues", default=8),

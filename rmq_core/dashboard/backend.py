@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+import attrs
+
 from rmq_core.admin.client import TOOLS_CONSUMER_GROUP
 from rmq_core.errors import IllegalArgumentError, RMQError
 from rmq_core.message import MixAll, TopicValidator
@@ -192,6 +194,10 @@ class Backend:
             raise IllegalArgumentError(f"message {msg_id!r} not found as an offset message id; to look it up "
                                        f"as the producer's unique id, give its topic too") from None
         return self._with_delivery([msg])
+
+    def message_trace(self, msg_id: str, trace_topic: str | None = None) -> list[dict]:
+        """The message's trace records (queryMsgTraceById's rows), oldest first."""
+        return [attrs.asdict(v) for v in self.admin.message_trace(msg_id, trace_topic)]
 
     def messages_by_key(self, topic: str, key: str, max_num: int = 64) -> list[dict]:
         return self._with_delivery(self.admin.query_messages(topic, key, max_num))

@@ -97,7 +97,30 @@ class AppendOutcome:
         self.end_offset = wrote_offset + wrote_bytes
 
 
+class _TimedPutLock:
+    """A CommitLog's put_lock, held with the holder's start noted (begin_time_in_lock)."""
+    __slots__ = ("log",)
+
+    def __init__(self, log: "CommitLog"):
+        self.log = log
+
+    def __enter__(self):
+        log = self.log
+        log._put_lock_acquire()
+        log.begin_time_in_lock = _time_ns()
+
+    def __exit__(self, *exc):
+        log = self.log
+        log.begin_time_in_lock = 0
+        log._put_lock_release()
+
+
 class CommitLog:
+    def lock_time_mills(self) -> int:
+        """How long the put holding put_lock has held it, in ms (0: none does)."""
+        begin = self.begin_time_in_lock
+        return max(0, (_time_ns() - begin) // 1_000_000) if begin else 0
+
     def __init__(self, config, allocator: AllocateMappedFileService | None = None, delay_levels_ms=None):
         self.config = config
         # SYNC_FLUSH appends through pwrite (durable by fdatasync at a fraction of msync's cost on
@@ -111,6 +134,10 @@ class CommitLog:
         self.put_lock = threading.Lock()
         self._put_lock_acquire = self.put_lock.acquire
         self._put_lock_release = self.put_lock.release
+        # when the put holding put_lock took it (time_ns; 0: none holds it) - RocketMQ's
+        # beginTimeInLock, behind pageCacheLockTimeMills (mqadmin's PCWait)
+        self.begin_time_in_lock = 0
+        self._timed_put_lock = _TimedPutLock(self)
         self.accepting_puts = False  # the store's word: False makes a put that got here take nothing
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
@@ -172,6 +199,7 @@ class CommitLog:
             born_ts = now
         key = (topic, queue_id)
         self._put_lock_acquire()  # (a with block costs twice as much per put)
+        self.begin_time_in_lock = _time_ns()
         try:
             if not self.accepting_puts:
                 return None
@@ -228,6 +256,7 @@ class CommitLog:
             ticket = self._next_ticket
             self._next_ticket = ticket + 1
         finally:
+            self.begin_time_in_lock = 0
             self._put_lock_release()
         # a batch taken earlier is still being encoded: its queue entries (and dispatch) go first
         with self._publish_cond:
@@ -279,7 +308,7 @@ class CommitLog:
         uses_queue = enc.uses_queue
         chunks = None
         published = False
-        with self.put_lock:
+        with self._timed_put_lock:
             if not self.accepting_puts:
                 return None
             key = (enc.topic, enc.queue_id)

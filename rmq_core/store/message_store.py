@@ -940,6 +940,48 @@ class DefaultMessageStore:
                 except OSError:
                     pass
 
+    def clean_expired_consumer_queue(self) -> list[tuple[str, int]]:
+        """RocketMQ's cleanExpiredConsumerQueue (mqadmin cleanExpiredCQ): a consume queue whose
+        last entry points below the commit log's first offset (all its messages deleted) is
+        destroyed; a topic left without queues leaves the table.  The schedule topic is kept.
+        Returns the (topic, queue id)s removed."""
+        from rmq_core.message import TopicValidator
+        min_phy = self.commit_log.get_min_offset()
+        removed = []
+        with self.commit_log.put_lock:
+            for topic, qs in list(self.consume_queue_table.items()):
+                if topic == TopicValidator.RMQ_SYS_SCHEDULE_TOPIC:
+                    continue
+                for qid, cq in list(qs.items()):
+                    last = cq.get_last_offset()
+                    if last == -1 or last >= min_phy:
+                        continue  # (an empty queue is left alone, as RocketMQ does)
+                    log.info("cleanExpiredConsumerQueue: %s %d consumer queue destroyed, minCommitLogOffset: %d "
+                             "maxCLOffsetInConsumeQueue: %d", topic, qid, min_phy, last)
+                    self.commit_log.topic_queue_table.pop((topic, qid), None)
+                    cq.destroy()
+                    del qs[qid]
+                    removed.append((topic, qid))
+                if not qs:
+                    del self.consume_queue_table[topic]
+                    try:
+                        os.rmdir(os.path.join(self.config.consume_queue_dir, topic))
+                    except OSError:
+                        pass
+        return removed
+
+    def clean_unused_topics(self, topics: set[str]) -> list[str]:
+        """RocketMQ's cleanUnusedTopic: the consume queues of topics not in `topics` (the broker's
+        topic configs) are deleted, except the schedule and transaction op topics'.  Returns the
+        topics removed."""
+        from rmq_core.message import TopicValidator
+        keep = {TopicValidator.RMQ_SYS_SCHEDULE_TOPIC, TopicValidator.RMQ_SYS_TRANS_OP_HALF_TOPIC}
+        unused = {t for t in self.consume_queue_table if t not in topics and t not in keep}
+        if unused:
+            log.info("cleanUnusedTopic: deleting the consume queues of %s", sorted(unused))
+            self.delete_topics(unused)
+        return sorted(unused)
+
     def register_message_arriving_listener(self, fn) -> None:
         self.arriving_listeners.append(fn)
         self._refresh_put_path()
@@ -1040,6 +1082,14 @@ class DefaultMessageStore:
         self._min_phy_offset_cleaned = min_phy
 
     # -- stats -----------------------------------------------------------------------------------
+    def dispatch_behind_bytes(self) -> int:
+        """Commit-log bytes not yet dispatched to every dispatcher (RocketMQ's dispatchBehindBytes):
+        the consume queues are written by the put itself, the index in the background - from the
+        oldest record still waiting for it to the log's end."""
+        builder = self.index_build_service
+        oldest = builder.oldest_pending_offset() if builder is not None else None
+        return max(0, self.get_max_phy_offset() - oldest) if oldest is not None else 0
+
     def commit_log_disk_ratio(self) -> float:
         return self.disk_usage(self.config.commit_log_dir)
 
@@ -1054,8 +1104,8 @@ class DefaultMessageStore:
             "commitLogMaxOffset": str(self.get_max_phy_offset()),
             "putMessageTimesTotal": str(self.put_message_count),
             "putTps": f"{tps:.1f}",
-            "dispatchBehindBytes": "0",
-            "pageCacheLockTimeMills": "0",
+            "dispatchBehindBytes": str(self.dispatch_behind_bytes()),
+            "pageCacheLockTimeMills": str(self.commit_log.lock_time_mills()),
             "diskFull": "true" if self._disk_full_error else "false",
             "consumeQueueCount": str(sum(len(q) for q in self.consume_queue_table.values())),
         }
@@ -1213,6 +1263,16 @@ class IndexBuildService:
 
     def pending(self) -> int:
         return len(self._queue)
+
+    def oldest_pending_offset(self) -> int | None:
+        """The commit-log offset of the oldest record waiting for the index (None: none waits)."""
+        try:
+            item = self._queue[0]
+        except IndexError:  # (empty, or drained meanwhile)
+            return None
+        if len(item) == 5:
+            return item[1]
+        return int.from_bytes(bytes(memoryview(item[1])[:8]), "big")  # the first consume-queue entry's offset
 
     def start(self) -> None:
         if self._thread is not None:

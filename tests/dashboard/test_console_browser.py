@@ -2,6 +2,7 @@
 Selenium) against `rmq dashboard` over real `rmq namesrv` + `rmq broker` processes: every page
 loads, a message search finds a sent message, a reset moves a group's offsets, a DLQ resend
 redelivers.  A screenshot of each page is kept under the test's tmp dir."""
+import contextlib
 import datetime
 import os
 import shutil
@@ -44,9 +45,10 @@ def browser(tmp_path):
         driver.quit()
 
 
-@pytest.fixture
-def console(tmp_path):
-    servers = NamesrvAndBroker(tmp_path)
+@contextlib.contextmanager
+def running_console(tmp_path, broker_props=None):
+    """`rmq dashboard` over a name server and a broker: the servers, with their console_url."""
+    servers = NamesrvAndBroker(tmp_path, broker_props=broker_props)
     port = free_port()
     proc = RmqProcess(["dashboard", "-n", servers.namesrv, "--listen", f"127.0.0.1:{port}"], ("rmq console",))
     try:
@@ -56,6 +58,12 @@ def console(tmp_path):
     finally:
         proc.terminate()
         servers.stop()
+
+
+@pytest.fixture
+def console(tmp_path):
+    with running_console(tmp_path) as servers:
+        yield servers
 
 
 def consume(namesrv, group, topic, listener, **kw):

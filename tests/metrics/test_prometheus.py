@@ -149,6 +149,17 @@ def test_dlq_commit_and_rollback_counters(prom_cluster):
     assert value(m, "rocketmq_rollback_messages_total", topic="MetricsTx") == 1
     # as RocketMQ counts them: each half message under its topic when sent, not again at commit
     assert value(m, "rocketmq_messages_in_total", topic="MetricsTx") == 3
+    assert value(m, "rocketmq_messages_in_total", topic="MetricsTx", message_type="transaction") == 3
+
+    # the message_type label: a delayed message and plain ones under the same topic
+    with Producer("PG_METRICS_TYPES", namesrv=ns, **FAST) as p:
+        p.send(Message("MetricsTypes", b"later", delay_time_level=1))
+        p.send(Message("MetricsTypes", b"now"))
+        p.send(Message("MetricsTypes", b"now"))
+    m = scrape(prom_cluster.metrics_port)
+    assert value(m, "rocketmq_messages_in_total", topic="MetricsTypes", message_type="delay") == 1
+    assert value(m, "rocketmq_messages_in_total", topic="MetricsTypes", message_type="normal") == 2
+    assert value(m, "rocketmq_throughput_in_total", topic="MetricsTypes", message_type="delay") > 0
 
 
 def test_lag_counts_what_a_group_has_not_consumed(tmp_path):
@@ -220,7 +231,7 @@ def test_log_exporter_writes_the_snapshot(tmp_path, caplog):
             for _ in range(3):
                 p.send(Message("LogMetrics", b"x"))
         wait_until(lambda: any('rocketmq_messages_in{cluster="DefaultCluster",node_type="broker",node_id="broker-a",'
-                               'topic="LogMetrics"} 3' in r.getMessage() for r in caplog.records),
+                               'topic="LogMetrics",message_type="normal"} 3' in r.getMessage() for r in caplog.records),
                    what="the LOG exporter's line for LogMetrics")
         # a consumer's long-polling pulls are still held when the broker stops (and its exporter
         # with it): they are answered without the timing failing

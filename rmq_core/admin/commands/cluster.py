@@ -1,5 +1,6 @@
 """Cluster, broker and name server commands: clusterList, brokerStatus, getBrokerConfig,
-updateBrokerConfig, getNamesrvConfig, updateKvConfig, deleteKvConfig, clusterRT, statsAll."""
+updateBrokerConfig, getNamesrvConfig, updateKvConfig, deleteKvConfig, clusterRT, statsAll,
+wipeWritePerm, addWritePerm."""
 from __future__ import annotations
 
 import time
@@ -170,3 +171,97 @@ def stats_all(admin, args, out):
             advance()
     out.table(["Topic", "Consumer Group", "Accumulation", "InTPS", "OutTPS", "InMsg24Hour", "OutMsg24Hour"], rows)
 
+
+
+def _write_perm(admin, args, out, wipe: bool):
+    name = args.brokerName.strip()
+    known = {b.broker_name for b in admin.brokers()}
+    if name not in known:
+        raise UsageError(f"bad -b {args.brokerName!r}: no broker of that name in the cluster "
+                         f"(known: {', '.join(sorted(known)) or 'none'})")
+    done = admin.change_write_perm(name, wipe)
+    verb = "wipe" if wipe else "add"
+    for ns, count in done:
+        out.message(f"{verb} write perm of broker[{name}] in name server[{ns}] OK, {count}")
+    out.table(["Name Server", "Broker Name", "Wiped Topics" if wipe else "Added Topics"],
+              [(ns, name, count) for ns, count in done])
+
+
+@command("wipeWritePerm", "Make a broker's queues read-only in the name servers' routes: producers move to the "
+         "other brokers, consumers drain it (before maintenance)",
+         arg("-b", "--brokerName", required=True, help="broker name"))
+def wipe_write_perm(admin, args, out):
+    _write_perm(admin, args, out, True)
+
+
+@command("addWritePerm", "Make a broker's queues writable again in the name servers' routes (after wipeWritePerm)",
+         arg("-b", "--brokerName", required=True, help="broker name"))
+def add_write_perm(admin, args, out):
+    _write_perm(admin, args, out, False)
+
+
+@command("sendMsgStatus", "Send messages to a broker's own topic and show each send's round trip and status",
+         arg("-b", "--brokerName", required=True, help="broker name"),
+         arg("-s", "--messageSize", type=int, default=128, help="message size in bytes (default 128)"),
+         arg("-c", "--count", type=int, default=50, help="how many messages (default 50)"))
+def send_msg_status(admin, args, out):
+    if args.count <= 0:
+        raise UsageError(f"bad -c {args.count}: must be > 0")
+    if not 1 <= args.messageSize <= 4 * 1024 * 1024:
+        raise UsageError(f"bad -s {args.messageSize}: a message size is 1..4194304 bytes")
+    name = args.brokerName.strip()
+    known = {b.broker_name for b in admin.brokers()}
+    if name not in known:
+        raise UsageError(f"bad -b {args.brokerName!r}: no broker of that name (known: {', '.join(sorted(known))})")
+    admin.send_rt(name, 1, args.messageSize, by_queue=False)  # warm up (a connection, the route), as mqadmin
+    with out.progress("sendMsgStatus", args.count) as advance:
+        sends = admin.send_rt(name, args.count, args.messageSize, by_queue=False,
+                              on_progress=lambda n: advance(completed=n))
+    out.table(["Broker Name", "QID", "RT(ms)", "Send Status"], [(b, q, round(rt, 2), s) for b, q, _, rt, s in sends])
+
+
+ORDER_CONF_NAMESPACE = "ORDER_TOPIC_CONFIG"
+
+
+def _check_order_conf(conf: str) -> str:
+    """brokerName:queueNums pairs separated by ';' (e.g. broker-a:4;broker-b:4)."""
+    for part in conf.split(";"):
+        name, _, n = part.partition(":")
+        if not name.strip() or not n.strip().isdigit() or int(n) <= 0:
+            raise UsageError(f"bad -v {conf!r}: {part!r} is not brokerName:queueNums (e.g. broker-a:4;broker-b:4)")
+    return conf
+
+
+@command("updateOrderConf", "Create, show or delete a topic's order config (brokerName:queueNums;...) on the name servers",
+         arg("-t", "--topic", required=True, help="topic"),
+         arg("-v", "--orderConf", help="order config, e.g. broker-a:4;broker-b:4 (with -m put)"),
+         arg("-m", "--method", default="put", choices=["put", "get", "delete"], help="put | get | delete (default put)"))
+def update_order_conf(admin, args, out):
+    from rmq_core.message import TopicValidator
+    TopicValidator.check_topic(args.topic)
+    if args.method == "put":
+        if not args.orderConf:
+            raise UsageError("-m put needs the order config: -v brokerName:queueNums;...")
+        admin.put_kv_config(ORDER_CONF_NAMESPACE, args.topic, _check_order_conf(args.orderConf.strip()))
+        out.message(f"update orderConf success. topic=[{args.topic}], orderConf=[{args.orderConf.strip()}]")
+        conf = args.orderConf.strip()
+    elif args.method == "get":
+        conf = admin.get_kv_config(ORDER_CONF_NAMESPACE, args.topic)
+        if conf is None:
+            raise UsageError(f"no order config for topic {args.topic!r}")
+    else:
+        if admin.get_kv_config(ORDER_CONF_NAMESPACE, args.topic) is None:
+            raise UsageError(f"no order config for topic {args.topic!r}")
+        admin.delete_kv_config(ORDER_CONF_NAMESPACE, args.topic)
+        out.message(f"delete orderConf success. topic=[{args.topic}]")
+        conf = ""
+    out.table(["Topic", "Method", "Order Conf"], [(args.topic, args.method, conf)])
+
+
+@command("updateNamesrvConfig", "Update a setting on every name server",
+         arg("-k", "--key", required=True, help="config key"), arg("-v", "--value", required=True, help="value"))
+def update_namesrv_config(admin, args, out):
+    admin.update_namesrv_config({args.key.strip(): args.value.strip()})
+    out.message(f"update name server config success!{args.key}={args.value}")
+    out.table(["Name Server", "Key", "Value"], [(ns, args.key, props.get(args.key.strip(), ""))
+                                                for ns, props in admin.namesrv_config().items()])

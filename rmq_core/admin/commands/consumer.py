@@ -1,11 +1,12 @@
 """Consumer group commands: updateSubGroup, deleteSubGroup, consumerProgress, consumerConnection,
-producerConnection, consumerStatus, brokerConsumeStats, resetOffsetByTime, cloneGroupOffset,
-skipAccumulatedMessage."""
+producerConnection, consumerStatus, brokerConsumeStats, resetOffsetByTime, cloneGroupOffset, getConsumerStatus,
+skipAccumulatedMessage, startMonitoring."""
 from __future__ import annotations
 
 from rmq_core.admin.commands import UsageError, arg, broker_targets, command, parse_bool, parse_timestamp
 from rmq_core.admin.output import fmt_time
 from rmq_core.errors import RMQError
+from rmq_core.message import MixAll
 
 _G = arg("-g", "--groupName", required=True, help="consumer group")
 _B = arg("-b", "--brokerAddr", help="broker address host:port")
@@ -220,7 +221,8 @@ def skip_accumulated(admin, args, out):
 @command("cloneGroupOffset", "Copy one group's offsets on a topic to another group",
          arg("-s", "--srcGroup", required=True, help="source group"), arg("-d", "--destGroup", required=True, help="destination group"),
          arg("-t", "--topic", required=True, help="topic"),
-         arg("-o", "--offline", type=parse_bool, default=False, help="(mqadmin compatibility)"))
+         arg("-o", "--offline", type=parse_bool, default=False,
+             help="the source group is offline: clone even when it is online without a subscription to the topic"))
 def clone_group_offset(admin, args, out):
     src = admin.consume_stats(args.srcGroup, args.topic)  # an unknown source group is an error
     if not any(q.topic == args.topic for q in src.queues):
@@ -232,3 +234,55 @@ def clone_group_offset(admin, args, out):
               [(q.topic, q.broker_name, q.queue_id, q.consumer_offset) for q in dest.queues if q.topic == args.topic])
     return 0 if addrs else 1
 
+
+
+@command("getConsumerStatus", "Each online consumer's own offsets of a topic (what it holds in memory), asked through the broker",
+         _G, arg("-t", "--topic", required=True, help="topic"),
+         arg("-i", "--originClientId", help="only this client (its client id or address)"))
+def get_consumer_status(admin, args, out):
+    status = admin.consumer_status(args.topic, args.groupName, args.originClientId)
+    out.message(f"get consumer status from client. group={args.groupName}, topic={args.topic}, "
+                f"originClientId={args.originClientId or ''}")
+    out.table(["Client ID", "Broker Name", "QID", "Offset"],
+              [(cid, mq.broker_name, mq.queue_id, off) for cid, table in sorted(status.items())
+               for mq, off in sorted(table.items())])
+
+
+@command("startMonitoring", "Watch every consumer group's undone messages, round after round (RocketMQ's "
+         "MonitorService with its default listener)",
+         arg("--rounds", type=int, default=0, help="stop after this many rounds (default 0: run until interrupted)"),
+         arg("--interval", type=float, default=20.0, help="seconds between rounds (default 20, as MonitorService)"))
+def start_monitoring(admin, args, out):
+    import time
+
+    if args.rounds < 0:
+        raise UsageError(f"bad --rounds {args.rounds}: must be >= 0")
+    if args.interval <= 0:
+        raise UsageError(f"bad --interval {args.interval}: must be > 0")
+    if out.as_json and not args.rounds:
+        raise UsageError("--json prints when the rounds end: give --rounds N")
+    done = 0
+    while True:
+        begin = time.time()
+        rows = []
+        for group in admin.consumer_groups():
+            try:
+                stats = admin.consume_stats(group)
+            except RMQError:  # (a group without offsets yet)
+                continue
+            by_topic: dict[str, list] = {}
+            for q in stats.queues:
+                if not q.topic.startswith(MixAll.RETRY_GROUP_TOPIC_PREFIX):
+                    by_topic.setdefault(q.topic, []).append(q)
+            now = int(begin * 1000)
+            for topic, queues in sorted(by_topic.items()):
+                behind = [q for q in queues if q.diff > 0]
+                oldest = min((q.last_timestamp for q in behind if q.last_timestamp > 0), default=0)
+                rows.append((fmt_time(now), group, topic, sum(q.diff for q in queues),
+                             max((q.diff for q in queues), default=0), now - oldest if oldest else 0))
+        out.table(["Time", "Consumer Group", "Topic", "Undone Msgs", "Undone Single MQ", "Undone Delay(ms)"], rows,
+                  title=None if out.as_json else f"[UNDONE_MSG] round {done + 1}")
+        done += 1
+        if args.rounds and done >= args.rounds:
+            return
+        time.sleep(max(0.0, args.interval - (time.time() - begin)))

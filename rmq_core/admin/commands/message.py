@@ -1,11 +1,13 @@
 """Message commands: queryMsgById, queryMsgByKey, queryMsgByUniqueKey, queryMsgByOffset, printMsg,
-printMsgByQueue, sendMessage, consumeMessage.  A message's id is the producer's unique id
+printMsgByQueue, sendMessage, consumeMessage, queryMsgTraceById.  A message's id is the producer's unique id
 (UNIQ_KEY) where it has one, else the offset id, as mqadmin prints it."""
 from __future__ import annotations
 
+import re
+
 from rmq_core.admin.commands import UsageError, arg, command, parse_bool, parse_timestamp
 from rmq_core.admin.output import body_preview, fmt_time
-from rmq_core.message import MessageQueue
+from rmq_core.message import MessageQueue, TopicValidator
 
 _T = arg("-t", "--topic", required=True, help="topic")
 LIST_COLUMNS = ["Message ID", "Broker Name", "QID", "Offset", "Store Time", "Tags", "Keys", "Body"]
@@ -41,11 +43,24 @@ def _show(admin, out, msgs, charset="utf-8", track=True):
 @command("queryMsgById", "Show messages by id: an offset id (store host + commit-log offset) or, with -t, a unique id",
          arg("-i", "--msgId", required=True, help="message id(s), comma separated"),
          arg("-t", "--topic", help="topic (needed to look a unique id up)"),
-         arg("-c", "--charset", default="utf-8", help="body charset (default utf-8)"))
+         arg("-c", "--charset", default="utf-8", help="body charset (default utf-8)"),
+         arg("-g", "--consumerGroup", help="with -d: hand the message to this group's consumer -d for its listener"),
+         arg("-d", "--clientId", help="with -g: the consumer's client id (consumerConnection lists them)"))
 def query_msg_by_id(admin, args, out):
     ids = [i.strip() for i in args.msgId.split(",") if i.strip()]
     if not ids:
         raise UsageError(f"bad -i {args.msgId!r}: no message id")
+    if (args.consumerGroup is None) != (args.clientId is None):
+        raise UsageError("give both the consumer group (-g) and its client id (-d), or neither")
+    if args.consumerGroup is not None:  # CONSUME_MESSAGE_DIRECTLY, as mqadmin's pushMsg
+        rows = []
+        for i in ids:
+            r = admin.consume_message_directly(args.consumerGroup, args.clientId, i, args.topic)
+            rows.append((i, args.consumerGroup, args.clientId, r.get("consumeResult"), r.get("spentTimeMills"),
+                         bool(r.get("order")), bool(r.get("autoCommit")), (r.get("remark") or "").strip()))
+        out.table(["Message ID", "Consumer Group", "Client ID", "Consume Result", "Spent Time(ms)", "Order",
+                   "Auto Commit", "Remark"], rows)
+        return
     _show(admin, out, [admin.view_message(i, args.topic) for i in ids], args.charset)
 
 
@@ -201,3 +216,46 @@ def consume_message(admin, args, out):
     _print_queues(admin, out, mqs, begin_ts=args.beginTimestamp, end_ts=args.endTimestamp, sub="*", charset="utf-8",
                   print_body=True, group=args.consumerGroup, limit=args.count, title="consumeMessage")
 
+
+
+TRACE_COLUMNS = ["Type", "Group", "Client Host", "Time", "Cost Times", "Status", "Store Host", "Topic", "Tags",
+                 "Keys"]
+
+
+def trace_rows(views) -> list[tuple]:
+    return [(v.type, v.group, v.client_host, fmt_time(v.timestamp), f"{v.cost_time}ms", v.status,
+             v.store_host if v.type == "Pub" else "", v.topic, v.tags, v.keys) for v in views]
+
+
+@command("queryMsgTraceById", "Show a message's trace: who sent it, where, when, and which groups consumed it",
+         arg("-i", "--msgId", required=True, help="message id (the producer's unique id)"),
+         arg("-t", "--traceTopic", default=None, help="trace topic (default RMQ_SYS_TRACE_TOPIC)"))
+def query_msg_trace_by_id(admin, args, out):
+    msg_id = args.msgId.strip()
+    if not re.fullmatch(r"[0-9A-Fa-f]{32,}", msg_id):
+        raise UsageError(f"bad -i {args.msgId!r}: a message id is 32 or more hex digits")
+    topic = (args.traceTopic or "").strip() or TopicValidator.RMQ_SYS_TRACE_TOPIC
+    TopicValidator.check_topic(topic)
+    admin.topic_route(topic)  # (names a trace topic the name server does not know)
+    views = admin.message_trace(msg_id, topic)
+    out.table(TRACE_COLUMNS, trace_rows(views))
+    if not views:
+        out.message(f"no trace of message {msg_id} in {topic}")
+
+
+@command("checkMsgSendRT", "Send messages one at a time over a topic's queues and show each send's round trip",
+         _T, arg("-a", "--amount", type=int, default=100, help="how many messages (default 100)"),
+         arg("-s", "--size", type=int, default=128, help="message size in bytes (default 128)"))
+def check_msg_send_rt(admin, args, out):
+    if args.amount < 2:
+        raise UsageError(f"bad -a {args.amount}: send at least 2 messages (the first one is not averaged)")
+    if not 1 <= args.size <= 4 * 1024 * 1024:
+        raise UsageError(f"bad -s {args.size}: a message size is 1..4194304 bytes")
+    admin.topic_route(args.topic)  # (names a topic the name server does not know)
+    with out.progress("checkMsgSendRT", args.amount) as advance:
+        sends = admin.send_rt(args.topic, args.amount, args.size, on_progress=lambda n: advance(completed=n))
+    # the first send (a connection, a route) is left out of the average, as mqadmin does
+    avg = sum(rt for *_, rt, _ in sends[1:]) / (len(sends) - 1)
+    out.table(["Topic", "Broker Name", "QID", "Send Result", "RT(ms)"],
+              [(args.topic, b, q, ok, round(rt, 2)) for b, q, ok, rt, _ in sends],
+              footer=[f"Avg RT: {avg:.2f}"])

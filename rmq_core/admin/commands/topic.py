@@ -1,5 +1,5 @@
 """Topic commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus, topicClusterList,
-updateTopicPerm, allocateMQ."""
+updateTopicPerm, allocateMQ, cleanExpiredCQ, cleanUnusedTopic."""
 from __future__ import annotations
 
 from rmq_core.admin.commands import UsageError, arg, broker_targets, command, parse_bool
@@ -125,3 +125,28 @@ def allocate_mq(admin, args, out):
     result = admin.allocate(args.topic, cids, args.strategy)
     out.table(["Client ID", "Broker Name", "QID"],
               [(cid, mq.broker_name, mq.queue_id) for cid, mqs in result.items() for mq in mqs])
+
+
+@command("cleanExpiredCQ", "Destroy consume queues whose messages the commit log no longer holds, on a broker (-b) "
+         "or a cluster's masters (-c)",
+         _B, _C)
+def clean_expired_cq(admin, args, out):
+    _clean(admin, args, out, "cleanExpiredCQ", "consume queue(s)", "Queues",
+           lambda addr: [f"{t}/{q}" for t, q in admin.clean_expired_consume_queues(addr)])
+
+
+@command("cleanUnusedTopic", "Delete the consume queues of topics a broker has no config for, on a broker (-b) or a "
+         "cluster's masters (-c)",
+         _B, _C)
+def clean_unused_topic(admin, args, out):
+    _clean(admin, args, out, "cleanUnusedTopic", "topic(s)", "Topics", admin.clean_unused_topics)
+
+
+def _clean(admin, args, out, name: str, what: str, column: str, clean) -> None:
+    """A store clean-up on each target broker: clean(addr) -> the names of what it removed."""
+    rows = []
+    for addr in broker_targets(admin, args):
+        removed = clean(addr)
+        rows.append((addr, len(removed), ", ".join(removed)))
+    out.message(f"{name}: {sum(r[1] for r in rows)} {what} removed")
+    out.table(["Broker Addr", "Removed", column], rows)

@@ -13,7 +13,7 @@ import time
 from rmq_core.broker.processors import Processor
 from rmq_core.broker.processors.admin import consume_stats_body
 from rmq_core.broker.processors.client import json_body
-from rmq_core.errors import ConfigError
+from rmq_core.errors import ConfigError, RMQError
 from rmq_core.message import MixAll
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -67,6 +67,10 @@ class AdminExtProcessor(Processor):
         RequestCode.CLONE_GROUP_OFFSET: "clone_group_offset",
         RequestCode.VIEW_BROKER_STATS_DATA: "view_broker_stats_data",
         RequestCode.GET_CONSUMER_RUNNING_INFO: "get_consumer_running_info",
+        RequestCode.CONSUME_MESSAGE_DIRECTLY: "consume_message_directly",
+        RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: "get_consumer_status",
+        RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: "clean_expired_consume_queue",
+        RequestCode.CLEAN_UNUSED_TOPIC: "clean_unused_topic",
     }
 
     def __init__(self, controller):
@@ -176,13 +180,39 @@ class AdminExtProcessor(Processor):
         src, dest, topic = request.get_str("srcGroup"), request.get_str("destGroup"), request.get_str("topic")
         if not src or not dest:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "clone group offset needs srcGroup and destGroup")
+        offline = (request.get_str("offline") or "false").lower() == "true"
         topics = [topic] if topic else sorted(ctrl.offset_manager.which_topic_by_consumer(src))
+        online = ctrl.consumer_manager.get(src)
+        skipped = []
         for t in topics:
+            if ctrl.topic_manager.select(t) is None:
+                skipped.append(f"{t} (no such topic on this broker)")
+                continue
+            # an online source group that does not subscribe the topic is left alone unless the
+            # caller says it is offline (-o true), as RocketMQ's broker does
+            if not offline and online is not None and online.subscriptions and \
+                    ctrl.consumer_manager.find_subscription(src, t) is None:
+                skipped.append(f"{t} (group {src} is online and does not subscribe it; -o true clones anyway)")
+                continue
             offsets = ctrl.offset_manager.query_offsets(src, t)
             if offsets:
                 ctrl.offset_manager.reset_offsets(dest, t, offsets)
                 log.info("clone group offset %s -> %s on %s: %s", src, dest, t, offsets)
-        return request.make_response(ResponseCode.SUCCESS, None)
+        return request.make_response(ResponseCode.SUCCESS, "skipped: " + "; ".join(skipped) if skipped else None)
+
+    # --- store housekeeping (mqadmin cleanExpiredCQ / cleanUnusedTopic) ---------------------------------------
+    async def clean_expired_consume_queue(self, ctx, request):
+        """Consume queues whose messages the commit log no longer holds are destroyed; the body
+        lists them ({"removed": [[topic, queue id], ...]})."""
+        store = self.ctrl.store
+        removed = await asyncio.get_running_loop().run_in_executor(None, store.clean_expired_consumer_queue)
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body({"removed": removed}))
+
+    async def clean_unused_topic(self, ctx, request):
+        """Consume queues of topics this broker has no config for are deleted ({"removed": [topic, ...]})."""
+        topics = set(self.ctrl.topic_manager.all())
+        removed = await asyncio.get_running_loop().run_in_executor(None, self.ctrl.store.clean_unused_topics, topics)
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body({"removed": removed}))
 
     # --- stats ----------------------------------------------------------------------------------------------
     async def view_broker_stats_data(self, ctx, request):
@@ -200,15 +230,65 @@ class AdminExtProcessor(Processor):
     async def get_consumer_running_info(self, ctx, request):
         """Forward to the consumer's own connection and answer with its reply (Broker2Client)."""
         group, client_id = request.get_str("consumerGroup") or "", request.get_str("clientId") or ""
+        forward = RemotingCommand.create_request(RequestCode.GET_CONSUMER_RUNNING_INFO, {
+            "consumerGroup": group, "clientId": client_id, "jstackEnable": request.get_str("jstackEnable", "false")})
+        return await self._call_consumer(request, group, client_id, forward, 5.0)
+
+    async def consume_message_directly(self, ctx, request):
+        """The message at the commit-log offset of msgId, sent to one consumer of the group for
+        its listener (AdminBrokerProcessor.consumeMessageDirectly); its result is the answer."""
+        from rmq_core.message import decode_offset_msg_id
+        group, client_id = request.get_str("consumerGroup") or "", request.get_str("clientId") or ""
+        msg_id = request.get_str("msgId") or ""
+        try:
+            offset = decode_offset_msg_id(msg_id)[2]
+        except (ValueError, RMQError):
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad msgId {msg_id!r}: not an offset message id")
+        raw = self.ctrl.store.select_one_message_by_offset(offset)
+        if raw is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        forward = RemotingCommand.create_request(RequestCode.CONSUME_MESSAGE_DIRECTLY, {
+            "consumerGroup": group, "clientId": client_id, "msgId": msg_id,
+            "brokerName": self.ctrl.broker_config.broker_name}, body=bytes(raw))
+        return await self._call_consumer(request, group, client_id, forward, 10.0)
+
+    async def get_consumer_status(self, ctx, request):
+        """Each online consumer of the group (or the one at clientAddr) asked for its offsets of the
+        topic (Broker2Client.getConsumeStatus): {"consumerTable": {client id: offset rows}}."""
+        topic, group = request.get_str("topic") or "", request.get_str("group") or ""
+        client_addr = request.get_str("clientAddr") or ""
+        info = self.ctrl.consumer_manager.get(group)
+        if info is None or not info.all_client_ids():
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"No Any Consumer online in the consumer group: [{group}]")
+        table = {}
+        for client_id in info.all_client_ids():
+            chan = info.find_channel(client_id)
+            if chan is None or (client_addr and client_addr not in (client_id, chan.addr)):
+                continue
+            forward = RemotingCommand.create_request(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
+                                                     {"topic": topic, "group": group, "clientAddr": chan.addr})
+            try:
+                reply = await chan.channel.invoke(forward, 5.0)
+            except Exception as e:  # noqa: BLE001 - one unreachable client does not hide the others
+                log.warning("get consumer status of %s from %s failed: %s", group, client_id, e)
+                continue
+            if reply.code == ResponseCode.SUCCESS and reply.body:
+                from rmq_core.remoting.body import loads_lenient
+                table[client_id] = loads_lenient(reply.body).get("messageQueueTable") or []
+        if client_addr and not table:
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"The Consumer <{group}> <{client_addr}> not online")
+        return request.make_response(ResponseCode.SUCCESS, None, None, json_body({"consumerTable": table}))
+
+    async def _call_consumer(self, request, group: str, client_id: str, forward, timeout: float):
+        """`forward` on the consumer's own connection; its reply answers `request` (Broker2Client.callClient)."""
         info = self.ctrl.consumer_manager.get(group)
         chan = info.find_channel(client_id) if info is not None else None
         if chan is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"The Consumer <{group}> <{client_id}> not online")
-        forward = RemotingCommand.create_request(RequestCode.GET_CONSUMER_RUNNING_INFO, {
-            "consumerGroup": group, "clientId": client_id, "jstackEnable": request.get_str("jstackEnable", "false")})
         try:
-            reply = await chan.channel.invoke(forward, 5.0)
+            reply = await chan.channel.invoke(forward, timeout)
         except Exception as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"invoke consumer <{group}> <{client_id}> failed: {e}")

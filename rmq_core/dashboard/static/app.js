@@ -242,13 +242,40 @@ function messageDetail(m) {
         ["Consumer Offset", "consumer_offset", "num"],
       ], m.delivery || [], {empty: "no group consumes this topic"})}
       <b>Properties</b>${table("message-props", [["Key", "k"], ["Value", "v"]], props)}</div>
-    </div>`;
+    </div>
+    <h2>Trace</h2><div class="card" id="message-trace"><span class="muted">loading the trace…</span></div>`;
+  showTrace(m.msg_id);
   $("#resend-message").addEventListener("click", async () => {
     try {
       const r = await api("/api/message/resend", {topic: m.topic, id: m.msg_id});
       showNotice(`resent as ${r.msg_id} (${r.status})`);
     } catch (e) { showError(e.message); }
   });
+}
+
+// A message's trace (records of traced producers and consumers) as a timeline: one row per record,
+// its time after the first record and its cost drawn to one scale.
+async function showTrace(msgId) {
+  const box = $("#message-trace");
+  let views;
+  try { views = await api(`/api/message/trace?id=${encodeURIComponent(msgId)}`); }
+  catch (e) { box.innerHTML = `<span class="muted">${esc(e.message)}</span>`; return; }
+  if (!views.length) {
+    box.innerHTML = `<span class="muted">no trace recorded (send and consume with enable_msg_trace=True)</span>`;
+    return;
+  }
+  const t0 = Math.min(...views.map(v => v.timestamp));
+  const span = Math.max(1, ...views.map(v => v.timestamp - t0 + v.cost_time));
+  const pct = ms => (100 * ms / span).toFixed(2);
+  const label = {Pub: "sent", SubBefore: "consume start", SubAfter: "consumed"};
+  box.innerHTML = `<ol class="timeline" id="trace-timeline">${views.map(v => `
+    <li class="trace-${esc(v.type)}" data-type="${esc(v.type)}">
+      <span class="when">${fmtTime(v.timestamp)} <span class="muted">+${v.timestamp - t0} ms</span></span>
+      <span class="badge ${v.status === "success" ? "ok" : "warn"}">${esc(label[v.type] || v.type)}</span>
+      <b class="group">${esc(v.group)}</b>
+      <span class="muted">${esc(v.type === "Pub" ? `to ${v.store_host}` : `on ${v.client_host}`)} · ${esc(v.cost_time)} ms · ${esc(v.status)}</span>
+      <span class="bar"><span style="margin-left:${pct(v.timestamp - t0)}%;width:max(2px,${pct(v.cost_time)}%)"></span></span>
+    </li>`).join("")}</ol>`;
 }
 
 // --- DLQ ------------------------------------------------------------------------------------------------

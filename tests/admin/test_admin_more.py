@@ -1,0 +1,200 @@
+"""The rest of mqadmin's commands against real `rmq namesrv` + `rmq broker` processes, each in
+table and --json form with a one-line error for bad input: queryMsgById -g/-d (the message handed
+to a live consumer's listener with CONSUME_MESSAGE_DIRECTLY), ..."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
+from tests.admin.test_admin_cli import cl, fails, ok, rows, wait_for  # noqa: F401 - cl: the module's cluster
+from tests.servers import NamesrvAndBroker
+
+CLIENT = dict(poll_name_server_interval=1.0, heartbeat_broker_interval=1.0, persist_consumer_offset_interval=1.0)
+
+
+def sent_and_consumed(ns, topic, group, n) -> PushConsumer:
+    """n messages sent to `topic`, then a started consumer of `group` that has consumed them all."""
+    with Producer(f"PG_{group}", namesrv=ns, **CLIENT) as p:
+        for i in range(n):
+            p.send(Message(topic, f"{topic}-{i}".encode()))
+    got = []
+    c = PushConsumer(group, namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
+    c.subscribe(topic, "*")
+    c.register_message_listener(lambda msgs: (got.extend(msgs), ConsumeStatus.CONSUME_SUCCESS)[1])
+    c.start()
+    try:
+        wait_for(lambda: len(got) >= n, what=f"{n} messages of {topic} consumed")
+    except BaseException:
+        c.shutdown()
+        raise
+    return c
+
+
+def test_query_msg_by_id_consumes_directly(cl):
+    ns = cl.namesrv
+    seen: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def listener(msgs):
+        with lock:
+            seen.extend((m.msg_id, m.topic) for m in msgs)
+        if msgs[0].keys == "boom":
+            raise ValueError("listener refused boom")
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer("CG_DIRECT", namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
+    c.subscribe("DirectTopic", "*")
+    c.register_message_listener(listener)
+    c.start()
+    try:
+        with Producer("PG_DIRECT", namesrv=ns, **CLIENT) as p:
+            good = p.send(Message("DirectTopic", b"hello", keys="fine"))
+            bad = p.send(Message("DirectTopic", b"boom", keys="boom"))
+        wait_for(lambda: {good.msg_id, bad.msg_id} <= {i for i, _ in seen}, what="both consumed")
+        before = len(seen)
+        r = rows("queryMsgById", "-i", good.msg_id, "-t", "DirectTopic", "-g", "CG_DIRECT", "-d", c.client_id, ns=ns)
+        assert len(r) == 1 and r[0]["consume_result"] == "CR_SUCCESS" and r[0]["order"] is False
+        assert r[0]["message_id"] == good.msg_id and r[0]["client_id"] == c.client_id
+        with lock:
+            assert seen[before:] == [(good.msg_id, "DirectTopic")]  # the listener got it once more
+        # by the offset id, table form; a listener that raises is reported with its traceback
+        table = ok("queryMsgById", "-i", bad.offset_msg_id, "-g", "CG_DIRECT", "-d", c.client_id, ns=ns)
+        assert "CR_THROW_EXCEPTION" in table and "listener refused boom" in table
+        fails("queryMsgById", "-i", good.msg_id, "-t", "DirectTopic", "-g", "CG_DIRECT", ns=ns, needle="-d")
+        fails("queryMsgById", "-i", good.msg_id, "-t", "DirectTopic", "-g", "CG_DIRECT", "-d", "nobody@1", ns=ns,
+              needle="nobody@1")
+    finally:
+        c.shutdown()
+
+
+def test_clone_group_offset_offline_flag(cl):
+    ns = cl.namesrv
+    with Producer("PG_CLONE", namesrv=ns, **CLIENT) as p:
+        p.send(Message("CloneB", b"b"))
+    sent_and_consumed(ns, "CloneA", "CG_CLONE_SRC", 8).shutdown()  # (its offsets are committed at shutdown)
+    # the source group comes back online subscribing only CloneB
+    c = PushConsumer("CG_CLONE_SRC", namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
+    c.subscribe("CloneB", "*")
+    c.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+    c.start()
+    try:
+        line = fails("cloneGroupOffset", "-s", "CG_CLONE_SRC", "-d", "CG_CLONE_DST", "-t", "CloneA", ns=ns,
+                     needle="does not subscribe")
+        assert "-o true" in line
+        cloned = rows("cloneGroupOffset", "-s", "CG_CLONE_SRC", "-d", "CG_CLONE_DST", "-t", "CloneA", "-o", "true",
+                      ns=ns)
+        assert sum(r["consumer_offset"] for r in cloned) == 8
+    finally:
+        c.shutdown()
+
+
+def test_check_msg_send_rt_and_send_msg_status(cl):
+    ns = cl.namesrv
+    ok("updateTopic", "-b", cl.broker_addrs[0], "-t", "RtTopic", "-r", "3", "-w", "3", ns=ns)
+    r = rows("checkMsgSendRT", "-t", "RtTopic", "-a", "7", "-s", "64", ns=ns)
+    assert len(r) == 7 and all(x["send_result"] is True and x["rt_ms"] >= 0 for x in r)
+    assert [x["qid"] for x in r] == [0, 1, 2, 0, 1, 2, 0]  # one queue after another
+    table = ok("checkMsgSendRT", "-t", "RtTopic", "-a", "3", ns=ns)
+    assert "Avg RT:" in table
+    fails("checkMsgSendRT", "-t", "RtTopic", "-a", "1", ns=ns, needle="-a 1")
+    fails("checkMsgSendRT", "-t", "NoSuchRtTopic", ns=ns, needle="NoSuchRtTopic")
+    s = rows("sendMsgStatus", "-b", "broker-a", "-c", "5", "-s", "32", ns=ns)
+    assert len(s) == 5 and {x["send_status"] for x in s} == {"SEND_OK"} and {x["broker_name"] for x in s} == {"broker-a"}
+    fails("sendMsgStatus", "-b", "broker-zz", ns=ns, needle="broker-zz")
+    fails("sendMsgStatus", "-b", "broker-a", "-c", "0", ns=ns, needle="-c 0")
+
+
+def test_update_order_conf_and_namesrv_config(cl):
+    ns = cl.namesrv
+    put = rows("updateOrderConf", "-t", "OrderedTopic", "-v", "broker-a:4", ns=ns)
+    assert put == [{"topic": "OrderedTopic", "method": "put", "order_conf": "broker-a:4"}]
+    assert rows("updateOrderConf", "-t", "OrderedTopic", "-m", "get", ns=ns)[0]["order_conf"] == "broker-a:4"
+    assert "delete orderConf success" in ok("updateOrderConf", "-t", "OrderedTopic", "-m", "delete", ns=ns)
+    fails("updateOrderConf", "-t", "OrderedTopic", "-m", "get", ns=ns, needle="OrderedTopic")
+    fails("updateOrderConf", "-t", "OrderedTopic", "-v", "broker-a:x", ns=ns, needle="broker-a:x")
+    fails("updateOrderConf", "-t", "OrderedTopic", ns=ns, needle="-v")
+    r = rows("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "true", ns=ns)
+    assert r == [{"name_server": ns, "key": "orderMessageEnable", "value": "true"}]
+    cfg = rows("getNamesrvConfig", ns=ns)
+    assert {"name_server": ns, "key": "orderMessageEnable", "value": "true"} in cfg
+    ok("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "false", ns=ns)
+    fails("updateNamesrvConfig", "-k", "noSuchKey", "-v", "1", ns=ns, needle="noSuchKey")
+
+
+def test_get_consumer_status(cl):
+    ns = cl.namesrv
+    c = sent_and_consumed(ns, "StatusTopic", "CG_STATUS", 6)
+    try:
+        r = wait_for(lambda: (lambda v: v if sum(x["offset"] for x in v) == 6 else None)(
+            rows("getConsumerStatus", "-g", "CG_STATUS", "-t", "StatusTopic", ns=ns)), what="offsets 6 in all")
+        assert {x["client_id"] for x in r} == {c.client_id} and {x["broker_name"] for x in r} == {"broker-a"}
+        one = rows("getConsumerStatus", "-g", "CG_STATUS", "-t", "StatusTopic", "-i", c.client_id, ns=ns)
+        assert one == r
+        assert "get consumer status from client" in ok("getConsumerStatus", "-g", "CG_STATUS", "-t", "StatusTopic",
+                                                       ns=ns)
+        fails("getConsumerStatus", "-g", "CG_STATUS", "-t", "StatusTopic", "-i", "ghost@1", ns=ns, needle="ghost@1")
+        fails("getConsumerStatus", "-g", "CG_NOBODY", "-t", "StatusTopic", ns=ns, needle="CG_NOBODY")
+    finally:
+        c.shutdown()
+
+
+def test_clean_unused_topic_and_expired_cq(tmp_path):
+    """A topic whose config is gone (edited out of topics.json while the broker was down) keeps its
+    consume queues until cleanUnusedTopic; cleanExpiredCQ runs on a cluster's masters."""
+    import json
+    import os
+
+    from tests.servers import RmqProcess
+
+    c = NamesrvAndBroker(tmp_path)
+    try:
+        ns, addr = c.namesrv, c.broker_addrs[0]
+        for topic in ("KeepMe", "Orphan"):
+            ok("updateTopic", "-b", addr, "-t", topic, ns=ns)
+        with Producer("PG_CLEAN", namesrv=ns, **CLIENT) as p:
+            p.send(Message("KeepMe", b"k"))
+            p.send(Message("Orphan", b"o"))
+        c.brokers[0].terminate()
+        store = tmp_path / "store-broker-a"
+        topics_file = store / "config" / "topics.json"
+        table = json.loads(topics_file.read_text())
+        del table["topicConfigTable"]["Orphan"]
+        topics_file.write_text(json.dumps(table))
+        c.brokers[0] = RmqProcess(["broker", "-n", ns, "-c", str(tmp_path / "broker-a.conf"), "--listen-host",
+                                   "127.0.0.1"], ("boot success",))
+        c.brokers[0].wait_boot()
+        assert os.path.isdir(store / "consumequeue" / "Orphan")
+        r = rows("cleanUnusedTopic", "-b", addr, ns=ns)
+        assert r[0]["broker_addr"] == addr and "Orphan" in r[0]["topics"].split(", ") and "KeepMe" not in r[0]["topics"]
+        assert not os.path.exists(store / "consumequeue" / "Orphan")
+        assert os.path.isdir(store / "consumequeue" / "KeepMe")
+        assert "0 topic(s) removed" in ok("cleanUnusedTopic", "-c", "DefaultCluster", ns=ns)
+        # nothing expired here: every queue stays
+        assert rows("cleanExpiredCQ", "-c", "DefaultCluster", ns=ns) == [{"broker_addr": addr, "removed": 0, "queues": ""}]
+        assert "cleanExpiredCQ: 0 consume queue(s) removed" in ok("cleanExpiredCQ", "-b", addr, ns=ns)
+        fails("cleanExpiredCQ", "-b", "10.9.9.9:1", ns=ns, needle="10.9.9.9:1")
+        fails("cleanUnusedTopic", ns=ns, needle="-b")
+    finally:
+        c.stop()
+
+
+def test_start_monitoring_reports_undone_messages(cl):
+    ns = cl.namesrv
+    c = sent_and_consumed(ns, "MonitorTopic", "CG_MONITOR", 4)
+    try:
+        wait_for(lambda: [r for r in rows("startMonitoring", "--rounds", "1", ns=ns)
+                          if r["consumer_group"] == "CG_MONITOR" and r["undone_msgs"] == 0], what="caught up")
+    finally:
+        c.shutdown()
+    with Producer("PG_MONITOR", namesrv=ns, **CLIENT) as p:  # the group is away: these stay undone
+        for i in range(3):
+            p.send(Message("MonitorTopic", f"late{i}".encode()))
+    r = rows("startMonitoring", "--rounds", "2", "--interval", "0.1", ns=ns)
+    mine = [x for x in r if x["consumer_group"] == "CG_MONITOR"]
+    assert len(mine) == 2 and all(x["topic"] == "MonitorTopic" and x["undone_msgs"] == 3 for x in mine)
+    assert all(x["undone_delay_ms"] >= 0 and 1 <= x["undone_single_mq"] <= 3 for x in mine)
+    assert "[UNDONE_MSG] round 1" in ok("startMonitoring", "--rounds", "1", ns=ns)
+    fails("startMonitoring", "--json", ns=ns, needle="--rounds")
+    fails("startMonitoring", "--rounds", "1", "--interval", "0", ns=ns, needle="--interval 0")

@@ -1,0 +1,98 @@
+"""What message trace costs a producer: sends/s with enable_msg_trace=True against the same
+sends untraced, in the same run, against a broker in its own process (traceTopicEnable=true).
+
+Groups client-trace-{sync,async}: 1000 sync sends one at a time / 1000 async sends in rounds of 50
+in flight, 128 B - `baseline_untraced` vs `traced`; and `interleaved`: untraced and traced rounds
+taken turn about (a load drifting between tests hits both), extra_info has both rates and
+`ratio_traced` (the target: >= 0.9).  Every traced send's record is noted on the caller's path
+(a tuple appended) and leaves in batches from the trace's worker through the inner producer."""
+import itertools
+import statistics
+import time
+
+import pytest
+
+from rmq_core import Message, Producer
+from tests.servers import NamesrvAndBroker
+
+N = 1000
+BATCH = 50
+ROUNDS = 7
+FAST = dict(poll_name_server_interval=5.0, heartbeat_broker_interval=5.0, persist_consumer_offset_interval=1.0)
+TOPIC = "BenchTrace"
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = NamesrvAndBroker(tmp_path_factory.mktemp("rmq-bench-trace"), broker_props={
+        "flushDiskType": "ASYNC_FLUSH", "traceTopicEnable": "true"})
+    yield c
+    c.stop()
+
+
+def _producer(cluster, traced: bool) -> Producer:
+    n = next(_ids)
+    p = Producer(f"PG_BENCH_TRACE_{n}", namesrv=cluster.namesrv, instance_name=f"bench-trace-{n}",
+                 enable_msg_trace=traced, **FAST).start()
+    p.send(Message(TOPIC, b"warm"))
+    return p
+
+
+@pytest.fixture(scope="module")
+def untraced(cluster):
+    p = _producer(cluster, False)
+    yield p
+    p.shutdown()
+
+
+@pytest.fixture(scope="module")
+def traced(cluster):
+    p = _producer(cluster, True)
+    yield p
+    assert p.trace.sent > 0 and p.trace.send_failed == 0
+    p.shutdown()
+
+
+def _round(p, mode):
+    body = b"x" * 128
+    if mode == "sync":
+        for _ in range(N):
+            p.send(Message(TOPIC, body))
+    else:
+        for _ in range(N // BATCH):
+            for f in [p.send_async(Message(TOPIC, body)) for _ in range(BATCH)]:
+                f.result(30)
+
+
+def _bench(benchmark, p, mode):
+    benchmark.group = f"client-trace-{mode}"
+    benchmark.pedantic(_round, args=(p, mode), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    benchmark.extra_info["records_per_s"] = N / benchmark.stats.stats.median
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_trace_baseline_untraced(benchmark, untraced, mode):
+    _bench(benchmark, untraced, mode)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_trace_traced(benchmark, traced, mode):
+    _bench(benchmark, traced, mode)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_trace_interleaved(benchmark, untraced, traced, mode):
+    benchmark.group = f"client-trace-{mode}"
+    times = {"untraced": [], "traced": []}
+
+    def run():
+        for name, p in (("untraced", untraced), ("traced", traced)):
+            t = time.perf_counter()
+            _round(p, mode)
+            times[name].append(time.perf_counter() - t)
+
+    benchmark.pedantic(run, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    off, on = (N / statistics.median(times[k][1:] or times[k]) for k in ("untraced", "traced"))
+    benchmark.extra_info.update(untraced_per_s=off, traced_per_s=on, ratio_traced=on / off,
+                                discarded=traced.trace.discarded)

@@ -1,0 +1,184 @@
+"""Message trace end to end against real `rmq namesrv` + `rmq broker` processes: traced producers
+and consumers (sync, PushConsumer, PullConsumer, rmq_core.aio) record Pub, SubBefore and SubAfter
+through their client's inner producer; `rmq admin queryMsgTraceById` and AdminClient.message_trace
+read them back; a full trace buffer drops records without failing a send."""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+
+from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer, aio
+from rmq_core.admin.client import AdminClient
+from tests.admin.test_admin_cli import admin, fails, ok, rows, wait_for
+from tests.servers import NamesrvAndBroker
+
+FAST = dict(poll_name_server_interval=1.0, heartbeat_broker_interval=1.0, persist_consumer_offset_interval=1.0)
+
+
+@pytest.fixture(scope="module")
+def cl(tmp_path_factory):
+    # traceTopicEnable creates RMQ_SYS_TRACE_TOPIC though topics are never made on the fly here
+    c = NamesrvAndBroker(tmp_path_factory.mktemp("trace"), broker_props={
+        "traceTopicEnable": "true", "autoCreateTopicEnable": "false"})
+    try:
+        for topic in ("TraceOrders", "TracePull", "TraceAio", "MyTraceTopic", "TraceFull"):
+            ok("updateTopic", "-b", c.broker_addrs[0], "-t", topic, "-r", "2", "-w", "2", ns=c.namesrv)
+        yield c
+    finally:
+        c.stop()
+
+
+def trace_rows(ns, msg_id, *extra):
+    return rows("queryMsgTraceById", "-i", msg_id, *extra, ns=ns)
+
+
+def test_trace_topic_made_by_the_broker(cl):
+    route = rows("topicRoute", "-t", "RMQ_SYS_TRACE_TOPIC", ns=cl.namesrv)
+    assert route, "the broker registered no route for RMQ_SYS_TRACE_TOPIC"
+
+
+def test_send_and_push_consume_are_traced(cl):
+    ns, broker = cl.namesrv, cl.broker_addrs[0]
+    got = threading.Event()
+
+    def listener(msgs):
+        got.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer("CG_TRACE", namesrv=ns, enable_msg_trace=True, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                     **FAST)
+    c.subscribe("TraceOrders", "*")
+    c.register_message_listener(listener)
+    c.start()
+    try:
+        with Producer("PG_TRACE", namesrv=ns, enable_msg_trace=True, **FAST) as p:
+            r = p.send(Message("TraceOrders", b"order body", tags="TagA", keys="order-17"))
+        assert got.wait(30)
+        views = wait_for(lambda: (lambda v: v if {x["type"] for x in v} >= {"Pub", "SubBefore", "SubAfter"}
+                                  else None)(trace_rows(ns, r.msg_id)), what="Pub, SubBefore and SubAfter")
+    finally:
+        c.shutdown()
+    pub = next(v for v in views if v["type"] == "Pub")
+    assert (pub["group"], pub["topic"], pub["tags"], pub["keys"], pub["store_host"], pub["status"]) == (
+        "PG_TRACE", "TraceOrders", "TagA", "order-17", broker, "success")
+    assert pub["cost_times"].endswith("ms") and int(pub["cost_times"][:-2]) >= 0
+    subs = [v for v in views if v["type"] != "Pub"]
+    assert {v["group"] for v in subs} == {"CG_TRACE"}
+    after = next(v for v in subs if v["type"] == "SubAfter")
+    assert after["status"] == "success" and after["keys"] == "order-17"
+    # the same through the library call, with the offset id and the request id linking SubBefore/After
+    with AdminClient(ns) as a:
+        lib = a.message_trace(r.msg_id)
+    assert {v.type for v in lib} >= {"Pub", "SubBefore", "SubAfter"}
+    assert next(v for v in lib if v.type == "Pub").offset_msg_id == r.offset_msg_id
+    before = next(v for v in lib if v.type == "SubBefore")
+    assert before.request_id == next(v for v in lib if v.type == "SubAfter").request_id
+    # the table form: a row per record
+    table = ok("queryMsgTraceById", "-i", r.msg_id, ns=ns)
+    assert "PG_TRACE" in table and "CG_TRACE" in table and "SubAfter" in table
+
+
+def test_failed_consume_is_traced_as_failed(cl):
+    ns = cl.namesrv
+    calls = []
+
+    def listener(msgs):
+        calls.append(msgs[0].msg_id)
+        if len(calls) == 1:
+            raise RuntimeError("not yet")
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    with Producer("PG_TRACE_FAIL", namesrv=ns, **FAST) as p:  # an untraced producer: only the consumer records
+        r = p.send(Message("TraceFull", b"x", keys="k-fail"))
+    c = PushConsumer("CG_TRACE_FAIL", namesrv=ns, enable_msg_trace=True, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                     **FAST)
+    c.subscribe("TraceFull", "*")
+    c.register_message_listener(listener)
+    c.start()
+    try:
+        wait_for(lambda: len(calls) >= 1, what="the first delivery")
+        views = wait_for(lambda: (lambda v: v if any(x["type"] == "SubAfter" for x in v) else None)(
+            trace_rows(ns, r.msg_id)), what="the failed SubAfter")
+    finally:
+        c.shutdown()
+    assert not any(v["type"] == "Pub" for v in views)
+    assert any(v["type"] == "SubAfter" and v["status"] == "failed" for v in views)
+
+
+def test_pull_consumer_and_customised_trace_topic(cl):
+    ns = cl.namesrv
+    with Producer("PG_TRACE_PULL", namesrv=ns, enable_msg_trace=True, customized_trace_topic="MyTraceTopic",
+                  **FAST) as p:
+        r = p.send(Message("TracePull", b"pulled", tags="T1"))
+    c = PullConsumer("CG_TRACE_PULL", namesrv=ns, enable_msg_trace=True, customized_trace_topic="MyTraceTopic",
+                     consume_from_where="CONSUME_FROM_FIRST_OFFSET", **FAST)
+    c.subscribe("TracePull", "*")
+    c.start()
+    try:
+        got = wait_for(lambda: [m for m in c.poll(1.0) if m.msg_id == r.msg_id], what="the message polled")
+        assert got
+        c.commit()  # the polled batch counts as consumed: its SubAfter
+        views = wait_for(lambda: (lambda v: v if {x["type"] for x in v} >= {"Pub", "SubBefore", "SubAfter"}
+                                  else None)(trace_rows(ns, r.msg_id, "-t", "MyTraceTopic")),
+                         what="the records in MyTraceTopic")
+    finally:
+        c.shutdown()
+    assert {v["group"] for v in views} == {"PG_TRACE_PULL", "CG_TRACE_PULL"}
+    # nothing went to the default trace topic
+    assert trace_rows(ns, r.msg_id) == []
+
+
+def test_aio_producer_and_consumer_are_traced(cl):
+    ns = cl.namesrv
+
+    async def run():
+        async with aio.Producer("PG_TRACE_AIO", namesrv=ns, enable_msg_trace=True, **FAST) as p:
+            r = await p.send(Message("TraceAio", b"aio body"))
+        c = aio.PullConsumer("CG_TRACE_AIO", namesrv=ns, enable_msg_trace=True,
+                             consume_from_where="CONSUME_FROM_FIRST_OFFSET", **FAST)
+        c.subscribe("TraceAio", "*")
+        await c.start()
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if any(m.msg_id == r.msg_id for m in await c.poll(1.0)):
+                    break
+            await c.commit()
+        finally:
+            await c.shutdown()
+        return r
+
+    r = asyncio.run(run())
+    views = wait_for(lambda: (lambda v: v if {x["type"] for x in v} >= {"Pub", "SubBefore", "SubAfter"}
+                              else None)(trace_rows(ns, r.msg_id)), what="the aio records")
+    assert {v["group"] for v in views} == {"PG_TRACE_AIO", "CG_TRACE_AIO"}
+
+
+def test_full_trace_buffer_drops_records_never_sends(cl):
+    ns = cl.namesrv
+    with Producer("PG_TRACE_FULL", namesrv=ns, enable_msg_trace=True, **FAST) as p:
+        t = p.trace
+        t.capacity = 10
+        with t._idle:  # the worker stalls at its next turn: nothing leaves the buffer meanwhile
+            results = [p.send(Message("TraceFull", b"y" * 64)) for _ in range(60)]
+            futures = [p.send_async(Message("TraceFull", b"z" * 64)) for _ in range(60)]
+            results += [f.result(30) for f in futures]
+        assert all(r.status.name == "SEND_OK" for r in results)
+        assert t.discarded >= 60  # at most 10 + what the worker took before it stalled were kept
+        last = results[-1].msg_id
+    # what was kept still arrives; what was dropped is only counted
+    assert t.sent >= 1 and t.send_failed == 0
+    assert isinstance(last, str)
+
+
+def test_query_trace_bad_input(cl):
+    ns = cl.namesrv
+    fails("queryMsgTraceById", "-i", "not-an-id", ns=ns, needle="not-an-id")
+    fails("queryMsgTraceById", "-i", "7F0000010D5818B4AAC2795B82A70000", "-t", "bad topic!", ns=ns,
+          needle="bad topic!")
+    rc, out, err = admin("queryMsgTraceById", "-i", "7F0000010D5818B4AAC2795B82A7FFFF", "--json", ns=ns)
+    assert rc == 0 and json.loads(out) == []
