@@ -27,7 +27,7 @@ from rmq_core.broker.subscription_manager import SubscriptionGroupManager
 from rmq_core.broker.timer import TIMER_TOPIC, TimerMessageService
 from rmq_core.broker.topic_manager import TopicConfigManager
 from rmq_core.broker.transaction import TransactionalMessageService
-from rmq_core.config import BrokerConfig, MessageStoreConfig
+from rmq_core.config import BrokerConfig, BrokerRole, MessageStoreConfig
 from rmq_core.errors import ConfigError
 from rmq_core.message import ExpressionType
 from rmq_core.plugins import get_filter_factory
@@ -44,6 +44,7 @@ log = logging.getLogger("rmq.broker")
 class BrokerController:
     def __init__(self, broker_config: BrokerConfig, store_config: MessageStoreConfig, *,
                  listen_host: str = "0.0.0.0", inproc_name: str | None = None):
+        check_broker_role(broker_config, store_config)
         self.broker_config = broker_config
         self.store_config = store_config
         self.listen_host = listen_host
@@ -74,6 +75,10 @@ class BrokerController:
             log.info("enableCalcFilterBitMap=true: turning on enableConsumeQueueExt to keep the bit maps")
             store_config.enable_consume_queue_ext = True
         self.broker_addr: str | None = None
+        # a slave: its master's broker address and HA address, from the name server's
+        # REGISTER_BROKER answer (or haMasterAddress for the HA one)
+        self.master_addr: str | None = None
+        self.master_ha_addr: str | None = store_config.ha_master_address
         self.metrics = BrokerMetrics(self)
         self.started = False
 
@@ -92,6 +97,8 @@ class BrokerController:
         port = int(tcp.listen_address.rpartition(":")[2])
         if bc.listen_port == 0:
             bc.listen_port = port
+            if self.store_config.ha_listen_port is None:
+                self.store_config.ha_listen_port = 0  # any port for the broker: any for HA too
         self.broker_addr = f"{bc.broker_ip1}:{port}"
         # Bound first (port 0 picks the port the store host names; a port in use fails before the
         # store is touched), but until the processors are in place every request is answered
@@ -130,6 +137,7 @@ class BrokerController:
         self.metrics.start()  # metricsExporterType (none by default): a port in use fails here, before the store
         os.makedirs(self.store_config.store_path_root_dir, exist_ok=True)
         self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, bc.listen_port))
+        self.store.ha_service.listen_host = self.listen_host  # the HA listener binds where the broker does
         if self.bloom_enabled:
             # Before load(): records re-dispatched by recovery get their bit maps too.
             self.filter_manager.load()
@@ -239,7 +247,7 @@ class BrokerController:
         body = self._register_body()
         crc = zlib.crc32(body)
         ext = {"brokerAddr": self.broker_addr, "brokerName": bc.broker_name, "clusterName": bc.broker_cluster_name,
-               "haServerAddr": f"{bc.broker_ip1}:{bc.listen_port + 1}", "brokerId": str(bc.broker_id),
+               "haServerAddr": self.ha_server_addr(), "brokerId": str(bc.broker_id),
                "compressed": "false", "bodyCrc32": str(crc - (1 << 32) if crc & 0x80000000 else crc)}
 
         async def one(addr):
@@ -247,10 +255,32 @@ class BrokerController:
                 resp = await self.namesrv_client.invoke(addr, RemotingCommand.create_request(RequestCode.REGISTER_BROKER, ext, body), 3.0)
                 if resp.code != ResponseCode.SUCCESS:
                     log.warning("register broker to name server %s failed: %s %s", addr, resp.code, resp.remark)
+                else:
+                    self._on_register_answer(resp.ext_fields or {})
             except Exception as e:
                 log.warning("register broker to name server %s failed: %s", addr, e)
 
         await asyncio.gather(*(one(a) for a in addrs))
+
+    def ha_server_addr(self) -> str:
+        """brokerIP1:the HA port — the bound one on a master (haListenPort, by default listenPort + 1)."""
+        ha = self.store.ha_service
+        port = ha.listen_port if ha.listen_port is not None else ha.configured_listen_port()
+        return f"{self.broker_config.broker_ip1}:{port}"
+
+    def _on_register_answer(self, ext: dict) -> None:
+        """A slave follows its master's HA address as the name server knows it (a master restarted
+        on another address included), unless haMasterAddress pins it (RocketMQ's
+        updateMasterHAServerAddrPeriodically)."""
+        if self.store_config.broker_role is not BrokerRole.SLAVE:
+            return
+        master_addr = ext.get("masterAddr")
+        if master_addr:
+            self.master_addr = master_addr
+        ha_addr = ext.get("haServerAddr")
+        if ha_addr and not self.store_config.ha_master_address and ha_addr != self.master_ha_addr:
+            self.master_ha_addr = ha_addr
+            self.store.update_ha_master_address(ha_addr)
 
     async def unregister_broker_all(self) -> None:
         bc = self.broker_config
@@ -405,6 +435,20 @@ class BrokerController:
         info.update(self.timer_service.runtime_info())
         info["heldPullRequests"] = str(self.pull_hold_service.held_count())
         return info
+
+
+def check_broker_role(bc: BrokerConfig, sc: MessageStoreConfig) -> None:
+    """brokerId 0 is the master, > 0 a slave; brokerRole must agree (RocketMQ refuses the mix)."""
+    if bc.broker_id < 0:
+        raise ConfigError(f"brokerId must be 0 (master) or > 0 (slave), got {bc.broker_id}")
+    slave = sc.broker_role is BrokerRole.SLAVE
+    if slave and bc.broker_id == 0:
+        raise ConfigError("brokerRole=SLAVE needs brokerId > 0 (brokerId=0 is the master of the group)")
+    if not slave and bc.broker_id != 0:
+        raise ConfigError(f"brokerId={bc.broker_id} is a slave's id but brokerRole={sc.broker_role.value}: "
+                          f"set brokerRole=SLAVE, or brokerId=0 for a master")
+    if sc.ha_master_address and not slave:
+        raise ConfigError(f"haMasterAddress={sc.ha_master_address} is for a slave, but brokerRole={sc.broker_role.value}")
 
 
 class _Starting:
