@@ -276,6 +276,9 @@ class BrokerConfig(PropertiesConfig):
     broker_ip1: str = prop("127.0.0.1", "brokerIP1")
     broker_ip2: str | None = prop(None, "brokerIP2")
     broker_permission: int = prop(6, "brokerPermission")
+    # a slave serves pulls (a master then sends a consumer that lags by more than
+    # accessMessageInMemoryMaxRatio of memory to its slave, suggestWhichBrokerId)
+    slave_read_enable: bool = prop(False, "slaveReadEnable")
     auto_create_topic_enable: bool = prop(True, "autoCreateTopicEnable")
     auto_create_subscription_group: bool = prop(True, "autoCreateSubscriptionGroup")
     default_topic_queue_nums: int = prop(8, "defaultTopicQueueNums", validator=_positive)

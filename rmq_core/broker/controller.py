@@ -22,6 +22,7 @@ from rmq_core.broker.processors.client import ClientManageProcessor
 from rmq_core.broker.processors.pull import PullMessageProcessor
 from rmq_core.broker.processors.send import SendMessageProcessor
 from rmq_core.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService
+from rmq_core.broker.slave_sync import SYNC_INTERVAL, SlaveSynchronize
 from rmq_core.broker.stats import BrokerStats
 from rmq_core.broker.subscription_manager import SubscriptionGroupManager
 from rmq_core.broker.timer import TIMER_TOPIC, TimerMessageService
@@ -61,6 +62,7 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(self)
         self.timer_service = TimerMessageService(self)
         self.transaction_service = TransactionalMessageService(self)
+        self.slave_synchronize = SlaveSynchronize(self)
         self.store: DefaultMessageStore | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pull_hold_service: PullRequestHoldService | None = None
@@ -79,8 +81,19 @@ class BrokerController:
         # REGISTER_BROKER answer (or haMasterAddress for the HA one)
         self.master_addr: str | None = None
         self.master_ha_addr: str | None = store_config.ha_master_address
+        self._synced_master: str | None = None  # the master address a slave's sync started on
         self.metrics = BrokerMetrics(self)
         self.started = False
+
+    @property
+    def is_slave(self) -> bool:
+        return self.store_config.broker_role is BrokerRole.SLAVE
+
+    def slave_refusal(self, what: str) -> str:
+        """The remark of a write a slave refuses (a send, a send-back, an end-transaction)."""
+        bc = self.broker_config
+        return (f"the broker[{bc.broker_name}, {self.broker_addr}] role is SLAVE (brokerId={bc.broker_id}): "
+                f"{what} is forbidden on a slave; the master of {bc.broker_name} takes writes")
 
     # --- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> str:
@@ -163,14 +176,15 @@ class BrokerController:
             server.on_channel_close.append(self._on_channel_close)
             server.register_default_processor(None)  # serving: an unknown code is "not supported" again
 
-        await self.schedule_service.start()
-        await self.timer_service.start()
-        await self.transaction_service.start()
+        for service in self._delivery_services():
+            await service.start()
         self.namesrv_client = RemotingClient(name=f"broker[{bc.broker_name}]->namesrv")
         self._tasks += [
             asyncio.create_task(self._periodic(bc.register_name_server_period / 1000, self.register_broker_all), name="register-broker"),
             asyncio.create_task(self._periodic(bc.flush_consumer_offset_interval / 1000, self._persist_offsets), name="persist-offsets"),
             asyncio.create_task(self._periodic(10.0, self._scan_channels), name="scan-channels"),
+            asyncio.create_task(self._periodic(SYNC_INTERVAL, self.slave_synchronize.run_once), name="slave-sync"),
+            asyncio.create_task(self._periodic(1.0, self._watch_group), name="watch-broker-group"),
         ]
         await self.register_broker_all()
 
@@ -185,9 +199,8 @@ class BrokerController:
             await self.namesrv_client.close()
         self.pull_hold_service.wake_all()
         self.metrics.stop()
-        await self.schedule_service.stop()
-        await self.timer_service.stop()
-        await self.transaction_service.stop()
+        for service in self._delivery_services():
+            await service.stop()
         for server in self.servers:
             await server.stop()
         if self.inproc_name:
@@ -198,6 +211,24 @@ class BrokerController:
         self.store.detach_event_loop()
         await asyncio.to_thread(self.store.shutdown)
         log.info("The broker[%s, %s] shutdown OK", self.broker_config.broker_name, self.broker_addr)
+
+    def _delivery_services(self) -> tuple:
+        """The services that write on their own (delayed and timer deliveries, transaction
+        check-backs): a master's; a slave's store takes no writes (RocketMQ starts them on masters)."""
+        if self.is_slave:
+            return ()
+        return (self.schedule_service, self.timer_service, self.transaction_service)
+
+    async def _watch_group(self) -> None:
+        """Start a metadata round at once when it matters, not at the next SYNC_INTERVAL: a
+        slave that learned (another) master address; a master whose slaves grew in number."""
+        sync = self.slave_synchronize
+        if self.is_slave:
+            if self.master_addr and self.master_addr != self._synced_master:
+                self._synced_master = self.master_addr
+                await sync.run_once()
+        elif sync.on_ha_connections(self.store.ha_service.connection_count()):
+            await sync.run_once()
 
     async def _periodic(self, interval: float, fn) -> None:
         while True:
