@@ -465,6 +465,20 @@ class BrokerController:
         info["scheduleMessageOffset"] = json.dumps(self.schedule_service.offset_table())
         info.update(self.timer_service.runtime_info())
         info["heldPullRequests"] = str(self.pull_hold_service.held_count())
+        info.update(self.ha_runtime_info())
+        return info
+
+    def ha_runtime_info(self) -> dict[str, str]:
+        """The replication fields of brokerStatus: brokerRole, and the store's HA state - a
+        master's haConnectionNum and per slave its address, ack offset and bytes behind
+        (haConnectionInfo, JSON), a slave's master (masterAddr: its HA address; masterBrokerAddr)
+        and how far behind it is; slaveFallBehindBytes on both."""
+        info: dict[str, str] = {"brokerRole": self.store_config.broker_role.value}
+        for key, value in self.store.ha_runtime_info().items():
+            info[key] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+        info["slaveFallBehindBytes"] = str(self.store.slave_fall_behind_bytes())
+        if self.is_slave:
+            info["masterBrokerAddr"] = self.master_addr or ""
         return info
 
 
