@@ -41,7 +41,7 @@ import logging
 
 from rmq_core.errors import RemotingError
 from rmq_core.message import MixAll
-from rmq_core.remoting.body import ClusterInfo
+from rmq_core.remoting.body import ClusterInfo, TopicRouteData
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
 from rmq_core.store.config_file import ConsumerOffsetManager, decode_offset_table, loads_lenient
@@ -106,13 +106,44 @@ class SlaveSynchronize:
         ctrl = self.ctrl
         master = ctrl.master_addr
         now = asyncio.get_running_loop().time()
-        if ctrl.is_slave and master and now - self._topics_asked_at >= ON_DEMAND_MIN_INTERVAL:
-            self._topics_asked_at = now
+        if not ctrl.is_slave or now - self._topics_asked_at < ON_DEMAND_MIN_INTERVAL:
+            return ctrl.topic_manager.select(topic)
+        self._topics_asked_at = now
+        if master:
             try:
                 await self._sync_topic_config(master)
             except (RemotingError, OSError, ValueError, KeyError, TypeError) as e:
                 log.info("topic config from master %s for %s failed: %s", master, topic, e)
-        return ctrl.topic_manager.select(topic)
+        tc = ctrl.topic_manager.select(topic)
+        if tc is None:
+            tc = await self._topic_from_route(topic)
+        return tc
+
+    async def _topic_from_route(self, topic: str):
+        """The master is away and made the topic after the last sync: its queues as the name
+        server's route has them from the master's registration (the next sync from the master
+        replaces the whole table again)."""
+        from rmq_core.store.config_file import TopicConfig
+
+        ctrl = self.ctrl
+        bc = ctrl.broker_config
+        for ns in bc.namesrv_addr_list:
+            try:
+                resp = await ctrl.namesrv_client.invoke(
+                    ns, RemotingCommand.create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), TIMEOUT)
+            except (RemotingError, OSError) as e:
+                log.info("route of %s from name server %s failed: %s", topic, ns, e)
+                continue
+            if resp.code != ResponseCode.SUCCESS or not resp.body:
+                return None
+            qd = next((q for q in TopicRouteData.decode(resp.body).queue_datas if q.broker_name == bc.broker_name), None)
+            if qd is None:
+                return None
+            tc = TopicConfig(topic_name=topic, read_queue_nums=qd.read_queue_nums, write_queue_nums=qd.write_queue_nums,
+                             perm=qd.perm, topic_sys_flag=qd.topic_sys_flag)
+            log.info("topic %s from the name server's route while the master is away: %s", topic, tc)
+            return ctrl.topic_manager.create_or_update(tc, notify=False)
+        return None
 
     async def _sync_versioned(self, master: str, code: int, table, what: str) -> None:
         body = await self._call(master, code)
