@@ -104,7 +104,6 @@ def test_sync_master_killed_mid_stream_slave_serves_everything_acknowledged(sync
     def listener(msgs):
         with lock:
             consumed.update(m.body for m in msgs)
-        time.sleep(0.005)  # slower than the producer: a backlog is left for the slave
         return ConsumeStatus.CONSUME_SUCCESS
 
     producer = Producer("PG_HA_FAILOVER", namesrv=g.namesrv, send_msg_timeout=3.0, **FAST).start()
@@ -114,11 +113,14 @@ def test_sync_master_killed_mid_stream_slave_serves_everything_acknowledged(sync
     consumer.start()
     try:
         stream = Stream(producer)
+        wait_until(lambda: len(stream.ok) >= 150 and consumed, 60, what="sends consumed from the master")
+        consumer.suspend()  # a backlog for the slave to serve
         wait_until(lambda: len(stream.ok) >= 300, 60, what="acknowledged sends")
         g.master.kill()  # SIGKILL mid-stream
         killed_at = len(stream.ok)
         with lock:
             consumed_at_kill = len(consumed)
+        consumer.resume()
         time.sleep(1.0)  # sends go on failing meanwhile (no master in the route)
         stream.stop()
         acknowledged = set(stream.ok)
