@@ -173,7 +173,7 @@ class BrokerMetrics:
             samples = [(cv + ("slave", info.get("masterAddr") or ""), self.ctrl.store.slave_fall_behind_bytes())]
         else:
             samples = [(cv + ("master", c["addr"]), max(0, c["diff"])) for c in info.get("haConnectionInfo") or []]
-        return MetricFamily("rocketmq_replication_lag", GAUGE, "Commit log bytes a slave is behind its master",
+        return MetricFamily("rocketmq_replication_lag_bytes", GAUGE, "Commit log bytes a slave is behind its master",
                             cl + ("broker_role", "ha_peer"), samples, "bytes")
 
 

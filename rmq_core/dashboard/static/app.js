@@ -69,9 +69,9 @@ async function pageCluster() {
       ["Address", "addr"], ["Version", "version"],
       ["InTPS", r => fmtNum(r.in_tps, 2), "num"], ["OutTPS", r => fmtNum(r.out_tps, 2), "num"],
       ["Msgs In Total", "msg_put_total", "num"], ["Msgs Out Total", "msg_get_total", "num"],
-      ["Disk", r => r.disk_ratio === null || r.disk_ratio === undefined ? "-" : (100 * r.disk_ratio).toFixed(1) + "%", "num"],
       ["Replication", "replication"],
       ["Lag", r => r.lag_bytes === null || r.lag_bytes === undefined ? "-" : fmtBytes(r.lag_bytes), "num"],
+      ["Disk", r => r.disk_ratio === null || r.disk_ratio === undefined ? "-" : (100 * r.disk_ratio).toFixed(1) + "%", "num"],
     ], c.brokers, {empty: "no broker registered"})}</div>
     <h2>Topics <span class="muted">(${c.topics.length})</span></h2><div class="card">${table("cluster-topics", [
       ["Topic", r => `<a href="#/topics/${encodeURIComponent(r.topic)}">${esc(r.topic)}</a>`], ["Kind", r => kindBadge(r.kind)],
