@@ -57,7 +57,8 @@ def _wait(cond, what, timeout=30.0):
 
 
 def _caught_up(master, slave):
-    _wait(lambda: slave.get_max_phy_offset() == master.get_max_phy_offset(), "the slave catching up")
+    _wait(lambda: slave.get_max_phy_offset() == master.get_max_phy_offset() and not slave.dispatch_behind_bytes(),
+          "the slave catching up")
 
 
 def _put_many(store, n, start=0, queues=4, size=200):
