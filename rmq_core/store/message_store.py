@@ -105,6 +105,7 @@ class DefaultMessageStore:
         self._group_transfer = self.ha_service.group_transfer if config.broker_role is BrokerRole.SYNC_MASTER else None
         self._await_put = self._sync_flush or self._group_transfer is not None  # a put has something to wait for
         self._reput_offset = 0  # a slave: where the next record to dispatch begins (append_to_commit_log)
+        self._reput_lock = threading.Lock()
         self._max_record = min(config.max_message_size, self.commit_log.max_record_in_segment)
         self._topic_bytes: dict[str, bytes] = {}  # checked topics, UTF-8
         self._flush_waits: FlushWaits | None = None  # await_durable_async's, for its event loop
@@ -264,6 +265,10 @@ class DefaultMessageStore:
         consecutive records are joined per queue (producers spread a burst over queues: one
         consume-queue write per queue, not per record); a record cut at the log end waits for
         its rest.  The HA client calls this once per read of frames it appended."""
+        with self._reput_lock:
+            self._reput()
+
+    def _reput(self) -> None:
         mfq = self.commit_log.mapped_file_queue
         offset = max(self._reput_offset, mfq.get_min_offset())
         runs = []
@@ -286,8 +291,8 @@ class DefaultMessageStore:
                 continue
             offset = mf.file_from_offset + stop
             break
-        self._reput_offset = offset
         if not runs:
+            self._reput_offset = offset
             return
         builder = self.index_build_service
         if self.dispatchers or self.config.enable_consume_queue_ext or builder is None or not builder.accepting:
@@ -302,6 +307,7 @@ class DefaultMessageStore:
             table[(topic, qid)] = first + count
         if last_ts > self.commit_log.last_store_timestamp:
             self.commit_log.last_store_timestamp = last_ts
+        self._reput_offset = offset  # (after the queues: what is dispatched is readable)
         self.put_message_count += sum(r[3] for r in runs)
         if self._listeners:
             last = {}  # a queue's last run: its listeners hear of its newest entry once
