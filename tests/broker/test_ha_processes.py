@@ -131,13 +131,19 @@ def test_slave_killed_mid_stream_resumes_without_gap_or_duplicate(group_of, raw)
     _assert_same_queues(raw, g, sent["n"])
 
 
-def test_slave_with_torn_tail_repairs_itself_and_converges(group_of, raw):
+def _replicated_group(group_of, raw, n) -> HAGroup:
+    """A master and its slave, n messages sent and replicated."""
     g = group_of()
     g.start_master()
     g.start_slave()
     _create_topic(raw, g.master_addr, g.slave_addr)
-    assert _send_raw(raw, g.master_addr, 1500) == [0] * 1500
+    assert _send_raw(raw, g.master_addr, n) == [0] * n
     wait_replicated(g.master_store, g.slave_store)
+    return g
+
+
+def test_slave_with_torn_tail_repairs_itself_and_converges(group_of, raw):
+    g = _replicated_group(group_of, raw, 1500)
     g.slave.kill()
     # tear the slave's last record: cut its last segment in the middle of that record
     segs = commit_log_segments(g.slave_store)
@@ -189,12 +195,7 @@ def test_sync_master_answers_flush_slave_timeout_with_its_slave_frozen(group_of,
 
 
 def test_restarted_master_continues_its_log_and_the_slave_catches_up(group_of, raw):
-    g = group_of()
-    g.start_master()
-    g.start_slave()
-    _create_topic(raw, g.master_addr, g.slave_addr)
-    assert _send_raw(raw, g.master_addr, 800) == [0] * 800
-    wait_replicated(g.master_store, g.slave_store)
+    g = _replicated_group(group_of, raw, 800)
     g.master.kill()
     before = log_end(commit_log_segments(g.master_store))
     g.start_master()

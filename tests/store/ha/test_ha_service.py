@@ -311,3 +311,31 @@ def test_a_bad_master_address_is_named(pair):
     _, slave = pair(connect=False)
     with pytest.raises(ValueError, match="'nowhere' is not host:port"):
         slave.update_ha_master_address("nowhere")
+
+
+def test_a_silent_slave_is_dropped_after_the_housekeeping_interval(pair):
+    master, _ = pair(BrokerRole.SYNC_MASTER, connect=False, master_kw={"ha_housekeeping_interval": 300})
+    fake = FakeSlave(master.ha_service.listen_port)
+    try:
+        _wait(lambda: master.ha_service.connection_count() == 1, "the fake slave connected")
+        _wait(lambda: master.ha_service.connection_count() == 0, "the silent slave dropped")
+        assert master.put(msg(body=b"after")).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+    finally:
+        fake.close()
+
+
+def test_a_silent_master_makes_the_slave_reconnect(pair):
+    _, slave = pair(connect=False, slave_kw={"ha_housekeeping_interval": 300, "ha_send_heartbeat_interval": 100})
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(30)
+    try:
+        slave.update_ha_master_address(f"127.0.0.1:{server.getsockname()[1]}")
+        first, _ = server.accept()  # then says nothing
+        second, _ = server.accept()  # the slave gave up on the silent master and came back
+        second.settimeout(30)
+        assert REPORT.unpack(_recv_exact(second, 8)) == (0,)
+        first.close()
+        second.close()
+    finally:
+        server.close()
+    assert slave.ha_service.ha_client.reconnects >= 2
