@@ -194,10 +194,11 @@ def test_sync_master_answers_flush_slave_timeout_with_its_slave_frozen(group_of,
     wait_replicated(g.master_store, g.slave_store)
 
 
-def test_restarted_master_continues_its_log_and_the_slave_catches_up(group_of, raw):
+def test_restarted_master_continues_its_log_and_the_slave_follows_it_and_catches_up(group_of, raw):
     g = _replicated_group(group_of, raw, 800)
     g.master.kill()
     before = log_end(commit_log_segments(g.master_store))
+    g.move_master_ha_port()  # the slave learns the new HA address from the name server
     g.start_master()
     assert _send_raw(raw, g.master_addr, 800, 800) == [0] * 800
     segments = wait_replicated(g.master_store, g.slave_store)
