@@ -218,8 +218,8 @@ class MessageStoreConfig(PropertiesConfig):
     max_transfer_count_on_message_in_disk: int = prop(8, "maxTransferCountOnMessageInDisk")
     access_message_in_memory_max_ratio: int = prop(40, "accessMessageInMemoryMaxRatio")
     broker_role: BrokerRole = prop(BrokerRole.ASYNC_MASTER, "brokerRole")
-    # Replication (RocketMQ's store/ha).  haListenPort None: the broker's listenPort + 1 (the
-    # store host's port + 1 for a store on its own); 0: any free port (tests).
+    # Replication (RocketMQ's store/ha).  haListenPort None: the broker's listenPort + 1 (a store
+    # used on its own without one does not listen for slaves); 0: any free port (tests).
     ha_listen_port: int | None = prop(None, "haListenPort", validator=_optional_port)
     ha_master_address: str | None = prop(None, "haMasterAddress")  # a slave's master, host:port of its HA listener
     ha_send_heartbeat_interval: int = prop(5000, "haSendHeartbeatInterval", validator=_positive)

@@ -108,10 +108,11 @@ class BrokerController:
         await tcp.start()
         self.servers.append(tcp)
         port = int(tcp.listen_address.rpartition(":")[2])
+        if self.store_config.ha_listen_port is None:
+            # RocketMQ's default: listenPort + 1 (any port for the broker: any for HA too)
+            self.store_config.ha_listen_port = bc.listen_port + 1 if bc.listen_port else 0
         if bc.listen_port == 0:
             bc.listen_port = port
-            if self.store_config.ha_listen_port is None:
-                self.store_config.ha_listen_port = 0  # any port for the broker: any for HA too
         self.broker_addr = f"{bc.broker_ip1}:{port}"
         # Bound first (port 0 picks the port the store host names; a port in use fails before the
         # store is touched), but until the processors are in place every request is answered
@@ -296,7 +297,7 @@ class BrokerController:
     def ha_server_addr(self) -> str:
         """brokerIP1:the HA port — the bound one on a master (haListenPort, by default listenPort + 1)."""
         ha = self.store.ha_service
-        port = ha.listen_port if ha.listen_port is not None else ha.configured_listen_port()
+        port = ha.listen_port if ha.listen_port is not None else self.store_config.ha_listen_port
         return f"{self.broker_config.broker_ip1}:{port}"
 
     def _on_register_answer(self, ext: dict) -> None:

@@ -105,6 +105,7 @@ class DefaultMessageStore:
         self._group_transfer = self.ha_service.group_transfer if config.broker_role is BrokerRole.SYNC_MASTER else None
         self._await_put = self._sync_flush or self._group_transfer is not None  # a put has something to wait for
         self._reput_offset = 0  # a slave: where the next record to dispatch begins (append_to_commit_log)
+        self._reput_lock = threading.Lock()
         self._max_record = min(config.max_message_size, self.commit_log.max_record_in_segment)
         self._topic_bytes: dict[str, bytes] = {}  # checked topics, UTF-8
         self._flush_waits: FlushWaits | None = None  # await_durable_async's, for its event loop
@@ -255,13 +256,19 @@ class DefaultMessageStore:
             raise StoreError("message store is shut down")
         if not self.commit_log.append_data(start_offset, data):
             return False
-        self._reput()
+        self.dispatch_appended()
         return True
 
-    def _reput(self) -> None:
+    def dispatch_appended(self) -> None:
         """Dispatch the whole records between the reput offset and the log end (RocketMQ's
-        ReputMessageService on a slave): the native walk of recovery, one Python tuple per run of
-        one queue's records; a record cut at the log end waits for its rest."""
+        ReputMessageService on a slave): the native walk of recovery; its runs of one queue's
+        consecutive records are joined per queue (producers spread a burst over queues: one
+        consume-queue write per queue, not per record); a record cut at the log end waits for
+        its rest.  The HA client calls this once per read of frames it appended."""
+        with self._reput_lock:
+            self._reput()
+
+    def _reput(self) -> None:
         mfq = self.commit_log.mapped_file_queue
         offset = max(self._reput_offset, mfq.get_min_offset())
         runs = []
@@ -284,15 +291,23 @@ class DefaultMessageStore:
                 continue
             offset = mf.file_from_offset + stop
             break
-        self._reput_offset = offset
         if not runs:
+            self._reput_offset = offset
             return
-        self._dispatch_runs(runs)
+        builder = self.index_build_service
+        if self.dispatchers or self.config.enable_consume_queue_ext or builder is None or not builder.accepting:
+            self._dispatch_runs(runs)  # record by record, in log order
+        else:
+            for topic, qid, first, count, entries, _ts in _join_runs(runs):
+                self.find_consume_queue(topic, qid).put_entries(entries, first, count)
+            for run in runs:  # the index is built in log order: it skips what it already covers
+                builder.submit((run[0], run[4], run[3]))
         table = self.commit_log.topic_queue_table
         for topic, qid, first, count, _entries, _ts in runs:
             table[(topic, qid)] = first + count
         if last_ts > self.commit_log.last_store_timestamp:
             self.commit_log.last_store_timestamp = last_ts
+        self._reput_offset = offset  # (after the queues: what is dispatched is readable)
         self.put_message_count += sum(r[3] for r in runs)
         if self._listeners:
             last = {}  # a queue's last run: its listeners hear of its newest entry once
@@ -301,6 +316,13 @@ class DefaultMessageStore:
             for topic, qid, first, count, entries, ts in last.values():
                 phys, size, tags = struct.unpack_from(">qiq", entries, (count - 1) * 20)
                 self._notify_listeners(topic, qid, first + count, tags, ts, phys, size)
+
+    def dispatch_behind_bytes(self) -> int:
+        """Bytes of the log not dispatched to consume queues yet (RocketMQ's dispatchBehindBytes):
+        on a slave, what it appended and has not dispatched; a master dispatches as it puts."""
+        if self.ha_service.is_master:
+            return 0
+        return max(0, self.commit_log.get_max_offset() - max(self._reput_offset, self.commit_log.get_min_offset()))
 
     def update_ha_master_address(self, addr: str) -> None:
         """A slave: replicate from the master's HA listener at `addr` (host:port) from now on."""
@@ -1175,11 +1197,31 @@ class DefaultMessageStore:
             "commitLogMaxOffset": str(self.get_max_phy_offset()),
             "putMessageTimesTotal": str(self.put_message_count),
             "putTps": f"{tps:.1f}",
-            "dispatchBehindBytes": "0",
+            "dispatchBehindBytes": str(self.dispatch_behind_bytes()),
             "pageCacheLockTimeMills": "0",
             "diskFull": "true" if self._disk_full_error else "false",
             "consumeQueueCount": str(sum(len(q) for q in self.consume_queue_table.values())),
         }
+
+
+def _join_runs(runs: list) -> list:
+    """verify_records' runs with each queue's runs of consecutive queue offsets joined into one,
+    in the order of their first records."""
+    by_queue: dict = {}
+    out = []
+    for run in runs:
+        key = (run[0], run[1])
+        cur = by_queue.get(key)
+        if cur is not None and cur[2] + cur[3] == run[2]:
+            cur[3] += run[3]
+            cur[4].append(run[4])
+            if run[5] > cur[5]:
+                cur[5] = run[5]
+            continue
+        cur = by_queue[key] = [run[0], run[1], run[2], run[3], [run[4]], run[5]]
+        out.append(cur)
+    return [(t, q, first, count, parts[0] if len(parts) == 1 else b"".join(parts), ts)
+            for t, q, first, count, parts, ts in out]
 
 
 _TAG_FILTER_CACHE: dict[frozenset, cq_native.TagFilter] = {}

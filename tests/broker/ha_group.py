@@ -33,6 +33,15 @@ class HAGroup:
         self.master: RmqProcess | None = None
         self.slave: RmqProcess | None = None
 
+    def move_master_ha_port(self) -> int:
+        """A new haListenPort for the master's next start; returns it."""
+        self.master_ha_port = free_port()
+        with open(self.master_conf) as f:
+            lines = [l for l in f if not l.startswith("haListenPort=")]
+        with open(self.master_conf, "w") as f:
+            f.writelines(lines + [f"haListenPort={self.master_ha_port}\n"])
+        return self.master_ha_port
+
     @property
     def master_addr(self) -> str:
         return f"127.0.0.1:{self.master_port}"

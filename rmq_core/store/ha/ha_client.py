@@ -1,9 +1,10 @@
 """HAClient: the slave's side (RocketMQ's HAService.HAClient).
 
 One thread: connect to the master's HA address, report this store's max commit-log offset,
-then read frames — each appended whole (`DefaultMessageStore.append_to_commit_log`: the bytes
-unchanged, then consume queues and index for the records they complete) — and report the new
-max offset after each read's frames, and at least every haSendHeartbeatInterval.  A frame whose
+then read frames — each appended whole, its bytes unchanged (CommitLog.append_data), then the
+records a read's frames completed dispatched at once (DefaultMessageStore.dispatch_appended:
+consume queues, index, listeners) — and report the new max offset after each read's frames,
+and at least every haSendHeartbeatInterval.  A frame whose
 offset is not where this log ends, a master silent for haHousekeepingInterval, or a broken
 connection: disconnect and connect again (to the latest address given).
 """
@@ -146,6 +147,7 @@ class HAClient:
                 used += n
                 self.last_read_time = now
                 pos = 0
+                appended = False
                 while used - pos >= hsize:
                     offset, size = HEADER.unpack_from(buf, pos)
                     if size < 0:
@@ -162,11 +164,15 @@ class HAClient:
                         self.bad_frames += 1
                         raise StoreError(f"master {addr} sent offset {offset} but this log ends at {mine}: "
                                          f"reconnecting")
-                    if size:
-                        store.append_to_commit_log(offset, view[pos + hsize:pos + hsize + size])
+                    if size:  # appended here, dispatched once for the whole read (below)
+                        if not commit_log.append_data(offset, view[pos + hsize:pos + hsize + size]):
+                            raise StoreError(f"frame at {offset} does not continue this log")
+                        appended = True
                     if offset + size > self.master_offset:
                         self.master_offset = offset + size
                     pos += hsize + size
+                if appended:
+                    store.dispatch_appended()
                 if pos:
                     rest = used - pos
                     if rest:  # a frame's beginning: moved to the front (a copy: the ranges may overlap)

@@ -126,8 +126,7 @@ class HAConnection:
         cfg = self.config
         commit_log = self.store.commit_log
         service = self.service
-        sock = self.sock
-        sock.settimeout(None)
+        sock = self.sock  # (its timeout, haHousekeepingInterval, also ends a send to a frozen slave)
         offset = self.next_transfer_from_where = self._start_offset()
         log.info("HA: transfer to slave %s from offset %d (it requested %d)", self.client_addr, offset,
                  self.slave_request_offset)

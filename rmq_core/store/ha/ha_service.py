@@ -57,10 +57,10 @@ class HAService:
         """The bound HA port of a master (None before start and on a slave)."""
         return self.acceptor.port if self.acceptor is not None else None
 
-    def configured_listen_port(self) -> int:
-        """haListenPort, else the broker's port (the store host's) + 1."""
-        port = self.config.ha_listen_port
-        return self.store.store_host[1] + 1 if port is None else port
+    def configured_listen_port(self) -> int | None:
+        """haListenPort (the broker sets its default, listenPort + 1, before the store starts);
+        None: a store on its own that was given no port does not listen for slaves."""
+        return self.config.ha_listen_port
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -69,13 +69,15 @@ class HAService:
         self._started = True
         if self.is_master:
             host, port = self.listen_host, self.configured_listen_port()
+            if port is None:
+                self.group_transfer.start()  # (SYNC_MASTER puts are answered SLAVE_NOT_AVAILABLE)
+                return
             try:
                 self.acceptor = AcceptSocketService(self, host, port)
             except OSError as e:
                 self._started = False
-                raise StoreError(f"cannot listen for slaves on {host}:{port} (haListenPort"
-                                 f"{'' if self.config.ha_listen_port is not None else ', by default listenPort + 1'}): "
-                                 f"{e.strerror or e}") from None
+                raise StoreError(f"cannot listen for slaves on {host}:{port} (haListenPort, by default "
+                                 f"the broker's listenPort + 1): {e.strerror or e}") from None
             self.acceptor.start()
             self.group_transfer.start()
         else:
