@@ -9,7 +9,7 @@ import pytest
 from rmq_core.broker.controller import check_broker_role
 from rmq_core.config import BrokerRole, load_broker_conf, parse_properties
 from rmq_core.remoting.codes import ResponseCode
-from tests.broker.test_ha_failover import TOPIC, create_topic
+from tests.broker.ha_cluster import TOPIC, create_topic
 from tests.client.conftest import wait_until
 from tests.rawclient import RawClient
 from tests.servers import RmqProcess, free_port, write_conf

@@ -12,36 +12,18 @@ from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
 from rmq_core.codec import decode_messages
 from rmq_core.errors import RMQError
 from rmq_core.message import SendStatus
-from rmq_core.remoting.codes import RequestCode, ResponseCode
-from tests.broker.ha_group import HAGroup, commit_log_segments, log_end
+from rmq_core.remoting.codes import ResponseCode
+from tests.broker.ha_cluster import QUEUES, TOPIC, consumer_offsets, queue_ends, running_group
+from tests.broker.ha_group import commit_log_segments, log_end
 from tests.client.conftest import FAST, FAST_CONSUMER, wait_until
-from tests.rawclient import RawClient
 
-TOPIC, GROUP, QUEUES = "HaFailoverTopic", "CG_HA_FAILOVER", 4
-
-
-@pytest.fixture
-def raw():
-    r = RawClient()
-    yield r
-    r.close()
+GROUP = "CG_HA_FAILOVER"
 
 
 @pytest.fixture
 def sync_group(tmp_path):
-    g = HAGroup(tmp_path, role="SYNC_MASTER")
-    try:
-        g.start_master()
-        g.start_slave()
-        yield g
-    finally:
-        g.stop()
-
-
-def create_topic(raw, addr, topic=TOPIC):
-    r = raw.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
-                   {"topic": topic, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES), "perm": "6"})
-    assert r.code == ResponseCode.SUCCESS, r.remark
+    with running_group(tmp_path, role="SYNC_MASTER") as group:
+        yield group
 
 
 def bodies_on(raw, addr, topic=TOPIC) -> list[bytes]:
@@ -54,14 +36,6 @@ def bodies_on(raw, addr, topic=TOPIC) -> list[bytes]:
                 break
             out += [m.body for m in decode_messages(resp.body)]
             offset = int(resp.ext_fields["nextBeginOffset"])
-    return out
-
-
-def consumer_offsets(raw, addr, group=GROUP, topic=TOPIC) -> list[int]:
-    out = []
-    for q in range(QUEUES):
-        r = raw.invoke(addr, RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": str(q)})
-        out.append(int(r.ext_fields["offset"]) if r.code == ResponseCode.SUCCESS else -1)
     return out
 
 
@@ -95,9 +69,8 @@ class Stream:
         self._thread.join(60)
 
 
-def test_sync_master_killed_mid_stream_slave_serves_everything_acknowledged(sync_group, raw):
-    g = sync_group
-    create_topic(raw, g.master_addr)
+def test_sync_master_killed_mid_stream_slave_serves_everything_acknowledged(sync_group):
+    g, raw = sync_group
     consumed: set[bytes] = set()
     lock = threading.Lock()
 
@@ -132,16 +105,15 @@ def test_sync_master_killed_mid_stream_slave_serves_everything_acknowledged(sync
         assert acknowledged <= on_slave
         wait_until(lambda: acknowledged <= consumed, 90, what="the consumer reading on from the slave")
         # the offsets it commits land on the slave, which keeps them
-        expected = [int(raw.invoke(g.slave_addr, RequestCode.GET_MAX_OFFSET,
-                                   {"topic": TOPIC, "queueId": str(q)}).ext_fields["offset"]) for q in range(QUEUES)]
-        wait_until(lambda: consumer_offsets(raw, g.slave_addr) == expected, 30, what="offsets committed to the slave")
+        expected = queue_ends(raw, g.slave_addr)
+        wait_until(lambda: consumer_offsets(raw, g.slave_addr, GROUP) == expected, 30, what="offsets committed to the slave")
     finally:
         consumer.shutdown()
 
     # the master comes back: its own log, nothing taken from the slave
     master_end = log_end(commit_log_segments(g.master_store))
     g.start_master()
-    wait_until(lambda: consumer_offsets(raw, g.master_addr) == expected, 60,
+    wait_until(lambda: consumer_offsets(raw, g.master_addr, GROUP) == expected, 60,
                what="the master taking the offsets committed to its slave")
     assert log_end(commit_log_segments(g.master_store)) == master_end
     # and the producer returns to it (SEND_OK needs the master and its slave)

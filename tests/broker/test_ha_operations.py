@@ -10,10 +10,9 @@ import pytest
 
 from rmq_core.dashboard.backend import Backend
 from tests.admin.test_admin_cli import rows
-from tests.broker.ha_group import HAGroup, wait_replicated
-from tests.broker.test_ha_failover import TOPIC, create_topic
+from tests.broker.ha_cluster import TOPIC, running_group
+from tests.broker.ha_group import wait_replicated
 from tests.client.conftest import wait_until
-from tests.rawclient import RawClient
 from tests.servers import free_port
 
 prom = pytest.importorskip("prometheus_client.parser")
@@ -22,18 +21,10 @@ prom = pytest.importorskip("prometheus_client.parser")
 @pytest.fixture
 def group(tmp_path):
     mport, sport = free_port(), free_port()
-    g = HAGroup(tmp_path, master_props={"metricsExporterType": "PROM", "metricsPromExporterPort": mport},
-                slave_props={"metricsExporterType": "PROM", "metricsPromExporterPort": sport})
-    g.prom_ports = (mport, sport)
-    raw = RawClient()
-    try:
-        g.start_master()
-        g.start_slave()
-        create_topic(raw, g.master_addr)
+    with running_group(tmp_path, master_props={"metricsExporterType": "PROM", "metricsPromExporterPort": mport},
+                       slave_props={"metricsExporterType": "PROM", "metricsPromExporterPort": sport}) as (g, raw):
+        g.prom_ports = (mport, sport)
         yield g, raw
-    finally:
-        raw.close()
-        g.stop()
 
 
 def lag_samples(port) -> list[tuple[dict, float]]:

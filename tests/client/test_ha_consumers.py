@@ -8,36 +8,21 @@ import threading
 import pytest
 
 from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer, aio
-from tests.broker.ha_group import HAGroup, wait_replicated
-from tests.broker.test_ha_failover import QUEUES, TOPIC, consumer_offsets, create_topic
+from tests.broker.ha_cluster import QUEUES, TOPIC, consumer_offsets, kill_master, running_group
+from tests.broker.ha_group import wait_replicated
 from tests.client.conftest import FAST, FAST_CONSUMER, wait_until
-from tests.rawclient import RawClient
 
 
 @pytest.fixture
 def group(tmp_path):
-    g = HAGroup(tmp_path)
-    raw = RawClient()
-    try:
-        g.start_master()
-        g.start_slave()
-        create_topic(raw, g.master_addr)
-        yield g, raw
-    finally:
-        raw.close()
-        g.stop()
+    with running_group(tmp_path) as g_raw:
+        yield g_raw
 
 
 def send(g, bodies) -> None:
     with Producer("PG_HA_CONSUMERS", namesrv=g.namesrv, **FAST) as p:
         for i, b in enumerate(bodies):
             p.send(Message(TOPIC, b), queue=p.fetch_publish_message_queues(TOPIC)[i % QUEUES])
-
-
-def kill_master(g, raw) -> None:
-    g.master.kill()
-    wait_until(lambda: len(raw.route(g.namesrv, TOPIC)[1]["brokerDatas"][0]["brokerAddrs"]) == 1, 30,
-               what="the name server dropping the master")
 
 
 def test_lite_and_aio_pull_consumers_read_and_commit_on_the_slave(group):

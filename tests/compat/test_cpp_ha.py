@@ -5,48 +5,36 @@ import json
 
 import pytest
 
-from rmq_core.remoting.codes import RequestCode, ResponseCode
-from tests.broker.ha_group import HAGroup, wait_replicated
-from tests.broker.test_ha_failover import QUEUES, consumer_offsets, create_topic
+from rmq_core.remoting.codes import ResponseCode
+from tests.broker.ha_cluster import TOPIC, consumer_offsets, kill_master, queue_ends, running_group
+from tests.broker.ha_group import wait_replicated
 from tests.client.conftest import wait_until
 from tests.compat.test_cpp_client import Driver, _msgs, produce
-from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.compat
 pytest.importorskip("rocketmq.client", reason="the official C++ client (rocketmq==0.4.4) is a dev dependency")
 
-TOPIC, GROUP = "HaFailoverTopic", "CID_CPP_HA"
+GROUP = "CID_CPP_HA"
 
 
 def test_cpp_consumer_reads_from_the_slave_with_the_master_gone(tmp_path):
-    g = HAGroup(tmp_path)
-    raw = RawClient()
-    try:
-        g.start_master()
-        g.start_slave()
-        create_topic(raw, g.master_addr)
+    with running_group(tmp_path) as (g, raw):
         sent = _msgs("ha", 20)
         results = produce(tmp_path / "p", g.namesrv, TOPIC, sent)
         assert all(r["status"] == 0 for r in results)
         wait_replicated(g.master_store, g.slave_store)
-        g.master.kill()
-        wait_until(lambda: len(raw.route(g.namesrv, TOPIC)[1]["brokerDatas"][0]["brokerAddrs"]) == 1, 30,
-                   what="the name server dropping the master")
+        kill_master(g, raw)
 
         c = Driver(tmp_path / "c", "consume", g.namesrv, TOPIC, GROUP, "*", "CLUSTERING", len(sent), 60)
         c.wait(lambda items: len([i for i in items if "body" in i]) >= len(sent), 60)
         c.proc.terminate()  # a clean shutdown persists the offsets (to the slave: the master is gone)
         c.finish(30)
         assert sorted(m["body"] for m in c.messages()) == sorted(m["body"] for m in sent), c.stderr_tail()
-        ends = [int(raw.invoke(g.slave_addr, RequestCode.GET_MAX_OFFSET,
-                               {"topic": TOPIC, "queueId": str(q)}).ext_fields["offset"]) for q in range(QUEUES)]
+        ends = queue_ends(raw, g.slave_addr)
         assert consumer_offsets(raw, g.slave_addr, GROUP) == ends
         wait_until(lambda: _persisted_received(g.slave_store) == dict(enumerate(ends)), 30,
                    what="the slave persisting the offsets it received")
         assert raw.send(g.slave_addr, TOPIC, b"x").code == ResponseCode.SERVICE_NOT_AVAILABLE
-    finally:
-        raw.close()
-        g.stop()
 
 
 def _persisted_received(store) -> dict:

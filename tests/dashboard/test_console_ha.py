@@ -2,35 +2,26 @@
 its slave (`rmq broker` each) side by side, the slave naming its master, both with their lag."""
 import pytest
 
-from tests.broker.ha_group import HAGroup, wait_replicated
-from tests.broker.test_ha_failover import TOPIC, create_topic
+from tests.broker.ha_cluster import TOPIC, running_group
+from tests.broker.ha_group import wait_replicated
 from tests.dashboard.test_console_browser import browser, rows, shot, wait_css  # noqa: F401 (fixture)
-from tests.rawclient import RawClient
 from tests.servers import RmqProcess, free_port
 
 
 @pytest.fixture
 def ha_console(tmp_path):
-    g = HAGroup(tmp_path)
-    raw = RawClient()
     port = free_port()
-    proc = None
-    try:
-        g.start_master()
-        g.start_slave()
-        create_topic(raw, g.master_addr)
+    with running_group(tmp_path) as (g, raw):
         for i in range(20):
             assert raw.send(g.master_addr, TOPIC, b"x" * 200, queue_id=i % 4).code == 0
         wait_replicated(g.master_store, g.slave_store)
         proc = RmqProcess(["dashboard", "-n", g.namesrv, "--listen", f"127.0.0.1:{port}"], ("rmq console",))
-        proc.wait_boot()
-        g.console_url = f"http://127.0.0.1:{port}/"
-        yield g
-    finally:
-        if proc is not None:
+        try:
+            proc.wait_boot()
+            g.console_url = f"http://127.0.0.1:{port}/"
+            yield g
+        finally:
             proc.terminate()
-        raw.close()
-        g.stop()
 
 
 def test_cluster_page_shows_master_and_slave_with_the_lag(ha_console, browser, tmp_path):  # noqa: F811
