@@ -163,7 +163,6 @@ class BrokerMetrics:
                          cl, [(cv, reserve)], "ms"),
         ]
 
-
     def _replication(self, cl, cv) -> MetricFamily:
         """Replication lag in bytes: on a master one sample per connected slave (its HA address),
         how far its acknowledged offset is behind the master's log end; on a slave one sample,
@@ -172,7 +171,9 @@ class BrokerMetrics:
         if self.ctrl.is_slave:
             samples = [(cv + ("slave", info.get("masterAddr") or ""), self.ctrl.store.slave_fall_behind_bytes())]
         else:
-            samples = [(cv + ("master", c["addr"]), max(0, c["diff"])) for c in info.get("haConnectionInfo") or []]
+            # (diff -1: the slave has acknowledged nothing yet, so the whole log is behind)
+            samples = [(cv + ("master", c["addr"]), c["diff"] if c["diff"] >= 0 else info.get("masterPutWhere", 0))
+                       for c in info.get("haConnectionInfo") or []]
         return MetricFamily("rocketmq_replication_lag_bytes", GAUGE, "Commit log bytes a slave is behind its master",
                             cl + ("broker_role", "ha_peer"), samples, "bytes")
 
