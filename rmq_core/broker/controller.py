@@ -81,6 +81,7 @@ class BrokerController:
         self.master_ha_addr: str | None = store_config.ha_master_address
         self.metrics = BrokerMetrics(self)
         self.started = False
+        self._ha_default_port = 0
 
     # --- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> str:
@@ -95,9 +96,8 @@ class BrokerController:
         await tcp.start()
         self.servers.append(tcp)
         port = int(tcp.listen_address.rpartition(":")[2])
-        if self.store_config.ha_listen_port is None:
-            # RocketMQ's default: listenPort + 1 (any port for the broker: any for HA too)
-            self.store_config.ha_listen_port = bc.listen_port + 1 if bc.listen_port else 0
+        # haListenPort's default, RocketMQ's: listenPort + 1 (any port for the broker: any for HA too)
+        self._ha_default_port = bc.listen_port + 1 if bc.listen_port else 0
         if bc.listen_port == 0:
             bc.listen_port = port
         self.broker_addr = f"{bc.broker_ip1}:{port}"
@@ -139,6 +139,7 @@ class BrokerController:
         os.makedirs(self.store_config.store_path_root_dir, exist_ok=True)
         self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, bc.listen_port))
         self.store.ha_service.listen_host = self.listen_host  # the HA listener binds where the broker does
+        self.store.ha_service.default_listen_port = self._ha_default_port
         if self.bloom_enabled:
             # Before load(): records re-dispatched by recovery get their bit maps too.
             self.filter_manager.load()
@@ -266,7 +267,7 @@ class BrokerController:
     def ha_server_addr(self) -> str:
         """brokerIP1:the HA port — the bound one on a master (haListenPort, by default listenPort + 1)."""
         ha = self.store.ha_service
-        port = ha.listen_port if ha.listen_port is not None else self.store_config.ha_listen_port
+        port = ha.listen_port if ha.listen_port is not None else ha.configured_listen_port()
         return f"{self.broker_config.broker_ip1}:{port}"
 
     def _on_register_answer(self, ext: dict) -> None:

@@ -339,3 +339,26 @@ def test_a_silent_master_makes_the_slave_reconnect(pair):
     finally:
         server.close()
     assert slave.ha_service.ha_client.reconnects >= 2
+
+
+def test_a_taken_ha_port_fails_when_configured_and_falls_back_when_defaulted(pair, tmp_path):
+    from rmq_core.errors import StoreError
+
+    taken = socket.create_server(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    try:
+        explicit = DefaultMessageStore(make_config(tmp_path / "explicit", ha_listen_port=port))
+        explicit.load()
+        with pytest.raises(StoreError, match=f"cannot listen for slaves on 127.0.0.1:{port} .haListenPort"):
+            explicit.start()
+        explicit.shutdown()
+        defaulted = DefaultMessageStore(make_config(tmp_path / "defaulted"))
+        defaulted.ha_service.default_listen_port = port  # the broker's listenPort + 1, taken
+        defaulted.load()
+        defaulted.start()
+        try:
+            assert defaulted.ha_service.listen_port not in (None, port)
+        finally:
+            defaulted.shutdown()
+    finally:
+        taken.close()
