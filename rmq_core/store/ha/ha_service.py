@@ -255,16 +255,20 @@ class GroupTransferService(ServiceThread):
         svc = self.service
         if not svc.is_slave_ok(end_offset):
             return self._slave_not_available(flush)
+        now = time.monotonic()
+        timeout = self.timeout()
         with self._lock:
             r = self._open
-            if r is not None and svc.transferred_offset < r.target:
+            # (a round the transfer is stuck on is not joined past half its time: a put joining
+            # it would be answered at the round's deadline, before its own syncFlushTimeout)
+            if r is not None and svc.transferred_offset < r.target and r.deadline - now > timeout / 2:
                 if end_offset > r.target:
                     r.target = end_offset
                 if flush is not None:
                     r.flush = flush
             else:
                 was_idle = not self._rounds and not self._flush_waiting
-                r = self._open = _Round(end_offset, time.monotonic() + self.timeout(), flush)
+                r = self._open = _Round(end_offset, now + timeout, flush)
                 self._rounds.append(r)
                 if was_idle:
                     self.wakeup()  # the deadline thread may be sleeping a long interval
