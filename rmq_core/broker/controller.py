@@ -84,6 +84,7 @@ class BrokerController:
         self._synced_master: str | None = None  # the master address a slave's sync started on
         self.metrics = BrokerMetrics(self)
         self.started = False
+        self._ha_default_port = 0
 
     @property
     def is_slave(self) -> bool:
@@ -108,9 +109,8 @@ class BrokerController:
         await tcp.start()
         self.servers.append(tcp)
         port = int(tcp.listen_address.rpartition(":")[2])
-        if self.store_config.ha_listen_port is None:
-            # RocketMQ's default: listenPort + 1 (any port for the broker: any for HA too)
-            self.store_config.ha_listen_port = bc.listen_port + 1 if bc.listen_port else 0
+        # haListenPort's default, RocketMQ's: listenPort + 1 (any port for the broker: any for HA too)
+        self._ha_default_port = bc.listen_port + 1 if bc.listen_port else 0
         if bc.listen_port == 0:
             bc.listen_port = port
         self.broker_addr = f"{bc.broker_ip1}:{port}"
@@ -152,6 +152,7 @@ class BrokerController:
         os.makedirs(self.store_config.store_path_root_dir, exist_ok=True)
         self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, bc.listen_port))
         self.store.ha_service.listen_host = self.listen_host  # the HA listener binds where the broker does
+        self.store.ha_service.default_listen_port = self._ha_default_port
         if self.bloom_enabled:
             # Before load(): records re-dispatched by recovery get their bit maps too.
             self.filter_manager.load()
@@ -297,7 +298,7 @@ class BrokerController:
     def ha_server_addr(self) -> str:
         """brokerIP1:the HA port — the bound one on a master (haListenPort, by default listenPort + 1)."""
         ha = self.store.ha_service
-        port = ha.listen_port if ha.listen_port is not None else self.store_config.ha_listen_port
+        port = ha.listen_port if ha.listen_port is not None else ha.configured_listen_port()
         return f"{self.broker_config.broker_ip1}:{port}"
 
     def _on_register_answer(self, ext: dict) -> None:

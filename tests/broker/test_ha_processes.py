@@ -15,6 +15,7 @@ from rmq_core.codec import decode_messages
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from tests.broker.ha_group import HAGroup, commit_log_segments, log_end, wait_replicated
 from tests.rawclient import RawClient
+from tests.servers import RmqProcess, free_port, write_conf
 
 TOPIC = "HATopic"
 QUEUES = 4
@@ -214,3 +215,12 @@ def _wait(cond, what: str, timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def test_a_slave_id_with_a_master_role_is_refused_naming_the_keys(tmp_path):
+    conf = write_conf(tmp_path / "bad.conf", {"brokerName": "b", "brokerId": 1, "brokerRole": "ASYNC_MASTER",
+                                              "listenPort": free_port(), "storePathRootDir": tmp_path / "s"})
+    p = RmqProcess(["broker", "-n", "127.0.0.1:1", "-c", conf])
+    assert p.proc.wait(30) == 2
+    p._reader.join(5)
+    assert any("brokerId=1" in line and "brokerRole=ASYNC_MASTER" in line for line in p.lines), p.lines

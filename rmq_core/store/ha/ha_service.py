@@ -47,6 +47,9 @@ class HAService:
         self.idle_writers = 0
         self._started = False
         self.listen_host = store.store_host[0]  # where the acceptor binds (the broker sets its own)
+        # the broker's default when haListenPort is not set: its listenPort + 1 (any port when
+        # its own is any); taken, any free port serves (slaves learn it from the name server)
+        self.default_listen_port: int | None = None
 
     @property
     def is_master(self) -> bool:
@@ -58,9 +61,10 @@ class HAService:
         return self.acceptor.port if self.acceptor is not None else None
 
     def configured_listen_port(self) -> int | None:
-        """haListenPort (the broker sets its default, listenPort + 1, before the store starts);
-        None: a store on its own that was given no port does not listen for slaves."""
-        return self.config.ha_listen_port
+        """haListenPort, else the broker's default (listenPort + 1); None: a store on its own
+        that was given no port does not listen for slaves."""
+        port = self.config.ha_listen_port
+        return self.default_listen_port if port is None else port
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -73,7 +77,15 @@ class HAService:
                 self.group_transfer.start()  # (SYNC_MASTER puts are answered SLAVE_NOT_AVAILABLE)
                 return
             try:
-                self.acceptor = AcceptSocketService(self, host, port)
+                try:
+                    self.acceptor = AcceptSocketService(self, host, port)
+                except OSError as e:
+                    if self.config.ha_listen_port is not None or port == 0:
+                        raise
+                    log.warning("HA: default port %d (listenPort + 1) is taken (%s): listening on any free "
+                                "port; slaves learn it from the name server (set haListenPort to pin one)",
+                                port, e.strerror or e)
+                    self.acceptor = AcceptSocketService(self, host, 0)
             except OSError as e:
                 self._started = False
                 raise StoreError(f"cannot listen for slaves on {host}:{port} (haListenPort, by default "
@@ -243,16 +255,20 @@ class GroupTransferService(ServiceThread):
         svc = self.service
         if not svc.is_slave_ok(end_offset):
             return self._slave_not_available(flush)
+        now = time.monotonic()
+        timeout = self.timeout()
         with self._lock:
             r = self._open
-            if r is not None and svc.transferred_offset < r.target:
+            # (a round the transfer is stuck on is not joined past half its time: a put joining
+            # it would be answered at the round's deadline, before its own syncFlushTimeout)
+            if r is not None and svc.transferred_offset < r.target and r.deadline - now > timeout / 2:
                 if end_offset > r.target:
                     r.target = end_offset
                 if flush is not None:
                     r.flush = flush
             else:
                 was_idle = not self._rounds and not self._flush_waiting
-                r = self._open = _Round(end_offset, time.monotonic() + self.timeout(), flush)
+                r = self._open = _Round(end_offset, now + timeout, flush)
                 self._rounds.append(r)
                 if was_idle:
                     self.wakeup()  # the deadline thread may be sleeping a long interval

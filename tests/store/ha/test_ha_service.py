@@ -16,7 +16,7 @@ from rmq_core.config import BrokerConfig, BrokerRole, FlushDiskType
 from rmq_core.errors import ConfigError
 from rmq_core.store import DefaultMessageStore, MessageExtBatch, PutMessageStatus
 from rmq_core.store.ha.wire import HEADER, REPORT
-from tests.store.conftest import make_config, msg
+from tests.store.conftest import hold_python_rounds, make_config, msg
 
 SEGMENT = 64 * 1024
 
@@ -339,3 +339,55 @@ def test_a_silent_master_makes_the_slave_reconnect(pair):
     finally:
         server.close()
     assert slave.ha_service.ha_client.reconnects >= 2
+
+
+def test_a_taken_ha_port_fails_when_configured_and_falls_back_when_defaulted(pair, tmp_path):
+    from rmq_core.errors import StoreError
+
+    taken = socket.create_server(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    try:
+        explicit = DefaultMessageStore(make_config(tmp_path / "explicit", ha_listen_port=port))
+        explicit.load()
+        with pytest.raises(StoreError, match=f"cannot listen for slaves on 127.0.0.1:{port} .haListenPort"):
+            explicit.start()
+        explicit.shutdown()
+        defaulted = DefaultMessageStore(make_config(tmp_path / "defaulted"))
+        defaulted.ha_service.default_listen_port = port  # the broker's listenPort + 1, taken
+        defaulted.load()
+        defaulted.start()
+        try:
+            assert defaulted.ha_service.listen_port not in (None, port)
+        finally:
+            defaulted.shutdown()
+    finally:
+        taken.close()
+
+
+def test_sync_master_and_sync_flush_name_the_part_that_timed_out(pair, monkeypatch):
+    """Both waits: a slave acknowledged but the disk did not flush in time -> FLUSH_DISK_TIMEOUT;
+    neither happened -> FLUSH_SLAVE_TIMEOUT (the replica's answer wins, as RocketMQ's)."""
+    master, slave = pair(BrokerRole.SYNC_MASTER,
+                         master_kw={"flush_disk_type": FlushDiskType.SYNC_FLUSH, "sync_flush_timeout": 400})
+    _wait(lambda: master.put(msg(body=b"first")).status is PutMessageStatus.PUT_OK, "a first acknowledged put")
+    release, _ = hold_python_rounds(master, monkeypatch)
+    try:
+        r = master.put(msg(body=b"acknowledged, not flushed"))
+        assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT, r
+        assert master.ha_service.push_to_slave_max_offset >= r.append_result.wrote_offset + r.append_result.wrote_bytes
+
+        async def one():
+            return await master.put_async(msg(body=b"async: acknowledged, not flushed"))
+
+        assert asyncio.run(one()).status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+        slave.shutdown()  # (the fixture's second shutdown does nothing)
+        fake = FakeSlave(master.ha_service.listen_port, offset=slave.get_max_phy_offset())
+        try:
+            mine = f"127.0.0.1:{fake.sock.getsockname()[1]}"
+            _wait(lambda: [c.client_addr for c in master.ha_service.connections] == [mine],
+                  "only the silent slave connected")
+            assert master.put(msg(body=b"neither")).status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        finally:
+            fake.close()
+    finally:
+        release.set()
