@@ -62,6 +62,7 @@ class SlaveSynchronize:
         self.ctrl = controller
         self._ha_connections = 0
         self._topics_asked_at = float("-inf")  # loop time of the last on-demand topic sync
+        self._topic_lock = asyncio.Lock()
         self._lock = asyncio.Lock()  # one round at a time (the timer's and a slave connecting)
 
     async def run_once(self) -> None:
@@ -104,20 +105,24 @@ class SlaveSynchronize:
         """A slave asked about a topic it does not know (created on its master since the last
         sync): copy the master's topics now, at most once a second, then look again."""
         ctrl = self.ctrl
-        master = ctrl.master_addr
-        now = asyncio.get_running_loop().time()
-        if not ctrl.is_slave or now - self._topics_asked_at < ON_DEMAND_MIN_INTERVAL:
+        if not ctrl.is_slave:
             return ctrl.topic_manager.select(topic)
-        self._topics_asked_at = now
-        if master:
-            try:
-                await self._sync_topic_config(master)
-            except (RemotingError, OSError, ValueError, KeyError, TypeError) as e:
-                log.info("topic config from master %s for %s failed: %s", master, topic, e)
-        tc = ctrl.topic_manager.select(topic)
-        if tc is None:
-            tc = await self._topic_from_route(topic)
-        return tc
+        async with self._topic_lock:  # pulls arriving meanwhile see what this one finds
+            tc = ctrl.topic_manager.select(topic)
+            now = asyncio.get_running_loop().time()
+            if tc is not None or now - self._topics_asked_at < ON_DEMAND_MIN_INTERVAL:
+                return tc
+            self._topics_asked_at = now
+            master = ctrl.master_addr
+            if master:
+                try:
+                    await self._sync_topic_config(master)
+                except (RemotingError, OSError, ValueError, KeyError, TypeError) as e:
+                    log.info("topic config from master %s for %s failed: %s", master, topic, e)
+            tc = ctrl.topic_manager.select(topic)
+            if tc is None:
+                tc = await self._topic_from_route(topic)
+            return tc
 
     async def _topic_from_route(self, topic: str):
         """The master is away and made the topic after the last sync: its queues as the name

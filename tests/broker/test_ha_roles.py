@@ -174,3 +174,17 @@ def test_brokerstatus_fields_of_master_and_slave(pair, raw):
     slave = pair.slave.runtime_info()
     assert slave["brokerRole"] == "SLAVE" and slave["masterBrokerAddr"] == pair.broker_addr
     assert slave["slaveFallBehindBytes"] == "0" and slave["haConnected"] == "True"
+
+
+def test_concurrent_pulls_of_a_topic_the_slave_missed_with_its_master_away(pair, raw):
+    """The master made the topic after the slave's last sync, then went away: the first pull
+    looks the topic up in the name server's route, those arriving meanwhile wait for it."""
+    assert _create_topic(raw, pair.broker_addr, "LateTopic", queues=4).code == ResponseCode.SUCCESS
+    assert pair.slave.topic_manager.select("LateTopic") is None
+    pair.call(pair.broker.stop())  # unregistered: the route keeps the topic's queues for the slave
+    futs = [raw.invoke_async(pair.slave_addr, RequestCode.PULL_MESSAGE, {
+        "consumerGroup": GROUP, "topic": "LateTopic", "queueId": str(q), "queueOffset": "0", "maxMsgNums": "32",
+        "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0",
+        "expressionType": "TAG"}) for q in range(4)]
+    assert [f.result(30).code for f in futs] == [ResponseCode.PULL_NOT_FOUND] * 4
+    assert pair.slave.topic_manager.select("LateTopic").read_queue_nums == 4
