@@ -153,6 +153,11 @@ class HAService:
             finally:
                 self.idle_writers -= 1
 
+    def pause(self, timeout: float) -> None:
+        """A writer waits `timeout` (woken early only by wake_writers)."""
+        with self._data_cond:
+            self._data_cond.wait(timeout)
+
     def wake_writers(self) -> None:
         with self._data_cond:
             self._data_cond.notify_all()
