@@ -128,7 +128,7 @@ def _convert(where: str, field: attrs.Attribute, value: Any, key: str | None = N
 
 
 _TYPE_NAMES = {"int": int, "bool": bool, "float": float, "str": str, "FlushDiskType": FlushDiskType,
-               "BrokerRole": BrokerRole, "str | None": str}
+               "BrokerRole": BrokerRole, "str | None": str, "int | None": int}
 
 
 class PropertiesConfig:
@@ -192,6 +192,11 @@ def _positive(inst, attribute, value):
         raise ConfigError(f"{attribute.metadata.get('key', attribute.name)} must be > 0, got {value!r}")
 
 
+def _optional_port(inst, attribute, value):
+    if value is not None and not 0 <= value <= 65535:
+        raise ConfigError(f"{type(inst).__name__}: {attribute.metadata['key']} must be a port within 0..65535, got {value!r}")
+
+
 def _ratio_percent(inst, attribute, value):
     if not 1 <= value <= 99:
         raise ConfigError(f"{attribute.metadata['key']} must be within 1..99, got {value!r}")
@@ -242,6 +247,14 @@ class MessageStoreConfig(PropertiesConfig):
     max_transfer_count_on_message_in_disk: int = prop(8, "maxTransferCountOnMessageInDisk")
     access_message_in_memory_max_ratio: int = prop(40, "accessMessageInMemoryMaxRatio")
     broker_role: BrokerRole = prop(BrokerRole.ASYNC_MASTER, "brokerRole")
+    # Replication (RocketMQ's store/ha).  haListenPort None: the broker's listenPort + 1 (a store
+    # used on its own without one does not listen for slaves); 0: any free port (tests).
+    ha_listen_port: int | None = prop(None, "haListenPort", validator=_optional_port)
+    ha_master_address: str | None = prop(None, "haMasterAddress")  # a slave's master, host:port of its HA listener
+    ha_send_heartbeat_interval: int = prop(5000, "haSendHeartbeatInterval", validator=_positive)
+    ha_housekeeping_interval: int = prop(20_000, "haHousekeepingInterval", validator=_positive)
+    ha_transfer_batch_size: int = prop(32 * 1024, "haTransferBatchSize", validator=_positive)
+    ha_slave_fallbehind_max: int = prop(256 * 1024 * 1024, "haSlaveFallbehindMax", validator=_positive)
     timer_wheel_enable: bool = prop(True, "timerWheelEnable")
     timer_precision_ms: int = prop(100, "timerPrecisionMs", validator=_positive)
     # RocketMQ 5 timer: the farthest delivery time a message may ask for, and how many precision
@@ -297,6 +310,9 @@ class BrokerConfig(PropertiesConfig):
     broker_ip1: str = prop("127.0.0.1", "brokerIP1")
     broker_ip2: str | None = prop(None, "brokerIP2")
     broker_permission: int = prop(6, "brokerPermission")
+    # a slave serves pulls (a master then sends a consumer that lags by more than
+    # accessMessageInMemoryMaxRatio of memory to its slave, suggestWhichBrokerId)
+    slave_read_enable: bool = prop(False, "slaveReadEnable")
     auto_create_topic_enable: bool = prop(True, "autoCreateTopicEnable")
     auto_create_subscription_group: bool = prop(True, "autoCreateSubscriptionGroup")
     default_topic_queue_nums: int = prop(8, "defaultTopicQueueNums", validator=_positive)

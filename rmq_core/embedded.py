@@ -35,11 +35,15 @@ LAPTOP_SIZES = {
 
 
 class Cluster:
-    """A running embedded name server + broker."""
+    """A running embedded name server + broker; with `slave=True` also a slave of that broker
+    (brokerId 1, brokerRole SLAVE, its store under `<store>/slave`, any free ports), replicating
+    from it as a `rmq broker` slave does: `cluster.slave` is its BrokerController,
+    `cluster.slave_addr` its address.  Settings given (a config file, keyword overrides such as
+    broker_role="SYNC_MASTER" or slave_read_enable=True) apply to both, roles and ports aside."""
 
     def __init__(self, store: str | None = None, config: str | Mapping[str, Any] | None = None, *,
                  namesrv_listen: str = "127.0.0.1:0", broker_listen: str = "127.0.0.1:0",
-                 name: str | None = None, **overrides):
+                 name: str | None = None, slave: bool = False, **overrides):
         self.name = name or f"rmq-{os.getpid()}-{next(_ids)}"
         ns_host, ns_port = parse_address(namesrv_listen)
         b_host, b_port = parse_address(broker_listen)
@@ -48,6 +52,11 @@ class Cluster:
         overrides.setdefault("listen_port", b_port)
         overrides.setdefault("broker_ip1", "127.0.0.1" if b_host in ("0.0.0.0", "") else b_host)
         self.broker_config, self.store_config = load_broker_conf(config, defaults=LAPTOP_SIZES, **overrides)
+        self.slave_broker_config = self.slave_store_config = None
+        if slave:
+            self.slave_broker_config, self.slave_store_config = load_broker_conf(config, defaults=LAPTOP_SIZES, **{
+                **overrides, "store_path_root_dir": os.path.join(self.store_config.store_path_root_dir, "slave"),
+                "listen_port": 0, "ha_listen_port": 0, "broker_id": 1, "broker_role": "SLAVE"})
         self.namesrv_config = NamesrvConfig(
             listen_port=ns_port, listen_host=ns_host,
             kv_config_path=os.path.join(self.store_config.store_path_root_dir, "namesrv", "kvConfig.json"))
@@ -55,6 +64,7 @@ class Cluster:
         self._b_host = b_host
         self.namesrv_controller: NamesrvController | None = None
         self.broker: BrokerController | None = None
+        self.slave: BrokerController | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.boot_lines: list[str] = []
@@ -68,6 +78,10 @@ class Cluster:
     @property
     def broker_addr(self) -> str:
         return self.broker.broker_addr
+
+    @property
+    def slave_addr(self) -> str:
+        return self.slave.broker_addr
 
     @property
     def store_path(self) -> str:
@@ -91,13 +105,24 @@ class Cluster:
                                        inproc_name=f"{self.name}-broker")
         try:
             self.boot_lines.append(await self.broker.start())
+            if self.slave_broker_config is not None:
+                self.slave_broker_config.namesrv_addr = self.tcp_namesrv
+                self.slave = BrokerController(self.slave_broker_config, self.slave_store_config,
+                                              listen_host=self._b_host, inproc_name=f"{self.name}-slave")
+                self.boot_lines.append(await self.slave.start())
         except BaseException:
+            if self.slave is not None and self.slave.started:
+                await self.slave.stop()
+            if self.broker.started:
+                await self.broker.stop()
             await self._ns_inproc.stop()
             await self.namesrv_controller.stop()
             raise
         return self.boot_lines
 
     async def stop_async(self) -> None:
+        if self.slave is not None:
+            await self.slave.stop()
         if self.broker is not None:
             await self.broker.stop()
         if self.namesrv_controller is not None:
@@ -155,5 +180,6 @@ class Cluster:
 def standalone(store: str | None = None, config: str | Mapping[str, Any] | None = None, **kwargs) -> Cluster:
     """`with rmq_core.standalone(store=DIR) as cluster:` — embedded name server + broker, with the
     laptop-sized segments of LAPTOP_SIZES unless `config` (broker.conf keys) or keyword settings
-    (`mapped_file_size_commit_log=...`) say otherwise."""
+    (`mapped_file_size_commit_log=...`) say otherwise; `standalone(store=DIR, slave=True)` adds a
+    replicating slave of the broker."""
     return Cluster(store, config, **kwargs)

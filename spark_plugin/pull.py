@@ -20,7 +20,7 @@ from typing import Iterator
 
 import attrs
 
-from rmq_core.errors import IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
+from rmq_core.errors import IllegalArgumentError, MQBrokerError, MQClientError, RemotingConnectError, RemotingError
 from rmq_core.message import MessageQueue, MessageSelector, PullStatus
 
 from spark_plugin.offsets import DataLossError, check_data_loss
@@ -110,16 +110,25 @@ def pull_range(part: QueueRead, decode: bool) -> Iterator:
         raise MQClientError(f"no address of broker {part.broker_name!r} for {mq}")
     master = addrs.get(0) or next(iter(addrs.values()))
     broker_id = 0
+    unreachable: set[str] = set()  # a master (or slave) gone while the job runs: read from the other
     offset = part.from_offset
     sys_flag = build_pull_sys_flag(False, False, True, lite_pull=True)
     while offset < part.until_offset:
         addr = addrs.get(broker_id, master)
+        if addr in unreachable:
+            addr = next((a for _, a in sorted(addrs.items()) if a not in unreachable), addr)
         req = build_pull_request(group=READER_GROUP, mq=mq, sub=sub, offset=offset,
                                  max_nums=min(PULL_BATCH, part.until_offset - offset), sys_flag=sys_flag,
                                  commit_offset=0, suspend_timeout_ms=0)
         try:
             resp = _invoke(addr, req)
             result = process_pull_response(resp, mq, sub, addr, decode=decode)
+        except RemotingConnectError as e:
+            unreachable.add(addr)
+            if any(a not in unreachable for a in addrs.values()):
+                log.warning("pulling %s from %s failed (%s); reading from another broker of its group", mq, addr, e)
+                continue
+            raise MQClientError(f"pulling {mq} at offset {offset} from {addr} failed: {e}") from None
         except (RemotingError, MQBrokerError) as e:
             raise MQClientError(f"pulling {mq} at offset {offset} from {addr} failed: {e}") from None
         # the broker says which of its replicas to pull from next (a slave when we lag far behind)
@@ -139,7 +148,7 @@ def pull_range(part: QueueRead, decode: bool) -> Iterator:
             offset = check_data_loss(mq, offset, part.until_offset, result.min_offset, part.fail_on_data_loss)
         elif result.next_begin_offset > offset and status is PullStatus.NO_NEW_MSG:
             offset = result.next_begin_offset  # a consume-queue file gone missing: skip past it
-        elif broker_id != 0 or addr != master:
+        elif (broker_id != 0 or addr != master) and master not in unreachable:
             broker_id = 0  # a slave behind its master: ask the master
             continue
         else:

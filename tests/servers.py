@@ -105,7 +105,7 @@ class NamesrvAndBroker:
             "brokerClusterName": cluster, "brokerName": name, "listenPort": port, "brokerIP1": "127.0.0.1",
             "storePathRootDir": store, "mappedFileSizeCommitLog": 64 * 1024 * 1024,
             "mappedFileSizeConsumeQueue": 6000 * 20, "maxHashSlotNum": 10000, "maxIndexNum": 40000,
-            "registerNameServerPeriod": 2000, **props})
+            "registerNameServerPeriod": 2000, "haListenPort": free_port(), **props})
         proc = RmqProcess([*(["-v"] if verbose else []), "broker", "-n", self.namesrv, "-c", conf,
                            "--listen-host", "127.0.0.1"], ("boot success",))
         proc.wait_boot()

@@ -25,12 +25,13 @@ from rmq_core.broker.processors.client import ClientManageProcessor
 from rmq_core.broker.processors.pull import PullMessageProcessor
 from rmq_core.broker.processors.send import SendMessageProcessor
 from rmq_core.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService
+from rmq_core.broker.slave_sync import SYNC_INTERVAL, SlaveSynchronize
 from rmq_core.broker.stats import BrokerStats
 from rmq_core.broker.subscription_manager import SubscriptionGroupManager
 from rmq_core.broker.timer import TIMER_TOPIC, TimerMessageService
 from rmq_core.broker.topic_manager import TopicConfigManager
 from rmq_core.broker.transaction import TransactionalMessageService
-from rmq_core.config import BrokerConfig, MessageStoreConfig
+from rmq_core.config import BrokerConfig, BrokerRole, MessageStoreConfig
 from rmq_core.errors import ConfigError
 from rmq_core.loops import GroupCommit
 from rmq_core.message import ExpressionType
@@ -49,6 +50,7 @@ log = logging.getLogger("rmq.broker")
 class BrokerController:
     def __init__(self, broker_config: BrokerConfig, store_config: MessageStoreConfig, *,
                  listen_host: str = "0.0.0.0", inproc_name: str | None = None):
+        check_broker_role(broker_config, store_config)
         self.broker_config = broker_config
         self.store_config = store_config
         self.listen_host = listen_host
@@ -65,6 +67,7 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(self)
         self.timer_service = TimerMessageService(self)
         self.transaction_service = TransactionalMessageService(self)
+        self.slave_synchronize = SlaveSynchronize(self)
         self.store: DefaultMessageStore | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pull_hold_service: PullRequestHoldService | None = None
@@ -85,8 +88,24 @@ class BrokerController:
             log.info("enableCalcFilterBitMap=true: turning on enableConsumeQueueExt to keep the bit maps")
             store_config.enable_consume_queue_ext = True
         self.broker_addr: str | None = None
+        # a slave: its master's broker address and HA address, from the name server's
+        # REGISTER_BROKER answer (or haMasterAddress for the HA one)
+        self.master_addr: str | None = None
+        self.master_ha_addr: str | None = store_config.ha_master_address
+        self._synced_master: str | None = None  # the master address a slave's sync started on
         self.metrics = BrokerMetrics(self)
         self.started = False
+        self._ha_default_port = 0
+
+    @property
+    def is_slave(self) -> bool:
+        return self.store_config.broker_role is BrokerRole.SLAVE
+
+    def slave_refusal(self, what: str) -> str:
+        """The remark of a write a slave refuses (a send, a send-back, an end-transaction)."""
+        bc = self.broker_config
+        return (f"the broker[{bc.broker_name}, {self.broker_addr}] role is SLAVE (brokerId={bc.broker_id}): "
+                f"{what} is forbidden on a slave; the master of {bc.broker_name} takes writes")
 
     # --- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> str:
@@ -101,6 +120,8 @@ class BrokerController:
         await tcp.start()
         self.servers.append(tcp)
         port = int(tcp.listen_address.rpartition(":")[2])
+        # haListenPort's default, RocketMQ's: listenPort + 1 (any port for the broker: any for HA too)
+        self._ha_default_port = bc.listen_port + 1 if bc.listen_port else 0
         if bc.listen_port == 0:
             bc.listen_port = port
         self.broker_addr = f"{bc.broker_ip1}:{port}"
@@ -141,6 +162,9 @@ class BrokerController:
         self.metrics.start()  # metricsExporterType (none by default): a port in use fails here, before the store
         os.makedirs(self.store_config.store_path_root_dir, exist_ok=True)
         self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, bc.listen_port))
+        self.store.ha_service.listen_host = self.listen_host  # the HA listener binds where the broker does
+        self.store.ha_service.default_listen_port = self._ha_default_port
+        self.store.ha_service.backlog = self.broker_config.server_socket_backlog
         if self.bloom_enabled:
             # Before load(): records re-dispatched by recovery get their bit maps too.
             self.filter_manager.load()
@@ -166,14 +190,15 @@ class BrokerController:
             server.on_channel_close.append(self._on_channel_close)
             server.register_default_processor(None)  # serving: an unknown code is "not supported" again
 
-        await self.schedule_service.start()
-        await self.timer_service.start()
-        await self.transaction_service.start()
+        for service in self._delivery_services():
+            await service.start()
         self.namesrv_client = RemotingClient(name=f"broker[{bc.broker_name}]->namesrv")
         self._tasks += [
             asyncio.create_task(self._periodic(bc.register_name_server_period / 1000, self.register_broker_all), name="register-broker"),
             asyncio.create_task(self._periodic(bc.flush_consumer_offset_interval / 1000, self._persist_offsets), name="persist-offsets"),
             asyncio.create_task(self._periodic(10.0, self._scan_channels), name="scan-channels"),
+            asyncio.create_task(self._periodic(SYNC_INTERVAL, self.slave_synchronize.run_once), name="slave-sync"),
+            asyncio.create_task(self._periodic(1.0, self._watch_group), name="watch-broker-group"),
         ]
         await self.register_broker_all()
 
@@ -191,9 +216,8 @@ class BrokerController:
             await self.namesrv_client.close()
         self.pull_hold_service.wake_all()
         self.metrics.stop()
-        await self.schedule_service.stop()
-        await self.timer_service.stop()
-        await self.transaction_service.stop()
+        for service in self._delivery_services():
+            await service.stop()
         for server in self.servers:
             await server.stop()
         if self.inproc_name:
@@ -204,6 +228,24 @@ class BrokerController:
         self.store.detach_event_loop()
         await asyncio.to_thread(self.store.shutdown)
         log.info("The broker[%s, %s] shutdown OK", self.broker_config.broker_name, self.broker_addr)
+
+    def _delivery_services(self) -> tuple:
+        """The services that write on their own (delayed and timer deliveries, transaction
+        check-backs): a master's; a slave's store takes no writes (RocketMQ starts them on masters)."""
+        if self.is_slave:
+            return ()
+        return (self.schedule_service, self.timer_service, self.transaction_service)
+
+    async def _watch_group(self) -> None:
+        """Start a metadata round at once when it matters, not at the next SYNC_INTERVAL: a
+        slave that learned (another) master address; a master whose slaves grew in number."""
+        sync = self.slave_synchronize
+        if self.is_slave:
+            if self.master_addr and self.master_addr != self._synced_master:
+                self._synced_master = self.master_addr
+                await sync.run_once()
+        elif sync.on_ha_connections(self.store.ha_service.connection_count()):
+            await sync.run_once()
 
     async def _periodic(self, interval: float, fn) -> None:
         while True:
@@ -296,7 +338,7 @@ class BrokerController:
         bc = self.broker_config
         crc = zlib.crc32(body)
         ext = {"brokerAddr": self.broker_addr, "brokerName": bc.broker_name, "clusterName": bc.broker_cluster_name,
-               "haServerAddr": f"{bc.broker_ip1}:{bc.listen_port + 1}", "brokerId": str(bc.broker_id),
+               "haServerAddr": self.ha_server_addr(), "brokerId": str(bc.broker_id),
                "compressed": "true" if compressed else "false",
                "bodyCrc32": str(crc - (1 << 32) if crc & 0x80000000 else crc)}
         if register_all:
@@ -307,10 +349,32 @@ class BrokerController:
                 resp = await self.namesrv_client.invoke(addr, RemotingCommand.create_request(RequestCode.REGISTER_BROKER, ext, body), 3.0)
                 if resp.code != ResponseCode.SUCCESS:
                     log.warning("register broker to name server %s failed: %s %s", addr, resp.code, resp.remark)
+                else:
+                    self._on_register_answer(resp.ext_fields or {})
             except Exception as e:
                 log.warning("register broker to name server %s failed: %s", addr, e)
 
         await asyncio.gather(*(one(a) for a in bc.namesrv_addr_list))
+
+    def ha_server_addr(self) -> str:
+        """brokerIP1:the HA port — the bound one on a master (haListenPort, by default listenPort + 1)."""
+        ha = self.store.ha_service
+        port = ha.listen_port if ha.listen_port is not None else ha.configured_listen_port()
+        return f"{self.broker_config.broker_ip1}:{port}"
+
+    def _on_register_answer(self, ext: dict) -> None:
+        """A slave follows its master's HA address as the name server knows it (a master restarted
+        on another address included), unless haMasterAddress pins it (RocketMQ's
+        updateMasterHAServerAddrPeriodically)."""
+        if self.store_config.broker_role is not BrokerRole.SLAVE:
+            return
+        master_addr = ext.get("masterAddr")
+        if master_addr:
+            self.master_addr = master_addr
+        ha_addr = ext.get("haServerAddr")
+        if ha_addr and not self.store_config.ha_master_address and ha_addr != self.master_ha_addr:
+            self.master_ha_addr = ha_addr
+            self.store.update_ha_master_address(ha_addr)
 
     async def unregister_broker_all(self) -> None:
         bc = self.broker_config
@@ -464,7 +528,35 @@ class BrokerController:
         info["scheduleMessageOffset"] = json.dumps(self.schedule_service.offset_table())
         info.update(self.timer_service.runtime_info())
         info["heldPullRequests"] = str(self.pull_hold_service.held_count())
+        info.update(self.ha_runtime_info())
         return info
+
+    def ha_runtime_info(self) -> dict[str, str]:
+        """The replication fields of brokerStatus: brokerRole, and the store's HA state - a
+        master's haConnectionNum and per slave its address, ack offset and bytes behind
+        (haConnectionInfo, JSON), a slave's master (masterAddr: its HA address; masterBrokerAddr)
+        and how far behind it is; slaveFallBehindBytes on both."""
+        info: dict[str, str] = {"brokerRole": self.store_config.broker_role.value}
+        for key, value in self.store.ha_runtime_info().items():
+            info[key] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+        info["slaveFallBehindBytes"] = str(self.store.slave_fall_behind_bytes())
+        if self.is_slave:
+            info["masterBrokerAddr"] = self.master_addr or ""
+        return info
+
+
+def check_broker_role(bc: BrokerConfig, sc: MessageStoreConfig) -> None:
+    """brokerId 0 is the master, > 0 a slave; brokerRole must agree (RocketMQ refuses the mix)."""
+    if bc.broker_id < 0:
+        raise ConfigError(f"brokerId must be 0 (master) or > 0 (slave), got {bc.broker_id}")
+    slave = sc.broker_role is BrokerRole.SLAVE
+    if slave and bc.broker_id == 0:
+        raise ConfigError("brokerRole=SLAVE needs brokerId > 0 (brokerId=0 is the master of the group)")
+    if not slave and bc.broker_id != 0:
+        raise ConfigError(f"brokerId={bc.broker_id} is a slave's id but brokerRole={sc.broker_role.value}: "
+                          f"set brokerRole=SLAVE, or brokerId=0 for a master")
+    if sc.ha_master_address and not slave:
+        raise ConfigError(f"haMasterAddress={sc.ha_master_address} is for a slave, but brokerRole={sc.broker_role.value}")
 
 
 class _Starting:

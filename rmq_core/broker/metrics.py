@@ -100,6 +100,7 @@ class BrokerMetrics:
                                        "Age of the oldest message a group has not consumed", latency, GAUGE, "ms"))
         families += self._connections(cl, cv)
         families += self._storage(cl, cv)
+        families.append(self._replication(cl, cv))
         families.append(self.rpc_latency.family(const))
         return families
 
@@ -171,6 +172,20 @@ class BrokerMetrics:
             MetricFamily("rocketmq_storage_message_reserve_time", GAUGE, "Age of the oldest message in the store",
                          cl, [(cv, reserve)], "ms"),
         ]
+
+    def _replication(self, cl, cv) -> MetricFamily:
+        """Replication lag in bytes: on a master one sample per connected slave (its HA address),
+        how far its acknowledged offset is behind the master's log end; on a slave one sample,
+        how far it is behind what its master's frames showed."""
+        info = self.ctrl.store.ha_runtime_info()
+        if self.ctrl.is_slave:
+            samples = [(cv + ("slave", info.get("masterAddr") or ""), self.ctrl.store.slave_fall_behind_bytes())]
+        else:
+            # (diff -1: the slave has acknowledged nothing yet, so the whole log is behind)
+            samples = [(cv + ("master", c["addr"]), c["diff"] if c["diff"] >= 0 else info.get("masterPutWhere", 0))
+                       for c in info.get("haConnectionInfo") or []]
+        return MetricFamily("rocketmq_replication_lag_bytes", GAUGE, "Commit log bytes a slave is behind its master",
+                            cl + ("broker_role", "ha_peer"), samples, "bytes")
 
 
 def _first_store_timestamp(store) -> int:

@@ -88,6 +88,10 @@ class ScheduleMessageService:
             body = {"offsetTable": {str(k): v for k, v in sorted(self._offsets.items())}}
             atomic_write(self.path, json.dumps(body, indent=2).encode("utf-8"))
 
+    def replace_offset_table(self, offsets: dict[int, int]) -> None:
+        """A slave takes its master's delay offsets (slave_sync); it delivers nothing itself."""
+        self._offsets = dict(offsets)
+
     def offset_table(self) -> dict[str, int]:
         return {str(k): v for k, v in self._offsets.items()}
 

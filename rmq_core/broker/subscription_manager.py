@@ -54,7 +54,10 @@ class SubscriptionGroupManager:
         await self.table.flush()
 
     def serialize(self) -> dict:
-        return {"subscriptionGroupTable": {name: cfg.to_json() for name, cfg in self.table.items()}}
+        """SubscriptionGroupWrapper for GET_ALL_SUBSCRIPTIONGROUP_CONFIG (its dataVersion tells a
+        slave whether to copy the table)."""
+        return {"subscriptionGroupTable": {name: cfg.to_json() for name, cfg in self.table.items()},
+                "dataVersion": self.table.data_version.to_json()}
 
 
 async def _written(write) -> None:

@@ -82,6 +82,8 @@ class TransactionalMessageService:
             producer_group = request.get_str("producerGroup", "")
         except Exception as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad end-transaction request: {e}")
+        if ctrl.is_slave:  # as RocketMQ's EndTransactionProcessor
+            return request.make_response(ResponseCode.SLAVE_NOT_AVAILABLE, ctrl.slave_refusal("ending a transaction"))
         if state == SysFlag.TRANSACTION_NOT_TYPE:
             log.info("end transaction from %s: UNKNOW (fromCheck=%s) for half %s; will check back later",
                      ctx.remote_address, from_check, half_queue_offset)

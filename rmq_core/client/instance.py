@@ -504,8 +504,10 @@ class MQClientInstance:
         self._send_channels_lock = threading.Lock()
         self._send_channel_turn = itertools.count()
         self._send_connect_locks: dict[str, threading.Lock] = {}  # one connect at a time per broker
-        # broker -> (when its connect is tried again, why it failed)
-        self._send_connect_failed: dict[str, tuple[float, str]] = {}
+        # broker -> (when a connect to it is tried again (sends) / it is preferred again (pulls,
+        # offsets: find_broker_addr_in_subscribe turns to another broker of the group meanwhile),
+        # why it failed)
+        self._connect_failed: dict[str, tuple[float, str]] = {}
         self.scheduler = Scheduler(f"rmq-sched-{self.client_id}")
         self._rebalance_event = threading.Event()
         self._rebalance_thread: threading.Thread | None = None
@@ -802,11 +804,16 @@ class MQClientInstance:
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
         # "PYTHON" tells our broker this client decompresses LZ4 itself (4.x clients only know zlib)
         request.language = "PYTHON"
+        route_addr = addr
         if self._inproc:
             addr = resolve_inproc_alias(addr)
         if self._rpc_hooks:
             plugins.get_plugin_manager().hook.rmq_rpc_before_request(remote_addr=addr, request=request)
-        resp = await self.remoting.invoke(addr, request, timeout)
+        try:
+            resp = await self.remoting.invoke(addr, request, timeout)
+        except RemotingConnectError as e:
+            self.note_connect_failed(route_addr, str(e))
+            raise
         if self._rpc_hooks:
             plugins.get_plugin_manager().hook.rmq_rpc_after_response(remote_addr=addr, request=request, response=resp)
         return resp
@@ -861,7 +868,7 @@ class MQClientInstance:
             with self._send_channels_lock:
                 if self._stopping:
                     raise RemotingConnectError(f"client {self.client_id} is shutting down; cannot reach {addr}")
-                retry_at, why = self._send_connect_failed.get(addr, (0.0, ""))
+                retry_at, why = self._connect_failed.get(addr, (0.0, ""))
                 if time.monotonic() < retry_at:
                     raise RemotingConnectError(f"{why} (moments ago; not tried again for "
                                                f"{retry_at - time.monotonic():.1f} s)")
@@ -872,14 +879,12 @@ class MQClientInstance:
             try:
                 channel = self._open_send_channel(addr, read_frames, from_command)
             except RemotingConnectError as e:
-                with self._send_channels_lock:
-                    self._send_connect_failed[addr] = (
-                        time.monotonic() + min(5.0, max(1.0, self.config.connect_timeout)), str(e))
+                self.note_connect_failed(addr, str(e))
                 raise
             with self._send_channels_lock:
                 stopping = self._stopping
                 if not stopping:
-                    self._send_connect_failed.pop(addr, None)
+                    self._connect_failed.pop(addr, None)
                     channels = self._send_channels.setdefault(addr, [])
                     if slot is not None and slot < len(channels) and channels[slot].closed:
                         channels[slot] = channel
@@ -1030,11 +1035,35 @@ class MQClientInstance:
         addrs = self.broker_addr_table.get(broker_name)
         return addrs.get(MixAll.MASTER_ID) if addrs else None
 
-    def find_broker_addr_in_subscribe(self, broker_name: str, broker_id: int = MixAll.MASTER_ID) -> str | None:
+    def note_connect_failed(self, addr: str, why: str) -> None:
+        """A connect to `addr` failed (`why`: the socket error): sends do not try it again, and
+        subscriptions turn to another broker of its group, for a few seconds."""
+        with self._send_channels_lock:
+            self._connect_failed[addr] = (time.monotonic() + min(5.0, max(1.0, self.config.connect_timeout)), why)
+
+    def connect_failed_recently(self, addr: str) -> bool:
+        failed = self._connect_failed.get(addr)
+        return failed is not None and time.monotonic() < failed[0]
+
+    def find_broker_addr_in_subscribe(self, broker_name: str, broker_id: int = MixAll.MASTER_ID,
+                                      only_this_broker: bool = False) -> str | None:
+        """Where to pull, commit or query offsets (RocketMQ's findBrokerAddressInSubscribe): the
+        broker `broker_id` of the group (a slave id not in the route: the next one), else - unless
+        `only_this_broker` (queue locks: the master's alone) - the master, else a slave.  A broker
+        whose connect just failed is passed over for another of the group while there is one: a
+        master gone from the route or unreachable leaves its consumers on the slave."""
         addrs = self.broker_addr_table.get(broker_name)
         if not addrs:
             return None
-        return addrs.get(broker_id) or addrs.get(MixAll.MASTER_ID) or next(iter(addrs.values()))
+        addr = addrs.get(broker_id)
+        if addr is None and broker_id != MixAll.MASTER_ID:
+            addr = addrs.get(broker_id + 1)
+        if only_this_broker:
+            return addr
+        if addr is not None and not self.connect_failed_recently(addr):
+            return addr
+        ordered = [a for _, a in sorted(addrs.items())]  # the master first
+        return next((a for a in ordered if not self.connect_failed_recently(a)), addr or ordered[0])
 
     async def find_broker_addr_in_subscribe_async(self, mq: MessageQueue, broker_id: int = MixAll.MASTER_ID) -> str:
         addr = self.find_broker_addr_in_subscribe(mq.broker_name, broker_id)

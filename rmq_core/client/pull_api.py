@@ -273,18 +273,20 @@ async def query_offset(instance, code: int, mq: MessageQueue, addr: str, timesta
     return resp.get_int("offset", -1)
 
 
+# A queue's offsets are asked where it is read (the master, else a slave: a consumer starting
+# while its master is away still learns where to begin).
 async def max_offset(instance, mq: MessageQueue) -> int:
-    addr = await instance.find_broker_addr_in_publish_async(mq)
+    addr = await instance.find_broker_addr_in_subscribe_async(mq)
     return await query_offset(instance, RequestCode.GET_MAX_OFFSET, mq, addr)
 
 
 async def min_offset(instance, mq: MessageQueue) -> int:
-    addr = await instance.find_broker_addr_in_publish_async(mq)
+    addr = await instance.find_broker_addr_in_subscribe_async(mq)
     return await query_offset(instance, RequestCode.GET_MIN_OFFSET, mq, addr)
 
 
 async def search_offset(instance, mq: MessageQueue, timestamp_ms: int) -> int:
-    addr = await instance.find_broker_addr_in_publish_async(mq)
+    addr = await instance.find_broker_addr_in_subscribe_async(mq)
     return await query_offset(instance, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, addr, int(timestamp_ms))
 
 

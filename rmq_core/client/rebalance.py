@@ -163,12 +163,14 @@ class RebalanceImpl:
 
     # --- orderly locks ---------------------------------------------------------------------------
     async def _lock_batch(self, broker_name: str, mqs: list[MessageQueue], timeout: float) -> set[MessageQueue]:
-        addr = self.instance.find_broker_addr_in_subscribe(broker_name)
+        # queue locks live on the master: with it away an orderly consumer pauses (its locks
+        # expire) and resumes once the master is back in the route
+        addr = self.instance.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
         if addr is None:
             await self.instance.update_topic_route(mqs[0].topic)
-            addr = self.instance.find_broker_addr_in_subscribe(broker_name)
+            addr = self.instance.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
         if addr is None:
-            raise MQClientError(f"broker {broker_name!r} not found in any route")
+            raise MQClientError(f"the master of broker {broker_name!r} is not in any route")
         body = json.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
                            "mqSet": [mq_to_json(m) for m in mqs]}).encode("utf-8")
         req = RemotingCommand.create_request(RequestCode.LOCK_BATCH_MQ, {}, body)
@@ -219,7 +221,7 @@ class RebalanceImpl:
                     pq.locked = False
 
     async def _unlock_batch(self, broker_name: str, mqs: list[MessageQueue], oneway: bool) -> None:
-        addr = self.instance.find_broker_addr_in_subscribe(broker_name)
+        addr = self.instance.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
         if addr is None:
             return
         body = json.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,

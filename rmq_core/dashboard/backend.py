@@ -74,7 +74,8 @@ class Backend:
         for b in brokers:
             row = {"cluster": b.cluster, "broker_name": b.broker_name, "bid": b.broker_id,
                    "role": "MASTER" if b.broker_id == 0 else "SLAVE", "addr": b.addr, "version": "",
-                   "in_tps": None, "out_tps": None, "msg_put_total": None, "msg_get_total": None, "disk_ratio": None}
+                   "in_tps": None, "out_tps": None, "msg_put_total": None, "msg_get_total": None, "disk_ratio": None,
+                   "replication": "", "lag_bytes": None}
             try:
                 rt = admin.broker_runtime_info(b.addr)
             except RMQError as e:  # a broker that does not answer still gets its row
@@ -83,6 +84,7 @@ class Backend:
                 row.update(version=rt.get("brokerVersionDesc", ""), in_tps=_float(rt.get("putTps")),
                            out_tps=_float(rt.get("getTransferedTps")), msg_put_total=_int(rt.get("msgPutTotalTodayNow")),
                            msg_get_total=_int(rt.get("msgGetTotalTodayNow")), disk_ratio=_float(rt.get("commitLogDiskRatio")))
+                row.update(replication_of(rt))
             rows.append(row)
         return {"namesrv": self.namesrv, "brokers": rows, "topics": self._topics(brokers)}
 
@@ -241,6 +243,25 @@ class Backend:
     def dlq_resend(self, group: str, msg_ids: list[str] | None = None) -> dict:
         out = self.admin.dlq_resend(group, msg_ids)
         return {"group": group, "resent": len(out), "ids": [o.msg_id for o in out]}
+
+
+def replication_of(rt: dict) -> dict:
+    """A broker's place in its group from its runtime info: a master's slaves and how far the
+    furthest is behind, or a slave's master and how far it is behind (bytes)."""
+    role = rt.get("brokerRole")
+    if not role:
+        return {}
+    lag = _int(rt.get("slaveFallBehindBytes"))
+    if role == "SLAVE":
+        master = rt.get("masterBrokerAddr") or "?"
+        connected = rt.get("haConnected") == "True"
+        text = f"SLAVE of {master}" + ("" if connected else " (not connected)")
+    else:
+        n = _int(rt.get("haConnectionNum")) or 0
+        text = f"{role}, {n} slave{'s' if n != 1 else ''}"
+        if n == 0:
+            lag = None  # no slave: nothing is behind
+    return {"replication": text, "lag_bytes": lag}
 
 
 def _float(v) -> float | None:

@@ -40,6 +40,7 @@ from rmq_core.config import FlushDiskType
 from rmq_core.message import SysFlag
 from rmq_core.store.mapped_file import AllocateMappedFileService, MappedFileQueue
 from rmq_core.store.service import ServiceThread
+from rmq_core.errors import StoreError
 from rmq_core.store.types import PutMessageStatus
 
 log = logging.getLogger("rmq.store")
@@ -157,6 +158,11 @@ class CommitLog:
         self._publish_cond = threading.Condition(threading.Lock())
         # SYNC_FLUSH: a single record is encoded here, then pwritten (put_record)
         self._scratch = bytearray(4096) if self.write_through_fd else None
+        # Every byte below this offset is a whole, published record (or blank): what replication
+        # may send.  A batch's space is reserved before it is encoded, so wrote_position can run
+        # ahead of it; this moves in publication (commit-log) order.
+        self.visible_offset = 0
+        self._append_fd = None  # a slave's (segment, descriptor) append_data writes through
 
     # -- load ------------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -167,6 +173,8 @@ class CommitLog:
 
     def shutdown(self) -> None:
         self.flush_service.shutdown()
+        with self.put_lock:
+            self._close_append_fd()
 
     # -- offsets ---------------------------------------------------------------------------------
     def get_min_offset(self) -> int:
@@ -247,6 +255,7 @@ class CommitLog:
             if cq is not None:
                 self.topic_queue_table[key] = qoff + 1
             if in_order:
+                self.visible_offset = phys + total
                 if cmap is not None:
                     cmf.wrote_position = cpos + 20
                     cq.max_physic_offset = phys + total
@@ -268,6 +277,7 @@ class CommitLog:
                 if dispatch is not None:
                     dispatch(topic, queue_id, phys, total, tags, store_ts, qoff, sys_flag, props)
             finally:
+                self.visible_offset = phys + total
                 self._published = ticket
                 self._publish_cond.notify_all()
         return phys, store_ts, qoff, tags
@@ -376,6 +386,7 @@ class CommitLog:
                 try:
                     dispatch(enc, qoff, entries, store_ts, uses_queue)
                 finally:
+                    self.visible_offset = end
                     with self._publish_cond:
                         self._published = ticket
                         self._publish_cond.notify_all()
@@ -401,11 +412,79 @@ class CommitLog:
                         if encoded:  # a failed encode leaves a hole no queue points into
                             dispatch(enc, qoff, entries, store_ts, uses_queue)
                     finally:
+                        self.visible_offset = end
                         self._published = ticket
                         self._publish_cond.notify_all()
         out = AppendOutcome(PutMessageStatus.PUT_OK, first_offset, enc.total, store_ts, qoff, count, entries)
         out.end_offset = end
         return out
+
+    # -- replication -----------------------------------------------------------------------------
+    def append_data(self, start_offset: int, data) -> bool:
+        """A slave's append (RocketMQ's appendData): raw commit-log bytes of the master, unchanged,
+        at `start_offset` — records, the end-of-segment blank, possibly a record cut at the end of
+        a transfer chunk (its rest comes with the next).  A new segment is created where the
+        bytes go (an empty slave starts at the master's last segment).  False when start_offset
+        is not where this log ends (nothing is written).  The caller dispatches the whole records
+        (DefaultMessageStore.append_to_commit_log)."""
+        view = memoryview(data).cast("B")
+        mfq = self.mapped_file_queue
+        with self.put_lock:
+            if mfq.mapped_files and start_offset != mfq.get_max_offset():
+                return False
+            while view:
+                mf = mfq.get_last_mapped_file(start_offset, need_create=True)
+                if mf is None:
+                    raise OSError(f"cannot create a commit-log segment for offset {start_offset}")
+                wp = mf.wrote_position
+                if mf.file_from_offset + wp != start_offset:
+                    raise StoreError(f"slave append at {start_offset} but segment {mf.path} ends at "
+                                     f"{mf.file_from_offset + wp}")
+                n = min(len(view), mf.file_size - wp)
+                # through a descriptor (pwrite copies into the page cache the mapping reads: about
+                # 4x a memcpy into fresh mapped pages, which fault one by one)
+                fd = self._append_fd_for(mf)
+                done = 0
+                while done < n:
+                    done += os.pwrite(fd, view[done:n], wp + done)
+                mf.wrote_position = wp + n
+                start_offset += n
+                view = view[n:]
+            self.visible_offset = start_offset
+        return True
+
+    def _append_fd_for(self, mf) -> int:
+        if mf.fd is not None:  # SYNC_FLUSH segments keep theirs
+            return mf.fd
+        held = self._append_fd
+        if held is not None and held[0] is mf:
+            return held[1]
+        fd = os.open(mf.path, os.O_RDWR)
+        self._close_append_fd()
+        self._append_fd = (mf, fd)
+        return fd
+
+    def _close_append_fd(self) -> None:
+        held, self._append_fd = self._append_fd, None
+        if held is not None:
+            os.close(held[1])
+
+    def transfer_view(self, offset: int, max_size: int):
+        """What a master sends its slave from `offset`: (memoryview of at most max_size published
+        bytes of the segment holding it, straight from the mapping — release it soon: a mapping
+        with a view exported cannot be closed), or None when nothing is there yet.  Never crosses
+        a segment end: the next call starts in the next segment."""
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        n = min(mf.wrote_position, self.visible_offset - mf.file_from_offset) - pos
+        if n <= 0:
+            return None
+        try:
+            return mf.view()[pos:pos + min(n, max_size)]
+        except ValueError:  # closed by retention meanwhile
+            return None
 
     # -- flush -----------------------------------------------------------------------------------
     def flush(self, least_pages: int = 0) -> bool:

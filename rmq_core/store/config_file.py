@@ -269,13 +269,18 @@ def _table(obj: Any, name: str, path_hint: str) -> dict:
 class ConsumerOffsetManager(ConfigManager):
     """Committed consumer offsets per `topic@group` and queue id (RocketMQ ConsumerOffsetManager).
 
-    File `consumerOffset.json`: `{"offsetTable": {"topic@group": {"0": 12, "1": 7}}}`.
+    File `consumerOffset.json`: `{"offsetTable": {"topic@group": {"0": 12, "1": 7}}}`; a slave's
+    also has `offsetTableReceivedBySlave`, the offsets consumers committed to it that its master
+    has not taken yet (rmq_core.broker.slave_sync; RocketMQ readers ignore the extra key).
     """
+
+    RECEIVED_KEY = "offsetTableReceivedBySlave"
 
     def __init__(self, config_dir: str | os.PathLike) -> None:
         super().__init__()
         self.config_dir = os.fspath(config_dir)
         self.offset_table: dict[str, dict[int, int]] = {}
+        self.received_table: dict[str, dict[int, int]] = {}  # a slave's: committed to it, not yet on its master
 
     def config_file_path(self) -> str:
         return os.path.join(self.config_dir, CONSUMER_OFFSET_FILE)
@@ -290,17 +295,21 @@ class ConsumerOffsetManager(ConfigManager):
         return (parts[0], parts[1]) if len(parts) == 2 else None
 
     def commit_offset(self, client_host: str | None, group: str, topic: str, queue_id: int, offset: int,
-                      client_id: str | None = None) -> None:
+                      client_id: str | None = None, received_by_slave: bool = False) -> None:
         """Store `offset` as the group's next offset to consume in (topic, queue_id).  A lower
-        offset than the stored one is accepted (as RocketMQ) and logged naming the client."""
+        offset than the stored one is accepted (as RocketMQ) and logged naming the client.
+        received_by_slave: a slave keeps it also as one its master has to take (merge_from_master)."""
         if not group or not topic:
             raise IllegalArgumentError(f"commit_offset needs a group and a topic, got group={group!r} topic={topic!r}")
         if int(queue_id) < 0:
             raise IllegalArgumentError(f"bad queue id {queue_id!r} for {topic}@{group}")
         with self._lock:
-            queues = self.offset_table.setdefault(self._key(topic, group), {})
+            key = self._key(topic, group)
+            queues = self.offset_table.setdefault(key, {})
             prev = queues.get(int(queue_id))
             queues[int(queue_id)] = int(offset)
+            if received_by_slave:
+                self.received_table.setdefault(key, {})[int(queue_id)] = int(offset)
         if prev is not None and offset < prev:
             # Legal (a reset or a re-balanced consumer), but worth a trace as in RocketMQ.
             log.warning("[NOTIFYME]update consumer offset less than store. clientHost=%s, clientId=%s, key=%s, "
@@ -339,6 +348,7 @@ class ConsumerOffsetManager(ConfigManager):
         with self._lock:
             for key in [k for k in self.offset_table if (self._split(k) or ("", ""))[0] == topic]:
                 del self.offset_table[key]
+                self.received_table.pop(key, None)
                 log.warning("clean topic offset, %s", key)
 
     def remove_offset(self, group: str) -> None:
@@ -346,6 +356,7 @@ class ConsumerOffsetManager(ConfigManager):
         with self._lock:
             for key in [k for k in self.offset_table if (self._split(k) or ("", ""))[1] == group]:
                 del self.offset_table[key]
+                self.received_table.pop(key, None)
                 log.warning("clean group offset, %s", key)
 
     def reset_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
@@ -357,20 +368,66 @@ class ConsumerOffsetManager(ConfigManager):
                     raise IllegalArgumentError(f"bad queue id {qid!r} for {topic}@{group}")
                 queues[int(qid)] = int(off)
 
+    def merge_from_master(self, master_table: dict[str, dict[int, int]]) -> None:
+        """A slave's sync: take the master's offsets, except where a consumer committed a greater
+        one to this slave that the master has not reached yet (kept, for the master to take);
+        a received offset the master has reached is the master's again, so later moves of the
+        master's (a reset back included) are followed."""
+        with self._lock:
+            for key, queues in master_table.items():
+                mine = self.offset_table.setdefault(key, {})
+                received = self.received_table.get(key) or {}
+                for qid, offset in queues.items():
+                    kept = received.get(qid)
+                    if kept is not None and kept > offset:
+                        continue
+                    received.pop(qid, None)
+                    mine[qid] = offset
+                if key in self.received_table and not received:
+                    del self.received_table[key]
+
+    def take_newer(self, received: dict[str, dict[int, int]]) -> int:
+        """A master: take a slave's received offsets where greater than its own (the greater
+        wins, per group/topic/queue); returns how many it took."""
+        taken = 0
+        with self._lock:
+            for key, queues in received.items():
+                mine = self.offset_table.setdefault(key, {})
+                for qid, offset in queues.items():
+                    if offset > mine.get(qid, -1):
+                        mine[qid] = offset
+                        taken += 1
+        return taken
+
     def encode(self, pretty: bool = False) -> str:
         with self._lock:
-            table = {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.offset_table.items())}
-        return _dumps({"offsetTable": table}, pretty)
+            obj = {"offsetTable": _encode_offsets(self.offset_table)}
+            if self.received_table:
+                obj[self.RECEIVED_KEY] = _encode_offsets(self.received_table)
+        return _dumps(obj, pretty)
 
     def decode(self, text: str) -> None:
-        table = _table(loads_lenient(text), "offsetTable", self.config_file_path())
-        parsed: dict[str, dict[int, int]] = {}
-        for key, queues in table.items():
-            if not isinstance(queues, dict):
-                raise ValueError(f"offsetTable[{key!r}] is {type(queues).__name__}, expected an object")
-            parsed[key] = {int(q): int(o) for q, o in queues.items()}
+        obj = loads_lenient(text)
+        parsed = decode_offset_table(obj, "offsetTable", self.config_file_path())
+        received = decode_offset_table(obj, self.RECEIVED_KEY, self.config_file_path())
         with self._lock:
             self.offset_table = parsed
+            self.received_table = received
+
+
+def _encode_offsets(table: dict[str, dict[int, int]]) -> dict:
+    return {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(table.items())}
+
+
+def decode_offset_table(obj: Any, name: str, path_hint: str) -> dict[str, dict[int, int]]:
+    """obj[name] of a consumerOffset.json (or a GET_ALL_CONSUMER_OFFSET body) as
+    {"topic@group": {queue id: offset}}; ValueError naming what is malformed."""
+    parsed: dict[str, dict[int, int]] = {}
+    for key, queues in _table(obj, name, path_hint).items():
+        if not isinstance(queues, dict):
+            raise ValueError(f"{name}[{key!r}] is {type(queues).__name__}, expected an object")
+        parsed[key] = {int(q): int(o) for q, o in queues.items()}
+    return parsed
 
 
 # --- topic configs -----------------------------------------------------------------------------

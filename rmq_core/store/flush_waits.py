@@ -1,4 +1,4 @@
-"""Awaiting SYNC_FLUSH durability from an event loop.
+"""Awaiting SYNC_FLUSH durability (and SYNC_MASTER replication) from an event loop.
 
 Every put a group commit covers shares one `concurrent.futures.Future` (GroupCommitService).
 `asyncio.wrap_future` per put would hang one callback per put on it and, when the round ends, make
@@ -6,7 +6,8 @@ one `call_soon_threadsafe` per put; `FlushWaits` hangs one callback per Future a
 waiter of that Future in one loop callback.  Each awaiting coroutine still gets an asyncio future
 of its own, so cancelling one (a client gone) leaves the others and the shared Future alone.
 A group not durable within syncFlushTimeout is answered FLUSH_DISK_TIMEOUT, as RocketMQ answers a
-SYNC_FLUSH send whose flush did not finish in time.
+SYNC_FLUSH send whose flush did not finish in time.  SYNC_MASTER puts share a replication round's
+Future the same way (GroupTransferService); those rounds answer their own timeout.
 """
 from __future__ import annotations
 
@@ -29,11 +30,13 @@ class _Group:
 class FlushWaits:
     """Per event loop: waiters of group-commit Futures.  Use from the loop's thread only."""
 
-    __slots__ = ("loop", "timeout", "thread", "_future", "_group")
+    __slots__ = ("loop", "timeout", "timeout_status", "thread", "_future", "_group")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float,
+                 timeout_status: PutMessageStatus = PutMessageStatus.FLUSH_DISK_TIMEOUT) -> None:
         self.loop = loop
         self.timeout = timeout
+        self.timeout_status = timeout_status  # the answer when `timeout` runs out
         self.thread = threading.get_ident()  # the loop's
         self._future: concurrent.futures.Future | None = None
         self._group: _Group | None = None
@@ -49,7 +52,7 @@ class FlushWaits:
         else:
             self._future = future
             group = self._group = _Group(w)
-            group.timer = self.loop.call_later(self.timeout, _expire, group)
+            group.timer = self.loop.call_later(self.timeout, _expire, group, self.timeout_status)
             future.add_done_callback(lambda f: self._done(group, f))
         return w
 
@@ -81,8 +84,8 @@ def _settle(group: _Group, future: concurrent.futures.Future) -> None:
             w.set_result(future.result())
 
 
-def _expire(group: _Group) -> None:
+def _expire(group: _Group, status: PutMessageStatus) -> None:
     group.timer = None  # (not settled: the Future's own answer still comes, to nobody)
     for w in group.waiters:
         if not w.done():
-            w.set_result(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+            w.set_result(status)

@@ -26,6 +26,7 @@ from rmq_core.store.checkpoint import StoreCheckpoint
 from rmq_core.store.commit_log import CommitLog, EncodedMessages, now_ms
 from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueExt
 from rmq_core.store.flush_waits import FlushWaits
+from rmq_core.store.ha import HAService
 from rmq_core.store.lock_file import StoreLock
 from rmq_core.store.mapped_file import AllocateMappedFileService, check_room, free_bytes, statvfs_of
 from rmq_core.store.service import ServiceThread
@@ -55,6 +56,9 @@ def disk_usage_ratio(path: str) -> float:
 class DefaultMessageStore:
     # while writes are refused for a full disk, a put looks again at most this often (statvfs)
     DISK_RECHECK_INTERVAL = 0.5
+    # seconds a waiter of a SYNC_MASTER put gives the replication round's own syncFlushTimeout
+    # answer (FLUSH_SLAVE_TIMEOUT) before giving up itself
+    REPLICA_GRACE = 1.0
 
     def __init__(self, config: MessageStoreConfig, store_host: tuple[str, int] = ("127.0.0.1", 10911)):
         self.config = config
@@ -96,6 +100,12 @@ class DefaultMessageStore:
         self._record_dispatch = None  # a record's dispatch beyond its consume queue, or None
         self._listeners: tuple = ()
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self.ha_service = HAService(self)
+        # SYNC_MASTER: a put's answer waits for a slave's acknowledgement (GroupTransferService)
+        self._group_transfer = self.ha_service.group_transfer if config.broker_role is BrokerRole.SYNC_MASTER else None
+        self._await_put = self._sync_flush or self._group_transfer is not None  # a put has something to wait for
+        self._reput_offset = 0  # a slave: where the next record to dispatch begins (append_to_commit_log)
+        self._reput_lock = threading.Lock()
         self._max_record = min(config.max_message_size, self.commit_log.max_record_in_segment)
         self._topic_bytes: dict[str, bytes] = {}  # checked topics, UTF-8
         self._flush_waits: FlushWaits | None = None  # await_durable_async's, for its event loop
@@ -150,6 +160,12 @@ class DefaultMessageStore:
                     cq.correct_min_offset(min_phy)
                 table[(topic, qid)] = cq.get_max_offset_in_queue()
         self.commit_log.topic_queue_table = table
+        self.commit_log.visible_offset = max_phy
+        # what the consume queues cover: a slave's log may end inside a record (a transfer chunk
+        # ends anywhere), whose dispatch waits for its rest
+        covered = max((cq.max_physic_offset for qs in self.consume_queue_table.values() for cq in qs.values()),
+                      default=-1)
+        self._reput_offset = min(max_phy, max(covered, min_phy, 0))
         if self.index_build_service is not None:
             # recovery indexed every record it walked; a clean stop left the index complete
             self.index_build_service.processed_timestamp = self.commit_log.last_store_timestamp
@@ -205,7 +221,16 @@ class DefaultMessageStore:
         self._truncate_consume_queues(max_phy)
         if self.index_service is not None:
             self.index_service.truncate_after(max_phy)
-        for topic, qid, first, count, entries, _max_ts in pending:
+        self._dispatch_runs(pending)
+        return max_phy
+
+    def _dispatch_runs(self, runs) -> None:
+        """Dispatch records found by a walk of the log (record_native.verify_records' runs of one
+        queue's consecutive entries) as their puts would have been: consume-queue entries (those
+        a queue already holds are skipped), then the index and the extra dispatchers — recovery
+        and a slave's appended records (see append_to_commit_log)."""
+        builder = self.index_build_service
+        for topic, qid, first, count, entries, _max_ts in runs:
             cq = self.find_consume_queue(topic, qid)
             if cq.ext is not None:
                 # dispatchers first: they compute the filter bit maps the ext keeps
@@ -215,9 +240,108 @@ class DefaultMessageStore:
                 cq.put_entries(entries, first, count)
                 continue
             cq.put_entries(entries, first, count)
-            if self.dispatchers or self.index_service is not None:
+            if not self.dispatchers and builder is not None and builder.accepting:
+                builder.submit((topic, bytes(entries), count))  # read back from the log by the builder thread
+            elif self.dispatchers or self.index_service is not None:
                 self._dispatch_extra_from_entries(topic, qid, first, count, entries)
-        return max_phy
+
+    # -- replication -------------------------------------------------------------------------------
+    def append_to_commit_log(self, start_offset: int, data) -> bool:
+        """A slave's append of the master's raw commit-log bytes at start_offset (RocketMQ's
+        appendToCommitLog): written unchanged (CommitLog.append_data), then every record they
+        complete is dispatched — consume queues, index, extra dispatchers, arriving listeners (a
+        pull held on this slave wakes) — by the recovery walk.  False when start_offset is not
+        where the log ends."""
+        if self._shutdown:
+            raise StoreError("message store is shut down")
+        if not self.commit_log.append_data(start_offset, data):
+            return False
+        self.dispatch_appended()
+        return True
+
+    def dispatch_appended(self) -> None:
+        """Dispatch the whole records between the reput offset and the log end (RocketMQ's
+        ReputMessageService on a slave): the native walk of recovery; its runs of one queue's
+        consecutive records are joined per queue (producers spread a burst over queues: one
+        consume-queue write per queue, not per record); a record cut at the log end waits for
+        its rest.  The HA client calls this once per read of frames it appended."""
+        with self._reput_lock:
+            self._reput()
+
+    def _reput(self) -> None:
+        mfq = self.commit_log.mapped_file_queue
+        offset = max(self._reput_offset, mfq.get_min_offset())
+        runs = []
+        last_ts = 0
+        while True:
+            mf = mfq.find_mapped_file_by_offset(offset)
+            if mf is None:
+                break
+            pos = offset - mf.file_from_offset
+            end = mf.wrote_position
+            if pos >= end:
+                break
+            stop, reason, _count, ts, found = record_native.verify_records(
+                mf.native, pos, end, mf.file_from_offset, False, True, self.delay_levels_ms)
+            runs += found
+            if ts > last_ts:
+                last_ts = ts
+            if reason == record_native.STOP_BLANK:
+                offset = mf.end_offset
+                continue
+            offset = mf.file_from_offset + stop
+            break
+        if not runs:
+            self._reput_offset = offset
+            return
+        builder = self.index_build_service
+        if self.dispatchers or self.config.enable_consume_queue_ext or builder is None or not builder.accepting:
+            self._dispatch_runs(runs)  # record by record, in log order
+        else:
+            for topic, qid, first, count, entries, _ts in _join_runs(runs):
+                self.find_consume_queue(topic, qid).put_entries(entries, first, count)
+            for run in runs:  # the index is built in log order: it skips what it already covers
+                builder.submit((run[0], run[4], run[3]))
+        table = self.commit_log.topic_queue_table
+        for topic, qid, first, count, _entries, _ts in runs:
+            table[(topic, qid)] = first + count
+        if last_ts > self.commit_log.last_store_timestamp:
+            self.commit_log.last_store_timestamp = last_ts
+        self._reput_offset = offset  # (after the queues: what is dispatched is readable)
+        self.put_message_count += sum(r[3] for r in runs)
+        if self._listeners:
+            last = {}  # a queue's last run: its listeners hear of its newest entry once
+            for run in runs:
+                last[(run[0], run[1])] = run
+            for topic, qid, first, count, entries, ts in last.values():
+                phys, size, tags = struct.unpack_from(">qiq", entries, (count - 1) * 20)
+                self._notify_listeners(topic, qid, first + count, tags, ts, phys, size)
+
+    def dispatch_behind_bytes(self) -> int:
+        """Bytes of the log not dispatched to consume queues yet (RocketMQ's dispatchBehindBytes):
+        on a slave, what it appended and has not dispatched; a master dispatches as it puts."""
+        if self.ha_service.is_master:
+            return 0
+        return max(0, self.commit_log.get_max_offset() - max(self._reput_offset, self.commit_log.get_min_offset()))
+
+    def update_ha_master_address(self, addr: str) -> None:
+        """A slave: replicate from the master's HA listener at `addr` (host:port) from now on."""
+        self.ha_service.update_master_address(addr)
+
+    def ha_runtime_info(self) -> dict:
+        """Replication state (RocketMQ's HA runtime fields).  A master: haConnectionNum,
+        haConnectionInfo (per slave: addr, slaveAckOffset, diff = bytes behind, transferFromWhere),
+        masterPutWhere, haPushToSlaveMaxOffset, haListenPort.  A slave: masterAddr, haConnected,
+        haMasterOffset (the furthest offset the master's frames reached), slaveMaxOffset,
+        slaveFallBehindBytes, lastReadTimestamp (monotonic seconds)."""
+        return self.ha_service.runtime_info()
+
+    def slave_fall_behind_bytes(self) -> int:
+        """A master: how far its furthest slave is behind its log end (the whole log with no
+        slave); a slave: how far it is behind what its master's frames showed."""
+        if self.ha_service.is_master:
+            return max(0, self.commit_log.get_max_offset() - self.ha_service.push_to_slave_max_offset)
+        return self.ha_service.ha_client.fall_behind_bytes()
 
     def _dispatch_extra_from_entries(self, topic, qid, first, count, entries) -> list:
         reqs = []
@@ -259,6 +383,7 @@ class DefaultMessageStore:
         self._running = True
         self._shutdown = False
         self._refresh_put_path()
+        self.ha_service.start()
 
     def shutdown(self) -> None:
         """Flush everything, write the checkpoint, remove the abort marker, close the files."""
@@ -268,6 +393,7 @@ class DefaultMessageStore:
         was_running = self._running
         self._running = False
         self._refresh_put_path()
+        self.ha_service.shutdown()  # no append from a master after this; waiting puts are answered
         with self.commit_log.put_lock:
             pass  # a put already under the lock finishes (and queues its index work) first
         self.clean_commit_log_service.shutdown()
@@ -484,7 +610,7 @@ class DefaultMessageStore:
             outcome.entries, self._store_host_b))  # per-record ids and offsets are built when first read
         self.put_message_count += count
         self._notify_arriving(enc, outcome)
-        if self._sync_flush:
+        if self._await_put:
             return self._flush_for(result, outcome.end_offset, outcome.store_timestamp, wait)
         return result, None
 
@@ -509,11 +635,20 @@ class DefaultMessageStore:
                                                           error="cannot create a commit-log segment")
 
     def _flush_for(self, result: PutMessageResult, end: int, store_ts: int, wait: bool):
-        """SYNC_FLUSH: a blocking put waits on the group commit's gate here (no Future needed);
-        else the Future of the round that covers the put, for the caller to wait on."""
+        """What a stored put waits for (RocketMQ's handleDiskFlushAndHA).  SYNC_FLUSH alone: a
+        blocking put waits on the group commit's gate here (no Future needed); else the Future of
+        the round that covers the put.  SYNC_MASTER: the Future of the replication round that
+        covers it (GroupTransferService.request), which under SYNC_FLUSH also waits for the
+        flush; a blocking put waits on it here."""
+        gt = self._group_transfer
+        if gt is None:
+            if wait:
+                return self._await_durable(result, end), None
+            return result, self.commit_log.request_flush(end, store_ts)
+        fut = gt.request(end, self.commit_log.request_flush(end, store_ts) if self._sync_flush else None)
         if wait:
-            return self._await_durable(result, end), None
-        return result, self.commit_log.request_flush(end, store_ts)
+            return self._await_durable(result, fut), None
+        return result, fut
 
     def _await_durable(self, put_result: PutMessageResult, fut) -> PutMessageResult:
         """SYNC_FLUSH: wait for the group commit that covers the put (`fut`: the round's Future,
@@ -524,9 +659,11 @@ class DefaultMessageStore:
                                                                 put_result.append_result.store_timestamp)
         else:
             try:
-                status = fut.result(timeout=timeout)
+                # (a replication round is answered by its own deadline: this is a backstop)
+                status = fut.result(timeout=timeout + (self.REPLICA_GRACE if self._group_transfer else 0))
             except concurrent.futures.TimeoutError:
-                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT if self._group_transfer else \
+                    PutMessageStatus.FLUSH_DISK_TIMEOUT
         return self._durable_answer(put_result, status)
 
     # --- event loops (the asyncio broker) -----------------------------------------------------------
@@ -572,7 +709,13 @@ class DefaultMessageStore:
         waits = self._flush_waits
         # the thread check first: asyncio.get_running_loop() costs a getpid() system call
         if waits is None or waits.thread != threading.get_ident() or not waits.loop.is_running():
-            waits = self._flush_waits = FlushWaits(asyncio.get_running_loop(), self.config.sync_flush_timeout / 1000.0)
+            timeout = self.config.sync_flush_timeout / 1000.0
+            if self._group_transfer is not None:
+                waits = FlushWaits(asyncio.get_running_loop(), timeout + self.REPLICA_GRACE,
+                                   PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+            else:
+                waits = FlushWaits(asyncio.get_running_loop(), timeout)
+            self._flush_waits = waits
         return waits
 
     def _durable_answer(self, put_result: PutMessageResult, status: PutMessageStatus) -> PutMessageResult:
@@ -581,6 +724,13 @@ class DefaultMessageStore:
         if status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
             return PutMessageResult(status, put_result.append_result, error=f"flush to disk did not finish within "
                                     f"syncFlushTimeout {self.config.sync_flush_timeout} ms")
+        if status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT:
+            return PutMessageResult(status, put_result.append_result, error=f"no slave acknowledged the message "
+                                    f"within syncFlushTimeout {self.config.sync_flush_timeout} ms")
+        if status is PutMessageStatus.SLAVE_NOT_AVAILABLE:
+            return PutMessageResult(status, put_result.append_result, error=(
+                f"no slave connected, or the slave more than haSlaveFallbehindMax "
+                f"{self.config.ha_slave_fallbehind_max} bytes behind"))
         return PutMessageResult(status, put_result.append_result)
 
     def _notify_arriving(self, enc: EncodedMessages, outcome) -> None:
@@ -590,11 +740,15 @@ class DefaultMessageStore:
         max_after = outcome.logics_offset + outcome.count
         last = (outcome.count - 1) * 20
         phys, size, tags = struct.unpack_from(">qiq", outcome.entries, last)
+        self._notify_listeners(enc.topic, enc.queue_id, max_after, tags, outcome.store_timestamp, phys, size)
+
+    def _notify_listeners(self, topic, queue_id, max_after, tags, store_ts, phys, size) -> None:
+        """The listeners hear of a queue's newest entry (its record read back for its properties)."""
         raw = self.commit_log.get_data(phys, size)
         props = record_fields(raw)["properties_bytes"] if raw is not None else b""
         for fn in self._listeners:
             try:
-                fn(enc.topic, enc.queue_id, max_after, tags, outcome.store_timestamp, props)
+                fn(topic, queue_id, max_after, tags, store_ts, props)
             except Exception:
                 log.exception("message arriving listener %r failed", fn)
 
@@ -687,7 +841,7 @@ class DefaultMessageStore:
                     fn(topic, queue_id, qoff + 1, tags, store_ts, props)
                 except Exception:
                     log.exception("message arriving listener %r failed", fn)
-        if self._sync_flush:
+        if self._await_put:
             return self._flush_for(result, phys + total, store_ts, wait)
         return result, None
 
@@ -1109,6 +1263,26 @@ class DefaultMessageStore:
             "diskFull": "true" if self._disk_full_error else "false",
             "consumeQueueCount": str(sum(len(q) for q in self.consume_queue_table.values())),
         }
+
+
+def _join_runs(runs: list) -> list:
+    """verify_records' runs with each queue's runs of consecutive queue offsets joined into one,
+    in the order of their first records."""
+    by_queue: dict = {}
+    out = []
+    for run in runs:
+        key = (run[0], run[1])
+        cur = by_queue.get(key)
+        if cur is not None and cur[2] + cur[3] == run[2]:
+            cur[3] += run[3]
+            cur[4].append(run[4])
+            if run[5] > cur[5]:
+                cur[5] = run[5]
+            continue
+        cur = by_queue[key] = [run[0], run[1], run[2], run[3], [run[4]], run[5]]
+        out.append(cur)
+    return [(t, q, first, count, parts[0] if len(parts) == 1 else b"".join(parts), ts)
+            for t, q, first, count, parts, ts in out]
 
 
 _TAG_FILTER_CACHE: dict[frozenset, cq_native.TagFilter] = {}

@@ -316,6 +316,6 @@ def test_a_failed_connect_is_not_tried_per_message(cluster, monkeypatch):
                 p.send_async(Message("PipeNoConnT", f"n{i}".encode())).result(10)
         assert len(tries) == 1
         monkeypatch.undo()
-        p.instance._send_connect_failed.clear()  # (the retry moment reached)
+        p.instance._connect_failed.clear()  # (the retry moment reached)
         assert p.send_async(Message("PipeNoConnT", b"again")).result(10).status is SendStatus.SEND_OK
         assert p.instance.send_channel_count(_broker_addr(p, "PipeNoConnT")) == 1

@@ -43,8 +43,17 @@ class AdminBrokerProcessor(Processor):
         RequestCode.GET_TOPIC_NAME_LIST: "get_topic_name_list",
     }
 
+    def _slave_refuses(self, request):
+        """Topics and subscription groups are the master's; its slave copies them (slave_sync)."""
+        return request.make_response(
+            ResponseCode.SYSTEM_ERROR,
+            f"Can't modify topic or subscription group from slave broker {self.ctrl.broker_addr} "
+            f"(brokerRole=SLAVE), please execute it from master broker.")
+
     # --- topics -----------------------------------------------------------------------------------
     async def update_and_create_topic(self, ctx, request):
+        if self.ctrl.is_slave:
+            return self._slave_refuses(request)
         topic = request.get_str("topic")
         try:
             TopicValidator.check_topic(topic)
@@ -65,6 +74,8 @@ class AdminBrokerProcessor(Processor):
         return request.make_response(ResponseCode.SUCCESS, None)
 
     async def delete_topic(self, ctx, request):
+        if self.ctrl.is_slave:
+            return self._slave_refuses(request)
         topic = request.get_str("topic")
         if not topic:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "delete topic needs a topic")
@@ -186,6 +197,8 @@ class AdminBrokerProcessor(Processor):
 
     # --- subscription groups --------------------------------------------------------------------------
     async def update_and_create_subscription_group(self, ctx, request):
+        if self.ctrl.is_slave:
+            return self._slave_refuses(request)
         try:
             d = json.loads(bytes(request.body or b"{}"))
             cfg = SubscriptionGroupConfig.from_json(d)
@@ -199,6 +212,8 @@ class AdminBrokerProcessor(Processor):
                                      json_body(self.ctrl.subscription_manager.serialize()))
 
     async def delete_subscription_group(self, ctx, request):
+        if self.ctrl.is_slave:
+            return self._slave_refuses(request)
         group = request.get_str("groupName")
         await self.ctrl.subscription_manager.delete(group or "")
         if request.get_bool("removeOffset", False):

@@ -151,8 +151,11 @@ class ClientManageProcessor(Processor):
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad offset update: {e}")
         if not group or not topic or queue_id is None or offset is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "offset update needs consumerGroup, topic, queueId, commitOffset")
+        # a slave keeps what it receives (its master is away, or the client chose it) for its
+        # master to take back (rmq_core.broker.slave_sync)
         self.ctrl.offset_manager.commit_offset(ctx.remote_address, group, topic, queue_id, offset,
-                                               self.ctrl.consumer_manager.client_id_of(group, ctx))
+                                               self.ctrl.consumer_manager.client_id_of(group, ctx),
+                                               received_by_slave=self.ctrl.is_slave)
         return request.make_response(ResponseCode.SUCCESS, None)
 
     async def lock_batch_mq(self, ctx, request):
@@ -162,7 +165,9 @@ class ClientManageProcessor(Processor):
             mqs = [_mq_from_json(d) for d in body.get("mqSet") or []]
         except (ValueError, KeyError, TypeError) as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad lock request body: {e}")
-        locked = self.ctrl.lock_manager.try_lock_batch(group, mqs, client_id)
+        # Queue locks live on the master: a slave grants none, so an orderly consumer pauses while
+        # its master is away instead of consuming in an order no lock guards.
+        locked = set() if self.ctrl.is_slave else self.ctrl.lock_manager.try_lock_batch(group, mqs, client_id)
         if len(locked) < len(mqs):
             # The C++ client retries a refused lock immediately: answer a refusal slowly.
             await asyncio.sleep(self.ctrl.broker_config.lock_refuse_reply_delay_ms / 1000)

@@ -8,7 +8,7 @@ from rmq_core.broker.client_manager import SubscriptionData
 from rmq_core.broker.processors import Processor
 from rmq_core.broker.consumer_filter_manager import PropertyFilterDisabledError
 from rmq_core.errors import FilterExpressionError, PluginNotFoundError
-from rmq_core.message import ExpressionType, PermName
+from rmq_core.message import ExpressionType, MixAll, PermName
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.store import GetMessageStatus
 
@@ -98,6 +98,8 @@ class PullMessageProcessor(Processor):
         if not sg.consume_enable:
             return request.make_response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
         tc = ctrl.topic_manager.select(topic)
+        if tc is None and ctrl.is_slave:
+            tc = await ctrl.slave_synchronize.find_topic(topic)
         if tc is None:
             return request.make_response(ResponseCode.TOPIC_NOT_EXIST,
                                          f"topic[{topic}] not exist, apply first please!")
@@ -135,10 +137,18 @@ class PullMessageProcessor(Processor):
         code = _STATUS_TO_CODE.get(result.status)
         if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
             code = ResponseCode.PULL_OFFSET_MOVED if queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+        suggest = suggest_which_broker_id(bc, sg, result.suggest_pulling_from_slave)
+        slave = ctrl.is_slave
+        if code == ResponseCode.PULL_OFFSET_MOVED and slave:
+            # A slave may be behind its master: it never corrects a consumer's offset (RocketMQ's
+            # offsetCheckInSlave=false), the consumer asks again.
+            code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, sg.broker_id
         ext = {"nextBeginOffset": str(result.next_begin_offset), "minOffset": str(result.min_offset),
-               "maxOffset": str(result.max_offset), "suggestWhichBrokerId": "0"}
+               "maxOffset": str(result.max_offset), "suggestWhichBrokerId": str(suggest)}
 
-        store_offset_enable = broker_allow_suspend and bool(sys_flag & FLAG_COMMIT_OFFSET)
+        # offsets committed with a pull are kept by a master only (a slave's come by
+        # UPDATE_CONSUMER_OFFSET, see rmq_core.broker.slave_sync)
+        store_offset_enable = broker_allow_suspend and bool(sys_flag & FLAG_COMMIT_OFFSET) and not slave
         if store_offset_enable and commit_offset is not None and commit_offset >= 0:
             ctrl.offset_manager.commit_offset(ctx.remote_address, group, topic, queue_id, commit_offset,
                                               ctrl.consumer_manager.client_id_of(group, ctx))
@@ -166,3 +176,14 @@ class PullMessageProcessor(Processor):
                      group, topic, queue_id, queue_offset, result.next_begin_offset, result.min_offset,
                      result.max_offset)
         return request.make_response(code, None, ext)
+
+
+def suggest_which_broker_id(bc, sg, pulling_from_slave: bool) -> int:
+    """Which broker of the group the consumer should pull from next (RocketMQ 4.9's
+    PullMessageProcessor): with slaveReadEnable, a consumer that lags by more than
+    accessMessageInMemoryMaxRatio of memory goes to the group's whichBrokerWhenConsumeSlowly (1,
+    the slave), any other to the group's brokerId (0); without it, always the master - a slave
+    without slaveReadEnable serves the pull but sends the consumer back to its master."""
+    if not bc.slave_read_enable:
+        return MixAll.MASTER_ID
+    return sg.which_broker_when_consume_slowly if pulling_from_slave else sg.broker_id

@@ -168,7 +168,8 @@ class SendMessageProcessor(Processor):
         """A SendLaneState over this processor's checked-topics cache: what the send_lane kernel
         checks a send against, for a connection's lane (`table`: its processor table) or for
         process_send (no table: it never uses the lane's put)."""
-        store, topic_manager, broker_config = self.ctrl.store, self.ctrl.topic_manager, self.ctrl.broker_config
+        ctrl = self.ctrl
+        store, topic_manager, broker_config = ctrl.store, ctrl.topic_manager, ctrl.broker_config
 
         def refresh(state):
             # what a lane may do now: RPC hooks see every request as a RemotingCommand, so with
@@ -176,7 +177,8 @@ class SendMessageProcessor(Processor):
             state.put = store.put_nowait if table is not None and table.rpc_hooks is None else None
             dv = topic_manager.table.data_version
             state.data_version, state.counter = dv, dv.counter
-            state.writable = bool(broker_config.broker_permission & PermName.PERM_WRITE)
+            # a slave takes no writes: every send goes to send_message, which refuses it
+            state.writable = bool(broker_config.broker_permission & PermName.PERM_WRITE) and not ctrl.is_slave
 
         return SendLaneState(self._send_topics, self._cluster_property(), int(MQVersion.CURRENT),
                              PutMessageStatus.PUT_OK, self.ctrl.stats.inc_put, put_outcome, refresh)
@@ -398,6 +400,8 @@ class SendMessageProcessor(Processor):
         bc = ctrl.broker_config
         dv = ctrl.topic_manager.table.data_version
         counter = dv.counter
+        if ctrl.is_slave:  # before auto-creation: a slave's topics are its master's
+            return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, ctrl.slave_refusal("sending message"))
         if not PermName.is_writeable(bc.broker_permission):
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"the broker[{bc.broker_ip1}] sending message is forbidden")
@@ -469,6 +473,8 @@ class SendMessageProcessor(Processor):
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad send-back request: {e}")
         if not group or offset is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "send-back request needs group and offset")
+        if ctrl.is_slave:
+            return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, ctrl.slave_refusal("sending a message back"))
         sg = ctrl.subscription_manager.find_or_create(group)
         if sg is None:
             return request.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,

@@ -14,6 +14,12 @@ function fmtTime(ms) {
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 function fmtNum(v, digits = 0) { return v === null || v === undefined ? "-" : Number(v).toFixed(digits); }
+function fmtBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  for (n = Number(n); n >= 1024 && i < units.length - 1; i++) n /= 1024;
+  return (i ? n.toFixed(1) : String(n)) + " " + units[i];
+}
 
 function showError(msg) { const e = $("#error"); e.textContent = msg; e.hidden = !msg; }
 function showNotice(msg) { const e = $("#notice"); e.textContent = msg; e.hidden = !msg; }
@@ -63,6 +69,8 @@ async function pageCluster() {
       ["Address", "addr"], ["Version", "version"],
       ["InTPS", r => fmtNum(r.in_tps, 2), "num"], ["OutTPS", r => fmtNum(r.out_tps, 2), "num"],
       ["Msgs In Total", "msg_put_total", "num"], ["Msgs Out Total", "msg_get_total", "num"],
+      ["Replication", "replication"],
+      ["Lag", r => r.lag_bytes === null || r.lag_bytes === undefined ? "-" : fmtBytes(r.lag_bytes), "num"],
       ["Disk", r => r.disk_ratio === null || r.disk_ratio === undefined ? "-" : (100 * r.disk_ratio).toFixed(1) + "%", "num"],
     ], c.brokers, {empty: "no broker registered"})}</div>
     <h2>Topics <span class="muted">(${c.topics.length})</span></h2><div class="card">${table("cluster-topics", [

@@ -1,0 +1,205 @@
+"""HAClient: the slave's side (RocketMQ's HAService.HAClient).
+
+One thread: connect to the master's HA address, report this store's max commit-log offset,
+then read frames — each appended whole, its bytes unchanged (CommitLog.append_data), then the
+records a read's frames completed dispatched at once (DefaultMessageStore.dispatch_appended:
+consume queues, index, listeners) — and report the new max offset after each read's frames,
+and at least every haSendHeartbeatInterval.  A frame whose
+offset is not where this log ends, a master silent for haHousekeepingInterval, or a broken
+connection: disconnect and connect again (to the latest address given).
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+from rmq_core.errors import StoreError
+from rmq_core.store.ha.wire import HEADER, REPORT, close_quietly
+
+log = logging.getLogger("rmq.store.ha")
+
+
+class HAClient:
+    RECONNECT_INTERVAL = 1.0  # after a failed connect or a dropped connection
+    READ_BUFFER = 4 * 1024 * 1024
+
+    def __init__(self, store):
+        self.store = store
+        self.config = store.config
+        self.master_address: str | None = None
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.connected = False
+        self.master_offset = -1  # the furthest offset a frame of the master reached
+        self.last_read_time = 0.0
+        self.reconnects = 0  # connections made (tests: a bad frame makes it reconnect)
+        self.bad_frames = 0
+
+    # -- control ---------------------------------------------------------------------------------
+    def update_master_address(self, addr: str | None) -> None:
+        """Connect to `addr` (host:port of the master's HA listener) from now on; a connection to
+        another address is dropped."""
+        addr = (addr or "").strip() or None
+        if addr is not None:
+            host, sep, port = addr.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"HA master address {addr!r} is not host:port")
+        with self._lock:
+            if addr == self.master_address:
+                return
+            log.info("HA: master address %s -> %s", self.master_address, addr)
+            self.master_address = addr
+            sock = self._sock
+        close_quietly(sock)
+        self._wake.set()
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stopped.clear()
+        self._thread = threading.Thread(target=self._loop, name="HAClient", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        with self._lock:
+            sock = self._sock
+        close_quietly(sock)
+        t = self._thread
+        if t is not None and t.is_alive():
+            t.join(10)
+        self._thread = None
+
+    # -- the loop --------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            addr = self.master_address
+            if addr is None:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
+            try:
+                sock = self._connect(addr)
+            except OSError as e:
+                log.info("HA: cannot connect to master %s: %s", addr, e)
+                self._wake.wait(self.RECONNECT_INTERVAL)
+                self._wake.clear()
+                continue
+            try:
+                self._serve(sock, addr)
+            except (OSError, StoreError) as e:
+                if not self._stopped.is_set():
+                    log.info("HA: connection to master %s closed: %s", addr, e)
+            except Exception:
+                log.exception("HA: replication from %s failed", addr)
+            finally:
+                with self._lock:
+                    self._sock = None
+                self.connected = False
+                close_quietly(sock)
+            if not self._stopped.is_set() and addr == self.master_address:
+                self._wake.wait(self.RECONNECT_INTERVAL)
+                self._wake.clear()
+
+    def _connect(self, addr: str) -> socket.socket:
+        host, _, port = addr.rpartition(":")
+        sock = socket.create_connection((host, int(port)), timeout=3.0)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            if self._stopped.is_set() or addr != self.master_address:
+                close_quietly(sock)
+                raise OSError("master address changed or client stopped")
+            self._sock = sock
+        self.connected = True
+        self.reconnects += 1
+        log.info("HA: connected to master %s", addr)
+        return sock
+
+    def _serve(self, sock: socket.socket, addr: str) -> None:
+        cfg = self.config
+        store = self.store
+        commit_log = store.commit_log
+        heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
+        housekeeping = cfg.ha_housekeeping_interval / 1000.0
+        sock.settimeout(min(heartbeat, 1.0))
+        buf = bytearray(max(self.READ_BUFFER, cfg.ha_transfer_batch_size * 2 + HEADER.size))
+        view = memoryview(buf)
+        used = 0
+        reported = commit_log.get_max_offset()
+        sock.sendall(REPORT.pack(reported))
+        last_report = self.last_read_time = time.monotonic()
+        hsize = HEADER.size
+        while not self._stopped.is_set():
+            try:
+                n = sock.recv_into(view[used:])
+            except socket.timeout:
+                n = -1
+            if n == 0:
+                raise OSError("master closed the connection")
+            now = time.monotonic()
+            if n > 0:
+                used += n
+                self.last_read_time = now
+                pos = 0
+                appended = False
+                while used - pos >= hsize:
+                    offset, size = HEADER.unpack_from(buf, pos)
+                    if size < 0:
+                        raise StoreError(f"bad frame from master {addr}: size {size}")
+                    if used - pos < hsize + size:
+                        if hsize + size > len(buf):  # a master with a larger haTransferBatchSize
+                            buf = _grown(buf, hsize + size, pos, used)
+                            view = memoryview(buf)
+                            used -= pos
+                            pos = 0
+                        break
+                    mine = commit_log.get_max_offset()
+                    if mine != 0 and mine != offset:
+                        self.bad_frames += 1
+                        raise StoreError(f"master {addr} sent offset {offset} but this log ends at {mine}: "
+                                         f"reconnecting")
+                    if size:  # appended here, dispatched once for the whole read (below)
+                        if not commit_log.append_data(offset, view[pos + hsize:pos + hsize + size]):
+                            raise StoreError(f"frame at {offset} does not continue this log")
+                        appended = True
+                    if offset + size > self.master_offset:
+                        self.master_offset = offset + size
+                    pos += hsize + size
+                if appended:
+                    store.dispatch_appended()
+                if pos:
+                    rest = used - pos
+                    if rest:  # a frame's beginning: moved to the front (a copy: the ranges may overlap)
+                        buf[:rest] = bytes(view[pos:used])
+                    used = rest
+            elif now - self.last_read_time > housekeeping:
+                raise OSError(f"master sent nothing for {cfg.ha_housekeeping_interval} ms")
+            mine = commit_log.get_max_offset()
+            if mine != reported or now - last_report >= heartbeat:
+                sock.sendall(REPORT.pack(mine))
+                reported, last_report = mine, now
+
+    def runtime_info(self) -> dict:
+        mine = self.store.commit_log.get_max_offset()
+        return {"masterAddr": self.master_address, "haConnected": self.connected,
+                "haMasterOffset": self.master_offset, "slaveMaxOffset": mine,
+                "slaveFallBehindBytes": self.fall_behind_bytes(),
+                "lastReadTimestamp": self.last_read_time}
+
+    def fall_behind_bytes(self) -> int:
+        """How far this slave is behind what the master's frames have shown (0 before any)."""
+        if self.master_offset < 0:
+            return 0
+        return max(0, self.master_offset - self.store.commit_log.get_max_offset())
+
+
+def _grown(buf: bytearray, need: int, pos: int, used: int) -> bytearray:
+    out = bytearray(max(need, len(buf) * 2))
+    out[:used - pos] = buf[pos:used]
+    return out

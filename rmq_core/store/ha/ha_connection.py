@@ -1,0 +1,178 @@
+"""HAConnection: the master's side of one slave (RocketMQ's HAConnection).
+
+Two threads per slave, as RocketMQ has: the reader takes the slave's 8-byte reports (its first
+one says where the transfer starts; each is an acknowledgement for SYNC_MASTER), the writer
+sends commit-log bytes as frames straight from the segment mapping (`CommitLog.transfer_view`:
+a memoryview, one sendmsg per frame with its header — no copy, nothing per message) and an empty
+frame as a heartbeat when there is nothing to send.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+from rmq_core.config import BrokerRole
+from rmq_core.store.ha.wire import HEADER, REPORT, close_quietly
+
+log = logging.getLogger("rmq.store.ha")
+
+
+class HAConnection:
+    # How long the writer sleeps when it has sent everything, unless woken (a SYNC_MASTER put
+    # wakes it; an ASYNC_MASTER slave catches up at the next look, as RocketMQ's 100 ms wait).
+    IDLE_WAIT = 0.1
+    # ASYNC_MASTER: after a frame shorter than haTransferBatchSize (it sent all there was), the
+    # writer lets this long's puts gather before it looks again — no put waits on the slave, and
+    # chasing every few records with a frame of its own costs the master's loop the GIL per frame
+    # (and the slave a read, a dispatch and a report per frame)
+    ASYNC_GATHER = 0.01
+
+    def __init__(self, service, sock: socket.socket, addr: str):
+        self.service = service
+        self.store = service.store
+        self.config = service.store.config
+        self.sock = sock
+        self.client_addr = addr
+        self.slave_request_offset = -1  # the slave's first report: where the transfer starts
+        self.slave_ack_offset = -1  # its latest report
+        self.next_transfer_from_where = -1
+        self._requested = threading.Event()
+        self._closed = False
+        self.last_read_time = time.monotonic()
+        self._reader = threading.Thread(target=self._read_loop, name=f"HAConnection-read[{addr}]", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name=f"HAConnection-write[{addr}]", daemon=True)
+
+    def start(self) -> None:
+        self._reader.start()
+        self._writer.start()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._requested.set()
+        close_quietly(self.sock)
+        self.service.remove_connection(self)
+
+    def join(self, timeout: float = 5.0) -> None:
+        for t in (self._reader, self._writer):
+            if t is not threading.current_thread() and t.is_alive():
+                t.join(timeout)
+
+    # -- reports from the slave ------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        sock = self.sock
+        # a slave that says nothing for haHousekeepingInterval is gone (it reports at least every
+        # haSendHeartbeatInterval)
+        sock.settimeout(self.config.ha_housekeeping_interval / 1000.0)
+        pending = b""
+        try:
+            while not self._closed:
+                try:
+                    data = sock.recv(4096)
+                except socket.timeout:
+                    log.warning("HA: slave %s sent nothing for %d ms: closing its connection", self.client_addr,
+                                self.config.ha_housekeeping_interval)
+                    break
+                if not data:
+                    break
+                self.last_read_time = time.monotonic()
+                pending += data
+                whole = len(pending) - len(pending) % REPORT.size
+                if not whole:
+                    continue
+                (offset,) = REPORT.unpack_from(pending, whole - REPORT.size)  # the latest report counts
+                pending = pending[whole:]
+                max_offset = self.store.commit_log.get_max_offset()
+                if offset > max_offset:
+                    # a slave ahead of its master (the master lost data): it never feeds the master
+                    log.warning("HA: slave %s reports offset %d beyond this master's log end %d: closing",
+                                self.client_addr, offset, max_offset)
+                    break
+                self.slave_ack_offset = offset
+                if self.slave_request_offset < 0:
+                    self.slave_request_offset = offset
+                    log.info("HA: slave %s requests the log from offset %d", self.client_addr, offset)
+                    self._requested.set()
+                self.service.notify_transfer_some(offset)
+        except OSError as e:
+            if not self._closed:
+                log.info("HA: connection to slave %s lost: %s", self.client_addr, e)
+        finally:
+            self.close()
+
+    # -- transfer to the slave -------------------------------------------------------------------
+    def _write_loop(self) -> None:
+        try:
+            self._requested.wait()
+            if self._closed:
+                return
+            self._transfer()
+        except OSError as e:
+            if not self._closed:
+                log.info("HA: transfer to slave %s stopped: %s", self.client_addr, e)
+        finally:
+            self.close()
+
+    def _start_offset(self) -> int:
+        request = self.slave_request_offset
+        if request != 0:
+            return request
+        # an empty slave starts at the beginning of the master's last segment
+        master = self.store.commit_log.get_max_offset()
+        return max(0, master - master % self.config.mapped_file_size_commit_log)
+
+    def _transfer(self) -> None:
+        cfg = self.config
+        commit_log = self.store.commit_log
+        service = self.service
+        sock = self.sock  # (its timeout, haHousekeepingInterval, also ends a send to a frozen slave)
+        offset = self.next_transfer_from_where = self._start_offset()
+        log.info("HA: transfer to slave %s from offset %d (it requested %d)", self.client_addr, offset,
+                 self.slave_request_offset)
+        batch = cfg.ha_transfer_batch_size
+        gather = self.ASYNC_GATHER if cfg.broker_role is BrokerRole.ASYNC_MASTER else 0.0
+        heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
+        last_write = time.monotonic()
+        while not self._closed:
+            view = commit_log.transfer_view(offset, batch)
+            if view is None:
+                now = time.monotonic()
+                if now - last_write >= heartbeat:
+                    sock.sendall(HEADER.pack(offset, 0))
+                    last_write = now
+                service.wait_for_data(self, min(self.IDLE_WAIT, heartbeat))
+                continue
+            with view:
+                n = len(view)
+                _send_frame(sock, HEADER.pack(offset, n), view)
+            offset += n
+            self.next_transfer_from_where = offset
+            last_write = time.monotonic()
+            service.on_transferred(offset)
+            if n < batch and gather:
+                service.pause(gather)
+
+    def runtime_info(self) -> dict:
+        ack = self.slave_ack_offset
+        return {"addr": self.client_addr, "slaveAckOffset": ack,
+                "diff": max(0, self.store.commit_log.get_max_offset() - ack) if ack >= 0 else -1,
+                "transferFromWhere": self.next_transfer_from_where}
+
+
+def _send_frame(sock: socket.socket, header: bytes, body: memoryview) -> None:
+    """Header and body in one sendmsg (the body straight from the mapping); a partial send
+    continues where it stopped."""
+    sent = sock.sendmsg([header, body])
+    hl = len(header)
+    if sent < hl:
+        sock.sendall(header[sent:])
+        sent = hl
+    if sent - hl < len(body):
+        sock.sendall(body[sent - hl:])

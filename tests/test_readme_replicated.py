@@ -1,0 +1,71 @@
+"""The broker.conf blocks of README.md's "Running a replicated cluster" load as they are, and run:
+`rmq broker -c` with each (ports, store and name server moved to the test's) forms a group whose
+slave gets what its master stored."""
+import os
+import re
+
+import pytest
+
+from rmq_core.broker.controller import check_broker_role
+from rmq_core.config import BrokerRole, load_broker_conf, parse_properties
+from rmq_core.remoting.codes import ResponseCode
+from tests.broker.ha_cluster import TOPIC, create_topic
+from tests.client.conftest import wait_until
+from tests.rawclient import RawClient
+from tests.servers import RmqProcess, free_port, write_conf
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+
+
+def conf_blocks() -> list[dict]:
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("## Running a replicated cluster", 1)[1].split("\n## ", 1)[0]
+    return [parse_properties(b, "README.md") for b in re.findall(r"```properties\n(.*?)```", section, re.S)]
+
+
+def test_the_readme_shows_a_master_and_its_slave_that_load():
+    master, slave = conf_blocks()
+    (mb, ms), (sb, ss) = load_broker_conf(master), load_broker_conf(slave)
+    for b, s in ((mb, ms), (sb, ss)):
+        check_broker_role(b, s)
+    assert (mb.broker_id, ms.broker_role) == (0, BrokerRole.SYNC_MASTER)
+    assert (sb.broker_id, ss.broker_role) == (1, BrokerRole.SLAVE)
+    assert (mb.broker_name, mb.broker_cluster_name) == (sb.broker_name, sb.broker_cluster_name)
+
+
+def test_the_readme_configs_run_as_a_replicated_group(tmp_path):
+    namesrv = f"127.0.0.1:{free_port()}"
+    ns = RmqProcess(["namesrv", "--listen", namesrv], ("The Name Server boot success",))
+    procs, raw = [ns], RawClient()
+    try:
+        ns.wait_boot()
+        addrs = []
+        for props in conf_blocks():
+            port = free_port()
+            props.update(listenPort=port, haListenPort=free_port(), namesrvAddr=namesrv,
+                         storePathRootDir=tmp_path / f"store-{props['brokerId']}",
+                         mappedFileSizeCommitLog=1 << 20, mappedFileSizeConsumeQueue=6000 * 20)
+            conf = write_conf(tmp_path / f"broker-{props['brokerId']}.conf", props)
+            p = RmqProcess(["broker", "-c", conf, "--listen-host", "127.0.0.1"])
+            procs.append(p)
+            p.wait_boot()
+            addrs.append(f"127.0.0.1:{port}")
+        master, slave = addrs
+        create_topic(raw, master)
+        wait_until(lambda: raw.send(master, TOPIC, b"replicated").code == ResponseCode.SUCCESS, 30,
+                   what="the SYNC_MASTER acknowledged by its slave")
+        wait_until(lambda: raw.pull(slave, TOPIC, 0, 0).code == ResponseCode.SUCCESS, 30, what="the slave serving it")
+    finally:
+        raw.close()
+        for p in reversed(procs):
+            p.terminate()
+
+
+@pytest.mark.parametrize("bad", ["brokerRole=SLAVE\nbrokerId=0", "brokerRole=ASYNC_MASTER\nbrokerId=1"])
+def test_a_role_that_does_not_match_the_id_is_refused_naming_both(bad):
+    from rmq_core.errors import ConfigError
+
+    b, s = load_broker_conf(parse_properties(bad))
+    with pytest.raises(ConfigError, match="brokerId"):
+        check_broker_role(b, s)
