@@ -14,6 +14,8 @@ other block needs its comment):
 - `servers`: each line starts a server, which must print its boot line and stop cleanly on SIGTERM.
 - `boot`: the lines `rmq standalone` prints when it starts.
 - `make`: each line's target exists in the Makefile (`make -n`).
+- `replicated`: the commands that start the replicated cluster of "Running a replicated cluster",
+  run with its two broker.conf blocks by tests/test_readme_replicated.py.
 
 Addresses: the README's 127.0.0.1:9876 (name server), 127.0.0.1:10911 (broker) and 127.0.0.1:8080
 (console) become free ports of this run, and its /tmp/... store paths temporary directories.
@@ -36,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 NS, BROKER, CONSOLE = "127.0.0.1:9876", "127.0.0.1:10911", "127.0.0.1:8080"
-KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make"}
+KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make", "replicated"}
 # a block without a check comment is checked by its language where that says how (else it is an error)
 DEFAULT_KINDS = {"python": "python", "properties": "properties", "console": "console"}
 

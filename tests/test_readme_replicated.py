@@ -1,8 +1,11 @@
 """The broker.conf blocks of README.md's "Running a replicated cluster" load as they are, and run:
 `rmq broker -c` with each (ports, store and name server moved to the test's) forms a group whose
 slave gets what its master stored."""
+import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -24,6 +27,14 @@ def conf_blocks() -> list[dict]:
     return [parse_properties(b, "README.md") for b in re.findall(r"```properties\n(.*?)```", section, re.S)]
 
 
+def start_commands() -> list[str]:
+    """The lines of the section's `<!-- check: replicated -->` block (comments cut)."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    block = re.search(r"<!-- check: replicated -->\n```\n(.*?)```", text, re.S).group(1)
+    return [line.split("#")[0].strip() for line in block.strip().splitlines()]
+
+
 def test_the_readme_shows_a_master_and_its_slave_that_load():
     master, slave = conf_blocks()
     (mb, ms), (sb, ss) = load_broker_conf(master), load_broker_conf(slave)
@@ -35,6 +46,9 @@ def test_the_readme_shows_a_master_and_its_slave_that_load():
 
 
 def test_the_readme_configs_run_as_a_replicated_group(tmp_path):
+    """What the section's commands do, with its two broker.conf files, and what clusterList shows."""
+    assert start_commands() == ["rmq namesrv --listen 127.0.0.1:9876", "rmq broker -c master.conf",
+                                "rmq broker -c slave.conf", "rmq admin clusterList -n 127.0.0.1:9876"]
     namesrv = f"127.0.0.1:{free_port()}"
     ns = RmqProcess(["namesrv", "--listen", namesrv], ("The Name Server boot success",))
     procs, raw = [ns], RawClient()
@@ -56,6 +70,11 @@ def test_the_readme_configs_run_as_a_replicated_group(tmp_path):
         wait_until(lambda: raw.send(master, TOPIC, b"replicated").code == ResponseCode.SUCCESS, 30,
                    what="the SYNC_MASTER acknowledged by its slave")
         wait_until(lambda: raw.pull(slave, TOPIC, 0, 0).code == ResponseCode.SUCCESS, 30, what="the slave serving it")
+        out = subprocess.run([sys.executable, "-m", "rmq_core.cli", "admin", "clusterList", "-n", namesrv, "--json"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        rows = {(r["broker_name"], str(r["bid"])): r["addr"] for r in json.loads(out.stdout)}
+        assert rows == {("broker-a", "0"): master, ("broker-a", "1"): slave}, rows
     finally:
         raw.close()
         for p in reversed(procs):
