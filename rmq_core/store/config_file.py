@@ -608,8 +608,9 @@ class _VersionedTable(ConfigManager):
             await asyncio.to_thread(self.persist)
 
     @staticmethod
+    @abc.abstractmethod
     def _name_of(item) -> str:
-        raise NotImplementedError
+        """The table key of a journaled entry (a topic's or a group's name)."""
 
     def get(self, name: str):
         with self._lock:
