@@ -101,7 +101,8 @@ def pull_range(part: QueueRead, decode: bool) -> Iterator:
     """Pull [from, until) of the partition's queue.  Yields, per pull, (PullResultExt, body):
     with decode, result.messages are MessageExt (past-`until` ones dropped); else body is the
     raw records (the caller trims at until_offset)."""
-    from rmq_core.client.pull_api import build_pull_request, build_pull_sys_flag, process_pull_response
+    from rmq_core.client.pull_api import build_pull_request, process_pull_response
+    from rmq_core.common.sysflag import build_pull_sys_flag
 
     mq = part.queue
     sub = subscription_of(part.topic, part.expression, part.expression_type)

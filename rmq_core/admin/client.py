@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
+from rmq_core.common.sysflag import FLAG_SUBSCRIPTION
 from rmq_core.errors import MQBrokerError, RemotingError, RMQError
 from rmq_core.message import MessageConst, MessageQueue, MixAll, PermName, TopicValidator, decode_offset_msg_id
 from rmq_core.remoting.blocking import BlockingChannelPool
@@ -35,7 +36,6 @@ TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # the group mqadmin pulls with (MixAll.
 ADMIN_PRODUCER_GROUP = "TOOLS_PRODUCER"
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 # Pull sysFlag bits (PullSysFlag): the subscription travels in the request, no suspend, no commit.
-_FLAG_SUBSCRIPTION = 0x4
 
 
 class AdminError(RMQError):
@@ -700,7 +700,7 @@ class AdminClient:
         addr = addr or self.broker_addr(mq.broker_name)
         r = self._call(addr, RequestCode.PULL_MESSAGE, {
             "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
-            "maxMsgNums": max_nums, "sysFlag": _FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
+            "maxMsgNums": max_nums, "sysFlag": FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
             "subscription": sub_expression or "*", "subVersion": 0, "expressionType": "TAG"},
             what=f"pull {mq.topic}/{mq.broker_name}/{mq.queue_id} at offset {offset}", ok=tuple(_PULL_STATUS))
         from rmq_core.codec import decode_messages

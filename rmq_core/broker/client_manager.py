@@ -13,7 +13,8 @@ from typing import Callable
 
 import attrs
 
-from rmq_core.message import ExpressionType, MessageModel, java_string_hash, split_tags, SUB_ALL
+from rmq_core.common.subscription import SubscriptionData
+from rmq_core.message import MessageModel
 
 log = logging.getLogger("rmq.broker")
 
@@ -31,38 +32,6 @@ def _enum_name(value, table: dict, default: str) -> str:
     if isinstance(value, int):
         return table.get(value, default)
     return str(value) if value else default
-
-
-@attrs.define
-class SubscriptionData:
-    topic: str
-    sub_string: str = SUB_ALL
-    expression_type: str = ExpressionType.TAG
-    tags_set: list = attrs.field(factory=list)
-    code_set: list = attrs.field(factory=list)
-    sub_version: int = 0
-
-    @classmethod
-    def build(cls, topic: str, sub_string: str | None, expression_type: str | None = None,
-              sub_version: int | None = None) -> "SubscriptionData":
-        etype = (expression_type or ExpressionType.TAG).upper()
-        sub = (sub_string or SUB_ALL).strip() or SUB_ALL
-        data = cls(topic=topic, sub_string=sub, expression_type=etype,
-                   sub_version=int(sub_version) if sub_version not in (None, "") else int(time.time() * 1000))
-        if ExpressionType.is_tag_type(etype):
-            data.tags_set = split_tags(sub)
-            # recompute: the C++ client's codeSet is bogus (REMOTING.md §5.2)
-            data.code_set = [java_string_hash(t) for t in data.tags_set]
-        return data
-
-    @classmethod
-    def from_json(cls, d: dict) -> "SubscriptionData":
-        return cls.build(d.get("topic", ""), d.get("subString"), d.get("expressionType"), d.get("subVersion"))
-
-    def to_json(self) -> dict:
-        return {"topic": self.topic, "subString": self.sub_string, "tagsSet": self.tags_set,
-                "codeSet": self.code_set, "subVersion": self.sub_version,
-                "expressionType": self.expression_type, "classFilterMode": False}
 
 
 @attrs.define(eq=False)

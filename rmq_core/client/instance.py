@@ -1144,7 +1144,7 @@ class MQClientInstance:
             route = self.topic_route_table.get(sub.topic)
             addrs = [a for bd in (route.broker_datas if route else ()) for a in bd.broker_addrs.values()]
             body = json.dumps({"clientId": self.client_id, "group": group,
-                               "subscriptionData": sub.to_json_dict()}).encode("utf-8")
+                               "subscriptionData": sub.to_json()}).encode("utf-8")
             for addr in addrs:
                 await self.invoke_broker(addr, RemotingCommand.create_request(RequestCode.CHECK_CLIENT_CONFIG, {}, body))
 

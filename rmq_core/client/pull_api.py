@@ -15,11 +15,6 @@ from rmq_core.remoting.command import RemotingCommand, next_opaque
 
 log = logging.getLogger("rmq.client.pull")
 
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
-FLAG_CLASS_FILTER = 0x8
-FLAG_LITE_PULL_MESSAGE = 0x10
 # A queue's pulls on the wire at once (PullChain): the one at the next offset, and up to three
 # guessed after it while the broker reports a backlog (more in flight hide the round trip to the
 # broker; beyond four the 128 B benchmark gained nothing).
@@ -31,13 +26,6 @@ _STATUS = {
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
-
-
-def build_pull_sys_flag(commit_offset: bool, suspend: bool, subscription: bool, class_filter: bool = False,
-                        lite_pull: bool = False) -> int:
-    return ((FLAG_COMMIT_OFFSET if commit_offset else 0) | (FLAG_SUSPEND if suspend else 0)
-            | (FLAG_SUBSCRIPTION if subscription else 0) | (FLAG_CLASS_FILTER if class_filter else 0)
-            | (FLAG_LITE_PULL_MESSAGE if lite_pull else 0))
 
 
 @attrs.define
@@ -334,8 +322,8 @@ class BrokerOffsetApi:
 
 
 __all__ = [
-    "FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "FLAG_CLASS_FILTER", "PullResultExt", "PullChain",
-    "build_pull_sys_flag", "build_pull_request", "PullRequests", "process_pull_response", "reset_retry_topic",
+    "PullResultExt", "PullChain",
+    "build_pull_request", "PullRequests", "process_pull_response", "reset_retry_topic",
     "FilterMessageContext", "run_filter_hooks",
     "max_offset", "min_offset", "search_offset", "query_consumer_offset", "update_consumer_offset",
     "BrokerOffsetApi",

@@ -16,11 +16,13 @@ from typing import Iterable
 
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import (
-    PullChain, PullRequests, build_pull_sys_flag, max_offset, min_offset, reset_retry_topic, search_offset,
+    PullChain, PullRequests, max_offset, min_offset, reset_retry_topic, search_offset,
 )
 from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
-from rmq_core.client.subscription import SubscriptionData, build_subscription
+from rmq_core.client.subscription import build_subscription
+from rmq_core.common.subscription import SubscriptionData
 from rmq_core.client.trace import ConsumeReturnType
+from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQClientError
 from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus
 

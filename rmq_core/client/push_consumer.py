@@ -17,13 +17,15 @@ from rmq_core.client.consume_service import ConsumeConcurrentlyService, ConsumeO
 from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import (
-    BrokerOffsetApi, PullChain, PullRequests, build_pull_sys_flag, max_offset,
+    BrokerOffsetApi, PullChain, PullRequests, max_offset,
     search_offset,
 )
 from rmq_core.client.rebalance import RebalanceImpl
+from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.selector import check_group
-from rmq_core.client.subscription import SubscriptionData, build_subscription, retry_subscription
+from rmq_core.client.subscription import build_subscription, retry_subscription
+from rmq_core.common.subscription import SubscriptionData
 from rmq_core.client.trace import TraceDispatcher
 from rmq_core.errors import ConfigError, MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingError
 from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus
@@ -217,7 +219,7 @@ class ConsumerBase:
         info = {
             "properties": {"consumeType": self.consume_type, "messageModel": self.message_model.value,
                            "consumeFromWhere": self.consume_from_where.value, "clientId": self.client_id},
-            "subscriptionSet": [s.to_json_dict() for s in self.subscriptions()],
+            "subscriptionSet": [s.to_json() for s in self.subscriptions()],
             "mqTable": [],
         }
         if self.rebalance is not None:

@@ -1,51 +1,14 @@
-"""Subscriptions (SubscriptionData), the heartbeat body, and the client-side tag re-check."""
+"""A consumer's subscriptions from its expressions, and the heartbeat body."""
 from __future__ import annotations
 
 import json
-import time
-
-import attrs
 
 from rmq_core import plugins
+from rmq_core.common.subscription import SubscriptionData
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import (
-    ExpressionType, MessageSelector, MixAll, SUB_ALL, TopicValidator, java_string_hash, split_tags,
+    ExpressionType, MessageSelector, MixAll, SUB_ALL, TopicValidator,
 )
-
-
-@attrs.define
-class SubscriptionData:
-    topic: str
-    sub_string: str = SUB_ALL
-    expression_type: str = ExpressionType.TAG
-    tags_set: list = attrs.field(factory=list)
-    code_set: list = attrs.field(factory=list)
-    sub_version: int = attrs.field(factory=lambda: int(time.time() * 1000))
-
-    @property
-    def is_tag(self) -> bool:
-        return ExpressionType.is_tag_type(self.expression_type)
-
-    def to_json_dict(self) -> dict:
-        return {
-            "classFilterMode": False,
-            "codeSet": list(self.code_set),
-            "expressionType": self.expression_type,
-            "subString": self.sub_string,
-            "subVersion": self.sub_version,
-            "tagsSet": list(self.tags_set),
-            "topic": self.topic,
-        }
-
-    def matches_tag(self, tags: str | None) -> bool:
-        """Client-side re-check after a pull: the broker filtered by hash code, which can collide."""
-        if not self.is_tag or not self.tags_set:
-            return True
-        return tags in self._tags_lookup
-
-    @property
-    def _tags_lookup(self) -> frozenset:
-        return frozenset(self.tags_set)
 
 
 def build_subscription(topic: str, expression="*") -> SubscriptionData:
@@ -65,14 +28,10 @@ def build_subscription(topic: str, expression="*") -> SubscriptionData:
             "string or a MessageSelector"
         )
     etype = (selector.expression_type or ExpressionType.TAG).upper()
-    if ExpressionType.is_tag_type(etype):
-        tags = split_tags(selector.expression)
-        sub_string = SUB_ALL if not tags else selector.expression.strip()
-        return SubscriptionData(topic=topic, sub_string=sub_string, expression_type=ExpressionType.TAG,
-                                tags_set=tags, code_set=[java_string_hash(t) for t in tags])
-    # SQL92 or a plugin type: validate through the plugin (raises FilterExpressionError / PluginNotFoundError)
-    plugins.get_filter_factory(etype)(selector.expression)
-    return SubscriptionData(topic=topic, sub_string=selector.expression, expression_type=etype)
+    if not ExpressionType.is_tag_type(etype):
+        # SQL92 or a plugin type: validate through the plugin (raises FilterExpressionError / PluginNotFoundError)
+        plugins.get_filter_factory(etype)(selector.expression)
+    return SubscriptionData.build(topic, selector.expression, etype)
 
 
 def retry_subscription(group: str) -> SubscriptionData:
@@ -92,7 +51,7 @@ def heartbeat_body(client_id: str, producer_groups, consumers) -> bytes:
             "consumeType": c.consume_type,
             "messageModel": c.message_model_name,
             "consumeFromWhere": c.consume_from_where_name,
-            "subscriptionDataSet": [s.to_json_dict() for s in c.subscriptions()],
+            "subscriptionDataSet": [s.to_json() for s in c.subscriptions()],
             "unitMode": False,
         }
         for c in consumers
@@ -103,4 +62,4 @@ def heartbeat_body(client_id: str, producer_groups, consumers) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode("utf-8")
 
 
-__all__ = ["SubscriptionData", "build_subscription", "retry_subscription", "heartbeat_body"]
+__all__ = ["build_subscription", "retry_subscription", "heartbeat_body"]

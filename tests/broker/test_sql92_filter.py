@@ -32,7 +32,7 @@ def test_sql_group_and_tag_group_each_get_their_own(make_cluster, raw, bloom):
     assert [m.body for m in got] == want
     got = _pull_all(raw, addr, "T_F", "G_TAG", "TagA", "TAG")
     assert [m.body for m in got] == [f"m{i}".encode() for i in range(0, 60, 2)]
-    from rmq_core.broker.client_manager import SubscriptionData
+    from rmq_core.common.subscription import SubscriptionData
     mf = c.broker.build_message_filter("G_SQL", SubscriptionData.build("T_F", "a BETWEEN 3 AND 5", "SQL92"))
     assert (mf.bloom_bits is not None) == bloom  # with bit maps on, the scan tests bloom bits first
     if bloom:

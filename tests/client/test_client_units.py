@@ -10,7 +10,8 @@ from rmq_core.client.config import ClientConfig
 from rmq_core.client.instance import Scheduler, parse_offset_table
 from rmq_core._native.frame import SendHeader, read_send_responses
 from rmq_core.client.producer import _RESULTS
-from rmq_core.client.pull_api import build_pull_request, build_pull_sys_flag, process_pull_response
+from rmq_core.client.pull_api import build_pull_request, process_pull_response
+from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.client.subscription import build_subscription, heartbeat_body, retry_subscription
 from rmq_core.codec import encode_message_record
 from rmq_core.errors import ConfigError, FilterExpressionError, IllegalArgumentError, MQBrokerError

@@ -6,7 +6,8 @@ import asyncio
 import json
 import logging
 
-from rmq_core.broker.client_manager import ClientChannelInfo, DuplicateClientIdError, SubscriptionData, parse_heartbeat
+from rmq_core.broker.client_manager import ClientChannelInfo, DuplicateClientIdError, parse_heartbeat
+from rmq_core.common.subscription import SubscriptionData
 from rmq_core.broker.processors import Processor
 from rmq_core.broker.consumer_filter_manager import PropertyFilterDisabledError
 from rmq_core.errors import FilterExpressionError, PluginNotFoundError

@@ -4,20 +4,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from rmq_core.broker.client_manager import SubscriptionData
 from rmq_core.broker.processors import Processor
 from rmq_core.broker.consumer_filter_manager import PropertyFilterDisabledError
+from rmq_core.common.subscription import SubscriptionData
+from rmq_core.common.sysflag import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND
 from rmq_core.errors import FilterExpressionError, PluginNotFoundError
 from rmq_core.message import ExpressionType, MixAll, PermName
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.store import GetMessageStatus
 
 log = logging.getLogger("rmq.broker")
-
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
-FLAG_CLASS_FILTER = 0x8
 
 _STATUS_TO_CODE = {
     GetMessageStatus.FOUND: ResponseCode.SUCCESS,
