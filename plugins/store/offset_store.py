@@ -34,6 +34,7 @@ import re
 import threading
 from typing import Iterable
 
+from rmq_core.common.files import atomic_write
 from rmq_core.errors import IllegalArgumentError, MQBrokerError, MQClientError
 from rmq_core.message import MessageQueue
 
@@ -235,31 +236,6 @@ class RemoteBrokerOffsetStore(OffsetStore):
             self.broker_api.update_consumer_offset(mq, int(offset), bool(oneway))
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    # The client must not import the store package, so this is a small twin of
-    # rmq_core.store.config_file.atomic_write.
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
-
-
 class LocalFileOffsetStore(OffsetStore):
     """Broadcasting: offsets in a local JSON file per consumer group (RocketMQ LocalFileOffsetStore).
 
@@ -346,8 +322,8 @@ class LocalFileOffsetStore(OffsetStore):
         try:
             prev = _read_bytes(self.store_path)
             if prev is not None and _decode(prev) is not None:
-                _atomic_write(self.store_path + ".bak", prev)  # keep the last good version
-            _atomic_write(self.store_path, data)
+                atomic_write(self.store_path + ".bak", prev)  # keep the last good version
+            atomic_write(self.store_path, data)
         except OSError as e:
             log.error("persist consumer offsets to %s failed: %s", self.store_path, e)
 

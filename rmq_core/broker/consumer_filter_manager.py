@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
+from rmq_core.common.files import atomic_write
 from rmq_core.config import BrokerConfig, MessageStoreConfig
 from rmq_core.errors import ConfigError, FilterExpressionError, PluginNotFoundError
 from rmq_core.filtering import MessageFilter
@@ -397,20 +398,8 @@ class ConsumerFilterManager:
     def persist(self) -> None:
         """Write consumerFilter.json atomically: a temporary file, fsync, rename, fsync the folder."""
         path = self._require_path()
-        data = self.encode().encode("utf-8")
-        folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        with self._lock:  # one writer of the .tmp file at a time
+            atomic_write(path, self.encode().encode("utf-8"))
 
     def load(self) -> bool:
         """Read consumerFilter.json if present; True when something was loaded.

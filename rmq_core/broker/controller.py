@@ -42,7 +42,7 @@ from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
 from rmq_core.remoting.server import RemotingServer
 from rmq_core.store import DefaultMessageStore
-from rmq_core.store.config_file import ConsumerOffsetManager
+from rmq_core.broker.config_file import ConsumerOffsetManager
 
 log = logging.getLogger("rmq.broker")
 

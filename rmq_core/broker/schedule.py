@@ -20,7 +20,7 @@ from rmq_core.broker import cancel_and_wait
 from rmq_core.codec import decode_messages
 from rmq_core.message import MessageConst, SysFlag, TopicValidator, host_port
 from rmq_core.store import MessageExtBrokerInner, PutMessageStatus
-from rmq_core.store.config_file import atomic_write
+from rmq_core.common.files import atomic_write
 
 log = logging.getLogger("rmq.broker")
 SCHEDULE_TOPIC = TopicValidator.RMQ_SYS_SCHEDULE_TOPIC

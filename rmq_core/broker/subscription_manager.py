@@ -5,7 +5,7 @@ import logging
 import threading
 
 from rmq_core.errors import StoreError
-from rmq_core.store.config_file import SubscriptionGroupConfig, SubscriptionGroupTable
+from rmq_core.broker.config_file import SubscriptionGroupConfig, SubscriptionGroupTable
 
 log = logging.getLogger("rmq.broker")
 

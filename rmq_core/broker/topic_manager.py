@@ -1,5 +1,5 @@
 """Topic configs with the broker's policy: system topics, auto-creation from TBW102, retry/DLQ
-topics (RocketMQ's TopicConfigManager).  Persistence is `rmq_core.store.config_file`.
+topics (RocketMQ's TopicConfigManager).  Persistence is `rmq_core.broker.config_file`.
 
 Writing the table is group-committed (`ConfigManager.persist_soon`): a change schedules a batch,
 and every change made while a batch is written shares the next one, so a burst of N creations
@@ -20,7 +20,7 @@ import threading
 
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import MixAll, PermName, TopicValidator
-from rmq_core.store.config_file import TopicConfig, TopicConfigTable
+from rmq_core.broker.config_file import TopicConfig, TopicConfigTable
 
 log = logging.getLogger("rmq.broker")
 

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 
+from rmq_core.common.files import atomic_write
 from rmq_core.errors import ConfigError
 
 log = logging.getLogger("rmq.namesrv")
@@ -39,14 +40,8 @@ class KVConfigManager:
     def persist(self) -> None:
         if self.path is None:
             return
-        directory = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(directory, exist_ok=True)
-        tmp = f"{self.path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"configTable": self.config_table}, f, indent=1, sort_keys=True, ensure_ascii=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        text = json.dumps({"configTable": self.config_table}, indent=1, sort_keys=True, ensure_ascii=False)
+        atomic_write(self.path, text.encode("utf-8"))
 
     def put(self, namespace: str, key: str, value: str) -> None:
         kv = self.config_table.setdefault(namespace, {})

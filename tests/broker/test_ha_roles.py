@@ -9,7 +9,7 @@ import rmq_core
 from rmq_core.broker.processors.pull import suggest_which_broker_id
 from rmq_core.config import BrokerConfig
 from rmq_core.remoting.codes import RequestCode, ResponseCode
-from rmq_core.store.config_file import SubscriptionGroupConfig
+from rmq_core.broker.config_file import SubscriptionGroupConfig
 from tests.client.conftest import SMALL_BROKER, wait_until
 from tests.rawclient import RawClient
 
@@ -121,7 +121,7 @@ def test_offsets_committed_to_the_slave_survive_its_sync_and_the_master_takes_th
 
 
 def test_received_offsets_are_persisted_with_the_slave_table(tmp_path):
-    from rmq_core.store.config_file import ConsumerOffsetManager
+    from rmq_core.broker.config_file import ConsumerOffsetManager
 
     m = ConsumerOffsetManager(tmp_path)
     m.commit_offset(None, GROUP, TOPIC, 0, 42, received_by_slave=True)

@@ -10,15 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmq_core.errors import IllegalArgumentError
-from rmq_core.store.config_file import (
+from rmq_core.broker.config_file import (
     ConsumerOffsetManager,
     SubscriptionGroupConfig,
     SubscriptionGroupTable,
     TopicConfig,
     TopicConfigTable,
-    atomic_write,
     loads_lenient,
 )
+from rmq_core.common.files import atomic_write
 
 
 def test_atomic_write_replaces_and_leaves_no_tmp(tmp_path):
@@ -38,7 +38,7 @@ def _crash_during_persist(config_dir, victim: str):
     """Run persist() in a child whose os.replace SIGKILLs the process when it would rename onto `victim`."""
     code = textwrap.dedent(f"""
         import os, signal
-        from rmq_core.store.config_file import ConsumerOffsetManager
+        from rmq_core.broker.config_file import ConsumerOffsetManager
         real_replace = os.replace
         def dying_replace(src, dst):
             if os.path.basename(dst) == {victim!r}:
@@ -263,7 +263,7 @@ def test_a_torn_journal_line_ends_the_replay(tmp_path):
 
 
 def test_the_journal_is_compacted_into_the_file(tmp_path, monkeypatch):
-    import rmq_core.store.config_file as cf
+    import rmq_core.broker.config_file as cf
 
     monkeypatch.setattr(cf, "JOURNAL_MIN_ENTRIES", 4)
     t = TopicConfigTable(tmp_path)

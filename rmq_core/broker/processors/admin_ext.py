@@ -13,6 +13,7 @@ import time
 from rmq_core.broker.processors import Processor
 from rmq_core.broker.processors.admin import consume_stats_body
 from rmq_core.broker.processors.client import json_body
+from rmq_core.common.files import atomic_write
 from rmq_core.errors import ConfigError, RMQError
 from rmq_core.message import MixAll
 from rmq_core.remoting.codes import RequestCode, ResponseCode
@@ -122,12 +123,9 @@ class AdminExtProcessor(Processor):
         try:  # first persisted, so that a key acknowledged survives a restart
             saved = read_properties_file(path) if os.path.exists(path) else {}
             saved.update(updates)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write("# written by updateBrokerConfig; read over broker.conf when the broker starts\n")
-                f.writelines(f"{k}={v}\n" for k, v in sorted(saved.items()))
-            os.replace(tmp, path)
+            text = "# written by updateBrokerConfig; read over broker.conf when the broker starts\n" + "".join(
+                f"{k}={v}\n" for k, v in sorted(saved.items()))
+            atomic_write(path, text.encode("utf-8"))
         except (OSError, ConfigError) as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"cannot write {path}: {e}")
         later = [k for k in updates if k not in RUNTIME_BROKER_KEYS]

@@ -4,7 +4,7 @@ RocketMQ keeps these small tables as JSON under `<storePathRootDir>/config/` and
 whole file on every persist (ConfigManager).  We keep its file names and JSON shapes so a config
 directory reads like a RocketMQ one, and make the rewrite crash-safe:
 
-* `atomic_write` writes `<file>.tmp`, fsyncs it, renames it over `<file>` and fsyncs the
+* `atomic_write` (rmq_core.common.files) writes `<file>.tmp`, fsyncs it, renames it over `<file>` and fsyncs the
   directory, so after a crash the file is either the old or the new version, never a mix.  A
   `.tmp` left behind by a crash is never read.
 * Topic and subscription group tables append changes to a journal between rewrites (see
@@ -29,12 +29,12 @@ from typing import Any, Iterator
 
 import attrs
 
+from rmq_core.common.files import atomic_write, fsync_dir, read_file_bytes
 from rmq_core.errors import IllegalArgumentError, StoreError
 from rmq_core.message import PermName, TopicValidator
-# one DataVersion: the table's version is the same object the broker registers with the name server
 from rmq_core.remoting.body import DataVersion
 
-log = logging.getLogger("rmq.store")
+log = logging.getLogger("rmq.broker")
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
 TOPICS_FILE = "topics.json"
@@ -42,57 +42,6 @@ SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
 TOPIC_GROUP_SEPARATOR = "@"
 JOURNAL_SUFFIX = ".log"
 JOURNAL_MIN_ENTRIES = 1024  # the journal grows to max(this, table size) entries before a rewrite
-
-
-# --- crash-safe file writes --------------------------------------------------------------------
-def fsync_dir(path: str) -> None:
-    """fsync a directory so a rename inside it survives a power cut (no-op where unsupported)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems refuse fsync on directories; the rename is still atomic
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Replace `path` with `data` atomically: tmp file in the same dir, fsync, rename, fsync dir."""
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise IllegalArgumentError(f"atomic_write needs bytes, not {type(data).__name__}")
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        try:
-            os.remove(tmp)  # (a full disk: the half-written copy would only hold space)
-        except OSError:
-            pass
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(directory)
-
-
-def read_file_bytes(path: str) -> bytes | None:
-    """The file's bytes, or None when it does not exist."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
 
 
 # --- ConfigManager -----------------------------------------------------------------------------
