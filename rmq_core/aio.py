@@ -40,7 +40,7 @@ from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from threading import get_ident
 
 from rmq_core._native.send_pipeline import set_loop_future_class
-from rmq_core.client.instance import LeanFuture
+from rmq_core.client.futures import LeanFuture
 from rmq_core.message import Message, MessageQueue, MixAll, SendResult
 
 __all__ = ["Producer", "PullConsumer", "PushConsumer"]

@@ -19,7 +19,7 @@ import time
 from concurrent.futures._base import FINISHED as _FINISHED
 
 from rmq_core._native.send_pipeline import finish_batch
-from rmq_core.client.instance import LeanFuture
+from rmq_core.client.futures import LeanFuture
 from rmq_core.message import Message
 
 log = logging.getLogger("rmq.client.producer")

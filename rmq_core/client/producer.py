@@ -29,7 +29,8 @@ from rmq_core import plugins
 from rmq_core.client.accumulator import BATCH_ITEM_OVERHEAD, PipelinedAccumulator
 from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import RETRY_RESPONSE_CODES, MQFaultStrategy, SendPolicy
-from rmq_core.client.instance import LeanFuture, MQClientInstance, MQClientManager
+from rmq_core.client.futures import LeanFuture
+from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
 from rmq_core.client.trace import TraceDispatcher
 from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
@@ -429,7 +430,7 @@ class Producer:
         with self._lock:
             if self._started:
                 return self
-            self.instance = instance or MQClientManager.get_instance(self.client_config)
+            self.instance = instance or MQClientManager.get_instance(self.client_config, Producer)
             self.instance.register_producer(self.group, self)
             try:
                 self.instance.start()

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from rmq_core._native.record import UniqIds
-from rmq_core.client.instance import CancellableFuture, LeanFuture
+from rmq_core.client.futures import CancellableFuture, LeanFuture
 from rmq_core.message import MessageClientIDSetter
 
 

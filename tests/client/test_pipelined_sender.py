@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from rmq_core._native import send_pipeline
 from rmq_core.client import producer as producer_module
-from rmq_core.client.instance import LeanFuture
+from rmq_core.client.futures import LeanFuture
 from rmq_core.client.producer import Producer, SendResponse
 from rmq_core.client.route import TopicPublishInfo
 from rmq_core.client.selector import check_message

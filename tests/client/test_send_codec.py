@@ -367,7 +367,7 @@ def _context(mq, future, begin):
 def test_pipelined_completion_finishes_the_future_as_the_python_path_would():
     import time
 
-    from rmq_core.client.instance import LeanFuture
+    from rmq_core.client.futures import LeanFuture
 
     strategy, noted, fallback_calls = _Strategy(), {}, []
     completion = send_pipeline.PipelinedCompletion(maker=producer_module._RESULTS,
@@ -393,7 +393,7 @@ def test_pipelined_completion_finishes_the_future_as_the_python_path_would():
 
 
 def test_pipelined_completion_hands_failures_and_refusals_to_the_fallback():
-    from rmq_core.client.instance import LeanFuture
+    from rmq_core.client.futures import LeanFuture
 
     calls = []
     completion = send_pipeline.PipelinedCompletion(maker=producer_module._RESULTS,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_core.client.instance import LeanFuture
+from rmq_core.client.futures import LeanFuture
 from rmq_core.errors import RemotingConnectError
 from rmq_core.remoting.codes import ResponseCode
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
