@@ -19,6 +19,14 @@ class PluginNotFoundError(ConfigError):
         )
 
 
+class PluginLoadError(ConfigError):
+    """An installed plugin (a built-in, or one under the entry-point group `rmq`) failed to import."""
+
+    def __init__(self, plugin: str, cause: BaseException):
+        self.plugin, self.cause = plugin, cause
+        super().__init__(f"plugin {plugin} failed to import: {type(cause).__name__}: {cause}")
+
+
 class IllegalArgumentError(RMQError, ValueError):
     """A caller passed a bad value (bad topic name, empty body, oversize message...)."""
 

@@ -2,18 +2,21 @@
 
 Built-in plugins are registered through this package's own entry points, the same way a
 third-party plugin is; when rmq runs from a source tree that was never installed (no entry
-points), the built-in modules are registered directly so nothing silently disappears.
+points), the built-in modules are registered directly so nothing silently disappears.  A plugin
+that fails to import is a PluginLoadError naming it and the cause: skipping it would only move
+the failure to the first lookup of a name it provides ("unknown allocate strategy ...").
 """
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import threading
 from typing import Any
 
 import pluggy
 
 from rmq_core import hookspecs
-from rmq_core.errors import ConfigError, PluginNotFoundError
+from rmq_core.errors import ConfigError, PluginLoadError, PluginNotFoundError
 
 PROJECT = "rmq"
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -36,17 +39,29 @@ def get_plugin_manager() -> pluggy.PluginManager:
         if _pm is None:
             pm = pluggy.PluginManager(PROJECT)
             pm.add_hookspecs(hookspecs)
-            pm.load_setuptools_entrypoints(PROJECT)
+            _load_entry_points(pm)
             for modname in BUILTIN_PLUGIN_MODULES:
                 try:
                     mod = importlib.import_module(modname)
-                except ImportError:
-                    continue  # that built-in is not part of this checkout yet
+                except Exception as e:  # noqa: BLE001 - any failure of a built-in is the user's to see
+                    raise PluginLoadError(f"{modname!r} (built-in)", e) from e
                 if not pm.is_registered(mod):
                     pm.register(mod, name=modname)
             pm.check_pending()  # a typo in a hook name fails loudly
             _pm = pm
         return _pm
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    """pluggy's load_setuptools_entrypoints, but a plugin that fails to import is named."""
+    for ep in importlib.metadata.entry_points(group=PROJECT):
+        if pm.has_plugin(ep.name) or pm.is_blocked(ep.name):
+            continue
+        try:
+            plugin = ep.load()
+        except Exception as e:  # noqa: BLE001 - re-raised, naming the plugin
+            raise PluginLoadError(f"{ep.name!r} ({ep.value})", e) from e
+        pm.register(plugin, name=ep.name)
 
 
 def _merged(hook_name: str) -> dict[str, Any]:
