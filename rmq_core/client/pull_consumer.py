@@ -109,19 +109,7 @@ class PullConsumer(ConsumerBase):
     def subscribe(self, topic: str, expression="*") -> None:
         if self._assigned_mode:
             raise MQClientError("subscribe and assign are mutually exclusive")
-        self.subscription_inner[topic] = build_subscription(topic, expression)
-        if self._started:
-            self.instance.run(self.instance.update_topic_route(topic), timeout=30)
-            route = self.instance.topic_route_table.get(topic)
-            if route is not None:
-                self.rebalance.topic_subscribe_info[topic] = route.subscribe_queues(topic)
-            self.instance.heartbeat_now()
-            self.instance.rebalance_immediately()
-
-    def unsubscribe(self, topic: str) -> None:
-        self.subscription_inner.pop(topic, None)
-        if self._started:
-            self.instance.rebalance_immediately()
+        super().subscribe(topic, expression)
 
     def assign(self, mqs: Iterable[MessageQueue]) -> None:
         """Consume exactly these queues (no rebalance)."""

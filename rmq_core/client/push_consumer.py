@@ -16,6 +16,7 @@ from rmq_core.client.config import make_client_config
 from rmq_core.client.consume_service import ConsumeConcurrentlyService, ConsumeOrderlyService, ConsumeThreads
 from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.process_queue import ProcessQueue
+from rmq_core.client.producer import Producer
 from rmq_core.client.pull_api import (
     BrokerOffsetApi, PullChain, PullRequests, max_offset,
     search_offset,
@@ -109,6 +110,24 @@ class ConsumerBase:
     def subscriptions(self) -> list[SubscriptionData]:
         return list(self.subscription_inner.values())
 
+    def subscribe(self, topic: str, expression="*") -> None:
+        """expression: "TagA || TagB", "*", or a MessageSelector (MessageSelector.by_sql("a > 5"))."""
+        sub = build_subscription(topic, expression)
+        self.subscription_inner[topic] = sub
+        if self._started:
+            self.instance.run(self.instance.update_topic_route(topic), timeout=30)
+            route = self.instance.topic_route_table.get(topic)
+            if route is not None:
+                self.rebalance.topic_subscribe_info[topic] = route.subscribe_queues(topic)
+            self.instance.heartbeat_now()
+            self.instance.rebalance_immediately()
+
+    def unsubscribe(self, topic: str) -> None:
+        self.subscription_inner.pop(topic, None)
+        if self._started:
+            self.instance.heartbeat_now()
+            self.instance.rebalance_immediately()
+
     def subscribed_topics(self) -> set[str]:
         return set(self.subscription_inner)
 
@@ -129,7 +148,7 @@ class ConsumerBase:
         """Resolve plugins (unknown name -> error listing the available ones), start the instance,
         load offsets, fetch routes, heartbeat (surfacing a broker's refusal)."""
         strategy, factory = self._resolve_plugins()
-        self.instance = MQClientManager.get_instance(self.client_config)
+        self.instance = MQClientManager.get_instance(self.client_config, Producer)
         self.instance.register_consumer(self.group, self)
         try:
             self.instance.start()
@@ -346,24 +365,6 @@ class PushConsumer(ConsumerBase):
         self.flow_control_times = 0
 
     # --- configuration ---------------------------------------------------------------------------
-    def subscribe(self, topic: str, expression="*") -> None:
-        """expression: "TagA || TagB", "*", or a MessageSelector (MessageSelector.by_sql("a > 5"))."""
-        sub = build_subscription(topic, expression)
-        self.subscription_inner[topic] = sub
-        if self._started:
-            self.instance.run(self.instance.update_topic_route(topic), timeout=30)
-            route = self.instance.topic_route_table.get(topic)
-            if route is not None:
-                self.rebalance.topic_subscribe_info[topic] = route.subscribe_queues(topic)
-            self.instance.heartbeat_now()
-            self.instance.rebalance_immediately()
-
-    def unsubscribe(self, topic: str) -> None:
-        self.subscription_inner.pop(topic, None)
-        if self._started:
-            self.instance.heartbeat_now()
-            self.instance.rebalance_immediately()
-
     def register_message_listener(self, listener: Callable, orderly: bool = False) -> None:
         """listener(list[MessageExt]) -> ConsumeStatus.  orderly=True: one queue is consumed by one
         thread at a time, in queue order (return SUCCESS or SUSPEND_CURRENT_QUEUE_A_MOMENT)."""
