@@ -34,7 +34,7 @@ import re
 import threading
 from typing import Iterable
 
-from rmq_core.common.files import atomic_write
+from rmq_core.common.files import atomic_write, read_file_bytes
 from rmq_core.errors import IllegalArgumentError, MQBrokerError, MQClientError
 from rmq_core.message import MessageQueue
 
@@ -136,9 +136,16 @@ class OffsetStore(abc.ABC):
                 return -1
         return self._read_from_store(mq)
 
-    @abc.abstractmethod
     def _read_from_store(self, mq: MessageQueue) -> int:
-        """Implemented by each subclass."""
+        offset = self._stored_offset(mq)
+        if offset >= 0:
+            self.update_offset(mq, offset, False)
+        return offset
+
+    @abc.abstractmethod
+    def _stored_offset(self, mq: MessageQueue) -> int:
+        """The offset the store of record holds for `mq`: -1 when it has none, -2 when it cannot
+        be read now (implemented by each subclass)."""
 
     def remove_offset(self, mq: MessageQueue) -> None:
         with self._lock:
@@ -180,19 +187,14 @@ class RemoteBrokerOffsetStore(OffsetStore):
         if hasattr(broker_api, "commit_guard"):  # the client's API re-checks in its event loop, right before the send
             broker_api.commit_guard = self.commit_guard
 
-    def _read_from_store(self, mq: MessageQueue) -> int:
+    def _stored_offset(self, mq: MessageQueue) -> int:
         try:
-            offset = int(self.broker_api.query_consumer_offset(mq))
-        except MQBrokerError as e:
-            if e.code == QUERY_NOT_FOUND:
+            return int(self.broker_api.query_consumer_offset(mq))
+        except Exception as e:  # noqa: BLE001 - network trouble: RocketMQ reports -2, the caller retries later
+            if isinstance(e, MQBrokerError) and e.code == QUERY_NOT_FOUND:
                 return -1
             log.warning("fetchConsumeOffsetFromBroker %s for group %s failed: %s", mq, self.group, e)
             return -2
-        except Exception as e:  # noqa: BLE001 - network trouble: RocketMQ reports -2, the caller retries later
-            log.warning("fetchConsumeOffsetFromBroker %s for group %s failed: %s", mq, self.group, e)
-            return -2
-        self.update_offset(mq, offset, False)
-        return offset
 
     def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
         """Send the offsets of `mqs` to the broker (oneway); forget queues no longer in `mqs`."""
@@ -257,17 +259,12 @@ class LocalFileOffsetStore(OffsetStore):
         for mq, offset in stored.items():
             log.info("load consumer's offset, %s %s %s", self.group, mq, offset)
 
-    def _read_from_store(self, mq: MessageQueue) -> int:
+    def _stored_offset(self, mq: MessageQueue) -> int:
         try:
-            stored = self._read_local()
+            return self._read_local().get(mq, -1)
         except MQClientError as e:
             log.warning("%s", e)
             return -1
-        offset = stored.get(mq)
-        if offset is None:
-            return -1
-        self.update_offset(mq, offset, False)
-        return offset
 
     def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
         mqs = set(mqs or ())
@@ -320,7 +317,7 @@ class LocalFileOffsetStore(OffsetStore):
             ],
         }, indent=1).encode("utf-8")
         try:
-            prev = _read_bytes(self.store_path)
+            prev = read_file_bytes(self.store_path)
             if prev is not None and _decode(prev) is not None:
                 atomic_write(self.store_path + ".bak", prev)  # keep the last good version
             atomic_write(self.store_path, data)
@@ -329,13 +326,13 @@ class LocalFileOffsetStore(OffsetStore):
 
     def _read_local(self) -> dict[MessageQueue, int]:
         """The stored table; main file first, then `.bak`.  {} when neither exists."""
-        main = _read_bytes(self.store_path)
+        main = read_file_bytes(self.store_path)
         if main is not None and main.strip():
             table = _decode(main)
             if table is not None:
                 return table
             log.warning("offset file %s is corrupt; falling back to %s.bak", self.store_path, self.store_path)
-        bak = _read_bytes(self.store_path + ".bak")
+        bak = read_file_bytes(self.store_path + ".bak")
         if bak is None or not bak.strip():
             if main is not None and main.strip():
                 raise MQClientError(f"offset file {self.store_path} is corrupt and has no backup; "
@@ -346,14 +343,6 @@ class LocalFileOffsetStore(OffsetStore):
             raise MQClientError(f"offset file {self.store_path} and its backup are both corrupt; "
                                 f"move them away to start from the consume-from-where policy")
         return table
-
-
-def _read_bytes(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
 
 
 def _decode(raw: bytes) -> dict[MessageQueue, int] | None:

@@ -21,6 +21,12 @@ def json_body(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode("utf-8")
 
 
+def _lock_batch_body(request) -> tuple[str, str, list]:
+    """(consumer group, client id, queues) of a LOCK_BATCH_MQ / UNLOCK_BATCH_MQ body."""
+    body = json.loads(bytes(request.body or b"{}"))
+    return body["consumerGroup"], body["clientId"], [_mq_from_json(d) for d in body.get("mqSet") or []]
+
+
 def _mq_from_json(d: dict) -> MessageQueue:
     return MessageQueue(str(d["topic"]), str(d["brokerName"]), int(d["queueId"]))
 
@@ -161,9 +167,7 @@ class ClientManageProcessor(Processor):
 
     async def lock_batch_mq(self, ctx, request):
         try:
-            body = json.loads(bytes(request.body or b"{}"))
-            group, client_id = body["consumerGroup"], body["clientId"]
-            mqs = [_mq_from_json(d) for d in body.get("mqSet") or []]
+            group, client_id, mqs = _lock_batch_body(request)
         except (ValueError, KeyError, TypeError) as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad lock request body: {e}")
         # Queue locks live on the master: a slave grants none, so an orderly consumer pauses while
@@ -177,9 +181,7 @@ class ClientManageProcessor(Processor):
 
     async def unlock_batch_mq(self, ctx, request):
         try:
-            body = json.loads(bytes(request.body or b"{}"))
-            group, client_id = body["consumerGroup"], body["clientId"]
-            mqs = [_mq_from_json(d) for d in body.get("mqSet") or []]
+            group, client_id, mqs = _lock_batch_body(request)
         except (ValueError, KeyError, TypeError) as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad unlock request body: {e}")
         self.ctrl.lock_manager.unlock_batch(group, mqs, client_id)
