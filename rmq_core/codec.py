@@ -53,12 +53,12 @@ from rmq_core._native.record import (  # noqa: E402,F401
 from rmq_core.message import java_string_hash as java_string_hash_py  # noqa: E402,F401
 from rmq_core.message import string_to_properties as string_to_properties_py  # noqa: E402,F401
 
-MESSAGE_MAGIC_CODE = 0xDAA320A7
-BLANK_MAGIC_CODE = 0xCBD43194
-BORNHOST_V6_FLAG = 0x10
-STOREHOST_V6_FLAG = 0x20
-MAX_TOPIC_LENGTH = 127
-MAX_PROPERTIES_LENGTH = 32767
+from rmq_core.message import (  # noqa: E402,F401 - the record's constants, defined once in message
+    BLANK_MAGIC_CODE, MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MESSAGE_MAGIC_CODE, SysFlag,
+)
+
+BORNHOST_V6_FLAG = SysFlag.BORNHOST_V6
+STOREHOST_V6_FLAG = SysFlag.STOREHOST_V6
 RECORD_FIXED_V4 = 91
 BATCH_ITEM_FIXED = 22
 

@@ -30,6 +30,7 @@ PROPERTY_SEPARATOR = "\x02"
 class MessageConst:
     """Property keys (exact strings, RocketMQ MessageConst)."""
 
+    KEY_SEPARATOR = " "  # between the keys of one message in its KEYS property
     KEYS = "KEYS"
     TAGS = "TAGS"
     WAIT_STORE_MSG_OK = "WAIT"
@@ -319,7 +320,7 @@ def _to_bytes(body) -> bytes:
 def _keys_to_str(keys) -> str | None:
     if keys is None or isinstance(keys, str):
         return keys or None
-    return " ".join(str(k) for k in keys) or None
+    return MessageConst.KEY_SEPARATOR.join(str(k) for k in keys) or None
 
 
 @attrs.define(slots=True, eq=False)

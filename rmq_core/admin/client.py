@@ -27,6 +27,7 @@ import attrs
 from rmq_core.common.sysflag import FLAG_SUBSCRIPTION
 from rmq_core.errors import MQBrokerError, RemotingError, RMQError
 from rmq_core.message import MessageConst, MessageQueue, MixAll, PermName, TopicValidator, decode_offset_msg_id
+from rmq_core.namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG
 from rmq_core.remoting.blocking import BlockingChannelPool
 from rmq_core.remoting.body import ClusterInfo, TopicRouteData, kv_table_decode, loads_lenient, topic_list_decode
 from rmq_core.remoting.codes import RequestCode, ResponseCode
@@ -34,7 +35,6 @@ from rmq_core.remoting.command import RemotingCommand
 
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # the group mqadmin pulls with (MixAll.TOOLS_CONSUMER_GROUP)
 ADMIN_PRODUCER_GROUP = "TOOLS_PRODUCER"
-NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 # Pull sysFlag bits (PullSysFlag): the subscription travels in the request, no suspend, no commit.
 
 

@@ -16,7 +16,7 @@ from typing import Iterable
 
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import (
-    PullChain, PullRequests, max_offset, min_offset, reset_retry_topic, search_offset,
+    PullChain, max_offset, min_offset, reset_retry_topic, search_offset,
 )
 from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
 from rmq_core.client.subscription import build_subscription
@@ -282,16 +282,11 @@ class PullConsumer(ConsumerBase):
         pq = st.pq
         topic = mq.topic
 
-        requests = None
+        requests = self._pull_requests_of(mq)
         sys_flag = build_pull_sys_flag(False, True, True, lite_pull=True)
 
         def make_request(at: int):
-            nonlocal requests
-            sub = self.subscription_inner[topic]
-            if requests is None or requests.sub is not sub or requests.max_nums != self.pull_batch_size:
-                requests = PullRequests(group=self.group, mq=mq, sub=sub, max_nums=self.pull_batch_size,
-                                        suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
-            return requests.request(at, sys_flag, 0)
+            return requests().request(at, sys_flag, 0)
 
         def may_pull_ahead(answer, batches: int) -> bool:
             # what the loop checks before its next pull, with the batches pulled ahead counted in

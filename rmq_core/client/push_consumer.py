@@ -131,6 +131,21 @@ class ConsumerBase:
     def subscribed_topics(self) -> set[str]:
         return set(self.subscription_inner)
 
+    def _pull_requests_of(self, mq: MessageQueue) -> Callable[[], PullRequests]:
+        """For a queue's pull loop: its PullRequests for the current subscription and batch size
+        (made anew when a subscribe() or a new batch size changes either)."""
+        requests = None
+
+        def current() -> PullRequests:
+            nonlocal requests
+            sub = self.subscription_inner[mq.topic]
+            if requests is None or requests.sub is not sub or requests.max_nums != self.pull_batch_size:
+                requests = PullRequests(group=self.group, mq=mq, sub=sub, max_nums=self.pull_batch_size,
+                                        suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
+            return requests
+
+        return current
+
     def on_route_changed(self, topic: str, route: TopicRouteData) -> None:
         if topic in self.subscription_inner and self.rebalance is not None:
             self.rebalance.topic_subscribe_info[topic] = route.subscribe_queues(topic)
@@ -534,19 +549,14 @@ class PushConsumer(ConsumerBase):
         loop = asyncio.get_running_loop()
         topic = mq.topic
 
-        requests = None
+        requests = self._pull_requests_of(mq)
 
         def make_request(at: int):
-            nonlocal requests
-            sub = self.subscription_inner[topic]
-            if requests is None or requests.sub is not sub or requests.max_nums != self.pull_batch_size:
-                requests = PullRequests(group=self.group, mq=mq, sub=sub, max_nums=self.pull_batch_size,
-                                        suspend_timeout_ms=int(self.broker_suspend_max_time * 1000))
             commit_offset = self.offset_store.read_offset(mq, READ_FROM_MEMORY) if clustering else 0
             guard = getattr(self.offset_store, "commit_guard", None)
             if commit_offset > 0 and guard is not None and not guard.admit(mq, commit_offset):
                 commit_offset = 0  # older than one committed already (a reset moved the queue back meanwhile)
-            return requests.request(at, build_pull_sys_flag(commit_offset > 0, True, True), max(commit_offset, 0))
+            return requests().request(at, build_pull_sys_flag(commit_offset > 0, True, True), max(commit_offset, 0))
 
         def may_pull_ahead(answer, batches: int) -> bool:
             # what the loop checks before its next pull, with the batches pulled ahead counted in

@@ -36,7 +36,6 @@ log = logging.getLogger("rmq.client.trace")
 
 CONTENT_SPLITOR = "\x01"
 FIELD_SPLITOR = "\x02"
-KEY_SEPARATOR = " "
 # AsyncTraceDispatcher's sizes: the context buffer, a trace message's most, a batch's wait
 QUEUE_SIZE = 1024
 MAX_MSG_SIZE = 128_000
@@ -126,7 +125,7 @@ def index_keys(msg_id: str, keys: str | None, into: list) -> None:
     """The keys a trace record is found by: the message's id and its own keys."""
     into.append(msg_id)
     if keys:
-        into.extend(k for k in keys.split(KEY_SEPARATOR) if k)
+        into.extend(k for k in keys.split(MessageConst.KEY_SEPARATOR) if k)
 
 
 def encode(ctx: TraceContext) -> tuple[str, list[str]]:

@@ -48,7 +48,7 @@ import attrs
 
 from rmq_core.config import MessageStoreConfig
 from rmq_core.errors import StoreError
-from rmq_core.message import SysFlag, java_string_hash
+from rmq_core.message import MessageConst, SysFlag, java_string_hash
 from rmq_core.store.mapped_file import allocate_file
 
 try:  # the native twin of the put/select paths; tests/store_index runs both implementations
@@ -62,7 +62,6 @@ INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
 INDEX_SIZE = 20
 INVALID_INDEX = 0
-KEY_SEPARATOR = " "
 
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
@@ -501,7 +500,7 @@ class IndexService:
         if req.uniq_key:
             keys.append(req.uniq_key)
         if req.keys:
-            keys += [k for k in req.keys.split(KEY_SEPARATOR) if k]
+            keys += [k for k in req.keys.split(MessageConst.KEY_SEPARATOR) if k]
         if not keys:
             return
         prefix = req.topic + "#"
