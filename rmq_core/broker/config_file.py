@@ -23,14 +23,14 @@ import asyncio
 import json
 import logging
 import os
-import re
 import threading
 from typing import Any, Iterator
 
 import attrs
 
+from rmq_core.common.fastjson import loads_lenient
 from rmq_core.common.files import atomic_write, fsync_dir, read_file_bytes
-from rmq_core.errors import IllegalArgumentError, StoreError
+from rmq_core.errors import IllegalArgumentError, RemotingCommandError, StoreError
 from rmq_core.message import PermName, TopicValidator
 from rmq_core.remoting.body import DataVersion
 
@@ -185,19 +185,10 @@ def _is_json_like(raw: bytes) -> bool:
     try:
         loads_lenient(raw.decode("utf-8"))
         return True
-    except (ValueError, UnicodeDecodeError):
+    except (RemotingCommandError, UnicodeDecodeError):
         return False
 
 
-_BARE_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
-
-
-def loads_lenient(text: str) -> Any:
-    """json.loads that also accepts fastjson's unquoted integer map keys (`{0:12}`)."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
 
 
 def _dumps(obj: Any, pretty: bool) -> str:

@@ -44,7 +44,8 @@ from rmq_core.message import MixAll
 from rmq_core.remoting.body import ClusterInfo, TopicRouteData
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
-from rmq_core.broker.config_file import ConsumerOffsetManager, decode_offset_table, loads_lenient
+from rmq_core.broker.config_file import ConsumerOffsetManager, decode_offset_table
+from rmq_core.common.fastjson import loads_lenient
 
 log = logging.getLogger("rmq.broker")
 

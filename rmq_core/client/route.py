@@ -2,19 +2,14 @@
 from it (TopicPublishInfo, the readable queue set).  Pure data and arithmetic; no I/O."""
 from __future__ import annotations
 
-import json
 import random
-import re
 import threading
 
 import attrs
 
-from rmq_core.errors import MQClientError
+from rmq_core.common.fastjson import loads_lenient
+from rmq_core.errors import MQClientError, RemotingCommandError
 from rmq_core.message import MessageQueue, MixAll, PermName
-
-# fastjson (a Java name server talking to an old client) writes Map<Long,String> keys unquoted:
-# {"brokerAddrs":{0:"127.0.0.1:10911"}}.  Python's json cannot read that, so quote them first.
-_UNQUOTED_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
 
 
 @attrs.frozen
@@ -49,12 +44,9 @@ class TopicRouteData:
 
     @classmethod
     def from_json(cls, body: bytes | str) -> "TopicRouteData":
-        text = body.decode("utf-8") if isinstance(body, (bytes, bytearray, memoryview)) else body
+        text = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray, memoryview)) else body
         try:
-            try:
-                raw = json.loads(text)
-            except json.JSONDecodeError:
-                raw = json.loads(_UNQUOTED_KEY.sub(r'\1"\2"\3', text))
+            raw = loads_lenient(text)
             qds = tuple(
                 QueueData(
                     broker_name=q["brokerName"], read_queue_nums=int(q["readQueueNums"]),
@@ -70,7 +62,7 @@ class TopicRouteData:
                 )
                 for b in raw.get("brokerDatas") or []
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except (RemotingCommandError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise MQClientError(f"malformed topic route from the name server: {e}: {text[:200]!r}") from None
         return cls(queue_datas=qds, broker_datas=bds, order_topic_conf=raw.get("orderTopicConf") or None)
 

@@ -16,8 +16,8 @@ from rmq_core.broker.config_file import (
     SubscriptionGroupTable,
     TopicConfig,
     TopicConfigTable,
-    loads_lenient,
 )
+from rmq_core.common.fastjson import loads_lenient
 from rmq_core.common.files import atomic_write
 
 
