@@ -29,11 +29,11 @@ import json
 import logging
 import os
 import threading
-import time
 from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
+from rmq_core.common.clock import now_ms
 from rmq_core.common.files import atomic_write
 from rmq_core.config import BrokerConfig, MessageStoreConfig
 from rmq_core.errors import ConfigError, FilterExpressionError, PluginNotFoundError
@@ -46,9 +46,6 @@ log = logging.getLogger("RocketmqFilter")
 CONSUMER_FILTER_FILE = "consumerFilter.json"
 DEAD_FILTER_RETENTION_MS = 24 * 3600 * 1000  # RocketMQ's filterDataCleanTimeSpan default
 
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class PropertyFilterDisabledError(ConfigError):
@@ -169,7 +166,7 @@ class ConsumerFilterManager:
         store_config: MessageStoreConfig | None = None,
         *,
         config_path: str | None = None,
-        clock: Callable[[], int] = _now_ms,
+        clock: Callable[[], int] = now_ms,
     ):
         self.broker_config = broker_config or BrokerConfig()
         bloom = _bloom_module()

@@ -14,8 +14,8 @@ import json
 import logging
 import os
 import threading
-import time
 
+from rmq_core.common.clock import now_ms
 from rmq_core.broker import cancel_and_wait
 from rmq_core.codec import decode_messages
 from rmq_core.message import MessageConst, SysFlag, TopicValidator, host_port
@@ -26,9 +26,6 @@ log = logging.getLogger("rmq.broker")
 SCHEDULE_TOPIC = TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
 _BATCH = 32
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ScheduleMessageService:
@@ -66,7 +63,7 @@ class ScheduleMessageService:
         inner.properties_bytes = None
         inner.topic = SCHEDULE_TOPIC
         inner.queue_id = level - 1
-        inner.tags_code = _now_ms() + self.delay_levels_ms[level - 1]
+        inner.tags_code = now_ms() + self.delay_levels_ms[level - 1]
         return inner
 
     # --- lifecycle ------------------------------------------------------------------------------------
@@ -148,7 +145,7 @@ class ScheduleMessageService:
         new_offset = None
         for msg in decode_messages(result.buffer, decompress=False):
             due = msg.store_timestamp + delay
-            now = _now_ms()
+            now = now_ms()
             if due > now:
                 return due - now, new_offset
             inner = self._to_real(msg)

@@ -52,6 +52,7 @@ import re
 import struct
 import time
 
+from rmq_core.common.clock import now_ms
 from rmq_core.broker import cancel_and_wait
 from rmq_core.codec import MessageDecodeError, decode_batch_body, decode_messages
 from rmq_core.errors import IllegalArgumentError
@@ -86,9 +87,6 @@ _HASH_CODE_LIMIT = 1 << 32
 class TimerMessageError(IllegalArgumentError):
     """A timer message the broker refuses (bad property value, too far ahead, timer disabled)."""
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def parse_due_ms(props: dict, now_ms: int, topic: str = "?") -> int | None:
@@ -253,7 +251,7 @@ class TimerMessageService:
         if not props or _delay_level(props) > 0 or not any(k in props for k in TIMER_REQUEST_KEYS):
             return
         self._enabled_or_raise(props, topic)
-        now = _now_ms()
+        now = now_ms()
         due = parse_due_ms(props, now, topic)
         self._not_too_far_or_raise(props, due, now, topic)
 
@@ -304,7 +302,7 @@ class TimerMessageService:
         if _delay_level(props) > 0:  # RocketMQ 5: a delay level wins over the timer keys
             self._strip(inner, keys)
             return inner
-        now = _now_ms()
+        now = now_ms()
         try:
             self._enabled_or_raise(props, inner.topic)
             due = parse_due_ms(props, now, inner.topic)
@@ -413,7 +411,7 @@ class TimerMessageService:
         return min(candidates)
 
     async def start(self) -> None:
-        self.recover(_now_ms())
+        self.recover(now_ms())
         self._event = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name="timer-wheel")
 
@@ -589,7 +587,7 @@ class TimerMessageService:
         while True:
             try:
                 self.rounds += 1
-                now = _now_ms()
+                now = now_ms()
                 due = await self.collect_due(now)
                 if due:
                     ok = await self._deliver(due)

@@ -2,15 +2,12 @@
 subscription to one topic, as the client sends it in a heartbeat or a pull and the broker keeps it."""
 from __future__ import annotations
 
-import time
 
 import attrs
 
+from rmq_core.common.clock import now_ms
 from rmq_core.message import ExpressionType, SUB_ALL, java_string_hash, split_tags
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @attrs.define
@@ -20,7 +17,7 @@ class SubscriptionData:
     expression_type: str = ExpressionType.TAG
     tags_set: list = attrs.field(factory=list)
     code_set: list = attrs.field(factory=list)
-    sub_version: int = attrs.field(factory=_now_ms)
+    sub_version: int = attrs.field(factory=now_ms)
 
     @classmethod
     def build(cls, topic: str, sub_string: str | None, expression_type: str | None = None,
@@ -30,7 +27,7 @@ class SubscriptionData:
         etype = (expression_type or ExpressionType.TAG).upper()
         sub = (sub_string or SUB_ALL).strip() or SUB_ALL
         data = cls(topic=topic, sub_string=sub, expression_type=etype,
-                   sub_version=int(sub_version) if sub_version not in (None, "") else _now_ms())
+                   sub_version=int(sub_version) if sub_version not in (None, "") else now_ms())
         if ExpressionType.is_tag_type(etype):
             data.tags_set = split_tags(sub)
             if not data.tags_set:

@@ -32,6 +32,7 @@ import struct
 import threading
 import time
 
+from rmq_core.common.clock import now_ms
 from rmq_core._native import commit_log as commit_log_native
 from rmq_core._native import record as record_native
 
@@ -50,9 +51,6 @@ _CQ_ENTRY = struct.Struct(">qiq")
 _time_ns = time.time_ns
 put_record = commit_log_native.put_record
 
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class EncodedMessages:

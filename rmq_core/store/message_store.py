@@ -23,7 +23,8 @@ from rmq_core.errors import DiskFullError, IllegalArgumentError, MessageTooLarge
 from rmq_core.message import (MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MessageConst, TopicValidator,
                               create_offset_msg_id, string_to_properties)
 from rmq_core.store.checkpoint import StoreCheckpoint
-from rmq_core.store.commit_log import CommitLog, EncodedMessages, now_ms
+from rmq_core.common.clock import now_ms
+from rmq_core.store.commit_log import CommitLog, EncodedMessages
 from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueueExt
 from rmq_core.store.flush_waits import FlushWaits
 from rmq_core.store.ha import HAService

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 
 from rmq_core.broker.processors import Processor
 from rmq_core.broker.processors.client import json_body
@@ -295,9 +294,6 @@ def consume_stats_body(ctrl, group: str, topics) -> dict:
                           "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": last})
     return {"consumeTps": ctrl.stats.group_get_tps(group), "offsetTable": table}
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def is_sys_group(group: str) -> bool:
