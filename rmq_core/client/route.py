@@ -7,64 +7,24 @@ import threading
 
 import attrs
 
-from rmq_core.common.fastjson import loads_lenient
 from rmq_core.errors import MQClientError, RemotingCommandError
-from rmq_core.message import MessageQueue, MixAll, PermName
+from rmq_core.message import MessageQueue, PermName
+from rmq_core.remoting.body import BrokerData, QueueData
+from rmq_core.remoting.body import TopicRouteData as WireTopicRouteData
 
 
-@attrs.frozen
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int = 6
-    topic_sys_flag: int = 0
-
-
-@attrs.frozen
-class BrokerData:
-    cluster: str
-    broker_name: str
-    broker_addrs: dict  # broker id (int) -> "ip:port"
-
-    @property
-    def master_addr(self) -> str | None:
-        return self.broker_addrs.get(MixAll.MASTER_ID)
-
-    def select_broker_addr(self) -> str | None:
-        """The master, else any slave (consumers may read from a slave)."""
-        return self.master_addr or (random.choice(list(self.broker_addrs.values())) if self.broker_addrs else None)
-
-
-@attrs.frozen
-class TopicRouteData:
-    queue_datas: tuple
-    broker_datas: tuple
-    order_topic_conf: str | None = None
+@attrs.define
+class TopicRouteData(WireTopicRouteData):
+    """The name server's route of a topic (remoting.body's, one type for every side), with what
+    a producer and a consumer derive from it."""
 
     @classmethod
     def from_json(cls, body: bytes | str) -> "TopicRouteData":
-        text = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray, memoryview)) else body
         try:
-            raw = loads_lenient(text)
-            qds = tuple(
-                QueueData(
-                    broker_name=q["brokerName"], read_queue_nums=int(q["readQueueNums"]),
-                    write_queue_nums=int(q["writeQueueNums"]), perm=int(q.get("perm", 6)),
-                    topic_sys_flag=int(q.get("topicSysFlag", 0)),
-                )
-                for q in raw.get("queueDatas") or []
-            )
-            bds = tuple(
-                BrokerData(
-                    cluster=b.get("cluster", ""), broker_name=b["brokerName"],
-                    broker_addrs={int(k): v for k, v in (b.get("brokerAddrs") or {}).items()},
-                )
-                for b in raw.get("brokerDatas") or []
-            )
-        except (RemotingCommandError, ValueError, KeyError, TypeError, AttributeError) as e:
+            return cls.decode(body)
+        except (RemotingCommandError, ValueError, TypeError, AttributeError) as e:
+            text = body if isinstance(body, str) else bytes(body).decode("utf-8", "replace")
             raise MQClientError(f"malformed topic route from the name server: {e}: {text[:200]!r}") from None
-        return cls(queue_datas=qds, broker_datas=bds, order_topic_conf=raw.get("orderTopicConf") or None)
 
     def broker_data(self, broker_name: str) -> BrokerData | None:
         for bd in self.broker_datas:
@@ -75,11 +35,11 @@ class TopicRouteData:
     def with_default_topic_queue_nums(self, queue_nums: int) -> "TopicRouteData":
         """TBW102 fallback: use the default topic's brokers, capping queue counts (Java does the same
         before a broker has auto-created the new topic)."""
-        qds = tuple(
+        qds = [
             attrs.evolve(q, read_queue_nums=min(queue_nums, q.read_queue_nums),
                          write_queue_nums=min(queue_nums, q.read_queue_nums))
             for q in self.queue_datas
-        )
+        ]
         return attrs.evolve(self, queue_datas=qds)
 
     def subscribe_queues(self, topic: str) -> list[MessageQueue]:

@@ -7,6 +7,7 @@ form.  We always write standard JSON with quoted keys (REMOTING.md §5.1).
 from __future__ import annotations
 
 import json
+import random
 import struct
 import time
 import zlib
@@ -88,11 +89,16 @@ class BrokerData:
             raise RemotingCommandError(f"bad brokerData 'brokerAddrs' keys: {list(addrs)!r:.80}") from None
         return cls(_str(d, "cluster", "", w), _str(d, "brokerName", where=w), parsed)
 
+    @property
+    def master_addr(self) -> str | None:
+        return self.broker_addrs.get(MixAll.MASTER_ID)
+
     def select_broker_addr(self) -> str | None:
-        """The master's address, else any slave's (what a consumer may read from)."""
+        """The master's address, else a random slave's (what a consumer may read from; Java's
+        selectBrokerAddr)."""
         if MixAll.MASTER_ID in self.broker_addrs:
             return self.broker_addrs[MixAll.MASTER_ID]
-        return next(iter(self.broker_addrs.values()), None)
+        return random.choice(list(self.broker_addrs.values())) if self.broker_addrs else None
 
     def clone(self) -> "BrokerData":
         return BrokerData(self.cluster, self.broker_name, dict(self.broker_addrs))
