@@ -177,9 +177,9 @@ def _compile_between(node: Between) -> Evaluator:
         return prop_between
     if node.negated:
         first, second = _compile_relational("<", value, low), _compile_relational(">", value, high)
-        return _compile_or([first, second])
+        return _compile_logic([first, second], decisive=True)
     first, second = _compile_relational(">=", value, low), _compile_relational("<=", value, high)
-    return _compile_and([first, second])
+    return _compile_logic([first, second], decisive=False)
 
 
 # --- logic ------------------------------------------------------------------------------------------
@@ -195,71 +195,44 @@ def _flatten(node: Node, op: str, out: list) -> list:
     return out
 
 
-def _compile_and(fns: list) -> Evaluator:
+def _compile_logic(fns: list, decisive: bool) -> Evaluator:
+    """AND (decisive=False: one False decides) or OR (decisive=True: one True decides), with
+    SQL's three-valued logic: otherwise an unknown (None) operand makes the result unknown."""
+    other = not decisive
     if len(fns) == 2:
         a, b = fns
 
-        def and2(p):
+        def logic2(p):
             lv = a(p)
-            if lv is False:
-                return False
+            if lv is decisive:
+                return decisive
             rv = b(p)
-            if rv is False:
-                return False
+            if rv is decisive:
+                return decisive
             if lv is None or rv is None:
                 return None
-            return True
+            return other
 
-        return and2
+        return logic2
 
-    def and_n(p):
+    def logic_n(p):
         unknown = False
         for f in fns:
             v = f(p)
-            if v is False:
-                return False
+            if v is decisive:
+                return decisive
             if v is None:
                 unknown = True
-        return None if unknown else True
+        return None if unknown else other
 
-    return and_n
-
-
-def _compile_or(fns: list) -> Evaluator:
-    if len(fns) == 2:
-        a, b = fns
-
-        def or2(p):
-            lv = a(p)
-            if lv is True:
-                return True
-            rv = b(p)
-            if rv is True:
-                return True
-            if lv is None or rv is None:
-                return None
-            return False
-
-        return or2
-
-    def or_n(p):
-        unknown = False
-        for f in fns:
-            v = f(p)
-            if v is True:
-                return True
-            if v is None:
-                unknown = True
-        return None if unknown else False
-
-    return or_n
+    return logic_n
 
 
 # --- nodes ------------------------------------------------------------------------------------------
 def _compile(node: Node) -> Evaluator:
     if isinstance(node, Logic):
         fns = _flatten(node, node.op, [])
-        return _compile_and(fns) if node.op == "AND" else _compile_or(fns)
+        return _compile_logic(fns, decisive=node.op != "AND")
     if isinstance(node, Not):
         inner = _compile(node.operand)
 
