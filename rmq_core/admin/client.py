@@ -26,11 +26,13 @@ import attrs
 
 from rmq_core.common.sysflag import FLAG_SUBSCRIPTION
 from rmq_core.errors import MQBrokerError, RemotingError, RMQError
-from rmq_core.message import MessageConst, MessageQueue, MixAll, PermName, TopicValidator, decode_offset_msg_id
+from rmq_core.message import (
+    MessageConst, MessageQueue, MixAll, PermName, PullResult, PullStatus, TopicValidator, decode_offset_msg_id,
+)
 from rmq_core.namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG
 from rmq_core.remoting.blocking import BlockingChannelPool
 from rmq_core.remoting.body import ClusterInfo, TopicRouteData, kv_table_decode, loads_lenient, topic_list_decode
-from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.codes import PULL_STATUS_BY_CODE, RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
 
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # the group mqadmin pulls with (MixAll.TOOLS_CONSUMER_GROUP)
@@ -120,16 +122,6 @@ class OffsetReset:
 
 
 @attrs.frozen
-class PullResult:
-    """One pull: FOUND / NO_NEW_MSG / NO_MATCHED_MSG / OFFSET_ILLEGAL and the messages found."""
-    status: str
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    messages: tuple
-
-
-@attrs.frozen
 class SendOutcome:
     """A message written by the admin tool (sendMessage, dlq resend)."""
     broker_name: str
@@ -138,10 +130,6 @@ class SendOutcome:
     msg_id: str
     offset_msg_id: str
     status: str
-
-
-_PULL_STATUS = {ResponseCode.SUCCESS: "FOUND", ResponseCode.PULL_NOT_FOUND: "NO_NEW_MSG",
-                ResponseCode.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG", ResponseCode.PULL_OFFSET_MOVED: "OFFSET_ILLEGAL"}
 
 
 def _parse_props_text(body: bytes | None) -> dict[str, str]:
@@ -702,11 +690,11 @@ class AdminClient:
             "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
             "maxMsgNums": max_nums, "sysFlag": FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
             "subscription": sub_expression or "*", "subVersion": 0, "expressionType": "TAG"},
-            what=f"pull {mq.topic}/{mq.broker_name}/{mq.queue_id} at offset {offset}", ok=tuple(_PULL_STATUS))
+            what=f"pull {mq.topic}/{mq.broker_name}/{mq.queue_id} at offset {offset}", ok=tuple(PULL_STATUS_BY_CODE))
         from rmq_core.codec import decode_messages
         msgs = decode_messages(r.body, broker_name=mq.broker_name) if r.code == ResponseCode.SUCCESS and r.body else []
-        return PullResult(_PULL_STATUS[r.code], r.get_int("nextBeginOffset", offset), r.get_int("minOffset", 0),
-                          r.get_int("maxOffset", 0), tuple(msgs))
+        return PullResult(PULL_STATUS_BY_CODE[r.code], r.get_int("nextBeginOffset", offset), r.get_int("minOffset", 0),
+                          r.get_int("maxOffset", 0), msgs)
 
     def iter_messages(self, mq: MessageQueue, begin: int, end: int, *, sub_expression: str = "*",
                       group: str = TOOLS_CONSUMER_GROUP, batch: int = 32,
@@ -719,7 +707,7 @@ class AdminClient:
             for m in res.messages:
                 if m.queue_offset < end:
                     yield m
-            if res.status == "OFFSET_ILLEGAL" and res.next_begin_offset > offset:
+            if res.status is PullStatus.OFFSET_ILLEGAL and res.next_begin_offset > offset:
                 offset = res.next_begin_offset
             elif res.next_begin_offset <= offset:
                 break

@@ -10,7 +10,7 @@ import attrs
 
 from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import MessageQueue, MixAll, PullStatus
-from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.codes import PULL_STATUS_BY_CODE, RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand, next_opaque
 
 log = logging.getLogger("rmq.client.pull")
@@ -20,12 +20,6 @@ log = logging.getLogger("rmq.client.pull")
 # broker; beyond four the 128 B benchmark gained nothing).
 PULLS_IN_FLIGHT = 4
 
-_STATUS = {
-    ResponseCode.SUCCESS: PullStatus.FOUND,
-    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
-    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
-    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
-}
 
 
 @attrs.define
@@ -73,7 +67,7 @@ def build_pull_request(*, group: str, mq: MessageQueue, sub, offset: int, max_nu
 def process_pull_response(resp: RemotingCommand, mq: MessageQueue, sub, addr: str, decode: bool = True) -> PullResultExt:
     """The pull's status and offsets; with `decode`, its messages as MessageExt (a caller that
     decodes the body its own way, e.g. into columns, passes decode=False and reads resp.body)."""
-    status = _STATUS.get(resp.code)
+    status = PULL_STATUS_BY_CODE.get(resp.code)
     if status is None:
         raise MQBrokerError(resp.code, resp.remark, addr)
     result = PullResultExt(

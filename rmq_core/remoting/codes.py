@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import enum
 
+from rmq_core.message import PullStatus
+
 
 class RequestCode(enum.IntEnum):
     SEND_MESSAGE = 10
@@ -147,6 +149,15 @@ class ResponseCode(enum.IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
+
+
+# what a PULL_MESSAGE answer's code means to a client (the consumers' and the admin tool's pulls)
+PULL_STATUS_BY_CODE = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
 
 
 class MQVersion:

@@ -10,7 +10,7 @@ from rmq_core.common.subscription import SubscriptionData
 from rmq_core.common.sysflag import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND
 from rmq_core.errors import FilterExpressionError, PluginNotFoundError
 from rmq_core.message import ExpressionType, MixAll, PermName
-from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.codes import PULL_STATUS_BY_CODE, RequestCode, ResponseCode
 from rmq_core.store import GetMessageStatus
 
 log = logging.getLogger("rmq.broker")
@@ -30,8 +30,7 @@ _STATUS_TO_CODE = {
 # maxTransferBytesOnMessageInMemory 256 KiB) stay for every other client, sized as Java's are.
 RMQ_CLIENT_MAX_TRANSFER_COUNT = 1024
 RMQ_CLIENT_MAX_TRANSFER_BYTES = 4 * 1024 * 1024
-PULL_RESULT_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
-                               ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_OFFSET_MOVED})
+PULL_RESULT_CODES = frozenset(PULL_STATUS_BY_CODE)
 
 
 # Subscriptions parsed from pull requests, by (topic, expression, type, version): a consumer sends
