@@ -5,6 +5,13 @@ class RMQError(Exception):
     """Base of every rmq error."""
 
 
+def one_line(e: BaseException) -> str:
+    """An error's message on one line, as a command line or an HTTP answer shows it (a KeyError's
+    key without the quotes repr adds; the type's name when the message is empty)."""
+    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    return " ".join(text.split()) or type(e).__name__
+
+
 class ConfigError(RMQError, ValueError):
     """A configuration key or value is wrong (unknown key, bad value, unknown plugin name)."""
 

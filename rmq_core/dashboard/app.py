@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG
-from rmq_core.errors import IllegalArgumentError, RMQError
+from rmq_core.errors import IllegalArgumentError, RMQError, one_line
 from rmq_core.remoting.transport import with_backlog
 
 log = logging.getLogger("rmq.dashboard")
@@ -116,17 +116,12 @@ class DashboardApp:
         except BadRequest as e:
             return HTTPStatus.BAD_REQUEST, {"error": str(e)}
         except (IllegalArgumentError, LookupError, RMQError) as e:  # a bad or unknown topic / group / id
-            return HTTPStatus.BAD_REQUEST, {"error": _one_line(e)}
+            return HTTPStatus.BAD_REQUEST, {"error": one_line(e)}
         except (OSError, TimeoutError) as e:
-            return HTTPStatus.BAD_GATEWAY, {"error": _one_line(e)}
+            return HTTPStatus.BAD_GATEWAY, {"error": one_line(e)}
         except Exception as e:  # a bug: logged, answered in one line, the console keeps serving
             log.exception("%s %s failed", method, path)
             return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(e).__name__}: {e}"}
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-    return " ".join(text.split()) or type(e).__name__
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -14,7 +14,7 @@ from typing import Callable
 
 import attrs
 
-from rmq_core.errors import RMQError
+from rmq_core.errors import RMQError, one_line
 
 
 @attrs.frozen
@@ -108,7 +108,7 @@ def main(args) -> int:
     except BrokenPipeError:
         raise  # the reader of our output is gone: `rmq` ends quietly (cli.main)
     except (RMQError, ValueError, OSError) as e:
-        print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
@@ -116,16 +116,12 @@ def main(args) -> int:
     except Exception as e:  # a bug of ours: still one line (-v shows where)
         if getattr(args, "verbose", 0):
             raise
-        print(f"{prog}: internal error: {type(e).__name__}: {_one_line(e)} (run with rmq -v admin ... for the traceback)",
+        print(f"{prog}: internal error: {type(e).__name__}: {one_line(e)} (run with rmq -v admin ... for the traceback)",
               file=sys.stderr)
         return 1
     finally:
         if admin is not None:
             admin.close()
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
 
 
 # --- value parsing shared by the commands ------------------------------------------------------------
