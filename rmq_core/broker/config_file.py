@@ -571,7 +571,11 @@ class _VersionedTable(ConfigManager):
     def __iter__(self) -> Iterator[str]:
         return iter([name for name, _ in self.items()])
 
-    def _put(self, name: str, item) -> Any:
+    def put(self, item) -> Any:
+        """Add or replace a config (an ITEM_TYPE); returns the previous one.  Bumps the data version."""
+        if not isinstance(item, self.ITEM_TYPE):
+            raise IllegalArgumentError(f"put needs a {self.ITEM_TYPE.__name__}, not {type(item).__name__}")
+        name = self._name_of(item)
         with self._lock:
             old = self._table.get(name)
             self._table[name] = item
@@ -648,12 +652,6 @@ class TopicConfigTable(_VersionedTable):
     def _name_of(item: TopicConfig) -> str:
         return item.topic_name
 
-    def put(self, config: TopicConfig) -> TopicConfig | None:
-        """Add or replace a topic config; returns the previous one.  Bumps the data version."""
-        if not isinstance(config, TopicConfig):
-            raise IllegalArgumentError(f"put needs a TopicConfig, not {type(config).__name__}")
-        return self._put(config.topic_name, config)
-
 
 # --- subscription groups -----------------------------------------------------------------------
 def _group_name(inst, attribute, value):
@@ -705,8 +703,3 @@ class SubscriptionGroupTable(_VersionedTable):
     @staticmethod
     def _name_of(item: SubscriptionGroupConfig) -> str:
         return item.group_name
-
-    def put(self, config: SubscriptionGroupConfig) -> SubscriptionGroupConfig | None:
-        if not isinstance(config, SubscriptionGroupConfig):
-            raise IllegalArgumentError(f"put needs a SubscriptionGroupConfig, not {type(config).__name__}")
-        return self._put(config.group_name, config)
