@@ -157,6 +157,26 @@ class TopicValidator:
             raise IllegalArgumentError(f"bad topic name {topic!r}: it is a system topic")
 
 
+_GROUP_CHARS = frozenset("%|-_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+MAX_GROUP_LENGTH = 255
+
+
+def check_group(group: str) -> str:
+    """Return `group` (a producer or consumer group name) or raise IllegalArgumentError naming
+    what is wrong with it (Validators.checkGroup; the broker checks its group table the same way)."""
+    if not isinstance(group, str) or not group.strip():
+        raise IllegalArgumentError(f"bad group name {group!r}: the group name is empty")
+    if len(group) > MAX_GROUP_LENGTH:
+        raise IllegalArgumentError(f"bad group name {group!r}: longer than {MAX_GROUP_LENGTH} characters")
+    bad = sorted(set(group) - _GROUP_CHARS)
+    if bad:
+        raise IllegalArgumentError(
+            f"bad group name {group!r}: character {bad[0]!r} is not allowed "
+            "(letters, digits, '%', '|', '_' and '-' only)"
+        )
+    return group
+
+
 class MixAll:
     RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
     DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"

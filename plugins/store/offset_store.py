@@ -30,20 +30,18 @@ import fcntl
 import json
 import logging
 import os
-import re
 import threading
 from typing import Iterable
 
 from rmq_core.common.files import atomic_write, read_file_bytes
 from rmq_core.errors import IllegalArgumentError, MQBrokerError, MQClientError
-from rmq_core.message import MessageQueue
+from rmq_core.message import MessageQueue, check_group
 
 log = logging.getLogger("rmq.client.offset")
 
 QUERY_NOT_FOUND = 22  # ResponseCode.QUERY_NOT_FOUND: the broker has no offset for the queue
 OFFSET_STORE_DIR_ENV = "RMQ_OFFSET_STORE_DIR"
 OFFSETS_FILE = "offsets.json"
-_GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 
 class ReadOffsetType(str, enum.Enum):
@@ -66,13 +64,6 @@ def _read_type(value) -> ReadOffsetType:
     except (ValueError, TypeError):
         raise IllegalArgumentError(
             f"bad read type {value!r}; expected one of {', '.join(t.value for t in ReadOffsetType)}") from None
-
-
-def _check_group(group: str) -> str:
-    if not isinstance(group, str) or not _GROUP_NAME.match(group):
-        raise IllegalArgumentError(
-            f"bad consumer group name {group!r}: only letters, digits, '%', '|', '_' and '-' are allowed")
-    return group
 
 
 class CommitGuard:
@@ -103,7 +94,7 @@ class OffsetStore(abc.ABC):
     """Common part: the in-memory table and the RocketMQ read/update rules."""
 
     def __init__(self, group: str, client_id: str | None = None):
-        self.group = _check_group(group)
+        self.group = check_group(group)
         self.client_id = client_id
         self._lock = threading.RLock()
         self._table: dict[MessageQueue, int] = {}

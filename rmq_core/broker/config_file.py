@@ -31,7 +31,7 @@ import attrs
 from rmq_core.common.fastjson import loads_lenient
 from rmq_core.common.files import atomic_write, fsync_dir, read_file_bytes
 from rmq_core.errors import IllegalArgumentError, RemotingCommandError, StoreError
-from rmq_core.message import PermName, TopicValidator
+from rmq_core.message import PermName, TopicValidator, check_group
 from rmq_core.remoting.body import DataVersion
 
 log = logging.getLogger("rmq.broker")
@@ -655,11 +655,7 @@ class TopicConfigTable(_VersionedTable):
 
 # --- subscription groups -----------------------------------------------------------------------
 def _group_name(inst, attribute, value):
-    if not isinstance(value, str) or not value:
-        raise IllegalArgumentError(f"bad consumer group name {value!r}: the name is empty")
-    if not TopicValidator._VALID.match(value):
-        raise IllegalArgumentError(
-            f"bad consumer group name {value!r}: only letters, digits, '%', '|', '_' and '-' are allowed")
+    check_group(value)
 
 
 @attrs.frozen

@@ -33,11 +33,11 @@ from rmq_core.client.futures import LeanFuture
 from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
 from rmq_core.client.trace import TraceDispatcher
-from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_group, check_message, resolve_selector
+from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_message, resolve_selector
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
     Message, MessageClientIDSetter, MessageConst, MessageQueue, MixAll, SendResult, SendStatus, SysFlag,
-    TopicValidator, encode_properties_checked,
+    TopicValidator, check_group, encode_properties_checked,
 )
 from rmq_core._native.frame import SendHeader, SendResponse, read_send_responses
 from rmq_core._native.record import encode_batch_body, encode_batch_item

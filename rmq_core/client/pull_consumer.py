@@ -20,8 +20,8 @@ from rmq_core.client.pull_api import (
 )
 from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
 from rmq_core.client.subscription import build_subscription
-from rmq_core.common.subscription import SubscriptionData
 from rmq_core.client.trace import ConsumeReturnType
+from rmq_core.common.subscription import SubscriptionData
 from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQClientError
 from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus

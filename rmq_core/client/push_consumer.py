@@ -22,14 +22,13 @@ from rmq_core.client.pull_api import (
     search_offset,
 )
 from rmq_core.client.rebalance import RebalanceImpl
-from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.client.route import TopicRouteData
-from rmq_core.client.selector import check_group
 from rmq_core.client.subscription import build_subscription, retry_subscription
-from rmq_core.common.subscription import SubscriptionData
 from rmq_core.client.trace import TraceDispatcher
+from rmq_core.common.subscription import SubscriptionData
+from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.errors import ConfigError, MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingError
-from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus
+from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus, check_group
 
 log = logging.getLogger("rmq.client.push")
 

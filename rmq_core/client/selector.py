@@ -6,12 +6,10 @@ from typing import Any, Callable, Protocol, Sequence
 
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import (
-    Message, MessageConst, MessageQueue, TopicValidator, java_string_hash,
+    Message, MessageConst, MessageQueue, TopicValidator, check_group, java_string_hash,
 )
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
-_GROUP_CHARS = frozenset("%|-_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-MAX_GROUP_LENGTH = 255
 
 
 class MessageQueueSelector(Protocol):
@@ -61,20 +59,6 @@ def resolve_selector(selector) -> Callable[[Sequence[MessageQueue], Message, Any
     if callable(selector):
         return selector
     raise IllegalArgumentError(f"bad queue selector {selector!r}: expected an object with select() or a function")
-
-
-def check_group(group: str) -> str:
-    if not isinstance(group, str) or not group.strip():
-        raise IllegalArgumentError(f"bad group name {group!r}: the group name is empty")
-    if len(group) > MAX_GROUP_LENGTH:
-        raise IllegalArgumentError(f"bad group name {group!r}: longer than {MAX_GROUP_LENGTH} characters")
-    bad = sorted(set(group) - _GROUP_CHARS)
-    if bad:
-        raise IllegalArgumentError(
-            f"bad group name {group!r}: character {bad[0]!r} is not allowed "
-            "(letters, digits, '%', '|', '_' and '-' only)"
-        )
-    return group
 
 
 # topic names that passed check_message's name checks (which depend on the name alone)
