@@ -20,7 +20,7 @@ from rmq_core._native.record import properties_to_bytes, tags_code_from_properti
 from rmq_core._native import cq as cq_native
 from rmq_core.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from rmq_core.errors import DiskFullError, IllegalArgumentError, MessageTooLargeError, StoreError
-from rmq_core.message import (MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MessageConst, TopicValidator,
+from rmq_core.message import (MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MessageConst, SysFlag, TopicValidator,
                               create_offset_msg_id, string_to_properties)
 from rmq_core.store.checkpoint import StoreCheckpoint
 from rmq_core.common.clock import now_ms
@@ -40,6 +40,8 @@ log = logging.getLogger("rmq.store")
 _PUT_OK = PutMessageStatus.PUT_OK
 _tuple_new = tuple.__new__  # builds a result named tuple without a Python frame
 _SCHEDULE_TOPIC = TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
+# set in a prepared (0x4) and a rolled-back (0xC) transaction record: neither gets a queue entry
+_NO_QUEUE_ENTRY_BIT = SysFlag.TRANSACTION_PREPARED_TYPE
 
 # Entries one get_message call may scan (bounded time for a pull with a rare tag).
 MAX_SCAN_ENTRIES_PER_GET = 16000
@@ -562,8 +564,7 @@ class DefaultMessageStore:
         consume-queue ext, its unit from the bit map they computed)."""
         req = DispatchRequest(topic, queue_id, phys, size, tags, store_ts, qoff, sys_flag, 0, props)
         self._run_extra_dispatchers(req)
-        t = sys_flag & 0xC
-        if self.config.enable_consume_queue_ext and t != 0x4 and t != 0xC:
+        if self.config.enable_consume_queue_ext and not sys_flag & _NO_QUEUE_ENTRY_BIT:
             self.find_consume_queue(topic, queue_id).ext.put(qoff, store_ts, req.bit_map)
 
     def _run_extra_dispatchers(self, req: DispatchRequest) -> None:
@@ -811,7 +812,7 @@ class DefaultMessageStore:
             d = (msg.properties or string_to_properties(props)).get(MessageConst.DELAY_TIME_LEVEL)
             delay = int(d) if d and d.isdigit() else 0
         queue_id = msg.queue_id
-        if sys_flag & 0x4:  # prepared (0x4) and rolled-back (0xC) transaction records get no queue entry
+        if sys_flag & _NO_QUEUE_ENTRY_BIT:
             cq = None
         else:
             try:
