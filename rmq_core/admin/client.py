@@ -29,7 +29,6 @@ from rmq_core.errors import MQBrokerError, RemotingError, RMQError
 from rmq_core.message import (
     MessageConst, MessageQueue, MixAll, PermName, PullResult, PullStatus, TopicValidator, decode_offset_msg_id,
 )
-from rmq_core.namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG
 from rmq_core.remoting.blocking import BlockingChannelPool
 from rmq_core.remoting.body import ClusterInfo, TopicRouteData, kv_table_decode, loads_lenient, topic_list_decode
 from rmq_core.remoting.codes import PULL_STATUS_BY_CODE, RequestCode, ResponseCode

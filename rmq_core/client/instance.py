@@ -32,7 +32,7 @@ from rmq_core.client.futures import CancellableFuture
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
 from rmq_core.errors import MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingConnectError, RemotingError
-from rmq_core.message import ExpressionType, MessageConst, MessageQueue, MixAll, TopicValidator
+from rmq_core.message import ExpressionType, MessageConst, MessageQueue, MixAll
 from rmq_core.remoting.aliases import resolve_inproc_alias
 from rmq_core.remoting.pipelined import PipelinedChannel
 from rmq_core.remoting.transport import resolve_transport
@@ -1093,10 +1093,6 @@ class MQClientManager:
         with cls._lock:
             if cls._table.get(inst.client_id) is inst:
                 del cls._table[inst.client_id]
-
-
-def is_system_topic(topic: str) -> bool:
-    return TopicValidator.is_system_topic(topic)
 
 
 __all__ = ["MQClientInstance", "MQClientManager", "Scheduler", "parse_offset_table"]
