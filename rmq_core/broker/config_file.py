@@ -285,19 +285,19 @@ class ConsumerOffsetManager(ConfigManager):
 
     def clean_offset_by_topic(self, topic: str) -> None:
         """Forget every group's offsets in `topic` (the topic was deleted)."""
-        with self._lock:
-            for key in [k for k in self.offset_table if (self._split(k) or ("", ""))[0] == topic]:
-                del self.offset_table[key]
-                self.received_table.pop(key, None)
-                log.warning("clean topic offset, %s", key)
+        self._forget(0, topic, "topic")
 
     def remove_offset(self, group: str) -> None:
         """Forget all offsets of `group` (the group was deleted)."""
+        self._forget(1, group, "group")
+
+    def _forget(self, part: int, name: str, what: str) -> None:
+        """Drop the keys whose `part` (0 topic, 1 group) is `name`."""
         with self._lock:
-            for key in [k for k in self.offset_table if (self._split(k) or ("", ""))[1] == group]:
+            for key in [k for k in self.offset_table if (self._split(k) or ("", ""))[part] == name]:
                 del self.offset_table[key]
                 self.received_table.pop(key, None)
-                log.warning("clean group offset, %s", key)
+                log.warning("clean %s offset, %s", what, key)
 
     def reset_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         """Replace the given queues' offsets (resetOffsetByTime); other queues keep theirs."""
@@ -393,8 +393,29 @@ def _topic_name(inst, attribute, value):
     TopicValidator.check_topic(value)
 
 
+class _JsonFields:
+    """A config written with RocketMQ's field names: `_JSON` pairs (attribute, JSON name)."""
+
+    _JSON: tuple = ()
+    _WHAT = "config"
+
+    def to_json(self) -> dict:
+        return {j: getattr(self, a) for a, j in self._JSON}
+
+    @classmethod
+    def _json_kwargs(cls, obj: dict) -> dict:
+        """The attributes of a JSON object; unknown fields (newer brokers' `attributes`) are ignored."""
+        if not isinstance(obj, dict):
+            raise IllegalArgumentError(f"{cls._WHAT} must be an object, got {obj!r}")
+        return {a: obj[j] for a, j in cls._JSON if j in obj}
+
+    @classmethod
+    def from_json(cls, obj: dict):
+        return cls(**cls._json_kwargs(obj))
+
+
 @attrs.frozen
-class TopicConfig:
+class TopicConfig(_JsonFields):
     """One topic's queue counts and permissions (RocketMQ TopicConfig)."""
 
     topic_name: str = attrs.field(validator=_topic_name)
@@ -408,16 +429,11 @@ class TopicConfig:
     _JSON = (("topic_name", "topicName"), ("read_queue_nums", "readQueueNums"),
              ("write_queue_nums", "writeQueueNums"), ("perm", "perm"),
              ("topic_filter_type", "topicFilterType"), ("topic_sys_flag", "topicSysFlag"), ("order", "order"))
-
-    def to_json(self) -> dict:
-        return {j: getattr(self, a) for a, j in self._JSON}
+    _WHAT = "topic config"
 
     @classmethod
     def from_json(cls, obj: dict) -> "TopicConfig":
-        """From RocketMQ's field names; unknown fields (newer brokers' `attributes`) are ignored."""
-        if not isinstance(obj, dict):
-            raise IllegalArgumentError(f"topic config must be an object, got {obj!r}")
-        kwargs = {a: obj[j] for a, j in cls._JSON if j in obj}
+        kwargs = cls._json_kwargs(obj)
         if "order" in kwargs:
             kwargs["order"] = bool(kwargs["order"])
         return cls(**kwargs)
@@ -659,7 +675,7 @@ def _group_name(inst, attribute, value):
 
 
 @attrs.frozen
-class SubscriptionGroupConfig:
+class SubscriptionGroupConfig(_JsonFields):
     """A consumer group's broker-side settings (RocketMQ SubscriptionGroupConfig)."""
 
     group_name: str = attrs.field(validator=_group_name)
@@ -678,15 +694,7 @@ class SubscriptionGroupConfig:
              ("retry_max_times", "retryMaxTimes"), ("broker_id", "brokerId"),
              ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly"),
              ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"))
-
-    def to_json(self) -> dict:
-        return {j: getattr(self, a) for a, j in self._JSON}
-
-    @classmethod
-    def from_json(cls, obj: dict) -> "SubscriptionGroupConfig":
-        if not isinstance(obj, dict):
-            raise IllegalArgumentError(f"subscription group config must be an object, got {obj!r}")
-        return cls(**{a: obj[j] for a, j in cls._JSON if j in obj})
+    _WHAT = "subscription group config"
 
 
 class SubscriptionGroupTable(_VersionedTable):
