@@ -382,7 +382,7 @@ class InprocPipelinedChannel:
         # the interception step, as a tcp connection's (see HookedRequests)
         self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
         self.intercept = None if hooks is None else hooks.intercept
-        self._read_frames = read_frames if hooks is None else functools.partial(
+        self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
             hooks.read, read_frames or decode_command_frames, from_command)
         self._from_command = from_command
         self._pending: dict[int, tuple] = {}  # opaque -> (deadline, on_done, context)

@@ -96,11 +96,13 @@ class HookedRequests:
     completed as usual (natively, for send responses); after() runs as the frames are read, with
     a FrameCommand over a copy of the answer's frame (decoded only if a hook reads it)."""
 
-    __slots__ = ("step", "requests")
+    __slots__ = ("step", "requests", "tracks")
 
     def __init__(self, step):
         self.step = step
         self.requests: dict[int, Any] = {}
+        # a step with no after() keeps no request and leaves the answers to the usual reader
+        self.tracks = getattr(step, "has_after", True)
 
     def intercept(self, frame, opaque: int, on_done: OnDone, context: Any):
         """The request `frame` (length prefix included) through the step's before(): the frame
@@ -111,7 +113,8 @@ class HookedRequests:
         except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
             on_done(context, None, e)
             return None
-        self.requests[opaque] = request
+        if self.tracks:
+            self.requests[opaque] = request
         return frame
 
     def read(self, read_frames, from_command, data, max_frame_length: int) -> tuple[list, int]:
@@ -204,7 +207,7 @@ class PipelinedChannel:
         self._intercept = intercept
         self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
         self.intercept = None if hooks is None else hooks.intercept
-        self._read_frames = read_frames if hooks is None else functools.partial(
+        self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
             hooks.read, read_frames or decode_command_frames, from_command)
         self._from_command = from_command
         try:

@@ -129,11 +129,12 @@ class FrameStep:
     signed it) - and the answer the same way, with its request.  The connection stays the one a
     send without steps takes; only the steps' own cost is added."""
 
-    __slots__ = ("addr", "steps", "_before", "_after")
+    __slots__ = ("addr", "steps", "_before", "_after", "has_after")
 
     def __init__(self, addr: str, steps: RequestSteps):
         self.addr, self.steps = addr, steps
         self._before, self._after = steps.before, steps.after
+        self.has_after = bool(steps.after)  # (none: the connection keeps no request for after())
 
     def before(self, frame) -> tuple[bytes, FrameCommand]:
         """The request `frame` (length prefix included) as the steps left it - the frame itself,
