@@ -26,7 +26,7 @@ import time
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
-from rmq_core.remoting.pipelined import HookedRequests, HookFailed, PipelinedChannel, decode_command_frames
+from rmq_core.remoting.pipelined import HookedRequests, PendingRequests, decode_command_frames
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
 
 log = logging.getLogger("rmq.remoting.inproc")
@@ -361,13 +361,14 @@ class InprocBlockingChannel:
             pass
 
 
-class InprocPipelinedChannel:
+class InprocPipelinedChannel(PendingRequests):
     """The client end of an in-proc connection with PipelinedChannel's interface (the producer's
     send pipeline, rmq_core.remoting.pipelined): encoded request frames in - handed to the
     server's loop, through the broker's native lane when it has one - and every answer out
     through the request's completion, on the server's thread, as a tcp connection's reader
-    completes them.  Many requests are in flight at once; a request without an answer by its
-    deadline fails with RemotingTimeoutError (a sweeper thread, while any are pending)."""
+    completes them.  The pending table, its deadline sweep and the completions are remoting's
+    (PendingRequests); this end only hands frames over and runs the sweep on a thread of its own
+    while requests are pending (it has no reader thread to run it)."""
 
     _loop = None  # answers arrive through _schedule(None, ...): at once, in the server's thread
     writes = None  # (no write buffer: a frame is handed over whole)
@@ -480,22 +481,12 @@ class InprocPipelinedChannel:
         if not item.flag & RESPONSE_FLAG:
             log.debug("inproc pipelined channel %s: dropping %r", self.local_address, item)
             return
-        entry = self._pending.pop(item.opaque, None)
-        if entry is None:
-            log.debug("inproc pipelined channel %s: no request waits for opaque %d", self.local_address, item.opaque)
-            return
         if type(item) is RemotingCommand:  # (handed over as it is, not read by _read_frames)
             if self._hooks is not None:
                 item = self._hooks.answer(item, item)
             if self._from_command is not None and type(item) is RemotingCommand:
                 item = self._from_command(item)
-        try:
-            if type(item) is HookFailed:
-                entry[1](entry[2], None, item.error)
-            else:
-                entry[1](entry[2], item, None)
-        except Exception:  # noqa: BLE001 - one bad callback must not stop the others
-            log.exception("inproc pipelined channel to %s: completion of opaque %d failed", self.addr, item.opaque)
+        self._complete(item)
 
     def _peer_closed(self) -> None:
         self._fail(RemotingConnectError(f"connection to {self.addr} closed by the broker"))
@@ -520,36 +511,14 @@ class InprocPipelinedChannel:
     def _sweep_loop(self) -> None:
         while not self._closed:
             self._wake.wait(self._sweep_interval)
-            now = time.monotonic()
-            expired = [opaque for opaque, entry in self._pending.copy().items() if entry[0] <= now]
-            if expired and self._hooks is not None:
-                self._hooks.forget(expired)
-            for opaque in expired:
-                entry = self._pending.pop(opaque, None)
-                if entry is not None:
-                    self._complete_with(entry, RemotingTimeoutError(
-                        f"no response (opaque {opaque}) from {self.addr} in time"))
-
-    @staticmethod
-    def _complete_with(entry: tuple, error: BaseException) -> None:
-        try:
-            entry[1](entry[2], None, error)
-        except Exception:  # noqa: BLE001
-            log.exception("inproc pipelined channel: failing a request's completion raised")
+            self._expire(time.monotonic())
 
     def _fail(self, error: BaseException) -> None:
         if not self._closed:
             self._closed = True
             self._error = error
             self._wake.set()
-        while self._pending:
-            try:
-                _, entry = self._pending.popitem()
-            except KeyError:
-                break
-            self._complete_with(entry, self._error)
-        if self._hooks is not None:
-            self._hooks.requests.clear()
+        self._fail_pending(self._error)
 
     def close(self, drain_timeout: float = 0.0) -> None:
         """Let the pending requests finish for up to drain_timeout seconds, fail the rest."""
