@@ -611,7 +611,7 @@ class InprocTransport:
         return client
 
     def connect_pipelined(self, address: str, *, read_frames, from_command=None, intercept=None,
-                          ) -> InprocPipelinedChannel:
+                          connect_timeout: float = 0.0, name: str | None = None) -> InprocPipelinedChannel:
         """A connection with PipelinedChannel's interface (the producer's send pipeline)."""
         listener = self._listener(address)
         n = next(listener._ids)
