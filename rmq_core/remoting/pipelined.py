@@ -430,8 +430,9 @@ class PipelinedChannel(PendingRequests):
                 self._complete_with(entry, self._error or RemotingConnectError(
                     f"connection to {self.addr} is closed"))
 
-    def invoke(self, request: RemotingCommand, timeout: float, on_done: OnDone, context: Any = None) -> None:
-        """send() of a RemotingCommand."""
+    def send_command(self, request: RemotingCommand, timeout: float, on_done: OnDone, context: Any = None) -> None:
+        """send() of a RemotingCommand (its answer through on_done; `invoke` is request -> response
+        everywhere in remoting, a completion callback is send's)."""
         request.flag &= ~RESPONSE_FLAG
         body = request.body
         frame = request.encode_header(len(body)) + bytes(body) if body else request.encode_header(0)
