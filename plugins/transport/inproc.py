@@ -27,6 +27,7 @@ from rmq_core.errors import RemotingCommandError, RemotingConnectError, Remoting
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
 from rmq_core.remoting.pipelined import HookedRequests, PendingRequests, decode_command_frames
+from rmq_core.remoting.stream import hand_on
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
 
 log = logging.getLogger("rmq.remoting.inproc")
@@ -195,19 +196,7 @@ class InprocFrameChannel(InprocChannel):
 
     def _on_frame(self, frame) -> bool:
         """A frame (without its length prefix) for the general path; False once closed."""
-        try:
-            command = RemotingCommand.decode(frame)
-        except RemotingCommandError as e:
-            log.warning("closing %s: undecodable frame: %s", self.remote_address, e)
-            self.close(e)
-            return False
-        try:
-            self._on_command(command)
-        except Exception as e:  # a bug in the handler: drop this connection only, as TCP does
-            log.exception("closing %s: error while handling a command", self.remote_address)
-            self.close(e)
-            return False
-        return not self._closed
+        return hand_on(frame, self._on_command, self.close, self.remote_address) and not self._closed
 
     def _emit(self, frames: bytes) -> None:
         """The lane's answers (written during deliver): straight to the waiting client."""
