@@ -21,10 +21,13 @@ call lists: no pluggy machinery per request, and None when nothing is registered
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Iterable
 
 from rmq_core.remoting.codes import ResponseCode
 from rmq_core.remoting.command import FrameCommand, PrefixedFrameCommand, new_command, set_frame
+
+log = logging.getLogger("rmq.remoting")
 
 CLIENT = "client"
 BROKER = "broker"
@@ -180,11 +183,16 @@ class LaneStep:
         return request
 
     def after(self, request, response_frame: bytes) -> None:
+        """(The answer is written already: a step that raises here is logged, not answered.)"""
         response = new_command(FrameCommand)
         set_frame(response, response_frame)
         ctx = self.ctx
-        for fn in self._after:
-            fn(ctx.remote_address, request, response, ctx)
+        try:
+            for fn in self._after:
+                fn(ctx.remote_address, request, response, ctx)
+        except Exception:  # noqa: BLE001 - the connection and the other sends go on
+            log.exception("broker step after the answer to opaque %s from %s failed", response.opaque,
+                          ctx.remote_address)
 
 
 __all__ = ["RequestRefused", "RequestStep", "RequestSteps", "FrameStep", "LaneStep", "CLIENT", "BROKER"]
