@@ -272,12 +272,16 @@ cdef class PipelinedWrites:
         self.coalesce_bytes = coalesce_bytes
         self.coalesce_delay = coalesce_delay
 
-    cdef inline object _take(self):
+    cdef inline object _take(self, list fresh):
+        """What gathered, as one bytes, and `fresh` (an empty list its caller made before it read
+        any state) in its place.  Nothing here allocates a container: a container's allocation may
+        run the cyclic garbage collector, whose finalizers run Python code and so may hand the GIL
+        to another thread - one appending to the list being taken would lose its frame."""
         cdef list frames = self._frames
+        self._frames = fresh
         data = frames[0] if len(frames) == 1 else b"".join(frames)
         self.unanswered += self._requests
         self._requests = 0
-        self._frames = []
         self._bytes = 0
         self.held_since = 0.0
         return data
@@ -298,7 +302,11 @@ cdef class PipelinedWrites:
             return False
         now = _monotonic()
         self.last_send = now
-        self.pending[opaque] = (now + timeout, on_done, context)
+        # (the containers made first: a collection they may start can let other threads in -
+        # before this one has read the state it decides on below, never in between)
+        entry = (now + timeout, on_done, context)
+        cdef list fresh = []
+        self.pending[opaque] = entry
         if self.writing or (self.unanswered > 0 and self._bytes + n <= self.coalesce_bytes
                             and (self.held_since == 0.0 or now - self.held_since < self.coalesce_delay)):
             if not self._frames:
@@ -310,28 +318,30 @@ cdef class PipelinedWrites:
         self._requests += 1
         if self._frames:  # what gathered goes first, in order
             self._frames.append(frame)
-            frame = self._take()
+            frame = self._take(fresh)
         else:
-            self._take()
+            self._take(fresh)
         self.writing = True
         return frame
 
     cpdef object next_write(self):
         """The writer's next bytes after a write: what gathered meanwhile (it stays the writer), or
         None - nothing did, or the channel closed - and `writing` is cleared."""
+        cdef list fresh = []
         if not self._frames or self.closed:
             self.writing = False
             return None
-        return self._take()
+        return self._take(fresh)
 
     cpdef object start_flush(self, Py_ssize_t answered=0):
         """`answered` answers came; then what gathered, to write now (this thread is the writer),
         or None: a write is in progress, nothing gathered or the channel is closed."""
+        cdef list fresh = []
         if answered:
             self.unanswered = max(0, self.unanswered - answered)
         if self.writing or not self._frames or self.closed:
             return None
-        data = self._take()
+        data = self._take(fresh)
         self.writing = True
         return data
 
@@ -348,9 +358,10 @@ cdef class PipelinedWrites:
 
     cpdef object write_failed(self):
         """A write failed: `writing` cleared, what gathered dropped (the connection goes)."""
+        cdef list fresh = []
         self.writing = False
         if self._frames:
-            self._take()
+            self._take(fresh)
         return None
 
     cpdef object answered(self, Py_ssize_t n):

@@ -166,13 +166,16 @@ class AdminClient:
     own connection).  Close it (or use `with`) to drop the connections.
     """
 
-    def __init__(self, namesrv: str | None = None, *, timeout: float = 5.0):
+    def __init__(self, namesrv: str | None = None, *, timeout: float = 5.0, request_steps=()):
         namesrv = namesrv or os.environ.get("NAMESRV_ADDR")
         if not namesrv:
             raise AdminError("no name server: pass -n HOST:PORT or set NAMESRV_ADDR")
         self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
         self.timeout = timeout
-        self._pool = BlockingChannelPool(max_per_address=8, connect_timeout=min(timeout, 3.0))
+        # request_steps: its own client-side steps (rmq_core.remoting.RequestStep), on every request
+        self._request_steps = tuple(request_steps or ())
+        self._pool = BlockingChannelPool(max_per_address=8, connect_timeout=min(timeout, 3.0),
+                                         request_steps=request_steps)
         self._producer = None
         self._lock = threading.Lock()
 
@@ -916,7 +919,8 @@ class AdminClient:
         from rmq_core import Producer
         with self._lock:
             if self._producer is None:
-                p = Producer(ADMIN_PRODUCER_GROUP, namesrv=";".join(self.namesrv_addrs))
+                p = Producer(ADMIN_PRODUCER_GROUP, namesrv=";".join(self.namesrv_addrs),
+                             request_steps=self._request_steps)
                 p.start()
                 self._producer = p
             return self._producer

@@ -49,7 +49,7 @@ log = logging.getLogger("rmq.broker")
 
 class BrokerController:
     def __init__(self, broker_config: BrokerConfig, store_config: MessageStoreConfig, *,
-                 listen_host: str = "0.0.0.0", inproc_name: str | None = None):
+                 listen_host: str = "0.0.0.0", inproc_name: str | None = None, request_steps=()):
         check_broker_role(broker_config, store_config)
         self.broker_config = broker_config
         self.store_config = store_config
@@ -72,6 +72,9 @@ class BrokerController:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pull_hold_service: PullRequestHoldService | None = None
         self.servers: list[RemotingServer] = []
+        # the broker's own request steps (RequestStep objects: its access check...), shared by its
+        # servers' processor tables and run on every request before the rmq_broker_* hooks
+        self.request_steps: list = list(request_steps or ())
         self.namesrv_client: RemotingClient | None = None
         # Registration with the name servers, group-committed: topic changes arriving together
         # share one incremental registration; a full one is due at start, every
@@ -116,7 +119,8 @@ class BrokerController:
         self.pull_hold_service = PullRequestHoldService(self.loop)
         self.pull_hold_service.bind_thread()
         tcp = RemotingServer(f"{self.listen_host}:{bc.listen_port}", name=f"broker[{bc.broker_name}]",
-                             max_frame_length=bc.server_max_frame_length, backlog=bc.server_socket_backlog)
+                             max_frame_length=bc.server_max_frame_length, backlog=bc.server_socket_backlog,
+                             broker=True, request_steps=self.request_steps)
         await tcp.start()
         self.servers.append(tcp)
         port = int(tcp.listen_address.rpartition(":")[2])
@@ -131,7 +135,8 @@ class BrokerController:
         starting = _Starting(bc.broker_name)
         tcp.register_default_processor(starting)
         if self.inproc_name:
-            inproc = RemotingServer(f"inproc://{self.inproc_name}", name=f"broker[{bc.broker_name}]-inproc")
+            inproc = RemotingServer(f"inproc://{self.inproc_name}", name=f"broker[{bc.broker_name}]-inproc",
+                                    broker=True, request_steps=self.request_steps)
             inproc.register_default_processor(starting)
             await inproc.start()
             self.servers.append(inproc)

@@ -92,6 +92,9 @@ class ClientConfig:
     # every send is written from the caller's thread on a broker's pipelined connection, many
     # requests in flight on each (the send pipeline); this many per broker
     pipelined_send_connections: int = attrs.field(default=1, validator=_positive)
+    # this client's own request steps (rmq_core.remoting.RequestStep: an ACL signer...), run on
+    # every request it sends after the rmq_client_* hooks
+    request_steps: tuple = attrs.field(default=(), converter=lambda v: tuple(v or ()))
 
     @property
     def client_id(self) -> str:

@@ -26,19 +26,18 @@ from typing import Any, Callable
 
 import attrs
 
-from rmq_core import loops, plugins
+from rmq_core import loops
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.futures import CancellableFuture
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
 from rmq_core.errors import MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingConnectError, RemotingError
 from rmq_core.message import ExpressionType, MessageConst, MessageQueue, MixAll
-from rmq_core.remoting.aliases import resolve_inproc_alias
+from rmq_core.remoting.aliases import uses_local_aliases
 from rmq_core.remoting.pipelined import PipelinedChannel
-from rmq_core.remoting.transport import resolve_transport
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
-from rmq_core.remoting.command import FrameCommand, PrefixedFrameCommand, RemotingCommand, new_command, set_frame
+from rmq_core.remoting.command import RemotingCommand
 
 log = logging.getLogger("rmq.client")
 
@@ -277,91 +276,6 @@ class _BlockingCall:
             self.task.cancel()
 
 
-class _HookCalls:
-    """One hook's implementations, called as pluggy calls plain ones - the last registered first,
-    each with the arguments it names, an exception ending the call - but directly: pluggy's call
-    machinery costs more than a no-op implementation.  `calls` is None when one is a wrapper or
-    takes keyword-only arguments: then the caller goes through pluggy (`caller`).  current()
-    looks the implementations up again whenever the registered ones changed."""
-
-    __slots__ = ("caller", "names", "impls", "calls")
-
-    def __init__(self, caller, names: tuple[str, ...]):
-        self.caller, self.names = caller, names
-        self.impls: list | None = None
-        self.calls: list | None = []  # (function, positions of its arguments or None: all, in order)
-
-    def current(self) -> list | None:
-        impls = self.caller.get_hookimpls()
-        if impls != self.impls:
-            names = self.names
-            calls: list | None = []
-            for impl in reversed(impls):
-                if (impl.hookwrapper or getattr(impl, "wrapper", False) or getattr(impl, "kwargnames", ())
-                        or not set(impl.argnames) <= set(names)):
-                    calls = None  # (pluggy's to call, or to name what is wrong)
-                    break
-                picks = tuple(names.index(a) for a in impl.argnames)
-                calls.append((impl.function, None if picks == tuple(range(len(names))) else picks))
-            self.impls, self.calls = impls, calls
-        return self.calls
-
-    def call(self, values: tuple) -> None:
-        """The implementations called with `values` (in the order of `names`)."""
-        calls = self.current()
-        if calls is None:
-            self.caller(**dict(zip(self.names, values)))
-            return
-        for function, picks in calls:
-            if picks is None:
-                function(*values)
-            else:
-                function(*[values[k] for k in picks])
-
-
-class RpcHookStep:
-    """RocketMQ's RPCHook as a step of the pipelined send connections (their HookedRequests).
-    rmq_rpc_before_request is handed the request as a FrameCommand over its encoded frame -
-    decoded only when a hook reads or sets a field, encoded again only when one changed it (e.g.
-    signed it) - and rmq_rpc_after_response the answer the same way, with its request (the
-    connection's own reader still reads the answer for the send's completion).  The connection
-    stays the same one a send without hooks takes; only the step's own cost is added."""
-
-    __slots__ = ("addr", "_before", "_after")
-
-    def __init__(self, addr: str):
-        self.addr = addr
-        hook = plugins.get_plugin_manager().hook
-        self._before = _HookCalls(hook.rmq_rpc_before_request, ("remote_addr", "request"))
-        self._after = _HookCalls(hook.rmq_rpc_after_response, ("remote_addr", "request", "response"))
-
-    def before(self, frame) -> tuple[bytes, FrameCommand]:
-        """The request `frame` (length prefix included) the hooks saw: the frame itself, or
-        encoded anew when a hook changed it; and the request command for after()."""
-        request = new_command(PrefixedFrameCommand)
-        set_frame(request, frame)
-        hook = self._before
-        impls = hook.caller.get_hookimpls()
-        calls = hook.calls if impls == hook.impls else hook.current()
-        if calls is not None and len(calls) == 1 and calls[0][1] is None:  # (the usual case: one hook)
-            calls[0][0](self.addr, request)
-        else:
-            hook.call((self.addr, request))
-        if request._src is None and request.changed:  # (read, and maybe changed)
-            return request.encode(), request
-        return frame, request
-
-    def after(self, request: FrameCommand, response: RemotingCommand) -> None:
-        """The answer to `request` (a FrameCommand over its frame, or its decoded command)."""
-        hook = self._after
-        impls = hook.caller.get_hookimpls()
-        calls = hook.calls if impls == hook.impls else hook.current()
-        if calls is not None and len(calls) == 1 and calls[0][1] is None:
-            calls[0][0](self.addr, request, response)
-        else:
-            hook.call((self.addr, request, response))
-
-
 class MQClientInstance:
     def __init__(self, config: ClientConfig, producer_class: type | None = None):
         self.config = config
@@ -398,13 +312,9 @@ class MQClientInstance:
         self._stopping = False
         self._namesrv_index = random.randrange(len(config.namesrv))
         self.blocking_executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix=f"rmq-io-{self.client_id}")
-        self._rpc_hooks = False
         self._pending_tasks: set = set()
         self._posted: collections.deque = collections.deque()  # calls waiting for the loop (see post)
         self._drain_scheduled = False
-        # A client that reaches the name server in-proc reaches brokers embedded in this process
-        # in-proc too (routes carry their TCP addresses, which other processes need).
-        self._inproc = all(a.startswith("inproc://") for a in config.namesrv)
 
     # --- life cycle ------------------------------------------------------------------------------
     @property
@@ -420,7 +330,6 @@ class MQClientInstance:
         with self._lock:
             if self._running:
                 return
-            self._rpc_hooks = plugins.has_impls("rmq_rpc_before_request") or plugins.has_impls("rmq_rpc_after_response")
             self._loop = loops.new_event_loop()
             ready = threading.Event()
 
@@ -435,7 +344,12 @@ class MQClientInstance:
 
             async def init():
                 self._route_lock = asyncio.Lock()
-                self.remoting = RemotingClient(name=f"client-{self.client_id}", connect_timeout=self.config.connect_timeout)
+                # (every request it sends passes the client's request steps: rmq_core.remoting.steps)
+                # (a client that reaches the name server in-proc reaches brokers embedded in this
+                # process in-proc too: routes carry their TCP addresses, which other processes need)
+                self.remoting = RemotingClient(name=f"client-{self.client_id}", connect_timeout=self.config.connect_timeout,
+                                               request_steps=self.config.request_steps,
+                                               local_aliases=uses_local_aliases(self.config.namesrv))
                 proc = _BrokerRequestProcessor(self)
                 for code in (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.GET_CONSUMER_RUNNING_INFO,
                              RequestCode.CONSUME_MESSAGE_DIRECTLY, RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
@@ -687,40 +601,20 @@ class MQClientInstance:
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
         # "PYTHON" tells our broker this client decompresses LZ4 itself (4.x clients only know zlib)
         request.language = "PYTHON"
-        route_addr = addr
-        if self._inproc:
-            addr = resolve_inproc_alias(addr)
-        if self._rpc_hooks:
-            plugins.get_plugin_manager().hook.rmq_rpc_before_request(remote_addr=addr, request=request)
         try:
-            resp = await self.remoting.invoke(addr, request, timeout)
+            return await self.remoting.invoke(addr, request, timeout)
         except RemotingConnectError as e:
-            self.note_connect_failed(route_addr, str(e))
+            self.note_connect_failed(addr, str(e))
             raise
-        if self._rpc_hooks:
-            plugins.get_plugin_manager().hook.rmq_rpc_after_response(remote_addr=addr, request=request, response=resp)
-        return resp
 
     def invoke_nowait(self, addr: str, request: RemotingCommand, timeout: float,
                       on_answer=None) -> asyncio.Future | None:
         """invoke() split in two: the request goes out now, the returned future gives the response
         later (`on_answer(response)` runs first, inside the read that brought it); None, with
-        nothing sent, when it cannot go out at once (no open connection, an RPC hook, a full
-        write buffer): then invoke() as usual.  Call on the loop."""
-        if self._rpc_hooks:
-            return None
+        nothing sent, when it cannot go out at once (no open connection, a full write buffer):
+        then invoke() as usual.  Call on the loop."""
         request.language = "PYTHON"
-        if self._inproc:
-            addr = resolve_inproc_alias(addr)
         return self.remoting.request_nowait(addr, request, timeout, on_answer)
-
-    def _rpc_step(self, addr: str) -> "RpcHookStep | None":
-        return RpcHookStep(addr) if self._rpc_hooks else None
-
-    def in_proc(self, addr: str) -> bool:
-        """True when `addr` is reached in-proc (a broker embedded in this process, for a client
-        that reached the name server in-proc)."""
-        return self._inproc and resolve_inproc_alias(addr) != addr
 
     # --- pipelined send connections (async sends without the loop) -----------------------------------
     def pipelined_send_possible(self) -> bool:
@@ -779,14 +673,8 @@ class MQClientInstance:
             return channel
 
     def _open_send_channel(self, addr: str, read_frames, from_command) -> PipelinedChannel:
-        if self.in_proc(addr):
-            target = resolve_inproc_alias(addr)
-            transport, location = resolve_transport(target)
-            return transport.connect_pipelined(location, read_frames=read_frames, from_command=from_command,
-                                               intercept=self._rpc_step(target))
-        return PipelinedChannel(addr, connect_timeout=self.config.connect_timeout, read_frames=read_frames,
-                                from_command=from_command, name=f"rmq-send-{self.client_id}-{addr}",
-                                intercept=self._rpc_step(addr))
+        return self.remoting.connect_pipelined(addr, read_frames=read_frames, from_command=from_command,
+                                               name=f"rmq-send-{self.client_id}-{addr}")
 
     def send_channel_count(self, addr: str) -> int:
         """Open pipelined send connections to `addr`."""
@@ -802,16 +690,10 @@ class MQClientInstance:
 
     def is_connected(self, addr: str) -> bool:
         """True when `invoke(addr, ...)` will not have to connect first (call on the loop)."""
-        if self._inproc:
-            addr = resolve_inproc_alias(addr)
-        return self.remoting is not None and addr in self.remoting.connected_addresses()
+        return self.remoting is not None and self.remoting.is_connected(addr)
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
         request.language = "PYTHON"
-        if self._inproc:
-            addr = resolve_inproc_alias(addr)
-        if self._rpc_hooks:
-            plugins.get_plugin_manager().hook.rmq_rpc_before_request(remote_addr=addr, request=request)
         await self.remoting.invoke_oneway(addr, request)
 
     async def invoke_namesrv(self, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:

@@ -132,11 +132,7 @@ class RemotingCommand:
                       ext_fields: Mapping[str, Any] | None = None,
                       body: bytes | None = None) -> "RemotingCommand":
         """The response to this request: same opaque, same serialize type, flag = response."""
-        if _native_new_response is not None:
-            return _native_new_response(self, code, remark, _ext_to_str(ext_fields), body)
-        return RemotingCommand(code, opaque=self.opaque, flag=RESPONSE_FLAG, remark=remark,
-                               ext_fields=_ext_to_str(ext_fields), body=body,
-                               serialize_type=self.serialize_type)
+        return new_response(self, code, remark, _ext_to_str(ext_fields), body)
 
     def copy(self) -> "RemotingCommand":
         """A copy that later mutation of this command cannot reach (the body becomes bytes)."""
@@ -277,9 +273,9 @@ class RemotingCommand:
     def decode(cls, frame: bytes | bytearray | memoryview) -> "RemotingCommand":
         """Decode a frame WITHOUT its 4-byte length prefix; RemotingCommandError says what is wrong."""
         if _native_decode is not None and cls is RemotingCommand:
-            cmd = _native_decode(frame)  # None: not the common flat JSON shape; decided below
-            if cmd is not None:
-                return cmd
+            values = _native_decode(frame)  # None: not the common flat JSON shape; decided below
+            if values is not None:
+                return command_of(values)
         return cls.decode_py(frame)
 
     @classmethod
@@ -409,29 +405,26 @@ class FrameCommand(RemotingCommand):
     def __init__(self, frame):  # (the fields stay unset until decoded)
         _set_src(self, frame)
 
-    def __getattr__(self, name: str):  # (only ever called for an unset slot: before decoding)
-        if name in _FIELDS and self._src is not None:
-            self._decode()
-            return object.__getattribute__(self, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value) -> None:
-        if self._src is not None:  # (decoded first: a later decoding must not undo what was set)
-            self._decode()
-        object.__setattr__(self, name, value)
+    # (each field is a property over RemotingCommand's slot, defined below the class: the first
+    # read or write decodes - a write after it, so a later decoding cannot undo it)
 
     def _decode(self) -> None:
         frame, skip = self._src, self._skip
-        command = RemotingCommand.decode(memoryview(frame)[skip:] if skip else frame)
-        setattr_ = object.__setattr__
-        for name in _FIELDS:
-            setattr_(self, name, getattr(command, name))
+        if skip:
+            frame = memoryview(frame)[skip:]
+        values = _native_decode(frame) if _native_decode is not None else None
+        if values is None:  # (the Python codec decides, and names what is wrong)
+            c = RemotingCommand.decode_py(frame)
+            values = (c.code, c.language, c.version, c.opaque, c.flag, c.remark, c.ext_fields, c.body)
+            stype = c.serialize_type
+        else:
+            stype = _JSON
+        for set_slot, value in zip(_SLOT_SETTERS, values):  # (the slots themselves: no __setattr__)
+            set_slot(self, value)
+        _set_serialize_type(self, stype)
         _set_src(self, None)
-        setattr_(self, "_was", self._fields())
-
-    def _fields(self) -> tuple:
-        return (self.code, self.language, self.version, self.opaque, self.flag, self.remark,
-                dict(self.ext_fields), self.body, self.serialize_type)
+        code, language, version, opaque, flag, remark, ext, body = values
+        _set_was(self, (code, language, version, opaque, flag, remark, dict(ext), body, stype))
 
     @property
     def changed(self) -> bool:
@@ -439,7 +432,9 @@ class FrameCommand(RemotingCommand):
         if self._src is not None:
             return False
         was = self._was
-        return self.body is not was[7] or self._fields() != was
+        return (_get_body(self) is not was[7] or _get_ext(self) != was[6]
+                or (_get_code(self), _get_language(self), _get_version(self), _get_opaque(self), _get_flag(self),
+                    _get_remark(self)) != was[:6] or _get_serialize_type(self) is not was[8])
 
 
 class PrefixedFrameCommand(FrameCommand):
@@ -449,12 +444,72 @@ class PrefixedFrameCommand(FrameCommand):
     _skip = 4
 
 
+def _lazy_field(name: str) -> property:
+    slot = getattr(RemotingCommand, name)
+    get, put = slot.__get__, slot.__set__
+
+    def read(self):
+        if _get_src(self) is not None:
+            self._decode()
+        return get(self)
+
+    def write(self, value) -> None:
+        if _get_src(self) is not None:
+            self._decode()
+        put(self, value)
+
+    return property(read, write, doc=f"{name}, decoded from the frame on first access")
+
+
+_get_src = FrameCommand._src.__get__
+(_get_code, _get_language, _get_version, _get_opaque, _get_flag, _get_remark, _get_ext, _get_body,
+ _get_serialize_type) = (getattr(RemotingCommand, name).__get__ for name in _FIELDS)
 _set_src = FrameCommand._src.__set__
+_set_was = FrameCommand._was.__set__
+_SLOT_SETTERS = tuple(getattr(RemotingCommand, name).__set__ for name in _FIELDS[:8])
+_set_serialize_type = RemotingCommand.serialize_type.__set__
+assert _FIELDS[8] == "serialize_type" and _FIELDS[:8] == (
+    "code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body")
+for _name in _FIELDS:
+    setattr(FrameCommand, _name, _lazy_field(_name))
+del _name
 
 # FrameCommand(frame) in two C calls, without the Python call of __init__ (for the per-message
 # paths of the RPC hook step): command = new_command(FrameCommand); set_frame(command, frame)
 new_command = object.__new__
 set_frame = _set_src
+
+
+def command_of(values) -> RemotingCommand:
+    """The RemotingCommand of a JSON header's values as the native decoder hands them out
+    (rmq_core._native.frame.HEADER_FIELDS: code, language, version, opaque, flag, remark,
+    ext_fields, body) - without the Python __init__."""
+    cmd = new_command(RemotingCommand)
+    cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields, cmd.body = values
+    cmd.serialize_type = _JSON
+    return cmd
+
+
+def new_response(request, code, remark: str | None, ext_fields: dict, body) -> RemotingCommand:
+    """make_response without the Python __init__: the response to `request` (its opaque and
+    serialize type, flag RESPONSE, language JAVA, our version) with `ext_fields` kept as given
+    (the caller hands over a fresh dict of str)."""
+    cmd = new_command(RemotingCommand)
+    cmd.code = code if type(code) is int else int(code)
+    cmd.language = "JAVA"
+    cmd.version = _CURRENT_VERSION
+    cmd.opaque = request.opaque
+    cmd.flag = RESPONSE_FLAG
+    cmd.remark = remark
+    cmd.ext_fields = ext_fields
+    cmd.body = body
+    cmd.serialize_type = request.serialize_type
+    return cmd
+
+
+_JSON = SerializeType.JSON
+_CURRENT_VERSION = int(MQVersion.CURRENT)
+
 
 def _int_field(obj: dict, name: str, default: int | None) -> int:
     value = obj.get(name)
@@ -473,22 +528,32 @@ def _int_field(obj: dict, name: str, default: int | None) -> int:
 
 
 # The native JSON header codec (rmq_core/_native/frame.pyx): the common flat header in
-# C; anything unusual comes back as None and the Python code above decides.
+# C, handed out as plain values (command_of makes the command); anything unusual comes back as
+# None and the Python code above decides.
 try:
     from rmq_core._native import frame as _frame_native
 except ImportError:  # pragma: no cover - `make build` always builds it
-    _native_decode = _native_encode = _native_copy_if_plain = _native_new_response = None
+    _native_decode = _native_encode = _native_copy_if_plain = None
     native_decode_frames = native_encode_json_header = None
 else:
-    _frame_native.init(RemotingCommand, SerializeType.JSON, MQVersion.CURRENT)
     _native_decode = _frame_native.decode_frame
     _native_encode = _frame_native.encode_json_frame_header
     _native_copy_if_plain = _frame_native.copy_if_plain
-    _native_new_response = _frame_native.new_response
-    # For transports (None when the extension is not built):
-    # native_decode_frames(data, max_frame_length) -> (items, consumed): split and decode in one
-    #   pass; an item the native codec declined is the frame's memoryview, for RemotingCommand.decode.
-    # native_encode_json_header(command, body_length) -> the frame header of a JSON command, or None
-    #   when encode_header must do it.
-    native_decode_frames = _frame_native.decode_frames
+    _native_decode_frames = _frame_native.decode_frames
+
+    def native_decode_frames(data, max_frame_length: int) -> tuple[list, int]:
+        """Split and decode in one pass: (items, consumed), each whole frame as its RemotingCommand
+        or - where the native codec declined it - its memoryview, for RemotingCommand.decode.
+        A bad frame length raises RemotingCommandError naming it."""
+        try:
+            items, consumed = _native_decode_frames(data, max_frame_length)
+        except ValueError as e:
+            raise RemotingCommandError(str(e)) from None
+        for k, item in enumerate(items):
+            if type(item) is tuple:
+                items[k] = command_of(item)
+        return items, consumed
+
+    # For transports (None when the extension is not built): native_encode_json_header(command,
+    # body_length) -> the frame header of a JSON command, or None when encode_header must do it.
     native_encode_json_header = _frame_native.encode_json_frame_header

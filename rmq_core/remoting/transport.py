@@ -1,7 +1,14 @@
 """The transport interface the remoting layer runs on (implemented by `rmq_plugins.transport`).
 
-A transport moves whole `RemotingCommand`s between two endpoints; the remoting layer above it
-(server, client, ChannelContext) owns opaque matching, processors and timeouts.
+A transport only connects, serves and moves commands (or their bytes) between two endpoints; the
+remoting layer above it owns everything else, once for every transport: opaque matching, the
+pending table and its timeout sweep, completion, the request steps (steps.py), processors and
+the idle exchange (ChannelContext, context.py).  A transport over a byte stream (TCP, a Unix
+socket...) does not even frame: `rmq_core.remoting.stream.StreamChannel` is the asyncio Protocol
+that splits frames, coalesces writes, applies back-pressure and hands read chunks to the broker's
+native lane; the transport's connect is `loop.create_connection(lambda: StreamChannel(max), ...)`
+and its serve `loop.create_server(StreamListener(max, on_channel).make_channel, ...)` - see
+plugins/transport/tcp.py, and tests/remoting/unix_transport.py for a third one in ~40 lines.
 
     class Transport:
         scheme: str                                        # "tcp", "inproc", ...
@@ -23,6 +30,15 @@ A transport moves whole `RemotingCommand`s between two endpoints; the remoting l
     Listener
         address: str                  the bound address ("127.0.0.1:40211", "inproc://ns")
         async close()                 stop accepting and close every channel it accepted
+
+    optional, for the routes that run without an event loop (a transport without them is used
+    through connect/serve only):
+        connect_pipelined(address, *, read_frames, from_command, intercept, connect_timeout, name)
+                                      a connection many threads write requests on at once, with
+                                      PipelinedChannel's interface (tcp: remoting.pipelined's own;
+                                      its pending table is remoting's PendingRequests)
+        connect_blocking(address, *, max_frame_length, timeout)
+                                      one thread's request/response connection (BlockingChannelPool)
 
 `serve` calls `on_channel(channel)` (in the listener's loop) for every accepted connection; the
 callee must call `channel.start(...)` before returning.  A frame the transport cannot decode, or one

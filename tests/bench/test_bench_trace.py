@@ -54,14 +54,15 @@ def traced(cluster):
     p.shutdown()
 
 
-def _round(p, mode):
+def _round(p, mode, topic=None):
+    topic = topic or TOPIC
     body = b"x" * 128
     if mode == "sync":
         for _ in range(N):
-            p.send(Message(TOPIC, body))
+            p.send(Message(topic, body))
     else:
         for _ in range(N // BATCH):
-            for f in [p.send_async(Message(TOPIC, body)) for _ in range(BATCH)]:
+            for f in [p.send_async(Message(topic, body)) for _ in range(BATCH)]:
                 f.result(30)
 
 
