@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
+from rmq_core.acl import signer_from
 from rmq_core.errors import MQBrokerError, RemotingError, RMQError
 from rmq_core.message import MessageConst, MessageQueue, MixAll, PermName, TopicValidator, decode_offset_msg_id
 from rmq_core.remoting.blocking import BlockingChannelPool
@@ -140,6 +141,17 @@ class SendOutcome:
     status: str
 
 
+@attrs.frozen
+class AclVersion:
+    """clusterAclConfigVersion: one ACL file of one broker and its data version."""
+    cluster: str
+    broker_name: str
+    broker_addr: str
+    acl_file: str
+    counter: int
+    timestamp: int
+
+
 _PULL_STATUS = {ResponseCode.SUCCESS: "FOUND", ResponseCode.PULL_NOT_FOUND: "NO_NEW_MSG",
                 ResponseCode.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG", ResponseCode.PULL_OFFSET_MOVED: "OFFSET_ILLEGAL"}
 
@@ -179,12 +191,17 @@ class AdminClient:
     own connection).  Close it (or use `with`) to drop the connections.
     """
 
-    def __init__(self, namesrv: str | None = None, *, timeout: float = 5.0):
+    def __init__(self, namesrv: str | None = None, *, timeout: float = 5.0,
+                 access_key: str | None = None, secret_key: str | None = None):
         namesrv = namesrv or os.environ.get("NAMESRV_ADDR")
         if not namesrv:
             raise AdminError("no name server: pass -n HOST:PORT or set NAMESRV_ADDR")
         self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
         self.timeout = timeout
+        # ACL: every request signed with this account (as mqadmin's AclClientRPCHook)
+        self.access_key, self._secret_key = access_key, secret_key
+        signer = signer_from(access_key, secret_key, owner="AdminClient")
+        self.request_steps = [signer] if signer is not None else []
         self._pool = BlockingChannelPool(max_per_address=8, connect_timeout=min(timeout, 3.0))
         self._producer = None
         self._lock = threading.Lock()
@@ -492,6 +509,54 @@ class AdminClient:
         if r.code != ResponseCode.SUCCESS or not r.body:
             return None
         return loads_lenient(r.body)
+
+    # --- ACL (plain_acl.yml on each broker) ----------------------------------------------------------------
+    def update_acl_config(self, addr: str, access_key: str, *, secret_key: str | None = None,
+                          white_remote_address: str | None = None, admin: bool | None = None,
+                          default_topic_perm: str | None = None, default_group_perm: str | None = None,
+                          topic_perms: Sequence[str] | None = None, group_perms: Sequence[str] | None = None) -> None:
+        """updateAclConfig: create or update one account in the broker's plain_acl.yml (fields left
+        None are kept as the file has them)."""
+        ext = {"accessKey": access_key, "secretKey": secret_key, "whiteRemoteAddress": white_remote_address,
+               "defaultTopicPerm": default_topic_perm, "defaultGroupPerm": default_group_perm,
+               "topicPerms": ",".join(topic_perms) if topic_perms is not None else None,
+               "groupPerms": ",".join(group_perms) if group_perms is not None else None,
+               "admin": None if admin is None else str(bool(admin)).lower()}
+        self._call(addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {k: v for k, v in ext.items() if v is not None},
+                   what=f"update ACL account {access_key}")
+
+    def delete_acl_config(self, addr: str, access_key: str) -> None:
+        """deleteAclConfig: remove one account from the broker's plain_acl.yml."""
+        self._call(addr, RequestCode.DELETE_ACL_CONFIG, {"accessKey": access_key},
+                   what=f"delete ACL account {access_key}")
+
+    def update_global_white_addrs(self, addr: str, addresses: Sequence[str], acl_file: str | None = None) -> None:
+        """updateGlobalWhiteAddr: replace the broker's globalWhiteRemoteAddresses."""
+        self._call(addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+                   {"globalWhiteAddrs": ",".join(addresses), "aclFileFullPath": acl_file or ""},
+                   what="update globalWhiteRemoteAddresses")
+
+    def acl_config_version(self, addr: str) -> list[AclVersion]:
+        """clusterAclConfigVersion's rows of one broker: one per ACL file it reads."""
+        r = self._call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO, what="get ACL config version")
+        get = r.ext_fields.get
+        try:
+            files = json.loads(get("allAclFileVersion") or "{}")
+        except ValueError as e:
+            raise AdminError(f"get ACL config version on {addr}: bad allAclFileVersion: {e}") from None
+        return [AclVersion(get("clusterName") or "", get("brokerName") or "", get("brokerAddr") or addr, path,
+                           int(v.get("counter", 0)), int(v.get("timestamp", 0)))
+                for path, v in sorted(files.items())]
+
+    def acl_config(self, addr: str) -> dict:
+        """getAclConfig: {"globalWhiteAddrs": [...], "plainAccessConfigs": [{accessKey, ...}, ...]}."""
+        r = self._call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG, what="get ACL config")
+        try:
+            d = loads_lenient(r.body or b"{}")
+        except ValueError as e:
+            raise AdminError(f"get ACL config on {addr}: bad answer: {e}") from None
+        return {"globalWhiteAddrs": list(d.get("globalWhiteAddrs") or []),
+                "plainAccessConfigs": list(d.get("plainAccessConfigs") or [])}
 
     # --- subscription groups -------------------------------------------------------------------------------
     def subscription_groups(self, addr: str) -> dict[str, dict]:
@@ -929,7 +994,8 @@ class AdminClient:
         from rmq_core import Producer
         with self._lock:
             if self._producer is None:
-                p = Producer(ADMIN_PRODUCER_GROUP, namesrv=";".join(self.namesrv_addrs))
+                p = Producer(ADMIN_PRODUCER_GROUP, namesrv=";".join(self.namesrv_addrs),
+                             access_key=self.access_key, secret_key=self._secret_key)
                 p.start()
                 self._producer = p
             return self._producer

@@ -92,6 +92,20 @@ class ClientConfig:
     # every send is written from the caller's thread on a broker's pipelined connection, many
     # requests in flight on each (the send pipeline); this many per broker
     pipelined_send_connections: int = attrs.field(default=1, validator=_positive)
+    # ACL (RocketMQ's SessionCredentials + AclClientRPCHook): every request of this client is
+    # signed with this account when both keys are given
+    access_key: str | None = None
+    secret_key: str | None = attrs.field(default=None, repr=False)
+    security_token: str | None = attrs.field(default=None, repr=False)
+
+    def __attrs_post_init__(self):
+        self.signer()  # one key without the other fails here, naming the missing one
+
+    def signer(self):
+        """The request step that signs with access_key / secret_key (None without credentials)."""
+        from rmq_core.acl import signer_from
+
+        return signer_from(self.access_key, self.secret_key, self.security_token, owner="ClientConfig")
 
     @property
     def client_id(self) -> str:
@@ -114,6 +128,9 @@ def make_client_config(owner: str, namesrv, options: dict, own: Callable | None 
         hint = did_you_mean(unknown[0], known | params - {"self", "client_options"})
         raise ConfigError(f"{owner}: unknown setting {unknown[0]!r}{hint}; accepted here besides the "
                           f"{owner} settings: {', '.join(sorted(known))}")
+    from rmq_core.acl import signer_from
+
+    signer_from(options.get("access_key"), options.get("secret_key"), owner=owner)  # (naming the owner)
     return ClientConfig(namesrv=namesrv, **options)
 
 

@@ -1,0 +1,127 @@
+"""ACL request signing, as RocketMQ 4.x's AclClientRPCHook / AclUtils / AclSigner.
+
+A signed request carries `AccessKey`, optionally `SecurityToken`, and `Signature` =
+Base64(HmacSHA1(secretKey, content)), where content is the values of every ext field except
+`Signature` (and the query flag `_UNIQUE_KEY_QUERY`, which RocketMQ's validator leaves out), in
+the order of their keys, as UTF-8, followed by the body.  Fields a client adds of its own (the C++
+client's `OnsChannel`) are signed like any other.  The client side (`AclSigner`, a request step
+built from `access_key` / `secret_key`) and the broker's validator (plugins/acl) both call
+`request_signature`: one definition of what is signed.
+
+HMAC is OpenSSL's, through `hmac.digest` (one C call, no Python HMAC object per request).
+"""
+from __future__ import annotations
+
+import base64
+import hmac
+import os
+from typing import Mapping
+
+from rmq_core.errors import ConfigError
+
+ACCESS_KEY = "AccessKey"
+SECRET_KEY = "SecretKey"
+SIGNATURE = "Signature"
+SECURITY_TOKEN = "SecurityToken"
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # MixAll.UNIQUE_MSG_QUERY_FLAG: not part of the content
+
+_UNSIGNED = frozenset((SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
+_hmac_digest = hmac.digest
+_b64encode = base64.b64encode
+
+
+def request_content(ext_fields: Mapping[str, str] | None, body: bytes | None) -> bytes:
+    """The bytes a request's signature covers (AclUtils.combineRequestContent)."""
+    if ext_fields:
+        text = "".join([ext_fields[k] or "" for k in sorted(ext_fields) if k not in _UNSIGNED])
+        content = text.encode("utf-8")
+    else:
+        content = b""
+    return content + body if body else content
+
+
+def signature(content: bytes, secret_key: bytes) -> str:
+    """Base64(HmacSHA1(secret_key, content)) (AclSigner.calSignature)."""
+    return _b64encode(_hmac_digest(secret_key, content, "sha1")).decode("ascii")
+
+
+def request_signature(ext_fields: Mapping[str, str] | None, body: bytes | None, secret_key: bytes) -> str:
+    return signature(request_content(ext_fields, body), secret_key)
+
+
+class AclSigner:
+    """The client-side request step that signs every request with one account (AclClientRPCHook).
+
+    Given to a client as `access_key=` / `secret_key=` (Producer, PushConsumer, PullConsumer, the
+    rmq_core.aio clients, AdminClient); runs once per request on every route.
+    """
+
+    __slots__ = ("access_key", "_secret", "security_token")
+
+    def __init__(self, access_key: str, secret_key: str, security_token: str | None = None):
+        if not access_key or not secret_key:
+            raise ConfigError("ACL credentials need both access_key and secret_key "
+                              f"(got access_key={access_key!r}, secret_key={'***' if secret_key else secret_key!r})")
+        self.access_key = str(access_key)
+        self._secret = str(secret_key).encode("utf-8")
+        self.security_token = security_token or None
+
+    def before(self, remote_addr, request, connection=None) -> None:
+        ext = request.ext_fields
+        ext[ACCESS_KEY] = self.access_key
+        if self.security_token is not None:
+            ext[SECURITY_TOKEN] = self.security_token
+        ext.pop(SIGNATURE, None)
+        ext[SIGNATURE] = request_signature(ext, request.body, self._secret)
+
+    def after(self, remote_addr, request, response, connection=None) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"AclSigner(access_key={self.access_key!r})"
+
+
+def signer_from(access_key: str | None, secret_key: str | None, security_token: str | None = None,
+                *, owner: str = "client") -> AclSigner | None:
+    """The signer for a client's `access_key` / `secret_key` (None when neither is given); one
+    given without the other is a ConfigError naming the missing one."""
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        missing = "access_key" if not access_key else "secret_key"
+        raise ConfigError(f"{owner}: {missing} is missing: ACL credentials need both access_key and secret_key")
+    return AclSigner(access_key, secret_key, security_token)
+
+
+def tools_credentials(env: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """The admin tool's account when no flag names one: RMQ_ACCESS_KEY / RMQ_SECRET_KEY, else
+    mqadmin's own $ROCKETMQ_HOME/conf/tools.yml (`accessKey:` / `secretKey:`)."""
+    env = os.environ if env is None else env
+    ak, sk = env.get("RMQ_ACCESS_KEY"), env.get("RMQ_SECRET_KEY")
+    if ak or sk:
+        return ak, sk
+    home = env.get("ROCKETMQ_HOME")
+    if not home:
+        return None, None
+    path = os.path.join(home, "conf", "tools.yml")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+    import yaml  # only when a tools.yml is there
+
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected accessKey: and secretKey: entries")
+    ak, sk = data.get("accessKey"), data.get("secretKey")
+    return (str(ak) if ak is not None else None), (str(sk) if sk is not None else None)
+
+
+__all__ = ["ACCESS_KEY", "SECRET_KEY", "SIGNATURE", "SECURITY_TOKEN", "AclSigner", "request_content",
+           "request_signature", "signature", "signer_from", "tools_credentials"]
