@@ -32,7 +32,7 @@ from typing import Any, Iterable
 import attrs
 import yaml
 
-from rmq_core.acl import ACCESS_KEY, SIGNATURE, request_signature
+from rmq_core.acl import ACCESS_KEY, SIGNATURE, SigningKey
 from rmq_core.errors import AclError
 from rmq_core.message import MixAll, TopicValidator
 from rmq_core.remoting.body import DataVersion
@@ -134,11 +134,11 @@ class Account:
     default_topic_perm: int
     default_group_perm: int
     perms: dict  # resource (topic, or a group as its retry topic) -> permission bits
-    secret: bytes = attrs.field(repr=False, default=b"")
+    key: SigningKey = attrs.field(repr=False, default=None)
     _memo: dict = attrs.field(factory=dict, repr=False)
 
     def __attrs_post_init__(self):
-        self.secret = self.secret_key.encode("utf-8")
+        self.key = SigningKey(self.secret_key)
 
     def refusal(self, resource: str, needed: int) -> str | None:
         """None when the account may use `resource` for `needed`, else why not (checkPerm)."""
@@ -375,7 +375,7 @@ class PlainAccessValidator:
             return
         body = request.body
         signature = ext.get(SIGNATURE)
-        if signature is None or not hmac.compare_digest(signature, request_signature(ext, body, account.secret)):
+        if signature is None or not hmac.compare_digest(signature, account.key.sign(ext, body)):
             raise _refused(f"Check signature failed for accessKey={access_key}: the request's Signature does not "
                            f"match the content signed with the secretKey of accessKey={access_key}")
         if code in ADMIN_CODES and not account.admin:

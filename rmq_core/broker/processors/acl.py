@@ -11,7 +11,7 @@ import logging
 from rmq_core.broker.processors import Processor
 from rmq_core.broker.processors.client import json_body
 from rmq_core.errors import AclError
-from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.codes import RequestCode, ResponseCode, code_name
 
 log = logging.getLogger("rmq.broker")
 
@@ -23,6 +23,27 @@ def split_list(text: str | None) -> list[str] | None:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+def _acl_request(failed_code: int):
+    """A handler of an ACL request: given the broker's validator, refused (naming aclEnable) on a
+    broker without one; an AclError or file error becomes `failed_code` with its message."""
+    def wrap(fn):
+        async def handler(self, ctx, request):
+            v = self.ctrl.access_validator
+            if v is None:
+                bc = self.ctrl.broker_config
+                return request.make_response(
+                    failed_code, f"ACL is not enabled on broker[{bc.broker_name}, {self.ctrl.broker_addr}] "
+                                 "(aclEnable=false): there is no ACL config to read or change")
+            try:
+                return await fn(self, v, ctx, request)
+            except (AclError, OSError) as e:
+                log.warning("%s from %s refused: %s", code_name(request.code), ctx.remote_address, e)
+                return request.make_response(failed_code, str(e))
+        handler.__name__ = fn.__name__
+        return handler
+    return wrap
+
+
 class AclProcessor(Processor):
     CODES = {
         RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: "update_and_create_access_config",
@@ -32,19 +53,8 @@ class AclProcessor(Processor):
         RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: "get_broker_cluster_acl_config",
     }
 
-    def _validator(self, request, failed_code):
-        v = self.ctrl.access_validator
-        if v is None:
-            bc = self.ctrl.broker_config
-            return None, request.make_response(
-                failed_code, f"ACL is not enabled on broker[{bc.broker_name}, {self.ctrl.broker_addr}] "
-                             "(aclEnable=false): there is no ACL config to read or change")
-        return v, None
-
-    async def update_and_create_access_config(self, ctx, request):
-        v, refused = self._validator(request, ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED)
-        if refused:
-            return refused
+    @_acl_request(ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED)
+    async def update_and_create_access_config(self, v, ctx, request):
         get = request.ext_fields.get
         config = {
             "accessKey": get("accessKey"), "secretKey": get("secretKey"),
@@ -53,24 +63,14 @@ class AclProcessor(Processor):
             "topicPerms": split_list(get("topicPerms")), "groupPerms": split_list(get("groupPerms")),
             "admin": request.get_bool("admin") if get("admin") is not None else None,
         }
-        try:
-            await asyncio.to_thread(v.update_access_config, config)
-        except (AclError, OSError) as e:
-            log.warning("updateAclConfig of accessKey=%s refused: %s", config["accessKey"], e)
-            return request.make_response(ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED, str(e))
+        await asyncio.to_thread(v.update_access_config, config)
         log.info("ACL: account accessKey=%s created or updated by %s", config["accessKey"], ctx.remote_address)
         return request.make_response(ResponseCode.SUCCESS, None)
 
-    async def delete_access_config(self, ctx, request):
-        v, refused = self._validator(request, ResponseCode.DELETE_ACL_CONFIG_FAILED)
-        if refused:
-            return refused
+    @_acl_request(ResponseCode.DELETE_ACL_CONFIG_FAILED)
+    async def delete_access_config(self, v, ctx, request):
         access_key = request.get_str("accessKey")
-        try:
-            deleted = bool(access_key) and await asyncio.to_thread(v.delete_access_config, access_key)
-        except (AclError, OSError) as e:
-            return request.make_response(ResponseCode.DELETE_ACL_CONFIG_FAILED, str(e))
-        if not deleted:
+        if not access_key or not await asyncio.to_thread(v.delete_access_config, access_key):
             return request.make_response(
                 ResponseCode.DELETE_ACL_CONFIG_FAILED,
                 f"The accesskey[{access_key}] corresponding to accessConfig has been deleted failed: "
@@ -78,22 +78,15 @@ class AclProcessor(Processor):
         log.info("ACL: account accessKey=%s deleted by %s", access_key, ctx.remote_address)
         return request.make_response(ResponseCode.SUCCESS, None)
 
-    async def update_global_white_addrs(self, ctx, request):
-        v, refused = self._validator(request, ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED)
-        if refused:
-            return refused
+    @_acl_request(ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED)
+    async def update_global_white_addrs(self, v, ctx, request):
         addrs = split_list(request.get_str("globalWhiteAddrs")) or []
-        try:
-            await asyncio.to_thread(v.update_global_white_addrs, addrs, request.get_str("aclFileFullPath"))
-        except (AclError, OSError) as e:
-            return request.make_response(ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED, str(e))
+        await asyncio.to_thread(v.update_global_white_addrs, addrs, request.get_str("aclFileFullPath"))
         log.info("ACL: globalWhiteRemoteAddresses set to %s by %s", addrs, ctx.remote_address)
         return request.make_response(ResponseCode.SUCCESS, None)
 
-    async def get_broker_acl_config_version(self, ctx, request):
-        v, refused = self._validator(request, ResponseCode.SYSTEM_ERROR)
-        if refused:
-            return refused
+    @_acl_request(ResponseCode.SYSTEM_ERROR)
+    async def get_broker_acl_config_version(self, v, ctx, request):
         version, per_file = v.version()
         bc = self.ctrl.broker_config
         return request.make_response(ResponseCode.SUCCESS, None, {
@@ -102,8 +95,6 @@ class AclProcessor(Processor):
             "brokerName": bc.broker_name, "brokerAddr": self.ctrl.broker_addr, "clusterName": bc.broker_cluster_name,
         })
 
-    async def get_broker_cluster_acl_config(self, ctx, request):
-        v, refused = self._validator(request, ResponseCode.SYSTEM_ERROR)
-        if refused:
-            return refused
+    @_acl_request(ResponseCode.SYSTEM_ERROR)
+    async def get_broker_cluster_acl_config(self, v, ctx, request):
         return request.make_response(ResponseCode.SUCCESS, None, None, json_body(v.all_config()))
