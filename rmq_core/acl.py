@@ -20,6 +20,7 @@ import os
 from typing import Mapping
 
 from rmq_core.errors import ConfigError
+from rmq_core.remoting.steps import RequestStep
 
 ACCESS_KEY = "AccessKey"
 SECRET_KEY = "SecretKey"
@@ -73,7 +74,7 @@ class SigningKey:
         return _b64(outer.digest(), newline=False).decode("ascii")
 
 
-class AclSigner:
+class AclSigner(RequestStep):
     """The client-side request step that signs every request with one account (AclClientRPCHook).
 
     Given to a client as `access_key=` / `secret_key=` (Producer, PushConsumer, PullConsumer, the
@@ -97,9 +98,6 @@ class AclSigner:
             ext[SECURITY_TOKEN] = self.security_token
         ext.pop(SIGNATURE, None)
         ext[SIGNATURE] = self._key.sign(ext, request.body)
-
-    def after(self, remote_addr, request, response, connection=None) -> None:
-        pass
 
     def __repr__(self) -> str:
         return f"AclSigner(access_key={self.access_key!r})"

@@ -39,12 +39,14 @@ class Cluster:
     (brokerId 1, brokerRole SLAVE, its store under `<store>/slave`, any free ports), replicating
     from it as a `rmq broker` slave does: `cluster.slave` is its BrokerController,
     `cluster.slave_addr` its address.  Settings given (a config file, keyword overrides such as
-    broker_role="SYNC_MASTER" or slave_read_enable=True) apply to both, roles and ports aside."""
+    broker_role="SYNC_MASTER" or slave_read_enable=True) apply to both, roles and ports aside;
+    `request_steps` are the broker's own request steps (rmq_core.remoting.RequestStep)."""
 
     def __init__(self, store: str | None = None, config: str | Mapping[str, Any] | None = None, *,
                  namesrv_listen: str = "127.0.0.1:0", broker_listen: str = "127.0.0.1:0",
-                 name: str | None = None, slave: bool = False, **overrides):
+                 name: str | None = None, slave: bool = False, request_steps=(), **overrides):
         self.name = name or f"rmq-{os.getpid()}-{next(_ids)}"
+        self.request_steps = list(request_steps or ())  # the broker's own (rmq_core.remoting.RequestStep)
         ns_host, ns_port = parse_address(namesrv_listen)
         b_host, b_port = parse_address(broker_listen)
         if store is not None:
@@ -102,7 +104,7 @@ class Cluster:
         self.boot_lines.append(ns_line)
         self.broker_config.namesrv_addr = self.tcp_namesrv
         self.broker = BrokerController(self.broker_config, self.store_config, listen_host=self._b_host,
-                                       inproc_name=f"{self.name}-broker")
+                                       inproc_name=f"{self.name}-broker", request_steps=self.request_steps)
         try:
             self.boot_lines.append(await self.broker.start())
             if self.slave_broker_config is not None:

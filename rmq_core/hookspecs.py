@@ -103,11 +103,31 @@ def rmq_filter_message(context):
     a plugin may drop messages by mutating `context.messages`."""
 
 
+# --- request steps (RocketMQ's RPCHook, one hook per side; see rmq_core.remoting.steps) -----------
 @hookspec
-def rmq_rpc_before_request(remote_addr, request):
-    """RPCHook.doBeforeRequest: may add ext fields (e.g. ACL signatures) to `request`."""
+def rmq_client_before_request(remote_addr, request):
+    """Runs once per request a client of rmq sends (producers, consumers, admin, Spark, aio; a
+    broker's own calls to name servers count as a client's), on every route and transport, before
+    it leaves.  May add or replace ext fields of `request` (e.g. a signature): the change is what
+    is sent.  Raising fails that request only.  Per-client steps (`request_steps=`) run after."""
 
 
 @hookspec
-def rmq_rpc_after_response(remote_addr, request, response):
-    """RPCHook.doAfterResponse."""
+def rmq_client_after_response(remote_addr, request, response):
+    """Runs once per answer a client receives, with its request; raising fails that request."""
+
+
+@hookspec
+def rmq_broker_before_request(remote_addr, request, connection):
+    """Runs once per request a broker receives (not the name server), on every route (the native
+    send lane included), before the processor.  Raising
+    `rmq_core.remoting.RequestRefused(remark, code=ResponseCode.SYSTEM_ERROR)` refuses it: the
+    processor never runs, the answer carries that code and remark, the connection keeps serving.
+    `connection` has `remote_address` and `attributes` (a per-connection dict, gone when it
+    closes).  `request` has code, opaque, flag, ext_fields, body, decoded from the frame only when
+    read.  The broker's own steps (its processor table's `request_steps`) run first."""
+
+
+@hookspec
+def rmq_broker_after_response(remote_addr, request, response, connection):
+    """Runs once per answer a broker sends, with its request."""

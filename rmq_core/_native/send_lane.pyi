@@ -32,6 +32,8 @@ class SendLaneState:
     on_put: Callable[[str, int, int], None]
     outcome: Callable[[Any], tuple[int, str | None, bool]]
     refresh: Callable[["SendLaneState"], None]
+    before: Callable[[bytes], Any] | None
+    after: Callable[[Any, bytes], None] | None
     def __init__(self, topics: dict, cluster_prop: bytes, version: int, put_ok: Any,
                  on_put: Callable[[str, int, int], None],
                  outcome: Callable[[Any], tuple[int, str | None, bool]],

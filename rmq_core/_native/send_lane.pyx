@@ -30,6 +30,13 @@ untrusted: every read is bounds-checked.
 The lane reads nothing of the broker but its `SendLaneState`: plain values (the put to use, the
 topic table's version, writeable or not, the checked-topics cache) that the send processor owns
 and refreshes through `state.refresh` before each read chunk and after any frame handed back.
+
+The broker's request steps (rmq_core.remoting.steps) are part of the lane, not a reason to leave
+it: with `state.before` set, each plain send's frame (bytes, no length prefix) is handed to
+`before(frame)` just before its put - it returns the request it made (decoded from the frame only
+when a step reads it), or None when a step refused it and the refusal was answered - and with
+`state.after` set, `after(request, answer frame)` follows each answer written here (a SYNC_FLUSH
+send is then finished by on_deferred, one at a time, which runs the after steps itself).
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -284,9 +291,13 @@ cdef class SendLaneState:
     cdef public object on_put        # on_put(topic, messages, bytes): the broker's put statistics
     cdef public object outcome       # outcome(status) -> (code, remark or None, with fields)
     cdef public object refresh       # refresh(state)
+    cdef public object before        # before(frame) -> request, or None (refused): the broker's steps
+    cdef public object after         # after(request, answer frame), or None
 
     def __init__(self, dict topics, bytes cluster_prop, int64_t version, put_ok, on_put, outcome, refresh):
         self.put = None
+        self.before = None
+        self.after = None
         self.topics = topics
         self.data_version = None
         self.counter = 0
@@ -467,13 +478,14 @@ cdef class SendLane:
 
     cdef int _try_send(self, const uint8_t* frame, Py_ssize_t n, fast_put, view, Py_ssize_t pos,
                        Py_ssize_t end, emit) except -1:
-        """1: answered here; 0: declined (nothing done); 2: put, finished by on_deferred."""
+        """1: answered here; 0: declined (nothing done); 2: put, finished by on_deferred; 3: refused
+        by a request step (answered by it)."""
         cdef SendFields f
         cdef SendLaneState st
         cdef Py_ssize_t plen, total_props
         cdef uint8_t* pb
         cdef const char* idp
-        cdef Py_ssize_t idn
+        cdef Py_ssize_t idn, start
         if not _parse_send(frame, n, &f):
             return 0
         if f.code != SEND_MESSAGE_V2 or f.flag & RESPONSE_FLAG or not f.has_queue_id or f.queue_id < 0:
@@ -499,6 +511,11 @@ cdef class SendLane:
         if _special_properties(pb, plen):
             return 0
         memcpy(pb + plen, PyBytes_AS_STRING(cluster_prop), len(cluster_prop))
+        request = None
+        if st.before is not None:  # the broker's request steps: a refusal is answered by them
+            request = st.before(PyBytes_FromStringAndSize(<const char*>frame, n))
+            if request is None:
+                return 3
         msg = self.msg
         msg.topic = topic
         msg.queue_id = <int>f.queue_id
@@ -512,7 +529,7 @@ cdef class SendLane:
         msg.body = None
         result, fut = <tuple>r
         if fut is not None and result.status is st.put_ok and self.write_frames is not None \
-                and isinstance(fut, _ConcurrentFuture):
+                and st.after is None and isinstance(fut, _ConcurrentFuture):
             # SYNC_FLUSH: joins the group of its Future, answered when the Future resolves
             if self.group is not None and self.group.future is not fut:
                 self._seal_group()
@@ -538,7 +555,10 @@ cdef class SendLane:
                 raise TypeError(f"msg id {msg_id!r} is not an ASCII str")
             idp = <const char*>PyUnicode_DATA(msg_id)
             idn = PyUnicode_GET_LENGTH(msg_id)
+            start = self.out.n
             _write_send_response(&self.out, 0, idp, idn, f.queue_id, <int64_t>ar.logics_offset, f.opaque, st.version)
+            if st.after is not None and request is not None:
+                st.after(request, PyBytes_FromStringAndSize(self.out.buf + start + 4, self.out.n - start - 4))
         return 1
 
     cdef int _seal_group(self) except -1:
@@ -642,8 +662,8 @@ cdef class SendLane:
                         self._seal_group()
                         self._flush(emit)
                         self.on_error(view[pos + 4:end], e)
-                        rc = 3
-                if rc == 1:
+                        rc = 4
+                if rc == 1 or rc == 3:
                     self.handled += 1
                     answered = True
                 else:

@@ -191,18 +191,19 @@ class AdminClient:
     own connection).  Close it (or use `with`) to drop the connections.
     """
 
-    def __init__(self, namesrv: str | None = None, *, timeout: float = 5.0,
+    def __init__(self, namesrv: str | None = None, *, timeout: float = 5.0, request_steps=(),
                  access_key: str | None = None, secret_key: str | None = None):
         namesrv = namesrv or os.environ.get("NAMESRV_ADDR")
         if not namesrv:
             raise AdminError("no name server: pass -n HOST:PORT or set NAMESRV_ADDR")
         self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
         self.timeout = timeout
-        # ACL: every request signed with this account (as mqadmin's AclClientRPCHook)
-        self.access_key, self._secret_key = access_key, secret_key
+        # request_steps: its own client-side steps (rmq_core.remoting.RequestStep), on every request;
+        # access_key / secret_key add an ACL signer (as mqadmin's AclClientRPCHook), last
         signer = signer_from(access_key, secret_key, owner="AdminClient")
-        self.request_steps = [signer] if signer is not None else []
-        self._pool = BlockingChannelPool(max_per_address=8, connect_timeout=min(timeout, 3.0))
+        self._request_steps = tuple(request_steps or ()) + ((signer,) if signer is not None else ())
+        self._pool = BlockingChannelPool(max_per_address=8, connect_timeout=min(timeout, 3.0),
+                                         request_steps=self._request_steps)
         self._producer = None
         self._lock = threading.Lock()
 
@@ -995,7 +996,7 @@ class AdminClient:
         with self._lock:
             if self._producer is None:
                 p = Producer(ADMIN_PRODUCER_GROUP, namesrv=";".join(self.namesrv_addrs),
-                             access_key=self.access_key, secret_key=self._secret_key)
+                             request_steps=self._request_steps)
                 p.start()
                 self._producer = p
             return self._producer

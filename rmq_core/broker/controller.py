@@ -50,7 +50,7 @@ log = logging.getLogger("rmq.broker")
 
 class BrokerController:
     def __init__(self, broker_config: BrokerConfig, store_config: MessageStoreConfig, *,
-                 listen_host: str = "0.0.0.0", inproc_name: str | None = None):
+                 listen_host: str = "0.0.0.0", inproc_name: str | None = None, request_steps=()):
         check_broker_role(broker_config, store_config)
         self.broker_config = broker_config
         self.store_config = store_config
@@ -73,6 +73,9 @@ class BrokerController:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pull_hold_service: PullRequestHoldService | None = None
         self.servers: list[RemotingServer] = []
+        # the broker's own request steps (RequestStep objects: its access check...), shared by its
+        # servers' processor tables and run on every request before the rmq_broker_* hooks
+        self.request_steps: list = list(request_steps or ())
         self.namesrv_client: RemotingClient | None = None
         # Registration with the name servers, group-committed: topic changes arriving together
         # share one incremental registration; a full one is due at start, every
@@ -117,9 +120,15 @@ class BrokerController:
         self.loop = asyncio.get_running_loop()
         self.pull_hold_service = PullRequestHoldService(self.loop)
         self.pull_hold_service.bind_thread()
+        self._start_access_validator()  # before the servers resolve their steps; a bad plain_acl.yml fails here
         tcp = RemotingServer(f"{self.listen_host}:{bc.listen_port}", name=f"broker[{bc.broker_name}]",
-                             max_frame_length=bc.server_max_frame_length, backlog=bc.server_socket_backlog)
-        await tcp.start()
+                             max_frame_length=bc.server_max_frame_length, backlog=bc.server_socket_backlog,
+                             broker=True, request_steps=self.request_steps)
+        try:
+            await tcp.start()
+        except BaseException:
+            self._stop_access_validator()
+            raise
         self.servers.append(tcp)
         port = int(tcp.listen_address.rpartition(":")[2])
         # haListenPort's default, RocketMQ's: listenPort + 1 (any port for the broker: any for HA too)
@@ -133,7 +142,8 @@ class BrokerController:
         starting = _Starting(bc.broker_name)
         tcp.register_default_processor(starting)
         if self.inproc_name:
-            inproc = RemotingServer(f"inproc://{self.inproc_name}", name=f"broker[{bc.broker_name}]-inproc")
+            inproc = RemotingServer(f"inproc://{self.inproc_name}", name=f"broker[{bc.broker_name}]-inproc",
+                                    broker=True, request_steps=self.request_steps)
             inproc.register_default_processor(starting)
             await inproc.start()
             self.servers.append(inproc)
@@ -163,7 +173,6 @@ class BrokerController:
     async def _start_services(self) -> None:
         bc = self.broker_config
         self.metrics.start()  # metricsExporterType (none by default): a port in use fails here, before the store
-        self._start_access_validator()  # a bad plain_acl.yml fails here, before the store
         os.makedirs(self.store_config.store_path_root_dir, exist_ok=True)
         self.store = DefaultMessageStore(self.store_config, store_host=(bc.broker_ip1, bc.listen_port))
         self.store.ha_service.listen_host = self.listen_host  # the HA listener binds where the broker does
@@ -241,14 +250,15 @@ class BrokerController:
         if not bc.acl_enable:
             return
         self.access_validator = get_access_validator_factory(bc.access_validator)(bc)
-        for server in self.servers:
-            server.add_request_step(self.access_validator)
+        self.request_steps.insert(0, self.access_validator)  # (the access check before any other step)
         log.info("ACL enabled: access validator %s", bc.access_validator)
 
     def _stop_access_validator(self) -> None:
         v, self.access_validator = self.access_validator, None
-        if v is not None and hasattr(v, "close"):
-            v.close()
+        if v is not None:
+            self.request_steps.remove(v)
+            if hasattr(v, "close"):
+                v.close()
 
     def _delivery_services(self) -> tuple:
         """The services that write on their own (delayed and timer deliveries, transaction

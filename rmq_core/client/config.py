@@ -92,20 +92,21 @@ class ClientConfig:
     # every send is written from the caller's thread on a broker's pipelined connection, many
     # requests in flight on each (the send pipeline); this many per broker
     pipelined_send_connections: int = attrs.field(default=1, validator=_positive)
-    # ACL (RocketMQ's SessionCredentials + AclClientRPCHook): every request of this client is
-    # signed with this account when both keys are given
+    # this client's own request steps (rmq_core.remoting.RequestStep: an ACL signer...), run on
+    # every request it sends after the rmq_client_* hooks
+    request_steps: tuple = attrs.field(default=(), converter=lambda v: tuple(v or ()))
+    # ACL (RocketMQ's SessionCredentials + AclClientRPCHook): with both keys, an AclSigner joins
+    # request_steps (last: the signature covers what the other steps added)
     access_key: str | None = None
     secret_key: str | None = attrs.field(default=None, repr=False)
     security_token: str | None = attrs.field(default=None, repr=False)
 
     def __attrs_post_init__(self):
-        self.signer()  # one key without the other fails here, naming the missing one
-
-    def signer(self):
-        """The request step that signs with access_key / secret_key (None without credentials)."""
         from rmq_core.acl import signer_from
 
-        return signer_from(self.access_key, self.secret_key, self.security_token, owner="ClientConfig")
+        signer = signer_from(self.access_key, self.secret_key, self.security_token, owner="ClientConfig")
+        if signer is not None:
+            self.request_steps = (*self.request_steps, signer)
 
     @property
     def client_id(self) -> str:

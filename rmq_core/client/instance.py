@@ -32,7 +32,7 @@ from concurrent.futures._base import RUNNING as _RUNNING
 
 import attrs
 
-from rmq_core import loops, plugins
+from rmq_core import loops
 from rmq_core._native.send_pipeline import finish_unwatched as _finish_unwatched
 from rmq_core._native.send_pipeline import lean_result as _lean_result
 from rmq_core._native.send_pipeline import subscribe_unwatched as _subscribe_unwatched
@@ -47,7 +47,7 @@ from rmq_core.remoting.pipelined import PipelinedChannel
 from rmq_core.remoting.transport import resolve_transport
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
-from rmq_core.remoting.command import FrameCommand, PrefixedFrameCommand, RemotingCommand, new_command, set_frame
+from rmq_core.remoting.command import RemotingCommand
 
 log = logging.getLogger("rmq.client")
 
@@ -397,91 +397,6 @@ class _BlockingCall:
             self.task.cancel()
 
 
-class _HookCalls:
-    """One hook's implementations, called as pluggy calls plain ones - the last registered first,
-    each with the arguments it names, an exception ending the call - but directly: pluggy's call
-    machinery costs more than a no-op implementation.  `calls` is None when one is a wrapper or
-    takes keyword-only arguments: then the caller goes through pluggy (`caller`).  current()
-    looks the implementations up again whenever the registered ones changed."""
-
-    __slots__ = ("caller", "names", "impls", "calls")
-
-    def __init__(self, caller, names: tuple[str, ...]):
-        self.caller, self.names = caller, names
-        self.impls: list | None = None
-        self.calls: list | None = []  # (function, positions of its arguments or None: all, in order)
-
-    def current(self) -> list | None:
-        impls = self.caller.get_hookimpls()
-        if impls != self.impls:
-            names = self.names
-            calls: list | None = []
-            for impl in reversed(impls):
-                if (impl.hookwrapper or getattr(impl, "wrapper", False) or getattr(impl, "kwargnames", ())
-                        or not set(impl.argnames) <= set(names)):
-                    calls = None  # (pluggy's to call, or to name what is wrong)
-                    break
-                picks = tuple(names.index(a) for a in impl.argnames)
-                calls.append((impl.function, None if picks == tuple(range(len(names))) else picks))
-            self.impls, self.calls = impls, calls
-        return self.calls
-
-    def call(self, values: tuple) -> None:
-        """The implementations called with `values` (in the order of `names`)."""
-        calls = self.current()
-        if calls is None:
-            self.caller(**dict(zip(self.names, values)))
-            return
-        for function, picks in calls:
-            if picks is None:
-                function(*values)
-            else:
-                function(*[values[k] for k in picks])
-
-
-class RpcHookStep:
-    """RocketMQ's RPCHook as a step of the pipelined send connections (their HookedRequests).
-    rmq_rpc_before_request is handed the request as a FrameCommand over its encoded frame -
-    decoded only when a hook reads or sets a field, encoded again only when one changed it (e.g.
-    signed it) - and rmq_rpc_after_response the answer the same way, with its request (the
-    connection's own reader still reads the answer for the send's completion).  The connection
-    stays the same one a send without hooks takes; only the step's own cost is added."""
-
-    __slots__ = ("addr", "_before", "_after")
-
-    def __init__(self, addr: str):
-        self.addr = addr
-        hook = plugins.get_plugin_manager().hook
-        self._before = _HookCalls(hook.rmq_rpc_before_request, ("remote_addr", "request"))
-        self._after = _HookCalls(hook.rmq_rpc_after_response, ("remote_addr", "request", "response"))
-
-    def before(self, frame) -> tuple[bytes, FrameCommand]:
-        """The request `frame` (length prefix included) the hooks saw: the frame itself, or
-        encoded anew when a hook changed it; and the request command for after()."""
-        request = new_command(PrefixedFrameCommand)
-        set_frame(request, frame)
-        hook = self._before
-        impls = hook.caller.get_hookimpls()
-        calls = hook.calls if impls == hook.impls else hook.current()
-        if calls is not None and len(calls) == 1 and calls[0][1] is None:  # (the usual case: one hook)
-            calls[0][0](self.addr, request)
-        else:
-            hook.call((self.addr, request))
-        if request._src is None and request.changed:  # (read, and maybe changed)
-            return request.encode(), request
-        return frame, request
-
-    def after(self, request: FrameCommand, response: RemotingCommand) -> None:
-        """The answer to `request` (a FrameCommand over its frame, or its decoded command)."""
-        hook = self._after
-        impls = hook.caller.get_hookimpls()
-        calls = hook.calls if impls == hook.impls else hook.current()
-        if calls is not None and len(calls) == 1 and calls[0][1] is None:
-            calls[0][0](self.addr, request, response)
-        else:
-            hook.call((self.addr, request, response))
-
-
 class MQClientInstance:
     def __init__(self, config: ClientConfig):
         self.config = config
@@ -515,7 +430,6 @@ class MQClientInstance:
         self._stopping = False
         self._namesrv_index = random.randrange(len(config.namesrv))
         self.blocking_executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix=f"rmq-io-{self.client_id}")
-        self._rpc_hooks = False
         self._pending_tasks: set = set()
         self._posted: collections.deque = collections.deque()  # calls waiting for the loop (see post)
         self._drain_scheduled = False
@@ -537,7 +451,6 @@ class MQClientInstance:
         with self._lock:
             if self._running:
                 return
-            self._rpc_hooks = plugins.has_impls("rmq_rpc_before_request") or plugins.has_impls("rmq_rpc_after_response")
             self._loop = loops.new_event_loop()
             ready = threading.Event()
 
@@ -552,7 +465,9 @@ class MQClientInstance:
 
             async def init():
                 self._route_lock = asyncio.Lock()
-                self.remoting = RemotingClient(name=f"client-{self.client_id}", connect_timeout=self.config.connect_timeout)
+                # (every request it sends passes the client's request steps: rmq_core.remoting.steps)
+                self.remoting = RemotingClient(name=f"client-{self.client_id}", connect_timeout=self.config.connect_timeout,
+                                               request_steps=self.config.request_steps)
                 proc = _BrokerRequestProcessor(self)
                 for code in (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.GET_CONSUMER_RUNNING_INFO,
                              RequestCode.CONSUME_MESSAGE_DIRECTLY, RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
@@ -807,32 +722,27 @@ class MQClientInstance:
         route_addr = addr
         if self._inproc:
             addr = resolve_inproc_alias(addr)
-        if self._rpc_hooks:
-            plugins.get_plugin_manager().hook.rmq_rpc_before_request(remote_addr=addr, request=request)
         try:
-            resp = await self.remoting.invoke(addr, request, timeout)
+            return await self.remoting.invoke(addr, request, timeout)
         except RemotingConnectError as e:
             self.note_connect_failed(route_addr, str(e))
             raise
-        if self._rpc_hooks:
-            plugins.get_plugin_manager().hook.rmq_rpc_after_response(remote_addr=addr, request=request, response=resp)
-        return resp
 
     def invoke_nowait(self, addr: str, request: RemotingCommand, timeout: float,
                       on_answer=None) -> asyncio.Future | None:
         """invoke() split in two: the request goes out now, the returned future gives the response
         later (`on_answer(response)` runs first, inside the read that brought it); None, with
-        nothing sent, when it cannot go out at once (no open connection, an RPC hook, a full
-        write buffer): then invoke() as usual.  Call on the loop."""
-        if self._rpc_hooks:
-            return None
+        nothing sent, when it cannot go out at once (no open connection, a full write buffer):
+        then invoke() as usual.  Call on the loop."""
         request.language = "PYTHON"
         if self._inproc:
             addr = resolve_inproc_alias(addr)
         return self.remoting.request_nowait(addr, request, timeout, on_answer)
 
-    def _rpc_step(self, addr: str) -> "RpcHookStep | None":
-        return RpcHookStep(addr) if self._rpc_hooks else None
+    def _request_step(self, addr: str):
+        """The client's request steps as a pipelined connection's interception step (None: none)."""
+        steps = self.remoting.steps
+        return None if steps is None else steps.frame_step(addr)
 
     def in_proc(self, addr: str) -> bool:
         """True when `addr` is reached in-proc (a broker embedded in this process, for a client
@@ -900,10 +810,10 @@ class MQClientInstance:
             target = resolve_inproc_alias(addr)
             transport, location = resolve_transport(target)
             return transport.connect_pipelined(location, read_frames=read_frames, from_command=from_command,
-                                               intercept=self._rpc_step(target))
+                                               intercept=self._request_step(target))
         return PipelinedChannel(addr, connect_timeout=self.config.connect_timeout, read_frames=read_frames,
                                 from_command=from_command, name=f"rmq-send-{self.client_id}-{addr}",
-                                intercept=self._rpc_step(addr))
+                                intercept=self._request_step(addr))
 
     def send_channel_count(self, addr: str) -> int:
         """Open pipelined send connections to `addr`."""
@@ -927,8 +837,6 @@ class MQClientInstance:
         request.language = "PYTHON"
         if self._inproc:
             addr = resolve_inproc_alias(addr)
-        if self._rpc_hooks:
-            plugins.get_plugin_manager().hook.rmq_rpc_before_request(remote_addr=addr, request=request)
         await self.remoting.invoke_oneway(addr, request)
 
     async def invoke_namesrv(self, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:

@@ -4,6 +4,7 @@ from rmq_core.remoting.command import LanguageCode, RemotingCommand, SerializeTy
 from rmq_core.remoting.context import ChannelContext
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.server import RemotingServer
+from rmq_core.remoting.steps import RequestRefused, RequestStep
 
 __all__ = ["RequestCode", "ResponseCode", "LanguageCode", "RemotingCommand", "SerializeType", "ChannelContext",
-           "RemotingClient", "RemotingServer"]
+           "RemotingClient", "RemotingServer", "RequestRefused", "RequestStep"]

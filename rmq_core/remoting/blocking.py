@@ -23,6 +23,7 @@ from rmq_core._native.socket_io import exchange
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingTimeoutError
 from rmq_core.remoting.codes import ResponseCode, code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
+from rmq_core.remoting.steps import CLIENT, RequestSteps
 from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, split_address
 
 log = logging.getLogger("rmq.remoting")
@@ -216,8 +217,10 @@ class BlockingChannelPool:
     timeout)` returns for others (an object with invoke(request, timeout), closed, close())."""
 
     def __init__(self, *, max_per_address: int = 4, connect_timeout: float = 3.0,
-                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH):
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH, request_steps=()):
         self.max_per_address = max_per_address
+        # every request passes the client-side steps (rmq_core.remoting.steps), as on the other routes
+        self.steps = RequestSteps.resolve(CLIENT, request_steps)
         self.connect_timeout = connect_timeout
         self.max_frame_length = max_frame_length
         self._idle: dict[str, list[BlockingChannel]] = {}
@@ -231,10 +234,15 @@ class BlockingChannelPool:
         channel = self._borrow(addr)
         if channel is None:
             return None
+        steps = self.steps
         try:
+            if steps is not None:
+                steps.run_before(addr, request)
             response = channel.invoke(request, timeout)
         finally:
             self._give_back(addr, channel)
+        if steps is not None:
+            steps.run_after(addr, request, response)
         return response
 
     def invoke_frame(self, addr: str, frame: bytes, opaque: int, timeout: float, read: Callable[[bytes], Any],

@@ -10,6 +10,7 @@ from rmq_core.errors import RemotingConnectError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RemotingCommand
 from rmq_core.remoting.context import DEFAULT_MAX_INFLIGHT, ChannelContext, ProcessorTable
+from rmq_core.remoting.steps import CLIENT, RequestSteps
 from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, resolve_transport
 
 log = logging.getLogger("rmq.remoting")
@@ -20,18 +21,20 @@ class RemotingClient:
 
     An address is "host:port", "tcp://host:port" or "inproc://name".  A client belongs to the
     event loop it is first used on.  Requests the peer sends back (broker -> client) are served by
-    processors registered here, exactly as on a server.
+    processors registered here, exactly as on a server.  Every request sent passes the
+    client-side steps (the rmq_client_* hooks, then `request_steps`), on every route.
     """
 
     def __init__(self, *, name: str = "client", connect_timeout: float = 3.0,
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
-                 max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT):
+                 max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT, request_steps=()):
         self.name = name
         self.connect_timeout = connect_timeout
         self.max_frame_length = max_frame_length
         self.max_inflight_per_connection = max_inflight_per_connection
         self._table = ProcessorTable(name)
-        self._table.enable_rpc_hooks()
+        self.request_steps = list(request_steps or ())
+        self.steps = RequestSteps.resolve(CLIENT, self.request_steps)  # (None: no step registered)
         self._contexts: dict[str, ChannelContext] = {}
         self._connect_locks: dict[str, asyncio.Lock] = {}
         self._closed = False
@@ -70,7 +73,7 @@ class RemotingClient:
             except OSError as e:
                 raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
             ctx = ChannelContext(channel, self._table, owner=self.name, on_closed=self._on_closed,
-                                 max_inflight=self.max_inflight_per_connection, peer_name=addr)
+                                 max_inflight=self.max_inflight_per_connection, peer_name=addr, steps=self.steps)
             ctx.attributes["addr"] = addr
             self._contexts[addr] = ctx
             ctx.start()
@@ -89,29 +92,20 @@ class RemotingClient:
             if remaining <= 0:
                 raise RemotingTimeoutError(
                     f"no response to {code_name(request.code)} from {addr} within {timeout:g}s (connecting took it all)")
-        hooks = self._table.rpc_hooks
-        if hooks is None:
-            return await ctx.invoke(request, remaining)
-        hooks.rmq_rpc_before_request(remote_addr=addr, request=request)  # e.g. an ACL signature
-        response = await ctx.invoke(request, remaining)
-        hooks.rmq_rpc_after_response(remote_addr=addr, request=request, response=response)
-        return response
+        return await ctx.invoke(request, remaining)
 
     def request_nowait(self, addr: str, request: RemotingCommand, timeout: float,
                        on_answer=None) -> asyncio.Future | None:
         """Send `request` now over the open connection to `addr` and return the future of its
         response (ChannelContext.request_nowait); None, with nothing sent, when there is no open
-        connection, an RPC hook must run, or the write buffer is full: then use invoke()."""
+        connection or the write buffer is full: then use invoke()."""
         ctx = self._contexts.get(addr)
-        if ctx is None or ctx.closed or self._closed or self._table.rpc_hooks is not None:
+        if ctx is None or ctx.closed or self._closed:
             return None
         return ctx.request_nowait(request, timeout, on_answer)
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
         ctx = await self.get_channel(addr)
-        hooks = self._table.rpc_hooks
-        if hooks is not None:
-            hooks.rmq_rpc_before_request(remote_addr=addr, request=request)
         await ctx.invoke_oneway(request)
 
     def _on_closed(self, ctx: ChannelContext) -> None:

@@ -21,6 +21,7 @@ from rmq_core.errors import (
 )
 from rmq_core.remoting.codes import RequestCode, ResponseCode, code_name
 from rmq_core.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand, SerializeType, next_opaque
+from rmq_core.remoting.steps import BROKER, CLIENT, RequestRefused, RequestSteps
 from rmq_core.remoting.transport import Channel
 
 log = logging.getLogger("rmq.remoting")
@@ -45,11 +46,16 @@ def _processor_callable(processor) -> Callable:
 class ProcessorTable:
     """request code -> processor (`async process_request(ctx, request)`, optional `reject_request()`)."""
 
-    def __init__(self, owner: str):
+    def __init__(self, owner: str, *, broker: bool = False):
         self.owner = owner
         self._processors: dict[int, tuple[Any, Callable]] = {}
         self._default: tuple[Any, Callable] | None = None
-        self.rpc_hooks = None  # the pluggy hook relay, when some plugin implements an RPC hook
+        # A broker's table runs the broker-side request steps (steps.py) on every request it
+        # serves: its own `request_steps` (the access check) and the rmq_broker_* hooks, resolved
+        # into `steps` when its server starts (None: nothing registered, nothing run).
+        self.broker = broker
+        self.request_steps: list = []
+        self.steps: RequestSteps | None = None
         # fast_lane(ctx) -> a native lane for a connection's read chunks, or None (see
         # ChannelContext.start): the broker's send lane answers plain sends without a command
         self.fast_lane_factory: Callable[["ChannelContext"], Any] | None = None
@@ -65,11 +71,9 @@ class ProcessorTable:
     def register_fast_lane(self, factory: Callable[["ChannelContext"], Any]) -> None:
         self.fast_lane_factory = factory
 
-    def enable_rpc_hooks(self) -> None:
-        from rmq_core.plugins import get_plugin_manager, has_impls
-
-        if has_impls("rmq_rpc_before_request") or has_impls("rmq_rpc_after_response"):
-            self.rpc_hooks = get_plugin_manager().hook
+    def enable_steps(self) -> None:
+        """Resolve the broker-side steps (a broker's table only; at its server's start)."""
+        self.steps = RequestSteps.resolve(BROKER, self.request_steps) if self.broker else None
 
     def set_rpc_latency(self, recorder) -> None:
         """Time every request from arrival to answer into `recorder` (an RpcLatency; None stops).
@@ -114,32 +118,37 @@ class ProcessorTable:
             return request.make_response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {request.code} not supported")
         processor, fn = entry
-        hooks = self.rpc_hooks
+        steps = self.steps
         try:
             reject = getattr(processor, "reject_request", None)
             if reject is not None and reject():
                 return request.make_response(
                     ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]system busy, start flow control for a while")
-            if hooks is not None:
-                hooks.rmq_rpc_before_request(remote_addr=ctx.remote_address, request=request)
+            if steps is not None:
+                for step in steps.before:
+                    step(ctx.remote_address, request, ctx)
             response = fn(ctx, request)
             # (a coroutine is by far the usual awaitable; inspect.isawaitable only for the rest)
             if type(response) is _CoroutineType or (
                     response is not None and type(response) is not RemotingCommand and inspect.isawaitable(response)):
-                return self._finish(ctx, request, response, hooks)
-            if hooks is not None and response is not None:
-                hooks.rmq_rpc_after_response(remote_addr=ctx.remote_address, request=request, response=response)
+                return self.finish_steps(ctx, request, response, steps)
+            if steps is not None and response is not None:
+                for step in steps.after:
+                    step(ctx.remote_address, request, response, ctx)
             return response
         except asyncio.CancelledError:
             raise
         except Exception as e:
             return self._failed(ctx, request, e)
 
-    async def _finish(self, ctx: "ChannelContext", request: RemotingCommand, awaitable, hooks):
+    async def finish_steps(self, ctx: "ChannelContext", request: RemotingCommand, awaitable, steps):
+        """`awaitable`'s answer after it passed the after steps (failures answered as dispatch
+        answers them): dispatch's for a processor that suspends, the send lane's for a put to wait for."""
         try:
             response = await awaitable
-            if hooks is not None and response is not None:
-                hooks.rmq_rpc_after_response(remote_addr=ctx.remote_address, request=request, response=response)
+            if steps is not None and response is not None:
+                for step in steps.after:
+                    step(ctx.remote_address, request, response, ctx)
             return response
         except asyncio.CancelledError:
             raise
@@ -147,6 +156,9 @@ class ProcessorTable:
             return self._failed(ctx, request, e)
 
     def _failed(self, ctx: "ChannelContext", request: RemotingCommand, e: Exception) -> RemotingCommand:
+        if isinstance(e, RequestRefused):  # a broker step refused it: answered with its code and remark
+            log.debug("%s: %s from %s refused: %s", self.owner, code_name(request.code), ctx.remote_address, e.remark)
+            return request.make_response(e.code, e.remark)
         if isinstance(e, (RemotingCommandError, IllegalArgumentError, json.JSONDecodeError, RecursionError)):
             # A malformed request (bad header field, unparsable or absurdly nested JSON body): the
             # caller's mistake, answered without a traceback in our log.
@@ -229,14 +241,38 @@ class _TimedLane:
                 self.latency.observe(RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS, max(0.0, _monotonic() - t0 - self.aside) / n, n)
 
 
+class _StepFailed(Exception):
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+class _AfterSteps:
+    """on_answer of a request sent with client steps: their after() first, then the caller's."""
+
+    __slots__ = ("after", "addr", "request", "on_answer")
+
+    def __init__(self, after, addr, request, on_answer):
+        self.after, self.addr, self.request, self.on_answer = after, addr, request, on_answer
+
+    def __call__(self, response) -> None:
+        try:
+            for step in self.after:
+                step(self.addr, self.request, response)
+        except Exception as e:  # noqa: BLE001 - fails this request only
+            raise _StepFailed(e) from None
+        if self.on_answer is not None:
+            self.on_answer(response)
+
+
 class ChannelContext:
     """One connection: `invoke` / `invoke_oneway` towards the peer, and the peer's requests served."""
 
     def __init__(self, channel: Channel, table: ProcessorTable, *, owner: str,
                  on_closed: Callable[["ChannelContext"], None] | None = None,
                  answer_in_peer_type: bool = False, max_inflight: int = DEFAULT_MAX_INFLIGHT,
-                 peer_name: str | None = None):
+                 peer_name: str | None = None, steps: RequestSteps | None = None):
         self.channel = channel
+        self._steps = steps  # the client-side steps every request we send passes (None: none)
         self.remote_address = channel.remote_address
         # How errors name the peer: the address the caller dialled ("tcp://ns:9876"), else the peer's.
         self.peer_name = peer_name or channel.remote_address
@@ -302,7 +338,12 @@ class ChannelContext:
 
     # --- towards the peer --------------------------------------------------------------------------
     async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
-        """Send `request` and wait up to `timeout` seconds for the response with its opaque."""
+        """Send `request` and wait up to `timeout` seconds for the response with its opaque (the
+        client-side steps run before it leaves and on its answer)."""
+        steps = self._steps
+        if steps is not None:
+            for step in steps.before:
+                step(self.peer_name, request)
         opaque, future = self._expect(request, timeout)
         try:
             channel = self.channel
@@ -316,10 +357,14 @@ class ChannelContext:
             self._forget(opaque, future)
             raise
         try:
-            return await future
+            response = await future
         except BaseException:  # cancelled by the caller (answers and timeouts remove the entry themselves)
             self._forget(opaque, future)
             raise
+        if steps is not None:
+            for step in steps.after:
+                step(self.peer_name, request, response)
+        return response
 
     def request_nowait(self, request: RemotingCommand, timeout: float,
                        on_answer: Callable[[RemotingCommand], None] | None = None) -> asyncio.Future | None:
@@ -327,7 +372,13 @@ class ChannelContext:
         later; None, with nothing sent, when the write buffer is full.  `on_answer(response)` is
         called inside the read that brought the answer, before the future's waiter runs: what it
         sends joins the write at the end of that read (a consumer sends a queue's next pull there,
-        before it decodes the pulled messages)."""
+        before it decodes the pulled messages).  The client-side steps run as invoke's do (their
+        after() before on_answer; one that raises fails the request)."""
+        steps = self._steps
+        if steps is not None:
+            for step in steps.before:
+                step(self.peer_name, request)
+            on_answer = _AfterSteps(steps.after, self.peer_name, request, on_answer)
         opaque, future = self._expect(request, timeout, on_answer)
         try:
             sent = self.channel.send_nowait(request)
@@ -336,9 +387,22 @@ class ChannelContext:
             self.close()
             raise RemotingConnectError(f"send {code_name(request.code)} to {self.peer_name} failed: {e}") from None
         if not sent:
+            if steps is not None:  # the steps ran: it goes out as it is once the buffer drains
+                self._spawn(self._send_later(request, opaque, future))
+                return future
             self._forget(opaque, future)
             return None
         return future
+
+    async def _send_later(self, request: RemotingCommand, opaque: int, future: asyncio.Future) -> None:
+        try:
+            await self.channel.send(request)
+        except RemotingError as e:
+            self._forget(opaque, future)
+            if not future.done():
+                future.set_exception(RemotingConnectError(
+                    f"send {code_name(request.code)} to {self.peer_name} failed: {e}"))
+            self.close()
 
     def _expect(self, request: RemotingCommand, timeout: float, on_answer=None) -> tuple[int, asyncio.Future]:
         """Register `request` as awaiting its answer for `timeout` s: (its opaque, the future)."""
@@ -389,6 +453,10 @@ class ChannelContext:
         if self._answer_in_peer_type:
             request.serialize_type = self.peer_serialize_type
         request.mark_oneway()
+        steps = self._steps
+        if steps is not None:
+            for step in steps.before:
+                step(self.peer_name, request)
         try:
             channel = self.channel
             if not channel.send_nowait(request):
@@ -408,6 +476,9 @@ class ChannelContext:
                 if entry[4] is not None:
                     try:
                         entry[4](command)
+                    except _StepFailed as e:  # a client step refused the answer: the request fails
+                        entry[0].set_exception(e.error)
+                        return
                     except Exception:  # its request's waiter still gets the answer
                         log.exception("%s: on_answer callback for opaque=%d failed", self._owner, command.opaque)
                 entry[0].set_result(command)
@@ -460,7 +531,7 @@ class ChannelContext:
 
     def answer_failure(self, request: RemotingCommand, exc: Exception) -> None:
         """Answer `request` whose handling raised `exc` as ProcessorTable.dispatch does (logged,
-        SYSTEM_ERROR naming the exception)."""
+        SYSTEM_ERROR naming the exception; a RequestRefused with its code and remark)."""
         self._answer(request, self._table._failed(self, request, exc))
 
     def _spawn(self, coro) -> None:

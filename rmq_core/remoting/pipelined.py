@@ -90,8 +90,8 @@ class HookFailed:
 
 
 class HookedRequests:
-    """A connection's interception step (RPC hooks: RpcHookStep, with before(frame) -> (frame,
-    request) and after(request, response command)) and the requests that passed it, by opaque,
+    """A connection's interception step (the client's request steps: steps.FrameStep, with
+    before(frame) -> (frame, request) and after(request, response command)) and the requests that passed it, by opaque,
     until their answers pass it too.  The answers are read by the connection's own reader and
     completed as usual (natively, for send responses); after() runs as the frames are read, with
     a FrameCommand over a copy of the answer's frame (decoded only if a hook reads it)."""
@@ -199,7 +199,7 @@ class PipelinedChannel:
         self.addr = addr
         self.max_frame_length = max_frame_length
         self.sweep_interval = sweep_interval
-        # intercept: a step every request and its answer pass (RPC hooks: RpcHookStep, see
+        # intercept: a step every request and its answer pass (request steps: steps.FrameStep, see
         # HookedRequests); `intercept(frame, opaque, on_done, context)` is its way in
         self._intercept = intercept
         self._hooks = hooks = None if intercept is None else HookedRequests(intercept)

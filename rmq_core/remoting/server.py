@@ -26,7 +26,7 @@ class RemotingServer:
     def __init__(self, address: str | Sequence[str], *, name: str = "server",
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
                  max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT,
-                 backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG):
+                 backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG, broker: bool = False, request_steps=()):
         addresses = [address] if isinstance(address, str) else list(address)
         if not addresses:
             raise IllegalArgumentError(f"{name}: no listen address given")
@@ -36,7 +36,10 @@ class RemotingServer:
         self.max_inflight_per_connection = max_inflight_per_connection
         self.backlog = backlog  # serverSocketBacklog
         self._endpoints = [resolve_transport(a) for a in addresses]  # an unknown scheme fails here
-        self._table = ProcessorTable(name)
+        # a broker's server runs the broker-side request steps (see steps.py) on every request
+        self._table = ProcessorTable(name, broker=broker)
+        if request_steps is not None:  # (a list is kept as is: its owner may add steps before start)
+            self._table.request_steps = request_steps if type(request_steps) is list else list(request_steps)
         self._listeners: list[Listener] = []
         self._contexts: dict[str, ChannelContext] = {}
         self.on_channel_close: list[Callable[[ChannelContext], None]] = []
@@ -62,6 +65,16 @@ class RemotingServer:
         self._table.register_fast_lane(factory)
 
     @property
+    def processor_table(self) -> ProcessorTable:
+        """Its processors and, on a broker, its `request_steps` (resolved when it starts)."""
+        return self._table
+
+    @property
+    def request_steps(self) -> list:
+        """A broker's own request steps (RequestStep objects), run before the rmq_broker_* hooks."""
+        return self._table.request_steps
+
+    @property
     def channels(self) -> list[ChannelContext]:
         """The open connections (a broker looks a client's channel up here to call it back)."""
         return list(self._contexts.values())
@@ -73,7 +86,7 @@ class RemotingServer:
     async def start(self) -> None:
         if self._listeners:
             raise RemotingError(f"{self.name} is already listening on {', '.join(self.listen_addresses)}")
-        self._table.enable_rpc_hooks()
+        self._table.enable_steps()
         self.listen_addresses = []
         try:
             for transport, location in self._endpoints:

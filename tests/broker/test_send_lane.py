@@ -558,20 +558,25 @@ def test_any_json_layout_of_a_send_header_gets_the_same_answer(pair, batch):
     assert with_lane == reference
 
 
-def test_rpc_hooks_see_every_send_so_the_lane_stands_aside(make_cluster, tmp_path):
-    """With an RPC hook installed, each send must pass through ProcessorTable.dispatch."""
+def test_broker_steps_see_every_send_in_the_lane_and_may_refuse_one(make_cluster, tmp_path):
+    """With broker-side request steps registered, the lane still answers plain sends - each one
+    passing the steps once, before its put and on its answer - and a refusal (RequestRefused) is
+    answered with its code and remark, nothing stored, the connection serving on."""
     from rmq_core.plugins import get_plugin_manager, hookimpl
+    from rmq_core.remoting import RequestRefused
 
     seen = []
 
     class Hooks:
         @hookimpl
-        def rmq_rpc_before_request(self, remote_addr, request):
+        def rmq_broker_before_request(self, remote_addr, request, connection):
             if request.code == V2:
                 seen.append(("before", request.opaque))
+                if request.body == b"refuse-me":
+                    raise RequestRefused("no entry for you", code=ResponseCode.NO_PERMISSION)
 
         @hookimpl
-        def rmq_rpc_after_response(self, remote_addr, request, response):
+        def rmq_broker_after_response(self, remote_addr, request, response, connection):
             if request.code == V2:
                 seen.append(("after", response.opaque, response.code))
 
@@ -583,16 +588,25 @@ def test_rpc_hooks_see_every_send_so_the_lane_stands_aside(make_cluster, tmp_pat
         s = RawSocket(cluster.broker_addr)
         try:
             _warm(s, "Hooked")
+            lane = lane_of(cluster, s)
+            before = lane.handled
             s.send(b"".join(frame(V2, v2_fields("Hooked", 0), b"h", opaque=10 + i) for i in range(5)))
             assert sorted(s.answers(5)) == list(range(10, 15))
-            lane = lane_of(cluster, s)
-            assert lane.handled == 0 and lane.deferred == 0
+            assert lane.handled - before == 5  # answered by the lane, the steps part of it
+            offset = cluster.broker.store.get_max_offset_in_queue("Hooked", 0)
+            s.send(frame(V2, v2_fields("Hooked", 0), b"refuse-me", opaque=20))
+            refusal = RemotingCommand.decode(s.recv_frame())
+            assert (refusal.opaque, refusal.code, refusal.remark) == (20, ResponseCode.NO_PERMISSION, "no entry for you")
+            assert cluster.broker.store.get_max_offset_in_queue("Hooked", 0) == offset  # nothing put
+            s.send(frame(V2, v2_fields("Hooked", 0), b"after", opaque=21))  # the connection serves on
+            assert RemotingCommand.decode(s.recv_frame()).code == ResponseCode.SUCCESS
         finally:
             s.close()
     finally:
         pm.unregister(hooks)
     for opaque in range(10, 15):
-        assert ("before", opaque) in seen and ("after", opaque, 0) in seen
+        assert seen.count(("before", opaque)) == 1 and seen.count(("after", opaque, 0)) == 1
+    assert seen.count(("before", 20)) == 1 and not [e for e in seen if e[0] == "after" and e[1] == 20]
 
 
 def test_a_put_that_raises_is_answered_like_the_reference(pair, monkeypatch):

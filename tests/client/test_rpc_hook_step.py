@@ -21,14 +21,14 @@ class _Signer:
         self.answers = []
 
     @hookimpl
-    def rmq_rpc_before_request(self, remote_addr, request):
+    def rmq_client_before_request(self, remote_addr, request):
         if request.code == RequestCode.SEND_MESSAGE_V2:
             request.ext_fields["i"] = request.ext_fields.get("i", "") + "signed\x01yes\x02"
         if request.code in SEND_CODES:
             self.requests.append(request.opaque)
 
     @hookimpl
-    def rmq_rpc_after_response(self, remote_addr, request, response):
+    def rmq_client_after_response(self, remote_addr, request, response):
         if request.code in SEND_CODES:
             assert response.opaque == request.opaque
             self.answers.append(response.code)

@@ -1,4 +1,4 @@
-"""What an RPC hook (RocketMQ's RPCHook) may do on the send pipeline, for sync, async and batch sends
+"""What a client-side request step (RocketMQ's RPCHook) may do on the send pipeline, for sync, async and batch sends
 over tcp and in-proc: add ext fields that reach the broker (as ACL signing will), read the answer's
 fields, and fail a request by raising - that request only."""
 import pytest
@@ -45,22 +45,20 @@ class _Signer:
     """Signs every send request as ACL signing will: ext fields added on the client's side."""
 
     @hookimpl
-    def rmq_rpc_before_request(self, remote_addr, request):
+    def rmq_client_before_request(self, remote_addr, request):
         if request.code in SEND_CODES and "AccessKey" not in request.ext_fields:
             request.ext_fields["AccessKey"] = "rmq-test"
             request.ext_fields["Signature"] = f"sig-{request.opaque}"
 
 
 class _Arrivals:
-    """Registered after the signer, so called before it (pluggy calls the last registered first):
-    on the broker's side it sees each send request as it arrived; on the client's side, before
-    the signing, it finds nothing to note."""
+    """The broker's side: it sees each send request as it arrived (signed by the client's step)."""
 
     def __init__(self):
         self.signed = []
 
     @hookimpl
-    def rmq_rpc_before_request(self, remote_addr, request):
+    def rmq_broker_before_request(self, remote_addr, request):
         if request.code in SEND_CODES and "AccessKey" in request.ext_fields:
             self.signed.append((request.code, request.ext_fields["AccessKey"],
                                 request.ext_fields.get("Signature") == f"sig-{request.opaque}"))
@@ -90,7 +88,7 @@ class _AnswerReader:
         self.answers = []
 
     @hookimpl
-    def rmq_rpc_after_response(self, remote_addr, request, response):
+    def rmq_client_after_response(self, remote_addr, request, response):
         if request.code in SEND_CODES:
             self.answers.append({
                 "request_code": request.code, "code": response.code, "same_opaque": response.opaque == request.opaque,
@@ -128,12 +126,12 @@ class _Refuser:
     answer comes."""
 
     @hookimpl
-    def rmq_rpc_before_request(self, remote_addr, request):
+    def rmq_client_before_request(self, remote_addr, request):
         if request.code in SEND_CODES and b"refuse-request" in (request.body or b""):
             raise ValueError("request refused by the hook")
 
     @hookimpl
-    def rmq_rpc_after_response(self, remote_addr, request, response):
+    def rmq_client_after_response(self, remote_addr, request, response):
         if request.code in SEND_CODES and b"refuse-answer" in (request.body or b""):
             raise ValueError("answer refused by the hook")
 

@@ -381,18 +381,27 @@ async def test_plain_function_and_future_returning_processors(transport):
 
 async def test_processor_answering_at_once_awaitably_or_raising_with_hooks(transport):
     """ProcessorTable.dispatch: a plain answer, a coroutine answer and a synchronous exception each
-    reach the peer, and the RPC hooks see every request and every answer, whichever way it came."""
+    reach the peer, and the request steps of each side see every request and every answer once,
+    whichever way it came."""
     from rmq_core.plugins import get_plugin_manager, hookimpl
 
     seen = []
 
     class Hooks:
         @hookimpl
-        def rmq_rpc_before_request(self, remote_addr, request):
+        def rmq_client_before_request(self, remote_addr, request):
             seen.append(("before", request.code, request.get_str("mode")))
 
         @hookimpl
-        def rmq_rpc_after_response(self, remote_addr, request, response):
+        def rmq_broker_before_request(self, remote_addr, request, connection):
+            seen.append(("before", request.code, request.get_str("mode")))
+
+        @hookimpl
+        def rmq_client_after_response(self, remote_addr, request, response):
+            seen.append(("after", response.code, response.remark))
+
+        @hookimpl
+        def rmq_broker_after_response(self, remote_addr, request, response, connection):
             seen.append(("after", response.code, response.remark))
 
     async def later(request):
@@ -412,7 +421,7 @@ async def test_processor_answering_at_once_awaitably_or_raising_with_hooks(trans
     pm = get_plugin_manager()
     hooks = Hooks()
     pm.register(hooks)
-    server = RemotingServer(_address(transport), name="mixed")
+    server = RemotingServer(_address(transport), name="mixed", broker=True)
     server.register_processor(31, mixed)
     try:
         await server.start()

@@ -482,25 +482,33 @@ async def test_rpc_hooks_from_plugins_see_requests_and_responses():
 
     class AclLikePlugin:
         @hookimpl
-        def rmq_rpc_before_request(self, remote_addr, request):
+        def rmq_client_before_request(self, remote_addr, request):
             request.ext_fields.setdefault("Signature", "signed")
-            seen.append(("before", request.code))
+            seen.append(("client before", request.code))
 
         @hookimpl
-        def rmq_rpc_after_response(self, remote_addr, request, response):
-            seen.append(("after", response.code))
+        def rmq_broker_before_request(self, remote_addr, request, connection):
+            seen.append(("broker before", request.code, request.ext_fields.get("Signature")))
+
+        @hookimpl
+        def rmq_client_after_response(self, remote_addr, request, response):
+            seen.append(("client after", response.code))
+
+        @hookimpl
+        def rmq_broker_after_response(self, remote_addr, request, response, connection):
+            seen.append(("broker after", response.code))
 
     pm = get_plugin_manager()
     plugin = AclLikePlugin()
     pm.register(plugin)
     try:
-        server = await _server("tcp")
+        server = await _server("tcp", broker=True)
         client = RemotingClient()
         try:
             resp = await client.invoke(server.listen_address, RemotingCommand.create_request(ECHO, {"a": 1}), 3)
             assert resp.get_str("Signature") == "signed"  # added by the client-side hook, echoed back
-            # client before + server before + server after + client after
-            assert seen == [("before", ECHO), ("before", ECHO), ("after", 0), ("after", 0)]
+            assert seen == [("client before", ECHO), ("broker before", ECHO, "signed"), ("broker after", 0),
+                            ("client after", 0)]
         finally:
             await client.close()
             await server.stop()

@@ -13,6 +13,7 @@ from rmq_core.codec import string_to_properties
 from rmq_core.message import MessageConst, MixAll, PermName, SysFlag, TopicValidator, properties_to_string, host_port
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand, SerializeType
+from rmq_core.remoting.steps import LaneStep
 from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 
 from rmq_core._native.frame import header_ints as _header_ints, new_response as _new_response
@@ -146,10 +147,16 @@ class SendMessageProcessor(Processor):
         except (AttributeError, KeyError):
             born_host = _remember_born_host(ctx)
 
+        table = ctx.processor_table
+        steps = table.steps  # the broker's request steps run in the lane (steps.LaneStep)
+
         def finish_later(frame, result, fut, topic, queue_id):
             # a put to wait for (SYNC_FLUSH) or one that failed: answered as process_send does
             request = RemotingCommand.decode(frame)
-            ctx.answer_later(request, self._finish_put(request, result, fut, topic, queue_id))
+            answer = self._finish_put(request, result, fut, topic, queue_id)
+            if steps is not None and steps.after:  # (their before ran in the lane)
+                answer = table.finish_steps(ctx, request, answer, steps)
+            ctx.answer_later(request, answer)
 
         def failed(frame, exc):
             # a send whose put raised (a failed write): SYSTEM_ERROR naming it, as dispatch answers
@@ -159,7 +166,12 @@ class SendMessageProcessor(Processor):
         def json_peer():
             ctx.peer_serialize_type = SerializeType.JSON
 
-        return SendLane(self._new_state(ctx.processor_table), born_host, ctx.tasks, ctx.max_inflight, finish_later,
+        state = self._new_state(table)
+        if steps is not None:
+            lane_step = LaneStep(ctx, steps)
+            state.before = lane_step.before
+            state.after = lane_step.after if steps.after else None
+        return SendLane(state, born_host, ctx.tasks, ctx.max_inflight, finish_later,
                         call_soon_threadsafe=self.ctrl.loop.call_soon_threadsafe,
                         write_frames=getattr(ctx.channel, "write_frames", None), on_error=failed,
                         on_json_peer=json_peer)
@@ -172,9 +184,8 @@ class SendMessageProcessor(Processor):
         store, topic_manager, broker_config = ctrl.store, ctrl.topic_manager, ctrl.broker_config
 
         def refresh(state):
-            # what a lane may do now: RPC hooks see every request as a RemotingCommand, so with
-            # one registered the lane stands aside
-            state.put = store.put_nowait if table is not None and table.rpc_hooks is None else None
+            # what a lane may do now (its request steps run in it: see fast_lane)
+            state.put = store.put_nowait if table is not None else None
             dv = topic_manager.table.data_version
             state.data_version, state.counter = dv, dv.counter
             # a slave takes no writes: every send goes to send_message, which refuses it

@@ -1,0 +1,189 @@
+"""Request steps: what every request passes on its side of a connection (RocketMQ's RPCHook, split
+by side).
+
+A client's step (sign, trace, measure) runs once per request the client sends, on every route
+(ChannelContext.invoke / request_nowait / invoke_oneway, the pipelined send connections, the
+blocking channels of the admin client); a broker's step (check, trace, measure) once per request
+the broker receives, on every route too (ProcessorTable.dispatch and the native send lane), before
+the processor.  Steps come from two places:
+
+- the global hooks `rmq_client_before_request` / `rmq_client_after_response` and
+  `rmq_broker_before_request` / `rmq_broker_after_response` (rmq_core.hookspecs);
+- per-instance `RequestStep` objects: `request_steps=[...]` of a client (they run after the global
+  hooks) and of a broker's processor table (they run before the global hooks).
+
+A broker step refuses a request by raising `RequestRefused(remark, code)`: the processor never
+runs and the answer carries that code and remark; the connection keeps serving.  A client step
+that raises fails that request only.
+
+Both sides are resolved once (`RequestSteps.resolve`, when a client or server starts) into plain
+call lists: no pluggy machinery per request, and None when nothing is registered.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rmq_core.remoting.codes import ResponseCode
+from rmq_core.remoting.command import FrameCommand, PrefixedFrameCommand, new_command, set_frame
+
+CLIENT = "client"
+BROKER = "broker"
+
+_NAMES = {  # side -> (before's argument names, after's)
+    CLIENT: (("remote_addr", "request"), ("remote_addr", "request", "response")),
+    BROKER: (("remote_addr", "request", "connection"), ("remote_addr", "request", "response", "connection")),
+}
+
+
+class RequestRefused(Exception):
+    """Raised by a broker-side step to refuse a request: answered with `code` and `remark`."""
+
+    def __init__(self, remark: str, code: int = ResponseCode.SYSTEM_ERROR):
+        super().__init__(remark)
+        self.remark = remark
+        self.code = int(code)
+
+
+class RequestStep:
+    """A per-instance step (either method may stay a no-op).  On the client side `connection` is
+    None; on the broker side it has `remote_address` and `attributes` (a per-connection dict)."""
+
+    def before(self, remote_addr: str, request, connection=None) -> None:
+        return None
+
+    def after(self, remote_addr: str, request, response, connection=None) -> None:
+        return None
+
+
+def _hook_calls(hook_name: str, names: tuple[str, ...]) -> list:
+    """The implementations of a global hook as plain callables taking `names` positionally, the
+    last registered first (as pluggy calls them); one pluggy call when some implementation needs
+    pluggy (a wrapper, keyword-only arguments, an argument it does not know, to be named)."""
+    from rmq_core.plugins import get_plugin_manager  # late: the plugin manager imports hookspecs only
+
+    caller = getattr(get_plugin_manager().hook, hook_name)
+    calls = []
+    for impl in reversed(caller.get_hookimpls()):
+        if (impl.hookwrapper or getattr(impl, "wrapper", False) or getattr(impl, "kwargnames", ())
+                or not set(impl.argnames) <= set(names)):
+            return [lambda *values: caller(**dict(zip(names, values)))]
+        picks = tuple(names.index(a) for a in impl.argnames)
+        fn = impl.function
+        if picks == tuple(range(len(names))):
+            calls.append(fn)
+        else:
+            calls.append(lambda *values, fn=fn, picks=picks: fn(*[values[k] for k in picks]))
+    return calls
+
+
+def _overrides(step, name: str) -> bool:
+    method = getattr(type(step), name, None)
+    return method is not None and method is not getattr(RequestStep, name)
+
+
+class RequestSteps:
+    """One side's steps resolved into two call lists (`before`, `after`), each callable taking the
+    side's arguments positionally (client: remote_addr, request[, response]; broker: remote_addr,
+    request[, response], connection)."""
+
+    __slots__ = ("side", "before", "after")
+
+    def __init__(self, side: str, before: list, after: list):
+        self.side, self.before, self.after = side, before, after
+
+    @classmethod
+    def resolve(cls, side: str, steps: Iterable[Any] = ()) -> "RequestSteps | None":
+        """The global hooks of `side` and its per-instance `steps`, or None when there are none."""
+        before_names, after_names = _NAMES[side]
+        hooks_before = _hook_calls(f"rmq_{side}_before_request", before_names)
+        hooks_after = _hook_calls(f"rmq_{side}_after_response", after_names)
+        steps = list(steps or ())
+        if side == CLIENT:  # a client's own steps run last (a signature covers what hooks added)
+            own_before = [(lambda a, r, s=s: s.before(a, r)) for s in steps if _overrides(s, "before")]
+            own_after = [(lambda a, r, x, s=s: s.after(a, r, x)) for s in steps if _overrides(s, "after")]
+            before, after = hooks_before + own_before, hooks_after + own_after
+        else:  # a broker's own steps (its access check) run first
+            before = [s.before for s in steps if _overrides(s, "before")] + hooks_before
+            after = [s.after for s in steps if _overrides(s, "after")] + hooks_after
+        if not before and not after:
+            return None
+        return cls(side, before, after)
+
+    def run_before(self, *values) -> None:
+        for fn in self.before:
+            fn(*values)
+
+    def run_after(self, *values) -> None:
+        for fn in self.after:
+            fn(*values)
+
+    def frame_step(self, remote_addr: str) -> "FrameStep":
+        """These (client) steps as the interception step of a pipelined connection to `remote_addr`."""
+        return FrameStep(remote_addr, self)
+
+
+class FrameStep:
+    """A client's steps as the step of a pipelined send connection (remoting.pipelined's
+    HookedRequests): the request is handed to the steps as a command over its encoded frame -
+    decoded only when a step reads or sets a field, encoded again only when one changed it (e.g.
+    signed it) - and the answer the same way, with its request.  The connection stays the one a
+    send without steps takes; only the steps' own cost is added."""
+
+    __slots__ = ("addr", "steps", "_before", "_after")
+
+    def __init__(self, addr: str, steps: RequestSteps):
+        self.addr, self.steps = addr, steps
+        self._before, self._after = steps.before, steps.after
+
+    def before(self, frame) -> tuple[bytes, FrameCommand]:
+        """The request `frame` (length prefix included) as the steps left it - the frame itself,
+        or encoded anew when a step changed it - and the request command for after()."""
+        request = new_command(PrefixedFrameCommand)
+        set_frame(request, frame)
+        addr = self.addr
+        for fn in self._before:
+            fn(addr, request)
+        if request._src is None and request.changed:  # (read, and maybe changed)
+            return request.encode(), request
+        return frame, request
+
+    def after(self, request, response) -> None:
+        addr = self.addr
+        for fn in self._after:
+            fn(addr, request, response)
+
+
+class LaneStep:
+    """A broker's steps for one connection's native send lane (SendLaneState.before / .after): the
+    lane hands each plain send's frame (bytes, no length prefix) to before() just before its put
+    and the answer frame it wrote to after().  before() returns the request (a command decoded
+    from the frame only when a step reads it), or None when a step refused it - then it answered
+    the refusal on the connection itself."""
+
+    __slots__ = ("ctx", "steps", "_before", "_after")
+
+    def __init__(self, ctx, steps: RequestSteps):
+        self.ctx, self.steps = ctx, steps
+        self._before, self._after = steps.before, steps.after
+
+    def before(self, frame: bytes):
+        request = new_command(FrameCommand)
+        set_frame(request, frame)
+        ctx = self.ctx
+        try:
+            for fn in self._before:
+                fn(ctx.remote_address, request, ctx)
+        except Exception as e:  # noqa: BLE001 - answered as dispatch answers a failing step
+            ctx.answer_failure(request, e)
+            return None
+        return request
+
+    def after(self, request, response_frame: bytes) -> None:
+        response = new_command(FrameCommand)
+        set_frame(response, response_frame)
+        ctx = self.ctx
+        for fn in self._after:
+            fn(ctx.remote_address, request, response, ctx)
+
+
+__all__ = ["RequestRefused", "RequestStep", "RequestSteps", "FrameStep", "LaneStep", "CLIENT", "BROKER"]
