@@ -37,6 +37,7 @@ from rmq_core.errors import AclError
 from rmq_core.message import MixAll, TopicValidator
 from rmq_core.remoting.body import DataVersion
 from rmq_core.remoting.codes import RequestCode, code_name
+from rmq_core.remoting.steps import RequestRefused, RequestStep
 
 from .address import AddressPattern, host_of, parse_address_pattern
 
@@ -319,13 +320,11 @@ class _ConnectionAcl:
 _CONN_KEY = "acl.plain"
 
 
-def _refused(remark: str):
-    from rmq_core.remoting import RequestRefused
-
+def _refused(remark: str) -> RequestRefused:
     return RequestRefused("AclException: " + remark)
 
 
-class PlainAccessValidator:
+class PlainAccessValidator(RequestStep):
     """The broker-side request step of aclEnable=true with the plain validator (see the module)."""
 
     def __init__(self, acl_file: str, *, poll_interval: float = 0.5):
@@ -360,7 +359,7 @@ class PlainAccessValidator:
         ext = request.ext_fields
         access_key = ext.get(ACCESS_KEY) if ext else None
         code = request.code
-        if access_key is None:
+        if not access_key:  # (the C++ client sends an empty AccessKey when it has no credentials)
             raise _refused(f"No accessKey is configured: {code_name(code)} from {state.ip} is not signed and "
                            f"{state.ip} is not in globalWhiteRemoteAddresses")
         entry = state.accounts.get(access_key)
@@ -395,9 +394,6 @@ class PlainAccessValidator:
             why = account.refusal(resource, perm)
             if why is not None:
                 raise _refused(why)
-
-    def after(self, remote_addr, request, response, connection=None) -> None:
-        pass
 
     # --- the file --------------------------------------------------------------------------------------
     def _read(self) -> str:
