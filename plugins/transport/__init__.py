@@ -8,7 +8,9 @@ A transport is an object with
 
 where `address` is the part after "scheme://" ("127.0.0.1:9876", or a name for inproc), and
 `Channel` / `Listener` are the base classes in `rmq_core.remoting.transport` (read that module's
-docstring for their contract: `start(on_command, on_close)`, `async send(cmd)`, `close()`).
+docstring for their contract: `start(on_command, on_close)`, `async send(cmd)`, `close()`).  A
+byte-stream transport uses `rmq_core.remoting.stream` (StreamChannel / StreamListener) and only
+connects and serves, as `tcp` does.
 A third-party transport registers the same way: a plugin module with
 
     @hookimpl

@@ -1,399 +1,28 @@
-"""TCP transport: RocketMQ remoting frames over an asyncio Protocol (TCP_NODELAY, bounded writes).
-
-Why a Protocol rather than streams: `data_received` splits every frame that arrived in one read
-and hands them all to the remoting layer in one go, without a `readexactly` coroutine per frame;
-and the commands written meanwhile (the answers of processors that finished at once) are
-coalesced into one `transport.write` at the end of that read, so a burst of 64 pipelined requests
-costs one receive and one send syscall, not 64 of each.  Writes made outside a read (a client's
-request, a late answer) are coalesced per event-loop iteration with one `call_soon`.
-
-Back-pressure: above WRITE_BUFFER_HIGH unsent bytes the transport pauses us; `send_nowait` then
-declines (the caller falls back to `await send`, which waits until the buffer is below
-WRITE_BUFFER_LOW).  Reading never pauses: two peers that both stopped reading would deadlock.
-"""
+"""TCP transport: connects and serves; RocketMQ remoting frames travel over the socket as
+rmq_core.remoting.stream's StreamChannel carries them (framing, coalesced writes, back-pressure,
+the broker's native lane - the channel machinery every stream transport shares).  TCP_NODELAY is
+set on every connection (StreamChannel does it where the socket has the option)."""
 from __future__ import annotations
 
 import asyncio
-import logging
-import socket
 
-from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError
+from rmq_core.errors import RemotingConnectError, RemotingError
 from rmq_core.message import parse_address
-from rmq_core.remoting.command import (
-    RemotingCommand, SerializeType, native_decode_frames as _decode_frames,
-    native_encode_json_header as _encode_json_header,
-)
-from rmq_core.remoting.frames import split_frames
+from rmq_core.remoting.stream import StreamChannel, StreamListener, peer_name
+from rmq_core.remoting.transport import DEFAULT_SERVER_SOCKET_BACKLOG
 
-_JSON = SerializeType.JSON
-from rmq_core.remoting.transport import DEFAULT_SERVER_SOCKET_BACKLOG, Channel, Listener, OnClose, OnCommand
-
-log = logging.getLogger("rmq.remoting.tcp")
-
-# Above this much unsent data a writer waits for the peer; below it send() never blocks.
-WRITE_BUFFER_HIGH = 4 * 1024 * 1024
-WRITE_BUFFER_LOW = 1024 * 1024
-# A part at least this big is written on its own instead of being joined (joining copies it).
-_JOIN_LIMIT = 64 * 1024
-
-
-def _peer(sock_addr) -> str:
-    if not sock_addr:
-        return "?"
-    host, port = sock_addr[0], sock_addr[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-class TcpChannel(Channel, asyncio.Protocol):
-    """One TCP connection end; also the asyncio Protocol of its socket."""
-
-    def __init__(self, max_frame_length: int, on_connected=None):
-        self._max_frame_length = max_frame_length
-        self._on_connected = on_connected  # the listener's accept callback (server side)
-        self._loop = asyncio.get_running_loop()
-        self._transport: asyncio.Transport | None = None
-        self._closed = False
-        self._on_command: OnCommand | None = None
-        self._on_close: OnClose | None = None
-        self._close_reason: BaseException | None = None
-        self._lost = False  # connection_lost arrived (possibly before start())
-        self._reported = False
-        self._buffer = b""  # received bytes not yet forming a whole frame
-        self._out: list = []  # encoded parts waiting for the next flush
-        self._out_big = False  # some part is at least _JOIN_LIMIT bytes
-        self._flush_scheduled = False
-        self._in_read = False  # inside data_received: the flush happens at its end
-        self._write_paused = False
-        self._drain_waiters: list[asyncio.Future] = []
-        self._fast_lane = None  # a native lane that answers some frames itself (set_fast_lane)
-        self.done = self._loop.create_future()
-
-    # --- asyncio.Protocol ------------------------------------------------------------------------
-    def connection_made(self, transport) -> None:
-        self._transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass  # not a TCP socket (never happens for this transport) or already closed
-        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
-        self.local_address = _peer(transport.get_extra_info("sockname"))
-        self.remote_address = _peer(transport.get_extra_info("peername"))
-        if self._on_connected is not None:
-            self._on_connected(self)
-
-    def data_received(self, data: bytes) -> None:
-        if self._closed:
-            return
-        if self._buffer:
-            # A frame spans reads: accumulate in a bytearray (amortised appends, not O(n^2) joins).
-            buf = self._buffer
-            if type(buf) is not bytearray:
-                buf = bytearray(buf)
-            buf += data
-            data = buf
-        if self._on_command is None:  # not started yet: keep everything for start()
-            self._buffer = data
-            return
-        self._deliver_in_read(data)
-
-    def _deliver_in_read(self, data) -> None:
-        # answers written while the frames are handled go out in one joint write at the end
-        self._in_read = True
-        try:
-            self._deliver_frames(data)
-        finally:
-            self._in_read = False
-            if self._out:
-                self._write_out()
-
-    def set_fast_lane(self, lane) -> None:
-        """Hand read chunks to `lane.deliver(data, max_frame_length, on_frame, emit)` first: it
-        answers the frames it knows (writing their answers through `emit`) and gives every
-        other one, in its place in the order, to `on_frame` — the usual decode and on_command."""
-        self._fast_lane = lane
-
-    def _deliver_frames(self, data) -> None:
-        lane = self._fast_lane
-        if lane is not None and not self._write_paused:  # paused: the usual path waits per answer
-            self._deliver_through_lane(lane, data)
-            return
-        try:
-            if _decode_frames is not None:
-                # Commands decoded natively; a frame the native codec declines comes as a
-                # memoryview, decoded (or refused with the reason) by the Python codec below.
-                frames, consumed = _decode_frames(data, self._max_frame_length)
-            else:
-                frames, consumed = split_frames(data, self._max_frame_length)
-        except RemotingCommandError as e:
-            log.warning("closing %s: %s", self.remote_address, e)
-            self._fail(e)
-            return
-        if consumed == 0:
-            self._buffer = data  # a bytearray keeps growing in place
-        else:
-            self._buffer = data[consumed:] if consumed < len(data) else b""
-        on_command = self._on_command
-        for command in frames:
-            if type(command) is not RemotingCommand:
-                try:
-                    command = RemotingCommand.decode(command)
-                except RemotingCommandError as e:
-                    log.warning("closing %s: undecodable frame: %s", self.remote_address, e)
-                    self._fail(e)
-                    return
-            try:
-                on_command(command)
-            except Exception as e:  # a bug in on_command: log it, drop this connection only
-                log.exception("closing %s: error while handling a frame", self.remote_address)
-                self._fail(e)
-                return
-            if self._closed and not self._lost:  # closed by us meanwhile (a handler, a bad frame)
-                return
-
-    def _deliver_through_lane(self, lane, data) -> None:
-        try:
-            consumed, error = lane.deliver(data, self._max_frame_length, self._on_frame, self._emit)
-        except Exception as e:  # a bug in the lane: log it, drop this connection only
-            log.exception("closing %s: error while handling a frame", self.remote_address)
-            self._fail(e)
-            return
-        if self._closed:
-            return
-        if error is not None:  # the frames before the bad length were handled
-            log.warning("closing %s: %s", self.remote_address, error)
-            self._fail(RemotingCommandError(error))
-            return
-        if consumed == 0:
-            self._buffer = data  # a bytearray keeps growing in place
-        else:
-            self._buffer = data[consumed:] if consumed < len(data) else b""
-
-    def _on_frame(self, frame) -> bool:
-        """One frame the lane did not answer: decode it and pass it on; False once closed."""
-        try:
-            command = RemotingCommand.decode(frame)
-        except RemotingCommandError as e:
-            log.warning("closing %s: undecodable frame: %s", self.remote_address, e)
-            self._fail(e)
-            return False
-        try:
-            self._on_command(command)
-        except Exception as e:  # a bug in on_command: log it, drop this connection only
-            log.exception("closing %s: error while handling a frame", self.remote_address)
-            self._fail(e)
-            return False
-        return not (self._closed and not self._lost)  # (bytes of a peer gone before start() still count)
-
-    def write_frames(self, frames: bytes) -> None:
-        """Whole encoded frames (a lane's late answers): queued and written as _queue does."""
-        if self._closed:
-            return
-        self._out.append(frames)
-        if not self._in_read and not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-            self._write_out()
-
-    def _emit(self, frames: bytes) -> None:
-        """Answers written by the lane: they join the write at the end of the read."""
-        if not self._closed:
-            self._out.append(frames)
-
-    def eof_received(self):
-        return None  # close our side too; connection_lost follows
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
-        self._lost = True
-        self._out = []
-        reason = self._close_reason if self._close_reason is not None else exc
-        self._wake_drain_waiters(reason)
-        if self._on_close is not None:
-            self._report_close(reason)
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        self._wake_drain_waiters(None)
-
-    # --- Channel -----------------------------------------------------------------------------------
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def start(self, on_command: OnCommand, on_close: OnClose) -> None:
-        self._on_command, self._on_close = on_command, on_close
-        if self._buffer:  # bytes that arrived before start(), even if the peer has gone since
-            data, self._buffer = self._buffer, b""
-            self._deliver_in_read(data)
-        if self._lost:
-            self._report_close(self._close_reason)
-
-    def send_nowait(self, command: RemotingCommand) -> bool:
-        if self._closed:
-            raise self._closed_error()
-        if self._write_paused:
-            return False
-        if self._in_read and command.body is None and command.serialize_type is _JSON \
-                and _encode_json_header is not None:
-            # The usual answer (a header, no body, inside the read that brought its request):
-            # its frame joins the write at the end of the read — _queue's work in one step.
-            header = _encode_json_header(command, 0)
-            if header is not None:
-                self._out.append(header)
-                return True
-        self._queue(command)
-        return True
-
-    async def send(self, command: RemotingCommand) -> None:
-        if self._closed:
-            raise self._closed_error()
-        while self._write_paused:
-            waiter = self._loop.create_future()
-            self._drain_waiters.append(waiter)
-            await waiter  # raises RemotingError when the connection goes meanwhile
-            if self._closed:
-                raise self._closed_error()
-        self._queue(command)
-
-    def _queue(self, command: RemotingCommand) -> None:
-        body = command.body
-        out = self._out
-        out.append(command.encode_header(len(body) if body is not None else 0))
-        if body:
-            if type(body) is not bytes:
-                # The write happens later in this loop iteration: snapshot a bytearray (the caller
-                # may reuse it) or a memoryview (its mapping may go) now, as an immediate write would.
-                body = bytes(body)
-            out.append(body)
-            if len(body) >= _JOIN_LIMIT:
-                self._out_big = True
-        if not self._in_read and not self._flush_scheduled:
-            # The first command of a loop iteration goes out at once (no added latency); the ones
-            # that follow in the same iteration wait for one joint write at its end.
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-            self._write_out()
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        self._write_out()
-
-    def _write_out(self) -> None:
-        out = self._out
-        if not out or self._transport is None:
-            return
-        self._out = []
-        big, self._out_big = self._out_big, False
-        transport = self._transport
-        try:
-            if len(out) == 1:
-                transport.write(out[0])
-            elif not big:
-                transport.write(b"".join(out))
-            else:  # join the small parts only; a big body goes on its own
-                small = []
-                for part in out:
-                    if len(part) >= _JOIN_LIMIT:
-                        if small:
-                            transport.write(b"".join(small))
-                            small = []
-                        transport.write(part)
-                    else:
-                        small.append(part)
-                if small:
-                    transport.write(b"".join(small))
-        except (RuntimeError, OSError) as e:  # the transport is closing under us
-            log.debug("cannot write to %s: %s", self.remote_address, e)
-
-    def _wake_drain_waiters(self, reason: BaseException | None) -> None:
-        waiters, self._drain_waiters = self._drain_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                if self._closed:
-                    waiter.set_exception(RemotingError(
-                        f"cannot write to {self.remote_address}: connection closed"
-                        + (f" ({reason})" if reason is not None else "")))
-                else:
-                    waiter.set_result(None)
-
-    def _fail(self, reason: BaseException) -> None:
-        self._close_reason = reason
-        self.close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        if self._out:
-            self._write_out()  # what was sent before close() still goes out
-        self._closed = True
-        if self._transport is not None:
-            self._transport.close()
-        self._wake_drain_waiters(self._close_reason)
-        # Report at once: a peer that stops reading would hold connection_lost back indefinitely.
-        if self._on_close is not None:
-            self._loop.call_soon(self._report_close, self._close_reason)
-
-    def _report_close(self, reason: BaseException | None) -> None:
-        if self._reported:
-            return
-        self._reported = True
-        if not self.done.done():
-            self.done.set_result(None)
-        if self._on_close is not None:
-            try:
-                self._on_close(reason)
-            except Exception:
-                log.exception("on_close callback failed for %s", self.remote_address)
-
-
-class TcpListener(Listener):
-    def __init__(self, max_frame_length: int, on_channel):
-        self._max_frame_length = max_frame_length
-        self._on_channel = on_channel
-        self._server: asyncio.base_events.Server | None = None
-        self._channels: set[TcpChannel] = set()
-
-    def _make_channel(self) -> TcpChannel:
-        return TcpChannel(self._max_frame_length, self._accept)
-
-    def _accept(self, channel: TcpChannel) -> None:
-        self._channels.add(channel)
-        channel.done.add_done_callback(lambda _f: self._channels.discard(channel))
-        try:
-            self._on_channel(channel)
-            if channel._on_command is None:
-                raise RemotingError("on_channel did not start the channel")
-        except Exception:
-            log.exception("error accepting a connection from %s", channel.remote_address)
-            channel.close()
-            if channel._on_close is None:  # never started: nobody else resolves `done`
-                channel._report_close(None)
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for channel in list(self._channels):
-            channel.close()
-        for channel in list(self._channels):
-            await channel.done
-        if self._server is not None:
-            await self._server.wait_closed()
+TcpChannel = StreamChannel  # (a TCP connection's end is a stream channel)
 
 
 class TcpTransport:
     scheme = "tcp"
 
-    async def connect(self, address: str, *, max_frame_length: int, timeout: float) -> TcpChannel:
+    async def connect(self, address: str, *, max_frame_length: int, timeout: float) -> StreamChannel:
         host, port = parse_address(address)
         loop = asyncio.get_running_loop()
         try:
             _, channel = await asyncio.wait_for(
-                loop.create_connection(lambda: TcpChannel(max_frame_length), host, port), timeout)
+                loop.create_connection(lambda: StreamChannel(max_frame_length), host, port), timeout)
         except asyncio.TimeoutError:
             raise RemotingConnectError(f"connect to {address} timed out after {timeout:g}s") from None
         except OSError as e:
@@ -401,15 +30,14 @@ class TcpTransport:
         return channel
 
     async def serve(self, address: str, on_channel, *, max_frame_length: int,
-                    backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG) -> TcpListener:
+                    backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG) -> StreamListener:
         host, port = parse_address(address)
-        listener = TcpListener(max_frame_length, on_channel)
+        listener = StreamListener(max_frame_length, on_channel)
         loop = asyncio.get_running_loop()
         try:
-            listener._server = await loop.create_server(listener._make_channel, host, port, reuse_address=True,
+            listener.server = await loop.create_server(listener.make_channel, host, port, reuse_address=True,
                                                        backlog=backlog)
         except OSError as e:
             raise RemotingError(f"cannot listen on {address}: {e.strerror or e}") from None
-        sockname = listener._server.sockets[0].getsockname()
-        listener.address = _peer(sockname)
+        listener.address = peer_name(listener.server.sockets[0].getsockname())
         return listener

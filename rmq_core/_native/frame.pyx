@@ -21,6 +21,10 @@ return None and the pure-Python codec in rmq_core/remoting/command.py — the re
 oracle of the tests — decides, with its precise error messages.  The encoder writes exactly the
 bytes of the Python encoder (sorted keys, compact separators, non-ASCII kept, json escapes).
 Bytes from the network are untrusted: every read is bounds-checked against the real length.
+
+Like every native module it imports no Python module of rmq: a decoded header is handed out as
+plain values (HEADER_FIELDS, a tuple) that rmq_core.remoting.command makes a RemotingCommand of,
+and a bad frame length raises ValueError, which the remoting layer reports as RemotingCommandError.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -39,23 +43,10 @@ cdef extern from "Python.h":
     bint PyUnicode_CheckExact(object o)
     bint PyLong_CheckExact(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
-    object PyType_GenericAlloc(type t, Py_ssize_t nitems)
     void* PyUnicode_DATA(object o)
 
-cdef object _command_cls = None
-cdef object _json_type = None
-cdef object _cls_new = None
-cdef object _current_version = 0
-
-
-def init(command_cls, json_serialize_type, current_version=0):
-    """Bind the RemotingCommand class, SerializeType.JSON and the version our commands carry
-    (called once by command.py)."""
-    global _command_cls, _json_type, _cls_new, _current_version
-    _command_cls = command_cls
-    _json_type = json_serialize_type
-    _cls_new = command_cls.__new__
-    _current_version = int(current_version)
+# what decode_frame gives, in this order (a JSON header: its serialize type is JSON)
+HEADER_FIELDS = ("code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body")
 
 
 # --- frame splitting -----------------------------------------------------------------------------
@@ -66,15 +57,15 @@ def split_frames(data, Py_ssize_t max_frame_length):
 
 def decode_frames(data, Py_ssize_t max_frame_length):
     """split_frames and decode_frame in one pass: (items, consumed), each whole frame of `data` as
-    its RemotingCommand or — when the native decoder declines it — as a memoryview of the frame
-    (without its length prefix) for the Python codec to decode or reject.  A length outside
-    4..max_frame_length raises RemotingCommandError naming it, as split_frames does."""
+    its header's values (a tuple, see decode_frame) or — when the native decoder declines it — as a
+    memoryview of the frame (without its length prefix) for the Python codec to decode or reject.
+    A length outside 4..max_frame_length raises ValueError naming it, as split_frames does."""
     return _walk_frames(data, max_frame_length, _DECODE_COMMAND)
 
 
 cdef enum:
     _SPLIT = 0  # each frame a memoryview
-    _DECODE_COMMAND = 1  # its RemotingCommand, else a memoryview
+    _DECODE_COMMAND = 1  # its header's values, else a memoryview
     _READ_SEND_RESPONSE = 2  # its SendResponse, else a copy of the frame (the caller may reuse `data`)
 
 
@@ -117,8 +108,7 @@ cdef tuple _walk_frames(data, Py_ssize_t max_frame_length, int mode):
     finally:
         PyBuffer_Release(&pb)
     if bad:
-        from rmq_core.errors import RemotingCommandError
-        raise RemotingCommandError(f"frame length {length} outside 4..{max_frame_length}")
+        raise ValueError(f"frame length {length} outside 4..{max_frame_length}")
     return items, pos
 
 
@@ -204,8 +194,9 @@ cdef int _ext_entry(void* target, const uint8_t* k, Py_ssize_t kl, bint kesc,
 
 
 def decode_frame(frame):
-    """The RemotingCommand of a JSON-header frame (WITHOUT its length prefix), or None when the
-    Python codec must decide (binary header, an unusual or malformed header, a short frame)."""
+    """The values of a JSON-header frame (WITHOUT its length prefix) - (code, language, version,
+    opaque, flag, remark, ext_fields, body), HEADER_FIELDS - or None when the Python codec must
+    decide (binary header, an unusual or malformed header, a short frame)."""
     cdef Py_buffer pb
     PyObject_GetBuffer(frame, &pb, PyBUF_SIMPLE)
     try:
@@ -231,18 +222,8 @@ cdef object _decode_frame(const uint8_t* base, Py_ssize_t n):
         remark = _json_str(h.remark, h.remark_len, h.remark_escaped)
         if remark is None:
             return None
-    # The slots start empty and are all set below, as RemotingCommand.__init__ would (minus the call).
-    cmd = PyType_GenericAlloc(<type>_command_cls, 0)
-    cmd.code = h.code
-    cmd.language = language
-    cmd.version = h.version
-    cmd.opaque = h.opaque
-    cmd.flag = h.flag
-    cmd.remark = remark
-    cmd.ext_fields = ext
-    cmd.body = PyBytes_FromStringAndSize(<const char*>h.body, h.body_len) if h.body_len else None
-    cmd.serialize_type = _json_type
-    return cmd
+    return (h.code, language, h.version, h.opaque, h.flag, remark, ext,
+            PyBytes_FromStringAndSize(<const char*>h.body, h.body_len) if h.body_len else None)
 
 
 # --- JSON header encoding ------------------------------------------------------------------------
@@ -401,26 +382,6 @@ def header_ints(dict ext, tuple keys, tuple defaults):
     return out
 
 
-# --- responses -----------------------------------------------------------------------------------
-def new_response(request, code, remark, dict ext_fields, body):
-    """RemotingCommand.make_response without the Python __init__: the response to `request` (its
-    opaque and serialize type, flag RESPONSE, language JAVA, our version) with `ext_fields` kept as
-    given (the caller hands over a fresh dict of str)."""
-    if not PyLong_CheckExact(code):
-        code = int(code)
-    cmd = PyType_GenericAlloc(<type>_command_cls, 0)
-    cmd.code = code
-    cmd.language = "JAVA"
-    cmd.version = _current_version
-    cmd.opaque = request.opaque
-    cmd.flag = 1  # RESPONSE_FLAG
-    cmd.remark = remark
-    cmd.ext_fields = ext_fields
-    cmd.body = body
-    cmd.serialize_type = request.serialize_type
-    return cmd
-
-
 # --- a producer's send request (SEND_MESSAGE_V2, SEND_BATCH_MESSAGE, SEND_MESSAGE) ------------------
 # The whole request frame built from its fields, no RemotingCommand (REMOTING.md §1 and §5.4):
 #
@@ -502,8 +463,8 @@ cdef class SendHeader:
                     reconsume_times=0, max_reconsume_times=None, bint oneway=False):
         """The whole request frame (length prefix included) as bytes, or None when the caller must
         judge it (a number beyond 64 bits, properties over 32767 bytes).  A property the
-        properties format cannot hold (record.pyx: put_property) raises IllegalArgumentError
-        naming it; a value that is not a str travels as str() makes it.  born_timestamp None: now."""
+        properties format cannot hold (record.pyx: put_property) raises a ValueError
+        (IllegalArgumentError) naming it; a value that is not a str travels as str() makes it.  born_timestamp None: now."""
         return self._frame(sys_flag, flag, properties, None, opaque, body, born_timestamp, reconsume_times,
                            max_reconsume_times, None, oneway)
 
@@ -587,7 +548,6 @@ cdef class SendHeader:
 
 
 from rmq_core._native.record cimport put_property
-from rmq_core.errors import IllegalArgumentError
 
 
 cdef int _put_raw_escaped(Out* o, Out* raw) except -1:
@@ -658,7 +618,7 @@ cdef Py_ssize_t _put_message_properties(Out* o, message, str uniq) except -2:
             put_property(&raw, "DELAY", str(delay))
         put_property(&raw, "WAIT", "true" if message.wait_store_msg_ok else "false")
         put_property(&raw, "UNIQ_KEY", uniq)
-    except IllegalArgumentError:
+    except ValueError:  # (IllegalArgumentError is one: the Python path raises it, naming the property)
         if raw.heap:
             free(raw.buf)
         return -1

@@ -38,7 +38,8 @@ from rmq_core.message import (
     Message, MessageClientIDSetter, MessageConst, MessageQueue, MixAll, SendResult, SendStatus, SysFlag,
     TopicValidator, encode_properties_checked,
 )
-from rmq_core._native.frame import SendHeader, SendResponse, read_send_responses
+from rmq_core._native.frame import SendHeader, SendResponse
+from rmq_core.remoting.frames import read_send_responses
 from rmq_core._native.record import encode_batch_body, encode_batch_item
 from rmq_core._native.send_pipeline import PipelinedCompletion, PipelinedSender, SendResultMaker
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode

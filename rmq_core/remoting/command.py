@@ -132,11 +132,7 @@ class RemotingCommand:
                       ext_fields: Mapping[str, Any] | None = None,
                       body: bytes | None = None) -> "RemotingCommand":
         """The response to this request: same opaque, same serialize type, flag = response."""
-        if _native_new_response is not None:
-            return _native_new_response(self, code, remark, _ext_to_str(ext_fields), body)
-        return RemotingCommand(code, opaque=self.opaque, flag=RESPONSE_FLAG, remark=remark,
-                               ext_fields=_ext_to_str(ext_fields), body=body,
-                               serialize_type=self.serialize_type)
+        return new_response(self, code, remark, _ext_to_str(ext_fields), body)
 
     def copy(self) -> "RemotingCommand":
         """A copy that later mutation of this command cannot reach (the body becomes bytes)."""
@@ -277,9 +273,9 @@ class RemotingCommand:
     def decode(cls, frame: bytes | bytearray | memoryview) -> "RemotingCommand":
         """Decode a frame WITHOUT its 4-byte length prefix; RemotingCommandError says what is wrong."""
         if _native_decode is not None and cls is RemotingCommand:
-            cmd = _native_decode(frame)  # None: not the common flat JSON shape; decided below
-            if cmd is not None:
-                return cmd
+            values = _native_decode(frame)  # None: not the common flat JSON shape; decided below
+            if values is not None:
+                return command_of(values)
         return cls.decode_py(frame)
 
     @classmethod
@@ -456,6 +452,38 @@ _set_src = FrameCommand._src.__set__
 new_command = object.__new__
 set_frame = _set_src
 
+
+def command_of(values) -> RemotingCommand:
+    """The RemotingCommand of a JSON header's values as the native decoder hands them out
+    (rmq_core._native.frame.HEADER_FIELDS: code, language, version, opaque, flag, remark,
+    ext_fields, body) - without the Python __init__."""
+    cmd = new_command(RemotingCommand)
+    cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields, cmd.body = values
+    cmd.serialize_type = _JSON
+    return cmd
+
+
+def new_response(request, code, remark: str | None, ext_fields: dict, body) -> RemotingCommand:
+    """make_response without the Python __init__: the response to `request` (its opaque and
+    serialize type, flag RESPONSE, language JAVA, our version) with `ext_fields` kept as given
+    (the caller hands over a fresh dict of str)."""
+    cmd = new_command(RemotingCommand)
+    cmd.code = code if type(code) is int else int(code)
+    cmd.language = "JAVA"
+    cmd.version = _CURRENT_VERSION
+    cmd.opaque = request.opaque
+    cmd.flag = RESPONSE_FLAG
+    cmd.remark = remark
+    cmd.ext_fields = ext_fields
+    cmd.body = body
+    cmd.serialize_type = request.serialize_type
+    return cmd
+
+
+_JSON = SerializeType.JSON
+_CURRENT_VERSION = int(MQVersion.CURRENT)
+
+
 def _int_field(obj: dict, name: str, default: int | None) -> int:
     value = obj.get(name)
     if value is None:
@@ -473,22 +501,32 @@ def _int_field(obj: dict, name: str, default: int | None) -> int:
 
 
 # The native JSON header codec (rmq_core/_native/frame.pyx): the common flat header in
-# C; anything unusual comes back as None and the Python code above decides.
+# C, handed out as plain values (command_of makes the command); anything unusual comes back as
+# None and the Python code above decides.
 try:
     from rmq_core._native import frame as _frame_native
 except ImportError:  # pragma: no cover - `make build` always builds it
-    _native_decode = _native_encode = _native_copy_if_plain = _native_new_response = None
+    _native_decode = _native_encode = _native_copy_if_plain = None
     native_decode_frames = native_encode_json_header = None
 else:
-    _frame_native.init(RemotingCommand, SerializeType.JSON, MQVersion.CURRENT)
     _native_decode = _frame_native.decode_frame
     _native_encode = _frame_native.encode_json_frame_header
     _native_copy_if_plain = _frame_native.copy_if_plain
-    _native_new_response = _frame_native.new_response
-    # For transports (None when the extension is not built):
-    # native_decode_frames(data, max_frame_length) -> (items, consumed): split and decode in one
-    #   pass; an item the native codec declined is the frame's memoryview, for RemotingCommand.decode.
-    # native_encode_json_header(command, body_length) -> the frame header of a JSON command, or None
-    #   when encode_header must do it.
-    native_decode_frames = _frame_native.decode_frames
+    _native_decode_frames = _frame_native.decode_frames
+
+    def native_decode_frames(data, max_frame_length: int) -> tuple[list, int]:
+        """Split and decode in one pass: (items, consumed), each whole frame as its RemotingCommand
+        or - where the native codec declined it - its memoryview, for RemotingCommand.decode.
+        A bad frame length raises RemotingCommandError naming it."""
+        try:
+            items, consumed = _native_decode_frames(data, max_frame_length)
+        except ValueError as e:
+            raise RemotingCommandError(str(e)) from None
+        for k, item in enumerate(items):
+            if type(item) is tuple:
+                items[k] = command_of(item)
+        return items, consumed
+
+    # For transports (None when the extension is not built): native_encode_json_header(command,
+    # body_length) -> the frame header of a JSON command, or None when encode_header must do it.
     native_encode_json_header = _frame_native.encode_json_frame_header

@@ -6,7 +6,9 @@ as a zero-copy memoryview WITHOUT its length prefix, and how many bytes they use
 RemotingCommandError naming it (the connection is then unusable: its framing is lost).
 
 The native splitter (rmq_core._native.frame) is used when built; `split_frames_py` is the
-pure-Python reference the tests compare it with.
+pure-Python reference the tests compare it with.  The native frame walks raise ValueError for a
+bad length (a native module imports nothing of rmq): `framing_errors` makes that the
+RemotingCommandError every reader of frames expects.
 """
 from __future__ import annotations
 
@@ -32,9 +34,28 @@ def split_frames_py(data, max_frame_length: int) -> tuple[list[memoryview], int]
     return frames, pos
 
 
+def framing_errors(walk):
+    """A native frame walk `walk(data, max_frame_length) -> (items, consumed)` whose bad-length
+    ValueError is raised as RemotingCommandError (one try per read chunk, none per frame)."""
+    def walk_frames(data, max_frame_length: int):
+        try:
+            return walk(data, max_frame_length)
+        except ValueError as e:
+            raise RemotingCommandError(str(e)) from None
+
+    walk_frames.__name__ = walk_frames.__qualname__ = walk.__name__
+    walk_frames.__doc__ = walk.__doc__
+    walk_frames.native = walk
+    return walk_frames
+
+
 try:
-    from rmq_core._native.frame import split_frames as split_frames_native
+    from rmq_core._native import frame as _frame_native
 except ImportError:  # pragma: no cover - the extension is always built by `make build`
-    split_frames_native = None
+    split_frames_native = read_send_responses = None
+else:
+    split_frames_native = framing_errors(_frame_native.split_frames)
+    # the producer's reader of send answers (rmq_core._native.frame.read_send_responses)
+    read_send_responses = framing_errors(_frame_native.read_send_responses)
 
 split_frames = split_frames_native or split_frames_py

@@ -1,7 +1,14 @@
 """The transport interface the remoting layer runs on (implemented by `rmq_plugins.transport`).
 
-A transport moves whole `RemotingCommand`s between two endpoints; the remoting layer above it
-(server, client, ChannelContext) owns opaque matching, processors and timeouts.
+A transport only connects, serves and moves commands (or their bytes) between two endpoints; the
+remoting layer above it owns everything else, once for every transport: opaque matching, the
+pending table and its timeout sweep, completion, the request steps (steps.py), processors and
+the idle exchange (ChannelContext, context.py).  A transport over a byte stream (TCP, a Unix
+socket...) does not even frame: `rmq_core.remoting.stream.StreamChannel` is the asyncio Protocol
+that splits frames, coalesces writes, applies back-pressure and hands read chunks to the broker's
+native lane; the transport's connect is `loop.create_connection(lambda: StreamChannel(max), ...)`
+and its serve `loop.create_server(StreamListener(max, on_channel).make_channel, ...)` - see
+plugins/transport/tcp.py, and tests/remoting/unix_transport.py for a third one in ~40 lines.
 
     class Transport:
         scheme: str                                        # "tcp", "inproc", ...

@@ -17,9 +17,10 @@ Groups (each has a `baseline_redis_*` entry; extra_info carries msgs/s and laten
 * client-aio-{128B,1KiB}: 1000 messages as rounds of 50 in flight - Producer.send_async (Futures
   awaited with result(); the group's baseline) vs rmq_core.aio.Producer.send (50 coroutines
   gathered on a running event loop, asyncio's and uvloop's).
-* client-rpc-hook-{sync,async}: 1000 sync sends / 1000 async sends in rounds of 50 - without an RPC
-  hook (baseline) vs a client started while one no-op rmq_rpc_before_request /
-  rmq_rpc_after_response plugin is registered: what one registered hook costs in sends/s.
+* client-rpc-hook-{sync,async}: 1000 sync sends / 1000 async sends in rounds of 50 - without a
+  request step (baseline) vs a client started while one no-op rmq_client_before_request /
+  rmq_client_after_response plugin is registered: what one registered client step costs in sends/s
+  (both sides in one process: tests/bench/test_bench_steps.py).
 The broker runs as `rmq namesrv` + `rmq broker` subprocesses on loopback, like redis-server; the
 `_inproc` entries use an embedded broker in the client's own process over the in-proc transport.
 """
@@ -530,11 +531,11 @@ def test_aio_producer_send(benchmark, rmq_cluster, size, loop_kind):
 
 class _NoOpRpcHook:
     @hookimpl
-    def rmq_rpc_before_request(self, remote_addr, request):
+    def rmq_client_before_request(self, remote_addr, request):
         pass
 
     @hookimpl
-    def rmq_rpc_after_response(self, remote_addr, request, response):
+    def rmq_client_after_response(self, remote_addr, request, response):
         pass
 
 

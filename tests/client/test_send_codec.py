@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from rmq_core._native import frame as frame_native
 from rmq_core._native import send_pipeline
 from rmq_core.client import producer as producer_module
+from rmq_core.remoting.frames import read_send_responses
 from rmq_core.client.producer import Producer, SendAttempts
 from rmq_core.errors import IllegalArgumentError, MQBrokerError, RemotingCommandError
 from rmq_core.message import Message, MessageQueue, SendResult, SendStatus, properties_to_string
@@ -38,7 +39,7 @@ prop_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_charac
 def test_the_native_extension_is_the_one_the_producer_uses():
     # a silently missing extension must not let the producer fall back unnoticed
     assert producer_module.SendHeader is frame_native.SendHeader
-    assert producer_module.read_send_response_frames is frame_native.read_send_responses
+    assert producer_module.read_send_response_frames.native is frame_native.read_send_responses
     assert isinstance(producer_module._RESULTS, send_pipeline.SendResultMaker)
 
 
@@ -301,18 +302,18 @@ def test_read_send_responses_splits_frames_and_keeps_a_partial_tail():
     b = struct.pack(">i", len(inner)) + inner  # a number in extFields: declined, comes back as its bytes
     c = _response(14, "busy", None, opaque=3).encode()
     data = a + b + c[:10]
-    items, consumed = frame_native.read_send_responses(bytearray(data), 1 << 20)
+    items, consumed = read_send_responses(bytearray(data), 1 << 20)
     assert consumed == len(a) + len(b)
     assert items[0].opaque == 1 and items[0].queue_offset == 7
     assert items[1] == b[4:]
-    items, consumed = frame_native.read_send_responses(c, 1 << 20)
+    items, consumed = read_send_responses(c, 1 << 20)
     assert consumed == len(c) and items[0].code == 14 and items[0].remark == "busy"
 
 
 @pytest.mark.parametrize("length", [-5, 0, 3, 1 << 21])
 def test_read_send_responses_names_a_bad_frame_length(length):
     with pytest.raises(RemotingCommandError, match=f"frame length {length} outside 4..{1 << 20}"):
-        frame_native.read_send_responses(struct.pack(">i", length) + b"\x00" * 8, 1 << 20)
+        read_send_responses(struct.pack(">i", length) + b"\x00" * 8, 1 << 20)
 
 
 # --- SendResult ------------------------------------------------------------------------------------

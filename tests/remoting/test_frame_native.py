@@ -15,16 +15,30 @@ from hypothesis import strategies as st
 from rmq_core._native import frame as frame_native
 from rmq_core.errors import RemotingCommandError
 from rmq_core.remoting import frames
-from rmq_core.remoting.command import RemotingCommand, SerializeType, _native_decode, _native_encode
+from rmq_core.remoting import command as command_module
+from rmq_core.remoting.command import RemotingCommand, SerializeType, _native_encode, command_of
 
 SLOTS = RemotingCommand.__slots__
 
 
 def test_native_extension_is_loaded():
     # A silently missing extension would make every test below compare Python with Python.
-    assert _native_decode is frame_native.decode_frame
+    assert command_module._native_decode is frame_native.decode_frame
     assert _native_encode is frame_native.encode_json_frame_header
-    assert frames.split_frames is frame_native.split_frames
+    assert frames.split_frames.native is frame_native.split_frames
+
+
+def _native_decode(frame):
+    """The native decoder's plain values made a command, as RemotingCommand.decode makes it."""
+    values = frame_native.decode_frame(frame)
+    return None if values is None else command_of(values)
+
+
+def test_the_native_codec_hands_out_plain_values():
+    frame = RemotingCommand.create_request(310, {"a": "1"}, b"body").encode()[4:]
+    values = frame_native.decode_frame(frame)
+    assert type(values) is tuple and dict(zip(frame_native.HEADER_FIELDS, values))["ext_fields"] == {"a": "1"}
+    assert type(RemotingCommand.decode(frame)) is RemotingCommand
 
 
 def _same(a: RemotingCommand, b: RemotingCommand) -> None:
@@ -87,8 +101,8 @@ def test_escaped_value_around_the_stack_buffer_size(length):
 
 
 def test_new_response_is_make_response():
-    from rmq_core._native.frame import new_response
     from rmq_core.remoting.codes import ResponseCode
+    from rmq_core.remoting.command import new_response
 
     req = RemotingCommand.create_request(310, {"a": "1"})
     req.serialize_type = SerializeType.ROCKETMQ
@@ -216,7 +230,7 @@ def test_encode_declines_non_str_fields_and_huge_ints():
 
 
 # --- frame splitting ----------------------------------------------------------------------------
-SPLITTERS = [frames.split_frames_py, frame_native.split_frames]
+SPLITTERS = [frames.split_frames_py, frames.split_frames]
 
 
 @pytest.mark.parametrize("split", SPLITTERS, ids=["python", "native"])
@@ -266,7 +280,7 @@ _frame_payloads = st.one_of(
 def test_decode_frames_is_split_then_decode(payloads, cut):
     stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads if len(p) >= 4)
     data = stream[:cut]
-    items, consumed = frame_native.decode_frames(data, 10_000)
+    items, consumed = command_module.native_decode_frames(data, 10_000)
     whole, split_consumed = frames.split_frames_py(data, 10_000)
     assert consumed == split_consumed and len(items) == len(whole)
     for item, frame in zip(items, whole):
@@ -276,14 +290,14 @@ def test_decode_frames_is_split_then_decode(payloads, cut):
         else:  # declined: exactly the frame, and the native single-frame decoder declines it too
             assert type(item) is memoryview and bytes(item) == bytes(frame)
             assert _native_decode(frame) is None
-    assert frame_native.decode_frames(bytearray(data), 10_000)[1] == consumed
+    assert command_module.native_decode_frames(bytearray(data), 10_000)[1] == consumed
 
 
 @pytest.mark.parametrize("length", [-1, 0, 3, 1001, 0x7FFFFFFF])
 def test_decode_frames_rejects_lengths_naming_them(length):
     good = RemotingCommand.create_request(10).encode()
     with pytest.raises(RemotingCommandError, match=f"frame length {length} outside 4..1000"):
-        frame_native.decode_frames(good + struct.pack(">i", length) + b"abcd", 1000)
+        command_module.native_decode_frames(good + struct.pack(">i", length) + b"abcd", 1000)
 
 
 @settings(max_examples=200, deadline=None)

@@ -16,7 +16,8 @@ from rmq_core.remoting.command import RemotingCommand, SerializeType
 from rmq_core.remoting.steps import LaneStep
 from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 
-from rmq_core._native.frame import header_ints as _header_ints, new_response as _new_response
+from rmq_core._native.frame import header_ints as _header_ints
+from rmq_core.remoting.command import new_response as _new_response
 from rmq_core._native.send_lane import (SendLane, SendLaneState, checked_queues, plain_send_queues,
                                         special_properties)
 
