@@ -44,6 +44,13 @@ accounts:
   - accessKey: {ADMIN_AK}
     secretKey: {ADMIN_SK}
     admin: true
+  - accessKey: loopback-app
+    secretKey: loopback-secret
+    whiteRemoteAddress: 127.0.0.1
+  - accessKey: remote-app
+    secretKey: remote-secret
+    whiteRemoteAddress: 127.0.0.2,10.1.1.*
+    defaultTopicPerm: PUB
 """
 FAST = dict(poll_name_server_interval=2.0, heartbeat_broker_interval=2.0, persist_consumer_offset_interval=1.0)
 
@@ -213,6 +220,18 @@ def test_wrong_secret_and_no_credentials_refused_for_python(cl):
             p.send(Message("TopicOk", b"x"))
 
 
+def test_an_accounts_white_address_passes_without_a_valid_signature(cl):
+    # as RocketMQ: from an address in its whiteRemoteAddress an account's requests pass unchecked
+    with Producer("PG_ACL_LOOPBACK", namesrv=cl.namesrv, access_key="loopback-app", secret_key="not-its-secret",
+                  **FAST) as p:
+        assert p.send(Message("TopicOk", b"from-loopback")).status.name == "SEND_OK"
+    # from any other address the signature is checked
+    with Producer("PG_ACL_REMOTE", namesrv=cl.namesrv, access_key="remote-app", secret_key="not-its-secret",
+                  retry_times_when_send_failed=0, **FAST) as p:
+        with pytest.raises(MQBrokerError, match="Check signature failed for accessKey=remote-app"):
+            p.send(Message("TopicOk", b"x"))
+
+
 def test_aio_clients_sign(cl):
     async def main():
         async with aio.Producer("PG_ACL_AIO", namesrv=cl.namesrv, access_key=AK, secret_key=SK, **FAST) as p:
@@ -233,7 +252,13 @@ def test_aio_clients_sign(cl):
 def test_signed_send_auto_creates_a_topic_with_pub(cl):
     with Producer("PG_ACL_NEW", namesrv=cl.namesrv, access_key=AK, secret_key=SK, **FAST) as p:
         assert p.send(Message("TopicNew", b"first")).status.name == "SEND_OK"
-    assert max_offset(cl, "TopicNew") == 1
+
+    def stored():  # (the new topic's route reaches the name server with the broker's next registration)
+        try:
+            return max_offset(cl, "TopicNew") == 1
+        except AdminError:
+            return False
+    wait_for(stored, 30, "TopicNew created and holding the message")
 
 
 # --- admin -------------------------------------------------------------------------------------------------

@@ -158,3 +158,18 @@ def test_admin_updates_write_the_file_with_a_new_data_version(tmp_path):
         assert "newuser2" not in build_rules(str(path), path.read_text(), 0).accounts  # nothing written
     finally:
         v.close()
+
+
+def test_the_validator_is_chosen_by_name_and_needs_a_file(monkeypatch):
+    from rmq_core.config import BrokerConfig
+    from rmq_core.errors import ConfigError, PluginNotFoundError
+    from rmq_core.plugins import get_access_validator_factory
+
+    with pytest.raises(PluginNotFoundError, match="unknown access validator 'nope'; available: plain"):
+        get_access_validator_factory("nope")
+    monkeypatch.delenv("ROCKETMQ_HOME", raising=False)
+    with pytest.raises(ConfigError, match="aclEnable=true needs plainAclFile"):
+        get_access_validator_factory("plain")(BrokerConfig(acl_enable=True))
+    monkeypatch.setenv("ROCKETMQ_HOME", "/opt/rocketmq")
+    assert BrokerConfig().plain_acl_file == "/opt/rocketmq/conf/plain_acl.yml"
+    assert BrokerConfig.from_properties({"plainAclFile": "/etc/acl.yml"}).plain_acl_file == "/etc/acl.yml"
