@@ -33,7 +33,7 @@ import attrs
 import yaml
 
 from rmq_core.acl import ACCESS_KEY, SIGNATURE, SigningKey
-from rmq_core.errors import AclError
+from rmq_core.errors import AclError, ConfigError
 from rmq_core.message import MixAll, TopicValidator
 from rmq_core.remoting.body import DataVersion
 from rmq_core.remoting.codes import RequestCode, code_name
@@ -207,7 +207,7 @@ _LineLoader.add_constructor("tag:yaml.org,2002:str", _construct_str)
 _LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 
 
-class AclFileError(ValueError):
+class AclFileError(ConfigError):
     """plain_acl.yml does not load; the message names the file and line."""
 
 
@@ -551,8 +551,6 @@ def create_plain_validator(broker_config) -> PlainAccessValidator:
     """The `plain` entry of rmq_access_validators: the broker's plainAclFile."""
     path = broker_config.plain_acl_file
     if not path:
-        from rmq_core.errors import ConfigError
-
         raise ConfigError("aclEnable=true needs plainAclFile (or ROCKETMQ_HOME, for $ROCKETMQ_HOME/conf/plain_acl.yml)")
     return PlainAccessValidator(path)
 
