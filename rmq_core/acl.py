@@ -6,7 +6,7 @@ Base64(HmacSHA1(secretKey, content)), where content is the values of every ext f
 the order of their keys, as UTF-8, followed by the body.  Fields a client adds of its own (the C++
 client's `OnsChannel`) are signed like any other.  The client side (`AclSigner`, a request step
 built from `access_key` / `secret_key`) and the broker's validator (plugins/acl) both call
-`request_signature`: one definition of what is signed.
+`SigningKey.sign`: one definition of what is signed.
 
 HMAC-SHA1 (RFC 2104) runs on OpenSSL's SHA-1 through hashlib: a secret's inner and outer pads are
 hashed once (SigningKey), so a request costs two copies of those SHA-1 states and two C updates -

@@ -331,6 +331,7 @@ class PlainAccessValidator(RequestStep):
         self.path = os.path.abspath(acl_file)
         self.poll_interval = poll_interval
         self._lock = threading.Lock()  # the admin commands' read-modify-write of the file
+        self._reloading = threading.Lock()  # the watcher's and an admin command's reloads, one at a time
         self._generation = 0
         self._last_text: str | None = None
         if not os.path.exists(self.path):
@@ -409,6 +410,10 @@ class PlainAccessValidator(RequestStep):
 
     def reload(self) -> bool:
         """Re-read the file when its text changed: True when new rules took effect."""
+        with self._reloading:
+            return self._reload()
+
+    def _reload(self) -> bool:
         try:
             text = self._read()
         except OSError as e:
