@@ -26,7 +26,8 @@ import time
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
-from rmq_core.remoting.pipelined import HookedRequests, HookFailed, PipelinedChannel, decode_command_frames
+from rmq_core.remoting.pipelined import HookedRequests, PendingRequests, decode_command_frames
+from rmq_core.remoting.stream import hand_on
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
 
 log = logging.getLogger("rmq.remoting.inproc")
@@ -195,19 +196,7 @@ class InprocFrameChannel(InprocChannel):
 
     def _on_frame(self, frame) -> bool:
         """A frame (without its length prefix) for the general path; False once closed."""
-        try:
-            command = RemotingCommand.decode(frame)
-        except RemotingCommandError as e:
-            log.warning("closing %s: undecodable frame: %s", self.remote_address, e)
-            self.close(e)
-            return False
-        try:
-            self._on_command(command)
-        except Exception as e:  # a bug in the handler: drop this connection only, as TCP does
-            log.exception("closing %s: error while handling a command", self.remote_address)
-            self.close(e)
-            return False
-        return not self._closed
+        return hand_on(frame, self._on_command, self.close, self.remote_address) and not self._closed
 
     def _emit(self, frames: bytes) -> None:
         """The lane's answers (written during deliver): straight to the waiting client."""
@@ -361,13 +350,14 @@ class InprocBlockingChannel:
             pass
 
 
-class InprocPipelinedChannel:
+class InprocPipelinedChannel(PendingRequests):
     """The client end of an in-proc connection with PipelinedChannel's interface (the producer's
     send pipeline, rmq_core.remoting.pipelined): encoded request frames in - handed to the
     server's loop, through the broker's native lane when it has one - and every answer out
     through the request's completion, on the server's thread, as a tcp connection's reader
-    completes them.  Many requests are in flight at once; a request without an answer by its
-    deadline fails with RemotingTimeoutError (a sweeper thread, while any are pending)."""
+    completes them.  The pending table, its deadline sweep and the completions are remoting's
+    (PendingRequests); this end only hands frames over and runs the sweep on a thread of its own
+    while requests are pending (it has no reader thread to run it)."""
 
     _loop = None  # answers arrive through _schedule(None, ...): at once, in the server's thread
     writes = None  # (no write buffer: a frame is handed over whole)
@@ -382,7 +372,7 @@ class InprocPipelinedChannel:
         # the interception step, as a tcp connection's (see HookedRequests)
         self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
         self.intercept = None if hooks is None else hooks.intercept
-        self._read_frames = read_frames if hooks is None else functools.partial(
+        self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
             hooks.read, read_frames or decode_command_frames, from_command)
         self._from_command = from_command
         self._pending: dict[int, tuple] = {}  # opaque -> (deadline, on_done, context)
@@ -480,22 +470,12 @@ class InprocPipelinedChannel:
         if not item.flag & RESPONSE_FLAG:
             log.debug("inproc pipelined channel %s: dropping %r", self.local_address, item)
             return
-        entry = self._pending.pop(item.opaque, None)
-        if entry is None:
-            log.debug("inproc pipelined channel %s: no request waits for opaque %d", self.local_address, item.opaque)
-            return
         if type(item) is RemotingCommand:  # (handed over as it is, not read by _read_frames)
             if self._hooks is not None:
                 item = self._hooks.answer(item, item)
             if self._from_command is not None and type(item) is RemotingCommand:
                 item = self._from_command(item)
-        try:
-            if type(item) is HookFailed:
-                entry[1](entry[2], None, item.error)
-            else:
-                entry[1](entry[2], item, None)
-        except Exception:  # noqa: BLE001 - one bad callback must not stop the others
-            log.exception("inproc pipelined channel to %s: completion of opaque %d failed", self.addr, item.opaque)
+        self._complete(item)
 
     def _peer_closed(self) -> None:
         self._fail(RemotingConnectError(f"connection to {self.addr} closed by the broker"))
@@ -520,36 +500,14 @@ class InprocPipelinedChannel:
     def _sweep_loop(self) -> None:
         while not self._closed:
             self._wake.wait(self._sweep_interval)
-            now = time.monotonic()
-            expired = [opaque for opaque, entry in self._pending.copy().items() if entry[0] <= now]
-            if expired and self._hooks is not None:
-                self._hooks.forget(expired)
-            for opaque in expired:
-                entry = self._pending.pop(opaque, None)
-                if entry is not None:
-                    self._complete_with(entry, RemotingTimeoutError(
-                        f"no response (opaque {opaque}) from {self.addr} in time"))
-
-    @staticmethod
-    def _complete_with(entry: tuple, error: BaseException) -> None:
-        try:
-            entry[1](entry[2], None, error)
-        except Exception:  # noqa: BLE001
-            log.exception("inproc pipelined channel: failing a request's completion raised")
+            self._expire(time.monotonic())
 
     def _fail(self, error: BaseException) -> None:
         if not self._closed:
             self._closed = True
             self._error = error
             self._wake.set()
-        while self._pending:
-            try:
-                _, entry = self._pending.popitem()
-            except KeyError:
-                break
-            self._complete_with(entry, self._error)
-        if self._hooks is not None:
-            self._hooks.requests.clear()
+        self._fail_pending(self._error)
 
     def close(self, drain_timeout: float = 0.0) -> None:
         """Let the pending requests finish for up to drain_timeout seconds, fail the rest."""
@@ -642,7 +600,7 @@ class InprocTransport:
         return client
 
     def connect_pipelined(self, address: str, *, read_frames, from_command=None, intercept=None,
-                          ) -> InprocPipelinedChannel:
+                          connect_timeout: float = 0.0, name: str | None = None) -> InprocPipelinedChannel:
         """A connection with PipelinedChannel's interface (the producer's send pipeline)."""
         listener = self._listener(address)
         n = next(listener._ids)

@@ -8,6 +8,7 @@ import asyncio
 
 from rmq_core.errors import RemotingConnectError, RemotingError
 from rmq_core.message import parse_address
+from rmq_core.remoting.pipelined import PipelinedChannel
 from rmq_core.remoting.stream import StreamChannel, StreamListener, peer_name
 from rmq_core.remoting.transport import DEFAULT_SERVER_SOCKET_BACKLOG
 
@@ -28,6 +29,12 @@ class TcpTransport:
         except OSError as e:
             raise RemotingConnectError(f"connect to {address} failed: {e.strerror or e}") from None
         return channel
+
+    def connect_pipelined(self, address: str, *, read_frames, from_command=None, intercept=None,
+                          connect_timeout: float = 3.0, name: str | None = None) -> PipelinedChannel:
+        """A connection written by any thread, read by its own (remoting.pipelined)."""
+        return PipelinedChannel(address, connect_timeout=connect_timeout, read_frames=read_frames,
+                                from_command=from_command, name=name, intercept=intercept)
 
     async def serve(self, address: str, on_channel, *, max_frame_length: int,
                     backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG) -> StreamListener:

@@ -42,9 +42,8 @@ from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import heartbeat_body
 from rmq_core.errors import MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingConnectError, RemotingError
 from rmq_core.message import ExpressionType, MessageConst, MessageQueue, MixAll, TopicValidator
-from rmq_core.remoting.aliases import resolve_inproc_alias
+from rmq_core.remoting.aliases import uses_local_aliases
 from rmq_core.remoting.pipelined import PipelinedChannel
-from rmq_core.remoting.transport import resolve_transport
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -433,9 +432,6 @@ class MQClientInstance:
         self._pending_tasks: set = set()
         self._posted: collections.deque = collections.deque()  # calls waiting for the loop (see post)
         self._drain_scheduled = False
-        # A client that reaches the name server in-proc reaches brokers embedded in this process
-        # in-proc too (routes carry their TCP addresses, which other processes need).
-        self._inproc = all(a.startswith("inproc://") for a in config.namesrv)
 
     # --- life cycle ------------------------------------------------------------------------------
     @property
@@ -466,8 +462,11 @@ class MQClientInstance:
             async def init():
                 self._route_lock = asyncio.Lock()
                 # (every request it sends passes the client's request steps: rmq_core.remoting.steps)
+                # (a client that reaches the name server in-proc reaches brokers embedded in this
+                # process in-proc too: routes carry their TCP addresses, which other processes need)
                 self.remoting = RemotingClient(name=f"client-{self.client_id}", connect_timeout=self.config.connect_timeout,
-                                               request_steps=self.config.request_steps)
+                                               request_steps=self.config.request_steps,
+                                               local_aliases=uses_local_aliases(self.config.namesrv))
                 proc = _BrokerRequestProcessor(self)
                 for code in (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.GET_CONSUMER_RUNNING_INFO,
                              RequestCode.CONSUME_MESSAGE_DIRECTLY, RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
@@ -719,13 +718,10 @@ class MQClientInstance:
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
         # "PYTHON" tells our broker this client decompresses LZ4 itself (4.x clients only know zlib)
         request.language = "PYTHON"
-        route_addr = addr
-        if self._inproc:
-            addr = resolve_inproc_alias(addr)
         try:
             return await self.remoting.invoke(addr, request, timeout)
         except RemotingConnectError as e:
-            self.note_connect_failed(route_addr, str(e))
+            self.note_connect_failed(addr, str(e))
             raise
 
     def invoke_nowait(self, addr: str, request: RemotingCommand, timeout: float,
@@ -735,19 +731,7 @@ class MQClientInstance:
         nothing sent, when it cannot go out at once (no open connection, a full write buffer):
         then invoke() as usual.  Call on the loop."""
         request.language = "PYTHON"
-        if self._inproc:
-            addr = resolve_inproc_alias(addr)
         return self.remoting.request_nowait(addr, request, timeout, on_answer)
-
-    def _request_step(self, addr: str):
-        """The client's request steps as a pipelined connection's interception step (None: none)."""
-        steps = self.remoting.steps
-        return None if steps is None else steps.frame_step(addr)
-
-    def in_proc(self, addr: str) -> bool:
-        """True when `addr` is reached in-proc (a broker embedded in this process, for a client
-        that reached the name server in-proc)."""
-        return self._inproc and resolve_inproc_alias(addr) != addr
 
     # --- pipelined send connections (async sends without the loop) -----------------------------------
     def pipelined_send_possible(self) -> bool:
@@ -806,14 +790,8 @@ class MQClientInstance:
             return channel
 
     def _open_send_channel(self, addr: str, read_frames, from_command) -> PipelinedChannel:
-        if self.in_proc(addr):
-            target = resolve_inproc_alias(addr)
-            transport, location = resolve_transport(target)
-            return transport.connect_pipelined(location, read_frames=read_frames, from_command=from_command,
-                                               intercept=self._request_step(target))
-        return PipelinedChannel(addr, connect_timeout=self.config.connect_timeout, read_frames=read_frames,
-                                from_command=from_command, name=f"rmq-send-{self.client_id}-{addr}",
-                                intercept=self._request_step(addr))
+        return self.remoting.connect_pipelined(addr, read_frames=read_frames, from_command=from_command,
+                                               name=f"rmq-send-{self.client_id}-{addr}")
 
     def send_channel_count(self, addr: str) -> int:
         """Open pipelined send connections to `addr`."""
@@ -829,14 +807,10 @@ class MQClientInstance:
 
     def is_connected(self, addr: str) -> bool:
         """True when `invoke(addr, ...)` will not have to connect first (call on the loop)."""
-        if self._inproc:
-            addr = resolve_inproc_alias(addr)
-        return self.remoting is not None and addr in self.remoting.connected_addresses()
+        return self.remoting is not None and self.remoting.is_connected(addr)
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
         request.language = "PYTHON"
-        if self._inproc:
-            addr = resolve_inproc_alias(addr)
         await self.remoting.invoke_oneway(addr, request)
 
     async def invoke_namesrv(self, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:

@@ -19,6 +19,12 @@ def unregister_inproc_alias(tcp_addr: str | None) -> None:
         _aliases.pop(tcp_addr or "", None)
 
 
+def uses_local_aliases(namesrv_addrs) -> bool:
+    """True for a client whose name servers are all reached in-proc: it reaches the brokers
+    embedded in this process in-proc too (RemotingClient(local_aliases=True))."""
+    return bool(namesrv_addrs) and all(a.startswith("inproc://") for a in namesrv_addrs)
+
+
 def resolve_inproc_alias(addr: str) -> str:
     """The in-proc address for `addr` if an embedded server registered one, else `addr`."""
     return _aliases.get(addr, addr)

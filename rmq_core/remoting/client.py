@@ -8,6 +8,7 @@ from typing import Callable
 
 from rmq_core.errors import RemotingConnectError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
+from rmq_core.remoting.aliases import resolve_inproc_alias
 from rmq_core.remoting.command import RemotingCommand
 from rmq_core.remoting.context import DEFAULT_MAX_INFLIGHT, ChannelContext, ProcessorTable
 from rmq_core.remoting.steps import CLIENT, RequestSteps
@@ -22,12 +23,15 @@ class RemotingClient:
     An address is "host:port", "tcp://host:port" or "inproc://name".  A client belongs to the
     event loop it is first used on.  Requests the peer sends back (broker -> client) are served by
     processors registered here, exactly as on a server.  Every request sent passes the
-    client-side steps (the rmq_client_* hooks, then `request_steps`), on every route.
+    client-side steps (the rmq_client_* hooks, then `request_steps`), on every route.  With
+    `local_aliases`, an address a server of this process registered an alias for (an embedded
+    broker's "host:port") is reached through that alias (remoting/aliases.py).
     """
 
     def __init__(self, *, name: str = "client", connect_timeout: float = 3.0,
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
-                 max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT, request_steps=()):
+                 max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT, request_steps=(),
+                 local_aliases: bool = False):
         self.name = name
         self.connect_timeout = connect_timeout
         self.max_frame_length = max_frame_length
@@ -38,6 +42,7 @@ class RemotingClient:
         self._contexts: dict[str, ChannelContext] = {}
         self._connect_locks: dict[str, asyncio.Lock] = {}
         self._closed = False
+        self.local_aliases = local_aliases
         self.on_channel_close: list[Callable[[ChannelContext], None]] = []
 
     def register_processor(self, code: int, processor) -> None:
@@ -48,6 +53,30 @@ class RemotingClient:
 
     def connected_addresses(self) -> list[str]:
         return [addr for addr, ctx in self._contexts.items() if not ctx.closed]
+
+    def target(self, addr: str) -> str:
+        """The address `addr` is reached at (its alias, with local_aliases)."""
+        return resolve_inproc_alias(addr) if self.local_aliases else addr
+
+    def is_connected(self, addr: str) -> bool:
+        """True when invoke(addr, ...) will not have to connect first."""
+        ctx = self._contexts.get(self.target(addr))
+        return ctx is not None and not ctx.closed
+
+    def connect_pipelined(self, addr: str, *, read_frames, from_command=None, name: str | None = None):
+        """A pipelined connection to `addr` (rmq_core.remoting.pipelined: many requests in
+        flight, written from the caller's thread) over its transport's `connect_pipelined`, with
+        this client's request steps as its interception step."""
+        target = self.target(addr)
+        transport, location = resolve_transport(target)
+        connect = getattr(transport, "connect_pipelined", None)
+        if connect is None:
+            raise RemotingConnectError(f"cannot open a pipelined connection to {target}: transport "
+                                       f"{getattr(transport, 'scheme', transport)!r} offers none")
+        steps = self.steps
+        return connect(location, read_frames=read_frames, from_command=from_command,
+                       intercept=None if steps is None else steps.frame_step(target),
+                       connect_timeout=self.connect_timeout, name=name)
 
     async def get_channel(self, addr: str, timeout: float | None = None) -> ChannelContext:
         """The open connection to `addr`, connecting if needed (RemotingConnectError names addr)."""
@@ -82,6 +111,8 @@ class RemotingClient:
 
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send `request` to `addr` and return the response; the timeout covers connecting too."""
+        if self.local_aliases:
+            addr = resolve_inproc_alias(addr)
         ctx = self._contexts.get(addr)
         if ctx is not None and not ctx.closed and not self._closed:
             remaining = timeout  # connected already: no clock reads on the hot path
@@ -99,13 +130,15 @@ class RemotingClient:
         """Send `request` now over the open connection to `addr` and return the future of its
         response (ChannelContext.request_nowait); None, with nothing sent, when there is no open
         connection or the write buffer is full: then use invoke()."""
+        if self.local_aliases:
+            addr = resolve_inproc_alias(addr)
         ctx = self._contexts.get(addr)
         if ctx is None or ctx.closed or self._closed:
             return None
         return ctx.request_nowait(request, timeout, on_answer)
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
-        ctx = await self.get_channel(addr)
+        ctx = await self.get_channel(self.target(addr))
         await ctx.invoke_oneway(request)
 
     def _on_closed(self, ctx: ChannelContext) -> None:

@@ -405,29 +405,26 @@ class FrameCommand(RemotingCommand):
     def __init__(self, frame):  # (the fields stay unset until decoded)
         _set_src(self, frame)
 
-    def __getattr__(self, name: str):  # (only ever called for an unset slot: before decoding)
-        if name in _FIELDS and self._src is not None:
-            self._decode()
-            return object.__getattribute__(self, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value) -> None:
-        if self._src is not None:  # (decoded first: a later decoding must not undo what was set)
-            self._decode()
-        object.__setattr__(self, name, value)
+    # (each field is a property over RemotingCommand's slot, defined below the class: the first
+    # read or write decodes - a write after it, so a later decoding cannot undo it)
 
     def _decode(self) -> None:
         frame, skip = self._src, self._skip
-        command = RemotingCommand.decode(memoryview(frame)[skip:] if skip else frame)
-        setattr_ = object.__setattr__
-        for name in _FIELDS:
-            setattr_(self, name, getattr(command, name))
+        if skip:
+            frame = memoryview(frame)[skip:]
+        values = _native_decode(frame) if _native_decode is not None else None
+        if values is None:  # (the Python codec decides, and names what is wrong)
+            c = RemotingCommand.decode_py(frame)
+            values = (c.code, c.language, c.version, c.opaque, c.flag, c.remark, c.ext_fields, c.body)
+            stype = c.serialize_type
+        else:
+            stype = _JSON
+        for set_slot, value in zip(_SLOT_SETTERS, values):  # (the slots themselves: no __setattr__)
+            set_slot(self, value)
+        _set_serialize_type(self, stype)
         _set_src(self, None)
-        setattr_(self, "_was", self._fields())
-
-    def _fields(self) -> tuple:
-        return (self.code, self.language, self.version, self.opaque, self.flag, self.remark,
-                dict(self.ext_fields), self.body, self.serialize_type)
+        code, language, version, opaque, flag, remark, ext, body = values
+        _set_was(self, (code, language, version, opaque, flag, remark, dict(ext), body, stype))
 
     @property
     def changed(self) -> bool:
@@ -435,7 +432,9 @@ class FrameCommand(RemotingCommand):
         if self._src is not None:
             return False
         was = self._was
-        return self.body is not was[7] or self._fields() != was
+        return (_get_body(self) is not was[7] or _get_ext(self) != was[6]
+                or (_get_code(self), _get_language(self), _get_version(self), _get_opaque(self), _get_flag(self),
+                    _get_remark(self)) != was[:6] or _get_serialize_type(self) is not was[8])
 
 
 class PrefixedFrameCommand(FrameCommand):
@@ -445,7 +444,35 @@ class PrefixedFrameCommand(FrameCommand):
     _skip = 4
 
 
+def _lazy_field(name: str) -> property:
+    slot = getattr(RemotingCommand, name)
+    get, put = slot.__get__, slot.__set__
+
+    def read(self):
+        if _get_src(self) is not None:
+            self._decode()
+        return get(self)
+
+    def write(self, value) -> None:
+        if _get_src(self) is not None:
+            self._decode()
+        put(self, value)
+
+    return property(read, write, doc=f"{name}, decoded from the frame on first access")
+
+
+_get_src = FrameCommand._src.__get__
+(_get_code, _get_language, _get_version, _get_opaque, _get_flag, _get_remark, _get_ext, _get_body,
+ _get_serialize_type) = (getattr(RemotingCommand, name).__get__ for name in _FIELDS)
 _set_src = FrameCommand._src.__set__
+_set_was = FrameCommand._was.__set__
+_SLOT_SETTERS = tuple(getattr(RemotingCommand, name).__set__ for name in _FIELDS[:8])
+_set_serialize_type = RemotingCommand.serialize_type.__set__
+assert _FIELDS[8] == "serialize_type" and _FIELDS[:8] == (
+    "code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body")
+for _name in _FIELDS:
+    setattr(FrameCommand, _name, _lazy_field(_name))
+del _name
 
 # FrameCommand(frame) in two C calls, without the Python call of __init__ (for the per-message
 # paths of the RPC hook step): command = new_command(FrameCommand); set_frame(command, frame)

@@ -96,11 +96,13 @@ class HookedRequests:
     completed as usual (natively, for send responses); after() runs as the frames are read, with
     a FrameCommand over a copy of the answer's frame (decoded only if a hook reads it)."""
 
-    __slots__ = ("step", "requests")
+    __slots__ = ("step", "requests", "tracks")
 
     def __init__(self, step):
         self.step = step
         self.requests: dict[int, Any] = {}
+        # a step with no after() keeps no request and leaves the answers to the usual reader
+        self.tracks = getattr(step, "has_after", True)
 
     def intercept(self, frame, opaque: int, on_done: OnDone, context: Any):
         """The request `frame` (length prefix included) through the step's before(): the frame
@@ -111,7 +113,8 @@ class HookedRequests:
         except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
             on_done(context, None, e)
             return None
-        self.requests[opaque] = request
+        if self.tracks:
+            self.requests[opaque] = request
         return frame
 
     def read(self, read_frames, from_command, data, max_frame_length: int) -> tuple[list, int]:
@@ -170,7 +173,69 @@ class HookedRequests:
             self.requests.pop(opaque, None)
 
 
-class PipelinedChannel:
+class PendingRequests:
+    """The pending table every pipelined connection keeps, whatever carries its bytes (this
+    module's TCP one, a transport's own - the in-proc one): `_pending` maps an opaque to
+    (deadline, on_done, context); an answer completes its request (`_complete`), the deadline
+    sweep fails the late ones (`_expire`), a broken connection fails them all (`_fail_pending`);
+    `_hooks` is the interception step (HookedRequests) or None.  Each request's on_done runs
+    exactly once."""
+
+    addr: str = ""
+    _pending: dict
+    _hooks: "HookedRequests | None" = None
+
+    def _complete(self, item) -> bool:
+        """One answer (a response item: a RemotingCommand, a natively read response or a
+        HookFailed): its request completed; False when none waits for it (timed out)."""
+        entry = self._pending.pop(item.opaque, None)
+        if entry is None:
+            log.debug("pipelined channel to %s: no request waits for opaque %d (timed out?)", self.addr, item.opaque)
+            return False
+        try:
+            if type(item) is HookFailed:
+                entry[1](entry[2], None, item.error)
+            else:
+                entry[1](entry[2], item, None)
+        except Exception:  # noqa: BLE001 - one bad callback must not stop the others
+            log.exception("pipelined channel to %s: completion of opaque %d failed", self.addr, item.opaque)
+        return True
+
+    def _expire(self, now: float) -> list:
+        """Fail the requests whose deadline passed (RemotingTimeoutError); their opaques."""
+        # dict.copy() clones the table without running Python code; list(items()) allocates a tuple
+        # per entry, and a garbage collection there may run a finalizer that lets a writer thread in
+        # to add a request mid-iteration ('dictionary changed size during iteration')
+        expired = [opaque for opaque, entry in self._pending.copy().items() if entry[0] <= now]
+        if expired and self._hooks is not None:
+            self._hooks.forget(expired)
+        for opaque in expired:
+            entry = self._pending.pop(opaque, None)
+            if entry is not None:
+                self._complete_with(entry, RemotingTimeoutError(
+                    f"no response (opaque {opaque}) from {self.addr} in time"))
+        return expired
+
+    def _fail_pending(self, error: BaseException) -> None:
+        """Fail every request still pending with `error` (the connection is gone)."""
+        while self._pending:
+            try:
+                _, entry = self._pending.popitem()
+            except KeyError:  # emptied meanwhile by another thread
+                break
+            self._complete_with(entry, error)
+        if self._hooks is not None:
+            self._hooks.requests.clear()
+
+    @staticmethod
+    def _complete_with(entry: tuple, error: BaseException) -> None:
+        try:
+            entry[1](entry[2], None, error)
+        except Exception:  # noqa: BLE001
+            log.exception("pipelined channel: failing a request's completion raised")
+
+
+class PipelinedChannel(PendingRequests):
     """One TCP connection carrying many requests at once.
 
     read_frames(data, max_frame_length) -> (items, consumed) turns the bytes read into one item per
@@ -204,7 +269,7 @@ class PipelinedChannel:
         self._intercept = intercept
         self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
         self.intercept = None if hooks is None else hooks.intercept
-        self._read_frames = read_frames if hooks is None else functools.partial(
+        self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
             hooks.read, read_frames or decode_command_frames, from_command)
         self._from_command = from_command
         try:
@@ -365,8 +430,9 @@ class PipelinedChannel:
                 self._complete_with(entry, self._error or RemotingConnectError(
                     f"connection to {self.addr} is closed"))
 
-    def invoke(self, request: RemotingCommand, timeout: float, on_done: OnDone, context: Any = None) -> None:
-        """send() of a RemotingCommand."""
+    def send_command(self, request: RemotingCommand, timeout: float, on_done: OnDone, context: Any = None) -> None:
+        """send() of a RemotingCommand (its answer through on_done; `invoke` is request -> response
+        everywhere in remoting, a completion callback is send's)."""
         request.flag &= ~RESPONSE_FLAG
         body = request.body
         frame = request.encode_header(len(body)) + bytes(body) if body else request.encode_header(0)
@@ -718,18 +784,7 @@ class PipelinedChannel:
                 self._refuse(item)
                 continue
             answers += 1
-            entry = pending.pop(item.opaque, None)
-            if entry is None:
-                log.debug("pipelined channel to %s: no request waits for opaque %d (timed out?)",
-                          self.addr, item.opaque)
-                continue
-            try:
-                if type(item) is HookFailed:
-                    entry[1](entry[2], None, item.error)
-                else:
-                    entry[1](entry[2], item, None)
-            except Exception:  # noqa: BLE001 - one bad callback must not stop the others
-                log.exception("pipelined channel to %s: completion of opaque %d failed", self.addr, item.opaque)
+            self._complete(item)
         if self.writes.closing and not pending:
             with self._drained:
                 self._drained.notify_all()
@@ -746,19 +801,9 @@ class PipelinedChannel:
             self.writes.add_response(response)
 
     def _sweep(self, now: float) -> None:
-        # dict.copy() clones the table without running Python code; list(items()) allocates a tuple
-        # per entry, and a garbage collection there may run a finalizer that lets a writer thread in
-        # to add a request mid-iteration ('dictionary changed size during iteration')
-        expired = [opaque for opaque, entry in self._pending.copy().items() if entry[0] <= now]
+        expired = self._expire(now)
         if expired:  # no answer counted on for them any more (one coming late is counted again: >= 0)
             self.writes.answered(len(expired))
-            if self._hooks is not None:
-                self._hooks.forget(expired)
-        for opaque in expired:
-            entry = self._pending.pop(opaque, None)
-            if entry is not None:
-                self._complete_with(entry, RemotingTimeoutError(
-                    f"no response (opaque {opaque}) from {self.addr} in time"))
 
     def _fail(self, error: BaseException) -> None:
         """Close for good and fail every pending request with `error` - or with the first failure's
@@ -772,23 +817,9 @@ class PipelinedChannel:
                 self._rsock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        while self._pending:
-            try:
-                _, entry = self._pending.popitem()
-            except KeyError:  # emptied meanwhile by another thread
-                break
-            self._complete_with(entry, error)
-        if self._hooks is not None:
-            self._hooks.requests.clear()
+        self._fail_pending(error)
         with self._drained:
             self._drained.notify_all()
-
-    @staticmethod
-    def _complete_with(entry: tuple, error: BaseException) -> None:
-        try:
-            entry[1](entry[2], None, error)
-        except Exception:  # noqa: BLE001
-            log.exception("pipelined channel: failing a request's completion raised")
 
     # --- life cycle ----------------------------------------------------------------------------------
     def close(self, drain_timeout: float = 0.0) -> None:

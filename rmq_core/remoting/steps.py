@@ -21,10 +21,13 @@ call lists: no pluggy machinery per request, and None when nothing is registered
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Iterable
 
 from rmq_core.remoting.codes import ResponseCode
 from rmq_core.remoting.command import FrameCommand, PrefixedFrameCommand, new_command, set_frame
+
+log = logging.getLogger("rmq.remoting")
 
 CLIENT = "client"
 BROKER = "broker"
@@ -129,11 +132,12 @@ class FrameStep:
     signed it) - and the answer the same way, with its request.  The connection stays the one a
     send without steps takes; only the steps' own cost is added."""
 
-    __slots__ = ("addr", "steps", "_before", "_after")
+    __slots__ = ("addr", "steps", "_before", "_after", "has_after")
 
     def __init__(self, addr: str, steps: RequestSteps):
         self.addr, self.steps = addr, steps
         self._before, self._after = steps.before, steps.after
+        self.has_after = bool(steps.after)  # (none: the connection keeps no request for after())
 
     def before(self, frame) -> tuple[bytes, FrameCommand]:
         """The request `frame` (length prefix included) as the steps left it - the frame itself,
@@ -179,11 +183,16 @@ class LaneStep:
         return request
 
     def after(self, request, response_frame: bytes) -> None:
+        """(The answer is written already: a step that raises here is logged, not answered.)"""
         response = new_command(FrameCommand)
         set_frame(response, response_frame)
         ctx = self.ctx
-        for fn in self._after:
-            fn(ctx.remote_address, request, response, ctx)
+        try:
+            for fn in self._after:
+                fn(ctx.remote_address, request, response, ctx)
+        except Exception:  # noqa: BLE001 - the connection and the other sends go on
+            log.exception("broker step after the answer to opaque %s from %s failed", response.opaque,
+                          ctx.remote_address)
 
 
 __all__ = ["RequestRefused", "RequestStep", "RequestSteps", "FrameStep", "LaneStep", "CLIENT", "BROKER"]

@@ -40,6 +40,25 @@ WRITE_BUFFER_LOW = 1024 * 1024
 _JOIN_LIMIT = 64 * 1024
 
 
+def hand_on(frame, on_command, fail, remote_address: str) -> bool:
+    """A frame (without its length prefix) decoded and given to `on_command`; False when it could
+    not be: then `fail(error)` closed the connection (an undecodable frame, or a bug in on_command:
+    logged, that connection only).  Every channel that takes frames hands them on this way."""
+    try:
+        command = RemotingCommand.decode(frame)
+    except RemotingCommandError as e:
+        log.warning("closing %s: undecodable frame: %s", remote_address, e)
+        fail(e)
+        return False
+    try:
+        on_command(command)
+    except Exception as e:  # a bug in on_command: log it, drop this connection only
+        log.exception("closing %s: error while handling a frame", remote_address)
+        fail(e)
+        return False
+    return True
+
+
 def peer_name(sock_addr) -> str:
     """'host:port' ('[v6]:port') of a socket address; a Unix socket's path as it is."""
     if not sock_addr:
@@ -179,17 +198,7 @@ class StreamChannel(Channel, asyncio.Protocol):
 
     def _on_frame(self, frame) -> bool:
         """One frame the lane did not answer: decode it and pass it on; False once closed."""
-        try:
-            command = RemotingCommand.decode(frame)
-        except RemotingCommandError as e:
-            log.warning("closing %s: undecodable frame: %s", self.remote_address, e)
-            self._fail(e)
-            return False
-        try:
-            self._on_command(command)
-        except Exception as e:  # a bug in on_command: log it, drop this connection only
-            log.exception("closing %s: error while handling a frame", self.remote_address)
-            self._fail(e)
+        if not hand_on(frame, self._on_command, self._fail, self.remote_address):
             return False
         return not (self._closed and not self._lost)  # (bytes of a peer gone before start() still count)
 

@@ -31,6 +31,15 @@ plugins/transport/tcp.py, and tests/remoting/unix_transport.py for a third one i
         address: str                  the bound address ("127.0.0.1:40211", "inproc://ns")
         async close()                 stop accepting and close every channel it accepted
 
+    optional, for the routes that run without an event loop (a transport without them is used
+    through connect/serve only):
+        connect_pipelined(address, *, read_frames, from_command, intercept, connect_timeout, name)
+                                      a connection many threads write requests on at once, with
+                                      PipelinedChannel's interface (tcp: remoting.pipelined's own;
+                                      its pending table is remoting's PendingRequests)
+        connect_blocking(address, *, max_frame_length, timeout)
+                                      one thread's request/response connection (BlockingChannelPool)
+
 `serve` calls `on_channel(channel)` (in the listener's loop) for every accepted connection; the
 callee must call `channel.start(...)` before returning.  A frame the transport cannot decode, or one
 above `max_frame_length`, is logged and closes that connection only.

@@ -17,9 +17,9 @@ import pytest
 from rmq_core import Message, Producer
 from rmq_core.embedded import Cluster
 from rmq_core.plugins import get_plugin_manager, hookimpl
+from tests.bench.ab import send_round
+from tests.bench.test_bench_trace import BATCH, N  # (the client benches' round)
 
-N = 1000
-BATCH = 50
 ROUNDS = 7
 FAST = dict(poll_name_server_interval=5.0, heartbeat_broker_interval=5.0, persist_consumer_offset_interval=1.0)
 TOPIC = "BenchSteps"
@@ -78,15 +78,9 @@ def pairs(tmp_path_factory):
 
 
 def _round(p, mode):
-    body = b"x" * 128
+    """Sends/s of one round of N 128-byte sends (sync, or async BATCH in flight: the trace bench's round)."""
     t0 = time.perf_counter()
-    if mode == "sync":
-        for _ in range(N):
-            p.send(Message(TOPIC, body))
-    else:
-        for _ in range(N // BATCH):
-            for f in [p.send_async(Message(TOPIC, body)) for _ in range(BATCH)]:
-                f.result(30)
+    send_round(p, mode, TOPIC, N, BATCH)
     return N / (time.perf_counter() - t0)
 
 

@@ -91,7 +91,7 @@ def test_many_threads_send_concurrently_and_every_answer_reaches_its_request(ser
         def sender(n):
             for i in range(200):
                 body = bytes([i % 256]) * random.randrange(0, 3000)
-                ch.invoke(_echo(f"{n}-{i}", body or None), 10.0, out, (n, i, len(body)))
+                ch.send_command(_echo(f"{n}-{i}", body or None), 10.0, out, (n, i, len(body)))
 
         threads = [threading.Thread(target=sender, args=(n,)) for n in range(6)]
         for t in threads:
@@ -115,7 +115,7 @@ def test_large_responses_span_many_reads_and_grow_the_buffer(server):
     try:
         sizes = [1, 300_000, 2_000_000, 10]
         for i, size in enumerate(sizes):
-            ch.invoke(_echo(str(i), b"z" * size), 10.0, out, i)
+            ch.send_command(_echo(str(i), b"z" * size), 10.0, out, i)
         assert out.wait_for(len(sizes))
         assert [len(out.done[i][0].body) for i in range(len(sizes))] == sizes
     finally:
@@ -179,7 +179,7 @@ def test_responses_out_of_order_complete_the_right_requests():
     out = _Outcomes()
     try:
         for i in range(20):
-            ch.invoke(_echo(f"v{i}"), 10.0, out, i)
+            ch.send_command(_echo(f"v{i}"), 10.0, out, i)
         assert out.wait_for(20)
         assert {i: r.get_str("echo") for i, (r, e) in out.done.items()} == {i: f"v{i}" for i in range(20)}
     finally:
@@ -202,8 +202,8 @@ def test_an_unanswered_request_times_out_and_the_connection_stays_usable():
     out = _Outcomes()
     try:
         t0 = time.monotonic()
-        ch.invoke(_echo("first"), 0.2, out, "first")
-        ch.invoke(_echo("second"), 5.0, out, "second")
+        ch.send_command(_echo("first"), 0.2, out, "first")
+        ch.send_command(_echo("second"), 5.0, out, "second")
         assert out.wait_for(2)
         response, error = out.done["first"]
         assert response is None and isinstance(error, RemotingTimeoutError) and peer.addr in str(error)
@@ -211,7 +211,7 @@ def test_an_unanswered_request_times_out_and_the_connection_stays_usable():
         assert out.at["first"] >= t0 + 0.2
         assert out.order[:2] == ["first", "second"]
         assert out.done["second"][0].get_str("echo") == "late-but-in-time"
-        ch.invoke(_echo("third"), 5.0, out, "third")
+        ch.send_command(_echo("third"), 5.0, out, "third")
         assert out.wait_for(3)
         assert out.done["third"][0].get_str("echo") == "third" and not ch.closed
     finally:
@@ -230,7 +230,7 @@ def test_a_connection_killed_mid_flight_fails_every_pending_request():
     out = _Outcomes()
     try:
         for i in range(5):
-            ch.invoke(_echo(str(i)), 10.0, out, i)
+            ch.send_command(_echo(str(i)), 10.0, out, i)
         assert out.wait_for(5, timeout=5)
         assert all(r is None and isinstance(e, RemotingConnectError) for r, e in out.done.values())
         deadline = time.monotonic() + 5
@@ -238,7 +238,7 @@ def test_a_connection_killed_mid_flight_fails_every_pending_request():
             time.sleep(0.01)
         assert ch.closed
         # a request to a closed channel fails at once, on the caller's thread
-        ch.invoke(_echo("after"), 10.0, out, "after")
+        ch.send_command(_echo("after"), 10.0, out, "after")
         assert isinstance(out.done["after"][1], RemotingConnectError) and "closed" in str(out.done["after"][1])
     finally:
         ch.close()
@@ -265,7 +265,7 @@ def test_a_request_from_the_peer_is_refused_and_answers_still_arrive():
     ch = PipelinedChannel(peer.addr)
     out = _Outcomes()
     try:
-        ch.invoke(_echo("q"), 5.0, out, "q")
+        ch.send_command(_echo("q"), 5.0, out, "q")
         assert out.wait_for(1)
         assert out.done["q"][0].get_str("echo") == "ok"
     finally:
@@ -286,7 +286,7 @@ def test_a_bad_frame_length_breaks_the_channel_with_a_clear_error(length):
     ch = PipelinedChannel(peer.addr, max_frame_length=1 << 20)
     out = _Outcomes()
     try:
-        ch.invoke(_echo("q"), 5.0, out, "q")
+        ch.send_command(_echo("q"), 5.0, out, "q")
         assert out.wait_for(1)
         error = out.done["q"][1]
         assert isinstance(error, RemotingConnectError) and f"frame length {length} outside" in str(error)
@@ -300,8 +300,8 @@ def test_close_drains_what_is_answered_in_time_and_fails_the_rest(server):
     out = _Outcomes()
     slow = RemotingCommand.create_request(SLOW, {"sleep": "0.2", "value": "slow"})
     stuck = RemotingCommand.create_request(SLOW, {"sleep": "30", "value": "stuck"})
-    ch.invoke(slow, 10.0, out, "slow")
-    ch.invoke(stuck, 60.0, out, "stuck")
+    ch.send_command(slow, 10.0, out, "slow")
+    ch.send_command(stuck, 60.0, out, "stuck")
     t0 = time.monotonic()
     ch.close(drain_timeout=2.0)
     assert 1.9 < time.monotonic() - t0 < 8
@@ -310,14 +310,14 @@ def test_close_drains_what_is_answered_in_time_and_fails_the_rest(server):
     error = out.done["stuck"][1]
     assert isinstance(error, RemotingConnectError) and "closed with the request pending" in str(error)
     assert not ch._reader.is_alive() and ch.closed
-    ch.invoke(_echo("after"), 1.0, out, "after")
+    ch.send_command(_echo("after"), 1.0, out, "after")
     assert isinstance(out.done["after"][1], RemotingConnectError)
 
 
 def test_close_without_drain_fails_pending_at_once(server):
     ch = PipelinedChannel(server)
     out = _Outcomes()
-    ch.invoke(RemotingCommand.create_request(SLOW, {"sleep": "30"}), 60.0, out, "stuck")
+    ch.send_command(RemotingCommand.create_request(SLOW, {"sleep": "30"}), 60.0, out, "stuck")
     t0 = time.monotonic()
     ch.close()
     assert time.monotonic() - t0 < 3
@@ -346,7 +346,7 @@ def test_a_burst_leaves_in_few_writes(server):
     out = _Outcomes()
     try:
         for i in range(200):
-            ch.invoke(_echo(str(i)), 10.0, out, i)
+            ch.send_command(_echo(str(i)), 10.0, out, i)
         assert out.wait_for(200)
         assert all(e is None and r.get_str("echo") == str(i) for i, (r, e) in out.done.items())
         assert len(writes) < 100  # the callers' writes; the reader writes the rest in bulk
@@ -374,7 +374,7 @@ def test_gathered_requests_never_wait_for_a_timer(server):
     try:
         def burst(n):
             for i in range(150):
-                ch.invoke(_echo(f"{n}-{i}"), 60.0, out, (n, i))
+                ch.send_command(_echo(f"{n}-{i}"), 60.0, out, (n, i))
 
         threads = [threading.Thread(target=burst, args=(n,)) for n in range(4)]
         for t in threads:
@@ -383,7 +383,7 @@ def test_gathered_requests_never_wait_for_a_timer(server):
             t.join(30)
         assert out.wait_for(600, timeout=20)
         for k in range(20):  # one at a time: nothing in flight, written at once
-            ch.invoke(_echo(f"lone{k}"), 60.0, out, ("lone", k))
+            ch.send_command(_echo(f"lone{k}"), 60.0, out, ("lone", k))
             assert out.wait_for(601 + k, timeout=20)
         assert all(e is None for _, e in out.done.values())
     finally:
@@ -408,7 +408,7 @@ def test_exchange_answers_on_the_calling_thread_and_beside_requests_in_flight_is
             assert i in out.done  # read by this thread within the call (the answer comes whole)
         assert out.threads == {threading.current_thread().name}
         slow = RemotingCommand.create_request(SLOW, {"sleep": "0.3", "value": "slow"})
-        ch.invoke(slow, 10.0, out, "slow")
+        ch.send_command(slow, 10.0, out, "slow")
         request = _echo("beside")
         ch.exchange(_frame(request), request.opaque, 10.0, out, "beside")
         assert out.wait_for(52)

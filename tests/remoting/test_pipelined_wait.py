@@ -81,7 +81,7 @@ def _send(ch, out, value, *, sleep=None, timeout=10.0):
     ext = {"value": value}
     if sleep is not None:
         ext["sleep"] = str(sleep)
-    ch.invoke(RemotingCommand.create_request(SLOW if sleep is not None else ECHO, ext), timeout, out, fut)
+    ch.send_command(RemotingCommand.create_request(SLOW if sleep is not None else ECHO, ext), timeout, out, fut)
     return fut
 
 
@@ -187,7 +187,7 @@ def test_a_completion_that_waits_for_another_answer_reads_it_itself(server, wait
             inner.append((f.result(5).get_str("echo"), threading.current_thread().name))
             out(fut, response, error)
 
-        ch.invoke(RemotingCommand.create_request(ECHO, {"value": "outer"}), 10.0, on_outer, outer)
+        ch.send_command(RemotingCommand.create_request(ECHO, {"value": "outer"}), 10.0, on_outer, outer)
         if waiter == "caller":
             assert outer.result(10).get_str("echo") == "outer"
             assert inner == [("inner", threading.current_thread().name)]

@@ -111,7 +111,7 @@ def test_channel_exchange_on_a_descriptor_someone_made_non_blocking():
             ch.exchange(_frame(request), request.opaque, 5.0, out, i)
             assert i in out.done and out.done[i][0].get_str("echo") == f"x{i}"
         for i in range(10):
-            ch.invoke(_echo(f"a{i}"), 5.0, out, ("a", i))
+            ch.send_command(_echo(f"a{i}"), 5.0, out, ("a", i))
         assert out.wait_for(20)
         assert all(e is None for _, e in out.done.values())
     finally:
@@ -134,7 +134,7 @@ def test_channel_exchange_without_an_answer_times_out_and_others_are_answered():
     try:
         def other():
             time.sleep(0.05)
-            ch.invoke(_echo("other"), 5.0, out, "other")
+            ch.send_command(_echo("other"), 5.0, out, "other")
 
         t = threading.Thread(target=other)
         t.start()
