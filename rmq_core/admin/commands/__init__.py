@@ -72,10 +72,7 @@ def add_parsers(sub) -> None:
                         help="name server address(es) 'host:port;host:port' (default: $NAMESRV_ADDR)")
     common.add_argument("--json", action="store_true", help="print the rows as a JSON array of objects")
     common.add_argument("--timeout", type=float, default=5.0, help="seconds per request (default 5)")
-    common.add_argument("--access-key", dest="access_key", default=None,
-                        help="ACL account to sign with (default: $RMQ_ACCESS_KEY, else $ROCKETMQ_HOME/conf/tools.yml)")
-    common.add_argument("--secret-key", dest="secret_key", default=None,
-                        help="its secret key (default: $RMQ_SECRET_KEY, else $ROCKETMQ_HOME/conf/tools.yml)")
+    add_credential_flags(common)
     nested = {}  # "dlq list" -> a `dlq` command with its own sub-commands
     for name in sorted(COMMANDS, key=str.lower):
         c = COMMANDS[name]
@@ -127,6 +124,14 @@ def main(args) -> int:
     finally:
         if admin is not None:
             admin.close()
+
+
+def add_credential_flags(parser) -> None:
+    """--access-key / --secret-key, resolved by credentials() (`rmq admin`, `rmq dashboard`)."""
+    parser.add_argument("--access-key", dest="access_key", default=None,
+                        help="ACL account to sign with (default: $RMQ_ACCESS_KEY, else $ROCKETMQ_HOME/conf/tools.yml)")
+    parser.add_argument("--secret-key", dest="secret_key", default=None,
+                        help="its secret key (default: $RMQ_SECRET_KEY, else $ROCKETMQ_HOME/conf/tools.yml)")
 
 
 def credentials(args) -> tuple[str | None, str | None]:
