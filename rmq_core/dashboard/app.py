@@ -151,24 +151,18 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # through logging, not stderr
         log.debug("%s " + fmt, self.address_string(), *args)
 
-    def _send(self, status: int, payload: bytes, ctype: str) -> None:
+    def _send(self, status: int, payload: bytes, ctype: str, **headers: str) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(payload)))
         self.send_header("Cache-Control", "no-store")
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
         self.end_headers()
         self.wfile.write(payload)
 
-    def _json(self, status: int, obj, cookie: str | None = None) -> None:
-        payload = json.dumps(obj, default=str).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
-        self.send_header("Content-Length", str(len(payload)))
-        self.send_header("Cache-Control", "no-store")
-        if cookie is not None:
-            self.send_header("Set-Cookie", cookie)
-        self.end_headers()
-        self.wfile.write(payload)
+    def _json(self, status: int, obj, **headers: str) -> None:
+        self._send(status, json.dumps(obj, default=str).encode(), "application/json; charset=utf-8", **headers)
 
     # --- the login (only with a users file) ---------------------------------------------------------
     def _token(self) -> str | None:
@@ -198,12 +192,12 @@ class _Handler(BaseHTTPRequestHandler):
                 log.warning("console login refused for user %r from %s", body.get("user"), self.address_string())
                 self._json(HTTPStatus.UNAUTHORIZED, {"error": "wrong user name or password"})
             else:
-                self._json(HTTPStatus.OK, {"user": body.get("user")}, cookie=(
+                self._json(HTTPStatus.OK, {"user": body.get("user")}, Set_Cookie=(
                     f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={SESSION_IDLE_SECONDS}"))
             return True
         if path == "/api/logout" and method == "POST":
             sessions.logout(self._token())
-            self._json(HTTPStatus.OK, {"user": None}, cookie=f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+            self._json(HTTPStatus.OK, {"user": None}, Set_Cookie=f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
             return True
         if self._user() is None:
             self._json(HTTPStatus.UNAUTHORIZED, {"error": "not logged in: POST /api/login first"})
@@ -220,11 +214,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         name = "index.html" if url.path in ("/", "/index.html") else url.path.lstrip("/")
         if self.app.sessions is not None and name not in PUBLIC_PAGES and self._user() is None:
-            self.send_response(HTTPStatus.FOUND)
-            self.send_header("Location", "/login.html")
-            self.send_header("Content-Length", "0")
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
+            self._send(HTTPStatus.FOUND, b"", "text/plain", Location="/login.html")
             return
         path = os.path.normpath(os.path.join(STATIC_DIR, name))
         if not path.startswith(STATIC_DIR + os.sep) or not os.path.isfile(path):

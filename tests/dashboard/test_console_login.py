@@ -76,6 +76,32 @@ def test_non_loopback_without_users_is_refused_in_one_line():
     assert "refusing to serve the console on 0.0.0.0 without a login" in r.stderr and "--users FILE" in r.stderr
 
 
+def test_any_address_with_users_serves_behind_the_login(acl_cluster, tmp_path):
+    users = tmp_path / "users"
+    assert adduser(users, "ops", "right-password").returncode == 0
+    port = free_port()
+    proc = RmqProcess(["dashboard", "-n", acl_cluster.namesrv, "--listen", f"0.0.0.0:{port}", "--users", str(users)],
+                      ("rmq console",))
+    try:
+        proc.wait_boot()
+        status, _, body = get(f"http://127.0.0.1:{port}/api/topics")
+        assert status == 401 and "not logged in" in json.loads(body)["error"]
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/", method="GET")
+        opener = urllib.request.build_opener(NoRedirect)
+        try:
+            opener.open(req, timeout=20)
+            raise AssertionError("the console page was served without a session")
+        except urllib.error.HTTPError as e:
+            assert e.code == 302 and e.headers["Location"] == "/login.html"
+    finally:
+        assert proc.terminate() == 0
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args):
+        return None
+
+
 def test_login_in_chromium_and_signed_admin_calls(acl_cluster, browser, tmp_path):  # noqa: F811
     from selenium.webdriver.common.by import By
 
