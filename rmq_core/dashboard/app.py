@@ -268,7 +268,8 @@ class DashboardServer:
                  backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG, users: dict[str, str] | None = None):
         if users is None and not is_loopback(host):
             raise ConfigError(f"refusing to serve the console on {host} without a login: anyone reaching it could "
-                              "change the cluster; pass --users FILE (rmq dashboard adduser FILE NAME) or listen on 127.0.0.1")
+                              "change the cluster; give it a users file (rmq dashboard --users FILE, made by "
+                              "rmq dashboard adduser FILE NAME) or listen on 127.0.0.1")
         if users is not None and not users:
             raise ConfigError("the users file names no user: add one with `rmq dashboard adduser FILE NAME`")
         sessions = Sessions(users) if users is not None else None
