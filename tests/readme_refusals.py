@@ -112,6 +112,23 @@ def real_texts(live: dict, tmp) -> dict[str, list[str]]:
             _error(lambda: admin.update_broker_config(broker, {"maxMessageSize": "big"})),
         ]
     out["Port in use"] = [_rmq(["namesrv", "--listen", ns], tmp).replace(ns, "127.0.0.1:9876")]
+    acl = tmp / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: orders-app\n    secretKey: short\n")
+    (tmp / "broker.conf").write_text(f"aclEnable=true\nplainAclFile={acl}\nstorePathRootDir={tmp / 'acl-bad'}\n")
+    out["A `plain_acl.yml` that does not load"] = [_rmq(["broker", "-n", ns, "-c", "broker.conf"], tmp)]
+    acl.write_text("accounts:\n  - accessKey: orders-app\n    secretKey: orders-secret\n    defaultTopicPerm: DENY\n"
+                   "    topicPerms: [Orders=PUB]\n")
+    with rmq_core.standalone(store=str(tmp / "acl"), acl_enable=True, plain_acl_file=str(acl)) as cluster:
+        def acl_send(topic, secret="orders-secret"):
+            with Producer("ReadmeAcl", namesrv=cluster.namesrv, access_key="orders-app", secret_key=secret,
+                          retry_times_when_send_failed=0) as p:
+                p.send(Message(topic, b"x"))
+
+        def acl_admin():
+            with AdminClient(cluster.namesrv, access_key="orders-app", secret_key="orders-secret") as admin:
+                admin.create_or_update_topic(cluster.broker_addr, "Orders")
+        out["A request ACL refuses"] = [_error(lambda: acl_send("Orders", "wrong-secret")),
+                                        _error(lambda: acl_send("Payments")), _error(acl_admin)]
     return out
 
 
