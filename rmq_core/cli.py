@@ -123,16 +123,21 @@ def _cmd_standalone(args) -> None:
 
 
 def _cmd_dashboard(args) -> None:
+    from rmq_core.admin.commands import credentials
     from rmq_core.dashboard import serve
     from rmq_core.message import parse_address
 
+    if args.dashboard_command == "adduser":
+        return _cmd_dashboard_adduser(args)
     namesrv = args.namesrv or os.environ.get("NAMESRV_ADDR")
     if not namesrv:
         raise ConfigError("no name server: pass -n HOST:PORT or set NAMESRV_ADDR")
     host, port = parse_address(args.listen)
+    access_key, secret_key = credentials(args)  # as `rmq admin`: flags, else RMQ_ACCESS_KEY / tools.yml
 
     async def start():
-        server.append(serve(namesrv, host, port))
+        server.append(serve(namesrv, host, port, users_file=args.users, access_key=access_key,
+                            secret_key=secret_key))
         return [f"rmq console for name server {namesrv} on {server[0].url}"]
 
     async def stop():
@@ -141,6 +146,24 @@ def _cmd_dashboard(args) -> None:
 
     server: list = []
     loops.run(_serve(start, stop))
+
+
+def _cmd_dashboard_adduser(args) -> int:
+    """Add a console user (or change its password): the password from a prompt on a terminal,
+    else the first line of stdin."""
+    import getpass
+
+    from rmq_core.dashboard.auth import add_user
+
+    if sys.stdin.isatty():
+        password = getpass.getpass(f"password for {args.name}: ")
+        if getpass.getpass("again: ") != password:
+            raise ConfigError("the passwords differ")
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    new = add_user(args.file, args.name, password)
+    print(f"user {args.name} {'added to' if new else 'changed in'} {args.file}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,10 +192,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     db = sub.add_parser("dashboard", help="serve the web console for a cluster")
     db.add_argument("-n", "--namesrv", help="name server address(es), 'host:port;host:port' (else NAMESRV_ADDR)")
-    db.add_argument("--listen", default="127.0.0.1:8080", help="host:port to serve on (default 127.0.0.1:8080)")
-    db.set_defaults(fn=_cmd_dashboard)
+    db.add_argument("--listen", default="127.0.0.1:8080",
+                    help="host:port to serve on (default 127.0.0.1:8080; any other than loopback needs --users)")
+    db.add_argument("--users", metavar="FILE", help="ask for a login of these users (rmq dashboard adduser FILE NAME)")
+    from rmq_core.admin.commands import add_credential_flags, add_parsers  # (rich is imported only when a command prints)
 
-    from rmq_core.admin.commands import add_parsers  # (rich is imported only when a command prints)
+    add_credential_flags(db)  # the ACL account the console's admin calls sign with
+    db.set_defaults(fn=_cmd_dashboard)
+    dbsub = db.add_subparsers(dest="dashboard_command", required=False, metavar="[adduser]")
+    au = dbsub.add_parser("adduser", help="add a console user to a users file (password from the terminal or stdin)")
+    au.add_argument("file", help="the users file (created 0600 if missing)")
+    au.add_argument("name", help="the user's name")
+
     add_parsers(sub)
     return p
 

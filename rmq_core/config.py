@@ -300,6 +300,11 @@ class MessageStoreConfig(PropertiesConfig):
         return os.path.join(self.config_dir, "broker.properties")
 
 
+def _default_plain_acl_file() -> str | None:
+    home = os.environ.get("ROCKETMQ_HOME")
+    return os.path.join(home, "conf", "plain_acl.yml") if home else None
+
+
 @attrs.define
 class BrokerConfig(PropertiesConfig):
     broker_cluster_name: str = prop("DefaultCluster", "brokerClusterName")
@@ -353,6 +358,12 @@ class BrokerConfig(PropertiesConfig):
     metrics_prom_exporter_port: int = prop(5557, "metricsPromExporterPort")
     metrics_logging_exporter_interval_in_mills: int = prop(10_000, "metricsLoggingExporterIntervalInMills",
                                                            validator=_positive)
+    # ACL (RocketMQ 4.x): every request checked by the access validator named by accessValidator
+    # (rmq's key; a plugin may add validators) against plainAclFile (rmq's key; RocketMQ's
+    # $ROCKETMQ_HOME/conf/plain_acl.yml when ROCKETMQ_HOME is set)
+    acl_enable: bool = prop(False, "aclEnable")
+    access_validator: str = prop("plain", "accessValidator")
+    plain_acl_file: str | None = attrs.field(factory=lambda: _default_plain_acl_file(), metadata={"key": "plainAclFile"})
 
     @property
     def broker_addr(self) -> str:

@@ -98,3 +98,8 @@ class FilterExpressionError(IllegalArgumentError):
         super().__init__(
             f"bad {expression_type} expression {expression!r} at position {position}: {reason}"
         )
+
+
+class AclError(RMQError):
+    """An access-control setting or request is refused (RocketMQ's AclException); names the
+    account, resource or value concerned."""

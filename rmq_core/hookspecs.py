@@ -64,6 +64,18 @@ def rmq_metrics_exporters():
     Called when a broker or name server starts."""
 
 
+@hookspec
+def rmq_access_validators():
+    """Return {name: factory} of access validators (e.g. "plain"), chosen by `accessValidator`
+    when `aclEnable=true`.
+
+    `factory(broker_config: rmq_core.config.BrokerConfig) -> validator`: a broker-side request step
+    (`before(remote_addr, request, connection)` raising rmq_core.remoting.RequestRefused to refuse,
+    `after(...)`), with `close()` and the ACL admin calls (`update_access_config(dict)`,
+    `delete_access_config(access_key)`, `update_global_white_addrs(addresses, acl_file)`,
+    `version()`, `all_config()`).  Called once when a broker starts."""
+
+
 # --- interception (RocketMQ hook equivalents) ----------------------------------------------------
 @hookspec
 def rmq_before_send(context):

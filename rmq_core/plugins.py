@@ -27,6 +27,7 @@ BUILTIN_PLUGIN_MODULES = (
     "rmq_plugins.store",
     "rmq_plugins.transport",
     "rmq_plugins.metrics",
+    "rmq_plugins.acl",
 )
 
 _lock = threading.Lock()
@@ -79,6 +80,7 @@ _KINDS = {
     "offset store": "rmq_offset_stores",
     "transport": "rmq_transports",
     "metrics exporter": "rmq_metrics_exporters",
+    "access validator": "rmq_access_validators",
 }
 
 
@@ -116,6 +118,10 @@ def get_transport(scheme: str):
 
 def get_metrics_exporter_factory(name: str):
     return lookup("metrics exporter", (name or "").upper())
+
+
+def get_access_validator_factory(name: str):
+    return lookup("access validator", (name or "").strip().lower())
 
 
 def has_impls(hook_name: str) -> bool:

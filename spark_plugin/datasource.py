@@ -33,7 +33,7 @@ from rmq_core.message import MessageQueue
 
 from spark_plugin.arrow import COLUMNS, SCHEMA_DDL
 from spark_plugin.offsets import (
-    EARLIEST, LATEST, QueueAdmin, check_data_loss, parse_positions, positions_from_json, positions_to_json,
+    EARLIEST, Account, LATEST, QueueAdmin, check_data_loss, parse_positions, positions_from_json, positions_to_json,
     split_by_backlog,
 )
 from spark_plugin.pull import QueueRead, subscription_of
@@ -42,7 +42,7 @@ from spark_plugin.rdd import check_namesrv, plan_reads
 log = logging.getLogger("rmq.spark")
 
 _OPTIONS = {"namesrv", "topic", "expression", "expressiontype", "startingoffsets", "endingoffsets",
-            "startingtimestamp", "failondataloss", "maxrecordsperbatch", "consumergroup"}
+            "startingtimestamp", "failondataloss", "maxrecordsperbatch", "consumergroup", "accesskey", "secretkey"}
 
 
 class ReadOptions:
@@ -89,6 +89,7 @@ class ReadOptions:
             except ValueError:
                 raise IllegalArgumentError(f"bad maxRecordsPerBatch {mr!r}: expected an integer > 0") from None
         self.consumer_group = opts.get("consumergroup")
+        self.account = Account.of(opts.get("accesskey"), opts.get("secretkey"))
 
     def start_spec(self):
         if self.starting_timestamp is not None:
@@ -128,7 +129,7 @@ class RmqBatchReader(DataSourceReader):
         start = ReadOptions._as_bound(o.starting) if o.starting_timestamp is None else o.starting_timestamp
         reads, _ = plan_reads(o.namesrv, o.topic, None, expression=self._expression(),
                               expression_type=o.expression_type, fail_on_data_loss=o.fail_on_data_loss,
-                              start=start, end=ReadOptions._as_bound(o.ending))
+                              start=start, end=ReadOptions._as_bound(o.ending), account=o.account)
         return [RmqPartition(r) for r in reads if r.until_offset > r.from_offset]
 
     def read(self, partition):
@@ -182,7 +183,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def admin(self) -> QueueAdmin:
         if self._admin is None:
-            self._admin = QueueAdmin(self.opts.namesrv)
+            self._admin = QueueAdmin(self.opts.namesrv, self.opts.account)
         return self._admin
 
     def _queues(self):
@@ -256,7 +257,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             out.append(RmqPartition(QueueRead(o.topic, key[0], key[1], frm, until,
                                               tuple(sorted(self._addrs[key[0]].items())), o.expression,
-                                              o.expression_type, o.fail_on_data_loss)))
+                                              o.expression_type, o.fail_on_data_loss, o.account)))
         return out
 
     def read(self, partition):
@@ -299,6 +300,7 @@ class RmqWriter(DataSourceWriter):
         self.topic = opts.get("topic")
         if not self.topic:
             raise IllegalArgumentError("the rmq sink needs option 'topic'")
+        self.account = Account.of(opts.get("accesskey"), opts.get("secretkey"))
         names = [f.name for f in schema.fields]
         if "body" not in names:
             raise IllegalArgumentError(f"the rmq sink needs a 'body' column (binary or string); columns: {names}")
@@ -322,7 +324,7 @@ class RmqWriter(DataSourceWriter):
                 yield Message(topic, body.encode("utf-8") if isinstance(body, str) else bytes(body),
                               tags=d.get("tags"), keys=d.get("keys"), properties=d.get("properties") or {})
 
-        return RmqCommitMessage(send_all(self.namesrv, topic, messages()))
+        return RmqCommitMessage(send_all(self.namesrv, topic, messages(), self.account))
 
 
 # --- the source ----------------------------------------------------------------------------------------

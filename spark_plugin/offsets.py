@@ -30,6 +30,38 @@ class DataLossError(IllegalArgumentError):
     """Retention deleted part of a requested range (failOnDataLoss=true)."""
 
 
+@attrs.frozen
+class Account:
+    """The ACL account (options accessKey / secretKey) the driver's and the executors' clients sign
+    with; picklable, so that a partition carries it to its executor (the secret kept out of reprs)."""
+
+    access_key: str
+    secret_key: str = attrs.field(repr=False)
+
+    @classmethod
+    def of(cls, access_key: str | None, secret_key: str | None) -> "Account | None":
+        """None when neither is given; one without the other is refused naming the missing option."""
+        from rmq_core.acl import signer_from
+        from rmq_core.errors import ConfigError
+        try:
+            if signer_from(access_key, secret_key, owner="rmq Spark") is None:
+                return None
+        except ConfigError:
+            missing = "secretKey" if access_key else "accessKey"
+            raise IllegalArgumentError(f"option {missing!r} is missing: ACL credentials need both accessKey and "
+                                       "secretKey") from None
+        return cls(str(access_key), str(secret_key))
+
+    @property
+    def kwargs(self) -> dict:
+        """As a client's access_key= / secret_key=."""
+        return {"access_key": self.access_key, "secret_key": self.secret_key}
+
+
+def account_kwargs(account: "Account | None") -> dict:
+    return account.kwargs if account is not None else {}
+
+
 def _non_negative(inst, attribute, value):
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise IllegalArgumentError(f"OffsetRange.{attribute.name} must be an int >= 0, got {value!r}")
@@ -70,7 +102,7 @@ class OffsetRange:
 class QueueAdmin:
     """Routes and offsets of topics over one client instance (closed by `close()` / `with`)."""
 
-    def __init__(self, namesrv: str):
+    def __init__(self, namesrv: str, account: Account | None = None):
         from rmq_core.client.config import ClientConfig
         from rmq_core.client.instance import MQClientInstance
 
@@ -78,7 +110,8 @@ class QueueAdmin:
             raise IllegalArgumentError(f"the name server address (option 'namesrv') is missing: got {namesrv!r}")
         self.namesrv = namesrv
         try:
-            config = ClientConfig(namesrv=namesrv, instance_name=f"spark-{uuid.uuid4().hex[:12]}")
+            config = ClientConfig(namesrv=namesrv, instance_name=f"spark-{uuid.uuid4().hex[:12]}",
+                                  **account_kwargs(account))
         except Exception as e:
             raise IllegalArgumentError(f"bad name server address {namesrv!r}: {e}") from None
         self.instance = MQClientInstance(config)
@@ -268,19 +301,21 @@ def check_positions_name_queues(spec, queues: list[MessageQueue], topic: str, op
 
 
 def offset_ranges(namesrv: str, topic: str, *, group: str | None = None, start=None, end=None,
-                  admin: QueueAdmin | None = None) -> list[OffsetRange]:
+                  admin: QueueAdmin | None = None, access_key: str | None = None,
+                  secret_key: str | None = None) -> list[OffsetRange]:
     """Every (broker, queue) of `topic` as an OffsetRange.
 
     start: 'earliest' (default), 'latest', an epoch-ms timestamp (the broker's offset by time), or
     positions JSON/dict; with `group`, from the group's committed offset (queues it never
     committed start at their earliest).  end: 'latest' (default), 'earliest', a timestamp or
-    positions."""
+    positions.  access_key / secret_key: the ACL account to sign with."""
     if group is not None and start is not None:
         raise IllegalArgumentError("offset_ranges: give either group= or start=, not both")
     start_spec = _parse_bound(start, "start")
     end_spec = _parse_bound(end, "end")
+    account = Account.of(access_key, secret_key)
     own = admin is None
-    admin = admin or QueueAdmin(namesrv)
+    admin = admin or QueueAdmin(namesrv, account)
     try:
         queues, _ = admin.queues(topic)
         check_positions_name_queues(start_spec, queues, topic, "start")
@@ -352,12 +387,15 @@ def split_by_backlog(backlog: dict, max_rows: int | None) -> dict:
     return shares
 
 
-def commit_offsets(namesrv: str, group: str, ranges, *, admin: QueueAdmin | None = None) -> None:
-    """Set `group`'s broker-side offset of each range's queue to its until_offset."""
+def commit_offsets(namesrv: str, group: str, ranges, *, admin: QueueAdmin | None = None,
+                   access_key: str | None = None, secret_key: str | None = None) -> None:
+    """Set `group`'s broker-side offset of each range's queue to its until_offset (signed with the
+    ACL account access_key / secret_key when given)."""
     if not group or not isinstance(group, str):
         raise IllegalArgumentError(f"bad consumer group {group!r}")
+    account = Account.of(access_key, secret_key)
     own = admin is None
-    admin = admin or QueueAdmin(namesrv)
+    admin = admin or QueueAdmin(namesrv, account)
     try:
         for r in ranges:
             if not isinstance(r, OffsetRange):
@@ -370,6 +408,6 @@ def commit_offsets(namesrv: str, group: str, ranges, *, admin: QueueAdmin | None
 
 
 
-__all__ = ["OffsetRange", "QueueAdmin", "DataLossError", "offset_ranges", "commit_offsets", "parse_positions",
+__all__ = ["Account", "OffsetRange", "QueueAdmin", "DataLossError", "offset_ranges", "commit_offsets", "parse_positions",
            "positions_to_json", "positions_from_json", "check_range", "check_data_loss", "split_by_backlog",
            "EARLIEST", "LATEST"]

@@ -23,7 +23,7 @@ import attrs
 from rmq_core.errors import IllegalArgumentError, MQBrokerError, MQClientError, RemotingConnectError, RemotingError
 from rmq_core.message import MessageQueue, MessageSelector, PullStatus
 
-from spark_plugin.offsets import DataLossError, check_data_loss
+from spark_plugin.offsets import Account, DataLossError, check_data_loss
 
 log = logging.getLogger("rmq.spark")
 
@@ -46,6 +46,7 @@ class QueueRead:
     expression: str = "*"
     expression_type: str = "TAG"
     fail_on_data_loss: bool = True
+    account: Account | None = None  # the ACL account the pulls are signed with
 
     @property
     def queue(self) -> MessageQueue:
@@ -69,25 +70,31 @@ def subscription_of(topic: str, expression: str | None, expression_type: str | N
         raise IllegalArgumentError(f"bad {expression_type or 'TAG'} expression {expression!r}: {e}") from None
 
 
-# --- one connection per broker per process ----------------------------------------------------------
-_pool = None
+# --- one connection per broker per process (and per ACL account) --------------------------------------
+_pools: dict = {}  # account (None: unsigned) -> its pool
 _pool_pid = -1
 _pool_lock = threading.Lock()
 
 
-def channel_pool():
-    """This process's blocking connections to brokers (at most one per broker)."""
-    global _pool, _pool_pid
+def channel_pool(account: Account | None = None):
+    """This process's blocking connections to brokers (at most one per broker), signing with
+    `account`'s ACL signer when given."""
+    global _pool_pid
     with _pool_lock:
-        if _pool is None or _pool.closed or _pool_pid != os.getpid():  # (a forked worker opens its own)
-            from rmq_core.remoting.blocking import BlockingChannelPool
-            _pool = BlockingChannelPool(max_per_address=1, connect_timeout=5.0)
+        if _pool_pid != os.getpid():  # (a forked worker opens its own)
+            _pools.clear()
             _pool_pid = os.getpid()
-        return _pool
+        pool = _pools.get(account)
+        if pool is None or pool.closed:
+            from rmq_core.acl import signer_from
+            from rmq_core.remoting.blocking import BlockingChannelPool
+            steps = () if account is None else (signer_from(account.access_key, account.secret_key),)
+            pool = _pools[account] = BlockingChannelPool(max_per_address=1, connect_timeout=5.0, request_steps=steps)
+        return pool
 
 
-def _invoke(addr: str, request):
-    pool = channel_pool()
+def _invoke(addr: str, request, account: Account | None = None):
+    pool = channel_pool(account)
     request.language = "PYTHON"  # an rmq client: large pulls, LZ4 bodies kept as stored
     while True:
         response = pool.invoke(addr, request, PULL_TIMEOUT)
@@ -122,7 +129,7 @@ def pull_range(part: QueueRead, decode: bool) -> Iterator:
                                  max_nums=min(PULL_BATCH, part.until_offset - offset), sys_flag=sys_flag,
                                  commit_offset=0, suspend_timeout_ms=0)
         try:
-            resp = _invoke(addr, req)
+            resp = _invoke(addr, req, part.account)
             result = process_pull_response(resp, mq, sub, addr, decode=decode)
         except RemotingConnectError as e:
             unreachable.add(addr)

@@ -8,7 +8,7 @@ from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import MessageQueue
 
 from spark_plugin import offsets as _offsets
-from spark_plugin.offsets import OffsetRange, QueueAdmin, check_data_loss, check_range
+from spark_plugin.offsets import Account, OffsetRange, QueueAdmin, check_data_loss, check_range
 from spark_plugin.pull import QueueRead, read_messages, subscription_of
 
 
@@ -24,12 +24,13 @@ def check_namesrv(namesrv) -> str:
 
 def plan_reads(namesrv: str, topic: str, ranges=None, *, expression: str | None = "*",
                expression_type: str | None = "TAG", fail_on_data_loss: bool = True, start=None, end=None,
-               group: str | None = None) -> tuple[list[QueueRead], list[OffsetRange]]:
+               group: str | None = None, account: Account | None = None) -> tuple[list[QueueRead], list[OffsetRange]]:
     """The partitions reading `ranges` (default: every queue, start..end) of `topic`: each range
-    checked against its queue (past the max offset: refused; below the min offset: data loss)."""
+    checked against its queue (past the max offset: refused; below the min offset: data loss).
+    With `account`, the planning calls and the partitions' pulls are signed with it."""
     check_namesrv(namesrv)
     subscription_of(topic, expression, expression_type)  # a malformed expression fails here
-    with QueueAdmin(namesrv) as admin:
+    with QueueAdmin(namesrv, account) as admin:
         queues, addrs = admin.queues(topic)
         if ranges is None:
             ranges = _offsets.offset_ranges(namesrv, topic, group=group, start=start, end=end, admin=admin)
@@ -51,7 +52,7 @@ def plan_reads(namesrv: str, topic: str, ranges=None, *, expression: str | None 
             planned.append(r)
             reads.append(QueueRead(topic, r.broker_name, r.queue_id, frm, r.until_offset,
                                    tuple(sorted(addrs[r.broker_name].items())), expression or "*",
-                                   (expression_type or "TAG").upper(), fail_on_data_loss))
+                                   (expression_type or "TAG").upper(), fail_on_data_loss, account))
         return reads, planned
 
 
@@ -61,12 +62,15 @@ def _read_partition(parts):
 
 
 def create_rdd(sc, namesrv: str, topic: str, offset_ranges=None, expression: str = "*",
-               expression_type: str = "TAG", fail_on_data_loss: bool = True):
+               expression_type: str = "TAG", fail_on_data_loss: bool = True, *, access_key: str | None = None,
+               secret_key: str | None = None):
     """An RDD of MessageExt with one partition per offset range (default: every (broker, queue)
     from its min to its max offset now).  `rdd.offset_ranges` are the ranges it reads; empty
-    ranges read nothing.  The expression (TAG or SQL92) is evaluated by the broker."""
+    ranges read nothing.  The expression (TAG or SQL92) is evaluated by the broker.  With
+    access_key / secret_key (an ACL account), the driver's and the executors' requests are signed."""
     reads, planned = plan_reads(namesrv, topic, offset_ranges, expression=expression,
-                                expression_type=expression_type, fail_on_data_loss=fail_on_data_loss)
+                                expression_type=expression_type, fail_on_data_loss=fail_on_data_loss,
+                                account=Account.of(access_key, secret_key))
     if reads:
         # one element per slice: partition i reads range i
         rdd = sc.parallelize(reads, len(reads)).mapPartitions(_read_partition, preservesPartitioning=True)
@@ -81,21 +85,23 @@ def create_rdd(sc, namesrv: str, topic: str, offset_ranges=None, expression: str
     return rdd
 
 
-def _send_partition(namesrv: str, topic: str, items) -> None:
+def _send_partition(namesrv: str, topic: str, account, items) -> None:
     from spark_plugin.write import send_all, to_message
-    send_all(namesrv, topic, (to_message(topic, item) for item in items))
+    send_all(namesrv, topic, (to_message(topic, item) for item in items), account)
 
 
-def save_to_topic(rdd, namesrv: str, topic: str) -> None:
+def save_to_topic(rdd, namesrv: str, topic: str, *, access_key: str | None = None,
+                  secret_key: str | None = None) -> None:
     """Send every element (Message, MessageExt, bytes or str) of `rdd` to `topic`, in batches from
-    one producer per executor process."""
+    one producer per executor process (signed with the ACL account access_key / secret_key)."""
     from rmq_core.message import TopicValidator
     check_namesrv(namesrv)
+    account = Account.of(access_key, secret_key)
     try:
         TopicValidator.check_topic(topic)
     except Exception as e:
         raise IllegalArgumentError(f"bad topic {topic!r}: {e}") from None
-    rdd.foreachPartition(functools.partial(_send_partition, namesrv, topic))
+    rdd.foreachPartition(functools.partial(_send_partition, namesrv, topic, account))
 
 
 __all__ = ["create_rdd", "save_to_topic", "plan_reads", "check_namesrv"]

@@ -24,14 +24,16 @@ _producers: dict = {}
 _lock = threading.Lock()
 
 
-def producer_for(namesrv: str):
-    """This process's producer for `namesrv` (started on first use)."""
-    key = (os.getpid(), namesrv)
+def producer_for(namesrv: str, account=None):
+    """This process's producer for `namesrv` and ACL account (an offsets.Account or None), started
+    on first use."""
+    key = (os.getpid(), namesrv, account)
     with _lock:
         p = _producers.get(key)
         if p is None:
             from rmq_core.client.producer import Producer
-            p = Producer(WRITER_GROUP, namesrv=namesrv)
+            from spark_plugin.offsets import account_kwargs
+            p = Producer(WRITER_GROUP, namesrv=namesrv, **account_kwargs(account))
             p.start()
             if not _producers:
                 atexit.register(_shutdown_all)
@@ -41,7 +43,7 @@ def producer_for(namesrv: str):
 
 def _shutdown_all() -> None:
     with _lock:
-        producers = [p for (pid, _), p in _producers.items() if pid == os.getpid()]
+        producers = [p for (pid, *_), p in _producers.items() if pid == os.getpid()]
         _producers.clear()
     for p in producers:
         try:
@@ -69,9 +71,9 @@ def to_message(topic: str, item) -> Message:
                    properties=_user_properties(getattr(item, "properties", None)))
 
 
-def send_all(namesrv: str, topic: str, messages: Iterable[Message]) -> int:
-    """Send every message in batches; returns how many were sent."""
-    producer = producer_for(namesrv)
+def send_all(namesrv: str, topic: str, messages: Iterable[Message], account=None) -> int:
+    """Send every message in batches (signed with `account` when given); returns how many were sent."""
+    producer = producer_for(namesrv, account)
     batch: list[Message] = []
     size = sent = 0
     for m in messages:

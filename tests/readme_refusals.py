@@ -34,6 +34,29 @@ def _consumer(ns, group, **kw):
     return c
 
 
+def _console_login_refusals(ns: str, tmp) -> list[str]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    from rmq_core.dashboard import serve
+    from rmq_core.dashboard.auth import add_user
+
+    add_user(str(tmp / "console-users"), "ops", "right-password")
+    console = serve(ns, "127.0.0.1", 0, users_file=str(tmp / "console-users"))
+    texts = []
+    try:
+        for path, body in (("api/login", b'{"user": "ops", "password": "wrong"}'), ("api/topics", None)):
+            try:
+                urllib.request.urlopen(urllib.request.Request(console.url + path, data=body), timeout=20)
+            except urllib.error.HTTPError as e:
+                assert e.code == 401
+                texts.append(json.loads(e.read())["error"])
+    finally:
+        console.stop()
+    return texts
+
+
 def real_texts(live: dict, tmp) -> dict[str, list[str]]:
     ns, broker = live["ns"], live["broker"]
     out: dict[str, list[str]] = {}
@@ -112,6 +135,26 @@ def real_texts(live: dict, tmp) -> dict[str, list[str]]:
             _error(lambda: admin.update_broker_config(broker, {"maxMessageSize": "big"})),
         ]
     out["Port in use"] = [_rmq(["namesrv", "--listen", ns], tmp).replace(ns, "127.0.0.1:9876")]
+    out["The console on an address other than loopback without a login"] = [
+        _rmq(["dashboard", "-n", ns, "--listen", f"0.0.0.0:{free_port()}"], tmp)]
+    out["A wrong password on the console's login page"] = _console_login_refusals(ns, tmp)
+    acl = tmp / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: orders-app\n    secretKey: short\n")
+    (tmp / "broker.conf").write_text(f"aclEnable=true\nplainAclFile={acl}\nstorePathRootDir={tmp / 'acl-bad'}\n")
+    out["A `plain_acl.yml` that does not load"] = [_rmq(["broker", "-n", ns, "-c", "broker.conf"], tmp)]
+    acl.write_text("accounts:\n  - accessKey: orders-app\n    secretKey: orders-secret\n    defaultTopicPerm: DENY\n"
+                   "    topicPerms: [Orders=PUB]\n")
+    with rmq_core.standalone(store=str(tmp / "acl"), acl_enable=True, plain_acl_file=str(acl)) as cluster:
+        def acl_send(topic, secret="orders-secret"):
+            with Producer("ReadmeAcl", namesrv=cluster.namesrv, access_key="orders-app", secret_key=secret,
+                          retry_times_when_send_failed=0) as p:
+                p.send(Message(topic, b"x"))
+
+        def acl_admin():
+            with AdminClient(cluster.namesrv, access_key="orders-app", secret_key="orders-secret") as admin:
+                admin.create_or_update_topic(cluster.broker_addr, "Orders")
+        out["A request ACL refuses"] = [_error(lambda: acl_send("Orders", "wrong-secret")),
+                                        _error(lambda: acl_send("Payments")), _error(acl_admin)]
     return out
 
 

@@ -14,6 +14,7 @@ other block needs its comment):
 - `servers`: each line starts a server, which must print its boot line and stop cleanly on SIGTERM.
 - `boot`: the lines `rmq standalone` prints when it starts.
 - `make`: each line's target exists in the Makefile (`make -n`).
+- `plain_acl`: a plain_acl.yml that the broker's plain access validator loads, with accounts.
 - `replicated`: the commands that start the replicated cluster of "Running a replicated cluster",
   run with its two broker.conf blocks by tests/test_readme_replicated.py.
 
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 NS, BROKER, CONSOLE = "127.0.0.1:9876", "127.0.0.1:10911", "127.0.0.1:8080"
-KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make", "replicated"}
+KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make", "replicated", "plain_acl"}
 # a block without a check comment is checked by its language where that says how (else it is an error)
 DEFAULT_KINDS = {"python": "python", "properties": "properties", "console": "console"}
 
@@ -232,6 +233,14 @@ def test_make_block(block):
         target = line.split("#")[0].split()[1]
         r = subprocess.run(["make", "-n", "-C", str(ROOT), target], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "plain_acl"], ids=repr)
+def test_plain_acl_block(block):
+    from rmq_plugins.acl.plain import build_rules
+
+    rules = build_rules("README plain_acl.yml", block.text, 1)
+    assert rules.accounts and all(len(a.secret_key) > 6 for a in rules.accounts.values())
 
 
 # --- the refusal table: every quoted text, from a real run ---------------------------------------------------

@@ -14,7 +14,8 @@ header of SendMessageRequestHeaderV2) is read without building a RemotingCommand
      "k":unitMode,"l":maxReconsumeTimes,"m":batch},"flag":0,"language":"JAVA","opaque":N,
      "serializeTypeCurrentRPC":"JSON","version":N}
 
-and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
+(plus, on a signed send, the ACL fields AccessKey, Signature, SecurityToken and OnsChannel, which
+the lane skips: the broker's request steps check them) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
 every check of the send processor under the topic table's current data version, the broker is
 writeable, the queue id is in range, no transaction flag, no delay or timer property) — the
 functions the send processor's own path calls too (`checked_queues`, `plain_send_queues`,
@@ -106,6 +107,13 @@ cdef bint _special_properties(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     return False
 
 
+cdef inline bint _acl_field(const uint8_t* key, Py_ssize_t klen) noexcept nogil:
+    """The fields a client signing for ACL adds (AclClientRPCHook: AccessKey, Signature,
+    SecurityToken; the C++ client's OnsChannel)."""
+    return (key_is(key, klen, "AccessKey", 9) or key_is(key, klen, "Signature", 9)
+            or key_is(key, klen, "SecurityToken", 13) or key_is(key, klen, "OnsChannel", 10))
+
+
 cdef int _send_field(void* target, const uint8_t* key, Py_ssize_t klen, bint kesc,
                      const uint8_t* v, Py_ssize_t vlen, bint esc) except -1:
     """One extFields entry of a SendMessageRequestHeaderV2 into the SendFields `target`: 1 for
@@ -113,6 +121,8 @@ cdef int _send_field(void* target, const uint8_t* key, Py_ssize_t klen, bint kes
     cdef SendFields* f = <SendFields*>target
     cdef int64_t iv
     cdef uint8_t k
+    if not kesc and klen > 1 and _acl_field(key, klen) and plain_ascii(v, vlen):
+        return 0  # a signed send's ACL fields: the broker's request steps check them, the lane reads none
     if kesc or klen != 1 or key[0] < 97 or key[0] > 110 or not plain_ascii(v, vlen):
         return 1  # only the one-letter names a..n, ASCII values
     k = key[0]

@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
+from rmq_core.acl import signer_from
 from rmq_core.common.sysflag import FLAG_SUBSCRIPTION
 from rmq_core.errors import MQBrokerError, RemotingError, RMQError
 from rmq_core.message import (
@@ -131,6 +132,18 @@ class SendOutcome:
     status: str
 
 
+@attrs.frozen
+class AclVersion:
+    """clusterAclConfigVersion: one ACL file of one broker and its data version."""
+    cluster: str
+    broker_name: str
+    broker_addr: str
+    acl_file: str
+    counter: int
+    timestamp: int
+
+
+
 def _parse_props_text(body: bytes | None) -> dict[str, str]:
     """A `key=value` per line body (GET_BROKER_CONFIG, GET_NAMESRV_CONFIG)."""
     from rmq_core.config import parse_properties
@@ -166,16 +179,19 @@ class AdminClient:
     own connection).  Close it (or use `with`) to drop the connections.
     """
 
-    def __init__(self, namesrv: str | None = None, *, timeout: float = 5.0, request_steps=()):
+    def __init__(self, namesrv: str | None = None, *, timeout: float = 5.0, request_steps=(),
+                 access_key: str | None = None, secret_key: str | None = None):
         namesrv = namesrv or os.environ.get("NAMESRV_ADDR")
         if not namesrv:
             raise AdminError("no name server: pass -n HOST:PORT or set NAMESRV_ADDR")
         self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
         self.timeout = timeout
-        # request_steps: its own client-side steps (rmq_core.remoting.RequestStep), on every request
-        self._request_steps = tuple(request_steps or ())
+        # request_steps: its own client-side steps (rmq_core.remoting.RequestStep), on every request;
+        # access_key / secret_key add an ACL signer (as mqadmin's AclClientRPCHook), last
+        signer = signer_from(access_key, secret_key, owner="AdminClient")
+        self._request_steps = tuple(request_steps or ()) + ((signer,) if signer is not None else ())
         self._pool = BlockingChannelPool(max_per_address=8, connect_timeout=min(timeout, 3.0),
-                                         request_steps=request_steps)
+                                         request_steps=self._request_steps)
         self._producer = None
         self._lock = threading.Lock()
 
@@ -482,6 +498,54 @@ class AdminClient:
         if r.code != ResponseCode.SUCCESS or not r.body:
             return None
         return loads_lenient(r.body)
+
+    # --- ACL (plain_acl.yml on each broker) ----------------------------------------------------------------
+    def update_acl_config(self, addr: str, access_key: str, *, secret_key: str | None = None,
+                          white_remote_address: str | None = None, admin: bool | None = None,
+                          default_topic_perm: str | None = None, default_group_perm: str | None = None,
+                          topic_perms: Sequence[str] | None = None, group_perms: Sequence[str] | None = None) -> None:
+        """updateAclConfig: create or update one account in the broker's plain_acl.yml (fields left
+        None are kept as the file has them)."""
+        ext = {"accessKey": access_key, "secretKey": secret_key, "whiteRemoteAddress": white_remote_address,
+               "defaultTopicPerm": default_topic_perm, "defaultGroupPerm": default_group_perm,
+               "topicPerms": ",".join(topic_perms) if topic_perms is not None else None,
+               "groupPerms": ",".join(group_perms) if group_perms is not None else None,
+               "admin": None if admin is None else str(bool(admin)).lower()}
+        self._call(addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {k: v for k, v in ext.items() if v is not None},
+                   what=f"update ACL account {access_key}")
+
+    def delete_acl_config(self, addr: str, access_key: str) -> None:
+        """deleteAclConfig: remove one account from the broker's plain_acl.yml."""
+        self._call(addr, RequestCode.DELETE_ACL_CONFIG, {"accessKey": access_key},
+                   what=f"delete ACL account {access_key}")
+
+    def update_global_white_addrs(self, addr: str, addresses: Sequence[str], acl_file: str | None = None) -> None:
+        """updateGlobalWhiteAddr: replace the broker's globalWhiteRemoteAddresses."""
+        self._call(addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+                   {"globalWhiteAddrs": ",".join(addresses), "aclFileFullPath": acl_file or ""},
+                   what="update globalWhiteRemoteAddresses")
+
+    def acl_config_version(self, addr: str) -> list[AclVersion]:
+        """clusterAclConfigVersion's rows of one broker: one per ACL file it reads."""
+        r = self._call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO, what="get ACL config version")
+        get = r.ext_fields.get
+        try:
+            files = json.loads(get("allAclFileVersion") or "{}")
+        except ValueError as e:
+            raise AdminError(f"get ACL config version on {addr}: bad allAclFileVersion: {e}") from None
+        return [AclVersion(get("clusterName") or "", get("brokerName") or "", get("brokerAddr") or addr, path,
+                           int(v.get("counter", 0)), int(v.get("timestamp", 0)))
+                for path, v in sorted(files.items())]
+
+    def acl_config(self, addr: str) -> dict:
+        """getAclConfig: {"globalWhiteAddrs": [...], "plainAccessConfigs": [{accessKey, ...}, ...]}."""
+        r = self._call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG, what="get ACL config")
+        try:
+            d = loads_lenient(r.body or b"{}")
+        except ValueError as e:
+            raise AdminError(f"get ACL config on {addr}: bad answer: {e}") from None
+        return {"globalWhiteAddrs": list(d.get("globalWhiteAddrs") or []),
+                "plainAccessConfigs": list(d.get("plainAccessConfigs") or [])}
 
     # --- subscription groups -------------------------------------------------------------------------------
     def subscription_groups(self, addr: str) -> dict[str, dict]:

@@ -19,6 +19,7 @@ from rmq_core.broker.consumer_filter_manager import (
 from rmq_core.broker.lock_manager import RebalanceLockManager
 from rmq_core.broker.metrics import BrokerMetrics
 from rmq_core.broker.long_polling import PullRequestHoldService
+from rmq_core.broker.processors.acl import AclProcessor
 from rmq_core.broker.processors.admin import AdminBrokerProcessor
 from rmq_core.broker.processors.admin_ext import AdminExtProcessor
 from rmq_core.broker.processors.client import ClientManageProcessor
@@ -35,7 +36,7 @@ from rmq_core.config import BrokerConfig, BrokerRole, MessageStoreConfig
 from rmq_core.errors import ConfigError
 from rmq_core.loops import GroupCommit
 from rmq_core.message import ExpressionType
-from rmq_core.plugins import get_filter_factory
+from rmq_core.plugins import get_access_validator_factory, get_filter_factory
 from rmq_core.remoting.body import REGISTER_ALL, RegisterBrokerBody, register_body_json
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
@@ -97,6 +98,7 @@ class BrokerController:
         self.master_ha_addr: str | None = store_config.ha_master_address
         self._synced_master: str | None = None  # the master address a slave's sync started on
         self.metrics = BrokerMetrics(self)
+        self.access_validator = None  # aclEnable=true: the validator accessValidator names (a request step)
         self.started = False
         self._ha_default_port = 0
 
@@ -118,10 +120,15 @@ class BrokerController:
         self.loop = asyncio.get_running_loop()
         self.pull_hold_service = PullRequestHoldService(self.loop)
         self.pull_hold_service.bind_thread()
+        self._start_access_validator()  # before the servers resolve their steps; a bad plain_acl.yml fails here
         tcp = RemotingServer(f"{self.listen_host}:{bc.listen_port}", name=f"broker[{bc.broker_name}]",
                              max_frame_length=bc.server_max_frame_length, backlog=bc.server_socket_backlog,
                              broker=True, request_steps=self.request_steps)
-        await tcp.start()
+        try:
+            await tcp.start()
+        except BaseException:
+            self._stop_access_validator()
+            raise
         self.servers.append(tcp)
         port = int(tcp.listen_address.rpartition(":")[2])
         # haListenPort's default, RocketMQ's: listenPort + 1 (any port for the broker: any for HA too)
@@ -146,6 +153,7 @@ class BrokerController:
             await self._start_services()
         except BaseException:
             self.metrics.stop()
+            self._stop_access_validator()
             for server in self.servers:
                 await server.stop()
             self.servers.clear()
@@ -186,8 +194,8 @@ class BrokerController:
         self.store.start()
         self.store.attach_event_loop(self.loop)  # SYNC_FLUSH: this loop answers its group commits
 
-        for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
-                          ClientManageProcessor(self), AdminBrokerProcessor(self), AdminExtProcessor(self)):
+        for processor in (SendMessageProcessor(self), PullMessageProcessor(self), ClientManageProcessor(self),
+                          AdminBrokerProcessor(self), AdminExtProcessor(self), AclProcessor(self)):
             for server in self.servers:
                 processor.register(server)
         for server in self.servers:
@@ -229,10 +237,28 @@ class BrokerController:
             from rmq_core.remoting.aliases import unregister_inproc_alias
             unregister_inproc_alias(self.broker_addr)
         self.servers.clear()
+        self._stop_access_validator()
         self._persist_offsets_now()
         self.store.detach_event_loop()
         await asyncio.to_thread(self.store.shutdown)
         log.info("The broker[%s, %s] shutdown OK", self.broker_config.broker_name, self.broker_addr)
+
+    def _start_access_validator(self) -> None:
+        """aclEnable=true: the validator accessValidator names checks every request of every
+        server (a broker-side request step, before any processor; the native send lane too)."""
+        bc = self.broker_config
+        if not bc.acl_enable:
+            return
+        self.access_validator = get_access_validator_factory(bc.access_validator)(bc)
+        self.request_steps.insert(0, self.access_validator)  # (the access check before any other step)
+        log.info("ACL enabled: access validator %s", bc.access_validator)
+
+    def _stop_access_validator(self) -> None:
+        v, self.access_validator = self.access_validator, None
+        if v is not None:
+            self.request_steps.remove(v)
+            if hasattr(v, "close"):
+                v.close()
 
     def _delivery_services(self) -> tuple:
         """The services that write on their own (delayed and timer deliveries, transaction

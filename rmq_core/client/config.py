@@ -95,6 +95,18 @@ class ClientConfig:
     # this client's own request steps (rmq_core.remoting.RequestStep: an ACL signer...), run on
     # every request it sends after the rmq_client_* hooks
     request_steps: tuple = attrs.field(default=(), converter=lambda v: tuple(v or ()))
+    # ACL (RocketMQ's SessionCredentials + AclClientRPCHook): with both keys, an AclSigner joins
+    # request_steps (last: the signature covers what the other steps added)
+    access_key: str | None = None
+    secret_key: str | None = attrs.field(default=None, repr=False)
+    security_token: str | None = attrs.field(default=None, repr=False)
+
+    def __attrs_post_init__(self):
+        from rmq_core.acl import signer_from
+
+        signer = signer_from(self.access_key, self.secret_key, self.security_token, owner="ClientConfig")
+        if signer is not None:
+            self.request_steps = (*self.request_steps, signer)
 
     @property
     def client_id(self) -> str:
@@ -117,6 +129,9 @@ def make_client_config(owner: str, namesrv, options: dict, own: Callable | None 
         hint = did_you_mean(unknown[0], known | params - {"self", "client_options"})
         raise ConfigError(f"{owner}: unknown setting {unknown[0]!r}{hint}; accepted here besides the "
                           f"{owner} settings: {', '.join(sorted(known))}")
+    from rmq_core.acl import signer_from
+
+    signer_from(options.get("access_key"), options.get("secret_key"), owner=owner)  # (naming the owner)
     return ClientConfig(namesrv=namesrv, **options)
 
 

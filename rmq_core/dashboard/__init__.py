@@ -6,11 +6,22 @@ from __future__ import annotations
 from rmq_core.dashboard.app import DashboardServer
 
 
-def serve(namesrv: str, host: str = "127.0.0.1", port: int = 8080) -> DashboardServer:
-    """A started console for the cluster behind `namesrv` (stop() it when done)."""
+def serve(namesrv: str, host: str = "127.0.0.1", port: int = 8080, *, users_file: str | None = None,
+          access_key: str | None = None, secret_key: str | None = None) -> DashboardServer:
+    """A started console for the cluster behind `namesrv` (stop() it when done): with
+    `users_file`, behind a login (auth.py); with `access_key` / `secret_key`, its admin calls are
+    signed with that ACL account."""
+    from rmq_core.dashboard.auth import read_users
     from rmq_core.dashboard.backend import Backend
 
-    return DashboardServer(Backend.connect(namesrv), host, port).start()
+    users = read_users(users_file) if users_file else None
+    backend = Backend.connect(namesrv, access_key=access_key, secret_key=secret_key)
+    try:
+        server = DashboardServer(backend, host, port, users=users)
+    except BaseException:
+        backend.close()
+        raise
+    return server.start()
 
 
 __all__ = ["DashboardServer", "serve"]

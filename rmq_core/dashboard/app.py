@@ -17,26 +17,40 @@ bad or unknown name, a broker that did not answer - naming what was wrong):
     POST /api/message/resend {topic, id}   send a stored message to its topic again
     GET  /api/dlq?group=G                  the group's dead letters
     POST /api/dlq/resend {group, ids}      send dead letters back to be consumed again
+
+With a users file (`rmq dashboard --users FILE`, auth.py) the console asks for a login:
+
+    POST /api/login  {user, password}      a session cookie (HttpOnly, SameSite=Strict), or 401
+    POST /api/logout                       ends the session
+    GET  /api/session                      {"user": name, "login": true|false}
+
+and every other API call without a live session is answered 401 {"error": ...}; pages redirect to
+/login.html.  Without one, only a loopback address may be served (DashboardServer refuses others).
 """
 from __future__ import annotations
 
 import json
 import logging
 import mimetypes
+import ipaddress
 import os
 import threading
 from http import HTTPStatus
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG
-from rmq_core.errors import IllegalArgumentError, RMQError, one_line
+from rmq_core.dashboard.auth import COOKIE, SESSION_IDLE_SECONDS, Sessions
+from rmq_core.errors import ConfigError, IllegalArgumentError, RMQError, one_line
 from rmq_core.remoting.transport import with_backlog
 
 log = logging.getLogger("rmq.dashboard")
 
 STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
 MAX_BODY = 1 << 20
+# what a browser without a session may load: the login page and what it needs
+PUBLIC_PAGES = frozenset(("login.html", "login.js", "style.css"))
 
 
 class BadRequest(Exception):
@@ -67,8 +81,9 @@ def _int(params: dict, name: str, required: bool = True, default: int | None = N
 class DashboardApp:
     """Routes API calls to `backend` (see backend.Backend) and serves the static pages."""
 
-    def __init__(self, backend):
+    def __init__(self, backend, sessions: Sessions | None = None):
         self.backend = backend
+        self.sessions = sessions  # None: no login (a loopback-only console)
         b = backend
         self.get_routes = {
             "/api/cluster": lambda q: b.cluster(),
@@ -131,24 +146,71 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # through logging, not stderr
         log.debug("%s " + fmt, self.address_string(), *args)
 
-    def _send(self, status: int, payload: bytes, ctype: str) -> None:
+    def _send(self, status: int, payload: bytes, ctype: str, **headers: str) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(payload)))
         self.send_header("Cache-Control", "no-store")
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
         self.end_headers()
         self.wfile.write(payload)
 
-    def _json(self, status: int, obj) -> None:
-        self._send(status, json.dumps(obj, default=str).encode(), "application/json; charset=utf-8")
+    def _json(self, status: int, obj, **headers: str) -> None:
+        self._send(status, json.dumps(obj, default=str).encode(), "application/json; charset=utf-8", **headers)
+
+    # --- the login (only with a users file) ---------------------------------------------------------
+    def _token(self) -> str | None:
+        try:
+            morsel = SimpleCookie(self.headers.get("Cookie") or "").get(COOKIE)
+        except CookieError:
+            return None
+        return morsel.value if morsel is not None else None
+
+    def _user(self) -> str | None:
+        return self.app.sessions.user(self._token())
+
+    def _auth_api(self, method: str, path: str, body) -> bool:
+        """Answer the login calls and refuse an API call without a session; True when answered."""
+        sessions = self.app.sessions
+        if path == "/api/session" and method == "GET":
+            self._json(HTTPStatus.OK, {"user": sessions and self._user(), "login": sessions is not None})
+            return True
+        if sessions is None:
+            if path in ("/api/login", "/api/logout"):
+                self._json(HTTPStatus.NOT_FOUND, {"error": "this console has no login (started without --users)"})
+                return True
+            return False
+        if path == "/api/login" and method == "POST":
+            token = sessions.login(str(body.get("user") or ""), str(body.get("password") or ""))
+            if token is None:
+                log.warning("console login refused for user %r from %s", body.get("user"), self.address_string())
+                self._json(HTTPStatus.UNAUTHORIZED, {"error": "wrong user name or password"})
+            else:
+                self._json(HTTPStatus.OK, {"user": body.get("user")}, Set_Cookie=(
+                    f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={SESSION_IDLE_SECONDS}"))
+            return True
+        if path == "/api/logout" and method == "POST":
+            sessions.logout(self._token())
+            self._json(HTTPStatus.OK, {"user": None}, Set_Cookie=f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+            return True
+        if self._user() is None:
+            self._json(HTTPStatus.UNAUTHORIZED, {"error": "not logged in: POST /api/login first"})
+            return True
+        return False
 
     def do_GET(self):
         url = urlsplit(self.path)
         if url.path.startswith("/api/"):
+            if self._auth_api("GET", url.path, None):
+                return
             status, obj = self.app.handle("GET", url.path, parse_qs(url.query), None)
             self._json(status, obj)
             return
         name = "index.html" if url.path in ("/", "/index.html") else url.path.lstrip("/")
+        if self.app.sessions is not None and name not in PUBLIC_PAGES and self._user() is None:
+            self._send(HTTPStatus.FOUND, b"", "text/plain", Location="/login.html")
+            return
         path = os.path.normpath(os.path.join(STATIC_DIR, name))
         if not path.startswith(STATIC_DIR + os.sep) or not os.path.isfile(path):
             self._json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {url.path}"})
@@ -177,16 +239,36 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as e:
             self._json(HTTPStatus.BAD_REQUEST, {"error": f"bad JSON body: {e}"})
             return
+        if self._auth_api("POST", url.path, body):
+            return
         status, obj = self.app.handle("POST", url.path, {}, body)
         self._json(status, obj)
 
 
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 class DashboardServer:
-    """The console on `host:port` (port 0 picks a free one); `start()` serves in a thread."""
+    """The console on `host:port` (port 0 picks a free one); `start()` serves in a thread.  With
+    `users` (name -> stored hash, auth.read_users) it asks for a login; without, it serves only
+    on a loopback address."""
 
     def __init__(self, backend, host: str = "127.0.0.1", port: int = 8080,
-                 backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG):
-        handler = type("Handler", (_Handler,), {"app": DashboardApp(backend)})
+                 backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG, users: dict[str, str] | None = None):
+        if users is None and not is_loopback(host):
+            raise ConfigError(f"refusing to serve the console on {host} without a login: anyone reaching it could "
+                              "change the cluster; give it a users file (rmq dashboard --users FILE, made by "
+                              "rmq dashboard adduser FILE NAME) or listen on 127.0.0.1")
+        if users is not None and not users:
+            raise ConfigError("the users file names no user: add one with `rmq dashboard adduser FILE NAME`")
+        sessions = Sessions(users) if users is not None else None
+        handler = type("Handler", (_Handler,), {"app": DashboardApp(backend, sessions)})
         self.httpd = with_backlog(ThreadingHTTPServer, backlog)((host, port), handler)
         self.httpd.daemon_threads = True
         self.backend = backend

@@ -54,10 +54,10 @@ class Backend:
         self.namesrv = namesrv
 
     @classmethod
-    def connect(cls, namesrv: str) -> "Backend":
+    def connect(cls, namesrv: str, access_key: str | None = None, secret_key: str | None = None) -> "Backend":
         from rmq_core.admin.client import AdminClient
 
-        return cls(AdminClient(namesrv), namesrv)
+        return cls(AdminClient(namesrv, access_key=access_key, secret_key=secret_key), namesrv)
 
     def close(self) -> None:
         self.admin.close()

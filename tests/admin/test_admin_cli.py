@@ -156,6 +156,16 @@ def test_topic_commands(ns, broker):
 
 
 # --- cluster, broker, name server -------------------------------------------------------------------------
+def test_acl_commands_on_a_broker_without_acl_say_so(ns, broker):
+    for argv in (("getAclConfig", "-b", broker), ("clusterAclConfigVersion", "-c", "DefaultCluster"),
+                 ("updateAclConfig", "-b", broker, "-a", "someone1", "-s", "secret12"),
+                 ("deleteAclConfig", "-b", broker, "-a", "someone1"),
+                 ("updateGlobalWhiteAddr", "-b", broker, "-g", "10.1.1.*")):
+        fails(*argv, ns=ns, needle="ACL is not enabled on broker[broker-a, ")
+    # signing does no harm where nobody checks
+    assert rows("topicList", "--access-key", "someone1", "--secret-key", "secret12", ns=ns)
+
+
 def test_cluster_and_config_commands(ns, broker):
     cl_rows = rows("clusterList", ns=ns)
     assert len(cl_rows) == 1

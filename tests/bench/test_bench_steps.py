@@ -17,7 +17,8 @@ import pytest
 from rmq_core import Message, Producer
 from rmq_core.embedded import Cluster
 from rmq_core.plugins import get_plugin_manager, hookimpl
-from tests.bench.test_bench_trace import N, _round as trace_round  # (the client benches' round)
+from tests.bench.ab import send_round
+from tests.bench.test_bench_trace import BATCH, N  # (the client benches' round)
 
 ROUNDS = 7
 FAST = dict(poll_name_server_interval=5.0, heartbeat_broker_interval=5.0, persist_consumer_offset_interval=1.0)
@@ -79,7 +80,7 @@ def pairs(tmp_path_factory):
 def _round(p, mode):
     """Sends/s of one round of N 128-byte sends (sync, or async BATCH in flight: the trace bench's round)."""
     t0 = time.perf_counter()
-    trace_round(p, mode, TOPIC)
+    send_round(p, mode, TOPIC, N, BATCH)
     return N / (time.perf_counter() - t0)
 
 

@@ -7,12 +7,11 @@ taken turn about (a load drifting between tests hits both), extra_info has both 
 `ratio_traced` (the target: >= 0.9).  Every traced send's record is noted on the caller's path
 (a tuple appended) and leaves in batches from the trace's worker through the inner producer."""
 import itertools
-import statistics
-import time
 
 import pytest
 
 from rmq_core import Message, Producer
+from tests.bench.ab import bench_rounds, interleaved
 from tests.servers import NamesrvAndBroker
 
 N = 1000
@@ -54,22 +53,8 @@ def traced(cluster):
     p.shutdown()
 
 
-def _round(p, mode, topic=None):
-    topic = topic or TOPIC
-    body = b"x" * 128
-    if mode == "sync":
-        for _ in range(N):
-            p.send(Message(topic, body))
-    else:
-        for _ in range(N // BATCH):
-            for f in [p.send_async(Message(topic, body)) for _ in range(BATCH)]:
-                f.result(30)
-
-
 def _bench(benchmark, p, mode):
-    benchmark.group = f"client-trace-{mode}"
-    benchmark.pedantic(_round, args=(p, mode), rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    benchmark.extra_info["records_per_s"] = N / benchmark.stats.stats.median
+    bench_rounds(benchmark, f"client-trace-{mode}", p, mode, TOPIC, N, BATCH, ROUNDS)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -84,16 +69,8 @@ def test_trace_traced(benchmark, traced, mode):
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_trace_interleaved(benchmark, untraced, traced, mode):
-    benchmark.group = f"client-trace-{mode}"
-    times = {"untraced": [], "traced": []}
-
-    def run():
-        for name, p in (("untraced", untraced), ("traced", traced)):
-            t = time.perf_counter()
-            _round(p, mode)
-            times[name].append(time.perf_counter() - t)
-
-    benchmark.pedantic(run, rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    off, on = (N / statistics.median(times[k][1:] or times[k]) for k in ("untraced", "traced"))
+    rates = interleaved(benchmark, f"client-trace-{mode}", {"untraced": untraced, "traced": traced}, mode, TOPIC, N,
+                        BATCH, ROUNDS)
+    off, on = rates["untraced"], rates["traced"]
     benchmark.extra_info.update(untraced_per_s=off, traced_per_s=on, ratio_traced=on / off,
                                 discarded=traced.trace.discarded)

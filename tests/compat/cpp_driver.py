@@ -5,6 +5,10 @@ process, so a crash or hang in the native library cannot take the test runner wi
     python cpp_driver.py consume NAMESRV TOPIC GROUP EXPR MODEL EXPECT SECONDS [orderly]
                                                                  -> one JSON line per message
     python cpp_driver.py pull NAMESRV TOPIC GROUP EXPR          -> one JSON line per message
+
+With CPP_ACCESS_KEY / CPP_SECRET_KEY in the environment every client signs its requests
+(set_session_credentials, RocketMQ ACL).  A produce spec with "catch": true emits a failed send
+as {"i": i, "error": "..."} and goes on instead of exiting; a pull that fails emits {"error": ...}.
 """
 import json
 import os
@@ -42,11 +46,18 @@ def _msg_json(m):
             "props": props}
 
 
+def _credentials(client):
+    ak, sk = os.environ.get("CPP_ACCESS_KEY"), os.environ.get("CPP_SECRET_KEY")
+    if ak is not None:
+        client.set_session_credentials(ak, sk or "", "")
+
+
 def produce(namesrv, topic, spec):
     from rocketmq.client import Message, Producer
 
     p = Producer(spec.get("group", "PID_COMPAT"), compress_level=spec.get("compress_level", 5))
     p.set_namesrv_addr(namesrv)
+    _credentials(p)
     p.start()
     try:
         for i, item in enumerate(spec["messages"]):
@@ -61,6 +72,14 @@ def produce(namesrv, topic, spec):
             if item.get("delay"):
                 m.set_delay_time_level(item["delay"])
             mode = item.get("mode", "sync")
+            if spec.get("catch"):
+                try:
+                    r = p.send_sync(m)
+                except Exception as e:
+                    emit({"i": i, "error": f"{type(e).__name__}: {e}"})
+                    continue
+                emit({"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
+                continue
             if mode == "sync":
                 r = p.send_sync(m)
                 out = {"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset}
@@ -85,6 +104,7 @@ def consume(namesrv, topic, group, expr, model, expect, seconds, orderly=False):
     c = PushConsumer(group, orderly=orderly,
                      message_model=MessageModel.BROADCASTING if model == "BROADCASTING" else MessageModel.CLUSTERING)
     c.set_namesrv_addr(namesrv)
+    _credentials(c)
 
     def cb(msg):
         with lock:
@@ -115,10 +135,13 @@ def pull(namesrv, topic, group, expr):
 
     c = PullConsumer(group)
     c.set_namesrv_addr(namesrv)
+    _credentials(c)
     c.start()
     try:
         for m in c.pull(topic, expr, max_num=32):
             emit(_msg_json(m))
+    except Exception as e:
+        emit({"error": f"{type(e).__name__}: {e}"})
     finally:
         c.shutdown()
 

@@ -58,7 +58,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def _load() -> None:
-    from rmq_core.admin.commands import cluster, consumer, dlq, message, topic  # noqa: F401 (they register)
+    from rmq_core.admin.commands import acl, cluster, consumer, dlq, message, topic  # noqa: F401 (they register)
 
 
 def add_parsers(sub) -> None:
@@ -72,6 +72,7 @@ def add_parsers(sub) -> None:
                         help="name server address(es) 'host:port;host:port' (default: $NAMESRV_ADDR)")
     common.add_argument("--json", action="store_true", help="print the rows as a JSON array of objects")
     common.add_argument("--timeout", type=float, default=5.0, help="seconds per request (default 5)")
+    add_credential_flags(common)
     nested = {}  # "dlq list" -> a `dlq` command with its own sub-commands
     for name in sorted(COMMANDS, key=str.lower):
         c = COMMANDS[name]
@@ -101,7 +102,8 @@ def main(args) -> int:
     admin = None
     try:
         if cmd.needs_admin:
-            admin = AdminClient(args.namesrv, timeout=args.timeout)
+            access_key, secret_key = credentials(args)
+            admin = AdminClient(args.namesrv, timeout=args.timeout, access_key=access_key, secret_key=secret_key)
         rc = cmd.run(admin, args, out)
         out.finish()
         return rc or 0
@@ -122,6 +124,25 @@ def main(args) -> int:
     finally:
         if admin is not None:
             admin.close()
+
+
+def add_credential_flags(parser) -> None:
+    """--access-key / --secret-key, resolved by credentials() (`rmq admin`, `rmq dashboard`)."""
+    parser.add_argument("--access-key", dest="access_key", default=None,
+                        help="ACL account to sign with (default: $RMQ_ACCESS_KEY, else $ROCKETMQ_HOME/conf/tools.yml)")
+    parser.add_argument("--secret-key", dest="secret_key", default=None,
+                        help="its secret key (default: $RMQ_SECRET_KEY, else $ROCKETMQ_HOME/conf/tools.yml)")
+
+
+def credentials(args) -> tuple[str | None, str | None]:
+    """The account a command signs with: --access-key/--secret-key, else RMQ_ACCESS_KEY /
+    RMQ_SECRET_KEY, else mqadmin's $ROCKETMQ_HOME/conf/tools.yml; (None, None) for unsigned."""
+    if getattr(args, "access_key", None) or getattr(args, "secret_key", None):
+        return args.access_key, args.secret_key
+    from rmq_core.acl import tools_credentials
+
+    return tools_credentials()
+
 
 
 # --- value parsing shared by the commands ------------------------------------------------------------

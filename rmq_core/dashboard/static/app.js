@@ -27,6 +27,10 @@ function showNotice(msg) { const e = $("#notice"); e.textContent = msg; e.hidden
 async function api(path, body) {
   const opts = body === undefined ? {} : {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)};
   const r = await fetch(path, opts);
+  if (r.status === 401) {  // no session (a login console): to the login page
+    location.replace("/login.html");
+    throw new Error("not logged in");
+  }
   const data = await r.json();
   if (!r.ok) throw new Error(data.error || `${r.status} ${r.statusText}`);
   return data;
@@ -358,3 +362,15 @@ window.addEventListener("hashchange", route);
 route();
 // the cluster page follows the brokers' rates (every 10 s, while it is the page shown)
 setInterval(() => { if (currentPage === "cluster" && !document.body.dataset.loading) pageCluster().catch(e => showError(e.message)); }, 10000);
+
+// With a login (rmq dashboard --users): who is logged in, and a way out.
+(async () => {
+  const s = await api("/api/session");
+  if (!s.login) return;
+  $("#session-user").textContent = s.user;
+  $("#session").hidden = false;
+  $("#logout").addEventListener("click", async () => {
+    await api("/api/logout", {});
+    location.replace("/login.html");
+  });
+})().catch(e => showError(e.message));

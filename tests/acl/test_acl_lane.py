@@ -1,0 +1,55 @@
+"""A signed plain send takes the broker's native send lane with ACL on: the access validator runs
+as the lane's request step (the lane skips the ACL fields), answers come from the lane, and a
+refusal is answered in the lane's place with its remark, nothing stored."""
+from rmq_core.acl import SigningKey
+from rmq_core.embedded import Cluster
+from rmq_core.remoting.codes import ResponseCode
+from rmq_core.remoting.command import RemotingCommand
+from tests.broker.conftest import SMALL
+from tests.broker.test_send_lane import V2, RawSocket, frame, lane_of, v2_fields
+
+KEY = SigningKey("12345678")
+
+
+def signed(topic, body, opaque, secret=KEY, **extra):
+    ext = {**v2_fields(topic), "AccessKey": "RocketMQ", **extra}
+    ext["Signature"] = secret.sign(ext, body)
+    return frame(V2, ext, body, opaque=opaque)
+
+
+def test_signed_sends_take_the_lane_and_refusals_are_answered(tmp_path):
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: RocketMQ\n    secretKey: '12345678'\n"
+                   "    defaultTopicPerm: DENY\n    topicPerms: [TopicLane=PUB, TopicDenied=DENY]\n")
+    c = Cluster(str(tmp_path / "store"), SMALL, acl_enable=True, plain_acl_file=str(acl))
+    c.start()
+    s = RawSocket(c.broker_addr)
+    try:
+        s.send(signed("TopicLane", b"first", 1))  # (auto-creates the topic: the general path)
+        assert RemotingCommand.decode(s.recv_frame()).code == ResponseCode.SUCCESS
+        s.send(signed("TopicLane", b"second", 2))
+        assert RemotingCommand.decode(s.recv_frame()).code == ResponseCode.SUCCESS
+        lane = lane_of(c, s)
+        before = lane.handled
+        s.send(b"".join(signed("TopicLane", f"m{i}".encode(), 10 + i, OnsChannel="") for i in range(20)))
+        answers = s.answers(20)
+        assert all(RemotingCommand.decode(a).code == ResponseCode.SUCCESS for a in answers.values())
+        assert lane.handled - before == 20  # all answered by the lane
+
+        refusals = [
+            (frame(V2, v2_fields("TopicLane"), b"unsigned", opaque=40), "No accessKey is configured"),
+            (signed("TopicLane", b"forged", 41, secret=SigningKey("not-the-secret")),
+             "Check signature failed for accessKey=RocketMQ"),
+            (signed("TopicDenied", b"denied", 42), "No default permission for topic=TopicDenied"),
+        ]
+        s.send(b"".join(f for f, _ in refusals))
+        answers = {k: RemotingCommand.decode(v) for k, v in s.answers(3).items()}
+        for opaque, (_, remark) in zip((40, 41, 42), refusals):
+            assert answers[opaque].code == ResponseCode.SYSTEM_ERROR and remark in answers[opaque].remark
+        s.send(signed("TopicLane", b"after", 50))  # the connection serves on
+        assert RemotingCommand.decode(s.recv_frame()).code == ResponseCode.SUCCESS
+        store = c.broker.store
+        assert sum(store.get_max_offset_in_queue("TopicLane", q) for q in range(8)) == 23  # no refused one
+    finally:
+        s.close()
+        c.stop()

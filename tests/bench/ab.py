@@ -1,0 +1,44 @@
+"""Sends/s of two producers that differ in one setting (traced or not, signed for ACL or not),
+measured in the same run: rounds of sync sends one at a time or async sends with many in flight,
+and both producers' rounds taken turn about (a load drifting between tests hits both)."""
+from __future__ import annotations
+
+import statistics
+import time
+
+from rmq_core import Message
+
+
+def send_round(p, mode: str, topic: str, n: int, in_flight: int, size: int = 128) -> None:
+    """`n` sends of `size` bytes: sync one at a time, or async in rounds of `in_flight`."""
+    body = b"x" * size
+    if mode == "sync":
+        for _ in range(n):
+            p.send(Message(topic, body))
+    else:
+        for _ in range(n // in_flight):
+            for f in [p.send_async(Message(topic, body)) for _ in range(in_flight)]:
+                f.result(30)
+
+
+def bench_rounds(benchmark, group: str, p, mode: str, topic: str, n: int, in_flight: int, rounds: int) -> None:
+    benchmark.group = group
+    benchmark.pedantic(send_round, args=(p, mode, topic, n, in_flight), rounds=rounds, iterations=1, warmup_rounds=1)
+    benchmark.extra_info["records_per_s"] = n / benchmark.stats.stats.median
+
+
+def interleaved(benchmark, group: str, producers: dict, mode: str, topic: str, n: int, in_flight: int,
+                rounds: int) -> dict[str, float]:
+    """Rounds of each producer in turn; returns each one's sends/s (the median round, the first
+    dropped as a warm-up)."""
+    benchmark.group = group
+    times: dict[str, list[float]] = {name: [] for name in producers}
+
+    def run():
+        for name, p in producers.items():
+            t = time.perf_counter()
+            send_round(p, mode, topic, n, in_flight)
+            times[name].append(time.perf_counter() - t)
+
+    benchmark.pedantic(run, rounds=rounds, iterations=1, warmup_rounds=1)
+    return {name: n / statistics.median(t[1:] or t) for name, t in times.items()}
