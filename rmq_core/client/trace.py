@@ -330,16 +330,17 @@ class TraceDispatcher:
         begin, ...) and SendResult (the producer's PipelinedCompletion offers its own natively)."""
         self.buffer.offer_pub(context, result)
 
-    def on_send_batch(self, msgs: list, result, begin: float, store_host: str | None = None) -> None:
+    def on_send_batch(self, msgs: list, msg_ids: list, offset_ids: str | None, region: str | None, status,
+                      begin: float, store_host: str | None = None) -> None:
         """A batch answered (send_batch, auto_batch): a Pub record per message, each found by its
-        own id.  (RocketMQ 4.9 writes one record for the whole batch under the comma-joined ids,
-        which no lookup by one message's id finds.)  store_host: where it went (default: the
-        broker that the answer's offset id names)."""
-        offset_ids = result.offset_msg_id.split(",") if result.offset_msg_id else []
+        own id (msg_ids, in the batch's order) and offset id (the answer's comma-joined ones).
+        (RocketMQ 4.9 writes one record for the whole batch under the comma-joined ids, which no
+        lookup by one message's id finds.)  store_host: where it went (default: the broker the
+        first offset id names)."""
+        offsets = offset_ids.split(",") if offset_ids else []
         if store_host is None:
-            store_host = _store_host_of(offset_ids[0]) if offset_ids else ""
-        self.buffer.offer_batch(msgs, result.msg_id.split(","), offset_ids, result.region_id or "", store_host,
-                                begin, result.status is SendStatus.SEND_OK)
+            store_host = _store_host_of(offsets[0]) if offsets else ""
+        self.buffer.offer_batch(msgs, msg_ids, offsets, region or "", store_host, begin, status is SendStatus.SEND_OK)
 
     def on_end_transaction(self, msg, msg_id: str, store_host: str, transaction_id: str | None, state: str,
                            from_check: bool) -> None:
