@@ -57,7 +57,11 @@ class RemotingError(RMQError):
 
 
 class RemotingConnectError(RemotingError):
-    pass
+    @classmethod
+    def connecting(cls, addr: str, error: OSError) -> "RemotingConnectError":
+        """The one wording of a failed connect, whichever path made it: the socket error's text
+        without its errno ("Connection refused", not "[Errno 111] Connection refused")."""
+        return cls(f"connect to {addr} failed: {error.strerror or error}")
 
 
 class RemotingTimeoutError(RemotingError, TimeoutError):

@@ -27,7 +27,7 @@ class TcpTransport:
         except asyncio.TimeoutError:
             raise RemotingConnectError(f"connect to {address} timed out after {timeout:g}s") from None
         except OSError as e:
-            raise RemotingConnectError(f"connect to {address} failed: {e.strerror or e}") from None
+            raise RemotingConnectError.connecting(address, e) from None
         return channel
 
     def connect_pipelined(self, address: str, *, read_frames, from_command=None, intercept=None,

@@ -5,19 +5,23 @@
        msgType ordinal, offsetMsgId, success
   fields joined by \\x01, the record closed by \\x02; a null Java string is written "null".
 
-- TraceBuffer: the bounded buffer the trace hooks append to (AsyncTraceDispatcher's
-  traceContextQueue): send notes (PipelinedCompletion offers each answered send without a Python
-  frame) and consume notes; a full buffer drops the note and counts it;
-- pub_record: the one writer of a Pub record (rmq_core.client.trace.encode uses it too);
-- write_pubs: a traced producer's send notes, one after another, as Pub records into a trace
-  message's batch (the dispatcher's usual work, one record per traced send).
+- TraceBuffer: where the trace hooks write (AsyncTraceDispatcher's traceContextQueue and
+  TraceDataSegment in one): each answered send is written at once as its Pub record into the
+  current segment (PipelinedCompletion offers it without a Python frame) - a few hundred bytes,
+  no object kept, so a traced producer leaves the garbage collector nothing to walk; a segment
+  full (~118 KB or its keys near the property limit) waits in `ready` for the dispatcher's
+  worker, which is woken then and otherwise polls.  Consume and end-transaction notes wait as
+  tuples in `notes` (the worker writes their records with add()).  At most `capacity` records
+  and notes wait; beyond, one is dropped and counted in `discarded`;
+- pub_record: the one writer of a Pub record (rmq_core.client.trace.encode uses it too).
 
-Plain values in and out: a send note is (the send's context tuple (message, uniq, mode, queue,
-store host, timeout, begin, ...), its SendResult, end) - write_pubs reads their attributes, keeps
-nothing.
+Plain values in: a send's context tuple (message, uniq, mode, queue, store host, timeout,
+begin, ...) and its SendResult are read, nothing of them kept.
 """
 from collections import deque
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy
 
@@ -27,17 +31,55 @@ from clock cimport monotonic as _monotonic
 
 
 @cython.final
-cdef class TraceBuffer:
-    """Notes waiting for the trace dispatcher's worker: `pubs` (send notes) and `notes` (the
-    others), at most `capacity` in all; beyond, a note is dropped and counted in `discarded`.
-    wake() is called when they reach half the capacity (the worker drains them at once)."""
+cdef class TraceSegment:
+    """The records of one trace message (TraceDataSegment): `size` bytes of UTF-8 records in
+    `body` (allocated for a whole segment at once: a record is written in place, no resize),
+    `key_bytes` bytes of the keys that index them (each traced message's id and keys, space
+    separated), how many records, and when the first came (monotonic)."""
 
-    def __init__(self, Py_ssize_t capacity, wake):
-        self.pubs = deque()
+    def __init__(self, Py_ssize_t room=0):
+        self.body = bytearray(room)
+        self.key_buf = bytearray(room // 4)
+
+    cdef inline bint full(self, Py_ssize_t max_size, Py_ssize_t max_key_bytes):
+        return self.size >= max_size or self.key_bytes >= max_key_bytes
+
+    @property
+    def data(self):
+        """The records: the trace message's body."""
+        return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(self.body), self.size)
+
+    @property
+    def keys(self):
+        """The keys that index the records, each once, in order (the trace message's KEYS)."""
+        text = PyUnicode_DecodeUTF8(PyByteArray_AS_STRING(self.key_buf), self.key_bytes, NULL)
+        return [k for k in dict.fromkeys(text.split(" ")) if k]
+
+
+@cython.final
+cdef class TraceBuffer:
+    """The trace records and notes of one traced client waiting for its dispatcher's worker.
+
+    group, trace_topic: the client's and where its traces go (a send to the trace topic itself is
+    not traced); epoch_offset: wall clock minus monotonic (records carry epoch ms); ok_status:
+    SendStatus.SEND_OK; message_type_of(message): the Pub msgType ordinal of a message with
+    properties or a delay level (the others are normal, 0); max_size / max_key_bytes: a
+    segment's limits; wake(): called when a segment fills or half the capacity waits."""
+
+    def __init__(self, Py_ssize_t capacity, wake, str group, str trace_topic, double epoch_offset, ok_status,
+                 message_type_of, Py_ssize_t max_size, Py_ssize_t max_key_bytes):
+        self.ready = deque()
         self.notes = deque()
         self.capacity = capacity
         self._wake = wake
-        self.discarded = 0
+        self._group, self._trace_topic = group, trace_topic
+        self._epoch_offset = epoch_offset
+        self._ok_status, self._message_type_of = ok_status, message_type_of
+        self._max_size, self._max_key_bytes = max_size, max_key_bytes
+        self._current = self._new_segment()
+
+    cdef inline TraceSegment _new_segment(self):
+        return TraceSegment(self._max_size + 8192)
 
     @property
     def capacity(self):
@@ -49,33 +91,137 @@ cdef class TraceBuffer:
         self._wake_at = n // 2
 
     def __len__(self):
-        return len(self.pubs) + len(self.notes)
+        """Records and notes waiting (not yet taken by the worker)."""
+        return self._pending
+
+    cdef inline bint _own(self, str topic) except -1:
+        """A message of the trace topic (its own sends are not traced)."""
+        return PyUnicode_Tailmatch(topic, self._trace_topic, 0, len(topic), -1) == 1
+
+    cdef inline bint _full(self):
+        if self._pending >= self._capacity:
+            self.discarded += 1
+            return True
+        return False
+
+    cdef int _written(self) except -1:
+        """A record went into the current segment: a full segment goes to `ready` (and the worker
+        is woken)."""
+        cdef TraceSegment seg = self._current
+        self._pending += 1
+        seg.count += 1
+        if seg.count == 1:
+            seg.first = _monotonic()
+        if seg.full(self._max_size, self._max_key_bytes):
+            self.ready.append(seg)
+            self._current = self._new_segment()
+            self._wake()
+        elif self._pending == self._wake_at:
+            self._wake()
+        return 0
+
+    cdef int _keys(self, str msg_id, keys) except -1:
+        """A record's index keys (its message id, the message's keys) after the segment's (the
+        keys are made unique when the segment is sent)."""
+        cdef TraceSegment seg = self._current
+        cdef const char* p
+        cdef Py_ssize_t n
+        cdef char* dst
+        _field(msg_id, &p, &n)
+        dst = _room(seg.key_buf, seg.key_bytes, n + 1)
+        memcpy(dst, p, n)
+        dst[n] = 32
+        seg.key_bytes += n + 1
+        if keys:
+            _field(keys, &p, &n)
+            dst = _room(seg.key_buf, seg.key_bytes, n + 1)
+            memcpy(dst, p, n)
+            dst[n] = 32
+            seg.key_bytes += n + 1
+        return 0
+
+    cdef int _pub(self, msg, str msg_id, str offset_msg_id, str region, str store_host, double begin, double end,
+                  bint success) except -1:
+        cdef int msg_type = self._message_type_of(msg) if (msg.properties or msg.delay_time_level) else 0
+        keys = msg.keys
+        self._current.size += _write_pub(
+            self._current.body, self._current.size, <int64_t>((begin + self._epoch_offset) * 1000.0), region, self._group, msg.topic,
+            msg_id, msg.tags, keys, store_host, len(msg.body), <int64_t>((end - begin) * 1000.0), msg_type,
+            offset_msg_id, success)
+        self._keys(msg_id, keys)
+        return self._written()
 
     cpdef bint offer_pub(self, tuple context, result) except -1:
-        """An answered send (its context and SendResult): noted with its end time."""
-        cdef Py_ssize_t n = len(self.pubs) + len(self.notes)
-        if n >= self._capacity:
-            self.discarded += 1
+        """An answered send (SendMessageTraceHookImpl.sendMessageAfter): its context and SendResult
+        written as a Pub record; False when dropped (full) or not traced (the trace topic's own)."""
+        msg = context[0]
+        if self._own(msg.topic) or self._full():
             return False
-        self.pubs.append((context, result, _monotonic()))
-        if n == self._wake_at:
+        self._pub(msg, result.msg_id, result.offset_msg_id, result.region_id or "", context[4], context[6],
+                  _monotonic(), result.status is self._ok_status)
+        return True
+
+    def offer_batch(self, list msgs, list msg_ids, list offset_ids, str region, str store_host, double begin,
+                    bint success):
+        """An answered batch: a Pub record per message (its own id, tags, keys and body, the
+        batch's store host, cost and status); returns how many were written."""
+        cdef Py_ssize_t i, n = min(len(msgs), len(msg_ids)), n_ids = len(offset_ids), written = 0
+        cdef double end = _monotonic()
+        for i in range(n):
+            msg = msgs[i]
+            if self._own(msg.topic) or self._full():
+                continue
+            self._pub(msg, msg_ids[i], offset_ids[i] if i < n_ids else "", region, store_host, begin, end, success)
+            written += 1
+        return written
+
+    def offer(self, tuple note):
+        """Another hook's note, for the worker; False when dropped."""
+        if self._full():
+            return False
+        self.notes.append(note)
+        self._pending += 1
+        if self._pending == self._wake_at:
             self._wake()
         return True
 
-    def offer(self, tuple note):
-        """Another hook's note."""
-        cdef Py_ssize_t n = len(self.pubs) + len(self.notes)
-        if n >= self._capacity:
-            self.discarded += 1
-            return False
-        self.notes.append(note)
-        if n == self._wake_at:
-            self._wake()
-        return True
+    def take_note(self):
+        """The oldest note (the worker's; IndexError when none)."""
+        note = self.notes.popleft()
+        self._pending -= 1
+        return note
+
+    def add(self, str record, str msg_id, keys):
+        """A record the worker wrote from a note, into the current segment."""
+        cdef TraceSegment seg = self._current
+        cdef const char* p
+        cdef Py_ssize_t n
+        _field(record, &p, &n)
+        memcpy(_room(seg.body, seg.size, n), p, n)
+        seg.size += n
+        self._keys(msg_id, keys)
+        self._written()
+
+    def take(self, double threshold, bint force):
+        """The segments to send now: the full ones, and the current one when it has records and
+        waited `threshold` seconds (or `force`)."""
+        cdef list out = []
+        cdef TraceSegment seg
+        while self.ready:
+            seg = self.ready.popleft()
+            self._pending -= seg.count
+            out.append(seg)
+        seg = self._current
+        if seg.count and (force or _monotonic() - seg.first >= threshold):
+            self._pending -= seg.count
+            out.append(seg)
+            self._current = self._new_segment()
+        return out
 
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    Py_ssize_t PyUnicode_Tailmatch(object s, object substr, Py_ssize_t start, Py_ssize_t end, int direction) except -1
 
 
 cdef inline Py_ssize_t _digits(char* buf, int64_t v) noexcept:
@@ -104,14 +250,22 @@ cdef inline int _field(value, const char** p, Py_ssize_t* n) except -1:
     return 0
 
 
-cdef Py_ssize_t _write_pub(bytearray out, int64_t timestamp, str region, str group, str topic, str msg_id, tags, keys,
+cdef char* _room(bytearray out, Py_ssize_t pos, Py_ssize_t n) except NULL:
+    """Where `n` bytes go at `pos` of `out`, grown (doubling) when they would not fit."""
+    cdef Py_ssize_t have = PyByteArray_GET_SIZE(out)
+    if pos + n > have:
+        PyByteArray_Resize(out, max(pos + n, 2 * have))
+    return PyByteArray_AS_STRING(out) + pos
+
+
+cdef Py_ssize_t _write_pub(bytearray out, Py_ssize_t pos, int64_t timestamp, str region, str group, str topic, str msg_id, tags, keys,
                            str store_host, int64_t body_length, int64_t cost, int64_t msg_type, str offset_msg_id,
                            bint success) except -1:
-    """A Pub record's UTF-8 bytes appended to `out` in one resize; returns how many."""
+    """A Pub record's UTF-8 bytes written at `pos` of `out` (grown if need be); returns how many."""
     cdef const char* p[14]
     cdef Py_ssize_t n[14]
     cdef char nums[4][24]
-    cdef Py_ssize_t i, total = 0, pos
+    cdef Py_ssize_t i, total = 0
     cdef char* dst
     cdef int64_t ints[4]
     # the fields in TraceDataEncoder's order: Pub, timestamp, region, group, topic, msgId, tags,
@@ -140,9 +294,7 @@ cdef Py_ssize_t _write_pub(bytearray out, int64_t timestamp, str region, str gro
         p[13], n[13] = b"false", 5
     for i in range(14):
         total += n[i] + 1  # (each field closed by \x01, the last by \x02)
-    pos = PyByteArray_GET_SIZE(out)
-    PyByteArray_Resize(out, pos + total)
-    dst = PyByteArray_AS_STRING(out) + pos
+    dst = _room(out, pos, total)
     for i in range(14):
         memcpy(dst, p[i], n[i])
         dst += n[i]
@@ -154,42 +306,6 @@ cdef Py_ssize_t _write_pub(bytearray out, int64_t timestamp, str region, str gro
 cpdef str pub_record(int64_t timestamp, str region, str group, str topic, str msg_id, tags, keys, str store_host,
                      Py_ssize_t body_length, int64_t cost, int msg_type, str offset_msg_id, bint success):
     cdef bytearray out = bytearray()
-    _write_pub(out, timestamp, region, group, topic, msg_id, tags, keys, store_host, body_length, cost, msg_type,
-               offset_msg_id, success)
-    return out.decode("utf-8")
-
-
-def write_pubs(pubs, str group, double epoch_offset, str trace_topic, bytearray body, dict keys,
-               Py_ssize_t size, Py_ssize_t key_bytes, Py_ssize_t max_size, Py_ssize_t max_key_bytes, ok_status,
-               message_type_of):
-    """The send notes of the deque `pubs` (taken while the batch has room) as records appended
-    to `body` (UTF-8), their message ids and keys to `keys` (each once); a message of the trace
-    topic itself is skipped.  Returns the batch's new (size, key bytes).  message_type_of(message): the
-    type ordinal of a message with properties or a delay level (the others are normal, 0)."""
-    cdef double begin, end
-    cdef str msg_id, k
-    cdef int msg_type
-    cdef tuple note, context
-    while pubs:
-        note = pubs.popleft()
-        context = note[0]
-        msg, result, addr, begin, end = context[0], note[1], context[4], context[6], note[2]
-        topic = msg.topic
-        if not topic.startswith(trace_topic):
-            msg_id = result.msg_id
-            msg_keys = msg.keys
-            msg_type = message_type_of(msg) if (msg.properties or msg.delay_time_level) else 0
-            size += _write_pub(body, <int64_t>((begin + epoch_offset) * 1000.0), result.region_id or "", group, topic,
-                               msg_id, msg.tags, msg_keys, addr, len(msg.body), <int64_t>((end - begin) * 1000.0),
-                               msg_type, result.offset_msg_id, result.status is ok_status)
-            if msg_id not in keys:
-                keys[msg_id] = None
-                key_bytes += len(msg_id) + 1
-            if msg_keys:
-                for k in msg_keys.split(" "):
-                    if k and k not in keys:
-                        keys[k] = None
-                        key_bytes += len(k) + 1
-        if size >= max_size or key_bytes >= max_key_bytes:
-            break
-    return size, key_bytes
+    cdef Py_ssize_t n = _write_pub(out, 0, timestamp, region, group, topic, msg_id, tags, keys, store_host, body_length,
+                                   cost, msg_type, offset_msg_id, success)
+    return PyUnicode_DecodeUTF8(PyByteArray_AS_STRING(out), n, NULL)

@@ -844,17 +844,21 @@ class AdminClient:
                 break
         return out
 
-    def consume_message_directly(self, group: str, client_id: str, msg_id: str, topic: str | None = None) -> dict:
+    def consume_message_directly(self, group: str, client_id: str | None, msg_id: str,
+                                 topic: str | None = None) -> dict:
         """CONSUME_MESSAGE_DIRECTLY: the message (found as view_message finds it) handed to one live
-        consumer of `group` for its listener, through the broker that stores it; the consumer's
-        ConsumeMessageDirectlyResult ({order, autoCommit, consumeResult, remark, spentTimeMills})."""
+        consumer of `group` (client_id, or the first that consumerConnection lists) for its
+        listener, through the broker that stores it; the consumer's ConsumeMessageDirectlyResult
+        ({order, autoCommit, consumeResult, remark, spentTimeMills}) and "clientId"."""
+        if client_id is None:
+            client_id = self.consumer_connection(group).connections[0].client_id
         msg = self.view_message(msg_id, topic)
         host, port, _ = decode_offset_msg_id(msg.offset_msg_id)
         addr = f"{host}:{port}"
         r = self._call(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY,
                        {"consumerGroup": group, "clientId": client_id, "msgId": msg.offset_msg_id, "topic": msg.topic},
                        what=f"consume message {msg_id} directly in {group} <{client_id}>", timeout=max(self.timeout, 15.0))
-        return json.loads(r.body or b"{}")
+        return {**json.loads(r.body or b"{}"), "clientId": client_id}
 
     def _named(self, msg, addr: str):
         try:

@@ -35,7 +35,7 @@ class _Gathering:
 
     def __init__(self, key):
         self.key = key
-        self.items: list[tuple] = []  # (encoded batch item, uniq, future, timeout)
+        self.items: list[tuple] = []  # (encoded batch item, uniq, future, timeout, message)
         self.size = 0
         self.inflight = 0
         self.channel = None  # the connection of the latest request (None: not written yet)
@@ -109,7 +109,7 @@ class PipelinedAccumulator:
             g = self._gatherings.get(key)
             if g is None:
                 g = self._gatherings[key] = _Gathering(key)
-            g.items.append((item, uniq, fut, timeout))
+            g.items.append((item, uniq, fut, timeout, msg))
             g.size += len(item)
             if g.size < self.batch_max_bytes and len(g.items) < self.max_batch_count:
                 fut.accumulator, fut.gathering = self, g
@@ -162,19 +162,23 @@ class PipelinedAccumulator:
         """One request of `batch` (outside the lock; the answer comes to _answered)."""
         body = batch[0][0] if len(batch) == 1 else b"".join([it[0] for it in batch])
         timeout = min(it[3] for it in batch)
-        g.channel = self.producer._write_batch(g.key[0], g.key[1], body, timeout, self._answered, (g, batch),
-                                               [it[2] for it in batch])
+        g.channel = self.producer._write_batch(g.key[0], g.key[1], body, timeout, self._answered,
+                                               (g, batch, time.monotonic()), [it[2] for it in batch])
 
     def _answered(self, context: tuple, status, queue, base: int, offset_ids: str | None, region: str | None,
                   error: BaseException | None) -> None:
         """A request's outcome (from the reader thread, a waiting caller's or the sender's): every message of it finished, then the next gathered request of the
         topic sent."""
-        g, batch = context
+        g, batch, begin = context
         if error is not None:
-            for _, _, fut, _ in batch:
-                fut.finish(None, error)
+            for it in batch:
+                it[2].finish(None, error)
         else:  # natively: a SendResult per message (msg_id its UNIQ_KEY, offset base + index)
             finish_batch(self.producer._results_maker, batch, status, queue, base, offset_ids, region)
+            trace = self.producer.trace
+            if trace is not None:  # a Pub record per message
+                trace.on_send_batch([it[4] for it in batch], [it[1] for it in batch], offset_ids, region, status,
+                                    begin)
         with self._lock:
             g.inflight -= 1
             nxt = self._take(g) if g.items else None
@@ -253,5 +257,5 @@ class PipelinedAccumulator:
                 if g.deadline:
                     g.deadline = 0.0
                     self._lingering -= 1
-        for _, _, fut, _ in waiting:
+        for _, _, fut, *_ in waiting:
             fut.finish(None, error)

@@ -440,8 +440,8 @@ class Producer:
                 # (send hooks run around each attempt of a SendAttempts, on the same connection)
                 self._native_first = not self._hooks
                 self._pipelined_sender = self._make_pipelined_sender()
-                # (with send hooks or a trace each message goes alone: each gets its own record)
-                if self.auto_batch and not self._hooks and self.trace is None:
+                # (with send hooks each message goes alone: each gets its own hook calls)
+                if self.auto_batch and not self._hooks:
                     self._batch_accumulator = PipelinedAccumulator(self, batch_max_bytes=self.batch_max_bytes)
                 if self.trace is not None:
                     self.trace.start(self.instance)
@@ -588,18 +588,35 @@ class Producer:
         result.msg_id is the comma-joined UNIQ_KEYs (as Java)."""
         self._check_may_wait()
         t = timeout or self.send_msg_timeout
-        encoded = self._encode_batch(list(msgs))
-        return self._wait(self._submit(encoded[3], CommunicationMode.SYNC, t, queue, batch=encoded), t)
+        msgs = list(msgs)
+        encoded = self._encode_batch(msgs)
+        begin = time.monotonic()
+        result = self._wait(self._submit(encoded[3], CommunicationMode.SYNC, t, queue, batch=encoded), t)
+        if self.trace is not None:  # a Pub record per message
+            self.trace.on_send_batch(msgs, encoded[1].split(","), result.offset_msg_id, result.region_id,
+                                     result.status, begin)
+        return result
 
     def send_batch_async(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
                          timeout: float | None = None) -> concurrent.futures.Future:
         self._check_started()
+        msgs = list(msgs)
         try:
-            encoded = self._encode_batch(list(msgs))
+            encoded = self._encode_batch(msgs)
         except Exception as e:  # noqa: BLE001 - a bad batch fails its Future, as any other send error
             return self._failed_future(e)
-        return self._submit(encoded[3], CommunicationMode.ASYNC, timeout or self.send_msg_timeout, queue,
-                            batch=encoded)
+        begin = time.monotonic()
+        fut = self._submit(encoded[3], CommunicationMode.ASYNC, timeout or self.send_msg_timeout, queue,
+                           batch=encoded)
+        if self.trace is not None:  # a Pub record per message, once answered
+            trace, ids = self.trace, encoded[1].split(",")
+
+            def traced(f) -> None:
+                if not f.cancelled() and f.exception() is None:
+                    r = f.result()
+                    trace.on_send_batch(msgs, ids, r.offset_msg_id, r.region_id, r.status, begin)
+            fut.add_done_callback(traced)
+        return fut
 
     async def send_aio(self, msg: Message, **kw) -> SendResult:
         """Await a send from your own asyncio loop."""

@@ -19,7 +19,6 @@ written "null":
 """
 from __future__ import annotations
 
-import collections
 import enum
 import logging
 import threading
@@ -28,21 +27,23 @@ from typing import Iterable
 
 import attrs
 
-from rmq_core._native.trace import TraceBuffer, pub_record, write_pubs
-from rmq_core.errors import ConfigError
-from rmq_core.message import Message, MessageClientIDSetter, MessageConst, SendStatus, TopicValidator
+from rmq_core._native.trace import TraceBuffer, pub_record
+from rmq_core.errors import ConfigError, IllegalArgumentError
+from rmq_core.message import (Message, MessageClientIDSetter, MessageConst, SendStatus, TopicValidator,
+                              decode_offset_msg_id)
 
 log = logging.getLogger("rmq.client.trace")
 
 CONTENT_SPLITOR = "\x01"
 FIELD_SPLITOR = "\x02"
 # AsyncTraceDispatcher's sizes: the context buffer, a trace message's most, a batch's wait
-QUEUE_SIZE = 1024
+QUEUE_SIZE = 2048
 MAX_MSG_SIZE = 128_000
 BATCH_BYTES = MAX_MSG_SIZE - 10_000
 POLLING_TIME = 0.1
 WAIT_TIME_THRESHOLD = 0.5
 KEYS_BYTES = 24_000
+DEFAULT_TRACE_REGION_ID = "DefaultRegion"  # MixAll.DEFAULT_TRACE_REGION_ID: an EndTransaction's without MSG_REGION
 
 
 class TraceType(enum.Enum):
@@ -80,6 +81,9 @@ class TraceBean:
     body_length: int = 0
     msg_type: MessageType = MessageType.Normal_Msg
     retry_times: int = 0
+    transaction_id: str | None = None
+    transaction_state: str = ""  # LocalTransactionState's name (EndTransaction)
+    from_transaction_check: bool = False
 
 
 @attrs.define
@@ -121,6 +125,13 @@ def sub_after_record(request_id: str, msg_id: str, cost: int, success: bool, key
             f"{timestamp}\x01{group}\x02")
 
 
+def end_transaction_record(timestamp: int, region: str, group: str, topic: str, msg_id: str, tags, keys,
+                           store_host: str, transaction_id, state: str, from_check: bool) -> str:
+    return (f"EndTransaction\x01{timestamp}\x01{region}\x01{group}\x01{topic}\x01{msg_id}\x01{_j(tags)}\x01"
+            f"{_j(keys)}\x01{store_host}\x01{MessageType.Trans_msg_Commit.value}\x01{_j(transaction_id)}\x01{state}\x01"
+            f"{_j(from_check)}\x02")
+
+
 def index_keys(msg_id: str, keys: str | None, into: list) -> None:
     """The keys a trace record is found by: the message's id and its own keys."""
     into.append(msg_id)
@@ -139,11 +150,13 @@ def encode(ctx: TraceContext) -> tuple[str, list[str]]:
     elif t is TraceType.SubBefore:
         data = "".join(sub_before_record(ctx.timestamp, ctx.region_id, ctx.group_name, ctx.request_id, b.msg_id,
                                          b.retry_times, b.keys) for b in ctx.beans)
+    elif t is TraceType.EndTransaction:
+        b = ctx.beans[0]
+        data = end_transaction_record(ctx.timestamp, ctx.region_id, ctx.group_name, b.topic, b.msg_id, b.tags, b.keys,
+                                      b.store_host, b.transaction_id, b.transaction_state, b.from_transaction_check)
     elif t is TraceType.SubAfter:
         data = "".join(sub_after_record(ctx.request_id, b.msg_id, ctx.cost_time, ctx.success, b.keys,
                                         int(ctx.context_code), ctx.timestamp, ctx.group_name) for b in ctx.beans)
-    else:
-        raise ValueError(f"cannot encode a {t.value} trace context")
     keys: list[str] = []
     for b in ctx.beans:
         index_keys(b.msg_id, b.keys, keys)
@@ -182,7 +195,12 @@ def decode(data: str) -> list[TraceContext]:
                     ctx.context_code = int(line[6])
                 if len(line) >= 9:
                     ctx.timestamp, ctx.group_name = int(line[7]), line[8]
-            else:  # EndTransaction and the empty tail after the last \x02
+            elif kind == "EndTransaction":
+                b = TraceBean(topic=line[4], msg_id=line[5], tags=_text(line[6]), keys=_text(line[7]),
+                              store_host=line[8], msg_type=MessageType(int(line[9])), transaction_id=_text(line[10]),
+                              transaction_state=line[11], from_transaction_check=line[12] == "true")
+                ctx = TraceContext(TraceType.EndTransaction, int(line[1]), line[2], line[3], beans=[b])
+            else:  # the empty tail after the last \x02
                 continue
         except (IndexError, ValueError) as e:
             log.warning("skipping a malformed %s trace record: %s", kind, e)
@@ -209,6 +227,8 @@ class TraceView:
     offset_msg_id: str
     request_id: str
     retry_times: int
+    transaction_state: str = ""  # EndTransaction: COMMIT_MESSAGE / ROLLBACK_MESSAGE / UNKNOW
+    from_transaction_check: bool = False
 
     @classmethod
     def from_trace_message(cls, msg_id: str, message) -> list["TraceView"]:
@@ -221,16 +241,18 @@ class TraceView:
                 continue
             views.append(cls(msg_id=b.msg_id, type=ctx.trace_type.value, group=ctx.group_name, topic=b.topic,
                              tags=b.tags or "", keys=b.keys or "", timestamp=ctx.timestamp, cost_time=ctx.cost_time,
-                             status="success" if ctx.success else "failed", store_host=b.store_host,
+                             status=(b.transaction_state if ctx.trace_type is TraceType.EndTransaction else
+                                     "success" if ctx.success else "failed"), store_host=b.store_host,
                              client_host=message.born_host, offset_msg_id=b.offset_msg_id,
-                             request_id=ctx.request_id, retry_times=b.retry_times))
+                             request_id=ctx.request_id, retry_times=b.retry_times,
+                             transaction_state=b.transaction_state, from_transaction_check=b.from_transaction_check))
         return views
 
 
 def sort_views(views: Iterable[TraceView]) -> list[TraceView]:
-    """Records in the order they happened: by time, then Pub before SubBefore before SubAfter."""
-    order = {"Pub": 0, "SubBefore": 1, "SubAfter": 2}
-    return sorted(views, key=lambda v: (v.timestamp, order.get(v.type, 3)))
+    """Records in the order they happened: by time, then Pub, EndTransaction, SubBefore, SubAfter."""
+    order = {"Pub": 0, "EndTransaction": 1, "SubBefore": 2, "SubAfter": 3}
+    return sorted(views, key=lambda v: (v.timestamp, order.get(v.type, 4)))
 
 
 def message_type_of(msg) -> int:
@@ -243,45 +265,18 @@ def message_type_of(msg) -> int:
     return MessageType.Normal_Msg.value
 
 
-# the consume hooks' notes (kind first; send notes have their own deque); written by the worker
-_SUB_BEFORE, _SUB_AFTER = 1, 2
-
-
-class _Batch:
-    """The records of one trace message (AsyncTraceDispatcher's TraceDataSegment), as its UTF-8
-    body: full at ~118 KB of records, or when its keys (one KEYS property, at most 32 KiB as
-    every property block) near KEYS_BYTES."""
-    __slots__ = ("body", "keys", "size", "key_bytes", "first")
-
-    def __init__(self):
-        self.body = bytearray()
-        self.keys: dict[str, None] = {}  # (ordered, each once)
-        self.size = self.key_bytes = 0
-        self.first = 0.0
-
-    def add(self, record: str, msg_id: str, keys: str | None) -> None:
-        if not self.body:
-            self.first = time.monotonic()
-        data = record.encode("utf-8")
-        self.body += data
-        self.size += len(data)
-        found: list[str] = []
-        index_keys(msg_id, keys, found)
-        for k in found:
-            if k not in self.keys:
-                self.keys[k] = None
-                self.key_bytes += len(k) + 1
-
-    def full(self) -> bool:
-        return self.size >= BATCH_BYTES or self.key_bytes >= KEYS_BYTES
+# the notes the worker writes (kind first; Pub records are written at once by the buffer)
+_SUB_BEFORE, _SUB_AFTER, _END_TRANSACTION = 1, 2, 3
 
 
 class TraceDispatcher:
     """RocketMQ's AsyncTraceDispatcher for one traced producer or consumer.
 
-    The hooks (`on_send`, `on_consume_before`, `on_consume_after`) append a note to a bounded
-    buffer and return; the worker thread encodes and sends.  `discarded` counts notes a full
-    buffer dropped; `sent` / `send_failed` count trace messages."""
+    The hooks (`on_send`, `on_send_batch`, `on_end_transaction`, `on_consume_before`,
+    `on_consume_after`) write into a bounded buffer and return: a send's Pub record at once, the
+    others as a note; the worker thread, woken when a trace message's worth is ready (else it
+    polls), writes the notes' records and sends the trace messages.  `discarded` counts what a
+    full buffer dropped; `sent` / `send_failed` count trace messages."""
 
     def __init__(self, group: str, kind: str, trace_topic: str | None = None, capacity: int = QUEUE_SIZE):
         topic = trace_topic or TopicValidator.RMQ_SYS_TRACE_TOPIC
@@ -292,21 +287,22 @@ class TraceDispatcher:
         self.sent = 0
         self.send_failed = 0
         self._wake = threading.Event()
-        # the hooks' notes (the send hook's offered natively by the producer's PipelinedCompletion)
-        self.buffer = TraceBuffer(capacity, self._wake.set)
+        # wall clock = monotonic + this (notes carry monotonic times; records carry epoch ms)
+        self._epoch_offset = time.time() - time.monotonic()
+        # the hooks' records and notes (the send hook's offered natively by the producer's PipelinedCompletion)
+        self.buffer = TraceBuffer(capacity, self._wake.set, group, topic, self._epoch_offset, SendStatus.SEND_OK,
+                                  message_type_of, BATCH_BYTES, KEYS_BYTES)
         self._instance = None
         self._stopped = False
         self._worker: threading.Thread | None = None
-        self._holding = False  # the worker holds an unsent batch
+        self._holding = False  # the worker holds records not yet handed to the inner producer
         self._in_flight = 0
         self._idle = threading.Condition()
-        self._flushing = 0  # flush() callers waiting: a batch is sent without its time threshold
-        # wall clock = monotonic + this (notes carry monotonic times; records carry epoch ms)
-        self._epoch_offset = time.time() - time.monotonic()
+        self._flushing = 0  # flush() callers waiting: the current segment is sent without its time threshold
 
     @property
     def capacity(self) -> int:
-        """How many notes the buffer holds; more are dropped (counted in `discarded`)."""
+        """How many records and notes the buffer holds; more are dropped (counted in `discarded`)."""
         return self.buffer.capacity
 
     @capacity.setter
@@ -315,7 +311,7 @@ class TraceDispatcher:
 
     @property
     def discarded(self) -> int:
-        """Notes a full buffer dropped."""
+        """Records and notes a full buffer dropped."""
         return self.buffer.discarded
 
     @staticmethod
@@ -327,11 +323,30 @@ class TraceDispatcher:
             return None
         return TraceDispatcher(group, kind, trace_topic)
 
-    # --- the hooks: on the caller's path, a tuple appended and nothing else -----------------------
+    # --- the hooks: on the caller's path, a record or a tuple written and nothing else --------------
     def on_send(self, context: tuple, result) -> None:
         """A send answered: its context tuple (message, uniq, mode, queue, store host, timeout,
         begin, ...) and SendResult (the producer's PipelinedCompletion offers its own natively)."""
         self.buffer.offer_pub(context, result)
+
+    def on_send_batch(self, msgs: list, msg_ids: list, offset_ids: str | None, region: str | None, status,
+                      begin: float, store_host: str | None = None) -> None:
+        """A batch answered (send_batch, auto_batch): a Pub record per message, each found by its
+        own id (msg_ids, in the batch's order) and offset id (the answer's comma-joined ones).
+        (RocketMQ 4.9 writes one record for the whole batch under the comma-joined ids, which no
+        lookup by one message's id finds.)  store_host: where it went (default: the broker the
+        first offset id names)."""
+        offsets = offset_ids.split(",") if offset_ids else []
+        if store_host is None:
+            store_host = _store_host_of(offsets[0]) if offsets else ""
+        self.buffer.offer_batch(msgs, msg_ids, offsets, region or "", store_host, begin, status is SendStatus.SEND_OK)
+
+    def on_end_transaction(self, msg, msg_id: str, store_host: str, transaction_id: str | None, state: str,
+                           from_check: bool) -> None:
+        """EndTransactionTraceHookImpl: a half message committed, rolled back or left unknown
+        (state: LocalTransactionState's name), by the producer or answering the broker's check."""
+        self.buffer.offer((_END_TRANSACTION, time.monotonic(), msg, msg_id, store_host, transaction_id, state,
+                           from_check))
 
     def on_consume_before(self, msgs: list) -> tuple:
         """A listener call starts: its SubBefore note; returns what on_consume_after needs."""
@@ -373,70 +388,57 @@ class TraceDispatcher:
 
     # --- the worker ----------------------------------------------------------------------------------
     def _run(self) -> None:
-        batch = _Batch()
+        buf = self.buffer
         while True:
             self._wake.wait(POLLING_TIME)
             self._wake.clear()
             stopping = self._stopped
-            pubs, notes = self.buffer.pubs, self.buffer.notes
-            if pubs or notes:
-                self._holding = True  # (before a note leaves the buffer: flush() keeps waiting)
-            while pubs or notes:
+            if len(buf):
+                self._holding = True  # (before anything leaves the buffer: flush() keeps waiting)
+            while buf.notes:
                 try:
-                    if pubs:
-                        self._write_pubs(pubs, batch)
-                    else:
-                        self._write(notes.popleft(), batch)
+                    self._write(buf.take_note())
                 except Exception:  # noqa: BLE001 - one bad note must not stop tracing
                     log.exception("cannot encode a trace note of group %s", self.group)
-                    continue
-                if batch.full():
-                    self._send(batch)
-                    batch = _Batch()
-            if batch.body and (time.monotonic() - batch.first >= WAIT_TIME_THRESHOLD or self._flushing
-                                or self._stopped):
-                self._send(batch)
-                batch = _Batch()
-            self._holding = bool(batch.body)
+            for segment in buf.take(WAIT_TIME_THRESHOLD, bool(self._flushing) or stopping):
+                self._send(segment)
+            self._holding = False
             with self._idle:
                 self._idle.notify_all()
             if stopping:
                 return
 
-    def _write_pubs(self, pubs: collections.deque, batch: "_Batch") -> None:
-        """SendMessageTraceHookImpl's Pub records of the send notes (until the batch is full)
-        into the batch, natively: the worker's usual work."""
-        if not batch.body:
-            batch.first = time.monotonic()
-        batch.size, batch.key_bytes = write_pubs(
-            pubs, self.group, self._epoch_offset, self.trace_topic, batch.body, batch.keys, batch.size,
-            batch.key_bytes, BATCH_BYTES, KEYS_BYTES, SendStatus.SEND_OK, message_type_of)
-
-    def _write(self, note: tuple, batch: "_Batch") -> None:
-        """A consume note's records (ConsumeMessageTraceHookImpl's contexts) into the batch,
-        written straight from the note's values."""
+    def _write(self, note: tuple) -> None:
+        """A note's records (ConsumeMessageTraceHookImpl's and EndTransactionTraceHookImpl's
+        contexts) into the buffer's segment, written straight from the note's values."""
         kind = note[0]
-        ms = self._epoch_offset
+        add = self.buffer.add
         group = self.group
+        if kind == _END_TRANSACTION:
+            _, at, msg, msg_id, store_host, transaction_id, state, from_check = note
+            region = msg.properties.get(MessageConst.MSG_REGION) or DEFAULT_TRACE_REGION_ID
+            add(end_transaction_record(int((at + self._epoch_offset) * 1000), region, group, msg.topic, msg_id,
+                                       msg.tags, msg.keys, store_host, transaction_id, state, from_check),
+                msg_id, msg.keys)
+            return
         traced = [m for m in note[3] if m.properties.get(MessageConst.TRACE_SWITCH) != "false"]
         if not traced:
             return
         _, request_id, begin, msgs = note[:4]
-        timestamp = int((begin + ms) * 1000)
+        timestamp = int((begin + self._epoch_offset) * 1000)
         if kind == _SUB_BEFORE:
             region = next((r for r in (m.properties.get(MessageConst.MSG_REGION) for m in traced) if r), "")
             for m in traced:
-                batch.add(sub_before_record(timestamp, region, group, request_id, m.msg_id, m.reconsume_times, m.keys),
-                          m.msg_id, m.keys)
+                add(sub_before_record(timestamp, region, group, request_id, m.msg_id, m.reconsume_times, m.keys),
+                    m.msg_id, m.keys)
             return
         end, success, code = note[4:]
         cost = int((end - begin) * 1000 / len(msgs))
         for m in traced:  # (RocketMQ's SubAfter keeps its SubBefore's timestamp and request id)
-            batch.add(sub_after_record(request_id, m.msg_id, cost, success, m.keys, code, timestamp, group),
-                      m.msg_id, m.keys)
+            add(sub_after_record(request_id, m.msg_id, cost, success, m.keys, code, timestamp, group), m.msg_id, m.keys)
 
-    def _send(self, batch: "_Batch") -> None:
-        msg = Message(self.trace_topic, bytes(batch.body), keys=list(batch.keys))
+    def _send(self, segment) -> None:
+        msg = Message(self.trace_topic, segment.data, keys=segment.keys)
         try:
             producer = self._instance.inner_producer()
             with self._idle:
@@ -458,3 +460,11 @@ class TraceDispatcher:
         with self._idle:
             self._in_flight -= 1
             self._idle.notify_all()
+
+
+def _store_host_of(offset_msg_id: str) -> str:
+    try:
+        host, port, _ = decode_offset_msg_id(offset_msg_id)
+    except IllegalArgumentError:
+        return ""
+    return f"{host}:{port}"

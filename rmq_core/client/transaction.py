@@ -108,7 +108,7 @@ class TransactionProducer(Producer):
                 log.exception("executeLocalTransaction raised; the broker will check back")
                 state, error = LocalTransactionState.UNKNOW, e
         try:
-            inst.run(self._end_transaction(result, state, from_check=False), timeout=t + 5)
+            inst.run(self._end_transaction(result, state, from_check=False, msg=half), timeout=t + 5)
         except Exception as e:
             log.warning("END_TRANSACTION for %s failed (the broker will check back): %s", result.msg_id, e)
         if error is not None:
@@ -117,7 +117,8 @@ class TransactionProducer(Producer):
 
     async def _end_transaction(self, result: SendResult, state: LocalTransactionState, from_check: bool,
                                addr: str | None = None, commit_log_offset: int | None = None,
-                               tran_state_table_offset: int | None = None, transaction_id: str | None = None) -> None:
+                               tran_state_table_offset: int | None = None, transaction_id: str | None = None,
+                               msg=None) -> None:
         inst = self.instance
         if addr is None:
             addr = await inst.find_broker_addr_in_publish_async(result.queue)
@@ -134,6 +135,9 @@ class TransactionProducer(Producer):
         })
         req.mark_oneway()
         await inst.invoke_oneway(addr, req)
+        if self.trace is not None and msg is not None:  # EndTransactionTraceHookImpl
+            self.trace.on_end_transaction(msg, result.msg_id, addr, req.ext_fields["transactionId"], state.value,
+                                          from_check)
 
     # called by the client instance for CHECK_TRANSACTION_STATE
     def check_transaction_state(self, addr: str, msg, header: dict) -> None:
@@ -159,7 +163,7 @@ class TransactionProducer(Producer):
                 result, state, from_check=True, addr=addr,
                 commit_log_offset=int(header.get("commitLogOffset") or 0),
                 tran_state_table_offset=int(header.get("tranStateTableOffset") or 0),
-                transaction_id=header.get("transactionId") or uniq), timeout=10)
+                transaction_id=header.get("transactionId") or uniq, msg=msg), timeout=10)
         except (MQClientError, Exception) as e:
             log.warning("END_TRANSACTION after a check of %s failed: %s", uniq, e)
 

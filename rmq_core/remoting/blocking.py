@@ -72,7 +72,7 @@ class BlockingChannel:
         try:
             self._sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
         except OSError as e:
-            raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
+            raise RemotingConnectError.connecting(addr, e) from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # a blocking socket whose timeouts the kernel keeps (set_kernel_timeouts)
         self._sock.settimeout(None)

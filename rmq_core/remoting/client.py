@@ -100,7 +100,7 @@ class RemotingClient:
             except RemotingConnectError:
                 raise
             except OSError as e:
-                raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
+                raise RemotingConnectError.connecting(addr, e) from None
             ctx = ChannelContext(channel, self._table, owner=self.name, on_closed=self._on_closed,
                                  max_inflight=self.max_inflight_per_connection, peer_name=addr, steps=self.steps)
             ctx.attributes["addr"] = addr

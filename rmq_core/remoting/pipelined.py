@@ -275,7 +275,7 @@ class PipelinedChannel(PendingRequests):
         try:
             sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
         except OSError as e:
-            raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
+            raise RemotingConnectError.connecting(addr, e) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # Two socket objects on one connection, one blocking descriptor (a duplicate shares its
         # blocking mode).  The reader's object reads and writes with MSG_DONTWAIT (it polls; its

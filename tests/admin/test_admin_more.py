@@ -1,6 +1,6 @@
 """The rest of mqadmin's commands against real `rmq namesrv` + `rmq broker` processes, each in
-table and --json form with a one-line error for bad input: queryMsgById -g/-d (the message handed
-to a live consumer's listener with CONSUME_MESSAGE_DIRECTLY), ..."""
+table and --json form with a one-line error for bad input: queryMsgById / queryMsgByUniqueKey -g [-d]
+(the message handed to a live consumer's listener, concurrent or orderly, with CONSUME_MESSAGE_DIRECTLY), ..."""
 from __future__ import annotations
 
 import threading
@@ -62,9 +62,43 @@ def test_query_msg_by_id_consumes_directly(cl):
         # by the offset id, table form; a listener that raises is reported with its traceback
         table = ok("queryMsgById", "-i", bad.offset_msg_id, "-g", "CG_DIRECT", "-d", c.client_id, ns=ns)
         assert "CR_THROW_EXCEPTION" in table and "listener refused boom" in table
-        fails("queryMsgById", "-i", good.msg_id, "-t", "DirectTopic", "-g", "CG_DIRECT", ns=ns, needle="-d")
+        # queryMsgByUniqueKey -g (4.9's), without -d: the group's live consumer is found
+        r = rows("queryMsgByUniqueKey", "-i", good.msg_id, "-t", "DirectTopic", "-g", "CG_DIRECT", ns=ns)
+        assert (r[0]["consume_result"], r[0]["client_id"]) == ("CR_SUCCESS", c.client_id)
+        assert isinstance(r[0]["spent_time_ms"], int)
+        fails("queryMsgById", "-i", good.msg_id, "-t", "DirectTopic", "-d", c.client_id, ns=ns, needle="-g")
         fails("queryMsgById", "-i", good.msg_id, "-t", "DirectTopic", "-g", "CG_DIRECT", "-d", "nobody@1", ns=ns,
               needle="nobody@1")
+        fails("queryMsgByUniqueKey", "-i", good.msg_id, "-t", "DirectTopic", "-g", "CG_NOBODY", ns=ns,
+              needle="CG_NOBODY")
+        fails("queryMsgByUniqueKey", "-i", "7F0000010D5818B4AAC2795B82A7FFFF", "-t", "DirectTopic", "-g", "CG_DIRECT",
+              ns=ns, needle="7F0000010D5818B4AAC2795B82A7FFFF")
+        # consumeMessage keeps mqadmin's flags (-i a queue id): a message id there says where to go
+        fails("consumeMessage", "-t", "DirectTopic", "-g", "CG_DIRECT", "-i", good.msg_id, ns=ns,
+              needle="queryMsgByUniqueKey")
+    finally:
+        c.shutdown()
+
+
+def test_consume_directly_by_an_orderly_consumer(cl):
+    ns = cl.namesrv
+    answers = iter([ConsumeStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT])
+    got = threading.Event()
+
+    def listener(msgs):
+        got.set()
+        return next(answers, ConsumeStatus.SUCCESS)
+
+    c = PushConsumer("CG_DIRECT_ORDER", namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
+    c.subscribe("DirectOrder", "*")
+    c.register_message_listener(listener, orderly=True)
+    c.start()
+    try:
+        with Producer("PG_DIRECT_ORDER", namesrv=ns, **CLIENT) as p:
+            m = p.send(Message("DirectOrder", b"in order"))
+        assert got.wait(30)
+        r = rows("queryMsgByUniqueKey", "-i", m.msg_id, "-t", "DirectOrder", "-g", "CG_DIRECT_ORDER", ns=ns)
+        assert (r[0]["consume_result"], r[0]["order"]) == ("CR_SUCCESS", True)
     finally:
         c.shutdown()
 

@@ -1,11 +1,12 @@
 """What message trace costs a producer: sends/s with enable_msg_trace=True against the same
 sends untraced, in the same run, against a broker in its own process (traceTopicEnable=true).
 
-Groups client-trace-{sync,async}: 1000 sync sends one at a time / 1000 async sends in rounds of 50
+Groups client-trace-{sync,async}: 2000 sync sends one at a time / 2000 async sends in rounds of 50
 in flight, 128 B - `baseline_untraced` vs `traced`; and `interleaved`: untraced and traced rounds
 taken turn about (a load drifting between tests hits both), extra_info has both rates and
 `ratio_traced` (the target: >= 0.9).  Every traced send's record is noted on the caller's path
-(a tuple appended) and leaves in batches from the trace's worker through the inner producer."""
+(its Pub record written into a preallocated segment) and leaves in batches from the trace's worker
+through the inner producer."""
 import itertools
 
 import pytest
@@ -14,9 +15,9 @@ from rmq_core import Message, Producer
 from tests.bench.ab import bench_rounds, interleaved
 from tests.servers import NamesrvAndBroker
 
-N = 1000
+N = 2000
 BATCH = 50
-ROUNDS = 7
+ROUNDS = 9
 FAST = dict(poll_name_server_interval=5.0, heartbeat_broker_interval=5.0, persist_consumer_offset_interval=1.0)
 TOPIC = "BenchTrace"
 _ids = itertools.count()

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer, aio
+from rmq_core import (ConsumeStatus, LocalTransactionState, Message, Producer, PullConsumer, PushConsumer,
+                      TransactionProducer, aio)
 from rmq_core.admin.client import AdminClient
 from tests.admin.test_admin_cli import admin, fails, ok, rows, wait_for
 from tests.servers import NamesrvAndBroker
@@ -22,10 +23,12 @@ FAST = dict(poll_name_server_interval=1.0, heartbeat_broker_interval=1.0, persis
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory):
     # traceTopicEnable creates RMQ_SYS_TRACE_TOPIC though topics are never made on the fly here
+    # (a half message left UNKNOW is checked back within a second or two)
     c = NamesrvAndBroker(tmp_path_factory.mktemp("trace"), broker_props={
-        "traceTopicEnable": "true", "autoCreateTopicEnable": "false"})
+        "traceTopicEnable": "true", "autoCreateTopicEnable": "false", "transactionCheckInterval": "1000",
+        "transactionTimeOut": "1000"})
     try:
-        for topic in ("TraceOrders", "TracePull", "TraceAio", "MyTraceTopic", "TraceFull"):
+        for topic in ("TraceOrders", "TracePull", "TraceAio", "MyTraceTopic", "TraceFull", "TraceBatch", "TraceTx"):
             ok("updateTopic", "-b", c.broker_addrs[0], "-t", topic, "-r", "2", "-w", "2", ns=c.namesrv)
         yield c
     finally:
@@ -156,6 +159,68 @@ def test_aio_producer_and_consumer_are_traced(cl):
     views = wait_for(lambda: (lambda v: v if {x["type"] for x in v} >= {"Pub", "SubBefore", "SubAfter"}
                               else None)(trace_rows(ns, r.msg_id)), what="the aio records")
     assert {v["group"] for v in views} == {"PG_TRACE_AIO", "CG_TRACE_AIO"}
+
+
+def _types_of(ns, msg_id, wanted: list[str]):
+    """The trace rows of a message once every type in `wanted` is there (as many of each)."""
+    def ready():
+        v = trace_rows(ns, msg_id)
+        return v if sorted(x["type"] for x in v) == sorted(wanted) else None
+    return wait_for(ready, what=f"the records {wanted} of {msg_id}")
+
+
+def test_batches_are_traced_one_record_per_message(cl):
+    ns, broker = cl.namesrv, cl.broker_addrs[0]
+    with Producer("PG_TRACE_BATCH", namesrv=ns, enable_msg_trace=True, **FAST) as p:
+        r = p.send_batch([Message("TraceBatch", b"one", keys="k-1"), Message("TraceBatch", b"two!", tags="T2")])
+        ra = p.send_batch_async([Message("TraceBatch", b"three", keys="k-3")]).result(30)
+    with Producer("PG_TRACE_AUTO", namesrv=ns, enable_msg_trace=True, auto_batch=True, **FAST) as p:
+        auto = [f.result(30) for f in [p.send_async(Message("TraceBatch", b"auto %d" % i, keys=f"auto-{i}"))
+                                       for i in range(20)]]
+    ids = r.msg_id.split(",")
+    assert len(ids) == 2
+    one, = _types_of(ns, ids[0], ["Pub"])
+    two, = _types_of(ns, ids[1], ["Pub"])
+    assert (one["group"], one["keys"], one["store_host"], one["status"]) == ("PG_TRACE_BATCH", "k-1", broker, "success")
+    assert (two["tags"], two["keys"]) == ("T2", "")
+    three, = _types_of(ns, ra.msg_id, ["Pub"])
+    assert three["keys"] == "k-3"
+    for i, res in enumerate(auto):  # each message of an auto batch is found by its own id
+        pub, = _types_of(ns, res.msg_id, ["Pub"])
+        assert (pub["group"], pub["keys"], pub["store_host"]) == ("PG_TRACE_AUTO", f"auto-{i}", broker)
+    with AdminClient(ns) as a:
+        assert next(v for v in a.message_trace(ids[1]) if v.type == "Pub").offset_msg_id == r.offset_msg_id.split(",")[1]
+
+
+class _Tx:
+    def __init__(self):
+        self.checked = threading.Event()
+
+    def execute_local_transaction(self, msg, arg):
+        return LocalTransactionState.COMMIT_MESSAGE if arg == "commit" else LocalTransactionState.UNKNOW
+
+    def check_local_transaction(self, msg):
+        self.checked.set()
+        return LocalTransactionState.ROLLBACK_MESSAGE
+
+
+def test_end_transaction_is_traced(cl):
+    ns, broker = cl.namesrv, cl.broker_addrs[0]
+    listener = _Tx()
+    with TransactionProducer("PG_TRACE_TX", namesrv=ns, transaction_listener=listener, enable_msg_trace=True,
+                             **FAST) as p:
+        committed = p.send_message_in_transaction(Message("TraceTx", b"pay", tags="TagTx", keys="tx-1"), "commit")
+        checked = p.send_message_in_transaction(Message("TraceTx", b"later", keys="tx-2"), "unknown")
+        assert listener.checked.wait(30), "the broker never checked the UNKNOW transaction back"
+        rows_c = _types_of(ns, committed.msg_id, ["Pub", "EndTransaction"])
+        rows_u = _types_of(ns, checked.msg_id, ["Pub", "EndTransaction", "EndTransaction"])
+    end = next(v for v in rows_c if v["type"] == "EndTransaction")
+    assert (end["group"], end["topic"], end["tags"], end["keys"], end["status"]) == (
+        "PG_TRACE_TX", "TraceTx", "TagTx", "tx-1", "COMMIT_MESSAGE")
+    with AdminClient(ns) as a:
+        ends = sorted((v.status, v.from_transaction_check) for v in a.message_trace(checked.msg_id)
+                      if v.type == "EndTransaction")
+    assert ends == [("ROLLBACK_MESSAGE", True), ("UNKNOW", False)]
 
 
 def test_full_trace_buffer_drops_records_never_sends(cl):

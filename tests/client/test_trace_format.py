@@ -21,6 +21,10 @@ JAVA_SUB_BEFORE = C.join(["SubBefore", "1700000000500", "DefaultRegion", "CG_BIL
                           "0", "order-1 order-2"]) + F
 JAVA_SUB_AFTER = C.join(["SubAfter", "7F0000010D58REQ", MSG_ID, "12", "false", "order-1 order-2", "4",
                          "1700000000500", "CG_BILLING"]) + F
+# EndTransactionTraceHookImpl's record: msgType Trans_msg_Commit (2), the transaction id, the
+# LocalTransactionState's name, fromTransactionCheck
+JAVA_END_TX = C.join(["EndTransaction", "1700000000700", "DefaultRegion", "PG_TX", "Orders", MSG_ID, "TagA", "null",
+                      "127.0.0.1:10911", "2", "7F0000010D5818B4AAC2795B82A7TXID", "ROLLBACK_MESSAGE", "true"]) + F
 # a Pub of a message without tags or keys (Java appends null as "null")
 JAVA_PUB_NULLS = C.join(["Pub", "1700000000999", "DefaultRegion", "PG", "T", MSG_ID, "null", "null",
                          "127.0.0.1:10911", "1", "0", "3", OFFSET_ID, "false"]) + F
@@ -42,13 +46,20 @@ def test_java_records_decode():
     assert bare.beans[0].msg_type is MessageType.Delay_Msg
 
 
-def test_old_pub_layout_and_unknown_records_decode():
+def test_old_pub_layout_and_end_transaction_decode():
     # a 13-field Pub (before offsetMsgId was added) and an EndTransaction record are read as Java reads them
     old = C.join(["Pub", "1", "r", "PG", "T", MSG_ID, "t", "k", "h:1", "1", "2", "0", "true"]) + F
-    end = C.join(["EndTransaction", "1", "r", "PG", "T", MSG_ID, "t", "k", "h:1", "1", "tid", "COMMIT_MESSAGE",
-                  "false"]) + F
-    (pub,) = decode(old + end)
+    pub, end = decode(old + JAVA_END_TX)
     assert pub.success and pub.beans[0].offset_msg_id == ""
+    assert end.trace_type is TraceType.EndTransaction and (end.timestamp, end.group_name) == (1700000000700, "PG_TX")
+    b = end.beans[0]
+    assert (b.topic, b.msg_id, b.tags, b.keys, b.store_host, b.msg_type) == (
+        "Orders", MSG_ID, "TagA", "", "127.0.0.1:10911", MessageType.Trans_msg_Commit)
+    assert (b.transaction_id, b.transaction_state, b.from_transaction_check) == (
+        "7F0000010D5818B4AAC2795B82A7TXID", "ROLLBACK_MESSAGE", True)
+    view, = TraceView.from_trace_message(MSG_ID, MessageExt(topic="RMQ_SYS_TRACE_TOPIC", body=JAVA_END_TX.encode(),
+                                                             born_host="10.0.0.7:5555"))
+    assert (view.type, view.status, view.from_transaction_check) == ("EndTransaction", "ROLLBACK_MESSAGE", True)
 
 
 def test_encode_is_byte_for_byte_java():
@@ -69,6 +80,11 @@ def test_encode_is_byte_for_byte_java():
         topic="T", msg_id=MSG_ID, offset_msg_id=OFFSET_ID, tags=None, keys=None, store_host="127.0.0.1:10911",
         body_length=1, msg_type=MessageType.Delay_Msg)])
     assert encode(bare) == (JAVA_PUB_NULLS, [MSG_ID])
+    end = TraceContext(TraceType.EndTransaction, 1700000000700, "DefaultRegion", "PG_TX", beans=[TraceBean(
+        topic="Orders", msg_id=MSG_ID, tags="TagA", keys=None, store_host="127.0.0.1:10911",
+        msg_type=MessageType.Trans_msg_Commit, transaction_id="7F0000010D5818B4AAC2795B82A7TXID",
+        transaction_state="ROLLBACK_MESSAGE", from_transaction_check=True)])
+    assert encode(end) == (JAVA_END_TX, [MSG_ID])
 
 
 def test_trace_view_keeps_only_the_asked_message():

@@ -3,6 +3,7 @@ printMsgByQueue, sendMessage, consumeMessage, queryMsgTraceById.  A message's id
 (UNIQ_KEY) where it has one, else the offset id, as mqadmin prints it."""
 from __future__ import annotations
 
+import argparse
 import re
 
 from rmq_core.admin.commands import UsageError, arg, command, parse_bool, parse_timestamp
@@ -40,35 +41,47 @@ def _show(admin, out, msgs, charset="utf-8", track=True):
                 out.message("WARN: No Consumer")
 
 
+_DIRECT = (arg("-g", "--consumerGroup", help="hand the message to a live consumer of this group for its listener "
+                "(CONSUME_MESSAGE_DIRECTLY) and show its ConsumeMessageDirectlyResult"),
+           arg("-d", "--clientId", help="with -g: that consumer's client id (consumerConnection lists them; "
+                                        "default: the group's first)"))
+
+
+def _consume_directly(admin, args, out, ids) -> bool:
+    """-g [-d]: each message handed to a live consumer of the group (as mqadmin's pushMsg); False
+    when not asked."""
+    if args.consumerGroup is None:
+        if args.clientId is not None:
+            raise UsageError(f"-d {args.clientId!r} needs the consumer group (-g)")
+        return False
+    rows = []
+    for i in ids:
+        r = admin.consume_message_directly(args.consumerGroup, args.clientId, i, args.topic)
+        rows.append((i, args.consumerGroup, r["clientId"], r.get("consumeResult"), r.get("spentTimeMills"),
+                     bool(r.get("order")), bool(r.get("autoCommit")), (r.get("remark") or "").strip()))
+    out.table(["Message ID", "Consumer Group", "Client ID", "Consume Result", "Spent Time(ms)", "Order",
+               "Auto Commit", "Remark"], rows)
+    return True
+
+
 @command("queryMsgById", "Show messages by id: an offset id (store host + commit-log offset) or, with -t, a unique id",
          arg("-i", "--msgId", required=True, help="message id(s), comma separated"),
          arg("-t", "--topic", help="topic (needed to look a unique id up)"),
-         arg("-c", "--charset", default="utf-8", help="body charset (default utf-8)"),
-         arg("-g", "--consumerGroup", help="with -d: hand the message to this group's consumer -d for its listener"),
-         arg("-d", "--clientId", help="with -g: the consumer's client id (consumerConnection lists them)"))
+         arg("-c", "--charset", default="utf-8", help="body charset (default utf-8)"), *_DIRECT)
 def query_msg_by_id(admin, args, out):
     ids = [i.strip() for i in args.msgId.split(",") if i.strip()]
     if not ids:
         raise UsageError(f"bad -i {args.msgId!r}: no message id")
-    if (args.consumerGroup is None) != (args.clientId is None):
-        raise UsageError("give both the consumer group (-g) and its client id (-d), or neither")
-    if args.consumerGroup is not None:  # CONSUME_MESSAGE_DIRECTLY, as mqadmin's pushMsg
-        rows = []
-        for i in ids:
-            r = admin.consume_message_directly(args.consumerGroup, args.clientId, i, args.topic)
-            rows.append((i, args.consumerGroup, args.clientId, r.get("consumeResult"), r.get("spentTimeMills"),
-                         bool(r.get("order")), bool(r.get("autoCommit")), (r.get("remark") or "").strip()))
-        out.table(["Message ID", "Consumer Group", "Client ID", "Consume Result", "Spent Time(ms)", "Order",
-                   "Auto Commit", "Remark"], rows)
-        return
-    _show(admin, out, [admin.view_message(i, args.topic) for i in ids], args.charset)
+    if not _consume_directly(admin, args, out, ids):
+        _show(admin, out, [admin.view_message(i, args.topic) for i in ids], args.charset)
 
 
-@command("queryMsgByUniqueKey", "Show a message by the producer's unique id (UNIQ_KEY)",
-         arg("-i", "--msgId", required=True, help="unique id"), _T,
-         arg("-c", "--charset", default="utf-8", help="body charset"))
+@command("queryMsgByUniqueKey", "Show a message by the producer's unique id (UNIQ_KEY); with -g, hand it to a live "
+         "consumer of the group", arg("-i", "--msgId", required=True, help="unique id"), _T,
+         arg("-c", "--charset", default="utf-8", help="body charset"), *_DIRECT)
 def query_msg_by_unique_key(admin, args, out):
-    _show(admin, out, [admin.query_message_by_unique_key(args.topic, args.msgId)], args.charset)
+    if not _consume_directly(admin, args, out, [args.msgId]):
+        _show(admin, out, [admin.query_message_by_unique_key(args.topic, args.msgId)], args.charset)
 
 
 @command("queryMsgByKey", "Find messages of a topic by key (the index)", _T,
@@ -181,8 +194,17 @@ def send_message(admin, args, out):
     out.table(["Broker Name", "QID", "Send Result", "MsgId"], [(r.broker_name, r.queue_id, r.status, r.msg_id)])
 
 
+def _queue_id(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"bad queue id {value!r} (consumeMessage's -i is a queue id, as mqadmin's); to hand a message to a live "
+            f"consumer: queryMsgByUniqueKey -i MSG_ID -t TOPIC -g GROUP [-d CLIENT_ID]") from None
+
+
 @command("consumeMessage", "Pull and print messages of a topic (a queue with -b/-i, from -o) as a group would",
-         _T, arg("-b", "--brokerName", help="broker name"), arg("-i", "--queueId", type=int, help="queue id"),
+         _T, arg("-b", "--brokerName", help="broker name"), arg("-i", "--queueId", type=_queue_id, help="queue id"),
          arg("-o", "--offset", type=int, help="start offset (with -b and -i)"),
          arg("-g", "--consumerGroup", default="TOOLS_CONSUMER", help="group to pull as (default TOOLS_CONSUMER)"),
          arg("-s", "--beginTimestamp", type=parse_timestamp, default=None, help="from this store time"),
