@@ -57,7 +57,7 @@ from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import (RESPONSE_FLAG, FrameCommand, RemotingCommand, native_decode_frames, new_command,
                                        set_frame)
 from rmq_core.remoting.frames import split_frames
-from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, split_address
+from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, open_socket
 
 log = logging.getLogger("rmq.remoting")
 
@@ -236,7 +236,7 @@ class PendingRequests:
 
 
 class PipelinedChannel(PendingRequests):
-    """One TCP connection carrying many requests at once.
+    """One connection of a byte-stream transport (transport.open_socket) carrying many requests at once.
 
     read_frames(data, max_frame_length) -> (items, consumed) turns the bytes read into one item per
     whole frame: an object with `flag` and `opaque` (a RemotingCommand, a natively read response),
@@ -251,12 +251,6 @@ class PipelinedChannel(PendingRequests):
                  sweep_interval: float = 0.05, write_timeout: float = 10.0, coalesce_bytes: int = 16384,
                  coalesce_delay: float = 0.002, reader_defer: float = 0.002, name: str | None = None,
                  intercept=None):
-        scheme, location = split_address(addr)
-        if scheme != "tcp":
-            raise RemotingConnectError(f"a pipelined channel needs a tcp address, not {addr!r}")
-        host, sep, port = location.rpartition(":")
-        if not sep or not port.isdigit():
-            raise RemotingConnectError(f"bad address {addr!r}: expected host:port")
         if sweep_interval <= 0:
             raise ValueError(f"bad sweep_interval {sweep_interval!r}: must be > 0")
         if reader_defer < 0:
@@ -272,11 +266,7 @@ class PipelinedChannel(PendingRequests):
         self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
             hooks.read, read_frames or decode_command_frames, from_command)
         self._from_command = from_command
-        try:
-            sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
-        except OSError as e:
-            raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = open_socket(addr, timeout=connect_timeout)  # (any byte-stream transport's)
         # Two socket objects on one connection, one blocking descriptor (a duplicate shares its
         # blocking mode).  The reader's object reads and writes with MSG_DONTWAIT (it polls; its
         # writes take what the buffer takes), except a sync send's exchange: one receive that
