@@ -39,6 +39,7 @@ that comes is refused with REQUEST_CODE_NOT_SUPPORTED, as a BlockingChannel does
 """
 from __future__ import annotations
 
+import _thread
 import functools
 import logging
 import select
@@ -173,6 +174,12 @@ class HookedRequests:
             self.requests.pop(opaque, None)
 
 
+def _hand_over(box: list, response, error) -> None:
+    """A sync send's answer handed to its waiting thread (PendingRequests.exchange)."""
+    box[1], box[2] = response, error
+    box[0].release()
+
+
 class PendingRequests:
     """The pending table every pipelined connection keeps, whatever carries its bytes (this
     module's TCP one, a transport's own - the in-proc one): `_pending` maps an opaque to
@@ -201,6 +208,45 @@ class PendingRequests:
             log.exception("pipelined channel to %s: completion of opaque %d failed", self.addr, item.opaque)
         return True
 
+    def _timed_out(self, opaque: int) -> RemotingTimeoutError:
+        return RemotingTimeoutError(f"no response (opaque {opaque}) from {self.addr} in time")
+
+    # A connection whose answers arrive on another thread (a transport's own: the in-proc one's
+    # come on the server's thread) has no reader to sweep and to read a sync send's answer: it calls
+    # _keep_swept() with each request (a sweeper thread runs while it is open) and its exchange is
+    # this one.  `_closed` and `_wake` (a threading.Event set on close) are the connection's.
+    sweep_interval: float = 0.05
+    _sweeper = None
+    _sweeper_lock = threading.Lock()  # (class-wide: only taken to start a connection's sweeper)
+
+    def _keep_swept(self) -> None:
+        if self._sweeper is None:
+            with self._sweeper_lock:
+                if self._sweeper is None and not self._closed:
+                    self._sweeper = threading.Thread(target=self._sweep_loop, name=f"rmq-sweep-{self.addr}",
+                                                     daemon=True)
+                    self._sweeper.start()
+
+    def _sweep_loop(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.sweep_interval)
+            self._expire(time.monotonic())
+
+    def exchange(self, frame, opaque: int, timeout: float, on_done, context=None) -> None:
+        """A sync send's: send(), then this thread waits on a plain lock and completes its own
+        answer - the answering thread only hands it over (or the sweeper its timeout) and goes
+        back to its work at once, as a tcp caller reads its own (PipelinedChannel.exchange)."""
+        done = _thread.allocate_lock()
+        done.acquire()
+        box = [done, None, None]
+        self.send(frame, opaque, timeout, _hand_over, box)
+        if not done.acquire(timeout=max(0.0, timeout) + 1.0):
+            if self._pending.pop(opaque, None) is not None:  # (the sweeper never came to it)
+                on_done(context, None, self._timed_out(opaque))
+                return
+            done.acquire()  # being handed over right now
+        on_done(context, box[1], box[2])
+
     def _expire(self, now: float) -> list:
         """Fail the requests whose deadline passed (RemotingTimeoutError); their opaques."""
         # dict.copy() clones the table without running Python code; list(items()) allocates a tuple
@@ -212,8 +258,7 @@ class PendingRequests:
         for opaque in expired:
             entry = self._pending.pop(opaque, None)
             if entry is not None:
-                self._complete_with(entry, RemotingTimeoutError(
-                    f"no response (opaque {opaque}) from {self.addr} in time"))
+                self._complete_with(entry, self._timed_out(opaque))
         return expired
 
     def _fail_pending(self, error: BaseException) -> None:
