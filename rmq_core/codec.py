@@ -26,15 +26,7 @@ import struct
 import zlib
 from typing import Iterable, Mapping
 
-from rmq_core.errors import IllegalArgumentError, RMQError
-
-
-class MessageDecodeError(RMQError, ValueError):
-    """Bytes that are not a valid record / batch body; names the offset and what is wrong."""
-
-    def __init__(self, offset: int, reason: str):
-        self.offset, self.reason = offset, reason
-        super().__init__(f"bad message data at offset {offset}: {reason}")
+from rmq_core.errors import IllegalArgumentError, MessageDecodeError, RMQError  # noqa: F401
 
 
 from rmq_core import compression  # noqa: E402

@@ -38,6 +38,22 @@ class IllegalArgumentError(RMQError, ValueError):
     """A caller passed a bad value (bad topic name, empty body, oversize message...)."""
 
 
+class PropertiesSizeExceededError(IllegalArgumentError):
+    """A message's properties are longer than the int16 length field allows (32767 bytes)."""
+
+
+class BatchFormatError(IllegalArgumentError):
+    """A SEND_BATCH_MESSAGE body does not decode (REMOTING.md §8)."""
+
+
+class MessageDecodeError(RMQError, ValueError):
+    """Bytes that are not a valid record / batch body; names the offset and what is wrong."""
+
+    def __init__(self, offset: int, reason: str):
+        self.offset, self.reason = offset, reason
+        super().__init__(f"bad message data at offset {offset}: {reason}")
+
+
 class StoreError(RMQError):
     """The message store could not do what was asked."""
 

@@ -514,7 +514,23 @@ def iter_chunks(seq: Iterable, n: int):
         yield buf
 
 
+from rmq_core import errors as _errors  # noqa: E402
+from rmq_core._native import record as _record  # noqa: E402
 from rmq_core._native.record import MessageExt, UniqIds  # noqa: E402
+
+
+def _decompress(body, sys_flag):
+    # compression (and lz4) load on the first compressed body, not on `import rmq_core`
+    from rmq_core.compression import decompress
+    return decompress(body, sys_flag)
+
+
+# The native record module imports nothing of rmq: its errors and decompressor are handed in here,
+# where it is first loaded (`import rmq_core` loads this module).
+_record.use_python_layer(
+    illegal_argument=_errors.IllegalArgumentError, properties_size_exceeded=_errors.PropertiesSizeExceededError,
+    batch_format=_errors.BatchFormatError, decode_error=_errors.MessageDecodeError,
+    too_large=_errors.MessageTooLargeError, decompress=_decompress)
 
 MessageClientIDSetter.create_uniq_id = staticmethod(UniqIds(
     MessageClientIDSetter.hex_prefix, MessageClientIDSetter.month_bounds, MessageClientIDSetter._sequence))

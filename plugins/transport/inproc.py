@@ -15,7 +15,6 @@ decoded and take the general path, whose RemotingCommand answer is encoded for t
 """
 from __future__ import annotations
 
-import _thread
 import asyncio
 import functools
 import itertools
@@ -212,12 +211,6 @@ class InprocFrameChannel(InprocChannel):
 _LENGTH_BYTES = 4
 
 
-def _hand_over(box: list, response, error) -> None:
-    """A sync send's answer handed to its waiting thread (InprocPipelinedChannel.exchange)."""
-    box[1], box[2] = response, error
-    box[0].release()
-
-
 class InprocBlockingChannel:
     """The client end of an in-proc connection used by one thread at a time, without an event loop
     of its own: a request is handed to the server's loop, the server's answer is taken in the
@@ -356,8 +349,8 @@ class InprocPipelinedChannel(PendingRequests):
     server's loop, through the broker's native lane when it has one - and every answer out
     through the request's completion, on the server's thread, as a tcp connection's reader
     completes them.  The pending table, its deadline sweep and the completions are remoting's
-    (PendingRequests); this end only hands frames over and runs the sweep on a thread of its own
-    while requests are pending (it has no reader thread to run it)."""
+    (PendingRequests, with its sweeper thread and its exchange: this end has no reader thread);
+    this end only hands frames over."""
 
     _loop = None  # answers arrive through _schedule(None, ...): at once, in the server's thread
     writes = None  # (no write buffer: a frame is handed over whole)
@@ -378,10 +371,8 @@ class InprocPipelinedChannel(PendingRequests):
         self._pending: dict[int, tuple] = {}  # opaque -> (deadline, on_done, context)
         self._closed = False
         self._error: BaseException | None = None
-        self._sweep_interval = sweep_interval
-        self._sweeper: threading.Thread | None = None
-        self._sweeper_lock = threading.Lock()
-        self._wake = threading.Event()
+        self.sweep_interval = sweep_interval
+        self._wake = threading.Event()  # (set on close: the sweeper leaves)
 
     @property
     def closed(self) -> bool:
@@ -408,26 +399,10 @@ class InprocPipelinedChannel(PendingRequests):
         if type(frame) is not bytes:  # the server reads it later: a buffer the caller may reuse is copied
             frame = bytes(frame)
         self._pending[opaque] = (time.monotonic() + timeout, on_done, context)
-        if self._sweeper is None:
-            self._start_sweeper()
+        self._keep_swept()
         server = self._server
         if not _schedule(server._loop, server._deliver_frame, frame):
             self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
-
-    def exchange(self, frame, opaque: int, timeout: float, on_done, context=None) -> None:
-        """PipelinedChannel.exchange (a sync send's): send(), then this thread waits on a plain
-        lock and completes its own answer - the server's thread only hands it over (or the
-        sweeper its timeout) and goes back to its loop at once, as a tcp caller reads its own."""
-        done = _thread.allocate_lock()
-        done.acquire()
-        box = [done, None, None]
-        self.send(frame, opaque, timeout, _hand_over, box)
-        if not done.acquire(timeout=max(0.0, timeout) + 1.0):
-            if self._pending.pop(opaque, None) is not None:  # (the sweeper never came to it)
-                on_done(context, None, RemotingTimeoutError(f"no response (opaque {opaque}) from {self.addr} in time"))
-                return
-            done.acquire()  # being handed over right now
-        on_done(context, box[1], box[2])
 
     def send_oneway(self, frame) -> None:
         """A request no answer is expected to (its flag says oneway)."""
@@ -489,18 +464,6 @@ class InprocPipelinedChannel(PendingRequests):
 
     def flush(self) -> None:
         return None
-
-    def _start_sweeper(self) -> None:
-        with self._sweeper_lock:
-            if self._sweeper is None and not self._closed:
-                self._sweeper = threading.Thread(target=self._sweep_loop, name=f"rmq-inproc-sweep-{self.addr}",
-                                                 daemon=True)
-                self._sweeper.start()
-
-    def _sweep_loop(self) -> None:
-        while not self._closed:
-            self._wake.wait(self._sweep_interval)
-            self._expire(time.monotonic())
 
     def _fail(self, error: BaseException) -> None:
         if not self._closed:

@@ -5,10 +5,10 @@ set on every connection (StreamChannel does it where the socket has the option).
 from __future__ import annotations
 
 import asyncio
+import socket
 
 from rmq_core.errors import RemotingConnectError, RemotingError
 from rmq_core.message import parse_address
-from rmq_core.remoting.pipelined import PipelinedChannel
 from rmq_core.remoting.stream import StreamChannel, StreamListener, peer_name
 from rmq_core.remoting.transport import DEFAULT_SERVER_SOCKET_BACKLOG
 
@@ -30,11 +30,14 @@ class TcpTransport:
             raise RemotingConnectError.connecting(address, e) from None
         return channel
 
-    def connect_pipelined(self, address: str, *, read_frames, from_command=None, intercept=None,
-                          connect_timeout: float = 3.0, name: str | None = None) -> PipelinedChannel:
-        """A connection written by any thread, read by its own (remoting.pipelined)."""
-        return PipelinedChannel(address, connect_timeout=connect_timeout, read_frames=read_frames,
-                                from_command=from_command, name=name, intercept=intercept)
+    def open_socket(self, address: str, *, timeout: float) -> socket.socket:
+        """A connected blocking socket (remoting's thread-driven connections run on it)."""
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise RemotingConnectError(f"bad address {address!r}: expected host:port")
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
 
     async def serve(self, address: str, on_channel, *, max_frame_length: int,
                     backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG) -> StreamListener:

@@ -48,7 +48,6 @@ from libc.string cimport memchr, memcmp, memcpy, memset
 
 import socket as _socket
 
-from rmq_core.errors import IllegalArgumentError
 
 cdef extern from "Python.h":
     # For ASCII strings the character data is the UTF-8 bytes, so a cached str can be compared
@@ -102,17 +101,44 @@ cdef inline void _put_u64(unsigned char* p, uint64_t v) noexcept nogil:
 
 
 # --- errors ----------------------------------------------------------------------------------------
-cdef object _decode_error_cls = None
+# The error types belong to the Python layer (rmq_core.errors); this module imports nothing of rmq,
+# so rmq_core.message hands them in when it loads this module (use_python_layer), together with the
+# body decompressor.  Until then plain ValueErrors with the same texts stand in.
+IllegalArgumentError = ValueError
+PropertiesSizeExceededError = ValueError
+BatchFormatError = ValueError
+
+
+def _plain_decode_error(offset, reason):
+    return ValueError(f"bad message data at offset {offset}: {reason}")
+
+
+def _plain_too_large(size, limit):
+    return ValueError(f"message size {size} bytes exceeds maxMessageSize {limit} bytes")
+
+
+def _no_decompressor(body, sys_flag):
+    raise ValueError("no decompressor: rmq_core.message has not handed one in")
+
+
+MessageDecodeError = _plain_decode_error
+MessageTooLargeError = _plain_too_large
+cdef object _decompress = _no_decompressor
+
+
+def use_python_layer(*, illegal_argument, properties_size_exceeded, batch_format, decode_error,
+                     too_large, decompress):
+    """The Python layer's error types (each called as its constructor: decode_error(offset, reason),
+    too_large(size, limit), the others with the message) and decompress(body, sys_flag)."""
+    global IllegalArgumentError, PropertiesSizeExceededError, BatchFormatError, MessageDecodeError
+    global MessageTooLargeError, _decompress
+    IllegalArgumentError, PropertiesSizeExceededError = illegal_argument, properties_size_exceeded
+    BatchFormatError, MessageDecodeError, MessageTooLargeError = batch_format, decode_error, too_large
+    _decompress = decompress
 
 
 cdef object _decode_error(Py_ssize_t offset, str reason):
-    # MessageDecodeError is defined in rmq_core.codec (which imports this module), so it is looked
-    # up on first use; only the error path pays for it.
-    global _decode_error_cls
-    if _decode_error_cls is None:
-        from rmq_core.codec import MessageDecodeError
-        _decode_error_cls = MessageDecodeError
-    return _decode_error_cls(offset, reason)
+    return MessageDecodeError(offset, reason)
 
 
 
@@ -685,16 +711,9 @@ cdef str _offset_msg_id(const unsigned char* ip, bint v6, int32_t port, int64_t 
 
 
 # --- MessageExt --------------------------------------------------------------------------------------
-cdef object _compression_decompress = None
-
-
 cdef object _decompress_body(object body, int32_t sys_flag, Py_ssize_t offset):
-    global _compression_decompress
-    if _compression_decompress is None:
-        from rmq_core.compression import decompress
-        _compression_decompress = decompress
     try:
-        return _compression_decompress(body, sys_flag)
+        return _decompress(body, sys_flag)
     except Exception as exc:  # any codec failure becomes a decode error naming the record
         raise _decode_error(offset, f"compressed body does not decompress: {exc}") from exc
 
@@ -1833,7 +1852,6 @@ def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_pro
 # tags_code_of, the batch template) are in record.pxd, so the single put writes records in place
 # with the same code.
 from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING, PyByteArray_Resize
-from rmq_core.errors import MessageTooLargeError
 from rmq_core._native.crc cimport crc32_update
 from rmq_core._native.mapped cimport NativeMap
 from store_bytes cimport CQ_UNIT, MAX_PROPS, MIN_BLANK, rmq_ld16, rmq_ld32, rmq_ld64
@@ -1842,14 +1860,6 @@ from store_bytes cimport CQ_UNIT, MAX_PROPS, MIN_BLANK, rmq_ld16, rmq_ld32, rmq_
 STOP_END = 0        # reached `end` or a zero header (nothing written there)
 STOP_BLANK = 1      # end-of-segment blank record
 STOP_CORRUPT = 2    # bad magic / size / crc / physical offset / structure
-
-
-class PropertiesSizeExceededError(IllegalArgumentError):
-    """A message's properties are longer than the int16 length field allows (32767 bytes)."""
-
-
-class BatchFormatError(IllegalArgumentError):
-    """A SEND_BATCH_MESSAGE body does not decode (REMOTING.md §8)."""
 
 
 

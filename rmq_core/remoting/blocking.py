@@ -24,7 +24,7 @@ from rmq_core.errors import RemotingCommandError, RemotingConnectError, Remoting
 from rmq_core.remoting.codes import ResponseCode, code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
 from rmq_core.remoting.steps import CLIENT, RequestSteps
-from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, split_address
+from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, open_socket, resolve_transport
 
 log = logging.getLogger("rmq.remoting")
 
@@ -57,23 +57,13 @@ def refusal(command: RemotingCommand) -> bytes | None:
 
 
 class BlockingChannel:
-    """One TCP connection used by one thread at a time; any failure closes it for good."""
+    """One connection of a byte-stream transport (transport.open_socket) used by one thread at a time; any failure closes it for good."""
 
     def __init__(self, addr: str, *, connect_timeout: float = 3.0,
                  max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH):
-        scheme, location = split_address(addr)
-        if scheme != "tcp":
-            raise RemotingConnectError(f"a blocking channel needs a tcp address, not {addr!r}")
-        host, sep, port = location.rpartition(":")
-        if not sep or not port.isdigit():
-            raise RemotingConnectError(f"bad address {addr!r}: expected host:port")
         self.addr = addr
         self.max_frame_length = max_frame_length
-        try:
-            self._sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
-        except OSError as e:
-            raise RemotingConnectError.connecting(addr, e) from None
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = open_socket(addr, timeout=connect_timeout)  # (any byte-stream transport's)
         # a blocking socket whose timeouts the kernel keeps (set_kernel_timeouts)
         self._sock.settimeout(None)
         self._timeout: float | None = None
@@ -283,13 +273,10 @@ class BlockingChannelPool:
                     self._open[addr] -= 1
 
     def _connect(self, addr: str):
-        scheme, location = split_address(addr)
-        if scheme == "tcp":
+        transport, location = resolve_transport(addr)
+        if hasattr(transport, "open_socket"):  # a byte stream: remoting's own blocking channel on it
             return BlockingChannel(addr, connect_timeout=self.connect_timeout, max_frame_length=self.max_frame_length)
-        # another transport offers one if it can (the in-proc transport does)
-        from rmq_core.plugins import get_transport
-
-        connect = getattr(get_transport(scheme), "connect_blocking", None)
+        connect = getattr(transport, "connect_blocking", None)  # a transport's own (inproc), or none
         if connect is None:
             return None
         return connect(location, max_frame_length=self.max_frame_length, timeout=self.connect_timeout)

@@ -11,6 +11,7 @@ from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.aliases import resolve_inproc_alias
 from rmq_core.remoting.command import RemotingCommand
 from rmq_core.remoting.context import DEFAULT_MAX_INFLIGHT, ChannelContext, ProcessorTable
+from rmq_core.remoting.pipelined import PipelinedChannel
 from rmq_core.remoting.steps import CLIENT, RequestSteps
 from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, resolve_transport
 
@@ -69,14 +70,16 @@ class RemotingClient:
         this client's request steps as its interception step."""
         target = self.target(addr)
         transport, location = resolve_transport(target)
-        connect = getattr(transport, "connect_pipelined", None)
-        if connect is None:
-            raise RemotingConnectError(f"cannot open a pipelined connection to {target}: transport "
-                                       f"{getattr(transport, 'scheme', transport)!r} offers none")
         steps = self.steps
-        return connect(location, read_frames=read_frames, from_command=from_command,
-                       intercept=None if steps is None else steps.frame_step(target),
-                       connect_timeout=self.connect_timeout, name=name)
+        kw = dict(read_frames=read_frames, from_command=from_command, connect_timeout=self.connect_timeout,
+                  intercept=None if steps is None else steps.frame_step(target), name=name)
+        connect = getattr(transport, "connect_pipelined", None)
+        if connect is not None:  # a transport that moves no bytes has its own (inproc)
+            return connect(location, **kw)
+        if hasattr(transport, "open_socket"):  # a byte stream: remoting's pipelined channel on it
+            return PipelinedChannel(target, **kw)
+        raise RemotingConnectError(f"cannot open a pipelined connection to {target}: transport "
+                                   f"{getattr(transport, 'scheme', transport)!r} offers none")
 
     async def get_channel(self, addr: str, timeout: float | None = None) -> ChannelContext:
         """The open connection to `addr`, connecting if needed (RemotingConnectError names addr)."""

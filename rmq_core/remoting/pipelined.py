@@ -39,6 +39,7 @@ that comes is refused with REQUEST_CODE_NOT_SUPPORTED, as a BlockingChannel does
 """
 from __future__ import annotations
 
+import _thread
 import functools
 import logging
 import select
@@ -57,7 +58,7 @@ from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import (RESPONSE_FLAG, FrameCommand, RemotingCommand, native_decode_frames, new_command,
                                        set_frame)
 from rmq_core.remoting.frames import split_frames
-from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, split_address
+from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, open_socket
 
 log = logging.getLogger("rmq.remoting")
 
@@ -173,6 +174,12 @@ class HookedRequests:
             self.requests.pop(opaque, None)
 
 
+def _hand_over(box: list, response, error) -> None:
+    """A sync send's answer handed to its waiting thread (PendingRequests.exchange)."""
+    box[1], box[2] = response, error
+    box[0].release()
+
+
 class PendingRequests:
     """The pending table every pipelined connection keeps, whatever carries its bytes (this
     module's TCP one, a transport's own - the in-proc one): `_pending` maps an opaque to
@@ -201,6 +208,45 @@ class PendingRequests:
             log.exception("pipelined channel to %s: completion of opaque %d failed", self.addr, item.opaque)
         return True
 
+    def _timed_out(self, opaque: int) -> RemotingTimeoutError:
+        return RemotingTimeoutError(f"no response (opaque {opaque}) from {self.addr} in time")
+
+    # A connection whose answers arrive on another thread (a transport's own: the in-proc one's
+    # come on the server's thread) has no reader to sweep and to read a sync send's answer: it calls
+    # _keep_swept() with each request (a sweeper thread runs while it is open) and its exchange is
+    # this one.  `_closed` and `_wake` (a threading.Event set on close) are the connection's.
+    sweep_interval: float = 0.05
+    _sweeper = None
+    _sweeper_lock = threading.Lock()  # (class-wide: only taken to start a connection's sweeper)
+
+    def _keep_swept(self) -> None:
+        if self._sweeper is None:
+            with self._sweeper_lock:
+                if self._sweeper is None and not self._closed:
+                    self._sweeper = threading.Thread(target=self._sweep_loop, name=f"rmq-sweep-{self.addr}",
+                                                     daemon=True)
+                    self._sweeper.start()
+
+    def _sweep_loop(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.sweep_interval)
+            self._expire(time.monotonic())
+
+    def exchange(self, frame, opaque: int, timeout: float, on_done, context=None) -> None:
+        """A sync send's: send(), then this thread waits on a plain lock and completes its own
+        answer - the answering thread only hands it over (or the sweeper its timeout) and goes
+        back to its work at once, as a tcp caller reads its own (PipelinedChannel.exchange)."""
+        done = _thread.allocate_lock()
+        done.acquire()
+        box = [done, None, None]
+        self.send(frame, opaque, timeout, _hand_over, box)
+        if not done.acquire(timeout=max(0.0, timeout) + 1.0):
+            if self._pending.pop(opaque, None) is not None:  # (the sweeper never came to it)
+                on_done(context, None, self._timed_out(opaque))
+                return
+            done.acquire()  # being handed over right now
+        on_done(context, box[1], box[2])
+
     def _expire(self, now: float) -> list:
         """Fail the requests whose deadline passed (RemotingTimeoutError); their opaques."""
         # dict.copy() clones the table without running Python code; list(items()) allocates a tuple
@@ -212,8 +258,7 @@ class PendingRequests:
         for opaque in expired:
             entry = self._pending.pop(opaque, None)
             if entry is not None:
-                self._complete_with(entry, RemotingTimeoutError(
-                    f"no response (opaque {opaque}) from {self.addr} in time"))
+                self._complete_with(entry, self._timed_out(opaque))
         return expired
 
     def _fail_pending(self, error: BaseException) -> None:
@@ -236,7 +281,7 @@ class PendingRequests:
 
 
 class PipelinedChannel(PendingRequests):
-    """One TCP connection carrying many requests at once.
+    """One connection of a byte-stream transport (transport.open_socket) carrying many requests at once.
 
     read_frames(data, max_frame_length) -> (items, consumed) turns the bytes read into one item per
     whole frame: an object with `flag` and `opaque` (a RemotingCommand, a natively read response),
@@ -251,12 +296,6 @@ class PipelinedChannel(PendingRequests):
                  sweep_interval: float = 0.05, write_timeout: float = 10.0, coalesce_bytes: int = 16384,
                  coalesce_delay: float = 0.002, reader_defer: float = 0.002, name: str | None = None,
                  intercept=None):
-        scheme, location = split_address(addr)
-        if scheme != "tcp":
-            raise RemotingConnectError(f"a pipelined channel needs a tcp address, not {addr!r}")
-        host, sep, port = location.rpartition(":")
-        if not sep or not port.isdigit():
-            raise RemotingConnectError(f"bad address {addr!r}: expected host:port")
         if sweep_interval <= 0:
             raise ValueError(f"bad sweep_interval {sweep_interval!r}: must be > 0")
         if reader_defer < 0:
@@ -272,11 +311,7 @@ class PipelinedChannel(PendingRequests):
         self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
             hooks.read, read_frames or decode_command_frames, from_command)
         self._from_command = from_command
-        try:
-            sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
-        except OSError as e:
-            raise RemotingConnectError.connecting(addr, e) from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = open_socket(addr, timeout=connect_timeout)  # (any byte-stream transport's)
         # Two socket objects on one connection, one blocking descriptor (a duplicate shares its
         # blocking mode).  The reader's object reads and writes with MSG_DONTWAIT (it polls; its
         # writes take what the buffer takes), except a sync send's exchange: one receive that

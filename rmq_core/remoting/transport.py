@@ -31,14 +31,17 @@ plugins/transport/tcp.py, and tests/remoting/unix_transport.py for a third one i
         address: str                  the bound address ("127.0.0.1:40211", "inproc://ns")
         async close()                 stop accepting and close every channel it accepted
 
-    optional, for the routes that run without an event loop (a transport without them is used
-    through connect/serve only):
+    optional, for the routes that run without an event loop (the producer's pipelined sends, the
+    blocking pool); a transport with neither is used through connect/serve only:
+        open_socket(address, *, timeout) -> socket.socket
+                                      a byte-stream transport (tcp, unix): a connected blocking
+                                      socket; remoting runs its own thread-driven connections on it
+                                      (pipelined.PipelinedChannel, blocking.BlockingChannel)
         connect_pipelined(address, *, read_frames, from_command, intercept, connect_timeout, name)
-                                      a connection many threads write requests on at once, with
-                                      PipelinedChannel's interface (tcp: remoting.pipelined's own;
-                                      its pending table is remoting's PendingRequests)
         connect_blocking(address, *, max_frame_length, timeout)
-                                      one thread's request/response connection (BlockingChannelPool)
+                                      a transport that moves no bytes (inproc): those connections
+                                      itself, with PipelinedChannel's / BlockingChannel's interface
+                                      (its pending table is remoting's PendingRequests)
 
 `serve` calls `on_channel(channel)` (in the listener's loop) for every accepted connection; the
 callee must call `channel.start(...)` before returning.  A frame the transport cannot decode, or one
@@ -49,7 +52,7 @@ from __future__ import annotations
 import abc
 from typing import Callable
 
-from rmq_core.errors import IllegalArgumentError, RemotingError
+from rmq_core.errors import IllegalArgumentError, RemotingConnectError, RemotingError
 from rmq_core.remoting.command import RemotingCommand
 
 from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG
@@ -80,6 +83,20 @@ def resolve_transport(address: str):
 
     scheme, rest = split_address(address)
     return get_transport(scheme), rest
+
+
+def open_socket(address: str, *, timeout: float):
+    """A connected blocking socket to `address` from its transport's open_socket; RemotingConnectError
+    names the address when the connect fails or the transport moves no byte stream."""
+    transport, location = resolve_transport(address)
+    opener = getattr(transport, "open_socket", None)
+    if opener is None:
+        raise RemotingConnectError(f"cannot open a socket to {address}: transport "
+                                   f"{getattr(transport, 'scheme', transport)!r} moves no byte stream")
+    try:
+        return opener(location, timeout=timeout)
+    except OSError as e:
+        raise RemotingConnectError.connecting(address, e) from None
 
 
 class Channel(abc.ABC):

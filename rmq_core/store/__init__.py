@@ -6,7 +6,7 @@ from rmq_core.store.message_store import DefaultMessageStore, disk_usage_ratio
 from rmq_core.store.types import (AppendMessageResult, DispatchRequest, GetMessageResult, GetMessageStatus,
                                   MessageExtBatch, MessageExtBrokerInner, PutMessageResult, PutMessageStatus,
                                   QueryMessageResult)
-from rmq_core._native.record import BatchFormatError, PropertiesSizeExceededError
+from rmq_core.errors import BatchFormatError, PropertiesSizeExceededError
 
 __all__ = [
     "AppendMessageResult", "BatchFormatError", "DefaultMessageStore", "DispatchRequest", "GetMessageResult",

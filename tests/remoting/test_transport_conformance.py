@@ -16,6 +16,7 @@ from rmq_core.errors import RemotingConnectError, RemotingTimeoutError
 from rmq_core.plugins import get_plugin_manager
 from rmq_core.remoting import RemotingClient, RemotingCommand, RemotingServer, RequestStep
 from rmq_core.remoting.codes import ResponseCode
+from tests.client.conftest import make_cluster  # noqa: F401 (a fixture)
 from tests.remoting.unix_transport import UnixTransportPlugin
 
 ECHO, HOLD, SINK, ASK_BACK, QUESTION = 1, 2, 3, 4, 307
@@ -172,3 +173,34 @@ async def test_a_frame_above_the_limit_closes_that_connection_only(kind):
     finally:
         await client.close()
         await s.server.stop()
+
+
+def test_a_producer_sends_and_a_consumer_pulls_over_the_unix_transport(make_cluster):
+    """The client's thread-driven routes (the producer's pipelined send connection, the blocking
+    pool) come from the transport interface too: a transport that only gives a byte stream
+    (open_socket) carries them with remoting's own machinery."""
+    from rmq_core import Message, Producer, SendStatus
+    from rmq_core.remoting.aliases import register_inproc_alias
+    from tests.client.conftest import FAST, drain_topic
+
+    cluster = make_cluster()
+    tcp_server, inproc_server = cluster.broker.servers
+    # the broker served over a Unix socket too: the same processors (and native send lane)
+    unix = RemotingServer(_address("unix"), name="broker-unix", broker=True)
+    unix._table = tcp_server.processor_table
+    asyncio.run_coroutine_threadsafe(unix.start(), cluster.loop).result(10)
+    try:
+        # clients of the in-proc name server reach the broker through its alias: the Unix socket
+        register_inproc_alias(cluster.broker_addr, unix.listen_address)
+        p = Producer("PG_UNIX", namesrv=cluster.namesrv, **FAST).start()
+        try:
+            results = [p.send(Message("UnixT", b"m%d" % i)) for i in range(10)]
+            assert unix.channels  # the producer's connections are the Unix server's
+        finally:
+            p.shutdown()
+        assert [r.status for r in results] == [SendStatus.SEND_OK] * 10
+        got = drain_topic(cluster.namesrv, "UnixT", "CG_UNIX", want=10)
+        assert sorted(m.body for m in got) == sorted(b"m%d" % i for i in range(10))
+        assert not inproc_server.channels  # nothing went in-proc to the broker
+    finally:
+        asyncio.run_coroutine_threadsafe(unix.stop(), cluster.loop).result(10)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 
 from rmq_core.errors import RemotingConnectError, RemotingError
 from rmq_core.plugins import hookimpl
@@ -26,6 +27,16 @@ class UnixTransport:
             raise RemotingConnectError(f"connect to unix://{address} failed: {e.strerror or e}") from None
         channel.remote_address = f"unix://{address}"
         return channel
+
+    def open_socket(self, address: str, *, timeout: float) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(address)
+        except OSError:
+            sock.close()
+            raise
+        return sock
 
     async def serve(self, address: str, on_channel, *, max_frame_length: int, backlog: int = 100) -> StreamListener:
         listener = StreamListener(max_frame_length, on_channel)
