@@ -334,6 +334,7 @@ class PlainAccessValidator(RequestStep):
         self._reloading = threading.Lock()  # the watcher's and an admin command's reloads, one at a time
         self._generation = 0
         self._last_text: str | None = None
+        self._seen_text: str | None = None  # the watcher's last read of a changed file, not loaded yet
         if not os.path.exists(self.path):
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with open(self.path, "a", encoding="utf-8"):
@@ -413,7 +414,7 @@ class PlainAccessValidator(RequestStep):
         with self._reloading:
             return self._reload()
 
-    def _reload(self) -> bool:
+    def _reload(self, settle: bool = False) -> bool:
         try:
             text = self._read()
         except OSError as e:
@@ -422,6 +423,11 @@ class PlainAccessValidator(RequestStep):
                 self._last_text = None  # logged once; tried again on the next poll
             return False
         if text == self._last_text:
+            return False
+        if settle and text != self._seen_text:
+            # a file rewritten in place may be read half written (even empty): the watcher takes a
+            # new text once two polls read the same one
+            self._seen_text = text
             return False
         try:
             rules = self._load_text(text)
@@ -437,7 +443,8 @@ class PlainAccessValidator(RequestStep):
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_interval):
             try:
-                self.reload()
+                with self._reloading:
+                    self._reload(settle=True)
             except Exception:
                 log.exception("ACL: watching %s failed", self.path)
 
