@@ -320,13 +320,6 @@ class DefaultMessageStore:
                 phys, size, tags = struct.unpack_from(">qiq", entries, (count - 1) * 20)
                 self._notify_listeners(topic, qid, first + count, tags, ts, phys, size)
 
-    def dispatch_behind_bytes(self) -> int:
-        """Bytes of the log not dispatched to consume queues yet (RocketMQ's dispatchBehindBytes):
-        on a slave, what it appended and has not dispatched; a master dispatches as it puts."""
-        if self.ha_service.is_master:
-            return 0
-        return max(0, self.commit_log.get_max_offset() - max(self._reput_offset, self.commit_log.get_min_offset()))
-
     def update_ha_master_address(self, addr: str) -> None:
         """A slave: replicate from the master's HA listener at `addr` (host:port) from now on."""
         self.ha_service.update_master_address(addr)
@@ -1240,11 +1233,16 @@ class DefaultMessageStore:
     # -- stats -----------------------------------------------------------------------------------
     def dispatch_behind_bytes(self) -> int:
         """Commit-log bytes not yet dispatched to every dispatcher (RocketMQ's dispatchBehindBytes):
-        the consume queues are written by the put itself, the index in the background - from the
-        oldest record still waiting for it to the log's end."""
+        a master's put writes the consume queues itself and the index follows in the background
+        (from the oldest record still waiting for it to the log's end); a slave also dispatches
+        what it appended after the append (from its reput offset)."""
         builder = self.index_build_service
         oldest = builder.oldest_pending_offset() if builder is not None else None
-        return max(0, self.get_max_phy_offset() - oldest) if oldest is not None else 0
+        end = self.get_max_phy_offset()
+        behind = max(0, end - oldest) if oldest is not None else 0
+        if not self.ha_service.is_master:
+            behind = max(behind, end - max(self._reput_offset, self.commit_log.get_min_offset()))
+        return behind
 
     def commit_log_disk_ratio(self) -> float:
         return self.disk_usage(self.config.commit_log_dir)
