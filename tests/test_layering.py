@@ -110,3 +110,23 @@ def test_common_imports_neither_side():
     for module in (m for m in graph if m.startswith("rmq_core.common")):
         bad = {m for m in _reachable(graph, module) if m.startswith(sides)}
         assert not bad, f"{module} reaches {sorted(bad)}"
+
+
+def test_no_class_or_module_defines_a_function_twice():
+    """A second `def` of the same name silently replaces the first (a slave's dispatch-behind
+    measure was lost that way); properties' setters and overloads are the exceptions."""
+    twice = []
+    for path in [*ROOT.rglob("*.py"), *(ROOT.parent / "plugins").rglob("*.py"), *(ROOT.parent / "spark_plugin").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.Module, ast.ClassDef)):
+                continue
+            seen: dict[str, int] = {}
+            for item in node.body:
+                if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                if any(k in ast.unparse(d) for d in item.decorator_list for k in ("setter", "deleter", "overload")):
+                    continue
+                if item.name in seen:
+                    twice.append(f"{path}:{item.lineno} {item.name} (first at line {seen[item.name]})")
+                seen[item.name] = item.lineno
+    assert not twice, twice
