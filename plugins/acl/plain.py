@@ -25,7 +25,6 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-import tempfile
 import threading
 from typing import Any, Iterable
 
@@ -33,6 +32,7 @@ import attrs
 import yaml
 
 from rmq_core.acl import ACCESS_KEY, SIGNATURE, SigningKey
+from rmq_core.common.files import atomic_write
 from rmq_core.errors import AclError, ConfigError
 from rmq_core.message import MixAll, TopicValidator
 from rmq_core.remoting.body import DataVersion
@@ -541,17 +541,7 @@ class PlainAccessValidator(RequestStep):
         dv.next_version()
         data["dataVersion"] = [dv.to_json()]
         text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
-        fd, tmp = tempfile.mkstemp(prefix=".plain_acl.", dir=os.path.dirname(self.path))
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write(self.path, text.encode("utf-8"), mode=0o600)  # (it holds secret keys)
         self.reload()
 
 

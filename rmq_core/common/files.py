@@ -25,16 +25,18 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Replace `path` with `data` atomically: tmp file in the same dir, fsync, rename, fsync dir."""
+def atomic_write(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> None:
+    """Replace `path` with `data` atomically: tmp file in the same dir, fsync, rename, fsync dir.
+    `mode`: the file's permissions (0o600 for a file holding secrets), set before any byte is in it."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise IllegalArgumentError(f"atomic_write needs bytes, not {type(data).__name__}")
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        os.fchmod(fd, mode)  # (a leftover tmp file keeps its own mode through O_CREAT)
         view = memoryview(data)
         while view:
             n = os.write(fd, view)

@@ -12,10 +12,10 @@ import hmac
 import os
 import re
 import secrets
-import tempfile
 import threading
 import time
 
+from rmq_core.common.files import atomic_write
 from rmq_core.errors import ConfigError
 
 COOKIE = "rmq_session"
@@ -72,11 +72,7 @@ def add_user(path: str, name: str, password: str) -> bool:
     users = read_users(path) if os.path.exists(path) else {}
     new = name not in users
     users[name] = hash_password(password)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".users.")  # (created 0600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("".join(f"{u}:{h}\n" for u, h in users.items()))
-    os.replace(tmp, path)
+    atomic_write(path, "".join(f"{u}:{h}\n" for u, h in users.items()).encode("utf-8"), mode=0o600)
     return new
 
 

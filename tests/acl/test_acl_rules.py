@@ -142,6 +142,7 @@ def test_admin_updates_write_the_file_with_a_new_data_version(tmp_path):
                                 "topicPerms": ["t1=SUB"]})
         assert v.rules.accounts["newuser1"].perms == {"t1": SUB}
         assert v.rules.data_version.counter == 1
+        assert os.stat(path).st_mode & 0o777 == 0o600  # the rewritten file holds secret keys
         v.update_access_config({"accessKey": "newuser1", "secretKey": "newsecret2", "admin": True})
         a = v.rules.accounts["newuser1"]
         assert (a.secret_key, a.admin, a.perms) == ("newsecret2", True, {"t1": SUB})  # the rest kept
