@@ -372,6 +372,8 @@ class InprocPipelinedChannel(PendingRequests):
         # the interception step, as a tcp connection's (see HookedRequests)
         self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
         self.intercept = None if hooks is None else hooks.intercept
+        # a frame its writer signed (built=True) passes the step only when other steps remain
+        self.intercept_built = None if hooks is None or not getattr(intercept, "built_passes", True) else hooks.intercept
         self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
             hooks.read, read_frames or decode_command_frames, from_command)
         self._from_command = from_command
@@ -395,11 +397,11 @@ class InprocPipelinedChannel(PendingRequests):
     def pending_count(self) -> int:
         return len(self._pending)
 
-    def send(self, frame, opaque: int, timeout: float, on_done, context=None) -> None:
+    def send(self, frame, opaque: int, timeout: float, on_done, context=None, built: bool = False) -> None:
         """PipelinedChannel.send: on_done(context, response, None) or on_done(context, None, error),
         exactly once."""
-        if self._hooks is not None:
-            frame = self.intercept(frame, opaque, on_done, context)
+        if self._hooks is not None and (not built or self.intercept_built is not None):
+            frame = self.intercept(frame, opaque, on_done, context, built)
             if frame is None:
                 return
         if self._closed:
@@ -414,14 +416,14 @@ class InprocPipelinedChannel(PendingRequests):
         if not _schedule(server._loop, server._deliver_frame, frame):
             self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
 
-    def exchange(self, frame, opaque: int, timeout: float, on_done, context=None) -> None:
+    def exchange(self, frame, opaque: int, timeout: float, on_done, context=None, built: bool = False) -> None:
         """PipelinedChannel.exchange (a sync send's): send(), then this thread waits on a plain
         lock and completes its own answer - the server's thread only hands it over (or the
         sweeper its timeout) and goes back to its loop at once, as a tcp caller reads its own."""
         done = _thread.allocate_lock()
         done.acquire()
         box = [done, None, None]
-        self.send(frame, opaque, timeout, _hand_over, box)
+        self.send(frame, opaque, timeout, _hand_over, box, built)
         if not done.acquire(timeout=max(0.0, timeout) + 1.0):
             if self._pending.pop(opaque, None) is not None:  # (the sweeper never came to it)
                 on_done(context, None, RemotingTimeoutError(f"no response (opaque {opaque}) from {self.addr} in time"))
@@ -429,10 +431,13 @@ class InprocPipelinedChannel(PendingRequests):
             done.acquire()  # being handed over right now
         on_done(context, box[1], box[2])
 
-    def send_oneway(self, frame) -> None:
-        """A request no answer is expected to (its flag says oneway)."""
+    def send_oneway(self, frame, built: bool = False) -> None:
+        """A request no answer is expected to (its flag says oneway); built: as send()'s."""
         if self._intercept is not None:
-            frame, _ = self._intercept.before(frame)
+            if not built:
+                frame, _ = self._intercept.before(frame)
+            elif self.intercept_built is not None:
+                frame, _ = self._intercept.before_built(frame)
         if self._closed:
             raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
         server = self._server

@@ -590,18 +590,21 @@ cdef class PipelinedSender:
                 self._channels[addr] = channel
         fut.channel = channel  # result() reads the answer itself when no other thread does
         writes = getattr(channel, "writes", None)
+        built = header._sign_key is not None  # (the frame is signed: the signer step is applied)
         if mode == "SYNC":  # this thread waits for the answer at once: it writes and reads it itself
-            channel.exchange(frame, opaque, timeout, self._completion, context)
+            channel.exchange(frame, opaque, timeout, self._completion, context, built)
         elif type(writes) is PipelinedWrites:  # PipelinedChannel.send without its Python frame
-            if channel.intercepted:  # its RPC hook step first (a step that raises failed the send)
-                frame = channel.intercept(frame, opaque, self._completion, context)
+            # its request steps first (a step that raises failed the send); a signed frame passes
+            # them only when steps other than the signer remain
+            if (channel.intercept_built if built else channel.intercept) is not None:
+                frame = channel.intercept(frame, opaque, self._completion, context, built)
                 if frame is None:
                     return fut
             data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, self._completion, context)
             if data is not None:
                 channel.after_offer(data, opaque, self._completion, context)
         else:
-            channel.send(frame, opaque, timeout, self._completion, context)
+            channel.send(frame, opaque, timeout, self._completion, context, built)
         return fut
 
 

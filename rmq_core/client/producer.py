@@ -193,8 +193,9 @@ class SendAttempts:
         except RemotingError as e:  # cannot connect: counted against the broker, retried elsewhere
             self.answered(None, e)
             return
+        built = header.signed  # (its request steps know the signer is applied: steps.FrameStep.before_built)
         if oneway:
-            channel.send_oneway(frame)
+            channel.send_oneway(frame, built)
             self.finish(None, None)
             return
         if self.fut is not None:
@@ -203,9 +204,9 @@ class SendAttempts:
             for fut in self.futures:
                 fut.channel = channel
         if self.mode is CommunicationMode.SYNC:  # the caller waits at once: it writes and reads itself
-            channel.exchange(frame, opaque, remaining, SendAttempts.answered, self)
+            channel.exchange(frame, opaque, remaining, SendAttempts.answered, self, built)
         else:
-            channel.send(frame, opaque, remaining, SendAttempts.answered, self)
+            channel.send(frame, opaque, remaining, SendAttempts.answered, self, built)
 
     def answered(self, response: SendResponse | None, error: BaseException | None) -> None:
         """An attempt's outcome (PipelinedChannel's completion): noted, then the send finished or
@@ -734,9 +735,13 @@ class Producer:
             self._send_headers.clear()
         code = (RequestCode.SEND_BATCH_MESSAGE if batch else
                 RequestCode.SEND_MESSAGE_V2 if self.use_send_message_v2 else RequestCode.SEND_MESSAGE)
-        header = self._send_headers[key] = SendHeader(
+        header = SendHeader(
             self.group, mq.topic, mq.queue_id, mq.broker_name, self.create_topic_key, self.default_topic_queue_nums,
             code, batch, "PYTHON", MQVersion.CURRENT, self.use_send_message_v2 or batch)
+        steps = getattr(self.instance.remoting, "steps", None)
+        for step in (steps.send_builders if steps is not None else ()):  # the ACL signer: frames written signed
+            step.prepare_header(header)
+        self._send_headers[key] = header
         return header
 
     # --- auto_batch (PipelinedAccumulator's transport) ---------------------------------------------
