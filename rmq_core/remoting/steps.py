@@ -94,9 +94,11 @@ class RequestSteps:
     def __init__(self, side: str, before: list, after: list, send_builders: tuple = (),
                  before_built: list | None = None, builder_before: list | None = None):
         self.side, self.before, self.after = side, before, after
-        # client steps a producer's send frames apply as they are written (applied_by_send_builder:
+        # client: steps a producer's send frames apply as they are written (applied_by_send_builder:
         # the ACL signer, through its prepare_header), and the before list such a frame still passes
-        # (the others) - with the builders' own before, run again when one of the others changed it
+        # (the others) - with the builders' own before, run again when one of the others changed it;
+        # broker: the one step (the access check) that checks a lane's signed send from its parsed
+        # values (check_signed_send), when it is the only step
         self.send_builders = send_builders
         self.before_built = before if before_built is None else before_built
         self.builder_before = builder_before or []
@@ -119,8 +121,12 @@ class RequestSteps:
                 again = [(lambda a, r, s=s: s.before(a, r)) for s in builders if _overrides(s, "before")]
                 return cls(side, before, after, builders, rest, again)
         else:  # a broker's own steps (its access check) run first
-            before = [s.before for s in steps if _overrides(s, "before")] + hooks_before
+            own = [s for s in steps if _overrides(s, "before")]
+            before = [s.before for s in own] + hooks_before
             after = [s.after for s in steps if _overrides(s, "after")] + hooks_after
+            if len(before) == 1 and not after and hasattr(own[0] if own else None, "check_signed_send"):
+                # the access check alone: the send lane hands it the values it parsed (LaneStep)
+                return cls(side, before, after, (own[0],))
         if not before and not after:
             return None
         return cls(side, before, after)
@@ -196,11 +202,32 @@ class LaneStep:
     from the frame only when a step reads it), or None when a step refused it - then it answered
     the refusal on the connection itself."""
 
-    __slots__ = ("ctx", "steps", "_before", "_after")
+    __slots__ = ("ctx", "steps", "_before", "_after", "_check_signed")
 
     def __init__(self, ctx, steps: RequestSteps):
         self.ctx, self.steps = ctx, steps
         self._before, self._after = steps.before, steps.after
+        self._check_signed = steps.send_builders[0].check_signed_send if steps.send_builders else None
+
+    @property
+    def signed_send_check(self):
+        """before_signed when the steps are one access check that takes a send's parsed values
+        (the lane then decodes no header for it), else None."""
+        return None if self._check_signed is None else self.before_signed
+
+    def before_signed(self, frame: bytes, topic: str, access_key: str, signature: bytes, content: bytes, body: bytes):
+        """before() of a signed SEND_MESSAGE_V2 from the values the lane parsed: its topic, the
+        AccessKey and Signature, the signed content (rmq_core.acl's order) and the body.  True
+        when it passed; None when refused (answered here, from the frame decoded then)."""
+        ctx = self.ctx
+        try:
+            self._check_signed(ctx, topic, access_key, signature, content, body)
+        except Exception as e:  # noqa: BLE001 - answered as before() answers a failing step
+            request = new_command(FrameCommand)
+            set_frame(request, frame)
+            ctx.answer_failure(request, e)
+            return None
+        return True
 
     def before(self, frame: bytes):
         request = new_command(FrameCommand)
