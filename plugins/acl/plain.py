@@ -313,11 +313,14 @@ def _plain(value):
 class _ConnectionAcl:
     """What the validator knows about one connection under one generation of the rules."""
 
-    __slots__ = ("generation", "ip", "white", "accounts")
+    __slots__ = ("generation", "ip", "white", "accounts", "sends")
 
     def __init__(self, generation: int, ip: str, white: bool):
         self.generation, self.ip, self.white = generation, ip, white
         self.accounts: dict[str, tuple[Account, bool]] = {}  # accessKey -> (account, address passes)
+        # (accessKey, topic) -> the account whose signature a lane's send still needs (None: none
+        # needed), for the sends whose account and permission passed: one look-up per send
+        self.sends: dict[tuple[str, str], Account | None] = {}
 
 
 _CONN_KEY = "acl.plain"
@@ -387,16 +390,24 @@ class PlainAccessValidator(RequestStep):
                           body: bytes) -> None:
         """before() of a SEND_MESSAGE_V2 the broker's send lane parsed already: its topic, AccessKey,
         Signature, the signed content (rmq_core.acl's order) and body - the same checks, one
-        keyed hash, the account the connection cached (steps.LaneStep.before_signed)."""
+        keyed hash, the account and permission the connection cached (steps.LaneStep.before_signed)."""
+        state = connection.attributes.get(_CONN_KEY)
+        if state is not None and state.generation == self.rules.generation:
+            account = state.sends.get((access_key, topic), False)
+            if account is not False:  # (passed before on this connection under these rules)
+                if account is not None and not hmac.compare_digest(signature, account.key.signature(content, body)):
+                    raise _signature_failed(access_key)
+                return
         state = self._connection_state(None, connection)
         if state.white:
             return
         account = self._account(state, access_key, _SEND_V2)
-        if account is None:
-            return
-        if not hmac.compare_digest(signature, account.key.signature(content, body)):
-            raise _signature_failed(access_key)
-        self._check(account, _SEND_V2, _send_of(topic))
+        if account is not None:
+            if not hmac.compare_digest(signature, account.key.signature(content, body)):
+                raise _signature_failed(access_key)
+            self._check(account, _SEND_V2, _send_of(topic))
+        if len(state.sends) < 4096:
+            state.sends[(access_key, topic)] = account
 
     def _connection_state(self, remote_addr, connection) -> _ConnectionAcl:
         """What the connection's attributes cache under the current rules (made anew when they changed)."""
