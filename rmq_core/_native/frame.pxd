@@ -20,6 +20,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from json_read cimport Cursor, expect, hex_digit, key_is, open_json_header, read_int, scan_str, skip_ws
 
 from json_text cimport Out
+from rmq_core._native.hmac_sha1 cimport HmacSha1
 
 # one extFields entry: 0 to go on, 1 to decline the frame (an exception propagates)
 ctypedef int (*ext_field_fn)(void* target, const uint8_t* key, Py_ssize_t key_len, bint key_escaped,
@@ -340,7 +341,7 @@ cdef class SendHeader:
     # the ids in the signed order without / with maxReconsumeTimes (l), the key, the JSON written
     cdef list _raw
     cdef bytes _order, _order_l
-    cdef object _sign_key
+    cdef HmacSha1 _sign_key
     cdef bytes _acl_json
     cdef readonly int code
     cdef readonly str topic

@@ -466,7 +466,8 @@ cdef class SendHeader:
 
     def sign_with(self, str access_key, security_token, key, order):
         """Write every frame signed for ACL (rmq_core.acl: AclSigner.prepare_header): AccessKey
-        (and SecurityToken) among the ext fields and Signature = key.signature(the signed field
+        (and SecurityToken) among the ext fields and Signature = the keyed hash of `key` (a
+        rmq_core.acl SigningKey: its native HMAC, called without a Python call) over (the signed field
         values joined in order(field names) - the order rmq_core.acl defines, taken once for each
         of this header's two shapes, with and without maxReconsumeTimes - then the body)."""
         cdef list names = [n.decode() for n in self._names] + ["AccessKey"]
@@ -482,7 +483,7 @@ cdef class SendHeader:
         shapes = [n for n in names if n != names[11]]  # (maxReconsumeTimes: only on a retry topic's sends)
         self._order = bytes([ids[n] for n in order(tuple(shapes))])
         self._order_l = bytes([ids[n] for n in order(tuple(names))])
-        self._sign_key = key
+        self._sign_key = key.native
 
     @property
     def signed(self):
@@ -626,11 +627,10 @@ cdef class SendHeader:
                     _put(&c, v.buf + start[k], start[k + 1] - start[k])
                 else:
                     _put(&c, PyBytes_AS_STRING(<bytes>value), len(<bytes>value))
-            content = PyBytes_FromStringAndSize(c.buf, c.n)
+            signature = self._sign_key.sign(<const unsigned char*>c.buf, c.n, body)
         finally:
             if c.heap:
                 free(c.buf)
-        signature = self._sign_key.signature(content, body)
         _put(o, PyBytes_AS_STRING(self._acl_json), len(self._acl_json))
         _put(o, PyBytes_AS_STRING(<bytes?>signature), len(<bytes>signature))
         _put(o, '"', 1)
