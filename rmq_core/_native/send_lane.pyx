@@ -14,8 +14,9 @@ header of SendMessageRequestHeaderV2) is read without building a RemotingCommand
      "k":unitMode,"l":maxReconsumeTimes,"m":batch},"flag":0,"language":"JAVA","opaque":N,
      "serializeTypeCurrentRPC":"JSON","version":N}
 
-(plus, on a signed send, the ACL fields AccessKey, Signature, SecurityToken and OnsChannel, which
-the lane skips: the broker's request steps check them) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
+(plus, on a signed send, the ACL fields AccessKey, Signature, SecurityToken and OnsChannel: the
+broker's request steps check them - a send with AccessKey and Signature only is handed to the
+access check with the values parsed here, `state.before_signed`) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
 every check of the send processor under the topic table's current data version, the broker is
 writeable, the queue id is in range, no transaction flag, no delay or timer property) — the
 functions the send processor's own path calls too (`checked_queues`, `plain_send_queues`,

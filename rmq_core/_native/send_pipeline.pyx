@@ -592,7 +592,10 @@ cdef class PipelinedSender:
         writes = getattr(channel, "writes", None)
         built = header._sign_key is not None  # (the frame is signed: the signer step is applied)
         if mode == "SYNC":  # this thread waits for the answer at once: it writes and reads it itself
-            channel.exchange(frame, opaque, timeout, self._completion, context, built)
+            if built:  # (`built` only where it says something: a transport's channel may predate it)
+                channel.exchange(frame, opaque, timeout, self._completion, context, built=True)
+            else:
+                channel.exchange(frame, opaque, timeout, self._completion, context)
         elif type(writes) is PipelinedWrites:  # PipelinedChannel.send without its Python frame
             # its request steps first (a step that raises failed the send); a signed frame passes
             # them only when steps other than the signer remain
@@ -603,8 +606,10 @@ cdef class PipelinedSender:
             data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, self._completion, context)
             if data is not None:
                 channel.after_offer(data, opaque, self._completion, context)
+        elif built:
+            channel.send(frame, opaque, timeout, self._completion, context, built=True)
         else:
-            channel.send(frame, opaque, timeout, self._completion, context, built)
+            channel.send(frame, opaque, timeout, self._completion, context)
         return fut
 
 

@@ -36,7 +36,9 @@ plugins/transport/tcp.py, and tests/remoting/unix_transport.py for a third one i
         connect_pipelined(address, *, read_frames, from_command, intercept, connect_timeout, name)
                                       a connection many threads write requests on at once, with
                                       PipelinedChannel's interface (tcp: remoting.pipelined's own;
-                                      its pending table is remoting's PendingRequests)
+                                      its pending table is remoting's PendingRequests; its
+                                      send/exchange/send_oneway take `built=True` for a frame
+                                      whose writer signed it: steps.FrameStep.before_built)
         connect_blocking(address, *, max_frame_length, timeout)
                                       one thread's request/response connection (BlockingChannelPool)
 
