@@ -89,19 +89,20 @@ class RequestSteps:
     side's arguments positionally (client: remote_addr, request[, response]; broker: remote_addr,
     request[, response], connection)."""
 
-    __slots__ = ("side", "before", "after", "send_builders", "before_built", "builder_before")
+    __slots__ = ("side", "before", "after", "send_builders", "before_built", "builder_before", "send_checker")
 
     def __init__(self, side: str, before: list, after: list, send_builders: tuple = (),
-                 before_built: list | None = None, builder_before: list | None = None):
+                 before_built: list | None = None, builder_before: list | None = None, send_checker=None):
         self.side, self.before, self.after = side, before, after
         # client: steps a producer's send frames apply as they are written (applied_by_send_builder:
         # the ACL signer, through its prepare_header), and the before list such a frame still passes
         # (the others) - with the builders' own before, run again when one of the others changed it;
-        # broker: the one step (the access check) that checks a lane's signed send from its parsed
-        # values (check_signed_send), when it is the only step
         self.send_builders = send_builders
         self.before_built = before if before_built is None else before_built
         self.builder_before = builder_before or []
+        # broker: the one step (the access check) that checks a lane's signed send from the values
+        # the lane parsed (check_signed_send), when it is the only step
+        self.send_checker = send_checker
 
     @classmethod
     def resolve(cls, side: str, steps: Iterable[Any] = ()) -> "RequestSteps | None":
@@ -126,7 +127,7 @@ class RequestSteps:
             after = [s.after for s in steps if _overrides(s, "after")] + hooks_after
             if len(before) == 1 and not after and hasattr(own[0] if own else None, "check_signed_send"):
                 # the access check alone: the send lane hands it the values it parsed (LaneStep)
-                return cls(side, before, after, (own[0],))
+                return cls(side, before, after, send_checker=own[0])
         if not before and not after:
             return None
         return cls(side, before, after)
@@ -207,7 +208,7 @@ class LaneStep:
     def __init__(self, ctx, steps: RequestSteps):
         self.ctx, self.steps = ctx, steps
         self._before, self._after = steps.before, steps.after
-        self._check_signed = steps.send_builders[0].check_signed_send if steps.send_builders else None
+        self._check_signed = None if steps.send_checker is None else steps.send_checker.check_signed_send
 
     @property
     def signed_send_check(self):
