@@ -1,7 +1,6 @@
 """A signed plain send takes the broker's native send lane with ACL on: the access validator runs
 as the lane's request step (checking a signed send from the values the lane parsed), answers come
-from the lane, and a
-refusal is answered in the lane's place with its remark, nothing stored."""
+from the lane, and a refusal is answered in the lane's place with its remark, nothing stored."""
 import contextlib
 
 from rmq_core.acl import SigningKey
