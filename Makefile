@@ -22,6 +22,7 @@ $(VENV)/bin/python:
 # in place first (two at a time), so pip's editable install skips them (setup.py: RMQ_SKIP_EXT_BUILD).
 # Re-installed when the packaging files change.
 $(VENV)/.installed-run: $(VENV)/bin/python pyproject.toml setup.py
+	@test -f /usr/include/openssl/sha.h || (apt-get update -qq && apt-get install -y -qq libssl-dev >/dev/null) || echo "no OpenSSL headers (libssl-dev): rmq_core/_native/hmac_sha1 will not build"
 	$(PY) setup.py -q build_ext --inplace -j 2 >/dev/null
 	RMQ_SKIP_EXT_BUILD=1 $(PIP) install --no-build-isolation -e .
 	touch $@

@@ -17,6 +17,9 @@ except ImportError:  # pragma: no cover - pyproject's build-system always provid
 # CPU-specific code paths (PCLMUL CRC32) are chosen at run time inside the C code.
 EXTRA_COMPILE_ARGS = ["-O3", "-fno-strict-aliasing", "-Wno-unused-function", "-Wno-unreachable-code"]
 NATIVE_DIR = os.path.join("rmq_core", "_native")
+# the system libraries a module links (OpenSSL's libcrypto: the Makefile installs its headers,
+# Debian's libssl-dev, on a machine without them)
+NATIVE_LIBRARIES = {"hmac_sha1": ["crypto"]}
 
 
 def native_extensions():
@@ -30,6 +33,7 @@ def native_extensions():
                     [os.path.join(NATIVE_DIR, name)],
                     include_dirs=[NATIVE_DIR],
                     extra_compile_args=EXTRA_COMPILE_ARGS,
+                    libraries=NATIVE_LIBRARIES.get(mod, []),
                 )
             )
     return exts

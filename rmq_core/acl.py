@@ -8,17 +8,16 @@ client's `OnsChannel`) are signed like any other.  The client side (`AclSigner`,
 built from `access_key` / `secret_key`) and the broker's validator (plugins/acl) both call
 `SigningKey.sign`: one definition of what is signed.
 
-HMAC-SHA1 (RFC 2104) runs on OpenSSL's SHA-1 through hashlib: a secret's inner and outer pads are
-hashed once (SigningKey), so a request costs two copies of those SHA-1 states and two C updates -
-no HMAC object set up per request, and no digest looked up by name (which OpenSSL 3 makes slow).
+HMAC-SHA1 (RFC 2104) runs on OpenSSL's SHA-1 natively (_native/hmac_sha1): a secret's inner and
+outer pads are hashed once (SigningKey), so a request costs two struct copies of those SHA-1 states
+and the updates - no HMAC object set up per request, no Python call from a native writer.
 """
 from __future__ import annotations
 
-import binascii
-import hashlib
 import os
 from typing import Mapping
 
+from rmq_core._native.hmac_sha1 import HmacSha1
 from rmq_core.errors import ConfigError
 from rmq_core.remoting.steps import RequestStep
 
@@ -29,49 +28,47 @@ SECURITY_TOKEN = "SecurityToken"
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # MixAll.UNIQUE_MSG_QUERY_FLAG: not part of the content
 
 _UNSIGNED = frozenset((SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
-_IPAD = bytes(b ^ 0x36 for b in range(256))
-_OPAD = bytes(b ^ 0x5C for b in range(256))
-_sha1 = hashlib.sha1
-_b64 = binascii.b2a_base64
 # the signed order of a request's ext field names (by their order in the request): a client sends
 # the same fields in the same order request after request, so the sort happens once per shape
 _ORDERS: dict[tuple, tuple] = {}
 _MAX_ORDERS = 1024
 
 
-def _signed_order(keys: tuple) -> tuple:
-    order = tuple(k for k in sorted(keys) if k not in _UNSIGNED)
-    if len(_ORDERS) < _MAX_ORDERS:
-        _ORDERS[keys] = order
+def signed_order(keys: tuple) -> tuple:
+    """The names among `keys` whose values are signed, in the signed order (the one rule: by name,
+    Signature and the unique-key query flag left out).  A native request writer (frame.pyx's
+    SendHeader) takes its fixed order from here once per header shape."""
+    order = _ORDERS.get(keys)
+    if order is None:
+        order = tuple(k for k in sorted(keys) if k not in _UNSIGNED)
+        if len(_ORDERS) < _MAX_ORDERS:
+            _ORDERS[keys] = order
     return order
 
 
 class SigningKey:
     """One secret key's HMAC-SHA1 signer (AclSigner.calSignature), pads hashed once."""
 
-    __slots__ = ("_inner", "_outer")
+    __slots__ = ("native",)
 
     def __init__(self, secret_key: str | bytes):
         key = secret_key.encode("utf-8") if isinstance(secret_key, str) else bytes(secret_key)
-        if len(key) > 64:
-            key = _sha1(key).digest()
-        key = key.ljust(64, b"\0")
-        self._inner = _sha1(key.translate(_IPAD))
-        self._outer = _sha1(key.translate(_OPAD))
+        self.native = HmacSha1(key)  # (frame.pyx's SendHeader calls it without a Python call)
 
     def sign(self, ext_fields: Mapping[str, str] | None, body: bytes | None) -> str:
         """The Signature of a request with these ext fields and body: Base64(HmacSHA1(secret,
         the values of the ext fields but Signature, ordered by name, as UTF-8, then the body))."""
-        inner = self._inner.copy()
-        if ext_fields:
-            keys = tuple(ext_fields)
-            order = _ORDERS.get(keys) or _signed_order(keys)
-            inner.update("".join([ext_fields[k] for k in order]).encode("utf-8"))
-        if body:
-            inner.update(body)
-        outer = self._outer.copy()
-        outer.update(inner.digest())
-        return _b64(outer.digest(), newline=False).decode("ascii")
+        if not ext_fields:
+            return self.native.signature(b"", body).decode("ascii")
+        keys = tuple(ext_fields)
+        order = _ORDERS.get(keys) or signed_order(keys)
+        return self.native.signature("".join([ext_fields[k] for k in order]).encode("utf-8"), body).decode("ascii")
+
+    def signature(self, content: bytes, body) -> bytes:
+        """The Signature (ASCII bytes) of `content` - the signed field values already joined in
+        the signed order, UTF-8 - followed by `body` (any bytes-like, or None): the keyed hash a
+        native writer or reader calls with the bytes it assembled."""
+        return self.native.signature(content, body)
 
 
 class AclSigner(RequestStep):
@@ -82,6 +79,9 @@ class AclSigner(RequestStep):
     """
 
     __slots__ = ("access_key", "_key", "security_token")
+    # a producer's send frames are signed as they are written (SendHeader.sign_with, given by
+    # prepare_header): the connection's generic step leaves those frames to the writer
+    applied_by_send_builder = True
 
     def __init__(self, access_key: str, secret_key: str, security_token: str | None = None):
         if not access_key or not secret_key:
@@ -98,6 +98,10 @@ class AclSigner(RequestStep):
             ext[SECURITY_TOKEN] = self.security_token
         ext.pop(SIGNATURE, None)
         ext[SIGNATURE] = self._key.sign(ext, request.body)
+
+    def prepare_header(self, header) -> None:
+        """Make a native send header (frame.pyx SendHeader) write its frames signed by this account."""
+        header.sign_with(self.access_key, self.security_token, self._key, signed_order)
 
     def __repr__(self) -> str:
         return f"AclSigner(access_key={self.access_key!r})"
@@ -145,5 +149,5 @@ def tools_credentials(env: Mapping[str, str] | None = None) -> tuple[str | None,
     return (str(ak) if ak is not None else None), (str(sk) if sk is not None else None)
 
 
-__all__ = ["ACCESS_KEY", "SECRET_KEY", "SIGNATURE", "SECURITY_TOKEN", "AclSigner", "SigningKey", "signer_from",
+__all__ = ["ACCESS_KEY", "SECRET_KEY", "SIGNATURE", "SECURITY_TOKEN", "AclSigner", "SigningKey", "signed_order", "signer_from",
            "tools_credentials"]

@@ -89,7 +89,10 @@ def _group(name: str | None) -> str:
 
 
 def _send(ext, topic_key: str):
-    topic = ext.get(topic_key) or ""
+    return _send_of(ext.get(topic_key) or "")
+
+
+def _send_of(topic: str):
     # a retry topic's send (a consumer's message sent back as a plain send) needs SUB on its group
     return ((topic, SUB),) if topic.startswith(_RETRY) else ((topic, PUB),)
 
@@ -310,11 +313,14 @@ def _plain(value):
 class _ConnectionAcl:
     """What the validator knows about one connection under one generation of the rules."""
 
-    __slots__ = ("generation", "ip", "white", "accounts")
+    __slots__ = ("generation", "ip", "white", "accounts", "sends")
 
     def __init__(self, generation: int, ip: str, white: bool):
         self.generation, self.ip, self.white = generation, ip, white
         self.accounts: dict[str, tuple[Account, bool]] = {}  # accessKey -> (account, address passes)
+        # (accessKey, topic) -> the account whose signature a lane's send still needs (None: none
+        # needed), for the sends whose account and permission passed: one look-up per send
+        self.sends: dict[tuple[str, str], Account | None] = {}
 
 
 _CONN_KEY = "acl.plain"
@@ -322,6 +328,14 @@ _CONN_KEY = "acl.plain"
 
 def _refused(remark: str) -> RequestRefused:
     return RequestRefused("AclException: " + remark)
+
+
+def _signature_failed(access_key: str) -> RequestRefused:
+    return _refused(f"Check signature failed for accessKey={access_key}: the request's Signature does not "
+                    f"match the content signed with the secretKey of accessKey={access_key}")
+
+
+_SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
 
 
 class PlainAccessValidator(RequestStep):
@@ -350,46 +364,85 @@ class PlainAccessValidator(RequestStep):
 
     # --- the request step ---------------------------------------------------------------------------
     def before(self, remote_addr, request, connection=None) -> None:
+        state = self._connection_state(remote_addr, connection)
+        if state.white:
+            return
+        ext = request.ext_fields
+        code = request.code
+        account = self._account(state, ext.get(ACCESS_KEY) if ext else None, code)
+        if account is None:
+            return
+        body = request.body
+        signature = ext.get(SIGNATURE)
+        if signature is None or not hmac.compare_digest(signature, account.key.sign(ext, body)):
+            raise _signature_failed(account.access_key)
+        resources = _RESOURCES.get(code)
+        if resources is None:
+            self._check(account, code, ())
+            return
+        try:
+            needed = resources(ext, body)
+        except Exception as e:  # an unparsable heartbeat body: nothing to check it against
+            raise _refused(f"cannot tell the resources of {code_name(code)} from accessKey={account.access_key}: "
+                           f"{type(e).__name__}: {e}") from None
+        self._check(account, code, needed)
+
+    def check_signed_send(self, connection, topic: str, access_key: str, signature: bytes, content: bytes,
+                          body: bytes) -> None:
+        """before() of a SEND_MESSAGE_V2 the broker's send lane parsed already: its topic, AccessKey,
+        Signature, the signed content (rmq_core.acl's order) and body - the same checks, one
+        keyed hash, the account and permission the connection cached (steps.LaneStep.before_signed)."""
+        state = connection.attributes.get(_CONN_KEY)
+        if state is not None and state.generation == self.rules.generation:
+            account = state.sends.get((access_key, topic), False)
+            if account is not False:  # (passed before on this connection under these rules)
+                if account is not None and not hmac.compare_digest(signature, account.key.signature(content, body)):
+                    raise _signature_failed(access_key)
+                return
+        state = self._connection_state(None, connection)
+        if state.white:
+            return
+        account = self._account(state, access_key, _SEND_V2)
+        if account is not None:
+            if not hmac.compare_digest(signature, account.key.signature(content, body)):
+                raise _signature_failed(access_key)
+            self._check(account, _SEND_V2, _send_of(topic))
+        if len(state.sends) < 4096:
+            state.sends[(access_key, topic)] = account
+
+    def _connection_state(self, remote_addr, connection) -> _ConnectionAcl:
+        """What the connection's attributes cache under the current rules (made anew when they changed)."""
         rules = self.rules
         attributes = connection.attributes if connection is not None else {}
         state = attributes.get(_CONN_KEY)
         if state is None or state.generation != rules.generation:
             ip = host_of(getattr(connection, "remote_address", None) or remote_addr)
             state = attributes[_CONN_KEY] = _ConnectionAcl(rules.generation, ip, rules.globally_white(ip))
-        if state.white:
-            return
-        ext = request.ext_fields
-        access_key = ext.get(ACCESS_KEY) if ext else None
-        code = request.code
+        return state
+
+    def _account(self, state: _ConnectionAcl, access_key: str | None, code: int) -> Account | None:
+        """The account a request from this connection signed with (cached for the connection), or
+        None when its address passes that account unsigned; refused when there is none."""
         if not access_key:  # (the C++ client sends an empty AccessKey when it has no credentials)
             raise _refused(f"No accessKey is configured: {code_name(code)} from {state.ip} is not signed and "
                            f"{state.ip} is not in globalWhiteRemoteAddresses")
         entry = state.accounts.get(access_key)
         if entry is None:
+            rules = self.rules
             account = rules.accounts.get(access_key)
             if account is None:
                 raise _refused(f"No acl config for {access_key}: accessKey={access_key} is not an account of "
                                f"{os.path.basename(rules.path)}")
             entry = state.accounts[access_key] = (account, account.white.match(state.ip))
         account, white = entry
-        if white:
-            return
-        body = request.body
-        signature = ext.get(SIGNATURE)
-        if signature is None or not hmac.compare_digest(signature, account.key.sign(ext, body)):
-            raise _refused(f"Check signature failed for accessKey={access_key}: the request's Signature does not "
-                           f"match the content signed with the secretKey of accessKey={access_key}")
+        return None if white else account
+
+    @staticmethod
+    def _check(account: Account, code: int, needed) -> None:
+        """An admin code's admin flag, then each (resource, permission) the request needs."""
         if code in ADMIN_CODES and not account.admin:
-            raise _refused(f"Need admin permission for request code={code}, but accessKey={access_key} is not: "
-                           f"{code_name(code)} needs an account with admin: true")
-        resources = _RESOURCES.get(code)
-        if resources is None:
-            return
-        try:
-            needed = resources(ext, body)
-        except Exception as e:  # an unparsable heartbeat body: nothing to check it against
-            raise _refused(f"cannot tell the resources of {code_name(code)} from accessKey={access_key}: "
-                           f"{type(e).__name__}: {e}") from None
+            raise _refused(f"Need admin permission for request code={code}, but accessKey={account.access_key} is "
+                           f"not: {code_name(code)} needs an account with admin: true")
         if (_TRACE_TOPIC, PUB) in needed:
             return  # message trace may always publish (RocketMQ skips RMQ_SYS_TRACE_TOPIC)
         for resource, perm in needed:

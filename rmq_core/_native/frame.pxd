@@ -19,6 +19,9 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
 from json_read cimport Cursor, expect, hex_digit, key_is, open_json_header, read_int, scan_str, skip_ws
 
+from json_text cimport Out
+from rmq_core._native.hmac_sha1 cimport HmacSha1
+
 # one extFields entry: 0 to go on, 1 to decline the frame (an exception propagates)
 ctypedef int (*ext_field_fn)(void* target, const uint8_t* key, Py_ssize_t key_len, bint key_escaped,
                              const uint8_t* value, Py_ssize_t value_len, bint value_escaped) except -1
@@ -333,6 +336,13 @@ cdef class SendHeader:
     cdef bytes _language  # ',"language":"PYTHON","opaque":'
     cdef bytes _tail  # ',"serializeTypeCurrentRPC":"JSON","version":N}'
     cdef bytes _kg, _kh, _ki, _kj, _kl  # '","g":"' ... (or the V1 names)
+    cdef tuple _names  # the ext field names a..n (or V1's), by field id 0..13
+    # signing (sign_with): field id -> its raw value when constant (14: AccessKey, 15: SecurityToken),
+    # the ids in the signed order without / with maxReconsumeTimes (l), the key, the JSON written
+    cdef list _raw
+    cdef bytes _order, _order_l
+    cdef HmacSha1 _sign_key
+    cdef bytes _acl_json
     cdef readonly int code
     cdef readonly str topic
     cdef readonly int queue_id
@@ -340,6 +350,7 @@ cdef class SendHeader:
 
     cdef object _frame(self, sys_flag, flag, dict properties, message, opaque, body, born_timestamp,
                        reconsume_times, max_reconsume_times, str uniq=*, bint oneway=*)
+    cdef int _put_signature(self, Out* o, Out* v, Py_ssize_t* start, bint with_l, body) except -1
 
 
 @cython.final

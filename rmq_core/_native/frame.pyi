@@ -1,6 +1,6 @@
 """Type stubs for rmq_core._native.frame (frame splitting, the JSON header codec, the send request
 header writer and the send response reader)."""
-from typing import Any
+from typing import Any, Callable
 
 HeaderValues = tuple[int, str, int, int, int, str | None, dict[str, str], bytes | None]
 HEADER_FIELDS: tuple[str, ...]
@@ -26,6 +26,10 @@ class SendHeader:
                     body: bytes | bytearray | memoryview, born_timestamp: int | None = None, reconsume_times: int = 0,
                     max_reconsume_times: int | None = None, oneway: bool = False) -> bytes | None: ...
     def build_message_frame(self, message: Any, uniq: str, opaque: int) -> bytes | None: ...
+    def sign_with(self, access_key: str, security_token: str | None, key: Any,
+                  order: Callable[[tuple[str, ...]], tuple[str, ...]]) -> None: ...
+    @property
+    def signed(self) -> bool: ...
 
 class SendResponse:
     code: int

@@ -444,6 +444,11 @@ cdef class SendHeader:
         self.queue_id = queue_id
         self.broker_name = broker_name
         names = _V2_NAMES if v2 else _V1_NAMES
+        self._names = names
+        self._raw = [group.encode(), topic.encode(), create_topic_key.encode(), str(default_topic_queue_nums).encode(),
+                     str(queue_id).encode(), None, None, None, None, None, b"false", None,
+                     b"true" if batch else b"false", broker_name.encode(), None, None]
+        self._sign_key = None
         self._head = b"".join([
             b'{"code":', str(code).encode(), b',"extFields":{"', names[0], b'":', _json_literal(group),
             b',"', names[1], b'":', _json_literal(topic), b',"', names[2], b'":', _json_literal(create_topic_key),
@@ -458,6 +463,32 @@ cdef class SendHeader:
                               b',"', names[13], b'":', _json_literal(broker_name)])
         self._language = b"".join([b',"language":', _json_literal(language), b',"opaque":'])
         self._tail = b',"serializeTypeCurrentRPC":"JSON","version":' + str(version).encode() + b"}"
+
+    def sign_with(self, str access_key, security_token, key, order):
+        """Write every frame signed for ACL (rmq_core.acl: AclSigner.prepare_header): AccessKey
+        (and SecurityToken) among the ext fields and Signature = the keyed hash of `key` (a
+        rmq_core.acl SigningKey: its native HMAC, called without a Python call) over (the signed field
+        values joined in order(field names) - the order rmq_core.acl defines, taken once for each
+        of this header's two shapes, with and without maxReconsumeTimes - then the body)."""
+        cdef list names = [n.decode() for n in self._names] + ["AccessKey"]
+        self._raw[14] = access_key.encode()
+        acl = b',"AccessKey":' + _json_literal(access_key)
+        if security_token is not None:
+            names.append("SecurityToken")
+            self._raw[15] = str(security_token).encode()
+            acl += b',"SecurityToken":' + _json_literal(str(security_token))
+        self._acl_json = acl + b',"Signature":"'
+        ids = {name: i for i, name in enumerate(names)}
+        ids["AccessKey"], ids["SecurityToken"] = 14, 15
+        shapes = [n for n in names if n != names[11]]  # (maxReconsumeTimes: only on a retry topic's sends)
+        self._order = bytes([ids[n] for n in order(tuple(shapes))])
+        self._order_l = bytes([ids[n] for n in order(tuple(names))])
+        self._sign_key = key.native
+
+    @property
+    def signed(self):
+        """True when its frames are written signed (sign_with)."""
+        return self._sign_key is not None
 
     def build_frame(self, sys_flag, flag, dict properties, opaque, body, born_timestamp=None,
                     reconsume_times=0, max_reconsume_times=None, bint oneway=False):
@@ -492,10 +523,19 @@ cdef class SendHeader:
                 c_max_reconsume = max_reconsume_times
         except OverflowError:
             return None
+        cdef char vstack[512]
+        cdef Out v  # a signed frame's per-send values, raw: f g h i j l at start[id] .. start[id + 1]
+        cdef Out* keep = NULL
+        cdef Py_ssize_t start[16]
+        cdef bint signing = self._sign_key is not None
         o.buf = stack
         o.cap = 2048
         o.n = 8  # room for the two int32 fields in front
         o.heap = False
+        v.buf = vstack
+        v.cap = 512
+        v.n = 0
+        v.heap = False
         try:
             _put(&o, PyBytes_AS_STRING(self._head), len(self._head))
             out_put_int(&o, c_sys_flag)
@@ -504,10 +544,19 @@ cdef class SendHeader:
             _put(&o, PyBytes_AS_STRING(self._kh), len(self._kh))
             out_put_int(&o, c_flag)
             _put(&o, PyBytes_AS_STRING(self._ki), len(self._ki))
+            if signing:
+                keep = &v
+                start[5] = 0
+                out_put_int(&v, c_sys_flag)
+                start[6] = v.n
+                out_put_int(&v, born)
+                start[7] = v.n
+                out_put_int(&v, c_flag)
+                start[8] = v.n
             if message is None:
-                raw_props = _put_properties(&o, properties)
+                raw_props = _put_properties(&o, properties, keep)
             else:
-                raw_props = _put_message_properties(&o, message, uniq)
+                raw_props = _put_message_properties(&o, message, uniq, keep)
             if raw_props < 0 or raw_props > MAX_PROPS:
                 return None
             _put(&o, PyBytes_AS_STRING(self._kj), len(self._kj))
@@ -517,6 +566,14 @@ cdef class SendHeader:
                 _put(&o, PyBytes_AS_STRING(self._kl), len(self._kl))
                 out_put_int(&o, c_max_reconsume)
                 _put(&o, '"', 1)
+            if signing:
+                start[9] = v.n
+                out_put_int(&v, c_reconsume)
+                start[10] = v.n
+                start[11] = v.n
+                out_put_int(&v, c_max_reconsume)
+                start[12] = v.n
+                self._put_signature(&o, &v, start, max_reconsume_times is not None, body)
             if oneway:  # (flag bit 1: no answer expected)
                 _put(&o, '},"flag":2', 10)
             else:
@@ -545,22 +602,58 @@ cdef class SendHeader:
         finally:
             if o.heap:
                 free(o.buf)
+            if v.heap:
+                free(v.buf)
+
+    cdef int _put_signature(self, Out* o, Out* v, Py_ssize_t* start, bint with_l, body) except -1:
+        """AccessKey[, SecurityToken] and the Signature of this frame's ext fields and body at the
+        end of `o`: the content assembled in the signed order from the constant values and the
+        per-send ones in `v` (field id k in v.buf[start[k]:start[k + 1]]), one keyed hash."""
+        cdef char cstack[1024]
+        cdef Out c
+        cdef bytes order = self._order_l if with_l else self._order
+        cdef const unsigned char* ids = <const unsigned char*>PyBytes_AS_STRING(order)
+        cdef Py_ssize_t i, k
+        cdef list raw = self._raw
+        c.buf = cstack
+        c.cap = 1024
+        c.n = 0
+        c.heap = False
+        try:
+            for i in range(len(order)):
+                k = ids[i]
+                value = raw[k]
+                if value is None:
+                    _put(&c, v.buf + start[k], start[k + 1] - start[k])
+                else:
+                    _put(&c, PyBytes_AS_STRING(<bytes>value), len(<bytes>value))
+            signature = self._sign_key.sign(<const unsigned char*>c.buf, c.n, body)
+        finally:
+            if c.heap:
+                free(c.buf)
+        _put(o, PyBytes_AS_STRING(self._acl_json), len(self._acl_json))
+        _put(o, PyBytes_AS_STRING(<bytes?>signature), len(<bytes>signature))
+        _put(o, '"', 1)
+        return 0
 
 
 from rmq_core._native.record cimport put_property
 
 
-cdef int _put_raw_escaped(Out* o, Out* raw) except -1:
-    """The properties string in `raw` JSON-escaped at the end of `o`; `raw` freed."""
+cdef int _put_raw_escaped(Out* o, Out* raw, Out* keep) except -1:
+    """The properties string in `raw` JSON-escaped at the end of `o` (and as it is at the end of
+    `keep`, when given: a signed frame's content); `raw` freed."""
     try:
         _put_escaped(o, raw.buf, raw.n)
+        if keep != NULL:
+            _put(keep, raw.buf, raw.n)
     finally:
         if raw.heap:
             free(raw.buf)
     return 0
 
 
-cdef Py_ssize_t _put_properties(Out* o, dict properties) except -1:
+cdef Py_ssize_t _put_properties(Out* o, dict properties, Out* keep) except -1:
     """properties_to_string(properties) - written by record.pyx's put_property, the one writer of
     the properties format (its checks, its errors) - JSON-escaped; the raw size."""
     cdef char stack[512]
@@ -580,11 +673,11 @@ cdef Py_ssize_t _put_properties(Out* o, dict properties) except -1:
         if raw.heap:
             free(raw.buf)
         raise
-    _put_raw_escaped(o, &raw)
+    _put_raw_escaped(o, &raw, keep)
     return raw.n
 
 
-cdef Py_ssize_t _put_message_properties(Out* o, message, str uniq) except -2:
+cdef Py_ssize_t _put_message_properties(Out* o, message, str uniq, Out* keep) except -2:
     """Message.wire_properties() plus UNIQ_KEY as _put_properties writes them; the raw size, or -1
     where the Python path does otherwise (the caller declines): a user property None
     (wire_properties makes "None" of it) or UNIQ_KEY (it keeps its place), or a property
@@ -626,7 +719,7 @@ cdef Py_ssize_t _put_message_properties(Out* o, message, str uniq) except -2:
         if raw.heap:
             free(raw.buf)
         raise
-    _put_raw_escaped(o, &raw)
+    _put_raw_escaped(o, &raw, keep)
     return raw.n
 
 

@@ -14,8 +14,9 @@ header of SendMessageRequestHeaderV2) is read without building a RemotingCommand
      "k":unitMode,"l":maxReconsumeTimes,"m":batch},"flag":0,"language":"JAVA","opaque":N,
      "serializeTypeCurrentRPC":"JSON","version":N}
 
-(plus, on a signed send, the ACL fields AccessKey, Signature, SecurityToken and OnsChannel, which
-the lane skips: the broker's request steps check them) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
+(plus, on a signed send, the ACL fields AccessKey, Signature, SecurityToken and OnsChannel: the
+broker's request steps check them - a send with AccessKey and Signature only is handed to the
+access check with the values parsed here, `state.before_signed`) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
 every check of the send processor under the topic table's current data version, the broker is
 writeable, the queue id is in range, no transaction flag, no delay or timer property) — the
 functions the send processor's own path calls too (`checked_queues`, `plain_send_queues`,
@@ -78,6 +79,12 @@ cdef struct SendFields:
     uint32_t seen             # the one-letter fields read
     const uint8_t* body
     Py_ssize_t body_len
+    # a signed send: each field's value as it is in the frame (a..n by id 0..13, 14 AccessKey,
+    # 15 Signature), the ids whose value is JSON-escaped, and whether other ACL fields came
+    const uint8_t* vals[16]
+    Py_ssize_t lens[16]
+    uint32_t escaped
+    bint acl_other
 
 
 from rmq_core._native.frame cimport JsonHeader, header_int, plain_ascii, read_json_header, unescape_json
@@ -122,13 +129,28 @@ cdef int _send_field(void* target, const uint8_t* key, Py_ssize_t klen, bint kes
     cdef int64_t iv
     cdef uint8_t k
     if not kesc and klen > 1 and _acl_field(key, klen) and plain_ascii(v, vlen):
-        return 0  # a signed send's ACL fields: the broker's request steps check them, the lane reads none
+        # a signed send's ACL fields: kept for the broker's signed-send check (steps.LaneStep)
+        if esc or f.vals[14 if key[0] == 65 else 15] != NULL:
+            f.acl_other = True
+        elif key[0] == 65:  # AccessKey
+            f.vals[14] = v
+            f.lens[14] = vlen
+        elif key[1] == 105:  # Signature
+            f.vals[15] = v
+            f.lens[15] = vlen
+        else:  # SecurityToken, OnsChannel: the request steps read the request
+            f.acl_other = True
+        return 0
     if kesc or klen != 1 or key[0] < 97 or key[0] > 110 or not plain_ascii(v, vlen):
         return 1  # only the one-letter names a..n, ASCII values
     k = key[0]
     if f.seen & (1u << (k - 97)):
         return 1  # a repeat: the general decoder keeps the last
     f.seen |= 1u << (k - 97)
+    f.vals[k - 97] = v
+    f.lens[k - 97] = vlen
+    if esc:
+        f.escaped |= 1u << (k - 97)
     if k == 98:  # b: topic
         if esc or vlen == 0 or vlen > MAX_TOPIC_BYTES:
             return 1
@@ -191,6 +213,10 @@ cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) except -
     f.msg_flag = 0
     f.reconsume = 0
     f.seen = 0
+    f.vals[14] = NULL
+    f.vals[15] = NULL
+    f.escaped = 0
+    f.acl_other = False
     if read_json_header(base, n, &h, _send_field, f) != 1:
         return False
     if h.other or h.repeated or h.remark != NULL or f.topic == NULL:
@@ -203,6 +229,32 @@ cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) except -
     f.body = h.body
     f.body_len = h.body_len
     return True
+
+
+cdef bytes _signed_content(SendFields* f, bytes order, const uint8_t* props, Py_ssize_t props_len):
+    """The signed content of a parsed send: the values of its fields in `order` (rmq_core.acl's,
+    by field id; a field the frame lacks is skipped), properties unescaped."""
+    cdef const unsigned char* ids = <const unsigned char*>PyBytes_AS_STRING(order)
+    cdef Py_ssize_t i, k, total = 0
+    cdef char* w
+    for i in range(len(order)):
+        k = ids[i]
+        if k == 8:
+            total += props_len
+        elif k == 14 or f.seen & (1u << k):
+            total += f.lens[k]
+    content = PyBytes_FromStringAndSize(NULL, total)
+    w = PyBytes_AS_STRING(content)
+    for i in range(len(order)):
+        k = ids[i]
+        if k == 8:
+            if f.seen & (1u << 8):
+                memcpy(w, props, props_len)
+                w += props_len
+        elif k == 14 or f.seen & (1u << k):
+            memcpy(w, f.vals[k], f.lens[k])
+            w += f.lens[k]
+    return content
 
 
 cdef class PlainSend:
@@ -302,11 +354,18 @@ cdef class SendLaneState:
     cdef public object outcome       # outcome(status) -> (code, remark or None, with fields)
     cdef public object refresh       # refresh(state)
     cdef public object before        # before(frame) -> request, or None (refused): the broker's steps
+    # before_signed(frame, topic, access key, signature, content, body) -> True, or None (refused):
+    # the broker's steps when they are the signed-send check alone (steps.LaneStep), given the
+    # values the lane parsed - the signed content assembled in `signed_order` (field ids, as above)
+    cdef public object before_signed
+    cdef public bytes signed_order
     cdef public object after         # after(request, answer frame), or None
 
     def __init__(self, dict topics, bytes cluster_prop, int64_t version, put_ok, on_put, outcome, refresh):
         self.put = None
         self.before = None
+        self.before_signed = None
+        self.signed_order = None
         self.after = None
         self.topics = topics
         self.data_version = None
@@ -522,7 +581,17 @@ cdef class SendLane:
             return 0
         memcpy(pb + plen, PyBytes_AS_STRING(cluster_prop), len(cluster_prop))
         request = None
-        if st.before is not None:  # the broker's request steps: a refusal is answered by them
+        body = None
+        if (st.before_signed is not None and f.vals[14] != NULL and f.vals[15] != NULL and not f.acl_other
+                and not (f.escaped & ~(1u << 8))):
+            # a signed send checked with the values parsed here: no second decode of its header
+            body = PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
+            if st.before_signed(PyBytes_FromStringAndSize(<const char*>frame, n), topic,
+                                PyUnicode_FromStringAndSize(<const char*>f.vals[14], f.lens[14]),
+                                PyBytes_FromStringAndSize(<const char*>f.vals[15], f.lens[15]),
+                                _signed_content(&f, st.signed_order, pb, plen), body) is None:
+                return 3
+        elif st.before is not None:  # the broker's request steps: a refusal is answered by them
             request = st.before(PyBytes_FromStringAndSize(<const char*>frame, n))
             if request is None:
                 return 3
@@ -533,7 +602,7 @@ cdef class SendLane:
         msg.flag = <int>f.msg_flag
         msg.reconsume_times = <int>f.reconsume
         msg.born_timestamp = f.born_ts
-        msg.body = PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
+        msg.body = body if body is not None else PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
         msg.properties_bytes = PyBytes_FromStringAndSize(<const char*>pb, plen + len(cluster_prop))
         r = fast_put(msg)
         msg.body = None

@@ -601,16 +601,24 @@ cdef class PipelinedSender:
                 self._channels[addr] = channel
         fut.channel = channel  # result() reads the answer itself when no other thread does
         writes = getattr(channel, "writes", None)
+        built = header._sign_key is not None  # (the frame is signed: the signer step is applied)
         if mode == "SYNC":  # this thread waits for the answer at once: it writes and reads it itself
-            channel.exchange(frame, opaque, timeout, self._completion, context)
+            if built:  # (`built` only where it says something: a transport's channel may predate it)
+                channel.exchange(frame, opaque, timeout, self._completion, context, built=True)
+            else:
+                channel.exchange(frame, opaque, timeout, self._completion, context)
         elif type(writes) is PipelinedWrites:  # PipelinedChannel.send without its Python frame
-            if channel.intercepted:  # its RPC hook step first (a step that raises failed the send)
-                frame = channel.intercept(frame, opaque, self._completion, context)
+            # its request steps first (a step that raises failed the send); a signed frame passes
+            # them only when steps other than the signer remain
+            if (channel.intercept_built if built else channel.intercept) is not None:
+                frame = channel.intercept(frame, opaque, self._completion, context, built)
                 if frame is None:
                     return fut
             data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, self._completion, context)
             if data is not None:
                 channel.after_offer(data, opaque, self._completion, context)
+        elif built:
+            channel.send(frame, opaque, timeout, self._completion, context, built=True)
         else:
             channel.send(frame, opaque, timeout, self._completion, context)
         return fut

@@ -100,6 +100,10 @@ class _SendContext:
         self.exception = None
 
 
+# a send channel's `built` flag, given only for a signed frame (a transport's channel may predate it)
+_BUILT, _PLAIN = {"built": True}, {}
+
+
 class SendAttempts:
     """One send (a message or a batch) on the send pipeline: RocketMQ's sendDefaultImpl.  Each
     attempt picks a queue (SendPolicy: another broker after a failure; a given or selected queue
@@ -194,8 +198,10 @@ class SendAttempts:
         except RemotingError as e:  # cannot connect: counted against the broker, retried elsewhere
             self.answered(None, e)
             return
+        # a signed frame: its request steps know the signer is applied (steps.FrameStep.before_built)
+        built = _BUILT if header.signed else _PLAIN
         if oneway:
-            channel.send_oneway(frame)
+            channel.send_oneway(frame, **built)
             self.finish(None, None)
             return
         if self.fut is not None:
@@ -204,9 +210,9 @@ class SendAttempts:
             for fut in self.futures:
                 fut.channel = channel
         if self.mode is CommunicationMode.SYNC:  # the caller waits at once: it writes and reads itself
-            channel.exchange(frame, opaque, remaining, SendAttempts.answered, self)
+            channel.exchange(frame, opaque, remaining, SendAttempts.answered, self, **built)
         else:
-            channel.send(frame, opaque, remaining, SendAttempts.answered, self)
+            channel.send(frame, opaque, remaining, SendAttempts.answered, self, **built)
 
     def answered(self, response: SendResponse | None, error: BaseException | None) -> None:
         """An attempt's outcome (PipelinedChannel's completion): noted, then the send finished or
@@ -752,9 +758,13 @@ class Producer:
             self._send_headers.clear()
         code = (RequestCode.SEND_BATCH_MESSAGE if batch else
                 RequestCode.SEND_MESSAGE_V2 if self.use_send_message_v2 else RequestCode.SEND_MESSAGE)
-        header = self._send_headers[key] = SendHeader(
+        header = SendHeader(
             self.group, mq.topic, mq.queue_id, mq.broker_name, self.create_topic_key, self.default_topic_queue_nums,
             code, batch, "PYTHON", MQVersion.CURRENT, self.use_send_message_v2 or batch)
+        steps = getattr(getattr(self.instance, "remoting", None), "steps", None)
+        for step in (steps.send_builders if steps is not None else ()):  # the ACL signer: frames written signed
+            step.prepare_header(header)
+        self._send_headers[key] = header
         return header
 
     # --- auto_batch (PipelinedAccumulator's transport) ---------------------------------------------

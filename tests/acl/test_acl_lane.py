@@ -1,6 +1,8 @@
 """A signed plain send takes the broker's native send lane with ACL on: the access validator runs
-as the lane's request step (the lane skips the ACL fields), answers come from the lane, and a
-refusal is answered in the lane's place with its remark, nothing stored."""
+as the lane's request step (checking a signed send from the values the lane parsed), answers come
+from the lane, and a refusal is answered in the lane's place with its remark, nothing stored."""
+import contextlib
+
 from rmq_core.acl import SigningKey
 from rmq_core.embedded import Cluster
 from rmq_core.remoting.codes import ResponseCode
@@ -17,7 +19,10 @@ def signed(topic, body, opaque, secret=KEY, **extra):
     return frame(V2, ext, body, opaque=opaque)
 
 
-def test_signed_sends_take_the_lane_and_refusals_are_answered(tmp_path):
+@contextlib.contextmanager
+def acl_lane(tmp_path):
+    """A broker with ACL on (account RocketMQ: PUB on TopicLane, TopicDenied denied) and a raw
+    connection whose two first signed sends to TopicLane passed: (cluster, socket, its lane)."""
     acl = tmp_path / "plain_acl.yml"
     acl.write_text("accounts:\n  - accessKey: RocketMQ\n    secretKey: '12345678'\n"
                    "    defaultTopicPerm: DENY\n    topicPerms: [TopicLane=PUB, TopicDenied=DENY]\n")
@@ -29,7 +34,14 @@ def test_signed_sends_take_the_lane_and_refusals_are_answered(tmp_path):
         assert RemotingCommand.decode(s.recv_frame()).code == ResponseCode.SUCCESS
         s.send(signed("TopicLane", b"second", 2))
         assert RemotingCommand.decode(s.recv_frame()).code == ResponseCode.SUCCESS
-        lane = lane_of(c, s)
+        yield c, s, lane_of(c, s)
+    finally:
+        s.close()
+        c.stop()
+
+
+def test_signed_sends_take_the_lane_and_refusals_are_answered(tmp_path):
+    with acl_lane(tmp_path) as (c, s, lane):
         before = lane.handled
         s.send(b"".join(signed("TopicLane", f"m{i}".encode(), 10 + i, OnsChannel="") for i in range(20)))
         answers = s.answers(20)
@@ -50,6 +62,40 @@ def test_signed_sends_take_the_lane_and_refusals_are_answered(tmp_path):
         assert RemotingCommand.decode(s.recv_frame()).code == ResponseCode.SUCCESS
         store = c.broker.store
         assert sum(store.get_max_offset_in_queue("TopicLane", q) for q in range(8)) == 23  # no refused one
-    finally:
-        s.close()
-        c.stop()
+
+
+def test_a_signed_send_is_checked_from_the_values_the_lane_parsed(tmp_path, monkeypatch):
+    """A send with AccessKey and Signature only is checked by check_signed_send with the lane's
+    parsed values (no request decoded); one with another ACL field (OnsChannel) by before().  Both
+    refuse a forged signature and a denied topic with the same remarks."""
+    from rmq_plugins.acl.plain import PlainAccessValidator
+
+    calls = {"before": 0, "check_signed_send": 0}
+    for name in calls:
+        real = getattr(PlainAccessValidator, name)
+
+        def counted(self, *args, _real=real, _name=name):
+            calls[_name] += 1
+            return _real(self, *args)
+
+        monkeypatch.setattr(PlainAccessValidator, name, counted)
+    with acl_lane(tmp_path) as (c, s, lane):
+        handled, checked = lane.handled, calls["check_signed_send"]
+        s.send(b"".join(signed("TopicLane", f"m{i}".encode(), 10 + i) for i in range(10)))
+        assert all(RemotingCommand.decode(a).code == ResponseCode.SUCCESS for a in s.answers(10).values())
+        assert lane.handled - handled == 10 and calls["check_signed_send"] - checked == 10
+        before = calls["before"]
+        s.send(signed("TopicLane", b"with OnsChannel", 30, OnsChannel="ALIYUN"))
+        assert RemotingCommand.decode(s.recv_frame()).code == ResponseCode.SUCCESS
+        assert calls["before"] - before == 1
+
+        for extra in ({}, {"OnsChannel": "ALIYUN"}):
+            s.send(signed("TopicLane", b"forged", 41, secret=SigningKey("not-the-secret"), **extra)
+                   + signed("TopicDenied", b"denied", 42, **extra))
+            answers = {k: RemotingCommand.decode(v) for k, v in s.answers(2).items()}
+            assert answers[41].code == ResponseCode.SYSTEM_ERROR
+            assert "Check signature failed for accessKey=RocketMQ" in answers[41].remark
+            assert answers[42].code == ResponseCode.SYSTEM_ERROR
+            assert "No default permission for topic=TopicDenied" in answers[42].remark
+        store = c.broker.store
+        assert sum(store.get_max_offset_in_queue("TopicLane", q) for q in range(8)) == 13  # no refused one

@@ -69,3 +69,28 @@ def test_one_changed_byte_fails_verification(data, ext, body, secret):
 def test_unique_key_query_flag_is_not_signed_as_rocketmq_validates():
     ext = {"topic": "T", "key": "k"}
     assert request_signature({**ext, "_UNIQUE_KEY_QUERY": "true"}, None, b"secret12") == request_signature(ext, None, b"secret12")
+
+
+# the producer's native send frame (frame.pyx SendHeader), signed as it is written
+names = st.text(alphabet=st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)),
+                min_size=1, max_size=20)
+properties = st.dictionaries(names, names, max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(names, names, st.integers(0, 1000), properties, st.binary(max_size=400), secrets,
+       st.one_of(st.none(), names), st.booleans(), st.one_of(st.none(), st.integers(0, 32)),
+       st.integers(-2**63, 2**63 - 1), st.integers(0, 16))
+def test_natively_built_send_frame_is_signed_as_acl_signs_it(group, topic, queue_id, props, body, secret, token, v2,
+                                                              max_reconsume, flag, reconsume):
+    from rmq_core._native.frame import SendHeader
+    from rmq_core.remoting.command import RemotingCommand
+
+    header = SendHeader(group, topic, queue_id, "broker-a", v2=v2)
+    AclSigner("RocketMQ", secret, token).prepare_header(header)
+    frame = header.build_frame(0, flag, props, 7, body, None, reconsume, max_reconsume)
+    request = RemotingCommand.decode(frame[4:])
+    ext = dict(request.ext_fields)
+    assert ext["AccessKey"] == "RocketMQ" and ext.get("SecurityToken") == token
+    assert (request.body or b"") == body
+    assert ext[SIGNATURE] == SigningKey(secret).sign(ext, body) == reference_signature(ext, body, secret)

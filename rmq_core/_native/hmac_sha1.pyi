@@ -1,0 +1,6 @@
+"""Type stubs for rmq_core._native.hmac_sha1 (HMAC-SHA1 over OpenSSL's SHA-1, pads hashed once)."""
+
+class HmacSha1:
+    def __init__(self, key: bytes) -> None: ...
+    def signature(self, content: bytes | bytearray | memoryview,
+                  body: bytes | bytearray | memoryview | None = None) -> bytes: ...
