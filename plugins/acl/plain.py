@@ -313,10 +313,10 @@ def _plain(value):
 class _ConnectionAcl:
     """What the validator knows about one connection under one generation of the rules."""
 
-    __slots__ = ("generation", "ip", "white", "accounts", "sends")
+    __slots__ = ("rules", "ip", "white", "accounts", "sends")
 
-    def __init__(self, generation: int, ip: str, white: bool):
-        self.generation, self.ip, self.white = generation, ip, white
+    def __init__(self, rules: AclRules, ip: str, white: bool):
+        self.rules, self.ip, self.white = rules, ip, white  # (made anew when the rules are replaced)
         self.accounts: dict[str, tuple[Account, bool]] = {}  # accessKey -> (account, address passes)
         # (accessKey, topic) -> the account whose signature a lane's send still needs (None: none
         # needed), for the sends whose account and permission passed: one look-up per send
@@ -393,10 +393,12 @@ class PlainAccessValidator(RequestStep):
         Signature, the signed content (rmq_core.acl's order) and body - the same checks, one
         keyed hash, the account and permission the connection cached (steps.LaneStep.before_signed)."""
         state = connection.attributes.get(_CONN_KEY)
-        if state is not None and state.generation == self.rules.generation:
+        if state is not None and state.rules is self.rules:
             account = state.sends.get((access_key, topic), False)
-            if account is not False:  # (passed before on this connection under these rules)
-                if account is not None and not hmac.compare_digest(signature, account.key.signature(content, body)):
+            if account is None:  # (passed before on this connection under these rules, unsigned)
+                return
+            if account is not False:  # (passed before: the signature is all there is to check)
+                if not account.key.verify(signature, content, body):
                     raise _signature_failed(access_key)
                 return
         state = self._connection_state(None, connection)
@@ -404,7 +406,7 @@ class PlainAccessValidator(RequestStep):
             return
         account = self._account(state, access_key, _SEND_V2)
         if account is not None:
-            if not hmac.compare_digest(signature, account.key.signature(content, body)):
+            if not account.key.verify(signature, content, body):
                 raise _signature_failed(access_key)
             self._check(account, _SEND_V2, _send_of(topic))
         if len(state.sends) < 4096:
@@ -415,9 +417,9 @@ class PlainAccessValidator(RequestStep):
         rules = self.rules
         attributes = connection.attributes if connection is not None else {}
         state = attributes.get(_CONN_KEY)
-        if state is None or state.generation != rules.generation:
+        if state is None or state.rules is not rules:
             ip = host_of(getattr(connection, "remote_address", None) or remote_addr)
-            state = attributes[_CONN_KEY] = _ConnectionAcl(rules.generation, ip, rules.globally_white(ip))
+            state = attributes[_CONN_KEY] = _ConnectionAcl(rules, ip, rules.globally_white(ip))
         return state
 
     def _account(self, state: _ConnectionAcl, access_key: str | None, code: int) -> Account | None:

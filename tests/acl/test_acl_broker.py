@@ -382,6 +382,23 @@ def test_sends_are_signed_as_written_and_a_hooks_change_is_signed_again(cl, monk
     # the signer is the producer's only step: its send frames, signed as written, pass no step
     assert passed["before", RequestCode.SEND_MESSAGE_V2] == passed["before_built", RequestCode.SEND_MESSAGE_V2] == 0
 
+    # auto_batch: a batch frame of gathered sends is signed as its SendHeader writes it, likewise
+    batches = collections.Counter()
+    real_write_batch = Producer._write_batch
+
+    def counted_batch(self, *args, **kwargs):
+        batches["written"] += 1
+        return real_write_batch(self, *args, **kwargs)
+
+    monkeypatch.setattr(Producer, "_write_batch", counted_batch)
+    with Producer("PG_ACL_BATCHED", namesrv=cl.namesrv, access_key=AK, secret_key=SK, instance_name="acl-batched",
+                  auto_batch=True, **FAST) as p:
+        p.send(Message("TopicOk", b"route"))
+        results = [f.result(30) for f in [p.send_async(Message("TopicOk", b"batched-%d" % i)) for i in range(400)]]
+    assert all(r.status.name == "SEND_OK" for r in results)
+    assert batches["written"] >= 1
+    assert passed["before", RequestCode.SEND_BATCH_MESSAGE] == passed["before_built", RequestCode.SEND_BATCH_MESSAGE] == 0
+
     hook = _AddsAField()
     get_plugin_manager().register(hook, name="test-acl-adds-a-field")
     try:
