@@ -360,10 +360,12 @@ class BrokerConfig(PropertiesConfig):
                                                            validator=_positive)
     # ACL (RocketMQ 4.x): every request checked by the access validator named by accessValidator
     # (rmq's key; a plugin may add validators) against plainAclFile (rmq's key; RocketMQ's
-    # $ROCKETMQ_HOME/conf/plain_acl.yml when ROCKETMQ_HOME is set)
+    # $ROCKETMQ_HOME/conf/plain_acl.yml when ROCKETMQ_HOME is set), and as RocketMQ 4.9 every .yml /
+    # .yaml under {rocketmqHome}/conf/acl
     acl_enable: bool = prop(False, "aclEnable")
     access_validator: str = prop("plain", "accessValidator")
     plain_acl_file: str | None = attrs.field(factory=lambda: _default_plain_acl_file(), metadata={"key": "plainAclFile"})
+    rocketmq_home: str = attrs.field(factory=lambda: os.environ.get("ROCKETMQ_HOME", ""), metadata={"key": "rocketmqHome"})
 
     @property
     def broker_addr(self) -> str:
