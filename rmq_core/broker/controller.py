@@ -36,6 +36,7 @@ from rmq_core.config import BrokerConfig, BrokerRole, MessageStoreConfig
 from rmq_core.errors import ConfigError
 from rmq_core.loops import GroupCommit
 from rmq_core.message import ExpressionType
+from rmq_core.acl import signer_from
 from rmq_core.plugins import get_access_validator_factory, get_filter_factory
 from rmq_core.remoting.body import REGISTER_ALL, RegisterBrokerBody, register_body_json
 from rmq_core.remoting.client import RemotingClient
@@ -205,7 +206,11 @@ class BrokerController:
 
         for service in self._delivery_services():
             await service.start()
-        self.namesrv_client = RemotingClient(name=f"broker[{bc.broker_name}]->namesrv")
+        # (its requests to name servers and to other brokers - a slave's sync from its master - are
+        # signed with the broker's own account, accessKey/secretKey, when it has one)
+        signer = signer_from(bc.access_key, bc.secret_key, owner="broker config (accessKey/secretKey)")
+        self.namesrv_client = RemotingClient(name=f"broker[{bc.broker_name}]->namesrv",
+                                             request_steps=(signer,) if signer is not None else ())
         self._tasks += [
             asyncio.create_task(self._periodic(bc.register_name_server_period / 1000, self.register_broker_all), name="register-broker"),
             asyncio.create_task(self._periodic(bc.flush_consumer_offset_interval / 1000, self._persist_offsets), name="persist-offsets"),
