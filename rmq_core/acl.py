@@ -111,14 +111,15 @@ class AclSigner(RequestStep):
 
 
 def signer_from(access_key: str | None, secret_key: str | None, security_token: str | None = None,
-                *, owner: str = "client") -> AclSigner | None:
+                *, owner: str = "client", names: tuple[str, str] = ("access_key", "secret_key")) -> AclSigner | None:
     """The signer for a client's `access_key` / `secret_key` (None when neither is given); one
-    given without the other is a ConfigError naming the missing one."""
+    given without the other is a ConfigError naming the missing one (by `names`, as the owner's
+    settings spell them)."""
     if not access_key and not secret_key:
         return None
     if not access_key or not secret_key:
-        missing = "access_key" if not access_key else "secret_key"
-        raise ConfigError(f"{owner}: {missing} is missing: ACL credentials need both access_key and secret_key")
+        missing = names[0] if not access_key else names[1]
+        raise ConfigError(f"{owner}: {missing} is missing: ACL credentials need both {names[0]} and {names[1]}")
     return AclSigner(access_key, secret_key, security_token)
 
 

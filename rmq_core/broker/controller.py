@@ -118,6 +118,9 @@ class BrokerController:
         """Bind, recover the store, start services, register with the name servers.  Returns the
         boot line."""
         bc = self.broker_config
+        # the broker's own account (half of one fails here, before anything binds)
+        self._own_signer = signer_from(bc.access_key, bc.secret_key, owner="the broker's own account",
+                                       names=("accessKey", "secretKey"))
         self.loop = asyncio.get_running_loop()
         self.pull_hold_service = PullRequestHoldService(self.loop)
         self.pull_hold_service.bind_thread()
@@ -208,9 +211,8 @@ class BrokerController:
             await service.start()
         # (its requests to name servers and to other brokers - a slave's sync from its master - are
         # signed with the broker's own account, accessKey/secretKey, when it has one)
-        signer = signer_from(bc.access_key, bc.secret_key, owner="broker config (accessKey/secretKey)")
         self.namesrv_client = RemotingClient(name=f"broker[{bc.broker_name}]->namesrv",
-                                             request_steps=(signer,) if signer is not None else ())
+                                             request_steps=(self._own_signer,) if self._own_signer else ())
         self._tasks += [
             asyncio.create_task(self._periodic(bc.register_name_server_period / 1000, self.register_broker_all), name="register-broker"),
             asyncio.create_task(self._periodic(bc.flush_consumer_offset_interval / 1000, self._persist_offsets), name="persist-offsets"),

@@ -52,3 +52,11 @@ def test_a_slave_signs_its_sync_with_the_brokers_account(pair):
     assert slave.subscription_manager.find(GROUP).retry_max_times == 5
     assert slave.offset_manager.query_offset(GROUP, TOPIC, 1) == 42
     assert slave.topic_manager.table.data_version.to_json() == master.topic_manager.table.data_version.to_json()
+
+
+def test_half_an_account_is_refused_naming_the_missing_key(tmp_path):
+    from rmq_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="the broker's own account: secretKey is missing: ACL credentials need both "
+                                          "accessKey and secretKey"):
+        rmq_core.standalone(store=str(tmp_path / "store"), config={**SMALL_BROKER, "accessKey": "rmq-broker"}).start()
