@@ -22,8 +22,9 @@ from collections import deque
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint64_t
-from libc.string cimport memcpy
+from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdlib cimport calloc, free
+from libc.string cimport memcmp, memcpy
 
 cimport cython
 
@@ -51,9 +52,49 @@ cdef class TraceSegment:
 
     @property
     def keys(self):
-        """The keys that index the records, each once, in order (the trace message's KEYS)."""
-        text = PyUnicode_DecodeUTF8(PyByteArray_AS_STRING(self.key_buf), self.key_bytes, NULL)
-        return [k for k in dict.fromkeys(text.split(" ")) if k]
+        """The keys that index the records, each once, in order, space separated (the trace
+        message's KEYS, as AsyncTraceDispatcher's key set); made without an object per key."""
+        cdef const char* src = PyByteArray_AS_STRING(self.key_buf)
+        cdef Py_ssize_t n = self.key_bytes, i, start, length, out_len = 0, tokens = 1, slots = 16, slot
+        cdef uint64_t h
+        cdef int32_t* table
+        cdef bytearray out = bytearray(n)
+        cdef char* dst = PyByteArray_AS_STRING(out)
+        for i in range(n):
+            tokens += src[i] == 32
+        while slots < 2 * tokens:
+            slots <<= 1
+        # open addressing on FNV-1a: (start + 1, length) of each key kept; 0 marks a free slot
+        table = <int32_t*>calloc(2 * slots, sizeof(int32_t))
+        if table == NULL:
+            raise MemoryError()
+        try:
+            i = 0
+            while i < n:
+                start = i
+                h = 14695981039346656037ULL
+                while i < n and src[i] != 32:
+                    h = (h ^ <unsigned char>src[i]) * 1099511628211ULL
+                    i += 1
+                length = i - start
+                i += 1
+                if length == 0:
+                    continue
+                slot = <Py_ssize_t>(h & <uint64_t>(slots - 1))
+                while table[2 * slot] and not (table[2 * slot + 1] == length
+                                               and memcmp(src + table[2 * slot] - 1, src + start, length) == 0):
+                    slot = (slot + 1) & (slots - 1)
+                if table[2 * slot]:
+                    continue  # seen before
+                table[2 * slot], table[2 * slot + 1] = <int32_t>(start + 1), <int32_t>length
+                if out_len:
+                    dst[out_len] = 32
+                    out_len += 1
+                memcpy(dst + out_len, src + start, length)
+                out_len += length
+        finally:
+            free(table)
+        return PyUnicode_DecodeUTF8(dst, out_len, NULL)
 
 
 @cython.final

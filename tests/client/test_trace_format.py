@@ -7,6 +7,7 @@ from hypothesis import given, strategies as st
 from rmq_core.client.trace import (
     ConsumeReturnType, MessageType, TraceBean, TraceContext, TraceType, TraceView, decode, encode,
 )
+from rmq_core._native.trace import TraceBuffer
 from rmq_core.message import MessageExt
 
 C, F = "\x01", "\x02"
@@ -96,8 +97,9 @@ def test_trace_view_keeps_only_the_asked_message():
     assert views[0].client_host == "10.0.0.7:5555" and views[1].status == "failed"
 
 
+# ("null" is how the format writes a null string: it reads back as none)
 _text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)), min_size=1,
-                max_size=12)
+                max_size=12).filter(lambda t: t != "null")
 
 
 @given(group=_text, topic=_text, tags=_text, keys=st.lists(_text, min_size=1, max_size=3), ts=st.integers(0, 2**62),
@@ -108,3 +110,20 @@ def test_round_trip(group, topic, tags, keys, ts, cost, ok):
         body_length=7)])
     (back,) = decode(encode(pub)[0])
     assert back == pub
+
+
+@given(keyed=st.lists(st.tuples(st.sampled_from([MSG_ID, OFFSET_ID, "7F0000010D5818B4AAC2795B82A70001"]),
+                                st.one_of(st.none(), st.lists(st.sampled_from(["order-1", "ü", "k", "order-10", ""]),
+                                                              max_size=3).map(" ".join))),
+                      min_size=1, max_size=40))
+def test_segment_keys_each_once_in_order(keyed):
+    """A trace message's KEYS: every record's message id and keys, each once, first seen first
+    (AsyncTraceDispatcher's key set), space separated, whatever repeats or is empty."""
+    buf = TraceBuffer(1000, lambda: None, "PG", "RMQ_SYS_TRACE_TOPIC", 0.0, None, None, 1 << 20, 1 << 20)
+    for msg_id, keys in keyed:
+        buf.add("r\x02", msg_id, keys)
+    (segment,) = buf.take(0.0, True)
+    want = {}
+    for msg_id, keys in keyed:
+        want.update((k, None) for k in [msg_id, *(keys or "").split(" ")] if k)
+    assert segment.keys == " ".join(want)
