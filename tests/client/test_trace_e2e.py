@@ -26,13 +26,13 @@ FAST = dict(poll_name_server_interval=1.0, heartbeat_broker_interval=1.0, persis
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory):
     # traceTopicEnable creates RMQ_SYS_TRACE_TOPIC though topics are never made on the fly here
-    # (a half message left UNKNOW is checked back within a second or two)
+    # (a half message left UNKNOW is checked back within a second or two; a retry comes in 1 s)
     c = NamesrvAndBroker(tmp_path_factory.mktemp("trace"), broker_props={
         "traceTopicEnable": "true", "autoCreateTopicEnable": "false", "transactionCheckInterval": "1000",
-        "transactionTimeOut": "1000"})
+        "transactionTimeOut": "1000", "messageDelayLevel": " ".join(["1s"] * 18)})
     try:
         for topic in ("TraceOrders", "TracePull", "TraceAio", "MyTraceTopic", "TraceFull", "TraceBatch", "TraceTx",
-                      "TraceBig"):
+                      "TraceBig", "TraceAioPush"):
             ok("updateTopic", "-b", c.broker_addrs[0], "-t", topic, "-r", "2", "-w", "2", ns=c.namesrv)
         yield c
     finally:
@@ -163,6 +163,48 @@ def test_aio_producer_and_consumer_are_traced(cl):
     views = wait_for(lambda: (lambda v: v if {x["type"] for x in v} >= {"Pub", "SubBefore", "SubAfter"}
                               else None)(trace_rows(ns, r.msg_id)), what="the aio records")
     assert {v["group"] for v in views} == {"PG_TRACE_AIO", "CG_TRACE_AIO"}
+
+
+def test_aio_push_consumer_is_traced(cl):
+    """aio.PushConsumer wraps the push consumer: its coroutine listener's calls are recorded as
+    SubBefore/SubAfter of its own group, a failing call as failed, its redelivery as a new pair."""
+    ns = cl.namesrv
+    calls: list[str] = []
+
+    async def run():
+        done = asyncio.Event()
+
+        async def listener(msgs):
+            calls.append(msgs[0].msg_id)
+            if len(calls) == 1:
+                return ConsumeStatus.RECONSUME_LATER  # the first delivery fails: traced as failed
+            done.set()
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        # (rebalance_interval: the retry topic's queue is taken within a second of its creation)
+        c = aio.PushConsumer("CG_TRACE_AIO_PUSH", namesrv=ns, enable_msg_trace=True, rebalance_interval=1.0,
+                             consume_from_where="CONSUME_FROM_FIRST_OFFSET", **FAST)
+        c.subscribe("TraceAioPush", "*")
+        c.register_message_listener(listener)
+        async with aio.Producer("PG_TRACE_AIO_PUSH", namesrv=ns, **FAST) as p:  # untraced: only the consumer records
+            r = await p.send(Message("TraceAioPush", b"aio push body", tags="TagP", keys="aio-push-1"))
+        async with c:
+            await asyncio.wait_for(done.wait(), 60)
+            assert c.consumer.trace is not None
+            c.consumer.trace.flush(30)
+        return r
+
+    r = asyncio.run(run())
+    assert calls == [r.msg_id, r.msg_id]
+    views = _types_of(cl.namesrv, r.msg_id, ["SubBefore", "SubAfter", "SubBefore", "SubAfter"])
+    assert {v["group"] for v in views} == {"CG_TRACE_AIO_PUSH"}
+    assert sorted(v["status"] for v in views if v["type"] == "SubAfter") == ["failed", "success"]
+    assert {v["keys"] for v in views} == {"aio-push-1"}
+    with AdminClient(ns) as a:
+        lib = a.message_trace(r.msg_id)
+    befores = {v.request_id: v.retry_times for v in lib if v.type == "SubBefore"}
+    assert {v.request_id for v in lib if v.type == "SubAfter"} == set(befores)  # each call's pair linked
+    assert sorted(befores.values()) == [0, 1]  # the redelivery is the first retry
 
 
 def _types_of(ns, msg_id, wanted: list[str]):
