@@ -1,14 +1,7 @@
 """A push consumer's per-topic consumption (ConsumerStatsManager's ConsumeStatus) over a clock the
 test moves: rates over the last minute, failures over the last hour, idle windows reading 0."""
 from rmq_core.client.stats import ConsumerStats
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
+from tests.client.test_fault_and_route import Clock
 
 
 def test_rates_over_the_last_minute_and_failures_over_the_hour():
