@@ -616,12 +616,16 @@ class PushConsumer(ConsumerBase):
                 if sub is None:
                     await asyncio.sleep(self.pull_time_delay_when_exception)
                     continue
+                began = time.monotonic()
                 result = await chain.pull_or_back_off(broker_id, offset, sub, self.pull_time_delay_when_exception,
                                                       stopped)
                 if result is None:
                     if stopped():
                         return
                     continue
+                self.consume_service.consume_stats.pulled(
+                    topic, len(result.messages) if result.status is PullStatus.FOUND else 0,
+                    (time.monotonic() - began) * 1000.0)
                 broker_id = result.suggest_which_broker_id or MixAll.MASTER_ID
                 if pq.dropped:
                     return

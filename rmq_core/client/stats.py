@@ -1,9 +1,9 @@
 """A push consumer's consumption per topic, as RocketMQ's ConsumerStatsManager keeps it for the
-running info's statusTable (ConsumeStatus): messages consumed OK and failed per second over the
-last minute, the listener's time per call over the last minute, and the messages that failed in
-the last hour.
+running info's statusTable (ConsumeStatus): messages pulled, consumed OK and failed per second
+over the last minute, a pull's and a listener call's time over the last minute, and the messages
+that failed in the last hour.
 
-The listeners' threads add cumulative counts; a snapshot of them is kept at most every
+The pulls and the listeners' threads add cumulative counts; a snapshot of them is kept at most every
 SNAPSHOT_EVERY seconds (taken before the counts it precedes, for an hour), and a window's figures
 are the counts now less those of the window's oldest snapshot, over the time since it."""
 from __future__ import annotations
@@ -14,7 +14,9 @@ import time
 
 SNAPSHOT_EVERY = 10.0
 MINUTE, HOUR = 60.0, 3600.0
-_ZERO = (0, 0, 0.0, 0)  # ok, failed, listener ms, listener calls
+# the counts of a topic: OK, failed, listener ms, listener calls, pulled messages, pull ms, pulls
+_OK, _FAILED, _LISTENER_MS, _CALLS, _PULLED, _PULL_MS, _PULLS = range(7)
+_ZERO = (0, 0, 0.0, 0, 0, 0.0, 0)
 
 
 class ConsumerStats:
@@ -27,6 +29,13 @@ class ConsumerStats:
     def consumed(self, topic: str, ok: int, failed: int, listener_ms: float, calls: int) -> None:
         """`calls` listener calls on `topic` took `listener_ms` and left `ok` messages consumed and
         `failed` to retry."""
+        self._add(topic, ((_OK, ok), (_FAILED, failed), (_LISTENER_MS, listener_ms), (_CALLS, calls)))
+
+    def pulled(self, topic: str, found: int, pull_ms: float) -> None:
+        """A pull of `topic` was answered after `pull_ms` (long polling included) with `found` messages."""
+        self._add(topic, ((_PULLED, found), (_PULL_MS, pull_ms), (_PULLS, 1)))
+
+    def _add(self, topic: str, counts) -> None:
         now = self._clock()
         with self._lock:
             snaps = self._snapshots
@@ -36,16 +45,14 @@ class ConsumerStats:
                     snaps.popleft()
             t = self._totals.get(topic)
             if t is None:
-                t = self._totals[topic] = [0, 0, 0.0, 0]
-            t[0] += ok
-            t[1] += failed
-            t[2] += listener_ms
-            t[3] += calls
+                t = self._totals[topic] = list(_ZERO)
+            for i, n in counts:
+                t[i] += n
 
     def totals(self) -> tuple[int, int]:
         """(messages consumed OK, failed) since the start, all topics."""
         with self._lock:
-            return sum(t[0] for t in self._totals.values()), sum(t[1] for t in self._totals.values())
+            return sum(t[_OK] for t in self._totals.values()), sum(t[_FAILED] for t in self._totals.values())
 
     def _window(self, now: float, span: float) -> tuple[float, dict]:
         """The oldest snapshot within the last `span` seconds; (now, the counts now) when none is."""
@@ -55,7 +62,7 @@ class ConsumerStats:
         return now, {k: tuple(v) for k, v in self._totals.items()}
 
     def status_table(self) -> dict:
-        """topic -> RocketMQ's ConsumeStatus fields (consumeRT in ms per listener call)."""
+        """topic -> RocketMQ's ConsumeStatus fields (pullRT in ms per pull, consumeRT per listener call)."""
         now = self._clock()
         with self._lock:
             minute_at, minute = self._window(now, MINUTE)
@@ -64,11 +71,12 @@ class ConsumerStats:
             out = {}
             for topic, cur in self._totals.items():
                 m, h = minute.get(topic, _ZERO), hour.get(topic, _ZERO)
-                calls = cur[3] - m[3]
-                out[topic] = {
-                    "consumeRT": round((cur[2] - m[2]) / calls, 3) if calls else 0.0,
-                    "consumeOKTPS": round((cur[0] - m[0]) / elapsed, 3) if elapsed > 0 else 0.0,
-                    "consumeFailedTPS": round((cur[1] - m[1]) / elapsed, 3) if elapsed > 0 else 0.0,
-                    "consumeFailedMsgs": cur[1] - h[1],
-                }
+
+                def per(i: int, by: int | None = None) -> float:
+                    d = cur[by] - m[by] if by is not None else elapsed
+                    return round((cur[i] - m[i]) / d, 3) if d > 0 else 0.0
+
+                out[topic] = {"pullRT": per(_PULL_MS, _PULLS), "pullTPS": per(_PULLED),
+                              "consumeRT": per(_LISTENER_MS, _CALLS), "consumeOKTPS": per(_OK),
+                              "consumeFailedTPS": per(_FAILED), "consumeFailedMsgs": cur[_FAILED] - h[_FAILED]}
             return out

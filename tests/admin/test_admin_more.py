@@ -272,7 +272,8 @@ def test_start_monitoring_reports_failures_throughput_and_running_info(cl):
         stats = [x for x in r if x["report"] == "CONSUME_STATS" and x["consumer_group"] == "CG_MONITOR_RUN"]
         assert {x["client_id"] for x in stats} == ids
         ran = [x for x in stats if x["topic"] == "MonitorRun"]
-        assert sum(x["ok_tps"] for x in ran) > 0 and all(x["consume_rt_ms"] >= 0 for x in ran)
+        assert sum(x["ok_tps"] for x in ran) > 0 and sum(x["pull_tps"] for x in ran) > 0
+        assert all(x["consume_rt_ms"] >= 0 and x["pull_rt_ms"] >= 0 for x in ran)
         findings = [x for x in r if x["report"] == "RUNNING_INFO" and x["consumer_group"] == "CG_MONITOR_RUN"]
         assert {x["client_id"] for x in findings} == ids
         assert all(x["finding"].startswith("Subscription differs in the same group of consumer") for x in findings)

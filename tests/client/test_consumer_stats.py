@@ -10,9 +10,12 @@ def test_rates_over_the_last_minute_and_failures_over_the_hour():
     assert s.status_table() == {} and s.totals() == (0, 0)
     for _ in range(6):  # a minute of 10 calls a second: 30 OK and 2 failed messages each, 4 ms a call
         s.consumed("T", 30, 2, 40.0, 10)
+        s.pulled("T", 32, 6.0)
+        s.pulled("T", 0, 14.0)
         clock.now += 10
     st = s.status_table()["T"]
-    assert st == {"consumeRT": 4.0, "consumeOKTPS": 3.0, "consumeFailedTPS": 0.2, "consumeFailedMsgs": 12}
+    assert st == {"pullRT": 10.0, "pullTPS": 3.2, "consumeRT": 4.0, "consumeOKTPS": 3.0, "consumeFailedTPS": 0.2,
+                  "consumeFailedMsgs": 12}
     assert s.totals() == (180, 12)
     clock.now += 600  # idle ten minutes: no rate, the failures still within the hour
     st = s.status_table()["T"]

@@ -344,15 +344,17 @@ def start_monitoring(admin, args, out):
                 for topic, st in sorted((info.get("statusTable") or {}).items()):
                     failed.append((group, topic, cid, float(st.get("consumeFailedTPS", 0)),
                                    int(st.get("consumeFailedMsgs", 0))))
-                    throughput.append((group, topic, cid, float(st.get("consumeOKTPS", 0)),
-                                       float(st.get("consumeFailedTPS", 0)), float(st.get("consumeRT", 0))))
+                    throughput.append((group, topic, cid, float(st.get("pullTPS", 0)), float(st.get("pullRT", 0)),
+                                       float(st.get("consumeOKTPS", 0)), float(st.get("consumeFailedTPS", 0)),
+                                       float(st.get("consumeRT", 0))))
             findings += [(group, cid, what) for cid, what in running_info_findings(infos, now, int(args.settle * 1000))]
         round_no = done + 1
         report("UNDONE_MSG", ["Time", "Consumer Group", "Topic", "Undone Msgs", "Undone Single MQ", "Undone Delay(ms)"],
                undone, round_no)
         report("FAILED_MSG", ["Consumer Group", "Topic", "Client Id", "Failed TPS", "Failed Msgs (last hour)"],
                [r for r in failed if r[4] > 0 or r[3] > 0], round_no)
-        report("CONSUME_STATS", ["Consumer Group", "Topic", "Client Id", "OK TPS", "Failed TPS", "Consume RT(ms)"],
+        report("CONSUME_STATS", ["Consumer Group", "Topic", "Client Id", "Pull TPS", "Pull RT(ms)", "OK TPS", "Failed TPS",
+                                 "Consume RT(ms)"],
                throughput, round_no)
         report("RUNNING_INFO", ["Consumer Group", "Client Id", "Finding"], findings, round_no)
         done += 1
