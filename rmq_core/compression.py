@@ -9,8 +9,8 @@ bodies to zlib (or plain) before they are served.
 Formats: zlib is the zlib stream (2-byte header, deflate, Adler-32), as the C++/Java producers
 write it, deflated by ISA-L (`isal`: several times faster than zlib's deflate at a like ratio, the
 same stream every inflater reads; zlib's levels 0-9 map onto ISA-L's 0-3) and inflated by zlib;
-LZ4 is an LZ4 *frame* (what RocketMQ 5's Lz4Compressor writes through LZ4FrameOutputStream); ZSTD is a zstd frame, read and written with the `zstandard` package when it
-is installed.
+LZ4 is an LZ4 *frame* (what RocketMQ 5's Lz4Compressor writes through LZ4FrameOutputStream);
+ZSTD is a zstd frame, read and written with the `zstandard` package when it is installed.
 """
 from __future__ import annotations
 
