@@ -12,7 +12,9 @@
   full (~118 KB or its keys near the property limit) waits in `ready` for the dispatcher's
   worker, which is woken then and otherwise polls.  Consume and end-transaction notes wait as
   tuples in `notes` (the worker writes their records with add()).  At most `capacity` records
-  and notes wait; beyond, one is dropped and counted in `discarded`;
+  and notes wait outside full segments (AsyncTraceDispatcher's context queue) and at most
+  `max_ready` full segments wait for the worker (its trace messages waiting to be sent); beyond,
+  a record or note is dropped and counted in `discarded`;
 - pub_record: the one writer of a Pub record (rmq_core.client.trace.encode uses it too).
 
 Plain values in: a send's context tuple (message, uniq, mode, queue, store host, timeout,
@@ -105,10 +107,11 @@ cdef class TraceBuffer:
     not traced); epoch_offset: wall clock minus monotonic (records carry epoch ms); ok_status:
     SendStatus.SEND_OK; message_type_of(message): the Pub msgType ordinal of a message with
     properties or a delay level (the others are normal, 0); max_size / max_key_bytes: a
-    segment's limits; wake(): called when a segment fills or half the capacity waits."""
+    segment's limits; max_ready: how many full segments may wait; wake(): called when a segment
+    fills or half the capacity waits."""
 
     def __init__(self, Py_ssize_t capacity, wake, str group, str trace_topic, double epoch_offset, ok_status,
-                 message_type_of, Py_ssize_t max_size, Py_ssize_t max_key_bytes):
+                 message_type_of, Py_ssize_t max_size, Py_ssize_t max_key_bytes, Py_ssize_t max_ready=16):
         self.ready = deque()
         self.notes = deque()
         self.capacity = capacity
@@ -117,6 +120,7 @@ cdef class TraceBuffer:
         self._epoch_offset = epoch_offset
         self._ok_status, self._message_type_of = ok_status, message_type_of
         self._max_size, self._max_key_bytes = max_size, max_key_bytes
+        self._max_ready = max_ready
         self._current = self._new_segment()
 
     cdef inline TraceSegment _new_segment(self):
@@ -140,7 +144,7 @@ cdef class TraceBuffer:
         return PyUnicode_Tailmatch(topic, self._trace_topic, 0, len(topic), -1) == 1
 
     cdef inline bint _full(self):
-        if self._pending >= self._capacity:
+        if self._pending - self._ready_records >= self._capacity or len(self.ready) >= self._max_ready:
             self.discarded += 1
             return True
         return False
@@ -155,9 +159,10 @@ cdef class TraceBuffer:
             seg.first = _monotonic()
         if seg.full(self._max_size, self._max_key_bytes):
             self.ready.append(seg)
+            self._ready_records += seg.count
             self._current = self._new_segment()
             self._wake()
-        elif self._pending == self._wake_at:
+        elif self._pending - self._ready_records == self._wake_at:
             self._wake()
         return 0
 
@@ -222,7 +227,7 @@ cdef class TraceBuffer:
             return False
         self.notes.append(note)
         self._pending += 1
-        if self._pending == self._wake_at:
+        if self._pending - self._ready_records == self._wake_at:
             self._wake()
         return True
 
@@ -251,6 +256,7 @@ cdef class TraceBuffer:
         while self.ready:
             seg = self.ready.popleft()
             self._pending -= seg.count
+            self._ready_records -= seg.count
             out.append(seg)
         seg = self._current
         if seg.count and (force or _monotonic() - seg.first >= threshold):
