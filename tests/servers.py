@@ -117,6 +117,19 @@ class NamesrvAndBroker:
         self.broker_addrs.append(f"127.0.0.1:{port}")
         return proc
 
+    def stored_messages(self, topic: str, broker: str = "broker-a") -> list:
+        """The records of `topic` in a broker's first commit log file, read from the file as stored
+        (bodies not inflated, sysFlag as written)."""
+        from rmq_core._native.record import decode_message
+        buf = (self.tmp_path / f"store-{broker}" / "commitlog" / f"{0:020d}").read_bytes()
+        out, pos = [], 0
+        while pos + 4 <= len(buf) and (size := int.from_bytes(buf[pos:pos + 4], "big", signed=True)) > 0:
+            m = decode_message(buf, pos, decompress=False)
+            if m.topic == topic:
+                out.append(m)
+            pos += size
+        return out
+
     def stop(self) -> None:
         for b in self.brokers:
             b.terminate()
