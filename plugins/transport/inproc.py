@@ -16,7 +16,6 @@ decoded and take the general path, whose RemotingCommand answer is encoded for t
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import threading
@@ -25,7 +24,7 @@ import time
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
-from rmq_core.remoting.pipelined import HookedRequests, PendingRequests, decode_command_frames
+from rmq_core.remoting.pipelined import PendingRequests
 from rmq_core.remoting.stream import hand_on
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
 
@@ -361,15 +360,7 @@ class InprocPipelinedChannel(PendingRequests):
         self.local_address, self.remote_address = server.remote_address, server.local_address
         self._server = server
         self.max_frame_length = server._max_frame_length
-        self._intercept = intercept
-        # the interception step, as a tcp connection's (see HookedRequests)
-        self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
-        self.intercept = None if hooks is None else hooks.intercept
-        # a frame its writer signed (built=True) passes the step only when other steps remain
-        self.intercept_built = None if hooks is None or not getattr(intercept, "built_passes", True) else hooks.intercept
-        self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
-            hooks.read, read_frames or decode_command_frames, from_command)
-        self._from_command = from_command
+        self._take_step(intercept, read_frames, from_command)
         self._pending: dict[int, tuple] = {}  # opaque -> (deadline, on_done, context)
         self._closed = False
         self._error: BaseException | None = None
@@ -379,14 +370,6 @@ class InprocPipelinedChannel(PendingRequests):
     @property
     def closed(self) -> bool:
         return self._closed
-
-    @property
-    def intercepted(self) -> bool:
-        return self._intercept is not None
-
-    @property
-    def pending_count(self) -> int:
-        return len(self._pending)
 
     def send(self, frame, opaque: int, timeout: float, on_done, context=None, built: bool = False) -> None:
         """PipelinedChannel.send: on_done(context, response, None) or on_done(context, None, error),
@@ -409,10 +392,7 @@ class InprocPipelinedChannel(PendingRequests):
     def send_oneway(self, frame, built: bool = False) -> None:
         """A request no answer is expected to (its flag says oneway); built: as send()'s."""
         if self._intercept is not None:
-            if not built:
-                frame, _ = self._intercept.before(frame)
-            elif self.intercept_built is not None:
-                frame, _ = self._intercept.before_built(frame)
+            frame = self._oneway_step(frame, built)
         if self._closed:
             raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
         server = self._server
