@@ -395,11 +395,7 @@ class MQClientInstance:
         async def close():
             # every task still on the loop (pulls, sends in flight): cancel so no caller waits forever
             me = asyncio.current_task()
-            tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
-            for t in tasks:
-                t.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+            await loops.cancel_and_wait([t for t in asyncio.all_tasks() if t is not me])
             if self.remoting is not None:
                 await self.remoting.close()
 

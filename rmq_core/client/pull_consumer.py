@@ -24,6 +24,7 @@ from rmq_core.client.trace import ConsumeReturnType
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQClientError
+from rmq_core.loops import cancel_and_wait
 from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus
 
 log = logging.getLogger("rmq.client.pull")
@@ -176,15 +177,8 @@ class PullConsumer(ConsumerBase):
             for st in states:
                 st.pq.dropped = True
 
-        async def stop():
-            tasks = [st.task for st in states if st.task is not None and not st.task.done()]
-            for t in tasks:
-                t.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
-
         try:
-            inst.run(stop(), timeout=10)
+            inst.run(cancel_and_wait([st.task for st in states]), timeout=10)
         except Exception as e:
             log.warning("stopping pull tasks of %s: %s", self.group, e)
         self._trace_consumed()

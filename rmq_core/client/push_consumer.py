@@ -28,6 +28,7 @@ from rmq_core.client.trace import TraceDispatcher
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.errors import ConfigError, MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingError
+from rmq_core.loops import cancel_and_wait
 from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus, check_group
 
 log = logging.getLogger("rmq.client.push")
@@ -440,11 +441,7 @@ class PushConsumer(ConsumerBase):
         self._jobs.clear()
 
         async def stop_pulls():
-            tasks = [t for t in self._pull_tasks.values() if not t.done()]
-            for t in tasks:
-                t.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(list(self._pull_tasks.values()))
             self._pull_tasks.clear()
 
         try:
