@@ -16,7 +16,7 @@ from typing import Iterable
 
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import (
-    PullChain, max_offset, min_offset, reset_retry_topic, search_offset,
+    max_offset, min_offset, reset_retry_topic, search_offset,
 )
 from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
 from rmq_core.client.subscription import build_subscription
@@ -290,10 +290,7 @@ class PullConsumer(ConsumerBase):
                     and pq.msg_count + n <= self.pull_threshold_for_queue
                     and self._cached + n <= self.pull_threshold_for_all)
 
-        def stopped() -> bool:
-            return pq.dropped or not self._started
-
-        chain = PullChain(inst, self.group, mq, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
+        chain, stopped = self._pull_chain(mq, pq, make_request, may_pull_ahead)
         try:
             while not pq.dropped and self._started:
                 pq.last_pull_timestamp = time.monotonic()

@@ -131,6 +131,16 @@ class ConsumerBase:
     def subscribed_topics(self) -> set[str]:
         return set(self.subscription_inner)
 
+    def _pull_chain(self, mq: MessageQueue, pq: ProcessQueue, make_request, may_pull_ahead):
+        """A queue's pull loop's PullChain and its `stopped()`: the queue dropped or this consumer
+        shut down."""
+        def stopped() -> bool:
+            return pq.dropped or not self._started
+
+        chain = PullChain(self.instance, self.group, mq, self.consumer_timeout_when_suspend, make_request,
+                          may_pull_ahead)
+        return chain, stopped
+
     def _pull_requests_of(self, mq: MessageQueue) -> Callable[[], PullRequests]:
         """For a queue's pull loop: its PullRequests for the current subscription and batch size
         (made anew when a subscribe() or a new batch size changes either)."""
@@ -562,10 +572,7 @@ class PushConsumer(ConsumerBase):
                     and not self._flow_controlled(pq, batches * self.pull_batch_size,
                                                   batches * len(answer.body or b"")))
 
-        def stopped() -> bool:
-            return pq.dropped or not self._started
-
-        chain = PullChain(inst, self.group, mq, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
+        chain, stopped = self._pull_chain(mq, pq, make_request, may_pull_ahead)
         try:
             while not pq.dropped and self._started:
                 pq.last_pull_timestamp = time.monotonic()
