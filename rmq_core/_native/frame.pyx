@@ -193,16 +193,24 @@ cdef int _ext_entry(void* target, const uint8_t* k, Py_ssize_t kl, bint kesc,
     return 0
 
 
+ctypedef object (*_FrameReader)(const uint8_t* base, Py_ssize_t n)
+
+
+cdef object _read_buffer(object data, _FrameReader read):
+    """read(the bytes of `data`'s buffer, their count), the buffer held for the call only."""
+    cdef Py_buffer pb
+    PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
+    try:
+        return read(<const uint8_t*>pb.buf, pb.len)
+    finally:
+        PyBuffer_Release(&pb)
+
+
 def decode_frame(frame):
     """The values of a JSON-header frame (WITHOUT its length prefix) - (code, language, version,
     opaque, flag, remark, ext_fields, body), HEADER_FIELDS - or None when the Python codec must
     decide (binary header, an unusual or malformed header, a short frame)."""
-    cdef Py_buffer pb
-    PyObject_GetBuffer(frame, &pb, PyBUF_SIMPLE)
-    try:
-        return _decode_frame(<const uint8_t*>pb.buf, pb.len)
-    finally:
-        PyBuffer_Release(&pb)
+    return _read_buffer(frame, _decode_frame)
 
 
 cdef object _decode_frame(const uint8_t* base, Py_ssize_t n):
@@ -828,12 +836,7 @@ cdef object _read_response(const uint8_t* base, Py_ssize_t n):
 
 def read_send_response(frame):
     """The SendResponse of one frame WITHOUT its length prefix, or None (see the module doc)."""
-    cdef Py_buffer pb
-    PyObject_GetBuffer(frame, &pb, PyBUF_SIMPLE)
-    try:
-        return _read_response(<const uint8_t*>pb.buf, pb.len)
-    finally:
-        PyBuffer_Release(&pb)
+    return _read_buffer(frame, _read_response)
 
 
 def read_send_responses(data, Py_ssize_t max_frame_length):
