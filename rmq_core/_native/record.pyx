@@ -505,7 +505,7 @@ cdef inline int _check_pair(object key, const char* kp, Py_ssize_t kn, const cha
     return 0
 
 
-from json_text cimport Out, out_reserve
+from json_text cimport Out, out_free, out_reserve, out_start
 
 
 cdef Py_ssize_t put_property(Out* o, object key, object value) except -1:
@@ -547,10 +547,7 @@ cdef bytes encode_properties(object props):
     cdef Py_ssize_t pos = 0
     if props is None:
         return b""
-    o.buf = stack
-    o.cap = 512
-    o.n = 0
-    o.heap = False
+    out_start(&o, stack, 512)
     try:
         if type(props) is dict:
             while PyDict_Next(<dict>props, &pos, &k, &v):
@@ -562,8 +559,7 @@ cdef bytes encode_properties(object props):
                     put_property(&o, key, value)
         return PyBytes_FromStringAndSize(o.buf, o.n)
     finally:
-        if o.heap:
-            free(o.buf)
+        out_free(&o)
 
 
 # --- Java String.hashCode (java_hash.pxd) ---------------------------------------------------------------
@@ -1520,10 +1516,7 @@ def encode_batch_body(list msgs, Py_ssize_t max_message_size, message_cls, froze
         raise IllegalArgumentError("send_batch needs at least one message")
     uniqs = [None] * count
     topic = None
-    o.buf = NULL
-    o.cap = 0
-    o.n = 0
-    o.heap = False
+    out_start(&o, NULL, 0)
     try:
         for i in range(count):
             m = msgs[i]
@@ -1549,8 +1542,7 @@ def encode_batch_body(list msgs, Py_ssize_t max_message_size, message_cls, froze
                 f"{max_message_size}; split it")
         return topic, ",".join(uniqs), PyBytes_FromStringAndSize(o.buf, o.n), msgs[0].wait_store_msg_ok
     finally:
-        if o.heap:
-            free(o.buf)
+        out_free(&o)
 
 
 def encode_batch_item(message, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
@@ -1568,10 +1560,7 @@ def encode_batch_item(message, Py_ssize_t max_message_size, message_cls, frozens
     check_topic(topic)
     if topic.startswith("%RETRY%"):
         raise IllegalArgumentError(f"retry topic {topic!r} is not supported in a batch")
-    o.buf = stack
-    o.cap = 1024
-    o.n = 0
-    o.heap = False
+    out_start(&o, stack, 1024)
     try:
         uniq = _put_item(&o, message, -1, topic, max_message_size, reserved, uniq_ids, &item_size)
         if item_size > max_message_size:
@@ -1579,8 +1568,7 @@ def encode_batch_item(message, Py_ssize_t max_message_size, message_cls, frozens
                                        f"max_message_size {max_message_size}")
         return topic, uniq, PyBytes_FromStringAndSize(o.buf, o.n), message.wait_store_msg_ok
     finally:
-        if o.heap:
-            free(o.buf)
+        out_free(&o)
 
 
 # --- UNIQ_KEY -----------------------------------------------------------------------------------------
