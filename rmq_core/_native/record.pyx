@@ -648,6 +648,18 @@ cdef str _format_host(const unsigned char* ip, bint v6, int32_t port):
     return s
 
 
+def ip_bytes(host):
+    """The 4 bytes of an IPv4 or the 16 of an IPv6 address `host` (a str), or None when it is
+    neither."""
+    try:
+        return _socket.inet_pton(_socket.AF_INET, host)
+    except OSError:
+        try:
+            return _socket.inet_pton(_socket.AF_INET6, host)
+        except OSError:
+            return None
+
+
 cdef int _parse_host(object value, unsigned char* ip, bint* v6, int32_t* port) except -1:
     """Accept "ip:port" (IPv6 with or without brackets), (host, port), or None / "" (all zero)."""
     cdef bytes raw
@@ -674,16 +686,10 @@ cdef int _parse_host(object value, unsigned char* ip, bint* v6, int32_t* port) e
         raise IllegalArgumentError(f"bad host address {value!r}: port {pn} is out of 0..65535")
     if not isinstance(host, str):
         raise IllegalArgumentError(f"bad host address {value!r}: host must be a str")
-    try:
-        raw = _socket.inet_pton(_socket.AF_INET, host)
-    except OSError:
-        try:
-            raw = _socket.inet_pton(_socket.AF_INET6, host)
-        except OSError:
-            raise IllegalArgumentError(
-                f"bad host address {value!r}: {host!r} is not an IPv4 or IPv6 address"
-            ) from None
-        v6[0] = True
+    raw = ip_bytes(host)
+    if raw is None:
+        raise IllegalArgumentError(f"bad host address {value!r}: {host!r} is not an IPv4 or IPv6 address")
+    v6[0] = PyBytes_GET_SIZE(raw) == 16
     memcpy(ip, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
     port[0] = <int32_t>pn
     return 0
