@@ -518,22 +518,19 @@ class MQClientInstance:
 
     # --- registration ----------------------------------------------------------------------------
     def register_producer(self, group: str, producer) -> None:
-        with self._lock:
-            if group in self.producers and self.producers[group] is not producer:
-                raise MQClientError(
-                    f"producer group {group!r} is already used by another producer of client {self.client_id}; "
-                    "give one of them another instance_name"
-                )
-            self.producers[group] = producer
+        self._register(self.producers, "producer", group, producer)
 
     def register_consumer(self, group: str, consumer) -> None:
+        self._register(self.consumers, "consumer", group, consumer)
+
+    def _register(self, table: dict, kind: str, group: str, client) -> None:
         with self._lock:
-            if group in self.consumers and self.consumers[group] is not consumer:
+            if group in table and table[group] is not client:
                 raise MQClientError(
-                    f"consumer group {group!r} is already used by another consumer of client {self.client_id}; "
+                    f"{kind} group {group!r} is already used by another {kind} of client {self.client_id}; "
                     "give one of them another instance_name"
                 )
-            self.consumers[group] = consumer
+            table[group] = client
 
     def unregister_producer(self, group: str) -> None:
         with self._lock:
