@@ -42,39 +42,34 @@ def _fmix64(k: int) -> int:
     return k
 
 
+# the two halves' block mixes (Guava's mixK1 / mixK2), for the blocks and the tail alike
+def _mix_k1(k1: int) -> int:
+    return (_rotl64((k1 * _C1) & _M64, 31) * _C2) & _M64
+
+
+def _mix_k2(k2: int) -> int:
+    return (_rotl64((k2 * _C2) & _M64, 33) * _C1) & _M64
+
+
 def murmur3_x64_128(data: bytes, seed: int = 0) -> tuple[int, int]:
     """MurmurHash3 x64 128-bit: (h1, h2) as unsigned 64-bit ints (Guava's murmur3_128)."""
     length = len(data)
     h1 = h2 = seed & _M64
     nblocks = length // 16
     for k1, k2 in struct.iter_unpack("<QQ", data[: nblocks * 16]):
-        k1 = (k1 * _C1) & _M64
-        k1 = _rotl64(k1, 31)
-        k1 = (k1 * _C2) & _M64
-        h1 ^= k1
+        h1 ^= _mix_k1(k1)
         h1 = _rotl64(h1, 27)
         h1 = (h1 + h2) & _M64
         h1 = (h1 * 5 + 0x52DCE729) & _M64
-        k2 = (k2 * _C2) & _M64
-        k2 = _rotl64(k2, 33)
-        k2 = (k2 * _C1) & _M64
-        h2 ^= k2
+        h2 ^= _mix_k2(k2)
         h2 = _rotl64(h2, 31)
         h2 = (h2 + h1) & _M64
         h2 = (h2 * 5 + 0x38495AB5) & _M64
     tail = data[nblocks * 16:]
     if len(tail) > 8:
-        k2 = int.from_bytes(tail[8:], "little")
-        k2 = (k2 * _C2) & _M64
-        k2 = _rotl64(k2, 33)
-        k2 = (k2 * _C1) & _M64
-        h2 ^= k2
+        h2 ^= _mix_k2(int.from_bytes(tail[8:], "little"))
     if tail:
-        k1 = int.from_bytes(tail[:8], "little")
-        k1 = (k1 * _C1) & _M64
-        k1 = _rotl64(k1, 31)
-        k1 = (k1 * _C2) & _M64
-        h1 ^= k1
+        h1 ^= _mix_k1(int.from_bytes(tail[:8], "little"))
     h1 ^= length
     h2 ^= length
     h1 = (h1 + h2) & _M64

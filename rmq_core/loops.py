@@ -16,6 +16,16 @@ except ImportError:  # pragma: no cover - uvloop is a dependency on the platform
 ENV = "RMQ_EVENT_LOOP"
 
 
+async def cancel_and_wait(tasks) -> None:
+    """Cancel background tasks (None passed over) and wait until each has really finished (their
+    errors are theirs to log; a finished task's is taken, so none is reported as never retrieved)."""
+    tasks = [t for t in tasks if t is not None]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def loop_kind() -> str:
     """"uvloop" or "asyncio": what new_event_loop() makes."""
     wanted = os.environ.get(ENV, "").strip().lower()

@@ -16,7 +16,6 @@ decoded and take the general path, whose RemotingCommand answer is encoded for t
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import threading
@@ -25,7 +24,7 @@ import time
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
-from rmq_core.remoting.pipelined import HookedRequests, PendingRequests, decode_command_frames
+from rmq_core.remoting.pipelined import PendingRequests
 from rmq_core.remoting.stream import hand_on
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
 
@@ -64,7 +63,7 @@ class InprocChannel(Channel):
         self.peer: InprocChannel | None = None
         self._on_command: OnCommand | None = None
         self._on_close: OnClose | None = None
-        self._backlog: list[RemotingCommand] = []  # arrived before start()
+        self._backlog: list = []  # arrived before start() (commands; frames too on a frame channel)
         self._closed = False
         self._close_reported = False
         self._listener: InprocListener | None = None  # set on the server end
@@ -76,10 +75,20 @@ class InprocChannel(Channel):
     def start(self, on_command: OnCommand, on_close: OnClose) -> None:
         self._on_command, self._on_close = on_command, on_close
         backlog, self._backlog = self._backlog, []
-        for command in backlog:
-            self._deliver(command)
+        for item in backlog:  # in arrival order
+            self._deliver_held(item)
         if self._closed:
             self._report_close(None)
+
+    def _held(self, item) -> bool:
+        """True when `item` is not for the handler now: dropped (this end is closed) or kept for
+        start() (not started yet)."""
+        if self._closed:
+            return True
+        if self._on_command is None:
+            self._backlog.append(item)
+            return True
+        return False
 
     def send_nowait(self, command: RemotingCommand) -> bool:
         peer = self.peer
@@ -94,10 +103,7 @@ class InprocChannel(Channel):
         self.send_nowait(command)
 
     def _deliver(self, command: RemotingCommand) -> None:
-        if self._closed:
-            return
-        if self._on_command is None:
-            self._backlog.append(command)
+        if self._held(command):
             return
         size = len(command.body) if command.body is not None else 0
         if size > self._max_frame_length:
@@ -128,6 +134,8 @@ class InprocChannel(Channel):
         if not self._closed:
             self.close()
 
+    _deliver_held = _deliver  # (what start() does with what arrived before it)
+
     def _report_close(self, reason: BaseException | None) -> None:
         if self._close_reported or self._on_close is None:
             return
@@ -150,23 +158,16 @@ class InprocFrameChannel(InprocChannel):
         answer is decoded and given to on_command."""
         self._fast_lane = lane
 
-    def start(self, on_command: OnCommand, on_close: OnClose) -> None:
-        self._on_command, self._on_close = on_command, on_close
-        backlog, self._backlog = self._backlog, []
-        for item in backlog:  # commands and frames, in arrival order
-            if type(item) is bytes:
-                self._deliver_frame(item)
-            else:
-                self._deliver(item)
-        if self._closed:
-            self._report_close(None)
+    def _deliver_held(self, item) -> None:
+        # what arrived before start(): commands and frames
+        if type(item) is bytes:
+            self._deliver_frame(item)
+        else:
+            self._deliver(item)
 
     def _deliver_frame(self, frame: bytes) -> None:
         """One whole frame, its length prefix included (on this end's loop)."""
-        if self._closed:
-            return
-        if self._on_command is None:
-            self._backlog.append(frame)
+        if self._held(frame):
             return
         lane = self._fast_lane
         if lane is not None:
@@ -233,35 +234,13 @@ class InprocBlockingChannel:
         if self.closed:
             raise RemotingConnectError(f"connection to {self.addr} is closed")
         request.flag &= ~RESPONSE_FLAG
-        self._waiting = request.opaque
-        server = self._server
-        if not _schedule(server._loop, server._deliver, request.copy()):
-            self.close()
-            raise RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone")
-        if not self._ready.acquire(timeout=timeout):
-            self._waiting = None
-            self.close()
-            raise RemotingTimeoutError(
-                f"no response to {code_name(request.code)} (opaque {request.opaque}) from {self.addr} "
-                f"within {timeout:g}s")
-        response, self._response = self._response, None
-        if response is None:  # woken by a close
-            raise RemotingConnectError(
-                f"connection to {self.addr} closed before the response (opaque {request.opaque}) arrived")
-        return response
+        return self._exchange(self._server._deliver, request.copy(), request.opaque, request.code, timeout)
 
-    def invoke_frame(self, frame: bytes, opaque: int, timeout: float, read, code: int = 0):
-        """BlockingChannel.invoke_frame in-proc: hand the encoded request `frame` (length prefix
-        included, opaque `opaque`) to the server's loop and return read(response frame without its
-        length prefix).  The answer is the bytes the broker's lane wrote, or the general path's
-        RemotingCommand encoded here, in the caller's thread.  Errors as invoke's."""
-        if self.closed:
-            raise RemotingConnectError(f"connection to {self.addr} is closed")
-        if type(frame) is not bytes:  # the server reads it later: a buffer the caller may reuse is copied
-            frame = bytes(frame)
+    def _exchange(self, deliver, item, opaque: int, code: int, timeout: float):
+        """Hand `item` (a request) to the server's `deliver` on its loop and wait for the answer
+        to `opaque`: the answer (a RemotingCommand, or the bytes the broker's lane wrote)."""
         self._waiting = opaque
-        server = self._server
-        if not _schedule(server._loop, server._deliver_frame, frame):
+        if not _schedule(self._server._loop, deliver, item):
             self.close()
             raise RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone")
         if not self._ready.acquire(timeout=timeout):
@@ -273,6 +252,18 @@ class InprocBlockingChannel:
         if response is None:  # woken by a close
             raise RemotingConnectError(
                 f"connection to {self.addr} closed before the response (opaque {opaque}) arrived")
+        return response
+
+    def invoke_frame(self, frame: bytes, opaque: int, timeout: float, read, code: int = 0):
+        """BlockingChannel.invoke_frame in-proc: hand the encoded request `frame` (length prefix
+        included, opaque `opaque`) to the server's loop and return read(response frame without its
+        length prefix).  The answer is the bytes the broker's lane wrote, or the general path's
+        RemotingCommand encoded here, in the caller's thread.  Errors as invoke's."""
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.addr} is closed")
+        if type(frame) is not bytes:  # the server reads it later: a buffer the caller may reuse is copied
+            frame = bytes(frame)
+        response = self._exchange(self._server._deliver_frame, frame, opaque, code, timeout)
         if type(response) is not bytes:
             response = response.encode()
         try:
@@ -361,15 +352,7 @@ class InprocPipelinedChannel(PendingRequests):
         self.local_address, self.remote_address = server.remote_address, server.local_address
         self._server = server
         self.max_frame_length = server._max_frame_length
-        self._intercept = intercept
-        # the interception step, as a tcp connection's (see HookedRequests)
-        self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
-        self.intercept = None if hooks is None else hooks.intercept
-        # a frame its writer signed (built=True) passes the step only when other steps remain
-        self.intercept_built = None if hooks is None or not getattr(intercept, "built_passes", True) else hooks.intercept
-        self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
-            hooks.read, read_frames or decode_command_frames, from_command)
-        self._from_command = from_command
+        self._take_step(intercept, read_frames, from_command)
         self._pending: dict[int, tuple] = {}  # opaque -> (deadline, on_done, context)
         self._closed = False
         self._error: BaseException | None = None
@@ -379,14 +362,6 @@ class InprocPipelinedChannel(PendingRequests):
     @property
     def closed(self) -> bool:
         return self._closed
-
-    @property
-    def intercepted(self) -> bool:
-        return self._intercept is not None
-
-    @property
-    def pending_count(self) -> int:
-        return len(self._pending)
 
     def send(self, frame, opaque: int, timeout: float, on_done, context=None, built: bool = False) -> None:
         """PipelinedChannel.send: on_done(context, response, None) or on_done(context, None, error),
@@ -409,10 +384,7 @@ class InprocPipelinedChannel(PendingRequests):
     def send_oneway(self, frame, built: bool = False) -> None:
         """A request no answer is expected to (its flag says oneway); built: as send()'s."""
         if self._intercept is not None:
-            if not built:
-                frame, _ = self._intercept.before(frame)
-            elif self.intercept_built is not None:
-                frame, _ = self._intercept.before_built(frame)
+            frame = self._oneway_step(frame, built)
         if self._closed:
             raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
         server = self._server

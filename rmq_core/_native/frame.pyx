@@ -193,16 +193,24 @@ cdef int _ext_entry(void* target, const uint8_t* k, Py_ssize_t kl, bint kesc,
     return 0
 
 
+ctypedef object (*_FrameReader)(const uint8_t* base, Py_ssize_t n)
+
+
+cdef object _read_buffer(object data, _FrameReader read):
+    """read(the bytes of `data`'s buffer, their count), the buffer held for the call only."""
+    cdef Py_buffer pb
+    PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
+    try:
+        return read(<const uint8_t*>pb.buf, pb.len)
+    finally:
+        PyBuffer_Release(&pb)
+
+
 def decode_frame(frame):
     """The values of a JSON-header frame (WITHOUT its length prefix) - (code, language, version,
     opaque, flag, remark, ext_fields, body), HEADER_FIELDS - or None when the Python codec must
     decide (binary header, an unusual or malformed header, a short frame)."""
-    cdef Py_buffer pb
-    PyObject_GetBuffer(frame, &pb, PyBUF_SIMPLE)
-    try:
-        return _decode_frame(<const uint8_t*>pb.buf, pb.len)
-    finally:
-        PyBuffer_Release(&pb)
+    return _read_buffer(frame, _decode_frame)
 
 
 cdef object _decode_frame(const uint8_t* base, Py_ssize_t n):
@@ -227,7 +235,7 @@ cdef object _decode_frame(const uint8_t* base, Py_ssize_t n):
 
 
 # --- JSON header encoding ------------------------------------------------------------------------
-from json_text cimport Out, out_put as _put, out_put_int, out_reserve as _grow, rmq_json_escaped
+from json_text cimport Out, out_free, out_put as _put, out_put_int, out_reserve as _grow, out_start, rmq_json_escaped
 
 
 cdef int _put_int(Out* o, object value) except -1:
@@ -411,16 +419,12 @@ cdef bytes _json_literal(object s):
     """A str as a JSON string literal (with its quotes), UTF-8."""
     cdef char stack[256]
     cdef Out o
-    o.buf = stack
-    o.cap = 256
-    o.n = 0
-    o.heap = False
+    out_start(&o, stack, 256)
     try:
         _put_str(&o, s)
         return PyBytes_FromStringAndSize(o.buf, o.n)
     finally:
-        if o.heap:
-            free(o.buf)
+        out_free(&o)
 
 
 cdef tuple _V2_NAMES = (b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h", b"i", b"j", b"k", b"l", b"m", b"n")
@@ -528,14 +532,9 @@ cdef class SendHeader:
         cdef Out* keep = NULL
         cdef Py_ssize_t start[16]
         cdef bint signing = self._sign_key is not None
-        o.buf = stack
-        o.cap = 2048
+        out_start(&o, stack, 2048)
         o.n = 8  # room for the two int32 fields in front
-        o.heap = False
-        v.buf = vstack
-        v.cap = 512
-        v.n = 0
-        v.heap = False
+        out_start(&v, vstack, 512)
         try:
             _put(&o, PyBytes_AS_STRING(self._head), len(self._head))
             out_put_int(&o, c_sys_flag)
@@ -600,10 +599,8 @@ cdef class SendHeader:
                 PyBuffer_Release(&pb)
             return frame
         finally:
-            if o.heap:
-                free(o.buf)
-            if v.heap:
-                free(v.buf)
+            out_free(&o)
+            out_free(&v)
 
     cdef int _put_signature(self, Out* o, Out* v, Py_ssize_t* start, bint with_l, body) except -1:
         """AccessKey[, SecurityToken] and the Signature of this frame's ext fields and body at the
@@ -615,10 +612,7 @@ cdef class SendHeader:
         cdef const unsigned char* ids = <const unsigned char*>PyBytes_AS_STRING(order)
         cdef Py_ssize_t i, k
         cdef list raw = self._raw
-        c.buf = cstack
-        c.cap = 1024
-        c.n = 0
-        c.heap = False
+        out_start(&c, cstack, 1024)
         try:
             for i in range(len(order)):
                 k = ids[i]
@@ -629,8 +623,7 @@ cdef class SendHeader:
                     _put(&c, PyBytes_AS_STRING(<bytes>value), len(<bytes>value))
             signature = self._sign_key.sign(<const unsigned char*>c.buf, c.n, body)
         finally:
-            if c.heap:
-                free(c.buf)
+            out_free(&c)
         _put(o, PyBytes_AS_STRING(self._acl_json), len(self._acl_json))
         _put(o, PyBytes_AS_STRING(<bytes?>signature), len(<bytes>signature))
         _put(o, '"', 1)
@@ -648,8 +641,7 @@ cdef int _put_raw_escaped(Out* o, Out* raw, Out* keep) except -1:
         if keep != NULL:
             _put(keep, raw.buf, raw.n)
     finally:
-        if raw.heap:
-            free(raw.buf)
+        out_free(raw)
     return 0
 
 
@@ -661,17 +653,13 @@ cdef Py_ssize_t _put_properties(Out* o, dict properties, Out* keep) except -1:
     cdef Py_ssize_t pos = 0
     cdef PyObject* k
     cdef PyObject* v
-    raw.buf = stack
-    raw.cap = 512
-    raw.n = 0
-    raw.heap = False
+    out_start(&raw, stack, 512)
     try:
         while PyDict_Next(properties, &pos, &k, &v):
             if v != <PyObject*>None:  # (properties_to_string skips None values)
                 put_property(&raw, <object>k, <object>v)
     except BaseException:
-        if raw.heap:
-            free(raw.buf)
+        out_free(&raw)
         raise
     _put_raw_escaped(o, &raw, keep)
     return raw.n
@@ -688,16 +676,12 @@ cdef Py_ssize_t _put_message_properties(Out* o, message, str uniq, Out* keep) ex
     cdef PyObject* k
     cdef PyObject* v
     cdef Py_ssize_t pos = 0
-    raw.buf = stack
-    raw.cap = 512
-    raw.n = 0
-    raw.heap = False
+    out_start(&raw, stack, 512)
     try:
         if user:
             while PyDict_Next(user, &pos, &k, &v):
                 if v == <PyObject*>None or (PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY"):
-                    if raw.heap:
-                        free(raw.buf)
+                    out_free(&raw)
                     return -1
                 put_property(&raw, <object>k, <object>v)
         tags = message.tags
@@ -712,12 +696,10 @@ cdef Py_ssize_t _put_message_properties(Out* o, message, str uniq, Out* keep) ex
         put_property(&raw, "WAIT", "true" if message.wait_store_msg_ok else "false")
         put_property(&raw, "UNIQ_KEY", uniq)
     except ValueError:  # (IllegalArgumentError is one: the Python path raises it, naming the property)
-        if raw.heap:
-            free(raw.buf)
+        out_free(&raw)
         return -1
     except BaseException:
-        if raw.heap:
-            free(raw.buf)
+        out_free(&raw)
         raise
     _put_raw_escaped(o, &raw, keep)
     return raw.n
@@ -828,12 +810,7 @@ cdef object _read_response(const uint8_t* base, Py_ssize_t n):
 
 def read_send_response(frame):
     """The SendResponse of one frame WITHOUT its length prefix, or None (see the module doc)."""
-    cdef Py_buffer pb
-    PyObject_GetBuffer(frame, &pb, PyBUF_SIMPLE)
-    try:
-        return _read_response(<const uint8_t*>pb.buf, pb.len)
-    finally:
-        PyBuffer_Release(&pb)
+    return _read_buffer(frame, _read_response)
 
 
 def read_send_responses(data, Py_ssize_t max_frame_length):

@@ -1,6 +1,7 @@
-# Cython declarations of json_text.h (the shared JSON output buffer and writers), with the two
-# buffer helpers every header writer uses.
+# Cython declarations of json_text.h (the shared JSON output buffer and writers), with the
+# buffer helpers every writer uses: a buffer that starts on the caller's stack, its writes, its release.
 from libc.stdint cimport int64_t
+from libc.stdlib cimport free
 from libc.string cimport memcpy
 
 
@@ -28,3 +29,17 @@ cdef inline int out_put_int(Out* o, int64_t v) except -1:
         out_reserve(o, 24)
     o.n = rmq_json_int(o.buf + o.n, v) - o.buf
     return 0
+
+
+cdef inline void out_start(Out* o, char* stack, Py_ssize_t cap) noexcept nogil:
+    """An empty buffer over the caller's `stack` of `cap` bytes (NULL, 0: none yet); it moves to
+    the heap when it outgrows it (out_reserve), so out_free() it when done."""
+    o.buf = stack
+    o.cap = cap
+    o.n = 0
+    o.heap = False
+
+
+cdef inline void out_free(Out* o) noexcept nogil:
+    if o.heap:
+        free(o.buf)

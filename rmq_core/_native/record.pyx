@@ -505,7 +505,7 @@ cdef inline int _check_pair(object key, const char* kp, Py_ssize_t kn, const cha
     return 0
 
 
-from json_text cimport Out, out_reserve
+from json_text cimport Out, out_free, out_reserve, out_start
 
 
 cdef Py_ssize_t put_property(Out* o, object key, object value) except -1:
@@ -547,10 +547,7 @@ cdef bytes encode_properties(object props):
     cdef Py_ssize_t pos = 0
     if props is None:
         return b""
-    o.buf = stack
-    o.cap = 512
-    o.n = 0
-    o.heap = False
+    out_start(&o, stack, 512)
     try:
         if type(props) is dict:
             while PyDict_Next(<dict>props, &pos, &k, &v):
@@ -562,8 +559,7 @@ cdef bytes encode_properties(object props):
                     put_property(&o, key, value)
         return PyBytes_FromStringAndSize(o.buf, o.n)
     finally:
-        if o.heap:
-            free(o.buf)
+        out_free(&o)
 
 
 # --- Java String.hashCode (java_hash.pxd) ---------------------------------------------------------------
@@ -652,6 +648,18 @@ cdef str _format_host(const unsigned char* ip, bint v6, int32_t port):
     return s
 
 
+def ip_bytes(host):
+    """The 4 bytes of an IPv4 or the 16 of an IPv6 address `host` (a str), or None when it is
+    neither."""
+    try:
+        return _socket.inet_pton(_socket.AF_INET, host)
+    except OSError:
+        try:
+            return _socket.inet_pton(_socket.AF_INET6, host)
+        except OSError:
+            return None
+
+
 cdef int _parse_host(object value, unsigned char* ip, bint* v6, int32_t* port) except -1:
     """Accept "ip:port" (IPv6 with or without brackets), (host, port), or None / "" (all zero)."""
     cdef bytes raw
@@ -678,16 +686,10 @@ cdef int _parse_host(object value, unsigned char* ip, bint* v6, int32_t* port) e
         raise IllegalArgumentError(f"bad host address {value!r}: port {pn} is out of 0..65535")
     if not isinstance(host, str):
         raise IllegalArgumentError(f"bad host address {value!r}: host must be a str")
-    try:
-        raw = _socket.inet_pton(_socket.AF_INET, host)
-    except OSError:
-        try:
-            raw = _socket.inet_pton(_socket.AF_INET6, host)
-        except OSError:
-            raise IllegalArgumentError(
-                f"bad host address {value!r}: {host!r} is not an IPv4 or IPv6 address"
-            ) from None
-        v6[0] = True
+    raw = ip_bytes(host)
+    if raw is None:
+        raise IllegalArgumentError(f"bad host address {value!r}: {host!r} is not an IPv4 or IPv6 address")
+    v6[0] = PyBytes_GET_SIZE(raw) == 16
     memcpy(ip, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
     port[0] = <int32_t>pn
     return 0
@@ -1520,10 +1522,7 @@ def encode_batch_body(list msgs, Py_ssize_t max_message_size, message_cls, froze
         raise IllegalArgumentError("send_batch needs at least one message")
     uniqs = [None] * count
     topic = None
-    o.buf = NULL
-    o.cap = 0
-    o.n = 0
-    o.heap = False
+    out_start(&o, NULL, 0)
     try:
         for i in range(count):
             m = msgs[i]
@@ -1549,8 +1548,7 @@ def encode_batch_body(list msgs, Py_ssize_t max_message_size, message_cls, froze
                 f"{max_message_size}; split it")
         return topic, ",".join(uniqs), PyBytes_FromStringAndSize(o.buf, o.n), msgs[0].wait_store_msg_ok
     finally:
-        if o.heap:
-            free(o.buf)
+        out_free(&o)
 
 
 def encode_batch_item(message, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
@@ -1568,10 +1566,7 @@ def encode_batch_item(message, Py_ssize_t max_message_size, message_cls, frozens
     check_topic(topic)
     if topic.startswith("%RETRY%"):
         raise IllegalArgumentError(f"retry topic {topic!r} is not supported in a batch")
-    o.buf = stack
-    o.cap = 1024
-    o.n = 0
-    o.heap = False
+    out_start(&o, stack, 1024)
     try:
         uniq = _put_item(&o, message, -1, topic, max_message_size, reserved, uniq_ids, &item_size)
         if item_size > max_message_size:
@@ -1579,8 +1574,7 @@ def encode_batch_item(message, Py_ssize_t max_message_size, message_cls, frozens
                                        f"max_message_size {max_message_size}")
         return topic, uniq, PyBytes_FromStringAndSize(o.buf, o.n), message.wait_store_msg_ok
     finally:
-        if o.heap:
-            free(o.buf)
+        out_free(&o)
 
 
 # --- UNIQ_KEY -----------------------------------------------------------------------------------------

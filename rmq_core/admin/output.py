@@ -130,6 +130,21 @@ class Output:
 
             yield advance
 
+    def each(self, description: str, items: Sequence, fetch):
+        """(item, fetch(item)) for each of `items` under a progress bar that advances as the caller
+        takes the next; an item whose fetch fails (RMQError: gone, unreachable) is passed over."""
+        from rmq_core.errors import RMQError
+
+        with self.progress(description, len(items)) as advance:
+            for item in items:
+                try:
+                    value = fetch(item)
+                except RMQError:
+                    advance()
+                    continue
+                yield item, value
+                advance()
+
 
 def _cell(v: Any) -> str:
     if v is None:

@@ -563,10 +563,10 @@ class _VersionedTable(ConfigManager):
         if self._journal_entries or self._unwritten:
             await asyncio.to_thread(self.persist)
 
-    @staticmethod
-    @abc.abstractmethod
-    def _name_of(item) -> str:
-        """The table key of a journaled entry (a topic's or a group's name)."""
+    NAME_FIELD: str  # the item's field that is its table key (a topic's or a group's name)
+
+    def _name_of(self, item) -> str:
+        return getattr(item, self.NAME_FIELD)
 
     def get(self, name: str):
         with self._lock:
@@ -663,10 +663,7 @@ class TopicConfigTable(_VersionedTable):
     FILE_NAME = TOPICS_FILE
     TABLE_KEY = "topicConfigTable"
     ITEM_TYPE = TopicConfig
-
-    @staticmethod
-    def _name_of(item: TopicConfig) -> str:
-        return item.topic_name
+    NAME_FIELD = "topic_name"
 
 
 # --- subscription groups -----------------------------------------------------------------------
@@ -703,7 +700,4 @@ class SubscriptionGroupTable(_VersionedTable):
     FILE_NAME = SUBSCRIPTION_GROUP_FILE
     TABLE_KEY = "subscriptionGroupTable"
     ITEM_TYPE = SubscriptionGroupConfig
-
-    @staticmethod
-    def _name_of(item: SubscriptionGroupConfig) -> str:
-        return item.group_name
+    NAME_FIELD = "group_name"

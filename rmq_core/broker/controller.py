@@ -11,7 +11,7 @@ import zlib
 
 import attrs
 
-from rmq_core.broker import cancel_and_wait
+from rmq_core.loops import cancel_and_wait
 from rmq_core.broker.client_manager import ConsumerManager, ProducerManager
 from rmq_core.broker.consumer_filter_manager import (
     CalcBitMapDispatcher, ConsumerFilterManager, PropertyFilterDisabledError,

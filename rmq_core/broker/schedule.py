@@ -16,7 +16,7 @@ import os
 import threading
 
 from rmq_core.common.clock import now_ms
-from rmq_core.broker import cancel_and_wait
+from rmq_core.loops import cancel_and_wait
 from rmq_core.codec import decode_messages
 from rmq_core.message import MessageConst, SysFlag, TopicValidator, host_port
 from rmq_core.store import MessageExtBrokerInner, PutMessageStatus

@@ -53,7 +53,7 @@ import struct
 import time
 
 from rmq_core.common.clock import now_ms
-from rmq_core.broker import cancel_and_wait
+from rmq_core.loops import cancel_and_wait
 from rmq_core.codec import MessageDecodeError, decode_batch_body, decode_messages
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import MessageConst, SysFlag, TopicValidator, host_port, string_to_properties

@@ -16,7 +16,7 @@ import logging
 import random
 import time
 
-from rmq_core.broker import cancel_and_wait
+from rmq_core.loops import cancel_and_wait
 from rmq_core.codec import decode_messages
 from rmq_core.message import MessageConst, SysFlag, TopicValidator, host_port
 from rmq_core.remoting.codes import RequestCode, ResponseCode

@@ -395,11 +395,7 @@ class MQClientInstance:
         async def close():
             # every task still on the loop (pulls, sends in flight): cancel so no caller waits forever
             me = asyncio.current_task()
-            tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
-            for t in tasks:
-                t.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+            await loops.cancel_and_wait([t for t in asyncio.all_tasks() if t is not me])
             if self.remoting is not None:
                 await self.remoting.close()
 
@@ -522,22 +518,19 @@ class MQClientInstance:
 
     # --- registration ----------------------------------------------------------------------------
     def register_producer(self, group: str, producer) -> None:
-        with self._lock:
-            if group in self.producers and self.producers[group] is not producer:
-                raise MQClientError(
-                    f"producer group {group!r} is already used by another producer of client {self.client_id}; "
-                    "give one of them another instance_name"
-                )
-            self.producers[group] = producer
+        self._register(self.producers, "producer", group, producer)
 
     def register_consumer(self, group: str, consumer) -> None:
+        self._register(self.consumers, "consumer", group, consumer)
+
+    def _register(self, table: dict, kind: str, group: str, client) -> None:
         with self._lock:
-            if group in self.consumers and self.consumers[group] is not consumer:
+            if group in table and table[group] is not client:
                 raise MQClientError(
-                    f"consumer group {group!r} is already used by another consumer of client {self.client_id}; "
+                    f"{kind} group {group!r} is already used by another {kind} of client {self.client_id}; "
                     "give one of them another instance_name"
                 )
-            self.consumers[group] = consumer
+            table[group] = client
 
     def unregister_producer(self, group: str) -> None:
         with self._lock:

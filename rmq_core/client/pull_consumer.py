@@ -16,7 +16,7 @@ from typing import Iterable
 
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import (
-    PullChain, max_offset, min_offset, reset_retry_topic, search_offset,
+    max_offset, min_offset, reset_retry_topic, search_offset,
 )
 from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
 from rmq_core.client.subscription import build_subscription
@@ -24,6 +24,7 @@ from rmq_core.client.trace import ConsumeReturnType
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQClientError
+from rmq_core.loops import cancel_and_wait
 from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus
 
 log = logging.getLogger("rmq.client.pull")
@@ -176,15 +177,8 @@ class PullConsumer(ConsumerBase):
             for st in states:
                 st.pq.dropped = True
 
-        async def stop():
-            tasks = [st.task for st in states if st.task is not None and not st.task.done()]
-            for t in tasks:
-                t.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
-
         try:
-            inst.run(stop(), timeout=10)
+            inst.run(cancel_and_wait([st.task for st in states]), timeout=10)
         except Exception as e:
             log.warning("stopping pull tasks of %s: %s", self.group, e)
         self._trace_consumed()
@@ -296,10 +290,7 @@ class PullConsumer(ConsumerBase):
                     and pq.msg_count + n <= self.pull_threshold_for_queue
                     and self._cached + n <= self.pull_threshold_for_all)
 
-        def stopped() -> bool:
-            return pq.dropped or not self._started
-
-        chain = PullChain(inst, self.group, mq, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
+        chain, stopped = self._pull_chain(mq, pq, make_request, may_pull_ahead)
         try:
             while not pq.dropped and self._started:
                 pq.last_pull_timestamp = time.monotonic()

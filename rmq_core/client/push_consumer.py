@@ -28,6 +28,7 @@ from rmq_core.client.trace import TraceDispatcher
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.errors import ConfigError, MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingError
+from rmq_core.loops import cancel_and_wait
 from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus, check_group
 
 log = logging.getLogger("rmq.client.push")
@@ -130,6 +131,16 @@ class ConsumerBase:
 
     def subscribed_topics(self) -> set[str]:
         return set(self.subscription_inner)
+
+    def _pull_chain(self, mq: MessageQueue, pq: ProcessQueue, make_request, may_pull_ahead):
+        """A queue's pull loop's PullChain and its `stopped()`: the queue dropped or this consumer
+        shut down."""
+        def stopped() -> bool:
+            return pq.dropped or not self._started
+
+        chain = PullChain(self.instance, self.group, mq, self.consumer_timeout_when_suspend, make_request,
+                          may_pull_ahead)
+        return chain, stopped
 
     def _pull_requests_of(self, mq: MessageQueue) -> Callable[[], PullRequests]:
         """For a queue's pull loop: its PullRequests for the current subscription and batch size
@@ -455,11 +466,7 @@ class PushConsumer(ConsumerBase):
         self._jobs.clear()
 
         async def stop_pulls():
-            tasks = [t for t in self._pull_tasks.values() if not t.done()]
-            for t in tasks:
-                t.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(list(self._pull_tasks.values()))
             self._pull_tasks.clear()
 
         try:
@@ -585,10 +592,7 @@ class PushConsumer(ConsumerBase):
                     and not self._flow_controlled(pq, batches * self.pull_batch_size,
                                                   batches * len(answer.body or b"")))
 
-        def stopped() -> bool:
-            return pq.dropped or not self._started
-
-        chain = PullChain(inst, self.group, mq, self.consumer_timeout_when_suspend, make_request, may_pull_ahead)
+        chain, stopped = self._pull_chain(mq, pq, make_request, may_pull_ahead)
         try:
             while not pq.dropped and self._started:
                 pq.last_pull_timestamp = time.monotonic()

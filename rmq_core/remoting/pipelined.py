@@ -193,6 +193,39 @@ class PendingRequests:
     _pending: dict
     _hooks: "HookedRequests | None" = None
 
+    _intercept = None
+
+    def _take_step(self, intercept, read_frames, from_command) -> None:
+        """The connection's reading of frames (read_frames, from_command: see PipelinedChannel) and
+        its interception step: `intercept`, a step every request and its answer pass (request
+        steps: steps.FrameStep, see HookedRequests), or None; `self.intercept(frame, opaque,
+        on_done, context, built)` is its way in."""
+        self._intercept = intercept
+        self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
+        self.intercept = None if hooks is None else hooks.intercept
+        # a frame its writer signed (built=True) passes the step only when other steps remain
+        self.intercept_built = None if hooks is None or not getattr(intercept, "built_passes", True) else hooks.intercept
+        self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
+            hooks.read, read_frames or decode_command_frames, from_command)
+        self._from_command = from_command
+
+    def _oneway_step(self, frame, built: bool):
+        """A oneway request through the interception step (no answer: its before() only)."""
+        if not built:
+            frame, _ = self._intercept.before(frame)
+        elif self.intercept_built is not None:
+            frame, _ = self._intercept.before_built(frame)
+        return frame
+
+    @property
+    def intercepted(self) -> bool:
+        """True when requests pass an interception step (then only send() may write them)."""
+        return self._intercept is not None
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
     def _complete(self, item) -> bool:
         """One answer (a response item: a RemotingCommand, a natively read response or a
         HookFailed): its request completed; False when none waits for it (timed out)."""
@@ -304,16 +337,7 @@ class PipelinedChannel(PendingRequests):
         self.addr = addr
         self.max_frame_length = max_frame_length
         self.sweep_interval = sweep_interval
-        # intercept: a step every request and its answer pass (request steps: steps.FrameStep, see
-        # HookedRequests); `intercept(frame, opaque, on_done, context)` is its way in
-        self._intercept = intercept
-        self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
-        self.intercept = None if hooks is None else hooks.intercept
-        # a frame its writer signed (built=True) passes the step only when other steps remain
-        self.intercept_built = None if hooks is None or not getattr(intercept, "built_passes", True) else hooks.intercept
-        self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
-            hooks.read, read_frames or decode_command_frames, from_command)
-        self._from_command = from_command
+        self._take_step(intercept, read_frames, from_command)
         sock = open_socket(addr, timeout=connect_timeout)  # (any byte-stream transport's)
         # Two socket objects on one connection, one blocking descriptor (a duplicate shares its
         # blocking mode).  The reader's object reads and writes with MSG_DONTWAIT (it polls; its
@@ -453,10 +477,7 @@ class PipelinedChannel(PendingRequests):
         written with what gathered; raises RemotingConnectError when the channel is closed.
         built: as send()'s."""
         if self._intercept is not None:
-            if not built:
-                frame, _ = self._intercept.before(frame)
-            elif self.intercept_built is not None:
-                frame, _ = self._intercept.before_built(frame)
+            frame = self._oneway_step(frame, built)
         if self.closed or self.writes.closing:
             raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
         self.writes.add_response(frame)
@@ -483,14 +504,6 @@ class PipelinedChannel(PendingRequests):
         frame = request.encode_header(len(body)) + bytes(body) if body else request.encode_header(0)
         self.send(frame, request.opaque, timeout, on_done, context)
 
-    @property
-    def intercepted(self) -> bool:
-        """True when requests pass an interception step (then only send() may write them)."""
-        return self._intercept is not None
-
-    @property
-    def pending_count(self) -> int:
-        return len(self._pending)
 
     @property
     def closed(self) -> bool:

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import attrs
 
+from rmq_core._native.record import ip_bytes
 from rmq_core.message import MessageConst, string_to_properties
 
 
@@ -241,13 +242,9 @@ class DispatchRequest:
 def encode_host(host: tuple[str, int]) -> tuple[bytes, bool]:
     """(ip, port) -> (ip bytes + int32 port, is_ipv6)."""
     ip, port = host[0], int(host[1])
-    try:
-        raw = socket.inet_pton(socket.AF_INET, ip)
-    except OSError:
-        try:
-            raw = socket.inet_pton(socket.AF_INET6, ip)
-        except OSError:
-            raw = socket.inet_aton(socket.gethostbyname(ip))
+    raw = ip_bytes(ip)
+    if raw is None:  # a host name: its IPv4 address
+        raw = socket.inet_aton(socket.gethostbyname(ip))
     return raw + struct.pack(">i", port), len(raw) == 16
 
 

@@ -168,3 +168,19 @@ def test_scheduler_runs_periodic_and_once_jobs_and_cancels():
     assert hits.count("p") <= n + 1 and hits.count("once") == 1 and n >= 2
     s.stop()
     assert not s._thread.is_alive()
+
+
+def test_one_group_name_per_producer_and_per_consumer_on_an_instance():
+    from rmq_core.client.instance import MQClientInstance
+    from rmq_core.errors import MQClientError
+
+    inst = MQClientInstance(ClientConfig(namesrv="127.0.0.1:1"))
+    first, second = object(), object()
+    inst.register_producer("G", first)
+    inst.register_producer("G", first)  # the same producer again: fine
+    with pytest.raises(MQClientError, match=r"producer group 'G' is already used by another producer"):
+        inst.register_producer("G", second)
+    inst.register_consumer("G", second)  # producer and consumer groups are separate tables
+    with pytest.raises(MQClientError, match=r"consumer group 'G' is already used by another consumer"):
+        inst.register_consumer("G", first)
+    assert inst.producers == {"G": first} and inst.consumers == {"G": second}

@@ -134,41 +134,34 @@ def stats_all(admin, args, out):
     if args.topic:
         admin.topic_route(args.topic)
     rows = []
-    with out.progress("statsAll", len(topics)) as advance:
-        for t in topics:
-            try:
-                brokers = admin.topic_master_addrs(t)
-            except RMQError:
-                advance()
-                continue
-            in_tps = in_day = 0.0
+    for t, brokers in out.each("statsAll", topics, admin.topic_master_addrs):
+        in_tps = in_day = 0.0
+        for _, addr in brokers:
+            d = admin.stats_data(addr, "TOPIC_PUT_NUMS", t)
+            if d:
+                in_tps += float(d["statsMinute"]["tps"])
+                in_day += int(d["statsDay"]["sum"])
+        groups = []
+        try:
+            groups = admin.topic_consumed_by(t)
+        except RMQError:
+            pass
+        if not groups:
+            if not args.activeTopic or in_day > 0:
+                rows.append((t, "", 0, round(in_tps, 2), 0.0, int(in_day), 0))
+        for g in groups:
+            out_tps = out_day = 0.0
             for _, addr in brokers:
-                d = admin.stats_data(addr, "TOPIC_PUT_NUMS", t)
+                d = admin.stats_data(addr, "GROUP_GET_NUMS", f"{t}@{g}")
                 if d:
-                    in_tps += float(d["statsMinute"]["tps"])
-                    in_day += int(d["statsDay"]["sum"])
-            groups = []
+                    out_tps += float(d["statsMinute"]["tps"])
+                    out_day += int(d["statsDay"]["sum"])
             try:
-                groups = admin.topic_consumed_by(t)
+                accumulation = admin.consume_stats(g, t).diff_total
             except RMQError:
-                pass
-            if not groups:
-                if not args.activeTopic or in_day > 0:
-                    rows.append((t, "", 0, round(in_tps, 2), 0.0, int(in_day), 0))
-            for g in groups:
-                out_tps = out_day = 0.0
-                for _, addr in brokers:
-                    d = admin.stats_data(addr, "GROUP_GET_NUMS", f"{t}@{g}")
-                    if d:
-                        out_tps += float(d["statsMinute"]["tps"])
-                        out_day += int(d["statsDay"]["sum"])
-                try:
-                    accumulation = admin.consume_stats(g, t).diff_total
-                except RMQError:
-                    accumulation = 0
-                if not args.activeTopic or in_day > 0 or out_day > 0:
-                    rows.append((t, g, accumulation, round(in_tps, 2), round(out_tps, 2), int(in_day), int(out_day)))
-            advance()
+                accumulation = 0
+            if not args.activeTopic or in_day > 0 or out_day > 0:
+                rows.append((t, g, accumulation, round(in_tps, 2), round(out_tps, 2), int(in_day), int(out_day)))
     out.table(["Topic", "Consumer Group", "Accumulation", "InTPS", "OutTPS", "InMsg24Hour", "OutMsg24Hour"], rows)
 
 

@@ -75,24 +75,16 @@ def consumer_progress(admin, args, out):
         out.table(cols, rows, footer=["", f"Consume TPS: {stats.consume_tps:.2f}", f"Diff Total: {stats.diff_total}"])
         return
     rows = []
-    groups = admin.consumer_groups()
-    with out.progress("consumerProgress", len(groups)) as advance:
-        for g in groups:
-            try:
-                stats = admin.consume_stats(g)
-            except RMQError:
-                advance()
-                continue
-            try:
-                conn = admin.consumer_connection(g)
-                count = len(conn.connections)
-                version = _version_desc(max(c.version for c in conn.connections))
-                ctype = "PULL" if conn.consume_type == "CONSUME_ACTIVELY" else "PUSH"
-                model = conn.message_model
-            except RMQError:
-                count, version, ctype, model = 0, "OFFLINE", "", ""
-            rows.append((g, count, version, ctype, model, round(stats.consume_tps, 2), stats.diff_total))
-            advance()
+    for g, stats in out.each("consumerProgress", admin.consumer_groups(), admin.consume_stats):
+        try:
+            conn = admin.consumer_connection(g)
+            count = len(conn.connections)
+            version = _version_desc(max(c.version for c in conn.connections))
+            ctype = "PULL" if conn.consume_type == "CONSUME_ACTIVELY" else "PUSH"
+            model = conn.message_model
+        except RMQError:
+            count, version, ctype, model = 0, "OFFLINE", "", ""
+        rows.append((g, count, version, ctype, model, round(stats.consume_tps, 2), stats.diff_total))
     out.table(["Group", "Count", "Version", "Type", "Model", "TPS", "Diff Total"], rows)
 
 
