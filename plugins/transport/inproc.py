@@ -365,8 +365,6 @@ class InprocPipelinedChannel(PendingRequests):
         # the interception step, as a tcp connection's (see HookedRequests)
         self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
         self.intercept = None if hooks is None else hooks.intercept
-        # a frame its writer signed (built=True) passes the step only when other steps remain
-        self.intercept_built = None if hooks is None or not getattr(intercept, "built_passes", True) else hooks.intercept
         self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
             hooks.read, read_frames or decode_command_frames, from_command)
         self._from_command = from_command
@@ -388,11 +386,11 @@ class InprocPipelinedChannel(PendingRequests):
     def pending_count(self) -> int:
         return len(self._pending)
 
-    def send(self, frame, opaque: int, timeout: float, on_done, context=None, built: bool = False) -> None:
+    def send(self, frame, opaque: int, timeout: float, on_done, context=None, request=None) -> None:
         """PipelinedChannel.send: on_done(context, response, None) or on_done(context, None, error),
-        exactly once."""
-        if self._hooks is not None and (not built or self.intercept_built is not None):
-            frame = self.intercept(frame, opaque, on_done, context, built)
+        exactly once (request: as its)."""
+        if self._hooks is not None:
+            frame = self.intercept(frame, opaque, on_done, context, request)
             if frame is None:
                 return
         if self._closed:
@@ -406,13 +404,10 @@ class InprocPipelinedChannel(PendingRequests):
         if not _schedule(server._loop, server._deliver_frame, frame):
             self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
 
-    def send_oneway(self, frame, built: bool = False) -> None:
-        """A request no answer is expected to (its flag says oneway); built: as send()'s."""
+    def send_oneway(self, frame, request=None) -> None:
+        """A request no answer is expected to (its flag says oneway); request: as send()'s."""
         if self._intercept is not None:
-            if not built:
-                frame, _ = self._intercept.before(frame)
-            elif self.intercept_built is not None:
-                frame, _ = self._intercept.before_built(frame)
+            frame, _ = self._intercept.before(frame) if request is None else self._intercept.before_request(request)
         if self._closed:
             raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
         server = self._server
