@@ -15,8 +15,8 @@ header of SendMessageRequestHeaderV2) is read without building a RemotingCommand
      "serializeTypeCurrentRPC":"JSON","version":N}
 
 (plus, on a signed send, the ACL fields AccessKey, Signature, SecurityToken and OnsChannel: the
-broker's request steps check them - a send with AccessKey and Signature only is handed to the
-access check with the values parsed here, `state.before_signed`) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
+broker's request steps check them - LaneRequest.signed_send gives the access check a send's
+signed values as parsed here) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
 every check of the send processor under the topic table's current data version, the broker is
 writeable, the queue id is in range, no transaction flag, no delay or timer property) — the
 functions the send processor's own path calls too (`checked_queues`, `plain_send_queues`,
@@ -34,9 +34,10 @@ topic table's version, writeable or not, the checked-topics cache) that the send
 and refreshes through `state.refresh` before each read chunk and after any frame handed back.
 
 The broker's request steps (rmq_core.remoting.steps) are part of the lane, not a reason to leave
-it: with `state.before` set, each plain send's frame (bytes, no length prefix) is handed to
-`before(frame)` just before its put - it returns the request it made (decoded from the frame only
-when a step reads it), or None when a step refused it and the refusal was answered - and with
+it: with `state.before` set, each plain send is handed to `before(request)` just before its put
+as a LaneRequest - the values parsed here, a str made of one only when a step reads it; the
+command decoded (`state.decode`) only when a step asks for more - which returns it, or None when
+a step refused it and the refusal was answered - and with
 `state.after` set, `after(request, answer frame)` follows each answer written here (a SYNC_FLUSH
 send is then finished by on_deferred, one at a time, which runs the after steps itself).
 """
