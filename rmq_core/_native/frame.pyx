@@ -515,24 +515,20 @@ cdef class SendHeader:
 
     cdef SendRequest new_request(self, sys_flag, flag, dict properties, message, str uniq, opaque, body,
                                  reconsume_times, max_reconsume_times, bint oneway):
-        cdef char ostack[512]
         cdef char kstack[512]
-        cdef Out o, keep
+        cdef Out keep
         cdef Py_ssize_t raw_n
         cdef SendRequest r
-        o.buf, o.cap, o.n, o.heap = ostack, 512, 0, False
         keep.buf, keep.cap, keep.n, keep.heap = kstack, 512, 0, False
-        try:  # the properties string as the frame will hold it (its JSON escape discarded here)
+        try:  # the properties string as the frame will hold it (escaped when the frame is written)
             if message is None:
-                raw_n = _put_properties(&o, properties, &keep)
+                raw_n = _put_properties(NULL, properties, &keep)
             else:
-                raw_n = _put_message_properties(&o, message, uniq, &keep)
+                raw_n = _put_message_properties(NULL, message, uniq, &keep)
             if raw_n < 0 or raw_n > MAX_PROPS:
                 return None
             raw = PyBytes_FromStringAndSize(keep.buf, keep.n)
         finally:
-            if o.heap:
-                free(o.buf)
             if keep.heap:
                 free(keep.buf)
         r = SendRequest.__new__(SendRequest)
@@ -732,10 +728,11 @@ from rmq_core._native.record cimport put_property
 
 
 cdef int _put_raw_escaped(Out* o, Out* raw, Out* keep) except -1:
-    """The properties string in `raw` JSON-escaped at the end of `o` (and as it is at the end of
-    `keep`, when given: a signed frame's content); `raw` freed."""
+    """The properties string in `raw` JSON-escaped at the end of `o` (none: not written) and as it
+    is at the end of `keep`, when given (a signed frame's content, a SendRequest's); `raw` freed."""
     try:
-        _put_escaped(o, raw.buf, raw.n)
+        if o != NULL:
+            _put_escaped(o, raw.buf, raw.n)
         if keep != NULL:
             _put(keep, raw.buf, raw.n)
     finally:

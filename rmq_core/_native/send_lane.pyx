@@ -242,15 +242,13 @@ cdef dict _LANE_IDS = {name: i for i, name in enumerate(LANE_FIELDS)}
 cdef dict _signed_orders = {}  # order function -> the field ids it orders LANE_FIELDS in
 
 
-cdef LaneRequest _lane_request(SendFields* f, const uint8_t* frame, Py_ssize_t n, str topic, bytes body,
-                               const uint8_t* props, Py_ssize_t props_len, decode):
+cdef LaneRequest _lane_request(SendFields* f, const uint8_t* frame, Py_ssize_t n, str topic, bytes body, decode):
     cdef LaneRequest r = LaneRequest.__new__(LaneRequest)
     cdef int k
     cdef uint32_t present = f.seen
     r.frame = PyBytes_FromStringAndSize(<const char*>frame, n)
     r.code, r.flag, r.opaque = f.code, f.flag, f.opaque
     r.topic, r.body = topic, body
-    r.props = PyBytes_FromStringAndSize(<const char*>props, props_len) if f.seen & (1u << 8) else None
     if f.vals[14] != NULL:
         present |= 1u << 14
     if f.vals[15] != NULL:
@@ -276,7 +274,6 @@ cdef class LaneRequest:
     cdef readonly bytes frame
     cdef readonly object code, flag, opaque, body
     cdef readonly str topic
-    cdef bytes props                # the properties, unescaped
     cdef Py_ssize_t offs[16]
     cdef Py_ssize_t lens[16]
     cdef uint32_t present, escaped  # the field ids in the frame, those JSON-escaped
@@ -314,16 +311,20 @@ cdef class LaneRequest:
         value = self.ext_fields.get(name)
         return default if value is None else value
 
-    cdef str value(self, int k):
-        cdef const uint8_t* p
-        if k == 8:
-            return self.props.decode("utf-8")
-        p = <const uint8_t*>PyBytes_AS_STRING(self.frame) + self.offs[k]
+    cdef bytes raw(self, int k):
+        """Field k's value as UTF-8 (escapes decoded: the properties')."""
+        cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(self.frame) + self.offs[k]
+        cdef Py_ssize_t m
         if not (self.escaped & (1u << k)):
-            return PyUnicode_FromStringAndSize(<const char*>p, self.lens[k])  # (ASCII: checked by the parser)
-        buf = bytearray(self.lens[k])
-        m = unescape_json(p, self.lens[k], <uint8_t*><char*>buf)
-        return bytes(buf[:m]).decode("utf-8")
+            return PyBytes_FromStringAndSize(<const char*>p, self.lens[k])
+        out = PyBytes_FromStringAndSize(NULL, self.lens[k])
+        m = unescape_json(p, self.lens[k], <uint8_t*>PyBytes_AS_STRING(out))  # (checked by the lane: >= 0)
+        return out[:m]
+
+    cdef str value(self, int k):
+        if not (self.escaped & (1u << k)):  # (ASCII: checked by the parser)
+            return PyUnicode_FromStringAndSize(PyBytes_AS_STRING(self.frame) + self.offs[k], self.lens[k])
+        return self.raw(k).decode("utf-8")
 
     def signed_send(self, order):
         """A signed send's (topic, AccessKey, Signature, the signed content, body): the content the
@@ -334,6 +335,7 @@ cdef class LaneRequest:
         cdef Py_ssize_t i, k, total = 0
         cdef char* w
         cdef const char* base
+        cdef bytes props
         if (self.present & 0xC000) != 0xC000 or self.acl_other or self.escaped & ~(1u << 8) \
                 or self._command is not None:
             return None
@@ -341,10 +343,11 @@ cdef class LaneRequest:
         if ids_b is None:
             ids_b = _signed_orders[order] = bytes([_LANE_IDS[name] for name in order(LANE_FIELDS[:15])])
         ids = <const unsigned char*>PyBytes_AS_STRING(ids_b)
+        props = self.raw(8) if self.present & (1u << 8) else b""
         for i in range(len(ids_b)):
             k = ids[i]
             if self.present & (1u << k):
-                total += len(self.props) if k == 8 else self.lens[k]
+                total += len(props) if k == 8 else self.lens[k]
         content = PyBytes_FromStringAndSize(NULL, total)
         w = PyBytes_AS_STRING(content)
         base = PyBytes_AS_STRING(self.frame)
@@ -352,8 +355,8 @@ cdef class LaneRequest:
             k = ids[i]
             if self.present & (1u << k):
                 if k == 8:
-                    memcpy(w, PyBytes_AS_STRING(self.props), len(self.props))
-                    w += len(self.props)
+                    memcpy(w, PyBytes_AS_STRING(props), len(props))
+                    w += len(props)
                 else:
                     memcpy(w, base + self.offs[k], self.lens[k])
                     w += self.lens[k]
@@ -767,7 +770,7 @@ cdef class SendLane:
         request = None
         body = PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
         if st.before is not None:  # the broker's request steps, on what was parsed here: a refusal is answered by them
-            request = _lane_request(&f, frame, n, topic, body, pb, plen, st.decode)
+            request = _lane_request(&f, frame, n, topic, body, st.decode)
             if st.before(request) is None:
                 return 3
         msg = self.msg
