@@ -178,25 +178,20 @@ cdef int _send_field(void* target, const uint8_t* key, Py_ssize_t klen, bint kes
             return 0
         if not header_int(v, vlen, &iv):
             return 1
-        if k == 101:
-            if not _is_int32(iv):
-                return 1
-            f.queue_id = iv
-            f.has_queue_id = True
-        elif k == 102:
-            if not _is_int32(iv):
-                return 1
-            f.sys_flag = iv
-        elif k == 103:
+        if k == 103:
             f.born_ts = iv
-        elif k == 104:
+        elif k == 101 or k == 102 or k == 104 or k == 106:  # (the int fields)
             if not _is_int32(iv):
                 return 1
-            f.msg_flag = iv
-        elif k == 106:
-            if not _is_int32(iv):
-                return 1
-            f.reconsume = iv
+            if k == 101:
+                f.queue_id = iv
+                f.has_queue_id = True
+            elif k == 102:
+                f.sys_flag = iv
+            elif k == 104:
+                f.msg_flag = iv
+            else:
+                f.reconsume = iv
     return 0
 
 
