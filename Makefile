@@ -53,7 +53,7 @@ browser:
 	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "chromium unavailable: the console's browser tests will be skipped"
 
 test: build browser
-	$(PY) -m pytest tests --ignore=tests/bench -m "not slow" -q $(PYTEST_ARGS)
+	$(PY) -m pytest tests --ignore=tests/bench -m "not slow" -q --durations=25 $(PYTEST_ARGS)
 
 test-slow: build
 	$(PY) -m pytest tests --ignore=tests/bench -m slow -q $(PYTEST_ARGS)

@@ -92,6 +92,8 @@ def _cmd_broker(args) -> None:
 def _cmd_standalone(args) -> None:
     from rmq_core.embedded import Cluster
 
+    if args.users and not args.dashboard:
+        raise ConfigError("--users asks for a login to the console: give --dashboard HOST:PORT too")
     cluster = Cluster(args.store, args.config, namesrv_listen=args.namesrv_listen,
                       broker_listen=args.broker_listen, name="standalone")
     _check_store_writable(cluster.store_config.store_path_root_dir)
@@ -111,7 +113,7 @@ def _cmd_standalone(args) -> None:
     async def start():
         lines = await start_cluster()
         # the console's admin calls are blocking: over TCP to this process's own name server
-        console.append(serve(cluster.tcp_namesrv, host, port))
+        console.append(serve(cluster.tcp_namesrv, host, port, users_file=args.users))
         return [*lines, f"rmq console on {console[0].url}"]
 
     async def stop():
@@ -188,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--namesrv-listen", default="127.0.0.1:9876", help="name server host:port (default 127.0.0.1:9876)")
     sa.add_argument("--broker-listen", default="127.0.0.1:10911", help="broker host:port (default 127.0.0.1:10911)")
     sa.add_argument("--dashboard", metavar="HOST:PORT", help="also serve the web console there (e.g. 127.0.0.1:8080)")
+    sa.add_argument("--users", metavar="FILE", help="the console asks for a login of these users "
+                                                    "(rmq dashboard adduser FILE NAME); needed off loopback")
     sa.set_defaults(fn=_cmd_standalone)
 
     db = sub.add_parser("dashboard", help="serve the web console for a cluster")

@@ -6,10 +6,11 @@ sysFlag bit 0 (0x1) says "the body is compressed"; RocketMQ 4.9.4+ adds the algo
 never reach them with bit 0 set: `to_4x_compatible` / `recompress_records_for_4x` rewrite such
 bodies to zlib (or plain) before they are served.
 
-Formats: zlib is the zlib stream (2-byte header, deflate, Adler-32), as `zlib.compress` and the
-C++/Java producers write it; LZ4 is an LZ4 *frame* (what RocketMQ 5's Lz4Compressor writes through
-LZ4FrameOutputStream); ZSTD is a zstd frame, read and written with the `zstandard` package when it
-is installed.
+Formats: zlib is the zlib stream (2-byte header, deflate, Adler-32), as the C++/Java producers
+write it, deflated by ISA-L (`isal`: several times faster than zlib's deflate at a like ratio, the
+same stream every inflater reads; zlib's levels 0-9 map onto ISA-L's 0-3) and inflated by zlib;
+LZ4 is an LZ4 *frame* (what RocketMQ 5's Lz4Compressor writes through LZ4FrameOutputStream);
+ZSTD is a zstd frame, read and written with the `zstandard` package when it is installed.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import struct
 import zlib
 
 import lz4.frame
+from isal import isal_zlib
 
 from rmq_core.errors import RMQError
 
@@ -29,6 +31,8 @@ COMPRESSION_ZLIB = 0x300
 COMPRESS_OVER_DEFAULT = 4096
 KINDS = ("zlib", "lz4", "zstd")
 
+# zlib's compression levels on ISA-L's: -1 is zlib's default (6)
+_ISAL_LEVEL = {-1: 2, 0: 0, 1: 0, 2: 0, 3: 1, 4: 1, 5: 1, 6: 2, 7: 2, 8: 3, 9: 3}
 _KIND_BITS = {"zlib": COMPRESSED_FLAG, "lz4": COMPRESSED_FLAG | COMPRESSION_LZ4,
               "zstd": COMPRESSED_FLAG | COMPRESSION_ZSTD}
 
@@ -70,9 +74,9 @@ def compress(body, kind: str = "zlib", level: int = 5) -> tuple[bytes, int]:
     lz4's default fast setting, as RocketMQ 5's Lz4Compressor does."""
     data = bytes(body) if not isinstance(body, bytes) else body
     if kind == "zlib":
-        if not -1 <= level <= 9:
+        if level not in _ISAL_LEVEL:
             raise CompressionError(f"zlib compression level {level!r} is outside -1..9")
-        return zlib.compress(data, level), _KIND_BITS["zlib"]
+        return isal_zlib.compress(data, _ISAL_LEVEL[level]), _KIND_BITS["zlib"]
     if kind == "lz4":
         return lz4.frame.compress(data), _KIND_BITS["lz4"]
     if kind == "zstd":
@@ -118,7 +122,7 @@ def to_4x_compatible(body, sys_flag: int, *, compress_over: int = COMPRESS_OVER_
     plain = decompress(body, sys_flag)
     base = sys_flag & ~(COMPRESSED_FLAG | COMPRESSION_TYPE_MASK)
     if len(plain) >= compress_over:
-        return zlib.compress(plain, level), base | COMPRESSED_FLAG
+        return compress(plain, "zlib", level)[0], base | COMPRESSED_FLAG
     return plain, base
 
 

@@ -176,12 +176,16 @@ class PropertiesConfig:
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{where}: {e}") from None
 
-    def to_properties(self) -> dict[str, str]:
+    def to_properties(self, *, hide_secrets: bool = False) -> dict[str, str]:
+        """key -> value text; hide_secrets: a secret setting (secretKey) shown as *** (to show)."""
         out = {}
         for f in attrs.fields(type(self)):
             if "key" in f.metadata:
                 v = getattr(self, f.name)
                 if v is None:
+                    continue
+                if hide_secrets and f.metadata.get("secret"):
+                    out[f.metadata["key"]] = "***"
                     continue
                 out[f.metadata["key"]] = v.value if isinstance(v, enum.Enum) else ("true" if v is True else "false" if v is False else str(v))
         return out
@@ -363,10 +367,16 @@ class BrokerConfig(PropertiesConfig):
                                                            validator=_positive)
     # ACL (RocketMQ 4.x): every request checked by the access validator named by accessValidator
     # (rmq's key; a plugin may add validators) against plainAclFile (rmq's key; RocketMQ's
-    # $ROCKETMQ_HOME/conf/plain_acl.yml when ROCKETMQ_HOME is set)
+    # $ROCKETMQ_HOME/conf/plain_acl.yml when ROCKETMQ_HOME is set), and as RocketMQ 4.9 every .yml /
+    # .yaml under {rocketmqHome}/conf/acl
     acl_enable: bool = prop(False, "aclEnable")
     access_validator: str = prop("plain", "accessValidator")
     plain_acl_file: str | None = attrs.field(factory=lambda: _default_plain_acl_file(), metadata={"key": "plainAclFile"})
+    rocketmq_home: str = attrs.field(factory=lambda: os.environ.get("ROCKETMQ_HOME", ""), metadata={"key": "rocketmqHome"})
+    # the broker's own account, signing its requests to other brokers (a slave's sync of topics,
+    # offsets and groups from a master with aclEnable=true): rmq's keys, RocketMQ 4.9 has none
+    access_key: str | None = prop(None, "accessKey")
+    secret_key: str | None = attrs.field(default=None, metadata={"key": "secretKey", "secret": True})
 
     @property
     def broker_addr(self) -> str:

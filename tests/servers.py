@@ -92,11 +92,15 @@ class NamesrvAndBroker:
         if namesrv_props:
             ns_args += ["-c", write_conf(tmp_path / "namesrv.conf", namesrv_props)]
         self.ns = RmqProcess(ns_args, ("The Name Server boot success",))
-        self.ns.wait_boot()
         self.brokers: list[RmqProcess] = []
         self.broker_addrs: list[str] = []
-        for i in range(brokers):
-            self.add_broker(f"broker-{chr(ord('a') + i)}", broker_props or {}, cluster)
+        try:
+            self.ns.wait_boot()
+            for i in range(brokers):
+                self.add_broker(f"broker-{chr(ord('a') + i)}", broker_props or {}, cluster)
+        except BaseException:
+            self.stop()  # a part that failed to boot leaves no server of this cluster running
+            raise
 
     def add_broker(self, name: str, props: dict, cluster: str = "DefaultCluster", verbose: bool = False) -> RmqProcess:
         port = free_port()
@@ -108,10 +112,23 @@ class NamesrvAndBroker:
             "registerNameServerPeriod": 2000, "haListenPort": free_port(), **props})
         proc = RmqProcess([*(["-v"] if verbose else []), "broker", "-n", self.namesrv, "-c", conf,
                            "--listen-host", "127.0.0.1"], ("boot success",))
+        self.brokers.append(proc)  # (before its boot: stop() ends it whether or not it booted)
         proc.wait_boot()
-        self.brokers.append(proc)
         self.broker_addrs.append(f"127.0.0.1:{port}")
         return proc
+
+    def stored_messages(self, topic: str, broker: str = "broker-a") -> list:
+        """The records of `topic` in a broker's first commit log file, read from the file as stored
+        (bodies not inflated, sysFlag as written)."""
+        from rmq_core._native.record import decode_message
+        buf = (self.tmp_path / f"store-{broker}" / "commitlog" / f"{0:020d}").read_bytes()
+        out, pos = [], 0
+        while pos + 4 <= len(buf) and (size := int.from_bytes(buf[pos:pos + 4], "big", signed=True)) > 0:
+            m = decode_message(buf, pos, decompress=False)
+            if m.topic == topic:
+                out.append(m)
+            pos += size
+        return out
 
     def stop(self) -> None:
         for b in self.brokers:

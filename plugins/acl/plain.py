@@ -168,17 +168,46 @@ class Account:
 
 
 @attrs.frozen
-class AclRules:
-    """One loaded plain_acl.yml; replaced whole when the file changes (`generation` counts)."""
+class AclFile:
+    """One loaded ACL file: plainAclFile, or a .yml/.yaml under $ROCKETMQ_HOME/conf/acl."""
     path: str
-    generation: int
     global_white: tuple  # AddressPattern, ...
     accounts: dict  # accessKey -> Account
     data_version: DataVersion
     raw: dict  # the file's data, for getAclConfig
 
+
+@attrs.frozen
+class AclRules:
+    """The rules of every ACL file the broker reads, plainAclFile first (PlainPermissionManager's
+    maps); replaced whole when a file changes, appears or goes (`generation` counts)."""
+    generation: int
+    files: tuple  # AclFile, ...
+    global_white: tuple  # every file's globalWhiteRemoteAddresses
+    accounts: dict  # accessKey -> Account, from every file
+    file_of: dict  # accessKey -> the path of the file that defines it
+
+    @property
+    def data_version(self) -> DataVersion:
+        """plainAclFile's data version (RocketMQ's deprecated single `version`)."""
+        return self.files[0].data_version
+
     def globally_white(self, ip: str) -> bool:
         return any(p.match(ip) for p in self.global_white)
+
+
+def merge_rules(files, generation: int) -> AclRules:
+    """The rules of these loaded files; an account defined in two of them is an AclFileError naming
+    both (RocketMQ 4.9 keeps the first and only warns: here the files must be fixed)."""
+    accounts: dict[str, Account] = {}
+    file_of: dict[str, str] = {}
+    for f in files:
+        for ak, account in f.accounts.items():
+            if ak in file_of:
+                raise AclFileError(f"accessKey {ak!r} is defined in both {file_of[ak]} and {f.path}: an account "
+                                   "may be defined in one ACL file only")
+            accounts[ak], file_of[ak] = account, f.path
+    return AclRules(generation, tuple(files), tuple(p for f in files for p in f.global_white), accounts, file_of)
 
 
 class _Str(str):
@@ -235,8 +264,8 @@ def _list(value) -> list:
     return [value]
 
 
-def build_rules(path: str, text: str, generation: int) -> AclRules:
-    """Parse plain_acl.yml text; AclFileError names the file, the line and what is wrong."""
+def build_file(path: str, text: str) -> AclFile:
+    """Parse an ACL file's text; AclFileError names the file, the line and what is wrong."""
     try:
         data = yaml.load(text, Loader=_LineLoader) if text.strip() else {}
     except yaml.YAMLError as e:
@@ -264,7 +293,12 @@ def build_rules(path: str, text: str, generation: int) -> AclRules:
         accounts[account.access_key] = account
     versions = _list(data.get("dataVersion"))
     dv = DataVersion.from_json(versions[0]) if versions else DataVersion(0, 0)
-    return AclRules(path, generation, tuple(white), accounts, dv, _plain(data))
+    return AclFile(path, tuple(white), accounts, dv, _plain(data))
+
+
+def build_rules(path: str, text: str, generation: int) -> AclRules:
+    """The rules of one file's text (a broker that reads no other ACL file)."""
+    return merge_rules([build_file(path, text)], generation)
 
 
 def build_account(entry: dict, path: str, line: int = 0) -> Account:
@@ -313,14 +347,15 @@ def _plain(value):
 class _ConnectionAcl:
     """What the validator knows about one connection under one generation of the rules."""
 
-    __slots__ = ("generation", "ip", "white", "accounts", "sends")
+    __slots__ = ("rules", "ip", "white", "accounts", "sends")
 
-    def __init__(self, generation: int, ip: str, white: bool):
-        self.generation, self.ip, self.white = generation, ip, white
+    def __init__(self, rules: AclRules, ip: str, white: bool):
+        self.rules, self.ip, self.white = rules, ip, white  # (made anew when the rules are replaced)
         self.accounts: dict[str, tuple[Account, bool]] = {}  # accessKey -> (account, address passes)
-        # (accessKey, topic) -> the account whose signature a lane's send still needs (None: none
-        # needed), for the sends whose account and permission passed: one look-up per send
-        self.sends: dict[tuple[str, str], Account | None] = {}
+        # (accessKey, topic) -> the verify of the account whose signature a lane's send still needs
+        # (SigningKey.verify; None: none needed), for the sends whose account and permission
+        # passed: one look-up and one native call per send
+        self.sends: dict[tuple[str, str], Any] = {}
 
 
 _CONN_KEY = "acl.plain"
@@ -341,26 +376,29 @@ _SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
 class PlainAccessValidator(RequestStep):
     """The broker-side request step of aclEnable=true with the plain validator (see the module)."""
 
-    def __init__(self, acl_file: str, *, poll_interval: float = 0.5):
-        self.path = os.path.abspath(acl_file)
+    def __init__(self, acl_file: str, *, acl_dir: str | None = None, poll_interval: float = 0.5):
+        self.path = os.path.abspath(acl_file)  # plainAclFile: new accounts and white addresses go here
+        self.acl_dir = os.path.abspath(acl_dir) if acl_dir else None  # its .yml/.yaml files, read too
         self.poll_interval = poll_interval
-        self._lock = threading.Lock()  # the admin commands' read-modify-write of the file
+        self._lock = threading.Lock()  # the admin commands' read-modify-write of a file
         self._reloading = threading.Lock()  # the watcher's and an admin command's reloads, one at a time
         self._generation = 0
-        self._last_text: str | None = None
-        self._seen_text: str | None = None  # the watcher's last read of a changed file, not loaded yet
+        self._paths: list[str] = []  # the ACL files found by the last look
+        self._files: dict[str, AclFile] = {}  # path -> its last good rules
+        self._texts: dict[str, str | None] = {}  # path -> the text last taken (loaded, or logged as bad)
+        self._seen: dict[str, str] = {}  # path -> the watcher's last read of a changed file, not taken yet
         if not os.path.exists(self.path):
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with open(self.path, "a", encoding="utf-8"):
                 pass
-            log.warning("ACL: %s did not exist; created it empty: every request is refused until it names "
-                        "accounts or globalWhiteRemoteAddresses", self.path)
-        self.rules = self._load_text(self._read())
+            log.warning("ACL: %s did not exist; created it empty: every request is refused until an ACL file "
+                        "names accounts or globalWhiteRemoteAddresses", self.path)
+        self.rules = self._load(strict=True)
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="rmq-acl-watch", daemon=True)
         self._watcher.start()
-        log.info("ACL: plain validator loaded %s (%d accounts, %d global white addresses)", self.path,
-                 len(self.rules.accounts), len(self.rules.global_white))
+        log.info("ACL: plain validator loaded %s (%d accounts, %d global white addresses)",
+                 ", ".join(f.path for f in self.rules.files), len(self.rules.accounts), len(self.rules.global_white))
 
     # --- the request step ---------------------------------------------------------------------------
     def before(self, remote_addr, request, connection=None) -> None:
@@ -399,10 +437,12 @@ class PlainAccessValidator(RequestStep):
         Signature, the signed content (rmq_core.acl's order) and body - the same checks, one
         keyed hash, the account and permission the connection cached (send_lane.pyx: LaneRequest.signed_send)."""
         state = connection.attributes.get(_CONN_KEY)
-        if state is not None and state.generation == self.rules.generation:
-            account = state.sends.get((access_key, topic), False)
-            if account is not False:  # (passed before on this connection under these rules)
-                if account is not None and not hmac.compare_digest(signature, account.key.signature(content, body)):
+        if state is not None and state.rules is self.rules:
+            verify = state.sends.get((access_key, topic), False)
+            if verify is None:  # (passed before on this connection under these rules, unsigned)
+                return
+            if verify is not False:  # (passed before: the signature is all there is to check)
+                if not verify(signature, content, body):
                     raise _signature_failed(access_key)
                 return
         state = self._connection_state(None, connection)
@@ -410,20 +450,20 @@ class PlainAccessValidator(RequestStep):
             return
         account = self._account(state, access_key, _SEND_V2)
         if account is not None:
-            if not hmac.compare_digest(signature, account.key.signature(content, body)):
+            if not account.key.verify(signature, content, body):
                 raise _signature_failed(access_key)
             self._check(account, _SEND_V2, _send_of(topic))
         if len(state.sends) < 4096:
-            state.sends[(access_key, topic)] = account
+            state.sends[(access_key, topic)] = None if account is None else account.key.verify
 
     def _connection_state(self, remote_addr, connection) -> _ConnectionAcl:
         """What the connection's attributes cache under the current rules (made anew when they changed)."""
         rules = self.rules
         attributes = connection.attributes if connection is not None else {}
         state = attributes.get(_CONN_KEY)
-        if state is None or state.generation != rules.generation:
+        if state is None or state.rules is not rules:
             ip = host_of(getattr(connection, "remote_address", None) or remote_addr)
-            state = attributes[_CONN_KEY] = _ConnectionAcl(rules.generation, ip, rules.globally_white(ip))
+            state = attributes[_CONN_KEY] = _ConnectionAcl(rules, ip, rules.globally_white(ip))
         return state
 
     def _account(self, state: _ConnectionAcl, access_key: str | None, code: int) -> Account | None:
@@ -438,7 +478,7 @@ class PlainAccessValidator(RequestStep):
             account = rules.accounts.get(access_key)
             if account is None:
                 raise _refused(f"No acl config for {access_key}: accessKey={access_key} is not an account of "
-                               f"{os.path.basename(rules.path)}")
+                               f"{', '.join(os.path.basename(f.path) for f in rules.files)}")
             entry = state.accounts[access_key] = (account, account.white.match(state.ip))
         account, white = entry
         return None if white else account
@@ -456,47 +496,77 @@ class PlainAccessValidator(RequestStep):
             if why is not None:
                 raise _refused(why)
 
-    # --- the file --------------------------------------------------------------------------------------
-    def _read(self) -> str:
-        with open(self.path, encoding="utf-8") as f:
-            return f.read()
-
-    def _load_text(self, text: str) -> AclRules:
-        """The rules of `text` (AclFileError when it does not load)."""
-        self._generation += 1
-        rules = build_rules(self.path, text, self._generation)
-        self._last_text = text
-        return rules
+    # --- the files ------------------------------------------------------------------------------------
+    def acl_files(self) -> list[str]:
+        """The ACL files read (PlainPermissionManager.getAllAclFiles): plainAclFile, then every .yml
+        or .yaml under the acl dir ($ROCKETMQ_HOME/conf/acl), sub-directories included, by path."""
+        found = []
+        if self.acl_dir and os.path.isdir(self.acl_dir):
+            for root, dirs, names in os.walk(self.acl_dir):
+                dirs.sort()
+                found.extend(os.path.join(root, n) for n in sorted(names) if n.endswith((".yml", ".yaml")))
+        return [self.path] + [f for f in found if f != self.path]
 
     def reload(self) -> bool:
-        """Re-read the file when its text changed: True when new rules took effect."""
+        """Re-read the files when one changed, appeared or went: True when new rules took effect."""
         with self._reloading:
             return self._reload()
 
-    def _reload(self, settle: bool = False) -> bool:
+    def _load(self, strict: bool = False, settle: bool = False) -> AclRules | None:
+        """The rules of the files as they are now, or None when nothing changed.  A file that does
+        not load keeps its last good rules and is logged once per content (strict, at start: raised);
+        with `settle` a changed text is taken once two polls read the same one (a file rewritten in
+        place may be read half written, even empty)."""
+        paths = self.acl_files()
+        # (a file gone takes its accounts with it; a new one counts once it loads)
+        changed, self._paths = bool(set(self._paths) - set(paths)), paths
+        files = {}
+        for path in paths:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as e:
+                if strict:
+                    raise AclFileError(f"cannot read the ACL file {path}: {e.strerror}") from None
+                if self._texts.get(path, "") is not None:
+                    log.error("ACL: cannot read %s (%s); keeping the last good rules", path, e.strerror)
+                    self._texts[path] = None  # logged once; tried again on the next poll
+                text = None
+            if text is not None and text != self._texts.get(path):
+                if settle and text != self._seen.get(path):
+                    self._seen[path] = text
+                else:
+                    self._texts[path] = text
+                    try:
+                        files[path] = build_file(path, text)
+                        changed = True
+                        continue
+                    except AclFileError as e:
+                        if strict:
+                            raise
+                        log.error("ACL: %s; keeping the last good rules", e)
+            if path in self._files:
+                files[path] = self._files[path]
+        if not changed:
+            return None
+        self._files = files
         try:
-            text = self._read()
-        except OSError as e:
-            if self._last_text is not None:
-                log.error("ACL: cannot read %s (%s); keeping the last good rules", self.path, e.strerror)
-                self._last_text = None  # logged once; tried again on the next poll
-            return False
-        if text == self._last_text:
-            return False
-        if settle and text != self._seen_text:
-            # a file rewritten in place may be read half written (even empty): the watcher takes a
-            # new text once two polls read the same one
-            self._seen_text = text
-            return False
-        try:
-            rules = self._load_text(text)
+            rules = merge_rules([files[p] for p in paths if p in files], self._generation + 1)
         except AclFileError as e:
+            if strict:
+                raise
             log.error("ACL: %s; keeping the last good rules", e)
-            self._last_text = text  # logged once per bad content
+            return None
+        self._generation += 1
+        return rules
+
+    def _reload(self, settle: bool = False) -> bool:
+        rules = self._load(settle=settle)
+        if rules is None:
             return False
         self.rules = rules
-        log.info("ACL: reloaded %s (%d accounts, %d global white addresses)", self.path, len(rules.accounts),
-                 len(rules.global_white))
+        log.info("ACL: reloaded %s (%d accounts, %d global white addresses)", ", ".join(f.path for f in rules.files),
+                 len(rules.accounts), len(rules.global_white))
         return True
 
     def _watch(self) -> None:
@@ -513,11 +583,18 @@ class PlainAccessValidator(RequestStep):
             self._watcher.join(timeout=5)
 
     # --- the admin commands (updateAclConfig, deleteAclConfig, updateGlobalWhiteAddr, ...) ---------------
+    def _file_of(self, access_key: str | None) -> str | None:
+        """The file that defines this account (the rules as on disk now), or None."""
+        self.reload()
+        return self.rules.file_of.get(access_key)
+
     def update_access_config(self, config: dict) -> None:
-        """Create or update one account (keys as plain_acl.yml); AclError names what is wrong."""
+        """Create or update one account (keys as plain_acl.yml) in the file that defines it - a new
+        one in plainAclFile, as RocketMQ 4.9; AclError names what is wrong."""
         ak = config.get("accessKey")
         with self._lock:
-            data = self._file_data()
+            path = self._file_of(ak) or self.path
+            data = self._file_data(path)
             accounts = data.setdefault("accounts", []) or []
             data["accounts"] = accounts
             existing = next((a for a in accounts if isinstance(a, dict) and str(a.get("accessKey")) == ak), None)
@@ -531,23 +608,30 @@ class PlainAccessValidator(RequestStep):
                 accounts.append(merged)
             else:
                 accounts[accounts.index(existing)] = merged
-            self._write(data)
+            self._write(path, data)
 
     def delete_access_config(self, access_key: str) -> bool:
-        """Remove an account; False when there is none by that key."""
+        """Remove an account from the file that defines it; False when there is none by that key."""
         with self._lock:
-            data = self._file_data()
+            path = self._file_of(access_key)
+            if path is None:
+                return False
+            data = self._file_data(path)
             accounts = data.get("accounts") or []
             kept = [a for a in accounts if not (isinstance(a, dict) and str(a.get("accessKey")) == access_key)]
             if len(kept) == len(accounts):
                 return False
             data["accounts"] = kept
-            self._write(data)
+            self._write(path, data)
             return True
 
     def update_global_white_addrs(self, addresses: Iterable[str], acl_file: str | None = None) -> None:
-        if acl_file and os.path.abspath(acl_file) != self.path:
-            raise AclError(f"the ACL file {acl_file} is not this broker's; its plainAclFile is {self.path}")
+        """Replace the globalWhiteRemoteAddresses of `acl_file` (mqadmin's aclFileFullPath: one of the
+        ACL files this broker reads; default plainAclFile)."""
+        path = os.path.abspath(acl_file) if acl_file else self.path
+        if path not in self.acl_files():
+            raise AclError(f"the ACL file {acl_file} is not one this broker reads; it reads "
+                           f"{', '.join(self.acl_files())}")
         addresses = [a.strip() for a in addresses if a and a.strip()]
         for a in addresses:
             try:
@@ -555,52 +639,58 @@ class PlainAccessValidator(RequestStep):
             except ValueError as e:
                 raise AclError(str(e)) from None
         with self._lock:
-            data = self._file_data()
+            data = self._file_data(path)
             data["globalWhiteRemoteAddresses"] = addresses
-            self._write(data)
+            self._write(path, data)
 
     def version(self) -> tuple[DataVersion, dict[str, DataVersion]]:
-        """The rules' data version and the version of each file (here: the one plainAclFile)."""
-        dv = self.rules.data_version
-        return dv, {self.path: dv}
+        """plainAclFile's data version and the version of each ACL file (getAllAclConfigVersion)."""
+        rules = self.rules
+        return rules.data_version, {f.path: f.data_version for f in rules.files}
 
     def all_config(self) -> dict[str, Any]:
-        """GET_BROKER_CLUSTER_ACL_CONFIG's body: globalWhiteAddrs and plainAccessConfigs."""
-        raw = self.rules.raw
-        configs = []
-        for a in _list(raw.get("accounts")):
-            if not isinstance(a, dict):
-                continue
-            configs.append({
-                "accessKey": _str_or_none(a.get("accessKey")), "secretKey": _str_or_none(a.get("secretKey")),
-                "whiteRemoteAddress": _str_or_none(a.get("whiteRemoteAddress")), "admin": bool(a.get("admin", False)),
-                "defaultTopicPerm": _str_or_none(a.get("defaultTopicPerm")),
-                "defaultGroupPerm": _str_or_none(a.get("defaultGroupPerm")),
-                "topicPerms": [str(t) for t in _list(a.get("topicPerms"))],
-                "groupPerms": [str(g) for g in _list(a.get("groupPerms"))],
-            })
-        return {"globalWhiteAddrs": [str(w) for w in _list(raw.get("globalWhiteRemoteAddresses"))],
-                "plainAccessConfigs": configs}
+        """GET_BROKER_CLUSTER_ACL_CONFIG's body (getAllAclConfig): globalWhiteAddrs and
+        plainAccessConfigs of every ACL file."""
+        configs, white = [], []
+        for f in self.rules.files:
+            raw = f.raw
+            white.extend(str(w) for w in _list(raw.get("globalWhiteRemoteAddresses")))
+            for a in _list(raw.get("accounts")):
+                if not isinstance(a, dict):
+                    continue
+                configs.append({
+                    "accessKey": _str_or_none(a.get("accessKey")), "secretKey": _str_or_none(a.get("secretKey")),
+                    "whiteRemoteAddress": _str_or_none(a.get("whiteRemoteAddress")), "admin": bool(a.get("admin", False)),
+                    "defaultTopicPerm": _str_or_none(a.get("defaultTopicPerm")),
+                    "defaultGroupPerm": _str_or_none(a.get("defaultGroupPerm")),
+                    "topicPerms": [str(t) for t in _list(a.get("topicPerms"))],
+                    "groupPerms": [str(g) for g in _list(a.get("groupPerms"))],
+                })
+        return {"globalWhiteAddrs": white, "plainAccessConfigs": configs}
 
-    def _file_data(self) -> dict:
-        """The file as it is now (a bad file is refused: an update must not lose what it holds)."""
+    def _file_data(self, path: str) -> dict:
+        """An ACL file as it is now (a bad file is refused: an update must not lose what it holds)."""
         self.reload()
-        text = self._read()
         try:
-            build_rules(self.path, text, 0)
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise AclError(f"cannot read the ACL file {path}: {e.strerror}") from None
+        try:
+            build_file(path, text)
         except AclFileError as e:
             raise AclError(f"{e}; fix the file before changing it with an admin command") from None
         data = yaml.safe_load(text) if text.strip() else {}
         return data if isinstance(data, dict) else {}
 
-    def _write(self, data: dict) -> None:
-        """Write with the next dataVersion (replaced by rename: a reader never sees half a file),
-        then take the new rules at once."""
+    def _write(self, path: str, data: dict) -> None:
+        """Write an ACL file with its next dataVersion (replaced by rename: a reader never sees half
+        a file), then take the new rules at once."""
         dv = DataVersion.from_json((_list(data.get("dataVersion")) or [None])[0])
         dv.next_version()
         data["dataVersion"] = [dv.to_json()]
         text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
-        atomic_write(self.path, text.encode("utf-8"), mode=0o600)  # (it holds secret keys)
+        atomic_write(path, text.encode("utf-8"), mode=0o600)  # (it holds secret keys)
         self.reload()
 
 
@@ -613,8 +703,9 @@ def create_plain_validator(broker_config) -> PlainAccessValidator:
     path = broker_config.plain_acl_file
     if not path:
         raise ConfigError("aclEnable=true needs plainAclFile (or ROCKETMQ_HOME, for $ROCKETMQ_HOME/conf/plain_acl.yml)")
-    return PlainAccessValidator(path)
+    home = broker_config.rocketmq_home
+    return PlainAccessValidator(path, acl_dir=os.path.join(home, "conf", "acl") if home else None)
 
 
-__all__ = ["PlainAccessValidator", "AclRules", "Account", "build_rules", "create_plain_validator",
+__all__ = ["PlainAccessValidator", "AclRules", "AclFile", "Account", "build_rules", "build_file", "merge_rules", "create_plain_validator",
            "ADMIN_CODES", "DENY", "PUB", "SUB", "ANY", "check_permission"]

@@ -15,6 +15,8 @@ cdef class TraceBuffer:
     cdef Py_ssize_t _capacity
     cdef Py_ssize_t _wake_at
     cdef Py_ssize_t _pending
+    cdef Py_ssize_t _ready_records  # (of _pending: in full segments)
+    cdef Py_ssize_t _max_ready
     cdef readonly Py_ssize_t discarded
     cdef object _wake
     cdef str _group

@@ -12,7 +12,9 @@
   full (~118 KB or its keys near the property limit) waits in `ready` for the dispatcher's
   worker, which is woken then and otherwise polls.  Consume and end-transaction notes wait as
   tuples in `notes` (the worker writes their records with add()).  At most `capacity` records
-  and notes wait; beyond, one is dropped and counted in `discarded`;
+  and notes wait outside full segments (AsyncTraceDispatcher's context queue) and at most
+  `max_ready` full segments wait for the worker (its trace messages waiting to be sent); beyond,
+  a record or note is dropped and counted in `discarded`;
 - pub_record: the one writer of a Pub record (rmq_core.client.trace.encode uses it too).
 
 Plain values in: a send's context tuple (message, uniq, mode, queue, store host, timeout,
@@ -22,8 +24,9 @@ from collections import deque
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint64_t
-from libc.string cimport memcpy
+from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdlib cimport calloc, free
+from libc.string cimport memcmp, memcpy
 
 cimport cython
 
@@ -51,9 +54,49 @@ cdef class TraceSegment:
 
     @property
     def keys(self):
-        """The keys that index the records, each once, in order (the trace message's KEYS)."""
-        text = PyUnicode_DecodeUTF8(PyByteArray_AS_STRING(self.key_buf), self.key_bytes, NULL)
-        return [k for k in dict.fromkeys(text.split(" ")) if k]
+        """The keys that index the records, each once, in order, space separated (the trace
+        message's KEYS, as AsyncTraceDispatcher's key set); made without an object per key."""
+        cdef const char* src = PyByteArray_AS_STRING(self.key_buf)
+        cdef Py_ssize_t n = self.key_bytes, i, start, length, out_len = 0, tokens = 1, slots = 16, slot
+        cdef uint64_t h
+        cdef int32_t* table
+        cdef bytearray out = bytearray(n)
+        cdef char* dst = PyByteArray_AS_STRING(out)
+        for i in range(n):
+            tokens += src[i] == 32
+        while slots < 2 * tokens:
+            slots <<= 1
+        # open addressing on FNV-1a: (start + 1, length) of each key kept; 0 marks a free slot
+        table = <int32_t*>calloc(2 * slots, sizeof(int32_t))
+        if table == NULL:
+            raise MemoryError()
+        try:
+            i = 0
+            while i < n:
+                start = i
+                h = 14695981039346656037ULL
+                while i < n and src[i] != 32:
+                    h = (h ^ <unsigned char>src[i]) * 1099511628211ULL
+                    i += 1
+                length = i - start
+                i += 1
+                if length == 0:
+                    continue
+                slot = <Py_ssize_t>(h & <uint64_t>(slots - 1))
+                while table[2 * slot] and not (table[2 * slot + 1] == length
+                                               and memcmp(src + table[2 * slot] - 1, src + start, length) == 0):
+                    slot = (slot + 1) & (slots - 1)
+                if table[2 * slot]:
+                    continue  # seen before
+                table[2 * slot], table[2 * slot + 1] = <int32_t>(start + 1), <int32_t>length
+                if out_len:
+                    dst[out_len] = 32
+                    out_len += 1
+                memcpy(dst + out_len, src + start, length)
+                out_len += length
+        finally:
+            free(table)
+        return PyUnicode_DecodeUTF8(dst, out_len, NULL)
 
 
 @cython.final
@@ -64,10 +107,11 @@ cdef class TraceBuffer:
     not traced); epoch_offset: wall clock minus monotonic (records carry epoch ms); ok_status:
     SendStatus.SEND_OK; message_type_of(message): the Pub msgType ordinal of a message with
     properties or a delay level (the others are normal, 0); max_size / max_key_bytes: a
-    segment's limits; wake(): called when a segment fills or half the capacity waits."""
+    segment's limits; max_ready: how many full segments may wait; wake(): called when a segment
+    fills or half the capacity waits."""
 
     def __init__(self, Py_ssize_t capacity, wake, str group, str trace_topic, double epoch_offset, ok_status,
-                 message_type_of, Py_ssize_t max_size, Py_ssize_t max_key_bytes):
+                 message_type_of, Py_ssize_t max_size, Py_ssize_t max_key_bytes, Py_ssize_t max_ready=16):
         self.ready = deque()
         self.notes = deque()
         self.capacity = capacity
@@ -76,6 +120,7 @@ cdef class TraceBuffer:
         self._epoch_offset = epoch_offset
         self._ok_status, self._message_type_of = ok_status, message_type_of
         self._max_size, self._max_key_bytes = max_size, max_key_bytes
+        self._max_ready = max_ready
         self._current = self._new_segment()
 
     cdef inline TraceSegment _new_segment(self):
@@ -99,7 +144,7 @@ cdef class TraceBuffer:
         return PyUnicode_Tailmatch(topic, self._trace_topic, 0, len(topic), -1) == 1
 
     cdef inline bint _full(self):
-        if self._pending >= self._capacity:
+        if self._pending - self._ready_records >= self._capacity or len(self.ready) >= self._max_ready:
             self.discarded += 1
             return True
         return False
@@ -114,9 +159,10 @@ cdef class TraceBuffer:
             seg.first = _monotonic()
         if seg.full(self._max_size, self._max_key_bytes):
             self.ready.append(seg)
+            self._ready_records += seg.count
             self._current = self._new_segment()
             self._wake()
-        elif self._pending == self._wake_at:
+        elif self._pending - self._ready_records == self._wake_at:
             self._wake()
         return 0
 
@@ -181,7 +227,7 @@ cdef class TraceBuffer:
             return False
         self.notes.append(note)
         self._pending += 1
-        if self._pending == self._wake_at:
+        if self._pending - self._ready_records == self._wake_at:
             self._wake()
         return True
 
@@ -210,6 +256,7 @@ cdef class TraceBuffer:
         while self.ready:
             seg = self.ready.popleft()
             self._pending -= seg.count
+            self._ready_records -= seg.count
             out.append(seg)
         seg = self._current
         if seg.count and (force or _monotonic() - seg.first >= threshold):

@@ -526,7 +526,7 @@ class AdminClient:
                    what="update globalWhiteRemoteAddresses")
 
     def acl_config_version(self, addr: str) -> list[AclVersion]:
-        """clusterAclConfigVersion's rows of one broker: one per ACL file it reads."""
+        """clusterAclConfigVersion's rows of one broker: one per ACL file it reads (plainAclFile first)."""
         r = self._call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO, what="get ACL config version")
         get = r.ext_fields.get
         try:
@@ -535,7 +535,7 @@ class AdminClient:
             raise AdminError(f"get ACL config version on {addr}: bad allAclFileVersion: {e}") from None
         return [AclVersion(get("clusterName") or "", get("brokerName") or "", get("brokerAddr") or addr, path,
                            int(v.get("counter", 0)), int(v.get("timestamp", 0)))
-                for path, v in sorted(files.items())]
+                for path, v in files.items()]
 
     def acl_config(self, addr: str) -> dict:
         """getAclConfig: {"globalWhiteAddrs": [...], "plainAccessConfigs": [{accessKey, ...}, ...]}."""

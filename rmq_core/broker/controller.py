@@ -36,6 +36,7 @@ from rmq_core.config import BrokerConfig, BrokerRole, MessageStoreConfig
 from rmq_core.errors import ConfigError
 from rmq_core.loops import GroupCommit
 from rmq_core.message import ExpressionType
+from rmq_core.acl import signer_from
 from rmq_core.plugins import get_access_validator_factory, get_filter_factory
 from rmq_core.remoting.body import REGISTER_ALL, RegisterBrokerBody, register_body_json
 from rmq_core.remoting.client import RemotingClient
@@ -117,6 +118,9 @@ class BrokerController:
         """Bind, recover the store, start services, register with the name servers.  Returns the
         boot line."""
         bc = self.broker_config
+        # the broker's own account (half of one fails here, before anything binds)
+        self._own_signer = signer_from(bc.access_key, bc.secret_key, owner="the broker's own account",
+                                       names=("accessKey", "secretKey"))
         self.loop = asyncio.get_running_loop()
         self.pull_hold_service = PullRequestHoldService(self.loop)
         self.pull_hold_service.bind_thread()
@@ -207,7 +211,10 @@ class BrokerController:
 
         for service in self._delivery_services():
             await service.start()
-        self.namesrv_client = RemotingClient(name=f"broker[{bc.broker_name}]->namesrv")
+        # (its requests to name servers and to other brokers - a slave's sync from its master - are
+        # signed with the broker's own account, accessKey/secretKey, when it has one)
+        self.namesrv_client = RemotingClient(name=f"broker[{bc.broker_name}]->namesrv",
+                                             request_steps=(self._own_signer,) if self._own_signer else ())
         self._tasks += [
             asyncio.create_task(self._periodic(bc.register_name_server_period / 1000, self.register_broker_all), name="register-broker"),
             asyncio.create_task(self._periodic(bc.flush_consumer_offset_interval / 1000, self._persist_offsets), name="persist-offsets"),

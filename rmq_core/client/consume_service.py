@@ -32,6 +32,7 @@ from typing import Callable
 from rmq_core import plugins
 from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import reset_retry_topic
+from rmq_core.client.stats import ConsumerStats
 from rmq_core.client.trace import ConsumeReturnType
 from rmq_core.errors import IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
@@ -189,7 +190,8 @@ class _BaseConsumeService:
         self.group = consumer.group
         self._hooks = plugins.has_impls("rmq_before_consume") or plugins.has_impls("rmq_after_consume")
         self._trace = consumer.trace  # ConsumeMessageTraceHookImpl's notes (None: not traced)
-        self.stats = {"ok": 0, "failed": 0, "sent_back": 0, "dlq": 0}
+        self.consume_stats = ConsumerStats()  # per topic, for the running info's statusTable
+        self.stats = {"sent_back": 0, "dlq": 0}
         self._warned_none = False
         self._stats_lock = threading.Lock()
 
@@ -444,6 +446,7 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
                     break
             else:
                 self._call_time = _estimate(self._call_time, (now - start) / calls)
+            self.consume_stats.consumed(mq.topic, len(done), len(failed), (now - start) * 1000.0, calls)
             self._process_result(done, failed, pq, mq)
             self._chunk_time = _estimate(self._chunk_time, monotonic() - start)
         finally:
@@ -451,11 +454,8 @@ class ConsumeConcurrentlyService(_BaseConsumeService):
             self._running.pop(id(chunk), None)
 
     def _process_result(self, done: list, failed: list, pq: ProcessQueue, mq: MessageQueue) -> None:
-        """One chunk's bookkeeping: stats, send-back of the failed ones, process-queue removal and
-        the commit offset (the lowest message still unconsumed)."""
-        with self._stats_lock:
-            self.stats["ok"] += len(done)
-            self.stats["failed"] += len(failed)
+        """One chunk's bookkeeping: send-back of the failed ones, process-queue removal and the
+        commit offset (the lowest message still unconsumed)."""
         if failed:
             if self.consumer.message_model is MessageModel.BROADCASTING:
                 for m in failed:
@@ -580,7 +580,7 @@ class ConsumeOrderlyService(_BaseConsumeService):
         past CHUNK_TIME puts back what it has not reached (the loop re-checks the broker lock
         before taking again).  False: stop this queue's loop."""
         n = len(msgs)
-        ok = 0
+        ok = calls = 0
         failed_at = -1
         status = None
         with pq.consume_lock:
@@ -590,6 +590,7 @@ class ConsumeOrderlyService(_BaseConsumeService):
                     pq.rollback()
                     return False
                 status = self._call_listener(msgs if batch >= n else msgs[i:i + batch], mq, True)
+                calls += 1
                 if status is not ConsumeStatus.SUCCESS and status is not ConsumeStatus.CONSUME_SUCCESS:
                     failed_at = i
                     break
@@ -598,17 +599,15 @@ class ConsumeOrderlyService(_BaseConsumeService):
                     pq.make_messages_to_consume_again(msgs[i + batch:])
                     break
         cont = True
+        part = msgs[failed_at:failed_at + batch] if failed_at >= 0 else ()
+        self.consume_stats.consumed(mq.topic, min(ok, n), len(part), (time.monotonic() - start) * 1000.0, calls)
         if failed_at >= 0:
-            part = msgs[failed_at:failed_at + batch]
-            self._count("failed", len(part))
             if self._check_reconsume_times(part, mq):
                 pq.make_messages_to_consume_again(msgs[failed_at:])
                 self._later(pq, mq, self.consumer.suspend_current_queue_time)
                 cont = False
             else:  # past max_reconsume_times, it went to the DLQ (consumed); the rest waits for the next take
                 pq.make_messages_to_consume_again(msgs[failed_at + batch:])
-        if ok:
-            self._count("ok", min(ok, n))
         offset = pq.commit()
         if offset >= 0 and not pq.dropped:
             self.consumer.offset_store.update_offset(mq, offset, False)

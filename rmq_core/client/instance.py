@@ -561,8 +561,11 @@ class MQClientInstance:
     def inner_producer(self):
         """The client's own producer (Java's CLIENT_INNER_PRODUCER, the client factory's
         getDefaultMQProducer): a consumer re-sends a message to its retry topic with it when the
-        broker refused CONSUMER_SEND_MSG_BACK.  Made and started on this instance on first use,
-        shut down with it."""
+        broker refused CONSUMER_SEND_MSG_BACK, and traced clients send their trace messages with it
+        (AsyncTraceDispatcher's trace producer).  Made and started on this instance on first use,
+        shut down with it.  It compresses as Java's DefaultMQProducer does (zlib at level 5 from
+        4096 bytes): what it stores is read by RocketMQ 4.x's own tools (the dashboard,
+        queryMsgTraceById), which inflate every compressed body with zlib."""
         with self._lock:
             if self._stopping:
                 raise MQClientError(f"client {self.client_id} is shutting down")
@@ -572,7 +575,8 @@ class MQClientInstance:
                     raise MQClientError(f"client {self.client_id} has no producer class to make its inner producer of")
                 options = attrs.asdict(self.config, recurse=False)
                 namesrv = options.pop("namesrv")
-                p = self._inner_producer = self.producer_class(MixAll.CLIENT_INNER_PRODUCER_GROUP, namesrv, **options)
+                p = self._inner_producer = self.producer_class(MixAll.CLIENT_INNER_PRODUCER_GROUP, namesrv,
+                                                               compress_type="zlib", **options)
         p._start_on(self)  # (registered on this instance; a no-op once started)
         return p
 

@@ -90,6 +90,7 @@ class ConsumerBase:
         self.instance: MQClientInstance | None = None
         self.offset_store = None
         self.rebalance: RebalanceImpl | None = None
+        self.start_timestamp = 0  # epoch ms of the last start
         self._started = False
         self._state_lock = threading.Lock()
 
@@ -162,6 +163,7 @@ class ConsumerBase:
         """Resolve plugins (unknown name -> error listing the available ones), start the instance,
         load offsets, fetch routes, heartbeat (surfacing a broker's refusal)."""
         strategy, factory = self._resolve_plugins()
+        self.start_timestamp = int(time.time() * 1000)  # (the running info's PROP_CONSUMER_START_TIMESTAMP)
         self.instance = MQClientManager.get_instance(self.client_config, Producer)
         self.instance.register_consumer(self.group, self)
         try:
@@ -249,20 +251,33 @@ class ConsumerBase:
             self.rebalance.do_rebalance()
 
     def running_info(self) -> dict:
+        """GET_CONSUMER_RUNNING_INFO's answer (RocketMQ's ConsumerRunningInfo): properties (with
+        Java's PROP_* keys), subscriptions, each queue's process-queue state (times in epoch ms)
+        and, for a push consumer, statusTable: its consumption per topic (ConsumeStatus)."""
+        orderly = bool(getattr(self, "_orderly", False))
         info = {
             "properties": {"consumeType": self.consume_type, "messageModel": self.message_model.value,
-                           "consumeFromWhere": self.consume_from_where.value, "clientId": self.client_id},
+                           "consumeFromWhere": self.consume_from_where.value, "clientId": self.client_id,
+                           "PROP_CONSUME_TYPE": self.consume_type, "PROP_CONSUMEORDERLY": str(orderly).lower(),
+                           "PROP_CONSUMER_START_TIMESTAMP": str(self.start_timestamp)},
             "subscriptionSet": [s.to_json() for s in self.subscriptions()],
             "mqTable": [],
         }
+        epoch = time.time() - time.monotonic()  # (process queues keep monotonic times)
         if self.rebalance is not None:
             for mq, pq in list(self.rebalance.process_queue_table.items()):
                 info["mqTable"].append({
                     "topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id,
                     "commitOffset": self.offset_store.read_offset(mq, READ_FROM_MEMORY),
                     "cachedMsgCount": pq.msg_count, "cachedMsgSize": pq.msg_size, "locked": pq.locked,
-                    "droped": pq.dropped,
+                    "droped": pq.dropped, "tryUnlockTimes": pq.try_unlock_times,
+                    "lastLockTimestamp": int((pq.last_lock_timestamp + epoch) * 1000),
+                    "lastPullTimestamp": int((pq.last_pull_timestamp + epoch) * 1000),
+                    "lastConsumeTimestamp": int((pq.last_consume_timestamp + epoch) * 1000),
                 })
+        service = getattr(self, "consume_service", None)
+        if service is not None:
+            info["statusTable"] = service.consume_stats.status_table()
         return info
 
     def reset_offset(self, topic: str, table: dict) -> None:
@@ -501,7 +516,12 @@ class PushConsumer(ConsumerBase):
 
     @property
     def stats(self) -> dict:
-        return dict(self.consume_service.stats) if self.consume_service else {}
+        """Messages consumed OK and failed since the start, sent back for retry, moved to the DLQ."""
+        service = self.consume_service
+        if service is None:
+            return {}
+        ok, failed = service.consume_stats.totals()
+        return {"ok": ok, "failed": failed, **service.stats}
 
     # --- rebalance callbacks ---------------------------------------------------------------------
     def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
@@ -596,12 +616,16 @@ class PushConsumer(ConsumerBase):
                 if sub is None:
                     await asyncio.sleep(self.pull_time_delay_when_exception)
                     continue
+                began = time.monotonic()
                 result = await chain.pull_or_back_off(broker_id, offset, sub, self.pull_time_delay_when_exception,
                                                       stopped)
                 if result is None:
                     if stopped():
                         return
                     continue
+                self.consume_service.consume_stats.pulled(
+                    topic, len(result.messages) if result.status is PullStatus.FOUND else 0,
+                    (time.monotonic() - began) * 1000.0)
                 broker_id = result.suggest_which_broker_id or MixAll.MASTER_ID
                 if pq.dropped:
                     return

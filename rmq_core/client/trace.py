@@ -36,8 +36,10 @@ log = logging.getLogger("rmq.client.trace")
 
 CONTENT_SPLITOR = "\x01"
 FIELD_SPLITOR = "\x02"
-# AsyncTraceDispatcher's sizes: the context buffer, a trace message's most, a batch's wait
+# AsyncTraceDispatcher's sizes: the context buffer, a trace message's most, a batch's wait; and
+# how many written trace messages may wait for the worker (Java queues up to 2048 send tasks)
 QUEUE_SIZE = 2048
+READY_SEGMENTS = 16
 MAX_MSG_SIZE = 128_000
 BATCH_BYTES = MAX_MSG_SIZE - 10_000
 POLLING_TIME = 0.1
@@ -291,7 +293,7 @@ class TraceDispatcher:
         self._epoch_offset = time.time() - time.monotonic()
         # the hooks' records and notes (the send hook's offered natively by the producer's PipelinedCompletion)
         self.buffer = TraceBuffer(capacity, self._wake.set, group, topic, self._epoch_offset, SendStatus.SEND_OK,
-                                  message_type_of, BATCH_BYTES, KEYS_BYTES)
+                                  message_type_of, BATCH_BYTES, KEYS_BYTES, READY_SEGMENTS)
         self._instance = None
         self._stopped = False
         self._worker: threading.Thread | None = None
@@ -302,7 +304,8 @@ class TraceDispatcher:
 
     @property
     def capacity(self) -> int:
-        """How many records and notes the buffer holds; more are dropped (counted in `discarded`)."""
+        """How many records and notes the buffer holds outside full trace messages (besides up to
+        READY_SEGMENTS of those); more are dropped (counted in `discarded`)."""
         return self.buffer.capacity
 
     @capacity.setter

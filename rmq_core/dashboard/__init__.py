@@ -9,7 +9,7 @@ from rmq_core.dashboard.app import DashboardServer
 def serve(namesrv: str, host: str = "127.0.0.1", port: int = 8080, *, users_file: str | None = None,
           access_key: str | None = None, secret_key: str | None = None) -> DashboardServer:
     """A started console for the cluster behind `namesrv` (stop() it when done): with
-    `users_file`, behind a login (auth.py); with `access_key` / `secret_key`, its admin calls are
+    `users_file`, behind a login (auth.py: the file re-read when it changes); with `access_key` / `secret_key`, its admin calls are
     signed with that ACL account."""
     from rmq_core.dashboard.auth import read_users
     from rmq_core.dashboard.backend import Backend
@@ -17,7 +17,7 @@ def serve(namesrv: str, host: str = "127.0.0.1", port: int = 8080, *, users_file
     users = read_users(users_file) if users_file else None
     backend = Backend.connect(namesrv, access_key=access_key, secret_key=secret_key)
     try:
-        server = DashboardServer(backend, host, port, users=users)
+        server = DashboardServer(backend, host, port, users=users, users_file=users_file)
     except BaseException:
         backend.close()
         raise

@@ -20,7 +20,9 @@ bad or unknown name, a broker that did not answer - naming what was wrong):
 
 With a users file (`rmq dashboard --users FILE`, auth.py) the console asks for a login:
 
-    POST /api/login  {user, password}      a session cookie (HttpOnly, SameSite=Strict), or 401
+    POST /api/login  {user, password}      a session cookie (HttpOnly, SameSite=Strict), or 401;
+                                           429 (Retry-After) after 5 failed logins in a minute
+                                           from the client's address
     POST /api/logout                       ends the session
     GET  /api/session                      {"user": name, "login": true|false}
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import mimetypes
 import ipaddress
 import os
@@ -41,7 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG
-from rmq_core.dashboard.auth import COOKIE, SESSION_IDLE_SECONDS, Sessions
+from rmq_core.dashboard.auth import COOKIE, SESSION_IDLE_SECONDS, Sessions, TooManyLogins
 from rmq_core.errors import ConfigError, IllegalArgumentError, RMQError, one_line
 from rmq_core.remoting.transport import with_backlog
 
@@ -182,7 +185,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return True
             return False
         if path == "/api/login" and method == "POST":
-            token = sessions.login(str(body.get("user") or ""), str(body.get("password") or ""))
+            try:
+                token = sessions.login(str(body.get("user") or ""), str(body.get("password") or ""),
+                                       self.client_address[0])
+            except TooManyLogins as e:
+                log.warning("console login from %s refused: %s", self.address_string(), e)
+                self._json(HTTPStatus.TOO_MANY_REQUESTS, {"error": str(e)}, Retry_After=str(math.ceil(e.retry_after)))
+                return True
             if token is None:
                 log.warning("console login refused for user %r from %s", body.get("user"), self.address_string())
                 self._json(HTTPStatus.UNAUTHORIZED, {"error": "wrong user name or password"})
@@ -260,14 +269,15 @@ class DashboardServer:
     on a loopback address."""
 
     def __init__(self, backend, host: str = "127.0.0.1", port: int = 8080,
-                 backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG, users: dict[str, str] | None = None):
+                 backlog: int = DEFAULT_SERVER_SOCKET_BACKLOG, users: dict[str, str] | None = None,
+                 users_file: str | None = None):
         if users is None and not is_loopback(host):
             raise ConfigError(f"refusing to serve the console on {host} without a login: anyone reaching it could "
                               "change the cluster; give it a users file (rmq dashboard --users FILE, made by "
                               "rmq dashboard adduser FILE NAME) or listen on 127.0.0.1")
         if users is not None and not users:
             raise ConfigError("the users file names no user: add one with `rmq dashboard adduser FILE NAME`")
-        sessions = Sessions(users) if users is not None else None
+        sessions = Sessions(users, users_file=users_file) if users is not None else None
         handler = type("Handler", (_Handler,), {"app": DashboardApp(backend, sessions)})
         self.httpd = with_backlog(ThreadingHTTPServer, backlog)((host, port), handler)
         self.httpd.daemon_threads = True

@@ -56,6 +56,13 @@ accounts:
     whiteRemoteAddress: 127.0.0.2,10.1.1.*
     defaultTopicPerm: PUB
 """
+TEAM_ACL = """\
+accounts:
+  - accessKey: team-app
+    secretKey: team-secret
+    defaultTopicPerm: DENY
+    topicPerms: [TopicOk=PUB]
+"""
 FAST = dict(poll_name_server_interval=2.0, heartbeat_broker_interval=2.0, persist_consumer_offset_interval=1.0)
 
 
@@ -65,9 +72,12 @@ def cl(tmp_path_factory):
     acl = tmp / "conf" / "plain_acl.yml"
     acl.parent.mkdir()
     acl.write_text(PLAIN_ACL)
-    c = NamesrvAndBroker(tmp, broker_props={"aclEnable": "true", "plainAclFile": str(acl),
+    (tmp / "conf" / "acl").mkdir()  # $ROCKETMQ_HOME/conf/acl: read beside plainAclFile, as RocketMQ 4.9
+    team = tmp / "conf" / "acl" / "team.yml"
+    team.write_text(TEAM_ACL)
+    c = NamesrvAndBroker(tmp, broker_props={"aclEnable": "true", "plainAclFile": str(acl), "rocketmqHome": str(tmp),
                                             "errorReplyDelayMs": "50", "defaultTopicQueueNums": "2"})
-    c.acl_file = acl
+    c.acl_file, c.team_file = acl, team
     try:
         with AdminClient(c.namesrv, access_key=ADMIN_AK, secret_key=ADMIN_SK) as a:
             a.create_or_update_topic(c.broker_addrs[0], "TopicOk", read_queue_nums=2, write_queue_nums=2)
@@ -315,6 +325,32 @@ def test_acl_commands_change_the_file_and_take_effect(cl, monkeypatch, tmp_path)
     assert run_admin("clusterAclConfigVersion", "-b", broker, ns=cl.namesrv)[0] == 0
 
 
+def test_an_acl_dir_file_is_read_and_its_accounts_changed_there(cl, monkeypatch):
+    broker = cl.broker_addrs[0]
+    monkeypatch.setenv("RMQ_ACCESS_KEY", ADMIN_AK)
+    monkeypatch.setenv("RMQ_SECRET_KEY", ADMIN_SK)
+    with Producer("PG_ACL_TEAM", namesrv=cl.namesrv, access_key="team-app", secret_key="team-secret", **FAST) as p:
+        assert p.send(Message("TopicOk", b"by-team-app")).status.name == "SEND_OK"
+    versions = json.loads(run_admin("clusterAclConfigVersion", "-b", broker, "--json", ns=cl.namesrv)[1])
+    assert [v["acl_file_path"] for v in versions] == [str(cl.acl_file), str(cl.team_file)]  # plainAclFile first
+    rc, out, err = run_admin("updateAclConfig", "-b", broker, "-a", "team-app", "-t", "TopicOk=PUB,TopicDenied=DENY",
+                             ns=cl.namesrv)
+    assert rc == 0, err
+    assert "TopicDenied=DENY" in cl.team_file.read_text() and "team-app" not in cl.acl_file.read_text()
+    [team] = [v for v in json.loads(run_admin("clusterAclConfigVersion", "-b", broker, "--json", ns=cl.namesrv)[1])
+              if v["acl_file_path"] == str(cl.team_file)]
+    assert team["acl_config_version_num"] == 1
+    [row] = [r for r in json.loads(run_admin("getAclConfig", "-b", broker, "--json", ns=cl.namesrv)[1])
+             if r["access_key"] == "team-app"]
+    assert row["topic_perms"] == "TopicOk=PUB,TopicDenied=DENY"
+    assert run_admin("updateGlobalWhiteAddr", "-b", broker, "-g", "10.77.0.*", "-p", str(cl.team_file),
+                     ns=cl.namesrv)[0] == 0
+    assert "10.77.0.*" in cl.team_file.read_text() and "10.77.0.*" not in cl.acl_file.read_text()
+    rc, out, err = run_admin("updateGlobalWhiteAddr", "-b", broker, "-g", "10.77.0.*", "-p", "/etc/other.yml",
+                             ns=cl.namesrv)
+    assert rc == 1 and "the ACL file /etc/other.yml is not one this broker reads" in err
+
+
 def test_file_changed_on_disk_takes_effect_without_a_restart(cl):
     original = cl.acl_file.read_text()
     try:
@@ -386,6 +422,23 @@ def test_sends_are_signed_as_written_and_a_hooks_change_is_signed_too(cl, monkey
     # every send reached the signer before it was written (its header values; no frame decoded)
     assert passed["before", RequestCode.SEND_MESSAGE_V2] == 0
     assert passed["before_request", RequestCode.SEND_MESSAGE_V2] >= 8
+
+    # auto_batch: a batch frame of gathered sends is signed as its SendHeader writes it, likewise
+    batches = collections.Counter()
+    real_write_batch = Producer._write_batch
+
+    def counted_batch(self, *args, **kwargs):
+        batches["written"] += 1
+        return real_write_batch(self, *args, **kwargs)
+
+    monkeypatch.setattr(Producer, "_write_batch", counted_batch)
+    with Producer("PG_ACL_BATCHED", namesrv=cl.namesrv, access_key=AK, secret_key=SK, instance_name="acl-batched",
+                  auto_batch=True, **FAST) as p:
+        p.send(Message("TopicOk", b"route"))
+        results = [f.result(30) for f in [p.send_async(Message("TopicOk", b"batched-%d" % i)) for i in range(400)]]
+    assert all(r.status.name == "SEND_OK" for r in results)
+    assert batches["written"] >= 1
+    assert passed["before", RequestCode.SEND_BATCH_MESSAGE] == passed["before_built", RequestCode.SEND_BATCH_MESSAGE] == 0
 
     hook = _AddsAField()
     get_plugin_manager().register(hook, name="test-acl-adds-a-field")

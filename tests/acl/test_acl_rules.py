@@ -174,3 +174,60 @@ def test_the_validator_is_chosen_by_name_and_needs_a_file(monkeypatch):
     monkeypatch.setenv("ROCKETMQ_HOME", "/opt/rocketmq")
     assert BrokerConfig().plain_acl_file == "/opt/rocketmq/conf/plain_acl.yml"
     assert BrokerConfig.from_properties({"plainAclFile": "/etc/acl.yml"}).plain_acl_file == "/etc/acl.yml"
+
+
+def _account(ak, sk="12345678", extra=""):
+    return f"  - accessKey: {ak}\n    secretKey: {sk}\n    defaultTopicPerm: PUB\n{extra}"
+
+
+def test_the_acl_dir_files_are_read_watched_and_written_where_the_account_lives(tmp_path, caplog):
+    """As PlainPermissionManager 4.9: plainAclFile and every .yml/.yaml under $ROCKETMQ_HOME/conf/acl
+    (sub-directories too); an account lives in one file, and its admin commands write that file."""
+    conf = tmp_path / "conf"
+    (conf / "acl" / "sub").mkdir(parents=True)
+    main = conf / "plain_acl.yml"
+    main.write_text("accounts:\n" + _account("main-app"))
+    team = conf / "acl" / "team.yml"
+    team.write_text("globalWhiteRemoteAddresses: [10.20.0.*]\naccounts:\n" + _account("team-app"))
+    (conf / "acl" / "sub" / "other.yaml").write_text("accounts:\n" + _account("other-app"))
+    (conf / "acl" / "notes.txt").write_text("not an ACL file")
+    v = PlainAccessValidator(str(main), acl_dir=str(conf / "acl"), poll_interval=0.05)
+    try:
+        assert v.rules.file_of == {"main-app": str(main), "team-app": str(team),
+                                   "other-app": str(conf / "acl" / "sub" / "other.yaml")}
+        assert v.rules.globally_white("10.20.0.7")
+        assert list(v.version()[1]) == [str(main), str(team), str(conf / "acl" / "sub" / "other.yaml")]
+        assert [a["accessKey"] for a in v.all_config()["plainAccessConfigs"]] == ["main-app", "team-app", "other-app"]
+
+        # the admin commands write the file the account lives in; a new account goes to plainAclFile
+        v.update_access_config({"accessKey": "team-app", "secretKey": "87654321", "topicPerms": ["t1=SUB"]})
+        assert "87654321" in team.read_text() and "87654321" not in main.read_text()
+        assert v.rules.accounts["team-app"].perms == {"t1": SUB} and v.version()[1][str(team)].counter == 1
+        v.update_access_config({"accessKey": "new-app", "secretKey": "12345678"})
+        assert v.rules.file_of["new-app"] == str(main)
+        v.update_global_white_addrs(["10.30.0.*"], str(team))
+        assert "10.30.0.*" in team.read_text() and not v.rules.globally_white("10.20.0.7")
+        from rmq_core.errors import AclError
+        with pytest.raises(AclError, match=f"the ACL file {tmp_path}/elsewhere.yml is not one this broker reads"):
+            v.update_global_white_addrs(["10.1.1.1"], str(tmp_path / "elsewhere.yml"))
+        assert v.delete_access_config("team-app") and "team-app" not in team.read_text()
+
+        # a new file is seen; an account defined in two files is an error naming both, the rules stay
+        (conf / "acl" / "late.yml").write_text("accounts:\n" + _account("late-app"))
+        _wait(lambda: "late-app" in v.rules.accounts, "a new file in the acl dir seen")
+        good = v.rules
+        with caplog.at_level(logging.ERROR, logger="rmq.acl"):
+            (conf / "acl" / "dup.yml").write_text("accounts:\n" + _account("main-app") + _account("dup-app"))
+            _wait(lambda: any("defined in both" in r.message for r in caplog.records), "the duplicate logged")
+        assert v.rules is good and "dup-app" not in v.rules.accounts
+        assert any(f"accessKey 'main-app' is defined in both {main} and {conf / 'acl' / 'dup.yml'}" in r.message
+                   for r in caplog.records)
+        (conf / "acl" / "dup.yml").unlink()  # a file gone: its accounts go
+        (conf / "acl" / "late.yml").unlink()
+        _wait(lambda: "late-app" not in v.rules.accounts, "a removed file's accounts gone")
+    finally:
+        v.close()
+    # at start, an account in two files is a one-line error naming both
+    (conf / "acl" / "dup.yml").write_text("accounts:\n" + _account("other-app"))
+    with pytest.raises(AclFileError, match="accessKey 'other-app' is defined in both .*dup.yml and .*other.yaml"):
+        PlainAccessValidator(str(main), acl_dir=str(conf / "acl"))

@@ -98,3 +98,16 @@ def test_natively_built_send_frame_is_signed_as_acl_signs_it(group, topic, queue
     assert ext["AccessKey"] == "RocketMQ" and ext.get("SecurityToken") == token
     assert (request.body or b"") == body
     assert ext[SIGNATURE] == SigningKey(secret).sign(ext, body) == reference_signature(ext, body, secret)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.binary(max_size=300), secrets, st.integers(0, 27), st.integers(1, 255))
+def test_native_verify_takes_the_signature_and_no_changed_byte(content, body, secret, i, flip):
+    # the broker's check of a lane's send: SigningKey.verify compares natively what signature() gives
+    key = SigningKey(secret)
+    good = key.signature(content, body)
+    assert good == base64.b64encode(hmac.digest(secret.encode("utf-8"), content + body, "sha1"))
+    assert key.verify(good, content, body)
+    assert not key.verify(good[:i] + bytes([good[i] ^ flip]) + good[i + 1:], content, body)
+    assert not key.verify(good[:-1], content, body)
+    assert not key.verify(good, content + b"x", body)

@@ -214,21 +214,77 @@ def test_clean_unused_topic_and_expired_cq(tmp_path):
         c.stop()
 
 
+def undone_rows(*argv, ns):
+    return [r for r in rows("startMonitoring", *argv, ns=ns) if r["report"] == "UNDONE_MSG"]
+
+
 def test_start_monitoring_reports_undone_messages(cl):
     ns = cl.namesrv
     c = sent_and_consumed(ns, "MonitorTopic", "CG_MONITOR", 4)
     try:
-        wait_for(lambda: [r for r in rows("startMonitoring", "--rounds", "1", ns=ns)
+        wait_for(lambda: [r for r in undone_rows("--rounds", "1", ns=ns)
                           if r["consumer_group"] == "CG_MONITOR" and r["undone_msgs"] == 0], what="caught up")
     finally:
         c.shutdown()
     with Producer("PG_MONITOR", namesrv=ns, **CLIENT) as p:  # the group is away: these stay undone
         for i in range(3):
             p.send(Message("MonitorTopic", f"late{i}".encode()))
-    r = rows("startMonitoring", "--rounds", "2", "--interval", "0.1", ns=ns)
+    r = undone_rows("--rounds", "2", "--interval", "0.1", ns=ns)
     mine = [x for x in r if x["consumer_group"] == "CG_MONITOR"]
     assert len(mine) == 2 and all(x["topic"] == "MonitorTopic" and x["undone_msgs"] == 3 for x in mine)
     assert all(x["undone_delay_ms"] >= 0 and 1 <= x["undone_single_mq"] <= 3 for x in mine)
     assert "[UNDONE_MSG] round 1" in ok("startMonitoring", "--rounds", "1", ns=ns)
     fails("startMonitoring", "--json", ns=ns, needle="--rounds")
     fails("startMonitoring", "--rounds", "1", "--interval", "0", ns=ns, needle="--interval 0")
+
+
+def test_start_monitoring_reports_failures_throughput_and_running_info(cl):
+    """The rest of MonitorService's round against live consumers: the messages a member failed to
+    consume (its running info's statusTable), each member's throughput, and what its running info
+    shows wrong - here two members of one group subscribing differently."""
+    ns = cl.namesrv
+    calls = {"ok": 0, "failed": 0}
+    lock = threading.Lock()
+
+    def listener(msgs):
+        bad = any(m.body.startswith(b"bad") for m in msgs)
+        with lock:
+            calls["failed" if bad else "ok"] += len(msgs)
+        return ConsumeStatus.RECONSUME_LATER if bad else ConsumeStatus.CONSUME_SUCCESS
+
+    members = []
+    for i, expression in enumerate(("*", "TagA || TagB")):
+        c = PushConsumer("CG_MONITOR_RUN", namesrv=ns, instance_name=f"monitor-{i}",
+                         consume_from_where="CONSUME_FROM_FIRST_OFFSET", **CLIENT)
+        c.subscribe("MonitorRun", expression)
+        c.register_message_listener(listener)
+        members.append(c.start())
+    try:
+        with Producer("PG_MONITOR_RUN", namesrv=ns, **CLIENT) as p:
+            for i in range(8):
+                p.send(Message("MonitorRun", b"%s-%d" % (b"bad" if i < 3 else b"good", i), tags="TagA"))
+        wait_for(lambda: calls["failed"] >= 3 and calls["ok"] >= 5, what="the good consumed and the bad failed")
+        r = rows("startMonitoring", "--rounds", "1", "--settle", "0", ns=ns)
+        ids = {c.client_id for c in members}
+        failed = [x for x in r if x["report"] == "FAILED_MSG" and x["consumer_group"] == "CG_MONITOR_RUN"
+                  and x["topic"] == "MonitorRun"]
+        assert {x["client_id"] for x in failed} <= ids and sum(x["failed_msgs_last_hour"] for x in failed) >= 3
+        stats = [x for x in r if x["report"] == "CONSUME_STATS" and x["consumer_group"] == "CG_MONITOR_RUN"]
+        assert {x["client_id"] for x in stats} == ids
+        ran = [x for x in stats if x["topic"] == "MonitorRun"]
+        assert sum(x["ok_tps"] for x in ran) > 0 and sum(x["pull_tps"] for x in ran) > 0
+        assert all(x["consume_rt_ms"] >= 0 and x["pull_rt_ms"] >= 0 for x in ran)
+        findings = [x for x in r if x["report"] == "RUNNING_INFO" and x["consumer_group"] == "CG_MONITOR_RUN"]
+        assert {x["client_id"] for x in findings} == ids
+        assert all(x["finding"].startswith("Subscription differs in the same group of consumer") for x in findings)
+        # members that have not run for --settle seconds yet are not compared (a rolling change)
+        assert not [x for x in rows("startMonitoring", "--rounds", "1", ns=ns)
+                    if x["report"] == "RUNNING_INFO" and x["consumer_group"] == "CG_MONITOR_RUN"]
+        table = ok("startMonitoring", "--rounds", "1", "--settle", "0", ns=ns)
+        for kind in ("UNDONE_MSG", "FAILED_MSG", "CONSUME_STATS", "RUNNING_INFO"):
+            assert f"[{kind}] round 1" in table
+        assert "Subscription differs" in table
+        fails("startMonitoring", "--rounds", "1", "--settle", "-1", ns=ns, needle="--settle -1")
+    finally:
+        for c in members:
+            c.shutdown()

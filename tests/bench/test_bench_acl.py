@@ -5,7 +5,8 @@ request, against the same sends to a broker with ACL off by one that does not, i
 Groups acl-{sync,async}: 1000 sync sends one at a time / 1000 async sends in rounds of 200 in
 flight (pipelined), 128 B - `baseline_acl_off` vs `acl_on`; and `interleaved`: off and on rounds
 taken turn about (a load drifting between tests hits both), extra_info has both rates and
-`ratio_acl` (targets: >= 0.9 one at a time, >= 0.8 pipelined).  The client signs each request
+`ratio_acl` of the median rounds (targets: >= 0.9 one at a time, >= 0.8 pipelined), and
+`ratio_acl_best` of the best rounds.  The client signs each request
 once (HMAC-SHA1 over its ext fields and body), the broker verifies it once and checks the topic
 against the account it cached for the connection."""
 import itertools
@@ -18,7 +19,7 @@ from tests.servers import NamesrvAndBroker
 
 N = 1000
 IN_FLIGHT = 200
-ROUNDS = 7
+ROUNDS = 15  # (the median of many short rounds: these machines are shared and noisy)
 FAST = dict(poll_name_server_interval=5.0, heartbeat_broker_interval=5.0, persist_consumer_offset_interval=1.0)
 TOPIC = "BenchAcl"
 AK, SK = "bench-producer", "bench-secret-key"
@@ -90,4 +91,6 @@ def test_acl_on(benchmark, acl_on, mode):
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_acl_interleaved(benchmark, acl_off, acl_on, mode):
     rates = interleaved(benchmark, f"acl-{mode}", {"off": acl_off, "on": acl_on}, mode, TOPIC, N, IN_FLIGHT, ROUNDS)
-    benchmark.extra_info.update(acl_off_per_s=rates["off"], acl_on_per_s=rates["on"], ratio_acl=rates["on"] / rates["off"])
+    info = benchmark.extra_info
+    info.update(acl_off_per_s=rates["off"], acl_on_per_s=rates["on"], ratio_acl=rates["on"] / rates["off"],
+                ratio_acl_best=info["on_best_per_s"] / info["off_best_per_s"])

@@ -8,12 +8,15 @@ import asyncio
 import json
 import threading
 import time
+import zlib
 
 import pytest
 
 from rmq_core import (ConsumeStatus, LocalTransactionState, Message, Producer, PullConsumer, PushConsumer,
                       TransactionProducer, aio)
 from rmq_core.admin.client import AdminClient
+from rmq_core.client.trace import TraceType, decode
+from rmq_core.compression import COMPRESSED_FLAG, COMPRESSION_TYPE_MASK, COMPRESSION_ZLIB
 from tests.admin.test_admin_cli import admin, fails, ok, rows, wait_for
 from tests.servers import NamesrvAndBroker
 
@@ -23,12 +26,13 @@ FAST = dict(poll_name_server_interval=1.0, heartbeat_broker_interval=1.0, persis
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory):
     # traceTopicEnable creates RMQ_SYS_TRACE_TOPIC though topics are never made on the fly here
-    # (a half message left UNKNOW is checked back within a second or two)
+    # (a half message left UNKNOW is checked back within a second or two; a retry comes in 1 s)
     c = NamesrvAndBroker(tmp_path_factory.mktemp("trace"), broker_props={
         "traceTopicEnable": "true", "autoCreateTopicEnable": "false", "transactionCheckInterval": "1000",
-        "transactionTimeOut": "1000"})
+        "transactionTimeOut": "1000", "messageDelayLevel": " ".join(["1s"] * 18)})
     try:
-        for topic in ("TraceOrders", "TracePull", "TraceAio", "MyTraceTopic", "TraceFull", "TraceBatch", "TraceTx"):
+        for topic in ("TraceOrders", "TracePull", "TraceAio", "MyTraceTopic", "TraceFull", "TraceBatch", "TraceTx",
+                      "TraceBig", "TraceAioPush"):
             ok("updateTopic", "-b", c.broker_addrs[0], "-t", topic, "-r", "2", "-w", "2", ns=c.namesrv)
         yield c
     finally:
@@ -161,6 +165,48 @@ def test_aio_producer_and_consumer_are_traced(cl):
     assert {v["group"] for v in views} == {"PG_TRACE_AIO", "CG_TRACE_AIO"}
 
 
+def test_aio_push_consumer_is_traced(cl):
+    """aio.PushConsumer wraps the push consumer: its coroutine listener's calls are recorded as
+    SubBefore/SubAfter of its own group, a failing call as failed, its redelivery as a new pair."""
+    ns = cl.namesrv
+    calls: list[str] = []
+
+    async def run():
+        done = asyncio.Event()
+
+        async def listener(msgs):
+            calls.append(msgs[0].msg_id)
+            if len(calls) == 1:
+                return ConsumeStatus.RECONSUME_LATER  # the first delivery fails: traced as failed
+            done.set()
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        # (rebalance_interval: the retry topic's queue is taken within a second of its creation)
+        c = aio.PushConsumer("CG_TRACE_AIO_PUSH", namesrv=ns, enable_msg_trace=True, rebalance_interval=1.0,
+                             consume_from_where="CONSUME_FROM_FIRST_OFFSET", **FAST)
+        c.subscribe("TraceAioPush", "*")
+        c.register_message_listener(listener)
+        async with aio.Producer("PG_TRACE_AIO_PUSH", namesrv=ns, **FAST) as p:  # untraced: only the consumer records
+            r = await p.send(Message("TraceAioPush", b"aio push body", tags="TagP", keys="aio-push-1"))
+        async with c:
+            await asyncio.wait_for(done.wait(), 60)
+            assert c.consumer.trace is not None
+            c.consumer.trace.flush(30)
+        return r
+
+    r = asyncio.run(run())
+    assert calls == [r.msg_id, r.msg_id]
+    views = _types_of(cl.namesrv, r.msg_id, ["SubBefore", "SubAfter", "SubBefore", "SubAfter"])
+    assert {v["group"] for v in views} == {"CG_TRACE_AIO_PUSH"}
+    assert sorted(v["status"] for v in views if v["type"] == "SubAfter") == ["failed", "success"]
+    assert {v["keys"] for v in views} == {"aio-push-1"}
+    with AdminClient(ns) as a:
+        lib = a.message_trace(r.msg_id)
+    befores = {v.request_id: v.retry_times for v in lib if v.type == "SubBefore"}
+    assert {v.request_id for v in lib if v.type == "SubAfter"} == set(befores)  # each call's pair linked
+    assert sorted(befores.values()) == [0, 1]  # the redelivery is the first retry
+
+
 def _types_of(ns, msg_id, wanted: list[str]):
     """The trace rows of a message once every type in `wanted` is there (as many of each)."""
     def ready():
@@ -247,3 +293,32 @@ def test_query_trace_bad_input(cl):
           needle="bad topic!")
     rc, out, err = admin("queryMsgTraceById", "-i", "7F0000010D5818B4AAC2795B82A7FFFF", "--json", ns=ns)
     assert rc == 0 and json.loads(out) == []
+
+
+def test_trace_messages_are_stored_for_4x_java_readers(cl):
+    """A trace batch over 4 KiB is stored as Java's trace producer stores it: deflated with zlib,
+    sysFlag bit 0 and no LZ4/ZSTD type bits, so RocketMQ 4.9's readers (the dashboard, mqadmin
+    queryMsgTraceById: Java's Inflater; zlib.decompress here) read RocketMQ's trace records."""
+    ns = cl.namesrv
+    with Producer("PG_TRACE_BIG", namesrv=ns, enable_msg_trace=True, **FAST) as p:
+        futures = [p.send_async(Message("TraceBig", b"b" * 32, keys=f"big-key-{i:03d}-" + "k" * 40)) for i in range(80)]
+        sent = {f.result(30).msg_id for f in futures}
+        p.trace.flush(30)
+        assert p.trace.sent >= 1 and p.trace.send_failed == 0
+    wait_for(lambda: trace_rows(ns, sorted(sent)[0]), what="the trace of the first send indexed")
+    traces = [m for m in cl.stored_messages("RMQ_SYS_TRACE_TOPIC")
+              if sent & set((m.keys or "").split(" "))]
+    assert traces, "no stored trace message carries the sends' ids as keys"
+    pubs, compressed = set(), 0
+    for m in traces:
+        assert m.sys_flag & COMPRESSION_TYPE_MASK in (0, COMPRESSION_ZLIB), f"sysFlag 0x{m.sys_flag:X}"
+        text = zlib.decompress(m.body) if m.sys_flag & COMPRESSED_FLAG else m.body
+        compressed += bool(m.sys_flag & COMPRESSED_FLAG)
+        assert (m.sys_flag & COMPRESSED_FLAG) == (len(text) >= 4096 and COMPRESSED_FLAG)  # Java's threshold
+        for record in text.decode().split("\x02")[:-1]:  # TraceDataEncoder: \x02 ends each record
+            fields = record.split("\x01")
+            assert fields[0] == "Pub" and len(fields) == 14 and fields[3] == "PG_TRACE_BIG", fields
+            pubs.add(fields[5])
+        assert all(c.trace_type is TraceType.Pub for c in decode(text.decode()))
+    assert compressed >= 1, "no trace batch went over 4 KiB"
+    assert pubs == sent

@@ -7,7 +7,9 @@ from hypothesis import given, strategies as st
 from rmq_core.client.trace import (
     ConsumeReturnType, MessageType, TraceBean, TraceContext, TraceType, TraceView, decode, encode,
 )
-from rmq_core.message import MessageExt
+from rmq_core._native.trace import TraceBuffer
+from rmq_core.client.trace import message_type_of
+from rmq_core.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 
 C, F = "\x01", "\x02"
 MSG_ID = "7F0000010D5818B4AAC2795B82A70000"
@@ -96,8 +98,9 @@ def test_trace_view_keeps_only_the_asked_message():
     assert views[0].client_host == "10.0.0.7:5555" and views[1].status == "failed"
 
 
+# ("null" is how the format writes a null string: it reads back as none)
 _text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)), min_size=1,
-                max_size=12)
+                max_size=12).filter(lambda t: t != "null")
 
 
 @given(group=_text, topic=_text, tags=_text, keys=st.lists(_text, min_size=1, max_size=3), ts=st.integers(0, 2**62),
@@ -108,3 +111,41 @@ def test_round_trip(group, topic, tags, keys, ts, cost, ok):
         body_length=7)])
     (back,) = decode(encode(pub)[0])
     assert back == pub
+
+
+@given(keyed=st.lists(st.tuples(st.sampled_from([MSG_ID, OFFSET_ID, "7F0000010D5818B4AAC2795B82A70001"]),
+                                st.one_of(st.none(), st.lists(st.sampled_from(["order-1", "ü", "k", "order-10", ""]),
+                                                              max_size=3).map(" ".join))),
+                      min_size=1, max_size=40))
+def test_segment_keys_each_once_in_order(keyed):
+    """A trace message's KEYS: every record's message id and keys, each once, first seen first
+    (AsyncTraceDispatcher's key set), space separated, whatever repeats or is empty."""
+    buf = TraceBuffer(1000, lambda: None, "PG", "RMQ_SYS_TRACE_TOPIC", 0.0, None, None, 1 << 20, 1 << 20)
+    for msg_id, keys in keyed:
+        buf.add("r\x02", msg_id, keys)
+    (segment,) = buf.take(0.0, True)
+    want = {}
+    for msg_id, keys in keyed:
+        want.update((k, None) for k in [msg_id, *(keys or "").split(" ")] if k)
+    assert segment.keys == " ".join(want)
+
+
+def test_buffer_bounds_waiting_records_and_waiting_trace_messages_apart():
+    """`capacity` bounds what waits outside full segments (Java's context queue); full segments
+    (trace messages waiting to be sent) are bounded by max_ready: a worker late by a few trace
+    messages loses nothing, one that does not come loses what comes after max_ready of them."""
+    wakes = []
+    buf = TraceBuffer(4, lambda: wakes.append(len(wakes)), "PG", "RMQ_SYS_TRACE_TOPIC", 0.0, SendStatus.SEND_OK,
+                      message_type_of, 200, 1 << 20, 3)  # (a Pub record is ~150 bytes: two fill a segment)
+    result = SendResult(SendStatus.SEND_OK, MSG_ID, OFFSET_ID, MessageQueue("T", "broker-a", 0), 7)
+    context = (Message("T", b"body"), MSG_ID, "ASYNC", None, "127.0.0.1:10911", 3.0, 0.0, None)
+    kept = sum(buf.offer_pub(context, result) for _ in range(30))
+    assert kept == 3 * 2 and buf.discarded == 24  # three full segments waiting: the rest dropped
+    assert len(buf.ready) == 3 and len(buf) == 6 and wakes
+    assert [s.count for s in buf.take(0.0, True)] == [2, 2, 2] and len(buf) == 0
+    # a worker keeping up: the capacity bounds only the records outside full segments
+    kept = sum(buf.offer_pub(context, result) for _ in range(5))
+    assert kept == 5 and len(buf.ready) == 2 and len(buf) == 5
+    small = TraceBuffer(4, lambda: None, "PG", "RMQ_SYS_TRACE_TOPIC", 0.0, SendStatus.SEND_OK, message_type_of,
+                        1 << 20, 1 << 20, 3)
+    assert sum(small.offer_pub(context, result) for _ in range(10)) == 4 and small.discarded == 6

@@ -221,3 +221,21 @@ def test_pull_consumer_and_delay_level(servers, home):
         d.finish(60)
         got = sorted(m["body"] for m in d.messages())
     assert got == ["now", "soon"], got
+
+
+def test_rmq_producer_defaults_reach_the_official_consumer(servers, home):
+    """rmq's producer compresses large bodies with LZ4 by default (sysFlag 0x101, stored so); the
+    official 4.x client only inflates with zlib, and the broker serves it such records rewritten to
+    zlib: its pull reads the exact bodies, large and small."""
+    from rmq_core import Message, Producer
+
+    topic, big = "CppFromRmq", "lz4 body " * 2000
+    produce(home, servers.namesrv, topic, [{"body": "warmup", "tags": "TagW"}])  # creates the topic
+    with Producer("PG_RMQ_TO_CPP", namesrv=servers.namesrv) as p:
+        p.send(Message(topic, big.encode(), tags="TagA"))
+        p.send(Message(topic, b"small", tags="TagA"))
+    stored = {m.body_crc: m.sys_flag for m in servers.stored_messages(topic)}
+    assert sorted(stored.values()) == [0, 0, 0x101], stored  # the big one stored as rmq sent it: LZ4
+    d = Driver(home, "pull", servers.namesrv, topic, "CID_CPP_FROM_RMQ", "TagA")
+    d.finish(60)
+    assert sorted(m["body"] for m in d.messages()) == sorted([big, "small"]), d.stderr_tail()

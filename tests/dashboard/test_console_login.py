@@ -3,6 +3,7 @@ aclEnable=true and `rmq dashboard --users FILE --access-key ... --secret-key ...
 Chromium no session shows the login page, a wrong password is refused, the right one opens the
 console, logout ends the session; an API call without the session cookie is answered 401; the
 console's admin calls are signed with its account (and refused by the broker without one)."""
+import http.client
 import json
 import os
 import subprocess
@@ -174,3 +175,82 @@ def test_console_without_an_account_is_refused_by_the_broker(acl_cluster):
             assert proc2.terminate() == 0
     finally:
         assert proc.terminate() == 0
+
+
+def login(port, user, password, source="127.0.0.1"):
+    """POST /api/login from a loopback `source` address: (status, JSON answer, headers)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    try:
+        conn.request("POST", "/api/login", json.dumps({"user": user, "password": password}),
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        return r.status, json.loads(r.read()), r.headers
+    finally:
+        conn.close()
+
+
+def test_standalone_console_limits_failed_logins_and_rereads_its_users(tmp_path):
+    users = tmp_path / "users"
+    assert adduser(users, "ops", "right-password").returncode == 0
+    port = free_port()
+    proc = RmqProcess(["standalone", "--store", str(tmp_path / "store"), "--namesrv-listen", f"127.0.0.1:{free_port()}",
+                       "--broker-listen", f"127.0.0.1:{free_port()}", "--dashboard", f"127.0.0.1:{port}",
+                       "--users", str(users)], ("rmq console",))
+    try:
+        proc.wait_boot()
+        status, _, body = get(f"http://127.0.0.1:{port}/api/topics")
+        assert status == 401 and "not logged in" in json.loads(body)["error"]
+        # five failed logins from one address, then its logins are refused - even the right one
+        for _ in range(5):
+            status, answer, _ = login(port, "ops", "wrong-password")
+            assert status == 401 and answer["error"] == "wrong user name or password"
+        status, answer, headers = login(port, "ops", "right-password")
+        assert status == 429, answer
+        assert answer["error"].startswith("too many failed logins from 127.0.0.1: try again in ")
+        assert 1 <= int(headers["Retry-After"]) <= 60
+        # another address is not held back
+        status, answer, headers = login(port, "ops", "right-password", source="127.0.0.2")
+        assert status == 200 and answer == {"user": "ops"}
+        ops_cookie = headers["Set-Cookie"].split(";")[0]
+
+        # the users file changed on disk: a new user logs in, a removed one's session ends
+        assert adduser(users, "dev", "dev-password").returncode == 0
+        status, answer, _ = login(port, "dev", "dev-password", source="127.0.0.2")
+        assert status == 200 and answer == {"user": "dev"}
+        users.write_text("".join(line + "\n" for line in users.read_text().splitlines() if not line.startswith("ops:")))
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/api/topics", headers={"Cookie": ops_cookie})
+        try:
+            urllib.request.urlopen(req, timeout=20)
+            raise AssertionError("a removed user's session went on")
+        except urllib.error.HTTPError as e:
+            assert e.code == 401
+        assert login(port, "ops", "right-password", source="127.0.0.2")[0] == 401
+    finally:
+        assert proc.terminate() == 0
+
+
+def test_failed_logins_count_within_the_window_only(tmp_path):
+    from rmq_core.dashboard.auth import LOGIN_FAILURE_WINDOW, Sessions, TooManyLogins, hash_password
+
+    now = [1000.0]
+    sessions = Sessions({"ops": hash_password("right", n=1 << 4)}, clock=lambda: now[0])
+    for i in range(5):
+        now[0] += 1
+        assert sessions.login("ops", "wrong", "10.0.0.1") is None
+    with pytest.raises(TooManyLogins, match=r"too many failed logins from 10.0.0.1: try again in 56 s") as e:
+        sessions.login("ops", "right", "10.0.0.1")
+    assert e.value.retry_after == LOGIN_FAILURE_WINDOW - 4
+    now[0] += LOGIN_FAILURE_WINDOW - 4  # the first failure is a window old: one more try
+    assert sessions.login("ops", "wrong", "10.0.0.1") is None
+    with pytest.raises(TooManyLogins):
+        sessions.login("ops", "right", "10.0.0.1")
+    now[0] += LOGIN_FAILURE_WINDOW
+    assert sessions.login("ops", "right", "10.0.0.1") is not None  # and a success forgets the failures
+    assert sessions.login("ops", "wrong", "10.0.0.1") is None
+
+
+def test_standalone_users_without_a_console_is_refused_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "rmq_core.cli", "standalone", "--store", str(tmp_path / "store"),
+                        "--users", str(tmp_path / "users")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "--users asks for a login to the console: give --dashboard HOST:PORT too" in r.stderr

@@ -248,10 +248,50 @@ def get_consumer_status(admin, args, out):
                for mq, off in sorted(table.items())])
 
 
-@command("startMonitoring", "Watch every consumer group's undone messages, round after round (RocketMQ's "
-         "MonitorService with its default listener)",
+# analyzeSubscription's and analyzeProcessQueue's thresholds (ConsumerRunningInfo): members started
+# less than two minutes ago may still be rolling out a new subscription; a queue with cached
+# messages not consumed for a minute may be blocked
+SETTLE_MS = 120_000
+BLOCKED_MS = 60_000
+
+
+def running_info_findings(infos: dict, now_ms: int, settle_ms: int = SETTLE_MS) -> list[tuple[str, str]]:
+    """RocketMQ's ConsumerRunningInfo.analyzeSubscription and analyzeProcessQueue over one group's
+    members' running info (client id -> info): [(client id, what is wrong)], nothing when all is well."""
+    out = []
+    push = [(cid, i) for cid, i in sorted(infos.items())
+            if (i.get("properties") or {}).get("PROP_CONSUME_TYPE", i.get("properties", {}).get("consumeType"))
+            == "CONSUME_PASSIVELY"]
+    settled = [(cid, i) for cid, i in push
+               if now_ms - int((i.get("properties") or {}).get("PROP_CONSUMER_START_TIMESTAMP") or now_ms) > settle_ms]
+    subs = {cid: frozenset((s.get("topic"), s.get("subString")) for s in i.get("subscriptionSet") or [])
+            for cid, i in settled}
+    if len(set(subs.values())) > 1:
+        for cid, sub in subs.items():
+            out.append((cid, "Subscription differs in the same group of consumer: "
+                        + ", ".join(f"{t}({e})" for t, e in sorted(sub))))
+    out += [(cid, "Subscription empty") for cid, sub in subs.items() if not sub]
+    for cid, info in push:
+        orderly = (info.get("properties") or {}).get("PROP_CONSUMEORDERLY") == "true"
+        for q in sorted(info.get("mqTable") or [], key=lambda q: (q["topic"], q["brokerName"], q["queueId"])):
+            where = f"{q['topic']}@{q['brokerName']}:{q['queueId']}"
+            if orderly and not q.get("locked"):
+                out.append((cid, f"{where} can't lock for a while, {now_ms - int(q.get('lastLockTimestamp') or 0)}ms"))
+            elif orderly and q.get("droped") and int(q.get("tryUnlockTimes") or 0) > 0:
+                out.append((cid, f"{where} unlock {q['tryUnlockTimes']} times, still failed"))
+            elif not orderly and int(q.get("cachedMsgCount") or 0) > 0 and q.get("lastConsumeTimestamp") \
+                    and now_ms - int(q["lastConsumeTimestamp"]) > BLOCKED_MS:
+                out.append((cid, f"{where} can't consume for a while, maybe blocked, "
+                                 f"{now_ms - int(q['lastConsumeTimestamp'])}ms"))
+    return out
+
+
+@command("startMonitoring", "Watch every consumer group round after round as RocketMQ's MonitorService does: "
+         "undone messages, failed consumption, each member's throughput and what its running info shows wrong",
          arg("--rounds", type=int, default=0, help="stop after this many rounds (default 0: run until interrupted)"),
-         arg("--interval", type=float, default=20.0, help="seconds between rounds (default 20, as MonitorService)"))
+         arg("--interval", type=float, default=20.0, help="seconds between rounds (default 20, as MonitorService)"),
+         arg("--settle", type=float, default=SETTLE_MS / 1000,
+             help="seconds a member must have run before its subscription is compared with the others' (default 120)"))
 def start_monitoring(admin, args, out):
     import time
 
@@ -259,29 +299,64 @@ def start_monitoring(admin, args, out):
         raise UsageError(f"bad --rounds {args.rounds}: must be >= 0")
     if args.interval <= 0:
         raise UsageError(f"bad --interval {args.interval}: must be > 0")
+    if args.settle < 0:
+        raise UsageError(f"bad --settle {args.settle}: must be >= 0")
     if out.as_json and not args.rounds:
         raise UsageError("--json prints when the rounds end: give --rounds N")
+
+    def report(kind: str, columns: list, rows: list, round_no: int) -> None:
+        # (one JSON array holds every report's rows: "report" tells them apart)
+        if out.as_json:
+            columns, rows = ["Report", *columns], [(kind, *r) for r in rows]
+        out.table(columns, rows, title=None if out.as_json else f"[{kind}] round {round_no}")
+
     done = 0
     while True:
         begin = time.time()
-        rows = []
+        now = int(begin * 1000)
+        undone, failed, throughput, findings = [], [], [], []
         for group in admin.consumer_groups():
             try:
                 stats = admin.consume_stats(group)
             except RMQError:  # (a group without offsets yet)
-                continue
+                stats = None
             by_topic: dict[str, list] = {}
-            for q in stats.queues:
+            for q in stats.queues if stats is not None else ():
                 if not q.topic.startswith(MixAll.RETRY_GROUP_TOPIC_PREFIX):
                     by_topic.setdefault(q.topic, []).append(q)
-            now = int(begin * 1000)
             for topic, queues in sorted(by_topic.items()):
                 behind = [q for q in queues if q.diff > 0]
                 oldest = min((q.last_timestamp for q in behind if q.last_timestamp > 0), default=0)
-                rows.append((fmt_time(now), group, topic, sum(q.diff for q in queues),
-                             max((q.diff for q in queues), default=0), now - oldest if oldest else 0))
-        out.table(["Time", "Consumer Group", "Topic", "Undone Msgs", "Undone Single MQ", "Undone Delay(ms)"], rows,
-                  title=None if out.as_json else f"[UNDONE_MSG] round {done + 1}")
+                undone.append((fmt_time(now), group, topic, sum(q.diff for q in queues),
+                               max((q.diff for q in queues), default=0), now - oldest if oldest else 0))
+            # reportConsumerRunningInfo: each live member's running info (none: the group is offline)
+            infos = {}
+            try:
+                members = admin.consumer_connection(group).connections
+            except RMQError:
+                members = ()
+            for c in members:
+                try:
+                    infos[c.client_id] = admin.consumer_running_info(group, c.client_id)
+                except RMQError:
+                    continue
+            for cid, info in sorted(infos.items()):
+                for topic, st in sorted((info.get("statusTable") or {}).items()):
+                    failed.append((group, topic, cid, float(st.get("consumeFailedTPS", 0)),
+                                   int(st.get("consumeFailedMsgs", 0))))
+                    throughput.append((group, topic, cid, float(st.get("pullTPS", 0)), float(st.get("pullRT", 0)),
+                                       float(st.get("consumeOKTPS", 0)), float(st.get("consumeFailedTPS", 0)),
+                                       float(st.get("consumeRT", 0))))
+            findings += [(group, cid, what) for cid, what in running_info_findings(infos, now, int(args.settle * 1000))]
+        round_no = done + 1
+        report("UNDONE_MSG", ["Time", "Consumer Group", "Topic", "Undone Msgs", "Undone Single MQ", "Undone Delay(ms)"],
+               undone, round_no)
+        report("FAILED_MSG", ["Consumer Group", "Topic", "Client Id", "Failed TPS", "Failed Msgs (last hour)"],
+               [r for r in failed if r[4] > 0 or r[3] > 0], round_no)
+        report("CONSUME_STATS", ["Consumer Group", "Topic", "Client Id", "Pull TPS", "Pull RT(ms)", "OK TPS", "Failed TPS",
+                                 "Consume RT(ms)"],
+               throughput, round_no)
+        report("RUNNING_INFO", ["Consumer Group", "Client Id", "Finding"], findings, round_no)
         done += 1
         if args.rounds and done >= args.rounds:
             return

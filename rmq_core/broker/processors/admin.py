@@ -224,7 +224,7 @@ class AdminBrokerProcessor(Processor):
         return request.make_response(ResponseCode.SUCCESS, None, None, json_body({"table": self.ctrl.runtime_info()}))
 
     async def get_broker_config(self, ctx, request):
-        props = {**self.ctrl.store_config.to_properties(), **self.ctrl.broker_config.to_properties()}
+        props = {**self.ctrl.store_config.to_properties(), **self.ctrl.broker_config.to_properties(hide_secrets=True)}
         text = "\n".join(f"{k}={v}" for k, v in sorted(props.items()))
         return request.make_response(ResponseCode.SUCCESS, None, None, text.encode("utf-8"))
 
