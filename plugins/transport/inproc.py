@@ -363,11 +363,11 @@ class InprocPipelinedChannel(PendingRequests):
     def closed(self) -> bool:
         return self._closed
 
-    def send(self, frame, opaque: int, timeout: float, on_done, context=None, request=None) -> None:
+    def send(self, frame, opaque: int, timeout: float, on_done, context=None, built: bool = False) -> None:
         """PipelinedChannel.send: on_done(context, response, None) or on_done(context, None, error),
-        exactly once (request: as its)."""
-        if self._hooks is not None:
-            frame = self.intercept(frame, opaque, on_done, context, request)
+        exactly once."""
+        if self._hooks is not None and (not built or self.intercept_built is not None):
+            frame = self.intercept(frame, opaque, on_done, context, built)
             if frame is None:
                 return
         if self._closed:
@@ -381,10 +381,10 @@ class InprocPipelinedChannel(PendingRequests):
         if not _schedule(server._loop, server._deliver_frame, frame):
             self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
 
-    def send_oneway(self, frame, request=None) -> None:
-        """A request no answer is expected to (its flag says oneway); request: as send()'s."""
+    def send_oneway(self, frame, built: bool = False) -> None:
+        """A request no answer is expected to (its flag says oneway); built: as send()'s."""
         if self._intercept is not None:
-            frame = self._oneway_step(frame, request)
+            frame = self._oneway_step(frame, built)
         if self._closed:
             raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
         server = self._server

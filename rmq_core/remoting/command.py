@@ -511,9 +511,12 @@ _JSON = SerializeType.JSON
 _CURRENT_VERSION = int(MQVersion.CURRENT)
 
 
-def json_int(value) -> int | None:
-    """A JSON value read as an integer as fastjson reads one: an int, or a str int() takes; None
-    for anything else (the caller names the field)."""
+def _int_field(obj: dict, name: str, default: int | None) -> int:
+    value = obj.get(name)
+    if value is None:
+        if default is None:
+            raise RemotingCommandError(f"bad JSON header: field {name!r} is missing")
+        return default
     if type(value) is int:
         return value
     if isinstance(value, str):
@@ -521,19 +524,7 @@ def json_int(value) -> int | None:
             return int(value)
         except ValueError:
             pass
-    return None
-
-
-def _int_field(obj: dict, name: str, default: int | None) -> int:
-    value = obj.get(name)
-    if value is None:
-        if default is None:
-            raise RemotingCommandError(f"bad JSON header: field {name!r} is missing")
-        return default
-    number = json_int(value)
-    if number is None:
-        raise RemotingCommandError(f"bad JSON header: field {name!r} has value {value!r:.80}, expected an integer")
-    return number
+    raise RemotingCommandError(f"bad JSON header: field {name!r} has value {value!r:.80}, expected an integer")
 
 
 # The native JSON header codec (rmq_core/_native/frame.pyx): the common flat header in

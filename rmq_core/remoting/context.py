@@ -125,14 +125,16 @@ class ProcessorTable:
                 return request.make_response(
                     ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]system busy, start flow control for a while")
             if steps is not None:
-                steps.run_before(ctx.remote_address, request, ctx)
+                for step in steps.before:
+                    step(ctx.remote_address, request, ctx)
             response = fn(ctx, request)
             # (a coroutine is by far the usual awaitable; inspect.isawaitable only for the rest)
             if type(response) is _CoroutineType or (
                     response is not None and type(response) is not RemotingCommand and inspect.isawaitable(response)):
                 return self.finish_steps(ctx, request, response, steps)
             if steps is not None and response is not None:
-                steps.run_after(ctx.remote_address, request, response, ctx)
+                for step in steps.after:
+                    step(ctx.remote_address, request, response, ctx)
             return response
         except asyncio.CancelledError:
             raise
@@ -145,7 +147,8 @@ class ProcessorTable:
         try:
             response = await awaitable
             if steps is not None and response is not None:
-                steps.run_after(ctx.remote_address, request, response, ctx)
+                for step in steps.after:
+                    step(ctx.remote_address, request, response, ctx)
             return response
         except asyncio.CancelledError:
             raise
@@ -339,7 +342,8 @@ class ChannelContext:
         client-side steps run before it leaves and on its answer)."""
         steps = self._steps
         if steps is not None:
-            steps.run_before(self.peer_name, request)
+            for step in steps.before:
+                step(self.peer_name, request)
         opaque, future = self._expect(request, timeout)
         try:
             channel = self.channel
@@ -372,7 +376,8 @@ class ChannelContext:
         after() before on_answer; one that raises fails the request)."""
         steps = self._steps
         if steps is not None:
-            steps.run_before(self.peer_name, request)
+            for step in steps.before:
+                step(self.peer_name, request)
             on_answer = _AfterSteps(steps.after, self.peer_name, request, on_answer)
         opaque, future = self._expect(request, timeout, on_answer)
         try:
@@ -450,7 +455,8 @@ class ChannelContext:
         request.mark_oneway()
         steps = self._steps
         if steps is not None:
-            steps.run_before(self.peer_name, request)
+            for step in steps.before:
+                step(self.peer_name, request)
         try:
             channel = self.channel
             if not channel.send_nowait(request):
@@ -501,7 +507,15 @@ class ChannelContext:
                 response.serialize_type = command.serialize_type
                 self._send_response(response)
             return
-        self.answer_later(command, response)
+        coro = response
+        try:
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            self._answer(command, stop.value)
+            return
+        except asyncio.CancelledError:
+            return
+        self._spawn(self._finish(command, coro, yielded))
 
     def answer_later(self, request: RemotingCommand, coro) -> None:
         """Answer `request` with what coroutine `coro` returns: run at once up to its first

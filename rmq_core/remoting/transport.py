@@ -41,9 +41,9 @@ plugins/transport/tcp.py, and tests/remoting/unix_transport.py for a third one i
         connect_blocking(address, *, max_frame_length, timeout)
                                       a transport that moves no bytes (inproc): those connections
                                       itself, with PipelinedChannel's / BlockingChannel's interface
-                                      (its pending table is remoting's PendingRequests; with an
-                                      intercept, send, exchange and send_oneway take `request=` a
-                                      send not yet written, frame None: steps.FrameStep.before_request)
+                                      (its pending table is remoting's PendingRequests; send,
+                                      exchange and send_oneway take `built=True` for a frame whose
+                                      writer signed it: steps.FrameStep.before_built)
 
 `serve` calls `on_channel(channel)` (in the listener's loop) for every accepted connection; the
 callee must call `channel.start(...)` before returning.  A frame the transport cannot decode, or one
