@@ -29,15 +29,21 @@ def bench_rounds(benchmark, group: str, p, mode: str, topic: str, n: int, in_fli
 
 def interleaved(benchmark, group: str, producers: dict, mode: str, topic: str, n: int, in_flight: int,
                 rounds: int) -> dict[str, float]:
-    """Rounds of each producer in turn; returns each one's sends/s (the median round, the first
-    dropped as a warm-up).  extra_info gets each one's best round too (`<name>_best_per_s`): on a
-    shared machine other work only ever slows a round down, so the best rounds compare the two
-    with the least of it."""
+    """Rounds of each producer in turn, the order turned each round; returns each one's sends/s
+    (the median round, the first dropped as a warm-up).  extra_info gets each one's best round
+    too (`<name>_best_per_s`): on a shared machine other work only ever slows a round down, so the
+    best rounds compare the two with the least of it."""
     benchmark.group = group
     times: dict[str, list[float]] = {name: [] for name in producers}
+    turns = [list(producers.items()), list(reversed(producers.items()))]
+    rounds_run = [0]
 
     def run():
-        for name, p in producers.items():
+        # the order turns each round: what one producer leaves behind (a trace worker still
+        # sending, a broker still flushing) falls on each side alike
+        order = turns[rounds_run[0] % 2]
+        rounds_run[0] += 1
+        for name, p in order:
             t = time.perf_counter()
             send_round(p, mode, topic, n, in_flight)
             times[name].append(time.perf_counter() - t)
