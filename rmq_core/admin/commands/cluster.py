@@ -141,11 +141,10 @@ def stats_all(admin, args, out):
             if d:
                 in_tps += float(d["statsMinute"]["tps"])
                 in_day += int(d["statsDay"]["sum"])
-        groups = []
         try:
             groups = admin.topic_consumed_by(t)
-        except RMQError:
-            pass
+        except RMQError:  # (a broker that cannot say: the topic's row without its groups)
+            groups = []
         if not groups:
             if not args.activeTopic or in_day > 0:
                 rows.append((t, "", 0, round(in_tps, 2), 0.0, int(in_day), 0))
