@@ -4,7 +4,6 @@
 - PipelinedSender: a plain message's first attempt - its queue picked, its request frame written
   by frame.pyx's SendHeader, the LeanFuture and its context, the write on the broker's pipelined
   connection;
-- PipelinedWrites: a pipelined connection's write side (rmq_core.remoting.pipelined);
 - deliver_responses and PipelinedCompletion: answers (frame.pyx: read_send_responses) matched to
   their requests and finished as SendResults (SendResultMaker; finish_batch for auto_batch);
 - the LeanFuture steps (finish_unwatched, lean_result, subscribe_unwatched).
@@ -22,6 +21,7 @@ cimport cython
 
 from clock cimport monotonic as _monotonic
 from rmq_core._native.frame cimport RESPONSE_FLAG, SendHeader, SendResponse
+from rmq_core._native.socket_io cimport PipelinedWrites
 from rmq_core._native.trace cimport TraceBuffer
 
 
@@ -49,12 +49,8 @@ cdef class SendResultMaker:
         if field_names != ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "transaction_id",
                            "region_id"):
             raise ValueError(f"SendResultMaker: unexpected SendResult fields {field_names!r}")
-        self._cls = send_result_cls
-        self._new = send_result_cls.__new__
-        self._names = field_names
-        self._queue_cls = message_queue_cls
-        self._status = status_by_code
-        self._default_region = default_region
+        self._cls, self._new, self._names = send_result_cls, send_result_cls.__new__, field_names
+        self._queue_cls, self._status, self._default_region = message_queue_cls, status_by_code, default_region
 
     cpdef object make(self, SendResponse response, mq, str msg_id):
         """The SendResult of a successful answer; None when its code is not a send status (the
@@ -243,149 +239,6 @@ cdef class PipelinedCompletion:
         return 0
 
 
-# --- the pipelined connection's writes ----------------------------------------------------------------
-@cython.final
-cdef class PipelinedWrites:
-    """A PipelinedChannel's write side (see rmq_core.remoting.pipelined): the pending table's entries
-    made, frames gathered while a write is in progress or answers are due, and who writes them.
-    No method calls Python code or lets go of the GIL, so each one is atomic for all the threads
-    sharing the channel: no lock.  `writing` marks a thread in a socket write; it takes what
-    gathered meanwhile (next_write) before it leaves."""
-
-    cdef readonly dict pending  # opaque -> (deadline, on_done, context)
-    cdef list _frames  # gathered for the next write, in order
-    cdef Py_ssize_t _bytes
-    cdef Py_ssize_t _requests  # requests among them
-    cdef readonly Py_ssize_t unanswered  # requests written whose answers have not come (about: never < 0)
-    cdef readonly double held_since  # when the first gathered frame came (0: none)
-    cdef readonly bint writing
-    cdef readonly bint closed
-    cdef readonly object error  # what closed it (the first failure)
-    cdef public bint closing
-    cdef readonly double last_send  # when a request was last offered
-    cdef public Py_ssize_t coalesce_bytes
-    cdef public double coalesce_delay
-
-    def __init__(self, dict pending, Py_ssize_t coalesce_bytes, double coalesce_delay):
-        self.pending = pending
-        self._frames = []
-        self.coalesce_bytes = coalesce_bytes
-        self.coalesce_delay = coalesce_delay
-
-    cdef inline object _take(self, list fresh):
-        """What gathered, as one bytes, and `fresh` (an empty list its caller made before it read
-        any state) in its place.  Nothing here allocates a container: a container's allocation may
-        run the cyclic garbage collector, whose finalizers run Python code and so may hand the GIL
-        to another thread - one appending to the list being taken would lose its frame."""
-        cdef list frames = self._frames
-        self._frames = fresh
-        data = frames[0] if len(frames) == 1 else b"".join(frames)
-        self.unanswered += self._requests
-        self._requests = 0
-        self._bytes = 0
-        self.held_since = 0.0
-        return data
-
-    @property
-    def gathered(self):
-        """True while frames wait to be written."""
-        return len(self._frames) > 0
-
-    cpdef object offer(self, frame, opaque, double timeout, on_done, context):
-        """A request (its frame, length prefix included): None when it gathered (a write in
-        progress or answers due - that writer, the reader, the next caller or a waiter writes it);
-        False when the channel is closed or closing (nothing registered); else the bytes to write
-        now (what gathered, then this frame) and this thread is the writer (next_write after)."""
-        cdef double now
-        cdef Py_ssize_t n = len(frame)
-        if self.closed or self.closing:
-            return False
-        now = _monotonic()
-        self.last_send = now
-        # (the containers made first: a collection they may start can let other threads in -
-        # before this one has read the state it decides on below, never in between)
-        entry = (now + timeout, on_done, context)
-        cdef list fresh = []
-        self.pending[opaque] = entry
-        if self.writing or (self.unanswered > 0 and self._bytes + n <= self.coalesce_bytes
-                            and (self.held_since == 0.0 or now - self.held_since < self.coalesce_delay)):
-            if not self._frames:
-                self.held_since = now
-            self._frames.append(frame)
-            self._bytes += n
-            self._requests += 1
-            return None
-        self._requests += 1
-        if self._frames:  # what gathered goes first, in order
-            self._frames.append(frame)
-            frame = self._take(fresh)
-        else:
-            self._take(fresh)
-        self.writing = True
-        return frame
-
-    cpdef object next_write(self):
-        """The writer's next bytes after a write: what gathered meanwhile (it stays the writer), or
-        None - nothing did, or the channel closed - and `writing` is cleared."""
-        cdef list fresh = []
-        if not self._frames or self.closed:
-            self.writing = False
-            return None
-        return self._take(fresh)
-
-    cpdef object start_flush(self, Py_ssize_t answered=0):
-        """`answered` answers came; then what gathered, to write now (this thread is the writer),
-        or None: a write is in progress, nothing gathered or the channel is closed."""
-        cdef list fresh = []
-        if answered:
-            self.unanswered = max(0, self.unanswered - answered)
-        if self.writing or not self._frames or self.closed:
-            return None
-        data = self._take(fresh)
-        self.writing = True
-        return data
-
-    cpdef object end_flush(self, rest):
-        """A non-blocking write ended: `rest`, the bytes it could not write (maybe part of a
-        frame), goes first next time; `writing` is cleared."""
-        self.writing = False
-        if rest:
-            self._frames.insert(0, rest)
-            self._bytes += len(rest)
-            if self.held_since == 0.0:
-                self.held_since = _monotonic()
-        return None
-
-    cpdef object write_failed(self):
-        """A write failed: `writing` cleared, what gathered dropped (the connection goes)."""
-        cdef list fresh = []
-        self.writing = False
-        if self._frames:
-            self._take(fresh)
-        return None
-
-    cpdef object answered(self, Py_ssize_t n):
-        """n answers came (or n requests stopped counting on one: timed out)."""
-        self.unanswered = max(0, self.unanswered - n)
-        return None
-
-    cpdef object add_response(self, response):
-        """A frame that is no request of ours (a refusal), written with what gathered."""
-        if not self._frames:
-            self.held_since = _monotonic()
-        self._frames.append(response)
-        self._bytes += len(response)
-        return None
-
-    cpdef bint mark_closed(self, error):
-        """Closed for good by `error` (the first call's is kept in `error`); True for the first call."""
-        if self.closed:
-            return False
-        self.closed = True
-        self.error = error
-        return True
-
-
 # --- the pipelined send path -------------------------------------------------------------------------
 DEF _INT32_MAX = 0x7FFFFFFF
 
@@ -450,33 +303,21 @@ cdef class PipelinedSender:
                  set checked_topics, check_message, new_uniq, opaques, future_cls, message_cls, channel_for,
                  remoting_error, completion, send_general, failed, bint one_channel_per_broker,
                  Py_ssize_t max_message_size, Py_ssize_t compress_over, bint fault_enabled=True):
-        self._routes = routes
-        self._headers = headers
-        self._broker_addrs = broker_addrs
-        self._master_id = master_id
-        self._benched = benched
-        self._clock = clock
-        self._select_queue = select_queue
-        self._checked_topics = checked_topics
-        self._check_message = check_message
-        self._new_uniq = new_uniq
-        self._opaques = opaques
-        self._future_cls = future_cls
+        # the route: tables the client instance keeps current
+        self._routes, self._headers, self._broker_addrs, self._master_id = routes, headers, broker_addrs, master_id
+        self._benched, self._clock, self._select_queue = benched, clock, select_queue  # (the fault strategy's)
+        self._checked_topics, self._check_message = checked_topics, check_message
+        self._new_uniq, self._opaques, self._message_cls = new_uniq, opaques, message_cls
         # a LeanFuture made without its __init__: its class holds the defaults, only _state is set
-        self._new_future = future_cls.__new__
-        self._message_cls = message_cls
-        self._channel_for = channel_for
-        self._remoting_error = remoting_error
-        self._completion = completion
-        self._send_general = send_general
-        self._failed = failed
+        self._future_cls, self._new_future = future_cls, future_cls.__new__
+        # the write, its answer and what a failure falls back to
+        self._channel_for, self._remoting_error, self._completion = channel_for, remoting_error, completion
+        self._send_general, self._failed = send_general, failed
         # with one connection per broker, the one channel_for gave for an address
         # (a tcp or in-proc one) serves until it closes; with more, channel_for takes them in turn
         self._channels = {} if one_channel_per_broker else None
-        self._max_message_size = max_message_size
-        self._compress_over = compress_over
-        self._fault_enabled = fault_enabled
-        self._open = True
+        self._max_message_size, self._compress_over = max_message_size, compress_over
+        self._fault_enabled, self._open = fault_enabled, True
 
     def configure(self, *, max_message_size=None, compress_over=None, fault_enabled=None, open=None):
         """The settings that change while the producer runs, pushed by the Python layer that owns

@@ -1,5 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Socket kernels of the remoting connections: a descriptor and bytes in, ints out.
+"""The kernels of a remoting connection's write side: what a request does from the moment its frame
+is made until the socket has it.
+
+- PipelinedWrites: a pipelined connection's write state (rmq_core.remoting.pipelined) - the
+  pending table's entries, the frames gathered while a write is in progress or answers are due,
+  who writes them;
+- exchange(): a descriptor and bytes in, ints out.
+
 
 exchange() is a sync request's round trip on a connection nobody else reads at that moment (a
 BlockingChannel's, or a PipelinedChannel's idle one): write the request, receive once - with the
@@ -14,6 +21,10 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyOb
 from cpython.exc cimport PyErr_CheckSignals
 from libc.errno cimport EAGAIN, EINTR, errno
 from libc.string cimport strerror
+
+cimport cython
+
+from clock cimport monotonic as _monotonic
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t c_send "send"(int fd, const void* buf, size_t n, int flags)
@@ -32,20 +43,6 @@ cdef extern from "<poll.h>" nogil:
 
 cdef extern from "<errno.h>" nogil:
     int EWOULDBLOCK
-
-cdef extern from "<time.h>" nogil:
-    struct timespec:
-        long tv_sec
-        long tv_nsec
-    int clock_gettime(int clk_id, timespec* tp)
-    int CLOCK_MONOTONIC
-
-
-cdef inline double _monotonic() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
-
 
 cdef inline int _wait_ms(double deadline) noexcept nogil:
     """Milliseconds left until `deadline` (rounded up, so a poll never returns just before it)."""
@@ -126,3 +123,132 @@ def exchange(int fd, frame, into, double timeout):
             PyBuffer_Release(&buf)
     finally:
         PyBuffer_Release(&out)
+
+
+# --- a pipelined connection's writes ----------------------------------------------------------------
+@cython.final
+cdef class PipelinedWrites:
+    """A PipelinedChannel's write side (see rmq_core.remoting.pipelined): the pending table's entries
+    made, frames gathered while a write is in progress or answers are due, and who writes them.
+    No method calls Python code or lets go of the GIL, so each one is atomic for all the threads
+    sharing the channel: no lock.  `writing` marks a thread in a socket write; it takes what
+    gathered meanwhile (next_write) before it leaves."""
+
+    def __init__(self, dict pending, Py_ssize_t coalesce_bytes, double coalesce_delay):
+        self.pending = pending
+        self._frames = []
+        self.coalesce_bytes = coalesce_bytes
+        self.coalesce_delay = coalesce_delay
+
+    cdef object _take(self, list fresh):
+        """What gathered, as one bytes, and `fresh` (an empty list its caller made before it read
+        any state) in its place.  Nothing here allocates a container: a container's allocation may
+        run the cyclic garbage collector, whose finalizers run Python code and so may hand the GIL
+        to another thread - one appending to the list being taken would lose its frame."""
+        cdef list frames = self._frames
+        self._frames = fresh
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        self.unanswered += self._requests
+        self._requests = 0
+        self._bytes = 0
+        self.held_since = 0.0
+        return data
+
+    @property
+    def gathered(self):
+        """True while frames wait to be written."""
+        return len(self._frames) > 0
+
+    cpdef object offer(self, frame, opaque, double timeout, on_done, context):
+        """A request (its frame, length prefix included): None when it gathered (a write in
+        progress or answers due - that writer, the reader, the next caller or a waiter writes it);
+        False when the channel is closed or closing (nothing registered); else the bytes to write
+        now (what gathered, then this frame) and this thread is the writer (next_write after)."""
+        cdef double now
+        cdef Py_ssize_t n = len(frame)
+        if self.closed or self.closing:
+            return False
+        now = _monotonic()
+        self.last_send = now
+        # (the containers made first: a collection they may start can let other threads in -
+        # before this one has read the state it decides on below, never in between)
+        entry = (now + timeout, on_done, context)
+        cdef list fresh = []
+        self.pending[opaque] = entry
+        if self.writing or (self.unanswered > 0 and self._bytes + n <= self.coalesce_bytes
+                            and (self.held_since == 0.0 or now - self.held_since < self.coalesce_delay)):
+            if not self._frames:
+                self.held_since = now
+            self._frames.append(frame)
+            self._bytes += n
+            self._requests += 1
+            return None
+        self._requests += 1
+        if self._frames:  # what gathered goes first, in order
+            self._frames.append(frame)
+            frame = self._take(fresh)
+        else:
+            self._take(fresh)
+        self.writing = True
+        return frame
+
+    cpdef object next_write(self):
+        """The writer's next bytes after a write: what gathered meanwhile (it stays the writer), or
+        None - nothing did, or the channel closed - and `writing` is cleared."""
+        cdef list fresh = []
+        if not self._frames or self.closed:
+            self.writing = False
+            return None
+        return self._take(fresh)
+
+    cpdef object start_flush(self, Py_ssize_t answered=0):
+        """`answered` answers came; then what gathered, to write now (this thread is the writer),
+        or None: a write is in progress, nothing gathered or the channel is closed."""
+        cdef list fresh = []
+        if answered:
+            self.unanswered = max(0, self.unanswered - answered)
+        if self.writing or not self._frames or self.closed:
+            return None
+        data = self._take(fresh)
+        self.writing = True
+        return data
+
+    cpdef object end_flush(self, rest):
+        """A non-blocking write ended: `rest`, the bytes it could not write (maybe part of a
+        frame), goes first next time; `writing` is cleared."""
+        self.writing = False
+        if rest:
+            self._frames.insert(0, rest)
+            self._bytes += len(rest)
+            if self.held_since == 0.0:
+                self.held_since = _monotonic()
+        return None
+
+    cpdef object write_failed(self):
+        """A write failed: `writing` cleared, what gathered dropped (the connection goes)."""
+        cdef list fresh = []
+        self.writing = False
+        if self._frames:
+            self._take(fresh)
+        return None
+
+    cpdef object answered(self, Py_ssize_t n):
+        """n answers came (or n requests stopped counting on one: timed out)."""
+        self.unanswered = max(0, self.unanswered - n)
+        return None
+
+    cpdef object add_response(self, response):
+        """A frame that is no request of ours (a refusal), written with what gathered."""
+        if not self._frames:
+            self.held_since = _monotonic()
+        self._frames.append(response)
+        self._bytes += len(response)
+        return None
+
+    cpdef bint mark_closed(self, error):
+        """Closed for good by `error` (the first call's is kept in `error`); True for the first call."""
+        if self.closed:
+            return False
+        self.closed = True
+        self.error = error
+        return True

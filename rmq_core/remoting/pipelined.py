@@ -50,8 +50,8 @@ from threading import get_ident
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any, Callable
 
-from rmq_core._native.send_pipeline import PipelinedWrites, deliver_responses
-from rmq_core._native.socket_io import exchange as socket_exchange
+from rmq_core._native.send_pipeline import deliver_responses
+from rmq_core._native.socket_io import PipelinedWrites, exchange as socket_exchange
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.blocking import refusal, set_kernel_timeouts
 from rmq_core.remoting.codes import code_name

@@ -8,7 +8,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmq_core._native.send_pipeline import PipelinedWrites
+from rmq_core._native.socket_io import PipelinedWrites
 
 _ops = st.lists(st.one_of(
     st.tuples(st.just("offer"), st.integers(1, 900)),  # a caller sends a frame of that size
