@@ -19,12 +19,11 @@ import asyncio
 import itertools
 import logging
 import threading
-import time
 
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
-from rmq_core.remoting.pipelined import PendingRequests
+from rmq_core.remoting.pipelined import HandedOverChannel
 from rmq_core.remoting.stream import hand_on
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
 
@@ -334,134 +333,26 @@ class InprocBlockingChannel:
             pass
 
 
-class InprocPipelinedChannel(PendingRequests):
+class InprocPipelinedChannel(HandedOverChannel):
     """The client end of an in-proc connection with PipelinedChannel's interface (the producer's
-    send pipeline, rmq_core.remoting.pipelined): encoded request frames in - handed to the
-    server's loop, through the broker's native lane when it has one - and every answer out
-    through the request's completion, on the server's thread, as a tcp connection's reader
-    completes them.  The pending table, its deadline sweep and the completions are remoting's
-    (PendingRequests, with its sweeper thread and its exchange: this end has no reader thread);
-    this end only hands frames over."""
-
-    _loop = None  # answers arrive through _schedule(None, ...): at once, in the server's thread
-    writes = None  # (no write buffer: a frame is handed over whole)
+    send pipeline): each request frame handed to the server's loop - through the broker's native
+    lane when it has one - and every answer back on the server's thread.  Everything else is
+    remoting's HandedOverChannel; this end only hands frames over."""
 
     def __init__(self, address: str, server: "InprocFrameChannel", *, read_frames, from_command=None,
                  intercept=None, sweep_interval: float = 0.05):
-        self.addr = address
-        self.local_address, self.remote_address = server.remote_address, server.local_address
         self._server = server
-        self.max_frame_length = server._max_frame_length
-        self._take_step(intercept, read_frames, from_command)
-        self._pending: dict[int, tuple] = {}  # opaque -> (deadline, on_done, context)
-        self._closed = False
-        self._error: BaseException | None = None
-        self.sweep_interval = sweep_interval
-        self._wake = threading.Event()  # (set on close: the sweeper leaves)
+        self._open(address, server.remote_address, server.local_address, max_frame_length=server._max_frame_length,
+                   read_frames=read_frames, from_command=from_command, intercept=intercept,
+                   sweep_interval=sweep_interval)
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def send(self, frame, opaque: int, timeout: float, on_done, context=None, built: bool = False) -> None:
-        """PipelinedChannel.send: on_done(context, response, None) or on_done(context, None, error),
-        exactly once."""
-        if self._hooks is not None and (not built or self.intercept_built is not None):
-            frame = self.intercept(frame, opaque, on_done, context, built)
-            if frame is None:
-                return
-        if self._closed:
-            on_done(context, None, self._error or RemotingConnectError(f"connection to {self.addr} is closed"))
-            return
-        if type(frame) is not bytes:  # the server reads it later: a buffer the caller may reuse is copied
-            frame = bytes(frame)
-        self._pending[opaque] = (time.monotonic() + timeout, on_done, context)
-        self._keep_swept()
+    def _hand_over(self, frame: bytes) -> str | None:
         server = self._server
-        if not _schedule(server._loop, server._deliver_frame, frame):
-            self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
+        return None if _schedule(server._loop, server._deliver_frame, frame) else "its event loop is gone"
 
-    def send_oneway(self, frame, built: bool = False) -> None:
-        """A request no answer is expected to (its flag says oneway); built: as send()'s."""
-        if self._intercept is not None:
-            frame = self._oneway_step(frame, built)
-        if self._closed:
-            raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
+    def _hand_over_close(self) -> None:
         server = self._server
-        if not _schedule(server._loop, server._deliver_frame, bytes(frame)):
-            self._fail(RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone"))
-            raise self._error
-
-    # the server end's calls, in the server's thread
-    def _deliver_frames(self, frames: bytes) -> None:
-        """Answers the broker's lane wrote (whole frames)."""
-        if self._read_frames is not None:
-            try:
-                items, _ = self._read_frames(frames, self.max_frame_length)
-            except RemotingCommandError as e:
-                self._fail(RemotingConnectError(f"bad frame from {self.addr}: {e}"))
-                return
-        else:
-            items = []
-            view, pos = memoryview(frames), 0
-            while len(frames) - pos >= _LENGTH_BYTES:
-                end = pos + _LENGTH_BYTES + int.from_bytes(view[pos:pos + _LENGTH_BYTES], "big", signed=True)
-                items.append(bytes(view[pos + _LENGTH_BYTES:end]))
-                pos = end
-        for item in items:
-            if type(item) is bytes:
-                try:
-                    item = RemotingCommand.decode(item)
-                except RemotingCommandError as e:
-                    self._fail(RemotingConnectError(f"bad frame from {self.addr}: {e}"))
-                    return
-            self._deliver(item)
-
-    def _deliver(self, item) -> None:
-        """One answer (a RemotingCommand from the general path, or a natively read response)."""
-        if not item.flag & RESPONSE_FLAG:
-            log.debug("inproc pipelined channel %s: dropping %r", self.local_address, item)
-            return
-        if type(item) is RemotingCommand:  # (handed over as it is, not read by _read_frames)
-            if self._hooks is not None:
-                item = self._hooks.answer(item, item)
-            if self._from_command is not None and type(item) is RemotingCommand:
-                item = self._from_command(item)
-        self._complete(item)
-
-    def _peer_closed(self) -> None:
-        self._fail(RemotingConnectError(f"connection to {self.addr} closed by the broker"))
-
-    # PipelinedChannel's reading side: answers come on the server's thread, nothing to read here
-    def wait(self, future, timeout: float | None = None) -> None:
-        return None
-
-    def read_ready(self) -> int:
-        return 0
-
-    def flush(self) -> None:
-        return None
-
-    def _fail(self, error: BaseException) -> None:
-        if not self._closed:
-            self._closed = True
-            self._error = error
-            self._wake.set()
-        self._fail_pending(self._error)
-
-    def close(self, drain_timeout: float = 0.0) -> None:
-        """Let the pending requests finish for up to drain_timeout seconds, fail the rest."""
-        deadline = time.monotonic() + drain_timeout
-        while self._pending and not self._closed and time.monotonic() < deadline:
-            time.sleep(0.005)
-        was_closed = self._closed
-        self._fail(RemotingConnectError(f"connection to {self.addr} closed with the request pending"))
-        if not was_closed:
-            server = self._server
-            _schedule(server._loop, server._peer_closed)
-
-    def __repr__(self) -> str:
-        return f"InprocPipelinedChannel({self.addr}, {'closed' if self._closed else f'{len(self._pending)} pending'})"
+        _schedule(server._loop, server._peer_closed)
 
 
 class InprocListener(Listener):

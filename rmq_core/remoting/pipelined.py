@@ -314,6 +314,127 @@ class PendingRequests:
             log.exception("pipelined channel: failing a request's completion raised")
 
 
+
+class HandedOverChannel(PendingRequests):
+    """A pipelined connection over a transport that hands whole frames to the other end instead of
+    writing bytes on a socket (the in-proc one): no write buffer, no reader thread - answers come
+    on the other end's thread through `_deliver_frames` (frames it wrote) or `_deliver` (a command
+    handed over as it is).  The interception step, the pending table, its sweeper, a sync send's
+    exchange, failure and close are all here; a transport's subclass calls `_open` and gives
+    `_hand_over(frame)` (None once handed over, else why it could not be: the connection fails)
+    and `_hand_over_close()` (tell the other end this one closed)."""
+
+    _loop = None  # (answers are completed as they are handed over: in the other end's thread)
+    writes = None  # (no write buffer: a frame is handed over whole)
+
+    def _open(self, address: str, local_address: str, remote_address: str, *, max_frame_length: int, read_frames,
+              from_command=None, intercept=None, sweep_interval: float = 0.05) -> None:
+        self.addr, self.local_address, self.remote_address = address, local_address, remote_address
+        self.max_frame_length = max_frame_length
+        self._take_step(intercept, read_frames, from_command)
+        self._pending: dict[int, tuple] = {}  # opaque -> (deadline, on_done, context)
+        self._closed = False
+        self._error: BaseException | None = None
+        self.sweep_interval = sweep_interval
+        self._wake = threading.Event()  # (set on close: the sweeper leaves)
+
+    def _hand_over(self, frame: bytes) -> str | None:
+        raise NotImplementedError
+
+    def _hand_over_close(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def send(self, frame, opaque: int, timeout: float, on_done, context=None, built: bool = False) -> None:
+        """PipelinedChannel.send: on_done(context, response, None) or on_done(context, None, error),
+        exactly once."""
+        if self._hooks is not None and (not built or self.intercept_built is not None):
+            frame = self.intercept(frame, opaque, on_done, context, built)
+            if frame is None:
+                return
+        if self._closed:
+            on_done(context, None, self._error or RemotingConnectError(f"connection to {self.addr} is closed"))
+            return
+        if type(frame) is not bytes:  # the other end reads it later: a buffer the caller may reuse is copied
+            frame = bytes(frame)
+        self._pending[opaque] = (time.monotonic() + timeout, on_done, context)
+        self._keep_swept()
+        why = self._hand_over(frame)
+        if why is not None:
+            self._fail(RemotingConnectError(f"connection to {self.addr} is closed: {why}"))
+
+    def send_oneway(self, frame, built: bool = False) -> None:
+        """A request no answer is expected to (its flag says oneway); built: as send()'s."""
+        if self._intercept is not None:
+            frame = self._oneway_step(frame, built)
+        if self._closed:
+            raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
+        why = self._hand_over(bytes(frame))
+        if why is not None:
+            self._fail(RemotingConnectError(f"connection to {self.addr} is closed: {why}"))
+            raise self._error
+
+    # the other end's calls, in its thread
+    def _deliver_frames(self, frames: bytes) -> None:
+        """Answers the other end wrote (whole frames)."""
+        try:
+            items, _ = (self._read_frames or decode_command_frames)(frames, self.max_frame_length)
+            items = [RemotingCommand.decode(i) if type(i) is bytes else i for i in items]  # (what the reader declined)
+        except RemotingCommandError as e:
+            self._fail(RemotingConnectError(f"bad frame from {self.addr}: {e}"))
+            return
+        for item in items:
+            self._deliver(item)
+
+    def _deliver(self, item) -> None:
+        """One answer (a RemotingCommand handed over as it is, or a natively read response)."""
+        if not item.flag & RESPONSE_FLAG:
+            log.debug("pipelined channel %s: dropping %r", self.local_address, item)
+            return
+        if type(item) is RemotingCommand:  # (not read by _read_frames: the step's after() runs here)
+            if self._hooks is not None:
+                item = self._hooks.answer(item, item)
+            if self._from_command is not None and type(item) is RemotingCommand:
+                item = self._from_command(item)
+        self._complete(item)
+
+    def _peer_closed(self) -> None:
+        self._fail(RemotingConnectError(f"connection to {self.addr} closed by the broker"))
+
+    # PipelinedChannel's reading side: answers come on the other end's thread, nothing to read here
+    def wait(self, future, timeout: float | None = None) -> None:
+        return None
+
+    def read_ready(self) -> int:
+        return 0
+
+    def flush(self) -> None:
+        return None
+
+    def _fail(self, error: BaseException) -> None:
+        if not self._closed:
+            self._closed = True
+            self._error = error
+            self._wake.set()
+        self._fail_pending(self._error)
+
+    def close(self, drain_timeout: float = 0.0) -> None:
+        """Let the pending requests finish for up to drain_timeout seconds, fail the rest."""
+        deadline = time.monotonic() + drain_timeout
+        while self._pending and not self._closed and time.monotonic() < deadline:
+            time.sleep(0.005)
+        was_closed = self._closed
+        self._fail(RemotingConnectError(f"connection to {self.addr} closed with the request pending"))
+        if not was_closed:
+            self._hand_over_close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.addr}, {'closed' if self._closed else f'{len(self._pending)} pending'})"
+
+
 class PipelinedChannel(PendingRequests):
     """One connection of a byte-stream transport (transport.open_socket) carrying many requests at once.
 
@@ -901,4 +1022,4 @@ class PipelinedChannel(PendingRequests):
         return f"PipelinedChannel({self.addr}, {state})"
 
 
-__all__ = ["PipelinedChannel", "decode_command_frames", "RemotingError"]
+__all__ = ["PipelinedChannel", "HandedOverChannel", "decode_command_frames", "RemotingError"]

@@ -40,10 +40,12 @@ plugins/transport/tcp.py, and tests/remoting/unix_transport.py for a third one i
         connect_pipelined(address, *, read_frames, from_command, intercept, connect_timeout, name)
         connect_blocking(address, *, max_frame_length, timeout)
                                       a transport that moves no bytes (inproc): those connections
-                                      itself, with PipelinedChannel's / BlockingChannel's interface
-                                      (its pending table is remoting's PendingRequests; send,
-                                      exchange and send_oneway take `built=True` for a frame whose
-                                      writer signed it: steps.FrameStep.before_built)
+                                      itself.  The pipelined one is a subclass of
+                                      pipelined.HandedOverChannel giving only
+                                      `_hand_over(frame) -> None | why not` and
+                                      `_hand_over_close()`: the step, the pending table, the sweep,
+                                      a sync send's exchange, failure and close are remoting's;
+                                      the blocking one has BlockingChannel's interface
 
 `serve` calls `on_channel(channel)` (in the listener's loop) for every accepted connection; the
 callee must call `channel.start(...)` before returning.  A frame the transport cannot decode, or one
