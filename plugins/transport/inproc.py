@@ -23,6 +23,7 @@ import threading
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
+from rmq_core.remoting.frames import split_frames
 from rmq_core.remoting.pipelined import HandedOverChannel
 from rmq_core.remoting.stream import hand_on
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
@@ -208,8 +209,6 @@ class InprocFrameChannel(InprocChannel):
         self._emit(frames)
 
 
-_LENGTH_BYTES = 4
-
 
 class InprocBlockingChannel:
     """The client end of an in-proc connection used by one thread at a time, without an event loop
@@ -276,21 +275,16 @@ class InprocBlockingChannel:
                 f"connection to {self.addr}: no response carrying opaque {opaque} among the frames answered")
         return item
 
-    @staticmethod
-    def _read_answer(data: bytes, opaque: int, read):
+    def _read_answer(self, data: bytes, opaque: int, read):
         """read() of the response in `data` (whole frames) that carries `opaque`, or None."""
-        view = memoryview(data)
-        pos, n = 0, len(data)
-        while n - pos >= _LENGTH_BYTES:
-            length = int.from_bytes(view[pos:pos + _LENGTH_BYTES], "big", signed=True)
-            end = pos + _LENGTH_BYTES + length
-            if length <= 0 or end > n:
-                raise RemotingCommandError(f"frame length {length} at byte {pos} of a {n}-byte answer")
-            item = read(view[pos + _LENGTH_BYTES:end])
+        frames, consumed = split_frames(data, self._server._max_frame_length)
+        if consumed != len(data):
+            raise RemotingCommandError(f"a frame at byte {consumed} runs past the {len(data)} bytes answered")
+        for frame in frames:
+            item = read(frame)
             if item.flag & RESPONSE_FLAG and item.opaque == opaque:
                 return item
             log.debug("inproc blocking channel: dropping %r", item)
-            pos = end
         return None
 
     def _deliver_frames(self, frames: bytes) -> None:  # in the server's thread: a lane's answer

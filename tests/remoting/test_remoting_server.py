@@ -4,6 +4,7 @@ import json
 import socket
 import struct
 import threading
+import time
 import uuid
 
 import pytest
@@ -614,6 +615,10 @@ async def test_client_close_fails_its_pending_requests(transport):
     try:
         held = asyncio.ensure_future(client.invoke(server.listen_address,
                                                    RemotingCommand.create_request(SLOW, {"sleep": 30}), 30))
+        deadline = time.monotonic() + 20
+        while not client.is_connected(server.listen_address):  # (a close before the connect is another case)
+            assert time.monotonic() < deadline, "the client never connected"
+            await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)
         await client.close()
         with pytest.raises(RemotingConnectError):
