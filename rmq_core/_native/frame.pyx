@@ -720,15 +720,9 @@ cdef class SendResponse:
 
     def __init__(self, code, flag=1, opaque=0, remark=None, msg_id=None, queue_id=None, queue_offset=None,
                  transaction_id=None, region_id=None):
-        self.code = code
-        self.flag = flag
-        self.opaque = opaque
-        self.remark = remark
-        self.msg_id = msg_id
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        self.transaction_id = transaction_id
-        self.region_id = region_id
+        self.code, self.flag, self.opaque, self.remark = code, flag, opaque, remark
+        self.msg_id, self.queue_id, self.queue_offset = msg_id, queue_id, queue_offset
+        self.transaction_id, self.region_id = transaction_id, region_id
 
     @staticmethod
     def from_command(cmd):

@@ -630,21 +630,11 @@ class PipelinedChannel(PendingRequests):
     def closed(self) -> bool:
         return self.writes.closed
 
-    @property
-    def coalesce_bytes(self) -> int:
-        return self.writes.coalesce_bytes
-
-    @coalesce_bytes.setter
-    def coalesce_bytes(self, value: int) -> None:
-        self.writes.coalesce_bytes = value
-
-    @property
-    def coalesce_delay(self) -> float:
-        return self.writes.coalesce_delay
-
-    @coalesce_delay.setter
-    def coalesce_delay(self, value: float) -> None:
-        self.writes.coalesce_delay = value
+    # the write side's coalescing settings (PipelinedWrites'), read and set through the channel
+    coalesce_bytes = property(lambda self: self.writes.coalesce_bytes,
+                              lambda self, value: setattr(self.writes, "coalesce_bytes", value))
+    coalesce_delay = property(lambda self: self.writes.coalesce_delay,
+                              lambda self, value: setattr(self.writes, "coalesce_delay", value))
 
     def _write_out(self, data: bytes) -> None:
         """A caller's blocking write (this thread is the writer), then whatever gathered meanwhile."""
