@@ -31,7 +31,7 @@ from typing import Any, Iterable
 import attrs
 import yaml
 
-from rmq_core.acl import ACCESS_KEY, SIGNATURE, SigningKey
+from rmq_core.acl import ACCESS_KEY, SIGNATURE, SigningKey, signed_order
 from rmq_core.common.files import atomic_write
 from rmq_core.errors import AclError, ConfigError
 from rmq_core.message import MixAll, TopicValidator
@@ -402,6 +402,12 @@ class PlainAccessValidator(RequestStep):
 
     # --- the request step ---------------------------------------------------------------------------
     def before(self, remote_addr, request, connection=None) -> None:
+        signed_send = getattr(request, "signed_send", None)
+        if signed_send is not None:  # a send the broker's lane parsed: its signed values as they are there
+            values = signed_send(signed_order)
+            if values is not None:
+                self.check_signed_send(connection, *values)
+                return
         state = self._connection_state(remote_addr, connection)
         if state.white:
             return
@@ -429,7 +435,7 @@ class PlainAccessValidator(RequestStep):
                           body: bytes) -> None:
         """before() of a SEND_MESSAGE_V2 the broker's send lane parsed already: its topic, AccessKey,
         Signature, the signed content (rmq_core.acl's order) and body - the same checks, one
-        keyed hash, the account and permission the connection cached (steps.LaneStep.before_signed)."""
+        keyed hash, the account and permission the connection cached (send_lane.pyx: LaneRequest.signed_send)."""
         state = connection.attributes.get(_CONN_KEY)
         if state is not None and state.rules is self.rules:
             verify = state.sends.get((access_key, topic), False)

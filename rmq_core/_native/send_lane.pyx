@@ -15,8 +15,8 @@ header of SendMessageRequestHeaderV2) is read without building a RemotingCommand
      "serializeTypeCurrentRPC":"JSON","version":N}
 
 (plus, on a signed send, the ACL fields AccessKey, Signature, SecurityToken and OnsChannel: the
-broker's request steps check them - a send with AccessKey and Signature only is handed to the
-access check with the values parsed here, `state.before_signed`) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
+broker's request steps check them - LaneRequest.signed_send gives the access check a send's
+signed values as parsed here) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
 every check of the send processor under the topic table's current data version, the broker is
 writeable, the queue id is in range, no transaction flag, no delay or timer property) — the
 functions the send processor's own path calls too (`checked_queues`, `plain_send_queues`,
@@ -34,9 +34,10 @@ topic table's version, writeable or not, the checked-topics cache) that the send
 and refreshes through `state.refresh` before each read chunk and after any frame handed back.
 
 The broker's request steps (rmq_core.remoting.steps) are part of the lane, not a reason to leave
-it: with `state.before` set, each plain send's frame (bytes, no length prefix) is handed to
-`before(frame)` just before its put - it returns the request it made (decoded from the frame only
-when a step reads it), or None when a step refused it and the refusal was answered - and with
+it: with `state.before` set, each plain send is handed to `before(request)` just before its put
+as a LaneRequest - the values parsed here, a str made of one only when a step reads it; the
+command decoded (`state.decode`) only when a step asks for more - which returns it, or None when
+a step refused it and the refusal was answered - and with
 `state.after` set, `after(request, answer frame)` follows each answer written here (a SYNC_FLUSH
 send is then finished by on_deferred, one at a time, which runs the after steps itself).
 """
@@ -50,7 +51,10 @@ from libc.string cimport memcmp, memcpy
 
 from concurrent.futures import Future as _ConcurrentFuture
 
+cimport cython
+
 cdef extern from "Python.h":
+    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
     bint PyUnicode_CheckExact(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
     void* PyUnicode_DATA(object o)
@@ -174,25 +178,20 @@ cdef int _send_field(void* target, const uint8_t* key, Py_ssize_t klen, bint kes
             return 0
         if not header_int(v, vlen, &iv):
             return 1
-        if k == 101:
-            if not _is_int32(iv):
-                return 1
-            f.queue_id = iv
-            f.has_queue_id = True
-        elif k == 102:
-            if not _is_int32(iv):
-                return 1
-            f.sys_flag = iv
-        elif k == 103:
+        if k == 103:
             f.born_ts = iv
-        elif k == 104:
+        elif k == 101 or k == 102 or k == 104 or k == 106:  # (the int fields)
             if not _is_int32(iv):
                 return 1
-            f.msg_flag = iv
-        elif k == 106:
-            if not _is_int32(iv):
-                return 1
-            f.reconsume = iv
+            if k == 101:
+                f.queue_id = iv
+                f.has_queue_id = True
+            elif k == 102:
+                f.sys_flag = iv
+            elif k == 104:
+                f.msg_flag = iv
+            else:
+                f.reconsume = iv
     return 0
 
 
@@ -231,30 +230,218 @@ cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) except -
     return True
 
 
-cdef bytes _signed_content(SendFields* f, bytes order, const uint8_t* props, Py_ssize_t props_len):
-    """The signed content of a parsed send: the values of its fields in `order` (rmq_core.acl's,
-    by field id; a field the frame lacks is skipped), properties unescaped."""
-    cdef const unsigned char* ids = <const unsigned char*>PyBytes_AS_STRING(order)
-    cdef Py_ssize_t i, k, total = 0
-    cdef char* w
-    for i in range(len(order)):
-        k = ids[i]
-        if k == 8:
-            total += props_len
-        elif k == 14 or f.seen & (1u << k):
-            total += f.lens[k]
-    content = PyBytes_FromStringAndSize(NULL, total)
-    w = PyBytes_AS_STRING(content)
-    for i in range(len(order)):
-        k = ids[i]
-        if k == 8:
-            if f.seen & (1u << 8):
-                memcpy(w, props, props_len)
-                w += props_len
-        elif k == 14 or f.seen & (1u << k):
-            memcpy(w, f.vals[k], f.lens[k])
-            w += f.lens[k]
-    return content
+# --- a send as the broker's request steps see it -------------------------------------------------
+# the field ids of a parsed send (SendFields.vals): a..n 0..13, then the ACL fields 14 and 15
+LANE_FIELDS = tuple("abcdefghijklmn") + ("AccessKey", "Signature")
+cdef dict _LANE_IDS = {name: i for i, name in enumerate(LANE_FIELDS)}
+cdef dict _signed_orders = {}  # order function -> the field ids it orders LANE_FIELDS in
+
+
+cdef LaneRequest _lane_request(SendFields* f, const uint8_t* frame, Py_ssize_t n, str topic, bytes body, decode):
+    cdef LaneRequest r = LaneRequest.__new__(LaneRequest)
+    cdef int k
+    cdef uint32_t present = f.seen
+    r.frame = PyBytes_FromStringAndSize(<const char*>frame, n)
+    r.code, r.flag, r.opaque = f.code, f.flag, f.opaque
+    r.topic, r.body = topic, body
+    if f.vals[14] != NULL:
+        present |= 1u << 14
+    if f.vals[15] != NULL:
+        present |= 1u << 15
+    for k in range(16):
+        if present & (1u << k):
+            r.offs[k] = f.vals[k] - frame
+            r.lens[k] = f.lens[k]
+    r.present, r.escaped, r.acl_other = present, f.escaped, f.acl_other
+    r.decode = decode
+    return r
+
+
+@cython.final
+@cython.freelist(16)
+cdef class LaneRequest:
+    """A plain SEND_MESSAGE_V2 as the send lane parsed it, handed to the broker's request steps
+    instead of a command decoded from its frame: code, flag, opaque and body are its own,
+    `ext_fields` a mapping over the values the lane found (each a str only when read), `topic`
+    the topic; anything else (language, version...) - and ext_fields once a step changes one, or
+    when the send carries ACL fields the lane does not keep - comes from the command decoded then.
+    signed_send(order) gives a signed send's parsed values to the access check."""
+    cdef readonly bytes frame
+    cdef readonly object code, flag, opaque, body
+    cdef readonly str topic
+    cdef Py_ssize_t offs[16]
+    cdef Py_ssize_t lens[16]
+    cdef uint32_t present, escaped  # the field ids in the frame, those JSON-escaped
+    cdef bint acl_other             # SecurityToken / OnsChannel came too (not kept: decoded when read)
+    cdef object decode, _command, _ext
+
+    def command(self):
+        """The request decoded from its frame (once)."""
+        if self._command is None:
+            self._command = self.decode(self.frame)
+            self._ext = None
+        return self._command
+
+    @property
+    def ext_fields(self):
+        if self._command is not None or self.acl_other:
+            return self.command().ext_fields
+        if self._ext is None:
+            self._ext = LaneFields.__new__(LaneFields)
+            (<LaneFields>self._ext).r = self
+        return self._ext
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.command(), name)
+
+    def is_oneway(self):
+        return bool(self.flag & ONEWAY_FLAG)
+
+    def is_response(self):
+        return False
+
+    def get_str(self, name, default=None):
+        value = self.ext_fields.get(name)
+        return default if value is None else value
+
+    cdef bytes raw(self, int k):
+        """Field k's value as UTF-8 (escapes decoded: the properties')."""
+        cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(self.frame) + self.offs[k]
+        cdef Py_ssize_t m
+        if not (self.escaped & (1u << k)):
+            return PyBytes_FromStringAndSize(<const char*>p, self.lens[k])
+        out = PyBytes_FromStringAndSize(NULL, self.lens[k])
+        m = unescape_json(p, self.lens[k], <uint8_t*>PyBytes_AS_STRING(out))  # (checked by the lane: >= 0)
+        return out[:m]
+
+    cdef str value(self, int k):
+        if not (self.escaped & (1u << k)):  # (ASCII: checked by the parser)
+            return PyUnicode_FromStringAndSize(PyBytes_AS_STRING(self.frame) + self.offs[k], self.lens[k])
+        return self.raw(k).decode("utf-8")
+
+    def signed_send(self, order):
+        """A signed send's (topic, AccessKey, Signature, the signed content, body): the content the
+        values in the order `order(field names)` gives (rmq_core.acl.signed_order), properties
+        unescaped; None when the send is not one the lane can tell that of (another ACL field, an
+        escaped value, no AccessKey or Signature) - then the access check reads ext_fields."""
+        cdef const unsigned char* ids
+        cdef Py_ssize_t i, k, total = 0
+        cdef char* w
+        cdef const char* base
+        cdef bytes props
+        if (self.present & 0xC000) != 0xC000 or self.acl_other or self.escaped & ~(1u << 8) \
+                or self._command is not None:
+            return None
+        ids_b = _signed_orders.get(order)
+        if ids_b is None:
+            ids_b = _signed_orders[order] = bytes([_LANE_IDS[name] for name in order(LANE_FIELDS[:15])])
+        ids = <const unsigned char*>PyBytes_AS_STRING(ids_b)
+        props = self.raw(8) if self.present & (1u << 8) else b""
+        for i in range(len(ids_b)):
+            k = ids[i]
+            if self.present & (1u << k):
+                total += len(props) if k == 8 else self.lens[k]
+        content = PyBytes_FromStringAndSize(NULL, total)
+        w = PyBytes_AS_STRING(content)
+        base = PyBytes_AS_STRING(self.frame)
+        for i in range(len(ids_b)):
+            k = ids[i]
+            if self.present & (1u << k):
+                if k == 8:
+                    memcpy(w, PyBytes_AS_STRING(props), len(props))
+                    w += len(props)
+                else:
+                    memcpy(w, base + self.offs[k], self.lens[k])
+                    w += self.lens[k]
+        return (self.topic, PyUnicode_FromStringAndSize(base + self.offs[14], self.lens[14]),
+                PyBytes_FromStringAndSize(base + self.offs[15], self.lens[15]), content, self.body)
+
+    def __repr__(self):
+        return f"LaneRequest(code={self.code}, opaque={self.opaque}, topic={self.topic!r})"
+
+
+@cython.final
+@cython.freelist(16)
+cdef class LaneFields:
+    """LaneRequest.ext_fields: a mapping over the parsed values; a change makes them the decoded
+    command's (which the request then is)."""
+    cdef LaneRequest r
+
+    cdef int _id(self, key) except -2:
+        cdef PyObject* found = PyDict_GetItemWithError(_LANE_IDS, key)
+        if found == NULL:
+            return -1
+        k = <int><object>found
+        return k if self.r.present & (1u << k) else -1
+
+    cdef dict _dict(self):
+        cdef int k
+        out = {}
+        for k in range(16):
+            if self.r.present & (1u << k):
+                out[LANE_FIELDS[k]] = self.r.value(k)
+        return out
+
+    def __len__(self):
+        cdef int k, c = 0
+        for k in range(16):
+            if self.r.present & (1u << k):
+                c += 1
+        return c
+
+    def __bool__(self):
+        return self.r.present != 0
+
+    def __contains__(self, key):
+        return self._id(key) >= 0
+
+    def __getitem__(self, key):
+        cdef int k = self._id(key)
+        if k < 0:
+            raise KeyError(key)
+        return self.r.value(k)
+
+    def get(self, key, default=None):
+        cdef int k = self._id(key)
+        return default if k < 0 else self.r.value(k)
+
+    def __iter__(self):
+        return iter(self._dict())
+
+    def keys(self):
+        return self._dict().keys()
+
+    def values(self):
+        return self._dict().values()
+
+    def items(self):
+        return self._dict().items()
+
+    def copy(self):
+        return self._dict()
+
+    def __eq__(self, other):
+        return self._dict() == other
+
+    def __repr__(self):
+        return repr(self._dict())
+
+    def __setitem__(self, key, value):
+        self.r.command().ext_fields[key] = value
+
+    def __delitem__(self, key):
+        del self.r.command().ext_fields[key]
+
+    def pop(self, key, *default):
+        return self.r.command().ext_fields.pop(key, *default)
+
+    def setdefault(self, key, default=None):
+        return self.r.command().ext_fields.setdefault(key, default)
+
+    def update(self, other=(), **kw):
+        self.r.command().ext_fields.update(other, **kw)
 
 
 cdef class PlainSend:
@@ -353,19 +540,14 @@ cdef class SendLaneState:
     cdef public object on_put        # on_put(topic, messages, bytes): the broker's put statistics
     cdef public object outcome       # outcome(status) -> (code, remark or None, with fields)
     cdef public object refresh       # refresh(state)
-    cdef public object before        # before(frame) -> request, or None (refused): the broker's steps
-    # before_signed(frame, topic, access key, signature, content, body) -> True, or None (refused):
-    # the broker's steps when they are the signed-send check alone (steps.LaneStep), given the
-    # values the lane parsed - the signed content assembled in `signed_order` (field ids, as above)
-    cdef public object before_signed
-    cdef public bytes signed_order
+    cdef public object before        # before(request: a LaneRequest) -> it, or None (refused): the broker's steps
+    cdef public object decode        # decode(frame) -> the command of a frame (a LaneRequest's, when asked)
     cdef public object after         # after(request, answer frame), or None
 
     def __init__(self, dict topics, bytes cluster_prop, int64_t version, put_ok, on_put, outcome, refresh):
         self.put = None
         self.before = None
-        self.before_signed = None
-        self.signed_order = None
+        self.decode = None
         self.after = None
         self.topics = topics
         self.data_version = None
@@ -581,19 +763,10 @@ cdef class SendLane:
             return 0
         memcpy(pb + plen, PyBytes_AS_STRING(cluster_prop), len(cluster_prop))
         request = None
-        body = None
-        if (st.before_signed is not None and f.vals[14] != NULL and f.vals[15] != NULL and not f.acl_other
-                and not (f.escaped & ~(1u << 8))):
-            # a signed send checked with the values parsed here: no second decode of its header
-            body = PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
-            if st.before_signed(PyBytes_FromStringAndSize(<const char*>frame, n), topic,
-                                PyUnicode_FromStringAndSize(<const char*>f.vals[14], f.lens[14]),
-                                PyBytes_FromStringAndSize(<const char*>f.vals[15], f.lens[15]),
-                                _signed_content(&f, st.signed_order, pb, plen), body) is None:
-                return 3
-        elif st.before is not None:  # the broker's request steps: a refusal is answered by them
-            request = st.before(PyBytes_FromStringAndSize(<const char*>frame, n))
-            if request is None:
+        body = PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
+        if st.before is not None:  # the broker's request steps, on what was parsed here: a refusal is answered by them
+            request = _lane_request(&f, frame, n, topic, body, st.decode)
+            if st.before(request) is None:
                 return 3
         msg = self.msg
         msg.topic = topic
@@ -602,7 +775,7 @@ cdef class SendLane:
         msg.flag = <int>f.msg_flag
         msg.reconsume_times = <int>f.reconsume
         msg.born_timestamp = f.born_ts
-        msg.body = body if body is not None else PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
+        msg.body = body
         msg.properties_bytes = PyBytes_FromStringAndSize(<const char*>pb, plen + len(cluster_prop))
         r = fast_put(msg)
         msg.body = None

@@ -293,6 +293,7 @@ cdef class PipelinedSender:
     cdef object _send_general
     cdef object _failed
     cdef dict _channels  # address -> its one pipelined connection while open (None: not cached)
+    cdef bint _steps  # the connections have request steps: a send is handed to them before it is written
     # the settings (configure)
     cdef Py_ssize_t _max_message_size
     cdef Py_ssize_t _compress_over
@@ -301,7 +302,7 @@ cdef class PipelinedSender:
 
     def __init__(self, *, dict routes, dict headers, dict broker_addrs, master_id, dict benched, clock, select_queue,
                  set checked_topics, check_message, new_uniq, opaques, future_cls, message_cls, channel_for,
-                 remoting_error, completion, send_general, failed, bint one_channel_per_broker,
+                 remoting_error, completion, send_general, failed, bint one_channel_per_broker, bint steps=False,
                  Py_ssize_t max_message_size, Py_ssize_t compress_over, bint fault_enabled=True):
         # the route: tables the client instance keeps current
         self._routes, self._headers, self._broker_addrs, self._master_id = routes, headers, broker_addrs, master_id
@@ -313,6 +314,7 @@ cdef class PipelinedSender:
         # the write, its answer and what a failure falls back to
         self._channel_for, self._remoting_error, self._completion = channel_for, remoting_error, completion
         self._send_general, self._failed = send_general, failed
+        self._steps = steps
         # with one connection per broker, the one channel_for gave for an address
         # (a tcp or in-proc one) serves until it closes; with more, channel_for takes them in turn
         self._channels = {} if one_channel_per_broker else None
@@ -421,9 +423,16 @@ cdef class PipelinedSender:
         header = <SendHeader><object>found
         opaque = next(self._opaques) & _INT32_MAX
         uniq = self._new_uniq()
-        frame = header._frame(0, message.flag, None, message, opaque, body, None, 0, None, uniq)
-        if frame is None:
-            return self._send_general(message, timeout, mq, addr, mode)
+        if self._steps:  # the connection's request steps get it before it is written (FrameStep.before_request)
+            request = header.new_request(0, message.flag, None, message, uniq, opaque, body, 0, None, False)
+            if request is None:
+                return self._send_general(message, timeout, mq, addr, mode)
+            frame = None
+        else:
+            request = None
+            frame = header._frame(0, message.flag, None, message, opaque, body, None, 0, None, uniq)
+            if frame is None:
+                return self._send_general(message, timeout, mq, addr, mode)
         if future is None:
             fut = self._new_future(self._future_cls)
             PyObject_GenericSetAttr(fut, "_state", _PENDING)
@@ -442,24 +451,21 @@ cdef class PipelinedSender:
                 self._channels[addr] = channel
         fut.channel = channel  # result() reads the answer itself when no other thread does
         writes = getattr(channel, "writes", None)
-        built = header._sign_key is not None  # (the frame is signed: the signer step is applied)
         if mode == "SYNC":  # this thread waits for the answer at once: it writes and reads it itself
-            if built:  # (`built` only where it says something: a transport's channel may predate it)
-                channel.exchange(frame, opaque, timeout, self._completion, context, built=True)
+            if request is not None:
+                channel.exchange(frame, opaque, timeout, self._completion, context, request=request)
             else:
                 channel.exchange(frame, opaque, timeout, self._completion, context)
         elif type(writes) is PipelinedWrites:  # PipelinedChannel.send without its Python frame
-            # its request steps first (a step that raises failed the send); a signed frame passes
-            # them only when steps other than the signer remain
-            if (channel.intercept_built if built else channel.intercept) is not None:
-                frame = channel.intercept(frame, opaque, self._completion, context, built)
+            if request is not None:  # its request steps first (a step that raises failed the send)
+                frame = channel.intercept(frame, opaque, self._completion, context, request)
                 if frame is None:
                     return fut
             data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, self._completion, context)
             if data is not None:
                 channel.after_offer(data, opaque, self._completion, context)
-        elif built:
-            channel.send(frame, opaque, timeout, self._completion, context, built=True)
+        elif request is not None:
+            channel.send(frame, opaque, timeout, self._completion, context, request=request)
         else:
             channel.send(frame, opaque, timeout, self._completion, context)
         return fut

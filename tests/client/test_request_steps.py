@@ -139,3 +139,52 @@ def test_per_instance_steps_of_a_client_and_a_broker(make_cluster, transport):
     with AdminClient(cluster.tcp_namesrv) as admin:
         answer = admin.invoke(cluster.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
         assert (answer.code, answer.remark) == (ResponseCode.NO_PERMISSION, "AccessKey None not allowed")
+
+
+class _Reads(RequestStep):
+    """Notes what a step is handed for each send: its kind and every ext field; adds and changes
+    fields as `change` says."""
+
+    def __init__(self, change=None):
+        self.seen, self.change = [], change or {}
+
+    def before(self, remote_addr, request, connection=None):
+        if request.code in SEND_CODES:
+            for key, value in self.change.items():
+                request.ext_fields[key] = value
+            self.seen.append((type(request).__name__, request.opaque, dict(request.ext_fields), request.body))
+
+
+def test_steps_read_and_change_the_values_a_send_is_written_and_parsed_from(make_cluster):
+    """A producer's step gets a send as its header writer has it, a broker's as its send lane parsed
+    it (no header decoded twice on either side); a field a client step adds or changes is what the
+    broker's step and the store see."""
+    broker_step = _Reads()
+    cluster = make_cluster(request_steps=[broker_step])
+    topic = "StepViewsT"
+    added = _Reads({"TraceId": "t-\u00e9\u0001"})  # (a non-ASCII, escaped value: the lane leaves it to the general path)
+    with Producer("PG_VIEWS", namesrv=cluster.tcp_namesrv, instance_name="views-add", request_steps=[added],
+                  **FAST) as p:
+        results = [p.send(Message(topic, b"sync", tags="TagA"))]
+        results.append(p.send_async(Message(topic, b"async", keys="k1")).result(10))
+    reads = _Reads()
+    with Producer("PG_VIEWS", namesrv=cluster.tcp_namesrv, instance_name="views-plain", request_steps=[reads],
+                  **FAST) as p:
+        results += [p.send(Message(topic, b"plain-%d" % i)) for i in range(3)]
+    changed = _Reads({"a": "PG_RENAMED"})  # a field the header writes itself: the frame is written anew
+    with Producer("PG_VIEWS", namesrv=cluster.tcp_namesrv, instance_name="views-change", request_steps=[changed],
+                  **FAST) as p:
+        results.append(p.send(Message(topic, b"changed")))
+    assert all(r.status.name == "SEND_OK" for r in results)
+    sent = added.seen + reads.seen + changed.seen
+    assert {kind for kind, *_ in sent} == {"SendRequest"}
+    at_broker = {opaque: (kind, fields, body) for kind, opaque, fields, body in broker_step.seen}
+    for _, opaque, fields, body in sent:
+        kind, broker_fields, broker_body = at_broker[opaque]
+        assert (broker_fields, broker_body) == (fields, body)
+    assert [f["a"] for _, _, f, _ in changed.seen] == ["PG_RENAMED"]
+    # plain sends stay on the broker's send lane with its step: handed over as parsed there
+    assert {at_broker[opaque][0] for _, opaque, _, _ in reads.seen} == {"LaneRequest"}
+    assert all(f["TraceId"] == "t-\u00e9\u0001" for _, _, f, _ in added.seen)
+    stored = drain_topic(cluster.namesrv, topic, "CG_VIEWS", 6)
+    assert sorted(m.body for m in stored) == sorted(body for *_, body in sent)

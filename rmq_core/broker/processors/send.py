@@ -7,7 +7,6 @@ import random
 import time
 import zlib
 
-from rmq_core.acl import ACCESS_KEY, signed_order
 from rmq_core.broker.processors import Processor, born_host_of
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.codec import string_to_properties
@@ -15,10 +14,6 @@ from rmq_core.message import MessageConst, MixAll, PermName, SysFlag, TopicValid
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand, SerializeType
 from rmq_core.remoting.steps import LaneStep
-
-# the lane's signed content order (send_lane.pyx field ids: a..n 0..13, AccessKey 14), rmq_core.acl's rule
-_LANE_FIELDS = tuple("abcdefghijklmn") + (ACCESS_KEY,)
-_SIGNED_ORDER = bytes(_LANE_FIELDS.index(k) for k in signed_order(_LANE_FIELDS))
 from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 
 from rmq_core._native.frame import header_ints as _header_ints
@@ -175,10 +170,7 @@ class SendMessageProcessor(Processor):
         state = self._new_state(table)
         if steps is not None:
             lane_step = LaneStep(ctx, steps)
-            state.before = lane_step.before
-            state.before_signed = lane_step.signed_send_check
-            if state.before_signed is not None:
-                state.signed_order = _SIGNED_ORDER
+            state.before, state.decode = lane_step.before, lane_step.decode
             state.after = lane_step.after if steps.after else None
         return SendLane(state, born_host, ctx.tasks, ctx.max_inflight, finish_later,
                         call_soon_threadsafe=self.ctrl.loop.call_soon_threadsafe,
