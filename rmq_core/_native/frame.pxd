@@ -363,6 +363,7 @@ cdef class SendHeader:
                        reconsume_times, max_reconsume_times, str uniq=*, bint oneway=*, bint sign=*,
                        dict extra=*)
     cdef int _put_signature(self, Out* o, Out* v, Py_ssize_t* start, bint with_l, body) except -1
+    cdef int prepare_signer(self, signer) except -1
     cdef SendRequest new_request(self, sys_flag, flag, dict properties, message, str uniq, opaque, body,
                                  reconsume_times, max_reconsume_times, bint oneway)
     cdef str _value(self, int k, SendRequest r)

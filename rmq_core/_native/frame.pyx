@@ -497,6 +497,13 @@ cdef class SendHeader:
         self._order_l = bytes([ids[n] for n in order(tuple(names))])
         self._sign_key = key.native
 
+    cdef int prepare_signer(self, signer) except -1:
+        """Prepared to sign for `signer` (rmq_core.acl.AclSigner: its prepare_header calls sign_with), once."""
+        if self._signer is not signer:
+            signer.prepare_header(self)
+            self._signer = signer
+        return 0
+
     def build_frame(self, sys_flag, flag, dict properties, opaque, body, born_timestamp=None,
                     reconsume_times=0, max_reconsume_times=None, bint oneway=False):
         """The whole request frame (length prefix included) as bytes, or None when the caller must
@@ -891,9 +898,7 @@ cdef class SendRequest:
         if signer is not None:
             if self._added:
                 return None  # (the header's signed order knows its own fields only)
-            if h._signer is not signer:
-                signer.prepare_header(h)
-                h._signer = signer
+            h.prepare_signer(signer)
         return h._frame(self.sys_flag, self.msg_flag, self.props, None, self.opaque, self.body, self.born,
                         self.reconsume, self.max_reconsume, None, self.oneway, signer is not None, self._added)
 

@@ -15,8 +15,8 @@ header of SendMessageRequestHeaderV2) is read without building a RemotingCommand
      "serializeTypeCurrentRPC":"JSON","version":N}
 
 (plus, on a signed send, the ACL fields AccessKey, Signature, SecurityToken and OnsChannel: the
-broker's request steps check them - LaneRequest.signed_send gives the access check a send's
-signed values as parsed here) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
+broker's request steps check them - SignedSendCheck, or LaneRequest.signed_send / signed_by for
+the access check's Python side - from the values as parsed here) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
 every check of the send processor under the topic table's current data version, the broker is
 writeable, the queue id is in range, no transaction flag, no delay or timer property) — the
 functions the send processor's own path calls too (`checked_queues`, `plain_send_queues`,
@@ -34,12 +34,14 @@ topic table's version, writeable or not, the checked-topics cache) that the send
 and refreshes through `state.refresh` before each read chunk and after any frame handed back.
 
 The broker's request steps (rmq_core.remoting.steps) are part of the lane, not a reason to leave
-it: with `state.before` set, each plain send is handed to `before(request)` just before its put
-as a LaneRequest - the values parsed here, a str made of one only when a step reads it; the
-command decoded (`state.decode`) only when a step asks for more - which returns it, or None when
-a step refused it and the refusal was answered - and with
-`state.after` set, `after(request, answer frame)` follows each answer written here (a SYNC_FLUSH
-send is then finished by on_deferred, one at a time, which runs the after steps itself).
+it: with `state.check` set (a LaneCheck), each plain send is run through it just before its put
+as a LaneRequest - the values parsed here over the read chunk's frame (copied only when a Python
+step gets it), a str made of one only when a step reads it; the command decoded (`state.decode`)
+only when a step asks for more.  A step may give a native check (SignedSendCheck: the ACL
+validator's, a signed send checked here against the validator's per-connection cache); Python
+steps run in a PyLaneCheck.  A refusal is answered by the steps.  With `state.after` set,
+`after(request, answer frame)` follows each answer written here (a SYNC_FLUSH send is then
+finished by on_deferred, one at a time, which runs the after steps itself).
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -92,6 +94,7 @@ cdef struct SendFields:
 
 
 from rmq_core._native.frame cimport JsonHeader, header_int, plain_ascii, read_json_header, unescape_json
+from rmq_core._native.hmac_sha1 cimport SHA_CTX, HmacSha1
 from json_read cimport key_is
 
 
@@ -237,11 +240,21 @@ cdef dict _LANE_IDS = {name: i for i, name in enumerate(LANE_FIELDS)}
 cdef dict _signed_orders = {}  # order function -> the field ids it orders LANE_FIELDS in
 
 
+cdef bytes _signed_ids(order):
+    """The field ids of LANE_FIELDS (but Signature) in the signed order `order(names)` gives."""
+    ids = _signed_orders.get(order)
+    if ids is None:
+        ids = _signed_orders[order] = bytes([_LANE_IDS[name] for name in order(LANE_FIELDS[:15])])
+    return ids
+
+
 cdef LaneRequest _lane_request(SendFields* f, const uint8_t* frame, Py_ssize_t n, str topic, bytes body, decode):
+    """The request over the read chunk's frame (not copied: `own()` copies it before Python code
+    may keep the request past the chunk - a Python step, an after step)."""
     cdef LaneRequest r = LaneRequest.__new__(LaneRequest)
     cdef int k
     cdef uint32_t present = f.seen
-    r.frame = PyBytes_FromStringAndSize(<const char*>frame, n)
+    r.base, r.n, r._frame = frame, n, None
     r.code, r.flag, r.opaque = f.code, f.flag, f.opaque
     r.topic, r.body = topic, body
     if f.vals[14] != NULL:
@@ -265,8 +278,10 @@ cdef class LaneRequest:
     `ext_fields` a mapping over the values the lane found (each a str only when read), `topic`
     the topic; anything else (language, version...) - and ext_fields once a step changes one, or
     when the send carries ACL fields the lane does not keep - comes from the command decoded then.
-    signed_send(order) gives a signed send's parsed values to the access check."""
-    cdef readonly bytes frame
+    signed_send() and signed_by() give a signed send's parsed values to the access check."""
+    cdef bytes _frame               # the frame once owned (None: `base` points into the read chunk)
+    cdef const uint8_t* base
+    cdef Py_ssize_t n
     cdef readonly object code, flag, opaque, body
     cdef readonly str topic
     cdef Py_ssize_t offs[16]
@@ -274,6 +289,18 @@ cdef class LaneRequest:
     cdef uint32_t present, escaped  # the field ids in the frame, those JSON-escaped
     cdef bint acl_other             # SecurityToken / OnsChannel came too (not kept: decoded when read)
     cdef object decode, _command, _ext
+
+    cdef int own(self) except -1:
+        """Copy the frame out of the read chunk (once): the request may then outlive it."""
+        if self._frame is None:
+            self._frame = PyBytes_FromStringAndSize(<const char*>self.base, self.n)
+            self.base = <const uint8_t*>PyBytes_AS_STRING(self._frame)
+        return 0
+
+    @property
+    def frame(self):
+        self.own()
+        return self._frame
 
     def command(self):
         """The request decoded from its frame (once)."""
@@ -308,7 +335,7 @@ cdef class LaneRequest:
 
     cdef bytes raw(self, int k):
         """Field k's value as UTF-8 (escapes decoded: the properties')."""
-        cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(self.frame) + self.offs[k]
+        cdef const uint8_t* p = self.base + self.offs[k]
         cdef Py_ssize_t m
         if not (self.escaped & (1u << k)):
             return PyBytes_FromStringAndSize(<const char*>p, self.lens[k])
@@ -318,45 +345,48 @@ cdef class LaneRequest:
 
     cdef str value(self, int k):
         if not (self.escaped & (1u << k)):  # (ASCII: checked by the parser)
-            return PyUnicode_FromStringAndSize(PyBytes_AS_STRING(self.frame) + self.offs[k], self.lens[k])
+            return PyUnicode_FromStringAndSize(<const char*>self.base + self.offs[k], self.lens[k])
         return self.raw(k).decode("utf-8")
 
-    def signed_send(self, order):
-        """A signed send's (topic, AccessKey, Signature, the signed content, body): the content the
-        values in the order `order(field names)` gives (rmq_core.acl.signed_order), properties
-        unescaped; None when the send is not one the lane can tell that of (another ACL field, an
-        escaped value, no AccessKey or Signature) - then the access check reads ext_fields."""
-        cdef const unsigned char* ids
-        cdef Py_ssize_t i, k, total = 0
-        cdef char* w
-        cdef const char* base
+    cdef bint signed_plain(self):
+        """A send whose signature can be told from the values parsed here: AccessKey and Signature,
+        no other ACL field, no escaped value but the properties', not changed by a step."""
+        return ((self.present & 0xC000) == 0xC000 and not self.acl_other and not (self.escaped & ~(1u << 8))
+                and self._command is None)
+
+    cdef bint matches(self, HmacSha1 key, const unsigned char* ids, Py_ssize_t nids) except -1:
+        """Whether the Signature is `key`'s keyed hash of the values in the signed order (field ids
+        `ids`, those present; properties unescaped) then the body - fed to it piece by piece."""
+        cdef SHA_CTX c
+        cdef Py_ssize_t i
+        cdef int k
         cdef bytes props
-        if (self.present & 0xC000) != 0xC000 or self.acl_other or self.escaped & ~(1u << 8) \
-                or self._command is not None:
-            return None
-        ids_b = _signed_orders.get(order)
-        if ids_b is None:
-            ids_b = _signed_orders[order] = bytes([_LANE_IDS[name] for name in order(LANE_FIELDS[:15])])
-        ids = <const unsigned char*>PyBytes_AS_STRING(ids_b)
-        props = self.raw(8) if self.present & (1u << 8) else b""
-        for i in range(len(ids_b)):
+        key.begin(&c)
+        for i in range(nids):
             k = ids[i]
             if self.present & (1u << k):
-                total += len(props) if k == 8 else self.lens[k]
-        content = PyBytes_FromStringAndSize(NULL, total)
-        w = PyBytes_AS_STRING(content)
-        base = PyBytes_AS_STRING(self.frame)
-        for i in range(len(ids_b)):
-            k = ids[i]
-            if self.present & (1u << k):
-                if k == 8:
-                    memcpy(w, PyBytes_AS_STRING(props), len(props))
-                    w += len(props)
+                if k == 8 and self.escaped & (1u << 8):
+                    props = self.raw(8)
+                    key.update(&c, PyBytes_AS_STRING(props), len(props))
                 else:
-                    memcpy(w, base + self.offs[k], self.lens[k])
-                    w += self.lens[k]
-        return (self.topic, PyUnicode_FromStringAndSize(base + self.offs[14], self.lens[14]),
-                PyBytes_FromStringAndSize(base + self.offs[15], self.lens[15]), content, self.body)
+                    key.update(&c, self.base + self.offs[k], self.lens[k])
+        if self.body is not None:
+            key.update(&c, PyBytes_AS_STRING(<bytes>self.body), len(<bytes>self.body))
+        return key.matches(&c, <const char*>self.base + self.offs[15], self.lens[15])
+
+    def signed_send(self):
+        """A signed send's (topic, AccessKey) for the access check, or None when the send is not one
+        the lane can tell the signature of (another ACL field, an escaped value, no AccessKey or
+        Signature) - then the check reads ext_fields."""
+        if not self.signed_plain():
+            return None
+        return self.topic, PyUnicode_FromStringAndSize(<const char*>self.base + self.offs[14], self.lens[14])
+
+    def signed_by(self, HmacSha1 key, order):
+        """Whether a signed_send()'s Signature is `key`'s over its values in the order
+        `order(field names)` gives (rmq_core.acl.signed_order) and its body (compared in constant time)."""
+        ids = _signed_ids(order)
+        return self.matches(key, <const unsigned char*>PyBytes_AS_STRING(ids), len(ids))
 
     def __repr__(self):
         return f"LaneRequest(code={self.code}, opaque={self.opaque}, topic={self.topic!r})"
@@ -442,6 +472,102 @@ cdef class LaneFields:
 
     def update(self, other=(), **kw):
         self.r.command().ext_fields.update(other, **kw)
+
+
+# --- the broker's request steps in the lane -------------------------------------------------------
+cdef class LaneCheck:
+    """The broker's request steps as the lane runs them on each plain send (SendLaneState.check):
+    run(request) -> 1 to go on, 0 when a step refused it (and answered the refusal).  A step may
+    give a native check (SignedSendCheck); Python steps are run by a PyLaneCheck; a connection's
+    steps are one check, or a LaneChecks of them in order."""
+
+    cdef int run(self, LaneRequest r) except -1:
+        return 1
+
+
+@cython.final
+cdef class PyLaneCheck(LaneCheck):
+    """Python steps: `before(request)` -> the request, or None when one refused it (steps.LaneStep.before)."""
+    cdef object before
+
+    def __init__(self, before):
+        self.before = before
+
+    cdef int run(self, LaneRequest r) except -1:
+        r.own()  # (a Python step may keep it)
+        return 0 if self.before(r) is None else 1
+
+
+@cython.final
+cdef class LaneChecks(LaneCheck):
+    """Checks run in order until one refuses."""
+    cdef tuple checks
+
+    def __init__(self, checks):
+        self.checks = tuple(checks)
+        for c in self.checks:
+            if not isinstance(c, LaneCheck):
+                raise TypeError(f"{c!r} is not a LaneCheck")
+
+    cdef int run(self, LaneRequest r) except -1:
+        for c in self.checks:
+            if (<LaneCheck>c).run(r) == 0:
+                return 0
+        return 1
+
+
+@cython.final
+cdef class SignedSendCheck(LaneCheck):
+    """An access check of a connection's signed sends (plugins/acl's plain validator), natively:
+    `sends` is the validator's cache for the connection - (accessKey, topic) -> the account's
+    HmacSha1 when the account and its permission passed, None when it passes unsigned - valid
+    while `source.rules` is `rules`.  A cached send is checked here (its Signature against the key's
+    hash of the parsed values in the signed order `order` gives); a miss, a changed rule set, a
+    wrong signature or any send the lane cannot tell the signature of runs `fallback` (the
+    validator's Python check, which refuses with its remark or fills the cache), after which
+    `refill(self)` sets `sends` and `rules` anew."""
+    cdef public dict sends
+    cdef public object rules
+    cdef object source, refill
+    cdef LaneCheck fallback
+    cdef bytes ids
+    cdef object last_topic, last_entry  # the last cache hit (a connection's sends repeat it)
+    cdef bytes last_key
+
+    def __init__(self, source, order, LaneCheck fallback, refill):
+        self.source, self.fallback, self.refill = source, fallback, refill
+        self.ids = _signed_ids(order)
+        self.sends, self.rules = {}, None
+        self.last_topic = self.last_entry = self.last_key = None
+
+    cdef int _fall_back(self, LaneRequest r) except -1:
+        cdef int rc = self.fallback.run(r)
+        self.last_topic = self.last_entry = self.last_key = None
+        self.refill(self)
+        return rc
+
+    cdef int run(self, LaneRequest r) except -1:
+        cdef PyObject* found
+        cdef const uint8_t* ak
+        cdef Py_ssize_t akn
+        if not r.signed_plain() or self.source.rules is not self.rules:
+            return self._fall_back(r)
+        ak, akn = r.base + r.offs[14], r.lens[14]
+        if (r.topic is self.last_topic and len(self.last_key) == akn
+                and memcmp(PyBytes_AS_STRING(self.last_key), ak, akn) == 0):
+            entry = self.last_entry
+        else:
+            key = PyBytes_FromStringAndSize(<const char*>ak, akn)
+            found = PyDict_GetItemWithError(self.sends, (key.decode("ascii"), r.topic))
+            if found == NULL:
+                return self._fall_back(r)
+            entry = <object>found
+            self.last_topic, self.last_entry, self.last_key = r.topic, entry, key
+        if entry is None:  # (passes unsigned)
+            return 1
+        if not r.matches(<HmacSha1?>entry, <const unsigned char*>PyBytes_AS_STRING(self.ids), len(self.ids)):
+            return self._fall_back(r)  # (refused there, with its remark)
+        return 1
 
 
 cdef class PlainSend:
@@ -540,13 +666,13 @@ cdef class SendLaneState:
     cdef public object on_put        # on_put(topic, messages, bytes): the broker's put statistics
     cdef public object outcome       # outcome(status) -> (code, remark or None, with fields)
     cdef public object refresh       # refresh(state)
-    cdef public object before        # before(request: a LaneRequest) -> it, or None (refused): the broker's steps
+    cdef public LaneCheck check      # the broker's steps on each plain send (a LaneRequest), or None
     cdef public object decode        # decode(frame) -> the command of a frame (a LaneRequest's, when asked)
     cdef public object after         # after(request, answer frame), or None
 
     def __init__(self, dict topics, bytes cluster_prop, int64_t version, put_ok, on_put, outcome, refresh):
         self.put = None
-        self.before = None
+        self.check = None
         self.decode = None
         self.after = None
         self.topics = topics
@@ -764,9 +890,11 @@ cdef class SendLane:
         memcpy(pb + plen, PyBytes_AS_STRING(cluster_prop), len(cluster_prop))
         request = None
         body = PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
-        if st.before is not None:  # the broker's request steps, on what was parsed here: a refusal is answered by them
+        if st.check is not None:  # the broker's request steps, on what was parsed here: a refusal is answered by them
             request = _lane_request(&f, frame, n, topic, body, st.decode)
-            if st.before(request) is None:
+            if st.after is not None:
+                (<LaneRequest>request).own()  # (after() gets it past this chunk)
+            if st.check.run(<LaneRequest>request) == 0:
                 return 3
         msg = self.msg
         msg.topic = topic

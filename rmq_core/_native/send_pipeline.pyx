@@ -294,6 +294,7 @@ cdef class PipelinedSender:
     cdef object _failed
     cdef dict _channels  # address -> its one pipelined connection while open (None: not cached)
     cdef bint _steps  # the connections have request steps: a send is handed to them before it is written
+    cdef object _signer  # ... which are only this signer: the header signs as it writes (steps applied)
     # the settings (configure)
     cdef Py_ssize_t _max_message_size
     cdef Py_ssize_t _compress_over
@@ -302,7 +303,7 @@ cdef class PipelinedSender:
 
     def __init__(self, *, dict routes, dict headers, dict broker_addrs, master_id, dict benched, clock, select_queue,
                  set checked_topics, check_message, new_uniq, opaques, future_cls, message_cls, channel_for,
-                 remoting_error, completion, send_general, failed, bint one_channel_per_broker, bint steps=False,
+                 remoting_error, completion, send_general, failed, bint one_channel_per_broker, steps=None,
                  Py_ssize_t max_message_size, Py_ssize_t compress_over, bint fault_enabled=True):
         # the route: tables the client instance keeps current
         self._routes, self._headers, self._broker_addrs, self._master_id = routes, headers, broker_addrs, master_id
@@ -314,7 +315,9 @@ cdef class PipelinedSender:
         # the write, its answer and what a failure falls back to
         self._channel_for, self._remoting_error, self._completion = channel_for, remoting_error, completion
         self._send_general, self._failed = send_general, failed
-        self._steps = steps
+        # the client's request steps (rmq_core.remoting.steps.RequestSteps) or None
+        self._steps = steps is not None
+        self._signer = None if steps is None else steps.header_signer
         # with one connection per broker, the one channel_for gave for an address
         # (a tcp or in-proc one) serves until it closes; with more, channel_for takes them in turn
         self._channels = {} if one_channel_per_broker else None
@@ -423,7 +426,13 @@ cdef class PipelinedSender:
         header = <SendHeader><object>found
         opaque = next(self._opaques) & _INT32_MAX
         uniq = self._new_uniq()
-        if self._steps:  # the connection's request steps get it before it is written (FrameStep.before_request)
+        if self._signer is not None:  # the steps are one signer: applied as the header writes (request True)
+            header.prepare_signer(self._signer)
+            frame = header._frame(0, message.flag, None, message, opaque, body, None, 0, None, uniq, False, True)
+            if frame is None:
+                return self._send_general(message, timeout, mq, addr, mode)
+            request = True
+        elif self._steps:  # the connection's request steps get it before it is written (FrameStep.before_request)
             request = header.new_request(0, message.flag, None, message, uniq, opaque, body, 0, None, False)
             if request is None:
                 return self._send_general(message, timeout, mq, addr, mode)
@@ -457,7 +466,7 @@ cdef class PipelinedSender:
             else:
                 channel.exchange(frame, opaque, timeout, self._completion, context)
         elif type(writes) is PipelinedWrites:  # PipelinedChannel.send without its Python frame
-            if request is not None:  # its request steps first (a step that raises failed the send)
+            if request is not None and request is not True:  # its request steps first (one that raises failed it)
                 frame = channel.intercept(frame, opaque, self._completion, context, request)
                 if frame is None:
                     return fut

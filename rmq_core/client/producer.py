@@ -483,7 +483,7 @@ class Producer:
             channel_for=functools.partial(inst.send_channel, read_frames=read_send_response_frames,
                                           from_command=SendResponse.from_command),
             remoting_error=RemotingError, completion=self._pipelined_completion, send_general=self._send_general,
-            failed=self._native_failed, steps=self._client_steps,
+            failed=self._native_failed, steps=getattr(getattr(inst, "remoting", None), "steps", None),
             one_channel_per_broker=getattr(getattr(inst, "config", None), "pipelined_send_connections", 0) == 1,
             max_message_size=self._max_message_size, compress_over=self._compress_over, fault_enabled=fault.enabled)
 

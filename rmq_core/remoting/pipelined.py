@@ -351,7 +351,7 @@ class HandedOverChannel(PendingRequests):
     def send(self, frame, opaque: int, timeout: float, on_done, context=None, request=None) -> None:
         """PipelinedChannel.send: on_done(context, response, None) or on_done(context, None, error),
         exactly once (request: as its)."""
-        if self._hooks is not None:
+        if self._hooks is not None and request is not True:
             frame = self.intercept(frame, opaque, on_done, context, request)
             if frame is None:
                 return
@@ -368,7 +368,7 @@ class HandedOverChannel(PendingRequests):
 
     def send_oneway(self, frame, request=None) -> None:
         """A request no answer is expected to (its flag says oneway); request: as send()'s."""
-        if self._intercept is not None:
+        if self._intercept is not None and request is not True:
             frame = self._oneway_step(frame, request)
         if self._closed:
             raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
@@ -508,7 +508,7 @@ class PipelinedChannel(PendingRequests):
         system call per request.  request: a send handed over before it is written (a SendRequest,
         frame None: the connection's step writes it, HookedRequests.intercept), given only to a
         connection with a step."""
-        if self._hooks is not None:
+        if self._hooks is not None and request is not True:
             frame = self.intercept(frame, opaque, on_done, context, request)
             if frame is None:
                 return
@@ -538,7 +538,7 @@ class PipelinedChannel(PendingRequests):
             self.send(frame, opaque, timeout, on_done, context, request)
             return
         try:
-            if self._hooks is not None:  # (as send() does)
+            if self._hooks is not None and request is not True:  # (as send() does)
                 frame = self.intercept(frame, opaque, on_done, context, request)
                 if frame is None:
                     return
@@ -598,7 +598,7 @@ class PipelinedChannel(PendingRequests):
         """Write a request no answer is expected to (its flag says oneway): nothing registered,
         written with what gathered; raises RemotingConnectError when the channel is closed.
         request: as send()'s."""
-        if self._intercept is not None:
+        if self._intercept is not None and request is not True:
             frame = self._oneway_step(frame, request)
         if self.closed or self.writes.closing:
             raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")

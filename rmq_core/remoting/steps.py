@@ -87,12 +87,15 @@ def _overrides(step, name: str) -> bool:
 class RequestSteps:
     """One side's steps resolved into two call lists (`before`, `after`), each callable taking the
     side's arguments positionally (client: remote_addr, request[, response]; broker: remote_addr,
-    request[, response], connection)."""
+    request[, response], connection).  `header_signer`: on a client whose only step is a signer
+    (one with `prepare_header`: rmq_core.acl.AclSigner), that signer - a send's SendHeader then
+    applies it as it writes the frame (signed natively, no Python step call), and the frame goes
+    to the connection as `request=True` (its steps applied)."""
 
-    __slots__ = ("side", "before", "after")
+    __slots__ = ("side", "before", "after", "header_signer")
 
-    def __init__(self, side: str, before: list, after: list):
-        self.side, self.before, self.after = side, before, after
+    def __init__(self, side: str, before: list, after: list, header_signer=None):
+        self.side, self.before, self.after, self.header_signer = side, before, after, header_signer
 
     @classmethod
     def resolve(cls, side: str, steps: Iterable[Any] = ()) -> "RequestSteps | None":
@@ -109,7 +112,10 @@ class RequestSteps:
             after = [s.after for s in steps if _overrides(s, "after")] + hooks_after
         if not before and not after:
             return None
-        return cls(side, before, after)
+        signer = None
+        if side == CLIENT and not hooks_before and not after and len(steps) == 1 and hasattr(steps[0], "prepare_header"):
+            signer = steps[0]
+        return cls(side, before, after, signer)
 
     def run_before(self, *values) -> None:
         for fn in self.before:
@@ -182,11 +188,16 @@ class LaneStep:
     decode of the header), and the answer frame it wrote to after().  before() returns the request,
     or None when a step refused it - then it answered the refusal on the connection itself."""
 
-    __slots__ = ("ctx", "steps", "_before", "_after")
+    __slots__ = ("ctx", "_before", "_after")
 
-    def __init__(self, ctx, steps: RequestSteps):
-        self.ctx, self.steps = ctx, steps
-        self._before, self._after = steps.before, steps.after
+    def __init__(self, ctx, before: list, after: list = ()):
+        self.ctx, self._before, self._after = ctx, list(before), list(after)
+
+    @staticmethod
+    def native_check(fn):
+        """The native lane check a step's before() offers (its owner's `lane_check(connection,
+        fallback)`), or None."""
+        return getattr(getattr(fn, "__self__", None), "lane_check", None)
 
     @staticmethod
     def decode(frame: bytes) -> FrameCommand:

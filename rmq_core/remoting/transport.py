@@ -48,7 +48,8 @@ plugins/transport/tcp.py, and tests/remoting/unix_transport.py for a third one i
                                       the blocking one has BlockingChannel's interface
                                       (with an intercept, send, exchange and send_oneway take
                                       `request=` a send not yet written, frame None:
-                                      steps.FrameStep.before_request)
+                                      steps.FrameStep.before_request; or True, the frame
+                                      written with the steps applied: not intercepted)
 
 `serve` calls `on_channel(channel)` (in the listener's loop) for every accepted connection; the
 callee must call `channel.start(...)` before returning.  A frame the transport cannot decode, or one

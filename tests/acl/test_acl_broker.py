@@ -419,9 +419,12 @@ def test_sends_are_signed_as_written_and_a_hooks_change_is_signed_too(cl, monkey
         results = [p.send(Message("TopicOk", b"built-%d" % i)) for i in range(3)]
         results += [f.result(30) for f in [p.send_async(Message("TopicOk", b"built-a%d" % i)) for i in range(5)]]
     assert all(r.status.name == "SEND_OK" for r in results)
-    # every send reached the signer before it was written (its header values; no frame decoded)
+    # every send was signed as it was written, no frame decoded: the signer is the only step, so
+    # the native first attempt's SendHeader applies it (no step call: RequestSteps.header_signer);
+    # the general path's sends (a queue's first) reach it before they are written
     assert passed["before", RequestCode.SEND_MESSAGE_V2] == 0
-    assert passed["before_request", RequestCode.SEND_MESSAGE_V2] >= 8
+    assert passed["before_request", RequestCode.SEND_MESSAGE_V2] < 8
+    signer_only = passed["before_request", RequestCode.SEND_MESSAGE_V2]
 
     # auto_batch: a batch of gathered sends reaches the signer before it is written, likewise
     batches = collections.Counter()
@@ -453,4 +456,5 @@ def test_sends_are_signed_as_written_and_a_hooks_change_is_signed_too(cl, monkey
     # the hook's field is signed with the others, and the broker verified that
     assert all(r.status.name == "SEND_OK" for r in results)
     assert passed["before", RequestCode.SEND_MESSAGE_V2] == 0
-    assert passed["before_request", RequestCode.SEND_MESSAGE_V2] >= 16
+    # (with a hook beside the signer, every send reaches the steps before it is written)
+    assert passed["before_request", RequestCode.SEND_MESSAGE_V2] - signer_only >= 8

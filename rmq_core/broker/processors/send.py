@@ -18,8 +18,8 @@ from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageSta
 
 from rmq_core._native.frame import header_ints as _header_ints
 from rmq_core.remoting.command import new_response as _new_response
-from rmq_core._native.send_lane import (SendLane, SendLaneState, checked_queues, plain_send_queues,
-                                        special_properties)
+from rmq_core._native.send_lane import (LaneChecks, PyLaneCheck, SendLane, SendLaneState, checked_queues,
+                                        plain_send_queues, special_properties)
 
 log = logging.getLogger("rmq.broker")
 
@@ -169,9 +169,8 @@ class SendMessageProcessor(Processor):
 
         state = self._new_state(table)
         if steps is not None:
-            lane_step = LaneStep(ctx, steps)
-            state.before, state.decode = lane_step.before, lane_step.decode
-            state.after = lane_step.after if steps.after else None
+            state.check, state.decode = _lane_check(ctx, steps.before), LaneStep.decode
+            state.after = LaneStep(ctx, (), steps.after).after if steps.after else None
         return SendLane(state, born_host, ctx.tasks, ctx.max_inflight, finish_later,
                         call_soon_threadsafe=self.ctrl.loop.call_soon_threadsafe,
                         write_frames=getattr(ctx.channel, "write_frames", None), on_error=failed,
@@ -562,6 +561,25 @@ class _SendRequests:
 
     def __init__(self, fn):
         self.process_request = fn
+
+
+def _lane_check(ctx, before: list):
+    """A connection's broker steps as the lane runs them (send_lane.LaneCheck): a step whose owner
+    offers a native check (LaneStep.native_check: the ACL validator's) as that check, falling back
+    to the step itself; the others in runs, each a PyLaneCheck over a LaneStep."""
+    checks, run = [], []
+    for fn in before:
+        make = LaneStep.native_check(fn)
+        if make is None:
+            run.append(fn)
+            continue
+        if run:
+            checks.append(PyLaneCheck(LaneStep(ctx, run).before))
+            run = []
+        checks.append(make(ctx, PyLaneCheck(LaneStep(ctx, [fn]).before)))
+    if run:
+        checks.append(PyLaneCheck(LaneStep(ctx, run).before))
+    return checks[0] if len(checks) == 1 else LaneChecks(checks)
 
 
 def _remember_born_host(ctx) -> tuple[str, int]:
