@@ -49,7 +49,7 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 
 from concurrent.futures import Future as _ConcurrentFuture
 
@@ -204,21 +204,8 @@ cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) except -
     not sure about (a remark, a name RocketMQ does not send, a repeated name, an escaped or
     non-ASCII language)."""
     cdef JsonHeader h
-    f.topic = NULL
-    f.props = NULL
-    f.props_len = 0
-    f.props_escaped = False
+    memset(f, 0, sizeof(SendFields))  # (no field read yet, no value, nothing escaped)
     f.queue_id = -1
-    f.has_queue_id = False
-    f.sys_flag = 0
-    f.born_ts = 0
-    f.msg_flag = 0
-    f.reconsume = 0
-    f.seen = 0
-    f.vals[14] = NULL
-    f.vals[15] = NULL
-    f.escaped = 0
-    f.acl_other = False
     if read_json_header(base, n, &h, _send_field, f) != 1:
         return False
     if h.other or h.repeated or h.remark != NULL or f.topic == NULL:
@@ -671,20 +658,10 @@ cdef class SendLaneState:
     cdef public object after         # after(request, answer frame), or None
 
     def __init__(self, dict topics, bytes cluster_prop, int64_t version, put_ok, on_put, outcome, refresh):
-        self.put = None
-        self.check = None
-        self.decode = None
-        self.after = None
-        self.topics = topics
-        self.data_version = None
-        self.counter = 0
-        self.writable = False
-        self.cluster_prop = cluster_prop
-        self.version = version
-        self.put_ok = put_ok
-        self.on_put = on_put
-        self.outcome = outcome
-        self.refresh = refresh
+        self.put = self.check = self.decode = self.after = self.data_version = None
+        self.counter, self.writable = 0, False
+        self.topics, self.cluster_prop, self.version = topics, cluster_prop, version
+        self.put_ok, self.on_put, self.outcome, self.refresh = put_ok, on_put, outcome, refresh
 
 
 cdef int64_t _checked_queues(SendLaneState st, topic, int64_t queue_id) except -1:
@@ -797,26 +774,15 @@ cdef class SendLane:
         read).  `on_error(frame, exception)` answers a send whose handling raised (without it,
         deliver raises and the transport drops the connection); `on_json_peer()` is told once that
         the peer speaks JSON headers (after its first send answered here)."""
-        self.state = state
-        self.tasks = tasks
-        self.max_inflight = max_inflight
-        self.on_deferred = on_deferred
-        self.call_soon_threadsafe = call_soon_threadsafe
-        self.write_frames = write_frames
-        self.on_error = on_error
-        self.on_json_peer = on_json_peer
-        self.group = None
-        self.sync_waiting = 0
+        self.state, self.tasks, self.max_inflight, self.on_deferred = state, tasks, max_inflight, on_deferred
+        self.call_soon_threadsafe, self.write_frames = call_soon_threadsafe, write_frames
+        self.on_error, self.on_json_peer = on_error, on_json_peer
+        self.group, self.sync_waiting = None, 0
         self.msg = PlainSend()
         self.msg.born_host = born_host
         self.props_buf = bytearray(512)
-        self.stat_topic = None
-        self.stat_n = 0
-        self.stat_bytes = 0
-        self.handled = 0
-        self.declined = 0
-        self.deferred = 0
-        self.failed = 0
+        self.stat_topic, self.stat_n, self.stat_bytes = None, 0, 0
+        self.handled = self.declined = self.deferred = self.failed = 0
 
     cdef object _topic_str(self, const uint8_t* p, Py_ssize_t n):
         cdef uint32_t h = 2166136261u
