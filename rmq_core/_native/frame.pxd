@@ -385,6 +385,9 @@ cdef class SendRequest:
     cdef int _materialize(self) except -1
 
 
+cpdef object run_send_steps(list before, str addr, SendRequest request)
+
+
 @cython.final
 cdef class SendResponse:
     cdef public object code

@@ -906,6 +906,15 @@ cdef class SendRequest:
         return f"SendRequest(code={self.code}, opaque={self.opaque}, topic={self.header.topic!r})"
 
 
+cpdef object run_send_steps(list before, str addr, SendRequest request):
+    """A send through a client's request steps (each `fn(addr, request)`, in order; one that raises
+    raises here) and its frame as they left it: request.frame() - None when the Python codec must
+    write it (rmq_core.remoting.steps.encode_send)."""
+    for fn in before:
+        fn(addr, request)
+    return request.frame()
+
+
 cdef tuple _ORDER = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13)
 cdef tuple _ORDER_L = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 11)
 

@@ -136,7 +136,7 @@ cdef int _send_field(void* target, const uint8_t* key, Py_ssize_t klen, bint kes
     cdef int64_t iv
     cdef uint8_t k
     if not kesc and klen > 1 and _acl_field(key, klen) and plain_ascii(v, vlen):
-        # a signed send's ACL fields: kept for the broker's signed-send check (steps.LaneStep)
+        # a signed send's ACL fields: kept for the broker's access check (SignedSendCheck)
         if esc or f.vals[14 if key[0] == 65 else 15] != NULL:
             f.acl_other = True
         elif key[0] == 65:  # AccessKey
@@ -474,15 +474,26 @@ cdef class LaneCheck:
 
 @cython.final
 cdef class PyLaneCheck(LaneCheck):
-    """Python steps: `before(request)` -> the request, or None when one refused it (steps.LaneStep.before)."""
-    cdef object before
+    """Python steps of a connection `ctx` (remoting's channel context): each `fn(remote address,
+    request, ctx)` in order; one that raises refused the send - answered as dispatch answers a
+    failing step (`ctx.answer_failure(command, error)`: RequestRefused's code and remark)."""
+    cdef list before
+    cdef object ctx
 
-    def __init__(self, before):
-        self.before = before
+    def __init__(self, list before, ctx):
+        self.before, self.ctx = before, ctx
 
     cdef int run(self, LaneRequest r) except -1:
         r.own()  # (a Python step may keep it)
-        return 0 if self.before(r) is None else 1
+        ctx = self.ctx
+        try:
+            addr = ctx.remote_address
+            for fn in self.before:
+                fn(addr, r, ctx)
+        except Exception as e:
+            ctx.answer_failure(r.command(), e)
+            return 0
+        return 1
 
 
 @cython.final

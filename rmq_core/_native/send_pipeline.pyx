@@ -20,7 +20,7 @@ from libc.stdint cimport int64_t
 cimport cython
 
 from clock cimport monotonic as _monotonic
-from rmq_core._native.frame cimport RESPONSE_FLAG, SendHeader, SendResponse
+from rmq_core._native.frame cimport RESPONSE_FLAG, SendHeader, SendRequest, SendResponse, run_send_steps
 from rmq_core._native.socket_io cimport PipelinedWrites
 from rmq_core._native.trace cimport TraceBuffer
 
@@ -295,6 +295,8 @@ cdef class PipelinedSender:
     cdef dict _channels  # address -> its one pipelined connection while open (None: not cached)
     cdef bint _steps  # the connections have request steps: a send is handed to them before it is written
     cdef object _signer  # ... which are only this signer: the header signs as it writes (steps applied)
+    cdef list _before    # ... which have no after(): run here (run_send_steps), the frame goes applied
+    cdef object _encode_send  # (a send its steps changed a header field of: the Python codec's frame)
     # the settings (configure)
     cdef Py_ssize_t _max_message_size
     cdef Py_ssize_t _compress_over
@@ -318,6 +320,8 @@ cdef class PipelinedSender:
         # the client's request steps (rmq_core.remoting.steps.RequestSteps) or None
         self._steps = steps is not None
         self._signer = None if steps is None else steps.header_signer
+        self._before = None if steps is None or steps.after else steps.before
+        self._encode_send = None if steps is None else steps.encode_send
         # with one connection per broker, the one channel_for gave for an address
         # (a tcp or in-proc one) serves until it closes; with more, channel_for takes them in turn
         self._channels = {} if one_channel_per_broker else None
@@ -459,6 +463,16 @@ cdef class PipelinedSender:
                     self._channels.clear()
                 self._channels[addr] = channel
         fut.channel = channel  # result() reads the answer itself when no other thread does
+        if self._before is not None and request is not True and request is not None:
+            # steps with no after(): run here, no connection step call (one that raises fails the send)
+            try:
+                frame = run_send_steps(self._before, addr, <SendRequest>request)
+                if frame is None:
+                    frame = self._encode_send(addr, request)
+            except Exception as e:
+                self._completion(context, None, e)
+                return fut
+            request = True
         writes = getattr(channel, "writes", None)
         if mode == "SYNC":  # this thread waits for the answer at once: it writes and reads it itself
             if request is not None:

@@ -26,6 +26,7 @@ from typing import Any, Iterable
 
 from rmq_core.remoting.codes import ResponseCode
 from rmq_core.remoting.command import FrameCommand, PrefixedFrameCommand, RemotingCommand, new_command, set_frame
+from rmq_core._native.frame import run_send_steps
 
 log = logging.getLogger("rmq.remoting")
 
@@ -84,6 +85,17 @@ def _overrides(step, name: str) -> bool:
     return method is not None and method is not getattr(RequestStep, name)
 
 
+def encode_send(addr: str, request) -> bytes:
+    """The frame of a send whose steps changed a field its SendHeader writes (or added fields to a
+    signed one): written by the Python codec, signed here when a signer asked for it."""
+    command = RemotingCommand(request.code, language=request.language, version=request.version,
+                              opaque=request.opaque, flag=request.flag, ext_fields=request.fields(),
+                              body=request.body)
+    if request.signer is not None:
+        request.signer.before(addr, command)
+    return command.encode()
+
+
 class RequestSteps:
     """One side's steps resolved into two call lists (`before`, `after`), each callable taking the
     side's arguments positionally (client: remote_addr, request[, response]; broker: remote_addr,
@@ -93,6 +105,7 @@ class RequestSteps:
     to the connection as `request=True` (its steps applied)."""
 
     __slots__ = ("side", "before", "after", "header_signer")
+    encode_send = staticmethod(encode_send)  # (for the native send pipeline, which imports no Python module)
 
     def __init__(self, side: str, before: list, after: list, header_signer=None):
         self.side, self.before, self.after, self.header_signer = side, before, after, header_signer
@@ -162,18 +175,8 @@ class FrameStep:
     def before_request(self, request) -> tuple[bytes, Any]:
         """A send request before it is written (a SendRequest) through the steps: its frame as they
         left it, and the request for after()."""
-        addr = self.addr
-        for fn in self._before:
-            fn(addr, request)
-        frame = request.frame()
-        if frame is None:  # a builder field changed (or fields added to a signed one): written here
-            command = RemotingCommand(request.code, language=request.language, version=request.version,
-                                      opaque=request.opaque, flag=request.flag, ext_fields=request.fields(),
-                                      body=request.body)
-            if request.signer is not None:
-                request.signer.before(addr, command)
-            frame = command.encode()
-        return frame, request
+        frame = run_send_steps(self._before, self.addr, request)
+        return (encode_send(self.addr, request) if frame is None else frame), request
 
     def after(self, request, response) -> None:
         addr = self.addr
@@ -182,16 +185,17 @@ class FrameStep:
 
 
 class LaneStep:
-    """A broker's steps for one connection's native send lane (SendLaneState.before / .after): the
-    lane hands each plain send to before() just before its put, as it parsed it (send_lane.pyx's
-    LaneRequest: the values it read, a str made of one only when a step reads it - no second
-    decode of the header), and the answer frame it wrote to after().  before() returns the request,
-    or None when a step refused it - then it answered the refusal on the connection itself."""
+    """A broker's steps around one connection's native send lane: what the lane runs before each
+    plain send's put is a send_lane LaneCheck (the processor's, built from these steps: a Python
+    step in a PyLaneCheck, one that offers a native check - `native_check` - as that), handed the
+    send as the lane parsed it (send_lane.pyx's LaneRequest: the values it read, a str made of one
+    only when a step reads it - no second decode of the header); after() gets the answer frame
+    the lane wrote."""
 
-    __slots__ = ("ctx", "_before", "_after")
+    __slots__ = ("ctx", "_after")
 
-    def __init__(self, ctx, before: list, after: list = ()):
-        self.ctx, self._before, self._after = ctx, list(before), list(after)
+    def __init__(self, ctx, after: list):
+        self.ctx, self._after = ctx, list(after)
 
     @staticmethod
     def native_check(fn):
@@ -204,16 +208,6 @@ class LaneStep:
         """The command of a lane's frame (a LaneRequest's, when a step asks for more than it parsed)."""
         request = new_command(FrameCommand)
         set_frame(request, frame)
-        return request
-
-    def before(self, request):
-        ctx = self.ctx
-        try:
-            for fn in self._before:
-                fn(ctx.remote_address, request, ctx)
-        except Exception as e:  # noqa: BLE001 - answered as dispatch answers a failing step
-            ctx.answer_failure(request.command(), e)
-            return None
         return request
 
     def after(self, request, response_frame: bytes) -> None:

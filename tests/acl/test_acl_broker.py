@@ -393,8 +393,12 @@ def test_file_changed_on_disk_takes_effect_without_a_restart(cl):
 class _AddsAField:
     """A global client hook that adds an ext field to every request (before the signer signs a send)."""
 
+    sends = 0
+
     @hookimpl
     def rmq_client_before_request(self, remote_addr, request):
+        if request.code == RequestCode.SEND_MESSAGE_V2:
+            self.sends += 1
         request.ext_fields["OnsChannel"] = "HOOKED"
 
 
@@ -424,7 +428,6 @@ def test_sends_are_signed_as_written_and_a_hooks_change_is_signed_too(cl, monkey
     # the general path's sends (a queue's first) reach it before they are written
     assert passed["before", RequestCode.SEND_MESSAGE_V2] == 0
     assert passed["before_request", RequestCode.SEND_MESSAGE_V2] < 8
-    signer_only = passed["before_request", RequestCode.SEND_MESSAGE_V2]
 
     # auto_batch: a batch of gathered sends reaches the signer before it is written, likewise
     batches = collections.Counter()
@@ -456,5 +459,6 @@ def test_sends_are_signed_as_written_and_a_hooks_change_is_signed_too(cl, monkey
     # the hook's field is signed with the others, and the broker verified that
     assert all(r.status.name == "SEND_OK" for r in results)
     assert passed["before", RequestCode.SEND_MESSAGE_V2] == 0
-    # (with a hook beside the signer, every send reaches the steps before it is written)
-    assert passed["before_request", RequestCode.SEND_MESSAGE_V2] - signer_only >= 8
+    # (with a hook beside the signer, every send reaches the steps before it is written: the native
+    # first attempt runs them itself - they have no after() - the general path through before_request)
+    assert hook.sends >= 8

@@ -188,3 +188,34 @@ def test_steps_read_and_change_the_values_a_send_is_written_and_parsed_from(make
     assert all(f["TraceId"] == "t-\u00e9\u0001" for _, _, f, _ in added.seen)
     stored = drain_topic(cluster.namesrv, topic, "CG_VIEWS", 6)
     assert sorted(m.body for m in stored) == sorted(body for *_, body in sent)
+
+
+class _Refuses(RequestStep):
+    """A client's own step (no after()) that fails the sends whose body asks for it."""
+
+    def before(self, remote_addr, request, connection=None):
+        if request.code in SEND_CODES and request.body == b"refuse me":
+            raise ValueError("refused by the client's step")
+
+
+@pytest.mark.parametrize("transport", ["tcp", "inproc"])
+def test_a_client_step_that_raises_fails_that_send_only(make_cluster, transport):
+    """Steps with no after() run in the native first attempt (send_pipeline: run_send_steps): one
+    that raises fails that send with its error, sync and async; the next sends go on."""
+    cluster = make_cluster()
+    namesrv = cluster.tcp_namesrv if transport == "tcp" else cluster.namesrv
+    topic = f"RefusingStepT_{transport}"
+    with Producer(f"PG_REFUSING_{transport}", namesrv=namesrv, instance_name=f"refusing-{transport}",
+                  request_steps=[_Refuses()], retry_times_when_send_failed=0,
+                  retry_times_when_send_async_failed=0, **FAST) as p:
+        assert p.send(Message(topic, b"first")).status.name == "SEND_OK"
+        for _ in range(4):  # (each queue's first send took the general path: now the native one)
+            assert p.send(Message(topic, b"warm")).status.name == "SEND_OK"
+        with pytest.raises(Exception, match="refused by the client's step"):
+            p.send(Message(topic, b"refuse me"))
+        with pytest.raises(Exception, match="refused by the client's step"):
+            p.send_async(Message(topic, b"refuse me")).result(10)
+        assert p.send(Message(topic, b"after")).status.name == "SEND_OK"
+        assert p.send_async(Message(topic, b"after")).result(10).status.name == "SEND_OK"
+    got = drain_topic(namesrv, topic, f"CG_REFUSING_{transport}", 7)
+    assert sorted(m.body for m in got) == [b"after"] * 2 + [b"first"] + [b"warm"] * 4

@@ -18,7 +18,7 @@ from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageSta
 
 from rmq_core._native.frame import header_ints as _header_ints
 from rmq_core.remoting.command import new_response as _new_response
-from rmq_core._native.send_lane import (LaneChecks, PyLaneCheck, SendLane, SendLaneState, checked_queues,
+from rmq_core._native.send_lane import (LaneCheck, LaneChecks, PyLaneCheck, SendLane, SendLaneState, checked_queues,
                                         plain_send_queues, special_properties)
 
 log = logging.getLogger("rmq.broker")
@@ -170,7 +170,7 @@ class SendMessageProcessor(Processor):
         state = self._new_state(table)
         if steps is not None:
             state.check, state.decode = _lane_check(ctx, steps.before), LaneStep.decode
-            state.after = LaneStep(ctx, (), steps.after).after if steps.after else None
+            state.after = LaneStep(ctx, steps.after).after if steps.after else None
         return SendLane(state, born_host, ctx.tasks, ctx.max_inflight, finish_later,
                         call_soon_threadsafe=self.ctrl.loop.call_soon_threadsafe,
                         write_frames=getattr(ctx.channel, "write_frames", None), on_error=failed,
@@ -566,7 +566,7 @@ class _SendRequests:
 def _lane_check(ctx, before: list):
     """A connection's broker steps as the lane runs them (send_lane.LaneCheck): a step whose owner
     offers a native check (LaneStep.native_check: the ACL validator's) as that check, falling back
-    to the step itself; the others in runs, each a PyLaneCheck over a LaneStep."""
+    to the step itself; the others in runs, each a PyLaneCheck."""
     checks, run = [], []
     for fn in before:
         make = LaneStep.native_check(fn)
@@ -574,11 +574,13 @@ def _lane_check(ctx, before: list):
             run.append(fn)
             continue
         if run:
-            checks.append(PyLaneCheck(LaneStep(ctx, run).before))
+            checks.append(PyLaneCheck(run, ctx))
             run = []
-        checks.append(make(ctx, PyLaneCheck(LaneStep(ctx, [fn]).before)))
+        checks.append(make(ctx, PyLaneCheck([fn], ctx)))
     if run:
-        checks.append(PyLaneCheck(LaneStep(ctx, run).before))
+        checks.append(PyLaneCheck(run, ctx))
+    if not checks:  # (after() steps only: the request is made for them, nothing checks it)
+        return LaneCheck()
     return checks[0] if len(checks) == 1 else LaneChecks(checks)
 
 
