@@ -912,6 +912,7 @@ cpdef object run_send_steps(list before, str addr, SendRequest request):
     write it (rmq_core.remoting.steps.encode_send)."""
     for fn in before:
         fn(addr, request)
+    request._ext = None  # (the view refers to the request: dropped, no cycle is left for the collector)
     return request.frame()
 
 

@@ -46,7 +46,7 @@ finished by on_deferred, one at a time, which runs the after steps itself).
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF, Py_REFCNT, Py_XDECREF
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
@@ -484,7 +484,7 @@ cdef class PyLaneCheck(LaneCheck):
         self.before, self.ctx = before, ctx
 
     cdef int run(self, LaneRequest r) except -1:
-        r.own()  # (a Python step may keep it)
+        cdef Py_ssize_t refs = Py_REFCNT(r)
         ctx = self.ctx
         try:
             addr = ctx.remote_address
@@ -493,6 +493,12 @@ cdef class PyLaneCheck(LaneCheck):
         except Exception as e:
             ctx.answer_failure(r.command(), e)
             return 0
+        finally:
+            # the ext_fields view refers to the request (dropped: no cycle left for the collector);
+            # a step that kept the request, or its view, has it copy its frame out of the read chunk
+            r._ext = None
+            if Py_REFCNT(r) > refs:
+                r.own()
         return 1
 
 

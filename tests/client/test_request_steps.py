@@ -219,3 +219,32 @@ def test_a_client_step_that_raises_fails_that_send_only(make_cluster, transport)
         assert p.send_async(Message(topic, b"after")).result(10).status.name == "SEND_OK"
     got = drain_topic(namesrv, topic, f"CG_REFUSING_{transport}", 7)
     assert sorted(m.body for m in got) == [b"after"] * 2 + [b"first"] + [b"warm"] * 4
+
+
+class _Keeper(RequestStep):
+    """A broker's own step that keeps every send it is handed, and the ext_fields of some."""
+
+    def __init__(self):
+        self.kept, self.views = [], []
+
+    def before(self, remote_addr, request, connection=None):
+        if request.code == RequestCode.SEND_MESSAGE_V2:
+            if (len(self.kept) + len(self.views)) % 2:
+                self.views.append(request.ext_fields)
+            else:
+                self.kept.append(request)
+
+
+def test_a_send_a_broker_step_keeps_stays_whole(make_cluster):
+    """The lane hands steps a send over its read chunk; one a step keeps (or whose ext_fields it
+    keeps) is copied out of it first: read later, after many other reads, it is the send it was."""
+    keeper = _Keeper()
+    cluster = make_cluster(request_steps=[keeper])
+    with Producer("PG_KEEPER", namesrv=cluster.tcp_namesrv, instance_name="keeper", **FAST) as p:
+        futures = [p.send_async(Message("KeptT", b"kept-%d" % i)) for i in range(200)]
+        assert all(f.result(10).status.name == "SEND_OK" for f in futures)
+    assert len(keeper.kept) + len(keeper.views) >= 200
+    assert {r.ext_fields["b"] for r in keeper.kept} == {"KeptT"} and {v["b"] for v in keeper.views} == {"KeptT"}
+    lane = [r for r in keeper.kept if type(r).__name__ == "LaneRequest"]  # (a queue's first send: dispatch's)
+    assert len(lane) >= 50 and len({r.body for r in lane}) == len(lane)
+    assert all(r.frame.endswith(r.body) and r.body.startswith(b"kept-") for r in lane)
