@@ -511,12 +511,9 @@ _JSON = SerializeType.JSON
 _CURRENT_VERSION = int(MQVersion.CURRENT)
 
 
-def _int_field(obj: dict, name: str, default: int | None) -> int:
-    value = obj.get(name)
-    if value is None:
-        if default is None:
-            raise RemotingCommandError(f"bad JSON header: field {name!r} is missing")
-        return default
+def json_int(value) -> int | None:
+    """A JSON value read as an integer as fastjson reads one: an int, or a str int() takes; None
+    for anything else (the caller names the field)."""
     if type(value) is int:
         return value
     if isinstance(value, str):
@@ -524,7 +521,19 @@ def _int_field(obj: dict, name: str, default: int | None) -> int:
             return int(value)
         except ValueError:
             pass
-    raise RemotingCommandError(f"bad JSON header: field {name!r} has value {value!r:.80}, expected an integer")
+    return None
+
+
+def _int_field(obj: dict, name: str, default: int | None) -> int:
+    value = obj.get(name)
+    if value is None:
+        if default is None:
+            raise RemotingCommandError(f"bad JSON header: field {name!r} is missing")
+        return default
+    number = json_int(value)
+    if number is None:
+        raise RemotingCommandError(f"bad JSON header: field {name!r} has value {value!r:.80}, expected an integer")
+    return number
 
 
 # The native JSON header codec (rmq_core/_native/frame.pyx): the common flat header in

@@ -21,7 +21,7 @@ from rmq_core.errors import (
 )
 from rmq_core.remoting.codes import RequestCode, ResponseCode, code_name
 from rmq_core.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand, SerializeType, next_opaque
-from rmq_core.remoting.steps import BROKER, CLIENT, RequestRefused, RequestSteps
+from rmq_core.remoting.steps import BROKER, RequestRefused, RequestSteps
 from rmq_core.remoting.transport import Channel
 
 log = logging.getLogger("rmq.remoting")
@@ -125,16 +125,14 @@ class ProcessorTable:
                 return request.make_response(
                     ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]system busy, start flow control for a while")
             if steps is not None:
-                for step in steps.before:
-                    step(ctx.remote_address, request, ctx)
+                steps.run_before(ctx.remote_address, request, ctx)
             response = fn(ctx, request)
             # (a coroutine is by far the usual awaitable; inspect.isawaitable only for the rest)
             if type(response) is _CoroutineType or (
                     response is not None and type(response) is not RemotingCommand and inspect.isawaitable(response)):
                 return self.finish_steps(ctx, request, response, steps)
             if steps is not None and response is not None:
-                for step in steps.after:
-                    step(ctx.remote_address, request, response, ctx)
+                steps.run_after(ctx.remote_address, request, response, ctx)
             return response
         except asyncio.CancelledError:
             raise
@@ -147,8 +145,7 @@ class ProcessorTable:
         try:
             response = await awaitable
             if steps is not None and response is not None:
-                for step in steps.after:
-                    step(ctx.remote_address, request, response, ctx)
+                steps.run_after(ctx.remote_address, request, response, ctx)
             return response
         except asyncio.CancelledError:
             raise
@@ -342,8 +339,7 @@ class ChannelContext:
         client-side steps run before it leaves and on its answer)."""
         steps = self._steps
         if steps is not None:
-            for step in steps.before:
-                step(self.peer_name, request)
+            steps.run_before(self.peer_name, request)
         opaque, future = self._expect(request, timeout)
         try:
             channel = self.channel
@@ -376,8 +372,7 @@ class ChannelContext:
         after() before on_answer; one that raises fails the request)."""
         steps = self._steps
         if steps is not None:
-            for step in steps.before:
-                step(self.peer_name, request)
+            steps.run_before(self.peer_name, request)
             on_answer = _AfterSteps(steps.after, self.peer_name, request, on_answer)
         opaque, future = self._expect(request, timeout, on_answer)
         try:
@@ -455,8 +450,7 @@ class ChannelContext:
         request.mark_oneway()
         steps = self._steps
         if steps is not None:
-            for step in steps.before:
-                step(self.peer_name, request)
+            steps.run_before(self.peer_name, request)
         try:
             channel = self.channel
             if not channel.send_nowait(request):
@@ -507,15 +501,7 @@ class ChannelContext:
                 response.serialize_type = command.serialize_type
                 self._send_response(response)
             return
-        coro = response
-        try:
-            yielded = coro.send(None)
-        except StopIteration as stop:
-            self._answer(command, stop.value)
-            return
-        except asyncio.CancelledError:
-            return
-        self._spawn(self._finish(command, coro, yielded))
+        self.answer_later(command, response)
 
     def answer_later(self, request: RemotingCommand, coro) -> None:
         """Answer `request` with what coroutine `coro` returns: run at once up to its first
