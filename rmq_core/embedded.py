@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import operator
 import os
 import threading
 from typing import Any, Mapping
@@ -77,17 +78,9 @@ class Cluster:
         """In-proc name server address (clients in this process)."""
         return f"inproc://{self.name}-namesrv"
 
-    @property
-    def broker_addr(self) -> str:
-        return self.broker.broker_addr
-
-    @property
-    def slave_addr(self) -> str:
-        return self.slave.broker_addr
-
-    @property
-    def store_path(self) -> str:
-        return self.store_config.store_path_root_dir
+    broker_addr = property(operator.attrgetter("broker.broker_addr"))
+    slave_addr = property(operator.attrgetter("slave.broker_addr"))
+    store_path = property(operator.attrgetter("store_config.store_path_root_dir"))
 
     # --- async core (also used by the CLI in the foreground) --------------------------------------------
     async def start_async(self) -> list[str]:

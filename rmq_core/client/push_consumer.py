@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import threading
 import time
 from typing import Callable
@@ -96,17 +97,9 @@ class ConsumerBase:
         self._state_lock = threading.Lock()
 
     # heartbeat fields
-    @property
-    def message_model_name(self) -> str:
-        return self.message_model.value
-
-    @property
-    def consume_from_where_name(self) -> str:
-        return self.consume_from_where.value
-
-    @property
-    def client_id(self) -> str:
-        return self.client_config.client_id
+    message_model_name = property(operator.attrgetter("message_model.value"))
+    consume_from_where_name = property(operator.attrgetter("consume_from_where.value"))
+    client_id = property(operator.attrgetter("client_config.client_id"))
 
     def subscriptions(self) -> list[SubscriptionData]:
         return list(self.subscription_inner.values())

@@ -15,21 +15,17 @@ from typing import Any, Iterable, Mapping
 
 import attrs
 
-from rmq_core.common.fastjson import dumps, loads_lenient  # noqa: F401 - also this module's names
+from rmq_core.common.fastjson import dumps, int_value, loads_lenient  # noqa: F401 - also this module's names
 from rmq_core.errors import RemotingCommandError
 from rmq_core.message import MixAll, PermName
 
 
 def _int(obj: Mapping, key: str, default: int | None = None, where: str = "") -> int:
     value = obj.get(key, default)
-    if type(value) is int:
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    raise RemotingCommandError(f"bad {where}{key!r}: {value!r} is not an integer")
+    n = int_value(value)
+    if n is None:
+        raise RemotingCommandError(f"bad {where}{key!r}: {value!r} is not an integer")
+    return n
 
 
 def _str(obj: Mapping, key: str, default: str | None = None, where: str = "") -> str:

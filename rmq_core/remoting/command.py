@@ -23,6 +23,7 @@ import struct
 from json.encoder import encode_basestring
 from typing import Any, Mapping
 
+from rmq_core.common.fastjson import int_value
 from rmq_core.errors import RemotingCommandError
 from rmq_core.remoting.codes import MQVersion
 
@@ -517,14 +518,10 @@ def _int_field(obj: dict, name: str, default: int | None) -> int:
         if default is None:
             raise RemotingCommandError(f"bad JSON header: field {name!r} is missing")
         return default
-    if type(value) is int:
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    raise RemotingCommandError(f"bad JSON header: field {name!r} has value {value!r:.80}, expected an integer")
+    n = int_value(value)
+    if n is None:
+        raise RemotingCommandError(f"bad JSON header: field {name!r} has value {value!r:.80}, expected an integer")
+    return n
 
 
 # The native JSON header codec (rmq_core/_native/frame.pyx): the common flat header in
