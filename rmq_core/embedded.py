@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import operator
 import os
 import threading
 from typing import Any, Mapping
 
 from rmq_core import loops
 from rmq_core.broker.controller import BrokerController
+from rmq_core.common.delegate import delegate
 from rmq_core.config import NamesrvConfig, load_broker_conf
 from rmq_core.message import parse_address
 from rmq_core.namesrv import NamesrvController
@@ -78,9 +78,9 @@ class Cluster:
         """In-proc name server address (clients in this process)."""
         return f"inproc://{self.name}-namesrv"
 
-    broker_addr = property(operator.attrgetter("broker.broker_addr"))
-    slave_addr = property(operator.attrgetter("slave.broker_addr"))
-    store_path = property(operator.attrgetter("store_config.store_path_root_dir"))
+    broker_addr = delegate("broker.broker_addr")
+    slave_addr = delegate("slave.broker_addr")
+    store_path = delegate("store_config.store_path_root_dir")
 
     # --- async core (also used by the CLI in the foreground) --------------------------------------------
     async def start_async(self) -> list[str]:

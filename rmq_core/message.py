@@ -203,10 +203,7 @@ class MixAll:
 
 
 class PermName:
-    PERM_PRIORITY = 8
-    PERM_READ = 4
-    PERM_WRITE = 2
-    PERM_INHERIT = 1
+    PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 
     @staticmethod
     def is_readable(perm: int) -> bool:

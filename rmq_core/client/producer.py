@@ -18,7 +18,6 @@ import concurrent.futures
 import enum
 import functools
 import logging
-import operator
 import threading
 import time
 from threading import get_ident
@@ -34,6 +33,7 @@ from rmq_core.client.futures import LeanFuture
 from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
 from rmq_core.client.trace import TraceDispatcher
+from rmq_core.common.delegate import delegate
 from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_message, resolve_selector
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
@@ -80,14 +80,13 @@ _CHECKED_TOPICS: set[str] = set()  # names check_send_topic passed (a producer s
 def _sender_setting(path: str, key: str) -> property:
     """A producer setting at `path` (an attribute, or one of an attribute) that the native sender
     keeps a copy of: a write is pushed to it as configure(key=value) once it exists."""
-    head, _, name = path.rpartition(".")
-    owner = operator.attrgetter(head) if head else (lambda producer: producer)
+    setting = delegate(path, writable=True)
 
     def set_value(producer, value) -> None:
-        setattr(owner(producer), name, value)
+        setting.fset(producer, value)
         if producer._pipelined_sender is not None:
             producer._pipelined_sender.configure(**{key: value})
-    return property(operator.attrgetter(path), set_value)
+    return setting.setter(set_value)
 
 
 def check_send_topic(topic: str) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import operator
 import threading
 import time
 from typing import Callable
@@ -26,6 +25,7 @@ from rmq_core.client.rebalance import RebalanceImpl
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import build_subscription, retry_subscription
 from rmq_core.client.trace import TraceDispatcher
+from rmq_core.common.delegate import delegate
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.errors import ConfigError, MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingError
@@ -97,9 +97,9 @@ class ConsumerBase:
         self._state_lock = threading.Lock()
 
     # heartbeat fields
-    message_model_name = property(operator.attrgetter("message_model.value"))
-    consume_from_where_name = property(operator.attrgetter("consume_from_where.value"))
-    client_id = property(operator.attrgetter("client_config.client_id"))
+    message_model_name = delegate("message_model.value")
+    consume_from_where_name = delegate("consume_from_where.value")
+    client_id = delegate("client_config.client_id")
 
     def subscriptions(self) -> list[SubscriptionData]:
         return list(self.subscription_inner.values())

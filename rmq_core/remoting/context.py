@@ -512,19 +512,11 @@ class ChannelContext:
                 response.serialize_type = command.serialize_type
                 self._send_response(response)
             return
-        coro = response
-        try:
-            yielded = coro.send(None)
-        except StopIteration as stop:
-            self._answer(command, stop.value)
-            return
-        except asyncio.CancelledError:
-            return
-        self._spawn(self._finish(command, coro, yielded))
+        self.answer_later(command, response)
 
     def answer_later(self, request: RemotingCommand, coro) -> None:
         """Answer `request` with what coroutine `coro` returns: run at once up to its first
-        suspension, a task only if it suspends (as _on_command does for a processor's coroutine)."""
+        suspension, a task only if it suspends (_on_command's way with a processor's coroutine)."""
         try:
             yielded = coro.send(None)
         except StopIteration as stop:

@@ -40,7 +40,7 @@ from rmq_core._native import group_commit as group_commit_native
 from rmq_core.config import FlushDiskType
 from rmq_core.message import SysFlag
 from rmq_core.store.mapped_file import AllocateMappedFileService, MappedFileQueue
-from rmq_core.store.service import ServiceThread
+from rmq_core.store.service import FlushService, ServiceThread
 from rmq_core.errors import StoreError
 from rmq_core.store.types import PutMessageStatus
 
@@ -618,28 +618,19 @@ class CommitLog:
         return end
 
 
-class FlushRealTimeService(ServiceThread):
+class FlushRealTimeService(FlushService):
     """ASYNC_FLUSH: every flushIntervalCommitLog ms flush if at least flushCommitLogLeastPages dirty
     pages (all of them every flushCommitLogThoroughInterval ms); a final full flush at stop."""
 
     name = "FlushRealTimeService"
+    interval_key, least_pages_key = "flush_interval_commit_log", "flush_commit_log_least_pages"
 
     def __init__(self, commit_log: CommitLog):
-        super().__init__()
+        super().__init__(commit_log.config, commit_log.flush)
         self.commit_log = commit_log
-        self._last_thorough = time.monotonic()
 
-    def interval(self) -> float:
-        return self.commit_log.config.flush_interval_commit_log / 1000.0
-
-    def run_once(self) -> None:
-        cfg = self.commit_log.config
-        least = cfg.flush_commit_log_least_pages
-        now = time.monotonic()
-        if (now - self._last_thorough) * 1000 >= cfg.flush_commit_log_thorough_interval:
-            self._last_thorough = now
-            least = 0
-        self.commit_log.flush(least)
+    def thorough_ms(self) -> float:
+        return self.config.flush_commit_log_thorough_interval
 
     def on_stop(self) -> None:
         self.commit_log.flush(0)
