@@ -62,15 +62,11 @@ class EncodedMessages:
         # Either `records` (encoded bytes, their tag codes in `tags`) or a plan: the records'
         # `total` bytes, the validated batch `body` and `encode_args` for encoding straight into
         # the reserved segment space.
+        # (fields set in groups of at most three: as fast as one by one, CPython builds no tuple for those)
         self.total = total if records is None else len(records)
-        self.body = body
-        self.encode_args = encode_args
-        self.records = records
-        self.count = count
-        self.tags = tags
-        self.topic = topic
-        self.queue_id = queue_id
-        self.sys_flag = sys_flag
+        self.body, self.encode_args = body, encode_args
+        self.records, self.count, self.tags = records, count, tags
+        self.topic, self.queue_id, self.sys_flag = topic, queue_id, sys_flag
 
     @property
     def uses_queue(self) -> bool:
@@ -85,15 +81,10 @@ class AppendOutcome:
 
     def __init__(self, status, wrote_offset=0, wrote_bytes=0, store_timestamp=0, logics_offset=0, count=0,
                  entries=None, error=None):
-        self.status = status
-        self.wrote_offset = wrote_offset
-        self.wrote_bytes = wrote_bytes
-        self.store_timestamp = store_timestamp
-        self.logics_offset = logics_offset
-        self.count = count
-        self.entries = entries
-        self.error = error
-        self.end_offset = wrote_offset + wrote_bytes
+        # (in groups of at most three, as PutBatch's)
+        self.status, self.error, self.store_timestamp = status, error, store_timestamp
+        self.wrote_offset, self.wrote_bytes, self.end_offset = wrote_offset, wrote_bytes, wrote_offset + wrote_bytes
+        self.logics_offset, self.count, self.entries = logics_offset, count, entries
 
 
 class _TimedPutLock:
