@@ -136,6 +136,8 @@ class ProcessorTable:
             raise
         except Exception as e:
             return self._failed(ctx, request, e)
+        if steps is None:  # (the usual case: no call)
+            return response
         return self._answered(ctx, request, response, steps)
 
     async def finish_steps(self, ctx: "ChannelContext", request: RemotingCommand, awaitable, steps):
