@@ -82,9 +82,6 @@ class AclSigner(RequestStep):
     """
 
     __slots__ = ("access_key", "_key", "security_token")
-    # a producer's send frames are signed as they are written (SendHeader.sign_with, given by
-    # prepare_header): the connection's generic step leaves those frames to the writer
-    applied_by_send_builder = True
 
     def __init__(self, access_key: str, secret_key: str, security_token: str | None = None):
         if not access_key or not secret_key:
@@ -95,6 +92,10 @@ class AclSigner(RequestStep):
         self.security_token = security_token or None
 
     def before(self, remote_addr, request, connection=None) -> None:
+        sign_with = getattr(request, "sign_with", None)
+        if sign_with is not None:  # a send not yet written: its SendHeader signs it as it writes it
+            sign_with(self)
+            return
         ext = request.ext_fields
         ext[ACCESS_KEY] = self.access_key
         if self.security_token is not None:
@@ -103,7 +104,8 @@ class AclSigner(RequestStep):
         ext[SIGNATURE] = self._key.sign(ext, request.body)
 
     def prepare_header(self, header) -> None:
-        """Make a native send header (frame.pyx SendHeader) write its frames signed by this account."""
+        """Prepare a native send header (frame.pyx SendHeader) to write the frames its requests
+        ask signed (SendRequest.sign_with) for this account: once per header."""
         header.sign_with(self.access_key, self.security_token, self._key, signed_order)
 
     def __repr__(self) -> str:

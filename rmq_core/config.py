@@ -305,6 +305,9 @@ class BrokerConfig(PropertiesConfig):
     broker_id: int = prop(0, "brokerId")
     namesrv_addr: str | None = prop(None, "namesrvAddr")  # 'host:port;host:port'
     listen_port: int = prop(10911, "listenPort")
+    # more addresses the broker serves on besides listenPort, of any transport scheme
+    # ('unix:///run/rmq/broker-a.sock;...'): the same processors, steps and send lane
+    listen_addresses: str | None = prop(None, "listenAddresses")
     broker_ip1: str = prop("127.0.0.1", "brokerIP1")
     broker_ip2: str | None = prop(None, "brokerIP2")
     broker_permission: int = prop(6, "brokerPermission")

@@ -109,7 +109,10 @@ def rmq_client_before_request(remote_addr, request):
     """Runs once per request a client of rmq sends (producers, consumers, admin, Spark, aio; a
     broker's own calls to name servers count as a client's), on every route and transport, before
     it leaves.  May add or replace ext fields of `request` (e.g. a signature): the change is what
-    is sent.  Raising fails that request only.  Per-client steps (`request_steps=`) run after."""
+    is sent.  Raising fails that request only.  Per-client steps (`request_steps=`) run after.
+    `request` has code, opaque, flag, ext_fields, body; a producer's send comes before it is
+    written (a SendRequest: its ext_fields a mapping over the header writer's values, a field
+    added is written after them), any other request as a command decoded only when read."""
 
 
 @hookspec
@@ -125,7 +128,8 @@ def rmq_broker_before_request(remote_addr, request, connection):
     processor never runs, the answer carries that code and remark, the connection keeps serving.
     `connection` has `remote_address` and `attributes` (a per-connection dict, gone when it
     closes).  `request` has code, opaque, flag, ext_fields, body, decoded from the frame only when
-    read.  The broker's own steps (its processor table's `request_steps`) run first."""
+    read (a plain send on the native send lane: a LaneRequest, its ext_fields a mapping over the
+    values the lane parsed).  The broker's own steps (its processor table's `request_steps`) run first."""
 
 
 @hookspec

@@ -31,13 +31,14 @@ from typing import Any, Iterable
 import attrs
 import yaml
 
-from rmq_core.acl import ACCESS_KEY, SIGNATURE, SigningKey
+from rmq_core.acl import ACCESS_KEY, SIGNATURE, SigningKey, signed_order
 from rmq_core.common.files import atomic_write
 from rmq_core.errors import AclError, ConfigError
 from rmq_core.message import MixAll, TopicValidator
 from rmq_core.remoting.body import DataVersion
 from rmq_core.remoting.codes import RequestCode, code_name
 from rmq_core.remoting.steps import RequestRefused, RequestStep
+from rmq_core._native.send_lane import SignedSendCheck
 
 from .address import AddressPattern, host_of, parse_address_pattern
 
@@ -352,9 +353,9 @@ class _ConnectionAcl:
     def __init__(self, rules: AclRules, ip: str, white: bool):
         self.rules, self.ip, self.white = rules, ip, white  # (made anew when the rules are replaced)
         self.accounts: dict[str, tuple[Account, bool]] = {}  # accessKey -> (account, address passes)
-        # (accessKey, topic) -> the verify of the account whose signature a lane's send still needs
-        # (SigningKey.verify; None: none needed), for the sends whose account and permission
-        # passed: one look-up and one native call per send
+        # (accessKey, topic) -> the keyed hash of the account whose signature a lane's send still
+        # needs (SigningKey.native; None: none needed), for the sends whose account and permission
+        # passed: the lane's native check (send_lane.SignedSendCheck) reads it
         self.sends: dict[tuple[str, str], Any] = {}
 
 
@@ -401,7 +402,24 @@ class PlainAccessValidator(RequestStep):
                  ", ".join(f.path for f in self.rules.files), len(self.rules.accounts), len(self.rules.global_white))
 
     # --- the request step ---------------------------------------------------------------------------
+    def lane_check(self, connection, fallback):
+        """This check as the native send lane of `connection` runs it (send_lane.SignedSendCheck):
+        signed sends checked natively against what check_signed_send cached for the connection,
+        the rest - and every miss - through `fallback` (this step's before())."""
+        def refill(check):
+            state = connection.attributes.get(_CONN_KEY)
+            if state is not None:
+                check.sends, check.rules = state.sends, state.rules
+
+        return SignedSendCheck(self, signed_order, fallback, refill)
+
     def before(self, remote_addr, request, connection=None) -> None:
+        signed_send = getattr(request, "signed_send", None)
+        if signed_send is not None:  # a send the broker's lane parsed: its signed values as they are there
+            values = signed_send()
+            if values is not None:
+                self.check_signed_send(connection, request, *values)
+                return
         state = self._connection_state(remote_addr, connection)
         if state.white:
             return
@@ -425,30 +443,22 @@ class PlainAccessValidator(RequestStep):
                            f"{type(e).__name__}: {e}") from None
         self._check(account, code, needed)
 
-    def check_signed_send(self, connection, topic: str, access_key: str, signature: bytes, content: bytes,
-                          body: bytes) -> None:
-        """before() of a SEND_MESSAGE_V2 the broker's send lane parsed already: its topic, AccessKey,
-        Signature, the signed content (rmq_core.acl's order) and body - the same checks, one
-        keyed hash, the account and permission the connection cached (steps.LaneStep.before_signed)."""
-        state = connection.attributes.get(_CONN_KEY)
-        if state is not None and state.rules is self.rules:
-            verify = state.sends.get((access_key, topic), False)
-            if verify is None:  # (passed before on this connection under these rules, unsigned)
-                return
-            if verify is not False:  # (passed before: the signature is all there is to check)
-                if not verify(signature, content, body):
-                    raise _signature_failed(access_key)
-                return
+    def check_signed_send(self, connection, request, topic: str, access_key: str) -> None:
+        """before() of a SEND_MESSAGE_V2 the broker's send lane parsed already (a LaneRequest with
+        its topic and AccessKey): the same checks, the signature verified natively over the parsed
+        values (LaneRequest.signed_by); what passed is cached for the connection, where the lane's
+        native check (lane_check) finds it."""
         state = self._connection_state(None, connection)
         if state.white:
-            return
-        account = self._account(state, access_key, _SEND_V2)
-        if account is not None:
-            if not account.key.verify(signature, content, body):
-                raise _signature_failed(access_key)
-            self._check(account, _SEND_V2, _send_of(topic))
+            account = None
+        else:
+            account = self._account(state, access_key, _SEND_V2)
+            if account is not None:
+                if not request.signed_by(account.key.native, signed_order):
+                    raise _signature_failed(access_key)
+                self._check(account, _SEND_V2, _send_of(topic))
         if len(state.sends) < 4096:
-            state.sends[(access_key, topic)] = None if account is None else account.key.verify
+            state.sends[(access_key, topic)] = None if account is None else account.key.native
 
     def _connection_state(self, remote_addr, connection) -> _ConnectionAcl:
         """What the connection's attributes cache under the current rules (made anew when they changed)."""

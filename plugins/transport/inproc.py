@@ -20,10 +20,9 @@ import itertools
 import logging
 import threading
 
-from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
-from rmq_core.remoting.codes import code_name
-from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
-from rmq_core.remoting.frames import split_frames
+from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError
+from rmq_core.remoting.blocking import HandedOverBlockingChannel
+from rmq_core.remoting.command import RemotingCommand
 from rmq_core.remoting.pipelined import HandedOverChannel
 from rmq_core.remoting.stream import hand_on
 from rmq_core.remoting.transport import Channel, Listener, OnClose, OnCommand
@@ -210,121 +209,24 @@ class InprocFrameChannel(InprocChannel):
 
 
 
-class InprocBlockingChannel:
+class InprocBlockingChannel(HandedOverBlockingChannel):
     """The client end of an in-proc connection used by one thread at a time, without an event loop
-    of its own: a request is handed to the server's loop, the server's answer is taken in the
-    server's thread and wakes the waiting caller — two hand-offs instead of four through a client
-    loop (see rmq_core.remoting.blocking).  The server sees an ordinary in-proc channel."""
+    of its own: a request is handed to the server's loop and its answer, taken in the server's
+    thread, wakes the waiting caller - two hand-offs instead of four through a client loop.  The
+    server sees an ordinary in-proc channel; the rest is remoting's HandedOverBlockingChannel."""
 
-    _loop = None  # answers arrive through _schedule(None, ...): at once, in the server's thread
-
-    def __init__(self, address: str, server: InprocChannel):
-        self.addr = address
-        self.local_address, self.remote_address = server.remote_address, server.local_address
+    def __init__(self, address: str, server: InprocFrameChannel):
         self._server = server
-        self._waiting: int | None = None  # the opaque of the request in flight
-        self._response: RemotingCommand | None = None
-        self._ready = threading.Lock()
-        self._ready.acquire()
-        self.closed = False
+        self._open(address, server.remote_address, server.local_address, server._max_frame_length)
 
-    def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
-        if self.closed:
-            raise RemotingConnectError(f"connection to {self.addr} is closed")
-        request.flag &= ~RESPONSE_FLAG
-        return self._exchange(self._server._deliver, request.copy(), request.opaque, request.code, timeout)
+    def _hand_over(self, item) -> str | None:
+        server = self._server
+        deliver = server._deliver_frame if type(item) is bytes else server._deliver
+        return None if _schedule(server._loop, deliver, item) else "its event loop is gone"
 
-    def _exchange(self, deliver, item, opaque: int, code: int, timeout: float):
-        """Hand `item` (a request) to the server's `deliver` on its loop and wait for the answer
-        to `opaque`: the answer (a RemotingCommand, or the bytes the broker's lane wrote)."""
-        self._waiting = opaque
-        if not _schedule(self._server._loop, deliver, item):
-            self.close()
-            raise RemotingConnectError(f"connection to {self.addr} is closed: its event loop is gone")
-        if not self._ready.acquire(timeout=timeout):
-            self._waiting = None
-            self.close()
-            raise RemotingTimeoutError(
-                f"no response to {code_name(code)} (opaque {opaque}) from {self.addr} within {timeout:g}s")
-        response, self._response = self._response, None
-        if response is None:  # woken by a close
-            raise RemotingConnectError(
-                f"connection to {self.addr} closed before the response (opaque {opaque}) arrived")
-        return response
-
-    def invoke_frame(self, frame: bytes, opaque: int, timeout: float, read, code: int = 0):
-        """BlockingChannel.invoke_frame in-proc: hand the encoded request `frame` (length prefix
-        included, opaque `opaque`) to the server's loop and return read(response frame without its
-        length prefix).  The answer is the bytes the broker's lane wrote, or the general path's
-        RemotingCommand encoded here, in the caller's thread.  Errors as invoke's."""
-        if self.closed:
-            raise RemotingConnectError(f"connection to {self.addr} is closed")
-        if type(frame) is not bytes:  # the server reads it later: a buffer the caller may reuse is copied
-            frame = bytes(frame)
-        response = self._exchange(self._server._deliver_frame, frame, opaque, code, timeout)
-        if type(response) is not bytes:
-            response = response.encode()
-        try:
-            item = self._read_answer(response, opaque, read)
-        except RemotingCommandError as e:
-            self.close()
-            raise RemotingConnectError(f"bad frame from {self.addr}: {e}") from None
-        if item is None:
-            self.close()
-            raise RemotingConnectError(
-                f"connection to {self.addr}: no response carrying opaque {opaque} among the frames answered")
-        return item
-
-    def _read_answer(self, data: bytes, opaque: int, read):
-        """read() of the response in `data` (whole frames) that carries `opaque`, or None."""
-        frames, consumed = split_frames(data, self._server._max_frame_length)
-        if consumed != len(data):
-            raise RemotingCommandError(f"a frame at byte {consumed} runs past the {len(data)} bytes answered")
-        for frame in frames:
-            item = read(frame)
-            if item.flag & RESPONSE_FLAG and item.opaque == opaque:
-                return item
-            log.debug("inproc blocking channel: dropping %r", item)
-        return None
-
-    def _deliver_frames(self, frames: bytes) -> None:  # in the server's thread: a lane's answer
-        if self._waiting is not None and not self.closed:
-            self._waiting = None
-            self._response = frames  # read (and its opaque checked) in the caller's thread
-            self._wake()
-        else:  # a late answer is dropped
-            log.debug("inproc blocking channel %s: dropping %d answer bytes", self.local_address, len(frames))
-
-    def _deliver(self, command: RemotingCommand) -> None:  # in the server's thread
-        if command.flag & RESPONSE_FLAG and command.opaque == self._waiting and not self.closed:
-            self._waiting = None
-            self._response = command
-            self._wake()
-        else:  # no requests are served on this end; a late answer is dropped
-            log.debug("inproc blocking channel %s: dropping %r", self.local_address, command)
-
-    def _peer_closed(self) -> None:  # in the server's thread
-        self._close(notify_server=False)
-
-    def close(self) -> None:
-        self._close(notify_server=True)
-
-    def _close(self, notify_server: bool) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        if notify_server:
-            server = self._server
-            _schedule(server._loop, server._peer_closed)
-        if self._waiting is not None:
-            self._waiting = None
-            self._wake()
-
-    def _wake(self) -> None:
-        try:
-            self._ready.release()
-        except RuntimeError:  # already woken (an answer and a close crossing)
-            pass
+    def _hand_over_close(self) -> None:
+        server = self._server
+        _schedule(server._loop, server._peer_closed)
 
 
 class InprocPipelinedChannel(HandedOverChannel):

@@ -329,6 +329,9 @@ cdef enum:
     RESPONSE_FLAG = 1  # the flag bit of a response (RemotingCommand's RPC_TYPE)
 
 
+cdef class SendRequest
+
+
 @cython.final
 cdef class SendHeader:
     cdef bytes _head  # '{"code":310,"extFields":{"a":..,"b":..,"c":..,"d":..,"e":"<qid>","f":"'
@@ -347,10 +350,42 @@ cdef class SendHeader:
     cdef readonly str topic
     cdef readonly int queue_id
     cdef readonly str broker_name
+    cdef readonly str language
+    cdef readonly int version
+    cdef str _group, _create_topic_key
+    cdef int _default_topic_queue_nums
+    cdef bint _batch
+    cdef tuple _name_strs  # the names as str
+    cdef dict _ids         # name -> field id
+    cdef object _signer  # the key sign_with prepared this header for (its orders and ACL JSON)
 
-    cdef object _frame(self, sys_flag, flag, dict properties, message, opaque, body, born_timestamp,
-                       reconsume_times, max_reconsume_times, str uniq=*, bint oneway=*)
+    cdef object _frame(self, sys_flag, flag, properties, message, opaque, body, born_timestamp,
+                       reconsume_times, max_reconsume_times, str uniq=*, bint oneway=*, bint sign=*,
+                       dict extra=*)
     cdef int _put_signature(self, Out* o, Out* v, Py_ssize_t* start, bint with_l, body) except -1
+    cdef int prepare_signer(self, signer) except -1
+    cdef SendRequest new_request(self, sys_flag, flag, dict properties, message, str uniq, opaque, body,
+                                 reconsume_times, max_reconsume_times, bint oneway)
+    cdef str _value(self, int k, SendRequest r)
+
+
+@cython.final
+cdef class SendRequest:
+    cdef readonly SendHeader header
+    cdef readonly object opaque, body
+    cdef object sys_flag, msg_flag, props, reconsume, max_reconsume
+    cdef int64_t born
+    cdef bint oneway
+    cdef object _ext       # the ext_fields view (SendRequestFields), made when first read
+    cdef dict _added       # fields the steps added (written after the builder's)
+    cdef dict _fields      # every field, when a step changed one of the builder's (then the Python codec writes it)
+    cdef readonly object signer  # the step that asked for the frame signed (sign_with)
+
+    cdef tuple _ids(self)
+    cdef int _materialize(self) except -1
+
+
+cpdef object run_send_steps(list before, str addr, SendRequest request)
 
 
 @cython.final

@@ -447,8 +447,15 @@ cdef class SendHeader:
         self.topic = topic
         self.queue_id = queue_id
         self.broker_name = broker_name
+        self.language = language
+        self.version = version
+        self._group, self._create_topic_key = group, create_topic_key
+        self._default_topic_queue_nums, self._batch = default_topic_queue_nums, batch
+        self._signer = None
         names = _V2_NAMES if v2 else _V1_NAMES
         self._names = names
+        self._name_strs = tuple(n.decode() for n in names)
+        self._ids = {n: i for i, n in enumerate(self._name_strs)}
         self._raw = [group.encode(), topic.encode(), create_topic_key.encode(), str(default_topic_queue_nums).encode(),
                      str(queue_id).encode(), None, None, None, None, None, b"false", None,
                      b"true" if batch else b"false", broker_name.encode(), None, None]
@@ -469,7 +476,8 @@ cdef class SendHeader:
         self._tail = b',"serializeTypeCurrentRPC":"JSON","version":' + str(version).encode() + b"}"
 
     def sign_with(self, str access_key, security_token, key, order):
-        """Write every frame signed for ACL (rmq_core.acl: AclSigner.prepare_header): AccessKey
+        """Prepare to write the frames of the requests that ask for it (SendRequest.sign_with) signed
+        for ACL (rmq_core.acl: AclSigner.prepare_header): AccessKey
         (and SecurityToken) among the ext fields and Signature = the keyed hash of `key` (a
         rmq_core.acl SigningKey: its native HMAC, called without a Python call) over (the signed field
         values joined in order(field names) - the order rmq_core.acl defines, taken once for each
@@ -489,10 +497,12 @@ cdef class SendHeader:
         self._order_l = bytes([ids[n] for n in order(tuple(names))])
         self._sign_key = key.native
 
-    @property
-    def signed(self):
-        """True when its frames are written signed (sign_with)."""
-        return self._sign_key is not None
+    cdef int prepare_signer(self, signer) except -1:
+        """Prepared to sign for `signer` (rmq_core.acl.AclSigner: its prepare_header calls sign_with), once."""
+        if self._signer is not signer:
+            signer.prepare_header(self)
+            self._signer = signer
+        return 0
 
     def build_frame(self, sys_flag, flag, dict properties, opaque, body, born_timestamp=None,
                     reconsume_times=0, max_reconsume_times=None, bint oneway=False):
@@ -503,6 +513,73 @@ cdef class SendHeader:
         return self._frame(sys_flag, flag, properties, None, opaque, body, born_timestamp, reconsume_times,
                            max_reconsume_times, None, oneway)
 
+    def request(self, sys_flag, flag, dict properties, opaque, body, reconsume_times=0, max_reconsume_times=None,
+                bint oneway=False):
+        """The request build_frame would write, as a SendRequest: its header values before encoding
+        (for the client's request steps); the properties are written (and checked) here."""
+        return self.new_request(sys_flag, flag, properties, None, None, opaque, body, reconsume_times,
+                                max_reconsume_times, oneway)
+
+    def message_request(self, message, str uniq, opaque):
+        """request() of a plain message as build_message_frame takes it; None where that declines."""
+        return self.new_request(0, message.flag, None, message, uniq, opaque, message.body, 0, None, False)
+
+    cdef SendRequest new_request(self, sys_flag, flag, dict properties, message, str uniq, opaque, body,
+                                 reconsume_times, max_reconsume_times, bint oneway):
+        cdef char kstack[512]
+        cdef Out keep
+        cdef Py_ssize_t raw_n
+        cdef SendRequest r
+        keep.buf, keep.cap, keep.n, keep.heap = kstack, 512, 0, False
+        try:  # the properties string as the frame will hold it (escaped when the frame is written)
+            if message is None:
+                raw_n = _put_properties(NULL, properties, &keep)
+            else:
+                raw_n = _put_message_properties(NULL, message, uniq, &keep)
+            if raw_n < 0 or raw_n > MAX_PROPS:
+                return None
+            raw = PyBytes_FromStringAndSize(keep.buf, keep.n)
+        finally:
+            if keep.heap:
+                free(keep.buf)
+        r = SendRequest.__new__(SendRequest)
+        r.header = self
+        r.sys_flag, r.msg_flag, r.opaque, r.body = sys_flag, flag, opaque, body
+        r.props = raw
+        r.born = epoch_ms()
+        r.reconsume, r.max_reconsume, r.oneway = reconsume_times, max_reconsume_times, oneway
+        return r
+
+    cdef str _value(self, int k, SendRequest r):
+        """Field id k's value (a str) in request r."""
+        if k == 0:
+            return self._group
+        if k == 1:
+            return self.topic
+        if k == 2:
+            return self._create_topic_key
+        if k == 3:
+            return str(self._default_topic_queue_nums)
+        if k == 4:
+            return str(self.queue_id)
+        if k == 5:
+            return str(r.sys_flag)
+        if k == 6:
+            return str(r.born)
+        if k == 7:
+            return str(r.msg_flag)
+        if k == 8:
+            return (<bytes>r.props).decode("utf-8")
+        if k == 9:
+            return str(r.reconsume)
+        if k == 10:
+            return "false"
+        if k == 11:
+            return str(r.max_reconsume)
+        if k == 12:
+            return "true" if self._batch else "false"
+        return self.broker_name
+
     def build_message_frame(self, message, str uniq, opaque):
         """build_frame for a plain message straight from its fields: the properties are those
         Producer._prepare makes (user properties, TAGS, KEYS, DELAY, WAIT, then UNIQ_KEY = uniq),
@@ -511,9 +588,12 @@ cdef class SendHeader:
         raises naming it), or build_frame's cases."""
         return self._frame(0, message.flag, None, message, opaque, message.body, None, 0, None, uniq)
 
-    cdef object _frame(self, sys_flag, flag, dict properties, message, opaque, body, born_timestamp,
-                       reconsume_times, max_reconsume_times, str uniq=None, bint oneway=False):
-        """build_frame / build_message_frame (the pipeline kernel calls it without a Python call)."""
+    cdef object _frame(self, sys_flag, flag, properties, message, opaque, body, born_timestamp,
+                       reconsume_times, max_reconsume_times, str uniq=None, bint oneway=False, bint sign=False,
+                       dict extra=None):
+        """build_frame / build_message_frame (the pipeline kernel calls it without a Python call);
+        SendRequest.frame: `properties` a bytes of the properties string already written, `extra`
+        the fields its steps added (after the builder's), `sign` signed (sign_with)."""
         cdef Py_buffer pb
         cdef char stack[2048]
         cdef Out o
@@ -531,7 +611,10 @@ cdef class SendHeader:
         cdef Out v  # a signed frame's per-send values, raw: f g h i j l at start[id] .. start[id + 1]
         cdef Out* keep = NULL
         cdef Py_ssize_t start[16]
-        cdef bint signing = self._sign_key is not None
+        cdef bint signing = sign and self._sign_key is not None
+        cdef PyObject* ek
+        cdef PyObject* ev
+        cdef Py_ssize_t epos = 0
         out_start(&o, stack, 2048)
         o.n = 8  # room for the two int32 fields in front
         out_start(&v, vstack, 512)
@@ -552,8 +635,13 @@ cdef class SendHeader:
                 start[7] = v.n
                 out_put_int(&v, c_flag)
                 start[8] = v.n
-            if message is None:
-                raw_props = _put_properties(&o, properties, keep)
+            if type(properties) is bytes:
+                raw_props = len(<bytes>properties)
+                _put_escaped(&o, PyBytes_AS_STRING(<bytes>properties), raw_props)
+                if keep != NULL:
+                    _put(keep, PyBytes_AS_STRING(<bytes>properties), raw_props)
+            elif message is None:
+                raw_props = _put_properties(&o, <dict?>properties, keep)
             else:
                 raw_props = _put_message_properties(&o, message, uniq, keep)
             if raw_props < 0 or raw_props > MAX_PROPS:
@@ -565,6 +653,12 @@ cdef class SendHeader:
                 _put(&o, PyBytes_AS_STRING(self._kl), len(self._kl))
                 out_put_int(&o, c_max_reconsume)
                 _put(&o, '"', 1)
+            if extra:  # (str keys and values: SendRequest's fields take no other)
+                while PyDict_Next(extra, &epos, &ek, &ev):
+                    _put(&o, ",", 1)
+                    _put_str(&o, <object>ek)
+                    _put(&o, ":", 1)
+                    _put_str(&o, <object>ev)
             if signing:
                 start[9] = v.n
                 out_put_int(&v, c_reconsume)
@@ -634,10 +728,11 @@ from rmq_core._native.record cimport put_property
 
 
 cdef int _put_raw_escaped(Out* o, Out* raw, Out* keep) except -1:
-    """The properties string in `raw` JSON-escaped at the end of `o` (and as it is at the end of
-    `keep`, when given: a signed frame's content); `raw` freed."""
+    """The properties string in `raw` JSON-escaped at the end of `o` (none: not written) and as it
+    is at the end of `keep`, when given (a signed frame's content, a SendRequest's); `raw` freed."""
     try:
-        _put_escaped(o, raw.buf, raw.n)
+        if o != NULL:
+            _put_escaped(o, raw.buf, raw.n)
         if keep != NULL:
             _put(keep, raw.buf, raw.n)
     finally:
@@ -705,6 +800,231 @@ cdef Py_ssize_t _put_message_properties(Out* o, message, str uniq, Out* keep) ex
     return raw.n
 
 
+# --- a send request before it is written (the client's request steps) ------------------------------
+cdef extern from "Python.h":
+    Py_ssize_t PyDict_Size(object d)
+
+
+cdef class SendRequestFields
+
+
+@cython.final
+@cython.freelist(16)
+cdef class SendRequest:
+    """A producer's send request as its SendHeader has it, before it is written: what the client's
+    request steps are handed (rmq_core.remoting.steps.FrameStep.before_request) in place of a
+    command decoded from the frame.  code, flag, opaque, language, version, remark and body are its
+    own; `ext_fields` is a mapping over the header's values, each made a str only when read.  A
+    field a step adds is written after the builder's (no decode, no second encode); a step that
+    changes one of the builder's makes `fields()` the request's (the Python codec writes it then:
+    frame() gives None).  A signing step asks for the frame signed (sign_with) instead of adding
+    AccessKey and Signature itself: SendHeader signs as it writes."""
+
+    @property
+    def code(self):
+        return self.header.code
+
+    @property
+    def flag(self):
+        return 2 if self.oneway else 0  # (a request; bit 1: oneway)
+
+    @property
+    def language(self):
+        return self.header.language
+
+    @property
+    def version(self):
+        return self.header.version
+
+    @property
+    def remark(self):
+        return None
+
+    @property
+    def ext_fields(self):
+        if self._fields is not None:
+            return self._fields
+        if self._ext is None:
+            self._ext = SendRequestFields.__new__(SendRequestFields)
+            (<SendRequestFields>self._ext).r = self
+        return self._ext
+
+    def is_response(self):
+        return False
+
+    def is_oneway(self):
+        return self.oneway
+
+    def get_str(self, name, default=None):
+        value = self.ext_fields.get(name)
+        return default if value is None else value
+
+    def sign_with(self, signer):
+        """Have the frame signed for `signer` (rmq_core.acl.AclSigner: its prepare_header prepares
+        the header once) when it is written, over the fields as the steps leave them."""
+        self.signer = signer
+
+    cdef tuple _ids(self):
+        """The builder's field ids in the order the frame writes them (l only on a retry's send)."""
+        return _ORDER_L if self.max_reconsume is not None else _ORDER
+
+    def fields(self):
+        """Every ext field as a dict (a copy; the ones the steps added last)."""
+        if self._fields is not None:
+            return dict(self._fields)
+        cdef SendHeader h = self.header
+        out = {}
+        for k in self._ids():
+            out[h._name_strs[k]] = h._value(k, self)
+        if self._added:
+            out.update(self._added)
+        return out
+
+    cdef int _materialize(self) except -1:
+        """A step changes one of the builder's fields: from now on the fields are a plain dict."""
+        if self._fields is None:
+            self._fields = self.fields()
+            self._ext = None
+        return 0
+
+    def frame(self):
+        """The whole request frame (length prefix included) as the steps left it, or None when the
+        Python codec must write it (a builder field changed; fields added to a signed frame; a
+        value build_frame leaves to Python)."""
+        cdef SendHeader h = self.header
+        signer = self.signer
+        if self._fields is not None:
+            return None
+        if signer is not None:
+            if self._added:
+                return None  # (the header's signed order knows its own fields only)
+            h.prepare_signer(signer)
+        return h._frame(self.sys_flag, self.msg_flag, self.props, None, self.opaque, self.body, self.born,
+                        self.reconsume, self.max_reconsume, None, self.oneway, signer is not None, self._added)
+
+    def __repr__(self):
+        return f"SendRequest(code={self.code}, opaque={self.opaque}, topic={self.header.topic!r})"
+
+
+cpdef object run_send_steps(list before, str addr, SendRequest request):
+    """A send through a client's request steps (each `fn(addr, request)`, in order; one that raises
+    raises here) and its frame as they left it: request.frame() - None when the Python codec must
+    write it (rmq_core.remoting.steps.encode_send)."""
+    for fn in before:
+        fn(addr, request)
+    request._ext = None  # (the view refers to the request: dropped, no cycle is left for the collector)
+    return request.frame()
+
+
+cdef tuple _ORDER = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13)
+cdef tuple _ORDER_L = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 11)
+
+
+@cython.final
+@cython.freelist(16)
+cdef class SendRequestFields:
+    """SendRequest.ext_fields: a mutable mapping over its header's values (see SendRequest)."""
+    cdef SendRequest r
+
+    cdef int _id(self, key) except -2:
+        """The builder field id of `key` in this request, or -1."""
+        cdef PyObject* found = PyDict_GetItemWithError(self.r.header._ids, key)
+        if found == NULL:
+            return -1
+        k = <int><object>found
+        if k == 11 and self.r.max_reconsume is None:
+            return -1
+        return k
+
+    def __len__(self):
+        r = self.r
+        return (14 if r.max_reconsume is not None else 13) + (PyDict_Size(r._added) if r._added else 0)
+
+    def __bool__(self):
+        return True
+
+    def __contains__(self, key):
+        return self._id(key) >= 0 or (self.r._added is not None and key in self.r._added)
+
+    def __getitem__(self, key):
+        cdef int k = self._id(key)
+        if k >= 0:
+            return self.r.header._value(k, self.r)
+        if self.r._added is not None:
+            return self.r._added[key]
+        raise KeyError(key)
+
+    def get(self, key, default=None):
+        cdef int k = self._id(key)
+        if k >= 0:
+            return self.r.header._value(k, self.r)
+        if self.r._added is not None:
+            return self.r._added.get(key, default)
+        return default
+
+    def __iter__(self):
+        return iter(self.r.fields())
+
+    def keys(self):
+        return self.r.fields().keys()
+
+    def values(self):
+        return self.r.fields().values()
+
+    def items(self):
+        return self.r.fields().items()
+
+    def __setitem__(self, key, value):
+        r = self.r
+        if r._fields is not None or self._id(key) >= 0 or not PyUnicode_CheckExact(key) \
+                or not PyUnicode_CheckExact(value):
+            r._materialize()
+            r._fields[key] = value
+            return
+        if r._added is None:
+            r._added = {}
+        r._added[key] = value
+
+    def __delitem__(self, key):
+        r = self.r
+        if r._fields is None and self._id(key) < 0:
+            if r._added is None:
+                raise KeyError(key)
+            del r._added[key]
+            return
+        r._materialize()
+        del r._fields[key]
+
+    def pop(self, key, *default):
+        r = self.r
+        if r._fields is None and self._id(key) < 0:
+            if r._added is None or key not in r._added:
+                if default:
+                    return default[0]
+                raise KeyError(key)
+            return r._added.pop(key)
+        r._materialize()
+        return r._fields.pop(key, *default)
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, other=(), **kw):
+        for key, value in dict(other, **kw).items():
+            self[key] = value
+
+    def copy(self):
+        return self.r.fields()
+
+    def __eq__(self, other):
+        return self.r.fields() == other
+
+    def __repr__(self):
+        return repr(self.r.fields())
+
+
 # --- the send response -------------------------------------------------------------------------------
 # The JSON header of a SendMessageResponseHeader, read for code, flag, opaque, remark and the ext
 # fields msgId, queueId, queueOffset, transactionId and MSG_REGION (the others are skipped without
@@ -720,15 +1040,9 @@ cdef class SendResponse:
 
     def __init__(self, code, flag=1, opaque=0, remark=None, msg_id=None, queue_id=None, queue_offset=None,
                  transaction_id=None, region_id=None):
-        self.code = code
-        self.flag = flag
-        self.opaque = opaque
-        self.remark = remark
-        self.msg_id = msg_id
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        self.transaction_id = transaction_id
-        self.region_id = region_id
+        self.code, self.flag, self.opaque, self.remark = code, flag, opaque, remark
+        self.msg_id, self.queue_id, self.queue_offset = msg_id, queue_id, queue_offset
+        self.transaction_id, self.region_id = transaction_id, region_id
 
     @staticmethod
     def from_command(cmd):

@@ -16,3 +16,9 @@ cdef class HmacSha1:
     cdef SHA_CTX _outer  # ... after the key XOR opad block
 
     cdef bytes sign(self, const unsigned char* content, Py_ssize_t content_len, body)
+    # a keyed hash fed in pieces (the broker lane's check of a signed send, send_lane.pyx):
+    # begin, update per piece, then matches(the Base64 signature it came with)
+    cdef void begin(self, SHA_CTX* c) noexcept nogil
+    cdef void update(self, SHA_CTX* c, const void* data, size_t n) noexcept nogil
+    cdef int finish(self, SHA_CTX* c, unsigned char* out) noexcept nogil
+    cdef bint matches(self, SHA_CTX* c, const char* signature, Py_ssize_t n) noexcept nogil

@@ -43,11 +43,31 @@ cdef class HmacSha1:
         SHA1_Init(&self._outer)
         SHA1_Update(&self._outer, block, 64)
 
-    cdef bytes sign(self, const unsigned char* content, Py_ssize_t content_len, body):
-        cdef SHA_CTX c = self._inner
+    cdef void begin(self, SHA_CTX* c) noexcept nogil:
+        c[0] = self._inner
+
+    cdef void update(self, SHA_CTX* c, const void* data, size_t n) noexcept nogil:
+        SHA1_Update(c, data, n)
+
+    cdef int finish(self, SHA_CTX* c, unsigned char* out) noexcept nogil:
+        """The Base64 signature of what `c` hashed into out[0:28]; its length."""
         cdef unsigned char digest[20]
+        SHA1_Final(digest, c)
+        c[0] = self._outer
+        SHA1_Update(c, digest, 20)
+        SHA1_Final(digest, c)
+        return EVP_EncodeBlock(out, digest, 20)
+
+    cdef bint matches(self, SHA_CTX* c, const char* signature, Py_ssize_t n) noexcept nogil:
+        """finish() compared with `signature` in constant time (CRYPTO_memcmp)."""
+        cdef unsigned char out[32]
+        return self.finish(c, out) == n and CRYPTO_memcmp(signature, out, n) == 0
+
+    cdef bytes sign(self, const unsigned char* content, Py_ssize_t content_len, body):
+        cdef SHA_CTX c
         cdef unsigned char out[32]
         cdef Py_buffer pb
+        self.begin(&c)
         SHA1_Update(&c, content, content_len)
         if body is not None:
             PyObject_GetBuffer(body, &pb, PyBUF_SIMPLE)
@@ -55,15 +75,11 @@ cdef class HmacSha1:
                 SHA1_Update(&c, pb.buf, pb.len)
             finally:
                 PyBuffer_Release(&pb)
-        SHA1_Final(digest, &c)
-        c = self._outer
-        SHA1_Update(&c, digest, 20)
-        SHA1_Final(digest, &c)
-        return PyBytes_FromStringAndSize(<char*>out, EVP_EncodeBlock(out, digest, 20))
+        return PyBytes_FromStringAndSize(<char*>out, self.finish(&c, out))
 
     def verify(self, bytes signature, content, body=None):
         """True when `signature` (Base64 ASCII bytes) is signature(content, body): compared in
-        constant time (CRYPTO_memcmp), one call for the broker's check of a lane's send."""
+        constant time (CRYPTO_memcmp)."""
         cdef Py_buffer cb
         PyObject_GetBuffer(content, &cb, PyBUF_SIMPLE)
         try:

@@ -16,6 +16,37 @@ class PlainSend:
     tags_code: Final[None]  # read-only
     prepared_transaction_offset: Final[int]  # read-only
 
+class LaneRequest:
+    code: int
+    flag: int
+    opaque: int
+    body: bytes
+    topic: str
+    @property
+    def frame(self) -> bytes: ...
+    @property
+    def ext_fields(self) -> Any: ...
+    def command(self) -> Any: ...
+    def is_oneway(self) -> bool: ...
+    def is_response(self) -> bool: ...
+    def get_str(self, name: str, default: Any = None) -> Any: ...
+    def signed_send(self) -> tuple[str, str] | None: ...
+    def signed_by(self, key: Any, order: Callable[[tuple], tuple]) -> bool: ...
+
+class LaneCheck: ...
+
+class PyLaneCheck(LaneCheck):
+    def __init__(self, before: list, ctx: Any) -> None: ...
+
+class LaneChecks(LaneCheck):
+    def __init__(self, checks: Any) -> None: ...
+
+class SignedSendCheck(LaneCheck):
+    sends: dict
+    rules: Any
+    def __init__(self, source: Any, order: Callable[[tuple], tuple], fallback: LaneCheck,
+                 refill: Callable[["SignedSendCheck"], None]) -> None: ...
+
 class SendLaneState:
     put: Callable[..., Any] | None
     topics: dict
@@ -28,7 +59,8 @@ class SendLaneState:
     on_put: Callable[[str, int, int], None]
     outcome: Callable[[Any], tuple[int, str | None, bool]]
     refresh: Callable[["SendLaneState"], None]
-    before: Callable[[bytes], Any] | None
+    check: LaneCheck | None
+    decode: Callable[[bytes], Any] | None
     after: Callable[[Any, bytes], None] | None
     def __init__(self, topics: dict, cluster_prop: bytes, version: int, put_ok: Any,
                  on_put: Callable[[str, int, int], None],

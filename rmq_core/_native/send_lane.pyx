@@ -15,8 +15,8 @@ header of SendMessageRequestHeaderV2) is read without building a RemotingCommand
      "serializeTypeCurrentRPC":"JSON","version":N}
 
 (plus, on a signed send, the ACL fields AccessKey, Signature, SecurityToken and OnsChannel: the
-broker's request steps check them - a send with AccessKey and Signature only is handed to the
-access check with the values parsed here, `state.before_signed`) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
+broker's request steps check them - SignedSendCheck, or LaneRequest.signed_send / signed_by for
+the access check's Python side - from the values as parsed here) and checked by the one send check, `_checked_queues` + `_special_properties` (the topic passed
 every check of the send processor under the topic table's current data version, the broker is
 writeable, the queue id is in range, no transaction flag, no delay or timer property) — the
 functions the send processor's own path calls too (`checked_queues`, `plain_send_queues`,
@@ -34,23 +34,29 @@ topic table's version, writeable or not, the checked-topics cache) that the send
 and refreshes through `state.refresh` before each read chunk and after any frame handed back.
 
 The broker's request steps (rmq_core.remoting.steps) are part of the lane, not a reason to leave
-it: with `state.before` set, each plain send's frame (bytes, no length prefix) is handed to
-`before(frame)` just before its put - it returns the request it made (decoded from the frame only
-when a step reads it), or None when a step refused it and the refusal was answered - and with
-`state.after` set, `after(request, answer frame)` follows each answer written here (a SYNC_FLUSH
-send is then finished by on_deferred, one at a time, which runs the after steps itself).
+it: with `state.check` set (a LaneCheck), each plain send is run through it just before its put
+as a LaneRequest - the values parsed here over the read chunk's frame (copied only when a Python
+step gets it), a str made of one only when a step reads it; the command decoded (`state.decode`)
+only when a step asks for more.  A step may give a native check (SignedSendCheck: the ACL
+validator's, a signed send checked here against the validator's per-connection cache); Python
+steps run in a PyLaneCheck.  A refusal is answered by the steps.  With `state.after` set,
+`after(request, answer frame)` follows each answer written here (a SYNC_FLUSH send is then
+finished by on_deferred, one at a time, which runs the after steps itself).
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF, Py_REFCNT, Py_XDECREF
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 
 from concurrent.futures import Future as _ConcurrentFuture
 
+cimport cython
+
 cdef extern from "Python.h":
+    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
     bint PyUnicode_CheckExact(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
     void* PyUnicode_DATA(object o)
@@ -88,6 +94,7 @@ cdef struct SendFields:
 
 
 from rmq_core._native.frame cimport JsonHeader, header_int, plain_ascii, read_json_header, unescape_json
+from rmq_core._native.hmac_sha1 cimport SHA_CTX, HmacSha1
 from json_read cimport key_is
 
 
@@ -129,7 +136,7 @@ cdef int _send_field(void* target, const uint8_t* key, Py_ssize_t klen, bint kes
     cdef int64_t iv
     cdef uint8_t k
     if not kesc and klen > 1 and _acl_field(key, klen) and plain_ascii(v, vlen):
-        # a signed send's ACL fields: kept for the broker's signed-send check (steps.LaneStep)
+        # a signed send's ACL fields: kept for the broker's access check (SignedSendCheck)
         if esc or f.vals[14 if key[0] == 65 else 15] != NULL:
             f.acl_other = True
         elif key[0] == 65:  # AccessKey
@@ -174,25 +181,20 @@ cdef int _send_field(void* target, const uint8_t* key, Py_ssize_t klen, bint kes
             return 0
         if not header_int(v, vlen, &iv):
             return 1
-        if k == 101:
-            if not _is_int32(iv):
-                return 1
-            f.queue_id = iv
-            f.has_queue_id = True
-        elif k == 102:
-            if not _is_int32(iv):
-                return 1
-            f.sys_flag = iv
-        elif k == 103:
+        if k == 103:
             f.born_ts = iv
-        elif k == 104:
+        elif k == 101 or k == 102 or k == 104 or k == 106:  # (the int fields)
             if not _is_int32(iv):
                 return 1
-            f.msg_flag = iv
-        elif k == 106:
-            if not _is_int32(iv):
-                return 1
-            f.reconsume = iv
+            if k == 101:
+                f.queue_id = iv
+                f.has_queue_id = True
+            elif k == 102:
+                f.sys_flag = iv
+            elif k == 104:
+                f.msg_flag = iv
+            else:
+                f.reconsume = iv
     return 0
 
 
@@ -202,21 +204,8 @@ cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) except -
     not sure about (a remark, a name RocketMQ does not send, a repeated name, an escaped or
     non-ASCII language)."""
     cdef JsonHeader h
-    f.topic = NULL
-    f.props = NULL
-    f.props_len = 0
-    f.props_escaped = False
+    memset(f, 0, sizeof(SendFields))  # (no field read yet, no value, nothing escaped)
     f.queue_id = -1
-    f.has_queue_id = False
-    f.sys_flag = 0
-    f.born_ts = 0
-    f.msg_flag = 0
-    f.reconsume = 0
-    f.seen = 0
-    f.vals[14] = NULL
-    f.vals[15] = NULL
-    f.escaped = 0
-    f.acl_other = False
     if read_json_header(base, n, &h, _send_field, f) != 1:
         return False
     if h.other or h.repeated or h.remark != NULL or f.topic == NULL:
@@ -231,30 +220,358 @@ cdef bint _parse_send(const uint8_t* base, Py_ssize_t n, SendFields* f) except -
     return True
 
 
-cdef bytes _signed_content(SendFields* f, bytes order, const uint8_t* props, Py_ssize_t props_len):
-    """The signed content of a parsed send: the values of its fields in `order` (rmq_core.acl's,
-    by field id; a field the frame lacks is skipped), properties unescaped."""
-    cdef const unsigned char* ids = <const unsigned char*>PyBytes_AS_STRING(order)
-    cdef Py_ssize_t i, k, total = 0
-    cdef char* w
-    for i in range(len(order)):
-        k = ids[i]
-        if k == 8:
-            total += props_len
-        elif k == 14 or f.seen & (1u << k):
-            total += f.lens[k]
-    content = PyBytes_FromStringAndSize(NULL, total)
-    w = PyBytes_AS_STRING(content)
-    for i in range(len(order)):
-        k = ids[i]
-        if k == 8:
-            if f.seen & (1u << 8):
-                memcpy(w, props, props_len)
-                w += props_len
-        elif k == 14 or f.seen & (1u << k):
-            memcpy(w, f.vals[k], f.lens[k])
-            w += f.lens[k]
-    return content
+# --- a send as the broker's request steps see it -------------------------------------------------
+# the field ids of a parsed send (SendFields.vals): a..n 0..13, then the ACL fields 14 and 15
+LANE_FIELDS = tuple("abcdefghijklmn") + ("AccessKey", "Signature")
+cdef dict _LANE_IDS = {name: i for i, name in enumerate(LANE_FIELDS)}
+cdef dict _signed_orders = {}  # order function -> the field ids it orders LANE_FIELDS in
+
+
+cdef bytes _signed_ids(order):
+    """The field ids of LANE_FIELDS (but Signature) in the signed order `order(names)` gives."""
+    ids = _signed_orders.get(order)
+    if ids is None:
+        ids = _signed_orders[order] = bytes([_LANE_IDS[name] for name in order(LANE_FIELDS[:15])])
+    return ids
+
+
+cdef LaneRequest _lane_request(SendFields* f, const uint8_t* frame, Py_ssize_t n, str topic, bytes body, decode):
+    """The request over the read chunk's frame (not copied: `own()` copies it before Python code
+    may keep the request past the chunk - a Python step, an after step)."""
+    cdef LaneRequest r = LaneRequest.__new__(LaneRequest)
+    cdef int k
+    cdef uint32_t present = f.seen
+    r.base, r.n, r._frame = frame, n, None
+    r.code, r.flag, r.opaque = f.code, f.flag, f.opaque
+    r.topic, r.body = topic, body
+    if f.vals[14] != NULL:
+        present |= 1u << 14
+    if f.vals[15] != NULL:
+        present |= 1u << 15
+    for k in range(16):
+        if present & (1u << k):
+            r.offs[k] = f.vals[k] - frame
+            r.lens[k] = f.lens[k]
+    r.present, r.escaped, r.acl_other = present, f.escaped, f.acl_other
+    r.decode = decode
+    return r
+
+
+@cython.final
+@cython.freelist(16)
+cdef class LaneRequest:
+    """A plain SEND_MESSAGE_V2 as the send lane parsed it, handed to the broker's request steps
+    instead of a command decoded from its frame: code, flag, opaque and body are its own,
+    `ext_fields` a mapping over the values the lane found (each a str only when read), `topic`
+    the topic; anything else (language, version...) - and ext_fields once a step changes one, or
+    when the send carries ACL fields the lane does not keep - comes from the command decoded then.
+    signed_send() and signed_by() give a signed send's parsed values to the access check."""
+    cdef bytes _frame               # the frame once owned (None: `base` points into the read chunk)
+    cdef const uint8_t* base
+    cdef Py_ssize_t n
+    cdef readonly object code, flag, opaque, body
+    cdef readonly str topic
+    cdef Py_ssize_t offs[16]
+    cdef Py_ssize_t lens[16]
+    cdef uint32_t present, escaped  # the field ids in the frame, those JSON-escaped
+    cdef bint acl_other             # SecurityToken / OnsChannel came too (not kept: decoded when read)
+    cdef object decode, _command, _ext
+
+    cdef int own(self) except -1:
+        """Copy the frame out of the read chunk (once): the request may then outlive it."""
+        if self._frame is None:
+            self._frame = PyBytes_FromStringAndSize(<const char*>self.base, self.n)
+            self.base = <const uint8_t*>PyBytes_AS_STRING(self._frame)
+        return 0
+
+    @property
+    def frame(self):
+        self.own()
+        return self._frame
+
+    def command(self):
+        """The request decoded from its frame (once)."""
+        if self._command is None:
+            self._command = self.decode(self.frame)
+            self._ext = None
+        return self._command
+
+    @property
+    def ext_fields(self):
+        if self._command is not None or self.acl_other:
+            return self.command().ext_fields
+        if self._ext is None:
+            self._ext = LaneFields.__new__(LaneFields)
+            (<LaneFields>self._ext).r = self
+        return self._ext
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.command(), name)
+
+    def is_oneway(self):
+        return bool(self.flag & ONEWAY_FLAG)
+
+    def is_response(self):
+        return False
+
+    def get_str(self, name, default=None):
+        value = self.ext_fields.get(name)
+        return default if value is None else value
+
+    cdef bytes raw(self, int k):
+        """Field k's value as UTF-8 (escapes decoded: the properties')."""
+        cdef const uint8_t* p = self.base + self.offs[k]
+        cdef Py_ssize_t m
+        if not (self.escaped & (1u << k)):
+            return PyBytes_FromStringAndSize(<const char*>p, self.lens[k])
+        out = PyBytes_FromStringAndSize(NULL, self.lens[k])
+        m = unescape_json(p, self.lens[k], <uint8_t*>PyBytes_AS_STRING(out))  # (checked by the lane: >= 0)
+        return out[:m]
+
+    cdef str value(self, int k):
+        if not (self.escaped & (1u << k)):  # (ASCII: checked by the parser)
+            return PyUnicode_FromStringAndSize(<const char*>self.base + self.offs[k], self.lens[k])
+        return self.raw(k).decode("utf-8")
+
+    cdef bint signed_plain(self):
+        """A send whose signature can be told from the values parsed here: AccessKey and Signature,
+        no other ACL field, no escaped value but the properties', not changed by a step."""
+        return ((self.present & 0xC000) == 0xC000 and not self.acl_other and not (self.escaped & ~(1u << 8))
+                and self._command is None)
+
+    cdef bint matches(self, HmacSha1 key, const unsigned char* ids, Py_ssize_t nids) except -1:
+        """Whether the Signature is `key`'s keyed hash of the values in the signed order (field ids
+        `ids`, those present; properties unescaped) then the body - fed to it piece by piece."""
+        cdef SHA_CTX c
+        cdef Py_ssize_t i
+        cdef int k
+        cdef bytes props
+        key.begin(&c)
+        for i in range(nids):
+            k = ids[i]
+            if self.present & (1u << k):
+                if k == 8 and self.escaped & (1u << 8):
+                    props = self.raw(8)
+                    key.update(&c, PyBytes_AS_STRING(props), len(props))
+                else:
+                    key.update(&c, self.base + self.offs[k], self.lens[k])
+        if self.body is not None:
+            key.update(&c, PyBytes_AS_STRING(<bytes>self.body), len(<bytes>self.body))
+        return key.matches(&c, <const char*>self.base + self.offs[15], self.lens[15])
+
+    def signed_send(self):
+        """A signed send's (topic, AccessKey) for the access check, or None when the send is not one
+        the lane can tell the signature of (another ACL field, an escaped value, no AccessKey or
+        Signature) - then the check reads ext_fields."""
+        if not self.signed_plain():
+            return None
+        return self.topic, PyUnicode_FromStringAndSize(<const char*>self.base + self.offs[14], self.lens[14])
+
+    def signed_by(self, HmacSha1 key, order):
+        """Whether a signed_send()'s Signature is `key`'s over its values in the order
+        `order(field names)` gives (rmq_core.acl.signed_order) and its body (compared in constant time)."""
+        ids = _signed_ids(order)
+        return self.matches(key, <const unsigned char*>PyBytes_AS_STRING(ids), len(ids))
+
+    def __repr__(self):
+        return f"LaneRequest(code={self.code}, opaque={self.opaque}, topic={self.topic!r})"
+
+
+@cython.final
+@cython.freelist(16)
+cdef class LaneFields:
+    """LaneRequest.ext_fields: a mapping over the parsed values; a change makes them the decoded
+    command's (which the request then is)."""
+    cdef LaneRequest r
+
+    cdef int _id(self, key) except -2:
+        cdef PyObject* found = PyDict_GetItemWithError(_LANE_IDS, key)
+        if found == NULL:
+            return -1
+        k = <int><object>found
+        return k if self.r.present & (1u << k) else -1
+
+    cdef dict _dict(self):
+        cdef int k
+        out = {}
+        for k in range(16):
+            if self.r.present & (1u << k):
+                out[LANE_FIELDS[k]] = self.r.value(k)
+        return out
+
+    def __len__(self):
+        cdef int k, c = 0
+        for k in range(16):
+            if self.r.present & (1u << k):
+                c += 1
+        return c
+
+    def __bool__(self):
+        return self.r.present != 0
+
+    def __contains__(self, key):
+        return self._id(key) >= 0
+
+    def __getitem__(self, key):
+        cdef int k = self._id(key)
+        if k < 0:
+            raise KeyError(key)
+        return self.r.value(k)
+
+    def get(self, key, default=None):
+        cdef int k = self._id(key)
+        return default if k < 0 else self.r.value(k)
+
+    def __iter__(self):
+        return iter(self._dict())
+
+    def keys(self):
+        return self._dict().keys()
+
+    def values(self):
+        return self._dict().values()
+
+    def items(self):
+        return self._dict().items()
+
+    def copy(self):
+        return self._dict()
+
+    def __eq__(self, other):
+        return self._dict() == other
+
+    def __repr__(self):
+        return repr(self._dict())
+
+    def __setitem__(self, key, value):
+        self.r.command().ext_fields[key] = value
+
+    def __delitem__(self, key):
+        del self.r.command().ext_fields[key]
+
+    def pop(self, key, *default):
+        return self.r.command().ext_fields.pop(key, *default)
+
+    def setdefault(self, key, default=None):
+        return self.r.command().ext_fields.setdefault(key, default)
+
+    def update(self, other=(), **kw):
+        self.r.command().ext_fields.update(other, **kw)
+
+
+# --- the broker's request steps in the lane -------------------------------------------------------
+cdef class LaneCheck:
+    """The broker's request steps as the lane runs them on each plain send (SendLaneState.check):
+    run(request) -> 1 to go on, 0 when a step refused it (and answered the refusal).  A step may
+    give a native check (SignedSendCheck); Python steps are run by a PyLaneCheck; a connection's
+    steps are one check, or a LaneChecks of them in order."""
+
+    cdef int run(self, LaneRequest r) except -1:
+        return 1
+
+
+@cython.final
+cdef class PyLaneCheck(LaneCheck):
+    """Python steps of a connection `ctx` (remoting's channel context): each `fn(remote address,
+    request, ctx)` in order; one that raises refused the send - answered as dispatch answers a
+    failing step (`ctx.answer_failure(command, error)`: RequestRefused's code and remark)."""
+    cdef list before
+    cdef object ctx
+
+    def __init__(self, list before, ctx):
+        self.before, self.ctx = before, ctx
+
+    cdef int run(self, LaneRequest r) except -1:
+        cdef Py_ssize_t refs = Py_REFCNT(r)
+        ctx = self.ctx
+        try:
+            addr = ctx.remote_address
+            for fn in self.before:
+                fn(addr, r, ctx)
+        except Exception as e:
+            ctx.answer_failure(r.command(), e)
+            return 0
+        finally:
+            # the ext_fields view refers to the request (dropped: no cycle left for the collector);
+            # a step that kept the request, or its view, has it copy its frame out of the read chunk
+            r._ext = None
+            if Py_REFCNT(r) > refs:
+                r.own()
+        return 1
+
+
+@cython.final
+cdef class LaneChecks(LaneCheck):
+    """Checks run in order until one refuses."""
+    cdef tuple checks
+
+    def __init__(self, checks):
+        self.checks = tuple(checks)
+        for c in self.checks:
+            if not isinstance(c, LaneCheck):
+                raise TypeError(f"{c!r} is not a LaneCheck")
+
+    cdef int run(self, LaneRequest r) except -1:
+        for c in self.checks:
+            if (<LaneCheck>c).run(r) == 0:
+                return 0
+        return 1
+
+
+@cython.final
+cdef class SignedSendCheck(LaneCheck):
+    """An access check of a connection's signed sends (plugins/acl's plain validator), natively:
+    `sends` is the validator's cache for the connection - (accessKey, topic) -> the account's
+    HmacSha1 when the account and its permission passed, None when it passes unsigned - valid
+    while `source.rules` is `rules`.  A cached send is checked here (its Signature against the key's
+    hash of the parsed values in the signed order `order` gives); a miss, a changed rule set, a
+    wrong signature or any send the lane cannot tell the signature of runs `fallback` (the
+    validator's Python check, which refuses with its remark or fills the cache), after which
+    `refill(self)` sets `sends` and `rules` anew."""
+    cdef public dict sends
+    cdef public object rules
+    cdef object source, refill
+    cdef LaneCheck fallback
+    cdef bytes ids
+    cdef object last_topic, last_entry  # the last cache hit (a connection's sends repeat it)
+    cdef bytes last_key
+
+    def __init__(self, source, order, LaneCheck fallback, refill):
+        self.source, self.fallback, self.refill = source, fallback, refill
+        self.ids = _signed_ids(order)
+        self.sends, self.rules = {}, None
+        self.last_topic = self.last_entry = self.last_key = None
+
+    cdef int _fall_back(self, LaneRequest r) except -1:
+        cdef int rc = self.fallback.run(r)
+        self.last_topic = self.last_entry = self.last_key = None
+        self.refill(self)
+        return rc
+
+    cdef int run(self, LaneRequest r) except -1:
+        cdef PyObject* found
+        cdef const uint8_t* ak
+        cdef Py_ssize_t akn
+        if not r.signed_plain() or self.source.rules is not self.rules:
+            return self._fall_back(r)
+        ak, akn = r.base + r.offs[14], r.lens[14]
+        if (r.topic is self.last_topic and len(self.last_key) == akn
+                and memcmp(PyBytes_AS_STRING(self.last_key), ak, akn) == 0):
+            entry = self.last_entry
+        else:
+            key = PyBytes_FromStringAndSize(<const char*>ak, akn)
+            found = PyDict_GetItemWithError(self.sends, (key.decode("ascii"), r.topic))
+            if found == NULL:
+                return self._fall_back(r)
+            entry = <object>found
+            self.last_topic, self.last_entry, self.last_key = r.topic, entry, key
+        if entry is None:  # (passes unsigned)
+            return 1
+        if not r.matches(<HmacSha1?>entry, <const unsigned char*>PyBytes_AS_STRING(self.ids), len(self.ids)):
+            return self._fall_back(r)  # (refused there, with its remark)
+        return 1
 
 
 cdef class PlainSend:
@@ -353,30 +670,15 @@ cdef class SendLaneState:
     cdef public object on_put        # on_put(topic, messages, bytes): the broker's put statistics
     cdef public object outcome       # outcome(status) -> (code, remark or None, with fields)
     cdef public object refresh       # refresh(state)
-    cdef public object before        # before(frame) -> request, or None (refused): the broker's steps
-    # before_signed(frame, topic, access key, signature, content, body) -> True, or None (refused):
-    # the broker's steps when they are the signed-send check alone (steps.LaneStep), given the
-    # values the lane parsed - the signed content assembled in `signed_order` (field ids, as above)
-    cdef public object before_signed
-    cdef public bytes signed_order
+    cdef public LaneCheck check      # the broker's steps on each plain send (a LaneRequest), or None
+    cdef public object decode        # decode(frame) -> the command of a frame (a LaneRequest's, when asked)
     cdef public object after         # after(request, answer frame), or None
 
     def __init__(self, dict topics, bytes cluster_prop, int64_t version, put_ok, on_put, outcome, refresh):
-        self.put = None
-        self.before = None
-        self.before_signed = None
-        self.signed_order = None
-        self.after = None
-        self.topics = topics
-        self.data_version = None
-        self.counter = 0
-        self.writable = False
-        self.cluster_prop = cluster_prop
-        self.version = version
-        self.put_ok = put_ok
-        self.on_put = on_put
-        self.outcome = outcome
-        self.refresh = refresh
+        self.put = self.check = self.decode = self.after = self.data_version = None
+        self.counter, self.writable = 0, False
+        self.topics, self.cluster_prop, self.version = topics, cluster_prop, version
+        self.put_ok, self.on_put, self.outcome, self.refresh = put_ok, on_put, outcome, refresh
 
 
 cdef int64_t _checked_queues(SendLaneState st, topic, int64_t queue_id) except -1:
@@ -489,26 +791,15 @@ cdef class SendLane:
         read).  `on_error(frame, exception)` answers a send whose handling raised (without it,
         deliver raises and the transport drops the connection); `on_json_peer()` is told once that
         the peer speaks JSON headers (after its first send answered here)."""
-        self.state = state
-        self.tasks = tasks
-        self.max_inflight = max_inflight
-        self.on_deferred = on_deferred
-        self.call_soon_threadsafe = call_soon_threadsafe
-        self.write_frames = write_frames
-        self.on_error = on_error
-        self.on_json_peer = on_json_peer
-        self.group = None
-        self.sync_waiting = 0
+        self.state, self.tasks, self.max_inflight, self.on_deferred = state, tasks, max_inflight, on_deferred
+        self.call_soon_threadsafe, self.write_frames = call_soon_threadsafe, write_frames
+        self.on_error, self.on_json_peer = on_error, on_json_peer
+        self.group, self.sync_waiting = None, 0
         self.msg = PlainSend()
         self.msg.born_host = born_host
         self.props_buf = bytearray(512)
-        self.stat_topic = None
-        self.stat_n = 0
-        self.stat_bytes = 0
-        self.handled = 0
-        self.declined = 0
-        self.deferred = 0
-        self.failed = 0
+        self.stat_topic, self.stat_n, self.stat_bytes = None, 0, 0
+        self.handled = self.declined = self.deferred = self.failed = 0
 
     cdef object _topic_str(self, const uint8_t* p, Py_ssize_t n):
         cdef uint32_t h = 2166136261u
@@ -581,19 +872,12 @@ cdef class SendLane:
             return 0
         memcpy(pb + plen, PyBytes_AS_STRING(cluster_prop), len(cluster_prop))
         request = None
-        body = None
-        if (st.before_signed is not None and f.vals[14] != NULL and f.vals[15] != NULL and not f.acl_other
-                and not (f.escaped & ~(1u << 8))):
-            # a signed send checked with the values parsed here: no second decode of its header
-            body = PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
-            if st.before_signed(PyBytes_FromStringAndSize(<const char*>frame, n), topic,
-                                PyUnicode_FromStringAndSize(<const char*>f.vals[14], f.lens[14]),
-                                PyBytes_FromStringAndSize(<const char*>f.vals[15], f.lens[15]),
-                                _signed_content(&f, st.signed_order, pb, plen), body) is None:
-                return 3
-        elif st.before is not None:  # the broker's request steps: a refusal is answered by them
-            request = st.before(PyBytes_FromStringAndSize(<const char*>frame, n))
-            if request is None:
+        body = PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
+        if st.check is not None:  # the broker's request steps, on what was parsed here: a refusal is answered by them
+            request = _lane_request(&f, frame, n, topic, body, st.decode)
+            if st.after is not None:
+                (<LaneRequest>request).own()  # (after() gets it past this chunk)
+            if st.check.run(<LaneRequest>request) == 0:
                 return 3
         msg = self.msg
         msg.topic = topic
@@ -602,7 +886,7 @@ cdef class SendLane:
         msg.flag = <int>f.msg_flag
         msg.reconsume_times = <int>f.reconsume
         msg.born_timestamp = f.born_ts
-        msg.body = body if body is not None else PyBytes_FromStringAndSize(<const char*>f.body, f.body_len)
+        msg.body = body
         msg.properties_bytes = PyBytes_FromStringAndSize(<const char*>pb, plen + len(cluster_prop))
         r = fast_put(msg)
         msg.body = None

@@ -20,7 +20,7 @@ from libc.stdint cimport int64_t
 cimport cython
 
 from clock cimport monotonic as _monotonic
-from rmq_core._native.frame cimport RESPONSE_FLAG, SendHeader, SendResponse
+from rmq_core._native.frame cimport RESPONSE_FLAG, SendHeader, SendRequest, SendResponse, run_send_steps
 from rmq_core._native.socket_io cimport PipelinedWrites
 from rmq_core._native.trace cimport TraceBuffer
 
@@ -293,6 +293,10 @@ cdef class PipelinedSender:
     cdef object _send_general
     cdef object _failed
     cdef dict _channels  # address -> its one pipelined connection while open (None: not cached)
+    cdef bint _steps  # the connections have request steps: a send is handed to them before it is written
+    cdef object _signer  # ... which are only this signer: the header signs as it writes (steps applied)
+    cdef list _before    # ... which have no after(): run here (run_send_steps), the frame goes applied
+    cdef object _encode_send  # (a send its steps changed a header field of: the Python codec's frame)
     # the settings (configure)
     cdef Py_ssize_t _max_message_size
     cdef Py_ssize_t _compress_over
@@ -301,7 +305,7 @@ cdef class PipelinedSender:
 
     def __init__(self, *, dict routes, dict headers, dict broker_addrs, master_id, dict benched, clock, select_queue,
                  set checked_topics, check_message, new_uniq, opaques, future_cls, message_cls, channel_for,
-                 remoting_error, completion, send_general, failed, bint one_channel_per_broker,
+                 remoting_error, completion, send_general, failed, bint one_channel_per_broker, steps=None,
                  Py_ssize_t max_message_size, Py_ssize_t compress_over, bint fault_enabled=True):
         # the route: tables the client instance keeps current
         self._routes, self._headers, self._broker_addrs, self._master_id = routes, headers, broker_addrs, master_id
@@ -313,6 +317,11 @@ cdef class PipelinedSender:
         # the write, its answer and what a failure falls back to
         self._channel_for, self._remoting_error, self._completion = channel_for, remoting_error, completion
         self._send_general, self._failed = send_general, failed
+        # the client's request steps (rmq_core.remoting.steps.RequestSteps) or None
+        self._steps = steps is not None
+        self._signer = None if steps is None else steps.header_signer
+        self._before = None if steps is None or steps.after else steps.before
+        self._encode_send = None if steps is None else steps.encode_send
         # with one connection per broker, the one channel_for gave for an address
         # (a tcp or in-proc one) serves until it closes; with more, channel_for takes them in turn
         self._channels = {} if one_channel_per_broker else None
@@ -421,9 +430,22 @@ cdef class PipelinedSender:
         header = <SendHeader><object>found
         opaque = next(self._opaques) & _INT32_MAX
         uniq = self._new_uniq()
-        frame = header._frame(0, message.flag, None, message, opaque, body, None, 0, None, uniq)
-        if frame is None:
-            return self._send_general(message, timeout, mq, addr, mode)
+        if self._signer is not None:  # the steps are one signer: applied as the header writes (request True)
+            header.prepare_signer(self._signer)
+            frame = header._frame(0, message.flag, None, message, opaque, body, None, 0, None, uniq, False, True)
+            if frame is None:
+                return self._send_general(message, timeout, mq, addr, mode)
+            request = True
+        elif self._steps:  # the connection's request steps get it before it is written (FrameStep.before_request)
+            request = header.new_request(0, message.flag, None, message, uniq, opaque, body, 0, None, False)
+            if request is None:
+                return self._send_general(message, timeout, mq, addr, mode)
+            frame = None
+        else:
+            request = None
+            frame = header._frame(0, message.flag, None, message, opaque, body, None, 0, None, uniq)
+            if frame is None:
+                return self._send_general(message, timeout, mq, addr, mode)
         if future is None:
             fut = self._new_future(self._future_cls)
             PyObject_GenericSetAttr(fut, "_state", _PENDING)
@@ -441,25 +463,32 @@ cdef class PipelinedSender:
                     self._channels.clear()
                 self._channels[addr] = channel
         fut.channel = channel  # result() reads the answer itself when no other thread does
+        if self._before is not None and request is not True and request is not None:
+            # steps with no after(): run here, no connection step call (one that raises fails the send)
+            try:
+                frame = run_send_steps(self._before, addr, <SendRequest>request)
+                if frame is None:
+                    frame = self._encode_send(addr, request)
+            except Exception as e:
+                self._completion(context, None, e)
+                return fut
+            request = True
         writes = getattr(channel, "writes", None)
-        built = header._sign_key is not None  # (the frame is signed: the signer step is applied)
         if mode == "SYNC":  # this thread waits for the answer at once: it writes and reads it itself
-            if built:  # (`built` only where it says something: a transport's channel may predate it)
-                channel.exchange(frame, opaque, timeout, self._completion, context, built=True)
+            if request is not None:
+                channel.exchange(frame, opaque, timeout, self._completion, context, request=request)
             else:
                 channel.exchange(frame, opaque, timeout, self._completion, context)
         elif type(writes) is PipelinedWrites:  # PipelinedChannel.send without its Python frame
-            # its request steps first (a step that raises failed the send); a signed frame passes
-            # them only when steps other than the signer remain
-            if (channel.intercept_built if built else channel.intercept) is not None:
-                frame = channel.intercept(frame, opaque, self._completion, context, built)
+            if request is not None and request is not True:  # its request steps first (one that raises failed it)
+                frame = channel.intercept(frame, opaque, self._completion, context, request)
                 if frame is None:
                     return fut
             data = (<PipelinedWrites>writes).offer(frame, opaque, timeout, self._completion, context)
             if data is not None:
                 channel.after_offer(data, opaque, self._completion, context)
-        elif built:
-            channel.send(frame, opaque, timeout, self._completion, context, built=True)
+        elif request is not None:
+            channel.send(frame, opaque, timeout, self._completion, context, request=request)
         else:
             channel.send(frame, opaque, timeout, self._completion, context)
         return fut

@@ -125,7 +125,9 @@ class BrokerController:
         self.pull_hold_service = PullRequestHoldService(self.loop)
         self.pull_hold_service.bind_thread()
         self._start_access_validator()  # before the servers resolve their steps; a bad plain_acl.yml fails here
-        tcp = RemotingServer(f"{self.listen_host}:{bc.listen_port}", name=f"broker[{bc.broker_name}]",
+        listen = [f"{self.listen_host}:{bc.listen_port}"] + [a.strip() for a in (bc.listen_addresses or "").split(";")
+                                                            if a.strip()]
+        tcp = RemotingServer(listen, name=f"broker[{bc.broker_name}]",
                              max_frame_length=bc.server_max_frame_length, backlog=bc.server_socket_backlog,
                              broker=True, request_steps=self.request_steps)
         try:

@@ -110,8 +110,7 @@ class _SendContext:
         self.exception = None
 
 
-# a send channel's `built` flag, given only for a signed frame (a transport's channel may predate it)
-_BUILT, _PLAIN = {"built": True}, {}
+_PLAIN = {}  # (a send channel's `request` is given only to a connection with request steps)
 
 
 class SendAttempts:
@@ -195,8 +194,13 @@ class SendAttempts:
         opaque = next_opaque()
         header = p._send_header(mq, self.batch)
         flag = 0 if self.batch else self.msg.flag
-        frame = header.build_frame(self.sys_flag, flag, self.props, opaque, self.body, None, self.reconsume,
-                                   self.max_reconsume, oneway)
+        if p._client_steps:  # the request steps get it before it is written (steps.FrameStep.before_request)
+            request = header.request(self.sys_flag, flag, self.props, opaque, self.body, self.reconsume,
+                                     self.max_reconsume, oneway)
+            frame = None if request is None else False
+        else:
+            request, frame = None, header.build_frame(self.sys_flag, flag, self.props, opaque, self.body, None,
+                                                      self.reconsume, self.max_reconsume, oneway)
         if frame is None:  # (a property the format cannot hold raised naming it)
             encode_properties_checked(self.props)  # raises naming the size
             raise IllegalArgumentError(f"message flag {flag!r} cannot be encoded (a 64-bit int at most)")
@@ -208,8 +212,11 @@ class SendAttempts:
         except RemotingError as e:  # cannot connect: counted against the broker, retried elsewhere
             self.answered(None, e)
             return
-        # a signed frame: its request steps know the signer is applied (steps.FrameStep.before_built)
-        built = _BUILT if header.signed else _PLAIN
+        if request is not None:
+            frame = None
+            built = {"request": request}
+        else:
+            built = _PLAIN
         if oneway:
             channel.send_oneway(frame, **built)
             self.finish(None, None)
@@ -379,6 +386,7 @@ class Producer:
         self._started = False
         self._lock = threading.Lock()
         self._hooks = False
+        self._client_steps = False
         # auto_batch (RocketMQ 5's autoBatch): async sends of a topic gathered into batch requests
         self.auto_batch = auto_batch
         self.batch_max_bytes = min(batch_max_bytes, max_message_size)
@@ -427,6 +435,8 @@ class Producer:
                 self.instance.start()
                 self._loop_ident = self.instance.loop_thread_ident  # (send()'s check, see _check_may_wait)
                 self._hooks = plugins.has_impls("rmq_before_send") or plugins.has_impls("rmq_after_send")
+                # request steps: its send connections take each send before it is written
+                self._client_steps = getattr(getattr(self.instance, "remoting", None), "steps", None) is not None
                 # (send hooks run around each attempt of a SendAttempts, on the same connection)
                 self._native_first = not self._hooks
                 self._pipelined_sender = self._make_pipelined_sender()
@@ -457,7 +467,7 @@ class Producer:
             channel_for=functools.partial(inst.send_channel, read_frames=read_send_response_frames,
                                           from_command=SendResponse.from_command),
             remoting_error=RemotingError, completion=self._pipelined_completion, send_general=self._send_general,
-            failed=self._native_failed,
+            failed=self._native_failed, steps=getattr(getattr(inst, "remoting", None), "steps", None),
             one_channel_per_broker=getattr(getattr(inst, "config", None), "pipelined_send_connections", 0) == 1,
             max_message_size=self._max_message_size, compress_over=self._compress_over, fault_enabled=fault.enabled)
 
@@ -745,9 +755,6 @@ class Producer:
         header = SendHeader(
             self.group, mq.topic, mq.queue_id, mq.broker_name, self.create_topic_key, self.default_topic_queue_nums,
             code, batch, "PYTHON", MQVersion.CURRENT, self.use_send_message_v2 or batch)
-        steps = getattr(getattr(self.instance, "remoting", None), "steps", None)
-        for step in (steps.send_builders if steps is not None else ()):  # the ACL signer: frames written signed
-            step.prepare_header(header)
         self._send_headers[key] = header
         return header
 

@@ -75,17 +75,4 @@ def loads_lenient(data: bytes | bytearray | memoryview | str | None) -> Any:
         raise RemotingCommandError(f"bad JSON body: {e}") from None
 
 
-def int_value(value: Any) -> int | None:
-    """A JSON value as fastjson reads it into a Java int/long: a number, or a string of one (Java
-    writes some numeric fields quoted); None for anything else (the caller names the field)."""
-    if type(value) is int:
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    return None
-
-
-__all__ = ["dumps", "int_value", "loads_lenient"]
+__all__ = ["dumps", "loads_lenient"]

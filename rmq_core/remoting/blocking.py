@@ -22,6 +22,7 @@ from typing import Any, Callable
 from rmq_core._native.socket_io import exchange
 from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingTimeoutError
 from rmq_core.remoting.codes import ResponseCode, code_name
+from rmq_core.remoting.frames import split_frames
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
 from rmq_core.remoting.steps import CLIENT, RequestSteps
 from rmq_core.remoting.transport import DEFAULT_MAX_FRAME_LENGTH, open_socket, resolve_transport
@@ -199,6 +200,134 @@ def _take_all(channels: list) -> list:
             taken.append(channels.pop())
         except IndexError:
             return taken
+
+
+class HandedOverBlockingChannel:
+    """BlockingChannel's interface over a transport that hands requests to the other end instead of
+    writing bytes (the in-proc one; its connect_blocking): a request - a command (invoke) or an
+    encoded frame (invoke_frame) - goes out through `_hand_over(item)` (None once handed over, else
+    why it could not be: the channel closes), and its answer, handed back on the other end's thread
+    (`_deliver`: a command; `_deliver_frames`: the bytes a native lane wrote), wakes the caller.
+    A transport's subclass calls `_open` and gives `_hand_over` and `_hand_over_close()` (tell the
+    other end this one closed)."""
+
+    _loop = None  # (answers are taken as they are handed over: in the other end's thread)
+
+    def _open(self, address: str, local_address: str, remote_address: str, max_frame_length: int) -> None:
+        self.addr, self.local_address, self.remote_address = address, local_address, remote_address
+        self.max_frame_length = max_frame_length
+        self._waiting: int | None = None  # the opaque of the request in flight
+        self._response = None
+        self._ready = threading.Lock()
+        self._ready.acquire()
+        self.closed = False
+
+    def _hand_over(self, item) -> str | None:
+        raise NotImplementedError
+
+    def _hand_over_close(self) -> None:
+        raise NotImplementedError
+
+    def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.addr} is closed")
+        request.flag &= ~RESPONSE_FLAG
+        return self._exchange(request.copy(), request.opaque, request.code, timeout)
+
+    def invoke_frame(self, frame: bytes, opaque: int, timeout: float, read: Callable[[bytes], Any],
+                     code: int = 0) -> Any:
+        """BlockingChannel.invoke_frame: hand the encoded request `frame` (length prefix included,
+        opaque `opaque`) over and return read(response frame without its length prefix).  The
+        answer is the bytes the other end's lane wrote, or its general path's RemotingCommand,
+        encoded here in the caller's thread.  Errors as invoke's."""
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.addr} is closed")
+        if type(frame) is not bytes:  # the other end reads it later: a buffer the caller may reuse is copied
+            frame = bytes(frame)
+        response = self._exchange(frame, opaque, code, timeout)
+        if type(response) is not bytes:
+            response = response.encode()
+        try:
+            item = self._read_answer(response, opaque, read)
+        except RemotingCommandError as e:
+            self.close()
+            raise RemotingConnectError(f"bad frame from {self.addr}: {e}") from None
+        if item is None:
+            self.close()
+            raise RemotingConnectError(
+                f"connection to {self.addr}: no response carrying opaque {opaque} among the frames answered")
+        return item
+
+    def _exchange(self, item, opaque: int, code: int, timeout: float):
+        """Hand `item` (a request) over and wait for the answer to `opaque`: the answer (a
+        RemotingCommand, or the bytes the other end's lane wrote)."""
+        self._waiting = opaque
+        why = self._hand_over(item)
+        if why is not None:
+            self.close()
+            raise RemotingConnectError(f"connection to {self.addr} is closed: {why}")
+        if not self._ready.acquire(timeout=timeout):
+            self._waiting = None
+            self.close()
+            raise RemotingTimeoutError(
+                f"no response to {code_name(code)} (opaque {opaque}) from {self.addr} within {timeout:g}s")
+        response, self._response = self._response, None
+        if response is None:  # woken by a close
+            raise RemotingConnectError(
+                f"connection to {self.addr} closed before the response (opaque {opaque}) arrived")
+        return response
+
+    def _read_answer(self, data: bytes, opaque: int, read):
+        """read() of the response in `data` (whole frames) that carries `opaque`, or None."""
+        frames, consumed = split_frames(data, self.max_frame_length)
+        if consumed != len(data):
+            raise RemotingCommandError(f"a frame at byte {consumed} runs past the {len(data)} bytes answered")
+        for frame in frames:
+            item = read(frame)
+            if item.flag & RESPONSE_FLAG and item.opaque == opaque:
+                return item
+            log.debug("blocking channel %s: dropping %r", self.local_address, item)
+        return None
+
+    # the other end's calls, in its thread
+    def _deliver_frames(self, frames: bytes) -> None:
+        """A lane's answer: read (and its opaque checked) in the caller's thread."""
+        if self._waiting is not None and not self.closed:
+            self._waiting = None
+            self._response = frames
+            self._wake()
+        else:  # a late answer is dropped
+            log.debug("blocking channel %s: dropping %d answer bytes", self.local_address, len(frames))
+
+    def _deliver(self, command: RemotingCommand) -> None:
+        if command.flag & RESPONSE_FLAG and command.opaque == self._waiting and not self.closed:
+            self._waiting = None
+            self._response = command
+            self._wake()
+        else:  # no requests are served on this end; a late answer is dropped
+            log.debug("blocking channel %s: dropping %r", self.local_address, command)
+
+    def _peer_closed(self) -> None:
+        self._close(tell_peer=False)
+
+    def close(self) -> None:
+        self._close(tell_peer=True)
+
+    def _close(self, tell_peer: bool) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if tell_peer:
+            self._hand_over_close()
+        if self._waiting is not None:
+            self._waiting = None
+            self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._ready.release()
+        except RuntimeError:  # already woken (an answer and a close crossing)
+            pass
 
 
 class BlockingChannelPool:

@@ -15,17 +15,18 @@ from typing import Any, Iterable, Mapping
 
 import attrs
 
-from rmq_core.common.fastjson import dumps, int_value, loads_lenient  # noqa: F401 - also this module's names
+from rmq_core.common.fastjson import dumps, loads_lenient  # noqa: F401 - also this module's names
 from rmq_core.errors import RemotingCommandError
+from rmq_core.remoting.command import json_int
 from rmq_core.message import MixAll, PermName
 
 
 def _int(obj: Mapping, key: str, default: int | None = None, where: str = "") -> int:
     value = obj.get(key, default)
-    n = int_value(value)
-    if n is None:
+    number = json_int(value)
+    if number is None:
         raise RemotingCommandError(f"bad {where}{key!r}: {value!r} is not an integer")
-    return n
+    return number
 
 
 def _mapping(value, bad: str) -> Mapping:

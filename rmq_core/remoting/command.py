@@ -23,7 +23,6 @@ import struct
 from json.encoder import encode_basestring
 from typing import Any, Mapping
 
-from rmq_core.common.fastjson import int_value
 from rmq_core.errors import RemotingCommandError
 from rmq_core.remoting.codes import MQVersion
 
@@ -512,16 +511,29 @@ _JSON = SerializeType.JSON
 _CURRENT_VERSION = int(MQVersion.CURRENT)
 
 
+def json_int(value) -> int | None:
+    """A JSON value read as an integer as fastjson reads one: an int, or a str int() takes; None
+    for anything else (the caller names the field)."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    return None
+
+
 def _int_field(obj: dict, name: str, default: int | None) -> int:
     value = obj.get(name)
     if value is None:
         if default is None:
             raise RemotingCommandError(f"bad JSON header: field {name!r} is missing")
         return default
-    n = int_value(value)
-    if n is None:
+    number = json_int(value)
+    if number is None:
         raise RemotingCommandError(f"bad JSON header: field {name!r} has value {value!r:.80}, expected an integer")
-    return n
+    return number
 
 
 # The native JSON header codec (rmq_core/_native/frame.pyx): the common flat header in

@@ -21,7 +21,7 @@ from rmq_core.errors import (
 )
 from rmq_core.remoting.codes import RequestCode, ResponseCode, code_name
 from rmq_core.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand, SerializeType, next_opaque
-from rmq_core.remoting.steps import BROKER, CLIENT, RequestRefused, RequestSteps
+from rmq_core.remoting.steps import BROKER, RequestRefused, RequestSteps
 from rmq_core.remoting.transport import Channel
 
 log = logging.getLogger("rmq.remoting")
@@ -125,8 +125,7 @@ class ProcessorTable:
                 return request.make_response(
                     ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]system busy, start flow control for a while")
             if steps is not None:
-                for step in steps.before:
-                    step(ctx.remote_address, request, ctx)
+                steps.run_before(ctx.remote_address, request, ctx)
             response = fn(ctx, request)
             # (a coroutine is by far the usual awaitable; inspect.isawaitable only for the rest)
             if type(response) is _CoroutineType or (
@@ -156,8 +155,7 @@ class ProcessorTable:
         if steps is None or response is None:
             return response
         try:
-            for step in steps.after:
-                step(ctx.remote_address, request, response, ctx)
+            steps.run_after(ctx.remote_address, request, response, ctx)
         except Exception as e:
             return self._failed(ctx, request, e)
         return response
@@ -349,8 +347,7 @@ class ChannelContext:
         client-side steps run before it leaves and on its answer)."""
         steps = self._steps
         if steps is not None:
-            for step in steps.before:
-                step(self.peer_name, request)
+            steps.run_before(self.peer_name, request)
         opaque, future = self._expect(request, timeout)
         try:
             channel = self.channel
@@ -383,8 +380,7 @@ class ChannelContext:
         after() before on_answer; one that raises fails the request)."""
         steps = self._steps
         if steps is not None:
-            for step in steps.before:
-                step(self.peer_name, request)
+            steps.run_before(self.peer_name, request)
             on_answer = _AfterSteps(steps.after, self.peer_name, request, on_answer)
         opaque, future = self._expect(request, timeout, on_answer)
         try:
@@ -462,8 +458,7 @@ class ChannelContext:
         request.mark_oneway()
         steps = self._steps
         if steps is not None:
-            for step in steps.before:
-                step(self.peer_name, request)
+            steps.run_before(self.peer_name, request)
         try:
             channel = self.channel
             if not channel.send_nowait(request):

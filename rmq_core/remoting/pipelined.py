@@ -105,13 +105,17 @@ class HookedRequests:
         # a step with no after() keeps no request and leaves the answers to the usual reader
         self.tracks = getattr(step, "has_after", True)
 
-    def intercept(self, frame, opaque: int, on_done: OnDone, context: Any, built: bool = False):
-        """The request `frame` (length prefix included) through the step's before() (its
-        before_built() for a frame its writer applied the send builders to: a signed send): the
-        frame to write (the step may have changed it), or None when the step raised - then this
-        request failed: on_done(context, None, error) was called.  Nothing else fails."""
+    def intercept(self, frame, opaque: int, on_done: OnDone, context: Any, request=None):
+        """The request `frame` (length prefix included) through the step's before() - or, for a
+        send handed over before it is written (`request`, a SendRequest; frame None), its
+        before_request(), which writes the frame: the frame to write (the step may have changed
+        it), or None when the step raised - then this request failed: on_done(context, None,
+        error) was called.  Nothing else fails."""
         try:
-            frame, request = self.step.before_built(frame) if built else self.step.before(frame)
+            if request is None:
+                frame, request = self.step.before(frame)
+            else:
+                frame, request = self.step.before_request(request)
         except Exception as e:  # noqa: BLE001 - a failing step fails this request, not the channel
             on_done(context, None, e)
             return None
@@ -199,22 +203,18 @@ class PendingRequests:
         """The connection's reading of frames (read_frames, from_command: see PipelinedChannel) and
         its interception step: `intercept`, a step every request and its answer pass (request
         steps: steps.FrameStep, see HookedRequests), or None; `self.intercept(frame, opaque,
-        on_done, context, built)` is its way in."""
+        on_done, context, request)` is its way in."""
         self._intercept = intercept
         self._hooks = hooks = None if intercept is None else HookedRequests(intercept)
         self.intercept = None if hooks is None else hooks.intercept
-        # a frame its writer signed (built=True) passes the step only when other steps remain
-        self.intercept_built = None if hooks is None or not getattr(intercept, "built_passes", True) else hooks.intercept
         self._read_frames = read_frames if hooks is None or not hooks.tracks else functools.partial(
             hooks.read, read_frames or decode_command_frames, from_command)
         self._from_command = from_command
 
-    def _oneway_step(self, frame, built: bool):
-        """A oneway request through the interception step (no answer: its before() only)."""
-        if not built:
-            frame, _ = self._intercept.before(frame)
-        elif self.intercept_built is not None:
-            frame, _ = self._intercept.before_built(frame)
+    def _oneway_step(self, frame, request):
+        """A oneway request through the interception step (no answer: its before() only);
+        request: a send as its SendHeader has it (see send()), or None for a built frame."""
+        frame, _ = self._intercept.before(frame) if request is None else self._intercept.before_request(request)
         return frame
 
     @property
@@ -266,14 +266,14 @@ class PendingRequests:
             self._wake.wait(self.sweep_interval)
             self._expire(time.monotonic())
 
-    def exchange(self, frame, opaque: int, timeout: float, on_done, context=None, built: bool = False) -> None:
-        """A sync send's (built: as send()'s): send(), then this thread waits on a plain lock and completes its own
+    def exchange(self, frame, opaque: int, timeout: float, on_done, context=None, request=None) -> None:
+        """A sync send's (request: as send()'s): send(), then this thread waits on a plain lock and completes its own
         answer - the answering thread only hands it over (or the sweeper its timeout) and goes
         back to its work at once, as a tcp caller reads its own (PipelinedChannel.exchange)."""
         done = _thread.allocate_lock()
         done.acquire()
         box = [done, None, None]
-        self.send(frame, opaque, timeout, _hand_over, box, built)
+        self.send(frame, opaque, timeout, _hand_over, box, request)
         if not done.acquire(timeout=max(0.0, timeout) + 1.0):
             if self._pending.pop(opaque, None) is not None:  # (the sweeper never came to it)
                 on_done(context, None, self._timed_out(opaque))
@@ -348,11 +348,11 @@ class HandedOverChannel(PendingRequests):
     def closed(self) -> bool:
         return self._closed
 
-    def send(self, frame, opaque: int, timeout: float, on_done, context=None, built: bool = False) -> None:
+    def send(self, frame, opaque: int, timeout: float, on_done, context=None, request=None) -> None:
         """PipelinedChannel.send: on_done(context, response, None) or on_done(context, None, error),
-        exactly once."""
-        if self._hooks is not None and (not built or self.intercept_built is not None):
-            frame = self.intercept(frame, opaque, on_done, context, built)
+        exactly once (request: as its)."""
+        if self._hooks is not None and request is not True:
+            frame = self.intercept(frame, opaque, on_done, context, request)
             if frame is None:
                 return
         if self._closed:
@@ -366,10 +366,10 @@ class HandedOverChannel(PendingRequests):
         if why is not None:
             self._fail(RemotingConnectError(f"connection to {self.addr} is closed: {why}"))
 
-    def send_oneway(self, frame, built: bool = False) -> None:
-        """A request no answer is expected to (its flag says oneway); built: as send()'s."""
-        if self._intercept is not None:
-            frame = self._oneway_step(frame, built)
+    def send_oneway(self, frame, request=None) -> None:
+        """A request no answer is expected to (its flag says oneway); request: as send()'s."""
+        if self._intercept is not None and request is not True:
+            frame = self._oneway_step(frame, request)
         if self._closed:
             raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
         why = self._hand_over(bytes(frame))
@@ -497,26 +497,27 @@ class PipelinedChannel(PendingRequests):
         self._reader.start()
 
     # --- requests ------------------------------------------------------------------------------------
-    def send(self, frame: bytes, opaque: int, timeout: float, on_done: OnDone, context: Any = None,
-             built: bool = False) -> None:
+    def send(self, frame: bytes | None, opaque: int, timeout: float, on_done: OnDone, context: Any = None,
+             request=None) -> None:
         """Write an encoded request (length prefix included) whose opaque is `opaque`;
         on_done(context, response, None) with its response, or on_done(context, None, error) -
         exactly once, on the thread that reads the answer (a waiter's or the reader), or on this
         thread when the channel is closed or the write fails.  (A context instead of a closure per
         request: one tuple, no function object.)  While a write is in progress or answers are due
         the frame gathers (PipelinedWrites.offer): a burst leaves in a few writes instead of one
-        system call per request.  built: the frame's writer applied the send builders' steps (a
-        SendHeader signed it: steps.FrameStep.before_built)."""
-        if self._hooks is not None and (not built or self.intercept_built is not None):
-            frame = self.intercept(frame, opaque, on_done, context, built)
+        system call per request.  request: a send handed over before it is written (a SendRequest,
+        frame None: the connection's step writes it, HookedRequests.intercept), given only to a
+        connection with a step."""
+        if self._hooks is not None and request is not True:
+            frame = self.intercept(frame, opaque, on_done, context, request)
             if frame is None:
                 return
         data = self.writes.offer(frame, opaque, timeout, on_done, context)
         if data is not None:
             self.after_offer(data, opaque, on_done, context)
 
-    def exchange(self, frame: bytes, opaque: int, timeout: float, on_done: OnDone, context: Any = None,
-                 built: bool = False) -> None:
+    def exchange(self, frame: bytes | None, opaque: int, timeout: float, on_done: OnDone, context: Any = None,
+                 request=None) -> None:
         """send() for a caller that waits for this answer at once (a sync send).  When the
         connection is idle - nothing in flight or gathered, no write in progress, nobody reading -
         this thread takes the read token, writes the request and receives its answer in one native
@@ -525,7 +526,7 @@ class PipelinedChannel(PendingRequests):
         as usual.  Otherwise it is send()."""
         writes = self.writes
         if writes.unanswered or writes.writing or writes.gathered or self._token_owner:  # (_NOBODY is 0)
-            self.send(frame, opaque, timeout, on_done, context, built)
+            self.send(frame, opaque, timeout, on_done, context, request)
             return
         me = get_ident()
         with self._tlock:
@@ -534,11 +535,11 @@ class PipelinedChannel(PendingRequests):
             else:
                 me = _NOBODY
         if me == _NOBODY:
-            self.send(frame, opaque, timeout, on_done, context, built)
+            self.send(frame, opaque, timeout, on_done, context, request)
             return
         try:
-            if self._hooks is not None and (not built or self.intercept_built is not None):  # (as send() does)
-                frame = self.intercept(frame, opaque, on_done, context, built)
+            if self._hooks is not None and request is not True:  # (as send() does)
+                frame = self.intercept(frame, opaque, on_done, context, request)
                 if frame is None:
                     return
             data = writes.offer(frame, opaque, timeout, on_done, context)
@@ -593,12 +594,12 @@ class PipelinedChannel(PendingRequests):
             if me == _NOBODY:
                 self._release_token()
 
-    def send_oneway(self, frame: bytes, built: bool = False) -> None:
+    def send_oneway(self, frame: bytes | None, request=None) -> None:
         """Write a request no answer is expected to (its flag says oneway): nothing registered,
         written with what gathered; raises RemotingConnectError when the channel is closed.
-        built: as send()'s."""
-        if self._intercept is not None:
-            frame = self._oneway_step(frame, built)
+        request: as send()'s."""
+        if self._intercept is not None and request is not True:
+            frame = self._oneway_step(frame, request)
         if self.closed or self.writes.closing:
             raise self._error or RemotingConnectError(f"connection to {self.addr} is closed")
         self.writes.add_response(frame)
@@ -625,26 +626,15 @@ class PipelinedChannel(PendingRequests):
         frame = request.encode_header(len(body)) + bytes(body) if body else request.encode_header(0)
         self.send(frame, request.opaque, timeout, on_done, context)
 
-
     @property
     def closed(self) -> bool:
         return self.writes.closed
 
-    @property
-    def coalesce_bytes(self) -> int:
-        return self.writes.coalesce_bytes
-
-    @coalesce_bytes.setter
-    def coalesce_bytes(self, value: int) -> None:
-        self.writes.coalesce_bytes = value
-
-    @property
-    def coalesce_delay(self) -> float:
-        return self.writes.coalesce_delay
-
-    @coalesce_delay.setter
-    def coalesce_delay(self, value: float) -> None:
-        self.writes.coalesce_delay = value
+    # the write side's coalescing settings (PipelinedWrites'), read and set through the channel
+    coalesce_bytes = property(lambda self: self.writes.coalesce_bytes,
+                              lambda self, value: setattr(self.writes, "coalesce_bytes", value))
+    coalesce_delay = property(lambda self: self.writes.coalesce_delay,
+                              lambda self, value: setattr(self.writes, "coalesce_delay", value))
 
     def _write_out(self, data: bytes) -> None:
         """A caller's blocking write (this thread is the writer), then whatever gathered meanwhile."""

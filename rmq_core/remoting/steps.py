@@ -25,7 +25,8 @@ import logging
 from typing import Any, Iterable
 
 from rmq_core.remoting.codes import ResponseCode
-from rmq_core.remoting.command import FrameCommand, PrefixedFrameCommand, new_command, set_frame
+from rmq_core.remoting.command import FrameCommand, PrefixedFrameCommand, RemotingCommand, new_command, set_frame
+from rmq_core._native.frame import run_send_steps
 
 log = logging.getLogger("rmq.remoting")
 
@@ -84,25 +85,30 @@ def _overrides(step, name: str) -> bool:
     return method is not None and method is not getattr(RequestStep, name)
 
 
+def encode_send(addr: str, request) -> bytes:
+    """The frame of a send whose steps changed a field its SendHeader writes (or added fields to a
+    signed one): written by the Python codec, signed here when a signer asked for it."""
+    command = RemotingCommand(request.code, language=request.language, version=request.version,
+                              opaque=request.opaque, flag=request.flag, ext_fields=request.fields(),
+                              body=request.body)
+    if request.signer is not None:
+        request.signer.before(addr, command)
+    return command.encode()
+
+
 class RequestSteps:
     """One side's steps resolved into two call lists (`before`, `after`), each callable taking the
     side's arguments positionally (client: remote_addr, request[, response]; broker: remote_addr,
-    request[, response], connection)."""
+    request[, response], connection).  `header_signer`: on a client whose only step is a signer
+    (one with `prepare_header`: rmq_core.acl.AclSigner), that signer - a send's SendHeader then
+    applies it as it writes the frame (signed natively, no Python step call), and the frame goes
+    to the connection as `request=True` (its steps applied)."""
 
-    __slots__ = ("side", "before", "after", "send_builders", "before_built", "builder_before", "send_checker")
+    __slots__ = ("side", "before", "after", "header_signer")
+    encode_send = staticmethod(encode_send)  # (for the native send pipeline, which imports no Python module)
 
-    def __init__(self, side: str, before: list, after: list, send_builders: tuple = (),
-                 before_built: list | None = None, builder_before: list | None = None, send_checker=None):
-        self.side, self.before, self.after = side, before, after
-        # client: steps a producer's send frames apply as they are written (applied_by_send_builder:
-        # the ACL signer, through its prepare_header), and the before list such a frame still passes
-        # (the others) - with the builders' own before, run again when one of the others changed it;
-        self.send_builders = send_builders
-        self.before_built = before if before_built is None else before_built
-        self.builder_before = builder_before or []
-        # broker: the one step (the access check) that checks a lane's signed send from the values
-        # the lane parsed (check_signed_send), when it is the only step
-        self.send_checker = send_checker
+    def __init__(self, side: str, before: list, after: list, header_signer=None):
+        self.side, self.before, self.after, self.header_signer = side, before, after, header_signer
 
     @classmethod
     def resolve(cls, side: str, steps: Iterable[Any] = ()) -> "RequestSteps | None":
@@ -112,25 +118,17 @@ class RequestSteps:
         hooks_after = _hook_calls(f"rmq_{side}_after_response", after_names)
         steps = list(steps or ())
         if side == CLIENT:  # a client's own steps run last (a signature covers what hooks added)
-            own_before = [(lambda a, r, s=s: s.before(a, r)) for s in steps if _overrides(s, "before")]
-            own_after = [(lambda a, r, x, s=s: s.after(a, r, x)) for s in steps if _overrides(s, "after")]
-            before, after = hooks_before + own_before, hooks_after + own_after
-            builders = tuple(s for s in steps if getattr(s, "applied_by_send_builder", False))
-            if builders:
-                rest = hooks_before + [(lambda a, r, s=s: s.before(a, r)) for s in steps
-                                       if _overrides(s, "before") and s not in builders]
-                again = [(lambda a, r, s=s: s.before(a, r)) for s in builders if _overrides(s, "before")]
-                return cls(side, before, after, builders, rest, again)
+            before = hooks_before + [(lambda a, r, s=s: s.before(a, r)) for s in steps if _overrides(s, "before")]
+            after = hooks_after + [(lambda a, r, x, s=s: s.after(a, r, x)) for s in steps if _overrides(s, "after")]
         else:  # a broker's own steps (its access check) run first
-            own = [s for s in steps if _overrides(s, "before")]
-            before = [s.before for s in own] + hooks_before
+            before = [s.before for s in steps if _overrides(s, "before")] + hooks_before
             after = [s.after for s in steps if _overrides(s, "after")] + hooks_after
-            if len(before) == 1 and not after and hasattr(own[0] if own else None, "check_signed_send"):
-                # the access check alone: the send lane hands it the values it parsed (LaneStep)
-                return cls(side, before, after, send_checker=own[0])
         if not before and not after:
             return None
-        return cls(side, before, after)
+        signer = None
+        if side == CLIENT and not hooks_before and not after and len(steps) == 1 and hasattr(steps[0], "prepare_header"):
+            signer = steps[0]
+        return cls(side, before, after, signer)
 
     def run_before(self, *values) -> None:
         for fn in self.before:
@@ -147,21 +145,20 @@ class RequestSteps:
 
 class FrameStep:
     """A client's steps as the step of a pipelined send connection (remoting.pipelined's
-    HookedRequests): the request is handed to the steps as a command over its encoded frame -
-    decoded only when a step reads or sets a field, encoded again only when one changed it (e.g.
-    signed it) - and the answer the same way, with its request.  The connection stays the one a
-    send without steps takes; only the steps' own cost is added."""
+    HookedRequests).  A producer's send is handed over before it is written, as its SendHeader has
+    it (frame.pyx's SendRequest: before_request): the steps read and add fields on the header's
+    values, and the header writes the frame once (signed, when a signing step asked).  Any other
+    request comes as its encoded frame (before): a command over it, decoded only when a step reads
+    or sets a field, encoded again only when one changed it.  The answer comes as a command over
+    its frame, with its request.  The connection stays the one a send without steps takes; only
+    the steps' own cost is added."""
 
-    __slots__ = ("addr", "steps", "_before", "_after", "has_after", "_before_built", "_builder_before",
-                 "built_passes")
+    __slots__ = ("addr", "steps", "_before", "_after", "has_after")
 
     def __init__(self, addr: str, steps: RequestSteps):
         self.addr, self.steps = addr, steps
         self._before, self._after = steps.before, steps.after
         self.has_after = bool(steps.after)  # (none: the connection keeps no request for after())
-        self._before_built, self._builder_before = steps.before_built, steps.builder_before
-        # False: a frame its builder applied the steps to (a signed send) needs nothing more here
-        self.built_passes = bool(steps.before_built) or self.has_after
 
     def before(self, frame) -> tuple[bytes, FrameCommand]:
         """The request `frame` (length prefix included) as the steps left it - the frame itself,
@@ -175,20 +172,11 @@ class FrameStep:
             return request.encode(), request
         return frame, request
 
-    def before_built(self, frame) -> tuple[bytes, FrameCommand]:
-        """before() of a frame its writer applied the send builders to (SendHeader signed it):
-        the other steps run; when one of them changed the request, the builders' steps run again
-        after them (the signature then covers the change) and the frame is encoded anew."""
-        request = new_command(PrefixedFrameCommand)
-        set_frame(request, frame)
-        addr = self.addr
-        for fn in self._before_built:
-            fn(addr, request)
-        if request._src is None and request.changed:
-            for fn in self._builder_before:
-                fn(addr, request)
-            return request.encode(), request
-        return frame, request
+    def before_request(self, request) -> tuple[bytes, Any]:
+        """A send request before it is written (a SendRequest) through the steps: its frame as they
+        left it, and the request for after()."""
+        frame = run_send_steps(self._before, self.addr, request)
+        return (encode_send(self.addr, request) if frame is None else frame), request
 
     def after(self, request, response) -> None:
         addr = self.addr
@@ -197,49 +185,29 @@ class FrameStep:
 
 
 class LaneStep:
-    """A broker's steps for one connection's native send lane (SendLaneState.before / .after): the
-    lane hands each plain send's frame (bytes, no length prefix) to before() just before its put
-    and the answer frame it wrote to after().  before() returns the request (a command decoded
-    from the frame only when a step reads it), or None when a step refused it - then it answered
-    the refusal on the connection itself."""
+    """A broker's steps around one connection's native send lane: what the lane runs before each
+    plain send's put is a send_lane LaneCheck (the processor's, built from these steps: a Python
+    step in a PyLaneCheck, one that offers a native check - `native_check` - as that), handed the
+    send as the lane parsed it (send_lane.pyx's LaneRequest: the values it read, a str made of one
+    only when a step reads it - no second decode of the header); after() gets the answer frame
+    the lane wrote."""
 
-    __slots__ = ("ctx", "steps", "_before", "_after", "_check_signed")
+    __slots__ = ("ctx", "_after")
 
-    def __init__(self, ctx, steps: RequestSteps):
-        self.ctx, self.steps = ctx, steps
-        self._before, self._after = steps.before, steps.after
-        self._check_signed = None if steps.send_checker is None else steps.send_checker.check_signed_send
+    def __init__(self, ctx, after: list):
+        self.ctx, self._after = ctx, list(after)
 
-    @property
-    def signed_send_check(self):
-        """before_signed when the steps are one access check that takes a send's parsed values
-        (the lane then decodes no header for it), else None."""
-        return None if self._check_signed is None else self.before_signed
+    @staticmethod
+    def native_check(fn):
+        """The native lane check a step's before() offers (its owner's `lane_check(connection,
+        fallback)`), or None."""
+        return getattr(getattr(fn, "__self__", None), "lane_check", None)
 
-    def before_signed(self, frame: bytes, topic: str, access_key: str, signature: bytes, content: bytes, body: bytes):
-        """before() of a signed SEND_MESSAGE_V2 from the values the lane parsed: its topic, the
-        AccessKey and Signature, the signed content (rmq_core.acl's order) and the body.  True
-        when it passed; None when refused (answered here, from the frame decoded then)."""
-        ctx = self.ctx
-        try:
-            self._check_signed(ctx, topic, access_key, signature, content, body)
-        except Exception as e:  # noqa: BLE001 - answered as before() answers a failing step
-            request = new_command(FrameCommand)
-            set_frame(request, frame)
-            ctx.answer_failure(request, e)
-            return None
-        return True
-
-    def before(self, frame: bytes):
+    @staticmethod
+    def decode(frame: bytes) -> FrameCommand:
+        """The command of a lane's frame (a LaneRequest's, when a step asks for more than it parsed)."""
         request = new_command(FrameCommand)
         set_frame(request, frame)
-        ctx = self.ctx
-        try:
-            for fn in self._before:
-                fn(ctx.remote_address, request, ctx)
-        except Exception as e:  # noqa: BLE001 - answered as dispatch answers a failing step
-            ctx.answer_failure(request, e)
-            return None
         return request
 
     def after(self, request, response_frame: bytes) -> None:

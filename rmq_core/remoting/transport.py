@@ -45,7 +45,11 @@ plugins/transport/tcp.py, and tests/remoting/unix_transport.py for a third one i
                                       `_hand_over(frame) -> None | why not` and
                                       `_hand_over_close()`: the step, the pending table, the sweep,
                                       a sync send's exchange, failure and close are remoting's;
-                                      the blocking one has BlockingChannel's interface
+                                      the blocking one likewise of blocking.HandedOverBlockingChannel
+                                      (with an intercept, send, exchange and send_oneway take
+                                      `request=` a send not yet written, frame None:
+                                      steps.FrameStep.before_request; or True, the frame
+                                      written with the steps applied: not intercepted)
 
 `serve` calls `on_channel(channel)` (in the listener's loop) for every accepted connection; the
 callee must call `channel.start(...)` before returning.  A frame the transport cannot decode, or one

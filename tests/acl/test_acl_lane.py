@@ -65,9 +65,11 @@ def test_signed_sends_take_the_lane_and_refusals_are_answered(tmp_path):
 
 
 def test_a_signed_send_is_checked_from_the_values_the_lane_parsed(tmp_path, monkeypatch):
-    """A send with AccessKey and Signature only is checked by check_signed_send with the lane's
-    parsed values (no request decoded); one with another ACL field (OnsChannel) by before().  Both
-    refuse a forged signature and a denied topic with the same remarks."""
+    """A send with AccessKey and Signature only is checked from the lane's parsed values (no request
+    decoded): by check_signed_send the first time its account and topic come on the connection,
+    natively after that (send_lane.SignedSendCheck, over what check_signed_send cached); one with
+    another ACL field (OnsChannel) by before().  All refuse a forged signature and a denied topic
+    with the same remarks."""
     from rmq_plugins.acl.plain import PlainAccessValidator
 
     calls = {"before": 0, "check_signed_send": 0}
@@ -83,7 +85,12 @@ def test_a_signed_send_is_checked_from_the_values_the_lane_parsed(tmp_path, monk
         handled, checked = lane.handled, calls["check_signed_send"]
         s.send(b"".join(signed("TopicLane", f"m{i}".encode(), 10 + i) for i in range(10)))
         assert all(RemotingCommand.decode(a).code == ResponseCode.SUCCESS for a in s.answers(10).values())
-        assert lane.handled - handled == 10 and calls["check_signed_send"] - checked == 10
+        assert lane.handled - handled == 10 and calls["check_signed_send"] - checked <= 1
+        checked, before = calls["check_signed_send"], calls["before"]
+        s.send(b"".join(signed("TopicLane", f"n{i}".encode(), 20 + i) for i in range(5)))
+        assert all(RemotingCommand.decode(a).code == ResponseCode.SUCCESS for a in s.answers(5).values())
+        assert lane.handled - handled == 15  # checked natively: no Python call of the validator
+        assert calls["check_signed_send"] == checked and calls["before"] == before
         before = calls["before"]
         s.send(signed("TopicLane", b"with OnsChannel", 30, OnsChannel="ALIYUN"))
         assert RemotingCommand.decode(s.recv_frame()).code == ResponseCode.SUCCESS
@@ -98,4 +105,20 @@ def test_a_signed_send_is_checked_from_the_values_the_lane_parsed(tmp_path, monk
             assert answers[42].code == ResponseCode.SYSTEM_ERROR
             assert "No default permission for topic=TopicDenied" in answers[42].remark
         store = c.broker.store
-        assert sum(store.get_max_offset_in_queue("TopicLane", q) for q in range(8)) == 13  # no refused one
+        assert sum(store.get_max_offset_in_queue("TopicLane", q) for q in range(8)) == 18  # no refused one
+
+
+def test_the_lanes_native_check_follows_a_rules_change(tmp_path):
+    """Sends checked natively from the connection's cache are checked anew once the rules change:
+    a topic the new rules deny is refused on the same connection, with the validator's remark."""
+    with acl_lane(tmp_path) as (c, s, lane):
+        s.send(b"".join(signed("TopicLane", f"m{i}".encode(), 10 + i) for i in range(5)))
+        assert all(RemotingCommand.decode(a).code == ResponseCode.SUCCESS for a in s.answers(5).values())
+        validator = c.broker.access_validator
+        (tmp_path / "plain_acl.yml").write_text(
+            "accounts:\n  - accessKey: RocketMQ\n    secretKey: '12345678'\n"
+            "    defaultTopicPerm: DENY\n    topicPerms: [TopicLane=DENY]\n")
+        assert validator.reload()
+        s.send(signed("TopicLane", b"now denied", 30))
+        answer = RemotingCommand.decode(s.recv_frame())
+        assert answer.code == ResponseCode.SYSTEM_ERROR and "TopicLane" in answer.remark

@@ -87,10 +87,14 @@ def test_natively_built_send_frame_is_signed_as_acl_signs_it(group, topic, queue
     from rmq_core.remoting.command import RemotingCommand
 
     header = SendHeader(group, topic, queue_id, "broker-a", v2=v2)
-    AclSigner("RocketMQ", secret, token).prepare_header(header)
-    frame = header.build_frame(0, flag, props, 7, body, None, reconsume, max_reconsume)
+    send = header.request(0, flag, props, 7, body, reconsume, max_reconsume)  # (what the client's steps get)
+    unsigned = dict(send.ext_fields)
+    AclSigner("RocketMQ", secret, token).before("127.0.0.1:10911", send)
+    frame = send.frame()
     request = RemotingCommand.decode(frame[4:])
     ext = dict(request.ext_fields)
+    # the header values the steps read are the frame's
+    assert {k: v for k, v in ext.items() if k not in ("AccessKey", "SecurityToken", SIGNATURE)} == unsigned
     assert ext["AccessKey"] == "RocketMQ" and ext.get("SecurityToken") == token
     assert (request.body or b"") == body
     assert ext[SIGNATURE] == SigningKey(secret).sign(ext, body) == reference_signature(ext, body, secret)

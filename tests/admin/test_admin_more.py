@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
-from tests.admin.test_admin_cli import cl, fails, ok, rows, wait_for  # noqa: F401 - cl: the module's cluster
+from tests.admin.test_admin_cli import admin, cl, fails, make_topic, ok, rows, wait_for  # noqa: F401 - cl: the module's cluster
 from tests.servers import NamesrvAndBroker
 
 CLIENT = dict(poll_name_server_interval=1.0, heartbeat_broker_interval=1.0, persist_consumer_offset_interval=1.0)
@@ -252,6 +252,7 @@ def test_start_monitoring_reports_failures_throughput_and_running_info(cl):
             calls["failed" if bad else "ok"] += len(msgs)
         return ConsumeStatus.RECONSUME_LATER if bad else ConsumeStatus.CONSUME_SUCCESS
 
+    make_topic(ns, cl.broker_addrs[0], "MonitorRun")  # (a consumer of a topic no route names joins no broker)
     members = []
     for i, expression in enumerate(("*", "TagA || TagB")):
         c = PushConsumer("CG_MONITOR_RUN", namesrv=ns, instance_name=f"monitor-{i}",
@@ -260,6 +261,10 @@ def test_start_monitoring_reports_failures_throughput_and_running_info(cl):
         c.register_message_listener(listener)
         members.append(c.start())
     try:
+        # both members registered with the broker before anything is sent (a member that joins late
+        # finds every message consumed by the other and has no consumption to report)
+        wait_for(lambda: admin("consumerConnection", "-g", "CG_MONITOR_RUN", "--json", ns=ns)[1].count("monitor-") == 2,
+                 what="both members online")
         with Producer("PG_MONITOR_RUN", namesrv=ns, **CLIENT) as p:
             for i in range(8):
                 p.send(Message("MonitorRun", b"%s-%d" % (b"bad" if i < 3 else b"good", i), tags="TagA"))

@@ -139,3 +139,112 @@ def test_per_instance_steps_of_a_client_and_a_broker(make_cluster, transport):
     with AdminClient(cluster.tcp_namesrv) as admin:
         answer = admin.invoke(cluster.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
         assert (answer.code, answer.remark) == (ResponseCode.NO_PERMISSION, "AccessKey None not allowed")
+
+
+class _Reads(RequestStep):
+    """Notes what a step is handed for each send: its kind and every ext field; adds and changes
+    fields as `change` says."""
+
+    def __init__(self, change=None):
+        self.seen, self.change = [], change or {}
+
+    def before(self, remote_addr, request, connection=None):
+        if request.code in SEND_CODES:
+            for key, value in self.change.items():
+                request.ext_fields[key] = value
+            self.seen.append((type(request).__name__, request.opaque, dict(request.ext_fields), request.body))
+
+
+def test_steps_read_and_change_the_values_a_send_is_written_and_parsed_from(make_cluster):
+    """A producer's step gets a send as its header writer has it, a broker's as its send lane parsed
+    it (no header decoded twice on either side); a field a client step adds or changes is what the
+    broker's step and the store see."""
+    broker_step = _Reads()
+    cluster = make_cluster(request_steps=[broker_step])
+    topic = "StepViewsT"
+    added = _Reads({"TraceId": "t-\u00e9\u0001"})  # (a non-ASCII, escaped value: the lane leaves it to the general path)
+    with Producer("PG_VIEWS", namesrv=cluster.tcp_namesrv, instance_name="views-add", request_steps=[added],
+                  **FAST) as p:
+        results = [p.send(Message(topic, b"sync", tags="TagA"))]
+        results.append(p.send_async(Message(topic, b"async", keys="k1")).result(10))
+    reads = _Reads()
+    with Producer("PG_VIEWS", namesrv=cluster.tcp_namesrv, instance_name="views-plain", request_steps=[reads],
+                  **FAST) as p:
+        results += [p.send(Message(topic, b"plain-%d" % i)) for i in range(3)]
+    changed = _Reads({"a": "PG_RENAMED"})  # a field the header writes itself: the frame is written anew
+    with Producer("PG_VIEWS", namesrv=cluster.tcp_namesrv, instance_name="views-change", request_steps=[changed],
+                  **FAST) as p:
+        results.append(p.send(Message(topic, b"changed")))
+    assert all(r.status.name == "SEND_OK" for r in results)
+    sent = added.seen + reads.seen + changed.seen
+    assert {kind for kind, *_ in sent} == {"SendRequest"}
+    at_broker = {opaque: (kind, fields, body) for kind, opaque, fields, body in broker_step.seen}
+    for _, opaque, fields, body in sent:
+        kind, broker_fields, broker_body = at_broker[opaque]
+        assert (broker_fields, broker_body) == (fields, body)
+    assert [f["a"] for _, _, f, _ in changed.seen] == ["PG_RENAMED"]
+    # plain sends stay on the broker's send lane with its step: handed over as parsed there
+    assert {at_broker[opaque][0] for _, opaque, _, _ in reads.seen} == {"LaneRequest"}
+    assert all(f["TraceId"] == "t-\u00e9\u0001" for _, _, f, _ in added.seen)
+    stored = drain_topic(cluster.namesrv, topic, "CG_VIEWS", 6)
+    assert sorted(m.body for m in stored) == sorted(body for *_, body in sent)
+
+
+class _Refuses(RequestStep):
+    """A client's own step (no after()) that fails the sends whose body asks for it."""
+
+    def before(self, remote_addr, request, connection=None):
+        if request.code in SEND_CODES and request.body == b"refuse me":
+            raise ValueError("refused by the client's step")
+
+
+@pytest.mark.parametrize("transport", ["tcp", "inproc"])
+def test_a_client_step_that_raises_fails_that_send_only(make_cluster, transport):
+    """Steps with no after() run in the native first attempt (send_pipeline: run_send_steps): one
+    that raises fails that send with its error, sync and async; the next sends go on."""
+    cluster = make_cluster()
+    namesrv = cluster.tcp_namesrv if transport == "tcp" else cluster.namesrv
+    topic = f"RefusingStepT_{transport}"
+    with Producer(f"PG_REFUSING_{transport}", namesrv=namesrv, instance_name=f"refusing-{transport}",
+                  request_steps=[_Refuses()], retry_times_when_send_failed=0,
+                  retry_times_when_send_async_failed=0, **FAST) as p:
+        assert p.send(Message(topic, b"first")).status.name == "SEND_OK"
+        for _ in range(4):  # (each queue's first send took the general path: now the native one)
+            assert p.send(Message(topic, b"warm")).status.name == "SEND_OK"
+        with pytest.raises(Exception, match="refused by the client's step"):
+            p.send(Message(topic, b"refuse me"))
+        with pytest.raises(Exception, match="refused by the client's step"):
+            p.send_async(Message(topic, b"refuse me")).result(10)
+        assert p.send(Message(topic, b"after")).status.name == "SEND_OK"
+        assert p.send_async(Message(topic, b"after")).result(10).status.name == "SEND_OK"
+    got = drain_topic(namesrv, topic, f"CG_REFUSING_{transport}", 7)
+    assert sorted(m.body for m in got) == [b"after"] * 2 + [b"first"] + [b"warm"] * 4
+
+
+class _Keeper(RequestStep):
+    """A broker's own step that keeps every send it is handed, and the ext_fields of some."""
+
+    def __init__(self):
+        self.kept, self.views = [], []
+
+    def before(self, remote_addr, request, connection=None):
+        if request.code == RequestCode.SEND_MESSAGE_V2:
+            if (len(self.kept) + len(self.views)) % 2:
+                self.views.append(request.ext_fields)
+            else:
+                self.kept.append(request)
+
+
+def test_a_send_a_broker_step_keeps_stays_whole(make_cluster):
+    """The lane hands steps a send over its read chunk; one a step keeps (or whose ext_fields it
+    keeps) is copied out of it first: read later, after many other reads, it is the send it was."""
+    keeper = _Keeper()
+    cluster = make_cluster(request_steps=[keeper])
+    with Producer("PG_KEEPER", namesrv=cluster.tcp_namesrv, instance_name="keeper", **FAST) as p:
+        futures = [p.send_async(Message("KeptT", b"kept-%d" % i)) for i in range(200)]
+        assert all(f.result(10).status.name == "SEND_OK" for f in futures)
+    assert len(keeper.kept) + len(keeper.views) >= 200
+    assert {r.ext_fields["b"] for r in keeper.kept} == {"KeptT"} and {v["b"] for v in keeper.views} == {"KeptT"}
+    lane = [r for r in keeper.kept if type(r).__name__ == "LaneRequest"]  # (a queue's first send: dispatch's)
+    assert len(lane) >= 50 and len({r.body for r in lane}) == len(lane)
+    assert all(r.frame.endswith(r.body) and r.body.startswith(b"kept-") for r in lane)

@@ -15,9 +15,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _walk(p: Producer, message: Message) -> list[str]:
     """The modules (paths under the project) entered by one p.send(message), in order, each stay
-    once, until the request is on the wire: its answer is read (remoting/frames.py splits it), or
-    the producer waits for it (Producer._wait).  A send's last steps (its SendResult noted by the
-    fault strategy) come after."""
+    once, until the request is on the wire: its answer is read (tcp: remoting/frames.py splits it),
+    it is handed over (in-proc: a transport's _hand_over), or the producer waits for it
+    (Producer._wait).  A send's last steps (its SendResult noted by the fault strategy) come after."""
     rooms: list[str] = []
     done = []
 
@@ -29,10 +29,12 @@ def _walk(p: Producer, message: Message) -> list[str]:
             return
         room = os.path.relpath(path, ROOT)
         if room == "rmq_core/remoting/frames.py" or frame.f_code.co_qualname == "Producer._wait":
-            done.append(True)
+            done.append(True)  # (tcp: the answer is being read)
             return
         if not rooms or rooms[-1] != room:
             rooms.append(room)
+        if frame.f_code.co_name == "_hand_over":  # in-proc: the frame is with the broker (its answer, and
+            done.append(True)                     # the fault table's note of it, may come before _wait)
 
     sys.setprofile(profile)
     try:

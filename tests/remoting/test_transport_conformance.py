@@ -183,24 +183,21 @@ def test_a_producer_sends_and_a_consumer_pulls_over_the_unix_transport(make_clus
     from rmq_core.remoting.aliases import register_inproc_alias
     from tests.client.conftest import FAST, drain_topic
 
-    cluster = make_cluster()
-    tcp_server, inproc_server = cluster.broker.servers
-    # the broker served over a Unix socket too: the same processors (and native send lane)
-    unix = RemotingServer(_address("unix"), name="broker-unix", broker=True)
-    unix._table = tcp_server.processor_table
-    asyncio.run_coroutine_threadsafe(unix.start(), cluster.loop).result(10)
+    # the broker served over a Unix socket too (listenAddresses): the same processors and native send lane
+    cluster = make_cluster({"listenAddresses": _address("unix")})
+    server, inproc_server = cluster.broker.servers
+    tcp_address, unix_address = server.listen_addresses
+    assert unix_address.startswith("unix://")
+    # clients of the in-proc name server reach the broker through its alias: the Unix socket
+    register_inproc_alias(cluster.broker_addr, unix_address)
+    p = Producer("PG_UNIX", namesrv=cluster.namesrv, **FAST).start()
     try:
-        # clients of the in-proc name server reach the broker through its alias: the Unix socket
-        register_inproc_alias(cluster.broker_addr, unix.listen_address)
-        p = Producer("PG_UNIX", namesrv=cluster.namesrv, **FAST).start()
-        try:
-            results = [p.send(Message("UnixT", b"m%d" % i)) for i in range(10)]
-            assert unix.channels  # the producer's connections are the Unix server's
-        finally:
-            p.shutdown()
-        assert [r.status for r in results] == [SendStatus.SEND_OK] * 10
-        got = drain_topic(cluster.namesrv, "UnixT", "CG_UNIX", want=10)
-        assert sorted(m.body for m in got) == sorted(b"m%d" % i for i in range(10))
-        assert not inproc_server.channels  # nothing went in-proc to the broker
+        results = [p.send(Message("UnixT", b"m%d" % i)) for i in range(10)]
+        # the producer's connections are the Unix listener's
+        assert server.channels and {"unix://" + ctx.channel.local_address for ctx in server.channels} == {unix_address}
     finally:
-        asyncio.run_coroutine_threadsafe(unix.stop(), cluster.loop).result(10)
+        p.shutdown()
+    assert [r.status for r in results] == [SendStatus.SEND_OK] * 10
+    got = drain_topic(cluster.namesrv, "UnixT", "CG_UNIX", want=10)
+    assert sorted(m.body for m in got) == sorted(b"m%d" % i for i in range(10))
+    assert not inproc_server.channels  # nothing went in-proc to the broker

@@ -7,7 +7,6 @@ import random
 import time
 import zlib
 
-from rmq_core.acl import ACCESS_KEY, signed_order
 from rmq_core.broker.processors import Processor, born_host_of
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.codec import string_to_properties
@@ -15,16 +14,12 @@ from rmq_core.message import MessageConst, MixAll, PermName, SysFlag, TopicValid
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand, SerializeType
 from rmq_core.remoting.steps import LaneStep
-
-# the lane's signed content order (send_lane.pyx field ids: a..n 0..13, AccessKey 14), rmq_core.acl's rule
-_LANE_FIELDS = tuple("abcdefghijklmn") + (ACCESS_KEY,)
-_SIGNED_ORDER = bytes(_LANE_FIELDS.index(k) for k in signed_order(_LANE_FIELDS))
 from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 
 from rmq_core._native.frame import header_ints as _header_ints
 from rmq_core.remoting.command import new_response as _new_response
-from rmq_core._native.send_lane import (SendLane, SendLaneState, checked_queues, plain_send_queues,
-                                        special_properties)
+from rmq_core._native.send_lane import (LaneCheck, LaneChecks, PyLaneCheck, SendLane, SendLaneState, checked_queues,
+                                        plain_send_queues, special_properties)
 
 log = logging.getLogger("rmq.broker")
 
@@ -169,12 +164,8 @@ class SendMessageProcessor(Processor):
 
         state = self._new_state(table)
         if steps is not None:
-            lane_step = LaneStep(ctx, steps)
-            state.before = lane_step.before
-            state.before_signed = lane_step.signed_send_check
-            if state.before_signed is not None:
-                state.signed_order = _SIGNED_ORDER
-            state.after = lane_step.after if steps.after else None
+            state.check, state.decode = _lane_check(ctx, steps.before), LaneStep.decode
+            state.after = LaneStep(ctx, steps.after).after if steps.after else None
         return SendLane(state, born_host, ctx.tasks, ctx.max_inflight, finish_later,
                         call_soon_threadsafe=self.ctrl.loop.call_soon_threadsafe,
                         write_frames=getattr(ctx.channel, "write_frames", None), on_error=failed,
@@ -565,6 +556,27 @@ class _SendRequests:
 
     def __init__(self, fn):
         self.process_request = fn
+
+
+def _lane_check(ctx, before: list):
+    """A connection's broker steps as the lane runs them (send_lane.LaneCheck): a step whose owner
+    offers a native check (LaneStep.native_check: the ACL validator's) as that check, falling back
+    to the step itself; the others in runs, each a PyLaneCheck."""
+    checks, run = [], []
+    for fn in before:
+        make = LaneStep.native_check(fn)
+        if make is None:
+            run.append(fn)
+            continue
+        if run:
+            checks.append(PyLaneCheck(run, ctx))
+            run = []
+        checks.append(make(ctx, PyLaneCheck([fn], ctx)))
+    if run:
+        checks.append(PyLaneCheck(run, ctx))
+    if not checks:  # (after() steps only: the request is made for them, nothing checks it)
+        return LaneCheck()
+    return checks[0] if len(checks) == 1 else LaneChecks(checks)
 
 
 def _remember_born_host(ctx) -> tuple[str, int]:
