@@ -217,6 +217,11 @@ def _valid_delay_levels(inst, attribute, value):
     parse_delay_levels(value)
 
 
+def _under_store_root(name: str) -> property:
+    """A read-only property: `name` below the config's store_path_root_dir."""
+    return property(lambda self: os.path.join(self.store_path_root_dir, name))
+
+
 @attrs.define
 class MessageStoreConfig(PropertiesConfig):
     store_path_root_dir: str = prop(os.path.join(os.path.expanduser("~"), "store"), "storePathRootDir")
@@ -270,29 +275,13 @@ class MessageStoreConfig(PropertiesConfig):
     def commit_log_dir(self) -> str:
         return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
 
-    @property
-    def consume_queue_dir(self) -> str:
-        return os.path.join(self.store_path_root_dir, "consumequeue")
-
-    @property
-    def consume_queue_ext_dir(self) -> str:
-        return os.path.join(self.store_path_root_dir, "consumequeue_ext")
-
-    @property
-    def index_dir(self) -> str:
-        return os.path.join(self.store_path_root_dir, "index")
-
-    @property
-    def config_dir(self) -> str:
-        return os.path.join(self.store_path_root_dir, "config")
-
-    @property
-    def abort_file(self) -> str:
-        return os.path.join(self.store_path_root_dir, "abort")
-
-    @property
-    def checkpoint_file(self) -> str:
-        return os.path.join(self.store_path_root_dir, "checkpoint")
+    # the store's places below storePathRootDir, named as RocketMQ's StorePathConfigHelper names them
+    consume_queue_dir = _under_store_root("consumequeue")
+    consume_queue_ext_dir = _under_store_root("consumequeue_ext")
+    index_dir = _under_store_root("index")
+    config_dir = _under_store_root("config")
+    abort_file = _under_store_root("abort")
+    checkpoint_file = _under_store_root("checkpoint")
 
     @property
     def delay_levels_ms(self) -> list[int]:

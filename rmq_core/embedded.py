@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from rmq_core import loops
 from rmq_core.broker.controller import BrokerController
+from rmq_core.common.delegate import delegate
 from rmq_core.config import NamesrvConfig, load_broker_conf
 from rmq_core.message import parse_address
 from rmq_core.namesrv import NamesrvController
@@ -77,17 +78,9 @@ class Cluster:
         """In-proc name server address (clients in this process)."""
         return f"inproc://{self.name}-namesrv"
 
-    @property
-    def broker_addr(self) -> str:
-        return self.broker.broker_addr
-
-    @property
-    def slave_addr(self) -> str:
-        return self.slave.broker_addr
-
-    @property
-    def store_path(self) -> str:
-        return self.store_config.store_path_root_dir
+    broker_addr = delegate("broker.broker_addr")
+    slave_addr = delegate("slave.broker_addr")
+    store_path = delegate("store_config.store_path_root_dir")
 
     # --- async core (also used by the CLI in the foreground) --------------------------------------------
     async def start_async(self) -> list[str]:

@@ -203,10 +203,7 @@ class MixAll:
 
 
 class PermName:
-    PERM_PRIORITY = 8
-    PERM_READ = 4
-    PERM_WRITE = 2
-    PERM_INHERIT = 1
+    PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 
     @staticmethod
     def is_readable(perm: int) -> bool:
@@ -394,11 +391,13 @@ class MessageQueue:
         return f"MessageQueue[topic={self.topic}, brokerName={self.broker_name}, queueId={self.queue_id}]"
 
 
-class SendStatus(enum.Enum):
-    SEND_OK = "SEND_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+def _named_enum(name: str, members: str) -> type[enum.Enum]:
+    """An enum whose members' values are their names (Java's enum names, as the wire, JSON and
+    the C++ client spell them)."""
+    return enum.Enum(name, [(m, m) for m in members.split()], module=__name__, qualname=name)
+
+
+SendStatus = _named_enum("SendStatus", "SEND_OK FLUSH_DISK_TIMEOUT FLUSH_SLAVE_TIMEOUT SLAVE_NOT_AVAILABLE")
 
 
 @attrs.frozen
@@ -412,17 +411,8 @@ class SendResult:
     region_id: str = "DefaultRegion"
 
 
-class LocalTransactionState(enum.Enum):
-    COMMIT_MESSAGE = "COMMIT_MESSAGE"
-    ROLLBACK_MESSAGE = "ROLLBACK_MESSAGE"
-    UNKNOW = "UNKNOW"
-
-
-class PullStatus(enum.Enum):
-    FOUND = "FOUND"
-    NO_NEW_MSG = "NO_NEW_MSG"
-    NO_MATCHED_MSG = "NO_MATCHED_MSG"
-    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+LocalTransactionState = _named_enum("LocalTransactionState", "COMMIT_MESSAGE ROLLBACK_MESSAGE UNKNOW")
+PullStatus = _named_enum("PullStatus", "FOUND NO_NEW_MSG NO_MATCHED_MSG OFFSET_ILLEGAL")
 
 
 @attrs.define
@@ -453,10 +443,8 @@ class MessageModel(enum.Enum):
         return 0 if self is MessageModel.BROADCASTING else 1
 
 
-class ConsumeFromWhere(enum.Enum):
-    CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
-    CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
-    CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+ConsumeFromWhere = _named_enum(
+    "ConsumeFromWhere", "CONSUME_FROM_LAST_OFFSET CONSUME_FROM_FIRST_OFFSET CONSUME_FROM_TIMESTAMP")
 
 
 class ExpressionType:

@@ -244,6 +244,17 @@ class PrefixMachineRoomResolver(MachineRoomResolver):
         return client_id.split(self.separator)[0]
 
 
+def _by_room(items, room_of, named) -> dict[str, list]:
+    """`items` grouped by their machine room (`room_of`); one without a room is an error naming it."""
+    rooms: dict[str, list] = {}
+    for item in items:
+        room = room_of(item)
+        if not room:
+            raise IllegalArgumentError(f"Machine room is null for {named(item)}")
+        rooms.setdefault(room, []).append(item)
+    return rooms
+
+
 class AllocateMachineRoomNearby(AllocateStrategy):
     """Queues of a room go to that room's consumers; rooms with no live consumer are shared by
     everyone, using the wrapped strategy in both steps (AllocateMachineRoomNearby).
@@ -263,18 +274,8 @@ class AllocateMachineRoomNearby(AllocateStrategy):
 
     def _allocate(self, consumer_group, current_cid, mqs, cids):
         resolver = self.machine_room_resolver
-        room_queues: dict[str, list[MessageQueue]] = {}
-        for mq in mqs:
-            room = resolver.broker_deploy_in(mq)
-            if not room:
-                raise IllegalArgumentError(f"Machine room is null for mq {java_queue_string(mq)}")
-            room_queues.setdefault(room, []).append(mq)
-        room_consumers: dict[str, list[str]] = {}
-        for cid in cids:
-            room = resolver.consumer_deploy_in(cid)
-            if not room:
-                raise IllegalArgumentError(f"Machine room is null for consumer id {cid!r}")
-            room_consumers.setdefault(room, []).append(cid)
+        room_queues = _by_room(mqs, resolver.broker_deploy_in, lambda mq: f"mq {java_queue_string(mq)}")
+        room_consumers = _by_room(cids, resolver.consumer_deploy_in, lambda cid: f"consumer id {cid!r}")
 
         result: list[MessageQueue] = []
         my_room = resolver.consumer_deploy_in(current_cid)

@@ -149,9 +149,15 @@ class OffsetStore(abc.ABC):
             return {mq: off for mq, off in self._table.items() if not topic or mq.topic == topic}
 
     # -- persistence --
-    @abc.abstractmethod
     def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
-        """Implemented by each subclass."""
+        """Persist the offsets of `mqs` (nothing when there are none)."""
+        mqs = set(mqs or ())
+        if mqs:
+            self._persist_all(mqs)
+
+    @abc.abstractmethod
+    def _persist_all(self, mqs: set[MessageQueue]) -> None:
+        """persist_all for a non-empty set: implemented by each subclass."""
 
     @abc.abstractmethod
     def persist(self, mq: MessageQueue) -> None:
@@ -187,11 +193,8 @@ class RemoteBrokerOffsetStore(OffsetStore):
             log.warning("fetchConsumeOffsetFromBroker %s for group %s failed: %s", mq, self.group, e)
             return -2
 
-    def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
+    def _persist_all(self, mqs: set[MessageQueue]) -> None:
         """Send the offsets of `mqs` to the broker (oneway); forget queues no longer in `mqs`."""
-        mqs = set(mqs or ())
-        if not mqs:
-            return
         with self._lock:
             queues = list(self._table)
         unused = []
@@ -257,10 +260,7 @@ class LocalFileOffsetStore(OffsetStore):
             log.warning("%s", e)
             return -1
 
-    def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
-        mqs = set(mqs or ())
-        if not mqs:
-            return
+    def _persist_all(self, mqs: set[MessageQueue]) -> None:
         with self._lock:
             wanted = {mq: off for mq, off in self._table.items() if mq in mqs}
         self._merge_and_write(wanted)

@@ -16,14 +16,8 @@ buffer acquisition and creates no Python object per record scanned or skipped.
 """
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
-from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING, PyByteArray_Resize
-from cpython.bytes cimport PyBytes_FromStringAndSize
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memset, memcmp
-
 from rmq_core._native.mapped cimport NativeMap
-from store_bytes cimport (BORNHOST_V6, CQ_UNIT, MAX_PROPS, MAX_TOPIC, MIN_BLANK, STOREHOST_V6, copy_out,
-                          rmq_bswap64, rmq_ld16, rmq_ld32, rmq_ld64, rmq_ldu64, rmq_st16, rmq_st32, rmq_st64)
+from store_bytes cimport *  # the store's byte helpers, constants and common C names
 
 cdef extern from "<sys/mman.h>" nogil:
     int msync(void *addr, size_t length, int flags)

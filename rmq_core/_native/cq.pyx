@@ -8,14 +8,8 @@ Every function takes NativeMap views (mapped.pxd) and plain values; it creates n
 per entry scanned or skipped.
 """
 cimport cython
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_Resize
-from cpython.bytes cimport PyBytes_FromStringAndSize
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, memset
-
 from rmq_core._native.mapped cimport NativeMap
-from store_bytes cimport (CQ_UNIT, rmq_bswap64, rmq_cq_count1, rmq_cq_next1, rmq_ld16, rmq_ld32, rmq_ld64,
-                          rmq_ldu64)
+from store_bytes cimport *  # the store's byte helpers, constants and common C names
 
 CQ_STORE_UNIT_SIZE = CQ_UNIT
 

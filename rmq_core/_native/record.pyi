@@ -1,5 +1,5 @@
 """Type stub for the native message codec (rmq_core/_native/record.pyx)."""
-from typing import Any, Iterable, Mapping
+from typing import Any, Final, Iterable, Mapping
 
 class MessageExt:
     topic: str
@@ -23,10 +23,8 @@ class MessageExt:
     keys: str | None
     delay_time_level: int
     msg_id: str
-    @property
-    def offset_msg_id(self) -> str: ...
-    @property
-    def raw_properties(self) -> bytes: ...
+    offset_msg_id: Final[str]  # read-only
+    raw_properties: Final[bytes]  # read-only
     def __init__(
         self,
         *,

@@ -1,5 +1,5 @@
 """Type stubs for rmq_core._native.send_lane (the broker's native send lane)."""
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 class PlainSend:
     topic: str
@@ -11,14 +11,10 @@ class PlainSend:
     flag: int
     reconsume_times: int
     born_timestamp: int
-    @property
-    def properties(self) -> None: ...
-    @property
-    def store_host(self) -> None: ...
-    @property
-    def tags_code(self) -> None: ...
-    @property
-    def prepared_transaction_offset(self) -> int: ...
+    properties: Final[None]  # read-only
+    store_host: Final[None]  # read-only
+    tags_code: Final[None]  # read-only
+    prepared_transaction_offset: Final[int]  # read-only
 
 class LaneRequest:
     code: int
@@ -26,10 +22,8 @@ class LaneRequest:
     opaque: int
     body: bytes
     topic: str
-    @property
-    def frame(self) -> bytes: ...
-    @property
-    def ext_fields(self) -> Any: ...
+    frame: Final[bytes]  # read-only
+    ext_fields: Final[Any]  # read-only
     def command(self) -> Any: ...
     def is_oneway(self) -> bool: ...
     def is_response(self) -> bool: ...
@@ -76,10 +70,8 @@ class SendLane:
     declined: int
     deferred: int
     failed: int
-    @property
-    def state(self) -> SendLaneState: ...
-    @property
-    def waiting(self) -> int: ...
+    state: Final[SendLaneState]  # read-only
+    waiting: Final[int]  # read-only
     def __init__(self, state: SendLaneState, born_host: tuple[str, int], tasks: set, max_inflight: int,
                  on_deferred: Callable[[memoryview, Any, Any, str, int], None], *,
                  call_soon_threadsafe: Callable[..., Any] | None = None,

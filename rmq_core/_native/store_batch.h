@@ -165,12 +165,13 @@ static size_t rmq_batch_encode_plain(const rmq_batch_tmpl *t, const unsigned cha
 
 #include <emmintrin.h>
 
-/* Copy n bytes to d, whose address is 64-byte aligned, with non-temporal stores (n a multiple of 64). */
+/* Copy n bytes to d, whose address is 64-byte aligned, with non-temporal stores (n a multiple of 64).
+ * s may be unaligned (loadu costs nothing more than load on an aligned s since Nehalem). */
 static inline void rmq_stream_lines(unsigned char *d, const unsigned char *s, size_t n)
 {
     while (n) {
-        __m128i a = _mm_load_si128((const __m128i *)s), b = _mm_load_si128((const __m128i *)(s + 16));
-        __m128i c = _mm_load_si128((const __m128i *)(s + 32)), e = _mm_load_si128((const __m128i *)(s + 48));
+        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
         _mm_stream_si128((__m128i *)d, a);
         _mm_stream_si128((__m128i *)(d + 16), b);
         _mm_stream_si128((__m128i *)(d + 32), c);
@@ -190,16 +191,8 @@ static void rmq_stream_copy(unsigned char *d, const unsigned char *s, size_t n)
     memcpy(d, s, head);
     d += head; s += head; n -= head;
     lines = n & ~(size_t)63;
-    n -= lines;
-    while (lines) {
-        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
-        _mm_stream_si128((__m128i *)d, a);
-        _mm_stream_si128((__m128i *)(d + 16), b);
-        _mm_stream_si128((__m128i *)(d + 32), c);
-        _mm_stream_si128((__m128i *)(d + 48), e);
-        d += 64; s += 64; lines -= 64;
-    }
+    rmq_stream_lines(d, s, lines);
+    d += lines; s += lines; n -= lines;
     memcpy(d, s, n);
     _mm_sfence();
 }

@@ -1,7 +1,10 @@
 # Declarations shared by the store's native modules (mapped, cq, commit_log): the byte helpers of
-# store_bytes.h, the format constants, and the copy every write into a mapped file uses.
+# store_bytes.h, the format constants, and the copy every write into a mapped file uses; also the
+# C-API and libc names they all work with (`from store_bytes cimport *` brings the lot, listed once).
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_Resize
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy, memset
 
 cdef extern from "store_bytes.h":
     uint32_t rmq_ld32(const unsigned char *p) nogil

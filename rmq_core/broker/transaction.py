@@ -75,9 +75,8 @@ class TransactionalMessageService:
     async def end_transaction(self, ctx, request):
         ctrl = self.ctrl
         try:
-            commit_log_offset = request.get_int("commitLogOffset")
-            half_queue_offset = request.get_int("tranStateTableOffset")
-            state = request.get_int("commitOrRollback")
+            commit_log_offset, half_queue_offset, state = (
+                request.get_int(name) for name in ("commitLogOffset", "tranStateTableOffset", "commitOrRollback"))
             from_check = request.get_bool("fromTransactionCheck", False)
             producer_group = request.get_str("producerGroup", "")
         except Exception as e:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
-from typing import Callable
+from typing import Callable, Iterable
 
 import attrs
 
@@ -116,17 +116,18 @@ class ClientConfig:
         return cid
 
 
-def make_client_config(owner: str, namesrv, options: dict, own: Callable | None = None) -> ClientConfig:
+def make_client_config(owner: str, namesrv, options: dict, own: Callable | None = None,
+                       also: Iterable[str] = ()) -> ClientConfig:
     """ClientConfig from a Producer / consumer's extra keyword arguments; an unknown keyword is a
     ConfigError naming it, the nearest accepted name (among the parameters of `own`, the owner's
-    __init__, too) and the accepted ones (not a TypeError from deep inside)."""
+    __init__, and the names in `also`, too) and the accepted ones (not a TypeError from deep inside)."""
     known = {f.name for f in attrs.fields(ClientConfig)} - {"namesrv"}
     unknown = sorted(set(options) - known)
     if unknown:
         import inspect  # only on this error path
 
         params = set(inspect.signature(own).parameters) if own is not None else set()
-        hint = did_you_mean(unknown[0], known | params - {"self", "client_options"})
+        hint = did_you_mean(unknown[0], known | set(also) | params - {"self", "client_options"})
         raise ConfigError(f"{owner}: unknown setting {unknown[0]!r}{hint}; accepted here besides the "
                           f"{owner} settings: {', '.join(sorted(known))}")
     from rmq_core.acl import signer_from

@@ -33,6 +33,7 @@ from rmq_core.client.futures import LeanFuture
 from rmq_core.client.instance import MQClientInstance, MQClientManager
 from rmq_core.client.route import TopicPublishInfo, TopicRouteData
 from rmq_core.client.trace import TraceDispatcher
+from rmq_core.common.delegate import delegate
 from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_message, resolve_selector
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import (
@@ -49,12 +50,9 @@ from rmq_core.remoting.command import next_opaque
 
 log = logging.getLogger("rmq.client.producer")
 
-_STATUS_BY_CODE = {
-    ResponseCode.SUCCESS: SendStatus.SEND_OK,
-    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
-    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
-    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
-}
+# a send answer's code -> SendStatus: SUCCESS is SEND_OK, the other statuses are the codes' names
+_STATUS_BY_CODE = {ResponseCode.SUCCESS: SendStatus.SEND_OK} | {
+    ResponseCode[s.name]: s for s in SendStatus if s is not SendStatus.SEND_OK}
 COMPRESS_TYPES = ("lz4", "zlib")
 
 
@@ -77,6 +75,18 @@ _OUTER_PROPS = {wait: {MessageConst.WAIT_STORE_MSG_OK: "true" if wait else "fals
 
 
 _CHECKED_TOPICS: set[str] = set()  # names check_send_topic passed (a producer sends to few topics)
+
+
+def _sender_setting(path: str, key: str) -> property:
+    """A producer setting at `path` (an attribute, or one of an attribute) that the native sender
+    keeps a copy of: a write is pushed to it as configure(key=value) once it exists."""
+    setting = delegate(path, writable=True)
+
+    def set_value(producer, value) -> None:
+        setting.fset(producer, value)
+        if producer._pipelined_sender is not None:
+            producer._pipelined_sender.configure(**{key: value})
+    return setting.setter(set_value)
 
 
 def check_send_topic(topic: str) -> None:
@@ -394,35 +404,9 @@ class Producer:
         self._native_first = False  # plain sends make their first attempt natively (no send hooks; at start)
 
     # the settings the native sender keeps a copy of: pushed to it when they change
-    @property
-    def max_message_size(self) -> int:
-        return self._max_message_size
-
-    @max_message_size.setter
-    def max_message_size(self, n: int) -> None:
-        self._max_message_size = n
-        if self._pipelined_sender is not None:
-            self._pipelined_sender.configure(max_message_size=n)
-
-    @property
-    def compress_msg_body_over_howmuch(self) -> int:
-        return self._compress_over
-
-    @compress_msg_body_over_howmuch.setter
-    def compress_msg_body_over_howmuch(self, n: int) -> None:
-        self._compress_over = n
-        if self._pipelined_sender is not None:
-            self._pipelined_sender.configure(compress_over=n)
-
-    @property
-    def send_latency_fault_enable(self) -> bool:
-        return self.fault_strategy.enabled
-
-    @send_latency_fault_enable.setter
-    def send_latency_fault_enable(self, enabled: bool) -> None:
-        self.fault_strategy.enabled = enabled
-        if self._pipelined_sender is not None:
-            self._pipelined_sender.configure(fault_enabled=enabled)
+    max_message_size = _sender_setting("_max_message_size", "max_message_size")
+    compress_msg_body_over_howmuch = _sender_setting("_compress_over", "compress_over")
+    send_latency_fault_enable = _sender_setting("fault_strategy.enabled", "fault_enabled")
 
     # the retry settings live in the policy every send asks
     retry_times_when_send_failed = property(

@@ -46,53 +46,36 @@ class _QueueState:
 class PullConsumer(ConsumerBase):
     """Poll-style consumer.
 
+    Keywords besides its own settings: ConsumerBase.SHARED_SETTINGS (message_model,
+    consume_from_where, allocate_strategy, offset_store, ...) and the client's (ClientConfig).
+
     >>> c = PullConsumer("CG", namesrv="127.0.0.1:9876", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
     >>> c.subscribe("TopicA", "*"); c.start()
     >>> msgs = c.poll(timeout=1.0)
     """
 
     consume_type = "CONSUME_ACTIVELY"
+    # a poll waits longer at the broker, and retries sooner after an error, than a push consumer's pull
+    SHARED_SETTINGS = {**ConsumerBase.SHARED_SETTINGS, "broker_suspend_max_time": 20.0,
+                       "pull_time_delay_when_exception": 1.0}
 
     def __init__(self, group: str, namesrv=None, *,
-                 message_model: str | MessageModel = "CLUSTERING",
-                 consume_from_where: str | ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
-                 consume_timestamp: int | None = None,
-                 allocate_strategy: str = "averagely",
-                 offset_store: str | None = None,
-                 offset_dir: str | None = None,
                  auto_commit: bool = True,
                  auto_commit_interval: float = 5.0,
                  pull_batch_size: int = 10,
                  pull_threshold_for_queue: int = 1000,
                  pull_threshold_for_all: int = 10000,
-                 broker_suspend_max_time: float = 20.0,
-                 consumer_timeout_when_suspend: float = 30.0,
-                 pull_time_delay_when_exception: float = 1.0,
-                 pull_time_delay_when_flow_control: float = 0.05,
                  poll_timeout: float = 5.0,
-                 rebalance_interval: float = 20.0,
-                 instance_name: str | None = None,
                  **client_options):
-        super().__init__(group, namesrv, message_model=message_model, consume_from_where=consume_from_where,
-                         consume_timestamp=consume_timestamp, allocate_strategy=allocate_strategy,
-                         offset_store=offset_store, offset_dir=offset_dir, instance_name=instance_name,
-                         rebalance_interval=rebalance_interval, client_options=client_options)
+        super().__init__(group, namesrv, client_options)
         if not 1 <= pull_batch_size <= 1024:
             raise ConfigError(f"bad pull_batch_size {pull_batch_size!r}: must be within 1..1024")
         if auto_commit_interval <= 0:
             raise ConfigError(f"bad auto_commit_interval {auto_commit_interval!r}: must be > 0")
-        if broker_suspend_max_time >= consumer_timeout_when_suspend:
-            raise ConfigError("broker_suspend_max_time must be shorter than consumer_timeout_when_suspend")
-        self.auto_commit = auto_commit
-        self.auto_commit_interval = auto_commit_interval
-        self.pull_batch_size = pull_batch_size
-        self.pull_threshold_for_queue = pull_threshold_for_queue
-        self.pull_threshold_for_all = pull_threshold_for_all
-        self.broker_suspend_max_time = broker_suspend_max_time
-        self.consumer_timeout_when_suspend = consumer_timeout_when_suspend
-        self.pull_time_delay_when_exception = pull_time_delay_when_exception
-        self.pull_time_delay_when_flow_control = pull_time_delay_when_flow_control
-        self.poll_timeout = poll_timeout
+        # (set in groups: what commits, what a pull asks)
+        self.auto_commit, self.auto_commit_interval, self.poll_timeout = auto_commit, auto_commit_interval, poll_timeout
+        self.pull_batch_size, self.pull_threshold_for_queue, self.pull_threshold_for_all = (
+            pull_batch_size, pull_threshold_for_queue, pull_threshold_for_all)
         self._states: dict[MessageQueue, _QueueState] = {}
         self._states_lock = threading.RLock()
         self._requests: queue.Queue = queue.Queue()

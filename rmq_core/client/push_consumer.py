@@ -9,7 +9,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from rmq_core import plugins
 from rmq_core.client.config import make_client_config
@@ -25,6 +25,7 @@ from rmq_core.client.rebalance import RebalanceImpl
 from rmq_core.client.route import TopicRouteData
 from rmq_core.client.subscription import build_subscription, retry_subscription
 from rmq_core.client.trace import TraceDispatcher
+from rmq_core.common.delegate import delegate
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.errors import ConfigError, MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingError
@@ -64,29 +65,53 @@ class ConsumerBase:
 
     consume_type = "CONSUME_PASSIVELY"
 
-    def __init__(self, group: str, namesrv, *, message_model, consume_from_where, consume_timestamp,
-                 allocate_strategy: str, offset_store: str | None, offset_dir: str | None,
-                 instance_name: str | None, rebalance_interval: float, client_options: dict):
+    # the settings both consumers take, as keywords besides their own, with their defaults
+    SHARED_SETTINGS: dict[str, Any] = {
+        "message_model": "CLUSTERING", "consume_from_where": "CONSUME_FROM_LAST_OFFSET", "consume_timestamp": None,
+        "allocate_strategy": "averagely", "offset_store": None, "offset_dir": None, "instance_name": None,
+        "rebalance_interval": 20.0,
+        # the pulls' timing (seconds; a subclass may change the defaults)
+        "pull_time_delay_when_exception": 3.0, "pull_time_delay_when_flow_control": 0.05,
+        "broker_suspend_max_time": 15.0, "consumer_timeout_when_suspend": 30.0}
+
+    def __init__(self, group: str, namesrv, options: Mapping[str, Any]):
+        """`options`: the consumer's keyword arguments beyond its own settings: SHARED_SETTINGS
+        (message_model, consume_from_where, consume_timestamp (epoch ms), allocate_strategy,
+        offset_store, offset_dir, instance_name, rebalance_interval (s), the pulls' timing) and the
+        client's (ClientConfig's: access_key, unit_name, ...)."""
         self.group = check_group(group)
-        opts = dict(client_options)
+        opts = dict(options)
+        settings = {name: opts.pop(name, default) for name, default in self.SHARED_SETTINGS.items()}
         # message trace (RocketMQ's enableMsgTrace): each listener call noted, sent in the background
         self.trace = TraceDispatcher.create(self.group, "CONSUME", opts.pop("enable_msg_trace", False),
                                             opts.pop("customized_trace_topic", None))
-        if instance_name is not None:
-            opts["instance_name"] = instance_name
-        self.client_config = make_client_config(type(self).__name__, namesrv, opts, own=type(self).__init__)
-        self.message_model = _enum(MessageModel, message_model, "message_model")
-        self.consume_from_where = _enum(ConsumeFromWhere, consume_from_where, "consume_from_where")
+        if settings["instance_name"] is not None:
+            opts["instance_name"] = settings["instance_name"]
+        self.client_config = make_client_config(type(self).__name__, namesrv, opts, own=type(self).__init__,
+                                                also=settings)
+        self.message_model = _enum(MessageModel, settings["message_model"], "message_model")
+        self.consume_from_where = _enum(ConsumeFromWhere, settings["consume_from_where"], "consume_from_where")
         # Java default: half an hour before the consumer starts
+        consume_timestamp, rebalance_interval = settings["consume_timestamp"], settings["rebalance_interval"]
         self.consume_timestamp = int(consume_timestamp if consume_timestamp is not None
                                      else (time.time() - 1800) * 1000)
-        self.allocate_strategy_name = allocate_strategy
-        self.offset_store_name = offset_store or (
+        self.allocate_strategy_name = settings["allocate_strategy"]
+        self.offset_store_name = settings["offset_store"] or (
             "remote" if self.message_model is MessageModel.CLUSTERING else "local_file")
-        self.offset_dir = offset_dir
+        self.offset_dir = settings["offset_dir"]
         if rebalance_interval <= 0:
             raise ConfigError(f"bad rebalance_interval {rebalance_interval!r}: must be > 0")
         self.rebalance_interval = rebalance_interval
+        self.pull_time_delay_when_exception = settings["pull_time_delay_when_exception"]
+        self.pull_time_delay_when_flow_control = settings["pull_time_delay_when_flow_control"]
+        suspend, timeout = settings["broker_suspend_max_time"], settings["consumer_timeout_when_suspend"]
+        for name, value in (("broker_suspend_max_time", suspend), ("consumer_timeout_when_suspend", timeout)):
+            if value <= 0:
+                raise ConfigError(f"bad {name} {value!r}: must be > 0")
+        if suspend >= timeout:
+            raise ConfigError(f"broker_suspend_max_time ({suspend}) must be shorter than "
+                              f"consumer_timeout_when_suspend ({timeout})")
+        self.broker_suspend_max_time, self.consumer_timeout_when_suspend = suspend, timeout
         self.subscription_inner: dict[str, SubscriptionData] = {}
         self.instance: MQClientInstance | None = None
         self.offset_store = None
@@ -96,17 +121,9 @@ class ConsumerBase:
         self._state_lock = threading.Lock()
 
     # heartbeat fields
-    @property
-    def message_model_name(self) -> str:
-        return self.message_model.value
-
-    @property
-    def consume_from_where_name(self) -> str:
-        return self.consume_from_where.value
-
-    @property
-    def client_id(self) -> str:
-        return self.client_config.client_id
+    message_model_name = delegate("message_model.value")
+    consume_from_where_name = delegate("consume_from_where.value")
+    client_id = delegate("client_config.client_id")
 
     def subscriptions(self) -> list[SubscriptionData]:
         return list(self.subscription_inner.values())
@@ -311,6 +328,9 @@ class ConsumerBase:
 class PushConsumer(ConsumerBase):
     """Subscribe, register a listener, start: messages are pushed to the listener.
 
+    Keywords besides its own settings: ConsumerBase.SHARED_SETTINGS (message_model,
+    consume_from_where, allocate_strategy, offset_store, ...) and the client's (ClientConfig).
+
     >>> c = PushConsumer("CG", namesrv="127.0.0.1:9876", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
     >>> c.subscribe("TopicA", "TagA || TagB")
     >>> c.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
@@ -320,12 +340,6 @@ class PushConsumer(ConsumerBase):
     consume_type = "CONSUME_PASSIVELY"
 
     def __init__(self, group: str, namesrv=None, *,
-                 message_model: str | MessageModel = "CLUSTERING",
-                 consume_from_where: str | ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
-                 consume_timestamp: int | None = None,
-                 allocate_strategy: str = "averagely",
-                 offset_store: str | None = None,
-                 offset_dir: str | None = None,
                  consume_thread_min: int = 20,
                  consume_thread_max: int = 20,
                  consume_message_batch_max_size: int = 1,
@@ -338,19 +352,10 @@ class PushConsumer(ConsumerBase):
                  suspend_current_queue_time: float = 1.0,
                  consume_timeout: float = 15 * 60.0,
                  consume_later_delay: float = 5.0,
-                 pull_time_delay_when_exception: float = 3.0,
-                 pull_time_delay_when_flow_control: float = 0.05,
-                 broker_suspend_max_time: float = 15.0,
-                 consumer_timeout_when_suspend: float = 30.0,
-                 rebalance_interval: float = 20.0,
                  lock_interval: float = 20.0,
                  lock_max_live_time: float = 30.0,
-                 instance_name: str | None = None,
                  **client_options):
-        super().__init__(group, namesrv, message_model=message_model, consume_from_where=consume_from_where,
-                         consume_timestamp=consume_timestamp, allocate_strategy=allocate_strategy,
-                         offset_store=offset_store, offset_dir=offset_dir, instance_name=instance_name,
-                         rebalance_interval=rebalance_interval, client_options=client_options)
+        super().__init__(group, namesrv, client_options)
         checks = {
             "consume_thread_min": (consume_thread_min, 1, 1000), "consume_thread_max": (consume_thread_max, 1, 1000),
             "consume_message_batch_max_size": (consume_message_batch_max_size, 1, 1024),
@@ -367,15 +372,9 @@ class PushConsumer(ConsumerBase):
             raise ConfigError(f"consume_thread_min {consume_thread_min} is larger than consume_thread_max "
                               f"{consume_thread_max}")
         for name, value in (("consume_timeout", consume_timeout), ("lock_interval", lock_interval),
-                            ("lock_max_live_time", lock_max_live_time),
-                            ("broker_suspend_max_time", broker_suspend_max_time),
-                            ("consumer_timeout_when_suspend", consumer_timeout_when_suspend)):
+                            ("lock_max_live_time", lock_max_live_time)):
             if value <= 0:
                 raise ConfigError(f"bad {name} {value!r}: must be > 0")
-        if broker_suspend_max_time >= consumer_timeout_when_suspend:
-            raise ConfigError(
-                f"broker_suspend_max_time ({broker_suspend_max_time}) must be shorter than "
-                f"consumer_timeout_when_suspend ({consumer_timeout_when_suspend})")
         self.consume_thread_min = consume_thread_min
         self.consume_thread_max = consume_thread_max
         self.consume_message_batch_max_size = consume_message_batch_max_size
@@ -388,10 +387,6 @@ class PushConsumer(ConsumerBase):
         self.suspend_current_queue_time = suspend_current_queue_time
         self.consume_timeout = consume_timeout
         self.consume_later_delay = consume_later_delay
-        self.pull_time_delay_when_exception = pull_time_delay_when_exception
-        self.pull_time_delay_when_flow_control = pull_time_delay_when_flow_control
-        self.broker_suspend_max_time = broker_suspend_max_time
-        self.consumer_timeout_when_suspend = consumer_timeout_when_suspend
         self.lock_interval = lock_interval
         self.lock_max_live_time = lock_max_live_time
         self._listener: Callable | None = None

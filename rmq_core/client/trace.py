@@ -28,6 +28,7 @@ from typing import Iterable
 import attrs
 
 from rmq_core._native.trace import TraceBuffer, pub_record
+from rmq_core.common.delegate import delegate
 from rmq_core.errors import ConfigError, IllegalArgumentError
 from rmq_core.message import (Message, MessageClientIDSetter, MessageConst, SendStatus, TopicValidator,
                               decode_offset_msg_id)
@@ -302,20 +303,10 @@ class TraceDispatcher:
         self._idle = threading.Condition()
         self._flushing = 0  # flush() callers waiting: the current segment is sent without its time threshold
 
-    @property
-    def capacity(self) -> int:
-        """How many records and notes the buffer holds outside full trace messages (besides up to
-        READY_SEGMENTS of those); more are dropped (counted in `discarded`)."""
-        return self.buffer.capacity
-
-    @capacity.setter
-    def capacity(self, n: int) -> None:
-        self.buffer.capacity = n
-
-    @property
-    def discarded(self) -> int:
-        """Records and notes a full buffer dropped."""
-        return self.buffer.discarded
+    capacity = delegate("buffer.capacity", """How many records and notes the buffer holds outside full
+        trace messages (besides up to READY_SEGMENTS of those); more are dropped (counted in `discarded`).""",
+                        writable=True)
+    discarded = delegate("buffer.discarded", "Records and notes a full buffer dropped.")
 
     @staticmethod
     def create(group: str, kind: str, enable: bool, trace_topic: str | None) -> "TraceDispatcher | None":

@@ -29,6 +29,13 @@ def _int(obj: Mapping, key: str, default: int | None = None, where: str = "") ->
     return number
 
 
+def _mapping(value, bad: str) -> Mapping:
+    """`value` if it is a JSON object, else a RemotingCommandError: `bad` and the value."""
+    if not isinstance(value, Mapping):
+        raise RemotingCommandError(f"{bad}{value!r:.80}")
+    return value
+
+
 def _str(obj: Mapping, key: str, default: str | None = None, where: str = "") -> str:
     value = obj.get(key, default)
     if isinstance(value, str):
@@ -56,8 +63,7 @@ class QueueData:
     @classmethod
     def from_json(cls, d: Mapping) -> "QueueData":
         w = "queueData "
-        if not isinstance(d, Mapping):
-            raise RemotingCommandError(f"bad queueData: {d!r:.80}")
+        _mapping(d, "bad queueData: ")
         return cls(_str(d, "brokerName", where=w), _int(d, "readQueueNums", 0, w), _int(d, "writeQueueNums", 0, w),
                    _int(d, "perm", 6, w), _int(d, "topicSysFlag", 0, w))
 
@@ -75,11 +81,9 @@ class BrokerData:
     @classmethod
     def from_json(cls, d: Mapping) -> "BrokerData":
         w = "brokerData "
-        if not isinstance(d, Mapping):
-            raise RemotingCommandError(f"bad brokerData: {d!r:.80}")
+        _mapping(d, "bad brokerData: ")
         addrs = d.get("brokerAddrs") or {}
-        if not isinstance(addrs, Mapping):
-            raise RemotingCommandError(f"bad brokerData 'brokerAddrs': {addrs!r:.80}")
+        _mapping(addrs, "bad brokerData 'brokerAddrs': ")
         try:
             parsed = {int(k): str(v) for k, v in addrs.items()}
         except ValueError:
@@ -122,8 +126,7 @@ class TopicRouteData:
     @classmethod
     def decode(cls, body) -> "TopicRouteData":
         d = loads_lenient(body)
-        if not isinstance(d, Mapping):
-            raise RemotingCommandError(f"bad TopicRouteData: expected an object, got {d!r:.80}")
+        _mapping(d, "bad TopicRouteData: expected an object, got ")
         order = d.get("orderTopicConf")
         return cls([QueueData.from_json(q) for q in d.get("queueDatas") or []],
                    [BrokerData.from_json(b) for b in d.get("brokerDatas") or []],
@@ -143,8 +146,7 @@ class ClusterInfo:
     @classmethod
     def decode(cls, body) -> "ClusterInfo":
         d = loads_lenient(body)
-        if not isinstance(d, Mapping):
-            raise RemotingCommandError(f"bad ClusterInfo: expected an object, got {d!r:.80}")
+        _mapping(d, "bad ClusterInfo: expected an object, got ")
         return cls({k: BrokerData.from_json(v) for k, v in (d.get("brokerAddrTable") or {}).items()},
                    {k: set(v) for k, v in (d.get("clusterAddrTable") or {}).items()})
 
@@ -238,15 +240,12 @@ class RegisterBrokerBody:
         if compressed:
             return cls._decode_compressed(body)
         d = loads_lenient(body)
-        if not isinstance(d, Mapping):
-            raise RemotingCommandError(f"bad RegisterBrokerBody: expected an object, got {d!r:.80}")
+        _mapping(d, "bad RegisterBrokerBody: expected an object, got ")
         # Brokers before V3_0_11 sent the bare TopicConfigSerializeWrapper.
         wrapper = d.get("topicConfigSerializeWrapper", d if "topicConfigTable" in d else {})
-        if not isinstance(wrapper, Mapping):
-            raise RemotingCommandError(f"bad topicConfigSerializeWrapper: {wrapper!r:.80}")
+        _mapping(wrapper, "bad topicConfigSerializeWrapper: ")
         table = wrapper.get("topicConfigTable") or {}
-        if not isinstance(table, Mapping):
-            raise RemotingCommandError(f"bad topicConfigTable: {table!r:.80}")
+        _mapping(table, "bad topicConfigTable: ")
         configs = {}
         for topic, config in table.items():
             if type(config) is not dict and not isinstance(config, Mapping):

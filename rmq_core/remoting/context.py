@@ -131,26 +131,34 @@ class ProcessorTable:
             if type(response) is _CoroutineType or (
                     response is not None and type(response) is not RemotingCommand and inspect.isawaitable(response)):
                 return self.finish_steps(ctx, request, response, steps)
-            if steps is not None and response is not None:
-                steps.run_after(ctx.remote_address, request, response, ctx)
-            return response
         except asyncio.CancelledError:
             raise
         except Exception as e:
             return self._failed(ctx, request, e)
+        if steps is None:  # (the usual case: no call)
+            return response
+        return self._answered(ctx, request, response, steps)
 
     async def finish_steps(self, ctx: "ChannelContext", request: RemotingCommand, awaitable, steps):
         """`awaitable`'s answer after it passed the after steps (failures answered as dispatch
         answers them): dispatch's for a processor that suspends, the send lane's for a put to wait for."""
         try:
             response = await awaitable
-            if steps is not None and response is not None:
-                steps.run_after(ctx.remote_address, request, response, ctx)
-            return response
         except asyncio.CancelledError:
             raise
         except Exception as e:
             return self._failed(ctx, request, e)
+        return self._answered(ctx, request, response, steps)
+
+    def _answered(self, ctx: "ChannelContext", request: RemotingCommand, response, steps):
+        """`response` after the after steps (a step's failure answered as a processor's is)."""
+        if steps is None or response is None:
+            return response
+        try:
+            steps.run_after(ctx.remote_address, request, response, ctx)
+        except Exception as e:
+            return self._failed(ctx, request, e)
+        return response
 
     def _failed(self, ctx: "ChannelContext", request: RemotingCommand, e: Exception) -> RemotingCommand:
         if isinstance(e, RequestRefused):  # a broker step refused it: answered with its code and remark
@@ -505,7 +513,7 @@ class ChannelContext:
 
     def answer_later(self, request: RemotingCommand, coro) -> None:
         """Answer `request` with what coroutine `coro` returns: run at once up to its first
-        suspension, a task only if it suspends (as _on_command does for a processor's coroutine)."""
+        suspension, a task only if it suspends (_on_command's way with a processor's coroutine)."""
         try:
             yielded = coro.send(None)
         except StopIteration as stop:

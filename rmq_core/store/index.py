@@ -72,6 +72,12 @@ _I32_MAX = 0x7FFFFFFF
 _FILE_NAME = re.compile(r"^\d{17}$")
 
 
+def _header_field(field: struct.Struct, offset: int) -> property:
+    """A read-only property: the header field `field` at `offset` of the mapped file."""
+    unpack_from = field.unpack_from
+    return property(lambda self: unpack_from(self._mm, offset)[0])
+
+
 def index_key_hash(key: str) -> int:
     """RocketMQ's indexKeyHashMethod: abs(String.hashCode), with abs(MIN_VALUE) mapped to 0."""
     if _native is not None:
@@ -134,26 +140,12 @@ class IndexFile:
             end_timestamp, end_phy_offset = max(end_timestamp, 0), max(end_phy_offset, 0)
             _HEADER.pack_into(self._mm, 0, end_timestamp, end_timestamp, end_phy_offset, end_phy_offset, 0, 1)
 
-    # -- header (read from the mapped file) --
-    @property
-    def begin_timestamp(self) -> int:
-        return _I64.unpack_from(self._mm, 0)[0]
-
-    @property
-    def end_timestamp(self) -> int:
-        return _I64.unpack_from(self._mm, 8)[0]
-
-    @property
-    def begin_phy_offset(self) -> int:
-        return _I64.unpack_from(self._mm, 16)[0]
-
-    @property
-    def end_phy_offset(self) -> int:
-        return _I64.unpack_from(self._mm, 24)[0]
-
-    @property
-    def hash_slot_count(self) -> int:
-        return _SLOT.unpack_from(self._mm, 32)[0]
+    # -- header (read from the mapped file): _HEADER's fields at their offsets --
+    begin_timestamp = _header_field(_I64, 0)
+    end_timestamp = _header_field(_I64, 8)
+    begin_phy_offset = _header_field(_I64, 16)
+    end_phy_offset = _header_field(_I64, 24)
+    hash_slot_count = _header_field(_SLOT, 32)
 
     @property
     def index_count(self) -> int:

@@ -30,7 +30,7 @@ from rmq_core.store.flush_waits import FlushWaits
 from rmq_core.store.ha import HAService
 from rmq_core.store.lock_file import StoreLock
 from rmq_core.store.mapped_file import AllocateMappedFileService, check_room, free_bytes, statvfs_of
-from rmq_core.store.service import ServiceThread
+from rmq_core.store.service import FlushService, ServiceThread
 from rmq_core.store.types import (AppendMessageResult, BatchAppendMessageResult, DispatchRequest, GetMessageResult,
                                   GetMessageStatus, MessageExtBatch, MessageExtBrokerInner, PutMessageResult,
                                   PutMessageStatus, QueryMessageResult, encode_host, record_fields)
@@ -1325,25 +1325,17 @@ def _total_memory() -> int:
     return _MEM[0]
 
 
-class FlushConsumeQueueService(ServiceThread):
+class FlushConsumeQueueService(FlushService):
+    """Every flushIntervalConsumeQueue ms the consume queues with at least
+    flushConsumeQueueLeastPages dirty pages, all of them every 10 s (only such a thorough round
+    may advance the checkpoint's logics time)."""
+
     name = "FlushConsumeQueueService"
+    interval_key, least_pages_key = "flush_interval_consume_queue", "flush_consume_queue_least_pages"
 
     def __init__(self, store: DefaultMessageStore):
-        super().__init__()
+        super().__init__(store.config, store._flush_consume_queues)
         self.store = store
-        self._last_thorough = time.monotonic()
-
-    def interval(self) -> float:
-        return self.store.config.flush_interval_consume_queue / 1000.0
-
-    def run_once(self) -> None:
-        # Only a thorough round (every queue flushed) may advance the checkpoint's logics time.
-        least = self.store.config.flush_consume_queue_least_pages
-        now = time.monotonic()
-        if now - self._last_thorough >= 10:
-            self._last_thorough = now
-            least = 0
-        self.store._flush_consume_queues(least)
 
 
 class CleanCommitLogService(ServiceThread):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 import logging
 import threading
+import time
 
 log = logging.getLogger("rmq.store")
 
@@ -62,3 +63,30 @@ class ServiceThread(abc.ABC):
         if t is not None and t is not threading.current_thread():
             t.join(timeout)
         self._thread = None
+
+
+class FlushService(ServiceThread):
+    """A flush every `interval_key` ms (a setting of the store config) of at least
+    `least_pages_key` dirty pages, and of all of them once `thorough_ms()` has passed since the
+    last such round (RocketMQ's FlushRealTimeService and FlushConsumeQueueService)."""
+
+    interval_key = least_pages_key = ""
+
+    def __init__(self, config, flush):
+        super().__init__()
+        self.config, self.flush = config, flush
+        self._last_thorough = time.monotonic()
+
+    def thorough_ms(self) -> float:
+        return 10_000.0
+
+    def interval(self) -> float:
+        return getattr(self.config, self.interval_key) / 1000.0
+
+    def run_once(self) -> None:
+        least = getattr(self.config, self.least_pages_key)
+        now = time.monotonic()
+        if (now - self._last_thorough) * 1000 >= self.thorough_ms():
+            self._last_thorough = now
+            least = 0
+        self.flush(least)

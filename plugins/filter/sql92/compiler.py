@@ -132,11 +132,8 @@ def _compile_relational(op: str, left: _Operand, right: _Operand) -> Evaluator:
     lget, rget = left.getter(), right.getter()
 
     def relational(p):
-        lv = lget(p)
-        if lv is None:
-            return None
-        rv = rget(p)
-        if rv is None:
+        lv, rv = lget(p), rget(p)  # (reads without side effects: both, then the null check)
+        if lv is None or rv is None:
             return None
         if lk == STR and rk == STR:  # two Strings: RocketMQ compares them as doubles
             return test(java_double_compare(parse_java_double(lv), parse_java_double(rv)), 0)

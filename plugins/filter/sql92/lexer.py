@@ -53,6 +53,14 @@ class Token(NamedTuple):
         return repr(self.text)
 
 
+def _must_match(pattern: re.Pattern, expression: str, i: int, expression_type: str, error: str) -> re.Match:
+    """`pattern`'s match at `i`, else a FilterExpressionError saying `error` there."""
+    m = pattern.match(expression, i)
+    if m is None:
+        raise FilterExpressionError(expression, i, error, expression_type)
+    return m
+
+
 def tokenize(expression: str, expression_type: str = "SQL92") -> list[Token]:
     """Split `expression` into tokens ending with an EOF token, or raise FilterExpressionError."""
     tokens: list[Token] = []
@@ -69,22 +77,12 @@ def tokenize(expression: str, expression_type: str = "SQL92") -> list[Token]:
                 i = m.end()
                 continue
         if c == "/":
-            m = _BLOCK_COMMENT.match(expression, i)
-            if m is None:
-                raise FilterExpressionError(
-                    expression, i, "unterminated comment: expected '*/'"
-                    if expression.startswith("/*", i) else "unexpected character '/'",
-                    expression_type,
-                )
-            i = m.end()
+            i = _must_match(_BLOCK_COMMENT, expression, i, expression_type, "unterminated comment: expected '*/'"
+                            if expression.startswith("/*", i) else "unexpected character '/'").end()
             continue
         if c == "'":
-            m = _STRING.match(expression, i)
-            if m is None:
-                raise FilterExpressionError(
-                    expression, i, "unterminated string literal: expected a closing quote (')",
-                    expression_type,
-                )
+            m = _must_match(_STRING, expression, i, expression_type,
+                            "unterminated string literal: expected a closing quote (')")
             tokens.append(Token(STRING, m.group()[1:-1].replace("''", "'"), i))
             i = m.end()
             continue

@@ -224,19 +224,17 @@ class _Parser:
         return self.as_boolean(node)
 
     def or_expr(self) -> Node:
-        left = self.and_expr()
-        while self.at("OR"):
-            op = self.advance()
-            right = self.and_expr()
-            left = Logic(op.pos, "OR", self.as_boolean(left), self.as_boolean(right))
-        return left
+        return self.logic_chain("OR", self.and_expr)
 
     def and_expr(self) -> Node:
-        left = self.equality()
-        while self.at("AND"):
-            op = self.advance()
-            right = self.equality()
-            left = Logic(op.pos, "AND", self.as_boolean(left), self.as_boolean(right))
+        return self.logic_chain("AND", self.equality)
+
+    def logic_chain(self, op: str, operand) -> Node:
+        """`operand (op operand)*`, left-associative (OR over AND chains, AND over equalities)."""
+        left = operand()
+        while self.at(op):
+            pos = self.advance().pos
+            left = Logic(pos, op, self.as_boolean(left), self.as_boolean(operand()))
         return left
 
     def equality(self) -> Node:

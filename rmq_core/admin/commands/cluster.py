@@ -42,22 +42,20 @@ def cluster_list(admin, args, out):
     out.table(cols, rows)
 
 
+def _key_values(admin, args, out, fetch) -> None:
+    """A table of `fetch(addr)`'s keys and values for each broker the arguments name."""
+    out.table(["Broker Addr", "Key", "Value"],
+              [(addr, k, v) for addr in broker_targets(admin, args) for k, v in sorted(fetch(addr).items())])
+
+
 @command("brokerStatus", "A broker's runtime info (key / value)", _B, _C)
 def broker_status(admin, args, out):
-    rows = []
-    for addr in broker_targets(admin, args):
-        for k, v in sorted(admin.broker_runtime_info(addr).items()):
-            rows.append((addr, k, v))
-    out.table(["Broker Addr", "Key", "Value"], rows)
+    _key_values(admin, args, out, admin.broker_runtime_info)
 
 
 @command("getBrokerConfig", "A broker's configuration", _B, _C)
 def get_broker_config(admin, args, out):
-    rows = []
-    for addr in broker_targets(admin, args):
-        for k, v in sorted(admin.broker_config(addr).items()):
-            rows.append((addr, k, v))
-    out.table(["Broker Addr", "Key", "Value"], rows)
+    _key_values(admin, args, out, admin.broker_config)
 
 
 @command("updateBrokerConfig", "Change one setting of a running broker (-b) or of a cluster's masters (-c)", _B, _C,

@@ -98,21 +98,19 @@ class AdminBrokerProcessor(Processor):
             raise IllegalArgumentError("request needs topic and queueId")
         return topic, queue_id
 
-    async def get_max_offset(self, ctx, request):
+    def _queue_offset(self, request, offset_in_queue):
+        """GET_MAX_OFFSET / GET_MIN_OFFSET: the answer of `offset_in_queue(topic, queueId)`."""
         try:
             topic, qid = self._topic_queue(request)
         except IllegalArgumentError as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        return request.make_response(ResponseCode.SUCCESS, None,
-                                     {"offset": str(self.ctrl.store.get_max_offset_in_queue(topic, qid))})
+        return request.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset_in_queue(topic, qid))})
+
+    async def get_max_offset(self, ctx, request):
+        return self._queue_offset(request, self.ctrl.store.get_max_offset_in_queue)
 
     async def get_min_offset(self, ctx, request):
-        try:
-            topic, qid = self._topic_queue(request)
-        except IllegalArgumentError as e:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        return request.make_response(ResponseCode.SUCCESS, None,
-                                     {"offset": str(self.ctrl.store.get_min_offset_in_queue(topic, qid))})
+        return self._queue_offset(request, self.ctrl.store.get_min_offset_in_queue)
 
     async def search_offset_by_timestamp(self, ctx, request):
         try:

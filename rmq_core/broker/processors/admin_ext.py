@@ -74,9 +74,7 @@ class AdminExtProcessor(Processor):
         RequestCode.CLEAN_UNUSED_TOPIC: "clean_unused_topic",
     }
 
-    def __init__(self, controller):
-        super().__init__(controller)
-        self.sampler: StatsSampler | None = None
+    sampler: StatsSampler | None = None  # set once per broker, by the first register
 
     def register(self, server) -> None:
         super().register(server)

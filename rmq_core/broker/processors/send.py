@@ -31,19 +31,14 @@ NATIVE_SEND = os.environ.get("RMQ_NATIVE_SEND", "1").strip().lower() not in ("0"
 # maxReconsumeTimes wins over the subscription group's retryMaxTimes.
 V3_4_9 = 165
 
-_PUT_STATUS_TO_CODE = {
-    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
-    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
-    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
-    PutMessageStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+# a put's status -> the send answer's code: the code of the same name where there is one
+# (FLUSH_DISK_TIMEOUT, MESSAGE_ILLEGAL, SERVICE_NOT_AVAILABLE, ...), else the one RocketMQ answers
+_PUT_STATUS_TO_CODE = {s: ResponseCode[s.name] for s in PutMessageStatus if s.name in ResponseCode.__members__} | {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS, PutMessageStatus.OS_PAGECACHE_BUSY: ResponseCode.SYSTEM_BUSY,
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
-    PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
     PutMessageStatus.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,
-    PutMessageStatus.OS_PAGECACHE_BUSY: ResponseCode.SYSTEM_BUSY,
     PutMessageStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
-    PutMessageStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
-}
+    PutMessageStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR}
 
 
 class SendHeader:

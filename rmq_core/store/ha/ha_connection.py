@@ -41,8 +41,10 @@ class HAConnection:
         self._requested = threading.Event()
         self._closed = False
         self.last_read_time = time.monotonic()
-        self._reader = threading.Thread(target=self._read_loop, name=f"HAConnection-read[{addr}]", daemon=True)
-        self._writer = threading.Thread(target=self._write_loop, name=f"HAConnection-write[{addr}]", daemon=True)
+        self._reader = threading.Thread(target=self._until_closed, name=f"HAConnection-read[{addr}]", daemon=True,
+                                        args=(self._read_loop, "connection to slave %s lost"))
+        self._writer = threading.Thread(target=self._until_closed, name=f"HAConnection-write[{addr}]", daemon=True,
+                                        args=(self._write_loop, "transfer to slave %s stopped"))
 
     def start(self) -> None:
         self._reader.start()
@@ -65,6 +67,17 @@ class HAConnection:
             if t is not threading.current_thread() and t.is_alive():
                 t.join(timeout)
 
+    def _until_closed(self, loop, lost: str) -> None:
+        """A connection thread: `loop` until it returns or the socket fails (`lost` logged unless
+        the connection was closed on purpose), then the connection closes."""
+        try:
+            loop()
+        except OSError as e:
+            if not self._closed:
+                log.info("HA: " + lost + ": %s", self.client_addr, e)
+        finally:
+            self.close()
+
     # -- reports from the slave ------------------------------------------------------------------
     def _read_loop(self) -> None:
         sock = self.sock
@@ -72,53 +85,40 @@ class HAConnection:
         # haSendHeartbeatInterval)
         sock.settimeout(self.config.ha_housekeeping_interval / 1000.0)
         pending = b""
-        try:
-            while not self._closed:
-                try:
-                    data = sock.recv(4096)
-                except socket.timeout:
-                    log.warning("HA: slave %s sent nothing for %d ms: closing its connection", self.client_addr,
-                                self.config.ha_housekeeping_interval)
-                    break
-                if not data:
-                    break
-                self.last_read_time = time.monotonic()
-                pending += data
-                whole = len(pending) - len(pending) % REPORT.size
-                if not whole:
-                    continue
-                (offset,) = REPORT.unpack_from(pending, whole - REPORT.size)  # the latest report counts
-                pending = pending[whole:]
-                max_offset = self.store.commit_log.get_max_offset()
-                if offset > max_offset:
-                    # a slave ahead of its master (the master lost data): it never feeds the master
-                    log.warning("HA: slave %s reports offset %d beyond this master's log end %d: closing",
-                                self.client_addr, offset, max_offset)
-                    break
-                self.slave_ack_offset = offset
-                if self.slave_request_offset < 0:
-                    self.slave_request_offset = offset
-                    log.info("HA: slave %s requests the log from offset %d", self.client_addr, offset)
-                    self._requested.set()
-                self.service.notify_transfer_some(offset)
-        except OSError as e:
-            if not self._closed:
-                log.info("HA: connection to slave %s lost: %s", self.client_addr, e)
-        finally:
-            self.close()
+        while not self._closed:
+            try:
+                data = sock.recv(4096)
+            except socket.timeout:
+                log.warning("HA: slave %s sent nothing for %d ms: closing its connection", self.client_addr,
+                            self.config.ha_housekeeping_interval)
+                break
+            if not data:
+                break
+            self.last_read_time = time.monotonic()
+            pending += data
+            whole = len(pending) - len(pending) % REPORT.size
+            if not whole:
+                continue
+            (offset,) = REPORT.unpack_from(pending, whole - REPORT.size)  # the latest report counts
+            pending = pending[whole:]
+            max_offset = self.store.commit_log.get_max_offset()
+            if offset > max_offset:
+                # a slave ahead of its master (the master lost data): it never feeds the master
+                log.warning("HA: slave %s reports offset %d beyond this master's log end %d: closing",
+                            self.client_addr, offset, max_offset)
+                break
+            self.slave_ack_offset = offset
+            if self.slave_request_offset < 0:
+                self.slave_request_offset = offset
+                log.info("HA: slave %s requests the log from offset %d", self.client_addr, offset)
+                self._requested.set()
+            self.service.notify_transfer_some(offset)
 
     # -- transfer to the slave -------------------------------------------------------------------
     def _write_loop(self) -> None:
-        try:
-            self._requested.wait()
-            if self._closed:
-                return
+        self._requested.wait()
+        if not self._closed:
             self._transfer()
-        except OSError as e:
-            if not self._closed:
-                log.info("HA: transfer to slave %s stopped: %s", self.client_addr, e)
-        finally:
-            self.close()
 
     def _start_offset(self) -> int:
         request = self.slave_request_offset
