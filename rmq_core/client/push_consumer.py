@@ -6,6 +6,7 @@ ProcessQueue and, as consume requests, to the consume thread pool where the list
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
 import time
@@ -73,6 +74,17 @@ class ConsumerBase:
         # the pulls' timing (seconds; a subclass may change the defaults)
         "pull_time_delay_when_exception": 3.0, "pull_time_delay_when_flow_control": 0.05,
         "broker_suspend_max_time": 15.0, "consumer_timeout_when_suspend": 30.0}
+
+    def __init_subclass__(cls, **kwargs):
+        """A consumer's signature as help() and inspect show it: its own parameters, then
+        SHARED_SETTINGS' as keyword-only ones with their defaults, then **client_options."""
+        super().__init_subclass__(**kwargs)
+        own = inspect.signature(cls.__init__)
+        params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        rest = [p for p in own.parameters.values() if p.kind is p.VAR_KEYWORD]
+        shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+                  for name, default in cls.SHARED_SETTINGS.items() if name not in own.parameters]
+        cls.__init__.__signature__ = own.replace(parameters=params + shared + rest)
 
     def __init__(self, group: str, namesrv, options: Mapping[str, Any]):
         """`options`: the consumer's keyword arguments beyond its own settings: SHARED_SETTINGS

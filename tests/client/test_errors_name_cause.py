@@ -163,3 +163,20 @@ def test_cli_output_into_a_closed_reader_ends_quietly_with_exit_0(tmp_path):
         assert r.returncode == 0 and r.stderr == "" and len(r.stdout.splitlines()) == 2
     finally:
         assert server.terminate() == 0
+
+
+def test_consumer_signatures_show_the_shared_settings():
+    """help() and inspect show a consumer's every setting with its own default: its own
+    parameters, then those both consumers share (ConsumerBase.SHARED_SETTINGS), then the client's."""
+    import inspect
+
+    from rmq_core import PullConsumer, PushConsumer
+
+    for cls, suspend in ((PushConsumer, 15.0), (PullConsumer, 20.0)):
+        params = inspect.signature(cls).parameters
+        assert params["consume_from_where"].default == "CONSUME_FROM_LAST_OFFSET"
+        assert params["consume_from_where"].kind is inspect.Parameter.KEYWORD_ONLY
+        assert params["broker_suspend_max_time"].default == suspend
+        assert list(params)[-1] == "client_options"
+    assert inspect.signature(PushConsumer).parameters["pull_batch_size"].default == 32
+    assert inspect.signature(PullConsumer).parameters["pull_batch_size"].default == 10
