@@ -16,14 +16,14 @@ class PlainSend:
     tags_code: Final[None]  # read-only
     prepared_transaction_offset: Final[int]  # read-only
 
-class LaneRequest:
-    code: int
-    flag: int
-    opaque: int
-    body: bytes
-    topic: str
-    frame: Final[bytes]  # read-only
-    ext_fields: Final[Any]  # read-only
+class LaneRequest:  # (what the lane parsed: every attribute read-only)
+    code: Final[int]
+    flag: Final[int]
+    opaque: Final[int]
+    body: Final[bytes]
+    topic: Final[str]
+    frame: Final[bytes]
+    ext_fields: Final[Any]
     def command(self) -> Any: ...
     def is_oneway(self) -> bool: ...
     def is_response(self) -> bool: ...
