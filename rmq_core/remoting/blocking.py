@@ -12,6 +12,7 @@ heartbeats on, which is the event loop's.
 """
 from __future__ import annotations
 
+import abc
 import logging
 import socket
 import struct
@@ -202,7 +203,7 @@ def _take_all(channels: list) -> list:
             return taken
 
 
-class HandedOverBlockingChannel:
+class HandedOverBlockingChannel(abc.ABC):
     """BlockingChannel's interface over a transport that hands requests to the other end instead of
     writing bytes (the in-proc one; its connect_blocking): a request - a command (invoke) or an
     encoded frame (invoke_frame) - goes out through `_hand_over(item)` (None once handed over, else
@@ -222,11 +223,13 @@ class HandedOverBlockingChannel:
         self._ready.acquire()
         self.closed = False
 
+    @abc.abstractmethod
     def _hand_over(self, item) -> str | None:
-        raise NotImplementedError
+        """Give the request to the other end; None once given, else why it could not be."""
 
+    @abc.abstractmethod
     def _hand_over_close(self) -> None:
-        raise NotImplementedError
+        """Tell the other end this one closed."""
 
     def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
         if self.closed:

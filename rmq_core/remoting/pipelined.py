@@ -39,6 +39,7 @@ that comes is refused with REQUEST_CODE_NOT_SUPPORTED, as a BlockingChannel does
 """
 from __future__ import annotations
 
+import abc
 import _thread
 import functools
 import logging
@@ -315,7 +316,7 @@ class PendingRequests:
 
 
 
-class HandedOverChannel(PendingRequests):
+class HandedOverChannel(PendingRequests, metaclass=abc.ABCMeta):
     """A pipelined connection over a transport that hands whole frames to the other end instead of
     writing bytes on a socket (the in-proc one): no write buffer, no reader thread - answers come
     on the other end's thread through `_deliver_frames` (frames it wrote) or `_deliver` (a command
@@ -338,11 +339,13 @@ class HandedOverChannel(PendingRequests):
         self.sweep_interval = sweep_interval
         self._wake = threading.Event()  # (set on close: the sweeper leaves)
 
+    @abc.abstractmethod
     def _hand_over(self, frame: bytes) -> str | None:
-        raise NotImplementedError
+        """Give the request to the other end; None once given, else why it could not be."""
 
+    @abc.abstractmethod
     def _hand_over_close(self) -> None:
-        raise NotImplementedError
+        """Tell the other end this one closed."""
 
     @property
     def closed(self) -> bool:
