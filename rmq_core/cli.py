@@ -55,19 +55,45 @@ async def _serve(start, stop) -> None:
 
 
 def _cmd_namesrv(args) -> None:
-    from rmq_core.config import NamesrvConfig
+    from rmq_core.config import load_namesrv_conf
     from rmq_core.message import parse_address
     from rmq_core.namesrv import NamesrvController
 
     host, port = parse_address(args.listen)
-    cfg = NamesrvConfig.from_properties(args.config, listen_port=port, listen_host=host) if args.config \
-        else NamesrvConfig(listen_port=port, listen_host=host)
-    ctrl = NamesrvController(cfg, f"{host}:{port}")
+    cfg, controller_cfg = load_namesrv_conf(args.config, listen_port=port, listen_host=host)
+    ctrl = NamesrvController(cfg, f"{host}:{port}", controller_config=controller_cfg)
 
     async def start():
-        return [await ctrl.start()]
+        line = await ctrl.start()
+        return [line] + ([ctrl.controller.boot_line()] if ctrl.controller is not None else [])
 
     loops.run(_serve(start, ctrl.stop))
+
+
+def _cmd_controller(args) -> None:
+    from rmq_core.config import ControllerConfig
+    from rmq_core.controller.service import run_controller
+    from rmq_core.message import parse_address
+
+    cfg = ControllerConfig.from_properties(args.config) if args.config else ControllerConfig()
+    if args.etcd:
+        cfg.controller_etcd_endpoints = args.etcd
+    cfg.check(args.config or "rmq controller")
+    listen = args.listen or f"0.0.0.0:{cfg.listen_port}"
+    parse_address(listen)
+    running = []
+
+    async def start():
+        service, server = await run_controller(cfg, listen)
+        running.extend((service, server))
+        return [service.boot_line() + f", listening on {server.listen_address}"]
+
+    async def stop():
+        if running:
+            await running[0].stop()
+            await running[1].stop()
+
+    loops.run(_serve(start, stop))
 
 
 def _cmd_broker(args) -> None:
@@ -177,6 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
     ns.add_argument("--listen", default="0.0.0.0:9876", help="host:port to listen on (default 0.0.0.0:9876)")
     ns.add_argument("-c", "--config", help="namesrv .properties file")
     ns.set_defaults(fn=_cmd_namesrv)
+
+    co = sub.add_parser("controller", help="run a controller (automatic failover, RocketMQ 5's controller mode)")
+    co.add_argument("-c", "--config", help="controller.conf (controllerEtcdEndpoints, listenPort, ...)")
+    co.add_argument("--listen", help="host:port to listen on (default 0.0.0.0:listenPort, 9878)")
+    co.add_argument("--etcd", help="etcd endpoints 'host:port,host:port' (controllerEtcdEndpoints)")
+    co.set_defaults(fn=_cmd_controller)
 
     br = sub.add_parser("broker", help="run a broker that registers with name servers")
     br.add_argument("-n", "--namesrv", help="name server address(es), 'host:port;host:port'")

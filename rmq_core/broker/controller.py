@@ -52,7 +52,12 @@ log = logging.getLogger("rmq.broker")
 class BrokerController:
     def __init__(self, broker_config: BrokerConfig, store_config: MessageStoreConfig, *,
                  listen_host: str = "0.0.0.0", inproc_name: str | None = None, request_steps=()):
-        check_broker_role(broker_config, store_config)
+        if broker_config.enable_controller_mode:
+            # the controllers give the id and the role: a slave (no writes) until they say otherwise
+            store_config.broker_role = BrokerRole.SLAVE
+            broker_config.broker_id = -1 if broker_config.broker_id == 0 else broker_config.broker_id
+        else:
+            check_broker_role(broker_config, store_config)
         self.broker_config = broker_config
         self.store_config = store_config
         self.listen_host = listen_host
@@ -102,6 +107,7 @@ class BrokerController:
         self.access_validator = None  # aclEnable=true: the validator accessValidator names (a request step)
         self.started = False
         self._ha_default_port = 0
+        self.replicas_manager = None  # controller mode (enableControllerMode): ReplicasManager
 
     @property
     def is_slave(self) -> bool:
@@ -209,8 +215,9 @@ class BrokerController:
             server.on_channel_close.append(self._on_channel_close)
             server.register_default_processor(None)  # serving: an unknown code is "not supported" again
 
-        for service in self._delivery_services():
-            await service.start()
+        if not bc.enable_controller_mode:
+            for service in self._delivery_services():
+                await service.start()
         # (its requests to name servers and to other brokers - a slave's sync from its master - are
         # signed with the broker's own account, accessKey/secretKey, when it has one)
         self.namesrv_client = RemotingClient(name=f"broker[{bc.broker_name}]->namesrv",
@@ -222,12 +229,62 @@ class BrokerController:
             asyncio.create_task(self._periodic(SYNC_INTERVAL, self.slave_synchronize.run_once), name="slave-sync"),
             asyncio.create_task(self._periodic(1.0, self._watch_group), name="watch-broker-group"),
         ]
+        if bc.enable_controller_mode:
+            from rmq_core.broker.replicas_manager import ReplicasManager
+            self.replicas_manager = ReplicasManager(self)
+            for server in self.servers:
+                for code in (RequestCode.PREPARE_MASTER_SWITCH, RequestCode.GET_BROKER_EPOCH_CACHE,
+                             RequestCode.NOTIFY_BROKER_ROLE_CHANGED):
+                    server.register_processor(code, _Handler(self._controller_request))
+            await self.replicas_manager.start()  # takes its id and role, registers when it knows them
+            if self.broker_config.broker_id >= 0:
+                return
         await self.register_broker_all()
+
+    async def change_role(self, role: BrokerRole, broker_id: int, ha_change) -> None:
+        """Controller mode: become master (role SYNC_MASTER, registered as brokerId 0) or slave
+        (SLAVE, its replica id); `ha_change(ha_service)` switches replication (in a worker thread:
+        it joins replication threads)."""
+        was_slave = self.is_slave
+        self.store_config.broker_role = role
+        self.broker_config.broker_id = broker_id
+        if ha_change is not None:
+            await asyncio.to_thread(ha_change, self.store.ha_service)
+        if was_slave and not self.is_slave:
+            for service in (self.schedule_service, self.timer_service, self.transaction_service):
+                await service.start()
+        elif not was_slave and self.is_slave:
+            for service in (self.schedule_service, self.timer_service, self.transaction_service):
+                await service.stop()
+        self.metrics.on_role_change(role.value)
+
+    async def _controller_request(self, ctx, request):
+        """The requests of controller mode a broker serves."""
+        rm = self.replicas_manager
+        from rmq_core.broker.replicas_manager import ControllerRefused
+        if request.code == RequestCode.GET_BROKER_EPOCH_CACHE:
+            ha = self.store.ha_service
+            body = {"brokerName": self.broker_config.broker_name, "brokerId": rm.broker_id,
+                    "masterEpoch": rm.master_epoch, "maxOffset": self.store.get_max_phy_offset(),
+                    "epochList": ha.epoch_cache.to_json(self.store.get_max_phy_offset())}
+            return request.make_response(ResponseCode.SUCCESS, None, None, json.dumps(body).encode())
+        if request.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED:
+            await rm.apply(request.ext_fields or {}, request.body, None)
+            return None if request.is_oneway() else request.make_response(ResponseCode.SUCCESS)
+        try:
+            end = await rm.prepare_switch(int(request.get_str("masterEpoch") or -1),
+                                          int(request.get_str("targetBrokerId") or -1),
+                                          int(request.get_str("timeoutMillis") or 10_000) / 1000)
+        except (ControllerRefused, ValueError) as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        return request.make_response(ResponseCode.SUCCESS, None, {"maxOffset": str(end)})
 
     async def stop(self) -> None:
         if not self.started:
             return
         self.started = False
+        if self.replicas_manager is not None:
+            await self.replicas_manager.stop()
         await cancel_and_wait(self._tasks)
         self._tasks.clear()
         await self._registrations.close()
@@ -340,6 +397,9 @@ class BrokerController:
         register_all, self._register_all_due = self._register_all_due, False
         changed, self._register_changed = self._register_changed, {}
         if not self.broker_config.namesrv_addr_list or not (register_all or changed):
+            return
+        if self.broker_config.broker_id < 0:  # controller mode, before the controllers gave a role
+            self._register_all_due = True
             return
         if register_all:
             body, compressed = self.register_all_body()
@@ -569,6 +629,8 @@ class BrokerController:
         info.update(self.timer_service.runtime_info())
         info["heldPullRequests"] = str(self.pull_hold_service.held_count())
         info.update(self.ha_runtime_info())
+        if self.replicas_manager is not None:
+            info.update(self.replicas_manager.runtime_info())
         return info
 
     def ha_runtime_info(self) -> dict[str, str]:

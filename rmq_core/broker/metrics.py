@@ -20,6 +20,7 @@ class BrokerMetrics:
         self.ctrl = ctrl
         self.rpc_latency = RpcLatency()
         self.exporter = None
+        self.role_changes: Counter = Counter()  # controller mode: role -> times this broker took it
         # an unknown metricsExporterType fails when the broker is built, naming the known ones
         check_exporter_type(ctrl.broker_config.metrics_exporter_type)
 
@@ -101,8 +102,24 @@ class BrokerMetrics:
         families += self._connections(cl, cv)
         families += self._storage(cl, cv)
         families.append(self._replication(cl, cv))
+        families += self._roles(cl, cv)
         families.append(self.rpc_latency.family(const))
         return families
+
+    def on_role_change(self, role: str) -> None:
+        self.role_changes[role] += 1
+
+    def _roles(self, cl, cv) -> list[MetricFamily]:
+        """Controller mode: how often this broker became master / slave, and the epoch it follows."""
+        rm = self.ctrl.replicas_manager
+        if rm is None:
+            return []
+        return [
+            MetricFamily("rocketmq_broker_role_changes", COUNTER, "Times this broker changed role (controller mode)",
+                         cl + ("broker_role",), [(cv + (r,), n) for r, n in sorted(self.role_changes.items())]),
+            MetricFamily("rocketmq_broker_master_epoch", GAUGE, "The master epoch this broker follows or leads",
+                         cl, [(cv, rm.master_epoch)]),
+        ]
 
     def _lag(self) -> tuple[dict, dict]:
         """Per (topic, group) with committed offsets: messages behind the consume queues' ends,

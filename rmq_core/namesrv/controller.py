@@ -24,7 +24,8 @@ class NamesrvController:
     of these (embedded mode: TCP for others plus inproc for the same process); by default the
     config's listenHost:listenPort."""
 
-    def __init__(self, config: NamesrvConfig | None = None, listen: str | Sequence[str] | None = None):
+    def __init__(self, config: NamesrvConfig | None = None, listen: str | Sequence[str] | None = None,
+                 controller_config=None):
         self.config = config if config is not None else NamesrvConfig()
         self.listen = listen or f"{self.config.listen_host}:{self.config.listen_port}"
         self.route_info_manager = RouteInfoManager()
@@ -36,6 +37,15 @@ class NamesrvController:
         for code in self.processor.codes:
             self.remoting_server.register_processor(code, self.processor)
         self.remoting_server.on_channel_close.append(self._on_channel_close)
+        # enableControllerInNamesrv: RocketMQ 5's controller answers on the name server's port
+        self.controller = None
+        if self.config.enable_controller_in_namesrv:
+            from rmq_core.config import ControllerConfig
+            from rmq_core.controller.service import ControllerService
+            cc = (controller_config if controller_config is not None else ControllerConfig()).check("namesrv config")
+            self.controller = ControllerService(cc)
+            for code in self.controller.codes:
+                self.remoting_server.register_processor(code, self.controller)
         self._scan_task: asyncio.Task | None = None
         self.rpc_latency = RpcLatency()
         self.metrics_exporter = None
@@ -56,10 +66,15 @@ class NamesrvController:
         await self.remoting_server.start()
         self._start_metrics()
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="rmq-namesrv-scan")
+        if self.controller is not None:
+            self.controller.address = self.listen_address
+            await self.controller.start()
         log.info(BOOT_SUCCESS_LINE)
         return BOOT_SUCCESS_LINE
 
     async def stop(self) -> None:
+        if self.controller is not None:
+            await self.controller.stop()
         task, self._scan_task = self._scan_task, None
         if task is not None:
             task.cancel()

@@ -108,6 +108,22 @@ class RequestCode(enum.IntEnum):
     QUERY_SUBSCRIPTION_BY_CONSUMER = 345
     GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
+    # RocketMQ 5's controller mode (rmq_core/controller, docs/failover.md)
+    BROKER_HEARTBEAT = 904
+    CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+    CONTROLLER_ELECT_MASTER = 1002
+    CONTROLLER_REGISTER_BROKER = 1003
+    CONTROLLER_GET_REPLICA_INFO = 1004
+    CONTROLLER_GET_METADATA_INFO = 1005
+    CONTROLLER_GET_SYNC_STATE_DATA = 1006
+    GET_BROKER_EPOCH_CACHE = 1007
+    NOTIFY_BROKER_ROLE_CHANGED = 1008
+    CLEAN_BROKER_DATA = 1011
+    CONTROLLER_GET_NEXT_BROKER_ID = 1012
+    CONTROLLER_APPLY_BROKER_ID = 1013
+    # rmq's own: a controller asks a master to stop taking writes until the replica it is about to
+    # elect holds everything (electMaster's planned switch-over)
+    PREPARE_MASTER_SWITCH = 1090
 
 
 class ResponseCode(enum.IntEnum):
