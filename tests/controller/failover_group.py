@@ -1,0 +1,126 @@
+"""A controller-mode broker group of real processes: etcd (tests.etcd_cluster), `rmq namesrv` with
+the controller embedded, and N `rmq broker` replicas of one brokerName with no brokerId or
+brokerRole, each restartable on its own config and store."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from tests.rawclient import RawClient
+from tests.servers import RmqProcess, free_port, write_conf
+
+GROUP = "broker-fo"
+CLUSTER = "FailoverCluster"
+TOPIC = "FailoverTopic"
+QUEUES = 4
+SEGMENT = 4 * 1024 * 1024
+
+
+class FailoverGroup:
+    def __init__(self, tmp_path, etcd_endpoints: str, replicas: int = 3, broker_props: dict | None = None,
+                 namesrv_props: dict | None = None, verbose: bool = True):
+        self.tmp_path = tmp_path
+        self.etcd_endpoints = etcd_endpoints
+        self.namesrv = f"127.0.0.1:{free_port()}"
+        self.raw = RawClient()
+        self.verbose = verbose
+        ns_conf = write_conf(tmp_path / "namesrv.conf", {
+            "enableControllerInNamesrv": "true", "controllerEtcdEndpoints": etcd_endpoints,
+            "controllerEtcdRoot": f"/rmq-test-{os.getpid()}-{id(self)}", **(namesrv_props or {})})
+        self.ns_args = [*(["-v"] if verbose else []), "namesrv", "--listen", self.namesrv, "-c", ns_conf]
+        self.ns = RmqProcess(self.ns_args, ("The Name Server boot success", "The controller boot success"))
+        self.ns.wait_boot()
+        self.ports = [free_port() for _ in range(replicas)]
+        self.confs = []
+        for i, port in enumerate(self.ports):
+            self.confs.append(write_conf(tmp_path / f"replica{i}.conf", {
+                "brokerClusterName": CLUSTER, "brokerName": GROUP, "brokerIP1": "127.0.0.1", "listenPort": port,
+                "haListenPort": free_port(), "storePathRootDir": tmp_path / f"store{i}",
+                "namesrvAddr": self.namesrv, "enableControllerMode": "true", "controllerAddr": self.namesrv,
+                "allAckInSyncStateSet": "true", "mappedFileSizeCommitLog": SEGMENT,
+                "mappedFileSizeConsumeQueue": 6000 * 20, "maxHashSlotNum": 10000, "maxIndexNum": 40000,
+                "registerNameServerPeriod": 1000, **(broker_props or {})}))
+        self.procs: list[RmqProcess | None] = [None] * replicas
+
+    # -- processes -------------------------------------------------------------------------------
+    def addr(self, i: int) -> str:
+        return f"127.0.0.1:{self.ports[i]}"
+
+    def index_of(self, addr: str) -> int:
+        return self.ports.index(int(addr.rpartition(":")[2]))
+
+    def start(self, i: int) -> RmqProcess:
+        p = RmqProcess([*(["-v"] if self.verbose else []), "broker", "-c", self.confs[i], "--listen-host", "127.0.0.1"])
+        self.procs[i] = p
+        p.wait_boot()
+        return p
+
+    def start_all(self) -> None:
+        for i in range(len(self.procs)):
+            self.start(i)
+
+    def kill(self, i: int) -> None:
+        p = self.procs[i]
+        if p is not None:
+            p.kill()
+
+    def signal(self, i: int, sig) -> None:
+        os.kill(self.procs[i].proc.pid, sig)
+
+    def stop(self) -> None:
+        for p in [*self.procs, self.ns]:
+            if p is None:
+                continue
+            if p.proc.poll() is None:
+                try:
+                    os.kill(p.proc.pid, signal.SIGCONT)  # a frozen process must be able to stop
+                except ProcessLookupError:
+                    pass
+            p.terminate()
+        self.raw.close()
+
+    # -- what the controller says ----------------------------------------------------------------
+    def sync_state(self) -> dict | None:
+        """The group's row of CONTROLLER_GET_SYNC_STATE_DATA (None before any replica registered)."""
+        r = self.raw.invoke(self.namesrv, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {},
+                            json.dumps([GROUP]).encode(), timeout=5)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        return json.loads(r.body).get(GROUP)
+
+    def master(self) -> tuple[int | None, str | None, int]:
+        s = self.sync_state() or {}
+        return s.get("masterBrokerId"), s.get("masterAddress"), s.get("masterEpoch", 0)
+
+    def wait(self, pred, timeout: float = 60.0, what: str = "the group", interval: float = 0.05):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                last = self.sync_state()
+                if last is not None and pred(last):
+                    return last
+            except (AssertionError, OSError, TimeoutError, RuntimeError) as e:
+                last = e
+            time.sleep(interval)
+        raise TimeoutError(f"{what}: not reached in {timeout}s; last state: {last}")
+
+    def wait_master(self, not_addr: str | None = None, timeout: float = 60.0) -> dict:
+        """Until a master other than `not_addr` is elected and alive."""
+        def ok(s):
+            m = s.get("masterAddress")
+            alive = {r["address"]: r["alive"] for r in s.get("replicas", [])}
+            return m and m != not_addr and alive.get(m)
+        return self.wait(ok, timeout, f"a master other than {not_addr}")
+
+    def wait_full_sync_state_set(self, size: int | None = None, timeout: float = 60.0) -> dict:
+        size = size or len(self.procs)
+        return self.wait(lambda s: len(s.get("syncStateSet", [])) >= size, timeout,
+                         f"a sync state set of {size}")
+
+    def create_topic(self, addr: str, topic: str = TOPIC) -> None:
+        r = self.raw.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                            {"topic": topic, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES), "perm": "6"})
+        assert r.code == ResponseCode.SUCCESS, r.remark

@@ -1,0 +1,218 @@
+"""Automatic failover with real processes, real kills and a real etcd: a three-replica group in
+controller mode (the controller embedded in the name server), rmq's producer streaming with
+allAckInSyncStateSet=true.  Ten rounds of SIGKILL the master, wait for the election, restart the
+killed broker (it rejoins as a slave): every message answered SEND_OK is there afterwards."""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+import pytest
+
+from rmq_core import Message, Producer
+from rmq_core.codec import decode_messages
+from rmq_core.errors import RMQError
+from rmq_core.message import SendStatus
+from rmq_core.remoting.codes import ResponseCode
+from tests.controller.failover_group import QUEUES, TOPIC, FailoverGroup
+
+
+class Stream:
+    """A producer thread sending until stopped; records each key answered SEND_OK and when."""
+
+    def __init__(self, producer, topic=TOPIC):
+        self.producer = producer
+        self.topic = topic
+        self.ok: list[tuple[float, str]] = []
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        i = 0
+        while not self._stop.is_set():
+            key = f"k{i:07d}"
+            i += 1
+            try:
+                r = self.producer.send(Message(self.topic, key.encode() + b"-" + b"x" * 200, keys=key))
+            except RMQError:
+                self.failed += 1
+                time.sleep(0.02)
+                continue
+            if r.status is SendStatus.SEND_OK:
+                self.ok.append((time.monotonic(), key))
+
+    def first_ok_after(self, t: float) -> float | None:
+        return next((ts for ts, _k in self.ok if ts > t), None)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(60)
+
+
+def keys_on(raw, addr, topic=TOPIC) -> set[str]:
+    out = set()
+    for q in range(QUEUES):
+        offset = 0
+        while True:
+            resp = raw.pull(addr, topic, q, offset, max_nums=32)
+            if resp.code != ResponseCode.SUCCESS:
+                break
+            out.update(m.keys for m in decode_messages(resp.body))
+            offset = int(resp.ext_fields["nextBeginOffset"])
+    return out
+
+
+@pytest.fixture
+def group(tmp_path, etcd):
+    g = FailoverGroup(tmp_path, etcd.endpoints)
+    try:
+        yield g
+    finally:
+        g.stop()
+
+
+def test_ten_master_kills_lose_no_acknowledged_message(group):
+    g = group
+    g.start_all()
+    state = g.wait_master()
+    g.create_topic(state["masterAddress"])
+    g.wait_full_sync_state_set()
+    producer = Producer("PG_FAILOVER", namesrv=g.namesrv, send_msg_timeout=3.0).start()
+    stream = Stream(producer)
+    failover_times = []
+    try:
+        for round_ in range(10):
+            n = len(stream.ok)
+            deadline = time.monotonic() + 60
+            while len(stream.ok) < n + 100 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert len(stream.ok) >= n + 100, f"round {round_}: writes did not resume ({stream.failed} failed)"
+            _mid, master_addr, epoch = g.master()
+            victim = g.index_of(master_addr)
+            killed_at = time.monotonic()
+            g.kill(victim)
+            new = g.wait_master(not_addr=master_addr)
+            assert new["masterEpoch"] > epoch
+            deadline = time.monotonic() + 60
+            while stream.first_ok_after(killed_at) is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            first = stream.first_ok_after(killed_at)
+            assert first is not None, f"round {round_}: no SEND_OK after the kill"
+            failover_times.append(first - killed_at)
+            g.start(victim)  # rejoins as a slave, its unacknowledged tail cut
+            g.wait_full_sync_state_set()
+    finally:
+        stream.stop()
+        producer.shutdown()
+    acknowledged = {k for _t, k in stream.ok}
+    _mid, master_addr, _e = g.master()
+    stored = keys_on(g.raw, master_addr)
+    lost = acknowledged - stored
+    assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {sorted(lost)[:5]}"
+    print(f"\nfailover kill -> first SEND_OK over {len(failover_times)} rounds: "
+          f"p50 {statistics.median(failover_times):.2f} s, max {max(failover_times):.2f} s; "
+          f"{len(acknowledged)} acknowledged, {stream.failed} failed sends")
+
+
+def _send(raw, addr, key, timeout=5.0):
+    return raw.send(addr, TOPIC, key.encode() + b"-payload", keys=key, queue_id=0)
+
+
+def test_paused_master_never_answers_send_ok_again_and_rejoins_as_slave(group):
+    """SIGSTOP the master past its lease: a new master is elected; SIGCONT: the old one refuses
+    even the send it had read before the pause, becomes a slave, and its log is cut back to
+    what the new master holds."""
+    import signal
+
+    from rmq_core.remoting.codes import RequestCode
+    g = group
+    g.start_all()
+    state = g.wait_master()
+    old_addr = state["masterAddress"]
+    g.create_topic(old_addr)
+    g.wait_full_sync_state_set()
+    for i in range(50):
+        assert _send(g.raw, old_addr, f"before{i}").code == ResponseCode.SUCCESS
+    old = g.index_of(old_addr)
+    g.signal(old, signal.SIGSTOP)
+    try:
+        # read by the old master only once it resumes
+        pending = g.raw.invoke_async(old_addr, RequestCode.SEND_MESSAGE_V2, {
+            "producerGroup": "PG", "topic": TOPIC, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+            "queueId": "0", "sysFlag": "0", "bornTimestamp": str(int(time.time() * 1000)), "flag": "0",
+            "properties": "KEYS\x01paused\x02", "reconsumeTimes": "0", "unitMode": "false", "batch": "false"},
+            b"paused-send")
+        new = g.wait_master(not_addr=old_addr)
+        new_addr = new["masterAddress"]
+        g.create_topic(new_addr)
+        for i in range(20):
+            assert _send(g.raw, new_addr, f"after{i}").code == ResponseCode.SUCCESS
+    finally:
+        g.signal(old, signal.SIGCONT)
+    answer = pending.result(30)
+    assert answer.code != ResponseCode.SUCCESS, "the paused master acknowledged a write after losing its lease"
+    r = _send(g.raw, old_addr, "to-old-master")
+    assert r.code != ResponseCode.SUCCESS
+    # it rejoins as a slave and catches up: the group's sync state set is whole again
+    g.wait(lambda s: any(x["address"] == old_addr and x["role"] == "SLAVE" and x["inSyncStateSet"]
+                         for x in s["replicas"]), 60, "the old master back in the sync state set as a slave")
+    assert "paused" not in keys_on(g.raw, new_addr)
+    # its log is the new master's, byte for byte, up to its end
+    from tests.broker.ha_group import commit_log_segments
+    mine = commit_log_segments(g.tmp_path / f"store{old}")
+    theirs = commit_log_segments(g.tmp_path / f"store{g.index_of(new_addr)}")
+    for name, data in mine.items():
+        assert theirs[name][:len(data.rstrip(b"\0"))] == data.rstrip(b"\0"), f"segment {name} differs"
+
+
+@pytest.fixture
+def group3(tmp_path, etcd3):
+    g = FailoverGroup(tmp_path, etcd3.endpoints)
+    try:
+        yield g, etcd3
+    finally:
+        g.stop()
+
+
+def test_etcd_member_lost_changes_nothing_quorum_lost_pauses_writes_never_elects(group3):
+    g, etcd = group3
+    g.start_all()
+    state = g.wait_master()
+    g.create_topic(state["masterAddress"])
+    g.wait_full_sync_state_set()
+    producer = Producer("PG_ETCD", namesrv=g.namesrv, send_msg_timeout=3.0).start()
+    stream = Stream(producer)
+    try:
+        leader = etcd.leader()
+        etcd.kill(leader)  # one member of three: nothing changes
+        n = len(stream.ok)
+        t = time.monotonic()
+        while time.monotonic() - t < 5:
+            time.sleep(0.1)
+        assert len(stream.ok) > n + 50
+        assert g.master()[2] == state["masterEpoch"], "an election without need"
+        # quorum lost: no election, no second master; reads go on
+        other = next(i for i in range(3) if i != leader)
+        etcd.kill(other)
+        time.sleep(6)  # two lease timeouts: the master's lease would have run out by now
+        quiet = len(stream.ok)
+        time.sleep(1.5)
+        assert len(stream.ok) == quiet, "writes acknowledged without a lease while etcd has no quorum"
+        r = g.raw.pull(state["masterAddress"], TOPIC, 0, 0, max_nums=1)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        etcd.restart(leader)
+        etcd.restart(other)
+        deadline = time.monotonic() + 60
+        while len(stream.ok) <= quiet + 20 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(stream.ok) > quiet + 20, "writes did not resume after etcd came back"
+    finally:
+        stream.stop()
+        producer.shutdown()
+    masters = [s for s in [g.sync_state()] if s]
+    assert masters[0]["masterEpoch"] >= state["masterEpoch"]
+    acknowledged = {k for _t, k in stream.ok}
+    assert acknowledged <= keys_on(g.raw, g.master()[1])
