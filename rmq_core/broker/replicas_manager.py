@@ -90,6 +90,8 @@ class ReplicasManager:
         self._step_down_until = 0.0  # a planned switch-over: no writes until then (or a new epoch)
         self._altering = False
         self._wake = asyncio.Event()
+        self.unclean_elections = True  # until a controller said otherwise: no failsafe
+        self.in_failsafe = False
 
     @property
     def controllers(self) -> list[str]:
@@ -125,6 +127,7 @@ class ReplicasManager:
         """The request to the first controller that answers (the last one that did first)."""
         client = self.broker.namesrv_client
         errors = []
+        etcd_down = 0
         n = len(self.controllers)
         for i in range(n):
             addr = self.controllers[(self._controller_index + i) % n]
@@ -138,8 +141,11 @@ class ReplicasManager:
                 return resp
             if resp.remark and resp.remark.startswith("[ETCD_UNAVAILABLE]"):
                 errors.append(f"{addr}: {resp.remark}")
+                etcd_down += 1
                 continue  # another controller may reach etcd
             raise ControllerRefused(f"controller {addr}: {resp.remark}")
+        if etcd_down == n:
+            raise EtcdUnavailableEverywhere("every controller says etcd is unavailable: " + "; ".join(errors))
         raise ControllerUnavailable("no controller answered: " + "; ".join(errors))
 
     async def _take_broker_id(self) -> None:
@@ -199,7 +205,45 @@ class ReplicasManager:
         store = self.broker.store
         ha = store.ha_service
         sent = time.monotonic()  # before the request: the lease is renewed after this moment
-        resp = await self._invoke(RequestCode.BROKER_HEARTBEAT, {
+        try:
+            resp = await self._heartbeat_request(store, ha)
+        except EtcdUnavailableEverywhere:
+            if self.failsafe_holds():
+                self._extend_lease(sent)
+                if not self.in_failsafe:
+                    self.in_failsafe = True
+                    log.warning("controller mode: etcd is unavailable to every controller; %s[%d] keeps taking "
+                                "writes in failsafe: every write still waits for each member of its sync state "
+                                "set %s, and no other replica can be elected", self.bc.broker_name,
+                                self.broker_id, self.sync_state_set)
+            raise
+        if self.in_failsafe:
+            self.in_failsafe = False
+            log.warning("controller mode: etcd answers again; %s[%d] leaves failsafe", self.bc.broker_name,
+                        self.broker_id)
+        self.last_heartbeat_ok = time.monotonic()
+        if self.last_controller_error is not None:
+            log.info("controller mode: heartbeats of %s[%s] answered again", self.bc.broker_name, self.broker_id)
+            self.last_controller_error = None
+        self.unclean_elections = (resp.ext_fields or {}).get("enableElectUncleanMaster") == "true"
+        await self.apply(resp.ext_fields or {}, resp.body, sent)
+
+    def failsafe_holds(self) -> bool:
+        """Whether a master whose controllers cannot reach etcd may go on answering writes (the
+        model is Patroni's failsafe mode): with etcd unavailable no election and no change of the
+        sync state set can happen; with allAckInSyncStateSet every write it answers is held by
+        each member of its sync state set, the only replicas a clean election may pick, and a
+        member stops acknowledging this master the moment it becomes master itself - so no other
+        master can answer SEND_OK while this one does, and none can lose what it acknowledged."""
+        return (self.is_master and self.sc.all_ack_in_sync_state_set and not self.unclean_elections
+                and time.monotonic() >= self._step_down_until)
+
+    def _extend_lease(self, sent: float) -> None:
+        timeout = self.bc.controller_heart_beat_timeout_mills / 1000
+        self.broker.writable_until = sent + timeout - fence_margin(timeout)
+
+    async def _heartbeat_request(self, store, ha):
+        return await self._invoke(RequestCode.BROKER_HEARTBEAT, {
             "clusterName": self.bc.broker_cluster_name, "brokerName": self.bc.broker_name,
             "brokerId": str(self.broker_id), "brokerAddr": self.broker.broker_addr,
             "haAddr": self.broker.ha_server_addr() if self.is_master else "",
@@ -207,11 +251,6 @@ class ReplicasManager:
             "confirmOffset": str(ha.confirm_offset() if self.is_master else store.get_max_phy_offset()),
             "heartbeatTimeoutMills": str(self.bc.controller_heart_beat_timeout_mills),
             "electionPriority": str(self.bc.broker_election_priority)})
-        self.last_heartbeat_ok = time.monotonic()
-        if self.last_controller_error is not None:
-            log.info("controller mode: heartbeats of %s[%s] answered again", self.bc.broker_name, self.broker_id)
-            self.last_controller_error = None
-        await self.apply(resp.ext_fields or {}, resp.body, sent)
 
     async def apply(self, ext: dict, body: bytes | None, sent: float | None) -> None:
         """Follow the group's state as a controller answered it (`sent`: when the heartbeat that
@@ -232,8 +271,7 @@ class ReplicasManager:
                     self.sync_state_set, self.sync_state_set_epoch = list(sss), sss_epoch
                     ha.set_sync_state_set(set(sss), sss_epoch)
                 if sent is not None and time.monotonic() >= self._step_down_until:
-                    timeout = self.bc.controller_heart_beat_timeout_mills / 1000
-                    self.broker.writable_until = sent + timeout - fence_margin(timeout)
+                    self._extend_lease(sent)
                 return
             if master_id is None:
                 if self.is_master:  # the controller took the mastership away with no successor yet
@@ -349,3 +387,7 @@ class ControllerUnavailable(Exception):
 
 class ControllerRefused(Exception):
     """A controller (or this broker) refused the request; the message says why."""
+
+
+class EtcdUnavailableEverywhere(ControllerUnavailable):
+    """Every controller answered, and each said it cannot reach etcd."""

@@ -52,9 +52,13 @@ def _int_or(request: RemotingCommand, name: str, default: int) -> int:
                                    f"integer, got {value!r}") from None
 
 
-def meta_answer(request: RemotingCommand, meta: GroupMeta, alive: dict | None = None) -> RemotingCommand:
-    """A heartbeat's / register's / election's answer: the group's master and sync state set."""
-    return request.make_response(ResponseCode.SUCCESS, None, meta.answer_fields(alive=alive),
+def meta_answer(request: RemotingCommand, meta: GroupMeta, alive: dict | None = None, *,
+                unclean: bool = False) -> RemotingCommand:
+    """A heartbeat's / register's / election's answer: the group's master and sync state set (and
+    whether unclean elections may happen: a master's failsafe depends on it)."""
+    ext = meta.answer_fields(alive=alive)
+    ext["enableElectUncleanMaster"] = "true" if unclean else "false"
+    return request.make_response(ResponseCode.SUCCESS, None, ext,
                                  json.dumps({"syncStateSet": meta.sync_state_set}).encode())
 
 
@@ -181,7 +185,7 @@ class ControllerService:
             return meta, alive_now
 
         meta, alive_now = await asyncio.to_thread(run)
-        return meta_answer(request, meta, alive_now)
+        return meta_answer(request, meta, alive_now, unclean=self.manager.unclean)
 
     async def register_broker(self, request: RemotingCommand) -> RemotingCommand:
         name = _required(request, "brokerName")
