@@ -79,6 +79,9 @@ class ControllerService:
         self._task: asyncio.Task | None = None
         self.address: str | None = None  # where this controller answers (set by its server)
         self.elections = 0  # masters this controller elected (a changed meta)
+        # etcd found unavailable by the last scan: heartbeats are answered so at once (a heartbeat
+        # that waited out etcd's timeouts would come back after the lease it was to renew)
+        self.etcd_unavailable: str | None = None
         self._handlers = {
             RequestCode.BROKER_HEARTBEAT: self.heartbeat,
             RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: self.alter_sync_state_set,
@@ -124,9 +127,12 @@ class ControllerService:
             try:
                 changed = await asyncio.to_thread(self._scan_once)
                 unavailable_since = None
-                for meta in changed:
-                    self.elections += 1
+                self.etcd_unavailable = None
+                self.elections += len(changed)
             except Exception as e:  # etcd away: nothing can be decided; say so once, then now and then
+                from rmq_core.controller.etcd import EtcdUnavailable
+                if isinstance(e, EtcdUnavailable):
+                    self.etcd_unavailable = str(e)
                 now = time.monotonic()
                 if unavailable_since is None or now - unavailable_since > 30:
                     log.warning("controller: cannot check the broker groups: %s", e)
@@ -177,6 +183,8 @@ class ControllerService:
             heartbeat_timeout_ms=_int_or(request, "heartbeatTimeoutMills", 3000))
         if alive.heartbeat_timeout_ms <= 0:
             raise RemotingCommandError(f"heartbeatTimeoutMills must be > 0, got {alive.heartbeat_timeout_ms}")
+        if self.etcd_unavailable is not None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"[ETCD_UNAVAILABLE] {self.etcd_unavailable}")
 
         def run():
             meta, alive_now = self.manager.heartbeat(cluster, alive, name)
