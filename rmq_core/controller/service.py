@@ -169,6 +169,7 @@ class ControllerService:
         except Exception as e:
             from rmq_core.controller.etcd import EtcdUnavailable
             if isinstance(e, EtcdUnavailable):
+                self.etcd_unavailable = str(e)
                 return request.make_response(ResponseCode.SYSTEM_ERROR, f"[ETCD_UNAVAILABLE] {e}")
             raise
 
