@@ -128,7 +128,8 @@ class ControllerService:
                 changed = await asyncio.to_thread(self._scan_once)
                 unavailable_since = None
                 self.etcd_unavailable = None
-                self.elections += len(changed)
+                for meta, alive in changed:
+                    self._elected(meta, alive)
             except Exception as e:  # etcd away: nothing can be decided; say so once, then now and then
                 from rmq_core.controller.etcd import EtcdUnavailable
                 if isinstance(e, EtcdUnavailable):
@@ -138,19 +139,39 @@ class ControllerService:
                     log.warning("controller: cannot check the broker groups: %s", e)
                     unavailable_since = now
 
-    def _scan_once(self) -> list[GroupMeta]:
+    def _scan_once(self) -> list[tuple[GroupMeta, dict]]:
         changed = []
         for name in self.manager.broker_names():
             meta, _rev, _rep, _rr, alive = self.manager.read_group(name)
             if self.manager.needs_election(meta, alive):
                 try:
-                    new, _alive, did = self.manager.elect_master(meta.cluster, name)
+                    new, alive, did = self.manager.elect_master(meta.cluster, name)
                 except ControllerError as e:
                     log.info("controller: %s", e)
                     continue
                 if did:
-                    changed.append(new)
+                    changed.append((new, alive))
         return changed
+
+    def _elected(self, meta: GroupMeta, alive: dict) -> None:
+        """Tell the group's alive replicas at once (NOTIFY_BROKER_ROLE_CHANGED, oneway): they
+        would learn it at their next heartbeat anyway, this saves up to an interval."""
+        self.elections += 1
+        if self._client is None:
+            return
+        ext = meta.answer_fields(alive=alive)
+        body = json.dumps({"syncStateSet": meta.sync_state_set}).encode()
+
+        async def tell(addr):
+            req = RemotingCommand.create_request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext, body)
+            req.mark_oneway()
+            try:
+                await self._client.invoke_oneway(addr, req)
+            except Exception as e:
+                log.debug("controller: notifying %s of the new master failed: %s", addr, e)
+
+        for a in alive.values():
+            asyncio.get_running_loop().create_task(tell(a.address))
 
     # -- requests --------------------------------------------------------------------------------
     async def process_request(self, ctx, request: RemotingCommand) -> RemotingCommand | None:
@@ -189,11 +210,14 @@ class ControllerService:
 
         def run():
             meta, alive_now = self.manager.heartbeat(cluster, alive, name)
+            did = False
             if self.manager.needs_election(meta, alive_now):  # a new group, or its master's lease ran out
-                meta, alive_now, _did = self.manager.elect_master(cluster, name)
-            return meta, alive_now
+                meta, alive_now, did = self.manager.elect_master(cluster, name)
+            return meta, alive_now, did
 
-        meta, alive_now = await asyncio.to_thread(run)
+        meta, alive_now, did = await asyncio.to_thread(run)
+        if did:
+            self._elected(meta, alive_now)
         return meta_answer(request, meta, alive_now, unclean=self.manager.unclean)
 
     async def register_broker(self, request: RemotingCommand) -> RemotingCommand:
@@ -240,7 +264,9 @@ class ControllerService:
         preferred = request.get_str("brokerId")
         preferred_id = int(preferred) if preferred not in (None, "", "-1") else None
         if preferred_id is None:
-            meta, alive, _did = await asyncio.to_thread(self.manager.elect_master, cluster, name)
+            meta, alive, did = await asyncio.to_thread(self.manager.elect_master, cluster, name)
+            if did:
+                self._elected(meta, alive)
             return meta_answer(request, meta, alive)
         meta, _rev, _rep, _rr, alive = await asyncio.to_thread(self.manager.read_group, name, cluster)
         if preferred_id not in alive:
@@ -253,8 +279,10 @@ class ControllerService:
         if old is not None and old in alive:
             await self._step_down(name, alive[old].address, meta, preferred_id)
             planned = True
-        meta, alive, _did = await asyncio.to_thread(self.manager.elect_master, cluster, name, preferred_id,
-                                                    planned=planned)
+        meta, alive, did = await asyncio.to_thread(self.manager.elect_master, cluster, name, preferred_id,
+                                                   planned=planned)
+        if did:
+            self._elected(meta, alive)
         return meta_answer(request, meta, alive)
 
     async def _step_down(self, name: str, master_addr: str, meta: GroupMeta, target: int) -> None:
