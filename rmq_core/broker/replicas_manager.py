@@ -228,6 +228,12 @@ class ReplicasManager:
         self.unclean_elections = (resp.ext_fields or {}).get("enableElectUncleanMaster") == "true"
         await self.apply(resp.ext_fields or {}, resp.body, sent)
 
+    def _ha_addr(self) -> str:
+        """Where this broker takes slaves as master: known before it is master when haListenPort
+        is set (its slaves then connect the moment they hear of the election)."""
+        addr = self.broker.ha_server_addr()
+        return "" if addr.endswith(":0") or addr.endswith(":None") else addr
+
     def failsafe_holds(self) -> bool:
         """Whether a master whose controllers cannot reach etcd may go on answering writes (the
         model is Patroni's failsafe mode): with etcd unavailable no election and no change of the
@@ -246,7 +252,7 @@ class ReplicasManager:
         return await self._invoke(RequestCode.BROKER_HEARTBEAT, {
             "clusterName": self.bc.broker_cluster_name, "brokerName": self.bc.broker_name,
             "brokerId": str(self.broker_id), "brokerAddr": self.broker.broker_addr,
-            "haAddr": self.broker.ha_server_addr() if self.is_master else "",
+            "haAddr": self._ha_addr(),
             "epoch": str(ha.epoch_cache.last_epoch()), "maxOffset": str(store.get_max_phy_offset()),
             "confirmOffset": str(ha.confirm_offset() if self.is_master else store.get_max_phy_offset()),
             "heartbeatTimeoutMills": str(self.bc.controller_heart_beat_timeout_mills),
