@@ -142,6 +142,7 @@ class DefaultMessageStore:
         cfg = self.config
         unclean = os.path.exists(cfg.abort_file)
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_file)
+        self.ha_service.load_epoch_cache()
         self.commit_log.load()
         self._load_consume_queues()
         if self.index_service is not None:
@@ -536,8 +537,15 @@ class DefaultMessageStore:
         dispatched to besides its consume queue, the arriving listeners."""
         cfg = self.config
         self._refused = not (self._running and not self._shutdown and self._disk_full_error is None
-                             and cfg.broker_role is not BrokerRole.SLAVE)
+                             and cfg.broker_role is not BrokerRole.SLAVE
+                             and self.ha_service.in_sync_replicas_refusal() is None)
         self.commit_log.accepting_puts = not self._refused
+        # (controller mode changes the role at run time)
+        group_transfer = self.ha_service.group_transfer if cfg.broker_role is BrokerRole.SYNC_MASTER else None
+        if group_transfer is not self._group_transfer:
+            self._group_transfer = group_transfer
+            self._flush_waits = None  # (its timeout answer depends on it)
+        self._await_put = self._sync_flush or group_transfer is not None
         builder = self.index_build_service
         if self.dispatchers or cfg.enable_consume_queue_ext:
             self._record_dispatch = self._dispatch_record
@@ -560,6 +568,9 @@ class DefaultMessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, error="a slave store refuses writes")
         if self._disk_full_error is not None:
             return PutMessageResult(PutMessageStatus.DISK_FULL, None, error=self._disk_full_error)
+        refusal = self.ha_service.in_sync_replicas_refusal()
+        if refusal is not None:
+            return PutMessageResult(PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, None, error=refusal)
         return None
 
     @staticmethod
@@ -797,6 +808,13 @@ class DefaultMessageStore:
             return PutMessageResult(status, put_result.append_result, error=f"flush to disk did not finish within "
                                     f"syncFlushTimeout {self.config.sync_flush_timeout} ms")
         if status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT:
+            ha = self.ha_service
+            if ha.controller_mode:
+                return PutMessageResult(status, put_result.append_result, error=(
+                    f"the sync state set {sorted(ha.sync_state_set)} did not acknowledge the message within "
+                    f"syncFlushTimeout {self.config.sync_flush_timeout} ms (allAckInSyncStateSet="
+                    f"{str(self.config.all_ack_in_sync_state_set).lower()}, minInSyncReplicas="
+                    f"{self.config.min_in_sync_replicas})"))
             return PutMessageResult(status, put_result.append_result, error=f"no slave acknowledged the message "
                                     f"within syncFlushTimeout {self.config.sync_flush_timeout} ms")
         if status is PutMessageStatus.SLAVE_NOT_AVAILABLE:
