@@ -264,6 +264,14 @@ class MessageStoreConfig(PropertiesConfig):
     ha_housekeeping_interval: int = prop(20_000, "haHousekeepingInterval", validator=_positive)
     ha_transfer_batch_size: int = prop(32 * 1024, "haTransferBatchSize", validator=_positive)
     ha_slave_fallbehind_max: int = prop(256 * 1024 * 1024, "haSlaveFallbehindMax", validator=_positive)
+    # Controller mode (RocketMQ 5's keys; the broker's enableControllerMode turns it on).  A put is
+    # acknowledged by every member of the controller-confirmed sync state set (allAckInSyncStateSet)
+    # or by minInSyncReplicas - 1 of them; a confirmed set smaller than minInSyncReplicas refuses puts.
+    all_ack_in_sync_state_set: bool = prop(False, "allAckInSyncStateSet")
+    min_in_sync_replicas: int = prop(1, "minInSyncReplicas", validator=_positive)
+    # A member not caught up with the master for this long is proposed out of the set.  RocketMQ's
+    # 15 s would stall an all-ack writer that long whenever a replica dies.
+    ha_max_time_slave_not_catchup: int = prop(3000, "haMaxTimeSlaveNotCatchup", validator=_positive)
     timer_wheel_enable: bool = prop(True, "timerWheelEnable")
     timer_precision_ms: int = prop(100, "timerPrecisionMs", validator=_positive)
     # RocketMQ 5 timer: the farthest delivery time a message may ask for, and how many precision
@@ -322,6 +330,8 @@ class BrokerConfig(PropertiesConfig):
     broker_ip1: str = prop("127.0.0.1", "brokerIP1")
     broker_ip2: str | None = prop(None, "brokerIP2")
     broker_permission: int = prop(6, "brokerPermission")
+    # automatic failover: brokerId and brokerRole come from the controller (docs/failover.md)
+    enable_controller_mode: bool = prop(False, "enableControllerMode")
     # a slave serves pulls (a master then sends a consumer that lags by more than
     # accessMessageInMemoryMaxRatio of memory to its slave, suggestWhichBrokerId)
     slave_read_enable: bool = prop(False, "slaveReadEnable")

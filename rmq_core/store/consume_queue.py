@@ -98,8 +98,9 @@ class ConsumeQueue:
             self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + end)
         # every entry points below the commit log's start
 
-    def truncate_dirty_logic_files(self, phys_offset: int) -> None:
-        """Drop entries whose record starts at or after phys_offset (the commit log was cut there)."""
+    def truncate_dirty_logic_files(self, phys_offset: int, live: bool = False) -> None:
+        """Drop entries whose record starts at or after phys_offset (the commit log was cut there;
+        live: on a running store, see MappedFile.zero_tail)."""
         mfq = self.mapped_file_queue
         while mfq.mapped_files:
             mf = mfq.mapped_files[-1]
@@ -109,7 +110,7 @@ class ConsumeQueue:
                 mfq.delete_last_mapped_file()
                 continue
             if pos < end:
-                mf.zero_tail(pos)
+                mf.zero_tail(pos, live)
                 mf.set_positions(pos)
             if pos > 0:
                 p, s, _ = cq_native.cq_entry(mf.native, pos - CQ_STORE_UNIT_SIZE)
@@ -120,6 +121,8 @@ class ConsumeQueue:
             break
         if self.min_logic_offset > self.get_max_offset_in_queue() * CQ_STORE_UNIT_SIZE:
             self.min_logic_offset = self.get_max_offset_in_queue() * CQ_STORE_UNIT_SIZE
+        if self.ext is not None:
+            self.ext.truncate(self.get_max_offset_in_queue())
 
     # -- write ----------------------------------------------------------------------------------
     def prepare_entries(self, first_queue_offset: int, count: int) -> None:
@@ -329,6 +332,19 @@ class ConsumeQueueExt:
         nm, pos, _ = loc
         ts, n = struct.unpack(">qh", nm.read(pos, 10))
         return ts, nm.read(pos + 10, n) if n > 0 else b""
+
+    def truncate(self, queue_offset: int) -> None:
+        """Forget the units of queue_offset and later (their entries were cut): zeroed in their
+        file, later files deleted, so a stale bit map never stands for a new entry."""
+        first = (queue_offset // self.per_file) * self.cq_file_size
+        for start in sorted(self.files):
+            if start > first:
+                self.files.pop(start)[0].destroy()
+            elif start == first:
+                mf, unit = self.files[start]
+                pos = 16 + (queue_offset % self.per_file) * unit
+                mf.native.zero_range(pos, mf.file_size)
+                mf.native.msync(pos, mf.file_size)
 
     def delete_files_before(self, cq_start: int) -> None:
         for start in sorted(self.files):

@@ -166,12 +166,26 @@ class MappedFile:
             self.flushed_position = end
         return self.flushed_position
 
-    def zero_tail(self, pos: int) -> None:
+    def zero_tail(self, pos: int, live: bool = False) -> None:
         """Zero [pos, file_size) (a log cut there after a crash) without touching the pages after
         pos's page: they are dropped by cutting the file there and given fresh, zero blocks again,
         so recovery of a big segment holding little data reads and writes only that data (RocketMQ
         leaves the tail as it is; zeroing it keeps a stale record there from being taken for a new
-        one by a later recovery).  Only while nothing else uses the mapping (recovery)."""
+        one by a later recovery).  Only while nothing else uses the mapping (recovery).
+
+        live: the mapping is in use (a running store cut by truncate_to: a reader past the
+        file's end would fault), so only [pos, wrote_position) is zeroed, through the mapping
+        (what lies past wrote_position is zero already), and made durable at once (the positions
+        move back, so no later flush would cover it: a crash must not bring the cut bytes back)."""
+        if live:
+            end = max(pos, self.wrote_position)
+            if end > pos:
+                self.native.zero_range(pos, end)
+                if self.fd is not None:
+                    os.fdatasync(self.fd)
+                else:
+                    self.native.msync(pos, end)
+            return
         page_end = min(self.file_size, -(-pos // _PAGE) * _PAGE)
         if page_end > pos:
             self.native.zero_range(pos, page_end)
@@ -426,15 +440,17 @@ class MappedFileQueue:
         return True
 
     # -- truncation / deletion ------------------------------------------------------------------
-    def truncate_dirty_files(self, offset: int) -> None:
-        """Cut the log at `offset`: zero what lies after it in its segment, delete later segments."""
+    def truncate_dirty_files(self, offset: int, live: bool = False) -> None:
+        """Cut the log at `offset`: zero what lies after it in its segment, delete later segments
+        (live: on a running store, see MappedFile.zero_tail; a deleted segment's mapping stays
+        until its last reader lets it go)."""
         with self._lock:
             keep = []
             for mf in self.mapped_files:
                 if mf.end_offset > offset:
                     if offset >= mf.file_from_offset:
                         pos = offset - mf.file_from_offset
-                        mf.zero_tail(pos)
+                        mf.zero_tail(pos, live)
                         mf.set_positions(pos)
                         keep.append(mf)
                     else:

@@ -142,6 +142,7 @@ class DefaultMessageStore:
         cfg = self.config
         unclean = os.path.exists(cfg.abort_file)
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_file)
+        self.ha_service.load_epoch_cache()
         self.commit_log.load()
         self._load_consume_queues()
         if self.index_service is not None:
@@ -202,11 +203,11 @@ class DefaultMessageStore:
             if load:
                 cq.ext.load()
 
-    def _truncate_consume_queues(self, max_phy: int) -> None:
+    def _truncate_consume_queues(self, max_phy: int, live: bool = False) -> None:
         for qs in self.consume_queue_table.values():
             for cq in qs.values():
                 if cq.get_last_offset() > max_phy:
-                    cq.truncate_dirty_logic_files(max_phy)
+                    cq.truncate_dirty_logic_files(max_phy, live)
 
     def _recover_after_crash(self) -> int:
         """One verified walk of the log from the checkpoint; then consume queues are cut at the
@@ -319,6 +320,83 @@ class DefaultMessageStore:
             for topic, qid, first, count, entries, ts in last.values():
                 phys, size, tags = struct.unpack_from(">qiq", entries, (count - 1) * 20)
                 self._notify_listeners(topic, qid, first + count, tags, ts, phys, size)
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log of this running store at `offset` (controller mode: a slave cuts what its
+        new master does not hold, DefaultMessageStore's truncateFiles in RocketMQ 5), so that
+        afterwards get_max_phy_offset() == offset, no pull serves a record past it and appends
+        continue there.  Only on a store that takes no puts (a slave: its HA client thread, the
+        only writer, calls this itself); `offset` must be a record boundary (StoreError names it
+        otherwise).  An offset below the log's first offset empties the log (a fresh log then,
+        max offset 0).
+
+        Order: the index builder's queue is drained first (it reads the records back), then the
+        consume queues (and their ext) are cut — pulls stop seeing the entries — then the index,
+        then the commit log (its tail zeroed and made durable at once: a crash must not bring the
+        cut bytes back), and last every cached end: the visible offset, topic_queue_table, the
+        reput offset, the HA progress and the last store timestamp."""
+        if not self._loaded or self._shutdown:
+            raise StoreError("truncate_to: the message store is not loaded or is shut down")
+        cl = self.commit_log
+        mfq = cl.mapped_file_queue
+        with self._reput_lock, cl.put_lock:
+            if cl.accepting_puts:
+                raise StoreError(f"truncate_to({offset}): this store takes puts (brokerRole "
+                                 f"{self.config.broker_role.value}): only a store that takes none may be cut")
+            max_phy = mfq.get_max_offset()
+            if offset == max_phy:
+                return
+            if offset > max_phy:
+                raise StoreError(f"truncate_to({offset}): the commit log ends at {max_phy}")
+            last_ts = self._check_record_boundary(offset)
+            if self.index_build_service is not None:
+                self.index_build_service.drain()
+            self._truncate_consume_queues(offset, live=True)
+            if self.index_service is not None:
+                self.index_service.truncate_after(offset)
+            mfq.truncate_dirty_files(offset, live=True)
+            cl._close_append_fd()  # (its segment may be gone)
+            end = mfq.get_max_offset()
+            cl.visible_offset = end
+            table = {}
+            for topic, qs in self.consume_queue_table.items():
+                for qid, cq in qs.items():
+                    table[(topic, qid)] = cq.get_max_offset_in_queue()
+            cl.topic_queue_table = table
+            self._reput_offset = min(self._reput_offset, end)
+            if last_ts:
+                cl.last_store_timestamp = last_ts
+            ha = self.ha_service
+            ha.push_to_slave_max_offset = min(ha.push_to_slave_max_offset, end)
+            ha.transferred_offset = min(ha.transferred_offset, end)
+        log.warning("commit log cut at offset %d (it ended at %d)", offset, max_phy)
+
+    def cut_partial_record(self) -> int:
+        """A slave becoming master: its log may end inside a record (a transfer chunk ends
+        anywhere); what it holds is dispatched and the log cut at the end of its last whole
+        record, so its first put does not follow half a record.  Returns the log end."""
+        self.dispatch_appended()
+        end = self._reput_offset
+        if end < self.commit_log.get_max_offset():
+            self.truncate_to(max(end, 0))
+        return self.commit_log.get_max_offset()
+
+    def _check_record_boundary(self, offset: int) -> int:
+        """StoreError unless a record (or a segment) begins at `offset`: the records of its segment
+        are walked up to it.  Returns the store time of the last record before it in that
+        segment (0: none)."""
+        mfq = self.commit_log.mapped_file_queue
+        mf = mfq.find_mapped_file_by_offset(offset)
+        if mf is None or offset <= mf.file_from_offset:
+            return 0  # a segment start, or before the log (it is emptied)
+        pos = offset - mf.file_from_offset
+        stop, reason, _n, ts, _runs = record_native.verify_records(mf.native, 0, pos, mf.file_from_offset, False,
+                                                                   False, self.delay_levels_ms)
+        if stop != pos or reason != record_native.STOP_END:
+            raise StoreError(f"truncate_to({offset}): not a record boundary (the records of segment {mf.path} "
+                             f"{'stop' if reason != record_native.STOP_BLANK else 'end in a blank'} at "
+                             f"{mf.file_from_offset + stop})")
+        return ts
 
     def update_ha_master_address(self, addr: str) -> None:
         """A slave: replicate from the master's HA listener at `addr` (host:port) from now on."""
@@ -459,8 +537,15 @@ class DefaultMessageStore:
         dispatched to besides its consume queue, the arriving listeners."""
         cfg = self.config
         self._refused = not (self._running and not self._shutdown and self._disk_full_error is None
-                             and cfg.broker_role is not BrokerRole.SLAVE)
+                             and cfg.broker_role is not BrokerRole.SLAVE
+                             and self.ha_service.in_sync_replicas_refusal() is None)
         self.commit_log.accepting_puts = not self._refused
+        # (controller mode changes the role at run time)
+        group_transfer = self.ha_service.group_transfer if cfg.broker_role is BrokerRole.SYNC_MASTER else None
+        if group_transfer is not self._group_transfer:
+            self._group_transfer = group_transfer
+            self._flush_waits = None  # (its timeout answer depends on it)
+        self._await_put = self._sync_flush or group_transfer is not None
         builder = self.index_build_service
         if self.dispatchers or cfg.enable_consume_queue_ext:
             self._record_dispatch = self._dispatch_record
@@ -483,6 +568,9 @@ class DefaultMessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, error="a slave store refuses writes")
         if self._disk_full_error is not None:
             return PutMessageResult(PutMessageStatus.DISK_FULL, None, error=self._disk_full_error)
+        refusal = self.ha_service.in_sync_replicas_refusal()
+        if refusal is not None:
+            return PutMessageResult(PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, None, error=refusal)
         return None
 
     @staticmethod
@@ -720,6 +808,13 @@ class DefaultMessageStore:
             return PutMessageResult(status, put_result.append_result, error=f"flush to disk did not finish within "
                                     f"syncFlushTimeout {self.config.sync_flush_timeout} ms")
         if status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT:
+            ha = self.ha_service
+            if ha.controller_mode:
+                return PutMessageResult(status, put_result.append_result, error=(
+                    f"the sync state set {sorted(ha.sync_state_set)} did not acknowledge the message within "
+                    f"syncFlushTimeout {self.config.sync_flush_timeout} ms (allAckInSyncStateSet="
+                    f"{str(self.config.all_ack_in_sync_state_set).lower()}, minInSyncReplicas="
+                    f"{self.config.min_in_sync_replicas})"))
             return PutMessageResult(status, put_result.append_result, error=f"no slave acknowledged the message "
                                     f"within syncFlushTimeout {self.config.sync_flush_timeout} ms")
         if status is PutMessageStatus.SLAVE_NOT_AVAILABLE:

@@ -23,6 +23,7 @@ class PutMessageStatus(enum.Enum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
     DISK_FULL = "DISK_FULL"
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"  # controller mode: sync state set < minInSyncReplicas
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 

@@ -38,6 +38,7 @@ _PUT_STATUS_TO_CODE = {s: ResponseCode[s.name] for s in PutMessageStatus if s.na
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,
     PutMessageStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
+    PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: ResponseCode.SYSTEM_ERROR,  # (RocketMQ 5's code; the remark says why)
     PutMessageStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR}
 
 

@@ -7,6 +7,12 @@ consume queues, index, listeners) — and report the new max offset after each r
 and at least every haSendHeartbeatInterval.  A frame whose
 offset is not where this log ends, a master silent for haHousekeepingInterval, or a broken
 connection: disconnect and connect again (to the latest address given).
+
+Controller mode (update_master): the connection opens with the handshake (wire.py) naming this
+replica's broker id and the master epoch the controller gave it; the master's answer must carry
+that epoch (else disconnect and retry later).  Then, on this thread, the log is cut to the point
+where it and the master's agree (EpochFileCache.find_consistent_point, DefaultMessageStore.truncate_to)
+before the first report; the master's epoch entries are taken as this log reaches their starts.
 """
 from __future__ import annotations
 
@@ -16,7 +22,9 @@ import threading
 import time
 
 from rmq_core.errors import StoreError
-from rmq_core.store.ha.wire import HEADER, REPORT, close_quietly
+from rmq_core.store.ha.epoch import EpochEntry
+from rmq_core.store.ha.wire import (EPOCH_ENTRY, HANDSHAKE, HANDSHAKE_ANSWER, HANDSHAKE_REQUEST, HEADER, REPORT,
+                                    close_quietly, recv_exactly)
 
 log = logging.getLogger("rmq.store.ha")
 
@@ -39,6 +47,11 @@ class HAClient:
         self.last_read_time = 0.0
         self.reconnects = 0  # connections made (tests: a bad frame makes it reconnect)
         self.bad_frames = 0
+        # controller mode: (master epoch, this broker's id), None in manual mode
+        self.controller: tuple[int, int] | None = None
+        self.handshakes = 0  # handshakes the master accepted (tests)
+        self.refusals = 0  # handshakes refused or answered with another epoch (tests)
+        self._pending_epochs: list[EpochEntry] = []  # the master's entries past this log's end
 
     # -- control ---------------------------------------------------------------------------------
     def update_master_address(self, addr: str | None) -> None:
@@ -55,6 +68,25 @@ class HAClient:
             log.info("HA: master address %s -> %s", self.master_address, addr)
             self.master_address = addr
             sock = self._sock
+        close_quietly(sock)
+        self._wake.set()
+
+    def update_master(self, addr: str, master_epoch: int, broker_id: int) -> None:
+        """Controller mode: replicate from the master of `master_epoch` at `addr` (its HA
+        listener) as broker `broker_id`.  Any other connection is dropped at once: bytes of an
+        older master are never acknowledged after this returns."""
+        addr = (addr or "").strip()
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"HA master address {addr!r} is not host:port")
+        with self._lock:
+            if addr == self.master_address and self.controller == (master_epoch, broker_id):
+                return
+            log.info("HA: master %s (epoch %s) -> %s (epoch %d)", self.master_address,
+                     self.controller[0] if self.controller else None, addr, master_epoch)
+            self.master_address = addr
+            self.controller = (master_epoch, broker_id)
+            sock, self._sock = self._sock, None
         close_quietly(sock)
         self._wake.set()
 
@@ -79,19 +111,22 @@ class HAClient:
     # -- the loop --------------------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stopped.is_set():
-            addr = self.master_address
+            with self._lock:
+                addr, controller = self.master_address, self.controller
             if addr is None:
                 self._wake.wait(1.0)
                 self._wake.clear()
                 continue
             try:
-                sock = self._connect(addr)
+                sock = self._connect(addr, controller)
             except OSError as e:
                 log.info("HA: cannot connect to master %s: %s", addr, e)
                 self._wake.wait(self.RECONNECT_INTERVAL)
                 self._wake.clear()
                 continue
             try:
+                if controller is not None:
+                    self._handshake(sock, addr, controller)
                 self._serve(sock, addr)
             except (OSError, StoreError) as e:
                 if not self._stopped.is_set():
@@ -103,16 +138,66 @@ class HAClient:
                     self._sock = None
                 self.connected = False
                 close_quietly(sock)
-            if not self._stopped.is_set() and addr == self.master_address:
+            if not self._stopped.is_set() and addr == self.master_address and controller == self.controller:
                 self._wake.wait(self.RECONNECT_INTERVAL)
                 self._wake.clear()
 
-    def _connect(self, addr: str) -> socket.socket:
+    def _handshake(self, sock: socket.socket, addr: str, controller: tuple[int, int]) -> None:
+        """Controller mode: say who this is and which epoch it expects, read the master's epoch
+        entries, cut this log to where it agrees with the master's and take the master's
+        entries up to this log's end (the rest as the log reaches them)."""
+        epoch, broker_id = controller
+        sock.settimeout(self.config.ha_housekeeping_interval / 1000.0)
+        sock.sendall(HANDSHAKE_REQUEST.pack(HANDSHAKE, broker_id, epoch))
+        try:
+            head = recv_exactly(sock, HEADER.size)
+        except OSError as e:
+            self.refusals += 1
+            raise OSError(f"master {addr} refused the handshake for epoch {epoch} (not the master of that "
+                          f"epoch?): {e}") from None
+        offset, size = HEADER.unpack(head)
+        if offset != HANDSHAKE or size < HANDSHAKE_ANSWER.size:
+            raise StoreError(f"master {addr} answered the handshake with a frame at {offset} of {size} bytes")
+        body = recv_exactly(sock, size)
+        master_epoch, master_max, n = HANDSHAKE_ANSWER.unpack_from(body, 0)
+        if size != HANDSHAKE_ANSWER.size + n * EPOCH_ENTRY.size:
+            raise StoreError(f"master {addr}'s handshake answer is {size} bytes for {n} epoch entries")
+        if master_epoch != epoch:
+            self.refusals += 1
+            raise StoreError(f"master {addr} is at epoch {master_epoch}, not the expected {epoch}")
+        entries = [EpochEntry(*EPOCH_ENTRY.unpack_from(body, HANDSHAKE_ANSWER.size + i * EPOCH_ENTRY.size))
+                   for i in range(n)]
+        store = self.store
+        cache = store.ha_service.epoch_cache
+        mine = store.get_max_phy_offset()
+        point = cache.find_consistent_point(entries, master_max, mine)
+        if 0 <= point < mine:
+            log.warning("HA: this log (epochs %s, max offset %d) agrees with master %s's (epochs %s, max offset "
+                        "%d) up to %d: cutting it there", cache.entries(), mine, addr, entries, master_max, point)
+            store.truncate_to(point)
+            mine = store.get_max_phy_offset()
+        cache.truncate_from(mine + 1)
+        cache.replace_suffix([e for e in entries if e.start_offset <= mine])
+        self._pending_epochs = [e for e in entries if e.start_offset > mine]
+        self.master_offset = -1  # (another master's frames from now on)
+        self.handshakes += 1
+        log.info("HA: handshake with master %s done (epoch %d, this log ends at %d)", addr, epoch, mine)
+
+    def _take_epochs(self, mine: int) -> None:
+        """The master's epoch entries this log has reached."""
+        pending = self._pending_epochs
+        cache = self.store.ha_service.epoch_cache
+        while pending and pending[0].start_offset <= mine:
+            e = pending.pop(0)
+            if e.epoch > cache.last_epoch():
+                cache.append(e.epoch, e.start_offset)
+
+    def _connect(self, addr: str, controller=None) -> socket.socket:
         host, _, port = addr.rpartition(":")
         sock = socket.create_connection((host, int(port)), timeout=3.0)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._lock:
-            if self._stopped.is_set() or addr != self.master_address:
+            if self._stopped.is_set() or addr != self.master_address or controller != self.controller:
                 close_quietly(sock)
                 raise OSError("master address changed or client stopped")
             self._sock = sock
@@ -173,6 +258,8 @@ class HAClient:
                     pos += hsize + size
                 if appended:
                     store.dispatch_appended()
+                    if self._pending_epochs:
+                        self._take_epochs(commit_log.get_max_offset())
                 if pos:
                     rest = used - pos
                     if rest:  # a frame's beginning: moved to the front (a copy: the ranges may overlap)
@@ -188,6 +275,7 @@ class HAClient:
     def runtime_info(self) -> dict:
         mine = self.store.commit_log.get_max_offset()
         return {"masterAddr": self.master_address, "haConnected": self.connected,
+                **({"masterEpoch": self.controller[0]} if self.controller is not None else {}),
                 "haMasterOffset": self.master_offset, "slaveMaxOffset": mine,
                 "slaveFallBehindBytes": self.fall_behind_bytes(),
                 "lastReadTimestamp": self.last_read_time}

@@ -14,7 +14,8 @@ import threading
 import time
 
 from rmq_core.config import BrokerRole
-from rmq_core.store.ha.wire import HEADER, REPORT, close_quietly
+from rmq_core.store.ha.wire import (EPOCH_ENTRY, HANDSHAKE, HANDSHAKE_ANSWER, HANDSHAKE_REQUEST, HEADER, REPORT,
+                                    close_quietly, recv_exactly)
 
 log = logging.getLogger("rmq.store.ha")
 
@@ -38,6 +39,12 @@ class HAConnection:
         self.slave_request_offset = -1  # the slave's first report: where the transfer starts
         self.slave_ack_offset = -1  # its latest report
         self.next_transfer_from_where = -1
+        # controller mode: the slave's broker id (from its handshake; -1 in manual mode), and the
+        # monotonic time of its last report that reached what this master's log held when the
+        # writer last looked (RocketMQ 5's lastCatchUpTimeMs)
+        self.slave_broker_id = -1
+        self.last_caught_up = 0.0
+        self._mark: tuple[int, float] | None = None  # (log end, when): the writer's last look
         self._requested = threading.Event()
         self._closed = False
         self.last_read_time = time.monotonic()
@@ -85,6 +92,8 @@ class HAConnection:
         # haSendHeartbeatInterval)
         sock.settimeout(self.config.ha_housekeeping_interval / 1000.0)
         pending = b""
+        if self.service.controller_mode and not self._handshake(sock):
+            return
         while not self._closed:
             try:
                 data = sock.recv(4096)
@@ -107,12 +116,67 @@ class HAConnection:
                 log.warning("HA: slave %s reports offset %d beyond this master's log end %d: closing",
                             self.client_addr, offset, max_offset)
                 break
+            if offset < 0:  # (-2: a controller-mode slave's handshake, which a manual-mode master refuses)
+                log.warning("HA: slave %s sent offset %d (a controller-mode handshake?) to a master not in "
+                            "controller mode: closing", self.client_addr, offset)
+                break
             self.slave_ack_offset = offset
+            if self.service.controller_mode:
+                self._note_caught_up(offset, max_offset)
             if self.slave_request_offset < 0:
                 self.slave_request_offset = offset
                 log.info("HA: slave %s requests the log from offset %d", self.client_addr, offset)
                 self._requested.set()
             self.service.notify_transfer_some(offset)
+
+    def _handshake(self, sock: socket.socket) -> bool:
+        """Controller mode: the slave's handshake (int64 -2, int32 brokerId, int32 the epoch it
+        expects), answered with this master's epoch, max offset and epoch entries; False (the
+        connection closes) when it is no handshake, this store is no master, or the epochs differ."""
+        svc = self.service
+        try:
+            first = recv_exactly(sock, REPORT.size)
+            (marker,) = REPORT.unpack(first)
+            if marker != HANDSHAKE:
+                log.warning("HA: slave %s sent offset %d, not the controller-mode handshake: closing (it must "
+                            "run in controller mode too)", self.client_addr, marker)
+                return False
+            _, broker_id, epoch = HANDSHAKE_REQUEST.unpack(first + recv_exactly(sock, HANDSHAKE_REQUEST.size - REPORT.size))
+        except socket.timeout:
+            log.warning("HA: slave %s sent no handshake within %d ms: closing", self.client_addr,
+                        self.config.ha_housekeeping_interval)
+            return False
+        if not svc.is_master:
+            log.warning("HA: slave %s (broker id %d) expects a master of epoch %d, but this store is a slave: "
+                        "closing", self.client_addr, broker_id, epoch)
+            return False
+        mine = svc.master_epoch
+        if epoch != mine:
+            log.warning("HA: slave %s (broker id %d) expects master epoch %d, this master's is %d: closing",
+                        self.client_addr, broker_id, epoch, mine)
+            return False
+        entries = svc.epoch_cache.entries()
+        body = HANDSHAKE_ANSWER.pack(mine, self.store.commit_log.visible_offset, len(entries)) + b"".join(
+            EPOCH_ENTRY.pack(e.epoch, e.start_offset) for e in entries)
+        self.slave_broker_id = broker_id
+        svc.on_handshake(self)
+        sock.sendall(HEADER.pack(HANDSHAKE, len(body)) + body)
+        log.info("HA: slave %s is broker id %d (master epoch %d)", self.client_addr, broker_id, mine)
+        return True
+
+    def _note_caught_up(self, offset: int, max_offset: int) -> None:
+        """A report at `offset`: caught up when it reached this log's end now, or the end the
+        writer saw at its last look (then as of that look)."""
+        now = time.monotonic()
+        if offset >= max_offset:
+            self.last_caught_up = now
+            self._mark = None
+            return
+        mark = self._mark
+        if mark is not None and offset >= mark[0]:
+            if mark[1] > self.last_caught_up:
+                self.last_caught_up = mark[1]
+            self._mark = None
 
     # -- transfer to the slave -------------------------------------------------------------------
     def _write_loop(self) -> None:
@@ -140,7 +204,10 @@ class HAConnection:
         gather = self.ASYNC_GATHER if cfg.broker_role is BrokerRole.ASYNC_MASTER else 0.0
         heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
         last_write = time.monotonic()
+        controller = service.controller_mode
         while not self._closed:
+            if controller and self._mark is None:
+                self._mark = (commit_log.visible_offset, time.monotonic())
             view = commit_log.transfer_view(offset, batch)
             if view is None:
                 now = time.monotonic()
@@ -161,9 +228,12 @@ class HAConnection:
 
     def runtime_info(self) -> dict:
         ack = self.slave_ack_offset
-        return {"addr": self.client_addr, "slaveAckOffset": ack,
+        info = {"addr": self.client_addr, "slaveAckOffset": ack,
                 "diff": max(0, self.store.commit_log.get_max_offset() - ack) if ack >= 0 else -1,
                 "transferFromWhere": self.next_transfer_from_where}
+        if self.slave_broker_id >= 0:
+            info["brokerId"] = self.slave_broker_id
+        return info
 
 
 def _send_frame(sock: socket.socket, header: bytes, body: memoryview) -> None:

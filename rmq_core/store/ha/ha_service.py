@@ -1,9 +1,17 @@
 """HAService: replication's owner in a store (RocketMQ's HAService), its acceptor and the
-SYNC_MASTER wait (GroupTransferService)."""
+SYNC_MASTER wait (GroupTransferService).
+
+Controller mode (docs/failover.md, "Replication in controller mode"): the broker's ReplicasManager
+sets `controller_mode` (or calls change_to_master / change_to_slave, which set it) and drives the
+role; slaves connect with a handshake naming the master epoch they expect, the master knows each
+by broker id, proposes sync state set changes through `on_sync_state_set_change` (a checker
+thread), and a SYNC_MASTER put's wait is resolved by `confirm_offset()` — what the confirmed set
+acknowledged — instead of any one slave's acknowledgement."""
 from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import socket
 import threading
 import time
@@ -11,6 +19,7 @@ import time
 from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG, BrokerRole
 from rmq_core.errors import StoreError
 from rmq_core.store.ha.ha_client import HAClient
+from rmq_core.store.ha.epoch import EPOCH_FILE_NAME, EpochFileCache
 from rmq_core.store.ha.ha_connection import HAConnection
 from rmq_core.store.ha.wire import close_quietly
 from rmq_core.store.service import ServiceThread
@@ -51,6 +60,27 @@ class HAService:
         # the broker's default when haListenPort is not set: its listenPort + 1 (any port when
         # its own is any); taken, any free port serves (slaves learn it from the name server)
         self.default_listen_port: int | None = None
+        # -- controller mode (False: manual mode, RocketMQ 4's replication, unchanged) --
+        # The store learns it from its broker (enableControllerMode): the broker sets this before
+        # the store starts, and change_to_master / change_to_slave set it too.
+        self.controller_mode = False
+        self.epoch_cache: EpochFileCache | None = None  # loaded with the store (load_epoch_cache)
+        self.broker_id = -1  # this replica's id in its group
+        self.master_epoch = 0  # as a master: the epoch the controller gave it
+        self.sync_state_set: frozenset[int] = frozenset()  # the controller-confirmed set
+        self.sync_state_set_epoch = 0
+        # fn(proposed: set[int]) -> None, set by the broker: sends ALTER_SYNC_STATE_SET
+        self.on_sync_state_set_change = None
+        # broker id -> monotonic time it was last caught up (a member counts as caught up when it
+        # enters the confirmed set)
+        self._caught_up_at: dict[int, float] = {}
+        self._role_lock = threading.RLock()
+        self._was_slave = self.config.broker_role is BrokerRole.SLAVE
+        self.sync_state_checker = SyncStateSetChecker(self)
+
+    def load_epoch_cache(self) -> None:
+        """The epoch file under storePathRootDir (at the store's load: a garbled file stops it)."""
+        self.epoch_cache = EpochFileCache(os.path.join(self.config.store_path_root_dir, EPOCH_FILE_NAME))
 
     @property
     def is_master(self) -> bool:
@@ -73,6 +103,15 @@ class HAService:
             return
         self._started = True
         if self.is_master:
+            self._start_master()
+        else:
+            if self.config.ha_master_address:
+                self.ha_client.update_master_address(self.config.ha_master_address)
+            self.ha_client.start()
+
+    def _start_master(self) -> None:
+        """Listen for slaves (unless listening already) and run the SYNC_MASTER wait."""
+        if self.acceptor is None:
             host, port = self.listen_host, self.configured_listen_port()
             if port is None:
                 self.group_transfer.start()  # (SYNC_MASTER puts are answered SLAVE_NOT_AVAILABLE)
@@ -92,24 +131,174 @@ class HAService:
                 raise StoreError(f"cannot listen for slaves on {host}:{port} (haListenPort, by default "
                                  f"the broker's listenPort + 1): {e.strerror or e}") from None
             self.acceptor.start()
-            self.group_transfer.start()
-        else:
-            if self.config.ha_master_address:
-                self.ha_client.update_master_address(self.config.ha_master_address)
-            self.ha_client.start()
+        self.group_transfer.start()
 
     def shutdown(self) -> None:
         if not self._started:
             return
         self._started = False
         self.ha_client.shutdown()
+        self.sync_state_checker.shutdown()
+        self._close_acceptor_and_connections()
+        self.group_transfer.shutdown()
+
+    def _close_acceptor_and_connections(self) -> None:
         if self.acceptor is not None:
             self.acceptor.shutdown()
-        for conn in list(self.connections):
+            self.acceptor = None
+        conns = list(self.connections)
+        for conn in conns:
             conn.close()
-        for conn in list(self.connections):
+        for conn in conns:
             conn.join()
-        self.group_transfer.shutdown()
+
+    # -- controller mode: roles ------------------------------------------------------------------
+    def change_to_master(self, epoch: int, broker_id: int, sync_state_set: set[int],
+                         sync_state_set_epoch: int) -> None:
+        """Become the master of `epoch` (config.broker_role is SYNC_MASTER already): the HA client
+        stops; a log that ends inside a record (a slave's last transfer chunk) is cut at its
+        last whole record; epoch entries past the log end go and ⟨epoch, max offset⟩ is
+        appended when the epoch is newer; slaves are listened for (haListenPort rules, as at
+        start); the controller-confirmed set is kept.  Slaves connected under another epoch are
+        dropped (they reconnect with the new one)."""
+        with self._role_lock:
+            cache = self.epoch_cache
+            if epoch < cache.last_epoch():
+                raise ValueError(f"change_to_master: epoch {epoch} is older than this log's last epoch "
+                                 f"{cache.last_epoch()}")
+            self.controller_mode = True
+            self.broker_id = broker_id
+            self.ha_client.shutdown()
+            store = self.store
+            if self._was_slave:
+                store.cut_partial_record()
+                self._was_slave = False
+            end = store.commit_log.get_max_offset()
+            cache.truncate_from(end + 1)
+            if epoch > cache.last_epoch():
+                cache.append(epoch, end)
+            if epoch != self.master_epoch:
+                for conn in list(self.connections):
+                    conn.close()
+                self._caught_up_at = {}
+            self.master_epoch = epoch
+            self.push_to_slave_max_offset = min(self.push_to_slave_max_offset, end)
+            self.transferred_offset = min(self.transferred_offset, end)
+            self.set_sync_state_set(sync_state_set, sync_state_set_epoch)
+            if self._started:
+                self._start_master()
+                self.sync_state_checker.start()
+            store._refresh_put_path()
+            log.info("HA: master of epoch %d (broker id %d) from offset %d, sync state set %s", epoch, broker_id,
+                     end, sorted(self.sync_state_set))
+
+    def change_to_slave(self, master_ha_addr: str, master_epoch: int, broker_id: int) -> None:
+        """Become a slave of the master of `master_epoch` at master_ha_addr (config.broker_role is
+        SLAVE already): the acceptor and every slave connection close (puts waiting on them are
+        answered SERVICE_NOT_AVAILABLE), then the HA client connects with the handshake, cuts
+        this log to the consistent point and replicates.  Called again with another address or
+        epoch, the current connection is dropped at once."""
+        with self._role_lock:
+            self.controller_mode = True
+            self.broker_id = broker_id
+            self._was_slave = True
+            self.master_epoch = 0
+            self.store._refresh_put_path()  # no put is taken from here on
+            self._close_acceptor_and_connections()
+            self.group_transfer.fail_waiting(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            self.sync_state_set, self.sync_state_set_epoch = frozenset(), 0
+            self.ha_client.update_master(master_ha_addr, master_epoch, broker_id)
+            if self._started:
+                self.ha_client.start()
+
+    # -- controller mode: the sync state set -----------------------------------------------------
+    def set_sync_state_set(self, ids: set[int], epoch: int) -> None:
+        """The set the controller confirmed (its syncStateSetEpoch `epoch`): only it counts for
+        acknowledgements.  An older epoch than the one held is ignored."""
+        if epoch < self.sync_state_set_epoch:
+            log.info("HA: sync state set %s of epoch %d ignored (holding epoch %d)", sorted(ids), epoch,
+                     self.sync_state_set_epoch)
+            return
+        new = frozenset(int(i) for i in ids)
+        old = self.sync_state_set
+        changed = new != old
+        now = time.monotonic()
+        for bid in new:  # a new member, or one never seen, is caught up as of now
+            if bid not in old or bid not in self._caught_up_at:
+                self._caught_up_at[bid] = now
+        self.sync_state_set, self.sync_state_set_epoch = new, epoch
+        if changed:
+            self.store._refresh_put_path()  # (minInSyncReplicas)
+        if self.is_master:
+            self.group_transfer.on_ack(self.confirm_offset())  # a smaller set may answer waiting puts
+
+    def in_sync_replicas_refusal(self) -> str | None:
+        """Why a controller-mode master refuses puts now (its confirmed set is smaller than
+        minInSyncReplicas), else None."""
+        if not self.controller_mode or not self.is_master:
+            return None
+        need = self.config.min_in_sync_replicas
+        sss = self.sync_state_set
+        if len(sss) >= need:
+            return None
+        return (f"sync state set {sorted(sss)} has {len(sss)} replica(s), fewer than minInSyncReplicas {need}: "
+                f"writes are refused until replicas catch up")
+
+    def _member_connections(self) -> dict[int, HAConnection]:
+        """Broker id -> its live connection (handshaken)."""
+        return {c.slave_broker_id: c for c in self.connections if c.slave_broker_id >= 0 and not c.closed}
+
+    def confirm_offset(self) -> int:
+        """The offset a controller-mode master's puts count as acknowledged up to:
+        allAckInSyncStateSet: the lowest acknowledgement of the confirmed members other than
+        itself (its own max offset alone); else the (minInSyncReplicas - 1)-th highest of
+        theirs (its own max offset for minInSyncReplicas <= 1).  A member without a connection
+        acknowledged nothing (-1)."""
+        own = self.store.commit_log.get_max_offset()
+        conns = self._member_connections()
+        acks = [conns[i].slave_ack_offset if i in conns else -1 for i in self.sync_state_set if i != self.broker_id]
+        if self.config.all_ack_in_sync_state_set:
+            return min(acks) if acks else own
+        k = self.config.min_in_sync_replicas - 1
+        if k <= 0:
+            return own
+        acks.sort(reverse=True)
+        return acks[k - 1] if len(acks) >= k else -1
+
+    def acked_offset(self) -> int:
+        """What SYNC_MASTER puts wait for: a slave's acknowledgement (manual mode), or the
+        confirmed set's (controller mode, confirm_offset)."""
+        return self.confirm_offset() if self.controller_mode else self.push_to_slave_max_offset
+
+    def on_handshake(self, conn: HAConnection) -> None:
+        """A slave said who it is: an older connection of the same broker id is dropped."""
+        for c in list(self.connections):
+            if c is not conn and c.slave_broker_id == conn.slave_broker_id:
+                log.info("HA: broker id %d reconnected from %s: dropping its connection from %s",
+                         conn.slave_broker_id, conn.client_addr, c.client_addr)
+                c.close()
+
+    def proposed_sync_state_set(self) -> set[int]:
+        """The set this master would have now: a member (not itself) not caught up — connected or
+        not — for haMaxTimeSlaveNotCatchup leaves (a member counts as caught up when it entered
+        the confirmed set); a connected non-member that is caught up (it reached this log's end
+        within that time) joins."""
+        now = time.monotonic()
+        limit = self.config.ha_max_time_slave_not_catchup / 1000.0
+        end = self.store.commit_log.get_max_offset()
+        conns = self._member_connections()
+        for bid, c in conns.items():
+            t = now if c.slave_ack_offset >= end else c.last_caught_up  # (idle: nothing to catch up with)
+            if t > self._caught_up_at.get(bid, 0.0):
+                self._caught_up_at[bid] = t
+        proposed = {self.broker_id}
+        for bid in self.sync_state_set:
+            if bid != self.broker_id and now - self._caught_up_at.get(bid, 0.0) <= limit:
+                proposed.add(bid)
+        for bid in conns:
+            if bid not in self.sync_state_set and now - self._caught_up_at.get(bid, 0.0) <= limit:
+                proposed.add(bid)
+        return proposed
 
     # -- connections -----------------------------------------------------------------------------
     def add_connection(self, conn: HAConnection) -> None:
@@ -126,7 +315,11 @@ class HAService:
         return len(self.connections)
 
     def is_slave_ok(self, master_put_where: int) -> bool:
-        """A slave is connected and no more than haSlaveFallbehindMax behind (RocketMQ's isSlaveOK)."""
+        """A slave is connected and no more than haSlaveFallbehindMax behind (RocketMQ's isSlaveOK).
+        Controller mode: always (the confirmed set is waited for; a member that stays away is
+        proposed out of it)."""
+        if self.controller_mode:
+            return True
         return bool(self.connections) and \
             master_put_where - self.push_to_slave_max_offset < self.config.ha_slave_fallbehind_max
 
@@ -135,7 +328,10 @@ class HAService:
         """A slave acknowledged bytes below `offset`."""
         if offset > self.push_to_slave_max_offset:
             self.push_to_slave_max_offset = offset
-            self.group_transfer.on_ack(offset)
+            if not self.controller_mode:
+                self.group_transfer.on_ack(offset)
+        if self.controller_mode:
+            self.group_transfer.on_ack(self.confirm_offset())
 
     def on_transferred(self, offset: int) -> None:
         if offset > self.transferred_offset:
@@ -169,12 +365,22 @@ class HAService:
 
     def runtime_info(self) -> dict:
         if not self.is_master:
-            return self.ha_client.runtime_info()
+            info = self.ha_client.runtime_info()
+            if self.controller_mode:
+                info["brokerId"] = self.broker_id
+            return info
         conns = [c.runtime_info() for c in self.connections]
-        return {"haConnectionNum": len(conns), "haConnectionInfo": conns,
+        info = {"haConnectionNum": len(conns), "haConnectionInfo": conns,
                 "masterPutWhere": self.store.commit_log.get_max_offset(),
                 "haPushToSlaveMaxOffset": self.push_to_slave_max_offset,
                 "haListenPort": self.listen_port}
+        if self.controller_mode:
+            info.update({"brokerId": self.broker_id, "masterEpoch": self.master_epoch,
+                         "slaveBrokerIds": sorted(c.slave_broker_id for c in self.connections
+                                                  if c.slave_broker_id >= 0),
+                         "syncStateSet": sorted(self.sync_state_set), "syncStateSetEpoch": self.sync_state_set_epoch,
+                         "confirmOffset": self.confirm_offset()})
+        return info
 
 
 class AcceptSocketService:
@@ -215,6 +421,30 @@ class AcceptSocketService:
             conn.start()
 
 
+class SyncStateSetChecker(ServiceThread):
+    """Controller mode, on a master: every CHECK_INTERVAL, while the set it would propose differs
+    from the confirmed one, hands the proposal to the broker (HAService.on_sync_state_set_change)."""
+
+    name = "SyncStateSetChecker"
+    CHECK_INTERVAL = 0.2
+
+    def __init__(self, service: HAService):
+        super().__init__()
+        self.service = service
+
+    def interval(self) -> float:
+        return self.CHECK_INTERVAL
+
+    def run_once(self) -> None:
+        svc = self.service
+        fn = svc.on_sync_state_set_change
+        if not svc.controller_mode or not svc.is_master or fn is None:
+            return
+        proposed = svc.proposed_sync_state_set()
+        if proposed != set(svc.sync_state_set):
+            fn(proposed)
+
+
 class _Round:
     """SYNC_MASTER puts waiting for one acknowledgement: their shared Future, the offset a slave
     must acknowledge (the furthest end of its puts), the deadline, and — under SYNC_FLUSH — the
@@ -250,6 +480,7 @@ class GroupTransferService(ServiceThread):
         self._open: _Round | None = None
         self._flush_waiting: list[_Round] = []  # acknowledged, their flush Future not done yet
         self._not_available = _resolved(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+        self._put_ok = _resolved(_PUT_OK)
         self._not_available_after: tuple | None = None  # (flush Future, its chained SLAVE_NOT_AVAILABLE)
         self.rounds_resolved = 0  # for tests and stats: puts per acknowledgement
 
@@ -261,6 +492,9 @@ class GroupTransferService(ServiceThread):
         svc = self.service
         if not svc.is_slave_ok(end_offset):
             return self._slave_not_available(flush)
+        if svc.controller_mode and svc.acked_offset() >= end_offset:
+            # nothing to wait for (minInSyncReplicas 1 without allAckInSyncStateSet, or alone in the set)
+            return flush if flush is not None else self._put_ok
         now = time.monotonic()
         timeout = self.timeout()
         with self._lock:
@@ -278,8 +512,9 @@ class GroupTransferService(ServiceThread):
                 self._rounds.append(r)
                 if was_idle:
                     self.wakeup()  # the deadline thread may be sleeping a long interval
-        if svc.push_to_slave_max_offset >= r.target:  # acknowledged meanwhile
-            self.on_ack(svc.push_to_slave_max_offset)
+        acked = svc.acked_offset()
+        if acked >= r.target:  # acknowledged meanwhile
+            self.on_ack(acked)
         elif svc.idle_writers:
             svc.wake_writers()
         return r.future
@@ -364,11 +599,15 @@ class GroupTransferService(ServiceThread):
             _set(r.future, PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
     def on_stop(self) -> None:
+        self.fail_waiting(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+
+    def fail_waiting(self, status: PutMessageStatus) -> None:
+        """Answer every waiting put with `status` (the store stops, or a master becomes a slave)."""
         with self._lock:
             left = self._rounds + self._flush_waiting
             self._rounds, self._flush_waiting, self._open = [], [], None
         for r in left:
-            _set(r.future, PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            _set(r.future, status)
 
 
 def _combine(r: _Round, replica_status: PutMessageStatus) -> None:
