@@ -330,8 +330,6 @@ class BrokerConfig(PropertiesConfig):
     broker_ip1: str = prop("127.0.0.1", "brokerIP1")
     broker_ip2: str | None = prop(None, "brokerIP2")
     broker_permission: int = prop(6, "brokerPermission")
-    # automatic failover: brokerId and brokerRole come from the controller (docs/failover.md)
-    enable_controller_mode: bool = prop(False, "enableControllerMode")
     # a slave serves pulls (a master then sends a consumer that lags by more than
     # accessMessageInMemoryMaxRatio of memory to its slave, suggestWhichBrokerId)
     slave_read_enable: bool = prop(False, "slaveReadEnable")
