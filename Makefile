@@ -1,7 +1,7 @@
 # The two set-up commands of the README: `make run` and `make test`.  Each does the whole set-up
 # on a fresh machine: .venv, install (editable, with the Cython extensions built), then the job.
 # `make run` installs only what a broker needs; `make test` adds the test extras, PySpark, a Java
-# runtime and chromium.  Each has its own stamp, so either may come first and neither undoes the other.
+# runtime, chromium and etcd.  Each has its own stamp, so either may come first and neither undoes the other.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # The requirements of optional-dependency groups of pyproject.toml, one a line (the one list of them).
 EXTRAS = $(PY) -c 'import sys, tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(r for e in sys.argv[1:] for r in d[e]))'
 
-.PHONY: run test test-slow bench bench-against build build-run setup setup-run clean browser
+.PHONY: run test test-slow bench bench-against build build-run setup setup-run clean browser etcd
 
 # --- set-up -------------------------------------------------------------------------------------
 $(VENV)/bin/python:
@@ -52,10 +52,21 @@ run: build-run
 browser:
 	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "chromium unavailable: the console's browser tests will be skipped"
 
-test: build browser
+# The controller tests run real etcd members (Debian's etcd-server: etcd 3.4, v3 API) on free ports.
+# policy-rc.d answers 101 for the install so the package's own etcd service is never started
+# (it would hold 2379/2380); a policy-rc.d the machine already had is put back afterwards.
+etcd:
+	@command -v etcd >/dev/null 2>&1 || { \
+	  saved=; if [ -e /usr/sbin/policy-rc.d ]; then saved=$$(mktemp) && cp -p /usr/sbin/policy-rc.d "$$saved"; fi; \
+	  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d; \
+	  (apt-get update -qq && apt-get install -y -qq etcd-server >/dev/null); rc=$$?; \
+	  if [ -n "$$saved" ]; then mv -f "$$saved" /usr/sbin/policy-rc.d; else rm -f /usr/sbin/policy-rc.d; fi; \
+	  [ $$rc -eq 0 ] || echo "etcd-server unavailable: the controller tests will fail"; }
+
+test: build browser etcd
 	$(PY) -m pytest tests --ignore=tests/bench -m "not slow" -q --durations=25 $(PYTEST_ARGS)
 
-test-slow: build
+test-slow: build etcd
 	$(PY) -m pytest tests --ignore=tests/bench -m slow -q $(PYTEST_ARGS)
 
 # Benchmarks need a Redis server as the baseline for the client benchmarks (Debian's package).
