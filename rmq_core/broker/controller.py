@@ -190,6 +190,7 @@ class BrokerController:
         self.store.ha_service.listen_host = self.listen_host  # the HA listener binds where the broker does
         self.store.ha_service.default_listen_port = self._ha_default_port
         self.store.ha_service.backlog = self.broker_config.server_socket_backlog
+        self.store.ha_service.controller_mode = bc.enable_controller_mode
         if self.bloom_enabled:
             # Before load(): records re-dispatched by recovery get their bit maps too.
             self.filter_manager.load()

@@ -314,11 +314,9 @@ class ReplicasManager:
         self.master_broker_id, self.master_address, self.master_ha_address = master_id, master_addr, master_ha
         self.master_epoch = epoch
         broker.master_addr = master_addr
-        if master_ha:
-            await broker.change_role(BrokerRole.SLAVE, self.broker_id, lambda ha: ha.change_to_slave(
-                master_ha, epoch, self.broker_id))
-        else:
-            await broker.change_role(BrokerRole.SLAVE, self.broker_id, None)
+        # (no HA address yet: it follows nobody - never the old master - until one comes)
+        await broker.change_role(BrokerRole.SLAVE, self.broker_id, lambda ha: ha.change_to_slave(
+            master_ha, epoch, self.broker_id))
         broker.state_version = epoch
         if was_master:
             self.role_changes += 1

@@ -192,7 +192,7 @@ class HAService:
             log.info("HA: master of epoch %d (broker id %d) from offset %d, sync state set %s", epoch, broker_id,
                      end, sorted(self.sync_state_set))
 
-    def change_to_slave(self, master_ha_addr: str, master_epoch: int, broker_id: int) -> None:
+    def change_to_slave(self, master_ha_addr: str | None, master_epoch: int, broker_id: int) -> None:
         """Become a slave of the master of `master_epoch` at master_ha_addr (config.broker_role is
         SLAVE already): the acceptor and every slave connection close (puts waiting on them are
         answered SERVICE_NOT_AVAILABLE), then the HA client connects with the handshake, cuts
@@ -207,7 +207,10 @@ class HAService:
             self._close_acceptor_and_connections()
             self.group_transfer.fail_waiting(PutMessageStatus.SERVICE_NOT_AVAILABLE)
             self.sync_state_set, self.sync_state_set_epoch = frozenset(), 0
-            self.ha_client.update_master(master_ha_addr, master_epoch, broker_id)
+            if master_ha_addr:
+                self.ha_client.update_master(master_ha_addr, master_epoch, broker_id)
+            else:  # the new master's address comes later: follow nobody until then
+                self.ha_client.update_master_address(None)
             if self._started:
                 self.ha_client.start()
 
@@ -243,6 +246,11 @@ class HAService:
             return None
         return (f"sync state set {sorted(sss)} has {len(sss)} replica(s), fewer than minInSyncReplicas {need}: "
                 f"writes are refused until replicas catch up")
+
+    def slave_ack_offset(self, broker_id: int) -> int | None:
+        """What replica `broker_id` acknowledged over its live connection (None: not connected)."""
+        conn = self._member_connections().get(broker_id)
+        return None if conn is None else conn.slave_ack_offset
 
     def _member_connections(self) -> dict[int, HAConnection]:
         """Broker id -> its live connection (handshaken)."""
