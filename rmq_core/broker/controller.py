@@ -271,7 +271,7 @@ class BrokerController:
             return request.make_response(ResponseCode.SUCCESS, None, None, json.dumps(body).encode())
         if request.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED:
             await rm.apply(request.ext_fields or {}, request.body, None)
-            return None if request.is_oneway() else request.make_response(ResponseCode.SUCCESS)
+            return None if request.is_oneway else request.make_response(ResponseCode.SUCCESS)
         try:
             end = await rm.prepare_switch(int(request.get_str("masterEpoch") or -1),
                                           int(request.get_str("targetBrokerId") or -1),
