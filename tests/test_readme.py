@@ -17,6 +17,11 @@ other block needs its comment):
 - `plain_acl`: a plain_acl.yml that the broker's plain access validator loads, with accounts.
 - `replicated`: the commands that start the replicated cluster of "Running a replicated cluster",
   run with its two broker.conf blocks by tests/test_readme_replicated.py.
+- `namesrv_properties`: a name server's config (rmq_core.config.load_namesrv_conf): every key known,
+  every value valid, an embedded controller's keys complete.
+- `failover`, `failover_console`: "Automatic failover"'s etcd, name server and broker commands, and
+  its admin commands with their output, run against etcd and a three-replica group by
+  tests/test_readme_failover.py.
 
 Addresses: the README's 127.0.0.1:9876 (name server), 127.0.0.1:10911 (broker) and 127.0.0.1:8080
 (console) become free ports of this run, and its /tmp/... store paths temporary directories.
@@ -39,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 NS, BROKER, CONSOLE = "127.0.0.1:9876", "127.0.0.1:10911", "127.0.0.1:8080"
-KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make", "replicated", "plain_acl"}
+KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make", "replicated", "plain_acl",
+         "namesrv_properties", "failover", "failover_console"}
 # a block without a check comment is checked by its language where that says how (else it is an error)
 DEFAULT_KINDS = {"python": "python", "properties": "properties", "console": "console"}
 
@@ -173,6 +179,19 @@ def test_properties_block(block, tmp_path):
         key, _, value = line.partition("=")
         got = {**broker.to_properties(), **store.to_properties()}[key.strip()]
         assert got == value.split("#")[0].strip(), key
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "namesrv_properties"], ids=repr)
+def test_namesrv_properties_block(block, tmp_path):
+    from rmq_core.config import load_namesrv_conf
+
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text(block.text)
+    namesrv, controller = load_namesrv_conf(str(conf))
+    got = {**namesrv.to_properties(), **controller.to_properties()}
+    for line in block.text.splitlines():
+        key, _, value = line.partition("=")
+        assert got[key.strip()] == value.strip(), key
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "console"], ids=repr)

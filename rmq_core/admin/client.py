@@ -37,6 +37,7 @@ from rmq_core.remoting.command import RemotingCommand
 
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # the group mqadmin pulls with (MixAll.TOOLS_CONSUMER_GROUP)
 ADMIN_PRODUCER_GROUP = "TOOLS_PRODUCER"
+NO_NAMESRV = "no name server: pass -n HOST:PORT or set NAMESRV_ADDR"
 # Pull sysFlag bits (PullSysFlag): the subscription travels in the request, no suspend, no commit.
 
 
@@ -144,6 +145,21 @@ class AclVersion:
 
 
 
+def replica_state(runtime_info: Mapping[str, str]) -> tuple[str, int | None, list[int] | None]:
+    """A broker's role (SYNC_MASTER, ASYNC_MASTER, SLAVE) from its runtime info and, in controller
+    mode (its runtime info has brokerControllerId), the master epoch it follows and the sync state
+    set it last heard of; (role, None, None) otherwise."""
+    role = runtime_info.get("brokerRole", "")
+    if "brokerControllerId" not in runtime_info:
+        return role, None, None
+    epoch = runtime_info.get("masterEpoch")
+    try:
+        sss = [int(b) for b in json.loads(runtime_info.get("syncStateSet") or "[]")]
+    except (ValueError, TypeError):
+        sss = None
+    return role, int(epoch) if epoch not in (None, "") else None, sss
+
+
 def _parse_props_text(body: bytes | None) -> dict[str, str]:
     """A `key=value` per line body (GET_BROKER_CONFIG, GET_NAMESRV_CONFIG)."""
     from rmq_core.config import parse_properties
@@ -180,11 +196,12 @@ class AdminClient:
     """
 
     def __init__(self, namesrv: str | None = None, *, timeout: float = 5.0, request_steps=(),
-                 access_key: str | None = None, secret_key: str | None = None):
+                 access_key: str | None = None, secret_key: str | None = None, require_namesrv: bool = True):
         namesrv = namesrv or os.environ.get("NAMESRV_ADDR")
-        if not namesrv:
-            raise AdminError("no name server: pass -n HOST:PORT or set NAMESRV_ADDR")
-        self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
+        if not namesrv and require_namesrv:
+            raise AdminError(NO_NAMESRV)
+        # (require_namesrv=False: the controller's calls need none; a name server call then raises)
+        self.namesrv_addrs = [a.strip() for a in (namesrv or "").split(";") if a.strip()]
         self.timeout = timeout
         # request_steps: its own client-side steps (rmq_core.remoting.RequestStep), on every request;
         # access_key / secret_key add an ACL signer (as mqadmin's AclClientRPCHook), last
@@ -240,6 +257,8 @@ class AdminClient:
     def _namesrv_call(self, code: int, ext: Mapping | None = None, body: bytes | None = None, *, what: str,
                       ok: Sequence[int] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         """A request to the first name server that answers."""
+        if not self.namesrv_addrs:
+            raise AdminError(NO_NAMESRV)
         errors = []
         for addr in self.namesrv_addrs:
             try:
@@ -498,6 +517,74 @@ class AdminClient:
         if r.code != ResponseCode.SUCCESS or not r.body:
             return None
         return loads_lenient(r.body)
+
+    # --- controller mode (RocketMQ 5's controller; docs/failover.md) ---------------------------------------
+    def _controller_call(self, controllers: str, code: int, ext: Mapping | None = None, body: bytes | None = None,
+                         *, what: str, timeout: float | None = None) -> tuple[str, RemotingCommand]:
+        """A request to the first of `controllers` ('host:port;host:port') that answers it: every
+        controller over the same etcd answers alike, and one that cannot reach etcd says so
+        ([ETCD_UNAVAILABLE]), so the next is asked.  Returns (the controller's address, its answer);
+        a refusal raises AdminError with the controller's reason."""
+        addrs = [a.strip() for a in (controllers or "").split(";") if a.strip()]
+        if not addrs:
+            raise AdminError(f"{what}: no controller: pass -a HOST:PORT (the controller, or a name server "
+                             f"with enableControllerInNamesrv=true)")
+        errors = []
+        for addr in addrs:
+            try:
+                response = self.invoke(addr, code, ext, body, timeout=timeout, what=what)
+            except AdminError as e:
+                errors.append(str(e))
+                continue
+            if response.code == ResponseCode.SUCCESS:
+                return addr, response
+            if response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                errors.append(f"{addr} is not a controller (request code {code} not supported: is "
+                              f"enableControllerInNamesrv=true on that name server?)")
+                continue
+            if (response.remark or "").startswith("[ETCD_UNAVAILABLE]"):
+                errors.append(f"{addr}: {response.remark}")
+                continue
+            raise AdminError(f"{what} on {addr} refused: {response.remark or f'response code {response.code}'}")
+        raise AdminError(f"{what}: no controller answered ({'; '.join(errors)})")
+
+    def sync_state_data(self, controllers: str, broker_names: Sequence[str] = ()) -> dict[str, dict]:
+        """CONTROLLER_GET_SYNC_STATE_DATA: per broker group its master (id, address, epoch), sync
+        state set and its epoch, and replicas (id, address, alive, role, epoch, maxOffset); every
+        group the controller knows when no name is given.  Groups it does not know are left out."""
+        _, r = self._controller_call(controllers, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
+                                     body=json.dumps(list(broker_names)).encode(), what="get sync state data")
+        return json.loads(r.body) if r.body else {}
+
+    def controller_metadata(self, controllers: str) -> tuple[str, dict, dict]:
+        """CONTROLLER_GET_METADATA_INFO: (the controller asked, its answer's ext fields, its body:
+        controllerAddress, etcdEndpoints, etcdHealth {endpoint: healthy}, ...)."""
+        addr, r = self._controller_call(controllers, RequestCode.CONTROLLER_GET_METADATA_INFO,
+                                        what="get controller metadata")
+        return addr, dict(r.ext_fields or {}), json.loads(r.body) if r.body else {}
+
+    def elect_master(self, controllers: str, cluster: str, broker_name: str, broker_id: int | None,
+                     timeout: float | None = None) -> tuple[dict, list[int]]:
+        """CONTROLLER_ELECT_MASTER with a designated broker id (a planned switch-over: the old
+        master stops writing and the chosen replica catches up first), or any (None).  Returns the
+        answer's fields (masterBrokerId, masterAddress, masterEpoch, syncStateSetEpoch) and the
+        sync state set; a refusal raises AdminError with the controller's reason."""
+        ext = {"clusterName": cluster, "brokerName": broker_name,
+               "brokerId": "" if broker_id is None else str(broker_id),
+               "designateElect": "true" if broker_id is not None else "false"}
+        _, r = self._controller_call(controllers, RequestCode.CONTROLLER_ELECT_MASTER, ext, timeout=timeout,
+                                     what=f"elect master of {broker_name}")
+        return dict(r.ext_fields or {}), [int(b) for b in json.loads(r.body or b"{}").get("syncStateSet", [])]
+
+    def broker_epoch_cache(self, addr: str) -> dict:
+        """GET_BROKER_EPOCH_CACHE (a broker in controller mode): brokerName, brokerId, maxOffset and
+        its epoch file's entries (epoch, startOffset, endOffset; the last one ends at maxOffset)."""
+        r = self._call(addr, RequestCode.GET_BROKER_EPOCH_CACHE, what="get broker epoch cache")
+        cache = json.loads(r.body) if r.body else {}
+        entries = cache.get("epochList") or []
+        if entries and cache.get("maxOffset") is not None:  # as mqadmin: the last epoch runs to maxOffset
+            entries[-1]["endOffset"] = cache["maxOffset"]
+        return cache
 
     # --- ACL (plain_acl.yml on each broker) ----------------------------------------------------------------
     def update_acl_config(self, addr: str, access_key: str, *, secret_key: str | None = None,

@@ -9,7 +9,7 @@ import time
 
 import attrs
 
-from rmq_core.admin.client import TOOLS_CONSUMER_GROUP
+from rmq_core.admin.client import TOOLS_CONSUMER_GROUP, replica_state
 from rmq_core.errors import IllegalArgumentError, RMQError
 from rmq_core.message import MixAll, TopicValidator
 
@@ -75,7 +75,7 @@ class Backend:
             row = {"cluster": b.cluster, "broker_name": b.broker_name, "bid": b.broker_id,
                    "role": "MASTER" if b.broker_id == 0 else "SLAVE", "addr": b.addr, "version": "",
                    "in_tps": None, "out_tps": None, "msg_put_total": None, "msg_get_total": None, "disk_ratio": None,
-                   "replication": "", "lag_bytes": None}
+                   "replication": "", "lag_bytes": None, "epoch": None, "sync_state_set": None}
             try:
                 rt = admin.broker_runtime_info(b.addr)
             except RMQError as e:  # a broker that does not answer still gets its row
@@ -85,6 +85,9 @@ class Backend:
                            out_tps=_float(rt.get("getTransferedTps")), msg_put_total=_int(rt.get("msgPutTotalTodayNow")),
                            msg_get_total=_int(rt.get("msgGetTotalTodayNow")), disk_ratio=_float(rt.get("commitLogDiskRatio")))
                 row.update(replication_of(rt))
+                # controller mode: the master epoch and sync state set the broker follows (its
+                # runtime info has them from its last heartbeat, so no controller address is needed)
+                _role, row["epoch"], row["sync_state_set"] = replica_state(rt)
             rows.append(row)
         return {"namesrv": self.namesrv, "brokers": rows, "topics": self._topics(brokers)}
 

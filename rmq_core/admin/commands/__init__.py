@@ -34,14 +34,21 @@ class Command:
     args: tuple
     run: Callable
     needs_admin: bool = True
+    needs_namesrv: bool = True  # False: the command may run with no name server (it asks a controller)
+
+    @property
+    def owns_n(self) -> bool:
+        """The command gives -n another meaning (electMaster's -n brokerName, as mqadmin 5's):
+        its name server is then --namesrvAddr only."""
+        return any("-n" in a.flags for a in self.args)
 
 
 COMMANDS: dict[str, Command] = {}
 
 
-def command(name: str, help: str, *args: Arg, needs_admin: bool = True):
+def command(name: str, help: str, *args: Arg, needs_admin: bool = True, needs_namesrv: bool = True):
     def register(fn):
-        COMMANDS[name] = Command(name, help, args, fn, needs_admin)
+        COMMANDS[name] = Command(name, help, args, fn, needs_admin, needs_namesrv)
         return fn
     return register
 
@@ -58,7 +65,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def _load() -> None:
-    from rmq_core.admin.commands import acl, cluster, consumer, dlq, message, topic  # noqa: F401 (they register)
+    from rmq_core.admin.commands import acl, cluster, consumer, controller, dlq, message, topic  # noqa: F401 (they register)
 
 
 def add_parsers(sub) -> None:
@@ -67,12 +74,14 @@ def add_parsers(sub) -> None:
     admin = sub.add_parser("admin", help="mqadmin's commands (rmq admin <command> -h)")
     cmds = admin.add_subparsers(dest="admin_command", required=True, metavar="<command>",
                                 parser_class=_OneLineParser)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-n", "--namesrvAddr", dest="namesrv", default=None,
-                        help="name server address(es) 'host:port;host:port' (default: $NAMESRV_ADDR)")
-    common.add_argument("--json", action="store_true", help="print the rows as a JSON array of objects")
-    common.add_argument("--timeout", type=float, default=5.0, help="seconds per request (default 5)")
-    add_credential_flags(common)
+    commons = {}
+    for owns_n in (False, True):
+        common = commons[owns_n] = argparse.ArgumentParser(add_help=False)
+        common.add_argument(*(("--namesrvAddr",) if owns_n else ("-n", "--namesrvAddr")), dest="namesrv", default=None,
+                            help="name server address(es) 'host:port;host:port' (default: $NAMESRV_ADDR)")
+        common.add_argument("--json", action="store_true", help="print the rows as a JSON array of objects")
+        common.add_argument("--timeout", type=float, default=5.0, help="seconds per request (default 5)")
+        add_credential_flags(common)
     nested = {}  # "dlq list" -> a `dlq` command with its own sub-commands
     for name in sorted(COMMANDS, key=str.lower):
         c = COMMANDS[name]
@@ -82,9 +91,9 @@ def add_parsers(sub) -> None:
                 sp = cmds.add_parser(subject, help=f"{subject} commands ({subject} <action> -h)")
                 nested[subject] = sp.add_subparsers(dest=f"{subject}_action", required=True, metavar="<action>",
                                                     parser_class=_OneLineParser)
-            p = nested[subject].add_parser(action, help=c.help, description=c.help, parents=[common])
+            p = nested[subject].add_parser(action, help=c.help, description=c.help, parents=[commons[c.owns_n]])
         else:
-            p = cmds.add_parser(name, help=c.help, description=c.help, parents=[common])
+            p = cmds.add_parser(name, help=c.help, description=c.help, parents=[commons[c.owns_n]])
         for a in c.args:
             p.add_argument(*a.flags, **a.kwargs)
         p.set_defaults(admin_fn=c)
@@ -103,7 +112,8 @@ def main(args) -> int:
     try:
         if cmd.needs_admin:
             access_key, secret_key = credentials(args)
-            admin = AdminClient(args.namesrv, timeout=args.timeout, access_key=access_key, secret_key=secret_key)
+            admin = AdminClient(args.namesrv, timeout=args.timeout, access_key=access_key, secret_key=secret_key,
+                                require_namesrv=cmd.needs_namesrv)
         rc = cmd.run(admin, args, out)
         out.finish()
         return rc or 0

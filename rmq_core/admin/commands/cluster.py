@@ -21,22 +21,24 @@ def _first_float(text: str | None) -> float:
         return 0.0
 
 
-@command("clusterList", "The brokers of each cluster with their version, rates and disk use",
+@command("clusterList", "The brokers of each cluster with their role, version, rates and disk use",
          arg("-c", "--clusterName", help="only this cluster"),
          arg("-m", "--moreStats", action="store_true", help="also today's and yesterday's message totals"))
 def cluster_list(admin, args, out):
+    from rmq_core.admin.client import replica_state
+
     rows = []
     for b in admin.brokers(args.clusterName):
         info = admin.broker_runtime_info(b.addr)
         earliest = admin.earliest_message_time(b.addr, info)
         hours = f"{(time.time() * 1000 - earliest) / 3_600_000:.2f}" if earliest > 0 else "N/A"
-        row = [b.cluster, b.broker_name, b.broker_id, b.addr, info.get("brokerVersionDesc", ""),
+        row = [b.cluster, b.broker_name, b.broker_id, b.addr, *replica_state(info)[:2], info.get("brokerVersionDesc", ""),
                _first_float(info.get("putTps")), _first_float(info.get("getTransferedTps")),
                int(info.get("pageCacheLockTimeMills") or 0), hours, info.get("commitLogDiskRatio", "")]
         if args.moreStats:
             row += [int(info.get("msgPutTotalTodayNow") or 0), int(info.get("msgGetTotalTodayNow") or 0)]
         rows.append(row)
-    cols = ["Cluster Name", "Broker Name", "BID", "Addr", "Version", "InTPS", "OutTPS", "PCWait(ms)", "Hour", "SPACE"]
+    cols = ["Cluster Name", "Broker Name", "BID", "Addr", "Role", "Epoch", "Version", "InTPS", "OutTPS", "PCWait(ms)", "Hour", "SPACE"]
     if args.moreStats:
         cols += ["InTotalToday", "OutTotalToday"]
     out.table(cols, rows)

@@ -75,6 +75,8 @@ async function pageCluster() {
       ["Msgs In Total", "msg_put_total", "num"], ["Msgs Out Total", "msg_get_total", "num"],
       ["Replication", "replication"],
       ["Lag", r => r.lag_bytes === null || r.lag_bytes === undefined ? "-" : fmtBytes(r.lag_bytes), "num"],
+      ["Epoch", r => r.epoch === null || r.epoch === undefined ? "-" : esc(String(r.epoch)), "num"],
+      ["Sync State Set", r => Array.isArray(r.sync_state_set) ? esc(`{${r.sync_state_set.join(", ")}}`) : "-"],
       ["Disk", r => r.disk_ratio === null || r.disk_ratio === undefined ? "-" : (100 * r.disk_ratio).toFixed(1) + "%", "num"],
     ], c.brokers, {empty: "no broker registered"})}</div>
     <h2>Topics <span class="muted">(${c.topics.length})</span></h2><div class="card">${table("cluster-topics", [
