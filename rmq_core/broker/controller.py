@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import threading
 import zlib
@@ -24,7 +25,7 @@ from rmq_core.broker.processors.admin import AdminBrokerProcessor
 from rmq_core.broker.processors.admin_ext import AdminExtProcessor
 from rmq_core.broker.processors.client import ClientManageProcessor
 from rmq_core.broker.processors.pull import PullMessageProcessor
-from rmq_core.broker.processors.send import SendMessageProcessor
+from rmq_core.broker.processors.send import SendMessageProcessor, WriteFence, put_outcome
 from rmq_core.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService
 from rmq_core.broker.slave_sync import SYNC_INTERVAL, SlaveSynchronize
 from rmq_core.broker.stats import BrokerStats
@@ -102,10 +103,41 @@ class BrokerController:
         self.access_validator = None  # aclEnable=true: the validator accessValidator names (a request step)
         self.started = False
         self._ha_default_port = 0
+        # The master's write fence (controller mode): a write is answered as stored only while
+        # monotonic() <= writable_until.  One object, read by the send lanes and the general path.
+        self.write_fence = WriteFence()
 
     @property
     def is_slave(self) -> bool:
         return self.store_config.broker_role is BrokerRole.SLAVE
+
+    @property
+    def writable_until(self) -> float:
+        """Until when (time.monotonic() seconds) this broker may answer writes as stored: +inf in
+        manual mode, -inf while it is not a writable master; set from the controller's heartbeats."""
+        return self.write_fence.writable_until
+
+    @writable_until.setter
+    def writable_until(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise ValueError(f"writable_until must be a number of time.monotonic() seconds (or ±inf), got {value!r}")
+        self.write_fence.writable_until = value
+
+    def fenced_remark(self) -> str:
+        """The remark of a write refused because the master's lease lapsed (docs/failover.md, Fencing)."""
+        bc = self.broker_config
+        return (f"[FENCED]broker[{bc.broker_name}, {self.broker_addr}] is no longer sure it is the master of "
+                f"{bc.broker_name} (its controller lease lapsed): the write is not acknowledged; "
+                f"the new master takes writes")
+
+    def fenced_refusal(self, request):
+        """The answer to a write when the write fence has lapsed (SERVICE_NOT_AVAILABLE, [FENCED]...),
+        else None: called before a write and again when its answer is made."""
+        fence = self.write_fence
+        if not fence.lapsed():
+            return None
+        code, remark, _ = put_outcome(fence)
+        return request.make_response(code, remark)
 
     def slave_refusal(self, what: str) -> str:
         """The remark of a write a slave refuses (a send, a send-back, an end-transaction)."""
@@ -142,6 +174,7 @@ class BrokerController:
         if bc.listen_port == 0:
             bc.listen_port = port
         self.broker_addr = f"{bc.broker_ip1}:{port}"
+        self.write_fence.remark = self.fenced_remark()  # (it names the broker's address)
         # Bound first (port 0 picks the port the store host names; a port in use fails before the
         # store is touched), but until the processors are in place every request is answered
         # SYSTEM_BUSY, which clients retry, never "request code not supported".
