@@ -106,6 +106,9 @@ class BrokerController:
         # The master's write fence (controller mode): a write is answered as stored only while
         # monotonic() <= writable_until.  One object, read by the send lanes and the general path.
         self.write_fence = WriteFence()
+        # the master epoch this broker registers with (its registrations' dataVersion.stateVersion, which
+        # the name server checks: RocketMQ 5's); 0 in manual mode
+        self.state_version = 0
 
     @property
     def is_slave(self) -> bool:
@@ -377,7 +380,7 @@ class BrokerController:
         if register_all:
             body, compressed = self.register_all_body()
         else:  # registerIncrementBrokerData: only what changed, with the table's data version
-            version = attrs.evolve(self.topic_manager.table.data_version)
+            version = self._registered_version(self.topic_manager.table.data_version)
             body, compressed = RegisterBrokerBody.build(
                 {name: self._registered_config(tc) for name, tc in changed.items()}, version).encode(), False
         await self._send_registration(body, compressed, register_all)
@@ -392,20 +395,26 @@ class BrokerController:
         broker_perm = self.broker_config.broker_permission
         return tc if broker_perm & 6 == 6 else attrs.evolve(tc, perm=tc.perm & broker_perm)
 
+    def _registered_version(self, version):
+        """A copy of the topic table's data version as this broker registers it: with its master
+        epoch as stateVersion (the name server ignores a master registering with an older one)."""
+        return attrs.evolve(version, state_version=self.state_version)
+
     def register_all_body(self) -> tuple[bytes, bool]:
         """The full registration's body, and whether it is compressed (compressedRegister)."""
         table = self.topic_manager.table
         if self.broker_config.compressed_register:
             version, configs = table.snapshot()
+            version = self._registered_version(version)
             entries = [(tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_filter_type)
                        for tc in map(self._registered_config, configs)]
             return RegisterBrokerBody.encode_compressed(version, entries), True
         if self.broker_config.broker_permission & 6 != 6:
             version, configs = table.snapshot()
             return RegisterBrokerBody.build({tc.topic_name: self._registered_config(tc) for tc in configs},
-                                            version).encode(), False
+                                            self._registered_version(version)).encode(), False
         version, members = table.snapshot_json()  # the entries as topics.json holds them, already encoded
-        return register_body_json(version, members), False
+        return register_body_json(self._registered_version(version), members), False
 
     async def _send_registration(self, body: bytes, compressed: bool, register_all: bool) -> None:
         bc = self.broker_config
