@@ -45,6 +45,12 @@ class SignedSendCheck(LaneCheck):
     def __init__(self, source: Any, order: Callable[[tuple], tuple], fallback: LaneCheck,
                  refill: Callable[["SignedSendCheck"], None]) -> None: ...
 
+class WriteFence:
+    writable_until: float
+    remark: str
+    def __init__(self, writable_until: float = ..., remark: str | None = None) -> None: ...
+    def lapsed(self) -> bool: ...
+
 class SendLaneState:
     put: Callable[..., Any] | None
     topics: dict
@@ -60,10 +66,12 @@ class SendLaneState:
     check: LaneCheck | None
     decode: Callable[[bytes], Any] | None
     after: Callable[[Any, bytes], None] | None
+    fence: WriteFence
+    writable_until: float  # (the fence's)
     def __init__(self, topics: dict, cluster_prop: bytes, version: int, put_ok: Any,
                  on_put: Callable[[str, int, int], None],
                  outcome: Callable[[Any], tuple[int, str | None, bool]],
-                 refresh: Callable[["SendLaneState"], None]) -> None: ...
+                 refresh: Callable[["SendLaneState"], None], fence: WriteFence | None = None) -> None: ...
 
 class SendLane:
     handled: int

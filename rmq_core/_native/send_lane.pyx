@@ -42,12 +42,21 @@ validator's, a signed send checked here against the validator's per-connection c
 steps run in a PyLaneCheck.  A refusal is answered by the steps.  With `state.after` set,
 `after(request, answer frame)` follows each answer written here (a SYNC_FLUSH send is then
 finished by on_deferred, one at a time, which runs the after steps itself).
+
+The master's write fence (controller mode, docs/failover.md "Fencing"): `state.fence` is the
+broker's one WriteFence.  A send is answered SEND_OK only while `monotonic() <= writable_until`,
+checked when the answer is written - once per write of answers (the first answer of a run reads
+the clock, the others of that run share it) and once per group of SYNC_FLUSH answers - so a
+master paused between a put and its answer refuses it (`outcome(fence)`: SERVICE_NOT_AVAILABLE,
+[FENCED]).  refresh() also makes the lane stand aside while the fence is lapsed (the general path
+then refuses before any put).
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_REFCNT, Py_XDECREF
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.math cimport INFINITY
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
@@ -96,6 +105,7 @@ cdef struct SendFields:
 from rmq_core._native.frame cimport JsonHeader, header_int, plain_ascii, read_json_header, unescape_json
 from rmq_core._native.hmac_sha1 cimport SHA_CTX, HmacSha1
 from json_read cimport key_is
+from clock cimport monotonic as _monotonic
 
 
 cdef bint _is_int32(int64_t v) noexcept nogil:
@@ -654,6 +664,29 @@ cdef inline void _seal_frame(Out* o, char* start, char* end) noexcept:
     o.n += end - start
 
 
+@cython.final
+cdef class WriteFence:
+    """A master's write fence, one per broker, read by its send lanes and its general path alike:
+    a write may be answered as stored only while `time.monotonic() <= writable_until` (seconds;
+    +inf: no fence - manual mode; -inf: not a writable master).  `remark`: the refusal's remark
+    (the broker names itself in it)."""
+    cdef public double writable_until
+    cdef public str remark
+
+    def __init__(self, double writable_until=INFINITY, str remark=None):
+        self.writable_until = writable_until
+        self.remark = remark if remark is not None else (
+            "[FENCED]the broker is no longer sure it is the master (its controller lease lapsed): "
+            "the write is not acknowledged; the new master takes writes")
+
+    cpdef bint lapsed(self):
+        """Whether a write answered now must be refused (read with the lane's clock)."""
+        return _monotonic() > self.writable_until
+
+    def __repr__(self):
+        return f"WriteFence(writable_until={self.writable_until!r})"
+
+
 cdef class SendLaneState:
     """What a send lane knows of the broker, as plain values, owned by the send processor
     (broker/processors/send.py): `refresh(state)` sets `put`, `data_version`, `counter` and
@@ -673,12 +706,24 @@ cdef class SendLaneState:
     cdef public LaneCheck check      # the broker's steps on each plain send (a LaneRequest), or None
     cdef public object decode        # decode(frame) -> the command of a frame (a LaneRequest's, when asked)
     cdef public object after         # after(request, answer frame), or None
+    cdef public WriteFence fence     # the broker's write fence (outcome(fence): the refusal's answer)
 
-    def __init__(self, dict topics, bytes cluster_prop, int64_t version, put_ok, on_put, outcome, refresh):
+    def __init__(self, dict topics, bytes cluster_prop, int64_t version, put_ok, on_put, outcome, refresh,
+                 WriteFence fence=None):
         self.put = self.check = self.decode = self.after = self.data_version = None
         self.counter, self.writable = 0, False
         self.topics, self.cluster_prop, self.version = topics, cluster_prop, version
         self.put_ok, self.on_put, self.outcome, self.refresh = put_ok, on_put, outcome, refresh
+        self.fence = fence if fence is not None else WriteFence()
+
+    @property
+    def writable_until(self):
+        """The fence's writable_until (the broker's: its lanes share one WriteFence)."""
+        return self.fence.writable_until
+
+    @writable_until.setter
+    def writable_until(self, double value):
+        self.fence.writable_until = value
 
 
 cdef int64_t _checked_queues(SendLaneState st, topic, int64_t queue_id) except -1:
@@ -763,6 +808,7 @@ cdef class SendLane:
     # frames answered here / handed back / put here and answered by on_deferred (for tests, stats)
     cdef public int64_t handled, declined, deferred, failed
     cdef object on_error
+    cdef bint run_fenced  # the fence had lapsed when the first answer of the pending write was written
 
     def __cinit__(self):
         cdef int i
@@ -800,6 +846,7 @@ cdef class SendLane:
         self.props_buf = bytearray(512)
         self.stat_topic, self.stat_n, self.stat_bytes = None, 0, 0
         self.handled = self.declined = self.deferred = self.failed = 0
+        self.run_fenced = False
 
     cdef object _topic_str(self, const uint8_t* p, Py_ssize_t n):
         cdef uint32_t h = 2166136261u
@@ -907,22 +954,35 @@ cdef class SendLane:
             self.on_deferred(view[pos:end], result, fut, topic, f.queue_id)
             return 2
         ar = result.append_result
+        if not (f.flag & ONEWAY_FLAG):
+            if self.out.n == 0:  # the first answer of a write: the fence is read once for the run
+                self.run_fenced = _monotonic() > st.fence.writable_until
+            start = self.out.n
+            if self.run_fenced:  # stored, but not acknowledged: the master's lease lapsed
+                code_o, remark, _ = <tuple>st.outcome(st.fence)
+                _write_failure(&self.out, code_o, (<str>remark).encode("utf-8", "replace"), f.opaque, st.version)
+            else:
+                self._count(topic, ar.wrote_bytes)
+                msg_id = ar.msg_id
+                if not PyUnicode_CheckExact(msg_id) or not PyUnicode_IS_COMPACT_ASCII(msg_id):
+                    raise TypeError(f"msg id {msg_id!r} is not an ASCII str")
+                idp = <const char*>PyUnicode_DATA(msg_id)
+                idn = PyUnicode_GET_LENGTH(msg_id)
+                _write_send_response(&self.out, 0, idp, idn, f.queue_id, <int64_t>ar.logics_offset, f.opaque, st.version)
+            if st.after is not None and request is not None:
+                st.after(request, PyBytes_FromStringAndSize(self.out.buf + start + 4, self.out.n - start - 4))
+        else:
+            self._count(topic, ar.wrote_bytes)
+        return 1
+
+    cdef inline int _count(self, topic, wrote) except -1:
+        """One answered put in the stats of its topic's run (handed to BrokerStats by _flush_stats)."""
         if self.stat_topic is not topic:
             self._flush_stats()
             self.stat_topic = topic
         self.stat_n += 1
-        self.stat_bytes += <int64_t>ar.wrote_bytes
-        if not (f.flag & ONEWAY_FLAG):
-            msg_id = ar.msg_id
-            if not PyUnicode_CheckExact(msg_id) or not PyUnicode_IS_COMPACT_ASCII(msg_id):
-                raise TypeError(f"msg id {msg_id!r} is not an ASCII str")
-            idp = <const char*>PyUnicode_DATA(msg_id)
-            idn = PyUnicode_GET_LENGTH(msg_id)
-            start = self.out.n
-            _write_send_response(&self.out, 0, idp, idn, f.queue_id, <int64_t>ar.logics_offset, f.opaque, st.version)
-            if st.after is not None and request is not None:
-                st.after(request, PyBytes_FromStringAndSize(self.out.buf + start + 4, self.out.n - start - 4))
-        return 1
+        self.stat_bytes += <int64_t>wrote
+        return 0
 
     cdef int _seal_group(self) except -1:
         group, self.group = self.group, None
@@ -949,6 +1009,9 @@ cdef class SendLane:
         else:
             code_o, remark, fields = st.outcome(status)
             code = code_o
+        if fields and _monotonic() > st.fence.writable_until:  # the lease lapsed while the flush ran
+            code_o, remark, fields = st.outcome(st.fence)
+            code = code_o
         if remark is not None:
             remark = (<str>remark).encode("utf-8", "replace")
         o.buf = NULL
@@ -959,11 +1022,7 @@ cdef class SendLane:
             for item in group.items:
                 opaque, flag, queue_id, qoff, wrote, msg_id, topic = <tuple>item
                 if fields:
-                    if self.stat_topic is not topic:
-                        self._flush_stats()
-                        self.stat_topic = topic
-                    self.stat_n += 1
-                    self.stat_bytes += <int64_t>wrote
+                    self._count(topic, wrote)
                 if <int64_t>flag & ONEWAY_FLAG:
                     continue
                 if fields:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import threading
 import zlib
@@ -24,7 +25,7 @@ from rmq_core.broker.processors.admin import AdminBrokerProcessor
 from rmq_core.broker.processors.admin_ext import AdminExtProcessor
 from rmq_core.broker.processors.client import ClientManageProcessor
 from rmq_core.broker.processors.pull import PullMessageProcessor
-from rmq_core.broker.processors.send import SendMessageProcessor
+from rmq_core.broker.processors.send import SendMessageProcessor, WriteFence, put_outcome
 from rmq_core.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService
 from rmq_core.broker.slave_sync import SYNC_INTERVAL, SlaveSynchronize
 from rmq_core.broker.stats import BrokerStats
@@ -108,10 +109,44 @@ class BrokerController:
         self.started = False
         self._ha_default_port = 0
         self.replicas_manager = None  # controller mode (enableControllerMode): ReplicasManager
+        # The master's write fence (controller mode): a write is answered as stored only while
+        # monotonic() <= writable_until.  One object, read by the send lanes and the general path.
+        self.write_fence = WriteFence()
+        # the master epoch this broker registers with (its registrations' dataVersion.stateVersion, which
+        # the name server checks: RocketMQ 5's); 0 in manual mode
+        self.state_version = 0
 
     @property
     def is_slave(self) -> bool:
         return self.store_config.broker_role is BrokerRole.SLAVE
+
+    @property
+    def writable_until(self) -> float:
+        """Until when (time.monotonic() seconds) this broker may answer writes as stored: +inf in
+        manual mode, -inf while it is not a writable master; set from the controller's heartbeats."""
+        return self.write_fence.writable_until
+
+    @writable_until.setter
+    def writable_until(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise ValueError(f"writable_until must be a number of time.monotonic() seconds (or ±inf), got {value!r}")
+        self.write_fence.writable_until = value
+
+    def fenced_remark(self) -> str:
+        """The remark of a write refused because the master's lease lapsed (docs/failover.md, Fencing)."""
+        bc = self.broker_config
+        return (f"[FENCED]broker[{bc.broker_name}, {self.broker_addr}] is no longer sure it is the master of "
+                f"{bc.broker_name} (its controller lease lapsed): the write is not acknowledged; "
+                f"the new master takes writes")
+
+    def fenced_refusal(self, request):
+        """The answer to a write when the write fence has lapsed (SERVICE_NOT_AVAILABLE, [FENCED]...),
+        else None: called before a write and again when its answer is made."""
+        fence = self.write_fence
+        if not fence.lapsed():
+            return None
+        code, remark, _ = put_outcome(fence)
+        return request.make_response(code, remark)
 
     def slave_refusal(self, what: str) -> str:
         """The remark of a write a slave refuses (a send, a send-back, an end-transaction)."""
@@ -148,6 +183,7 @@ class BrokerController:
         if bc.listen_port == 0:
             bc.listen_port = port
         self.broker_addr = f"{bc.broker_ip1}:{port}"
+        self.write_fence.remark = self.fenced_remark()  # (it names the broker's address)
         # Bound first (port 0 picks the port the store host names; a port in use fails before the
         # store is touched), but until the processors are in place every request is answered
         # SYSTEM_BUSY, which clients retry, never "request code not supported".
@@ -405,7 +441,7 @@ class BrokerController:
         if register_all:
             body, compressed = self.register_all_body()
         else:  # registerIncrementBrokerData: only what changed, with the table's data version
-            version = attrs.evolve(self.topic_manager.table.data_version)
+            version = self._registered_version(self.topic_manager.table.data_version)
             body, compressed = RegisterBrokerBody.build(
                 {name: self._registered_config(tc) for name, tc in changed.items()}, version).encode(), False
         await self._send_registration(body, compressed, register_all)
@@ -420,20 +456,26 @@ class BrokerController:
         broker_perm = self.broker_config.broker_permission
         return tc if broker_perm & 6 == 6 else attrs.evolve(tc, perm=tc.perm & broker_perm)
 
+    def _registered_version(self, version):
+        """A copy of the topic table's data version as this broker registers it: with its master
+        epoch as stateVersion (the name server ignores a master registering with an older one)."""
+        return attrs.evolve(version, state_version=self.state_version)
+
     def register_all_body(self) -> tuple[bytes, bool]:
         """The full registration's body, and whether it is compressed (compressedRegister)."""
         table = self.topic_manager.table
         if self.broker_config.compressed_register:
             version, configs = table.snapshot()
+            version = self._registered_version(version)
             entries = [(tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_filter_type)
                        for tc in map(self._registered_config, configs)]
             return RegisterBrokerBody.encode_compressed(version, entries), True
         if self.broker_config.broker_permission & 6 != 6:
             version, configs = table.snapshot()
             return RegisterBrokerBody.build({tc.topic_name: self._registered_config(tc) for tc in configs},
-                                            version).encode(), False
+                                            self._registered_version(version)).encode(), False
         version, members = table.snapshot_json()  # the entries as topics.json holds them, already encoded
-        return register_body_json(version, members), False
+        return register_body_json(self._registered_version(version), members), False
 
     async def _send_registration(self, body: bytes, compressed: bool, register_all: bool) -> None:
         bc = self.broker_config

@@ -83,6 +83,9 @@ class TransactionalMessageService:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad end-transaction request: {e}")
         if ctrl.is_slave:  # as RocketMQ's EndTransactionProcessor
             return request.make_response(ResponseCode.SLAVE_NOT_AVAILABLE, ctrl.slave_refusal("ending a transaction"))
+        fenced = ctrl.fenced_refusal(request)
+        if fenced is not None:
+            return fenced
         if state == SysFlag.TRANSACTION_NOT_TYPE:
             log.info("end transaction from %s: UNKNOW (fromCheck=%s) for half %s; will check back later",
                      ctx.remote_address, from_check, half_queue_offset)
@@ -117,7 +120,7 @@ class TransactionalMessageService:
         await self._put_op(half_queue_offset, origin, resolved=True)
         ctrl.stats.inc_transaction_end(half.properties.get(MessageConst.REAL_TOPIC, ""),
                                        state == SysFlag.TRANSACTION_COMMIT_TYPE)
-        return request.make_response(ResponseCode.SUCCESS, None)
+        return ctrl.fenced_refusal(request) or request.make_response(ResponseCode.SUCCESS, None)
 
     def _to_real(self, half, commit_log_offset: int) -> MessageExtBrokerInner:
         props = dict(half.properties)

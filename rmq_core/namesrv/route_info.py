@@ -9,6 +9,12 @@ broker's incremental registration (RocketMQ's registerIncrementBrokerData: the c
 alone) costs what it carries.  A registration marked `registerAll` (rmq's brokers mark their full,
 periodic one) carries the broker's whole table, and the topics it no longer has are dropped.
 
+In controller mode a master registers with its master epoch as the data version's stateVersion
+(RocketMQ 5's): the name server keeps the highest one per broker name and ignores a master
+registration with a lower one (an old master that has not yet learned it was replaced); a higher
+one from another address takes brokerId 0 over, and the old master's entry goes.  Manual mode
+registers stateVersion 0 throughout: nothing changes.
+
 `broker_topics` indexes the topics of each broker name, so applying, dropping and wiping cost the
 size of one broker's table, never a scan of every topic; a route lookup is two dict lookups.
 """
@@ -52,11 +58,18 @@ class RouteInfoManager:
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}  # brokerAddr -> liveness
         self.filter_server_table: dict[str, list[str]] = {}  # brokerAddr -> filter servers
         self.broker_topics: dict[str, set[str]] = {}  # brokerName -> its topics (topic_queue_table's index)
+        # brokerName -> the highest stateVersion its masters registered with (kept when the name goes:
+        # an old master re-registering while the new one is briefly gone must still be ignored)
+        self.master_state_versions: dict[str, int] = {}
 
     # --- registration ------------------------------------------------------------------------------
     def register_broker(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
                         ha_server_addr: str | None, body: RegisterBrokerBody | None,
                         channel: Any = None, register_all: bool = False) -> RegisterBrokerResult:
+        data_version = body.data_version if body is not None else DataVersion(0, 0)
+        if broker_id == MixAll.MASTER_ID and not self._master_epoch_current(
+                cluster_name, broker_name, broker_addr, data_version.state_version):
+            return RegisterBrokerResult()  # ignored (answered as a success, as RocketMQ 5 does)
         self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
         broker_data = self.broker_addr_table.get(broker_name)
         if broker_data is None:
@@ -66,10 +79,17 @@ class RouteInfoManager:
         for other_id, addr in list(broker_data.broker_addrs.items()):
             if addr == broker_addr and other_id != broker_id:
                 del broker_data.broker_addrs[other_id]
-        first = broker_data.broker_addrs.get(broker_id) != broker_addr
+        old_addr = broker_data.broker_addrs.get(broker_id)
+        first = old_addr != broker_addr
         broker_data.broker_addrs[broker_id] = broker_addr
+        if broker_id == MixAll.MASTER_ID and old_addr is not None and first and data_version.state_version:
+            # a newer master epoch from another address: the old master's entry goes (it registers
+            # again as a slave, under its own id, once it learns the new master)
+            self.broker_live_table.pop(old_addr, None)
+            self.filter_server_table.pop(old_addr, None)
+            log.info("broker %s %s: master %s (stateVersion %d) replaces %s", cluster_name, broker_name,
+                     broker_addr, data_version.state_version, old_addr)
 
-        data_version = body.data_version if body is not None else DataVersion(0, 0)
         if body is not None and broker_id == MixAll.MASTER_ID:
             carried = body.topic_config_table
             held = self.broker_topics.get(broker_name, ())
@@ -99,6 +119,20 @@ class RouteInfoManager:
                 master_live = self.broker_live_table.get(master_addr)
                 result = RegisterBrokerResult(master_live.ha_server_addr if master_live else None, master_addr)
         return result
+
+    def _master_epoch_current(self, cluster_name: str, broker_name: str, broker_addr: str, state_version: int) -> bool:
+        """Whether a master registration of `broker_name` with `state_version` counts: False (and a
+        warning naming both) when a master of it registered with a higher one; else it is held."""
+        held = self.master_state_versions.get(broker_name, 0)
+        if state_version < held:
+            master = self.broker_addr_table.get(broker_name)
+            log.warning("registered broker conflicts with the existing one, ignored: %s %s[0] %s stateVersion %d "
+                        "< %d held (master %s)", cluster_name, broker_name, broker_addr, state_version, held,
+                        master.broker_addrs.get(MixAll.MASTER_ID) if master is not None else None)
+            return False
+        if state_version > held:
+            self.master_state_versions[broker_name] = state_version
+        return True
 
     def _apply_topic_configs(self, broker_name: str, table: dict[str, dict]) -> None:
         """Add or update the carried topics of `broker_name` (nothing else is touched)."""

@@ -154,22 +154,29 @@ class ClusterInfo:
 # --- broker registration -----------------------------------------------------------------------------
 @attrs.define
 class DataVersion:
-    """Version of a broker's topic config table; a change makes the name server re-read it."""
+    """Version of a broker's topic config table; a change makes the name server re-read it.
+    `state_version` (RocketMQ 5's stateVersion): in a registration, the master epoch the broker
+    holds in controller mode - the name server ignores a master registering with a lower one than
+    it saw; 0 in manual mode, where it is not written (the JSON stays RocketMQ 4's)."""
     timestamp: int = attrs.field(factory=lambda: int(time.time() * 1000))
     counter: int = 0
+    state_version: int = 0
 
     def next_version(self) -> None:
         self.timestamp = int(time.time() * 1000)
         self.counter += 1
 
     def to_json(self) -> dict:
+        if self.state_version:
+            return {"counter": self.counter, "stateVersion": self.state_version, "timestamp": self.timestamp}
         return {"counter": self.counter, "timestamp": self.timestamp}
 
     @classmethod
     def from_json(cls, d: Any) -> "DataVersion":
         if not isinstance(d, Mapping):
             return cls(0, 0)
-        return cls(_int(d, "timestamp", 0, "dataVersion "), _int(d, "counter", 0, "dataVersion "))
+        return cls(_int(d, "timestamp", 0, "dataVersion "), _int(d, "counter", 0, "dataVersion "),
+                   _int(d, "stateVersion", 0, "dataVersion "))
 
 
 _TOPIC_CONFIG_FIELDS = (  # attribute name, JSON name, default

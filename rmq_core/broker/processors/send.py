@@ -18,8 +18,8 @@ from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageSta
 
 from rmq_core._native.frame import header_ints as _header_ints
 from rmq_core.remoting.command import new_response as _new_response
-from rmq_core._native.send_lane import (LaneCheck, LaneChecks, PyLaneCheck, SendLane, SendLaneState, checked_queues,
-                                        plain_send_queues, special_properties)
+from rmq_core._native.send_lane import (LaneCheck, LaneChecks, PyLaneCheck, SendLane, SendLaneState, WriteFence,
+                                        checked_queues, plain_send_queues, special_properties)
 
 log = logging.getLogger("rmq.broker")
 
@@ -178,17 +178,20 @@ class SendMessageProcessor(Processor):
         process_send (no table: it never uses the lane's put)."""
         ctrl = self.ctrl
         store, topic_manager, broker_config = ctrl.store, ctrl.topic_manager, ctrl.broker_config
+        fence = ctrl.write_fence  # (one per broker: the lanes check it again when they answer)
 
         def refresh(state):
             # what a lane may do now (its request steps run in it: see fast_lane)
             state.put = store.put_nowait if table is not None else None
             dv = topic_manager.table.data_version
             state.data_version, state.counter = dv, dv.counter
-            # a slave takes no writes: every send goes to send_message, which refuses it
-            state.writable = bool(broker_config.broker_permission & PermName.PERM_WRITE) and not ctrl.is_slave
+            # a slave, or a master whose write fence lapsed, takes no writes: every send goes to
+            # send_message, which refuses it before any put
+            state.writable = (bool(broker_config.broker_permission & PermName.PERM_WRITE) and not ctrl.is_slave
+                              and not fence.lapsed())
 
         return SendLaneState(self._send_topics, self._cluster_property(), int(MQVersion.CURRENT),
-                             PutMessageStatus.PUT_OK, self.ctrl.stats.inc_put, put_outcome, refresh)
+                             PutMessageStatus.PUT_OK, self.ctrl.stats.inc_put, put_outcome, refresh, fence)
 
     def process_send(self, ctx, request):
         """A send request's response, or an awaitable of it.
@@ -393,6 +396,8 @@ class SendMessageProcessor(Processor):
         """A send's answer from its put's result (the native lane writes the same bytes).
         message_type: the metrics' label for a message that is not "normal" (see message_type_of)."""
         code, remark, fields = put_outcome(result.status, result.error)
+        if fields and self.ctrl.write_fence.lapsed():  # checked as the answer is made (docs/failover.md)
+            code, remark, fields = put_outcome(self.ctrl.write_fence)
         if not fields:
             return request.make_response(code, remark)
         ar = result.append_result
@@ -409,6 +414,9 @@ class SendMessageProcessor(Processor):
         counter = dv.counter
         if ctrl.is_slave:  # before auto-creation: a slave's topics are its master's
             return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, ctrl.slave_refusal("sending message"))
+        fenced = ctrl.fenced_refusal(request)
+        if fenced is not None:
+            return fenced
         if not PermName.is_writeable(bc.broker_permission):
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"the broker[{bc.broker_ip1}] sending message is forbidden")
@@ -482,6 +490,9 @@ class SendMessageProcessor(Processor):
             return request.make_response(ResponseCode.SYSTEM_ERROR, "send-back request needs group and offset")
         if ctrl.is_slave:
             return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, ctrl.slave_refusal("sending a message back"))
+        fenced = ctrl.fenced_refusal(request)
+        if fenced is not None:
+            return fenced
         sg = ctrl.subscription_manager.find_or_create(group)
         if sg is None:
             return request.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -521,7 +532,7 @@ class SendMessageProcessor(Processor):
             return request.make_response(ResponseCode.SYSTEM_ERROR, result.error or result.status.name)
         if MixAll.is_dlq_topic(topic):
             ctrl.stats.inc_dlq(props[MessageConst.RETRY_TOPIC], group)
-        return request.make_response(ResponseCode.SUCCESS, None)
+        return ctrl.fenced_refusal(request) or request.make_response(ResponseCode.SUCCESS, None)
 
 
 def message_type_of(props: dict, tx_type: int) -> str:
@@ -538,8 +549,12 @@ def message_type_of(props: dict, tx_type: int) -> str:
 def put_outcome(status, error: str | None = None) -> tuple[int, str | None, bool]:
     """The one mapping of a put's outcome to a send's answer (the general path's, and the native
     lane's for its SYNC_FLUSH groups): (response code, remark, whether the answer keeps
-    msgId/queueId/queueOffset and counts in the stats).  `status`: a PutMessageStatus, or the
-    exception of a flush Future that failed or was cancelled; `error`: the store's reason."""
+    msgId/queueId/queueOffset and counts in the stats).  `status`: a PutMessageStatus, the
+    exception of a flush Future that failed or was cancelled, or the broker's WriteFence when it
+    lapsed before the answer (SERVICE_NOT_AVAILABLE: clients retry another broker; the remark
+    [FENCED]... names the broker); `error`: the store's reason."""
+    if type(status) is WriteFence:
+        return int(ResponseCode.SERVICE_NOT_AVAILABLE), status.remark, False
     if not isinstance(status, PutMessageStatus):
         return int(ResponseCode.SYSTEM_ERROR), f"flush failed: {type(status).__name__}", False
     code = _PUT_STATUS_TO_CODE.get(status, ResponseCode.SYSTEM_ERROR)
