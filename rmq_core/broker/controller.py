@@ -115,6 +115,8 @@ class BrokerController:
         # the master epoch this broker registers with (its registrations' dataVersion.stateVersion, which
         # the name server checks: RocketMQ 5's); 0 in manual mode
         self.state_version = 0
+        if broker_config.enable_controller_mode:
+            self.writable_until = float("-inf")  # until a controller makes it master (ReplicasManager)
 
     @property
     def is_slave(self) -> bool:
