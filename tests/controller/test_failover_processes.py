@@ -121,6 +121,17 @@ def _send(raw, addr, key, timeout=5.0):
     return raw.send(addr, TOPIC, key.encode() + b"-payload", keys=key, queue_id=0)
 
 
+def _wait_writable(g, addr, timeout=30.0):
+    """Until the elected master takes writes (its first heartbeat as master renewed its lease)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = _send(g.raw, addr, "probe")
+        if r.code == ResponseCode.SUCCESS:
+            return
+        assert time.monotonic() < deadline, f"{addr} never took writes: {r.remark}"
+        time.sleep(0.05)
+
+
 def test_paused_master_never_answers_send_ok_again_and_rejoins_as_slave(group):
     """SIGSTOP the master past its lease: a new master is elected; SIGCONT: the old one refuses
     even the send it had read before the pause, becomes a slave, and its log is cut back to
@@ -147,7 +158,7 @@ def test_paused_master_never_answers_send_ok_again_and_rejoins_as_slave(group):
             b"paused-send")
         new = g.wait_master(not_addr=old_addr)
         new_addr = new["masterAddress"]
-        g.create_topic(new_addr)
+        _wait_writable(g, new_addr)
         for i in range(20):
             assert _send(g.raw, new_addr, f"after{i}").code == ResponseCode.SUCCESS
     finally:
