@@ -41,6 +41,13 @@ from rmq_core.remoting.command import RemotingCommand
 
 log = logging.getLogger("rmq.client")
 
+# A broker group whose master failed (its connection gone, or a write refused as "not master"):
+# the routes of the topics it serves are asked for again this often (seconds) until the group
+# shows a master at another address, the failed one answers again or ROUTE_SUSPECT_MAX_SECONDS
+# pass (then the periodic poll carries on; a new failure starts over).  Often enough that writes
+# resume moments after a new master registers; seldom enough not to hammer a dead name server.
+ROUTE_SUSPECT_INTERVAL = 0.3
+ROUTE_SUSPECT_MAX_SECONDS = 30.0
 
 
 # --- scheduler: one thread for the periodic jobs ------------------------------------------------
@@ -305,6 +312,9 @@ class MQClientInstance:
         # offsets: find_broker_addr_in_subscribe turns to another broker of the group meanwhile),
         # why it failed)
         self._connect_failed: dict[str, tuple[float, str]] = {}
+        # broker name -> the task asking the name server for its group's new master (route_suspect)
+        self._route_suspects: dict[str, asyncio.Task] = {}
+        self._suspect_refreshed: dict[str, float] = {}  # topic -> when a route_suspect last asked for it
         self.scheduler = Scheduler(f"rmq-sched-{self.client_id}")
         self._rebalance_event = threading.Event()
         self._rebalance_thread: threading.Thread | None = None
@@ -754,8 +764,14 @@ class MQClientInstance:
             self.topic_route_table[topic] = route
             new_broker = False
             for bd in route.broker_datas:
-                if self.broker_addr_table.get(bd.broker_name) != bd.broker_addrs:
+                known = self.broker_addr_table.get(bd.broker_name)
+                if known != bd.broker_addrs:
                     new_broker = True
+                    master = bd.broker_addrs.get(MixAll.MASTER_ID)
+                    if master is not None and known is not None and known.get(MixAll.MASTER_ID) != master:
+                        # a new master: what the producers learnt of the old one no longer holds
+                        for p in list(self.producers.values()):
+                            p.on_master_changed(bd.broker_name)
                 self.broker_addr_table[bd.broker_name] = dict(bd.broker_addrs)
             if new_broker and not self._stopping:
                 # a broker we never heartbeated: introduce ourselves now rather than at the next
@@ -799,9 +815,81 @@ class MQClientInstance:
 
     def note_connect_failed(self, addr: str, why: str) -> None:
         """A connect to `addr` failed (`why`: the socket error): sends do not try it again, and
-        subscriptions turn to another broker of its group, for a few seconds."""
+        subscriptions turn to another broker of its group, for a few seconds; a master's group
+        has its route asked for at once (route_suspect)."""
         with self._send_channels_lock:
             self._connect_failed[addr] = (time.monotonic() + min(5.0, max(1.0, self.config.connect_timeout)), why)
+        self._suspect_master_at(addr, refused=False)
+
+    def note_request_failed(self, addr: str, error: BaseException) -> None:
+        """A request to the broker `addr` failed with `error` (a send's attempt, a pull): when that
+        says its group's master may be gone - the connection failed or broke, a timeout with the
+        connection gone - or is no longer master - SERVICE_NOT_AVAILABLE, as a slave or a fenced
+        master refuses a write (whatever the remark) - the group's route is asked for at once
+        (route_suspect).  Anything else is left to the caller."""
+        if isinstance(error, MQBrokerError):
+            if error.code != ResponseCode.SERVICE_NOT_AVAILABLE:
+                return
+            refused = True
+        elif isinstance(error, RemotingConnectError):
+            refused = False
+        elif isinstance(error, TimeoutError):
+            if self.has_send_channel(addr) or self.is_connected(addr):
+                return  # a slow broker, not a gone one
+            refused = False
+        else:
+            return
+        self._suspect_master_at(addr, refused)
+
+    def _suspect_master_at(self, addr: str, refused: bool) -> None:
+        for name, addrs in list(self.broker_addr_table.items()):
+            if addrs.get(MixAll.MASTER_ID) == addr:
+                self.route_suspect(name, addr, refused)
+
+    def route_suspect(self, broker_name: str, failed_addr: str, refused: bool = False) -> None:
+        """The master of `broker_name` at `failed_addr` failed (refused: it answered that it is not
+        master): ask the name server for the route of every topic the group serves at once, then
+        every ROUTE_SUSPECT_INTERVAL, until the group shows a master at another address (a new
+        master registered as brokerId 0), the failed one answers again (a connection to it is
+        open again; not for a refusal) or ROUTE_SUSPECT_MAX_SECONDS pass.  Writes then resume on
+        the new master without waiting for the periodic poll (pollNameServerInterval).  One chase
+        per group at a time, and a topic is asked for at most once per interval however many
+        groups chase: many failures at once make no storm.  Callable from any thread."""
+        if not self._running or self._stopping:
+            return
+        try:
+            self.post(lambda: self._start_route_suspect(broker_name, failed_addr, refused))
+        except MQClientError:  # shut down meanwhile
+            pass
+
+    def _start_route_suspect(self, broker_name: str, failed_addr: str, refused: bool) -> None:  # on the loop
+        if self._stopping or broker_name in self._route_suspects:
+            return
+        log.info("the master of broker %s (%s) %s: asking the name server for its route", broker_name, failed_addr,
+                 "refused a write as not master" if refused else "is unreachable")
+        self._route_suspects[broker_name] = self.spawn(self._chase_master(broker_name, failed_addr, refused))
+
+    async def _chase_master(self, broker_name: str, failed_addr: str, refused: bool) -> None:
+        try:
+            topics = [t for t, r in list(self.topic_route_table.items()) if r.broker_data(broker_name) is not None]
+            give_up = time.monotonic() + ROUTE_SUSPECT_MAX_SECONDS
+            while not self._stopping:
+                for topic in topics:
+                    if time.monotonic() - self._suspect_refreshed.get(topic, -ROUTE_SUSPECT_INTERVAL) >= \
+                            ROUTE_SUSPECT_INTERVAL:
+                        self._suspect_refreshed[topic] = time.monotonic()
+                        await self.update_topic_route(topic)
+                master = self.broker_addr_table.get(broker_name, {}).get(MixAll.MASTER_ID)
+                if master is not None and master != failed_addr:
+                    log.info("broker %s has a new master %s (was %s)", broker_name, master, failed_addr)
+                    return
+                if not refused and (self.has_send_channel(failed_addr) or self.is_connected(failed_addr)):
+                    return  # it answers again
+                if time.monotonic() >= give_up:
+                    return
+                await asyncio.sleep(ROUTE_SUSPECT_INTERVAL)
+        finally:
+            self._route_suspects.pop(broker_name, None)
 
     def connect_failed_recently(self, addr: str) -> bool:
         failed = self._connect_failed.get(addr)

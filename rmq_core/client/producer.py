@@ -262,6 +262,8 @@ class SendAttempts:
             self.finish(result, None)
             return
         self.last_error = error
+        if self.addr is not None:  # a master gone or no longer master: its group's route asked for at once
+            p.instance.note_request_failed(self.addr, error)
         if not policy.worth_retrying(error) or self.fixed is not None:
             self.finish(None, error)
             return
@@ -508,6 +510,12 @@ class Producer:
     def on_route_changed(self, topic: str, route: TopicRouteData) -> None:
         if topic in self.topic_publish_info:
             self.topic_publish_info[topic] = route.publish_info(topic)
+
+    def on_master_changed(self, broker_name: str) -> None:
+        """The route shows a new master of `broker_name`: what the fault strategy noted was of the
+        old one (benched for minutes after it failed), so sends go to the new one at once."""
+        self.fault_strategy.tolerance.remove(broker_name)
+        self.send_policy.noted.pop(broker_name, None)
 
     def _check_started(self) -> MQClientInstance:
         if not self._started:

@@ -162,6 +162,7 @@ class PullChain:
         the master when that one is not in the route), or None when it failed: logged, then
         `delay` seconds waited, as both consumers' pull loops back off - at once when `stopped()`
         says the loop is over."""
+        addr = None
         try:
             addr = self.instance.find_broker_addr_in_subscribe(self.mq.broker_name, broker_id)
             if addr is None:
@@ -170,6 +171,8 @@ class PullChain:
         except (RemotingError, MQClientError, MQBrokerError, ValueError) as e:
             if stopped():
                 return None
+            if addr is not None:  # a master gone: its group's route asked for at once (the new master's pulls)
+                self.instance.note_request_failed(addr, e)
             log.warning("pull %s from offset %d failed: %s", self.mq, offset, e)
             await asyncio.sleep(delay)
             return None
