@@ -75,7 +75,19 @@ def group(tmp_path, etcd):
 
 
 def test_ten_master_kills_lose_no_acknowledged_message(group):
-    g = group
+    _ten_kills(group)
+
+
+@pytest.mark.slow
+def test_ten_master_kills_over_three_etcd_members(tmp_path, etcd3):
+    g = FailoverGroup(tmp_path, etcd3.endpoints)
+    try:
+        _ten_kills(g)
+    finally:
+        g.stop()
+
+
+def _ten_kills(g):
     g.start_all()
     state = g.wait_master()
     g.create_topic(state["masterAddress"])
