@@ -21,7 +21,7 @@ SEGMENT = 4 * 1024 * 1024
 
 class FailoverGroup:
     def __init__(self, tmp_path, etcd_endpoints: str, replicas: int = 3, broker_props: dict | None = None,
-                 namesrv_props: dict | None = None, verbose: bool = True):
+                 namesrv_props: dict | None = None, verbose: bool = True, replica_props: list | None = None):
         self.tmp_path = tmp_path
         self.etcd_endpoints = etcd_endpoints
         self.namesrv = f"127.0.0.1:{free_port()}"
@@ -42,7 +42,8 @@ class FailoverGroup:
                 "namesrvAddr": self.namesrv, "enableControllerMode": "true", "controllerAddr": self.namesrv,
                 "allAckInSyncStateSet": "true", "mappedFileSizeCommitLog": SEGMENT,
                 "mappedFileSizeConsumeQueue": 6000 * 20, "maxHashSlotNum": 10000, "maxIndexNum": 40000,
-                "registerNameServerPeriod": 1000, **(broker_props or {})}))
+                "registerNameServerPeriod": 1000, **(broker_props or {}),
+                **((replica_props or [{}] * replicas)[i])}))
         self.procs: list[RmqProcess | None] = [None] * replicas
 
     # -- processes -------------------------------------------------------------------------------

@@ -144,14 +144,25 @@ def _wait_writable(g, addr, timeout=30.0):
         time.sleep(0.05)
 
 
-def test_paused_master_never_answers_send_ok_again_and_rejoins_as_slave(group):
+def test_paused_master_never_answers_send_ok_again_and_rejoins_as_slave(tmp_path, etcd):
     """SIGSTOP the master past its lease: a new master is elected; SIGCONT: the old one refuses
     even the send it had read before the pause, becomes a slave, and its log is cut back to
-    what the new master holds."""
+    what the new master holds.  Its Prometheus series count the role changes."""
     import signal
 
     from rmq_core.remoting.codes import RequestCode
-    g = group
+    from tests.metrics.test_prometheus import scrape, value
+    from tests.servers import free_port
+    metrics_ports = [free_port() for _ in range(3)]
+    g = FailoverGroup(tmp_path, etcd.endpoints, replica_props=[
+        {"metricsExporterType": "PROM", "metricsPromExporterPort": p} for p in metrics_ports])
+    try:
+        _paused_master(g, metrics_ports, signal, RequestCode, scrape, value)
+    finally:
+        g.stop()
+
+
+def _paused_master(g, metrics_ports, signal, RequestCode, scrape, value):
     g.start_all()
     state = g.wait_master()
     old_addr = state["masterAddress"]
@@ -189,6 +200,10 @@ def test_paused_master_never_answers_send_ok_again_and_rejoins_as_slave(group):
     theirs = commit_log_segments(g.tmp_path / f"store{g.index_of(new_addr)}")
     for name, data in mine.items():
         assert theirs[name][:len(data.rstrip(b"\0"))] == data.rstrip(b"\0"), f"segment {name} differs"
+    samples = scrape(metrics_ports[old])
+    assert value(samples, "rocketmq_broker_role_changes_total", broker_role="SYNC_MASTER") == 1
+    assert value(samples, "rocketmq_broker_role_changes_total", broker_role="SLAVE") == 1
+    assert value(samples, "rocketmq_broker_master_epoch") == new["masterEpoch"]
 
 
 @pytest.fixture(params=["all_ack", "async"])
