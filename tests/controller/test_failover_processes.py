@@ -19,12 +19,14 @@ from tests.controller.failover_group import QUEUES, TOPIC, FailoverGroup
 
 
 class Stream:
-    """A producer thread sending until stopped; records each key answered SEND_OK and when."""
+    """A producer thread sending until stopped; records each key answered SEND_OK and when
+    (`started`: when each acknowledged send began)."""
 
     def __init__(self, producer, topic=TOPIC):
         self.producer = producer
         self.topic = topic
         self.ok: list[tuple[float, str]] = []
+        self.started: list[float] = []
         self.failed = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -35,6 +37,7 @@ class Stream:
         while not self._stop.is_set():
             key = f"k{i:07d}"
             i += 1
+            began = time.monotonic()
             try:
                 r = self.producer.send(Message(self.topic, key.encode() + b"-" + b"x" * 200, keys=key))
             except RMQError:
@@ -42,10 +45,13 @@ class Stream:
                 time.sleep(0.02)
                 continue
             if r.status is SendStatus.SEND_OK:
+                self.started.append(began)
                 self.ok.append((time.monotonic(), key))
 
     def first_ok_after(self, t: float) -> float | None:
-        return next((ts for ts, _k in self.ok if ts > t), None)
+        """When the first send that began after `t` was acknowledged (a send in flight at `t` may
+        have been answered by the old master)."""
+        return next((ts for began, (ts, _k) in zip(self.started, self.ok) if began > t), None)
 
     def stop(self):
         self._stop.set()
