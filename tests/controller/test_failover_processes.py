@@ -13,18 +13,20 @@ import pytest
 from rmq_core import Message, Producer
 from rmq_core.codec import decode_messages
 from rmq_core.errors import RMQError
-from rmq_core.message import SendStatus
+from rmq_core.message import SendStatus, decode_offset_msg_id
 from rmq_core.remoting.codes import ResponseCode
 from tests.controller.failover_group import QUEUES, TOPIC, FailoverGroup
 
 
 class Stream:
-    """A producer thread sending until stopped; records each key answered SEND_OK and when."""
+    """A producer thread sending until stopped; records each key answered SEND_OK and when, and
+    which broker answered it (`answered_by`: key → the store host of its offsetMsgId)."""
 
     def __init__(self, producer, topic=TOPIC):
         self.producer = producer
         self.topic = topic
         self.ok: list[tuple[float, str]] = []
+        self.answered_by: dict[str, str] = {}
         self.failed = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -42,10 +44,13 @@ class Stream:
                 time.sleep(0.02)
                 continue
             if r.status is SendStatus.SEND_OK:
+                host, port, _offset = decode_offset_msg_id(r.offset_msg_id)
+                self.answered_by[key] = f"{host}:{port}"
                 self.ok.append((time.monotonic(), key))
 
-    def first_ok_after(self, t: float) -> float | None:
-        return next((ts for ts, _k in self.ok if ts > t), None)
+    def first_ok_after(self, t: float, by: str | None = None) -> float | None:
+        """When the first SEND_OK after `t` came (from broker `by` only, if given)."""
+        return next((ts for ts, k in self.ok if ts > t and (by is None or self.answered_by.get(k) == by)), None)
 
     def stop(self):
         self._stop.set()
