@@ -9,6 +9,11 @@ process, so a crash or hang in the native library cannot take the test runner wi
 With CPP_ACCESS_KEY / CPP_SECRET_KEY in the environment every client signs its requests
 (set_session_credentials, RocketMQ ACL).  A produce spec with "catch": true emits a failed send
 as {"i": i, "error": "..."} and goes on instead of exiting; a pull that fails emits {"error": ...}.
+A produce spec with "stream": {"seconds": S, "prefix": P, "pause": s} sends sync messages keyed
+P-000000, P-000001, ... until S seconds have passed or SIGTERM arrives, and emits each outcome with
+the CLOCK_MONOTONIC times the send began ("t0") and was answered ("t"; both comparable with the
+test's time.monotonic()), then
+{"done": n}.  The C API's send result names no broker: the test finds where each key is stored.
 """
 import json
 import os
@@ -59,6 +64,12 @@ def produce(namesrv, topic, spec):
     p.set_namesrv_addr(namesrv)
     _credentials(p)
     p.start()
+    if "stream" in spec:
+        try:
+            _stream(p, topic, spec["stream"])
+        finally:
+            p.shutdown()
+        return
     try:
         for i, item in enumerate(spec["messages"]):
             m = Message(topic)
@@ -94,6 +105,29 @@ def produce(namesrv, topic, spec):
             emit(out)
     finally:
         p.shutdown()
+
+
+def _stream(p, topic, spec):
+    from rocketmq.client import Message
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    deadline = time.monotonic() + spec["seconds"]
+    i = 0
+    while time.monotonic() < deadline and not stop.is_set():
+        key = f"{spec['prefix']}-{i:06d}"
+        m = Message(topic)
+        m.set_keys(key)
+        m.set_body(key)
+        t0 = time.monotonic()
+        try:
+            r = p.send_sync(m)
+            emit({"i": i, "key": key, "status": int(r.status), "msg_id": r.msg_id, "t0": t0, "t": time.monotonic()})
+        except Exception as e:  # a failed send (all its retries spent) is reported, and the stream goes on
+            emit({"i": i, "key": key, "error": f"{type(e).__name__}: {e}", "t0": t0, "t": time.monotonic()})
+        i += 1
+        time.sleep(spec.get("pause", 0.01))
+    emit({"done": i})
 
 
 def consume(namesrv, topic, group, expr, model, expect, seconds, orderly=False):
