@@ -25,10 +25,12 @@ def write_conf(path, props: dict) -> str:
 
 
 class RmqProcess:
-    """`rmq <args>` in a child process; `wait_boot()` returns once the boot line(s) are printed."""
+    """`rmq <args>` in a child process; `wait_boot()` returns once the boot line(s) are printed.
+    `prefix` runs it through a command that then execs it (`ip netns exec NS`: the pid stays the
+    server's, so signals reach it)."""
 
-    def __init__(self, args: list[str], boot_markers=("boot success",), env=None, cwd=None):
-        self.args = [sys.executable, "-m", "rmq_core.cli", *args]
+    def __init__(self, args: list[str], boot_markers=("boot success",), env=None, cwd=None, prefix=()):
+        self.args = [*prefix, sys.executable, "-m", "rmq_core.cli", *args]
         self.boot_markers = list(boot_markers)
         self.lines: list[str] = []
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

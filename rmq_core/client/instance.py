@@ -826,7 +826,10 @@ class MQClientInstance:
         says its group's master may be gone - the connection failed or broke, a timeout with the
         connection gone - or is no longer master - SERVICE_NOT_AVAILABLE, as a slave or a fenced
         master refuses a write (whatever the remark) - the group's route is asked for at once
-        (route_suspect).  Anything else is left to the caller."""
+        (route_suspect).  A timeout on a connection still open is a slow master or one the network
+        cut off (a partition drops packets and never breaks the connection): the route is asked
+        for once, so writes move on as soon as a new master registered.  Anything else is left to
+        the caller."""
         if isinstance(error, MQBrokerError):
             if error.code != ResponseCode.SERVICE_NOT_AVAILABLE:
                 return
@@ -835,18 +838,19 @@ class MQClientInstance:
             refused = False
         elif isinstance(error, TimeoutError):
             if self.has_send_channel(addr) or self.is_connected(addr):
-                return  # a slow broker, not a gone one
+                self._suspect_master_at(addr, refused=False, once=True)
+                return
             refused = False
         else:
             return
         self._suspect_master_at(addr, refused)
 
-    def _suspect_master_at(self, addr: str, refused: bool) -> None:
+    def _suspect_master_at(self, addr: str, refused: bool, once: bool = False) -> None:
         for name, addrs in list(self.broker_addr_table.items()):
             if addrs.get(MixAll.MASTER_ID) == addr:
-                self.route_suspect(name, addr, refused)
+                self.route_suspect(name, addr, refused, once)
 
-    def route_suspect(self, broker_name: str, failed_addr: str, refused: bool = False) -> None:
+    def route_suspect(self, broker_name: str, failed_addr: str, refused: bool = False, once: bool = False) -> None:
         """The master of `broker_name` at `failed_addr` failed (refused: it answered that it is not
         master): ask the name server for the route of every topic the group serves at once, then
         every ROUTE_SUSPECT_INTERVAL, until the group shows a master at another address (a new
@@ -854,22 +858,25 @@ class MQClientInstance:
         open again; not for a refusal) or ROUTE_SUSPECT_MAX_SECONDS pass.  Writes then resume on
         the new master without waiting for the periodic poll (pollNameServerInterval).  One chase
         per group at a time, and a topic is asked for at most once per interval however many
-        groups chase: many failures at once make no storm.  Callable from any thread."""
+        groups chase: many failures at once make no storm.  `once`: ask one time, no chase (a
+        master that timed out on an open connection: slow, or cut off).  Callable from any thread."""
         if not self._running or self._stopping:
             return
         try:
-            self.post(lambda: self._start_route_suspect(broker_name, failed_addr, refused))
+            self.post(lambda: self._start_route_suspect(broker_name, failed_addr, refused, once))
         except MQClientError:  # shut down meanwhile
             pass
 
-    def _start_route_suspect(self, broker_name: str, failed_addr: str, refused: bool) -> None:  # on the loop
+    def _start_route_suspect(self, broker_name: str, failed_addr: str, refused: bool,
+                             once: bool = False) -> None:  # on the loop
         if self._stopping or broker_name in self._route_suspects:
             return
         log.info("the master of broker %s (%s) %s: asking the name server for its route", broker_name, failed_addr,
-                 "refused a write as not master" if refused else "is unreachable")
-        self._route_suspects[broker_name] = self.spawn(self._chase_master(broker_name, failed_addr, refused))
+                 "refused a write as not master" if refused else "did not answer in time" if once
+                 else "is unreachable")
+        self._route_suspects[broker_name] = self.spawn(self._chase_master(broker_name, failed_addr, refused, once))
 
-    async def _chase_master(self, broker_name: str, failed_addr: str, refused: bool) -> None:
+    async def _chase_master(self, broker_name: str, failed_addr: str, refused: bool, once: bool = False) -> None:
         try:
             topics = [t for t, r in list(self.topic_route_table.items()) if r.broker_data(broker_name) is not None]
             give_up = time.monotonic() + ROUTE_SUSPECT_MAX_SECONDS
@@ -882,6 +889,8 @@ class MQClientInstance:
                 master = self.broker_addr_table.get(broker_name, {}).get(MixAll.MASTER_ID)
                 if master is not None and master != failed_addr:
                     log.info("broker %s has a new master %s (was %s)", broker_name, master, failed_addr)
+                    return
+                if once:
                     return
                 if not refused and (self.has_send_channel(failed_addr) or self.is_connected(failed_addr)):
                     return  # it answers again

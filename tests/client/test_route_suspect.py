@@ -16,7 +16,7 @@ from rmq_core import ConsumeStatus, Message, Producer, PushConsumer, aio
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.instance import MQClientInstance
 from rmq_core.client.route import TopicRouteData
-from rmq_core.errors import MQBrokerError, MQClientError, RemotingConnectError
+from rmq_core.errors import MQBrokerError, MQClientError, RemotingConnectError, RMQError
 from rmq_core.message import SendStatus
 from rmq_core.remoting.body import BrokerData, QueueData
 from rmq_core.remoting.codes import RequestCode, ResponseCode
@@ -222,6 +222,35 @@ def test_a_not_master_refusal_refreshes_the_route(cluster, polls):
         r = send_until_ok(lambda: p.send(Message(TOPIC, b"after")), "the send after the refusal")
         assert r.queue.broker_name == "broker-a" and p.instance.broker_addr_table["broker-a"][0] == a1
         assert polls[0] == seen, "the periodic route poll ran"
+
+
+def test_a_master_that_times_out_on_an_open_connection_refreshes_the_route(cluster, polls):
+    """A master cut off by the network (here: frozen by SIGSTOP) never breaks the connection, its
+    sends only time out: the client asks for the route once per such failure, so the send after
+    the new master registered goes there without waiting for the periodic poll."""
+    import os
+    import signal
+
+    a0 = cluster.broker("broker-a", "store-a")
+    cluster.create_topic(a0)
+    with Producer("PG_ROUTE_TIMEOUT", namesrv=cluster.namesrv, retry_times_when_send_failed=0,
+                  send_msg_timeout=1.0, heartbeat_broker_interval=60.0, **SLOW_POLL) as p:
+        assert p.send(Message(TOPIC, b"before")).status is SendStatus.SEND_OK
+        first_poll_done(polls)
+        seen = polls[0]
+        frozen = cluster.running[a0].proc.pid
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            a1 = cluster.new_master("broker-a", "store-a")
+            wait_until(lambda: cluster.master_in_route("broker-a") == a1, 20, what="the new master registered")
+            assert p.instance.is_connected(a0) or p.instance.has_send_channel(a0)  # (nothing broke)
+            with pytest.raises(RMQError):  # no answer in time
+                p.send(Message(TOPIC, b"timed-out"))
+            r = send_until_ok(lambda: p.send(Message(TOPIC, b"after")), "the send after the timeout", timeout=20)
+            assert p.instance.broker_addr_table["broker-a"][0] == a1 and r.queue.broker_name == "broker-a"
+            assert polls[0] == seen, "the periodic route poll ran"
+        finally:
+            os.kill(frozen, signal.SIGCONT)
 
 
 def test_push_consumer_pulls_and_commits_on_the_new_master(cluster, polls):

@@ -1,6 +1,11 @@
 """A controller-mode broker group of real processes: etcd (tests.etcd_cluster), `rmq namesrv` with
 the controller embedded, and N `rmq broker` replicas of one brokerName with no brokerId or
-brokerRole, each restartable on its own config and store."""
+brokerRole, each restartable on its own config and store.
+
+By default every server is on 127.0.0.1.  `hosts` (per replica) and `namesrv_host` place them on
+other local addresses, and `prefixes` (replica index → command prefix, e.g. `ip netns exec NS`)
+runs a replica elsewhere: a replica listens and advertises (brokerIP1, its HA address) on its host,
+so each must be reachable from where the others run."""
 from __future__ import annotations
 
 import json
@@ -21,10 +26,14 @@ SEGMENT = 4 * 1024 * 1024
 
 class FailoverGroup:
     def __init__(self, tmp_path, etcd_endpoints: str, replicas: int = 3, broker_props: dict | None = None,
-                 namesrv_props: dict | None = None, verbose: bool = True, replica_props: list | None = None):
+                 namesrv_props: dict | None = None, verbose: bool = True, replica_props: list | None = None,
+                 hosts: list[str] | None = None, namesrv_host: str = "127.0.0.1",
+                 prefixes: dict[int, list[str]] | None = None):
         self.tmp_path = tmp_path
         self.etcd_endpoints = etcd_endpoints
-        self.namesrv = f"127.0.0.1:{free_port()}"
+        self.namesrv = f"{namesrv_host}:{free_port()}"
+        self.hosts = list(hosts or ["127.0.0.1"] * replicas)
+        self.prefixes = dict(prefixes or {})
         self.raw = RawClient()
         self.verbose = verbose
         ns_conf = write_conf(tmp_path / "namesrv.conf", {
@@ -37,7 +46,7 @@ class FailoverGroup:
         self.confs = []
         for i, port in enumerate(self.ports):
             self.confs.append(write_conf(tmp_path / f"replica{i}.conf", {
-                "brokerClusterName": CLUSTER, "brokerName": GROUP, "brokerIP1": "127.0.0.1", "listenPort": port,
+                "brokerClusterName": CLUSTER, "brokerName": GROUP, "brokerIP1": self.hosts[i], "listenPort": port,
                 "haListenPort": free_port(), "storePathRootDir": tmp_path / f"store{i}",
                 "namesrvAddr": self.namesrv, "enableControllerMode": "true", "controllerAddr": self.namesrv,
                 "allAckInSyncStateSet": "true", "mappedFileSizeCommitLog": SEGMENT,
@@ -48,13 +57,14 @@ class FailoverGroup:
 
     # -- processes -------------------------------------------------------------------------------
     def addr(self, i: int) -> str:
-        return f"127.0.0.1:{self.ports[i]}"
+        return f"{self.hosts[i]}:{self.ports[i]}"
 
     def index_of(self, addr: str) -> int:
         return self.ports.index(int(addr.rpartition(":")[2]))
 
     def start(self, i: int) -> RmqProcess:
-        p = RmqProcess([*(["-v"] if self.verbose else []), "broker", "-c", self.confs[i], "--listen-host", "127.0.0.1"])
+        p = RmqProcess([*(["-v"] if self.verbose else []), "broker", "-c", self.confs[i], "--listen-host", self.hosts[i]],
+                       prefix=self.prefixes.get(i, ()))
         self.procs[i] = p
         p.wait_boot()
         return p

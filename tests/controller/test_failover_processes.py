@@ -13,20 +13,22 @@ import pytest
 from rmq_core import Message, Producer
 from rmq_core.codec import decode_messages
 from rmq_core.errors import RMQError
-from rmq_core.message import SendStatus
+from rmq_core.message import SendStatus, decode_offset_msg_id
 from rmq_core.remoting.codes import ResponseCode
 from tests.controller.failover_group import QUEUES, TOPIC, FailoverGroup
 
 
 class Stream:
-    """A producer thread sending until stopped; records each key answered SEND_OK and when
-    (`started`: when each acknowledged send began)."""
+    """A producer thread sending until stopped; records each key answered SEND_OK, when it was
+    answered and when it began (`started`), and which broker answered it (`answered_by`: key ->
+    the store host of its offsetMsgId)."""
 
     def __init__(self, producer, topic=TOPIC):
         self.producer = producer
         self.topic = topic
         self.ok: list[tuple[float, str]] = []
         self.started: list[float] = []
+        self.answered_by: dict[str, str] = {}
         self.failed = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -45,13 +47,16 @@ class Stream:
                 time.sleep(0.02)
                 continue
             if r.status is SendStatus.SEND_OK:
+                host, port, _offset = decode_offset_msg_id(r.offset_msg_id)
+                self.answered_by[key] = f"{host}:{port}"
                 self.started.append(began)
                 self.ok.append((time.monotonic(), key))
 
-    def first_ok_after(self, t: float) -> float | None:
-        """When the first send that began after `t` was acknowledged (a send in flight at `t` may
-        have been answered by the old master)."""
-        return next((ts for began, (ts, _k) in zip(self.started, self.ok) if began > t), None)
+    def first_ok_after(self, t: float, by: str | None = None) -> float | None:
+        """When the first send that began after `t` was acknowledged (from broker `by` only, if
+        given); a send in flight at `t` may have been answered by the old master."""
+        return next((ts for began, (ts, k) in zip(self.started, self.ok)
+                     if began > t and (by is None or self.answered_by.get(k) == by)), None)
 
     def stop(self):
         self._stop.set()
