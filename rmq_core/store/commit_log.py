@@ -413,14 +413,21 @@ class CommitLog:
         """A slave's append (RocketMQ's appendData): raw commit-log bytes of the master, unchanged,
         at `start_offset` — records, the end-of-segment blank, possibly a record cut at the end of
         a transfer chunk (its rest comes with the next).  A new segment is created where the
-        bytes go (an empty slave starts at the master's last segment).  False when start_offset
-        is not where this log ends (nothing is written).  The caller dispatches the whole records
+        bytes go (an empty slave starts at the master's last segment; a log whose only segment
+        is empty starts over there too).  False when start_offset is not where this log ends
+        (nothing is written).  The caller dispatches the whole records
         (DefaultMessageStore.append_to_commit_log)."""
         view = memoryview(data).cast("B")
         mfq = self.mapped_file_queue
         with self.put_lock:
             if mfq.mapped_files and start_offset != mfq.get_max_offset():
-                return False
+                if not mfq.holds_no_bytes():
+                    return False
+                # an empty log starts where the master's bytes do (RocketMQ's empty slave has no
+                # segment at all): its empty segment, left by an earlier start, is dropped
+                log.info("slave log holds nothing: starting it at the master's offset %d", start_offset)
+                self._close_append_fd()
+                mfq.drop_empty()
             while view:
                 mf = mfq.get_last_mapped_file(start_offset, need_create=True)
                 if mf is None:

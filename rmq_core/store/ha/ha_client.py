@@ -131,7 +131,10 @@ class HAClient:
         buf = bytearray(max(self.READ_BUFFER, cfg.ha_transfer_batch_size * 2 + HEADER.size))
         view = memoryview(buf)
         used = 0
-        reported = commit_log.get_max_offset()
+        # a log holding nothing reports 0, as RocketMQ's empty slave: the master starts it at its
+        # last segment (an empty segment's offset may be one the master no longer has)
+        mfq = commit_log.mapped_file_queue
+        reported = 0 if mfq.holds_no_bytes() else commit_log.get_max_offset()
         sock.sendall(REPORT.pack(reported))
         last_report = self.last_read_time = time.monotonic()
         hsize = HEADER.size
@@ -160,7 +163,7 @@ class HAClient:
                             pos = 0
                         break
                     mine = commit_log.get_max_offset()
-                    if mine != 0 and mine != offset:
+                    if mine != offset and not mfq.holds_no_bytes():
                         self.bad_frames += 1
                         raise StoreError(f"master {addr} sent offset {offset} but this log ends at {mine}: "
                                          f"reconnecting")
@@ -180,7 +183,7 @@ class HAClient:
                     used = rest
             elif now - self.last_read_time > housekeeping:
                 raise OSError(f"master sent nothing for {cfg.ha_housekeeping_interval} ms")
-            mine = commit_log.get_max_offset()
+            mine = 0 if mfq.holds_no_bytes() else commit_log.get_max_offset()
             if mine != reported or now - last_report >= heartbeat:
                 sock.sendall(REPORT.pack(mine))
                 reported, last_report = mine, now
