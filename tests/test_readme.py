@@ -17,6 +17,8 @@ other block needs its comment):
 - `plain_acl`: a plain_acl.yml that the broker's plain access validator loads, with accounts.
 - `replicated`: the commands that start the replicated cluster of "Running a replicated cluster",
   run with its two broker.conf blocks by tests/test_readme_replicated.py.
+- `replicated_standalone`: the `rmq standalone` master and `--slave-of` slave of that section, run
+  by tests/test_readme_replicated.py.
 
 Addresses: the README's 127.0.0.1:9876 (name server), 127.0.0.1:10911 (broker) and 127.0.0.1:8080
 (console) become free ports of this run, and its /tmp/... store paths temporary directories.
@@ -39,7 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 NS, BROKER, CONSOLE = "127.0.0.1:9876", "127.0.0.1:10911", "127.0.0.1:8080"
-KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make", "replicated", "plain_acl"}
+KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make", "replicated",
+         "replicated_standalone", "plain_acl"}
 # a block without a check comment is checked by its language where that says how (else it is an error)
 DEFAULT_KINDS = {"python": "python", "properties": "properties", "console": "console"}
 
