@@ -120,8 +120,11 @@ def _cmd_standalone(args) -> None:
 
     if args.users and not args.dashboard:
         raise ConfigError("--users asks for a login to the console: give --dashboard HOST:PORT too")
-    cluster = Cluster(args.store, args.config, namesrv_listen=args.namesrv_listen,
-                      broker_listen=args.broker_listen, name="standalone")
+    slave = args.slave_of is not None
+    store = args.store or os.path.join(os.path.expanduser("~"), *(("store", "slave") if slave else ("store",)))
+    broker_listen = args.broker_listen or ("127.0.0.1:10921" if slave else "127.0.0.1:10911")
+    cluster = Cluster(store, args.config, namesrv_listen=args.namesrv_listen, broker_listen=broker_listen,
+                      name="standalone", slave_of=args.slave_of)
     _check_store_writable(cluster.store_config.store_path_root_dir)
 
     async def start_cluster():
@@ -216,11 +219,21 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--listen-host", default="0.0.0.0", help="interface to bind (default 0.0.0.0)")
     br.set_defaults(fn=_cmd_broker)
 
-    sa = sub.add_parser("standalone", help="name server + broker in one process (the embedded default)")
-    sa.add_argument("--store", default=os.path.join(os.path.expanduser("~"), "store"), help="store directory (default ~/store)")
+    sa = sub.add_parser(
+        "standalone", help="name server + broker in one process (the embedded default)",
+        description="A name server and a broker in one process.  With --slave-of NAMESRV (or -c broker.conf "
+                    "with brokerRole=SLAVE and namesrvAddr) it is instead a slave of the broker group registered "
+                    "at that name server, e.g. another standalone's: no name server of its own, brokerId 1 "
+                    "unless broker.conf gives another, the same brokerName as its master (broker-a by default); "
+                    "it learns its master from the name server and replicates its commit log and tables.")
+    sa.add_argument("--store", help="store directory (default ~/store; ~/store/slave with --slave-of)")
     sa.add_argument("-c", "--config", help="broker.conf (RocketMQ property names)")
     sa.add_argument("--namesrv-listen", default="127.0.0.1:9876", help="name server host:port (default 127.0.0.1:9876)")
-    sa.add_argument("--broker-listen", default="127.0.0.1:10911", help="broker host:port (default 127.0.0.1:10911)")
+    sa.add_argument("--broker-listen", help="broker host:port (default 127.0.0.1:10911; 127.0.0.1:10921 with "
+                                            "--slave-of)")
+    sa.add_argument("--slave-of", metavar="NAMESRV", help="run a slave (brokerRole=SLAVE) of the master registered "
+                                                          "at the name server HOST:PORT instead of a name server "
+                                                          "and a master")
     sa.add_argument("--dashboard", metavar="HOST:PORT", help="also serve the web console there (e.g. 127.0.0.1:8080)")
     sa.add_argument("--users", metavar="FILE", help="the console asks for a login of these users "
                                                     "(rmq dashboard adduser FILE NAME); needed off loopback")

@@ -16,7 +16,8 @@ from typing import Any, Mapping
 from rmq_core import loops
 from rmq_core.broker.controller import BrokerController
 from rmq_core.common.delegate import delegate
-from rmq_core.config import NamesrvConfig, load_broker_conf
+from rmq_core.config import BrokerRole, NamesrvConfig, load_broker_conf
+from rmq_core.errors import ConfigError
 from rmq_core.message import parse_address
 from rmq_core.namesrv import NamesrvController
 from rmq_core.remoting.server import RemotingServer
@@ -41,11 +42,18 @@ class Cluster:
     from it as a `rmq broker` slave does: `cluster.slave` is its BrokerController,
     `cluster.slave_addr` its address.  Settings given (a config file, keyword overrides such as
     broker_role="SYNC_MASTER" or slave_read_enable=True) apply to both, roles and ports aside;
-    `request_steps` are the broker's own request steps (rmq_core.remoting.RequestStep)."""
+    `request_steps` are the broker's own request steps (rmq_core.remoting.RequestStep).
+
+    `slave_of="HOST:PORT"` (`rmq standalone --slave-of`), or a config with brokerRole=SLAVE and
+    namesrvAddr: this process is only a slave (brokerId 1 unless the config gives another) of
+    the broker group of its brokerName registered at that name server (another standalone's or
+    a cluster's); it starts no name server of its own, registers with that one, learns its
+    master from it and replicates as a `rmq broker` slave does."""
 
     def __init__(self, store: str | None = None, config: str | Mapping[str, Any] | None = None, *,
                  namesrv_listen: str = "127.0.0.1:0", broker_listen: str = "127.0.0.1:0",
-                 name: str | None = None, slave: bool = False, request_steps=(), **overrides):
+                 name: str | None = None, slave: bool = False, slave_of: str | None = None, request_steps=(),
+                 **overrides):
         self.name = name or f"rmq-{os.getpid()}-{next(_ids)}"
         self.request_steps = list(request_steps or ())  # the broker's own (rmq_core.remoting.RequestStep)
         ns_host, ns_port = parse_address(namesrv_listen)
@@ -54,7 +62,21 @@ class Cluster:
             overrides.setdefault("store_path_root_dir", os.path.abspath(os.path.expanduser(store)))
         overrides.setdefault("listen_port", b_port)
         overrides.setdefault("broker_ip1", "127.0.0.1" if b_host in ("0.0.0.0", "") else b_host)
+        if slave_of is not None:
+            parse_address(slave_of)  # a bad address is named here
+            overrides.update(namesrv_addr=slave_of, broker_role="SLAVE")
         self.broker_config, self.store_config = load_broker_conf(config, defaults=LAPTOP_SIZES, **overrides)
+        # only a slave: of the group registered at another name server (none of its own)
+        self.slave_only = self.store_config.broker_role is BrokerRole.SLAVE
+        if self.slave_only:
+            if slave:
+                raise ConfigError("slave=True adds a slave to this process's master, but this broker is a "
+                                  "slave itself (brokerRole=SLAVE / slave_of)")
+            if not self.broker_config.namesrv_addr_list:
+                raise ConfigError("a slave (brokerRole=SLAVE) replicates the master registered at a name server: "
+                                  "give --slave-of HOST:PORT (that name server) or namesrvAddr in broker.conf")
+            if self.broker_config.broker_id == 0:
+                self.broker_config.broker_id = 1
         self.slave_broker_config = self.slave_store_config = None
         if slave:
             self.slave_broker_config, self.slave_store_config = load_broker_conf(config, defaults=LAPTOP_SIZES, **{
@@ -75,7 +97,10 @@ class Cluster:
 
     @property
     def namesrv(self) -> str:
-        """In-proc name server address (clients in this process)."""
+        """In-proc name server address (clients in this process); a slave-only process's: the
+        name server its group registers with."""
+        if self.slave_only:
+            return self.broker_config.namesrv_addr
         return f"inproc://{self.name}-namesrv"
 
     broker_addr = delegate("broker.broker_addr")
@@ -85,6 +110,12 @@ class Cluster:
     # --- async core (also used by the CLI in the foreground) --------------------------------------------
     async def start_async(self) -> list[str]:
         self.loop = asyncio.get_running_loop()
+        if self.slave_only:
+            self.tcp_namesrv = self.broker_config.namesrv_addr
+            self.broker = BrokerController(self.broker_config, self.store_config, listen_host=self._b_host,
+                                           inproc_name=f"{self.name}-broker", request_steps=self.request_steps)
+            self.boot_lines.append(await self.broker.start())
+            return self.boot_lines
         ns = self.namesrv_controller = NamesrvController(self.namesrv_config, self._ns_listen)
         ns_line = await ns.start()
         # The same name server, reachable in-proc by clients of this process.

@@ -22,6 +22,8 @@ other block needs its comment):
 - `failover`, `failover_console`: "Automatic failover"'s etcd, name server and broker commands, and
   its admin commands with their output, run against etcd and a three-replica group by
   tests/test_readme_failover.py.
+- `replicated_standalone`: the `rmq standalone` master and `--slave-of` slave of that section, run
+  by tests/test_readme_replicated.py.
 
 Addresses: the README's 127.0.0.1:9876 (name server), 127.0.0.1:10911 (broker) and 127.0.0.1:8080
 (console) become free ports of this run, and its /tmp/... store paths temporary directories.
@@ -44,8 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 NS, BROKER, CONSOLE = "127.0.0.1:9876", "127.0.0.1:10911", "127.0.0.1:8080"
-KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make", "replicated", "plain_acl",
-         "namesrv_properties", "failover", "failover_console"}
+KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make", "replicated",
+         "replicated_standalone", "plain_acl", "namesrv_properties", "failover", "failover_console"}
 # a block without a check comment is checked by its language where that says how (else it is an error)
 DEFAULT_KINDS = {"python": "python", "properties": "properties", "console": "console"}
 

@@ -88,3 +88,57 @@ def test_a_role_that_does_not_match_the_id_is_refused_naming_both(bad):
     b, s = load_broker_conf(parse_properties(bad))
     with pytest.raises(ConfigError, match="brokerId"):
         check_broker_role(b, s)
+
+
+def standalone_commands() -> list[str]:
+    """The lines of the section's `<!-- check: replicated_standalone -->` block (comments cut)."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    block = re.search(r"<!-- check: replicated_standalone -->\n```\n(.*?)```", text, re.S).group(1)
+    return [line.split("#")[0].strip() for line in block.strip().splitlines()]
+
+
+def test_a_standalone_master_and_a_standalone_slave_of_it_replicate(tmp_path):
+    """The README's two `rmq standalone` commands as real processes (ports and stores this run's):
+    the slave registers as brokerId 1 of the master's group and replicates what the master
+    stores; `--help` names the flag."""
+    ns, master, slave = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    lines = [line.replace("127.0.0.1:9876", ns).replace("127.0.0.1:10911", master).replace("127.0.0.1:10921", slave)
+             .replace("/tmp/", f"{tmp_path}/") for line in standalone_commands()]
+    assert [line.split()[:2] for line in lines] == [["rmq", "standalone"]] * 2
+    args = [line.split()[1:] for line in lines]
+    args[0] += ["--namesrv-listen", ns, "--broker-listen", master]  # the master's defaults, moved
+    procs, raw = [], RawClient()
+    try:
+        for a in args:
+            p = RmqProcess(a, env={"HOME": str(tmp_path)})
+            procs.append(p)
+            p.wait_boot(60)
+        assert not any("Name Server" in line for line in procs[1].lines)  # no name server of its own
+        create_topic(raw, master)
+        for i in range(20):
+            assert raw.send(master, TOPIC, f"m{i}".encode(), queue_id=0).code == ResponseCode.SUCCESS
+        wait_until(lambda: raw.pull(slave, TOPIC, 0, 19).code == ResponseCode.SUCCESS, 60,
+                   what="the slave serving the master's last message")
+        pulled = raw.pull(slave, TOPIC, 0, 0)
+        assert pulled.ext_fields["maxOffset"] == "20"
+        out = subprocess.run([sys.executable, "-m", "rmq_core.cli", "admin", "clusterList", "-n", ns, "--json"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        rows = {(r["broker_name"], str(r["bid"])): r["addr"] for r in json.loads(out.stdout)}
+        assert rows == {("broker-a", "0"): master, ("broker-a", "1"): slave}, rows
+        assert os.path.isdir(tmp_path / "slave" / "commitlog")
+    finally:
+        raw.close()
+        for p in reversed(procs):
+            assert p.terminate() == 0, p.lines
+    help_text = subprocess.run([sys.executable, "-m", "rmq_core.cli", "standalone", "--help"], capture_output=True,
+                               text=True, timeout=60).stdout
+    assert "--slave-of NAMESRV" in help_text and "brokerRole=SLAVE" in help_text
+
+
+def test_a_standalone_slave_without_a_name_server_is_refused_naming_the_flag(tmp_path):
+    conf = write_conf(tmp_path / "slave.conf", {"brokerRole": "SLAVE", "brokerId": 1})
+    out = subprocess.run([sys.executable, "-m", "rmq_core.cli", "standalone", "--store", str(tmp_path / "s"),
+                          "-c", conf], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--slave-of" in out.stderr and "namesrvAddr" in out.stderr, out.stderr

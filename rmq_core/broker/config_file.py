@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import threading
+import time
 from typing import Any, Iterator
 
 import attrs
@@ -211,16 +212,22 @@ class ConsumerOffsetManager(ConfigManager):
 
     File `consumerOffset.json`: `{"offsetTable": {"topic@group": {"0": 12, "1": 7}}}`; a slave's
     also has `offsetTableReceivedBySlave`, the offsets consumers committed to it that its master
-    has not taken yet (rmq_core.broker.slave_sync; RocketMQ readers ignore the extra key).
+    has not taken yet, and both have `offsetResetTimestampTable`, when the master last reset each
+    queue (a slave's: its copy of the master's), which tells a master and its slave which
+    received offsets a reset overrides (rmq_core.broker.slave_sync; RocketMQ readers ignore the
+    extra keys).
     """
 
     RECEIVED_KEY = "offsetTableReceivedBySlave"
+    RESET_KEY = "offsetResetTimestampTable"
 
     def __init__(self, config_dir: str | os.PathLike) -> None:
         super().__init__()
         self.config_dir = os.fspath(config_dir)
         self.offset_table: dict[str, dict[int, int]] = {}
         self.received_table: dict[str, dict[int, int]] = {}  # a slave's: committed to it, not yet on its master
+        # the master's last reset of each queue, in ms (unique per queue: the version of its offset)
+        self.reset_table: dict[str, dict[int, int]] = {}
 
     def config_file_path(self) -> str:
         return os.path.join(self.config_dir, CONSUMER_OFFSET_FILE)
@@ -297,43 +304,67 @@ class ConsumerOffsetManager(ConfigManager):
             for key in [k for k in self.offset_table if (self._split(k) or ("", ""))[part] == name]:
                 del self.offset_table[key]
                 self.received_table.pop(key, None)
+                self.reset_table.pop(key, None)
                 log.warning("clean %s offset, %s", what, key)
 
     def reset_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
-        """Replace the given queues' offsets (resetOffsetByTime); other queues keep theirs."""
+        """Replace the given queues' offsets (resetOffsetByTime); other queues keep theirs.  Each
+        reset queue is stamped with the reset's time: a greater offset a slave received before it
+        knew of the reset is not taken back (take_newer), and the slave drops it (merge_from_master)."""
+        for qid in offsets:
+            if int(qid) < 0:
+                raise IllegalArgumentError(f"bad queue id {qid!r} for {topic}@{group}")
+        now = int(time.time() * 1000)
         with self._lock:
-            queues = self.offset_table.setdefault(self._key(topic, group), {})
+            key = self._key(topic, group)
+            queues = self.offset_table.setdefault(key, {})
+            stamps = self.reset_table.setdefault(key, {})
             for qid, off in offsets.items():
-                if int(qid) < 0:
-                    raise IllegalArgumentError(f"bad queue id {qid!r} for {topic}@{group}")
                 queues[int(qid)] = int(off)
+                # strictly greater than the last stamp: two resets in one ms (or after a clock step
+                # back) are still two versions
+                stamps[int(qid)] = max(now, stamps.get(int(qid), 0) + 1)
 
-    def merge_from_master(self, master_table: dict[str, dict[int, int]]) -> None:
+    def merge_from_master(self, master_table: dict[str, dict[int, int]],
+                          master_resets: dict[str, dict[int, int]] | None = None) -> None:
         """A slave's sync: take the master's offsets, except where a consumer committed a greater
         one to this slave that the master has not reached yet (kept, for the master to take);
         a received offset the master has reached is the master's again, so later moves of the
-        master's (a reset back included) are followed."""
+        master's are followed.  A queue the master reset since this slave's last sync
+        (`master_resets`, its reset stamps, differ from this slave's copy) takes the master's
+        offset whatever this slave received before: the reset wins."""
+        master_resets = master_resets or {}
         with self._lock:
             for key, queues in master_table.items():
                 mine = self.offset_table.setdefault(key, {})
                 received = self.received_table.get(key) or {}
+                stamps, seen = master_resets.get(key) or {}, self.reset_table.get(key) or {}
                 for qid, offset in queues.items():
                     kept = received.get(qid)
-                    if kept is not None and kept > offset:
+                    if kept is not None and kept > offset and stamps.get(qid) == seen.get(qid):
                         continue
                     received.pop(qid, None)
                     mine[qid] = offset
                 if key in self.received_table and not received:
                     del self.received_table[key]
+            self.reset_table = {k: dict(v) for k, v in master_resets.items()}
 
-    def take_newer(self, received: dict[str, dict[int, int]]) -> int:
+    def take_newer(self, received: dict[str, dict[int, int]],
+                   slave_resets: dict[str, dict[int, int]] | None = None) -> int:
         """A master: take a slave's received offsets where greater than its own (the greater
-        wins, per group/topic/queue); returns how many it took."""
+        wins, per group/topic/queue), except in a queue this master reset after the slave's last
+        sync (the slave's copy of the reset stamps, `slave_resets`, differs from this master's):
+        what the slave received before it knew of the reset does not undo it.  Returns how many
+        it took."""
+        slave_resets = slave_resets or {}
         taken = 0
         with self._lock:
             for key, queues in received.items():
                 mine = self.offset_table.setdefault(key, {})
+                stamps, seen = self.reset_table.get(key) or {}, slave_resets.get(key) or {}
                 for qid, offset in queues.items():
+                    if stamps.get(qid) != seen.get(qid):
+                        continue
                     if offset > mine.get(qid, -1):
                         mine[qid] = offset
                         taken += 1
@@ -344,15 +375,19 @@ class ConsumerOffsetManager(ConfigManager):
             obj = {"offsetTable": _encode_offsets(self.offset_table)}
             if self.received_table:
                 obj[self.RECEIVED_KEY] = _encode_offsets(self.received_table)
+            if self.reset_table:
+                obj[self.RESET_KEY] = _encode_offsets(self.reset_table)
         return _dumps(obj, pretty)
 
     def decode(self, text: str) -> None:
         obj = loads_lenient(text)
         parsed = decode_offset_table(obj, "offsetTable", self.config_file_path())
         received = decode_offset_table(obj, self.RECEIVED_KEY, self.config_file_path())
+        resets = decode_offset_table(obj, self.RESET_KEY, self.config_file_path())
         with self._lock:
             self.offset_table = parsed
             self.received_table = received
+            self.reset_table = resets
 
 
 def _encode_offsets(table: dict[str, dict[int, int]]) -> dict:

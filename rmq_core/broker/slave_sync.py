@@ -27,8 +27,13 @@ everything consumed from the slave while the master was away is consumed again):
   the master is back or the slave is).  A slave whose received table is empty costs one small
   answer.  So a master that comes back after consumers moved on on the slave continues where they
   were, and its slave converges to the master's table at the next sync.
-* Left open: a reset on the master while its slave still holds a greater received offset for the
-  same queue (at most one sync interval after the master came back) is undone by that offset.
+* A reset on the master (resetOffsetByTime, cloneGroupOffset) wins over what a slave received
+  before it knew of the reset: the master stamps each reset queue with the reset's time
+  (`offsetResetTimestampTable`, sent with its offsets), a slave keeps a copy of the stamps from
+  its last sync, and a received offset counts only where the slave's copy of that queue's stamp
+  is the master's — else the master does not take it and the slave's next sync drops it.  (An
+  offset committed to the slave after the reset but before its next sync is dropped too: those
+  messages are consumed again, never skipped.)
 
 Delay offsets and topic / group tables follow the master unchanged, as in RocketMQ: the master is
 their only writer (a slave refuses the admin writes, see processors.admin).
@@ -170,9 +175,11 @@ class SlaveSynchronize:
 
     async def _sync_consumer_offset(self, master: str) -> None:
         body = await self._call(master, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        table = decode_offset_table(loads_lenient(body.decode("utf-8")), "offsetTable", master)
+        obj = loads_lenient(body.decode("utf-8"))
+        table = decode_offset_table(obj, "offsetTable", master)
+        resets = decode_offset_table(obj, ConsumerOffsetManager.RESET_KEY, master)
         manager = self.ctrl.offset_manager
-        manager.merge_from_master(table)
+        manager.merge_from_master(table, resets)
         await asyncio.to_thread(manager.persist)
 
     async def _sync_delay_offset(self, master: str) -> None:
@@ -206,12 +213,13 @@ class SlaveSynchronize:
         for addr in await self.slave_addrs():
             try:
                 body = await self._call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
-                received = decode_offset_table(loads_lenient(body.decode("utf-8")),
-                                               ConsumerOffsetManager.RECEIVED_KEY, addr)
+                obj = loads_lenient(body.decode("utf-8"))
+                received = decode_offset_table(obj, ConsumerOffsetManager.RECEIVED_KEY, addr)
+                resets = decode_offset_table(obj, ConsumerOffsetManager.RESET_KEY, addr)
             except (RemotingError, OSError, ValueError) as e:
                 log.info("consumer offsets of slave %s not taken: %s", addr, e)
                 continue
-            n = manager.take_newer(received)
+            n = manager.take_newer(received, resets)
             if n:
                 log.info("took %d consumer offsets committed to slave %s while this master was away", n, addr)
             taken += n

@@ -45,6 +45,7 @@ from rmq_core.errors import StoreError
 from rmq_core.store.types import PutMessageStatus
 
 log = logging.getLogger("rmq.store")
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024  # buffers per pwritev
 progress_log = logging.getLogger("rmq.progress")  # shown by the CLI even without -v
 
 _CQ_ENTRY = struct.Struct(">qiq")
@@ -412,16 +413,28 @@ class CommitLog:
     def append_data(self, start_offset: int, data) -> bool:
         """A slave's append (RocketMQ's appendData): raw commit-log bytes of the master, unchanged,
         at `start_offset` — records, the end-of-segment blank, possibly a record cut at the end of
-        a transfer chunk (its rest comes with the next).  A new segment is created where the
-        bytes go (an empty slave starts at the master's last segment).  False when start_offset
-        is not where this log ends (nothing is written).  The caller dispatches the whole records
-        (DefaultMessageStore.append_to_commit_log)."""
-        view = memoryview(data).cast("B")
+        a transfer chunk (its rest comes with the next).  `data`: a buffer, or a list of buffers
+        that follow each other (the frames of one read: one call, one pwritev per segment).  A
+        new segment is created where the bytes go (an empty slave starts at the master's last
+        segment; a log whose only segment is empty starts over there too).  False when
+        start_offset is not where this log ends (nothing is written).  The caller dispatches the
+        whole records (DefaultMessageStore.append_to_commit_log)."""
+        views = [memoryview(d).cast("B") for d in (data if isinstance(data, list) else (data,))]
+        views.reverse()  # taken from the end
         mfq = self.mapped_file_queue
         with self.put_lock:
             if mfq.mapped_files and start_offset != mfq.get_max_offset():
-                return False
-            while view:
+                if not mfq.holds_no_bytes():
+                    return False
+                # an empty log starts where the master's bytes do (RocketMQ's empty slave has no
+                # segment at all): its empty segment, left by an earlier start, is dropped
+                log.info("slave log holds nothing: starting it at the master's offset %d", start_offset)
+                self._close_append_fd()
+                mfq.drop_empty()
+            while views:
+                if not views[-1]:
+                    views.pop()
+                    continue
                 mf = mfq.get_last_mapped_file(start_offset, need_create=True)
                 if mf is None:
                     raise OSError(f"cannot create a commit-log segment for offset {start_offset}")
@@ -429,16 +442,28 @@ class CommitLog:
                 if mf.file_from_offset + wp != start_offset:
                     raise StoreError(f"slave append at {start_offset} but segment {mf.path} ends at "
                                      f"{mf.file_from_offset + wp}")
-                n = min(len(view), mf.file_size - wp)
+                room = mf.file_size - wp
+                parts, n = [], 0  # what goes into this segment (a buffer crossing its end is split)
+                while views and n < room and len(parts) < _IOV_MAX:
+                    v = views.pop()
+                    if n + len(v) > room:
+                        views.append(v[room - n:])
+                        v = v[:room - n]
+                    parts.append(v)
+                    n += len(v)
                 # through a descriptor (pwrite copies into the page cache the mapping reads: about
                 # 4x a memcpy into fresh mapped pages, which fault one by one)
                 fd = self._append_fd_for(mf)
-                done = 0
-                while done < n:
-                    done += os.pwrite(fd, view[done:n], wp + done)
+                done = os.pwritev(fd, parts, wp)
+                while done < n:  # a short write (rare on a file): the rest piece by piece
+                    skip = done
+                    for v in parts:
+                        if skip < len(v):
+                            done += os.pwrite(fd, v[skip:], wp + done)
+                            break
+                        skip -= len(v)
                 mf.wrote_position = wp + n
                 start_offset += n
-                view = view[n:]
             self.visible_offset = start_offset
         return True
 

@@ -276,6 +276,16 @@ class AllocateMappedFileService:
                                                                 self.write_through_fd)
         return mf
 
+    def discard(self, path: str) -> None:
+        """Remove the segment pre-allocated at `path`, if any (its log will not roll into it)."""
+        with self._lock:
+            fut = self._pending.pop(path, None)
+        if fut is not None:
+            try:
+                fut.result().destroy()
+            except Exception:
+                pass
+
     def shutdown(self) -> None:
         with self._lock:
             self._closed = True
@@ -410,6 +420,23 @@ class MappedFileQueue:
     def get_max_offset(self) -> int:
         files = self.mapped_files
         return files[-1].file_from_offset + files[-1].wrote_position if files else 0
+
+    def holds_no_bytes(self) -> bool:
+        """No segment, or only one that holds nothing."""
+        files = self.mapped_files
+        return not files or (len(files) == 1 and files[0].wrote_position == 0)
+
+    def drop_empty(self) -> None:
+        """A log that holds no bytes: delete its segment and the next one pre-allocated after it,
+        so that it can start at another offset."""
+        with self._lock:
+            if not self.holds_no_bytes():
+                raise StoreError(f"{self.store_path} holds data: its segments are not dropped")
+            files, self.mapped_files = self.mapped_files, []
+            for mf in files:
+                if self.allocator is not None:
+                    self.allocator.discard(os.path.join(self.store_path, offset_to_file_name(mf.end_offset)))
+                mf.destroy()
 
     def get_max_wrote_position(self) -> int:
         return self.get_max_offset()

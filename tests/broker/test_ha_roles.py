@@ -120,6 +120,47 @@ def test_offsets_committed_to_the_slave_survive_its_sync_and_the_master_takes_th
     assert pair.call(master.slave_synchronize.take_slave_offsets()) == 0
 
 
+def test_a_reset_on_the_returned_master_is_not_undone_by_a_greater_offset_the_slave_holds(pair, raw):
+    """The master away, consumers move on on the slave; the master back, an operator resets the
+    queue back before the slave's next sync: neither the master's take of the slave's offsets
+    nor the slave's sync undoes the reset; offsets committed to the slave after it learned of
+    the reset are taken again as before."""
+    assert _create_topic(raw, pair.broker_addr).code == ResponseCode.SUCCESS
+    master, slave = pair.broker, pair.slave
+
+    def commit(addr, offset, queue=0):
+        r = raw.invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET,
+                       {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(queue), "commitOffset": str(offset)})
+        assert r.code == ResponseCode.SUCCESS
+
+    commit(pair.broker_addr, 100)
+    pair.call(slave.slave_synchronize.run_once())
+    commit(pair.slave_addr, 150)  # the master away
+    commit(pair.slave_addr, 60, queue=1)
+    reset = raw.invoke(pair.broker_addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                       {"topic": TOPIC, "group": GROUP, "timestamp": "-1", "isForce": "true", "queueId": "0",
+                        "offset": "20"})
+    assert reset.code == ResponseCode.SUCCESS, reset.remark
+
+    assert pair.call(master.slave_synchronize.take_slave_offsets()) == 1  # queue 1 only: not reset
+    assert master.offset_manager.query_offsets(GROUP, TOPIC) == {0: 20, 1: 60}
+    pair.call(slave.slave_synchronize.run_once())
+    assert slave.offset_manager.query_offsets(GROUP, TOPIC) == {0: 20, 1: 60}
+    assert slave.offset_manager.received_table == {}
+    assert pair.call(master.slave_synchronize.take_slave_offsets()) == 0
+    assert master.offset_manager.query_offset(GROUP, TOPIC, 0) == 20
+
+    # the master away again: what the slave receives now comes after the reset, and is taken
+    commit(pair.slave_addr, 35)
+    pair.call(slave.slave_synchronize.run_once())
+    assert slave.offset_manager.query_offset(GROUP, TOPIC, 0) == 35
+    assert pair.call(master.slave_synchronize.take_slave_offsets()) == 1
+    assert master.offset_manager.query_offset(GROUP, TOPIC, 0) == 35
+    with open(slave.offset_manager.config_file_path()) as f:  # the slave's copy of the stamps persists
+        stamps = json.load(f)["offsetResetTimestampTable"][f"{TOPIC}@{GROUP}"]
+    assert stamps == {"0": master.offset_manager.reset_table[f"{TOPIC}@{GROUP}"][0]}
+
+
 def test_received_offsets_are_persisted_with_the_slave_table(tmp_path):
     from rmq_core.broker.config_file import ConsumerOffsetManager
 

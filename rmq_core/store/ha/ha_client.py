@@ -1,10 +1,10 @@
 """HAClient: the slave's side (RocketMQ's HAService.HAClient).
 
 One thread: connect to the master's HA address, report this store's max commit-log offset,
-then read frames — each appended whole, its bytes unchanged (CommitLog.append_data), then the
-records a read's frames completed dispatched at once (DefaultMessageStore.dispatch_appended:
-consume queues, index, listeners) — and report the new max offset after each read's frames,
-and at least every haSendHeartbeatInterval.  A frame whose
+then read frames — a read's whole frames appended at once, their bytes unchanged
+(CommitLog.append_data: one pwritev), then the records they completed dispatched at once
+(DefaultMessageStore.dispatch_appended: consume queues, index, listeners) — and report the new
+max offset after each read's frames, and at least every haSendHeartbeatInterval.  A frame whose
 offset is not where this log ends, a master silent for haHousekeepingInterval, or a broken
 connection: disconnect and connect again (to the latest address given).
 
@@ -216,7 +216,10 @@ class HAClient:
         buf = bytearray(max(self.READ_BUFFER, cfg.ha_transfer_batch_size * 2 + HEADER.size))
         view = memoryview(buf)
         used = 0
-        reported = commit_log.get_max_offset()
+        # a log holding nothing reports 0, as RocketMQ's empty slave: the master starts it at its
+        # last segment (an empty segment's offset may be one the master no longer has)
+        mfq = commit_log.mapped_file_queue
+        reported = 0 if mfq.holds_no_bytes() else commit_log.get_max_offset()
         sock.sendall(REPORT.pack(reported))
         last_report = self.last_read_time = time.monotonic()
         hsize = HEADER.size
@@ -232,7 +235,8 @@ class HAClient:
                 used += n
                 self.last_read_time = now
                 pos = 0
-                appended = False
+                bodies = []  # the read's whole frames, appended in one call (one pwritev)
+                first = expect = None
                 while used - pos >= hsize:
                     offset, size = HEADER.unpack_from(buf, pos)
                     if size < 0:
@@ -244,19 +248,26 @@ class HAClient:
                             used -= pos
                             pos = 0
                         break
-                    mine = commit_log.get_max_offset()
-                    if mine != 0 and mine != offset:
+                    if expect is None:
+                        mine = commit_log.get_max_offset()
+                        if mine != offset and not mfq.holds_no_bytes():
+                            self.bad_frames += 1
+                            raise StoreError(f"master {addr} sent offset {offset} but this log ends at {mine}: "
+                                             f"reconnecting")
+                        first = expect = offset
+                    elif offset != expect:
+                        self._append(bodies, first, addr)
                         self.bad_frames += 1
-                        raise StoreError(f"master {addr} sent offset {offset} but this log ends at {mine}: "
+                        raise StoreError(f"master {addr} sent offset {offset} but this log ends at {expect}: "
                                          f"reconnecting")
-                    if size:  # appended here, dispatched once for the whole read (below)
-                        if not commit_log.append_data(offset, view[pos + hsize:pos + hsize + size]):
-                            raise StoreError(f"frame at {offset} does not continue this log")
-                        appended = True
-                    if offset + size > self.master_offset:
-                        self.master_offset = offset + size
+                    if size:
+                        bodies.append(view[pos + hsize:pos + hsize + size])
+                        expect += size
+                    if expect > self.master_offset:
+                        self.master_offset = expect
                     pos += hsize + size
-                if appended:
+                if bodies:  # appended at once, dispatched once for the whole read
+                    self._append(bodies, first, addr)
                     store.dispatch_appended()
                     if self._pending_epochs:
                         self._take_epochs(commit_log.get_max_offset())
@@ -267,10 +278,15 @@ class HAClient:
                     used = rest
             elif now - self.last_read_time > housekeeping:
                 raise OSError(f"master sent nothing for {cfg.ha_housekeeping_interval} ms")
-            mine = commit_log.get_max_offset()
+            mine = 0 if mfq.holds_no_bytes() else commit_log.get_max_offset()
             if mine != reported or now - last_report >= heartbeat:
                 sock.sendall(REPORT.pack(mine))
                 reported, last_report = mine, now
+
+    def _append(self, bodies: list, offset: int, addr: str) -> None:
+        if bodies and not self.store.commit_log.append_data(offset, bodies):
+            raise StoreError(f"frames from master {addr} at {offset} do not continue this log")
+        bodies.clear()
 
     def runtime_info(self) -> dict:
         mine = self.store.commit_log.get_max_offset()

@@ -3,7 +3,8 @@
 Two threads per slave, as RocketMQ has: the reader takes the slave's 8-byte reports (its first
 one says where the transfer starts; each is an acknowledgement for SYNC_MASTER), the writer
 sends commit-log bytes as frames straight from the segment mapping (`CommitLog.transfer_view`:
-a memoryview, one sendmsg per frame with its header — no copy, nothing per message) and an empty
+a memoryview, up to FRAMES_PER_SEND frames with their headers per sendmsg — no copy, nothing
+per message) and an empty
 frame as a heartbeat when there is nothing to send.
 """
 from __future__ import annotations
@@ -17,6 +18,8 @@ from rmq_core.config import BrokerRole
 from rmq_core.store.ha.wire import (EPOCH_ENTRY, HANDSHAKE, HANDSHAKE_ANSWER, HANDSHAKE_REQUEST, HEADER, REPORT,
                                     close_quietly, recv_exactly)
 
+_IOV_MAX = 1024  # buffers per sendmsg (Linux's UIO_MAXIOV)
+
 log = logging.getLogger("rmq.store.ha")
 
 
@@ -29,6 +32,9 @@ class HAConnection:
     # chasing every few records with a frame of its own costs the master's loop the GIL per frame
     # (and the slave a read, a dispatch and a report per frame)
     ASYNC_GATHER = 0.01
+    # Frames (each at most haTransferBatchSize, the wire format unchanged) sent per sendmsg: a
+    # backlog costs Python one loop turn per this many bytes, not per frame
+    FRAMES_PER_SEND = 32
 
     def __init__(self, service, sock: socket.socket, addr: str):
         self.service = service
@@ -201,6 +207,7 @@ class HAConnection:
         log.info("HA: transfer to slave %s from offset %d (it requested %d)", self.client_addr, offset,
                  self.slave_request_offset)
         batch = cfg.ha_transfer_batch_size
+        most = batch * self.FRAMES_PER_SEND
         gather = self.ASYNC_GATHER if cfg.broker_role is BrokerRole.ASYNC_MASTER else 0.0
         heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
         last_write = time.monotonic()
@@ -208,7 +215,7 @@ class HAConnection:
         while not self._closed:
             if controller and self._mark is None:
                 self._mark = (commit_log.visible_offset, time.monotonic())
-            view = commit_log.transfer_view(offset, batch)
+            view = commit_log.transfer_view(offset, most)
             if view is None:
                 now = time.monotonic()
                 if now - last_write >= heartbeat:
@@ -218,12 +225,12 @@ class HAConnection:
                 continue
             with view:
                 n = len(view)
-                _send_frame(sock, HEADER.pack(offset, n), view)
+                _send_frames(sock, offset, view, batch)
             offset += n
             self.next_transfer_from_where = offset
             last_write = time.monotonic()
             service.on_transferred(offset)
-            if n < batch and gather:
+            if n < most and gather:
                 service.pause(gather)
 
     def runtime_info(self) -> dict:
@@ -236,13 +243,24 @@ class HAConnection:
         return info
 
 
-def _send_frame(sock: socket.socket, header: bytes, body: memoryview) -> None:
-    """Header and body in one sendmsg (the body straight from the mapping); a partial send
-    continues where it stopped."""
-    sent = sock.sendmsg([header, body])
-    hl = len(header)
-    if sent < hl:
-        sock.sendall(header[sent:])
-        sent = hl
-    if sent - hl < len(body):
-        sock.sendall(body[sent - hl:])
+def _send_frames(sock: socket.socket, offset: int, view: memoryview, batch: int) -> None:
+    """`view` (the log's bytes from `offset`) as frames of at most `batch` bytes, headers and
+    bodies in one sendmsg (the bodies straight from the mapping); a partial send continues where
+    it stopped.  The bodies' views are released before it returns (the mapping can close)."""
+    parts = []
+    try:
+        for pos in range(0, len(view), batch):
+            body = view[pos:pos + batch]
+            parts += (HEADER.pack(offset + pos, len(body)), body)
+        i = 0
+        while i < len(parts):
+            sent = sock.sendmsg(parts[i:i + _IOV_MAX])
+            while i < len(parts) and sent >= len(parts[i]):
+                sent -= len(parts[i])
+                i += 1
+            if sent:  # a part sent in part: its rest first
+                parts[i] = parts[i][sent:]
+    finally:
+        for p in parts:
+            if isinstance(p, memoryview):
+                p.release()

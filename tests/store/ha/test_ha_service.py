@@ -4,6 +4,7 @@ slave that never acknowledges."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
@@ -120,6 +121,36 @@ def test_empty_slave_starts_at_the_masters_last_segment(pair):
     assert slave.get_min_phy_offset() == last
     assert _log_bytes(slave, last, slave.get_max_phy_offset()) == _log_bytes(master, last, master.get_max_phy_offset())
     _assert_same_queues(master, slave)  # the slave's queues start where its log does
+
+
+def test_a_slave_whose_only_segment_is_empty_starts_at_the_masters_log_after_retention(pair, tmp_path):
+    """The slave's log holds one empty segment (at offset 0, from an earlier start); the master's
+    log starts later (retention deleted its first segments): the slave starts at the master's
+    last segment, on its first connection, rather than reconnecting forever."""
+    master, _ = pair(connect=False)
+    _put_many(master, 1500)
+    assert master.commit_log.mapped_file_queue.delete_expired_files_by_time(0, clean_immediately=True, max_batch=3) == 3
+    assert master.get_min_phy_offset() == 3 * SEGMENT
+    last = master.commit_log.mapped_file_queue.mapped_files[-1].file_from_offset
+    first = pair.open_store("slave-empty", broker_role=BrokerRole.SLAVE)
+    first.commit_log.mapped_file_queue.get_last_mapped_file(0, need_create=True)  # as an append makes it
+    first.shutdown()
+    slave = pair.open_store("slave-empty", broker_role=BrokerRole.SLAVE)
+    assert slave.commit_log.mapped_file_queue.holds_no_bytes() and slave.get_min_phy_offset() == 0
+    slave.update_ha_master_address(f"127.0.0.1:{master.ha_service.listen_port}")
+    _caught_up(master, slave)
+    client = slave.ha_service.ha_client
+    assert client.reconnects == 1 and client.bad_frames == 0
+    assert slave.get_min_phy_offset() == last
+    assert _log_bytes(slave, last, slave.get_max_phy_offset()) == _log_bytes(master, last, master.get_max_phy_offset())
+    _assert_same_queues(master, slave)
+    # the empty segment and the one pre-allocated after it are gone from disk: a restart loads
+    # the log from `last` on
+    names = sorted(int(n) for n in os.listdir(tmp_path / "slave-empty" / "commitlog"))
+    assert names[0] == last
+    slave.shutdown()
+    again = pair.open_store("slave-empty", broker_role=BrokerRole.SLAVE)
+    assert again.get_min_phy_offset() == last and again.get_max_phy_offset() == master.get_max_phy_offset()
 
 
 def test_records_cut_by_a_chunk_are_dispatched_once_whole_and_listeners_fire(pair):
