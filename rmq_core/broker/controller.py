@@ -290,6 +290,8 @@ class BrokerController:
         if ha_change is not None:
             await asyncio.to_thread(ha_change, self.store.ha_service)
         if was_slave and not self.is_slave:
+            self.topic_manager.adopt_stored_topics(
+                {t: list(qs) for t, qs in self.store.get_consume_queue_table().items()})
             for service in (self.schedule_service, self.timer_service, self.transaction_service):
                 await service.start()
         elif not was_slave and self.is_slave:

@@ -99,6 +99,22 @@ class TopicConfigManager:
         log.info("create/update topic config %s", tc)
         return self._changed(tc, notify)
 
+    def adopt_stored_topics(self, queue_ids: dict[str, list[int]]) -> list[str]:
+        """Topics the store holds messages of but this table does not know (a slave that became
+        master before its 10 s metadata sync copied a new topic): created with as many queues as
+        the store has and full permission, so the new master registers them and the name server
+        keeps their routes.  Returns the topics created."""
+        made = []
+        for topic, qids in queue_ids.items():
+            if self.table.get(topic) is not None or not qids:
+                continue
+            n = max(qids) + 1
+            self.create_or_update(TopicConfig(topic_name=topic, read_queue_nums=n, write_queue_nums=n, perm=6))
+            made.append(topic)
+        if made:
+            log.warning("topics held in the store but missing from the topic table, created: %s", ", ".join(made))
+        return made
+
     def delete(self, topic: str) -> bool:
         with self._lock:
             if self.table.get(topic) is None:

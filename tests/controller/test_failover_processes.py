@@ -132,6 +132,10 @@ def _ten_kills(g):
         producer.shutdown()
     acknowledged = {k for _t, k in stream.ok}
     _mid, master_addr, _e = g.master()
+    # the topic's route survived every election (a new master adopts the topics it holds
+    # messages of, even when it never copied their configs from the master it replaced)
+    route = g.raw.route(g.namesrv, TOPIC)[1]
+    assert [(q["brokerName"], q["writeQueueNums"]) for q in route["queueDatas"]] == [("broker-fo", QUEUES)]
     stored = keys_on(g.raw, master_addr)
     lost = acknowledged - stored
     assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {sorted(lost)[:5]}"
@@ -316,3 +320,40 @@ def test_elect_master_switch_over_under_load_loses_nothing(group):
            30, "the old master a slave")
     print(f"\nelectMaster under load: longest pause between acknowledged sends {pause * 1000:.0f} ms, "
           f"{len(acknowledged)} acknowledged, {stream.failed} failed sends; {json.dumps(r.ext_fields)}")
+
+
+def _topic_known(g, addr, topic) -> bool:
+    import json
+
+    from rmq_core.remoting.codes import RequestCode
+    r = g.raw.invoke(addr, RequestCode.GET_ALL_TOPIC_CONFIG, {})
+    return r.code == ResponseCode.SUCCESS and topic in json.loads(r.body).get("topicConfigTable", {})
+
+
+def test_new_master_keeps_a_topic_its_slaves_had_not_synced(group):
+    """A topic created moments before the master dies (the slaves copy topic configs every 10 s):
+    the new master adopts it from the messages it holds, so its route and messages stay."""
+    g = group
+    g.start_all()
+    state = g.wait_master()
+    g.wait_full_sync_state_set()
+    old_addr = state["masterAddress"]
+    slaves = [g.addr(i) for i in range(3) if g.addr(i) != old_addr]
+    topic = "AdoptedTopic"
+    g.create_topic(old_addr, topic)
+    assert not any(_topic_known(g, a, topic) for a in slaves), "a slave synced already: nothing to show"
+    for i in range(20):
+        assert g.raw.send(old_addr, topic, b"m", keys=f"a{i}", queue_id=i % QUEUES).code == ResponseCode.SUCCESS
+    g.kill(g.index_of(old_addr))
+    new_addr = g.wait_master(not_addr=old_addr)["masterAddress"]
+
+    def routed():
+        _resp, route = g.raw.route(g.namesrv, topic)
+        return route is not None and [(q["brokerName"], q["writeQueueNums"]) for q in route["queueDatas"]] == \
+            [("broker-fo", QUEUES)] and new_addr in route["brokerDatas"][0]["brokerAddrs"].values()
+    deadline = time.monotonic() + 30
+    while not routed():
+        assert time.monotonic() < deadline, "the topic's route did not survive the failover"
+        time.sleep(0.1)
+    assert _topic_known(g, new_addr, topic)
+    assert keys_on(g.raw, new_addr, topic) == {f"a{i}" for i in range(20)}
