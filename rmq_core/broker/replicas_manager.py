@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import time
+import uuid
 
 from rmq_core.common.files import atomic_write
 from rmq_core.config import BrokerRole, parse_properties
@@ -91,6 +92,9 @@ class ReplicasManager:
         self._altering = False
         self._wake = asyncio.Event()
         self.unclean_elections = True  # until a controller said otherwise: no failsafe
+        # this process's token: a controller that sees another one under this id knows the replica
+        # restarted (a master that restarts within its lease is not master again without an election)
+        self.incarnation = uuid.uuid4().hex
         self.in_failsafe = False
 
     @property
@@ -256,7 +260,7 @@ class ReplicasManager:
             "epoch": str(ha.epoch_cache.last_epoch()), "maxOffset": str(store.get_max_phy_offset()),
             "confirmOffset": str(ha.confirm_offset() if self.is_master else store.get_max_phy_offset()),
             "heartbeatTimeoutMills": str(self.bc.controller_heart_beat_timeout_mills),
-            "electionPriority": str(self.bc.broker_election_priority)})
+            "electionPriority": str(self.bc.broker_election_priority), "incarnation": self.incarnation})
 
     async def apply(self, ext: dict, body: bytes | None, sent: float | None) -> None:
         """Follow the group's state as a controller answered it (`sent`: when the heartbeat that

@@ -136,7 +136,11 @@ class ReplicasInfoManager:
         for _ in range(CAS_RETRIES):
             raw, _rev = self.etcd.get(key)
             if raw is not None:
-                lease = ReplicaAlive.from_json(raw).lease_id
+                held = ReplicaAlive.from_json(raw)
+                lease = held.lease_id
+                if held.incarnation and alive.incarnation and held.incarnation != alive.incarnation:
+                    self._restarted(cluster, broker_name, held)
+                    continue
                 if lease and self.etcd.keepalive(lease) > 0:
                     self.etcd.put(key, attrs.evolve(alive, lease_id=lease).to_json(), lease=lease)
                     break
@@ -153,6 +157,23 @@ class ReplicasInfoManager:
             raise ControllerError(f"could not record the heartbeat of {broker_name}[{alive.broker_id}]")
         meta, _mr, _rep, _rr, alive_now = self.read_group(broker_name, cluster)
         return meta, alive_now
+
+    def _restarted(self, cluster: str, broker_name: str, held: ReplicaAlive) -> None:
+        """A replica restarted within its old lease: the old lease goes (with its alive key), and
+        if it was the master, the group loses its master, so that the next election weighs every
+        member's log again (a restarted master may have lost its unflushed tail) at a new epoch."""
+        log.info("controller: %s[%d] restarted (incarnation %s -> new)", broker_name, held.broker_id,
+                 held.incarnation)
+        self.etcd.revoke(held.lease_id)
+        for _ in range(CAS_RETRIES):
+            meta, rev, _rep, _rr, _alive = self.read_group(broker_name, cluster)
+            if meta.master_broker_id != held.broker_id:
+                return
+            ok, _ = self.etcd.txn([("mod", self._meta_key(broker_name), "=", rev)], [
+                ("put", self._meta_key(broker_name), attrs.evolve(meta, master_broker_id=None,
+                                                                  master_address=None).to_json(), 0)])
+            if ok:
+                return
 
     # -- election --------------------------------------------------------------------------------
     def needs_election(self, meta: GroupMeta, alive: dict) -> bool:

@@ -25,31 +25,8 @@ CONTROLLER_BOOT_LINE = "The controller boot success. etcd is {endpoints}"
 SWITCH_CATCH_UP_TIMEOUT = 10.0
 
 
-def _required(request: RemotingCommand, name: str) -> str:
-    value = request.get_str(name)
-    if value is None or value == "":
-        raise RemotingCommandError(f"request code {request.code}: the header field {name!r} is missing or empty")
-    return value
-
-
-def _required_int(request: RemotingCommand, name: str) -> int:
-    value = request.get_str(name)
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise RemotingCommandError(f"request code {request.code}: the header field {name!r} must be an "
-                                   f"integer, got {value!r}") from None
-
-
-def _int_or(request: RemotingCommand, name: str, default: int) -> int:
-    value = request.get_str(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise RemotingCommandError(f"request code {request.code}: the header field {name!r} must be an "
-                                   f"integer, got {value!r}") from None
+_required = RemotingCommand.required_str
+_required_int = RemotingCommand.required_int
 
 
 def meta_answer(request: RemotingCommand, meta: GroupMeta, alive: dict | None = None, *,
@@ -199,10 +176,11 @@ class ControllerService:
         cluster = request.get_str("clusterName") or ""
         alive = ReplicaAlive(
             broker_id=_required_int(request, "brokerId"), address=_required(request, "brokerAddr"),
-            ha_address=request.get_str("haAddr") or "", epoch=_int_or(request, "epoch", 0),
-            max_offset=_int_or(request, "maxOffset", 0), confirm_offset=_int_or(request, "confirmOffset", 0),
-            election_priority=_int_or(request, "electionPriority", DEFAULT_ELECTION_PRIORITY),
-            heartbeat_timeout_ms=_int_or(request, "heartbeatTimeoutMills", 3000))
+            ha_address=request.get_str("haAddr") or "", epoch=request.get_int("epoch", 0),
+            max_offset=request.get_int("maxOffset", 0), confirm_offset=request.get_int("confirmOffset", 0),
+            election_priority=request.get_int("electionPriority", DEFAULT_ELECTION_PRIORITY),
+            heartbeat_timeout_ms=request.get_int("heartbeatTimeoutMills", 3000),
+            incarnation=request.get_str("incarnation") or "")
         if alive.heartbeat_timeout_ms <= 0:
             raise RemotingCommandError(f"heartbeatTimeoutMills must be > 0, got {alive.heartbeat_timeout_ms}")
         if self.etcd_unavailable is not None:

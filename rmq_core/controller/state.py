@@ -101,12 +101,14 @@ class ReplicaAlive:
     election_priority: int = DEFAULT_ELECTION_PRIORITY
     heartbeat_timeout_ms: int = 3000
     lease_id: int = 0
+    incarnation: str = ""  # one per broker process: a new one is a restart
 
     def to_json(self) -> bytes:
         return json.dumps({"brokerId": self.broker_id, "address": self.address, "haAddress": self.ha_address,
                            "epoch": self.epoch, "maxOffset": self.max_offset, "confirmOffset": self.confirm_offset,
                            "electionPriority": self.election_priority,
-                           "heartbeatTimeoutMillis": self.heartbeat_timeout_ms, "leaseId": self.lease_id}).encode()
+                           "heartbeatTimeoutMillis": self.heartbeat_timeout_ms, "leaseId": self.lease_id,
+                           "incarnation": self.incarnation}).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> "ReplicaAlive":
@@ -114,7 +116,7 @@ class ReplicaAlive:
         return cls(int(d["brokerId"]), d.get("address", ""), d.get("haAddress", ""), int(d.get("epoch", 0)),
                    int(d.get("maxOffset", 0)), int(d.get("confirmOffset", 0)),
                    int(d.get("electionPriority", DEFAULT_ELECTION_PRIORITY)),
-                   int(d.get("heartbeatTimeoutMillis", 3000)), int(d.get("leaseId", 0)))
+                   int(d.get("heartbeatTimeoutMillis", 3000)), int(d.get("leaseId", 0)), d.get("incarnation", ""))
 
 
 def candidates(meta: GroupMeta, alive: Mapping[int, ReplicaAlive], *, unclean: bool) -> list[ReplicaAlive]:

@@ -18,19 +18,8 @@ from .kv_config import NAMESPACE_ORDER_TOPIC_CONFIG
 log = logging.getLogger("rmq.namesrv")
 
 
-def _required(request: RemotingCommand, name: str) -> str:
-    value = request.get_str(name)
-    if value is None or value == "":
-        raise RemotingCommandError(
-            f"request code {request.code}: the header field {name!r} is missing or empty")
-    return value
-
-
-def _required_int(request: RemotingCommand, name: str) -> int:
-    value = request.get_int(name)
-    if value is None:
-        raise RemotingCommandError(f"request code {request.code}: the header field {name!r} is missing")
-    return value
+_required = RemotingCommand.required_str
+_required_int = RemotingCommand.required_int
 
 
 class DefaultRequestProcessor:

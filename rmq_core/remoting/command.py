@@ -180,6 +180,20 @@ class RemotingCommand:
                 f"bad value {value!r} for header field {name!r} of request code {self.code}: "
                 "expected an integer") from None
 
+    def required_str(self, name: str) -> str:
+        """The field, which must be there and not empty (else an error naming it)."""
+        value = self.get_str(name)
+        if value is None or value == "":
+            raise RemotingCommandError(f"request code {self.code}: the header field {name!r} is missing or empty")
+        return value
+
+    def required_int(self, name: str) -> int:
+        """The field as an int, which must be there (else an error naming it)."""
+        value = self.get_int(name)
+        if value is None:
+            raise RemotingCommandError(f"request code {self.code}: the header field {name!r} is missing")
+        return value
+
     def get_bool(self, name: str, default: bool = False) -> bool:
         value = self.ext_fields.get(name)
         if value is None or value == "":

@@ -19,8 +19,7 @@ import pytest
 from rmq_core import Message, Producer
 from tests.bench.test_bench_ha import BODY, FAST, N_SENDS, ROUNDS, _pct, _window
 from tests.broker.ha_group import HAGroup
-from tests.controller.failover_group import FailoverGroup, TOPIC
-from tests.controller.test_failover_processes import Stream
+from tests.controller.failover_group import FailoverGroup, kill_rounds
 from tests.etcd_cluster import EtcdCluster
 
 KILL_ROUNDS = 4
@@ -39,34 +38,6 @@ def etcd(tmp_path_factory):
     cluster.stop()
 
 
-def _kill_rounds(g: FailoverGroup, rounds: int) -> list[float]:
-    g.start_all()
-    state = g.wait_master()
-    g.create_topic(state["masterAddress"])
-    g.wait_full_sync_state_set()
-    producer = Producer("PG_BENCH_FO", namesrv=g.namesrv, send_msg_timeout=3.0).start()
-    stream = Stream(producer)
-    out = []
-    try:
-        for _ in range(rounds):
-            n = len(stream.ok)
-            while len(stream.ok) < n + 50:
-                time.sleep(0.01)
-            _mid, addr, _epoch = g.master()
-            victim = g.index_of(addr)
-            killed = time.monotonic()
-            g.kill(victim)
-            while stream.first_ok_after(killed) is None:
-                time.sleep(0.01)
-            out.append(stream.first_ok_after(killed) - killed)
-            g.start(victim)
-            g.wait_full_sync_state_set()
-    finally:
-        stream.stop()
-        producer.shutdown()
-    return out
-
-
 @pytest.mark.parametrize("defaults", ["rmq", "rocketmq"])
 def test_failover_time(benchmark, tmp_path_factory, etcd, defaults):
     benchmark.group = "failover-time"
@@ -74,7 +45,7 @@ def test_failover_time(benchmark, tmp_path_factory, etcd, defaults):
     g = FailoverGroup(tmp_path_factory.mktemp(f"fo-{defaults}"), etcd.endpoints, broker_props=props,
                       namesrv_props=ns_props, verbose=False)
     try:
-        times = benchmark.pedantic(lambda: _kill_rounds(g, KILL_ROUNDS), rounds=1, iterations=1)
+        times = benchmark.pedantic(lambda: kill_rounds(g, KILL_ROUNDS, per_round=50)[0], rounds=1, iterations=1)
     finally:
         g.stop()
     _times[defaults] = times

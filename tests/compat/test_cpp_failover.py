@@ -20,8 +20,7 @@ from rmq_core.common.fastjson import loads_lenient
 from tests.broker.ha_cluster import consumer_offsets, queue_ends
 from tests.compat.test_cpp_client import Driver
 from tests.controller.conftest import etcd  # noqa: F401  (the fixture: one real etcd member)
-from tests.controller.failover_group import CLUSTER, GROUP, FailoverGroup
-from tests.controller.test_failover_processes import keys_on
+from tests.controller.failover_group import CLUSTER, GROUP, FailoverGroup, keys_on
 from tests.servers import RmqProcess, free_port, write_conf
 
 pytestmark = pytest.mark.compat

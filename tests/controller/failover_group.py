@@ -11,8 +11,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 
+from rmq_core import Message, Producer
+from rmq_core.codec import decode_messages
+from rmq_core.errors import RMQError
+from rmq_core.message import SendStatus, decode_offset_msg_id
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from tests.rawclient import RawClient
 from tests.servers import RmqProcess, free_port, write_conf
@@ -135,3 +140,100 @@ class FailoverGroup:
         r = self.raw.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
                             {"topic": topic, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES), "perm": "6"})
         assert r.code == ResponseCode.SUCCESS, r.remark
+
+
+class Stream:
+    """A producer thread sending until stopped; records each key answered SEND_OK, when it was
+    answered and when it began (`started`), and which broker answered it (`answered_by`: key ->
+    the store host of its offsetMsgId)."""
+
+    def __init__(self, producer, topic=TOPIC):
+        self.producer = producer
+        self.topic = topic
+        self.ok: list[tuple[float, str]] = []
+        self.started: list[float] = []
+        self.answered_by: dict[str, str] = {}
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        i = 0
+        while not self._stop.is_set():
+            key = f"k{i:07d}"
+            i += 1
+            began = time.monotonic()
+            try:
+                r = self.producer.send(Message(self.topic, key.encode() + b"-" + b"x" * 200, keys=key))
+            except RMQError:
+                self.failed += 1
+                time.sleep(0.02)
+                continue
+            if r.status is SendStatus.SEND_OK:
+                host, port, _offset = decode_offset_msg_id(r.offset_msg_id)
+                self.answered_by[key] = f"{host}:{port}"
+                self.started.append(began)
+                self.ok.append((time.monotonic(), key))
+
+    def first_ok_after(self, t: float, by: str | None = None) -> float | None:
+        """When the first send that began after `t` was acknowledged (from broker `by` only, if
+        given); a send in flight at `t` may have been answered by the old master."""
+        return next((ts for began, (ts, k) in zip(self.started, self.ok)
+                     if began > t and (by is None or self.answered_by.get(k) == by)), None)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(60)
+
+
+def keys_on(raw, addr, topic=TOPIC) -> set[str]:
+    out = set()
+    for q in range(QUEUES):
+        offset = 0
+        while True:
+            resp = raw.pull(addr, topic, q, offset, max_nums=32)
+            if resp.code != ResponseCode.SUCCESS:
+                break
+            out.update(m.keys for m in decode_messages(resp.body))
+            offset = int(resp.ext_fields["nextBeginOffset"])
+    return out
+
+
+def kill_rounds(g: FailoverGroup, rounds: int, per_round: int = 100) -> tuple[list[float], Stream]:
+    """Start the group, stream with rmq's producer, and `rounds` times: wait for `per_round`
+    acknowledged sends, SIGKILL the master, wait for the next master and the first SEND_OK of a
+    send begun after the kill, restart the killed replica and wait until it is back in the sync
+    state set.  Returns each round's kill -> first SEND_OK seconds and the (stopped) stream."""
+    g.start_all()
+    state = g.wait_master()
+    g.create_topic(state["masterAddress"])
+    g.wait_full_sync_state_set()
+    producer = Producer("PG_FAILOVER", namesrv=g.namesrv, send_msg_timeout=3.0).start()
+    stream = Stream(producer)
+    times = []
+    try:
+        for round_ in range(rounds):
+            n = len(stream.ok)
+            deadline = time.monotonic() + 60
+            while len(stream.ok) < n + per_round and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert len(stream.ok) >= n + per_round, f"round {round_}: writes did not resume ({stream.failed} failed)"
+            _mid, master_addr, epoch = g.master()
+            victim = g.index_of(master_addr)
+            killed_at = time.monotonic()
+            g.kill(victim)
+            new = g.wait_master(not_addr=master_addr)
+            assert new["masterEpoch"] > epoch
+            deadline = time.monotonic() + 60
+            while stream.first_ok_after(killed_at) is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            first = stream.first_ok_after(killed_at)
+            assert first is not None, f"round {round_}: no SEND_OK after the kill"
+            times.append(first - killed_at)
+            g.start(victim)  # rejoins as a slave, its unacknowledged tail cut
+            g.wait_full_sync_state_set()
+    finally:
+        stream.stop()
+        producer.shutdown()
+    return times, stream

@@ -21,7 +21,7 @@ from rmq_core import Producer
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from tests.broker.ha_group import commit_log_segments
 from tests.controller.failover_group import GROUP, TOPIC, FailoverGroup
-from tests.controller.test_failover_processes import Stream, keys_on
+from tests.controller.failover_group import Stream, keys_on
 from tests.netns import NetNs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -5,75 +5,13 @@ killed broker (it rejoins as a slave): every message answered SEND_OK is there a
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 
 import pytest
 
-from rmq_core import Message, Producer
-from rmq_core.codec import decode_messages
-from rmq_core.errors import RMQError
-from rmq_core.message import SendStatus, decode_offset_msg_id
+from rmq_core import Producer
 from rmq_core.remoting.codes import ResponseCode
-from tests.controller.failover_group import QUEUES, TOPIC, FailoverGroup
-
-
-class Stream:
-    """A producer thread sending until stopped; records each key answered SEND_OK, when it was
-    answered and when it began (`started`), and which broker answered it (`answered_by`: key ->
-    the store host of its offsetMsgId)."""
-
-    def __init__(self, producer, topic=TOPIC):
-        self.producer = producer
-        self.topic = topic
-        self.ok: list[tuple[float, str]] = []
-        self.started: list[float] = []
-        self.answered_by: dict[str, str] = {}
-        self.failed = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        i = 0
-        while not self._stop.is_set():
-            key = f"k{i:07d}"
-            i += 1
-            began = time.monotonic()
-            try:
-                r = self.producer.send(Message(self.topic, key.encode() + b"-" + b"x" * 200, keys=key))
-            except RMQError:
-                self.failed += 1
-                time.sleep(0.02)
-                continue
-            if r.status is SendStatus.SEND_OK:
-                host, port, _offset = decode_offset_msg_id(r.offset_msg_id)
-                self.answered_by[key] = f"{host}:{port}"
-                self.started.append(began)
-                self.ok.append((time.monotonic(), key))
-
-    def first_ok_after(self, t: float, by: str | None = None) -> float | None:
-        """When the first send that began after `t` was acknowledged (from broker `by` only, if
-        given); a send in flight at `t` may have been answered by the old master."""
-        return next((ts for began, (ts, k) in zip(self.started, self.ok)
-                     if began > t and (by is None or self.answered_by.get(k) == by)), None)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(60)
-
-
-def keys_on(raw, addr, topic=TOPIC) -> set[str]:
-    out = set()
-    for q in range(QUEUES):
-        offset = 0
-        while True:
-            resp = raw.pull(addr, topic, q, offset, max_nums=32)
-            if resp.code != ResponseCode.SUCCESS:
-                break
-            out.update(m.keys for m in decode_messages(resp.body))
-            offset = int(resp.ext_fields["nextBeginOffset"])
-    return out
+from tests.controller.failover_group import QUEUES, TOPIC, FailoverGroup, Stream, keys_on, kill_rounds
 
 
 @pytest.fixture
@@ -99,37 +37,7 @@ def test_ten_master_kills_over_three_etcd_members(tmp_path, etcd3):
 
 
 def _ten_kills(g):
-    g.start_all()
-    state = g.wait_master()
-    g.create_topic(state["masterAddress"])
-    g.wait_full_sync_state_set()
-    producer = Producer("PG_FAILOVER", namesrv=g.namesrv, send_msg_timeout=3.0).start()
-    stream = Stream(producer)
-    failover_times = []
-    try:
-        for round_ in range(10):
-            n = len(stream.ok)
-            deadline = time.monotonic() + 60
-            while len(stream.ok) < n + 100 and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert len(stream.ok) >= n + 100, f"round {round_}: writes did not resume ({stream.failed} failed)"
-            _mid, master_addr, epoch = g.master()
-            victim = g.index_of(master_addr)
-            killed_at = time.monotonic()
-            g.kill(victim)
-            new = g.wait_master(not_addr=master_addr)
-            assert new["masterEpoch"] > epoch
-            deadline = time.monotonic() + 60
-            while stream.first_ok_after(killed_at) is None and time.monotonic() < deadline:
-                time.sleep(0.02)
-            first = stream.first_ok_after(killed_at)
-            assert first is not None, f"round {round_}: no SEND_OK after the kill"
-            failover_times.append(first - killed_at)
-            g.start(victim)  # rejoins as a slave, its unacknowledged tail cut
-            g.wait_full_sync_state_set()
-    finally:
-        stream.stop()
-        producer.shutdown()
+    failover_times, stream = kill_rounds(g, 10)
     acknowledged = {k for _t, k in stream.ok}
     _mid, master_addr, _e = g.master()
     # the topic's route survived every election (a new master adopts the topics it holds
@@ -357,3 +265,34 @@ def test_new_master_keeps_a_topic_its_slaves_had_not_synced(group):
         time.sleep(0.1)
     assert _topic_known(g, new_addr, topic)
     assert keys_on(g.raw, new_addr, topic) == {f"a{i}" for i in range(20)}
+
+
+def test_master_restarted_within_its_lease_faces_an_election(group):
+    """A master killed and restarted before its lease ran out does not simply carry on: the
+    controller sees a new incarnation, drops it as master and elects again at a new epoch among
+    every member's logs; no acknowledged message is lost."""
+    g = group
+    g.start_all()
+    state = g.wait_master()
+    g.create_topic(state["masterAddress"])
+    g.wait_full_sync_state_set()
+    producer = Producer("PG_RESTART", namesrv=g.namesrv, send_msg_timeout=3.0).start()
+    stream = Stream(producer)
+    try:
+        while len(stream.ok) < 200:
+            time.sleep(0.02)
+        victim = g.index_of(state["masterAddress"])
+        g.kill(victim)
+        g.start(victim)  # about a second: well within the 3 s lease
+        after = g.wait(lambda s: s["masterEpoch"] > state["masterEpoch"] and s.get("masterAddress"), 30,
+                       "an election after the restart")
+        n = len(stream.ok)
+        deadline = time.monotonic() + 30
+        while len(stream.ok) < n + 100:
+            assert time.monotonic() < deadline, "writes did not resume"
+            time.sleep(0.02)
+    finally:
+        stream.stop()
+        producer.shutdown()
+    assert {k for _t, k in stream.ok} <= keys_on(g.raw, g.master()[1])
+    assert after["masterEpoch"] == state["masterEpoch"] + 1
