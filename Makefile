@@ -69,8 +69,9 @@ test: build browser etcd
 test-slow: build etcd
 	$(PY) -m pytest tests --ignore=tests/bench -m slow -q $(PYTEST_ARGS)
 
-# Benchmarks need a Redis server as the baseline for the client benchmarks (Debian's package).
-bench: build
+# Benchmarks need a Redis server as the baseline for the client benchmarks (Debian's package), and
+# etcd for the failover benchmarks.
+bench: build etcd
 	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) || echo "redis-server unavailable: Redis baselines will be skipped"
 	$(EXTRAS) bench > $(VENV)/extras-bench.txt && $(PIP) install -r $(VENV)/extras-bench.txt
 	mkdir -p .benchmarks
@@ -78,7 +79,7 @@ bench: build
 	$(PY) -m tests.bench.report .benchmarks/last.json
 
 # The same benchmarks in this checkout and in a worktree of REF, taking turns: before/after ratios.
-bench-against: build
+bench-against: build etcd
 	@test -n "$(REF)" || (echo "usage: make bench-against REF=<commit> [PYTEST_ARGS='-k send']"; exit 2)
 	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) || echo "redis-server unavailable: Redis baselines will be skipped"
 	$(EXTRAS) bench > $(VENV)/extras-bench.txt && $(PIP) install -r $(VENV)/extras-bench.txt
