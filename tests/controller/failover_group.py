@@ -33,7 +33,9 @@ class FailoverGroup:
     def __init__(self, tmp_path, etcd_endpoints: str, replicas: int = 3, broker_props: dict | None = None,
                  namesrv_props: dict | None = None, verbose: bool = True, replica_props: list | None = None,
                  hosts: list[str] | None = None, namesrv_host: str = "127.0.0.1",
-                 prefixes: dict[int, list[str]] | None = None):
+                 prefixes: dict[int, list[str]] | None = None, standalone_controllers: int = 0):
+        """`standalone_controllers`: that many `rmq controller` processes instead of the one
+        embedded in the name server; the brokers list them all in controllerAddr."""
         self.tmp_path = tmp_path
         self.etcd_endpoints = etcd_endpoints
         self.namesrv = f"{namesrv_host}:{free_port()}"
@@ -41,11 +43,25 @@ class FailoverGroup:
         self.prefixes = dict(prefixes or {})
         self.raw = RawClient()
         self.verbose = verbose
-        ns_conf = write_conf(tmp_path / "namesrv.conf", {
-            "enableControllerInNamesrv": "true", "controllerEtcdEndpoints": etcd_endpoints,
-            "controllerEtcdRoot": f"/rmq-test-{os.getpid()}-{id(self)}", **(namesrv_props or {})})
-        self.ns_args = [*(["-v"] if verbose else []), "namesrv", "--listen", self.namesrv, "-c", ns_conf]
-        self.ns = RmqProcess(self.ns_args, ("The Name Server boot success", "The controller boot success"))
+        controller_conf = {"controllerEtcdEndpoints": etcd_endpoints,
+                           "controllerEtcdRoot": f"/rmq-test-{os.getpid()}-{id(self)}"}
+        self.controllers: list[RmqProcess] = []
+        if standalone_controllers:
+            self.ns_args = [*(["-v"] if verbose else []), "namesrv", "--listen", self.namesrv]
+            self.ns = RmqProcess(self.ns_args, ("The Name Server boot success",))
+            conf = write_conf(tmp_path / "controller.conf", {**controller_conf, **(namesrv_props or {})})
+            self.controller_addrs = [f"{namesrv_host}:{free_port()}" for _ in range(standalone_controllers)]
+            for addr in self.controller_addrs:
+                self.controllers.append(RmqProcess([*(["-v"] if verbose else []), "controller", "-c", conf,
+                                                    "--listen", addr], ("The controller boot success",)))
+            for c in self.controllers:
+                c.wait_boot()
+        else:
+            ns_conf = write_conf(tmp_path / "namesrv.conf", {
+                "enableControllerInNamesrv": "true", **controller_conf, **(namesrv_props or {})})
+            self.ns_args = [*(["-v"] if verbose else []), "namesrv", "--listen", self.namesrv, "-c", ns_conf]
+            self.ns = RmqProcess(self.ns_args, ("The Name Server boot success", "The controller boot success"))
+            self.controller_addrs = [self.namesrv]
         self.ns.wait_boot()
         self.ports = [free_port() for _ in range(replicas)]
         self.confs = []
@@ -53,7 +69,8 @@ class FailoverGroup:
             self.confs.append(write_conf(tmp_path / f"replica{i}.conf", {
                 "brokerClusterName": CLUSTER, "brokerName": GROUP, "brokerIP1": self.hosts[i], "listenPort": port,
                 "haListenPort": free_port(), "storePathRootDir": tmp_path / f"store{i}",
-                "namesrvAddr": self.namesrv, "enableControllerMode": "true", "controllerAddr": self.namesrv,
+                "namesrvAddr": self.namesrv, "enableControllerMode": "true",
+                "controllerAddr": ";".join(self.controller_addrs),
                 "allAckInSyncStateSet": "true", "mappedFileSizeCommitLog": SEGMENT,
                 "mappedFileSizeConsumeQueue": 6000 * 20, "maxHashSlotNum": 10000, "maxIndexNum": 40000,
                 "registerNameServerPeriod": 1000, **(broker_props or {}),
@@ -87,7 +104,7 @@ class FailoverGroup:
         os.kill(self.procs[i].proc.pid, sig)
 
     def stop(self) -> None:
-        for p in [*self.procs, self.ns]:
+        for p in [*self.procs, *self.controllers, self.ns]:
             if p is None:
                 continue
             if p.proc.poll() is None:
@@ -101,7 +118,9 @@ class FailoverGroup:
     # -- what the controller says ----------------------------------------------------------------
     def sync_state(self) -> dict | None:
         """The group's row of CONTROLLER_GET_SYNC_STATE_DATA (None before any replica registered)."""
-        r = self.raw.invoke(self.namesrv, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {},
+        alive = [a for a, c in zip(self.controller_addrs, self.controllers) if c.proc.poll() is None] \
+            if self.controllers else self.controller_addrs
+        r = self.raw.invoke(alive[0], RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {},
                             json.dumps([GROUP]).encode(), timeout=5)
         assert r.code == ResponseCode.SUCCESS, r.remark
         return json.loads(r.body).get(GROUP)

@@ -296,3 +296,37 @@ def test_master_restarted_within_its_lease_faces_an_election(group):
         producer.shutdown()
     assert {k for _t, k in stream.ok} <= keys_on(g.raw, g.master()[1])
     assert after["masterEpoch"] == state["masterEpoch"] + 1
+
+
+def test_standalone_controllers_any_answers_one_lost_changes_nothing(tmp_path, etcd):
+    """Two `rmq controller` processes over one etcd: the brokers list both; with one killed the
+    other renews every lease (no election without need) and elects when the master dies."""
+    g = FailoverGroup(tmp_path, etcd.endpoints, standalone_controllers=2)
+    try:
+        g.start_all()
+        state = g.wait_master()
+        g.create_topic(state["masterAddress"])
+        g.wait_full_sync_state_set()
+        g.controllers[0].kill()
+        producer = Producer("PG_CTRL", namesrv=g.namesrv, send_msg_timeout=3.0).start()
+        stream = Stream(producer)
+        try:
+            end = time.monotonic() + 5  # past a lease: the other controller renews them
+            while time.monotonic() < end:
+                time.sleep(0.1)
+            assert g.master()[2] == state["masterEpoch"], "an election without need"
+            assert len(stream.ok) > 50
+            killed = time.monotonic()
+            g.kill(g.index_of(state["masterAddress"]))
+            new = g.wait_master(not_addr=state["masterAddress"])
+            deadline = time.monotonic() + 30
+            while stream.first_ok_after(killed) is None:
+                assert time.monotonic() < deadline, "writes did not resume on the new master"
+                time.sleep(0.05)
+        finally:
+            stream.stop()
+            producer.shutdown()
+        assert new["masterEpoch"] == state["masterEpoch"] + 1
+        assert {k for _t, k in stream.ok} <= keys_on(g.raw, new["masterAddress"])
+    finally:
+        g.stop()
