@@ -111,6 +111,7 @@ class HAClient:
     def shutdown(self) -> None:
         self._stopped.set()
         self._wake.set()
+        self._appended.set()  # (the warmer ends at once: a slave becoming master waits on this)
         with self._lock:
             sock = self._sock
         close_quietly(sock)
