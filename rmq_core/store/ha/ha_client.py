@@ -1,12 +1,13 @@
 """HAClient: the slave's side (RocketMQ's HAService.HAClient).
 
-One thread: connect to the master's HA address, report this store's max commit-log offset,
-then read frames — a read's whole frames appended at once, their bytes unchanged
-(CommitLog.append_data: one pwritev), then the records they completed dispatched at once
-(DefaultMessageStore.dispatch_appended: consume queues, index, listeners) — and report the new
-max offset after each read's frames, and at least every haSendHeartbeatInterval.  A frame whose
-offset is not where this log ends, a master silent for haHousekeepingInterval, or a broken
-connection: disconnect and connect again (to the latest address given).
+One thread (and a page-cache warmer, see WARM_AHEAD): connect to the master's HA address,
+report this store's max commit-log offset, then read frames — a read's whole frames appended at
+once, their bytes unchanged (CommitLog.append_data: one pwritev), then the records they
+completed dispatched at once (DefaultMessageStore.dispatch_appended: consume queues, index,
+listeners) — and report the new max offset after each read's frames, and at least every
+haSendHeartbeatInterval.  A frame whose offset is not where this log ends, a master silent for
+haHousekeepingInterval, or a broken connection: disconnect and connect again (to the latest
+address given).
 
 Controller mode (update_master): the connection opens with the handshake (wire.py) naming this
 replica's broker id and the master epoch the controller gave it; the master's answer must carry
@@ -32,6 +33,12 @@ log = logging.getLogger("rmq.store.ha")
 class HAClient:
     RECONNECT_INTERVAL = 1.0  # after a failed connect or a dropped connection
     READ_BUFFER = 4 * 1024 * 1024
+    # A slave's appends go into page cache its log never held: the kernel's first touch of each
+    # page (allocating it, zeroing it; on a VM the host backing it) costs more than the copy, and
+    # a walk of the records through the mapping would meet it as readahead zero-filling past the
+    # log end.  The warmer thread brings the next WARM_AHEAD bytes of the segment into the page
+    # cache while this thread receives and appends, so a catch-up uses two cores, not one.
+    WARM_AHEAD = 32 * 1024 * 1024
 
     def __init__(self, store):
         self.store = store
@@ -42,6 +49,8 @@ class HAClient:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._warmer: threading.Thread | None = None
+        self._appended = threading.Event()  # wakes the warmer
         self.connected = False
         self.master_offset = -1  # the furthest offset a frame of the master reached
         self.last_read_time = 0.0
@@ -96,17 +105,20 @@ class HAClient:
         self._stopped.clear()
         self._thread = threading.Thread(target=self._loop, name="HAClient", daemon=True)
         self._thread.start()
+        self._warmer = threading.Thread(target=self._warm_loop, name="HAClient-warmer", daemon=True)
+        self._warmer.start()
 
     def shutdown(self) -> None:
         self._stopped.set()
         self._wake.set()
+        self._appended.set()  # (the warmer ends at once: a slave becoming master waits on this)
         with self._lock:
             sock = self._sock
         close_quietly(sock)
-        t = self._thread
-        if t is not None and t.is_alive():
-            t.join(10)
-        self._thread = None
+        for t in (self._thread, self._warmer):
+            if t is not None and t.is_alive():
+                t.join(10)
+        self._thread = self._warmer = None
 
     # -- the loop --------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -268,6 +280,7 @@ class HAClient:
                     pos += hsize + size
                 if bodies:  # appended at once, dispatched once for the whole read
                     self._append(bodies, first, addr)
+                    self._appended.set()
                     store.dispatch_appended()
                     if self._pending_epochs:
                         self._take_epochs(commit_log.get_max_offset())
@@ -282,6 +295,28 @@ class HAClient:
             if mine != reported or now - last_report >= heartbeat:
                 sock.sendall(REPORT.pack(mine))
                 reported, last_report = mine, now
+
+    def _warm_loop(self) -> None:
+        """After each append: the page cache of the last segment up to WARM_AHEAD bytes past its
+        end (MappedFile.prefetch), each byte asked for once."""
+        mfq = self.store.commit_log.mapped_file_queue
+        warmed: tuple[str | None, int] = (None, 0)  # (segment path, how far it is warmed)
+        while not self._stopped.is_set():
+            self._appended.wait(1.0)
+            self._appended.clear()
+            mf = mfq.get_last_mapped_file()
+            if mf is None:
+                continue
+            wp = mf.wrote_position
+            start = max(wp, warmed[1]) if warmed[0] == mf.path else wp
+            end = min(mf.file_size, wp + self.WARM_AHEAD)
+            if end > start:
+                try:
+                    mf.prefetch(start, end)
+                except OSError as e:  # (the segment deleted meanwhile: a truncate or retention)
+                    log.debug("HA: warming %s failed: %s", mf.path, e)
+                    continue
+                warmed = (mf.path, end)
 
     def _append(self, bodies: list, offset: int, addr: str) -> None:
         if bodies and not self.store.commit_log.append_data(offset, bodies):
