@@ -286,12 +286,14 @@ class BrokerController:
         it joins replication threads)."""
         was_slave = self.is_slave
         self.store_config.broker_role = role
-        self.broker_config.broker_id = broker_id
         if ha_change is not None:
             await asyncio.to_thread(ha_change, self.store.ha_service)
         if was_slave and not self.is_slave:
+            # before it registers as brokerId 0: a registration without them would drop their routes
             self.topic_manager.adopt_stored_topics(
                 {t: list(qs) for t, qs in self.store.get_consume_queue_table().items()})
+        self.broker_config.broker_id = broker_id
+        if was_slave and not self.is_slave:
             for service in (self.schedule_service, self.timer_service, self.transaction_service):
                 await service.start()
         elif not was_slave and self.is_slave:

@@ -258,12 +258,15 @@ def test_new_master_keeps_a_topic_its_slaves_had_not_synced(group):
     def routed():
         _resp, route = g.raw.route(g.namesrv, topic)
         return route is not None and [(q["brokerName"], q["writeQueueNums"]) for q in route["queueDatas"]] == \
-            [("broker-fo", QUEUES)] and new_addr in route["brokerDatas"][0]["brokerAddrs"].values()
+            [("broker-fo", QUEUES)] and route["brokerDatas"][0]["brokerAddrs"].get("0") == new_addr
     deadline = time.monotonic() + 30
-    while not routed():
+    while not (routed() and _topic_known(g, new_addr, topic)):
         assert time.monotonic() < deadline, "the topic's route did not survive the failover"
         time.sleep(0.1)
-    assert _topic_known(g, new_addr, topic)
+    # and it never went away: the new master's registrations carried it from the first
+    for _ in range(10):
+        assert routed()
+        time.sleep(0.1)
     assert keys_on(g.raw, new_addr, topic) == {f"a{i}" for i in range(20)}
 
 
