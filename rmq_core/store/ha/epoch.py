@@ -9,11 +9,11 @@ a crash leaves the old list or the new one, never a mix.
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import attrs
 
+from rmq_core.common.files import atomic_write
 from rmq_core.errors import StoreError
 
 EPOCH_FILE_NAME = "epochFileCheckpoint"
@@ -61,24 +61,7 @@ class EpochFileCache:
 
     def _persist(self, entries: list[EpochEntry]) -> None:
         """Write `entries` whole, atomically; then they are this cache's list."""
-        directory = os.path.dirname(self.path) or "."
-        os.makedirs(directory, exist_ok=True)
-        tmp = self.path + ".tmp"
-        data = "".join(f"{e.epoch} {e.start_offset}\n" for e in entries).encode("ascii")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)  # the rename itself survives a crash
-        finally:
-            os.close(dfd)
+        atomic_write(self.path, "".join(f"{e.epoch} {e.start_offset}\n" for e in entries).encode("ascii"))
         self._entries = entries
 
     # -- reading -----------------------------------------------------------------------------------
