@@ -83,7 +83,6 @@ class ReplicasManager:
         self.sync_state_set: list[int] = []
         self.sync_state_set_epoch = 0
         self.role_changes = 0  # times this broker changed role (the metrics' counter)
-        self.last_heartbeat_ok: float | None = None  # monotonic
         self.last_controller_error: str | None = None
         self._controller_index = 0
         self._task: asyncio.Task | None = None
@@ -225,7 +224,6 @@ class ReplicasManager:
             self.in_failsafe = False
             log.warning("controller mode: etcd answers again; %s[%d] leaves failsafe", self.bc.broker_name,
                         self.broker_id)
-        self.last_heartbeat_ok = time.monotonic()
         if self.last_controller_error is not None:
             log.info("controller mode: heartbeats of %s[%s] answered again", self.bc.broker_name, self.broker_id)
             self.last_controller_error = None

@@ -29,14 +29,19 @@ _required = RemotingCommand.required_str
 _required_int = RemotingCommand.required_int
 
 
-def meta_answer(request: RemotingCommand, meta: GroupMeta, alive: dict | None = None, *,
-                unclean: bool = False) -> RemotingCommand:
-    """A heartbeat's / register's / election's answer: the group's master and sync state set (and
-    whether unclean elections may happen: a master's failsafe depends on it)."""
+def meta_fields(meta: GroupMeta, alive: dict | None = None, unclean: bool = False) -> tuple[dict, bytes]:
+    """The ext fields and body that tell a broker its group's master and sync state set (and
+    whether unclean elections may happen: a master's failsafe depends on it): a heartbeat's,
+    register's or election's answer, and NOTIFY_BROKER_ROLE_CHANGED."""
     ext = meta.answer_fields(alive=alive)
     ext["enableElectUncleanMaster"] = "true" if unclean else "false"
-    return request.make_response(ResponseCode.SUCCESS, None, ext,
-                                 json.dumps({"syncStateSet": meta.sync_state_set}).encode())
+    return ext, json.dumps({"syncStateSet": meta.sync_state_set}).encode()
+
+
+def meta_answer(request: RemotingCommand, meta: GroupMeta, alive: dict | None = None, *,
+                unclean: bool = False) -> RemotingCommand:
+    ext, body = meta_fields(meta, alive, unclean)
+    return request.make_response(ResponseCode.SUCCESS, None, ext, body)
 
 
 class ControllerService:
@@ -70,6 +75,9 @@ class ControllerService:
             RequestCode.CONTROLLER_GET_NEXT_BROKER_ID: self.get_next_broker_id,
             RequestCode.CONTROLLER_APPLY_BROKER_ID: self.apply_broker_id,
         }
+
+    def _answer(self, request: RemotingCommand, meta: GroupMeta, alive: dict | None = None) -> RemotingCommand:
+        return meta_answer(request, meta, alive, unclean=self.manager.unclean)
 
     @property
     def codes(self) -> list[int]:
@@ -136,8 +144,7 @@ class ControllerService:
         self.elections += 1
         if self._client is None:
             return
-        ext = meta.answer_fields(alive=alive)
-        body = json.dumps({"syncStateSet": meta.sync_state_set}).encode()
+        ext, body = meta_fields(meta, alive, self.manager.unclean)
 
         async def tell(addr):
             req = RemotingCommand.create_request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext, body)
@@ -196,7 +203,7 @@ class ControllerService:
         meta, alive_now, did = await asyncio.to_thread(run)
         if did:
             self._elected(meta, alive_now)
-        return meta_answer(request, meta, alive_now, unclean=self.manager.unclean)
+        return self._answer(request, meta, alive_now)
 
     async def register_broker(self, request: RemotingCommand) -> RemotingCommand:
         name = _required(request, "brokerName")
@@ -204,7 +211,7 @@ class ControllerService:
         bid = _required_int(request, "brokerId")
         addr = _required(request, "brokerAddress")
         meta = await asyncio.to_thread(self.manager.register_broker, cluster, name, bid, addr)
-        return meta_answer(request, meta)
+        return self._answer(request, meta)
 
     async def get_next_broker_id(self, request: RemotingCommand) -> RemotingCommand:
         name = _required(request, "brokerName")
@@ -245,13 +252,13 @@ class ControllerService:
             meta, alive, did = await asyncio.to_thread(self.manager.elect_master, cluster, name)
             if did:
                 self._elected(meta, alive)
-            return meta_answer(request, meta, alive)
+            return self._answer(request, meta, alive)
         meta, _rev, _rep, _rr, alive = await asyncio.to_thread(self.manager.read_group, name, cluster)
         if preferred_id not in alive:
             raise ControllerError(f"cannot elect brokerId {preferred_id} of {name}: it is not alive "
                                   f"(alive: {sorted(alive)})")
         if preferred_id == meta.master_broker_id:
-            return meta_answer(request, meta, alive)
+            return self._answer(request, meta, alive)
         planned = False
         old = meta.master_broker_id
         if old is not None and old in alive:
@@ -261,7 +268,7 @@ class ControllerService:
                                                    planned=planned)
         if did:
             self._elected(meta, alive)
-        return meta_answer(request, meta, alive)
+        return self._answer(request, meta, alive)
 
     async def _step_down(self, name: str, master_addr: str, meta: GroupMeta, target: int) -> None:
         """Ask the master to stop answering writes until `target` holds all it has."""

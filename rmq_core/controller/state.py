@@ -44,7 +44,7 @@ class GroupMeta:
         return cls(cluster, broker_name, None if mid is None else int(mid), d.get("masterAddress"),
                    int(d.get("masterEpoch", 0)), d.get("syncStateSet") or [], int(d.get("syncStateSetEpoch", 0)))
 
-    def answer_fields(self, replicas: "Replicas | None" = None, alive: Mapping[int, "ReplicaAlive"] | None = None) -> dict:
+    def answer_fields(self, alive: Mapping[int, "ReplicaAlive"] | None = None) -> dict:
         """The ext fields of a heartbeat / register / elect answer."""
         ha = ""
         if alive is not None and self.master_broker_id is not None:
