@@ -155,6 +155,13 @@ class FailoverGroup:
         return self.wait(lambda s: len(s.get("syncStateSet", [])) >= size, timeout,
                          f"a sync state set of {size}")
 
+    def start_ready(self) -> dict:
+        """Start every replica, create TOPIC on the elected master, and return the group's state
+        once every replica is in the sync state set."""
+        self.start_all()
+        self.create_topic(self.wait_master()["masterAddress"])
+        return self.wait_full_sync_state_set()
+
     def create_topic(self, addr: str, topic: str = TOPIC) -> None:
         r = self.raw.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
                             {"topic": topic, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES), "perm": "6"})
@@ -224,10 +231,7 @@ def kill_rounds(g: FailoverGroup, rounds: int, per_round: int = 100) -> tuple[li
     acknowledged sends, SIGKILL the master, wait for the next master and the first SEND_OK of a
     send begun after the kill, restart the killed replica and wait until it is back in the sync
     state set.  Returns each round's kill -> first SEND_OK seconds and the (stopped) stream."""
-    g.start_all()
-    state = g.wait_master()
-    g.create_topic(state["masterAddress"])
-    g.wait_full_sync_state_set()
+    g.start_ready()
     producer = Producer("PG_FAILOVER", namesrv=g.namesrv, send_msg_timeout=3.0).start()
     stream = Stream(producer)
     times = []

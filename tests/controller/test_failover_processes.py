@@ -153,10 +153,7 @@ def test_etcd_member_lost_changes_nothing_quorum_lost_never_elects(group3):
     each sync-state-set member, the only replicas an election could pick), else they pause once
     its lease runs out; all resume when etcd returns."""
     g, etcd, failsafe = group3
-    g.start_all()
-    state = g.wait_master()
-    g.create_topic(state["masterAddress"])
-    g.wait_full_sync_state_set()
+    state = g.start_ready()
     producer = Producer("PG_ETCD", namesrv=g.namesrv, send_msg_timeout=3.0).start()
     stream = Stream(producer)
     try:
@@ -196,10 +193,7 @@ def test_elect_master_switch_over_under_load_loses_nothing(group):
 
     from rmq_core.remoting.codes import RequestCode
     g = group
-    g.start_all()
-    state = g.wait_master()
-    g.create_topic(state["masterAddress"])
-    state = g.wait_full_sync_state_set()
+    state = g.start_ready()
     target = next(r for r in state["replicas"] if r["role"] == "SLAVE")
     producer = Producer("PG_SWITCH", namesrv=g.namesrv, send_msg_timeout=3.0).start()
     stream = Stream(producer)
@@ -275,10 +269,7 @@ def test_master_restarted_within_its_lease_faces_an_election(group):
     controller sees a new incarnation, drops it as master and elects again at a new epoch among
     every member's logs; no acknowledged message is lost."""
     g = group
-    g.start_all()
-    state = g.wait_master()
-    g.create_topic(state["masterAddress"])
-    g.wait_full_sync_state_set()
+    state = g.start_ready()
     producer = Producer("PG_RESTART", namesrv=g.namesrv, send_msg_timeout=3.0).start()
     stream = Stream(producer)
     try:
@@ -306,10 +297,7 @@ def test_standalone_controllers_any_answers_one_lost_changes_nothing(tmp_path, e
     other renews every lease (no election without need) and elects when the master dies."""
     g = FailoverGroup(tmp_path, etcd.endpoints, standalone_controllers=2)
     try:
-        g.start_all()
-        state = g.wait_master()
-        g.create_topic(state["masterAddress"])
-        g.wait_full_sync_state_set()
+        state = g.start_ready()
         g.controllers[0].kill()
         producer = Producer("PG_CTRL", namesrv=g.namesrv, send_msg_timeout=3.0).start()
         stream = Stream(producer)
