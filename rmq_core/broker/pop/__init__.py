@@ -1,0 +1,23 @@
+"""Pop consumption (RocketMQ 5's SimpleConsumer and 5.x PushConsumer): consumers of a group share
+queues; a received message is invisible for a while and comes back, its delivery attempt raised,
+unless acked; after the group's retryMaxTimes it goes to %DLQ%<group>.
+
+`PopService` (rmq_core.broker.pop.service) is the one owner of these semantics.  The broker creates
+one as `BrokerController.pop_service`; the remoting processor (POP_MESSAGE, ACK_MESSAGE,
+CHANGE_MESSAGE_INVISIBLETIME) and the gRPC front end (rmq_core.proxy) both call it:
+
+    result = await pop_service.pop(group=..., topic=..., max_nums=32, invisible_ms=30_000,
+                                   sub=SubscriptionData, poll_ms=20_000, client_id="...",
+                                   fifo=None, attempt_id=None, queue_id=-1)
+    # -> PopResult(status, messages=[PoppedMessage ...], pop_time, invisible_ms, revive_qid, rest_num)
+    await pop_service.ack(group=..., topic=..., receipt_handle="...")         # -> AckOutcome
+    new_handle = await pop_service.change_invisible_time(group=..., topic=..., receipt_handle="...",
+                                                         invisible_ms=...)
+    await pop_service.forward_to_dead_letter(group=..., topic=..., receipt_handle="...")
+    pop_service.inflight(group, topic)   # received and neither acked nor revived yet
+
+A PoppedMessage carries the stored record bytes as they are (`record`, what a pull would send), the
+topic the consumer subscribed to (a retry message reports its original topic), queue id and offset,
+`receipt_handle` (an opaque string naming everything an ack needs) and `delivery_attempt` (1 for a
+first delivery, reconsume times + 1 after).
+"""
