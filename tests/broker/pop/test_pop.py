@@ -289,3 +289,20 @@ def test_slave_refuses_pop(make_cluster, raw):
     c = make_cluster(slave=True)
     r, _ = pop(raw, c.slave_addr, G, "TBW102")
     assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE and "SLAVE" in r.remark
+
+
+def test_admin_makes_a_fifo_group_and_shows_inflight(make_cluster, raw):
+    from tests.admin.test_admin_cli import admin, ok, rows
+    c = make_cluster()
+    addr, ns = c.broker_addr, c.namesrv
+    ok("updateSubGroup", "-b", addr, "-g", "CG_ADMIN_FIFO", "-o", "true", ns=ns)
+    assert c.broker.subscription_manager.find("CG_ADMIN_FIFO").consume_message_orderly is True
+    rc, _, err = admin("updateSubGroup", "-b", addr, "-g", "CG_ADMIN_FIFO", "-o", "maybe", ns=ns)
+    assert rc != 0 and "'maybe'" in err
+    create_topic(raw, addr, "TP_ADMIN", queues=1)
+    _send(raw, addr, "TP_ADMIN", 5, queues=1)
+    _, ps = pop(raw, addr, "CG_ADMIN_FIFO", "TP_ADMIN", max_nums=3)
+    assert [p.body for p in ps] == [b"m0", b"m1", b"m2"]
+    prog = [r for r in rows("consumerProgress", "-g", "CG_ADMIN_FIFO", ns=ns) if r["topic"] == "TP_ADMIN"]
+    assert [(r["diff"], r["inflight"]) for r in prog] == [(2, 3)]
+    assert "Inflight Total: 3" in ok("consumerProgress", "-g", "CG_ADMIN_FIFO", ns=ns)
