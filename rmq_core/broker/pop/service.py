@@ -641,17 +641,47 @@ class PopService:
 
     async def ack(self, *, group: str, topic: str, receipt_handle: str) -> AckOutcome:
         """End a message: answered once its ack record is stored."""
-        h, real = self._handle(group, topic, receipt_handle)
-        ck = self._open_handle(group, real, h, receipt_handle, "ack")
-        if ck is None:
-            return AckOutcome("ALREADY_ACKED", real, h.queue_id, h.offset)
-        put = self._ack_record(ck, [h.offset])
-        self._resolve(ck, [h.offset], acked=True)
-        self.acked[(ck.origin, group)] += 1
-        if ck.fifo:
-            self._wake_fifo(ck)
-        await self._durable([put])
-        return AckOutcome("OK", real, h.queue_id, h.offset)
+        outcome = (await self.ack_batch(group=group, topic=topic, receipt_handles=[receipt_handle]))[0]
+        if isinstance(outcome, PopError):
+            raise outcome
+        return outcome
+
+    async def ack_batch(self, *, group: str, topic: str, receipt_handles) -> list:
+        """End several messages (gRPC's AckMessage entries, BATCH_ACK_MESSAGE): one ack record per
+        checkpoint they are in.  Returns, per handle in order, an AckOutcome or the PopError that
+        refused it (one bad handle does not refuse the others); answered once the records are stored."""
+        self._check_writable()
+        self._group(group)
+        out, by_ck = [], {}
+        for text in receipt_handles:
+            try:
+                h, real = self._handle(group, topic, text)
+                ck = self._open_handle(group, real, h, text, "ack")
+            except PopError as e:
+                out.append(e)
+                continue
+            if ck is None:
+                out.append(AckOutcome("ALREADY_ACKED", real, h.queue_id, h.offset))
+                continue
+            offs = by_ck.setdefault(id(ck), (ck, []))[1]
+            if h.offset not in offs:
+                offs.append(h.offset)
+            out.append(AckOutcome("OK", real, h.queue_id, h.offset))
+        puts = []
+        try:
+            for ck, offs in by_ck.values():
+                puts.append(self._ack_record(ck, offs))
+                self._resolve(ck, offs, acked=True)
+                self.acked[(ck.origin, group)] += len(offs)
+                if ck.fifo:
+                    self._wake_fifo(ck)
+        except PopError as e:  # (a store refusing writes: what was not written is not acked)
+            done = {id(c) for c, _ in list(by_ck.values())[:len(puts)]}
+            failed = {(c.topic, c.queue_id, o) for c, offs in by_ck.values() if id(c) not in done for o in offs}
+            out = [e if isinstance(o, AckOutcome) and o.status == "OK" and (o.topic, o.queue_id, o.offset) in failed
+                   else o for o in out]
+        await self._durable(puts)
+        return out
 
     def _wake_fifo(self, ck: _Ck) -> None:
         """A FIFO queue may be open again: wake the pops held on it (they hold one below its end)."""

@@ -306,3 +306,58 @@ def test_admin_makes_a_fifo_group_and_shows_inflight(make_cluster, raw):
     prog = [r for r in rows("consumerProgress", "-g", "CG_ADMIN_FIFO", ns=ns) if r["topic"] == "TP_ADMIN"]
     assert [(r["diff"], r["inflight"]) for r in prog] == [(2, 3)]
     assert "Inflight Total: 3" in ok("consumerProgress", "-g", "CG_ADMIN_FIFO", ns=ns)
+
+
+def test_batch_ack_as_the_java_client_sends_it(make_cluster, raw):
+    import base64
+    c = make_cluster()
+    addr = c.broker_addr
+    create_topic(raw, addr, "TP_BATCH", queues=1)
+    _send(raw, addr, "TP_BATCH", 12, queues=1)
+    _, ps = pop(raw, addr, G, "TP_BATCH", max_nums=12)
+    f = ps[0].handle.split(" ")
+    so = int(f[0])
+    bits = 0
+    for p in ps[:10]:
+        bits |= 1 << (p.msg.queue_offset - so)
+    ack_body = {"c": G, "t": "TP_BATCH", "r": "0", "so": so, "q": 0, "rq": int(f[3]), "pt": int(f[1]),
+                "it": int(f[2]), "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()}
+    r = raw.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {},
+                   json.dumps({"brokerName": "broker-a", "acks": [ack_body]}).encode())
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert c.broker.pop_service.inflight(G, "TP_BATCH") == 2
+    r = raw.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {}, b"{not json")
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "batch ack" in r.remark
+
+
+def test_service_api_ack_batch_and_forward_to_dead_letter(make_cluster, raw):
+    from rmq_core.broker.pop.service import PopError
+    from rmq_core.common.subscription import SubscriptionData
+    c = make_cluster()
+    addr = c.broker_addr
+    svc = c.broker.pop_service
+    create_topic(raw, addr, "TP_API", queues=2)
+    _send(raw, addr, "TP_API", 4, queues=2)
+    res = c.call(svc.pop(group=G, topic="TP_API", max_nums=4, invisible_ms=30_000,
+                         sub=SubscriptionData.build("TP_API", "TagA"), poll_ms=0, client_id="test"))
+    assert res.status == "FOUND" and len(res.messages) == 4
+    m = res.messages[0]
+    assert m.topic == m.real_topic == "TP_API" and m.delivery_attempt == 1 and m.record[4:8] == b"\xda\xa3\x20\xa7"
+    assert m.msg.keys in {"k0", "k1", "k2", "k3"}
+    outcomes = c.call(svc.ack_batch(group=G, topic="TP_API",
+                                    receipt_handles=[res.messages[1].receipt_handle, "junk", res.messages[2].receipt_handle]))
+    assert [getattr(o, "status", None) for o in outcomes] == ["OK", None, "OK"]
+    assert isinstance(outcomes[1], PopError) and outcomes[1].kind == "INVALID_RECEIPT_HANDLE" and "'junk'" in str(outcomes[1])
+    out = c.call(svc.forward_to_dead_letter(group=G, topic="TP_API", receipt_handle=res.messages[3].receipt_handle))
+    assert out.status == "OK" and svc.inflight(G, "TP_API") == 1
+    r = raw.pull(addr, f"%DLQ%{G}", 0, 0, group="CG_DLQ_READER")
+    from rmq_core.codec import decode_messages
+    assert r.code == ResponseCode.SUCCESS and [x.body for x in decode_messages(r.body)] == [decode_messages(res.messages[3].record)[0].body]
+    new = c.call(svc.change_invisible_time(group=G, topic="TP_API", receipt_handle=m.receipt_handle, invisible_ms=5000))
+    assert new != m.receipt_handle
+    with pytest.raises(PopError, match="expired or unknown"):
+        c.call(svc.ack(group=G, topic="TP_API", receipt_handle=m.receipt_handle))
+    assert c.call(svc.ack(group=G, topic="TP_API", receipt_handle=new)).status == "OK"
+    assert svc.inflight(G, "TP_API") == 0
+    empty = c.call(svc.pop(group=G, topic="TP_API", max_nums=4, invisible_ms=30_000, poll_ms=300))
+    assert empty.status == "POLLING_NOT_FOUND" and empty.messages == []
