@@ -76,7 +76,6 @@ class PopMessageProcessor(Processor):
         if counts:
             ext["orderCountInfo"] = ";".join(counts)
         body = ctrl.recompress_for_request(request, b"".join(m.record for m in result.messages))
-        ctrl.stats.inc_get(group, topic, len(result.messages), len(body))
         return request.make_response(ResponseCode.SUCCESS, None, ext, body)
 
     def _handle_of(self, request):

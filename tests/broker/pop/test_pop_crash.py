@@ -77,3 +77,38 @@ def test_sigkill_with_unacked_messages(tmp_path, persist_ms):
     finally:
         raw.close()
         cluster.stop()
+
+
+def test_sigkill_with_a_fifo_queue_in_flight(tmp_path):
+    """A FIFO group's in-flight message survives the kill: its queue stays blocked until the
+    invisible time is over, then the same message comes again (attempt 2), then the next."""
+    from tests.broker.pop.popraw import change, create_group
+    cluster = NamesrvAndBroker(tmp_path, broker_props={"flushConsumerOffsetInterval": 3_600_000})
+    raw = RawClient()
+    try:
+        addr = cluster.broker_addrs[0]
+        create_topic(raw, addr, "TP_FIFO_CRASH", queues=1)
+        create_group(raw, addr, "CG_FIFO_CRASH", consumeMessageOrderly=True)
+        for i in range(3):
+            assert raw.send(addr, "TP_FIFO_CRASH", f"f{i}".encode(), queue_id=0).code == ResponseCode.SUCCESS
+        _, first = pop(raw, addr, "CG_FIFO_CRASH", "TP_FIFO_CRASH", max_nums=2, invisible_ms=2000)
+        assert [p.body for p in first] == [b"f0", b"f1"]
+        assert ack(raw, addr, "CG_FIFO_CRASH", first[1]).code == ResponseCode.SUCCESS
+        r = change(raw, addr, "CG_FIFO_CRASH", first[0], 4000)  # a second FIFO checkpoint takes f0 over
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        visible_at = int(r.ext_fields["popTime"]) + 4000
+
+        _restart(cluster)
+
+        got = []
+        deadline = time.time() + 30
+        while time.time() < deadline and len(got) < 2:
+            _, ps = pop(raw, addr, "CG_FIFO_CRASH", "TP_FIFO_CRASH", max_nums=1, invisible_ms=30_000, poll_ms=1000)
+            for p in ps:
+                assert int(time.time() * 1000) >= visible_at, "the FIFO queue opened before f0's invisible time"
+                got.append(p)
+                assert ack(raw, addr, "CG_FIFO_CRASH", p).code == ResponseCode.SUCCESS
+        assert [(p.body, p.attempt) for p in got] == [(b"f0", 2), (b"f2", 1)]  # f1 was acked: not again
+    finally:
+        raw.close()
+        cluster.stop()
