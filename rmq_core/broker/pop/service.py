@@ -425,12 +425,11 @@ class PopService:
             ck = self._find_ck(group, real, h)
             if ck is None or off not in ck.pending or ck.revive_time <= now_ms():
                 return None
-            r = self.ctrl.store.get_message(group, real, q, off, 1, None)
-            if r.status is not GetMessageStatus.FOUND or r.queue_offsets[:1] != [off]:
+            found = self._read_one(real, q, off, ck.pop_time, read_body=False)
+            if found is None:
                 return None
-            m = decode_messages(r.buffer, decompress=False, read_body=False)[0]
-            out.append(PoppedMessage(_split(r.buffer)[0], origin, real, q, off, m.commit_log_offset, handle, attempt,
-                                     ck_offset, m))
+            m, rec = found
+            out.append(PoppedMessage(rec, origin, real, q, off, m.commit_log_offset, handle, attempt, ck_offset, m))
         return attrs.evolve(shell, messages=out)
 
     async def _hold(self, holds, mf, timeout: float) -> None:
@@ -567,20 +566,20 @@ class PopService:
             for c in open_cks:
                 for o in c.pending:
                     attempts[o] = c.attempts.get(o, 1)
-            store = self.ctrl.store
-            out, again, dead = [], [], []
+            popped_at = {o: c.pop_time for c in open_cks for o in c.pending}
+            again, dead = [], []
             for o in pending:
                 if len(again) >= n:
                     break
-                r = store.get_message(group, real_topic, q, o, 1, None)
-                if r.status is not GetMessageStatus.FOUND or r.queue_offsets[:1] != [o]:
-                    dead.append((o, None))  # gone (retention): nothing to hand out
+                found = self._read_one(real_topic, q, o, popped_at[o])
+                if found is None:
+                    dead.append((o, None))  # gone: nothing to hand out
                     continue
-                m = decode_messages(r.buffer, decompress=False)[0]
+                m, rec = found
                 if attempts[o] - 1 >= sg.retry_max_times:
                     dead.append((o, m))
                     continue
-                again.append((o, m, r.buffer))
+                again.append((o, m, rec))
             for o, m in dead:
                 if m is not None:
                     waits.append(self._put_dead(group, topic, m, attempts[o]))
@@ -594,7 +593,7 @@ class PopService:
                                        attempts={o: attempts[o] + 1 for o in offs})
                 waits.append(put)
                 self.revived[(topic, group)] += len(offs)
-                return [self._popped(ck, m, _split(buf)[0], attempts[o] + 1) for o, m, buf in again], None
+                return [self._popped(ck, m, rec, attempts[o] + 1) for o, m, rec in again], None
             if any(c.pending for c in self._fifo.get((group, real_topic, q), ())):
                 return [], None
         om = self.ctrl.offset_manager
@@ -616,6 +615,18 @@ class PopService:
             raise
         waits.append(put)
         return [self._popped(ck, m, rec, m.reconsume_times + 1) for m, rec in zip(msgs, records)], None
+
+    def _read_one(self, topic: str, queue_id: int, offset: int, pop_time: int, read_body: bool = True):
+        """(message, record) at `offset`, when it is still the message a checkpoint of pop_time
+        handed out: gone (retention), or a newer one at the offset of a deleted and recreated topic
+        (stored after the pop: apache/rocketmq#8479), gives None."""
+        r = self.ctrl.store.get_message("", topic, queue_id, offset, 1, None)
+        if r.status is not GetMessageStatus.FOUND or r.queue_offsets[:1] != [offset]:
+            return None
+        m = decode_messages(r.buffer, decompress=False, read_body=read_body)[0]
+        if m.store_timestamp > pop_time:
+            return None
+        return m, _split(r.buffer)[0]
 
     def _put_dead(self, group, origin, m, attempt):
         """Put a FIFO message that used up its attempts to %DLQ%<group> (now)."""
@@ -765,10 +776,10 @@ class PopService:
         ck = self._open_handle(group, real, h, receipt_handle, "forward to the dead-letter queue")
         if ck is None:
             return AckOutcome("ALREADY_ACKED", real, h.queue_id, h.offset)
-        r = self.ctrl.store.get_message(group, real, h.queue_id, h.offset, 1, None)
+        found = self._read_one(real, h.queue_id, h.offset, ck.pop_time)
         waits = []
-        if r.status is GetMessageStatus.FOUND and r.queue_offsets[:1] == [h.offset]:
-            m = decode_messages(r.buffer, decompress=False)[0]
+        if found is not None:
+            m = found[0]
             waits.append(self._put_dead(group, ck.origin, m, ck.attempts.get(h.offset, m.reconsume_times + 1)))
         waits.append(self._ack_record(ck, [h.offset]))
         self._resolve(ck, [h.offset], acked=True)
@@ -829,9 +840,9 @@ class PopService:
         waits = []
         done = []
         for o in sorted(ck.pending):
-            r = store.get_message(ck.group, ck.topic, ck.queue_id, o, 1, None)
-            if r.status is GetMessageStatus.FOUND and r.queue_offsets[:1] == [o]:
-                m = decode_messages(r.buffer, decompress=False)[0]
+            found = self._read_one(ck.topic, ck.queue_id, o, ck.pop_time)
+            if found is not None:
+                m = found[0]
                 inner, dead = self._give_back(ck.group, sg, ck.origin, m, m.reconsume_times)
                 result, fut = store.put_nowait(inner)
                 if result.status is not PutMessageStatus.PUT_OK:
@@ -842,8 +853,8 @@ class PopService:
                 if dead:
                     self.ctrl.stats.inc_dlq(ck.origin, ck.group)
             else:
-                log.warning("pop revive: %s queue %d offset %d of %s is gone from the store; dropped", ck.topic,
-                            ck.queue_id, o, ck.group)
+                log.warning("pop revive: %s queue %d offset %d of %s is gone from the store (or is a newer "
+                            "message of a recreated topic); dropped", ck.topic, ck.queue_id, o, ck.group)
             done.append(o)
         if done:
             waits.append(self._ack_record(ck, done, revived=True))

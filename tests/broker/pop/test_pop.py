@@ -361,3 +361,84 @@ def test_service_api_ack_batch_and_forward_to_dead_letter(make_cluster, raw):
     assert svc.inflight(G, "TP_API") == 0
     empty = c.call(svc.pop(group=G, topic="TP_API", max_nums=4, invisible_ms=30_000, poll_ms=300))
     assert empty.status == "POLLING_NOT_FOUND" and empty.messages == []
+
+
+def test_random_acks_while_sending_lose_nothing(make_cluster, raw):
+    """Upstream's apache/rocketmq#7914 / #8835 shapes: pops of 0..32 while messages keep coming,
+    acks at random (some of a checkpoint quickly, the rest later): every message ends acked, none
+    is lost, and none acked comes again."""
+    import random
+    rnd = random.Random(34)
+    c = make_cluster()
+    addr = c.broker_addr
+    create_topic(raw, addr, "TP_RANDOM", queues=2)
+    acked, held, sent = set(), [], 0
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if sent < 150:
+            for _ in range(min(rnd.randint(0, 10), 150 - sent)):
+                assert raw.send(addr, "TP_RANDOM", f"r{sent}".encode(), queue_id=sent % 2).code == ResponseCode.SUCCESS
+                sent += 1
+        _, ps = pop(raw, addr, G, "TP_RANDOM", max_nums=rnd.randint(1, 32), invisible_ms=1000,
+                    poll_ms=0 if sent < 150 else 500)
+        for p in ps:
+            assert p.body not in acked, f"{p.body} acked, then delivered again"
+            if rnd.random() < 0.5:
+                assert ack(raw, addr, G, p).code == ResponseCode.SUCCESS
+                acked.add(p.body)
+            elif rnd.random() < 0.5:
+                held.append(p)  # acked a little later
+        for p in held[:]:
+            if rnd.random() < 0.5:
+                held.remove(p)
+                r = ack(raw, addr, G, p)
+                if r.code == ResponseCode.SUCCESS:
+                    acked.add(p.body)
+                else:  # (too late: its invisible time ran out, so it comes again)
+                    assert r.code == ResponseCode.NO_MESSAGE and "expired" in r.remark
+        if sent >= 150 and len(acked) == sent:
+            break
+    assert len(acked) == sent == 150
+    assert c.broker.pop_service.inflight(G, "TP_RANDOM") == 0
+
+
+def test_checkpoint_of_a_deleted_and_recreated_topic_is_dropped(make_cluster, raw):
+    """apache/rocketmq#8479: a checkpoint whose offsets the recreated topic does not have is
+    dropped at its revive, not retried for ever or revived as another message."""
+    c = make_cluster()
+    addr = c.broker_addr
+    create_topic(raw, addr, "TP_GONE", queues=1)
+    _send(raw, addr, "TP_GONE", 3, queues=1)
+    _, ps = pop(raw, addr, G, "TP_GONE", invisible_ms=1000)
+    assert len(ps) == 3
+    r = raw.invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TP_GONE"})
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    create_topic(raw, addr, "TP_GONE", queues=1)
+    _send(raw, addr, "TP_GONE", 1, queues=1, prefix="new")
+    deadline = time.time() + 15
+    while c.broker.pop_service.inflight(G, "TP_GONE") and time.time() < deadline:
+        time.sleep(0.1)
+    assert c.broker.pop_service.inflight(G, "TP_GONE") == 0
+    got = _drain(raw, addr, G, "TP_GONE", 1)
+    assert [p.body for p in got] == [b"new0"]
+    _, more = pop(raw, addr, G, "TP_GONE", poll_ms=1000)
+    assert more == []
+
+
+def test_fifo_message_past_max_attempts_goes_to_dlq_and_the_queue_moves_on(make_cluster, raw):
+    from rmq_core.codec import decode_messages
+    c = make_cluster()
+    addr = c.broker_addr
+    create_topic(raw, addr, "TP_FIFO_DLQ", queues=1)
+    create_group(raw, addr, "CG_FIFO_DLQ", consumeMessageOrderly=True, retryMaxTimes=1)
+    _send(raw, addr, "TP_FIFO_DLQ", 2, queues=1)
+    got = []
+    deadline = time.time() + 30
+    while time.time() < deadline and not any(p.body == b"m1" for p in got):
+        _, ps = pop(raw, addr, "CG_FIFO_DLQ", "TP_FIFO_DLQ", max_nums=1, invisible_ms=1000, poll_ms=1500)
+        got += ps
+    assert [(p.body, p.attempt) for p in got] == [(b"m0", 1), (b"m0", 2), (b"m1", 1)]
+    r = raw.pull(addr, "%DLQ%CG_FIFO_DLQ", 0, 0, group="CG_DLQ_READER")
+    assert r.code == ResponseCode.SUCCESS
+    dlq = decode_messages(r.body)
+    assert [m.body for m in dlq] == [b"m0"] and dlq[0].properties["RETRY_TOPIC"] == "TP_FIFO_DLQ"
