@@ -442,3 +442,18 @@ def test_fifo_message_past_max_attempts_goes_to_dlq_and_the_queue_moves_on(make_
     assert r.code == ResponseCode.SUCCESS
     dlq = decode_messages(r.body)
     assert [m.body for m in dlq] == [b"m0"] and dlq[0].properties["RETRY_TOPIC"] == "TP_FIFO_DLQ"
+
+
+def test_sync_flush_broker_answers_after_the_records_are_flushed(make_cluster, raw):
+    c = make_cluster({"flushDiskType": "SYNC_FLUSH"})
+    addr = c.broker_addr
+    create_topic(raw, addr, "TP_SYNC", queues=2)
+    _send(raw, addr, "TP_SYNC", 10, queues=2)
+    _, ps = pop(raw, addr, G, "TP_SYNC", invisible_ms=1000)
+    assert len(ps) == 10
+    for p in ps[:5]:
+        assert ack(raw, addr, G, p).code == ResponseCode.SUCCESS
+    r = change(raw, addr, G, ps[5], 30_000)
+    assert r.code == ResponseCode.SUCCESS
+    again = _drain(raw, addr, G, "TP_SYNC", 4)
+    assert sorted(p.body for p in again) == sorted(p.body for p in ps[6:])
