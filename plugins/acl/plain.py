@@ -23,6 +23,7 @@ last good rules and logs why, with the line.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import os
 import threading
@@ -112,8 +113,6 @@ def _pop(ext):
 
 def _batch_ack(ext, body):
     """BATCH_ACK_MESSAGE: what each BatchAck of its body names (c group, t topic)."""
-    import json
-
     try:
         acks = json.loads(bytes(body or b"{}")).get("acks") or ()
     except (ValueError, AttributeError):

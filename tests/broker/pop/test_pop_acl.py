@@ -2,9 +2,11 @@
 retry message names the group's pop retry topic: checked as its topic)."""
 from __future__ import annotations
 
+import json
+
 from rmq_core.acl import signer_from
 from rmq_core.remoting.client import RemotingClient
-from rmq_core.remoting.codes import ResponseCode
+from rmq_core.remoting.codes import RequestCode, ResponseCode
 from tests.broker.pop.popraw import ack, pop
 from tests.rawclient import RawClient
 
@@ -63,6 +65,11 @@ def test_pop_needs_sub_on_topic_and_group(make_cluster, tmp_path):
             _, again = pop(app, addr, "GroupPop", "TopicPop", poll_ms=3000)
         assert again[0].real_topic == "%RETRY%GroupPop_TopicPop"
         assert ack(app, addr, "GroupPop", again[0]).code == ResponseCode.SUCCESS
+        # BATCH_ACK_MESSAGE: each BatchAck of the body is checked
+        body = {"brokerName": "broker-a", "acks": [{"c": "GroupOther", "t": "TopicPop", "r": "0", "so": 0, "q": 0,
+                                                      "rq": 0, "pt": 1, "it": 1000, "b": "AQ=="}]}
+        r = app.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {}, json.dumps(body).encode())
+        assert r.code != ResponseCode.SUCCESS and "group=GroupOther" in r.remark
     finally:
         for r in (admin, app, wrong):
             r.close()
