@@ -457,3 +457,28 @@ def test_sync_flush_broker_answers_after_the_records_are_flushed(make_cluster, r
     assert r.code == ResponseCode.SUCCESS
     again = _drain(raw, addr, G, "TP_SYNC", 4)
     assert sorted(p.body for p in again) == sorted(p.body for p in ps[6:])
+
+
+def test_metrics_count_receives_acks_and_expiries(make_cluster, raw):
+    c = make_cluster()
+    addr = c.broker_addr
+    create_topic(raw, addr, "TP_METRICS", queues=1)
+    _send(raw, addr, "TP_METRICS", 3, queues=1)
+    _, ps = pop(raw, addr, G, "TP_METRICS", invisible_ms=1000)
+    assert ack(raw, addr, G, ps[0]).code == ResponseCode.SUCCESS
+    again = _drain(raw, addr, G, "TP_METRICS", 2)  # two expired, delivered again
+    assert len(again) == 2
+
+    def sample(name):
+        fam = next(f for f in c.call(_collect(c)) if f.name == name)
+        return {dict(zip(fam.labels, labels))["consumer_group"]: v for labels, v in fam.samples
+                if dict(zip(fam.labels, labels))["topic"] == "TP_METRICS"}
+
+    assert sample("rocketmq_pop_receive_messages") == {G: 5}
+    assert sample("rocketmq_pop_ack_messages") == {G: 1}
+    assert sample("rocketmq_pop_revive_messages") == {G: 2}
+    assert sample("rocketmq_pop_inflight_messages") == {G: 2}
+
+
+async def _collect(c):
+    return c.broker.metrics.collect()
