@@ -19,7 +19,8 @@ CHANGE_MESSAGE_INVISIBLETIME) and the gRPC front end (rmq_core.proxy) both call 
     # -> per handle an AckOutcome or the PopError refusing it; one ack record per checkpoint
 
 pop() also takes init_mode="MIN"|"MAX" (where a group without a pop offset in a queue starts;
-the remoting header's initMode).  PopResult.status is "FOUND" or "POLLING_NOT_FOUND"; refusals
+the remoting header's initMode) and alive=callable (is the asker still connected: a long poll
+that wakes after it left hands nothing out).  PopResult.status is "FOUND" or "POLLING_NOT_FOUND"; refusals
 raise `PopError` (service.py) with `.kind` (INVALID_RECEIPT_HANDLE, ILLEGAL_INVISIBLE_TIME,
 GROUP_NOT_FOUND, TOPIC_NOT_FOUND, FORBIDDEN, NOT_MASTER, ILLEGAL_FILTER, BAD_REQUEST, INTERNAL)
 and `.code` (the remoting ResponseCode), its message naming the bad value.  AckOutcome.status

@@ -338,11 +338,13 @@ class PopService:
     async def pop(self, *, group: str, topic: str, max_nums: int = 32, invisible_ms: int = 30_000,
                   sub: SubscriptionData | None = None, poll_ms: int = 0, client_id: str = "",
                   fifo: bool | None = None, attempt_id: str | None = None, queue_id: int = -1,
-                  init_mode: str = "MIN") -> PopResult:
+                  init_mode: str = "MIN", alive=None) -> PopResult:
         """Hand out up to max_nums messages of `topic` (and of the group's pop retry topic),
         invisible for invisible_ms; wait up to poll_ms for one when there is none.  init_mode:
         where a group without a pop offset in a queue starts, "MIN" (the queue's first message)
-        or "MAX" (its end)."""
+        or "MAX" (its end).  alive: a callable telling whether the asker is still there; a long
+        poll whose asker left hands nothing out when it wakes (its messages would be invisible
+        for nothing)."""
         self._check_writable()
         if isinstance(max_nums, bool) or not isinstance(max_nums, int) or not 1 <= max_nums <= MAX_POP_NUMS:
             raise PopError(BAD_REQUEST, f"max messages {max_nums!r} is out of range [1, {MAX_POP_NUMS}]",
@@ -379,6 +381,8 @@ class PopService:
         polled = False
         while True:
             self._check_writable()
+            if polled and alive is not None and not alive():
+                return PopResult("POLLING_NOT_FOUND", [], now_ms(), invisible_ms, 0, 0, True)
             result, waits, holds, wake_at = self._pop_once(group, topic, tc, sg, mf, max_nums, invisible_ms,
                                                            fifo, queue_id, init_mode)
             if result.messages:

@@ -55,7 +55,8 @@ class PopMessageProcessor(Processor):
             result = await ctrl.pop_service.pop(
                 group=group, topic=topic, max_nums=max_nums, invisible_ms=invisible,
                 sub=SubscriptionData.build(topic, exp, exp_type), poll_ms=max(0, poll), client_id=ctx.remote_address,
-                fifo=order, attempt_id=attempt_id, queue_id=queue_id, init_mode=_INIT_MODES[init_mode])
+                fifo=order, attempt_id=attempt_id, queue_id=queue_id, init_mode=_INIT_MODES[init_mode],
+                alive=lambda: not ctx.closed)
         except PopError as e:
             return request.make_response(e.code, str(e))
         if ctx.closed:

@@ -482,3 +482,23 @@ def test_metrics_count_receives_acks_and_expiries(make_cluster, raw):
 
 async def _collect(c):
     return c.broker.metrics.collect()
+
+
+def test_a_long_poll_whose_client_left_hands_nothing_out(make_cluster, raw):
+    from tests.rawclient import RawClient
+    c = make_cluster()
+    addr = c.broker_addr
+    create_topic(raw, addr, "TP_LEFT", queues=1)
+    gone = RawClient("gone")
+    gone.invoke_async(addr, RequestCode.POP_MESSAGE, {
+        "consumerGroup": G, "topic": "TP_LEFT", "queueId": "-1", "maxMsgNums": "32", "invisibleTime": "60000",
+        "pollTime": "20000", "bornTime": "0", "initMode": "0"})
+    deadline = time.time() + 10
+    while not c.broker.pull_hold_service.held_count() and time.time() < deadline:
+        time.sleep(0.05)
+    assert c.broker.pull_hold_service.held_count()
+    gone.close()
+    time.sleep(0.3)
+    _send(raw, addr, "TP_LEFT", 1, queues=1)
+    _, ps = pop(raw, addr, G, "TP_LEFT", poll_ms=3000)
+    assert [p.body for p in ps] == [b"m0"] and c.broker.pop_service.inflight(G, "TP_LEFT") == 1
