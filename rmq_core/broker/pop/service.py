@@ -29,6 +29,7 @@ from rmq_core.codec import decode_messages
 from rmq_core.common.clock import now_ms
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.errors import FilterExpressionError, PluginNotFoundError
+from rmq_core.loops import cancel_and_wait
 from rmq_core.message import MessageConst, MixAll, PermName, host_port
 from rmq_core.remoting.codes import ResponseCode
 from rmq_core.store import GetMessageStatus, MessageExtBrokerInner, PutMessageStatus
@@ -165,11 +166,7 @@ class PopService:
         self.running = False
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait([task])
         if self.ctrl.store is not None and not self.ctrl.is_slave:
             self._commit_revive_offsets()
 
