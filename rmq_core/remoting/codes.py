@@ -124,6 +124,11 @@ class RequestCode(enum.IntEnum):
     # rmq's own: a controller asks a master to stop taking writes until the replica it is about to
     # elect holds everything (electMaster's planned switch-over)
     PREPARE_MASTER_SWITCH = 1090
+    # RocketMQ 5's pop consumption (values as 5.x)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
 
 
 class ResponseCode(enum.IntEnum):
@@ -165,6 +170,9 @@ class ResponseCode(enum.IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
+    # RocketMQ 5 gave 209 and 210 to pop's long polling (aliases here: the same numbers)
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
 
 
 # what a PULL_MESSAGE answer's code means to a client (the consumers' and the admin tool's pulls)

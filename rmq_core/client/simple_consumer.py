@@ -1,0 +1,411 @@
+"""SimpleConsumer (RocketMQ 5's SimpleConsumer) over the 4.x remoting protocol's pop requests.
+
+    with SimpleConsumer("CG", namesrv="127.0.0.1:9876", subscriptions={"TopicA": "TagA || TagB"}) as c:
+        for msg in c.receive(16, invisible_duration=30):
+            handle(msg)
+            c.ack(msg)      # or c.change_invisible_duration(msg, 60) for more time
+
+No queue is owned and nothing rebalances: consumers of one group share every queue.  A receive is
+one POP_MESSAGE (queueId -1: the broker picks among the topic's queues) to the master of one
+broker holding a subscribed topic, taken in turn; the brokers not in turn are asked without
+waiting first, the one in turn long-polls for up to `await_duration`.  A received message stays
+invisible to the group for `invisible_duration`; unless acked (ACK_MESSAGE) it is delivered again,
+its delivery_attempt raised.  Its receipt handle is its POP_CK property, made from the answer's
+startOffsetInfo / msgOffsetInfo / orderCountInfo as RocketMQ 5's remoting client makes it
+(rmq_core.common.pop_extra_info); CHANGE_MESSAGE_INVISIBLETIME gives it a new one.  The consumer
+heartbeats like the others (CONSUME_ACTIVELY, as RocketMQ 5 registers a SimpleConsumer), so it shows
+in consumerConnection.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import logging
+import math
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Mapping
+
+from rmq_core.client.config import make_client_config
+from rmq_core.client.push_consumer import join_client
+from rmq_core.client.subscription import build_subscription
+from rmq_core.common.clock import now_ms
+from rmq_core.common.pop_extra_info import (
+    ExtraInfo, build_extra_info, info_key, parse_info, queue_offset_key, retry_mark,
+)
+from rmq_core.errors import (
+    ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, ReceiptHandleExpiredError, RemotingError,
+)
+from rmq_core.message import MessageConst, MixAll, PermName, check_group
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand
+
+log = logging.getLogger("rmq.client.simple")
+
+# A POP_MESSAGE answers at most 32 messages (RocketMQ's broker refuses more)
+MAX_MESSAGE_NUM = 32
+_INIT_MODE_MAX = 1  # ConsumeInitMode.MAX: a group's first pop of a queue starts at its end (as the proxy asks)
+_NO_MESSAGE = (ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_TIMEOUT)
+
+
+def _seconds(value, what: str, *, allow_zero: bool = False) -> float:
+    """A duration given in seconds (int/float) or as a timedelta; ConfigError naming it otherwise."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or (value == 0 and not allow_zero):
+        raise IllegalArgumentError(f"bad {what} {value!r}: expected a {'non-negative' if allow_zero else 'positive'} "
+                                   "number of seconds or a timedelta")
+    return float(value)
+
+
+class SimpleConsumer:
+    """Receive, then ack each message (or change its invisible duration), in your own time.
+
+    group: the consumer group; namesrv: as for the other clients; subscriptions: {topic: "TagA ||
+    TagB" / "*" / MessageSelector}; await_duration: how long (s) a receive waits at the broker for
+    messages; fifo: None (the broker goes by the group: consumeMessageOrderly), True / False (the
+    POP_MESSAGE `order` flag sent as given).  Other keywords: the client's (ClientConfig:
+    access_key / secret_key for ACL, instance_name, timers...)."""
+
+    consume_type = "CONSUME_ACTIVELY"  # (RocketMQ 5 registers a SimpleConsumer so)
+    message_model_name = "CLUSTERING"
+    consume_from_where_name = "CONSUME_FROM_LAST_OFFSET"
+
+    def __init__(self, group: str, namesrv=None, *, subscriptions: Mapping[str, Any] | None = None,
+                 await_duration: float | timedelta = 20.0, fifo: bool | None = None, **client_options):
+        self.group = check_group(group)
+        if MixAll.is_retry_topic(self.group) or MixAll.is_dlq_topic(self.group):
+            raise ConfigError(f"bad consumer group {group!r}: a group is not named like a retry or DLQ topic")
+        self.await_duration = _seconds(await_duration, "await_duration", allow_zero=True)
+        if fifo is not None and not isinstance(fifo, bool):
+            raise ConfigError(f"bad fifo {fifo!r}: expected None, True or False")
+        self.fifo = fifo
+        self.client_config = make_client_config("SimpleConsumer", namesrv, client_options, own=type(self).__init__)
+        self.subscription_inner: dict = {}
+        for topic, expression in (subscriptions or {}).items():
+            self.subscription_inner[topic] = build_subscription(topic, expression)
+        self.instance = None
+        self.start_timestamp = 0
+        self._started = False
+        self._state_lock = threading.Lock()
+        self._turn = itertools.count()
+
+    client_id = property(lambda self: self.client_config.client_id)
+
+    # --- subscriptions ---------------------------------------------------------------------------
+    def subscribe(self, topic: str, expression="*") -> None:
+        """Add (or change) a subscription; after start() its route is looked up and the brokers
+        told at once."""
+        sub = build_subscription(topic, expression)
+        self.subscription_inner[topic] = sub
+        if self._started:
+            inst = self.instance
+            inst.run(inst.update_topic_route(topic), timeout=30)
+            inst.heartbeat_now()
+
+    def unsubscribe(self, topic: str) -> None:
+        self.subscription_inner.pop(topic, None)
+        if self._started:
+            self.instance.heartbeat_now()
+
+    def subscriptions(self) -> list:
+        return list(self.subscription_inner.values())
+
+    def subscribed_topics(self) -> set[str]:
+        return set(self.subscription_inner)
+
+    # --- life cycle ------------------------------------------------------------------------------
+    def start(self) -> "SimpleConsumer":
+        with self._state_lock:
+            if self._started:
+                return self
+            if not self.subscription_inner:
+                raise MQClientError(f"simple consumer {self.group!r}: subscribe to a topic before start() "
+                                    "(subscriptions={topic: expression})")
+            self.start_timestamp = int(time.time() * 1000)
+            join_client(self)
+            self._started = True
+        log.info("the simple consumer [%s] start OK, client id %s", self.group, self.client_id)
+        return self
+
+    def shutdown(self) -> None:
+        with self._state_lock:
+            if not self._started:
+                return
+            self._started = False
+        self.instance.unregister_consumer(self.group)
+        log.info("the simple consumer [%s] shut down", self.group)
+
+    def __enter__(self) -> "SimpleConsumer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    @property
+    def running(self) -> bool:
+        return self._started
+
+    def _require_started(self):
+        if not self._started:
+            raise MQClientError(f"the simple consumer {self.group!r} is not started; call start() first")
+        return self.instance
+
+    # --- what the client instance calls on its consumers -----------------------------------------
+    def on_route_changed(self, topic, route) -> None:
+        """(Each receive reads the routes as they are: nothing is kept from them.)"""
+
+    def do_rebalance(self) -> None:
+        """A pop consumer owns no queue: nothing to rebalance."""
+
+    def persist_consumer_offset(self) -> None:
+        """The broker keeps a pop group's offsets: nothing to persist."""
+
+    def reset_offset(self, topic: str, table: dict) -> None:
+        log.info("RESET_CONSUMER_CLIENT_OFFSET of %s for simple consumer %s: the broker moves a pop group's "
+                 "offsets itself", topic, self.group)
+
+    def running_info(self) -> dict:
+        return {
+            "properties": {"consumeType": self.consume_type, "messageModel": self.message_model_name,
+                           "consumeFromWhere": self.consume_from_where_name, "clientId": self.client_id,
+                           "PROP_CONSUME_TYPE": self.consume_type, "PROP_CONSUMEORDERLY": str(bool(self.fifo)).lower(),
+                           "PROP_CONSUMER_START_TIMESTAMP": str(self.start_timestamp)},
+            "subscriptionSet": [s.to_json() for s in self.subscriptions()],
+            "mqTable": [],
+        }
+
+    # --- receive ---------------------------------------------------------------------------------
+    def receive(self, max_message_num: int, invisible_duration: float | timedelta) -> list:
+        """Up to `max_message_num` (1..32) messages, each invisible to the group for
+        `invisible_duration` (s or timedelta); [] when none came within await_duration."""
+        args = self._receive_args(max_message_num, invisible_duration)
+        return self._require_started().run(self._receive(*args), timeout=self._receive_timeout() + 5)
+
+    def receive_async(self, max_message_num: int, invisible_duration: float | timedelta) -> concurrent.futures.Future:
+        """receive() as a Future (rmq_core.aio awaits it)."""
+        args = self._receive_args(max_message_num, invisible_duration)
+        return self._require_started().submit(self._receive(*args))
+
+    def _receive_args(self, max_message_num, invisible_duration) -> tuple[int, int]:
+        if isinstance(max_message_num, bool) or not isinstance(max_message_num, int) \
+                or not 1 <= max_message_num <= MAX_MESSAGE_NUM:
+            raise IllegalArgumentError(f"bad max_message_num {max_message_num!r}: expected an int within "
+                                       f"1..{MAX_MESSAGE_NUM}")
+        invisible_ms = round(_seconds(invisible_duration, "invisible_duration") * 1000)
+        if invisible_ms < 1:
+            raise IllegalArgumentError(f"bad invisible_duration {invisible_duration!r}: under a millisecond")
+        return max_message_num, invisible_ms
+
+    def _receive_timeout(self) -> float:
+        return self.await_duration + self.client_config.mq_client_api_timeout
+
+    def _targets(self) -> list[tuple[str, str]]:
+        """(topic, broker name) of every subscribed topic's brokers with readable queues."""
+        out = []
+        table = self.instance.topic_route_table
+        for topic in list(self.subscription_inner):
+            route = table.get(topic)
+            if route is None:
+                continue
+            for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+                if PermName.is_readable(qd.perm) and qd.read_queue_nums > 0:
+                    out.append((topic, qd.broker_name))
+        return out
+
+    async def _receive(self, max_nums: int, invisible_ms: int) -> list:
+        inst = self.instance
+        targets = self._targets()
+        if not targets:
+            for topic in list(self.subscription_inner):
+                await inst.update_topic_route(topic)
+            targets = self._targets()
+            if not targets:
+                topics = sorted(self.subscription_inner)
+                errors = [inst.route_error(t) for t in topics]
+                raise next((e for e in errors if e is not None), None) or MQClientError(
+                    f"simple consumer {self.group!r}: no broker serves a readable queue of {', '.join(topics)}")
+        n = len(targets)
+        turn = next(self._turn)
+        failure = None
+        answered = False
+        for i in range(n):
+            topic, broker_name = targets[(turn + i) % n]
+            # the brokers before the one in turn are asked without waiting; it long-polls
+            poll_ms = round(self.await_duration * 1000) if i == n - 1 else 0
+            try:
+                msgs = await self._pop(topic, broker_name, max_nums, invisible_ms, poll_ms)
+            except (RemotingError, MQClientError, MQBrokerError) as e:
+                if n == 1:
+                    raise
+                log.warning("pop of %s from broker %s failed: %s", topic, broker_name, e)
+                failure = e
+                continue
+            if msgs:
+                return msgs
+            answered = True
+        if not answered:  # every broker failed: say why (one that answered "nothing" makes it [])
+            raise failure
+        return []
+
+    async def _pop(self, topic: str, broker_name: str, max_nums: int, invisible_ms: int, poll_ms: int) -> list:
+        inst = self.instance
+        addr = inst.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
+        if addr is None:
+            await inst.update_topic_route(topic)
+            addr = inst.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
+            if addr is None:
+                raise MQClientError(f"broker {broker_name!r} of topic {topic!r} has no master to pop from")
+        sub = self.subscription_inner.get(topic)
+        if sub is None:
+            return []
+        fields = {"consumerGroup": self.group, "topic": topic, "queueId": -1, "maxMsgNums": max_nums,
+                  "invisibleTime": invisible_ms, "pollTime": poll_ms, "bornTime": now_ms(),
+                  "initMode": _INIT_MODE_MAX, "expType": sub.expression_type, "exp": sub.sub_string}
+        if self.fifo is not None:
+            fields["order"] = self.fifo
+        req = RemotingCommand.create_request(RequestCode.POP_MESSAGE, fields)
+        try:
+            resp = await inst.invoke(addr, req, poll_ms / 1000 + self.client_config.mq_client_api_timeout)
+        except (RemotingError, TimeoutError) as e:
+            inst.note_request_failed(addr, e)
+            raise
+        if resp.code in _NO_MESSAGE:
+            return []
+        if resp.code != ResponseCode.SUCCESS:
+            error = MQBrokerError(resp.code, resp.remark, addr)
+            inst.note_request_failed(addr, error)
+            raise error
+        return self._popped(resp, topic, broker_name, sub, addr)
+
+    def _popped(self, resp: RemotingCommand, topic: str, broker_name: str, sub, addr: str) -> list:
+        """The answer's messages, each with its receipt handle (POP_CK: MQClientAPIImpl.processPopResponse)."""
+        from rmq_core.codec import decode_messages
+
+        msgs = decode_messages(resp.body or b"", broker_name=broker_name)
+        pop_time = resp.get_int("popTime", 0)
+        invisible = resp.get_int("invisibleTime", 0)
+        revive_qid = resp.get_int("reviveQid", 0)
+        start_info = parse_info(resp.get_str("startOffsetInfo"), "startOffsetInfo")
+        offset_info = {k: v.split(",") for k, v in parse_info(resp.get_str("msgOffsetInfo"), "msgOffsetInfo").items()}
+        order_info = parse_info(resp.get_str("orderCountInfo"), "orderCountInfo")
+        taken: dict[str, int] = {}  # key -> messages of it seen (the i-th takes msgOffsetInfo's i-th offset)
+        first_ck: dict[tuple[str, int], int] = {}  # (topic, queue) -> the check point (an answer without startOffsetInfo)
+        for m in msgs:
+            ck = m.get_property(MessageConst.POP_CK)  # (a revived message the broker rewrote carries its own)
+            if ck is None:
+                mark = retry_mark(m.topic)
+                key = info_key(mark, m.queue_id)
+                if start_info:
+                    i = taken.get(key, 0)
+                    taken[key] = i + 1
+                    offsets = offset_info.get(key)
+                    if key not in start_info or offsets is None or i >= len(offsets):
+                        raise MQClientError(f"pop answer from {addr} has no check point of {key} "
+                                            f"(startOffsetInfo {resp.get_str('startOffsetInfo')!r}, msgOffsetInfo "
+                                            f"{resp.get_str('msgOffsetInfo')!r})")
+                    ck = build_extra_info(int(start_info[key]), pop_time, invisible, revive_qid, mark, broker_name,
+                                          m.queue_id, int(offsets[i]))
+                else:
+                    start = first_ck.setdefault((m.topic, m.queue_id), m.queue_offset)
+                    ck = build_extra_info(start, pop_time, invisible, revive_qid, mark, broker_name, m.queue_id,
+                                          m.queue_offset)
+                m.put_property(MessageConst.POP_CK, ck)
+                if order_info:
+                    count = order_info.get(queue_offset_key(mark, m.queue_id, m.queue_offset)) or order_info.get(key)
+                    if count is not None and int(count) > 0:
+                        m.reconsume_times = int(count)
+            props = m.properties
+            props.setdefault(MessageConst.FIRST_POP_TIME, str(pop_time))
+            m.topic = topic  # (a retry message shows the topic it was sent to)
+            m.broker_name = broker_name
+        if sub.is_tag and sub.tags_set:
+            # the broker filtered by tag hash code, which can collide: re-check the exact string and
+            # ack what does not match (RocketMQ's pop consumer does so), or it would come back
+            tags = frozenset(sub.tags_set)
+            unmatched = [m for m in msgs if m.tags not in tags]
+            if unmatched:
+                msgs = [m for m in msgs if m.tags in tags]
+                for m in unmatched:
+                    self.instance.spawn(self._ack_quietly(m))
+        return msgs
+
+    async def _ack_quietly(self, msg) -> None:
+        try:
+            await self._ack(msg)
+        except Exception as e:
+            log.warning("ack of %s (tag %r not subscribed) failed: %s", msg.msg_id, msg.tags, e)
+
+    # --- ack / change invisible duration ---------------------------------------------------------
+    def ack(self, message) -> None:
+        """End a received message: it is not delivered to this group again.  Raises
+        ReceiptHandleExpiredError once its invisible duration is over (it is delivered again)."""
+        self._handle(message)  # (a bad or expired handle fails here, on the caller's thread)
+        self._require_started().run(self._ack(message), timeout=self.client_config.mq_client_api_timeout + 5)
+
+    def ack_async(self, message) -> concurrent.futures.Future:
+        self._handle(message)
+        return self._require_started().submit(self._ack(message))
+
+    def change_invisible_duration(self, message, invisible_duration: float | timedelta) -> None:
+        """Keep a received message invisible for `invisible_duration` (s or timedelta) from now; its
+        receipt handle is replaced (ack it with the message as it is now)."""
+        invisible_ms = self._change_args(message, invisible_duration)
+        self._require_started().run(self._change(message, invisible_ms),
+                                    timeout=self.client_config.mq_client_api_timeout + 5)
+
+    def change_invisible_duration_async(self, message, invisible_duration: float | timedelta) -> concurrent.futures.Future:
+        invisible_ms = self._change_args(message, invisible_duration)
+        return self._require_started().submit(self._change(message, invisible_ms))
+
+    def _change_args(self, message, invisible_duration) -> int:
+        invisible_ms = round(_seconds(invisible_duration, "invisible_duration") * 1000)
+        if invisible_ms < 1:
+            raise IllegalArgumentError(f"bad invisible_duration {invisible_duration!r}: under a millisecond")
+        self._handle(message)
+        return invisible_ms
+
+    def _handle(self, message) -> ExtraInfo:
+        """The message's receipt handle, parsed; refused when missing or expired."""
+        handle = getattr(message, "receipt_handle", None) if not isinstance(message, str) else None
+        if handle is None:
+            raise IllegalArgumentError(f"{message!r} has no receipt handle: ack and change_invisible_duration take "
+                                       "a message this SimpleConsumer received")
+        info = ExtraInfo.parse(handle)
+        late = now_ms() - info.visible_at
+        if late >= 0:
+            raise ReceiptHandleExpiredError(
+                f"the receipt handle of message {message.msg_id} ({message.topic}, queue {info.queue_id}, offset "
+                f"{info.queue_offset}) expired {late / 1000:.3f} s ago (invisible for {info.invisible_time} ms "
+                f"from its pop): it is delivered again")
+        return info
+
+    def _ack_request(self, message, info: ExtraInfo, code: int, **more) -> tuple[str, RemotingCommand]:
+        addr = self.instance.find_broker_addr_in_subscribe(info.broker_name, MixAll.MASTER_ID, only_this_broker=True)
+        if addr is None:
+            raise MQClientError(f"the master of broker {info.broker_name!r} (receipt handle of {message.msg_id}) "
+                                f"is not in any route known to {self.client_id}")
+        fields = {"consumerGroup": self.group, "topic": info.real_topic(message.topic, self.group),
+                  "queueId": info.queue_id, "extraInfo": message.receipt_handle, "offset": info.queue_offset, **more}
+        return addr, RemotingCommand.create_request(code, fields)
+
+    async def _ack(self, message) -> None:
+        info = ExtraInfo.parse(message.receipt_handle)
+        addr, req = self._ack_request(message, info, RequestCode.ACK_MESSAGE)
+        await self.instance.invoke_broker(addr, req)
+
+    async def _change(self, message, invisible_ms: int) -> None:
+        info = ExtraInfo.parse(message.receipt_handle)
+        addr, req = self._ack_request(message, info, RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+                                      invisibleTime=invisible_ms)
+        resp = await self.instance.invoke_broker(addr, req)
+        # the new check point is the message alone (MQClientAPIImpl.changeInvisibleTimeAsync)
+        message.receipt_handle = build_extra_info(
+            info.queue_offset, resp.get_int("popTime", 0), resp.get_int("invisibleTime", invisible_ms),
+            resp.get_int("reviveQid", info.revive_qid), req.ext_fields["topic"], info.broker_name, info.queue_id,
+            info.queue_offset)
+
+
+__all__ = ["SimpleConsumer", "MAX_MESSAGE_NUM"]
