@@ -108,6 +108,10 @@ class RequestCode(enum.IntEnum):
     QUERY_SUBSCRIPTION_BY_CONSUMER = 345
     GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
+    # RocketMQ 5's pop consumption (rmq_core/broker/pop, docs/pop.md)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
     # RocketMQ 5's controller mode (rmq_core/controller, docs/failover.md)
     BROKER_HEARTBEAT = 904
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
@@ -124,11 +128,6 @@ class RequestCode(enum.IntEnum):
     # rmq's own: a controller asks a master to stop taking writes until the replica it is about to
     # elect holds everything (electMaster's planned switch-over)
     PREPARE_MASTER_SWITCH = 1090
-    # RocketMQ 5's pop consumption (values as 5.x)
-    POP_MESSAGE = 200050
-    ACK_MESSAGE = 200051
-    PEEK_MESSAGE = 200052
-    CHANGE_MESSAGE_INVISIBLETIME = 200053
 
 
 class ResponseCode(enum.IntEnum):
@@ -170,7 +169,7 @@ class ResponseCode(enum.IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
-    # RocketMQ 5 gave 209 and 210 to pop's long polling (aliases here: the same numbers)
+    # RocketMQ 5 gave 209 / 210 to long polling (an empty pop answers POLLING_TIMEOUT); aliases here
     POLLING_FULL = 209
     POLLING_TIMEOUT = 210
 
