@@ -129,6 +129,7 @@ class PopService:
         self._heap: list = []  # (revive time, seq, key) of normal checkpoints
         self._seq = 0
         self._inflight = collections.Counter()  # (group, subscribed topic) -> messages in flight
+        self._inflight_q = collections.Counter()  # (group, real topic, queue id) -> messages in flight
         self._recent_done = collections.OrderedDict()  # key -> offsets acked, of closed checkpoints
         self._attempts = collections.OrderedDict()  # (group, topic, attempt id) -> PopResult
         self._last_pop_time = 0
@@ -176,6 +177,7 @@ class PopService:
         self._fifo.clear()
         self._heap.clear()
         self._inflight.clear()
+        self._inflight_q.clear()
         self._recent_done.clear()
         self._attempts.clear()
 
@@ -252,6 +254,7 @@ class PopService:
     def _register(self, ck: _Ck) -> None:
         self._cks[ck.key] = ck
         self._inflight[(ck.group, ck.origin)] += len(ck.pending)
+        self._inflight_q[(ck.group, ck.topic, ck.queue_id)] += len(ck.pending)
         if ck.fifo:
             self._fifo.setdefault((ck.group, ck.topic, ck.queue_id), []).append(ck)
         else:
@@ -270,10 +273,11 @@ class PopService:
                 if acked:
                     ck.acked.add(o)
         if n:
-            key = (ck.group, ck.origin)
-            self._inflight[key] -= n
-            if self._inflight[key] <= 0:
-                del self._inflight[key]
+            for table, key in ((self._inflight, (ck.group, ck.origin)),
+                               (self._inflight_q, (ck.group, ck.topic, ck.queue_id))):
+                table[key] -= n
+                if table[key] <= 0:
+                    del table[key]
         if not ck.pending and self._cks.get(ck.key) is ck:
             del self._cks[ck.key]
             if ck.fifo:
@@ -703,6 +707,10 @@ class PopService:
     def inflight(self, group: str, topic: str) -> int:
         """Messages of `topic` (its retry messages included) handed out to `group` and neither acked nor revived."""
         return self._inflight.get((group, topic), 0)
+
+    def inflight_in_queue(self, group: str, real_topic: str, queue_id: int) -> int:
+        """Messages of one queue (of a topic or a pop retry topic) in flight to `group`."""
+        return self._inflight_q.get((group, real_topic, queue_id), 0)
 
     def inflight_table(self) -> dict:
         """(group, topic) -> messages in flight."""
