@@ -44,7 +44,9 @@ _SHORT_NAMES = {"LAST": "CONSUME_FROM_LAST_OFFSET", "FIRST": "CONSUME_FROM_FIRST
                 "TIMESTAMP": "CONSUME_FROM_TIMESTAMP"}
 
 
-def _enum(cls, value, what: str):
+def enum_setting(cls, value, what: str):
+    """A consumer setting's enum member from the member, its value or (consume_from_where) short
+    name; ConfigError naming the setting, the value and the accepted ones otherwise."""
     if isinstance(value, cls):
         return value
     try:
@@ -137,8 +139,8 @@ class ConsumerBase:
             opts["instance_name"] = settings["instance_name"]
         self.client_config = make_client_config(type(self).__name__, namesrv, opts, own=type(self).__init__,
                                                 also=settings)
-        self.message_model = _enum(MessageModel, settings["message_model"], "message_model")
-        self.consume_from_where = _enum(ConsumeFromWhere, settings["consume_from_where"], "consume_from_where")
+        self.message_model = enum_setting(MessageModel, settings["message_model"], "message_model")
+        self.consume_from_where = enum_setting(ConsumeFromWhere, settings["consume_from_where"], "consume_from_where")
         # Java default: half an hour before the consumer starts
         consume_timestamp, rebalance_interval = settings["consume_timestamp"], settings["rebalance_interval"]
         self.consume_timestamp = int(consume_timestamp if consume_timestamp is not None

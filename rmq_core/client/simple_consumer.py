@@ -28,16 +28,17 @@ from datetime import timedelta
 from typing import Any, Mapping
 
 from rmq_core.client.config import make_client_config
-from rmq_core.client.push_consumer import join_client
+from rmq_core.client.push_consumer import enum_setting, join_client
 from rmq_core.client.subscription import build_subscription
 from rmq_core.common.clock import now_ms
+from rmq_core.common.delegate import delegate
 from rmq_core.common.pop_extra_info import (
     ExtraInfo, build_extra_info, info_key, parse_info, queue_offset_key, retry_mark,
 )
 from rmq_core.errors import (
     ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, ReceiptHandleExpiredError, RemotingError,
 )
-from rmq_core.message import MessageConst, MixAll, PermName, check_group
+from rmq_core.message import ConsumeFromWhere, MessageConst, MixAll, PermName, check_group
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
 
@@ -45,7 +46,9 @@ log = logging.getLogger("rmq.client.simple")
 
 # A POP_MESSAGE answers at most 32 messages (RocketMQ's broker refuses more)
 MAX_MESSAGE_NUM = 32
-_INIT_MODE_MAX = 1  # ConsumeInitMode.MAX: a group's first pop of a queue starts at its end (as the proxy asks)
+# where a group that never popped a queue starts in it (POP_MESSAGE's initMode, ConsumeInitMode):
+# its end (MAX, what RocketMQ's proxy asks) or its first message (MIN)
+_INIT_MODES = {ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET: 1, ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET: 0}
 _NO_MESSAGE = (ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_TIMEOUT)
 
 
@@ -66,15 +69,19 @@ class SimpleConsumer:
     group: the consumer group; namesrv: as for the other clients; subscriptions: {topic: "TagA ||
     TagB" / "*" / MessageSelector}; await_duration: how long (s) a receive waits at the broker for
     messages; fifo: None (the broker goes by the group: consumeMessageOrderly), True / False (the
-    POP_MESSAGE `order` flag sent as given).  Other keywords: the client's (ClientConfig:
+    POP_MESSAGE `order` flag sent as given); consume_from_where: where the group starts in a queue
+    it never received from, CONSUME_FROM_LAST_OFFSET (its end, as RocketMQ 5's SimpleConsumer) or
+    CONSUME_FROM_FIRST_OFFSET ("LAST" / "FIRST" for short).  Other keywords: the client's (ClientConfig:
     access_key / secret_key for ACL, instance_name, timers...)."""
 
     consume_type = "CONSUME_ACTIVELY"  # (RocketMQ 5 registers a SimpleConsumer so)
     message_model_name = "CLUSTERING"
-    consume_from_where_name = "CONSUME_FROM_LAST_OFFSET"
+    consume_from_where_name = delegate("consume_from_where.value")
 
     def __init__(self, group: str, namesrv=None, *, subscriptions: Mapping[str, Any] | None = None,
-                 await_duration: float | timedelta = 20.0, fifo: bool | None = None, **client_options):
+                 await_duration: float | timedelta = 20.0, fifo: bool | None = None,
+                 consume_from_where: str | ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 **client_options):
         self.group = check_group(group)
         if MixAll.is_retry_topic(self.group) or MixAll.is_dlq_topic(self.group):
             raise ConfigError(f"bad consumer group {group!r}: a group is not named like a retry or DLQ topic")
@@ -82,6 +89,11 @@ class SimpleConsumer:
         if fifo is not None and not isinstance(fifo, bool):
             raise ConfigError(f"bad fifo {fifo!r}: expected None, True or False")
         self.fifo = fifo
+        where = enum_setting(ConsumeFromWhere, consume_from_where, "consume_from_where")
+        if where not in _INIT_MODES:
+            raise ConfigError(f"bad consume_from_where {consume_from_where!r} for a SimpleConsumer: expected "
+                              "CONSUME_FROM_LAST_OFFSET or CONSUME_FROM_FIRST_OFFSET")
+        self.consume_from_where = where
         self.client_config = make_client_config("SimpleConsumer", namesrv, client_options, own=type(self).__init__)
         self.subscription_inner: dict = {}
         for topic, expression in (subscriptions or {}).items():
@@ -263,7 +275,7 @@ class SimpleConsumer:
             return []
         fields = {"consumerGroup": self.group, "topic": topic, "queueId": -1, "maxMsgNums": max_nums,
                   "invisibleTime": invisible_ms, "pollTime": poll_ms, "bornTime": now_ms(),
-                  "initMode": _INIT_MODE_MAX, "expType": sub.expression_type, "exp": sub.sub_string}
+                  "initMode": _INIT_MODES[self.consume_from_where], "expType": sub.expression_type, "exp": sub.sub_string}
         if self.fifo is not None:
             fields["order"] = self.fifo
         req = RemotingCommand.create_request(RequestCode.POP_MESSAGE, fields)
