@@ -28,6 +28,7 @@ from datetime import timedelta
 from typing import Any, Mapping
 
 from rmq_core.client.config import make_client_config
+from rmq_core.client.futures import LeanFuture
 from rmq_core.client.push_consumer import enum_setting, join_client
 from rmq_core.client.subscription import build_subscription
 from rmq_core.common.clock import now_ms
@@ -340,44 +341,60 @@ class SimpleConsumer:
             unmatched = [m for m in msgs if m.tags not in tags]
             if unmatched:
                 msgs = [m for m in msgs if m.tags in tags]
-                for m in unmatched:
-                    self.instance.spawn(self._ack_quietly(m))
+                self.instance.blocking_executor.submit(self._ack_quietly, unmatched)
         return msgs
 
-    async def _ack_quietly(self, msg) -> None:
-        try:
-            await self._ack(msg)
-        except Exception as e:
-            log.warning("ack of %s (tag %r not subscribed) failed: %s", msg.msg_id, msg.tags, e)
+    def _ack_quietly(self, msgs) -> None:  # (in the client's executor: may connect)
+        for m in msgs:
+            try:
+                self.ack(m)
+            except Exception as e:  # noqa: BLE001 - it comes back after its invisible time
+                log.warning("ack of %s (tag %r not subscribed) failed: %s", m.msg_id, m.tags, e)
 
     # --- ack / change invisible duration ---------------------------------------------------------
+    # Written on the broker's command channel (MQClientInstance.command_channel) from the caller's
+    # thread, the answer read there too (a sync call) or completing a LeanFuture (the async ones):
+    # no hop through the client's event loop, whose round trip was most of an ack's time.
     def ack(self, message) -> None:
         """End a received message: it is not delivered to this group again.  Raises
         ReceiptHandleExpiredError once its invisible duration is over (it is delivered again)."""
-        self._handle(message)  # (a bad or expired handle fails here, on the caller's thread)
-        self._require_started().run(self._ack(message), timeout=self.client_config.mq_client_api_timeout + 5)
+        self._ack_call(message, True).result()
 
     def ack_async(self, message) -> concurrent.futures.Future:
-        self._handle(message)
-        return self._require_started().submit(self._ack(message))
+        """ack() as a Future (a LeanFuture: many acks in flight at once; rmq_core.aio awaits it)."""
+        return self._ack_call(message, False)
 
     def change_invisible_duration(self, message, invisible_duration: float | timedelta) -> None:
         """Keep a received message invisible for `invisible_duration` (s or timedelta) from now; its
         receipt handle is replaced (ack it with the message as it is now)."""
-        invisible_ms = self._change_args(message, invisible_duration)
-        self._require_started().run(self._change(message, invisible_ms),
-                                    timeout=self.client_config.mq_client_api_timeout + 5)
+        self._change_call(message, invisible_duration, True).result()
 
-    def change_invisible_duration_async(self, message, invisible_duration: float | timedelta) -> concurrent.futures.Future:
-        invisible_ms = self._change_args(message, invisible_duration)
-        return self._require_started().submit(self._change(message, invisible_ms))
+    def change_invisible_duration_async(self, message, invisible_duration: float | timedelta
+                                        ) -> concurrent.futures.Future:
+        return self._change_call(message, invisible_duration, False)
 
-    def _change_args(self, message, invisible_duration) -> int:
+    def _ack_call(self, message, wait: bool) -> LeanFuture:
+        info = self._handle(message)  # (a bad or expired handle fails here, on the caller's thread)
+        self._require_started()
+        return self._call(message, info, RequestCode.ACK_MESSAGE, {}, None, wait)
+
+    def _change_call(self, message, invisible_duration, wait: bool) -> LeanFuture:
         invisible_ms = round(_seconds(invisible_duration, "invisible_duration") * 1000)
         if invisible_ms < 1:
             raise IllegalArgumentError(f"bad invisible_duration {invisible_duration!r}: under a millisecond")
-        self._handle(message)
-        return invisible_ms
+        info = self._handle(message)
+        self._require_started()
+        topic = info.real_topic(message.topic, self.group)
+
+        def changed(resp: RemotingCommand) -> None:
+            # the new check point is the message alone (MQClientAPIImpl.changeInvisibleTimeAsync)
+            message.receipt_handle = build_extra_info(
+                info.queue_offset, resp.get_int("popTime", 0), resp.get_int("invisibleTime", invisible_ms),
+                resp.get_int("reviveQid", info.revive_qid), topic, info.broker_name, info.queue_id,
+                info.queue_offset)
+
+        return self._call(message, info, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {"invisibleTime": invisible_ms},
+                          changed, wait)
 
     def _handle(self, message) -> ExtraInfo:
         """The message's receipt handle, parsed; refused when missing or expired."""
@@ -394,30 +411,48 @@ class SimpleConsumer:
                 f"from its pop): it is delivered again")
         return info
 
-    def _ack_request(self, message, info: ExtraInfo, code: int, **more) -> tuple[str, RemotingCommand]:
-        addr = self.instance.find_broker_addr_in_subscribe(info.broker_name, MixAll.MASTER_ID, only_this_broker=True)
+    def _call(self, message, info: ExtraInfo, code: int, more: dict, then, wait: bool) -> LeanFuture:
+        """ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME of `message` to the master of its broker: a
+        LeanFuture of then(answer) (None without `then`), answered (wait=True) on this thread."""
+        inst = self.instance
+        addr = inst.find_broker_addr_in_subscribe(info.broker_name, MixAll.MASTER_ID, only_this_broker=True)
         if addr is None:
             raise MQClientError(f"the master of broker {info.broker_name!r} (receipt handle of {message.msg_id}) "
                                 f"is not in any route known to {self.client_id}")
-        fields = {"consumerGroup": self.group, "topic": info.real_topic(message.topic, self.group),
-                  "queueId": info.queue_id, "extraInfo": message.receipt_handle, "offset": info.queue_offset, **more}
-        return addr, RemotingCommand.create_request(code, fields)
+        request = RemotingCommand.create_request(code, {
+            "consumerGroup": self.group, "topic": info.real_topic(message.topic, self.group),
+            "queueId": info.queue_id, "extraInfo": message.receipt_handle, "offset": info.queue_offset, **more})
+        request.language = "PYTHON"  # (as MQClientInstance.invoke marks its requests)
+        timeout = self.client_config.mq_client_api_timeout
+        try:
+            channel = inst.command_channel(addr)
+        except RemotingError as e:
+            inst.note_request_failed(addr, e)
+            raise
+        fut = LeanFuture(channel)
+        context = (fut, addr, then, inst)
+        if wait:
+            channel.exchange(request.encode(), request.opaque, timeout, _answered, context)
+        else:
+            channel.send(request.encode(), request.opaque, timeout, _answered, context)
+        return fut
 
-    async def _ack(self, message) -> None:
-        info = ExtraInfo.parse(message.receipt_handle)
-        addr, req = self._ack_request(message, info, RequestCode.ACK_MESSAGE)
-        await self.instance.invoke_broker(addr, req)
 
-    async def _change(self, message, invisible_ms: int) -> None:
-        info = ExtraInfo.parse(message.receipt_handle)
-        addr, req = self._ack_request(message, info, RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
-                                      invisibleTime=invisible_ms)
-        resp = await self.instance.invoke_broker(addr, req)
-        # the new check point is the message alone (MQClientAPIImpl.changeInvisibleTimeAsync)
-        message.receipt_handle = build_extra_info(
-            info.queue_offset, resp.get_int("popTime", 0), resp.get_int("invisibleTime", invisible_ms),
-            resp.get_int("reviveQid", info.revive_qid), req.ext_fields["topic"], info.broker_name, info.queue_id,
-            info.queue_offset)
+def _answered(context, resp, error) -> None:
+    """A command channel's completion of an ack / change (on the thread that read the answer)."""
+    fut, addr, then, inst = context
+    result = None
+    if error is None:
+        if resp.code != ResponseCode.SUCCESS:
+            error = MQBrokerError(resp.code, resp.remark, addr)
+        elif then is not None:
+            try:
+                result = then(resp)
+            except Exception as e:  # noqa: BLE001 - the caller's Future carries it
+                error = e
+    if isinstance(error, (RemotingError, TimeoutError)):
+        inst.note_request_failed(addr, error)
+    fut.finish(result, error)
 
 
 __all__ = ["SimpleConsumer", "MAX_MESSAGE_NUM"]
