@@ -12,8 +12,9 @@ waiting first, the one in turn long-polls for up to `await_duration`.  A receive
 invisible to the group for `invisible_duration`; unless acked (ACK_MESSAGE) it is delivered again,
 its delivery_attempt raised.  Its receipt handle is its POP_CK property, made from the answer's
 startOffsetInfo / msgOffsetInfo / orderCountInfo as RocketMQ 5's remoting client makes it
-(rmq_core.common.pop_extra_info); CHANGE_MESSAGE_INVISIBLETIME gives it a new one.  The consumer
-heartbeats like the others (CONSUME_ACTIVELY, as RocketMQ 5 registers a SimpleConsumer), so it shows
+(rmq_core.common.pop_extra_info); CHANGE_MESSAGE_INVISIBLETIME gives it a new one.  Acks and changes
+travel on the broker's command channel, from the caller's thread (MQClientInstance.command_channel);
+a receive's long poll on the client's event loop.  The consumer heartbeats like the others (CONSUME_ACTIVELY, as RocketMQ 5 registers a SimpleConsumer), so it shows
 in consumerConnection.
 """
 from __future__ import annotations
@@ -54,7 +55,7 @@ _NO_MESSAGE = (ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_TIMEOUT)
 
 
 def _seconds(value, what: str, *, allow_zero: bool = False) -> float:
-    """A duration given in seconds (int/float) or as a timedelta; ConfigError naming it otherwise."""
+    """A duration given in seconds (int/float) or as a timedelta; IllegalArgumentError naming it otherwise."""
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
@@ -105,7 +106,7 @@ class SimpleConsumer:
         self._state_lock = threading.Lock()
         self._turn = itertools.count()
 
-    client_id = property(lambda self: self.client_config.client_id)
+    client_id = delegate("client_config.client_id")
 
     # --- subscriptions ---------------------------------------------------------------------------
     def subscribe(self, topic: str, expression="*") -> None:
