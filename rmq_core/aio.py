@@ -10,8 +10,8 @@
     c.register_message_listener(listener)          # async def listener(msgs) -> ConsumeStatus
     async with c: ...
     async with aio.SimpleConsumer("CG", namesrv=ns, subscriptions={"T": "*"}) as c:
-        for msg in await c.receive(16, 30):         # up to 16 messages, invisible for 30 s
-            await c.ack(msg)                        # or await c.change_invisible_duration(msg, 60)
+        msgs = await c.receive(16, 30)              # up to 16 messages, invisible for 30 s
+        await c.ack(msgs)                           # or each: c.ack(msg), c.change_invisible_duration(msg, 60)
 
 A send is the producer's own async send, made from the loop's thread: written straight onto its
 broker's pipelined connection (rmq_core.remoting.pipelined; retries from the completion of the
@@ -611,9 +611,10 @@ class SimpleConsumer(_OnLoop):
         self._bind()
         return self._future_of(self._consumer.receive_async(max_message_num, invisible_duration))
 
-    def ack(self, message) -> Awaitable[None]:
+    def ack(self, messages) -> Awaitable[None]:
+        """A received message, or a list of them (one BATCH_ACK_MESSAGE per broker)."""
         self._bind()
-        return self._future_of(self._consumer.ack_async(message))
+        return self._future_of(self._consumer.ack_async(messages))
 
     def change_invisible_duration(self, message, invisible_duration) -> Awaitable[None]:
         self._bind()

@@ -19,8 +19,10 @@ in consumerConnection.
 """
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import itertools
+import json
 import logging
 import math
 import threading
@@ -356,14 +358,25 @@ class SimpleConsumer:
     # Written on the broker's command channel (MQClientInstance.command_channel) from the caller's
     # thread, the answer read there too (a sync call) or completing a LeanFuture (the async ones):
     # no hop through the client's event loop, whose round trip was most of an ack's time.
-    def ack(self, message) -> None:
-        """End a received message: it is not delivered to this group again.  Raises
-        ReceiptHandleExpiredError once its invisible duration is over (it is delivered again)."""
-        self._ack_call(message, True).result()
+    def ack(self, messages) -> None:
+        """End a received message, or a list of them: not delivered to this group again.  A list is
+        acked with one BATCH_ACK_MESSAGE per broker (one ack record per checkpoint at the broker).
+        Raises ReceiptHandleExpiredError for a message whose invisible duration is over (it is
+        delivered again) - for a list, after the others were acked, naming the expired ones."""
+        self._ack_any(messages, True).result()
 
-    def ack_async(self, message) -> concurrent.futures.Future:
+    def ack_async(self, messages) -> concurrent.futures.Future:
         """ack() as a Future (a LeanFuture: many acks in flight at once; rmq_core.aio awaits it)."""
-        return self._ack_call(message, False)
+        return self._ack_any(messages, False)
+
+    def _ack_any(self, messages, wait: bool) -> LeanFuture:
+        if hasattr(messages, "receipt_handle") or isinstance(messages, str):
+            return self._ack_call(messages, wait)
+        try:
+            messages = list(messages)
+        except TypeError:
+            raise IllegalArgumentError(f"ack takes a received message or a list of them, not {messages!r}") from None
+        return self._batch_ack_call(messages, wait)
 
     def change_invisible_duration(self, message, invisible_duration: float | timedelta) -> None:
         """Keep a received message invisible for `invisible_duration` (s or timedelta) from now; its
@@ -397,6 +410,47 @@ class SimpleConsumer:
         return self._call(message, info, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {"invisibleTime": invisible_ms},
                           changed, wait)
 
+    def _batch_ack_call(self, messages: list, wait: bool) -> LeanFuture:
+        """BATCH_ACK_MESSAGE of `messages` (RocketMQ's BatchAckMessageRequestBody: per checkpoint a
+        BatchAck with the acked offsets as a java.util.BitSet from its start offset), one request per
+        broker; the expired ones are not sent but named by the Future's ReceiptHandleExpiredError."""
+        expired = []
+        by_broker: dict[str, dict] = {}  # broker name -> checkpoint key -> [BatchAck, offsets]
+        for m in messages:
+            try:
+                info = self._handle(m)
+            except ReceiptHandleExpiredError as e:
+                expired.append(str(e))
+                continue
+            key = (m.topic, info.retry, info.queue_id, info.ck_queue_offset, info.pop_time)
+            entry = by_broker.setdefault(info.broker_name, {}).get(key)
+            if entry is None:
+                entry = by_broker[info.broker_name][key] = [{
+                    "c": self.group, "t": m.topic, "r": info.retry, "so": info.ck_queue_offset, "q": info.queue_id,
+                    "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, []]
+            entry[1].append(info.queue_offset - info.ck_queue_offset)
+        if by_broker:
+            self._require_started()
+        refusal = ReceiptHandleExpiredError(f"{len(expired)} of {len(messages)} messages not acked: "
+                                            f"{'; '.join(expired[:5])}{' ...' if len(expired) > 5 else ''}"
+                                            ) if expired else None
+
+        def then(_resp):
+            if refusal is not None:
+                raise refusal
+
+        futures = []
+        for broker_name, acks in by_broker.items():
+            for entry in acks.values():
+                entry[0]["b"] = _bit_set(entry[1])
+            body = json.dumps({"acks": [a for a, _ in acks.values()], "brokerName": broker_name},
+                              separators=(",", ":")).encode()
+            futures.append(self._send(RemotingCommand.create_request(RequestCode.BATCH_ACK_MESSAGE, {}, body),
+                                      broker_name, then, wait and len(by_broker) == 1))
+        if len(futures) == 1:
+            return futures[0]
+        return _all_of(futures, refusal)
+
     def _handle(self, message) -> ExtraInfo:
         """The message's receipt handle, parsed; refused when missing or expired."""
         handle = getattr(message, "receipt_handle", None) if not isinstance(message, str) else None
@@ -415,14 +469,18 @@ class SimpleConsumer:
     def _call(self, message, info: ExtraInfo, code: int, more: dict, then, wait: bool) -> LeanFuture:
         """ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME of `message` to the master of its broker: a
         LeanFuture of then(answer) (None without `then`), answered (wait=True) on this thread."""
-        inst = self.instance
-        addr = inst.find_broker_addr_in_subscribe(info.broker_name, MixAll.MASTER_ID, only_this_broker=True)
-        if addr is None:
-            raise MQClientError(f"the master of broker {info.broker_name!r} (receipt handle of {message.msg_id}) "
-                                f"is not in any route known to {self.client_id}")
         request = RemotingCommand.create_request(code, {
             "consumerGroup": self.group, "topic": info.real_topic(message.topic, self.group),
             "queueId": info.queue_id, "extraInfo": message.receipt_handle, "offset": info.queue_offset, **more})
+        return self._send(request, info.broker_name, then, wait)
+
+    def _send(self, request: RemotingCommand, broker_name: str, then, wait: bool) -> LeanFuture:
+        """`request` on the command channel of `broker_name`'s master (see _call)."""
+        inst = self.instance
+        addr = inst.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
+        if addr is None:
+            raise MQClientError(f"the master of broker {broker_name!r} (of a receipt handle) is not in any route "
+                                f"known to {self.client_id}")
         request.language = "PYTHON"  # (as MQClientInstance.invoke marks its requests)
         timeout = self.client_config.mq_client_api_timeout
         try:
@@ -437,6 +495,36 @@ class SimpleConsumer:
         else:
             channel.send(request.encode(), request.opaque, timeout, _answered, context)
         return fut
+
+
+def _bit_set(bits) -> str:
+    """java.util.BitSet.toByteArray() of the set bits, base64 (how fastjson writes a byte[])."""
+    raw = bytearray(max(bits) // 8 + 1)
+    for i in bits:
+        raw[i >> 3] |= 1 << (i & 7)
+    return base64.b64encode(bytes(raw)).decode("ascii")
+
+
+def _all_of(futures: list, error: BaseException | None) -> LeanFuture:
+    """A LeanFuture done when all `futures` are: the first failure, else `error` (or None)."""
+    out = LeanFuture()
+    if not futures:
+        out.finish(None, error)
+        return out
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(f):
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            failed = next((x.exception() for x in futures if x.exception() is not None), None)
+            out.finish(None, failed or error)
+
+    for f in futures:
+        f.add_done_callback(one_done)
+    return out
 
 
 def _answered(context, resp, error) -> None:

@@ -5,9 +5,10 @@ subprocesses on loopback.
 
 Group client-simple-consume (baseline: the PushConsumer, defaults: listener batch 1, 20 consume
 threads, pull batch 32):
-* simple_sync: receive(32, 30 s), then ack() each message in turn (one round trip each);
-* simple_ack_async: receive(32, 30 s), the batch's acks in flight at once (ack_async, then wait);
-* simple_aio: rmq_core.aio.SimpleConsumer, `await receive(32, 30)` then the acks gathered.
+* sync: receive(32, 30 s), then ack() each message in turn (one round trip each);
+* ack_async: receive(32, 30 s), the batch's acks in flight at once (ack_async each, then wait);
+* batch_ack: receive(32, 30 s), then ack(msgs): one BATCH_ACK_MESSAGE for the batch;
+* aio: rmq_core.aio.SimpleConsumer, `await receive(32, 30)` then `await ack(msgs)`.
 test_simple_consume_interleaved drains with each of them round after round (a load drifting on this
 shared machine hits every one) and puts the rates and ratios to the push consumer in extra_info
 (the issue's goal: simple vs push >= 0.7)."""
@@ -58,6 +59,8 @@ def _simple_drain(namesrv, mode: str) -> float:
             if mode == "sync":
                 for m in msgs:
                     c.ack(m)
+            elif mode == "batch_ack":
+                c.ack(msgs)
             else:
                 for f in [c.ack_async(m) for m in msgs]:
                     f.result(30)
@@ -73,7 +76,7 @@ async def _aio_drain(namesrv, group) -> float:
         t = time.perf_counter()
         while n < N_BACKLOG:
             msgs = await c.receive(32, 30)
-            await asyncio.gather(*(c.ack(m) for m in msgs))
+            await c.ack(msgs)
             n += len(msgs)
         return time.perf_counter() - t
 
@@ -97,7 +100,10 @@ def test_simple_consume_baseline_push_consumer_defaults(benchmark, backlog):
     _rate(benchmark)
 
 
-@pytest.mark.parametrize("mode", ["sync", "ack_async", "aio"])
+MODES = ("sync", "ack_async", "batch_ack", "aio")
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_simple_consume_simple_consumer(benchmark, backlog, mode):
     benchmark.group = "client-simple-consume"
     namesrv, _ = backlog
@@ -116,11 +122,11 @@ def test_simple_consume_interleaved(benchmark, backlog):
     way in turn; extra_info: rates and the ratios simple / push."""
     benchmark.group = "client-simple-consume-interleaved"
     namesrv, n_queues = backlog
-    times = {name: [] for name in ("push_defaults", "simple_sync", "simple_ack_async", "simple_aio")}
+    times = {name: [] for name in ("push_defaults", *(f"simple_{mode}" for mode in MODES))}
 
     def round_():
         times["push_defaults"].append(_push_drain(namesrv, TOPIC, n_queues, {}, N_BACKLOG))
-        for mode in ("sync", "ack_async", "aio"):
+        for mode in MODES:
             times[f"simple_{mode}"].append(_simple_drain(namesrv, mode))
 
     benchmark.pedantic(round_, rounds=INTERLEAVED_ROUNDS, iterations=1)

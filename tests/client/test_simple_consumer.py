@@ -166,6 +166,27 @@ def test_not_acked_comes_back_with_attempt_2_and_a_change_postpones(cluster, sim
         assert c.receive(32, 30) == []
 
 
+def test_a_list_is_acked_in_one_request_and_an_expired_one_is_named(cluster, simple, no_thread_leak):
+    topic = "SimpleBatchAck"
+    create_topic(cluster, topic, 2)
+    with Producer("PG_SIMPLE_BATCH", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        for i in range(40):
+            p.send(Message(topic, f"m{i}".encode()))
+    with simple("CG_SIMPLE_BATCH", cluster.tcp_namesrv, topic) as c:
+        got = receive_until(c, 40)
+        assert sorted(m.body for m in got) == sorted(f"m{i}".encode() for i in range(40))
+        c.ack(got)
+        assert c.receive(32, 30) == []  # every one acked
+        with Producer("PG_SIMPLE_BATCH", namesrv=cluster.tcp_namesrv, **FAST) as p:
+            p.send(Message(topic, b"late"))
+        (late1,) = receive_until(c, 1, invisible=1)
+        (late2,) = receive_until(c, 1)  # (back: the first handle expired)
+        assert late2.msg_id == late1.msg_id and late2.delivery_attempt == 2
+        with pytest.raises(ReceiptHandleExpiredError, match=f"1 of 2 messages not acked: .*{late1.msg_id}"):
+            c.ack([late1, late2])
+        assert c.receive(32, 30) == []  # the live handle was acked all the same
+
+
 def test_after_max_attempts_in_the_dlq(cluster, simple, no_thread_leak):
     topic, group = "SimpleDlq", "CG_SIMPLE_DLQ"
     create_topic(cluster, topic, 1)

@@ -1,5 +1,6 @@
 """SimpleConsumer without a broker: its arguments, the receipt handle (POP_CK) it makes of a
 POP_MESSAGE answer as RocketMQ 5's remoting client does, and the check-point text itself."""
+import base64
 import math
 from datetime import timedelta
 
@@ -140,3 +141,23 @@ def test_ack_refuses_a_message_without_handle_or_with_an_expired_one():
     live = MessageExt(topic="T", properties={"POP_CK": build_extra_info(4, now_ms(), 60000, 0, "0", "broker-a", 1, 6)})
     with pytest.raises(MQClientError, match="not started"):
         c.ack(live)
+
+
+def test_a_batch_acks_offsets_as_a_java_bit_set():
+    from rmq_core.client.simple_consumer import _bit_set
+
+    # BitSet.toByteArray(): bit i in byte i // 8 at (1 << i % 8); fastjson writes byte[] as base64
+    assert base64.b64decode(_bit_set([0, 2, 9])) == bytes([0b101, 0b10])
+    assert base64.b64decode(_bit_set([31])) == bytes([0, 0, 0, 0x80])
+
+
+def test_ack_of_a_list_names_what_is_not_a_message():
+    c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
+    with pytest.raises(IllegalArgumentError, match="ack takes a received message or a list of them, not 5"):
+        c.ack(5)
+    with pytest.raises(IllegalArgumentError, match="has no receipt handle"):
+        c.ack([MessageExt(topic="T")])
+    expired = MessageExt(topic="T", properties={
+        "POP_CK": build_extra_info(4, now_ms() - 5000, 1000, 0, "0", "broker-a", 1, 6), "UNIQ_KEY": "ID1"})
+    with pytest.raises(ReceiptHandleExpiredError, match=r"1 of 1 messages not acked: .*message ID1"):
+        c.ack([expired])
