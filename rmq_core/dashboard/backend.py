@@ -140,7 +140,8 @@ class Backend:
             else:
                 members, model, ctype = len(conn.connections), conn.message_model, conn.consume_type
             rows.append({"group": g, "members": members, "message_model": model, "consume_type": ctype,
-                         "consume_tps": stats.consume_tps, "diff_total": stats.diff_total})
+                         "consume_tps": stats.consume_tps, "diff_total": stats.diff_total,
+                         "inflight_total": stats.inflight_total})
         return rows
 
     def group(self, group: str) -> dict:
@@ -156,10 +157,12 @@ class Backend:
                        for c in conn.connections]
             subs = dict(conn.subscriptions)
         progress = [{"topic": q.topic, "broker_name": q.broker_name, "qid": q.queue_id, "broker_offset": q.broker_offset,
-                     "consumer_offset": q.consumer_offset, "diff": q.diff, "last_time": q.last_timestamp}
+                     "consumer_offset": q.consumer_offset, "diff": q.diff, "inflight": q.inflight,
+                     "last_time": q.last_timestamp}
                     for q in stats.queues]
         return {"group": group, "members": members, "subscriptions": subs, "progress": progress,
-                "consume_tps": stats.consume_tps, "diff_total": stats.diff_total}
+                "consume_tps": stats.consume_tps, "diff_total": stats.diff_total,
+                "inflight_total": stats.inflight_total}
 
     def reset_offset(self, group: str, topic: str, timestamp: int) -> dict:
         moved = self.admin.reset_offset_by_time(topic, group, timestamp)

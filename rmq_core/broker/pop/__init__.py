@@ -15,6 +15,8 @@ CHANGE_MESSAGE_INVISIBLETIME) and the gRPC front end (rmq_core.proxy) both call 
                                                          invisible_ms=...)
     await pop_service.forward_to_dead_letter(group=..., topic=..., receipt_handle="...")
     pop_service.inflight(group, topic)   # received and neither acked nor revived yet
+    outcomes = await pop_service.ack_batch(group=..., topic=..., receipt_handles=[...])
+    # -> per handle an AckOutcome or the PopError refusing it; one ack record per checkpoint
 
 pop() also takes init_mode="MIN"|"MAX" (where a group without a pop offset in a queue starts;
 the remoting header's initMode).  PopResult.status is "FOUND" or "POLLING_NOT_FOUND"; refusals

@@ -188,7 +188,7 @@ class PopService:
         bc = ctrl.broker_config
         if ctrl.is_slave or not self.running:
             raise PopError(NOT_MASTER, ctrl.slave_refusal("pop consumption (it writes checkpoints)") if ctrl.is_slave
-                           else f"broker[{bc.broker_name}] is not serving pop consumption yet (starting)",
+                           else f"broker[{bc.broker_name}] is not serving pop consumption (starting or stopping)",
                            ResponseCode.SERVICE_NOT_AVAILABLE)
         if ctrl.write_fence.lapsed():
             raise PopError(NOT_MASTER, ctrl.write_fence.remark, ResponseCode.SERVICE_NOT_AVAILABLE)

@@ -144,6 +144,7 @@ async function pageGroups(selected) {
     <h2>Consumer groups <span class="muted">(${groups.length})</span></h2><div class="card">${table("groups", [
       ["Group", "group"], ["Members", "members", "num"], ["Model", "message_model"], ["Type", "consume_type"],
       ["Consume TPS", r => fmtNum(r.consume_tps, 2), "num"], ["Diff Total", "diff_total", "num"],
+      ["Inflight", "inflight_total", "num"],
     ], groups, {clickable: true, empty: "no consumer groups"})}</div>
     <div id="group-detail"></div>`;
   onRows("groups", groups, g => { location.hash = `#/groups/${encodeURIComponent(g.group)}`; });
@@ -168,10 +169,11 @@ async function groupDetail(group) {
           <button type="submit" id="reset-offset">Reset</button>
         </form></div>
     </div>
-    <div class="card"><b>Progress</b> <span class="muted">Consume TPS ${fmtNum(g.consume_tps, 2)} · Diff Total <span id="diff-total">${esc(g.diff_total)}</span></span>
+    <div class="card"><b>Progress</b> <span class="muted">Consume TPS ${fmtNum(g.consume_tps, 2)} · Diff Total <span id="diff-total">${esc(g.diff_total)}</span> · Inflight ${esc(g.inflight_total)}</span>
     ${table("group-progress", [
       ["Topic", "topic"], ["Broker Name", "broker_name"], ["QID", "qid", "num"], ["Broker Offset", "broker_offset", "num"],
-      ["Consumer Offset", "consumer_offset", "num"], ["Diff", "diff", "num"], ["LastTime", r => fmtTime(r.last_time)],
+      ["Consumer Offset", "consumer_offset", "num"], ["Diff", "diff", "num"], ["Inflight", "inflight", "num"],
+      ["LastTime", r => fmtTime(r.last_time)],
     ], g.progress, {empty: "no committed offsets"})}</div>`;
   $("#reset-form").addEventListener("submit", async ev => {
     ev.preventDefault();

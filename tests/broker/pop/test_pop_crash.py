@@ -28,16 +28,25 @@ def _restart(cluster: NamesrvAndBroker) -> None:
 # consumer offsets (pop offsets, revive progress) never persisted before the kill, or every 200 ms
 @pytest.mark.parametrize("persist_ms", [3_600_000, 200])
 def test_sigkill_with_unacked_messages(tmp_path, persist_ms):
+    _sigkill_case(tmp_path, persist_ms, total=80, popped_n=60)
+
+
+@pytest.mark.slow
+def test_sigkill_with_500_unacked_messages(tmp_path):
+    _sigkill_case(tmp_path, 200, total=2000, popped_n=1000)
+
+
+def _sigkill_case(tmp_path, persist_ms, total, popped_n):
     cluster = NamesrvAndBroker(tmp_path, broker_props={"flushConsumerOffsetInterval": persist_ms})
     raw = RawClient()
     try:
         addr = cluster.broker_addrs[0]
         create_topic(raw, addr, T, queues=4)
-        for i in range(80):
+        for i in range(total):
             assert raw.send(addr, T, f"m{i}".encode(), queue_id=i % 4, keys=f"k{i}").code == ResponseCode.SUCCESS
         popped = []
-        while len(popped) < 60:
-            _, ps = pop(raw, addr, G, T, max_nums=16, invisible_ms=4000)
+        while len(popped) < popped_n:
+            _, ps = pop(raw, addr, G, T, max_nums=16, invisible_ms=4000 if total < 500 else 8000)
             assert ps
             popped += ps
         if persist_ms < 1000:
@@ -50,7 +59,7 @@ def test_sigkill_with_unacked_messages(tmp_path, persist_ms):
         _, late = pop(raw, addr, G, T, max_nums=5, invisible_ms=120_000)
         assert len(late) == 5
         handed_out = {p.body for p in popped + late}
-        never_popped = {f"m{i}".encode() for i in range(80)} - handed_out
+        never_popped = {f"m{i}".encode() for i in range(total)} - handed_out
         back_after = {p.body: int(p.handle.split(" ")[1]) + int(p.handle.split(" ")[2]) for p in popped[1::2]}
 
         _restart(cluster)
