@@ -1,6 +1,6 @@
 """rmq's SimpleConsumer (sync and aio) against a real broker: receive + ack, invisible durations,
 the DLQ, FIFO groups, delayed messages, a broker SIGKILLed with messages in flight, consumers of
-one group sharing a queue, ACL."""
+one group sharing a queue, two brokers holding a topic, batch acks, ACL."""
 from __future__ import annotations
 
 import asyncio
@@ -288,6 +288,33 @@ def test_two_consumers_of_one_group_share_a_one_queue_topic(cluster, simple, no_
     bodies = [m.body for msgs in got.values() for m in msgs]
     assert sorted(bodies) == sorted(f"m{i}".encode() for i in range(60))  # every one, none twice
     assert len(got[c1]) > 5 and len(got[c2]) > 5
+
+
+def test_receives_from_every_broker_holding_the_topic(tmp_path, simple, no_thread_leak):
+    cl = NamesrvAndBroker(tmp_path, brokers=2, broker_props={"registerNameServerPeriod": "1000"})
+    try:
+        topic = "SimpleTwoBrokers"
+        with AdminClient(cl.namesrv) as a:
+            for addr in cl.broker_addrs:
+                a.create_or_update_topic(addr, topic, read_queue_nums=2, write_queue_nums=2)
+            wait_until(lambda: len(a.topic_route(topic).broker_datas) == 2, what="both brokers in the route")
+        with Producer("PG_SIMPLE_TWO", namesrv=cl.namesrv, **FAST) as p:
+            sent = {p.send(Message(topic, f"m{i}".encode())).queue.broker_name for i in range(40)}
+        assert sent == {"broker-a", "broker-b"}
+        with simple("CG_SIMPLE_TWO", cl.namesrv, topic) as c:
+            got = []
+            deadline = time.monotonic() + 30
+            while len(got) < 40 and time.monotonic() < deadline:
+                batch = c.receive(8, 30)
+                c.ack(batch[:4])  # (a list of one broker's, the rest one by one)
+                for m in batch[4:]:
+                    c.ack(m)
+                got += batch
+            assert c.receive(32, 30) == []
+    finally:
+        cl.stop()
+    assert sorted(m.body for m in got) == sorted(f"m{i}".encode() for i in range(40))
+    assert {m.broker_name for m in got} == {handle(m).broker_name for m in got} == {"broker-a", "broker-b"}
 
 
 def _restart(cl, tmp_path):
