@@ -18,6 +18,7 @@ _LAZY_EXPORTS = {
     "Producer": "rmq_core.client.producer",
     "PushConsumer": "rmq_core.client.push_consumer",
     "PullConsumer": "rmq_core.client.pull_consumer",
+    "SimpleConsumer": "rmq_core.client.simple_consumer",
     "TransactionProducer": "rmq_core.client.transaction",
     "TransactionSendResult": "rmq_core.client.transaction",
     "SelectMessageQueueByHash": "rmq_core.client.selector",

@@ -9,6 +9,9 @@
     c = aio.PushConsumer("CG", namesrv=ns); c.subscribe("T", "*")
     c.register_message_listener(listener)          # async def listener(msgs) -> ConsumeStatus
     async with c: ...
+    async with aio.SimpleConsumer("CG", namesrv=ns, subscriptions={"T": "*"}) as c:
+        msgs = await c.receive(16, 30)              # up to 16 messages, invisible for 30 s
+        await c.ack(msgs)                           # or each: c.ack(msg), c.change_invisible_duration(msg, 60)
 
 A send is the producer's own async send, made from the loop's thread: written straight onto its
 broker's pipelined connection (rmq_core.remoting.pipelined; retries from the completion of the
@@ -43,7 +46,7 @@ from rmq_core._native.send_pipeline import set_loop_future_class
 from rmq_core.client.futures import LeanFuture
 from rmq_core.message import Message, MessageQueue, MixAll, SendResult
 
-__all__ = ["Producer", "PullConsumer", "PushConsumer"]
+__all__ = ["Producer", "PullConsumer", "PushConsumer", "SimpleConsumer"]
 
 _DONE_STATES = frozenset((_FINISHED, CANCELLED, CANCELLED_AND_NOTIFIED))
 
@@ -559,3 +562,60 @@ class PushConsumer(_OnLoop):
 
     async def __aexit__(self, *exc) -> None:
         await self.shutdown()
+
+
+class SimpleConsumer(_OnLoop):
+    """rmq_core.SimpleConsumer for asyncio (same options): receive, ack and
+    change_invisible_duration return awaitables; the pop, ack or change runs on the client's loop
+    (its long poll included), the caller's loop is never blocked."""
+
+    def __init__(self, group: str, namesrv=None, **options):
+        super().__init__()
+        from rmq_core.client.simple_consumer import SimpleConsumer as _SimpleConsumer
+
+        self._consumer = _SimpleConsumer(group, namesrv, **options)
+
+    @property
+    def consumer(self):
+        """The underlying rmq_core.SimpleConsumer (its blocking API must not be called on the loop)."""
+        return self._consumer
+
+    def subscribe(self, topic: str, expression="*") -> Awaitable[None]:
+        """Before start(): recorded at once; after: applied in the executor (await it to know when)."""
+        c = self._consumer
+        if not c.running:
+            c.subscribe(topic, expression)
+            fut = self._bind().create_future()
+            fut.set_result(None)
+            return fut
+        return asyncio.ensure_future(self._blocking(c.subscribe, topic, expression))
+
+    def unsubscribe(self, topic: str) -> Awaitable[None]:
+        return asyncio.ensure_future(self._blocking(self._consumer.unsubscribe, topic))
+
+    async def start(self) -> "SimpleConsumer":
+        await self._blocking(self._consumer.start)
+        return self
+
+    async def shutdown(self) -> None:
+        await self._blocking(self._consumer.shutdown)
+
+    async def __aenter__(self) -> "SimpleConsumer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.shutdown()
+
+    def receive(self, max_message_num: int, invisible_duration) -> Awaitable[list]:
+        """Up to max_message_num (1..32) messages, invisible for invisible_duration (s or timedelta)."""
+        self._bind()
+        return self._future_of(self._consumer.receive_async(max_message_num, invisible_duration))
+
+    def ack(self, messages) -> Awaitable[None]:
+        """A received message, or a list of them (one BATCH_ACK_MESSAGE per broker)."""
+        self._bind()
+        return self._future_of(self._consumer.ack_async(messages))
+
+    def change_invisible_duration(self, message, invisible_duration) -> Awaitable[None]:
+        self._bind()
+        return self._future_of(self._consumer.change_invisible_duration_async(message, invisible_duration))

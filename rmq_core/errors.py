@@ -100,6 +100,11 @@ class NamesrvUnreachableError(MQClientError):
     """No name server answered: names each address tried and its socket error."""
 
 
+class ReceiptHandleExpiredError(MQClientError):
+    """An ack or a change of invisible duration came after the received message's invisible
+    duration ended: the message is delivered again (names the message and when it became visible)."""
+
+
 class MQBrokerError(RMQError):
     """The broker (or name server) answered with a non-success response code."""
 

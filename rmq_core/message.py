@@ -68,6 +68,10 @@ class MessageConst:
     TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
     TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
     DELIVER_TIME_MS = "DELIVER_TIME_MS"
+    # RocketMQ 5 pop consumption: a popped message's check point (its receipt handle, see
+    # rmq_core.common.pop_extra_info) and when it was first popped (epoch ms)
+    POP_CK = "POP_CK"
+    FIRST_POP_TIME = "1ST_POP_TIME"
 
     # Keys a user may not set through `properties=` (the client and broker own them).
     SYSTEM_KEYS = frozenset(

@@ -23,6 +23,8 @@ class MessageExt:
     keys: str | None
     delay_time_level: int
     msg_id: str
+    receipt_handle: str | None  # the POP_CK property (a message received by a SimpleConsumer)
+    delivery_attempt: Final[int]  # reconsume_times + 1
     offset_msg_id: Final[str]  # read-only
     raw_properties: Final[bytes]  # read-only
     def __init__(

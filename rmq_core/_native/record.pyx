@@ -930,6 +930,22 @@ cdef class MessageExt:
         else:
             self.clear_property("DELAY")
 
+    # -- pop consumption (RocketMQ 5: a message received by a SimpleConsumer) --
+    @property
+    def receipt_handle(self):
+        """What acks this received message or changes its invisible duration: its POP_CK property
+        (the pop check point, rmq_core.common.pop_extra_info); None for a pulled message."""
+        return _message_prop(self, "POP_CK")
+
+    @receipt_handle.setter
+    def receipt_handle(self, value):
+        self.put_property("POP_CK", value)
+
+    @property
+    def delivery_attempt(self):
+        """1 for a first delivery, then one more each time it is delivered again."""
+        return self.reconsume_times + 1
+
     # -- ids --
     @property
     def offset_msg_id(self):

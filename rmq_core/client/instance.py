@@ -34,7 +34,7 @@ from rmq_core.client.subscription import heartbeat_body
 from rmq_core.errors import MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingConnectError, RemotingError
 from rmq_core.message import ExpressionType, MessageConst, MessageQueue, MixAll
 from rmq_core.remoting.aliases import uses_local_aliases
-from rmq_core.remoting.pipelined import PipelinedChannel
+from rmq_core.remoting.pipelined import PipelinedChannel, decode_command_frames
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -304,7 +304,7 @@ class MQClientInstance:
         # every send written from the caller's thread on a broker's pipelined connection (see
         # rmq_core.remoting.pipelined; in-proc: plugins/transport/inproc.py InprocPipelinedChannel):
         # broker address -> its connections
-        self._send_channels: dict[str, list[PipelinedChannel]] = {}
+        self._send_channels: dict[Any, list[PipelinedChannel]] = {}
         self._send_channels_lock = threading.Lock()
         self._send_channel_turn = itertools.count()
         self._send_connect_locks: dict[str, threading.Lock] = {}  # one connect at a time per broker
@@ -634,20 +634,23 @@ class MQClientInstance:
         return bool(channels) and len(channels) == self.config.pipelined_send_connections and not any(
             c.closed for c in channels)
 
-    def send_channel(self, addr: str, read_frames, from_command) -> PipelinedChannel:
+    def send_channel(self, addr: str, read_frames, from_command, key=None) -> PipelinedChannel:
         """A pipelined connection to the broker `addr` (one of pipelined_send_connections, taken
         in turn; in-proc for a broker embedded in this process), opened on first use and again
         after it broke; raises RemotingConnectError when it cannot be opened - at once, without
         trying, for a while after a failed try (a send must not block its caller on a connect
-        per message to an unreachable broker).  read_frames / from_command: see PipelinedChannel."""
-        channels = self._send_channels.get(addr)
+        per message to an unreachable broker).  read_frames / from_command: see PipelinedChannel;
+        key: what the connections are kept under (default `addr`: the sends')."""
+        if key is None:
+            key = addr
+        channels = self._send_channels.get(key)
         n = self.config.pipelined_send_connections
         if channels is not None and len(channels) == n:
             channel = channels[next(self._send_channel_turn) % n] if n > 1 else channels[0]
             if not channel.closed:
                 return channel
         with self._send_channels_lock:
-            connecting = self._send_connect_locks.setdefault(addr, threading.Lock())
+            connecting = self._send_connect_locks.setdefault(key, threading.Lock())
         with connecting:  # one connect per broker at a time; sends to other brokers go on meanwhile
             with self._send_channels_lock:
                 if self._stopping:
@@ -656,7 +659,7 @@ class MQClientInstance:
                 if time.monotonic() < retry_at:
                     raise RemotingConnectError(f"{why} (moments ago; not tried again for "
                                                f"{retry_at - time.monotonic():.1f} s)")
-                channels = self._send_channels.setdefault(addr, [])
+                channels = self._send_channels.setdefault(key, [])
                 slot = next((i for i, c in enumerate(channels) if c.closed), None)
                 if slot is None and len(channels) >= n:
                     return channels[next(self._send_channel_turn) % len(channels)]
@@ -669,7 +672,7 @@ class MQClientInstance:
                 stopping = self._stopping
                 if not stopping:
                     self._connect_failed.pop(addr, None)
-                    channels = self._send_channels.setdefault(addr, [])
+                    channels = self._send_channels.setdefault(key, [])
                     if slot is not None and slot < len(channels) and channels[slot].closed:
                         channels[slot] = channel
                     else:
@@ -678,6 +681,13 @@ class MQClientInstance:
                 channel.close()
                 raise RemotingConnectError(f"client {self.client_id} is shutting down; cannot reach {addr}")
             return channel
+
+    def command_channel(self, addr: str) -> PipelinedChannel:
+        """A pipelined connection to the broker `addr` answering with RemotingCommands, kept and
+        reopened as the sends' are (send_channel): a request written and its answer read by the
+        caller's own thread (exchange), or answered through a LeanFuture - no hop through the
+        event loop (the SimpleConsumer's acks: one round trip each)."""
+        return self.send_channel(addr, decode_command_frames, None, key=("command", addr))
 
     def _open_send_channel(self, addr: str, read_frames, from_command) -> PipelinedChannel:
         return self.remoting.connect_pipelined(addr, read_frames=read_frames, from_command=from_command,

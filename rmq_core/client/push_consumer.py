@@ -44,7 +44,9 @@ _SHORT_NAMES = {"LAST": "CONSUME_FROM_LAST_OFFSET", "FIRST": "CONSUME_FROM_FIRST
                 "TIMESTAMP": "CONSUME_FROM_TIMESTAMP"}
 
 
-def _enum(cls, value, what: str):
+def enum_setting(cls, value, what: str):
+    """A consumer setting's enum member from the member, its value or (consume_from_where) short
+    name; ConfigError naming the setting, the value and the accepted ones otherwise."""
     if isinstance(value, cls):
         return value
     try:
@@ -59,6 +61,42 @@ def _enum(cls, value, what: str):
 def _settle(fut) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def join_client(consumer, prepare: Callable[[MQClientInstance], None] | None = None) -> MQClientInstance:
+    """A consumer's start, with its client: the instance of its client id (objects with one
+    instance name share it) registered and started, `prepare(instance)` (the consumer's own parts),
+    the routes of its topics (`subscription_inner`) asked for - each known route handed to
+    consumer.on_route_changed, no name server answering fails the start -, a heartbeat to every
+    broker (a refusal, e.g. a duplicate client id, fails the start) and CHECK_CLIENT_CONFIG for its
+    non-tag subscriptions (a broker that cannot filter them fails the start, saying why).  On
+    failure the consumer is unregistered again."""
+    inst = consumer.instance = MQClientManager.get_instance(consumer.client_config, Producer)
+    inst.register_consumer(consumer.group, consumer)
+    try:
+        inst.start()
+        if prepare is not None:
+            prepare(inst)
+        topics = list(consumer.subscription_inner)
+
+        async def routes():
+            for t in topics:
+                await inst.update_topic_route(t)
+
+        inst.run(routes(), timeout=30)
+        for t in topics:
+            route = inst.topic_route_table.get(t)
+            if route is not None:
+                consumer.on_route_changed(t, route)
+            elif isinstance(inst.route_errors.get(t), NamesrvUnreachableError):
+                # no name server answers: starting would wait for routes that never come
+                raise inst.route_error(t)
+        inst.heartbeat_now(raise_errors=True)
+        inst.run(inst.check_client_in_broker(consumer.group, list(consumer.subscription_inner.values())), timeout=30)
+    except BaseException:
+        inst.unregister_consumer(consumer.group)
+        raise
+    return inst
 
 
 class ConsumerBase:
@@ -101,8 +139,8 @@ class ConsumerBase:
             opts["instance_name"] = settings["instance_name"]
         self.client_config = make_client_config(type(self).__name__, namesrv, opts, own=type(self).__init__,
                                                 also=settings)
-        self.message_model = _enum(MessageModel, settings["message_model"], "message_model")
-        self.consume_from_where = _enum(ConsumeFromWhere, settings["consume_from_where"], "consume_from_where")
+        self.message_model = enum_setting(MessageModel, settings["message_model"], "message_model")
+        self.consume_from_where = enum_setting(ConsumeFromWhere, settings["consume_from_where"], "consume_from_where")
         # Java default: half an hour before the consumer starts
         consume_timestamp, rebalance_interval = settings["consume_timestamp"], settings["rebalance_interval"]
         self.consume_timestamp = int(consume_timestamp if consume_timestamp is not None
@@ -200,39 +238,20 @@ class ConsumerBase:
                        client_id=instance.client_id)
 
     def _start_common(self, orderly: bool) -> None:
-        """Resolve plugins (unknown name -> error listing the available ones), start the instance,
-        load offsets, fetch routes, heartbeat (surfacing a broker's refusal)."""
+        """Resolve plugins (unknown name -> error listing the available ones), then join the client
+        (join_client) with the offsets loaded and the rebalance made."""
         strategy, factory = self._resolve_plugins()
         self.start_timestamp = int(time.time() * 1000)  # (the running info's PROP_CONSUMER_START_TIMESTAMP)
-        self.instance = MQClientManager.get_instance(self.client_config, Producer)
-        self.instance.register_consumer(self.group, self)
-        try:
-            self.instance.start()
-            self.offset_store = self._make_offset_store(factory, self.instance)
+
+        def prepare(inst: MQClientInstance) -> None:
+            self.offset_store = self._make_offset_store(factory, inst)
             self.offset_store.load()
-            self.rebalance = RebalanceImpl(self, self.instance, self.group, self.message_model, strategy,
+            self.rebalance = RebalanceImpl(self, inst, self.group, self.message_model, strategy,
                                            orderly=orderly, lock_max_live_time=getattr(self, "lock_max_live_time", 30.0),
                                            check_pull_expired=self.consume_type == "CONSUME_PASSIVELY")
             self.rebalance.subscriptions = self.subscription_inner
-            inst = self.instance
 
-            async def routes():
-                for t in list(self.subscription_inner):
-                    await inst.update_topic_route(t)
-
-            inst.run(routes(), timeout=30)
-            for t in self.subscription_inner:
-                route = inst.topic_route_table.get(t)
-                if route is not None:
-                    self.rebalance.topic_subscribe_info[t] = route.subscribe_queues(t)
-                elif isinstance(inst.route_errors.get(t), NamesrvUnreachableError):
-                    # no name server answers: starting would wait for routes that never come
-                    raise inst.route_error(t)
-            inst.heartbeat_now(raise_errors=True)
-            inst.run(inst.check_client_in_broker(self.group, list(self.subscription_inner.values())), timeout=30)
-        except BaseException:
-            self.instance.unregister_consumer(self.group)
-            raise
+        join_client(self, prepare)
         if self.trace is not None:
             self.trace.start(self.instance)
 
@@ -705,4 +724,4 @@ class PushConsumer(ConsumerBase):
                 self.consume_service.clean_expired_messages(pq, mq, self.consume_timeout)
 
 
-__all__ = ["PushConsumer", "ConsumerBase", "READ_FROM_MEMORY", "READ_FROM_STORE", "MEMORY_FIRST_THEN_STORE"]
+__all__ = ["PushConsumer", "ConsumerBase", "join_client", "READ_FROM_MEMORY", "READ_FROM_STORE", "MEMORY_FIRST_THEN_STORE"]

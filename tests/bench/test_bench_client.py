@@ -343,9 +343,9 @@ def _redis_drain(redis_client, stream, count):
     return time.perf_counter() - t
 
 
-def _push_consumer(namesrv, topic, n_queues, options):
+def _push_consumer(namesrv, topic, n_queues, options, count_to=N_CONSUME):
     """A PushConsumer of a new group that owns (and, orderly, has locked) every queue of `topic`
-    but pulls nothing until resume(); returns it with the Event set once N_CONSUME arrived."""
+    but pulls nothing until resume(); returns it with the Event set once `count_to` arrived."""
     options = dict(options)
     orderly = options.pop("orderly", False)
     count = [0]
@@ -356,7 +356,7 @@ def _push_consumer(namesrv, topic, n_queues, options):
     def listener(msgs):
         with lock:
             count[0] += len(msgs)
-            if count[0] >= N_CONSUME:
+            if count[0] >= count_to:
                 done.set()
         return ok
 
@@ -375,8 +375,8 @@ def _push_consumer(namesrv, topic, n_queues, options):
     return c, done
 
 
-def _push_drain(namesrv, topic, n_queues, options):
-    c, done = _push_consumer(namesrv, topic, n_queues, options)
+def _push_drain(namesrv, topic, n_queues, options, count_to=N_CONSUME):
+    c, done = _push_consumer(namesrv, topic, n_queues, options, count_to)
     try:
         t = time.perf_counter()
         c.resume()

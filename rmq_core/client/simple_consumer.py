@@ -1,0 +1,547 @@
+"""SimpleConsumer (RocketMQ 5's SimpleConsumer) over the 4.x remoting protocol's pop requests.
+
+    with SimpleConsumer("CG", namesrv="127.0.0.1:9876", subscriptions={"TopicA": "TagA || TagB"}) as c:
+        for msg in c.receive(16, invisible_duration=30):
+            handle(msg)
+            c.ack(msg)      # or c.change_invisible_duration(msg, 60) for more time
+
+No queue is owned and nothing rebalances: consumers of one group share every queue.  A receive is
+one POP_MESSAGE (queueId -1: the broker picks among the topic's queues) to the master of one
+broker holding a subscribed topic, taken in turn; the brokers not in turn are asked without
+waiting first, the one in turn long-polls for up to `await_duration`.  A received message stays
+invisible to the group for `invisible_duration`; unless acked (ACK_MESSAGE) it is delivered again,
+its delivery_attempt raised.  Its receipt handle is its POP_CK property, made from the answer's
+startOffsetInfo / msgOffsetInfo / orderCountInfo as RocketMQ 5's remoting client makes it
+(rmq_core.common.pop_extra_info); CHANGE_MESSAGE_INVISIBLETIME gives it a new one.  Acks and changes
+travel on the broker's command channel, from the caller's thread (MQClientInstance.command_channel);
+a receive's long poll on the client's event loop.  The consumer heartbeats like the others (CONSUME_ACTIVELY, as RocketMQ 5 registers a SimpleConsumer), so it shows
+in consumerConnection.
+"""
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import itertools
+import json
+import logging
+import math
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Mapping
+
+from rmq_core.client.config import make_client_config
+from rmq_core.client.futures import LeanFuture
+from rmq_core.client.push_consumer import enum_setting, join_client
+from rmq_core.client.subscription import build_subscription
+from rmq_core.common.clock import now_ms
+from rmq_core.common.delegate import delegate
+from rmq_core.common.pop_extra_info import (
+    ExtraInfo, build_extra_info, info_key, parse_info, queue_offset_key, retry_mark,
+)
+from rmq_core.errors import (
+    ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, ReceiptHandleExpiredError, RemotingError,
+)
+from rmq_core.message import ConsumeFromWhere, MessageConst, MixAll, PermName, check_group
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import RemotingCommand
+
+log = logging.getLogger("rmq.client.simple")
+
+# A POP_MESSAGE answers at most 32 messages (RocketMQ's broker refuses more)
+MAX_MESSAGE_NUM = 32
+# where a group that never popped a queue starts in it (POP_MESSAGE's initMode, ConsumeInitMode):
+# its end (MAX, what RocketMQ's proxy asks) or its first message (MIN)
+_INIT_MODES = {ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET: 1, ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET: 0}
+_NO_MESSAGE = (ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_TIMEOUT)
+
+
+def _seconds(value, what: str, *, allow_zero: bool = False) -> float:
+    """A duration given in seconds (int/float) or as a timedelta; IllegalArgumentError naming it otherwise."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or (value == 0 and not allow_zero):
+        raise IllegalArgumentError(f"bad {what} {value!r}: expected a {'non-negative' if allow_zero else 'positive'} "
+                                   "number of seconds or a timedelta")
+    return float(value)
+
+
+class SimpleConsumer:
+    """Receive, then ack each message (or change its invisible duration), in your own time.
+
+    group: the consumer group; namesrv: as for the other clients; subscriptions: {topic: "TagA ||
+    TagB" / "*" / MessageSelector}; await_duration: how long (s) a receive waits at the broker for
+    messages; fifo: None (the broker goes by the group: consumeMessageOrderly), True / False (the
+    POP_MESSAGE `order` flag sent as given); consume_from_where: where the group starts in a queue
+    it never received from, CONSUME_FROM_LAST_OFFSET (its end, as RocketMQ 5's SimpleConsumer) or
+    CONSUME_FROM_FIRST_OFFSET ("LAST" / "FIRST" for short).  Other keywords: the client's (ClientConfig:
+    access_key / secret_key for ACL, instance_name, timers...)."""
+
+    consume_type = "CONSUME_ACTIVELY"  # (RocketMQ 5 registers a SimpleConsumer so)
+    message_model_name = "CLUSTERING"
+    consume_from_where_name = delegate("consume_from_where.value")
+
+    def __init__(self, group: str, namesrv=None, *, subscriptions: Mapping[str, Any] | None = None,
+                 await_duration: float | timedelta = 20.0, fifo: bool | None = None,
+                 consume_from_where: str | ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 **client_options):
+        self.group = check_group(group)
+        if MixAll.is_retry_topic(self.group) or MixAll.is_dlq_topic(self.group):
+            raise ConfigError(f"bad consumer group {group!r}: a group is not named like a retry or DLQ topic")
+        self.await_duration = _seconds(await_duration, "await_duration", allow_zero=True)
+        if fifo is not None and not isinstance(fifo, bool):
+            raise ConfigError(f"bad fifo {fifo!r}: expected None, True or False")
+        self.fifo = fifo
+        where = enum_setting(ConsumeFromWhere, consume_from_where, "consume_from_where")
+        if where not in _INIT_MODES:
+            raise ConfigError(f"bad consume_from_where {consume_from_where!r} for a SimpleConsumer: expected "
+                              "CONSUME_FROM_LAST_OFFSET or CONSUME_FROM_FIRST_OFFSET")
+        self.consume_from_where = where
+        self.client_config = make_client_config("SimpleConsumer", namesrv, client_options, own=type(self).__init__)
+        self.subscription_inner: dict = {}
+        for topic, expression in (subscriptions or {}).items():
+            self.subscription_inner[topic] = build_subscription(topic, expression)
+        self.instance = None
+        self.start_timestamp = 0
+        self._started = False
+        self._state_lock = threading.Lock()
+        self._turn = itertools.count()
+
+    client_id = delegate("client_config.client_id")
+
+    # --- subscriptions ---------------------------------------------------------------------------
+    def subscribe(self, topic: str, expression="*") -> None:
+        """Add (or change) a subscription; after start() its route is looked up and the brokers
+        told at once."""
+        sub = build_subscription(topic, expression)
+        self.subscription_inner[topic] = sub
+        if self._started:
+            inst = self.instance
+            inst.run(inst.update_topic_route(topic), timeout=30)
+            inst.heartbeat_now()
+
+    def unsubscribe(self, topic: str) -> None:
+        self.subscription_inner.pop(topic, None)
+        if self._started:
+            self.instance.heartbeat_now()
+
+    def subscriptions(self) -> list:
+        return list(self.subscription_inner.values())
+
+    def subscribed_topics(self) -> set[str]:
+        return set(self.subscription_inner)
+
+    # --- life cycle ------------------------------------------------------------------------------
+    def start(self) -> "SimpleConsumer":
+        with self._state_lock:
+            if self._started:
+                return self
+            if not self.subscription_inner:
+                raise MQClientError(f"simple consumer {self.group!r}: subscribe to a topic before start() "
+                                    "(subscriptions={topic: expression})")
+            self.start_timestamp = int(time.time() * 1000)
+            join_client(self)
+            self._started = True
+        log.info("the simple consumer [%s] start OK, client id %s", self.group, self.client_id)
+        return self
+
+    def shutdown(self) -> None:
+        with self._state_lock:
+            if not self._started:
+                return
+            self._started = False
+        self.instance.unregister_consumer(self.group)
+        log.info("the simple consumer [%s] shut down", self.group)
+
+    def __enter__(self) -> "SimpleConsumer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    @property
+    def running(self) -> bool:
+        return self._started
+
+    def _require_started(self):
+        if not self._started:
+            raise MQClientError(f"the simple consumer {self.group!r} is not started; call start() first")
+        return self.instance
+
+    # --- what the client instance calls on its consumers -----------------------------------------
+    def on_route_changed(self, topic, route) -> None:
+        """(Each receive reads the routes as they are: nothing is kept from them.)"""
+
+    def do_rebalance(self) -> None:
+        """A pop consumer owns no queue: nothing to rebalance."""
+
+    def persist_consumer_offset(self) -> None:
+        """The broker keeps a pop group's offsets: nothing to persist."""
+
+    def reset_offset(self, topic: str, table: dict) -> None:
+        log.info("RESET_CONSUMER_CLIENT_OFFSET of %s for simple consumer %s: the broker moves a pop group's "
+                 "offsets itself", topic, self.group)
+
+    def running_info(self) -> dict:
+        return {
+            "properties": {"consumeType": self.consume_type, "messageModel": self.message_model_name,
+                           "consumeFromWhere": self.consume_from_where_name, "clientId": self.client_id,
+                           "PROP_CONSUME_TYPE": self.consume_type, "PROP_CONSUMEORDERLY": str(bool(self.fifo)).lower(),
+                           "PROP_CONSUMER_START_TIMESTAMP": str(self.start_timestamp)},
+            "subscriptionSet": [s.to_json() for s in self.subscriptions()],
+            "mqTable": [],
+        }
+
+    # --- receive ---------------------------------------------------------------------------------
+    def receive(self, max_message_num: int, invisible_duration: float | timedelta) -> list:
+        """Up to `max_message_num` (1..32) messages, each invisible to the group for
+        `invisible_duration` (s or timedelta); [] when none came within await_duration."""
+        args = self._receive_args(max_message_num, invisible_duration)
+        return self._require_started().run(self._receive(*args), timeout=self._receive_timeout() + 5)
+
+    def receive_async(self, max_message_num: int, invisible_duration: float | timedelta) -> concurrent.futures.Future:
+        """receive() as a Future (rmq_core.aio awaits it)."""
+        args = self._receive_args(max_message_num, invisible_duration)
+        return self._require_started().submit(self._receive(*args))
+
+    def _receive_args(self, max_message_num, invisible_duration) -> tuple[int, int]:
+        if isinstance(max_message_num, bool) or not isinstance(max_message_num, int) \
+                or not 1 <= max_message_num <= MAX_MESSAGE_NUM:
+            raise IllegalArgumentError(f"bad max_message_num {max_message_num!r}: expected an int within "
+                                       f"1..{MAX_MESSAGE_NUM}")
+        invisible_ms = round(_seconds(invisible_duration, "invisible_duration") * 1000)
+        if invisible_ms < 1:
+            raise IllegalArgumentError(f"bad invisible_duration {invisible_duration!r}: under a millisecond")
+        return max_message_num, invisible_ms
+
+    def _receive_timeout(self) -> float:
+        return self.await_duration + self.client_config.mq_client_api_timeout
+
+    def _targets(self) -> list[tuple[str, str]]:
+        """(topic, broker name) of every subscribed topic's brokers with readable queues."""
+        out = []
+        table = self.instance.topic_route_table
+        for topic in list(self.subscription_inner):
+            route = table.get(topic)
+            if route is None:
+                continue
+            for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+                if PermName.is_readable(qd.perm) and qd.read_queue_nums > 0:
+                    out.append((topic, qd.broker_name))
+        return out
+
+    async def _receive(self, max_nums: int, invisible_ms: int) -> list:
+        inst = self.instance
+        targets = self._targets()
+        if not targets:
+            for topic in list(self.subscription_inner):
+                await inst.update_topic_route(topic)
+            targets = self._targets()
+            if not targets:
+                topics = sorted(self.subscription_inner)
+                errors = [inst.route_error(t) for t in topics]
+                raise next((e for e in errors if e is not None), None) or MQClientError(
+                    f"simple consumer {self.group!r}: no broker serves a readable queue of {', '.join(topics)}")
+        n = len(targets)
+        turn = next(self._turn)
+        failure = None
+        answered = False
+        for i in range(n):
+            topic, broker_name = targets[(turn + i) % n]
+            # the brokers before the one in turn are asked without waiting; it long-polls
+            poll_ms = round(self.await_duration * 1000) if i == n - 1 else 0
+            try:
+                msgs = await self._pop(topic, broker_name, max_nums, invisible_ms, poll_ms)
+            except (RemotingError, MQClientError, MQBrokerError) as e:
+                if n == 1:
+                    raise
+                log.warning("pop of %s from broker %s failed: %s", topic, broker_name, e)
+                failure = e
+                continue
+            if msgs:
+                return msgs
+            answered = True
+        if not answered:  # every broker failed: say why (one that answered "nothing" makes it [])
+            raise failure
+        return []
+
+    async def _pop(self, topic: str, broker_name: str, max_nums: int, invisible_ms: int, poll_ms: int) -> list:
+        inst = self.instance
+        addr = inst.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
+        if addr is None:
+            await inst.update_topic_route(topic)
+            addr = inst.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
+            if addr is None:
+                raise MQClientError(f"broker {broker_name!r} of topic {topic!r} has no master to pop from")
+        sub = self.subscription_inner.get(topic)
+        if sub is None:
+            return []
+        fields = {"consumerGroup": self.group, "topic": topic, "queueId": -1, "maxMsgNums": max_nums,
+                  "invisibleTime": invisible_ms, "pollTime": poll_ms, "bornTime": now_ms(),
+                  "initMode": _INIT_MODES[self.consume_from_where], "expType": sub.expression_type, "exp": sub.sub_string}
+        if self.fifo is not None:
+            fields["order"] = self.fifo
+        req = RemotingCommand.create_request(RequestCode.POP_MESSAGE, fields)
+        try:
+            resp = await inst.invoke(addr, req, poll_ms / 1000 + self.client_config.mq_client_api_timeout)
+        except (RemotingError, TimeoutError) as e:
+            inst.note_request_failed(addr, e)
+            raise
+        if resp.code in _NO_MESSAGE:
+            return []
+        if resp.code != ResponseCode.SUCCESS:
+            error = MQBrokerError(resp.code, resp.remark, addr)
+            inst.note_request_failed(addr, error)
+            raise error
+        return self._popped(resp, topic, broker_name, sub, addr)
+
+    def _popped(self, resp: RemotingCommand, topic: str, broker_name: str, sub, addr: str) -> list:
+        """The answer's messages, each with its receipt handle (POP_CK: MQClientAPIImpl.processPopResponse)."""
+        from rmq_core.codec import decode_messages
+
+        msgs = decode_messages(resp.body or b"", broker_name=broker_name)
+        pop_time = resp.get_int("popTime", 0)
+        invisible = resp.get_int("invisibleTime", 0)
+        revive_qid = resp.get_int("reviveQid", 0)
+        start_info = parse_info(resp.get_str("startOffsetInfo"), "startOffsetInfo")
+        offset_info = {k: v.split(",") for k, v in parse_info(resp.get_str("msgOffsetInfo"), "msgOffsetInfo").items()}
+        order_info = parse_info(resp.get_str("orderCountInfo"), "orderCountInfo")
+        taken: dict[str, int] = {}  # key -> messages of it seen (the i-th takes msgOffsetInfo's i-th offset)
+        first_ck: dict[tuple[str, int], int] = {}  # (topic, queue) -> the check point (an answer without startOffsetInfo)
+        for m in msgs:
+            ck = m.get_property(MessageConst.POP_CK)  # (a revived message the broker rewrote carries its own)
+            if ck is None:
+                mark = retry_mark(m.topic)
+                key = info_key(mark, m.queue_id)
+                if start_info:
+                    i = taken.get(key, 0)
+                    taken[key] = i + 1
+                    offsets = offset_info.get(key)
+                    if key not in start_info or offsets is None or i >= len(offsets):
+                        raise MQClientError(f"pop answer from {addr} has no check point of {key} "
+                                            f"(startOffsetInfo {resp.get_str('startOffsetInfo')!r}, msgOffsetInfo "
+                                            f"{resp.get_str('msgOffsetInfo')!r})")
+                    ck = build_extra_info(int(start_info[key]), pop_time, invisible, revive_qid, mark, broker_name,
+                                          m.queue_id, int(offsets[i]))
+                else:
+                    start = first_ck.setdefault((m.topic, m.queue_id), m.queue_offset)
+                    ck = build_extra_info(start, pop_time, invisible, revive_qid, mark, broker_name, m.queue_id,
+                                          m.queue_offset)
+                m.put_property(MessageConst.POP_CK, ck)
+                if order_info:
+                    count = order_info.get(queue_offset_key(mark, m.queue_id, m.queue_offset)) or order_info.get(key)
+                    if count is not None and int(count) > 0:
+                        m.reconsume_times = int(count)
+            props = m.properties
+            props.setdefault(MessageConst.FIRST_POP_TIME, str(pop_time))
+            m.topic = topic  # (a retry message shows the topic it was sent to)
+            m.broker_name = broker_name
+        if sub.is_tag and sub.tags_set:
+            # the broker filtered by tag hash code, which can collide: re-check the exact string and
+            # ack what does not match (RocketMQ's pop consumer does so), or it would come back
+            tags = frozenset(sub.tags_set)
+            unmatched = [m for m in msgs if m.tags not in tags]
+            if unmatched:
+                msgs = [m for m in msgs if m.tags in tags]
+                self.instance.blocking_executor.submit(self._ack_quietly, unmatched)
+        return msgs
+
+    def _ack_quietly(self, msgs) -> None:  # (in the client's executor: may connect)
+        for m in msgs:
+            try:
+                self.ack(m)
+            except Exception as e:  # noqa: BLE001 - it comes back after its invisible time
+                log.warning("ack of %s (tag %r not subscribed) failed: %s", m.msg_id, m.tags, e)
+
+    # --- ack / change invisible duration ---------------------------------------------------------
+    # Written on the broker's command channel (MQClientInstance.command_channel) from the caller's
+    # thread, the answer read there too (a sync call) or completing a LeanFuture (the async ones):
+    # no hop through the client's event loop, whose round trip was most of an ack's time.
+    def ack(self, messages) -> None:
+        """End a received message, or a list of them: not delivered to this group again.  A list is
+        acked with one BATCH_ACK_MESSAGE per broker (one ack record per checkpoint at the broker).
+        Raises ReceiptHandleExpiredError for a message whose invisible duration is over (it is
+        delivered again) - for a list, after the others were acked, naming the expired ones."""
+        self._ack_any(messages, True).result()
+
+    def ack_async(self, messages) -> concurrent.futures.Future:
+        """ack() as a Future (a LeanFuture: many acks in flight at once; rmq_core.aio awaits it)."""
+        return self._ack_any(messages, False)
+
+    def _ack_any(self, messages, wait: bool) -> LeanFuture:
+        if hasattr(messages, "receipt_handle") or isinstance(messages, str):
+            return self._ack_call(messages, wait)
+        try:
+            messages = list(messages)
+        except TypeError:
+            raise IllegalArgumentError(f"ack takes a received message or a list of them, not {messages!r}") from None
+        return self._batch_ack_call(messages, wait)
+
+    def change_invisible_duration(self, message, invisible_duration: float | timedelta) -> None:
+        """Keep a received message invisible for `invisible_duration` (s or timedelta) from now; its
+        receipt handle is replaced (ack it with the message as it is now)."""
+        self._change_call(message, invisible_duration, True).result()
+
+    def change_invisible_duration_async(self, message, invisible_duration: float | timedelta
+                                        ) -> concurrent.futures.Future:
+        return self._change_call(message, invisible_duration, False)
+
+    def _ack_call(self, message, wait: bool) -> LeanFuture:
+        info = self._handle(message)  # (a bad or expired handle fails here, on the caller's thread)
+        self._require_started()
+        return self._call(message, info, RequestCode.ACK_MESSAGE, {}, None, wait)
+
+    def _change_call(self, message, invisible_duration, wait: bool) -> LeanFuture:
+        invisible_ms = round(_seconds(invisible_duration, "invisible_duration") * 1000)
+        if invisible_ms < 1:
+            raise IllegalArgumentError(f"bad invisible_duration {invisible_duration!r}: under a millisecond")
+        info = self._handle(message)
+        self._require_started()
+        topic = info.real_topic(message.topic, self.group)
+
+        def changed(resp: RemotingCommand) -> None:
+            # the new check point is the message alone (MQClientAPIImpl.changeInvisibleTimeAsync)
+            message.receipt_handle = build_extra_info(
+                info.queue_offset, resp.get_int("popTime", 0), resp.get_int("invisibleTime", invisible_ms),
+                resp.get_int("reviveQid", info.revive_qid), topic, info.broker_name, info.queue_id,
+                info.queue_offset)
+
+        return self._call(message, info, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {"invisibleTime": invisible_ms},
+                          changed, wait)
+
+    def _batch_ack_call(self, messages: list, wait: bool) -> LeanFuture:
+        """BATCH_ACK_MESSAGE of `messages` (RocketMQ's BatchAckMessageRequestBody: per checkpoint a
+        BatchAck with the acked offsets as a java.util.BitSet from its start offset), one request per
+        broker; the expired ones are not sent but named by the Future's ReceiptHandleExpiredError."""
+        expired = []
+        by_broker: dict[str, dict] = {}  # broker name -> checkpoint key -> [BatchAck, offsets]
+        for m in messages:
+            try:
+                info = self._handle(m)
+            except ReceiptHandleExpiredError as e:
+                expired.append(str(e))
+                continue
+            key = (m.topic, info.retry, info.queue_id, info.ck_queue_offset, info.pop_time)
+            entry = by_broker.setdefault(info.broker_name, {}).get(key)
+            if entry is None:
+                entry = by_broker[info.broker_name][key] = [{
+                    "c": self.group, "t": m.topic, "r": info.retry, "so": info.ck_queue_offset, "q": info.queue_id,
+                    "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, []]
+            entry[1].append(info.queue_offset - info.ck_queue_offset)
+        if by_broker:
+            self._require_started()
+        refusal = ReceiptHandleExpiredError(f"{len(expired)} of {len(messages)} messages not acked: "
+                                            f"{'; '.join(expired[:5])}{' ...' if len(expired) > 5 else ''}"
+                                            ) if expired else None
+
+        def then(_resp):
+            if refusal is not None:
+                raise refusal
+
+        futures = []
+        for broker_name, acks in by_broker.items():
+            for entry in acks.values():
+                entry[0]["b"] = _bit_set(entry[1])
+            body = json.dumps({"acks": [a for a, _ in acks.values()], "brokerName": broker_name},
+                              separators=(",", ":")).encode()
+            futures.append(self._send(RemotingCommand.create_request(RequestCode.BATCH_ACK_MESSAGE, {}, body),
+                                      broker_name, then, wait and len(by_broker) == 1))
+        if len(futures) == 1:
+            return futures[0]
+        return _all_of(futures, refusal)
+
+    def _handle(self, message) -> ExtraInfo:
+        """The message's receipt handle, parsed; refused when missing or expired."""
+        handle = getattr(message, "receipt_handle", None) if not isinstance(message, str) else None
+        if handle is None:
+            raise IllegalArgumentError(f"{message!r} has no receipt handle: ack and change_invisible_duration take "
+                                       "a message this SimpleConsumer received")
+        info = ExtraInfo.parse(handle)
+        late = now_ms() - info.visible_at
+        if late >= 0:
+            raise ReceiptHandleExpiredError(
+                f"the receipt handle of message {message.msg_id} ({message.topic}, queue {info.queue_id}, offset "
+                f"{info.queue_offset}) expired {late / 1000:.3f} s ago (invisible for {info.invisible_time} ms "
+                f"from its pop): it is delivered again")
+        return info
+
+    def _call(self, message, info: ExtraInfo, code: int, more: dict, then, wait: bool) -> LeanFuture:
+        """ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME of `message` to the master of its broker: a
+        LeanFuture of then(answer) (None without `then`), answered (wait=True) on this thread."""
+        request = RemotingCommand.create_request(code, {
+            "consumerGroup": self.group, "topic": info.real_topic(message.topic, self.group),
+            "queueId": info.queue_id, "extraInfo": message.receipt_handle, "offset": info.queue_offset, **more})
+        return self._send(request, info.broker_name, then, wait)
+
+    def _send(self, request: RemotingCommand, broker_name: str, then, wait: bool) -> LeanFuture:
+        """`request` on the command channel of `broker_name`'s master (see _call)."""
+        inst = self.instance
+        addr = inst.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
+        if addr is None:
+            raise MQClientError(f"the master of broker {broker_name!r} (of a receipt handle) is not in any route "
+                                f"known to {self.client_id}")
+        request.language = "PYTHON"  # (as MQClientInstance.invoke marks its requests)
+        timeout = self.client_config.mq_client_api_timeout
+        try:
+            channel = inst.command_channel(addr)
+        except RemotingError as e:
+            inst.note_request_failed(addr, e)
+            raise
+        fut = LeanFuture(channel)
+        context = (fut, addr, then, inst)
+        if wait:
+            channel.exchange(request.encode(), request.opaque, timeout, _answered, context)
+        else:
+            channel.send(request.encode(), request.opaque, timeout, _answered, context)
+        return fut
+
+
+def _bit_set(bits) -> str:
+    """java.util.BitSet.toByteArray() of the set bits, base64 (how fastjson writes a byte[])."""
+    raw = bytearray(max(bits) // 8 + 1)
+    for i in bits:
+        raw[i >> 3] |= 1 << (i & 7)
+    return base64.b64encode(bytes(raw)).decode("ascii")
+
+
+def _all_of(futures: list, error: BaseException | None) -> LeanFuture:
+    """A LeanFuture done when all `futures` are: the first failure, else `error` (or None)."""
+    out = LeanFuture()
+    if not futures:
+        out.finish(None, error)
+        return out
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(f):
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            failed = next((x.exception() for x in futures if x.exception() is not None), None)
+            out.finish(None, failed or error)
+
+    for f in futures:
+        f.add_done_callback(one_done)
+    return out
+
+
+def _answered(context, resp, error) -> None:
+    """A command channel's completion of an ack / change (on the thread that read the answer)."""
+    fut, addr, then, inst = context
+    result = None
+    if error is None:
+        if resp.code != ResponseCode.SUCCESS:
+            error = MQBrokerError(resp.code, resp.remark, addr)
+        elif then is not None:
+            try:
+                result = then(resp)
+            except Exception as e:  # noqa: BLE001 - the caller's Future carries it
+                error = e
+    if isinstance(error, (RemotingError, TimeoutError)):
+        inst.note_request_failed(addr, error)
+    fut.finish(result, error)
+
+
+__all__ = ["SimpleConsumer", "MAX_MESSAGE_NUM"]

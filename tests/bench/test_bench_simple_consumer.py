@@ -1,0 +1,136 @@
+"""Receive + ack throughput of rmq's SimpleConsumer (pop consumption over the remoting protocol)
+against its PushConsumer with RocketMQ's defaults, draining the same backlog (N_BACKLOG stored 128 B
+messages) with a new consumer group each round; the broker runs as `rmq namesrv` + `rmq broker`
+subprocesses on loopback.
+
+Group client-simple-consume (baseline: the PushConsumer, defaults: listener batch 1, 20 consume
+threads, pull batch 32):
+* sync: receive(32, 30 s), then ack() each message in turn (one round trip each);
+* ack_async: receive(32, 30 s), the batch's acks in flight at once (ack_async each, then wait);
+* batch_ack: receive(32, 30 s), then ack(msgs): one BATCH_ACK_MESSAGE for the batch;
+* aio: rmq_core.aio.SimpleConsumer, `await receive(32, 30)` then `await ack(msgs)`.
+test_simple_consume_interleaved drains with each of them round after round (a load drifting on this
+shared machine hits every one) and puts the rates and ratios to the push consumer in extra_info
+(the issue's goal: simple vs push >= 0.7)."""
+import asyncio
+import itertools
+import time
+
+import pytest
+
+from rmq_core import Message, Producer, SimpleConsumer, aio
+from tests.bench.test_bench_client import FAST, _push_consumer, _push_drain
+from tests.servers import NamesrvAndBroker
+
+N_BACKLOG = 20000
+TOPIC = "SimpleBench"
+ROUNDS = 3
+INTERLEAVED_ROUNDS = 3
+_ids = itertools.count()
+SIMPLE = dict(consume_from_where="CONSUME_FROM_FIRST_OFFSET", await_duration=1.0, **FAST)
+
+
+@pytest.fixture(scope="module")
+def backlog(tmp_path_factory):
+    """(name server, number of queues) of a broker whose TOPIC holds N_BACKLOG messages."""
+    c = NamesrvAndBroker(tmp_path_factory.mktemp("rmq-bench-simple"), broker_props={"flushDiskType": "ASYNC_FLUSH"})
+    try:
+        with Producer("PG_BENCH_SIMPLE", namesrv=c.namesrv, **FAST) as p:
+            p.send(Message(TOPIC, b"x"))  # (the topic made; its queues known)
+            queues = p.fetch_publish_message_queues(TOPIC)
+            for i in range((N_BACKLOG - 1) // 500 + 1):
+                p.send_batch([Message(TOPIC, b"x" * 128, tags="TagA") for _ in range(500)], queue=queues[i % len(queues)])
+        yield c.namesrv, len(queues)
+    finally:
+        c.stop()
+
+
+def _simple_drain(namesrv, mode: str) -> float:
+    """Seconds a new group's SimpleConsumer takes to receive and ack N_BACKLOG messages."""
+    group = f"CG_BENCH_SIMPLE{next(_ids)}"
+    if mode == "aio":
+        return asyncio.run(_aio_drain(namesrv, group))
+    c = SimpleConsumer(group, namesrv=namesrv, subscriptions={TOPIC: "*"}, **SIMPLE).start()
+    try:
+        n = 0
+        t = time.perf_counter()
+        while n < N_BACKLOG:
+            msgs = c.receive(32, 30)
+            if mode == "sync":
+                for m in msgs:
+                    c.ack(m)
+            elif mode == "batch_ack":
+                c.ack(msgs)
+            else:
+                for f in [c.ack_async(m) for m in msgs]:
+                    f.result(30)
+            n += len(msgs)
+        return time.perf_counter() - t
+    finally:
+        c.shutdown()
+
+
+async def _aio_drain(namesrv, group) -> float:
+    async with aio.SimpleConsumer(group, namesrv, subscriptions={TOPIC: "*"}, **SIMPLE) as c:
+        n = 0
+        t = time.perf_counter()
+        while n < N_BACKLOG:
+            msgs = await c.receive(32, 30)
+            await c.ack(msgs)
+            n += len(msgs)
+        return time.perf_counter() - t
+
+
+def _rate(benchmark):
+    benchmark.extra_info["msgs_per_s"] = N_BACKLOG / benchmark.stats.stats.median
+
+
+def test_simple_consume_baseline_push_consumer_defaults(benchmark, backlog):
+    benchmark.group = "client-simple-consume"
+    namesrv, n_queues = backlog
+
+    def setup():
+        return _push_consumer(namesrv, TOPIC, n_queues, {}, N_BACKLOG), {}
+
+    def run(c, done):
+        c.resume()
+        assert done.wait(120), "push consumer did not drain the topic"
+
+    benchmark.pedantic(run, setup=setup, teardown=lambda c, done: c.shutdown(), rounds=ROUNDS, iterations=1)
+    _rate(benchmark)
+
+
+MODES = ("sync", "ack_async", "batch_ack", "aio")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_simple_consume_simple_consumer(benchmark, backlog, mode):
+    benchmark.group = "client-simple-consume"
+    namesrv, _ = backlog
+    times = []
+
+    def run():
+        times.append(_simple_drain(namesrv, mode))
+
+    # (the round's time is the drain's own: the consumer's start and shutdown are not in it)
+    benchmark.pedantic(run, rounds=ROUNDS, iterations=1)
+    benchmark.extra_info["msgs_per_s"] = N_BACKLOG / sorted(times)[len(times) // 2]
+
+
+def test_simple_consume_interleaved(benchmark, backlog):
+    """Every round drains the backlog with the push consumer (defaults) and each SimpleConsumer
+    way in turn; extra_info: rates and the ratios simple / push."""
+    benchmark.group = "client-simple-consume-interleaved"
+    namesrv, n_queues = backlog
+    times = {name: [] for name in ("push_defaults", *(f"simple_{mode}" for mode in MODES))}
+
+    def round_():
+        times["push_defaults"].append(_push_drain(namesrv, TOPIC, n_queues, {}, N_BACKLOG))
+        for mode in MODES:
+            times[f"simple_{mode}"].append(_simple_drain(namesrv, mode))
+
+    benchmark.pedantic(round_, rounds=INTERLEAVED_ROUNDS, iterations=1)
+    rate = {name: N_BACKLOG / sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+    benchmark.extra_info.update({f"{name}_msgs_per_s": r for name, r in rate.items()})
+    benchmark.extra_info.update({f"{name}_vs_push": rate[name] / rate["push_defaults"]
+                                 for name in rate if name != "push_defaults"})

@@ -1,0 +1,412 @@
+"""rmq's SimpleConsumer (sync and aio) against a real broker: receive + ack, invisible durations,
+the DLQ, FIFO groups, delayed messages, a broker SIGKILLed with messages in flight, consumers of
+one group sharing a queue, two brokers holding a topic, batch acks, ACL."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+
+import pytest
+
+from rmq_core import Message, Producer, SimpleConsumer, aio
+from rmq_core.admin import AdminClient
+from rmq_core.common.pop_extra_info import ExtraInfo
+from rmq_core.errors import MQBrokerError, MQClientError, ReceiptHandleExpiredError, RemotingError
+from tests.client.conftest import FAST, wait_until
+from tests.servers import NamesrvAndBroker, RmqProcess
+
+# short timers; a receive waits at most a second at the broker, so the loops below move on
+OPTS = dict(FAST, await_duration=1.0, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+
+
+class AioSimple:
+    """An aio.SimpleConsumer on an event loop of its own thread, driven with the sync API's calls
+    (so every scenario runs through both APIs)."""
+
+    def __init__(self, group, namesrv, **options):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="test-aio-loop", daemon=True)
+        self.thread.start()
+        self.c = aio.SimpleConsumer(group, namesrv, **options)
+
+    def _call(self, make):
+        async def run():
+            return await make()
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(60)
+
+    def start(self):
+        self._call(self.c.start)
+        return self
+
+    def shutdown(self):
+        try:
+            self._call(self.c.shutdown)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()
+
+    def receive(self, n, invisible):
+        return self._call(lambda: self.c.receive(n, invisible))
+
+    def ack(self, m):
+        return self._call(lambda: self.c.ack(m))
+
+    def change_invisible_duration(self, m, d):
+        return self._call(lambda: self.c.change_invisible_duration(m, d))
+
+    @property
+    def client_id(self):
+        return self.c.consumer.client_id
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+
+@pytest.fixture(params=["sync", "aio"])
+def simple(request):
+    """Makes a SimpleConsumer of the parametrized API: simple(group, namesrv, topic, **options)."""
+    made = []
+
+    def make(group, namesrv, topic, expression="*", **options):
+        kw = dict(OPTS, subscriptions={topic: expression}, **options)
+        c = SimpleConsumer(group, namesrv=namesrv, **kw) if request.param == "sync" else AioSimple(group, namesrv, **kw)
+        made.append(c)
+        return c
+
+    yield make
+
+
+def receive_until(c, want, *, n=32, invisible=30, timeout=30.0, into=None):
+    """Receive (acking nothing) until `want` messages came in total or `timeout` passed."""
+    got = [] if into is None else into
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        got += c.receive(n, invisible)
+    return got
+
+
+def create_topic(cluster, topic, queues):
+    with AdminClient(cluster.tcp_namesrv) as a:
+        a.create_or_update_topic(cluster.broker_addr, topic, read_queue_nums=queues, write_queue_nums=queues)
+
+
+def create_group(cluster, group, **config):
+    with AdminClient(cluster.tcp_namesrv) as a:
+        a.create_or_update_subscription_group(cluster.broker_addr, {"groupName": group, **config})
+
+
+def handle(m) -> ExtraInfo:
+    return ExtraInfo.parse(m.receipt_handle)
+
+
+def test_1000_messages_received_and_acked_exact_none_twice(cluster, simple, no_thread_leak):
+    topic = "SimpleMany"
+    create_topic(cluster, topic, 4)
+    sent = {}
+    with Producer("PG_SIMPLE_MANY", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        for i in range(1000):
+            body = f"body-{i}".encode() * (2000 if i % 100 == 7 else 1)  # some bodies big enough to be compressed
+            m = Message(topic, body, tags=f"Tag{i % 3}", keys=[f"k{i}", f"x{i}"],
+                        properties={"i": str(i), "p\u00e9": f"v\u00e9{i}"})
+            sent[p.send(m).msg_id] = m
+    with simple("CG_SIMPLE_MANY", cluster.tcp_namesrv, topic) as c:
+        with AdminClient(cluster.tcp_namesrv) as a:  # registered by its heartbeat, as a pull-style consumer
+            conn = a.consumer_connection("CG_SIMPLE_MANY")
+            assert [x.client_id for x in conn.connections] == [c.client_id]
+            assert conn.consume_type == "CONSUME_ACTIVELY" and conn.subscriptions == {topic: "*"}
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 1000 and time.monotonic() < deadline:
+            batch = c.receive(32, 30)
+            for m in batch:
+                c.ack(m)
+            got += batch
+        assert c.receive(32, 30) == []  # (acked: nothing comes back)
+    assert len(got) == 1000 and len({m.msg_id for m in got}) == 1000 and set(sent) == {m.msg_id for m in got}
+    for m in got:
+        s = sent[m.msg_id]
+        assert (m.topic, m.body, m.tags, m.keys) == (topic, s.body, s.tags, s.keys)
+        assert {k: m.properties[k] for k in s.properties} == s.properties
+        assert m.delivery_attempt == 1 and handle(m).broker_name == "broker-a"
+
+
+def test_not_acked_comes_back_with_attempt_2_and_a_change_postpones(cluster, simple, no_thread_leak):
+    topic = "SimpleBack"
+    create_topic(cluster, topic, 1)
+    with Producer("PG_SIMPLE_BACK", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        for body in (b"a", b"b"):
+            p.send(Message(topic, body, keys=body.decode()))
+    with simple("CG_SIMPLE_BACK", cluster.tcp_namesrv, topic) as c:
+        first = {m.body: m for m in receive_until(c, 2, invisible=2)}
+        assert sorted(first) == [b"a", b"b"] and all(m.delivery_attempt == 1 for m in first.values())
+        a1, b1 = first[b"a"], first[b"b"]
+        a_visible = handle(a1).visible_at
+        c.change_invisible_duration(b1, 6)
+        b_visible = handle(b1).visible_at
+        assert b_visible >= a_visible + 3000  # (the new handle: 6 s from the change)
+        again = receive_until(c, 1)
+        assert [m.body for m in again] == [b"a"]
+        a2 = again[0]
+        assert a2.delivery_attempt == 2 and a2.msg_id == a1.msg_id and a2.keys == "a" and a2.topic == topic
+        assert handle(a2).pop_time >= a_visible  # (the broker's clock: not before its invisible time was over)
+        with pytest.raises(ReceiptHandleExpiredError, match=f"message {a1.msg_id}"):
+            c.ack(a1)
+        c.ack(a2)
+        again = receive_until(c, 1)
+        assert [m.body for m in again] == [b"b"]
+        b2 = again[0]
+        assert b2.delivery_attempt == 2 and handle(b2).pop_time >= b_visible
+        c.ack(b2)
+        assert c.receive(32, 30) == []
+
+
+def test_a_list_is_acked_in_one_request_and_an_expired_one_is_named(cluster, simple, no_thread_leak):
+    topic = "SimpleBatchAck"
+    create_topic(cluster, topic, 2)
+    with Producer("PG_SIMPLE_BATCH", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        for i in range(40):
+            p.send(Message(topic, f"m{i}".encode()))
+    with simple("CG_SIMPLE_BATCH", cluster.tcp_namesrv, topic) as c:
+        got = receive_until(c, 40)
+        assert sorted(m.body for m in got) == sorted(f"m{i}".encode() for i in range(40))
+        c.ack(got)
+        assert c.receive(32, 30) == []  # every one acked
+        with Producer("PG_SIMPLE_BATCH", namesrv=cluster.tcp_namesrv, **FAST) as p:
+            p.send(Message(topic, b"late"))
+        (late1,) = receive_until(c, 1, invisible=1)
+        (late2,) = receive_until(c, 1)  # (back: the first handle expired)
+        assert late2.msg_id == late1.msg_id and late2.delivery_attempt == 2
+        with pytest.raises(ReceiptHandleExpiredError, match=f"1 of 2 messages not acked: .*{late1.msg_id}"):
+            c.ack([late1, late2])
+        assert c.receive(32, 30) == []  # the live handle was acked all the same
+
+
+def test_after_max_attempts_in_the_dlq(cluster, simple, no_thread_leak):
+    topic, group = "SimpleDlq", "CG_SIMPLE_DLQ"
+    create_topic(cluster, topic, 1)
+    create_group(cluster, group, retryMaxTimes=1)
+    with Producer("PG_SIMPLE_DLQ", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        sent = p.send(Message(topic, b"poison", keys="kp"))
+    with simple(group, cluster.tcp_namesrv, topic) as c:
+        attempts = [m.delivery_attempt for m in receive_until(c, 1, invisible=1)]
+        attempts += [m.delivery_attempt for m in receive_until(c, 1, invisible=1)]
+        assert attempts == [1, 2]
+        # not acked the second time either: retryMaxTimes 1 reached, it goes to %DLQ%group, not back
+        with AdminClient(cluster.tcp_namesrv) as a:
+            def dead():
+                queues = a.queues(f"%DLQ%{group}") if f"%DLQ%{group}" in a.topic_list() else []
+                return [m for q in queues for m in a.iter_messages(q, 0, a.max_offset(cluster.broker_addr, q.topic,
+                                                                                         q.queue_id))]
+            wait_until(dead, timeout=20, what="the message in the DLQ")
+            (m,) = dead()
+        assert (m.body, m.keys, m.msg_id, m.properties["RETRY_TOPIC"]) == (b"poison", "kp", sent.msg_id, topic)
+        assert c.receive(32, 30) == []
+
+
+def test_fifo_group_three_message_groups_in_order_by_two_consumers(cluster, simple, no_thread_leak):
+    topic, group = "SimpleFifo", "CG_SIMPLE_FIFO"
+    create_topic(cluster, topic, 4)
+    create_group(cluster, group, consumeMessageOrderly=True)
+    with Producer("PG_SIMPLE_FIFO", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        for i in range(100):
+            for g in ("g0", "g1", "g2"):
+                p.send_orderly(Message(topic, f"{g}:{i}".encode()), arg=g)
+    seen = collections.defaultdict(list)  # message group -> sequence numbers in the order received
+    lock = threading.Lock()
+    per_consumer = collections.Counter()
+    errors = []
+
+    def consume(c, name):
+        try:
+            deadline = time.monotonic() + 60
+            while sum(map(len, seen.values())) < 300 and time.monotonic() < deadline:
+                for m in c.receive(8, 30):
+                    g, i = m.body.decode().split(":")
+                    with lock:  # noted before the ack: the group's next message comes only after it
+                        seen[g].append(int(i))
+                        per_consumer[name] += 1
+                    c.ack(m)
+        except BaseException as e:  # (reported by the test's thread)
+            errors.append(e)
+
+    with simple(group, cluster.tcp_namesrv, topic) as c1, simple(group, cluster.tcp_namesrv, topic) as c2:
+        threads = [threading.Thread(target=consume, args=(c, n)) for c, n in ((c1, "c1"), (c2, "c2"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+    assert not errors, errors
+    assert {g: s for g, s in seen.items()} == {g: list(range(100)) for g in ("g0", "g1", "g2")}
+    assert per_consumer["c1"] > 0 and per_consumer["c2"] > 0, per_consumer
+
+
+def test_a_delayed_message_arrives_no_earlier(cluster, simple, no_thread_leak):
+    topic = "SimpleDelay"
+    create_topic(cluster, topic, 1)
+    with simple("CG_SIMPLE_DELAY", cluster.tcp_namesrv, topic) as c:
+        with Producer("PG_SIMPLE_DELAY", namesrv=cluster.tcp_namesrv, **FAST) as p:
+            due = int(time.time() * 1000) + 3000
+            p.send(Message(topic, b"later", properties={"TIMER_DELIVER_MS": str(due)}))
+            p.send(Message(topic, b"now"))
+        got = receive_until(c, 2, timeout=20)
+        for m in got:
+            c.ack(m)
+    assert [m.body for m in got] == [b"now", b"later"]
+    later = got[1]
+    assert later.store_timestamp >= due and handle(later).pop_time >= due, (later.store_timestamp, due)
+    assert later.born_timestamp < due
+
+
+def test_two_consumers_of_one_group_share_a_one_queue_topic(cluster, simple, no_thread_leak):
+    topic, group = "SimpleShare", "CG_SIMPLE_SHARE"
+    create_topic(cluster, topic, 1)
+    with Producer("PG_SIMPLE_SHARE", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        for i in range(60):
+            p.send(Message(topic, f"m{i}".encode()))
+    with simple(group, cluster.tcp_namesrv, topic) as c1, simple(group, cluster.tcp_namesrv, topic) as c2:
+        a = c1.receive(5, 30)
+        b = c2.receive(5, 30)  # while c1's are in flight: the next ones of the same queue
+        assert len(a) == len(b) == 5 and not {m.body for m in a} & {m.body for m in b}
+        got = {c1: a, c2: b}
+        for c, msgs in got.items():
+            for m in msgs:
+                c.ack(m)
+        turn = 0
+        while sum(map(len, got.values())) < 60 and turn < 200:
+            c = (c1, c2)[turn % 2]
+            turn += 1
+            batch = c.receive(7, 30)
+            for m in batch:
+                c.ack(m)
+            got[c] += batch
+    bodies = [m.body for msgs in got.values() for m in msgs]
+    assert sorted(bodies) == sorted(f"m{i}".encode() for i in range(60))  # every one, none twice
+    assert len(got[c1]) > 5 and len(got[c2]) > 5
+
+
+def test_receives_from_every_broker_holding_the_topic(tmp_path, simple, no_thread_leak):
+    cl = NamesrvAndBroker(tmp_path, brokers=2, broker_props={"registerNameServerPeriod": "1000"})
+    try:
+        topic = "SimpleTwoBrokers"
+        with AdminClient(cl.namesrv) as a:
+            for addr in cl.broker_addrs:
+                a.create_or_update_topic(addr, topic, read_queue_nums=2, write_queue_nums=2)
+            wait_until(lambda: len(a.topic_route(topic).broker_datas) == 2, what="both brokers in the route")
+        with Producer("PG_SIMPLE_TWO", namesrv=cl.namesrv, **FAST) as p:
+            sent = {p.send(Message(topic, f"m{i}".encode())).queue.broker_name for i in range(40)}
+        assert sent == {"broker-a", "broker-b"}
+        with simple("CG_SIMPLE_TWO", cl.namesrv, topic) as c:
+            got = []
+            deadline = time.monotonic() + 30
+            while len(got) < 40 and time.monotonic() < deadline:
+                batch = c.receive(8, 30)
+                c.ack(batch[:4])  # (a list of one broker's, the rest one by one)
+                for m in batch[4:]:
+                    c.ack(m)
+                got += batch
+            assert c.receive(32, 30) == []
+    finally:
+        cl.stop()
+    assert sorted(m.body for m in got) == sorted(f"m{i}".encode() for i in range(40))
+    assert {m.broker_name for m in got} == {handle(m).broker_name for m in got} == {"broker-a", "broker-b"}
+
+
+def _restart(cl, tmp_path):
+    proc = RmqProcess(["broker", "-n", cl.namesrv, "-c", str(tmp_path / "broker-a.conf"), "--listen-host", "127.0.0.1"])
+    cl.brokers[0] = proc
+    proc.wait_boot()
+
+
+def test_a_broker_sigkilled_redelivers_the_unacked_once_visible_and_none_of_the_acked(tmp_path, simple,
+                                                                                       no_thread_leak):
+    cl = NamesrvAndBroker(tmp_path, broker_props={"registerNameServerPeriod": "1000"})
+    try:
+        topic = "SimpleKill"
+        with AdminClient(cl.namesrv) as a:
+            a.create_or_update_topic(cl.broker_addrs[0], topic, read_queue_nums=4, write_queue_nums=4)
+        with Producer("PG_SIMPLE_KILL", namesrv=cl.namesrv, **FAST) as p:
+            for i in range(1000):
+                p.send(Message(topic, f"m{i}".encode()))
+        with simple("CG_SIMPLE_KILL", cl.namesrv, topic) as c:
+            acked, unacked = [], []
+            while len(acked) < 500:
+                for m in c.receive(min(32, 500 - len(acked)), 30):
+                    c.ack(m)
+                    acked.append(m)
+            receive_until(c, 500, n=32, invisible=4, into=unacked)
+            assert len(unacked) == 500
+            visible_at = max(handle(m).visible_at for m in unacked)
+            cl.brokers[0].kill()
+            _restart(cl, tmp_path)
+            again = []
+            deadline = time.monotonic() + 60
+            while len(again) < 500 and time.monotonic() < deadline:
+                try:
+                    batch = c.receive(32, 30)
+                except (RemotingError, MQClientError, MQBrokerError):  # (the old connection, a route moment)
+                    time.sleep(0.2)
+                    continue
+                for m in batch:
+                    c.ack(m)
+                again += batch
+            assert c.receive(32, 30) == []
+    finally:
+        cl.stop()
+    assert sorted(m.body for m in again) == sorted(m.body for m in unacked)  # all 500, each once
+    assert not {m.body for m in again} & {m.body for m in acked}
+    assert all(m.delivery_attempt == 2 for m in again)
+    # none before its invisible time was over (the broker's clock)
+    first = {m.body: handle(m).visible_at for m in unacked}
+    assert all(handle(m).pop_time >= first[m.body] for m in again)
+
+
+AK, SK = "simple-app", "simple-secret"
+PLAIN_ACL = f"""\
+accounts:
+  - accessKey: {AK}
+    secretKey: {SK}
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [SimpleAcl=PUB|SUB]
+    groupPerms: [CG_SIMPLE_ACL=SUB]
+  - accessKey: simple-admin
+    secretKey: simple-admin-secret
+    admin: true
+"""
+
+
+@pytest.fixture(scope="module")
+def acl_cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("simple-acl")
+    acl = tmp / "plain_acl.yml"
+    acl.write_text(PLAIN_ACL)
+    cl = NamesrvAndBroker(tmp, broker_props={"aclEnable": "true", "plainAclFile": str(acl), "rocketmqHome": str(tmp),
+                                             "errorReplyDelayMs": "50", "registerNameServerPeriod": "1000"})
+    try:
+        with AdminClient(cl.namesrv, access_key="simple-admin", secret_key="simple-admin-secret") as a:
+            a.create_or_update_topic(cl.broker_addrs[0], "SimpleAcl", read_queue_nums=2, write_queue_nums=2)
+        yield cl
+    finally:
+        cl.stop()
+
+
+def test_acl_the_right_key_receives_and_acks_a_wrong_secret_is_refused(acl_cluster, simple, no_thread_leak):
+    ns = acl_cluster.namesrv
+    with Producer("PG_SIMPLE_ACL", namesrv=ns, access_key=AK, secret_key=SK, **FAST) as p:
+        p.send(Message("SimpleAcl", b"signed"))
+    with simple("CG_SIMPLE_ACL", ns, "SimpleAcl", access_key=AK, secret_key=SK) as c:
+        got = receive_until(c, 1)
+        assert [m.body for m in got] == [b"signed"]
+        c.ack(got[0])
+        assert c.receive(32, 30) == []
+    bad = simple("CG_SIMPLE_ACL", ns, "SimpleAcl", access_key=AK, secret_key="not-the-secret")
+    with pytest.raises(MQBrokerError, match=f"Check signature failed for accessKey={AK}"):
+        bad.start()
+        bad.receive(1, 30)
+    bad.shutdown()

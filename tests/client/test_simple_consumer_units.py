@@ -1,0 +1,163 @@
+"""SimpleConsumer without a broker: its arguments, the receipt handle (POP_CK) it makes of a
+POP_MESSAGE answer as RocketMQ 5's remoting client does, and the check-point text itself."""
+import base64
+import math
+from datetime import timedelta
+
+import pytest
+
+from rmq_core import MessageExt, SimpleConsumer
+from rmq_core.codec import encode_message_record
+from rmq_core.common.clock import now_ms
+from rmq_core.common.pop_extra_info import (
+    ExtraInfo, build_extra_info, build_info, parse_info, pop_retry_topic, retry_mark,
+)
+from rmq_core.errors import ConfigError, IllegalArgumentError, MQClientError, ReceiptHandleExpiredError
+from rmq_core.remoting.codes import ResponseCode
+from rmq_core.remoting.command import RemotingCommand
+
+NS = "127.0.0.1:9876"  # (never contacted: nothing here starts a consumer)
+
+
+def test_extra_info_text_round_trip_and_its_topic():
+    text = build_extra_info(5, 1700000000000, 30000, 3, "%RETRY%G_T", "broker-a", 1, 7)
+    assert text == "5 1700000000000 30000 3 1 broker-a 1 7"
+    info = ExtraInfo.parse(text)
+    assert (info.ck_queue_offset, info.pop_time, info.invisible_time, info.revive_qid, info.retry,
+            info.broker_name, info.queue_id, info.queue_offset) == (5, 1700000000000, 30000, 3, "1", "broker-a", 1, 7)
+    assert str(info) == text and info.visible_at == 1700000030000 and not info.is_order
+    assert info.real_topic("T", "G") == "%RETRY%G_T" == pop_retry_topic("T", "G")
+    assert ExtraInfo.parse(text.replace(" 1 broker", " 0 broker")).real_topic("T", "G") == "T"
+    assert ExtraInfo.parse(text.replace(" 1 broker", " 2 broker")).real_topic("T", "G") == "%RETRY%G+T"
+    assert ExtraInfo.parse(text.replace(" 3 1 ", " 999 1 ")).is_order
+    assert [retry_mark(t) for t in ("T", "%RETRY%G_T", "%RETRY%G+T")] == ["0", "1", "2"]
+
+
+@pytest.mark.parametrize("bad", ["", "1 2 3", "5 x 30000 3 0 broker-a 1 7", "5 1 30000 3 9 broker-a 1 7",
+                                 "5 1 30000 3 0 broker-a 1 7 8", None, 17])
+def test_a_bad_receipt_handle_is_named(bad):
+    with pytest.raises(IllegalArgumentError, match="receipt handle"):
+        ExtraInfo.parse(bad)
+
+
+def test_offset_info_headers():
+    assert parse_info("0 1 5;1 1 2", "startOffsetInfo") == {"0@1": "5", "1@1": "2"}
+    assert parse_info(None, "x") == {} and parse_info("", "x") == {}
+    assert build_info([("T", 1, [5, 7]), ("%RETRY%G_T", 1, [2])]) == "0 1 5,7;1 1 2"
+    with pytest.raises(IllegalArgumentError, match="'0 1' in '0 1'"):
+        parse_info("0 1", "msgOffsetInfo")
+    with pytest.raises(IllegalArgumentError, match="duplicate"):
+        parse_info("0 1 5;0 1 6", "startOffsetInfo")
+
+
+def _answer(records, **headers):
+    body = b"".join(encode_message_record(**r) for r in records)
+    return RemotingCommand.create_response(ResponseCode.SUCCESS, ext_fields={
+        "popTime": 1700000000000, "invisibleTime": 30000, "reviveQid": 3, "restNum": 0, **headers}, body=body)
+
+
+def test_a_pop_answer_gives_each_message_its_check_point():
+    c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
+    sub = c.subscription_inner["T"]
+    revived_ck = "2 1699999990000 10000 4 1 broker-a 0 2"
+    records = [
+        dict(topic="T", body=b"a", queue_id=1, queue_offset=5, properties={"KEYS": "k1"}),
+        dict(topic="T", body=b"b", queue_id=1, queue_offset=7),
+        dict(topic="%RETRY%G_T", body=b"c", queue_id=1, queue_offset=2, reconsume_times=1,
+             properties={"RETRY_TOPIC": "T"}),
+        # a message the broker rewrote to its topic carries its own check point (kept as it is)
+        dict(topic="T", body=b"d", queue_id=0, queue_offset=2, reconsume_times=2, properties={"POP_CK": revived_ck}),
+    ]
+    resp = _answer(records, startOffsetInfo="0 1 5;1 1 2", msgOffsetInfo="0 1 5,7;1 1 2")
+    msgs = c._popped(resp, "T", "broker-a", sub, "127.0.0.1:10911")
+    assert [m.body for m in msgs] == [b"a", b"b", b"c", b"d"]
+    assert [m.receipt_handle for m in msgs] == [
+        "5 1700000000000 30000 3 0 broker-a 1 5", "5 1700000000000 30000 3 0 broker-a 1 7",
+        "2 1700000000000 30000 3 1 broker-a 1 2", revived_ck]
+    assert [m.delivery_attempt for m in msgs] == [1, 1, 2, 3]
+    assert all(m.topic == "T" and m.broker_name == "broker-a" for m in msgs)
+    assert all(m.get_property("1ST_POP_TIME") == "1700000000000" for m in msgs)
+    assert msgs[0].keys == "k1"
+
+
+def test_an_answer_without_start_offsets_and_a_fifo_answers_counts():
+    c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
+    sub = c.subscription_inner["T"]
+    records = [dict(topic="T", body=b"a", queue_id=2, queue_offset=9), dict(topic="T", body=b"b", queue_id=2, queue_offset=10)]
+    msgs = c._popped(_answer(records), "T", "broker-a", sub, "x")
+    assert [m.receipt_handle for m in msgs] == ["9 1700000000000 30000 3 0 broker-a 2 9",
+                                               "9 1700000000000 30000 3 0 broker-a 2 10"]
+    fifo = _answer(records, reviveQid=999, startOffsetInfo="0 2 9", msgOffsetInfo="0 2 9,10",
+                   orderCountInfo="0 qo2%9 1;0 2 0")
+    msgs = c._popped(fifo, "T", "broker-a", sub, "x")
+    assert [m.delivery_attempt for m in msgs] == [2, 1]
+    assert ExtraInfo.parse(msgs[0].receipt_handle).is_order
+    with pytest.raises(MQClientError, match="no check point of 0@2"):
+        c._popped(_answer(records, startOffsetInfo="0 1 9", msgOffsetInfo="0 1 9"), "T", "broker-a", sub, "x")
+
+
+@pytest.mark.parametrize("num", [0, 33, -1, True, "4", 2.0])
+def test_a_bad_max_message_num_is_named(num):
+    c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
+    with pytest.raises(IllegalArgumentError, match=f"bad max_message_num {num!r}"):
+        c.receive(num, 10)
+
+
+@pytest.mark.parametrize("duration", [0, -1, math.nan, math.inf, "10", None, timedelta(0), 0.0001])
+def test_a_bad_invisible_duration_is_named(duration):
+    c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
+    with pytest.raises(IllegalArgumentError, match="bad invisible_duration"):
+        c.receive(1, duration)
+    m = MessageExt(topic="T", properties={"POP_CK": build_extra_info(1, now_ms(), 60000, 0, "0", "b", 0, 1)})
+    with pytest.raises(IllegalArgumentError, match="bad invisible_duration"):
+        c.change_invisible_duration(m, duration)
+
+
+def test_the_constructor_names_a_bad_setting():
+    with pytest.raises(IllegalArgumentError, match="bad await_duration -1"):
+        SimpleConsumer("G", namesrv=NS, await_duration=-1)
+    with pytest.raises(ConfigError, match="bad fifo 'yes'"):
+        SimpleConsumer("G", namesrv=NS, fifo="yes")
+    with pytest.raises(ConfigError, match="unknown setting 'await_durations'.*await_duration"):
+        SimpleConsumer("G", namesrv=NS, await_durations=3)
+    with pytest.raises(IllegalArgumentError, match="bad subscription expression 5"):
+        SimpleConsumer("G", namesrv=NS, subscriptions={"T": 5})
+    with pytest.raises(MQClientError, match="subscribe to a topic before start"):
+        SimpleConsumer("G", namesrv=NS).start()
+    c = SimpleConsumer("G", namesrv=NS, await_duration=timedelta(seconds=2))
+    assert c.await_duration == 2.0
+
+
+def test_ack_refuses_a_message_without_handle_or_with_an_expired_one():
+    c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
+    with pytest.raises(IllegalArgumentError, match="has no receipt handle"):
+        c.ack(MessageExt(topic="T"))
+    expired = MessageExt(topic="T", properties={
+        "POP_CK": build_extra_info(4, now_ms() - 5000, 1000, 0, "0", "broker-a", 1, 6), "UNIQ_KEY": "ID1"})
+    with pytest.raises(ReceiptHandleExpiredError, match=r"message ID1 \(T, queue 1, offset 6\) expired 4\.\d+ s ago"):
+        c.ack(expired)
+    with pytest.raises(ReceiptHandleExpiredError):
+        c.change_invisible_duration(expired, 10)
+    live = MessageExt(topic="T", properties={"POP_CK": build_extra_info(4, now_ms(), 60000, 0, "0", "broker-a", 1, 6)})
+    with pytest.raises(MQClientError, match="not started"):
+        c.ack(live)
+
+
+def test_a_batch_acks_offsets_as_a_java_bit_set():
+    from rmq_core.client.simple_consumer import _bit_set
+
+    # BitSet.toByteArray(): bit i in byte i // 8 at (1 << i % 8); fastjson writes byte[] as base64
+    assert base64.b64decode(_bit_set([0, 2, 9])) == bytes([0b101, 0b10])
+    assert base64.b64decode(_bit_set([31])) == bytes([0, 0, 0, 0x80])
+
+
+def test_ack_of_a_list_names_what_is_not_a_message():
+    c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
+    with pytest.raises(IllegalArgumentError, match="ack takes a received message or a list of them, not 5"):
+        c.ack(5)
+    with pytest.raises(IllegalArgumentError, match="has no receipt handle"):
+        c.ack([MessageExt(topic="T")])
+    expired = MessageExt(topic="T", properties={
+        "POP_CK": build_extra_info(4, now_ms() - 5000, 1000, 0, "0", "broker-a", 1, 6), "UNIQ_KEY": "ID1"})
+    with pytest.raises(ReceiptHandleExpiredError, match=r"1 of 1 messages not acked: .*message ID1"):
+        c.ack([expired])
