@@ -98,6 +98,18 @@ def _send_of(topic: str):
     return ((topic, SUB),) if topic.startswith(_RETRY) else ((topic, PUB),)
 
 
+def _pop(ext):
+    """Pop consumption needs what a pull needs: SUB on the topic and on the group.  An ack names
+    the topic the message is stored in, maybe the group's pop retry topic %RETRY%<group>_<topic>:
+    the check is on <topic>."""
+    group = ext.get("consumerGroup") or ""
+    topic = ext.get("topic") or ""
+    prefix = f"{_RETRY}{group}_"
+    if group and topic.startswith(prefix):
+        topic = topic[len(prefix):]
+    return ((topic, SUB), (_group(group), SUB))
+
+
 def _heartbeat(ext, body):
     from rmq_core.broker.client_manager import parse_heartbeat
 
@@ -118,6 +130,9 @@ _RESOURCES = {
     RequestCode.CONSUMER_SEND_MSG_BACK: lambda ext, body: ((_group(ext.get("group")), SUB),),
     RequestCode.PULL_MESSAGE: lambda ext, body: ((ext.get("topic") or "", SUB), (_group(ext.get("consumerGroup")), SUB)),
     RequestCode.LITE_PULL_MESSAGE: lambda ext, body: ((ext.get("topic") or "", SUB), (_group(ext.get("consumerGroup")), SUB)),
+    RequestCode.POP_MESSAGE: lambda ext, body: _pop(ext),
+    RequestCode.ACK_MESSAGE: lambda ext, body: _pop(ext),
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: lambda ext, body: _pop(ext),
     RequestCode.QUERY_MESSAGE: lambda ext, body: ((ext.get("topic") or "", SUB),),
     RequestCode.HEART_BEAT: _heartbeat,
     RequestCode.UNREGISTER_CLIENT: lambda ext, body: ((_group(ext["consumerGroup"]), SUB),) if ext.get("consumerGroup") else (),

@@ -75,6 +75,7 @@ class QueueProgress:
     broker_offset: int
     consumer_offset: int
     last_timestamp: int
+    inflight: int = 0  # pop consumption: handed out, not yet acked (the consumer offset is past them)
 
     @property
     def diff(self) -> int:
@@ -91,6 +92,10 @@ class ConsumeStats:
     @property
     def diff_total(self) -> int:
         return sum(q.diff for q in self.queues)
+
+    @property
+    def inflight_total(self) -> int:
+        return sum(q.inflight for q in self.queues)
 
 
 @attrs.frozen
@@ -669,7 +674,8 @@ class AdminClient:
             tps += float(d.get("consumeTps") or 0)
             for mq, st in rows:
                 queues.append(QueueProgress(mq["topic"], mq["brokerName"], int(mq["queueId"]), int(st["brokerOffset"]),
-                                            int(st["consumerOffset"]), int(st.get("lastTimestamp") or 0)))
+                                            int(st["consumerOffset"]), int(st.get("lastTimestamp") or 0),
+                                            int(st.get("inflight") or 0)))
             known = known or bool(rows)
         if not known and not self._group_exists(group):
             raise AdminError(f"consumer group {group!r} does not exist (no offsets or subscription config on any broker)")

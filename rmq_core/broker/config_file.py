@@ -739,14 +739,27 @@ class SubscriptionGroupConfig(_JsonFields):
     broker_id: int = attrs.field(default=0, validator=_non_negative)
     which_broker_when_consume_slowly: int = attrs.field(default=1, validator=_non_negative)
     notify_consumer_ids_changed_enable: bool = True
+    # RocketMQ 5: a FIFO group (pop consumption hands a queue's next message out only after the
+    # ones before it are acked)
+    consume_message_orderly: bool = attrs.field(default=False, converter=lambda v: _json_bool(v, "consumeMessageOrderly"))
 
     _JSON = (("group_name", "groupName"), ("consume_enable", "consumeEnable"),
              ("consume_from_min_enable", "consumeFromMinEnable"),
              ("consume_broadcast_enable", "consumeBroadcastEnable"), ("retry_queue_nums", "retryQueueNums"),
              ("retry_max_times", "retryMaxTimes"), ("broker_id", "brokerId"),
              ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly"),
-             ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"))
+             ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"),
+             ("consume_message_orderly", "consumeMessageOrderly"))
     _WHAT = "subscription group config"
+
+
+def _json_bool(value, name: str) -> bool:
+    """A JSON boolean (or fastjson's "true"/"false" string); anything else raises naming the field."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise IllegalArgumentError(f"subscription group config {name} must be true or false, got {value!r}")
 
 
 class SubscriptionGroupTable(_VersionedTable):

@@ -25,6 +25,8 @@ from rmq_core.broker.processors.admin import AdminBrokerProcessor
 from rmq_core.broker.processors.admin_ext import AdminExtProcessor
 from rmq_core.broker.processors.client import ClientManageProcessor
 from rmq_core.broker.processors.pull import PullMessageProcessor
+from rmq_core.broker.processors.pop import PopMessageProcessor
+from rmq_core.broker.pop.service import PopService
 from rmq_core.broker.processors.send import SendMessageProcessor, WriteFence, put_outcome
 from rmq_core.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService
 from rmq_core.broker.slave_sync import SYNC_INTERVAL, SlaveSynchronize
@@ -75,6 +77,7 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(self)
         self.timer_service = TimerMessageService(self)
         self.transaction_service = TransactionalMessageService(self)
+        self.pop_service = PopService(self)
         self.slave_synchronize = SlaveSynchronize(self)
         self.store: DefaultMessageStore | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -246,7 +249,8 @@ class BrokerController:
         self.store.attach_event_loop(self.loop)  # SYNC_FLUSH: this loop answers its group commits
 
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self), ClientManageProcessor(self),
-                          AdminBrokerProcessor(self), AdminExtProcessor(self), AclProcessor(self)):
+                          AdminBrokerProcessor(self), AdminExtProcessor(self), AclProcessor(self),
+                          PopMessageProcessor(self)):
             for server in self.servers:
                 processor.register(server)
         for server in self.servers:
@@ -294,10 +298,10 @@ class BrokerController:
                 {t: list(qs) for t, qs in self.store.get_consume_queue_table().items()})
         self.broker_config.broker_id = broker_id
         if was_slave and not self.is_slave:
-            for service in (self.schedule_service, self.timer_service, self.transaction_service):
+            for service in (self.schedule_service, self.timer_service, self.transaction_service, self.pop_service):
                 await service.start()
         elif not was_slave and self.is_slave:
-            for service in (self.schedule_service, self.timer_service, self.transaction_service):
+            for service in (self.schedule_service, self.timer_service, self.transaction_service, self.pop_service):
                 await service.stop()
         self.metrics.on_role_change(role.value)
 
@@ -371,10 +375,10 @@ class BrokerController:
 
     def _delivery_services(self) -> tuple:
         """The services that write on their own (delayed and timer deliveries, transaction
-        check-backs): a master's; a slave's store takes no writes (RocketMQ starts them on masters)."""
+        check-backs, pop revive): a master's; a slave's store takes no writes (RocketMQ starts them on masters)."""
         if self.is_slave:
             return ()
-        return (self.schedule_service, self.timer_service, self.transaction_service)
+        return (self.schedule_service, self.timer_service, self.transaction_service, self.pop_service)
 
     async def _watch_group(self) -> None:
         """Start a metadata round at once when it matters, not at the next SYNC_INTERVAL: a

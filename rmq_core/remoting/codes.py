@@ -108,6 +108,10 @@ class RequestCode(enum.IntEnum):
     QUERY_SUBSCRIPTION_BY_CONSUMER = 345
     GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
+    # RocketMQ 5's pop consumption (rmq_core/broker/pop, docs/pop.md)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
     # RocketMQ 5's controller mode (rmq_core/controller, docs/failover.md)
     BROKER_HEARTBEAT = 904
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
@@ -165,6 +169,9 @@ class ResponseCode(enum.IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
+    # RocketMQ 5 gave 209 / 210 to long polling (an empty pop answers POLLING_TIMEOUT); aliases here
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
 
 
 # what a PULL_MESSAGE answer's code means to a client (the consumers' and the admin tool's pulls)
