@@ -20,11 +20,12 @@ from rmq_core.proxy.proto.apache.rocketmq.v2 import definition_pb2 as pb
 from rmq_core.proxy.proto.apache.rocketmq.v2 import service_pb2 as spb
 
 TRACE_CONTEXT = "TRACE_CONTEXT"  # RocketMQ 5's property for a message's trace context
+TIMER_OUT_MS = "TIMER_OUT_MS"  # (broker/timer.py: the due time of a timer message)
 # Properties a 5.x client never sees as its own: every key of MessageConst, the broker's and RocketMQ 5's
 SYSTEM_PROPERTIES = frozenset(
     {v for k, v in vars(MessageConst).items() if k.isupper() and isinstance(v, str) and v.strip()}
     | MessageConst.SYSTEM_KEYS
-    | {mt.SHARDING_KEY, TRACE_CONTEXT, "TIMER_OUT_MS", "TIMER_DELAY_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
+    | {mt.SHARDING_KEY, TRACE_CONTEXT, TIMER_OUT_MS, "TIMER_DELAY_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
        "TIMER_ROLL_TIMES", "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "bname", "INNER_NUM", "INNER_MULTI_DISPATCH",
        "INNER_MULTI_QUEUE_OFFSET", "__STARTDELIVERTIME", "CONSUME_CONTEXT_TYPE"})
 
@@ -114,6 +115,16 @@ def _host(addr: str | None) -> str:
     return addr or ""
 
 
+def _received_type(props, sys_flag: int) -> int:
+    """A stored message's type as a receiver sees it: a committed half (sysFlag's commit type)
+    TRANSACTION, a message the timer released (it keeps TIMER_OUT_MS, its due time) DELAY."""
+    if SysFlag.transaction_value(sys_flag) == SysFlag.TRANSACTION_COMMIT_TYPE:
+        return pb.TRANSACTION
+    if TIMER_OUT_MS in props:
+        return pb.DELAY
+    return _TYPES[mt.message_type(props, sys_flag)]
+
+
 def to_message(m, popped=None, invisible_ms: int | None = None):
     """The pb Message of a decoded stored message (MessageExt, body decompressed); `popped`:
     its PoppedMessage when a receive hands it out (receipt handle, delivery attempt, original topic)."""
@@ -123,7 +134,7 @@ def to_message(m, popped=None, invisible_ms: int | None = None):
         message_id=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or m.msg_id,
         body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper()),
         body_encoding=pb.IDENTITY,
-        message_type=_TYPES[mt.message_type(props, m.sys_flag)],
+        message_type=_received_type(props, m.sys_flag),
         born_timestamp=timestamp(m.born_timestamp),
         born_host=_host(m.born_host).rpartition(":")[0] or _host(m.born_host),
         store_timestamp=timestamp(m.store_timestamp),
@@ -140,7 +151,7 @@ def to_message(m, popped=None, invisible_ms: int | None = None):
     group = props.get(mt.SHARDING_KEY)
     if group:
         sp.message_group = group
-    deliver = props.get(MessageConst.TIMER_DELIVER_MS)
+    deliver = props.get(MessageConst.TIMER_DELIVER_MS) or props.get(TIMER_OUT_MS)
     if deliver and deliver.isdigit():
         sp.delivery_timestamp.CopyFrom(timestamp(int(deliver)))
     trace = props.get(TRACE_CONTEXT)

@@ -7,7 +7,7 @@ import random
 import time
 import zlib
 
-from rmq_core.broker import message_type
+from rmq_core.broker import message_type as message_types
 from rmq_core.broker.processors import Processor, born_host_of
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.codec import string_to_properties
@@ -301,7 +301,7 @@ class SendMessageProcessor(Processor):
             return resp
         tc = ctrl.topic_manager.select(h.topic)
         if tc.attributes:  # a RocketMQ 5 topic that accepts one message type only (never on the lane)
-            why = message_type.refusal(h.topic, tc.attributes, string_to_properties(h.properties), h.sys_flag)
+            why = message_types.refusal(h.topic, tc.attributes, string_to_properties(h.properties), h.sys_flag)
             if why is not None:
                 return request.make_response(ResponseCode.MESSAGE_ILLEGAL, why)
         queue_id = h.queue_id if h.queue_id is not None and h.queue_id >= 0 else random.randrange(tc.write_queue_nums)
@@ -455,7 +455,7 @@ class SendMessageProcessor(Processor):
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"the topic[{h.topic}] sending message is forbidden")
         if tc.write_queue_nums > 0 and not MixAll.is_retry_topic(h.topic) and \
-                message_type.topic_message_type(tc.attributes) == message_type.MIXED:
+                message_types.topic_message_type(tc.attributes) == message_types.MIXED:
             # Keyed by the version read before the checks: a change made meanwhile invalidates it.
             if len(self._send_topics) > 100_000:
                 self._send_topics.clear()
