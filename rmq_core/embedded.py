@@ -53,13 +53,14 @@ class Cluster:
     def __init__(self, store: str | None = None, config: str | Mapping[str, Any] | None = None, *,
                  namesrv_listen: str = "127.0.0.1:0", broker_listen: str = "127.0.0.1:0",
                  name: str | None = None, slave: bool = False, slave_of: str | None = None, request_steps=(),
-                 grpc_listen: str | None = None, **overrides):
+                 grpc_listen: str | None = None, grpc_optional: bool = False, **overrides):
         self.name = name or f"rmq-{os.getpid()}-{next(_ids)}"
         self.request_steps = list(request_steps or ())  # the broker's own (rmq_core.remoting.RequestStep)
         ns_host, ns_port = parse_address(namesrv_listen)
         b_host, b_port = parse_address(broker_listen)
         # grpc_listen="HOST:PORT": also serve RocketMQ 5's gRPC protocol there (grpcServerPort; port 0: off)
         self._grpc_host = None
+        self._grpc_optional = grpc_optional  # (a default port: one in use is a warning, not a failure)
         if grpc_listen is not None:
             self._grpc_host, grpc_port = parse_address(grpc_listen)
             overrides["grpc_server_port"] = grpc_port
@@ -119,7 +120,7 @@ class Cluster:
             self.tcp_namesrv = self.broker_config.namesrv_addr
             self.broker = BrokerController(self.broker_config, self.store_config, listen_host=self._b_host,
                                            inproc_name=f"{self.name}-broker", request_steps=self.request_steps)
-            self.broker.grpc_listen_host = self._grpc_host
+            self.broker.grpc_listen_host, self.broker.grpc_optional = self._grpc_host, self._grpc_optional
             self.boot_lines.append(await self.broker.start())
             self._grpc_boot_line()
             return self.boot_lines
@@ -136,7 +137,7 @@ class Cluster:
         self.broker_config.namesrv_addr = self.tcp_namesrv
         self.broker = BrokerController(self.broker_config, self.store_config, listen_host=self._b_host,
                                        inproc_name=f"{self.name}-broker", request_steps=self.request_steps)
-        self.broker.grpc_listen_host = self._grpc_host
+        self.broker.grpc_listen_host, self.broker.grpc_optional = self._grpc_host, self._grpc_optional
         try:
             self.boot_lines.append(await self.broker.start())
             self._grpc_boot_line()

@@ -114,6 +114,7 @@ class BrokerController:
         # grpc_listen_host (the listen host unless `rmq standalone --grpc-listen` names another)
         self.grpc_server = None
         self.grpc_listen_host: str | None = None
+        self.grpc_optional = False  # True: a port it cannot bind is a warning (a default, not asked for)
         self.started = False
         self._ha_default_port = 0
         self.replicas_manager = None  # controller mode (enableControllerMode): ReplicasManager
@@ -267,8 +268,14 @@ class BrokerController:
         if bc.grpc_server_port:
             # RocketMQ 5's gRPC protocol (rmq_core/proxy; grpcio is imported only here)
             from rmq_core.proxy import start_grpc_server
-            self.grpc_server = await start_grpc_server(self, self.grpc_listen_host or self.listen_host,
-                                                       bc.grpc_server_port)
+            try:
+                self.grpc_server = await start_grpc_server(self, self.grpc_listen_host or self.listen_host,
+                                                           bc.grpc_server_port)
+            except ConfigError as e:
+                if not self.grpc_optional:
+                    raise
+                # (`rmq standalone`'s default port, taken: the broker serves 4.x clients without it)
+                log.warning("%s: serving without gRPC (RocketMQ 5 clients); give --grpc-listen HOST:PORT", e)
 
         if not bc.enable_controller_mode:
             for service in self._delivery_services():

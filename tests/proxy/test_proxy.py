@@ -259,3 +259,34 @@ def test_5x_clients_are_listed_with_language_and_version_until_they_terminate(cl
     assert admin("consumerConnection", "-g", "GPxConn", ns=cl.namesrv)[0] != 0 or \
         rows("consumerConnection", "-g", "GPxConn", ns=cl.namesrv) == []
     producer.close()
+
+
+def test_standalone_serves_grpc_on_grpc_listen_and_a_taken_port_is_named(tmp_path):
+    import socket
+
+    from tests.servers import RmqProcess, free_port
+
+    port = free_port()
+    p = RmqProcess(["standalone", "--store", str(tmp_path / "store"), "--namesrv-listen", f"127.0.0.1:{free_port()}",
+                    "--broker-listen", f"127.0.0.1:{free_port()}", "--grpc-listen", f"127.0.0.1:{port}"],
+                   ("boot success. serializeType=JSON and", "serves RocketMQ 5 clients (gRPC)"))
+    try:
+        lines = p.wait_boot()
+        assert f"127.0.0.1:{port}" in lines[1]
+        s = Stub(f"127.0.0.1:{port}")
+        assert s.route("PxStandaloneNoTopic").status.code == pb.TOPIC_NOT_FOUND
+        s.close()
+    finally:
+        p.terminate()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    busy = taken.getsockname()[1]
+    try:
+        p = RmqProcess(["standalone", "--store", str(tmp_path / "store2"), "--namesrv-listen",
+                        f"127.0.0.1:{free_port()}", "--broker-listen", f"127.0.0.1:{free_port()}",
+                        "--grpc-listen", f"127.0.0.1:{busy}"], ("boot success. serializeType=JSON and",))
+        with pytest.raises(RuntimeError, match=f"127.0.0.1:{busy}"):
+            p.wait_boot()
+    finally:
+        taken.close()
