@@ -322,3 +322,13 @@ def test_route_and_assignment_span_every_broker_holding_the_topic(tmp_path):
         b.close()
     finally:
         two.stop()
+
+
+def test_an_empty_long_poll_ends_before_the_clients_deadline_with_message_not_found(cl, stub):
+    make_topic(cl, "PxPoll")
+    req = spb.ReceiveMessageRequest(group=pb.Resource(name="GPxPoll"),
+                                    message_queue=pb.MessageQueue(topic=pb.Resource(name="PxPoll"), id=-1),
+                                    batch_size=4, invisible_duration=ms(15))  # no long_polling_timeout: 20 s
+    answers = list(stub.stub.ReceiveMessage(req, metadata=stub.md(), timeout=2.5))  # bounded by the deadline
+    assert answers[0].status.code == pb.MESSAGE_NOT_FOUND
+    assert answers[-1].WhichOneof("content") == "delivery_timestamp"
