@@ -403,12 +403,15 @@ class AdminClient:
     # --- topics --------------------------------------------------------------------------------------------
     def create_or_update_topic(self, addr: str, topic: str, *, read_queue_nums: int = 8, write_queue_nums: int = 8,
                                perm: int = 6, order: bool = False, topic_filter_type: str = "SINGLE_TAG",
-                               topic_sys_flag: int = 0) -> None:
-        """UPDATE_AND_CREATE_TOPIC on one broker (updateTopic -b)."""
-        self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queue_nums,
-            "writeQueueNums": write_queue_nums, "perm": perm, "topicFilterType": topic_filter_type,
-            "topicSysFlag": topic_sys_flag, "order": order}, what=f"create topic {topic}")
+                               topic_sys_flag: int = 0, attributes: str | None = None) -> None:
+        """UPDATE_AND_CREATE_TOPIC on one broker (updateTopic -b); `attributes`: RocketMQ 5's
+        '+message.type=FIFO' string, applied to the topic's current attributes."""
+        fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queue_nums,
+                  "writeQueueNums": write_queue_nums, "perm": perm, "topicFilterType": topic_filter_type,
+                  "topicSysFlag": topic_sys_flag, "order": order}
+        if attributes:
+            fields["attributes"] = attributes
+        self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields, what=f"create topic {topic}")
 
     def topic_config(self, addr: str, topic: str) -> dict:
         """One topic's config on a broker (from GET_ALL_TOPIC_CONFIG), Java's field names."""

@@ -424,6 +424,15 @@ def _filter_type(inst, attribute, value):
         raise IllegalArgumentError(f"bad topicFilterType {value!r}; expected one of {', '.join(TOPIC_FILTER_TYPES)}")
 
 
+def _attributes(inst, attribute, value):
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise IllegalArgumentError(f"bad topic attribute {k!r}={v!r}: names and values are strings")
+    from rmq_core.broker.message_type import check_topic_attributes  # (names a bad message.type)
+
+    check_topic_attributes(value)
+
+
 def _topic_name(inst, attribute, value):
     TopicValidator.check_topic(value)
 
@@ -439,7 +448,7 @@ class _JsonFields:
 
     @classmethod
     def _json_kwargs(cls, obj: dict) -> dict:
-        """The attributes of a JSON object; unknown fields (newer brokers' `attributes`) are ignored."""
+        """The attributes of a JSON object; unknown fields (a newer broker's) are ignored."""
         if not isinstance(obj, dict):
             raise IllegalArgumentError(f"{cls._WHAT} must be an object, got {obj!r}")
         return {a: obj[j] for a, j in cls._JSON if j in obj}
@@ -460,11 +469,22 @@ class TopicConfig(_JsonFields):
     topic_filter_type: str = attrs.field(default="SINGLE_TAG", validator=_filter_type)
     topic_sys_flag: int = attrs.field(default=0, validator=_non_negative)
     order: bool = False
+    # RocketMQ 5's topic attributes, e.g. {"message.type": "FIFO"} (rmq_core.broker.message_type);
+    # written to JSON only when there are some, so a 4.x topic's JSON stays as 4.x writes it
+    attributes: dict = attrs.field(factory=dict, converter=lambda v: dict(v or {}), validator=_attributes,
+                                   hash=False)
 
     _JSON = (("topic_name", "topicName"), ("read_queue_nums", "readQueueNums"),
              ("write_queue_nums", "writeQueueNums"), ("perm", "perm"),
-             ("topic_filter_type", "topicFilterType"), ("topic_sys_flag", "topicSysFlag"), ("order", "order"))
+             ("topic_filter_type", "topicFilterType"), ("topic_sys_flag", "topicSysFlag"), ("order", "order"),
+             ("attributes", "attributes"))
     _WHAT = "topic config"
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        if not self.attributes:
+            del out["attributes"]
+        return out
 
     @classmethod
     def from_json(cls, obj: dict) -> "TopicConfig":

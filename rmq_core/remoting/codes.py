@@ -190,6 +190,34 @@ class MQVersion:
     V4_9_4 = 401  # from here a name server writes standard JSON (quoted brokerAddrs keys)
     CURRENT = 407  # V4_9_7, what we send
 
+    # The enum's layout from V4_0_0_SNAPSHOT (212) on: per minor version twenty entries, a
+    # SNAPSHOT and a release for each patch 0-9 (so V4_9_7 is 407, V5_1_2 437).
+    _V4_BASE = 212
+
+    @classmethod
+    def ordinal(cls, version: str | None) -> int:
+        """The ordinal of a release like '5.1.2' (a 5.x client's x-mq-client-version); 0 if unreadable."""
+        try:
+            major, minor, patch = (int(p) for p in (version or "").split("-")[0].split(".")[:3])
+        except ValueError:
+            return 0
+        if major < 4 or not (0 <= minor <= 9 and 0 <= patch <= 9):
+            return 0
+        return cls._V4_BASE + (major - 4) * 200 + minor * 20 + patch * 2 + 1
+
+    @classmethod
+    def desc(cls, ordinal: int) -> str:
+        """MQVersion.getVersionDesc: 'V5_1_2' for 437 (a number as it is outside the known layout)."""
+        if ordinal == cls.V3_1_8:
+            return "V3_1_8"
+        n = ordinal - cls._V4_BASE
+        if n < 0:
+            return str(ordinal)
+        major, rest = divmod(n, 200)
+        minor, rest = divmod(rest, 20)
+        patch, release = divmod(rest, 2)
+        return f"V{major + 4}_{minor}_{patch}" + ("" if release else "_SNAPSHOT")
+
 
 def code_name(code: int, *, response: bool = False) -> str:
     """'GET_ROUTEINFO_BY_TOPIC(105)' for logs; unknown codes print as numbers."""

@@ -110,7 +110,9 @@ def _queue_owners(admin, group: str) -> dict:
 
 
 def _version_desc(version: int) -> str:
-    return {407: "V4_9_7", 401: "V4_9_4", 63: "V3_1_8"}.get(version, str(version))
+    from rmq_core.remoting.codes import MQVersion
+
+    return MQVersion.desc(version)
 
 
 @command("consumerConnection", "The live members of a consumer group and what they subscribe", _G)

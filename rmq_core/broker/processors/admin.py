@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
+from rmq_core.broker import message_type
 from rmq_core.broker.processors import Processor
 from rmq_core.broker.processors.client import json_body
 from rmq_core.errors import IllegalArgumentError, StoreError
@@ -66,6 +67,9 @@ class AdminBrokerProcessor(Processor):
                 topic_filter_type=request.get_str("topicFilterType", "SINGLE_TAG"),
                 topic_sys_flag=request.get_int("topicSysFlag", 0),
                 order=request.get_bool("order", False),
+                # RocketMQ 5's '+message.type=FIFO': applied to the topic's current attributes
+                attributes=message_type.parse_attributes(
+                    request.get_str("attributes"), getattr(self.ctrl.topic_manager.select(topic), "attributes", None)),
             )
             await self.ctrl.topic_manager.update_topic_config(tc)  # answered once written and registered
         except (IllegalArgumentError, ValueError, StoreError) as e:

@@ -7,6 +7,7 @@ import random
 import time
 import zlib
 
+from rmq_core.broker import message_type as message_types
 from rmq_core.broker.processors import Processor, born_host_of
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.codec import string_to_properties
@@ -299,6 +300,10 @@ class SendMessageProcessor(Processor):
         if resp is not None:
             return resp
         tc = ctrl.topic_manager.select(h.topic)
+        if tc.attributes:  # a RocketMQ 5 topic that accepts one message type only (never on the lane)
+            why = message_types.refusal(h.topic, tc.attributes, string_to_properties(h.properties), h.sys_flag)
+            if why is not None:
+                return request.make_response(ResponseCode.MESSAGE_ILLEGAL, why)
         queue_id = h.queue_id if h.queue_id is not None and h.queue_id >= 0 else random.randrange(tc.write_queue_nums)
         if queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
             return request.make_response(
@@ -449,7 +454,8 @@ class SendMessageProcessor(Processor):
         if not PermName.is_writeable(tc.perm):
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"the topic[{h.topic}] sending message is forbidden")
-        if tc.write_queue_nums > 0 and not MixAll.is_retry_topic(h.topic):
+        if tc.write_queue_nums > 0 and not MixAll.is_retry_topic(h.topic) and \
+                message_types.topic_message_type(tc.attributes) == message_types.MIXED:
             # Keyed by the version read before the checks: a change made meanwhile invalidates it.
             if len(self._send_topics) > 100_000:
                 self._send_topics.clear()
