@@ -26,8 +26,9 @@ come on their own: a push consumer's messages, a producer's transaction check-ba
     {"op": "drain", "count", "seconds", "max", "invisible", "ack": true, "idle": null}
         receive until `count` messages came (acking each when told), `seconds` passed or
         none came for `idle` seconds -> "messages"
-    {"op": "push_consumer", "group", "subscriptions": {...}, "fail_bodies": [...]}
-        messages come as {"event": "message", ...MESSAGE}; a body in fail_bodies is answered FAILURE
+    {"op": "push_consumer", "group", "subscriptions": {...}, "fail_first": [...]}
+        messages come as {"event": "message", ...MESSAGE}; a body in fail_first is answered FAILURE
+        on its first delivery
     {"op": "shutdown"}                                          shut every client down and exit
 
 MESSAGE: {"ref" (names it for ack/change_invisible), "topic", "body", "tag", "keys", "properties",
@@ -236,8 +237,8 @@ class Session:
                 got.append(j)
         return {"messages": got, "errors": errors[-10:]}
 
-    def op_push_consumer(self, group, subscriptions, fail_bodies=(), **kw):
-        fail = set(fail_bodies)
+    def op_push_consumer(self, group, subscriptions, fail_first=(), **kw):
+        fail = set(fail_first)
         session = self
 
         class Listener(MessageListener):
@@ -246,7 +247,8 @@ class Session:
                 j = session._json(message, now, now)
                 session.held.pop(j["ref"], None)  # the push consumer acks itself
                 emit({"event": "message", **j})
-                return ConsumeResult.FAILURE if j["body"] in fail else ConsumeResult.SUCCESS
+                failed = j["body"] in fail and j["delivery_attempt"] == 1
+                return ConsumeResult.FAILURE if failed else ConsumeResult.SUCCESS
 
         subs = {t: FilterExpression(e) for t, e in subscriptions.items()}
         self.push = PushConsumer(self.config, group, Listener(), subs,

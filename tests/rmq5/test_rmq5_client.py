@@ -283,3 +283,19 @@ def test_5x_producer_to_cpp_client(cl, rmq5_client, tmp_path):
         m = got[r["message_id"]]
         assert (m["body"], m["tags"], m["keys"], m["props"]["userProp"], m["props"]["a"]) == (
             s["body"], s["tag"], s["keys"][0], s["properties"]["userProp"], "1"), m
+
+
+def test_5x_push_consumer_consumes_and_retries_a_failure(cl, rmq5_client):
+    topic, group = "Rmq5Push", "GID_RMQ5_PUSH"
+    make_topic(cl, topic, 2)
+    c = rmq5_client(cl.endpoint)
+    c.call("push_consumer", group=group, subscriptions={topic: "*"}, fail_first=["push-7"])
+    p = producer(rmq5_client, cl, [topic])
+    receipts = send(p, [{"topic": topic, "body": f"push-{i}", "tag": "TagP"} for i in range(30)])
+    c.wait_event(lambda e: e.get("event") == "message" and e["body"] == "push-7" and e["delivery_attempt"] == 2,
+                 60, "the failed message's second delivery")
+    time.sleep(2 * AWAIT)  # anything delivered twice would come by now
+    got = c.messages()
+    firsts = sorted(m["message_id"] for m in got if m["delivery_attempt"] == 1)
+    assert firsts == sorted(r["message_id"] for r in receipts), "each message delivered once (first attempt)"
+    assert [(m["body"], m["delivery_attempt"]) for m in got if m["delivery_attempt"] > 1] == [("push-7", 2)]
