@@ -110,7 +110,9 @@ def _cmd_broker(args) -> None:
     ctrl = BrokerController(broker_cfg, store_cfg, listen_host=args.listen_host)
 
     async def start():
-        return [await ctrl.start(), _store_line(store_cfg)]
+        lines = [await ctrl.start()]
+        grpc_line = ctrl.grpc_line()  # grpcServerPort
+        return lines + ([grpc_line] if grpc_line else []) + [_store_line(store_cfg)]
 
     loops.run(_serve(start, ctrl.stop))
 
@@ -123,8 +125,10 @@ def _cmd_standalone(args) -> None:
     slave = args.slave_of is not None
     store = args.store or os.path.join(os.path.expanduser("~"), *(("store", "slave") if slave else ("store",)))
     broker_listen = args.broker_listen or ("127.0.0.1:10921" if slave else "127.0.0.1:10911")
+    grpc_listen = args.grpc_listen if args.grpc_listen is not None else (None if slave else "127.0.0.1:8081")
     cluster = Cluster(store, args.config, namesrv_listen=args.namesrv_listen, broker_listen=broker_listen,
-                      name="standalone", slave_of=args.slave_of)
+                      name="standalone", slave_of=args.slave_of, grpc_listen=grpc_listen,
+                      grpc_optional=args.grpc_listen is None)
     _check_store_writable(cluster.store_config.store_path_root_dir)
 
     async def start_cluster():
@@ -231,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--namesrv-listen", default="127.0.0.1:9876", help="name server host:port (default 127.0.0.1:9876)")
     sa.add_argument("--broker-listen", help="broker host:port (default 127.0.0.1:10911; 127.0.0.1:10921 with "
                                             "--slave-of)")
+    sa.add_argument("--grpc-listen", metavar="HOST:PORT",
+                    help="serve RocketMQ 5 clients (gRPC, the endpoint to give them) there (default 127.0.0.1:8081, "
+                         "skipped with a warning when in use; none with --slave-of; port 0: off)")
     sa.add_argument("--slave-of", metavar="NAMESRV", help="run a slave (brokerRole=SLAVE) of the master registered "
                                                           "at the name server HOST:PORT instead of a name server "
                                                           "and a master")

@@ -327,6 +327,10 @@ class BrokerConfig(PropertiesConfig):
     # more addresses the broker serves on besides listenPort, of any transport scheme
     # ('unix:///run/rmq/broker-a.sock;...'): the same processors, steps and send lane
     listen_addresses: str | None = prop(None, "listenAddresses")
+    # RocketMQ 5's gRPC protocol (apache.rocketmq.v2, for the 5.x clients) on this port of the
+    # listen host: the proxy's key (rmq_core/proxy serves it in the broker, the proxy's "local"
+    # mode); 0: off (`rmq standalone` turns it on at 8081)
+    grpc_server_port: int = prop(0, "grpcServerPort", validator=_optional_port)
     broker_ip1: str = prop("127.0.0.1", "brokerIP1")
     broker_ip2: str | None = prop(None, "brokerIP2")
     broker_permission: int = prop(6, "brokerPermission")

@@ -53,11 +53,17 @@ class Cluster:
     def __init__(self, store: str | None = None, config: str | Mapping[str, Any] | None = None, *,
                  namesrv_listen: str = "127.0.0.1:0", broker_listen: str = "127.0.0.1:0",
                  name: str | None = None, slave: bool = False, slave_of: str | None = None, request_steps=(),
-                 **overrides):
+                 grpc_listen: str | None = None, grpc_optional: bool = False, **overrides):
         self.name = name or f"rmq-{os.getpid()}-{next(_ids)}"
         self.request_steps = list(request_steps or ())  # the broker's own (rmq_core.remoting.RequestStep)
         ns_host, ns_port = parse_address(namesrv_listen)
         b_host, b_port = parse_address(broker_listen)
+        # grpc_listen="HOST:PORT": also serve RocketMQ 5's gRPC protocol there (grpcServerPort; port 0: off)
+        self._grpc_host = None
+        self._grpc_optional = grpc_optional  # (a default port: one in use is a warning, not a failure)
+        if grpc_listen is not None:
+            self._grpc_host, grpc_port = parse_address(grpc_listen)
+            overrides["grpc_server_port"] = grpc_port
         if store is not None:
             overrides.setdefault("store_path_root_dir", os.path.abspath(os.path.expanduser(store)))
         overrides.setdefault("listen_port", b_port)
@@ -81,7 +87,7 @@ class Cluster:
         if slave:
             self.slave_broker_config, self.slave_store_config = load_broker_conf(config, defaults=LAPTOP_SIZES, **{
                 **overrides, "store_path_root_dir": os.path.join(self.store_config.store_path_root_dir, "slave"),
-                "listen_port": 0, "ha_listen_port": 0, "broker_id": 1, "broker_role": "SLAVE"})
+                "listen_port": 0, "ha_listen_port": 0, "broker_id": 1, "broker_role": "SLAVE", "grpc_server_port": 0})
         self.namesrv_config = NamesrvConfig(
             listen_port=ns_port, listen_host=ns_host,
             kv_config_path=os.path.join(self.store_config.store_path_root_dir, "namesrv", "kvConfig.json"))
@@ -114,7 +120,9 @@ class Cluster:
             self.tcp_namesrv = self.broker_config.namesrv_addr
             self.broker = BrokerController(self.broker_config, self.store_config, listen_host=self._b_host,
                                            inproc_name=f"{self.name}-broker", request_steps=self.request_steps)
+            self.broker.grpc_listen_host, self.broker.grpc_optional = self._grpc_host, self._grpc_optional
             self.boot_lines.append(await self.broker.start())
+            self._grpc_boot_line()
             return self.boot_lines
         ns = self.namesrv_controller = NamesrvController(self.namesrv_config, self._ns_listen)
         ns_line = await ns.start()
@@ -129,8 +137,10 @@ class Cluster:
         self.broker_config.namesrv_addr = self.tcp_namesrv
         self.broker = BrokerController(self.broker_config, self.store_config, listen_host=self._b_host,
                                        inproc_name=f"{self.name}-broker", request_steps=self.request_steps)
+        self.broker.grpc_listen_host, self.broker.grpc_optional = self._grpc_host, self._grpc_optional
         try:
             self.boot_lines.append(await self.broker.start())
+            self._grpc_boot_line()
             if self.slave_broker_config is not None:
                 self.slave_broker_config.namesrv_addr = self.tcp_namesrv
                 self.slave = BrokerController(self.slave_broker_config, self.slave_store_config,
@@ -145,6 +155,17 @@ class Cluster:
             await self.namesrv_controller.stop()
             raise
         return self.boot_lines
+
+    def _grpc_boot_line(self) -> None:
+        line = self.broker.grpc_line()
+        if line:
+            self.boot_lines.append(line)
+
+    @property
+    def grpc_endpoint(self) -> str | None:
+        """'host:port' a RocketMQ 5 client is given (None when gRPC is off)."""
+        server = self.broker.grpc_server if self.broker is not None else None
+        return f"{self.broker_config.broker_ip1}:{server.port}" if server is not None else None
 
     async def stop_async(self) -> None:
         if self.slave is not None:

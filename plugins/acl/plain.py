@@ -36,7 +36,7 @@ from rmq_core.common.files import atomic_write
 from rmq_core.errors import AclError, ConfigError
 from rmq_core.message import MixAll, TopicValidator
 from rmq_core.remoting.body import DataVersion
-from rmq_core.remoting.codes import RequestCode, code_name
+from rmq_core.remoting.codes import RequestCode, ResponseCode, code_name
 from rmq_core.remoting.steps import RequestRefused, RequestStep
 from rmq_core._native.send_lane import SignedSendCheck
 
@@ -98,6 +98,18 @@ def _send_of(topic: str):
     return ((topic, SUB),) if topic.startswith(_RETRY) else ((topic, PUB),)
 
 
+def _pop(ext):
+    """Pop consumption needs what a pull needs: SUB on the topic and on the group.  An ack names
+    the topic the message is stored in, maybe the group's pop retry topic %RETRY%<group>_<topic>:
+    the check is on <topic>."""
+    group = ext.get("consumerGroup") or ""
+    topic = ext.get("topic") or ""
+    prefix = f"{_RETRY}{group}_"
+    if group and topic.startswith(prefix):
+        topic = topic[len(prefix):]
+    return ((topic, SUB), (_group(group), SUB))
+
+
 def _heartbeat(ext, body):
     from rmq_core.broker.client_manager import parse_heartbeat
 
@@ -118,6 +130,9 @@ _RESOURCES = {
     RequestCode.CONSUMER_SEND_MSG_BACK: lambda ext, body: ((_group(ext.get("group")), SUB),),
     RequestCode.PULL_MESSAGE: lambda ext, body: ((ext.get("topic") or "", SUB), (_group(ext.get("consumerGroup")), SUB)),
     RequestCode.LITE_PULL_MESSAGE: lambda ext, body: ((ext.get("topic") or "", SUB), (_group(ext.get("consumerGroup")), SUB)),
+    RequestCode.POP_MESSAGE: lambda ext, body: _pop(ext),
+    RequestCode.ACK_MESSAGE: lambda ext, body: _pop(ext),
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: lambda ext, body: _pop(ext),
     RequestCode.QUERY_MESSAGE: lambda ext, body: ((ext.get("topic") or "", SUB),),
     RequestCode.HEART_BEAT: _heartbeat,
     RequestCode.UNREGISTER_CLIENT: lambda ext, body: ((_group(ext["consumerGroup"]), SUB),) if ext.get("consumerGroup") else (),
@@ -372,6 +387,21 @@ def _signature_failed(access_key: str) -> RequestRefused:
 
 
 _SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
+_NO_PERMISSION = int(ResponseCode.NO_PERMISSION)
+
+
+def parse_v2_authorization(value: str) -> tuple[str, str]:
+    """(access key, hex signature) of a RocketMQ 5 client's `authorization` header; a Credential
+    may carry a scope after the key (`AK/...`, as some clients send it)."""
+    algorithm, _, rest = value.strip().partition(" ")
+    fields = {}
+    for item in rest.split(","):
+        k, _, v = item.strip().partition("=")
+        fields[k.strip()] = v.strip()
+    if algorithm != "MQv2-HMAC-SHA1" or not fields.get("Credential") or "Signature" not in fields:
+        raise _refused(f"bad authorization header {value[:120]!r}: expected 'MQv2-HMAC-SHA1 Credential=<accessKey>, "
+                       f"SignedHeaders=x-mq-date-time, Signature=<hex>'")
+    return fields["Credential"].split("/", 1)[0], fields["Signature"]
 
 
 class PlainAccessValidator(RequestStep):
@@ -459,6 +489,31 @@ class PlainAccessValidator(RequestStep):
                 self._check(account, _SEND_V2, _send_of(topic))
         if len(state.sends) < 4096:
             state.sends[(access_key, topic)] = None if account is None else account.key.native
+
+    def check_grpc(self, remote_addr: str, authorization: str | None, date_time: str | None, what: str,
+                   needed) -> None:
+        """A RocketMQ 5 gRPC request (rmq_core/proxy): the same accounts, address rules and
+        permission decision as a remoting request's; only the signature differs - the
+        `authorization` header `MQv2-HMAC-SHA1 Credential=<AK>, SignedHeaders=x-mq-date-time,
+        Signature=<hex HmacSHA1(secretKey, x-mq-date-time)>`.  `what`: the RPC, for the remarks;
+        `needed`: (resource, permission) pairs as _RESOURCES gives them.  Raises RequestRefused
+        with code NO_PERMISSION for a permission refusal, SYSTEM_ERROR for a missing or bad credential."""
+        state = self._connection_state(remote_addr, None)
+        if state.white:
+            return
+        access_key, signature = parse_v2_authorization(authorization) if authorization else (None, None)
+        account = self._account(state, access_key, what)
+        if account is None:
+            return
+        expected = hmac.new(account.secret_key.encode("utf-8"), (date_time or "").encode("utf-8"), "sha1").hexdigest()
+        if not date_time or not hmac.compare_digest(expected, (signature or "").lower()):
+            raise _refused(f"Check signature failed for accessKey={account.access_key}: the authorization "
+                           f"Signature does not match x-mq-date-time signed with the secretKey of "
+                           f"accessKey={account.access_key}")
+        try:
+            self._check(account, -1, needed)
+        except RequestRefused as e:
+            raise RequestRefused(e.remark, _NO_PERMISSION) from None
 
     def _connection_state(self, remote_addr, connection) -> _ConnectionAcl:
         """What the connection's attributes cache under the current rules (made anew when they changed)."""

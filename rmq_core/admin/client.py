@@ -75,6 +75,7 @@ class QueueProgress:
     broker_offset: int
     consumer_offset: int
     last_timestamp: int
+    inflight: int = 0  # pop consumption: handed out, not yet acked (the consumer offset is past them)
 
     @property
     def diff(self) -> int:
@@ -91,6 +92,10 @@ class ConsumeStats:
     @property
     def diff_total(self) -> int:
         return sum(q.diff for q in self.queues)
+
+    @property
+    def inflight_total(self) -> int:
+        return sum(q.inflight for q in self.queues)
 
 
 @attrs.frozen
@@ -398,12 +403,15 @@ class AdminClient:
     # --- topics --------------------------------------------------------------------------------------------
     def create_or_update_topic(self, addr: str, topic: str, *, read_queue_nums: int = 8, write_queue_nums: int = 8,
                                perm: int = 6, order: bool = False, topic_filter_type: str = "SINGLE_TAG",
-                               topic_sys_flag: int = 0) -> None:
-        """UPDATE_AND_CREATE_TOPIC on one broker (updateTopic -b)."""
-        self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queue_nums,
-            "writeQueueNums": write_queue_nums, "perm": perm, "topicFilterType": topic_filter_type,
-            "topicSysFlag": topic_sys_flag, "order": order}, what=f"create topic {topic}")
+                               topic_sys_flag: int = 0, attributes: str | None = None) -> None:
+        """UPDATE_AND_CREATE_TOPIC on one broker (updateTopic -b); `attributes`: RocketMQ 5's
+        '+message.type=FIFO' string, applied to the topic's current attributes."""
+        fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queue_nums,
+                  "writeQueueNums": write_queue_nums, "perm": perm, "topicFilterType": topic_filter_type,
+                  "topicSysFlag": topic_sys_flag, "order": order}
+        if attributes:
+            fields["attributes"] = attributes
+        self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields, what=f"create topic {topic}")
 
     def topic_config(self, addr: str, topic: str) -> dict:
         """One topic's config on a broker (from GET_ALL_TOPIC_CONFIG), Java's field names."""
@@ -666,7 +674,8 @@ class AdminClient:
             tps += float(d.get("consumeTps") or 0)
             for mq, st in rows:
                 queues.append(QueueProgress(mq["topic"], mq["brokerName"], int(mq["queueId"]), int(st["brokerOffset"]),
-                                            int(st["consumerOffset"]), int(st.get("lastTimestamp") or 0)))
+                                            int(st["consumerOffset"]), int(st.get("lastTimestamp") or 0),
+                                            int(st.get("inflight") or 0)))
             known = known or bool(rows)
         if not known and not self._group_exists(group):
             raise AdminError(f"consumer group {group!r} does not exist (no offsets or subscription config on any broker)")

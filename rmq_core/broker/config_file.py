@@ -424,6 +424,15 @@ def _filter_type(inst, attribute, value):
         raise IllegalArgumentError(f"bad topicFilterType {value!r}; expected one of {', '.join(TOPIC_FILTER_TYPES)}")
 
 
+def _attributes(inst, attribute, value):
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise IllegalArgumentError(f"bad topic attribute {k!r}={v!r}: names and values are strings")
+    from rmq_core.broker.message_type import check_topic_attributes  # (names a bad message.type)
+
+    check_topic_attributes(value)
+
+
 def _topic_name(inst, attribute, value):
     TopicValidator.check_topic(value)
 
@@ -439,7 +448,7 @@ class _JsonFields:
 
     @classmethod
     def _json_kwargs(cls, obj: dict) -> dict:
-        """The attributes of a JSON object; unknown fields (newer brokers' `attributes`) are ignored."""
+        """The attributes of a JSON object; unknown fields (a newer broker's) are ignored."""
         if not isinstance(obj, dict):
             raise IllegalArgumentError(f"{cls._WHAT} must be an object, got {obj!r}")
         return {a: obj[j] for a, j in cls._JSON if j in obj}
@@ -460,11 +469,22 @@ class TopicConfig(_JsonFields):
     topic_filter_type: str = attrs.field(default="SINGLE_TAG", validator=_filter_type)
     topic_sys_flag: int = attrs.field(default=0, validator=_non_negative)
     order: bool = False
+    # RocketMQ 5's topic attributes, e.g. {"message.type": "FIFO"} (rmq_core.broker.message_type);
+    # written to JSON only when there are some, so a 4.x topic's JSON stays as 4.x writes it
+    attributes: dict = attrs.field(factory=dict, converter=lambda v: dict(v or {}), validator=_attributes,
+                                   hash=False)
 
     _JSON = (("topic_name", "topicName"), ("read_queue_nums", "readQueueNums"),
              ("write_queue_nums", "writeQueueNums"), ("perm", "perm"),
-             ("topic_filter_type", "topicFilterType"), ("topic_sys_flag", "topicSysFlag"), ("order", "order"))
+             ("topic_filter_type", "topicFilterType"), ("topic_sys_flag", "topicSysFlag"), ("order", "order"),
+             ("attributes", "attributes"))
     _WHAT = "topic config"
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        if not self.attributes:
+            del out["attributes"]
+        return out
 
     @classmethod
     def from_json(cls, obj: dict) -> "TopicConfig":
@@ -719,14 +739,27 @@ class SubscriptionGroupConfig(_JsonFields):
     broker_id: int = attrs.field(default=0, validator=_non_negative)
     which_broker_when_consume_slowly: int = attrs.field(default=1, validator=_non_negative)
     notify_consumer_ids_changed_enable: bool = True
+    # RocketMQ 5: a FIFO group (pop consumption hands a queue's next message out only after the
+    # ones before it are acked)
+    consume_message_orderly: bool = attrs.field(default=False, converter=lambda v: _json_bool(v, "consumeMessageOrderly"))
 
     _JSON = (("group_name", "groupName"), ("consume_enable", "consumeEnable"),
              ("consume_from_min_enable", "consumeFromMinEnable"),
              ("consume_broadcast_enable", "consumeBroadcastEnable"), ("retry_queue_nums", "retryQueueNums"),
              ("retry_max_times", "retryMaxTimes"), ("broker_id", "brokerId"),
              ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly"),
-             ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"))
+             ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"),
+             ("consume_message_orderly", "consumeMessageOrderly"))
     _WHAT = "subscription group config"
+
+
+def _json_bool(value, name: str) -> bool:
+    """A JSON boolean (or fastjson's "true"/"false" string); anything else raises naming the field."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise IllegalArgumentError(f"subscription group config {name} must be true or false, got {value!r}")
 
 
 class SubscriptionGroupTable(_VersionedTable):

@@ -25,6 +25,8 @@ from rmq_core.broker.processors.admin import AdminBrokerProcessor
 from rmq_core.broker.processors.admin_ext import AdminExtProcessor
 from rmq_core.broker.processors.client import ClientManageProcessor
 from rmq_core.broker.processors.pull import PullMessageProcessor
+from rmq_core.broker.processors.pop import PopMessageProcessor
+from rmq_core.broker.pop.service import PopService
 from rmq_core.broker.processors.send import SendMessageProcessor, WriteFence, put_outcome
 from rmq_core.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService
 from rmq_core.broker.slave_sync import SYNC_INTERVAL, SlaveSynchronize
@@ -75,6 +77,7 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(self)
         self.timer_service = TimerMessageService(self)
         self.transaction_service = TransactionalMessageService(self)
+        self.pop_service = PopService(self)
         self.slave_synchronize = SlaveSynchronize(self)
         self.store: DefaultMessageStore | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -106,6 +109,12 @@ class BrokerController:
         self._synced_master: str | None = None  # the master address a slave's sync started on
         self.metrics = BrokerMetrics(self)
         self.access_validator = None  # aclEnable=true: the validator accessValidator names (a request step)
+        self.send_processor = None  # SendMessageProcessor, once serving
+        # grpcServerPort: the gRPC front end (rmq_core.proxy.server.GrpcServer), bound on
+        # grpc_listen_host (the listen host unless `rmq standalone --grpc-listen` names another)
+        self.grpc_server = None
+        self.grpc_listen_host: str | None = None
+        self.grpc_optional = False  # True: a port it cannot bind is a warning (a default, not asked for)
         self.started = False
         self._ha_default_port = 0
         self.replicas_manager = None  # controller mode (enableControllerMode): ReplicasManager
@@ -202,6 +211,7 @@ class BrokerController:
         try:
             await self._start_services()
         except BaseException:
+            await self._stop_grpc()
             self.metrics.stop()
             self._stop_access_validator()
             for server in self.servers:
@@ -245,14 +255,27 @@ class BrokerController:
         self.store.start()
         self.store.attach_event_loop(self.loop)  # SYNC_FLUSH: this loop answers its group commits
 
-        for processor in (SendMessageProcessor(self), PullMessageProcessor(self), ClientManageProcessor(self),
-                          AdminBrokerProcessor(self), AdminExtProcessor(self), AclProcessor(self)):
+        self.send_processor = SendMessageProcessor(self)  # (the gRPC front end's sends go through it too)
+        for processor in (self.send_processor, PullMessageProcessor(self), ClientManageProcessor(self),
+                          AdminBrokerProcessor(self), AdminExtProcessor(self), AclProcessor(self),
+                          PopMessageProcessor(self)):
             for server in self.servers:
                 processor.register(server)
         for server in self.servers:
             server.register_processor(RequestCode.END_TRANSACTION, _Handler(self.transaction_service.end_transaction))
             server.on_channel_close.append(self._on_channel_close)
             server.register_default_processor(None)  # serving: an unknown code is "not supported" again
+        if bc.grpc_server_port:
+            # RocketMQ 5's gRPC protocol (rmq_core/proxy; grpcio is imported only here)
+            from rmq_core.proxy import start_grpc_server
+            try:
+                self.grpc_server = await start_grpc_server(self, self.grpc_listen_host or self.listen_host,
+                                                           bc.grpc_server_port)
+            except ConfigError as e:
+                if not self.grpc_optional:
+                    raise
+                # (`rmq standalone`'s default port, taken: the broker serves 4.x clients without it)
+                log.warning("%s: serving without gRPC (RocketMQ 5 clients); give --grpc-listen HOST:PORT", e)
 
         if not bc.enable_controller_mode:
             for service in self._delivery_services():
@@ -294,10 +317,10 @@ class BrokerController:
                 {t: list(qs) for t, qs in self.store.get_consume_queue_table().items()})
         self.broker_config.broker_id = broker_id
         if was_slave and not self.is_slave:
-            for service in (self.schedule_service, self.timer_service, self.transaction_service):
+            for service in (self.schedule_service, self.timer_service, self.transaction_service, self.pop_service):
                 await service.start()
         elif not was_slave and self.is_slave:
-            for service in (self.schedule_service, self.timer_service, self.transaction_service):
+            for service in (self.schedule_service, self.timer_service, self.transaction_service, self.pop_service):
                 await service.stop()
         self.metrics.on_role_change(role.value)
 
@@ -337,6 +360,7 @@ class BrokerController:
         if self.namesrv_client:
             await self.namesrv_client.close()
         self.pull_hold_service.wake_all()
+        await self._stop_grpc()
         self.metrics.stop()
         for service in self._delivery_services():
             await service.stop()
@@ -351,6 +375,18 @@ class BrokerController:
         self.store.detach_event_loop()
         await asyncio.to_thread(self.store.shutdown)
         log.info("The broker[%s, %s] shutdown OK", self.broker_config.broker_name, self.broker_addr)
+
+    async def _stop_grpc(self) -> None:
+        server, self.grpc_server = self.grpc_server, None
+        if server is not None:
+            await server.stop()
+
+    def grpc_line(self) -> str | None:
+        """The line naming where RocketMQ 5 clients connect (None without grpcServerPort)."""
+        if self.grpc_server is None:
+            return None
+        return (f"The broker[{self.broker_config.broker_name}] serves RocketMQ 5 clients (gRPC) on "
+                f"{self.grpc_server.address}, endpoint {self.broker_config.broker_ip1}:{self.grpc_server.port}")
 
     def _start_access_validator(self) -> None:
         """aclEnable=true: the validator accessValidator names checks every request of every
@@ -371,10 +407,10 @@ class BrokerController:
 
     def _delivery_services(self) -> tuple:
         """The services that write on their own (delayed and timer deliveries, transaction
-        check-backs): a master's; a slave's store takes no writes (RocketMQ starts them on masters)."""
+        check-backs, pop revive): a master's; a slave's store takes no writes (RocketMQ starts them on masters)."""
         if self.is_slave:
             return ()
-        return (self.schedule_service, self.timer_service, self.transaction_service)
+        return (self.schedule_service, self.timer_service, self.transaction_service, self.pop_service)
 
     async def _watch_group(self) -> None:
         """Start a metadata round at once when it matters, not at the next SYNC_INTERVAL: a

@@ -90,6 +90,16 @@ class BrokerMetrics:
             by_topic("rocketmq_commit_messages", "Transactional messages committed", c["commit_nums"]),
             by_topic("rocketmq_rollback_messages", "Transactional messages rolled back", c["rollback_nums"]),
         ]
+        pop = ctrl.pop_service  # pop consumption (RocketMQ 5's SimpleConsumer / gRPC clients, POP_MESSAGE)
+        families += [
+            by_topic_group("rocketmq_pop_receive_messages", "Messages handed out by pop consumption", pop.received),
+            by_topic_group("rocketmq_pop_ack_messages", "Pop-consumed messages acked", pop.acked),
+            by_topic_group("rocketmq_pop_revive_messages",
+                           "Pop-consumed messages whose invisible time ran out unacked (delivered again or "
+                           "dead-lettered)", pop.revived),
+            by_topic_group("rocketmq_pop_inflight_messages", "Pop-consumed messages handed out and not yet acked",
+                           {(t, g): n for (g, t), n in pop.inflight_table().items()}, GAUGE),
+        ]
         sizes = ctrl.stats.message_size
         families.append(MetricFamily(
             "rocketmq_message_size", HISTOGRAM, "Size of the messages put", cl + ("topic",),

@@ -108,6 +108,10 @@ class RequestCode(enum.IntEnum):
     QUERY_SUBSCRIPTION_BY_CONSUMER = 345
     GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
+    # RocketMQ 5's pop consumption (rmq_core/broker/pop, docs/pop.md)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
     # RocketMQ 5's controller mode (rmq_core/controller, docs/failover.md)
     BROKER_HEARTBEAT = 904
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
@@ -165,6 +169,9 @@ class ResponseCode(enum.IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
+    # RocketMQ 5 gave 209 / 210 to long polling (an empty pop answers POLLING_TIMEOUT); aliases here
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
 
 
 # what a PULL_MESSAGE answer's code means to a client (the consumers' and the admin tool's pulls)
@@ -181,6 +188,34 @@ class MQVersion:
     V3_1_8 = 63  # what the C++ 1.2.x client sends
     V4_9_4 = 401  # from here a name server writes standard JSON (quoted brokerAddrs keys)
     CURRENT = 407  # V4_9_7, what we send
+
+    # The enum's layout from V4_0_0_SNAPSHOT (212) on: per minor version twenty entries, a
+    # SNAPSHOT and a release for each patch 0-9 (so V4_9_7 is 407, V5_1_2 437).
+    _V4_BASE = 212
+
+    @classmethod
+    def ordinal(cls, version: str | None) -> int:
+        """The ordinal of a release like '5.1.2' (a 5.x client's x-mq-client-version); 0 if unreadable."""
+        try:
+            major, minor, patch = (int(p) for p in (version or "").split("-")[0].split(".")[:3])
+        except ValueError:
+            return 0
+        if major < 4 or not (0 <= minor <= 9 and 0 <= patch <= 9):
+            return 0
+        return cls._V4_BASE + (major - 4) * 200 + minor * 20 + patch * 2 + 1
+
+    @classmethod
+    def desc(cls, ordinal: int) -> str:
+        """MQVersion.getVersionDesc: 'V5_1_2' for 437 (a number as it is outside the known layout)."""
+        if ordinal == cls.V3_1_8:
+            return "V3_1_8"
+        n = ordinal - cls._V4_BASE
+        if n < 0:
+            return str(ordinal)
+        major, rest = divmod(n, 200)
+        minor, rest = divmod(rest, 20)
+        patch, release = divmod(rest, 2)
+        return f"V{major + 4}_{minor}_{patch}" + ("" if release else "_SNAPSHOT")
 
 
 def code_name(code: int, *, response: bool = False) -> str:

@@ -288,7 +288,8 @@ def test_consumer_group_commands(ns, broker):
         assert {r["topic"] for r in prog} >= {"AdmCons"}
         mine = [r for r in prog if r["topic"] == "AdmCons"]
         assert sum(r["consumer_offset"] for r in mine) == 9 and [r["qid"] for r in mine] == [0, 1, 2, 3]
-        assert set(mine[0]) == {"topic", "broker_name", "qid", "broker_offset", "consumer_offset", "diff", "last_time"}
+        assert set(mine[0]) == {"topic", "broker_name", "qid", "broker_offset", "consumer_offset", "diff", "inflight",
+                                "last_time"}
         table = ok("consumerProgress", "-g", "AdmGroup", ns=ns)
         assert "Consume TPS:" in table and "Diff Total: 0" in table and "LastTime" in table
         with_ip = rows("consumerProgress", "-g", "AdmGroup", "-s", "true", ns=ns)

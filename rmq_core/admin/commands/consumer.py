@@ -22,7 +22,9 @@ _C = arg("-c", "--clusterName", help="cluster name")
          arg("-r", "--retryMaxTimes", type=int, default=16, help="retries before the dead-letter queue (default 16)"),
          arg("-i", "--brokerId", type=int, default=0, help="broker id to consume from (default 0, the master)"),
          arg("-w", "--whichBrokerWhenConsumeSlowly", type=int, default=1, help="broker id when consuming slowly"),
-         arg("-a", "--notifyConsumerIdsChanged", type=parse_bool, default=True, help="notify members on changes"))
+         arg("-a", "--notifyConsumerIdsChanged", type=parse_bool, default=True, help="notify members on changes"),
+         arg("-o", "--consumeMessageOrderly", type=parse_bool, default=False,
+             help="a FIFO group: pop consumption hands out a queue's next message after the previous is acked"))
 def update_sub_group(admin, args, out):
     if args.retryQueueNums < 0 or args.retryMaxTimes < 0:
         raise UsageError(f"bad -q {args.retryQueueNums} / -r {args.retryMaxTimes}: must not be negative")
@@ -30,7 +32,8 @@ def update_sub_group(admin, args, out):
               "consumeFromMinEnable": args.consumeFromMinEnable, "consumeBroadcastEnable": args.consumeBroadcastEnable,
               "retryQueueNums": args.retryQueueNums, "retryMaxTimes": args.retryMaxTimes, "brokerId": args.brokerId,
               "whichBrokerWhenConsumeSlowly": args.whichBrokerWhenConsumeSlowly,
-              "notifyConsumerIdsChangedEnable": args.notifyConsumerIdsChanged}
+              "notifyConsumerIdsChangedEnable": args.notifyConsumerIdsChanged,
+              "consumeMessageOrderly": args.consumeMessageOrderly}
     rows = []
     for addr in broker_targets(admin, args):
         admin.create_or_update_subscription_group(addr, config)
@@ -54,7 +57,7 @@ def delete_sub_group(admin, args, out):
     out.table(["Broker Addr", "Group", "Offsets Removed"], rows)
 
 
-@command("consumerProgress", "A group's lag per queue (-g), or every group's summary",
+@command("consumerProgress", "A group's lag per queue (-g), or every group's summary (pop groups: in flight too)",
          arg("-g", "--groupName", help="consumer group (all groups when left out)"),
          arg("-s", "--showClientIP", type=parse_bool, default=False, help="show which client holds each queue"))
 def consumer_progress(admin, args, out):
@@ -65,14 +68,15 @@ def consumer_progress(admin, args, out):
             owners = _queue_owners(admin, args.groupName)
         cols = ["Topic", "Broker Name", "QID", "Broker Offset", "Consumer Offset"]
         cols += ["Client IP"] if args.showClientIP else []
-        cols += ["Diff", "LastTime"]
+        cols += ["Diff", "Inflight", "LastTime"]
         rows = []
         for q in stats.queues:
             row = [q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset]
             if args.showClientIP:
                 row.append(owners.get((q.topic, q.broker_name, q.queue_id), "N/A"))
-            rows.append(row + [q.diff, fmt_time(q.last_timestamp)])
-        out.table(cols, rows, footer=["", f"Consume TPS: {stats.consume_tps:.2f}", f"Diff Total: {stats.diff_total}"])
+            rows.append(row + [q.diff, q.inflight, fmt_time(q.last_timestamp)])
+        out.table(cols, rows, footer=["", f"Consume TPS: {stats.consume_tps:.2f}", f"Diff Total: {stats.diff_total}",
+                                      f"Inflight Total: {stats.inflight_total}"])
         return
     rows = []
     for g, stats in out.each("consumerProgress", admin.consumer_groups(), admin.consume_stats):
@@ -84,8 +88,9 @@ def consumer_progress(admin, args, out):
             model = conn.message_model
         except RMQError:
             count, version, ctype, model = 0, "OFFLINE", "", ""
-        rows.append((g, count, version, ctype, model, round(stats.consume_tps, 2), stats.diff_total))
-    out.table(["Group", "Count", "Version", "Type", "Model", "TPS", "Diff Total"], rows)
+        rows.append((g, count, version, ctype, model, round(stats.consume_tps, 2), stats.diff_total,
+                     stats.inflight_total))
+    out.table(["Group", "Count", "Version", "Type", "Model", "TPS", "Diff Total", "Inflight Total"], rows)
 
 
 def _queue_owners(admin, group: str) -> dict:
@@ -105,7 +110,9 @@ def _queue_owners(admin, group: str) -> dict:
 
 
 def _version_desc(version: int) -> str:
-    return {407: "V4_9_7", 401: "V4_9_4", 63: "V3_1_8"}.get(version, str(version))
+    from rmq_core.remoting.codes import MQVersion
+
+    return MQVersion.desc(version)
 
 
 @command("consumerConnection", "The live members of a consumer group and what they subscribe", _G)

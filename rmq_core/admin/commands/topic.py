@@ -19,19 +19,29 @@ _C = arg("-c", "--clusterName", help="cluster name")
          arg("-p", "--perm", type=int, default=6, help="2 write only, 4 read only, 6 read and write (default 6)"),
          arg("-o", "--order", type=parse_bool, default=False, help="ordered topic: true/false"),
          arg("-u", "--unit", type=parse_bool, default=False, help="unit topic (kept for mqadmin compatibility)"),
-         arg("-s", "--hasUnitSub", type=parse_bool, default=False, help="has unit subscription (mqadmin compatibility)"))
+         arg("-s", "--hasUnitSub", type=parse_bool, default=False, help="has unit subscription (mqadmin compatibility)"),
+         arg("-a", "--attributes", help="RocketMQ 5 topic attributes, '+name=value,-name': "
+                                        "+message.type=NORMAL|FIFO|DELAY|TRANSACTION|MIXED restricts what it accepts"))
 def update_topic(admin, args, out):
     if args.perm not in (2, 4, 6):
         raise UsageError(f"bad perm {args.perm}: 2 (write only), 4 (read only) or 6 (read and write)")
     if args.readQueueNums <= 0 or args.writeQueueNums <= 0:
         raise UsageError(f"bad queue counts -r {args.readQueueNums} -w {args.writeQueueNums}: both must be > 0")
     sys_flag = (1 if args.unit else 0) | (2 if args.hasUnitSub else 0)
+    if args.attributes:
+        from rmq_core.broker.message_type import parse_attributes
+        from rmq_core.errors import IllegalArgumentError
+
+        try:
+            parse_attributes(args.attributes)  # a bad item is named before any broker is asked
+        except IllegalArgumentError as e:
+            raise UsageError(str(e)) from None
     addrs = broker_targets(admin, args)
     rows = []
     for addr in addrs:
         admin.create_or_update_topic(addr, args.topic, read_queue_nums=args.readQueueNums,
                                      write_queue_nums=args.writeQueueNums, perm=args.perm, order=args.order,
-                                     topic_sys_flag=sys_flag)
+                                     topic_sys_flag=sys_flag, attributes=args.attributes)
         out.message(f"create topic to {addr} success.")
         rows.append((addr, args.topic, args.readQueueNums, args.writeQueueNums, args.perm, args.order))
     if args.order and args.clusterName:

@@ -16,6 +16,13 @@ CHANGE_MESSAGE_INVISIBLETIME) and the gRPC front end (rmq_core.proxy) both call 
     await pop_service.forward_to_dead_letter(group=..., topic=..., receipt_handle="...")
     pop_service.inflight(group, topic)   # received and neither acked nor revived yet
 
+pop() also takes init_mode="MIN"|"MAX" (where a group without a pop offset in a queue starts;
+the remoting header's initMode).  PopResult.status is "FOUND" or "POLLING_NOT_FOUND"; refusals
+raise `PopError` (service.py) with `.kind` (INVALID_RECEIPT_HANDLE, ILLEGAL_INVISIBLE_TIME,
+GROUP_NOT_FOUND, TOPIC_NOT_FOUND, FORBIDDEN, NOT_MASTER, ILLEGAL_FILTER, BAD_REQUEST, INTERNAL)
+and `.code` (the remoting ResponseCode), its message naming the bad value.  AckOutcome.status
+is "OK", or "ALREADY_ACKED" for a repeated ack.  The broker takes invisible times of 1 s to 12 h.
+
 A PoppedMessage carries the stored record bytes as they are (`record`, what a pull would send), the
 topic the consumer subscribed to (a retry message reports its original topic), queue id and offset,
 `receipt_handle` (an opaque string naming everything an ack needs) and `delivery_attempt` (1 for a

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
+from rmq_core.broker import message_type
 from rmq_core.broker.processors import Processor
 from rmq_core.broker.processors.client import json_body
 from rmq_core.errors import IllegalArgumentError, StoreError
@@ -66,6 +67,9 @@ class AdminBrokerProcessor(Processor):
                 topic_filter_type=request.get_str("topicFilterType", "SINGLE_TAG"),
                 topic_sys_flag=request.get_int("topicSysFlag", 0),
                 order=request.get_bool("order", False),
+                # RocketMQ 5's '+message.type=FIFO': applied to the topic's current attributes
+                attributes=message_type.parse_attributes(
+                    request.get_str("attributes"), getattr(self.ctrl.topic_manager.select(topic), "attributes", None)),
             )
             await self.ctrl.topic_manager.update_topic_config(tc)  # answered once written and registered
         except (IllegalArgumentError, ValueError, StoreError) as e:
@@ -277,9 +281,12 @@ class AdminBrokerProcessor(Processor):
 
 
 def consume_stats_body(ctrl, group: str, topics) -> dict:
-    """ConsumeStats of a group over some topics: per queue the broker and consumer offsets and the
-    store time of the last consumed message (GET_CONSUME_STATS, GET_BROKER_CONSUME_STATS)."""
+    """ConsumeStats of a group over some topics: per queue the broker and consumer offsets, the
+    store time of the last consumed message, and for pop consumption the messages handed out and
+    not yet acked (`inflight`; a pop group's consumer offset is where its next pop starts, so its
+    diff is what was never handed out) (GET_CONSUME_STATS, GET_BROKER_CONSUME_STATS)."""
     table = []
+    pop = ctrl.pop_service
     for topic in topics:
         tc = ctrl.topic_manager.select(topic)
         if tc is None:
@@ -289,7 +296,8 @@ def consume_stats_body(ctrl, group: str, topics) -> dict:
             consumer_off = max(0, ctrl.offset_manager.query_offset(group, topic, qid))
             last = ctrl.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
             table.append({"brokerName": ctrl.broker_config.broker_name, "queueId": qid, "topic": topic,
-                          "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": last})
+                          "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": last,
+                          "inflight": pop.inflight_in_queue(group, topic, qid)})
     return {"consumeTps": ctrl.stats.group_get_tps(group), "offsetTable": table}
 
 

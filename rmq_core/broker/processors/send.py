@@ -7,6 +7,7 @@ import random
 import time
 import zlib
 
+from rmq_core.broker import message_type as message_types
 from rmq_core.broker.processors import Processor, born_host_of
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.codec import string_to_properties
@@ -299,6 +300,10 @@ class SendMessageProcessor(Processor):
         if resp is not None:
             return resp
         tc = ctrl.topic_manager.select(h.topic)
+        if tc.attributes:  # a RocketMQ 5 topic that accepts one message type only (never on the lane)
+            why = message_types.refusal(h.topic, tc.attributes, string_to_properties(h.properties), h.sys_flag)
+            if why is not None:
+                return request.make_response(ResponseCode.MESSAGE_ILLEGAL, why)
         queue_id = h.queue_id if h.queue_id is not None and h.queue_id >= 0 else random.randrange(tc.write_queue_nums)
         if queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
             return request.make_response(
@@ -449,7 +454,8 @@ class SendMessageProcessor(Processor):
         if not PermName.is_writeable(tc.perm):
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"the topic[{h.topic}] sending message is forbidden")
-        if tc.write_queue_nums > 0 and not MixAll.is_retry_topic(h.topic):
+        if tc.write_queue_nums > 0 and not MixAll.is_retry_topic(h.topic) and \
+                message_types.topic_message_type(tc.attributes) == message_types.MIXED:
             # Keyed by the version read before the checks: a change made meanwhile invalidates it.
             if len(self._send_topics) > 100_000:
                 self._send_topics.clear()
@@ -504,20 +510,16 @@ class SendMessageProcessor(Processor):
         msg = ctrl.store.look_message_by_offset(offset, decompress=False)  # stored again as it is
         if msg is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
-        retry_topic = MixAll.get_retry_topic(group)
         props = dict(msg.properties)
         if MessageConst.RETRY_TOPIC not in props:
             props[MessageConst.RETRY_TOPIC] = msg.topic
         max_times = sg.retry_max_times
         if max_header is not None and request.version >= V3_4_9:
             max_times = max_header
-        topic, queue_id = retry_topic, random.randrange(max(1, sg.retry_queue_nums))
-        if msg.reconsume_times >= max_times or delay_level < 0:
-            topic, queue_id = MixAll.get_dlq_topic(group), 0
-            ctrl.topic_manager.dlq_topic(group)
+        topic, queue_id, dead = send_back_target(ctrl, group, sg, msg.reconsume_times, max_times, delay_level)
+        if dead:
             props.pop(MessageConst.DELAY_TIME_LEVEL, None)
         else:
-            ctrl.topic_manager.retry_topic(group, max(1, sg.retry_queue_nums))
             if delay_level == 0:
                 delay_level = 3 + msg.reconsume_times
             props[MessageConst.DELAY_TIME_LEVEL] = str(delay_level)
@@ -533,6 +535,24 @@ class SendMessageProcessor(Processor):
         if MixAll.is_dlq_topic(topic):
             ctrl.stats.inc_dlq(props[MessageConst.RETRY_TOPIC], group)
         return ctrl.fenced_refusal(request) or request.make_response(ResponseCode.SUCCESS, None)
+
+
+def send_back_target(ctrl, group: str, sg, reconsume_times: int, max_times: int, delay_level: int = 0,
+                     retry_topic: str | None = None) -> tuple[str, int, bool]:
+    """Where a message a consumer of `group` gives back goes (RocketMQ's send-back decision, also
+    the pop revive's): the group's dead-letter topic %DLQ%<group> once the message's reconsume
+    times reached `max_times` (or when delay_level < 0 asks for it), else its retry topic -
+    %RETRY%<group> on one of its retryQueueNums queues, or `retry_topic` (a pop retry topic, one
+    queue).  Creates the topic when missing.  Returns (topic, queue id, dead-lettered)."""
+    if reconsume_times >= max_times or delay_level < 0:
+        ctrl.topic_manager.dlq_topic(group)
+        return MixAll.get_dlq_topic(group), 0, True
+    if retry_topic is not None:
+        ctrl.topic_manager.create_topic_in_send_back(retry_topic, 1, PermName.PERM_READ | PermName.PERM_WRITE)
+        return retry_topic, 0, False
+    n = max(1, sg.retry_queue_nums)
+    ctrl.topic_manager.retry_topic(group, n)
+    return MixAll.get_retry_topic(group), random.randrange(n), False
 
 
 def message_type_of(props: dict, tx_type: int) -> str:

@@ -1,0 +1,869 @@
+"""PopService: the broker's one owner of pop consumption (see the package docstring and docs/pop.md).
+
+Everything that decides (what a pop hands out, whether an ack or a change of invisible time is
+valid, what the revive re-puts) runs synchronously on the broker's event loop, puts included
+(`store.put_nowait`): a decision and the record that makes it durable are never split by an
+await, so a concurrent ack and revive of one message cannot both win.  Only the wait for a put's
+durability (SYNC_FLUSH, a slave's ack) is awaited, before the answer.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import heapq
+import json
+import logging
+import random
+
+import attrs
+
+from rmq_core.broker.config_file import TopicConfig
+from rmq_core.broker.consumer_filter_manager import PropertyFilterDisabledError
+from rmq_core.broker.pop.receipt import (
+    ACK_TAG, CK_TAG, POP_ORDER_REVIVE_QUEUE, REVIVE_GROUP, REVIVE_QUEUE_NUM, InvalidReceiptHandle, ReceiptHandle,
+    encode_ack, encode_ck, is_pop_retry_topic, pop_retry_topic, revive_topic,
+)
+from rmq_core.broker.processors.send import send_back_target
+from rmq_core.codec import decode_messages
+from rmq_core.common.clock import now_ms
+from rmq_core.common.subscription import SubscriptionData
+from rmq_core.errors import FilterExpressionError, PluginNotFoundError
+from rmq_core.message import MessageConst, MixAll, PermName, host_port
+from rmq_core.remoting.codes import ResponseCode
+from rmq_core.store import GetMessageStatus, MessageExtBrokerInner, PutMessageStatus
+
+log = logging.getLogger("rmq.broker.pop")
+
+MIN_INVISIBLE_MS = 1_000  # the broker's bound; RocketMQ 5's proxy asks 10 s of its gRPC clients
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+MAX_POP_NUMS = 1024
+_MAX_POP_BYTES = 4 * 1024 * 1024
+_RETRY_EVERY = 5  # every 5th pop looks at the retry topic first (RocketMQ: popFromRetryProbability 20%)
+_RECENT_DONE_MAX = 100_000
+_ATTEMPTS_MAX = 10_000
+
+
+class PopError(Exception):
+    """A refused pop / ack / change: `kind` for the gRPC front end, `code` for a remoting answer."""
+
+    def __init__(self, kind: str, message: str, code: int = ResponseCode.SYSTEM_ERROR):
+        super().__init__(message)
+        self.kind, self.code = kind, int(code)
+
+
+# kinds
+BAD_REQUEST = "BAD_REQUEST"
+INVALID_RECEIPT_HANDLE = "INVALID_RECEIPT_HANDLE"
+ILLEGAL_INVISIBLE_TIME = "ILLEGAL_INVISIBLE_TIME"
+GROUP_NOT_FOUND = "GROUP_NOT_FOUND"
+TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"
+FORBIDDEN = "FORBIDDEN"
+NOT_MASTER = "NOT_MASTER"
+ILLEGAL_FILTER = "ILLEGAL_FILTER"
+INTERNAL = "INTERNAL"
+
+
+@attrs.define(slots=True)
+class PoppedMessage:
+    record: bytes  # the stored record as it lies in the commit log (a pull answer's body is these)
+    topic: str  # the topic the consumer subscribed to (a retry message reports its original topic)
+    real_topic: str  # where it is stored: `topic` or the group's pop retry topic
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    receipt_handle: str
+    delivery_attempt: int
+    ck_offset: int  # the start offset of the checkpoint it was handed out under
+    msg: object = None  # the record decoded without its body (MessageExt): properties, keys, tags...
+
+
+@attrs.define(slots=True)
+class PopResult:
+    status: str  # "FOUND" or "POLLING_NOT_FOUND"
+    messages: list
+    pop_time: int
+    invisible_ms: int
+    revive_qid: int
+    rest_num: int = 0
+    polled: bool = False  # the pop waited (long polling) before its empty answer
+
+
+@attrs.define(slots=True)
+class AckOutcome:
+    status: str  # "OK", or "ALREADY_ACKED" for a repeated ack of the same handle
+    topic: str
+    queue_id: int
+    offset: int
+
+
+class _Ck:
+    """An open checkpoint: offsets of one (group, real topic, queue) handed out at pop_time."""
+
+    __slots__ = ("group", "topic", "origin", "queue_id", "start", "offsets", "pending", "acked", "pop_time",
+                 "invisible_ms", "rqid", "rec_offset", "fifo", "attempts")
+
+    def __init__(self, group, topic, origin, queue_id, start, offsets, pop_time, invisible_ms, rqid, fifo, attempts):
+        self.group, self.topic, self.origin, self.queue_id = group, topic, origin, queue_id
+        self.start, self.offsets = start, list(offsets)
+        self.pending, self.acked = set(offsets), set()
+        self.pop_time, self.invisible_ms, self.rqid = pop_time, invisible_ms, rqid
+        self.rec_offset = -1
+        self.fifo = fifo
+        self.attempts = dict(attempts or {})
+
+    @property
+    def key(self):
+        return (self.group, self.topic, self.queue_id, self.start, self.pop_time)
+
+    @property
+    def revive_time(self) -> int:
+        return self.pop_time + self.invisible_ms
+
+
+class PopService:
+    def __init__(self, ctrl):
+        self.ctrl = ctrl
+        self.revive_topic = revive_topic(ctrl.broker_config.broker_cluster_name)
+        self._cks: dict = {}  # key -> _Ck
+        self._fifo: dict = {}  # (group, real topic, queue id) -> [open FIFO _Ck]
+        self._heap: list = []  # (revive time, seq, key) of normal checkpoints
+        self._seq = 0
+        self._inflight = collections.Counter()  # (group, subscribed topic) -> messages in flight
+        self._inflight_q = collections.Counter()  # (group, real topic, queue id) -> messages in flight
+        self._recent_done = collections.OrderedDict()  # key -> offsets acked, of closed checkpoints
+        self._attempts = collections.OrderedDict()  # (group, topic, attempt id) -> PopResult
+        self._last_pop_time = 0
+        self._pops = 0
+        self._cursor = collections.Counter()  # (group, topic) -> next queue to start at
+        self._task: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+        self.running = False
+        # metrics: (topic, group) -> count
+        self.received = collections.Counter()
+        self.acked = collections.Counter()
+        self.revived = collections.Counter()
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """A master's start (or a slave becoming master): rebuild the open checkpoints from the
+        revive log and start reviving."""
+        if self.running:
+            return
+        self._reset()
+        tm = self.ctrl.topic_manager
+        if tm.select(self.revive_topic) is None:  # (registered by the broker's next full registration)
+            tm.create_or_update(TopicConfig(topic_name=self.revive_topic, read_queue_nums=REVIVE_QUEUE_NUM,
+                                            write_queue_nums=REVIVE_QUEUE_NUM,
+                                            perm=PermName.PERM_READ | PermName.PERM_WRITE), notify=False)
+        self.recover()
+        self._wake = asyncio.Event()
+        self.running = True
+        self._task = asyncio.create_task(self._revive_loop(), name="pop-revive")
+
+    async def stop(self) -> None:
+        self.running = False
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        if self.ctrl.store is not None and not self.ctrl.is_slave:
+            self._commit_revive_offsets()
+
+    def _reset(self) -> None:
+        self._cks.clear()
+        self._fifo.clear()
+        self._heap.clear()
+        self._inflight.clear()
+        self._inflight_q.clear()
+        self._recent_done.clear()
+        self._attempts.clear()
+
+    # --- checks ---------------------------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        ctrl = self.ctrl
+        bc = ctrl.broker_config
+        if ctrl.is_slave or not self.running:
+            raise PopError(NOT_MASTER, ctrl.slave_refusal("pop consumption (it writes checkpoints)") if ctrl.is_slave
+                           else f"broker[{bc.broker_name}] is not serving pop consumption yet (starting)",
+                           ResponseCode.SERVICE_NOT_AVAILABLE)
+        if ctrl.write_fence.lapsed():
+            raise PopError(NOT_MASTER, ctrl.write_fence.remark, ResponseCode.SERVICE_NOT_AVAILABLE)
+
+    @staticmethod
+    def _check_invisible(invisible_ms) -> int:
+        if isinstance(invisible_ms, bool) or not isinstance(invisible_ms, int) or \
+                not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+            raise PopError(ILLEGAL_INVISIBLE_TIME,
+                           f"invisible time {invisible_ms!r} ms is out of range [{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms",
+                           ResponseCode.MESSAGE_ILLEGAL)
+        return invisible_ms
+
+    def _group(self, group: str):
+        if not group or not isinstance(group, str):
+            raise PopError(BAD_REQUEST, f"consumer group {group!r} is empty", ResponseCode.MESSAGE_ILLEGAL)
+        sg = self.ctrl.subscription_manager.find_or_create(group)
+        if sg is None:
+            raise PopError(GROUP_NOT_FOUND, f"subscription group [{group}] does not exist",
+                           ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
+        if not sg.consume_enable:
+            raise PopError(FORBIDDEN, f"subscription group [{group}] may not consume (consumeEnable=false)",
+                           ResponseCode.NO_PERMISSION)
+        return sg
+
+    def _topic(self, topic: str):
+        tc = self.ctrl.topic_manager.select(topic) if topic else None
+        if tc is None:
+            raise PopError(TOPIC_NOT_FOUND, f"topic[{topic}] not exist, apply first please!", ResponseCode.TOPIC_NOT_EXIST)
+        if not PermName.is_readable(tc.perm) or not PermName.is_readable(self.ctrl.broker_config.broker_permission):
+            raise PopError(FORBIDDEN, f"the topic[{topic}] pulling message is forbidden", ResponseCode.NO_PERMISSION)
+        return tc
+
+    def _next_pop_time(self) -> int:
+        # strictly increasing: a checkpoint is named by (group, topic, queue, start, pop time)
+        t = max(now_ms(), self._last_pop_time + 1)
+        self._last_pop_time = t
+        return t
+
+    # --- records --------------------------------------------------------------------------------------
+    def _put_record(self, rqid: int, tag: str, body: bytes):
+        """Append a checkpoint / ack record to revive queue `rqid` now; returns the put's result
+        and what to wait on for durability (None)."""
+        bc = self.ctrl.broker_config
+        inner = MessageExtBrokerInner(topic=self.revive_topic, queue_id=rqid, body=body,
+                                      properties={MessageConst.TAGS: tag}, born_timestamp=now_ms(),
+                                      born_host=(bc.broker_ip1, bc.listen_port))
+        result, fut = self.ctrl.store.put_nowait(inner)
+        if result.status is not PutMessageStatus.PUT_OK:
+            raise PopError(INTERNAL, f"storing a pop {tag} record failed: {result.error or result.status.name}",
+                           ResponseCode.SYSTEM_ERROR)
+        return result, fut
+
+    async def _durable(self, waits) -> None:
+        store = self.ctrl.store
+        for result, fut in waits:
+            if fut is None:
+                continue
+            answer = await store.await_durable_async(result, fut)
+            if answer.status is not PutMessageStatus.PUT_OK:
+                raise PopError(INTERNAL, f"a pop record was written but not made durable: {answer.status.name}",
+                               ResponseCode.FLUSH_DISK_TIMEOUT)
+
+    def _register(self, ck: _Ck) -> None:
+        self._cks[ck.key] = ck
+        self._inflight[(ck.group, ck.origin)] += len(ck.pending)
+        self._inflight_q[(ck.group, ck.topic, ck.queue_id)] += len(ck.pending)
+        if ck.fifo:
+            self._fifo.setdefault((ck.group, ck.topic, ck.queue_id), []).append(ck)
+        else:
+            self._seq += 1
+            heapq.heappush(self._heap, (ck.revive_time, self._seq, ck.key))
+            if self._heap[0][2] == ck.key and self._wake is not None:
+                self._wake.set()
+
+    def _resolve(self, ck: _Ck, offsets, acked: bool) -> None:
+        """Offsets of ck are done (acked, revived or superseded); closes ck when none is left."""
+        n = 0
+        for o in offsets:
+            if o in ck.pending:
+                ck.pending.discard(o)
+                n += 1
+                if acked:
+                    ck.acked.add(o)
+        if n:
+            for table, key in ((self._inflight, (ck.group, ck.origin)),
+                               (self._inflight_q, (ck.group, ck.topic, ck.queue_id))):
+                table[key] -= n
+                if table[key] <= 0:
+                    del table[key]
+        if not ck.pending and self._cks.get(ck.key) is ck:
+            del self._cks[ck.key]
+            if ck.fifo:
+                lst = self._fifo.get((ck.group, ck.topic, ck.queue_id))
+                if lst is not None:
+                    lst[:] = [c for c in lst if c is not ck]
+                    if not lst:
+                        del self._fifo[(ck.group, ck.topic, ck.queue_id)]
+            if ck.acked:
+                self._recent_done[ck.key] = frozenset(ck.acked)
+                if len(self._recent_done) > _RECENT_DONE_MAX:
+                    self._recent_done.popitem(last=False)
+
+    def _new_ck(self, group, topic, origin, queue_id, start, offsets, pop_time, invisible_ms, rqid, fifo,
+                attempts=None, end_offset=None):
+        """Write a checkpoint record and register it: (ck, put result, durability future)."""
+        ck = _Ck(group, topic, origin, queue_id, start, offsets, pop_time, invisible_ms, rqid, fifo, attempts)
+        body = encode_ck(group=group, topic=topic, queue_id=queue_id, start_offset=start, offsets=offsets,
+                         pop_time=pop_time, invisible_ms=invisible_ms, broker_name=self.ctrl.broker_config.broker_name,
+                         fifo=fifo, attempts=[ck.attempts.get(o, 1) for o in offsets] if fifo else None,
+                         end_offset=end_offset)
+        result, fut = self._put_record(rqid, CK_TAG, body)
+        ck.rec_offset = result.append_result.logics_offset
+        if fifo:
+            self._supersede(ck)
+        self._register(ck)
+        return ck, (result, fut)
+
+    def _supersede(self, ck: _Ck) -> None:
+        """A FIFO checkpoint takes its offsets over from older ones of the same queue (a message
+        handed out again, or its invisible time changed)."""
+        for old in list(self._fifo.get((ck.group, ck.topic, ck.queue_id), ())):
+            if old is not ck:
+                self._resolve(old, [o for o in ck.offsets if o in old.pending], acked=False)
+
+    def _ack_record(self, ck: _Ck, offsets, revived=False):
+        body = encode_ack(group=ck.group, topic=ck.topic, queue_id=ck.queue_id, start_offset=ck.start,
+                          pop_time=ck.pop_time, offsets=offsets, broker_name=self.ctrl.broker_config.broker_name,
+                          revived=revived)
+        return self._put_record(ck.rqid, ACK_TAG, body)
+
+    # --- pop ------------------------------------------------------------------------------------------
+    async def pop(self, *, group: str, topic: str, max_nums: int = 32, invisible_ms: int = 30_000,
+                  sub: SubscriptionData | None = None, poll_ms: int = 0, client_id: str = "",
+                  fifo: bool | None = None, attempt_id: str | None = None, queue_id: int = -1,
+                  init_mode: str = "MIN") -> PopResult:
+        """Hand out up to max_nums messages of `topic` (and of the group's pop retry topic),
+        invisible for invisible_ms; wait up to poll_ms for one when there is none.  init_mode:
+        where a group without a pop offset in a queue starts, "MIN" (the queue's first message)
+        or "MAX" (its end)."""
+        self._check_writable()
+        if isinstance(max_nums, bool) or not isinstance(max_nums, int) or not 1 <= max_nums <= MAX_POP_NUMS:
+            raise PopError(BAD_REQUEST, f"max messages {max_nums!r} is out of range [1, {MAX_POP_NUMS}]",
+                           ResponseCode.MESSAGE_ILLEGAL)
+        self._check_invisible(invisible_ms)
+        if isinstance(poll_ms, bool) or not isinstance(poll_ms, int) or poll_ms < 0:
+            raise PopError(BAD_REQUEST, f"poll time {poll_ms!r} ms must be an int >= 0", ResponseCode.MESSAGE_ILLEGAL)
+        if init_mode not in ("MIN", "MAX"):
+            raise PopError(BAD_REQUEST, f"init mode {init_mode!r} is not MIN or MAX", ResponseCode.MESSAGE_ILLEGAL)
+        sg = self._group(group)
+        tc = self._topic(topic)
+        if MixAll.is_retry_topic(topic) or MixAll.is_dlq_topic(topic):
+            raise PopError(BAD_REQUEST, f"topic[{topic}] is a retry / dead-letter topic; pop its original topic",
+                           ResponseCode.MESSAGE_ILLEGAL)
+        if not isinstance(queue_id, int) or queue_id < -1 or queue_id >= tc.read_queue_nums:
+            raise PopError(BAD_REQUEST, f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                           f"topicConfig.readQueueNums:[{tc.read_queue_nums}]", ResponseCode.MESSAGE_ILLEGAL)
+        if sub is None:
+            sub = SubscriptionData.build(topic, "*")
+        try:
+            mf = self.ctrl.build_message_filter(group, sub)
+        except (FilterExpressionError, PluginNotFoundError) as e:
+            raise PopError(ILLEGAL_FILTER, str(e), ResponseCode.SUBSCRIPTION_PARSE_FAILED) from None
+        except PropertyFilterDisabledError as e:
+            raise PopError(ILLEGAL_FILTER, str(e), ResponseCode.NO_PERMISSION) from None
+        fifo = bool(fifo) or bool(getattr(sg, "consume_message_orderly", False))
+        akey = (group, topic, attempt_id) if attempt_id else None
+        if akey is not None:
+            cached = self._attempts.get(akey)
+            if cached is not None and all(self._still_inflight(group, topic, m) for m in cached.messages):
+                return cached  # a client retrying the same receive gets the same messages
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + poll_ms / 1000
+        polled = False
+        while True:
+            self._check_writable()
+            result, waits, holds, wake_at = self._pop_once(group, topic, tc, sg, mf, max_nums, invisible_ms,
+                                                           fifo, queue_id, init_mode)
+            if result.messages:
+                try:
+                    await self._durable(waits)
+                except PopError:
+                    raise  # (their checkpoints stay: the messages come back after their invisible time)
+                self.received[(topic, group)] += len(result.messages)
+                if akey is not None:
+                    self._attempts[akey] = result
+                    if len(self._attempts) > _ATTEMPTS_MAX:
+                        self._attempts.popitem(last=False)
+                return result
+            timeout = deadline - loop.time()
+            if timeout <= 0:
+                result.polled = polled
+                return result
+            if wake_at is not None:  # a FIFO queue's in-flight messages become visible again then
+                timeout = min(timeout, max(0.0, (wake_at - now_ms()) / 1000) + 0.005)
+            polled = True
+            await self._hold(holds, mf, timeout)
+
+    def _still_inflight(self, group, topic, m: PoppedMessage) -> bool:
+        h = ReceiptHandle.decode(m.receipt_handle)
+        ck = self._find_ck(group, m.real_topic, h)
+        return ck is not None and h.offset in ck.pending and ck.revive_time > now_ms()
+
+    async def _hold(self, holds, mf, timeout: float) -> None:
+        """Long polling on the broker's PullRequestHoldService: woken by an arrival in any of the
+        queues (or a FIFO queue's ack), or by the timeout."""
+        hold = self.ctrl.pull_hold_service
+        futs = [(t, q, hold.hold(t, q, off, mf)) for t, q, off in holds]
+        try:
+            if futs:
+                await asyncio.wait([f for _, _, f in futs], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            else:
+                await asyncio.sleep(timeout)
+        finally:
+            for t, q, f in futs:
+                hold.release(t, q, f)
+
+    def _pop_once(self, group, topic, tc, sg, mf, max_nums, invisible_ms, fifo, queue_id, init_mode):
+        """One synchronous pass over the queues: (PopResult, puts to wait for, queues to hold on,
+        when a blocked FIFO queue opens again or None)."""
+        pop_time = self._next_pop_time()
+        rqid = random.randrange(REVIVE_QUEUE_NUM)
+        self._pops += 1
+        n = tc.read_queue_nums
+        if queue_id >= 0:
+            queues = [queue_id]
+        else:
+            start = self._cursor[(group, topic)] % max(1, n)
+            self._cursor[(group, topic)] = start + 1
+            queues = [(start + i) % n for i in range(n)]
+        sources = [(topic, q) for q in queues]
+        if not fifo:
+            retry = (pop_retry_topic(group, topic), 0)
+            sources = [retry] + sources if self._pops % _RETRY_EVERY == 0 else sources + [retry]
+        messages, waits, holds = [], [], []
+        wake_at = None
+        rest = 0
+        for real_topic, q in sources:
+            left = max_nums - len(messages)
+            if left <= 0:
+                rest += max(0, self.ctrl.store.get_max_offset_in_queue(real_topic, q)
+                            - max(0, self.ctrl.offset_manager.query_offset(group, real_topic, q)))
+                continue
+            if fifo:
+                got, opens = self._pop_fifo_queue(group, topic, real_topic, q, left, mf, sg, pop_time, invisible_ms,
+                                                  rqid, init_mode, waits)
+                if opens is not None:
+                    wake_at = opens if wake_at is None else min(wake_at, opens)
+            else:
+                got = self._pop_queue(group, topic, real_topic, q, left, mf, pop_time, invisible_ms, rqid,
+                                      init_mode, waits)
+            if got:
+                messages += got
+            else:
+                mx = self.ctrl.store.get_max_offset_in_queue(real_topic, q)
+                # (a blocked FIFO queue waits one below its end: its ack's wake-up passes that)
+                holds.append((real_topic, q, mx - 1 if fifo and mx > 0 else mx))
+        status = "FOUND" if messages else "POLLING_NOT_FOUND"
+        return (PopResult(status, messages, pop_time, invisible_ms, POP_ORDER_REVIVE_QUEUE if fifo else rqid, rest),
+                waits, holds, wake_at)
+
+    def _pop_offset(self, group, topic, q, init_mode) -> int:
+        store = self.ctrl.store
+        off = self.ctrl.offset_manager.query_offset(group, topic, q)
+        if off < 0:
+            if init_mode == "MAX" and not MixAll.is_retry_topic(topic):
+                off = store.get_max_offset_in_queue(topic, q)
+            else:
+                off = max(0, store.get_min_offset_in_queue(topic, q))
+        return off
+
+    def _read(self, group, topic, q, offset, n, mf, init_mode):
+        """Matching records of (topic, q) from `offset` on: (offset read from, next offset,
+        GetMessageResult or None).  Skips non-matching stretches (a bounded number of scans)."""
+        store = self.ctrl.store
+        for _ in range(16):
+            r = store.get_message(group, topic, q, offset, n, mf, max_total_bytes=_MAX_POP_BYTES,
+                                  max_transfer_count=n)
+            st = r.status
+            if st is GetMessageStatus.FOUND:
+                return offset, r.next_begin_offset, r
+            if st in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING,
+                      GetMessageStatus.OFFSET_FOUND_NULL, GetMessageStatus.OFFSET_TOO_SMALL,
+                      GetMessageStatus.OFFSET_OVERFLOW_BADLY):
+                if r.next_begin_offset == offset:
+                    break
+                offset = r.next_begin_offset
+                continue
+            break
+        return offset, offset, None
+
+    def _pop_queue(self, group, topic, real_topic, q, n, mf, pop_time, invisible_ms, rqid, init_mode, waits):
+        om = self.ctrl.offset_manager
+        stored = self._pop_offset(group, real_topic, q, init_mode)
+        start, nxt, r = self._read(group, real_topic, q, stored, n, mf, init_mode)
+        if r is None:
+            if nxt != om.query_offset(group, real_topic, q):
+                om.commit_offset(None, group, real_topic, q, nxt)
+            return []
+        records = _split(r.buffer)
+        msgs = decode_messages(r.buffer, decompress=False, read_body=False)
+        offsets = [m.queue_offset for m in msgs]
+        # the pop offset moves first: the checkpoint records where it went (its "e")
+        om.commit_offset(None, group, real_topic, q, nxt)
+        try:
+            ck, put = self._new_ck(group, real_topic, topic, q, start, offsets, pop_time, invisible_ms, rqid, False,
+                                   end_offset=nxt)
+        except PopError:
+            om.commit_offset(None, group, real_topic, q, stored)
+            raise
+        waits.append(put)
+        return [self._popped(ck, m, rec, m.reconsume_times + 1) for m, rec in zip(msgs, records)]
+
+    def _popped(self, ck: _Ck, m, rec: bytes, attempt: int) -> PoppedMessage:
+        retry = ck.topic != ck.origin
+        handle = ReceiptHandle(ck.start, ck.pop_time, ck.invisible_ms, POP_ORDER_REVIVE_QUEUE if ck.fifo else ck.rqid,
+                               retry, self.ctrl.broker_config.broker_name, ck.queue_id, m.queue_offset).encode()
+        return PoppedMessage(rec, ck.origin, ck.topic, ck.queue_id, m.queue_offset, m.commit_log_offset, handle,
+                             attempt, ck.start, m)
+
+    def _pop_fifo_queue(self, group, topic, real_topic, q, n, mf, sg, pop_time, invisible_ms, rqid, init_mode, waits):
+        """A FIFO group's queue: nothing while a message handed out of it is in flight; once all
+        in flight are past their invisible time they are handed out again, in order, their
+        delivery attempt raised (past the group's retryMaxTimes: to %DLQ%<group>).  Returns
+        (messages, when the queue opens again or None)."""
+        now = now_ms()
+        open_cks = [c for c in self._fifo.get((group, real_topic, q), ()) if c.pending]
+        if open_cks:
+            still = [c.revive_time for c in open_cks if c.revive_time > now]
+            if still:
+                return [], max(still)
+            pending = sorted(set().union(*(c.pending for c in open_cks)))
+            attempts = {}
+            for c in open_cks:
+                for o in c.pending:
+                    attempts[o] = c.attempts.get(o, 1)
+            store = self.ctrl.store
+            out, again, dead = [], [], []
+            for o in pending:
+                if len(again) >= n:
+                    break
+                r = store.get_message(group, real_topic, q, o, 1, None)
+                if r.status is not GetMessageStatus.FOUND or r.queue_offsets[:1] != [o]:
+                    dead.append((o, None))  # gone (retention): nothing to hand out
+                    continue
+                m = decode_messages(r.buffer, decompress=False)[0]
+                if attempts[o] - 1 >= sg.retry_max_times:
+                    dead.append((o, m))
+                    continue
+                again.append((o, m, r.buffer))
+            for o, m in dead:
+                if m is not None:
+                    waits.append(self._put_dead(group, topic, m, attempts[o]))
+                for c in open_cks:
+                    if o in c.pending:
+                        waits.append(self._ack_record(c, [o], revived=True))
+                        self._resolve(c, [o], acked=False)
+            if again:
+                offs = [o for o, _, _ in again]
+                ck, put = self._new_ck(group, real_topic, topic, q, offs[0], offs, pop_time, invisible_ms, rqid, True,
+                                       attempts={o: attempts[o] + 1 for o in offs})
+                waits.append(put)
+                self.revived[(topic, group)] += len(offs)
+                return [self._popped(ck, m, _split(buf)[0], attempts[o] + 1) for o, m, buf in again], None
+            if any(c.pending for c in self._fifo.get((group, real_topic, q), ())):
+                return [], None
+        om = self.ctrl.offset_manager
+        stored = self._pop_offset(group, real_topic, q, init_mode)
+        start, nxt, r = self._read(group, real_topic, q, stored, n, mf, init_mode)
+        if r is None:
+            if nxt != om.query_offset(group, real_topic, q):
+                om.commit_offset(None, group, real_topic, q, nxt)
+            return [], None
+        records = _split(r.buffer)
+        msgs = decode_messages(r.buffer, decompress=False, read_body=False)
+        offsets = [m.queue_offset for m in msgs]
+        om.commit_offset(None, group, real_topic, q, nxt)
+        try:
+            ck, put = self._new_ck(group, real_topic, topic, q, start, offsets, pop_time, invisible_ms, rqid, True,
+                                   attempts={m.queue_offset: m.reconsume_times + 1 for m in msgs}, end_offset=nxt)
+        except PopError:
+            om.commit_offset(None, group, real_topic, q, stored)
+            raise
+        waits.append(put)
+        return [self._popped(ck, m, rec, m.reconsume_times + 1) for m, rec in zip(msgs, records)], None
+
+    def _put_dead(self, group, origin, m, attempt):
+        """Put a FIFO message that used up its attempts to %DLQ%<group> (now)."""
+        sg = self.ctrl.subscription_manager.find(group)
+        inner, dead = self._give_back(group, sg, origin, m, attempt - 1, force_dead=True)
+        result, fut = self.ctrl.store.put_nowait(inner)
+        if result.status is not PutMessageStatus.PUT_OK:
+            raise PopError(INTERNAL, f"putting message {m.msg_id} to {inner.topic} failed: "
+                           f"{result.error or result.status.name}")
+        self.ctrl.stats.inc_dlq(origin, group)
+        return result, fut
+
+    def _give_back(self, group, sg, origin, m, reconsume_times, force_dead=False):
+        """The copy of message m the revive puts back: to the group's pop retry topic of `origin`
+        with reconsume times + 1, or to %DLQ%<group> (send.py's send_back_target decides)."""
+        max_times = sg.retry_max_times if sg is not None else 16
+        topic, queue_id, dead = send_back_target(self.ctrl, group, sg, reconsume_times, max_times,
+                                                 -1 if force_dead else 0, retry_topic=pop_retry_topic(group, origin))
+        props = dict(m.properties)
+        props.setdefault(MessageConst.RETRY_TOPIC, origin)
+        props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, m.msg_id)
+        props.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        inner = MessageExtBrokerInner(topic=topic, queue_id=queue_id, body=m.body, flag=m.flag, properties=props,
+                                      sys_flag=m.sys_flag, born_timestamp=m.born_timestamp,
+                                      born_host=host_port(m.born_host), reconsume_times=reconsume_times + 1)
+        return inner, dead
+
+    # --- ack / change / DLQ -----------------------------------------------------------------------------
+    def _handle(self, group, topic, receipt_handle):
+        self._check_writable()
+        self._group(group)
+        if not topic:
+            raise PopError(BAD_REQUEST, "topic is empty", ResponseCode.MESSAGE_ILLEGAL)
+        try:
+            h = ReceiptHandle.decode(receipt_handle)
+        except InvalidReceiptHandle as e:
+            raise PopError(INVALID_RECEIPT_HANDLE, str(e), ResponseCode.MESSAGE_ILLEGAL) from None
+        if h.broker_name != self.ctrl.broker_config.broker_name:
+            raise PopError(INVALID_RECEIPT_HANDLE, f"receipt handle {receipt_handle!r} is of broker {h.broker_name}, "
+                           f"not of this broker {self.ctrl.broker_config.broker_name}", ResponseCode.MESSAGE_ILLEGAL)
+        return h, h.real_topic(group, topic)
+
+    def _find_ck(self, group, real_topic, h: ReceiptHandle):
+        if h.revive_qid == POP_ORDER_REVIVE_QUEUE:
+            for c in self._fifo.get((group, real_topic, h.queue_id), ()):
+                if c.pop_time == h.pop_time and h.offset in c.offsets:
+                    return c
+            return None
+        return self._cks.get((group, real_topic, h.queue_id, h.ck_offset, h.pop_time))
+
+    def _open_handle(self, group, real_topic, h, receipt_handle, what):
+        """The checkpoint a handle's message is in flight under, or None when it was acked
+        already; raises naming the handle when it is unknown, expired or handed out again."""
+        ck = self._find_ck(group, real_topic, h)
+        if ck is not None and h.offset in ck.pending:
+            return ck
+        if ck is not None and h.offset in ck.acked:
+            return None
+        done = self._recent_done.get((group, real_topic, h.queue_id, h.ck_offset, h.pop_time))
+        if done is not None and h.offset in done:
+            return None
+        raise PopError(INVALID_RECEIPT_HANDLE,
+                       f"cannot {what}: receipt handle {receipt_handle!r} of {real_topic}@{group} queue {h.queue_id} "
+                       f"offset {h.offset} is expired or unknown (its invisible time ran out and the message was "
+                       f"or will be delivered again, or it was never handed out)", ResponseCode.NO_MESSAGE)
+
+    async def ack(self, *, group: str, topic: str, receipt_handle: str) -> AckOutcome:
+        """End a message: answered once its ack record is stored."""
+        h, real = self._handle(group, topic, receipt_handle)
+        ck = self._open_handle(group, real, h, receipt_handle, "ack")
+        if ck is None:
+            return AckOutcome("ALREADY_ACKED", real, h.queue_id, h.offset)
+        put = self._ack_record(ck, [h.offset])
+        self._resolve(ck, [h.offset], acked=True)
+        self.acked[(ck.origin, group)] += 1
+        if ck.fifo:
+            self._wake_fifo(ck)
+        await self._durable([put])
+        return AckOutcome("OK", real, h.queue_id, h.offset)
+
+    def _wake_fifo(self, ck: _Ck) -> None:
+        """A FIFO queue may be open again: wake the pops held on it (they hold one below its end)."""
+        if not any(c.pending for c in self._fifo.get((ck.group, ck.topic, ck.queue_id), ())):
+            mx = self.ctrl.store.get_max_offset_in_queue(ck.topic, ck.queue_id)
+            self.ctrl.pull_hold_service.notify_message_arriving(ck.topic, ck.queue_id, mx)
+
+    async def change_invisible_time(self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
+        """Make an in-flight message invisible for invisible_ms from now: a new checkpoint for it,
+        and (not FIFO) an ack of the old handle; answered when both are stored.  Returns the new
+        receipt handle (the old one is no longer valid)."""
+        self._check_invisible(invisible_ms)
+        h, real = self._handle(group, topic, receipt_handle)
+        ck = self._open_handle(group, real, h, receipt_handle, "change the invisible time")
+        if ck is None:
+            raise PopError(INVALID_RECEIPT_HANDLE, f"cannot change the invisible time: the message of receipt handle "
+                           f"{receipt_handle!r} was acked already", ResponseCode.NO_MESSAGE)
+        pop_time = self._next_pop_time()
+        rqid = ck.rqid if ck.fifo else random.randrange(REVIVE_QUEUE_NUM)
+        attempts = {h.offset: ck.attempts.get(h.offset, 1)} if ck.fifo else None
+        new, put = self._new_ck(group, real, ck.origin, h.queue_id, h.offset, [h.offset], pop_time, invisible_ms,
+                                rqid, ck.fifo, attempts=attempts)
+        waits = [put]
+        if not ck.fifo:  # (a FIFO checkpoint supersedes the old one's offset by itself)
+            try:
+                waits.append(self._ack_record(ck, [h.offset]))
+            except PopError:
+                self._resolve(new, [h.offset], acked=False)  # (both open after a crash: delivered again)
+                raise
+            self._resolve(ck, [h.offset], acked=False)
+        await self._durable(waits)
+        return ReceiptHandle(h.offset, pop_time, invisible_ms, POP_ORDER_REVIVE_QUEUE if ck.fifo else rqid, h.retry,
+                             h.broker_name, h.queue_id, h.offset).encode()
+
+    async def forward_to_dead_letter(self, *, group: str, topic: str, receipt_handle: str) -> AckOutcome:
+        """Put an in-flight message to %DLQ%<group> now and end it (gRPC's ForwardMessageToDeadLetterQueue)."""
+        h, real = self._handle(group, topic, receipt_handle)
+        ck = self._open_handle(group, real, h, receipt_handle, "forward to the dead-letter queue")
+        if ck is None:
+            return AckOutcome("ALREADY_ACKED", real, h.queue_id, h.offset)
+        r = self.ctrl.store.get_message(group, real, h.queue_id, h.offset, 1, None)
+        waits = []
+        if r.status is GetMessageStatus.FOUND and r.queue_offsets[:1] == [h.offset]:
+            m = decode_messages(r.buffer, decompress=False)[0]
+            waits.append(self._put_dead(group, ck.origin, m, ck.attempts.get(h.offset, m.reconsume_times + 1)))
+        waits.append(self._ack_record(ck, [h.offset]))
+        self._resolve(ck, [h.offset], acked=True)
+        if ck.fifo:
+            self._wake_fifo(ck)
+        await self._durable(waits)
+        return AckOutcome("OK", real, h.queue_id, h.offset)
+
+    def inflight(self, group: str, topic: str) -> int:
+        """Messages of `topic` (its retry messages included) handed out to `group` and neither acked nor revived."""
+        return self._inflight.get((group, topic), 0)
+
+    def inflight_in_queue(self, group: str, real_topic: str, queue_id: int) -> int:
+        """Messages of one queue (of a topic or a pop retry topic) in flight to `group`."""
+        return self._inflight_q.get((group, real_topic, queue_id), 0)
+
+    def inflight_table(self) -> dict:
+        """(group, topic) -> messages in flight."""
+        return dict(self._inflight)
+
+    # --- revive ---------------------------------------------------------------------------------------
+    async def _revive_loop(self) -> None:
+        last_commit = 0
+        while True:
+            try:
+                now = now_ms()
+                waits = []
+                while self._heap and self._heap[0][0] <= now:
+                    _, _, key = heapq.heappop(self._heap)
+                    ck = self._cks.get(key)
+                    if ck is not None and ck.pending:
+                        waits += self._revive(ck)
+                if now - last_commit >= 1000:
+                    self._commit_revive_offsets()
+                    last_commit = now
+                if waits:
+                    await self._durable(waits)
+                delay = 1.0
+                if self._heap:
+                    delay = min(delay, max(0.0, (self._heap[0][0] - now_ms()) / 1000))
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay + 0.001)
+                except asyncio.TimeoutError:
+                    pass
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("pop revive failed; retrying in 1 s")
+                await asyncio.sleep(1)
+
+    def _revive(self, ck: _Ck) -> list:
+        """Past its invisible time: every unacked offset of ck goes back - a copy to the group's
+        pop retry topic with reconsume times + 1, or to %DLQ%<group> - then an ack record
+        (revived) closes ck.  All now, on the loop: an ack racing it finds the offsets gone."""
+        store = self.ctrl.store
+        sg = self.ctrl.subscription_manager.find(ck.group)
+        waits = []
+        done = []
+        for o in sorted(ck.pending):
+            r = store.get_message(ck.group, ck.topic, ck.queue_id, o, 1, None)
+            if r.status is GetMessageStatus.FOUND and r.queue_offsets[:1] == [o]:
+                m = decode_messages(r.buffer, decompress=False)[0]
+                inner, dead = self._give_back(ck.group, sg, ck.origin, m, m.reconsume_times)
+                result, fut = store.put_nowait(inner)
+                if result.status is not PutMessageStatus.PUT_OK:
+                    log.warning("pop revive of %s@%s queue %d offset %d failed (%s); retrying in 1 s", ck.topic,
+                                ck.group, ck.queue_id, o, result.error or result.status.name)
+                    break
+                waits.append((result, fut))
+                if dead:
+                    self.ctrl.stats.inc_dlq(ck.origin, ck.group)
+            else:
+                log.warning("pop revive: %s queue %d offset %d of %s is gone from the store; dropped", ck.topic,
+                            ck.queue_id, o, ck.group)
+            done.append(o)
+        if done:
+            waits.append(self._ack_record(ck, done, revived=True))
+            self.revived[(ck.origin, ck.group)] += len(done)
+            self._resolve(ck, done, acked=False)
+        if ck.pending:  # (a put failed: the rest later)
+            self._seq += 1
+            heapq.heappush(self._heap, (now_ms() + 1000, self._seq, ck.key))
+        return waits
+
+    def _commit_revive_offsets(self) -> None:
+        """The revive progress: per revive queue, the record offset of its oldest open checkpoint
+        (everything before it is resolved), else its end.  A restart rescans from there."""
+        store, om = self.ctrl.store, self.ctrl.offset_manager
+        low = {}
+        for ck in self._cks.values():
+            if ck.rec_offset >= 0 and (ck.rqid not in low or ck.rec_offset < low[ck.rqid]):
+                low[ck.rqid] = ck.rec_offset
+        for q in range(REVIVE_QUEUE_NUM):
+            off = low.get(q, store.get_max_offset_in_queue(self.revive_topic, q))
+            if off != om.query_offset(REVIVE_GROUP, self.revive_topic, q):
+                om.commit_offset(None, REVIVE_GROUP, self.revive_topic, q, off)
+
+    # --- recovery -------------------------------------------------------------------------------------
+    def recover(self) -> None:
+        """Rebuild the open checkpoints from the revive log, from each queue's revive offset on;
+        a group's pop offset that the last persist left behind a checkpoint's end is moved up to
+        it (a restart never hands out again what was handed out before)."""
+        store, om = self.ctrl.store, self.ctrl.offset_manager
+        t = self.revive_topic
+        cks = records = 0
+        for q in range(REVIVE_QUEUE_NUM):
+            off = om.query_offset(REVIVE_GROUP, t, q)
+            if off < 0:
+                off = max(0, store.get_min_offset_in_queue(t, q))
+            end = store.get_max_offset_in_queue(t, q)
+            while off < end:
+                r = store.get_message(REVIVE_GROUP, t, q, off, 1024, None, max_total_bytes=16 << 20,
+                                      max_transfer_count=1024)
+                if r.status is GetMessageStatus.FOUND:
+                    for m in decode_messages(r.buffer, decompress=False):
+                        records += 1
+                        cks += self._apply_record(q, m)
+                elif r.next_begin_offset <= off:
+                    break
+                off = r.next_begin_offset
+        if records:
+            log.info("pop: recovered %d open checkpoints from %d revive records (%d messages in flight)",
+                     len(self._cks), records, sum(self._inflight.values()))
+
+    def _apply_record(self, rqid: int, m) -> int:
+        try:
+            rec = json.loads(m.body)
+            tag = m.properties.get(MessageConst.TAGS)
+            group, topic, q, start, pop_time = rec["c"], rec["t"], int(rec["q"]), int(rec["so"]), int(rec["pt"])
+        except (ValueError, KeyError, TypeError) as e:
+            log.error("pop: revive record at %s queue %d offset %d is malformed (%s); skipped", m.topic, rqid,
+                      m.queue_offset, e)
+            return 0
+        self._last_pop_time = max(self._last_pop_time, pop_time)
+        if tag == CK_TAG:
+            offsets = [start + d for d in rec.get("d", ())]
+            fifo = bool(rec.get("o"))
+            attempts = dict(zip(offsets, rec.get("a", ()))) if fifo else None
+            origin = _origin_topic(topic, group)
+            ck = _Ck(group, topic, origin, q, start, offsets, pop_time, int(rec["it"]), rqid, fifo, attempts)
+            ck.rec_offset = m.queue_offset
+            if fifo:
+                self._supersede(ck)
+            self._register(ck)
+            end = rec.get("e")
+            if end is not None and int(end) > self.ctrl.offset_manager.query_offset(group, topic, q):
+                self.ctrl.offset_manager.commit_offset(None, group, topic, q, int(end))
+            return 1
+        if tag == ACK_TAG:
+            ck = self._cks.get((group, topic, q, start, pop_time))
+            if ck is not None:
+                self._resolve(ck, [int(o) for o in rec.get("ao", ())], acked=not rec.get("r"))
+        return 0
+
+
+def _origin_topic(topic: str, group: str) -> str:
+    prefix = f"{MixAll.RETRY_GROUP_TOPIC_PREFIX}{group}_"
+    return topic[len(prefix):] if is_pop_retry_topic(topic, group) else topic
+
+
+def _split(buf: bytes) -> list[bytes]:
+    """The records of a get_message buffer, one bytes each (each starts with its total size)."""
+    out, pos, n = [], 0, len(buf)
+    while pos + 4 <= n:
+        size = int.from_bytes(buf[pos:pos + 4], "big")
+        if size <= 0:
+            break
+        out.append(bytes(buf[pos:pos + size]))
+        pos += size
+    return out

@@ -1,0 +1,25 @@
+"""RocketMQ 5's gRPC protocol (apache.rocketmq.v2) served by the broker itself: the RocketMQ 5
+proxy's "local" mode, beside the 4.x remoting protocol, over the same processors, store, topics,
+groups, offsets and ACL accounts.
+
+`BrokerController` starts it when `grpcServerPort` is set (`rmq standalone`: 8081 unless
+`--grpc-listen` says otherwise).  grpcio and protobuf are imported only then: `import rmq_core` and
+a broker without gRPC never load them.
+
+    server.py   the grpc.aio server on the broker's event loop (GrpcServer)
+    service.py  the MessagingService RPCs (MessagingService)
+    convert.py  a 5.x message <-> the broker's properties and stored records
+    clients.py  5.x clients as the broker's producer / consumer tables hold them (GrpcClientChannel)
+    proto/      the .proto files (the one owner of the protocol) and their generated modules
+"""
+from __future__ import annotations
+
+
+async def start_grpc_server(ctrl, host: str, port: int):
+    """Serve MessagingService for broker `ctrl` on host:port (0: a free port); returns the
+    started GrpcServer (`.port` is the bound port)."""
+    from rmq_core.proxy.server import GrpcServer
+
+    server = GrpcServer(ctrl, host, port)
+    await server.start()
+    return server

@@ -1,0 +1,94 @@
+"""Pop consumption over the remoting codes, as RocketMQ 5's Java remoting client does it: a POP_MESSAGE
+answer's records decoded, each message's receipt handle (POP_CK extraInfo) built from the answer's
+header fields (startOffsetInfo / msgOffsetInfo / popTime / invisibleTime / reviveQid), acks and
+changes of invisible time with the header fields its AckMessageRequestHeader /
+ChangeInvisibleTimeRequestHeader send."""
+from __future__ import annotations
+
+import attrs
+
+from rmq_core.codec import decode_messages
+from rmq_core.remoting.codes import RequestCode, ResponseCode
+
+
+@attrs.define
+class Popped:
+    msg: object  # MessageExt
+    handle: str  # extraInfo
+    attempt: int  # reconsume times + 1 (FIFO: from orderCountInfo)
+
+    @property
+    def body(self) -> bytes:
+        return self.msg.body
+
+    @property
+    def real_topic(self) -> str:
+        return self.msg.topic
+
+
+def pop(raw, addr, group, topic, *, max_nums=32, invisible_ms=10_000, poll_ms=0, queue_id=-1, exp="*",
+        exp_type="TAG", order=False, attempt_id=None, init_mode=0, broker_name="broker-a", timeout=None):
+    """(response, [Popped]) of one POP_MESSAGE."""
+    ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "maxMsgNums": str(max_nums),
+           "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms), "bornTime": "0", "initMode": str(init_mode),
+           "expType": exp_type, "exp": exp, "order": "true" if order else "false"}
+    if attempt_id:
+        ext["attemptId"] = attempt_id
+    r = raw.invoke(addr, RequestCode.POP_MESSAGE, ext, timeout=timeout or (poll_ms / 1000 + 10))
+    if r.code != ResponseCode.SUCCESS:
+        return r, []
+    f = r.ext_fields
+    starts = _info(f.get("startOffsetInfo"))
+    offsets = {k: [int(x) for x in v.split(",")] for k, v in _info(f.get("msgOffsetInfo")).items()}
+    counts = _info(f.get("orderCountInfo"))
+    out = []
+    for m in decode_messages(r.body):
+        retry = "1" if m.topic.startswith("%RETRY%") else "0"
+        key = f"{retry}@{m.queue_id}"
+        assert m.queue_offset in offsets[key], (m.queue_offset, offsets)
+        handle = " ".join(map(str, (starts[key], f["popTime"], f["invisibleTime"], f["reviveQid"], retry, broker_name,
+                                    m.queue_id, m.queue_offset)))
+        attempt = m.reconsume_times + 1
+        c = counts.get(f"{retry}@qo{m.queue_id}%{m.queue_offset}")
+        if c is not None and int(c) > 0:
+            attempt = int(c) + 1
+        out.append(Popped(m, handle, attempt))
+    return r, out
+
+
+def _info(text) -> dict:
+    """ExtraInfoUtil's 'retry qid value;...' maps, keyed 'retry@qid' as the Java client keys them."""
+    out = {}
+    for one in (text or "").split(";"):
+        if one:
+            retry, key, value = one.split(" ")
+            out[f"{retry}@{key}"] = value
+    return out
+
+
+def ack(raw, addr, group, p: Popped, topic=None):
+    parts = p.handle.split(" ")
+    return raw.invoke(addr, RequestCode.ACK_MESSAGE, {
+        "consumerGroup": group, "topic": topic or p.real_topic, "queueId": parts[6], "extraInfo": p.handle,
+        "offset": parts[7]})
+
+
+def change(raw, addr, group, p: Popped, invisible_ms, topic=None):
+    parts = p.handle.split(" ")
+    return raw.invoke(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {
+        "consumerGroup": group, "topic": topic or p.real_topic, "queueId": parts[6], "extraInfo": p.handle,
+        "offset": parts[7], "invisibleTime": str(invisible_ms)})
+
+
+def create_topic(raw, addr, topic, queues=4):
+    r = raw.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                   {"topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues), "perm": "6",
+                    "topicFilterType": "SINGLE_TAG"})
+    assert r.code == ResponseCode.SUCCESS, r.remark
+
+
+def create_group(raw, addr, group, **fields):
+    import json
+    body = {"groupName": group, **fields}
+    r = raw.invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps(body).encode())
+    assert r.code == ResponseCode.SUCCESS, r.remark

@@ -1,0 +1,292 @@
+"""MessagingService of a `rmq broker` with grpcServerPort, called with a raw grpcio stub: route,
+settings, each message type, receive / ack, message-type refusal, bad input, the client tables."""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import zlib
+
+import grpc
+import pytest
+
+from rmq_core import Message, Producer
+from rmq_core.proxy.proto.apache.rocketmq.v2 import definition_pb2 as pb
+from rmq_core.proxy.proto.apache.rocketmq.v2 import service_pb2 as spb
+from tests.admin.test_admin_cli import admin, ok, rows, wait_for
+from tests.proxy.conftest import Stub, make_topic, ms
+
+
+def test_route_lists_the_topics_queues_with_the_grpc_endpoint_and_never_creates_a_topic(cl, stub):
+    make_topic(cl, "PxRoute", queues=3)
+    r = stub.route("PxRoute")
+    assert r.status.code == pb.OK, r.status
+    assert [q.id for q in r.message_queues] == [0, 1, 2]
+    q = r.message_queues[0]
+    assert q.permission == pb.READ_WRITE and q.broker.name == "broker-a"
+    assert [(a.host, a.port) for a in q.broker.endpoints.addresses] == [("127.0.0.1", int(cl.endpoint.split(":")[1]))]
+    assert set(q.accept_message_types) == {pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION}  # a 4.x topic: every type
+    r = stub.route("PxNoSuchTopic")
+    assert r.status.code == pb.TOPIC_NOT_FOUND and "PxNoSuchTopic" in r.status.message
+    assert admin("topicRoute", "-t", "PxNoSuchTopic", ns=cl.namesrv)[0] != 0  # not created by the query
+
+
+def _telemetry(stub, settings, *, keep=0.5):
+    """The server's answer to `settings` on a Telemetry stream."""
+    def commands():
+        yield spb.TelemetryCommand(settings=settings)
+        time.sleep(keep)
+
+    for command in stub.stub.Telemetry(commands(), metadata=stub.md(), timeout=10):
+        return command
+
+
+def test_settings_are_answered_as_the_proxy_does(cl, stub):
+    make_topic(cl, "PxSettings")
+    answer = _telemetry(stub, pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(
+        topics=[pb.Resource(name="PxSettings")])))
+    assert answer.status.code == pb.OK
+    s = answer.settings
+    assert s.publishing.max_body_size == 4 * 1024 * 1024 and s.publishing.validate_message_type
+    assert s.backoff_policy.max_attempts == 3 and s.backoff_policy.HasField("exponential_backoff")
+    ok("updateSubGroup", "-b", cl.broker_addrs[0], "-g", "PxFifoGroup", "-r", "5", "-o", "true", ns=cl.namesrv)
+    answer = _telemetry(stub, pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+        group=pb.Resource(name="PxFifoGroup"), subscriptions=[pb.SubscriptionEntry(
+            topic=pb.Resource(name="PxSettings"), expression=pb.FilterExpression(type=pb.TAG, expression="*"))])))
+    s = answer.settings
+    assert s.subscription.fifo is True and s.backoff_policy.max_attempts == 6
+    assert s.subscription.receive_batch_size == 32 and s.subscription.long_polling_timeout.seconds == 20
+    assert s.backoff_policy.customized_backoff.next[0].seconds == 1
+
+
+def test_normal_send_receive_ack_carry_what_the_clients_check(cl, stub):
+    make_topic(cl, "PxNormal")
+    body = "héllo".encode()
+    r = stub.send("PxNormal", body, tag="TagA", keys=["k1", "k2"], props={"userProp": "ü value", "n": "1"})
+    assert r.status.code == pb.OK, r.status
+    e = r.entries[0]
+    assert e.message_id and e.offset == 0 and not e.transaction_id
+    status, msgs = stub.receive("GPxNormal", "PxNormal")
+    assert status.code == pb.OK and len(msgs) == 1
+    m = msgs[0]
+    sp = m.system_properties
+    assert m.body == body and dict(m.user_properties) == {"userProp": "ü value", "n": "1"}
+    assert sp.tag == "TagA" and list(sp.keys) == ["k1", "k2"] and sp.message_id == e.message_id
+    assert sp.body_digest.type == pb.MD5 and sp.body_digest.checksum == hashlib.md5(body).hexdigest().upper()
+    assert sp.body_encoding == pb.IDENTITY and sp.delivery_attempt == 1 and sp.receipt_handle
+    assert sp.message_type == pb.NORMAL and sp.born_host == "127.0.0.1" and sp.store_timestamp.seconds > 0
+    a = stub.ack("GPxNormal", "PxNormal", m)
+    assert a.status.code == pb.OK and a.entries[0].status.code == pb.OK
+    status, msgs = stub.receive("GPxNormal", "PxNormal", poll=0.5)
+    assert status.code == pb.MESSAGE_NOT_FOUND and msgs == []
+
+
+def test_a_4x_compressed_message_reaches_a_5x_receive_decompressed(cl, stub):
+    make_topic(cl, "PxCross")
+    body = b"x" * 20_000  # compressed by the 4.x producer (over 4 KiB)
+    with Producer("PxCrossPG", namesrv=cl.namesrv) as p:
+        p.send(Message("PxCross", body, tags="T4", keys="k4", properties={"p": "v"}))
+    status, msgs = stub.receive("GPxCross", "PxCross")
+    assert status.code == pb.OK
+    m = msgs[0]
+    assert m.body == body and m.system_properties.body_encoding == pb.IDENTITY
+    assert dict(m.user_properties) == {"p": "v"} and m.system_properties.tag == "T4"
+    assert m.system_properties.body_digest.checksum == hashlib.md5(body).hexdigest().upper()
+    stub.ack("GPxCross", "PxCross", m)
+
+
+def test_a_gzip_body_is_stored_compressed_and_received_plain(cl, stub):
+    make_topic(cl, "PxGzip")
+    body = b"gz" * 5000
+    sp = pb.SystemProperties(message_id="GZ1", message_type=pb.NORMAL, body_encoding=pb.GZIP)
+    r = stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
+        topic=pb.Resource(name="PxGzip"), system_properties=sp, body=zlib.compress(body))]))
+    assert r.status.code == pb.OK, r.status
+    _, msgs = stub.receive("GPxGzip", "PxGzip")
+    assert msgs[0].body == body
+
+
+def test_fifo_messages_of_a_group_share_a_queue_and_keep_their_group(cl, stub):
+    make_topic(cl, "PxFifo", queues=4, message_type="FIFO")
+    assert list(stub.route("PxFifo").message_queues[0].accept_message_types) == [pb.FIFO]
+    for i in range(3):
+        r = stub.send("PxFifo", f"f{i}".encode(), group="order-1", kind=pb.FIFO, queue_id=-1)
+        assert r.status.code == pb.OK, r.status
+    _, msgs = stub.receive("GPxFifo", "PxFifo")
+    assert [m.body for m in msgs] == [b"f0", b"f1", b"f2"]
+    assert {m.system_properties.message_group for m in msgs} == {"order-1"}
+    assert len({m.system_properties.queue_id for m in msgs}) == 1
+    assert {m.system_properties.message_type for m in msgs} == {pb.FIFO}
+
+
+def test_a_restricted_topic_refuses_other_types_over_grpc_and_remoting(cl, stub):
+    make_topic(cl, "PxOnlyFifo", message_type="FIFO")
+    r = stub.send("PxOnlyFifo", b"n", kind=pb.NORMAL)
+    assert r.status.code == pb.BAD_REQUEST
+    assert "NORMAL" in r.status.message and "FIFO" in r.status.message and "PxOnlyFifo" in r.status.message
+    with Producer("PxOnlyFifoPG", namesrv=cl.namesrv, retry_times_when_send_failed=0) as p:
+        with pytest.raises(Exception, match="message type"):
+            p.send(Message("PxOnlyFifo", b"4x"))
+    ok("updateTopic", "-b", cl.broker_addrs[0], "-t", "PxOnlyFifo", "-r", "2", "-w", "2", "-a", "+message.type=MIXED",
+       ns=cl.namesrv)
+    assert stub.send("PxOnlyFifo", b"n", kind=pb.NORMAL).status.code == pb.OK
+    code, out, err = admin("updateTopic", "-b", cl.broker_addrs[0], "-t", "PxOnlyFifo", "-a", "+message.type=BOGUS",
+                           ns=cl.namesrv)
+    assert code != 0 and "BOGUS" in err
+
+
+def test_delay_message_arrives_at_its_delivery_timestamp(cl, stub):
+    make_topic(cl, "PxDelay", message_type="DELAY")
+    due = int(time.time() * 1000) + 2500
+    assert stub.send("PxDelay", b"later", deliver_ms=due, kind=pb.DELAY).status.code == pb.OK
+    status, msgs = stub.receive("GPxDelay", "PxDelay", poll=0.5)
+    assert status.code == pb.MESSAGE_NOT_FOUND
+    deadline = time.time() + 20
+    while not msgs and time.time() < deadline:
+        _, msgs = stub.receive("GPxDelay", "PxDelay", poll=2)
+    assert [m.body for m in msgs] == [b"later"] and time.time() * 1000 >= due
+    assert msgs[0].system_properties.message_type == pb.DELAY
+
+
+def test_transactions_commit_rollback_and_check_back_through_telemetry(cl, stub):
+    make_topic(cl, "PxTx", message_type="TRANSACTION")
+    commit = stub.send("PxTx", b"commit", kind=pb.TRANSACTION)
+    rollback = stub.send("PxTx", b"rollback", kind=pb.TRANSACTION)
+    assert commit.entries[0].transaction_id and rollback.entries[0].transaction_id
+    for r, resolution in ((commit, pb.COMMIT), (rollback, pb.ROLLBACK)):
+        e = stub.EndTransaction(spb.EndTransactionRequest(
+            topic=pb.Resource(name="PxTx"), message_id=r.entries[0].message_id,
+            transaction_id=r.entries[0].transaction_id, resolution=resolution, source=pb.SOURCE_CLIENT))
+        assert e.status.code == pb.OK, e.status
+    bad = stub.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name="PxTx"), transaction_id="nope",
+                                                        resolution=pb.COMMIT))
+    assert bad.status.code == pb.INVALID_TRANSACTION_ID and "nope" in bad.status.message
+    # an unknown one: the broker checks back through the producer's Telemetry stream
+    checks, stop = [], threading.Event()
+
+    def commands():
+        yield spb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(
+            topics=[pb.Resource(name="PxTx")])))
+        stop.wait(30)
+
+    stream = stub.stub.Telemetry(commands(), metadata=stub.md(), timeout=40)
+
+    def read():
+        for command in stream:
+            if command.WhichOneof("command") == "recover_orphaned_transaction_command":
+                checks.append(command.recover_orphaned_transaction_command)
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    unknown = stub.send("PxTx", b"unknown", kind=pb.TRANSACTION)
+    wait_for(lambda: checks, timeout=30, what="a RecoverOrphanedTransactionCommand")
+    check = checks[0]
+    # (the id of the half as the check pass re-appended it: EndTransaction resolves the original by it)
+    assert check.message.system_properties.message_id == unknown.entries[0].message_id
+    assert check.message.body == b"unknown" and check.transaction_id
+    e = stub.EndTransaction(spb.EndTransactionRequest(
+        topic=pb.Resource(name="PxTx"), message_id=check.message.system_properties.message_id,
+        transaction_id=check.transaction_id, resolution=pb.COMMIT, source=pb.SOURCE_SERVER_CHECK))
+    assert e.status.code == pb.OK
+    stop.set()
+    stream.cancel()
+    got = []
+    deadline = time.time() + 10
+    while len(got) < 2 and time.time() < deadline:
+        got += [m.body for m in stub.receive("GPxTx", "PxTx", poll=1)[1]]
+    assert sorted(got) == [b"commit", b"unknown"]
+
+
+def test_bad_input_gets_a_clear_status_and_the_broker_keeps_serving(cl, stub):
+    make_topic(cl, "PxBad")
+    r = stub.send("PxNoTopic", b"x")
+    assert r.status.code == pb.TOPIC_NOT_FOUND and "PxNoTopic" in r.status.message
+    r = stub.send("PxBad", b"x" * (4 * 1024 * 1024 + 1))
+    assert r.status.code == pb.MESSAGE_BODY_TOO_LARGE and "4194305" in r.status.message
+    r = stub.send("PxBad", b"x", props={"TAGS": "sneaky"})
+    assert r.status.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY and "TAGS" in r.status.message
+    r = stub.send("PxBad", b"x", kind=pb.FIFO)
+    assert r.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    status, _ = stub.receive("GPxBad", "PxBad", invisible=1)
+    assert status.code == pb.ILLEGAL_INVISIBLE_TIME and "1000" in status.message
+    a = stub.AckMessage(spb.AckMessageRequest(group=pb.Resource(name="GPxBad"), topic=pb.Resource(name="PxBad"),
+                                              entries=[spb.AckMessageEntry(message_id="m", receipt_handle="garbage")]))
+    assert a.entries[0].status.code == pb.INVALID_RECEIPT_HANDLE and "garbage" in a.entries[0].status.message
+    c = stub.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name="GPxBad"), topic=pb.Resource(name="PxBad"), receipt_handle="garbage",
+        invisible_duration=ms(-5)))
+    assert c.status.code == pb.ILLEGAL_INVISIBLE_TIME
+    with pytest.raises(grpc.RpcError) as e:
+        list(stub.stub.PullMessage(spb.PullMessageRequest(), metadata=stub.md(), timeout=5))
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED and "PullMessage" in e.value.details()
+    assert Stub(cl.endpoint, client_id="").route("PxBad").status.code == pb.OK  # (route needs no client id)
+    assert stub.send("PxBad", b"still serving").status.code == pb.OK
+
+
+def test_change_invisible_duration_and_forward_to_dead_letter(cl, stub):
+    make_topic(cl, "PxChange")
+    stub.send("PxChange", b"c")
+    _, msgs = stub.receive("GPxChange", "PxChange", invisible=10)
+    r = stub.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name="GPxChange"), topic=pb.Resource(name="PxChange"),
+        receipt_handle=msgs[0].system_properties.receipt_handle, invisible_duration=ms(30)))
+    assert r.status.code == pb.OK and r.receipt_handle != msgs[0].system_properties.receipt_handle
+    f = stub.ForwardMessageToDeadLetterQueue(spb.ForwardMessageToDeadLetterQueueRequest(
+        group=pb.Resource(name="GPxChange"), topic=pb.Resource(name="PxChange"), receipt_handle=r.receipt_handle,
+        message_id=msgs[0].system_properties.message_id, delivery_attempt=1, max_delivery_attempts=1))
+    assert f.status.code == pb.OK, f.status
+    wait_for(lambda: admin("topicRoute", "-t", "%DLQ%GPxChange", ns=cl.namesrv)[0] == 0, what="the DLQ's route")
+
+
+def test_5x_clients_are_listed_with_language_and_version_until_they_terminate(cl, stub):
+    make_topic(cl, "PxConn")
+    ok("updateSubGroup", "-b", cl.broker_addrs[0], "-g", "GPxConn", ns=cl.namesrv)
+    _telemetry(stub, pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+        group=pb.Resource(name="GPxConn"), subscriptions=[pb.SubscriptionEntry(
+            topic=pb.Resource(name="PxConn"), expression=pb.FilterExpression(type=pb.TAG, expression="*"))])))
+    producer = Stub(cl.endpoint)
+    _telemetry(producer, pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(
+        topics=[pb.Resource(name="PxConn")])))
+    conns = rows("consumerConnection", "-g", "GPxConn", ns=cl.namesrv)
+    assert [(c["client_id"], c["language"], c["version"]) for c in conns] == [(stub.client_id, "PYTHON", "V5_1_2")]
+    conns = rows("producerConnection", "-g", "PxConn", "-t", "PxConn", ns=cl.namesrv)
+    assert [(c["client_id"], c["language"], c["version"]) for c in conns] == [(producer.client_id, "PYTHON", "V5_1_2")]
+    assert stub.Heartbeat(spb.HeartbeatRequest(group=pb.Resource(name="GPxConn"),
+                                               client_type=pb.SIMPLE_CONSUMER)).status.code == pb.OK
+    for s in (stub, producer):
+        assert s.NotifyClientTermination(spb.NotifyClientTerminationRequest()).status.code == pb.OK
+    assert admin("consumerConnection", "-g", "GPxConn", ns=cl.namesrv)[0] != 0 or \
+        rows("consumerConnection", "-g", "GPxConn", ns=cl.namesrv) == []
+    producer.close()
+
+
+def test_standalone_serves_grpc_on_grpc_listen_and_a_taken_port_is_named(tmp_path):
+    import socket
+
+    from tests.servers import RmqProcess, free_port
+
+    port = free_port()
+    p = RmqProcess(["standalone", "--store", str(tmp_path / "store"), "--namesrv-listen", f"127.0.0.1:{free_port()}",
+                    "--broker-listen", f"127.0.0.1:{free_port()}", "--grpc-listen", f"127.0.0.1:{port}"],
+                   ("boot success. serializeType=JSON and", "serves RocketMQ 5 clients (gRPC)"))
+    try:
+        lines = p.wait_boot()
+        assert f"127.0.0.1:{port}" in lines[1]
+        s = Stub(f"127.0.0.1:{port}")
+        assert s.route("PxStandaloneNoTopic").status.code == pb.TOPIC_NOT_FOUND
+        s.close()
+    finally:
+        p.terminate()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    busy = taken.getsockname()[1]
+    try:
+        p = RmqProcess(["standalone", "--store", str(tmp_path / "store2"), "--namesrv-listen",
+                        f"127.0.0.1:{free_port()}", "--broker-listen", f"127.0.0.1:{free_port()}",
+                        "--grpc-listen", f"127.0.0.1:{busy}"], ("boot success. serializeType=JSON and",))
+        with pytest.raises(RuntimeError, match=f"127.0.0.1:{busy}"):
+            p.wait_boot()
+    finally:
+        taken.close()
