@@ -136,7 +136,7 @@ class Session:
 
     @staticmethod
     def _receipt(r):
-        return {"message_id": r.message_id, "offset": r.offset, "queue_id": r.message_queue.queue_id,
+        return {"message_id": r.message_id, "offset": r.offset, "queue_id": r.message_queue.message_queue0().id,
                 "transaction_id": r.transaction_id}
 
     def op_send(self, messages, **kw):
