@@ -331,6 +331,8 @@ class BrokerConfig(PropertiesConfig):
     # listen host: the proxy's key (rmq_core/proxy serves it in the broker, the proxy's "local"
     # mode); 0: off (`rmq standalone` turns it on at 8081)
     grpc_server_port: int = prop(0, "grpcServerPort", validator=_optional_port)
+    # the shortest invisible duration a gRPC ReceiveMessage may ask for (the proxy's key and default)
+    min_invisible_time_mills_for_recv: int = prop(10_000, "minInvisibleTimeMillsForRecv", validator=_positive)
     broker_ip1: str = prop("127.0.0.1", "brokerIP1")
     broker_ip2: str | None = prop(None, "brokerIP2")
     broker_permission: int = prop(6, "brokerPermission")

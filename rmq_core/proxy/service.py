@@ -37,7 +37,6 @@ from rmq_core.remoting.steps import RequestRefused
 log = logging.getLogger("rmq.proxy")
 
 # RocketMQ 5 proxy's bounds and defaults (ProxyConfig)
-MIN_RECEIVE_INVISIBLE_MS = 10_000  # minInvisibleTimeMillsForRecv
 MAX_INVISIBLE_MS = pop.MAX_INVISIBLE_MS  # maxInvisibleTimeMills (12 h)
 DEFAULT_INVISIBLE_MS = 60_000  # a receive without one (a PushConsumer's, auto renewed)
 LONG_POLLING_MS = 20_000  # grpcClientConsumerMaxLongPollingTimeoutMillis
@@ -465,9 +464,10 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
                 invisible_ms = DEFAULT_INVISIBLE_MS
             else:
                 raise _Refused(_status(pb.ILLEGAL_INVISIBLE_TIME, "ReceiveMessage without an invisible_duration"))
-            if not MIN_RECEIVE_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+            min_ms = self.ctrl.broker_config.min_invisible_time_mills_for_recv
+            if not min_ms <= invisible_ms <= MAX_INVISIBLE_MS:
                 raise _Refused(_status(pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is out of "
-                                       f"[{MIN_RECEIVE_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms"))
+                                       f"[{min_ms}, {MAX_INVISIBLE_MS}] ms"))
             if request.batch_size <= 0 or request.batch_size > pop.MAX_POP_NUMS:
                 raise _Refused(_status(pb.BAD_REQUEST, f"batch size {request.batch_size} is out of [1, {pop.MAX_POP_NUMS}]"))
             poll_ms = (convert.millis(request.long_polling_timeout) if request.HasField("long_polling_timeout")
