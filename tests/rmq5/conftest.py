@@ -33,9 +33,11 @@ def rmq5_python() -> str:
     return RMQ5_PYTHON
 
 
-# Small stores; registrations and transaction check-backs every second.
+# Small stores; registrations and transaction check-backs every second; receives may ask for
+# invisible durations from 1 s (the proxy's minimum, 10 s, would make each redelivery case wait).
 BROKER_PROPS = {"mappedFileSizeCommitLog": 16 * 1024 * 1024, "registerNameServerPeriod": 1000,
-                "transactionTimeOut": 1000, "transactionCheckInterval": 1000, "errorReplyDelayMs": 50}
+                "transactionTimeOut": 1000, "transactionCheckInterval": 1000, "errorReplyDelayMs": 50,
+                "minInvisibleTimeMillsForRecv": 1000}
 
 
 def grpc_cluster(tmp_path, **props) -> NamesrvAndBroker:

@@ -16,9 +16,11 @@ from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
 from rmq_core.admin import AdminClient
 from tests.rmq5.conftest import grpc_cluster, make_group, make_topic
 
-# The invisible duration the tests receive with (seconds: the client sends whole seconds), and the
-# long-polling wait of their SimpleConsumers.
-INVISIBLE = 10
+# The invisible duration of receives whose messages are acked at once (seconds: the client sends
+# whole seconds), the short one of the redelivery case, and the long-polling wait of the
+# SimpleConsumers.
+INVISIBLE = 30
+SHORT = 2
 AWAIT = 2
 
 
@@ -32,11 +34,9 @@ def cl(tmp_path_factory):
 
 
 def simple_consumer(rmq5_client, cl, group, topic, expr="*"):
-    """A started 5.x SimpleConsumer of `topic`; one empty receive first, so the group's place in
-    the (still empty) topic is taken before anything is sent."""
+    """A started 5.x SimpleConsumer of `topic`."""
     c = rmq5_client(cl.endpoint)
     c.call("simple_consumer", group=group, subscriptions={topic: expr}, **{"await": AWAIT})
-    assert c.call("receive", max=1, invisible=INVISIBLE)["messages"] == []
     return c
 
 
@@ -78,7 +78,7 @@ def test_normal_send_and_receive_ack_1000_exact_once(cl, rmq5_client):
     assert c.call("receive", max=32, invisible=INVISIBLE)["messages"] == [], "more than was sent"
 
 
-def receive_one(c, seconds, invisible=INVISIBLE):
+def receive_one(c, seconds, invisible=SHORT):
     """Receive (not ack) until one message comes; it carries "asked_ms", when the receive that
     brought it was sent (the server handed it out no earlier)."""
     deadline = time.monotonic() + seconds
@@ -101,20 +101,20 @@ def test_unacked_comes_back_change_invisible_postpones_then_dead_letter(cl, rmq5
 
     first = receive_one(c, 30)
     assert (first["message_id"], first["delivery_attempt"]) == (r["message_id"], 1)
-    again = receive_one(c, INVISIBLE + 30)
+    again = receive_one(c, SHORT + 30)
     assert (again["message_id"], again["delivery_attempt"], again["body"]) == (r["message_id"], 2, "retry-me")
-    assert again["received_ms"] >= first["asked_ms"] + INVISIBLE * 1000, "visible again before its invisible time"
+    assert again["received_ms"] >= first["asked_ms"] + SHORT * 1000, "visible again before its invisible time"
     assert again["properties"] == {"p": "1"} and again["keys"] == ["retry-key"] and again["tag"] == "TagR"
 
     # postponed: not visible again before the new duration, counted from the change
-    change = c.call("change_invisible", ref=again["ref"], invisible=2 * INVISIBLE)
-    third = receive_one(c, 2 * INVISIBLE + 30)
+    change = c.call("change_invisible", ref=again["ref"], invisible=3 * SHORT)
+    third = receive_one(c, 3 * SHORT + 30)
     assert (third["message_id"], third["delivery_attempt"]) == (r["message_id"], 3)
-    assert third["received_ms"] >= change["asked_ms"] + 2 * INVISIBLE * 1000, "came back before the changed duration"
+    assert third["received_ms"] >= change["asked_ms"] + 3 * SHORT * 1000, "came back before the changed duration"
 
     # the third delivery was the last (retryMaxTimes 2): unacked, it goes to %DLQ%GID_RMQ5_RETRY
     with AdminClient(cl.namesrv) as admin:
-        deadline = time.monotonic() + INVISIBLE + 30
+        deadline = time.monotonic() + SHORT + 30
         dlq = []
         while time.monotonic() < deadline and not dlq:
             try:
@@ -125,7 +125,7 @@ def test_unacked_comes_back_change_invisible_postpones_then_dead_letter(cl, rmq5
                 time.sleep(0.5)
     assert len(dlq) == 1, "the message is not in %DLQ%" + group
     assert dlq[0].properties.get("UNIQ_KEY") == r["message_id"] and dlq[0].tags == "TagR"
-    assert c.call("drain", count=1, seconds=2 * AWAIT, invisible=INVISIBLE)["messages"] == [], "delivered after the DLQ"
+    assert c.call("receive", max=1, invisible=SHORT)["messages"] == [], "delivered after the DLQ"
 
 
 def test_fifo_three_groups_in_order_across_two_consumers(cl, rmq5_client):
@@ -135,8 +135,6 @@ def test_fifo_three_groups_in_order_across_two_consumers(cl, rmq5_client):
     consumers = [rmq5_client(cl.endpoint) for _ in range(2)]
     for c in consumers:
         c.call("simple_consumer", group=group, subscriptions={topic: "*"}, **{"await": AWAIT})
-    with ThreadPoolExecutor(2) as ex:
-        list(ex.map(lambda c: c.call("receive", max=1, invisible=INVISIBLE), consumers))
     p = producer(rmq5_client, cl, [topic])
     sent = [{"topic": topic, "body": f"g{g}-{i}", "message_group": f"group-{g}", "properties": {"i": str(i)}}
             for i in range(100) for g in range(3)]
@@ -147,7 +145,7 @@ def test_fifo_three_groups_in_order_across_two_consumers(cl, rmq5_client):
     assert all(len(q) == 1 for q in by_group_queue.values()), f"a message group spread over queues: {by_group_queue}"
 
     def drain(c):
-        return c.call("drain", count=300, seconds=120, max=16, invisible=INVISIBLE, idle=3 * AWAIT, timeout=180)
+        return c.call("drain", count=300, seconds=120, max=16, invisible=INVISIBLE, idle=2 * AWAIT, timeout=180)
 
     with ThreadPoolExecutor(2) as ex:
         results = list(ex.map(drain, consumers))
@@ -206,7 +204,7 @@ def test_transactions_commit_rollback_and_check_back(cl, rmq5_client):
     assert sorted(m["body"] for m in got) == ["tx-commit", "tx-unknown-commit"]
     assert {m["body"]: m["message_id"] for m in got} == {b: ids[b] for b in ("tx-commit", "tx-unknown-commit")}
     assert all(m["message_type"] == 4 for m in got)
-    assert c.call("drain", count=1, seconds=3 * AWAIT, invisible=INVISIBLE)["messages"] == [], "a rolled-back message came"
+    assert c.call("receive", max=32, invisible=INVISIBLE)["messages"] == [], "a rolled-back message came"
     checked = {e["body"] for e in p.events if e.get("event") == "check"}
     assert checked <= {"tx-unknown-commit", "tx-unknown-rollback"}, f"an ended transaction was checked: {checked}"
 
@@ -293,7 +291,7 @@ def test_5x_push_consumer_consumes_and_retries_a_failure(cl, rmq5_client):
     receipts = send(p, [{"topic": topic, "body": f"push-{i}", "tag": "TagP"} for i in range(30)])
     c.wait_event(lambda e: e.get("event") == "message" and e["body"] == "push-7" and e["delivery_attempt"] == 2,
                  60, "the failed message's second delivery")
-    time.sleep(2 * AWAIT)  # anything delivered twice would come by now
+    time.sleep(AWAIT)  # (a message delivered twice would come by now)
     got = c.messages()
     firsts = sorted(m["message_id"] for m in got if m["delivery_attempt"] == 1)
     assert firsts == sorted(r["message_id"] for r in receipts), "each message delivered once (first attempt)"
