@@ -1,6 +1,7 @@
-"""ACL on (aclEnable, plain_acl.yml): Apache's 5.x client signs its gRPC requests
-(`authorization: MQv2-HMAC-SHA1 Credential=<AK>, SignedHeaders=x-mq-date-time, Signature=<hex>`);
-the broker checks them against the same accounts and permissions as 4.x requests."""
+"""Refusals the 5.x client reports.  ACL on (aclEnable, plain_acl.yml): Apache's 5.x client signs
+its gRPC requests (`authorization: MQv2-HMAC-SHA1 Credential=<AK>, SignedHeaders=x-mq-date-time,
+Signature=<hex>`); the broker checks them against the same accounts and permissions as 4.x
+requests.  And the proxy's default bounds of an invisible duration (minInvisibleTimeMillsForRecv)."""
 from __future__ import annotations
 
 import pytest
@@ -34,7 +35,8 @@ def cl(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("rmq5acl")
     acl = tmp / "plain_acl.yml"
     acl.write_text(PLAIN_ACL)
-    c = grpc_cluster(tmp, aclEnable="true", plainAclFile=str(acl), rocketmqHome=str(tmp))
+    c = grpc_cluster(tmp, aclEnable="true", plainAclFile=str(acl), rocketmqHome=str(tmp),
+                     minInvisibleTimeMillsForRecv=10_000)  # the proxy's default
     try:
         with AdminClient(c.namesrv, access_key=ADMIN_AK, secret_key=ADMIN_SK) as a:
             a.create_or_update_topic(c.broker_addrs[0], TOPIC, read_queue_nums=2, write_queue_nums=2)
@@ -80,3 +82,10 @@ def test_unknown_access_key_is_refused(cl, rmq5_client):
     answer = c.call("receive", max=1, invisible=10, check=False)
     assert not answer["ok"] and f"failed to fetch topic:{TOPIC} route." in answer["error"]
     assert any("40100" in line for line in c.log().splitlines()), c.log()[-2000:]
+
+
+def test_invisible_duration_below_the_minimum_is_refused(cl, rmq5_client):
+    c = rmq5_client(cl.endpoint, access_key=AK, secret_key=SK)
+    c.call("simple_consumer", group=GROUP, subscriptions={TOPIC: "*"}, **{"await": 2})
+    answer = c.call("receive", max=1, invisible=5, check=False)
+    assert answer["error"] == "BadRequestException: 40011, invisible duration 5000 ms is out of [10000, 43200000] ms"

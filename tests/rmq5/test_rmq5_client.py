@@ -14,6 +14,7 @@ import pytest
 
 from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
 from rmq_core.admin import AdminClient
+from rmq_core.remoting.codes import MQVersion
 from tests.rmq5.conftest import grpc_cluster, make_group, make_topic
 
 # The invisible duration of receives whose messages are acked at once (seconds: the client sends
@@ -36,7 +37,7 @@ def cl(tmp_path_factory):
 def simple_consumer(rmq5_client, cl, group, topic, expr="*"):
     """A started 5.x SimpleConsumer of `topic`."""
     c = rmq5_client(cl.endpoint)
-    c.call("simple_consumer", group=group, subscriptions={topic: expr}, **{"await": AWAIT})
+    c.client_id = c.call("simple_consumer", group=group, subscriptions={topic: expr}, **{"await": AWAIT})["client_id"]
     return c
 
 
@@ -76,6 +77,11 @@ def test_normal_send_and_receive_ack_1000_exact_once(cl, rmq5_client):
             topic, s["body"], s["tag"], sorted(s["keys"]), s["properties"]), m
         assert m["delivery_attempt"] == 1 and not m["corrupted"] and m["message_type"] == 1, m
     assert c.call("receive", max=32, invisible=INVISIBLE)["messages"] == [], "more than was sent"
+    # the client's heartbeat made it a member of the group, named as the client names itself
+    with AdminClient(cl.namesrv) as admin:
+        conns = admin.consumer_connection(group).connections
+    assert [(x.client_id, x.language, MQVersion.desc(x.version)) for x in conns] == [
+        (c.client_id, "PYTHON", "V5_1_2")]
 
 
 def receive_one(c, seconds, invisible=SHORT):
