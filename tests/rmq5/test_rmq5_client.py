@@ -14,6 +14,7 @@ import pytest
 
 from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
 from rmq_core.admin import AdminClient
+from rmq_core.message import SysFlag
 from rmq_core.remoting.codes import MQVersion
 from tests.rmq5.conftest import grpc_cluster, make_group, make_topic
 
@@ -107,13 +108,13 @@ def test_unacked_comes_back_change_invisible_postpones_then_dead_letter(cl, rmq5
 
     first = receive_one(c, 30)
     assert (first["message_id"], first["delivery_attempt"]) == (r["message_id"], 1)
-    again = receive_one(c, SHORT + 30)
+    again = receive_one(c, SHORT + 30, invisible=2 * SHORT)  # (time enough to change it, on a busy machine too)
     assert (again["message_id"], again["delivery_attempt"], again["body"]) == (r["message_id"], 2, "retry-me")
     assert again["received_ms"] >= first["asked_ms"] + SHORT * 1000, "visible again before its invisible time"
     assert again["properties"] == {"p": "1"} and again["keys"] == ["retry-key"] and again["tag"] == "TagR"
 
     # postponed: not visible again before the new duration, counted from the change
-    change = c.call("change_invisible", ref=again["ref"], invisible=3 * SHORT)
+    change = c.call("change_invisible", ref=again["ref"], invisible=3 * SHORT)  # later than the 2 * SHORT it had
     third = receive_one(c, 3 * SHORT + 30)
     assert (third["message_id"], third["delivery_attempt"]) == (r["message_id"], 3)
     assert third["received_ms"] >= change["asked_ms"] + 3 * SHORT * 1000, "came back before the changed duration"
@@ -225,6 +226,8 @@ def test_4x_producer_to_5x_simple_consumer(cl, rmq5_client):
         sent = [Message(topic, f"from-4x-{i}".encode(), tags="Tag4", keys=f"k{i} j{i}", properties={"userProp": f"u{i}"})
                 for i in range(20)] + [Message(topic, big.encode(), tags="Big", keys="big")]
         results = [p.send(m) for m in sent]
+    assert [m.sys_flag & SysFlag.COMPRESSED for m in cl.stored_messages(topic)].count(SysFlag.COMPRESSED) == 1, \
+        "the big body is stored compressed"
     got = c.call("drain", count=21, seconds=30, invisible=INVISIBLE)["messages"]
     assert len(got) == 21
     by_id = {m["message_id"]: m for m in got}
