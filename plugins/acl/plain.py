@@ -110,6 +110,21 @@ def _pop(ext):
     return ((topic, SUB), (_group(group), SUB))
 
 
+def _batch_ack(ext, body):
+    """BATCH_ACK_MESSAGE: what each BatchAck of its body names (c group, t topic)."""
+    import json
+
+    try:
+        acks = json.loads(bytes(body or b"{}")).get("acks") or ()
+    except (ValueError, AttributeError):
+        acks = ()
+    needed = []
+    for a in acks:
+        if isinstance(a, dict):
+            needed.extend(_pop({"consumerGroup": a.get("c", a.get("consumerGroup")), "topic": a.get("t", a.get("topic"))}))
+    return needed
+
+
 def _heartbeat(ext, body):
     from rmq_core.broker.client_manager import parse_heartbeat
 
@@ -133,6 +148,7 @@ _RESOURCES = {
     RequestCode.POP_MESSAGE: lambda ext, body: _pop(ext),
     RequestCode.ACK_MESSAGE: lambda ext, body: _pop(ext),
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: lambda ext, body: _pop(ext),
+    RequestCode.BATCH_ACK_MESSAGE: _batch_ack,
     RequestCode.QUERY_MESSAGE: lambda ext, body: ((ext.get("topic") or "", SUB),),
     RequestCode.HEART_BEAT: _heartbeat,
     RequestCode.UNREGISTER_CLIENT: lambda ext, body: ((_group(ext["consumerGroup"]), SUB),) if ext.get("consumerGroup") else (),

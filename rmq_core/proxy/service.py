@@ -505,18 +505,21 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
     async def AckMessage(self, request, context):
         group, topic = request.group.name, request.topic.name
         self._auth(context, "AckMessage", ((topic, _SUB), (MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB)))
+        if not request.entries:
+            raise _Refused(_status(pb.BAD_REQUEST, "AckMessage without entries"))
+        try:  # (one ack record per checkpoint the entries are in)
+            outcomes = await self.ctrl.pop_service.ack_batch(group=group, topic=topic, receipt_handles=[
+                e.receipt_handle for e in request.entries])
+        except pop.PopError as err:  # (the whole request: a bad group, a broker not serving pop)
+            raise _Refused(_status(_POP_CODES.get(err.kind, pb.INTERNAL_SERVER_ERROR), str(err))) from None
         entries = []
-        for e in request.entries:
-            try:
-                await self.ctrl.pop_service.ack(group=group, topic=topic, receipt_handle=e.receipt_handle)
-                status = _OK
-            except pop.PopError as err:
-                status = _status(_POP_CODES.get(err.kind, pb.INTERNAL_SERVER_ERROR), str(err))
+        for e, outcome in zip(request.entries, outcomes):
+            status = (_status(_POP_CODES.get(outcome.kind, pb.INTERNAL_SERVER_ERROR), str(outcome))
+                      if isinstance(outcome, pop.PopError) else _OK)
             entries.append(spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle,
                                                      status=status))
         codes = {e.status.code for e in entries}
-        status = (entries[0].status if len(codes) == 1 else _status(pb.MULTIPLE_RESULTS, "some acks failed")) \
-            if entries else _status(pb.BAD_REQUEST, "AckMessage without entries")
+        status = entries[0].status if len(codes) == 1 else _status(pb.MULTIPLE_RESULTS, "some acks failed")
         return spb.AckMessageResponse(status=status, entries=entries)
 
     @_answers(spb.ChangeInvisibleDurationResponse)

@@ -290,3 +290,45 @@ def test_standalone_serves_grpc_on_grpc_listen_and_a_taken_port_is_named(tmp_pat
             p.wait_boot()
     finally:
         taken.close()
+
+
+def test_route_and_assignment_span_every_broker_holding_the_topic(tmp_path):
+    from tests.proxy.conftest import BROKER_PROPS, grpc_cluster
+    from tests.servers import free_port
+
+    two = grpc_cluster(tmp_path)
+    try:
+        port_b = free_port()
+        two.add_broker("broker-b", {**BROKER_PROPS, "grpcServerPort": port_b})
+        for i in (0, 1):
+            make_topic(two, "PxWide", queues=2, broker=i)
+        wait_for(lambda: len(rows("topicRoute", "-t", "PxWide", ns=two.namesrv)) == 2, what="route over both")
+        s = Stub(two.endpoint)
+        r = s.route("PxWide")
+        assert r.status.code == pb.OK
+        got = sorted((q.broker.name, q.id, q.broker.endpoints.addresses[0].port) for q in r.message_queues)
+        port_a = int(two.endpoint.split(":")[1])
+        assert got == [("broker-a", 0, port_a), ("broker-a", 1, port_a), ("broker-b", 0, port_b), ("broker-b", 1, port_b)]
+        a = s.QueryAssignment(spb.QueryAssignmentRequest(topic=pb.Resource(name="PxWide"),
+                                                         group=pb.Resource(name="GPxWide")))
+        assert a.status.code == pb.OK
+        assert sorted((x.message_queue.broker.name, x.message_queue.id) for x in a.assignments) == \
+            [("broker-a", -1), ("broker-b", -1)]
+        # a message sent to broker-b's endpoint is stored there and received from there
+        b = Stub(f"127.0.0.1:{port_b}")
+        assert b.send("PxWide", b"to-b").status.code == pb.OK
+        assert [m.body for m in b.receive("GPxWide", "PxWide")[1]] == [b"to-b"]
+        s.close()
+        b.close()
+    finally:
+        two.stop()
+
+
+def test_an_empty_long_poll_ends_before_the_clients_deadline_with_message_not_found(cl, stub):
+    make_topic(cl, "PxPoll")
+    req = spb.ReceiveMessageRequest(group=pb.Resource(name="GPxPoll"),
+                                    message_queue=pb.MessageQueue(topic=pb.Resource(name="PxPoll"), id=-1),
+                                    batch_size=4, invisible_duration=ms(15))  # no long_polling_timeout: 20 s
+    answers = list(stub.stub.ReceiveMessage(req, metadata=stub.md(), timeout=2.5))  # bounded by the deadline
+    assert answers[0].status.code == pb.MESSAGE_NOT_FOUND
+    assert answers[-1].WhichOneof("content") == "delivery_timestamp"

@@ -204,10 +204,14 @@ def test_subscription_group_table(tmp_path):
     assert obj["subscriptionGroupTable"]["gA"] == {
         "groupName": "gA", "consumeEnable": True, "consumeFromMinEnable": True, "consumeBroadcastEnable": True,
         "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
-        "notifyConsumerIdsChangedEnable": True}
+        "notifyConsumerIdsChangedEnable": True, "consumeMessageOrderly": False}
     back = SubscriptionGroupTable(tmp_path)
     assert back.load()
     assert back.get("gB") == SubscriptionGroupConfig("gB", consume_broadcast_enable=False, retry_max_times=3)
+    fifo = SubscriptionGroupConfig.from_json({"groupName": "gF", "consumeMessageOrderly": True})
+    assert fifo.consume_message_orderly and fifo.to_json()["consumeMessageOrderly"] is True
+    with pytest.raises(IllegalArgumentError, match="consumeMessageOrderly.*'yes please'"):
+        SubscriptionGroupConfig.from_json({"groupName": "gF", "consumeMessageOrderly": "yes please"})
     with pytest.raises(IllegalArgumentError, match="'a b'"):
         SubscriptionGroupConfig("a b")
 

@@ -14,6 +14,7 @@ import heapq
 import json
 import logging
 import random
+import zlib
 
 import attrs
 
@@ -40,7 +41,7 @@ MAX_POP_NUMS = 1024
 _MAX_POP_BYTES = 4 * 1024 * 1024
 _RETRY_EVERY = 5  # every 5th pop looks at the retry topic first (RocketMQ: popFromRetryProbability 20%)
 _RECENT_DONE_MAX = 100_000
-_ATTEMPTS_MAX = 10_000
+_ATTEMPTS_MAX = 10_000  # receives with an attempt id remembered (their handles)
 
 
 class PopError(Exception):
@@ -131,7 +132,7 @@ class PopService:
         self._inflight = collections.Counter()  # (group, subscribed topic) -> messages in flight
         self._inflight_q = collections.Counter()  # (group, real topic, queue id) -> messages in flight
         self._recent_done = collections.OrderedDict()  # key -> offsets acked, of closed checkpoints
-        self._attempts = collections.OrderedDict()  # (group, topic, attempt id) -> PopResult
+        self._attempts = collections.OrderedDict()  # (group, topic, attempt id) -> (PopResult, its messages)
         self._last_pop_time = 0
         self._pops = 0
         self._cursor = collections.Counter()  # (group, topic) -> next queue to start at
@@ -197,7 +198,8 @@ class PopService:
         if isinstance(invisible_ms, bool) or not isinstance(invisible_ms, int) or \
                 not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
             raise PopError(ILLEGAL_INVISIBLE_TIME,
-                           f"invisible time {invisible_ms!r} ms is out of range [{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms",
+                           f"invisible time {invisible_ms!r} ms is out of range "
+                           f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms",
                            ResponseCode.MESSAGE_ILLEGAL)
         return invisible_ms
 
@@ -216,7 +218,8 @@ class PopService:
     def _topic(self, topic: str):
         tc = self.ctrl.topic_manager.select(topic) if topic else None
         if tc is None:
-            raise PopError(TOPIC_NOT_FOUND, f"topic[{topic}] not exist, apply first please!", ResponseCode.TOPIC_NOT_EXIST)
+            raise PopError(TOPIC_NOT_FOUND, f"topic[{topic}] not exist, apply first please!",
+                           ResponseCode.TOPIC_NOT_EXIST)
         if not PermName.is_readable(tc.perm) or not PermName.is_readable(self.ctrl.broker_config.broker_permission):
             raise PopError(FORBIDDEN, f"the topic[{topic}] pulling message is forbidden", ResponseCode.NO_PERMISSION)
         return tc
@@ -252,6 +255,8 @@ class PopService:
                                ResponseCode.FLUSH_DISK_TIMEOUT)
 
     def _register(self, ck: _Ck) -> None:
+        if not ck.pending:
+            return
         self._cks[ck.key] = ck
         self._inflight[(ck.group, ck.origin)] += len(ck.pending)
         self._inflight_q[(ck.group, ck.topic, ck.queue_id)] += len(ck.pending)
@@ -308,10 +313,20 @@ class PopService:
 
     def _supersede(self, ck: _Ck) -> None:
         """A FIFO checkpoint takes its offsets over from older ones of the same queue (a message
-        handed out again, or its invisible time changed)."""
+        handed out again, or its invisible time changed); the newer by pop time wins."""
         for old in list(self._fifo.get((ck.group, ck.topic, ck.queue_id), ())):
-            if old is not ck:
-                self._resolve(old, [o for o in ck.offsets if o in old.pending], acked=False)
+            common = [o for o in ck.offsets if o in old.pending] if old is not ck else ()
+            if not common:
+                continue
+            if old.pop_time < ck.pop_time:
+                self._resolve(old, common, acked=False)
+            else:
+                ck.pending.difference_update(common)
+
+    @staticmethod
+    def _fifo_rqid(group: str, topic: str, queue_id: int) -> int:
+        """A FIFO queue's checkpoints all go to one revive queue: replayed in the order written."""
+        return zlib.crc32(f"{group}@{topic}@{queue_id}".encode()) % REVIVE_QUEUE_NUM
 
     def _ack_record(self, ck: _Ck, offsets, revived=False):
         body = encode_ack(group=ck.group, topic=ck.topic, queue_id=ck.queue_id, start_offset=ck.start,
@@ -356,9 +371,9 @@ class PopService:
         fifo = bool(fifo) or bool(getattr(sg, "consume_message_orderly", False))
         akey = (group, topic, attempt_id) if attempt_id else None
         if akey is not None:
-            cached = self._attempts.get(akey)
-            if cached is not None and all(self._still_inflight(group, topic, m) for m in cached.messages):
-                return cached  # a client retrying the same receive gets the same messages
+            again = self._same_attempt(akey)
+            if again is not None:
+                return again  # a client retrying the same receive gets the same messages
         loop = asyncio.get_running_loop()
         deadline = loop.time() + poll_ms / 1000
         polled = False
@@ -372,10 +387,9 @@ class PopService:
                 except PopError:
                     raise  # (their checkpoints stay: the messages come back after their invisible time)
                 self.received[(topic, group)] += len(result.messages)
+                self.ctrl.stats.inc_get(group, topic, len(result.messages), sum(len(m.record) for m in result.messages))
                 if akey is not None:
-                    self._attempts[akey] = result
-                    if len(self._attempts) > _ATTEMPTS_MAX:
-                        self._attempts.popitem(last=False)
+                    self._remember_attempt(akey, result)
                 return result
             timeout = deadline - loop.time()
             if timeout <= 0:
@@ -386,10 +400,37 @@ class PopService:
             polled = True
             await self._hold(holds, mf, timeout)
 
-    def _still_inflight(self, group, topic, m: PoppedMessage) -> bool:
-        h = ReceiptHandle.decode(m.receipt_handle)
-        ck = self._find_ck(group, m.real_topic, h)
-        return ck is not None and h.offset in ck.pending and ck.revive_time > now_ms()
+    def _remember_attempt(self, akey, result: PopResult) -> None:
+        """What a receive with an attempt id got: its handles, not its records (read again on a retry)."""
+        now = now_ms()
+        while self._attempts:  # (oldest first: drop the ones no retry can use any more)
+            first = next(iter(self._attempts.values()))
+            if first[0].pop_time + first[0].invisible_ms > now and len(self._attempts) < _ATTEMPTS_MAX:
+                break
+            self._attempts.popitem(last=False)
+        shell = attrs.evolve(result, messages=[])
+        self._attempts[akey] = (shell, [(m.real_topic, m.topic, m.queue_id, m.queue_offset, m.receipt_handle,
+                                         m.delivery_attempt, m.ck_offset) for m in result.messages])
+
+    def _same_attempt(self, akey) -> PopResult | None:
+        """The messages a receive with this attempt id got, while all of them are still in flight under it."""
+        entry = self._attempts.get(akey)
+        if entry is None:
+            return None
+        shell, items = entry
+        group = akey[0]
+        out = []
+        for real, origin, q, off, handle, attempt, ck_offset in items:
+            h = ReceiptHandle.decode(handle)
+            ck = self._find_ck(group, real, h)
+            if ck is None or off not in ck.pending or ck.revive_time <= now_ms():
+                return None
+            found = self._read_one(real, q, off, ck.pop_time, read_body=False)
+            if found is None:
+                return None
+            m, rec = found
+            out.append(PoppedMessage(rec, origin, real, q, off, m.commit_log_offset, handle, attempt, ck_offset, m))
+        return attrs.evolve(shell, messages=out)
 
     async def _hold(self, holds, mf, timeout: float) -> None:
         """Long polling on the broker's PullRequestHoldService: woken by an arrival in any of the
@@ -433,7 +474,7 @@ class PopService:
                 continue
             if fifo:
                 got, opens = self._pop_fifo_queue(group, topic, real_topic, q, left, mf, sg, pop_time, invisible_ms,
-                                                  rqid, init_mode, waits)
+                                                  init_mode, waits)
                 if opens is not None:
                     wake_at = opens if wake_at is None else min(wake_at, opens)
             else:
@@ -508,12 +549,13 @@ class PopService:
         return PoppedMessage(rec, ck.origin, ck.topic, ck.queue_id, m.queue_offset, m.commit_log_offset, handle,
                              attempt, ck.start, m)
 
-    def _pop_fifo_queue(self, group, topic, real_topic, q, n, mf, sg, pop_time, invisible_ms, rqid, init_mode, waits):
+    def _pop_fifo_queue(self, group, topic, real_topic, q, n, mf, sg, pop_time, invisible_ms, init_mode, waits):
         """A FIFO group's queue: nothing while a message handed out of it is in flight; once all
         in flight are past their invisible time they are handed out again, in order, their
         delivery attempt raised (past the group's retryMaxTimes: to %DLQ%<group>).  Returns
         (messages, when the queue opens again or None)."""
         now = now_ms()
+        rqid = self._fifo_rqid(group, real_topic, q)
         open_cks = [c for c in self._fifo.get((group, real_topic, q), ()) if c.pending]
         if open_cks:
             still = [c.revive_time for c in open_cks if c.revive_time > now]
@@ -524,20 +566,20 @@ class PopService:
             for c in open_cks:
                 for o in c.pending:
                     attempts[o] = c.attempts.get(o, 1)
-            store = self.ctrl.store
-            out, again, dead = [], [], []
+            popped_at = {o: c.pop_time for c in open_cks for o in c.pending}
+            again, dead = [], []
             for o in pending:
                 if len(again) >= n:
                     break
-                r = store.get_message(group, real_topic, q, o, 1, None)
-                if r.status is not GetMessageStatus.FOUND or r.queue_offsets[:1] != [o]:
-                    dead.append((o, None))  # gone (retention): nothing to hand out
+                found = self._read_one(real_topic, q, o, popped_at[o])
+                if found is None:
+                    dead.append((o, None))  # gone: nothing to hand out
                     continue
-                m = decode_messages(r.buffer, decompress=False)[0]
+                m, rec = found
                 if attempts[o] - 1 >= sg.retry_max_times:
                     dead.append((o, m))
                     continue
-                again.append((o, m, r.buffer))
+                again.append((o, m, rec))
             for o, m in dead:
                 if m is not None:
                     waits.append(self._put_dead(group, topic, m, attempts[o]))
@@ -551,7 +593,7 @@ class PopService:
                                        attempts={o: attempts[o] + 1 for o in offs})
                 waits.append(put)
                 self.revived[(topic, group)] += len(offs)
-                return [self._popped(ck, m, _split(buf)[0], attempts[o] + 1) for o, m, buf in again], None
+                return [self._popped(ck, m, rec, attempts[o] + 1) for o, m, rec in again], None
             if any(c.pending for c in self._fifo.get((group, real_topic, q), ())):
                 return [], None
         om = self.ctrl.offset_manager
@@ -573,6 +615,18 @@ class PopService:
             raise
         waits.append(put)
         return [self._popped(ck, m, rec, m.reconsume_times + 1) for m, rec in zip(msgs, records)], None
+
+    def _read_one(self, topic: str, queue_id: int, offset: int, pop_time: int, read_body: bool = True):
+        """(message, record) at `offset`, when it is still the message a checkpoint of pop_time
+        handed out: gone (retention), or a newer one at the offset of a deleted and recreated topic
+        (stored after the pop: apache/rocketmq#8479), gives None."""
+        r = self.ctrl.store.get_message("", topic, queue_id, offset, 1, None)
+        if r.status is not GetMessageStatus.FOUND or r.queue_offsets[:1] != [offset]:
+            return None
+        m = decode_messages(r.buffer, decompress=False, read_body=read_body)[0]
+        if m.store_timestamp > pop_time:
+            return None
+        return m, _split(r.buffer)[0]
 
     def _put_dead(self, group, origin, m, attempt):
         """Put a FIFO message that used up its attempts to %DLQ%<group> (now)."""
@@ -641,17 +695,47 @@ class PopService:
 
     async def ack(self, *, group: str, topic: str, receipt_handle: str) -> AckOutcome:
         """End a message: answered once its ack record is stored."""
-        h, real = self._handle(group, topic, receipt_handle)
-        ck = self._open_handle(group, real, h, receipt_handle, "ack")
-        if ck is None:
-            return AckOutcome("ALREADY_ACKED", real, h.queue_id, h.offset)
-        put = self._ack_record(ck, [h.offset])
-        self._resolve(ck, [h.offset], acked=True)
-        self.acked[(ck.origin, group)] += 1
-        if ck.fifo:
-            self._wake_fifo(ck)
-        await self._durable([put])
-        return AckOutcome("OK", real, h.queue_id, h.offset)
+        outcome = (await self.ack_batch(group=group, topic=topic, receipt_handles=[receipt_handle]))[0]
+        if isinstance(outcome, PopError):
+            raise outcome
+        return outcome
+
+    async def ack_batch(self, *, group: str, topic: str, receipt_handles) -> list:
+        """End several messages (gRPC's AckMessage entries, BATCH_ACK_MESSAGE): one ack record per
+        checkpoint they are in.  Returns, per handle in order, an AckOutcome or the PopError that
+        refused it (one bad handle does not refuse the others); answered once the records are stored."""
+        self._check_writable()
+        self._group(group)
+        out, by_ck = [], {}
+        for text in receipt_handles:
+            try:
+                h, real = self._handle(group, topic, text)
+                ck = self._open_handle(group, real, h, text, "ack")
+            except PopError as e:
+                out.append(e)
+                continue
+            if ck is None:
+                out.append(AckOutcome("ALREADY_ACKED", real, h.queue_id, h.offset))
+                continue
+            offs = by_ck.setdefault(id(ck), (ck, []))[1]
+            if h.offset not in offs:
+                offs.append(h.offset)
+            out.append(AckOutcome("OK", real, h.queue_id, h.offset))
+        puts = []
+        try:
+            for ck, offs in by_ck.values():
+                puts.append(self._ack_record(ck, offs))
+                self._resolve(ck, offs, acked=True)
+                self.acked[(ck.origin, group)] += len(offs)
+                if ck.fifo:
+                    self._wake_fifo(ck)
+        except PopError as e:  # (a store refusing writes: what was not written is not acked)
+            done = {id(c) for c, _ in list(by_ck.values())[:len(puts)]}
+            failed = {(c.topic, c.queue_id, o) for c, offs in by_ck.values() if id(c) not in done for o in offs}
+            out = [e if isinstance(o, AckOutcome) and o.status == "OK" and (o.topic, o.queue_id, o.offset) in failed
+                   else o for o in out]
+        await self._durable(puts)
+        return out
 
     def _wake_fifo(self, ck: _Ck) -> None:
         """A FIFO queue may be open again: wake the pops held on it (they hold one below its end)."""
@@ -692,10 +776,10 @@ class PopService:
         ck = self._open_handle(group, real, h, receipt_handle, "forward to the dead-letter queue")
         if ck is None:
             return AckOutcome("ALREADY_ACKED", real, h.queue_id, h.offset)
-        r = self.ctrl.store.get_message(group, real, h.queue_id, h.offset, 1, None)
+        found = self._read_one(real, h.queue_id, h.offset, ck.pop_time)
         waits = []
-        if r.status is GetMessageStatus.FOUND and r.queue_offsets[:1] == [h.offset]:
-            m = decode_messages(r.buffer, decompress=False)[0]
+        if found is not None:
+            m = found[0]
             waits.append(self._put_dead(group, ck.origin, m, ck.attempts.get(h.offset, m.reconsume_times + 1)))
         waits.append(self._ack_record(ck, [h.offset]))
         self._resolve(ck, [h.offset], acked=True)
@@ -756,9 +840,9 @@ class PopService:
         waits = []
         done = []
         for o in sorted(ck.pending):
-            r = store.get_message(ck.group, ck.topic, ck.queue_id, o, 1, None)
-            if r.status is GetMessageStatus.FOUND and r.queue_offsets[:1] == [o]:
-                m = decode_messages(r.buffer, decompress=False)[0]
+            found = self._read_one(ck.topic, ck.queue_id, o, ck.pop_time)
+            if found is not None:
+                m = found[0]
                 inner, dead = self._give_back(ck.group, sg, ck.origin, m, m.reconsume_times)
                 result, fut = store.put_nowait(inner)
                 if result.status is not PutMessageStatus.PUT_OK:
@@ -769,8 +853,8 @@ class PopService:
                 if dead:
                     self.ctrl.stats.inc_dlq(ck.origin, ck.group)
             else:
-                log.warning("pop revive: %s queue %d offset %d of %s is gone from the store; dropped", ck.topic,
-                            ck.queue_id, o, ck.group)
+                log.warning("pop revive: %s queue %d offset %d of %s is gone from the store (or is a newer "
+                            "message of a recreated topic); dropped", ck.topic, ck.queue_id, o, ck.group)
             done.append(o)
         if done:
             waits.append(self._ack_record(ck, done, revived=True))

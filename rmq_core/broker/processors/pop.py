@@ -1,10 +1,13 @@
-"""POP_MESSAGE (200050), ACK_MESSAGE (200051), CHANGE_MESSAGE_INVISIBLETIME (200053): RocketMQ 5's
-pop consumption over the remoting protocol, with its header fields (PopMessageRequestHeader,
-PopMessageResponseHeader, AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader /
-ResponseHeader), so RocketMQ 5's Java remoting clients work.  The semantics are the broker's
+"""POP_MESSAGE (200050), ACK_MESSAGE (200051), CHANGE_MESSAGE_INVISIBLETIME (200053),
+BATCH_ACK_MESSAGE (200151): RocketMQ 5's pop consumption over the remoting protocol, with its
+header fields (PopMessageRequestHeader, PopMessageResponseHeader, AckMessageRequestHeader,
+ChangeInvisibleTimeRequestHeader / ResponseHeader) and BatchAckMessageRequestBody, so RocketMQ 5's
+Java remoting clients work.  The semantics are the broker's
 PopService (rmq_core.broker.pop.service); this module only reads and writes the wire."""
 from __future__ import annotations
 
+import base64
+import json
 import logging
 
 from rmq_core.broker.pop.receipt import ReceiptHandle
@@ -24,6 +27,7 @@ class PopMessageProcessor(Processor):
         RequestCode.POP_MESSAGE: "pop_message",
         RequestCode.ACK_MESSAGE: "ack_message",
         RequestCode.CHANGE_MESSAGE_INVISIBLETIME: "change_invisible_time",
+        RequestCode.BATCH_ACK_MESSAGE: "batch_ack_message",
     }
 
     async def pop_message(self, ctx, request):
@@ -72,7 +76,6 @@ class PopMessageProcessor(Processor):
         if counts:
             ext["orderCountInfo"] = ";".join(counts)
         body = ctrl.recompress_for_request(request, b"".join(m.record for m in result.messages))
-        ctrl.stats.inc_get(group, topic, len(result.messages), len(body))
         return request.make_response(ResponseCode.SUCCESS, None, ext, body)
 
     def _handle_of(self, request):
@@ -116,3 +119,36 @@ class PopMessageProcessor(Processor):
         return request.make_response(ResponseCode.SUCCESS, None, {
             "popTime": str(h.pop_time), "invisibleTime": str(h.invisible_ms), "reviveQid": str(h.revive_qid),
             "extraInfo": new})
+
+    async def batch_ack_message(self, ctx, request):
+        """BatchAckMessageRequestBody: {"brokerName", "acks": [BatchAck]}, a BatchAck naming one
+        checkpoint (c group, t topic, r retry flag, so start offset, q queue, rq revive queue, pt pop
+        time, it invisible time) and the offsets acked as a java.util.BitSet over offset - so
+        (`b`: its toByteArray(), base64 as fastjson writes a byte[])."""
+        try:
+            body = json.loads(bytes(request.body or b"{}"))
+            broker = body.get("brokerName") or self.ctrl.broker_config.broker_name
+            batches = []
+            for a in body.get("acks") or ():
+                get = lambda short, long: a[short] if short in a else a[long]  # noqa: E731 (fastjson's alternate names)
+                group, topic = get("c", "consumerGroup"), get("t", "topic")
+                retry, so, q = str(get("r", "retry")), int(get("so", "startOffset")), int(get("q", "queueId"))
+                rq, pt, it = int(get("rq", "reviveQueueId")), int(get("pt", "popTime")), int(get("it", "invisibleTime"))
+                bits = a.get("b", a.get("bitSet")) or ""
+                raw = base64.b64decode(bits) if isinstance(bits, str) else bytes(bits)
+                offsets = [so + i for i in range(len(raw) * 8) if raw[i >> 3] >> (i & 7) & 1]
+                batches.append((group, topic, [f"{so} {pt} {it} {rq} {retry} {broker} {q} {o}" for o in offsets]))
+        except (ValueError, KeyError, TypeError) as e:
+            return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch ack body: {e!r}")
+        if not batches:
+            return request.make_response(ResponseCode.NO_MESSAGE, "batch ack without acks")
+        refused = []
+        for group, topic, handles in batches:
+            try:
+                outcomes = await self.ctrl.pop_service.ack_batch(group=group, topic=topic, receipt_handles=handles)
+            except PopError as e:
+                return request.make_response(e.code, str(e))
+            refused += [o for o in outcomes if isinstance(o, PopError)]
+        if refused:
+            return request.make_response(refused[0].code, "; ".join(str(e) for e in refused[:5]))
+        return request.make_response(ResponseCode.SUCCESS)

@@ -289,3 +289,156 @@ def test_slave_refuses_pop(make_cluster, raw):
     c = make_cluster(slave=True)
     r, _ = pop(raw, c.slave_addr, G, "TBW102")
     assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE and "SLAVE" in r.remark
+
+
+def test_admin_makes_a_fifo_group_and_shows_inflight(make_cluster, raw):
+    from tests.admin.test_admin_cli import admin, ok, rows
+    c = make_cluster()
+    addr, ns = c.broker_addr, c.namesrv
+    ok("updateSubGroup", "-b", addr, "-g", "CG_ADMIN_FIFO", "-o", "true", ns=ns)
+    assert c.broker.subscription_manager.find("CG_ADMIN_FIFO").consume_message_orderly is True
+    rc, _, err = admin("updateSubGroup", "-b", addr, "-g", "CG_ADMIN_FIFO", "-o", "maybe", ns=ns)
+    assert rc != 0 and "'maybe'" in err
+    create_topic(raw, addr, "TP_ADMIN", queues=1)
+    _send(raw, addr, "TP_ADMIN", 5, queues=1)
+    _, ps = pop(raw, addr, "CG_ADMIN_FIFO", "TP_ADMIN", max_nums=3)
+    assert [p.body for p in ps] == [b"m0", b"m1", b"m2"]
+    prog = [r for r in rows("consumerProgress", "-g", "CG_ADMIN_FIFO", ns=ns) if r["topic"] == "TP_ADMIN"]
+    assert [(r["diff"], r["inflight"]) for r in prog] == [(2, 3)]
+    assert "Inflight Total: 3" in ok("consumerProgress", "-g", "CG_ADMIN_FIFO", ns=ns)
+
+
+def test_batch_ack_as_the_java_client_sends_it(make_cluster, raw):
+    import base64
+    c = make_cluster()
+    addr = c.broker_addr
+    create_topic(raw, addr, "TP_BATCH", queues=1)
+    _send(raw, addr, "TP_BATCH", 12, queues=1)
+    _, ps = pop(raw, addr, G, "TP_BATCH", max_nums=12)
+    f = ps[0].handle.split(" ")
+    so = int(f[0])
+    bits = 0
+    for p in ps[:10]:
+        bits |= 1 << (p.msg.queue_offset - so)
+    ack_body = {"c": G, "t": "TP_BATCH", "r": "0", "so": so, "q": 0, "rq": int(f[3]), "pt": int(f[1]),
+                "it": int(f[2]), "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()}
+    r = raw.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {},
+                   json.dumps({"brokerName": "broker-a", "acks": [ack_body]}).encode())
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert c.broker.pop_service.inflight(G, "TP_BATCH") == 2
+    r = raw.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {}, b"{not json")
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "batch ack" in r.remark
+
+
+def test_service_api_ack_batch_and_forward_to_dead_letter(make_cluster, raw):
+    from rmq_core.broker.pop.service import PopError
+    from rmq_core.common.subscription import SubscriptionData
+    c = make_cluster()
+    addr = c.broker_addr
+    svc = c.broker.pop_service
+    create_topic(raw, addr, "TP_API", queues=2)
+    _send(raw, addr, "TP_API", 4, queues=2)
+    res = c.call(svc.pop(group=G, topic="TP_API", max_nums=4, invisible_ms=30_000,
+                         sub=SubscriptionData.build("TP_API", "TagA"), poll_ms=0, client_id="test"))
+    assert res.status == "FOUND" and len(res.messages) == 4
+    m = res.messages[0]
+    assert m.topic == m.real_topic == "TP_API" and m.delivery_attempt == 1 and m.record[4:8] == b"\xda\xa3\x20\xa7"
+    assert m.msg.keys in {"k0", "k1", "k2", "k3"}
+    outcomes = c.call(svc.ack_batch(group=G, topic="TP_API",
+                                    receipt_handles=[res.messages[1].receipt_handle, "junk", res.messages[2].receipt_handle]))
+    assert [getattr(o, "status", None) for o in outcomes] == ["OK", None, "OK"]
+    assert isinstance(outcomes[1], PopError) and outcomes[1].kind == "INVALID_RECEIPT_HANDLE" and "'junk'" in str(outcomes[1])
+    out = c.call(svc.forward_to_dead_letter(group=G, topic="TP_API", receipt_handle=res.messages[3].receipt_handle))
+    assert out.status == "OK" and svc.inflight(G, "TP_API") == 1
+    r = raw.pull(addr, f"%DLQ%{G}", 0, 0, group="CG_DLQ_READER")
+    from rmq_core.codec import decode_messages
+    assert r.code == ResponseCode.SUCCESS and [x.body for x in decode_messages(r.body)] == [decode_messages(res.messages[3].record)[0].body]
+    new = c.call(svc.change_invisible_time(group=G, topic="TP_API", receipt_handle=m.receipt_handle, invisible_ms=5000))
+    assert new != m.receipt_handle
+    with pytest.raises(PopError, match="expired or unknown"):
+        c.call(svc.ack(group=G, topic="TP_API", receipt_handle=m.receipt_handle))
+    assert c.call(svc.ack(group=G, topic="TP_API", receipt_handle=new)).status == "OK"
+    assert svc.inflight(G, "TP_API") == 0
+    empty = c.call(svc.pop(group=G, topic="TP_API", max_nums=4, invisible_ms=30_000, poll_ms=300))
+    assert empty.status == "POLLING_NOT_FOUND" and empty.messages == []
+
+
+def test_random_acks_while_sending_lose_nothing(make_cluster, raw):
+    """Upstream's apache/rocketmq#7914 / #8835 shapes: pops of 0..32 while messages keep coming,
+    acks at random (some of a checkpoint quickly, the rest later): every message ends acked, none
+    is lost, and none acked comes again."""
+    import random
+    rnd = random.Random(34)
+    c = make_cluster()
+    addr = c.broker_addr
+    create_topic(raw, addr, "TP_RANDOM", queues=2)
+    acked, held, sent = set(), [], 0
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if sent < 150:
+            for _ in range(min(rnd.randint(0, 10), 150 - sent)):
+                assert raw.send(addr, "TP_RANDOM", f"r{sent}".encode(), queue_id=sent % 2).code == ResponseCode.SUCCESS
+                sent += 1
+        _, ps = pop(raw, addr, G, "TP_RANDOM", max_nums=rnd.randint(1, 32), invisible_ms=1000,
+                    poll_ms=0 if sent < 150 else 500)
+        for p in ps:
+            assert p.body not in acked, f"{p.body} acked, then delivered again"
+            if rnd.random() < 0.5:
+                assert ack(raw, addr, G, p).code == ResponseCode.SUCCESS
+                acked.add(p.body)
+            elif rnd.random() < 0.5:
+                held.append(p)  # acked a little later
+        for p in held[:]:
+            if rnd.random() < 0.5:
+                held.remove(p)
+                r = ack(raw, addr, G, p)
+                if r.code == ResponseCode.SUCCESS:
+                    acked.add(p.body)
+                else:  # (too late: its invisible time ran out, so it comes again)
+                    assert r.code == ResponseCode.NO_MESSAGE and "expired" in r.remark
+        if sent >= 150 and len(acked) == sent:
+            break
+    assert len(acked) == sent == 150
+    assert c.broker.pop_service.inflight(G, "TP_RANDOM") == 0
+
+
+def test_checkpoint_of_a_deleted_and_recreated_topic_is_dropped(make_cluster, raw):
+    """apache/rocketmq#8479: a checkpoint whose offsets the recreated topic does not have is
+    dropped at its revive, not retried for ever or revived as another message."""
+    c = make_cluster()
+    addr = c.broker_addr
+    create_topic(raw, addr, "TP_GONE", queues=1)
+    _send(raw, addr, "TP_GONE", 3, queues=1)
+    _, ps = pop(raw, addr, G, "TP_GONE", invisible_ms=1000)
+    assert len(ps) == 3
+    r = raw.invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TP_GONE"})
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    create_topic(raw, addr, "TP_GONE", queues=1)
+    _send(raw, addr, "TP_GONE", 1, queues=1, prefix="new")
+    deadline = time.time() + 15
+    while c.broker.pop_service.inflight(G, "TP_GONE") and time.time() < deadline:
+        time.sleep(0.1)
+    assert c.broker.pop_service.inflight(G, "TP_GONE") == 0
+    got = _drain(raw, addr, G, "TP_GONE", 1)
+    assert [p.body for p in got] == [b"new0"]
+    _, more = pop(raw, addr, G, "TP_GONE", poll_ms=1000)
+    assert more == []
+
+
+def test_fifo_message_past_max_attempts_goes_to_dlq_and_the_queue_moves_on(make_cluster, raw):
+    from rmq_core.codec import decode_messages
+    c = make_cluster()
+    addr = c.broker_addr
+    create_topic(raw, addr, "TP_FIFO_DLQ", queues=1)
+    create_group(raw, addr, "CG_FIFO_DLQ", consumeMessageOrderly=True, retryMaxTimes=1)
+    _send(raw, addr, "TP_FIFO_DLQ", 2, queues=1)
+    got = []
+    deadline = time.time() + 30
+    while time.time() < deadline and not any(p.body == b"m1" for p in got):
+        _, ps = pop(raw, addr, "CG_FIFO_DLQ", "TP_FIFO_DLQ", max_nums=1, invisible_ms=1000, poll_ms=1500)
+        got += ps
+    assert [(p.body, p.attempt) for p in got] == [(b"m0", 1), (b"m0", 2), (b"m1", 1)]
+    r = raw.pull(addr, "%DLQ%CG_FIFO_DLQ", 0, 0, group="CG_DLQ_READER")
+    assert r.code == ResponseCode.SUCCESS
+    dlq = decode_messages(r.body)
+    assert [m.body for m in dlq] == [b"m0"] and dlq[0].properties["RETRY_TOPIC"] == "TP_FIFO_DLQ"
