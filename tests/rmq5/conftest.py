@@ -21,12 +21,14 @@ RMQ5_PYTHON = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pa
 
 
 @pytest.fixture(scope="session")
-def rmq5_python() -> str:
+def rmq5_python(tmp_path_factory) -> str:
     """The interpreter of the 5.x client's environment; a missing one fails the test, naming the fix."""
     if not os.access(RMQ5_PYTHON, os.X_OK):
         pytest.fail(f"Apache's RocketMQ 5 Python client is not installed: {RMQ5_PYTHON} is missing; "
                     f"run `make rmq5-client` (make test does it)", pytrace=False)
-    r = subprocess.run([RMQ5_PYTHON, "-c", "import rocketmq.v5"], capture_output=True, text=True)
+    home = tmp_path_factory.mktemp("rmq5-import")  # (importing the client makes ~/logs/rocketmq_python)
+    r = subprocess.run([RMQ5_PYTHON, "-c", "import rocketmq.v5"], capture_output=True, text=True,
+                       env={**os.environ, "HOME": str(home)})
     if r.returncode != 0:
         pytest.fail(f"{RMQ5_PYTHON} cannot import the client (rocketmq.v5): {r.stderr.strip()[-500:]}; "
                     f"remove .venv-rmq5 and run `make rmq5-client`", pytrace=False)
