@@ -85,6 +85,21 @@ def test_normal_send_and_receive_ack_1000_exact_once(cl, rmq5_client):
         (c.client_id, "PYTHON", "V5_1_2")]
 
 
+def test_tag_expression_and_a_large_body(cl, rmq5_client):
+    topic = "Rmq5Tags"
+    make_topic(cl, topic, 2)
+    c = simple_consumer(rmq5_client, cl, "GID_RMQ5_TAGS", topic, expr="TagA || TagC")
+    p = producer(rmq5_client, cl, [topic])
+    large = "".join(chr(0x41 + i % 26) for i in range(1024 * 1024))  # 1 MiB
+    sent = [{"topic": topic, "body": f"tagged-{i}", "tag": ["TagA", "TagB", "TagC"][i % 3]}
+            for i in range(12)] + [{"topic": topic, "body": large, "tag": "TagC"}]
+    send(p, sent)
+    got = c.call("drain", count=9, seconds=30, invisible=INVISIBLE)["messages"]
+    assert sorted(m["body"] for m in got) == sorted(s["body"] for s in sent if s["tag"] != "TagB")
+    assert not any(m["corrupted"] for m in got)
+    assert c.call("receive", max=32, invisible=INVISIBLE)["messages"] == [], "a TagB message passed the filter"
+
+
 def receive_one(c, seconds, invisible=SHORT):
     """Receive (not ack) until one message comes; it carries "asked_ms", when the receive that
     brought it was sent (the server handed it out no earlier)."""
