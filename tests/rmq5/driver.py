@@ -26,6 +26,9 @@ come on their own: a push consumer's messages, a producer's transaction check-ba
     {"op": "drain", "count", "seconds", "max", "invisible", "ack": true, "idle": null}
         receive until `count` messages came (acking each when told), `seconds` passed or
         none came for `idle` seconds -> "messages"
+    {"op": "churn", "count", "seconds", "ack_ratio", "seed", "max", "invisible"}
+        receive, acking each delivery with probability ack_ratio, until `count` messages were acked
+        -> "deliveries": [{"message_id", "delivery_attempt", "body", "acked"}]
     {"op": "push_consumer", "group", "subscriptions": {...}, "fail_first": [...]}
         messages come as {"event": "message", ...MESSAGE}; a body in fail_first is answered FAILURE
         on its first delivery
@@ -40,6 +43,7 @@ answered)}.  Times are wall clock ms as floats, comparable with the broker's tim
 import itertools
 import json
 import os
+import random
 import sys
 import threading
 import time
@@ -237,6 +241,32 @@ class Session:
                         j["ack_error"] = describe(e)
                 got.append(j)
         return {"messages": got, "errors": errors[-10:]}
+
+    def op_churn(self, count, seconds, ack_ratio, seed=7, max=32, invisible=15):
+        """Receive, acking each delivery with probability ack_ratio, until `count` messages were
+        acked (the others come back once their invisible time is over) or `seconds` passed."""
+        rnd = random.Random(seed)
+        deliveries, acked, errors = [], set(), []
+        deadline = time.monotonic() + seconds
+        while len(acked) < count and time.monotonic() < deadline:
+            try:
+                msgs = self.consumer.receive(max, invisible)
+            except Exception as e:  # kept: a failed receive shows in the answer, and the churn goes on
+                errors.append(describe(e))
+                time.sleep(0.2)
+                continue
+            for m in msgs:
+                d = {"message_id": m.message_id, "delivery_attempt": m.delivery_attempt, "body": m.body.decode(),
+                     "acked": False}
+                if rnd.random() < ack_ratio:
+                    try:
+                        self.consumer.ack(m)
+                        d["acked"] = True
+                        acked.add(m.message_id)
+                    except Exception as e:
+                        d["ack_error"] = describe(e)
+                deliveries.append(d)
+        return {"deliveries": deliveries, "errors": errors[-10:]}
 
     def op_push_consumer(self, group, subscriptions, fail_first=(), **kw):
         fail = set(fail_first)

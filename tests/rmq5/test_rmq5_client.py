@@ -150,6 +150,28 @@ def test_unacked_comes_back_change_invisible_postpones_then_dead_letter(cl, rmq5
     assert c.call("receive", max=1, invisible=SHORT)["messages"] == [], "delivered after the DLQ"
 
 
+@pytest.mark.slow
+def test_random_acks_while_sending_lose_nothing(cl, rmq5_client):
+    """apache/rocketmq#7914's steps with the 5.x client: messages keep coming while a consumer
+    receives 0 to 32 at a time and acks at random; every unacked one comes back, one delivery at a
+    time, until it is acked - none lost, none handed out twice at once, none after its ack."""
+    topic, group = "Rmq5Churn", "GID_RMQ5_CHURN"
+    make_topic(cl, topic, 4)
+    c = simple_consumer(rmq5_client, cl, group, topic)
+    p = producer(rmq5_client, cl, [topic])
+    with ThreadPoolExecutor(1) as ex:
+        sending = ex.submit(send, p, [{"topic": topic, "body": f"churn-{i}"} for i in range(400)])
+        got = c.call("churn", count=400, seconds=120, ack_ratio=0.7, invisible=SHORT, timeout=180)
+        receipts = sending.result(60)
+    by_id = {}
+    for d in got["deliveries"]:
+        by_id.setdefault(d["message_id"], []).append(d)
+    assert set(by_id) == {r["message_id"] for r in receipts}, f"receive errors {got['errors']}"
+    for mid, ds in by_id.items():
+        assert [d["delivery_attempt"] for d in ds] == list(range(1, len(ds) + 1)), ds
+        assert [d["acked"] for d in ds] == [False] * (len(ds) - 1) + [True], ds
+
+
 def test_fifo_three_groups_in_order_across_two_consumers(cl, rmq5_client):
     topic, group = "Rmq5Fifo", "GID_RMQ5_FIFO"
     make_topic(cl, topic, 4, message_type="FIFO")
