@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # The requirements of optional-dependency groups of pyproject.toml, one a line (the one list of them).
 EXTRAS = $(PY) -c 'import sys, tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(r for e in sys.argv[1:] for r in d[e]))'
 
-.PHONY: run test test-slow bench bench-against build build-run setup setup-run clean browser etcd
+.PHONY: run test test-slow bench bench-against build build-run setup setup-run clean browser etcd rmq5-client
 
 # --- set-up -------------------------------------------------------------------------------------
 $(VENV)/bin/python:
@@ -44,6 +44,17 @@ build-run: setup-run
 	$(PY) setup.py -q build_ext --inplace -j 2 >/dev/null
 build: setup build-run
 
+# Apache's RocketMQ 5 Python client, which tests/rmq5 drive over gRPC, in a virtual environment of
+# its own: its top-level package `rocketmq` is also the 4.x C++ client's (rocketmq==0.4.4, in .venv).
+# The stamp names the pinned version, so a new pin installs again.
+RMQ5_VENV := .venv-rmq5
+RMQ5_CLIENT_VERSION := 5.1.2
+$(RMQ5_VENV)/.installed-$(RMQ5_CLIENT_VERSION):
+	$(PYTHON) -m venv $(RMQ5_VENV)
+	$(RMQ5_VENV)/bin/python -m pip --disable-pip-version-check -qq install "rocketmq-python-client==$(RMQ5_CLIENT_VERSION)"
+	touch $@
+rmq5-client: $(RMQ5_VENV)/.installed-$(RMQ5_CLIENT_VERSION)
+
 # --- jobs ---------------------------------------------------------------------------------------
 run: build-run
 	$(VENV)/bin/rmq standalone $(RUN_ARGS)
@@ -63,15 +74,15 @@ etcd:
 	  if [ -n "$$saved" ]; then mv -f "$$saved" /usr/sbin/policy-rc.d; else rm -f /usr/sbin/policy-rc.d; fi; \
 	  [ $$rc -eq 0 ] || echo "etcd-server unavailable: the controller tests will fail"; }
 
-test: build browser etcd
+test: build browser etcd rmq5-client
 	$(PY) -m pytest tests --ignore=tests/bench -m "not slow" -q --durations=25 $(PYTEST_ARGS)
 
-test-slow: build etcd
+test-slow: build etcd rmq5-client
 	$(PY) -m pytest tests --ignore=tests/bench -m slow -q $(PYTEST_ARGS)
 
 # Benchmarks need a Redis server as the baseline for the client benchmarks (Debian's package), and
 # etcd for the failover benchmarks.
-bench: build etcd
+bench: build etcd rmq5-client
 	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) || echo "redis-server unavailable: Redis baselines will be skipped"
 	$(EXTRAS) bench > $(VENV)/extras-bench.txt && $(PIP) install -r $(VENV)/extras-bench.txt
 	mkdir -p .benchmarks
@@ -86,4 +97,4 @@ bench-against: build etcd
 	$(PY) -m tests.bench.against $(REF) --json .benchmarks/against.json -- $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info rmq_core/_native/*.c rmq_core/_native/*.so
+	rm -rf $(VENV) $(RMQ5_VENV) build *.egg-info rmq_core/_native/*.c rmq_core/_native/*.so

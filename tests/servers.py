@@ -30,6 +30,7 @@ class RmqProcess:
     server's, so signals reach it)."""
 
     def __init__(self, args: list[str], boot_markers=("boot success",), env=None, cwd=None, prefix=()):
+        self.rmq_args, self.env, self.cwd, self.prefix = list(args), env, cwd, prefix  # (for again())
         self.args = [*prefix, sys.executable, "-m", "rmq_core.cli", *args]
         self.boot_markers = list(boot_markers)
         self.lines: list[str] = []
@@ -63,6 +64,10 @@ class RmqProcess:
 
     def wait_boot(self, timeout: float = 30.0) -> list[str]:
         return [self.wait_for(m, timeout) for m in self.boot_markers]
+
+    def again(self) -> "RmqProcess":
+        """The same command started anew (same config, store and ports), e.g. after kill()."""
+        return RmqProcess(self.rmq_args, self.boot_markers, env=self.env, cwd=self.cwd, prefix=self.prefix)
 
     def terminate(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
@@ -118,6 +123,12 @@ class NamesrvAndBroker:
         proc.wait_boot()
         self.broker_addrs.append(f"127.0.0.1:{port}")
         return proc
+
+    def restart_broker(self, i: int = 0, timeout: float = 60.0) -> RmqProcess:
+        """Broker i started again on its config and store (after it was stopped or killed)."""
+        self.brokers[i] = self.brokers[i].again()
+        self.brokers[i].wait_boot(timeout)
+        return self.brokers[i]
 
     def stored_messages(self, topic: str, broker: str = "broker-a") -> list:
         """The records of `topic` in a broker's first commit log file, read from the file as stored
