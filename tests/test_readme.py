@@ -45,9 +45,10 @@ from tests.servers import RmqProcess, free_port
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
-NS, BROKER, CONSOLE = "127.0.0.1:9876", "127.0.0.1:10911", "127.0.0.1:8080"
+NS, BROKER, CONSOLE, GRPC = "127.0.0.1:9876", "127.0.0.1:10911", "127.0.0.1:8080", "127.0.0.1:8081"
 KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make", "replicated",
-         "replicated_standalone", "plain_acl", "namesrv_properties", "failover", "failover_console"}
+         "replicated_standalone", "plain_acl", "namesrv_properties", "failover", "failover_console",
+         "rmq5, output"}
 # a block without a check comment is checked by its language where that says how (else it is an error)
 DEFAULT_KINDS = {"python": "python", "properties": "properties", "console": "console"}
 
@@ -58,7 +59,7 @@ class Block:
     lang: str
     text: str
     line: int
-    output: str | None = None  # a `python, output` block's expected output
+    output: str | None = None  # a `python, output` (or `rmq5, output`) block's expected output
 
     def __repr__(self) -> str:  # the test id
         return f"README:{self.line}:{self.kind}"
@@ -84,7 +85,7 @@ def readme_blocks(text: str | None = None) -> list[Block]:
                 body.append(lines[i])
                 i += 1
             text_ = "\n".join(body) + "\n"
-            if kind is None and lang == "text" and blocks and blocks[-1].kind == "python, output" \
+            if kind is None and lang == "text" and blocks and blocks[-1].kind.endswith(", output") \
                     and blocks[-1].output is None:
                 blocks[-1].output = text_
             else:
@@ -116,12 +117,13 @@ def test_every_block_is_checked_and_nothing_points_outside():
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("readme-live")
-    ns, broker = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    proc = RmqProcess(["standalone", "--store", str(tmp / "store"), "--namesrv-listen", ns, "--broker-listen", broker],
+    ns, broker, grpc = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    proc = RmqProcess(["standalone", "--store", str(tmp / "store"), "--namesrv-listen", ns, "--broker-listen", broker,
+                       "--grpc-listen", grpc],
                       ("The Name Server boot success", "boot success. serializeType=JSON and name server"))
     try:
         proc.wait_boot(60)
-        yield {"ns": ns, "broker": broker, "tmp": tmp}
+        yield {"ns": ns, "broker": broker, "grpc": grpc, "tmp": tmp}
     finally:
         assert proc.terminate() == 0
 
@@ -129,7 +131,7 @@ def live(tmp_path_factory):
 def localize(text: str, live: dict | None, tmp: Path) -> str:
     """The README's default addresses and /tmp paths, as this run's."""
     if live is not None:
-        text = text.replace(NS, live["ns"]).replace(BROKER, live["broker"])
+        text = text.replace(NS, live["ns"]).replace(BROKER, live["broker"]).replace(GRPC, live["grpc"])
     text = text.replace(CONSOLE, f"127.0.0.1:{free_port()}")
     return re.sub(r"/tmp/([\w.-]+)", lambda m: str(tmp / m.group(1)), text)
 
@@ -170,6 +172,25 @@ def test_python_block(block, live, tmp_path):
         assert allocated < 200e6 and apparent < 200e6
         said = int(re.search(r"The store holds about (\d+) MB", README.read_text()).group(1))
         assert abs(allocated / 1e6 - said) <= 0.15 * said, (allocated, said)
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "rmq5, output"], ids=repr)
+def test_rmq5_block(block, live, tmp_path):
+    """Apache's Python 5.x client (in .venv-rmq5, as `make test` installs it) runs the block against
+    the live standalone's gRPC endpoint, after the `rmq admin` commands of the console block just
+    before it (the topic it needs: a 5.x client never creates one)."""
+    from tests.rmq5.conftest import RMQ5_PYTHON
+
+    before = [b for b in BLOCKS if b.line < block.line][-1]
+    assert before.kind == "console", f"{block!r}: the block before it makes its topic"
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+    for line in localize(before.text, live, tmp_path).splitlines():
+        if line.startswith("$ "):
+            subprocess.run(["bash", "-c", line[2:]], check=True, capture_output=True, env=env, timeout=120)
+    r = subprocess.run([RMQ5_PYTHON, "-c", localize(block.text, live, tmp_path)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert r.returncode == 0, f"{block!r} failed:\n{r.stdout}\n{r.stderr}"
+    in_order(block.output, r.stdout)
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "properties"], ids=repr)
@@ -236,14 +257,15 @@ def test_servers_block(block, tmp_path):
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "boot"], ids=repr)
 def test_boot_block(block, tmp_path):
-    ns, broker = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    proc = RmqProcess(["standalone", "--namesrv-listen", ns, "--broker-listen", broker], ("store ",),
-                      env={"HOME": str(tmp_path)})  # the default store: ~/store
+    ns, broker, grpc = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    proc = RmqProcess(["standalone", "--namesrv-listen", ns, "--broker-listen", broker, "--grpc-listen", grpc],
+                      ("store ",), env={"HOME": str(tmp_path)})  # the default store: ~/store
     try:
         proc.wait_boot(60)
     finally:
         proc.terminate()
-    printed = "\n".join(proc.lines).replace(ns, NS).replace(broker, BROKER).replace(str(tmp_path), "~")
+    printed = "\n".join(proc.lines).replace(ns, NS).replace(broker, BROKER).replace(grpc, GRPC)
+    printed = printed.replace(str(tmp_path), "~")
     for line in block.text.strip().splitlines():
         assert line in printed.splitlines(), f"{line!r} not among the boot lines:\n{printed}"
 
