@@ -24,6 +24,15 @@ def write_conf(path, props: dict) -> str:
     return str(path)
 
 
+def acl_broker_props(tmp, plain_acl_yml: str) -> dict:
+    """The broker.conf keys of a broker with ACL on, its accounts from `plain_acl_yml` (written
+    into tmp; rocketmqHome there too, so nothing is read from a real home)."""
+    path = os.path.join(str(tmp), "plain_acl.yml")
+    with open(path, "w") as f:
+        f.write(plain_acl_yml)
+    return {"aclEnable": "true", "plainAclFile": path, "rocketmqHome": str(tmp)}
+
+
 class RmqProcess:
     """`rmq <args>` in a child process; `wait_boot()` returns once the boot line(s) are printed.
     `prefix` runs it through a command that then execs it (`ip netns exec NS`: the pid stays the

@@ -15,7 +15,7 @@ from rmq_core.admin import AdminClient
 from rmq_core.common.pop_extra_info import ExtraInfo
 from rmq_core.errors import MQBrokerError, MQClientError, ReceiptHandleExpiredError, RemotingError
 from tests.client.conftest import FAST, wait_until
-from tests.servers import NamesrvAndBroker, RmqProcess
+from tests.servers import NamesrvAndBroker, RmqProcess, acl_broker_props
 
 # short timers; a receive waits at most a second at the broker, so the loops below move on
 OPTS = dict(FAST, await_duration=1.0, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
@@ -384,10 +384,8 @@ accounts:
 @pytest.fixture(scope="module")
 def acl_cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("simple-acl")
-    acl = tmp / "plain_acl.yml"
-    acl.write_text(PLAIN_ACL)
-    cl = NamesrvAndBroker(tmp, broker_props={"aclEnable": "true", "plainAclFile": str(acl), "rocketmqHome": str(tmp),
-                                             "errorReplyDelayMs": "50", "registerNameServerPeriod": "1000"})
+    cl = NamesrvAndBroker(tmp, broker_props={**acl_broker_props(tmp, PLAIN_ACL), "errorReplyDelayMs": "50",
+                                             "registerNameServerPeriod": "1000"})
     try:
         with AdminClient(cl.namesrv, access_key="simple-admin", secret_key="simple-admin-secret") as a:
             a.create_or_update_topic(cl.broker_addrs[0], "SimpleAcl", read_queue_nums=2, write_queue_nums=2)

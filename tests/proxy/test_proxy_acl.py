@@ -8,6 +8,7 @@ from rmq_core import Message, Producer
 from rmq_core.admin import AdminClient
 from rmq_core.proxy.proto.apache.rocketmq.v2 import definition_pb2 as pb
 from tests.proxy.conftest import Stub, grpc_cluster
+from tests.servers import acl_broker_props
 
 AK, SK = "app5key", "app5-secret"
 PLAIN_ACL = f"""\
@@ -30,9 +31,7 @@ accounts:
 @pytest.fixture(scope="module")
 def acl_cl(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("proxy-acl")
-    acl = tmp / "plain_acl.yml"
-    acl.write_text(PLAIN_ACL)
-    c = grpc_cluster(tmp, aclEnable="true", plainAclFile=str(acl), rocketmqHome=str(tmp))
+    c = grpc_cluster(tmp, **acl_broker_props(tmp, PLAIN_ACL))
     try:
         with AdminClient(c.namesrv, access_key="admin5key", secret_key="admin5-secret") as a:
             for t in ("PxAclOk", "PxAclSubOnly"):

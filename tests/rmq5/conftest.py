@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from tests.admin.test_admin_cli import admin, ok, wait_for
-from tests.servers import NamesrvAndBroker, free_port
+from tests.admin.test_admin_cli import ok
+from tests.proxy.conftest import grpc_cluster as proxy_grpc_cluster
+from tests.proxy.conftest import make_topic  # noqa: F401 (the rmq5 tests' import)
 
 DRIVER = os.path.join(os.path.dirname(__file__), "driver.py")
 RMQ5_PYTHON = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -35,28 +36,11 @@ def rmq5_python(tmp_path_factory) -> str:
     return RMQ5_PYTHON
 
 
-# Small stores; registrations and transaction check-backs every second; receives may ask for
-# invisible durations from 1 s (the proxy's minimum, 10 s, would make each redelivery case wait).
-BROKER_PROPS = {"mappedFileSizeCommitLog": 16 * 1024 * 1024, "registerNameServerPeriod": 1000,
-                "transactionTimeOut": 1000, "transactionCheckInterval": 1000, "errorReplyDelayMs": 50,
-                "minInvisibleTimeMillsForRecv": 1000}
-
-
-def grpc_cluster(tmp_path, **props) -> NamesrvAndBroker:
-    """`rmq namesrv` + one `rmq broker` serving gRPC on grpcServerPort; `.endpoint` is what a 5.x
-    client is given."""
-    port = free_port()
-    cl = NamesrvAndBroker(tmp_path, broker_props={**BROKER_PROPS, "grpcServerPort": port, **props})
-    cl.endpoint = f"127.0.0.1:{port}"
-    return cl
-
-
-def make_topic(cl, topic: str, queues: int = 4, message_type: str | None = None) -> None:
-    """`rmq admin updateTopic` (with `-a +message.type=...` for a RocketMQ 5 typed topic), then its route."""
-    extra = ["-a", f"+message.type={message_type}"] if message_type else []
-    ok("updateTopic", "-b", cl.broker_addrs[0], "-t", topic, "-r", str(queues), "-w", str(queues), *extra,
-       ns=cl.namesrv)
-    wait_for(lambda: admin("topicRoute", "-t", topic, ns=cl.namesrv)[0] == 0, what=f"route of {topic}")
+def grpc_cluster(tmp_path, **props):
+    """tests/proxy's cluster (`rmq namesrv` + one `rmq broker` serving gRPC; `.endpoint` is what a 5.x
+    client is given), whose receives may ask for invisible durations from 1 s: the proxy's minimum,
+    10 s, would make each redelivery case wait."""
+    return proxy_grpc_cluster(tmp_path, **{"minInvisibleTimeMillsForRecv": 1000, **props})
 
 
 def make_group(cl, group: str, retry_max: int = 16, fifo: bool = False) -> None:

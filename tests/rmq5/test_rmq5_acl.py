@@ -9,6 +9,7 @@ import pytest
 from rmq_core.admin import AdminClient
 from tests.admin.test_admin_cli import admin, wait_for
 from tests.rmq5.conftest import grpc_cluster
+from tests.servers import acl_broker_props
 
 AK, SK = "rmq5-app", "rmq5-secret"
 ADMIN_AK, ADMIN_SK = "rmq5-admin", "rmq5-admin-secret"
@@ -33,10 +34,7 @@ accounts:
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("rmq5acl")
-    acl = tmp / "plain_acl.yml"
-    acl.write_text(PLAIN_ACL)
-    c = grpc_cluster(tmp, aclEnable="true", plainAclFile=str(acl), rocketmqHome=str(tmp),
-                     minInvisibleTimeMillsForRecv=10_000)  # the proxy's default
+    c = grpc_cluster(tmp, **acl_broker_props(tmp, PLAIN_ACL), minInvisibleTimeMillsForRecv=10_000)  # the proxy's default
     try:
         with AdminClient(c.namesrv, access_key=ADMIN_AK, secret_key=ADMIN_SK) as a:
             a.create_or_update_topic(c.broker_addrs[0], TOPIC, read_queue_nums=2, write_queue_nums=2)

@@ -9,6 +9,7 @@ from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from tests.broker.pop.popraw import ack, pop
 from tests.rawclient import RawClient
+from tests.servers import acl_broker_props
 
 ACL = """\
 accounts:
@@ -38,9 +39,7 @@ def _client(ak, sk):
 
 
 def test_pop_needs_sub_on_topic_and_group(make_cluster, tmp_path):
-    acl = tmp_path / "plain_acl.yml"
-    acl.write_text(ACL)
-    c = make_cluster({"aclEnable": "true", "plainAclFile": str(acl)})
+    c = make_cluster(acl_broker_props(tmp_path, ACL))
     addr = c.broker_addr
     admin, app, wrong = _client("pop-admin", "admin-secret"), _client("pop-app", "app-secret"), _client("pop-app", "bad-secret")
     try:
