@@ -12,6 +12,7 @@ import attrs
 from rmq_core.admin.client import TOOLS_CONSUMER_GROUP, replica_state
 from rmq_core.errors import IllegalArgumentError, RMQError
 from rmq_core.message import MixAll, TopicValidator
+from rmq_core.remoting.codes import MQVersion
 
 BODY_PREVIEW = 512  # characters of a body shown in tables
 NOT_CONSUMED, CONSUMED = "NOT_CONSUMED_YET", "CONSUMED"
@@ -153,7 +154,8 @@ class Backend:
         except RMQError:
             conn = None
         if conn is not None:
-            members = [{"client_id": c.client_id, "addr": c.client_addr, "language": c.language, "version": c.version}
+            members = [{"client_id": c.client_id, "addr": c.client_addr, "language": c.language,
+                        "version": MQVersion.desc(c.version)}  # V4_9_4, V5_1_2: as consumerConnection prints it
                        for c in conn.connections]
             subs = dict(conn.subscriptions)
         progress = [{"topic": q.topic, "broker_name": q.broker_name, "qid": q.queue_id, "broker_offset": q.broker_offset,

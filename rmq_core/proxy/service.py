@@ -21,6 +21,7 @@ import grpc
 
 from rmq_core.broker import message_type as mt
 from rmq_core.broker.pop import service as pop
+from rmq_core.broker.processors.client import register_consumer
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.config import parse_properties
 from rmq_core.message import MixAll, PermName, SysFlag, decode_offset_msg_id, java_string_hash, properties_to_string
@@ -52,6 +53,7 @@ _CODES = {
     ResponseCode.NO_PERMISSION: pb.FORBIDDEN, ResponseCode.SYSTEM_BUSY: pb.TOO_MANY_REQUESTS,
     ResponseCode.SERVICE_NOT_AVAILABLE: pb.INTERNAL_SERVER_ERROR,
     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: pb.CONSUMER_GROUP_NOT_FOUND,
+    ResponseCode.SUBSCRIPTION_PARSE_FAILED: pb.ILLEGAL_FILTER_EXPRESSION,
 }
 _POP_CODES = {
     pop.BAD_REQUEST: pb.BAD_REQUEST, pop.INVALID_RECEIPT_HANDLE: pb.INVALID_RECEIPT_HANDLE,
@@ -163,11 +165,12 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
         self.ctrl.producer_manager.do_channel_close(client)
         self.ctrl.consumer_manager.do_channel_close(client)
 
-    def _register(self, client: GrpcClientChannel) -> None:
-        """Put a client with settings in the broker's producer / consumer tables (again: a refresh)."""
+    def _register(self, client: GrpcClientChannel):
+        """Put a client with settings in the broker's producer / consumer tables (again: a refresh);
+        a consumer through the 4.x heartbeat's own registration.  None, or the refusal's status."""
         s = client.settings
         if s is None:
-            return
+            return None
         info = client.info()
         if s.client_type == pb.PRODUCER:
             for t in s.publishing.topics:
@@ -176,8 +179,12 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
             subs = [SubscriptionData.build(e.topic.name, e.expression.expression or "*",
                                            "SQL92" if e.expression.type == pb.SQL else "TAG")
                     for e in s.subscription.subscriptions]
-            self.ctrl.consumer_manager.register_consumer(s.subscription.group.name, info, "CONSUME_POP", "CLUSTERING",
-                                                         "CONSUME_FROM_LAST_OFFSET", subs)
+            refused = register_consumer(self.ctrl, s.subscription.group.name, info, "CONSUME_POP", "CLUSTERING",
+                                        "CONSUME_FROM_LAST_OFFSET", subs)
+            if refused is not None:
+                code, remark = refused
+                return _status(_CODES.get(code, pb.INTERNAL_SERVER_ERROR), remark)
+        return None
 
     # --- route ----------------------------------------------------------------------------------------
     async def _brokers(self, topic: str):
@@ -292,8 +299,7 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
         client = self._client(context)
         group = request.group.name if request.HasField("group") else ""
         self._auth(context, "Heartbeat", ((MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB),) if group else ())
-        self._register(client)
-        return spb.HeartbeatResponse(status=_OK)
+        return spb.HeartbeatResponse(status=self._register(client) or _OK)
 
     @_answers(spb.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request, context):
@@ -367,7 +373,7 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
                 answer.backoff_policy.CopyFrom(pb.RetryPolicy(
                     max_attempts=sg.retry_max_times + 1, customized_backoff=pb.CustomizedBackoff(
                         next=[convert.duration(ms) for ms in ctrl.store_config.delay_levels_ms])))
-                answer.subscription.fifo = bool(getattr(sg, "consume_message_orderly", False))
+                answer.subscription.fifo = sg.consume_message_orderly
                 answer.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
                 answer.subscription.long_polling_timeout.CopyFrom(convert.duration(LONG_POLLING_MS))
             else:
@@ -376,7 +382,10 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
         except _Refused as e:
             return spb.TelemetryCommand(status=e.status)
         client.settings = answer
-        self._register(client)
+        refused = self._register(client)
+        if refused is not None:
+            client.settings = None
+            return spb.TelemetryCommand(status=refused)
         return spb.TelemetryCommand(status=_OK, settings=answer)
 
     # --- send -------------------------------------------------------------------------------------------

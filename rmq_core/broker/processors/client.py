@@ -17,6 +17,41 @@ from rmq_core.remoting.codes import RequestCode, ResponseCode
 log = logging.getLogger("rmq.broker")
 
 
+def register_consumer(ctrl, group: str, info: ClientChannelInfo, consume_type: str, message_model: str,
+                      consume_from_where: str, subscriptions) -> tuple[int, str] | None:
+    """A consumer's registration in its group, one decision for a 4.x heartbeat and a RocketMQ 5
+    client's settings alike: the group found (or made, autoCreateSubscriptionGroup), its %RETRY% topic
+    in clustering mode, its SQL92 expressions checked and registered for the bit maps, then the
+    consumer table.  None, or the refusal as (response code, remark)."""
+    sg = ctrl.subscription_manager.find_or_create(group)
+    if sg is None:
+        return ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist"
+    if message_model == "CLUSTERING":
+        ctrl.topic_manager.retry_topic(group, max(1, sg.retry_queue_nums))
+    # An unparsable SQL92 expression is refused here, naming its position.  A well-formed one on a
+    # broker with enablePropertyFilter=false is registered, as RocketMQ's broker does: CHECK_CLIENT_CONFIG
+    # and the pull refuse it, naming the setting.
+    for sub in subscriptions:
+        if not ExpressionType.is_tag_type(sub.expression_type):
+            try:
+                ctrl.check_filter(group, sub)
+            except (FilterExpressionError, PluginNotFoundError) as e:
+                return ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e)
+            except PropertyFilterDisabledError:
+                pass
+    ctrl.register_group_filters(group, subscriptions)
+    try:
+        changed = ctrl.consumer_manager.register_consumer(group, info, consume_type, message_model,
+                                                         consume_from_where, subscriptions)
+    except DuplicateClientIdError as e:
+        log.warning("%s", e)
+        return ResponseCode.SYSTEM_ERROR, str(e)
+    if changed:
+        log.info("new consumer connected, group: %s %s %s channel: %s", group, consume_type, message_model,
+                 info.addr)
+    return None
+
+
 def json_body(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode("utf-8")
 
@@ -57,44 +92,12 @@ class ClientManageProcessor(Processor):
         info_args = dict(channel=ctx, client_id=client_id, language=request.language, version=request.version)
         refused = None  # a group's refusal is answered after every other group and producer is registered
         for c in hb["consumers"]:
-            group = c["group"]
-            if not group:
+            if not c["group"]:
                 continue
-            sg = ctrl.subscription_manager.find_or_create(group)
-            if sg is None:
-                refused = refused or request.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                                           f"subscription group [{group}] does not exist")
-                continue
-            if c["message_model"] == "CLUSTERING":
-                ctrl.topic_manager.retry_topic(group, max(1, sg.retry_queue_nums))
-            # An unparsable SQL92 expression is refused here, naming its position.  A well-formed one
-            # on a broker with enablePropertyFilter=false is registered, as RocketMQ's broker does:
-            # CHECK_CLIENT_CONFIG and the pull refuse it, naming the setting.
-            bad = None
-            for sub in c["subscriptions"]:
-                if not ExpressionType.is_tag_type(sub.expression_type):
-                    try:
-                        ctrl.check_filter(group, sub)
-                    except (FilterExpressionError, PluginNotFoundError) as e:
-                        bad = request.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
-                        break
-                    except PropertyFilterDisabledError:
-                        pass
+            bad = register_consumer(ctrl, c["group"], ClientChannelInfo(**info_args), c["consume_type"],
+                                    c["message_model"], c["consume_from_where"], c["subscriptions"])
             if bad is not None:
-                refused = refused or bad
-                continue
-            ctrl.register_group_filters(group, c["subscriptions"])
-            try:
-                changed = ctrl.consumer_manager.register_consumer(
-                    group, ClientChannelInfo(**info_args), c["consume_type"], c["message_model"],
-                    c["consume_from_where"], c["subscriptions"])
-            except DuplicateClientIdError as e:
-                log.warning("%s", e)
-                refused = refused or request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-                continue
-            if changed:
-                log.info("new consumer connected, group: %s %s %s channel: %s", group, c["consume_type"],
-                         c["message_model"], ctx.remote_address)
+                refused = refused or request.make_response(*bad)
         for group in hb["producers"]:
             ctrl.producer_manager.register_producer(group, ClientChannelInfo(**info_args))
         return refused or request.make_response(ResponseCode.SUCCESS, None)
