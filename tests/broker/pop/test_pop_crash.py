@@ -26,7 +26,8 @@ def _restart(cluster: NamesrvAndBroker) -> None:
 
 
 # consumer offsets (pop offsets, revive progress) never persisted before the kill, or every 200 ms
-@pytest.mark.parametrize("persist_ms", [3_600_000, 200])
+# (never persisted is the harder case: every pop offset and the revive progress come from the log)
+@pytest.mark.parametrize("persist_ms", [3_600_000, pytest.param(200, marks=pytest.mark.slow)])
 def test_sigkill_with_unacked_messages(tmp_path, persist_ms):
     _sigkill_case(tmp_path, persist_ms, total=80, popped_n=60)
 
