@@ -85,6 +85,85 @@ def test_pop_with_messages_in_flight(benchmark, broker, inflight):
         c.shutdown()
 
 
+WAITERS = (1, 8, 32)
+TRICKLE = 300
+
+
+@pytest.mark.parametrize("waiters", WAITERS)
+def test_broker_cpu_per_message_with_consumers_long_polling(benchmark, tmp_path, waiters):
+    """The broker's CPU per message delivered while `waiters` consumers of one group hold long
+    polls on a one-queue topic and messages arrive one at a time: a message wakes the held pops
+    of its queue, so a cost per waiter per message shows here as CPU growing with `waiters` (the
+    broker's idle CPU rate with the pops held, measured first, is taken off).  extra_info: cpu_us_per_msg and vs_one_waiter (the ratio to the 1-waiter case of the run)."""
+    import asyncio
+
+    import psutil
+
+    from rmq_core import aio
+
+    benchmark.group = "pop-scaling-long-polling"
+    c = NamesrvAndBroker(tmp_path, broker_props=PROPS)
+    try:
+        from rmq_core.admin import AdminClient
+
+        with AdminClient(c.namesrv) as a:
+            a.create_or_update_topic(c.broker_addrs[0], "PopTrickle", read_queue_nums=1, write_queue_nums=1)
+        proc = psutil.Process(c.brokers[0].proc.pid)
+        got = []
+
+        async def run():
+            consumers = [aio.SimpleConsumer("CG_POP_TRICKLE", c.namesrv, subscriptions={"PopTrickle": "*"},
+                                            consume_from_where="CONSUME_FROM_FIRST_OFFSET", await_duration=20)
+                         for _ in range(waiters)]
+            for sc in consumers:
+                await sc.start()
+
+            async def consume(sc):
+                while len(got) < TRICKLE:
+                    msgs = await sc.receive(32, 60)
+                    if msgs:
+                        got.extend(msgs)
+                        await sc.ack(msgs)
+
+            tasks = [asyncio.create_task(consume(sc)) for sc in consumers]
+            await asyncio.sleep(1.0)  # every consumer's first pop held
+            async with aio.Producer("PG_POP_TRICKLE", c.namesrv) as p:
+                # the broker's own CPU rate with the pops held and nothing arriving, taken off below
+                idle_t, idle_cpu = time.perf_counter(), _cpu(proc)
+                await asyncio.sleep(2.0)
+                idle_rate = (_cpu(proc) - idle_cpu) / (time.perf_counter() - idle_t)
+                t, cpu = time.perf_counter(), _cpu(proc)
+                for i in range(TRICKLE):
+                    await p.send(Message("PopTrickle", b"x" * 128))
+                    await asyncio.sleep(0.002)  # one at a time: each arrival meets the held pops
+                while len(got) < TRICKLE:
+                    await asyncio.sleep(0.01)
+                used = _cpu(proc) - cpu - idle_rate * (time.perf_counter() - t)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for sc in consumers:
+                await sc.shutdown()
+            return used / TRICKLE
+
+        per_msg = []
+        benchmark.pedantic(lambda: per_msg.append(asyncio.run(run())), rounds=1, iterations=1)
+        _cpu_per_msg[waiters] = per_msg[0]
+        benchmark.extra_info["cpu_us_per_msg"] = round(per_msg[0] * 1e6, 1)
+        if 1 in _cpu_per_msg:
+            benchmark.extra_info["vs_one_waiter"] = round(per_msg[0] / _cpu_per_msg[1], 2)
+    finally:
+        c.stop()
+
+
+_cpu_per_msg: dict[int, float] = {}
+
+
+def _cpu(proc) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
 @pytest.mark.parametrize("unacked", UNACKED_SIZES)
 def test_restart_with_unacked(benchmark, tmp_path, unacked):
     benchmark.group = "pop-scaling-restart"

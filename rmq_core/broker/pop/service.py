@@ -375,10 +375,11 @@ class PopService:
                 return again  # a client retrying the same receive gets the same messages
         loop = asyncio.get_running_loop()
         deadline = loop.time() + poll_ms / 1000
-        polled = False
+        polled, woken = False, ()
         while True:
             self._check_writable()
             if polled and alive is not None and not alive():
+                self._pass_on(woken)
                 return PopResult("POLLING_NOT_FOUND", [], now_ms(), invisible_ms, 0, 0, True)
             result, waits, holds, wake_at = self._pop_once(group, topic, tc, sg, mf, max_nums, invisible_ms,
                                                            fifo, queue_id, init_mode)
@@ -399,7 +400,7 @@ class PopService:
             if wake_at is not None:  # a FIFO queue's in-flight messages become visible again then
                 timeout = min(timeout, max(0.0, (wake_at - now_ms()) / 1000) + 0.005)
             polled = True
-            await self._hold(holds, mf, timeout)
+            woken = await self._hold(group, holds, mf, timeout)
 
     def _remember_attempt(self, akey, result: PopResult) -> None:
         """What a receive with an attempt id got: its handles, not its records (read again on a retry)."""
@@ -433,11 +434,12 @@ class PopService:
             out.append(PoppedMessage(rec, origin, real, q, off, m.commit_log_offset, handle, attempt, ck_offset, m))
         return attrs.evolve(shell, messages=out)
 
-    async def _hold(self, holds, mf, timeout: float) -> None:
-        """Long polling on the broker's PullRequestHoldService: woken by an arrival in any of the
-        queues (or a FIFO queue's ack), or by the timeout."""
+    async def _hold(self, group: str, holds, mf, timeout: float) -> list:
+        """Long polling on the broker's PullRequestHoldService, as one of `group`'s held pops: woken
+        by an arrival in any of the queues (or a FIFO queue's ack), or by the timeout.  The queues
+        whose arrival woke it."""
         hold = self.ctrl.pull_hold_service
-        futs = [(t, q, hold.hold(t, q, off, mf)) for t, q, off in holds]
+        futs = [(t, q, hold.hold(t, q, off, mf, group)) for t, q, off in holds]
         try:
             if futs:
                 await asyncio.wait([f for _, _, f in futs], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -446,6 +448,14 @@ class PopService:
         finally:
             for t, q, f in futs:
                 hold.release(t, q, f)
+        return [(t, q) for t, q, f in futs if f.done() and not f.cancelled() and f.result()]
+
+    def _pass_on(self, woken) -> None:
+        """A woken pop whose caller is gone takes nothing: the wake goes to the group's next held pop
+        (an arrival wakes only as many as it can feed)."""
+        store, hold = self.ctrl.store, self.ctrl.pull_hold_service
+        for t, q in woken:
+            hold.notify_message_arriving(t, q, store.get_max_offset_in_queue(t, q))
 
     def _pop_once(self, group, topic, tc, sg, mf, max_nums, invisible_ms, fifo, queue_id, init_mode):
         """One synchronous pass over the queues: (PopResult, puts to wait for, queues to hold on,
