@@ -103,6 +103,13 @@ def extra_info_prefix(ck_queue_offset: int, pop_time: int, invisible_time: int, 
     return build_extra_info(ck_queue_offset, pop_time, invisible_time, revive_qid, retry, broker_name, queue_id) + _SEP
 
 
+def with_queue_offset(text: str, queue_offset: int) -> str:
+    """The extra info of the message at `queue_offset` of text's check point (text: 7 or 8 fields;
+    an ACK_MESSAGE's header offset names the message, as RocketMQ's broker reads it)."""
+    parts = text.split(_SEP)
+    return _SEP.join(parts[:7] + [str(queue_offset)]) if len(parts) in (7, 8) else text
+
+
 def info_key(retry: str, queue_id) -> str:
     """The key of a startOffsetInfo / msgOffsetInfo / orderCountInfo entry: "<retryMark>@<queueId>"."""
     return f"{retry}@{queue_id}"
@@ -144,4 +151,4 @@ def build_info(entries) -> str:
 
 __all__ = ["ExtraInfo", "POP_ORDER_REVIVE_QUEUE", "NORMAL_TOPIC", "RETRY_TOPIC", "RETRY_TOPIC_V2",
            "build_extra_info", "build_info", "extra_info_prefix", "info_key", "is_pop_retry_topic", "parse_info",
-           "pop_retry_topic", "queue_offset_key", "retry_mark"]
+           "pop_retry_topic", "queue_offset_key", "retry_mark", "with_queue_offset"]

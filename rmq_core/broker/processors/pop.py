@@ -14,6 +14,7 @@ from rmq_core.broker.pop.service import PopError
 from rmq_core.broker.processors import Processor
 from rmq_core.common.pop_extra_info import (
     NORMAL_TOPIC, POP_ORDER_REVIVE_QUEUE, RETRY_TOPIC, RETRY_TOPIC_V2, ExtraInfo, build_info,
+    with_queue_offset,
 )
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.message import ExpressionType
@@ -92,10 +93,7 @@ class PopMessageProcessor(Processor):
         if not group or not topic or not extra or offset is None:
             raise PopError("BAD_REQUEST", "request needs consumerGroup, topic, extraInfo and offset",
                            ResponseCode.MESSAGE_ILLEGAL)
-        parts = extra.split(" ")
-        if len(parts) >= 7:
-            extra = " ".join(parts[:7] + [str(offset)])
-        return group, topic, extra
+        return group, topic, with_queue_offset(extra, offset)
 
     async def ack_message(self, ctx, request):
         try:
