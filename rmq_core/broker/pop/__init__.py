@@ -18,8 +18,8 @@ CHANGE_MESSAGE_INVISIBLETIME) and the gRPC front end (rmq_core.proxy) both call 
     pop_service.inflight(group, topic)   # received and neither acked nor revived yet
     outcomes = await pop_service.ack_batch(group=..., topic=..., receipt_handles=[...])
     # -> per handle an AckOutcome or the PopError refusing it; one ack record per checkpoint
-    outcomes = await pop_service.ack_offsets(group=..., topic=..., checkpoint=ExtraInfo, offsets=[...])
-    # -> the same per offset of one checkpoint (BATCH_ACK_MESSAGE: no handle text per offset)
+    refusals = await pop_service.ack_offsets(group=..., topic=..., checkpoint=ExtraInfo, offsets=[...])
+    # -> the PopErrors refusing some offsets of one checkpoint (BATCH_ACK_MESSAGE: no handle per offset)
 
 pop() also takes init_mode="MIN"|"MAX" (where a group without a pop offset in a queue starts;
 the remoting header's initMode) and alive=callable (is the asker still connected: a long poll

@@ -776,43 +776,54 @@ class PopService:
                 entry = by_ck[h[:7]] = (h, [], [])
             entry[1].append(h.queue_offset)
             entry[2].append(i)
-        outcomes = iter(await self._ack_offsets(group, topic, [(h, offs) for h, offs, _ in by_ck.values()]))
-        for _, _, indexes in by_ck.values():
-            for i in indexes:
-                out[i] = next(outcomes)
+        items = [(h, offs) for h, offs, _ in by_ck.values()]
+        statuses = iter(await self._ack_offsets(group, topic, items))
+        for h, offsets, indexes in by_ck.values():
+            real = h.real_topic(topic, group)
+            for i, off in zip(indexes, offsets):
+                st = next(statuses)
+                out[i] = st if isinstance(st, PopError) else AckOutcome(st, real, h.queue_id, off)
         return out
 
     async def ack_offsets(self, *, group: str, topic: str, checkpoint: ExtraInfo, offsets) -> list:
         """End the messages at `offsets` of one checkpoint (named by `checkpoint`, an ExtraInfo whose
-        queue offset is not used: BATCH_ACK_MESSAGE's BatchAck).  Returns per offset an AckOutcome
-        or the PopError that refused it; answered once the ack record is stored."""
+        queue offset is not used: BATCH_ACK_MESSAGE's BatchAck).  Returns the PopErrors refusing
+        some of them ([]: all acked, or acked before); answered once the ack record is stored."""
         self._check_ack(group, topic)
-        return await self._ack_offsets(group, topic, [(checkpoint, offsets)])
+        return [st for st in await self._ack_offsets(group, topic, [(checkpoint, offsets)]) if isinstance(st, PopError)]
 
     async def _ack_offsets(self, group, topic, items) -> list:
-        """items: (ExtraInfo naming a checkpoint, its offsets acked); outcomes in that order."""
+        """items: (ExtraInfo naming a checkpoint, its offsets acked).  Per offset in that order
+        "OK", "ALREADY_ACKED" or the PopError refusing it."""
         out, by_ck = [], {}  # id(ck) -> (ck, {offset: None}, indexes in out)
         for h, offsets in items:
             refused = self._other_broker(h)
+            if refused is not None:
+                out += [refused] * len(offsets)
+                continue
             real = h.real_topic(topic, group)
+            # (a normal checkpoint is found once; the offsets not in flight under it are looked at one by one)
+            ck0 = None if h.revive_qid == POP_ORDER_REVIVE_QUEUE else \
+                self._cks.get((group, real, h.queue_id, h.ck_queue_offset, h.pop_time))
+            pending = ck0.pending if ck0 is not None else ()
             for off in offsets:
-                if refused is not None:
-                    out.append(refused)
-                    continue
-                try:
-                    ck = self._open(group, real, h, off, "ack")
-                except PopError as e:
-                    out.append(e)
-                    continue
-                if ck is None:
-                    out.append(AckOutcome("ALREADY_ACKED", real, h.queue_id, off))
-                    continue
+                if off in pending:
+                    ck = ck0
+                else:
+                    try:
+                        ck = self._open(group, real, h, off, "ack")
+                    except PopError as e:
+                        out.append(e)
+                        continue
+                    if ck is None:
+                        out.append("ALREADY_ACKED")
+                        continue
                 entry = by_ck.get(id(ck))
                 if entry is None:
                     entry = by_ck[id(ck)] = (ck, {}, [])
                 entry[1][off] = None
                 entry[2].append(len(out))
-                out.append(AckOutcome("OK", real, h.queue_id, off))
+                out.append("OK")
         puts = []
         try:
             for ck, offs, _ in by_ck.values():

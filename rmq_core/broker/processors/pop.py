@@ -151,11 +151,10 @@ class PopMessageProcessor(Processor):
         refused = []
         for group, topic, checkpoint, offsets in batches:
             try:
-                outcomes = await self.ctrl.pop_service.ack_offsets(group=group, topic=topic, checkpoint=checkpoint,
+                refused += await self.ctrl.pop_service.ack_offsets(group=group, topic=topic, checkpoint=checkpoint,
                                                                    offsets=offsets)
             except PopError as e:
                 return request.make_response(e.code, str(e))
-            refused += [o for o in outcomes if isinstance(o, PopError)]
         if refused:
             return request.make_response(refused[0].code, "; ".join(str(e) for e in refused[:5]))
         return request.make_response(ResponseCode.SUCCESS)
