@@ -311,11 +311,16 @@ class SimpleConsumer:
         taken: dict[str, int] = {}  # key -> messages of it seen (the i-th takes msgOffsetInfo's i-th offset)
         prefixes: dict[str, str] = {}  # key -> what its messages' POP_CKs start with (one check point each)
         first_ck: dict[tuple[str, int], int] = {}  # (topic, queue) -> the check point (an answer without startOffsetInfo)
+        keys: dict[tuple[str, int], tuple[str, str]] = {}  # (record topic, queue) -> (retry mark, info key)
+        first_pop = str(pop_time)
         for m in msgs:
             ck = m.get_property(MessageConst.POP_CK)  # (a revived message the broker rewrote carries its own)
             if ck is None:
-                mark = retry_mark(m.topic)
-                key = info_key(mark, m.queue_id)
+                mark_key = keys.get((m.topic, m.queue_id))
+                if mark_key is None:
+                    mark = retry_mark(m.topic)
+                    mark_key = keys[(m.topic, m.queue_id)] = (mark, info_key(mark, m.queue_id))
+                mark, key = mark_key
                 if start_info:
                     i = taken.get(key, 0)
                     taken[key] = i + 1
@@ -341,8 +346,8 @@ class SimpleConsumer:
                     count = order_info.get(queue_offset_key(mark, m.queue_id, m.queue_offset)) or order_info.get(key)
                     if count is not None and int(count) > 0:
                         m.reconsume_times = int(count)
-            props = m.properties
-            props.setdefault(MessageConst.FIRST_POP_TIME, str(pop_time))
+            if m.get_property(MessageConst.FIRST_POP_TIME) is None:
+                m.put_property(MessageConst.FIRST_POP_TIME, first_pop)
             m.topic = topic  # (a retry message shows the topic it was sent to)
             m.broker_name = broker_name
         if sub.is_tag and sub.tags_set:
