@@ -305,14 +305,12 @@ class PopService:
 
     def _resolve(self, ck: _Ck, offsets, acked: bool) -> None:
         """Offsets of ck are done (acked, revived or superseded); closes ck when none is left."""
-        n = 0
-        for o in offsets:
-            if o in ck.pending:
-                ck.pending.discard(o)
-                n += 1
-                if acked:
-                    ck.acked.add(o)
+        hit = ck.pending.intersection(offsets)
+        n = len(hit)
         if n:
+            ck.pending -= hit
+            if acked:
+                ck.acked |= hit
             for table, key in ((self._inflight, (ck.group, ck.origin)),
                                (self._inflight_q, (ck.group, ck.topic, ck.queue_id))):
                 table[key] -= n
@@ -806,6 +804,14 @@ class PopService:
             ck0 = None if h.revive_qid == POP_ORDER_REVIVE_QUEUE else \
                 self._cks.get((group, real, h.queue_id, h.ck_queue_offset, h.pop_time))
             pending = ck0.pending if ck0 is not None else ()
+            if pending and pending.issuperset(offsets):  # (the usual batch: all in flight under it)
+                entry = by_ck.get(id(ck0))
+                if entry is None:
+                    entry = by_ck[id(ck0)] = (ck0, {}, [])
+                entry[1].update(dict.fromkeys(offsets))
+                entry[2].extend(range(len(out), len(out) + len(offsets)))
+                out += ["OK"] * len(offsets)
+                continue
             for off in offsets:
                 if off in pending:
                     ck = ck0
