@@ -34,7 +34,8 @@ def test_extra_info_text_round_trip_and_its_topic():
 
 
 @pytest.mark.parametrize("bad", ["", "1 2 3", "5 x 30000 3 0 broker-a 1 7", "5 1 30000 3 9 broker-a 1 7",
-                                 "5 1 30000 3 0 broker-a 1 7 8", None, 17])
+                                 "5 1 30000 3 0 broker-a 1 7 8", "5 1 30000 3 0 broker-a 1 4",
+                                 "5 0 30000 3 0 broker-a 1 7", "5 1 30000 3 0 broker-a -1 7", None, 17])
 def test_a_bad_receipt_handle_is_named(bad):
     with pytest.raises(IllegalArgumentError, match="receipt handle"):
         ExtraInfo.parse(bad)

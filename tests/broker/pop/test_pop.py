@@ -327,6 +327,15 @@ def test_batch_ack_as_the_java_client_sends_it(make_cluster, raw):
                    json.dumps({"brokerName": "broker-a", "acks": [ack_body]}).encode())
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert c.broker.pop_service.inflight(G, "TP_BATCH") == 2
+    # the same again: acked before, answered OK; with an offset never handed out under it: that one refused
+    r = raw.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {},
+                   json.dumps({"brokerName": "broker-a", "acks": [ack_body]}).encode())
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    more = bits | 1 << 20
+    r = raw.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {}, json.dumps({"brokerName": "broker-a", "acks": [
+        {**ack_body, "b": base64.b64encode(more.to_bytes((more.bit_length() + 7) // 8, "little")).decode()}]}).encode())
+    assert r.code == ResponseCode.NO_MESSAGE and f"offset {so + 20} " in r.remark, r.remark
+    assert c.broker.pop_service.inflight(G, "TP_BATCH") == 2
     r = raw.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {}, b"{not json")
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "batch ack" in r.remark
 
