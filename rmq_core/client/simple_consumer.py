@@ -446,8 +446,8 @@ class SimpleConsumer:
                 continue
             entry = checkpoints.get((m.topic, head))
             if entry is None:
-                entry = [{"c": self.group, "t": m.topic, "r": info.retry, "so": info.ck_queue_offset, "q": info.queue_id,
-                          "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, []]
+                entry = [{"c": self.group, "t": m.topic, "r": info.retry, "so": info.ck_queue_offset,
+                          "q": info.queue_id, "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, []]
                 checkpoints[(m.topic, head)] = by_broker.setdefault(info.broker_name, {})[(m.topic, head)] = entry
             entry[1].append(info.queue_offset - info.ck_queue_offset)
         if by_broker:

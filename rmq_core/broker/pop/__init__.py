@@ -35,6 +35,6 @@ are, what a pull answer's body is), `offsets`, `topic`, `real_topic`, `queue_id`
 handle is it + str(offset)); the remoting answer sends the buffers without a per-message object.
 A PoppedMessage carries the stored record bytes as they are (`record`, what a pull would send), the
 topic the consumer subscribed to (a retry message reports its original topic), queue id and offset,
-`receipt_handle` (RocketMQ 5's extraInfo text; rmq_core.common.pop_extra_info.ExtraInfo owns it) and `delivery_attempt` (1 for a
-first delivery, reconsume times + 1 after).
+`receipt_handle` (RocketMQ 5's extraInfo text; rmq_core.common.pop_extra_info.ExtraInfo owns it)
+and `delivery_attempt` (1 for a first delivery, reconsume times + 1 after).
 """

@@ -581,8 +581,8 @@ class PopService:
         return self._batch(ck, offsets, r.buffer, None)
 
     def _batch(self, ck: _Ck, offsets, buffer: bytes, attempts) -> PoppedBatch:
-        prefix = extra_info_prefix(ck.start, ck.pop_time, ck.invisible_ms, POP_ORDER_REVIVE_QUEUE if ck.fifo else ck.rqid,
-                                   RETRY_TOPIC if ck.topic != ck.origin else NORMAL_TOPIC,
+        prefix = extra_info_prefix(ck.start, ck.pop_time, ck.invisible_ms,
+                                   POP_ORDER_REVIVE_QUEUE if ck.fifo else ck.rqid, RETRY_TOPIC if ck.topic != ck.origin else NORMAL_TOPIC,
                                    self.ctrl.broker_config.broker_name, ck.queue_id)
         return PoppedBatch(ck.origin, ck.topic, ck.queue_id, ck.start, offsets, buffer, attempts, prefix)
 
@@ -630,7 +630,8 @@ class PopService:
                                        attempts={o: attempts[o] + 1 for o in offs})
                 waits.append(put)
                 self.revived[(topic, group)] += len(offs)
-                return self._batch(ck, offs, b"".join(rec for _, _, rec in again), [attempts[o] + 1 for o in offs]), None
+                records = b"".join(rec for _, _, rec in again)
+                return self._batch(ck, offs, records, [attempts[o] + 1 for o in offs]), None
             if any(c.pending for c in self._fifo.get((group, real_topic, q), ())):
                 return None, None
         om = self.ctrl.offset_manager

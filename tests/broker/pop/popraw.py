@@ -8,7 +8,9 @@ from __future__ import annotations
 import attrs
 
 from rmq_core.codec import decode_messages
-from rmq_core.common.pop_extra_info import ExtraInfo, build_extra_info, info_key, parse_info, queue_offset_key, retry_mark
+from rmq_core.common.pop_extra_info import (
+    ExtraInfo, build_extra_info, info_key, parse_info, queue_offset_key, retry_mark,
+)
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 
 
@@ -40,7 +42,8 @@ def pop(raw, addr, group, topic, *, max_nums=32, invisible_ms=10_000, poll_ms=0,
         return r, []
     f = r.ext_fields
     starts = parse_info(f.get("startOffsetInfo"), "startOffsetInfo")
-    offsets = {k: [int(x) for x in v.split(",")] for k, v in parse_info(f.get("msgOffsetInfo"), "msgOffsetInfo").items()}
+    offsets = {k: [int(x) for x in v.split(",")]
+               for k, v in parse_info(f.get("msgOffsetInfo"), "msgOffsetInfo").items()}
     counts = parse_info(f.get("orderCountInfo"), "orderCountInfo")
     out = []
     for m in decode_messages(r.body):

@@ -322,7 +322,8 @@ def test_batch_ack_as_the_java_client_sends_it(make_cluster, raw):
     for p in ps[:10]:
         bits |= 1 << (p.msg.queue_offset - so)
     ack_body = {"c": G, "t": "TP_BATCH", "r": "0", "so": so, "q": 0, "rq": h.revive_qid, "pt": h.pop_time,
-                "it": h.invisible_time, "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()}
+                "it": h.invisible_time,
+                "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()}
     r = raw.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {},
                    json.dumps({"brokerName": "broker-a", "acks": [ack_body]}).encode())
     assert r.code == ResponseCode.SUCCESS, r.remark
