@@ -348,8 +348,7 @@ class SimpleConsumer:
                         m.reconsume_times = int(count)
             if m.get_property(MessageConst.FIRST_POP_TIME) is None:
                 m.put_property(MessageConst.FIRST_POP_TIME, first_pop)
-            m.topic = topic  # (a retry message shows the topic it was sent to)
-            m.broker_name = broker_name
+            m.topic = topic  # (a retry message shows the topic it was sent to; broker_name: decoded with it)
         if sub.is_tag and sub.tags_set:
             # the broker filtered by tag hash code, which can collide: re-check the exact string and
             # ack what does not match (RocketMQ's pop consumer does so), or it would come back
@@ -436,9 +435,11 @@ class SimpleConsumer:
             handle = getattr(m, "receipt_handle", None) if not isinstance(m, str) else None
             head, _, offset = handle.rpartition(" ") if isinstance(handle, str) else ("", "", "")
             entry = checkpoints.get((m.topic, head)) if head else None
-            if entry is not None and offset.isdigit() and int(offset) >= entry[0]["so"]:
-                entry[1].append(int(offset) - entry[0]["so"])
-                continue
+            if entry is not None and offset.isdigit():
+                bit = int(offset) - entry[2]
+                if bit >= 0:
+                    entry[1].append(bit)
+                    continue
             try:
                 info = self._handle(m)
             except ReceiptHandleExpiredError as e:
@@ -447,7 +448,8 @@ class SimpleConsumer:
             entry = checkpoints.get((m.topic, head))
             if entry is None:
                 entry = [{"c": self.group, "t": m.topic, "r": info.retry, "so": info.ck_queue_offset,
-                          "q": info.queue_id, "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, []]
+                          "q": info.queue_id, "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, [],
+                         info.ck_queue_offset]
                 checkpoints[(m.topic, head)] = by_broker.setdefault(info.broker_name, {})[(m.topic, head)] = entry
             entry[1].append(info.queue_offset - info.ck_queue_offset)
         if by_broker:
@@ -464,7 +466,7 @@ class SimpleConsumer:
         for broker_name, acks in by_broker.items():
             for entry in acks.values():
                 entry[0]["b"] = _bit_set(entry[1])
-            body = json.dumps({"acks": [a for a, _ in acks.values()], "brokerName": broker_name},
+            body = json.dumps({"acks": [entry[0] for entry in acks.values()], "brokerName": broker_name},
                               separators=(",", ":")).encode()
             futures.append(self._send(RemotingCommand.create_request(RequestCode.BATCH_ACK_MESSAGE, {}, body),
                                       broker_name, then, wait and len(by_broker) == 1))
