@@ -607,7 +607,8 @@ class SimpleConsumer(_OnLoop):
         await self.shutdown()
 
     def receive(self, max_message_num: int, invisible_duration) -> Awaitable[list]:
-        """Up to max_message_num (1..32) messages, invisible for invisible_duration (s or timedelta)."""
+        """Up to max_message_num (1..1024; a RocketMQ broker takes 1..32) messages, invisible for
+        invisible_duration (s or timedelta)."""
         self._bind()
         return self._future_of(self._consumer.receive_async(max_message_num, invisible_duration))
 

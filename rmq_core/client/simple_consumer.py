@@ -37,7 +37,7 @@ from rmq_core.client.subscription import build_subscription
 from rmq_core.common.clock import now_ms
 from rmq_core.common.delegate import delegate
 from rmq_core.common.pop_extra_info import (
-    ExtraInfo, build_extra_info, info_key, parse_info, queue_offset_key, retry_mark,
+    ExtraInfo, build_extra_info, extra_info_prefix, info_key, parse_info, queue_offset_key, retry_mark,
 )
 from rmq_core.errors import (
     ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, ReceiptHandleExpiredError, RemotingError,
@@ -48,8 +48,9 @@ from rmq_core.remoting.command import RemotingCommand
 
 log = logging.getLogger("rmq.client.simple")
 
-# A POP_MESSAGE answers at most 32 messages (RocketMQ's broker refuses more)
-MAX_MESSAGE_NUM = 32
+# rmq's broker hands out up to 1024 messages per POP_MESSAGE (fewer round trips per message: a receive
+# of 32 is mostly its round trip); RocketMQ's broker refuses more than 32, and says so
+MAX_MESSAGE_NUM = 1024
 # where a group that never popped a queue starts in it (POP_MESSAGE's initMode, ConsumeInitMode):
 # its end (MAX, what RocketMQ's proxy asks) or its first message (MIN)
 _INIT_MODES = {ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET: 1, ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET: 0}
@@ -195,7 +196,7 @@ class SimpleConsumer:
 
     # --- receive ---------------------------------------------------------------------------------
     def receive(self, max_message_num: int, invisible_duration: float | timedelta) -> list:
-        """Up to `max_message_num` (1..32) messages, each invisible to the group for
+        """Up to `max_message_num` (1..1024; a RocketMQ broker takes 1..32) messages, each invisible to the group for
         `invisible_duration` (s or timedelta); [] when none came within await_duration."""
         args = self._receive_args(max_message_num, invisible_duration)
         return self._require_started().run(self._receive(*args), timeout=self._receive_timeout() + 5)
@@ -308,22 +309,34 @@ class SimpleConsumer:
         offset_info = {k: v.split(",") for k, v in parse_info(resp.get_str("msgOffsetInfo"), "msgOffsetInfo").items()}
         order_info = parse_info(resp.get_str("orderCountInfo"), "orderCountInfo")
         taken: dict[str, int] = {}  # key -> messages of it seen (the i-th takes msgOffsetInfo's i-th offset)
+        prefixes: dict[str, str] = {}  # key -> what its messages' POP_CKs start with (one check point each)
         first_ck: dict[tuple[str, int], int] = {}  # (topic, queue) -> the check point (an answer without startOffsetInfo)
+        keys: dict[tuple[str, int], tuple[str, str]] = {}  # (record topic, queue) -> (retry mark, info key)
+        first_pop = str(pop_time)
         for m in msgs:
             ck = m.get_property(MessageConst.POP_CK)  # (a revived message the broker rewrote carries its own)
             if ck is None:
-                mark = retry_mark(m.topic)
-                key = info_key(mark, m.queue_id)
+                mark_key = keys.get((m.topic, m.queue_id))
+                if mark_key is None:
+                    mark = retry_mark(m.topic)
+                    mark_key = keys[(m.topic, m.queue_id)] = (mark, info_key(mark, m.queue_id))
+                mark, key = mark_key
                 if start_info:
                     i = taken.get(key, 0)
                     taken[key] = i + 1
                     offsets = offset_info.get(key)
-                    if key not in start_info or offsets is None or i >= len(offsets):
-                        raise MQClientError(f"pop answer from {addr} has no check point of {key} "
-                                            f"(startOffsetInfo {resp.get_str('startOffsetInfo')!r}, msgOffsetInfo "
-                                            f"{resp.get_str('msgOffsetInfo')!r})")
-                    ck = build_extra_info(int(start_info[key]), pop_time, invisible, revive_qid, mark, broker_name,
-                                          m.queue_id, int(offsets[i]))
+                    prefix = prefixes.get(key)
+                    if prefix is None:
+                        if key not in start_info or offsets is None:
+                            raise MQClientError(f"pop answer from {addr} has no check point of {key} "
+                                                f"(startOffsetInfo {resp.get_str('startOffsetInfo')!r}, msgOffsetInfo "
+                                                f"{resp.get_str('msgOffsetInfo')!r})")
+                        prefix = prefixes[key] = extra_info_prefix(int(start_info[key]), pop_time, invisible,
+                                                                   revive_qid, mark, broker_name, m.queue_id)
+                    if i >= len(offsets):
+                        raise MQClientError(f"pop answer from {addr} has more messages of {key} than msgOffsetInfo "
+                                            f"{resp.get_str('msgOffsetInfo')!r} names")
+                    ck = prefix + offsets[i]
                 else:
                     start = first_ck.setdefault((m.topic, m.queue_id), m.queue_offset)
                     ck = build_extra_info(start, pop_time, invisible, revive_qid, mark, broker_name, m.queue_id,
@@ -333,10 +346,9 @@ class SimpleConsumer:
                     count = order_info.get(queue_offset_key(mark, m.queue_id, m.queue_offset)) or order_info.get(key)
                     if count is not None and int(count) > 0:
                         m.reconsume_times = int(count)
-            props = m.properties
-            props.setdefault(MessageConst.FIRST_POP_TIME, str(pop_time))
-            m.topic = topic  # (a retry message shows the topic it was sent to)
-            m.broker_name = broker_name
+            if m.get_property(MessageConst.FIRST_POP_TIME) is None:
+                m.put_property(MessageConst.FIRST_POP_TIME, first_pop)
+            m.topic = topic  # (a retry message shows the topic it was sent to; broker_name: decoded with it)
         if sub.is_tag and sub.tags_set:
             # the broker filtered by tag hash code, which can collide: re-check the exact string and
             # ack what does not match (RocketMQ's pop consumer does so), or it would come back
@@ -415,19 +427,30 @@ class SimpleConsumer:
         BatchAck with the acked offsets as a java.util.BitSet from its start offset), one request per
         broker; the expired ones are not sent but named by the Future's ReceiptHandleExpiredError."""
         expired = []
-        by_broker: dict[str, dict] = {}  # broker name -> checkpoint key -> [BatchAck, offsets]
+        by_broker: dict[str, dict] = {}  # broker name -> (topic, check point) -> [BatchAck, offsets]
+        checkpoints: dict = {}  # (topic, a handle's first 7 fields) -> its [BatchAck, offsets]
         for m in messages:
+            # the messages of one check point share their handle but for its last field (the offset):
+            # one parse and expiry check per check point
+            handle = getattr(m, "receipt_handle", None) if not isinstance(m, str) else None
+            head, _, offset = handle.rpartition(" ") if isinstance(handle, str) else ("", "", "")
+            entry = checkpoints.get((m.topic, head)) if head else None
+            if entry is not None and offset.isdigit():
+                bit = int(offset) - entry[2]
+                if bit >= 0:
+                    entry[1].append(bit)
+                    continue
             try:
                 info = self._handle(m)
             except ReceiptHandleExpiredError as e:
                 expired.append(str(e))
                 continue
-            key = (m.topic, info.retry, info.queue_id, info.ck_queue_offset, info.pop_time)
-            entry = by_broker.setdefault(info.broker_name, {}).get(key)
+            entry = checkpoints.get((m.topic, head))
             if entry is None:
-                entry = by_broker[info.broker_name][key] = [{
-                    "c": self.group, "t": m.topic, "r": info.retry, "so": info.ck_queue_offset, "q": info.queue_id,
-                    "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, []]
+                entry = [{"c": self.group, "t": m.topic, "r": info.retry, "so": info.ck_queue_offset,
+                          "q": info.queue_id, "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, [],
+                         info.ck_queue_offset]
+                checkpoints[(m.topic, head)] = by_broker.setdefault(info.broker_name, {})[(m.topic, head)] = entry
             entry[1].append(info.queue_offset - info.ck_queue_offset)
         if by_broker:
             self._require_started()
@@ -443,7 +466,7 @@ class SimpleConsumer:
         for broker_name, acks in by_broker.items():
             for entry in acks.values():
                 entry[0]["b"] = _bit_set(entry[1])
-            body = json.dumps({"acks": [a for a, _ in acks.values()], "brokerName": broker_name},
+            body = json.dumps({"acks": [entry[0] for entry in acks.values()], "brokerName": broker_name},
                               separators=(",", ":")).encode()
             futures.append(self._send(RemotingCommand.create_request(RequestCode.BATCH_ACK_MESSAGE, {}, body),
                                       broker_name, then, wait and len(by_broker) == 1))

@@ -17,13 +17,19 @@ from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import MixAll
 
 NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2 = "0", "1", "2"
-POP_ORDER_REVIVE_QUEUE = 999  # the reviveQid of a FIFO (order) pop: no check point, the ack commits
+POP_ORDER_REVIVE_QUEUE = 999  # the reviveQid of a FIFO (order) pop's messages (how Java clients tell an orderly ack)
 _SEP = " "
 
 
 def pop_retry_topic(topic: str, group: str, v2: bool = False) -> str:
     """The pop retry topic of `topic` for `group` (KeyBuilder.buildPopRetryTopicV1 / V2)."""
     return f"{MixAll.RETRY_GROUP_TOPIC_PREFIX}{group}{'+' if v2 else '_'}{topic}"
+
+
+def is_pop_retry_topic(topic: str, group: str) -> bool:
+    """Whether `topic` is a pop retry topic of `group` (V1 or V2)."""
+    return topic.startswith(f"{MixAll.RETRY_GROUP_TOPIC_PREFIX}{group}_") or \
+        topic.startswith(f"{MixAll.RETRY_GROUP_TOPIC_PREFIX}{group}+")
 
 
 def retry_mark(topic: str) -> str:
@@ -50,14 +56,19 @@ class ExtraInfo(NamedTuple):
             raise IllegalArgumentError(f"bad receipt handle {text!r}: expected a pop check point "
                                        "'ckOffset popTime invisibleTime reviveQid retry brokerName queueId offset'")
         try:
-            return cls(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), parts[4], parts[5],
+            info = cls(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), parts[4], parts[5],
                        int(parts[6]), int(parts[7]))
         except ValueError:
             raise IllegalArgumentError(f"bad receipt handle {text!r}: a number field is not a number") from None
+        if info.ck_queue_offset < 0 or info.queue_offset < info.ck_queue_offset or info.queue_id < 0 \
+                or info.pop_time <= 0 or info.invisible_time <= 0:
+            raise IllegalArgumentError(f"bad receipt handle {text!r}: a field is out of range")
+        return info
 
     def real_topic(self, topic: str, group: str) -> str:
-        """The topic the check point was taken on: `topic` or its pop retry topic."""
-        if self.retry == NORMAL_TOPIC:
+        """The topic the check point was taken on: `topic` or its pop retry topic (`topic` when it
+        is that already: a remoting client may name the retry topic a message came from)."""
+        if self.retry == NORMAL_TOPIC or is_pop_retry_topic(topic, group):
             return topic
         return pop_retry_topic(topic, group, self.retry == RETRY_TOPIC_V2)
 
@@ -77,11 +88,26 @@ class ExtraInfo(NamedTuple):
 
 def build_extra_info(ck_queue_offset: int, pop_time: int, invisible_time: int, revive_qid: int, retry: str,
                      broker_name: str, queue_id: int, queue_offset: int | None = None) -> str:
-    """`retry`: a retry mark ("0"/"1"/"2") or the topic the check point is on (its mark taken)."""
+    """`retry`: a retry mark ("0"/"1"/"2") or the topic the check point is on (its mark taken).
+    Without queue_offset: the 7 fields a check point's messages share (extra_info_prefix)."""
     if retry not in (NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2):
         retry = retry_mark(retry)
     text = f"{ck_queue_offset} {pop_time} {invisible_time} {revive_qid} {retry} {broker_name} {queue_id}"
     return text if queue_offset is None else f"{text} {queue_offset}"
+
+
+def extra_info_prefix(ck_queue_offset: int, pop_time: int, invisible_time: int, revive_qid: int, retry: str,
+                      broker_name: str, queue_id: int) -> str:
+    """What every extra info of one check point starts with: a message's is this + str(its queue offset)
+    (many messages of one pop are one check point: their handles are made without a call each)."""
+    return build_extra_info(ck_queue_offset, pop_time, invisible_time, revive_qid, retry, broker_name, queue_id) + _SEP
+
+
+def with_queue_offset(text: str, queue_offset: int) -> str:
+    """The extra info of the message at `queue_offset` of text's check point (text: 7 or 8 fields;
+    an ACK_MESSAGE's header offset names the message, as RocketMQ's broker reads it)."""
+    parts = text.split(_SEP)
+    return _SEP.join(parts[:7] + [str(queue_offset)]) if len(parts) in (7, 8) else text
 
 
 def info_key(retry: str, queue_id) -> str:
@@ -118,11 +144,11 @@ def build_info(entries) -> str:
         if retry not in (NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2):
             retry = retry_mark(retry)
         if isinstance(value, (list, tuple)):
-            value = ",".join(str(v) for v in value)
+            value = ",".join(map(str, value))
         parts.append(f"{retry}{_SEP}{qid}{_SEP}{value}")
     return ";".join(parts)
 
 
 __all__ = ["ExtraInfo", "POP_ORDER_REVIVE_QUEUE", "NORMAL_TOPIC", "RETRY_TOPIC", "RETRY_TOPIC_V2",
-           "build_extra_info", "build_info", "info_key", "parse_info", "pop_retry_topic", "queue_offset_key",
-           "retry_mark"]
+           "build_extra_info", "build_info", "extra_info_prefix", "info_key", "is_pop_retry_topic", "parse_info",
+           "pop_retry_topic", "queue_offset_key", "retry_mark", "with_queue_offset"]

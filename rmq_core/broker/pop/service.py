@@ -21,14 +21,15 @@ import attrs
 from rmq_core.broker.config_file import TopicConfig
 from rmq_core.broker.consumer_filter_manager import PropertyFilterDisabledError
 from rmq_core.broker.pop.receipt import (
-    ACK_TAG, CK_TAG, POP_ORDER_REVIVE_QUEUE, REVIVE_GROUP, REVIVE_QUEUE_NUM, InvalidReceiptHandle, ReceiptHandle,
-    encode_ack, encode_ck, is_pop_retry_topic, pop_retry_topic, revive_topic,
+    ACK_TAG, CK_TAG, POP_ORDER_REVIVE_QUEUE, REVIVE_GROUP, REVIVE_QUEUE_NUM, encode_ack, encode_ck, is_pop_retry_topic,
+    pop_retry_topic, revive_topic,
 )
 from rmq_core.broker.processors.send import send_back_target
 from rmq_core.codec import decode_messages
 from rmq_core.common.clock import now_ms
+from rmq_core.common.pop_extra_info import NORMAL_TOPIC, RETRY_TOPIC, ExtraInfo, build_extra_info, extra_info_prefix
 from rmq_core.common.subscription import SubscriptionData
-from rmq_core.errors import FilterExpressionError, PluginNotFoundError
+from rmq_core.errors import FilterExpressionError, IllegalArgumentError, PluginNotFoundError
 from rmq_core.loops import cancel_and_wait
 from rmq_core.message import MessageConst, MixAll, PermName, host_port
 from rmq_core.remoting.codes import ResponseCode
@@ -79,15 +80,52 @@ class PoppedMessage:
     msg: object = None  # the record decoded without its body (MessageExt): properties, keys, tags...
 
 
-@attrs.define(slots=True)
+class PoppedBatch:
+    """What one checkpoint handed out of one queue: the records as stored, in one buffer (what a
+    pull answer's body is), and their queue offsets.  The remoting answer sends the buffer as it
+    is; per-message objects (PoppedMessage) are made only when asked for (`messages()`)."""
+
+    __slots__ = ("topic", "real_topic", "queue_id", "ck_offset", "offsets", "buffer", "attempts", "handle_prefix")
+
+    def __init__(self, topic, real_topic, queue_id, ck_offset, offsets, buffer, attempts, handle_prefix):
+        self.topic = topic  # the topic the consumer subscribed to
+        self.real_topic = real_topic  # where the records are stored: `topic` or the group's pop retry topic
+        self.queue_id, self.ck_offset, self.offsets, self.buffer = queue_id, ck_offset, offsets, buffer
+        self.attempts = attempts  # each offset's delivery attempt, or None: its record's reconsume times + 1
+        self.handle_prefix = handle_prefix  # a message's receipt handle is this + str(its offset)
+
+    def messages(self) -> list:
+        records = _split(self.buffer)
+        msgs = decode_messages(self.buffer, decompress=False, read_body=False)
+        attempts = self.attempts or [m.reconsume_times + 1 for m in msgs]
+        prefix = self.handle_prefix
+        return [PoppedMessage(rec, self.topic, self.real_topic, self.queue_id, m.queue_offset, m.commit_log_offset,
+                              prefix + str(m.queue_offset), attempt, self.ck_offset, m)
+                for m, rec, attempt in zip(msgs, records, attempts)]
+
+
 class PopResult:
-    status: str  # "FOUND" or "POLLING_NOT_FOUND"
-    messages: list
-    pop_time: int
-    invisible_ms: int
-    revive_qid: int
-    rest_num: int = 0
-    polled: bool = False  # the pop waited (long polling) before its empty answer
+    """A pop's answer: the batches it handed out (one per checkpoint); `messages` makes them into
+    PoppedMessages once, when asked for."""
+
+    __slots__ = ("status", "batches", "pop_time", "invisible_ms", "revive_qid", "rest_num", "polled", "_messages")
+
+    def __init__(self, status, batches, pop_time, invisible_ms, revive_qid, rest_num=0, polled=False):
+        self.status = status  # "FOUND" or "POLLING_NOT_FOUND"
+        self.batches = batches
+        self.pop_time, self.invisible_ms, self.revive_qid, self.rest_num = pop_time, invisible_ms, revive_qid, rest_num
+        self.polled = polled  # the pop waited (long polling) before its empty answer
+        self._messages = None
+
+    @property
+    def messages(self) -> list:
+        if self._messages is None:
+            self._messages = [m for b in self.batches for m in b.messages()]
+        return self._messages
+
+    @property
+    def message_count(self) -> int:
+        return sum(len(b.offsets) for b in self.batches)
 
 
 @attrs.define(slots=True)
@@ -267,14 +305,12 @@ class PopService:
 
     def _resolve(self, ck: _Ck, offsets, acked: bool) -> None:
         """Offsets of ck are done (acked, revived or superseded); closes ck when none is left."""
-        n = 0
-        for o in offsets:
-            if o in ck.pending:
-                ck.pending.discard(o)
-                n += 1
-                if acked:
-                    ck.acked.add(o)
+        hit = ck.pending.intersection(offsets)
+        n = len(hit)
         if n:
+            ck.pending -= hit
+            if acked:
+                ck.acked |= hit
             for table, key in ((self._inflight, (ck.group, ck.origin)),
                                (self._inflight_q, (ck.group, ck.topic, ck.queue_id))):
                 table[key] -= n
@@ -383,13 +419,14 @@ class PopService:
                 return PopResult("POLLING_NOT_FOUND", [], now_ms(), invisible_ms, 0, 0, True)
             result, waits, holds, wake_at = self._pop_once(group, topic, tc, sg, mf, max_nums, invisible_ms,
                                                            fifo, queue_id, init_mode)
-            if result.messages:
+            if result.batches:
                 try:
                     await self._durable(waits)
                 except PopError:
                     raise  # (their checkpoints stay: the messages come back after their invisible time)
-                self.received[(topic, group)] += len(result.messages)
-                self.ctrl.stats.inc_get(group, topic, len(result.messages), sum(len(m.record) for m in result.messages))
+                n = result.message_count
+                self.received[(topic, group)] += n
+                self.ctrl.stats.inc_get(group, topic, n, sum(len(b.buffer) for b in result.batches))
                 if akey is not None:
                     self._remember_attempt(akey, result)
                 return result
@@ -403,16 +440,16 @@ class PopService:
             woken = await self._hold(group, holds, mf, timeout)
 
     def _remember_attempt(self, akey, result: PopResult) -> None:
-        """What a receive with an attempt id got: its handles, not its records (read again on a retry)."""
+        """What a receive with an attempt id got: its batches without their records (read again on a retry)."""
         now = now_ms()
         while self._attempts:  # (oldest first: drop the ones no retry can use any more)
             first = next(iter(self._attempts.values()))
             if first[0].pop_time + first[0].invisible_ms > now and len(self._attempts) < _ATTEMPTS_MAX:
                 break
             self._attempts.popitem(last=False)
-        shell = attrs.evolve(result, messages=[])
-        self._attempts[akey] = (shell, [(m.real_topic, m.topic, m.queue_id, m.queue_offset, m.receipt_handle,
-                                         m.delivery_attempt, m.ck_offset) for m in result.messages])
+        shell = PopResult(result.status, [], result.pop_time, result.invisible_ms, result.revive_qid, result.rest_num)
+        self._attempts[akey] = (shell, [(b.topic, b.real_topic, b.queue_id, b.ck_offset, list(b.offsets), b.attempts,
+                                         b.handle_prefix) for b in result.batches])
 
     def _same_attempt(self, akey) -> PopResult | None:
         """The messages a receive with this attempt id got, while all of them are still in flight under it."""
@@ -421,18 +458,19 @@ class PopService:
             return None
         shell, items = entry
         group = akey[0]
-        out = []
-        for real, origin, q, off, handle, attempt, ck_offset in items:
-            h = ReceiptHandle.decode(handle)
-            ck = self._find_ck(group, real, h)
-            if ck is None or off not in ck.pending or ck.revive_time <= now_ms():
-                return None
-            found = self._read_one(real, q, off, ck.pop_time, read_body=False)
-            if found is None:
-                return None
-            m, rec = found
-            out.append(PoppedMessage(rec, origin, real, q, off, m.commit_log_offset, handle, attempt, ck_offset, m))
-        return attrs.evolve(shell, messages=out)
+        batches = []
+        for origin, real, q, ck_offset, offsets, attempts, prefix in items:
+            records = []
+            for off in offsets:
+                ck = self._find_ck(group, real, q, ck_offset, shell.pop_time, shell.revive_qid, off)
+                if ck is None or off not in ck.pending or ck.revive_time <= now_ms():
+                    return None
+                found = self._read_one(real, q, off, ck.pop_time, read_body=False)
+                if found is None:
+                    return None
+                records.append(found[1])
+            batches.append(PoppedBatch(origin, real, q, ck_offset, offsets, b"".join(records), attempts, prefix))
+        return PopResult(shell.status, batches, shell.pop_time, shell.invisible_ms, shell.revive_qid, shell.rest_num)
 
     async def _hold(self, group: str, holds, mf, timeout: float) -> list:
         """Long polling on the broker's PullRequestHoldService, as one of `group`'s held pops: woken
@@ -474,11 +512,11 @@ class PopService:
         if not fifo:
             retry = (pop_retry_topic(group, topic), 0)
             sources = [retry] + sources if self._pops % _RETRY_EVERY == 0 else sources + [retry]
-        messages, waits, holds = [], [], []
+        batches, waits, holds = [], [], []
         wake_at = None
-        rest = 0
+        rest = taken = 0
         for real_topic, q in sources:
-            left = max_nums - len(messages)
+            left = max_nums - taken
             if left <= 0:
                 rest += max(0, self.ctrl.store.get_max_offset_in_queue(real_topic, q)
                             - max(0, self.ctrl.offset_manager.query_offset(group, real_topic, q)))
@@ -491,14 +529,15 @@ class PopService:
             else:
                 got = self._pop_queue(group, topic, real_topic, q, left, mf, pop_time, invisible_ms, rqid,
                                       init_mode, waits)
-            if got:
-                messages += got
+            if got is not None:
+                batches.append(got)
+                taken += len(got.offsets)
             else:
                 mx = self.ctrl.store.get_max_offset_in_queue(real_topic, q)
                 # (a blocked FIFO queue waits one below its end: its ack's wake-up passes that)
                 holds.append((real_topic, q, mx - 1 if fifo and mx > 0 else mx))
-        status = "FOUND" if messages else "POLLING_NOT_FOUND"
-        return (PopResult(status, messages, pop_time, invisible_ms, POP_ORDER_REVIVE_QUEUE if fifo else rqid, rest),
+        status = "FOUND" if batches else "POLLING_NOT_FOUND"
+        return (PopResult(status, batches, pop_time, invisible_ms, POP_ORDER_REVIVE_QUEUE if fifo else rqid, rest),
                 waits, holds, wake_at)
 
     def _pop_offset(self, group, topic, q, init_mode) -> int:
@@ -538,10 +577,8 @@ class PopService:
         if r is None:
             if nxt != om.query_offset(group, real_topic, q):
                 om.commit_offset(None, group, real_topic, q, nxt)
-            return []
-        records = _split(r.buffer)
-        msgs = decode_messages(r.buffer, decompress=False, read_body=False)
-        offsets = [m.queue_offset for m in msgs]
+            return None
+        offsets = r.queue_offsets
         # the pop offset moves first: the checkpoint records where it went (its "e")
         om.commit_offset(None, group, real_topic, q, nxt)
         try:
@@ -551,27 +588,26 @@ class PopService:
             om.commit_offset(None, group, real_topic, q, stored)
             raise
         waits.append(put)
-        return [self._popped(ck, m, rec, m.reconsume_times + 1) for m, rec in zip(msgs, records)]
+        return self._batch(ck, offsets, r.buffer, None)
 
-    def _popped(self, ck: _Ck, m, rec: bytes, attempt: int) -> PoppedMessage:
-        retry = ck.topic != ck.origin
-        handle = ReceiptHandle(ck.start, ck.pop_time, ck.invisible_ms, POP_ORDER_REVIVE_QUEUE if ck.fifo else ck.rqid,
-                               retry, self.ctrl.broker_config.broker_name, ck.queue_id, m.queue_offset).encode()
-        return PoppedMessage(rec, ck.origin, ck.topic, ck.queue_id, m.queue_offset, m.commit_log_offset, handle,
-                             attempt, ck.start, m)
+    def _batch(self, ck: _Ck, offsets, buffer: bytes, attempts) -> PoppedBatch:
+        prefix = extra_info_prefix(ck.start, ck.pop_time, ck.invisible_ms,
+                                   POP_ORDER_REVIVE_QUEUE if ck.fifo else ck.rqid, RETRY_TOPIC if ck.topic != ck.origin else NORMAL_TOPIC,
+                                   self.ctrl.broker_config.broker_name, ck.queue_id)
+        return PoppedBatch(ck.origin, ck.topic, ck.queue_id, ck.start, offsets, buffer, attempts, prefix)
 
     def _pop_fifo_queue(self, group, topic, real_topic, q, n, mf, sg, pop_time, invisible_ms, init_mode, waits):
         """A FIFO group's queue: nothing while a message handed out of it is in flight; once all
         in flight are past their invisible time they are handed out again, in order, their
         delivery attempt raised (past the group's retryMaxTimes: to %DLQ%<group>).  Returns
-        (messages, when the queue opens again or None)."""
+        (its PoppedBatch or None, when the queue opens again or None)."""
         now = now_ms()
         rqid = self._fifo_rqid(group, real_topic, q)
         open_cks = [c for c in self._fifo.get((group, real_topic, q), ()) if c.pending]
         if open_cks:
             still = [c.revive_time for c in open_cks if c.revive_time > now]
             if still:
-                return [], max(still)
+                return None, max(still)
             pending = sorted(set().union(*(c.pending for c in open_cks)))
             attempts = {}
             for c in open_cks:
@@ -604,19 +640,19 @@ class PopService:
                                        attempts={o: attempts[o] + 1 for o in offs})
                 waits.append(put)
                 self.revived[(topic, group)] += len(offs)
-                return [self._popped(ck, m, rec, attempts[o] + 1) for o, m, rec in again], None
+                records = b"".join(rec for _, _, rec in again)
+                return self._batch(ck, offs, records, [attempts[o] + 1 for o in offs]), None
             if any(c.pending for c in self._fifo.get((group, real_topic, q), ())):
-                return [], None
+                return None, None
         om = self.ctrl.offset_manager
         stored = self._pop_offset(group, real_topic, q, init_mode)
         start, nxt, r = self._read(group, real_topic, q, stored, n, mf, init_mode)
         if r is None:
             if nxt != om.query_offset(group, real_topic, q):
                 om.commit_offset(None, group, real_topic, q, nxt)
-            return [], None
-        records = _split(r.buffer)
+            return None, None
         msgs = decode_messages(r.buffer, decompress=False, read_body=False)
-        offsets = [m.queue_offset for m in msgs]
+        offsets = r.queue_offsets
         om.commit_offset(None, group, real_topic, q, nxt)
         try:
             ck, put = self._new_ck(group, real_topic, topic, q, start, offsets, pop_time, invisible_ms, rqid, True,
@@ -625,7 +661,7 @@ class PopService:
             om.commit_offset(None, group, real_topic, q, stored)
             raise
         waits.append(put)
-        return [self._popped(ck, m, rec, m.reconsume_times + 1) for m, rec in zip(msgs, records)], None
+        return self._batch(ck, offsets, r.buffer, [m.reconsume_times + 1 for m in msgs]), None
 
     def _read_one(self, topic: str, queue_id: int, offset: int, pop_time: int, read_body: bool = True):
         """(message, record) at `offset`, when it is still the message a checkpoint of pop_time
@@ -666,42 +702,62 @@ class PopService:
         return inner, dead
 
     # --- ack / change / DLQ -----------------------------------------------------------------------------
-    def _handle(self, group, topic, receipt_handle):
+    def _check_ack(self, group, topic) -> None:
         self._check_writable()
         self._group(group)
         if not topic:
             raise PopError(BAD_REQUEST, "topic is empty", ResponseCode.MESSAGE_ILLEGAL)
-        try:
-            h = ReceiptHandle.decode(receipt_handle)
-        except InvalidReceiptHandle as e:
-            raise PopError(INVALID_RECEIPT_HANDLE, str(e), ResponseCode.MESSAGE_ILLEGAL) from None
-        if h.broker_name != self.ctrl.broker_config.broker_name:
-            raise PopError(INVALID_RECEIPT_HANDLE, f"receipt handle {receipt_handle!r} is of broker {h.broker_name}, "
-                           f"not of this broker {self.ctrl.broker_config.broker_name}", ResponseCode.MESSAGE_ILLEGAL)
-        return h, h.real_topic(group, topic)
 
-    def _find_ck(self, group, real_topic, h: ReceiptHandle):
-        if h.revive_qid == POP_ORDER_REVIVE_QUEUE:
-            for c in self._fifo.get((group, real_topic, h.queue_id), ()):
-                if c.pop_time == h.pop_time and h.offset in c.offsets:
+    @staticmethod
+    def _parse(receipt_handle) -> ExtraInfo:
+        try:
+            return ExtraInfo.parse(receipt_handle)
+        except IllegalArgumentError as e:
+            raise PopError(INVALID_RECEIPT_HANDLE, str(e), ResponseCode.MESSAGE_ILLEGAL) from None
+
+    def _other_broker(self, h: ExtraInfo, text: str | None = None) -> PopError | None:
+        mine = self.ctrl.broker_config.broker_name
+        if h.broker_name == mine:
+            return None
+        if text is None:
+            text = build_extra_info(*h)
+        return PopError(INVALID_RECEIPT_HANDLE, f"receipt handle {text!r} is of broker {h.broker_name}, "
+                        f"not of this broker {mine}", ResponseCode.MESSAGE_ILLEGAL)
+
+    def _handle(self, group, topic, receipt_handle):
+        """(ExtraInfo, the topic its message is stored in) of one handle; raises naming it when bad."""
+        self._check_ack(group, topic)
+        h = self._parse(receipt_handle)
+        refused = self._other_broker(h, receipt_handle)
+        if refused is not None:
+            raise refused
+        return h, h.real_topic(topic, group)
+
+    def _find_ck(self, group, real_topic, queue_id, ck_offset, pop_time, revive_qid, offset):
+        if revive_qid == POP_ORDER_REVIVE_QUEUE:
+            for c in self._fifo.get((group, real_topic, queue_id), ()):
+                if c.pop_time == pop_time and offset in c.offsets:
                     return c
             return None
-        return self._cks.get((group, real_topic, h.queue_id, h.ck_offset, h.pop_time))
+        return self._cks.get((group, real_topic, queue_id, ck_offset, pop_time))
 
-    def _open_handle(self, group, real_topic, h, receipt_handle, what):
-        """The checkpoint a handle's message is in flight under, or None when it was acked
-        already; raises naming the handle when it is unknown, expired or handed out again."""
-        ck = self._find_ck(group, real_topic, h)
-        if ck is not None and h.offset in ck.pending:
-            return ck
-        if ck is not None and h.offset in ck.acked:
+    def _open(self, group, real_topic, h: ExtraInfo, offset: int, what: str):
+        """The checkpoint the message at `offset` of h's checkpoint is in flight under, or None when
+        it was acked already; raises naming its handle when it is unknown, expired or handed out again."""
+        ck = self._find_ck(group, real_topic, h.queue_id, h.ck_queue_offset, h.pop_time, h.revive_qid, offset)
+        if ck is not None:
+            if offset in ck.pending:
+                return ck
+            if offset in ck.acked:
+                return None
+        done = self._recent_done.get((group, real_topic, h.queue_id, h.ck_queue_offset, h.pop_time))
+        if done is not None and offset in done:
             return None
-        done = self._recent_done.get((group, real_topic, h.queue_id, h.ck_offset, h.pop_time))
-        if done is not None and h.offset in done:
-            return None
+        text = build_extra_info(h.ck_queue_offset, h.pop_time, h.invisible_time, h.revive_qid, h.retry, h.broker_name,
+                                h.queue_id, offset)
         raise PopError(INVALID_RECEIPT_HANDLE,
-                       f"cannot {what}: receipt handle {receipt_handle!r} of {real_topic}@{group} queue {h.queue_id} "
-                       f"offset {h.offset} is expired or unknown (its invisible time ran out and the message was "
+                       f"cannot {what}: receipt handle {text!r} of {real_topic}@{group} queue {h.queue_id} "
+                       f"offset {offset} is expired or unknown (its invisible time ran out and the message was "
                        f"or will be delivered again, or it was never handed out)", ResponseCode.NO_MESSAGE)
 
     async def ack(self, *, group: str, topic: str, receipt_handle: str) -> AckOutcome:
@@ -712,39 +768,92 @@ class PopService:
         return outcome
 
     async def ack_batch(self, *, group: str, topic: str, receipt_handles) -> list:
-        """End several messages (gRPC's AckMessage entries, BATCH_ACK_MESSAGE): one ack record per
-        checkpoint they are in.  Returns, per handle in order, an AckOutcome or the PopError that
-        refused it (one bad handle does not refuse the others); answered once the records are stored."""
-        self._check_writable()
-        self._group(group)
-        out, by_ck = [], {}
-        for text in receipt_handles:
+        """End several messages (gRPC's AckMessage entries): one ack record per checkpoint they are
+        in.  Returns, per handle in order, an AckOutcome or the PopError that refused it (one bad
+        handle does not refuse the others); answered once the records are stored."""
+        self._check_ack(group, topic)
+        out = [None] * len(receipt_handles)
+        by_ck: dict = {}  # the handle's first 7 fields (its checkpoint) -> (ExtraInfo, offsets, indexes)
+        for i, text in enumerate(receipt_handles):
             try:
-                h, real = self._handle(group, topic, text)
-                ck = self._open_handle(group, real, h, text, "ack")
+                h = self._parse(text)
             except PopError as e:
-                out.append(e)
+                out[i] = e
                 continue
-            if ck is None:
-                out.append(AckOutcome("ALREADY_ACKED", real, h.queue_id, h.offset))
+            entry = by_ck.get(h[:7])
+            if entry is None:
+                entry = by_ck[h[:7]] = (h, [], [])
+            entry[1].append(h.queue_offset)
+            entry[2].append(i)
+        items = [(h, offs) for h, offs, _ in by_ck.values()]
+        statuses = iter(await self._ack_offsets(group, topic, items))
+        for h, offsets, indexes in by_ck.values():
+            real = h.real_topic(topic, group)
+            for i, off in zip(indexes, offsets):
+                st = next(statuses)
+                out[i] = st if isinstance(st, PopError) else AckOutcome(st, real, h.queue_id, off)
+        return out
+
+    async def ack_offsets(self, *, group: str, topic: str, checkpoint: ExtraInfo, offsets) -> list:
+        """End the messages at `offsets` of one checkpoint (named by `checkpoint`, an ExtraInfo whose
+        queue offset is not used: BATCH_ACK_MESSAGE's BatchAck).  Returns the PopErrors refusing
+        some of them ([]: all acked, or acked before); answered once the ack record is stored."""
+        self._check_ack(group, topic)
+        return [st for st in await self._ack_offsets(group, topic, [(checkpoint, offsets)]) if isinstance(st, PopError)]
+
+    async def _ack_offsets(self, group, topic, items) -> list:
+        """items: (ExtraInfo naming a checkpoint, its offsets acked).  Per offset in that order
+        "OK", "ALREADY_ACKED" or the PopError refusing it."""
+        out, by_ck = [], {}  # id(ck) -> (ck, {offset: None}, indexes in out)
+        for h, offsets in items:
+            refused = self._other_broker(h)
+            if refused is not None:
+                out += [refused] * len(offsets)
                 continue
-            offs = by_ck.setdefault(id(ck), (ck, []))[1]
-            if h.offset not in offs:
-                offs.append(h.offset)
-            out.append(AckOutcome("OK", real, h.queue_id, h.offset))
+            real = h.real_topic(topic, group)
+            # (a normal checkpoint is found once; the offsets not in flight under it are looked at one by one)
+            ck0 = None if h.revive_qid == POP_ORDER_REVIVE_QUEUE else \
+                self._cks.get((group, real, h.queue_id, h.ck_queue_offset, h.pop_time))
+            pending = ck0.pending if ck0 is not None else ()
+            if pending and pending.issuperset(offsets):  # (the usual batch: all in flight under it)
+                entry = by_ck.get(id(ck0))
+                if entry is None:
+                    entry = by_ck[id(ck0)] = (ck0, {}, [])
+                entry[1].update(dict.fromkeys(offsets))
+                entry[2].extend(range(len(out), len(out) + len(offsets)))
+                out += ["OK"] * len(offsets)
+                continue
+            for off in offsets:
+                if off in pending:
+                    ck = ck0
+                else:
+                    try:
+                        ck = self._open(group, real, h, off, "ack")
+                    except PopError as e:
+                        out.append(e)
+                        continue
+                    if ck is None:
+                        out.append("ALREADY_ACKED")
+                        continue
+                entry = by_ck.get(id(ck))
+                if entry is None:
+                    entry = by_ck[id(ck)] = (ck, {}, [])
+                entry[1][off] = None
+                entry[2].append(len(out))
+                out.append("OK")
         puts = []
         try:
-            for ck, offs in by_ck.values():
+            for ck, offs, _ in by_ck.values():
+                offs = list(offs)
                 puts.append(self._ack_record(ck, offs))
                 self._resolve(ck, offs, acked=True)
                 self.acked[(ck.origin, group)] += len(offs)
                 if ck.fifo:
                     self._wake_fifo(ck)
         except PopError as e:  # (a store refusing writes: what was not written is not acked)
-            done = {id(c) for c, _ in list(by_ck.values())[:len(puts)]}
-            failed = {(c.topic, c.queue_id, o) for c, offs in by_ck.values() if id(c) not in done for o in offs}
-            out = [e if isinstance(o, AckOutcome) and o.status == "OK" and (o.topic, o.queue_id, o.offset) in failed
-                   else o for o in out]
+            for _, _, indexes in list(by_ck.values())[len(puts):]:
+                for i in indexes:
+                    out[i] = e
         await self._durable(puts)
         return out
 
@@ -760,44 +869,46 @@ class PopService:
         receipt handle (the old one is no longer valid)."""
         self._check_invisible(invisible_ms)
         h, real = self._handle(group, topic, receipt_handle)
-        ck = self._open_handle(group, real, h, receipt_handle, "change the invisible time")
+        ck = self._open(group, real, h, h.queue_offset, "change the invisible time")
         if ck is None:
             raise PopError(INVALID_RECEIPT_HANDLE, f"cannot change the invisible time: the message of receipt handle "
                            f"{receipt_handle!r} was acked already", ResponseCode.NO_MESSAGE)
         pop_time = self._next_pop_time()
         rqid = ck.rqid if ck.fifo else random.randrange(REVIVE_QUEUE_NUM)
-        attempts = {h.offset: ck.attempts.get(h.offset, 1)} if ck.fifo else None
-        new, put = self._new_ck(group, real, ck.origin, h.queue_id, h.offset, [h.offset], pop_time, invisible_ms,
+        off = h.queue_offset
+        attempts = {off: ck.attempts.get(off, 1)} if ck.fifo else None
+        new, put = self._new_ck(group, real, ck.origin, h.queue_id, off, [off], pop_time, invisible_ms,
                                 rqid, ck.fifo, attempts=attempts)
         waits = [put]
         if not ck.fifo:  # (a FIFO checkpoint supersedes the old one's offset by itself)
             try:
-                waits.append(self._ack_record(ck, [h.offset]))
+                waits.append(self._ack_record(ck, [off]))
             except PopError:
-                self._resolve(new, [h.offset], acked=False)  # (both open after a crash: delivered again)
+                self._resolve(new, [off], acked=False)  # (both open after a crash: delivered again)
                 raise
-            self._resolve(ck, [h.offset], acked=False)
+            self._resolve(ck, [off], acked=False)
         await self._durable(waits)
-        return ReceiptHandle(h.offset, pop_time, invisible_ms, POP_ORDER_REVIVE_QUEUE if ck.fifo else rqid, h.retry,
-                             h.broker_name, h.queue_id, h.offset).encode()
+        return build_extra_info(off, pop_time, invisible_ms, POP_ORDER_REVIVE_QUEUE if ck.fifo else rqid, h.retry,
+                                h.broker_name, h.queue_id, off)
 
     async def forward_to_dead_letter(self, *, group: str, topic: str, receipt_handle: str) -> AckOutcome:
         """Put an in-flight message to %DLQ%<group> now and end it (gRPC's ForwardMessageToDeadLetterQueue)."""
         h, real = self._handle(group, topic, receipt_handle)
-        ck = self._open_handle(group, real, h, receipt_handle, "forward to the dead-letter queue")
+        off = h.queue_offset
+        ck = self._open(group, real, h, off, "forward to the dead-letter queue")
         if ck is None:
-            return AckOutcome("ALREADY_ACKED", real, h.queue_id, h.offset)
-        found = self._read_one(real, h.queue_id, h.offset, ck.pop_time)
+            return AckOutcome("ALREADY_ACKED", real, h.queue_id, off)
+        found = self._read_one(real, h.queue_id, off, ck.pop_time)
         waits = []
         if found is not None:
             m = found[0]
-            waits.append(self._put_dead(group, ck.origin, m, ck.attempts.get(h.offset, m.reconsume_times + 1)))
-        waits.append(self._ack_record(ck, [h.offset]))
-        self._resolve(ck, [h.offset], acked=True)
+            waits.append(self._put_dead(group, ck.origin, m, ck.attempts.get(off, m.reconsume_times + 1)))
+        waits.append(self._ack_record(ck, [off]))
+        self._resolve(ck, [off], acked=True)
         if ck.fifo:
             self._wake_fifo(ck)
         await self._durable(waits)
-        return AckOutcome("OK", real, h.queue_id, h.offset)
+        return AckOutcome("OK", real, h.queue_id, off)
 
     def inflight(self, group: str, topic: str) -> int:
         """Messages of `topic` (its retry messages included) handed out to `group` and neither acked nor revived."""

@@ -10,9 +10,12 @@ import base64
 import json
 import logging
 
-from rmq_core.broker.pop.receipt import ReceiptHandle
 from rmq_core.broker.pop.service import PopError
 from rmq_core.broker.processors import Processor
+from rmq_core.common.pop_extra_info import (
+    NORMAL_TOPIC, POP_ORDER_REVIVE_QUEUE, RETRY_TOPIC, RETRY_TOPIC_V2, ExtraInfo, build_info,
+    with_queue_offset,
+)
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.message import ExpressionType
 from rmq_core.remoting.codes import RequestCode, ResponseCode
@@ -63,20 +66,21 @@ class PopMessageProcessor(Processor):
             return None
         ext = {"popTime": str(result.pop_time), "invisibleTime": str(result.invisible_ms),
                "reviveQid": str(result.revive_qid), "restNum": str(result.rest_num)}
-        if not result.messages:
+        if not result.batches:
             return request.make_response(ResponseCode.POLLING_TIMEOUT, "no new message", ext)
-        starts, offsets, counts = {}, {}, []
-        for m in result.messages:
-            key = ("1" if m.real_topic != m.topic else "0", m.queue_id)
-            starts.setdefault(key, m.ck_offset)
-            offsets.setdefault(key, []).append(m.queue_offset)
-            if m.delivery_attempt > 1 and result.revive_qid == 999:
-                counts.append(f"{key[0]} qo{m.queue_id}%{m.queue_offset} {m.delivery_attempt - 1}")
-        ext["startOffsetInfo"] = ";".join(f"{r} {q} {o}" for (r, q), o in starts.items())
-        ext["msgOffsetInfo"] = ";".join(f"{r} {q} {','.join(map(str, offs))}" for (r, q), offs in offsets.items())
-        if counts:
-            ext["orderCountInfo"] = ";".join(counts)
-        body = ctrl.recompress_for_request(request, b"".join(m.record for m in result.messages))
+        # (a pop takes one checkpoint per queue: one startOffsetInfo / msgOffsetInfo entry each)
+        marks = [RETRY_TOPIC if b.real_topic != b.topic else NORMAL_TOPIC for b in result.batches]
+        ext["startOffsetInfo"] = build_info(zip(marks, (b.queue_id for b in result.batches),
+                                                (b.ck_offset for b in result.batches)))
+        ext["msgOffsetInfo"] = build_info(zip(marks, (b.queue_id for b in result.batches),
+                                              (b.offsets for b in result.batches)))
+        if result.revive_qid == POP_ORDER_REVIVE_QUEUE:
+            counts = [(mark, f"qo{b.queue_id}%{o}", a - 1) for mark, b in zip(marks, result.batches)
+                      for o, a in zip(b.offsets, b.attempts) if a > 1]
+            if counts:
+                ext["orderCountInfo"] = build_info(counts)
+        body = b"".join(b.buffer for b in result.batches) if len(result.batches) > 1 else result.batches[0].buffer
+        body = ctrl.recompress_for_request(request, body)
         return request.make_response(ResponseCode.SUCCESS, None, ext, body)
 
     def _handle_of(self, request):
@@ -89,10 +93,7 @@ class PopMessageProcessor(Processor):
         if not group or not topic or not extra or offset is None:
             raise PopError("BAD_REQUEST", "request needs consumerGroup, topic, extraInfo and offset",
                            ResponseCode.MESSAGE_ILLEGAL)
-        parts = extra.split(" ")
-        if len(parts) >= 7:
-            extra = " ".join(parts[:7] + [str(offset)])
-        return group, topic, extra
+        return group, topic, with_queue_offset(extra, offset)
 
     async def ack_message(self, ctx, request):
         try:
@@ -116,9 +117,9 @@ class PopMessageProcessor(Processor):
             return request.make_response(e.code, str(e))
         except ValueError as e:
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad change-invisible-time request: {e}")
-        h = ReceiptHandle.decode(new)
+        h = ExtraInfo.parse(new)
         return request.make_response(ResponseCode.SUCCESS, None, {
-            "popTime": str(h.pop_time), "invisibleTime": str(h.invisible_ms), "reviveQid": str(h.revive_qid),
+            "popTime": str(h.pop_time), "invisibleTime": str(h.invisible_time), "reviveQid": str(h.revive_qid),
             "extraInfo": new})
 
     async def batch_ack_message(self, ctx, request):
@@ -137,19 +138,23 @@ class PopMessageProcessor(Processor):
                 rq, pt, it = int(get("rq", "reviveQueueId")), int(get("pt", "popTime")), int(get("it", "invisibleTime"))
                 bits = a.get("b", a.get("bitSet")) or ""
                 raw = base64.b64decode(bits) if isinstance(bits, str) else bytes(bits)
-                offsets = [so + i for i in range(len(raw) * 8) if raw[i >> 3] >> (i & 7) & 1]
-                batches.append((group, topic, [f"{so} {pt} {it} {rq} {retry} {broker} {q} {o}" for o in offsets]))
+                bits = bin(int.from_bytes(raw, "little"))[:1:-1]  # (bit i first: toByteArray is little-endian)
+                offsets = [so + i for i, bit in enumerate(bits) if bit == "1"]
+                if retry not in (NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2):
+                    raise ValueError(f"retry flag {retry!r} is not 0, 1 or 2")
+                # (the checkpoint's name; its queue offset field is not used)
+                batches.append((group, topic, ExtraInfo(so, pt, it, rq, retry, broker, q, so), offsets))
         except (ValueError, KeyError, TypeError) as e:
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch ack body: {e!r}")
         if not batches:
             return request.make_response(ResponseCode.NO_MESSAGE, "batch ack without acks")
         refused = []
-        for group, topic, handles in batches:
+        for group, topic, checkpoint, offsets in batches:
             try:
-                outcomes = await self.ctrl.pop_service.ack_batch(group=group, topic=topic, receipt_handles=handles)
+                refused += await self.ctrl.pop_service.ack_offsets(group=group, topic=topic, checkpoint=checkpoint,
+                                                                   offsets=offsets)
             except PopError as e:
                 return request.make_response(e.code, str(e))
-            refused += [o for o in outcomes if isinstance(o, PopError)]
         if refused:
             return request.make_response(refused[0].code, "; ".join(str(e) for e in refused[:5]))
         return request.make_response(ResponseCode.SUCCESS)

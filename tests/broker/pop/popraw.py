@@ -1,13 +1,16 @@
 """Pop consumption over the remoting codes, as RocketMQ 5's Java remoting client does it: a POP_MESSAGE
 answer's records decoded, each message's receipt handle (POP_CK extraInfo) built from the answer's
-header fields (startOffsetInfo / msgOffsetInfo / popTime / invisibleTime / reviveQid), acks and
-changes of invisible time with the header fields its AckMessageRequestHeader /
-ChangeInvisibleTimeRequestHeader send."""
+header fields (startOffsetInfo / msgOffsetInfo / popTime / invisibleTime / reviveQid) with
+rmq_core.common.pop_extra_info, acks and changes of invisible time with the header fields its
+AckMessageRequestHeader / ChangeInvisibleTimeRequestHeader send."""
 from __future__ import annotations
 
 import attrs
 
 from rmq_core.codec import decode_messages
+from rmq_core.common.pop_extra_info import (
+    ExtraInfo, build_extra_info, info_key, parse_info, queue_offset_key, retry_mark,
+)
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 
 
@@ -38,46 +41,37 @@ def pop(raw, addr, group, topic, *, max_nums=32, invisible_ms=10_000, poll_ms=0,
     if r.code != ResponseCode.SUCCESS:
         return r, []
     f = r.ext_fields
-    starts = _info(f.get("startOffsetInfo"))
-    offsets = {k: [int(x) for x in v.split(",")] for k, v in _info(f.get("msgOffsetInfo")).items()}
-    counts = _info(f.get("orderCountInfo"))
+    starts = parse_info(f.get("startOffsetInfo"), "startOffsetInfo")
+    offsets = {k: [int(x) for x in v.split(",")]
+               for k, v in parse_info(f.get("msgOffsetInfo"), "msgOffsetInfo").items()}
+    counts = parse_info(f.get("orderCountInfo"), "orderCountInfo")
     out = []
     for m in decode_messages(r.body):
-        retry = "1" if m.topic.startswith("%RETRY%") else "0"
-        key = f"{retry}@{m.queue_id}"
+        retry = retry_mark(m.topic)
+        key = info_key(retry, m.queue_id)
         assert m.queue_offset in offsets[key], (m.queue_offset, offsets)
-        handle = " ".join(map(str, (starts[key], f["popTime"], f["invisibleTime"], f["reviveQid"], retry, broker_name,
-                                    m.queue_id, m.queue_offset)))
+        handle = build_extra_info(int(starts[key]), int(f["popTime"]), int(f["invisibleTime"]), int(f["reviveQid"]),
+                                  retry, broker_name, m.queue_id, m.queue_offset)
         attempt = m.reconsume_times + 1
-        c = counts.get(f"{retry}@qo{m.queue_id}%{m.queue_offset}")
+        c = counts.get(queue_offset_key(retry, m.queue_id, m.queue_offset))
         if c is not None and int(c) > 0:
             attempt = int(c) + 1
         out.append(Popped(m, handle, attempt))
     return r, out
 
 
-def _info(text) -> dict:
-    """ExtraInfoUtil's 'retry qid value;...' maps, keyed 'retry@qid' as the Java client keys them."""
-    out = {}
-    for one in (text or "").split(";"):
-        if one:
-            retry, key, value = one.split(" ")
-            out[f"{retry}@{key}"] = value
-    return out
-
-
 def ack(raw, addr, group, p: Popped, topic=None):
-    parts = p.handle.split(" ")
+    h = ExtraInfo.parse(p.handle)
     return raw.invoke(addr, RequestCode.ACK_MESSAGE, {
-        "consumerGroup": group, "topic": topic or p.real_topic, "queueId": parts[6], "extraInfo": p.handle,
-        "offset": parts[7]})
+        "consumerGroup": group, "topic": topic or p.real_topic, "queueId": str(h.queue_id), "extraInfo": p.handle,
+        "offset": str(h.queue_offset)})
 
 
 def change(raw, addr, group, p: Popped, invisible_ms, topic=None):
-    parts = p.handle.split(" ")
+    h = ExtraInfo.parse(p.handle)
     return raw.invoke(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {
-        "consumerGroup": group, "topic": topic or p.real_topic, "queueId": parts[6], "extraInfo": p.handle,
-        "offset": parts[7], "invisibleTime": str(invisible_ms)})
+        "consumerGroup": group, "topic": topic or p.real_topic, "queueId": str(h.queue_id), "extraInfo": p.handle,
+        "offset": str(h.queue_offset), "invisibleTime": str(invisible_ms)})
 
 
 def create_topic(raw, addr, topic, queues=4):

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from rmq_core.common.pop_extra_info import ExtraInfo
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from tests.broker.pop.popraw import ack, change, create_group, create_topic, pop
 
@@ -141,7 +142,7 @@ def test_fifo_group_in_order_next_only_after_ack(make_cluster, raw):
     create_group(raw, addr, "CG_FIFO", consumeMessageOrderly=True)
     _send(raw, addr, "TP_FIFO", 6, queues=2)  # queue 0: m0 m2 m4, queue 1: m1 m3 m5
     _, ps = pop(raw, addr, "CG_FIFO", "TP_FIFO", max_nums=1, invisible_ms=1000, queue_id=0)
-    assert [p.body for p in ps] == [b"m0"] and ps[0].handle.split(" ")[3] == "999"
+    assert [p.body for p in ps] == [b"m0"] and ExtraInfo.parse(ps[0].handle).is_order
     # queue 0 is blocked while m0 is in flight; queue 1 is not
     _, blocked = pop(raw, addr, "CG_FIFO", "TP_FIFO", queue_id=0)
     assert blocked == []
@@ -315,16 +316,26 @@ def test_batch_ack_as_the_java_client_sends_it(make_cluster, raw):
     create_topic(raw, addr, "TP_BATCH", queues=1)
     _send(raw, addr, "TP_BATCH", 12, queues=1)
     _, ps = pop(raw, addr, G, "TP_BATCH", max_nums=12)
-    f = ps[0].handle.split(" ")
-    so = int(f[0])
+    h = ExtraInfo.parse(ps[0].handle)
+    so = h.ck_queue_offset
     bits = 0
     for p in ps[:10]:
         bits |= 1 << (p.msg.queue_offset - so)
-    ack_body = {"c": G, "t": "TP_BATCH", "r": "0", "so": so, "q": 0, "rq": int(f[3]), "pt": int(f[1]),
-                "it": int(f[2]), "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()}
+    ack_body = {"c": G, "t": "TP_BATCH", "r": "0", "so": so, "q": 0, "rq": h.revive_qid, "pt": h.pop_time,
+                "it": h.invisible_time,
+                "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()}
     r = raw.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {},
                    json.dumps({"brokerName": "broker-a", "acks": [ack_body]}).encode())
     assert r.code == ResponseCode.SUCCESS, r.remark
+    assert c.broker.pop_service.inflight(G, "TP_BATCH") == 2
+    # the same again: acked before, answered OK; with an offset never handed out under it: that one refused
+    r = raw.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {},
+                   json.dumps({"brokerName": "broker-a", "acks": [ack_body]}).encode())
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    more = bits | 1 << 20
+    r = raw.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {}, json.dumps({"brokerName": "broker-a", "acks": [
+        {**ack_body, "b": base64.b64encode(more.to_bytes((more.bit_length() + 7) // 8, "little")).decode()}]}).encode())
+    assert r.code == ResponseCode.NO_MESSAGE and f"offset {so + 20} " in r.remark, r.remark
     assert c.broker.pop_service.inflight(G, "TP_BATCH") == 2
     r = raw.invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {}, b"{not json")
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "batch ack" in r.remark

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from rmq_core.common.pop_extra_info import ExtraInfo
 from rmq_core.remoting.codes import ResponseCode
 from tests.broker.pop.popraw import ack, create_topic, pop
 from tests.rawclient import RawClient
@@ -61,7 +62,7 @@ def _sigkill_case(tmp_path, persist_ms, total, popped_n):
         assert len(late) == 5
         handed_out = {p.body for p in popped + late}
         never_popped = {f"m{i}".encode() for i in range(total)} - handed_out
-        back_after = {p.body: int(p.handle.split(" ")[1]) + int(p.handle.split(" ")[2]) for p in popped[1::2]}
+        back_after = {p.body: ExtraInfo.parse(p.handle).visible_at for p in popped[1::2]}
 
         _restart(cluster)
 
