@@ -135,6 +135,7 @@ def test_a_restricted_topic_refuses_other_types_over_grpc_and_remoting(cl, stub)
     assert code != 0 and "BOGUS" in err
 
 
+@pytest.mark.slow  # (the 5.x client's delay case in tests/rmq5 runs by default)
 def test_delay_message_arrives_at_its_delivery_timestamp(cl, stub):
     make_topic(cl, "PxDelay", message_type="DELAY")
     due = int(time.time() * 1000) + 2500

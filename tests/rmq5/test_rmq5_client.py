@@ -85,6 +85,7 @@ def test_normal_send_and_receive_ack_1000_exact_once(cl, rmq5_client):
         (c.client_id, "PYTHON", "V5_1_2")]
 
 
+@pytest.mark.slow  # (tags and large bodies: rmq5 cases above and tests/proxy cover each)
 def test_tag_expression_and_a_large_body(cl, rmq5_client):
     topic = "Rmq5Tags"
     make_topic(cl, topic, 2)

@@ -108,6 +108,7 @@ def test_change_invisible_time_postpones(make_cluster, raw):
     assert c.broker.pop_service.inflight(G, "TP_CHG") == 1  # (m1's second delivery, not acked)
 
 
+@pytest.mark.slow  # (the DLQ by attempts runs by default through SimpleConsumer and the 5.x client)
 def test_after_max_attempts_in_dlq(make_cluster, raw):
     c = make_cluster()
     addr = c.broker_addr
