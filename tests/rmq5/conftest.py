@@ -14,7 +14,6 @@ import pytest
 
 from tests.admin.test_admin_cli import ok
 from tests.proxy.conftest import grpc_cluster as proxy_grpc_cluster
-from tests.proxy.conftest import make_topic  # noqa: F401 (the rmq5 tests' import)
 
 DRIVER = os.path.join(os.path.dirname(__file__), "driver.py")
 RMQ5_PYTHON = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),

@@ -16,7 +16,8 @@ from rmq_core import ConsumeStatus, Message, Producer, PushConsumer
 from rmq_core.admin import AdminClient
 from rmq_core.message import SysFlag
 from rmq_core.remoting.codes import MQVersion
-from tests.rmq5.conftest import grpc_cluster, make_group, make_topic
+from tests.proxy.conftest import make_topic
+from tests.rmq5.conftest import grpc_cluster, make_group
 
 # The invisible duration of receives whose messages are acked at once (seconds: the client sends
 # whole seconds), the short one of the redelivery case, and the long-polling wait of the

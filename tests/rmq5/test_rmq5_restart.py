@@ -3,7 +3,8 @@ receives 1,000 messages, acks half, the broker is killed and started again on it
 exactly the 500 unacked ones come back - once their invisible time is over, not before."""
 from __future__ import annotations
 
-from tests.rmq5.conftest import grpc_cluster, make_topic
+from tests.proxy.conftest import make_topic
+from tests.rmq5.conftest import grpc_cluster
 
 INVISIBLE = 8  # the first receive of all 1,000 and the acks take under 1 s: ten times that for a busy machine
 AWAIT = 2

@@ -116,6 +116,7 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # (two JVMs of a cluster and an application's: ~40 s; local[2] sessions cover the logic by default)
 def test_streaming_group_offsets_on_a_standalone_cluster(servers, tmp_path):
     cluster = StandaloneCluster(tmp_path)
     try:

@@ -550,6 +550,16 @@ class PopService:
                 off = max(0, store.get_min_offset_in_queue(topic, q))
         return off
 
+    def _read_at_pop_offset(self, group, real_topic, q, n, mf, init_mode):
+        """_read from the group's pop offset (stored, start, next, result); with nothing to hand out,
+        the pop offset is moved past what the read skipped (non-matching entries)."""
+        om = self.ctrl.offset_manager
+        stored = self._pop_offset(group, real_topic, q, init_mode)
+        start, nxt, r = self._read(group, real_topic, q, stored, n, mf, init_mode)
+        if r is None and nxt != om.query_offset(group, real_topic, q):
+            om.commit_offset(None, group, real_topic, q, nxt)
+        return stored, start, nxt, r
+
     def _read(self, group, topic, q, offset, n, mf, init_mode):
         """Matching records of (topic, q) from `offset` on: (offset read from, next offset,
         GetMessageResult or None).  Skips non-matching stretches (a bounded number of scans)."""
@@ -572,11 +582,8 @@ class PopService:
 
     def _pop_queue(self, group, topic, real_topic, q, n, mf, pop_time, invisible_ms, rqid, init_mode, waits):
         om = self.ctrl.offset_manager
-        stored = self._pop_offset(group, real_topic, q, init_mode)
-        start, nxt, r = self._read(group, real_topic, q, stored, n, mf, init_mode)
+        stored, start, nxt, r = self._read_at_pop_offset(group, real_topic, q, n, mf, init_mode)
         if r is None:
-            if nxt != om.query_offset(group, real_topic, q):
-                om.commit_offset(None, group, real_topic, q, nxt)
             return None
         offsets = r.queue_offsets
         # the pop offset moves first: the checkpoint records where it went (its "e")
@@ -645,11 +652,8 @@ class PopService:
             if any(c.pending for c in self._fifo.get((group, real_topic, q), ())):
                 return None, None
         om = self.ctrl.offset_manager
-        stored = self._pop_offset(group, real_topic, q, init_mode)
-        start, nxt, r = self._read(group, real_topic, q, stored, n, mf, init_mode)
+        stored, start, nxt, r = self._read_at_pop_offset(group, real_topic, q, n, mf, init_mode)
         if r is None:
-            if nxt != om.query_offset(group, real_topic, q):
-                om.commit_offset(None, group, real_topic, q, nxt)
             return None, None
         msgs = decode_messages(r.buffer, decompress=False, read_body=False)
         offsets = r.queue_offsets
