@@ -333,3 +333,31 @@ def test_an_empty_long_poll_ends_before_the_clients_deadline_with_message_not_fo
     answers = list(stub.stub.ReceiveMessage(req, metadata=stub.md(), timeout=2.5))  # bounded by the deadline
     assert answers[0].status.code == pb.MESSAGE_NOT_FOUND
     assert answers[-1].WhichOneof("content") == "delivery_timestamp"
+
+
+def test_consumer_settings_register_as_a_heartbeat_does_and_a_bad_sql92_is_refused(tmp_path):
+    """A 5.x consumer's settings go through the 4.x heartbeat's registration: its group gets its
+    %RETRY% topic (so `rmq admin` lists it), and a malformed SQL92 subscription is answered with
+    ILLEGAL_FILTER_EXPRESSION naming the expression's fault, not registered."""
+    from tests.proxy.conftest import grpc_cluster
+
+    c = grpc_cluster(tmp_path, enablePropertyFilter="true")
+    stub = Stub(c.endpoint)
+    try:
+        make_topic(c, "PxSql")
+
+        def settings(expression):
+            return pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+                group=pb.Resource(name="GPxSql"), subscriptions=[pb.SubscriptionEntry(
+                    topic=pb.Resource(name="PxSql"), expression=pb.FilterExpression(type=pb.SQL, expression=expression))]))
+
+        bad = _telemetry(stub, settings("a > AND"))
+        assert bad.status.code == pb.ILLEGAL_FILTER_EXPRESSION and "a > AND" in bad.status.message, bad.status
+        assert admin("consumerConnection", "-g", "GPxSql", ns=c.namesrv)[0] != 0  # not registered
+        good = _telemetry(stub, settings("a > 5"))
+        assert good.status.code == pb.OK, good.status
+        assert [r["client_id"] for r in rows("consumerConnection", "-g", "GPxSql", ns=c.namesrv)] == [stub.client_id]
+        wait_for(lambda: admin("topicRoute", "-t", "%RETRY%GPxSql", ns=c.namesrv)[0] == 0, what="the group's retry topic")
+    finally:
+        stub.close()
+        c.stop()
