@@ -172,7 +172,7 @@ def _cmd_dashboard(args) -> None:
 
     async def start():
         server.append(serve(namesrv, host, port, users_file=args.users, access_key=access_key,
-                            secret_key=secret_key))
+                            secret_key=secret_key, stats_interval=args.stats_interval))
         return [f"rmq console for name server {namesrv} on {server[0].url}"]
 
     async def stop():
@@ -251,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--listen", default="127.0.0.1:8080",
                     help="host:port to serve on (default 127.0.0.1:8080; any other than loopback needs --users)")
     db.add_argument("--users", metavar="FILE", help="ask for a login of these users (rmq dashboard adduser FILE NAME)")
+    db.add_argument("--stats-interval", type=float, default=10.0, metavar="SECONDS",
+                    help="seconds between the samples the dashboard's charts draw (default 10; 0: no charts)")
     from rmq_core.admin.commands import add_credential_flags, add_parsers  # (rich is imported only when a command prints)
 
     add_credential_flags(db)  # the ACL account the console's admin calls sign with
