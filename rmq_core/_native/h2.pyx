@@ -405,16 +405,24 @@ def percent_encode(str text) -> str:
     return "".join(parts)
 
 
-_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-
-
 def grpc_timeout(str value) -> float:
     """grpc-timeout (1-8 digits and a unit: H M S m u n) in seconds; ValueError names a bad one."""
-    cdef Py_ssize_t n = len(value)
+    cdef Py_ssize_t i, n = len(value)
+    cdef int64_t digits = 0
+    cdef Py_UCS4 c, unit
+    cdef double scale
     if 2 <= n <= 9:
-        digits, unit = value[:n - 1], value[n - 1]
-        if digits.isdigit() and digits.isascii() and unit in _TIMEOUT_UNITS:
-            return int(digits) * _TIMEOUT_UNITS[unit]
+        for i in range(n - 1):
+            c = value[i]
+            if not (48 <= <int> c <= 57):  # ('0'..'9')
+                break
+            digits = digits * 10 + (<int> c - 48)
+        else:
+            unit = value[n - 1]
+            scale = (3600.0 if unit == u'H' else 60.0 if unit == u'M' else 1.0 if unit == u'S' else
+                     1e-3 if unit == u'm' else 1e-6 if unit == u'u' else 1e-9 if unit == u'n' else -1.0)
+            if scale > 0:
+                return digits * scale
     raise ValueError(f"bad grpc-timeout {value!r} (1-8 digits and a unit of H M S m u n)")
 
 

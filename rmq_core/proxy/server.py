@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import types
 
 from google.protobuf.message import DecodeError
 
@@ -53,6 +54,7 @@ METHODS = {
     "NotifyClientTermination": (spb.NotifyClientTerminationRequest, UNARY),
     "ChangeInvisibleDuration": (spb.ChangeInvisibleDurationRequest, UNARY),
 }
+_PATHS = {_SERVICE + name: (name, request_type, kind) for name, (request_type, kind) in METHODS.items()}
 _RESPONSE_HEADERS = h2.encode_headers([(":status", "200"), ("content-type", "application/grpc")])
 _TRAILERS_OK = h2.encode_headers([("grpc-status", "0")])
 _REFUSED_STREAM = 7
@@ -69,18 +71,41 @@ class Call:
     """One RPC as its handler sees it: the request headers (`metadata`: x-mq-client-id,
     authorization ...), the client's address, its deadline."""
 
-    __slots__ = ("sid", "metadata", "peer", "deadline", "fn", "request_type", "kind", "message", "task",
+    __slots__ = ("sid", "metadata", "peer", "started", "fn", "request_type", "kind", "message", "task",
                  "inbox", "headers_sent")
 
-    def __init__(self, sid: int, metadata: dict, peer: str, deadline, fn, request_type, kind: int):
-        self.sid, self.metadata, self.peer, self.deadline = sid, metadata, peer, deadline
+    def __init__(self, sid: int, metadata: dict, peer: str, fn, request_type, kind: int):
+        self.sid, self.metadata, self.peer = sid, metadata, peer
         self.fn, self.request_type, self.kind = fn, request_type, kind
+        self.started = time.monotonic()
         self.message = self.task = self.inbox = None
         self.headers_sent = False
 
     def time_remaining(self) -> float | None:
-        """Seconds to the client's deadline (None: it gave none)."""
-        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        """Seconds to the client's deadline (its grpc-timeout; None: it gave none)."""
+        timeout = self.metadata.get("grpc-timeout")
+        if timeout is None:
+            return None
+        return max(0.0, self.started + h2.grpc_timeout(timeout) - time.monotonic())
+
+
+@types.coroutine
+def _resume(coro, waiting):
+    """Carry on a coroutine that was started outside a task and is now waiting on `waiting`: what
+    its `await` would have done inside one (the task waits on what it yields, sends or throws back)."""
+    while True:
+        try:
+            value = yield waiting
+        except BaseException as e:
+            try:
+                waiting = coro.throw(e)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                waiting = coro.send(value)
+            except StopIteration as stop:
+                return stop.value
 
 
 class _Connection(asyncio.Protocol):
@@ -176,13 +201,12 @@ class _Connection(asyncio.Protocol):
 
     # --- calls --------------------------------------------------------------------------------------
     def _headers(self, sid: int, headers: dict) -> None:
-        path = headers.get(":path", "")
-        method = METHODS.get(path[len(_SERVICE):]) if path.startswith(_SERVICE) else None
         if self.going_away or self.server.closing:
             self.h2.reset(sid, _REFUSED_STREAM)
             return
-        fn = getattr(self.server.service, path[len(_SERVICE):]) if method is not None else None
-        call = Call(sid, headers, self.peer, None, fn, *(method or (None, UNARY)))
+        path = headers.get(":path", "")
+        method = self.server.handlers.get(path)
+        call = Call(sid, headers, self.peer, *(method or (None, None, UNARY)))
         self.calls[sid] = call
         if method is None:
             return self._abort(call, GRPC_UNIMPLEMENTED, f"method {path} is not served (rmq serves "
@@ -192,9 +216,9 @@ class _Connection(asyncio.Protocol):
             return self._abort(call, GRPC_UNIMPLEMENTED, f"grpc-encoding {encoding} is not supported: rmq's gRPC "
                                f"server takes uncompressed messages (identity)")
         timeout = headers.get("grpc-timeout")
-        if timeout is not None:
+        if timeout is not None:  # (checked here, read when an RPC asks: Call.time_remaining)
             try:
-                call.deadline = time.monotonic() + h2.grpc_timeout(timeout)
+                h2.grpc_timeout(timeout)
             except ValueError as e:
                 return self._abort(call, GRPC_INTERNAL, str(e))
         if call.kind == BIDI_STREAMING:
@@ -211,7 +235,7 @@ class _Connection(asyncio.Protocol):
         except DecodeError as e:
             return self._abort(call, GRPC_INTERNAL, f"cannot decode {call.request_type.__name__}: {e}")
         if call.kind == UNARY:
-            call.task = self._loop.create_task(self._unary(call, request))
+            self._unary(call, call.fn(request, call))
         else:
             call.task = self._loop.create_task(self._stream(call, call.fn(request, call)))
 
@@ -223,17 +247,36 @@ class _Connection(asyncio.Protocol):
                 return
             yield call.request_type.FromString(message)
 
-    async def _unary(self, call: Call, request) -> None:
+    def _unary(self, call: Call, coro) -> None:
+        """Run a unary RPC's coroutine right here until it first waits (a send to an async-flush
+        store never does): answered now, without a task; else a task carries it on."""
         try:
-            payload = (await call.fn(request, call)).SerializeToString()
-        except GrpcAbort as e:
-            return self._abort(call, e.code, e.message)
+            waiting = coro.send(None)
+        except StopIteration as e:
+            return self._answer(call, e.value)
+        except BaseException as e:
+            return self._failed(call, e)
+        call.task = self._loop.create_task(self._unary_rest(call, coro, waiting))
+
+    async def _unary_rest(self, call: Call, coro, waiting) -> None:
+        try:
+            response = await _resume(coro, waiting)
         except Exception as e:
-            log.exception("gRPC %s failed", call.fn.__name__)
-            return self._abort(call, GRPC_INTERNAL, f"{call.fn.__name__} failed: {type(e).__name__}: {e}")
+            return self._failed(call, e)
+        self._answer(call, response)
+
+    def _answer(self, call: Call, response) -> None:
         if self.calls.pop(call.sid, None) is not None:
-            self.h2.respond(call.sid, _RESPONSE_HEADERS, payload, _TRAILERS_OK)
+            self.h2.respond(call.sid, _RESPONSE_HEADERS, response.SerializeToString(), _TRAILERS_OK)
             self._schedule_flush()
+
+    def _failed(self, call: Call, e: BaseException) -> None:
+        if isinstance(e, GrpcAbort):
+            return self._abort(call, e.code, e.message)
+        if not isinstance(e, Exception):
+            raise e
+        log.exception("gRPC %s failed", call.fn.__name__, exc_info=e)
+        self._abort(call, GRPC_INTERNAL, f"{call.fn.__name__} failed: {type(e).__name__}: {e}")
 
     async def _stream(self, call: Call, responses) -> None:
         h = self.h2
@@ -273,6 +316,7 @@ class GrpcServer:
         self.service: MessagingService | None = None
         self.max_message = max(_MAX_MESSAGE_BYTES, ctrl.store_config.max_message_size + 1024 * 1024)
         self.connections: set[_Connection] = set()
+        self.handlers: dict = {}  # :path -> (RPC, request type, kind)
         self.closing = False
         self._server = None
 
@@ -282,6 +326,8 @@ class GrpcServer:
 
     async def start(self) -> None:
         self.service = MessagingService(self.ctrl, self.port)
+        self.handlers = {path: (getattr(self.service, name), request_type, kind)
+                         for path, (name, request_type, kind) in _PATHS.items()}
         loop = asyncio.get_running_loop()
         try:
             server = await loop.create_server(lambda: _Connection(self), self.host, self.port, reuse_address=True)
