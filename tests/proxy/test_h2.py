@@ -1,17 +1,14 @@
 """rmq's own HTTP/2 + gRPC wire code (rmq_core/_native/h2): HPACK against RFC 7541's examples, the
-connection codec frame by frame (flow control both ways, a broken peer answered with GOAWAY), and
-the broker's gRPC server with a real grpcio client (large messages both ways; a malformed
-connection ended while others keep working)."""
+connection codec frame by frame (flow control both ways, a broken peer answered with GOAWAY).  The
+broker's server with a real grpcio client: tests/proxy/test_proxy.py (large messages both ways, a
+malformed connection ended while others keep working)."""
 from __future__ import annotations
 
-import socket
 import struct
 
 import pytest
 
 from rmq_core._native import h2
-from rmq_core.proxy.proto.apache.rocketmq.v2 import definition_pb2 as pb
-from tests.proxy.conftest import make_topic
 
 # --- HPACK: RFC 7541 Appendix C -------------------------------------------------------------------
 _REQ1 = [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")]
@@ -205,25 +202,3 @@ def test_a_broken_peer_gets_goaway_naming_the_problem(wire, code, text):
     assert out[-1][0] == GOAWAY and int.from_bytes(out[-1][3][4:8], "big") == code
     assert text in out[-1][3][8:].decode()
     assert c.feed(frame(PING, 0, 0, b"12345678")) == []  # (ended: nothing more is read)
-
-
-# --- the broker's server with a real grpcio client ----------------------------------------------------
-def test_large_messages_both_ways_and_a_malformed_connection_leaves_others_working(cl, stub):
-    make_topic(cl, "PxH2Large", queues=1)
-    body = bytes(range(256)) * 1024  # 256 KiB: many DATA frames and WINDOW_UPDATEs both ways
-    assert stub.send("PxH2Large", body, keys=["big"]).status.code == pb.OK
-    status, messages = stub.receive("GPxH2Large", "PxH2Large", batch=1)
-    assert status.code == pb.OK and messages[0].body == body
-    host, port = cl.endpoint.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(b"GET / HTTP/1.1\r\nHost: broker\r\n\r\n")
-        got = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break  # (the server closed the connection)
-            got += chunk
-    goaway = [f for f in frames(got) if f[0] == GOAWAY]
-    assert goaway and b"bad connection preface" in goaway[0][3][8:]
-    assert stub.ack("GPxH2Large", "PxH2Large", messages[0]).status.code == pb.OK
-    assert stub.send("PxH2Large", b"after").status.code == pb.OK
