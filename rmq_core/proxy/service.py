@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import random
 import time
 
 from rmq_core.broker import message_type as mt
@@ -434,7 +433,8 @@ class MessagingService:
         queue_id = sp.queue_id
         if not 0 <= queue_id < n:
             group = props.get(mt.SHARDING_KEY)
-            queue_id = (java_string_hash(group) & 0x7FFFFFFF) % n if group and n else random.randrange(max(n, 1))
+            # (-1: the send processor picks one of the write queues, as for a 4.x send without one)
+            queue_id = (java_string_hash(group) & 0x7FFFFFFF) % n if group and n else -1
         born = convert.millis(sp.born_timestamp) if sp.HasField("born_timestamp") else int(time.time() * 1000)
         req = RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, {
             "a": topic, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": str(sys_flag), "g": str(born),
