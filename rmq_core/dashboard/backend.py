@@ -9,7 +9,7 @@ import time
 
 import attrs
 
-from rmq_core.admin.client import TOOLS_CONSUMER_GROUP, replica_state
+from rmq_core.admin.values import TOOLS_CONSUMER_GROUP, replica_state
 from rmq_core.errors import IllegalArgumentError, RMQError
 from rmq_core.message import MixAll, TopicValidator
 from rmq_core.remoting.codes import MQVersion
