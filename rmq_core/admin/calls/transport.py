@@ -17,11 +17,10 @@ from rmq_core.remoting.command import RemotingCommand
 
 
 class AdminTransport:
-    """The admin calls against one cluster, addressed by its name server(s).
+    """What every family of admin calls sends through (AdminClient's constructor and close).
 
     namesrv: 'host:port' or 'host:port;host:port' (else NAMESRV_ADDR from the environment), or an
-    embedded cluster's `inproc://` address.  Safe to share between threads (each call borrows its
-    own connection).  Close it (or use `with`) to drop the connections.
+    embedded cluster's `inproc://` address.
     """
 
     def __init__(self, namesrv: str | None = None, *, timeout: float = 5.0, request_steps=(),
