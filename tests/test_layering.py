@@ -4,11 +4,17 @@ source with ast: every import counts, a lazy one inside a function too; one unde
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 
 import rmq_core
 
 ROOT = pathlib.Path(rmq_core.__file__).parent
+
+
+@functools.lru_cache(maxsize=None)  # (each source parsed once per run, whichever rule reads it first)
+def _tree(path: pathlib.Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -25,7 +31,7 @@ def _imports(path: pathlib.Path, known: dict) -> set[str]:
     `name` is one, else the package)."""
     out = set()
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _tree(path)
     typing_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block)
                    for stmt in block.body for n in ast.walk(stmt)}
     for node in ast.walk(tree):
@@ -48,9 +54,14 @@ def _imports(path: pathlib.Path, known: dict) -> set[str]:
 
 
 def _is_type_checking_block(node) -> bool:
-    return isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+@functools.lru_cache(maxsize=None)  # (read once per run: every rule below asks for it)
 def _graph() -> dict[str, set[str]]:
     known = _modules()
     return {name: _imports(path, known) for name, path in known.items()}
@@ -127,7 +138,7 @@ def test_no_class_or_module_defines_a_function_twice():
     measure was lost that way); properties' setters and overloads are the exceptions."""
     twice = []
     for path in [*ROOT.rglob("*.py"), *(ROOT.parent / "plugins").rglob("*.py"), *(ROOT.parent / "spark_plugin").rglob("*.py")]:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_tree(path)):
             if not isinstance(node, (ast.Module, ast.ClassDef)):
                 continue
             seen: dict[str, int] = {}
@@ -152,7 +163,7 @@ def test_the_pull_consumer_does_not_reach_the_push_consumer():
 
 def _private_names_of(path: pathlib.Path, class_name: str) -> set[str]:
     """The private methods and `self._x` attributes a class defines."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _tree(path)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
     names = {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for node in ast.walk(cls):
@@ -176,7 +187,7 @@ def test_no_module_outside_the_controller_touches_its_private_names():
     for path in [*ROOT.rglob("*.py"), *(ROOT.parent / "plugins").rglob("*.py"), *(ROOT.parent / "spark_plugin").rglob("*.py")]:
         if path == controller:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_tree(path)):
             if not (isinstance(node, ast.Attribute) and node.attr in private):
                 continue
             holder = node.value
@@ -205,7 +216,7 @@ def test_no_late_imports_in_admin():
     late = []
     for path in (ROOT / "admin").rglob("*.py"):
         rel = str(path.relative_to(ROOT.parent))
-        for fn in ast.walk(ast.parse(path.read_text(), str(path))):
+        for fn in ast.walk(_tree(path)):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):
