@@ -12,7 +12,7 @@ import re
 import socket
 import struct
 import time
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Mapping
 
 import attrs
 
@@ -493,17 +493,6 @@ def encode_properties_checked(props: Mapping[str, str]) -> bytes:
             f"message properties are {len(raw)} bytes, more than {MAX_PROPERTIES_LENGTH}"
         )
     return raw
-
-
-def iter_chunks(seq: Iterable, n: int):
-    buf = []
-    for x in seq:
-        buf.append(x)
-        if len(buf) == n:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
 
 
 from rmq_core import errors as _errors  # noqa: E402

@@ -10,6 +10,8 @@ import re
 import sys
 from typing import Any, Iterable, Sequence
 
+from rmq_core.errors import RMQError
+
 
 def snake(header: str) -> str:
     """'Broker Name' -> 'broker_name', 'QID' -> 'qid', 'ClientId' -> 'client_id', 'InTPS' -> 'in_tps',
@@ -133,8 +135,6 @@ class Output:
     def each(self, description: str, items: Sequence, fetch):
         """(item, fetch(item)) for each of `items` under a progress bar that advances as the caller
         takes the next; an item whose fetch fails (RMQError: gone, unreachable) is passed over."""
-        from rmq_core.errors import RMQError
-
         with self.progress(description, len(items)) as advance:
             for item in items:
                 try:

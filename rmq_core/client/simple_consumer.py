@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 from rmq_core.client.config import make_client_config
 from rmq_core.client.futures import LeanFuture
-from rmq_core.client.push_consumer import enum_setting, join_client
+from rmq_core.client.consumer_base import enum_setting, join_client
 from rmq_core.client.subscription import build_subscription
 from rmq_core.common.clock import now_ms
 from rmq_core.common.delegate import delegate

@@ -9,7 +9,7 @@ import time
 
 import attrs
 
-from rmq_core.admin.client import TOOLS_CONSUMER_GROUP, replica_state
+from rmq_core.admin.values import TOOLS_CONSUMER_GROUP, replica_state
 from rmq_core.dashboard.charts import line_chart
 from rmq_core.dashboard.history import DEFAULT_INTERVAL, StatsHistory
 from rmq_core.errors import IllegalArgumentError, RMQError

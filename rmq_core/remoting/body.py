@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import struct
 import time
 import zlib
@@ -18,7 +19,7 @@ import attrs
 from rmq_core.common.fastjson import dumps, loads_lenient  # noqa: F401 - also this module's names
 from rmq_core.errors import RemotingCommandError
 from rmq_core.remoting.command import json_int
-from rmq_core.message import MixAll, PermName
+from rmq_core.message import MessageQueue, MixAll, PermName
 
 
 def _int(obj: Mapping, key: str, default: int | None = None, where: str = "") -> int:
@@ -107,6 +108,9 @@ class BrokerData:
 
 @attrs.define
 class TopicRouteData:
+    """The name server's route of a topic (one type for every side), with what a producer and a
+    consumer derive from it."""
+
     queue_datas: list[QueueData] = attrs.field(factory=list)
     broker_datas: list[BrokerData] = attrs.field(factory=list)
     order_topic_conf: str | None = None
@@ -132,6 +136,52 @@ class TopicRouteData:
                    [BrokerData.from_json(b) for b in d.get("brokerDatas") or []],
                    order if isinstance(order, str) else None,
                    dict(d.get("filterServerTable") or {}))
+
+    def broker_data(self, broker_name: str) -> BrokerData | None:
+        for bd in self.broker_datas:
+            if bd.broker_name == broker_name:
+                return bd
+        return None
+
+    def with_default_topic_queue_nums(self, queue_nums: int) -> "TopicRouteData":
+        """TBW102 fallback: use the default topic's brokers, capping queue counts (Java does the same
+        before a broker has auto-created the new topic)."""
+        qds = [
+            attrs.evolve(q, read_queue_nums=min(queue_nums, q.read_queue_nums),
+                         write_queue_nums=min(queue_nums, q.read_queue_nums))
+            for q in self.queue_datas
+        ]
+        return attrs.evolve(self, queue_datas=qds)
+
+    def subscribe_queues(self, topic: str) -> list[MessageQueue]:
+        """Readable queues (topicRouteData2TopicSubscribeInfo)."""
+        out = []
+        for qd in self.queue_datas:
+            if PermName.is_readable(qd.perm):
+                out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
+        return sorted(out)
+
+    def publish_queues(self, topic: str) -> tuple[list[MessageQueue], bool]:
+        """The writable queues on brokers with a master, and whether the topic is ordered (its
+        orderTopicConf lists the queues): topicRouteData2TopicPublishInfo's part."""
+        queues: list[MessageQueue] = []
+        order = False
+        if self.order_topic_conf:
+            # "brokerA:8;brokerB:8": ordered topics list their queues explicitly
+            for item in self.order_topic_conf.split(";"):
+                name, _, n = item.partition(":")
+                if name and n.strip().isdigit():
+                    queues.extend(MessageQueue(topic, name, i) for i in range(int(n)))
+            order = True
+        else:
+            for qd in sorted(self.queue_datas, key=lambda q: q.broker_name):
+                if not PermName.is_writeable(qd.perm):
+                    continue
+                bd = self.broker_data(qd.broker_name)
+                if bd is None or bd.master_addr is None:
+                    continue
+                queues.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
+        return queues, order
 
 
 @attrs.define
@@ -355,3 +405,42 @@ def topic_list_decode(body) -> list[str]:
     if not isinstance(topics, list):
         raise RemotingCommandError(f"bad TopicList body: {d!r:.80}")
     return [str(t) for t in topics]
+
+
+# fastjson writes Map<MessageQueue, Long> with object keys ({{"brokerName":..,"queueId":..,"topic":..}:12}),
+# which is not JSON: each key object and its offset, then the key's fields in any order
+_MQ_KEYED_ENTRY = re.compile(r'\{([^{}]*)\}\s*:\s*(-?\d+)')
+_MQ_KEY_FIELD = re.compile(r'"(\w+)"\s*:\s*(?:"((?:[^"\\]|\\.)*)"|(-?\d+))')
+
+
+def decode_reset_offset_body(body, topic: str | None = None) -> dict[MessageQueue, int]:
+    """ResetOffsetBody's offsetTable (the RESET_CONSUMER_CLIENT_OFFSET request to a client, the
+    INVOKE_BROKER_TO_RESET_OFFSET answer to mqadmin), in every form a broker writes: rmq's list of
+    rows (`{"brokerName","queueId","topic","offset"}`, or the queue under `"mq"`), string keys
+    `"topic@broker@queueId"`, and Java's object-keyed map.  `topic`: the topic of a row naming none."""
+    if not body:
+        return {}
+    text = bytes(body).decode("utf-8", "replace")
+    out: dict[MessageQueue, int] = {}
+    try:
+        raw = json.loads(text)
+        table = raw.get("offsetTable", raw) if isinstance(raw, dict) else raw
+        if isinstance(table, list):
+            for row in table:
+                q = row.get("mq", row)
+                out[MessageQueue(q.get("topic", topic), q["brokerName"], int(q["queueId"]))] = int(row["offset"])
+            return out
+        for key, offset in (table or {}).items():
+            t, b, q = key.split("@")
+            out[MessageQueue(t, b, int(q))] = int(offset)
+        return out
+    except (ValueError, KeyError, AttributeError, TypeError):
+        out.clear()
+    for entry in _MQ_KEYED_ENTRY.finditer(text):
+        fields = {name: json.loads(f'"{s}"') if num == "" else num
+                  for name, s, num in _MQ_KEY_FIELD.findall(entry.group(1))}
+        try:
+            out[MessageQueue(fields.get("topic", topic), fields["brokerName"], int(fields["queueId"]))] = int(entry.group(2))
+        except (KeyError, ValueError):
+            continue
+    return out

@@ -14,6 +14,7 @@ from typing import Callable
 
 import attrs
 
+from rmq_core.acl import tools_credentials
 from rmq_core.errors import RMQError, one_line
 
 
@@ -102,6 +103,8 @@ def add_parsers(sub) -> None:
 
 def main(args) -> int:
     """Run the chosen command: 0 on success, 1 with one line on stderr on any failure."""
+    # (here, not at the top: every `rmq` run builds the commands' parsers; the client is loaded
+    # only when an admin command runs)
     from rmq_core.admin.client import AdminClient
     from rmq_core.admin.output import Output
 
@@ -149,8 +152,6 @@ def credentials(args) -> tuple[str | None, str | None]:
     RMQ_SECRET_KEY, else mqadmin's $ROCKETMQ_HOME/conf/tools.yml; (None, None) for unsigned."""
     if getattr(args, "access_key", None) or getattr(args, "secret_key", None):
         return args.access_key, args.secret_key
-    from rmq_core.acl import tools_credentials
-
     return tools_credentials()
 
 

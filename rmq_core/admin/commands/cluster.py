@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 
 from rmq_core.admin.commands import UsageError, arg, broker_targets, command
+from rmq_core.admin.values import replica_state
 from rmq_core.errors import RMQError
-from rmq_core.message import MixAll
+from rmq_core.message import MixAll, TopicValidator
 
 _B = arg("-b", "--brokerAddr", help="broker address host:port")
 _C = arg("-c", "--clusterName", help="cluster name")
@@ -25,8 +26,6 @@ def _first_float(text: str | None) -> float:
          arg("-c", "--clusterName", help="only this cluster"),
          arg("-m", "--moreStats", action="store_true", help="also today's and yesterday's message totals"))
 def cluster_list(admin, args, out):
-    from rmq_core.admin.client import replica_state
-
     rows = []
     for b in admin.brokers(args.clusterName):
         info = admin.broker_runtime_info(b.addr)
@@ -229,7 +228,6 @@ def _check_order_conf(conf: str) -> str:
          arg("-v", "--orderConf", help="order config, e.g. broker-a:4;broker-b:4 (with -m put)"),
          arg("-m", "--method", default="put", choices=["put", "get", "delete"], help="put | get | delete (default put)"))
 def update_order_conf(admin, args, out):
-    from rmq_core.message import TopicValidator
     TopicValidator.check_topic(args.topic)
     if args.method == "put":
         if not args.orderConf:

@@ -18,7 +18,7 @@ import zlib
 
 import attrs
 
-from rmq_core.broker.config_file import TopicConfig
+from rmq_core.broker.topic_config_manager import TopicConfig
 from rmq_core.broker.consumer_filter_manager import PropertyFilterDisabledError
 from rmq_core.broker.pop.receipt import (
     ACK_TAG, CK_TAG, POP_ORDER_REVIVE_QUEUE, REVIVE_GROUP, REVIVE_QUEUE_NUM, encode_ack, encode_ck, is_pop_retry_topic,
