@@ -833,6 +833,10 @@ class Producer:
         cause = self.instance.route_error(topic)
         if cause is not None:
             raise cause
+        route = self.instance.topic_route_table.get(topic)
+        no_master = route.no_master() if route is not None else None
+        if no_master is not None:
+            raise MQClientError(f"cannot send to topic {topic!r}: {no_master}")
         raise MQClientError(
             f"no route info of topic {topic!r} (not on the name server {self.client_config.namesrv}, and no "
             f"auto-create route {self.create_topic_key!r}); create the topic first"

@@ -42,6 +42,22 @@ class TopicRouteData(WireTopicRouteData):
         ]
         return attrs.evolve(self, queue_datas=qds)
 
+    def no_master(self) -> str | None:
+        """Why a producer finds no queue to write to when the topic has writable queues whose broker
+        groups have no master right now (only slaves registered), else None."""
+        names = sorted({q.broker_name for q in self.queue_datas if PermName.is_writeable(q.perm)})
+        groups = [self.broker_data(n) for n in names]
+        if not groups or any(bd is not None and bd.master_addr is not None for bd in groups):
+            return None
+        slaves = sorted(a for bd in groups if bd is not None for a in bd.broker_addrs.values())
+        which = ", ".join(names)
+        text = (f"broker group {which} has no master" if len(names) == 1 else
+                f"none of the broker groups {which} has a master")
+        text += f" (only slaves registered: {', '.join(slaves)})" if slaves else ""
+        if all(bd is not None and bd.enable_controller_mode for bd in groups):
+            return text + "; a new master is being elected (controller mode): retry in a few seconds"
+        return text + "; start the master again (a slave is read-only)"
+
     def subscribe_queues(self, topic: str) -> list[MessageQueue]:
         """Readable queues (topicRouteData2TopicSubscribeInfo)."""
         out = []

@@ -73,10 +73,16 @@ class BrokerData:
     cluster: str
     broker_name: str
     broker_addrs: dict[int, str] = attrs.field(factory=dict)  # brokerId -> "ip:port"; 0 is the master
+    # rmq's: the group runs in controller mode (its master registered with a master epoch), so a
+    # group without a master is having one elected.  In the JSON only when true (RocketMQ 4's otherwise).
+    enable_controller_mode: bool = False
 
     def to_json(self) -> dict:
-        return {"brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
-                "brokerName": self.broker_name, "cluster": self.cluster}
+        out = {"brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
+               "brokerName": self.broker_name, "cluster": self.cluster}
+        if self.enable_controller_mode:
+            out["enableControllerMode"] = True
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping) -> "BrokerData":
@@ -88,7 +94,8 @@ class BrokerData:
             parsed = {int(k): str(v) for k, v in addrs.items()}
         except ValueError:
             raise RemotingCommandError(f"bad brokerData 'brokerAddrs' keys: {list(addrs)!r:.80}") from None
-        return cls(_str(d, "cluster", "", w), _str(d, "brokerName", where=w), parsed)
+        return cls(_str(d, "cluster", "", w), _str(d, "brokerName", where=w), parsed,
+                   d.get("enableControllerMode") is True)
 
     @property
     def master_addr(self) -> str | None:
@@ -102,7 +109,7 @@ class BrokerData:
         return random.choice(list(self.broker_addrs.values())) if self.broker_addrs else None
 
     def clone(self) -> "BrokerData":
-        return BrokerData(self.cluster, self.broker_name, dict(self.broker_addrs))
+        return BrokerData(self.cluster, self.broker_name, dict(self.broker_addrs), self.enable_controller_mode)
 
 
 @attrs.define
