@@ -196,6 +196,13 @@ def _positive(inst, attribute, value):
         raise ConfigError(f"{attribute.metadata.get('key', attribute.name)} must be > 0, got {value!r}")
 
 
+def _transfer_by_heap(inst, attribute, value):
+    if not value:
+        raise ConfigError("transferMsgByHeap=false (RocketMQ's zero-copy transfer of a pull's messages from the "
+                          "mapped commit log) is not supported: rmq copies them into the answer, as "
+                          "transferMsgByHeap=true does; remove the setting")
+
+
 def _optional_port(inst, attribute, value):
     if value is not None and not 0 <= value <= 65535:
         raise ConfigError(f"{type(inst).__name__}: {attribute.metadata['key']} must be a port within 0..65535, got {value!r}")
@@ -352,7 +359,7 @@ class BrokerConfig(PropertiesConfig):
     long_polling_enable: bool = prop(True, "longPollingEnable")
     short_polling_time_mills: int = prop(1000, "shortPollingTimeMills")
     notify_consumer_ids_changed_enable: bool = prop(True, "notifyConsumerIdsChangedEnable")
-    transfer_msg_by_heap: bool = prop(True, "transferMsgByHeap")
+    transfer_msg_by_heap: bool = prop(True, "transferMsgByHeap", validator=_transfer_by_heap)
     register_name_server_period: int = prop(30_000, "registerNameServerPeriod")
     # The full registration in RocketMQ's deflate layout (off, as in RocketMQ: that layout drops
     # each topic's topicSysFlag and order, and level-9 zlib costs CPU the plain body does not; it
@@ -365,7 +372,9 @@ class BrokerConfig(PropertiesConfig):
     transaction_time_out: int = prop(6000, "transactionTimeOut")
     transaction_check_max: int = prop(15, "transactionCheckMax")
     transaction_check_interval: int = prop(60_000, "transactionCheckInterval")
-    trace_topic_enable: bool = prop(False, "traceTopicEnable")  # creates msgTraceTopicName at start
+    # creates msgTraceTopicName at start (so, as in RocketMQ, updateBrokerConfig's change takes effect
+    # after a restart)
+    trace_topic_enable: bool = prop(False, "traceTopicEnable")
     msg_trace_topic_name: str = prop("RMQ_SYS_TRACE_TOPIC", "msgTraceTopicName")
     rebalance_lock_max_live_time: int = prop(60_000, "rebalanceLockMaxLiveTime")  # orderly queue lock lease
     error_reply_delay_ms: int = prop(1000, "errorReplyDelayMs")  # C++ client retries at once: slow it down
@@ -520,7 +529,7 @@ RUNTIME_BROKER_KEYS = frozenset({
     "namesrvAddr", "brokerPermission", "autoCreateTopicEnable", "autoCreateSubscriptionGroup",
     "defaultTopicQueueNums", "enablePropertyFilter", "filterSupportRetry", "longPollingEnable",
     "shortPollingTimeMills", "notifyConsumerIdsChangedEnable", "transferMsgByHeap", "rejectTransactionMessage",
-    "transactionTimeOut", "transactionCheckMax", "traceTopicEnable", "errorReplyDelayMs",
+    "transactionTimeOut", "transactionCheckMax", "errorReplyDelayMs",
     "lockRefuseReplyDelayMs",
 })
 
