@@ -816,7 +816,7 @@ class Producer:
         info = self.topic_publish_info.get(topic)
         if info is None or not info.ok:
             self.topic_publish_info.setdefault(topic, TopicPublishInfo(topic, [], None))
-            await self.instance.update_topic_route(topic)
+            await self.instance.update_topic_route(topic, report=False)  # (a failure is raised below)
             route = self.instance.topic_route_table.get(topic)
             if route is not None:
                 info = self.topic_publish_info[topic] = route.publish_info(topic)
@@ -824,7 +824,7 @@ class Producer:
             return info
         # the topic does not exist yet: send through the auto-create topic's brokers (TBW102)
         ok = await self.instance.update_topic_route(topic, default_topic=self.create_topic_key,
-                                                    default_queue_nums=self.default_topic_queue_nums)
+                                                    default_queue_nums=self.default_topic_queue_nums, report=False)
         route = self.instance.topic_route_table.get(topic) if ok else None
         if route is not None:
             info = self.topic_publish_info[topic] = route.publish_info(topic)
