@@ -196,6 +196,13 @@ def _positive(inst, attribute, value):
         raise ConfigError(f"{attribute.metadata.get('key', attribute.name)} must be > 0, got {value!r}")
 
 
+def _ext_file_size(inst, attribute, value):
+    if value != attribute.default:
+        raise ConfigError(f"mappedFileSizeConsumeQueueExt={value} is not supported: rmq keeps one consume-queue ext "
+                          "file of filter bit maps beside each consume-queue file, sized by "
+                          "mappedFileSizeConsumeQueue and bitMapLengthConsumeQueueExt; remove the setting")
+
+
 def _transfer_by_heap(inst, attribute, value):
     if not value:
         raise ConfigError("transferMsgByHeap=false (RocketMQ's zero-copy transfer of a pull's messages from the "
@@ -236,7 +243,8 @@ class MessageStoreConfig(PropertiesConfig):
     mapped_file_size_commit_log: int = prop(1024 * 1024 * 1024, "mappedFileSizeCommitLog", validator=_positive)
     mapped_file_size_consume_queue: int = prop(300_000 * 20, "mappedFileSizeConsumeQueue", validator=_positive)
     enable_consume_queue_ext: bool = prop(False, "enableConsumeQueueExt")
-    mapped_file_size_consume_queue_ext: int = prop(48 * 1024 * 1024, "mappedFileSizeConsumeQueueExt", validator=_positive)
+    mapped_file_size_consume_queue_ext: int = prop(48 * 1024 * 1024, "mappedFileSizeConsumeQueueExt",
+                                                    validator=_ext_file_size)
     bit_map_length_consume_queue_ext: int = prop(64, "bitMapLengthConsumeQueueExt", validator=_positive)
     flush_disk_type: FlushDiskType = prop(FlushDiskType.ASYNC_FLUSH, "flushDiskType")
     flush_interval_commit_log: int = prop(500, "flushIntervalCommitLog", validator=_positive)
@@ -528,7 +536,7 @@ RUNTIME_BROKER_KEYS = frozenset({
     # broker
     "namesrvAddr", "brokerPermission", "autoCreateTopicEnable", "autoCreateSubscriptionGroup",
     "defaultTopicQueueNums", "enablePropertyFilter", "filterSupportRetry", "longPollingEnable",
-    "shortPollingTimeMills", "notifyConsumerIdsChangedEnable", "transferMsgByHeap", "rejectTransactionMessage",
+    "shortPollingTimeMills", "notifyConsumerIdsChangedEnable", "rejectTransactionMessage",
     "transactionTimeOut", "transactionCheckMax", "errorReplyDelayMs",
     "lockRefuseReplyDelayMs",
 })

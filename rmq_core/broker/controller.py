@@ -547,10 +547,12 @@ class BrokerController:
         await asyncio.gather(*(one(a) for a in bc.namesrv_addr_list))
 
     def ha_server_addr(self) -> str:
-        """brokerIP1:the HA port — the bound one on a master (haListenPort, by default listenPort + 1)."""
+        """brokerIP2 (else brokerIP1, as RocketMQ's default of brokerIP2):the HA port - the bound one on a
+        master (haListenPort, by default listenPort + 1): where slaves replicate from."""
         ha = self.store.ha_service
         port = ha.listen_port if ha.listen_port is not None else ha.configured_listen_port()
-        return f"{self.broker_config.broker_ip1}:{port}"
+        bc = self.broker_config
+        return f"{bc.broker_ip2 or bc.broker_ip1}:{port}"
 
     def _on_register_answer(self, ext: dict) -> None:
         """A slave follows its master's HA address as the name server knows it (a master restarted

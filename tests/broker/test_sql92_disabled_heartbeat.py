@@ -98,6 +98,8 @@ def test_the_refusal_suggests_a_command_that_runs_as_printed(make_cluster, capsy
     from rmq_core.cli import main
 
     c = make_cluster({"enablePropertyFilter": "false"})
+    with Producer("PG_SQL_FIX", namesrv=c.tcp_namesrv) as p:
+        p.send(Message("T_SQL_FIX", b"x"))  # (the topic exists: the consumer's start asks its broker)
     sql = PushConsumer("CG_SQL_FIX", namesrv=c.tcp_namesrv)
     sql.subscribe("T_SQL_FIX", MessageSelector.by_sql("a > 1"))
     sql.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
