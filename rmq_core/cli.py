@@ -17,7 +17,7 @@ import sys
 import time
 
 from rmq_core import loops
-from rmq_core.errors import ConfigError, RMQError
+from rmq_core.errors import ConfigError, RMQError, os_error_text
 
 
 def _check_store_writable(path: str) -> None:
@@ -334,9 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
-            print(f"rmq {args.command}: error: cannot listen: address already in use ({e})", file=sys.stderr)
+            print(f"rmq {args.command}: error: cannot listen: address already in use ({os_error_text(e)})",
+                  file=sys.stderr)
         else:
-            print(f"rmq {args.command}: error: {e}", file=sys.stderr)
+            print(f"rmq {args.command}: error: {os_error_text(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -120,6 +120,35 @@ def test_a_refused_connection_is_worded_one_way(exposed, caplog):
     assert rc == 1 and f"connect to {far} failed: Connection refused" in err and "Errno" not in err
 
 
+def test_a_reset_connection_is_worded_without_its_errno():
+    """A peer that accepts and resets the connection (SO_LINGER 0): the socket error's text only."""
+    import socket
+    import struct
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    addr = f"127.0.0.1:{srv.getsockname()[1]}"
+
+    def reset_each():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            c.recv(1)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            c.close()
+
+    threading.Thread(target=reset_each, daemon=True).start()
+    try:
+        rc, _, err = run("admin", "topicList", "-n", addr)
+    finally:
+        srv.close()
+    assert rc == 1 and f"to {addr} failed: Connection reset by peer" in err and "Errno" not in err
+
+
 def _register(admin, ns, broker_id, addr, state_version=0, topics=("TopicOnSlave",)):
     table = {t: {"topicName": t, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "topicFilterType": "SINGLE_TAG",
                  "topicSysFlag": 0, "order": False} for t in topics}
