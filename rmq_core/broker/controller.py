@@ -34,9 +34,9 @@ from rmq_core.broker.timer import TIMER_TOPIC, TimerMessageService
 from rmq_core.broker.topic_config_manager import TopicConfigManager
 from rmq_core.broker.transaction import TransactionalMessageService
 from rmq_core.config import BrokerConfig, BrokerRole, MessageStoreConfig
-from rmq_core.errors import ConfigError
+from rmq_core.errors import ConfigError, RMQError
 from rmq_core.loops import CoalescedJob
-from rmq_core.message import ExpressionType
+from rmq_core.message import ExpressionType, open_listen_addresses
 from rmq_core.acl import signer_from
 from rmq_core.plugins import get_access_validator_factory, get_filter_factory
 from rmq_core.remoting.body import REGISTER_ALL, RegisterBrokerBody, register_body_json
@@ -186,6 +186,11 @@ class BrokerController:
             self._stop_access_validator()
             raise
         self.servers.append(tcp)
+        exposed = open_listen_addresses(tcp.listen_addresses)
+        if exposed and not bc.acl_enable:
+            log.warning("ACL is off (aclEnable=false) and the broker listens on %s, reachable from other hosts: "
+                        "any host that reaches it can send, consume and run admin commands; set aclEnable=true "
+                        "(plain_acl.yml) or listen on 127.0.0.1 (--listen-host)", ", ".join(exposed))
         port = int(tcp.listen_address.rpartition(":")[2])
         # haListenPort's default, RocketMQ's: listenPort + 1 (any port for the broker: any for HA too)
         self._ha_default_port = bc.listen_port + 1 if bc.listen_port else 0
@@ -548,10 +553,12 @@ class BrokerController:
         await asyncio.gather(*(one(a) for a in bc.namesrv_addr_list))
 
     def ha_server_addr(self) -> str:
-        """brokerIP1:the HA port — the bound one on a master (haListenPort, by default listenPort + 1)."""
+        """brokerIP2 (else brokerIP1, as RocketMQ's default of brokerIP2):the HA port - the bound one on a
+        master (haListenPort, by default listenPort + 1): where slaves replicate from."""
         ha = self.store.ha_service
         port = ha.listen_port if ha.listen_port is not None else ha.configured_listen_port()
-        return f"{self.broker_config.broker_ip1}:{port}"
+        bc = self.broker_config
+        return f"{bc.broker_ip2 or bc.broker_ip1}:{port}"
 
     def _on_register_answer(self, ext: dict) -> None:
         """A slave follows its master's HA address as the name server knows it (a master restarted
@@ -643,6 +650,17 @@ class BrokerController:
                 self._filters.clear()
             self._filters[key] = mf
         return mf
+
+    def expression_filter_of(self, group: str, topic: str):
+        """The group's compiled expression filter (SQL92, ...) for `topic` as its consumers subscribe
+        it, or None for a tag subscription, none, or one that no longer compiles here."""
+        sub = self.consumer_manager.find_subscription(group, topic)
+        if sub is None or ExpressionType.is_tag_type(sub.expression_type):
+            return None
+        try:
+            return self.build_message_filter(group, sub)
+        except (RMQError, ValueError):  # (SQL92 since switched off, a plugin gone: the pull of the topic says so)
+            return None
 
     def _bloom_born_time(self, group: str, sub) -> int:
         """The born time of the registered filter data the cached filter was built from (a

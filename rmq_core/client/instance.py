@@ -383,14 +383,20 @@ class MQClientInstance(LoopBridge):
         resp = await self.invoke_namesrv(req, timeout)
         if resp.code == ResponseCode.TOPIC_NOT_EXIST:
             return None
+        if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:  # (not a name server: a broker says so)
+            addr = self.config.namesrv[self._namesrv_index % len(self.config.namesrv)]
+            raise MQClientError(f"the name server {addr} answered: {resp.remark}", resp.code)
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, "name server")
         if not resp.body:
             raise MQClientError(f"empty route body for topic {topic!r} from the name server")
         return decode_route(resp.body)
 
-    async def update_topic_route(self, topic: str, default_topic: str | None = None, default_queue_nums: int = 4) -> bool:
-        """Refresh one topic's route; returns True when a route is known afterwards."""
+    async def update_topic_route(self, topic: str, default_topic: str | None = None, default_queue_nums: int = 4,
+                                 report: bool = True) -> bool:
+        """Refresh one topic's route; returns True when a route is known afterwards.  A failure is
+        kept for route_error; `report`: also log it (once while it lasts) - False when the caller
+        raises it (one report per failure)."""
         async with self._route_lock:
             try:
                 if default_topic:
@@ -400,7 +406,9 @@ class MQClientInstance(LoopBridge):
                 else:
                     route = await self.get_topic_route(topic)
             except (MQClientError, MQBrokerError, RemotingError) as e:
-                log.warning("update route of topic %s failed: %s", topic, e)
+                before = self.route_errors.get(topic)
+                if report and (before is None or str(before) != str(e)):
+                    log.warning("update route of topic %s failed: %s", topic, e)
                 self.route_errors[topic] = e  # what a caller left without a route is told
                 return topic in self.topic_route_table
             self.route_errors.pop(topic, None)

@@ -817,7 +817,7 @@ class Producer:
         info = self.topic_publish_info.get(topic)
         if info is None or not info.ok:
             self.topic_publish_info.setdefault(topic, TopicPublishInfo(topic, [], None))
-            await self.instance.update_topic_route(topic)
+            await self.instance.update_topic_route(topic, report=False)  # (a failure is raised below)
             route = self.instance.topic_route_table.get(topic)
             if route is not None:
                 info = self.topic_publish_info[topic] = publish_info(route, topic)
@@ -825,7 +825,7 @@ class Producer:
             return info
         # the topic does not exist yet: send through the auto-create topic's brokers (TBW102)
         ok = await self.instance.update_topic_route(topic, default_topic=self.create_topic_key,
-                                                    default_queue_nums=self.default_topic_queue_nums)
+                                                    default_queue_nums=self.default_topic_queue_nums, report=False)
         route = self.instance.topic_route_table.get(topic) if ok else None
         if route is not None:
             info = self.topic_publish_info[topic] = publish_info(route, topic)
@@ -834,6 +834,10 @@ class Producer:
         cause = self.instance.route_error(topic)
         if cause is not None:
             raise cause
+        route = self.instance.topic_route_table.get(topic)
+        no_master = route.no_master() if route is not None else None
+        if no_master is not None:
+            raise MQClientError(f"cannot send to topic {topic!r}: {no_master}")
         raise MQClientError(
             f"no route info of topic {topic!r} (not on the name server {self.client_config.namesrv}, and no "
             f"auto-create route {self.create_topic_key!r}); create the topic first"

@@ -40,7 +40,6 @@ import json
 import logging
 import math
 import mimetypes
-import ipaddress
 import os
 import threading
 from http import HTTPStatus
@@ -51,6 +50,7 @@ from urllib.parse import parse_qs, urlsplit
 from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG
 from rmq_core.dashboard.auth import COOKIE, SESSION_IDLE_SECONDS, Sessions, TooManyLogins
 from rmq_core.errors import ConfigError, IllegalArgumentError, RMQError, one_line
+from rmq_core.message import is_loopback
 from rmq_core.remoting.transport import with_backlog
 
 log = logging.getLogger("rmq.dashboard")
@@ -262,15 +262,6 @@ class _Handler(BaseHTTPRequestHandler):
             return
         status, obj = self.app.handle("POST", url.path, {}, body)
         self._json(status, obj)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class DashboardServer:

@@ -260,7 +260,7 @@ class Backend:
 
     def message_trace(self, msg_id: str, trace_topic: str | None = None) -> list[dict]:
         """The message's trace records (queryMsgTraceById's rows), oldest first."""
-        return [attrs.asdict(v) for v in self.admin.message_trace(msg_id, trace_topic)]
+        return [v.to_json() for v in self.admin.message_trace(msg_id, trace_topic)]
 
     def messages_by_key(self, topic: str, key: str, max_num: int = 64) -> list[dict]:
         return self._with_delivery(self.admin.query_messages(topic, key, max_num))

@@ -74,10 +74,16 @@ class BrokerData:
     cluster: str
     broker_name: str
     broker_addrs: dict[int, str] = attrs.field(factory=dict)  # brokerId -> "ip:port"; 0 is the master
+    # rmq's: the group runs in controller mode (its master registered with a master epoch), so a
+    # group without a master is having one elected.  In the JSON only when true (RocketMQ 4's otherwise).
+    enable_controller_mode: bool = False
 
     def to_json(self) -> dict:
-        return {"brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
-                "brokerName": self.broker_name, "cluster": self.cluster}
+        out = {"brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
+               "brokerName": self.broker_name, "cluster": self.cluster}
+        if self.enable_controller_mode:
+            out["enableControllerMode"] = True
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping) -> "BrokerData":
@@ -89,7 +95,8 @@ class BrokerData:
             parsed = {int(k): str(v) for k, v in addrs.items()}
         except ValueError:
             raise RemotingCommandError(f"bad brokerData 'brokerAddrs' keys: {list(addrs)!r:.80}") from None
-        return cls(_str(d, "cluster", "", w), _str(d, "brokerName", where=w), parsed)
+        return cls(_str(d, "cluster", "", w), _str(d, "brokerName", where=w), parsed,
+                   d.get("enableControllerMode") is True)
 
     @property
     def master_addr(self) -> str | None:
@@ -103,7 +110,7 @@ class BrokerData:
         return random.choice(list(self.broker_addrs.values())) if self.broker_addrs else None
 
     def clone(self) -> "BrokerData":
-        return BrokerData(self.cluster, self.broker_name, dict(self.broker_addrs))
+        return BrokerData(self.cluster, self.broker_name, dict(self.broker_addrs), self.enable_controller_mode)
 
 
 @attrs.define
@@ -152,6 +159,22 @@ class TopicRouteData:
             for q in self.queue_datas
         ]
         return attrs.evolve(self, queue_datas=qds)
+
+    def no_master(self) -> str | None:
+        """Why a producer finds no queue to write to when the topic has writable queues whose broker
+        groups have no master right now (only slaves registered), else None."""
+        names = sorted({q.broker_name for q in self.queue_datas if PermName.is_writeable(q.perm)})
+        groups = [self.broker_data(n) for n in names]
+        if not groups or any(bd is not None and bd.master_addr is not None for bd in groups):
+            return None
+        slaves = sorted(a for bd in groups if bd is not None for a in bd.broker_addrs.values())
+        which = ", ".join(names)
+        text = (f"broker group {which} has no master" if len(names) == 1 else
+                f"none of the broker groups {which} has a master")
+        text += f" (only slaves registered: {', '.join(slaves)})" if slaves else ""
+        if all(bd is not None and bd.enable_controller_mode for bd in groups):
+            return text + "; a new master is being elected (controller mode): retry in a few seconds"
+        return text + "; start the master again (a slave is read-only)"
 
     def subscribe_queues(self, topic: str) -> list[MessageQueue]:
         """Readable queues (topicRouteData2TopicSubscribeInfo)."""

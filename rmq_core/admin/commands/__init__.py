@@ -58,7 +58,18 @@ class UsageError(RMQError):
     """A bad flag value (named in the message)."""
 
 
-class _OneLineParser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
+    """argparse whose unknown (sub-)command names the nearest one rather than listing them all."""
+
+    def _check_value(self, action, value):
+        if action.choices is not None and value not in action.choices:
+            from rmq_core.config import did_you_mean
+
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}{did_you_mean(value, action.choices)} "
+                                                 f"({self.prog} -h lists them)")
+
+
+class _OneLineParser(Parser):
     """argparse, but a usage error is one line on stderr (exit 2), naming the command."""
 
     def error(self, message):

@@ -302,17 +302,18 @@ async function showTrace(msgId) {
     box.innerHTML = `<span class="muted">no trace recorded (send and consume with enable_msg_trace=True)</span>`;
     return;
   }
-  const t0 = Math.min(...views.map(v => v.timestamp));
-  const span = Math.max(1, ...views.map(v => v.timestamp - t0 + v.cost_time));
+  // (the records carry RocketMQ's TraceView names: msgType, timeStamp, costTime, groupName, ...)
+  const t0 = Math.min(...views.map(v => v.timeStamp));
+  const span = Math.max(1, ...views.map(v => v.timeStamp - t0 + v.costTime));
   const pct = ms => (100 * ms / span).toFixed(2);
   const label = {Pub: "sent", SubBefore: "consume start", SubAfter: "consumed"};
   box.innerHTML = `<ol class="timeline" id="trace-timeline">${views.map(v => `
-    <li class="trace-${esc(v.type)}" data-type="${esc(v.type)}">
-      <span class="when">${fmtTime(v.timestamp)} <span class="muted">+${v.timestamp - t0} ms</span></span>
-      <span class="badge ${v.status === "success" ? "ok" : "warn"}">${esc(label[v.type] || v.type)}</span>
-      <b class="group">${esc(v.group)}</b>
-      <span class="muted">${esc(v.type === "Pub" ? `to ${v.store_host}` : `on ${v.client_host}`)} · ${esc(v.cost_time)} ms · ${esc(v.status)}</span>
-      <span class="bar"><span style="margin-left:${pct(v.timestamp - t0)}%;width:max(2px,${pct(v.cost_time)}%)"></span></span>
+    <li class="trace-${esc(v.msgType)}" data-type="${esc(v.msgType)}" data-msg-id="${esc(v.msgId)}">
+      <span class="when">${fmtTime(v.timeStamp)} <span class="muted">+${v.timeStamp - t0} ms</span></span>
+      <span class="badge ${v.status === "success" ? "ok" : "warn"}">${esc(label[v.msgType] || v.msgType)}</span>
+      <b class="group">${esc(v.groupName)}</b>
+      <span class="muted">${esc(v.msgType === "Pub" ? `to ${v.storeHost}` : `on ${v.clientHost}`)} · ${esc(v.costTime)} ms · ${esc(v.status)}</span>
+      <span class="bar"><span style="margin-left:${pct(v.timeStamp - t0)}%;width:max(2px,${pct(v.costTime)}%)"></span></span>
     </li>`).join("")}</ol>`;
 }
 
