@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import itertools
-import json
 import logging
 import math
 import threading
@@ -34,6 +33,7 @@ from rmq_core.client.config import make_client_config
 from rmq_core.client.futures import LeanFuture
 from rmq_core.client.push_consumer import enum_setting, join_client
 from rmq_core.client.subscription import build_subscription
+from rmq_core.common import fastjson
 from rmq_core.common.clock import now_ms
 from rmq_core.common.delegate import delegate
 from rmq_core.common.pop_extra_info import (
@@ -487,8 +487,7 @@ class SimpleConsumer:
         for broker_name, acks in by_broker.items():
             for ack, bits in acks:
                 ack["b"] = _bit_set(bits)
-            body = json.dumps({"acks": [ack for ack, _ in acks], "brokerName": broker_name},
-                              separators=(",", ":")).encode()
+            body = fastjson.dumps({"acks": [ack for ack, _ in acks], "brokerName": broker_name})
             futures.append(self._send(RemotingCommand.create_request(RequestCode.BATCH_ACK_MESSAGE, {}, body),
                                       broker_name, then, wait and len(by_broker) == 1))
         if len(futures) == 1:
