@@ -814,7 +814,10 @@ class PopService:
         queue offset is not used: BATCH_ACK_MESSAGE's BatchAck).  Returns the PopErrors refusing
         some of them ([]: all acked, or acked before); answered once the ack record is stored."""
         self._check_ack(group, topic)
-        return [st for st in await self._ack_offsets(group, topic, [(checkpoint, offsets)]) if isinstance(st, PopError)]
+        statuses = await self._ack_offsets(group, topic, [(checkpoint, offsets)])
+        if statuses.count("OK") + statuses.count("ALREADY_ACKED") == len(statuses):  # (the usual: no refusal)
+            return []
+        return [st for st in statuses if isinstance(st, PopError)]
 
     async def _ack_offsets(self, group, topic, items) -> list:
         """items: (ExtraInfo naming a checkpoint, its offsets acked).  Per offset in that order
