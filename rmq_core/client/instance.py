@@ -247,10 +247,13 @@ class MQClientInstance(LoopBridge):
         # "PYTHON" tells our broker this client decompresses LZ4 itself (4.x clients only know zlib)
         request.language = "PYTHON"
         try:
-            return await self.remoting.invoke(addr, request, timeout)
+            response = await self.remoting.invoke(addr, request, timeout)
         except RemotingConnectError as e:
             self.note_connect_failed(addr, str(e))
             raise
+        if self._connect_failed:  # (answered: `addr` is reachable again, its pipelined connections may open)
+            self._connect_failed.pop(addr, None)
+        return response
 
     def invoke_nowait(self, addr: str, request: RemotingCommand, timeout: float,
                       on_answer=None) -> asyncio.Future | None:
