@@ -7,7 +7,7 @@ LATENCY_MAX_MS: tuple[int, ...]
 NOT_AVAILABLE_DURATION_MS: tuple[int, ...]
 ISOLATION_LATENCY_MS: int
 
-def set_message_queue_class(cls: type[MessageQueue]) -> None: ...
+def use_python_layer(*, message_queue: type[MessageQueue], client_error: type[Exception]) -> None: ...
 
 class FaultItem:
     name: str

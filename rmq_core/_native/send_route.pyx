@@ -35,14 +35,18 @@ LATENCY_MAX_MS = (50, 100, 550, 1000, 2000, 3000, 15000)
 NOT_AVAILABLE_DURATION_MS = (0, 0, 30000, 60000, 120000, 180000, 600000)
 ISOLATION_LATENCY_MS = 30000
 
+# The Python layer's types (this module imports nothing of rmq): rmq_core.client.route hands them
+# in when it loads (use_python_layer).  Until then a plain ValueError stands in for the client
+# error, and the fault strategy makes no queue of its own (it picks among the route's).
 cdef object _QUEUE_CLS = None
+cdef object _CLIENT_ERROR = ValueError
 
 
-def set_message_queue_class(cls):
-    """The MessageQueue class (rmq_core.message's, bound once by rmq_core.client.fault): a queue
-    the fault strategy makes on a benched broker's side is one."""
-    global _QUEUE_CLS
-    _QUEUE_CLS = cls
+def use_python_layer(*, message_queue, client_error):
+    """message_queue: the MessageQueue class (a queue the fault strategy makes on a benched
+    broker's side is one); client_error: what a topic without writable queues raises."""
+    global _QUEUE_CLS, _CLIENT_ERROR
+    _QUEUE_CLS, _CLIENT_ERROR = message_queue, client_error
 
 
 @cython.final
@@ -153,8 +157,7 @@ cdef class TopicPublishInfo:
         """Round robin; when retrying, prefer a queue on another broker than the one that failed."""
         cdef Py_ssize_t n = len(self.queues), i, k
         if n == 0:
-            from rmq_core.errors import MQClientError  # (the error class the Python side raises)
-            raise MQClientError(f"no writable queue for topic {self.topic!r}")
+            raise _CLIENT_ERROR(f"no writable queue for topic {self.topic!r}")
         if last_broker_name is not None:
             for i in range(n):
                 k = self.next_index() % n
@@ -204,7 +207,7 @@ cdef class MQFaultStrategy:
         not_best = self.tolerance.pick_one_at_least()
         if not_best is not None:
             write_nums = info.write_queue_nums_of(not_best)
-            if write_nums > 0:
+            if write_nums > 0 and _QUEUE_CLS is not None:
                 return _QUEUE_CLS(info.topic, not_best, info.next_index() % write_nums)
             self.tolerance.remove(not_best)
         return info.select_one()

@@ -17,15 +17,10 @@ import time
 
 from rmq_core._native.send_route import (
     ISOLATION_LATENCY_MS, LATENCY_MAX_MS, NOT_AVAILABLE_DURATION_MS, FaultItem, LatencyFaultTolerance, MQFaultStrategy,
-    set_message_queue_class,
 )
 from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import MessageQueue
 from rmq_core.remoting.codes import ResponseCode
-
-# the fault table and the queue choice: one owner, natively (the native first attempt calls the same)
-set_message_queue_class(MessageQueue)
-
 
 # response codes after which a send tries again (DefaultMQProducer.retryResponseCodes)
 RETRY_RESPONSE_CODES = frozenset({

@@ -61,7 +61,8 @@ class LeanFuture(CancellableFuture):
     watches in one step under the module's lock (_LEAN): whoever comes later makes the Condition
     first and then reads the final state, so nobody can miss the completion.  Otherwise the usual
     Future methods run.  (The native completion, send_pipeline.PipelinedCompletion, finishes one
-    through the public set_result.)
+    through finish(): set_result on a LeanFuture would make and notify its Condition, over 10 us a
+    send.)
 
     `channel`: the PipelinedChannel whose answer completes it (None when something else does):
     result() and exception() then read answers on the waiting thread while no other thread reads

@@ -401,7 +401,7 @@ class Producer:
         # fast answers in the policy's table, as SendPolicy.note does
         self._pipelined_completion = PipelinedCompletion(
             maker=_RESULTS, fault=self.fault_strategy, noted=self.send_policy.noted, fallback=self._native_failed,
-            future_cls=LeanFuture, traced=self.trace.buffer if self.trace is not None else None)
+            traced=self.trace.buffer if self.trace is not None else None)
         self._loop_ident: int | None = None  # the client loop's thread, where no send may wait
         self._native_first = False  # plain sends make their first attempt natively (no send hooks; at start)
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import attrs
 
+from rmq_core._native import send_route
 from rmq_core._native.send_route import TopicPublishInfo  # (the queue choice's one owner, typed: native)
 from rmq_core.errors import MQClientError, RemotingCommandError
 from rmq_core.message import MessageQueue, PermName
+
+send_route.use_python_layer(message_queue=MessageQueue, client_error=MQClientError)
 from rmq_core.remoting.body import BrokerData, QueueData
 from rmq_core.remoting.body import TopicRouteData as WireTopicRouteData
 

@@ -383,7 +383,7 @@ def test_pipelined_completion_finishes_the_future_as_the_python_path_would():
 
     strategy, noted, fallback_calls = _Strategy(), {}, []
     completion = send_pipeline.PipelinedCompletion(maker=producer_module._RESULTS, fault=strategy.fault, noted=noted,
-                                                   fallback=lambda *a: fallback_calls.append(a), future_cls=LeanFuture)
+                                                   fallback=lambda *a: fallback_calls.append(a))
     mq = MessageQueue("T", "broker-a", 1)
     response = frame_native.read_send_response(
         _response(0, None, {"msgId": "OFF", "queueId": "1", "queueOffset": "12"}).encode()[4:])
@@ -410,7 +410,7 @@ def test_pipelined_completion_hands_failures_and_refusals_to_the_fallback():
 
     calls = []
     completion = send_pipeline.PipelinedCompletion(maker=producer_module._RESULTS, fault=_Strategy().fault, noted={},
-                                                   fallback=lambda *a: calls.append(a), future_cls=LeanFuture)
+                                                   fallback=lambda *a: calls.append(a))
     mq = MessageQueue("T", "broker-a", 1)
     refusal = frame_native.SendResponse(ResponseCode.SYSTEM_BUSY, remark="busy")
     ctx = _context(mq, LeanFuture(), 0.0)
