@@ -48,7 +48,6 @@ import socket
 import threading
 import time
 from threading import get_ident
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any, Callable
 
 from rmq_core._native.send_pipeline import deliver_responses
@@ -68,7 +67,6 @@ OnDone = Callable[[Any, Any, "BaseException | None"], None]  # (context, respons
 _READ_BUFFER = 256 * 1024
 _NOBODY = 0  # (thread ids are never 0)
 _GONE = -1
-_DONE_STATES = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 
 
