@@ -48,7 +48,6 @@ import socket
 import threading
 import time
 from threading import get_ident
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any, Callable
 
 from rmq_core._native.send_pipeline import deliver_responses
@@ -69,7 +68,6 @@ OnDone = Callable[[Any, Any, "BaseException | None"], None]  # (context, respons
 _READ_BUFFER = 256 * 1024
 _NOBODY = 0  # (thread ids are never 0)
 _GONE = -1
-_DONE_STATES = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 
 
@@ -686,7 +684,7 @@ class PipelinedChannel(PendingRequests):
         no other thread reads (see the module doc).  Never raises for the future's outcome."""
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         me = threading.get_ident()
-        while future._state not in _DONE_STATES and future.channel is self and not self.closed:
+        while not future.done() and future.channel is self and not self.closed:
             if self._token_owner == me:  # a completion on the token holder's thread waits: it reads
                 self._read_for(future, deadline)
                 return
@@ -707,13 +705,12 @@ class PipelinedChannel(PendingRequests):
                 with self._tlock:
                     self._token_waiters.discard(future)
                 return
-            cond = future._condition
-            with cond:
-                with self._tlock:  # released meanwhile (and told nobody yet, or us already)? then don't sleep
-                    waiting = future in self._token_waiters
-                if waiting and future._state not in _DONE_STATES:
-                    # (bounded: a lost wake-up costs a second, never a hang)
-                    cond.wait(1.0 if remaining is None else min(remaining, 1.0))
+            with self._tlock:  # released meanwhile (and told nobody yet, or us already)? then don't sleep
+                waiting = future in self._token_waiters
+            if waiting and not future.done():
+                # (woken by its completion or by wake(), which a wake() before this sleep is not
+                # lost to; bounded all the same: a lost wake-up costs a second, never a hang)
+                future.sleep(1.0 if remaining is None else min(remaining, 1.0))
             with self._tlock:
                 self._token_waiters.discard(future)
 
@@ -755,16 +752,14 @@ class PipelinedChannel(PendingRequests):
         if gone:
             self._close_rsock()
         for future in waiters:  # each may take the token now
-            cond = future._condition
-            with cond:
-                cond.notify_all()
+            future.wake()
 
     def _read_for(self, future, deadline: float | None) -> None:
         """Read and complete answers on this thread (it holds the token) until `future` is done, is
         no longer this channel's, the channel closes or the deadline passes."""
         poller = None
         fd = self._rsock.fileno()
-        while future._state not in _DONE_STATES and future.channel is self and not self.closed:
+        while not future.done() and future.channel is self and not self.closed:
             if self.writes.gathered:  # what gathered - maybe the awaited request itself - goes out first
                 self._flush_blocking()
             try:
