@@ -1,17 +1,21 @@
 """updateBrokerConfig persists a value that is read over broker.conf at every start: that
 precedence is shown, never silent.  getBrokerConfig names each value's origin (the -c file,
-updateBrokerConfig's file over the file's value, a flag, the default), the boot log names each
-persisted override with the value it hides and the command that drops it, and
-`updateBrokerConfig --reset` drops it (at once for a key a running broker applies).  Real
-`rmq namesrv` + `rmq broker -c` processes; `rmq admin` as a user runs it where its output matters."""
+updateBrokerConfig's file over the file's value, a flag or argument, the default), the start names
+each persisted override with the value it hides and the command that drops it, and
+`updateBrokerConfig --reset` drops it (at once for a key a running broker applies).  A broker on a
+free TCP port with its broker.conf on disk, restarted on the same store; `rmq admin` as a user runs
+it where its output matters."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 
 from rmq_core.admin import AdminClient
-from tests.servers import NamesrvAndBroker
+from rmq_core.embedded import Cluster
+from tests.broker.conftest import SMALL
+from tests.servers import free_port, write_conf
 
 
 def admin(*args: str) -> subprocess.CompletedProcess:
@@ -19,12 +23,13 @@ def admin(*args: str) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
-def test_a_persisted_update_is_shown_logged_at_start_and_dropped_by_reset(tmp_path):
-    cluster = NamesrvAndBroker(tmp_path, broker_props={"maxMessageSize": 4194304, "fileReservedTime": 72})
-    ns, addr = cluster.namesrv, cluster.broker_addrs[0]
-    conf = str(tmp_path / "broker-a.conf")
-    persisted = tmp_path / "store-broker-a" / "config" / "broker.properties"
-    client = AdminClient(ns)
+def test_a_persisted_update_is_shown_named_at_start_and_dropped_by_reset(tmp_path, caplog):
+    conf = write_conf(tmp_path / "broker-a.conf", {**SMALL, "maxMessageSize": 4194304, "fileReservedTime": 72})
+    store, listen = str(tmp_path / "store"), f"127.0.0.1:{free_port()}"
+    persisted = tmp_path / "store" / "config" / "broker.properties"
+    cluster = Cluster(store, conf, broker_listen=listen).start()
+    client = AdminClient(cluster.tcp_namesrv)
+    ns, addr = cluster.tcp_namesrv, cluster.broker_addr
 
     def shown(key):
         props, origins = client.broker_config_origins(addr)
@@ -32,12 +37,11 @@ def test_a_persisted_update_is_shown_logged_at_start_and_dropped_by_reset(tmp_pa
 
     try:
         assert shown("maxMessageSize") == ("4194304", f"file {conf}")
-        assert shown("namesrvAddr") == (ns, "command line / argument")  # rmq broker -n
+        assert shown("listenPort")[1] == "command line / argument"  # (--broker-listen)
         assert shown("brokerPermission")[1] == "default"
 
-        # the README's example: a key the broker applies at once, and another
-        r = admin("updateBrokerConfig", "-n", ns, "-b", addr, "-k", "maxMessageSize", "-v", "1048576")
-        assert r.returncode == 0 and "in effect now" in r.stdout, r.stdout + r.stderr
+        # the README's example: two keys the broker applies at once
+        assert client.update_broker_config(addr, {"maxMessageSize": "1048576"}) is None  # (in effect now)
         client.update_broker_config(addr, {"fileReservedTime": "48"})
         r = admin("getBrokerConfig", "-n", ns, "-b", addr, "--json")
         rows = {row["key"]: (row["value"], row["origin"]) for row in json.loads(r.stdout)}
@@ -45,21 +49,27 @@ def test_a_persisted_update_is_shown_logged_at_start_and_dropped_by_reset(tmp_pa
         assert rows["fileReservedTime"] == ("48", f"updateBrokerConfig ({persisted}), over file {conf}'s 72")
 
         # at the next start: one line per persisted value, naming what it hides and the way back
-        cluster.brokers[0].terminate()
-        client.close()  # (its connection went with the broker)
-        proc = cluster.restart_broker(0)
-        client = AdminClient(ns)
+        client.close()
+        cluster.stop()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="rmq.broker"):
+            cluster = Cluster(store, conf, broker_listen=listen).start()
+        client = AdminClient(ns := cluster.tcp_namesrv)
+        lines = [r.getMessage() for r in caplog.records if "persisted by updateBrokerConfig" in r.getMessage()]
+        assert len(lines) == 2, lines
         for key, value, file_value in (("maxMessageSize", 1048576, 4194304), ("fileReservedTime", 48, 72)):
-            line = next(l for l in proc.lines if f"{key}={value} (persisted by updateBrokerConfig" in l)
+            (line,) = [l for l in lines if l.startswith(f"{key}={value} (persisted by updateBrokerConfig")]
             assert f"in {persisted}) overrides file {conf}: {file_value}" in line, line
-            assert f"rmq admin updateBrokerConfig -b {addr} -k {key} --reset" in line, line
+            assert line.endswith(f"to go back to it: rmq admin updateBrokerConfig -b {addr} -k {key} --reset"), line
         assert shown("maxMessageSize") == ("1048576", f"updateBrokerConfig ({persisted}), over file {conf}'s 4194304")
+        assert cluster.store_config.max_message_size == 1048576
 
         # the way back: dropped from the persisted file, broker.conf's value in force at once
         r = admin("updateBrokerConfig", "-n", ns, "-b", addr, "-k", "maxMessageSize", "--reset")
         assert r.returncode == 0, r.stderr
         assert f"maxMessageSize: dropped from {persisted}; 4194304 from file {conf} in effect now" in r.stdout
         assert shown("maxMessageSize") == ("4194304", f"file {conf}")
+        assert cluster.store_config.max_message_size == 4194304
         assert "maxMessageSize" not in persisted.read_text() and "fileReservedTime=48" in persisted.read_text()
         assert "72 from file" in client.reset_broker_config(addr, ["fileReservedTime"])
         assert not persisted.exists()  # nothing persisted is left, nothing overrides the file at the next start
