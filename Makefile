@@ -11,12 +11,12 @@ PYTEST_ARGS ?=
 # The requirements of optional-dependency groups of pyproject.toml, one a line (the one list of them).
 EXTRAS = $(PY) -c 'import sys, tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(r for e in sys.argv[1:] for r in d[e]))'
 
-.PHONY: run test test-slow bench bench-against build build-run setup setup-run clean browser etcd rmq5-client
+.PHONY: run test test-slow bench bench-against build build-run setup setup-run clean browser etcd rmq5-client dist
 
 # --- set-up -------------------------------------------------------------------------------------
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -U pip setuptools wheel "Cython>=3.0"
+	$(PIP) install -U pip setuptools wheel "Cython>=3.0" build
 
 # rmq itself and its run-time dependencies: all `make run` needs.  The Cython extensions are built
 # in place first (two at a time), so pip's editable install skips them (setup.py: RMQ_SKIP_EXT_BUILD).
@@ -56,6 +56,12 @@ $(RMQ5_VENV)/.installed-$(RMQ5_CLIENT_VERSION):
 rmq5-client: $(RMQ5_VENV)/.installed-$(RMQ5_CLIENT_VERSION)
 
 # --- jobs ---------------------------------------------------------------------------------------
+# The sdist and a wheel for this machine's Python and platform, in dist/ (`python -m build`; the
+# wheel is built from the sdist, with the build requirements .venv holds: nothing is downloaded).
+dist: $(VENV)/bin/python
+	@$(PY) -c 'import build' 2>/dev/null || $(PIP) install build
+	$(PY) -m build --no-isolation --outdir dist .
+
 run: build-run
 	$(VENV)/bin/rmq standalone $(RUN_ARGS)
 
@@ -97,4 +103,4 @@ bench-against: build etcd
 	$(PY) -m tests.bench.against $(REF) --json .benchmarks/against.json -- $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(RMQ5_VENV) build *.egg-info rmq_core/_native/*.c rmq_core/_native/*.so
+	rm -rf $(VENV) $(RMQ5_VENV) build dist *.egg-info rmq_core/_native/*.c rmq_core/_native/*.so

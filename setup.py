@@ -16,6 +16,12 @@ except ImportError:  # pragma: no cover - pyproject's build-system always provid
 # Compiler flags live here and only here.  No -march=native: wheels must run on any x86-64;
 # CPU-specific code paths (PCLMUL CRC32) are chosen at run time inside the C code.
 EXTRA_COMPILE_ARGS = ["-O3", "-fno-strict-aliasing", "-Wno-unused-function", "-Wno-unreachable-code"]
+EXTRA_LINK_ARGS = []
+# Python's own CFLAGS carry -g: debug info is most of a built module's size and a good part of its
+# compile time.  Modules are built without it and stripped, unless RMQ_NATIVE_DEBUG=1 (gdb, perf).
+if os.environ.get("RMQ_NATIVE_DEBUG") != "1":
+    EXTRA_COMPILE_ARGS.append("-g0")
+    EXTRA_LINK_ARGS.append("-Wl,--strip-all")
 NATIVE_DIR = os.path.join("rmq_core", "_native")
 # the system libraries a module links (OpenSSL's libcrypto: the Makefile installs its headers,
 # Debian's libssl-dev, on a machine without them)
@@ -33,6 +39,7 @@ def native_extensions():
                     [os.path.join(NATIVE_DIR, name)],
                     include_dirs=[NATIVE_DIR],
                     extra_compile_args=EXTRA_COMPILE_ARGS,
+                    extra_link_args=EXTRA_LINK_ARGS,
                     libraries=NATIVE_LIBRARIES.get(mod, []),
                 )
             )
@@ -71,5 +78,9 @@ setup(
     packages=packages(),
     package_dir={"rmq_plugins": "plugins"},
     ext_modules=ext_modules(),
+    # Cython's generated .c files are build intermediates (megabytes each): never installed
+    exclude_package_data={"rmq_core._native": ["*.c"]},
+    # pip builds the modules one after the other unless told: as many at once as there are cores
+    options={"build_ext": {"parallel": os.cpu_count() or 1}},
     zip_safe=False,
 )
