@@ -7,6 +7,7 @@ import os
 import sys
 
 from setuptools import Extension, find_packages, setup
+from setuptools.command.build_py import build_py
 
 try:
     from Cython.Build import cythonize
@@ -67,7 +68,23 @@ def ext_modules():
     )
 
 
+class build_py_with_jar(build_py):
+    """build_py, plus spark_plugin/jvm/rmq-spark.jar (the JVM reader of format("rmq")) compiled
+    against the installed pyspark's jars when a JDK and pyspark are present (else skipped, said)."""
+
+    def run(self):
+        super().run()
+        if os.environ.get("RMQ_SKIP_JAR_BUILD") == "1":
+            return
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from spark_plugin.jvm.build import build
+        out_dir = os.path.join(self.build_lib, "spark_plugin", "jvm")
+        os.makedirs(out_dir, exist_ok=True)
+        build(out_dir)
+
+
 setup(
+    cmdclass={"build_py": build_py_with_jar},
     packages=packages(),
     package_dir={"rmq_plugins": "plugins"},
     ext_modules=ext_modules(),

@@ -357,11 +357,45 @@ class RmqFilteringDataSource(RmqDataSource):
         return RmqFilteringBatchReader(self.options)
 
 
+class RmqPythonDataSource(RmqDataSource):
+    """The Python source under the name "rmq_python": what the JVM "rmq" hands writes and
+    streaming reads to, and a name that always means the Python source."""
+
+    @classmethod
+    def name(cls):
+        return PYTHON_NAME
+
+
+class RmqPythonFilteringDataSource(RmqFilteringDataSource):
+    @classmethod
+    def name(cls):
+        return PYTHON_NAME
+
+
+PYTHON_NAME = "rmq_python"
+JVM_PROVIDER = "rmq.spark.RmqTableProvider"
+
+
+def jvm_reader_loaded(spark) -> bool:
+    """True when the session's driver can load the JVM reader (its jar in spark.jars); never in
+    Spark Connect, whose client has no JVM."""
+    try:
+        jvm = spark._jvm
+        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        jvm.java.lang.Class.forName(JVM_PROVIDER, False, loader)
+        return True
+    except Exception:
+        return False
+
+
 def register(spark) -> None:
-    """Register the data source "rmq" with `spark` (the filter-pushing reader when
-    spark.sql.python.filterPushdown.enabled is on at this moment)."""
+    """Register the Python source as "rmq_python", and as "rmq" unless the session has the JVM
+    reader (Spark refuses a short name both a JVM DataSourceRegister and a Python source claim).
+    The filter-pushing reader when spark.sql.python.filterPushdown.enabled is on at this moment."""
     enabled = str(spark.conf.get("spark.sql.python.filterPushdown.enabled", "false")).lower() == "true"
-    spark.dataSource.register(RmqFilteringDataSource if enabled else RmqDataSource)
+    spark.dataSource.register(RmqPythonFilteringDataSource if enabled else RmqPythonDataSource)
+    if not jvm_reader_loaded(spark):
+        spark.dataSource.register(RmqFilteringDataSource if enabled else RmqDataSource)
 
 
-__all__ = ["RmqDataSource", "RmqFilteringDataSource", "register", "COLUMNS"]
+__all__ = ["RmqDataSource", "RmqFilteringDataSource", "RmqPythonDataSource", "register", "jvm_reader_loaded", "COLUMNS"]
