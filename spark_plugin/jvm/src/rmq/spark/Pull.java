@@ -59,18 +59,69 @@ final class Pull {
         return out;
     }
 
+    // the pull on the wire: sent as soon as the answer before it named its offset, so the broker
+    // reads it while this reader decodes the body before
+    private Remoting.Connection pendingConn;
+    private int pendingOpaque;
+    private long pendingOffset = -1;
+    private final Map<String, Remoting.Connection> conns = new java.util.HashMap<>();
+
+    private Remoting.Connection connection(String addr) throws IOException {
+        Remoting.Connection c = conns.get(addr);
+        if (c == null) {
+            c = Remoting.borrow(addr);
+            conns.put(addr, c);
+        }
+        return c;
+    }
+
+    private String address() {
+        String addr = addrs.getOrDefault(brokerId, master);
+        if (unreachable.contains(addr)) {
+            for (String a : addrs.values()) if (!unreachable.contains(a)) { addr = a; break; }
+        }
+        return addr;
+    }
+
+    private void send(String addr) throws IOException {
+        fields.put("queueOffset", Long.toString(offset));
+        fields.put("maxMsgNums", Long.toString(Math.min(PULL_BATCH, part.untilOffset - offset)));
+        Remoting.Connection c = connection(addr);
+        try {
+            pendingOpaque = c.send(Remoting.PULL_MESSAGE, fields, null, part.account);
+        } catch (IOException e) {
+            drop(addr);
+            if (e instanceof Remoting.ConnectException) throw e;
+            c = connection(addr);  // a pooled connection the broker closed: one fresh one
+            pendingOpaque = c.send(Remoting.PULL_MESSAGE, fields, null, part.account);
+        }
+        pendingConn = c;
+        pendingOffset = offset;
+    }
+
+    private void drop(String addr) {
+        Remoting.Connection c = conns.remove(addr);
+        if (c != null) c.close();
+    }
+
     /** The next pull body with messages, null when the partition is read. */
     byte[] next() {
         while (offset < part.untilOffset) {
-            String addr = addrs.getOrDefault(brokerId, master);
-            if (unreachable.contains(addr)) {
-                for (String a : addrs.values()) if (!unreachable.contains(a)) { addr = a; break; }
-            }
-            fields.put("queueOffset", Long.toString(offset));
-            fields.put("maxMsgNums", Long.toString(Math.min(PULL_BATCH, part.untilOffset - offset)));
+            String addr = address();
             Remoting.Response r;
             try {
-                r = Remoting.call(addr, Remoting.PULL_MESSAGE, fields, null, part.account, PULL_TIMEOUT_MS);
+                if (pendingConn == null || pendingOffset != offset || !pendingConn.addr.equals(addr)) {
+                    if (pendingConn != null) drop(pendingConn.addr);  // an answer no longer wanted
+                    send(addr);
+                }
+                Remoting.Connection c = pendingConn;
+                pendingConn = null;
+                try {
+                    r = c.receive(pendingOpaque, PULL_TIMEOUT_MS);
+                } catch (IOException e) {
+                    drop(addr);
+                    throw e;
+                }
             } catch (Remoting.ConnectException e) {
                 unreachable.add(addr);
                 if (!unreachable.containsAll(addrs.values())) {
@@ -87,6 +138,13 @@ final class Pull {
             switch (r.code) {
                 case Remoting.SUCCESS:
                     offset = next;
+                    if (offset < part.untilOffset) {
+                        try {
+                            send(address());
+                        } catch (IOException e) {
+                            pendingConn = null;  // the next call connects again (or moves to a replica)
+                        }
+                    }
                     if (r.body != null && r.body.length > 0) return r.body;
                     continue;
                 case Remoting.PULL_RETRY_IMMEDIATELY:  // the filter matched nothing in what was scanned
@@ -119,6 +177,14 @@ final class Pull {
                 + part.untilOffset + " (pull at " + offset + ": code " + r.code + ")");
         }
         return null;
+    }
+
+    void close() {
+        for (Remoting.Connection c : conns.values()) {
+            if (c == pendingConn) c.close(); else Remoting.release(c);  // (an unread answer: not reusable)
+        }
+        conns.clear();
+        pendingConn = null;
     }
 
     /** A SQL92 expression the broker cannot parse fails planning (one pull of one message). */

@@ -104,6 +104,12 @@ final class Remoting {
 
         Response invoke(int code, Map<String, String> ext, byte[] body, Account account, int timeoutMs)
                 throws IOException {
+            return receive(send(code, ext, body, account), timeoutMs);
+        }
+
+        /** Write a request; its answer is read by receive(opaque) (a pull is sent while the one
+         * before it is still being decoded). */
+        int send(int code, Map<String, String> ext, byte[] body, Account account) throws IOException {
             int opaque = OPAQUE.incrementAndGet();
             Map<String, String> fields = ext;
             if (account != null) {
@@ -118,6 +124,10 @@ final class Remoting {
             out.write(header);
             if (bodyLen > 0) out.write(body);
             out.flush();
+            return opaque;
+        }
+
+        Response receive(int opaque, int timeoutMs) throws IOException {
             socket.setSoTimeout(timeoutMs);
             while (true) {
                 int len = in.readInt();

@@ -84,6 +84,7 @@ final class RmqColumnarReader implements PartitionReader<ColumnarBatch> {
 
     @Override
     public void close() {
+        pull.close();
         for (WritableColumnVector v : vectors) if (v != null) v.close();
         for (ConstantColumnVector c : constants) if (c != null) c.close();
     }

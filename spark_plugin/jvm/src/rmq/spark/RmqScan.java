@@ -43,8 +43,7 @@ final class RmqScan implements Scan, Batch {
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-        // streaming reads run in the Python source (its admission control and group commit-back)
-        return ((org.apache.spark.sql.connector.catalog.SupportsRead) b.table.python()).newScanBuilder(b.options).build().toMicroBatchStream(checkpointLocation);
+        return new RmqMicroBatchStream(new ReadOptions(b.options.asCaseSensitiveMap(), true), columns);
     }
 
     /** The tag expression sent to the brokers (the pushed tags, else the option). */

@@ -24,9 +24,9 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * format("rmq") in the JVM: batch reads are columnar and pruned here; writes and streaming reads
- * go to the Python data source, registered by spark_plugin.register(spark) as "rmq_python" (the
- * one implementation of each, with the same options).
+ * format("rmq") in the JVM: batch and streaming reads are columnar and pruned here; writes go to
+ * the Python data source, registered by spark_plugin.register(spark) as "rmq_python" (the one
+ * implementation of the writer, with the same options).
  */
 public final class RmqTableProvider implements TableProvider, DataSourceRegister {
     public static final String PYTHON_SOURCE = "rmq_python";
@@ -75,7 +75,7 @@ public final class RmqTableProvider implements TableProvider, DataSourceRegister
             this.properties = properties;
         }
 
-        /** The Python source's table (writes, streaming reads). */
+        /** The Python source's table (writes). */
         Table python() {
             if (python == null) {
                 PythonDataSourceV2 p = new PythonDataSourceV2();
@@ -84,7 +84,7 @@ public final class RmqTableProvider implements TableProvider, DataSourceRegister
                     python = p.getTable(schema, partitioning, properties);
                 } catch (RuntimeException e) {
                     if (String.valueOf(e.getMessage()).contains(PYTHON_SOURCE)) {
-                        throw new IllegalStateException("writes and streaming reads of format('rmq') run in the Python "
+                        throw new IllegalStateException("writes of format('rmq') run in the Python "
                             + "data source: call spark_plugin.register(spark) on this session first (" + e.getMessage() + ")", e);
                     }
                     throw e;
@@ -107,6 +107,7 @@ public final class RmqTableProvider implements TableProvider, DataSourceRegister
 
         @Override
         public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+            Columns.indexesOf(schema);  // a user schema names columns of the fixed one (a write's need not)
             return new RmqScanBuilder(schema, options, this);
         }
 
