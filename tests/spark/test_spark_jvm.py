@@ -75,8 +75,8 @@ def test_the_jvm_and_the_python_source_give_the_same_rows(spark, servers, sent):
                             tuple(sorted(v.items())) if isinstance(v, dict) else v for v in r) for r in df.collect())
 
     ending = json.dumps({"broker-a": {"0": 20, "1": 50}, "broker-b": {"0": 7}})
-    for options in ({}, {"startingOffsets": json.dumps({"broker-a": {"0": 5}}), "endingOffsets": ending},
-                    {"expression": "TagB"}):
+    for options in ({}, {"startingOffsets": json.dumps({"broker-a": {"0": 5}}), "endingOffsets": ending,
+                         "expression": "TagB"}):
         assert rows("rmq", **options) == rows("rmq_python", **options), options
 
 
