@@ -76,7 +76,9 @@ class build_py_with_jar(build_py):
         super().run()
         if os.environ.get("RMQ_SKIP_JAR_BUILD") == "1":
             return
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        # the jar carries rmq_core.message's system property names, read from the built package
+        self.run_command("build_ext")
+        sys.path[:0] = [self.build_lib, os.path.dirname(os.path.abspath(__file__))]
         from spark_plugin.jvm.build import build
         out_dir = os.path.join(self.build_lib, "spark_plugin", "jvm")
         os.makedirs(out_dir, exist_ok=True)

@@ -62,8 +62,16 @@ def ddl_of(columns) -> str:
 def record_batch(body, broker_name: str, until_offset: int = -1, tags_set=None, columns=COLUMNS) -> pa.RecordBatch:
     """One pull body as a RecordBatch of `columns` (records at or past until_offset left out; with
     tags_set, only messages whose tags are exactly one of them: the broker filters by hash code).
-    Only the selected columns become Arrow arrays (the properties map is the costly one)."""
-    c = decode_columns(body, broker_name, until_offset, SYSTEM_PROPERTIES)
+    Only the selected columns are decoded (a column mask in the native decoder: a body not
+    selected is not even inflated) and become Arrow arrays."""
+    names = list(columns)
+    filter_tags = bool(tags_set)
+    if filter_tags and "tags" not in names:
+        names.append("tags")  # needed for the exact check, dropped after it
+    mask = 0
+    for name in names:
+        mask |= 1 << COLUMNS.index(name)  # decode_columns' COL_* bits follow COLUMNS
+    c = decode_columns(body, broker_name, until_offset, SYSTEM_PROPERTIES, mask)
     n = c["rows"]
 
     def column(name):
@@ -78,10 +86,6 @@ def record_batch(body, broker_name: str, until_offset: int = -1, tags_set=None, 
             return _fixed(t, n, c[name])
         return _var(t, n, c[name])
 
-    names = list(columns)
-    filter_tags = bool(tags_set)
-    if filter_tags and "tags" not in names:
-        names.append("tags")  # needed for the exact check, dropped after it
     batch = pa.RecordBatch.from_arrays([column(name) for name in names], schema=schema_of(names))
     if filter_tags:
         import pyarrow.compute as pc

@@ -38,7 +38,8 @@ def pyspark_jars() -> str | None:
 
 def system_properties() -> list[str]:
     """The properties RocketMQ owns, which the properties column leaves out (both decoders)."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+    if os.path.dirname(os.path.dirname(HERE)) not in sys.path:
+        sys.path.append(os.path.dirname(os.path.dirname(HERE)))
     from rmq_core.message import MessageConst
     return sorted(MessageConst.SYSTEM_KEYS | {MessageConst.CLUSTER})
 

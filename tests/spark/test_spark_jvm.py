@@ -85,9 +85,13 @@ def test_column_pruning_and_pushed_filters_show_in_the_plan(spark, servers, sent
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert "columns=[topic, queue_offset, queue_id]" in plan or "columns=[topic, queue_id, queue_offset]" in plan, plan
     assert "queueIds=[1]" in plan and "offsets=[10, " in plan, plan
+    from tests.spark.test_spark_datasource import gets_on_brokers
+    before = gets_on_brokers(servers)
     got = df.collect()
     assert sorted((r.topic, r.queue_offset) for r in got) == sorted(
         (TOPIC, k[2]) for k in sent if k[1] == 1 and k[2] >= 10)
+    assert read(spark, "rmq", servers.namesrv).count() == len(sent)
+    assert gets_on_brokers(servers) == before  # offsets only, unfiltered: the ranges are the rows, nothing pulled
     assert read(spark, "rmq", servers.namesrv, columns="body, queue_offset").columns == ["body", "queue_offset"]
     narrowed = spark.read.format("rmq").schema("queue_offset long, tags string").option("namesrv", servers.namesrv) \
         .option("topic", TOPIC).load()

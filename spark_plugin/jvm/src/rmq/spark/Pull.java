@@ -179,6 +179,31 @@ final class Pull {
         return null;
     }
 
+    /** The partition's first offset retention kept (GET_MIN_OFFSET; failOnDataLoss decides
+     * about a lost head), for a read that needs no message. */
+    long firstKeptOffset() {
+        Map<String, String> f = new LinkedHashMap<>();
+        f.put("topic", part.topic);
+        f.put("queueId", Integer.toString(part.queueId));
+        IOException last = null;
+        for (String addr : addrs.values()) {
+            try {
+                Remoting.Response r = Remoting.call(addr, Remoting.GET_MIN_OFFSET, f, null, part.account, PULL_TIMEOUT_MS);
+                if (r.code != Remoting.SUCCESS) {
+                    throw new RmqException("broker " + Remoting.quote(part.brokerName) + " refused the min offset of " + part
+                        + ": code " + r.code + " " + r.remark);
+                }
+                long min = Math.max(0, r.getLong("offset", 0));
+                return RmqScan.checkDataLoss(part.topic, new Admin.Queue(part.brokerName, part.queueId), part.fromOffset,
+                    part.untilOffset, min, part.failOnDataLoss);
+            } catch (IOException e) {
+                last = e;
+            }
+        }
+        throw new RmqException("broker " + Remoting.quote(part.brokerName) + " unreachable for " + part + ": "
+            + (last == null ? "no address" : last.getMessage()));
+    }
+
     void close() {
         for (Remoting.Connection c : conns.values()) {
             if (c == pendingConn) c.close(); else Remoting.release(c);  // (an unread answer: not reusable)
