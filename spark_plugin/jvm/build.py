@@ -36,7 +36,7 @@ def pyspark_jars() -> str | None:
     return jars if os.path.isdir(jars) else None
 
 
-def system_properties() -> list[str]:
+def system_property_names() -> list[str]:
     """The properties RocketMQ owns, which the properties column leaves out (both decoders)."""
     if os.path.dirname(os.path.dirname(HERE)) not in sys.path:
         sys.path.append(os.path.dirname(os.path.dirname(HERE)))
@@ -55,8 +55,9 @@ def up_to_date(out: str) -> bool:
     return os.path.getmtime(out) >= max(os.path.getmtime(p) for p in inputs)
 
 
-def build(out_dir: str = HERE, force: bool = False) -> str | None:
-    """The jar's path, or None (with the reason printed) when it cannot be built here."""
+def build(out_dir: str = HERE, force: bool = False, system_properties: list[str] | None = None) -> str | None:
+    """The jar's path, or None (with the reason printed) when it cannot be built here.
+    system_properties: the names MessageConst gives (read here when not given)."""
     out = os.path.join(out_dir, JAR_NAME)
     compiler, jars = javac(), pyspark_jars()
     if compiler is None:
@@ -65,7 +66,7 @@ def build(out_dir: str = HERE, force: bool = False) -> str | None:
     if jars is None:
         print(f"rmq: pyspark not installed: {JAR_NAME} not built; format('rmq') will be the Python source", file=sys.stderr)
         return None
-    if not force and up_to_date(out):
+    if not force and out_dir == HERE and up_to_date(out):
         return out
     with tempfile.TemporaryDirectory(prefix="rmq-jar-") as tmp:
         classes = os.path.join(tmp, "classes")
@@ -81,7 +82,8 @@ def build(out_dir: str = HERE, force: bool = False) -> str | None:
                 for path in sorted(glob.glob(os.path.join(root, "**", "*"), recursive=True)):
                     if os.path.isfile(path):
                         z.write(path, os.path.relpath(path, root).replace(os.sep, "/"))
-            z.writestr("rmq/spark/system-properties.txt", "\n".join(system_properties()) + "\n")
+            names = system_properties if system_properties is not None else system_property_names()
+            z.writestr("rmq/spark/system-properties.txt", "\n".join(names) + "\n")
         os.replace(part, out)
     return out
 
