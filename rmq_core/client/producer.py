@@ -31,7 +31,8 @@ from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import RETRY_RESPONSE_CODES, MQFaultStrategy, SendPolicy
 from rmq_core.client.futures import LeanFuture
 from rmq_core.client.instance import MQClientInstance, MQClientManager
-from rmq_core.client.route import TopicPublishInfo, TopicRouteData
+from rmq_core.client.route import TopicPublishInfo, publish_info
+from rmq_core.remoting.body import TopicRouteData
 from rmq_core.client.trace import TraceDispatcher
 from rmq_core.common.delegate import delegate
 from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_message, resolve_selector
@@ -42,7 +43,7 @@ from rmq_core.message import (
 )
 from rmq_core._native.frame import SendHeader, SendResponse
 from rmq_core.remoting.frames import read_send_responses
-from rmq_core._native.record import encode_batch_body, encode_batch_item
+from rmq_core._native.record import encode_batch_item, encode_send_batch
 from rmq_core._native.send_pipeline import PipelinedCompletion, PipelinedSender, SendResultMaker
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting import command as _command
@@ -509,7 +510,7 @@ class Producer:
 
     def on_route_changed(self, topic: str, route: TopicRouteData) -> None:
         if topic in self.topic_publish_info:
-            self.topic_publish_info[topic] = route.publish_info(topic)
+            self.topic_publish_info[topic] = publish_info(route, topic)
 
     def on_master_changed(self, broker_name: str) -> None:
         """The route shows a new master of `broker_name`: what the fault strategy noted was of the
@@ -816,23 +817,27 @@ class Producer:
         info = self.topic_publish_info.get(topic)
         if info is None or not info.ok:
             self.topic_publish_info.setdefault(topic, TopicPublishInfo(topic, [], None))
-            await self.instance.update_topic_route(topic)
+            await self.instance.update_topic_route(topic, report=False)  # (a failure is raised below)
             route = self.instance.topic_route_table.get(topic)
             if route is not None:
-                info = self.topic_publish_info[topic] = route.publish_info(topic)
+                info = self.topic_publish_info[topic] = publish_info(route, topic)
         if info is not None and info.ok:
             return info
         # the topic does not exist yet: send through the auto-create topic's brokers (TBW102)
         ok = await self.instance.update_topic_route(topic, default_topic=self.create_topic_key,
-                                                    default_queue_nums=self.default_topic_queue_nums)
+                                                    default_queue_nums=self.default_topic_queue_nums, report=False)
         route = self.instance.topic_route_table.get(topic) if ok else None
         if route is not None:
-            info = self.topic_publish_info[topic] = route.publish_info(topic)
+            info = self.topic_publish_info[topic] = publish_info(route, topic)
             if info.ok:
                 return info
         cause = self.instance.route_error(topic)
         if cause is not None:
             raise cause
+        route = self.instance.topic_route_table.get(topic)
+        no_master = route.no_master() if route is not None else None
+        if no_master is not None:
+            raise MQClientError(f"cannot send to topic {topic!r}: {no_master}")
         raise MQClientError(
             f"no route info of topic {topic!r} (not on the name server {self.client_config.namesrv}, and no "
             f"auto-create route {self.create_topic_key!r}); create the topic first"
@@ -859,9 +864,9 @@ class Producer:
 
     def _encode_batch(self, msgs: list[Message]) -> tuple[str, str, bytes, Message, dict]:
         """Validate and encode a batch (in the caller's thread, natively: record.pyx's
-        encode_batch_body); returns (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the outer
+        encode_send_batch); returns (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the outer
         message, its properties)."""
-        topic, uniqs, body, wait = encode_batch_body(msgs, self.max_message_size, Message, _RESERVED_PROPERTIES,
+        topic, uniqs, body, wait = encode_send_batch(msgs, self.max_message_size, Message, _RESERVED_PROPERTIES,
                                                      check_send_topic, create_uniq_id)
         return topic, uniqs, body, Message(topic, b"x", wait_store_msg_ok=wait), _OUTER_PROPS[wait]
 

@@ -5,71 +5,25 @@ from __future__ import annotations
 import random
 import threading
 
-import attrs
 
 from rmq_core.errors import MQClientError, RemotingCommandError
-from rmq_core.message import MessageQueue, PermName
-from rmq_core.remoting.body import BrokerData, QueueData
-from rmq_core.remoting.body import TopicRouteData as WireTopicRouteData
+from rmq_core.message import MessageQueue
+from rmq_core.remoting.body import TopicRouteData
 
 
-@attrs.define
-class TopicRouteData(WireTopicRouteData):
-    """The name server's route of a topic (remoting.body's, one type for every side), with what
-    a producer and a consumer derive from it."""
+def decode_route(body: bytes | str) -> TopicRouteData:
+    """The name server's answer to GET_ROUTEINFO_BY_TOPIC; MQClientError quoting it when malformed."""
+    try:
+        return TopicRouteData.decode(body)
+    except (RemotingCommandError, ValueError, TypeError, AttributeError) as e:
+        text = body if isinstance(body, str) else bytes(body).decode("utf-8", "replace")
+        raise MQClientError(f"malformed topic route from the name server: {e}: {text[:200]!r}") from None
 
-    @classmethod
-    def from_json(cls, body: bytes | str) -> "TopicRouteData":
-        try:
-            return cls.decode(body)
-        except (RemotingCommandError, ValueError, TypeError, AttributeError) as e:
-            text = body if isinstance(body, str) else bytes(body).decode("utf-8", "replace")
-            raise MQClientError(f"malformed topic route from the name server: {e}: {text[:200]!r}") from None
 
-    def broker_data(self, broker_name: str) -> BrokerData | None:
-        for bd in self.broker_datas:
-            if bd.broker_name == broker_name:
-                return bd
-        return None
-
-    def with_default_topic_queue_nums(self, queue_nums: int) -> "TopicRouteData":
-        """TBW102 fallback: use the default topic's brokers, capping queue counts (Java does the same
-        before a broker has auto-created the new topic)."""
-        qds = [
-            attrs.evolve(q, read_queue_nums=min(queue_nums, q.read_queue_nums),
-                         write_queue_nums=min(queue_nums, q.read_queue_nums))
-            for q in self.queue_datas
-        ]
-        return attrs.evolve(self, queue_datas=qds)
-
-    def subscribe_queues(self, topic: str) -> list[MessageQueue]:
-        """Readable queues (topicRouteData2TopicSubscribeInfo)."""
-        out = []
-        for qd in self.queue_datas:
-            if PermName.is_readable(qd.perm):
-                out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
-        return sorted(out)
-
-    def publish_info(self, topic: str) -> "TopicPublishInfo":
-        """Writable queues on brokers with a master (topicRouteData2TopicPublishInfo)."""
-        queues: list[MessageQueue] = []
-        order = False
-        if self.order_topic_conf:
-            # "brokerA:8;brokerB:8": ordered topics list their queues explicitly
-            for item in self.order_topic_conf.split(";"):
-                name, _, n = item.partition(":")
-                if name and n.strip().isdigit():
-                    queues.extend(MessageQueue(topic, name, i) for i in range(int(n)))
-            order = True
-        else:
-            for qd in sorted(self.queue_datas, key=lambda q: q.broker_name):
-                if not PermName.is_writeable(qd.perm):
-                    continue
-                bd = self.broker_data(qd.broker_name)
-                if bd is None or bd.master_addr is None:
-                    continue
-                queues.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
-        return TopicPublishInfo(topic=topic, queues=queues, route=self, order_topic=order)
+def publish_info(route: TopicRouteData, topic: str) -> "TopicPublishInfo":
+    """What a producer may write to of a topic's route (topicRouteData2TopicPublishInfo)."""
+    queues, order = route.publish_queues(topic)
+    return TopicPublishInfo(topic=topic, queues=queues, route=route, order_topic=order)
 
 
 class TopicPublishInfo:
@@ -118,4 +72,4 @@ class TopicPublishInfo:
         return -1
 
 
-__all__ = ["QueueData", "BrokerData", "TopicRouteData", "TopicPublishInfo"]
+__all__ = ["TopicPublishInfo", "decode_route", "publish_info"]

@@ -53,7 +53,8 @@ from typing import Any, Callable
 
 from rmq_core._native.send_pipeline import deliver_responses
 from rmq_core._native.socket_io import PipelinedWrites, exchange as socket_exchange
-from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
+from rmq_core.errors import (RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError,
+                              os_error_text)
 from rmq_core.remoting.blocking import refusal, set_kernel_timeouts
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import (RESPONSE_FLAG, FrameCommand, RemotingCommand, native_decode_frames, new_command,
@@ -563,7 +564,7 @@ class PipelinedChannel(PendingRequests):
                 n = socket_exchange(self._fd, data, self._rview[have:] if have else self._rview, timeout)
             except OSError as e:
                 writes.write_failed()
-                self._fail(RemotingConnectError(f"exchange with {self.addr} failed: {e}"))
+                self._fail(RemotingConnectError(f"exchange with {self.addr} failed: {os_error_text(e)}"))
                 return
             more = writes.next_write()  # what other threads gathered meanwhile (this one is the writer)
             if more is not None:
@@ -651,7 +652,7 @@ class PipelinedChannel(PendingRequests):
         except OSError as e:
             writes.write_failed()
             # part of a frame may be out: the connection cannot carry another one
-            self._fail(RemotingConnectError(f"write to {self.addr} failed: {e}"))
+            self._fail(RemotingConnectError(f"write to {self.addr} failed: {os_error_text(e)}"))
             if not writes.writing:
                 self._wsock.close()
 
@@ -671,7 +672,7 @@ class PipelinedChannel(PendingRequests):
                 sent = 0
             except OSError as e:
                 writes.end_flush(None)
-                raise ConnectionResetError(f"write to {self.addr} failed: {e}") from None
+                raise ConnectionResetError(f"write to {self.addr} failed: {os_error_text(e)}") from None
             if sent < len(data):  # the rest (maybe part of a frame) goes first next time
                 writes.end_flush(data[sent:])
                 return True
@@ -846,7 +847,7 @@ class PipelinedChannel(PendingRequests):
         if isinstance(e, RemotingCommandError):
             return RemotingConnectError(f"bad frame from {self.addr}: {e}")
         return RemotingConnectError(
-            f"connection to {self.addr} closed" if self.writes.closing else f"connection to {self.addr} broke: {e}")
+            f"connection to {self.addr} closed" if self.writes.closing else f"connection to {self.addr} broke: {os_error_text(e)}")
 
     def _close_rsock(self) -> None:
         self._rview.release()
