@@ -24,7 +24,7 @@ $(VENV)/bin/python:
 $(VENV)/.installed-run: $(VENV)/bin/python pyproject.toml setup.py
 	@test -f /usr/include/openssl/sha.h || (apt-get update -qq && apt-get install -y -qq libssl-dev >/dev/null) || echo "no OpenSSL headers (libssl-dev): rmq_core/_native/hmac_sha1 will not build"
 	$(PY) setup.py -q build_ext --inplace -j 2 >/dev/null
-	RMQ_SKIP_EXT_BUILD=1 $(PIP) install --no-build-isolation -e .
+	RMQ_SKIP_EXT_BUILD=1 RMQ_SKIP_JAR_BUILD=1 $(PIP) install --no-build-isolation -e .
 	touch $@
 
 # The test set-up adds the extras without re-building rmq: the dev tools and the spark extra
@@ -32,8 +32,10 @@ $(VENV)/.installed-run: $(VENV)/bin/python pyproject.toml setup.py
 # when the machine has none).
 $(VENV)/.installed-test: $(VENV)/.installed-run
 	@command -v java >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null) || echo "no Java runtime: the Spark tests will fail"
+	@command -v javac >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless >/dev/null) || echo "no JDK (javac): spark_plugin's JVM reader will not be built"
 	$(EXTRAS) dev spark > $(VENV)/extras.txt
 	$(PIP) install -r $(VENV)/extras.txt
+	$(PY) -m spark_plugin.jvm.build
 	touch $@
 
 setup-run: $(VENV)/.installed-run
@@ -42,7 +44,9 @@ setup: $(VENV)/.installed-test
 # Rebuild the Cython extensions in place (a no-op when nothing changed).
 build-run: setup-run
 	$(PY) setup.py -q build_ext --inplace -j 2 >/dev/null
+# ... and spark_plugin's JVM reader (rmq-spark.jar, a no-op when up to date).
 build: setup build-run
+	$(PY) -m spark_plugin.jvm.build
 
 # Apache's RocketMQ 5 Python client, which tests/rmq5 drive over gRPC, in a virtual environment of
 # its own: its top-level package `rocketmq` is also the 4.x C++ client's (rocketmq==0.4.4, in .venv).
@@ -103,4 +107,4 @@ bench-against: build etcd
 	$(PY) -m tests.bench.against $(REF) --json .benchmarks/against.json -- $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(RMQ5_VENV) build dist *.egg-info rmq_core/_native/*.c rmq_core/_native/*.so
+	rm -rf $(VENV) $(RMQ5_VENV) build dist *.egg-info rmq_core/_native/*.c rmq_core/_native/*.so spark_plugin/jvm/*.jar

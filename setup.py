@@ -4,9 +4,11 @@
 generic top-level name `plugins` in site-packages.
 """
 import os
+import subprocess
 import sys
 
 from setuptools import Extension, find_packages, setup
+from setuptools.command.build_py import build_py
 
 try:
     from Cython.Build import cythonize
@@ -74,7 +76,39 @@ def ext_modules():
     )
 
 
+class build_py_with_jar(build_py):
+    """build_py, plus spark_plugin/jvm/rmq-spark.jar (the JVM reader of format("rmq")) compiled
+    against the installed pyspark's jars when a JDK and pyspark are present (else skipped, said)."""
+
+    def run(self):
+        super().run()
+        if os.environ.get("RMQ_SKIP_JAR_BUILD") == "1":
+            return
+        # the jar carries rmq_core.message's system property names: read them from the built
+        # package (its extensions built first), else from the source tree's in-place build
+        self.run_command("build_ext")
+        here = os.path.dirname(os.path.abspath(__file__))
+        code = "from rmq_core.message import MessageConst as M; print(*sorted(M.SYSTEM_KEYS | {M.CLUSTER}))"
+        names = None
+        for path in (self.build_lib, here):
+            r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": path},
+                               capture_output=True, text=True, cwd=path)
+            if r.returncode == 0:
+                names = r.stdout.split()
+                break
+        if names is None:
+            print("rmq: rmq_core does not import here, so rmq-spark.jar is not built: format('rmq') will be the "
+                  "Python source", file=sys.stderr)
+            return
+        sys.path.insert(0, here)
+        from spark_plugin.jvm.build import build
+        out_dir = os.path.join(self.build_lib, "spark_plugin", "jvm")
+        os.makedirs(out_dir, exist_ok=True)
+        build(out_dir, system_properties=names)
+
+
 setup(
+    cmdclass={"build_py": build_py_with_jar},
     packages=packages(),
     package_dir={"rmq_plugins": "plugins"},
     ext_modules=ext_modules(),

@@ -80,8 +80,21 @@ def properties_to_bytes(props: Mapping[str, object] | Iterable[tuple[str, object
 def tags_code_from_properties(data: bytes | bytearray | memoryview | str | None) -> int: ...
 def ip_bytes(host: str) -> bytes | None: ...
 
+COL_TOPIC: int
+COL_BROKER_NAME: int
+COL_QUEUE_ID: int
+COL_QUEUE_OFFSET: int
+COL_MSG_ID: int
+COL_TAGS: int
+COL_KEYS: int
+COL_BODY: int
+COL_PROPERTIES: int
+COL_BORN_TIMESTAMP: int
+COL_STORE_TIMESTAMP: int
+COL_RECONSUME_TIMES: int
+
 def decode_columns(buf: bytes | bytearray | memoryview, broker_name: str, until_offset: int = -1,
-                   skip_properties: tuple[str, ...] = ()) -> dict[str, Any]: ...
+                   skip_properties: tuple[str, ...] = (), columns: int = -1) -> dict[str, Any]: ...
 
 # --- the commit-log record: encoders and the recovery scan ---
 from rmq_core._native.mapped import NativeMap as _NativeMap
