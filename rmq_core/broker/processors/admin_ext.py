@@ -217,7 +217,7 @@ class AdminExtProcessor(Processor):
         if ctrl.store is not None:
             ctrl.store.apply_config()
         log.info("broker config reset by %s: %s", ctx.remote_address, "; ".join(notes))
-        ctrl._spawn(ctrl.register_broker_all())
+        ctrl.spawn(ctrl.register_broker_all())
         return request.make_response(ResponseCode.SUCCESS, "; ".join(notes), {"resetKeys": ",".join(keys)})
 
     # --- consume stats ----------------------------------------------------------------------------------
