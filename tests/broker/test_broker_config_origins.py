@@ -45,8 +45,8 @@ def test_a_persisted_update_is_shown_named_at_start_and_dropped_by_reset(tmp_pat
         client.update_broker_config(addr, {"fileReservedTime": "48"})
         r = admin("getBrokerConfig", "-n", ns, "-b", addr, "--json")
         rows = {row["key"]: (row["value"], row["origin"]) for row in json.loads(r.stdout)}
-        assert rows["maxMessageSize"] == ("1048576", f"updateBrokerConfig ({persisted}), over file {conf}'s 4194304")
-        assert rows["fileReservedTime"] == ("48", f"updateBrokerConfig ({persisted}), over file {conf}'s 72")
+        assert rows["maxMessageSize"] == (1048576, f"updateBrokerConfig ({persisted}), over file {conf}'s 4194304")
+        assert rows["fileReservedTime"] == (48, f"updateBrokerConfig ({persisted}), over file {conf}'s 72")
 
         # at the next start: one line per persisted value, naming what it hides and the way back
         client.close()

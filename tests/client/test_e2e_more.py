@@ -35,8 +35,11 @@ def test_send_fails_over_to_the_other_broker_when_one_dies(tmp_path):
             results = [p.send(Message("Failover", f"m{i}".encode())) for i in range(40)]
             assert all(r.status is SendStatus.SEND_OK for r in results)
             assert {r.queue.broker_name for r in results} == {"broker-a"}
-            # the dead broker is benched by the latency fault strategy
-            assert p.fault_strategy.tolerance.is_available("broker-b") is False
+            # the dead broker is out of the sends' way: benched by the latency fault strategy when a
+            # send tried it, or gone from the topic's route when the name server saw its connection
+            # close first (then no send tries it, and nothing is benched)
+            queues = {q.broker_name for q in p.topic_publish_info["Failover"].queues}
+            assert p.fault_strategy.tolerance.is_available("broker-b") is False or queues == {"broker-a"}, queues
     finally:
         servers.stop()
 
@@ -342,8 +345,10 @@ def test_inproc_namesrv_means_inproc_broker_connections(cluster):
     assert addrs and all(a.startswith("inproc://") for a in addrs), addrs
     with Producer("PG_TCP", namesrv=cluster.tcp_namesrv, **FAST) as p:
         p.send(Message("InprocOnly", b"y"))
-        addrs = p.instance.run(_connected(p.instance))
-    assert cluster.broker_addr in addrs
+        # (the send leaves on a pipelined channel; the command connection comes with the next
+        # heartbeat, every second here)
+        wait_until(lambda: cluster.broker_addr in p.instance.run(_connected(p.instance)),
+                   what="a TCP connection to the broker")
 
 
 async def _connected(instance):

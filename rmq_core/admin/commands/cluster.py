@@ -66,7 +66,8 @@ def get_broker_config(admin, args, out):
         props, origins = admin.broker_config_origins(addr)
         # Origin: the -c file, updateBrokerConfig's file (over the file's or default value), a
         # flag, or the default; "" from a broker that does not say (RocketMQ's)
-        rows += [(addr, k, v, "" if origins is None else origins.get(k, "default")) for k, v in sorted(props.items())]
+        rows += [(addr, k, typed(v), "" if origins is None else origins.get(k, "default"))
+                 for k, v in sorted(props.items())]
     out.table(["Broker Addr", "Key", "Value", "Origin"], rows)
 
 
