@@ -1,11 +1,12 @@
-# The message-record format shared by record.pyx (encode, decode, verify) and commit_log.pyx (the
+# The message-record code shared by record.pyx (encode, decode, verify) and commit_log.pyx (the
 # appends and the single put write records in place): the one property lookup, the tag code, the
-# record writer and its size, and the batch template of store_batch.h.
+# record writer, and the batch template of store_batch.h.  The layout itself is record_layout.pxd's.
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from java_hash cimport java_hash_utf8
-from store_bytes cimport BORNHOST_V6, MAX_TOPIC, STOREHOST_V6, rmq_st16, rmq_st32, rmq_st64
+from record_layout cimport MAX_TOPIC, MESSAGE_MAGIC_CODE, born_host_len, store_host_len
+from store_bytes cimport rmq_st16, rmq_st32, rmq_st64
 
 cdef extern from "store_bytes.h" nogil:
     int rmq_find_prop(const unsigned char *p, size_t n, const char *key, size_t klen, size_t *vs, size_t *vl)
@@ -19,7 +20,7 @@ cdef extern from "store_batch.h" nogil:
         size_t fixed
     ctypedef struct rmq_tag_cache:
         const unsigned char *props
-    void rmq_batch_tmpl_init(rmq_batch_tmpl *t, int32_t queue_id, int32_t sys_flag, int64_t born_ts,
+    void rmq_batch_tmpl_init(rmq_batch_tmpl *t, uint32_t magic, int32_t queue_id, int32_t sys_flag, int64_t born_ts,
                              const unsigned char *born_host, size_t bh_len,
                              const unsigned char *store_host, size_t sh_len,
                              int32_t reconsume, int64_t store_ts,
@@ -59,14 +60,6 @@ cdef inline int64_t tags_code_of(const unsigned char *props, Py_ssize_t n) noexc
     return 0
 
 
-cdef inline Py_ssize_t record_len(Py_ssize_t bh, Py_ssize_t sh, Py_ssize_t body, Py_ssize_t topic, Py_ssize_t props) noexcept nogil:
-    return 72 + bh + sh + body + 1 + topic + 2 + props
-
-
-cdef inline Py_ssize_t store_ts_pos(int32_t sys_flag) noexcept nogil:
-    return 48 + (20 if sys_flag & BORNHOST_V6 else 8)
-
-
 cdef inline Py_ssize_t write_record(unsigned char *d, int32_t total, uint32_t body_crc, int32_t queue_id,
                                     int32_t flag, int32_t sys_flag, int64_t born_ts,
                                     const unsigned char *born_host, Py_ssize_t bh_len,
@@ -81,7 +74,7 @@ cdef inline Py_ssize_t write_record(unsigned char *d, int32_t total, uint32_t bo
     fills them in under the put lock).  Returns bytes written (== total)."""
     cdef unsigned char *q = d
     rmq_st32(q, <uint32_t>total); q += 4
-    rmq_st32(q, <uint32_t>0xDAA320A7); q += 4  # message magic
+    rmq_st32(q, MESSAGE_MAGIC_CODE); q += 4
     rmq_st32(q, body_crc & 0x7FFFFFFF); q += 4
     rmq_st32(q, <uint32_t>queue_id); q += 4
     rmq_st32(q, <uint32_t>flag); q += 4
@@ -108,6 +101,25 @@ cdef inline Py_ssize_t write_record(unsigned char *d, int32_t total, uint32_t bo
     return q - d
 
 
+cdef inline Py_ssize_t put_offset_msg_id(char *o, const unsigned char *host, Py_ssize_t hl,
+                                        int64_t offset) noexcept nogil:
+    """The offsetMsgId, RocketMQ's MessageDecoder.createMessageId: the store host as a record holds
+    it (`hl` = 8 bytes, IPv4 + i32 port, or 20, IPv6 + port) then the i64 commit-log offset, as
+    upper-case hex.  Writes and returns 2 * (hl + 8) characters.  The one encoder of the id."""
+    cdef const char *digits = b"0123456789ABCDEF"
+    cdef Py_ssize_t j
+    cdef unsigned char c
+    for j in range(hl):
+        o[2 * j] = digits[host[j] >> 4]
+        o[2 * j + 1] = digits[host[j] & 15]
+    o += 2 * hl
+    for j in range(8):
+        c = <unsigned char>((<uint64_t>offset >> (56 - 8 * j)) & 0xFF)
+        o[2 * j] = digits[c >> 4]
+        o[2 * j + 1] = digits[c & 15]
+    return 2 * (hl + 8)
+
+
 cdef inline const unsigned char *ptr_or_empty(const unsigned char[::1] v) noexcept:
     if v.shape[0] == 0:
         return <const unsigned char *>b""
@@ -121,9 +133,9 @@ cdef inline int batch_template(rmq_batch_tmpl *t, bytes topic, int32_t queue_id,
     cdef Py_ssize_t tl = len(topic), bhl = len(born_host), shl = len(store_host)
     if tl == 0 or tl > MAX_TOPIC:
         raise ValueError(f"topic of {tl} bytes; it must be 1..{MAX_TOPIC}")
-    if bhl != (20 if sys_flag & BORNHOST_V6 else 8) or shl != (20 if sys_flag & STOREHOST_V6 else 8):
+    if bhl != born_host_len(sys_flag) or shl != store_host_len(sys_flag):
         raise ValueError(f"hosts of {bhl}/{shl} bytes do not match sysFlag {sys_flag:#x}")
-    rmq_batch_tmpl_init(t, queue_id, sys_flag, born_ts, <const unsigned char *><char *>born_host, bhl,
+    rmq_batch_tmpl_init(t, MESSAGE_MAGIC_CODE, queue_id, sys_flag, born_ts, <const unsigned char *><char *>born_host, bhl,
                         <const unsigned char *><char *>store_host, shl, reconsume_times, store_timestamp,
                         <const unsigned char *><char *>topic, tl, ptr_or_empty(extra), extra.shape[0])
     return 0

@@ -3,32 +3,10 @@
 MessageExt), properties (the one encoder, the one lookup: the last pair of a name wins), batch
 bodies, the store's record encoders (one message, a batch's items) and the recovery scan.
 
-Wire format (shared/protocol/REMOTING.md §6), every integer big-endian, v1 record only:
+The layout is docs/protocol.md §5 (the record) and §5.5 (batch bodies); its constants and field
+offsets are record_layout.pxd's, the one definition, cimported here and by every other native reader.
 
-    off  size  field
-      0     4  TOTALSIZE                  whole record, this field included
-      4     4  MAGICCODE                  0xDAA320A7 message / 0xCBD43194 BLANK (commit-log filler)
-      8     4  BODYCRC                    CRC32(stored body) & 0x7FFFFFFF
-     12     4  QUEUEID
-     16     4  FLAG
-     20     8  QUEUEOFFSET
-     28     8  PHYSICALOFFSET             commit-log offset of this record
-     36     4  SYSFLAG                    0x1 compressed, 0x10 born host v6, 0x20 store host v6,
-                                          0x700 compression type (0x100 LZ4, 0x200 ZSTD, 0x300/0 ZLIB)
-     40     8  BORNTIMESTAMP
-     48   4+4  BORNHOST                   IPv4 + int32 port (16+4 when sysFlag & 0x10)
-      .     8  STORETIMESTAMP
-      .   4+4  STOREHOST                  IPv4 + int32 port (16+4 when sysFlag & 0x20)
-      .     4  RECONSUMETIMES
-      .     8  PREPARED_TRANSACTION_OFFSET
-      .     4  BODYLENGTH, then the body
-      .     1  TOPICLENGTH (<= 127), then the UTF-8 topic
-      .     2  PROPERTIESLENGTH (int16), then `name\\x01value\\x02...`
-
-Batch body (§8): items of  int32 totalSize | int32 magic | int32 bodyCRC | int32 flag |
-int32 bodyLen, body | int16 propsLen, props   with totalSize == 20 + bodyLen + 2 + propsLen.
-
-The pure-Python twin of every routine here lives in rmq_core/codec.py and is the oracle of the
+The pure-Python twin of every routine here lives in tests/codec_oracle.py, the oracle of the
 property tests.  Bytes from the network are untrusted: every length is checked against the bytes
 that are really there before anything is read.
 """
@@ -63,16 +41,13 @@ cdef extern from "Python.h":
     str PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
     void PyObject_GC_UnTrack(object o)
 
-# --- constants (mirrors of rmq_core.message.SysFlag; not imported to keep message -> native one-way)
-cdef uint32_t MESSAGE_MAGIC_CODE = 0xDAA320A7u
-cdef uint32_t BLANK_MAGIC_CODE = 0xCBD43194u
-cdef int32_t FLAG_COMPRESSED = 0x1
-cdef int32_t FLAG_BORNHOST_V6 = 0x10
-cdef int32_t FLAG_STOREHOST_V6 = 0x20
-cdef int32_t COMPRESSION_TYPE_MASK = 0x700
-# smallest v1 record: fixed fields (91 bytes incl. the three length fields) with IPv4 hosts
-cdef Py_ssize_t RECORD_FIXED_V4 = 91
-cdef Py_ssize_t BATCH_ITEM_FIXED = 22
+# --- the layout's constants: record_layout.pxd -----------------------------------------------------
+from record_layout cimport (BATCH_ITEM_FIXED, BLANK_MAGIC_CODE, BODY_CRC_AT, BORN_HOST_AT, BORN_TIMESTAMP_AT,
+                            BORNHOST_V6, COMPRESSED, COMPRESSION_TYPE_MASK, FLAG_AT, HOST_V4_LEN, HOST_V6_LEN,
+                            MAGIC_CODE_AT, MAX_PROPS, MAX_TOPIC, MESSAGE_MAGIC_CODE, MIN_BLANK,
+                            PHYSICAL_OFFSET_AT, QUEUE_ID_AT, QUEUE_OFFSET_AT, RECORD_FIXED_NO_HOSTS,
+                            RECORD_FIXED_V4, STOREHOST_V6, SYS_FLAG_AT, body_length_at, born_host_len,
+                            record_len, store_host_len, store_timestamp_at)
 
 
 # --- big-endian integers: store_bytes.h's loads and stores (one memcpy + bswap each) ---------------
@@ -660,8 +635,10 @@ def ip_bytes(host):
             return None
 
 
-cdef int _parse_host(object value, unsigned char* ip, bint* v6, int32_t* port) except -1:
-    """Accept "ip:port" (IPv6 with or without brackets), (host, port), or None / "" (all zero)."""
+cdef int _parse_host(object value, str what, unsigned char* ip, bint* v6, int32_t* port) except -1:
+    """The one host parser (MessageExt's hosts, `host_bytes`, `encode_record`): "ip:port" (IPv6 with
+    or without brackets), (ip, port), or None / "" for no host (address 0.0.0.0, port 0).  A host
+    name, a port outside 0..65535 or anything else is refused with an error naming the value."""
     cdef bytes raw
     memset(ip, 0, 16)
     v6[0] = False
@@ -673,43 +650,60 @@ cdef int _parse_host(object value, unsigned char* ip, bint* v6, int32_t* port) e
     elif isinstance(value, str):
         host, sep, p = value.rpartition(":")
         if not sep:
-            raise IllegalArgumentError(f"bad host address {value!r}: expected ip:port")
+            raise IllegalArgumentError(f"bad {what} {value!r}: expected ip:port")
     else:
-        raise IllegalArgumentError(f"bad host address {value!r}: expected 'ip:port' or (ip, port)")
+        raise IllegalArgumentError(f"bad {what} {value!r}: expected 'ip:port' or (ip, port)")
     if isinstance(host, str) and host.startswith("[") and host.endswith("]"):
         host = host[1:len(host) - 1]
     try:
         pn = int(p)
     except (TypeError, ValueError):
-        raise IllegalArgumentError(f"bad host address {value!r}: port {p!r} is not a number") from None
+        raise IllegalArgumentError(f"bad {what} {value!r}: port {p!r} is not a number") from None
     if not 0 <= pn <= 65535:
-        raise IllegalArgumentError(f"bad host address {value!r}: port {pn} is out of 0..65535")
+        raise IllegalArgumentError(f"bad {what} {value!r}: port {pn} is out of 0..65535")
     if not isinstance(host, str):
-        raise IllegalArgumentError(f"bad host address {value!r}: host must be a str")
+        raise IllegalArgumentError(f"bad {what} {value!r}: host must be a str")
     raw = ip_bytes(host)
     if raw is None:
-        raise IllegalArgumentError(f"bad host address {value!r}: {host!r} is not an IPv4 or IPv6 address")
+        raise IllegalArgumentError(f"bad {what} {value!r}: {host!r} is not an IPv4 or IPv6 address")
     v6[0] = PyBytes_GET_SIZE(raw) == 16
     memcpy(ip, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
     port[0] = <int32_t>pn
     return 0
 
 
-cdef const char* _HEX = b"0123456789ABCDEF"
+def host_bytes(value, str what="host"):
+    """A host as a record holds it: the 4 (IPv4) or 16 (IPv6) address bytes then the i32 port
+    (8 or 20 bytes), from what `_parse_host` accepts; `what` names it in the error."""
+    cdef unsigned char ip[16]
+    cdef bint v6
+    cdef int32_t port
+    cdef unsigned char raw[HOST_V6_LEN]
+    _parse_host(value, what, ip, &v6, &port)
+    cdef Py_ssize_t n = 16 if v6 else 4
+    memcpy(raw, ip, n)
+    _put_u32(raw + n, <uint32_t>port)
+    return PyBytes_FromStringAndSize(<const char*>raw, n + 4)
 
 
 cdef str _offset_msg_id(const unsigned char* ip, bint v6, int32_t port, int64_t offset):
-    cdef unsigned char raw[28]
-    cdef char text[56]
-    cdef Py_ssize_t n = 16 if v6 else 4, i
-    memcpy(raw, ip, n)
-    _put_u32(raw + n, <uint32_t>port)
-    _put_u64(raw + n + 4, <uint64_t>offset)
-    n += 12
-    for i in range(n):
-        text[2 * i] = _HEX[raw[i] >> 4]
-        text[2 * i + 1] = _HEX[raw[i] & 15]
-    return (<char*>text)[:2 * n].decode("ascii")
+    """offsetMsgId of a decoded message: its store host encoded as the record holds it."""
+    cdef unsigned char host[HOST_V6_LEN]
+    cdef char text[2 * (HOST_V6_LEN + 8)]
+    cdef Py_ssize_t n = 16 if v6 else 4
+    memcpy(host, ip, n)
+    _put_u32(host + n, <uint32_t>port)
+    return text[:put_offset_msg_id(text, host, n + 4, offset)].decode("ascii")
+
+
+def offset_msg_id(bytes host, int64_t phys):
+    """The offsetMsgId of the record at commit-log offset `phys` whose store host is `host` (8 or
+    20 bytes: address + i32 port, as a record holds it)."""
+    cdef Py_ssize_t hl = len(host)
+    cdef char text[2 * (HOST_V6_LEN + 8)]
+    if hl != HOST_V4_LEN and hl != HOST_V6_LEN:
+        raise IllegalArgumentError(f"store host of {hl} bytes; it must be {HOST_V4_LEN} or {HOST_V6_LEN}")
+    return text[:put_offset_msg_id(text, <const unsigned char*><char*>host, hl, phys)].decode("ascii")
 
 
 # --- MessageExt --------------------------------------------------------------------------------------
@@ -786,12 +780,12 @@ cdef class MessageExt:
         self.reconsume_times = reconsume_times
         self.prepared_transaction_offset = prepared_transaction_offset
         self.broker_name = broker_name
-        _parse_host(born_host, self._born_ip, &self._born_v6, &self._born_port)
-        _parse_host(store_host, self._store_ip, &self._store_v6, &self._store_port)
+        _parse_host(born_host, "born host", self._born_ip, &self._born_v6, &self._born_port)
+        _parse_host(store_host, "store host", self._store_ip, &self._store_v6, &self._store_port)
         if self._born_v6:
-            self.sys_flag |= FLAG_BORNHOST_V6
+            self.sys_flag |= BORNHOST_V6
         if self._store_v6:
-            self.sys_flag |= FLAG_STOREHOST_V6
+            self.sys_flag |= STOREHOST_V6
         self.properties = properties
         self._msg_id = msg_id
 
@@ -805,9 +799,9 @@ cdef class MessageExt:
 
     @born_host.setter
     def born_host(self, value):
-        _parse_host(value, self._born_ip, &self._born_v6, &self._born_port)
+        _parse_host(value, "born host", self._born_ip, &self._born_v6, &self._born_port)
         self._born_host = None
-        self.sys_flag = (self.sys_flag | FLAG_BORNHOST_V6) if self._born_v6 else (self.sys_flag & ~FLAG_BORNHOST_V6)
+        self.sys_flag = (self.sys_flag | BORNHOST_V6) if self._born_v6 else (self.sys_flag & ~BORNHOST_V6)
 
     @property
     def store_host(self):
@@ -818,9 +812,9 @@ cdef class MessageExt:
 
     @store_host.setter
     def store_host(self, value):
-        _parse_host(value, self._store_ip, &self._store_v6, &self._store_port)
+        _parse_host(value, "store host", self._store_ip, &self._store_v6, &self._store_port)
         self._store_host = None
-        self.sys_flag = (self.sys_flag | FLAG_STOREHOST_V6) if self._store_v6 else (self.sys_flag & ~FLAG_STOREHOST_V6)
+        self.sys_flag = (self.sys_flag | STOREHOST_V6) if self._store_v6 else (self.sys_flag & ~STOREHOST_V6)
 
     # -- body --
     @property
@@ -949,7 +943,7 @@ cdef class MessageExt:
     # -- ids --
     @property
     def offset_msg_id(self):
-        """Broker-side id: store host address + port + commit-log offset, upper-case hex (§7.1)."""
+        """Broker-side id: store host address + port + commit-log offset, upper-case hex (docs/protocol.md §5.4)."""
         return _offset_msg_id(self._store_ip, self._store_v6, self._store_port, self.commit_log_offset)
 
     @property
@@ -1110,44 +1104,45 @@ cdef int _read_record(const unsigned char* p, Py_ssize_t avail, Py_ssize_t at, _
     if avail < 8:
         raise _decode_error(at, f"truncated record: {avail} bytes left, a record header needs 8")
     total = _i32(p)
-    magic = _u32(p + 4)
+    magic = _u32(p + MAGIC_CODE_AT)
     r.total = total
     if magic == BLANK_MAGIC_CODE:
-        if total < 8 or total > avail:
+        if total < MIN_BLANK or total > avail:
             raise _decode_error(at, f"BLANK record size {total} is outside 8..{avail} (bytes left)")
         return 0
     if magic != MESSAGE_MAGIC_CODE:
         raise _decode_error(
-            at, f"magic code 0x{magic:08X} is neither a message (0xDAA320A7) nor BLANK (0xCBD43194)")
+            at, f"magic code 0x{magic:08X} is neither a message (0x{MESSAGE_MAGIC_CODE:08X}) nor BLANK (0x{BLANK_MAGIC_CODE:08X})")
     if total < RECORD_FIXED_V4:
         raise _decode_error(at, f"record size {total} is below the minimum {RECORD_FIXED_V4}")
     if total > avail:
         raise _decode_error(at, f"record size {total} runs past the end of the buffer ({avail} bytes left)")
-    sys_flag = _i32(p + 36)
+    sys_flag = _i32(p + SYS_FLAG_AT)
     # `need` counts every fixed field, the three length fields included; only the variable
     # parts (body, topic, properties) come on top of it.
     need = RECORD_FIXED_V4
-    if sys_flag & FLAG_BORNHOST_V6:
-        need += 12
-    if sys_flag & FLAG_STOREHOST_V6:
-        need += 12
+    if sys_flag & BORNHOST_V6:
+        need += HOST_V6_LEN - HOST_V4_LEN
+    if sys_flag & STOREHOST_V6:
+        need += HOST_V6_LEN - HOST_V4_LEN
     if total < need:
         raise _decode_error(at, f"record size {total} is below the minimum {need} for sysFlag 0x{sys_flag:X}")
     r.sys_flag = sys_flag
-    r.body_crc = _i32(p + 8)
-    r.queue_id = _i32(p + 12)
-    r.flag = _i32(p + 16)
-    r.queue_offset = _i64(p + 20)
-    r.commit_log_offset = _i64(p + 28)
-    r.born_timestamp = _i64(p + 40)
-    q = 48
+    r.body_crc = _i32(p + BODY_CRC_AT)
+    r.queue_id = _i32(p + QUEUE_ID_AT)
+    r.flag = _i32(p + FLAG_AT)
+    r.queue_offset = _i64(p + QUEUE_OFFSET_AT)
+    r.commit_log_offset = _i64(p + PHYSICAL_OFFSET_AT)
+    r.born_timestamp = _i64(p + BORN_TIMESTAMP_AT)
+    # a host is its address (4 or 16 bytes) and an i32 port
+    q = BORN_HOST_AT
     r.born_ip_pos = q
-    q += 16 if sys_flag & FLAG_BORNHOST_V6 else 4
+    q += born_host_len(sys_flag) - 4
     r.born_port = _i32(p + q)
     r.store_timestamp = _i64(p + q + 4)
     q += 12
     r.store_ip_pos = q
-    q += 16 if sys_flag & FLAG_STOREHOST_V6 else 4
+    q += store_host_len(sys_flag) - 4
     r.store_port = _i32(p + q)
     if <uint32_t>r.born_port > 65535 or <uint32_t>r.store_port > 65535:
         # Java's decoder fails on these too (InetSocketAddress rejects the port).
@@ -1210,11 +1205,11 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
     m.queue_offset = r.queue_offset
     m.commit_log_offset = r.commit_log_offset
     m.born_timestamp = r.born_timestamp
-    m._born_v6 = (sys_flag & FLAG_BORNHOST_V6) != 0
+    m._born_v6 = (sys_flag & BORNHOST_V6) != 0
     memcpy(m._born_ip, p + r.born_ip_pos, 16 if m._born_v6 else 4)
     m._born_port = r.born_port
     m.store_timestamp = r.store_timestamp
-    m._store_v6 = (sys_flag & FLAG_STOREHOST_V6) != 0
+    m._store_v6 = (sys_flag & STOREHOST_V6) != 0
     memcpy(m._store_ip, p + r.store_ip_pos, 16 if m._store_v6 else 4)
     m._store_port = r.store_port
     m.reconsume_times = r.reconsume_times
@@ -1225,11 +1220,11 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
     m._props_len = r.props_len
     m._body_len = -1
     if st.read_body:
-        if st.decompress and (sys_flag & FLAG_COMPRESSED):
+        if st.decompress and (sys_flag & COMPRESSED):
             # Inflated now, not on first access, so bad compressed data fails the decode.
             m._body = _decompress_body(
                 PyBytes_FromStringAndSize(<const char*>p + r.body_pos, r.body_len), sys_flag, at)
-            sys_flag &= ~(FLAG_COMPRESSED | COMPRESSION_TYPE_MASK)
+            sys_flag &= ~(COMPRESSED | COMPRESSION_TYPE_MASK)
         else:
             # Copied out of the shared buffer on first access (a tag-filtering consumer may
             # drop the message without ever reading it).
@@ -1304,7 +1299,7 @@ def decode_message(buf, Py_ssize_t offset=0, *, bint decompress=True, bint read_
         raise _decode_error(offset, "a BLANK (end-of-file) record, not a message")
     if magic != MESSAGE_MAGIC_CODE:
         raise _decode_error(
-            offset, f"magic code 0x{magic:08X} is neither a message (0xDAA320A7) nor BLANK (0xCBD43194)")
+            offset, f"magic code 0x{magic:08X} is neither a message (0x{MESSAGE_MAGIC_CODE:08X}) nor BLANK (0x{BLANK_MAGIC_CODE:08X})")
     if total < RECORD_FIXED_V4 or total > avail:
         raise _decode_error(offset, f"record size {total} is outside {RECORD_FIXED_V4}..{avail} (bytes left)")
     cdef _DecodeState st = _DecodeState(
@@ -1324,7 +1319,7 @@ def record_sizes_and_flags(buf):
     cdef list out = []
     while pos < b.size:
         total = _check_record(b.ptr, b.size, pos, &magic)
-        out.append((pos, total, _i32(b.ptr + pos + 36) if magic == MESSAGE_MAGIC_CODE else None))
+        out.append((pos, total, _i32(b.ptr + pos + SYS_FLAG_AT) if magic == MESSAGE_MAGIC_CODE else None))
         pos += total
     return out
 
@@ -1338,7 +1333,7 @@ def has_compression_type_bits(buf):
     cdef uint32_t magic
     while pos < b.size:
         total = _check_record(b.ptr, b.size, pos, &magic)
-        if magic == MESSAGE_MAGIC_CODE and (_i32(b.ptr + pos + 36) & COMPRESSION_TYPE_MASK):
+        if magic == MESSAGE_MAGIC_CODE and (_i32(b.ptr + pos + SYS_FLAG_AT) & COMPRESSION_TYPE_MASK):
             return True
         pos += total
     return False
@@ -1358,7 +1353,7 @@ cdef int32_t _check_record(const unsigned char* base, Py_ssize_t n, Py_ssize_t p
         return total
     if magic_out[0] != MESSAGE_MAGIC_CODE:
         raise _decode_error(
-            pos, f"magic code 0x{magic_out[0]:08X} is neither a message (0xDAA320A7) nor BLANK (0xCBD43194)")
+            pos, f"magic code 0x{magic_out[0]:08X} is neither a message (0x{MESSAGE_MAGIC_CODE:08X}) nor BLANK (0x{BLANK_MAGIC_CODE:08X})")
     if total < RECORD_FIXED_V4 or total > avail:
         raise _decode_error(pos, f"record size {total} is outside {RECORD_FIXED_V4}..{avail} (bytes left)")
     return total
@@ -1771,7 +1766,8 @@ def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_pro
     cdef Py_ssize_t size = b.size, pos = 0, rows_hint = size // 200 + 1, i, k, v, vlen = 0, entries = 0
     cdef _Record r
     cdef bytes bn = PyUnicode_AsUTF8String(broker_name)
-    cdef bytes mid, body
+    cdef bytes body
+    cdef char mid_text[2 * (HOST_V6_LEN + 8)]
     cdef _Buf queue_id = _Buf(rows_hint * 4), queue_offset = _Buf(rows_hint * 8)
     cdef _Buf born = _Buf(rows_hint * 8), stored = _Buf(rows_hint * 8), reconsume = _Buf(rows_hint * 4)
     cdef _Buf entry_offsets = _Buf((rows_hint + 1) * 4)
@@ -1815,10 +1811,10 @@ def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_pro
         if v >= 0:
             msg_id.add(props + v, vlen, True)
         else:
-            mid = PyUnicode_AsUTF8String(_offset_msg_id(
-                p + r.store_ip_pos, r.sys_flag & FLAG_STOREHOST_V6, r.store_port, r.commit_log_offset))
-            msg_id.add(PyBytes_AS_STRING(mid), PyBytes_GET_SIZE(mid), True)
-        if r.sys_flag & FLAG_COMPRESSED:
+            # the store host's address and port lie together in the record, as the id wants them
+            msg_id.add(mid_text, put_offset_msg_id(mid_text, p + r.store_ip_pos, store_host_len(r.sys_flag),
+                                                   r.commit_log_offset), True)
+        if r.sys_flag & COMPRESSED:
             body = _decompress_body(PyBytes_FromStringAndSize(<const char*>p + r.body_pos, r.body_len),
                                     r.sys_flag, pos - r.total)
             bodies.add(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), True)
@@ -1864,7 +1860,7 @@ def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_pro
 from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING, PyByteArray_Resize
 from rmq_core._native.crc cimport crc32_update
 from rmq_core._native.mapped cimport NativeMap
-from store_bytes cimport CQ_UNIT, MAX_PROPS, MIN_BLANK, rmq_ld16, rmq_ld32, rmq_ld64
+from store_bytes cimport CQ_UNIT, rmq_ld16, rmq_ld32, rmq_ld64
 
 # verify_records stop reasons
 STOP_END = 0        # reached `end` or a zero header (nothing written there)
@@ -1875,18 +1871,52 @@ STOP_CORRUPT = 2    # bad magic / size / crc / physical offset / structure
 
 # --- record encoding ---------------------------------------------------------------------------
 cdef check_hosts(const unsigned char[::1] born_host, const unsigned char[::1] store_host, int32_t sys_flag):
-    cdef Py_ssize_t bh = 20 if sys_flag & BORNHOST_V6 else 8
-    cdef Py_ssize_t sh = 20 if sys_flag & STOREHOST_V6 else 8
+    cdef Py_ssize_t bh = born_host_len(sys_flag)
+    cdef Py_ssize_t sh = store_host_len(sys_flag)
     if born_host.shape[0] != bh:
         raise IllegalArgumentError(f"born host must be {bh} encoded bytes for sysFlag {sys_flag:#x}, got {born_host.shape[0]}")
     if store_host.shape[0] != sh:
         raise IllegalArgumentError(f"store host must be {sh} encoded bytes for sysFlag {sys_flag:#x}, got {store_host.shape[0]}")
 
 
+def encode_record(str topic, bytes body, int32_t queue_id=0, int32_t flag=0, int64_t queue_offset=0,
+                  int64_t commit_log_offset=0, int32_t sys_flag=0, int64_t born_timestamp=0, born_host=None,
+                  int64_t store_timestamp=0, store_host=None, int32_t reconsume_times=0,
+                  int64_t prepared_transaction_offset=0, properties=None):
+    """One whole record, every field as given (a stored record as the broker sends it back, e.g. in
+    CHECK_TRANSACTION_STATE): the hosts as `_parse_host` takes them, which also set sysFlag's
+    host-v6 bits; BODYCRC over `body` as given; `properties` a dict (or pairs)."""
+    cdef bytes t = PyUnicode_AsUTF8String(topic)
+    cdef bytes props = encode_properties(properties)
+    cdef bytes bh = host_bytes(born_host, "born host"), sh = host_bytes(store_host, "store host")
+    cdef Py_ssize_t tl = len(t), bl = len(body), pl = len(props)
+    if tl == 0 or tl > MAX_TOPIC:
+        raise IllegalArgumentError(f"bad topic name {topic!r}: {tl} bytes; it must be 1..{MAX_TOPIC}")
+    if pl > MAX_PROPS:
+        raise IllegalArgumentError(f"message properties are {pl} bytes, more than {MAX_PROPS}")
+    sys_flag &= ~(BORNHOST_V6 | STOREHOST_V6)
+    if len(bh) == HOST_V6_LEN:
+        sys_flag |= BORNHOST_V6
+    if len(sh) == HOST_V6_LEN:
+        sys_flag |= STOREHOST_V6
+    cdef Py_ssize_t total = record_len(len(bh), len(sh), bl, tl, pl)
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef unsigned char *d = <unsigned char *>PyBytes_AS_STRING(out)
+    cdef const unsigned char *bp = <const unsigned char *><char *>body
+    write_record(d, <int32_t>total, crc32_update(0, bp, bl), queue_id, flag, sys_flag, born_timestamp,
+                 <const unsigned char *><char *>bh, len(bh), <const unsigned char *><char *>sh, len(sh),
+                 reconsume_times, prepared_transaction_offset, bp, bl, <const unsigned char *><char *>t, tl,
+                 <const unsigned char *><char *>props, pl, NULL, 0, False)
+    _put_u64(d + QUEUE_OFFSET_AT, <uint64_t>queue_offset)
+    _put_u64(d + PHYSICAL_OFFSET_AT, <uint64_t>commit_log_offset)
+    _put_u64(d + store_timestamp_at(sys_flag), <uint64_t>store_timestamp)
+    return out
+
+
 def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts, bytes born_host,
                  bytes store_host, int32_t reconsume_times, extra_properties, Py_ssize_t max_message_size,
                  bint plan_only=False):
-    """A SEND_BATCH_MESSAGE body (REMOTING.md §8) -> (bytearray records, count, bytearray tags codes
+    """A SEND_BATCH_MESSAGE body (docs/protocol.md §5.5) -> (bytearray records, count, bytearray tags codes
     as native int64).  Every item becomes a full record with the request's topic, queue, hosts and
     `extra_properties` appended to its own properties (as the Java broker does).
 
@@ -2051,12 +2081,12 @@ cdef inline int check_record(const unsigned char *p, Py_ssize_t pos, Py_ssize_t 
     """0 = good message record, 1 = blank, 2 = nothing (zero header / too short), 3 = corrupt."""
     cdef Py_ssize_t avail = end - pos
     cdef uint32_t size, magic, bl, tl, pl, sysf
-    cdef Py_ssize_t bh, sh, bo, to, po
+    cdef Py_ssize_t bo, to, po
     cdef uint32_t i
     if avail < 8:
         return 2
     size = rmq_ld32(p + pos)
-    magic = rmq_ld32(p + pos + 4)
+    magic = rmq_ld32(p + pos + MAGIC_CODE_AT)
     if size == 0 and magic == 0:
         return 2
     if magic == BLANK_MAGIC_CODE:
@@ -2064,14 +2094,12 @@ cdef inline int check_record(const unsigned char *p, Py_ssize_t pos, Py_ssize_t 
             out_size[0] = size
             return 1
         return 3
-    if magic != MESSAGE_MAGIC_CODE or size < 91 or <Py_ssize_t>size > avail:
+    if magic != MESSAGE_MAGIC_CODE or size < RECORD_FIXED_V4 or <Py_ssize_t>size > avail:
         return 3
-    if <int64_t>rmq_ld64(p + pos + 28) != phys:
+    if <int64_t>rmq_ld64(p + pos + PHYSICAL_OFFSET_AT) != phys:
         return 3
-    sysf = rmq_ld32(p + pos + 36)
-    bh = 20 if sysf & BORNHOST_V6 else 8
-    sh = 20 if sysf & STOREHOST_V6 else 8
-    bo = 72 + bh + sh
+    sysf = rmq_ld32(p + pos + SYS_FLAG_AT)
+    bo = body_length_at(sysf) + 4  # the body
     if bo + 4 > <Py_ssize_t>size:
         return 3
     bl = rmq_ld32(p + pos + bo - 4)
@@ -2157,15 +2185,15 @@ def verify_records(NativeMap m, Py_ssize_t start, Py_ssize_t end, int64_t file_f
         r = check_record(p, pos, end, file_from_offset + pos, check_crc, &size)
         if r != 0:
             break
-        sysf = rmq_ld32(p + pos + 36)
-        ts = <int64_t>rmq_ld64(p + pos + store_ts_pos(sysf))
+        sysf = rmq_ld32(p + pos + SYS_FLAG_AT)
+        ts = <int64_t>rmq_ld64(p + pos + store_timestamp_at(sysf))
         if ts > last_ts:
             last_ts = ts
         count += 1
         if collect:
-            qid = <int32_t>rmq_ld32(p + pos + 12)
-            qoff = <int64_t>rmq_ld64(p + pos + 20)
-            bo = 72 + (20 if sysf & BORNHOST_V6 else 8) + (20 if sysf & STOREHOST_V6 else 8)
+            qid = <int32_t>rmq_ld32(p + pos + QUEUE_ID_AT)
+            qoff = <int64_t>rmq_ld64(p + pos + QUEUE_OFFSET_AT)
+            bo = body_length_at(sysf) + 4
             bl = rmq_ld32(p + pos + bo - 4)
             to = bo + bl
             tl = p[pos + to]

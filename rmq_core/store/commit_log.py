@@ -32,6 +32,7 @@ import struct
 import threading
 import time
 
+from rmq_core import record_layout as layout
 from rmq_core.common.clock import now_ms
 from rmq_core._native import commit_log as commit_log_native
 from rmq_core._native import record as record_native
@@ -134,7 +135,7 @@ class CommitLog:
         self.last_store_timestamp = 0
         self.delay_levels_ms = list(delay_levels_ms or [])
         # largest record that fits an empty segment next to the 8-byte blank
-        self.max_record_in_segment = config.mapped_file_size_commit_log - commit_log_native.END_FILE_MIN_BLANK_LENGTH
+        self.max_record_in_segment = config.mapped_file_size_commit_log - layout.MIN_BLANK
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.flush_service: ServiceThread = GroupCommitService(self)
         else:
@@ -258,19 +259,31 @@ class CommitLog:
             self.begin_time_in_lock = 0
             self._put_lock_release()
         # a batch taken earlier is still being encoded: its queue entries (and dispatch) go first
+
+        def publish():
+            if cq is not None:
+                cq.put_entries(_CQ_ENTRY.pack(phys, total, tags), qoff, 1)
+            if dispatch is not None:
+                dispatch(topic, queue_id, phys, total, tags, store_ts, qoff, sys_flag, props)
+
+        self._publish_in_order(ticket, phys + total, publish)
+        return phys, store_ts, qoff, tags
+
+    def _publish_in_order(self, ticket: int, end: int, publish, *args) -> None:
+        """Publication in commit-log order, the one place it is decided: wait until every put
+        with an earlier ticket is published, run `publish(*args)` (its consume-queue entries and
+        dispatch; None: nothing to publish), then make the log visible up to `end` and hand the
+        turn to the next ticket - also when `publish` raised, so no later put waits forever."""
         with self._publish_cond:
             while self._published != ticket - 1:
                 self._publish_cond.wait()
             try:
-                if cq is not None:
-                    cq.put_entries(_CQ_ENTRY.pack(phys, total, tags), qoff, 1)
-                if dispatch is not None:
-                    dispatch(topic, queue_id, phys, total, tags, store_ts, qoff, sys_flag, props)
+                if publish is not None:
+                    publish(*args)
             finally:
-                self.visible_offset = phys + total
+                self.visible_offset = end
                 self._published = ticket
                 self._publish_cond.notify_all()
-        return phys, store_ts, qoff, tags
 
     def _segment_for(self, total, cq, key):
         """Under the put lock: the segment a record of `total` bytes goes into.  When the last one
@@ -279,7 +292,7 @@ class CommitLog:
         is written), then the rest of the last one becomes the blank record."""
         mfq = self.mapped_file_queue
         mf = mfq.get_last_mapped_file(0, need_create=True)
-        if mf is None or mf.wrote_position + total + commit_log_native.END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
+        if mf is None or mf.wrote_position + total + layout.MIN_BLANK <= mf.file_size:
             return mf
         mfq.check_room_for_next()
         if cq is not None:
@@ -320,7 +333,7 @@ class CommitLog:
             mf = mfq.get_last_mapped_file(0, need_create=True)
             if mf is None:
                 return AppendOutcome(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error="cannot create a commit-log segment")
-            if mf.wrote_position + enc.total + commit_log_native.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+            if mf.wrote_position + enc.total + layout.MIN_BLANK > mf.file_size:
                 mfq.check_room_for_next()  # the put spills into the next segment: refuse it whole, now
             if prepare is not None:
                 prepare(enc, qoff)
@@ -334,7 +347,7 @@ class CommitLog:
             while done < count:
                 if direct:
                     wp = mf.wrote_position
-                    if wp + left + commit_log_native.END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
+                    if wp + left + layout.MIN_BLANK <= mf.file_size:
                         n, nbytes, eof = count - done, left, False  # the rest fits: no walk
                     else:  # split at the segment end (src_pos: the body position of item `done`)
                         topic_b, sys_flag, _, born_b, store_b, _, extra = enc.encode_args
@@ -373,13 +386,7 @@ class CommitLog:
             self._next_ticket = ticket + 1
             if not direct and self._published == ticket - 1:
                 # nothing in flight before us: dispatch right here, under the put lock
-                try:
-                    dispatch(enc, qoff, entries, store_ts, uses_queue)
-                finally:
-                    self.visible_offset = end
-                    with self._publish_cond:
-                        self._published = ticket
-                        self._publish_cond.notify_all()
+                self._publish_in_order(ticket, end, dispatch, enc, qoff, entries, store_ts, uses_queue)
                 published = True
         if not published:
             encoded = not direct
@@ -395,16 +402,9 @@ class CommitLog:
                             entries, first * 20)
                     encoded = True
             finally:
-                with self._publish_cond:
-                    while self._published != ticket - 1:
-                        self._publish_cond.wait()
-                    try:
-                        if encoded:  # a failed encode leaves a hole no queue points into
-                            dispatch(enc, qoff, entries, store_ts, uses_queue)
-                    finally:
-                        self.visible_offset = end
-                        self._published = ticket
-                        self._publish_cond.notify_all()
+                # a failed encode leaves a hole no queue points into
+                self._publish_in_order(ticket, end, dispatch if encoded else None, enc, qoff, entries, store_ts,
+                                       uses_queue)
         out = AppendOutcome(PutMessageStatus.PUT_OK, first_offset, enc.total, store_ts, qoff, count, entries)
         out.end_offset = end
         return out
@@ -540,7 +540,7 @@ class CommitLog:
             return -1
         head = mf.read(pos, 8)
         size, magic = struct.unpack(">iI", head)
-        if magic != commit_log_native.MESSAGE_MAGIC_CODE or size < 91 or pos + size > mf.wrote_position:
+        if magic != layout.MESSAGE_MAGIC_CODE or size < layout.RECORD_FIXED_V4 or pos + size > mf.wrote_position:
             return -1
         return size
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from rmq_core._native.record import encode_batch_body, encode_batch_item
 from rmq_core.client.producer import _RESERVED_PROPERTIES, Producer, check_send_topic
 from tests.client.batch_reference import encode_batch_py
-from rmq_core.codec import decode_batch_body_py
-from rmq_core.codec import encode_batch_body as encode_batch_body_py
+from tests.codec_oracle import decode_batch_body_py
+from tests.codec_oracle import encode_batch_items as encode_batch_body_py
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import Message, MessageClientIDSetter, MessageConst, string_to_properties
 
