@@ -372,7 +372,7 @@ class SendMessageProcessor(Processor):
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {h.topic}")
         sys_flag = h.sys_flag
         if sys_flag & SysFlag.COMPRESSED:
-            # The C++ client compresses a whole batch with zlib (REMOTING.md §5.4); store items plain.
+            # The C++ client compresses a whole batch with zlib (docs/protocol.md §4.4); store items plain.
             try:
                 body = zlib.decompress(body)
             except zlib.error as e:
