@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from rmq_core._native.record import (  # noqa: F401 - re-exported
     MessageExt,
-    decode_batch_body,
     decode_message,
     decode_messages,
     has_compression_type_bits,
@@ -17,6 +16,7 @@ from rmq_core._native.record import (  # noqa: F401 - re-exported
     string_to_properties,
     tags_code_from_properties,
 )
+from rmq_core._native.record_batch import decode_batch_body  # noqa: F401 - re-exported
 from rmq_core.errors import MessageDecodeError  # noqa: F401 - re-exported
 
 __all__ = [

@@ -302,7 +302,7 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
 class MessageClientIDSetter:
     """Client-side unique ids (UNIQ_KEY): IP(4) + pid(2) + per-process random(4) + ms since the
     start of this month(4) + counter(2) -> 32 upper-case hex.  Treat the value as opaque.
-    create_uniq_id is the native maker (rmq_core._native.record.UniqIds), made from these parts."""
+    create_uniq_id is the native maker (rmq_core._native.record_batch.UniqIds), made from these parts."""
 
     _fix = None
     _sequence = itertools.count(1)  # (atomic under the GIL, as Java's AtomicInteger)
@@ -512,7 +512,8 @@ def iter_chunks(seq: Iterable, n: int):
 
 from rmq_core import errors as _errors  # noqa: E402
 from rmq_core._native import record as _record  # noqa: E402
-from rmq_core._native.record import MessageExt, UniqIds  # noqa: E402
+from rmq_core._native.record import MessageExt  # noqa: E402
+from rmq_core._native.record_batch import UniqIds  # noqa: E402
 
 
 def _decompress(body, sys_flag):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from rmq_core._native.record import decode_columns
+from rmq_core._native.record_columns import decode_columns
 from rmq_core.message import MessageConst
 
 # The `properties` column holds the user's properties: RocketMQ's own (TAGS, KEYS, UNIQ_KEY, WAIT,

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from rmq_core import record_layout as layout
-from rmq_core._native.record import decode_messages, encode_record, host_bytes, offset_msg_id
+from rmq_core._native.record import decode_messages, host_bytes, offset_msg_id
+from rmq_core._native.record_store import encode_record
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import create_offset_msg_id
 

@@ -139,3 +139,76 @@ cdef inline int batch_template(rmq_batch_tmpl *t, bytes topic, int32_t queue_id,
                         <const unsigned char *><char *>store_host, shl, reconsume_times, store_timestamp,
                         <const unsigned char *><char *>topic, tl, ptr_or_empty(extra), extra.shape[0])
     return 0
+
+
+# --- shared by the record modules: record.pyx defines these; record_batch.pyx, record_columns.pyx
+# and record_store.pyx use them -------------------------------------------------------------------
+from store_bytes cimport rmq_ld16, rmq_ld32, rmq_ld64
+
+
+cdef inline uint32_t _u32(const unsigned char* p) noexcept nogil:
+    return rmq_ld32(p)
+
+
+cdef inline int32_t _i32(const unsigned char* p) noexcept nogil:
+    return <int32_t>rmq_ld32(p)
+
+
+cdef inline int64_t _i64(const unsigned char* p) noexcept nogil:
+    return <int64_t>rmq_ld64(p)
+
+
+cdef inline int16_t _i16(const unsigned char* p) noexcept nogil:
+    return <int16_t>rmq_ld16(p)
+
+
+cdef inline void _put_u32(unsigned char* p, uint32_t v) noexcept nogil:
+    rmq_st32(p, v)
+
+
+cdef inline void _put_u64(unsigned char* p, uint64_t v) noexcept nogil:
+    rmq_st64(p, v)
+
+
+cdef class BufferView:
+    cdef Py_buffer view
+    cdef bint held
+    cdef const unsigned char* ptr
+    cdef Py_ssize_t size
+
+
+cdef struct RecordFields:
+    # one v1 record's fields and the positions of its variable parts (relative to the record)
+    int32_t total
+    int32_t body_crc
+    int32_t queue_id
+    int32_t flag
+    int64_t queue_offset
+    int64_t commit_log_offset
+    int32_t sys_flag
+    int64_t born_timestamp
+    Py_ssize_t born_ip_pos
+    int32_t born_port
+    int64_t store_timestamp
+    Py_ssize_t store_ip_pos
+    int32_t store_port
+    int32_t reconsume_times
+    int64_t prepared_transaction_offset
+    Py_ssize_t body_pos
+    Py_ssize_t body_len
+    Py_ssize_t topic_pos
+    Py_ssize_t topic_len
+    Py_ssize_t props_pos
+    Py_ssize_t props_len
+
+
+cdef int read_record_fields(const unsigned char* p, Py_ssize_t avail, Py_ssize_t at, RecordFields* r) except -1
+cdef object decompress_record_body(object body, int32_t sys_flag, Py_ssize_t offset)
+cdef bytes encoded_host(object value, str what)
+# the Python layer's errors (rmq_core.message hands them in: record.use_python_layer)
+cdef object record_decode_error(Py_ssize_t offset, str reason)
+cdef object illegal_argument(str text)
+cdef bint is_illegal_argument(object exc)
+cdef object batch_format_error(str text)
+cdef object properties_size_error(str text)
+cdef object too_large_error(Py_ssize_t size, Py_ssize_t limit)

@@ -17,7 +17,7 @@ import random
 import time
 
 from rmq_core.loops import cancel_and_wait
-from rmq_core._native.record import encode_record
+from rmq_core._native.record_store import encode_record
 from rmq_core.codec import decode_messages
 from rmq_core.message import MessageConst, SysFlag, TopicValidator, host_port
 from rmq_core.remoting.codes import RequestCode, ResponseCode

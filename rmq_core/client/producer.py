@@ -42,7 +42,7 @@ from rmq_core.message import (
 )
 from rmq_core._native.frame import SendHeader, SendResponse
 from rmq_core.remoting.frames import read_send_responses
-from rmq_core._native.record import encode_batch_body, encode_batch_item
+from rmq_core._native.record_batch import encode_batch_body, encode_batch_item
 from rmq_core._native.send_pipeline import PipelinedCompletion, PipelinedSender, SendResultMaker
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting import command as _command
@@ -66,7 +66,7 @@ class CommunicationMode(enum.Enum):
 read_send_response_frames = read_send_responses
 
 
-create_uniq_id = MessageClientIDSetter.create_uniq_id  # (the native UNIQ_KEY maker, record.pyx: UniqIds)
+create_uniq_id = MessageClientIDSetter.create_uniq_id  # (the native UNIQ_KEY maker, record_batch.pyx: UniqIds)
 _RESULTS = SendResultMaker(SendResult, tuple(f.name for f in attrs.fields(SendResult)), MessageQueue, _STATUS_BY_CODE)
 
 

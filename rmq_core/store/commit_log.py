@@ -35,7 +35,7 @@ import time
 from rmq_core import record_layout as layout
 from rmq_core.common.clock import now_ms
 from rmq_core._native import commit_log as commit_log_native
-from rmq_core._native import record as record_native
+from rmq_core._native import record_store
 
 from rmq_core._native import group_commit as group_commit_native
 from rmq_core.config import FlushDiskType
@@ -351,7 +351,7 @@ class CommitLog:
                         n, nbytes, eof = count - done, left, False  # the rest fits: no walk
                     else:  # split at the segment end (src_pos: the body position of item `done`)
                         topic_b, sys_flag, _, born_b, store_b, _, extra = enc.encode_args
-                        n, nbytes, next_pos = record_native.fit_batch(enc.body, src_pos, count - done, topic_b, sys_flag,
+                        n, nbytes, next_pos = record_store.fit_batch(enc.body, src_pos, count - done, topic_b, sys_flag,
                                                                born_b, store_b, extra, wp, mf.file_size)
                         eof = True
                         src_pos = next_pos
@@ -617,16 +617,16 @@ class CommitLog:
                 progress_log.info("recovering commit log: segment %d of %d, %.0f MiB verified (%.0f MiB/s)",
                                   i - start_index + 1, len(files) - start_index, done / 2**20,
                                   done / 2**20 / max(now - began, 1e-9))
-            pos, reason, count, ts, runs = record_native.verify_records(
+            pos, reason, count, ts, runs = record_store.verify_records(
                 mf.native, 0, mf.file_size, mf.file_from_offset, check_crc, on_runs is not None, self.delay_levels_ms)
             if ts:
                 last_ts = max(last_ts, ts)
             if on_runs is not None and runs:
                 on_runs(mf, runs)
             end = mf.file_from_offset + pos
-            if reason == record_native.STOP_BLANK:
+            if reason == record_store.STOP_BLANK:
                 continue
-            if reason == record_native.STOP_CORRUPT:
+            if reason == record_store.STOP_CORRUPT:
                 log.warning("commit log: bad record at offset %d in %s; the log is cut there", end, mf.path)
             break
         if last_ts:

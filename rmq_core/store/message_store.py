@@ -14,6 +14,7 @@ import time
 from typing import Callable
 
 from rmq_core._native import record as record_native
+from rmq_core._native import record_store
 from rmq_core._native.commit_log import body_crc
 from rmq_core._native.record import offset_msg_id
 from rmq_core._native.record import properties_to_bytes
@@ -233,7 +234,7 @@ class DefaultMessageStore:
         return max_phy
 
     def _dispatch_runs(self, runs) -> None:
-        """Dispatch records found by a walk of the log (record_native.verify_records' runs of one
+        """Dispatch records found by a walk of the log (record_store.verify_records' runs of one
         queue's consecutive entries) as their puts would have been: consume-queue entries (those
         a queue already holds are skipped), then the index and the extra dispatchers — recovery
         and a slave's appended records (see append_to_commit_log)."""
@@ -289,12 +290,12 @@ class DefaultMessageStore:
             end = mf.wrote_position
             if pos >= end:
                 break
-            stop, reason, _count, ts, found = record_native.verify_records(
+            stop, reason, _count, ts, found = record_store.verify_records(
                 mf.native, pos, end, mf.file_from_offset, False, True, self.delay_levels_ms)
             runs += found
             if ts > last_ts:
                 last_ts = ts
-            if reason == record_native.STOP_BLANK:
+            if reason == record_store.STOP_BLANK:
                 offset = mf.end_offset
                 continue
             offset = mf.file_from_offset + stop
@@ -394,11 +395,11 @@ class DefaultMessageStore:
         if mf is None or offset <= mf.file_from_offset:
             return 0  # a segment start, or before the log (it is emptied)
         pos = offset - mf.file_from_offset
-        stop, reason, _n, ts, _runs = record_native.verify_records(mf.native, 0, pos, mf.file_from_offset, False,
+        stop, reason, _n, ts, _runs = record_store.verify_records(mf.native, 0, pos, mf.file_from_offset, False,
                                                                    False, self.delay_levels_ms)
-        if stop != pos or reason != record_native.STOP_END:
+        if stop != pos or reason != record_store.STOP_END:
             raise StoreError(f"truncate_to({offset}): not a record boundary (the records of segment {mf.path} "
-                             f"{'stop' if reason != record_native.STOP_BLANK else 'end in a blank'} at "
+                             f"{'stop' if reason != record_store.STOP_BLANK else 'end in a blank'} at "
                              f"{mf.file_from_offset + stop})")
         return ts
 
@@ -600,7 +601,7 @@ class DefaultMessageStore:
         extra = batch.extra_properties or b""
         body = batch.body if type(batch.body) is bytes else bytes(batch.body)
         try:
-            res = record_native.encode_batch(body, topic_b, batch.queue_id, sys_flag, born_ts, born_b, store_b,
+            res = record_store.encode_batch(body, topic_b, batch.queue_id, sys_flag, born_ts, born_b, store_b,
                                       batch.reconsume_times, extra, limit, plan)
         except MessageTooLargeError as e:
             return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None,

@@ -37,7 +37,7 @@ import pytest
 
 from rmq_core import loops
 from rmq_core._native import commit_log as commit_log_native
-from rmq_core._native import record as record_native
+from rmq_core._native import record_store
 from rmq_core._native import crc as crc_native
 from rmq_core._native import cq as cq_native
 from tests.codec_oracle import encode_batch_items
@@ -95,7 +95,7 @@ def _encoded_bytes(store) -> bytes:
     """The batch's records exactly as they land in the log (what the baseline copies)."""
     host = struct.pack(">4si", bytes([127, 0, 0, 1]), 10911)
     born = struct.pack(">4si", bytes([127, 0, 0, 1]), 0)
-    records, count, _ = record_native.encode_batch(BATCH_BODY, b"BenchTopic", 0, 0, 1, born, host, 0, b"", 4 << 20)
+    records, count, _ = record_store.encode_batch(BATCH_BODY, b"BenchTopic", 0, 0, 1, born, host, 0, b"", 4 << 20)
     assert count == BATCH
     return bytes(records)
 

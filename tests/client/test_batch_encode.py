@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_core._native.record import encode_batch_body, encode_batch_item
+from rmq_core._native.record_batch import encode_batch_body, encode_batch_item
 from rmq_core.client.producer import _RESERVED_PROPERTIES, Producer, check_send_topic
 from tests.client.batch_reference import encode_batch_py
 from tests.codec_oracle import decode_batch_body_py

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from rmq_core._native import commit_log as commit_log_native
-from rmq_core._native import record as record_native
+from rmq_core._native import record_store
 
 from rmq_core._native import mapped as mapped_native
 from rmq_core.codec import decode_messages
@@ -28,7 +28,7 @@ V6_STORE = struct.pack(">16si", bytes(range(16, 32)), 10911)
 
 def reference(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra, phys0, qoff0, store_ts):
     """Records and consume-queue entries as the two-step encoder (then the append) produce them."""
-    records, count, tags = record_native.encode_batch(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra,
+    records, count, tags = record_store.encode_batch(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra,
                                                4 << 20)
     codes = struct.unpack(f"={count}q", tags)
     ts_pos = 48 + len(born)
@@ -43,7 +43,7 @@ def reference(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra
 
 
 def run_into(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra, store_ts, align, seg_from=1 << 40):
-    _, count, total = record_native.encode_batch(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra,
+    _, count, total = record_store.encode_batch(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra,
                                           4 << 20, True)
     seg = bytearray(b"\xee" * (align + total + 64))  # a marker around the reserved space
     m = mapped_native.NativeMap(seg)
@@ -116,7 +116,7 @@ def test_tags_in_the_extra_properties_come_last_and_win():
 
 def test_reserved_space_too_small_is_an_error_not_an_overrun():
     body = encode_batch_items([(0, b"x" * 100, {})] * 3)
-    _, count, total = record_native.encode_batch(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", 4 << 20, True)
+    _, count, total = record_store.encode_batch(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", 4 << 20, True)
     seg = bytearray(total)
     m = mapped_native.NativeMap(seg)
     try:
@@ -132,12 +132,12 @@ def test_reserved_space_too_small_is_an_error_not_an_overrun():
 
 def test_fit_batch_splits_where_the_segment_ends():
     body = encode_batch_items([(0, b"x" * 100, {})] * 10)
-    _, count, total = record_native.encode_batch(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", 4 << 20, True)
+    _, count, total = record_store.encode_batch(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", 4 << 20, True)
     size = total // 10
     # room for 3 records and the 8-byte blank, not for a 4th
-    n, nbytes, next_pos = record_native.fit_batch(body, 0, 10, b"T", 0, V4_BORN, V4_STORE, b"", 1000, 1000 + 4 * size + 7)
+    n, nbytes, next_pos = record_store.fit_batch(body, 0, 10, b"T", 0, V4_BORN, V4_STORE, b"", 1000, 1000 + 4 * size + 7)
     assert (n, nbytes, next_pos) == (3, 3 * size, 3 * (len(body) // 10))
-    n, nbytes, _ = record_native.fit_batch(body, next_pos, 7, b"T", 0, V4_BORN, V4_STORE, b"", 0, 1 << 20)
+    n, nbytes, _ = record_store.fit_batch(body, next_pos, 7, b"T", 0, V4_BORN, V4_STORE, b"", 0, 1 << 20)
     assert (n, nbytes) == (7, 7 * size)
 
 
