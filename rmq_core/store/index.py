@@ -53,6 +53,7 @@ from rmq_core.config import MessageStoreConfig
 from rmq_core.errors import StoreError
 from rmq_core.message import MessageConst, SysFlag, java_string_hash
 from rmq_core.store.mapped_file import allocate_file
+from rmq_core.store.types import DispatchRequest
 
 try:  # the native twin of the put/select paths; tests/store_index runs both implementations
     from rmq_core._native import index as _native
