@@ -5,18 +5,13 @@ maker.  The record's shared code is record.pxd's."""
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_Next
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
-from cpython.unicode cimport PyUnicode_AsUTF8String
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memchr, memcmp, memcpy, memset
+from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.string cimport memcpy
 
 from record_layout cimport *
-from rmq_core._native.record cimport (BufferView, RecordFields, _i16, _i32, _i64, _put_u32, _put_u64, _u32,
-                                      batch_format_error, decompress_record_body, encoded_host, find_property,
-                                      illegal_argument, is_illegal_argument, properties_size_error,
-                                      put_offset_msg_id, put_property, read_record_fields, record_decode_error,
-                                      too_large_error)
+from rmq_core._native.record cimport (BufferView, _i16, _i32, _put_u32, illegal_argument, is_illegal_argument,
+                                      put_property, record_decode_error)
 from clock cimport epoch_ms
 from json_text cimport Out, out_free, out_reserve, out_start
 

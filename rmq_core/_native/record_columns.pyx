@@ -4,19 +4,14 @@ fields written straight into column buffers, no object per message.  Framing is 
 (read_record_fields), the layout docs/protocol.md §5."""
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_Next
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_AsUTF8String
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memchr, memcmp, memcpy, memset
+from libc.stdint cimport int32_t, int64_t
+from libc.string cimport memcmp, memcpy
 
 from record_layout cimport *
-from rmq_core._native.record cimport (BufferView, RecordFields, _i16, _i32, _i64, _put_u32, _put_u64, _u32,
-                                      batch_format_error, decompress_record_body, encoded_host, find_property,
-                                      illegal_argument, is_illegal_argument, properties_size_error,
-                                      put_offset_msg_id, put_property, read_record_fields, record_decode_error,
-                                      too_large_error)
+from rmq_core._native.record cimport (BufferView, RecordFields, decompress_record_body, find_property,
+                                      put_offset_msg_id, read_record_fields)
 
 cdef extern from "Python.h":
     bint PyUnicode_CheckExact(object o)

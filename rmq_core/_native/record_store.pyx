@@ -4,31 +4,20 @@ body's items as records (encode_batch, fit_batch; straight into a segment: commi
 recovery scan of a segment (verify_records).  The inline writers shared with commit_log.pyx are
 record.pxd's, so every record is written by the same code."""
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_Next
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from cpython.object cimport PyObject
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_Resize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8String
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memchr, memcmp, memcpy, memset
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memcmp
 
-from record_layout cimport *
-from rmq_core._native.record cimport (BufferView, RecordFields, _i16, _i32, _i64, _put_u32, _put_u64, _u32,
-                                      batch_format_error, decompress_record_body, encoded_host, find_property,
-                                      illegal_argument, is_illegal_argument, properties_size_error,
-                                      put_offset_msg_id, put_property, read_record_fields, record_decode_error,
-                                      too_large_error)
 from java_hash cimport java_hash_utf8
-from rmq_core._native.record cimport (batch_template, encode_properties, ptr_or_empty, rmq_batch_fit,
-                                      rmq_batch_plan, rmq_batch_tmpl, tags_code_of, write_record)
-
-# === The commit-log record: encode (one message, a batch body's items), verify (the recovery scan) ===
-# Layout in the module doc; the inline helpers shared with commit_log.pyx (write_record, record_len,
-# tags_code_of, the batch template) are in record.pxd, so the single put writes records in place
-# with the same code.
-from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING, PyByteArray_Resize
+from record_layout cimport *
 from rmq_core._native.crc cimport crc32_update
 from rmq_core._native.mapped cimport NativeMap
+from rmq_core._native.record cimport (_put_u64, batch_format_error, batch_template, encode_properties, encoded_host,
+                                      find_property, illegal_argument, properties_size_error, ptr_or_empty,
+                                      rmq_batch_fit, rmq_batch_plan, rmq_batch_tmpl, tags_code_of, too_large_error,
+                                      write_record)
 from store_bytes cimport CQ_UNIT, rmq_ld16, rmq_ld32, rmq_ld64, rmq_st32, rmq_st64
 
 # verify_records stop reasons
