@@ -5,7 +5,7 @@ runtime code imports this (tests/test_layering.py checks).
 
 `encode_batch_items` is the SEND_BATCH_MESSAGE body of (flag, body, properties) items, for tests
 that build one without Message objects (the client's encoder is
-rmq_core._native.record.encode_batch_body)."""
+rmq_core._native.record_batch.encode_send_batch)."""
 from __future__ import annotations
 
 import socket

@@ -30,9 +30,9 @@ cdef extern from "<unistd.h>" nogil:
 
 from rmq_core._native.crc cimport crc32_update
 from java_hash cimport java_hash_utf8
-from rmq_core._native.record cimport (batch_template, rmq_batch_crc32, rmq_batch_encode,
-                                      rmq_batch_tmpl, rmq_hash_fn, rmq_tag_cache, put_offset_msg_id,
-                                      tags_code_of, write_record)
+from rmq_core._native.record cimport (batch_template, put_offset_hex, put_offset_msg_id, rmq_batch_crc32,
+                                      rmq_batch_encode, rmq_batch_tmpl, rmq_hash_fn, rmq_tag_cache, tags_code_of,
+                                      write_record)
 from record_layout cimport (BLANK_MAGIC_CODE as BLANK_MAGIC, MAX_PROPS, MAX_TOPIC, MESSAGE_MAGIC_CODE as MAGIC,
                             HOST_V4_LEN, HOST_V6_LEN, MAGIC_CODE_AT, MIN_BLANK, PHYSICAL_OFFSET_AT, QUEUE_OFFSET_AT, RECORD_FIXED_V4, SYS_FLAG_AT,
                             born_host_len, record_len, store_host_len, store_timestamp_at)
@@ -238,13 +238,15 @@ def offset_msg_ids(entries, Py_ssize_t count, bytes host):
     cdef char *o = <char *>PyUnicode_DATA(out)
     cdef const unsigned char *h = <const unsigned char *><char *>host
     cdef const unsigned char *e = &v[0]
+    cdef const char *first = o
     with nogil:
-        for i in range(count):
-            o += put_offset_msg_id(o, h, hl, <int64_t>rmq_ld64(e))
+        o += put_offset_msg_id(o, h, hl, <int64_t>rmq_ld64(e))
+        for i in range(1, count):
             e += CQ_UNIT
-            if i + 1 < count:
-                o[0] = 44
-                o += 1
+            o[0] = 44
+            memcpy(o + 1, first, 2 * hl)  # the host's digits, as the first id has them
+            put_offset_hex(o + 1 + 2 * hl, <int64_t>rmq_ld64(e))
+            o += per + 1
     return out
 
 

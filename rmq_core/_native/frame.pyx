@@ -400,7 +400,7 @@ def header_ints(dict ext, tuple keys, tuple defaults):
 #                              "h":flag,"i":properties,"j":reconsumeTimes,"k":"false","m":batch,
 #                              "n":brokerName[,"l":maxReconsumeTimes]},"flag":0,"language":"PYTHON",
 #                              "opaque":N,"serializeTypeCurrentRPC":"JSON","version":N}
-#     body                    the message body (or a batch body, record.pyx: encode_batch_body)
+#     body                    the message body (or a batch body, record_batch.pyx: encode_send_batch)
 #
 # These are exactly the bytes RemotingCommand.create_request(code, header, body) encodes to with
 # language PYTHON (V1 - SEND_MESSAGE - the same with the long field names): ext fields in that

@@ -101,22 +101,42 @@ cdef inline Py_ssize_t write_record(unsigned char *d, int32_t total, uint32_t bo
     return q - d
 
 
+cdef extern from *:
+    """
+    /* two upper-case hex digits per byte value: the message ids are written a byte at a time */
+    #ifndef RMQ_HEX_PAIRS
+    #define RMQ_HEX_PAIRS
+    static const char rmq_hex_pairs[513] =
+        "000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F202122232425262728292A2B2C2D2E2F303132333435363738393A3B3C3D3E3F"
+        "404142434445464748494A4B4C4D4E4F505152535455565758595A5B5C5D5E5F606162636465666768696A6B6C6D6E6F707172737475767778797A7B7C7D7E7F"
+        "808182838485868788898A8B8C8D8E8F909192939495969798999A9B9C9D9E9FA0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBF"
+        "C0C1C2C3C4C5C6C7C8C9CACBCCCDCECFD0D1D2D3D4D5D6D7D8D9DADBDCDDDEDFE0E1E2E3E4E5E6E7E8E9EAEBECEDEEEFF0F1F2F3F4F5F6F7F8F9FAFBFCFDFEFF";
+    #endif
+    """
+    const char rmq_hex_pairs[513]
+
+
+cdef inline void put_hex(char *o, const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t j
+    for j in range(n):
+        memcpy(o + 2 * j, rmq_hex_pairs + 2 * p[j], 2)
+
+
+cdef inline void put_offset_hex(char *o, int64_t offset) noexcept nogil:
+    """The commit-log offset part of an offsetMsgId: 16 hex digits, big-endian."""
+    cdef unsigned char be[8]
+    rmq_st64(be, <uint64_t>offset)
+    put_hex(o, be, 8)
+
+
 cdef inline Py_ssize_t put_offset_msg_id(char *o, const unsigned char *host, Py_ssize_t hl,
                                         int64_t offset) noexcept nogil:
     """The offsetMsgId, RocketMQ's MessageDecoder.createMessageId: the store host as a record holds
     it (`hl` = 8 bytes, IPv4 + i32 port, or 20, IPv6 + port) then the i64 commit-log offset, as
-    upper-case hex.  Writes and returns 2 * (hl + 8) characters.  The one encoder of the id."""
-    cdef const char *digits = b"0123456789ABCDEF"
-    cdef Py_ssize_t j
-    cdef unsigned char c
-    for j in range(hl):
-        o[2 * j] = digits[host[j] >> 4]
-        o[2 * j + 1] = digits[host[j] & 15]
-    o += 2 * hl
-    for j in range(8):
-        c = <unsigned char>((<uint64_t>offset >> (56 - 8 * j)) & 0xFF)
-        o[2 * j] = digits[c >> 4]
-        o[2 * j + 1] = digits[c & 15]
+    upper-case hex.  Writes and returns 2 * (hl + 8) characters.  The one encoder of the id (ids
+    of one host share its first 2 * hl characters: commit_log.offset_msg_ids copies them)."""
+    put_hex(o, host, hl)
+    put_offset_hex(o + 2 * hl, offset)
     return 2 * (hl + 8)
 
 

@@ -183,7 +183,7 @@ cdef str _put_item(Out* o, m, Py_ssize_t i, str topic, Py_ssize_t max_message_si
     return uniq
 
 
-def encode_batch_body(list msgs, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
+def encode_send_batch(list msgs, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
                       UniqIds uniq_ids):
     """Validate and encode a batch: (topic, comma-joined UNIQ_KEYs, body, the first message's
     wait_store_msg_ok).  Each message is checked as selector.check_message does (a Message, the
@@ -231,8 +231,8 @@ def encode_batch_body(list msgs, Py_ssize_t max_message_size, message_cls, froze
 def encode_batch_item(message, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
                       UniqIds uniq_ids):
     """One message sent on its own as a batch item (auto_batch gathers these): (topic, UNIQ_KEY,
-    item, wait_store_msg_ok) after encode_batch_body's checks, its errors naming the bad value
-    without an item index; the item is what encode_batch_body writes for it (a batch body is items
+    item, wait_store_msg_ok) after encode_send_batch's checks, its errors naming the bad value
+    without an item index; the item is what encode_send_batch writes for it (a batch body is items
     end to end)."""
     cdef char stack[1024]
     cdef Out o

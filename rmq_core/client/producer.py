@@ -42,7 +42,7 @@ from rmq_core.message import (
 )
 from rmq_core._native.frame import SendHeader, SendResponse
 from rmq_core.remoting.frames import read_send_responses
-from rmq_core._native.record_batch import encode_batch_body, encode_batch_item
+from rmq_core._native.record_batch import encode_batch_item, encode_send_batch
 from rmq_core._native.send_pipeline import PipelinedCompletion, PipelinedSender, SendResultMaker
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting import command as _command
@@ -858,10 +858,10 @@ class Producer:
         return uniq, body, sys_flag, props
 
     def _encode_batch(self, msgs: list[Message]) -> tuple[str, str, bytes, Message, dict]:
-        """Validate and encode a batch (in the caller's thread, natively: record.pyx's
-        encode_batch_body); returns (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the outer
+        """Validate and encode a batch (in the caller's thread, natively: record_batch.pyx's
+        encode_send_batch); returns (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the outer
         message, its properties)."""
-        topic, uniqs, body, wait = encode_batch_body(msgs, self.max_message_size, Message, _RESERVED_PROPERTIES,
+        topic, uniqs, body, wait = encode_send_batch(msgs, self.max_message_size, Message, _RESERVED_PROPERTIES,
                                                      check_send_topic, create_uniq_id)
         return topic, uniqs, body, Message(topic, b"x", wait_store_msg_ok=wait), _OUTER_PROPS[wait]
 

@@ -1,4 +1,4 @@
-"""send_batch's native encoder (rmq_core._native.record.encode_batch_body) against its Python twin
+"""send_batch's native encoder (rmq_core._native.record_batch.encode_send_batch) against its Python twin
 (tests/client/batch_reference.py) and the codec's layout: the same bytes, the same UNIQ_KEYs,
 the same errors naming the item and the bad value."""
 import re
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_core._native.record_batch import encode_batch_body, encode_batch_item
+from rmq_core._native.record_batch import encode_batch_item, encode_send_batch
 from rmq_core.client.producer import _RESERVED_PROPERTIES, Producer, check_send_topic
 from tests.client.batch_reference import encode_batch_py
 from tests.codec_oracle import decode_batch_body_py
@@ -17,7 +17,7 @@ from rmq_core.message import Message, MessageClientIDSetter, MessageConst, strin
 
 
 def native(msgs, max_size=4 * 1024 * 1024):
-    return encode_batch_body(msgs, max_size, Message, _RESERVED_PROPERTIES, check_send_topic,
+    return encode_send_batch(msgs, max_size, Message, _RESERVED_PROPERTIES, check_send_topic,
                              MessageClientIDSetter.create_uniq_id)
 
 
