@@ -687,21 +687,23 @@ cdef bytes encoded_host(object value, str what):
 cdef str _offset_msg_id(const unsigned char* ip, bint v6, int32_t port, int64_t offset):
     """offsetMsgId of a decoded message: its store host encoded as the record holds it."""
     cdef unsigned char host[HOST_V6_LEN]
-    cdef char text[2 * (HOST_V6_LEN + 8)]
     cdef Py_ssize_t n = 16 if v6 else 4
     memcpy(host, ip, n)
     _put_u32(host + n, <uint32_t>port)
-    return text[:put_offset_msg_id(text, host, n + 4, offset)].decode("ascii")
+    out = PyUnicode_New(2 * (n + 4 + 8), 127)  # written in place: one object, no decode
+    put_offset_msg_id(<char*>PyUnicode_DATA(out), host, n + 4, offset)
+    return out
 
 
 def offset_msg_id(bytes host, int64_t phys):
     """The offsetMsgId of the record at commit-log offset `phys` whose store host is `host` (8 or
     20 bytes: address + i32 port, as a record holds it)."""
     cdef Py_ssize_t hl = len(host)
-    cdef char text[2 * (HOST_V6_LEN + 8)]
     if hl != HOST_V4_LEN and hl != HOST_V6_LEN:
         raise IllegalArgumentError(f"store host of {hl} bytes; it must be {HOST_V4_LEN} or {HOST_V6_LEN}")
-    return text[:put_offset_msg_id(text, <const unsigned char*><char*>host, hl, phys)].decode("ascii")
+    out = PyUnicode_New(2 * (hl + 8), 127)  # (a put's answer: written in place, one object)
+    put_offset_msg_id(<char*>PyUnicode_DATA(out), <const unsigned char*><char*>host, hl, phys)
+    return out
 
 
 # --- MessageExt --------------------------------------------------------------------------------------

@@ -259,15 +259,18 @@ class CommitLog:
             self.begin_time_in_lock = 0
             self._put_lock_release()
         # a batch taken earlier is still being encoded: its queue entries (and dispatch) go first
-
-        def publish():
-            if cq is not None:
-                cq.put_entries(_CQ_ENTRY.pack(phys, total, tags), qoff, 1)
-            if dispatch is not None:
-                dispatch(topic, queue_id, phys, total, tags, store_ts, qoff, sys_flag, props)
-
-        self._publish_in_order(ticket, phys + total, publish)
+        # (no closure here: it would turn this function's locals into cells on the put path)
+        self._publish_in_order(ticket, phys + total, self._publish_put, cq, dispatch, topic, queue_id, phys, total,
+                               tags, store_ts, qoff, sys_flag, props)
         return phys, store_ts, qoff, tags
+
+    @staticmethod
+    def _publish_put(cq, dispatch, topic, queue_id, phys, total, tags, store_ts, qoff, sys_flag, props) -> None:
+        """A single put's publication, when it waited for its turn: its queue entry, then dispatch."""
+        if cq is not None:
+            cq.put_entries(_CQ_ENTRY.pack(phys, total, tags), qoff, 1)
+        if dispatch is not None:
+            dispatch(topic, queue_id, phys, total, tags, store_ts, qoff, sys_flag, props)
 
     def _publish_in_order(self, ticket: int, end: int, publish, *args) -> None:
         """Publication in commit-log order, the one place it is decided: wait until every put

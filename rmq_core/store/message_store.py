@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Callable
 
+from rmq_core import record_layout as layout
 from rmq_core._native import record as record_native
 from rmq_core._native import record_store
 from rmq_core._native.commit_log import body_crc
@@ -46,6 +47,8 @@ _NO_QUEUE_ENTRY_BIT = SysFlag.TRANSACTION_PREPARED_TYPE
 # a record's host-address bits, set from the hosts it carries
 _BORN_V6, _STORE_V6 = SysFlag.BORNHOST_V6, SysFlag.STOREHOST_V6
 _HOST_V6 = _BORN_V6 | _STORE_V6
+# a record's length without its hosts, body, topic and properties (docs/protocol.md §5)
+_RECORD_FIXED = layout.RECORD_FIXED_NO_HOSTS + 3
 
 # Entries one get_message call may scan (bounded time for a pull with a rare tag).
 MAX_SCAN_ENTRIES_PER_GET = 16000
@@ -893,7 +896,7 @@ class DefaultMessageStore:
         else:
             store_b, store6 = self._host(msg.store_host)
             sys_flag = (msg.sys_flag & ~_HOST_V6) | (_BORN_V6 if born6 else 0) | (_STORE_V6 if store6 else 0)
-        total = 75 + len(born_b) + len(store_b) + len(body) + len(topic_b) + len(props)  # the record's length
+        total = _RECORD_FIXED + len(born_b) + len(store_b) + len(body) + len(topic_b) + len(props)
         if total > self._max_record:
             limit = self.config.max_message_size
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=(
