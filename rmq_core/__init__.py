@@ -1,4 +1,6 @@
 """rmq: a RocketMQ-4.x-compatible message broker for Python."""
+import logging as _logging
+
 from rmq_core.errors import (  # noqa: F401
     ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, RMQError,
 )
@@ -9,6 +11,30 @@ from rmq_core.message import (  # noqa: F401
 )
 
 __version__ = "0.1.0"
+
+
+
+class _NamedLastResort(_logging.Handler):
+    """Python's last-resort handler for rmq's loggers, naming the logger: every line rmq logs goes
+    through a named logger under "rmq", and a program that configured no logging of its own still
+    sees warnings and errors (a consumer's topic that does not exist) with the name that lets it
+    configure them.  Once the program configures logging (a root handler), this one stays silent."""
+
+    def __init__(self):
+        super().__init__(_logging.WARNING)
+        self.setFormatter(_logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+
+    def emit(self, record):
+        if _logging.getLogger().handlers:
+            return
+        import sys
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+_logging.getLogger("rmq").addHandler(_NamedLastResort())
 
 # Clients (and the embedded cluster) are imported on first use so `import rmq_core` (the broker,
 # the store) stays light.

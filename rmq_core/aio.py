@@ -42,7 +42,6 @@ from asyncio import get_running_loop as _get_running_loop
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED as _FINISHED
 from threading import get_ident
 
-from rmq_core._native.send_pipeline import set_loop_future_class
 from rmq_core.client.futures import LeanFuture
 from rmq_core.message import Message, MessageQueue, MixAll, SendResult
 
@@ -120,6 +119,9 @@ class _SendFuture(asyncio.Future):
     channel = None  # the connection its answer comes on (set by the pipeline)
     inbox: _LoopInbox
 
+    def set_channel(self, channel) -> None:
+        self.channel = channel
+
     def finish(self, result, error: BaseException | None = None) -> None:
         inbox = self.inbox
         if get_ident() == inbox.thread:
@@ -128,7 +130,6 @@ class _SendFuture(asyncio.Future):
             inbox.put_outcome(self, result, error)
 
 
-set_loop_future_class(_SendFuture)  # (its answer read on its loop: set there natively, no finish() call)
 
 
 def _settle(waiter: asyncio.Future, result, error: BaseException | None) -> None:
@@ -341,7 +342,7 @@ class Producer(_OnLoop):
             except RuntimeError:
                 on_loop = False
             if on_loop:
-                if queue is None and p._native_first and p._batch_accumulator is None and p._started:
+                if p._started and p._batch_accumulator is None and p._goes_native(False, queue, None):
                     # a plain message's native first attempt (what Producer._submit makes first) finishes
                     # the loop's Future itself; None: it does not go so, fut: the general attempt's
                     waiter = _SendFuture(loop=self._loop)

@@ -9,13 +9,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import gc
 import logging
 import os
 import signal
 import sys
+import time
 
 from rmq_core import loops
-from rmq_core.errors import ConfigError, RMQError
+from rmq_core.errors import ConfigError, RMQError, os_error_text
 
 
 def _check_store_writable(path: str) -> None:
@@ -38,8 +40,41 @@ def _store_line(cfg) -> str:
             f"{cfg.mapped_file_size_consume_queue / mib:.2f} MiB per consume queue")
 
 
-async def _serve(start, stop) -> None:
-    """Start, print boot lines, wait for SIGTERM/SIGINT, stop."""
+# A server's tables (a name server's routes, a broker's topics, offsets and groups) are many
+# long-lived objects, and each full collection of the garbage collector walks all of them: at 10,000
+# topics a name server's route lookups had a p99 of 2.4 ms against 0.2 ms at 1,000.  rmq's own server
+# processes move what survives a young collection to the collector's permanent generation
+# (gc.freeze, a list splice) once booted and again every FREEZE_INTERVAL s (what registrations
+# added meanwhile), and once per FULL_COLLECT_INTERVAL s thaw and collect everything, so that a
+# frozen structure dropped later in a reference cycle is still freed (refcounting frees the rest at
+# once, frozen or not).  A name server or broker embedded in a user's program leaves the
+# interpreter's settings alone.
+FREEZE_INTERVAL = 1.0
+FULL_COLLECT_INTERVAL = 3600.0
+log = logging.getLogger("rmq.server")
+
+
+def _freeze_survivors() -> None:
+    gc.collect(1)  # young garbage (cycles among this second's temporaries) is collected, not frozen
+    gc.freeze()
+
+
+async def _keep_tables_out_of_the_collector() -> None:
+    _freeze_survivors()
+    log.info("garbage collector: %d long-lived objects frozen (not walked by collections)", gc.get_freeze_count())
+    last_full = time.monotonic()
+    while True:
+        await asyncio.sleep(FREEZE_INTERVAL)
+        if time.monotonic() - last_full >= FULL_COLLECT_INTERVAL:
+            gc.unfreeze()
+            gc.collect()
+            last_full = time.monotonic()
+        _freeze_survivors()
+
+
+async def _serve(start, stop, tables: bool = False) -> None:
+    """Start, print boot lines, wait for SIGTERM/SIGINT, stop.  `tables`: a name server or broker
+    (the collector kept off its tables)."""
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -47,9 +82,12 @@ async def _serve(start, stop) -> None:
     lines = await start()
     for line in lines:
         print(line, flush=True)
+    collector = loop.create_task(_keep_tables_out_of_the_collector(), name="rmq-gc-freeze") if tables else None
     try:
         await stopping.wait()
     finally:
+        if collector is not None:
+            collector.cancel()
         await stop()
         print("shutdown OK", flush=True)
 
@@ -67,7 +105,7 @@ def _cmd_namesrv(args) -> None:
         line = await ctrl.start()
         return [line] + ([ctrl.controller.boot_line()] if ctrl.controller is not None else [])
 
-    loops.run(_serve(start, ctrl.stop))
+    loops.run(_serve(start, ctrl.stop, tables=True))
 
 
 def _cmd_controller(args) -> None:
@@ -103,9 +141,11 @@ def _cmd_broker(args) -> None:
     overrides = {}
     if args.namesrv:
         overrides["namesrv_addr"] = args.namesrv
-    broker_cfg, store_cfg = load_broker_conf(args.config, **overrides)
+    # as mqbroker: -n, else broker.conf's namesrvAddr, else the NAMESRV_ADDR environment variable
+    env = os.environ.get("NAMESRV_ADDR")
+    broker_cfg, store_cfg = load_broker_conf(args.config, defaults={"namesrvAddr": env} if env else None, **overrides)
     if not broker_cfg.namesrv_addr_list:
-        raise ConfigError("no name server: pass -n HOST:PORT or set namesrvAddr in broker.conf")
+        raise ConfigError("no name server: pass -n HOST:PORT, set namesrvAddr in broker.conf or set NAMESRV_ADDR")
     _check_store_writable(store_cfg.store_path_root_dir)
     ctrl = BrokerController(broker_cfg, store_cfg, listen_host=args.listen_host)
 
@@ -114,7 +154,7 @@ def _cmd_broker(args) -> None:
         grpc_line = ctrl.grpc_line()  # grpcServerPort
         return lines + ([grpc_line] if grpc_line else []) + [_store_line(store_cfg)]
 
-    loops.run(_serve(start, ctrl.stop))
+    loops.run(_serve(start, ctrl.stop, tables=True))
 
 
 def _cmd_standalone(args) -> None:
@@ -135,7 +175,7 @@ def _cmd_standalone(args) -> None:
         return [*await cluster.start_async(), _store_line(cluster.store_config)]
 
     if not args.dashboard:
-        loops.run(_serve(start_cluster, cluster.stop_async))
+        loops.run(_serve(start_cluster, cluster.stop_async, tables=True))
         return
     from rmq_core.dashboard import serve
     from rmq_core.message import parse_address
@@ -154,7 +194,7 @@ def _cmd_standalone(args) -> None:
             console[0].stop()
         await cluster.stop_async()
 
-    loops.run(_serve(start, stop))
+    loops.run(_serve(start, stop, tables=True))
 
 
 def _cmd_dashboard(args) -> None:
@@ -172,7 +212,7 @@ def _cmd_dashboard(args) -> None:
 
     async def start():
         server.append(serve(namesrv, host, port, users_file=args.users, access_key=access_key,
-                            secret_key=secret_key))
+                            secret_key=secret_key, stats_interval=args.stats_interval))
         return [f"rmq console for name server {namesrv} on {server[0].url}"]
 
     async def stop():
@@ -202,11 +242,19 @@ def _cmd_dashboard_adduser(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rmq", description="RocketMQ-4.x-compatible message broker for Python")
+    from rmq_core import __version__
+    from rmq_core.admin.commands import Parser
+
+    p = Parser(prog="rmq", description="RocketMQ-4.x-compatible message broker for Python")
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
+    p.add_argument("--version", action="version", version=f"rmq {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    ns = sub.add_parser("namesrv", help="run a name server")
+    ns = sub.add_parser(
+        "namesrv", help="run a name server",
+        description="A name server (mqnamesrv): brokers register their topics and addresses with it every "
+                    "registerNameServerPeriod, clients ask it where a topic's queues are.  It keeps no store; "
+                    "a broker not heard from for brokerChannelExpiredTime (120 s) is dropped from the routes.")
     ns.add_argument("--listen", default="0.0.0.0:9876", help="host:port to listen on (default 0.0.0.0:9876)")
     ns.add_argument("-c", "--config", help="namesrv .properties file")
     ns.set_defaults(fn=_cmd_namesrv)
@@ -217,7 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--etcd", help="etcd endpoints 'host:port,host:port' (controllerEtcdEndpoints)")
     co.set_defaults(fn=_cmd_controller)
 
-    br = sub.add_parser("broker", help="run a broker that registers with name servers")
+    br = sub.add_parser(
+        "broker", help="run a broker that registers with name servers",
+        description="A broker (mqbroker): stores messages in its store (storePathRootDir), serves producers and "
+                    "consumers on listenPort and registers with the name servers of -n, else of broker.conf's "
+                    "namesrvAddr, else of $NAMESRV_ADDR.  brokerId 0 is a group's master, any other a slave.")
     br.add_argument("-n", "--namesrv", help="name server address(es), 'host:port;host:port'")
     br.add_argument("-c", "--config", help="broker.conf (RocketMQ property names)")
     br.add_argument("--listen-host", default="0.0.0.0", help="interface to bind (default 0.0.0.0)")
@@ -251,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--listen", default="127.0.0.1:8080",
                     help="host:port to serve on (default 127.0.0.1:8080; any other than loopback needs --users)")
     db.add_argument("--users", metavar="FILE", help="ask for a login of these users (rmq dashboard adduser FILE NAME)")
+    db.add_argument("--stats-interval", type=float, default=10.0, metavar="SECONDS",
+                    help="seconds between the samples the dashboard's charts draw (default 10; 0: no charts)")
     from rmq_core.admin.commands import add_credential_flags, add_parsers  # (rich is imported only when a command prints)
 
     add_credential_flags(db)  # the ACL account the console's admin calls sign with
@@ -282,9 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
-            print(f"rmq {args.command}: error: cannot listen: address already in use ({e})", file=sys.stderr)
+            print(f"rmq {args.command}: error: cannot listen: address already in use ({os_error_text(e)})",
+                  file=sys.stderr)
         else:
-            print(f"rmq {args.command}: error: {e}", file=sys.stderr)
+            print(f"rmq {args.command}: error: {os_error_text(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -196,6 +196,20 @@ def _positive(inst, attribute, value):
         raise ConfigError(f"{attribute.metadata.get('key', attribute.name)} must be > 0, got {value!r}")
 
 
+def _ext_file_size(inst, attribute, value):
+    if value != attribute.default:
+        raise ConfigError(f"mappedFileSizeConsumeQueueExt={value} is not supported: rmq keeps one consume-queue ext "
+                          "file of filter bit maps beside each consume-queue file, sized by "
+                          "mappedFileSizeConsumeQueue and bitMapLengthConsumeQueueExt; remove the setting")
+
+
+def _transfer_by_heap(inst, attribute, value):
+    if not value:
+        raise ConfigError("transferMsgByHeap=false (RocketMQ's zero-copy transfer of a pull's messages from the "
+                          "mapped commit log) is not supported: rmq copies them into the answer, as "
+                          "transferMsgByHeap=true does; remove the setting")
+
+
 def _optional_port(inst, attribute, value):
     if value is not None and not 0 <= value <= 65535:
         raise ConfigError(f"{type(inst).__name__}: {attribute.metadata['key']} must be a port within 0..65535, got {value!r}")
@@ -229,7 +243,8 @@ class MessageStoreConfig(PropertiesConfig):
     mapped_file_size_commit_log: int = prop(1024 * 1024 * 1024, "mappedFileSizeCommitLog", validator=_positive)
     mapped_file_size_consume_queue: int = prop(300_000 * 20, "mappedFileSizeConsumeQueue", validator=_positive)
     enable_consume_queue_ext: bool = prop(False, "enableConsumeQueueExt")
-    mapped_file_size_consume_queue_ext: int = prop(48 * 1024 * 1024, "mappedFileSizeConsumeQueueExt", validator=_positive)
+    mapped_file_size_consume_queue_ext: int = prop(48 * 1024 * 1024, "mappedFileSizeConsumeQueueExt",
+                                                    validator=_ext_file_size)
     bit_map_length_consume_queue_ext: int = prop(64, "bitMapLengthConsumeQueueExt", validator=_positive)
     flush_disk_type: FlushDiskType = prop(FlushDiskType.ASYNC_FLUSH, "flushDiskType")
     flush_interval_commit_log: int = prop(500, "flushIntervalCommitLog", validator=_positive)
@@ -352,7 +367,7 @@ class BrokerConfig(PropertiesConfig):
     long_polling_enable: bool = prop(True, "longPollingEnable")
     short_polling_time_mills: int = prop(1000, "shortPollingTimeMills")
     notify_consumer_ids_changed_enable: bool = prop(True, "notifyConsumerIdsChangedEnable")
-    transfer_msg_by_heap: bool = prop(True, "transferMsgByHeap")
+    transfer_msg_by_heap: bool = prop(True, "transferMsgByHeap", validator=_transfer_by_heap)
     register_name_server_period: int = prop(30_000, "registerNameServerPeriod")
     # The full registration in RocketMQ's deflate layout (off, as in RocketMQ: that layout drops
     # each topic's topicSysFlag and order, and level-9 zlib costs CPU the plain body does not; it
@@ -365,7 +380,9 @@ class BrokerConfig(PropertiesConfig):
     transaction_time_out: int = prop(6000, "transactionTimeOut")
     transaction_check_max: int = prop(15, "transactionCheckMax")
     transaction_check_interval: int = prop(60_000, "transactionCheckInterval")
-    trace_topic_enable: bool = prop(False, "traceTopicEnable")  # creates msgTraceTopicName at start
+    # creates msgTraceTopicName at start (so, as in RocketMQ, updateBrokerConfig's change takes effect
+    # after a restart)
+    trace_topic_enable: bool = prop(False, "traceTopicEnable")
     msg_trace_topic_name: str = prop("RMQ_SYS_TRACE_TOPIC", "msgTraceTopicName")
     rebalance_lock_max_live_time: int = prop(60_000, "rebalanceLockMaxLiveTime")  # orderly queue lock lease
     error_reply_delay_ms: int = prop(1000, "errorReplyDelayMs")  # C++ client retries at once: slow it down
@@ -519,8 +536,8 @@ RUNTIME_BROKER_KEYS = frozenset({
     # broker
     "namesrvAddr", "brokerPermission", "autoCreateTopicEnable", "autoCreateSubscriptionGroup",
     "defaultTopicQueueNums", "enablePropertyFilter", "filterSupportRetry", "longPollingEnable",
-    "shortPollingTimeMills", "notifyConsumerIdsChangedEnable", "transferMsgByHeap", "rejectTransactionMessage",
-    "transactionTimeOut", "transactionCheckMax", "traceTopicEnable", "errorReplyDelayMs",
+    "shortPollingTimeMills", "notifyConsumerIdsChangedEnable", "rejectTransactionMessage",
+    "transactionTimeOut", "transactionCheckMax", "errorReplyDelayMs",
     "lockRefuseReplyDelayMs",
 })
 

@@ -72,12 +72,17 @@ class RemotingError(RMQError):
     """Transport-level failure: connect, send, timeout, closed connection, malformed frame."""
 
 
+def os_error_text(error: BaseException) -> str:
+    """The one wording of a socket (or file) error, whichever path met it: the error's text without
+    its errno ("Connection refused", not "[Errno 111] Connection refused")."""
+    return (error.strerror if isinstance(error, OSError) and error.strerror else None) or str(error)
+
+
 class RemotingConnectError(RemotingError):
     @classmethod
     def connecting(cls, addr: str, error: OSError) -> "RemotingConnectError":
-        """The one wording of a failed connect, whichever path made it: the socket error's text
-        without its errno ("Connection refused", not "[Errno 111] Connection refused")."""
-        return cls(f"connect to {addr} failed: {error.strerror or error}")
+        """The one wording of a failed connect, whichever path made it (os_error_text)."""
+        return cls(f"connect to {addr} failed: {os_error_text(error)}")
 
 
 class RemotingTimeoutError(RemotingError, TimeoutError):

@@ -57,3 +57,20 @@ class MessageFilter:
 
 
 MATCH_ALL = MessageFilter()
+
+
+class RetryMessageFilter(MessageFilter):
+    """filterSupportRetry (RocketMQ's ExpressionForRetryMessageFilter): a pull of a group's
+    %RETRY% topic applies the group's expression for each message's original topic (its
+    RETRY_TOPIC property) to the message; one whose topic the group filters by tag, or not at all,
+    passes (RocketMQ keeps no filter data for tags either)."""
+
+    needs_commit_log_check = True
+
+    def __init__(self, filter_of_topic):
+        self._filter_of_topic = filter_of_topic  # original topic -> MessageFilter, or None
+
+    def is_matched_by_commit_log(self, properties: Mapping[str, str]) -> bool:
+        real = properties.get("RETRY_TOPIC")
+        f = self._filter_of_topic(real) if real else None
+        return f is None or f.is_matched_by_commit_log(properties)

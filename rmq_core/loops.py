@@ -54,8 +54,8 @@ def run(main: Coroutine[Any, Any, Any]) -> Any:
         loop.close()
 
 
-class GroupCommit:
-    """Serves requests for a job in batches (group commit): one run of `job` at a time, and every
+class CoalescedJob:
+    """Serves requests for a job in coalesced runs: one run of `job` at a time, and every
     request made while a run is under way is served by the next run.  A burst of N requests costs
     two runs, not N; a lone request costs one run at once (no timer, no added latency).
 

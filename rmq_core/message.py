@@ -6,13 +6,14 @@ created on the client's hot path; it is re-exported here.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import itertools
 import os
 import re
 import socket
 import struct
 import time
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Mapping
 
 import attrs
 
@@ -148,7 +149,7 @@ class TopicValidator:
             )
         if not cls._VALID.match(topic):
             raise IllegalArgumentError(
-                f"bad topic name {topic!r}: only letters, digits, '%', '|', '_' and '-' are allowed"
+                f"bad topic name {topic!r}: only ASCII letters (a-z, A-Z), digits, '%', '|', '_' and '-' are allowed"
             )
         return topic
 
@@ -177,7 +178,7 @@ def check_group(group: str) -> str:
     if bad:
         raise IllegalArgumentError(
             f"bad group name {group!r}: character {bad[0]!r} is not allowed "
-            "(letters, digits, '%', '|', '_' and '-' only)"
+            "(ASCII letters, digits, '%', '|', '_' and '-' only)"
         )
     return group
 
@@ -262,6 +263,23 @@ def parse_address(addr: str) -> tuple[str, int]:
     except ValueError:
         raise IllegalArgumentError(f"bad address {addr!r}: expected host:port") from None
     return host, p
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine reaches (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def open_listen_addresses(addresses) -> list[str]:
+    """Of a server's listen addresses ('host:port', or 'scheme://...' for other transports), the
+    TCP ones other hosts may reach (0.0.0.0, a LAN address): what a boot warns about when nothing
+    checks who connects."""
+    return [a for a in addresses if "://" not in a and not is_loopback(a.rpartition(":")[0])]
 
 
 def host_port(addr: str | None) -> tuple[str, int]:
@@ -497,17 +515,6 @@ def encode_properties_checked(props: Mapping[str, str]) -> bytes:
             f"message properties are {len(raw)} bytes, more than {MAX_PROPERTIES_LENGTH}"
         )
     return raw
-
-
-def iter_chunks(seq: Iterable, n: int):
-    buf = []
-    for x in seq:
-        buf.append(x)
-        if len(buf) == n:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
 
 
 from rmq_core import errors as _errors  # noqa: E402

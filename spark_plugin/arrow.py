@@ -6,6 +6,8 @@ process only (executors, and whoever reads this module).
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import pyarrow as pa
 
 from rmq_core._native.record_columns import decode_columns
@@ -69,7 +71,7 @@ def record_batch(body, broker_name: str, until_offset: int = -1, tags_set=None) 
     return batch
 
 
-def read_batches(part) -> "Iterator[pa.RecordBatch]":
+def read_batches(part) -> Iterator[pa.RecordBatch]:
     """The partition's messages as RecordBatches, one per pull."""
     from spark_plugin.pull import pull_range, subscription_of
 

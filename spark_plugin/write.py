@@ -1,19 +1,24 @@
 """What an executor does when writing: turn elements into Messages and send them in batches.
 
 One Producer per executor process and name server (`producer_for`), kept across tasks and shut
-down at exit.  Messages leave through `Producer.send_batch` (one SEND_BATCH_MESSAGE per batch,
-encoded natively), at most BATCH_MESSAGES messages or BATCH_BYTES of bodies at a time; a batch the
-broker refuses raises its error, which fails the Spark task (and Spark retries the task).
+down at exit.  Rows spread over the topic's writable queues as a producer's sends do: a message
+with keys goes to the queue its keys hash to (SelectMessageQueueByHash, so one key's messages keep
+their order in one queue), any other to the next queue in turn, each task starting at a random
+queue.  Each queue's messages leave through `Producer.send_batch` (one SEND_BATCH_MESSAGE per
+batch, encoded natively), at most BATCH_MESSAGES messages or BATCH_BYTES of bodies at a time; a
+batch the broker refuses raises its error, which fails the Spark task (and Spark retries the task).
 Nothing here imports pyspark.
 """
 from __future__ import annotations
 
 import atexit
 import os
+import random
 import threading
 from typing import Iterable
 
 from rmq_core.errors import IllegalArgumentError, MQBrokerError
+from rmq_core.client.selector import SelectMessageQueueByHash
 from rmq_core.message import Message, MessageConst
 
 WRITER_GROUP = "SPARK_RMQ_WRITER"
@@ -72,25 +77,37 @@ def to_message(topic: str, item) -> Message:
 
 
 def send_all(namesrv: str, topic: str, messages: Iterable[Message], account=None) -> int:
-    """Send every message in batches (signed with `account` when given); returns how many were sent."""
+    """Send every message, spread over the topic's queues, in per-queue batches (signed with
+    `account` when given); returns how many were sent."""
     producer = producer_for(namesrv, account)
-    batch: list[Message] = []
-    size = sent = 0
+    queues = producer.fetch_publish_message_queues(topic)
+    by_keys = SelectMessageQueueByHash().select
+    turn = random.randrange(len(queues))
+    batches: dict = {}  # queue -> (messages, body bytes)
+    sent = 0
     for m in messages:
+        if m.keys:
+            mq = by_keys(queues, m, None)
+        else:
+            mq = queues[turn]
+            turn = (turn + 1) % len(queues)
+        batch, size = batches.get(mq) or ([], 0)
         batch.append(m)
         size += len(m.body)
         if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
-            sent += _send(producer, topic, batch)
+            sent += _send(producer, topic, mq, batch)
             batch, size = [], 0
-    if batch:
-        sent += _send(producer, topic, batch)
+        batches[mq] = (batch, size)
+    for mq, (batch, _) in batches.items():
+        if batch:
+            sent += _send(producer, topic, mq, batch)
     return sent
 
 
-def _send(producer, topic: str, batch: list) -> int:
-    result = producer.send_batch(batch)
+def _send(producer, topic: str, mq, batch: list) -> int:
+    result = producer.send_batch(batch, queue=mq)
     if result.status.value != "SEND_OK":
-        raise MQBrokerError(-1, f"batch of {len(batch)} messages to {topic}: {result.status.value}", "broker")
+        raise MQBrokerError(-1, f"batch of {len(batch)} messages to {mq}: {result.status.value}", "broker")
     return len(batch)
 
 

@@ -113,7 +113,15 @@ def real_texts(live: dict, tmp) -> dict[str, list[str]]:
             c.start()
         finally:
             c.shutdown()
-    out["SQL92 on a broker without property filtering"] = [_error(sql_on_plain_broker)]
+    out["SQL92 on a broker without property filtering"] = [
+        _error(sql_on_plain_broker).replace(ns, "127.0.0.1:9876").replace(broker, "127.0.0.1:10911")]
+
+    def at_a_broker():
+        with Producer("ReadmeAtBroker", namesrv=broker) as p:
+            p.send(Message("TopicA", b"x"))
+    out["A broker's address given as the name server"] = [_error(at_a_broker).replace(broker, "127.0.0.1:10911"),
+                                                          _rmq(["admin", "topicList", "-n", broker], tmp)]
+    out["Mistyped `rmq admin` command"] = [_rmq(["admin", "topicLis"], tmp)]
 
     def bad_plugin():
         c = _consumer(ns, "ReadmePlugin", allocate_strategy="nope")

@@ -62,10 +62,10 @@ def test_run_serves_a_request_on_either_loop(monkeypatch, kind):
     assert module.startswith("uvloop") == (kind == "uvloop")
 
 
-def test_group_commit_serves_a_burst_in_two_runs_and_hands_errors_to_its_waiters():
+def test_coalesced_job_serves_a_burst_in_two_runs_and_hands_errors_to_its_waiters():
     import asyncio
 
-    from rmq_core.loops import GroupCommit
+    from rmq_core.loops import CoalescedJob
 
     runs: list[int] = []
     fail = [False]
@@ -78,7 +78,7 @@ def test_group_commit_serves_a_burst_in_two_runs_and_hands_errors_to_its_waiters
             raise OSError("disk full")
 
     async def main():
-        group = GroupCommit(job, "test")
+        group = CoalescedJob(job, "test")
         first = group.request()  # starts a run at once
         await asyncio.sleep(0)
         burst = [group.request() for _ in range(50)]  # all made while the first run is under way

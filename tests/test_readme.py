@@ -280,7 +280,7 @@ def test_make_block(block):
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "plain_acl"], ids=repr)
 def test_plain_acl_block(block):
-    from rmq_plugins.acl.plain import build_rules
+    from rmq_plugins.acl.loader import build_rules
 
     rules = build_rules("README plain_acl.yml", block.text, 1)
     assert rules.accounts and all(len(a.secret_key) > 6 for a in rules.accounts.values())

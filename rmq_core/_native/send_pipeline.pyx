@@ -6,10 +6,15 @@
   connection;
 - deliver_responses and PipelinedCompletion: answers (frame.pyx: read_send_responses) matched to
   their requests and finished as SendResults (SendResultMaker; finish_batch for auto_batch);
-- the LeanFuture steps (finish_unwatched, lean_result, subscribe_unwatched).
 
-Everything here works from plain values the Python layer owns and hands over: dicts, sets,
-callables, ints - never a Producer, a client instance or a state object whose attributes it reads.
+Everything here works from plain values the Python layer owns and hands over (dicts, sets,
+callables, ints) and from the typed objects of the send decision (send_route.pxd: the route,
+the fault strategy, the completion a sync send waits on) - never a Producer, a client instance or
+a state object whose attributes it reads by name.  An async send's Future (a LeanFuture, a
+concurrent.futures.Future) is finished through its own public finish(result, error), never
+through concurrent.futures' private state: its lean path (no Condition made for a Future nobody
+waits on yet) costs about 1 us where set_result on it costs over 10 (a Condition made and
+notified per send).
 Settings that change while a producer runs are pushed through PipelinedSender.configure.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -21,6 +26,7 @@ cimport cython
 
 from clock cimport monotonic as _monotonic
 from rmq_core._native.frame cimport RESPONSE_FLAG, SendHeader, SendRequest, SendResponse, run_send_steps
+from rmq_core._native.send_route cimport MQFaultStrategy, SendWait, TopicPublishInfo
 from rmq_core._native.socket_io cimport PipelinedWrites
 from rmq_core._native.trace cimport TraceBuffer
 
@@ -29,6 +35,7 @@ from rmq_core._native.trace cimport TraceBuffer
 cdef extern from "Python.h":
     int PyObject_GenericSetAttr(object o, object name, object value) except -1
     PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
+    PyObject* PyDict_GetItem(object d, object key)
 
 
 @cython.final
@@ -75,127 +82,32 @@ cdef class SendResultMaker:
         return result
 
 
-# --- futures ---------------------------------------------------------------------------------------
-cdef extern from "Python.h":
-    object PyObject_GenericGetDict(object o, void* context)
-    int PyDict_SetItem(object d, object key, object value) except -1
-    int PyDict_DelItem(object d, object key) except -1
-    PyObject* PyDict_GetItem(object d, object key)
-
-cdef object _PENDING = None
-cdef object _RUNNING = None
-cdef object _FINISHED = None
-
-
-def init_future_states(pending, running, finished):
-    """Bind concurrent.futures' state constants (called once by rmq_core.client.instance)."""
-    global _PENDING, _RUNNING, _FINISHED
-    _PENDING, _RUNNING, _FINISHED = pending, running, finished
-
-
-def finish_unwatched(future, result, exception):
-    """Finish a LeanFuture nobody waits on or subscribed to yet, in one step no other thread can
-    come between (no Python code runs here): when its __dict__ has no `_condition` and its state is
-    PENDING or RUNNING, store the result (or exception), set FINISHED and return True.  Anyone who
-    comes later makes the Condition first and then reads the final state.  False: the caller takes
-    Future.set_result / set_exception (a Condition exists, or the Future is already done)."""
-    return _finish_unwatched(future, result, exception)
-
-
-def lean_result(future, timeout=None):
-    """LeanFuture.result: a Future finished without an exception answers from its __dict__ here;
-    anything else goes to future._result_slow(timeout) (waiting, raising, cancelled)."""
-    cdef PyObject* found
-    d = PyObject_GenericGetDict(future, NULL)  # (the public way to an instance's own __dict__)
-    found = PyDict_GetItem(d, "_state")
-    if found != NULL and <object>found is _FINISHED:
-        found = PyDict_GetItem(d, "_exception")
-        if found == NULL or <object>found is None:
-            found = PyDict_GetItem(d, "_result")
-            return None if found == NULL else <object>found
-    return future._result_slow(timeout)
-
-
-def subscribe_unwatched(future, callback):
-    """LeanFuture.add_lean_callback: when the Future is pending, has no Condition and no lean
-    callback yet, record `callback` (called once with the Future when it finishes, by whoever
-    finishes it) in one step no other thread can come between, and return True.  False: the caller
-    subscribes the usual way (add_done_callback) or reads the finished Future."""
-    cdef PyObject* state
-    d = PyObject_GenericGetDict(future, NULL)
-    if PyDict_GetItem(d, "_condition") != NULL or PyDict_GetItem(d, "_lean_callback") != NULL:
-        return False
-    state = PyDict_GetItem(d, "_state")
-    if state == NULL or (<object>state is not _PENDING and <object>state is not _RUNNING):
-        return False
-    PyDict_SetItem(d, "_lean_callback", callback)
-    return True
-
-
-cdef bint _finish_unwatched(future, result, exception) except -1:
-    cdef PyObject* state
-    cdef PyObject* found
-    d = PyObject_GenericGetDict(future, NULL)  # (the public way to an instance's own __dict__)
-    if PyDict_GetItem(d, "_condition") != NULL:
-        return False
-    state = PyDict_GetItem(d, "_state")
-    if state == NULL or (<object>state is not _PENDING and <object>state is not _RUNNING):
-        return False
-    if exception is None:
-        PyDict_SetItem(d, "_result", result)
-    else:
-        PyDict_SetItem(d, "_exception", exception)
-    PyDict_SetItem(d, "_state", _FINISHED)
-    found = PyDict_GetItem(d, "_lean_callback")  # (recorded before the state changed: see above)
-    if found != NULL:
-        callback = <object>found
-        PyDict_DelItem(d, "_lean_callback")
-        try:
-            callback(future)
-        except Exception:  # a subscriber's failure is not the finisher's (Future._invoke_callbacks)
-            _log_callback_error(future)
-    return True
-
-
-cdef _log_callback_error(future):
-    import logging
-    logging.getLogger("concurrent.futures").exception("exception calling callback for %r", future)
-
-
-cdef object _LOOP_FUTURE = None
-
-
-def set_loop_future_class(cls):
-    """The asyncio Future class of rmq_core.aio's sends (an `inbox` whose `thread` is its loop's):
-    PipelinedCompletion sets one's result itself when it reads the answer on that loop's thread,
-    and calls its finish(result) elsewhere."""
-    global _LOOP_FUTURE
-    _LOOP_FUTURE = cls
-
-
 @cython.final
 cdef class PipelinedCompletion:
     """SendAttempts.answered's usual case on the reader thread, natively: a send answered with
     a send status becomes its SendResult, the broker's fault item is noted as SendPolicy.note
     does (a fast answer at most once per millisecond per broker, in the same `noted` table), and the
-    LeanFuture is finished.  Anything else (a failure, a refusal, a watched Future) goes to
+    send's future is finished.  Anything else (a failure, a refusal) goes to
     `fallback(context, response, error)`, the Python method.  context: the tuple
-    (message, uniq, mode, queue, address, timeout, begin, future) PipelinedSender made.
+    (message, uniq, mode, queue, address, timeout, begin, future) PipelinedSender made; future:
+    a SendWait (a sync send's, finished natively) or an object with finish(result, error) (an
+    async send's LeanFuture, rmq_core.aio's loop Future).
 
-    maker: the SendResults' maker; update_fault_item(broker, latency ms, isolation): the fault
-    strategy's; noted: broker -> the ms of its last fast note (SendPolicy.noted); traced: the
-    producer's message trace buffer (trace.pyx TraceBuffer, offered each answered send, as
-    TraceDispatcher.on_send does), None when not traced."""
+    maker: the SendResults' maker; fault: the producer's fault strategy; noted: broker -> the ms
+    of its last fast note (SendPolicy.noted); traced: the producer's message trace buffer
+    (trace.pyx TraceBuffer, offered each answered send, as TraceDispatcher.on_send does), None
+    when not traced."""
 
     cdef SendResultMaker _maker
-    cdef object _update_fault_item
+    cdef MQFaultStrategy _fault
     cdef dict _noted
     cdef object _fallback
     cdef TraceBuffer _traced
 
-    def __init__(self, *, SendResultMaker maker, update_fault_item, dict noted, fallback, TraceBuffer traced=None):
+    def __init__(self, *, SendResultMaker maker, MQFaultStrategy fault, dict noted, fallback,
+                 TraceBuffer traced=None):
         self._maker = maker
-        self._update_fault_item = update_fault_item
+        self._fault = fault
         self._noted = noted
         self._fallback = fallback
         self._traced = traced
@@ -211,10 +123,10 @@ cdef class PipelinedCompletion:
         cdef PyObject* last = PyDict_GetItem(self._noted, broker)
         if latency >= 50:
             self._noted.pop(broker, None)
-            self._update_fault_item(broker, latency, False)
+            self._fault.update_fault_item(broker, latency, False)
         elif last == NULL or <int64_t><object>last != now_ms:
             self._noted[broker] = now_ms
-            self._update_fault_item(broker, latency, False)
+            self._fault.update_fault_item(broker, latency, False)
         return 0
 
     cdef int complete(self, tuple context, response, error) except -1:
@@ -226,13 +138,9 @@ cdef class PipelinedCompletion:
                 if self._traced is not None:
                     self._traced.offer_pub(context, result)
                 future = context[7]
-                if type(future) is _LOOP_FUTURE:
-                    if PyThread_get_thread_ident() == future.inbox.thread:  # read on its own loop
-                        if not future.done():  # (else its awaiting task was cancelled)
-                            future.set_result(result)
-                    else:
-                        future.finish(result)
-                elif not _finish_unwatched(future, result, None):
+                if type(future) is SendWait:
+                    (<SendWait>future).finish(result)
+                else:  # (a LeanFuture's own finish: see the module doc)
                     future.finish(result)
                 return 0
         self._fallback(context, response, error)
@@ -246,53 +154,55 @@ DEF _INT32_MAX = 0x7FFFFFFF
 @cython.final
 cdef class PipelinedSender:
     """The first attempt of a plain send (rmq_core.client.producer.SendAttempts.write's usual
-    case) natively: the topic's route, a queue picked as MQFaultStrategy.select_one_message_queue
-    does (round robin past benched brokers), the broker's master address, the cached SendHeader,
-    a UNIQ_KEY, the whole frame, the LeanFuture and its context, written on the broker's
-    pipelined connection (tcp or in-proc) - the same steps and calls, without a Python frame for
-    each.  Its answer is finished by `completion`; a failure goes to `failed`, which retries as the
-    policy says.
+    case) natively: the topic's route, a queue picked by the fault strategy (the same
+    MQFaultStrategy.select_one_message_queue SendAttempts calls), the broker's master address,
+    the cached SendHeader, a UNIQ_KEY, the whole frame, the send's future and its context, written
+    on the broker's pipelined connection (tcp or in-proc) - the same steps and calls, without a
+    Python frame for each.  Its answer is finished by `completion`; a failure goes to `failed`,
+    which retries as the policy says.
 
-    send(message, timeout, mode, future=None) returns the LeanFuture (or `future`, when given: an
-    object with finish(result, error) and a settable `channel`, which the completion finishes);
-    None when it declined before picking a queue (the caller's general attempt decides).  Where it
-    declines after picking a queue for a reason the Python path handles (no address, no cached
-    native header, a body to compress, properties the native writer leaves to Python) it calls
-    send_general(message, timeout, queue, address, mode) and returns what that returns.
+    send(message, timeout, mode, future=None) returns the send's future: a SendWait for a SYNC
+    send (its caller waits on it at once), else a `future_cls(channel)` (a concurrent Future) -
+    or `future`, when given: an object with finish(result, error) and set_channel(channel), which
+    the completion finishes.  None when it declined before picking a queue (the caller's general
+    attempt decides).  Where it declines after picking a queue for a reason the Python path
+    handles (no address, no cached native header, a body to compress, properties the native writer
+    leaves to Python) it calls send_general(message, timeout, queue, address, mode) and returns
+    what that returns.
 
     What it works from, all handed over at construction (the Python layer keeps the tables
     current):
-      routes          topic -> TopicPublishInfo (queues, the round-robin `index` it advances)
+      routes          topic -> TopicPublishInfo (send_route.pxd)
+      fault           the producer's MQFaultStrategy (send_route.pxd): the queue choice
       headers         (topic, broker, queue id, batch) -> SendHeader
       broker_addrs    broker name -> {broker id: address};  master_id: a master's broker id
-      benched         broker name -> FaultItem (start_timestamp: benched until), read with `clock`
-      select_queue    (route, last broker) -> queue: the fault strategy's own pick
       checked_topics  topic names check_message passed;  check_message(message, max_size)
-      new_uniq, opaques, future_cls, message_cls, channel_for(address), remoting_error
+      new_uniq, opaques (an iterator of ints), future_cls, message_cls, remoting_error
+      channel_for(address) -> (channel, its PipelinedWrites or None (another kind of channel),
+                      closed(): whether it closed - asked of a cached channel without writes)
       completion, send_general, failed: see above;  one_channel_per_broker: cache the channel
+      the client's request steps, as plain values (none: steps_on False): header_signer (the
+      steps are only this signer), before_steps (they have no after(): run here), encode_send
     and the settings pushed through configure() whenever they change: max_message_size,
-    compress_over, fault_enabled, and open (False once the client shuts down: every send declines)."""
+    compress_over, and open (False once the client shuts down: every send declines)."""
 
     cdef dict _routes
+    cdef MQFaultStrategy _fault
     cdef dict _headers
     cdef dict _broker_addrs
     cdef object _master_id
-    cdef dict _benched
-    cdef object _clock
-    cdef object _select_queue
     cdef set _checked_topics
     cdef object _check_message
     cdef object _new_uniq
     cdef object _opaques
     cdef object _future_cls
-    cdef object _new_future
     cdef object _message_cls
     cdef object _channel_for
     cdef object _remoting_error
     cdef object _completion
     cdef object _send_general
     cdef object _failed
-    cdef dict _channels  # address -> its one pipelined connection while open (None: not cached)
+    cdef dict _channels  # address -> what channel_for gave for it, while open (None: not cached)
     cdef bint _steps  # the connections have request steps: a send is handed to them before it is written
     cdef object _signer  # ... which are only this signer: the header signs as it writes (steps applied)
     cdef list _before    # ... which have no after(): run here (run_send_steps), the frame goes applied
@@ -300,82 +210,51 @@ cdef class PipelinedSender:
     # the settings (configure)
     cdef Py_ssize_t _max_message_size
     cdef Py_ssize_t _compress_over
-    cdef bint _fault_enabled
     cdef bint _open
 
-    def __init__(self, *, dict routes, dict headers, dict broker_addrs, master_id, dict benched, clock, select_queue,
+    def __init__(self, *, dict routes, MQFaultStrategy fault, dict headers, dict broker_addrs, master_id,
                  set checked_topics, check_message, new_uniq, opaques, future_cls, message_cls, channel_for,
-                 remoting_error, completion, send_general, failed, bint one_channel_per_broker, steps=None,
-                 Py_ssize_t max_message_size, Py_ssize_t compress_over, bint fault_enabled=True):
+                 remoting_error, completion, send_general, failed, bint one_channel_per_broker, bint steps_on=False,
+                 header_signer=None, list before_steps=None, encode_send=None,
+                 Py_ssize_t max_message_size, Py_ssize_t compress_over):
         # the route: tables the client instance keeps current
-        self._routes, self._headers, self._broker_addrs, self._master_id = routes, headers, broker_addrs, master_id
-        self._benched, self._clock, self._select_queue = benched, clock, select_queue  # (the fault strategy's)
+        self._routes, self._fault, self._headers = routes, fault, headers
+        self._broker_addrs, self._master_id = broker_addrs, master_id
         self._checked_topics, self._check_message = checked_topics, check_message
         self._new_uniq, self._opaques, self._message_cls = new_uniq, opaques, message_cls
-        # a LeanFuture made without its __init__: its class holds the defaults, only _state is set
-        self._future_cls, self._new_future = future_cls, future_cls.__new__
+        self._future_cls = future_cls
         # the write, its answer and what a failure falls back to
         self._channel_for, self._remoting_error, self._completion = channel_for, remoting_error, completion
         self._send_general, self._failed = send_general, failed
-        # the client's request steps (rmq_core.remoting.steps.RequestSteps) or None
-        self._steps = steps is not None
-        self._signer = None if steps is None else steps.header_signer
-        self._before = None if steps is None or steps.after else steps.before
-        self._encode_send = None if steps is None else steps.encode_send
+        self._steps, self._signer, self._before, self._encode_send = steps_on, header_signer, before_steps, encode_send
         # with one connection per broker, the one channel_for gave for an address
         # (a tcp or in-proc one) serves until it closes; with more, channel_for takes them in turn
         self._channels = {} if one_channel_per_broker else None
         self._max_message_size, self._compress_over = max_message_size, compress_over
-        self._fault_enabled, self._open = fault_enabled, True
+        self._open = True
 
-    def configure(self, *, max_message_size=None, compress_over=None, fault_enabled=None, open=None):
+    def configure(self, *, max_message_size=None, compress_over=None, open=None):
         """The settings that change while the producer runs, pushed by the Python layer that owns
         them when they change (None: unchanged)."""
         if max_message_size is not None:
             self._max_message_size = max_message_size
         if compress_over is not None:
             self._compress_over = compress_over
-        if fault_enabled is not None:
-            self._fault_enabled = fault_enabled
         if open is not None:
             self._open = open
 
-    cdef object _route_of(self, message):
+    cdef TopicPublishInfo _route_of(self, message):
         """The cached route of a plain Message's topic when it has queues; else None (the
         Python way decides: a user's Message subclass, a route not fetched yet or empty)."""
         cdef PyObject* found
+        cdef TopicPublishInfo info
         if type(message) is not self._message_cls:
             return None
         found = PyDict_GetItem(self._routes, message.topic)
         if found == NULL:
             return None
-        info = <object>found
+        info = <TopicPublishInfo?><object>found
         return info if info.queues else None
-
-    cdef object _pick_queue(self, info, queues):
-        """The queue MQFaultStrategy.select_one_message_queue picks, its usual case inline."""
-        cdef Py_ssize_t n, i, index
-        cdef PyObject* found
-        if self._fault_enabled:
-            n = len(queues)
-            # TopicPublishInfo.next_index without its lock: this step is atomic under the GIL (a
-            # locked Python step interleaved with it may lose one turn of the round robin: harmless)
-            index = (info.index + 1) & _INT32_MAX
-            info.index = index
-            items = self._benched
-            now = None
-            for i in range(n):
-                candidate = queues[(index + i) % n]
-                found = PyDict_GetItem(items, candidate.broker_name)
-                if found != NULL:
-                    item = <object>found  # (a strong reference before any Python code runs)
-                    if now is None:
-                        now = self._clock()
-                    if not now >= item.start_timestamp:
-                        continue
-                return candidate
-        # not enabled, or every broker benched: the strategy's own way
-        return self._select_queue(info, None)
 
     cdef object _master_addr(self, broker):
         """MQClientInstance.find_broker_addr_in_publish: the broker's master address, or None."""
@@ -398,13 +277,15 @@ cdef class PipelinedSender:
     def send(self, message, double timeout, mode="ASYNC", future=None):
         cdef Py_ssize_t n
         cdef PyObject* found
+        cdef TopicPublishInfo info
+        cdef SendWait wait
+        cdef tuple entry
         if not self._open:
             return None
         info = self._route_of(message)
         if info is None:
             return None
         topic = message.topic
-        queues = info.queues
         body = message.body
         n = len(body) if type(body) is bytes else -1
         if not self._passes_inline(message, topic, n):
@@ -412,18 +293,21 @@ cdef class PipelinedSender:
                 self._check_message(message, self._max_message_size)
             except Exception:  # the general path fails the Future with it
                 return None
-        mq = self._pick_queue(info, queues)
+        mq = self._fault.select_one_message_queue(info, None)
         broker = mq.broker_name
         addr = self._master_addr(broker)
         if addr is None:
             return self._send_general(message, timeout, mq, None, mode)
-        channel = None
+        channel = writes = None
         if self._channels is not None:
             found = PyDict_GetItem(self._channels, addr)
             if found != NULL:
-                channel = <object>found
-                if channel.closed:
-                    channel = None
+                entry = <tuple>found
+                writes = entry[1]
+                if not ((<PipelinedWrites>writes).closed if type(writes) is PipelinedWrites else entry[2]()):
+                    channel = entry[0]
+                else:
+                    writes = None
         found = PyDict_GetItem(self._headers, (mq.topic, broker, mq.queue_id, False))
         if found == NULL or type(<object>found) is not SendHeader or n >= self._compress_over:
             return self._send_general(message, timeout, mq, addr, mode)
@@ -446,23 +330,33 @@ cdef class PipelinedSender:
             frame = header._frame(0, message.flag, None, message, opaque, body, None, 0, None, uniq)
             if frame is None:
                 return self._send_general(message, timeout, mq, addr, mode)
-        if future is None:
-            fut = self._new_future(self._future_cls)
-            PyObject_GenericSetAttr(fut, "_state", _PENDING)
-        else:  # the caller's own Future (rmq_core.aio's): finished through its finish(result, error)
-            fut = future
-        context = (message, uniq, mode, mq, addr, timeout, _monotonic(), fut)
+        error = None
         if channel is None:
             try:
-                channel = self._channel_for(addr)
+                entry = self._channel_for(addr)
+                channel, writes = entry[0], entry[1]
             except self._remoting_error as e:  # cannot connect: counted against the broker, retried elsewhere
-                self._failed(context, None, e)
-                return fut
-            if self._channels is not None:
-                if len(self._channels) >= 1024:  # brokers come and go with routes: keep it bounded
-                    self._channels.clear()
-                self._channels[addr] = channel
-        fut.channel = channel  # result() reads the answer itself when no other thread does
+                error = e
+            else:
+                if self._channels is not None:
+                    if len(self._channels) >= 1024:  # brokers come and go with routes: keep it bounded
+                        self._channels.clear()
+                    self._channels[addr] = entry
+        # the send's future, told the connection its answer comes on (a waiter reads it itself)
+        if future is not None:  # the caller's own (rmq_core.aio's): finished through its finish(result, error)
+            fut = future
+            if channel is not None:
+                fut.set_channel(channel)
+        elif mode == "SYNC":
+            wait = SendWait()
+            wait.channel = channel
+            fut = wait
+        else:
+            fut = self._future_cls(channel)
+        context = (message, uniq, mode, mq, addr, timeout, _monotonic(), fut)
+        if error is not None:
+            self._failed(context, None, error)
+            return fut
         if self._before is not None and request is not True and request is not None:
             # steps with no after(): run here, no connection step call (one that raises fails the send)
             try:
@@ -473,7 +367,6 @@ cdef class PipelinedSender:
                 self._completion(context, None, e)
                 return fut
             request = True
-        writes = getattr(channel, "writes", None)
         if mode == "SYNC":  # this thread waits for the answer at once: it writes and reads it itself
             if request is not None:
                 channel.exchange(frame, opaque, timeout, self._completion, context, request=request)
@@ -551,5 +444,4 @@ def finish_batch(SendResultMaker maker, list batch, status, queue, int64_t base,
         PyObject_GenericSetAttr(result, names[5], None)
         PyObject_GenericSetAttr(result, names[6], region)
         future = entry[2]
-        if not _finish_unwatched(future, result, None):
-            future.finish(result)
+        future.finish(result)

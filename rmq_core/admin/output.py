@@ -1,6 +1,7 @@
 """How `rmq admin` prints: rich tables on stdout (or, with --json, the same rows as a JSON array of
-objects keyed by the column headers in snake_case), progress bars and the one-line errors on
-stderr.  rich is imported here, inside the calls, so building the `rmq` parser stays light."""
+objects keyed by the column headers in snake_case, typed: numbers as numbers, booleans as JSON
+booleans, costs in integer ms), progress bars and the one-line errors on stderr.  rich is
+imported here, inside the calls, so building the `rmq` parser stays light."""
 from __future__ import annotations
 
 import contextlib
@@ -9,6 +10,8 @@ import json
 import re
 import sys
 from typing import Any, Iterable, Sequence
+
+from rmq_core.errors import RMQError
 
 
 def snake(header: str) -> str:
@@ -29,6 +32,40 @@ def fmt_time(ms: int | None) -> str:
 def body_preview(body: bytes | None, charset: str = "utf-8", limit: int | None = 120) -> str:
     text = (body or b"").decode(charset, "replace")
     return text if limit is None or len(text) <= limit else text[:limit] + "…"
+
+
+class Shown:
+    """A cell whose table text is not its --json value: a cost of 11 shown "11ms", no time "N/A"
+    (None in JSON), a broker's "0.25" read back as the number it is."""
+    __slots__ = ("value", "text")
+
+    def __init__(self, value: Any, text: str):
+        self.value, self.text = value, text
+
+    def __repr__(self) -> str:
+        return f"Shown({self.value!r}, {self.text!r})"
+
+
+_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"-?[0-9]+\.[0-9]+")
+
+
+def typed(text: Any) -> Any:
+    """A value the servers hand over as text (a broker's runtime info or config, a name server's
+    config) as a cell: shown as it came, its --json value a JSON boolean or number when it is one."""
+    if not isinstance(text, str):
+        return text
+    if text in ("true", "false", "True", "False"):  # (Java's Boolean.toString, and Python's str(bool))
+        return Shown(text in ("true", "True"), text)
+    if _INT.fullmatch(text):
+        return Shown(int(text), text)
+    if _FLOAT.fullmatch(text):
+        return Shown(float(text), text)
+    return text
+
+
+def _json_cell(v: Any) -> Any:
+    return v.value if type(v) is Shown else v
 
 
 class Output:
@@ -52,19 +89,24 @@ class Output:
         return self._console
 
     def table(self, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None,
-              footer: Sequence[str] = ()) -> None:
-        """Aligned columns (numbers right-aligned); with --json the rows join the output array."""
+              footer: Sequence[str] = (), json_rows: Sequence[dict] | None = None) -> None:
+        """Aligned columns (numbers right-aligned); with --json the rows join the output array (a
+        Shown cell as its value), or `json_rows` instead when the objects carry more than the columns."""
         rows = [list(r) for r in rows]
         if self.as_json:
+            if json_rows is not None:
+                self._rows.extend(json_rows)
+                return
             keys = [snake(c) for c in columns]
-            self._rows.extend(dict(zip(keys, r)) for r in rows)
+            self._rows.extend({k: _json_cell(v) for k, v in zip(keys, r)} for r in rows)
             return
         from rich import box
         from rich.table import Table
         t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left",
                   header_style="bold")
         for i, c in enumerate(columns):
-            numeric = bool(rows) and all(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in rows)
+            numeric = bool(rows) and all(isinstance(v := _json_cell(r[i]), (int, float)) and not isinstance(v, bool)
+                                         for r in rows)
             t.add_column(c, justify="right" if numeric else "left", overflow="fold")
         for r in rows:
             t.add_row(*[_cell(v) for v in r])
@@ -76,7 +118,7 @@ class Output:
         """One object shown vertically (label: value), as mqadmin prints a message; with --json it
         is one object of the output array, keyed by the labels in snake_case."""
         if self.as_json:
-            self._rows.append({snake(k): v for k, v in fields})
+            self._rows.append({snake(k): _json_cell(v) for k, v in fields})
             return
         from rich.table import Table
         t = Table.grid(padding=(0, 2))
@@ -133,8 +175,6 @@ class Output:
     def each(self, description: str, items: Sequence, fetch):
         """(item, fetch(item)) for each of `items` under a progress bar that advances as the caller
         takes the next; an item whose fetch fails (RMQError: gone, unreachable) is passed over."""
-        from rmq_core.errors import RMQError
-
         with self.progress(description, len(items)) as advance:
             for item in items:
                 try:
@@ -149,6 +189,9 @@ class Output:
 def _cell(v: Any) -> str:
     if v is None:
         return ""
+    if type(v) is Shown:
+        from rich.markup import escape
+        return escape(v.text)
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):

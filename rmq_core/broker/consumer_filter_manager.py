@@ -41,7 +41,7 @@ from rmq_core.filtering import MessageFilter
 from rmq_core.message import ExpressionType
 from rmq_core.plugins import get_filter_factory
 
-log = logging.getLogger("RocketmqFilter")
+log = logging.getLogger("rmq.broker.filter")  # (RocketMQ's RocketmqFilter log)
 
 CONSUMER_FILTER_FILE = "consumerFilter.json"
 DEAD_FILTER_RETENTION_MS = 24 * 3600 * 1000  # RocketMQ's filterDataCleanTimeSpan default
@@ -51,14 +51,25 @@ DEAD_FILTER_RETENTION_MS = 24 * 3600 * 1000  # RocketMQ's filterDataCleanTimeSpa
 class PropertyFilterDisabledError(ConfigError):
     """A consumer asked for property (SQL92) filtering on a broker where it is switched off."""
 
-    def __init__(self, expression_type: str):
+    def __init__(self, expression_type: str, broker_config=None):
         self.expression_type = expression_type
         super().__init__(
             f"the broker does not support filtering messages by {expression_type}: property "
             "filtering is off (enablePropertyFilter=false); set enablePropertyFilter=true in "
-            "broker.conf, or on the running broker with: rmq admin updateBrokerConfig -k "
-            "enablePropertyFilter -v true"
+            f"broker.conf, or on the running broker with: {enable_command(broker_config)}"
         )
+
+
+def enable_command(bc) -> str:
+    """The `rmq admin` line that switches property filtering on for this broker, runnable as
+    printed: its name servers (-n) and its own address (-b) as the name servers know it."""
+    import shlex
+
+    if bc is None:
+        return "rmq admin updateBrokerConfig -b BROKER_ADDR -k enablePropertyFilter -v true"
+    namesrv = ";".join(a for a in bc.namesrv_addr_list if "://" not in a)  # (in-proc: not for a shell)
+    n = f"-n {shlex.quote(namesrv)} " if namesrv else ""
+    return f"rmq admin updateBrokerConfig {n}-b {bc.broker_addr} -k enablePropertyFilter -v true"
 
 
 def _bloom_module():
@@ -299,7 +310,7 @@ class ConsumerFilterManager:
         """Raise PropertyFilterDisabledError for SQL92 when enablePropertyFilter is off."""
         t = (expression_type or ExpressionType.TAG).upper()
         if t == ExpressionType.SQL92 and not self.broker_config.enable_property_filter:
-            raise PropertyFilterDisabledError(t)
+            raise PropertyFilterDisabledError(t, self.broker_config)
 
     # --- dispatch side --------------------------------------------------------------------------
     def calc_bit_map(self, topic: str, properties: Mapping[str, str] | None, store_timestamp: int | None = None) -> bytes | None:

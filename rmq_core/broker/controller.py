@@ -14,9 +14,7 @@ import attrs
 
 from rmq_core.loops import cancel_and_wait
 from rmq_core.broker.client_manager import ConsumerManager, ProducerManager
-from rmq_core.broker.consumer_filter_manager import (
-    CalcBitMapDispatcher, ConsumerFilterManager, PropertyFilterDisabledError,
-)
+from rmq_core.broker.consumer_filter_manager import CalcBitMapDispatcher, ConsumerFilterManager
 from rmq_core.broker.lock_manager import RebalanceLockManager
 from rmq_core.broker.metrics import BrokerMetrics
 from rmq_core.broker.long_polling import PullRequestHoldService
@@ -33,12 +31,12 @@ from rmq_core.broker.slave_sync import SYNC_INTERVAL, SlaveSynchronize
 from rmq_core.broker.stats import BrokerStats
 from rmq_core.broker.subscription_manager import SubscriptionGroupManager
 from rmq_core.broker.timer import TIMER_TOPIC, TimerMessageService
-from rmq_core.broker.topic_manager import TopicConfigManager
+from rmq_core.broker.topic_config_manager import TopicConfigManager
 from rmq_core.broker.transaction import TransactionalMessageService
 from rmq_core.config import BrokerConfig, BrokerRole, MessageStoreConfig
-from rmq_core.errors import ConfigError
-from rmq_core.loops import GroupCommit
-from rmq_core.message import ExpressionType
+from rmq_core.errors import ConfigError, RMQError
+from rmq_core.loops import CoalescedJob
+from rmq_core.message import ExpressionType, open_listen_addresses
 from rmq_core.acl import signer_from
 from rmq_core.plugins import get_access_validator_factory, get_filter_factory
 from rmq_core.remoting.body import REGISTER_ALL, RegisterBrokerBody, register_body_json
@@ -47,7 +45,7 @@ from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
 from rmq_core.remoting.server import RemotingServer
 from rmq_core.store import DefaultMessageStore
-from rmq_core.broker.config_file import ConsumerOffsetManager
+from rmq_core.broker.offset_manager import ConsumerOffsetManager
 
 log = logging.getLogger("rmq.broker")
 
@@ -87,12 +85,12 @@ class BrokerController:
         # servers' processor tables and run on every request before the rmq_broker_* hooks
         self.request_steps: list = list(request_steps or ())
         self.namesrv_client: RemotingClient | None = None
-        # Registration with the name servers, group-committed: topic changes arriving together
+        # Registration with the name servers, coalesced (CoalescedJob): topic changes arriving together
         # share one incremental registration; a full one is due at start, every
         # registerNameServerPeriod and after a deletion.
         self._register_changed: dict[str, object] = {}
         self._register_all_due = False
-        self._registrations = GroupCommit(self._register_job, "rmq-register-broker")
+        self._registrations = CoalescedJob(self._register_job, "rmq-register-broker")
         self._tasks: list[asyncio.Task] = []
         self._filters: dict = {}  # (group, topic, type, expression, version) -> MessageFilter
         # SQL92 subscriptions per topic, their bloom bits, and the bit map dispatcher.
@@ -188,6 +186,11 @@ class BrokerController:
             self._stop_access_validator()
             raise
         self.servers.append(tcp)
+        exposed = open_listen_addresses(tcp.listen_addresses)
+        if exposed and not bc.acl_enable:
+            log.warning("ACL is off (aclEnable=false) and the broker listens on %s, reachable from other hosts: "
+                        "any host that reaches it can send, consume and run admin commands; set aclEnable=true "
+                        "(plain_acl.yml) or listen on 127.0.0.1 (--listen-host)", ", ".join(exposed))
         port = int(tcp.listen_address.rpartition(":")[2])
         # haListenPort's default, RocketMQ's: listenPort + 1 (any port for the broker: any for HA too)
         self._ha_default_port = bc.listen_port + 1 if bc.listen_port else 0
@@ -435,9 +438,17 @@ class BrokerController:
             except Exception:
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 
-    def _spawn(self, coro) -> None:
+    def spawn(self, coro) -> None:
+        """Run `coro` on the broker's loop (call from the loop), not waited for: a failure is logged."""
         task = self.loop.create_task(coro)
         task.add_done_callback(lambda t: t.cancelled() or t.exception() and log.warning("task failed: %s", t.exception()))
+
+    def start_service_task(self, coro, name: str) -> asyncio.Task:
+        """Run `coro` on the broker's loop (call from the loop) until the broker stops, which
+        cancels it with the broker's own periodic tasks."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.append(task)
+        return task
 
     def _persist_offsets_now(self) -> None:
         self.offset_manager.persist()
@@ -542,10 +553,12 @@ class BrokerController:
         await asyncio.gather(*(one(a) for a in bc.namesrv_addr_list))
 
     def ha_server_addr(self) -> str:
-        """brokerIP1:the HA port — the bound one on a master (haListenPort, by default listenPort + 1)."""
+        """brokerIP2 (else brokerIP1, as RocketMQ's default of brokerIP2):the HA port - the bound one on a
+        master (haListenPort, by default listenPort + 1): where slaves replicate from."""
         ha = self.store.ha_service
         port = ha.listen_port if ha.listen_port is not None else ha.configured_listen_port()
-        return f"{self.broker_config.broker_ip1}:{port}"
+        bc = self.broker_config
+        return f"{bc.broker_ip2 or bc.broker_ip1}:{port}"
 
     def _on_register_answer(self, ext: dict) -> None:
         """A slave follows its master's HA address as the name server knows it (a master restarted
@@ -638,6 +651,17 @@ class BrokerController:
             self._filters[key] = mf
         return mf
 
+    def expression_filter_of(self, group: str, topic: str):
+        """The group's compiled expression filter (SQL92, ...) for `topic` as its consumers subscribe
+        it, or None for a tag subscription, none, or one that no longer compiles here."""
+        sub = self.consumer_manager.find_subscription(group, topic)
+        if sub is None or ExpressionType.is_tag_type(sub.expression_type):
+            return None
+        try:
+            return self.build_message_filter(group, sub)
+        except (RMQError, ValueError):  # (SQL92 since switched off, a plugin gone: the pull of the topic says so)
+            return None
+
     def _bloom_born_time(self, group: str, sub) -> int:
         """The born time of the registered filter data the cached filter was built from (a
         re-registration changes it, so the cache entry is rebuilt)."""
@@ -682,7 +706,7 @@ class BrokerController:
                 except Exception as e:
                     log.info("notify consumer ids changed to %s failed: %s", getattr(ch, "remote_address", "?"), e)
 
-        self._call_in_loop(lambda: self._spawn(notify()))
+        self._call_in_loop(lambda: self.spawn(notify()))
 
     async def notify_reset_offset(self, group: str, topic: str, timestamp: int, table: dict) -> None:
         info = self.consumer_manager.get(group)

@@ -42,11 +42,6 @@ class RebalanceLockManager:
                 if entry is not None and entry[0] == client_id:
                     del table[mq]
 
-    def is_locked_by(self, group: str, mq: MessageQueue, client_id: str) -> bool:
-        with self._lock:
-            entry = self._table.get(group, {}).get(mq)
-            return entry is not None and entry[0] == client_id and not self._expired(entry)
-
     def owner(self, group: str, mq: MessageQueue) -> str | None:
         with self._lock:
             entry = self._table.get(group, {}).get(mq)

@@ -10,7 +10,7 @@ from collections import Counter
 from rmq_core.metrics import (
     COUNTER, GAUGE, HISTOGRAM, ExporterSettings, MetricFamily, RpcLatency, check_exporter_type, start_exporter,
 )
-from rmq_core.broker.config_file import TOPIC_GROUP_SEPARATOR
+from rmq_core.broker.offset_manager import TOPIC_GROUP_SEPARATOR
 
 
 class BrokerMetrics:

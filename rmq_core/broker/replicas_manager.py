@@ -333,7 +333,7 @@ class ReplicasManager:
         loop = self.broker.loop
         if loop is not None and not self._altering:
             self._altering = True
-            loop.call_soon_threadsafe(lambda: self.broker._spawn(self._alter(sorted(proposed))))
+            loop.call_soon_threadsafe(lambda: self.broker.spawn(self._alter(sorted(proposed))))
 
     async def _alter(self, proposed: list[int]) -> None:
         try:

@@ -49,7 +49,7 @@ from rmq_core.message import MixAll
 from rmq_core.remoting.body import ClusterInfo, TopicRouteData
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
-from rmq_core.broker.config_file import ConsumerOffsetManager, decode_offset_table
+from rmq_core.broker.offset_manager import ConsumerOffsetManager, decode_offset_table
 from rmq_core.common.fastjson import loads_lenient
 
 log = logging.getLogger("rmq.broker")
@@ -134,7 +134,7 @@ class SlaveSynchronize:
         """The master is away and made the topic after the last sync: its queues as the name
         server's route has them from the master's registration (the next sync from the master
         replaces the whole table again)."""
-        from rmq_core.broker.config_file import TopicConfig
+        from rmq_core.broker.topic_config_manager import TopicConfig
 
         ctrl = self.ctrl
         bc = ctrl.broker_config

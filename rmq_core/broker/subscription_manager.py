@@ -31,7 +31,7 @@ class SubscriptionGroupManager:
                     cfg = SubscriptionGroupConfig(group_name=group)
                     self.table.put(cfg)
                     log.info("auto create a subscription group, %s", group)
-                    try:  # group-committed: a heartbeat storm of new groups shares the writes
+                    try:  # coalesced: a heartbeat storm of new groups shares the writes
                         self.table.persist_soon()
                     except StoreError as e:  # (a full disk) the group serves from memory meanwhile
                         log.error("auto-created subscription group %s is not persisted yet: %s", group, e)

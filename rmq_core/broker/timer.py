@@ -50,7 +50,6 @@ import logging
 import os
 import re
 import struct
-import time
 
 from rmq_core.common.clock import now_ms
 from rmq_core.loops import cancel_and_wait
@@ -58,7 +57,7 @@ from rmq_core.codec import MessageDecodeError, decode_batch_body, decode_message
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import MessageConst, SysFlag, TopicValidator, host_port, string_to_properties
 from rmq_core.store import MessageExtBrokerInner, PutMessageStatus
-from rmq_core.broker.config_file import TopicConfig
+from rmq_core.broker.topic_config_manager import TopicConfig
 from rmq_core.common.files import atomic_write
 from rmq_core.store.consume_queue import CQ_STORE_UNIT_SIZE
 from rmq_core.store.types import record_fields

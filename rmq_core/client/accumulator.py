@@ -16,8 +16,6 @@ import logging
 import threading
 import time
 
-from concurrent.futures._base import FINISHED as _FINISHED
-
 from rmq_core._native.send_pipeline import finish_batch
 from rmq_core.client.futures import LeanFuture
 from rmq_core.message import Message
@@ -47,12 +45,12 @@ class GatheredFuture(LeanFuture):
     gathered at once, instead of after the linger or the answer in flight."""
 
     def result(self, timeout: float | None = None):
-        if self._state is not _FINISHED:
+        if not self.done():
             self.gathering_flush()
         return super().result(timeout)
 
     def exception(self, timeout: float | None = None):
-        if self._state is not _FINISHED:
+        if not self.done():
             self.gathering_flush()
         return super().exception(timeout)
 

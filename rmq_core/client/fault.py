@@ -1,13 +1,10 @@
-"""Latency fault tolerance (RocketMQ's MQFaultStrategy + LatencyFaultToleranceImpl).
+"""Latency fault tolerance (RocketMQ's MQFaultStrategy + LatencyFaultToleranceImpl) and the
+send policy over it.
 
-After each send the producer records how long the broker took.  A slow answer (or a failure,
-counted as 30 s) puts the broker on the bench for a while, read from two ladders:
-
-    latency  >= 50 ms 100 ms 550 ms 1 s  2 s   3 s   15 s
-    benched     0      0     30 s   60 s 120 s 180 s 600 s
-
-Queue selection skips benched brokers; when every broker is benched it picks among the better half
-of them rather than failing.
+FaultItem, LatencyFaultTolerance and MQFaultStrategy are rmq_core._native.send_route's typed
+classes (see its doc for the latency ladders), re-exported here: the Python attempts and the
+native first attempt (send_pipeline.PipelinedSender) pick queues and note latencies through the
+same objects.
 
 SendPolicy is the one place a producer's sends (sync, async, oneway, batch, auto-batch; whichever
 connection carries them) ask how many attempts they get, whether a failure is worth another
@@ -16,121 +13,14 @@ DefaultMQProducerImpl.sendDefaultImpl.
 """
 from __future__ import annotations
 
-import random
-import threading
 import time
-from typing import Callable
 
+from rmq_core._native.send_route import (
+    ISOLATION_LATENCY_MS, LATENCY_MAX_MS, NOT_AVAILABLE_DURATION_MS, FaultItem, LatencyFaultTolerance, MQFaultStrategy,
+)
 from rmq_core.errors import MQBrokerError, MQClientError, RemotingError
 from rmq_core.message import MessageQueue
 from rmq_core.remoting.codes import ResponseCode
-
-LATENCY_MAX_MS = (50, 100, 550, 1000, 2000, 3000, 15000)
-NOT_AVAILABLE_DURATION_MS = (0, 0, 30000, 60000, 120000, 180000, 600000)
-ISOLATION_LATENCY_MS = 30000
-
-
-class FaultItem:
-    __slots__ = ("name", "current_latency", "start_timestamp")
-
-    def __init__(self, name: str, current_latency: int, start_timestamp: float):
-        self.name = name
-        self.current_latency = current_latency
-        self.start_timestamp = start_timestamp  # ms: available again from here on
-
-    def is_available(self, now_ms: float) -> bool:
-        return now_ms >= self.start_timestamp
-
-    def sort_key(self, now_ms: float):
-        # available first, then lower latency, then sooner available (FaultItem.compareTo)
-        return (not self.is_available(now_ms), self.current_latency, self.start_timestamp)
-
-
-class LatencyFaultTolerance:
-    def __init__(self, clock: Callable[[], float] | None = None):
-        self.items: dict[str, FaultItem] = {}  # broker name -> its fault item (the native sender reads it)
-        self._lock = threading.Lock()
-        self._which_worst = random.randrange(1 << 16)
-        self.clock = clock or (lambda: time.monotonic() * 1000.0)
-
-    def update_fault_item(self, name: str, current_latency: int, not_available_ms: int) -> None:
-        now = self.clock()
-        with self._lock:
-            item = self.items.get(name)
-            if item is None:
-                self.items[name] = FaultItem(name, current_latency, now + not_available_ms)
-            else:
-                item.current_latency = current_latency
-                item.start_timestamp = now + not_available_ms
-
-    def is_available(self, name: str) -> bool:
-        item = self.items.get(name)
-        return item is None or item.is_available(self.clock())
-
-    def remove(self, name: str) -> None:
-        with self._lock:
-            self.items.pop(name, None)
-
-    def pick_one_at_least(self) -> str | None:
-        """A broker from the better half of the benched ones (round robin among them)."""
-        now = self.clock()
-        with self._lock:
-            items = list(self.items.values())
-        if not items:
-            return None
-        random.shuffle(items)
-        items.sort(key=lambda it: it.sort_key(now))
-        half = len(items) // 2
-        if half <= 0:
-            return items[0].name
-        self._which_worst = (self._which_worst + 1) & 0x7FFFFFFF
-        return items[self._which_worst % half].name
-
-    def snapshot(self) -> dict[str, tuple[int, bool]]:
-        now = self.clock()
-        return {k: (v.current_latency, v.is_available(now)) for k, v in self.items.items()}
-
-
-class MQFaultStrategy:
-    def __init__(self, enabled: bool = True, clock: Callable[[], float] | None = None,
-                 latency_max: tuple = LATENCY_MAX_MS, not_available_duration: tuple = NOT_AVAILABLE_DURATION_MS):
-        if len(latency_max) != len(not_available_duration):
-            raise ValueError("latency_max and not_available_duration must have the same length")
-        self.enabled = enabled
-        self.latency_max = tuple(latency_max)
-        self.not_available_duration = tuple(not_available_duration)
-        self.tolerance = LatencyFaultTolerance(clock)
-
-    def select_one_message_queue(self, info, last_broker_name: str | None) -> MessageQueue:
-        if not self.enabled:
-            return info.select_one(last_broker_name)
-        queues = info.queues
-        n = len(queues)
-        if n:
-            index = info.next_index()
-            for i in range(n):
-                mq = queues[(index + i) % n]
-                if self.tolerance.is_available(mq.broker_name):
-                    return mq
-        not_best = self.tolerance.pick_one_at_least()
-        if not_best is not None:
-            write_nums = info.write_queue_nums_of(not_best)
-            if write_nums > 0:
-                return MessageQueue(info.topic, not_best, info.next_index() % write_nums)
-            self.tolerance.remove(not_best)
-        return info.select_one()
-
-    def compute_not_available_duration(self, latency_ms: int) -> int:
-        for i in range(len(self.latency_max) - 1, -1, -1):
-            if latency_ms >= self.latency_max[i]:
-                return self.not_available_duration[i]
-        return 0
-
-    def update_fault_item(self, broker_name: str, latency_ms: int, isolation: bool) -> None:
-        if self.enabled:
-            duration = self.compute_not_available_duration(ISOLATION_LATENCY_MS if isolation else latency_ms)
-            self.tolerance.update_fault_item(broker_name, latency_ms, duration)
-
 
 # response codes after which a send tries again (DefaultMQProducer.retryResponseCodes)
 RETRY_RESPONSE_CODES = frozenset({
@@ -199,4 +89,4 @@ class SendPolicy:
 
 
 __all__ = ["FaultItem", "LatencyFaultTolerance", "MQFaultStrategy", "SendPolicy", "RETRY_RESPONSE_CODES",
-           "LATENCY_MAX_MS", "NOT_AVAILABLE_DURATION_MS"]
+           "LATENCY_MAX_MS", "NOT_AVAILABLE_DURATION_MS", "ISOLATION_LATENCY_MS"]

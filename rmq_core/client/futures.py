@@ -16,17 +16,11 @@ from concurrent.futures._base import FINISHED as _FINISHED
 from concurrent.futures._base import PENDING as _PENDING
 from concurrent.futures._base import RUNNING as _RUNNING
 
-from rmq_core._native.send_pipeline import finish_unwatched as _finish_unwatched
-from rmq_core._native.send_pipeline import init_future_states
-from rmq_core._native.send_pipeline import lean_result as _lean_result
-from rmq_core._native.send_pipeline import subscribe_unwatched as _subscribe_unwatched
-
 if TYPE_CHECKING:
     from rmq_core.remoting.pipelined import PipelinedChannel
 
 log = logging.getLogger("rmq.client")
 
-init_future_states(_PENDING, _RUNNING, _FINISHED)
 _DONE_STATES = frozenset({_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED})
 
 
@@ -50,26 +44,37 @@ class CancellableFuture(concurrent.futures.Future):
         return True
 
 
+# LeanFuture's lazy parts (its Condition, its one lean callback) and its unwatched finish are
+# decided under this one lock: whoever makes the Condition does so before or after a lean finish,
+# never between its read of the state and its write (a process-wide lock held for a few dict
+# operations: cheaper than a Condition per Future)
+_LEAN = threading.Lock()
+_UNFINISHED = frozenset({_PENDING, _RUNNING})
+
+
 class LeanFuture(CancellableFuture):
     """A CancellableFuture without a Condition until a thread waits on it or subscribes to it.
 
     concurrent.futures.Future makes a threading.Condition per Future (a few microseconds, most of
     the cost of one); an async send's Future is usually finished before anyone asks for it.  Here
-    `_condition` is made on first use (__getattr__, installed with dict.setdefault so two threads
-    get the same one), and finish() completes a Future nobody watches in one native step
-    (send_pipeline.finish_unwatched): whoever comes later makes the Condition first and then reads
-    the final state, so nobody can miss the completion.  Otherwise the usual Future methods run.
+    `_condition` is made on first use (__getattr__), and finish() completes a Future nobody
+    watches in one step under the module's lock (_LEAN): whoever comes later makes the Condition
+    first and then reads the final state, so nobody can miss the completion.  Otherwise the usual
+    Future methods run.  (The native completion, send_pipeline.PipelinedCompletion, finishes one
+    through finish(): set_result on a LeanFuture would make and notify its Condition, over 10 us a
+    send.)
 
     `channel`: the PipelinedChannel whose answer completes it (None when something else does):
     result() and exception() then read answers on the waiting thread while no other thread reads
-    (PipelinedChannel.wait) instead of sleeping until that connection's reader thread gets to them."""
+    (PipelinedChannel.wait, which sleeps in sleep() and is woken by wake()) instead of sleeping
+    until that connection's reader thread gets to them."""
 
-    # what Future.__init__ sets, as class defaults (an instance's own value replaces one when set):
-    # a LeanFuture made natively (send_pipeline.PipelinedSender) only sets _state
+    # what Future.__init__ sets, as class defaults (an instance's own value replaces one when set)
     channel: PipelinedChannel | None = None
     _result = None
     _exception = None
     on_cancel = None
+    _woken = False
 
     def __init__(self, channel: PipelinedChannel | None = None):
         self._state = _PENDING
@@ -78,7 +83,8 @@ class LeanFuture(CancellableFuture):
 
     def __getattr__(self, name):  # only for attributes not set: made on first use, the same for all threads
         if name == "_condition":
-            return self.__dict__.setdefault("_condition", threading.Condition())
+            with _LEAN:
+                return self.__dict__.setdefault("_condition", threading.Condition())
         if name == "_waiters" or name == "_done_callbacks":
             return self.__dict__.setdefault(name, [])
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -86,7 +92,22 @@ class LeanFuture(CancellableFuture):
     def finish(self, result, exception: BaseException | None = None) -> None:
         """set_result(result), or set_exception(exception) when one is given; a Future cancelled
         meanwhile stays cancelled (no InvalidStateError)."""
-        if _finish_unwatched(self, result, exception):
+        d = self.__dict__
+        with _LEAN:
+            lean = "_condition" not in d and self._state in _UNFINISHED
+            if lean:
+                if exception is None:
+                    d["_result"] = result
+                else:
+                    d["_exception"] = exception
+                d["_state"] = _FINISHED
+                callback = d.pop("_lean_callback", None)
+        if lean:
+            if callback is not None:
+                try:
+                    callback(self)
+                except Exception:  # a subscriber's failure is not the finisher's (Future._invoke_callbacks)
+                    log.exception("exception calling callback for %r", self)
             return
         try:
             if exception is None:
@@ -101,13 +122,19 @@ class LeanFuture(CancellableFuture):
 
     def add_lean_callback(self, fn: Callable[["LeanFuture"], Any]) -> None:
         """add_done_callback for one subscriber (an aio waiter) without making the Condition: fn is
-        recorded natively while the Future is pending and unwatched, and called once by whoever
-        finishes it (finish, set_result, set_exception, cancel); otherwise add_done_callback."""
-        if not _subscribe_unwatched(self, fn):
+        recorded while the Future is pending and unwatched, and called once by whoever finishes it
+        (finish, set_result, set_exception, cancel); otherwise add_done_callback."""
+        d = self.__dict__
+        with _LEAN:
+            lean = "_condition" not in d and "_lean_callback" not in d and self._state in _UNFINISHED
+            if lean:
+                d["_lean_callback"] = fn
+        if not lean:
             self.add_done_callback(fn)
 
     def _invoke_callbacks(self):  # (Future's own, called by set_result / set_exception / cancel)
-        fn = self.__dict__.pop("_lean_callback", None)
+        with _LEAN:
+            fn = self.__dict__.pop("_lean_callback", None)
         if fn is not None:
             try:
                 fn(self)
@@ -115,15 +142,27 @@ class LeanFuture(CancellableFuture):
                 log.exception("exception calling callback for %r", self)
         super()._invoke_callbacks()
 
-    result = _lean_result  # done and fine: answered natively, no Condition needed; else _result_slow
-
-    def _result_slow(self, timeout: float | None = None):
-        if self._state is _FINISHED and self._exception is None:
+    def result(self, timeout: float | None = None):
+        if self._state is _FINISHED and self._exception is None:  # answered: no Condition needed
             return self._result
         return super().result(self._wait_on_channel(timeout))
 
     def exception(self, timeout: float | None = None):
         return super().exception(self._wait_on_channel(timeout))
+
+    def sleep(self, timeout: float | None) -> None:
+        """Block until done or woken (wake()) or `timeout` passes (PipelinedChannel.wait)."""
+        cond = self._condition
+        with cond:
+            if not self._woken and self._state not in _DONE_STATES:
+                cond.wait(timeout)
+            self._woken = False
+
+    def wake(self) -> None:
+        cond = self._condition
+        with cond:
+            self._woken = True
+            cond.notify_all()
 
     def _wait_on_channel(self, timeout: float | None) -> float | None:
         """Read answers on this thread while pending on a channel (see the class doc); the time

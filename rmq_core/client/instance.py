@@ -13,31 +13,32 @@ share an instance name share one connection set, as in the Java client.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
-import heapq
 import itertools
 import json
 import logging
 import random
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import attrs
 
 from rmq_core import loops
+from rmq_core.client.broker_requests import BROKER_REQUEST_CODES, BrokerRequestProcessor
 from rmq_core.client.config import ClientConfig
-from rmq_core.client.futures import CancellableFuture
-from rmq_core.client.route import TopicRouteData
+from rmq_core.client.loop_bridge import LoopBridge
+from rmq_core.client.route import decode_route
+from rmq_core.client.scheduler import Scheduler
 from rmq_core.client.subscription import heartbeat_body
 from rmq_core.errors import MQBrokerError, MQClientError, NamesrvUnreachableError, RemotingConnectError, RemotingError
-from rmq_core.message import ExpressionType, MessageConst, MessageQueue, MixAll
+from rmq_core.message import ExpressionType, MessageQueue, MixAll
 from rmq_core.remoting.aliases import uses_local_aliases
-from rmq_core.remoting.pipelined import PipelinedChannel, decode_command_frames
+from rmq_core.remoting.body import TopicRouteData
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
+from rmq_core.remoting.pipelined import PipelinedChannel, decode_command_frames
 
 log = logging.getLogger("rmq.client")
 
@@ -50,241 +51,9 @@ ROUTE_SUSPECT_INTERVAL = 0.3
 ROUTE_SUSPECT_MAX_SECONDS = 30.0
 
 
-# --- scheduler: one thread for the periodic jobs ------------------------------------------------
-class Scheduler:
-    """A tiny ScheduledExecutorService: jobs run one after another on one daemon thread."""
-
-    def __init__(self, name: str):
-        self._name = name
-        self._cond = threading.Condition()
-        self._heap: list = []
-        self._seq = itertools.count()
-        self._cancelled: set = set()
-        self._stopped = False
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-        self._thread.start()
-
-    def schedule(self, fn: Callable[[], Any], interval: float | None, initial_delay: float = 0.0, name: str = "") -> int:
-        """Run fn after initial_delay, then every `interval` seconds (None: once).  Returns a handle."""
-        handle = next(self._seq)
-        with self._cond:
-            heapq.heappush(self._heap, (time.monotonic() + initial_delay, handle, fn, interval, name))
-            self._cond.notify()
-        return handle
-
-    def cancel(self, handle: int) -> None:
-        with self._cond:
-            self._cancelled.add(handle)
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(10)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stopped and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    self._cond.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
-                if self._stopped:
-                    return
-                when, handle, fn, interval, name = heapq.heappop(self._heap)
-                if handle in self._cancelled:
-                    self._cancelled.discard(handle)
-                    continue
-            try:
-                fn()
-            except Exception:  # a periodic job must never kill the scheduler
-                log.exception("scheduled job %s failed", name or fn)
-            if interval is not None:
-                with self._cond:
-                    if handle in self._cancelled:
-                        self._cancelled.discard(handle)
-                    else:
-                        heapq.heappush(self._heap, (time.monotonic() + interval, handle, fn, interval, name))
-
-
-class _BrokerRequestProcessor:
-    """Answers broker->client requests (ClientRemotingProcessor)."""
-
-    def __init__(self, instance: "MQClientInstance"):
-        self.instance = instance
-
-    async def process_request(self, ctx, request: RemotingCommand):
-        code = request.code
-        inst = self.instance
-        if code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
-            log.info("consumer ids of group %s changed: rebalancing now", request.get_str("consumerGroup"))
-            inst.rebalance_immediately()
-            return None
-        if code == RequestCode.GET_CONSUMER_RUNNING_INFO:
-            group = request.get_str("consumerGroup")
-            consumer = inst.consumers.get(group)
-            if consumer is None:
-                return request.make_response(ResponseCode.SYSTEM_ERROR,
-                                             f"The Consumer Group <{group}> not exist in this consumer")
-            body = json.dumps(consumer.running_info(), default=str).encode("utf-8")
-            return request.make_response(ResponseCode.SUCCESS, body=body)
-        if code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
-            return await self._consume_message_directly(request)
-        if code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:  # (mqadmin getConsumerStatus, via the broker)
-            group, topic = request.get_str("group"), request.get_str("topic")
-            consumer = inst.consumers.get(group)
-            store = getattr(consumer, "offset_store", None)
-            if store is None:
-                return request.make_response(ResponseCode.SYSTEM_ERROR,
-                                             f"The Consumer Group <{group}> not exist in this consumer")
-            table = [{"mq": {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id}, "offset": off}
-                     for mq, off in sorted(store.clone_offset_table(topic).items())]
-            return request.make_response(ResponseCode.SUCCESS,
-                                         body=json.dumps({"messageQueueTable": table}).encode("utf-8"))
-        if code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
-            group = request.get_str("group")
-            topic = request.get_str("topic")
-            consumer = inst.consumers.get(group)
-            if consumer is not None and request.body:
-                table = parse_offset_table(request.body, topic)
-                loop = asyncio.get_running_loop()
-                # the reset blocks (offset store, waits for consume threads): off the event loop
-                loop.run_in_executor(inst.blocking_executor, consumer.reset_offset, topic, table)
-            return request.make_response(ResponseCode.SUCCESS)
-        if code == RequestCode.CHECK_TRANSACTION_STATE:
-            self._check_transaction_state(ctx, request)
-            return None  # oneway: the answer is an END_TRANSACTION request
-        return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                     f"request code {code} not supported by this client")
-
-    async def _consume_message_directly(self, request: RemotingCommand) -> RemotingCommand:
-        """ClientRemotingProcessor.consumeMessageDirectly: the message in the body to the group's
-        push consumer's listener (off the event loop), its ConsumeMessageDirectlyResult back."""
-        from rmq_core.codec import decode_messages
-        group = request.get_str("consumerGroup")
-        consumer = self.instance.consumers.get(group)
-        service = getattr(consumer, "consume_service", None)
-        if service is None:
-            return request.make_response(ResponseCode.SYSTEM_ERROR,
-                                         f"The Consumer Group <{group}> not exist in this consumer")
-        try:
-            msgs = decode_messages(request.body or b"")
-        except ValueError as e:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"cannot decode the message: {e}")
-        if not msgs:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, "no message in the request")
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self.instance.blocking_executor, service.consume_message_directly,
-                                            msgs[0], request.get_str("brokerName"))
-        return request.make_response(ResponseCode.SUCCESS, body=json.dumps(result).encode("utf-8"))
-
-    def _check_transaction_state(self, ctx, request: RemotingCommand) -> None:
-        from rmq_core.codec import decode_messages
-        try:
-            msgs = decode_messages(request.body or b"")
-        except ValueError as e:
-            log.warning("CHECK_TRANSACTION_STATE with an undecodable message: %s", e)
-            return
-        if not msgs:
-            return
-        msg = msgs[0]
-        group = msg.get_property(MessageConst.PRODUCER_GROUP)
-        producer = self.instance.producers.get(group)
-        if producer is None or not hasattr(producer, "check_transaction_state"):
-            log.warning("CHECK_TRANSACTION_STATE for group %s: no transaction producer here", group)
-            return
-        addr = ctx.attributes.get("addr") or ctx.remote_address
-        producer.check_transaction_state(addr, msg, dict(request.ext_fields))
-
-
-def parse_offset_table(body: bytes, topic: str | None) -> dict[MessageQueue, int]:
-    """ResetOffsetBody: {"offsetTable": {...}}.  Java's fastjson writes MessageQueue keys as JSON
-    objects (not valid JSON); accept a list form [{"brokerName","queueId","topic","offset"}] and
-    string keys "topic@broker@qid" as well as the object-key form."""
-    text = body.decode("utf-8", "replace")
-    out: dict[MessageQueue, int] = {}
-    try:
-        raw = json.loads(text)
-        table = raw.get("offsetTable", raw)
-        if isinstance(table, list):
-            for e in table:
-                q = e.get("mq", e)
-                out[MessageQueue(q.get("topic", topic), q["brokerName"], int(q["queueId"]))] = int(e["offset"])
-            return out
-        for k, v in table.items():
-            t, b, q = k.split("@")
-            out[MessageQueue(t, b, int(q))] = int(v)
-        return out
-    except (ValueError, KeyError, AttributeError, TypeError):
-        pass
-    import re
-    for m in re.finditer(r'\{([^{}]*)\}\s*:\s*(-?\d+)', text):
-        fields = dict(re.findall(r'"(\w+)"\s*:\s*"?([^",}]*)"?', m.group(1)))
-        try:
-            out[MessageQueue(fields.get("topic", topic), fields["brokerName"], int(fields["queueId"]))] = int(m.group(2))
-        except (KeyError, ValueError):
-            continue
-    return out
-
-
-class _BlockingCall:
-    """One coroutine run on the client loop for a blocked caller: the loop releases `_done`."""
-
-    __slots__ = ("coro", "task", "result", "error", "cancelled", "_done")
-
-    def __init__(self, coro):
-        self.coro = coro
-        self.task: asyncio.Task | None = None
-        self.cancelled = False
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self._done = threading.Lock()
-        self._done.acquire()
-
-    def start(self) -> None:  # on the loop
-        if self.cancelled:  # the caller gave up before the loop got here
-            self.coro.close()
-            self.error = concurrent.futures.CancelledError()
-            self._done.release()
-            return
-        self.task = task = asyncio.get_running_loop().create_task(self.coro)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task) -> None:  # on the loop
-        if task.cancelled():
-            self.error = concurrent.futures.CancelledError()
-        else:
-            self.error = task.exception()
-            if self.error is None:
-                self.result = task.result()
-        self._done.release()
-
-    def wait(self, instance: "MQClientInstance", timeout: float | None):
-        if not self._done.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
-            # cancel, then wait for the task to see it: the coroutine never outlives the call
-            loop = instance._loop
-            try:
-                loop.call_soon_threadsafe(self._cancel)
-            except RuntimeError:  # loop closed: the coroutine is gone with it
-                raise MQClientError(f"operation timed out after {timeout} s") from None
-            self._done.acquire(timeout=5)
-            if self.error is None or isinstance(self.error, concurrent.futures.CancelledError):
-                raise MQClientError(f"operation timed out after {timeout} s") from None
-        if self.error is not None:
-            err, self.error = self.error, None
-            raise err
-        return self.result
-
-    def _cancel(self) -> None:  # on the loop
-        self.cancelled = True
-        if self.task is not None:
-            self.task.cancel()
-
-
-class MQClientInstance:
+class MQClientInstance(LoopBridge):
     def __init__(self, config: ClientConfig, producer_class: type | None = None):
+        super().__init__(config.client_id)
         self.config = config
         # the Producer class the inner producer is made of: given by whoever gets the instance
         # (the client's producer and consumers), so that this module does not import producer.py
@@ -298,8 +67,6 @@ class MQClientInstance:
         self.broker_addr_table: dict[str, dict[int, str]] = {}
         self._lock = threading.RLock()
         self._route_lock: asyncio.Lock | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
         self.remoting: RemotingClient | None = None
         # every send written from the caller's thread on a broker's pipelined connection (see
         # rmq_core.remoting.pipelined; in-proc: plugins/transport/inproc.py InprocPipelinedChannel):
@@ -322,35 +89,17 @@ class MQClientInstance:
         self._stopping = False
         self._namesrv_index = random.randrange(len(config.namesrv))
         self.blocking_executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix=f"rmq-io-{self.client_id}")
-        self._pending_tasks: set = set()
-        self._posted: collections.deque = collections.deque()  # calls waiting for the loop (see post)
-        self._drain_scheduled = False
 
     # --- life cycle ------------------------------------------------------------------------------
     @property
     def running(self) -> bool:
         return self._running
 
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        assert self._loop is not None
-        return self._loop
-
     def start(self) -> None:
         with self._lock:
             if self._running:
                 return
-            self._loop = loops.new_event_loop()
-            ready = threading.Event()
-
-            def run_loop():
-                asyncio.set_event_loop(self._loop)
-                self._loop.call_soon(ready.set)
-                self._loop.run_forever()
-
-            self._loop_thread = threading.Thread(target=run_loop, name=f"rmq-loop-{self.client_id}", daemon=True)
-            self._loop_thread.start()
-            ready.wait()
+            self._start_loop()
 
             async def init():
                 self._route_lock = asyncio.Lock()
@@ -360,10 +109,8 @@ class MQClientInstance:
                 self.remoting = RemotingClient(name=f"client-{self.client_id}", connect_timeout=self.config.connect_timeout,
                                                request_steps=self.config.request_steps,
                                                local_aliases=uses_local_aliases(self.config.namesrv))
-                proc = _BrokerRequestProcessor(self)
-                for code in (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.GET_CONSUMER_RUNNING_INFO,
-                             RequestCode.CONSUME_MESSAGE_DIRECTLY, RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
-                             RequestCode.RESET_CONSUMER_CLIENT_OFFSET, RequestCode.CHECK_TRANSACTION_STATE):
+                proc = BrokerRequestProcessor(self)
+                for code in BROKER_REQUEST_CODES:
                     self.remoting.register_processor(code, proc)
 
             self.run(init())
@@ -413,118 +160,9 @@ class MQClientInstance:
             self.run(close(), timeout=10)
         except Exception:
             log.exception("closing the remoting client of %s failed", self.client_id)
-        loop = self._loop
-        loop.call_soon_threadsafe(loop.stop)
-        self._loop_thread.join(10)
-        loop.close()
+        self._stop_loop()
         MQClientManager.remove(self)
         log.info("the client factory [%s] shut down", self.client_id)
-
-    # --- bridging threads and the loop -----------------------------------------------------------
-    @property
-    def loop_thread_ident(self) -> int | None:
-        """The client loop's thread id (None before start)."""
-        t = self._loop_thread
-        return None if t is None else t.ident
-
-    def in_loop_thread(self) -> bool:
-        return self._loop_thread is threading.current_thread()
-
-    def post(self, fn: Callable[[], Any]) -> None:
-        """Run fn() on the loop soon.  Calls posted while the loop has not yet drained the earlier
-        ones share one wake-up (one self-pipe write per burst, not per call)."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            raise MQClientError(f"client {self.client_id} is not running")
-        self._posted.append(fn)
-        if not self._drain_scheduled:
-            self._drain_scheduled = True
-            try:
-                loop.call_soon_threadsafe(self._drain_posted)
-            except RuntimeError:  # the loop closed between the check and the call
-                self._drain_scheduled = False
-                raise MQClientError(f"client {self.client_id} is not running") from None
-
-    def _drain_posted(self) -> None:
-        # Clear the flag before draining: a call appended after it is cleared schedules its own
-        # drain, one appended before is taken by this one (no call is ever left behind).
-        self._drain_scheduled = False
-        posted = self._posted
-        while posted:
-            fn = posted.popleft()
-            try:
-                fn()
-            except Exception:
-                log.exception("posted call %r failed", fn)
-
-    def submit(self, coro) -> concurrent.futures.Future:
-        """Start coro on the loop; its outcome lands in the returned Future (cancelling the Future
-        cancels the coroutine)."""
-        fut = CancellableFuture()
-
-        def start():
-            if fut.cancelled():  # cancelled before the loop got to it
-                coro.close()
-                return
-            task = self._loop.create_task(coro)
-
-            def done(t: asyncio.Task):
-                # the Future stays pending while the task runs (so cancel() works), as with
-                # run_coroutine_threadsafe; a Future cancelled meanwhile just stays cancelled
-                if t.cancelled():
-                    fut.cancel()
-                if not fut.set_running_or_notify_cancel():
-                    return
-                exc = t.exception()
-                if exc is not None:
-                    fut.set_exception(exc)
-                else:
-                    fut.set_result(t.result())
-
-            task.add_done_callback(done)
-            fut.on_cancel = lambda: self._loop.call_soon_threadsafe(task.cancel)
-            if fut.cancelled():  # cancelled between the check above and now
-                task.cancel()
-
-        try:
-            self.post(start)
-        except MQClientError:
-            coro.close()
-            raise
-        return fut
-
-    def run(self, coro, timeout: float | None = None):
-        """Run a coroutine on the client loop and wait for it (never call from the loop itself).
-
-        The caller blocks on a plain lock the loop releases when the coroutine ends: cheaper than
-        run_coroutine_threadsafe's concurrent Future (a Condition, chained callbacks)."""
-        if self.in_loop_thread():
-            coro.close()
-            raise RuntimeError("MQClientInstance.run() called on the client event loop (would deadlock)")
-        call = _BlockingCall(coro)
-        try:
-            self.post(call.start)
-        except MQClientError:
-            coro.close()
-            raise
-        return call.wait(self, timeout)
-
-    def spawn(self, coro) -> asyncio.Task:
-        """Start a background task on the loop (call from the loop); cancelled at shutdown."""
-        task = asyncio.get_running_loop().create_task(coro)
-        self._pending_tasks.add(task)
-        task.add_done_callback(self._pending_tasks.discard)
-        return task
-
-    def spawn_threadsafe(self, coro) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            coro.close()
-            return
-        try:
-            loop.call_soon_threadsafe(lambda: self.spawn(coro))
-        except RuntimeError:  # loop closed between the check and the call
-            coro.close()
 
     # --- registration ----------------------------------------------------------------------------
     def register_producer(self, group: str, producer) -> None:
@@ -609,10 +247,13 @@ class MQClientInstance:
         # "PYTHON" tells our broker this client decompresses LZ4 itself (4.x clients only know zlib)
         request.language = "PYTHON"
         try:
-            return await self.remoting.invoke(addr, request, timeout)
+            response = await self.remoting.invoke(addr, request, timeout)
         except RemotingConnectError as e:
             self.note_connect_failed(addr, str(e))
             raise
+        if self._connect_failed:  # (answered: `addr` is reachable again, its pipelined connections may open)
+            self._connect_failed.pop(addr, None)
+        return response
 
     def invoke_nowait(self, addr: str, request: RemotingCommand, timeout: float,
                       on_answer=None) -> asyncio.Future | None:
@@ -745,14 +386,20 @@ class MQClientInstance:
         resp = await self.invoke_namesrv(req, timeout)
         if resp.code == ResponseCode.TOPIC_NOT_EXIST:
             return None
+        if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:  # (not a name server: a broker says so)
+            addr = self.config.namesrv[self._namesrv_index % len(self.config.namesrv)]
+            raise MQClientError(f"the name server {addr} answered: {resp.remark}", resp.code)
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, "name server")
         if not resp.body:
             raise MQClientError(f"empty route body for topic {topic!r} from the name server")
-        return TopicRouteData.from_json(resp.body)
+        return decode_route(resp.body)
 
-    async def update_topic_route(self, topic: str, default_topic: str | None = None, default_queue_nums: int = 4) -> bool:
-        """Refresh one topic's route; returns True when a route is known afterwards."""
+    async def update_topic_route(self, topic: str, default_topic: str | None = None, default_queue_nums: int = 4,
+                                 report: bool = True) -> bool:
+        """Refresh one topic's route; returns True when a route is known afterwards.  A failure is
+        kept for route_error; `report`: also log it (once while it lasts) - False when the caller
+        raises it (one report per failure)."""
         async with self._route_lock:
             try:
                 if default_topic:
@@ -762,7 +409,9 @@ class MQClientInstance:
                 else:
                     route = await self.get_topic_route(topic)
             except (MQClientError, MQBrokerError, RemotingError) as e:
-                log.warning("update route of topic %s failed: %s", topic, e)
+                before = self.route_errors.get(topic)
+                if report and (before is None or str(before) != str(e)):
+                    log.warning("update route of topic %s failed: %s", topic, e)
                 self.route_errors[topic] = e  # what a caller left without a route is told
                 return topic in self.topic_route_table
             self.route_errors.pop(topic, None)
@@ -1081,4 +730,4 @@ class MQClientManager:
                 del cls._table[inst.client_id]
 
 
-__all__ = ["MQClientInstance", "MQClientManager", "Scheduler", "parse_offset_table"]
+__all__ = ["MQClientInstance", "MQClientManager"]

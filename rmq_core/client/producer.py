@@ -31,7 +31,8 @@ from rmq_core.client.config import make_client_config
 from rmq_core.client.fault import RETRY_RESPONSE_CODES, MQFaultStrategy, SendPolicy
 from rmq_core.client.futures import LeanFuture
 from rmq_core.client.instance import MQClientInstance, MQClientManager
-from rmq_core.client.route import TopicPublishInfo, TopicRouteData
+from rmq_core.client.route import TopicPublishInfo, publish_info
+from rmq_core.remoting.body import TopicRouteData
 from rmq_core.client.trace import TraceDispatcher
 from rmq_core.common.delegate import delegate
 from rmq_core.client.selector import _SENDABLE_TOPICS, MAX_MESSAGE_SIZE, check_message, resolve_selector
@@ -45,8 +46,8 @@ from rmq_core.remoting.frames import read_send_responses
 from rmq_core._native.record_batch import encode_batch_item, encode_send_batch
 from rmq_core._native.send_pipeline import PipelinedCompletion, PipelinedSender, SendResultMaker
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
-from rmq_core.remoting import command as _command
-from rmq_core.remoting.command import next_opaque
+from rmq_core.remoting.command import next_opaque, opaque_counter
+from rmq_core.remoting.pipelined import PipelinedChannel
 
 log = logging.getLogger("rmq.client.producer")
 
@@ -267,7 +268,7 @@ class SendAttempts:
         if not policy.worth_retrying(error) or self.fixed is not None:
             self.finish(None, error)
             return
-        if self.n < self.times and not p.instance._stopping:
+        if self.n < self.times and p.instance.pipelined_send_possible():
             log.warning("%s to %s failed (attempt %d/%d): %s", "batch send" if self.batch else "send", mq, self.n,
                         self.times, error)
             self.next()
@@ -400,15 +401,15 @@ class Producer:
         # a native first attempt's usual completion (its other cases: _native_failed); it notes
         # fast answers in the policy's table, as SendPolicy.note does
         self._pipelined_completion = PipelinedCompletion(
-            maker=_RESULTS, update_fault_item=self.fault_strategy.update_fault_item, noted=self.send_policy.noted,
-            fallback=self._native_failed, traced=self.trace.buffer if self.trace is not None else None)
+            maker=_RESULTS, fault=self.fault_strategy, noted=self.send_policy.noted, fallback=self._native_failed,
+            traced=self.trace.buffer if self.trace is not None else None)
         self._loop_ident: int | None = None  # the client loop's thread, where no send may wait
         self._native_first = False  # plain sends make their first attempt natively (no send hooks; at start)
 
     # the settings the native sender keeps a copy of: pushed to it when they change
     max_message_size = _sender_setting("_max_message_size", "max_message_size")
     compress_msg_body_over_howmuch = _sender_setting("_compress_over", "compress_over")
-    send_latency_fault_enable = _sender_setting("fault_strategy.enabled", "fault_enabled")
+    send_latency_fault_enable = delegate("fault_strategy.enabled", writable=True)  # (the sender reads the strategy)
 
     # the retry settings live in the policy every send asks
     retry_times_when_send_failed = property(
@@ -457,21 +458,33 @@ class Producer:
     def _make_pipelined_sender(self) -> PipelinedSender:
         """The native first attempt, working from this producer's tables and settings and those of
         its (started) client instance; the client's shutdown closes it (on_client_stopping)."""
-        inst, fault = self.instance, self.fault_strategy
+        inst = self.instance
+        steps = getattr(getattr(inst, "remoting", None), "steps", None)
+        send_channel = functools.partial(inst.send_channel, read_frames=read_send_response_frames,
+                                         from_command=SendResponse.from_command)
+
+        def channel_for(addr: str) -> tuple:
+            """(the connection, its PipelinedWrites when it is a tcp one - the native sender writes
+            there itself, and knows it open while they are - and whether it closed, for another kind)"""
+            channel = send_channel(addr)
+            if type(channel) is PipelinedChannel:
+                return channel, channel.writes, None
+            return channel, None, lambda: channel.closed
+
         return PipelinedSender(
-            routes=self.topic_publish_info, headers=self._send_headers, broker_addrs=inst.broker_addr_table,
-            master_id=MixAll.MASTER_ID, benched=fault.tolerance.items, clock=fault.tolerance.clock,
-            select_queue=fault.select_one_message_queue,
+            routes=self.topic_publish_info, fault=self.fault_strategy, headers=self._send_headers,
+            broker_addrs=inst.broker_addr_table, master_id=MixAll.MASTER_ID,
             checked_topics=_SENDABLE_TOPICS, check_message=check_message,  # (the topic names check_message passed)
             new_uniq=create_uniq_id,
-            opaques=_command._opaque_counter,  # (next_opaque's process-wide counter: opaques never repeat)
-            future_cls=LeanFuture, message_cls=Message,
-            channel_for=functools.partial(inst.send_channel, read_frames=read_send_response_frames,
-                                          from_command=SendResponse.from_command),
+            opaques=opaque_counter,  # (next_opaque's process-wide counter: opaques never repeat)
+            future_cls=LeanFuture, message_cls=Message, channel_for=channel_for,
             remoting_error=RemotingError, completion=self._pipelined_completion, send_general=self._send_general,
-            failed=self._native_failed, steps=getattr(getattr(inst, "remoting", None), "steps", None),
+            failed=self._native_failed, steps_on=steps is not None,
+            header_signer=None if steps is None else steps.header_signer,
+            before_steps=None if steps is None or steps.after else steps.before,
+            encode_send=None if steps is None else steps.encode_send,
             one_channel_per_broker=getattr(getattr(inst, "config", None), "pipelined_send_connections", 0) == 1,
-            max_message_size=self._max_message_size, compress_over=self._compress_over, fault_enabled=fault.enabled)
+            max_message_size=self._max_message_size, compress_over=self._compress_over)
 
     def on_client_stopping(self) -> None:
         """The client instance is shutting down: no more native first attempts (the general path
@@ -509,7 +522,7 @@ class Producer:
 
     def on_route_changed(self, topic: str, route: TopicRouteData) -> None:
         if topic in self.topic_publish_info:
-            self.topic_publish_info[topic] = route.publish_info(topic)
+            self.topic_publish_info[topic] = publish_info(route, topic)
 
     def on_master_changed(self, broker_name: str) -> None:
         """The route shows a new master of `broker_name`: what the fault strategy noted was of the
@@ -539,8 +552,7 @@ class Producer:
         if not self._started or self._loop_ident == get_ident():
             self._check_may_wait()  # (raises naming why)
         t = timeout or self.send_msg_timeout
-        if (queue is None and selector is None and self._native_first
-                and not self.send_policy.retry_another_broker_when_not_store_ok):
+        if self._goes_native(True, queue, selector):
             fut = self._pipelined_sender.send(msg, t, "SYNC")  # (_submit's first case, without its checks)
             if fut is not None:
                 return self._wait(fut, t)
@@ -664,9 +676,8 @@ class Producer:
         error) is called instead).  A plain message without send hooks makes its first attempt
         natively (PipelinedSender.send, the kernel of SendAttempts' first write); everything else
         is a SendAttempts from the start.  batch: what _encode_batch made (msg is its outer message)."""
-        if (batch is None and queue is None and selector is None and prepared is None and self._native_first
-                and (mode is CommunicationMode.ASYNC or mode is CommunicationMode.SYNC
-                     and not self.send_policy.retry_another_broker_when_not_store_ok)):
+        if (batch is None and prepared is None and mode is not CommunicationMode.ONEWAY
+                and self._goes_native(mode is CommunicationMode.SYNC, queue, selector)):
             fut = self._pipelined_sender.send(msg, timeout, mode.value)
             if fut is not None:
                 return fut
@@ -688,6 +699,14 @@ class Producer:
         except Exception as e:  # noqa: BLE001 - a bad message, no route...: this send's error
             s.finish(None, e)
         return s.fut
+
+    def _goes_native(self, sync: bool, queue: MessageQueue | None, selector) -> bool:
+        """Whether a plain message's send (sync or async, not oneway) makes its first attempt
+        natively (PipelinedSender.send): no given queue or selector, no send hooks, and for a sync
+        send no retry of a store-not-OK answer (SendAttempts judges that one).  The one predicate
+        of the fast path: send(), _submit() and rmq_core.aio ask it."""
+        return (queue is None and selector is None and self._native_first
+                and not (sync and self.send_policy.retry_another_broker_when_not_store_ok))
 
     def _route_then(self, s: "SendAttempts", queue, selector, arg) -> None:
         inst = self.instance
@@ -816,23 +835,27 @@ class Producer:
         info = self.topic_publish_info.get(topic)
         if info is None or not info.ok:
             self.topic_publish_info.setdefault(topic, TopicPublishInfo(topic, [], None))
-            await self.instance.update_topic_route(topic)
+            await self.instance.update_topic_route(topic, report=False)  # (a failure is raised below)
             route = self.instance.topic_route_table.get(topic)
             if route is not None:
-                info = self.topic_publish_info[topic] = route.publish_info(topic)
+                info = self.topic_publish_info[topic] = publish_info(route, topic)
         if info is not None and info.ok:
             return info
         # the topic does not exist yet: send through the auto-create topic's brokers (TBW102)
         ok = await self.instance.update_topic_route(topic, default_topic=self.create_topic_key,
-                                                    default_queue_nums=self.default_topic_queue_nums)
+                                                    default_queue_nums=self.default_topic_queue_nums, report=False)
         route = self.instance.topic_route_table.get(topic) if ok else None
         if route is not None:
-            info = self.topic_publish_info[topic] = route.publish_info(topic)
+            info = self.topic_publish_info[topic] = publish_info(route, topic)
             if info.ok:
                 return info
         cause = self.instance.route_error(topic)
         if cause is not None:
             raise cause
+        route = self.instance.topic_route_table.get(topic)
+        no_master = route.no_master() if route is not None else None
+        if no_master is not None:
+            raise MQClientError(f"cannot send to topic {topic!r}: {no_master}")
         raise MQClientError(
             f"no route info of topic {topic!r} (not on the name server {self.client_config.namesrv}, and no "
             f"auto-create route {self.create_topic_key!r}); create the topic first"

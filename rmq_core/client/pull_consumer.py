@@ -18,14 +18,14 @@ from rmq_core.client.process_queue import ProcessQueue
 from rmq_core.client.pull_api import (
     max_offset, min_offset, reset_retry_topic, search_offset,
 )
-from rmq_core.client.push_consumer import READ_FROM_STORE, ConsumerBase
+from rmq_core.client.consumer_base import READ_FROM_STORE, ConsumerBase
 from rmq_core.client.subscription import build_subscription
 from rmq_core.client.trace import ConsumeReturnType
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.errors import ConfigError, IllegalArgumentError, MQClientError
 from rmq_core.loops import cancel_and_wait
-from rmq_core.message import ConsumeFromWhere, MessageModel, MessageQueue, MixAll, PullStatus
+from rmq_core.message import MessageQueue, MixAll, PullStatus
 
 log = logging.getLogger("rmq.client.pull")
 
@@ -255,7 +255,6 @@ class PullConsumer(ConsumerBase):
 
     # --- the pull loop ---------------------------------------------------------------------------
     async def _pull_loop(self, mq: MessageQueue, st: _QueueState) -> None:
-        inst = self.instance
         pq = st.pq
         topic = mq.topic
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import itertools
-import json
 import logging
 import math
 import threading
@@ -32,8 +31,9 @@ from typing import Any, Mapping
 
 from rmq_core.client.config import make_client_config
 from rmq_core.client.futures import LeanFuture
-from rmq_core.client.push_consumer import enum_setting, join_client
+from rmq_core.client.consumer_base import enum_setting, join_client
 from rmq_core.client.subscription import build_subscription
+from rmq_core.common import fastjson
 from rmq_core.common.clock import now_ms
 from rmq_core.common.delegate import delegate
 from rmq_core.common.pop_extra_info import (
@@ -308,46 +308,44 @@ class SimpleConsumer:
         start_info = parse_info(resp.get_str("startOffsetInfo"), "startOffsetInfo")
         offset_info = {k: v.split(",") for k, v in parse_info(resp.get_str("msgOffsetInfo"), "msgOffsetInfo").items()}
         order_info = parse_info(resp.get_str("orderCountInfo"), "orderCountInfo")
-        taken: dict[str, int] = {}  # key -> messages of it seen (the i-th takes msgOffsetInfo's i-th offset)
-        prefixes: dict[str, str] = {}  # key -> what its messages' POP_CKs start with (one check point each)
-        first_ck: dict[tuple[str, int], int] = {}  # (topic, queue) -> the check point (an answer without startOffsetInfo)
-        keys: dict[tuple[str, int], tuple[str, str]] = {}  # (record topic, queue) -> (retry mark, info key)
+        # (record topic, queue) -> [retry mark, info key, POP_CK prefix (None: no startOffsetInfo), its
+        # msgOffsetInfo offsets (the i-th message takes the i-th), messages seen, first offset seen]; the
+        # messages of one queue come one after another: the entry is looked up once per run of them
+        runs: dict = {}
+        run_topic, run_queue, run = None, -1, None
         first_pop = str(pop_time)
+        pop_ck, first_pop_time = MessageConst.POP_CK, MessageConst.FIRST_POP_TIME
         for m in msgs:
-            ck = m.get_property(MessageConst.POP_CK)  # (a revived message the broker rewrote carries its own)
-            if ck is None:
-                mark_key = keys.get((m.topic, m.queue_id))
-                if mark_key is None:
-                    mark = retry_mark(m.topic)
-                    mark_key = keys[(m.topic, m.queue_id)] = (mark, info_key(mark, m.queue_id))
-                mark, key = mark_key
-                if start_info:
-                    i = taken.get(key, 0)
-                    taken[key] = i + 1
-                    offsets = offset_info.get(key)
-                    prefix = prefixes.get(key)
-                    if prefix is None:
-                        if key not in start_info or offsets is None:
-                            raise MQClientError(f"pop answer from {addr} has no check point of {key} "
-                                                f"(startOffsetInfo {resp.get_str('startOffsetInfo')!r}, msgOffsetInfo "
-                                                f"{resp.get_str('msgOffsetInfo')!r})")
-                        prefix = prefixes[key] = extra_info_prefix(int(start_info[key]), pop_time, invisible,
-                                                                   revive_qid, mark, broker_name, m.queue_id)
+            props = m.properties  # (the message's own dict: set in place, as put_property does)
+            if pop_ck not in props:  # (a revived message the broker rewrote carries its own)
+                if m.queue_id != run_queue or m.topic != run_topic:
+                    run_topic, run_queue = m.topic, m.queue_id
+                    run = runs.get((run_topic, run_queue))
+                    if run is None:
+                        run = runs[(run_topic, run_queue)] = self._ck_run(resp, start_info, offset_info, run_topic,
+                                                                          run_queue, pop_time, invisible, revive_qid,
+                                                                          broker_name, addr)
+                i = run[4]
+                run[4] = i + 1
+                prefix = run[2]
+                if prefix is not None:
+                    offsets = run[3]
                     if i >= len(offsets):
-                        raise MQClientError(f"pop answer from {addr} has more messages of {key} than msgOffsetInfo "
+                        raise MQClientError(f"pop answer from {addr} has more messages of {run[1]} than msgOffsetInfo "
                                             f"{resp.get_str('msgOffsetInfo')!r} names")
                     ck = prefix + offsets[i]
                 else:
-                    start = first_ck.setdefault((m.topic, m.queue_id), m.queue_offset)
-                    ck = build_extra_info(start, pop_time, invisible, revive_qid, mark, broker_name, m.queue_id,
+                    if i == 0:
+                        run[5] = m.queue_offset
+                    ck = build_extra_info(run[5], pop_time, invisible, revive_qid, run[0], broker_name, run_queue,
                                           m.queue_offset)
-                m.put_property(MessageConst.POP_CK, ck)
+                props[pop_ck] = ck
                 if order_info:
-                    count = order_info.get(queue_offset_key(mark, m.queue_id, m.queue_offset)) or order_info.get(key)
+                    count = order_info.get(queue_offset_key(run[0], run_queue, m.queue_offset)) or order_info.get(run[1])
                     if count is not None and int(count) > 0:
                         m.reconsume_times = int(count)
-            if m.get_property(MessageConst.FIRST_POP_TIME) is None:
-                m.put_property(MessageConst.FIRST_POP_TIME, first_pop)
+            if first_pop_time not in props:
+                props[first_pop_time] = first_pop
             m.topic = topic  # (a retry message shows the topic it was sent to; broker_name: decoded with it)
         if sub.is_tag and sub.tags_set:
             # the broker filtered by tag hash code, which can collide: re-check the exact string and
@@ -358,6 +356,21 @@ class SimpleConsumer:
                 msgs = [m for m in msgs if m.tags in tags]
                 self.instance.blocking_executor.submit(self._ack_quietly, unmatched)
         return msgs
+
+    @staticmethod
+    def _ck_run(resp, start_info, offset_info, record_topic, queue_id, pop_time, invisible, revive_qid, broker_name,
+                addr) -> list:
+        """_popped's entry for the messages of one (record topic, queue) of a pop answer."""
+        mark = retry_mark(record_topic)
+        key = info_key(mark, queue_id)
+        if not start_info:  # (each message's check point is its queue's first message in the answer)
+            return [mark, key, None, None, 0, 0]
+        offsets = offset_info.get(key)
+        if key not in start_info or offsets is None:
+            raise MQClientError(f"pop answer from {addr} has no check point of {key} (startOffsetInfo "
+                                f"{resp.get_str('startOffsetInfo')!r}, msgOffsetInfo {resp.get_str('msgOffsetInfo')!r})")
+        return [mark, key, extra_info_prefix(int(start_info[key]), pop_time, invisible, revive_qid, mark, broker_name,
+                                             queue_id), offsets, 0, 0]
 
     def _ack_quietly(self, msgs) -> None:  # (in the client's executor: may connect)
         for m in msgs:
@@ -426,32 +439,40 @@ class SimpleConsumer:
         """BATCH_ACK_MESSAGE of `messages` (RocketMQ's BatchAckMessageRequestBody: per checkpoint a
         BatchAck with the acked offsets as a java.util.BitSet from its start offset), one request per
         broker; the expired ones are not sent but named by the Future's ReceiptHandleExpiredError."""
-        expired = []
-        by_broker: dict[str, dict] = {}  # broker name -> (topic, check point) -> [BatchAck, offsets]
-        checkpoints: dict = {}  # (topic, a handle's first 7 fields) -> its [BatchAck, offsets]
+        # the messages of one check point share their handle but for its last field (the offset): one
+        # parse and expiry check per check point, the others only give their offsets
+        groups: dict = {}  # (topic, a handle's first 7 fields) -> [a message of it, the offsets' text]
         for m in messages:
-            # the messages of one check point share their handle but for its last field (the offset):
-            # one parse and expiry check per check point
             handle = getattr(m, "receipt_handle", None) if not isinstance(m, str) else None
-            head, _, offset = handle.rpartition(" ") if isinstance(handle, str) else ("", "", "")
-            entry = checkpoints.get((m.topic, head)) if head else None
-            if entry is not None and offset.isdigit():
-                bit = int(offset) - entry[2]
-                if bit >= 0:
-                    entry[1].append(bit)
-                    continue
+            if type(handle) is not str:
+                self._handle(m)  # (raises naming it)
+            head, _, offset = handle.rpartition(" ")
+            group = groups.get((m.topic, head))
+            if group is None:
+                groups[(m.topic, head)] = [m, [offset]]
+            else:
+                group[1].append(offset)
+        expired = []
+        by_broker: dict[str, list] = {}  # broker name -> [BatchAck, offsets after its start]
+        for key, (first, offsets) in groups.items():
             try:
-                info = self._handle(m)
-            except ReceiptHandleExpiredError as e:
-                expired.append(str(e))
+                info = self._handle(first)
+            except ReceiptHandleExpiredError:
+                expired += [self._expiry(m) for m in messages if (m.topic, m.receipt_handle.rpartition(" ")[0]) == key]
                 continue
-            entry = checkpoints.get((m.topic, head))
-            if entry is None:
-                entry = [{"c": self.group, "t": m.topic, "r": info.retry, "so": info.ck_queue_offset,
-                          "q": info.queue_id, "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, [],
-                         info.ck_queue_offset]
-                checkpoints[(m.topic, head)] = by_broker.setdefault(info.broker_name, {})[(m.topic, head)] = entry
-            entry[1].append(info.queue_offset - info.ck_queue_offset)
+            start = info.ck_queue_offset
+            try:
+                bits = [int(o) - start for o in offsets]
+            except ValueError:
+                bits = None
+            if bits is None or min(bits) < 0:  # a handle of it with a bad offset: named by its parse
+                for m in messages:
+                    if (m.topic, m.receipt_handle.rpartition(" ")[0]) == key:
+                        ExtraInfo.parse(m.receipt_handle)
+                raise IllegalArgumentError(f"bad receipt handle offsets {offsets!r} of check point {key[1]!r}")
+            by_broker.setdefault(info.broker_name, []).append((
+                {"c": self.group, "t": first.topic, "r": info.retry, "so": start, "q": info.queue_id,
+                 "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, bits))
         if by_broker:
             self._require_started()
         refusal = ReceiptHandleExpiredError(f"{len(expired)} of {len(messages)} messages not acked: "
@@ -464,15 +485,22 @@ class SimpleConsumer:
 
         futures = []
         for broker_name, acks in by_broker.items():
-            for entry in acks.values():
-                entry[0]["b"] = _bit_set(entry[1])
-            body = json.dumps({"acks": [entry[0] for entry in acks.values()], "brokerName": broker_name},
-                              separators=(",", ":")).encode()
+            for ack, bits in acks:
+                ack["b"] = _bit_set(bits)
+            body = fastjson.dumps({"acks": [ack for ack, _ in acks], "brokerName": broker_name})
             futures.append(self._send(RemotingCommand.create_request(RequestCode.BATCH_ACK_MESSAGE, {}, body),
                                       broker_name, then, wait and len(by_broker) == 1))
         if len(futures) == 1:
             return futures[0]
         return _all_of(futures, refusal)
+
+    def _expiry(self, message) -> str:
+        """Why an expired message is not acked (_handle's refusal)."""
+        try:
+            self._handle(message)
+        except ReceiptHandleExpiredError as e:
+            return str(e)
+        return f"the receipt handle of message {message.msg_id} expired"
 
     def _handle(self, message) -> ExtraInfo:
         """The message's receipt handle, parsed; refused when missing or expired."""
@@ -522,10 +550,14 @@ class SimpleConsumer:
 
 def _bit_set(bits) -> str:
     """java.util.BitSet.toByteArray() of the set bits, base64 (how fastjson writes a byte[])."""
-    raw = bytearray(max(bits) // 8 + 1)
-    for i in bits:
-        raw[i >> 3] |= 1 << (i & 7)
-    return base64.b64encode(bytes(raw)).decode("ascii")
+    low, high = min(bits), max(bits)
+    if high - low + 1 == len(bits) and len(set(bits)) == len(bits):  # (the usual: a run of offsets)
+        value = ((1 << len(bits)) - 1) << low
+    else:
+        value = 0
+        for i in bits:
+            value |= 1 << i
+    return base64.b64encode(value.to_bytes(high // 8 + 1, "little")).decode("ascii")
 
 
 def _all_of(futures: list, error: BaseException | None) -> LeanFuture:

@@ -232,6 +232,18 @@ class TraceView:
     retry_times: int
     transaction_state: str = ""  # EndTransaction: COMMIT_MESSAGE / ROLLBACK_MESSAGE / UNKNOW
     from_transaction_check: bool = False
+    born_time: int = 0  # when the trace message carrying the record was sent (its born timestamp)
+
+    def to_json(self) -> dict:
+        """The record under RocketMQ's TraceView names (msgType is the trace type, timeStamp the
+        record's time, costTime integer ms), then rmq's further fields: what queryMsgTraceById
+        --json and the console give."""
+        return {"msgId": self.msg_id, "offsetMsgId": self.offset_msg_id, "tags": self.tags, "keys": self.keys,
+                "storeHost": self.store_host, "clientHost": self.client_host, "costTime": self.cost_time,
+                "msgType": self.type, "timeStamp": self.timestamp, "bornTime": self.born_time, "topic": self.topic,
+                "groupName": self.group, "status": self.status, "requestId": self.request_id,
+                "retryTimes": self.retry_times, "transactionState": self.transaction_state,
+                "fromTransactionCheck": self.from_transaction_check}
 
     @classmethod
     def from_trace_message(cls, msg_id: str, message) -> list["TraceView"]:
@@ -248,7 +260,8 @@ class TraceView:
                                      "success" if ctx.success else "failed"), store_host=b.store_host,
                              client_host=message.born_host, offset_msg_id=b.offset_msg_id,
                              request_id=ctx.request_id, retry_times=b.retry_times,
-                             transaction_state=b.transaction_state, from_transaction_check=b.from_transaction_check))
+                             transaction_state=b.transaction_state, from_transaction_check=b.from_transaction_check,
+                             born_time=message.born_timestamp))
         return views
 
 

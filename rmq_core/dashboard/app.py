@@ -15,7 +15,12 @@ bad or unknown name, a broker that did not answer - naming what was wrong):
     GET  /api/messages?id=I | ?topic=T&key=K | ?topic=T&begin=MS&end=MS
                                            messages with body preview and per-group delivery state
     POST /api/message/resend {topic, id}   send a stored message to its topic again
+    GET  /api/dlq/groups                   groups with a dead-letter queue and its size
     GET  /api/dlq?group=G                  the group's dead letters
+    GET  /api/charts                       SVG charts: brokers' in / out TPS, the busiest topics' TPS
+    GET  /api/chart/topic?topic=T          SVG chart of a topic's in TPS over time
+    GET  /api/chart/group?group=G          SVG chart of a group's lag over time
+    GET  /api/history                      the sampled series themselves (history.py), for scripts
     POST /api/dlq/resend {group, ids}      send dead letters back to be consumed again
 
 With a users file (`rmq dashboard --users FILE`, auth.py) the console asks for a login:
@@ -35,7 +40,6 @@ import json
 import logging
 import math
 import mimetypes
-import ipaddress
 import os
 import threading
 from http import HTTPStatus
@@ -46,6 +50,7 @@ from urllib.parse import parse_qs, urlsplit
 from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG
 from rmq_core.dashboard.auth import COOKIE, SESSION_IDLE_SECONDS, Sessions, TooManyLogins
 from rmq_core.errors import ConfigError, IllegalArgumentError, RMQError, one_line
+from rmq_core.message import is_loopback
 from rmq_core.remoting.transport import with_backlog
 
 log = logging.getLogger("rmq.dashboard")
@@ -96,6 +101,11 @@ class DashboardApp:
             "/api/group": lambda q: b.group(_str(q, "group")),
             "/api/messages": self._messages,
             "/api/dlq": lambda q: b.dlq(_str(q, "group"), _int(q, "max", default=64)),
+            "/api/dlq/groups": lambda q: b.dlq_groups(),
+            "/api/charts": lambda q: b.charts(),
+            "/api/chart/topic": lambda q: b.topic_chart(_str(q, "topic")),
+            "/api/chart/group": lambda q: b.group_chart(_str(q, "group")),
+            "/api/history": lambda q: b.history_data(),
             "/api/message/trace": lambda q: b.message_trace(_str(q, "id"), _str(q, "traceTopic", required=False)),
         }
         self.post_routes = {
@@ -252,15 +262,6 @@ class _Handler(BaseHTTPRequestHandler):
             return
         status, obj = self.app.handle("POST", url.path, {}, body)
         self._json(status, obj)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class DashboardServer:

@@ -35,6 +35,7 @@ _MAX_TRACKED_ADDRESSES = 10_000  # addresses with recent failures kept (beyond: 
 # scrypt's cost (N=2**14, r=8, p=1: 16 MiB and tens of ms a check): what hashlib documents as a
 # reasonable interactive-login setting
 _N, _R, _P = 1 << 14, 8, 1
+MIN_PASSWORD_LENGTH = 8  # NIST SP 800-63B's least for a password a user picks
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 
 
@@ -79,8 +80,9 @@ def add_user(path: str, name: str, password: str) -> bool:
     """Add `name` to the users file (or change its password); True when it was new."""
     if not _NAME.match(name or ""):
         raise ConfigError(f"bad user name {name!r}: 1-64 of letters, digits and _ . @ -")
-    if not password:
-        raise ConfigError("empty password")
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise ConfigError(f"a console password needs at least {MIN_PASSWORD_LENGTH} characters; "
+                          f"the one given for {name} has {len(password)}")
     users = read_users(path) if os.path.exists(path) else {}
     new = name not in users
     users[name] = hash_password(password)

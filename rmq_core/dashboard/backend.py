@@ -9,7 +9,9 @@ import time
 
 import attrs
 
-from rmq_core.admin.client import TOOLS_CONSUMER_GROUP, replica_state
+from rmq_core.admin.values import TOOLS_CONSUMER_GROUP, replica_state
+from rmq_core.dashboard.charts import line_chart
+from rmq_core.dashboard.history import DEFAULT_INTERVAL, StatsHistory
 from rmq_core.errors import IllegalArgumentError, RMQError
 from rmq_core.message import MixAll, TopicValidator
 from rmq_core.remoting.codes import MQVersion
@@ -50,18 +52,69 @@ def message_row(m) -> dict:
 class Backend:
     """The console's calls over one AdminClient (shared by the HTTP server's threads)."""
 
-    def __init__(self, admin, namesrv: str = ""):
+    def __init__(self, admin, namesrv: str = "", history: StatsHistory | None = None):
         self.admin = admin
         self.namesrv = namesrv
+        self.history = history  # the sampled time series the charts draw (None: no charts)
 
     @classmethod
-    def connect(cls, namesrv: str, access_key: str | None = None, secret_key: str | None = None) -> "Backend":
+    def connect(cls, namesrv: str, access_key: str | None = None, secret_key: str | None = None,
+                stats_interval: float | None = DEFAULT_INTERVAL) -> "Backend":
+        """A backend over a new AdminClient; with `stats_interval` (seconds), a sampler of the
+        charts' time series (started by `serve`) over its own AdminClient, so a slow sample never
+        holds a page."""
         from rmq_core.admin.client import AdminClient
 
-        return cls(AdminClient(namesrv, access_key=access_key, secret_key=secret_key), namesrv)
+        history = None
+        if stats_interval:
+            history = StatsHistory(AdminClient(namesrv, access_key=access_key, secret_key=secret_key),
+                                   interval=stats_interval)
+        return cls(AdminClient(namesrv, access_key=access_key, secret_key=secret_key), namesrv, history)
 
     def close(self) -> None:
+        if self.history is not None:
+            self.history.stop()
+            self.history.admin.close()
         self.admin.close()
+
+    # --- charts (history.py's series drawn by charts.py) ------------------------------------------
+    def _history(self) -> StatsHistory:
+        if self.history is None:
+            raise IllegalArgumentError("this console samples no statistics (started with a stats interval of 0)")
+        return self.history
+
+    def charts(self) -> dict:
+        """The dashboard page: every broker's in and out TPS and the busiest topics' TPS over time."""
+        h = self._history()
+        brokers = h.broker_series()
+        waiting = f"collecting: a point every {h.interval:g} s"
+        return {
+            "interval": h.interval,
+            "points": max((len(s) for s in brokers.values()), default=0),
+            "brokers_in": line_chart("Broker InTPS", {n: [(p[0], p[1]) for p in s] for n, s in brokers.items()},
+                                     "messages/s", waiting),
+            "brokers_out": line_chart("Broker OutTPS", {n: [(p[0], p[2]) for p in s] for n, s in brokers.items()},
+                                      "messages/s", waiting),
+            "topics": line_chart("Busiest topics' InTPS", h.busiest_topics(5), "messages/s",
+                                 waiting if not brokers else "no topic has had messages in yet"),
+        }
+
+    def history_data(self) -> dict:
+        h = self._history()
+        return {"interval": h.interval, "brokers": h.broker_series(), "topics": h.busiest_topics(10)}
+
+    def topic_chart(self, topic: str) -> dict:
+        h = self._history()
+        series = h.topic_series(topic)
+        return {"points": len(series), "svg": line_chart(f"{topic} InTPS", {topic: series} if series else {},
+                                                         "messages/s", f"collecting: a point every {h.interval:g} s")}
+
+    def group_chart(self, group: str) -> dict:
+        h = self._history()
+        series = h.group_series(group)
+        lag = {"lag": [(p[0], p[1]) for p in series]} if series else {}
+        return {"points": len(series), "svg": line_chart(f"{group} lag (Diff Total)", lag, "messages",
+                                                         f"collecting: a point every {h.interval:g} s")}
 
     # --- cluster and topics ------------------------------------------------------------------------
     def _system_names(self, brokers) -> set[str]:
@@ -133,14 +186,14 @@ class Backend:
             if g == TOOLS_CONSUMER_GROUP:
                 continue  # the group the admin tools (this console too) pull with
             stats = admin.consume_stats(g)
-            members, model, ctype = 0, "", ""
+            members, model, ctype, online = 0, "", "", False
             try:
                 conn = admin.consumer_connection(g)
-            except RMQError:  # no live member
+            except RMQError:  # no live member: the group is offline (its model and type are its members')
                 pass
             else:
-                members, model, ctype = len(conn.connections), conn.message_model, conn.consume_type
-            rows.append({"group": g, "members": members, "message_model": model, "consume_type": ctype,
+                members, model, ctype, online = len(conn.connections), conn.message_model, conn.consume_type, True
+            rows.append({"group": g, "online": online, "members": members, "message_model": model, "consume_type": ctype,
                          "consume_tps": stats.consume_tps, "diff_total": stats.diff_total,
                          "inflight_total": stats.inflight_total})
         return rows
@@ -207,7 +260,7 @@ class Backend:
 
     def message_trace(self, msg_id: str, trace_topic: str | None = None) -> list[dict]:
         """The message's trace records (queryMsgTraceById's rows), oldest first."""
-        return [attrs.asdict(v) for v in self.admin.message_trace(msg_id, trace_topic)]
+        return [v.to_json() for v in self.admin.message_trace(msg_id, trace_topic)]
 
     def messages_by_key(self, topic: str, key: str, max_num: int = 64) -> list[dict]:
         return self._with_delivery(self.admin.query_messages(topic, key, max_num))
@@ -240,6 +293,19 @@ class Backend:
                 "broker_name": out.broker_name, "qid": out.queue_id, "queue_offset": out.queue_offset}
 
     # --- dead letters --------------------------------------------------------------------------------
+    def dlq_groups(self) -> list[dict]:
+        """The groups that have a dead-letter queue (%DLQ%group) and how many dead letters it holds."""
+        rows = []
+        for t in self.admin.topic_list():
+            if not MixAll.is_dlq_topic(t):
+                continue
+            try:
+                count = sum(q.max_offset - q.min_offset for q in self.admin.topic_stats(t))
+            except RMQError:  # (deleted meanwhile, or its broker away)
+                count = None
+            rows.append({"group": t[len(MixAll.DLQ_GROUP_TOPIC_PREFIX):], "dead_letters": count})
+        return rows
+
     def dlq(self, group: str, max_num: int = 64) -> list[dict]:
         rows = []
         for m in self.admin.dlq_messages(group)[-max_num:]:

@@ -6,6 +6,7 @@ import logging
 from typing import Sequence
 
 from rmq_core.config import NamesrvConfig
+from rmq_core.message import open_listen_addresses
 from rmq_core.metrics import ExporterSettings, RpcLatency, check_exporter_type, start_exporter
 from rmq_core.remoting.context import ChannelContext
 from rmq_core.remoting.server import RemotingServer
@@ -64,6 +65,11 @@ class NamesrvController:
         """Start serving; returns (and logs) RocketMQ's boot line."""
         self.kv_config_manager.load()
         await self.remoting_server.start()
+        exposed = open_listen_addresses(self.listen_addresses)
+        if exposed:
+            log.warning("the name server listens on %s, reachable from other hosts: a name server checks no ACL, "
+                        "so any host that reaches it can register brokers and change routes and KV configs; "
+                        "listen on 127.0.0.1 (--listen) or keep the port behind a firewall", ", ".join(exposed))
         self._start_metrics()
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="rmq-namesrv-scan")
         if self.controller is not None:

@@ -75,6 +75,8 @@ class RouteInfoManager:
         if broker_data is None:
             broker_data = self.broker_addr_table[broker_name] = BrokerData(cluster_name, broker_name, {})
         broker_data.cluster = cluster_name
+        if data_version.state_version:  # (only a broker in controller mode registers a master epoch)
+            broker_data.enable_controller_mode = True
         # The same address under another id means a slave became master (or back): keep one entry.
         for other_id, addr in list(broker_data.broker_addrs.items()):
             if addr == broker_addr and other_id != broker_id:

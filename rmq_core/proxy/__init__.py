@@ -3,14 +3,16 @@ proxy's "local" mode, beside the 4.x remoting protocol, over the same processors
 groups, offsets and ACL accounts.
 
 `BrokerController` starts it when `grpcServerPort` is set (`rmq standalone`: 8081 unless
-`--grpc-listen` says otherwise).  grpcio and protobuf are imported only then: `import rmq_core` and
-a broker without gRPC never load them.
+`--grpc-listen` says otherwise).  protobuf is imported only then: `import rmq_core` and a broker
+without gRPC never load it.  The HTTP/2 + gRPC server is rmq's own (grpcio is not used; it is only
+the tests' client): the wire work in rmq_core/_native/h2, the calls in server.py.
 
-    server.py   the grpc.aio server on the broker's event loop (GrpcServer)
+    server.py   the HTTP/2 + gRPC server, an asyncio Protocol on the broker's event loop (GrpcServer)
     service.py  the MessagingService RPCs (MessagingService)
     convert.py  a 5.x message <-> the broker's properties and stored records
     clients.py  5.x clients as the broker's producer / consumer tables hold them (GrpcClientChannel)
     proto/      the .proto files (the one owner of the protocol) and their generated modules
+                (*_pb2_grpc: grpcio stubs for the tests' clients; the broker does not import them)
 """
 from __future__ import annotations
 

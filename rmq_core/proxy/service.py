@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import logging
-import random
 import time
-
-import grpc
 
 from rmq_core.broker import message_type as mt
 from rmq_core.broker.pop import service as pop
@@ -29,7 +25,6 @@ from rmq_core.proxy import convert
 from rmq_core.proxy.clients import GrpcClientChannel
 from rmq_core.proxy.proto.apache.rocketmq.v2 import definition_pb2 as pb
 from rmq_core.proxy.proto.apache.rocketmq.v2 import service_pb2 as spb
-from rmq_core.proxy.proto.apache.rocketmq.v2 import service_pb2_grpc as spb_grpc
 from rmq_core.remoting.body import TopicRouteData
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -64,6 +59,16 @@ _POP_CODES = {
 # ACL permission bits (plugins/acl: Permission)
 _ANY, _PUB, _SUB = 2, 4, 8
 _OK = pb.Status(code=pb.OK, message="OK")
+# gRPC status codes (the call's own status, beside the Status in a response)
+GRPC_UNIMPLEMENTED, GRPC_INTERNAL = 12, 13
+
+
+class GrpcAbort(Exception):
+    """An RPC ended with a gRPC status (no response message)."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
 
 
 def _status(code: int, message: str) -> pb.Status:
@@ -82,9 +87,9 @@ def _answers(response_type):
     """Wrap a unary RPC: a _Refused or an unexpected error becomes the response's Status."""
     def wrap(fn):
         @functools.wraps(fn)
-        async def rpc(self, request, context):
+        async def rpc(self, request, call):
             try:
-                return await fn(self, request, context)
+                return await fn(self, request, call)
             except _Refused as e:
                 return response_type(status=e.status)
             except Exception as e:
@@ -93,12 +98,6 @@ def _answers(response_type):
                                                     f"{self.ctrl.broker_config.broker_name}: {type(e).__name__}: {e}"))
         return rpc
     return wrap
-
-
-def _peer(context) -> str:
-    """The client's 'ip:port' from grpc's peer string ('ipv4:127.0.0.1:5', 'ipv6:[::1]:5')."""
-    peer = context.peer() or ""
-    return peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
 
 
 class _Peer:
@@ -111,32 +110,33 @@ class _Peer:
         self.attributes: dict = {}
 
 
-class MessagingService(spb_grpc.MessagingServiceServicer):
+class MessagingService:
     def __init__(self, ctrl, grpc_port: int):
         self.ctrl = ctrl
         self.grpc_port = grpc_port  # this broker's (the route answers it for its queues)
         self.clients: dict[str, GrpcClientChannel] = {}
         self._grpc_ports: dict[str, int] = {}  # other brokers' remoting address -> their grpcServerPort
         self._last_prune = time.monotonic()
+        self._peers: dict[str, _Peer] = {}
 
     # --- common ---------------------------------------------------------------------------------------
-    def _auth(self, context, what: str, needed) -> None:
+    def _auth(self, call, what: str, needed) -> None:
         validator = self.ctrl.access_validator
         if validator is None:
             return
-        md = dict(context.invocation_metadata())
+        md = call.metadata
         check = getattr(validator, "check_grpc", None)
         if check is None:
             raise _Refused(_status(pb.UNAUTHORIZED, f"the broker's access validator "
                                    f"{self.ctrl.broker_config.access_validator} does not check gRPC requests"))
         try:
-            check(_peer(context), md.get("authorization"), md.get("x-mq-date-time"), what, needed)
+            check(call.peer, md.get("authorization"), md.get("x-mq-date-time"), what, needed)
         except RequestRefused as e:
             code = pb.FORBIDDEN if e.code == ResponseCode.NO_PERMISSION else pb.UNAUTHORIZED
             raise _Refused(_status(code, e.remark)) from None
 
-    def _client(self, context) -> GrpcClientChannel:
-        md = dict(context.invocation_metadata())
+    def _client(self, call) -> GrpcClientChannel:
+        md = call.metadata
         client_id = md.get("x-mq-client-id")
         if not client_id:
             raise _Refused(_status(pb.CLIENT_ID_REQUIRED, "the request has no x-mq-client-id metadata"))
@@ -144,7 +144,7 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
         if client is None:
             self._prune()
             client = self.clients[client_id] = GrpcClientChannel(
-                client_id, _peer(context), md.get("x-mq-language", ""), md.get("x-mq-client-version", ""))
+                client_id, call.peer, md.get("x-mq-language", ""), md.get("x-mq-client-version", ""))
         client.last_seen = time.time()
         return client
 
@@ -256,11 +256,11 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
             addresses=[pb.Address(host=host, port=port)]))
 
     @_answers(spb.QueryRouteResponse)
-    async def QueryRoute(self, request, context):
+    async def QueryRoute(self, request, call):
         topic = request.topic.name
         if not topic:
             raise _Refused(_status(pb.ILLEGAL_TOPIC, "QueryRoute without a topic"))
-        self._auth(context, "QueryRoute", ((topic, _ANY),))
+        self._auth(call, "QueryRoute", ((topic, _ANY),))
         brokers = await self._brokers(topic)
         if not brokers:
             return spb.QueryRouteResponse(status=_status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist "
@@ -279,10 +279,10 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
         return spb.QueryRouteResponse(status=_OK, message_queues=mqs)
 
     @_answers(spb.QueryAssignmentResponse)
-    async def QueryAssignment(self, request, context):
+    async def QueryAssignment(self, request, call):
         """Pop consumption: one assignment per broker holding the topic, queue -1 (all its queues)."""
         topic, group = request.topic.name, request.group.name
-        self._auth(context, "QueryAssignment", ((topic, _SUB), (MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB)))
+        self._auth(call, "QueryAssignment", ((topic, _SUB), (MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB)))
         brokers = await self._brokers(topic)
         if not brokers:
             return spb.QueryAssignmentResponse(status=_status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
@@ -295,27 +295,27 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
 
     # --- clients ----------------------------------------------------------------------------------------
     @_answers(spb.HeartbeatResponse)
-    async def Heartbeat(self, request, context):
-        client = self._client(context)
+    async def Heartbeat(self, request, call):
+        client = self._client(call)
         group = request.group.name if request.HasField("group") else ""
-        self._auth(context, "Heartbeat", ((MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB),) if group else ())
+        self._auth(call, "Heartbeat", ((MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB),) if group else ())
         return spb.HeartbeatResponse(status=self._register(client) or _OK)
 
     @_answers(spb.NotifyClientTerminationResponse)
-    async def NotifyClientTermination(self, request, context):
-        md = dict(context.invocation_metadata())
-        self._auth(context, "NotifyClientTermination", ())
+    async def NotifyClientTermination(self, request, call):
+        md = call.metadata
+        self._auth(call, "NotifyClientTermination", ())
         client = self.clients.get(md.get("x-mq-client-id") or "")
         if client is not None:
             self._forget(client)
         return spb.NotifyClientTerminationResponse(status=_OK)
 
-    async def Telemetry(self, request_iterator, context):
+    async def Telemetry(self, request_iterator, call):
         """The client's settings in, answered (the broker's decisions filled in); the broker's
         commands (transaction check-back) out, for as long as the client keeps the stream."""
         try:
-            client = self._client(context)
-            self._auth(context, "Telemetry", ())
+            client = self._client(call)
+            self._auth(call, "Telemetry", ())
         except _Refused as e:
             yield spb.TelemetryCommand(status=e.status)
             return
@@ -327,7 +327,7 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
                 async for command in request_iterator:
                     which = command.WhichOneof("command")
                     if which == "settings":
-                        outbox.put_nowait(self._settings(client, command.settings, context))
+                        outbox.put_nowait(self._settings(client, command.settings, call))
                     elif which in ("thread_stack_trace", "verify_message_result"):
                         log.info("client %s: %s", client.client_id, which)
             except Exception as e:  # (a client gone away: the stream ends)
@@ -347,14 +347,14 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
             if client.outbox is outbox:
                 client.outbox = None
 
-    def _settings(self, client: GrpcClientChannel, settings, context):
+    def _settings(self, client: GrpcClientChannel, settings, call):
         """The answer to a client's Settings, as RocketMQ 5's proxy makes it (GrpcClientSettingsManager)."""
         answer = pb.Settings()
         answer.CopyFrom(settings)
         ctrl = self.ctrl
         try:
             if settings.client_type == pb.PRODUCER:
-                self._auth(context, "Telemetry", tuple((t.name, _PUB) for t in settings.publishing.topics))
+                self._auth(call, "Telemetry", tuple((t.name, _PUB) for t in settings.publishing.topics))
                 if not settings.backoff_policy.HasField("exponential_backoff") and \
                         not settings.backoff_policy.HasField("customized_backoff"):
                     answer.backoff_policy.CopyFrom(PRODUCER_BACKOFF)
@@ -364,7 +364,7 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
                 group = settings.subscription.group.name
                 if not group:
                     return spb.TelemetryCommand(status=_status(pb.ILLEGAL_CONSUMER_GROUP, "consumer settings without a group"))
-                self._auth(context, "Telemetry", ((MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB),) + tuple(
+                self._auth(call, "Telemetry", ((MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB),) + tuple(
                     (e.topic.name, _SUB) for e in settings.subscription.subscriptions))
                 sg = ctrl.subscription_manager.find_or_create(group)
                 if sg is None:
@@ -390,16 +390,30 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
 
     # --- send -------------------------------------------------------------------------------------------
     @_answers(spb.SendMessageResponse)
-    async def SendMessage(self, request, context):
-        if not request.messages:
+    async def SendMessage(self, request, call):
+        messages = request.messages
+        if not messages:
             raise _Refused(_status(pb.BAD_REQUEST, "SendMessage without messages"))
-        for t in {m.topic.name for m in request.messages}:
-            self._auth(context, "SendMessage", ((t, _PUB),))
-        peer = _Peer(_peer(context))
-        entries = [await self._send(m, peer) for m in request.messages]
-        codes = {e.status.code for e in entries}
-        status = entries[0].status if len(codes) == 1 else _status(pb.MULTIPLE_RESULTS, "some messages failed")
+        if self.ctrl.access_validator is not None:
+            for t in {m.topic.name for m in messages}:
+                self._auth(call, "SendMessage", ((t, _PUB),))
+        peer = self._peer(call.peer)
+        entries = [await self._send(m, peer) for m in messages]
+        if len(entries) == 1 or len({e.status.code for e in entries}) == 1:
+            status = entries[0].status
+        else:
+            status = _status(pb.MULTIPLE_RESULTS, "some messages failed")
         return spb.SendMessageResponse(status=status, entries=entries)
+
+    def _peer(self, address: str) -> _Peer:
+        """The client's remoting context, one per address (the send processor caches its born
+        host in it)."""
+        peer = self._peers.get(address)
+        if peer is None:
+            if len(self._peers) > 10_000:
+                self._peers.clear()
+            peer = self._peers[address] = _Peer(address)
+        return peer
 
     async def _send(self, message, peer) -> spb.SendResultEntry:
         """One message through the send processor (as a SEND_MESSAGE_V2 would go)."""
@@ -419,13 +433,14 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
         queue_id = sp.queue_id
         if not 0 <= queue_id < n:
             group = props.get(mt.SHARDING_KEY)
-            queue_id = (java_string_hash(group) & 0x7FFFFFFF) % n if group and n else random.randrange(max(n, 1))
+            # (-1: the send processor picks one of the write queues, as for a 4.x send without one)
+            queue_id = (java_string_hash(group) & 0x7FFFFFFF) % n if group and n else -1
         born = convert.millis(sp.born_timestamp) if sp.HasField("born_timestamp") else int(time.time() * 1000)
         req = RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, {
             "a": topic, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": str(sys_flag), "g": str(born),
             "h": "0", "i": properties_to_string(props), "j": "0", "k": "false"}, message.body)
         resp = ctrl.send_processor.process_send(peer, req)
-        if inspect.isawaitable(resp):
+        if not isinstance(resp, RemotingCommand):  # (an awaitable: a SYNC_FLUSH put, a checked send)
             resp = await resp
         code = _CODES.get(resp.code, pb.INTERNAL_SERVER_ERROR)
         if code != pb.OK:
@@ -439,9 +454,9 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
         return spb.SendResultEntry(status=_OK, message_id=mid, transaction_id=tid, offset=offset)
 
     @_answers(spb.EndTransactionResponse)
-    async def EndTransaction(self, request, context):
+    async def EndTransaction(self, request, call):
         topic = request.topic.name
-        self._auth(context, "EndTransaction", ((topic, _PUB),))
+        self._auth(call, "EndTransaction", ((topic, _PUB),))
         try:
             commit_log_offset, half_offset = convert.parse_transaction_id(request.transaction_id)
         except ValueError as e:
@@ -455,18 +470,18 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
             "producerGroup": "", "tranStateTableOffset": str(half_offset), "commitLogOffset": str(commit_log_offset),
             "commitOrRollback": str(state), "fromTransactionCheck": str(request.source == pb.SOURCE_SERVER_CHECK).lower(),
             "msgId": request.message_id, "transactionId": request.transaction_id})
-        resp = await self.ctrl.transaction_service.end_transaction(_Peer(_peer(context)), req)
+        resp = await self.ctrl.transaction_service.end_transaction(self._peer(call.peer), req)
         if resp is None or resp.code == ResponseCode.SUCCESS:
             return spb.EndTransactionResponse(status=_OK)
         return spb.EndTransactionResponse(status=_status(_CODES.get(resp.code, pb.INTERNAL_SERVER_ERROR),
                                                          resp.remark or f"end transaction failed: code {resp.code}"))
 
     # --- receive ------------------------------------------------------------------------------------------
-    async def ReceiveMessage(self, request, context):
+    async def ReceiveMessage(self, request, call):
         group, topic = request.group.name, request.message_queue.topic.name
         try:
-            client = self._client(context)
-            self._auth(context, "ReceiveMessage", ((topic, _SUB), (MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB)))
+            client = self._client(call)
+            self._auth(call, "ReceiveMessage", ((topic, _SUB), (MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB)))
             if request.HasField("invisible_duration"):
                 invisible_ms = convert.millis(request.invisible_duration)
             elif request.auto_renew:
@@ -481,7 +496,7 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
                 raise _Refused(_status(pb.BAD_REQUEST, f"batch size {request.batch_size} is out of [1, {pop.MAX_POP_NUMS}]"))
             poll_ms = (convert.millis(request.long_polling_timeout) if request.HasField("long_polling_timeout")
                        else LONG_POLLING_MS)
-            remaining = context.time_remaining()
+            remaining = call.time_remaining()
             if remaining is not None:
                 poll_ms = min(poll_ms, int(remaining * 1000) - LONG_POLLING_MARGIN_MS)
             poll_ms = max(0, poll_ms)
@@ -511,9 +526,9 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
         yield spb.ReceiveMessageResponse(delivery_timestamp=convert.timestamp(int(time.time() * 1000)))
 
     @_answers(spb.AckMessageResponse)
-    async def AckMessage(self, request, context):
+    async def AckMessage(self, request, call):
         group, topic = request.group.name, request.topic.name
-        self._auth(context, "AckMessage", ((topic, _SUB), (MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB)))
+        self._auth(call, "AckMessage", ((topic, _SUB), (MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB)))
         if not request.entries:
             raise _Refused(_status(pb.BAD_REQUEST, "AckMessage without entries"))
         try:  # (one ack record per checkpoint the entries are in)
@@ -532,9 +547,9 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
         return spb.AckMessageResponse(status=status, entries=entries)
 
     @_answers(spb.ChangeInvisibleDurationResponse)
-    async def ChangeInvisibleDuration(self, request, context):
+    async def ChangeInvisibleDuration(self, request, call):
         group, topic = request.group.name, request.topic.name
-        self._auth(context, "ChangeInvisibleDuration", ((topic, _SUB), (MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB)))
+        self._auth(call, "ChangeInvisibleDuration", ((topic, _SUB), (MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB)))
         ms = convert.millis(request.invisible_duration)
         if not 0 <= ms <= MAX_INVISIBLE_MS:
             raise _Refused(_status(pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {ms} ms is out of [0, {MAX_INVISIBLE_MS}] ms"))
@@ -546,9 +561,9 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
         return spb.ChangeInvisibleDurationResponse(status=_OK, receipt_handle=handle)
 
     @_answers(spb.ForwardMessageToDeadLetterQueueResponse)
-    async def ForwardMessageToDeadLetterQueue(self, request, context):
+    async def ForwardMessageToDeadLetterQueue(self, request, call):
         group, topic = request.group.name, request.topic.name
-        self._auth(context, "ForwardMessageToDeadLetterQueue",
+        self._auth(call, "ForwardMessageToDeadLetterQueue",
                    ((topic, _SUB), (MixAll.RETRY_GROUP_TOPIC_PREFIX + group, _SUB)))
         try:
             await self.ctrl.pop_service.forward_to_dead_letter(group=group, topic=topic,
@@ -558,20 +573,20 @@ class MessagingService(spb_grpc.MessagingServiceServicer):
         return spb.ForwardMessageToDeadLetterQueueResponse(status=_OK)
 
     # --- not served ----------------------------------------------------------------------------------------
-    async def _not_served(self, name: str, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not served by rmq's gRPC front end "
+    async def _not_served(self, name: str, call):
+        raise GrpcAbort(GRPC_UNIMPLEMENTED, f"{name} is not served by rmq's gRPC front end "
                             f"(pull consumption over gRPC): consume with ReceiveMessage (SimpleConsumer / "
                             f"PushConsumer) or the 4.x protocol")
 
-    async def PullMessage(self, request, context):
-        await self._not_served("PullMessage", context)
+    async def PullMessage(self, request, call):
+        await self._not_served("PullMessage", call)
         yield spb.PullMessageResponse()  # (never reached: makes this a stream handler)
 
-    async def UpdateOffset(self, request, context):
-        await self._not_served("UpdateOffset", context)
+    async def UpdateOffset(self, request, call):
+        await self._not_served("UpdateOffset", call)
 
-    async def GetOffset(self, request, context):
-        await self._not_served("GetOffset", context)
+    async def GetOffset(self, request, call):
+        await self._not_served("GetOffset", call)
 
-    async def QueryOffset(self, request, context):
-        await self._not_served("QueryOffset", context)
+    async def QueryOffset(self, request, call):
+        await self._not_served("QueryOffset", call)

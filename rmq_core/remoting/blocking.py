@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable
 
 from rmq_core._native.socket_io import exchange
-from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingTimeoutError
+from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingTimeoutError, os_error_text
 from rmq_core.remoting.codes import ResponseCode, code_name
 from rmq_core.remoting.frames import split_frames
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand
@@ -136,7 +136,7 @@ class BlockingChannel:
             raise RemotingConnectError(f"bad frame from {self.addr}: {e}") from None
         except OSError as e:
             self.close()
-            raise RemotingConnectError(f"{code_name(code)} to {self.addr} failed: {e}") from None
+            raise RemotingConnectError(f"{code_name(code)} to {self.addr} failed: {os_error_text(e)}") from None
 
     def _set_timeout(self, timeout: float) -> None:
         # set per call only when it changes: most calls share the producer's timeout

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import struct
 import time
 import zlib
@@ -18,7 +19,7 @@ import attrs
 from rmq_core.common.fastjson import dumps, loads_lenient  # noqa: F401 - also this module's names
 from rmq_core.errors import RemotingCommandError
 from rmq_core.remoting.command import json_int
-from rmq_core.message import MixAll, PermName
+from rmq_core.message import MessageQueue, MixAll, PermName
 
 
 def _int(obj: Mapping, key: str, default: int | None = None, where: str = "") -> int:
@@ -73,10 +74,16 @@ class BrokerData:
     cluster: str
     broker_name: str
     broker_addrs: dict[int, str] = attrs.field(factory=dict)  # brokerId -> "ip:port"; 0 is the master
+    # rmq's: the group runs in controller mode (its master registered with a master epoch), so a
+    # group without a master is having one elected.  In the JSON only when true (RocketMQ 4's otherwise).
+    enable_controller_mode: bool = False
 
     def to_json(self) -> dict:
-        return {"brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
-                "brokerName": self.broker_name, "cluster": self.cluster}
+        out = {"brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
+               "brokerName": self.broker_name, "cluster": self.cluster}
+        if self.enable_controller_mode:
+            out["enableControllerMode"] = True
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping) -> "BrokerData":
@@ -88,7 +95,8 @@ class BrokerData:
             parsed = {int(k): str(v) for k, v in addrs.items()}
         except ValueError:
             raise RemotingCommandError(f"bad brokerData 'brokerAddrs' keys: {list(addrs)!r:.80}") from None
-        return cls(_str(d, "cluster", "", w), _str(d, "brokerName", where=w), parsed)
+        return cls(_str(d, "cluster", "", w), _str(d, "brokerName", where=w), parsed,
+                   d.get("enableControllerMode") is True)
 
     @property
     def master_addr(self) -> str | None:
@@ -102,11 +110,14 @@ class BrokerData:
         return random.choice(list(self.broker_addrs.values())) if self.broker_addrs else None
 
     def clone(self) -> "BrokerData":
-        return BrokerData(self.cluster, self.broker_name, dict(self.broker_addrs))
+        return BrokerData(self.cluster, self.broker_name, dict(self.broker_addrs), self.enable_controller_mode)
 
 
 @attrs.define
 class TopicRouteData:
+    """The name server's route of a topic (one type for every side), with what a producer and a
+    consumer derive from it."""
+
     queue_datas: list[QueueData] = attrs.field(factory=list)
     broker_datas: list[BrokerData] = attrs.field(factory=list)
     order_topic_conf: str | None = None
@@ -132,6 +143,68 @@ class TopicRouteData:
                    [BrokerData.from_json(b) for b in d.get("brokerDatas") or []],
                    order if isinstance(order, str) else None,
                    dict(d.get("filterServerTable") or {}))
+
+    def broker_data(self, broker_name: str) -> BrokerData | None:
+        for bd in self.broker_datas:
+            if bd.broker_name == broker_name:
+                return bd
+        return None
+
+    def with_default_topic_queue_nums(self, queue_nums: int) -> "TopicRouteData":
+        """TBW102 fallback: use the default topic's brokers, capping queue counts (Java does the same
+        before a broker has auto-created the new topic)."""
+        qds = [
+            attrs.evolve(q, read_queue_nums=min(queue_nums, q.read_queue_nums),
+                         write_queue_nums=min(queue_nums, q.read_queue_nums))
+            for q in self.queue_datas
+        ]
+        return attrs.evolve(self, queue_datas=qds)
+
+    def no_master(self) -> str | None:
+        """Why a producer finds no queue to write to when the topic has writable queues whose broker
+        groups have no master right now (only slaves registered), else None."""
+        names = sorted({q.broker_name for q in self.queue_datas if PermName.is_writeable(q.perm)})
+        groups = [self.broker_data(n) for n in names]
+        if not groups or any(bd is not None and bd.master_addr is not None for bd in groups):
+            return None
+        slaves = sorted(a for bd in groups if bd is not None for a in bd.broker_addrs.values())
+        which = ", ".join(names)
+        text = (f"broker group {which} has no master" if len(names) == 1 else
+                f"none of the broker groups {which} has a master")
+        text += f" (only slaves registered: {', '.join(slaves)})" if slaves else ""
+        if all(bd is not None and bd.enable_controller_mode for bd in groups):
+            return text + "; a new master is being elected (controller mode): retry in a few seconds"
+        return text + "; start the master again (a slave is read-only)"
+
+    def subscribe_queues(self, topic: str) -> list[MessageQueue]:
+        """Readable queues (topicRouteData2TopicSubscribeInfo)."""
+        out = []
+        for qd in self.queue_datas:
+            if PermName.is_readable(qd.perm):
+                out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
+        return sorted(out)
+
+    def publish_queues(self, topic: str) -> tuple[list[MessageQueue], bool]:
+        """The writable queues on brokers with a master, and whether the topic is ordered (its
+        orderTopicConf lists the queues): topicRouteData2TopicPublishInfo's part."""
+        queues: list[MessageQueue] = []
+        order = False
+        if self.order_topic_conf:
+            # "brokerA:8;brokerB:8": ordered topics list their queues explicitly
+            for item in self.order_topic_conf.split(";"):
+                name, _, n = item.partition(":")
+                if name and n.strip().isdigit():
+                    queues.extend(MessageQueue(topic, name, i) for i in range(int(n)))
+            order = True
+        else:
+            for qd in sorted(self.queue_datas, key=lambda q: q.broker_name):
+                if not PermName.is_writeable(qd.perm):
+                    continue
+                bd = self.broker_data(qd.broker_name)
+                if bd is None or bd.master_addr is None:
+                    continue
+                queues.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
+        return queues, order
 
 
 @attrs.define
@@ -355,3 +428,42 @@ def topic_list_decode(body) -> list[str]:
     if not isinstance(topics, list):
         raise RemotingCommandError(f"bad TopicList body: {d!r:.80}")
     return [str(t) for t in topics]
+
+
+# fastjson writes Map<MessageQueue, Long> with object keys ({{"brokerName":..,"queueId":..,"topic":..}:12}),
+# which is not JSON: each key object and its offset, then the key's fields in any order
+_MQ_KEYED_ENTRY = re.compile(r'\{([^{}]*)\}\s*:\s*(-?\d+)')
+_MQ_KEY_FIELD = re.compile(r'"(\w+)"\s*:\s*(?:"((?:[^"\\]|\\.)*)"|(-?\d+))')
+
+
+def decode_reset_offset_body(body, topic: str | None = None) -> dict[MessageQueue, int]:
+    """ResetOffsetBody's offsetTable (the RESET_CONSUMER_CLIENT_OFFSET request to a client, the
+    INVOKE_BROKER_TO_RESET_OFFSET answer to mqadmin), in every form a broker writes: rmq's list of
+    rows (`{"brokerName","queueId","topic","offset"}`, or the queue under `"mq"`), string keys
+    `"topic@broker@queueId"`, and Java's object-keyed map.  `topic`: the topic of a row naming none."""
+    if not body:
+        return {}
+    text = bytes(body).decode("utf-8", "replace")
+    out: dict[MessageQueue, int] = {}
+    try:
+        raw = json.loads(text)
+        table = raw.get("offsetTable", raw) if isinstance(raw, dict) else raw
+        if isinstance(table, list):
+            for row in table:
+                q = row.get("mq", row)
+                out[MessageQueue(q.get("topic", topic), q["brokerName"], int(q["queueId"]))] = int(row["offset"])
+            return out
+        for key, offset in (table or {}).items():
+            t, b, q = key.split("@")
+            out[MessageQueue(t, b, int(q))] = int(offset)
+        return out
+    except (ValueError, KeyError, AttributeError, TypeError):
+        out.clear()
+    for entry in _MQ_KEYED_ENTRY.finditer(text):
+        fields = {name: json.loads(f'"{s}"') if num == "" else num
+                  for name, s, num in _MQ_KEY_FIELD.findall(entry.group(1))}
+        try:
+            out[MessageQueue(fields.get("topic", topic), fields["brokerName"], int(fields["queueId"]))] = int(entry.group(2))
+        except (KeyError, ValueError):
+            continue
+    return out

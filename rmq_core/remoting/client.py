@@ -154,12 +154,6 @@ class RemotingClient:
             except Exception:
                 log.exception("%s: on_channel_close callback %r failed", self.name, callback)
 
-    async def close_channel(self, addr: str) -> None:
-        ctx = self._contexts.pop(addr, None)
-        if ctx is not None:
-            ctx.close()
-            await asyncio.sleep(0)
-
     async def close(self) -> None:
         self._closed = True
         contexts = list(self._contexts.values())

@@ -184,6 +184,27 @@ PULL_STATUS_BY_CODE = {
 }
 
 
+# what only a name server answers: a broker asked one of these was given as a name server's address
+NAMESRV_REQUEST_CODES = frozenset({
+    RequestCode.PUT_KV_CONFIG, RequestCode.GET_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,
+    RequestCode.GET_KVLIST_BY_NAMESPACE, RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
+    RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER,
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    RequestCode.REGISTER_TOPIC_IN_NAMESRV, RequestCode.GET_TOPICS_BY_CLUSTER,
+    RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, RequestCode.GET_NAMESRV_CONFIG, RequestCode.UPDATE_NAMESRV_CONFIG,
+})
+
+
+def not_supported_remark(code: int, broker: bool) -> str:
+    """REQUEST_CODE_NOT_SUPPORTED's remark; a broker asked a name server's question says what it is
+    (a client given a broker's port as its name server)."""
+    if broker and code in NAMESRV_REQUEST_CODES:
+        return (f"request code {code_name(code)} is a name server's: this address is a broker, "
+                "not a name server (a name server listens on port 9876 by default)")
+    return f"request code {code} not supported"
+
+
 class MQVersion:
     """Header `version` values that change behaviour (MQVersion.Version ordinals)."""
     V3_1_8 = 63  # what the C++ 1.2.x client sends

@@ -62,11 +62,12 @@ class SerializeType(enum.IntEnum):
 
 
 # A process-wide request id; wraps inside int32 because Java and C++ peers hold it in an int.
-_opaque_counter = itertools.count(1)
+# (public: the native send pipeline takes its opaques from the same counter, so none repeats)
+opaque_counter = itertools.count(1)
 
 
 def next_opaque() -> int:
-    return next(_opaque_counter) & INT32_MAX
+    return next(opaque_counter) & INT32_MAX
 
 
 def ext_value_to_str(value: Any) -> str:

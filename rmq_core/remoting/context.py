@@ -19,7 +19,7 @@ from typing import Any, Callable
 from rmq_core.errors import (
     IllegalArgumentError, RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError,
 )
-from rmq_core.remoting.codes import RequestCode, ResponseCode, code_name
+from rmq_core.remoting.codes import RequestCode, ResponseCode, code_name, not_supported_remark
 from rmq_core.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand, SerializeType, next_opaque
 from rmq_core.remoting.steps import BROKER, RequestRefused, RequestSteps
 from rmq_core.remoting.transport import Channel
@@ -115,8 +115,8 @@ class ProcessorTable:
         answered at once, else a coroutine giving it; never raises except on cancellation."""
         entry = self._processors.get(request.code, self._default)
         if entry is None:
-            return request.make_response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {request.code} not supported")
+            return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                         not_supported_remark(request.code, self.broker))
         processor, fn = entry
         steps = self.steps
         try:

@@ -48,12 +48,12 @@ import socket
 import threading
 import time
 from threading import get_ident
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any, Callable
 
 from rmq_core._native.send_pipeline import deliver_responses
 from rmq_core._native.socket_io import PipelinedWrites, exchange as socket_exchange
-from rmq_core.errors import RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError
+from rmq_core.errors import (RemotingCommandError, RemotingConnectError, RemotingError, RemotingTimeoutError,
+                              os_error_text)
 from rmq_core.remoting.blocking import refusal, set_kernel_timeouts
 from rmq_core.remoting.codes import code_name
 from rmq_core.remoting.command import (RESPONSE_FLAG, FrameCommand, RemotingCommand, native_decode_frames, new_command,
@@ -68,7 +68,6 @@ OnDone = Callable[[Any, Any, "BaseException | None"], None]  # (context, respons
 _READ_BUFFER = 256 * 1024
 _NOBODY = 0  # (thread ids are never 0)
 _GONE = -1
-_DONE_STATES = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 
 
@@ -563,7 +562,7 @@ class PipelinedChannel(PendingRequests):
                 n = socket_exchange(self._fd, data, self._rview[have:] if have else self._rview, timeout)
             except OSError as e:
                 writes.write_failed()
-                self._fail(RemotingConnectError(f"exchange with {self.addr} failed: {e}"))
+                self._fail(RemotingConnectError(f"exchange with {self.addr} failed: {os_error_text(e)}"))
                 return
             more = writes.next_write()  # what other threads gathered meanwhile (this one is the writer)
             if more is not None:
@@ -651,7 +650,7 @@ class PipelinedChannel(PendingRequests):
         except OSError as e:
             writes.write_failed()
             # part of a frame may be out: the connection cannot carry another one
-            self._fail(RemotingConnectError(f"write to {self.addr} failed: {e}"))
+            self._fail(RemotingConnectError(f"write to {self.addr} failed: {os_error_text(e)}"))
             if not writes.writing:
                 self._wsock.close()
 
@@ -671,7 +670,7 @@ class PipelinedChannel(PendingRequests):
                 sent = 0
             except OSError as e:
                 writes.end_flush(None)
-                raise ConnectionResetError(f"write to {self.addr} failed: {e}") from None
+                raise ConnectionResetError(f"write to {self.addr} failed: {os_error_text(e)}") from None
             if sent < len(data):  # the rest (maybe part of a frame) goes first next time
                 writes.end_flush(data[sent:])
                 return True
@@ -685,7 +684,7 @@ class PipelinedChannel(PendingRequests):
         no other thread reads (see the module doc).  Never raises for the future's outcome."""
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         me = threading.get_ident()
-        while future._state not in _DONE_STATES and future.channel is self and not self.closed:
+        while not future.done() and future.channel is self and not self.closed:
             if self._token_owner == me:  # a completion on the token holder's thread waits: it reads
                 self._read_for(future, deadline)
                 return
@@ -706,13 +705,12 @@ class PipelinedChannel(PendingRequests):
                 with self._tlock:
                     self._token_waiters.discard(future)
                 return
-            cond = future._condition
-            with cond:
-                with self._tlock:  # released meanwhile (and told nobody yet, or us already)? then don't sleep
-                    waiting = future in self._token_waiters
-                if waiting and future._state not in _DONE_STATES:
-                    # (bounded: a lost wake-up costs a second, never a hang)
-                    cond.wait(1.0 if remaining is None else min(remaining, 1.0))
+            with self._tlock:  # released meanwhile (and told nobody yet, or us already)? then don't sleep
+                waiting = future in self._token_waiters
+            if waiting and not future.done():
+                # (woken by its completion or by wake(), which a wake() before this sleep is not
+                # lost to; bounded all the same: a lost wake-up costs a second, never a hang)
+                future.sleep(1.0 if remaining is None else min(remaining, 1.0))
             with self._tlock:
                 self._token_waiters.discard(future)
 
@@ -754,16 +752,14 @@ class PipelinedChannel(PendingRequests):
         if gone:
             self._close_rsock()
         for future in waiters:  # each may take the token now
-            cond = future._condition
-            with cond:
-                cond.notify_all()
+            future.wake()
 
     def _read_for(self, future, deadline: float | None) -> None:
         """Read and complete answers on this thread (it holds the token) until `future` is done, is
         no longer this channel's, the channel closes or the deadline passes."""
         poller = None
         fd = self._rsock.fileno()
-        while future._state not in _DONE_STATES and future.channel is self and not self.closed:
+        while not future.done() and future.channel is self and not self.closed:
             if self.writes.gathered:  # what gathered - maybe the awaited request itself - goes out first
                 self._flush_blocking()
             try:
@@ -846,7 +842,7 @@ class PipelinedChannel(PendingRequests):
         if isinstance(e, RemotingCommandError):
             return RemotingConnectError(f"bad frame from {self.addr}: {e}")
         return RemotingConnectError(
-            f"connection to {self.addr} closed" if self.writes.closing else f"connection to {self.addr} broke: {e}")
+            f"connection to {self.addr} closed" if self.writes.closing else f"connection to {self.addr} broke: {os_error_text(e)}")
 
     def _close_rsock(self) -> None:
         self._rview.release()

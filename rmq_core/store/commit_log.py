@@ -175,10 +175,6 @@ class CommitLog:
     def get_max_offset(self) -> int:
         return self.mapped_file_queue.get_max_offset()
 
-    def roll_next_file(self, offset: int) -> int:
-        size = self.config.mapped_file_size_commit_log
-        return offset + size - offset % size
-
     # -- put: one message ------------------------------------------------------------------------
     def put_message(self, topic, topic_b, queue_id, flag, body, props, sys_flag, born_ts, born_host, store_host,
                     reconsume_times, prepared, body_crc, total, tags, delay_level, cq, dispatch):

@@ -968,6 +968,23 @@ class DefaultMessageStore:
         raise StoreError(f"{r.status.value}: {r.error}")
 
     # -- get -------------------------------------------------------------------------------------
+    def _in_disk_batch(self, out, n: int, stop: int, rel: int) -> tuple[int, int]:
+        """RocketMQ's isTheBatchFull for messages no longer in memory (further behind the commit
+        log's end than accessMessageInMemoryMaxRatio % of the machine's memory): a pull of them stops
+        at maxTransferCountOnMessageInDisk messages / maxTransferBytesOnMessageInDisk bytes.  The
+        scan's matches cut there: (matches kept, the scan's new stop)."""
+        cfg = self.config
+        memory = _total_memory() * cfg.access_message_in_memory_max_ratio // 100
+        max_phy = self.commit_log.get_max_offset()
+        total = 0
+        for i in range(n):
+            phys, size, idx = _MATCH.unpack_from(out, i * 16)
+            if i and max_phy - phys > memory and (total + size > cfg.max_transfer_bytes_on_message_in_disk
+                                                  or i >= cfg.max_transfer_count_on_message_in_disk):
+                return i, rel + idx * CQ_STORE_UNIT_SIZE
+            total += size
+        return n, stop
+
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int,
                     message_filter=None, max_total_bytes: int | None = None,
                     max_transfer_count: int | None = None) -> GetMessageResult:
@@ -1013,6 +1030,8 @@ class DefaultMessageStore:
                                               max(min_phy, 0), out, *ext_args)
         except ValueError:  # the consume-queue file was deleted meanwhile
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, offset, min_off, max_off)
+        if n and max_transfer_count is None and max_total_bytes is None:
+            n, stop = self._in_disk_batch(out, n, stop, rel)
         next_begin = offset + (stop - rel) // CQ_STORE_UNIT_SIZE
         parts = []
         qoffs = []

@@ -305,8 +305,12 @@ def test_acl_commands_change_the_file_and_take_effect(cl, monkeypatch, tmp_path)
     [row] = [r for r in json.loads(run_admin("getAclConfig", "-b", broker, "--json", ns=cl.namesrv)[1])
              if r["access_key"] == "newuser1"]
     assert row["topic_perms"] == "TopicOk=PUB" and row["default_topic_perm"] == "DENY"
+    assert row["secret_key"] == "******" and row["admin"] is False  # masked unless asked; a JSON boolean
     rc, out, err = run_admin("getAclConfig", "-b", broker, ns=cl.namesrv)
-    assert rc == 0 and "newuser1" in out and "Access Key" in out
+    assert rc == 0 and "newuser1" in out and "Access Key" in out and "newsecret1" not in out and "******" in out
+    [row] = [r for r in json.loads(run_admin("getAclConfig", "-b", broker, "--json", "--show-secrets",
+                                             ns=cl.namesrv)[1]) if r["access_key"] == "newuser1"]
+    assert row["secret_key"] == "newsecret1"
     versions = json.loads(run_admin("clusterAclConfigVersion", "-c", "DefaultCluster", "--json", ns=cl.namesrv)[1])
     assert versions[0]["acl_file_path"] == str(cl.acl_file) and versions[0]["acl_config_version_num"] >= 1
     rc, out, err = run_admin("updateAclConfig", "-b", broker, "-a", "newuser2", "-s", "short", ns=cl.namesrv)

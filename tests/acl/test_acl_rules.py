@@ -7,7 +7,9 @@ import threading
 import pytest
 
 from rmq_plugins.acl.address import host_of, parse_address_pattern
-from rmq_plugins.acl.plain import DENY, PUB, SUB, AclFileError, PlainAccessValidator, build_rules
+from rmq_plugins.acl.loader import build_rules
+from rmq_plugins.acl.permissions import DENY, PUB, SUB, AclFileError
+from rmq_plugins.acl.plain import PlainAccessValidator
 
 # The plain_acl.yml RocketMQ 4.9 ships (distribution/conf/plain_acl.yml)
 ROCKETMQ_SAMPLE = """\

@@ -173,20 +173,23 @@ def test_cluster_and_config_commands(ns, broker):
     assert (r["cluster_name"], r["broker_name"], r["bid"], r["addr"], r["version"]) == \
         ("DefaultCluster", "broker-a", 0, broker, "V4_9_7")
     assert {"in_tps", "out_tps", "pc_wait_ms", "hour", "space"} <= set(r)
-    assert r["hour"] == "N/A" or 0 <= float(r["hour"]) < 1  # hours of messages kept: this store is new
+    # typed: hours of messages kept (this store is new) and the disk ratio are numbers, none is null
+    assert r["hour"] is None or (type(r["hour"]) is float and 0 <= r["hour"] < 1)
+    assert type(r["space"]) is float and 0 <= r["space"] <= 1 and type(r["in_tps"]) is float
     table = ok("clusterList", ns=ns)
     for header in ("Cluster Name", "Broker Name", "BID", "Addr", "Version", "InTPS", "OutTPS"):
         assert header in table
 
     status = {r["key"]: r["value"] for r in rows("brokerStatus", "-b", broker, ns=ns)}
     assert status["brokerVersionDesc"] == "V4_9_7" and "putTps" in status
+    assert type(status["msgPutTotalTodayNow"]) is int  # a number as a JSON number
     assert rows("brokerStatus", "-c", "DefaultCluster", ns=ns)
 
     config = {r["key"]: r["value"] for r in rows("getBrokerConfig", "-b", broker, ns=ns)}
     assert config["brokerName"] == "broker-a"
     ok("updateBrokerConfig", "-b", broker, "-k", "defaultTopicQueueNums", "-v", "5", ns=ns)
     config = {r["key"]: r["value"] for r in rows("getBrokerConfig", "-c", "DefaultCluster", ns=ns)}
-    assert config["defaultTopicQueueNums"] == "5"
+    assert config["defaultTopicQueueNums"] == 5 and config["autoCreateTopicEnable"] in (True, False)
     # a read-only broker (mqadmin's way to drain one): the routes say so, sends are refused
     make_topic(ns, broker, "AdmPerm", 1)
     ok("updateBrokerConfig", "-b", broker, "-k", "brokerPermission", "-v", "4", ns=ns)
@@ -202,7 +205,7 @@ def test_cluster_and_config_commands(ns, broker):
     fails("updateBrokerConfig", "-b", broker, "-k", "defaultTopicQueueNums", "-v", "abc", ns=ns, needle="abc")
 
     nsconf = rows("getNamesrvConfig", ns=ns)
-    assert {"name_server": ns, "key": "listenPort", "value": ns.rpartition(":")[2]} in nsconf
+    assert {"name_server": ns, "key": "listenPort", "value": int(ns.rpartition(":")[2])} in nsconf
 
     ok("updateKvConfig", "-s", "ADM_NS", "-k", "k1", "-v", "v1", ns=ns)
     from rmq_core.admin import AdminClient

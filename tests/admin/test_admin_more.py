@@ -150,9 +150,9 @@ def test_update_order_conf_and_namesrv_config(cl):
     fails("updateOrderConf", "-t", "OrderedTopic", "-v", "broker-a:x", ns=ns, needle="broker-a:x")
     fails("updateOrderConf", "-t", "OrderedTopic", ns=ns, needle="-v")
     r = rows("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "true", ns=ns)
-    assert r == [{"name_server": ns, "key": "orderMessageEnable", "value": "true"}]
+    assert r == [{"name_server": ns, "key": "orderMessageEnable", "value": True}]  # typed: a JSON boolean
     cfg = rows("getNamesrvConfig", ns=ns)
-    assert {"name_server": ns, "key": "orderMessageEnable", "value": "true"} in cfg
+    assert {"name_server": ns, "key": "orderMessageEnable", "value": True} in cfg
     ok("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "false", ns=ns)
     fails("updateNamesrvConfig", "-k", "noSuchKey", "-v", "1", ns=ns, needle="noSuchKey")
 

@@ -4,7 +4,8 @@ import datetime
 
 import pytest
 
-from rmq_core.admin.client import OffsetReset, _stats_body, parse_mq_offset_table
+from rmq_core.admin.bodies import _stats_body, parse_mq_offset_table
+from rmq_core.admin.values import OffsetReset
 from rmq_core.admin.commands import parse_bool, parse_timestamp
 from rmq_core.admin.output import Output, snake
 
@@ -54,7 +55,7 @@ def test_json_output_is_the_table_rows(capsys):
 
 
 def test_java_consumer_running_info_is_read():
-    from rmq_core.admin.client import _running_info
+    from rmq_core.admin.bodies import _running_info
     body = (b'{"jstack":"","mqTable":{{"brokerName":"broker-a","queueId":1,"topic":"T"}:{"cachedMsgCount":2,'
             b'"commitOffset":40,"locked":false}},"properties":{"consumeType":"CONSUME_PASSIVELY","messageModel":'
             b'"CLUSTERING"},"statusTable":{},"subscriptionSet":[{"subString":"*","topic":"T"}]}')
@@ -66,7 +67,7 @@ def test_java_consumer_running_info_is_read():
 
 
 def test_java_broker_consume_stats_list_is_read():
-    from rmq_core.admin.client import _consume_stats_list
+    from rmq_core.admin.bodies import _consume_stats_list
     row = b'{{"brokerName":"broker-a","queueId":%d,"topic":"T"}:{"brokerOffset":%d,"consumerOffset":%d,"lastTimestamp":0}}'
     body = (b'{"brokerAddr":"10.0.0.1:10911","consumeStatsList":[{"G1":[{"consumeTps":0.5,"offsetTable":'
             + row % (0, 10, 4) + b'}]},{"G2":[{"consumeTps":0.0,"offsetTable":' + row % (1, 3, 3) + b'}]}],"totalDiff":6}')

@@ -28,7 +28,7 @@ from rmq_core.admin.client import AdminClient
 from rmq_core.config import BrokerConfig, MessageStoreConfig
 from rmq_core.remoting.body import DataVersion, RegisterBrokerBody
 from rmq_core.remoting.codes import RequestCode
-from rmq_core.broker.config_file import TopicConfig, TopicConfigTable
+from rmq_core.broker.topic_config_manager import TopicConfig, TopicConfigTable
 from tests.servers import NamesrvAndBroker, RmqProcess
 
 STORE = {"mappedFileSizeCommitLog": 4 * 1024 * 1024, "mappedFileSizeConsumeQueue": 1000 * 20,

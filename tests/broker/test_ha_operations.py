@@ -45,14 +45,14 @@ def test_cluster_list_broker_status_lag_series_and_console(group):
     def status(addr):
         return {r["key"]: r["value"] for r in rows("brokerStatus", "-b", addr, ns=g.namesrv)}
 
-    wait_until(lambda: status(g.master_addr)["slaveFallBehindBytes"] == "0", 30, what="the slave acknowledging")
+    wait_until(lambda: status(g.master_addr)["slaveFallBehindBytes"] == 0, 30, what="the slave acknowledging")
     master = status(g.master_addr)
-    assert master["brokerRole"] == "ASYNC_MASTER" and master["haConnectionNum"] == "1"
+    assert master["brokerRole"] == "ASYNC_MASTER" and master["haConnectionNum"] == 1
     (conn,) = json.loads(master["haConnectionInfo"])
     assert conn["slaveAckOffset"] == int(master["masterPutWhere"]) and conn["diff"] == 0
     slave = status(g.slave_addr)
     assert slave["brokerRole"] == "SLAVE" and slave["masterBrokerAddr"] == g.master_addr
-    assert slave["haConnected"] == "True" and slave["slaveFallBehindBytes"] == "0"
+    assert slave["haConnected"] is True and slave["slaveFallBehindBytes"] == 0
 
     mport, sport = g.prom_ports
     wait_until(lambda: [v for _, v in lag_samples(mport)] == [0.0], 30, what="no lag on the master's series")

@@ -162,7 +162,7 @@ def test_a_reset_on_the_returned_master_is_not_undone_by_a_greater_offset_the_sl
 
 
 def test_received_offsets_are_persisted_with_the_slave_table(tmp_path):
-    from rmq_core.broker.config_file import ConsumerOffsetManager
+    from rmq_core.broker.offset_manager import ConsumerOffsetManager
 
     m = ConsumerOffsetManager(tmp_path)
     m.commit_offset(None, GROUP, TOPIC, 0, 42, received_by_slave=True)

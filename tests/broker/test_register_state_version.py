@@ -29,7 +29,7 @@ def test_every_register_body_carries_the_state_version(cluster, compressed, perm
 
 
 def test_the_name_server_holds_the_epoch_of_the_brokers_registrations(cluster):
-    from rmq_core.broker.config_file import TopicConfig
+    from rmq_core.broker.topic_config_manager import TopicConfig
 
     broker, routes = cluster.broker, cluster.namesrv_controller.route_info_manager
     name = broker.broker_config.broker_name

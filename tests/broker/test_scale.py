@@ -21,7 +21,7 @@ from rmq_core.admin.client import AdminClient
 from rmq_core.config import DEFAULT_SERVER_SOCKET_BACKLOG
 from rmq_core.remoting.body import TopicRouteData
 from rmq_core.remoting.codes import RequestCode
-from rmq_core.broker.config_file import TopicConfig, TopicConfigTable
+from rmq_core.broker.topic_config_manager import TopicConfig, TopicConfigTable
 from tests.client.conftest import FAST_CONSUMER, wait_until
 from tests.servers import NamesrvAndBroker, RmqProcess, free_port
 

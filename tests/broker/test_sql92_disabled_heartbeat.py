@@ -89,3 +89,29 @@ def test_sql92_consumer_refused_at_start_while_the_other_group_consumes(make_clu
             assert bodies.count(b"first") >= 1
         finally:
             tag.shutdown()
+
+
+def test_the_refusal_suggests_a_command_that_runs_as_printed(make_cluster, capsys):
+    import shlex
+
+    from rmq_core.admin import AdminClient
+    from rmq_core.cli import main
+
+    c = make_cluster({"enablePropertyFilter": "false"})
+    with Producer("PG_SQL_FIX", namesrv=c.tcp_namesrv) as p:
+        p.send(Message("T_SQL_FIX", b"x"))  # (the topic exists: the consumer's start asks its broker)
+    sql = PushConsumer("CG_SQL_FIX", namesrv=c.tcp_namesrv)
+    sql.subscribe("T_SQL_FIX", MessageSelector.by_sql("a > 1"))
+    sql.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+    with pytest.raises(MQBrokerError) as ei:
+        sql.start()
+    text = str(ei.value)
+    printed = text.split("on the running broker with: ", 1)[1]
+    assert printed == (f"rmq admin updateBrokerConfig -n {c.tcp_namesrv} -b {c.broker_addr} "
+                       "-k enablePropertyFilter -v true")
+    argv = shlex.split(printed)
+    assert argv[0] == "rmq" and main(argv[1:]) == 0, capsys.readouterr().err
+    with AdminClient(c.tcp_namesrv) as admin:
+        assert admin.broker_config(c.broker_addr)["enablePropertyFilter"] == "true"
+    sql.start()  # the same consumer is accepted now
+    sql.shutdown()

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from rmq_core.client.config import ClientConfig
-from rmq_core.client.instance import Scheduler, parse_offset_table
+from rmq_core.client.scheduler import Scheduler
+from rmq_core.remoting.body import decode_reset_offset_body
 from rmq_core._native.frame import SendHeader, read_send_responses
 from rmq_core.client.producer import _RESULTS
 from rmq_core.client.pull_api import build_pull_request, process_pull_response
@@ -139,14 +140,14 @@ def test_client_config_validation():
     assert ClientConfig(namesrv="inproc://x").client_id != ClientConfig(namesrv="inproc://x").client_id
 
 
-def test_parse_offset_table_forms():
+def test_reset_offset_body_forms():
     mq = MessageQueue("T", "b", 1)
-    assert parse_offset_table(b'{"offsetTable":{"T@b@1":5}}', "T") == {mq: 5}
-    assert parse_offset_table(b'{"offsetTable":[{"brokerName":"b","queueId":1,"offset":6}]}', "T") == {mq: 6}
+    assert decode_reset_offset_body(b'{"offsetTable":{"T@b@1":5}}', "T") == {mq: 5}
+    assert decode_reset_offset_body(b'{"offsetTable":[{"brokerName":"b","queueId":1,"offset":6}]}', "T") == {mq: 6}
     nested = b'{"offsetTable":[{"mq":{"topic":"T","brokerName":"b","queueId":1},"offset":8}]}'
-    assert parse_offset_table(nested, "T") == {mq: 8}
+    assert decode_reset_offset_body(nested, "T") == {mq: 8}
     fastjson = b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:7}}'
-    assert parse_offset_table(fastjson, "T") == {mq: 7}
+    assert decode_reset_offset_body(fastjson, "T") == {mq: 7}
 
 
 def test_scheduler_runs_periodic_and_once_jobs_and_cancels():

@@ -285,7 +285,7 @@ def test_allocate_strategy_by_name_and_lite_auto_commit(cluster):
 
 def test_consumer_running_info_answer(cluster):
     import json
-    from rmq_core.client.instance import _BrokerRequestProcessor
+    from rmq_core.client.broker_requests import BrokerRequestProcessor
     from rmq_core.remoting.codes import RequestCode
     from rmq_core.remoting.command import RemotingCommand
 
@@ -293,7 +293,7 @@ def test_consumer_running_info_answer(cluster):
         p.send(Message("RunInfo", b"x"))
     with make_consumer(cluster.namesrv, "CG_RI", "RunInfo", lambda m: ConsumeStatus.CONSUME_SUCCESS) as c:
         wait_until(lambda: c.process_queue_table, what="queues")
-        proc = _BrokerRequestProcessor(c.instance)
+        proc = BrokerRequestProcessor(c.instance)
         req = RemotingCommand.create_request(RequestCode.GET_CONSUMER_RUNNING_INFO,
                                              {"consumerGroup": "CG_RI", "clientId": c.client_id})
         resp = c.instance.run(proc.process_request(None, req))

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from rmq_core.client.fault import MQFaultStrategy
-from rmq_core.client.route import TopicPublishInfo, TopicRouteData
+from rmq_core.client.route import TopicPublishInfo, decode_route, publish_info
 from rmq_core.client.selector import (
     SelectMessageQueueByHash, check_group, check_message, resolve_selector,
 )
@@ -30,9 +30,9 @@ class Clock:
 
 
 def test_route_parse_and_publish_info():
-    route = TopicRouteData.from_json(ROUTE_JSON.encode())
+    route = decode_route(ROUTE_JSON.encode())
     assert route.broker_data("broker-a").master_addr == "127.0.0.1:10911"
-    info = route.publish_info("T")
+    info = publish_info(route, "T")
     # broker-b has no master, broker-c is read-only: only broker-a's 3 write queues
     assert info.queues == [MessageQueue("T", "broker-a", i) for i in range(3)]
     subs = route.subscribe_queues("T")
@@ -43,22 +43,22 @@ def test_route_parse_fastjson_unquoted_keys():
     text = ('{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911"},"brokerName":"broker-a","cluster":"C"}],'
             '"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,'
             '"topicSysFlag":0,"writeQueueNums":4}]}')
-    route = TopicRouteData.from_json(text)
+    route = decode_route(text)
     assert route.broker_datas[0].broker_addrs == {0: "127.0.0.1:10911"}
 
 
 def test_route_malformed_names_the_problem():
     with pytest.raises(MQClientError, match="malformed topic route"):
-        TopicRouteData.from_json(b'{"queueDatas":[{"perm":6}]}')
+        decode_route(b'{"queueDatas":[{"perm":6}]}')
 
 
 def test_order_topic_conf_and_default_topic_cap():
-    route = TopicRouteData.from_json(ROUTE_JSON)
+    route = decode_route(ROUTE_JSON)
     capped = route.with_default_topic_queue_nums(2)
     assert all(q.write_queue_nums <= 2 for q in capped.queue_datas)
     import attrs
     ordered = attrs.evolve(route, order_topic_conf="broker-a:2;broker-x:1")
-    info = ordered.publish_info("T")
+    info = publish_info(ordered, "T")
     assert info.order_topic and [(q.broker_name, q.queue_id) for q in info.queues] == [
         ("broker-a", 0), ("broker-a", 1), ("broker-x", 0)]
 
@@ -98,10 +98,10 @@ def test_fault_strategy_benches_slow_broker_and_recovers():
 def test_fault_strategy_all_benched_still_picks_one():
     clock = Clock()
     fs = MQFaultStrategy(enabled=True, clock=clock)
-    from rmq_core.client.route import QueueData, TopicRouteData as R, BrokerData
+    from rmq_core.remoting.body import QueueData, TopicRouteData as R, BrokerData
     route = R(queue_datas=(QueueData("a", 2, 2), QueueData("b", 2, 2)),
               broker_datas=(BrokerData("C", "a", {0: "x:1"}), BrokerData("C", "b", {0: "y:1"})))
-    info = route.publish_info("T")
+    info = publish_info(route, "T")
     fs.update_fault_item("a", 2000, False)
     fs.update_fault_item("b", 16000, False)
     mq = fs.select_one_message_queue(info, None)

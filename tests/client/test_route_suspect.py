@@ -15,7 +15,7 @@ import pytest
 from rmq_core import ConsumeStatus, Message, Producer, PushConsumer, aio
 from rmq_core.client.config import ClientConfig
 from rmq_core.client.instance import MQClientInstance
-from rmq_core.client.route import TopicRouteData
+from rmq_core.remoting.body import TopicRouteData
 from rmq_core.errors import MQBrokerError, MQClientError, RemotingConnectError, RMQError
 from rmq_core.message import SendStatus
 from rmq_core.remoting.body import BrokerData, QueueData

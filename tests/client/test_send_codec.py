@@ -354,11 +354,22 @@ def test_oversize_properties_still_fail_naming_the_size():
 
 # --- the reader's completion of a pipelined send --------------------------------------------------
 class _Strategy:
-    def __init__(self):
-        self.updates = []
+    """A real fault strategy whose clock counts its fault-item updates (each reads it once)."""
 
-    def update_fault_item(self, broker, latency, isolation):
-        self.updates.append((broker, latency, isolation))
+    def __init__(self):
+        import time
+
+        from rmq_core.client.fault import MQFaultStrategy
+
+        self.updates = 0
+
+        def clock():
+            self.updates += 1
+            return time.monotonic() * 1000.0
+        self.fault = MQFaultStrategy(clock=clock)
+
+    def item(self, broker):
+        return self.fault.tolerance.items.get(broker)
 
 
 def _context(mq, future, begin):
@@ -371,8 +382,7 @@ def test_pipelined_completion_finishes_the_future_as_the_python_path_would():
     from rmq_core.client.futures import LeanFuture
 
     strategy, noted, fallback_calls = _Strategy(), {}, []
-    completion = send_pipeline.PipelinedCompletion(maker=producer_module._RESULTS,
-                                                   update_fault_item=strategy.update_fault_item, noted=noted,
+    completion = send_pipeline.PipelinedCompletion(maker=producer_module._RESULTS, fault=strategy.fault, noted=noted,
                                                    fallback=lambda *a: fallback_calls.append(a))
     mq = MessageQueue("T", "broker-a", 1)
     response = frame_native.read_send_response(
@@ -384,21 +394,22 @@ def test_pipelined_completion_finishes_the_future_as_the_python_path_would():
     want = producer_module._RESULTS.make(response, mq, "UNIQ")
     assert all(f.result(0) == want for f in futures) and not fallback_calls
     # fast answers: noted at most once per millisecond for the broker (50 answers in a few ms)
-    assert 1 <= len(strategy.updates) <= 10 and all(u[0] == "broker-a" and not u[2] for u in strategy.updates)
+    assert 1 <= strategy.updates <= 10 and set(strategy.fault.tolerance.items) == {"broker-a"}
+    assert strategy.item("broker-a").current_latency < 50 and strategy.fault.tolerance.is_available("broker-a")
     assert int(begin * 1000) <= noted["broker-a"] <= int(time.monotonic() * 1000)  # the last one noted
     # a slow answer (>= 50 ms) is always noted, with its latency
-    strategy.updates.clear()
+    strategy.updates = 0
     f = LeanFuture()
     completion(_context(mq, f, time.monotonic() - 0.2), response, None)
-    assert f.result(0) == want and strategy.updates and strategy.updates[0][1] >= 200 and "broker-a" not in noted
+    assert f.result(0) == want and strategy.updates and strategy.item("broker-a").current_latency >= 200
+    assert "broker-a" not in noted
 
 
 def test_pipelined_completion_hands_failures_and_refusals_to_the_fallback():
     from rmq_core.client.futures import LeanFuture
 
     calls = []
-    completion = send_pipeline.PipelinedCompletion(maker=producer_module._RESULTS,
-                                                   update_fault_item=_Strategy().update_fault_item, noted={},
+    completion = send_pipeline.PipelinedCompletion(maker=producer_module._RESULTS, fault=_Strategy().fault, noted={},
                                                    fallback=lambda *a: calls.append(a))
     mq = MessageQueue("T", "broker-a", 1)
     refusal = frame_native.SendResponse(ResponseCode.SYSTEM_BUSY, remark="busy")

@@ -165,7 +165,7 @@ def test_send_async_of_a_bad_message_fails_its_future_and_callback(instance):
         p.shutdown()
 
 
-def test_encode_batch_body_carries_every_message_and_its_uniq_key():
+def test_encode_send_batch_carries_every_message_and_its_uniq_key():
     from tests.codec_oracle import decode_batch_body_py
     from rmq_core.message import string_to_properties
 

@@ -60,14 +60,18 @@ class Script:
         monkeypatch.setattr(producer_module, "read_send_response_frames", read)
 
     def watch(self, p):
-        real = p.fault_strategy.update_fault_item
+        """Note each failed attempt's broker (a failure is noted by the policy, which benches it)."""
+        failed = self.failed
 
-        def update(broker, latency, isolation):
-            if isolation:
-                self.failed.append(broker)
-            return real(broker, latency, isolation)
+        class WatchedPolicy(type(p.send_policy)):
+            __slots__ = ()
 
-        p.fault_strategy.update_fault_item = update
+            def note(self, broker_name, begin, is_failed):
+                if is_failed:
+                    failed.append(broker_name)
+                return super().note(broker_name, begin, is_failed)
+
+        p.send_policy.__class__ = WatchedPolicy
         return p
 
 

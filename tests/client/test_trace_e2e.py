@@ -65,23 +65,29 @@ def test_send_and_push_consume_are_traced(cl):
         with Producer("PG_TRACE", namesrv=ns, enable_msg_trace=True, **FAST) as p:
             r = p.send(Message("TraceOrders", b"order body", tags="TagA", keys="order-17"))
         assert got.wait(30)
-        views = wait_for(lambda: (lambda v: v if {x["type"] for x in v} >= {"Pub", "SubBefore", "SubAfter"}
+        views = wait_for(lambda: (lambda v: v if {x["msgType"] for x in v} >= {"Pub", "SubBefore", "SubAfter"}
                                   else None)(trace_rows(ns, r.msg_id)), what="Pub, SubBefore and SubAfter")
     finally:
         c.shutdown()
-    pub = next(v for v in views if v["type"] == "Pub")
-    assert (pub["group"], pub["topic"], pub["tags"], pub["keys"], pub["store_host"], pub["status"]) == (
+    pub = next(v for v in views if v["msgType"] == "Pub")
+    assert (pub["groupName"], pub["topic"], pub["tags"], pub["keys"], pub["storeHost"], pub["status"]) == (
         "PG_TRACE", "TraceOrders", "TagA", "order-17", broker, "success")
-    assert pub["cost_times"].endswith("ms") and int(pub["cost_times"][:-2]) >= 0
-    subs = [v for v in views if v["type"] != "Pub"]
-    assert {v["group"] for v in subs} == {"CG_TRACE"}
-    after = next(v for v in subs if v["type"] == "SubAfter")
+    # RocketMQ's TraceView fields, typed: costTime in integer ms
+    assert (pub["msgId"], pub["offsetMsgId"]) == (r.msg_id, r.offset_msg_id)
+    assert type(pub["costTime"]) is int and pub["costTime"] >= 0
+    assert pub["timeStamp"] > 0 and pub["bornTime"] > 0 and pub["clientHost"]
+    assert {"msgId", "offsetMsgId", "tags", "keys", "storeHost", "clientHost", "costTime", "msgType", "timeStamp",
+            "bornTime", "topic", "groupName", "status"} <= set(pub)
+    subs = [v for v in views if v["msgType"] != "Pub"]
+    assert {v["groupName"] for v in subs} == {"CG_TRACE"}
+    after = next(v for v in subs if v["msgType"] == "SubAfter")
     assert after["status"] == "success" and after["keys"] == "order-17"
     # the same through the library call, with the offset id and the request id linking SubBefore/After
     with AdminClient(ns) as a:
         lib = a.message_trace(r.msg_id)
     assert {v.type for v in lib} >= {"Pub", "SubBefore", "SubAfter"}
     assert next(v for v in lib if v.type == "Pub").offset_msg_id == r.offset_msg_id
+    assert all(v.msg_id == r.msg_id and v.born_time > 0 for v in lib)
     before = next(v for v in lib if v.type == "SubBefore")
     assert before.request_id == next(v for v in lib if v.type == "SubAfter").request_id
     # the table form: a row per record
@@ -108,12 +114,12 @@ def test_failed_consume_is_traced_as_failed(cl):
     c.start()
     try:
         wait_for(lambda: len(calls) >= 1, what="the first delivery")
-        views = wait_for(lambda: (lambda v: v if any(x["type"] == "SubAfter" for x in v) else None)(
+        views = wait_for(lambda: (lambda v: v if any(x["msgType"] == "SubAfter" for x in v) else None)(
             trace_rows(ns, r.msg_id)), what="the failed SubAfter")
     finally:
         c.shutdown()
-    assert not any(v["type"] == "Pub" for v in views)
-    assert any(v["type"] == "SubAfter" and v["status"] == "failed" for v in views)
+    assert not any(v["msgType"] == "Pub" for v in views)
+    assert any(v["msgType"] == "SubAfter" and v["status"] == "failed" for v in views)
 
 
 def test_pull_consumer_and_customised_trace_topic(cl):
@@ -129,12 +135,12 @@ def test_pull_consumer_and_customised_trace_topic(cl):
         got = wait_for(lambda: [m for m in c.poll(1.0) if m.msg_id == r.msg_id], what="the message polled")
         assert got
         c.commit()  # the polled batch counts as consumed: its SubAfter
-        views = wait_for(lambda: (lambda v: v if {x["type"] for x in v} >= {"Pub", "SubBefore", "SubAfter"}
+        views = wait_for(lambda: (lambda v: v if {x["msgType"] for x in v} >= {"Pub", "SubBefore", "SubAfter"}
                                   else None)(trace_rows(ns, r.msg_id, "-t", "MyTraceTopic")),
                          what="the records in MyTraceTopic")
     finally:
         c.shutdown()
-    assert {v["group"] for v in views} == {"PG_TRACE_PULL", "CG_TRACE_PULL"}
+    assert {v["groupName"] for v in views} == {"PG_TRACE_PULL", "CG_TRACE_PULL"}
     # nothing went to the default trace topic
     assert trace_rows(ns, r.msg_id) == []
 
@@ -160,9 +166,9 @@ def test_aio_producer_and_consumer_are_traced(cl):
         return r
 
     r = asyncio.run(run())
-    views = wait_for(lambda: (lambda v: v if {x["type"] for x in v} >= {"Pub", "SubBefore", "SubAfter"}
+    views = wait_for(lambda: (lambda v: v if {x["msgType"] for x in v} >= {"Pub", "SubBefore", "SubAfter"}
                               else None)(trace_rows(ns, r.msg_id)), what="the aio records")
-    assert {v["group"] for v in views} == {"PG_TRACE_AIO", "CG_TRACE_AIO"}
+    assert {v["groupName"] for v in views} == {"PG_TRACE_AIO", "CG_TRACE_AIO"}
 
 
 def test_aio_push_consumer_is_traced(cl):
@@ -197,8 +203,8 @@ def test_aio_push_consumer_is_traced(cl):
     r = asyncio.run(run())
     assert calls == [r.msg_id, r.msg_id]
     views = _types_of(cl.namesrv, r.msg_id, ["SubBefore", "SubAfter", "SubBefore", "SubAfter"])
-    assert {v["group"] for v in views} == {"CG_TRACE_AIO_PUSH"}
-    assert sorted(v["status"] for v in views if v["type"] == "SubAfter") == ["failed", "success"]
+    assert {v["groupName"] for v in views} == {"CG_TRACE_AIO_PUSH"}
+    assert sorted(v["status"] for v in views if v["msgType"] == "SubAfter") == ["failed", "success"]
     assert {v["keys"] for v in views} == {"aio-push-1"}
     with AdminClient(ns) as a:
         lib = a.message_trace(r.msg_id)
@@ -211,7 +217,7 @@ def _types_of(ns, msg_id, wanted: list[str]):
     """The trace rows of a message once every type in `wanted` is there (as many of each)."""
     def ready():
         v = trace_rows(ns, msg_id)
-        return v if sorted(x["type"] for x in v) == sorted(wanted) else None
+        return v if sorted(x["msgType"] for x in v) == sorted(wanted) else None
     return wait_for(ready, what=f"the records {wanted} of {msg_id}")
 
 
@@ -227,13 +233,13 @@ def test_batches_are_traced_one_record_per_message(cl):
     assert len(ids) == 2
     one, = _types_of(ns, ids[0], ["Pub"])
     two, = _types_of(ns, ids[1], ["Pub"])
-    assert (one["group"], one["keys"], one["store_host"], one["status"]) == ("PG_TRACE_BATCH", "k-1", broker, "success")
+    assert (one["groupName"], one["keys"], one["storeHost"], one["status"]) == ("PG_TRACE_BATCH", "k-1", broker, "success")
     assert (two["tags"], two["keys"]) == ("T2", "")
     three, = _types_of(ns, ra.msg_id, ["Pub"])
     assert three["keys"] == "k-3"
     for i, res in enumerate(auto):  # each message of an auto batch is found by its own id
         pub, = _types_of(ns, res.msg_id, ["Pub"])
-        assert (pub["group"], pub["keys"], pub["store_host"]) == ("PG_TRACE_AUTO", f"auto-{i}", broker)
+        assert (pub["groupName"], pub["keys"], pub["storeHost"]) == ("PG_TRACE_AUTO", f"auto-{i}", broker)
     with AdminClient(ns) as a:
         assert next(v for v in a.message_trace(ids[1]) if v.type == "Pub").offset_msg_id == r.offset_msg_id.split(",")[1]
 
@@ -260,8 +266,8 @@ def test_end_transaction_is_traced(cl):
         assert listener.checked.wait(30), "the broker never checked the UNKNOW transaction back"
         rows_c = _types_of(ns, committed.msg_id, ["Pub", "EndTransaction"])
         rows_u = _types_of(ns, checked.msg_id, ["Pub", "EndTransaction", "EndTransaction"])
-    end = next(v for v in rows_c if v["type"] == "EndTransaction")
-    assert (end["group"], end["topic"], end["tags"], end["keys"], end["status"]) == (
+    end = next(v for v in rows_c if v["msgType"] == "EndTransaction")
+    assert (end["groupName"], end["topic"], end["tags"], end["keys"], end["status"]) == (
         "PG_TRACE_TX", "TraceTx", "TagTx", "tx-1", "COMMIT_MESSAGE")
     with AdminClient(ns) as a:
         ends = sorted((v.status, v.from_transaction_check) for v in a.message_trace(checked.msg_id)

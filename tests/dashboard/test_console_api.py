@@ -3,6 +3,7 @@ answers and its one-line errors, `rmq dashboard`'s own errors, `rmq standalone -
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -35,7 +36,7 @@ def console(tmp_path_factory):
     with standalone(store=str(tmp_path_factory.mktemp("console-api") / "store")) as cluster:
         with Producer("PG_API", namesrv=cluster.namesrv) as p:
             sent = [p.send(Message("ApiTopic", f"m{i}".encode(), keys=f"k{i}")) for i in range(5)]
-        server = serve(cluster.tcp_namesrv, "127.0.0.1", 0)
+        server = serve(cluster.tcp_namesrv, "127.0.0.1", 0, stats_interval=0.2)
         try:
             yield server.url, sent
         finally:
@@ -91,6 +92,42 @@ def test_dashboard_command_errors_are_one_line():
     r = subprocess.run([sys.executable, "-m", "rmq_core.cli", "dashboard"], capture_output=True, text=True, timeout=60,
                        env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 2 and r.stderr.strip() == "rmq dashboard: error: no name server: pass -n HOST:PORT or set NAMESRV_ADDR"
+    r = subprocess.run([sys.executable, "-m", "rmq_core.cli", "dashboard", "-n", "127.0.0.1:1", "--stats-interval", "-1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == ("rmq dashboard: error: bad stats interval -1.0: expected seconds > 0 "
+                                                      "(or 0 for a console without charts)"), r.stderr
+
+
+def test_charts_draw_the_sampled_series(console):
+    url, _ = console
+
+    def history():
+        status, _, body = get(url + "api/history")
+        assert status == 200
+        return json.loads(body)
+
+    # the brokers' TPS every sample; ApiTopic, which had sends, among the busiest topics
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        h = history()
+        if len(h["brokers"].get("broker-a/0", ())) >= 2 and "ApiTopic" in h["topics"]:
+            break
+        time.sleep(0.2)
+    assert h["interval"] == 0.2 and len(h["brokers"]["broker-a/0"]) >= 2, h
+    t, in_tps, out_tps = h["brokers"]["broker-a/0"][-1]
+    assert t > 0 and in_tps >= 0 and out_tps >= 0
+    assert any(tps > 0 for _, tps in h["topics"]["ApiTopic"]), h["topics"]
+    status, _, body = get(url + "api/charts")
+    charts = json.loads(body)
+    assert status == 200 and charts["points"] >= 2
+    for key, title in (("brokers_in", "Broker InTPS"), ("brokers_out", "Broker OutTPS"), ("topics", "Busiest topics")):
+        assert charts[key].startswith("<svg") and title in charts[key] and "broker-a/0" in charts["brokers_in"]
+    assert "ApiTopic" in charts["topics"]
+    status, _, body = get(url + "api/chart/topic?topic=ApiTopic")
+    one = json.loads(body)
+    assert status == 200 and one["points"] >= 1 and "ApiTopic InTPS" in one["svg"]
+    status, _, body = get(url + "api/chart/group?group=NoSuchGroup")  # never sampled: an empty chart that says why
+    assert status == 200 and json.loads(body)["points"] == 0 and "collecting: a point every 0.2 s" in json.loads(body)["svg"]
 
 
 def test_standalone_serves_the_console(tmp_path):

@@ -16,7 +16,7 @@ from tests.client.conftest import FAST, FAST_CONSUMER, wait_until
 from tests.servers import NamesrvAndBroker, RmqProcess, free_port
 
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
@@ -35,7 +35,7 @@ def browser(tmp_path):
     opts.binary_location = CHROMIUM
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", "--window-size=1400,1000", f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+                 "--no-first-run", "--window-size=1280,1000", f"--user-data-dir={tmp_path / 'chromium-profile'}"):
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     driver.set_page_load_timeout(30)
@@ -50,7 +50,9 @@ def running_console(tmp_path, broker_props=None):
     """`rmq dashboard` over a name server and a broker: the servers, with their console_url."""
     servers = NamesrvAndBroker(tmp_path, broker_props=broker_props)
     port = free_port()
-    proc = RmqProcess(["dashboard", "-n", servers.namesrv, "--listen", f"127.0.0.1:{port}"], ("rmq console",))
+    # (charts sampled every second, so a test sees lines after a few)
+    proc = RmqProcess(["dashboard", "-n", servers.namesrv, "--listen", f"127.0.0.1:{port}", "--stats-interval", "1"],
+                      ("rmq console",))
     try:
         proc.wait_boot()
         servers.console_url = f"http://127.0.0.1:{port}/"
@@ -84,6 +86,24 @@ def wait_css(driver, css, text=None, timeout=20):
                 return False
         return False
     return WebDriverWait(driver, timeout, poll_frequency=0.1).until(found, f"{css} with {text!r}")
+
+
+def until_shown(driver, pred, what, timeout=60):
+    """Wait for `pred` on a page that shows sampled data, reloading it every few seconds (the console
+    samples once a second; the page draws what there was when it loaded)."""
+    deadline = time.monotonic() + timeout
+    reload_at = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        try:
+            if pred():
+                return
+        except (NoSuchElementException, StaleElementReferenceException):
+            pass  # (still loading)
+        if time.monotonic() >= reload_at:
+            driver.refresh()
+            reload_at = time.monotonic() + 3
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def rows(driver, table_id):
@@ -134,9 +154,20 @@ def test_console_pages_search_reset_and_dlq_resend(console, browser, tmp_path):
             bad.shutdown()
 
         d = browser
-        # --- cluster: brokers and topics without a click ---------------------------------------------
+        # --- dashboard (the landing page): the broker's and the busiest topics' TPS over time ----------
         d.get(console.console_url)
+        until_shown(d, lambda: "broker-a/0" in d.find_element(By.ID, "chart-broker-in").text
+                    and TOPIC in d.find_element(By.ID, "chart-topics").text, "charts with lines")
+        assert d.find_elements(By.CSS_SELECTOR, "#chart-broker-in svg .series path.line")  # a drawn line
+        assert "Broker OutTPS" in d.find_element(By.ID, "chart-broker-out").text
+        shot(d, tmp_path, "dashboard")
+
+        # --- cluster: brokers and topics without a click ---------------------------------------------
+        d.get(console.console_url + "#/cluster")
         wait_css(d, "#brokers td", "broker-a")
+        # all 15 columns fit a 1280 px window: nothing of the table cut off
+        assert d.execute_script("const c = document.getElementById('brokers').parentElement;"
+                                "return c.scrollWidth <= c.clientWidth")
         wait_css(d, "#cluster-topics td", TOPIC)
         broker = rows(d, "brokers")[0]
         assert broker[:6] == ["DefaultCluster", "broker-a", "0", "MASTER", console.broker_addrs[0], "V4_9_7"]
@@ -158,6 +189,7 @@ def test_console_pages_search_reset_and_dlq_resend(console, browser, tmp_path):
         wait_css(d, "#notice", "topic ConsoleCreated created on broker-a")
         wait_css(d, "#topic-title", "ConsoleCreated")
         wait_until(lambda: len(rows(d, "topic-queues")) == 3, what="3 queues shown")
+        assert wait_css(d, "#topic-chart svg") is not None  # its TPS over time (no points yet)
         assert "ConsoleCreated" in admin.topic_list()
         shot(d, tmp_path, "topics")
         d.find_element(By.ID, "delete-topic").click()
@@ -190,28 +222,41 @@ def test_console_pages_search_reset_and_dlq_resend(console, browser, tmp_path):
         wait_until(lambda: sum(q.max_offset for q in admin.topic_stats(TOPIC)) == 11, what="the resent copy stored")
 
         Select(d.find_element(By.ID, "search-by")).select_by_value("time")
-        # the range is picked as local dates and times (datetime-local fields), not epoch ms
+        # the range is typed as the tables show times (local YYYY-MM-DD HH:MM:SS), whatever the locale
+        local = datetime.datetime.fromtimestamp(before_sends // 1000).strftime("%Y-%m-%d %H:%M:%S")
         begin = d.find_element(By.ID, "search-begin")
-        assert begin.get_attribute("type") == "datetime-local"
-        assert d.find_element(By.ID, "search-end").get_attribute("type") == "datetime-local"
-        local = datetime.datetime.fromtimestamp(before_sends // 1000).strftime("%Y-%m-%dT%H:%M:%S")
-        d.execute_script("arguments[0].value = arguments[1]", begin, local)
+        begin.clear()
+        begin.send_keys("2026-13-01 00:00:00")
+        d.find_element(By.ID, "search").click()
+        wait_css(d, "#error", 'bad date and time "2026-13-01 00:00:00": expected YYYY-MM-DD HH:MM:SS')
+        begin.clear()
+        begin.send_keys(local)
         d.find_element(By.ID, "search").click()
         wait_until(lambda: len(rows(d, "messages")) == 11, what="11 messages by time")
+        assert rows(d, "messages")[0][7][:10] == local[:10]  # the tables' format, the one typed
 
-        # --- consumer groups: lag per queue, reset offset by time --------------------------------------
+        # --- consumer groups: offline ones, lag per queue and over time, reset offset by time -----------
         d.get(console.console_url + f"#/groups/{GROUP}")
         wait_css(d, "#group-progress td", TOPIC)
+        group_row = next(r for r in rows(d, "groups") if r[0] == GROUP)
+        assert group_row[1:5] == ["offline", "0", "-", "-"]  # its consumer shut down: no blank columns
         assert d.find_element(By.ID, "diff-total").text == "1"  # the resent copy
-        d.find_element(By.ID, "reset-ms").send_keys(str(before_sends))
+        until_shown(d, lambda: "lag" in d.find_element(By.CSS_SELECTOR, "#group-chart svg").text, "the group's lag chart")
+        assert not d.find_elements(By.ID, "reset-ms")  # one way to give the time
+        t = d.find_element(By.ID, "reset-time")
+        t.clear()
+        t.send_keys(local)
         d.find_element(By.ID, "reset-offset").click()
         wait_css(d, "#notice", f"{GROUP} reset on {TOPIC}")
         wait_until(lambda: d.find_element(By.ID, "diff-total").text == "11", what="diff total 11 after the reset")
         assert all(q.consumer_offset == 0 for q in admin.consume_stats(GROUP, TOPIC).queues)
         shot(d, tmp_path, "groups")
 
-        # --- DLQ: browse, resend, redelivered ---------------------------------------------------------
-        d.get(console.console_url + f"#/dlq/{DLQ_GROUP}")
+        # --- DLQ: the groups that have one, browse, resend, redelivered ----------------------------------
+        d.get(console.console_url + "#/dlq")
+        wait_css(d, "#dlq-groups td", DLQ_GROUP)
+        assert rows(d, "dlq-groups") == [[DLQ_GROUP, "1"]]
+        d.find_element(By.CSS_SELECTOR, "#dlq-groups tbody tr[data-i]").click()
         wait_css(d, "#dlq-messages td", "poison")
         dead = rows(d, "dlq-messages")
         assert len(dead) == 1 and dead[0][2] == TOPIC + "Dlq"

@@ -31,7 +31,7 @@ def test_cluster_page_shows_epoch_and_sync_state_set(failover_console, browser, 
     g = failover_console
     state = g.state
     members = "{" + ", ".join(str(b) for b in state["syncStateSet"]) + "}"
-    browser.get(g.console_url)
+    browser.get(g.console_url + "#/cluster")
     wait_css(browser, "#brokers td", members)
     table = rows(browser, "brokers")
     assert len(table) == 3

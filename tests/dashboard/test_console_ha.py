@@ -26,7 +26,7 @@ def ha_console(tmp_path):
 
 def test_cluster_page_shows_master_and_slave_with_the_lag(ha_console, browser, tmp_path):  # noqa: F811
     g = ha_console
-    browser.get(g.console_url)
+    browser.get(g.console_url + "#/cluster")
     wait_css(browser, "#brokers td", f"SLAVE of {g.master_addr}")
     master, slave = rows(browser, "brokers")
     assert master[:5] == ["HACluster", "broker-ha", "0", "MASTER", g.master_addr]

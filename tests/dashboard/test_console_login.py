@@ -68,6 +68,10 @@ def test_adduser_writes_salted_hashes_only(tmp_path):
     assert a.startswith("alice:scrypt$") and b.startswith("bob:scrypt$") and a.split(":")[1] != b.split(":")[1]
     r = adduser(users, "bad name!", "x")
     assert r.returncode == 2 and r.stderr.strip().startswith("rmq dashboard: error: bad user name 'bad name!'")
+    r = adduser(users, "carol", "abc")  # a 3-character password is refused, and nothing is written
+    assert r.returncode == 2 and "a console password needs at least 8 characters; the one given for carol has 3" \
+        in r.stderr, r.stderr
+    assert "carol" not in users.read_text()
 
 
 def test_non_loopback_without_users_is_refused_in_one_line():
@@ -130,6 +134,8 @@ def test_login_in_chromium_and_signed_admin_calls(acl_cluster, browser, tmp_path
 
         d.find_element(By.ID, "password").send_keys("right-password")
         d.find_element(By.ID, "login").click()
+        wait_css(d, "#chart-broker-in svg")  # the dashboard: the charts the console samples, signed
+        d.get(url + "#/cluster")
         wait_css(d, "#brokers td", "broker-a")  # the cluster page: broker runtime info, signed
         assert wait_css(d, "#session-user").text == "ops"
         cookie = d.get_cookie("rmq_session")

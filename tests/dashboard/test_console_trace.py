@@ -56,4 +56,5 @@ def test_message_page_shows_the_trace_timeline(console, browser, tmp_path):  # n
     assert "PG_CONSOLE_TRACE" in items[0].text and console.broker_addrs[0] in items[0].text
     after = items[kinds.index("SubAfter")].text
     assert GROUP in after and "success" in after
+    assert {li.get_attribute("data-msg-id") for li in items} == {r.msg_id}
     shot(d, tmp_path, "message-trace")

@@ -1,5 +1,6 @@
 """The .proto files are the one owner of the protocol: the checked-in modules are what they compile
-to; and `import rmq_core` (a broker without grpcServerPort) never loads grpcio or protobuf."""
+to; `import rmq_core` (a broker without grpcServerPort) never loads grpcio or protobuf, and the gRPC
+server loads protobuf only."""
 from __future__ import annotations
 
 import filecmp
@@ -23,3 +24,11 @@ def test_importing_rmq_core_and_a_broker_leaves_grpc_and_protobuf_alone():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'google')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_grpc_server_needs_protobuf_only_not_grpcio():
+    # (grpcio is a test dependency: the tests' client; the broker serves HTTP/2 itself)
+    code = ("import sys, rmq_core.proxy, rmq_core.proxy.server; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'grpc', 'google'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['google']", out.stdout

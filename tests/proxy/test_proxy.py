@@ -3,6 +3,7 @@ settings, each message type, receive / ack, message-type refusal, bad input, the
 from __future__ import annotations
 
 import hashlib
+import socket
 import threading
 import time
 import zlib
@@ -15,6 +16,7 @@ from rmq_core.proxy.proto.apache.rocketmq.v2 import definition_pb2 as pb
 from rmq_core.proxy.proto.apache.rocketmq.v2 import service_pb2 as spb
 from tests.admin.test_admin_cli import admin, ok, rows, wait_for
 from tests.proxy.conftest import Stub, make_topic, ms
+from tests.proxy.test_h2 import GOAWAY, frames
 
 
 def test_route_lists_the_topics_queues_with_the_grpc_endpoint_and_never_creates_a_topic(cl, stub):
@@ -361,3 +363,26 @@ def test_consumer_settings_register_as_a_heartbeat_does_and_a_bad_sql92_is_refus
     finally:
         stub.close()
         c.stop()
+
+
+def test_large_messages_both_ways_and_a_malformed_connection_leaves_others_working(cl, stub):
+    """rmq's own HTTP/2 server (rmq_core/_native/h2) with grpcio's C-core client: messages past the
+    initial windows both ways; a peer not speaking HTTP/2 gets a GOAWAY naming why."""
+    make_topic(cl, "PxH2Large", queues=1)
+    body = bytes(range(256)) * 6144  # 1.5 MiB: past every initial window, WINDOW_UPDATEs both ways
+    assert stub.send("PxH2Large", body, keys=["big"]).status.code == pb.OK
+    status, messages = stub.receive("GPxH2Large", "PxH2Large", batch=1)
+    assert status.code == pb.OK and messages[0].body == body
+    host, port = cl.endpoint.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: broker\r\n\r\n")
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break  # (the server closed the connection)
+            got += chunk
+    goaway = [f for f in frames(got) if f[0] == GOAWAY]
+    assert goaway and b"bad connection preface" in goaway[0][3][8:]
+    assert stub.ack("GPxH2Large", "PxH2Large", messages[0]).status.code == pb.OK
+    assert stub.send("PxH2Large", b"after").status.code == pb.OK

@@ -6,6 +6,7 @@ import time
 import pytest
 
 import spark_plugin
+from rmq_core.message import java_string_hash
 from rmq_core.remoting.codes import RequestCode
 from tests.servers import free_port
 from tests.spark.conftest import create_topic, produce
@@ -110,6 +111,18 @@ def test_write_sends_body_tags_keys_properties(spark, servers):
     assert sorted(bytes(r.body) for r in back) == sorted([f"hello-{i}".encode() for i in range(100)] + [b"bin"])
     one = next(r for r in back if bytes(r.body) == b"hello-7")
     assert (one.tags, one.keys, one.properties["p"]) == ("TagW", "key7", "7")
+    # rows spread over the topic's queues as a producer's sends: keyed ones by their keys' hash ...
+    queues = sorted({(r.broker_name, r.queue_id) for r in rmq(spark, ns, "DsOut").select("broker_name", "queue_id").collect()})
+    assert len(queues) == 2 * len(servers.broker_addrs)
+    keyed = rmq(spark, ns, "DsOut").filter("keys is not null").select("keys", "broker_name", "queue_id").collect()
+    assert {r.keys: (r.broker_name, r.queue_id) for r in keyed} == {
+        f"key{i}": queues[abs(java_string_hash(f"key{i}")) % len(queues)] for i in range(100)}
+    # ... the others in turn, each task from its own first queue
+    spark.createDataFrame([(f"plain-{i}",) for i in range(120)], "body string").repartition(2) \
+        .write.format("rmq").option("namesrv", ns).option("topic", "DsOut").mode("append").save()
+    plain = rmq(spark, ns, "DsOut").filter("body like 'plain-%'").groupBy("broker_name", "queue_id").count().collect()
+    counts = sorted(r["count"] for r in plain)
+    assert len(counts) == len(queues) and sum(counts) == 120 and counts[-1] - counts[0] <= 2, counts
     with pytest.raises(Exception, match="append-only"):
         df.write.format("rmq").option("namesrv", ns).option("topic", "DsOut").mode("overwrite").save()
     with pytest.raises(Exception, match=r"not \['other'\]"):

@@ -10,13 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmq_core.errors import IllegalArgumentError
-from rmq_core.broker.config_file import (
-    ConsumerOffsetManager,
-    SubscriptionGroupConfig,
-    SubscriptionGroupTable,
-    TopicConfig,
-    TopicConfigTable,
-)
+from rmq_core.broker.config_file import SubscriptionGroupConfig, SubscriptionGroupTable
+from rmq_core.broker.offset_manager import ConsumerOffsetManager
+from rmq_core.broker.topic_config_manager import TopicConfig, TopicConfigTable
 from rmq_core.common.fastjson import loads_lenient
 from rmq_core.common.files import atomic_write
 
@@ -38,7 +34,7 @@ def _crash_during_persist(config_dir, victim: str):
     """Run persist() in a child whose os.replace SIGKILLs the process when it would rename onto `victim`."""
     code = textwrap.dedent(f"""
         import os, signal
-        from rmq_core.broker.config_file import ConsumerOffsetManager
+        from rmq_core.broker.offset_manager import ConsumerOffsetManager
         real_replace = os.replace
         def dying_replace(src, dst):
             if os.path.basename(dst) == {victim!r}:
@@ -228,7 +224,7 @@ def test_topics_bak_fallback(tmp_path):
     assert sorted(back) == ["A"]
 
 
-# --- the journal of group-committed writes ----------------------------------------------------------
+# --- the journal of coalesced writes --------------------------------------------------------------
 def _journal_lines(tmp_path) -> list[dict]:
     raw = (tmp_path / "topics.json.log").read_bytes() if (tmp_path / "topics.json.log").exists() else b""
     return [json.loads(line) for line in raw.splitlines() if line.strip()]

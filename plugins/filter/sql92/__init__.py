@@ -17,7 +17,7 @@ from .parser import parse
 
 __all__ = ["Sql92MessageFilter", "compile_sql92", "EvaluationError"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("rmq.filter.sql92")
 
 EXPRESSION_TYPE = "SQL92"
 

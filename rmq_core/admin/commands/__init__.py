@@ -14,6 +14,7 @@ from typing import Callable
 
 import attrs
 
+from rmq_core.acl import tools_credentials
 from rmq_core.errors import RMQError, one_line
 
 
@@ -57,7 +58,18 @@ class UsageError(RMQError):
     """A bad flag value (named in the message)."""
 
 
-class _OneLineParser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
+    """argparse whose unknown (sub-)command names the nearest one rather than listing them all."""
+
+    def _check_value(self, action, value):
+        if action.choices is not None and value not in action.choices:
+            from rmq_core.config import did_you_mean
+
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}{did_you_mean(value, action.choices)} "
+                                                 f"({self.prog} -h lists them)")
+
+
+class _OneLineParser(Parser):
     """argparse, but a usage error is one line on stderr (exit 2), naming the command."""
 
     def error(self, message):
@@ -102,6 +114,8 @@ def add_parsers(sub) -> None:
 
 def main(args) -> int:
     """Run the chosen command: 0 on success, 1 with one line on stderr on any failure."""
+    # (here, not at the top: every `rmq` run builds the commands' parsers; the client is loaded
+    # only when an admin command runs)
     from rmq_core.admin.client import AdminClient
     from rmq_core.admin.output import Output
 
@@ -149,8 +163,6 @@ def credentials(args) -> tuple[str | None, str | None]:
     RMQ_SECRET_KEY, else mqadmin's $ROCKETMQ_HOME/conf/tools.yml; (None, None) for unsigned."""
     if getattr(args, "access_key", None) or getattr(args, "secret_key", None):
         return args.access_key, args.secret_key
-    from rmq_core.acl import tools_credentials
-
     return tools_credentials()
 
 

@@ -68,14 +68,21 @@ def cluster_acl_config_version(admin, args, out):
                "AclLastUpdateTime"], rows)
 
 
-@command("getAclConfig", "The accounts and global white addresses of each broker (secret keys shown)", _B, _C)
+MASKED = "******"
+
+
+@command("getAclConfig", "The accounts and global white addresses of each broker (secret keys masked unless "
+                         "--show-secrets)", _B, _C,
+         arg("--show-secrets", dest="show_secrets", action="store_true",
+             help="print the accounts' secret keys (masked otherwise: the output lands in terminals and logs)"))
 def get_acl_config(admin, args, out):
     rows = []
     for addr in broker_targets(admin, args):
         config = admin.acl_config(addr)
         white = ",".join(config["globalWhiteAddrs"])
         for a in config["plainAccessConfigs"]:
-            rows.append((addr, white, a.get("accessKey"), a.get("secretKey"), a.get("whiteRemoteAddress"),
+            secret = a.get("secretKey") if args.show_secrets or not a.get("secretKey") else MASKED
+            rows.append((addr, white, a.get("accessKey"), secret, a.get("whiteRemoteAddress"),
                          bool(a.get("admin")), a.get("defaultTopicPerm"), a.get("defaultGroupPerm"),
                          ",".join(a.get("topicPerms") or []), ",".join(a.get("groupPerms") or [])))
         if not config["plainAccessConfigs"]:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import time
 
 from rmq_core.admin.commands import UsageError, arg, broker_targets, command
+from rmq_core.admin.output import Shown, typed
+from rmq_core.admin.values import replica_state
 from rmq_core.errors import RMQError
-from rmq_core.message import MixAll
+from rmq_core.message import MixAll, TopicValidator
 
 _B = arg("-b", "--brokerAddr", help="broker address host:port")
 _C = arg("-c", "--clusterName", help="cluster name")
@@ -25,16 +27,18 @@ def _first_float(text: str | None) -> float:
          arg("-c", "--clusterName", help="only this cluster"),
          arg("-m", "--moreStats", action="store_true", help="also today's and yesterday's message totals"))
 def cluster_list(admin, args, out):
-    from rmq_core.admin.client import replica_state
-
     rows = []
     for b in admin.brokers(args.clusterName):
         info = admin.broker_runtime_info(b.addr)
         earliest = admin.earliest_message_time(b.addr, info)
-        hours = f"{(time.time() * 1000 - earliest) / 3_600_000:.2f}" if earliest > 0 else "N/A"
+        if earliest > 0:
+            h = (time.time() * 1000 - earliest) / 3_600_000
+            hours = Shown(round(h, 2), f"{h:.2f}")
+        else:
+            hours = Shown(None, "N/A")
         row = [b.cluster, b.broker_name, b.broker_id, b.addr, *replica_state(info)[:2], info.get("brokerVersionDesc", ""),
                _first_float(info.get("putTps")), _first_float(info.get("getTransferedTps")),
-               int(info.get("pageCacheLockTimeMills") or 0), hours, info.get("commitLogDiskRatio", "")]
+               int(info.get("pageCacheLockTimeMills") or 0), hours, typed(info.get("commitLogDiskRatio", ""))]
         if args.moreStats:
             row += [int(info.get("msgPutTotalTodayNow") or 0), int(info.get("msgGetTotalTodayNow") or 0)]
         rows.append(row)
@@ -47,7 +51,7 @@ def cluster_list(admin, args, out):
 def _key_values(admin, args, out, fetch) -> None:
     """A table of `fetch(addr)`'s keys and values for each broker the arguments name."""
     out.table(["Broker Addr", "Key", "Value"],
-              [(addr, k, v) for addr in broker_targets(admin, args) for k, v in sorted(fetch(addr).items())])
+              [(addr, k, typed(v)) for addr in broker_targets(admin, args) for k, v in sorted(fetch(addr).items())])
 
 
 @command("brokerStatus", "A broker's runtime info (key / value)", _B, _C)
@@ -68,13 +72,13 @@ def update_broker_config(admin, args, out):
     for addr in broker_targets(admin, args):
         later = admin.update_broker_config(addr, {args.key: args.value})
         out.message(f"update broker config success, {addr}" + (f"; {later}" if later else ", in effect now"))
-        rows.append((addr, args.key, args.value, "after a restart" if later else "now"))
+        rows.append((addr, args.key, typed(args.value), "after a restart" if later else "now"))
     out.table(["Broker Addr", "Key", "Value", "Takes Effect"], rows)
 
 
 @command("getNamesrvConfig", "Each name server's configuration")
 def get_namesrv_config(admin, args, out):
-    rows = [(ns, k, v) for ns, props in admin.namesrv_config().items() for k, v in sorted(props.items())]
+    rows = [(ns, k, typed(v)) for ns, props in admin.namesrv_config().items() for k, v in sorted(props.items())]
     out.table(["Name Server", "Key", "Value"], rows)
 
 
@@ -229,7 +233,6 @@ def _check_order_conf(conf: str) -> str:
          arg("-v", "--orderConf", help="order config, e.g. broker-a:4;broker-b:4 (with -m put)"),
          arg("-m", "--method", default="put", choices=["put", "get", "delete"], help="put | get | delete (default put)"))
 def update_order_conf(admin, args, out):
-    from rmq_core.message import TopicValidator
     TopicValidator.check_topic(args.topic)
     if args.method == "put":
         if not args.orderConf:
@@ -255,5 +258,5 @@ def update_order_conf(admin, args, out):
 def update_namesrv_config(admin, args, out):
     admin.update_namesrv_config({args.key.strip(): args.value.strip()})
     out.message(f"update name server config success!{args.key}={args.value}")
-    out.table(["Name Server", "Key", "Value"], [(ns, args.key, props.get(args.key.strip(), ""))
+    out.table(["Name Server", "Key", "Value"], [(ns, args.key, typed(props.get(args.key.strip(), "")))
                                                 for ns, props in admin.namesrv_config().items()])

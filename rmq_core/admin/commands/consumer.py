@@ -3,10 +3,13 @@ producerConnection, consumerStatus, brokerConsumeStats, resetOffsetByTime, clone
 skipAccumulatedMessage, startMonitoring."""
 from __future__ import annotations
 
+import time
+
 from rmq_core.admin.commands import UsageError, arg, broker_targets, command, parse_bool, parse_timestamp
 from rmq_core.admin.output import fmt_time
 from rmq_core.errors import RMQError
 from rmq_core.message import MixAll
+from rmq_core.remoting.codes import MQVersion
 
 _G = arg("-g", "--groupName", required=True, help="consumer group")
 _B = arg("-b", "--brokerAddr", help="broker address host:port")
@@ -110,8 +113,6 @@ def _queue_owners(admin, group: str) -> dict:
 
 
 def _version_desc(version: int) -> str:
-    from rmq_core.remoting.codes import MQVersion
-
     return MQVersion.desc(version)
 
 
@@ -292,8 +293,6 @@ def running_info_findings(infos: dict, now_ms: int, settle_ms: int = SETTLE_MS) 
          arg("--settle", type=float, default=SETTLE_MS / 1000,
              help="seconds a member must have run before its subscription is compared with the others' (default 120)"))
 def start_monitoring(admin, args, out):
-    import time
-
     if args.rounds < 0:
         raise UsageError(f"bad --rounds {args.rounds}: must be >= 0")
     if args.interval <= 0:

@@ -7,6 +7,7 @@ import time
 
 from rmq_core.admin.commands import UsageError, arg, command
 from rmq_core.admin.output import snake
+from rmq_core.admin.values import AdminError
 from rmq_core.errors import RMQError
 
 _A = arg("-a", "--controllerAddress", dest="controller", required=True,
@@ -106,7 +107,6 @@ def get_broker_epoch(admin, args, out):
             except RMQError as e:
                 failed.append(str(e))
     if failed and not rows:
-        from rmq_core.admin.client import AdminError
         raise AdminError("; ".join(failed))
     out.table(EPOCH_COLUMNS, rows, footer=failed)
 

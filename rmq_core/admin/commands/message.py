@@ -7,7 +7,7 @@ import argparse
 import re
 
 from rmq_core.admin.commands import UsageError, arg, command, parse_bool, parse_timestamp
-from rmq_core.admin.output import body_preview, fmt_time
+from rmq_core.admin.output import Shown, body_preview, fmt_time
 from rmq_core.message import MessageQueue, TopicValidator
 
 _T = arg("-t", "--topic", required=True, help="topic")
@@ -245,7 +245,7 @@ TRACE_COLUMNS = ["Type", "Group", "Client Host", "Time", "Cost Times", "Status",
 
 
 def trace_rows(views) -> list[tuple]:
-    return [(v.type, v.group, v.client_host, fmt_time(v.timestamp), f"{v.cost_time}ms", v.status,
+    return [(v.type, v.group, v.client_host, fmt_time(v.timestamp), Shown(v.cost_time, f"{v.cost_time}ms"), v.status,
              v.store_host if v.type == "Pub" else "", v.topic, v.tags, v.keys) for v in views]
 
 
@@ -260,7 +260,7 @@ def query_msg_trace_by_id(admin, args, out):
     TopicValidator.check_topic(topic)
     admin.topic_route(topic)  # (names a trace topic the name server does not know)
     views = admin.message_trace(msg_id, topic)
-    out.table(TRACE_COLUMNS, trace_rows(views))
+    out.table(TRACE_COLUMNS, trace_rows(views), json_rows=[v.to_json() for v in views])  # RocketMQ's TraceView
     if not views:
         out.message(f"no trace of message {msg_id} in {topic}")
 

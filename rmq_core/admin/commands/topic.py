@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rmq_core.admin.commands import UsageError, arg, broker_targets, command, parse_bool
 from rmq_core.admin.output import fmt_time
-from rmq_core.errors import RMQError
+from rmq_core.broker.message_type import parse_attributes
+from rmq_core.errors import IllegalArgumentError, RMQError
 from rmq_core.message import MixAll
 
 _T = arg("-t", "--topic", required=True, help="topic name")
@@ -29,9 +30,6 @@ def update_topic(admin, args, out):
         raise UsageError(f"bad queue counts -r {args.readQueueNums} -w {args.writeQueueNums}: both must be > 0")
     sys_flag = (1 if args.unit else 0) | (2 if args.hasUnitSub else 0)
     if args.attributes:
-        from rmq_core.broker.message_type import parse_attributes
-        from rmq_core.errors import IllegalArgumentError
-
         try:
             parse_attributes(args.attributes)  # a bad item is named before any broker is asked
         except IllegalArgumentError as e:

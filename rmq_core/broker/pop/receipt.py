@@ -7,8 +7,7 @@ RocketMQ 5's extraInfo, the one owner of that text) carries.
 """
 from __future__ import annotations
 
-import json
-
+from rmq_core.common import fastjson
 from rmq_core.common.pop_extra_info import POP_ORDER_REVIVE_QUEUE, is_pop_retry_topic
 from rmq_core.common.pop_extra_info import pop_retry_topic as _pop_retry_topic
 
@@ -42,7 +41,7 @@ def encode_ck(*, group, topic, queue_id, start_offset, offsets, pop_time, invisi
         rec["a"] = list(attempts)
     if end_offset is not None:
         rec["e"] = end_offset
-    return json.dumps(rec, separators=(",", ":")).encode()
+    return fastjson.dumps(rec)
 
 
 def encode_ack(*, group, topic, queue_id, start_offset, pop_time, offsets, broker_name, revived=False) -> bytes:
@@ -52,7 +51,7 @@ def encode_ack(*, group, topic, queue_id, start_offset, pop_time, offsets, broke
            "bn": broker_name}
     if revived:
         rec["r"] = 1
-    return json.dumps(rec, separators=(",", ":")).encode()
+    return fastjson.dumps(rec)
 
 
 __all__ = ["ACK_TAG", "CK_TAG", "POP_ORDER_REVIVE_QUEUE", "REVIVE_GROUP", "REVIVE_QUEUE_NUM", "encode_ack",

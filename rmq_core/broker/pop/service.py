@@ -18,14 +18,14 @@ import zlib
 
 import attrs
 
-from rmq_core.broker.config_file import TopicConfig
+from rmq_core.broker.topic_config_manager import TopicConfig
 from rmq_core.broker.consumer_filter_manager import PropertyFilterDisabledError
 from rmq_core.broker.pop.receipt import (
     ACK_TAG, CK_TAG, POP_ORDER_REVIVE_QUEUE, REVIVE_GROUP, REVIVE_QUEUE_NUM, encode_ack, encode_ck, is_pop_retry_topic,
     pop_retry_topic, revive_topic,
 )
 from rmq_core.broker.processors.send import send_back_target
-from rmq_core.codec import decode_messages
+from rmq_core.codec import decode_messages, properties_to_bytes
 from rmq_core.common.clock import now_ms
 from rmq_core.common.pop_extra_info import NORMAL_TOPIC, RETRY_TOPIC, ExtraInfo, build_extra_info, extra_info_prefix
 from rmq_core.common.subscription import SubscriptionData
@@ -44,6 +44,8 @@ _MAX_POP_BYTES = 4 * 1024 * 1024
 _RETRY_EVERY = 5  # every 5th pop looks at the retry topic first (RocketMQ: popFromRetryProbability 20%)
 _RECENT_DONE_MAX = 100_000
 _ATTEMPTS_MAX = 10_000  # receives with an attempt id remembered (their handles)
+# a checkpoint's / an ack's record properties (its tag), encoded once
+_RECORD_PROPERTIES = {tag: properties_to_bytes({MessageConst.TAGS: tag}) for tag in (CK_TAG, ACK_TAG)}
 
 
 class PopError(Exception):
@@ -271,7 +273,7 @@ class PopService:
         and what to wait on for durability (None)."""
         bc = self.ctrl.broker_config
         inner = MessageExtBrokerInner(topic=self.revive_topic, queue_id=rqid, body=body,
-                                      properties={MessageConst.TAGS: tag}, born_timestamp=now_ms(),
+                                      properties_bytes=_RECORD_PROPERTIES[tag], born_timestamp=now_ms(),
                                       born_host=(bc.broker_ip1, bc.listen_port))
         result, fut = self.ctrl.store.put_nowait(inner)
         if result.status is not PutMessageStatus.PUT_OK:
@@ -515,12 +517,11 @@ class PopService:
         batches, waits, holds = [], [], []
         wake_at = None
         rest = taken = 0
-        for real_topic, q in sources:
+        for i, (real_topic, q) in enumerate(sources):
             left = max_nums - taken
             if left <= 0:
-                rest += max(0, self.ctrl.store.get_max_offset_in_queue(real_topic, q)
-                            - max(0, self.ctrl.offset_manager.query_offset(group, real_topic, q)))
-                continue
+                rest = self._rest(group, sources[i:])
+                break
             if fifo:
                 got, opens = self._pop_fifo_queue(group, topic, real_topic, q, left, mf, sg, pop_time, invisible_ms,
                                                   init_mode, waits)
@@ -539,6 +540,16 @@ class PopService:
         status = "FOUND" if batches else "POLLING_NOT_FOUND"
         return (PopResult(status, batches, pop_time, invisible_ms, POP_ORDER_REVIVE_QUEUE if fifo else rqid, rest),
                 waits, holds, wake_at)
+
+    def _rest(self, group, sources) -> int:
+        """Messages of the sources (real topic, queue) not yet handed out to the group (restNum)."""
+        store, om = self.ctrl.store, self.ctrl.offset_manager
+        rest, offsets, offsets_of = 0, None, None
+        for real_topic, q in sources:
+            if real_topic != offsets_of:
+                offsets, offsets_of = om.query_offsets(group, real_topic), real_topic
+            rest += max(0, store.get_max_offset_in_queue(real_topic, q) - max(0, offsets.get(q, -1)))
+        return rest
 
     def _pop_offset(self, group, topic, q, init_mode) -> int:
         store = self.ctrl.store
@@ -803,7 +814,10 @@ class PopService:
         queue offset is not used: BATCH_ACK_MESSAGE's BatchAck).  Returns the PopErrors refusing
         some of them ([]: all acked, or acked before); answered once the ack record is stored."""
         self._check_ack(group, topic)
-        return [st for st in await self._ack_offsets(group, topic, [(checkpoint, offsets)]) if isinstance(st, PopError)]
+        statuses = await self._ack_offsets(group, topic, [(checkpoint, offsets)])
+        if statuses.count("OK") + statuses.count("ALREADY_ACKED") == len(statuses):  # (the usual: no refusal)
+            return []
+        return [st for st in statuses if isinstance(st, PopError)]
 
     async def _ack_offsets(self, group, topic, items) -> list:
         """items: (ExtraInfo naming a checkpoint, its offsets acked).  Per offset in that order

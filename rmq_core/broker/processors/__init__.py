@@ -6,6 +6,10 @@ wires them into a remoting server.  Handlers are `async def h(ctx, request) -> r
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (typing only: the controller imports the processors)
+    from rmq_core.broker.controller import BrokerController
 
 log = logging.getLogger("rmq.broker")
 
@@ -13,8 +17,8 @@ log = logging.getLogger("rmq.broker")
 class Processor:
     CODES: dict = {}
 
-    def __init__(self, controller):
-        self.ctrl = controller
+    def __init__(self, controller: BrokerController):
+        self.ctrl: BrokerController = controller
 
     def register(self, server) -> None:
         for code, name in self.CODES.items():

@@ -11,7 +11,8 @@ from rmq_core.broker.processors.client import json_body
 from rmq_core.errors import IllegalArgumentError, StoreError
 from rmq_core.message import MixAll, TopicValidator
 from rmq_core.remoting.codes import RequestCode, ResponseCode
-from rmq_core.broker.config_file import SubscriptionGroupConfig, TopicConfig
+from rmq_core.broker.config_file import SubscriptionGroupConfig
+from rmq_core.broker.topic_config_manager import TopicConfig
 
 log = logging.getLogger("rmq.broker")
 

@@ -80,7 +80,7 @@ class AdminExtProcessor(Processor):
         super().register(server)
         if self.sampler is None:  # once per broker (register runs per server, on the broker's loop)
             self.sampler = StatsSampler(self.ctrl.stats)
-            self.ctrl._tasks.append(asyncio.get_running_loop().create_task(self._sample_loop(), name="stats-sampler"))
+            self.ctrl.start_service_task(self._sample_loop(), "stats-sampler")
 
     async def _sample_loop(self) -> None:
         while True:
@@ -138,7 +138,7 @@ class AdminExtProcessor(Processor):
                  f" ({', '.join(later)} after a restart)" if later else "")
         if "brokerPermission" in updates:  # the routes must change: a new topic table version
             ctrl.topic_manager.table.data_version.next_version()
-        ctrl._spawn(ctrl.register_broker_all())
+        ctrl.spawn(ctrl.register_broker_all())
         remark = (f"{', '.join(later)}: written to {path}, takes effect after a restart" if later else None)
         return request.make_response(ResponseCode.SUCCESS, remark)
 

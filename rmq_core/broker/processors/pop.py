@@ -33,6 +33,10 @@ class PopMessageProcessor(Processor):
         RequestCode.BATCH_ACK_MESSAGE: "batch_ack_message",
     }
 
+    def __init__(self, controller):
+        super().__init__(controller)
+        self._tag_subs: dict = {}  # (topic, expression, type) -> SubscriptionData of a tag expression
+
     async def pop_message(self, ctx, request):
         ctrl = self.ctrl
         try:
@@ -57,7 +61,7 @@ class PopMessageProcessor(Processor):
         try:
             result = await ctrl.pop_service.pop(
                 group=group, topic=topic, max_nums=max_nums, invisible_ms=invisible,
-                sub=SubscriptionData.build(topic, exp, exp_type), poll_ms=max(0, poll), client_id=ctx.remote_address,
+                sub=self._subscription(topic, exp, exp_type), poll_ms=max(0, poll), client_id=ctx.remote_address,
                 fifo=order, attempt_id=attempt_id, queue_id=queue_id, init_mode=_INIT_MODES[init_mode],
                 alive=lambda: not ctx.closed)
         except PopError as e:
@@ -82,6 +86,19 @@ class PopMessageProcessor(Processor):
         body = b"".join(b.buffer for b in result.batches) if len(result.batches) > 1 else result.batches[0].buffer
         body = ctrl.recompress_for_request(request, body)
         return request.make_response(ResponseCode.SUCCESS, None, ext, body)
+
+    def _subscription(self, topic: str, exp: str, exp_type: str) -> SubscriptionData:
+        """A pop's subscription; a tag expression's is built once (a consumer pops with the same one
+        again and again; other types carry their version, made anew each time)."""
+        if not ExpressionType.is_tag_type(exp_type):
+            return SubscriptionData.build(topic, exp, exp_type)
+        key = (topic, exp, exp_type)
+        sub = self._tag_subs.get(key)
+        if sub is None:
+            if len(self._tag_subs) >= 10_000:
+                self._tag_subs.clear()
+            sub = self._tag_subs[key] = SubscriptionData.build(topic, exp, exp_type)
+        return sub
 
     def _handle_of(self, request):
         """(group, topic, the receipt handle) of an ACK / CHANGE request: its extraInfo with the
@@ -138,8 +155,7 @@ class PopMessageProcessor(Processor):
                 rq, pt, it = int(get("rq", "reviveQueueId")), int(get("pt", "popTime")), int(get("it", "invisibleTime"))
                 bits = a.get("b", a.get("bitSet")) or ""
                 raw = base64.b64decode(bits) if isinstance(bits, str) else bytes(bits)
-                bits = bin(int.from_bytes(raw, "little"))[:1:-1]  # (bit i first: toByteArray is little-endian)
-                offsets = [so + i for i, bit in enumerate(bits) if bit == "1"]
+                offsets = _bit_set_offsets(int.from_bytes(raw, "little"), so)  # (toByteArray is little-endian)
                 if retry not in (NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2):
                     raise ValueError(f"retry flag {retry!r} is not 0, 1 or 2")
                 # (the checkpoint's name; its queue offset field is not used)
@@ -158,3 +174,14 @@ class PopMessageProcessor(Processor):
         if refused:
             return request.make_response(refused[0].code, "; ".join(str(e) for e in refused[:5]))
         return request.make_response(ResponseCode.SUCCESS)
+
+
+def _bit_set_offsets(bits: int, start: int) -> list[int]:
+    """The offsets a BatchAck's BitSet (as an int, bit i = offset start + i) names, in order."""
+    if bits <= 0:
+        return []
+    low = (bits & -bits).bit_length() - 1
+    run = bits >> low
+    if run & (run + 1) == 0:  # (the usual: one run of set bits, every message of a check point)
+        return list(range(start + low, start + low + run.bit_length()))
+    return [start + i for i, bit in enumerate(bin(bits)[:1:-1]) if bit == "1"]

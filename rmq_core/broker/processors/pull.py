@@ -9,6 +9,7 @@ from rmq_core.broker.consumer_filter_manager import PropertyFilterDisabledError
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.common.sysflag import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND
 from rmq_core.errors import FilterExpressionError, PluginNotFoundError
+from rmq_core.filtering import RetryMessageFilter
 from rmq_core.message import ExpressionType, MixAll, PermName
 from rmq_core.remoting.codes import PULL_STATUS_BY_CODE, RequestCode, ResponseCode
 from rmq_core.store import GetMessageStatus
@@ -119,6 +120,8 @@ class PullMessageProcessor(Processor):
             return request.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
         except PropertyFilterDisabledError as e:
             return request.make_response(ResponseCode.NO_PERMISSION, str(e))
+        if bc.filter_support_retry and topic.startswith(MixAll.RETRY_GROUP_TOPIC_PREFIX):
+            message_filter = RetryMessageFilter(lambda real: ctrl.expression_filter_of(group, real))
 
         sc = ctrl.store_config
         if ctrl.client_understands_lz4(request) and max_msg_nums > sc.max_transfer_count_on_message_in_memory:

@@ -62,6 +62,24 @@ function onRows(id, rows, fn) {
 
 const kindBadge = k => `<span class="badge ${k === "normal" ? "ok" : k === "dlq" ? "warn" : ""}">${esc(k)}</span>`;
 
+// --- dashboard: the brokers' and the busiest topics' TPS over time (charts drawn by the server) ---
+async function pageDashboard() {
+  const c = await api("/api/charts");
+  page().innerHTML = `
+    <h2>Dashboard <span class="muted" id="charts-note">a point every ${esc(c.interval)} s · ${esc(c.points)} so far</span></h2>
+    <div class="grid2">
+      <div class="card chart" id="chart-broker-in">${c.brokers_in}</div>
+      <div class="card chart" id="chart-broker-out">${c.brokers_out}</div>
+      <div class="card chart" id="chart-topics">${c.topics}</div>
+    </div>`;
+}
+
+async function showChart(sel, path) {
+  const box = $(sel);
+  try { const c = await api(path); if (box.isConnected) box.innerHTML = c.svg; }
+  catch (e) { box.innerHTML = `<span class="muted">${esc(e.message)}</span>`; }
+}
+
 // --- cluster: brokers and topics at once ------------------------------------------------------
 async function pageCluster() {
   const c = await api("/api/cluster");
@@ -126,7 +144,8 @@ async function topicDetail(topic) {
   $("#topic-detail").innerHTML = table("topic-queues", [
     ["Broker Name", "broker_name"], ["QID", "qid", "num"], ["Min Offset", "min_offset", "num"],
     ["Max Offset", "max_offset", "num"], ["Last Updated", r => fmtTime(r.last_updated)],
-  ], rows) + `<p><button class="danger" id="delete-topic">Delete ${esc(topic)}</button></p>`;
+  ], rows) + `<div class="chart" id="topic-chart"></div><p><button class="danger" id="delete-topic">Delete ${esc(topic)}</button></p>`;
+  showChart("#topic-chart", `/api/chart/topic?topic=${encodeURIComponent(topic)}`);
   $("#delete-topic").addEventListener("click", async () => {
     if (!confirm(`Delete topic ${topic} from every broker and the name server?`)) return;
     try {
@@ -142,7 +161,8 @@ async function pageGroups(selected) {
   const groups = await api("/api/groups");
   page().innerHTML = `
     <h2>Consumer groups <span class="muted">(${groups.length})</span></h2><div class="card">${table("groups", [
-      ["Group", "group"], ["Members", "members", "num"], ["Model", "message_model"], ["Type", "consume_type"],
+      ["Group", "group"], ["State", r => r.online ? `<span class="badge ok">online</span>` : `<span class="badge">offline</span>`],
+      ["Members", "members", "num"], ["Model", r => esc(r.message_model || "-")], ["Type", r => esc(r.consume_type || "-")],
       ["Consume TPS", r => fmtNum(r.consume_tps, 2), "num"], ["Diff Total", "diff_total", "num"],
       ["Inflight", "inflight_total", "num"],
     ], groups, {clickable: true, empty: "no consumer groups"})}</div>
@@ -154,7 +174,7 @@ async function pageGroups(selected) {
 async function groupDetail(group) {
   const g = await api(`/api/group?group=${encodeURIComponent(group)}`);
   const topics = [...new Set(g.progress.map(p => p.topic))];
-  const now = localDateTime(Date.now());
+  const now = fmtTime(Date.now());
   $("#group-detail").innerHTML = `
     <h2 id="group-title">${esc(group)}</h2>
     <div class="grid2">
@@ -164,8 +184,7 @@ async function groupDetail(group) {
       <div class="card"><b>Reset offset by time</b>
         <form class="inline" id="reset-form">
           <label>Topic <select id="reset-topic">${topics.map(t => `<option>${esc(t)}</option>`).join("")}</select></label>
-          <label>Time <input id="reset-time" type="datetime-local" step="1" value="${now}"></label>
-          <label>or epoch ms <input id="reset-ms" placeholder="1700000000000" style="width:12em"></label>
+          <label>Time ${timeInput("reset-time", now)}</label>
           <button type="submit" id="reset-offset">Reset</button>
         </form></div>
     </div>
@@ -174,12 +193,13 @@ async function groupDetail(group) {
       ["Topic", "topic"], ["Broker Name", "broker_name"], ["QID", "qid", "num"], ["Broker Offset", "broker_offset", "num"],
       ["Consumer Offset", "consumer_offset", "num"], ["Diff", "diff", "num"], ["Inflight", "inflight", "num"],
       ["LastTime", r => fmtTime(r.last_time)],
-    ], g.progress, {empty: "no committed offsets"})}</div>`;
+    ], g.progress, {empty: "no committed offsets"})}
+    <div class="chart" id="group-chart"></div></div>`;
+  showChart("#group-chart", `/api/chart/group?group=${encodeURIComponent(group)}`);
   $("#reset-form").addEventListener("submit", async ev => {
     ev.preventDefault();
-    const ms = $("#reset-ms").value.trim();
-    const timestamp = ms ? Number(ms) : new Date($("#reset-time").value).getTime();
     try {
+      const timestamp = epochMs($("#reset-time").value);
       const r = await api("/api/group/reset", {group, topic: $("#reset-topic").value, timestamp});
       showNotice(`${group} reset on ${r.topic}: ${r.queues.length} queues moved to ${fmtTime(r.timestamp)}`);
       await groupDetail(group);
@@ -194,18 +214,20 @@ const msgCols = [
   ["Body", r => `<span class="body">${esc(r.body_preview)}</span>`],
 ];
 
-// A <input type="datetime-local"> value (local time, to the second) for epoch ms, and back.
-function localDateTime(ms) {
-  return new Date(ms - new Date(ms).getTimezoneOffset() * 60000).toISOString().slice(0, 19);
-}
+// Dates are typed as the tables show them (fmtTime: local "YYYY-MM-DD HH:MM:SS"), one format
+// on every page whatever the browser's locale; epochMs reads one back.
 function epochMs(value) {
-  const ms = new Date(value).getTime();
-  if (Number.isNaN(ms)) throw new Error(`bad date and time ${JSON.stringify(value)}`);
-  return ms;
+  const m = /^\s*(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2}))?)?\s*$/.exec(value);
+  const d = m && new Date(+m[1], +m[2] - 1, +m[3], +(m[4] || 0), +(m[5] || 0), +(m[6] || 0));
+  if (!d || d.getMonth() !== +m[2] - 1 || d.getDate() !== +m[3])
+    throw new Error(`bad date and time ${JSON.stringify(value)}: expected YYYY-MM-DD HH:MM:SS`);
+  return d.getTime();
 }
+const timeInput = (id, value, title = "") =>
+  `<input id="${id}" class="when" value="${esc(value)}" placeholder="YYYY-MM-DD HH:MM:SS" size="19" title="${esc(title)}">`;
 
 async function pageMessages() {
-  const hourAgo = localDateTime(Date.now() - 3600 * 1000);
+  const hourAgo = fmtTime(Date.now() - 3600 * 1000);
   page().innerHTML = `
     <h2>Search messages</h2><div class="card">
       <form class="inline" id="search-form">
@@ -213,8 +235,8 @@ async function pageMessages() {
         <label>Message ID <input id="search-id" size="34"></label>
         <label>Topic <input id="search-topic"></label>
         <label>Key <input id="search-key"></label>
-        <label>From <input id="search-begin" type="datetime-local" step="1" value="${hourAgo}"></label>
-        <label>To <input id="search-end" type="datetime-local" step="1" title="empty: now"></label>
+        <label>From ${timeInput("search-begin", hourAgo)}</label>
+        <label>To ${timeInput("search-end", "", "empty: now")}</label>
         <button type="submit" id="search">Search</button>
       </form></div>
     <div class="card" id="search-results"><span class="muted">no search yet</span></div>
@@ -228,8 +250,8 @@ async function pageMessages() {
     try {
       if (by === "time") {
         q.set("topic", $("#search-topic").value.trim());
-        q.set("begin", $("#search-begin").value ? epochMs($("#search-begin").value) : 0);
-        if ($("#search-end").value) q.set("end", epochMs($("#search-end").value));
+        q.set("begin", $("#search-begin").value.trim() ? epochMs($("#search-begin").value) : 0);
+        if ($("#search-end").value.trim()) q.set("end", epochMs($("#search-end").value));
       }
       showError("");
       const rows = await api(`/api/messages?${q}`);
@@ -280,35 +302,30 @@ async function showTrace(msgId) {
     box.innerHTML = `<span class="muted">no trace recorded (send and consume with enable_msg_trace=True)</span>`;
     return;
   }
-  const t0 = Math.min(...views.map(v => v.timestamp));
-  const span = Math.max(1, ...views.map(v => v.timestamp - t0 + v.cost_time));
+  // (the records carry RocketMQ's TraceView names: msgType, timeStamp, costTime, groupName, ...)
+  const t0 = Math.min(...views.map(v => v.timeStamp));
+  const span = Math.max(1, ...views.map(v => v.timeStamp - t0 + v.costTime));
   const pct = ms => (100 * ms / span).toFixed(2);
   const label = {Pub: "sent", SubBefore: "consume start", SubAfter: "consumed"};
   box.innerHTML = `<ol class="timeline" id="trace-timeline">${views.map(v => `
-    <li class="trace-${esc(v.type)}" data-type="${esc(v.type)}">
-      <span class="when">${fmtTime(v.timestamp)} <span class="muted">+${v.timestamp - t0} ms</span></span>
-      <span class="badge ${v.status === "success" ? "ok" : "warn"}">${esc(label[v.type] || v.type)}</span>
-      <b class="group">${esc(v.group)}</b>
-      <span class="muted">${esc(v.type === "Pub" ? `to ${v.store_host}` : `on ${v.client_host}`)} · ${esc(v.cost_time)} ms · ${esc(v.status)}</span>
-      <span class="bar"><span style="margin-left:${pct(v.timestamp - t0)}%;width:max(2px,${pct(v.cost_time)}%)"></span></span>
+    <li class="trace-${esc(v.msgType)}" data-type="${esc(v.msgType)}" data-msg-id="${esc(v.msgId)}">
+      <span class="when">${fmtTime(v.timeStamp)} <span class="muted">+${v.timeStamp - t0} ms</span></span>
+      <span class="badge ${v.status === "success" ? "ok" : "warn"}">${esc(label[v.msgType] || v.msgType)}</span>
+      <b class="group">${esc(v.groupName)}</b>
+      <span class="muted">${esc(v.msgType === "Pub" ? `to ${v.storeHost}` : `on ${v.clientHost}`)} · ${esc(v.costTime)} ms · ${esc(v.status)}</span>
+      <span class="bar"><span style="margin-left:${pct(v.timeStamp - t0)}%;width:max(2px,${pct(v.costTime)}%)"></span></span>
     </li>`).join("")}</ol>`;
 }
 
 // --- DLQ ------------------------------------------------------------------------------------------------
 async function pageDlq(selected) {
-  const groups = await api("/api/groups");
+  const groups = await api("/api/dlq/groups");
   page().innerHTML = `
-    <h2>Dead-letter queue</h2><div class="card">
-      <form class="inline" id="dlq-form">
-        <label>Consumer group <input id="dlq-group" list="dlq-groups" value="${esc(selected || "")}"></label>
-        <datalist id="dlq-groups">${groups.map(g => `<option value="${esc(g.group)}">`).join("")}</datalist>
-        <button type="submit" id="dlq-browse">Browse</button>
-      </form></div>
+    <h2>Dead-letter queues <span class="muted">(${groups.length})</span></h2><div class="card">${table("dlq-groups", [
+      ["Consumer Group", "group"], ["Dead Letters", r => fmtNum(r.dead_letters), "num"],
+    ], groups, {clickable: true, empty: "no group has a dead-letter queue"})}</div>
     <div class="card" id="dlq-results"><span class="muted">pick a group</span></div>`;
-  $("#dlq-form").addEventListener("submit", ev => {
-    ev.preventDefault();
-    go(`#/dlq/${encodeURIComponent($("#dlq-group").value.trim())}`);
-  });
+  onRows("dlq-groups", groups, g => go(`#/dlq/${encodeURIComponent(g.group)}`));
   if (selected) await dlqList(selected);
 }
 
@@ -336,16 +353,17 @@ async function dlqList(group) {
 }
 
 // --- routing --------------------------------------------------------------------------------------------
-const pages = {cluster: pageCluster, topics: pageTopics, groups: pageGroups, messages: pageMessages, dlq: pageDlq};
+const pages = {dashboard: pageDashboard, cluster: pageCluster, topics: pageTopics, groups: pageGroups,
+               messages: pageMessages, dlq: pageDlq};
 
 let currentPage = null;
 
 async function route() {
-  const [name, arg] = (location.hash.replace(/^#\/?/, "") || "cluster").split("/");
+  const [name, arg] = (location.hash.replace(/^#\/?/, "") || "dashboard").split("/");
   if (currentPage !== null && name !== currentPage) showNotice("");  // a notice belongs to its page
   currentPage = name;
-  const fn = pages[name] || pageCluster;
-  document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === (pages[name] ? name : "cluster")));
+  const fn = pages[name] || pageDashboard;
+  document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === (pages[name] ? name : "dashboard")));
   showError("");
   document.body.dataset.loading = "1";
   try {
@@ -354,7 +372,7 @@ async function route() {
     showError(e.message);
   } finally {
     document.body.dataset.loading = "";
-    document.body.dataset.page = name || "cluster";
+    document.body.dataset.page = name || "dashboard";
   }
 }
 
@@ -364,8 +382,12 @@ function go(hash) {  // to a page, re-rendered even when it is the current one
 
 window.addEventListener("hashchange", route);
 route();
-// the cluster page follows the brokers' rates (every 10 s, while it is the page shown)
-setInterval(() => { if (currentPage === "cluster" && !document.body.dataset.loading) pageCluster().catch(e => showError(e.message)); }, 10000);
+// the cluster page and the dashboard follow the brokers' rates (every 10 s, while shown)
+setInterval(() => {
+  if (document.body.dataset.loading) return;
+  const fn = {cluster: pageCluster, dashboard: pageDashboard}[currentPage];
+  if (fn) fn().catch(e => showError(e.message));
+}, 10000);
 
 // With a login (rmq dashboard --users): who is logged in, and a way out.
 (async () => {

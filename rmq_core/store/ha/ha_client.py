@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 
-from rmq_core.errors import StoreError
+from rmq_core.errors import StoreError, os_error_text
 from rmq_core.store.ha.epoch import EpochEntry
 from rmq_core.store.ha.wire import (EPOCH_ENTRY, HANDSHAKE, HANDSHAKE_ANSWER, HANDSHAKE_REQUEST, HEADER, REPORT,
                                     close_quietly, recv_exactly)
@@ -132,7 +132,7 @@ class HAClient:
             try:
                 sock = self._connect(addr, controller)
             except OSError as e:
-                log.info("HA: cannot connect to master %s: %s", addr, e)
+                log.info("HA: cannot connect to master %s: %s", addr, os_error_text(e))
                 self._wake.wait(self.RECONNECT_INTERVAL)
                 self._wake.clear()
                 continue
@@ -166,7 +166,7 @@ class HAClient:
         except OSError as e:
             self.refusals += 1
             raise OSError(f"master {addr} refused the handshake for epoch {epoch} (not the master of that "
-                          f"epoch?): {e}") from None
+                          f"epoch?): {os_error_text(e)}") from None
         offset, size = HEADER.unpack(head)
         if offset != HANDSHAKE or size < HANDSHAKE_ANSWER.size:
             raise StoreError(f"master {addr} answered the handshake with a frame at {offset} of {size} bytes")

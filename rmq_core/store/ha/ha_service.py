@@ -469,7 +469,7 @@ class _Round:
 
 
 class GroupTransferService(ServiceThread):
-    """The SYNC_MASTER wait (RocketMQ's GroupTransferService), pipelined as the group commit:
+    """The SYNC_MASTER wait (RocketMQ's GroupTransferService), pipelined as the SYNC_FLUSH group commit is:
     a put joins the open round — extending its target — while the transfer has not sent past
     that target yet, so every put of a burst shares one Future (the native send lane answers
     them in one write); once the transfer passed it the round is closed and the next put opens a

@@ -1,7 +1,8 @@
-"""Topic configs with the broker's policy: system topics, auto-creation from TBW102, retry/DLQ
-topics (RocketMQ's TopicConfigManager).  Persistence is `rmq_core.broker.config_file`.
+"""The broker's topic configs: `TopicConfig` (one topic's queues and permissions), their table
+`topics.json` (`TopicConfigTable`, persisted as `config_file.VersionedTable`) and the broker's policy
+over it: system topics, auto-creation from TBW102, retry/DLQ topics (RocketMQ's TopicConfigManager).
 
-Writing the table is group-committed (`ConfigManager.persist_soon`): a change schedules a batch,
+Writing the table is coalesced (`ConfigManager.persist_soon`): a change schedules a batch,
 and every change made while a batch is written shares the next one, so a burst of N creations
 costs about two writes, not N.  A batch appends its changes to `topics.json.log` (fdatasync) and
 the whole `topics.json` is rewritten (temp file, fsync, rename, fsync of the directory) only once
@@ -18,13 +19,91 @@ import asyncio
 import logging
 import threading
 
+import attrs
+
+from rmq_core.broker.config_file import JsonFields, VersionedTable, non_negative
+from rmq_core.broker.message_type import check_topic_attributes
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import MixAll, PermName, TopicValidator
-from rmq_core.broker.config_file import TopicConfig, TopicConfigTable
 
 log = logging.getLogger("rmq.broker")
 
+TOPICS_FILE = "topics.json"
 
+
+# --- topic configs (topics.json) ------------------------------------------------------------
+TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+
+
+def _perm(inst, attribute, value):
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 15:
+        raise IllegalArgumentError(f"{type(inst).__name__}.perm must be within 0..15 (R=4, W=2, X=1), got {value!r}")
+
+
+def _filter_type(inst, attribute, value):
+    if value not in TOPIC_FILTER_TYPES:
+        raise IllegalArgumentError(f"bad topicFilterType {value!r}; expected one of {', '.join(TOPIC_FILTER_TYPES)}")
+
+
+def _attributes(inst, attribute, value):
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise IllegalArgumentError(f"bad topic attribute {k!r}={v!r}: names and values are strings")
+    check_topic_attributes(value)
+
+
+def _topic_name(inst, attribute, value):
+    TopicValidator.check_topic(value)
+
+
+@attrs.frozen
+class TopicConfig(JsonFields):
+    """One topic's queue counts and permissions (RocketMQ TopicConfig)."""
+
+    topic_name: str = attrs.field(validator=_topic_name)
+    read_queue_nums: int = attrs.field(default=16, validator=non_negative)
+    write_queue_nums: int = attrs.field(default=16, validator=non_negative)
+    perm: int = attrs.field(default=PermName.PERM_READ | PermName.PERM_WRITE, validator=_perm)
+    topic_filter_type: str = attrs.field(default="SINGLE_TAG", validator=_filter_type)
+    topic_sys_flag: int = attrs.field(default=0, validator=non_negative)
+    order: bool = False
+    # RocketMQ 5's topic attributes, e.g. {"message.type": "FIFO"} (rmq_core.broker.message_type);
+    # written to JSON only when there are some, so a 4.x topic's JSON stays as 4.x writes it
+    attributes: dict = attrs.field(factory=dict, converter=lambda v: dict(v or {}), validator=_attributes,
+                                   hash=False)
+
+    _JSON = (("topic_name", "topicName"), ("read_queue_nums", "readQueueNums"),
+             ("write_queue_nums", "writeQueueNums"), ("perm", "perm"),
+             ("topic_filter_type", "topicFilterType"), ("topic_sys_flag", "topicSysFlag"), ("order", "order"),
+             ("attributes", "attributes"))
+    _WHAT = "topic config"
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        if not self.attributes:
+            del out["attributes"]
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "TopicConfig":
+        kwargs = cls._json_kwargs(obj)
+        if "order" in kwargs:
+            kwargs["order"] = bool(kwargs["order"])
+        return cls(**kwargs)
+
+
+class TopicConfigTable(VersionedTable):
+    """`topics.json`: `{"dataVersion": {...}, "topicConfigTable": {name: TopicConfig JSON}}`.
+
+    Storage only: policy (auto-create, system topics, permissions) lives in the broker."""
+
+    FILE_NAME = TOPICS_FILE
+    TABLE_KEY = "topicConfigTable"
+    ITEM_TYPE = TopicConfig
+    NAME_FIELD = "topic_name"
+
+
+# --- the broker's policy over the table ---------------------------------------------------------
 class TopicConfigManager:
     SCHEDULE_QUEUE_NUMS = 18
 
