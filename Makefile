@@ -11,12 +11,12 @@ PYTEST_ARGS ?=
 # The requirements of optional-dependency groups of pyproject.toml, one a line (the one list of them).
 EXTRAS = $(PY) -c 'import sys, tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(r for e in sys.argv[1:] for r in d[e]))'
 
-.PHONY: run test test-slow bench bench-against build build-run setup setup-run clean browser etcd rmq5-client
+.PHONY: run test test-slow bench bench-against build build-run setup setup-run clean browser etcd rmq5-client dist
 
 # --- set-up -------------------------------------------------------------------------------------
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -U pip setuptools wheel "Cython>=3.0"
+	$(PIP) install -U pip setuptools wheel "Cython>=3.0" build
 
 # rmq itself and its run-time dependencies: all `make run` needs.  The Cython extensions are built
 # in place first (two at a time), so pip's editable install skips them (setup.py: RMQ_SKIP_EXT_BUILD).
@@ -24,7 +24,7 @@ $(VENV)/bin/python:
 $(VENV)/.installed-run: $(VENV)/bin/python pyproject.toml setup.py
 	@test -f /usr/include/openssl/sha.h || (apt-get update -qq && apt-get install -y -qq libssl-dev >/dev/null) || echo "no OpenSSL headers (libssl-dev): rmq_core/_native/hmac_sha1 will not build"
 	$(PY) setup.py -q build_ext --inplace -j 2 >/dev/null
-	RMQ_SKIP_EXT_BUILD=1 $(PIP) install --no-build-isolation -e .
+	RMQ_SKIP_EXT_BUILD=1 RMQ_SKIP_JAR_BUILD=1 $(PIP) install --no-build-isolation -e .
 	touch $@
 
 # The test set-up adds the extras without re-building rmq: the dev tools and the spark extra
@@ -32,8 +32,10 @@ $(VENV)/.installed-run: $(VENV)/bin/python pyproject.toml setup.py
 # when the machine has none).
 $(VENV)/.installed-test: $(VENV)/.installed-run
 	@command -v java >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null) || echo "no Java runtime: the Spark tests will fail"
+	@command -v javac >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless >/dev/null) || echo "no JDK (javac): spark_plugin's JVM reader will not be built"
 	$(EXTRAS) dev spark > $(VENV)/extras.txt
 	$(PIP) install -r $(VENV)/extras.txt
+	$(PY) -m spark_plugin.jvm.build
 	touch $@
 
 setup-run: $(VENV)/.installed-run
@@ -42,7 +44,9 @@ setup: $(VENV)/.installed-test
 # Rebuild the Cython extensions in place (a no-op when nothing changed).
 build-run: setup-run
 	$(PY) setup.py -q build_ext --inplace -j 2 >/dev/null
+# ... and spark_plugin's JVM reader (rmq-spark.jar, a no-op when up to date).
 build: setup build-run
+	$(PY) -m spark_plugin.jvm.build
 
 # Apache's RocketMQ 5 Python client, which tests/rmq5 drive over gRPC, in a virtual environment of
 # its own: its top-level package `rocketmq` is also the 4.x C++ client's (rocketmq==0.4.4, in .venv).
@@ -56,6 +60,12 @@ $(RMQ5_VENV)/.installed-$(RMQ5_CLIENT_VERSION):
 rmq5-client: $(RMQ5_VENV)/.installed-$(RMQ5_CLIENT_VERSION)
 
 # --- jobs ---------------------------------------------------------------------------------------
+# The sdist and a wheel for this machine's Python and platform, in dist/ (`python -m build`; the
+# wheel is built from the sdist, with the build requirements .venv holds: nothing is downloaded).
+dist: $(VENV)/bin/python
+	@$(PY) -c 'import build' 2>/dev/null || $(PIP) install build
+	$(PY) -m build --no-isolation --outdir dist .
+
 run: build-run
 	$(VENV)/bin/rmq standalone $(RUN_ARGS)
 
@@ -97,4 +107,4 @@ bench-against: build etcd
 	$(PY) -m tests.bench.against $(REF) --json .benchmarks/against.json -- $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(RMQ5_VENV) build *.egg-info rmq_core/_native/*.c rmq_core/_native/*.so
+	rm -rf $(VENV) $(RMQ5_VENV) build dist *.egg-info rmq_core/_native/*.c rmq_core/_native/*.so spark_plugin/jvm/*.jar

@@ -4,9 +4,11 @@
 generic top-level name `plugins` in site-packages.
 """
 import os
+import subprocess
 import sys
 
 from setuptools import Extension, find_packages, setup
+from setuptools.command.build_py import build_py
 
 try:
     from Cython.Build import cythonize
@@ -16,6 +18,12 @@ except ImportError:  # pragma: no cover - pyproject's build-system always provid
 # Compiler flags live here and only here.  No -march=native: wheels must run on any x86-64;
 # CPU-specific code paths (PCLMUL CRC32) are chosen at run time inside the C code.
 EXTRA_COMPILE_ARGS = ["-O3", "-fno-strict-aliasing", "-Wno-unused-function", "-Wno-unreachable-code"]
+EXTRA_LINK_ARGS = []
+# Python's own CFLAGS carry -g: debug info is most of a built module's size and a good part of its
+# compile time.  Modules are built without it and stripped, unless RMQ_NATIVE_DEBUG=1 (gdb, perf).
+if os.environ.get("RMQ_NATIVE_DEBUG") != "1":
+    EXTRA_COMPILE_ARGS.append("-g0")
+    EXTRA_LINK_ARGS.append("-Wl,--strip-all")
 NATIVE_DIR = os.path.join("rmq_core", "_native")
 # the system libraries a module links (OpenSSL's libcrypto: the Makefile installs its headers,
 # Debian's libssl-dev, on a machine without them)
@@ -33,6 +41,7 @@ def native_extensions():
                     [os.path.join(NATIVE_DIR, name)],
                     include_dirs=[NATIVE_DIR],
                     extra_compile_args=EXTRA_COMPILE_ARGS,
+                    extra_link_args=EXTRA_LINK_ARGS,
                     libraries=NATIVE_LIBRARIES.get(mod, []),
                 )
             )
@@ -67,9 +76,45 @@ def ext_modules():
     )
 
 
+class build_py_with_jar(build_py):
+    """build_py, plus spark_plugin/jvm/rmq-spark.jar (the JVM reader of format("rmq")) compiled
+    against the installed pyspark's jars when a JDK and pyspark are present (else skipped, said)."""
+
+    def run(self):
+        super().run()
+        if os.environ.get("RMQ_SKIP_JAR_BUILD") == "1":
+            return
+        # the jar carries rmq_core.message's system property names: read them from the built
+        # package (its extensions built first), else from the source tree's in-place build
+        self.run_command("build_ext")
+        here = os.path.dirname(os.path.abspath(__file__))
+        code = "from rmq_core.message import MessageConst as M; print(*sorted(M.SYSTEM_KEYS | {M.CLUSTER}))"
+        names = None
+        for path in (self.build_lib, here):
+            r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": path},
+                               capture_output=True, text=True, cwd=path)
+            if r.returncode == 0:
+                names = r.stdout.split()
+                break
+        if names is None:
+            print("rmq: rmq_core does not import here, so rmq-spark.jar is not built: format('rmq') will be the "
+                  "Python source", file=sys.stderr)
+            return
+        sys.path.insert(0, here)
+        from spark_plugin.jvm.build import build
+        out_dir = os.path.join(self.build_lib, "spark_plugin", "jvm")
+        os.makedirs(out_dir, exist_ok=True)
+        build(out_dir, system_properties=names)
+
+
 setup(
+    cmdclass={"build_py": build_py_with_jar},
     packages=packages(),
     package_dir={"rmq_plugins": "plugins"},
     ext_modules=ext_modules(),
+    # Cython's generated .c files are build intermediates (megabytes each): never installed
+    exclude_package_data={"rmq_core._native": ["*.c"]},
+    # pip builds the modules one after the other unless told: as many at once as there are cores
+    options={"build_ext": {"parallel": os.cpu_count() or 1}},
     zip_safe=False,
 )

@@ -16,6 +16,8 @@ import attrs
 
 from rmq_core.errors import ConfigError
 
+_log = logging.getLogger("rmq.broker")
+
 
 class FlushDiskType(enum.Enum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
@@ -231,6 +233,10 @@ def _valid_delay_levels(inst, attribute, value):
     parse_delay_levels(value)
 
 
+def _expand_home(path: str | None) -> str | None:
+    return os.path.expanduser(path) if isinstance(path, str) else path
+
+
 def _under_store_root(name: str) -> property:
     """A read-only property: `name` below the config's store_path_root_dir."""
     return property(lambda self: os.path.join(self.store_path_root_dir, name))
@@ -238,8 +244,10 @@ def _under_store_root(name: str) -> property:
 
 @attrs.define
 class MessageStoreConfig(PropertiesConfig):
-    store_path_root_dir: str = prop(os.path.join(os.path.expanduser("~"), "store"), "storePathRootDir")
-    store_path_commit_log: str | None = prop(None, "storePathCommitLog")
+    # `~/rmq-store` in a broker.conf is the user's (a path a user owns, without writing out $HOME)
+    store_path_root_dir: str = prop(os.path.join(os.path.expanduser("~"), "store"), "storePathRootDir",
+                                    converter=_expand_home)
+    store_path_commit_log: str | None = prop(None, "storePathCommitLog", converter=_expand_home)
     mapped_file_size_commit_log: int = prop(1024 * 1024 * 1024, "mappedFileSizeCommitLog", validator=_positive)
     mapped_file_size_consume_queue: int = prop(300_000 * 20, "mappedFileSizeConsumeQueue", validator=_positive)
     enable_consume_queue_ext: bool = prop(False, "enableConsumeQueueExt")
@@ -293,6 +301,9 @@ class MessageStoreConfig(PropertiesConfig):
     # slots ahead the timing wheel holds in memory (later ones stay in the log until their turn).
     timer_max_delay_sec: int = prop(3 * 24 * 3600, "timerMaxDelaySec", validator=_positive)
     timer_roll_window_slot: int = prop(2 * 24 * 3600, "timerRollWindowSlot", validator=_positive)
+    # Where each broker setting not at its default came from (load_broker_conf): key -> ConfigOrigin.
+    # Not a setting itself; getBrokerConfig shows it, updateBrokerConfig --reset falls back on it.
+    config_origins: dict = attrs.field(factory=dict, eq=False, repr=False)
 
     @property
     def commit_log_dir(self) -> str:
@@ -312,8 +323,33 @@ class MessageStoreConfig(PropertiesConfig):
 
     @property
     def updated_config_file(self) -> str:
-        """Where updateBrokerConfig writes what it changed: read over broker.conf at the next start."""
+        """Where updateBrokerConfig writes what it changed (RocketMQ's brokerConfigPath when no -c
+        file is given): read over broker.conf at the next start, until `--reset` drops a key."""
         return os.path.join(self.config_dir, "broker.properties")
+
+
+@attrs.frozen
+class ConfigOrigin:
+    """Where a broker setting's value came from.  `kind`: "file" (the -c broker.conf), "updated"
+    (persisted by updateBrokerConfig, in force), "pending" (persisted by updateBrokerConfig, in
+    force from the next start: `pending` is that value), "argument" (a command-line flag or keyword
+    argument), "standalone" (the embedded mode's laptop sizes); `source`: the file, if any; `under`:
+    where the value an "updated" or "pending" one overrides came from (None: the default),
+    `under_value` that value."""
+    kind: str
+    source: str = ""
+    under: "ConfigOrigin | None" = None
+    under_value: str | None = None
+    pending: str | None = None
+
+    def describe(self) -> str:
+        under = self.under.describe() if self.under else "the default"
+        if self.kind == "updated":
+            return f"updateBrokerConfig ({self.source}), over {under}'s {self.under_value}"
+        if self.kind == "pending":
+            return f"{under}; updateBrokerConfig ({self.source}) makes it {self.pending} at the next start"
+        return {"file": f"file {self.source}", "argument": "command line / argument",
+                "standalone": "rmq standalone's default"}[self.kind]
 
 
 def _default_plain_acl_file() -> str | None:
@@ -494,12 +530,15 @@ def load_broker_conf(props: Mapping[str, Any] | str | None = None, *, defaults: 
     that neither knows is an error naming the file (`where`) and the key.  `defaults`: property
     values the file may override (the embedded mode's small segments); `overrides`: attribute
     names that win over the file.  `updated`: what updateBrokerConfig wrote into the store
-    (`updated_config_file`) wins over the file, as RocketMQ rewrites its broker.conf."""
+    (`updated_config_file`) wins over the file (RocketMQ rewrites its -c file instead); each such
+    value is logged at start, naming what it overrides and how to drop it.  Where every value
+    came from is kept in the store config's `config_origins`."""
     if isinstance(props, (str, os.PathLike)):
         where = where or os.fspath(props)
         props = read_properties_file(os.fspath(props))
     where = where or "broker config"
-    props = {**(defaults or {}), **(props or {})}
+    given = dict(props or {})
+    props = {**(defaults or {}), **given}
     bkeys, skeys = BrokerConfig.keys(), MessageStoreConfig.keys()
     unknown = [k for k in props if k not in bkeys and k not in skeys]
     if unknown:
@@ -512,12 +551,27 @@ def load_broker_conf(props: Mapping[str, Any] | str | None = None, *, defaults: 
         raise ConfigError(f"unknown setting {bad[0]!r}{did_you_mean(bad[0], known)}")
     broker = BrokerConfig.from_properties({k: v for k, v in props.items() if k in bkeys}, where=where, **b_over)
     store = MessageStoreConfig.from_properties({k: v for k, v in props.items() if k in skeys}, where=where, **s_over)
+    origins = {k: ConfigOrigin("file", where) if k in given else ConfigOrigin("standalone") for k in props}
+    key_of = {name: key for keys in (bkeys, skeys) for key, name in keys.items()}
+    origins.update({key_of[n]: ConfigOrigin("argument") for n, v in overrides.items() if v is not None and n in key_of})
+    store.config_origins = origins
     if updated and os.path.exists(store.updated_config_file):
         path = store.updated_config_file
         changed = read_properties_file(path)
-        logging.getLogger("rmq.broker").warning("settings changed by updateBrokerConfig, from %s: %s", path,
-                                                ", ".join(f"{k}={v}" for k, v in changed.items()))
-        return load_broker_conf({**props, **changed}, where=f"{where} + {path}", updated=False, **overrides)
+        broker_u, store_u = load_broker_conf({**props, **changed}, where=f"{where} + {path}", updated=False, **overrides)
+        before = {**broker.to_properties(), **store.to_properties()}
+        addr = f"{broker_u.broker_ip1}:{broker_u.listen_port}"
+        for key, value in changed.items():
+            under = origins.get(key)
+            if under is not None and under.kind == "argument":
+                continue  # a flag or keyword argument wins over both
+            origins[key] = ConfigOrigin("updated", path, under, before.get(key))
+            # one line per persisted value: what it overrides, and the way back to that
+            _log.warning("%s=%s (persisted by updateBrokerConfig in %s) overrides %s: %s; to go back to it: "
+                         "rmq admin updateBrokerConfig -b %s -k %s --reset", key, value, path,
+                         under.describe() if under else "the default", before.get(key), addr, key)
+        store_u.config_origins = origins
+        return broker_u, store_u
     return broker, store
 
 

@@ -45,43 +45,71 @@ def _fixed(arrow_type, rows, data) -> pa.Array:
     return pa.Array.from_buffers(arrow_type, rows, [None, pa.py_buffer(data)], null_count=0)
 
 
-def record_batch(body, broker_name: str, until_offset: int = -1, tags_set=None) -> pa.RecordBatch:
-    """One pull body as a RecordBatch (records at or past until_offset left out; with tags_set,
-    only messages whose tags are exactly one of them: the broker filters by hash code)."""
-    c = decode_columns(body, broker_name, until_offset, SYSTEM_PROPERTIES)
+def schema_of(columns) -> "pa.Schema":
+    """The Arrow schema of `columns` (names of COLUMNS, in the caller's order)."""
+    return pa.schema([ARROW_SCHEMA.field(c) for c in columns])
+
+
+def ddl_of(columns) -> str:
+    """The DDL of `columns` (names of COLUMNS); a name that is not one is refused naming it."""
+    parts = dict(p.split(" ", 1) for p in SCHEMA_DDL.replace("map<string,string>", "map<string;string>").split(", "))
+    bad = [c for c in columns if c not in parts]
+    if bad:
+        from rmq_core.errors import IllegalArgumentError
+        raise IllegalArgumentError(f"bad columns {', '.join(columns)!r}: {bad[0]!r} is not a column of the rmq source "
+                                   f"(columns: {', '.join(COLUMNS)})")
+    return ", ".join(f"{c} {parts[c].replace(';', ',')}" for c in columns)
+
+
+def record_batch(body, broker_name: str, until_offset: int = -1, tags_set=None, columns=COLUMNS) -> pa.RecordBatch:
+    """One pull body as a RecordBatch of `columns` (records at or past until_offset left out; with
+    tags_set, only messages whose tags are exactly one of them: the broker filters by hash code).
+    Only the selected columns are decoded (a column mask in the native decoder: a body not
+    selected is not even inflated) and become Arrow arrays."""
+    names = list(columns)
+    filter_tags = bool(tags_set)
+    if filter_tags and "tags" not in names:
+        names.append("tags")  # needed for the exact check, dropped after it
+    mask = 0
+    for name in names:
+        mask |= 1 << COLUMNS.index(name)  # decode_columns' COL_* bits follow COLUMNS
+    c = decode_columns(body, broker_name, until_offset, SYSTEM_PROPERTIES, mask)
     n = c["rows"]
-    entry_offsets, keys, values = c["properties"]
-    entries = pa.StructArray.from_arrays([_var(pa.string(), len(keys[1]) // 4 - 1, keys),
-                                          _var(pa.string(), len(values[1]) // 4 - 1, values)],
-                                         fields=[_MAP.key_field, _MAP.item_field])
-    properties = pa.Array.from_buffers(_MAP, n, [None, pa.py_buffer(entry_offsets)], children=[entries])
-    batch = pa.RecordBatch.from_arrays([
-        _var(pa.string(), n, c["topic"]), _var(pa.string(), n, c["broker_name"]),
-        _fixed(pa.int32(), n, c["queue_id"]), _fixed(pa.int64(), n, c["queue_offset"]),
-        _var(pa.string(), n, c["msg_id"]), _var(pa.string(), n, c["tags"]), _var(pa.string(), n, c["keys"]),
-        _var(pa.binary(), n, c["body"]), properties,
-        _fixed(_TS, n, c["born_timestamp"]), _fixed(_TS, n, c["store_timestamp"]),
-        _fixed(pa.int32(), n, c["reconsume_times"]),
-    ], schema=ARROW_SCHEMA)
-    if tags_set:
+
+    def column(name):
+        if name == "properties":
+            entry_offsets, keys, values = c["properties"]
+            entries = pa.StructArray.from_arrays([_var(pa.string(), len(keys[1]) // 4 - 1, keys),
+                                                  _var(pa.string(), len(values[1]) // 4 - 1, values)],
+                                                 fields=[_MAP.key_field, _MAP.item_field])
+            return pa.Array.from_buffers(_MAP, n, [None, pa.py_buffer(entry_offsets)], children=[entries])
+        t = ARROW_SCHEMA.field(name).type
+        if name in ("queue_id", "queue_offset", "born_timestamp", "store_timestamp", "reconsume_times"):
+            return _fixed(t, n, c[name])
+        return _var(t, n, c[name])
+
+    batch = pa.RecordBatch.from_arrays([column(name) for name in names], schema=schema_of(names))
+    if filter_tags:
         import pyarrow.compute as pc
         keep = pc.is_in(batch.column("tags"), value_set=pa.array(sorted(tags_set), pa.string()))
         if not pc.all(keep).as_py():
             batch = batch.filter(keep)
+        if len(names) != len(columns):
+            batch = batch.select(list(columns))
     return batch
 
 
-def read_batches(part) -> Iterator[pa.RecordBatch]:
-    """The partition's messages as RecordBatches, one per pull."""
+def read_batches(part, columns=COLUMNS) -> Iterator[pa.RecordBatch]:
+    """The partition's messages as RecordBatches of `columns`, one per pull."""
     from spark_plugin.pull import pull_range, subscription_of
 
     sub = subscription_of(part.topic, part.expression, part.expression_type)
     tags_set = frozenset(sub.tags_set) if sub.is_tag and sub.tags_set else None
     for _, body in pull_range(part, decode=False):
         if body:
-            batch = record_batch(body, part.broker_name, part.until_offset, tags_set)
+            batch = record_batch(body, part.broker_name, part.until_offset, tags_set, columns)
             if batch.num_rows:
                 yield batch
 
 
-__all__ = ["ARROW_SCHEMA", "COLUMNS", "SCHEMA_DDL", "record_batch", "read_batches"]
+__all__ = ["ARROW_SCHEMA", "COLUMNS", "SCHEMA_DDL", "ddl_of", "schema_of", "record_batch", "read_batches"]

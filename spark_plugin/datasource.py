@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+import attrs
 from pyspark.sql.datasource import (
     DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter, InputPartition, WriterCommitMessage,
 )
@@ -42,7 +43,35 @@ from spark_plugin.rdd import check_namesrv, plan_reads
 log = logging.getLogger("rmq.spark")
 
 _OPTIONS = {"namesrv", "topic", "expression", "expressiontype", "startingoffsets", "endingoffsets",
-            "startingtimestamp", "failondataloss", "maxrecordsperbatch", "consumergroup", "accesskey", "secretkey"}
+            "startingtimestamp", "failondataloss", "maxrecordsperbatch", "consumergroup", "accesskey", "secretkey",
+            "columns", "maxrecordsperpartition"}
+# Spark's type names of the fixed schema's columns (a user schema must keep them)
+_SPARK_TYPES = {"topic": "string", "broker_name": "string", "queue_id": "int", "queue_offset": "bigint",
+                "msg_id": "string", "tags": "string", "keys": "string", "body": "binary",
+                "properties": "map<string,string>", "born_timestamp": "timestamp", "store_timestamp": "timestamp",
+                "reconsume_times": "int"}
+DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000
+
+
+def option_columns(options) -> tuple | None:
+    """Option `columns` ("body, queue_offset") as names, None when not given."""
+    text = {str(k).lower(): v for k, v in dict(options).items()}.get("columns")
+    if text is None:
+        return None
+    return tuple(c.strip() for c in str(text).split(","))
+
+
+def columns_of(schema) -> tuple:
+    """The columns a read decodes: the fields of the schema Spark reads with (the fixed one, option
+    `columns`' or the user's), each a column of the fixed schema with its type."""
+    out = []
+    for f in schema.fields:
+        t = f.dataType.simpleString()
+        if _SPARK_TYPES.get(f.name) != t:
+            raise IllegalArgumentError(f"bad schema: column '{f.name} {t}' is not a column of the rmq source "
+                                       f"({SCHEMA_DDL})")
+        out.append(f.name)
+    return tuple(out)
 
 
 class ReadOptions:
@@ -90,6 +119,15 @@ class ReadOptions:
                 raise IllegalArgumentError(f"bad maxRecordsPerBatch {mr!r}: expected an integer > 0") from None
         self.consumer_group = opts.get("consumergroup")
         self.account = Account.of(opts.get("accesskey"), opts.get("secretkey"))
+        mp = opts.get("maxrecordsperpartition")
+        self.max_records_per_partition = DEFAULT_MAX_RECORDS_PER_PARTITION
+        if mp is not None:
+            try:
+                self.max_records_per_partition = int(mp)
+                if self.max_records_per_partition <= 0:
+                    raise ValueError
+            except ValueError:
+                raise IllegalArgumentError(f"bad maxRecordsPerPartition {mp!r}: expected an integer > 0") from None
 
     def start_spec(self):
         if self.starting_timestamp is not None:
@@ -113,8 +151,9 @@ class RmqPartition(InputPartition):
 
 # --- batch -------------------------------------------------------------------------------------------
 class RmqBatchReader(DataSourceReader):
-    def __init__(self, options):
+    def __init__(self, options, columns=COLUMNS):
         self.opts = ReadOptions(options, streaming=False)
+        self.columns = columns  # the columns decoded (the schema Spark reads with)
         self.tags = None  # tags pushed down by pushFilters (None: no tag filter pushed)
 
     def _expression(self):
@@ -130,11 +169,14 @@ class RmqBatchReader(DataSourceReader):
         reads, _ = plan_reads(o.namesrv, o.topic, None, expression=self._expression(),
                               expression_type=o.expression_type, fail_on_data_loss=o.fail_on_data_loss,
                               start=start, end=ReadOptions._as_bound(o.ending), account=o.account)
-        return [RmqPartition(r) for r in reads if r.until_offset > r.from_offset]
+        # one partition per queue range, large ranges split (as the JVM reader splits them)
+        step = o.max_records_per_partition
+        return [RmqPartition(attrs.evolve(r, from_offset=s, until_offset=min(r.until_offset, s + step)))
+                for r in reads for s in range(r.from_offset, r.until_offset, step)]
 
     def read(self, partition):
         from spark_plugin.arrow import read_batches
-        yield from read_batches(partition.value)
+        yield from read_batches(partition.value, self.columns)
 
 
 class RmqFilteringBatchReader(RmqBatchReader):
@@ -169,8 +211,9 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     Under availableNow the reader stops at the offsets of the moment the query started
     (prepareForTriggerAvailableNow), and Spark asks once more after the last batch."""
 
-    def __init__(self, options):
+    def __init__(self, options, columns=COLUMNS):
         self.opts = ReadOptions(options, streaming=True)
+        self.columns = columns
         self._admin = None
         self._committed = {}  # (broker, queue id) -> the group offset this reader last wrote
         self._target = None  # availableNow: the positions the query ends at
@@ -262,7 +305,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition):
         from spark_plugin.arrow import read_batches
-        yield from read_batches(partition.value)
+        yield from read_batches(partition.value, self.columns)
 
     def commit(self, end):
         self._commit_group(positions_from_json(end))
@@ -336,13 +379,17 @@ class RmqDataSource(DataSource):
         return "rmq"
 
     def schema(self):
-        return SCHEMA_DDL
+        columns = option_columns(self.options)
+        if columns is None:
+            return SCHEMA_DDL
+        from spark_plugin.arrow import ddl_of
+        return ddl_of(columns)
 
     def reader(self, schema):
-        return RmqBatchReader(self.options)
+        return RmqBatchReader(self.options, columns_of(schema))
 
     def streamReader(self, schema):
-        return RmqStreamReader(self.options)
+        return RmqStreamReader(self.options, columns_of(schema))
 
     def writer(self, schema, overwrite):
         if overwrite:
@@ -354,14 +401,48 @@ class RmqFilteringDataSource(RmqDataSource):
     """"rmq" with tag filters pushed to the broker (spark.sql.python.filterPushdown.enabled)."""
 
     def reader(self, schema):
-        return RmqFilteringBatchReader(self.options)
+        return RmqFilteringBatchReader(self.options, columns_of(schema))
+
+
+class RmqPythonDataSource(RmqDataSource):
+    """The Python source under the name "rmq_python": what the JVM "rmq" hands writes and
+    streaming reads to, and a name that always means the Python source."""
+
+    @classmethod
+    def name(cls):
+        return PYTHON_NAME
+
+
+class RmqPythonFilteringDataSource(RmqFilteringDataSource):
+    @classmethod
+    def name(cls):
+        return PYTHON_NAME
+
+
+PYTHON_NAME = "rmq_python"
+JVM_PROVIDER = "rmq.spark.RmqTableProvider"
+
+
+def jvm_reader_loaded(spark) -> bool:
+    """True when the session's driver can load the JVM reader (its jar in spark.jars); never in
+    Spark Connect, whose client has no JVM."""
+    try:
+        jvm = spark._jvm
+        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        jvm.java.lang.Class.forName(JVM_PROVIDER, False, loader)
+        return True
+    except Exception:
+        return False
 
 
 def register(spark) -> None:
-    """Register the data source "rmq" with `spark` (the filter-pushing reader when
-    spark.sql.python.filterPushdown.enabled is on at this moment)."""
+    """Register the Python source as "rmq_python", and as "rmq" unless the session has the JVM
+    reader (Spark refuses a short name both a JVM DataSourceRegister and a Python source claim).
+    The filter-pushing reader when spark.sql.python.filterPushdown.enabled is on at this moment."""
     enabled = str(spark.conf.get("spark.sql.python.filterPushdown.enabled", "false")).lower() == "true"
-    spark.dataSource.register(RmqFilteringDataSource if enabled else RmqDataSource)
+    spark.dataSource.register(RmqPythonFilteringDataSource if enabled else RmqPythonDataSource)
+    if not jvm_reader_loaded(spark):
+        spark.dataSource.register(RmqFilteringDataSource if enabled else RmqDataSource)
 
 
-__all__ = ["RmqDataSource", "RmqFilteringDataSource", "register", "COLUMNS"]
+__all__ = ["RmqDataSource", "RmqFilteringDataSource", "RmqPythonDataSource", "register", "jvm_reader_loaded", "COLUMNS"]

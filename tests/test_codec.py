@@ -4,7 +4,6 @@ import mmap
 import pickle
 import struct
 import zlib
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -37,7 +36,6 @@ from tests.codec_oracle import (
 from rmq_core.errors import IllegalArgumentError
 from tests.paths import CAPTURES
 
-needs_captures = pytest.mark.skipif(not CAPTURES.is_dir(), reason=f"the protocol captures are not at {CAPTURES}")
 
 DECODERS = {"native": decode_messages, "python": decode_messages_py}
 BATCH_DECODERS = {"native": decode_batch_body, "python": decode_batch_body_py}
@@ -75,7 +73,6 @@ def test_native_extension_is_compiled():
 
 
 # --- captured vectors ----------------------------------------------------------------------------------
-@needs_captures
 def test_encoder_reproduces_the_181_byte_record_of_remoting_6_1():
     body, decoded = _pull_bodies("pull")[0]
     expected = body[:181]
@@ -92,7 +89,6 @@ def test_encoder_reproduces_the_181_byte_record_of_remoting_6_1():
     assert record[8:12] == bytes.fromhex("2873287f")  # CRC32("seed-0") & 0x7fffffff, as in docs/protocol.md §5.1
 
 
-@needs_captures
 @pytest.mark.parametrize("impl", DECODERS)
 @pytest.mark.parametrize("scenario", ["pull", "push_cluster", "push_orderly", "push_tagfilter"])
 def test_captured_pull_bodies_decode_field_for_field(scenario, impl):
@@ -124,7 +120,6 @@ def test_captured_pull_bodies_decode_field_for_field(scenario, impl):
                 assert m.body.decode() == preview
 
 
-@needs_captures
 def test_captured_records_reencode_byte_for_byte():
     """Decode without inflating, re-encode every field: the record comes back identical."""
     seen = 0
@@ -143,7 +138,6 @@ def test_captured_records_reencode_byte_for_byte():
     assert seen > 50
 
 
-@needs_captures
 def test_what_the_real_client_saw_in_the_pull_scenario():
     """pull.client.jsonl: every attribute the C++ client reported for each pulled message."""
     decoded = {}
@@ -186,7 +180,6 @@ def test_what_the_real_client_saw_in_the_pull_scenario():
     assert (no_uniq.flag, no_uniq.reconsume_times, no_uniq.born_host) == (7, 2, "10.1.2.3:51234")
 
 
-@needs_captures
 def test_bad_compressed_capture_is_a_decode_error_not_garbage():
     body, decoded = _pull_bodies("pull_bad_compressed")[0]
     assert decoded[0]["sysFlag"] == 0x101
@@ -198,7 +191,6 @@ def test_bad_compressed_capture_is_a_decode_error_not_garbage():
     assert raw.sys_flag == 0x101 and raw.body == b"this-is-not-zlib-data"
 
 
-@needs_captures
 @pytest.mark.parametrize("impl", BATCH_DECODERS)
 def test_captured_batch_bodies(impl):
     decode = BATCH_DECODERS[impl]

@@ -10,7 +10,7 @@ def test_store_config_from_properties_file(tmp_path):
         "# comment\nstorePathRootDir=/data/store\nflushDiskType = SYNC_FLUSH\n"
         "mappedFileSizeCommitLog=4096\nmessageDelayLevel=1s 2s 1m\nbrokerName=broker-b\nlistenPort=10999\n"
     )
-    broker, store = load_broker_conf(str(conf))
+    broker, store = load_broker_conf(str(conf), updated=False)  # (never /data/store of this machine)
     assert store.store_path_root_dir == "/data/store"
     assert store.flush_disk_type is FlushDiskType.SYNC_FLUSH
     assert store.mapped_file_size_commit_log == 4096

@@ -24,9 +24,14 @@ other block needs its comment):
   tests/test_readme_failover.py.
 - `replicated_standalone`: the `rmq standalone` master and `--slave-of` slave of that section, run
   by tests/test_readme_replicated.py.
+- `cluster`: the commands that start "Running a broker and a cluster"'s two brokers, run with its
+  broker.conf blocks by tests/test_readme_cluster.py.
+- `install`: the lines that install rmq into a project of one's own, run by tests/test_install.py.
 
 Addresses: the README's 127.0.0.1:9876 (name server), 127.0.0.1:10911 (broker) and 127.0.0.1:8080
-(console) become free ports of this run, and its /tmp/... store paths temporary directories.
+(console) become free ports of this run, and its /tmp/... store paths temporary directories.  Every
+block runs with HOME set to its temporary directory: a `~/rmq-store` of the README, or a default
+store, is never the host's.
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ BIN = Path(sys.executable).parent
 NS, BROKER, CONSOLE, GRPC = "127.0.0.1:9876", "127.0.0.1:10911", "127.0.0.1:8080", "127.0.0.1:8081"
 KINDS = {"python", "python, output", "properties", "console", "servers", "boot", "make", "replicated",
          "replicated_standalone", "plain_acl", "namesrv_properties", "failover", "failover_console",
-         "rmq5, output"}
+         "rmq5, output", "cluster", "install"}
 # a block without a check comment is checked by its language where that says how (else it is an error)
 DEFAULT_KINDS = {"python": "python", "properties": "properties", "console": "console"}
 
@@ -137,7 +142,7 @@ def localize(text: str, live: dict | None, tmp: Path) -> str:
 
 
 def run_python(code: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "HOME": str(cwd)}
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env=env)
 
@@ -193,15 +198,41 @@ def test_rmq5_block(block, live, tmp_path):
     in_order(block.output, r.stdout)
 
 
+def load_properties_block(text: str, home: Path) -> dict[str, str]:
+    """A properties block as `rmq broker -c` reads it, with `~` this test's home: the file alone,
+    never what updateBrokerConfig persisted into a store the block names."""
+    conf = home / "broker.conf"
+    conf.write_text(text)
+    saved = os.environ.get("HOME")
+    os.environ["HOME"] = str(home)
+    try:
+        broker, store = load_broker_conf(str(conf), updated=False)
+    finally:
+        os.environ["HOME"] = saved if saved is not None else os.environ.pop("HOME")
+    return {**broker.to_properties(), **store.to_properties()}
+
+
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "properties"], ids=repr)
 def test_properties_block(block, tmp_path):
-    conf = tmp_path / "broker.conf"
-    conf.write_text(block.text)
-    broker, store = load_broker_conf(str(conf))
+    got = load_properties_block(block.text, tmp_path)
     for line in block.text.splitlines():
-        key, _, value = line.partition("=")
-        got = {**broker.to_properties(), **store.to_properties()}[key.strip()]
-        assert got == value.split("#")[0].strip(), key
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            assert got[key.strip()] == value.strip().replace("~", str(tmp_path), 1), key
+
+
+def test_a_properties_block_never_reads_a_store_outside_the_test(tmp_path):
+    """What updateBrokerConfig persisted into the store a block names (README's `~/rmq-store/...`,
+    after a user followed the guides) changes nothing here: HOME is the test's own, and the block is
+    read alone."""
+    block = next(b for b in BLOCKS if b.kind == "properties" and "storePathRootDir=~/" in b.text)
+    store = re.search(r"storePathRootDir=~/(\S+)", block.text).group(1)
+    persisted = tmp_path / store / "config" / "broker.properties"
+    persisted.parent.mkdir(parents=True)
+    persisted.write_text("fileReservedTime=48\nmaxMessageSize=1048576\n")
+    got = load_properties_block(block.text, tmp_path)
+    assert got["storePathRootDir"] == str(tmp_path / store)
+    assert got["maxMessageSize"] == "4194304" and got["fileReservedTime"] == "72"
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "namesrv_properties"], ids=repr)
@@ -219,6 +250,8 @@ def test_namesrv_properties_block(block, tmp_path):
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "console"], ids=repr)
 def test_console_block(block, live, tmp_path):
+    if ".venv/" in block.text:  # "the checkout's .venv": this run's environment
+        (tmp_path / ".venv").symlink_to(sys.prefix)
     commands: list[tuple[str, list[str]]] = []
     for line in localize(block.text, live, tmp_path).splitlines():
         if line.startswith("$ "):
@@ -228,7 +261,7 @@ def test_console_block(block, live, tmp_path):
     script = ["set -e -o pipefail"]
     for i, (cmd, _) in enumerate(commands):
         script += [f"echo '@@ {i}'", cmd]
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(tmp_path)}
     r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp_path, capture_output=True, text=True, env=env,
                        timeout=300)
     assert r.returncode == 0, f"{block!r}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"

@@ -38,7 +38,7 @@ def test_the_readme_failover_cluster_runs_and_its_admin_commands_print_what_it_s
     etcd_client, etcd_peer = free_port(), free_port()
     ns, ports = f"127.0.0.1:{free_port()}", [free_port() for _ in range(3)]
     etcd_args = (etcd_line.replace("23790", str(etcd_client)).replace("23800", str(etcd_peer))
-                 .replace("/var/lib/rmq/etcd", str(tmp_path / "etcd")).split())
+                 .replace("~/rmq-store/etcd", str(tmp_path / "etcd")).split())
     assert etcd_args[0] == "etcd"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
     with open(tmp_path / "etcd.log", "wb") as log:

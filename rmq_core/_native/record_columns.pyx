@@ -122,10 +122,17 @@ cdef inline Py_ssize_t _prop_value(const unsigned char* props, Py_ssize_t plen, 
     return -1
 
 
-def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_properties=()):
+# decode_columns' column mask bits (the order of spark_plugin.arrow.COLUMNS)
+COL_TOPIC, COL_BROKER_NAME, COL_QUEUE_ID, COL_QUEUE_OFFSET, COL_MSG_ID, COL_TAGS, COL_KEYS, COL_BODY, \
+    COL_PROPERTIES, COL_BORN_TIMESTAMP, COL_STORE_TIMESTAMP, COL_RECONSUME_TIMES = [1 << i for i in range(12)]
+
+
+def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_properties=(), int64_t columns=-1):
     """Decode concatenated v1 records (a PULL body) into column buffers; records whose queue
     offset is >= until_offset (when >= 0) and BLANK records are left out.  Framing is checked as
-    decode_messages checks it; compressed bodies are inflated.
+    decode_messages checks it; compressed bodies are inflated.  `columns`: a mask of COL_* bits;
+    a column left out is not decoded (its buffers hold no rows; a body left out is not even
+    inflated).
 
     Returns a dict of bytes: "rows"; fixed-width little-endian "queue_id" (int32),
     "queue_offset" (int64), "born_timestamp" / "store_timestamp" (int64 microseconds since the
@@ -154,6 +161,10 @@ def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_pro
     cdef Py_ssize_t n_skip = len(skip_properties), j
     cdef list skip_names = [PyUnicode_AsUTF8String(name) for name in skip_properties]  # (owns the bytes)
     cdef bint skipped
+    cdef Py_ssize_t rows = 0
+    cdef bint want_topic = columns & COL_TOPIC, want_broker = columns & COL_BROKER_NAME
+    cdef bint want_msg_id = columns & COL_MSG_ID, want_tags = columns & COL_TAGS, want_keys = columns & COL_KEYS
+    cdef bint want_body = columns & COL_BODY, want_props = columns & COL_PROPERTIES
     if n_skip > 64:
         raise ValueError(f"skip_properties holds {n_skip} names; at most 64")
     for j in range(n_skip):
@@ -168,32 +179,41 @@ def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_pro
         pos += r.total
         if until_offset >= 0 and r.queue_offset >= until_offset:
             continue
+        rows += 1
         queue_id.put_i32(r.queue_id)
         queue_offset.put_i64(r.queue_offset)
         born.put_i64(r.born_timestamp * 1000)
         stored.put_i64(r.store_timestamp * 1000)
         reconsume.put_i32(r.reconsume_times)
-        topic.add(p + r.topic_pos, r.topic_len, True)
-        broker.add(PyBytes_AS_STRING(bn), PyBytes_GET_SIZE(bn), True)
+        if want_topic:
+            topic.add(p + r.topic_pos, r.topic_len, True)
+        if want_broker:
+            broker.add(PyBytes_AS_STRING(bn), PyBytes_GET_SIZE(bn), True)
         props = p + r.props_pos
         # TAGS / KEYS / UNIQ_KEY have columns of their own; every property is in the map as well
-        v = _prop_value(props, r.props_len, "TAGS", 4, &vlen)
-        tags.add(props + v, vlen, v >= 0)
-        v = _prop_value(props, r.props_len, "KEYS", 4, &vlen)
-        keys.add(props + v, vlen, v >= 0)
-        v = _prop_value(props, r.props_len, "UNIQ_KEY", 8, &vlen)
-        if v >= 0:
-            msg_id.add(props + v, vlen, True)
-        else:
-            # the store host's address and port lie together in the record, as the id wants them
-            msg_id.add(mid_text, put_offset_msg_id(mid_text, p + r.store_ip_pos, store_host_len(r.sys_flag),
-                                                   r.commit_log_offset), True)
-        if r.sys_flag & COMPRESSED:
-            body = decompress_record_body(PyBytes_FromStringAndSize(<const char*>p + r.body_pos, r.body_len),
-                                    r.sys_flag, pos - r.total)
-            bodies.add(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), True)
-        else:
-            bodies.add(p + r.body_pos, r.body_len, True)
+        if want_tags:
+            v = _prop_value(props, r.props_len, "TAGS", 4, &vlen)
+            tags.add(props + v, vlen, v >= 0)
+        if want_keys:
+            v = _prop_value(props, r.props_len, "KEYS", 4, &vlen)
+            keys.add(props + v, vlen, v >= 0)
+        if want_msg_id:
+            v = _prop_value(props, r.props_len, "UNIQ_KEY", 8, &vlen)
+            if v >= 0:
+                msg_id.add(props + v, vlen, True)
+            else:
+                # the store host's address and port lie together in the record, as the id wants them
+                msg_id.add(mid_text, put_offset_msg_id(mid_text, p + r.store_ip_pos, store_host_len(r.sys_flag),
+                                                       r.commit_log_offset), True)
+        if want_body:
+            if r.sys_flag & COMPRESSED:
+                body = decompress_record_body(PyBytes_FromStringAndSize(<const char*>p + r.body_pos, r.body_len),
+                                              r.sys_flag, pos - r.total)
+                bodies.add(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), True)
+            else:
+                bodies.add(p + r.body_pos, r.body_len, True)
+        if not want_props:
+            continue
         i = 0
         while i < r.props_len:
             k = i
@@ -217,7 +237,7 @@ def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_pro
             i += 1
         entry_offsets.put_i32(<int32_t>entries)
     return {
-        "rows": topic.rows,
+        "rows": rows,
         "queue_id": queue_id.take(), "queue_offset": queue_offset.take(),
         "born_timestamp": born.take(), "store_timestamp": stored.take(),
         "reconsume_times": reconsume.take(),

@@ -3,6 +3,7 @@ background services, and registers itself with the name servers (RocketMQ's Brok
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import math
@@ -39,7 +40,7 @@ from rmq_core.loops import CoalescedJob
 from rmq_core.message import ExpressionType, open_listen_addresses
 from rmq_core.acl import signer_from
 from rmq_core.plugins import get_access_validator_factory, get_filter_factory
-from rmq_core.remoting.body import REGISTER_ALL, RegisterBrokerBody, register_body_json
+from rmq_core.remoting.body import REGISTER_ALL, ClusterInfo, RegisterBrokerBody, register_body_json
 from rmq_core.remoting.client import RemotingClient
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -164,6 +165,32 @@ class BrokerController:
                 f"{what} is forbidden on a slave; the master of {bc.broker_name} takes writes")
 
     # --- lifecycle -------------------------------------------------------------------------------------
+    async def _listen_port_taken(self, port: int, text: str) -> str:
+        """`text` (the listen error for listenPort) naming the broker whose HA port the port is when
+        that is the clash (haListenPort defaults to listenPort + 1: a second broker on 10912 next to
+        one on 10911), or whose listenPort it is, as the name servers list the brokers."""
+        client = RemotingClient(name="broker-port-check", connect_timeout=1.0)
+        try:
+            for ns in self.broker_config.namesrv_addr_list:
+                try:
+                    resp = await client.invoke(ns, RemotingCommand.create_request(RequestCode.GET_BROKER_CLUSTER_INFO), 2.0)
+                except (RMQError, OSError):
+                    continue
+                if resp.code != ResponseCode.SUCCESS or not resp.body:
+                    continue
+                for name, data in sorted(ClusterInfo.decode(resp.body).broker_addr_table.items()):
+                    for addr in data.broker_addrs.values():
+                        if addr.rpartition(":")[2] == str(port - 1):
+                            return (f"{text}: listenPort {port} is the HA port of {name} ({addr}; a broker also "
+                                    f"listens on listenPort + 1 for its slaves, haListenPort): give this broker "
+                                    f"a listenPort whose next port is free too, e.g. {port + 9}")
+                        if addr.rpartition(":")[2] == str(port):
+                            return f"{text}: listenPort {port} is the listenPort of {name} ({addr})"
+                break
+        finally:
+            await client.close()
+        return text
+
     async def start(self) -> str:
         """Bind, recover the store, start services, register with the name servers.  Returns the
         boot line."""
@@ -182,8 +209,11 @@ class BrokerController:
                              broker=True, request_steps=self.request_steps)
         try:
             await tcp.start()
-        except BaseException:
+        except BaseException as e:
             self._stop_access_validator()
+            cause = e if isinstance(e, OSError) else e.__context__  # (the transport's error wraps the OSError)
+            if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE and bc.listen_port:
+                raise ConfigError(await self._listen_port_taken(bc.listen_port, str(e))) from None
             raise
         self.servers.append(tcp)
         exposed = open_listen_addresses(tcp.listen_addresses)

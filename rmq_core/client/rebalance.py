@@ -57,6 +57,7 @@ class RebalanceImpl:
         self._lock = threading.RLock()
         # the last allocations (time, topic, queues): for running info and debugging, bounded
         self.allocation_history: collections.deque = collections.deque(maxlen=64)
+        self._missing_topics: set[str] = set()  # subscribed topics without a route, already reported
 
     @property
     def clustering(self) -> bool:
@@ -75,9 +76,14 @@ class RebalanceImpl:
     def _rebalance_by_topic(self, topic: str) -> None:
         mq_set = self.topic_subscribe_info.get(topic)
         if mq_set is None:
-            if not MixAll.is_retry_topic(topic):
+            # said once while it lasts (a rebalance runs every 20 s), again after the topic came and went
+            if not MixAll.is_retry_topic(topic) and topic not in self._missing_topics:
+                self._missing_topics.add(topic)
                 log.warning("doRebalance, %s, but the topic[%s] does not exist", self.group, topic)
             return
+        if topic in self._missing_topics:
+            self._missing_topics.discard(topic)
+            log.info("doRebalance, %s, the topic[%s] exists now", self.group, topic)
         if not self.clustering:
             allocated = set(mq_set)
         else:

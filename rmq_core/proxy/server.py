@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import types
 
 from google.protobuf.message import DecodeError
 
@@ -28,6 +27,7 @@ from rmq_core._native import h2
 from rmq_core.errors import ConfigError
 from rmq_core.proxy.proto.apache.rocketmq.v2 import service_pb2 as spb
 from rmq_core.proxy.service import GRPC_INTERNAL, GRPC_UNIMPLEMENTED, GrpcAbort, MessagingService
+from rmq_core.remoting.context import Resume
 
 log = logging.getLogger("rmq.proxy")
 
@@ -87,25 +87,6 @@ class Call:
         if timeout is None:
             return None
         return max(0.0, self.started + h2.grpc_timeout(timeout) - time.monotonic())
-
-
-@types.coroutine
-def _resume(coro, waiting):
-    """Carry on a coroutine that was started outside a task and is now waiting on `waiting`: what
-    its `await` would have done inside one (the task waits on what it yields, sends or throws back)."""
-    while True:
-        try:
-            value = yield waiting
-        except BaseException as e:
-            try:
-                waiting = coro.throw(e)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                waiting = coro.send(value)
-            except StopIteration as stop:
-                return stop.value
 
 
 class _Connection(asyncio.Protocol):
@@ -260,7 +241,7 @@ class _Connection(asyncio.Protocol):
 
     async def _unary_rest(self, call: Call, coro, waiting) -> None:
         try:
-            response = await _resume(coro, waiting)
+            response = await Resume(coro, waiting)  # (the remoting side's way: one owner)
         except Exception as e:
             return self._failed(call, e)
         self._answer(call, response)

@@ -175,12 +175,12 @@ class ProcessorTable:
         return request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
 
 
-class _Resume:
+class Resume:
     """Awaitable that carries on a coroutine which already ran its first step outside any task.
 
     A request is first driven with `coro.send(None)` right where it arrived: most processors
     finish without suspending, and then no Task is made at all.  When one does suspend, it has
-    just yielded a future to the event loop's protocol; a Task awaiting `_Resume(coro, yielded)`
+    just yielded a future to the event loop's protocol; a Task awaiting `Resume(coro, yielded)`
     re-yields that very future (so the Task waits on it, and its cancellation reaches it), then
     passes every later value or exception through, exactly as `await` would have.
     """
@@ -497,7 +497,7 @@ class ChannelContext:
                 self._send_response(busy)
             return
         # Most processors answer at once (no coroutine at all); an awaitable answer gets its first
-        # step run here, and only one that suspends costs a Task (see _Resume).
+        # step run here, and only one that suspends costs a Task (see Resume).
         try:
             response = self._table.dispatch(self, command)
         except asyncio.CancelledError:
@@ -534,7 +534,7 @@ class ChannelContext:
         task.add_done_callback(self._tasks.discard)
 
     async def _finish(self, request: RemotingCommand, coro, yielded) -> None:
-        self._answer(request, await _Resume(coro, yielded))
+        self._answer(request, await Resume(coro, yielded))
 
     def _answer(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         if response is None or request.flag & ONEWAY_FLAG:

@@ -12,6 +12,12 @@ Entries (group spark-read-1M):
 * rmq_source_python_decode: the same source decoding each pull into MessageExt and building the
   Arrow columns from Python lists: what the native column decoder buys.
 * rmq_rdd: create_rdd(...).map(len(body)).sum() (MessageExt per message).
+* rmq_jvm: format("rmq") with rmq-spark.jar on the session (the columnar JVM reader, pulls over
+  TCP, only `body` decoded); rmq_jvm_topic_offset: select(topic, queue_offset) through it (no body
+  decoded, topic a constant column) against Parquet's same count; rmq_python_narrowed: the Python
+  source with option columns=body against its full schema (rmq).
+The session has the jar when it was built, so "rmq" is the JVM reader there and the Python source
+entries read "rmq_python".
 """
 import os
 
@@ -49,7 +55,7 @@ def bench_env(tmp_path_factory):
                 p.send_batch(batch, queue=queues[(start // 500) % len(queues)])
         ns = cl.namesrv
         parquet = str(tmp / "bodies.parquet")
-        rmq(spark, ns).select("body").write.parquet(parquet)
+        rmq(spark, ns).select("body", "topic", "queue_offset").write.parquet(parquet)
         arrow_dir = tmp / "arrow"
         arrow_dir.mkdir()
         files = _arrow_files(ns, arrow_dir)
@@ -66,7 +72,7 @@ def bench_env(tmp_path_factory):
         cl.stop()
 
 
-def rmq(spark, ns, fmt="rmq"):
+def rmq(spark, ns, fmt="rmq_python"):
     return spark.read.format(fmt).option("namesrv", ns).option("topic", TOPIC).load()
 
 
@@ -156,7 +162,7 @@ class _PythonDecodeReader(RmqBatchReader):
 
 
 # --- the benchmarks ----------------------------------------------------------------------------------
-def _run(benchmark, name, fn, rounds=3):
+def _run(benchmark, name, fn, rounds=3, vs="parquet"):
     def once():
         row = fn()
         assert row["n"] == N, row
@@ -167,8 +173,8 @@ def _run(benchmark, name, fn, rounds=3):
     rate = N / benchmark.stats.stats.median
     benchmark.extra_info["records_per_s"] = rate
     _rates[name] = rate
-    if "parquet" in _rates and name != "parquet":
-        benchmark.extra_info["vs_parquet"] = rate / _rates["parquet"]
+    if vs in _rates and not name.startswith("parquet"):
+        benchmark.extra_info[f"vs_{vs}"] = rate / _rates[vs]
     if "ceiling" in _rates and name not in ("parquet", "ceiling"):
         benchmark.extra_info["vs_ceiling"] = rate / _rates["ceiling"]
     print(f"\n{name}: {rate / 1e6:.2f} M msgs/s" + "".join(f", {k} {v:.2f}x" for k, v in benchmark.extra_info.items()
@@ -183,6 +189,34 @@ def test_spark_parquet_baseline(benchmark, bench_env):
 
 
 @pytest.mark.benchmark(group="spark-read-1M")
+def test_spark_parquet_topic_offset(benchmark, bench_env):
+    spark, ns, parquet, files = bench_env
+    _run(benchmark, "parquet_topic_offset",
+         lambda: spark.read.parquet(parquet).selectExpr("count(topic) as n", "max(queue_offset) as m").collect()[0])
+
+
+@pytest.mark.benchmark(group="spark-read-1M")
+def test_spark_rmq_jvm(benchmark, bench_env):
+    import spark_plugin
+    spark, ns, parquet, files = bench_env
+    if spark_plugin.jar_path() is None:
+        pytest.skip("rmq-spark.jar not built (no JDK at build time)")
+    row = _run(benchmark, "jvm", lambda: rmq(spark, ns, "rmq").selectExpr(*QUERY).collect()[0])
+    assert row["bytes"] == 128 * N
+
+
+@pytest.mark.benchmark(group="spark-read-1M")
+def test_spark_rmq_jvm_topic_offset(benchmark, bench_env):
+    import spark_plugin
+    spark, ns, parquet, files = bench_env
+    if spark_plugin.jar_path() is None:
+        pytest.skip("rmq-spark.jar not built (no JDK at build time)")
+    _run(benchmark, "jvm_topic_offset",
+         lambda: rmq(spark, ns, "rmq").selectExpr("count(topic) as n", "max(queue_offset) as m").collect()[0],
+         vs="parquet_topic_offset")
+
+
+@pytest.mark.benchmark(group="spark-read-1M")
 def test_spark_arrow_memory_ceiling(benchmark, bench_env):
     spark, ns, parquet, files = bench_env
     df = lambda: spark.read.format("rmq_arrow_memory").option("files", ",".join(files)).load()  # noqa: E731
@@ -194,6 +228,14 @@ def test_spark_rmq_source(benchmark, bench_env):
     spark, ns, parquet, files = bench_env
     row = _run(benchmark, "rmq", lambda: rmq(spark, ns).selectExpr(*QUERY).collect()[0])
     assert row["bytes"] == 128 * N
+
+
+@pytest.mark.benchmark(group="spark-read-1M")
+def test_spark_rmq_source_narrowed(benchmark, bench_env):
+    spark, ns, parquet, files = bench_env
+    df = lambda: spark.read.format("rmq_python").option("namesrv", ns).option("topic", TOPIC) \
+        .option("columns", "body").load()  # noqa: E731
+    _run(benchmark, "python_narrowed", lambda: df().selectExpr(*QUERY).collect()[0])
 
 
 @pytest.mark.benchmark(group="spark-read-1M")

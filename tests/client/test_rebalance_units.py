@@ -107,3 +107,17 @@ def test_table_always_matches_the_route(sizes):
         rb.do_rebalance()
         assert set(rb.process_queue_table) == set(qs(n))
         assert all(not pq.dropped for pq in rb.process_queue_table.values())
+
+
+def test_a_missing_topic_is_reported_once_while_it_lasts(caplog):
+    rb = make(Owner())
+    with caplog.at_level("WARNING", logger="rmq.client.rebalance"):
+        for _ in range(3):  # (every 20 s in a consumer)
+            rb.do_rebalance()
+        assert [r.getMessage() for r in caplog.records] == ["doRebalance, CG, but the topic[T] does not exist"]
+        rb.topic_subscribe_info["T"] = qs(1)  # the topic made ...
+        rb.do_rebalance()
+        del rb.topic_subscribe_info["T"]  # ... and deleted again: said again, once
+        rb.do_rebalance()
+        rb.do_rebalance()
+    assert [r.getMessage() for r in caplog.records].count("doRebalance, CG, but the topic[T] does not exist") == 2

@@ -27,7 +27,8 @@ def wait_until(pred, timeout=30.0, interval=0.1, what="condition"):
 
 def spark_session(app="rmq-tests"):
     """A local[2] Spark session on loopback whose Python workers run this interpreter (with rmq
-    and this checkout importable), with the "rmq" data source registered."""
+    and this checkout importable), with the "rmq" data source registered: the JVM reader
+    (spark.jars) when rmq-spark.jar is built, with the Python source as "rmq_python" beside it."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -36,7 +37,11 @@ def spark_session(app="rmq-tests"):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").appName(app)
+    import spark_plugin
+    builder = SparkSession.builder
+    if spark_plugin.jar_path():
+        builder = builder.config("spark.jars", spark_plugin.jar_path())
+    session = (builder.master("local[2]").appName(app)
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.ui.enabled", "false")
@@ -46,7 +51,6 @@ def spark_session(app="rmq-tests"):
                .config("spark.sql.streaming.pollingDelay", "100ms")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
-    import spark_plugin
     spark_plugin.register(session)
     return session
 

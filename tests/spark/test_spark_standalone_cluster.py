@@ -1,6 +1,7 @@
 """The "rmq" data source on a real Spark standalone cluster: a master and a worker on 127.0.0.1,
 started with pyspark's own bin/spark-class, executors in their own JVMs and Python workers, two
-rmq brokers.  A streaming query's consumerGroup offsets reach the topic's end while it idles
+rmq brokers; the JVM reader (when built) on the session through spark.jars, which the executors
+load it from.  A streaming query's consumerGroup offsets reach the topic's end while it idles
 after the producer stopped, stay there once it is stopped, and an availableNow run commits them."""
 import os
 import subprocess
@@ -68,12 +69,17 @@ DRIVER = textwrap.dedent("""
     from tests.spark.test_spark_stream_group import group_offsets, stream, topic_end
 
     master, ns, tmp = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    spark = (SparkSession.builder.master(master).appName("rmq-standalone")
+    builder = SparkSession.builder
+    if spark_plugin.jar_path():  # the JVM reader: the executors load it from spark.jars
+        builder = builder.config("spark.jars", spark_plugin.jar_path())
+    spark = (builder.master(master).appName("rmq-standalone")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.ui.enabled", "false").config("spark.executor.memory", "1g")
              .config("spark.sql.streaming.pollingDelay", "100ms").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     spark_plugin.register(spark)
+    from spark_plugin.datasource import jvm_reader_loaded
+    assert jvm_reader_loaded(spark) == (spark_plugin.jar_path() is not None)
 
     class Servers:  # what create_topic needs
         namesrv = ns
@@ -101,6 +107,9 @@ DRIVER = textwrap.dedent("""
     q.stop()
     rows = spark.read.parquet(str(tmp / "standalone")).count()
     assert rows == sum(end.values()), (rows, end)
+    batch = spark.read.format("rmq").option("namesrv", ns).option("topic", topic).load()
+    assert sorted(bytes(r.body) for r in batch.select("body").collect()) == sorted(
+        f"s-{i}".encode() for i in range(sum(end.values())))
     produce(ns, topic, 4)
     assert group_offsets(ns, topic, group) == end  # a stopped query moves nothing
 

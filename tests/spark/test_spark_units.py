@@ -56,6 +56,13 @@ def test_decode_columns_agrees_with_decode_messages():
     assert set(record_batch(body, "b", tags_set={"T1"}).column("tags").to_pylist()) == {"T1"}
     with pytest.raises(ValueError, match="magic code"):
         record_batch(b"\x00\x00\x00\x80" + b"\x00" * 124, "b")
+    # a narrowed read decodes its columns only (the column mask): the same values, in its order
+    narrow = record_batch(body, "broker-x", columns=("body", "queue_offset"))
+    assert narrow.schema.names == ["body", "queue_offset"]
+    assert narrow.to_pylist() == [{"body": r["body"], "queue_offset": r["queue_offset"]} for r in rows]
+    from rmq_core._native.record_columns import COL_QUEUE_OFFSET, decode_columns
+    c = decode_columns(body, "b", -1, SYSTEM_PROPERTIES, COL_QUEUE_OFFSET)
+    assert c["rows"] == len(msgs) and c["body"][1] == b"\x00\x00\x00\x00"  # no body decoded (nor inflated)
 
 
 def test_importing_rmq_core_and_spark_plugin_leaves_pyspark_alone():

@@ -2,6 +2,7 @@
 broker's runtime (runtime info, config, stats)."""
 from __future__ import annotations
 
+import json
 from typing import Mapping
 
 from rmq_core.admin.bodies import _parse_props_text
@@ -165,8 +166,24 @@ class ClusterCalls(AdminTransport):
 
     def broker_config(self, addr: str) -> dict[str, str]:
         """GET_BROKER_CONFIG: the broker's settings as key -> value strings."""
+        return self.broker_config_origins(addr)[0]
+
+    def broker_config_origins(self, addr: str) -> tuple[dict[str, str], dict[str, str] | None]:
+        """GET_BROKER_CONFIG's settings, and where each one not at its default came from (the -c
+        file, updateBrokerConfig's file, a flag); None from a broker that does not say (Java's)."""
         r = self._call(addr, RequestCode.GET_BROKER_CONFIG, what="get broker config")
-        return _parse_props_text(r.body)
+        origins = r.ext_fields.get("configOrigins")
+        return _parse_props_text(r.body), (json.loads(origins) if origins else None)
+
+    def reset_broker_config(self, addr: str, keys: list[str]) -> str:
+        """updateBrokerConfig --reset: the broker drops the keys that updateBrokerConfig persisted,
+        and the -c file's values (or the defaults) hold again; returns its account of each."""
+        r = self._call(addr, RequestCode.UPDATE_BROKER_CONFIG, {"resetKeys": ",".join(keys)},
+                       what=f"reset broker config {', '.join(keys)}")
+        if r.ext_fields.get("resetKeys") is None:  # RocketMQ's broker has no such request: it ignored it
+            raise AdminError(f"the broker at {addr} cannot drop a persisted setting (not an rmq broker: "
+                             "RocketMQ rewrites the broker's -c file instead; edit that file)")
+        return r.remark or ""
 
     def update_broker_config(self, addr: str, props: Mapping[str, str]) -> str | None:
         """UPDATE_BROKER_CONFIG: body is `key=value` lines (Java's properties form).  Returns the

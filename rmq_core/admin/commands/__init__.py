@@ -15,6 +15,7 @@ from typing import Callable
 import attrs
 
 from rmq_core.acl import tools_credentials
+from rmq_core.config import did_you_mean
 from rmq_core.errors import RMQError, one_line
 
 
@@ -63,8 +64,6 @@ class Parser(argparse.ArgumentParser):
 
     def _check_value(self, action, value):
         if action.choices is not None and value not in action.choices:
-            from rmq_core.config import did_you_mean
-
             raise argparse.ArgumentError(action, f"invalid choice: {value!r}{did_you_mean(value, action.choices)} "
                                                  f"({self.prog} -h lists them)")
 

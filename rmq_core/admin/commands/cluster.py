@@ -59,17 +59,36 @@ def broker_status(admin, args, out):
     _key_values(admin, args, out, admin.broker_runtime_info)
 
 
-@command("getBrokerConfig", "A broker's configuration", _B, _C)
+@command("getBrokerConfig", "A broker's configuration, and where each value came from", _B, _C)
 def get_broker_config(admin, args, out):
-    _key_values(admin, args, out, admin.broker_config)
-
-
-@command("updateBrokerConfig", "Change one setting of a running broker (-b) or of a cluster's masters (-c)", _B, _C,
-         arg("-k", "--key", required=True, help="config key, e.g. brokerPermission"),
-         arg("-v", "--value", required=True, help="new value"))
-def update_broker_config(admin, args, out):
     rows = []
     for addr in broker_targets(admin, args):
+        props, origins = admin.broker_config_origins(addr)
+        # Origin: the -c file, updateBrokerConfig's file (over the file's or default value), a
+        # flag, or the default; "" from a broker that does not say (RocketMQ's)
+        rows += [(addr, k, v, "" if origins is None else origins.get(k, "default")) for k, v in sorted(props.items())]
+    out.table(["Broker Addr", "Key", "Value", "Origin"], rows)
+
+
+@command("updateBrokerConfig", "Change one setting of a running broker (-b) or of a cluster's masters (-c); "
+         "--reset drops a value it persisted", _B, _C,
+         arg("-k", "--key", required=True, help="config key, e.g. brokerPermission"),
+         arg("-v", "--value", help="new value (persisted in the store's config/broker.properties, read over "
+                                   "broker.conf at every start)"),
+         arg("--reset", action="store_true", help="drop the key's persisted value: broker.conf's (or the default) "
+                                                  "holds again"))
+def update_broker_config(admin, args, out):
+    if args.value is not None and args.reset:
+        raise UsageError(f"-v {args.value} sets a value, --reset drops the persisted one: give one of them")
+    if args.value is None and not args.reset:
+        raise UsageError("give -v VALUE (a new value) or --reset (back to broker.conf's or the default)")
+    rows = []
+    for addr in broker_targets(admin, args):
+        if args.reset:
+            note = admin.reset_broker_config(addr, [args.key])
+            out.message(f"reset broker config success, {addr}: {note}")
+            rows.append((addr, args.key, "", "now" if "in effect now" in note else "after a restart"))
+            continue
         later = admin.update_broker_config(addr, {args.key: args.value})
         out.message(f"update broker config success, {addr}" + (f"; {later}" if later else ", in effect now"))
         rows.append((addr, args.key, typed(args.value), "after a restart" if later else "now"))

@@ -229,7 +229,11 @@ class AdminBrokerProcessor(Processor):
     async def get_broker_config(self, ctx, request):
         props = {**self.ctrl.store_config.to_properties(), **self.ctrl.broker_config.to_properties(hide_secrets=True)}
         text = "\n".join(f"{k}={v}" for k, v in sorted(props.items()))
-        return request.make_response(ResponseCode.SUCCESS, None, None, text.encode("utf-8"))
+        # where each value not at its default came from, beside the body RocketMQ's tools read
+        # (an ext field they ignore): the -c file, updateBrokerConfig's file, a flag
+        origins = {k: o.describe() for k, o in self.ctrl.store_config.config_origins.items()}
+        return request.make_response(ResponseCode.SUCCESS, None, {"configOrigins": json.dumps(origins)},
+                                     text.encode("utf-8"))
 
     async def get_topic_stats_info(self, ctx, request):
         ctrl = self.ctrl

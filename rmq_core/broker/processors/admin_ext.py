@@ -14,12 +14,17 @@ from rmq_core.broker.processors import Processor
 from rmq_core.broker.processors.admin import consume_stats_body
 from rmq_core.broker.processors.client import json_body
 from rmq_core.common.files import atomic_write
+from rmq_core.config import ConfigOrigin
 from rmq_core.errors import ConfigError, RMQError
 from rmq_core.message import MixAll
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
 
 log = logging.getLogger("rmq.broker")
+
+# the first line of updated_config_file (RocketMQ's brokerConfigPath when no -c file is given)
+_UPDATED_HEADER = ("# written by updateBrokerConfig; read over broker.conf when the broker starts "
+                   "(rmq admin updateBrokerConfig -k KEY --reset drops a key)\n")
 
 # Stats sampling for VIEW_BROKER_STATS_DATA, at StatsItem's cadence: a minute of 10 s samples, an
 # hour of 10 min samples, a day of hourly ones (39 copies of the counters at most).
@@ -97,14 +102,17 @@ class AdminExtProcessor(Processor):
                                      parse_properties, read_properties_file)  # late: admin tools only
 
         ctrl = self.ctrl
+        configs = ((BrokerConfig, ctrl.broker_config), (MessageStoreConfig, ctrl.store_config))
+        known = {k: (cls, cfg) for cls, cfg in configs for k in cls.keys()}
+        reset = [k for k in (request.get_str("resetKeys") or "").split(",") if k]
+        if reset:
+            return self._reset_broker_config(ctx, request, reset, configs, known)
         try:
             updates = parse_properties((request.body or b"").decode("utf-8", "replace"), "config update")
         except ConfigError as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
         if not updates:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "config update: no key=value given")
-        configs = ((BrokerConfig, ctrl.broker_config), (MessageStoreConfig, ctrl.store_config))
-        known = {k: (cls, cfg) for cls, cfg in configs for k in cls.keys()}
         for key in updates:
             if key not in known:
                 return request.make_response(ResponseCode.SYSTEM_ERROR,
@@ -121,14 +129,24 @@ class AdminExtProcessor(Processor):
         try:  # first persisted, so that a key acknowledged survives a restart
             saved = read_properties_file(path) if os.path.exists(path) else {}
             saved.update(updates)
-            text = "# written by updateBrokerConfig; read over broker.conf when the broker starts\n" + "".join(
-                f"{k}={v}\n" for k, v in sorted(saved.items()))
+            text = _UPDATED_HEADER + "".join(f"{k}={v}\n" for k, v in sorted(saved.items()))
             atomic_write(path, text.encode("utf-8"))
         except (OSError, ConfigError) as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"cannot write {path}: {e}")
         later = [k for k in updates if k not in RUNTIME_BROKER_KEYS]
+        current = {**ctrl.broker_config.to_properties(), **ctrl.store_config.to_properties()}
+        origins = ctrl.store_config.config_origins
         for key in updates:
-            if key in RUNTIME_BROKER_KEYS:
+            # what the new value overrides: the file's or default value, never an earlier update's
+            prior = origins.get(key)
+            if key not in RUNTIME_BROKER_KEYS:
+                under = prior.under if prior is not None and prior.kind == "pending" else prior
+                origins[key] = ConfigOrigin("pending", path, under, pending=updates[key])
+            else:
+                if prior is not None and prior.kind == "updated":
+                    origins[key] = ConfigOrigin("updated", path, prior.under, prior.under_value)
+                else:
+                    origins[key] = ConfigOrigin("updated", path, prior, current.get(key))
                 cls, cfg = known[key]
                 name = cls.keys()[key]
                 setattr(cfg, name, getattr(merged[cls], name))
@@ -141,6 +159,66 @@ class AdminExtProcessor(Processor):
         ctrl.spawn(ctrl.register_broker_all())
         remark = (f"{', '.join(later)}: written to {path}, takes effect after a restart" if later else None)
         return request.make_response(ResponseCode.SUCCESS, remark)
+
+    def _reset_broker_config(self, ctx, request, keys, configs, known):
+        """updateBrokerConfig --reset: drop the keys from updated_config_file, so that the -c file's
+        value (or the default) is the one in force - at once for the keys a running broker
+        applies, after a restart for the others.  The answer's remark says which value now holds;
+        its `resetKeys` field echoes the keys (a broker without this extension answers without it)."""
+        from rmq_core.config import RUNTIME_BROKER_KEYS, did_you_mean, read_properties_file  # late: admin tools only
+
+        ctrl = self.ctrl
+        for key in keys:
+            if key not in known:
+                return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                             f"unknown config key {key!r}{did_you_mean(key, known)}")
+        path = ctrl.store_config.updated_config_file
+        try:
+            saved = read_properties_file(path) if os.path.exists(path) else {}
+            dropped = [k for k in keys if saved.pop(k, None) is not None]
+            if dropped:
+                if saved:
+                    atomic_write(path, (_UPDATED_HEADER + "".join(f"{k}={v}\n" for k, v in sorted(saved.items())))
+                                 .encode("utf-8"))
+                else:
+                    os.unlink(path)
+        except (OSError, ConfigError) as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"cannot rewrite {path}: {e}")
+        origins = ctrl.store_config.config_origins
+        notes = []
+        for key in keys:
+            origin = origins.get(key)
+            if key not in dropped:
+                notes.append(f"{key}: nothing persisted in {path} ({origin.describe() if origin else 'the default'})")
+                continue
+            cls, cfg = known[key]
+            name = cls.keys()[key]
+            if origin is not None and origin.kind == "pending":  # never in force: nothing changes now
+                origins[key] = origin.under
+                if origin.under is None:
+                    origins.pop(key)
+                notes.append(f"{key}: dropped from {path}; {cfg.to_properties().get(key)} stays")
+                continue
+            under = origin.under if origin is not None and origin.kind == "updated" else origin
+            value = origin.under_value if origin is not None and origin.kind == "updated" else None
+            if under is None:
+                origins.pop(key, None)
+            else:
+                origins[key] = under
+            if value is None:
+                value = cls().to_properties().get(key)
+            where = under.describe() if under else "the default"
+            if key in RUNTIME_BROKER_KEYS:
+                setattr(cfg, name, getattr(cls.from_properties({**cfg.to_properties(), key: value},
+                                                               where="updateBrokerConfig --reset"), name))
+                notes.append(f"{key}: dropped from {path}; {value} from {where} in effect now")
+            else:
+                notes.append(f"{key}: dropped from {path}; {value} from {where} after a restart")
+        if ctrl.store is not None:
+            ctrl.store.apply_config()
+        log.info("broker config reset by %s: %s", ctx.remote_address, "; ".join(notes))
+        ctrl.spawn(ctrl.register_broker_all())
+        return request.make_response(ResponseCode.SUCCESS, "; ".join(notes), {"resetKeys": ",".join(keys)})
 
     # --- consume stats ----------------------------------------------------------------------------------
     async def get_broker_consume_stats(self, ctx, request):

@@ -1,0 +1,239 @@
+package rmq.spark;
+
+import java.io.IOException;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.TreeSet;
+import java.util.logging.Logger;
+
+/**
+ * One partition's pulls (the Python source's pull_range): PULL_MESSAGE of up to 1024 messages,
+ * following the broker's suggestWhichBrokerId to a slave, reading from another replica of the
+ * group when one is unreachable, skipping what a filter did not match.
+ */
+final class Pull {
+    private static final Logger LOG = Logger.getLogger("rmq.spark");
+    static final int PULL_BATCH = 1024;
+    static final int PULL_TIMEOUT_MS = 30_000;
+    /** The group named in pulls: pulls neither commit nor suspend, so it owns no offsets. */
+    static final String READER_GROUP = "SPARK_RMQ_READER";
+    static final String SYS_FLAG = Integer.toString(4 | 16);  // subscription in the request, lite pull
+
+    private final RmqInputPartition part;
+    private final Map<String, String> fields = new LinkedHashMap<>();
+    private final TreeMap<Long, String> addrs;
+    private final String master;
+    private final Set<String> unreachable = new HashSet<>();
+    private long brokerId = 0;
+    long offset;
+
+    Pull(RmqInputPartition part) {
+        this.part = part;
+        this.addrs = part.brokerAddrs;
+        if (addrs.isEmpty()) throw new RmqException("no address of broker " + Remoting.quote(part.brokerName) + " for " + part);
+        this.master = addrs.containsKey(0L) ? addrs.get(0L) : addrs.firstEntry().getValue();
+        this.offset = part.fromOffset;
+        fields.put("consumerGroup", READER_GROUP);
+        fields.put("topic", part.topic);
+        fields.put("queueId", Integer.toString(part.queueId));
+        fields.put("queueOffset", "");
+        fields.put("maxMsgNums", "");
+        fields.put("sysFlag", SYS_FLAG);
+        fields.put("commitOffset", "0");
+        fields.put("suspendTimeoutMillis", "0");
+        fields.put("subscription", part.expression);
+        fields.put("subVersion", "0");
+        fields.put("expressionType", part.expressionType);
+    }
+
+    static TreeSet<String> splitTags(String expression) {
+        TreeSet<String> out = new TreeSet<>();
+        if (expression == null) return out;
+        for (String t : expression.split("\\|\\|")) {
+            String s = t.trim();
+            if (!s.isEmpty() && !s.equals("*")) out.add(s);
+        }
+        return out;
+    }
+
+    // the pull on the wire: sent as soon as the answer before it named its offset, so the broker
+    // reads it while this reader decodes the body before
+    private Remoting.Connection pendingConn;
+    private int pendingOpaque;
+    private long pendingOffset = -1;
+    private final Map<String, Remoting.Connection> conns = new java.util.HashMap<>();
+
+    private Remoting.Connection connection(String addr) throws IOException {
+        Remoting.Connection c = conns.get(addr);
+        if (c == null) {
+            c = Remoting.borrow(addr);
+            conns.put(addr, c);
+        }
+        return c;
+    }
+
+    private String address() {
+        String addr = addrs.getOrDefault(brokerId, master);
+        if (unreachable.contains(addr)) {
+            for (String a : addrs.values()) if (!unreachable.contains(a)) { addr = a; break; }
+        }
+        return addr;
+    }
+
+    private void send(String addr) throws IOException {
+        fields.put("queueOffset", Long.toString(offset));
+        fields.put("maxMsgNums", Long.toString(Math.min(PULL_BATCH, part.untilOffset - offset)));
+        Remoting.Connection c = connection(addr);
+        try {
+            pendingOpaque = c.send(Remoting.PULL_MESSAGE, fields, null, part.account);
+        } catch (IOException e) {
+            drop(addr);
+            if (e instanceof Remoting.ConnectException) throw e;
+            c = connection(addr);  // a pooled connection the broker closed: one fresh one
+            pendingOpaque = c.send(Remoting.PULL_MESSAGE, fields, null, part.account);
+        }
+        pendingConn = c;
+        pendingOffset = offset;
+    }
+
+    private void drop(String addr) {
+        Remoting.Connection c = conns.remove(addr);
+        if (c != null) c.close();
+    }
+
+    /** The next pull body with messages, null when the partition is read. */
+    byte[] next() {
+        while (offset < part.untilOffset) {
+            String addr = address();
+            Remoting.Response r;
+            try {
+                if (pendingConn == null || pendingOffset != offset || !pendingConn.addr.equals(addr)) {
+                    if (pendingConn != null) drop(pendingConn.addr);  // an answer no longer wanted
+                    send(addr);
+                }
+                Remoting.Connection c = pendingConn;
+                pendingConn = null;
+                try {
+                    r = c.receive(pendingOpaque, PULL_TIMEOUT_MS);
+                } catch (IOException e) {
+                    drop(addr);
+                    throw e;
+                }
+            } catch (Remoting.ConnectException e) {
+                unreachable.add(addr);
+                if (!unreachable.containsAll(addrs.values())) {
+                    LOG.warning("pulling " + part + " from " + addr + " failed (" + e.getMessage() + "); reading from another broker of its group");
+                    continue;
+                }
+                throw new RmqException("pulling " + part + " at offset " + offset + " from " + addr + " failed: " + e.getMessage(), e);
+            } catch (IOException e) {
+                throw new RmqException("pulling " + part + " at offset " + offset + " from " + addr + " failed: " + e, e);
+            }
+            long suggested = r.getLong("suggestWhichBrokerId", 0);
+            brokerId = addrs.containsKey(suggested) ? suggested : 0;
+            long next = r.getLong("nextBeginOffset", 0);
+            switch (r.code) {
+                case Remoting.SUCCESS:
+                    offset = next;
+                    if (offset < part.untilOffset) {
+                        try {
+                            send(address());
+                        } catch (IOException e) {
+                            pendingConn = null;  // the next call connects again (or moves to a replica)
+                        }
+                    }
+                    if (r.body != null && r.body.length > 0) return r.body;
+                    continue;
+                case Remoting.PULL_RETRY_IMMEDIATELY:  // the filter matched nothing in what was scanned
+                    offset = next;
+                    continue;
+                case Remoting.PULL_OFFSET_MOVED: {
+                    long min = r.getLong("minOffset", 0);
+                    if (offset < min) {
+                        offset = RmqScan.checkDataLoss(part.topic, new Admin.Queue(part.brokerName, part.queueId), offset,
+                            part.untilOffset, min, part.failOnDataLoss);
+                        continue;
+                    }
+                    break;
+                }
+                case Remoting.PULL_NOT_FOUND:
+                    if (next > offset) {  // a consume-queue file gone missing: skip past it
+                        offset = next;
+                        continue;
+                    }
+                    break;
+                default:
+                    throw new RmqException("pulling " + part + " at offset " + offset + " from " + addr + " failed: code "
+                        + r.code + " " + r.remark);
+            }
+            if ((brokerId != 0 || !addr.equals(master)) && !unreachable.contains(master)) {
+                brokerId = 0;  // a slave behind its master: ask the master
+                continue;
+            }
+            throw new RmqException(part + " ends at offset " + r.getLong("maxOffset", 0) + ", before the partition's until offset "
+                + part.untilOffset + " (pull at " + offset + ": code " + r.code + ")");
+        }
+        return null;
+    }
+
+    /** The partition's first offset retention kept (GET_MIN_OFFSET; failOnDataLoss decides
+     * about a lost head), for a read that needs no message. */
+    long firstKeptOffset() {
+        Map<String, String> f = new LinkedHashMap<>();
+        f.put("topic", part.topic);
+        f.put("queueId", Integer.toString(part.queueId));
+        IOException last = null;
+        for (String addr : addrs.values()) {
+            try {
+                Remoting.Response r = Remoting.call(addr, Remoting.GET_MIN_OFFSET, f, null, part.account, PULL_TIMEOUT_MS);
+                if (r.code != Remoting.SUCCESS) {
+                    throw new RmqException("broker " + Remoting.quote(part.brokerName) + " refused the min offset of " + part
+                        + ": code " + r.code + " " + r.remark);
+                }
+                long min = Math.max(0, r.getLong("offset", 0));
+                return RmqScan.checkDataLoss(part.topic, new Admin.Queue(part.brokerName, part.queueId), part.fromOffset,
+                    part.untilOffset, min, part.failOnDataLoss);
+            } catch (IOException e) {
+                last = e;
+            }
+        }
+        throw new RmqException("broker " + Remoting.quote(part.brokerName) + " unreachable for " + part + ": "
+            + (last == null ? "no address" : last.getMessage()));
+    }
+
+    void close() {
+        for (Remoting.Connection c : conns.values()) {
+            if (c == pendingConn) c.close(); else Remoting.release(c);  // (an unread answer: not reusable)
+        }
+        conns.clear();
+        pendingConn = null;
+    }
+
+    /** A SQL92 expression the broker cannot parse fails planning (one pull of one message). */
+    static void checkExpression(Admin admin, ReadOptions o, Admin.Queue q, String expression) {
+        Map<String, String> f = new LinkedHashMap<>();
+        f.put("consumerGroup", READER_GROUP);
+        f.put("topic", o.topic);
+        f.put("queueId", Integer.toString(q.queueId));
+        f.put("queueOffset", "0");
+        f.put("maxMsgNums", "1");
+        f.put("sysFlag", SYS_FLAG);
+        f.put("commitOffset", "0");
+        f.put("suspendTimeoutMillis", "0");
+        f.put("subscription", expression);
+        f.put("subVersion", "0");
+        f.put("expressionType", o.expressionType);
+        Remoting.Response r;
+        try {
+            r = Remoting.call(admin.addrsOf(q.brokerName).get(0), Remoting.PULL_MESSAGE, f, null, o.account, Admin.TIMEOUT_MS);
+        } catch (IOException e) {
+            throw new RmqException("broker " + Remoting.quote(q.brokerName) + " unreachable: " + e.getMessage());
+        }
+        if (r.code == 23 || r.code == 24) {  // SUBSCRIPTION_PARSE_FAILED / _NOT_EXIST
+            throw new IllegalArgumentException("bad " + o.expressionType + " expression " + Remoting.quote(expression) + ": " + r.remark);
+        }
+    }
+}

@@ -1,0 +1,127 @@
+package rmq.spark;
+
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
+import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
+import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * One partition as ColumnarBatches, one per pull; the vectors are reused from batch to batch.
+ * A read of nothing but topic, broker_name, queue_id and queue_offset (a count, too) without a
+ * filter pulls no messages: a queue's offsets are dense, so [from, until) are its rows (as
+ * KafkaRDD counts); the broker's min offset is still checked first, so retention is reported alike.
+ */
+final class RmqColumnarReader implements PartitionReader<ColumnarBatch> {
+    private final RmqInputPartition part;
+    private final Pull pull;
+    private final int[] cols;
+    private final WritableColumnVector[] vectors;
+    private final ColumnVector[] out;
+    private final ConstantColumnVector[] constants;
+    private final Records.Sink sink;
+    private int capacity = Pull.PULL_BATCH;
+    private ColumnarBatch batch;
+    private final boolean offsetsOnly;
+    private long nextOffset = -1;  // offsetsOnly: the next row's offset
+    private static final int POSITIONAL_BATCH = 4096;
+
+    RmqColumnarReader(RmqInputPartition part, int[] cols) {
+        this.part = part;
+        this.pull = new Pull(part);
+        this.cols = cols;
+        this.vectors = new WritableColumnVector[cols.length];
+        this.out = new ColumnVector[cols.length];
+        this.constants = new ConstantColumnVector[cols.length];
+        for (int k = 0; k < cols.length; k++) {
+            StructField f = RmqTableProvider.SCHEMA.fields()[cols[k]];
+            if (cols[k] == Columns.TOPIC || cols[k] == Columns.BROKER_NAME) {
+                continue;  // constant per partition: made per batch (their row count)
+            }
+            vectors[k] = new OnHeapColumnVector(capacity, f.dataType());
+            out[k] = vectors[k];
+        }
+        this.sink = new Records.Sink(cols, vectors, part.expressionType.equals("TAG") ? exactTags(part.expression) : null);
+        boolean positional = part.expressionType.equals("TAG") && Pull.splitTags(part.expression).isEmpty();
+        for (int c : cols) {
+            positional &= c == Columns.TOPIC || c == Columns.BROKER_NAME || c == Columns.QUEUE_ID || c == Columns.QUEUE_OFFSET;
+        }
+        this.offsetsOnly = positional;
+    }
+
+    private boolean nextPositional() {
+        if (nextOffset < 0) nextOffset = pull.firstKeptOffset();
+        if (nextOffset >= part.untilOffset) return false;
+        if (capacity < POSITIONAL_BATCH) {
+            capacity = POSITIONAL_BATCH;
+            for (WritableColumnVector v : vectors) if (v != null) v.reserve(capacity);
+        }
+        int rows = (int) Math.min(POSITIONAL_BATCH, part.untilOffset - nextOffset);
+        for (int k = 0; k < cols.length; k++) {
+            if (vectors[k] == null) continue;
+            vectors[k].reset();
+            if (cols[k] == Columns.QUEUE_ID) vectors[k].putInts(0, rows, part.queueId);
+            else for (int i = 0; i < rows; i++) vectors[k].putLong(i, nextOffset + i);
+        }
+        nextOffset += rows;
+        return finish(rows);
+    }
+
+    private static java.util.Set<String> exactTags(String expression) {
+        java.util.TreeSet<String> t = Pull.splitTags(expression);
+        return t.isEmpty() ? null : t;
+    }
+
+    @Override
+    public boolean next() {
+        if (offsetsOnly) return nextPositional();
+        while (true) {
+            byte[] body = pull.next();
+            if (body == null) return false;
+            for (WritableColumnVector v : vectors) if (v != null) v.reset();
+            sink.rows = 0;
+            int rows = decode(body);
+            if (rows == 0) continue;
+            return finish(rows);
+        }
+    }
+
+    private boolean finish(int rows) {
+        for (int k = 0; k < cols.length; k++) {
+            if (vectors[k] != null) continue;
+            DataType t = RmqTableProvider.SCHEMA.fields()[cols[k]].dataType();
+            ConstantColumnVector c = new ConstantColumnVector(rows, t);
+            c.setUtf8String(UTF8String.fromString(cols[k] == Columns.TOPIC ? part.topic : part.brokerName));
+            if (constants[k] != null) constants[k].close();
+            constants[k] = c;
+            out[k] = c;
+        }
+        batch = new ColumnarBatch(out, rows);
+        return true;
+    }
+
+    private int decode(byte[] body) {
+        // a pull holds at most PULL_BATCH records, but a body may still grow past the capacity
+        // (a larger pull size on the broker): grow the fixed-width vectors first
+        int records = body.length / Records.RECORD_FIXED_V4 + 1;
+        if (records > capacity) {
+            capacity = records;
+            for (WritableColumnVector v : vectors) if (v != null) v.reserve(capacity);
+        }
+        return Records.decode(body, body.length, part.untilOffset, sink);
+    }
+
+    @Override
+    public ColumnarBatch get() { return batch; }
+
+    @Override
+    public void close() {
+        pull.close();
+        for (WritableColumnVector v : vectors) if (v != null) v.close();
+        for (ConstantColumnVector c : constants) if (c != null) c.close();
+    }
+}
