@@ -14,7 +14,8 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmq_core.broker import message_type as mt
-from rmq_core.codec import decode_messages
+from rmq_core.codec import decode_messages, properties_to_bytes
+from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import MessageConst, SysFlag
 from rmq_core.proxy.proto.apache.rocketmq.v2 import definition_pb2 as pb
 from rmq_core.proxy.proto.apache.rocketmq.v2 import service_pb2 as spb
@@ -60,8 +61,10 @@ def accepted_types(attributes) -> list[int]:
     return [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION] if accepted == mt.MIXED else [_TYPES[accepted]]
 
 
-def to_send(message, max_body_size: int) -> tuple[dict, int, int]:
-    """(properties, sys flag, message type) of a 5.x message to send; BadMessage names what is wrong."""
+def to_send(message, max_body_size: int) -> tuple[bytes, int, int]:
+    """(properties string, sys flag, message type) of a 5.x message to send - the properties
+    encoded once, by the record module's one properties writer, as the store writes them;
+    BadMessage names what is wrong."""
     sp = message.system_properties
     topic = message.topic.name
     if not sp.message_id:
@@ -108,7 +111,11 @@ def to_send(message, max_body_size: int) -> tuple[dict, int, int]:
         props[TRACE_CONTEXT] = sp.trace_context
     if sp.body_encoding == pb.GZIP:
         sys_flag |= SysFlag.COMPRESSED
-    return props, sys_flag, kind
+    try:
+        encoded = properties_to_bytes(props)
+    except IllegalArgumentError as e:  # a separator in a name or value: it would not read back
+        raise BadMessage(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"message {sp.message_id}: {e}") from None
+    return encoded, sys_flag, kind
 
 
 def _host(addr: str | None) -> str:

@@ -15,12 +15,12 @@ import functools
 import logging
 import time
 
-from rmq_core.broker import message_type as mt
 from rmq_core.broker.pop import service as pop
+from rmq_core.broker.processors import born_host_of
 from rmq_core.broker.processors.client import register_consumer
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.config import parse_properties
-from rmq_core.message import MixAll, PermName, SysFlag, decode_offset_msg_id, java_string_hash, properties_to_string
+from rmq_core.message import MixAll, PermName, SysFlag, decode_offset_msg_id, java_string_hash
 from rmq_core.proxy import convert
 from rmq_core.proxy.clients import GrpcClientChannel
 from rmq_core.proxy.proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -103,11 +103,12 @@ def _answers(response_type):
 class _Peer:
     """A 5.x client's request as the broker's processors see their remoting context."""
 
-    __slots__ = ("remote_address", "attributes")
+    __slots__ = ("remote_address", "attributes", "born_host")
 
     def __init__(self, remote_address: str):
         self.remote_address = remote_address
         self.attributes: dict = {}
+        self.born_host = born_host_of(self)  # (host, port): what a stored message records
 
 
 class MessagingService:
@@ -416,10 +417,14 @@ class MessagingService:
         return peer
 
     async def _send(self, message, peer) -> spb.SendResultEntry:
-        """One message through the send processor (as a SEND_MESSAGE_V2 would go)."""
+        """One message: a plain one (no transaction, delivery timestamp, or a topic restricted to
+        one message type) through the send lane's put, from plain values
+        (`SendMessageProcessor.put_plain` / `put_answer`); any other through the send processor
+        as a SEND_MESSAGE_V2 would go (its general path checks it)."""
         ctrl = self.ctrl
         topic = message.topic.name
-        mid = message.system_properties.message_id
+        sp = message.system_properties
+        mid = sp.message_id
         tc = ctrl.topic_manager.select(topic) if topic else None
         if tc is None:  # (never created by a send: QueryRoute told the client it does not exist)
             return spb.SendResultEntry(status=_status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist on broker "
@@ -428,18 +433,30 @@ class MessagingService:
             props, sys_flag, kind = convert.to_send(message, ctrl.store_config.max_message_size)
         except convert.BadMessage as e:
             return spb.SendResultEntry(status=_status(e.code, str(e)), message_id=mid)
-        sp = message.system_properties
         n = tc.write_queue_nums
         queue_id = sp.queue_id
         if not 0 <= queue_id < n:
-            group = props.get(mt.SHARDING_KEY)
+            group = sp.message_group
             # (-1: the send processor picks one of the write queues, as for a 4.x send without one)
             queue_id = (java_string_hash(group) & 0x7FFFFFFF) % n if group and n else -1
-        born = convert.millis(sp.born_timestamp) if sp.HasField("born_timestamp") else int(time.time() * 1000)
+        born = convert.millis(sp.born_timestamp) if sp.HasField("born_timestamp") else 0
+        processor = ctrl.send_processor
+        put = processor.put_plain(topic, queue_id, message.body, 0, props, peer.born_host, born, sys_flag)
+        if put is not None:
+            result, fut, queue_id = put
+            if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answered once it is durable
+                result = await ctrl.store.await_durable_async(result, fut)
+            code, remark, _ = processor.put_answer(result, topic)
+            code = _CODES.get(code, pb.INTERNAL_SERVER_ERROR)
+            if code != pb.OK:
+                return spb.SendResultEntry(status=_status(code, remark or f"send failed: {result.status.name}"),
+                                           message_id=mid)
+            return spb.SendResultEntry(status=_OK, message_id=mid, offset=result.append_result.logics_offset)
         req = RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, {
-            "a": topic, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": str(sys_flag), "g": str(born),
-            "h": "0", "i": properties_to_string(props), "j": "0", "k": "false"}, message.body)
-        resp = ctrl.send_processor.process_send(peer, req)
+            "a": topic, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": str(sys_flag),
+            "g": str(born or int(time.time() * 1000)), "h": "0", "i": props.decode("utf-8"), "j": "0", "k": "false"},
+            message.body)
+        resp = processor.process_send(peer, req)
         if not isinstance(resp, RemotingCommand):  # (an awaitable: a SYNC_FLUSH put, a checked send)
             resp = await resp
         code = _CODES.get(resp.code, pb.INTERNAL_SERVER_ERROR)
