@@ -399,12 +399,16 @@ class MessagingService:
             for t in {m.topic.name for m in messages}:
                 self._auth(call, "SendMessage", ((t, _PUB),))
         peer = self._peer(call.peer)
-        entries = [await self._send(m, peer) for m in messages]
+        response = spb.SendMessageResponse()  # (filled in place: a message built and copied in costs more)
+        entries = response.entries
+        for m in messages:
+            await self._send(m, peer, entries.add())
+        status = response.status
         if len(entries) == 1 or len({e.status.code for e in entries}) == 1:
-            status = entries[0].status
+            status.CopyFrom(entries[0].status)
         else:
-            status = _status(pb.MULTIPLE_RESULTS, "some messages failed")
-        return spb.SendMessageResponse(status=status, entries=entries)
+            status.code, status.message = pb.MULTIPLE_RESULTS, "some messages failed"
+        return response
 
     def _peer(self, address: str) -> _Peer:
         """The client's remoting context, one per address (the send processor caches its born
@@ -416,42 +420,50 @@ class MessagingService:
             peer = self._peers[address] = _Peer(address)
         return peer
 
-    async def _send(self, message, peer) -> spb.SendResultEntry:
-        """One message: a plain one (no transaction, delivery timestamp, or a topic restricted to
-        one message type) through the send lane's put, from plain values
-        (`SendMessageProcessor.put_plain` / `put_answer`); any other through the send processor
-        as a SEND_MESSAGE_V2 would go (its general path checks it)."""
+    async def _send(self, message, peer, entry) -> None:
+        """One message, answered in `entry` (a SendResultEntry): a plain one (no transaction,
+        delivery timestamp or message group, to a topic that takes any message type) through the
+        send lane's put, from plain values (`SendMessageProcessor.put_plain` / `put_answer`); any
+        other through the send processor as a SEND_MESSAGE_V2 would go (its general path checks it)."""
         ctrl = self.ctrl
-        topic = message.topic.name
         sp = message.system_properties
-        mid = sp.message_id
-        tc = ctrl.topic_manager.select(topic) if topic else None
-        if tc is None:  # (never created by a send: QueryRoute told the client it does not exist)
-            return spb.SendResultEntry(status=_status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist on broker "
-                                                      f"{ctrl.broker_config.broker_name}"), message_id=mid)
+        entry.message_id = mid = sp.message_id
+        status = entry.status
+        topic = message.topic.name
         try:
             props, sys_flag, kind = convert.to_send(message, ctrl.store_config.max_message_size)
         except convert.BadMessage as e:
-            return spb.SendResultEntry(status=_status(e.code, str(e)), message_id=mid)
-        n = tc.write_queue_nums
+            if not self._topic_missing(topic, status):
+                status.code, status.message = e.code, str(e)
+            return
         queue_id = sp.queue_id
-        if not 0 <= queue_id < n:
-            group = sp.message_group
-            # (-1: the send processor picks one of the write queues, as for a 4.x send without one)
-            queue_id = (java_string_hash(group) & 0x7FFFFFFF) % n if group and n else -1
+        group = sp.message_group
         born = convert.millis(sp.born_timestamp) if sp.HasField("born_timestamp") else 0
         processor = ctrl.send_processor
-        put = processor.put_plain(topic, queue_id, message.body, 0, props, peer.born_host, born, sys_flag)
-        if put is not None:
-            result, fut, queue_id = put
-            if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answered once it is durable
-                result = await ctrl.store.await_durable_async(result, fut)
-            code, remark, _ = processor.put_answer(result, topic)
-            code = _CODES.get(code, pb.INTERNAL_SERVER_ERROR)
-            if code != pb.OK:
-                return spb.SendResultEntry(status=_status(code, remark or f"send failed: {result.status.name}"),
-                                           message_id=mid)
-            return spb.SendResultEntry(status=_OK, message_id=mid, offset=result.append_result.logics_offset)
+        if not group:  # (a message group's property makes the general path's FIFO checks)
+            if queue_id >= 0:  # the client's queue if it is one of the write queues, else any
+                tc = ctrl.topic_manager.select(topic)
+                if tc is not None and queue_id >= tc.write_queue_nums:
+                    queue_id = -1
+            put = processor.put_plain(topic, max(queue_id, -1), message.body, 0, props, peer.born_host, born, sys_flag)
+            if put is not None:
+                result, fut, _ = put
+                if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answered once it is durable
+                    result = await ctrl.store.await_durable_async(result, fut)
+                code, remark, _ = processor.put_answer(result, topic)
+                code = _CODES.get(code, pb.INTERNAL_SERVER_ERROR)
+                if code != pb.OK:
+                    status.code, status.message = code, remark or f"send failed: {result.status.name}"
+                    return
+                status.code, status.message = pb.OK, "OK"
+                entry.offset = result.append_result.logics_offset
+                return
+        if self._topic_missing(topic, status):
+            return
+        n = ctrl.topic_manager.select(topic).write_queue_nums
+        if not 0 <= queue_id < n:
+            # (-1: the send processor picks one of the write queues, as for a 4.x send without one)
+            queue_id = (java_string_hash(group) & 0x7FFFFFFF) % n if group and n else -1
         req = RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, {
             "a": topic, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": str(sys_flag),
             "g": str(born or int(time.time() * 1000)), "h": "0", "i": props.decode("utf-8"), "j": "0", "k": "false"},
@@ -461,14 +473,22 @@ class MessagingService:
             resp = await resp
         code = _CODES.get(resp.code, pb.INTERNAL_SERVER_ERROR)
         if code != pb.OK:
-            return spb.SendResultEntry(status=_status(code, resp.remark or f"send failed: code {resp.code}"),
-                                       message_id=mid)
+            status.code, status.message = code, resp.remark or f"send failed: code {resp.code}"
+            return
         ext = resp.ext_fields
-        offset = int(ext.get("queueOffset") or 0)
-        tid = ""
+        entry.offset = offset = int(ext.get("queueOffset") or 0)
         if kind == pb.TRANSACTION or sys_flag & SysFlag.TRANSACTION_PREPARED_TYPE:
-            tid = convert.transaction_id(decode_offset_msg_id(ext["msgId"])[2], offset)
-        return spb.SendResultEntry(status=_OK, message_id=mid, transaction_id=tid, offset=offset)
+            entry.transaction_id = convert.transaction_id(decode_offset_msg_id(ext["msgId"])[2], offset)
+        status.code, status.message = pb.OK, "OK"
+
+    def _topic_missing(self, topic: str, status) -> bool:
+        """Whether `topic` does not exist here (answered TOPIC_NOT_FOUND in `status`): a send never
+        creates one (QueryRoute told the client it does not exist)."""
+        if topic and self.ctrl.topic_manager.select(topic) is not None:
+            return False
+        status.code = pb.TOPIC_NOT_FOUND
+        status.message = f"topic {topic} does not exist on broker {self.ctrl.broker_config.broker_name}"
+        return True
 
     @_answers(spb.EndTransactionResponse)
     async def EndTransaction(self, request, call):

@@ -19,7 +19,7 @@ from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageSta
 
 from rmq_core._native.frame import header_ints as _header_ints
 from rmq_core.remoting.command import new_response as _new_response
-from rmq_core._native.send_lane import (LaneCheck, LaneChecks, PyLaneCheck, SendLane, SendLaneState, WriteFence,
+from rmq_core._native.send_lane import (LaneCheck, LaneChecks, PlainSend, PyLaneCheck, SendLane, SendLaneState, WriteFence,
                                         checked_queues, plain_send_queues, special_properties)
 
 log = logging.getLogger("rmq.broker")
@@ -41,6 +41,9 @@ _PUT_STATUS_TO_CODE = {s: ResponseCode[s.name] for s in PutMessageStatus if s.na
     PutMessageStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
     PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: ResponseCode.SYSTEM_ERROR,  # (RocketMQ 5's code; the remark says why)
     PutMessageStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR}
+
+
+_SUCCESS = int(ResponseCode.SUCCESS)
 
 
 class SendHeader:
@@ -119,6 +122,7 @@ class SendMessageProcessor(Processor):
         # version is unchanged, a plain send to it needs none of those checks again.
         self._send_topics: dict[str, tuple] = {}
         self._state = None  # process_send's SendLaneState (see _new_state)
+        self._plain = PlainSend()  # put_plain's message
         # batch header properties -> (them as a dict, a timer refusal or None, the extra
         # properties every item of the batch gets, encoded): see _process_batch
         self._batch_extras: dict[str, tuple] = {}
@@ -270,12 +274,15 @@ class SendMessageProcessor(Processor):
             return None
         if queue_id < 0:
             queue_id = random.randrange(queues)
-        inner = MessageExtBrokerInner(
-            topic=topic, queue_id=queue_id, body=body, flag=flag,
-            properties_bytes=properties + self._cluster_property(), sys_flag=sys_flag,
-            born_timestamp=born_timestamp or int(time.time() * 1000), born_host=born_host,
-            reconsume_times=reconsume_times)
-        result, fut = self.ctrl.store.put_nowait(inner)
+        msg = self._plain  # (the lane's message: refilled per send, the put keeps none of it)
+        msg.topic, msg.queue_id, msg.body, msg.flag = topic, queue_id, body, flag
+        msg.properties_bytes = properties + state.cluster_prop
+        msg.sys_flag, msg.born_timestamp = sys_flag, born_timestamp or int(time.time() * 1000)
+        msg.born_host, msg.reconsume_times = born_host, reconsume_times
+        try:
+            result, fut = self.ctrl.store.put_nowait(msg)
+        finally:
+            msg.body = msg.properties_bytes = None
         return result, fut, queue_id
 
     def _process_batch(self, ctx, request, queues, ints, topic, props):
@@ -442,7 +449,11 @@ class SendMessageProcessor(Processor):
         """A send's answer from its put's result as put_outcome gives it - the write fence checked
         as the answer is made (docs/failover.md), and an acknowledged put counted in the broker's
         stats; message_type: the metrics' label for a message that is not "normal"."""
-        code, remark, fields = put_outcome(result.status, result.error)
+        status = result.status
+        if status is PutMessageStatus.PUT_OK:  # (the common case, without the mapping's lookups)
+            code, remark, fields = _SUCCESS, None, True
+        else:
+            code, remark, fields = put_outcome(status, result.error)
         if fields and self.ctrl.write_fence.lapsed():
             code, remark, fields = put_outcome(self.ctrl.write_fence)
         if fields:
