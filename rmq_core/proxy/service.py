@@ -59,6 +59,7 @@ _POP_CODES = {
 # ACL permission bits (plugins/acl: Permission)
 _ANY, _PUB, _SUB = 2, 4, 8
 _OK = pb.Status(code=pb.OK, message="OK")
+_SENT = (pb.OK, "OK")  # a sent message's (code, message)
 # gRPC status codes (the call's own status, beside the Status in a response)
 GRPC_UNIMPLEMENTED, GRPC_INTERNAL = 12, 13
 
@@ -401,13 +402,19 @@ class MessagingService:
         peer = self._peer(call.peer)
         response = spb.SendMessageResponse()  # (filled in place: a message built and copied in costs more)
         entries = response.entries
+        first = None
+        mixed = False
         for m in messages:
-            await self._send(m, peer, entries.add())
+            entry = entries.add()
+            answer = await self._send(m, peer, entry)
+            status = entry.status
+            status.code, status.message = answer
+            if first is None:
+                first = answer
+            elif answer[0] != first[0]:
+                mixed = True
         status = response.status
-        if len(entries) == 1 or len({e.status.code for e in entries}) == 1:
-            status.CopyFrom(entries[0].status)
-        else:
-            status.code, status.message = pb.MULTIPLE_RESULTS, "some messages failed"
+        status.code, status.message = (pb.MULTIPLE_RESULTS, "some messages failed") if mixed else first
         return response
 
     def _peer(self, address: str) -> _Peer:
@@ -420,22 +427,19 @@ class MessagingService:
             peer = self._peers[address] = _Peer(address)
         return peer
 
-    async def _send(self, message, peer, entry) -> None:
-        """One message, answered in `entry` (a SendResultEntry): a plain one (no transaction,
-        delivery timestamp or message group, to a topic that takes any message type) through the
-        send lane's put, from plain values (`SendMessageProcessor.put_plain` / `put_answer`); any
+    async def _send(self, message, peer, entry) -> tuple[int, str]:
+        """One message's status (code, message); its SendResultEntry's other fields are set in
+        `entry`.  A plain one (no transaction, delivery timestamp or message group, to a topic that
+        takes any message type) goes through the send lane's put, from plain values (`SendMessageProcessor.put_plain` / `put_answer`); any
         other through the send processor as a SEND_MESSAGE_V2 would go (its general path checks it)."""
         ctrl = self.ctrl
         sp = message.system_properties
-        entry.message_id = mid = sp.message_id
-        status = entry.status
+        entry.message_id = sp.message_id
         topic = message.topic.name
         try:
             props, sys_flag, kind = convert.to_send(message, ctrl.store_config.max_message_size)
         except convert.BadMessage as e:
-            if not self._topic_missing(topic, status):
-                status.code, status.message = e.code, str(e)
-            return
+            return self._topic_missing(topic) or (e.code, str(e))
         queue_id = sp.queue_id
         group = sp.message_group
         born = convert.millis(sp.born_timestamp) if sp.HasField("born_timestamp") else 0
@@ -445,7 +449,7 @@ class MessagingService:
                 tc = ctrl.topic_manager.select(topic)
                 if tc is not None and queue_id >= tc.write_queue_nums:
                     queue_id = -1
-            put = processor.put_plain(topic, max(queue_id, -1), message.body, 0, props, peer.born_host, born, sys_flag)
+            put = processor.put_plain(topic, queue_id, message.body, 0, props, peer.born_host, born, sys_flag)
             if put is not None:
                 result, fut, _ = put
                 if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answered once it is durable
@@ -453,13 +457,12 @@ class MessagingService:
                 code, remark, _ = processor.put_answer(result, topic)
                 code = _CODES.get(code, pb.INTERNAL_SERVER_ERROR)
                 if code != pb.OK:
-                    status.code, status.message = code, remark or f"send failed: {result.status.name}"
-                    return
-                status.code, status.message = pb.OK, "OK"
+                    return code, remark or f"send failed: {result.status.name}"
                 entry.offset = result.append_result.logics_offset
-                return
-        if self._topic_missing(topic, status):
-            return
+                return _SENT
+        missing = self._topic_missing(topic)
+        if missing:
+            return missing
         n = ctrl.topic_manager.select(topic).write_queue_nums
         if not 0 <= queue_id < n:
             # (-1: the send processor picks one of the write queues, as for a 4.x send without one)
@@ -473,22 +476,19 @@ class MessagingService:
             resp = await resp
         code = _CODES.get(resp.code, pb.INTERNAL_SERVER_ERROR)
         if code != pb.OK:
-            status.code, status.message = code, resp.remark or f"send failed: code {resp.code}"
-            return
+            return code, resp.remark or f"send failed: code {resp.code}"
         ext = resp.ext_fields
         entry.offset = offset = int(ext.get("queueOffset") or 0)
         if kind == pb.TRANSACTION or sys_flag & SysFlag.TRANSACTION_PREPARED_TYPE:
             entry.transaction_id = convert.transaction_id(decode_offset_msg_id(ext["msgId"])[2], offset)
-        status.code, status.message = pb.OK, "OK"
+        return _SENT
 
-    def _topic_missing(self, topic: str, status) -> bool:
-        """Whether `topic` does not exist here (answered TOPIC_NOT_FOUND in `status`): a send never
-        creates one (QueryRoute told the client it does not exist)."""
+    def _topic_missing(self, topic: str) -> tuple[int, str] | None:
+        """TOPIC_NOT_FOUND (code, message) when `topic` does not exist here: a send never creates
+        one (QueryRoute told the client it does not exist)."""
         if topic and self.ctrl.topic_manager.select(topic) is not None:
-            return False
-        status.code = pb.TOPIC_NOT_FOUND
-        status.message = f"topic {topic} does not exist on broker {self.ctrl.broker_config.broker_name}"
-        return True
+            return None
+        return pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist on broker {self.ctrl.broker_config.broker_name}"
 
     @_answers(spb.EndTransactionResponse)
     async def EndTransaction(self, request, call):
