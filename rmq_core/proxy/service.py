@@ -1,8 +1,9 @@
 """MessagingService (apache.rocketmq.v2) over the broker's own parts, as RocketMQ 5's proxy serves
 it in "local" mode.
 
-Every RPC reaches the code its 4.x counterpart runs: SendMessage the send processor's
-`process_send` (topic checks, message type, max size, timer, half messages, the store's put),
+Every RPC reaches the code its 4.x counterpart runs: SendMessage the send lane's put for a plain
+message (`SendMessageProcessor.put_plain`), the send processor's `process_send` for any other
+(topic checks, message type, max size, timer, half messages, the store's put),
 EndTransaction `TransactionalMessageService.end_transaction`, the receive / ack / change of
 invisible duration / dead-letter forward the broker's PopService; ACL the access validator's
 accounts and permission decision (`check_grpc`: only the signature differs).  A refusal is answered
