@@ -1,4 +1,4 @@
-"""Message body compression, as a record's sysFlag describes it (REMOTING.md §5.4, §6.3).
+"""Message body compression, as a record's sysFlag describes it (docs/protocol.md §4.4, §5.2).
 
 sysFlag bit 0 (0x1) says "the body is compressed"; RocketMQ 4.9.4+ adds the algorithm in bits
 8-10: 0x100 LZ4, 0x200 ZSTD, 0x300 ZLIB, and 0 with bit 0 set still means zlib.  4.x clients
@@ -20,13 +20,15 @@ import zlib
 import lz4.frame
 from isal import isal_zlib
 
+from rmq_core import record_layout
 from rmq_core.errors import RMQError
 
-COMPRESSED_FLAG = 0x1
-COMPRESSION_TYPE_MASK = 0x700
-COMPRESSION_LZ4 = 0x100
-COMPRESSION_ZSTD = 0x200
-COMPRESSION_ZLIB = 0x300
+# sysFlag's compression bits (record_layout.pxd)
+COMPRESSED_FLAG = record_layout.COMPRESSED
+COMPRESSION_TYPE_MASK = record_layout.COMPRESSION_TYPE_MASK
+COMPRESSION_LZ4 = record_layout.COMPRESSION_LZ4
+COMPRESSION_ZSTD = record_layout.COMPRESSION_ZSTD
+COMPRESSION_ZLIB = record_layout.COMPRESSION_ZLIB
 # The C++ producer's compressMsgBodyOverHowmuch: bodies this large are worth deflating.
 COMPRESS_OVER_DEFAULT = 4096
 KINDS = ("zlib", "lz4", "zstd")
@@ -126,13 +128,8 @@ def to_4x_compatible(body, sys_flag: int, *, compress_over: int = COMPRESS_OVER_
     return plain, base
 
 
-def _body_length_position(sys_flag: int) -> int:
-    # BODYLENGTH sits at 84 with IPv4 hosts; each IPv6 host adds 12 bytes before it.
-    return 84 + (12 if sys_flag & 0x10 else 0) + (12 if sys_flag & 0x20 else 0)
-
-
 def recompress_records_for_4x(buf, *, compress_over: int = COMPRESS_OVER_DEFAULT, level: int = 5):
-    """Rewrite concatenated records so none carries an LZ4/ZSTD body (REMOTING.md §5.4: a 4.x
+    """Rewrite concatenated records so none carries an LZ4/ZSTD body (docs/protocol.md §4.4: a 4.x
     client inflates every bit-0 body with zlib).  zlib records pass through as they are, 0x301
     included: 4.x clients read bit 0 and ignore the type bits.
 
@@ -155,14 +152,14 @@ def recompress_records_for_4x(buf, *, compress_over: int = COMPRESS_OVER_DEFAULT
         # Full framing check of the record before its parts are cut apart.
         body = decode_message(buf, offset, decompress=False).body
         body_len = len(body)
-        blp = _body_length_position(sys_flag)
+        blp = record_layout.body_length_at(sys_flag)
         new_body, new_flag = to_4x_compatible(body, sys_flag, compress_over=compress_over, level=level)
         tail = record[blp + 4 + body_len:]
         total = size - body_len + len(new_body)
         out.append(b"".join((
             struct.pack(">i", total), record[4:8],
-            struct.pack(">i", zlib.crc32(new_body) & 0x7FFFFFFF), record[12:36],
-            struct.pack(">i", new_flag), record[40:blp],
+            struct.pack(">i", zlib.crc32(new_body) & 0x7FFFFFFF), record[record_layout.QUEUE_ID_AT:record_layout.SYS_FLAG_AT],
+            struct.pack(">i", new_flag), record[record_layout.BORN_TIMESTAMP_AT:blp],
             struct.pack(">i", len(new_body)), new_body, tail,
         )))
     return b"".join(out)

@@ -43,7 +43,7 @@ class PropertiesSizeExceededError(IllegalArgumentError):
 
 
 class BatchFormatError(IllegalArgumentError):
-    """A SEND_BATCH_MESSAGE body does not decode (REMOTING.md §8)."""
+    """A SEND_BATCH_MESSAGE body does not decode (docs/protocol.md §5.5)."""
 
 
 class MessageDecodeError(RMQError, ValueError):

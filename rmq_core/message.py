@@ -17,13 +17,14 @@ from typing import Callable, Mapping
 
 import attrs
 
+from rmq_core import record_layout as _layout
 from rmq_core.errors import IllegalArgumentError
 
-# --- record layout facts (shared/protocol/REMOTING.md §6) ------------------------------------------
-MESSAGE_MAGIC_CODE = 0xDAA320A7  # -626843481 as a signed int32
-BLANK_MAGIC_CODE = 0xCBD43194  # end-of-file filler in a commit-log segment
-MAX_TOPIC_LENGTH = 127  # 1-byte topic length in the v1 record
-MAX_PROPERTIES_LENGTH = 32767  # int16 properties length
+# --- record layout facts (docs/protocol.md §5; defined in rmq_core/_native/record_layout.pxd) -----
+MESSAGE_MAGIC_CODE = _layout.MESSAGE_MAGIC_CODE  # -626843481 as a signed int32
+BLANK_MAGIC_CODE = _layout.BLANK_MAGIC_CODE  # end-of-file filler in a commit-log segment
+MAX_TOPIC_LENGTH = _layout.MAX_TOPIC  # 1-byte topic length in the v1 record
+MAX_PROPERTIES_LENGTH = _layout.MAX_PROPS  # int16 properties length
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
@@ -88,23 +89,23 @@ class MessageConst:
 
 
 class SysFlag:
-    """Bits of a record's sysFlag (REMOTING.md §6.3)."""
+    """Bits of a record's sysFlag (docs/protocol.md §5.2; record_layout.pxd defines them)."""
 
-    COMPRESSED = 0x1
-    MULTI_TAGS = 0x2
+    COMPRESSED = _layout.COMPRESSED
+    MULTI_TAGS = _layout.MULTI_TAGS
     TRANSACTION_NOT_TYPE = 0x0
-    TRANSACTION_PREPARED_TYPE = 0x4
-    TRANSACTION_COMMIT_TYPE = 0x8
-    TRANSACTION_ROLLBACK_TYPE = 0xC
-    TRANSACTION_MASK = 0xC
-    BORNHOST_V6 = 0x10
-    STOREHOST_V6 = 0x20
-    NEED_UNWRAP = 0x40
-    INNER_BATCH = 0x80
-    COMPRESSION_LZ4 = 0x100
-    COMPRESSION_ZSTD = 0x200
-    COMPRESSION_ZLIB = 0x300
-    COMPRESSION_TYPE_MASK = 0x700
+    TRANSACTION_PREPARED_TYPE = _layout.TRANSACTION_PREPARED_TYPE
+    TRANSACTION_COMMIT_TYPE = _layout.TRANSACTION_COMMIT_TYPE
+    TRANSACTION_ROLLBACK_TYPE = _layout.TRANSACTION_ROLLBACK_TYPE
+    TRANSACTION_MASK = _layout.TRANSACTION_MASK
+    BORNHOST_V6 = _layout.BORNHOST_V6
+    STOREHOST_V6 = _layout.STOREHOST_V6
+    NEED_UNWRAP = _layout.NEED_UNWRAP
+    INNER_BATCH = _layout.INNER_BATCH
+    COMPRESSION_LZ4 = _layout.COMPRESSION_LZ4
+    COMPRESSION_ZSTD = _layout.COMPRESSION_ZSTD
+    COMPRESSION_ZLIB = _layout.COMPRESSION_ZLIB
+    COMPRESSION_TYPE_MASK = _layout.COMPRESSION_TYPE_MASK
 
     @staticmethod
     def transaction_value(sys_flag: int) -> int:
@@ -292,12 +293,15 @@ def host_port(addr: str | None) -> tuple[str, int]:
 
 
 def create_offset_msg_id(host: str, port: int, commit_log_offset: int) -> str:
-    """The broker-side id: store host IPv4 + port + physical offset, 32 upper-case hex (§7.1)."""
-    try:
-        ip = socket.inet_aton(host)
-    except OSError:
+    """The broker-side id (docs/protocol.md §5.4): the store host's address (IPv4, 32 hex digits in
+    all, or IPv6, 56) and port, then the physical offset, as the native record code writes it; a
+    host name stands for its IPv4 address."""
+    from rmq_core._native.record import ip_bytes, offset_msg_id
+
+    ip = ip_bytes(host)
+    if ip is None:
         ip = socket.inet_aton(socket.gethostbyname(host))
-    return (ip + struct.pack(">iq", port, commit_log_offset)).hex().upper()
+    return offset_msg_id(ip + struct.pack(">i", port), commit_log_offset)
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
@@ -316,7 +320,7 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
 class MessageClientIDSetter:
     """Client-side unique ids (UNIQ_KEY): IP(4) + pid(2) + per-process random(4) + ms since the
     start of this month(4) + counter(2) -> 32 upper-case hex.  Treat the value as opaque.
-    create_uniq_id is the native maker (rmq_core._native.record.UniqIds), made from these parts."""
+    create_uniq_id is the native maker (rmq_core._native.record_batch.UniqIds), made from these parts."""
 
     _fix = None
     _sequence = itertools.count(1)  # (atomic under the GIL, as Java's AtomicInteger)
@@ -515,7 +519,8 @@ def encode_properties_checked(props: Mapping[str, str]) -> bytes:
 
 from rmq_core import errors as _errors  # noqa: E402
 from rmq_core._native import record as _record  # noqa: E402
-from rmq_core._native.record import MessageExt, UniqIds  # noqa: E402
+from rmq_core._native.record import MessageExt  # noqa: E402
+from rmq_core._native.record_batch import UniqIds  # noqa: E402
 
 
 def _decompress(body, sys_flag):

@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from rmq_core._native.record import decode_columns
+from rmq_core._native.record_columns import decode_columns
 from rmq_core.message import MessageConst
 
 # The `properties` column holds the user's properties: RocketMQ's own (TAGS, KEYS, UNIQ_KEY, WAIT,

@@ -16,19 +16,21 @@ from rmq_core.codec import (
     MessageDecodeError,
     MessageExt,
     decode_batch_body,
-    decode_batch_body_py,
     decode_message,
     decode_messages,
-    decode_messages_py,
-    encode_batch_body,
-    encode_message_record,
     java_string_hash,
-    java_string_hash_py,
     properties_to_bytes,
-    properties_to_bytes_py,
     string_to_properties,
-    string_to_properties_py,
     tags_code_from_properties,
+)
+from tests.codec_oracle import (
+    decode_batch_body_py,
+    decode_messages_py,
+    encode_batch_items,
+    encode_message_record,
+    java_string_hash_py,
+    properties_to_bytes_py,
+    string_to_properties_py,
     tags_code_from_properties_py,
 )
 from rmq_core.errors import IllegalArgumentError
@@ -84,7 +86,7 @@ def test_encoder_reproduces_the_181_byte_record_of_remoting_6_1():
     )
     assert len(record) == 181
     assert record == expected
-    assert record[8:12] == bytes.fromhex("2873287f")  # CRC32("seed-0") & 0x7fffffff, as in §6.1
+    assert record[8:12] == bytes.fromhex("2873287f")  # CRC32("seed-0") & 0x7fffffff, as in docs/protocol.md §5.1
 
 
 @pytest.mark.parametrize("impl", DECODERS)
@@ -165,7 +167,7 @@ def test_what_the_real_client_saw_in_the_pull_scenario():
             assert m.msg_id == p["id"]
         else:
             # No UNIQ_KEY: the id is the offsetMsgId.  We give Java's byte order; the C++ client
-            # shows the IPv4 bytes reversed (REMOTING.md §7.1) — same id otherwise.
+            # shows the IPv4 bytes reversed (docs/protocol.md §5.4) — same id otherwise.
             assert m.msg_id == m.offset_msg_id == "7F00000100002A9F00000000000007E7"
             assert p["id"] == "0100007F" + m.msg_id[8:]
     by_id = {m.msg_id: m for m in decoded.values()}
@@ -207,7 +209,7 @@ def test_captured_batch_bodies(impl):
             assert props.decode() == e["propertiesRaw"]
             assert string_to_properties(props) == e["properties"]
         # The client's own encoding, reproduced byte for byte.
-        assert encode_batch_body(items) == body
+        assert encode_batch_items(items) == body
 
 
 # --- records: native vs pure Python ----------------------------------------------------------------
@@ -443,7 +445,7 @@ _batch_item = st.tuples(_i32, st.binary(max_size=200), _props)
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_batch_item, max_size=5))
 def test_batch_bodies_round_trip(items):
-    body = encode_batch_body(items)
+    body = encode_batch_items(items)
     for decode in BATCH_DECODERS.values():
         out = decode(body)
         assert [(f, b) for f, b, _ in out] == [(f, b) for f, b, _ in items]
@@ -462,7 +464,7 @@ def test_batch_bodies_round_trip(items):
 
 
 def test_batch_errors_name_the_item():
-    good = encode_batch_body([(0, b"a", {"K": "v"}), (1, b"bb", "")])
+    good = encode_batch_items([(0, b"a", {"K": "v"}), (1, b"bb", "")])
     first = struct.unpack_from(">i", good)[0]
     lying = bytearray(good)
     struct.pack_into(">i", lying, first + 16, 10**6)  # second item's body length
@@ -471,7 +473,7 @@ def test_batch_errors_name_the_item():
     with pytest.raises(MessageDecodeError, match="truncated batch item: 5 bytes left"):
         decode_batch_body(good + b"12345")
     with pytest.raises(IllegalArgumentError, match="batch item 0 must be"):
-        encode_batch_body([b"oops"])
+        encode_batch_items([b"oops"])
 
 
 # --- properties and hashes -----------------------------------------------------------------------------

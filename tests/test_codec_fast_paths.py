@@ -14,13 +14,8 @@ import weakref
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_core.codec import (
-    MessageExt,
-    decode_messages,
-    encode_message_record,
-    string_to_properties,
-    string_to_properties_py,
-)
+from rmq_core.codec import MessageExt, decode_messages, string_to_properties
+from tests.codec_oracle import encode_message_record, string_to_properties_py
 
 NAMES = ["UNIQ_KEY", "TAGS", "KEYS", "WAIT", "MSG_REGION", "TRACE_ON", "k", "ключ", "TAGSX", "TAG"]
 

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmq_core import compression
-from rmq_core.codec import MessageDecodeError, decode_messages, encode_message_record, record_sizes_and_flags
+from rmq_core.codec import MessageDecodeError, decode_messages, record_sizes_and_flags
+from tests.codec_oracle import encode_message_record
 from rmq_core.compression import (
     CompressionError,
     compress,
@@ -33,7 +34,7 @@ def test_compress_round_trip_and_flag_bits(kind, bits):
 
 def test_formats_are_the_ones_other_implementations_write():
     # a zlib stream (header 0x78, deflate, Adler-32): what the C++ producer sends and every 4.x
-    # reader inflates (REMOTING.md §5.4), at each level
+    # reader inflates (docs/protocol.md §4.4), at each level
     for level in range(-1, 10):
         body, _ = compress(PLAIN, "zlib", level)
         assert body[0] == 0x78 and zlib.decompress(body) == PLAIN and len(body) < len(PLAIN) // 10

@@ -24,7 +24,8 @@ CHILD = textwrap.dedent(r"""
     before = arena_allocator()
     import rmq_core
     from rmq_core import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
-    from rmq_core.codec import decode_messages, encode_message_record
+    from rmq_core.codec import decode_messages
+    from tests.codec_oracle import encode_message_record
     import rmq_core._native.send_pipeline, rmq_core._native.frame, rmq_core._native.send_lane
     import rmq_core._native.commit_log, rmq_core._native.cq, rmq_core._native.group_commit
     import rmq_core._native.mapped, rmq_core._native.index, rmq_core._native.record, rmq_core._native.crc

@@ -2,9 +2,6 @@
 message record; the record format and its encoders are rmq_core._native.record)."""
 from rmq_core._native.mapped import NativeMap
 
-MESSAGE_MAGIC_CODE: int
-BLANK_MAGIC_CODE: int
-END_FILE_MIN_BLANK_LENGTH: int
 def write_blank(dst: NativeMap, pos: int, fd: int = -1) -> None: ...
 def encode_batch_into(dst: NativeMap, dst_pos: int, dst_len: int, body: bytes, body_pos: int, n_items: int,
                       topic: bytes, queue_id: int, sys_flag: int, born_ts: int, born_host: bytes, store_host: bytes,
@@ -22,4 +19,3 @@ def put_record(seg: NativeMap, write_pos: int, fd: int, scratch: bytearray | Non
                born_ts: int, born_host: bytes, store_host: bytes, reconsume_times: int, prepared: int,
                body_crc: int, queue_offset: int, phys: int, store_timestamp: int, tags: int | None) -> int: ...
 def body_crc(body: bytes) -> int: ...
-def offset_msg_id(host: bytes, phys: int) -> str: ...

@@ -30,20 +30,17 @@ cdef extern from "<unistd.h>" nogil:
 
 from rmq_core._native.crc cimport crc32_update
 from java_hash cimport java_hash_utf8
-from rmq_core._native.record cimport (batch_template, rmq_batch_crc32, rmq_batch_encode,
-                                      rmq_batch_tmpl, rmq_hash_fn, rmq_tag_cache, record_len,
-                                      store_ts_pos, tags_code_of, write_record)
+from rmq_core._native.record cimport (batch_template, put_offset_hex, put_offset_msg_id, rmq_batch_crc32,
+                                      rmq_batch_encode, rmq_batch_tmpl, rmq_hash_fn, rmq_tag_cache, tags_code_of,
+                                      write_record)
+from record_layout cimport (BLANK_MAGIC_CODE as BLANK_MAGIC, MAX_PROPS, MAX_TOPIC, MESSAGE_MAGIC_CODE as MAGIC,
+                            HOST_V4_LEN, HOST_V6_LEN, MAGIC_CODE_AT, MIN_BLANK, PHYSICAL_OFFSET_AT, QUEUE_OFFSET_AT, RECORD_FIXED_V4, SYS_FLAG_AT,
+                            born_host_len, record_len, store_host_len, store_timestamp_at)
 
 
 rmq_batch_crc32 = crc32_update  # the batch encoder (store_batch.h) uses the crc module's CRC-32
 
 
-cdef uint32_t MAGIC = 0xDAA320A7u
-cdef uint32_t BLANK_MAGIC = 0xCBD43194u
-
-MESSAGE_MAGIC_CODE = MAGIC
-BLANK_MAGIC_CODE = BLANK_MAGIC
-END_FILE_MIN_BLANK_LENGTH = MIN_BLANK
 
 
 
@@ -99,16 +96,16 @@ cdef inline Py_ssize_t fill_records(unsigned char *s, Py_ssize_t n, Py_ssize_t s
     cdef int32_t sysf
     while i < count:
         size = <int32_t>rmq_ld32(s + sp)
-        if size < 91 or sp + size > n:
+        if size < RECORD_FIXED_V4 or sp + size > n:
             break
         if pos + size + MIN_BLANK > file_size:
             eof[0] = True
             break
         d = s + sp
-        rmq_st64(d + 20, <uint64_t>(queue_offset + i))
-        rmq_st64(d + 28, <uint64_t>(file_from_offset + pos))
-        sysf = <int32_t>rmq_ld32(d + 36)
-        rmq_st64(d + store_ts_pos(sysf), <uint64_t>store_timestamp)
+        rmq_st64(d + QUEUE_OFFSET_AT, <uint64_t>(queue_offset + i))
+        rmq_st64(d + PHYSICAL_OFFSET_AT, <uint64_t>(file_from_offset + pos))
+        sysf = <int32_t>rmq_ld32(d + SYS_FLAG_AT)
+        rmq_st64(d + store_timestamp_at(sysf), <uint64_t>store_timestamp)
         rmq_st64(cq, <uint64_t>(file_from_offset + pos))
         rmq_st32(cq + 8, <uint32_t>size)
         rmq_st64(cq + 12, <uint64_t>tags[i])
@@ -204,9 +201,9 @@ def write_blank(NativeMap dst, Py_ssize_t pos, int fd=-1):
 def record_store_timestamp(NativeMap m, Py_ssize_t pos):
     """Store timestamp of the record at pos (0 if no message record starts there)."""
     cdef unsigned char *p = m.check(pos, pos + 8)
-    if pos + 64 > m.size or rmq_ld32(p + pos + 4) != MAGIC:
+    if pos + 64 > m.size or rmq_ld32(p + pos + MAGIC_CODE_AT) != MAGIC:
         return 0
-    return <int64_t>rmq_ld64(p + pos + store_ts_pos(<int32_t>rmq_ld32(p + pos + 36)))
+    return <int64_t>rmq_ld64(p + pos + store_timestamp_at(<int32_t>rmq_ld32(p + pos + SYS_FLAG_AT)))
 
 
 # --- results of a batch append ------------------------------------------------------------------
@@ -224,20 +221,16 @@ cdef extern from "Python.h":
     object PyUnicode_New(Py_ssize_t size, uint32_t maxchar)
     void *PyUnicode_DATA(object o)
 
-cdef char _HEX_PAIRS[512]
-for _i in range(256):
-    _HEX_PAIRS[2 * _i] = b"0123456789ABCDEF"[_i >> 4]
-    _HEX_PAIRS[2 * _i + 1] = b"0123456789ABCDEF"[_i & 15]
-
-
 def offset_msg_ids(entries, Py_ssize_t count, bytes host):
     """Comma-joined offsetMsgIds (store host bytes + commit-log offset, upper-case hex) of the first
     `count` entries; `host` is the 8 (IPv4) or 20 (IPv6) byte encoded store host.  Written straight
-    into one ASCII str: the host's hex once, then two characters per offset byte from a table."""
+    into one ASCII str by record.pxd's put_offset_msg_id."""
     cdef const unsigned char[::1] v = entries
-    cdef Py_ssize_t hl = len(host), i, j
+    cdef Py_ssize_t hl = len(host), i
     if v.shape[0] < count * CQ_UNIT:
         raise ValueError("entries buffer shorter than count")
+    if hl != HOST_V4_LEN and hl != HOST_V6_LEN:
+        raise ValueError(f"store host of {hl} bytes; it must be {HOST_V4_LEN} or {HOST_V6_LEN}")
     if count == 0:
         return ""
     cdef Py_ssize_t per = (hl + 8) * 2
@@ -245,20 +238,15 @@ def offset_msg_ids(entries, Py_ssize_t count, bytes host):
     cdef char *o = <char *>PyUnicode_DATA(out)
     cdef const unsigned char *h = <const unsigned char *><char *>host
     cdef const unsigned char *e = &v[0]
-    cdef char prefix[40]
-    for j in range(hl):
-        memcpy(prefix + 2 * j, _HEX_PAIRS + 2 * h[j], 2)
+    cdef const char *first = o
     with nogil:
-        for i in range(count):
-            memcpy(o, prefix, 2 * hl)
-            o += 2 * hl
-            for j in range(8):
-                memcpy(o, _HEX_PAIRS + 2 * e[j], 2)
-                o += 2
+        o += put_offset_msg_id(o, h, hl, <int64_t>rmq_ld64(e))
+        for i in range(1, count):
             e += CQ_UNIT
-            if i + 1 < count:
-                o[0] = 44
-                o += 1
+            o[0] = 44
+            memcpy(o + 1, first, 2 * hl)  # the host's digits, as the first id has them
+            put_offset_hex(o + 1 + 2 * hl, <int64_t>rmq_ld64(e))
+            o += per + 1
     return out
 
 
@@ -280,7 +268,7 @@ def put_record(NativeMap seg, Py_ssize_t write_pos, int fd, bytearray scratch, N
         raise ValueError(f"topic of {tl} bytes; it must be 1..{MAX_TOPIC}")
     if pl > MAX_PROPS:
         raise ValueError(f"properties of {pl} bytes; at most {MAX_PROPS}")
-    if bhl != (20 if sys_flag & BORNHOST_V6 else 8) or shl != (20 if sys_flag & STOREHOST_V6 else 8):
+    if bhl != born_host_len(sys_flag) or shl != store_host_len(sys_flag):
         raise ValueError(f"hosts of {bhl}/{shl} bytes do not match sysFlag {sys_flag:#x}")
     cdef Py_ssize_t total = record_len(bhl, shl, bl, tl, pl)
     cdef const unsigned char *bp = <const unsigned char *><char *>body
@@ -301,9 +289,9 @@ def put_record(NativeMap seg, Py_ssize_t write_pos, int fd, bytearray scratch, N
     write_record(d, <int32_t>total, crc, queue_id, flag, sys_flag, born_ts,
                  <const unsigned char *><char *>born_host, bhl, <const unsigned char *><char *>store_host, shl,
                  reconsume_times, prepared, bp, bl, <const unsigned char *><char *>topic, tl, pp, pl, NULL, 0, False)
-    rmq_st64(d + 20, <uint64_t>queue_offset)
-    rmq_st64(d + 28, <uint64_t>phys)
-    rmq_st64(d + store_ts_pos(sys_flag), <uint64_t>store_timestamp)
+    rmq_st64(d + QUEUE_OFFSET_AT, <uint64_t>queue_offset)
+    rmq_st64(d + PHYSICAL_OFFSET_AT, <uint64_t>phys)
+    rmq_st64(d + store_timestamp_at(sys_flag), <uint64_t>store_timestamp)
     # one page-cache write: keeping the GIL is cheaper than handing it over and back
     if fd >= 0 and pwrite_all(fd, d, total, write_pos) != 0:
         raise OSError(errno, f"write of commit-log bytes {write_pos}..{write_pos + total} failed")
@@ -325,18 +313,3 @@ def body_crc(bytes body):
         c = crc32_update(0, p, n)
     return c
 
-
-def offset_msg_id(bytes host, int64_t phys):
-    """The offsetMsgId of the record at `phys`: host bytes (8 or 20) + offset, upper-case hex."""
-    cdef Py_ssize_t hl = len(host), j
-    if hl != 8 and hl != 20:
-        raise ValueError(f"store host of {hl} bytes; it must be 8 or 20")
-    out = PyUnicode_New((hl + 8) * 2, 127)
-    cdef char *o = <char *>PyUnicode_DATA(out)
-    cdef const unsigned char *h = <const unsigned char *><char *>host
-    for j in range(hl):
-        memcpy(o + 2 * j, _HEX_PAIRS + 2 * h[j], 2)
-    o += 2 * hl
-    for j in range(8):
-        memcpy(o + 2 * j, _HEX_PAIRS + 2 * ((<uint64_t>phys >> (56 - 8 * j)) & 0xFF), 2)
-    return out

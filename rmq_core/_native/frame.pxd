@@ -1,4 +1,4 @@
-# The one reader of a remoting frame's JSON header (shared/protocol/REMOTING.md §1-2):
+# The one reader of a remoting frame's JSON header (docs/protocol.md §1-2):
 #
 #     {"code":N,"extFields":{"k":"v",...},"flag":N,"language":"JAVA","opaque":N,
 #      "remark":"...","serializeTypeCurrentRPC":"JSON","version":N}

@@ -2,7 +2,7 @@
 """Remoting frames: splitting a read into frames, the JSON header codec of RemotingCommand, and the
 producer's send request header writer (SendHeader) and send response reader (read_send_responses).
 
-Frame (shared/protocol/REMOTING.md §1, integers big-endian):
+Frame (docs/protocol.md §1, integers big-endian):
 
     int32 length            = 4 + headerLength + bodyLength (the prefix itself excluded)
     int32 hdrLenAndType     = serializeType << 24 | headerLength
@@ -391,7 +391,7 @@ def header_ints(dict ext, tuple keys, tuple defaults):
 
 
 # --- a producer's send request (SEND_MESSAGE_V2, SEND_BATCH_MESSAGE, SEND_MESSAGE) ------------------
-# The whole request frame built from its fields, no RemotingCommand (REMOTING.md §1 and §5.4):
+# The whole request frame built from its fields, no RemotingCommand (docs/protocol.md §1 and §4.3):
 #
 #     int32 length            = 4 + headerLength + bodyLength
 #     int32 hdrLenAndType     = 0 << 24 | headerLength          (JSON header)
@@ -400,14 +400,14 @@ def header_ints(dict ext, tuple keys, tuple defaults):
 #                              "h":flag,"i":properties,"j":reconsumeTimes,"k":"false","m":batch,
 #                              "n":brokerName[,"l":maxReconsumeTimes]},"flag":0,"language":"PYTHON",
 #                              "opaque":N,"serializeTypeCurrentRPC":"JSON","version":N}
-#     body                    the message body (or a batch body, record.pyx: encode_send_batch)
+#     body                    the message body (or a batch body, record_batch.pyx: encode_send_batch)
 #
 # These are exactly the bytes RemotingCommand.create_request(code, header, body) encodes to with
 # language PYTHON (V1 - SEND_MESSAGE - the same with the long field names): ext fields in that
 # insertion order, every value a JSON string escaped as _encode_into escapes it.  A SendHeader
 # holds what is constant for one (producer, queue); build_frame writes the rest.
 from clock cimport epoch_ms
-from store_bytes cimport MAX_PROPS
+from record_layout cimport MAX_PROPS
 
 
 def now_ms():

@@ -280,14 +280,9 @@ cdef class IndexMap:
 
 # --- hashing records' keys into a KeyRun ---------------------------------------------------------
 
-DEF TX_MASK = 0xC
-DEF TX_PREPARED = 0x4
-DEF TX_ROLLBACK = 0xC
-DEF BORN_V6 = 0x10
-DEF STORE_V6 = 0x20
-# the fixed part of a record before its born host (REMOTING.md section 6): totalSize, magic,
-# bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp
-DEF BORN_HOST_AT = 48
+from record_layout cimport (BORN_HOST_AT, SYS_FLAG_AT, TRANSACTION_MASK as TX_MASK,
+                            TRANSACTION_PREPARED_TYPE as TX_PREPARED, TRANSACTION_ROLLBACK_TYPE as TX_ROLLBACK,
+                            body_length_at, store_timestamp_at)
 
 
 @cython.final
@@ -446,8 +441,8 @@ cdef class KeyRun:
 
     cdef Py_ssize_t parse_span(self, const uint8_t *s, Py_ssize_t n, const uint8_t *e, Py_ssize_t i, Py_ssize_t stop,
                                uint32_t seed, Py_ssize_t *pos_io, int *rc) noexcept nogil:
-        """collect_span's loop: records of entries e[i:stop] from s[pos_io[0]:] on (REMOTING.md
-        section 6 layout); returns the entry reached, its position in pos_io."""
+        """collect_span's loop: records of entries e[i:stop] from s[pos_io[0]:] on (docs/protocol.md
+        §5 layout); returns the entry reached, its position in pos_io."""
         cdef Py_ssize_t pos = pos_io[0], p, end, size, props_len
         cdef int64_t ts
         cdef int32_t sys_flag
@@ -456,13 +451,12 @@ cdef class KeyRun:
             end = pos + size
             if size <= 0 or end > n or BORN_HOST_AT > size:
                 break
-            sys_flag = rd32(s + pos + 36)
-            p = pos + BORN_HOST_AT + (20 if sys_flag & BORN_V6 else 8)
+            sys_flag = rd32(s + pos + SYS_FLAG_AT)
+            p = pos + store_timestamp_at(sys_flag)
             if p + 8 > end:
                 break
             ts = rd64(s + p)
-            # store host, reconsume times i32, prepared transaction offset i64
-            p += 8 + (20 if sys_flag & STORE_V6 else 8) + 12
+            p = pos + body_length_at(sys_flag)
             if p + 4 > end:
                 break
             p += 4 + <Py_ssize_t>rd32(s + p)  # body

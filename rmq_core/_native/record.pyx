@@ -1,34 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The message record, the one owner of its format: decoding (the client's hot path, PULL bodies ->
-MessageExt), properties (the one encoder, the one lookup: the last pair of a name wins), batch
-bodies, the store's record encoders (one message, a batch's items) and the recovery scan.
+"""The message record: decoding (the client's hot path, PULL bodies -> MessageExt), properties (the
+one encoder, the one lookup: the last pair of a name wins), hosts and message ids.
 
-Wire format (shared/protocol/REMOTING.md §6), every integer big-endian, v1 record only:
+The layout is docs/protocol.md §5 (the record) and §5.5 (batch bodies); its constants and field
+offsets are record_layout.pxd's, the one definition, cimported here and by every other native reader.
 
-    off  size  field
-      0     4  TOTALSIZE                  whole record, this field included
-      4     4  MAGICCODE                  0xDAA320A7 message / 0xCBD43194 BLANK (commit-log filler)
-      8     4  BODYCRC                    CRC32(stored body) & 0x7FFFFFFF
-     12     4  QUEUEID
-     16     4  FLAG
-     20     8  QUEUEOFFSET
-     28     8  PHYSICALOFFSET             commit-log offset of this record
-     36     4  SYSFLAG                    0x1 compressed, 0x10 born host v6, 0x20 store host v6,
-                                          0x700 compression type (0x100 LZ4, 0x200 ZSTD, 0x300/0 ZLIB)
-     40     8  BORNTIMESTAMP
-     48   4+4  BORNHOST                   IPv4 + int32 port (16+4 when sysFlag & 0x10)
-      .     8  STORETIMESTAMP
-      .   4+4  STOREHOST                  IPv4 + int32 port (16+4 when sysFlag & 0x20)
-      .     4  RECONSUMETIMES
-      .     8  PREPARED_TRANSACTION_OFFSET
-      .     4  BODYLENGTH, then the body
-      .     1  TOPICLENGTH (<= 127), then the UTF-8 topic
-      .     2  PROPERTIESLENGTH (int16), then `name\\x01value\\x02...`
-
-Batch body (§8): items of  int32 totalSize | int32 magic | int32 bodyCRC | int32 flag |
-int32 bodyLen, body | int16 propsLen, props   with totalSize == 20 + bodyLen + 2 + propsLen.
-
-The pure-Python twin of every routine here lives in rmq_core/codec.py and is the oracle of the
+Beside this module: record_batch.pyx (batch bodies, UNIQ_KEYs), record_columns.pyx (a pull body
+as Arrow columns), record_store.pyx (the store's encoders and its recovery scan); they share
+record.pxd.  The pure-Python twin of every routine lives in tests/codec_oracle.py, the oracle of the
 property tests.  Bytes from the network are untrusted: every length is checked against the bytes
 that are really there before anything is read.
 """
@@ -42,6 +21,7 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
+from store_bytes cimport rmq_ld16, rmq_ld32, rmq_ld64
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memchr, memcmp, memcpy, memset
@@ -63,41 +43,13 @@ cdef extern from "Python.h":
     str PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
     void PyObject_GC_UnTrack(object o)
 
-# --- constants (mirrors of rmq_core.message.SysFlag; not imported to keep message -> native one-way)
-cdef uint32_t MESSAGE_MAGIC_CODE = 0xDAA320A7u
-cdef uint32_t BLANK_MAGIC_CODE = 0xCBD43194u
-cdef int32_t FLAG_COMPRESSED = 0x1
-cdef int32_t FLAG_BORNHOST_V6 = 0x10
-cdef int32_t FLAG_STOREHOST_V6 = 0x20
-cdef int32_t COMPRESSION_TYPE_MASK = 0x700
-# smallest v1 record: fixed fields (91 bytes incl. the three length fields) with IPv4 hosts
-cdef Py_ssize_t RECORD_FIXED_V4 = 91
-cdef Py_ssize_t BATCH_ITEM_FIXED = 22
-
-
-# --- big-endian integers: store_bytes.h's loads and stores (one memcpy + bswap each) ---------------
-cdef inline uint32_t _u32(const unsigned char* p) noexcept nogil:
-    return rmq_ld32(p)
-
-
-cdef inline int32_t _i32(const unsigned char* p) noexcept nogil:
-    return <int32_t>rmq_ld32(p)
-
-
-cdef inline int64_t _i64(const unsigned char* p) noexcept nogil:
-    return <int64_t>rmq_ld64(p)
-
-
-cdef inline int16_t _i16(const unsigned char* p) noexcept nogil:
-    return <int16_t>rmq_ld16(p)
-
-
-cdef inline void _put_u32(unsigned char* p, uint32_t v) noexcept nogil:
-    rmq_st32(p, v)
-
-
-cdef inline void _put_u64(unsigned char* p, uint64_t v) noexcept nogil:
-    rmq_st64(p, v)
+# --- the layout's constants: record_layout.pxd -----------------------------------------------------
+from record_layout cimport (BATCH_ITEM_FIXED, BLANK_MAGIC_CODE, BODY_CRC_AT, BORN_HOST_AT, BORN_TIMESTAMP_AT,
+                            BORNHOST_V6, COMPRESSED, COMPRESSION_TYPE_MASK, FLAG_AT, HOST_V4_LEN, HOST_V6_LEN,
+                            MAGIC_CODE_AT, MAX_PROPS, MAX_TOPIC, MESSAGE_MAGIC_CODE, MIN_BLANK,
+                            PHYSICAL_OFFSET_AT, QUEUE_ID_AT, QUEUE_OFFSET_AT, RECORD_FIXED_NO_HOSTS,
+                            RECORD_FIXED_V4, STOREHOST_V6, SYS_FLAG_AT, body_length_at, born_host_len,
+                            record_len, store_host_len, store_timestamp_at)
 
 
 # --- errors ----------------------------------------------------------------------------------------
@@ -137,8 +89,29 @@ def use_python_layer(*, illegal_argument, properties_size_exceeded, batch_format
     _decompress = decompress
 
 
-cdef object _decode_error(Py_ssize_t offset, str reason):
+cdef object record_decode_error(Py_ssize_t offset, str reason):
     return MessageDecodeError(offset, reason)
+
+
+# (the other record modules raise the Python layer's errors through these: record.pxd)
+cdef object illegal_argument(str text):
+    return IllegalArgumentError(text)
+
+
+cdef bint is_illegal_argument(object exc):
+    return isinstance(exc, IllegalArgumentError)
+
+
+cdef object batch_format_error(str text):
+    return BatchFormatError(text)
+
+
+cdef object properties_size_error(str text):
+    return PropertiesSizeExceededError(text)
+
+
+cdef object too_large_error(Py_ssize_t size, Py_ssize_t limit):
+    return MessageTooLargeError(size, limit)
 
 
 
@@ -444,12 +417,8 @@ cdef dict _parse_properties_general(const char* p, Py_ssize_t n):
     return out
 
 
-cdef class _Bytes:
+cdef class BufferView:
     """A contiguous read-only view of any buffer-protocol object (bytes, bytearray, memoryview, mmap)."""
-    cdef Py_buffer view
-    cdef bint held
-    cdef const unsigned char* ptr
-    cdef Py_ssize_t size
 
     def __cinit__(self, obj):
         if isinstance(obj, str):
@@ -474,7 +443,7 @@ def string_to_properties(data):
         return _parse_properties(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
     if type(data) is bytes:
         return _parse_properties(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
-    cdef _Bytes b = _Bytes(data)
+    cdef BufferView b = BufferView(data)
     return _parse_properties(<const char*>b.ptr, b.size)
 
 
@@ -588,7 +557,7 @@ def tags_code_from_properties(data):
         data = PyUnicode_AsUTF8String(data)
     if type(data) is bytes:
         return _tags_code(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
-    cdef _Bytes b = _Bytes(data)
+    cdef BufferView b = BufferView(data)
     return _tags_code(<const char*>b.ptr, b.size)
 
 
@@ -660,8 +629,10 @@ def ip_bytes(host):
             return None
 
 
-cdef int _parse_host(object value, unsigned char* ip, bint* v6, int32_t* port) except -1:
-    """Accept "ip:port" (IPv6 with or without brackets), (host, port), or None / "" (all zero)."""
+cdef int _parse_host(object value, str what, unsigned char* ip, bint* v6, int32_t* port) except -1:
+    """The one host parser (MessageExt's hosts, `host_bytes`, `encode_record`): "ip:port" (IPv6 with
+    or without brackets), (ip, port), or None / "" for no host (address 0.0.0.0, port 0).  A host
+    name, a port outside 0..65535 or anything else is refused with an error naming the value."""
     cdef bytes raw
     memset(ip, 0, 16)
     v6[0] = False
@@ -673,51 +644,74 @@ cdef int _parse_host(object value, unsigned char* ip, bint* v6, int32_t* port) e
     elif isinstance(value, str):
         host, sep, p = value.rpartition(":")
         if not sep:
-            raise IllegalArgumentError(f"bad host address {value!r}: expected ip:port")
+            raise IllegalArgumentError(f"bad {what} {value!r}: expected ip:port")
     else:
-        raise IllegalArgumentError(f"bad host address {value!r}: expected 'ip:port' or (ip, port)")
+        raise IllegalArgumentError(f"bad {what} {value!r}: expected 'ip:port' or (ip, port)")
     if isinstance(host, str) and host.startswith("[") and host.endswith("]"):
         host = host[1:len(host) - 1]
     try:
         pn = int(p)
     except (TypeError, ValueError):
-        raise IllegalArgumentError(f"bad host address {value!r}: port {p!r} is not a number") from None
+        raise IllegalArgumentError(f"bad {what} {value!r}: port {p!r} is not a number") from None
     if not 0 <= pn <= 65535:
-        raise IllegalArgumentError(f"bad host address {value!r}: port {pn} is out of 0..65535")
+        raise IllegalArgumentError(f"bad {what} {value!r}: port {pn} is out of 0..65535")
     if not isinstance(host, str):
-        raise IllegalArgumentError(f"bad host address {value!r}: host must be a str")
+        raise IllegalArgumentError(f"bad {what} {value!r}: host must be a str")
     raw = ip_bytes(host)
     if raw is None:
-        raise IllegalArgumentError(f"bad host address {value!r}: {host!r} is not an IPv4 or IPv6 address")
+        raise IllegalArgumentError(f"bad {what} {value!r}: {host!r} is not an IPv4 or IPv6 address")
     v6[0] = PyBytes_GET_SIZE(raw) == 16
     memcpy(ip, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
     port[0] = <int32_t>pn
     return 0
 
 
-cdef const char* _HEX = b"0123456789ABCDEF"
+def host_bytes(value, str what="host"):
+    """A host as a record holds it: the 4 (IPv4) or 16 (IPv6) address bytes then the i32 port
+    (8 or 20 bytes), from what `_parse_host` accepts; `what` names it in the error."""
+    return encoded_host(value, what)
+
+
+cdef bytes encoded_host(object value, str what):
+    cdef unsigned char ip[16]
+    cdef bint v6
+    cdef int32_t port
+    cdef unsigned char raw[HOST_V6_LEN]
+    _parse_host(value, what, ip, &v6, &port)
+    cdef Py_ssize_t n = 16 if v6 else 4
+    memcpy(raw, ip, n)
+    _put_u32(raw + n, <uint32_t>port)
+    return PyBytes_FromStringAndSize(<const char*>raw, n + 4)
 
 
 cdef str _offset_msg_id(const unsigned char* ip, bint v6, int32_t port, int64_t offset):
-    cdef unsigned char raw[28]
-    cdef char text[56]
-    cdef Py_ssize_t n = 16 if v6 else 4, i
-    memcpy(raw, ip, n)
-    _put_u32(raw + n, <uint32_t>port)
-    _put_u64(raw + n + 4, <uint64_t>offset)
-    n += 12
-    for i in range(n):
-        text[2 * i] = _HEX[raw[i] >> 4]
-        text[2 * i + 1] = _HEX[raw[i] & 15]
-    return (<char*>text)[:2 * n].decode("ascii")
+    """offsetMsgId of a decoded message: its store host encoded as the record holds it."""
+    cdef unsigned char host[HOST_V6_LEN]
+    cdef Py_ssize_t n = 16 if v6 else 4
+    memcpy(host, ip, n)
+    _put_u32(host + n, <uint32_t>port)
+    out = PyUnicode_New(2 * (n + 4 + 8), 127)  # written in place: one object, no decode
+    put_offset_msg_id(<char*>PyUnicode_DATA(out), host, n + 4, offset)
+    return out
+
+
+def offset_msg_id(bytes host, int64_t phys):
+    """The offsetMsgId of the record at commit-log offset `phys` whose store host is `host` (8 or
+    20 bytes: address + i32 port, as a record holds it)."""
+    cdef Py_ssize_t hl = len(host)
+    if hl != HOST_V4_LEN and hl != HOST_V6_LEN:
+        raise IllegalArgumentError(f"store host of {hl} bytes; it must be {HOST_V4_LEN} or {HOST_V6_LEN}")
+    out = PyUnicode_New(2 * (hl + 8), 127)  # (a put's answer: written in place, one object)
+    put_offset_msg_id(<char*>PyUnicode_DATA(out), <const unsigned char*><char*>host, hl, phys)
+    return out
 
 
 # --- MessageExt --------------------------------------------------------------------------------------
-cdef object _decompress_body(object body, int32_t sys_flag, Py_ssize_t offset):
+cdef object decompress_record_body(object body, int32_t sys_flag, Py_ssize_t offset):
     try:
         return _decompress(body, sys_flag)
     except Exception as exc:  # any codec failure becomes a decode error naming the record
-        raise _decode_error(offset, f"compressed body does not decompress: {exc}") from exc
+        raise record_decode_error(offset, f"compressed body does not decompress: {exc}") from exc
 
 
 @cython.final
@@ -786,12 +780,12 @@ cdef class MessageExt:
         self.reconsume_times = reconsume_times
         self.prepared_transaction_offset = prepared_transaction_offset
         self.broker_name = broker_name
-        _parse_host(born_host, self._born_ip, &self._born_v6, &self._born_port)
-        _parse_host(store_host, self._store_ip, &self._store_v6, &self._store_port)
+        _parse_host(born_host, "born host", self._born_ip, &self._born_v6, &self._born_port)
+        _parse_host(store_host, "store host", self._store_ip, &self._store_v6, &self._store_port)
         if self._born_v6:
-            self.sys_flag |= FLAG_BORNHOST_V6
+            self.sys_flag |= BORNHOST_V6
         if self._store_v6:
-            self.sys_flag |= FLAG_STOREHOST_V6
+            self.sys_flag |= STOREHOST_V6
         self.properties = properties
         self._msg_id = msg_id
 
@@ -805,9 +799,9 @@ cdef class MessageExt:
 
     @born_host.setter
     def born_host(self, value):
-        _parse_host(value, self._born_ip, &self._born_v6, &self._born_port)
+        _parse_host(value, "born host", self._born_ip, &self._born_v6, &self._born_port)
         self._born_host = None
-        self.sys_flag = (self.sys_flag | FLAG_BORNHOST_V6) if self._born_v6 else (self.sys_flag & ~FLAG_BORNHOST_V6)
+        self.sys_flag = (self.sys_flag | BORNHOST_V6) if self._born_v6 else (self.sys_flag & ~BORNHOST_V6)
 
     @property
     def store_host(self):
@@ -818,9 +812,9 @@ cdef class MessageExt:
 
     @store_host.setter
     def store_host(self, value):
-        _parse_host(value, self._store_ip, &self._store_v6, &self._store_port)
+        _parse_host(value, "store host", self._store_ip, &self._store_v6, &self._store_port)
         self._store_host = None
-        self.sys_flag = (self.sys_flag | FLAG_STOREHOST_V6) if self._store_v6 else (self.sys_flag & ~FLAG_STOREHOST_V6)
+        self.sys_flag = (self.sys_flag | STOREHOST_V6) if self._store_v6 else (self.sys_flag & ~STOREHOST_V6)
 
     # -- body --
     @property
@@ -949,7 +943,7 @@ cdef class MessageExt:
     # -- ids --
     @property
     def offset_msg_id(self):
-        """Broker-side id: store host address + port + commit-log offset, upper-case hex (§7.1)."""
+        """Broker-side id: store host address + port + commit-log offset, upper-case hex (docs/protocol.md §5.4)."""
         return _offset_msg_id(self._store_ip, self._store_v6, self._store_port, self.commit_log_offset)
 
     @property
@@ -1076,105 +1070,83 @@ cdef class _DecodeState:
         self.last_topic_len = -1
 
 
-cdef struct _Record:
-    # one v1 record's fields and the positions of its variable parts (relative to the record)
-    int32_t total
-    int32_t body_crc
-    int32_t queue_id
-    int32_t flag
-    int64_t queue_offset
-    int64_t commit_log_offset
-    int32_t sys_flag
-    int64_t born_timestamp
-    Py_ssize_t born_ip_pos
-    int32_t born_port
-    int64_t store_timestamp
-    Py_ssize_t store_ip_pos
-    int32_t store_port
-    int32_t reconsume_times
-    int64_t prepared_transaction_offset
-    Py_ssize_t body_pos
-    Py_ssize_t body_len
-    Py_ssize_t topic_pos
-    Py_ssize_t topic_len
-    Py_ssize_t props_pos
-    Py_ssize_t props_len
 
 
-cdef int _read_record(const unsigned char* p, Py_ssize_t avail, Py_ssize_t at, _Record* r) except -1:
+cdef int read_record_fields(const unsigned char* p, Py_ssize_t avail, Py_ssize_t at, RecordFields* r) except -1:
     """Check the framing of the record at `p` (`avail` bytes left; `at` names it in errors) and
     fill `r`.  Returns 1 for a message, 0 for a BLANK record (only r.total set)."""
     cdef Py_ssize_t need, q
     cdef uint32_t magic
     cdef int32_t total, sys_flag
     if avail < 8:
-        raise _decode_error(at, f"truncated record: {avail} bytes left, a record header needs 8")
+        raise record_decode_error(at, f"truncated record: {avail} bytes left, a record header needs 8")
     total = _i32(p)
-    magic = _u32(p + 4)
+    magic = _u32(p + MAGIC_CODE_AT)
     r.total = total
     if magic == BLANK_MAGIC_CODE:
-        if total < 8 or total > avail:
-            raise _decode_error(at, f"BLANK record size {total} is outside 8..{avail} (bytes left)")
+        if total < MIN_BLANK or total > avail:
+            raise record_decode_error(at, f"BLANK record size {total} is outside 8..{avail} (bytes left)")
         return 0
     if magic != MESSAGE_MAGIC_CODE:
-        raise _decode_error(
-            at, f"magic code 0x{magic:08X} is neither a message (0xDAA320A7) nor BLANK (0xCBD43194)")
+        raise record_decode_error(
+            at, f"magic code 0x{magic:08X} is neither a message (0x{MESSAGE_MAGIC_CODE:08X}) nor BLANK (0x{BLANK_MAGIC_CODE:08X})")
     if total < RECORD_FIXED_V4:
-        raise _decode_error(at, f"record size {total} is below the minimum {RECORD_FIXED_V4}")
+        raise record_decode_error(at, f"record size {total} is below the minimum {RECORD_FIXED_V4}")
     if total > avail:
-        raise _decode_error(at, f"record size {total} runs past the end of the buffer ({avail} bytes left)")
-    sys_flag = _i32(p + 36)
+        raise record_decode_error(at, f"record size {total} runs past the end of the buffer ({avail} bytes left)")
+    sys_flag = _i32(p + SYS_FLAG_AT)
     # `need` counts every fixed field, the three length fields included; only the variable
     # parts (body, topic, properties) come on top of it.
     need = RECORD_FIXED_V4
-    if sys_flag & FLAG_BORNHOST_V6:
-        need += 12
-    if sys_flag & FLAG_STOREHOST_V6:
-        need += 12
+    if sys_flag & BORNHOST_V6:
+        need += HOST_V6_LEN - HOST_V4_LEN
+    if sys_flag & STOREHOST_V6:
+        need += HOST_V6_LEN - HOST_V4_LEN
     if total < need:
-        raise _decode_error(at, f"record size {total} is below the minimum {need} for sysFlag 0x{sys_flag:X}")
+        raise record_decode_error(at, f"record size {total} is below the minimum {need} for sysFlag 0x{sys_flag:X}")
     r.sys_flag = sys_flag
-    r.body_crc = _i32(p + 8)
-    r.queue_id = _i32(p + 12)
-    r.flag = _i32(p + 16)
-    r.queue_offset = _i64(p + 20)
-    r.commit_log_offset = _i64(p + 28)
-    r.born_timestamp = _i64(p + 40)
-    q = 48
+    r.body_crc = _i32(p + BODY_CRC_AT)
+    r.queue_id = _i32(p + QUEUE_ID_AT)
+    r.flag = _i32(p + FLAG_AT)
+    r.queue_offset = _i64(p + QUEUE_OFFSET_AT)
+    r.commit_log_offset = _i64(p + PHYSICAL_OFFSET_AT)
+    r.born_timestamp = _i64(p + BORN_TIMESTAMP_AT)
+    # a host is its address (4 or 16 bytes) and an i32 port
+    q = BORN_HOST_AT
     r.born_ip_pos = q
-    q += 16 if sys_flag & FLAG_BORNHOST_V6 else 4
+    q += born_host_len(sys_flag) - 4
     r.born_port = _i32(p + q)
     r.store_timestamp = _i64(p + q + 4)
     q += 12
     r.store_ip_pos = q
-    q += 16 if sys_flag & FLAG_STOREHOST_V6 else 4
+    q += store_host_len(sys_flag) - 4
     r.store_port = _i32(p + q)
     if <uint32_t>r.born_port > 65535 or <uint32_t>r.store_port > 65535:
         # Java's decoder fails on these too (InetSocketAddress rejects the port).
-        raise _decode_error(
+        raise record_decode_error(
             at, f"host port out of 0..65535 (born {r.born_port}, store {r.store_port})")
     r.reconsume_times = _i32(p + q + 4)
     r.prepared_transaction_offset = _i64(p + q + 8)
     r.body_len = _i32(p + q + 16)
     q += 20
     if r.body_len < 0 or r.body_len > total - need:
-        raise _decode_error(at, f"body length {r.body_len} does not fit in record size {total}")
+        raise record_decode_error(at, f"body length {r.body_len} does not fit in record size {total}")
     r.body_pos = q
     q += r.body_len
     r.topic_len = p[q]
     q += 1
     if r.topic_len > 127:
-        raise _decode_error(at, f"topic length {r.topic_len} is over 127 (a 1-byte signed length)")
+        raise record_decode_error(at, f"topic length {r.topic_len} is over 127 (a 1-byte signed length)")
     if need + r.body_len + r.topic_len > total:
-        raise _decode_error(at, f"topic length {r.topic_len} does not fit in record size {total}")
+        raise record_decode_error(at, f"topic length {r.topic_len} does not fit in record size {total}")
     r.topic_pos = q
     q += r.topic_len
     r.props_len = _i16(p + q)
     q += 2
     if r.props_len < 0:
-        raise _decode_error(at, f"properties length {r.props_len} is negative")
+        raise record_decode_error(at, f"properties length {r.props_len} is negative")
     if need + r.body_len + r.topic_len + r.props_len != total:
-        raise _decode_error(
+        raise record_decode_error(
             at, f"record size {total} does not match its parts: {need} fixed + body {r.body_len} + "
                 f"topic {r.topic_len} + properties {r.props_len}")
     r.props_pos = q
@@ -1196,10 +1168,10 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
     Returns the record's size."""
     cdef const unsigned char* p = st.base + pos
     cdef Py_ssize_t at = st.report_base + pos
-    cdef _Record r
+    cdef RecordFields r
     cdef int32_t sys_flag
     cdef MessageExt m
-    if not _read_record(p, st.size - pos, at, &r):
+    if not read_record_fields(p, st.size - pos, at, &r):
         return r.total
     sys_flag = r.sys_flag
     m = MessageExt.__new__(MessageExt)
@@ -1210,11 +1182,11 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
     m.queue_offset = r.queue_offset
     m.commit_log_offset = r.commit_log_offset
     m.born_timestamp = r.born_timestamp
-    m._born_v6 = (sys_flag & FLAG_BORNHOST_V6) != 0
+    m._born_v6 = (sys_flag & BORNHOST_V6) != 0
     memcpy(m._born_ip, p + r.born_ip_pos, 16 if m._born_v6 else 4)
     m._born_port = r.born_port
     m.store_timestamp = r.store_timestamp
-    m._store_v6 = (sys_flag & FLAG_STOREHOST_V6) != 0
+    m._store_v6 = (sys_flag & STOREHOST_V6) != 0
     memcpy(m._store_ip, p + r.store_ip_pos, 16 if m._store_v6 else 4)
     m._store_port = r.store_port
     m.reconsume_times = r.reconsume_times
@@ -1225,11 +1197,11 @@ cdef Py_ssize_t _decode_record(_DecodeState st, Py_ssize_t pos, list out) except
     m._props_len = r.props_len
     m._body_len = -1
     if st.read_body:
-        if st.decompress and (sys_flag & FLAG_COMPRESSED):
+        if st.decompress and (sys_flag & COMPRESSED):
             # Inflated now, not on first access, so bad compressed data fails the decode.
-            m._body = _decompress_body(
+            m._body = decompress_record_body(
                 PyBytes_FromStringAndSize(<const char*>p + r.body_pos, r.body_len), sys_flag, at)
-            sys_flag &= ~(FLAG_COMPRESSED | COMPRESSION_TYPE_MASK)
+            sys_flag &= ~(COMPRESSED | COMPRESSION_TYPE_MASK)
         else:
             # Copied out of the shared buffer on first access (a tag-filtering consumer may
             # drop the message without ever reading it).
@@ -1245,7 +1217,7 @@ cdef _DecodeState _decode_state(object buf, bint decompress, bint read_body, bro
     # Lazily decoded bodies and properties point into the buffer, so it must be immutable: bytes,
     # and a contiguous memoryview slice of bytes (a frame's body), are used in place; anything else
     # (bytearray, a view of a reused receive buffer, mmap) is copied once.
-    cdef _Bytes view
+    cdef BufferView view
     cdef bytes owner
     if type(buf) is bytes:
         return _DecodeState(buf, 0, PyBytes_GET_SIZE(buf), 0, decompress, read_body, broker_name)
@@ -1253,7 +1225,7 @@ cdef _DecodeState _decode_state(object buf, bint decompress, bint read_body, bro
         raise TypeError("expected bytes-like data, not str")
     if type(buf) is memoryview and type((<memoryview>buf).obj) is bytes and buf.c_contiguous:
         owner = (<memoryview>buf).obj
-        view = _Bytes(buf)
+        view = BufferView(buf)
         return _DecodeState(owner, <const char*>view.ptr - PyBytes_AS_STRING(owner), view.size, 0,
                             decompress, read_body, broker_name)
     owner = bytes(buf)
@@ -1288,25 +1260,25 @@ def decode_message(buf, Py_ssize_t offset=0, *, bint decompress=True, bint read_
                    broker_name=None):
     """Decode the one record at `offset` of `buf` (bytes-like, e.g. a memoryview of a mapped
     commit-log segment: only that record is copied).  A BLANK record there is an error."""
-    cdef _Bytes b = _Bytes(buf)
+    cdef BufferView b = BufferView(buf)
     cdef Py_ssize_t avail
     cdef int32_t total
     cdef uint32_t magic
     cdef list out = []
     if offset < 0 or offset > b.size:
-        raise _decode_error(offset, f"offset is outside the buffer of {b.size} bytes")
+        raise record_decode_error(offset, f"offset is outside the buffer of {b.size} bytes")
     avail = b.size - offset
     if avail < 8:
-        raise _decode_error(offset, f"truncated record: {avail} bytes left, a record header needs 8")
+        raise record_decode_error(offset, f"truncated record: {avail} bytes left, a record header needs 8")
     total = _i32(b.ptr + offset)
     magic = _u32(b.ptr + offset + 4)
     if magic == BLANK_MAGIC_CODE:
-        raise _decode_error(offset, "a BLANK (end-of-file) record, not a message")
+        raise record_decode_error(offset, "a BLANK (end-of-file) record, not a message")
     if magic != MESSAGE_MAGIC_CODE:
-        raise _decode_error(
-            offset, f"magic code 0x{magic:08X} is neither a message (0xDAA320A7) nor BLANK (0xCBD43194)")
+        raise record_decode_error(
+            offset, f"magic code 0x{magic:08X} is neither a message (0x{MESSAGE_MAGIC_CODE:08X}) nor BLANK (0x{BLANK_MAGIC_CODE:08X})")
     if total < RECORD_FIXED_V4 or total > avail:
-        raise _decode_error(offset, f"record size {total} is outside {RECORD_FIXED_V4}..{avail} (bytes left)")
+        raise record_decode_error(offset, f"record size {total} is outside {RECORD_FIXED_V4}..{avail} (bytes left)")
     cdef _DecodeState st = _DecodeState(
         PyBytes_FromStringAndSize(<const char*>b.ptr + offset, total), 0, total, offset, decompress,
         read_body, broker_name)
@@ -1317,14 +1289,14 @@ def decode_message(buf, Py_ssize_t offset=0, *, bint decompress=True, bint read_
 def record_sizes_and_flags(buf):
     """[(offset, size, sysFlag)] of every record in concatenated records (sysFlag None for a BLANK
     record), with the framing checks of decode_messages but without building a message."""
-    cdef _Bytes b = _Bytes(buf)
+    cdef BufferView b = BufferView(buf)
     cdef Py_ssize_t pos = 0
     cdef int32_t total
     cdef uint32_t magic
     cdef list out = []
     while pos < b.size:
         total = _check_record(b.ptr, b.size, pos, &magic)
-        out.append((pos, total, _i32(b.ptr + pos + 36) if magic == MESSAGE_MAGIC_CODE else None))
+        out.append((pos, total, _i32(b.ptr + pos + SYS_FLAG_AT) if magic == MESSAGE_MAGIC_CODE else None))
         pos += total
     return out
 
@@ -1332,13 +1304,13 @@ def record_sizes_and_flags(buf):
 def has_compression_type_bits(buf):
     """True when any message record in `buf` carries sysFlag compression-type bits (0x700): the
     fast check in front of the 4.x re-compression.  No object is built per record."""
-    cdef _Bytes b = _Bytes(buf)
+    cdef BufferView b = BufferView(buf)
     cdef Py_ssize_t pos = 0
     cdef int32_t total
     cdef uint32_t magic
     while pos < b.size:
         total = _check_record(b.ptr, b.size, pos, &magic)
-        if magic == MESSAGE_MAGIC_CODE and (_i32(b.ptr + pos + 36) & COMPRESSION_TYPE_MASK):
+        if magic == MESSAGE_MAGIC_CODE and (_i32(b.ptr + pos + SYS_FLAG_AT) & COMPRESSION_TYPE_MASK):
             return True
         pos += total
     return False
@@ -1349,883 +1321,16 @@ cdef int32_t _check_record(const unsigned char* base, Py_ssize_t n, Py_ssize_t p
     cdef Py_ssize_t avail = n - pos
     cdef int32_t total
     if avail < 8:
-        raise _decode_error(pos, f"truncated record: {avail} bytes left, a record header needs 8")
+        raise record_decode_error(pos, f"truncated record: {avail} bytes left, a record header needs 8")
     total = _i32(base + pos)
     magic_out[0] = _u32(base + pos + 4)
     if magic_out[0] == BLANK_MAGIC_CODE:
         if total < 8 or total > avail:
-            raise _decode_error(pos, f"BLANK record size {total} is outside 8..{avail} (bytes left)")
+            raise record_decode_error(pos, f"BLANK record size {total} is outside 8..{avail} (bytes left)")
         return total
     if magic_out[0] != MESSAGE_MAGIC_CODE:
-        raise _decode_error(
-            pos, f"magic code 0x{magic_out[0]:08X} is neither a message (0xDAA320A7) nor BLANK (0xCBD43194)")
+        raise record_decode_error(
+            pos, f"magic code 0x{magic_out[0]:08X} is neither a message (0x{MESSAGE_MAGIC_CODE:08X}) nor BLANK (0x{BLANK_MAGIC_CODE:08X})")
     if total < RECORD_FIXED_V4 or total > avail:
-        raise _decode_error(pos, f"record size {total} is outside {RECORD_FIXED_V4}..{avail} (bytes left)")
+        raise record_decode_error(pos, f"record size {total} is outside {RECORD_FIXED_V4}..{avail} (bytes left)")
     return total
-
-
-# --- batch bodies -------------------------------------------------------------------------------------
-def decode_batch_body(buf):
-    """Split a SEND_BATCH_MESSAGE body into [(flag, body, raw properties bytes)].
-
-    The body comes from the network: every length is checked before it is used, and truncated or
-    inconsistent input raises MessageDecodeError naming the item's offset."""
-    cdef _Bytes b = _Bytes(buf)
-    cdef const unsigned char* p = b.ptr
-    cdef Py_ssize_t n = b.size, pos = 0, avail, body_len, props_len, total
-    cdef int32_t flag
-    cdef list out = []
-    while pos < n:
-        avail = n - pos
-        if avail < BATCH_ITEM_FIXED:
-            raise _decode_error(pos, f"truncated batch item: {avail} bytes left, an item needs at least {BATCH_ITEM_FIXED}")
-        total = _i32(p + pos)
-        flag = _i32(p + pos + 12)
-        body_len = _i32(p + pos + 16)
-        if total < BATCH_ITEM_FIXED or total > avail:
-            raise _decode_error(pos, f"batch item size {total} is outside {BATCH_ITEM_FIXED}..{avail} (bytes left)")
-        if body_len < 0 or body_len > total - BATCH_ITEM_FIXED:
-            raise _decode_error(pos, f"batch item body length {body_len} does not fit in item size {total}")
-        props_len = _i16(p + pos + 20 + body_len)
-        if props_len < 0 or BATCH_ITEM_FIXED + body_len + props_len != total:
-            raise _decode_error(
-                pos, f"batch item size {total} does not match 20 + body {body_len} + 2 + properties {props_len}")
-        out.append((
-            flag,
-            PyBytes_FromStringAndSize(<const char*>p + pos + 20, body_len),
-            PyBytes_FromStringAndSize(<const char*>p + pos + 22 + body_len, props_len),
-        ))
-        pos += total
-    return out
-
-
-# A batch body written from Message objects (Producer.send_batch, auto_batch's items), validated and
-# encoded in one pass; decode_batch_body reads it back (encode_batch_py in
-# tests/client/batch_reference.py is the Python twin the tests compare it with).  Each item:
-#
-#     int32 totalSize = 22 + bodyLength + propertiesLength
-#     int32 magic = 0,  int32 bodyCRC = 0          (the broker fills them in, as for Java's clients)
-#     int32 flag,  int32 bodyLength,  body
-#     int16 propertiesLength,  properties           (put_property's pairs)
-#
-# An item's properties are Message.wire_properties() (user properties, TAGS, KEYS, WAIT) with
-# UNIQ_KEY set: the message's own one where it has it, else a new one (at the end).
-cdef object _batch_error(Py_ssize_t index, str text):
-    """The error of item `index` (-1: a message sent on its own, encode_batch_item)."""
-    if index < 0:
-        return IllegalArgumentError(text)
-    return IllegalArgumentError(f"batch item {index}: {text}")
-
-
-cdef object _reserved_name(dict props, frozenset reserved):
-    """The first (sorted) reserved property name among `props`' names, UNIQ_KEY allowed; None."""
-    cdef PyObject* k
-    cdef PyObject* v
-    cdef Py_ssize_t pos = 0
-    first = None
-    while PyDict_Next(props, &pos, &k, &v):
-        if <object>k in reserved and <object>k != "UNIQ_KEY":
-            if first is None or <object>k < first:
-                first = <object>k
-    return first
-
-
-cdef str _put_item_properties(Out* o, m, dict user, UniqIds uniq_ids, Py_ssize_t* size):
-    """An item's properties through put_property; its UNIQ_KEY (*size: the properties' size)."""
-    cdef PyObject* k
-    cdef PyObject* v
-    cdef Py_ssize_t pos = 0, raw = 0
-    cdef bint has_uniq = False
-    cdef str uniq = None
-    if user:
-        while PyDict_Next(user, &pos, &k, &v):
-            if PyUnicode_CheckExact(<object>k) and <object>k == "UNIQ_KEY":
-                uniq = str(<object>v) if <object>v else uniq_ids.next_id()
-                has_uniq = True
-                raw += put_property(o, "UNIQ_KEY", uniq)
-            elif v != <PyObject*>None:  # (None: skipped, as properties_to_bytes and a single send do)
-                raw += put_property(o, <object>k, <object>v)
-    tags = m.tags
-    if tags:
-        raw += put_property(o, "TAGS", tags)
-    keys = m.keys
-    if keys:
-        raw += put_property(o, "KEYS", keys)
-    raw += put_property(o, "WAIT", "true" if m.wait_store_msg_ok else "false")
-    if not has_uniq:
-        uniq = uniq_ids.next_id()
-        raw += put_property(o, "UNIQ_KEY", uniq)
-    size[0] = raw
-    return uniq
-
-
-cdef str _put_item(Out* o, m, Py_ssize_t i, str topic, Py_ssize_t max_message_size, frozenset reserved,
-                   UniqIds uniq_ids, Py_ssize_t* item_size):
-    """One message as a batch item at the end of `o` after check_message's checks and the batch
-    rules (errors name item i); its UNIQ_KEY.  item_size: its size as the batch limit counts it
-    (20 + body + properties)."""
-    cdef Py_ssize_t start, props_at, raw = 0, body_len
-    cdef int64_t c_flag
-    cdef dict user
-    cdef unsigned char* at
-    body = m.body
-    if type(body) is not bytes:
-        raise _batch_error(i, f"body must be bytes, not {type(body).__name__}")
-    body_len = PyBytes_GET_SIZE(body)
-    if body_len == 0:
-        raise _batch_error(i, f"message to topic {topic!r} has an empty body")
-    if body_len > max_message_size:
-        raise _batch_error(i, f"message body of {body_len} bytes to topic {topic!r} exceeds "
-                              f"max_message_size {max_message_size} bytes")
-    delay = m.delay_time_level
-    if delay < 0:
-        raise _batch_error(i, f"bad delay_time_level {delay!r}: must be >= 0")
-    if delay > 0:
-        raise _batch_error(i, f"delay messages are not supported in a batch (delay_time_level {delay!r})")
-    flag = m.flag
-    try:
-        c_flag = flag
-    except (OverflowError, TypeError):
-        c_flag = 1 << 40
-    if c_flag < -0x80000000 or c_flag > 0x7FFFFFFF:
-        raise _batch_error(i, f"flag {flag!r} is out of range (a 32-bit signed int)")
-    user = m.properties
-    if user:
-        name = _reserved_name(user, reserved)
-        if name is not None:
-            raise _batch_error(i, f"property name {name!r} is reserved by RocketMQ; use the Message field "
-                                  f"instead" if name in ("TAGS", "KEYS", "DELAY") else
-                                  f"property name {name!r} is reserved by RocketMQ")
-    # the fixed part, the body, then the properties after a 2-byte length slot
-    start = o.n
-    if o.n + 20 + body_len + 2 > o.cap:
-        out_reserve(o, 20 + body_len + 2)
-    at = <unsigned char*>o.buf + start
-    _put_u32(at + 4, 0)
-    _put_u32(at + 8, 0)
-    _put_u32(at + 12, <uint32_t>c_flag)
-    _put_u32(at + 16, <uint32_t>body_len)
-    memcpy(at + 20, PyBytes_AS_STRING(body), body_len)
-    props_at = start + 20 + body_len + 2
-    o.n = props_at
-    try:
-        uniq = _put_item_properties(o, m, user, uniq_ids, &raw)
-    except IllegalArgumentError as e:
-        raise _batch_error(i, str(e)) from None
-    if raw > MAX_PROPS:
-        raise _batch_error(i, f"properties are {raw} bytes, more than {MAX_PROPS}")
-    at = <unsigned char*>o.buf + start  # (the buffer may have moved)
-    _put_u32(at, <uint32_t>(BATCH_ITEM_FIXED + body_len + raw))
-    o.buf[props_at - 2] = <char>(raw >> 8)
-    o.buf[props_at - 1] = <char>raw
-    item_size[0] = 20 + body_len + raw
-    return uniq
-
-
-def encode_send_batch(list msgs, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
-                      UniqIds uniq_ids):
-    """Validate and encode a batch: (topic, comma-joined UNIQ_KEYs, body, the first message's
-    wait_store_msg_ok).  Each message is checked as selector.check_message does (a Message, the
-    topic once through check_topic, a bytes body of 1..max_message_size, no reserved property name,
-    a delay level >= 0) plus the batch rules (one topic, no delay, no retry topic, a 32-bit flag,
-    properties that do not corrupt the encoding and fit 32767 bytes); the encoded batch (20 bytes a
-    message plus bodies and properties) must fit max_message_size.  IllegalArgumentError names the
-    item and the bad value.  uniq_ids: the UNIQ_KEY maker (new UNIQ_KEYs)."""
-    cdef Py_ssize_t count = len(msgs), i, item_size = 0, total = 0
-    cdef Out o
-    cdef list uniqs
-    if count == 0:
-        raise IllegalArgumentError("send_batch needs at least one message")
-    uniqs = [None] * count
-    topic = None
-    out_start(&o, NULL, 0)
-    try:
-        for i in range(count):
-            m = msgs[i]
-            if not isinstance(m, message_cls):
-                raise _batch_error(i, f"expected a Message, got {type(m).__name__}")
-            if i == 0:
-                topic = m.topic
-                check_topic(topic)
-                if topic.startswith("%RETRY%"):
-                    raise IllegalArgumentError(f"retry topic {topic!r} is not supported in a batch")
-                # room for every item the size of the first (its body and ~100 bytes of properties)
-                out_reserve(&o, count * (BATCH_ITEM_FIXED + 100 + (PyBytes_GET_SIZE(m.body) if type(m.body) is bytes else 0)))
-            else:
-                other = m.topic
-                if other is not topic and other != topic:
-                    raise _batch_error(i, f"all messages of a batch must have the same topic: {other!r} "
-                                          f"differs from {topic!r}")
-            uniqs[i] = _put_item(&o, m, i, topic, max_message_size, reserved, uniq_ids, &item_size)
-            total += item_size
-        if total > max_message_size:
-            raise IllegalArgumentError(
-                f"batch of {count} messages is {total} bytes encoded, more than max_message_size "
-                f"{max_message_size}; split it")
-        return topic, ",".join(uniqs), PyBytes_FromStringAndSize(o.buf, o.n), msgs[0].wait_store_msg_ok
-    finally:
-        out_free(&o)
-
-
-def encode_batch_item(message, Py_ssize_t max_message_size, message_cls, frozenset reserved, check_topic,
-                      UniqIds uniq_ids):
-    """One message sent on its own as a batch item (auto_batch gathers these): (topic, UNIQ_KEY,
-    item, wait_store_msg_ok) after encode_send_batch's checks, its errors naming the bad value
-    without an item index; the item is what encode_send_batch writes for it (a batch body is items
-    end to end)."""
-    cdef char stack[1024]
-    cdef Out o
-    cdef Py_ssize_t item_size = 0
-    if not isinstance(message, message_cls):
-        raise IllegalArgumentError(f"expected a Message, got {type(message).__name__}")
-    topic = message.topic
-    check_topic(topic)
-    if topic.startswith("%RETRY%"):
-        raise IllegalArgumentError(f"retry topic {topic!r} is not supported in a batch")
-    out_start(&o, stack, 1024)
-    try:
-        uniq = _put_item(&o, message, -1, topic, max_message_size, reserved, uniq_ids, &item_size)
-        if item_size > max_message_size:
-            raise IllegalArgumentError(f"message to topic {topic!r} is {item_size} bytes encoded, more than "
-                                       f"max_message_size {max_message_size}")
-        return topic, uniq, PyBytes_FromStringAndSize(o.buf, o.n), message.wait_store_msg_ok
-    finally:
-        out_free(&o)
-
-
-# --- UNIQ_KEY -----------------------------------------------------------------------------------------
-from clock cimport epoch_ms
-
-cdef const char* _UPPER_HEX = "0123456789ABCDEF"
-
-
-@cython.final
-cdef class UniqIds:
-    """The UNIQ_KEY maker (MessageClientIDSetter.create_uniq_id): 32 upper-case hex digits - the
-    fixed part (IP, pid, a random number: 20 digits, from `prefix()`, asked once), the milliseconds
-    since the start of this month (8; `month_bounds(now_ms)` gives (month start, next month start)
-    in ms, asked when a month begins) and a counter from the iterator `sequence` (4).  Called from
-    many threads: each step is atomic under the GIL, and racing month look-ups agree."""
-
-    cdef object _prefix_of
-    cdef object _month_bounds
-    cdef object _sequence
-    cdef str _prefix
-    cdef int64_t _month_start
-    cdef int64_t _next_month
-
-    def __init__(self, prefix, month_bounds, sequence):
-        self._prefix_of = prefix
-        self._month_bounds = month_bounds
-        self._sequence = sequence
-        self._prefix = None
-        self._month_start = 0
-        self._next_month = 0
-
-    def __call__(self):
-        return self.next_id()
-
-    cdef str next_id(self):
-        cdef int64_t now = epoch_ms()
-        cdef Py_ssize_t n, i
-        cdef uint32_t elapsed, counter
-        cdef char* out
-        if now >= self._next_month:
-            if self._prefix is None:
-                prefix = self._prefix_of()
-                if type(prefix) is not str or not (<str>prefix).isascii():
-                    raise ValueError(f"UNIQ_KEY prefix {prefix!r} is not ASCII hex")
-                self._prefix = prefix
-            start, following = self._month_bounds(now)
-            self._month_start, self._next_month = start, following
-        counter = <uint32_t>(<int64_t>PyIter_Next(self._sequence) & 0xFFFF)
-        elapsed = <uint32_t>((now - self._month_start) & 0xFFFFFFFF)
-        prefix = self._prefix
-        n = PyUnicode_GET_LENGTH(prefix)
-        uniq = PyUnicode_New(n + 12, 127)
-        out = <char*>PyUnicode_DATA(uniq)
-        memcpy(out, PyUnicode_DATA(prefix), n)
-        for i in range(8):
-            out[n + i] = _UPPER_HEX[(elapsed >> (28 - 4 * i)) & 15]
-        for i in range(4):
-            out[n + 8 + i] = _UPPER_HEX[(counter >> (12 - 4 * i)) & 15]
-        return uniq
-
-
-# --- columns: a pull body in Arrow's memory layout --------------------------------------------------
-# Spark's "rmq" data source hands Arrow record batches to the JVM.  Building them from MessageExt
-# objects costs a Python object per message and per field; this decoder writes each field of every
-# record straight into column buffers laid out as Arrow wants them (little-endian fixed-width
-# values; int32 offsets + data for strings and binaries; a validity bitmap where a value may be
-# missing).  It returns bytes only; the caller wraps them (pyarrow stays out of rmq_core).
-@cython.final
-cdef class _Buf:
-    cdef char* p
-    cdef Py_ssize_t n
-    cdef Py_ssize_t cap
-
-    def __cinit__(self, Py_ssize_t cap):
-        self.cap = cap if cap > 16 else 16
-        self.p = <char*>PyMem_Malloc(self.cap)
-        if self.p == NULL:
-            raise MemoryError()
-        self.n = 0
-
-    def __dealloc__(self):
-        PyMem_Free(self.p)
-
-    cdef int reserve(self, Py_ssize_t extra) except -1:
-        cdef Py_ssize_t cap = self.cap
-        cdef char* q
-        if self.n + extra <= cap:
-            return 0
-        while cap < self.n + extra:
-            cap *= 2
-        q = <char*>PyMem_Realloc(self.p, cap)
-        if q == NULL:
-            raise MemoryError()
-        self.p = q
-        self.cap = cap
-        return 0
-
-    cdef inline int put(self, const void* src, Py_ssize_t size) except -1:
-        if self.n + size > self.cap:
-            self.reserve(size)
-        memcpy(self.p + self.n, src, size)
-        self.n += size
-        return 0
-
-    cdef inline int put_i32(self, int32_t v) except -1:
-        return self.put(&v, 4)
-
-    cdef inline int put_i64(self, int64_t v) except -1:
-        return self.put(&v, 8)
-
-    cdef bytes take(self):
-        return PyBytes_FromStringAndSize(self.p, self.n)
-
-
-@cython.final
-cdef class _VarColumn:
-    """A string / binary column: int32 offsets (rows + 1), data, and a validity bitmap."""
-    cdef _Buf offsets
-    cdef _Buf data
-    cdef _Buf validity
-    cdef Py_ssize_t rows
-    cdef Py_ssize_t nulls
-
-    def __cinit__(self, Py_ssize_t rows_hint, Py_ssize_t data_hint):
-        self.offsets = _Buf((rows_hint + 1) * 4)
-        self.data = _Buf(data_hint)
-        self.validity = _Buf(rows_hint // 8 + 1)
-        self.rows = 0
-        self.nulls = 0
-        self.offsets.put_i32(0)
-
-    cdef int add(self, const void* src, Py_ssize_t size, bint valid) except -1:
-        cdef Py_ssize_t byte = self.rows >> 3
-        if byte >= self.validity.n:
-            self.validity.reserve(1)
-            self.validity.p[byte] = 0
-            self.validity.n = byte + 1
-        if valid:
-            self.validity.p[byte] |= <char>(1 << (self.rows & 7))
-            if size:
-                self.data.put(src, size)
-        else:
-            self.nulls += 1
-        if self.data.n > 0x7FFFFFFF:
-            raise OverflowError("a column of one pull is over 2 GiB")
-        self.offsets.put_i32(<int32_t>self.data.n)
-        self.rows += 1
-        return 0
-
-    cdef tuple take(self):
-        return (self.validity.take() if self.nulls else None, self.offsets.take(), self.data.take(), self.nulls)
-
-
-cdef inline Py_ssize_t _prop_value(const unsigned char* props, Py_ssize_t plen, const char* name,
-                                   Py_ssize_t nlen, Py_ssize_t* vlen) noexcept nogil:
-    # position of the value of `name` (the one lookup, record.pxd), -1 when absent
-    cdef Py_ssize_t vs = 0
-    if find_property(props, plen, name, nlen, &vs, vlen):
-        return vs
-    return -1
-
-
-# decode_columns' column mask bits (the order of spark_plugin.arrow.COLUMNS)
-COL_TOPIC, COL_BROKER_NAME, COL_QUEUE_ID, COL_QUEUE_OFFSET, COL_MSG_ID, COL_TAGS, COL_KEYS, COL_BODY, \
-    COL_PROPERTIES, COL_BORN_TIMESTAMP, COL_STORE_TIMESTAMP, COL_RECONSUME_TIMES = [1 << i for i in range(12)]
-
-
-def decode_columns(buf, str broker_name, int64_t until_offset=-1, tuple skip_properties=(), int64_t columns=-1):
-    """Decode concatenated v1 records (a PULL body) into column buffers; records whose queue
-    offset is >= until_offset (when >= 0) and BLANK records are left out.  Framing is checked as
-    decode_messages checks it; compressed bodies are inflated.  `columns`: a mask of COL_* bits;
-    a column left out is not decoded (its buffers hold no rows; a body left out is not even
-    inflated).
-
-    Returns a dict of bytes: "rows"; fixed-width little-endian "queue_id" (int32),
-    "queue_offset" (int64), "born_timestamp" / "store_timestamp" (int64 microseconds since the
-    epoch), "reconsume_times" (int32); variable-width (validity or None, offsets, data, null count)
-    "topic", "broker_name", "msg_id" (UNIQ_KEY, else the offset message id), "tags", "keys",
-    "body"; and "properties" as a map: (entry offsets, key column, value column) of every property
-    whose name is not in skip_properties (at most 64 names, str)."""
-    cdef _Bytes b = _Bytes(buf)
-    cdef const unsigned char* base = b.ptr
-    cdef const unsigned char* p
-    cdef const unsigned char* props
-    cdef Py_ssize_t size = b.size, pos = 0, rows_hint = size // 200 + 1, i, k, v, vlen = 0, entries = 0
-    cdef _Record r
-    cdef bytes bn = PyUnicode_AsUTF8String(broker_name)
-    cdef bytes mid, body
-    cdef _Buf queue_id = _Buf(rows_hint * 4), queue_offset = _Buf(rows_hint * 8)
-    cdef _Buf born = _Buf(rows_hint * 8), stored = _Buf(rows_hint * 8), reconsume = _Buf(rows_hint * 4)
-    cdef _Buf entry_offsets = _Buf((rows_hint + 1) * 4)
-    cdef _VarColumn topic = _VarColumn(rows_hint, 64), broker = _VarColumn(rows_hint, rows_hint * 8)
-    cdef _VarColumn msg_id = _VarColumn(rows_hint, rows_hint * 32), tags = _VarColumn(rows_hint, rows_hint * 8)
-    cdef _VarColumn keys = _VarColumn(rows_hint, rows_hint * 8), bodies = _VarColumn(rows_hint, size)
-    cdef _VarColumn pkeys = _VarColumn(rows_hint * 4, rows_hint * 32), pvalues = _VarColumn(rows_hint * 4, rows_hint * 32)
-    cdef const char* skip_ptr[64]
-    cdef Py_ssize_t skip_len[64]
-    cdef Py_ssize_t n_skip = len(skip_properties), j
-    cdef list skip_names = [PyUnicode_AsUTF8String(name) for name in skip_properties]  # (owns the bytes)
-    cdef bint skipped
-    cdef Py_ssize_t rows = 0
-    cdef bint want_topic = columns & COL_TOPIC, want_broker = columns & COL_BROKER_NAME
-    cdef bint want_msg_id = columns & COL_MSG_ID, want_tags = columns & COL_TAGS, want_keys = columns & COL_KEYS
-    cdef bint want_body = columns & COL_BODY, want_props = columns & COL_PROPERTIES
-    if n_skip > 64:
-        raise ValueError(f"skip_properties holds {n_skip} names; at most 64")
-    for j in range(n_skip):
-        skip_ptr[j] = PyBytes_AS_STRING(skip_names[j])
-        skip_len[j] = PyBytes_GET_SIZE(skip_names[j])
-    entry_offsets.put_i32(0)
-    while pos < size:
-        p = base + pos
-        if not _read_record(p, size - pos, pos, &r):
-            pos += r.total
-            continue
-        pos += r.total
-        if until_offset >= 0 and r.queue_offset >= until_offset:
-            continue
-        rows += 1
-        queue_id.put_i32(r.queue_id)
-        queue_offset.put_i64(r.queue_offset)
-        born.put_i64(r.born_timestamp * 1000)
-        stored.put_i64(r.store_timestamp * 1000)
-        reconsume.put_i32(r.reconsume_times)
-        if want_topic:
-            topic.add(p + r.topic_pos, r.topic_len, True)
-        if want_broker:
-            broker.add(PyBytes_AS_STRING(bn), PyBytes_GET_SIZE(bn), True)
-        props = p + r.props_pos
-        # TAGS / KEYS / UNIQ_KEY have columns of their own; every property is in the map as well
-        if want_tags:
-            v = _prop_value(props, r.props_len, "TAGS", 4, &vlen)
-            tags.add(props + v, vlen, v >= 0)
-        if want_keys:
-            v = _prop_value(props, r.props_len, "KEYS", 4, &vlen)
-            keys.add(props + v, vlen, v >= 0)
-        if want_msg_id:
-            v = _prop_value(props, r.props_len, "UNIQ_KEY", 8, &vlen)
-            if v >= 0:
-                msg_id.add(props + v, vlen, True)
-            else:
-                mid = PyUnicode_AsUTF8String(_offset_msg_id(
-                    p + r.store_ip_pos, r.sys_flag & FLAG_STOREHOST_V6, r.store_port, r.commit_log_offset))
-                msg_id.add(PyBytes_AS_STRING(mid), PyBytes_GET_SIZE(mid), True)
-        if want_body:
-            if r.sys_flag & FLAG_COMPRESSED:
-                body = _decompress_body(PyBytes_FromStringAndSize(<const char*>p + r.body_pos, r.body_len),
-                                        r.sys_flag, pos - r.total)
-                bodies.add(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), True)
-            else:
-                bodies.add(p + r.body_pos, r.body_len, True)
-        if not want_props:
-            continue
-        i = 0
-        while i < r.props_len:
-            k = i
-            while i < r.props_len and props[i] != 1:
-                i += 1
-            if i >= r.props_len:
-                break  # a trailing name without a value (never written by RocketMQ): ignored
-            v = i + 1
-            i = v
-            while i < r.props_len and props[i] != 2:
-                i += 1
-            skipped = False
-            for j in range(n_skip):
-                if skip_len[j] == v - 1 - k and memcmp(skip_ptr[j], props + k, v - 1 - k) == 0:
-                    skipped = True
-                    break
-            if not skipped:
-                pkeys.add(props + k, v - 1 - k, True)
-                pvalues.add(props + v, i - v, True)
-                entries += 1
-            i += 1
-        entry_offsets.put_i32(<int32_t>entries)
-    return {
-        "rows": rows,
-        "queue_id": queue_id.take(), "queue_offset": queue_offset.take(),
-        "born_timestamp": born.take(), "store_timestamp": stored.take(),
-        "reconsume_times": reconsume.take(),
-        "topic": topic.take(), "broker_name": broker.take(), "msg_id": msg_id.take(),
-        "tags": tags.take(), "keys": keys.take(), "body": bodies.take(),
-        "properties": (entry_offsets.take(), pkeys.take(), pvalues.take()),
-    }
-
-
-# === The commit-log record: encode (one message, a batch body's items), verify (the recovery scan) ===
-# Layout in the module doc; the inline helpers shared with commit_log.pyx (write_record, record_len,
-# tags_code_of, the batch template) are in record.pxd, so the single put writes records in place
-# with the same code.
-from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING, PyByteArray_Resize
-from rmq_core._native.crc cimport crc32_update
-from rmq_core._native.mapped cimport NativeMap
-from store_bytes cimport CQ_UNIT, MAX_PROPS, MIN_BLANK, rmq_ld16, rmq_ld32, rmq_ld64
-
-# verify_records stop reasons
-STOP_END = 0        # reached `end` or a zero header (nothing written there)
-STOP_BLANK = 1      # end-of-segment blank record
-STOP_CORRUPT = 2    # bad magic / size / crc / physical offset / structure
-
-
-
-# --- record encoding ---------------------------------------------------------------------------
-cdef check_hosts(const unsigned char[::1] born_host, const unsigned char[::1] store_host, int32_t sys_flag):
-    cdef Py_ssize_t bh = 20 if sys_flag & BORNHOST_V6 else 8
-    cdef Py_ssize_t sh = 20 if sys_flag & STOREHOST_V6 else 8
-    if born_host.shape[0] != bh:
-        raise IllegalArgumentError(f"born host must be {bh} encoded bytes for sysFlag {sys_flag:#x}, got {born_host.shape[0]}")
-    if store_host.shape[0] != sh:
-        raise IllegalArgumentError(f"store host must be {sh} encoded bytes for sysFlag {sys_flag:#x}, got {store_host.shape[0]}")
-
-
-def encode_batch(body, bytes topic, int32_t queue_id, int32_t sys_flag, int64_t born_ts, bytes born_host,
-                 bytes store_host, int32_t reconsume_times, extra_properties, Py_ssize_t max_message_size,
-                 bint plan_only=False):
-    """A SEND_BATCH_MESSAGE body (REMOTING.md §8) -> (bytearray records, count, bytearray tags codes
-    as native int64).  Every item becomes a full record with the request's topic, queue, hosts and
-    `extra_properties` appended to its own properties (as the Java broker does).
-
-    plan_only: validate and size only -> (None, count, total record bytes), for `fit_batch` and
-    `encode_batch_into`, which encode straight into the segment."""
-    cdef const unsigned char[::1] src = body
-    cdef const unsigned char[::1] ex = extra_properties
-    cdef const unsigned char[::1] bh = born_host
-    cdef const unsigned char[::1] sh = store_host
-    cdef Py_ssize_t n = src.shape[0]
-    cdef Py_ssize_t tl = len(topic)
-    cdef Py_ssize_t exl = ex.shape[0]
-    if tl > MAX_TOPIC or tl == 0:
-        raise IllegalArgumentError(f"topic {topic.decode('utf-8', 'replace')!r} is {tl} bytes; it must be 1..{MAX_TOPIC}")
-    check_hosts(bh, sh, sys_flag)
-    if n == 0:
-        raise BatchFormatError("batch body is empty")
-    cdef const unsigned char *s = &src[0]
-    cdef const unsigned char *exp = ptr_or_empty(ex)
-    cdef Py_ssize_t fixed = record_len(bh.shape[0], sh.shape[0], 0, tl, 0)
-    # pass 1: validate and size (the C pass; this loop only runs again to name a problem it found)
-    cdef Py_ssize_t pos = 0, count = 0, out_len = 0, item_total, blen, plen, rlen, ppos
-    cdef bint sep
-    cdef size_t planned_count = 0, planned_total = 0
-    cdef int planned
-    planned = rmq_batch_plan(s, n, fixed, exl, MAX_PROPS, max_message_size if max_message_size > 0 else 0,
-                             &planned_count, &planned_total)
-    if planned == 0:
-        count = planned_count
-        out_len = planned_total
-        pos = n
-    while pos < n:
-        if n - pos < 20:
-            raise BatchFormatError(f"batch body truncated at byte {pos}: {n - pos} bytes left, an item header needs 20")
-        item_total = <int32_t>rmq_ld32(s + pos)
-        blen = <int32_t>rmq_ld32(s + pos + 16)
-        if blen < 0 or pos + 20 + blen + 2 > n:
-            raise BatchFormatError(f"batch item {count} at byte {pos}: body length {blen} runs past the end ({n} bytes)")
-        plen = <int16_t>rmq_ld16(s + pos + 20 + blen)
-        if plen < 0 or pos + 22 + blen + plen > n:
-            raise BatchFormatError(f"batch item {count} at byte {pos}: properties length {plen} runs past the end ({n} bytes)")
-        if item_total != 22 + blen + plen:
-            raise BatchFormatError(f"batch item {count} at byte {pos}: total size {item_total} != 22 + body {blen} + properties {plen}")
-        ppos = pos + 22 + blen
-        sep = plen > 0 and exl > 0 and s[ppos + plen - 1] != 2
-        if plen + exl + (1 if sep else 0) > MAX_PROPS:
-            raise PropertiesSizeExceededError(
-                f"batch item {count}: properties are {plen + exl + (1 if sep else 0)} bytes, more than {MAX_PROPS}")
-        rlen = fixed + blen + plen + exl + (1 if sep else 0)
-        if rlen > max_message_size:
-            raise MessageTooLargeError(rlen, max_message_size)
-        out_len += rlen
-        count += 1
-        pos += item_total
-    if plan_only:
-        return None, count, out_len
-    out = PyByteArray_FromStringAndSize(NULL, out_len)
-    tags = PyBytes_FromStringAndSize(NULL, count * 8)  # fresh: filled below, then immutable
-    cdef unsigned char *d = <unsigned char *>PyByteArray_AS_STRING(out)
-    cdef int64_t *tg = <int64_t *><char *>(<bytes>tags)
-    cdef const unsigned char *tp = <const unsigned char *><char *>topic
-    cdef const unsigned char *bhp = &bh[0]
-    cdef const unsigned char *shp = &sh[0]
-    cdef Py_ssize_t i = 0, vs, vl
-    cdef int32_t flag
-    cdef int64_t code
-    with nogil:
-        pos = 0
-        while i < count:
-            item_total = <int32_t>rmq_ld32(s + pos)
-            flag = <int32_t>rmq_ld32(s + pos + 12)
-            blen = <int32_t>rmq_ld32(s + pos + 16)
-            plen = <int16_t>rmq_ld16(s + pos + 20 + blen)
-            ppos = pos + 22 + blen
-            sep = plen > 0 and exl > 0 and s[ppos + plen - 1] != 2
-            rlen = fixed + blen + plen + exl + (1 if sep else 0)
-            write_record(d, <int32_t>rlen, crc32_update(0, s + pos + 20, blen), queue_id, flag, sys_flag, born_ts,
-                         bhp, bh.shape[0], shp, sh.shape[0], reconsume_times, 0,
-                         s + pos + 20, blen, tp, tl, s + ppos, plen, exp, exl, sep)
-            # the record's properties are the item's then the extra ones: the last TAGS wins
-            if exl and find_property(exp, exl, b"TAGS", 4, &vs, &vl):
-                code = java_hash_utf8(exp + vs, vl) if vl > 0 else 0
-            else:
-                code = tags_code_of(s + ppos, plen)
-            tg[i] = code
-            d += rlen
-            pos += item_total
-            i += 1
-    return out, count, tags
-
-
-def fit_batch(body, Py_ssize_t body_pos, Py_ssize_t n_items, bytes topic, int32_t sys_flag, bytes born_host,
-              bytes store_host, extra_properties, Py_ssize_t write_pos, Py_ssize_t file_size):
-    """How many of the (validated) batch items from body[body_pos:] fit a segment at write_pos, each
-    record leaving 8 bytes for the end-of-file blank: (records, bytes, next body position)."""
-    cdef const unsigned char[::1] src = body
-    cdef const unsigned char[::1] ex = extra_properties
-    cdef rmq_batch_tmpl t
-    cdef size_t nbytes = 0, next_pos = 0, k
-    batch_template(&t, topic, 0, sys_flag, 0, born_host, store_host, 0, ex, 0)
-    if body_pos < 0 or body_pos > src.shape[0] or n_items < 0 or write_pos < 0:
-        raise ValueError(f"body position {body_pos} / item count {n_items} / write position {write_pos} out of range")
-    if n_items == 0:
-        return 0, 0, body_pos
-    k = rmq_batch_fit(&t, &src[0], body_pos, n_items, write_pos, file_size, &nbytes, &next_pos)
-    return k, nbytes, next_pos
-
-
-
-# --- recovery scan ---------------------------------------------------------------------------------
-cdef inline bint valid_topic_byte(unsigned char c) noexcept nogil:
-    return (c >= 48 and c <= 57) or (c >= 65 and c <= 90) or (c >= 97 and c <= 122) or c == 37 or c == 124 or c == 95 or c == 45
-
-
-cdef inline bint valid_properties(const unsigned char *p, Py_ssize_t n) noexcept nogil:
-    """Properties are "name\\x01value\\x02" pairs of UTF-8 text without NULs.  A torn write that left
-    random bytes in this part of a record (which the body CRC does not cover) fails this check."""
-    cdef Py_ssize_t i = 0, need = 0
-    cdef bint in_name = True
-    cdef Py_ssize_t name_len = 0
-    cdef unsigned char c
-    if n == 0:
-        return True
-    if p[n - 1] != 2:
-        return False
-    while i < n:
-        c = p[i]
-        if need:
-            if (c & 0xC0) != 0x80:
-                return False
-            need -= 1
-        elif c == 0:
-            return False
-        elif c == 1:
-            if not in_name or name_len == 0:
-                return False
-            in_name = False
-        elif c == 2:
-            if in_name:
-                return False
-            in_name = True
-            name_len = 0
-        elif c >= 0x80:
-            if (c & 0xE0) == 0xC0 and c >= 0xC2:
-                need = 1
-            elif (c & 0xF0) == 0xE0:
-                need = 2
-            elif (c & 0xF8) == 0xF0 and c <= 0xF4:
-                need = 3
-            else:
-                return False
-            if in_name:
-                name_len += 1
-        elif in_name:
-            name_len += 1
-        i += 1
-    return need == 0
-
-
-cdef inline int check_record(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int64_t phys, bint check_crc,
-                             Py_ssize_t *out_size) noexcept nogil:
-    """0 = good message record, 1 = blank, 2 = nothing (zero header / too short), 3 = corrupt."""
-    cdef Py_ssize_t avail = end - pos
-    cdef uint32_t size, magic, bl, tl, pl, sysf
-    cdef Py_ssize_t bh, sh, bo, to, po
-    cdef uint32_t i
-    if avail < 8:
-        return 2
-    size = rmq_ld32(p + pos)
-    magic = rmq_ld32(p + pos + 4)
-    if size == 0 and magic == 0:
-        return 2
-    if magic == BLANK_MAGIC_CODE:
-        if size >= MIN_BLANK and <Py_ssize_t>size == avail:
-            out_size[0] = size
-            return 1
-        return 3
-    if magic != MESSAGE_MAGIC_CODE or size < 91 or <Py_ssize_t>size > avail:
-        return 3
-    if <int64_t>rmq_ld64(p + pos + 28) != phys:
-        return 3
-    sysf = rmq_ld32(p + pos + 36)
-    bh = 20 if sysf & BORNHOST_V6 else 8
-    sh = 20 if sysf & STOREHOST_V6 else 8
-    bo = 72 + bh + sh
-    if bo + 4 > <Py_ssize_t>size:
-        return 3
-    bl = rmq_ld32(p + pos + bo - 4)
-    if <int64_t>bo + <int32_t>bl + 3 > <int64_t>size or <int32_t>bl < 0:
-        return 3
-    to = bo + bl
-    tl = p[pos + to]
-    if tl == 0 or tl > MAX_TOPIC or to + 1 + tl + 2 > <Py_ssize_t>size:
-        return 3
-    for i in range(tl):
-        if not valid_topic_byte(p[pos + to + 1 + i]):
-            return 3
-    po = to + 1 + tl
-    pl = rmq_ld16(p + pos + po)
-    if po + 2 + <Py_ssize_t>pl != <Py_ssize_t>size:
-        return 3
-    if not valid_properties(p + pos + po + 2, pl):
-        return 3
-    if check_crc and (crc32_update(0, p + pos + bo, bl) & 0x7FFFFFFF) != rmq_ld32(p + pos + 8):
-        return 3
-    out_size[0] = size
-    return 0
-
-
-cdef inline int64_t schedule_tags_code(const unsigned char *props, Py_ssize_t n, int64_t store_ts,
-                                       const int64_t *levels, Py_ssize_t nlevels, int64_t fallback) noexcept nogil:
-    """SCHEDULE_TOPIC_XXXX entries carry the delivery time as their tag code (RocketMQ)."""
-    cdef Py_ssize_t vs = 0, vl = 0, i
-    cdef int64_t level = 0
-    if nlevels == 0 or not find_property(props, n, b"DELAY", 5, &vs, &vl) or vl == 0 or vl > 9:
-        return fallback
-    for i in range(vl):
-        if props[vs + i] < 48 or props[vs + i] > 57:
-            return fallback
-        level = level * 10 + (props[vs + i] - 48)
-    if level <= 0:
-        return fallback
-    if level > nlevels:
-        level = nlevels
-    return store_ts + levels[level - 1]
-
-
-def verify_records(NativeMap m, Py_ssize_t start, Py_ssize_t end, int64_t file_from_offset, bint check_crc,
-                   bint collect=True, delay_levels_ms=None):
-    """Walk records in [start, end) of one segment, checking magic, size, physical offset,
-    structure and (optionally) body CRC.
-
-    Returns (stop_pos, stop_reason, count, last_store_timestamp, runs).  stop_reason is STOP_END,
-    STOP_BLANK or STOP_CORRUPT; stop_pos is where the walk stopped (the end of the last good record,
-    or the segment end after a blank).  With `collect`, runs lists consecutive records of one
-    (topic, queue) with consecutive queue offsets as (topic, queue_id, first_queue_offset, count,
-    memoryview of its 20-byte consume-queue entries, max_store_timestamp) — so re-dispatch costs one
-    Python object per run, not per record."""
-    cdef unsigned char *p = m.check(start, end)
-    cdef Py_ssize_t pos = start, size = 0
-    cdef int r = 2
-    cdef Py_ssize_t count = 0
-    cdef int64_t last_ts = 0, ts, qoff, run_next = -1
-    cdef int32_t qid, run_qid = -1
-    cdef uint32_t sysf, tl, pl, bl
-    cdef Py_ssize_t bo, to, po
-    cdef const unsigned char *run_topic = NULL
-    cdef uint32_t run_tl = 0
-    cdef int64_t code
-    cdef int64_t run_max_ts = 0
-    cdef Py_ssize_t run_start_count = 0
-    cdef bint sched
-    cdef const int64_t *lv = NULL
-    cdef Py_ssize_t nlv = 0
-    cdef const unsigned char[::1] lvv
-    if delay_levels_ms is not None and len(delay_levels_ms):
-        import array
-        lvv = array.array("q", delay_levels_ms).tobytes()
-        lv = <const int64_t *>&lvv[0]
-        nlv = len(delay_levels_ms)
-    runs = []
-    # every entry of this segment goes into one growing buffer; a run is a slice of it
-    cdef Py_ssize_t cap = 65536, used = 0, run_byte = 0
-    allbuf = PyByteArray_FromStringAndSize(NULL, cap)
-    cdef unsigned char *entry
-    cdef int64_t run_first = 0
-    while True:
-        r = check_record(p, pos, end, file_from_offset + pos, check_crc, &size)
-        if r != 0:
-            break
-        sysf = rmq_ld32(p + pos + 36)
-        ts = <int64_t>rmq_ld64(p + pos + store_ts_pos(sysf))
-        if ts > last_ts:
-            last_ts = ts
-        count += 1
-        if collect:
-            qid = <int32_t>rmq_ld32(p + pos + 12)
-            qoff = <int64_t>rmq_ld64(p + pos + 20)
-            bo = 72 + (20 if sysf & BORNHOST_V6 else 8) + (20 if sysf & STOREHOST_V6 else 8)
-            bl = rmq_ld32(p + pos + bo - 4)
-            to = bo + bl
-            tl = p[pos + to]
-            po = to + 1 + tl
-            pl = rmq_ld16(p + pos + po)
-            code = tags_code_of(p + pos + po + 2, pl)
-            sched = tl == 19 and memcmp(p + pos + to + 1, b"SCHEDULE_TOPIC_XXXX", 19) == 0
-            if sched:
-                code = schedule_tags_code(p + pos + po + 2, pl, ts, lv, nlv, code)
-            if not (run_topic != NULL and qid == run_qid and qoff == run_next and tl == run_tl
-                    and memcmp(run_topic, p + pos + to + 1, tl) == 0):
-                if run_topic != NULL:
-                    runs.append((PyBytes_FromStringAndSize(<char *>run_topic, run_tl).decode("utf-8"), run_qid,
-                                 run_first, count - 1 - run_start_count, run_byte, run_max_ts))
-                    run_byte = used
-                run_topic = p + pos + to + 1
-                run_tl = tl
-                run_qid = qid
-                run_first = qoff
-                run_start_count = count - 1
-                run_max_ts = 0
-            run_next = qoff + 1
-            if ts > run_max_ts:
-                run_max_ts = ts
-            if used + CQ_UNIT > cap:
-                cap *= 2
-                PyByteArray_Resize(allbuf, cap)
-            entry = <unsigned char *>PyByteArray_AS_STRING(allbuf) + used
-            rmq_st64(entry, <uint64_t>(file_from_offset + pos))
-            rmq_st32(entry + 8, <uint32_t>size)
-            rmq_st64(entry + 12, <uint64_t>code)
-            used += CQ_UNIT
-        pos += size
-    if collect and run_topic != NULL:
-        runs.append((PyBytes_FromStringAndSize(<char *>run_topic, run_tl).decode("utf-8"), run_qid,
-                     run_first, count - run_start_count, run_byte, run_max_ts))
-    if runs:
-        PyByteArray_Resize(allbuf, used)
-        view = memoryview(allbuf)
-        runs = [(t, q, f, c, view[b:b + c * CQ_UNIT], ts) for (t, q, f, c, b, ts) in runs]
-    if r == 1:
-        return end, STOP_BLANK, count, last_ts, runs
-    return pos, (STOP_CORRUPT if r == 3 else STOP_END), count, last_ts, runs

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The broker's native send lane: the common SEND_MESSAGE_V2 answered straight from a read chunk.
 
-A read chunk of a TCP connection holds whole frames (shared/protocol/REMOTING.md §1):
+A read chunk of a TCP connection holds whole frames (docs/protocol.md §1):
 
     int32 length | int32 serializeType << 24 | headerLength | JSON header | body
 
@@ -73,12 +73,12 @@ cdef extern from "Python.h":
     object PyUnicode_FromStringAndSize(const char* s, Py_ssize_t n)
     Py_ssize_t PySet_GET_SIZE(object s)
 
+from record_layout cimport MAX_TOPIC as MAX_TOPIC_BYTES, TRANSACTION_MASK
+
 cdef enum:
     SEND_MESSAGE_V2 = 310
     RESPONSE_FLAG = 1
     ONEWAY_FLAG = 2
-    TRANSACTION_MASK = 0xC
-    MAX_TOPIC_BYTES = 127
     TOPIC_SLOTS = 256
 
 

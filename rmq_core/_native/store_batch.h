@@ -1,5 +1,5 @@
-/* Batch encoding of SEND_BATCH_MESSAGE items into commit-log records (the 4.x v1 layout described
- * at the top of record.pyx), straight into space reserved in a mapped segment.
+/* Batch encoding of SEND_BATCH_MESSAGE items into commit-log records (the 4.x v1 layout of
+ * docs/protocol.md §5), straight into space reserved in a mapped segment.
  *
  * Why a C header: the loop runs once per record with a budget of ~20-30 ns besides the copy, so
  * it must be plain C the compiler can schedule freely:
@@ -44,8 +44,9 @@ static inline void rmq_bst64(unsigned char *p, uint64_t v) { v = __builtin_bswap
 static inline uint32_t rmq_bld32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v); }
 static inline uint16_t rmq_bld16(const unsigned char *p) { uint16_t v; memcpy(&v, p, 2); return __builtin_bswap16(v); }
 
-/* born_host / store_host: 8 (IPv4) or 20 (IPv6) encoded bytes, as sys_flag says. */
-static void rmq_batch_tmpl_init(rmq_batch_tmpl *t, int32_t queue_id, int32_t sys_flag, int64_t born_ts,
+/* born_host / store_host: 8 (IPv4) or 20 (IPv6) encoded bytes, as sys_flag says; magic: the
+   message magic code, passed in so that record_layout.pxd stays its one definition. */
+static void rmq_batch_tmpl_init(rmq_batch_tmpl *t, uint32_t magic, int32_t queue_id, int32_t sys_flag, int64_t born_ts,
                                 const unsigned char *born_host, size_t bh_len,
                                 const unsigned char *store_host, size_t sh_len,
                                 int32_t reconsume, int64_t store_ts,
@@ -55,7 +56,7 @@ static void rmq_batch_tmpl_init(rmq_batch_tmpl *t, int32_t queue_id, int32_t sys
     unsigned char *q = t->head;
     memset(t->head, 0, sizeof(t->head));
     q += 4;                                   /* TOTALSIZE: per record */
-    rmq_bst32(q, 0xDAA320A7u); q += 4;        /* MAGIC */
+    rmq_bst32(q, magic); q += 4;              /* MAGICCODE (record_layout.pxd's) */
     q += 4;                                   /* BODYCRC: per record */
     rmq_bst32(q, (uint32_t)queue_id); q += 4;
     q += 4;                                   /* FLAG: per item */
@@ -264,7 +265,7 @@ static size_t rmq_batch_encode(const rmq_batch_tmpl *t, const unsigned char *s, 
     return done;
 }
 
-/* Validate and size a whole batch body s[0 .. n) (REMOTING.md §8) in one tight pass: every item
+/* Validate and size a whole batch body s[0 .. n) (docs/protocol.md §5.5) in one tight pass: every item
  * header consistent with its body and properties lengths, no record's properties (with the extra
  * ones) over max_props, no record over max_record.  Returns 0 with *count and *total (bytes of all
  * records, each `fixed` + body + properties), or -1 at the first problem: the caller then walks the

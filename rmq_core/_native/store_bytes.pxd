@@ -1,5 +1,5 @@
 # Declarations shared by the store's native modules (mapped, cq, commit_log): the byte helpers of
-# store_bytes.h, the format constants, and the copy every write into a mapped file uses; also the
+# store_bytes.h, the consume-queue entry size, and the copy every write into a mapped file uses; also the
 # C-API and libc names they all work with (`from store_bytes cimport *` brings the lot, listed once).
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -21,13 +21,9 @@ cdef extern from "store_bytes.h":
 cdef extern from "store_batch.h" nogil:
     void rmq_stream_copy(unsigned char *d, const unsigned char *s, size_t n)
 
+# (the commit-log record's constants are record_layout.pxd's)
 cdef enum:
-    MIN_BLANK = 8           # the shortest end-of-segment blank record
     CQ_UNIT = 20            # a consume-queue entry: i64 commit-log offset | i32 size | i64 tags code
-    MAX_TOPIC = 127
-    MAX_PROPS = 32767
-    BORNHOST_V6 = 0x10
-    STOREHOST_V6 = 0x20
     STREAM_MIN = 65536
 
 

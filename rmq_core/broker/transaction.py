@@ -17,6 +17,7 @@ import random
 import time
 
 from rmq_core.loops import cancel_and_wait
+from rmq_core._native.record_store import encode_record
 from rmq_core.codec import decode_messages
 from rmq_core.message import MessageConst, SysFlag, TopicValidator, host_port
 from rmq_core.remoting.codes import RequestCode, ResponseCode
@@ -291,12 +292,11 @@ class TransactionalMessageService:
         real = dict(props)
         topic = real.get(MessageConst.REAL_TOPIC, half.topic)
         qid = int(real.get(MessageConst.REAL_QUEUE_ID, "0") or 0)
-        from rmq_core.codec import encode_message_record
-        body = encode_message_record(
-            topic=topic, body=half.body, queue_id=qid, flag=half.flag, queue_offset=half_queue_offset,
+        body = encode_record(
+            topic, half.body, queue_id=qid, flag=half.flag, queue_offset=half_queue_offset,
             commit_log_offset=commit_log_offset, sys_flag=half.sys_flag, born_timestamp=half.born_timestamp,
-            born_host=host_port(half.born_host), store_timestamp=half.store_timestamp,
-            store_host=host_port(half.store_host), reconsume_times=half.reconsume_times, properties=real)
+            born_host=half.born_host, store_timestamp=half.store_timestamp,
+            store_host=half.store_host, reconsume_times=half.reconsume_times, properties=real)
         uniq = real.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, half.offset_msg_id)
         req = RemotingCommand.create_request(RequestCode.CHECK_TRANSACTION_STATE, {
             "tranStateTableOffset": str(half_queue_offset), "commitLogOffset": str(commit_log_offset),

@@ -43,7 +43,7 @@ from rmq_core.message import (
 )
 from rmq_core._native.frame import SendHeader, SendResponse
 from rmq_core.remoting.frames import read_send_responses
-from rmq_core._native.record import encode_batch_item, encode_send_batch
+from rmq_core._native.record_batch import encode_batch_item, encode_send_batch
 from rmq_core._native.send_pipeline import PipelinedCompletion, PipelinedSender, SendResultMaker
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting.command import next_opaque, opaque_counter
@@ -67,7 +67,7 @@ class CommunicationMode(enum.Enum):
 read_send_response_frames = read_send_responses
 
 
-create_uniq_id = MessageClientIDSetter.create_uniq_id  # (the native UNIQ_KEY maker, record.pyx: UniqIds)
+create_uniq_id = MessageClientIDSetter.create_uniq_id  # (the native UNIQ_KEY maker, record_batch.pyx: UniqIds)
 _RESULTS = SendResultMaker(SendResult, tuple(f.name for f in attrs.fields(SendResult)), MessageQueue, _STATUS_BY_CODE)
 
 
@@ -881,7 +881,7 @@ class Producer:
         return uniq, body, sys_flag, props
 
     def _encode_batch(self, msgs: list[Message]) -> tuple[str, str, bytes, Message, dict]:
-        """Validate and encode a batch (in the caller's thread, natively: record.pyx's
+        """Validate and encode a batch (in the caller's thread, natively: record_batch.pyx's
         encode_send_batch); returns (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the outer
         message, its properties)."""
         topic, uniqs, body, wait = encode_send_batch(msgs, self.max_message_size, Message, _RESERVED_PROPERTIES,

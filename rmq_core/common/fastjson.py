@@ -1,7 +1,7 @@
 """fastjson's dialect of JSON, as RocketMQ's Java side writes it: keys sorted, and `Map<Long, ...>`
 keys UNQUOTED (`{0:"127.0.0.1:10911"}`), which Python's json rejects.  `loads_lenient` reads
 both forms (a wire body, a config file a Java broker wrote, a name server's route); `dumps`
-writes standard JSON with quoted keys in fastjson's order (REMOTING.md §5.1)."""
+writes standard JSON with quoted keys in fastjson's order (docs/protocol.md §4.1)."""
 from __future__ import annotations
 
 import json

@@ -32,7 +32,7 @@ class SubscriptionData:
             data.tags_set = split_tags(sub)
             if not data.tags_set:
                 data.sub_string = SUB_ALL
-            # recomputed, never read from the wire: the C++ client's codeSet is bogus (REMOTING.md §5.2)
+            # recomputed, never read from the wire: the C++ client's codeSet is bogus (docs/protocol.md §4.2)
             data.code_set = [java_string_hash(t) for t in data.tags_set]
         return data
 

@@ -14,7 +14,8 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmq_core.broker import message_type as mt
-from rmq_core.codec import decode_messages
+from rmq_core.codec import decode_messages, properties_to_bytes
+from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import MessageConst, SysFlag
 from rmq_core.proxy.proto.apache.rocketmq.v2 import definition_pb2 as pb
 from rmq_core.proxy.proto.apache.rocketmq.v2 import service_pb2 as spb
@@ -60,55 +61,71 @@ def accepted_types(attributes) -> list[int]:
     return [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION] if accepted == mt.MIXED else [_TYPES[accepted]]
 
 
-def to_send(message, max_body_size: int) -> tuple[dict, int, int]:
-    """(properties, sys flag, message type) of a 5.x message to send; BadMessage names what is wrong."""
+def to_send(message, max_body_size: int) -> tuple[bytes, int, int]:
+    """(properties string, sys flag, message type) of a 5.x message to send - the properties
+    encoded once, by the record module's one properties writer, as the store writes them;
+    BadMessage names what is wrong."""
+    # (on the send hot path: each field is read once - a protobuf attribute read is not free)
     sp = message.system_properties
-    topic = message.topic.name
-    if not sp.message_id:
-        raise BadMessage(pb.ILLEGAL_MESSAGE_ID, f"a message to topic {topic} has no message_id")
-    if len(message.body) > max_body_size:
-        raise BadMessage(pb.MESSAGE_BODY_TOO_LARGE, f"message {sp.message_id} body is {len(message.body)} bytes, "
+    mid = sp.message_id
+    if not mid:
+        raise BadMessage(pb.ILLEGAL_MESSAGE_ID, f"a message to topic {message.topic.name} has no message_id")
+    size = len(message.body)
+    if size > max_body_size:
+        raise BadMessage(pb.MESSAGE_BODY_TOO_LARGE, f"message {mid} body is {size} bytes, "
                          f"over the max body size {max_body_size} (maxMessageSize)")
     props = {}
-    for k, v in message.user_properties.items():
-        if k in SYSTEM_PROPERTIES:
-            raise BadMessage(pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                             f"message {sp.message_id}: property key {k!r} is reserved by RocketMQ")
-        props[k] = v
+    user = message.user_properties
+    if len(user):
+        for k, v in user.items():
+            if k in SYSTEM_PROPERTIES:
+                raise BadMessage(pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                                 f"message {mid}: property key {k!r} is reserved by RocketMQ")
+            props[k] = v
     if sp.HasField("tag"):
-        if not sp.tag.strip() or "|" in sp.tag:
-            raise BadMessage(pb.ILLEGAL_MESSAGE_TAG, f"message {sp.message_id}: bad tag {sp.tag!r}")
-        props[MessageConst.TAGS] = sp.tag
-    if sp.keys:
-        props[MessageConst.KEYS] = MessageConst.KEY_SEPARATOR.join(sp.keys)
-    props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = sp.message_id
+        tag = sp.tag
+        if not tag.strip() or "|" in tag:
+            raise BadMessage(pb.ILLEGAL_MESSAGE_TAG, f"message {mid}: bad tag {tag!r}")
+        props[MessageConst.TAGS] = tag
+    keys = sp.keys
+    n = len(keys)
+    if n:
+        props[MessageConst.KEYS] = keys[0] if n == 1 else MessageConst.KEY_SEPARATOR.join(keys)
+    props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = mid
     kind = sp.message_type
     sys_flag = 0
-    if sp.HasField("message_group"):
-        if kind not in (pb.FIFO, pb.MESSAGE_TYPE_UNSPECIFIED):
-            raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                             f"message {sp.message_id} has a message group but its type is {pb.MessageType.Name(kind)}")
-        props[mt.SHARDING_KEY] = sp.message_group
-    elif kind == pb.FIFO:
-        raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"FIFO message {sp.message_id} has no message group")
-    if sp.HasField("delivery_timestamp"):
-        if kind not in (pb.DELAY, pb.MESSAGE_TYPE_UNSPECIFIED):
-            raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"message {sp.message_id} has a delivery "
-                             f"timestamp but its type is {pb.MessageType.Name(kind)}")
-        props[MessageConst.TIMER_DELIVER_MS] = str(millis(sp.delivery_timestamp))
-    elif kind == pb.DELAY:
-        raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"DELAY message {sp.message_id} has no delivery timestamp")
-    if kind == pb.TRANSACTION:
-        props[MessageConst.TRANSACTION_PREPARED] = "true"
-        props[MessageConst.PRODUCER_GROUP] = topic
-        sys_flag |= SysFlag.TRANSACTION_PREPARED_TYPE
-        if sp.HasField("orphaned_transaction_recovery_duration"):
-            props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(sp.orphaned_transaction_recovery_duration.seconds)
+    if kind == pb.NORMAL and not sp.HasField("message_group") and not sp.HasField("delivery_timestamp"):
+        pass  # (the common case: nothing of FIFO, delay or transaction to check)
+    else:
+        if sp.HasField("message_group"):
+            if kind not in (pb.FIFO, pb.MESSAGE_TYPE_UNSPECIFIED):
+                raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                                 f"message {mid} has a message group but its type is {pb.MessageType.Name(kind)}")
+            props[mt.SHARDING_KEY] = sp.message_group
+        elif kind == pb.FIFO:
+            raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"FIFO message {mid} has no message group")
+        if sp.HasField("delivery_timestamp"):
+            if kind not in (pb.DELAY, pb.MESSAGE_TYPE_UNSPECIFIED):
+                raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"message {mid} has a delivery "
+                                 f"timestamp but its type is {pb.MessageType.Name(kind)}")
+            props[MessageConst.TIMER_DELIVER_MS] = str(millis(sp.delivery_timestamp))
+        elif kind == pb.DELAY:
+            raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"DELAY message {mid} has no delivery timestamp")
+        if kind == pb.TRANSACTION:
+            props[MessageConst.TRANSACTION_PREPARED] = "true"
+            props[MessageConst.PRODUCER_GROUP] = message.topic.name
+            sys_flag |= SysFlag.TRANSACTION_PREPARED_TYPE
+            if sp.HasField("orphaned_transaction_recovery_duration"):
+                props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(sp.orphaned_transaction_recovery_duration.seconds)
     if sp.HasField("trace_context"):
         props[TRACE_CONTEXT] = sp.trace_context
     if sp.body_encoding == pb.GZIP:
         sys_flag |= SysFlag.COMPRESSED
-    return props, sys_flag, kind
+    try:
+        encoded = properties_to_bytes(props)
+    except IllegalArgumentError as e:  # a separator in a name or value: it would not read back
+        raise BadMessage(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"message {mid}: {e}") from None
+    return encoded, sys_flag, kind
 
 
 def _host(addr: str | None) -> str:

@@ -157,9 +157,9 @@ class _Connection(asyncio.Protocol):
                 self._flush()
                 self.transport.close()
                 return
-        out = self.h2.take_output()
-        if out:
-            self.transport.write(out)
+        # what the codec answered itself (SETTINGS and PING acks - a grpc client pings with its
+        # data -, WINDOW_UPDATEs) goes out with the calls' answers of this turn: one write, not two
+        self._schedule_flush()
 
     def _schedule_flush(self) -> None:
         """Write what the calls answered once this turn of the loop is over (one write for many)."""

@@ -1,8 +1,9 @@
 """MessagingService (apache.rocketmq.v2) over the broker's own parts, as RocketMQ 5's proxy serves
 it in "local" mode.
 
-Every RPC reaches the code its 4.x counterpart runs: SendMessage the send processor's
-`process_send` (topic checks, message type, max size, timer, half messages, the store's put),
+Every RPC reaches the code its 4.x counterpart runs: SendMessage the send lane's put for a plain
+message (`SendMessageProcessor.put_plain`), the send processor's `process_send` for any other
+(topic checks, message type, max size, timer, half messages, the store's put),
 EndTransaction `TransactionalMessageService.end_transaction`, the receive / ack / change of
 invisible duration / dead-letter forward the broker's PopService; ACL the access validator's
 accounts and permission decision (`check_grpc`: only the signature differs).  A refusal is answered
@@ -15,12 +16,12 @@ import functools
 import logging
 import time
 
-from rmq_core.broker import message_type as mt
 from rmq_core.broker.pop import service as pop
+from rmq_core.broker.processors import born_host_of
 from rmq_core.broker.processors.client import register_consumer
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.config import parse_properties
-from rmq_core.message import MixAll, PermName, SysFlag, decode_offset_msg_id, java_string_hash, properties_to_string
+from rmq_core.message import MixAll, PermName, SysFlag, decode_offset_msg_id, java_string_hash
 from rmq_core.proxy import convert
 from rmq_core.proxy.clients import GrpcClientChannel
 from rmq_core.proxy.proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -59,6 +60,7 @@ _POP_CODES = {
 # ACL permission bits (plugins/acl: Permission)
 _ANY, _PUB, _SUB = 2, 4, 8
 _OK = pb.Status(code=pb.OK, message="OK")
+_SENT = (pb.OK, "OK")  # a sent message's (code, message)
 # gRPC status codes (the call's own status, beside the Status in a response)
 GRPC_UNIMPLEMENTED, GRPC_INTERNAL = 12, 13
 
@@ -103,11 +105,12 @@ def _answers(response_type):
 class _Peer:
     """A 5.x client's request as the broker's processors see their remoting context."""
 
-    __slots__ = ("remote_address", "attributes")
+    __slots__ = ("remote_address", "attributes", "born_host")
 
     def __init__(self, remote_address: str):
         self.remote_address = remote_address
         self.attributes: dict = {}
+        self.born_host = born_host_of(self)  # (host, port): what a stored message records
 
 
 class MessagingService:
@@ -398,12 +401,22 @@ class MessagingService:
             for t in {m.topic.name for m in messages}:
                 self._auth(call, "SendMessage", ((t, _PUB),))
         peer = self._peer(call.peer)
-        entries = [await self._send(m, peer) for m in messages]
-        if len(entries) == 1 or len({e.status.code for e in entries}) == 1:
-            status = entries[0].status
-        else:
-            status = _status(pb.MULTIPLE_RESULTS, "some messages failed")
-        return spb.SendMessageResponse(status=status, entries=entries)
+        response = spb.SendMessageResponse()  # (filled in place: a message built and copied in costs more)
+        entries = response.entries
+        first = None
+        mixed = False
+        for m in messages:
+            entry = entries.add()
+            answer = await self._send(m, peer, entry)
+            status = entry.status
+            status.code, status.message = answer
+            if first is None:
+                first = answer
+            elif answer[0] != first[0]:
+                mixed = True
+        status = response.status
+        status.code, status.message = (pb.MULTIPLE_RESULTS, "some messages failed") if mixed else first
+        return response
 
     def _peer(self, address: str) -> _Peer:
         """The client's remoting context, one per address (the send processor caches its born
@@ -415,43 +428,68 @@ class MessagingService:
             peer = self._peers[address] = _Peer(address)
         return peer
 
-    async def _send(self, message, peer) -> spb.SendResultEntry:
-        """One message through the send processor (as a SEND_MESSAGE_V2 would go)."""
+    async def _send(self, message, peer, entry) -> tuple[int, str]:
+        """One message's status (code, message); its SendResultEntry's other fields are set in
+        `entry`.  A plain one (no transaction, delivery timestamp or message group, to a topic that
+        takes any message type) goes through the send lane's put, from plain values (`SendMessageProcessor.put_plain` / `put_answer`); any
+        other through the send processor as a SEND_MESSAGE_V2 would go (its general path checks it)."""
         ctrl = self.ctrl
+        sp = message.system_properties
+        entry.message_id = sp.message_id
         topic = message.topic.name
-        mid = message.system_properties.message_id
-        tc = ctrl.topic_manager.select(topic) if topic else None
-        if tc is None:  # (never created by a send: QueryRoute told the client it does not exist)
-            return spb.SendResultEntry(status=_status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist on broker "
-                                                      f"{ctrl.broker_config.broker_name}"), message_id=mid)
         try:
             props, sys_flag, kind = convert.to_send(message, ctrl.store_config.max_message_size)
         except convert.BadMessage as e:
-            return spb.SendResultEntry(status=_status(e.code, str(e)), message_id=mid)
-        sp = message.system_properties
-        n = tc.write_queue_nums
+            return self._topic_missing(topic) or (e.code, str(e))
         queue_id = sp.queue_id
+        group = sp.message_group
+        born = convert.millis(sp.born_timestamp) if sp.HasField("born_timestamp") else 0
+        processor = ctrl.send_processor
+        if not group:  # (a message group's property makes the general path's FIFO checks)
+            if queue_id >= 0:  # the client's queue if it is one of the write queues, else any
+                tc = ctrl.topic_manager.select(topic)
+                if tc is not None and queue_id >= tc.write_queue_nums:
+                    queue_id = -1
+            put = processor.put_plain(topic, queue_id, message.body, 0, props, peer.born_host, born, sys_flag)
+            if put is not None:
+                result, fut, _ = put
+                if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answered once it is durable
+                    result = await ctrl.store.await_durable_async(result, fut)
+                code, remark, _ = processor.put_answer(result, topic)
+                code = _CODES.get(code, pb.INTERNAL_SERVER_ERROR)
+                if code != pb.OK:
+                    return code, remark or f"send failed: {result.status.name}"
+                entry.offset = result.append_result.logics_offset
+                return _SENT
+        missing = self._topic_missing(topic)
+        if missing:
+            return missing
+        n = ctrl.topic_manager.select(topic).write_queue_nums
         if not 0 <= queue_id < n:
-            group = props.get(mt.SHARDING_KEY)
             # (-1: the send processor picks one of the write queues, as for a 4.x send without one)
             queue_id = (java_string_hash(group) & 0x7FFFFFFF) % n if group and n else -1
-        born = convert.millis(sp.born_timestamp) if sp.HasField("born_timestamp") else int(time.time() * 1000)
         req = RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, {
-            "a": topic, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": str(sys_flag), "g": str(born),
-            "h": "0", "i": properties_to_string(props), "j": "0", "k": "false"}, message.body)
-        resp = ctrl.send_processor.process_send(peer, req)
+            "a": topic, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": str(sys_flag),
+            "g": str(born or int(time.time() * 1000)), "h": "0", "i": props.decode("utf-8"), "j": "0", "k": "false"},
+            message.body)
+        resp = processor.process_send(peer, req)
         if not isinstance(resp, RemotingCommand):  # (an awaitable: a SYNC_FLUSH put, a checked send)
             resp = await resp
         code = _CODES.get(resp.code, pb.INTERNAL_SERVER_ERROR)
         if code != pb.OK:
-            return spb.SendResultEntry(status=_status(code, resp.remark or f"send failed: code {resp.code}"),
-                                       message_id=mid)
+            return code, resp.remark or f"send failed: code {resp.code}"
         ext = resp.ext_fields
-        offset = int(ext.get("queueOffset") or 0)
-        tid = ""
+        entry.offset = offset = int(ext.get("queueOffset") or 0)
         if kind == pb.TRANSACTION or sys_flag & SysFlag.TRANSACTION_PREPARED_TYPE:
-            tid = convert.transaction_id(decode_offset_msg_id(ext["msgId"])[2], offset)
-        return spb.SendResultEntry(status=_OK, message_id=mid, transaction_id=tid, offset=offset)
+            entry.transaction_id = convert.transaction_id(decode_offset_msg_id(ext["msgId"])[2], offset)
+        return _SENT
+
+    def _topic_missing(self, topic: str) -> tuple[int, str] | None:
+        """TOPIC_NOT_FOUND (code, message) when `topic` does not exist here: a send never creates
+        one (QueryRoute told the client it does not exist)."""
+        if topic and self.ctrl.topic_manager.select(topic) is not None:
+            return None
+        return pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist on broker {self.ctrl.broker_config.broker_name}"
 
     @_answers(spb.EndTransactionResponse)
     async def EndTransaction(self, request, call):

@@ -2,7 +2,7 @@
 
 Java writes bodies with fastjson: keys sorted, nulls omitted, and `Map<Long, String>` keys
 UNQUOTED (`{0:"127.0.0.1:10911"}`), which Python's json rejects; `loads_lenient` accepts that
-form.  We always write standard JSON with quoted keys (REMOTING.md §5.1).
+form.  We always write standard JSON with quoted keys (docs/protocol.md §4.1).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """RemotingCommand: one request or response of the RocketMQ 4.x remoting protocol.
 
-Frame (all integers big-endian, shared/protocol/REMOTING.md §1):
+Frame (all integers big-endian, docs/protocol.md §1):
 
     int32 length            = 4 + headerLength + bodyLength (the prefix itself excluded)
     int32 hdrLenAndType     = serializeType << 24 | headerLength

@@ -1,4 +1,4 @@
-"""Splitting a TCP read into remoting frames (the 4-byte big-endian length prefix of REMOTING.md §1).
+"""Splitting a TCP read into remoting frames (the 4-byte big-endian length prefix of docs/protocol.md §1).
 
 `split_frames(data, max_frame_length)` returns `(frames, consumed)`: every whole frame in `data`
 as a zero-copy memoryview WITHOUT its length prefix, and how many bytes they used; the caller keeps

@@ -32,9 +32,10 @@ import struct
 import threading
 import time
 
+from rmq_core import record_layout as layout
 from rmq_core.common.clock import now_ms
 from rmq_core._native import commit_log as commit_log_native
-from rmq_core._native import record as record_native
+from rmq_core._native import record_store
 
 from rmq_core._native import group_commit as group_commit_native
 from rmq_core.config import FlushDiskType
@@ -134,7 +135,7 @@ class CommitLog:
         self.last_store_timestamp = 0
         self.delay_levels_ms = list(delay_levels_ms or [])
         # largest record that fits an empty segment next to the 8-byte blank
-        self.max_record_in_segment = config.mapped_file_size_commit_log - commit_log_native.END_FILE_MIN_BLANK_LENGTH
+        self.max_record_in_segment = config.mapped_file_size_commit_log - layout.MIN_BLANK
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.flush_service: ServiceThread = GroupCommitService(self)
         else:
@@ -254,19 +255,34 @@ class CommitLog:
             self.begin_time_in_lock = 0
             self._put_lock_release()
         # a batch taken earlier is still being encoded: its queue entries (and dispatch) go first
+        # (no closure here: it would turn this function's locals into cells on the put path)
+        self._publish_in_order(ticket, phys + total, self._publish_put, cq, dispatch, topic, queue_id, phys, total,
+                               tags, store_ts, qoff, sys_flag, props)
+        return phys, store_ts, qoff, tags
+
+    @staticmethod
+    def _publish_put(cq, dispatch, topic, queue_id, phys, total, tags, store_ts, qoff, sys_flag, props) -> None:
+        """A single put's publication, when it waited for its turn: its queue entry, then dispatch."""
+        if cq is not None:
+            cq.put_entries(_CQ_ENTRY.pack(phys, total, tags), qoff, 1)
+        if dispatch is not None:
+            dispatch(topic, queue_id, phys, total, tags, store_ts, qoff, sys_flag, props)
+
+    def _publish_in_order(self, ticket: int, end: int, publish, *args) -> None:
+        """Publication in commit-log order, the one place it is decided: wait until every put
+        with an earlier ticket is published, run `publish(*args)` (its consume-queue entries and
+        dispatch; None: nothing to publish), then make the log visible up to `end` and hand the
+        turn to the next ticket - also when `publish` raised, so no later put waits forever."""
         with self._publish_cond:
             while self._published != ticket - 1:
                 self._publish_cond.wait()
             try:
-                if cq is not None:
-                    cq.put_entries(_CQ_ENTRY.pack(phys, total, tags), qoff, 1)
-                if dispatch is not None:
-                    dispatch(topic, queue_id, phys, total, tags, store_ts, qoff, sys_flag, props)
+                if publish is not None:
+                    publish(*args)
             finally:
-                self.visible_offset = phys + total
+                self.visible_offset = end
                 self._published = ticket
                 self._publish_cond.notify_all()
-        return phys, store_ts, qoff, tags
 
     def _segment_for(self, total, cq, key):
         """Under the put lock: the segment a record of `total` bytes goes into.  When the last one
@@ -275,7 +291,7 @@ class CommitLog:
         is written), then the rest of the last one becomes the blank record."""
         mfq = self.mapped_file_queue
         mf = mfq.get_last_mapped_file(0, need_create=True)
-        if mf is None or mf.wrote_position + total + commit_log_native.END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
+        if mf is None or mf.wrote_position + total + layout.MIN_BLANK <= mf.file_size:
             return mf
         mfq.check_room_for_next()
         if cq is not None:
@@ -316,7 +332,7 @@ class CommitLog:
             mf = mfq.get_last_mapped_file(0, need_create=True)
             if mf is None:
                 return AppendOutcome(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error="cannot create a commit-log segment")
-            if mf.wrote_position + enc.total + commit_log_native.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+            if mf.wrote_position + enc.total + layout.MIN_BLANK > mf.file_size:
                 mfq.check_room_for_next()  # the put spills into the next segment: refuse it whole, now
             if prepare is not None:
                 prepare(enc, qoff)
@@ -330,11 +346,11 @@ class CommitLog:
             while done < count:
                 if direct:
                     wp = mf.wrote_position
-                    if wp + left + commit_log_native.END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
+                    if wp + left + layout.MIN_BLANK <= mf.file_size:
                         n, nbytes, eof = count - done, left, False  # the rest fits: no walk
                     else:  # split at the segment end (src_pos: the body position of item `done`)
                         topic_b, sys_flag, _, born_b, store_b, _, extra = enc.encode_args
-                        n, nbytes, next_pos = record_native.fit_batch(enc.body, src_pos, count - done, topic_b, sys_flag,
+                        n, nbytes, next_pos = record_store.fit_batch(enc.body, src_pos, count - done, topic_b, sys_flag,
                                                                born_b, store_b, extra, wp, mf.file_size)
                         eof = True
                         src_pos = next_pos
@@ -369,13 +385,7 @@ class CommitLog:
             self._next_ticket = ticket + 1
             if not direct and self._published == ticket - 1:
                 # nothing in flight before us: dispatch right here, under the put lock
-                try:
-                    dispatch(enc, qoff, entries, store_ts, uses_queue)
-                finally:
-                    self.visible_offset = end
-                    with self._publish_cond:
-                        self._published = ticket
-                        self._publish_cond.notify_all()
+                self._publish_in_order(ticket, end, dispatch, enc, qoff, entries, store_ts, uses_queue)
                 published = True
         if not published:
             encoded = not direct
@@ -391,16 +401,9 @@ class CommitLog:
                             entries, first * 20)
                     encoded = True
             finally:
-                with self._publish_cond:
-                    while self._published != ticket - 1:
-                        self._publish_cond.wait()
-                    try:
-                        if encoded:  # a failed encode leaves a hole no queue points into
-                            dispatch(enc, qoff, entries, store_ts, uses_queue)
-                    finally:
-                        self.visible_offset = end
-                        self._published = ticket
-                        self._publish_cond.notify_all()
+                # a failed encode leaves a hole no queue points into
+                self._publish_in_order(ticket, end, dispatch if encoded else None, enc, qoff, entries, store_ts,
+                                       uses_queue)
         out = AppendOutcome(PutMessageStatus.PUT_OK, first_offset, enc.total, store_ts, qoff, count, entries)
         out.end_offset = end
         return out
@@ -536,7 +539,7 @@ class CommitLog:
             return -1
         head = mf.read(pos, 8)
         size, magic = struct.unpack(">iI", head)
-        if magic != commit_log_native.MESSAGE_MAGIC_CODE or size < 91 or pos + size > mf.wrote_position:
+        if magic != layout.MESSAGE_MAGIC_CODE or size < layout.RECORD_FIXED_V4 or pos + size > mf.wrote_position:
             return -1
         return size
 
@@ -613,16 +616,16 @@ class CommitLog:
                 progress_log.info("recovering commit log: segment %d of %d, %.0f MiB verified (%.0f MiB/s)",
                                   i - start_index + 1, len(files) - start_index, done / 2**20,
                                   done / 2**20 / max(now - began, 1e-9))
-            pos, reason, count, ts, runs = record_native.verify_records(
+            pos, reason, count, ts, runs = record_store.verify_records(
                 mf.native, 0, mf.file_size, mf.file_from_offset, check_crc, on_runs is not None, self.delay_levels_ms)
             if ts:
                 last_ts = max(last_ts, ts)
             if on_runs is not None and runs:
                 on_runs(mf, runs)
             end = mf.file_from_offset + pos
-            if reason == record_native.STOP_BLANK:
+            if reason == record_store.STOP_BLANK:
                 continue
-            if reason == record_native.STOP_CORRUPT:
+            if reason == record_store.STOP_CORRUPT:
                 log.warning("commit log: bad record at offset %d in %s; the log is cut there", end, mf.path)
             break
         if last_ts:

@@ -44,12 +44,16 @@ import struct
 import threading
 import time
 
+from typing import TYPE_CHECKING
+
 import attrs
 
+from rmq_core import record_layout as layout
 from rmq_core.config import MessageStoreConfig
 from rmq_core.errors import StoreError
 from rmq_core.message import MessageConst, SysFlag, java_string_hash
 from rmq_core.store.mapped_file import allocate_file
+from rmq_core.store.types import DispatchRequest
 
 try:  # the native twin of the put/select paths; tests/store_index runs both implementations
     from rmq_core._native import index as _native
@@ -57,6 +61,9 @@ except ImportError:  # pragma: no cover - a source tree without the built extens
     _native = None
 
 log = logging.getLogger("rmq.store")
+
+if TYPE_CHECKING:  # the store owns the index service and its builder
+    from rmq_core.store.message_store import DefaultMessageStore
 
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
@@ -556,3 +563,225 @@ class IndexService:
                     if f.begin_timestamp < begin_ts or len(out) >= max_num:
                         break
         return QueryOffsetResult(out, last_ts, last_off)
+
+
+# --- building the index off the put path ---------------------------------------------------------
+_CQ_ENTRY = struct.Struct(">qi")  # a consume-queue entry's commit-log offset and size
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+
+
+def _index_item(topic: str, phys: int, data, pos: int) -> tuple:
+    """The index work item of the record at data[pos:]: (topic, commit-log offset, store
+    timestamp, sys flag, properties bytes) — what a single put queues (docs/protocol.md §5)."""
+    (sys_flag,) = _I32.unpack_from(data, pos + layout.SYS_FLAG_AT)
+    (store_ts,) = _I64.unpack_from(data, pos + layout.store_timestamp_at(sys_flag))
+    p = pos + layout.body_length_at(sys_flag)
+    (body_len,) = _I32.unpack_from(data, p)
+    p += 4 + body_len
+    p += 1 + data[p]
+    (props_len,) = _I16.unpack_from(data, p)
+    return topic, phys, store_ts, sys_flag, bytes(data[p + 2:p + 2 + props_len])
+
+
+class IndexBuildService:
+    """Builds the key index off the put path, as RocketMQ builds it in its ReputMessageService.
+
+    The put path only appends a small item to a deque (a lock-free operation under the GIL); this
+    thread takes items in commit-log order, hashes their keys natively into a KeyRun (the batches'
+    records parsed straight from the commit log, with the GIL released) and has
+    `IndexService.build_hashed` write each round's run; keys that are not plain ASCII go through
+    `IndexService.build_index`, in order.  Anyone who needs
+    the index current — `query_message` (read-your-writes), the checkpoint, shutdown — calls
+    `drain()`, which builds whatever is queued in the calling thread.  `processed_timestamp` is the
+    store time of the newest record the index has seen (indexed, or skipped for having no key):
+    the checkpoint's indexMsgTimestamp never runs ahead of it, so recovery re-dispatches from there.
+
+    Items: (topic, commit_log_offset, store_timestamp, sys_flag, properties_bytes) for one record
+    whose properties are at hand, or (topic, entries, count) for consume-queue entries whose
+    records are read back from the commit log when built (a batch)."""
+
+    name = "IndexBuildService"
+    # The builder polls (RocketMQ's reput loop does too) instead of being woken by every put — a
+    # wake-up per put would cost more than the put; a backlog this long wakes it early.
+    POLL_INTERVAL = 0.005
+    WAKE_BACKLOG = 2048
+
+    def __init__(self, store: "DefaultMessageStore"):
+        from collections import deque
+
+        self.store = store
+        self.index_service = store.index_service
+        self._queue: deque = deque()
+        self._build_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._idle = False
+        self._thread: threading.Thread | None = None
+        self.processed_timestamp = 0
+        self._seeds: dict[str, int] = {}  # topic -> Java hash of "topic#" (_native.topic_prefix_hash)
+        self._run = _native.KeyRun()  # reused by every round (under _build_lock)
+        # True from start() to shutdown(): puts queue their index work (before start — recovery —
+        # the store builds it synchronously)
+        self.accepting = False
+
+    def submit(self, item: tuple) -> None:
+        q = self._queue
+        q.append(item)
+        # The worker sets _idle before its last look at the queue, so either it sees this backlog
+        # or we see _idle and wake it: no lost wake-up without a lock on the put path.
+        if self._idle and len(q) >= self.WAKE_BACKLOG:
+            self.wake()
+
+    def wake(self) -> None:
+        self._idle = False
+        self._wake.set()
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def oldest_pending_offset(self) -> int | None:
+        """The commit-log offset of the oldest record waiting for the index (None: none waits)."""
+        try:
+            item = self._queue[0]
+        except IndexError:  # (empty, or drained meanwhile)
+            return None
+        if len(item) == 5:
+            return item[1]
+        return int.from_bytes(bytes(memoryview(item[1])[:8]), "big")  # the first consume-queue entry's offset
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self.accepting = True
+        self._stopped.clear()
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        q = self._queue
+        while not self._stopped.is_set():
+            self._idle = True
+            if len(q) < self.WAKE_BACKLOG:
+                self._wake.wait(self.POLL_INTERVAL if q else self.POLL_INTERVAL * 4)
+            self._idle = False
+            self._wake.clear()
+            if self._stopped.is_set():
+                break
+            try:
+                self.drain()
+            except Exception:  # the index must not stop the store; recovery re-dispatches
+                log.exception("%s: round failed", self.name)
+
+    def drain(self) -> int:
+        """Build everything queued so far (in order); returns `processed_timestamp`."""
+        q = self._queue
+        with self._build_lock:
+            while q:
+                self._build_some(q)
+            return self.processed_timestamp
+
+    RUN_RECORDS = 4096  # records hashed per round before they are written (one lock per round)
+
+    def _build_some(self, q) -> None:
+        # Queued single records and batches' records read from the commit log are hashed natively
+        # into one KeyRun, written under one lock per round (with the GIL released); only keys
+        # that are not plain ASCII stop the run, for the general path, in order.
+        run = self._run
+        run.clear()
+        odd_ts = 0
+        try:
+            while True:
+                other = _native.collect_items(q, self.RUN_RECORDS, self._seeds, run)
+                if other is None:
+                    break
+                if len(other) == 5:
+                    odd_ts = self._build_odd(*other)
+                else:
+                    odd_ts = self._collect_entries(*other) or odd_ts
+                if len(run) >= self.RUN_RECORDS:
+                    break
+            if len(run):
+                self.index_service.build_hashed(run)
+        except Exception:
+            # the checkpoint does not move past this round: a crash re-dispatches from before it
+            log.exception("index build failed")
+            return
+        # the run is cleared at every odd record, so what it saw came after the last odd one
+        ts = run.last_timestamp or odd_ts
+        if ts:
+            self.processed_timestamp = ts
+
+    def _build_odd(self, topic: str, phys: int, ts: int, sys_flag: int, props: bytes) -> int:
+        """Index one record through build_index, after what the run holds (commit-log order);
+        returns its store time."""
+        if len(self._run):
+            self.index_service.build_hashed(self._run)
+        self._run.clear()
+        self.index_service.build_index(DispatchRequest(topic, 0, phys, 0, 0, ts, 0, sys_flag, 0, props))
+        return ts
+
+    def _build_entries(self, topic: str, entries, count: int) -> int:
+        """Index one batch on its own (what a round does for each batch item, then written);
+        returns the store time of the last record seen, 0 when none was."""
+        self._run.clear()
+        odd_ts = self._collect_entries(topic, entries, count)
+        if len(self._run):
+            self.index_service.build_hashed(self._run)
+        return self._run.last_timestamp or odd_ts
+
+    def _collect_entries(self, topic: str, entries, count: int) -> int:
+        """Hash a batch's records into the run straight from the commit log: each run of adjacent
+        records is read in one piece and parsed natively with the GIL released (no Python object
+        per record: a per-record Python build held the GIL long enough to stall the broker's
+        event loop).  A record with keys that are not plain ASCII takes the general path, in
+        order.  Returns the store time of the last such record, 0 when there was none."""
+        get_data = self.store.commit_log.get_data
+        seed = self._seeds.get(topic)
+        if seed is None:
+            seed = self._seeds[topic] = _native.topic_prefix_hash(topic)
+        ts = i = 0
+        while i < count:
+            j, phys, length = _native.adjacent_entries(entries, i, count)
+            span = get_data(phys, length)
+            if span is not None:
+                ts = self._collect_span(topic, seed, span, entries, i, j) or ts
+            else:  # a segment end inside the run, or deleted by retention: one by one
+                for k in range(i, j):
+                    kphys, ksize = _CQ_ENTRY.unpack_from(entries, k * 20)
+                    raw = get_data(kphys, ksize)
+                    if raw is not None:
+                        ts = self._collect_span(topic, seed, raw, entries, k, k + 1) or ts
+            i = j
+        return ts
+
+    def _collect_span(self, topic: str, seed: int, span, entries, i: int, j: int) -> int:
+        """Hash the records of entries [i, j), back to back in `span`, into the run; each record
+        the native pass cannot take goes through build_index (after what the run holds).
+        Returns the store time of the last such record, else 0."""
+        ts = pos = 0
+        while i < j:
+            i, pos = _native.collect_span(self._run, span, entries, i, j, seed, pos)
+            if i >= j:
+                break
+            ophys, osize = _CQ_ENTRY.unpack_from(entries, i * 20)
+            ts = self._build_odd(*_index_item(topic, ophys, span, pos))
+            i += 1
+            pos += osize
+        return ts
+
+    def stop(self) -> None:
+        """Stop the thread without building what is queued: work queued from now on waits for a
+        drain() (tests hold the builder this way; a crash test stops it as a kill would)."""
+        self._stopped.set()
+        self._wake.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(30)
+        self._thread = None
+
+    def shutdown(self) -> None:
+        self.accepting = False
+        self.stop()
+        self.drain()

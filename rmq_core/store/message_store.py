@@ -13,15 +13,17 @@ import threading
 import time
 from typing import Callable
 
-from rmq_core._native import index as index_native
+from rmq_core import record_layout as layout
 from rmq_core._native import record as record_native
-from rmq_core._native.commit_log import body_crc, offset_msg_id
-from rmq_core._native.record import properties_to_bytes, tags_code_from_properties
+from rmq_core._native import record_store
+from rmq_core._native.commit_log import body_crc
+from rmq_core._native.record import offset_msg_id
+from rmq_core._native.record import properties_to_bytes
 from rmq_core._native import cq as cq_native
 from rmq_core.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from rmq_core.errors import DiskFullError, IllegalArgumentError, MessageTooLargeError, StoreError
 from rmq_core.message import (MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MessageConst, SysFlag, TopicValidator,
-                              create_offset_msg_id, string_to_properties)
+                              string_to_properties)
 from rmq_core.store.checkpoint import StoreCheckpoint
 from rmq_core.common.clock import now_ms
 from rmq_core.store.commit_log import CommitLog, EncodedMessages
@@ -42,6 +44,11 @@ _tuple_new = tuple.__new__  # builds a result named tuple without a Python frame
 _SCHEDULE_TOPIC = TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
 # set in a prepared (0x4) and a rolled-back (0xC) transaction record: neither gets a queue entry
 _NO_QUEUE_ENTRY_BIT = SysFlag.TRANSACTION_PREPARED_TYPE
+# a record's host-address bits, set from the hosts it carries
+_BORN_V6, _STORE_V6 = SysFlag.BORNHOST_V6, SysFlag.STOREHOST_V6
+_HOST_V6 = _BORN_V6 | _STORE_V6
+# a record's length without its hosts, body, topic and properties (docs/protocol.md §5)
+_RECORD_FIXED = layout.RECORD_FIXED_NO_HOSTS + 3
 
 # Entries one get_message call may scan (bounded time for a pull with a rare tag).
 MAX_SCAN_ENTRIES_PER_GET = 16000
@@ -67,7 +74,7 @@ class DefaultMessageStore:
         self.config = config
         self.store_host = (store_host[0], int(store_host[1]))
         self._store_host_b, self._store_host_v6 = encode_host(self.store_host)
-        self._store_host_flag = 0x20 if self._store_host_v6 else 0  # STOREHOSTADDRESS_V6_FLAG of every record
+        self._store_host_flag = SysFlag.STOREHOST_V6 if self._store_host_v6 else 0  # of every record
         self._host_cache: dict[tuple, tuple[bytes, bool]] = {self.store_host: (self._store_host_b, self._store_host_v6)}
         self.delay_levels_ms = config.delay_levels_ms
         self.allocator = AllocateMappedFileService(prefault=getattr(config, "warm_mapped_file_enable", False))
@@ -93,11 +100,12 @@ class DefaultMessageStore:
         self.flush_consume_queue_service = FlushConsumeQueueService(self)
         self.clean_commit_log_service = CleanCommitLogService(self)
         self._min_phy_offset_cleaned = -1
+        self.index_build_service = None
         if config.message_index_enable:
-            from rmq_core.store.index import IndexService
+            from rmq_core.store.index import IndexBuildService, IndexService
 
             self.index_service = IndexService(config)
-        self.index_build_service = IndexBuildService(self) if self.index_service is not None else None
+            self.index_build_service = IndexBuildService(self)
         # what every put reads instead of working it out (kept by _refresh_put_path)
         self._refused = True  # not running, a slave, or the disk full: _check_writable says why
         self._record_dispatch = None  # a record's dispatch beyond its consume queue, or None
@@ -229,7 +237,7 @@ class DefaultMessageStore:
         return max_phy
 
     def _dispatch_runs(self, runs) -> None:
-        """Dispatch records found by a walk of the log (record_native.verify_records' runs of one
+        """Dispatch records found by a walk of the log (record_store.verify_records' runs of one
         queue's consecutive entries) as their puts would have been: consume-queue entries (those
         a queue already holds are skipped), then the index and the extra dispatchers — recovery
         and a slave's appended records (see append_to_commit_log)."""
@@ -285,12 +293,12 @@ class DefaultMessageStore:
             end = mf.wrote_position
             if pos >= end:
                 break
-            stop, reason, _count, ts, found = record_native.verify_records(
+            stop, reason, _count, ts, found = record_store.verify_records(
                 mf.native, pos, end, mf.file_from_offset, False, True, self.delay_levels_ms)
             runs += found
             if ts > last_ts:
                 last_ts = ts
-            if reason == record_native.STOP_BLANK:
+            if reason == record_store.STOP_BLANK:
                 offset = mf.end_offset
                 continue
             offset = mf.file_from_offset + stop
@@ -390,11 +398,11 @@ class DefaultMessageStore:
         if mf is None or offset <= mf.file_from_offset:
             return 0  # a segment start, or before the log (it is emptied)
         pos = offset - mf.file_from_offset
-        stop, reason, _n, ts, _runs = record_native.verify_records(mf.native, 0, pos, mf.file_from_offset, False,
+        stop, reason, _n, ts, _runs = record_store.verify_records(mf.native, 0, pos, mf.file_from_offset, False,
                                                                    False, self.delay_levels_ms)
-        if stop != pos or reason != record_native.STOP_END:
+        if stop != pos or reason != record_store.STOP_END:
             raise StoreError(f"truncate_to({offset}): not a record boundary (the records of segment {mf.path} "
-                             f"{'stop' if reason != record_native.STOP_BLANK else 'end in a blank'} at "
+                             f"{'stop' if reason != record_store.STOP_BLANK else 'end in a blank'} at "
                              f"{mf.file_from_offset + stop})")
         return ts
 
@@ -587,7 +595,7 @@ class DefaultMessageStore:
             return None, err
         born_b, born6 = self._host(batch.born_host)
         store_b, store6 = self._host(batch.store_host) if batch.store_host is not None else (self._store_host_b, self._store_host_v6)
-        sys_flag = (batch.sys_flag & ~0x30) | (0x10 if born6 else 0) | (0x20 if store6 else 0)
+        sys_flag = (batch.sys_flag & ~_HOST_V6) | (_BORN_V6 if born6 else 0) | (_STORE_V6 if store6 else 0)
         limit = min(self.config.max_message_size, self.commit_log.max_record_in_segment)
         # Through the mapping, a batch is validated and sized here and encoded into its reserved
         # segment space after the put lock; through the descriptor (SYNC_FLUSH) it is encoded here.
@@ -596,7 +604,7 @@ class DefaultMessageStore:
         extra = batch.extra_properties or b""
         body = batch.body if type(batch.body) is bytes else bytes(batch.body)
         try:
-            res = record_native.encode_batch(body, topic_b, batch.queue_id, sys_flag, born_ts, born_b, store_b,
+            res = record_store.encode_batch(body, topic_b, batch.queue_id, sys_flag, born_ts, born_b, store_b,
                                       batch.reconsume_times, extra, limit, plan)
         except MessageTooLargeError as e:
             return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None,
@@ -884,11 +892,11 @@ class DefaultMessageStore:
             born_b, born6 = self._host(msg.born_host)
         if msg.store_host is None:
             store_b = self._store_host_b
-            sys_flag = (msg.sys_flag & ~0x30) | (0x10 if born6 else 0) | self._store_host_flag
+            sys_flag = (msg.sys_flag & ~_HOST_V6) | (_BORN_V6 if born6 else 0) | self._store_host_flag
         else:
             store_b, store6 = self._host(msg.store_host)
-            sys_flag = (msg.sys_flag & ~0x30) | (0x10 if born6 else 0) | (0x20 if store6 else 0)
-        total = 75 + len(born_b) + len(store_b) + len(body) + len(topic_b) + len(props)  # the record's length
+            sys_flag = (msg.sys_flag & ~_HOST_V6) | (_BORN_V6 if born6 else 0) | (_STORE_V6 if store6 else 0)
+        total = _RECORD_FIXED + len(born_b) + len(store_b) + len(body) + len(topic_b) + len(props)
         if total > self._max_record:
             limit = self.config.max_message_size
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, error=(
@@ -1464,227 +1472,3 @@ class CleanCommitLogService(ServiceThread):
 
     def run_once(self) -> None:
         self.store.clean_expired_files()
-
-
-_CQ_ENTRY = struct.Struct(">qi")  # a consume-queue entry's commit-log offset and size
-_RECORD_HEAD = struct.Struct(">i")  # sys flag, at byte 36 of a record
-
-
-def _index_item(topic: str, phys: int, data, pos: int) -> tuple:
-    """The index work item of the record at data[pos:]: (topic, commit-log offset, store
-    timestamp, sys flag, properties bytes) — what a single put queues (REMOTING.md §6 layout)."""
-    (sys_flag,) = _RECORD_HEAD.unpack_from(data, pos + 36)
-    p = pos + 48 + (20 if sys_flag & 0x10 else 8)
-    (store_ts,) = _I64.unpack_from(data, p)
-    p += 8 + (20 if sys_flag & 0x20 else 8) + 12
-    (body_len,) = _RECORD_HEAD.unpack_from(data, p)
-    p += 4 + body_len
-    p += 1 + data[p]
-    (props_len,) = _I16.unpack_from(data, p)
-    return topic, phys, store_ts, sys_flag, bytes(data[p + 2:p + 2 + props_len])
-
-
-_I64 = struct.Struct(">q")
-_I16 = struct.Struct(">h")
-
-
-class IndexBuildService:
-    """Builds the key index off the put path, as RocketMQ builds it in its ReputMessageService.
-
-    The put path only appends a small item to a deque (a lock-free operation under the GIL); this
-    thread takes items in commit-log order, hashes their keys natively into a KeyRun (the batches'
-    records parsed straight from the commit log, with the GIL released) and has
-    `IndexService.build_hashed` write each round's run; keys that are not plain ASCII go through
-    `IndexService.build_index`, in order.  Anyone who needs
-    the index current — `query_message` (read-your-writes), the checkpoint, shutdown — calls
-    `drain()`, which builds whatever is queued in the calling thread.  `processed_timestamp` is the
-    store time of the newest record the index has seen (indexed, or skipped for having no key):
-    the checkpoint's indexMsgTimestamp never runs ahead of it, so recovery re-dispatches from there.
-
-    Items: (topic, commit_log_offset, store_timestamp, sys_flag, properties_bytes) for one record
-    whose properties are at hand, or (topic, entries, count) for consume-queue entries whose
-    records are read back from the commit log when built (a batch)."""
-
-    name = "IndexBuildService"
-    # The builder polls (RocketMQ's reput loop does too) instead of being woken by every put — a
-    # wake-up per put would cost more than the put; a backlog this long wakes it early.
-    POLL_INTERVAL = 0.005
-    WAKE_BACKLOG = 2048
-
-    def __init__(self, store: DefaultMessageStore):
-        from collections import deque
-
-        self.store = store
-        self.index_service = store.index_service
-        self._queue: deque = deque()
-        self._build_lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stopped = threading.Event()
-        self._idle = False
-        self._thread: threading.Thread | None = None
-        self.processed_timestamp = 0
-        self._seeds: dict[str, int] = {}  # topic -> Java hash of "topic#" (index_native.topic_prefix_hash)
-        self._run = index_native.KeyRun()  # reused by every round (under _build_lock)
-        # True from start() to shutdown(): puts queue their index work (before start — recovery —
-        # the store builds it synchronously)
-        self.accepting = False
-
-    def submit(self, item: tuple) -> None:
-        q = self._queue
-        q.append(item)
-        # The worker sets _idle before its last look at the queue, so either it sees this backlog
-        # or we see _idle and wake it: no lost wake-up without a lock on the put path.
-        if self._idle and len(q) >= self.WAKE_BACKLOG:
-            self.wake()
-
-    def wake(self) -> None:
-        self._idle = False
-        self._wake.set()
-
-    def pending(self) -> int:
-        return len(self._queue)
-
-    def oldest_pending_offset(self) -> int | None:
-        """The commit-log offset of the oldest record waiting for the index (None: none waits)."""
-        try:
-            item = self._queue[0]
-        except IndexError:  # (empty, or drained meanwhile)
-            return None
-        if len(item) == 5:
-            return item[1]
-        return int.from_bytes(bytes(memoryview(item[1])[:8]), "big")  # the first consume-queue entry's offset
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self.accepting = True
-        self._stopped.clear()
-        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        q = self._queue
-        while not self._stopped.is_set():
-            self._idle = True
-            if len(q) < self.WAKE_BACKLOG:
-                self._wake.wait(self.POLL_INTERVAL if q else self.POLL_INTERVAL * 4)
-            self._idle = False
-            self._wake.clear()
-            if self._stopped.is_set():
-                break
-            try:
-                self.drain()
-            except Exception:  # the index must not stop the store; recovery re-dispatches
-                log.exception("%s: round failed", self.name)
-
-    def drain(self) -> int:
-        """Build everything queued so far (in order); returns `processed_timestamp`."""
-        q = self._queue
-        with self._build_lock:
-            while q:
-                self._build_some(q)
-            return self.processed_timestamp
-
-    RUN_RECORDS = 4096  # records hashed per round before they are written (one lock per round)
-
-    def _build_some(self, q) -> None:
-        # Queued single records and batches' records read from the commit log are hashed natively
-        # into one KeyRun, written under one lock per round (with the GIL released); only keys
-        # that are not plain ASCII stop the run, for the general path, in order.
-        run = self._run
-        run.clear()
-        odd_ts = 0
-        try:
-            while True:
-                other = index_native.collect_items(q, self.RUN_RECORDS, self._seeds, run)
-                if other is None:
-                    break
-                if len(other) == 5:
-                    odd_ts = self._build_odd(*other)
-                else:
-                    odd_ts = self._collect_entries(*other) or odd_ts
-                if len(run) >= self.RUN_RECORDS:
-                    break
-            if len(run):
-                self.index_service.build_hashed(run)
-        except Exception:
-            # the checkpoint does not move past this round: a crash re-dispatches from before it
-            log.exception("index build failed")
-            return
-        # the run is cleared at every odd record, so what it saw came after the last odd one
-        ts = run.last_timestamp or odd_ts
-        if ts:
-            self.processed_timestamp = ts
-
-    def _build_odd(self, topic: str, phys: int, ts: int, sys_flag: int, props: bytes) -> int:
-        """Index one record through build_index, after what the run holds (commit-log order);
-        returns its store time."""
-        if len(self._run):
-            self.index_service.build_hashed(self._run)
-        self._run.clear()
-        self.index_service.build_index(DispatchRequest(topic, 0, phys, 0, 0, ts, 0, sys_flag, 0, props))
-        return ts
-
-    def _build_entries(self, topic: str, entries, count: int) -> int:
-        """Index one batch on its own (what a round does for each batch item, then written);
-        returns the store time of the last record seen, 0 when none was."""
-        self._run.clear()
-        odd_ts = self._collect_entries(topic, entries, count)
-        if len(self._run):
-            self.index_service.build_hashed(self._run)
-        return self._run.last_timestamp or odd_ts
-
-    def _collect_entries(self, topic: str, entries, count: int) -> int:
-        """Hash a batch's records into the run straight from the commit log: each run of adjacent
-        records is read in one piece and parsed natively with the GIL released (no Python object
-        per record: a per-record Python build held the GIL long enough to stall the broker's
-        event loop).  A record with keys that are not plain ASCII takes the general path, in
-        order.  Returns the store time of the last such record, 0 when there was none."""
-        get_data = self.store.commit_log.get_data
-        seed = self._seeds.get(topic)
-        if seed is None:
-            seed = self._seeds[topic] = index_native.topic_prefix_hash(topic)
-        ts = i = 0
-        while i < count:
-            j, phys, length = index_native.adjacent_entries(entries, i, count)
-            span = get_data(phys, length)
-            if span is not None:
-                ts = self._collect_span(topic, seed, span, entries, i, j) or ts
-            else:  # a segment end inside the run, or deleted by retention: one by one
-                for k in range(i, j):
-                    kphys, ksize = _CQ_ENTRY.unpack_from(entries, k * 20)
-                    raw = get_data(kphys, ksize)
-                    if raw is not None:
-                        ts = self._collect_span(topic, seed, raw, entries, k, k + 1) or ts
-            i = j
-        return ts
-
-    def _collect_span(self, topic: str, seed: int, span, entries, i: int, j: int) -> int:
-        """Hash the records of entries [i, j), back to back in `span`, into the run; each record
-        the native pass cannot take goes through build_index (after what the run holds).
-        Returns the store time of the last such record, else 0."""
-        ts = pos = 0
-        while i < j:
-            i, pos = index_native.collect_span(self._run, span, entries, i, j, seed, pos)
-            if i >= j:
-                break
-            ophys, osize = _CQ_ENTRY.unpack_from(entries, i * 20)
-            ts = self._build_odd(*_index_item(topic, ophys, span, pos))
-            i += 1
-            pos += osize
-        return ts
-
-    def stop(self) -> None:
-        """Stop the thread without building what is queued: work queued from now on waits for a
-        drain() (tests hold the builder this way; a crash test stops it as a kill would)."""
-        self._stopped.set()
-        self._wake.set()
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join(30)
-        self._thread = None
-
-    def shutdown(self) -> None:
-        self.accepting = False
-        self.stop()
-        self.drain()

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import attrs
 
+from rmq_core import record_layout as layout
 from rmq_core._native.record import ip_bytes
 from rmq_core.message import MessageConst, string_to_properties
 
@@ -170,7 +171,7 @@ class MessageExtBrokerInner:
 
 @attrs.define
 class MessageExtBatch:
-    """A SEND_BATCH_MESSAGE body (REMOTING.md §8) to put as consecutive records of one queue."""
+    """A SEND_BATCH_MESSAGE body (docs/protocol.md §5.5) to put as consecutive records of one queue."""
 
     topic: str
     queue_id: int
@@ -244,12 +245,11 @@ def encode_host(host: tuple[str, int]) -> tuple[bytes, bool]:
 
 
 def record_fields(record: bytes | memoryview) -> dict[str, Any]:
-    """Decode the fixed fields and the properties of one raw record (REMOTING.md §6)."""
+    """Decode the fixed fields and the properties of one raw record (docs/protocol.md §5)."""
     r = bytes(record)
     total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts = struct.unpack_from(">iIIiiqqiq", r, 0)
-    pos = 48 + (20 if sys_flag & 0x10 else 8)
-    (store_ts,) = struct.unpack_from(">q", r, pos)
-    pos += 8 + (20 if sys_flag & 0x20 else 8)
+    (store_ts,) = struct.unpack_from(">q", r, layout.store_timestamp_at(sys_flag))
+    pos = layout.reconsume_times_at(sys_flag)
     reconsume, prepared, body_len = struct.unpack_from(">iqi", r, pos)
     pos += 16
     body = r[pos:pos + body_len]

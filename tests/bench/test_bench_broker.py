@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from rmq_core.codec import encode_batch_body
+from tests.codec_oracle import encode_batch_items
 from rmq_core.remoting import RemotingClient, RemotingCommand
 from rmq_core.remoting.codes import RequestCode
 from tests.servers import RmqProcess, free_port
@@ -83,7 +83,7 @@ def _send_request(queue_id=0) -> RemotingCommand:
 
 
 def _batch_request() -> RemotingCommand:
-    body = encode_batch_body([(0, BODY, {"UNIQ_KEY": f"B{i}", "WAIT": "true"}) for i in range(BATCH)])
+    body = encode_batch_items([(0, BODY, {"UNIQ_KEY": f"B{i}", "WAIT": "true"}) for i in range(BATCH)])
     return RemotingCommand.create_request(RequestCode.SEND_BATCH_MESSAGE, {
         "producerGroup": "PG_BENCH", "topic": "BenchSend", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
         "queueId": "1", "sysFlag": "0", "bornTimestamp": str(int(time.time() * 1000)), "flag": "0",

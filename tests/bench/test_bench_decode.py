@@ -12,14 +12,12 @@
 """
 import pytest
 
-from rmq_core.codec import (
-    decode_batch_body,
+from rmq_core.codec import decode_batch_body, decode_messages, tags_code_from_properties
+from tests.codec_oracle import (
     decode_batch_body_py,
-    decode_messages,
     decode_messages_py,
-    encode_batch_body,
+    encode_batch_items,
     encode_message_record,
-    tags_code_from_properties,
     tags_code_from_properties_py,
 )
 
@@ -109,7 +107,7 @@ def test_decode_native_lazy(benchmark, pull_buffer):
 
 @pytest.fixture(scope="module")
 def batch_body():
-    return encode_batch_body([(0, b"x" * 128, _properties(i)) for i in range(1000)])
+    return encode_batch_items([(0, b"x" * 128, _properties(i)) for i in range(1000)])
 
 
 @pytest.mark.benchmark(group="batch-decode")
@@ -122,7 +120,7 @@ def test_batch_decode_native(benchmark, batch_body):
     assert len(benchmark(decode_batch_body, batch_body)) == 1000
 
 
-RAW_PROPS = [encode_batch_body([(0, b"", _properties(i))])[22:] for i in range(1000)]
+RAW_PROPS = [encode_batch_items([(0, b"", _properties(i))])[22:] for i in range(1000)]
 
 
 @pytest.mark.benchmark(group="tags-code")

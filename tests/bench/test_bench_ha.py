@@ -21,7 +21,7 @@ import time
 import pytest
 
 from rmq_core import Message, Producer
-from rmq_core.codec import encode_batch_body
+from tests.codec_oracle import encode_batch_items
 from tests.broker.ha_group import HAGroup
 from tests.rawclient import RawClient
 from tests.servers import RmqProcess
@@ -213,7 +213,7 @@ def backlog_group(tmp_path_factory, setups):
     raw = RawClient("backlog")
     try:
         items = [(0, b"b" * 4000, {}) for _ in range(200)]  # 200 records of 4 KiB per batch request
-        body = encode_batch_body(items)
+        body = encode_batch_items(items)
         target = BACKLOG_MIB * 1024 * 1024
         sent = 0
         while sent < target:

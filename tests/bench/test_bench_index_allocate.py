@@ -14,7 +14,7 @@ from collections import deque
 
 import attrs
 import pytest
-from rmq_core.codec import encode_batch_body
+from tests.codec_oracle import encode_batch_items
 from rmq_core.config import MessageStoreConfig
 from rmq_core.message import MessageQueue
 from rmq_core.plugins import get_allocate_strategy
@@ -88,11 +88,11 @@ def stored(tmp_path_factory):
     for b in range(N_STORED // 1024):
         items = [(0, b"x" * 128, {"KEYS": f"order-{b}-{i} user-{i % 97}", "UNIQ_KEY": f"7F0000010000{b:04X}{i:016X}"})
                  for i in range(1024)]
-        assert store.put_messages(MessageExtBatch(topic="TopicTest", queue_id=0, body=encode_batch_body(items))).is_ok()
+        assert store.put_messages(MessageExtBatch(topic="TopicTest", queue_id=0, body=encode_batch_items(items))).is_ok()
     batches = list(store.index_build_service._queue)
     store.index_build_service._queue.clear()
     # the same records as single-put items (topic, offset, store time, sys flag, properties)
-    from rmq_core.store.message_store import _index_item
+    from rmq_core.store.index import _index_item
     singles = []
     for topic, entries, count in batches:
         for k in range(count):
@@ -103,7 +103,7 @@ def stored(tmp_path_factory):
 
 
 def _index_setup(tmp_path, store):
-    from rmq_core.store.message_store import IndexBuildService
+    from rmq_core.store.index import IndexBuildService
     counter = iter(range(10**9))
 
     def setup():

@@ -4,7 +4,7 @@ prefilter — and how many SQL evaluations the bloom saved."""
 import pytest
 
 from rmq_core.broker.consumer_filter_manager import CalcBitMapDispatcher, ConsumerFilterManager
-from rmq_core.codec import encode_batch_body
+from tests.codec_oracle import encode_batch_items
 from rmq_core.config import BrokerConfig, MessageStoreConfig
 from rmq_core.filtering import MATCH_ALL
 from rmq_core.plugins import get_filter_factory
@@ -45,7 +45,7 @@ def store(tmp_path_factory):
     s.load()
     s.start()
     for base in range(0, N, 1000):
-        body = encode_batch_body([(0, b"x" * 64, {"a": str(i % 100), "TAGS": "TagHit" if i % 100 == 7 else "TagMiss"})
+        body = encode_batch_items([(0, b"x" * 64, {"a": str(i % 100), "TAGS": "TagHit" if i % 100 == 7 else "TagMiss"})
                                   for i in range(base, base + 1000)])
         assert s.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=body)).is_ok()
     yield s, fm

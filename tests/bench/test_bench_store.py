@@ -37,10 +37,10 @@ import pytest
 
 from rmq_core import loops
 from rmq_core._native import commit_log as commit_log_native
-from rmq_core._native import record as record_native
+from rmq_core._native import record_store
 from rmq_core._native import crc as crc_native
 from rmq_core._native import cq as cq_native
-from rmq_core.codec import encode_batch_body
+from tests.codec_oracle import encode_batch_items
 from rmq_core.config import FlushDiskType, MessageStoreConfig
 from rmq_core.message import java_string_hash
 from rmq_core.store import DefaultMessageStore, MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
@@ -50,7 +50,7 @@ from rmq_core.store.consume_queue import ConsumeQueue
 BATCH = 8192
 BODY = bytes(range(128))
 PROPS = {"TAGS": "TagA", "UNIQ_KEY": "7F0000010001000000000000000000AB"}
-BATCH_BODY = encode_batch_body([(0, BODY, PROPS)] * BATCH)
+BATCH_BODY = encode_batch_items([(0, BODY, PROPS)] * BATCH)
 
 
 def _config(root, **kw) -> MessageStoreConfig:
@@ -95,7 +95,7 @@ def _encoded_bytes(store) -> bytes:
     """The batch's records exactly as they land in the log (what the baseline copies)."""
     host = struct.pack(">4si", bytes([127, 0, 0, 1]), 10911)
     born = struct.pack(">4si", bytes([127, 0, 0, 1]), 0)
-    records, count, _ = record_native.encode_batch(BATCH_BODY, b"BenchTopic", 0, 0, 1, born, host, 0, b"", 4 << 20)
+    records, count, _ = record_store.encode_batch(BATCH_BODY, b"BenchTopic", 0, 0, 1, born, host, 0, b"", 4 << 20)
     assert count == BATCH
     return bytes(records)
 
@@ -480,7 +480,7 @@ def pull_store(tmp_path_factory):
     s.start()
     items = [(0, BODY, {"TAGS": "TagHit" if i % 100 == 37 else "TagMiss"}) for i in range(20_000)]
     for k in range(0, len(items), 2000):
-        assert s.put_messages(MessageExtBatch("PullTopic", 0, encode_batch_body(items[k:k + 2000]))).is_ok()
+        assert s.put_messages(MessageExtBatch("PullTopic", 0, encode_batch_items(items[k:k + 2000]))).is_ok()
     yield s
     s.shutdown()
 
@@ -504,7 +504,7 @@ def _recovery_bench(benchmark, root, log_bytes, rounds, segment_bytes=None, out=
     s = DefaultMessageStore(cfg)
     s.load()
     s.start()
-    batch = MessageExtBatch("RecoverTopic", 0, encode_batch_body([(0, BODY, PROPS)] * 4000))
+    batch = MessageExtBatch("RecoverTopic", 0, encode_batch_items([(0, BODY, PROPS)] * 4000))
     while s.get_max_phy_offset() < log_bytes - 2 * 1024 * 1024:
         s.put_messages(batch)
     end = s.get_max_phy_offset()
@@ -570,7 +570,7 @@ def test_recovery_baseline_read_64mib(benchmark, recovered_64m, tmp_path):
 def _build_only(root, log_bytes):
     cfg = _config(root, mapped_file_size_commit_log=min(log_bytes, 1024 * 1024 * 1024))
     with DefaultMessageStore(cfg) as s:
-        batch = MessageExtBatch("RecoverTopic", 0, encode_batch_body([(0, BODY, PROPS)] * 4000))
+        batch = MessageExtBatch("RecoverTopic", 0, encode_batch_items([(0, BODY, PROPS)] * 4000))
         while s.get_max_phy_offset() < log_bytes - 2 * 1024 * 1024:
             s.put_messages(batch)
     return cfg

@@ -688,7 +688,7 @@ def test_batches_to_a_checked_topic_are_answered_like_the_general_path(make_clus
     (SendMessageProcessor._process_batch): answers and stored messages match the general path."""
     import zlib
 
-    from rmq_core.codec import encode_batch_body
+    from tests.codec_oracle import encode_batch_items
 
     monkeypatch.setattr(send_module, "random", PerThreadRandom(7))
     fast = make_cluster(QUIET, store=tmp_path / "fast")
@@ -705,7 +705,7 @@ def test_batches_to_a_checked_topic_are_answered_like_the_general_path(make_clus
     monkeypatch.setattr(fast_processor, "_process_batch", counted)
 
     def batch(n, tag, props=None):
-        return encode_batch_body((0, b"%s-%d" % (tag, i), props or f"UNIQ_KEY\x01{tag.decode()}{i:08d}\x02TAGS\x01t\x02")
+        return encode_batch_items((0, b"%s-%d" % (tag, i), props or f"UNIQ_KEY\x01{tag.decode()}{i:08d}\x02TAGS\x01t\x02")
                                  for i in range(n))
 
     code = int(RequestCode.SEND_BATCH_MESSAGE)

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from rmq_core.broker.timer import (
     DELIVERY_BATCH, TIMER_OUT_MS, TIMER_TOPIC, TimerMessageError, TimingWheel, parse_due_ms,
 )
-from rmq_core.codec import decode_messages, encode_batch_body
+from rmq_core.codec import decode_messages
+from tests.codec_oracle import encode_batch_items
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.store import MessageExtBrokerInner
 from tests.rawclient import RawClient
@@ -183,7 +184,7 @@ def test_batch_with_a_timer_item_is_refused(cluster, raw):
         ext = {"producerGroup": "PG_B", "topic": "T_BATCH", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
                "queueId": "0", "sysFlag": "0", "bornTimestamp": str(_now_ms()), "flag": "0",
                "properties": header_props, "reconsumeTimes": "0", "unitMode": "false", "batch": "true"}
-        return raw.invoke(addr, RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch_body(items))
+        return raw.invoke(addr, RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch_items(items))
 
     plain = [(0, b"a", {"TAGS": "x"}), (0, b"TIMER_DELIVER_MS\x01 in a body is just bytes", {"TAGS": "y"})]
     assert send_batch(plain).code == 0

@@ -12,7 +12,7 @@ import pytest
 from rmq_core._native.send_lane import SendLane, SendLaneState, WriteFence
 from rmq_core.broker.processors import send as send_module
 from rmq_core.broker.processors.send import put_outcome
-from rmq_core.codec import encode_batch_body
+from tests.codec_oracle import encode_batch_items
 from rmq_core.config import MessageStoreConfig
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand
@@ -36,7 +36,7 @@ def decoded(frames: dict) -> dict:
 
 def _batch_body(*bodies: bytes) -> bytes:
     """A SEND_BATCH_MESSAGE body of these messages."""
-    return encode_batch_body((0, b, {"UNIQ_KEY": f"FENCE{time.time_ns()}{i}"}) for i, b in enumerate(bodies))
+    return encode_batch_items((0, b, {"UNIQ_KEY": f"FENCE{time.time_ns()}{i}"}) for i, b in enumerate(bodies))
 
 
 def _lapse(broker) -> None:

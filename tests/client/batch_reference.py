@@ -1,4 +1,4 @@
-"""A plain-Python reference of rmq_core._native.record.encode_send_batch (the same checks, errors and bytes), for
+"""A plain-Python reference of rmq_core._native.record_batch.encode_send_batch (the same checks, errors and bytes), for
 the tests that compare the two: the producer itself encodes batches natively."""
 import struct
 from typing import Callable
@@ -36,7 +36,7 @@ def _raw_pair(index: int, name, value) -> bytes:
 
 
 def encode_batch_py(msgs: list, max_message_size: int, create_id: Callable[[], str] = None) -> tuple:
-    """Reference twin of record.encode_send_batch (the same checks, errors and bytes):
+    """Reference twin of record_batch.encode_send_batch (the same checks, errors and bytes):
     (topic, comma-joined UNIQ_KEYs, SEND_BATCH_MESSAGE body, the first message's wait_store_msg_ok)."""
     create_id = create_id or MessageClientIDSetter.create_uniq_id
     if not msgs:

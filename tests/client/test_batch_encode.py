@@ -1,4 +1,4 @@
-"""send_batch's native encoder (rmq_core._native.record.encode_send_batch) against its Python twin
+"""send_batch's native encoder (rmq_core._native.record_batch.encode_send_batch) against its Python twin
 (tests/client/batch_reference.py) and the codec's layout: the same bytes, the same UNIQ_KEYs,
 the same errors naming the item and the bad value."""
 import re
@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_core._native.record import encode_batch_item, encode_send_batch
+from rmq_core._native.record_batch import encode_batch_item, encode_send_batch
 from rmq_core.client.producer import _RESERVED_PROPERTIES, Producer, check_send_topic
 from tests.client.batch_reference import encode_batch_py
-from rmq_core.codec import decode_batch_body_py
-from rmq_core.codec import encode_batch_body as encode_batch_body_py
+from tests.codec_oracle import decode_batch_body_py
+from tests.codec_oracle import encode_batch_items as encode_batch_body_py
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.message import Message, MessageClientIDSetter, MessageConst, string_to_properties
 

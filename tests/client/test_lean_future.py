@@ -1,7 +1,7 @@
 """LeanFuture (an async send's Future: no Condition until someone waits) behaves as a
 concurrent.futures.Future in every way a caller can see, under races between the thread that
 finishes it and threads that wait on it, subscribe to it or cancel it; and the native UNIQ_KEY
-maker (record.UniqIds, which MessageClientIDSetter.create_uniq_id is) makes ids from its parts."""
+maker (record_batch.UniqIds, which MessageClientIDSetter.create_uniq_id is) makes ids from its parts."""
 import asyncio
 import concurrent.futures
 import random
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from rmq_core._native.record import UniqIds
+from rmq_core._native.record_batch import UniqIds
 from rmq_core.client.futures import CancellableFuture, LeanFuture
 from rmq_core.message import MessageClientIDSetter
 

@@ -166,7 +166,7 @@ def test_send_async_of_a_bad_message_fails_its_future_and_callback(instance):
 
 
 def test_encode_send_batch_carries_every_message_and_its_uniq_key():
-    from rmq_core.codec import decode_batch_body_py
+    from tests.codec_oracle import decode_batch_body_py
     from rmq_core.message import string_to_properties
 
     p = Producer("PG_BATCH_ENC", namesrv="127.0.0.1:9876")

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from rmq_core import MessageExt, SimpleConsumer
-from rmq_core.codec import encode_message_record
+from tests.codec_oracle import encode_message_record
 from rmq_core.common.clock import now_ms
 from rmq_core.common.pop_extra_info import (
     ExtraInfo, build_extra_info, build_info, parse_info, pop_retry_topic, retry_mark,

@@ -64,21 +64,29 @@ def test_settings_are_answered_as_the_proxy_does(cl, stub):
 def test_normal_send_receive_ack_carry_what_the_clients_check(cl, stub):
     make_topic(cl, "PxNormal")
     body = "héllo".encode()
-    r = stub.send("PxNormal", body, tag="TagA", keys=["k1", "k2"], props={"userProp": "ü value", "n": "1"})
-    assert r.status.code == pb.OK, r.status
-    e = r.entries[0]
-    assert e.message_id and e.offset == 0 and not e.transaction_id
+    # the first send checks the topic (the general path), the next ones take the send lane's put:
+    # both store the same message; one to any queue (-1) too
+    sent = [stub.send("PxNormal", body, tag="TagA", keys=["k1", "k2"], props={"userProp": "ü value", "n": "1"},
+                      queue_id=q) for q in (0, 0, -1)]
+    for i, r in enumerate(sent):
+        assert r.status.code == pb.OK, r.status
+        e = r.entries[0]
+        assert e.message_id and not e.transaction_id and (e.offset == i or i == 2)
     status, msgs = stub.receive("GPxNormal", "PxNormal")
-    assert status.code == pb.OK and len(msgs) == 1
-    m = msgs[0]
-    sp = m.system_properties
-    assert m.body == body and dict(m.user_properties) == {"userProp": "ü value", "n": "1"}
-    assert sp.tag == "TagA" and list(sp.keys) == ["k1", "k2"] and sp.message_id == e.message_id
-    assert sp.body_digest.type == pb.MD5 and sp.body_digest.checksum == hashlib.md5(body).hexdigest().upper()
-    assert sp.body_encoding == pb.IDENTITY and sp.delivery_attempt == 1 and sp.receipt_handle
-    assert sp.message_type == pb.NORMAL and sp.born_host == "127.0.0.1" and sp.store_timestamp.seconds > 0
-    a = stub.ack("GPxNormal", "PxNormal", m)
-    assert a.status.code == pb.OK and a.entries[0].status.code == pb.OK
+    while len(msgs) < 3 and status.code == pb.OK:
+        status, more = stub.receive("GPxNormal", "PxNormal")
+        msgs += more
+    assert len(msgs) == 3
+    assert sorted(m.system_properties.message_id for m in msgs) == sorted(r.entries[0].message_id for r in sent)
+    for m in msgs:
+        sp = m.system_properties
+        assert m.body == body and dict(m.user_properties) == {"userProp": "ü value", "n": "1"}
+        assert sp.tag == "TagA" and list(sp.keys) == ["k1", "k2"]
+        assert sp.body_digest.type == pb.MD5 and sp.body_digest.checksum == hashlib.md5(body).hexdigest().upper()
+        assert sp.body_encoding == pb.IDENTITY and sp.delivery_attempt == 1 and sp.receipt_handle
+        assert sp.message_type == pb.NORMAL and sp.born_host == "127.0.0.1" and sp.store_timestamp.seconds > 0
+    a = stub.ack("GPxNormal", "PxNormal", *msgs)
+    assert a.status.code == pb.OK and all(e.status.code == pb.OK for e in a.entries)
     status, msgs = stub.receive("GPxNormal", "PxNormal", poll=0.5)
     assert status.code == pb.MESSAGE_NOT_FOUND and msgs == []
 
@@ -209,6 +217,9 @@ def test_bad_input_gets_a_clear_status_and_the_broker_keeps_serving(cl, stub):
     assert r.status.code == pb.MESSAGE_BODY_TOO_LARGE and "4194305" in r.status.message
     r = stub.send("PxBad", b"x", props={"TAGS": "sneaky"})
     assert r.status.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY and "TAGS" in r.status.message
+    for props in ({"bad\x02name": "v"}, {"name": "bad\x02value"}):  # (would not read back)
+        r = stub.send("PxBad", b"x", props=props)
+        assert r.status.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY and repr(next(iter(props))) in r.status.message, r.status
     r = stub.send("PxBad", b"x", kind=pb.FIFO)
     assert r.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
     status, _ = stub.receive("GPxBad", "PxBad", invisible=1)

@@ -107,7 +107,7 @@ def test_bad_columns_and_schema_are_named(spark, servers):
 
 @pytest.mark.parametrize("name", ["plain", "lz4", "zlib", "properties", "ipv6", "batch", "torn_tail"])
 def test_golden_pull_bodies_decode_alike_in_java_and_native(spark, name):
-    from rmq_core._native.record import decode_columns
+    from rmq_core._native.record_columns import decode_columns
     from rmq_core.errors import MessageDecodeError
     from spark_plugin.arrow import SYSTEM_PROPERTIES, record_batch
 

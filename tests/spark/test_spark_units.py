@@ -60,7 +60,7 @@ def test_decode_columns_agrees_with_decode_messages():
     narrow = record_batch(body, "broker-x", columns=("body", "queue_offset"))
     assert narrow.schema.names == ["body", "queue_offset"]
     assert narrow.to_pylist() == [{"body": r["body"], "queue_offset": r["queue_offset"]} for r in rows]
-    from rmq_core._native.record import COL_QUEUE_OFFSET, decode_columns
+    from rmq_core._native.record_columns import COL_QUEUE_OFFSET, decode_columns
     c = decode_columns(body, "b", -1, SYSTEM_PROPERTIES, COL_QUEUE_OFFSET)
     assert c["rows"] == len(msgs) and c["body"][1] == b"\x00\x00\x00\x00"  # no body decoded (nor inflated)
 

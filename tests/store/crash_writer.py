@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import sys
 
-from rmq_core.codec import encode_batch_body
+from tests.codec_oracle import encode_batch_items
 from rmq_core.config import FlushDiskType, MessageStoreConfig
 from rmq_core.store import DefaultMessageStore, MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 
@@ -58,7 +58,7 @@ def main() -> None:
                 seqs = list(range(seq, seq + n))
                 # one batch goes to one queue: the queue of its first seq
                 qid = queue_of(seq)
-                body = encode_batch_body([(0, body_of(s), properties_of(s)) for s in seqs])
+                body = encode_batch_items([(0, body_of(s), properties_of(s)) for s in seqs])
                 r = store.put_messages(MessageExtBatch(TOPIC, qid, body, born_timestamp=1000 + seq))
                 assert r.status is PutMessageStatus.PUT_OK, r
                 a = r.append_result

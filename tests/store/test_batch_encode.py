@@ -12,10 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from rmq_core._native import commit_log as commit_log_native
-from rmq_core._native import record as record_native
+from rmq_core._native import record_store
 
 from rmq_core._native import mapped as mapped_native
-from rmq_core.codec import decode_messages, encode_batch_body
+from rmq_core.codec import decode_messages
+from tests.codec_oracle import encode_batch_items
 from rmq_core.message import java_string_hash
 from rmq_core.store.types import BatchAppendMessageResult, AppendMessageResult
 
@@ -27,7 +28,7 @@ V6_STORE = struct.pack(">16si", bytes(range(16, 32)), 10911)
 
 def reference(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra, phys0, qoff0, store_ts):
     """Records and consume-queue entries as the two-step encoder (then the append) produce them."""
-    records, count, tags = record_native.encode_batch(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra,
+    records, count, tags = record_store.encode_batch(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra,
                                                4 << 20)
     codes = struct.unpack(f"={count}q", tags)
     ts_pos = 48 + len(born)
@@ -42,7 +43,7 @@ def reference(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra
 
 
 def run_into(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra, store_ts, align, seg_from=1 << 40):
-    _, count, total = record_native.encode_batch(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra,
+    _, count, total = record_store.encode_batch(body, topic, qid, sys_flag, born_ts, born, store, reconsume, extra,
                                           4 << 20, True)
     seg = bytearray(b"\xee" * (align + total + 64))  # a marker around the reserved space
     m = mapped_native.NativeMap(seg)
@@ -73,7 +74,7 @@ item_st = st.tuples(st.integers(-(2 ** 31), 2 ** 31 - 1), st.integers(0, 3000), 
        repeat=st.sampled_from([1, 300]))
 def test_encode_batch_into_equals_the_reference(items, v6, align, extra, repeat):
     # repeat=300 makes most batches larger than the stage (streaming stores, several copy-outs)
-    body = encode_batch_body([(f, bytes([i % 251]) * n, p) for i, (f, n, p) in enumerate(items)] * repeat)
+    body = encode_batch_items([(f, bytes([i % 251]) * n, p) for i, (f, n, p) in enumerate(items)] * repeat)
     born, store, sys_flag = (V6_BORN, V6_STORE, 0x30) if v6 else (V4_BORN, V4_STORE, 0)
     args = (body, b"BatchTopic", 3, sys_flag, 1_700_000_000_001, born, store, 2, extra)
     got, got_cq, phys0 = run_into(*args, store_ts=1_700_000_000_999, align=align)
@@ -85,7 +86,7 @@ def test_encode_batch_into_equals_the_reference(items, v6, align, extra, repeat)
 def test_records_larger_than_the_stage_between_small_ones():
     items = [(0, b"s" * 100, {"TAGS": "Small"})] * 200 + [(1, b"L" * 70_000, {"TAGS": "Large"})] \
         + [(2, b"t" * 50, {})] * 300 + [(3, b"M" * 20_000, {"TAGS": "Mid"})] * 3
-    body = encode_batch_body(items)
+    body = encode_batch_items(items)
     for align in (0, 1, 63):
         args = (body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"")
         got, got_cq, phys0 = run_into(*args, store_ts=6, align=align)
@@ -96,7 +97,7 @@ def test_records_larger_than_the_stage_between_small_ones():
 def test_tag_codes_follow_each_items_properties():
     items = [(0, b"a", {"TAGS": "A"}), (0, b"b", {"TAGS": "A"}), (0, b"c", {"TAGS": "B"}), (0, b"d", {}),
              (0, b"e", {"TAGS": "A"})]
-    body = encode_batch_body(items)
+    body = encode_batch_items(items)
     _, cq, _ = run_into(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", store_ts=6, align=0)
     codes = [struct.unpack_from(">q", cq, i * 20 + 12)[0] for i in range(5)]
     assert codes == [java_string_hash(t) for t in ("A", "A", "B", "", "A")]
@@ -106,7 +107,7 @@ def test_tags_in_the_extra_properties_come_last_and_win():
     # a record's properties are the item's, then the request's extra ones; as in the Java broker
     # (a HashMap filled in order) the later TAGS wins, in the queue entry and in the decoded record
     items = [(0, b"a", {"TAGS": "A"}), (0, b"d", {})]
-    body = encode_batch_body(items)
+    body = encode_batch_items(items)
     records, cq, _ = run_into(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"TAGS\x01X\x02", store_ts=6, align=0)
     codes = [struct.unpack_from(">q", cq, i * 20 + 12)[0] for i in range(2)]
     assert codes == [java_string_hash("X")] * 2
@@ -114,8 +115,8 @@ def test_tags_in_the_extra_properties_come_last_and_win():
 
 
 def test_reserved_space_too_small_is_an_error_not_an_overrun():
-    body = encode_batch_body([(0, b"x" * 100, {})] * 3)
-    _, count, total = record_native.encode_batch(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", 4 << 20, True)
+    body = encode_batch_items([(0, b"x" * 100, {})] * 3)
+    _, count, total = record_store.encode_batch(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", 4 << 20, True)
     seg = bytearray(total)
     m = mapped_native.NativeMap(seg)
     try:
@@ -130,13 +131,13 @@ def test_reserved_space_too_small_is_an_error_not_an_overrun():
 
 
 def test_fit_batch_splits_where_the_segment_ends():
-    body = encode_batch_body([(0, b"x" * 100, {})] * 10)
-    _, count, total = record_native.encode_batch(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", 4 << 20, True)
+    body = encode_batch_items([(0, b"x" * 100, {})] * 10)
+    _, count, total = record_store.encode_batch(body, b"T", 0, 0, 5, V4_BORN, V4_STORE, 0, b"", 4 << 20, True)
     size = total // 10
     # room for 3 records and the 8-byte blank, not for a 4th
-    n, nbytes, next_pos = record_native.fit_batch(body, 0, 10, b"T", 0, V4_BORN, V4_STORE, b"", 1000, 1000 + 4 * size + 7)
+    n, nbytes, next_pos = record_store.fit_batch(body, 0, 10, b"T", 0, V4_BORN, V4_STORE, b"", 1000, 1000 + 4 * size + 7)
     assert (n, nbytes, next_pos) == (3, 3 * size, 3 * (len(body) // 10))
-    n, nbytes, _ = record_native.fit_batch(body, next_pos, 7, b"T", 0, V4_BORN, V4_STORE, b"", 0, 1 << 20)
+    n, nbytes, _ = record_store.fit_batch(body, next_pos, 7, b"T", 0, V4_BORN, V4_STORE, b"", 0, 1 << 20)
     assert (n, nbytes) == (7, 7 * size)
 
 

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from rmq_core._native import commit_log as commit_log_native
 from rmq_core._native import record as record_native
+from rmq_core._native import record_store
 from rmq_core.errors import MessageTooLargeError
 
 V4_BORN = struct.pack(">4si", bytes([10, 0, 0, 7]), 40000)
@@ -24,7 +25,7 @@ def _item(body, props, total_delta=0):
 
 
 def _plan(body, extra=b"", limit=4 << 20):
-    return record_native.encode_batch(body, b"T", 0, 0, 1, V4_BORN, V4_STORE, 0, extra, limit, True)
+    return record_store.encode_batch(body, b"T", 0, 0, 1, V4_BORN, V4_STORE, 0, extra, limit, True)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -33,7 +34,7 @@ def _plan(body, extra=b"", limit=4 << 20):
 def test_plan_counts_and_sizes_every_record(items, extra):
     body = b"".join(_item(b, p) for b, p in items)
     _, count, total = _plan(body, extra)
-    records, n, _ = record_native.encode_batch(body, b"T", 0, 0, 1, V4_BORN, V4_STORE, 0, extra, 4 << 20)
+    records, n, _ = record_store.encode_batch(body, b"T", 0, 0, 1, V4_BORN, V4_STORE, 0, extra, 4 << 20)
     assert (count, total) == (n, len(records)) == (len(items), len(records))
 
 

@@ -5,7 +5,8 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rmq_core.codec import decode_messages, encode_batch_body, encode_message_record
+from rmq_core.codec import decode_messages
+from tests.codec_oracle import encode_batch_items, encode_message_record
 from rmq_core.errors import DiskFullError, IllegalArgumentError, MessageTooLargeError
 from rmq_core.message import MessageConst, SysFlag, create_offset_msg_id, java_string_hash
 from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
@@ -102,7 +103,7 @@ def test_segment_roll_over_writes_a_blank_record_and_never_straddles(store):
 def test_batch_is_one_append_with_per_record_offsets(store):
     items = [(i, b"body-%d" % i, {"TAGS": f"T{i % 2}", "UNIQ_KEY": f"U{i}"}) for i in range(50)]
     store.put_message(msg(body=b"first"))  # queue offset 0 taken
-    r = store.put_messages(MessageExtBatch("TopicA", 0, encode_batch_body(items), born_timestamp=9,
+    r = store.put_messages(MessageExtBatch("TopicA", 0, encode_batch_items(items), born_timestamp=9,
                                            extra_properties=b"CLUSTER\x01c1\x02"))
     assert r.is_ok(), r.error
     a = r.append_result
@@ -123,7 +124,7 @@ def test_batch_is_one_append_with_per_record_offsets(store):
 def test_batch_spanning_a_segment_boundary(store):
     seg = store.config.mapped_file_size_commit_log
     items = [(0, b"z" * 500, {"TAGS": "A"}) for _ in range(300)]  # ~190 KB: crosses several segments
-    r = store.put_messages(MessageExtBatch("TopicA", 1, encode_batch_body(items)))
+    r = store.put_messages(MessageExtBatch("TopicA", 1, encode_batch_items(items)))
     assert r.is_ok()
     a = r.append_result
     assert len(set(p // seg for p in a.phys_offsets)) >= 3
@@ -142,7 +143,7 @@ def test_message_too_large_is_refused_with_a_clear_error(store_factory):
     with pytest.raises(MessageTooLargeError, match="exceeds maxMessageSize 1024 bytes"):
         s.put_message_or_raise(msg(body=b"x" * 2000))
     items = [(0, b"x" * 10, {}), (0, b"y" * 2000, {})]
-    r = s.put_messages(MessageExtBatch("TopicA", 0, encode_batch_body(items)))
+    r = s.put_messages(MessageExtBatch("TopicA", 0, encode_batch_items(items)))
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "exceeds maxMessageSize 1024" in r.error
     assert s.get_max_phy_offset() == 0  # nothing of the refused batch was written
 
@@ -157,7 +158,7 @@ def test_topic_and_properties_limits_name_the_value(store):
 
 
 def test_malformed_batch_body_is_refused(store):
-    good = encode_batch_body([(0, b"abc", {"TAGS": "A"})])
+    good = encode_batch_items([(0, b"abc", {"TAGS": "A"})])
     r = store.put_messages(MessageExtBatch("TopicA", 0, good[:-3]))
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "runs past the end" in r.error
     bad_total = struct.pack(">i", 999) + good[4:]
@@ -226,7 +227,7 @@ def test_concurrent_single_and_batch_puts_keep_queues_dense_and_ordered(store):
             q = rnd.randrange(2)
             if rnd.random() < 0.5:
                 items = [(0, b"w%d-%d-%d" % (w, k, i) * rnd.randint(1, 30), {"TAGS": "B"}) for i in range(rnd.randint(1, 40))]
-                assert store.put_messages(MessageExtBatch("TopicA", q, encode_batch_body(items))).is_ok()
+                assert store.put_messages(MessageExtBatch("TopicA", q, encode_batch_items(items))).is_ok()
             else:
                 assert store.put_message(msg(queue_id=q, body=b"s%d-%d" % (w, k), tags="S")).is_ok()
 

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from rmq_core.codec import decode_messages, encode_batch_body
+from rmq_core.codec import decode_messages
+from tests.codec_oracle import encode_batch_items
 from rmq_core.filtering import MessageFilter
 from rmq_core.message import java_string_hash
 from rmq_core.store import GetMessageStatus as S
@@ -33,7 +34,7 @@ class PropFilter(MessageFilter):
 def fill(store, n, queue_id=0, tag_of=lambda i: "TagA", topic="TopicA"):
     items = [(0, b"m%d" % i, {"TAGS": tag_of(i), "I": str(i)}) for i in range(n)]
     for k in range(0, n, 500):
-        assert store.put_messages(MessageExtBatch(topic, queue_id, encode_batch_body(items[k:k + 500]))).is_ok()
+        assert store.put_messages(MessageExtBatch(topic, queue_id, encode_batch_items(items[k:k + 500]))).is_ok()
 
 
 def test_entries_are_20_bytes_and_files_roll_over(store):

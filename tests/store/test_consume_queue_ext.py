@@ -3,7 +3,8 @@
 import os
 import shutil
 
-from rmq_core.codec import decode_messages, encode_batch_body
+from rmq_core.codec import decode_messages
+from tests.codec_oracle import encode_batch_items
 from rmq_core.filtering import MessageFilter
 from rmq_core.store import DefaultMessageStore, GetMessageStatus, MessageExtBatch
 
@@ -83,7 +84,7 @@ def test_batches_get_maps_and_maps_survive_restart_and_crash(store_factory, conf
     s = store_factory(cfg)
     s.add_dispatcher(BitMapDispatcher())
     items = [(0, b"b%d" % i, {"N": str(i)}) for i in range(250)]  # crosses consume-queue files
-    assert s.put_messages(MessageExtBatch("TopicA", 0, encode_batch_body(items))).is_ok()
+    assert s.put_messages(MessageExtBatch("TopicA", 0, encode_batch_items(items))).is_ok()
     want = lambda lo, hi: [b"b%d" % i for i in range(lo, hi) if i % 8 == 5]
     assert bodies(s.get_message("g", "TopicA", 0, 100, 32, BloomFilter([5]))) == want(100, 200)
     s.shutdown()
@@ -110,7 +111,7 @@ def test_ext_files_follow_retention(store_factory):
     s = ext_store(store_factory)
     items = [(0, b"r" * 900, {"N": "1"}) for _ in range(60)]
     while s.get_max_phy_offset() < 4 * s.config.mapped_file_size_commit_log:
-        assert s.put_messages(MessageExtBatch("TopicA", 0, encode_batch_body(items))).is_ok()
+        assert s.put_messages(MessageExtBatch("TopicA", 0, encode_batch_items(items))).is_ok()
     ext_dir = os.path.join(s.config.consume_queue_ext_dir, "TopicA", "0")
     before = sorted(os.listdir(ext_dir))
     s.commit_log.mapped_file_queue.delete_expired_files_by_time(0, clean_immediately=True, max_batch=3)

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from rmq_core.codec import decode_messages, encode_message_record
+from rmq_core.codec import decode_messages
+from tests.codec_oracle import encode_message_record
 from rmq_core.store import DefaultMessageStore, GetMessageStatus
 
 from . import crash_writer as cw

@@ -47,5 +47,5 @@ def test_random_data_alignments_and_chaining(data, offset, seed):
 
 
 def test_known_value():
-    assert crc_native.crc32(b"seed-0") & 0x7FFFFFFF == 0x2873287F  # REMOTING.md §6.1
+    assert crc_native.crc32(b"seed-0") & 0x7FFFFFFF == 0x2873287F  # docs/protocol.md §5.1
     assert crc_native.crc32_impl() in ("vpclmul", "pclmul", "slice8")

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from rmq_core.codec import encode_batch_body
+from tests.codec_oracle import encode_batch_items
 from rmq_core.store import DefaultMessageStore, MessageExtBatch, PutMessageStatus
 from rmq_core.store.lock_file import StoreLockedError
 from tests.servers import Tmpfs
@@ -46,7 +46,7 @@ def test_no_room_for_a_segment_is_a_disk_full_refusal_and_writes_resume(tmp_path
         s.start()
         try:
             stored, refused = [], None
-            batch = encode_batch_body([(0, b"x" * 900, {})] * 20)
+            batch = encode_batch_items([(0, b"x" * 900, {})] * 20)
             for i in range(200):
                 r = s.put_messages(MessageExtBatch("TopicA", 0, batch))
                 if not r.is_ok():

@@ -5,7 +5,8 @@ tag-filtered get must all agree on it."""
 import os
 import shutil
 
-from rmq_core.codec import decode_messages, encode_batch_body
+from rmq_core.codec import decode_messages
+from tests.codec_oracle import encode_batch_items
 from rmq_core.store import GetMessageStatus as S
 from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 from rmq_core.message import java_string_hash
@@ -41,9 +42,9 @@ def test_tags_twice_last_wins_on_every_put_route_and_after_recovery(store_factor
     assert s.put_message(MessageExtBrokerInner(topic="Single", **inner)).is_ok()
     assert s.put_message(MessageExtBrokerInner(topic="Single", **inner)).is_ok()
     # a batch: the item names TAGS twice; and an item whose TAGS the extra properties repeat later
-    body = encode_batch_body([(0, b"a", TWICE), (0, b"b", TWICE)])
+    body = encode_batch_items([(0, b"a", TWICE), (0, b"b", TWICE)])
     assert s.put(MessageExtBatch("Batch", 0, body)).is_ok()
-    body = encode_batch_body([(0, b"c", {"TAGS": "First"}), (0, b"d", {})])
+    body = encode_batch_items([(0, b"c", {"TAGS": "First"}), (0, b"d", {})])
     assert s.put(MessageExtBatch("Extra", 0, body, extra_properties=b"TAGS\x01Second\x02")).is_ok()
     for topic in ("Single", "Batch", "Extra"):
         _agree(s, topic, 2)

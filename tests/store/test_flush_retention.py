@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rmq_core.codec import encode_batch_body
+from tests.codec_oracle import encode_batch_items
 from rmq_core.config import FlushDiskType
 from rmq_core.errors import DiskFullError
 from rmq_core.store import GetMessageStatus, MessageExtBatch, PutMessageStatus
@@ -69,7 +69,7 @@ def test_sync_flush_put_returns_after_its_bytes_are_flushed(sync_store):
         a = r.append_result
         assert sync_store.commit_log.mapped_file_queue.flushed_where >= a.wrote_offset + a.wrote_bytes
     items = [(0, b"b%d" % i, {}) for i in range(10)]
-    r = sync_store.put_messages(MessageExtBatch("TopicA", 0, encode_batch_body(items)))
+    r = sync_store.put_messages(MessageExtBatch("TopicA", 0, encode_batch_items(items)))
     assert r.status is PutMessageStatus.PUT_OK
     assert sync_store.commit_log.mapped_file_queue.flushed_where >= sync_store.get_max_phy_offset()
 
@@ -131,7 +131,7 @@ def test_put_nowait_returns_a_future_for_sync_flush(sync_store, store_factory, t
     assert r.status is PutMessageStatus.PUT_OK
     assert fut.result(timeout=10) is PutMessageStatus.PUT_OK
     assert sync_store.commit_log.mapped_file_queue.flushed_where >= r.append_result.wrote_offset + r.append_result.wrote_bytes
-    r, fut = sync_store.put_messages_nowait(MessageExtBatch("TopicA", 1, encode_batch_body([(0, b"a", {})] * 3)))
+    r, fut = sync_store.put_messages_nowait(MessageExtBatch("TopicA", 1, encode_batch_items([(0, b"a", {})] * 3)))
     assert r.append_result.msg_num == 3 and fut.result(timeout=10) is PutMessageStatus.PUT_OK
     r, fut = store.put_message_nowait(msg())
     assert r.is_ok() and fut is None
@@ -142,7 +142,7 @@ def fill_segments(store, n_segments):
     seg = store.config.mapped_file_size_commit_log
     items = [(0, b"r" * 900, {"KEYS": "k"}) for _ in range(60)]
     while store.get_max_phy_offset() < n_segments * seg:
-        assert store.put_messages(MessageExtBatch("TopicA", 0, encode_batch_body(items))).is_ok()
+        assert store.put_messages(MessageExtBatch("TopicA", 0, encode_batch_items(items))).is_ok()
 
 
 def age_segments(store, hours, count=None):

@@ -13,7 +13,7 @@ import pytest
 
 from rmq_core import loops
 from rmq_core._native import group_commit as group_commit_native
-from rmq_core.codec import encode_batch_body
+from tests.codec_oracle import encode_batch_items
 from rmq_core.config import FlushDiskType
 from rmq_core.store import MessageExtBatch, PutMessageStatus
 from rmq_core.store.flush_waits import FlushWaits
@@ -113,7 +113,7 @@ def test_batches_from_an_attached_loop_are_durable_when_answered(sync_store_1s):
         s.attach_event_loop()
         try:
             async def batch(k):
-                body = encode_batch_body([(0, b"b%d-%d" % (k, i), {"UNIQ_KEY": "K%d-%d" % (k, i)}) for i in range(10)])
+                body = encode_batch_items([(0, b"b%d-%d" % (k, i), {"UNIQ_KEY": "K%d-%d" % (k, i)}) for i in range(10)])
                 r = await s.put_messages_async(MessageExtBatch("TopicA", k % 2, body))
                 assert r.status is PutMessageStatus.PUT_OK and r.append_result.msg_num == 10
                 assert svc.gate.flushed >= r.append_result.wrote_offset + r.append_result.wrote_bytes

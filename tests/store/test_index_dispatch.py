@@ -3,7 +3,8 @@ a put only queues work; queries, the checkpoint and shutdown see a complete inde
 only queued work, which recovery rebuilds from the commit log."""
 import threading
 
-from rmq_core.codec import decode_messages, encode_batch_body
+from rmq_core.codec import decode_messages
+from tests.codec_oracle import encode_batch_items
 from rmq_core.store import DefaultMessageStore, MessageExtBatch
 
 from .conftest import msg
@@ -44,7 +45,7 @@ def test_builder_thread_indexes_without_a_query(store):
 
 
 def test_batches_are_indexed_from_their_entries(store):
-    body = encode_batch_body([(0, b"i%d" % i, {"KEYS": "bk-%d" % i}) for i in range(20)])
+    body = encode_batch_items([(0, b"i%d" % i, {"KEYS": "bk-%d" % i}) for i in range(20)])
     r = store.put_messages(MessageExtBatch(topic="TopicA", queue_id=0, body=body))
     assert r.is_ok() and r.append_result.msg_num == 20
     found = store.query_message("TopicA", "bk-17", 10, 0, 2**62)

@@ -17,12 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmq_core._native import index as index_native
-from rmq_core.codec import decode_messages, encode_batch_body
+from rmq_core.codec import decode_messages
+from tests.codec_oracle import encode_batch_items
 from rmq_core.config import MessageStoreConfig
 from rmq_core.message import string_to_properties
 from rmq_core.store import DefaultMessageStore, MessageExtBatch
 from rmq_core.store.index import IndexService, index_key_hash
-from rmq_core.store.message_store import IndexBuildService
+from rmq_core.store.index import IndexBuildService
 from rmq_core.store.types import DispatchRequest, record_fields
 
 from .conftest import make_config, msg
@@ -173,7 +174,7 @@ def put_batch_item(store, items, **kw):
     """Put a batch; return the builder's queued item for it (topic, entries, count)."""
     q = store.index_build_service._queue
     q.clear()
-    r = store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_body(items), **kw))
+    r = store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_items(items), **kw))
     assert r.is_ok(), r
     item = q.pop()
     assert len(item) == 3 and item[2] == len(items)
@@ -238,7 +239,7 @@ def test_batch_keys_are_found_by_query(store):
     items[7] = (0, b"m7", {"KEYS": "clé-7 user-1"})  # unicode: the general path, in order
     items[29] = (0, b"m29", {"KEYS": "键-29"})
     items[12] = (0, b"m12", {"TAGS": "no-keys"})
-    r = store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_body(items)))
+    r = store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_items(items)))
     assert r.is_ok()
 
     def bodies(key):
@@ -254,7 +255,7 @@ def test_batch_keys_are_found_by_query(store):
 
 def test_a_batch_without_keys_moves_the_processed_time_only(store):
     r = store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0,
-                                           body=encode_batch_body([(0, b"x%d" % i, {}) for i in range(10)])))
+                                           body=encode_batch_items([(0, b"x%d" % i, {}) for i in range(10)])))
     assert r.is_ok()
     store.index_build_service.drain()
     assert store.index_service.indexed_phy_offset == -1 and store.index_service.files == []
@@ -272,7 +273,7 @@ def test_a_run_the_commit_log_cannot_give_in_one_piece_is_read_record_by_record(
 
     monkeypatch.setattr(store.commit_log, "get_data", one_record_at_most)
     items = [(0, b"r%d" % i, {"KEYS": f"piece-{i}" if i != 4 else "pièce-4"}) for i in range(9)]
-    r = store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_body(items)))
+    r = store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_items(items)))
     assert r.is_ok()
     for i in range(9):
         key = f"piece-{i}" if i != 4 else "pièce-4"
@@ -284,7 +285,7 @@ def test_a_run_the_commit_log_cannot_give_in_one_piece_is_read_record_by_record(
 def test_roll_over_inside_a_batch(store_factory):
     s = store_factory(max_hash_slot_num=11, max_index_num=16)  # 15 keys per file
     items = [(0, b"b%d" % i, {"KEYS": f"a-{i} b-{i}", "UNIQ_KEY": f"u-{i}"}) for i in range(40)]
-    assert s.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_body(items))).is_ok()
+    assert s.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_items(items))).is_ok()
     s.index_build_service.drain()
     files = s.index_service.files
     assert len(files) == 8 and [f.entry_count for f in files] == [15] * 8
@@ -300,7 +301,7 @@ def test_batch_index_work_lost_in_a_crash_is_rebuilt(store_factory, config_facto
     s.index_build_service.stop()
     for n in range(3):
         items = [(0, b"c%d-%d" % (n, i), {"KEYS": f"crash-{n}-{i}"}) for i in range(20)]
-        assert s.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_body(items))).is_ok()
+        assert s.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_items(items))).is_ok()
     assert s.index_build_service.pending() == 3
     s.commit_log.flush(0)
     crash(s)
@@ -320,7 +321,7 @@ def test_singles_and_batches_interleaved_keep_commit_log_order(store):
     for n in range(4):
         results.append(store.put_message(msg(body=b"s%d" % n, keys=f"mix-s{n} mix")))
         items = [(0, b"b%d-%d" % (n, i), {"KEYS": f"mix-b{n}-{i} mix"}) for i in range(3)]
-        results.append(store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_body(items))))
+        results.append(store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_items(items))))
     assert all(r.is_ok() for r in results)
     found = store.query_message(TOPIC, "mix", 64, 0, 2**62)
     assert found.message_count == 16
@@ -369,7 +370,7 @@ def test_a_drained_queue_of_singles_and_batches_indexes_like_the_reference(batch
                 last_ts = r.append_result.store_timestamp
         else:
             r = batch_store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0,
-                                                         body=encode_batch_body([(0, b"b", p) for p in props_list])))
+                                                         body=encode_batch_items([(0, b"b", p) for p in props_list])))
             assert r.is_ok()
             last_ts = r.append_result.store_timestamp
     items = list(q)
@@ -479,7 +480,7 @@ def test_colliding_keys_in_a_batch_are_all_candidates(store):
     # matches and the caller checks the real keys
     assert index_key_hash(f"{TOPIC}#Aa") == index_key_hash(f"{TOPIC}#BB")
     items = [(0, b"aa", {"KEYS": "Aa"}), (0, b"mid", {"KEYS": "other"}), (0, b"bb", {"KEYS": "BB"})]
-    r = store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_body(items)))
+    r = store.put_messages(MessageExtBatch(topic=TOPIC, queue_id=0, body=encode_batch_items(items)))
     assert r.is_ok()
     found = store.query_message(TOPIC, "Aa", 8, 0, 2**62)
     assert sorted(m.body for m in decode_messages(found.buffer)) == [b"aa", b"bb"]

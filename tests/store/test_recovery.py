@@ -6,7 +6,7 @@ import struct
 import pytest
 from rmq_core.codec import decode_messages
 from rmq_core.store import DefaultMessageStore, GetMessageStatus
-from rmq_core._native import record as record_native
+from rmq_core._native import record_store
 from rmq_core.store import commit_log as commit_log_module
 
 from .conftest import msg
@@ -62,7 +62,7 @@ def test_clean_stop_restarts_without_scanning_the_log(store_factory, config_fact
     def no_scan(*a, **k):
         raise AssertionError("a clean restart must not scan the commit log")
 
-    monkeypatch.setattr(record_native, "verify_records", no_scan)
+    monkeypatch.setattr(record_store, "verify_records", no_scan)
     s2 = store_factory(cfg)
     assert s2.get_max_phy_offset() == end
     assert s2.get_max_offset_in_queue("TopicA", 0) == 250

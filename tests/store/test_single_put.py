@@ -8,7 +8,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from rmq_core.codec import encode_batch_body, encode_message_record
+from tests.codec_oracle import encode_batch_items, encode_message_record
 from rmq_core.config import FlushDiskType
 from rmq_core.message import java_string_hash, properties_to_string, string_to_properties
 from rmq_core.store import DefaultMessageStore, MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
@@ -132,7 +132,7 @@ def test_a_put_while_a_batch_is_published_waits_for_it(store, monkeypatch):
         return real(*a)
 
     monkeypatch.setattr(commit_log_module.commit_log_native, "encode_batch_into", slow_encode)
-    batch = MessageExtBatch("TopicA", 0, encode_batch_body([(0, b"b%d" % i, {}) for i in range(3)]))
+    batch = MessageExtBatch("TopicA", 0, encode_batch_items([(0, b"b%d" % i, {}) for i in range(3)]))
     cl = store.commit_log
     first_ticket = cl._next_ticket
     answers = {}
@@ -253,7 +253,7 @@ def test_one_put_path_takes_messages_and_batches(store_factory):
     store = store_factory()
     assert store.put_message == store.put and store.put_messages == store.put
     assert store.put_message_nowait == store.put_nowait == store.put_messages_nowait
-    batch = MessageExtBatch("TopicA", 0, encode_batch_body([(0, b"b%d" % i, {}) for i in range(3)]))
+    batch = MessageExtBatch("TopicA", 0, encode_batch_items([(0, b"b%d" % i, {}) for i in range(3)]))
     assert store.put(msg(body=b"m0")).append_result.logics_offset == 0
     r, fut = store.put_nowait(batch)
     assert r.is_ok() and fut is None and r.append_result.logics_offset == 1 and r.append_result.msg_num == 3

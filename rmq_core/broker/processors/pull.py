@@ -60,7 +60,7 @@ class PullMessageProcessor(Processor):
     async def pull_message(self, ctx, request):
         response = await self._process(ctx, request, broker_allow_suspend=True)
         if response is not None and response.code not in PULL_RESULT_CODES:
-            # The C++ client re-pulls at once with no back-off: slow an error down (REMOTING.md §12).
+            # The C++ client re-pulls at once with no back-off: slow an error down (docs/protocol.md §9).
             await asyncio.sleep(self.ctrl.broker_config.error_reply_delay_ms / 1000)
         return response
 

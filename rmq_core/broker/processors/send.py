@@ -19,7 +19,7 @@ from rmq_core.store import MessageExtBatch, MessageExtBrokerInner, PutMessageSta
 
 from rmq_core._native.frame import header_ints as _header_ints
 from rmq_core.remoting.command import new_response as _new_response
-from rmq_core._native.send_lane import (LaneCheck, LaneChecks, PyLaneCheck, SendLane, SendLaneState, WriteFence,
+from rmq_core._native.send_lane import (LaneCheck, LaneChecks, PlainSend, PyLaneCheck, SendLane, SendLaneState, WriteFence,
                                         checked_queues, plain_send_queues, special_properties)
 
 log = logging.getLogger("rmq.broker")
@@ -41,6 +41,9 @@ _PUT_STATUS_TO_CODE = {s: ResponseCode[s.name] for s in PutMessageStatus if s.na
     PutMessageStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
     PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: ResponseCode.SYSTEM_ERROR,  # (RocketMQ 5's code; the remark says why)
     PutMessageStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR}
+
+
+_SUCCESS = int(ResponseCode.SUCCESS)
 
 
 class SendHeader:
@@ -119,6 +122,7 @@ class SendMessageProcessor(Processor):
         # version is unchanged, a plain send to it needs none of those checks again.
         self._send_topics: dict[str, tuple] = {}
         self._state = None  # process_send's SendLaneState (see _new_state)
+        self._plain = PlainSend()  # put_plain's message
         # batch header properties -> (them as a dict, a timer refusal or None, the extra
         # properties every item of the batch gets, encoded): see _process_batch
         self._batch_extras: dict[str, tuple] = {}
@@ -228,25 +232,58 @@ class SendMessageProcessor(Processor):
             return self._process_batch(ctx, request, queues, ints, topic, props)
         try:
             props_bytes = props.encode("utf-8")
-            queues = plain_send_queues(state, topic, queue_id, sys_flag, props_bytes)
-        except (AttributeError, UnicodeEncodeError, OverflowError):
-            queues = 0
-        if not queues:
-            return self.send_message(ctx, request)  # it checks everything and names what is wrong
-        if queue_id < 0:
-            queue_id = random.randrange(queues)
+        except (AttributeError, UnicodeEncodeError):
+            return self.send_message(ctx, request)
         try:
             born_host = ctx.attributes["_born_host"]
         except (AttributeError, KeyError):
             born_host = _remember_born_host(ctx)
-        inner = MessageExtBrokerInner(
-            topic=topic, queue_id=queue_id, body=request.body or b"", flag=ints[4],
-            properties_bytes=props_bytes + self._cluster_property(), sys_flag=sys_flag,
-            born_timestamp=ints[3] or int(time.time() * 1000), born_host=born_host, reconsume_times=ints[5])
-        result, fut = self.ctrl.store.put_nowait(inner)
+        put = self._put_plain(state, topic, queue_id, request.body or b"", ints[4], props_bytes, born_host,
+                              ints[3], sys_flag, ints[5])
+        if put is None:
+            return self.send_message(ctx, request)  # it checks everything and names what is wrong
+        result, fut, queue_id = put
         if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answer once it is durable
             return self._finish_put(request, result, fut, topic, queue_id)
         return self._send_response(request, result, topic, queue_id)
+
+    def put_plain(self, topic: str, queue_id: int, body: bytes, flag: int, properties: bytes,
+                  born_host: tuple[str, int], born_timestamp: int, sys_flag: int, reconsume_times: int = 0):
+        """The send lane's put of one message given as plain values (a RocketMQ 5 SendMessage's):
+        None when it is not a send the lane takes - a topic not checked under the topic table's
+        current version (or one with a message.type attribute), a broker that takes no writes, a
+        queue id out of range, a transaction flag, a delay / timer / transaction property - and the
+        caller's general path must check it; else the store's put as (result, flush Future or None,
+        queue id).  `properties`: the encoded properties string (record's properties writer),
+        without CLUSTER (added here, as for every send); queue_id < 0: any write queue;
+        born_timestamp 0: now.  Answer it with `put_answer`."""
+        state = self._state
+        if state is None:
+            state = self._state = self._new_state()
+        state.refresh(state)
+        return self._put_plain(state, topic, queue_id, body, flag, properties, born_host, born_timestamp,
+                               sys_flag, reconsume_times)
+
+    def _put_plain(self, state, topic, queue_id, body, flag, properties, born_host, born_timestamp, sys_flag,
+                   reconsume_times):
+        try:
+            queues = plain_send_queues(state, topic, queue_id, sys_flag, properties)
+        except OverflowError:
+            queues = 0
+        if not queues:
+            return None
+        if queue_id < 0:
+            queue_id = random.randrange(queues)
+        msg = self._plain  # (the lane's message: refilled per send, the put keeps none of it)
+        msg.topic, msg.queue_id, msg.body, msg.flag = topic, queue_id, body, flag
+        msg.properties_bytes = properties + state.cluster_prop
+        msg.sys_flag, msg.born_timestamp = sys_flag, born_timestamp or int(time.time() * 1000)
+        msg.born_host, msg.reconsume_times = born_host, reconsume_times
+        try:
+            result, fut = self.ctrl.store.put_nowait(msg)
+        finally:
+            msg.body = msg.properties_bytes = None
+        return result, fut, queue_id
 
     def _process_batch(self, ctx, request, queues, ints, topic, props):
         """process_send's answer to a batch to a checked topic (`queues`: its write queues):
@@ -372,7 +409,7 @@ class SendMessageProcessor(Processor):
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {h.topic}")
         sys_flag = h.sys_flag
         if sys_flag & SysFlag.COMPRESSED:
-            # The C++ client compresses a whole batch with zlib (REMOTING.md §5.4); store items plain.
+            # The C++ client compresses a whole batch with zlib (docs/protocol.md §4.4); store items plain.
             try:
                 body = zlib.decompress(body)
             except zlib.error as e:
@@ -400,16 +437,29 @@ class SendMessageProcessor(Processor):
     def _send_response(self, request, result, topic, queue_id, message_type=None):
         """A send's answer from its put's result (the native lane writes the same bytes).
         message_type: the metrics' label for a message that is not "normal" (see message_type_of)."""
-        code, remark, fields = put_outcome(result.status, result.error)
-        if fields and self.ctrl.write_fence.lapsed():  # checked as the answer is made (docs/failover.md)
-            code, remark, fields = put_outcome(self.ctrl.write_fence)
+        code, remark, fields = self.put_answer(result, topic, message_type)
         if not fields:
             return request.make_response(code, remark)
         ar = result.append_result
-        self.ctrl.stats.inc_put(topic, ar.msg_num, ar.wrote_bytes, message_type)
         ext = {"msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         return _new_response(request, code, None, ext, None)  # the dict is fresh and all str
+
+    def put_answer(self, result, topic: str, message_type=None) -> tuple[int, str | None, bool]:
+        """A send's answer from its put's result as put_outcome gives it - the write fence checked
+        as the answer is made (docs/failover.md), and an acknowledged put counted in the broker's
+        stats; message_type: the metrics' label for a message that is not "normal"."""
+        status = result.status
+        if status is PutMessageStatus.PUT_OK:  # (the common case, without the mapping's lookups)
+            code, remark, fields = _SUCCESS, None, True
+        else:
+            code, remark, fields = put_outcome(status, result.error)
+        if fields and self.ctrl.write_fence.lapsed():
+            code, remark, fields = put_outcome(self.ctrl.write_fence)
+        if fields:
+            ar = result.append_result
+            self.ctrl.stats.inc_put(topic, ar.msg_num, ar.wrote_bytes, message_type)
+        return code, remark, fields
 
     def _check(self, ctx, request, h):
         """msgCheck: broker permission, topic name, topic existence / auto-creation, queue id."""

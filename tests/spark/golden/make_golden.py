@@ -8,7 +8,7 @@ import zlib
 
 import lz4.frame
 
-from rmq_core._native.record import encode_batch
+from rmq_core._native.record_store import encode_batch
 from rmq_core.codec import encode_batch_body, encode_message_record
 from rmq_core.codec import properties_to_bytes_py as properties_to_bytes
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from rmq_core.broker.controller import check_broker_role
-from rmq_core.codec import encode_batch_body
+from tests.codec_oracle import encode_batch_items
 from rmq_core.config import BrokerConfig, BrokerRole, FlushDiskType
 from rmq_core.errors import ConfigError
 from rmq_core.store import DefaultMessageStore, MessageExtBatch, PutMessageStatus
@@ -177,7 +177,7 @@ def test_sync_master_answers_after_the_slave_acknowledged(pair):
     assert r.status is PutMessageStatus.PUT_OK
     assert master.ha_service.push_to_slave_max_offset >= r.append_result.wrote_offset + r.append_result.wrote_bytes
     items = [(0, b"batch-%d" % i, {"UNIQ_KEY": f"B{i}"}) for i in range(30)]
-    b = master.put(MessageExtBatch("TopicA", 0, encode_batch_body(items)))
+    b = master.put(MessageExtBatch("TopicA", 0, encode_batch_items(items)))
     assert b.status is PutMessageStatus.PUT_OK
     assert master.ha_service.push_to_slave_max_offset >= b.append_result.wrote_offset + b.append_result.wrote_bytes
 
