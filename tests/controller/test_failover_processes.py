@@ -135,7 +135,8 @@ def _paused_master(g, metrics_ports, signal, RequestCode, scrape, value):
     assert value(samples, "rocketmq_broker_master_epoch") == new["masterEpoch"]
 
 
-@pytest.fixture(params=["all_ack", "async"])
+# all_ack by default; async, the same elections with another replication mode, with the slow cases
+@pytest.fixture(params=["all_ack", pytest.param("async", marks=pytest.mark.slow)])
 def group3(request, tmp_path, etcd3):
     props = {} if request.param == "all_ack" else {"allAckInSyncStateSet": "false"}
     g = FailoverGroup(tmp_path, etcd3.endpoints, broker_props=props)

@@ -12,6 +12,7 @@ pytest.importorskip("pyspark")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_wordcount.py"
 
 
+@pytest.mark.slow  # (a Spark session of its own, ~20 s; the data source and RDD tests cover its steps by default)
 def test_spark_wordcount_example(tmp_path):
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     out = subprocess.run([sys.executable, str(EXAMPLE), "--messages", "3000", "--store", str(tmp_path / "store")],
