@@ -2,6 +2,7 @@
 free 127.0.0.1 ports, waiting for RocketMQ's boot line before returning."""
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import socket
@@ -11,10 +12,19 @@ import threading
 import time
 
 
+_HANDED_OUT: collections.deque = collections.deque(maxlen=512)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now, and not one this process handed out lately: the kernel may give the same
+    free port to two binds in a row, and a test asks for several before any server binds them."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.append(port)
+            return port
 
 
 def write_conf(path, props: dict) -> str:
