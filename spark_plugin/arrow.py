@@ -18,13 +18,16 @@ from rmq_core.message import MessageConst
 # Spark has to move: a shorter map is a faster scan.)
 SYSTEM_PROPERTIES = tuple(sorted(MessageConst.SYSTEM_KEYS | {MessageConst.CLUSTER}))
 
-# The fixed schema (documented in the README); Spark's Arrow form of it, exactly as PySpark checks
-# it against each batch (timestamps in microseconds, UTC; map entries "key" not null).
+# Every column of the source (documented in the README); Spark's Arrow form of them, exactly as
+# PySpark checks them against each batch (timestamps in microseconds, UTC; map entries "key" not null).
 COLUMNS = ("topic", "broker_name", "queue_id", "queue_offset", "msg_id", "tags", "keys", "body",
            "properties", "born_timestamp", "store_timestamp", "reconsume_times")
 SCHEMA_DDL = ("topic string, broker_name string, queue_id int, queue_offset long, msg_id string, tags string, "
               "keys string, body binary, properties map<string,string>, born_timestamp timestamp, "
               "store_timestamp timestamp, reconsume_times int")
+# The schema of a read: without option includeProperties (as Kafka's includeHeaders) no
+# `properties` column, the widest one, so that only a query that asks for it pays for it.
+DEFAULT_COLUMNS = tuple(c for c in COLUMNS if c != "properties")
 _TS = pa.timestamp("us", tz="UTC")
 _MAP = pa.map_(pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string()))
 ARROW_SCHEMA = pa.schema([
@@ -112,4 +115,4 @@ def read_batches(part, columns=COLUMNS) -> Iterator[pa.RecordBatch]:
                 yield batch
 
 
-__all__ = ["ARROW_SCHEMA", "COLUMNS", "SCHEMA_DDL", "ddl_of", "schema_of", "record_batch", "read_batches"]
+__all__ = ["ARROW_SCHEMA", "COLUMNS", "DEFAULT_COLUMNS", "SCHEMA_DDL", "ddl_of", "schema_of", "record_batch", "read_batches"]

@@ -17,7 +17,7 @@ import logging
 
 import attrs
 from pyspark.sql.datasource import (
-    DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter, InputPartition, WriterCommitMessage,
+    DataSource, DataSourceArrowWriter, DataSourceReader, DataSourceStreamReader, InputPartition, WriterCommitMessage,
 )
 
 try:  # filter pushdown came with PySpark 4.1
@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - PySpark 4.0
 from rmq_core.errors import IllegalArgumentError, MQClientError
 from rmq_core.message import MessageQueue
 
-from spark_plugin.arrow import COLUMNS, SCHEMA_DDL
+from spark_plugin.arrow import COLUMNS, DEFAULT_COLUMNS, SCHEMA_DDL
 from spark_plugin.offsets import (
     EARLIEST, Account, LATEST, QueueAdmin, check_data_loss, parse_positions, positions_from_json, positions_to_json,
     split_by_backlog,
@@ -44,7 +44,7 @@ log = logging.getLogger("rmq.spark")
 
 _OPTIONS = {"namesrv", "topic", "expression", "expressiontype", "startingoffsets", "endingoffsets",
             "startingtimestamp", "failondataloss", "maxrecordsperbatch", "consumergroup", "accesskey", "secretkey",
-            "columns", "maxrecordsperpartition"}
+            "columns", "maxrecordsperpartition", "includeproperties"}
 # Spark's type names of the fixed schema's columns (a user schema must keep them)
 _SPARK_TYPES = {"topic": "string", "broker_name": "string", "queue_id": "int", "queue_offset": "bigint",
                 "msg_id": "string", "tags": "string", "keys": "string", "body": "binary",
@@ -53,11 +53,25 @@ _SPARK_TYPES = {"topic": "string", "broker_name": "string", "queue_id": "int", "
 DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000
 
 
-def option_columns(options) -> tuple | None:
-    """Option `columns` ("body, queue_offset") as names, None when not given."""
-    text = {str(k).lower(): v for k, v in dict(options).items()}.get("columns")
+def flag(opts: dict, name: str, default: bool) -> bool:
+    """The true/false option `name` of `opts` (keys lower-cased); another value is refused naming it."""
+    text = opts.get(name.lower())
     if text is None:
-        return None
+        return default
+    value = str(text).strip().lower()
+    if value not in ("true", "false"):
+        raise IllegalArgumentError(f"bad {name} {text!r}: expected true or false")
+    return value == "true"
+
+
+def read_columns(options) -> tuple:
+    """The columns of a read without a user schema: option `columns` ("body, queue_offset"), else
+    every column, `properties` only with includeProperties=true."""
+    opts = {str(k).lower(): v for k, v in dict(options).items()}
+    include = flag(opts, "includeProperties", False)
+    text = opts.get("columns")
+    if text is None:
+        return COLUMNS if include else DEFAULT_COLUMNS
     return tuple(c.strip() for c in str(text).split(","))
 
 
@@ -104,10 +118,8 @@ class ReadOptions:
                 raise IllegalArgumentError(f"bad startingTimestamp {ts!r}: expected epoch milliseconds >= 0") from None
             if self.starting is not None:
                 raise IllegalArgumentError("give startingOffsets or startingTimestamp, not both")
-        fail = str(opts.get("failondataloss", "true")).strip().lower()
-        if fail not in ("true", "false"):
-            raise IllegalArgumentError(f"bad failOnDataLoss {opts.get('failondataloss')!r}: expected true or false")
-        self.fail_on_data_loss = fail == "true"
+        self.fail_on_data_loss = flag(opts, "failOnDataLoss", True)
+        flag(opts, "includeProperties", False)  # (it shapes the schema; checked here too under a user schema)
         mr = opts.get("maxrecordsperbatch")
         self.max_records_per_batch = None
         if mr is not None:
@@ -328,7 +340,9 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 # --- write ---------------------------------------------------------------------------------------------
-_WRITE_COLUMNS = {"body", "tags", "keys", "properties"}
+# the columns the writer takes, with their Spark types
+_WRITE_COLUMNS = {"body": ("binary", "string"), "tags": ("string",), "keys": ("string",),
+                  "properties": ("map<string,string>",)}
 
 
 class RmqCommitMessage(WriterCommitMessage):
@@ -336,7 +350,10 @@ class RmqCommitMessage(WriterCommitMessage):
         self.sent = sent
 
 
-class RmqWriter(DataSourceWriter):
+class RmqWriter(DataSourceArrowWriter):
+    """Each task gets its rows as Arrow record batches (PySpark's Arrow writer): the Messages are
+    made from whole columns (write.messages_of_batch), with no Row per message."""
+
     def __init__(self, options, schema):
         opts = {str(k).lower(): v for k, v in dict(options).items()}
         self.namesrv = check_namesrv(opts.get("namesrv"))
@@ -350,40 +367,31 @@ class RmqWriter(DataSourceWriter):
         extra = [n for n in names if n not in _WRITE_COLUMNS]
         if extra:
             raise IllegalArgumentError(f"the rmq sink writes columns body, tags, keys, properties; not {extra}")
-        self.columns = names
+        for f in schema.fields:
+            t = f.dataType.simpleString()
+            if t not in _WRITE_COLUMNS[f.name]:
+                raise IllegalArgumentError(f"the rmq sink's column '{f.name}' must be {' or '.join(_WRITE_COLUMNS[f.name])}, "
+                                           f"not {t}")
 
     def write(self, iterator):
-        from rmq_core.message import Message
-        from spark_plugin.write import send_all
+        from spark_plugin.write import messages_of_batch, send_all
 
-        topic = self.topic
-
-        def messages():
-            for row in iterator:
-                d = row.asDict() if hasattr(row, "asDict") else dict(zip(self.columns, row))
-                body = d["body"]
-                if body is None:
-                    raise IllegalArgumentError(f"a row with a null body cannot be sent to {topic}: {d!r:.200}")
-                yield Message(topic, body.encode("utf-8") if isinstance(body, str) else bytes(body),
-                              tags=d.get("tags"), keys=d.get("keys"), properties=d.get("properties") or {})
-
-        return RmqCommitMessage(send_all(self.namesrv, topic, messages(), self.account))
+        messages = (m for batch in iterator for m in messages_of_batch(self.topic, batch))
+        return RmqCommitMessage(send_all(self.namesrv, self.topic, messages, self.account))
 
 
 # --- the source ----------------------------------------------------------------------------------------
 class RmqDataSource(DataSource):
-    """Spark data source "rmq" over a topic's queues (schema: see arrow.SCHEMA_DDL)."""
+    """Spark data source "rmq" over a topic's queues (columns: see arrow.SCHEMA_DDL; `properties`
+    with option includeProperties=true, or when a user schema or option `columns` names it)."""
 
     @classmethod
     def name(cls):
         return "rmq"
 
     def schema(self):
-        columns = option_columns(self.options)
-        if columns is None:
-            return SCHEMA_DDL
         from spark_plugin.arrow import ddl_of
-        return ddl_of(columns)
+        return ddl_of(read_columns(self.options))
 
     def reader(self, schema):
         return RmqBatchReader(self.options, columns_of(schema))

@@ -1,4 +1,5 @@
-"""What an executor does when writing: turn elements into Messages and send them in batches.
+"""What an executor does when writing: turn elements (or the columns of Arrow record batches, the
+data source's writer) into Messages and send them in batches.
 
 One Producer per executor process and name server (`producer_for`), kept across tasks and shut
 down at exit.  Rows spread over the topic's writable queues as a producer's sends do: a message
@@ -76,6 +77,30 @@ def to_message(topic: str, item) -> Message:
                    properties=_user_properties(getattr(item, "properties", None)))
 
 
+def messages_of_batch(topic: str, batch) -> list[Message]:
+    """The Messages for `topic` of an Arrow RecordBatch (what PySpark's Arrow writer hands a task;
+    the writer checked its columns): `body` (binary or string), optionally `tags`, `keys` and
+    `properties` (map<string,string>), each column turned into Python values at once."""
+    import pyarrow as pa
+
+    names = batch.schema.names
+
+    def values(name):
+        column = batch.column(names.index(name))
+        if name == "body" and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            # the same bytes (UTF-8) read as binary: no copy, and no str per row
+            column = column.view(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
+        return column.to_pylist()
+
+    bodies = values("body")
+    if None in bodies:
+        row = batch.slice(bodies.index(None), 1).to_pylist()[0]
+        raise IllegalArgumentError(f"a row with a null body cannot be sent to {topic}: {row!r:.200}")
+    tags, keys, props = (values(n) if n in names else [None] * len(bodies) for n in ("tags", "keys", "properties"))
+    return [Message(topic, body, tags=t, keys=k, properties=p or ())
+            for body, t, k, p in zip(bodies, tags, keys, props)]
+
+
 def send_all(namesrv: str, topic: str, messages: Iterable[Message], account=None) -> int:
     """Send every message, spread over the topic's queues, in per-queue batches (signed with
     `account` when given); returns how many were sent."""
@@ -111,4 +136,4 @@ def _send(producer, topic: str, mq, batch: list) -> int:
     return len(batch)
 
 
-__all__ = ["WRITER_GROUP", "producer_for", "send_all", "to_message"]
+__all__ = ["WRITER_GROUP", "producer_for", "send_all", "to_message", "messages_of_batch"]

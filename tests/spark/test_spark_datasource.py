@@ -44,12 +44,15 @@ def gets_on_brokers(servers) -> int:
 
 def test_batch_read_has_the_fixed_schema_and_every_message_per_queue(spark, servers, topic):
     name, sent = topic
-    df = rmq(spark, servers.namesrv, name)
-    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
-        ("topic", "string"), ("broker_name", "string"), ("queue_id", "int"), ("queue_offset", "bigint"),
-        ("msg_id", "string"), ("tags", "string"), ("keys", "string"), ("body", "binary"),
-        ("properties", "map<string,string>"), ("born_timestamp", "timestamp"), ("store_timestamp", "timestamp"),
-        ("reconsume_times", "int")]
+    columns = [("topic", "string"), ("broker_name", "string"), ("queue_id", "int"), ("queue_offset", "bigint"),
+               ("msg_id", "string"), ("tags", "string"), ("keys", "string"), ("body", "binary"),
+               ("properties", "map<string,string>"), ("born_timestamp", "timestamp"), ("store_timestamp", "timestamp"),
+               ("reconsume_times", "int")]
+    default = rmq(spark, servers.namesrv, name)
+    assert [(f.name, f.dataType.simpleString()) for f in default.schema.fields] == [c for c in columns if c[0] != "properties"]
+    df = rmq(spark, servers.namesrv, name, includeProperties="true")  # properties: opt-in (Kafka's includeHeaders)
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == columns
+    assert rmq(spark, servers.namesrv, name, includeProperties="false").columns == default.columns
     rows = df.select("broker_name", "queue_id", "queue_offset", "body").collect()
     by_queue = {}
     for r in sorted(rows, key=lambda r: (r.broker_name, r.queue_id, r.queue_offset)):
@@ -107,7 +110,7 @@ def test_write_sends_body_tags_keys_properties(spark, servers):
     df.write.format("rmq").option("namesrv", ns).option("topic", "DsOut").mode("append").save()
     spark.createDataFrame([(b"bin",)], "body binary").write.format("rmq").option("namesrv", ns) \
         .option("topic", "DsOut").mode("append").save()
-    back = rmq(spark, ns, "DsOut").select("body", "tags", "keys", "properties").collect()
+    back = rmq(spark, ns, "DsOut", includeProperties="true").select("body", "tags", "keys", "properties").collect()
     assert sorted(bytes(r.body) for r in back) == sorted([f"hello-{i}".encode() for i in range(100)] + [b"bin"])
     one = next(r for r in back if bytes(r.body) == b"hello-7")
     assert (one.tags, one.keys, one.properties["p"]) == ("TagW", "key7", "7")
@@ -127,6 +130,12 @@ def test_write_sends_body_tags_keys_properties(spark, servers):
         df.write.format("rmq").option("namesrv", ns).option("topic", "DsOut").mode("overwrite").save()
     with pytest.raises(Exception, match=r"not \['other'\]"):
         spark.createDataFrame([("x", 1)], "body string, other int").write.format("rmq") \
+            .option("namesrv", ns).option("topic", "DsOut").mode("append").save()
+    with pytest.raises(Exception, match="column 'keys' must be string, not int"):
+        spark.createDataFrame([("x", 1)], "body string, keys int").write.format("rmq") \
+            .option("namesrv", ns).option("topic", "DsOut").mode("append").save()
+    with pytest.raises(Exception, match=r"a row with a null body cannot be sent to DsOut: \{'body': None, 'keys': 'k'\}"):
+        spark.createDataFrame([("x", "k"), (None, "k")], "body string, keys string").coalesce(1).write.format("rmq") \
             .option("namesrv", ns).option("topic", "DsOut").mode("append").save()
 
 
@@ -152,6 +161,7 @@ def test_a_batch_the_broker_refuses_fails_the_write_with_the_brokers_error(spark
     ({"namesrv": "unreachable"}, "unreachable"),
     ({"startingTimestamp": "yesterday"}, "bad startingTimestamp 'yesterday'"),
     ({"failOnDataLoss": "maybe"}, "bad failOnDataLoss 'maybe'"),
+    ({"includeProperties": "maybe"}, "bad includeProperties 'maybe': expected true or false"),
 ])
 def test_bad_input_fails_at_planning_naming_the_value(spark, servers, topic, options, message):
     name, _ = topic

@@ -54,7 +54,8 @@ def sent(servers):
 def test_format_rmq_is_the_jvm_reader_and_reads_exactly_what_was_sent(spark, servers, sent):
     from spark_plugin.datasource import jvm_reader_loaded
     assert jvm_reader_loaded(spark)
-    df = read(spark, "rmq", servers.namesrv)
+    assert "properties" not in read(spark, "rmq", servers.namesrv).columns  # opt-in, as Kafka's headers
+    df = read(spark, "rmq", servers.namesrv, includeProperties="true")
     rows = df.collect()
     assert len(rows) == len(sent)
     for r in rows:
@@ -75,9 +76,18 @@ def test_the_jvm_and_the_python_source_give_the_same_rows(spark, servers, sent):
                             tuple(sorted(v.items())) if isinstance(v, dict) else v for v in r) for r in df.collect())
 
     ending = json.dumps({"broker-a": {"0": 20, "1": 50}, "broker-b": {"0": 7}})
-    for options in ({}, {"startingOffsets": json.dumps({"broker-a": {"0": 5}}), "endingOffsets": ending,
-                         "expression": "TagB"}):
+    for options in ({}, {"includeProperties": "true"}, {"columns": "properties, queue_offset"},
+                    {"startingOffsets": json.dumps({"broker-a": {"0": 5}}), "endingOffsets": ending,
+                     "expression": "TagB", "includeProperties": "TRUE"}):
+        assert read(spark, "rmq", ns, **options).schema == read(spark, "rmq_python", ns, **options).schema, options
         assert rows("rmq", **options) == rows("rmq_python", **options), options
+    # a user schema naming `properties` reads it without the option
+    by_schema = {fmt: sorted((r.queue_offset, tuple(sorted(r.properties.items())))
+                             for r in spark.read.format(fmt).schema("queue_offset long, properties map<string,string>")
+                             .option("namesrv", ns).option("topic", TOPIC).load().collect())
+                 for fmt in ("rmq", "rmq_python")}
+    assert by_schema["rmq"] == by_schema["rmq_python"] and len(by_schema["rmq"]) == len(sent)
+    assert all(dict(p)["n"] for _, p in by_schema["rmq"])
 
 
 def test_column_pruning_and_pushed_filters_show_in_the_plan(spark, servers, sent):
@@ -98,22 +108,34 @@ def test_column_pruning_and_pushed_filters_show_in_the_plan(spark, servers, sent
     assert narrowed.filter("tags = 'TagB'").count() == sum(1 for m in sent.values() if m.tags == "TagB")
 
 
-def test_bad_columns_and_schema_are_named(spark, servers):
+@pytest.mark.parametrize("fmt", ["rmq", "rmq_python"])
+def test_bad_columns_schema_and_include_properties_are_named_alike(spark, servers, fmt):
+    ns = servers.namesrv
     with pytest.raises(Exception, match="'nope' is not a column of the rmq source"):
-        read(spark, "rmq", servers.namesrv, columns="body, nope").count()
+        read(spark, fmt, ns, columns="body, nope").count()
     with pytest.raises(Exception, match="column 'body string' is not a column of the rmq source"):
-        spark.read.format("rmq").schema("body string").option("namesrv", servers.namesrv).option("topic", TOPIC).load().count()
+        spark.read.format(fmt).schema("body string").option("namesrv", ns).option("topic", TOPIC).load().count()
+    with pytest.raises(Exception, match="bad includeProperties 'yes': expected true or false"):
+        read(spark, fmt, ns, includeProperties="yes").count()
+    with pytest.raises(Exception, match="bad includeProperties '1': expected true or false"):  # under a user schema
+        spark.read.format(fmt).schema("body binary").option("namesrv", ns).option("topic", TOPIC) \
+            .option("includeProperties", "1").load().count()
 
 
 @pytest.mark.parametrize("name", ["plain", "lz4", "zlib", "properties", "ipv6", "batch", "torn_tail"])
-def test_golden_pull_bodies_decode_alike_in_java_and_native(spark, name):
+@pytest.mark.parametrize("include_properties", [False, True])
+def test_golden_pull_bodies_decode_alike_in_java_and_native(spark, name, include_properties):
+    """The columns of a default read (no `properties`) and of one with includeProperties, decoded
+    from the same bytes by the Java decoder and the native one (topic and broker_name are constants)."""
     from rmq_core._native.record_columns import decode_columns
     from rmq_core.errors import MessageDecodeError
-    from spark_plugin.arrow import SYSTEM_PROPERTIES, record_batch
+    from spark_plugin.arrow import COLUMNS, DEFAULT_COLUMNS, SYSTEM_PROPERTIES, record_batch
 
+    columns = [c for c in (COLUMNS if include_properties else DEFAULT_COLUMNS) if c not in ("topic", "broker_name")]
+    assert ("properties" in columns) == include_properties
     with open(os.path.join(GOLDEN, f"{name}.bin"), "rb") as f:
         body = f.read()
-    java = json.loads(spark._jvm.rmq.spark.Golden.decode(bytearray(body), -1))
+    java = json.loads(spark._jvm.rmq.spark.Golden.decode(bytearray(body), -1, ", ".join(columns)))
     try:
         decode_columns(body, "broker-g", -1, SYSTEM_PROPERTIES)
     except MessageDecodeError as e:
@@ -121,12 +143,15 @@ def test_golden_pull_bodies_decode_alike_in_java_and_native(spark, name):
         assert name == "torn_tail"
         return
     assert name != "torn_tail"
-    batch = record_batch(body, "broker-g").to_pydict()
+    batch = record_batch(body, "broker-g", columns=columns).to_pydict()
+    assert list(batch) == columns and all(list(r) == columns for r in java)
     assert len(java) == len(batch["queue_offset"]) > 0
     for column in ("queue_id", "queue_offset", "msg_id", "tags", "keys", "reconsume_times"):
         assert [r[column] for r in java] == batch[column], column
     assert [base64.b64decode(r["body"]) for r in java] == batch["body"]
-    assert [[tuple(kv) for kv in r["properties"]] for r in java] == batch["properties"]
+    if include_properties:
+        assert [[tuple(kv) for kv in r["properties"]] for r in java] == batch["properties"]
+        assert name != "properties" or any(batch["properties"])
     epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
     for column in ("born_timestamp", "store_timestamp"):
         assert [r[column] for r in java] == [(t - epoch) // datetime.timedelta(microseconds=1) for t in batch[column]]

@@ -1,10 +1,13 @@
 """Streaming reads of the "rmq" source into a Parquet sink: exactly once across a stop and a
 restart from the checkpoint while a producer keeps writing; new queues and a new broker picked up;
-maxRecordsPerBatch; consumerGroup offsets written on the brokers after each micro-batch."""
+maxRecordsPerBatch; consumerGroup offsets written on the brokers after each micro-batch; the
+`properties` column only with includeProperties, through the JVM and the Python source."""
 import json
 import os
 import threading
 import time
+
+import pytest
 
 import spark_plugin
 from rmq_core import Message, Producer
@@ -105,3 +108,29 @@ def test_exactly_once_across_restart_with_new_queues_and_brokers(spark, servers,
     ends = [{(b, int(q)): o for b, qs in batches[i].items() for q, o in qs.items()} for i in committed[-1:]]
     assert any(all(group[k] == end.get(k, 0) for k in group) for end in ends), (group, ends)
     assert sum(group.values()) > 0
+
+
+@pytest.mark.parametrize("fmt", ["rmq", "rmq_python"])
+def test_a_stream_has_properties_only_when_asked(spark, servers, fmt):
+    """As a batch read: no `properties` column by default, includeProperties=true adds it."""
+    from tests.spark.conftest import produce
+
+    ns, topic = servers.namesrv, f"StreamProps_{fmt}"
+    create_topic(servers, topic, queues=1)
+    produce(ns, topic, 10)
+
+    def run(name, **options):
+        sdf = spark.readStream.format(fmt).option("namesrv", ns).option("topic", topic) \
+            .option("startingOffsets", "earliest")
+        for k, v in options.items():
+            sdf = sdf.option(k, v)
+        sdf = sdf.load()
+        q = sdf.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
+        assert q.awaitTermination(120) and q.exception() is None
+        return sdf.columns, spark.table(name).collect()
+
+    columns, rows = run(f"plain_{fmt}")
+    assert "properties" not in columns and len(rows) == 20
+    columns, rows = run(f"props_{fmt}", includeProperties="true")
+    assert "properties" in columns
+    assert sorted(int(r.properties["n"]) for r in rows) == sorted(list(range(10)) * 2)

@@ -16,11 +16,14 @@ import org.apache.spark.sql.vectorized.ColumnarMap;
  * {"error": reason, "offset": n}.
  */
 public final class Golden {
-    public static String decode(byte[] body, long untilOffset) throws Exception {
-        int[] cols = {Columns.QUEUE_ID, Columns.QUEUE_OFFSET, Columns.MSG_ID, Columns.TAGS, Columns.KEYS, Columns.BODY,
-                      Columns.PROPERTIES, Columns.BORN_TIMESTAMP, Columns.STORE_TIMESTAMP, Columns.RECONSUME_TIMES};
+    /** columns: names of the source's columns but topic and broker_name (constants of a read), comma-separated. */
+    public static String decode(byte[] body, long untilOffset, String columns) throws Exception {
+        String[] names = columns.split(",");
+        int[] cols = new int[names.length];
         WritableColumnVector[] v = new WritableColumnVector[cols.length];
         for (int k = 0; k < cols.length; k++) {
+            names[k] = names[k].trim();
+            cols[k] = Columns.index(names[k]);
             v[k] = new OnHeapColumnVector(body.length / Records.RECORD_FIXED_V4 + 1, RmqTableProvider.SCHEMA.fields()[cols[k]].dataType());
         }
         ObjectMapper json = new ObjectMapper();
@@ -36,20 +39,25 @@ public final class Golden {
         ArrayNode rows = json.createArrayNode();
         for (int r = 0; r < sink.rows; r++) {
             ObjectNode row = rows.addObject();
-            row.put("queue_id", v[0].getInt(r));
-            row.put("queue_offset", v[1].getLong(r));
-            row.put("msg_id", v[2].getUTF8String(r).toString());
-            row.put("tags", v[3].isNullAt(r) ? null : v[3].getUTF8String(r).toString());
-            row.put("keys", v[4].isNullAt(r) ? null : v[4].getUTF8String(r).toString());
-            row.put("body", Base64.getEncoder().encodeToString(v[5].getBinary(r)));
-            ArrayNode props = row.putArray("properties");
-            ColumnarMap m = v[6].getMap(r);
-            for (int i = 0; i < m.numElements(); i++) {
-                props.addArray().add(m.keyArray().getUTF8String(i).toString()).add(m.valueArray().getUTF8String(i).toString());
+            for (int k = 0; k < cols.length; k++) {
+                switch (cols[k]) {
+                    case Columns.QUEUE_ID: case Columns.RECONSUME_TIMES: row.put(names[k], v[k].getInt(r)); break;
+                    case Columns.QUEUE_OFFSET: case Columns.BORN_TIMESTAMP: case Columns.STORE_TIMESTAMP:
+                        row.put(names[k], v[k].getLong(r)); break;
+                    case Columns.MSG_ID: case Columns.TAGS: case Columns.KEYS:
+                        row.put(names[k], v[k].isNullAt(r) ? null : v[k].getUTF8String(r).toString()); break;
+                    case Columns.BODY: row.put(names[k], Base64.getEncoder().encodeToString(v[k].getBinary(r))); break;
+                    case Columns.PROPERTIES: {
+                        ArrayNode props = row.putArray(names[k]);
+                        ColumnarMap m = v[k].getMap(r);
+                        for (int i = 0; i < m.numElements(); i++) {
+                            props.addArray().add(m.keyArray().getUTF8String(i).toString()).add(m.valueArray().getUTF8String(i).toString());
+                        }
+                        break;
+                    }
+                    default: throw new IllegalArgumentException("not a decoded column: " + names[k]);
+                }
             }
-            row.put("born_timestamp", v[7].getLong(r));
-            row.put("store_timestamp", v[8].getLong(r));
-            row.put("reconsume_times", v[9].getInt(r));
         }
         for (WritableColumnVector c : v) c.close();
         return json.writeValueAsString(rows);

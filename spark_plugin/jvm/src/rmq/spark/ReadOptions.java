@@ -18,7 +18,7 @@ final class ReadOptions implements Serializable {
     static final Set<String> KNOWN = new TreeSet<>(Arrays.asList(
         "namesrv", "topic", "expression", "expressiontype", "startingoffsets", "endingoffsets", "startingtimestamp",
         "failondataloss", "maxrecordsperbatch", "consumergroup", "accesskey", "secretkey", "columns",
-        "maxrecordsperpartition"));
+        "maxrecordsperpartition", "includeproperties"));
     static final long DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000L;
 
     final String namesrv, topic, expression, expressionType, consumerGroup;
@@ -94,18 +94,24 @@ final class ReadOptions implements Serializable {
         } else {
             startingTimestamp = null;
         }
-        String fail = o.getOrDefault("failondataloss", "true").trim().toLowerCase();
-        if (!fail.equals("true") && !fail.equals("false")) {
-            throw new IllegalArgumentException("bad failOnDataLoss " + Remoting.quote(o.get("failondataloss"))
-                + ": expected true or false");
-        }
-        failOnDataLoss = fail.equals("true");
+        failOnDataLoss = flag(o.get("failondataloss"), "failOnDataLoss", true);
+        flag(o.get("includeproperties"), "includeProperties", false);  // (it shapes the schema; checked here under a user schema)
         maxRecordsPerBatch = positiveLong(o.get("maxrecordsperbatch"), "maxRecordsPerBatch");
         Long mp = positiveLong(o.get("maxrecordsperpartition"), "maxRecordsPerPartition");
         maxRecordsPerPartition = mp == null ? DEFAULT_MAX_RECORDS_PER_PARTITION : mp;
         consumerGroup = o.get("consumergroup");
         account = Remoting.Account.of(o.get("accesskey"), o.get("secretkey"));
         columns = o.get("columns");
+    }
+
+    /** The true/false option `name` (its value `text`, null when not given); another value is refused naming it. */
+    static boolean flag(String text, String name, boolean dflt) {
+        if (text == null) return dflt;
+        String v = text.trim().toLowerCase();
+        if (!v.equals("true") && !v.equals("false")) {
+            throw new IllegalArgumentException("bad " + name + " " + Remoting.quote(text) + ": expected true or false");
+        }
+        return v.equals("true");
     }
 
     private static Long positiveLong(String text, String name) {

@@ -31,7 +31,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 public final class RmqTableProvider implements TableProvider, DataSourceRegister {
     public static final String PYTHON_SOURCE = "rmq_python";
 
-    /** The fixed schema (the Python source's arrow.SCHEMA_DDL). */
+    /** Every column of the source (the Python source's arrow.SCHEMA_DDL). */
     public static final StructType SCHEMA = new StructType(new StructField[] {
         field("topic", DataTypes.StringType), field("broker_name", DataTypes.StringType),
         field("queue_id", DataTypes.IntegerType), field("queue_offset", DataTypes.LongType),
@@ -42,6 +42,11 @@ public final class RmqTableProvider implements TableProvider, DataSourceRegister
         field("reconsume_times", DataTypes.IntegerType),
     });
 
+    /** The schema of a read without option includeProperties (as Kafka's includeHeaders): no
+     * `properties`, the widest column, unless a query asks for it (the Python source's DEFAULT_COLUMNS). */
+    public static final StructType DEFAULT_SCHEMA = new StructType(Arrays.stream(SCHEMA.fields())
+        .filter(f -> !f.name().equals("properties")).toArray(StructField[]::new));
+
     private static StructField field(String name, DataType type) {
         return new StructField(name, type, true, org.apache.spark.sql.types.Metadata.empty());
     }
@@ -51,8 +56,10 @@ public final class RmqTableProvider implements TableProvider, DataSourceRegister
 
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
+        boolean include = ReadOptions.flag(options.get("includeProperties"), "includeProperties", false);
         String columns = options.get("columns");
-        return columns == null ? SCHEMA : Columns.schemaOf(columns);
+        if (columns != null) return Columns.schemaOf(columns);
+        return include ? SCHEMA : DEFAULT_SCHEMA;
     }
 
     @Override
@@ -60,7 +67,7 @@ public final class RmqTableProvider implements TableProvider, DataSourceRegister
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-        return new RmqTable(schema == null ? SCHEMA : schema, partitioning, properties);
+        return new RmqTable(schema == null ? DEFAULT_SCHEMA : schema, partitioning, properties);
     }
 
     static final class RmqTable implements SupportsRead, SupportsWrite {
