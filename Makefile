@@ -27,13 +27,13 @@ $(VENV)/.installed-run: $(VENV)/bin/python pyproject.toml setup.py
 	RMQ_SKIP_EXT_BUILD=1 RMQ_SKIP_JAR_BUILD=1 $(PIP) install --no-build-isolation -e .
 	touch $@
 
-# The test set-up adds the extras without re-building rmq: the dev tools and the spark extra
-# (pyspark, pyarrow; tests/spark runs a local Spark session, which needs a Java runtime - Debian's,
-# when the machine has none).
+# The test set-up adds the extras without re-building rmq: the dev tools and the spark extras
+# (pyspark, pyarrow, and Spark Connect's client libraries; tests/spark runs local Spark sessions,
+# which need a Java runtime - Debian's, when the machine has none).
 $(VENV)/.installed-test: $(VENV)/.installed-run
 	@command -v java >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null) || echo "no Java runtime: the Spark tests will fail"
 	@command -v javac >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless >/dev/null) || echo "no JDK (javac): spark_plugin's JVM reader will not be built"
-	$(EXTRAS) dev spark > $(VENV)/extras.txt
+	$(EXTRAS) dev spark spark-connect > $(VENV)/extras.txt
 	$(PIP) install -r $(VENV)/extras.txt
 	$(PY) -m spark_plugin.jvm.build
 	touch $@

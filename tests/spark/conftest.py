@@ -25,10 +25,11 @@ def wait_until(pred, timeout=30.0, interval=0.1, what="condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def spark_session(app="rmq-tests"):
+def spark_session(app="rmq-tests", jar=True, remote=False):
     """A local[2] Spark session on loopback whose Python workers run this interpreter (with rmq
     and this checkout importable), with the "rmq" data source registered: the JVM reader
-    (spark.jars) when rmq-spark.jar is built, with the Python source as "rmq_python" beside it."""
+    (spark.jars) when rmq-spark.jar is built and `jar`, with the Python source as "rmq_python"
+    beside it.  remote: a Spark Connect session to a local Connect server (remote("local[2]"))."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -39,9 +40,10 @@ def spark_session(app="rmq-tests"):
 
     import spark_plugin
     builder = SparkSession.builder
-    if spark_plugin.jar_path():
+    if spark_plugin.jar_path() and jar:
         builder = builder.config("spark.jars", spark_plugin.jar_path())
-    session = (builder.master("local[2]").appName(app)
+    builder = builder.remote("local[2]") if remote else builder.master("local[2]")
+    session = (builder.appName(app)
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.ui.enabled", "false")
@@ -50,7 +52,8 @@ def spark_session(app="rmq-tests"):
                .config("spark.sql.python.filterPushdown.enabled", "true")
                .config("spark.sql.streaming.pollingDelay", "100ms")
                .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
+    if not remote:  # (a Connect client has no SparkContext)
+        session.sparkContext.setLogLevel("ERROR")
     spark_plugin.register(session)
     return session
 
