@@ -18,6 +18,13 @@ Entries (group spark-read-1M):
   source with option columns=body against its full schema (rmq).
 The session has the jar when it was built, so "rmq" is the JVM reader there and the Python source
 entries read "rmq_python".
+
+Writing a DataFrame of 200,000 rows (128 B bodies, generated in the JVM, two tasks) into a topic
+(groups spark-write-200k: `body` only; spark-write-200k-all-columns: body, tags, keys, properties):
+* write_row_baseline: the writer as it was, a DataSourceWriter that gets PySpark's Rows (PySpark
+  turns each Arrow batch into Rows) and makes one Message per Row (write.to_message).
+* write_arrow: format("rmq")'s writer, a DataSourceArrowWriter making the Messages from whole
+  Arrow columns; extra_info vs_write_row_baseline.
 """
 import os
 
@@ -95,7 +102,9 @@ def _arrow_files(ns, directory):
 # --- the comparison sources ----------------------------------------------------------------------
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 
-from spark_plugin.datasource import RmqBatchReader, RmqDataSource  # noqa: E402
+from pyspark.sql.datasource import DataSourceWriter  # noqa: E402
+
+from spark_plugin.datasource import RmqBatchReader, RmqCommitMessage, RmqDataSource, RmqWriter  # noqa: E402
 
 
 class ArrowMemorySource(DataSource):
@@ -161,21 +170,40 @@ class _PythonDecodeReader(RmqBatchReader):
             ], schema=ARROW_SCHEMA)
 
 
+class RowWriterSource(RmqDataSource):
+    @classmethod
+    def name(cls):
+        return "rmq_row_writer"
+
+    def writer(self, schema, overwrite):
+        return _RowWriter(self.options, schema)
+
+
+class _RowWriter(DataSourceWriter):
+    def __init__(self, options, schema):
+        self.sink = RmqWriter(options, schema)  # its options and checks
+
+    def write(self, rows):
+        from spark_plugin.write import send_all, to_message
+        s = self.sink
+        return RmqCommitMessage(send_all(s.namesrv, s.topic, (to_message(s.topic, r) for r in rows), s.account))
+
+
 # --- the benchmarks ----------------------------------------------------------------------------------
-def _run(benchmark, name, fn, rounds=3, vs="parquet"):
+def _run(benchmark, name, fn, rounds=3, vs="parquet", n=N):
     def once():
         row = fn()
-        assert row["n"] == N, row
+        assert row["n"] == n, row
         return row
 
     once()  # warm-up: JVM code paths, Python workers
     row = benchmark.pedantic(once, rounds=rounds, iterations=1)
-    rate = N / benchmark.stats.stats.median
+    rate = n / benchmark.stats.stats.median
     benchmark.extra_info["records_per_s"] = rate
     _rates[name] = rate
-    if vs in _rates and not name.startswith("parquet"):
+    if vs in _rates and vs != name and not name.startswith("parquet"):
         benchmark.extra_info[f"vs_{vs}"] = rate / _rates[vs]
-    if "ceiling" in _rates and name not in ("parquet", "ceiling"):
+    if "ceiling" in _rates and name not in ("parquet", "ceiling") and not name.startswith("write"):
         benchmark.extra_info["vs_ceiling"] = rate / _rates["ceiling"]
     print(f"\n{name}: {rate / 1e6:.2f} M msgs/s" + "".join(f", {k} {v:.2f}x" for k, v in benchmark.extra_info.items()
                                                       if k.startswith("vs_")))
@@ -257,3 +285,73 @@ def test_spark_rmq_rdd(benchmark, bench_env):
         return {"n": lengths.count(), "bytes": None}
 
     _run(benchmark, "rdd", run, rounds=2)
+
+
+# --- writes ----------------------------------------------------------------------------------------------
+WRITE_N = int(os.environ.get("RMQ_BENCH_SPARK_WRITE_ROWS", 200_000))
+WRITE_TOPIC = "SparkWriteBench"
+ALL_COLUMNS = ("body", "concat('Tag', id % 4) as tags", "concat('k', id % 1000) as keys",
+               "map('n', cast(id as string), 'src', 'bench') as properties")
+
+
+@pytest.fixture(scope="module")
+def write_env(tmp_path_factory):
+    import sys
+
+    from pyspark import cloudpickle
+
+    from tests.spark.conftest import create_topic, spark_session
+
+    cl = NamesrvAndBroker(tmp_path_factory.mktemp("spark-write-bench"), brokers=1,
+                          broker_props={"registerNameServerPeriod": "1000"})
+    spark = spark_session("rmq-bench")
+    try:
+        create_topic(cl, WRITE_TOPIC, queues=QUEUES)
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        spark.dataSource.register(RowWriterSource)
+        # bodies of 128 B made in the JVM (8 digits and 120 bytes of filler), in two tasks
+        rows = spark.range(0, WRITE_N, numPartitions=2).selectExpr(
+            "id", "cast(concat(lpad(cast(id as string), 8, '0'), repeat('x', 120)) as binary) as body")
+        yield spark, cl.namesrv, rows
+    finally:
+        spark.stop()
+        cl.stop()
+
+
+def _topic_size(ns) -> int:
+    from spark_plugin.offsets import QueueAdmin
+    with QueueAdmin(ns) as admin:
+        queues, _ = admin.queues(WRITE_TOPIC)
+        return sum(admin.max_offset(mq) for mq in queues)
+
+
+def _write(benchmark, write_env, fmt, columns, group_name):
+    spark, ns, rows = write_env
+    df = rows.selectExpr(*columns)
+
+    def once():
+        before = _topic_size(ns)
+        df.write.format(fmt).option("namesrv", ns).option("topic", WRITE_TOPIC).mode("append").save()
+        return {"n": _topic_size(ns) - before}
+
+    _run(benchmark, group_name, once, vs=group_name.replace("write_arrow", "write_row_baseline"), n=WRITE_N)
+
+
+@pytest.mark.benchmark(group="spark-write-200k")
+def test_spark_write_row_baseline(benchmark, write_env):
+    _write(benchmark, write_env, "rmq_row_writer", ("body",), "write_row_baseline")
+
+
+@pytest.mark.benchmark(group="spark-write-200k")
+def test_spark_write_arrow(benchmark, write_env):
+    _write(benchmark, write_env, "rmq", ("body",), "write_arrow")
+
+
+@pytest.mark.benchmark(group="spark-write-200k-all-columns")
+def test_spark_write_all_columns_row_baseline(benchmark, write_env):
+    _write(benchmark, write_env, "rmq_row_writer", ALL_COLUMNS, "write_row_baseline_all_columns")
+
+
+@pytest.mark.benchmark(group="spark-write-200k-all-columns")
+def test_spark_write_all_columns_arrow(benchmark, write_env):
+    _write(benchmark, write_env, "rmq", ALL_COLUMNS, "write_arrow_all_columns")
