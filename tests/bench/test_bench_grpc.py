@@ -151,17 +151,20 @@ def test_broker_cpu_per_send_grpc(benchmark, broker, loop):
 class _RawGrpc(asyncio.Protocol):
     """A raw gRPC client for the load (the gRPC side's counterpart of the raw remoting client): one
     HTTP/2 connection, each call one write of its HEADERS and its DATA (the request message as
-    protobuf serializes it, END_STREAM), the headers grpc's Python client sends, literal (HPACK
-    without indexing: the broker decodes every header of every call, more than a client that
-    indexes them costs it).  It keeps the flow-control windows (its own opened wide, the broker's
-    respected) and answers SETTINGS and PING as a client must."""
+    protobuf serializes it, END_STREAM).  The headers are those grpc's Python client sends, and
+    HPACK-coded as it codes repeated ones: the first call's added to the dynamic table, every later
+    call's sent as indexes into it.  It keeps the flow-control windows (its own opened wide, the
+    broker's respected) and answers SETTINGS and PING as a client must."""
 
     def __init__(self, endpoint: str, method: str, metadata):
-        self.headers = h2.encode_headers([
-            (":method", "POST"), (":scheme", "http"), (":path", "/apache.rocketmq.v2.MessagingService/" + method),
-            (":authority", endpoint), ("te", "trailers"), ("content-type", "application/grpc"),
-            ("user-agent", "grpc-python-asyncio/1.76.0 grpc-c/51.0.0 (linux; chttp2)"),
-            ("grpc-accept-encoding", "identity,deflate,gzip"), ("grpc-timeout", "10S"), *metadata])
+        fields = [(":method", "POST"), (":scheme", "http"), (":path", "/apache.rocketmq.v2.MessagingService/" + method),
+                  (":authority", endpoint), ("te", "trailers"), ("content-type", "application/grpc"),
+                  ("user-agent", "grpc-python-asyncio/1.76.0 grpc-c/51.0.0 (linux; chttp2)"),
+                  ("grpc-accept-encoding", "identity,deflate,gzip"), ("grpc-timeout", "10S"), *metadata]
+        # literal with incremental indexing (RFC 7541 6.2.1), then indexed (6.1): the newest entry is 62
+        self.first_headers = b"".join(b"\x40" + _hpack_string(n) + _hpack_string(v) for n, v in fields)
+        self.headers = bytes(0x80 | (62 + len(fields) - 1 - i) for i in range(len(fields)))
+        assert len(fields) < 66 and sum(len(n) + len(v) + 32 for n, v in fields) <= 4096  # (one byte each; fits)
         self.sid = 1
         self.pending: dict[int, asyncio.Future] = {}
         self.messages: dict[int, bytes] = {}
@@ -225,9 +228,17 @@ class _RawGrpc(asyncio.Protocol):
         self.window -= len(message)
         sid, self.sid = self.sid, self.sid + 2
         f = self.pending[sid] = asyncio.get_running_loop().create_future()
-        self.transport.write(_frame(1, 4, sid, self.headers) + _frame(0, 1, sid, message))
+        headers = self.headers if sid > 1 else self.first_headers
+        self.transport.write(_frame(1, 4, sid, headers) + _frame(0, 1, sid, message))
         return f
 
 
 def _frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
     return len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + sid.to_bytes(4, "big") + payload
+
+
+def _hpack_string(s: str) -> bytes:
+    """An HPACK string literal, not Huffman-coded (RFC 7541 5.2)."""
+    b = s.encode()
+    assert len(b) < 127
+    return bytes((len(b),)) + b
