@@ -21,6 +21,7 @@ serializes it (fields in number order, proto3 defaults left out), entries as
 (code, message, message_id, transaction_id, offset) tuples."""
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 SEND_FIELDS = ("topic", "body", "user_properties", "tag", "keys", "message_id", "body_encoding", "message_type",
@@ -262,49 +263,87 @@ def decode_send_request(bytes data) -> list:
 
 
 # --- the response -----------------------------------------------------------------------------------
-cdef void _put_varint(bytearray out, uint64_t v):
+cdef inline Py_ssize_t _varint_size(uint64_t v):
+    cdef Py_ssize_t n = 1
     while v >= 0x80:
-        out.append(<uint8_t>(v & 0x7F) | 0x80)
         v >>= 7
-    out.append(<uint8_t>v)
+        n += 1
+    return n
 
 
-cdef void _put_bytes(bytearray out, int field, bytes b):
-    _put_varint(out, field << 3 | WT_LEN)
-    _put_varint(out, len(b))
-    out += b
+cdef inline char* _put_varint(char* w, uint64_t v):
+    while v >= 0x80:
+        w[0] = <char>((v & 0x7F) | 0x80)
+        w += 1
+        v >>= 7
+    w[0] = <char>v
+    return w + 1
 
 
-cdef bytes _status(int64_t code, str message):
-    cdef bytearray out = bytearray()
+cdef inline Py_ssize_t _field_size(Py_ssize_t n):
+    """A length-delimited field of n bytes (one-byte key: fields 1-15)."""
+    return 1 + _varint_size(<uint64_t>n) + n
+
+
+cdef inline char* _put_field(char* w, int field, const char* data, Py_ssize_t n):
+    w[0] = <char>(field << 3 | WT_LEN)
+    w = _put_varint(w + 1, <uint64_t>n)
+    memcpy(w, data, n)
+    return w + n
+
+
+cdef inline Py_ssize_t _status_size(int64_t code, bytes message):
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(message)
+    return (1 + _varint_size(<uint64_t>code) if code else 0) + (_field_size(n) if n else 0)
+
+
+cdef char* _put_status(char* w, int64_t code, bytes message):
+    """Status{code = 1, message = 2} as a field 1 of its parent."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(message)
+    w[0] = <char>(1 << 3 | WT_LEN)
+    w = _put_varint(w + 1, <uint64_t>_status_size(code, message))
     if code:
-        _put_varint(out, 1 << 3 | WT_VARINT)
-        _put_varint(out, <uint64_t>code)  # (an enum: a negative one as 10 bytes, as protobuf writes it)
-    if message:
-        _put_bytes(out, 2, message.encode("utf-8"))
-    return bytes(out)
+        w[0] = <char>(1 << 3 | WT_VARINT)
+        w = _put_varint(w + 1, <uint64_t>code)  # (an enum: a negative one as 10 bytes, as protobuf writes it)
+    if n:
+        w = _put_field(w, 2, PyBytes_AS_STRING(message), n)
+    return w
 
 
 def encode_send_response(int64_t code, str message, list entries) -> bytes:
     """SendMessageResponse{status{code, message}, entries[(code, message, message_id,
     transaction_id, offset) ...]} as protobuf serializes it."""
-    cdef bytearray out = bytearray(), entry
+    cdef bytes m = message.encode("utf-8"), em, mid, tid, out
+    cdef list parts = []  # per entry: (code, message, message_id, transaction_id, offset, size)
     cdef tuple t
-    cdef int64_t offset
-    cdef str s
-    _put_bytes(out, 1, _status(code, message))
+    cdef int64_t ecode, offset
+    cdef Py_ssize_t size = _field_size(_status_size(code, m)), esize
+    cdef char* w
     for t in entries:
-        entry = bytearray()
-        _put_bytes(entry, 1, _status(t[0], t[1]))
-        s = t[2]
-        if s:
-            _put_bytes(entry, 2, s.encode("utf-8"))
-        s = t[3]
-        if s:
-            _put_bytes(entry, 3, s.encode("utf-8"))
-        offset = t[4]
+        ecode, em, mid, tid, offset = t[0], (<str?>t[1]).encode("utf-8"), (<str?>t[2]).encode("utf-8"), \
+            (<str?>t[3]).encode("utf-8"), t[4]
+        esize = _field_size(_status_size(ecode, em))
+        if PyBytes_GET_SIZE(mid):
+            esize += _field_size(PyBytes_GET_SIZE(mid))
+        if PyBytes_GET_SIZE(tid):
+            esize += _field_size(PyBytes_GET_SIZE(tid))
         if offset:
-            _put_varint(entry, 4 << 3 | WT_VARINT)
-            _put_varint(entry, <uint64_t>offset)
-        _put_bytes(out, 2, bytes(entry))
-    return bytes(out)
+            esize += 1 + _varint_size(<uint64_t>offset)
+        parts.append((ecode, em, mid, tid, offset, esize))
+        size += _field_size(esize)
+    out = PyBytes_FromStringAndSize(NULL, size)
+    w = PyBytes_AS_STRING(out)
+    w = _put_status(w, code, m)
+    for t in parts:
+        ecode, em, mid, tid, offset, esize = t
+        w[0] = <char>(2 << 3 | WT_LEN)
+        w = _put_varint(w + 1, <uint64_t>esize)
+        w = _put_status(w, ecode, em)
+        if PyBytes_GET_SIZE(mid):
+            w = _put_field(w, 2, PyBytes_AS_STRING(mid), PyBytes_GET_SIZE(mid))
+        if PyBytes_GET_SIZE(tid):
+            w = _put_field(w, 3, PyBytes_AS_STRING(tid), PyBytes_GET_SIZE(tid))
+        if offset:
+            w[0] = <char>(4 << 3 | WT_VARINT)
+            w = _put_varint(w + 1, <uint64_t>offset)
+    return out

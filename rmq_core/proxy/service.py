@@ -404,9 +404,10 @@ class MessagingService:
         peer = self._peer(call.peer)
         entries = []
         for m in messages:
-            entries.append(await self._send(m, peer))
+            entry = self._send(m, peer)
+            entries.append(entry if type(entry) is tuple else await entry)
         code, message = entries[0][:2]
-        if any(e[0] != code for e in entries):
+        if len(entries) > 1 and any(e[0] != code for e in entries):
             code, message = pb.MULTIPLE_RESULTS, "some messages failed"
         return encode_send_response(code, message, entries)
 
@@ -420,35 +421,49 @@ class MessagingService:
             peer = self._peers[address] = _Peer(address)
         return peer
 
-    async def _send(self, message: tuple, peer) -> tuple[int, str, str, str, int]:
-        """One message's SendResultEntry as (code, message, message_id, transaction_id, offset).  A
-        plain one (no transaction, delivery timestamp or message group, to a topic that takes any
-        message type) goes through the send lane's put, from plain values
-        (`SendMessageProcessor.put_plain` / `put_answer`); any other through the send processor as
-        a SEND_MESSAGE_V2 would go (its general path checks it)."""
+    def _send(self, message: tuple, peer):
+        """One message's SendResultEntry as (code, message, message_id, transaction_id, offset), or
+        an awaitable of it.  A plain one (no transaction, delivery timestamp or message group, to a
+        topic that takes any message type) goes through the send lane's put, from plain values
+        (`SendMessageProcessor.put_plain` / `put_answer`), answered here unless its put waits on a
+        flush; any other through the send processor as a SEND_MESSAGE_V2 would go (its general
+        path checks it)."""
         ctrl = self.ctrl
-        topic, body, mid, born, group, queue_id = message[0], message[1], message[5], message[8], message[9], message[11]
+        topic, mid, group, queue_id = message[0], message[5], message[9], message[11]
         try:
             props, sys_flag, kind = convert.to_send(message, ctrl.store_config.max_message_size)
         except convert.BadMessage as e:
             return (self._topic_missing(topic) or (e.code, str(e))) + (mid, "", 0)
-        born = born or 0
-        processor = ctrl.send_processor
         if not group:  # (a message group's property makes the general path's FIFO checks)
             if queue_id >= 0:  # the client's queue if it is one of the write queues, else any
                 tc = ctrl.topic_manager.select(topic)
                 if tc is not None and queue_id >= tc.write_queue_nums:
                     queue_id = -1
-            put = processor.put_plain(topic, queue_id, body, 0, props, peer.born_host, born, sys_flag)
+            put = ctrl.send_processor.put_plain(topic, queue_id, message[1], 0, props, peer.born_host,
+                                                message[8] or 0, sys_flag)
             if put is not None:
                 result, fut, _ = put
                 if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answered once it is durable
-                    result = await ctrl.store.await_durable_async(result, fut)
-                code, remark, _ = processor.put_answer(result, topic)
-                code = _CODES.get(code, pb.INTERNAL_SERVER_ERROR)
-                if code != pb.OK:
-                    return code, remark or f"send failed: {result.status.name}", mid, "", 0
-                return pb.OK, "OK", mid, "", result.append_result.logics_offset
+                    return self._durable_entry(result, fut, topic, mid)
+                return self._put_entry(result, topic, mid)
+        return self._send_checked(message, peer, props, sys_flag, kind)
+
+    async def _durable_entry(self, result, fut, topic: str, mid: str) -> tuple[int, str, str, str, int]:
+        return self._put_entry(await self.ctrl.store.await_durable_async(result, fut), topic, mid)
+
+    def _put_entry(self, result, topic: str, mid: str) -> tuple[int, str, str, str, int]:
+        code, remark, _ = self.ctrl.send_processor.put_answer(result, topic)
+        code = _CODES.get(code, pb.INTERNAL_SERVER_ERROR)
+        if code != pb.OK:
+            return code, remark or f"send failed: {result.status.name}", mid, "", 0
+        return pb.OK, "OK", mid, "", result.append_result.logics_offset
+
+    async def _send_checked(self, message: tuple, peer, props: bytes, sys_flag: int,
+                            kind: int) -> tuple[int, str, str, str, int]:
+        """A message the send lane does not take, through the send processor's general path."""
+        ctrl = self.ctrl
+        topic, body, mid, born, group, queue_id = message[0], message[1], message[5], message[8], message[9], message[11]
+        processor = ctrl.send_processor
         missing = self._topic_missing(topic)
         if missing:
             return missing + (mid, "", 0)
