@@ -1,11 +1,20 @@
 """The broker's CPU per message on the gRPC send path (RocketMQ 5's SendMessage, rmq_core/proxy)
 against the remoting send path (SEND_MESSAGE_V2) for the same sends, in one run.
 
-One `rmq standalone` process serves both; the load generators (a raw remoting client, a raw
-grpc.aio stub, both in this process, each keeping WINDOW sends in flight) send the same messages:
-128-byte body, a tag, a key, a message id.  The figure is the broker process's CPU time (user +
-system, psutil) per message over the timed rounds: `cpu_us_per_msg`; the gRPC entry also carries
-`cpu_vs_remoting` (goal <= 1.5)."""
+One `rmq standalone` process serves both.  The load generators are raw clients in this process,
+each keeping WINDOW sends in flight on one connection: rmq's RemotingClient, and for gRPC an
+HTTP/2 client of this module (`_RawGrpc`) that sends what grpc's client sends - the same
+headers, HPACK-indexed as grpc indexes repeated ones, the request message as protobuf serializes
+it, one HEADERS + DATA write per call.  (grpcio's Python client was the gRPC load before: it
+manages 7-8k calls/s where the remoting client manages 15-17k, so the broker slept and woke per
+few calls and the figure measured the client's pace more than the broker's work per message.)
+Both send the same messages: 128-byte body, a tag, a key, a message id.
+
+The figure is the broker process's CPU time (user + system, psutil) per message over the timed
+rounds: `cpu_us_per_msg`.  The gRPC entry's `cpu_vs_remoting` (goal <= 1.5) is taken from rounds
+of the two taking turns within that test (a remoting round before each gRPC round, the two CPU
+sums kept apart), so both see the machine in the same state; `remoting_us_per_msg` is that
+baseline."""
 from __future__ import annotations
 
 import asyncio
@@ -26,6 +35,7 @@ from tests.servers import RmqProcess, free_port
 BODY = b"x" * 128
 N = 4000
 WINDOW = 128
+_ROUNDS = 5
 TOPIC = "BenchGrpc"
 _cpu: dict[str, float] = {}
 
@@ -58,16 +68,28 @@ def _cpu_seconds(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
-def _measure(benchmark, proc, name: str, run) -> None:
-    """Time `run` (N sends) over rounds; the broker's CPU per message over the timed rounds."""
-    rounds = 5
+def _measure(benchmark, proc, name: str, run, between=None) -> float:
+    """Time `run` (N sends) over rounds; the broker's CPU per message over the timed rounds.
+    `between` (N other sends) runs untimed before each round: the broker's CPU per message over
+    those is returned."""
     run()  # warm-up (connections, the topic's checks, the broker's caches)
-    before = _cpu_seconds(proc)
-    benchmark.pedantic(run, rounds=rounds, warmup_rounds=0)
-    per_msg = (_cpu_seconds(proc) - before) / (rounds * N)
+    if between is not None:
+        between()
+    cpu = {run: 0.0, between: 0.0}
+
+    def measured(fn):
+        def measured_fn():
+            before = _cpu_seconds(proc)
+            fn()
+            cpu[fn] += _cpu_seconds(proc) - before
+        return measured_fn
+
+    benchmark.pedantic(measured(run), setup=between and measured(between), rounds=_ROUNDS, warmup_rounds=0)
+    per_msg = cpu[run] / (_ROUNDS * N)
     _cpu[name] = per_msg
     benchmark.extra_info["cpu_us_per_msg"] = round(per_msg * 1e6, 1)
     benchmark.extra_info["msgs_per_s"] = round(N / benchmark.stats.stats.median)
+    return cpu[between] / (_ROUNDS * N)
 
 
 def _remoting_request() -> RemotingCommand:
@@ -77,22 +99,22 @@ def _remoting_request() -> RemotingCommand:
         "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false", "m": "false"}, BODY)
 
 
+async def _remoting_sends(client: RemotingClient, addr: str) -> None:
+    sem = asyncio.Semaphore(WINDOW)
+
+    async def one():
+        async with sem:
+            r = await client.invoke(addr, _remoting_request(), 10)
+            assert r.code == 0, r.remark
+
+    await asyncio.gather(*(one() for _ in range(N)))
+
+
 @pytest.mark.benchmark(group="broker-cpu-per-send")
 def test_broker_cpu_per_send_baseline_remoting(benchmark, broker, loop):
     proc, addr, _ = broker
     client = RemotingClient(name="bench-grpc")
-
-    async def sends():
-        sem = asyncio.Semaphore(WINDOW)
-
-        async def one():
-            async with sem:
-                r = await client.invoke(addr, _remoting_request(), 10)
-                assert r.code == 0, r.remark
-
-        await asyncio.gather(*(one() for _ in range(N)))
-
-    _measure(benchmark, proc, "remoting", lambda: loop.run_until_complete(sends()))
+    _measure(benchmark, proc, "remoting", lambda: loop.run_until_complete(_remoting_sends(client, addr)))
     loop.run_until_complete(client.close())
 
 
@@ -129,7 +151,7 @@ def test_broker_cpu_per_rpc_grpc_floor_heartbeat(benchmark, broker, loop):
 
 @pytest.mark.benchmark(group="broker-cpu-per-send")
 def test_broker_cpu_per_send_grpc(benchmark, broker, loop):
-    proc, _, endpoint = broker
+    proc, addr, endpoint = broker
     md = (("x-mq-client-id", "bench-grpc"), ("x-mq-language", "PYTHON"), ("x-mq-client-version", "5.1.2"))
 
     def request():
@@ -138,14 +160,18 @@ def test_broker_cpu_per_send_grpc(benchmark, broker, loop):
             body_encoding=pb.IDENTITY, queue_id=-1))
         return spb.SendMessageRequest(messages=[m])
 
-    _measure(benchmark, proc, "grpc",
-             lambda: loop.run_until_complete(_grpc_calls(endpoint, "SendMessage", md, request)))
+    client = RemotingClient(name="bench-grpc-turns")
+    remoting = _measure(benchmark, proc, "grpc",
+                        lambda: loop.run_until_complete(_grpc_calls(endpoint, "SendMessage", md, request)),
+                        between=lambda: loop.run_until_complete(_remoting_sends(client, addr)))
+    loop.run_until_complete(client.close())
+    ratio = _cpu["grpc"] / remoting
+    benchmark.extra_info["remoting_us_per_msg"] = round(remoting * 1e6, 1)
+    benchmark.extra_info["cpu_vs_remoting"] = round(ratio, 2)
     if "grpc_floor" in _cpu:
         benchmark.extra_info["of_it_rpc_floor_us"] = round(_cpu["grpc_floor"] * 1e6, 1)
-    if "remoting" in _cpu:
-        benchmark.extra_info["cpu_vs_remoting"] = round(_cpu["grpc"] / _cpu["remoting"], 2)
-        print(f"\nbroker CPU per message: remoting {_cpu['remoting'] * 1e6:.1f} us, gRPC {_cpu['grpc'] * 1e6:.1f} us "
-              f"({_cpu['grpc'] / _cpu['remoting']:.2f}x; goal <= 1.5x)")
+    print(f"\nbroker CPU per message, taking turns: remoting {remoting * 1e6:.1f} us, "
+          f"gRPC {_cpu['grpc'] * 1e6:.1f} us ({ratio:.2f}x; goal <= 1.5x)")
 
 
 class _RawGrpc(asyncio.Protocol):
