@@ -4,8 +4,8 @@ against the remoting send path (SEND_MESSAGE_V2) for the same sends, in one run.
 One `rmq standalone` process serves both.  The load generators are raw clients in this process,
 each keeping WINDOW sends in flight on one connection: rmq's RemotingClient, and for gRPC an
 HTTP/2 client of this module (`_RawGrpc`) that sends what grpc's client sends - the same
-headers, HPACK-indexed as grpc indexes repeated ones, the request message as protobuf serializes
-it, one HEADERS + DATA write per call.  (grpcio's Python client was the gRPC load before: it
+headers, HPACK-coded as grpc codes them, the request message as protobuf serializes it, one
+HEADERS + DATA write per call.  (grpcio's Python client was the gRPC load before: it
 manages 7-8k calls/s where the remoting client manages 15-17k, so the broker slept and woke per
 few calls and the figure measured the client's pace more than the broker's work per message.)
 Both send the same messages: 128-byte body, a tag, a key, a message id.
@@ -118,8 +118,8 @@ def test_broker_cpu_per_send_baseline_remoting(benchmark, broker, loop):
     loop.run_until_complete(client.close())
 
 
-async def _grpc_calls(endpoint: str, method: str, metadata, requests) -> None:
-    """The calls' requests (protobuf messages, made as they are sent), WINDOW in flight, over one
+async def _grpc_calls(endpoint: str, method: str, metadata, make_request) -> None:
+    """N calls, each request made by `make_request` as it is sent, WINDOW in flight, over one
     raw connection; every answer is checked (its grpc-status, and its Status code OK)."""
     host, port = endpoint.rsplit(":", 1)
     _, client = await asyncio.get_running_loop().create_connection(
@@ -128,13 +128,13 @@ async def _grpc_calls(endpoint: str, method: str, metadata, requests) -> None:
     sem = asyncio.Semaphore(WINDOW)
     response_type = {"Heartbeat": spb.HeartbeatResponse, "SendMessage": spb.SendMessageResponse}[method]
 
-    async def one(request):
+    async def one():
         async with sem:
-            r = response_type.FromString(await client.call(request().SerializeToString()))
+            r = response_type.FromString(await client.call(make_request().SerializeToString()))
             assert r.status.code == pb.OK, r.status
 
     try:
-        await asyncio.gather(*(one(requests) for _ in range(N)))
+        await asyncio.gather(*(one() for _ in range(N)))
     finally:
         client.transport.close()
 
@@ -177,19 +177,22 @@ def test_broker_cpu_per_send_grpc(benchmark, broker, loop):
 class _RawGrpc(asyncio.Protocol):
     """A raw gRPC client for the load (the gRPC side's counterpart of the raw remoting client): one
     HTTP/2 connection, each call one write of its HEADERS and its DATA (the request message as
-    protobuf serializes it, END_STREAM).  The headers are those grpc's Python client sends, and
-    HPACK-coded as it codes repeated ones: the first call's added to the dynamic table, every later
-    call's sent as indexes into it.  It keeps the flow-control windows (its own opened wide, the
-    broker's respected) and answers SETTINGS and PING as a client must."""
+    protobuf serializes it, END_STREAM).  The headers are those grpc's Python client sends, HPACK-
+    coded as it codes them (seen on the wire from grpcio 1.85): the call's own headers added to the
+    dynamic table by the first call and sent as indexes into it by every later one, the metadata
+    (x-mq-*) as literals without indexing on every call.  It keeps the flow-control windows (its
+    own opened wide, the broker's respected) and answers SETTINGS and PING as a client must."""
 
     def __init__(self, endpoint: str, method: str, metadata):
-        fields = [(":method", "POST"), (":scheme", "http"), (":path", "/apache.rocketmq.v2.MessagingService/" + method),
-                  (":authority", endpoint), ("te", "trailers"), ("content-type", "application/grpc"),
-                  ("user-agent", "grpc-python-asyncio/1.76.0 grpc-c/51.0.0 (linux; chttp2)"),
-                  ("grpc-accept-encoding", "identity,deflate,gzip"), ("grpc-timeout", "10S"), *metadata]
-        # literal with incremental indexing (RFC 7541 6.2.1), then indexed (6.1): the newest entry is 62
-        self.first_headers = b"".join(b"\x40" + _hpack_string(n) + _hpack_string(v) for n, v in fields)
-        self.headers = bytes(0x80 | (62 + len(fields) - 1 - i) for i in range(len(fields)))
+        fields = [(":path", "/apache.rocketmq.v2.MessagingService/" + method), (":authority", endpoint),
+                  (":method", "POST"), (":scheme", "http"), ("content-type", "application/grpc"), ("te", "trailers"),
+                  ("grpc-accept-encoding", "identity, deflate, gzip"), ("grpc-timeout", "10S"),
+                  ("user-agent", "grpc-python-asyncio/1.85.3 grpc-c/58.0.0 (linux; chttp2)")]
+        # literal with incremental indexing (RFC 7541 6.2.1), then indexed (6.1): the newest entry is
+        # 62; metadata: literal without indexing (6.2.2)
+        literals = b"".join(b"\x00" + _hpack_string(n) + _hpack_string(v) for n, v in metadata)
+        self.first_headers = b"".join(b"\x40" + _hpack_string(n) + _hpack_string(v) for n, v in fields) + literals
+        self.headers = bytes(0x80 | (62 + len(fields) - 1 - i) for i in range(len(fields))) + literals
         assert len(fields) < 66 and sum(len(n) + len(v) + 32 for n, v in fields) <= 4096  # (one byte each; fits)
         self.sid = 1
         self.pending: dict[int, asyncio.Future] = {}
