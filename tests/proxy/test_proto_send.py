@@ -66,14 +66,14 @@ def messages(draw) -> pb.Message:
 requests = st.lists(messages(), max_size=3).map(lambda ms: spb.SendMessageRequest(messages=ms))
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests)
 def test_the_decoder_reads_what_protobuf_reads(request):
     data = request.SerializeToString()
     assert decode_send_request(data) == _reference(spb.SendMessageRequest.FromString(data))
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages(), messages())
 def test_a_message_sent_in_two_parts_merges_as_in_protobuf(a, b):
     """One Message's bytes as two concatenated encodings (protobuf: the second merges into the
@@ -83,7 +83,7 @@ def test_a_message_sent_in_two_parts_merges_as_in_protobuf(a, b):
     assert decode_send_request(data) == _reference(spb.SendMessageRequest.FromString(data))
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests, st.data())
 def test_a_damaged_request_is_refused_exactly_when_protobuf_refuses_it(request, data):
     wire = bytearray(request.SerializeToString() + data.draw(st.binary(max_size=8)))
@@ -116,7 +116,7 @@ entries = st.lists(st.tuples(st.sampled_from([pb.OK, pb.BAD_REQUEST, pb.TOPIC_NO
                              INT64), max_size=4)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.sampled_from([pb.OK, pb.MULTIPLE_RESULTS]) | INT32, TEXT, entries)
 def test_the_response_is_protobufs_byte_for_byte(code, message, entries):
     expected = spb.SendMessageResponse(status=pb.Status(code=code, message=message), entries=[
