@@ -61,71 +61,68 @@ def accepted_types(attributes) -> list[int]:
     return [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION] if accepted == mt.MIXED else [_TYPES[accepted]]
 
 
-def to_send(message, max_body_size: int) -> tuple[bytes, int, int]:
-    """(properties string, sys flag, message type) of a 5.x message to send - the properties
-    encoded once, by the record module's one properties writer, as the store writes them;
-    BadMessage names what is wrong."""
-    # (on the send hot path: each field is read once - a protobuf attribute read is not free)
-    sp = message.system_properties
-    mid = sp.message_id
+def to_send(message: tuple, max_body_size: int) -> tuple[bytes, int, int]:
+    """(properties string, sys flag, message type) of a 5.x message to send, given as
+    rmq_core._native.proto_send decodes it - the properties encoded once, by the record module's
+    one properties writer, as the store writes them; BadMessage names what is wrong."""
+    (topic, body, user, tag, keys, mid, encoding, kind, _born, group, delivery, _queue_id, trace,
+     recovery) = message
     if not mid:
-        raise BadMessage(pb.ILLEGAL_MESSAGE_ID, f"a message to topic {message.topic.name} has no message_id")
-    size = len(message.body)
+        raise BadMessage(pb.ILLEGAL_MESSAGE_ID, f"a message to topic {topic} has no message_id")
+    size = len(body)
     if size > max_body_size:
         raise BadMessage(pb.MESSAGE_BODY_TOO_LARGE, f"message {mid} body is {size} bytes, "
                          f"over the max body size {max_body_size} (maxMessageSize)")
     props = {}
-    user = message.user_properties
-    if len(user):
-        for k, v in user.items():
-            if k in SYSTEM_PROPERTIES:
-                raise BadMessage(pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                                 f"message {mid}: property key {k!r} is reserved by RocketMQ")
-            props[k] = v
-    if sp.HasField("tag"):
-        tag = sp.tag
+    if user:
+        reserved = SYSTEM_PROPERTIES.intersection(user)
+        if reserved:
+            raise BadMessage(pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                             f"message {mid}: property key {min(reserved)!r} is reserved by RocketMQ")
+        props.update(user)
+    if tag is not None:
         if not tag.strip() or "|" in tag:
             raise BadMessage(pb.ILLEGAL_MESSAGE_TAG, f"message {mid}: bad tag {tag!r}")
         props[MessageConst.TAGS] = tag
-    keys = sp.keys
-    n = len(keys)
-    if n:
-        props[MessageConst.KEYS] = keys[0] if n == 1 else MessageConst.KEY_SEPARATOR.join(keys)
+    if keys:
+        props[MessageConst.KEYS] = keys[0] if len(keys) == 1 else MessageConst.KEY_SEPARATOR.join(keys)
     props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = mid
-    kind = sp.message_type
     sys_flag = 0
-    if kind == pb.NORMAL and not sp.HasField("message_group") and not sp.HasField("delivery_timestamp"):
-        pass  # (the common case: nothing of FIFO, delay or transaction to check)
-    else:
-        if sp.HasField("message_group"):
+    if kind != pb.NORMAL or group is not None or delivery is not None:
+        if group is not None:
             if kind not in (pb.FIFO, pb.MESSAGE_TYPE_UNSPECIFIED):
                 raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                                 f"message {mid} has a message group but its type is {pb.MessageType.Name(kind)}")
-            props[mt.SHARDING_KEY] = sp.message_group
+                                 f"message {mid} has a message group but its type is {_type_name(kind)}")
+            props[mt.SHARDING_KEY] = group
         elif kind == pb.FIFO:
             raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"FIFO message {mid} has no message group")
-        if sp.HasField("delivery_timestamp"):
+        if delivery is not None:
             if kind not in (pb.DELAY, pb.MESSAGE_TYPE_UNSPECIFIED):
                 raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"message {mid} has a delivery "
-                                 f"timestamp but its type is {pb.MessageType.Name(kind)}")
-            props[MessageConst.TIMER_DELIVER_MS] = str(millis(sp.delivery_timestamp))
+                                 f"timestamp but its type is {_type_name(kind)}")
+            props[MessageConst.TIMER_DELIVER_MS] = str(delivery)
         elif kind == pb.DELAY:
             raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"DELAY message {mid} has no delivery timestamp")
         if kind == pb.TRANSACTION:
             props[MessageConst.TRANSACTION_PREPARED] = "true"
-            props[MessageConst.PRODUCER_GROUP] = message.topic.name
+            props[MessageConst.PRODUCER_GROUP] = topic
             sys_flag |= SysFlag.TRANSACTION_PREPARED_TYPE
-            if sp.HasField("orphaned_transaction_recovery_duration"):
-                props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(sp.orphaned_transaction_recovery_duration.seconds)
-    if sp.HasField("trace_context"):
-        props[TRACE_CONTEXT] = sp.trace_context
-    if sp.body_encoding == pb.GZIP:
+            if recovery is not None:
+                props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(recovery)
+    if trace is not None:
+        props[TRACE_CONTEXT] = trace
+    if encoding == pb.GZIP:
         sys_flag |= SysFlag.COMPRESSED
     try:
         encoded = properties_to_bytes(props)
     except IllegalArgumentError as e:  # a separator in a name or value: it would not read back
         raise BadMessage(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"message {mid}: {e}") from None
     return encoded, sys_flag, kind
+
+
+def _type_name(kind: int) -> str:
+    """A MessageType's name (an unknown number as itself: proto3 enums are open)."""
+    return pb.MessageType.Name(kind) if kind in pb.MessageType.values() else str(kind)
 
 
 def _host(addr: str | None) -> str:

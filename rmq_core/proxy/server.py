@@ -23,7 +23,7 @@ import time
 
 from google.protobuf.message import DecodeError
 
-from rmq_core._native import h2
+from rmq_core._native import h2, proto_send
 from rmq_core.errors import ConfigError
 from rmq_core.proxy.proto.apache.rocketmq.v2 import service_pb2 as spb
 from rmq_core.proxy.service import GRPC_INTERNAL, GRPC_UNIMPLEMENTED, GrpcAbort, MessagingService
@@ -36,25 +36,26 @@ log = logging.getLogger("rmq.proxy")
 _MAX_MESSAGE_BYTES = 130 * 1024 * 1024
 _SERVICE = "/apache.rocketmq.v2.MessagingService/"
 UNARY, SERVER_STREAMING, BIDI_STREAMING = 0, 1, 2
-# MessagingService's RPCs: name -> (request type, kind)
+# MessagingService's RPCs: name -> (request decoder, kind); SendMessage's request is decoded natively
+# into plain values (rmq_core._native.proto_send), every other by protobuf
 METHODS = {
-    "QueryRoute": (spb.QueryRouteRequest, UNARY),
-    "Heartbeat": (spb.HeartbeatRequest, UNARY),
-    "SendMessage": (spb.SendMessageRequest, UNARY),
-    "QueryAssignment": (spb.QueryAssignmentRequest, UNARY),
-    "ReceiveMessage": (spb.ReceiveMessageRequest, SERVER_STREAMING),
-    "AckMessage": (spb.AckMessageRequest, UNARY),
-    "ForwardMessageToDeadLetterQueue": (spb.ForwardMessageToDeadLetterQueueRequest, UNARY),
-    "PullMessage": (spb.PullMessageRequest, SERVER_STREAMING),
-    "UpdateOffset": (spb.UpdateOffsetRequest, UNARY),
-    "GetOffset": (spb.GetOffsetRequest, UNARY),
-    "QueryOffset": (spb.QueryOffsetRequest, UNARY),
-    "EndTransaction": (spb.EndTransactionRequest, UNARY),
-    "Telemetry": (spb.TelemetryCommand, BIDI_STREAMING),
-    "NotifyClientTermination": (spb.NotifyClientTerminationRequest, UNARY),
-    "ChangeInvisibleDuration": (spb.ChangeInvisibleDurationRequest, UNARY),
+    "QueryRoute": (spb.QueryRouteRequest.FromString, UNARY),
+    "Heartbeat": (spb.HeartbeatRequest.FromString, UNARY),
+    "SendMessage": (proto_send.decode_send_request, UNARY),
+    "QueryAssignment": (spb.QueryAssignmentRequest.FromString, UNARY),
+    "ReceiveMessage": (spb.ReceiveMessageRequest.FromString, SERVER_STREAMING),
+    "AckMessage": (spb.AckMessageRequest.FromString, UNARY),
+    "ForwardMessageToDeadLetterQueue": (spb.ForwardMessageToDeadLetterQueueRequest.FromString, UNARY),
+    "PullMessage": (spb.PullMessageRequest.FromString, SERVER_STREAMING),
+    "UpdateOffset": (spb.UpdateOffsetRequest.FromString, UNARY),
+    "GetOffset": (spb.GetOffsetRequest.FromString, UNARY),
+    "QueryOffset": (spb.QueryOffsetRequest.FromString, UNARY),
+    "EndTransaction": (spb.EndTransactionRequest.FromString, UNARY),
+    "Telemetry": (spb.TelemetryCommand.FromString, BIDI_STREAMING),
+    "NotifyClientTermination": (spb.NotifyClientTerminationRequest.FromString, UNARY),
+    "ChangeInvisibleDuration": (spb.ChangeInvisibleDurationRequest.FromString, UNARY),
 }
-_PATHS = {_SERVICE + name: (name, request_type, kind) for name, (request_type, kind) in METHODS.items()}
+_PATHS = {_SERVICE + name: (name, decode, kind) for name, (decode, kind) in METHODS.items()}
 _RESPONSE_HEADERS = h2.encode_headers([(":status", "200"), ("content-type", "application/grpc")])
 _TRAILERS_OK = h2.encode_headers([("grpc-status", "0")])
 _REFUSED_STREAM = 7
@@ -71,12 +72,12 @@ class Call:
     """One RPC as its handler sees it: the request headers (`metadata`: x-mq-client-id,
     authorization ...), the client's address, its deadline."""
 
-    __slots__ = ("sid", "metadata", "peer", "started", "fn", "request_type", "kind", "message", "task",
+    __slots__ = ("sid", "metadata", "peer", "started", "fn", "decode", "kind", "message", "task",
                  "inbox", "headers_sent")
 
-    def __init__(self, sid: int, metadata: dict, peer: str, fn, request_type, kind: int):
+    def __init__(self, sid: int, metadata: dict, peer: str, fn, decode, kind: int):
         self.sid, self.metadata, self.peer = sid, metadata, peer
-        self.fn, self.request_type, self.kind = fn, request_type, kind
+        self.fn, self.decode, self.kind = fn, decode, kind
         self.started = time.monotonic()
         self.message = self.task = self.inbox = None
         self.headers_sent = False
@@ -212,9 +213,9 @@ class _Connection(asyncio.Protocol):
         if message is None:
             return self._abort(call, GRPC_INTERNAL, f"{call.fn.__name__} without a request message")
         try:
-            request = call.request_type.FromString(message)
-        except DecodeError as e:
-            return self._abort(call, GRPC_INTERNAL, f"cannot decode {call.request_type.__name__}: {e}")
+            request = call.decode(message)
+        except (DecodeError, ValueError) as e:
+            return self._abort(call, GRPC_INTERNAL, f"cannot decode the request of {call.fn.__name__}: {e}")
         if call.kind == UNARY:
             self._unary(call, call.fn(request, call))
         else:
@@ -226,7 +227,7 @@ class _Connection(asyncio.Protocol):
             message = await call.inbox.get()
             if message is None:
                 return
-            yield call.request_type.FromString(message)
+            yield call.decode(message)
 
     def _unary(self, call: Call, coro) -> None:
         """Run a unary RPC's coroutine right here until it first waits (a send to an async-flush
@@ -248,7 +249,8 @@ class _Connection(asyncio.Protocol):
 
     def _answer(self, call: Call, response) -> None:
         if self.calls.pop(call.sid, None) is not None:
-            self.h2.respond(call.sid, _RESPONSE_HEADERS, response.SerializeToString(), _TRAILERS_OK)
+            payload = response if type(response) is bytes else response.SerializeToString()  # (SendMessage's: encoded)
+            self.h2.respond(call.sid, _RESPONSE_HEADERS, payload, _TRAILERS_OK)
             self._schedule_flush()
 
     def _failed(self, call: Call, e: BaseException) -> None:
@@ -297,7 +299,7 @@ class GrpcServer:
         self.service: MessagingService | None = None
         self.max_message = max(_MAX_MESSAGE_BYTES, ctrl.store_config.max_message_size + 1024 * 1024)
         self.connections: set[_Connection] = set()
-        self.handlers: dict = {}  # :path -> (RPC, request type, kind)
+        self.handlers: dict = {}  # :path -> (RPC, request decoder, kind)
         self.closing = False
         self._server = None
 
@@ -307,8 +309,8 @@ class GrpcServer:
 
     async def start(self) -> None:
         self.service = MessagingService(self.ctrl, self.port)
-        self.handlers = {path: (getattr(self.service, name), request_type, kind)
-                         for path, (name, request_type, kind) in _PATHS.items()}
+        self.handlers = {path: (getattr(self.service, name), decode, kind)
+                         for path, (name, decode, kind) in _PATHS.items()}
         loop = asyncio.get_running_loop()
         try:
             server = await loop.create_server(lambda: _Connection(self), self.host, self.port, reuse_address=True)

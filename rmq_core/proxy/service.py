@@ -21,6 +21,7 @@ from rmq_core.broker.processors import born_host_of
 from rmq_core.broker.processors.client import register_consumer
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.config import parse_properties
+from rmq_core._native.proto_send import encode_send_response
 from rmq_core.message import MixAll, PermName, SysFlag, decode_offset_msg_id, java_string_hash
 from rmq_core.proxy import convert
 from rmq_core.proxy.clients import GrpcClientChannel
@@ -60,7 +61,6 @@ _POP_CODES = {
 # ACL permission bits (plugins/acl: Permission)
 _ANY, _PUB, _SUB = 2, 4, 8
 _OK = pb.Status(code=pb.OK, message="OK")
-_SENT = (pb.OK, "OK")  # a sent message's (code, message)
 # gRPC status codes (the call's own status, beside the Status in a response)
 GRPC_UNIMPLEMENTED, GRPC_INTERNAL = 12, 13
 
@@ -393,30 +393,23 @@ class MessagingService:
 
     # --- send -------------------------------------------------------------------------------------------
     @_answers(spb.SendMessageResponse)
-    async def SendMessage(self, request, call):
-        messages = request.messages
+    async def SendMessage(self, messages, call):
+        """`messages`: the request's, as rmq_core._native.proto_send decodes them (plain tuples);
+        the answer is the response's bytes, encoded by the same codec."""
         if not messages:
             raise _Refused(_status(pb.BAD_REQUEST, "SendMessage without messages"))
         if self.ctrl.access_validator is not None:
-            for t in {m.topic.name for m in messages}:
+            for t in {m[0] for m in messages}:
                 self._auth(call, "SendMessage", ((t, _PUB),))
         peer = self._peer(call.peer)
-        response = spb.SendMessageResponse()  # (filled in place: a message built and copied in costs more)
-        entries = response.entries
-        first = None
-        mixed = False
+        entries = []
         for m in messages:
-            entry = entries.add()
-            answer = await self._send(m, peer, entry)
-            status = entry.status
-            status.code, status.message = answer
-            if first is None:
-                first = answer
-            elif answer[0] != first[0]:
-                mixed = True
-        status = response.status
-        status.code, status.message = (pb.MULTIPLE_RESULTS, "some messages failed") if mixed else first
-        return response
+            entry = self._send(m, peer)
+            entries.append(entry if type(entry) is tuple else await entry)
+        code, message = entries[0][:2]
+        if len(entries) > 1 and any(e[0] != code for e in entries):
+            code, message = pb.MULTIPLE_RESULTS, "some messages failed"
+        return encode_send_response(code, message, entries)
 
     def _peer(self, address: str) -> _Peer:
         """The client's remoting context, one per address (the send processor caches its born
@@ -428,42 +421,52 @@ class MessagingService:
             peer = self._peers[address] = _Peer(address)
         return peer
 
-    async def _send(self, message, peer, entry) -> tuple[int, str]:
-        """One message's status (code, message); its SendResultEntry's other fields are set in
-        `entry`.  A plain one (no transaction, delivery timestamp or message group, to a topic that
-        takes any message type) goes through the send lane's put, from plain values (`SendMessageProcessor.put_plain` / `put_answer`); any
-        other through the send processor as a SEND_MESSAGE_V2 would go (its general path checks it)."""
+    def _send(self, message: tuple, peer):
+        """One message's SendResultEntry as (code, message, message_id, transaction_id, offset), or
+        an awaitable of it.  A plain one (no transaction, delivery timestamp or message group, to a
+        topic that takes any message type) goes through the send lane's put, from plain values
+        (`SendMessageProcessor.put_plain` / `put_answer`), answered here unless its put waits on a
+        flush; any other through the send processor as a SEND_MESSAGE_V2 would go (its general
+        path checks it)."""
         ctrl = self.ctrl
-        sp = message.system_properties
-        entry.message_id = sp.message_id
-        topic = message.topic.name
+        topic, mid, group, queue_id = message[0], message[5], message[9], message[11]
         try:
             props, sys_flag, kind = convert.to_send(message, ctrl.store_config.max_message_size)
         except convert.BadMessage as e:
-            return self._topic_missing(topic) or (e.code, str(e))
-        queue_id = sp.queue_id
-        group = sp.message_group
-        born = convert.millis(sp.born_timestamp) if sp.HasField("born_timestamp") else 0
-        processor = ctrl.send_processor
+            return (self._topic_missing(topic) or (e.code, str(e))) + (mid, "", 0)
         if not group:  # (a message group's property makes the general path's FIFO checks)
             if queue_id >= 0:  # the client's queue if it is one of the write queues, else any
                 tc = ctrl.topic_manager.select(topic)
                 if tc is not None and queue_id >= tc.write_queue_nums:
                     queue_id = -1
-            put = processor.put_plain(topic, queue_id, message.body, 0, props, peer.born_host, born, sys_flag)
+            put = ctrl.send_processor.put_plain(topic, queue_id, message[1], 0, props, peer.born_host,
+                                                message[8] or 0, sys_flag)
             if put is not None:
                 result, fut, _ = put
                 if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answered once it is durable
-                    result = await ctrl.store.await_durable_async(result, fut)
-                code, remark, _ = processor.put_answer(result, topic)
-                code = _CODES.get(code, pb.INTERNAL_SERVER_ERROR)
-                if code != pb.OK:
-                    return code, remark or f"send failed: {result.status.name}"
-                entry.offset = result.append_result.logics_offset
-                return _SENT
+                    return self._durable_entry(result, fut, topic, mid)
+                return self._put_entry(result, topic, mid)
+        return self._send_checked(message, peer, props, sys_flag, kind)
+
+    async def _durable_entry(self, result, fut, topic: str, mid: str) -> tuple[int, str, str, str, int]:
+        return self._put_entry(await self.ctrl.store.await_durable_async(result, fut), topic, mid)
+
+    def _put_entry(self, result, topic: str, mid: str) -> tuple[int, str, str, str, int]:
+        code, remark, _ = self.ctrl.send_processor.put_answer(result, topic)
+        code = _CODES.get(code, pb.INTERNAL_SERVER_ERROR)
+        if code != pb.OK:
+            return code, remark or f"send failed: {result.status.name}", mid, "", 0
+        return pb.OK, "OK", mid, "", result.append_result.logics_offset
+
+    async def _send_checked(self, message: tuple, peer, props: bytes, sys_flag: int,
+                            kind: int) -> tuple[int, str, str, str, int]:
+        """A message the send lane does not take, through the send processor's general path."""
+        ctrl = self.ctrl
+        topic, body, mid, born, group, queue_id = message[0], message[1], message[5], message[8], message[9], message[11]
+        processor = ctrl.send_processor
         missing = self._topic_missing(topic)
         if missing:
-            return missing
+            return missing + (mid, "", 0)
         n = ctrl.topic_manager.select(topic).write_queue_nums
         if not 0 <= queue_id < n:
             # (-1: the send processor picks one of the write queues, as for a 4.x send without one)
@@ -471,18 +474,19 @@ class MessagingService:
         req = RemotingCommand.create_request(RequestCode.SEND_MESSAGE_V2, {
             "a": topic, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": str(sys_flag),
             "g": str(born or int(time.time() * 1000)), "h": "0", "i": props.decode("utf-8"), "j": "0", "k": "false"},
-            message.body)
+            body)
         resp = processor.process_send(peer, req)
         if not isinstance(resp, RemotingCommand):  # (an awaitable: a SYNC_FLUSH put, a checked send)
             resp = await resp
         code = _CODES.get(resp.code, pb.INTERNAL_SERVER_ERROR)
         if code != pb.OK:
-            return code, resp.remark or f"send failed: code {resp.code}"
+            return code, resp.remark or f"send failed: code {resp.code}", mid, "", 0
         ext = resp.ext_fields
-        entry.offset = offset = int(ext.get("queueOffset") or 0)
+        offset = int(ext.get("queueOffset") or 0)
+        tid = ""
         if kind == pb.TRANSACTION or sys_flag & SysFlag.TRANSACTION_PREPARED_TYPE:
-            entry.transaction_id = convert.transaction_id(decode_offset_msg_id(ext["msgId"])[2], offset)
-        return _SENT
+            tid = convert.transaction_id(decode_offset_msg_id(ext["msgId"])[2], offset)
+        return pb.OK, "OK", mid, tid, offset
 
     def _topic_missing(self, topic: str) -> tuple[int, str] | None:
         """TOPIC_NOT_FOUND (code, message) when `topic` does not exist here: a send never creates

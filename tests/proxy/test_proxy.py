@@ -397,3 +397,24 @@ def test_large_messages_both_ways_and_a_malformed_connection_leaves_others_worki
     assert goaway and b"bad connection preface" in goaway[0][3][8:]
     assert stub.ack("GPxH2Large", "PxH2Large", messages[0]).status.code == pb.OK
     assert stub.send("PxH2Large", b"after").status.code == pb.OK
+
+
+def test_a_send_of_several_messages_answers_each_and_a_malformed_request_is_refused(cl, stub):
+    make_topic(cl, "PxMany")
+    ok = pb.Message(topic=pb.Resource(name="PxMany"), body=b"one", system_properties=pb.SystemProperties(
+        message_id="M-OK", message_type=pb.NORMAL, tag="T"))
+    bad = pb.Message(topic=pb.Resource(name="PxMany"), body=b"two", system_properties=pb.SystemProperties(
+        message_id="M-BAD", message_type=pb.NORMAL, tag="a|b"))
+    r = stub.SendMessage(spb.SendMessageRequest(messages=[ok, bad]))
+    assert r.status.code == pb.MULTIPLE_RESULTS, r.status
+    assert [(e.status.code, e.message_id) for e in r.entries] == [(pb.OK, "M-OK"), (pb.ILLEGAL_MESSAGE_TAG, "M-BAD")]
+    assert "'a|b'" in r.entries[1].status.message
+    r = stub.SendMessage(spb.SendMessageRequest(messages=[ok, ok]))
+    assert r.status.code == pb.OK and [e.offset for e in r.entries][1] == r.entries[0].offset + 1
+    # bytes that are no SendMessageRequest (a length past the end): the call's own status names it
+    raw = stub.channel.unary_unary("/apache.rocketmq.v2.MessagingService/SendMessage",
+                                   request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    with pytest.raises(grpc.RpcError) as e:
+        raw(b"\x0a\x10\x22", metadata=stub.md(), timeout=5)
+    assert e.value.code() == grpc.StatusCode.INTERNAL and "runs past the end" in e.value.details()
+    assert stub.send("PxMany", b"still serving").status.code == pb.OK
