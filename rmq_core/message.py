@@ -220,37 +220,6 @@ class PermName:
         return bool(perm & PermName.PERM_WRITE)
 
 
-# --- pure-Python codecs of small things (the native core has fast twins) ----------------------------
-def java_string_hash(s: str | None) -> int:
-    """Java's String.hashCode over UTF-16 code units, as a signed int32 (the consume queue tag code)."""
-    if not s:
-        return 0
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
-def properties_to_string(properties: Mapping[str, str]) -> str:
-    """`name\\x01value\\x02` for each pair, in insertion order (RocketMQ's messageProperties2String)."""
-    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None)
-
-
-def string_to_properties(s: str | bytes | None) -> dict[str, str]:
-    """Inverse of properties_to_string; pairs that do not split into two parts are dropped."""
-    if not s:
-        return {}
-    if isinstance(s, (bytes, bytearray, memoryview)):
-        s = bytes(s).decode("utf-8", "replace")
-    out: dict[str, str] = {}
-    for item in s.split("\x02"):
-        k, sep, v = item.partition("\x01")
-        if sep and k:
-            out[k] = v
-    return out
-
-
 def parse_address(addr: str) -> tuple[str, int]:
     """'host:port' -> (host, port); raises IllegalArgumentError naming the bad address."""
     host, sep, port = str(addr).rpartition(":")
@@ -509,7 +478,7 @@ def split_tags(expression: str | None) -> list[str]:
 
 
 def encode_properties_checked(props: Mapping[str, str]) -> bytes:
-    raw = properties_to_string(props).encode("utf-8")
+    raw = properties_to_bytes(props)
     if len(raw) > MAX_PROPERTIES_LENGTH:
         raise IllegalArgumentError(
             f"message properties are {len(raw)} bytes, more than {MAX_PROPERTIES_LENGTH}"
@@ -520,6 +489,9 @@ def encode_properties_checked(props: Mapping[str, str]) -> bytes:
 from rmq_core import errors as _errors  # noqa: E402
 from rmq_core._native import record as _record  # noqa: E402
 from rmq_core._native.record import MessageExt  # noqa: E402
+# The one codec of these small formats is native; rmq imports them from here (tests/codec_oracle.py
+# keeps pure-Python references for the property tests).
+from rmq_core._native.record import java_string_hash, properties_to_bytes, string_to_properties  # noqa: E402,F401
 from rmq_core._native.record_batch import UniqIds  # noqa: E402
 
 

@@ -18,8 +18,6 @@ from rmq_core import record_layout as layout
 from rmq_core._native.record import MessageExt, host_bytes
 from rmq_core.errors import IllegalArgumentError, MessageDecodeError
 from rmq_core.message import BLANK_MAGIC_CODE, MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MESSAGE_MAGIC_CODE
-from rmq_core.message import java_string_hash as java_string_hash_py  # noqa: F401 - the Python twin
-from rmq_core.message import string_to_properties as string_to_properties_py
 
 BORNHOST_V6_FLAG = layout.BORNHOST_V6
 STOREHOST_V6_FLAG = layout.STOREHOST_V6
@@ -35,7 +33,32 @@ _MIDDLE = struct.Struct(">iiqi")  # store port, reconsume times, prepared tx off
 _BATCH_HEAD = struct.Struct(">iiiii")  # totalSize magic bodyCRC flag bodyLen
 
 
-# --- properties ------------------------------------------------------------------------------------
+# --- properties and tag codes -------------------------------------------------------------------
+def java_string_hash_py(s: str | None) -> int:
+    """Java's String.hashCode over UTF-16 code units, as a signed int32 (the consume queue tag code)."""
+    if not s:
+        return 0
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def string_to_properties_py(s: str | bytes | None) -> dict[str, str]:
+    """Inverse of properties_to_bytes_py; pairs that do not split into two parts are dropped."""
+    if not s:
+        return {}
+    if isinstance(s, (bytes, bytearray, memoryview)):
+        s = bytes(s).decode("utf-8", "replace")
+    out: dict[str, str] = {}
+    for item in s.split("\x02"):
+        k, sep, v = item.partition("\x01")
+        if sep and k:
+            out[k] = v
+    return out
+
+
 def properties_to_bytes_py(props: Mapping[str, object] | None) -> bytes:
     """Reference twin of `properties_to_bytes`: `name\\x01value\\x02...` in the mapping's order."""
     if props is None:

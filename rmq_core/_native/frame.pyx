@@ -741,7 +741,7 @@ cdef int _put_raw_escaped(Out* o, Out* raw, Out* keep) except -1:
 
 
 cdef Py_ssize_t _put_properties(Out* o, dict properties, Out* keep) except -1:
-    """properties_to_string(properties) - written by record.pyx's put_property, the one writer of
+    """properties_to_bytes(properties) - written by record.pyx's put_property, the one writer of
     the properties format (its checks, its errors) - JSON-escaped; the raw size."""
     cdef char stack[512]
     cdef Out raw
@@ -751,7 +751,7 @@ cdef Py_ssize_t _put_properties(Out* o, dict properties, Out* keep) except -1:
     out_start(&raw, stack, 512)
     try:
         while PyDict_Next(properties, &pos, &k, &v):
-            if v != <PyObject*>None:  # (properties_to_string skips None values)
+            if v != <PyObject*>None:  # (properties_to_bytes skips None values)
                 put_property(&raw, <object>k, <object>v)
     except BaseException:
         out_free(&raw)

@@ -51,14 +51,12 @@ import attrs
 from rmq_core import record_layout as layout
 from rmq_core.config import MessageStoreConfig
 from rmq_core.errors import StoreError
-from rmq_core.message import MessageConst, SysFlag, java_string_hash
+from rmq_core.message import MessageConst, SysFlag
 from rmq_core.store.mapped_file import allocate_file
 from rmq_core.store.types import DispatchRequest
 
-try:  # the native twin of the put/select paths; tests/store_index runs both implementations
-    from rmq_core._native import index as _native
-except ImportError:  # pragma: no cover - a source tree without the built extension
-    _native = None
+# The put/select kernels; tests/store_index/index_oracle.py is their pure-Python reference.
+from rmq_core._native import index as _native
 
 log = logging.getLogger("rmq.store")
 
@@ -75,7 +73,6 @@ _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _TIMES = struct.Struct(">qq")
-_I32_MAX = 0x7FFFFFFF
 _FILE_NAME = re.compile(r"^\d{17}$")
 
 
@@ -87,10 +84,7 @@ def _header_field(field: struct.Struct, offset: int) -> property:
 
 def index_key_hash(key: str) -> int:
     """RocketMQ's indexKeyHashMethod: abs(String.hashCode), with abs(MIN_VALUE) mapped to 0."""
-    if _native is not None:
-        return _native.index_key_hash(key)
-    h = abs(java_string_hash(key))
-    return 0 if h > _I32_MAX else h
+    return _native.index_key_hash(key)
 
 
 def build_key(topic: str, key: str) -> str:
@@ -141,7 +135,7 @@ class IndexFile:
             raise
         finally:
             os.close(fd)
-        self._native = _native.IndexMap(self._mm, hash_slot_num, index_num) if _native is not None else None
+        self._native = _native.IndexMap(self._mm, hash_slot_num, index_num)
         self._dirty = not exists
         if not exists:
             end_timestamp, end_phy_offset = max(end_timestamp, 0), max(end_phy_offset, 0)
@@ -193,25 +187,18 @@ class IndexFile:
     def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         """Append one entry; False when the file is full."""
         self._dirty = True
-        if self._native is not None:
-            return self._native.put_key(key_hash, phy_offset, store_timestamp)
-        begin_ts, _end_ts, begin_phy, _end_phy, slot_count, count = _HEADER.unpack_from(self._mm, 0)
-        count = max(count, 1)
-        if count >= self.index_num:
-            return False
-        slot_pos = self._slot_pos(key_hash)
-        prev = self._slot_head(slot_pos, count)
-        if count <= 1:
-            # First entry: the file's time and offset range start here (diff 0, unlike RocketMQ's
-            # diff against the previous file's end, which dates the first entry too late).
-            begin_ts, begin_phy = store_timestamp, phy_offset
-        diff = (store_timestamp - begin_ts) // 1000 if begin_ts > 0 else 0
-        diff = min(max(diff, 0), _I32_MAX)
-        # Order matters for crash repair: entry, then slot, then header.
-        _ENTRY.pack_into(self._mm, self._entry_pos(count), key_hash, phy_offset, diff, prev)
-        _SLOT.pack_into(self._mm, slot_pos, count)
-        _HEADER.pack_into(self._mm, 0, begin_ts, store_timestamp, begin_phy, phy_offset, slot_count + 1, count + 1)
-        return True
+        return self._native.put_key(key_hash, phy_offset, store_timestamp)
+
+    def put_records(self, records, run, i: int, indexed: int) -> tuple[int, int]:
+        """Index records[i:] (a KeyRun when `run` is one) until one needs a decision the caller
+        makes: a file roll, or a record already partly indexed.  Returns (next i, indexed offset)."""
+        if run is not None:
+            j, indexed = self._native.put_run(run, i, indexed)
+        else:
+            j, indexed = self._native.put_hashed(records, i, indexed)
+        if j > i:
+            self._dirty = True
+        return j, indexed
 
     def has_key_at(self, key_hash: int, phy_offset: int) -> bool:
         """Is there an entry (key_hash, phy_offset) among the newest entries of its slot chain?
@@ -230,25 +217,7 @@ class IndexFile:
 
     def select_phy_offsets(self, out: list, seen: set, key_hash: int, max_num: int, begin: int, end: int) -> None:
         """Walk the key's slot chain newest first, appending matching offsets to `out`."""
-        if self._native is not None:
-            self._native.select_phy_offsets(out, seen, key_hash, max_num, begin, end)
-            return
-        count = self.index_count
-        if count <= 1:
-            return
-        index = self._slot_head(self._slot_pos(key_hash), count)
-        mm, unpack, entries_at, begin_ts = self._mm, _ENTRY.unpack_from, self._entries_at, self.begin_timestamp
-        while index > INVALID_INDEX and len(out) < max_num:
-            h, off, diff, prev = unpack(mm, entries_at + index * INDEX_SIZE)
-            if diff < 0:
-                break
-            time_read = begin_ts + diff * 1000
-            if h == key_hash and begin <= time_read <= end and off not in seen:
-                seen.add(off)
-                out.append(off)
-            if prev <= INVALID_INDEX or prev >= index or time_read < begin:
-                break
-            index = prev
+        self._native.select_phy_offsets(out, seen, key_hash, max_num, begin, end)
 
     # -- recovery --
     def repair_torn_put(self) -> bool:
@@ -300,10 +269,7 @@ class IndexFile:
     # -- lifecycle --
     def flush(self) -> None:
         if self._dirty and not self._mm.closed:
-            if self._native is not None:
-                self._native.sync()  # with the GIL released
-            else:
-                self._mm.flush()
+            self._native.sync()  # with the GIL released
             self._dirty = False
 
     def _unmap(self) -> None:
@@ -511,25 +477,16 @@ class IndexService:
         (commit_log_offset, store_timestamp, key_hashes) in commit-log order, or a native KeyRun
         (the store's index builder hashes a whole queue of records, or a batch's commit-log span,
         natively, then takes the lock once; a KeyRun is written with the GIL released)."""
-        run = records if _native is not None and type(records) is _native.KeyRun else None
+        run = records if type(records) is _native.KeyRun else None
         if run is None and type(records) is not list:
             records = list(records)
         with self._lock:
             i, n = 0, len(records)
             while i < n:
                 f = self._last_writable_file()
-                if f._native is not None:
-                    # the native run stops at what needs a decision here (a file roll, a record
-                    # already partly indexed)
-                    if run is not None:
-                        j, self._indexed = f._native.put_run(run, i, self._indexed)
-                    else:
-                        j, self._indexed = f._native.put_hashed(records, i, self._indexed)
-                    if j > i:
-                        f._dirty = True
-                    i = j
-                    if i >= n:
-                        break
+                i, self._indexed = f.put_records(records, run, i, self._indexed)
+                if i >= n:
+                    break
                 offset, ts, hashes = records[i]
                 i += 1
                 last = self._indexed

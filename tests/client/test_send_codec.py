@@ -22,9 +22,10 @@ from rmq_core.client import producer as producer_module
 from rmq_core.remoting.frames import read_send_responses
 from rmq_core.client.producer import Producer, SendAttempts
 from rmq_core.errors import IllegalArgumentError, MQBrokerError, RemotingCommandError
-from rmq_core.message import Message, MessageQueue, SendResult, SendStatus, properties_to_string
+from rmq_core.message import Message, MessageQueue, SendResult, SendStatus
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting.command import RESPONSE_FLAG, RemotingCommand, SerializeType
+from tests.codec_oracle import properties_to_bytes_py
 from tests.client.send_reference import parse_send_response, read_send_response_frame, request_frame, send_header
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -50,7 +51,7 @@ def _producer(group="PG", **kw) -> Producer:
 def _reference_frame(p: Producer, mq: MessageQueue, sys_flag, born, flag, props, body, opaque, reconsume=0,
                      max_reconsume=None, batch=False, v2=True, oneway=False) -> bytes:
     header = send_header(group=p.group, topic=mq.topic, queue_id=mq.queue_id, sys_flag=sys_flag, born_timestamp=born,
-                         flag=flag, properties=properties_to_string(props), reconsume_times=reconsume,
+                         flag=flag, properties=properties_to_bytes_py(props).decode(), reconsume_times=reconsume,
                          max_reconsume_times=max_reconsume, batch=batch, broker_name=mq.broker_name,
                          default_topic=p.create_topic_key, default_topic_queue_nums=p.default_topic_queue_nums, v2=v2)
     return request_frame(header, body, opaque, batch, v2, oneway)
@@ -84,7 +85,7 @@ def test_build_frame_writes_the_bytes_of_the_python_encoder(group, topic, broker
                                                        reconsume, max_reconsume, oneway)
     assert got == want
     decoded = RemotingCommand.decode(got[4:])
-    assert decoded.ext_fields["i" if v2 else "properties"] == properties_to_string(props)
+    assert decoded.ext_fields["i" if v2 else "properties"] == properties_to_bytes_py(props).decode()
     assert (decoded.body or b"") == body and decoded.is_oneway == oneway
 
 
@@ -158,7 +159,7 @@ def test_build_frame_declines_numbers_beyond_64_bits():
     assert header.build_frame(0, 1 << 70, {}, 1, b"x", 1) is None
 
 
-def test_none_valued_properties_are_skipped_as_properties_to_string_does():
+def test_none_valued_properties_are_skipped_as_the_properties_codec_does():
     p = _producer()
     mq = MessageQueue("T", "b", 0)
     got = _native_header(p, mq).build_frame(0, 0, {"a": None, "b": "2"}, 3, b"x", 5)

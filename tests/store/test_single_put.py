@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.codec_oracle import encode_batch_items, encode_message_record
 from rmq_core.config import FlushDiskType
-from rmq_core.message import java_string_hash, properties_to_string, string_to_properties
+from rmq_core.message import java_string_hash, properties_to_bytes, string_to_properties
 from rmq_core.store import DefaultMessageStore, MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
 from rmq_core.store.types import encode_host, record_fields
 
@@ -52,7 +52,7 @@ def test_every_put_stores_the_record_rocketmq_writes(tmp_path_factory, items, st
         for topic, qid, body, props, flag, sys_flag, born, tags_code, pre in items:
             kw = dict(topic=topic, queue_id=qid, body=body, flag=flag, sys_flag=sys_flag, born_host=born,
                       born_timestamp=1_700_000_000_000, tags_code=tags_code)
-            props_b = properties_to_string(props).encode()
+            props_b = properties_to_bytes(props)
             if pre:
                 kw["properties_bytes"] = props_b
             else:

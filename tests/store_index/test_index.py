@@ -17,6 +17,8 @@ from rmq_core.config import MessageStoreConfig
 from rmq_core.message import SysFlag, java_string_hash
 from rmq_core.store import index
 from rmq_core.store.index import INDEX_HEADER_SIZE, IndexFile, IndexService, build_key, index_key_hash
+from tests.codec_oracle import java_string_hash_py
+from tests.store_index.index_oracle import put_key_py, put_records_py, select_phy_offsets_py
 
 T0 = 1_700_000_000_000  # a store timestamp in ms
 
@@ -354,35 +356,32 @@ def test_index_file_rejects_bad_config(tmp_path):
     f.close()
 
 
-def test_native_extension_is_loaded():
-    # A silently missing extension must not pass the suite with only the slow path.
-    from rmq_core._native import index as index_native
-    assert index_native.index_key_hash("T#Aa") == abs(java_string_hash("T#Aa"))
-
-
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=30))
 def test_native_and_python_write_identical_files(tmp_path_factory, keys):
-    from rmq_core.store import index as index_mod
-    from rmq_core._native import index as index_native
-    images = []
-    for native in (index_native, None):
+    """The native put and select kernels against the pure-Python reference: the same files byte
+    for byte, and the same answers to the same queries (time ranges, limits, collisions)."""
+    images, answers = [], []
+    for reference in (False, True):
         root = tmp_path_factory.mktemp("same")
-        saved = index_mod._native
-        index_mod._native = native
-        try:
+        with pytest.MonkeyPatch.context() as mp:
+            if reference:
+                mp.setattr(IndexFile, "put_key", put_key_py)
+                mp.setattr(IndexFile, "put_records", put_records_py)
+                mp.setattr(IndexFile, "select_phy_offsets", select_phy_offsets_py)
             svc = service(root, slots=7, num=9)
             for i, k in enumerate(keys):
                 svc.build_index(Req("T", k.replace(" ", "_"), f"U{i}", i * 50, T0 + i * 700))
+            answers.append([(q(svc, k.replace(" ", "_")), q(svc, k.replace(" ", "_"), max_num=2),
+                             q(svc, k.replace(" ", "_"), begin=T0 + 3000, end=T0 + 9000)) for k in keys])
             svc.shutdown()
-        finally:
-            index_mod._native = saved
         names = sorted(os.listdir(root / "index"))
         images.append([open(root / "index" / n, "rb").read() for n in names])
     assert images[0] == images[1]
+    assert answers[0] == answers[1]
     for k in keys:
-        h = java_string_hash(k)
-        assert index_native.index_key_hash(k) == (0 if h == -2**31 else abs(h))
+        h = java_string_hash_py(k)
+        assert index_key_hash(k) == (0 if h == -2**31 else abs(h))
 
 
 def test_file_names_keep_creation_order_when_the_clock_steps_back(tmp_path, monkeypatch):
@@ -404,25 +403,21 @@ def test_file_names_keep_creation_order_when_the_clock_steps_back(tmp_path, monk
        st.integers(0, 39), st.integers(1, 40))
 def test_runs_of_records_and_redispatch_write_identical_files(tmp_path_factory, key_lists, redo_from, chunk):
     """build_hashed over runs (the store's index builder), re-dispatching a tail as recovery does,
-    leaves the same files natively and in Python."""
-    from rmq_core.store import index as index_mod
-    from rmq_core._native import index as index_native
-
+    leaves the same files with the native put and the reference."""
     records = [(i * 100, T0 + i * 300, hashes) for i, hashes in enumerate(key_lists)]
     images = []
-    for native in (index_native, None):
+    for reference in (False, True):
         root = tmp_path_factory.mktemp("runs")
-        saved = index_mod._native
-        index_mod._native = native
-        try:
+        with pytest.MonkeyPatch.context() as mp:
+            if reference:
+                mp.setattr(IndexFile, "put_key", put_key_py)
+                mp.setattr(IndexFile, "put_records", put_records_py)
             svc = service(root, slots=5, num=7)
             for a in range(0, len(records), chunk):
                 svc.build_hashed(records[a:a + chunk])
             svc.build_hashed(records[min(redo_from, len(records) - 1):])  # idempotent re-dispatch
             indexed = svc.indexed_phy_offset
             svc.shutdown()
-        finally:
-            index_mod._native = saved
         names = sorted(os.listdir(root / "index")) if (root / "index").exists() else []
         images.append(([open(root / "index" / n, "rb").read() for n in names], indexed))
     assert images[0] == images[1]

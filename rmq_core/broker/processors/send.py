@@ -11,7 +11,7 @@ from rmq_core.broker import message_type as message_types
 from rmq_core.broker.processors import Processor, born_host_of
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.codec import string_to_properties
-from rmq_core.message import MessageConst, MixAll, PermName, SysFlag, TopicValidator, properties_to_string, host_port
+from rmq_core.message import MessageConst, MixAll, PermName, SysFlag, TopicValidator, properties_to_bytes, host_port
 from rmq_core.remoting.codes import MQVersion, RequestCode, ResponseCode
 from rmq_core.remoting.command import RemotingCommand, SerializeType
 from rmq_core.remoting.steps import LaneStep
@@ -301,7 +301,7 @@ class SendMessageProcessor(Processor):
             extra = dict(header_props)
             extra.pop(MessageConst.WAIT_STORE_MSG_OK, None)  # every item carries its own
             extra[MessageConst.CLUSTER] = self.ctrl.broker_config.broker_cluster_name
-            prepared = (header_props, refused, properties_to_string(extra).encode("utf-8"))
+            prepared = (header_props, refused, properties_to_bytes(extra))
             if len(self._batch_extras) > 1024:
                 self._batch_extras.clear()
             self._batch_extras[props] = prepared
@@ -424,7 +424,7 @@ class SendMessageProcessor(Processor):
         batch = MessageExtBatch(topic=h.topic, queue_id=queue_id, body=body, sys_flag=sys_flag,
                                 born_timestamp=h.born_timestamp, born_host=born_host,
                                 reconsume_times=h.reconsume_times,
-                                extra_properties=properties_to_string(extra).encode("utf-8"))
+                                extra_properties=properties_to_bytes(extra))
         result = await ctrl.put_messages(batch)
         return self._send_response(request, result, h.topic, queue_id)
 
