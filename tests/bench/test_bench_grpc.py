@@ -152,7 +152,8 @@ def test_broker_cpu_per_rpc_grpc_floor_heartbeat(benchmark, broker, loop):
 @pytest.mark.benchmark(group="broker-cpu-per-send")
 def test_broker_cpu_per_send_grpc(benchmark, broker, loop):
     proc, addr, endpoint = broker
-    md = (("x-mq-client-id", "bench-grpc"), ("x-mq-language", "PYTHON"), ("x-mq-client-version", "5.1.2"))
+    md = (("x-mq-client-id", "bench-grpc"), ("x-mq-language", "PYTHON"), ("x-mq-client-version", "5.1.2"),
+          ("x-mq-protocol", "v2"))
 
     def request():
         m = pb.Message(topic=pb.Resource(name=TOPIC), body=BODY, system_properties=pb.SystemProperties(
@@ -180,7 +181,8 @@ class _RawGrpc(asyncio.Protocol):
     protobuf serializes it, END_STREAM).  The headers are those grpc's Python client sends, HPACK-
     coded as it codes them (seen on the wire from grpcio 1.85): the call's own headers added to the
     dynamic table by the first call and sent as indexes into it by every later one, the metadata
-    (x-mq-*) as literals without indexing on every call.  It keeps the flow-control windows (its
+    (x-mq-*) as literals without indexing on every call, with each call's own x-mq-request-id and
+    x-mq-date-time as Apache's client sends them.  It keeps the flow-control windows (its
     own opened wide, the broker's respected) and answers SETTINGS and PING as a client must."""
 
     def __init__(self, endpoint: str, method: str, metadata):
@@ -194,6 +196,8 @@ class _RawGrpc(asyncio.Protocol):
         self.first_headers = b"".join(b"\x40" + _hpack_string(n) + _hpack_string(v) for n, v in fields) + literals
         self.headers = bytes(0x80 | (62 + len(fields) - 1 - i) for i in range(len(fields))) + literals
         assert len(fields) < 66 and sum(len(n) + len(v) + 32 for n, v in fields) <= 4096  # (one byte each; fits)
+        # made before the calls start, so the load's pace is the sends', not uuid4's and strftime's
+        self.per_call = iter([_per_call_metadata() for _ in range(N)])
         self.sid = 1
         self.pending: dict[int, asyncio.Future] = {}
         self.messages: dict[int, bytes] = {}
@@ -257,9 +261,15 @@ class _RawGrpc(asyncio.Protocol):
         self.window -= len(message)
         sid, self.sid = self.sid, self.sid + 2
         f = self.pending[sid] = asyncio.get_running_loop().create_future()
-        headers = self.headers if sid > 1 else self.first_headers
+        headers = (self.headers if sid > 1 else self.first_headers) + next(self.per_call)
         self.transport.write(_frame(1, 4, sid, headers) + _frame(0, 1, sid, message))
         return f
+
+
+def _per_call_metadata() -> bytes:
+    date_time = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return (b"\x00" + _hpack_string("x-mq-request-id") + _hpack_string(str(uuid.uuid4()))
+            + b"\x00" + _hpack_string("x-mq-date-time") + _hpack_string(date_time))
 
 
 def _frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
