@@ -36,6 +36,7 @@ final class Pull {
         if (addrs.isEmpty()) throw new RmqException("no address of broker " + Remoting.quote(part.brokerName) + " for " + part);
         this.master = addrs.containsKey(0L) ? addrs.get(0L) : addrs.firstEntry().getValue();
         this.offset = part.fromOffset;
+        this.depth = part.expressionType.equals("TAG") && splitTags(part.expression).isEmpty() ? PULLS_IN_FLIGHT : 1;
         fields.put("consumerGroup", READER_GROUP);
         fields.put("topic", part.topic);
         fields.put("queueId", Integer.toString(part.queueId));
@@ -59,12 +60,19 @@ final class Pull {
         return out;
     }
 
-    // the pull on the wire: sent as soon as the answer before it named its offset, so the broker
-    // reads it while this reader decodes the body before
+    // The pulls on the wire, oldest first: {queue offset, max messages, opaque}, all on pendingConn.
+    // The next pull goes out before the body before it is decoded, so the broker reads while this
+    // reader decodes.  Without a filter a queue's offsets are dense, so PULLS_IN_FLIGHT pulls go
+    // out ahead, each starting where the one before it asked to end; an answer that ends short
+    // (at a consume-queue file's end) makes the ones after it moot: their answers are read and dropped.
+    static final int PULLS_IN_FLIGHT = 3;
+    private final java.util.ArrayDeque<long[]> inflight = new java.util.ArrayDeque<>();
+    private final int depth;
     private Remoting.Connection pendingConn;
-    private int pendingOpaque;
-    private long pendingOffset = -1;
     private final Map<String, Remoting.Connection> conns = new java.util.HashMap<>();
+    // one buffer for every answer's body: an answer is read only after the body before it is decoded
+    private byte[] buf = new byte[1 << 18];
+    byte[] body;
 
     private Remoting.Connection connection(String addr) throws IOException {
         Remoting.Connection c = conns.get(addr);
@@ -83,20 +91,42 @@ final class Pull {
         return addr;
     }
 
-    private void send(String addr) throws IOException {
-        fields.put("queueOffset", Long.toString(offset));
-        fields.put("maxMsgNums", Long.toString(Math.min(PULL_BATCH, part.untilOffset - offset)));
-        Remoting.Connection c = connection(addr);
-        try {
-            pendingOpaque = c.send(Remoting.PULL_MESSAGE, fields, null, part.account);
-        } catch (IOException e) {
-            drop(addr);
-            if (e instanceof Remoting.ConnectException) throw e;
-            c = connection(addr);  // a pooled connection the broker closed: one fresh one
-            pendingOpaque = c.send(Remoting.PULL_MESSAGE, fields, null, part.account);
+    /** Pulls sent until `depth` are on the wire or the partition's end is asked for. */
+    private void fill(String addr) throws IOException {
+        boolean fresh = false;
+        while (inflight.size() < depth) {
+            long[] last = inflight.peekLast();
+            long at = last == null ? offset : last[0] + last[1];
+            if (at >= part.untilOffset) return;
+            long n = Math.min(PULL_BATCH, part.untilOffset - at);
+            fields.put("queueOffset", Long.toString(at));
+            fields.put("maxMsgNums", Long.toString(n));
+            Remoting.Connection c = connection(addr);
+            try {
+                int opaque = c.send(Remoting.PULL_MESSAGE, fields, null, part.account);
+                pendingConn = c;
+                inflight.addLast(new long[] {at, n, opaque});
+            } catch (IOException e) {
+                cancel();
+                drop(addr);
+                if (e instanceof Remoting.ConnectException || fresh) throw e;
+                fresh = true;  // a pooled connection the broker closed: one fresh one
+            }
         }
-        pendingConn = c;
-        pendingOffset = offset;
+    }
+
+    /** Reads and drops the answers of pulls that no longer start at `offset`. */
+    private void dropMoot() throws IOException {
+        while (!inflight.isEmpty() && inflight.peekFirst()[0] != offset) {
+            pendingConn.receive((int) inflight.pollFirst()[2], PULL_TIMEOUT_MS, buf);
+        }
+    }
+
+    /** Pulls on the wire no longer wanted: their connection is closed (its answers unread). */
+    private void cancel() {
+        if (pendingConn != null && !inflight.isEmpty()) drop(pendingConn.addr);
+        inflight.clear();
+        pendingConn = null;
     }
 
     private void drop(String addr) {
@@ -104,24 +134,24 @@ final class Pull {
         if (c != null) c.close();
     }
 
-    /** The next pull body with messages, null when the partition is read. */
-    byte[] next() {
+    /** Reads the next pull answer with messages: its body is body[0, returned length); -1 when
+     * the partition is read. */
+    int next() {
         while (offset < part.untilOffset) {
             String addr = address();
             Remoting.Response r;
             try {
-                if (pendingConn == null || pendingOffset != offset || !pendingConn.addr.equals(addr)) {
-                    if (pendingConn != null) drop(pendingConn.addr);  // an answer no longer wanted
-                    send(addr);
-                }
-                Remoting.Connection c = pendingConn;
-                pendingConn = null;
+                if (pendingConn != null && !pendingConn.addr.equals(addr)) cancel();
                 try {
-                    r = c.receive(pendingOpaque, PULL_TIMEOUT_MS);
+                    dropMoot();
+                    fill(addr);
+                    r = pendingConn.receive((int) inflight.pollFirst()[2], PULL_TIMEOUT_MS, buf);
                 } catch (IOException e) {
+                    cancel();
                     drop(addr);
                     throw e;
                 }
+                if (r.body.length > buf.length) buf = r.body;  // a larger answer: keep its buffer
             } catch (Remoting.ConnectException e) {
                 unreachable.add(addr);
                 if (!unreachable.containsAll(addrs.values())) {
@@ -138,14 +168,17 @@ final class Pull {
             switch (r.code) {
                 case Remoting.SUCCESS:
                     offset = next;
-                    if (offset < part.untilOffset) {
+                    if (inflight.isEmpty() || inflight.peekFirst()[0] == offset) {
                         try {
-                            send(address());
+                            fill(address());
                         } catch (IOException e) {
-                            pendingConn = null;  // the next call connects again (or moves to a replica)
+                            cancel();  // the next call connects again (or moves to a replica)
                         }
                     }
-                    if (r.body != null && r.body.length > 0) return r.body;
+                    if (r.bodyLength > 0) {
+                        body = r.body;
+                        return r.bodyLength;
+                    }
                     continue;
                 case Remoting.PULL_RETRY_IMMEDIATELY:  // the filter matched nothing in what was scanned
                     offset = next;
@@ -176,7 +209,7 @@ final class Pull {
             throw new RmqException(part + " ends at offset " + r.getLong("maxOffset", 0) + ", before the partition's until offset "
                 + part.untilOffset + " (pull at " + offset + ": code " + r.code + ")");
         }
-        return null;
+        return -1;
     }
 
     /** The partition's first offset retention kept (GET_MIN_OFFSET; failOnDataLoss decides
@@ -206,9 +239,10 @@ final class Pull {
 
     void close() {
         for (Remoting.Connection c : conns.values()) {
-            if (c == pendingConn) c.close(); else Remoting.release(c);  // (an unread answer: not reusable)
+            if (c == pendingConn && !inflight.isEmpty()) c.close(); else Remoting.release(c);  // (unread answers: not reusable)
         }
         conns.clear();
+        inflight.clear();
         pendingConn = null;
     }
 
