@@ -36,7 +36,6 @@ final class Pull {
         if (addrs.isEmpty()) throw new RmqException("no address of broker " + Remoting.quote(part.brokerName) + " for " + part);
         this.master = addrs.containsKey(0L) ? addrs.get(0L) : addrs.firstEntry().getValue();
         this.offset = part.fromOffset;
-        this.depth = part.expressionType.equals("TAG") && splitTags(part.expression).isEmpty() ? PULLS_IN_FLIGHT : 1;
         fields.put("consumerGroup", READER_GROUP);
         fields.put("topic", part.topic);
         fields.put("queueId", Integer.toString(part.queueId));
@@ -60,19 +59,13 @@ final class Pull {
         return out;
     }
 
-    // The pulls on the wire, oldest first: {queue offset, max messages, opaque}, all on pendingConn.
-    // The next pull goes out before the body before it is decoded, so the broker reads while this
-    // reader decodes.  Without a filter a queue's offsets are dense, so PULLS_IN_FLIGHT pulls go
-    // out ahead, each starting where the one before it asked to end; an answer that ends short
-    // (at a consume-queue file's end) makes the ones after it moot: their answers are read and dropped.
-    static final int PULLS_IN_FLIGHT = 3;
-    private final java.util.ArrayDeque<long[]> inflight = new java.util.ArrayDeque<>();
-    private final int depth;
+    // the pull on the wire: sent as soon as the answer before it named its offset, so the broker
+    // reads it while this reader decodes the body before (one only: with more on the wire the
+    // broker's answers wait in the socket and cost its one thread more CPU per message, measured)
     private Remoting.Connection pendingConn;
+    private int pendingOpaque;
+    private long pendingOffset = -1;
     private final Map<String, Remoting.Connection> conns = new java.util.HashMap<>();
-    // one buffer for every answer's body: an answer is read only after the body before it is decoded
-    private byte[] buf = new byte[1 << 18];
-    byte[] body;
 
     private Remoting.Connection connection(String addr) throws IOException {
         Remoting.Connection c = conns.get(addr);
@@ -91,48 +84,30 @@ final class Pull {
         return addr;
     }
 
-    /** Pulls sent until `depth` are on the wire or the partition's end is asked for. */
-    private void fill(String addr) throws IOException {
-        boolean fresh = false;
-        while (inflight.size() < depth) {
-            long[] last = inflight.peekLast();
-            long at = last == null ? offset : last[0] + last[1];
-            if (at >= part.untilOffset) return;
-            long n = Math.min(PULL_BATCH, part.untilOffset - at);
-            fields.put("queueOffset", Long.toString(at));
-            fields.put("maxMsgNums", Long.toString(n));
-            Remoting.Connection c = connection(addr);
-            try {
-                int opaque = c.send(Remoting.PULL_MESSAGE, fields, null, part.account);
-                pendingConn = c;
-                inflight.addLast(new long[] {at, n, opaque});
-            } catch (IOException e) {
-                cancel();
-                drop(addr);
-                if (e instanceof Remoting.ConnectException || fresh) throw e;
-                fresh = true;  // a pooled connection the broker closed: one fresh one
-            }
+    private void send(String addr) throws IOException {
+        fields.put("queueOffset", Long.toString(offset));
+        fields.put("maxMsgNums", Long.toString(Math.min(PULL_BATCH, part.untilOffset - offset)));
+        Remoting.Connection c = connection(addr);
+        try {
+            pendingOpaque = c.send(Remoting.PULL_MESSAGE, fields, null, part.account);
+        } catch (IOException e) {
+            drop(addr);
+            if (e instanceof Remoting.ConnectException) throw e;
+            c = connection(addr);  // a pooled connection the broker closed: one fresh one
+            pendingOpaque = c.send(Remoting.PULL_MESSAGE, fields, null, part.account);
         }
-    }
-
-    /** Reads and drops the answers of pulls that no longer start at `offset`. */
-    private void dropMoot() throws IOException {
-        while (!inflight.isEmpty() && inflight.peekFirst()[0] != offset) {
-            pendingConn.receive((int) inflight.pollFirst()[2], PULL_TIMEOUT_MS, buf);
-        }
-    }
-
-    /** Pulls on the wire no longer wanted: their connection is closed (its answers unread). */
-    private void cancel() {
-        if (pendingConn != null && !inflight.isEmpty()) drop(pendingConn.addr);
-        inflight.clear();
-        pendingConn = null;
+        pendingConn = c;
+        pendingOffset = offset;
     }
 
     private void drop(String addr) {
         Remoting.Connection c = conns.remove(addr);
         if (c != null) c.close();
     }
+
+    // one buffer for every answer's body: an answer is read only after the body before it is decoded
+    private byte[] buf = new byte[1 << 18];
+    byte[] body;
 
     /** Reads the next pull answer with messages: its body is body[0, returned length); -1 when
      * the partition is read. */
@@ -141,17 +116,19 @@ final class Pull {
             String addr = address();
             Remoting.Response r;
             try {
-                if (pendingConn != null && !pendingConn.addr.equals(addr)) cancel();
+                if (pendingConn == null || pendingOffset != offset || !pendingConn.addr.equals(addr)) {
+                    if (pendingConn != null) drop(pendingConn.addr);  // an answer no longer wanted
+                    send(addr);
+                }
+                Remoting.Connection c = pendingConn;
+                pendingConn = null;
                 try {
-                    dropMoot();
-                    fill(addr);
-                    r = pendingConn.receive((int) inflight.pollFirst()[2], PULL_TIMEOUT_MS, buf);
+                    r = c.receive(pendingOpaque, PULL_TIMEOUT_MS, buf);
+                    if (r.body.length > buf.length) buf = r.body;  // a larger answer: keep its buffer
                 } catch (IOException e) {
-                    cancel();
                     drop(addr);
                     throw e;
                 }
-                if (r.body.length > buf.length) buf = r.body;  // a larger answer: keep its buffer
             } catch (Remoting.ConnectException e) {
                 unreachable.add(addr);
                 if (!unreachable.containsAll(addrs.values())) {
@@ -168,11 +145,11 @@ final class Pull {
             switch (r.code) {
                 case Remoting.SUCCESS:
                     offset = next;
-                    if (inflight.isEmpty() || inflight.peekFirst()[0] == offset) {
+                    if (offset < part.untilOffset) {
                         try {
-                            fill(address());
+                            send(address());
                         } catch (IOException e) {
-                            cancel();  // the next call connects again (or moves to a replica)
+                            pendingConn = null;  // the next call connects again (or moves to a replica)
                         }
                     }
                     if (r.bodyLength > 0) {
@@ -239,10 +216,9 @@ final class Pull {
 
     void close() {
         for (Remoting.Connection c : conns.values()) {
-            if (c == pendingConn && !inflight.isEmpty()) c.close(); else Remoting.release(c);  // (unread answers: not reusable)
+            if (c == pendingConn) c.close(); else Remoting.release(c);  // (an unread answer: not reusable)
         }
         conns.clear();
-        inflight.clear();
         pendingConn = null;
     }
 

@@ -161,7 +161,6 @@ final class Remoting {
             out.write(header);
             if (bodyLen > 0) out.write(body);
             out.flush();
-            awaited.add(opaque);
             return opaque;
         }
 
@@ -172,8 +171,6 @@ final class Remoting {
         /** The answer to `opaque`; its body is read into `reuse` when it fits (a puller keeps one
          * buffer for all its pulls: Response.bodyLength tells how much of it is this body). */
         Response receive(int opaque, int timeoutMs, byte[] reuse) throws IOException {
-            Response early = this.early.remove(opaque);
-            if (early != null) return early;
             socket.setSoTimeout(timeoutMs);
             while (true) {
                 int len = in.readInt();
@@ -185,19 +182,12 @@ final class Remoting {
                 byte[] b = reuse != null && reuse.length >= bl ? reuse : new byte[bl];
                 in.readFully(b, 0, bl);
                 Response r = parseHeader(header, hl, b, bl);
-                if ((r.flag & 1) == 0 || !awaited.remove(r.opaque)) {
+                if (r.opaque != opaque || (r.flag & 1) == 0) {
                     continue;  // a late answer to a request that timed out, or a request of the broker's
                 }
-                if (r.opaque == opaque) return r;
-                // the answer to a later request of this connection (pulls are pipelined): kept
-                byte[] own = b == reuse ? java.util.Arrays.copyOf(b, bl) : b;
-                this.early.put(r.opaque, new Response(r.code, r.opaque, r.flag, r.remark, r.ext, own, bl));
+                return r;
             }
         }
-
-        // requests sent whose answers are not read yet, and answers read before they were asked for
-        private final java.util.Set<Integer> awaited = new java.util.HashSet<>();
-        private final Map<Integer, Response> early = new HashMap<>();
 
         private byte[] header = new byte[1024];
 
