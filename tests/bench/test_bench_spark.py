@@ -25,8 +25,14 @@ Writing a DataFrame of 200,000 rows (128 B bodies, generated in the JVM, two tas
   turns each Arrow batch into Rows) and makes one Message per Row (write.to_message).
 * write_arrow: format("rmq")'s writer, a DataSourceArrowWriter making the Messages from whole
   Arrow columns; extra_info vs_write_row_baseline.
+
+Group spark-read-5M (slow-marked; `make bench` runs it): Parquet and the JVM reader again over
+5,000,000 messages, for how the cost grows with size: each 5M entry reports its seconds per query
+and, with the same entry of the 1M group run before it in the same session, the fixed per-query
+cost and the cost per further message (from the two sizes).
 """
 import os
+import time
 
 import pytest
 
@@ -36,33 +42,57 @@ pa = pytest.importorskip("pyarrow")
 from tests.servers import NamesrvAndBroker  # noqa: E402
 
 N = int(os.environ.get("RMQ_BENCH_SPARK_MESSAGES", 1_000_000))
+N_LARGE = 5_000_000
 QUEUES = 4
 TOPIC = "SparkBench"
 QUERY = ("sum(length(body)) as bytes", "count(*) as n")
 _rates = {}
+_seconds = {}  # (entry, messages) -> median seconds per query
 
 
-@pytest.fixture(scope="module")
-def bench_env(tmp_path_factory):
+def _topic_env(tmp, n):
+    """A broker holding `n` messages of 128 B on TOPIC and a Spark session; yields (spark,
+    name server, Parquet file of the same bodies, tmp)."""
     from rmq_core import Message, Producer
     from tests.spark.conftest import create_topic, spark_session
 
-    tmp = tmp_path_factory.mktemp("spark-bench")
+    # the store's default consume-queue file size (the test harness's small files would end a pull
+    # every 6000 entries)
     cl = NamesrvAndBroker(tmp, brokers=1, broker_props={"registerNameServerPeriod": "1000",
-                                                         "mappedFileSizeCommitLog": str(1024 * 1024 * 1024)})
+                                                         "mappedFileSizeCommitLog": str(1024 * 1024 * 1024),
+                                                         "mappedFileSizeConsumeQueue": str(300_000 * 20)})
     spark = spark_session("rmq-bench")
     try:
         create_topic(cl, TOPIC, queues=QUEUES)
         rnd = os.urandom(1 << 16)
         with Producer("PG_spark_bench", namesrv=cl.namesrv) as p:
             queues = p.fetch_publish_message_queues(TOPIC)
-            for start in range(0, N, 500):
+            for start in range(0, n, 500):
                 batch = [Message(TOPIC, b"%08d" % i + rnd[(i * 7) % 60000:(i * 7) % 60000 + 120])
-                         for i in range(start, min(N, start + 500))]
+                         for i in range(start, min(n, start + 500))]
                 p.send_batch(batch, queue=queues[(start // 500) % len(queues)])
         ns = cl.namesrv
+        # the broker builds its consume queues behind the commit log: wait until every message is
+        # listed (a count of the whole topic is answered from the queues' offsets)
+        deadline = time.monotonic() + 300
+        while (listed := rmq(spark, ns, "rmq").count()) != n:
+            assert time.monotonic() < deadline, f"{listed} of {n} messages listed after 300 s"
+            time.sleep(0.5)
         parquet = str(tmp / "bodies.parquet")
-        rmq(spark, ns).select("body", "topic", "queue_offset").write.parquet(parquet)
+        # written by the JVM reader when the jar is built (the Python source takes minutes at 5M)
+        rmq(spark, ns, "rmq").select("body", "topic", "queue_offset").write.parquet(parquet)
+        yield spark, ns, parquet
+    finally:
+        spark.stop()
+        cl.stop()
+
+
+@pytest.fixture(scope="module")
+def bench_env(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("spark-bench")
+    env = _topic_env(tmp, N)
+    spark, ns, parquet = next(env)
+    try:
         arrow_dir = tmp / "arrow"
         arrow_dir.mkdir()
         files = _arrow_files(ns, arrow_dir)
@@ -75,8 +105,7 @@ def bench_env(tmp_path_factory):
         spark.dataSource.register(PythonDecodeSource)
         yield spark, ns, parquet, files
     finally:
-        spark.stop()
-        cl.stop()
+        env.close()
 
 
 def rmq(spark, ns, fmt="rmq_python"):
@@ -198,12 +227,20 @@ def _run(benchmark, name, fn, rounds=3, vs="parquet", n=N):
 
     once()  # warm-up: JVM code paths, Python workers
     row = benchmark.pedantic(once, rounds=rounds, iterations=1)
-    rate = n / benchmark.stats.stats.median
+    seconds = benchmark.stats.stats.median
+    rate = n / seconds
     benchmark.extra_info["records_per_s"] = rate
     _rates[name] = rate
+    _seconds[name.removesuffix("_5m"), n] = seconds
+    small = _seconds.get((name.removesuffix("_5m"), N))
+    if n != N and small is not None:
+        # two sizes, one line: seconds = fixed + messages * per_message
+        per_message = (seconds - small) / (n - N)
+        benchmark.extra_info["us_per_further_message"] = per_message * 1e6
+        benchmark.extra_info["fixed_s_per_query"] = small - N * per_message
     if vs in _rates and vs != name and not name.startswith("parquet"):
         benchmark.extra_info[f"vs_{vs}"] = rate / _rates[vs]
-    if "ceiling" in _rates and name not in ("parquet", "ceiling") and not name.startswith("write"):
+    if "ceiling" in _rates and name not in ("parquet", "ceiling") and not name.startswith("write") and n == N:
         benchmark.extra_info["vs_ceiling"] = rate / _rates["ceiling"]
     print(f"\n{name}: {rate / 1e6:.2f} M msgs/s" + "".join(f", {k} {v:.2f}x" for k, v in benchmark.extra_info.items()
                                                       if k.startswith("vs_")))
@@ -355,3 +392,49 @@ def test_spark_write_all_columns_row_baseline(benchmark, write_env):
 @pytest.mark.benchmark(group="spark-write-200k-all-columns")
 def test_spark_write_all_columns_arrow(benchmark, write_env):
     _write(benchmark, write_env, "rmq", ALL_COLUMNS, "write_arrow_all_columns")
+
+# --- 5,000,000 messages: how the cost grows with size -------------------------------------------------
+@pytest.fixture(scope="module")
+def bench_env_5m(tmp_path_factory):
+    import spark_plugin
+    if spark_plugin.jar_path() is None:
+        pytest.skip("rmq-spark.jar not built (no JDK at build time)")
+    env = _topic_env(tmp_path_factory.mktemp("spark-bench-5m"), N_LARGE)
+    try:
+        yield next(env)
+    finally:
+        env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.benchmark(group="spark-read-5M")
+def test_spark_parquet_baseline_5m(benchmark, bench_env_5m):
+    spark, ns, parquet = bench_env_5m
+    _run(benchmark, "parquet_5m", lambda: spark.read.parquet(parquet).selectExpr(*QUERY).collect()[0], n=N_LARGE)
+
+
+@pytest.mark.slow
+@pytest.mark.benchmark(group="spark-read-5M")
+def test_spark_parquet_topic_offset_5m(benchmark, bench_env_5m):
+    spark, ns, parquet = bench_env_5m
+    _run(benchmark, "parquet_topic_offset_5m",
+         lambda: spark.read.parquet(parquet).selectExpr("count(topic) as n", "max(queue_offset) as m").collect()[0],
+         n=N_LARGE)
+
+
+@pytest.mark.slow
+@pytest.mark.benchmark(group="spark-read-5M")
+def test_spark_rmq_jvm_5m(benchmark, bench_env_5m):
+    spark, ns, parquet = bench_env_5m
+    row = _run(benchmark, "jvm_5m", lambda: rmq(spark, ns, "rmq").selectExpr(*QUERY).collect()[0],
+               vs="parquet_5m", n=N_LARGE)
+    assert row["bytes"] == 128 * N_LARGE
+
+
+@pytest.mark.slow
+@pytest.mark.benchmark(group="spark-read-5M")
+def test_spark_rmq_jvm_topic_offset_5m(benchmark, bench_env_5m):
+    spark, ns, parquet = bench_env_5m
+    _run(benchmark, "jvm_topic_offset_5m",
+         lambda: rmq(spark, ns, "rmq").selectExpr("count(topic) as n", "max(queue_offset) as m").collect()[0],
+         vs="parquet_topic_offset_5m", n=N_LARGE)

@@ -60,7 +60,8 @@ final class Pull {
     }
 
     // the pull on the wire: sent as soon as the answer before it named its offset, so the broker
-    // reads it while this reader decodes the body before
+    // reads it while this reader decodes the body before (one only: with more on the wire the
+    // broker's answers wait in the socket and cost its one thread more CPU per message, measured)
     private Remoting.Connection pendingConn;
     private int pendingOpaque;
     private long pendingOffset = -1;
@@ -104,8 +105,13 @@ final class Pull {
         if (c != null) c.close();
     }
 
-    /** The next pull body with messages, null when the partition is read. */
-    byte[] next() {
+    // one buffer for every answer's body: an answer is read only after the body before it is decoded
+    private byte[] buf = new byte[1 << 18];
+    byte[] body;
+
+    /** Reads the next pull answer with messages: its body is body[0, returned length); -1 when
+     * the partition is read. */
+    int next() {
         while (offset < part.untilOffset) {
             String addr = address();
             Remoting.Response r;
@@ -117,7 +123,8 @@ final class Pull {
                 Remoting.Connection c = pendingConn;
                 pendingConn = null;
                 try {
-                    r = c.receive(pendingOpaque, PULL_TIMEOUT_MS);
+                    r = c.receive(pendingOpaque, PULL_TIMEOUT_MS, buf);
+                    if (r.body.length > buf.length) buf = r.body;  // a larger answer: keep its buffer
                 } catch (IOException e) {
                     drop(addr);
                     throw e;
@@ -145,7 +152,10 @@ final class Pull {
                             pendingConn = null;  // the next call connects again (or moves to a replica)
                         }
                     }
-                    if (r.body != null && r.body.length > 0) return r.body;
+                    if (r.bodyLength > 0) {
+                        body = r.body;
+                        return r.bodyLength;
+                    }
                     continue;
                 case Remoting.PULL_RETRY_IMMEDIATELY:  // the filter matched nothing in what was scanned
                     offset = next;
@@ -176,7 +186,7 @@ final class Pull {
             throw new RmqException(part + " ends at offset " + r.getLong("maxOffset", 0) + ", before the partition's until offset "
                 + part.untilOffset + " (pull at " + offset + ": code " + r.code + ")");
         }
-        return null;
+        return -1;
     }
 
     /** The partition's first offset retention kept (GET_MIN_OFFSET; failOnDataLoss decides

@@ -5,6 +5,9 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -55,13 +58,16 @@ final class Records {
         }
     }
 
-    static int i32(byte[] b, int p) {
-        return (b[p] << 24) | ((b[p + 1] & 0xFF) << 16) | ((b[p + 2] & 0xFF) << 8) | (b[p + 3] & 0xFF);
-    }
+    // big-endian views of a byte[]: one load each where the JIT can (the record's fields are big-endian)
+    private static final VarHandle I16 = MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.BIG_ENDIAN);
+    private static final VarHandle I32 = MethodHandles.byteArrayViewVarHandle(int[].class, ByteOrder.BIG_ENDIAN);
+    private static final VarHandle I64 = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
 
-    static long i64(byte[] b, int p) { return ((long) i32(b, p) << 32) | (i32(b, p + 4) & 0xFFFFFFFFL); }
+    static int i32(byte[] b, int p) { return (int) I32.get(b, p); }
 
-    static int i16(byte[] b, int p) { return (short) (((b[p] & 0xFF) << 8) | (b[p + 1] & 0xFF)); }
+    static long i64(byte[] b, int p) { return (long) I64.get(b, p); }
+
+    static int i16(byte[] b, int p) { return (short) I16.get(b, p); }
 
     /** Where the selected columns go: vectors[k] receives column cols[k] (Columns indexes); null
      * vectors (the constant columns) are skipped. */

@@ -11,7 +11,6 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayDeque;
 import java.util.Base64;
 import java.util.HashMap;
-import java.util.Iterator;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -19,6 +18,8 @@ import java.util.concurrent.atomic.AtomicInteger;
 import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
 
+import com.fasterxml.jackson.core.JsonParser;
+import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
@@ -53,13 +54,15 @@ final class Remoting {
     }
 
     static final class Response {
-        final int code;
+        final int code, opaque, flag;
         final String remark;
         final Map<String, String> ext;
         final byte[] body;
+        final int bodyLength;  // body may be a reused buffer longer than this answer's body
 
-        Response(int code, String remark, Map<String, String> ext, byte[] body) {
-            this.code = code; this.remark = remark; this.ext = ext; this.body = body;
+        Response(int code, int opaque, int flag, String remark, Map<String, String> ext, byte[] body, int bodyLength) {
+            this.code = code; this.opaque = opaque; this.flag = flag; this.remark = remark; this.ext = ext;
+            this.body = body; this.bodyLength = bodyLength;
         }
 
         long getLong(String name, long dflt) {
@@ -67,6 +70,40 @@ final class Remoting {
             if (v == null || v.isEmpty()) return dflt;
             return Long.parseLong(v.trim());
         }
+    }
+
+    /** An answer's JSON header, read with Jackson's streaming parser (no tree: it is read once per pull). */
+    static Response parseHeader(byte[] h, int hl, byte[] body, int bodyLength) throws IOException {
+        int code = 0, opaque = 0, flag = 0;
+        String remark = null;
+        Map<String, String> ext = new HashMap<>();
+        try (JsonParser p = JSON.getFactory().createParser(h, 0, hl)) {
+            if (p.nextToken() != JsonToken.START_OBJECT) throw new IOException("bad answer header: not a JSON object");
+            while (p.nextToken() == JsonToken.FIELD_NAME) {
+                String name = p.getCurrentName();
+                JsonToken t = p.nextToken();
+                switch (name) {
+                    case "code": code = p.getValueAsInt(); break;
+                    case "opaque": opaque = p.getValueAsInt(); break;
+                    case "flag": flag = p.getValueAsInt(); break;
+                    case "remark": remark = t == JsonToken.VALUE_NULL ? null : p.getValueAsString(); break;
+                    case "extFields":
+                        if (t == JsonToken.START_OBJECT) {
+                            while (p.nextToken() == JsonToken.FIELD_NAME) {
+                                String k = p.getCurrentName();
+                                JsonToken vt = p.nextToken();
+                                if (vt.isStructStart()) p.skipChildren();
+                                ext.put(k, vt == JsonToken.VALUE_NULL ? null : p.getValueAsString());
+                            }
+                        } else {
+                            p.skipChildren();
+                        }
+                        break;
+                    default: p.skipChildren();
+                }
+            }
+        }
+        return new Response(code, opaque, flag, remark, ext, body, bodyLength);
     }
 
     /** One blocking connection to host:port. */
@@ -128,32 +165,31 @@ final class Remoting {
         }
 
         Response receive(int opaque, int timeoutMs) throws IOException {
+            return receive(opaque, timeoutMs, null);
+        }
+
+        /** The answer to `opaque`; its body is read into `reuse` when it fits (a puller keeps one
+         * buffer for all its pulls: Response.bodyLength tells how much of it is this body). */
+        Response receive(int opaque, int timeoutMs, byte[] reuse) throws IOException {
             socket.setSoTimeout(timeoutMs);
             while (true) {
                 int len = in.readInt();
                 int hl = in.readInt() & 0xFFFFFF;
                 if (len < 4 + hl || hl <= 0) throw new IOException("bad frame from " + addr + ": length " + len + ", header " + hl);
-                byte[] h = new byte[hl];
-                in.readFully(h);
-                byte[] b = new byte[len - 4 - hl];
-                in.readFully(b);
-                JsonNode node = JSON.readTree(h);
-                if (node.path("opaque").asInt() != opaque || (node.path("flag").asInt() & 1) == 0) {
+                if (header.length < hl) header = new byte[Math.max(hl, header.length * 2)];
+                in.readFully(header, 0, hl);
+                int bl = len - 4 - hl;
+                byte[] b = reuse != null && reuse.length >= bl ? reuse : new byte[bl];
+                in.readFully(b, 0, bl);
+                Response r = parseHeader(header, hl, b, bl);
+                if (r.opaque != opaque || (r.flag & 1) == 0) {
                     continue;  // a late answer to a request that timed out, or a request of the broker's
                 }
-                Map<String, String> rext = new HashMap<>();
-                JsonNode ef = node.get("extFields");
-                if (ef != null && ef.isObject()) {
-                    for (Iterator<Map.Entry<String, JsonNode>> it = ef.fields(); it.hasNext(); ) {
-                        Map.Entry<String, JsonNode> e = it.next();
-                        rext.put(e.getKey(), e.getValue().isNull() ? null : e.getValue().asText());
-                    }
-                }
-                JsonNode remark = node.get("remark");
-                return new Response(node.path("code").asInt(), remark == null || remark.isNull() ? null : remark.asText(),
-                                    rext, b);
+                return r;
             }
         }
+
+        private byte[] header = new byte[1024];
 
         @Override
         public void close() {

@@ -80,11 +80,11 @@ final class RmqColumnarReader implements PartitionReader<ColumnarBatch> {
     public boolean next() {
         if (offsetsOnly) return nextPositional();
         while (true) {
-            byte[] body = pull.next();
-            if (body == null) return false;
+            int size = pull.next();
+            if (size < 0) return false;
             for (WritableColumnVector v : vectors) if (v != null) v.reset();
             sink.rows = 0;
-            int rows = decode(body);
+            int rows = decode(pull.body, size);
             if (rows == 0) continue;
             return finish(rows);
         }
@@ -104,15 +104,15 @@ final class RmqColumnarReader implements PartitionReader<ColumnarBatch> {
         return true;
     }
 
-    private int decode(byte[] body) {
+    private int decode(byte[] body, int size) {
         // a pull holds at most PULL_BATCH records, but a body may still grow past the capacity
         // (a larger pull size on the broker): grow the fixed-width vectors first
-        int records = body.length / Records.RECORD_FIXED_V4 + 1;
+        int records = size / Records.RECORD_FIXED_V4 + 1;
         if (records > capacity) {
             capacity = records;
             for (WritableColumnVector v : vectors) if (v != null) v.reserve(capacity);
         }
-        return Records.decode(body, body.length, part.untilOffset, sink);
+        return Records.decode(body, size, part.untilOffset, sink);
     }
 
     @Override
