@@ -66,6 +66,9 @@ def _route_masters(raw, namesrv) -> dict:
     return {b["brokerName"]: b["brokerAddrs"].get("0") for b in (route or {}).get("brokerDatas", [])}
 
 
+# ~40 s: with the slow cases (suite time); the default run kills masters under rmq's own clients
+# (tests/controller) and reads from a slave under the C++ client (test_cpp_ha)
+@pytest.mark.slow
 def test_cpp_client_produces_and_consumes_across_a_master_kill(tmp_path, etcd):  # noqa: F811
     g = FailoverGroup(tmp_path, etcd.endpoints)
     other = producer = consumer = None
