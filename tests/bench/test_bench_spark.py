@@ -108,8 +108,8 @@ def bench_env(tmp_path_factory):
         env.close()
 
 
-def rmq(spark, ns, fmt="rmq_python"):
-    return spark.read.format(fmt).option("namesrv", ns).option("topic", TOPIC).load()
+def rmq(spark, ns, fmt="rmq_python", **options):
+    return spark.read.format(fmt).option("namesrv", ns).option("topic", TOPIC).options(**options).load()
 
 
 def _arrow_files(ns, directory):
@@ -175,6 +175,8 @@ class PythonDecodeSource(RmqDataSource):
 
 
 class _PythonDecodeReader(RmqBatchReader):
+    """Every column decoded in Python, properties included (read with includeProperties=true)."""
+
     def read(self, partition):
         import pyarrow as pa
 
@@ -306,7 +308,7 @@ def test_spark_rmq_source_narrowed(benchmark, bench_env):
 @pytest.mark.benchmark(group="spark-read-1M")
 def test_spark_rmq_source_python_decode(benchmark, bench_env):
     spark, ns, parquet, files = bench_env
-    _run(benchmark, "python_decode", lambda: rmq(spark, ns, "rmq_python_decode").selectExpr(*QUERY).collect()[0],
+    _run(benchmark, "python_decode", lambda: rmq(spark, ns, "rmq_python_decode", includeProperties="true").selectExpr(*QUERY).collect()[0],
          rounds=2)
 
 
