@@ -111,3 +111,15 @@ def test_split_by_backlog_never_exceeds_the_limit_or_a_backlog(backlog, limit):
     assert shares.keys() == backlog.keys()
     assert all(0 <= shares[k] <= backlog[k] for k in backlog)
     assert sum(shares.values()) == min(limit, sum(backlog.values()))
+
+
+def test_the_jar_is_built_wherever_a_jdk_is():
+    """The JVM tests skip without rmq-spark.jar; on a machine with javac (every `make` set-up
+    installs one) a missing jar is a broken build, not a reason to skip."""
+    import shutil
+
+    import spark_plugin
+
+    if shutil.which("javac") is None:
+        pytest.skip("no javac on this machine: the jar cannot be built here")
+    assert spark_plugin.jar_path() is not None, "javac is here but spark_plugin/jvm/rmq-spark.jar was not built"
