@@ -399,7 +399,7 @@ class MessagingService:
         if not messages:
             raise _Refused(_status(pb.BAD_REQUEST, "SendMessage without messages"))
         if self.ctrl.access_validator is not None:
-            for t in {m[0] for m in messages}:
+            for t in {topic for topic, *_ in messages}:
                 self._auth(call, "SendMessage", ((t, _PUB),))
         peer = self._peer(call.peer)
         entries = []
@@ -429,7 +429,7 @@ class MessagingService:
         flush; any other through the send processor as a SEND_MESSAGE_V2 would go (its general
         path checks it)."""
         ctrl = self.ctrl
-        topic, mid, group, queue_id = message[0], message[5], message[9], message[11]
+        topic, body, _, _, _, mid, _, _, born, group, _, queue_id, _, _ = message  # (proto_send.SEND_FIELDS)
         try:
             props, sys_flag, kind = convert.to_send(message, ctrl.store_config.max_message_size)
         except convert.BadMessage as e:
@@ -439,8 +439,8 @@ class MessagingService:
                 tc = ctrl.topic_manager.select(topic)
                 if tc is not None and queue_id >= tc.write_queue_nums:
                     queue_id = -1
-            put = ctrl.send_processor.put_plain(topic, queue_id, message[1], 0, props, peer.born_host,
-                                                message[8] or 0, sys_flag)
+            put = ctrl.send_processor.put_plain(topic, queue_id, body, 0, props, peer.born_host, born or 0,
+                                                sys_flag)
             if put is not None:
                 result, fut, _ = put
                 if fut is not None:  # SYNC_FLUSH (or a slave to wait for): answered once it is durable
@@ -462,7 +462,7 @@ class MessagingService:
                             kind: int) -> tuple[int, str, str, str, int]:
         """A message the send lane does not take, through the send processor's general path."""
         ctrl = self.ctrl
-        topic, body, mid, born, group, queue_id = message[0], message[1], message[5], message[8], message[9], message[11]
+        topic, body, _, _, _, mid, _, _, born, group, _, queue_id, _, _ = message  # (proto_send.SEND_FIELDS)
         processor = ctrl.send_processor
         missing = self._topic_missing(topic)
         if missing:
