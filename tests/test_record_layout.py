@@ -1,6 +1,7 @@
-"""The commit-log record layout has one definition (rmq_core/_native/record_layout.pxd): the Python
-mirror (rmq_core/record_layout.py) holds the same values, the native encoder puts the fields where
-the mirror says, and no other file defines the magic codes or the host-v6 flags."""
+"""The commit-log record layout has one definition (rmq_core/_native/record_layout.pxd): Python
+readers get every one of its names through rmq_core.record_layout (exported by the native module
+rmq_core._native.layout), the native encoder puts the fields where those say, and no other file
+defines the magic codes or the host-v6 flags."""
 import re
 import subprocess
 from pathlib import Path
@@ -25,16 +26,16 @@ def pxd_constants() -> dict[str, int]:
     return found
 
 
-def test_python_mirror_matches_the_pxd():
+def test_python_readers_get_every_name_of_the_pxd():
     pxd = pxd_constants()
-    mirror = {n: v for n, v in vars(layout).items() if n.isupper()}
+    exported = {n: v for n, v in vars(layout).items() if n.isupper()}
     assert len(pxd) > 30
-    assert mirror == pxd
+    assert exported == pxd
 
 
 @pytest.mark.parametrize("born, store", [("10.0.0.1:1", "10.0.0.2:2"), ("[::1]:3", "10.0.0.2:4"),
                                          ("10.0.0.1:5", "[fe80::2]:6"), ("[::1]:7", "[::2]:8")])
-def test_native_encoder_puts_fields_where_the_mirror_says(born, store):
+def test_native_encoder_puts_fields_where_the_layout_says(born, store):
     rec = encode_record("T", b"body", queue_id=3, flag=9, queue_offset=11, commit_log_offset=4096, sys_flag=0x4,
                         born_timestamp=1234, born_host=born, store_timestamp=5678, store_host=store,
                         reconsume_times=2, prepared_transaction_offset=77, properties={"TAGS": "a"})
@@ -79,11 +80,11 @@ def test_one_host_rule_and_a_clear_error():
 
 
 def test_no_other_file_defines_the_layout_constants():
-    """The magic codes and host-v6 flags are given values only in the .pxd and its mirror (prose
-    may name them; tests may spell them out to check the bytes)."""
+    """The magic codes and host-v6 flags are given values only in the .pxd (prose may name them;
+    tests may spell them out to check the bytes)."""
     files = subprocess.run(["git", "ls-files", "rmq_core", "plugins", "spark_plugin"], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout.split()
-    owners = {"rmq_core/_native/record_layout.pxd", "rmq_core/record_layout.py"}
+    owners = {"rmq_core/_native/record_layout.pxd"}
     # a magic code written as a value (assigned, passed, compared), a v6 flag given a value
     pattern = re.compile(r"([=(,]|==|!=) *(<\w+> *)?0x(DAA320A7|CBD43194)|V6\w* *= *0x[12]0\b|\bDEF \w*V6")
     offenders = []

@@ -1,7 +1,7 @@
 # The commit-log message record (RocketMQ 4.x "v1" layout, docs/protocol.md §5): its magic codes,
 # sysFlag bits, size limits and field offsets, defined here and nowhere else.  Every native reader
-# and writer cimports these; rmq_core/record_layout.py is the Python mirror, held to this file by
-# tests/test_record_layout.py (which reads the `NAME = value` lines below).
+# and writer cimports these; rmq_core._native.layout exports them to Python (rmq_core.record_layout),
+# and tests/test_record_layout.py checks that it exports every `NAME = value` line below.
 #
 # Offsets are from the record's start.  The born host is 8 bytes (IPv4 + port) or 20 (IPv6 +
 # port, sysFlag BORNHOST_V6), and so is the store host (STOREHOST_V6): the fields after a host
