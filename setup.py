@@ -3,6 +3,7 @@
 `plugins/` on disk is installed as the package `rmq_plugins`, so the product does not claim the
 generic top-level name `plugins` in site-packages.
 """
+import importlib.util
 import os
 import subprocess
 import sys
@@ -100,11 +101,15 @@ class build_py_with_jar(build_py):
             print("rmq: rmq_core does not import here, so rmq-spark.jar is not built: format('rmq') will be the "
                   "Python source", file=sys.stderr)
             return
-        sys.path.insert(0, here)
-        from spark_plugin.jvm.build import build
+        # (build.py by its path: importing the spark_plugin package would import rmq_core, whose
+        # native modules are in build_lib, not in the source tree)
+        spec = importlib.util.spec_from_file_location(
+            "rmq_jar_build", os.path.join(here, "spark_plugin", "jvm", "build.py"))
+        jar_build = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(jar_build)
         out_dir = os.path.join(self.build_lib, "spark_plugin", "jvm")
         os.makedirs(out_dir, exist_ok=True)
-        build(out_dir, system_properties=names)
+        jar_build.build(out_dir, system_properties=names)
 
 
 setup(
