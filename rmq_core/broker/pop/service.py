@@ -380,6 +380,18 @@ class PopService:
         or "MAX" (its end).  alive: a callable telling whether the asker is still there; a long
         poll whose asker left hands nothing out when it wakes (its messages would be invisible
         for nothing)."""
+        begun = self.begin_pop(group=group, topic=topic, max_nums=max_nums, invisible_ms=invisible_ms, sub=sub,
+                               poll_ms=poll_ms, client_id=client_id, fifo=fifo, attempt_id=attempt_id,
+                               queue_id=queue_id, init_mode=init_mode, alive=alive)
+        return begun if type(begun) is PopResult else await begun
+
+    def begin_pop(self, *, group: str, topic: str, max_nums: int = 32, invisible_ms: int = 30_000,
+                  sub: SubscriptionData | None = None, poll_ms: int = 0, client_id: str = "",
+                  fifo: bool | None = None, attempt_id: str | None = None, queue_id: int = -1,
+                  init_mode: str = "MIN", alive=None):
+        """pop() up to where it would wait: its PopResult when it has its answer now (messages
+        whose checkpoint needs no durability wait, or none and no poll), else an awaitable of it
+        (a front end answers without a coroutine of its own in the usual case)."""
         self._check_writable()
         if isinstance(max_nums, bool) or not isinstance(max_nums, int) or not 1 <= max_nums <= MAX_POP_NUMS:
             raise PopError(BAD_REQUEST, f"max messages {max_nums!r} is out of range [1, {MAX_POP_NUMS}]",
@@ -411,27 +423,23 @@ class PopService:
             again = self._same_attempt(akey)
             if again is not None:
                 return again  # a client retrying the same receive gets the same messages
+        args = (group, topic, tc, sg, mf, max_nums, invisible_ms, fifo, queue_id, init_mode)
+        result, waits, holds, wake_at = self._pop_once(*args)
+        if result.batches:
+            if any(fut is not None for _, fut in waits):
+                return self._handed_out_when_durable(result, waits, group, topic, akey)
+            return self._handed_out(result, group, topic, akey)
+        if poll_ms <= 0:
+            return result
+        return self._long_poll(args, akey, alive, asyncio.get_running_loop().time() + poll_ms / 1000, holds,
+                               wake_at, result)
+
+    async def _long_poll(self, args, akey, alive, deadline, holds, wake_at, result) -> PopResult:
+        """A pop that found nothing, held until an arrival (then it pops again) or its deadline."""
+        group, mf, invisible_ms = args[0], args[4], args[6]
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + poll_ms / 1000
-        polled, woken = False, ()
+        polled = False
         while True:
-            self._check_writable()
-            if polled and alive is not None and not alive():
-                self._pass_on(woken)
-                return PopResult("POLLING_NOT_FOUND", [], now_ms(), invisible_ms, 0, 0, True)
-            result, waits, holds, wake_at = self._pop_once(group, topic, tc, sg, mf, max_nums, invisible_ms,
-                                                           fifo, queue_id, init_mode)
-            if result.batches:
-                try:
-                    await self._durable(waits)
-                except PopError:
-                    raise  # (their checkpoints stay: the messages come back after their invisible time)
-                n = result.message_count
-                self.received[(topic, group)] += n
-                self.ctrl.stats.inc_get(group, topic, n, sum(len(b.buffer) for b in result.batches))
-                if akey is not None:
-                    self._remember_attempt(akey, result)
-                return result
             timeout = deadline - loop.time()
             if timeout <= 0:
                 result.polled = polled
@@ -440,6 +448,29 @@ class PopService:
                 timeout = min(timeout, max(0.0, (wake_at - now_ms()) / 1000) + 0.005)
             polled = True
             woken = await self._hold(group, holds, mf, timeout)
+            self._check_writable()
+            if alive is not None and not alive():
+                self._pass_on(woken)
+                return PopResult("POLLING_NOT_FOUND", [], now_ms(), invisible_ms, 0, 0, True)
+            result, waits, holds, wake_at = self._pop_once(*args)
+            if result.batches:
+                return await self._handed_out_when_durable(result, waits, group, args[1], akey)
+
+    async def _handed_out_when_durable(self, result: PopResult, waits, group, topic, akey) -> PopResult:
+        # (a failed wait raises: the checkpoints stay, the messages come back after their invisible time)
+        await self._durable(waits)
+        return self._handed_out(result, group, topic, akey)
+
+    def _handed_out(self, result: PopResult, group, topic, akey) -> PopResult:
+        """A pop's messages go out: counted, and remembered under their attempt id."""
+        b = result.batches
+        n, size = (len(b[0].offsets), len(b[0].buffer)) if len(b) == 1 else \
+            (result.message_count, sum(len(x.buffer) for x in b))
+        self.received[(topic, group)] += n
+        self.ctrl.stats.inc_get(group, topic, n, size)
+        if akey is not None:
+            self._remember_attempt(akey, result)
+        return result
 
     def _remember_attempt(self, akey, result: PopResult) -> None:
         """What a receive with an attempt id got: its batches without their records (read again on a retry)."""
@@ -801,7 +832,9 @@ class PopService:
             entry[1].append(h.queue_offset)
             entry[2].append(i)
         items = [(h, offs) for h, offs, _ in by_ck.values()]
-        statuses = iter(await self._ack_offsets(group, topic, items))
+        statuses, puts = self._ack_now(group, topic, items)
+        await self._durable(puts)
+        statuses = iter(statuses)
         for h, offsets, indexes in by_ck.values():
             real = h.real_topic(topic, group)
             for i, off in zip(indexes, offsets):
@@ -813,15 +846,35 @@ class PopService:
         """End the messages at `offsets` of one checkpoint (named by `checkpoint`, an ExtraInfo whose
         queue offset is not used: BATCH_ACK_MESSAGE's BatchAck).  Returns the PopErrors refusing
         some of them ([]: all acked, or acked before); answered once the ack record is stored."""
-        self._check_ack(group, topic)
-        statuses = await self._ack_offsets(group, topic, [(checkpoint, offsets)])
-        if statuses.count("OK") + statuses.count("ALREADY_ACKED") == len(statuses):  # (the usual: no refusal)
-            return []
-        return [st for st in statuses if isinstance(st, PopError)]
+        begun = self.begin_ack_offsets(group=group, topic=topic, checkpoint=checkpoint, offsets=offsets)
+        return begun if type(begun) is list else await begun
 
-    async def _ack_offsets(self, group, topic, items) -> list:
-        """items: (ExtraInfo naming a checkpoint, its offsets acked).  Per offset in that order
-        "OK", "ALREADY_ACKED" or the PopError refusing it."""
+    def begin_ack_offsets(self, *, group: str, topic: str, checkpoint: ExtraInfo, offsets):
+        """ack_offsets() up to the wait for its record's durability: its refusals (a list) when there
+        is none to wait for, else an awaitable of them."""
+        self._check_ack(group, topic)
+        statuses, puts = self._ack_now(group, topic, [(checkpoint, offsets)])
+        if statuses.count("OK") + statuses.count("ALREADY_ACKED") == len(statuses):  # (the usual: no refusal)
+            refusals = []
+        else:
+            refusals = [st for st in statuses if isinstance(st, PopError)]
+        return self._when_durable(puts, refusals)
+
+    def _when_durable(self, puts, answer):
+        """`answer` now when no put needs a durability wait, else an awaitable of it after the wait."""
+        for _, fut in puts:
+            if fut is not None:
+                return self._after_durable(puts, answer)
+        return answer
+
+    async def _after_durable(self, puts, answer):
+        await self._durable(puts)
+        return answer
+
+    def _ack_now(self, group, topic, items):
+        """items: (ExtraInfo naming a checkpoint, its offsets acked).  Decides and writes the ack
+        records now: (per offset in that order "OK", "ALREADY_ACKED" or the PopError refusing it,
+        the puts to wait on for durability before answering)."""
         out, by_ck = [], {}  # id(ck) -> (ck, {offset: None}, indexes in out)
         for h, offsets in items:
             refused = self._other_broker(h)
@@ -872,8 +925,7 @@ class PopService:
             for _, _, indexes in list(by_ck.values())[len(puts):]:
                 for i in indexes:
                     out[i] = e
-        await self._durable(puts)
-        return out
+        return out, puts
 
     def _wake_fifo(self, ck: _Ck) -> None:
         """A FIFO queue may be open again: wake the pops held on it (they hold one below its end)."""
