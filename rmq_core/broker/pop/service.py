@@ -87,14 +87,23 @@ class PoppedBatch:
     pull answer's body is), and their queue offsets.  The remoting answer sends the buffer as it
     is; per-message objects (PoppedMessage) are made only when asked for (`messages()`)."""
 
-    __slots__ = ("topic", "real_topic", "queue_id", "ck_offset", "offsets", "buffer", "attempts", "handle_prefix")
+    __slots__ = ("topic", "real_topic", "queue_id", "ck_offset", "offsets", "buffer", "attempts", "_prefix")
 
     def __init__(self, topic, real_topic, queue_id, ck_offset, offsets, buffer, attempts, handle_prefix):
         self.topic = topic  # the topic the consumer subscribed to
         self.real_topic = real_topic  # where the records are stored: `topic` or the group's pop retry topic
         self.queue_id, self.ck_offset, self.offsets, self.buffer = queue_id, ck_offset, offsets, buffer
         self.attempts = attempts  # each offset's delivery attempt, or None: its record's reconsume times + 1
-        self.handle_prefix = handle_prefix  # a message's receipt handle is this + str(its offset)
+        self._prefix = handle_prefix  # the str, or extra_info_prefix's arguments (made when first asked for)
+
+    @property
+    def handle_prefix(self) -> str:
+        """A message's receipt handle is this + str(its offset) (the remoting answer sends the
+        checkpoint's fields in its header instead: made only for who asks)."""
+        prefix = self._prefix
+        if type(prefix) is tuple:
+            prefix = self._prefix = extra_info_prefix(*prefix)
+        return prefix
 
     def messages(self) -> list:
         records = _split(self.buffer)
@@ -327,7 +336,11 @@ class PopService:
                     if not lst:
                         del self._fifo[(ck.group, ck.topic, ck.queue_id)]
             if ck.acked:
-                self._recent_done[ck.key] = frozenset(ck.acked)
+                acked = ck.acked
+                first, n = ck.offsets[0], len(ck.offsets)
+                # (the usual: a run of offsets, all acked: kept as a range, not a set of them)
+                self._recent_done[ck.key] = range(first, first + n) if len(acked) == n and \
+                    ck.offsets[-1] - first == n - 1 else frozenset(acked)
                 if len(self._recent_done) > _RECENT_DONE_MAX:
                     self._recent_done.popitem(last=False)
 
@@ -640,9 +653,8 @@ class PopService:
         return self._batch(ck, offsets, r.buffer, None)
 
     def _batch(self, ck: _Ck, offsets, buffer: bytes, attempts) -> PoppedBatch:
-        prefix = extra_info_prefix(ck.start, ck.pop_time, ck.invisible_ms,
-                                   POP_ORDER_REVIVE_QUEUE if ck.fifo else ck.rqid, RETRY_TOPIC if ck.topic != ck.origin else NORMAL_TOPIC,
-                                   self.ctrl.broker_config.broker_name, ck.queue_id)
+        prefix = (ck.start, ck.pop_time, ck.invisible_ms, POP_ORDER_REVIVE_QUEUE if ck.fifo else ck.rqid,
+                  RETRY_TOPIC if ck.topic != ck.origin else NORMAL_TOPIC, self.ctrl.broker_config.broker_name, ck.queue_id)
         return PoppedBatch(ck.origin, ck.topic, ck.queue_id, ck.start, offsets, buffer, attempts, prefix)
 
     def _pop_fifo_queue(self, group, topic, real_topic, q, n, mf, sg, pop_time, invisible_ms, init_mode, waits):

@@ -19,10 +19,12 @@ from rmq_core.common.pop_extra_info import (
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.message import ExpressionType
 from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import new_response
 
 log = logging.getLogger("rmq.broker.pop")
 
 _INIT_MODES = {0: "MIN", 1: "MAX"}  # ConsumeInitMode
+_SUCCESS = int(ResponseCode.SUCCESS)
 
 
 class PopMessageProcessor(Processor):
@@ -97,7 +99,7 @@ class PopMessageProcessor(Processor):
                 ext["orderCountInfo"] = build_info(counts)
         body = b"".join(b.buffer for b in result.batches) if len(result.batches) > 1 else result.batches[0].buffer
         body = self.ctrl.recompress_for_request(request, body)
-        return request.make_response(ResponseCode.SUCCESS, None, ext, body)
+        return new_response(request, _SUCCESS, None, ext, body)  # (ext: a fresh dict of str)
 
     def _subscription(self, topic: str, exp: str, exp_type: str) -> SubscriptionData:
         """A pop's subscription; a tag expression's is built once (a consumer pops with the same one
