@@ -176,6 +176,7 @@ class PopService:
         self.ctrl = ctrl
         self.revive_topic = revive_topic(ctrl.broker_config.broker_cluster_name)
         self._cks: dict = {}  # key -> _Ck
+        self._record_inner: dict = {}  # tag -> the MessageExtBrokerInner its records are put as
         self._fifo: dict = {}  # (group, real topic, queue id) -> [open FIFO _Ck]
         self._heap: list = []  # (revive time, seq, key) of normal checkpoints
         self._seq = 0
@@ -280,10 +281,15 @@ class PopService:
     def _put_record(self, rqid: int, tag: str, body: bytes):
         """Append a checkpoint / ack record to revive queue `rqid` now; returns the put's result
         and what to wait on for durability (None)."""
-        bc = self.ctrl.broker_config
-        inner = MessageExtBrokerInner(topic=self.revive_topic, queue_id=rqid, body=body,
-                                      properties_bytes=_RECORD_PROPERTIES[tag], born_timestamp=now_ms(),
-                                      born_host=(bc.broker_ip1, bc.listen_port))
+        # (one message per tag, its queue and body set for each put: the store reads it during
+        # put_nowait and keeps nothing of it; born time 0 is the store's now)
+        inner = self._record_inner.get(tag)
+        if inner is None:
+            bc = self.ctrl.broker_config
+            inner = self._record_inner[tag] = MessageExtBrokerInner(
+                topic=self.revive_topic, queue_id=0, body=b"", properties_bytes=_RECORD_PROPERTIES[tag],
+                born_host=(bc.broker_ip1, bc.listen_port))
+        inner.queue_id, inner.body = rqid, body
         result, fut = self.ctrl.store.put_nowait(inner)
         if result.status is not PutMessageStatus.PUT_OK:
             raise PopError(INTERNAL, f"storing a pop {tag} record failed: {result.error or result.status.name}",

@@ -6,7 +6,7 @@ Java remoting clients work.  The semantics are the broker's
 PopService (rmq_core.broker.pop.service); this module only reads and writes the wire."""
 from __future__ import annotations
 
-import base64
+from binascii import a2b_base64
 import json
 import logging
 
@@ -169,7 +169,7 @@ class PopMessageProcessor(Processor):
                 retry, so, q = str(get("r", "retry")), int(get("so", "startOffset")), int(get("q", "queueId"))
                 rq, pt, it = int(get("rq", "reviveQueueId")), int(get("pt", "popTime")), int(get("it", "invisibleTime"))
                 bits = a.get("b", a.get("bitSet")) or ""
-                raw = base64.b64decode(bits) if isinstance(bits, str) else bytes(bits)
+                raw = a2b_base64(bits) if isinstance(bits, str) else bytes(bits)  # (base64.b64decode's C core)
                 offsets = _bit_set_offsets(int.from_bytes(raw, "little"), so)  # (toByteArray is little-endian)
                 if retry not in (NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2):
                     raise ValueError(f"retry flag {retry!r} is not 0, 1 or 2")
