@@ -14,6 +14,7 @@ import heapq
 import json
 import logging
 import random
+import types
 import zlib
 
 import attrs
@@ -44,6 +45,7 @@ _MAX_POP_BYTES = 4 * 1024 * 1024
 _RETRY_EVERY = 5  # every 5th pop looks at the retry topic first (RocketMQ: popFromRetryProbability 20%)
 _RECENT_DONE_MAX = 100_000
 _ATTEMPTS_MAX = 10_000  # receives with an attempt id remembered (their handles)
+_NO_ATTEMPTS = types.MappingProxyType({})
 # a checkpoint's / an ack's record properties (its tag), encoded once
 _RECORD_PROPERTIES = {tag: properties_to_bytes({MessageConst.TAGS: tag}) for tag in (CK_TAG, ACK_TAG)}
 
@@ -151,7 +153,7 @@ class _Ck:
     """An open checkpoint: offsets of one (group, real topic, queue) handed out at pop_time."""
 
     __slots__ = ("group", "topic", "origin", "queue_id", "start", "offsets", "pending", "acked", "pop_time",
-                 "invisible_ms", "rqid", "rec_offset", "fifo", "attempts")
+                 "invisible_ms", "rqid", "rec_offset", "fifo", "attempts", "key")
 
     def __init__(self, group, topic, origin, queue_id, start, offsets, pop_time, invisible_ms, rqid, fifo, attempts):
         self.group, self.topic, self.origin, self.queue_id = group, topic, origin, queue_id
@@ -160,11 +162,8 @@ class _Ck:
         self.pop_time, self.invisible_ms, self.rqid = pop_time, invisible_ms, rqid
         self.rec_offset = -1
         self.fifo = fifo
-        self.attempts = dict(attempts or {})
-
-    @property
-    def key(self):
-        return (self.group, self.topic, self.queue_id, self.start, self.pop_time)
+        self.attempts = dict(attempts) if attempts else _NO_ATTEMPTS  # (read only: a normal checkpoint has none)
+        self.key = (group, topic, queue_id, start, pop_time)  # its name (the _cks key)
 
     @property
     def revive_time(self) -> int:
@@ -328,11 +327,8 @@ class PopService:
             ck.pending -= hit
             if acked:
                 ck.acked |= hit
-            for table, key in ((self._inflight, (ck.group, ck.origin)),
-                               (self._inflight_q, (ck.group, ck.topic, ck.queue_id))):
-                table[key] -= n
-                if table[key] <= 0:
-                    del table[key]
+            _count_down(self._inflight, (ck.group, ck.origin), n)
+            _count_down(self._inflight_q, (ck.group, ck.topic, ck.queue_id), n)
         if not ck.pending and self._cks.get(ck.key) is ck:
             del self._cks[ck.key]
             if ck.fifo:
@@ -1144,6 +1140,14 @@ class PopService:
             if ck is not None:
                 self._resolve(ck, [int(o) for o in rec.get("ao", ())], acked=not rec.get("r"))
         return 0
+
+
+def _count_down(table, key, n: int) -> None:
+    left = table.get(key, 0) - n
+    if left > 0:
+        table[key] = left
+    else:
+        table.pop(key, None)
 
 
 def _origin_topic(topic: str, group: str) -> str:
