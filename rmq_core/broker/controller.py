@@ -24,6 +24,7 @@ from rmq_core.broker.processors.admin import AdminBrokerProcessor
 from rmq_core.broker.processors.admin_ext import AdminExtProcessor
 from rmq_core.broker.processors.client import ClientManageProcessor
 from rmq_core.broker.processors.pull import PullMessageProcessor
+from rmq_core.broker.processors import Handler
 from rmq_core.broker.processors.pop import PopMessageProcessor
 from rmq_core.broker.pop.service import PopService
 from rmq_core.broker.processors.send import SendMessageProcessor, WriteFence, put_outcome
@@ -295,7 +296,7 @@ class BrokerController:
             for server in self.servers:
                 processor.register(server)
         for server in self.servers:
-            server.register_processor(RequestCode.END_TRANSACTION, _Handler(self.transaction_service.end_transaction))
+            server.register_processor(RequestCode.END_TRANSACTION, Handler(self.transaction_service.end_transaction))
             server.on_channel_close.append(self._on_channel_close)
             server.register_default_processor(None)  # serving: an unknown code is "not supported" again
         if bc.grpc_server_port:
@@ -330,7 +331,7 @@ class BrokerController:
             for server in self.servers:
                 for code in (RequestCode.PREPARE_MASTER_SWITCH, RequestCode.GET_BROKER_EPOCH_CACHE,
                              RequestCode.NOTIFY_BROKER_ROLE_CHANGED):
-                    server.register_processor(code, _Handler(self._controller_request))
+                    server.register_processor(code, Handler(self._controller_request))
             await self.replicas_manager.start()  # takes its id and role, registers when it knows them
             if self.broker_config.broker_id >= 0:
                 return
@@ -810,13 +811,3 @@ class _Starting:
 
     def process_request(self, ctx, request):
         return request.make_response(ResponseCode.SYSTEM_BUSY, self.remark)
-
-
-class _Handler:
-    __slots__ = ("fn",)
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    async def process_request(self, ctx, request):
-        return await self.fn(ctx, request)

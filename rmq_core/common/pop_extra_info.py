@@ -143,8 +143,8 @@ def build_info(entries) -> str:
     for retry, qid, value in entries:
         if retry not in (NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2):
             retry = retry_mark(retry)
-        if isinstance(value, (list, tuple)):
-            value = ",".join(map(str, value))
+        if isinstance(value, (list, tuple)):  # (ints: a list's repr is made in C, a join of str()s is not)
+            value = repr(list(value))[1:-1].replace(" ", "")
         parts.append(f"{retry}{_SEP}{qid}{_SEP}{value}")
     return ";".join(parts)
 

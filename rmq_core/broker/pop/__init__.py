@@ -21,6 +21,10 @@ CHANGE_MESSAGE_INVISIBLETIME) and the gRPC front end (rmq_core.proxy) both call 
     refusals = await pop_service.ack_offsets(group=..., topic=..., checkpoint=ExtraInfo, offsets=[...])
     # -> the PopErrors refusing some offsets of one checkpoint (BATCH_ACK_MESSAGE: no handle per offset)
 
+begin_pop(...) and begin_ack_offsets(...) (same arguments as pop / ack_offsets) answer without a
+coroutine when nothing needs waiting for (no durability wait, no long poll): the PopResult / the
+refusals list, else an awaitable of it; pop() and ack_offsets() are them awaited.
+
 pop() also takes init_mode="MIN"|"MAX" (where a group without a pop offset in a queue starts;
 the remoting header's initMode) and alive=callable (is the asker still connected: a long poll
 that wakes after it left hands nothing out).  PopResult.status is "FOUND" or "POLLING_NOT_FOUND"; refusals

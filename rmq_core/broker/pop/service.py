@@ -14,6 +14,7 @@ import heapq
 import json
 import logging
 import random
+import types
 import zlib
 
 import attrs
@@ -44,6 +45,7 @@ _MAX_POP_BYTES = 4 * 1024 * 1024
 _RETRY_EVERY = 5  # every 5th pop looks at the retry topic first (RocketMQ: popFromRetryProbability 20%)
 _RECENT_DONE_MAX = 100_000
 _ATTEMPTS_MAX = 10_000  # receives with an attempt id remembered (their handles)
+_NO_ATTEMPTS = types.MappingProxyType({})
 # a checkpoint's / an ack's record properties (its tag), encoded once
 _RECORD_PROPERTIES = {tag: properties_to_bytes({MessageConst.TAGS: tag}) for tag in (CK_TAG, ACK_TAG)}
 
@@ -87,14 +89,23 @@ class PoppedBatch:
     pull answer's body is), and their queue offsets.  The remoting answer sends the buffer as it
     is; per-message objects (PoppedMessage) are made only when asked for (`messages()`)."""
 
-    __slots__ = ("topic", "real_topic", "queue_id", "ck_offset", "offsets", "buffer", "attempts", "handle_prefix")
+    __slots__ = ("topic", "real_topic", "queue_id", "ck_offset", "offsets", "buffer", "attempts", "_prefix")
 
     def __init__(self, topic, real_topic, queue_id, ck_offset, offsets, buffer, attempts, handle_prefix):
         self.topic = topic  # the topic the consumer subscribed to
         self.real_topic = real_topic  # where the records are stored: `topic` or the group's pop retry topic
         self.queue_id, self.ck_offset, self.offsets, self.buffer = queue_id, ck_offset, offsets, buffer
         self.attempts = attempts  # each offset's delivery attempt, or None: its record's reconsume times + 1
-        self.handle_prefix = handle_prefix  # a message's receipt handle is this + str(its offset)
+        self._prefix = handle_prefix  # the str, or extra_info_prefix's arguments (made when first asked for)
+
+    @property
+    def handle_prefix(self) -> str:
+        """A message's receipt handle is this + str(its offset) (the remoting answer sends the
+        checkpoint's fields in its header instead: made only for who asks)."""
+        prefix = self._prefix
+        if type(prefix) is tuple:
+            prefix = self._prefix = extra_info_prefix(*prefix)
+        return prefix
 
     def messages(self) -> list:
         records = _split(self.buffer)
@@ -142,7 +153,7 @@ class _Ck:
     """An open checkpoint: offsets of one (group, real topic, queue) handed out at pop_time."""
 
     __slots__ = ("group", "topic", "origin", "queue_id", "start", "offsets", "pending", "acked", "pop_time",
-                 "invisible_ms", "rqid", "rec_offset", "fifo", "attempts")
+                 "invisible_ms", "rqid", "rec_offset", "fifo", "attempts", "key")
 
     def __init__(self, group, topic, origin, queue_id, start, offsets, pop_time, invisible_ms, rqid, fifo, attempts):
         self.group, self.topic, self.origin, self.queue_id = group, topic, origin, queue_id
@@ -151,11 +162,8 @@ class _Ck:
         self.pop_time, self.invisible_ms, self.rqid = pop_time, invisible_ms, rqid
         self.rec_offset = -1
         self.fifo = fifo
-        self.attempts = dict(attempts or {})
-
-    @property
-    def key(self):
-        return (self.group, self.topic, self.queue_id, self.start, self.pop_time)
+        self.attempts = dict(attempts) if attempts else _NO_ATTEMPTS  # (read only: a normal checkpoint has none)
+        self.key = (group, topic, queue_id, start, pop_time)  # its name (the _cks key)
 
     @property
     def revive_time(self) -> int:
@@ -167,6 +175,7 @@ class PopService:
         self.ctrl = ctrl
         self.revive_topic = revive_topic(ctrl.broker_config.broker_cluster_name)
         self._cks: dict = {}  # key -> _Ck
+        self._record_inner: dict = {}  # tag -> the MessageExtBrokerInner its records are put as
         self._fifo: dict = {}  # (group, real topic, queue id) -> [open FIFO _Ck]
         self._heap: list = []  # (revive time, seq, key) of normal checkpoints
         self._seq = 0
@@ -271,10 +280,15 @@ class PopService:
     def _put_record(self, rqid: int, tag: str, body: bytes):
         """Append a checkpoint / ack record to revive queue `rqid` now; returns the put's result
         and what to wait on for durability (None)."""
-        bc = self.ctrl.broker_config
-        inner = MessageExtBrokerInner(topic=self.revive_topic, queue_id=rqid, body=body,
-                                      properties_bytes=_RECORD_PROPERTIES[tag], born_timestamp=now_ms(),
-                                      born_host=(bc.broker_ip1, bc.listen_port))
+        # (one message per tag, its queue and body set for each put: the store reads it during
+        # put_nowait and keeps nothing of it; born time 0 is the store's now)
+        inner = self._record_inner.get(tag)
+        if inner is None:
+            bc = self.ctrl.broker_config
+            inner = self._record_inner[tag] = MessageExtBrokerInner(
+                topic=self.revive_topic, queue_id=0, body=b"", properties_bytes=_RECORD_PROPERTIES[tag],
+                born_host=(bc.broker_ip1, bc.listen_port))
+        inner.queue_id, inner.body = rqid, body
         result, fut = self.ctrl.store.put_nowait(inner)
         if result.status is not PutMessageStatus.PUT_OK:
             raise PopError(INTERNAL, f"storing a pop {tag} record failed: {result.error or result.status.name}",
@@ -313,11 +327,8 @@ class PopService:
             ck.pending -= hit
             if acked:
                 ck.acked |= hit
-            for table, key in ((self._inflight, (ck.group, ck.origin)),
-                               (self._inflight_q, (ck.group, ck.topic, ck.queue_id))):
-                table[key] -= n
-                if table[key] <= 0:
-                    del table[key]
+            _count_down(self._inflight, (ck.group, ck.origin), n)
+            _count_down(self._inflight_q, (ck.group, ck.topic, ck.queue_id), n)
         if not ck.pending and self._cks.get(ck.key) is ck:
             del self._cks[ck.key]
             if ck.fifo:
@@ -327,7 +338,11 @@ class PopService:
                     if not lst:
                         del self._fifo[(ck.group, ck.topic, ck.queue_id)]
             if ck.acked:
-                self._recent_done[ck.key] = frozenset(ck.acked)
+                acked = ck.acked
+                first, n = ck.offsets[0], len(ck.offsets)
+                # (the usual: a run of offsets, all acked: kept as a range, not a set of them)
+                self._recent_done[ck.key] = range(first, first + n) if len(acked) == n and \
+                    ck.offsets[-1] - first == n - 1 else frozenset(acked)
                 if len(self._recent_done) > _RECENT_DONE_MAX:
                     self._recent_done.popitem(last=False)
 
@@ -380,6 +395,18 @@ class PopService:
         or "MAX" (its end).  alive: a callable telling whether the asker is still there; a long
         poll whose asker left hands nothing out when it wakes (its messages would be invisible
         for nothing)."""
+        begun = self.begin_pop(group=group, topic=topic, max_nums=max_nums, invisible_ms=invisible_ms, sub=sub,
+                               poll_ms=poll_ms, client_id=client_id, fifo=fifo, attempt_id=attempt_id,
+                               queue_id=queue_id, init_mode=init_mode, alive=alive)
+        return begun if type(begun) is PopResult else await begun
+
+    def begin_pop(self, *, group: str, topic: str, max_nums: int = 32, invisible_ms: int = 30_000,
+                  sub: SubscriptionData | None = None, poll_ms: int = 0, client_id: str = "",
+                  fifo: bool | None = None, attempt_id: str | None = None, queue_id: int = -1,
+                  init_mode: str = "MIN", alive=None):
+        """pop() up to where it would wait: its PopResult when it has its answer now (messages
+        whose checkpoint needs no durability wait, or none and no poll), else an awaitable of it
+        (a front end answers without a coroutine of its own in the usual case)."""
         self._check_writable()
         if isinstance(max_nums, bool) or not isinstance(max_nums, int) or not 1 <= max_nums <= MAX_POP_NUMS:
             raise PopError(BAD_REQUEST, f"max messages {max_nums!r} is out of range [1, {MAX_POP_NUMS}]",
@@ -411,27 +438,23 @@ class PopService:
             again = self._same_attempt(akey)
             if again is not None:
                 return again  # a client retrying the same receive gets the same messages
+        args = (group, topic, tc, sg, mf, max_nums, invisible_ms, fifo, queue_id, init_mode)
+        result, waits, holds, wake_at = self._pop_once(*args)
+        if result.batches:
+            if any(fut is not None for _, fut in waits):
+                return self._handed_out_when_durable(result, waits, group, topic, akey)
+            return self._handed_out(result, group, topic, akey)
+        if poll_ms <= 0:
+            return result
+        return self._long_poll(args, akey, alive, asyncio.get_running_loop().time() + poll_ms / 1000, holds,
+                               wake_at, result)
+
+    async def _long_poll(self, args, akey, alive, deadline, holds, wake_at, result) -> PopResult:
+        """A pop that found nothing, held until an arrival (then it pops again) or its deadline."""
+        group, mf, invisible_ms = args[0], args[4], args[6]
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + poll_ms / 1000
-        polled, woken = False, ()
+        polled = False
         while True:
-            self._check_writable()
-            if polled and alive is not None and not alive():
-                self._pass_on(woken)
-                return PopResult("POLLING_NOT_FOUND", [], now_ms(), invisible_ms, 0, 0, True)
-            result, waits, holds, wake_at = self._pop_once(group, topic, tc, sg, mf, max_nums, invisible_ms,
-                                                           fifo, queue_id, init_mode)
-            if result.batches:
-                try:
-                    await self._durable(waits)
-                except PopError:
-                    raise  # (their checkpoints stay: the messages come back after their invisible time)
-                n = result.message_count
-                self.received[(topic, group)] += n
-                self.ctrl.stats.inc_get(group, topic, n, sum(len(b.buffer) for b in result.batches))
-                if akey is not None:
-                    self._remember_attempt(akey, result)
-                return result
             timeout = deadline - loop.time()
             if timeout <= 0:
                 result.polled = polled
@@ -440,6 +463,29 @@ class PopService:
                 timeout = min(timeout, max(0.0, (wake_at - now_ms()) / 1000) + 0.005)
             polled = True
             woken = await self._hold(group, holds, mf, timeout)
+            self._check_writable()
+            if alive is not None and not alive():
+                self._pass_on(woken)
+                return PopResult("POLLING_NOT_FOUND", [], now_ms(), invisible_ms, 0, 0, True)
+            result, waits, holds, wake_at = self._pop_once(*args)
+            if result.batches:
+                return await self._handed_out_when_durable(result, waits, group, args[1], akey)
+
+    async def _handed_out_when_durable(self, result: PopResult, waits, group, topic, akey) -> PopResult:
+        # (a failed wait raises: the checkpoints stay, the messages come back after their invisible time)
+        await self._durable(waits)
+        return self._handed_out(result, group, topic, akey)
+
+    def _handed_out(self, result: PopResult, group, topic, akey) -> PopResult:
+        """A pop's messages go out: counted, and remembered under their attempt id."""
+        b = result.batches
+        n, size = (len(b[0].offsets), len(b[0].buffer)) if len(b) == 1 else \
+            (result.message_count, sum(len(x.buffer) for x in b))
+        self.received[(topic, group)] += n
+        self.ctrl.stats.inc_get(group, topic, n, size)
+        if akey is not None:
+            self._remember_attempt(akey, result)
+        return result
 
     def _remember_attempt(self, akey, result: PopResult) -> None:
         """What a receive with an attempt id got: its batches without their records (read again on a retry)."""
@@ -609,9 +655,8 @@ class PopService:
         return self._batch(ck, offsets, r.buffer, None)
 
     def _batch(self, ck: _Ck, offsets, buffer: bytes, attempts) -> PoppedBatch:
-        prefix = extra_info_prefix(ck.start, ck.pop_time, ck.invisible_ms,
-                                   POP_ORDER_REVIVE_QUEUE if ck.fifo else ck.rqid, RETRY_TOPIC if ck.topic != ck.origin else NORMAL_TOPIC,
-                                   self.ctrl.broker_config.broker_name, ck.queue_id)
+        prefix = (ck.start, ck.pop_time, ck.invisible_ms, POP_ORDER_REVIVE_QUEUE if ck.fifo else ck.rqid,
+                  RETRY_TOPIC if ck.topic != ck.origin else NORMAL_TOPIC, self.ctrl.broker_config.broker_name, ck.queue_id)
         return PoppedBatch(ck.origin, ck.topic, ck.queue_id, ck.start, offsets, buffer, attempts, prefix)
 
     def _pop_fifo_queue(self, group, topic, real_topic, q, n, mf, sg, pop_time, invisible_ms, init_mode, waits):
@@ -801,7 +846,9 @@ class PopService:
             entry[1].append(h.queue_offset)
             entry[2].append(i)
         items = [(h, offs) for h, offs, _ in by_ck.values()]
-        statuses = iter(await self._ack_offsets(group, topic, items))
+        statuses, puts = self._ack_now(group, topic, items)
+        await self._durable(puts)
+        statuses = iter(statuses)
         for h, offsets, indexes in by_ck.values():
             real = h.real_topic(topic, group)
             for i, off in zip(indexes, offsets):
@@ -813,15 +860,35 @@ class PopService:
         """End the messages at `offsets` of one checkpoint (named by `checkpoint`, an ExtraInfo whose
         queue offset is not used: BATCH_ACK_MESSAGE's BatchAck).  Returns the PopErrors refusing
         some of them ([]: all acked, or acked before); answered once the ack record is stored."""
-        self._check_ack(group, topic)
-        statuses = await self._ack_offsets(group, topic, [(checkpoint, offsets)])
-        if statuses.count("OK") + statuses.count("ALREADY_ACKED") == len(statuses):  # (the usual: no refusal)
-            return []
-        return [st for st in statuses if isinstance(st, PopError)]
+        begun = self.begin_ack_offsets(group=group, topic=topic, checkpoint=checkpoint, offsets=offsets)
+        return begun if type(begun) is list else await begun
 
-    async def _ack_offsets(self, group, topic, items) -> list:
-        """items: (ExtraInfo naming a checkpoint, its offsets acked).  Per offset in that order
-        "OK", "ALREADY_ACKED" or the PopError refusing it."""
+    def begin_ack_offsets(self, *, group: str, topic: str, checkpoint: ExtraInfo, offsets):
+        """ack_offsets() up to the wait for its record's durability: its refusals (a list) when there
+        is none to wait for, else an awaitable of them."""
+        self._check_ack(group, topic)
+        statuses, puts = self._ack_now(group, topic, [(checkpoint, offsets)])
+        if statuses.count("OK") + statuses.count("ALREADY_ACKED") == len(statuses):  # (the usual: no refusal)
+            refusals = []
+        else:
+            refusals = [st for st in statuses if isinstance(st, PopError)]
+        return self._when_durable(puts, refusals)
+
+    def _when_durable(self, puts, answer):
+        """`answer` now when no put needs a durability wait, else an awaitable of it after the wait."""
+        for _, fut in puts:
+            if fut is not None:
+                return self._after_durable(puts, answer)
+        return answer
+
+    async def _after_durable(self, puts, answer):
+        await self._durable(puts)
+        return answer
+
+    def _ack_now(self, group, topic, items):
+        """items: (ExtraInfo naming a checkpoint, its offsets acked).  Decides and writes the ack
+        records now: (per offset in that order "OK", "ALREADY_ACKED" or the PopError refusing it,
+        the puts to wait on for durability before answering)."""
         out, by_ck = [], {}  # id(ck) -> (ck, {offset: None}, indexes in out)
         for h, offsets in items:
             refused = self._other_broker(h)
@@ -872,8 +939,7 @@ class PopService:
             for _, _, indexes in list(by_ck.values())[len(puts):]:
                 for i in indexes:
                     out[i] = e
-        await self._durable(puts)
-        return out
+        return out, puts
 
     def _wake_fifo(self, ck: _Ck) -> None:
         """A FIFO queue may be open again: wake the pops held on it (they hold one below its end)."""
@@ -1074,6 +1140,14 @@ class PopService:
             if ck is not None:
                 self._resolve(ck, [int(o) for o in rec.get("ao", ())], acked=not rec.get("r"))
         return 0
+
+
+def _count_down(table, key, n: int) -> None:
+    left = table.get(key, 0) - n
+    if left > 0:
+        table[key] = left
+    else:
+        table.pop(key, None)
 
 
 def _origin_topic(topic: str, group: str) -> str:

@@ -1,7 +1,9 @@
 """Request processors: a table from request code to handler (RocketMQ's processorTable).
 
 Each processor class lists the codes it serves in `CODES` ({code: method name}); `register`
-wires them into a remoting server.  Handlers are `async def h(ctx, request) -> response | None`.
+wires them into a remoting server.  A handler `h(ctx, request)` answers a response (or None) or
+an awaitable of it: `async def` handlers, and ones that answer at once when they need not wait
+(no coroutine made per request).
 """
 from __future__ import annotations
 
@@ -22,22 +24,17 @@ class Processor:
 
     def register(self, server) -> None:
         for code, name in self.CODES.items():
-            server.register_processor(int(code), _Bound(self, getattr(self, name)))
+            server.register_processor(int(code), Handler(getattr(self, name)))
 
 
-class _Bound:
-    """Adapter to the remoting contract: an object with `process_request(ctx, request)`."""
+class Handler:
+    """The remoting contract (`process_request(ctx, request)`) around one handler: the server's
+    dispatch takes its answer, or awaits the awaitable it gives."""
 
-    __slots__ = ("owner", "fn")
+    __slots__ = ("process_request",)
 
-    def __init__(self, owner, fn):
-        self.owner, self.fn = owner, fn
-
-    async def process_request(self, ctx, request):
-        return await self.fn(ctx, request)
-
-    def reject_request(self) -> bool:
-        return False
+    def __init__(self, fn):
+        self.process_request = fn
 
 
 def born_host_of(ctx) -> tuple[str, int]:

@@ -6,11 +6,11 @@ Java remoting clients work.  The semantics are the broker's
 PopService (rmq_core.broker.pop.service); this module only reads and writes the wire."""
 from __future__ import annotations
 
-import base64
+from binascii import a2b_base64
 import json
 import logging
 
-from rmq_core.broker.pop.service import PopError
+from rmq_core.broker.pop.service import PopError, PopResult
 from rmq_core.broker.processors import Processor
 from rmq_core.common.pop_extra_info import (
     NORMAL_TOPIC, POP_ORDER_REVIVE_QUEUE, RETRY_TOPIC, RETRY_TOPIC_V2, ExtraInfo, build_info,
@@ -19,10 +19,12 @@ from rmq_core.common.pop_extra_info import (
 from rmq_core.common.subscription import SubscriptionData
 from rmq_core.message import ExpressionType
 from rmq_core.remoting.codes import RequestCode, ResponseCode
+from rmq_core.remoting.command import new_response
 
 log = logging.getLogger("rmq.broker.pop")
 
 _INIT_MODES = {0: "MIN", 1: "MAX"}  # ConsumeInitMode
+_SUCCESS = int(ResponseCode.SUCCESS)
 
 
 class PopMessageProcessor(Processor):
@@ -37,7 +39,9 @@ class PopMessageProcessor(Processor):
         super().__init__(controller)
         self._tag_subs: dict = {}  # (topic, expression, type) -> SubscriptionData of a tag expression
 
-    async def pop_message(self, ctx, request):
+    def pop_message(self, ctx, request):
+        """Answered at once when the pop needs no wait (messages whose checkpoint needs no
+        durability wait, or none without a poll), else a coroutine of the answer."""
         ctrl = self.ctrl
         try:
             group = request.get_str("consumerGroup")
@@ -59,13 +63,25 @@ class PopMessageProcessor(Processor):
         if init_mode not in _INIT_MODES:
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad initMode {init_mode} (0 MIN, 1 MAX)")
         try:
-            result = await ctrl.pop_service.pop(
+            begun = ctrl.pop_service.begin_pop(
                 group=group, topic=topic, max_nums=max_nums, invisible_ms=invisible,
                 sub=self._subscription(topic, exp, exp_type), poll_ms=max(0, poll), client_id=ctx.remote_address,
                 fifo=order, attempt_id=attempt_id, queue_id=queue_id, init_mode=_INIT_MODES[init_mode],
                 alive=lambda: not ctx.closed)
         except PopError as e:
             return request.make_response(e.code, str(e))
+        if type(begun) is PopResult:
+            return self._pop_answer(ctx, request, begun)
+        return self._pop_answer_later(ctx, request, begun)
+
+    async def _pop_answer_later(self, ctx, request, begun):
+        try:
+            result = await begun
+        except PopError as e:
+            return request.make_response(e.code, str(e))
+        return self._pop_answer(ctx, request, result)
+
+    def _pop_answer(self, ctx, request, result: PopResult):
         if ctx.closed:
             return None
         ext = {"popTime": str(result.pop_time), "invisibleTime": str(result.invisible_ms),
@@ -74,18 +90,16 @@ class PopMessageProcessor(Processor):
             return request.make_response(ResponseCode.POLLING_TIMEOUT, "no new message", ext)
         # (a pop takes one checkpoint per queue: one startOffsetInfo / msgOffsetInfo entry each)
         marks = [RETRY_TOPIC if b.real_topic != b.topic else NORMAL_TOPIC for b in result.batches]
-        ext["startOffsetInfo"] = build_info(zip(marks, (b.queue_id for b in result.batches),
-                                                (b.ck_offset for b in result.batches)))
-        ext["msgOffsetInfo"] = build_info(zip(marks, (b.queue_id for b in result.batches),
-                                              (b.offsets for b in result.batches)))
+        ext["startOffsetInfo"] = build_info([(m, b.queue_id, b.ck_offset) for m, b in zip(marks, result.batches)])
+        ext["msgOffsetInfo"] = build_info([(m, b.queue_id, b.offsets) for m, b in zip(marks, result.batches)])
         if result.revive_qid == POP_ORDER_REVIVE_QUEUE:
             counts = [(mark, f"qo{b.queue_id}%{o}", a - 1) for mark, b in zip(marks, result.batches)
                       for o, a in zip(b.offsets, b.attempts) if a > 1]
             if counts:
                 ext["orderCountInfo"] = build_info(counts)
         body = b"".join(b.buffer for b in result.batches) if len(result.batches) > 1 else result.batches[0].buffer
-        body = ctrl.recompress_for_request(request, body)
-        return request.make_response(ResponseCode.SUCCESS, None, ext, body)
+        body = self.ctrl.recompress_for_request(request, body)
+        return new_response(request, _SUCCESS, None, ext, body)  # (ext: a fresh dict of str)
 
     def _subscription(self, topic: str, exp: str, exp_type: str) -> SubscriptionData:
         """A pop's subscription; a tag expression's is built once (a consumer pops with the same one
@@ -139,11 +153,12 @@ class PopMessageProcessor(Processor):
             "popTime": str(h.pop_time), "invisibleTime": str(h.invisible_time), "reviveQid": str(h.revive_qid),
             "extraInfo": new})
 
-    async def batch_ack_message(self, ctx, request):
+    def batch_ack_message(self, ctx, request):
         """BatchAckMessageRequestBody: {"brokerName", "acks": [BatchAck]}, a BatchAck naming one
         checkpoint (c group, t topic, r retry flag, so start offset, q queue, rq revive queue, pt pop
         time, it invisible time) and the offsets acked as a java.util.BitSet over offset - so
-        (`b`: its toByteArray(), base64 as fastjson writes a byte[])."""
+        (`b`: its toByteArray(), base64 as fastjson writes a byte[]).  Answered at once when its ack
+        records need no durability wait, else a coroutine of the answer."""
         try:
             body = json.loads(bytes(request.body or b"{}"))
             broker = body.get("brokerName") or self.ctrl.broker_config.broker_name
@@ -154,7 +169,7 @@ class PopMessageProcessor(Processor):
                 retry, so, q = str(get("r", "retry")), int(get("so", "startOffset")), int(get("q", "queueId"))
                 rq, pt, it = int(get("rq", "reviveQueueId")), int(get("pt", "popTime")), int(get("it", "invisibleTime"))
                 bits = a.get("b", a.get("bitSet")) or ""
-                raw = base64.b64decode(bits) if isinstance(bits, str) else bytes(bits)
+                raw = a2b_base64(bits) if isinstance(bits, str) else bytes(bits)  # (base64.b64decode's C core)
                 offsets = _bit_set_offsets(int.from_bytes(raw, "little"), so)  # (toByteArray is little-endian)
                 if retry not in (NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2):
                     raise ValueError(f"retry flag {retry!r} is not 0, 1 or 2")
@@ -164,13 +179,33 @@ class PopMessageProcessor(Processor):
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch ack body: {e!r}")
         if not batches:
             return request.make_response(ResponseCode.NO_MESSAGE, "batch ack without acks")
-        refused = []
+        refused, waits = [], []
         for group, topic, checkpoint, offsets in batches:
             try:
-                refused += await self.ctrl.pop_service.ack_offsets(group=group, topic=topic, checkpoint=checkpoint,
-                                                                   offsets=offsets)
+                begun = self.ctrl.pop_service.begin_ack_offsets(group=group, topic=topic, checkpoint=checkpoint,
+                                                                offsets=offsets)
             except PopError as e:
+                for w in waits:  # (the answer is this refusal: the earlier records' waits are not needed)
+                    w.close()
                 return request.make_response(e.code, str(e))
+            if type(begun) is list:
+                refused += begun
+            else:
+                waits.append(begun)
+        if waits:
+            return self._batch_ack_answer_later(request, refused, waits)
+        return self._batch_ack_answer(request, refused)
+
+    async def _batch_ack_answer_later(self, request, refused, waits):
+        try:
+            for w in waits:
+                refused += await w
+        except PopError as e:
+            return request.make_response(e.code, str(e))
+        return self._batch_ack_answer(request, refused)
+
+    @staticmethod
+    def _batch_ack_answer(request, refused):
         if refused:
             return request.make_response(refused[0].code, "; ".join(str(e) for e in refused[:5]))
         return request.make_response(ResponseCode.SUCCESS)

@@ -8,7 +8,7 @@ import time
 import zlib
 
 from rmq_core.broker import message_type as message_types
-from rmq_core.broker.processors import Processor, born_host_of
+from rmq_core.broker.processors import Handler, Processor, born_host_of
 from rmq_core.errors import IllegalArgumentError
 from rmq_core.codec import string_to_properties
 from rmq_core.message import MessageConst, MixAll, PermName, SysFlag, TopicValidator, properties_to_bytes, host_port
@@ -133,9 +133,9 @@ class SendMessageProcessor(Processor):
         for code, name in self.CODES.items():
             if name == "send_message":
                 # process_send answers most sends without suspending: no coroutine of its own.
-                server.register_processor(int(code), _SendRequests(self.process_send))
+                server.register_processor(int(code), Handler(self.process_send))
             else:
-                server.register_processor(int(code), _SendRequests(getattr(self, name)))
+                server.register_processor(int(code), Handler(getattr(self, name)))
 
     # --- send -----------------------------------------------------------------------------------
     def fast_lane(self, ctx):
@@ -632,16 +632,6 @@ def put_outcome(status, error: str | None = None) -> tuple[int, str | None, bool
                 ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE):
         return int(code), None, True
     return int(code), error or f"put message failed: {status.name}", False
-
-
-class _SendRequests:
-    """The remoting contract (`process_request(ctx, request)`) around one processor method; the
-    method may answer at once (a RemotingCommand) or give an awaitable of the answer."""
-
-    __slots__ = ("process_request",)
-
-    def __init__(self, fn):
-        self.process_request = fn
 
 
 def _lane_check(ctx, before: list):
