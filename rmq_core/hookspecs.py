@@ -134,4 +134,6 @@ def rmq_broker_before_request(remote_addr, request, connection):
 
 @hookspec
 def rmq_broker_after_response(remote_addr, request, response, connection):
-    """Runs once per answer a broker sends, with its request."""
+    """Runs once per answer a broker sends, with its request.  A pull answer's body is a
+    `rmq_core.remoting.command.ManyMessageTransfer` (views of the mapped commit log): len() is its
+    size, bytes() its content."""

@@ -221,33 +221,72 @@ def cq_count_matches(NativeMap m, Py_ssize_t start, Py_ssize_t end, TagFilter ta
     return found
 
 
-def gather_matches(bytearray matches, Py_ssize_t start, Py_ssize_t n, NativeMap seg, int64_t seg_from,
-                   Py_ssize_t seg_limit, int64_t queue_offset_base):
-    """Copy the records of matches[start:n] (as written by cq_scan) that lie in one commit-log
-    segment into one bytes object — the pull response body — stopping at the first match outside
-    [seg_from, seg_from + seg_limit).  Returns (body, queue offsets, matches consumed)."""
+def segment_runs(bytearray matches, Py_ssize_t start, Py_ssize_t n, NativeMap seg, int64_t seg_from,
+                 Py_ssize_t seg_limit):
+    """Where the records of matches[start:n] (as written by cq_scan) lie in one commit-log
+    segment, stopping at the first match outside [seg_from, seg_from + seg_limit): runs of
+    adjacent records (a batch-sent queue's records are back to back in the log) as a flat list
+    [from, to, from, to, ...] of positions in the segment - the pull response body is these
+    byte ranges of the mapped file, sent as they are (nothing copied).  Returns (runs, matches
+    consumed); ValueError when the segment's mapping is gone."""
     cdef const unsigned char *m = <const unsigned char *>PyByteArray_AS_STRING(matches)
     if len(matches) < n * 16:
         raise ValueError("matches buffer shorter than n")
-    cdef unsigned char *p = seg.check(0, seg_limit)
-    cdef Py_ssize_t i = start, total = 0, k
-    cdef int64_t phys
-    cdef int32_t size, idx
+    seg.check(0, seg_limit)
+    cdef Py_ssize_t i = start
+    cdef int64_t phys, run_from = -1, run_to = -1
+    cdef int32_t size
+    runs = []
     while i < n:
         memcpy(&phys, m + i * 16, 8)
         memcpy(&size, m + i * 16 + 8, 4)
         if phys < seg_from or phys - seg_from + size > seg_limit or size <= 0:
             break
-        total += size
+        phys -= seg_from
+        if phys != run_to:
+            if run_to >= 0:
+                runs.append(run_from)
+                runs.append(run_to)
+            run_from = phys
+        run_to = phys + size
         i += 1
+    if run_to >= 0:
+        runs.append(run_from)
+        runs.append(run_to)
+    return runs, i - start
+
+
+def copy_runs(NativeMap seg, list runs):
+    """The bytes of runs [from, to, from, to, ...] of one segment (segment_runs), back to back in
+    one bytes object: a pull whose matches are scattered (a sparse tag) is cheaper copied than sent
+    as one view per record."""
+    cdef Py_ssize_t k, total = 0, a, b
+    cdef unsigned char *p = seg.check(0, seg.size)
+    for k in range(0, len(runs), 2):
+        a = runs[k]
+        b = runs[k + 1]
+        if a < 0 or b < a or b > seg.size:
+            raise ValueError(f"run {a}..{b} outside the segment's {seg.size} bytes")
+        total += b - a
     body = PyBytes_FromStringAndSize(NULL, total)
     cdef unsigned char *o = <unsigned char *><char *>(<bytes>body)
-    qoffs = []
-    for k in range(start, i):
-        memcpy(&phys, m + k * 16, 8)
-        memcpy(&size, m + k * 16 + 8, 4)
+    for k in range(0, len(runs), 2):
+        a = runs[k]
+        b = runs[k + 1]
+        memcpy(o, p + a, b - a)
+        o += b - a
+    return body
+
+
+def match_queue_offsets(bytearray matches, Py_ssize_t start, Py_ssize_t end, int64_t queue_offset_base):
+    """The queue offsets of matches[start:end] (as written by cq_scan): base + each entry index."""
+    cdef const unsigned char *m = <const unsigned char *>PyByteArray_AS_STRING(matches)
+    if start < 0 or end < start or len(matches) < end * 16:
+        raise ValueError(f"match range {start}..{end} outside the matches buffer")
+    cdef Py_ssize_t k
+    cdef int32_t idx
+    out = []
+    for k in range(start, end):
         memcpy(&idx, m + k * 16 + 12, 4)
-        memcpy(o, p + (phys - seg_from), size)
-        o += size
-        qoffs.append(queue_offset_base + idx)
-    return body, qoffs, i - start
+        out.append(queue_offset_base + idx)
+    return out

@@ -95,6 +95,24 @@ def _ext_to_str(ext_fields: Mapping[str, Any] | None) -> dict[str, str]:
     return {str(k): ext_value_to_str(v) for k, v in ext_fields.items() if v is not None}
 
 
+class ManyMessageTransfer:
+    """A body of several buffers that go to the socket back to back, never joined (RocketMQ's
+    ManyMessageTransfer): a pull answer's records as views of the mapped commit log.  len() is the
+    body's size; bytes() joins it (a transport that hands commands over in memory does)."""
+
+    __slots__ = ("buffers", "size")
+
+    def __init__(self, buffers: list, size: int):
+        self.buffers = buffers
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.buffers)
+
+
 class RemotingCommand:
     """A mutable request/response.  `ext_fields` values are strings (see the module docstring)."""
 

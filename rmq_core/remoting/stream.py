@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 
 from rmq_core.errors import RemotingCommandError, RemotingError
 from rmq_core.remoting.command import (
-    RemotingCommand, SerializeType, native_decode_frames as _decode_frames,
+    ManyMessageTransfer, RemotingCommand, SerializeType, native_decode_frames as _decode_frames,
     native_encode_json_header as _encode_json_header,
 )
 from rmq_core.remoting.frames import split_frames
@@ -38,6 +39,7 @@ WRITE_BUFFER_HIGH = 4 * 1024 * 1024
 WRITE_BUFFER_LOW = 1024 * 1024
 # A part at least this big is written on its own instead of being joined (joining copies it).
 _JOIN_LIMIT = 64 * 1024
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024  # buffers per writev
 
 
 def hand_on(frame, on_command, fail, remote_address: str) -> bool:
@@ -92,6 +94,7 @@ class StreamChannel(Channel, asyncio.Protocol):
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future] = []
         self._fast_lane = None  # a native lane that answers some frames itself (set_fast_lane)
+        self._fd = -1  # the socket's descriptor, for a vectored write of big parts (_write_parts)
         self.done = self._loop.create_future()
 
     # --- asyncio.Protocol ------------------------------------------------------------------------
@@ -104,6 +107,8 @@ class StreamChannel(Channel, asyncio.Protocol):
             except OSError:
                 pass  # not a TCP socket (never happens for this transport) or already closed
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
+        if sock is not None and transport.get_extra_info("sslcontext") is None:
+            self._fd = sock.fileno()
         self.local_address = peer_name(transport.get_extra_info("sockname"))
         self.remote_address = peer_name(transport.get_extra_info("peername"))
         if self._on_connected is not None:
@@ -281,11 +286,15 @@ class StreamChannel(Channel, asyncio.Protocol):
         out = self._out
         out.append(command.encode_header(len(body) if body is not None else 0))
         if body:
-            if type(body) is not bytes:
-                # The write happens later in this loop iteration: snapshot a bytearray (the caller
-                # may reuse it) or a memoryview (its mapping may go) now, as an immediate write would.
-                body = bytes(body)
-            out.append(body)
+            if type(body) is ManyMessageTransfer:
+                # views of the mapped commit log: written as they are (a viewed mapping stays)
+                out += body.buffers
+            else:
+                if type(body) is not bytes:
+                    # The write happens later in this loop iteration: snapshot a bytearray (the caller
+                    # may reuse it) or a memoryview (its mapping may go) now, as an immediate write would.
+                    body = bytes(body)
+                out.append(body)
             if len(body) >= _JOIN_LIMIT:
                 self._out_big = True
         if not self._in_read and not self._flush_scheduled:
@@ -311,20 +320,41 @@ class StreamChannel(Channel, asyncio.Protocol):
                 transport.write(out[0])
             elif not big:
                 transport.write(b"".join(out))
-            else:  # join the small parts only; a big body goes on its own
-                small = []
-                for part in out:
-                    if len(part) >= _JOIN_LIMIT:
-                        if small:
-                            transport.write(b"".join(small))
-                            small = []
-                        transport.write(part)
-                    else:
-                        small.append(part)
-                if small:
-                    transport.write(b"".join(small))
+            else:
+                self._write_parts(transport, out)
         except (RuntimeError, OSError) as e:  # the transport is closing under us
             log.debug("cannot write to %s: %s", self.remote_address, e)
+
+    def _write_parts(self, transport, out: list) -> None:
+        """Parts with a big one among them (a pull answer's views of the mapped log): one writev
+        of them all while the transport has nothing queued (what its write does with one buffer,
+        and the order stays), the rest through transport.write, which copies what the socket did
+        not take - so no view outlives this call."""
+        sent = 0
+        if self._fd >= 0 and transport.get_write_buffer_size() == 0 and not transport.is_closing():
+            try:
+                sent = os.writev(self._fd, out[:_IOV_MAX])
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as e:  # the connection failed: transport.write below reports it
+                log.debug("writev to %s: %s", self.remote_address, e)
+        small = []
+        for part in out:
+            n = len(part)
+            if sent >= n:
+                sent -= n
+                continue
+            if sent:
+                part, sent = memoryview(part)[sent:], 0
+            if len(part) >= _JOIN_LIMIT:  # a big part on its own; the small ones joined
+                if small:
+                    transport.write(b"".join(small))
+                    small = []
+                transport.write(part)
+            else:
+                small.append(part)
+        if small:
+            transport.write(b"".join(small))
 
     def _wake_drain_waiters(self, reason: BaseException | None) -> None:
         waiters, self._drain_waiters = self._drain_waiters, []

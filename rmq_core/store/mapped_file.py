@@ -221,8 +221,13 @@ class MappedFile:
     def close(self) -> None:
         if self.native is not None:
             self.native.release()
-            self._mm.close()
             self.native = None
+            try:
+                self._mm.close()
+            except BufferError:
+                # a pull answer still holds views of its records (a write waiting for a slow
+                # consumer): the mapping goes with the last of them
+                log.debug("%s: mapping still viewed at close; unmapped when its last view goes", self.path)
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None

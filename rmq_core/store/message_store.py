@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import os
 import shutil
@@ -53,6 +54,17 @@ _RECORD_FIXED = layout.RECORD_FIXED_NO_HOSTS + 3
 # Entries one get_message call may scan (bounded time for a pull with a rare tag).
 MAX_SCAN_ENTRIES_PER_GET = 16000
 _MATCH = struct.Struct("=qii")
+# A pull's records go out as views of the mapped log when they lie in at most this many runs of
+# adjacent records per segment; more (scattered matches of a sparse tag) are copied into one body.
+_MAX_RUN_VIEWS = 8
+
+
+def _kept_queue_offsets(matches: bytearray, kept: list, base: int) -> list:
+    """The queue offsets of the match ranges get_message kept (GetMessageResult.queue_offsets)."""
+    out = []
+    for a, b in kept:
+        out += cq_native.match_queue_offsets(matches, a, b, base)
+    return out
 
 
 def disk_usage_ratio(path: str) -> float:
@@ -1034,35 +1046,41 @@ class DefaultMessageStore:
             n, stop = self._in_disk_batch(out, n, stop, rel)
         next_begin = offset + (stop - rel) // CQ_STORE_UNIT_SIZE
         parts = []
-        qoffs = []
+        total = 0
         check_cl = message_filter is not None and message_filter.needs_commit_log_check
         i = 0
         if not check_cl:
-            # native gather: the matches' records, segment by segment, into one body
+            # the matches' records, segment by segment, as byte ranges of the mapped log: adjacent
+            # records make one range (a batch-sent queue's are back to back), sent uncopied
             mfq = self.commit_log.mapped_file_queue
+            kept = []  # [first, end) match ranges whose records are in parts
             while i < n:
                 phys = _MATCH.unpack_from(out, i * 16)[0]
                 seg = mfq.find_mapped_file_by_offset(phys)
-                if seg is None:
-                    removed += 1
-                    i += 1
-                    continue
-                try:
-                    body, offs, k = cq_native.gather_matches(out, i, n, seg.native, seg.file_from_offset,
-                                                          seg.wrote_position, offset)
-                except ValueError:  # deleted by retention meanwhile
-                    removed += 1
-                    i += 1
-                    continue
+                k = 0
+                if seg is not None:
+                    try:
+                        runs, k = cq_native.segment_runs(out, i, n, seg.native, seg.file_from_offset,
+                                                         seg.wrote_position)
+                        if len(runs) > 2 * _MAX_RUN_VIEWS:  # scattered records: one copy is cheaper
+                            parts.append(cq_native.copy_runs(seg.native, runs))
+                        elif k:
+                            view = seg.view().toreadonly()
+                            parts += [view[runs[j]:runs[j + 1]] for j in range(0, len(runs), 2)]
+                    except ValueError:  # deleted by retention meanwhile
+                        k = 0
                 if k == 0:
                     removed += 1
                     i += 1
                     continue
-                parts.append(body)
-                qoffs += offs
+                total += sum(runs[1::2]) - sum(runs[::2])
+                kept.append((i, i + k))
                 i += k
+            count = sum(b - a for a, b in kept)
+            offsets = functools.partial(_kept_queue_offsets, out, kept, offset)
         else:
             get_data = self.commit_log.get_data
+            offsets = []
             for i in range(n):
                 phys, size, idx = _MATCH.unpack_from(out, i * 16)
                 data = get_data(phys, size)
@@ -1073,14 +1091,14 @@ class DefaultMessageStore:
                         string_to_properties(record_fields(data)["properties_bytes"])):
                     continue
                 parts.append(data)
-                qoffs.append(offset + idx)
+                total += len(data)
+                offsets.append(offset + idx)
+            count = len(offsets)
         if parts:
-            buf = parts[0] if len(parts) == 1 else b"".join(parts)
             status = GetMessageStatus.FOUND
         else:
-            buf = b""
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if removed else GetMessageStatus.NO_MATCHED_MESSAGE
-        result = GetMessageResult(status, next_begin, min_off, max_off, buf, len(qoffs), qoffs, len(buf))
+        result = GetMessageResult(status, next_begin, min_off, max_off, parts, count, total, offsets=offsets)
         if parts:
             # RocketMQ suggests the slave when the consumer lags by more than the memory share
             lag = self.commit_log.get_max_offset() - (_MATCH.unpack_from(out, (n - 1) * 16)[0])

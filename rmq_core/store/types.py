@@ -139,15 +139,40 @@ class GetMessageStatus(enum.Enum):
 
 @attrs.define
 class GetMessageResult:
+    """What get_message found.  The records are `message_buffer_list`: byte ranges of the mapped
+    commit log (memoryviews: a pull answer sends them as they are, as RocketMQ's
+    ManyMessageTransfer does) or bytes; `buffer` is them joined.  A view keeps its segment's
+    mapping alive (MappedFile.close leaves an exported mapping to its last view)."""
+
     status: GetMessageStatus
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    buffer: bytes = b""  # the matching records, concatenated exactly as stored
+    message_buffer_list: list = attrs.field(factory=list)
     message_count: int = 0
-    queue_offsets: list = attrs.field(factory=list)
     buffer_total_size: int = 0
     suggest_pulling_from_slave: bool = False
+    # the records' queue offsets: a list, or a function making it (only pop asks for them)
+    offsets: object = attrs.field(default=None, repr=False)
+
+    @property
+    def buffer(self) -> bytes:
+        """The records concatenated exactly as stored (joined once; the views are let go then)."""
+        parts = self.message_buffer_list
+        if len(parts) == 1 and type(parts[0]) is bytes:
+            return parts[0]
+        joined = b"".join(parts)
+        self.message_buffer_list = [joined] if joined else []
+        return joined
+
+    @property
+    def queue_offsets(self) -> list:
+        offsets = self.offsets
+        if offsets is None:
+            return []
+        if callable(offsets):
+            offsets = self.offsets = offsets()
+        return offsets
 
 
 @attrs.define(slots=True)

@@ -1,6 +1,7 @@
 """RemotingServer / RemotingClient over real TCP sockets on 127.0.0.1 and over inproc."""
 import asyncio
 import json
+import os
 import socket
 import struct
 import threading
@@ -12,8 +13,9 @@ import pytest
 from rmq_core.errors import PluginNotFoundError, RemotingConnectError, RemotingTimeoutError
 from rmq_core.remoting import ChannelContext, RemotingClient, RemotingCommand, RemotingServer, SerializeType
 from rmq_core.remoting.codes import ResponseCode
+from rmq_core.remoting.command import ManyMessageTransfer
 
-ECHO, SLOW, BOOM, CALLBACK, ONEWAY_SINK, REVERSED = 1, 2, 3, 4, 5, 6
+ECHO, SLOW, BOOM, CALLBACK, ONEWAY_SINK, REVERSED, VIEWS = 1, 2, 3, 4, 5, 6, 7
 
 
 class Echo:
@@ -526,6 +528,45 @@ async def test_large_bodies_round_trip(transport):
             client.invoke(server.listen_address, RemotingCommand.create_request(ECHO, {"i": i}, body), 20)
             for i in range(3)))
         assert all(r.body == body for r in results)
+    finally:
+        await client.close()
+        await server.stop()
+
+
+class Views:
+    """Answers with a body of views of one buffer (as a pull answer sends the mapped log):
+    ext field `parts` views of `size` bytes each, back to back."""
+
+    def __init__(self, data):
+        self.data = data
+
+    async def process_request(self, ctx, request):
+        n, size = request.get_int("parts"), request.get_int("size")
+        view = memoryview(self.data).toreadonly()
+        buffers = [view[i * size:(i + 1) * size] for i in range(n)]
+        return request.make_response(ResponseCode.SUCCESS, ext_fields={"i": request.get_str("i")},
+                                     body=ManyMessageTransfer(buffers, n * size))
+
+
+async def test_body_of_many_buffers_arrives_whole_and_in_order(transport):
+    """Bodies of several buffers (views, never joined on the way) beside small answers, more than
+    the socket takes at once: each arrives exactly, every answer to its request."""
+    data = os.urandom(1 << 22)
+    server = await _server(transport)
+    server.register_processor(VIEWS, Views(data))
+    client = RemotingClient()
+    try:
+        calls = [client.invoke(server.listen_address, RemotingCommand.create_request(
+                     VIEWS, {"i": i, "parts": 1 + i % 4, "size": (1 << 20) - i}), 20) if i % 2 == 0 else
+                 client.invoke(server.listen_address, RemotingCommand.create_request(ECHO, {"i": i}, b"small-%d" % i), 20)
+                 for i in range(12)]
+        for i, r in enumerate(await asyncio.gather(*calls)):
+            assert r.code == ResponseCode.SUCCESS and r.get_int("i") == i
+            if i % 2 == 0:
+                parts, size = 1 + i % 4, (1 << 20) - i
+                assert r.body == b"".join(data[k * size:(k + 1) * size] for k in range(parts))
+            else:
+                assert r.body == b"small-%d" % i
     finally:
         await client.close()
         await server.stop()

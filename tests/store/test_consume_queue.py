@@ -210,3 +210,42 @@ def test_query_message_by_key(store):
     found = store.query_message("TopicA", "order-2", 32, 0, 2**62)
     assert sorted(m.body for m in decode_messages(found.buffer)) == [b"a", b"b"]
     assert store.query_message("TopicA", "nope", 32, 0, 2**62).message_count == 0
+
+
+def test_batch_sent_records_come_as_views_of_the_mapped_log(store):
+    # two batches of one queue with another queue's batch between them: two runs of adjacent records
+    fill(store, 40, queue_id=0)
+    fill(store, 10, queue_id=1)
+    fill(store, 40, queue_id=0, tag_of=lambda i: "TagB")
+    g = store.get_message("g", "TopicA", 0, 5, 60, max_transfer_count=60)
+    assert g.status is S.FOUND and g.message_count == 60
+    parts = g.message_buffer_list
+    assert [type(p) for p in parts] == [memoryview, memoryview] and all(p.readonly for p in parts)
+    expected = b"".join(store.select_one_message_by_offset(store.get_commit_log_offset_in_queue("TopicA", 0, q))
+                        for q in range(5, 65))
+    assert g.buffer_total_size == len(expected) and b"".join(parts) == expected
+    assert g.queue_offsets == list(range(5, 65))
+    assert g.buffer == expected and g.message_buffer_list == [expected]  # joined once, the views let go
+
+
+def test_scattered_matches_are_copied_into_one_body(store):
+    fill(store, 100, tag_of=lambda i: "TagA" if i % 2 else "TagB")
+    g = store.get_message("g", "TopicA", 0, 0, 100, TagFilter("TagA"), max_transfer_count=100)
+    assert g.status is S.FOUND and g.message_count == 50
+    assert len(g.message_buffer_list) == 1 and type(g.message_buffer_list[0]) is bytes
+    assert [m.body for m in decode_messages(g.buffer)] == [b"m%d" % i for i in range(1, 100, 2)]
+    assert g.queue_offsets == list(range(1, 100, 2))
+
+
+def test_shutdown_with_a_result_still_viewing_the_log(store_factory, config_factory):
+    """A pull answer waiting for a slow consumer holds views of the log: closing the store leaves
+    that mapping to the views (no BufferError), and they still read the records."""
+    store = store_factory()
+    fill(store, 20)
+    g = store.get_message("g", "TopicA", 0, 0, 20)
+    expected = b"".join(store.select_one_message_by_offset(store.get_commit_log_offset_in_queue("TopicA", 0, q))
+                        for q in range(20))
+    assert type(g.message_buffer_list[0]) is memoryview
+    store.shutdown()
+    assert b"".join(g.message_buffer_list) == expected
+    assert [m.body for m in decode_messages(g.buffer)] == [b"m%d" % i for i in range(20)]

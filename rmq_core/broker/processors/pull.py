@@ -12,6 +12,7 @@ from rmq_core.errors import FilterExpressionError, PluginNotFoundError
 from rmq_core.filtering import RetryMessageFilter
 from rmq_core.message import ExpressionType, MixAll, PermName
 from rmq_core.remoting.codes import PULL_STATUS_BY_CODE, RequestCode, ResponseCode
+from rmq_core.remoting.command import ManyMessageTransfer
 from rmq_core.store import GetMessageStatus
 
 log = logging.getLogger("rmq.broker")
@@ -152,9 +153,11 @@ class PullMessageProcessor(Processor):
                                               ctrl.consumer_manager.client_id_of(group, ctx))
 
         if code == ResponseCode.SUCCESS:
-            body = result.buffer
-            if not ctrl.client_understands_lz4(request):
-                body = ctrl.recompress_for_4x(body)
+            if ctrl.client_understands_lz4(request):
+                # the records as the store has them: views of the mapped log, sent uncopied
+                body = ManyMessageTransfer(result.message_buffer_list, result.buffer_total_size)
+            else:
+                body = ctrl.recompress_for_4x(result.buffer)
             ctrl.stats.inc_get(group, topic, result.message_count, len(body))
             return request.make_response(code, None, ext, body)
         if code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and sys_flag & FLAG_SUSPEND:

@@ -5,8 +5,7 @@ import java.util.Base64;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
-import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarMap;
 
 /**
@@ -20,14 +19,14 @@ public final class Golden {
     public static String decode(byte[] body, long untilOffset, String columns) throws Exception {
         String[] names = columns.split(",");
         int[] cols = new int[names.length];
-        WritableColumnVector[] v = new WritableColumnVector[cols.length];
         for (int k = 0; k < cols.length; k++) {
             names[k] = names[k].trim();
             cols[k] = Columns.index(names[k]);
-            v[k] = new OnHeapColumnVector(body.length / Records.RECORD_FIXED_V4 + 1, RmqTableProvider.SCHEMA.fields()[cols[k]].dataType());
         }
         ObjectMapper json = new ObjectMapper();
-        Records.Sink sink = new Records.Sink(cols, v, null);
+        Records.Sink sink = new Records.Sink(cols, body.length / Records.RECORD_FIXED_V4 + 1, null);
+        ColumnVector[] v = new ColumnVector[cols.length];
+        for (int k = 0; k < cols.length; k++) v[k] = sink.column(k);
         try {
             Records.decode(body, body.length, untilOffset, sink);
         } catch (Records.DecodeException e) {
@@ -59,7 +58,7 @@ public final class Golden {
                 }
             }
         }
-        for (WritableColumnVector c : v) c.close();
+        sink.close();
         return json.writeValueAsString(rows);
     }
 

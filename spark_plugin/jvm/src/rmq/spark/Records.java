@@ -16,7 +16,9 @@ import java.util.Set;
 import java.util.zip.DataFormatException;
 import java.util.zip.Inflater;
 
+import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.vectorized.ColumnVector;
 
 /**
  * The store's v1 record layout (a PULL body is records back to back) decoded straight into
@@ -69,16 +71,47 @@ final class Records {
 
     static int i16(byte[] b, int p) { return (short) I16.get(b, p); }
 
-    /** Where the selected columns go: vectors[k] receives column cols[k] (Columns indexes); null
-     * vectors (the constant columns) are skipped. */
+    /** Where the selected columns go: column cols[k] (Columns indexes) into column(k) - the body
+     * into a BodyVector (ranges of the decoded buffer, no copy), every other into an
+     * OnHeapColumnVector; topic and broker_name (constants of a read) into none. */
     static final class Sink {
         final int[] cols;
-        final WritableColumnVector[] vectors;
+        final WritableColumnVector[] vectors;  // null for the body and the constants
+        final BodyVector body;  // null when the body is not selected
         final Set<String> exactTags;  // the pushed tag filter, re-checked exactly (the broker filters by hash)
         int rows;
 
-        Sink(int[] cols, WritableColumnVector[] vectors, Set<String> exactTags) {
-            this.cols = cols; this.vectors = vectors; this.exactTags = exactTags;
+        Sink(int[] cols, int capacity, Set<String> exactTags) {
+            this.cols = cols;
+            this.exactTags = exactTags;
+            this.vectors = new WritableColumnVector[cols.length];
+            BodyVector b = null;
+            for (int k = 0; k < cols.length; k++) {
+                if (cols[k] == Columns.BODY) b = new BodyVector(capacity);
+                else if (cols[k] != Columns.TOPIC && cols[k] != Columns.BROKER_NAME) {
+                    vectors[k] = new OnHeapColumnVector(capacity, RmqTableProvider.SCHEMA.fields()[cols[k]].dataType());
+                }
+            }
+            this.body = b;
+        }
+
+        /** The vector of column cols[k]; null for a constant column. */
+        ColumnVector column(int k) { return cols[k] == Columns.BODY ? body : vectors[k]; }
+
+        void reserve(int capacity) {
+            for (WritableColumnVector v : vectors) if (v != null) v.reserve(capacity);
+            if (body != null) body.reserve(capacity);
+        }
+
+        /** Before the next batch: the rows of the one before are no longer read. */
+        void reset() {
+            for (WritableColumnVector v : vectors) if (v != null) v.reset();
+            rows = 0;
+        }
+
+        void close() {
+            for (WritableColumnVector v : vectors) if (v != null) v.close();
+            if (body != null) body.close();
         }
     }
 
@@ -155,6 +188,14 @@ final class Records {
                 if (tag == null || !sink.exactTags.contains(tag)) continue;
             }
             final int row = sink.rows;
+            if (sink.body != null) {
+                if ((sysFlag & FLAG_COMPRESSED) != 0) {
+                    byte[] plain = decompress(buf, bodyPos, bodyLen, sysFlag, at);
+                    sink.body.put(row, plain, 0, plain.length);
+                } else {
+                    sink.body.put(row, buf, bodyPos, bodyLen);
+                }
+            }
             for (int k = 0; k < cols.length; k++) {
                 WritableColumnVector v = vec[k];
                 if (v == null) continue;
@@ -176,14 +217,6 @@ final class Records {
                         }
                         break;
                     }
-                    case Columns.BODY:
-                        if ((sysFlag & FLAG_COMPRESSED) != 0) {
-                            byte[] plain = decompress(buf, bodyPos, bodyLen, sysFlag, at);
-                            v.putByteArray(row, plain, 0, plain.length);
-                        } else {
-                            v.putByteArray(row, buf, bodyPos, bodyLen);
-                        }
-                        break;
                     case Columns.PROPERTIES: putProperties(v, row, buf, props, propsLen); break;
                     default: break;
                 }

@@ -2,10 +2,8 @@ package rmq.spark;
 
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
-import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 import org.apache.spark.sql.types.DataType;
-import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
@@ -20,7 +18,6 @@ final class RmqColumnarReader implements PartitionReader<ColumnarBatch> {
     private final RmqInputPartition part;
     private final Pull pull;
     private final int[] cols;
-    private final WritableColumnVector[] vectors;
     private final ColumnVector[] out;
     private final ConstantColumnVector[] constants;
     private final Records.Sink sink;
@@ -34,18 +31,10 @@ final class RmqColumnarReader implements PartitionReader<ColumnarBatch> {
         this.part = part;
         this.pull = new Pull(part);
         this.cols = cols;
-        this.vectors = new WritableColumnVector[cols.length];
-        this.out = new ColumnVector[cols.length];
         this.constants = new ConstantColumnVector[cols.length];
-        for (int k = 0; k < cols.length; k++) {
-            StructField f = RmqTableProvider.SCHEMA.fields()[cols[k]];
-            if (cols[k] == Columns.TOPIC || cols[k] == Columns.BROKER_NAME) {
-                continue;  // constant per partition: made per batch (their row count)
-            }
-            vectors[k] = new OnHeapColumnVector(capacity, f.dataType());
-            out[k] = vectors[k];
-        }
-        this.sink = new Records.Sink(cols, vectors, part.expressionType.equals("TAG") ? exactTags(part.expression) : null);
+        this.sink = new Records.Sink(cols, capacity, part.expressionType.equals("TAG") ? exactTags(part.expression) : null);
+        this.out = new ColumnVector[cols.length];
+        for (int k = 0; k < cols.length; k++) out[k] = sink.column(k);  // (topic, broker_name: made per batch)
         boolean positional = part.expressionType.equals("TAG") && Pull.splitTags(part.expression).isEmpty();
         for (int c : cols) {
             positional &= c == Columns.TOPIC || c == Columns.BROKER_NAME || c == Columns.QUEUE_ID || c == Columns.QUEUE_OFFSET;
@@ -58,14 +47,15 @@ final class RmqColumnarReader implements PartitionReader<ColumnarBatch> {
         if (nextOffset >= part.untilOffset) return false;
         if (capacity < POSITIONAL_BATCH) {
             capacity = POSITIONAL_BATCH;
-            for (WritableColumnVector v : vectors) if (v != null) v.reserve(capacity);
+            sink.reserve(capacity);
         }
         int rows = (int) Math.min(POSITIONAL_BATCH, part.untilOffset - nextOffset);
+        sink.reset();
         for (int k = 0; k < cols.length; k++) {
-            if (vectors[k] == null) continue;
-            vectors[k].reset();
-            if (cols[k] == Columns.QUEUE_ID) vectors[k].putInts(0, rows, part.queueId);
-            else for (int i = 0; i < rows; i++) vectors[k].putLong(i, nextOffset + i);
+            WritableColumnVector v = sink.vectors[k];
+            if (v == null) continue;
+            if (cols[k] == Columns.QUEUE_ID) v.putInts(0, rows, part.queueId);
+            else for (int i = 0; i < rows; i++) v.putLong(i, nextOffset + i);
         }
         nextOffset += rows;
         return finish(rows);
@@ -82,8 +72,7 @@ final class RmqColumnarReader implements PartitionReader<ColumnarBatch> {
         while (true) {
             int size = pull.next();
             if (size < 0) return false;
-            for (WritableColumnVector v : vectors) if (v != null) v.reset();
-            sink.rows = 0;
+            sink.reset();
             int rows = decode(pull.body, size);
             if (rows == 0) continue;
             return finish(rows);
@@ -92,7 +81,7 @@ final class RmqColumnarReader implements PartitionReader<ColumnarBatch> {
 
     private boolean finish(int rows) {
         for (int k = 0; k < cols.length; k++) {
-            if (vectors[k] != null) continue;
+            if (sink.column(k) != null) continue;
             DataType t = RmqTableProvider.SCHEMA.fields()[cols[k]].dataType();
             ConstantColumnVector c = new ConstantColumnVector(rows, t);
             c.setUtf8String(UTF8String.fromString(cols[k] == Columns.TOPIC ? part.topic : part.brokerName));
@@ -110,7 +99,7 @@ final class RmqColumnarReader implements PartitionReader<ColumnarBatch> {
         int records = size / Records.RECORD_FIXED_V4 + 1;
         if (records > capacity) {
             capacity = records;
-            for (WritableColumnVector v : vectors) if (v != null) v.reserve(capacity);
+            sink.reserve(capacity);
         }
         return Records.decode(body, size, part.untilOffset, sink);
     }
@@ -121,7 +110,7 @@ final class RmqColumnarReader implements PartitionReader<ColumnarBatch> {
     @Override
     public void close() {
         pull.close();
-        for (WritableColumnVector v : vectors) if (v != null) v.close();
+        sink.close();
         for (ConstantColumnVector c : constants) if (c != null) c.close();
     }
 }
