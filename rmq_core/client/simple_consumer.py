@@ -53,7 +53,7 @@ log = logging.getLogger("rmq.client.simple")
 MAX_MESSAGE_NUM = 1024
 # where a group that never popped a queue starts in it (POP_MESSAGE's initMode, ConsumeInitMode):
 # its end (MAX, what RocketMQ's proxy asks) or its first message (MIN)
-_INIT_MODES = {ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET: 1, ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET: 0}
+_INIT_MODES = {ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET: "1", ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET: "0"}
 _NO_MESSAGE = (ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_TIMEOUT)
 
 
@@ -278,11 +278,13 @@ class SimpleConsumer:
         sub = self.subscription_inner.get(topic)
         if sub is None:
             return []
-        fields = {"consumerGroup": self.group, "topic": topic, "queueId": -1, "maxMsgNums": max_nums,
-                  "invisibleTime": invisible_ms, "pollTime": poll_ms, "bornTime": now_ms(),
-                  "initMode": _INIT_MODES[self.consume_from_where], "expType": sub.expression_type, "exp": sub.sub_string}
+        # (the header's values as the strings they travel as: no conversion per field in create_request)
+        fields = {"consumerGroup": self.group, "topic": topic, "queueId": "-1", "maxMsgNums": str(max_nums),
+                  "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms), "bornTime": str(now_ms()),
+                  "initMode": _INIT_MODES[self.consume_from_where], "expType": str(sub.expression_type),
+                  "exp": sub.sub_string}
         if self.fifo is not None:
-            fields["order"] = self.fifo
+            fields["order"] = "true" if self.fifo else "false"
         req = RemotingCommand.create_request(RequestCode.POP_MESSAGE, fields)
         try:
             resp = await inst.invoke(addr, req, poll_ms / 1000 + self.client_config.mq_client_api_timeout)
@@ -441,38 +443,43 @@ class SimpleConsumer:
         broker; the expired ones are not sent but named by the Future's ReceiptHandleExpiredError."""
         # the messages of one check point share their handle but for its last field (the offset): one
         # parse and expiry check per check point, the others only give their offsets
-        groups: dict = {}  # (topic, a handle's first 7 fields) -> [a message of it, the offsets' text]
-        for m in messages:
-            handle = getattr(m, "receipt_handle", None) if not isinstance(m, str) else None
-            if type(handle) is not str:
-                self._handle(m)  # (raises naming it)
-            head, _, offset = handle.rpartition(" ")
-            group = groups.get((m.topic, head))
+        try:
+            handles = [m.receipt_handle for m in messages]
+            heads = [h.rpartition(" ") for h in handles]  # (head, " ", offset)
+            topics = [m.topic for m in messages]
+        except AttributeError:  # a str, a message without a handle: named by _handle
+            for m in messages:
+                self._handle(m)
+            raise
+        groups: dict = {}  # (topic, a handle's first 7 fields) -> [index of a message of it, its offsets' text]
+        for i, key in enumerate(zip(topics, [h[0] for h in heads])):
+            group = groups.get(key)
             if group is None:
-                groups[(m.topic, head)] = [m, [offset]]
+                groups[key] = [i, [heads[i][2]]]
             else:
-                group[1].append(offset)
+                group[1].append(heads[i][2])
         expired = []
         by_broker: dict[str, list] = {}  # broker name -> [BatchAck, offsets after its start]
         for key, (first, offsets) in groups.items():
+            first = messages[first]
             try:
                 info = self._handle(first)
             except ReceiptHandleExpiredError:
-                expired += [self._expiry(m) for m in messages if (m.topic, m.receipt_handle.rpartition(" ")[0]) == key]
+                expired += [self._expiry(m) for m, t, h in zip(messages, topics, heads) if (t, h[0]) == key]
                 continue
             start = info.ck_queue_offset
             try:
-                bits = [int(o) - start for o in offsets]
+                bits = _bit_set(list(map(int, offsets)), start)
             except ValueError:
                 bits = None
-            if bits is None or min(bits) < 0:  # a handle of it with a bad offset: named by its parse
-                for m in messages:
-                    if (m.topic, m.receipt_handle.rpartition(" ")[0]) == key:
-                        ExtraInfo.parse(m.receipt_handle)
+            if bits is None:  # a handle of it with a bad offset: named by its parse
+                for h, t, handle in zip(heads, topics, handles):
+                    if (t, h[0]) == key:
+                        ExtraInfo.parse(handle)
                 raise IllegalArgumentError(f"bad receipt handle offsets {offsets!r} of check point {key[1]!r}")
-            by_broker.setdefault(info.broker_name, []).append((
+            by_broker.setdefault(info.broker_name, []).append(
                 {"c": self.group, "t": first.topic, "r": info.retry, "so": start, "q": info.queue_id,
-                 "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, bits))
+                 "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time, "b": bits})
         if by_broker:
             self._require_started()
         refusal = ReceiptHandleExpiredError(f"{len(expired)} of {len(messages)} messages not acked: "
@@ -485,9 +492,7 @@ class SimpleConsumer:
 
         futures = []
         for broker_name, acks in by_broker.items():
-            for ack, bits in acks:
-                ack["b"] = _bit_set(bits)
-            body = fastjson.dumps({"acks": [ack for ack, _ in acks], "brokerName": broker_name})
+            body = fastjson.dumps({"acks": acks, "brokerName": broker_name})
             futures.append(self._send(RemotingCommand.create_request(RequestCode.BATCH_ACK_MESSAGE, {}, body),
                                       broker_name, then, wait and len(by_broker) == 1))
         if len(futures) == 1:
@@ -548,15 +553,18 @@ class SimpleConsumer:
         return fut
 
 
-def _bit_set(bits) -> str:
-    """java.util.BitSet.toByteArray() of the set bits, base64 (how fastjson writes a byte[])."""
-    low, high = min(bits), max(bits)
-    if high - low + 1 == len(bits) and len(set(bits)) == len(bits):  # (the usual: a run of offsets)
-        value = ((1 << len(bits)) - 1) << low
+def _bit_set(offsets: list, start: int = 0) -> str:
+    """java.util.BitSet.toByteArray() with bit (offset - start) set for each offset, base64 (how
+    fastjson writes a byte[]); ValueError for an offset before `start`."""
+    low, high = min(offsets) - start, max(offsets) - start
+    if low < 0:
+        raise ValueError(f"offset {low + start} before the check point's start {start}")
+    if high - low + 1 == len(offsets) and len(set(offsets)) == len(offsets):  # (the usual: a run of offsets)
+        value = ((1 << len(offsets)) - 1) << low
     else:
         value = 0
-        for i in bits:
-            value |= 1 << i
+        for i in offsets:
+            value |= 1 << (i - start)
     return base64.b64encode(value.to_bytes(high // 8 + 1, "little")).decode("ascii")
 
 
