@@ -31,7 +31,8 @@ untrusted: every read is bounds-checked.
 
 The lane reads nothing of the broker but its `SendLaneState`: plain values (the put to use, the
 topic table's version, writeable or not, the checked-topics cache) that the send processor owns
-and refreshes through `state.refresh` before each read chunk and after any frame handed back.
+and refreshes through `state.refresh` before the first send of each read chunk and before a send
+following a frame handed back (a chunk of pops and acks costs no refresh).
 
 The broker's request steps (rmq_core.remoting.steps) are part of the lane, not a reason to leave
 it: with `state.check` set (a LaneCheck), each plain send is run through it just before its put
@@ -883,10 +884,11 @@ cdef class SendLane:
             emit(PyBytes_FromStringAndSize(self.out.buf, n))
         return 0
 
-    cdef int _try_send(self, const uint8_t* frame, Py_ssize_t n, fast_put, view, Py_ssize_t pos,
+    cdef int _try_send(self, const uint8_t* frame, Py_ssize_t n, bint* stale, view, Py_ssize_t pos,
                        Py_ssize_t end, emit) except -1:
         """1: answered here; 0: declined (nothing done); 2: put, finished by on_deferred; 3: refused
-        by a request step (answered by it)."""
+        by a request step (answered by it).  `stale`: the state is refreshed first (only a send
+        needs it: a pop or an ack handed back costs no refresh)."""
         cdef SendFields f
         cdef SendLaneState st
         cdef Py_ssize_t plen, total_props
@@ -898,6 +900,12 @@ cdef class SendLane:
         if f.code != SEND_MESSAGE_V2 or f.flag & RESPONSE_FLAG or not f.has_queue_id or f.queue_id < 0:
             return 0
         st = self.state
+        if stale[0]:
+            st.refresh(st)
+            stale[0] = False
+        fast_put = st.put
+        if fast_put is None:
+            return 0
         topic = self._topic_str(f.topic, f.topic_len)
         if f.sys_flag & TRANSACTION_MASK or _checked_queues(st, topic, f.queue_id) == 0:
             return 0
@@ -1052,13 +1060,9 @@ cdef class SendLane:
         cdef Py_ssize_t n, pos = 0, end
         cdef int64_t length = 0
         cdef int rc
-        cdef bint lane_on, answered = False
-        cdef SendLaneState st = self.state
+        cdef bint stale = True, answered = False
         error = None
         view = None
-        st.refresh(st)
-        fast_put = st.put
-        lane_on = fast_put is not None
         PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
         try:
             buf = <const uint8_t*>pb.buf
@@ -1073,11 +1077,11 @@ cdef class SendLane:
                 if end > n:
                     break
                 rc = 0
-                if lane_on and PySet_GET_SIZE(self.tasks) + self.sync_waiting < self.max_inflight:
+                if PySet_GET_SIZE(self.tasks) + self.sync_waiting < self.max_inflight:
                     if view is None:
                         view = memoryview(data)
                     try:
-                        rc = self._try_send(buf + pos + 4, length, fast_put, view, pos + 4, end, emit)
+                        rc = self._try_send(buf + pos + 4, length, &stale, view, pos + 4, end, emit)
                     except Exception as e:  # e.g. the store's write failed: answered as dispatch would
                         if self.on_error is None:
                             raise
@@ -1103,9 +1107,7 @@ cdef class SendLane:
                             break
                     else:
                         self.failed += 1
-                    st.refresh(st)  # the general path may have changed what the lane may do
-                    fast_put = st.put
-                    lane_on = fast_put is not None
+                    stale = True  # the general path may have changed what the lane may do
                 pos = end
             if answered and self.on_json_peer is not None:
                 self.on_json_peer()  # the answers written here were JSON

@@ -192,8 +192,8 @@ class RemotingCommand:
             return default
         if type(value) is int:
             return value
-        try:
-            return int(str(value).strip())
+        try:  # (int() takes the surrounding whitespace a str may have)
+            return int(value if type(value) is str else str(value))
         except ValueError:
             raise RemotingCommandError(
                 f"bad value {value!r} for header field {name!r} of request code {self.code}: "

@@ -34,13 +34,15 @@ DEFAULT_MAX_INFLIGHT = 16384  # per connection; beyond it requests get SYSTEM_BU
 _channel_ids = itertools.count(1)
 
 
-def _processor_callable(processor) -> Callable:
+def _processor_entry(processor) -> tuple[Any, Callable, Callable | None]:
+    """(processor, its process_request callable, its reject_request or None): looked up once, at
+    registration, not per request."""
     fn = getattr(processor, "process_request", None)
     if fn is None:
         if not callable(processor):
             raise TypeError(f"processor {processor!r} has no process_request(ctx, request) and is not callable")
         fn = processor
-    return fn
+    return processor, fn, getattr(processor, "reject_request", None)
 
 
 class ProcessorTable:
@@ -48,8 +50,8 @@ class ProcessorTable:
 
     def __init__(self, owner: str, *, broker: bool = False):
         self.owner = owner
-        self._processors: dict[int, tuple[Any, Callable]] = {}
-        self._default: tuple[Any, Callable] | None = None
+        self._processors: dict[int, tuple[Any, Callable, Callable | None]] = {}
+        self._default: tuple[Any, Callable, Callable | None] | None = None
         # A broker's table runs the broker-side request steps (steps.py) on every request it
         # serves: its own `request_steps` (the access check) and the rmq_broker_* hooks, resolved
         # into `steps` when its server starts (None: nothing registered, nothing run).
@@ -62,11 +64,11 @@ class ProcessorTable:
         self.rpc_latency = None  # rmq_core.metrics.RpcLatency while a metrics exporter runs
 
     def register(self, code: int, processor) -> None:
-        self._processors[int(code)] = (processor, _processor_callable(processor))
+        self._processors[int(code)] = _processor_entry(processor)
 
     def register_default(self, processor) -> None:
         """`processor` answers every code nobody registered (None: "not supported" again)."""
-        self._default = None if processor is None else (processor, _processor_callable(processor))
+        self._default = None if processor is None else _processor_entry(processor)
 
     def register_fast_lane(self, factory: Callable[["ChannelContext"], Any]) -> None:
         self.fast_lane_factory = factory
@@ -117,10 +119,9 @@ class ProcessorTable:
         if entry is None:
             return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                          not_supported_remark(request.code, self.broker))
-        processor, fn = entry
+        _, fn, reject = entry
         steps = self.steps
         try:
-            reject = getattr(processor, "reject_request", None)
             if reject is not None and reject():
                 return request.make_response(
                     ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]system busy, start flow control for a while")
@@ -489,7 +490,8 @@ class ChannelContext:
                           self.remote_address)
             return
         self.peer_serialize_type = command.serialize_type
-        if self.inflight >= self._max_inflight:
+        lane = self._lane
+        if len(self._tasks) + (lane.waiting if lane is not None else 0) >= self._max_inflight:  # (inflight)
             if not command.is_oneway:
                 busy = command.make_response(
                     ResponseCode.SYSTEM_BUSY,

@@ -133,7 +133,11 @@ class StreamChannel(Channel, asyncio.Protocol):
         # answers written while the frames are handled go out in one joint write at the end
         self._in_read = True
         try:
-            self._deliver_frames(data)
+            lane = self._fast_lane
+            if lane is not None and not self._write_paused:  # paused: the usual path waits per answer
+                self._deliver_through_lane(lane, data)
+            else:
+                self._deliver_frames(data)
         finally:
             self._in_read = False
             if self._out:
@@ -146,10 +150,6 @@ class StreamChannel(Channel, asyncio.Protocol):
         self._fast_lane = lane
 
     def _deliver_frames(self, data) -> None:
-        lane = self._fast_lane
-        if lane is not None and not self._write_paused:  # paused: the usual path waits per answer
-            self._deliver_through_lane(lane, data)
-            return
         try:
             if _decode_frames is not None:
                 # Commands decoded natively; a frame the native codec declines comes as a

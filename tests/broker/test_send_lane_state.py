@@ -72,3 +72,49 @@ def test_lane_answers_from_its_state_alone(tmp_path):
         assert refreshes and store.get_message("g", "T", 1, 0, 8).message_count == 3
     finally:
         store.shutdown()
+
+
+def test_lane_refreshes_only_before_a_send(tmp_path):
+    """A chunk of pops and acks costs the lane no refresh of its state; a send after a frame the
+    general path handled is checked against the state as that frame left it."""
+    store = DefaultMessageStore(MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"),
+                                                   mapped_file_size_commit_log=1 << 20))
+    store.load()
+    store.start()
+    try:
+        token = object()
+        knobs = {"writable": True}
+        refreshes = []
+
+        def refresh(state):
+            refreshes.append(1)
+            state.put = store.put_nowait
+            state.data_version, state.counter = token, 7
+            state.writable = knobs["writable"]
+
+        state = SendLaneState({"T": (token, 7, 4, 4)}, b"", 401, PutMessageStatus.PUT_OK,
+                              lambda topic, n, size: None, put_outcome, refresh)
+        lane = SendLane(state, ("127.0.0.1", 5555), set(), 1000, lambda *a: None)
+        handed, emitted = [], []
+
+        def on_frame(view):  # the general path: a pop here takes the broker's writes away
+            handed.append(bytes(view))
+            knobs["writable"] = False
+            return True
+
+        pop = frame(int(RequestCode.POP_MESSAGE), {"consumerGroup": "g", "topic": "T", "queueId": "-1"}, b"", opaque=1)
+        ack = frame(int(RequestCode.BATCH_ACK_MESSAGE), {}, b'{"acks":[]}', opaque=2)
+        chunk = pop + ack
+        assert lane.deliver(chunk, 1 << 20, on_frame, emitted.append) == (len(chunk), None)
+        assert refreshes == [] and len(handed) == 2 and not emitted
+
+        knobs["writable"] = True
+        send = frame(V2, v2_fields("T", 1), b"a", opaque=3)
+        chunk = send + pop + send
+        handed.clear()
+        assert lane.deliver(chunk, 1 << 20, on_frame, emitted.append) == (len(chunk), None)
+        # the first send answered here; the one after the pop sees the broker unwriteable and goes
+        # to the general path (which names the refusal)
+        assert lane.handled == 1 and handed == [pop[4:], send[4:]] and len(refreshes) == 2
+    finally:
+        store.shutdown()
