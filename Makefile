@@ -84,8 +84,10 @@ etcd:
 	  if [ -n "$$saved" ]; then mv -f "$$saved" /usr/sbin/policy-rc.d; else rm -f /usr/sbin/policy-rc.d; fi; \
 	  [ $$rc -eq 0 ] || echo "etcd-server unavailable: the controller tests will fail"; }
 
+# Two workers, each taking whole test files (a module's servers are started once): the suite
+# waits on servers and processes more than it computes.
 test: build browser etcd rmq5-client
-	$(PY) -m pytest tests --ignore=tests/bench -m "not slow" -q --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest tests --ignore=tests/bench -m "not slow" -q -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 test-slow: build etcd rmq5-client
 	$(PY) -m pytest tests --ignore=tests/bench -m slow -q $(PYTEST_ARGS)
