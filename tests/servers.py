@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -12,16 +13,50 @@ import threading
 import time
 
 
+def _port_slice() -> range | None:
+    """Ports this process hands out: a slice of the 12,000 below the kernel's ephemeral range (no
+    outgoing connection's source port lands there), one slice per pytest-xdist worker, so two
+    workers never hand out the same port.  None where that range starts too low to leave room."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    low = ephemeral_low - 12_000
+    if low < 10_000:
+        return None
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    size = (ephemeral_low - low) // max(1, workers)
+    return range(low + index * size, low + (index + 1) * size)
+
+
+_SLICE = _port_slice()
 _HANDED_OUT: collections.deque = collections.deque(maxlen=512)
+# every other port of the slice, from a random start: a broker also listens on listenPort + 1 (its
+# default HA port), so that one is never handed out; a start of its own for each process (a test's
+# subprocess hands out ports too)
+_NEXT = random.randrange(len(_SLICE) // 2) if _SLICE else 0
 
 
 def free_port() -> int:
-    """A port free now, and not one this process handed out lately: the kernel may give the same
-    free port to two binds in a row, and a test asks for several before any server binds them."""
+    """A port free now, and not one this process handed out lately (a test asks for several
+    before any server binds them)."""
+    global _NEXT
     while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        if _SLICE is None:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        else:
+            port = _SLICE[(2 * _NEXT) % len(_SLICE)]
+            _NEXT += 1
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
         if port not in _HANDED_OUT:
             _HANDED_OUT.append(port)
             return port
