@@ -404,6 +404,10 @@ class BrokerConfig(PropertiesConfig):
     short_polling_time_mills: int = prop(1000, "shortPollingTimeMills")
     notify_consumer_ids_changed_enable: bool = prop(True, "notifyConsumerIdsChangedEnable")
     transfer_msg_by_heap: bool = prop(True, "transferMsgByHeap", validator=_transfer_by_heap)
+    # A reader on this host (a loopback peer: rmq's Spark reader) that asks for it is answered a
+    # pull's records as where they lie in the commit-log files, and reads them there itself:
+    # the bytes cross no socket (HDFS's short-circuit local reads).  Off: always over the connection.
+    pull_local_read_enable: bool = prop(True, "pullLocalReadEnable")
     register_name_server_period: int = prop(30_000, "registerNameServerPeriod")
     # The full registration in RocketMQ's deflate layout (off, as in RocketMQ: that layout drops
     # each topic's topicSysFlag and order, and level-9 zlib costs CPU the plain body does not; it
@@ -592,7 +596,7 @@ RUNTIME_BROKER_KEYS = frozenset({
     "defaultTopicQueueNums", "enablePropertyFilter", "filterSupportRetry", "longPollingEnable",
     "shortPollingTimeMills", "notifyConsumerIdsChangedEnable", "rejectTransactionMessage",
     "transactionTimeOut", "transactionCheckMax", "errorReplyDelayMs",
-    "lockRefuseReplyDelayMs",
+    "lockRefuseReplyDelayMs", "pullLocalReadEnable",
 })
 
 

@@ -60,12 +60,12 @@ class RawClient:
         return self.invoke(addr, code, ext, body)
 
     def pull(self, addr, topic, queue_id, offset, group="CG_RAW", max_nums=32, sub="*", expression_type="TAG",
-             suspend_ms=0, sys_flag=None, timeout=30.0, commit_offset=None, language=None):
+             suspend_ms=0, sys_flag=None, timeout=30.0, commit_offset=None, language=None, extra=None):
         flag = sys_flag if sys_flag is not None else (4 | (2 if suspend_ms else 0) | (1 if commit_offset is not None else 0))
         ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
                "maxMsgNums": str(max_nums), "sysFlag": str(flag), "commitOffset": str(commit_offset if commit_offset is not None else 0),
                "suspendTimeoutMillis": str(suspend_ms), "subscription": sub, "subVersion": "0",
-               "expressionType": expression_type}
+               "expressionType": expression_type, **(extra or {})}
         return self.invoke(addr, RequestCode.PULL_MESSAGE, ext, None, timeout, language=language)
 
     def heartbeat(self, addr, client_id, group, topic, sub="*", model="CLUSTERING", expression_type="TAG"):

@@ -1054,6 +1054,7 @@ class DefaultMessageStore:
             # records make one range (a batch-sent queue's are back to back), sent uncopied
             mfq = self.commit_log.mapped_file_queue
             kept = []  # [first, end) match ranges whose records are in parts
+            file_runs = []
             while i < n:
                 phys = _MATCH.unpack_from(out, i * 16)[0]
                 seg = mfq.find_mapped_file_by_offset(phys)
@@ -1075,10 +1076,12 @@ class DefaultMessageStore:
                     continue
                 total += sum(runs[1::2]) - sum(runs[::2])
                 kept.append((i, i + k))
+                file_runs.append((seg.path, seg.file_from_offset, runs))
                 i += k
             count = sum(b - a for a, b in kept)
             offsets = functools.partial(_kept_queue_offsets, out, kept, offset)
         else:
+            file_runs = None
             get_data = self.commit_log.get_data
             offsets = []
             for i in range(n):
@@ -1098,7 +1101,8 @@ class DefaultMessageStore:
             status = GetMessageStatus.FOUND
         else:
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if removed else GetMessageStatus.NO_MATCHED_MESSAGE
-        result = GetMessageResult(status, next_begin, min_off, max_off, parts, count, total, offsets=offsets)
+        result = GetMessageResult(status, next_begin, min_off, max_off, parts, count, total, offsets=offsets,
+                                  file_runs=file_runs if parts else None)
         if parts:
             # RocketMQ suggests the slave when the consumer lags by more than the memory share
             lag = self.commit_log.get_max_offset() - (_MATCH.unpack_from(out, (n - 1) * 16)[0])

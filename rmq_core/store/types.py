@@ -154,6 +154,10 @@ class GetMessageResult:
     suggest_pulling_from_slave: bool = False
     # the records' queue offsets: a list, or a function making it (only pop asks for them)
     offsets: object = attrs.field(default=None, repr=False)
+    # where the records are in the commit-log files, when they all came from mapped segments:
+    # [(segment path, its first commit-log offset, [start, end, start, end, ...] in the file)]
+    # (a reader on this host may read them there itself: a pull's local read)
+    file_runs: list | None = attrs.field(default=None, repr=False)
 
     @property
     def buffer(self) -> bytes:

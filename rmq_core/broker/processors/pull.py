@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import ipaddress
 import logging
+import os
 
 from rmq_core.broker.processors import Processor
 from rmq_core.broker.consumer_filter_manager import PropertyFilterDisabledError
@@ -33,6 +36,38 @@ _STATUS_TO_CODE = {
 RMQ_CLIENT_MAX_TRANSFER_COUNT = 1024
 RMQ_CLIENT_MAX_TRANSFER_BYTES = 4 * 1024 * 1024
 PULL_RESULT_CODES = frozenset(PULL_STATUS_BY_CODE)
+# A local read (rmq's Spark reader on the broker's host asks with extFields localRead=true): the
+# answer's extField localRecordRuns says where the records lie instead of carrying them, one line
+# per commit-log segment, "<its first commit-log offset>,<start>,<end>[,<start>,<end>...]\t<absolute
+# path>", positions in the file; the reader checks each record's physical offset against them.
+LOCAL_READ = "localRead"
+LOCAL_RECORD_RUNS = "localRecordRuns"
+LOCAL_READ_MAX_TRANSFER_COUNT = 8192
+LOCAL_READ_MAX_TRANSFER_BYTES = 32 * 1024 * 1024
+
+
+def encode_local_record_runs(file_runs) -> str | None:
+    """GetMessageResult.file_runs as localRecordRuns; None when a path cannot be written in it."""
+    lines = []
+    for path, file_from, runs in file_runs:
+        path = _absolute(path)
+        if "\n" in path:
+            return None
+        lines.append(f"{file_from},{','.join(map(str, runs))}\t{path}")
+    return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=4096)
+def is_loopback_peer(addr: str) -> bool:
+    """Whether a connection's remote address ('host:port', '[v6]:port') is on this host."""
+    host = addr.rpartition(":")[0].strip("[]") if addr else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # (in-proc and unix-socket peers: no host)
+        return False
+
+
+_absolute = functools.lru_cache(maxsize=4096)(os.path.abspath)
 
 
 # Subscriptions parsed from pull requests, by (topic, expression, type, version): a consumer sends
@@ -125,7 +160,15 @@ class PullMessageProcessor(Processor):
             message_filter = RetryMessageFilter(lambda real: ctrl.expression_filter_of(group, real))
 
         sc = ctrl.store_config
-        if ctrl.client_understands_lz4(request) and max_msg_nums > sc.max_transfer_count_on_message_in_memory:
+        ours = ctrl.client_understands_lz4(request)
+        local = ours and bc.pull_local_read_enable and request.get_str(LOCAL_READ) == "true" and \
+            is_loopback_peer(ctx.remote_address)
+        if local:  # (nothing crosses the socket: a pull as large as a reader's batch)
+            result = ctrl.store.get_message(
+                group, topic, queue_id, queue_offset, max_msg_nums, message_filter,
+                max_total_bytes=max(LOCAL_READ_MAX_TRANSFER_BYTES, sc.max_transfer_bytes_on_message_in_memory),
+                max_transfer_count=min(max_msg_nums, LOCAL_READ_MAX_TRANSFER_COUNT))
+        elif ours and max_msg_nums > sc.max_transfer_count_on_message_in_memory:
             # one of ours asking for a large pull (see RMQ_CLIENT_MAX_TRANSFER_COUNT)
             result = ctrl.store.get_message(
                 group, topic, queue_id, queue_offset, max_msg_nums, message_filter,
@@ -153,7 +196,13 @@ class PullMessageProcessor(Processor):
                                               ctrl.consumer_manager.client_id_of(group, ctx))
 
         if code == ResponseCode.SUCCESS:
-            if ctrl.client_understands_lz4(request):
+            if ours:
+                if local and result.file_runs is not None:
+                    runs = encode_local_record_runs(result.file_runs)
+                    if runs is not None:
+                        ext[LOCAL_RECORD_RUNS] = runs
+                        ctrl.stats.inc_get(group, topic, result.message_count, result.buffer_total_size)
+                        return request.make_response(code, None, ext)
                 # the records as the store has them: views of the mapped log, sent uncopied
                 body = ManyMessageTransfer(result.message_buffer_list, result.buffer_total_size)
             else:

@@ -1,6 +1,11 @@
 package rmq.spark;
 
 import java.io.IOException;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.Map;
@@ -13,10 +18,16 @@ import java.util.logging.Logger;
  * One partition's pulls (the Python source's pull_range): PULL_MESSAGE of up to 1024 messages,
  * following the broker's suggestWhichBrokerId to a slave, reading from another replica of the
  * group when one is unreachable, skipping what a filter did not match.
+ *
+ * A local read: a pull asks for it (localRead=true) and a broker on this host answers where the
+ * records lie in its commit-log files (localRecordRuns) instead of sending them; they are copied
+ * out of the mapped files, each record's physical offset checked against where it was read.  A
+ * broker elsewhere, one with pullLocalReadEnable=false, or files this process cannot read (another
+ * user's, another container's) mean pulls over the connection, as before.
  */
 final class Pull {
     private static final Logger LOG = Logger.getLogger("rmq.spark");
-    static final int PULL_BATCH = 1024;
+    static final int PULL_BATCH = 8192;
     static final int PULL_TIMEOUT_MS = 30_000;
     /** The group named in pulls: pulls neither commit nor suspend, so it owns no offsets. */
     static final String READER_GROUP = "SPARK_RMQ_READER";
@@ -29,6 +40,8 @@ final class Pull {
     private final Set<String> unreachable = new HashSet<>();
     private long brokerId = 0;
     long offset;
+    private boolean localRead = true;
+    private final Map<String, MappedByteBuffer> segments = new HashMap<>();  // path -> its mapping
 
     Pull(RmqInputPartition part) {
         this.part = part;
@@ -87,6 +100,7 @@ final class Pull {
     private void send(String addr) throws IOException {
         fields.put("queueOffset", Long.toString(offset));
         fields.put("maxMsgNums", Long.toString(Math.min(PULL_BATCH, part.untilOffset - offset)));
+        if (localRead) fields.put(LOCAL_READ, "true"); else fields.remove(LOCAL_READ);
         Remoting.Connection c = connection(addr);
         try {
             pendingOpaque = c.send(Remoting.PULL_MESSAGE, fields, null, part.account);
@@ -143,7 +157,21 @@ final class Pull {
             brokerId = addrs.containsKey(suggested) ? suggested : 0;
             long next = r.getLong("nextBeginOffset", 0);
             switch (r.code) {
-                case Remoting.SUCCESS:
+                case Remoting.SUCCESS: {
+                    String runs = r.ext.get(LOCAL_RECORD_RUNS);
+                    int length = r.bodyLength;
+                    if (runs != null) {
+                        try {
+                            length = readLocal(runs);
+                        } catch (IOException | RuntimeException | InternalError e) {
+                            // (the same pull again, over the connection: offset is unchanged)
+                            LOG.warning("reading " + part + " from " + addr + "'s commit-log files failed (" + e
+                                + "); pulling over the connection instead");
+                            localRead = false;
+                            segments.clear();
+                            continue;
+                        }
+                    }
                     offset = next;
                     if (offset < part.untilOffset) {
                         try {
@@ -152,11 +180,12 @@ final class Pull {
                             pendingConn = null;  // the next call connects again (or moves to a replica)
                         }
                     }
-                    if (r.bodyLength > 0) {
-                        body = r.body;
-                        return r.bodyLength;
+                    if (length > 0) {
+                        body = runs != null ? buf : r.body;
+                        return length;
                     }
                     continue;
+                }
                 case Remoting.PULL_RETRY_IMMEDIATELY:  // the filter matched nothing in what was scanned
                     offset = next;
                     continue;
@@ -189,6 +218,63 @@ final class Pull {
         return -1;
     }
 
+    static final String LOCAL_READ = "localRead", LOCAL_RECORD_RUNS = "localRecordRuns";
+
+    /** A local read's records copied into buf: localRecordRuns has a line per commit-log segment,
+     * "fileFromOffset,start,end[,start,end...]\tpath".  Returns their length. */
+    private int readLocal(String runs) throws IOException {
+        int total = 0;
+        for (String line : runs.split("\n")) {
+            int tab = line.indexOf('\t');
+            if (tab < 0) throw new IOException("bad localRecordRuns line " + Remoting.quote(line));
+            String[] nums = line.substring(0, tab).split(",");
+            if (nums.length < 3 || nums.length % 2 == 0) throw new IOException("bad localRecordRuns line " + Remoting.quote(line));
+            long fileFrom = Long.parseLong(nums[0]);
+            MappedByteBuffer seg = segment(line.substring(tab + 1));
+            for (int k = 1; k < nums.length; k += 2) {
+                int start = Integer.parseInt(nums[k]), end = Integer.parseInt(nums[k + 1]);
+                if (start < 0 || end <= start || end > seg.capacity()) {
+                    throw new IOException("run [" + start + ", " + end + ") is outside the segment's " + seg.capacity() + " bytes");
+                }
+                int n = end - start;
+                if (total + n > buf.length) buf = java.util.Arrays.copyOf(buf, Math.max(total + n, buf.length * 2));
+                seg.get(start, buf, total, n);
+                checkRecords(buf, total, n, fileFrom + start);
+                total += n;
+            }
+        }
+        return total;
+    }
+
+    /** The records of buf[at, at + n) are whole and each names the commit-log offset it was read
+     * at: the file is the broker's (not another store's at the same path). */
+    private static void checkRecords(byte[] b, int at, int n, long physical) throws IOException {
+        int p = at, end = at + n;
+        while (p < end) {
+            if (end - p < Records.RECORD_FIXED_V4) throw new IOException("a record is cut at commit-log offset " + physical);
+            int size = Records.i32(b, p);
+            if (size < Records.RECORD_FIXED_V4 || size > end - p || Records.i32(b, p + 4) != Records.MESSAGE_MAGIC
+                || Records.i64(b, p + 28) != physical) {
+                throw new IOException("no record of commit-log offset " + physical + " where the broker said (size " + size + ")");
+            }
+            p += size;
+            physical += size;
+        }
+    }
+
+    private MappedByteBuffer segment(String path) throws IOException {
+        MappedByteBuffer m = segments.get(path);
+        if (m == null) {
+            try (FileChannel ch = FileChannel.open(Path.of(path), StandardOpenOption.READ)) {
+                long size = ch.size();
+                if (size > Integer.MAX_VALUE) throw new IOException("segment " + path + " is over 2 GiB (" + size + " bytes)");
+                m = ch.map(FileChannel.MapMode.READ_ONLY, 0, size);
+            }
+            segments.put(path, m);
+        }
+        return m;
+    }
+
     /** The partition's first offset retention kept (GET_MIN_OFFSET; failOnDataLoss decides
      * about a lost head), for a read that needs no message. */
     long firstKeptOffset() {
@@ -215,6 +301,7 @@ final class Pull {
     }
 
     void close() {
+        segments.clear();  // (unmapped when collected)
         for (Remoting.Connection c : conns.values()) {
             if (c == pendingConn) c.close(); else Remoting.release(c);  // (an unread answer: not reusable)
         }
