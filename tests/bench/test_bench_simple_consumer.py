@@ -12,14 +12,17 @@ threads, pull batch 32):
 * batch_ack_1024: receive(1024, 30), then ack(msgs): rmq's broker hands out up to 1024 per pop (as
   rmq's own clients pull up to 1024), and a receive of 32 is mostly its round trip;
 * pipelined_1024: receive(1024, 30), its ack(msgs) sent with ack_async and waited for only after the
-  next receive (one batch's ack in flight while the next is received).
-The first four are the RocketMQ 5 clients' way (32 per receive); the last two what rmq's own
-SimpleConsumer offers a user after throughput.
+  next receive (one batch's ack in flight while the next is received);
+* threads_4: four threads sharing one SimpleConsumer, each receive(32, 30) then ack(msgs) (how a
+  RocketMQ 5 SimpleConsumer scales at 32 per receive, RocketMQ's cap for a pop).
+The first four and the last are the RocketMQ 5 clients' way (32 per receive); batch_ack_1024 and
+pipelined_1024 what rmq's own SimpleConsumer offers a user after throughput.
 test_simple_consume_interleaved drains with each of them round after round (a load drifting on this
 shared machine hits every one) and puts the rates and ratios to the push consumer in extra_info
 (the issue's goal: simple vs push >= 0.7)."""
 import asyncio
 import itertools
+import threading
 import time
 
 import pytest
@@ -56,6 +59,8 @@ def _simple_drain(namesrv, mode: str) -> float:
     group = f"CG_BENCH_SIMPLE{next(_ids)}"
     if mode == "aio":
         return asyncio.run(_aio_drain(namesrv, group))
+    if mode == "threads_4":
+        return _threads_drain(namesrv, group, 4)
     batch = 1024 if mode.endswith("_1024") else 32
     c = SimpleConsumer(group, namesrv=namesrv, subscriptions={TOPIC: "*"}, **SIMPLE).start()
     try:
@@ -80,6 +85,35 @@ def _simple_drain(namesrv, mode: str) -> float:
         if in_flight is not None:
             in_flight.result(30)
         return time.perf_counter() - t
+    finally:
+        c.shutdown()
+
+
+def _threads_drain(namesrv, group, threads: int) -> float:
+    """Seconds until `threads` threads sharing a SimpleConsumer have received and acked N_BACKLOG."""
+    c = SimpleConsumer(group, namesrv=namesrv, subscriptions={TOPIC: "*"}, **SIMPLE).start()
+    lock, count, done = threading.Lock(), [0], threading.Event()
+
+    def work():
+        while not done.is_set():
+            msgs = c.receive(32, 30)
+            if msgs:
+                c.ack(msgs)
+            with lock:
+                count[0] += len(msgs)
+                if count[0] >= N_BACKLOG:
+                    done.set()  # (the time stops here: a receive still polling at the end is not in it)
+
+    try:
+        workers = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
+        t = time.perf_counter()
+        for w in workers:
+            w.start()
+        assert done.wait(120), f"{count[0]} of {N_BACKLOG} received"
+        elapsed = time.perf_counter() - t
+        for w in workers:
+            w.join(30)
+        return elapsed
     finally:
         c.shutdown()
 
@@ -114,7 +148,7 @@ def test_simple_consume_baseline_push_consumer_defaults(benchmark, backlog):
     _rate(benchmark)
 
 
-MODES = ("sync", "ack_async", "batch_ack", "aio", "batch_ack_1024", "pipelined_1024")
+MODES = ("sync", "ack_async", "batch_ack", "aio", "batch_ack_1024", "pipelined_1024", "threads_4")
 
 
 @pytest.mark.parametrize("mode", MODES)

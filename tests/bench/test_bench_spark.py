@@ -12,8 +12,10 @@ Entries (group spark-read-1M):
 * rmq_source_python_decode: the same source decoding each pull into MessageExt and building the
   Arrow columns from Python lists: what the native column decoder buys.
 * rmq_rdd: create_rdd(...).map(len(body)).sum() (MessageExt per message).
-* rmq_jvm: format("rmq") with rmq-spark.jar on the session (the columnar JVM reader, pulls over
-  TCP, only `body` decoded); rmq_jvm_topic_offset: select(topic, queue_offset) through it (no body
+* rmq_jvm: format("rmq") with rmq-spark.jar on the session (the columnar JVM reader, only `body`
+  decoded; the broker is on this host, so its pulls are local reads: the records copied out of the
+  broker's commit-log files); rmq_jvm_over_connection: the same with the broker's
+  pullLocalReadEnable=false (every record over TCP, as for executors on other hosts); rmq_jvm_topic_offset: select(topic, queue_offset) through it (no body
   decoded, topic a constant column) against Parquet's same count; rmq_python_narrowed: the Python
   source with option columns=body against its full schema (rmq).
 The session has the jar when it was built, so "rmq" is the JVM reader there and the Python source
@@ -26,11 +28,13 @@ Writing a DataFrame of 200,000 rows (128 B bodies, generated in the JVM, two tas
 * write_arrow: format("rmq")'s writer, a DataSourceArrowWriter making the Messages from whole
   Arrow columns; extra_info vs_write_row_baseline.
 
-Group spark-read-5M (slow-marked; `make bench` runs it): Parquet and the JVM reader again over
+Group spark-read-5M (slow-marked; `make bench` runs it): Parquet and the JVM reader (local reads
+and over the connection) again over
 5,000,000 messages, for how the cost grows with size: each 5M entry reports its seconds per query
 and, with the same entry of the 1M group run before it in the same session, the fixed per-query
 cost and the cost per further message (from the two sizes).
 """
+import contextlib
 import os
 import time
 
@@ -48,6 +52,7 @@ TOPIC = "SparkBench"
 QUERY = ("sum(length(body)) as bytes", "count(*) as n")
 _rates = {}
 _seconds = {}  # (entry, messages) -> median seconds per query
+_broker_of = {}  # name server -> its broker's address
 
 
 def _topic_env(tmp, n):
@@ -72,6 +77,7 @@ def _topic_env(tmp, n):
                          for i in range(start, min(n, start + 500))]
                 p.send_batch(batch, queue=queues[(start // 500) % len(queues)])
         ns = cl.namesrv
+        _broker_of[ns] = cl.broker_addrs[0]
         # the broker builds its consume queues behind the commit log: wait until every message is
         # listed (a count of the whole topic is answered from the queues' offsets)
         deadline = time.monotonic() + 300
@@ -272,6 +278,29 @@ def test_spark_rmq_jvm(benchmark, bench_env):
     assert row["bytes"] == 128 * N
 
 
+@contextlib.contextmanager
+def _over_connection(ns):
+    """The broker's pulls over the connection only (pullLocalReadEnable=false, a runtime key)."""
+    from rmq_core.admin import AdminClient
+    with AdminClient(ns) as admin:
+        admin.update_broker_config(_broker_of[ns], {"pullLocalReadEnable": "false"})
+        try:
+            yield
+        finally:
+            admin.update_broker_config(_broker_of[ns], {"pullLocalReadEnable": "true"})
+
+
+@pytest.mark.benchmark(group="spark-read-1M")
+def test_spark_rmq_jvm_over_connection(benchmark, bench_env):
+    import spark_plugin
+    spark, ns, parquet, files = bench_env
+    if spark_plugin.jar_path() is None:
+        pytest.skip("rmq-spark.jar not built (no JDK at build time)")
+    with _over_connection(ns):
+        row = _run(benchmark, "jvm_over_connection", lambda: rmq(spark, ns, "rmq").selectExpr(*QUERY).collect()[0])
+    assert row["bytes"] == 128 * N
+
+
 @pytest.mark.benchmark(group="spark-read-1M")
 def test_spark_rmq_jvm_topic_offset(benchmark, bench_env):
     import spark_plugin
@@ -430,6 +459,16 @@ def test_spark_rmq_jvm_5m(benchmark, bench_env_5m):
     spark, ns, parquet = bench_env_5m
     row = _run(benchmark, "jvm_5m", lambda: rmq(spark, ns, "rmq").selectExpr(*QUERY).collect()[0],
                vs="parquet_5m", n=N_LARGE)
+    assert row["bytes"] == 128 * N_LARGE
+
+
+@pytest.mark.slow
+@pytest.mark.benchmark(group="spark-read-5M")
+def test_spark_rmq_jvm_over_connection_5m(benchmark, bench_env_5m):
+    spark, ns, parquet = bench_env_5m
+    with _over_connection(ns):
+        row = _run(benchmark, "jvm_over_connection_5m", lambda: rmq(spark, ns, "rmq").selectExpr(*QUERY).collect()[0],
+                   vs="parquet_5m", n=N_LARGE)
     assert row["bytes"] == 128 * N_LARGE
 
 
