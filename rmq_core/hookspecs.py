@@ -136,4 +136,5 @@ def rmq_broker_before_request(remote_addr, request, connection):
 def rmq_broker_after_response(remote_addr, request, response, connection):
     """Runs once per answer a broker sends, with its request.  A pull answer's body is a
     `rmq_core.remoting.command.ManyMessageTransfer` (views of the mapped commit log): len() is its
-    size, bytes() its content."""
+    size, bytes() its content; a local read's answer has no body, its extField localRecordRuns
+    names where the records lie (rmq_core.broker.processors.pull)."""
