@@ -43,7 +43,7 @@ PULL_RESULT_CODES = frozenset(PULL_STATUS_BY_CODE)
 LOCAL_READ = "localRead"
 LOCAL_RECORD_RUNS = "localRecordRuns"
 LOCAL_READ_MAX_TRANSFER_COUNT = 8192
-LOCAL_READ_MAX_TRANSFER_BYTES = 32 * 1024 * 1024
+LOCAL_READ_MAX_TRANSFER_BYTES = 8 * 1024 * 1024  # (the reader holds one such answer per task)
 
 
 def encode_local_record_runs(file_runs) -> str | None:

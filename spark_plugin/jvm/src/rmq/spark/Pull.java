@@ -164,8 +164,11 @@ final class Pull {
                         try {
                             length = readLocal(runs);
                         } catch (IOException | RuntimeException | InternalError e) {
-                            // (the same pull again, over the connection: offset is unchanged)
-                            LOG.warning("reading " + part + " from " + addr + "'s commit-log files failed (" + e
+                            // (the same pull again, over the connection: offset is unchanged; said once
+                            // per broker in this JVM, each partition of each read finding out for itself)
+                            java.util.logging.Level level = LOCAL_READ_WARNED.add(addr)
+                                ? java.util.logging.Level.WARNING : java.util.logging.Level.FINE;
+                            LOG.log(level, "reading " + part + " from " + addr + "'s commit-log files failed (" + e
                                 + "); pulling over the connection instead");
                             localRead = false;
                             segments.clear();
@@ -219,6 +222,7 @@ final class Pull {
     }
 
     static final String LOCAL_READ = "localRead", LOCAL_RECORD_RUNS = "localRecordRuns";
+    private static final Set<String> LOCAL_READ_WARNED = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
     /** A local read's records copied into buf: localRecordRuns has a line per commit-log segment,
      * "fileFromOffset,start,end[,start,end...]\tpath".  Returns their length. */
