@@ -15,7 +15,8 @@ import java.util.TreeSet;
 import java.util.logging.Logger;
 
 /**
- * One partition's pulls (the Python source's pull_range): PULL_MESSAGE of up to 1024 messages,
+ * One partition's pulls (the Python source's pull_range): PULL_MESSAGE of up to 8192 messages
+ * (a broker sends at most 1024 over the connection),
  * following the broker's suggestWhichBrokerId to a slave, reading from another replica of the
  * group when one is unreachable, skipping what a filter did not match.
  *
