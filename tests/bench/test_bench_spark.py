@@ -70,20 +70,24 @@ def _topic_env(tmp, n):
     try:
         create_topic(cl, TOPIC, queues=QUEUES)
         rnd = os.urandom(1 << 16)
+        began = time.monotonic()
         with Producer("PG_spark_bench", namesrv=cl.namesrv) as p:
             queues = p.fetch_publish_message_queues(TOPIC)
             for start in range(0, n, 500):
                 batch = [Message(TOPIC, b"%08d" % i + rnd[(i * 7) % 60000:(i * 7) % 60000 + 120])
                          for i in range(start, min(n, start + 500))]
                 p.send_batch(batch, queue=queues[(start // 500) % len(queues)])
+                if (start + 500) % 1_000_000 == 0:
+                    print(f"{start + 500:,} of {n:,} messages sent ({time.monotonic() - began:.0f} s)", flush=True)
         ns = cl.namesrv
         _broker_of[ns] = cl.broker_addrs[0]
         # the broker builds its consume queues behind the commit log: wait until every message is
         # listed (a count of the whole topic is answered from the queues' offsets)
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 180
         while (listed := rmq(spark, ns, "rmq").count()) != n:
-            assert time.monotonic() < deadline, f"{listed} of {n} messages listed after 300 s"
+            assert time.monotonic() < deadline, f"{listed} of {n} messages listed after 180 s"
             time.sleep(0.5)
+        print(f"{n:,} messages listed ({time.monotonic() - began:.0f} s)", flush=True)
         parquet = str(tmp / "bodies.parquet")
         # written by the JVM reader when the jar is built (the Python source takes minutes at 5M)
         rmq(spark, ns, "rmq").select("body", "topic", "queue_offset").write.parquet(parquet)
@@ -438,6 +442,7 @@ def bench_env_5m(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # (its module's fixture sends and lists 5,000,000 messages first)
 @pytest.mark.benchmark(group="spark-read-5M")
 def test_spark_parquet_baseline_5m(benchmark, bench_env_5m):
     spark, ns, parquet = bench_env_5m
@@ -445,6 +450,7 @@ def test_spark_parquet_baseline_5m(benchmark, bench_env_5m):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # (its module's fixture sends and lists 5,000,000 messages first)
 @pytest.mark.benchmark(group="spark-read-5M")
 def test_spark_parquet_topic_offset_5m(benchmark, bench_env_5m):
     spark, ns, parquet = bench_env_5m
@@ -454,6 +460,7 @@ def test_spark_parquet_topic_offset_5m(benchmark, bench_env_5m):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # (its module's fixture sends and lists 5,000,000 messages first)
 @pytest.mark.benchmark(group="spark-read-5M")
 def test_spark_rmq_jvm_5m(benchmark, bench_env_5m):
     spark, ns, parquet = bench_env_5m
@@ -463,6 +470,7 @@ def test_spark_rmq_jvm_5m(benchmark, bench_env_5m):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # (its module's fixture sends and lists 5,000,000 messages first)
 @pytest.mark.benchmark(group="spark-read-5M")
 def test_spark_rmq_jvm_over_connection_5m(benchmark, bench_env_5m):
     spark, ns, parquet = bench_env_5m
@@ -473,6 +481,7 @@ def test_spark_rmq_jvm_over_connection_5m(benchmark, bench_env_5m):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # (its module's fixture sends and lists 5,000,000 messages first)
 @pytest.mark.benchmark(group="spark-read-5M")
 def test_spark_rmq_jvm_topic_offset_5m(benchmark, bench_env_5m):
     spark, ns, parquet = bench_env_5m
