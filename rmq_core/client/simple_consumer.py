@@ -19,6 +19,7 @@ in consumerConnection.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import concurrent.futures
 import itertools
@@ -37,7 +38,8 @@ from rmq_core.common import fastjson
 from rmq_core.common.clock import now_ms
 from rmq_core.common.delegate import delegate
 from rmq_core.common.pop_extra_info import (
-    ExtraInfo, build_extra_info, extra_info_prefix, info_key, parse_info, queue_offset_key, retry_mark,
+    POP_ORDER_REVIVE_QUEUE, ExtraInfo, build_extra_info, extra_info_prefix, info_key, parse_info, queue_offset_key,
+    retry_mark,
 )
 from rmq_core.errors import (
     ConfigError, IllegalArgumentError, MQBrokerError, MQClientError, ReceiptHandleExpiredError, RemotingError,
@@ -55,6 +57,28 @@ MAX_MESSAGE_NUM = 1024
 # its end (MAX, what RocketMQ's proxy asks) or its first message (MIN)
 _INIT_MODES = {ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET: "1", ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET: "0"}
 _NO_MESSAGE = (ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_TIMEOUT)
+_ROCKETMQ_MAX_POP = 32  # the most a RocketMQ broker hands out per POP_MESSAGE
+
+
+class _PopLane:
+    """The pops of one (topic, broker, invisible time): whether one is in flight, the receives
+    waiting for it to end, the most one pop asks, and whether the group pops orderly (None: not
+    known yet - the broker decides by the group and no answer with messages came)."""
+
+    __slots__ = ("busy", "waiting", "cap", "ordered")
+
+    def __init__(self, ordered: bool | None):
+        self.busy = False
+        self.waiting: list = []
+        self.cap = MAX_MESSAGE_NUM
+        self.ordered = ordered
+
+
+class _PopWaiter:
+    __slots__ = ("max_nums", "deadline", "future")
+
+    def __init__(self, max_nums: int, deadline: int, future):
+        self.max_nums, self.deadline, self.future = max_nums, deadline, future
 
 
 def _seconds(value, what: str, *, allow_zero: bool = False) -> float:
@@ -108,6 +132,7 @@ class SimpleConsumer:
         self._started = False
         self._state_lock = threading.Lock()
         self._turn = itertools.count()
+        self._pop_lanes: dict = {}  # (topic, broker name, invisible ms) -> _PopLane (on the client loop)
 
     client_id = delegate("client_config.client_id")
 
@@ -268,6 +293,93 @@ class SimpleConsumer:
         return []
 
     async def _pop(self, topic: str, broker_name: str, max_nums: int, invisible_ms: int, poll_ms: int) -> list:
+        """The messages of one POP_MESSAGE to `broker_name`'s master - or of one shared with the
+        receives that wait with this one.  Receives of one (topic, broker, invisible time) made while
+        a pop of theirs is in flight go as one pop when it ends, of their maxima summed (up to
+        MAX_MESSAGE_NUM), its messages handed out in order, each receive up to its own maximum: the
+        group commit of receives (threads sharing a consumer pay a round trip per pop, not per
+        receive).  Never for an orderly group (nor before an answer said the group is not one): a
+        queue's messages stay with one receive, which handles them in order."""
+        if self.fifo:
+            return await self._pop_once(topic, broker_name, max_nums, invisible_ms, poll_ms)
+        key = (topic, broker_name, invisible_ms)
+        lane = self._pop_lanes.get(key)
+        if lane is None:
+            lane = self._pop_lanes[key] = _PopLane(None if self.fifo is None else False)
+        if not lane.busy:
+            lane.busy = True
+            try:
+                msgs = await self._pop_once(topic, broker_name, max_nums, invisible_ms, poll_ms, lane)
+            finally:
+                self._pop_next(key, lane)
+            return msgs
+        waiter = _PopWaiter(max_nums, now_ms() + poll_ms, asyncio.get_running_loop().create_future())
+        lane.waiting.append(waiter)
+        return await waiter.future
+
+    def _pop_next(self, key, lane: "_PopLane") -> None:
+        """After a lane's pop: the receives that waited meanwhile go as the next one (on the loop)."""
+        waiting = [w for w in lane.waiting if not w.future.done()]  # (a cancelled receive is gone)
+        if not waiting:
+            lane.waiting.clear()
+            lane.busy = False
+            return
+        cap = lane.cap if lane.ordered is False else waiting[0].max_nums  # (orderly: one receive's)
+        taken, total = [], 0
+        for w in waiting:
+            if taken and total + w.max_nums > cap:
+                break
+            taken.append(w)
+            total += w.max_nums
+        lane.waiting = waiting[len(taken):]
+        self.instance.spawn(self._pop_for(key, lane, taken, total))  # (cancelled if the client stops)
+
+    async def _pop_for(self, key, lane: "_PopLane", taken: list, total: int) -> None:
+        """One pop for the receives `taken`: the messages in order, each up to its maximum; one whose
+        share is empty waits for the next pop while its own poll lasts."""
+        topic, broker_name, invisible_ms = key
+        try:
+            poll_ms = max(0, min(w.deadline for w in taken) - now_ms())
+            try:
+                msgs = await self._pop_once(topic, broker_name, total, invisible_ms, poll_ms, lane)
+            except MQBrokerError as e:
+                if total <= _ROCKETMQ_MAX_POP or lane.cap <= _ROCKETMQ_MAX_POP:
+                    raise
+                # RocketMQ's broker refuses a pop of over 32: pop so many at most from here on
+                log.info("broker %s refused a pop of %d (%s): pops of its topic %s take %d at most", broker_name,
+                         total, e, topic, _ROCKETMQ_MAX_POP)
+                lane.cap = _ROCKETMQ_MAX_POP
+                lane.waiting[:0] = [w for w in taken if not w.future.done()]  # (popped again, 32 at most)
+            else:
+                at, later, now = 0, [], now_ms()
+                for w in taken:
+                    if w.future.done():
+                        continue
+                    share = msgs[at:at + w.max_nums]
+                    at += len(share)
+                    if share:
+                        w.future.set_result(share)
+                    elif w.deadline > now:
+                        later.append(w)
+                    else:
+                        w.future.set_result([])
+                lane.waiting[:0] = later
+                if at < len(msgs):  # (every receive left gave up: the rest comes back after its invisible time)
+                    log.warning("%d popped messages of %s had no receive left to take them", len(msgs) - at, topic)
+        except asyncio.CancelledError:  # (the client is stopping: so are the receives waiting)
+            for w in (*taken, *lane.waiting):
+                w.future.cancel()
+            lane.waiting.clear()
+            lane.busy = False
+            raise
+        except Exception as e:  # noqa: BLE001 - each receive of the pop raises it
+            for w in taken:
+                if not w.future.done():
+                    w.future.set_exception(e)
+        self._pop_next(key, lane)
+
+    async def _pop_once(self, topic: str, broker_name: str, max_nums: int, invisible_ms: int, poll_ms: int,
+                        lane: "_PopLane | None" = None) -> list:
         inst = self.instance
         addr = inst.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
         if addr is None:
@@ -297,6 +409,8 @@ class SimpleConsumer:
             error = MQBrokerError(resp.code, resp.remark, addr)
             inst.note_request_failed(addr, error)
             raise error
+        if lane is not None:
+            lane.ordered = resp.get_int("reviveQid", 0) == POP_ORDER_REVIVE_QUEUE
         return self._popped(resp, topic, broker_name, sub, addr)
 
     def _popped(self, resp: RemotingCommand, topic: str, broker_name: str, sub, addr: str) -> list:

@@ -436,3 +436,46 @@ def test_acl_the_right_key_receives_and_acks_a_wrong_secret_is_refused(acl_clust
         bad.start()
         bad.receive(1, 30)
     bad.shutdown()
+
+
+def test_threads_sharing_a_consumer_have_their_waiting_receives_popped_as_one(cluster, no_thread_leak):
+    """Receives made while a pop is in flight wait for it and then go as one pop; each gets at
+    most its own maximum, none a message another got, and each message acks as usual."""
+    topic, group = "SimpleThreads", "CG_SIMPLE_THREADS"
+    create_topic(cluster, topic, 2)
+    with SimpleConsumer(group, namesrv=cluster.tcp_namesrv, subscriptions={topic: "*"},
+                        **dict(OPTS, await_duration=20.0)) as c:
+        sizes = []
+        pop_once = c._pop_once
+
+        async def counted(t, broker_name, max_nums, *args, **kw):
+            sizes.append(max_nums)
+            return await pop_once(t, broker_name, max_nums, *args, **kw)
+
+        c._pop_once = counted
+        got = {}
+
+        def receive(i):
+            got[i] = c.receive(5, 5)
+
+        threads = [threading.Thread(target=receive, args=(0,))]
+        threads[0].start()  # long-polls the empty topic
+        wait_until(lambda: any(lane.busy for lane in c._pop_lanes.values()), timeout=10)
+        threads += [threading.Thread(target=receive, args=(i,)) for i in range(1, 8)]
+        for t in threads[1:]:
+            t.start()
+        wait_until(lambda: sum(len(lane.waiting) for lane in c._pop_lanes.values()) == 7, timeout=10)
+        with Producer("PG_SIMPLE_THREADS", namesrv=cluster.tcp_namesrv, **FAST) as p:
+            p.send_batch([Message(topic, f"m{i}".encode()) for i in range(40)],
+                         queue=p.fetch_publish_message_queues(topic)[0])
+        for t in threads:
+            t.join(30)
+        assert sorted(got) == list(range(8))
+        assert all(1 <= len(msgs) <= 5 for msgs in got.values()), {i: len(m) for i, m in got.items()}
+        assert 35 in sizes  # the seven waiting receives: one pop of 7 x 5
+        bodies = [m.body for msgs in got.values() for m in msgs]
+        assert len(bodies) == len(set(bodies)) == 40
+        c.ack([m for msgs in got.values() for m in msgs])
+        time.sleep(5.5)  # (their invisible time over)
+        c.await_duration = 0.5
+        assert c.receive(32, 30) == []  # every one acked: none comes back
