@@ -13,9 +13,10 @@ threads, pull batch 32):
   rmq's own clients pull up to 1024), and a receive of 32 is mostly its round trip;
 * pipelined_1024: receive(1024, 30), its ack(msgs) sent with ack_async and waited for only after the
   next receive (one batch's ack in flight while the next is received);
-* threads_4: four threads sharing one SimpleConsumer, each receive(32, 30) then ack(msgs) (how a
-  RocketMQ 5 SimpleConsumer scales at 32 per receive, RocketMQ's cap for a pop).
-The first four and the last are the RocketMQ 5 clients' way (32 per receive); batch_ack_1024 and
+* threads_4 / threads_16: four (sixteen) threads sharing one SimpleConsumer, each receive(32, 30)
+  then ack(msgs) (how a RocketMQ 5 SimpleConsumer scales at 32 per receive, RocketMQ's cap for a
+  pop; the receives that overlap a pop in flight go as one pop when it ends).
+The first four and the last two are the RocketMQ 5 clients' way (32 per receive); batch_ack_1024 and
 pipelined_1024 what rmq's own SimpleConsumer offers a user after throughput.
 test_simple_consume_interleaved drains with each of them round after round (a load drifting on this
 shared machine hits every one) and puts the rates and ratios to the push consumer in extra_info
@@ -59,8 +60,8 @@ def _simple_drain(namesrv, mode: str) -> float:
     group = f"CG_BENCH_SIMPLE{next(_ids)}"
     if mode == "aio":
         return asyncio.run(_aio_drain(namesrv, group))
-    if mode == "threads_4":
-        return _threads_drain(namesrv, group, 4)
+    if mode.startswith("threads_"):
+        return _threads_drain(namesrv, group, int(mode.removeprefix("threads_")))
     batch = 1024 if mode.endswith("_1024") else 32
     c = SimpleConsumer(group, namesrv=namesrv, subscriptions={TOPIC: "*"}, **SIMPLE).start()
     try:
@@ -148,7 +149,7 @@ def test_simple_consume_baseline_push_consumer_defaults(benchmark, backlog):
     _rate(benchmark)
 
 
-MODES = ("sync", "ack_async", "batch_ack", "aio", "batch_ack_1024", "pipelined_1024", "threads_4")
+MODES = ("sync", "ack_async", "batch_ack", "aio", "batch_ack_1024", "pipelined_1024", "threads_4", "threads_16")
 
 
 @pytest.mark.parametrize("mode", MODES)

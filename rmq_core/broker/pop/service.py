@@ -827,6 +827,14 @@ class PopService:
             raise outcome
         return outcome
 
+    def begin_ack(self, *, group: str, topic: str, receipt_handle: str):
+        """ack() up to the wait for its record's durability (ACK_MESSAGE's way: no coroutine when
+        none is needed): its refusals ([] or [PopError]) when there is no wait, else an awaitable of
+        them; a handle that is not one raises PopError."""
+        self._check_ack(group, topic)
+        h = self._parse(receipt_handle)
+        return self.begin_ack_offsets(group=group, topic=topic, checkpoint=h, offsets=[h.queue_offset])
+
     async def ack_batch(self, *, group: str, topic: str, receipt_handles) -> list:
         """End several messages (gRPC's AckMessage entries): one ack record per checkpoint they are
         in.  Returns, per handle in order, an AckOutcome or the PopError that refused it (one bad

@@ -126,15 +126,19 @@ class PopMessageProcessor(Processor):
                            ResponseCode.MESSAGE_ILLEGAL)
         return group, topic, with_queue_offset(extra, offset)
 
-    async def ack_message(self, ctx, request):
+    def ack_message(self, ctx, request):
+        """Answered at once when its ack record needs no durability wait (as a batch ack is), else
+        a coroutine of the answer."""
         try:
             group, topic, handle = self._handle_of(request)
-            await self.ctrl.pop_service.ack(group=group, topic=topic, receipt_handle=handle)
+            begun = self.ctrl.pop_service.begin_ack(group=group, topic=topic, receipt_handle=handle)
         except PopError as e:
             return request.make_response(e.code, str(e))
         except ValueError as e:
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad ack request: {e}")
-        return request.make_response(ResponseCode.SUCCESS)
+        if type(begun) is list:
+            return self._batch_ack_answer(request, begun)
+        return self._batch_ack_answer_later(request, [], [begun])
 
     async def change_invisible_time(self, ctx, request):
         try:
