@@ -170,9 +170,10 @@ def test_ack_of_a_list_names_what_is_not_a_message():
 
 # --- receives made while a pop of theirs is in flight go as one pop ----------------------------------
 class _Pops:
-    """A SimpleConsumer's _pop_once that waits for the test: calls [(max_nums, poll_ms, future)]."""
+    """A SimpleConsumer's _pop_once that waits for the test: calls [(max_nums, poll_ms, future)];
+    `ordered` what its answers tell of the group (None: nothing, as an answer without messages)."""
 
-    def __init__(self, ordered: bool = False):
+    def __init__(self, ordered: bool | None = False):
         self.calls = []
         self.ordered = ordered
 
@@ -182,15 +183,19 @@ class _Pops:
         try:
             return await future
         finally:
-            if lane is not None and self.ordered is not None:  # (None: an answer without messages tells nothing)
+            if lane is not None and self.ordered is not None:
                 lane.ordered = self.ordered
 
+    def sizes(self) -> list:
+        return [m for m, _, _ in self.calls]
 
-def _consumer(pops, **options) -> SimpleConsumer:
-    c = SimpleConsumer("CG", NS, subscriptions={"T": "*"}, **options)
-    c._pop_once = pops
-    c.instance = types.SimpleNamespace(spawn=lambda coro: asyncio.get_running_loop().create_task(coro))
-    return c
+    def answer(self, i: int, outcome) -> None:
+        """Pop i answers: its messages, or the exception it raises."""
+        future = self.calls[i][2]
+        if isinstance(outcome, Exception):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
 
 async def _settle():
@@ -202,59 +207,59 @@ def _pop(c, max_nums, poll_ms=10_000, invisible_ms=30_000):
     return asyncio.ensure_future(c._pop("T", "broker-a", max_nums, invisible_ms, poll_ms))
 
 
+async def _behind_a_pop(first_max: int, waiting, *, ordered: bool | None = False, **options):
+    """A consumer (its pops faked) with a receive of `first_max` popping, and receives of `waiting`
+    maxima made meanwhile: (pops, consumer, the first receive, the waiting ones)."""
+    pops = _Pops(ordered)
+    c = SimpleConsumer("CG", NS, subscriptions={"T": "*"}, **options)
+    c._pop_once = pops
+    c.instance = types.SimpleNamespace(spawn=lambda coro: asyncio.get_running_loop().create_task(coro))
+    first = _pop(c, first_max)
+    await _settle()
+    waiters = [_pop(c, *w) if isinstance(w, tuple) else _pop(c, w) for w in waiting]
+    await _settle()
+    return pops, c, first, waiters
+
+
 def test_receives_waiting_for_a_pop_in_flight_go_as_one_and_share_its_messages_in_order():
     async def scenario():
-        pops = _Pops()
-        c = _consumer(pops)
-        first = _pop(c, 5)
-        await _settle()
-        waiting = [_pop(c, 5), _pop(c, 5), _pop(c, 3)]
+        pops, c, first, waiting = await _behind_a_pop(5, [5, 5, 3])
         other = _pop(c, 4, invisible_ms=60_000)  # another invisible time: a pop of its own, at once
         await _settle()
-        assert [m for m, _, _ in pops.calls] == [5, 4]
-        pops.calls[0][2].set_result(list(range(5)))
+        assert pops.sizes() == [5, 4]
+        pops.answer(0, list(range(5)))
         await _settle()
         assert first.result() == [0, 1, 2, 3, 4]
-        assert pops.calls[2][0] == 13  # the three that waited: one pop of their maxima summed
-        pops.calls[2][2].set_result(list(range(100, 113)))
+        assert pops.sizes()[2] == 13  # the three that waited: one pop of their maxima summed
+        pops.answer(2, list(range(100, 113)))
         await _settle()
         assert [w.result() for w in waiting] == [[100, 101, 102, 103, 104], [105, 106, 107, 108, 109],
                                                  [110, 111, 112]]
-        pops.calls[1][2].set_result([7])
-        assert await other == [7]
-        assert len(pops.calls) == 3
+        pops.answer(1, [7])
+        assert await other == [7] and len(pops.calls) == 3
 
     asyncio.run(scenario())
 
 
 def test_a_receive_whose_share_is_empty_waits_for_the_next_pop_while_its_poll_lasts():
     async def scenario():
-        pops = _Pops()
-        c = _consumer(pops)
-        first = _pop(c, 5)
+        pops, c, first, (a, b, quick) = await _behind_a_pop(5, [5, 5, (5, 0)])
+        pops.answer(0, [1])
         await _settle()
-        a, b, quick = _pop(c, 5), _pop(c, 5), _pop(c, 5, poll_ms=0)
-        await _settle()
-        pops.calls[0][2].set_result([1])
-        await _settle()
-        assert pops.calls[1][0] == 15 and pops.calls[1][1] == 0  # (polled as long as the shortest poll)
-        pops.calls[1][2].set_result([2, 3, 4, 5, 6, 7])
+        assert pops.calls[1][:2] == (15, 0)  # (polled as long as the shortest poll)
+        pops.answer(1, [2, 3, 4, 5, 6, 7])
         await _settle()
         assert (await first, await a, await b, await quick) == ([1], [2, 3, 4, 5, 6], [7], [])
         assert len(pops.calls) == 2
 
         # a share left empty by a pop that found messages: the receive pops again
-        c2 = _consumer(pops := _Pops())
-        first = _pop(c2, 2)
+        pops, c, first, (a, b) = await _behind_a_pop(2, [2, 2])
+        pops.answer(0, [1])
         await _settle()
-        a, b = _pop(c2, 2), _pop(c2, 2)
+        pops.answer(1, [2, 3])
         await _settle()
-        pops.calls[0][2].set_result([1])
-        await _settle()
-        pops.calls[1][2].set_result([2, 3])
-        await _settle()
-        assert a.result() == [2, 3] and not b.done() and pops.calls[2][0] == 2
-        pops.calls[2][2].set_result([4])
+        assert a.result() == [2, 3] and not b.done() and pops.sizes()[2] == 2
+        pops.answer(2, [4])
         assert await b == [4]
 
     asyncio.run(scenario())
@@ -262,17 +267,12 @@ def test_a_receive_whose_share_is_empty_waits_for_the_next_pop_while_its_poll_la
 
 def test_a_failed_pop_fails_each_receive_of_it_and_a_cancelled_one_is_passed_over():
     async def scenario():
-        pops = _Pops()
-        c = _consumer(pops)
-        first = _pop(c, 5)
-        await _settle()
-        gone, a, b = _pop(c, 5), _pop(c, 5), _pop(c, 5)
-        await _settle()
+        pops, c, first, (gone, a, b) = await _behind_a_pop(5, [5, 5, 5])
         gone.cancel()
-        pops.calls[0][2].set_result([0])
+        pops.answer(0, [0])
         await _settle()
-        assert pops.calls[1][0] == 10  # (the cancelled receive is not asked for)
-        pops.calls[1][2].set_exception(MQClientError("broker gone"))
+        assert pops.sizes()[1] == 10  # (the cancelled receive is not asked for)
+        pops.answer(1, MQClientError("broker gone"))
         await _settle()
         for w in (a, b):
             with pytest.raises(MQClientError, match="broker gone"):
@@ -282,7 +282,7 @@ def test_a_failed_pop_fails_each_receive_of_it_and_a_cancelled_one_is_passed_ove
         nxt = _pop(c, 1)
         await _settle()
         assert len(pops.calls) == 3
-        pops.calls[2][2].set_result([9])
+        pops.answer(2, [9])
         assert await nxt == [9]
 
     asyncio.run(scenario())
@@ -290,29 +290,24 @@ def test_a_failed_pop_fails_each_receive_of_it_and_a_cancelled_one_is_passed_ove
 
 def test_pops_over_32_refused_by_a_rocketmq_broker_go_at_32_from_then_on():
     async def scenario():
-        pops = _Pops()
-        c = _consumer(pops)
-        first = _pop(c, 32)
+        pops, c, first, waiting = await _behind_a_pop(32, [32, 32, 32])
+        pops.answer(0, [0])
         await _settle()
-        waiting = [_pop(c, 32) for _ in range(3)]
+        assert pops.sizes()[1] == 96
+        pops.answer(1, MQBrokerError(ResponseCode.SYSTEM_ERROR, "pop message num over 32", "b"))
         await _settle()
-        pops.calls[0][2].set_result([0])
-        await _settle()
-        assert pops.calls[1][0] == 96
-        pops.calls[1][2].set_exception(MQBrokerError(ResponseCode.SYSTEM_ERROR, "pop message num over 32", "b"))
-        await _settle()
-        assert [m for m, _, _ in pops.calls[2:]] == [32]  # the same receives again, a pop of 32 at most each
+        assert pops.sizes()[2:] == [32]  # the same receives again, a pop of 32 at most each
         for i in range(3):
-            pops.calls[2 + i][2].set_result([i])
+            pops.answer(2 + i, [i])
             await _settle()
         assert [w.result() for w in waiting] == [[0], [1], [2]] and await first == [0]
         # a pop of 32 or less that fails: its receives fail
         more = [_pop(c, 8) for _ in range(2)]
         await _settle()
-        assert pops.calls[5][0] == 8
-        pops.calls[5][2].set_result([])
+        assert pops.sizes()[5] == 8
+        pops.answer(5, [])
         await _settle()
-        pops.calls[6][2].set_exception(MQBrokerError(ResponseCode.SYSTEM_ERROR, "no", "b"))
+        pops.answer(6, MQBrokerError(ResponseCode.SYSTEM_ERROR, "no", "b"))
         await _settle()
         with pytest.raises(MQBrokerError):
             more[1].result()
@@ -322,54 +317,40 @@ def test_pops_over_32_refused_by_a_rocketmq_broker_go_at_32_from_then_on():
 
 def test_an_orderly_group_pops_for_one_receive_at_a_time():
     async def scenario():
-        for options, pops in (({"fifo": True}, _Pops()), ({}, _Pops(ordered=True))):
-            c = _consumer(pops, **options)
-            first = _pop(c, 5)
+        # fifo=True: never shared, each receive pops at once
+        pops, c, first, (a, b) = await _behind_a_pop(5, [5, 5], fifo=True)
+        assert pops.sizes() == [5, 5, 5]
+        # the broker's answer was orderly (reviveQid 999): one receive per pop
+        pops, c, first, (a, b) = await _behind_a_pop(5, [5, 5], ordered=True)
+        for i in range(3):  # (each pop's answer lets the next receive's pop go)
+            assert pops.sizes() == [5] * (i + 1)
+            pops.answer(i, [i])
             await _settle()
-            a, b = _pop(c, 5), _pop(c, 5)
-            await _settle()
-            if options:  # fifo=True: never shared, each receive pops at once
-                assert [m for m, _, _ in pops.calls] == [5, 5, 5]
-            else:  # the broker's answer was orderly (reviveQid 999): one receive per pop
-                pops.calls[0][2].set_result([0])
-                await _settle()
-                assert [m for m, _, _ in pops.calls] == [5, 5]
-            for i in range(3):  # (each pop's answer lets the next receive's pop go)
-                if not pops.calls[i][2].done():
-                    pops.calls[i][2].set_result([i])
-                await _settle()
-            assert [m for m, _, _ in pops.calls] == [5, 5, 5]
-            assert len(await first) == len(await a) == len(await b) == 1
+        assert (await first, await a, await b) == ([0], [1], [2])
 
     asyncio.run(scenario())
 
 
 def test_before_an_answer_tells_whether_the_group_is_orderly_receives_are_not_shared():
     async def scenario():
-        for options, shared in (({}, False), ({"fifo": False}, True)):
-            pops = _Pops(ordered=None)
-            c = _consumer(pops, **options)
-            first = _pop(c, 5)
-            await _settle()
-            a, b = _pop(c, 5), _pop(c, 5)
-            await _settle()
-            pops.calls[0][2].set_result([])  # (the poll ended with no message: no word on the group)
-            await _settle()
-            if shared:  # fifo=False asks the broker for a pop that is not orderly: shared from the start
-                assert [m for m, _, _ in pops.calls] == [5, 10]
-                pops.calls[1][2].set_result([1, 2])
-            else:
-                assert [m for m, _, _ in pops.calls] == [5, 5]
-                pops.calls[1][2].set_result([1])
-                await _settle()
-                pops.calls[2][2].set_result([2])
-            await _settle()
-            assert await first == []
-            if shared:  # a took both; b, its share empty, pops again while its poll lasts
-                assert await a == [1, 2] and not b.done() and pops.calls[2][0] == 5
-                pops.calls[2][2].set_result([3])
-                assert await b == [3]
-            else:
-                assert (await a, await b) == ([1], [2])
+        # fifo=None: the broker decides by the group; a poll that ended with no message tells nothing
+        pops, c, first, (a, b) = await _behind_a_pop(5, [5, 5], ordered=None)
+        pops.answer(0, [])
+        await _settle()
+        assert pops.sizes() == [5, 5]
+        pops.answer(1, [1])
+        await _settle()
+        pops.answer(2, [2])
+        assert (await first, await a, await b) == ([], [1], [2])
+        # fifo=False asks the broker for a pop that is not orderly: shared from the start
+        pops, c, first, (a, b) = await _behind_a_pop(5, [5, 5], ordered=None, fifo=False)
+        pops.answer(0, [])
+        await _settle()
+        assert pops.sizes() == [5, 10]
+        pops.answer(1, [1, 2])
+        await _settle()
+        assert await first == [] and await a == [1, 2] and not b.done()  # b pops again while its poll lasts
+        pops.answer(2, [3])
+        assert await b == [3]
 
     asyncio.run(scenario())
