@@ -959,6 +959,13 @@ class PopService:
         """Make an in-flight message invisible for invisible_ms from now: a new checkpoint for it,
         and (not FIFO) an ack of the old handle; answered when both are stored.  Returns the new
         receipt handle (the old one is no longer valid)."""
+        begun = self.begin_change_invisible_time(group=group, topic=topic, receipt_handle=receipt_handle,
+                                                 invisible_ms=invisible_ms)
+        return begun if type(begun) is str else await begun
+
+    def begin_change_invisible_time(self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int):
+        """change_invisible_time() up to the wait for its records' durability: the new handle when
+        there is none to wait for, else an awaitable of it."""
         self._check_invisible(invisible_ms)
         h, real = self._handle(group, topic, receipt_handle)
         ck = self._open(group, real, h, h.queue_offset, "change the invisible time")
@@ -979,9 +986,9 @@ class PopService:
                 self._resolve(new, [off], acked=False)  # (both open after a crash: delivered again)
                 raise
             self._resolve(ck, [off], acked=False)
-        await self._durable(waits)
-        return build_extra_info(off, pop_time, invisible_ms, POP_ORDER_REVIVE_QUEUE if ck.fifo else rqid, h.retry,
-                                h.broker_name, h.queue_id, off)
+        return self._when_durable(waits, build_extra_info(
+            off, pop_time, invisible_ms, POP_ORDER_REVIVE_QUEUE if ck.fifo else rqid, h.retry, h.broker_name,
+            h.queue_id, off))
 
     async def forward_to_dead_letter(self, *, group: str, topic: str, receipt_handle: str) -> AckOutcome:
         """Put an in-flight message to %DLQ%<group> now and end it (gRPC's ForwardMessageToDeadLetterQueue)."""

@@ -140,18 +140,32 @@ class PopMessageProcessor(Processor):
             return self._batch_ack_answer(request, begun)
         return self._batch_ack_answer_later(request, [], [begun])
 
-    async def change_invisible_time(self, ctx, request):
+    def change_invisible_time(self, ctx, request):
+        """Answered at once when its records need no durability wait, else a coroutine of the answer."""
         try:
             group, topic, handle = self._handle_of(request)
             invisible = request.get_int("invisibleTime")
             if invisible is None:
                 raise PopError("BAD_REQUEST", "change request needs invisibleTime", ResponseCode.MESSAGE_ILLEGAL)
-            new = await self.ctrl.pop_service.change_invisible_time(group=group, topic=topic, receipt_handle=handle,
-                                                                    invisible_ms=invisible)
+            begun = self.ctrl.pop_service.begin_change_invisible_time(group=group, topic=topic, receipt_handle=handle,
+                                                                      invisible_ms=invisible)
         except PopError as e:
             return request.make_response(e.code, str(e))
         except ValueError as e:
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, f"bad change-invisible-time request: {e}")
+        if type(begun) is str:
+            return self._changed_answer(request, begun)
+        return self._changed_answer_later(request, begun)
+
+    async def _changed_answer_later(self, request, begun):
+        try:
+            new = await begun
+        except PopError as e:
+            return request.make_response(e.code, str(e))
+        return self._changed_answer(request, new)
+
+    @staticmethod
+    def _changed_answer(request, new: str):
         h = ExtraInfo.parse(new)
         return request.make_response(ResponseCode.SUCCESS, None, {
             "popTime": str(h.pop_time), "invisibleTime": str(h.invisible_time), "reviveQid": str(h.revive_qid),
