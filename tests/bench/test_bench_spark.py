@@ -59,6 +59,7 @@ def _topic_env(tmp, n):
     """A broker holding `n` messages of 128 B on TOPIC and a Spark session; yields (spark,
     name server, Parquet file of the same bodies, tmp)."""
     from rmq_core import Message, Producer
+    from rmq_core.store import disk_usage_ratio
     from tests.spark.conftest import create_topic, spark_session
 
     # the store's default consume-queue file size (the test harness's small files would end a pull
@@ -85,7 +86,9 @@ def _topic_env(tmp, n):
         # listed (a count of the whole topic is answered from the queues' offsets)
         deadline = time.monotonic() + 180
         while (listed := rmq(spark, ns, "rmq").count()) != n:
-            assert time.monotonic() < deadline, f"{listed} of {n} messages listed after 180 s"
+            assert time.monotonic() < deadline, (
+                f"{listed} of {n} messages listed after 180 s (the disk holding the store is "
+                f"{disk_usage_ratio(str(tmp)):.1%} used, reserved blocks counted as used)")
             time.sleep(0.5)
         print(f"{n:,} messages listed ({time.monotonic() - began:.0f} s)", flush=True)
         parquet = str(tmp / "bodies.parquet")
