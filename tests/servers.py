@@ -145,8 +145,8 @@ class RmqProcess:
 # used, so on a file system reporting most of its blocks reserved (df's Avail far below Size - Used)
 # the stores of a long run (make bench keeps them until the session ends) take it past RocketMQ's
 # 75 / 85 / 90 % levels, and retention would delete a benchmark's messages while it reads them.
-# Tests of those levels set their own.
-_KEEP_DATA = {"diskMaxUsedSpaceRatio": 99, "diskSpaceCleanForciblyRatio": 0.99, "diskSpaceWarningLevelRatio": 0.995}
+# Tests of those levels set their own; store benchmarks use these too.
+KEEP_DATA = {"diskMaxUsedSpaceRatio": 99, "diskSpaceCleanForciblyRatio": 0.99, "diskSpaceWarningLevelRatio": 0.995}
 
 
 class NamesrvAndBroker:
@@ -178,7 +178,7 @@ class NamesrvAndBroker:
             "brokerClusterName": cluster, "brokerName": name, "listenPort": port, "brokerIP1": "127.0.0.1",
             "storePathRootDir": store, "mappedFileSizeCommitLog": 64 * 1024 * 1024,
             "mappedFileSizeConsumeQueue": 6000 * 20, "maxHashSlotNum": 10000, "maxIndexNum": 40000,
-            "registerNameServerPeriod": 2000, "haListenPort": free_port(), **_KEEP_DATA, **props})
+            "registerNameServerPeriod": 2000, "haListenPort": free_port(), **KEEP_DATA, **props})
         proc = RmqProcess([*(["-v"] if verbose else []), "broker", "-n", self.namesrv, "-c", conf,
                            "--listen-host", "127.0.0.1"], ("boot success",))
         self.brokers.append(proc)  # (before its boot: stop() ends it whether or not it booted)

@@ -298,8 +298,8 @@ class SimpleConsumer:
         a pop of theirs is in flight go as one pop when it ends, of their maxima summed (up to
         MAX_MESSAGE_NUM), its messages handed out in order, each receive up to its own maximum: the
         group commit of receives (threads sharing a consumer pay a round trip per pop, not per
-        receive).  Never for an orderly group (nor before an answer said the group is not one): a
-        queue's messages stay with one receive, which handles them in order."""
+        receive).  Never for an orderly group, nor (fifo=None) before an answer said the group is not
+        one: a queue's messages stay with one receive, which handles them in order."""
         if self.fifo:
             return await self._pop_once(topic, broker_name, max_nums, invisible_ms, poll_ms)
         key = (topic, broker_name, invisible_ms)

@@ -41,6 +41,7 @@ from rmq_core._native import record_store
 from rmq_core._native import crc as crc_native
 from rmq_core._native import cq as cq_native
 from tests.codec_oracle import encode_batch_items
+from tests.servers import KEEP_DATA
 from rmq_core.config import FlushDiskType, MessageStoreConfig
 from rmq_core.message import java_string_hash
 from rmq_core.store import DefaultMessageStore, MessageExtBatch, MessageExtBrokerInner, PutMessageStatus
@@ -57,7 +58,7 @@ def _config(root, **kw) -> MessageStoreConfig:
     base = dict(store_path_root_dir=str(root), message_index_enable=False, clean_resource_interval=3_600_000,
                 flush_interval_commit_log=500)
     base.update(kw)
-    return MessageStoreConfig(**base)
+    return MessageStoreConfig.from_properties(KEEP_DATA, **base)  # (disk levels: see tests.servers)
 
 
 # --- append -------------------------------------------------------------------------------------
