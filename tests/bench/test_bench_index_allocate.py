@@ -16,6 +16,7 @@ import attrs
 import pytest
 from tests.codec_oracle import encode_batch_items
 from rmq_core.config import MessageStoreConfig
+from tests.servers import KEEP_DATA
 from rmq_core.message import MessageQueue
 from rmq_core.plugins import get_allocate_strategy
 from rmq_core.store.index import IndexService
@@ -57,8 +58,8 @@ def test_index_build_index_service(benchmark, tmp_path):
     counter = iter(range(10**9))
 
     def setup():
-        cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / str(next(counter))),
-                                 max_hash_slot_num=50_000, max_index_num=200_000)
+        cfg = MessageStoreConfig.from_properties(KEEP_DATA, store_path_root_dir=str(tmp_path / str(next(counter))),
+                                                 max_hash_slot_num=50_000, max_index_num=200_000)
         svc = IndexService(cfg)
         svc.load(True)
         return (svc,), {}
@@ -80,7 +81,8 @@ def stored(tmp_path_factory):
     """A store holding N_STORED records with KEYS (two words) and UNIQ_KEY, put as batches of
     1024; its index builder is held, so the queued batch items are what the builder would get."""
     from rmq_core.store import DefaultMessageStore, MessageExtBatch
-    cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path_factory.mktemp("stored")), message_index_enable=True)
+    cfg = MessageStoreConfig.from_properties(KEEP_DATA, store_path_root_dir=str(tmp_path_factory.mktemp("stored")),
+                                             message_index_enable=True)
     store = DefaultMessageStore(cfg)
     assert store.load()
     store.start()
@@ -107,8 +109,8 @@ def _index_setup(tmp_path, store):
     counter = iter(range(10**9))
 
     def setup():
-        cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / str(next(counter))),
-                                 max_hash_slot_num=50_000, max_index_num=200_000)
+        cfg = MessageStoreConfig.from_properties(KEEP_DATA, store_path_root_dir=str(tmp_path / str(next(counter))),
+                                                 max_hash_slot_num=50_000, max_index_num=200_000)
         svc = IndexService(cfg)
         svc.load(True)
         # fault the fresh file's pages in first: first-touch faults cost the same on every path
@@ -157,8 +159,8 @@ def test_index_build_singles_native_run(benchmark, stored, tmp_path):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path_factory.mktemp("idx")), max_hash_slot_num=50_000,
-                             max_index_num=200_000)
+    cfg = MessageStoreConfig.from_properties(KEEP_DATA, store_path_root_dir=str(tmp_path_factory.mktemp("idx")),
+                                             max_hash_slot_num=50_000, max_index_num=200_000)
     svc = IndexService(cfg)
     svc.load(True)
     for r in REQS:

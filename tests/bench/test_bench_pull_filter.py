@@ -6,6 +6,7 @@ import pytest
 from rmq_core.broker.consumer_filter_manager import CalcBitMapDispatcher, ConsumerFilterManager
 from tests.codec_oracle import encode_batch_items
 from rmq_core.config import BrokerConfig, MessageStoreConfig
+from tests.servers import KEEP_DATA
 from rmq_core.filtering import MATCH_ALL
 from rmq_core.plugins import get_filter_factory
 from rmq_core.store import DefaultMessageStore, MessageExtBatch
@@ -36,8 +37,9 @@ class Counting:
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench-filter")
     bc = BrokerConfig(enable_property_filter=True, enable_calc_filter_bit_map=True)
-    sc = MessageStoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=256 * 1024 * 1024,
-                            enable_consume_queue_ext=True, message_index_enable=False)
+    sc = MessageStoreConfig.from_properties(KEEP_DATA, store_path_root_dir=str(root),
+                                            mapped_file_size_commit_log=256 * 1024 * 1024,
+                                            enable_consume_queue_ext=True, message_index_enable=False)
     fm = ConsumerFilterManager(bc, sc)
     fm.register(TOPIC, "G_BLOOM", SQL, "SQL92", 1)
     s = DefaultMessageStore(sc)

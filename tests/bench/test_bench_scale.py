@@ -29,7 +29,7 @@ from rmq_core.config import BrokerConfig, MessageStoreConfig
 from rmq_core.remoting.body import DataVersion, RegisterBrokerBody
 from rmq_core.remoting.codes import RequestCode
 from rmq_core.broker.topic_config_manager import TopicConfig, TopicConfigTable
-from tests.servers import NamesrvAndBroker, RmqProcess
+from tests.servers import KEEP_DATA, NamesrvAndBroker, RmqProcess
 
 STORE = {"mappedFileSizeCommitLog": 4 * 1024 * 1024, "mappedFileSizeConsumeQueue": 1000 * 20,
          "maxHashSlotNum": 1000, "maxIndexNum": 4000, "registerNameServerPeriod": 30_000}
@@ -138,7 +138,7 @@ def big_broker(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("full")
     ctrl = BrokerController(BrokerConfig(namesrv_addr="127.0.0.1:1"),
-                            MessageStoreConfig(store_path_root_dir=str(d)))
+                            MessageStoreConfig.from_properties(KEEP_DATA, store_path_root_dir=str(d)))
     for i in range(N_FULL):
         ctrl.topic_manager.table.put(TopicConfig(f"Scale{i:05d}", 8, 8))
     return ctrl
