@@ -14,7 +14,8 @@ its delivery_attempt raised.  Its receipt handle is its POP_CK property, made fr
 startOffsetInfo / msgOffsetInfo / orderCountInfo as RocketMQ 5's remoting client makes it
 (rmq_core.common.pop_extra_info); CHANGE_MESSAGE_INVISIBLETIME gives it a new one.  Acks and changes
 travel on the broker's command channel, from the caller's thread (MQClientInstance.command_channel);
-a receive's long poll on the client's event loop.  The consumer heartbeats like the others (CONSUME_ACTIVELY, as RocketMQ 5 registers a SimpleConsumer), so it shows
+so does a sync receive's pop while it is the only one of its kind in flight and one broker serves the
+subscriptions, otherwise (and for receive_async) the pop goes from the client's event loop.  The consumer heartbeats like the others (CONSUME_ACTIVELY, as RocketMQ 5 registers a SimpleConsumer), so it shows
 in consumerConnection.
 """
 from __future__ import annotations
@@ -132,7 +133,10 @@ class SimpleConsumer:
         self._started = False
         self._state_lock = threading.Lock()
         self._turn = itertools.count()
-        self._pop_lanes: dict = {}  # (topic, broker name, invisible ms) -> _PopLane (on the client loop)
+        # (topic, broker name, invisible ms) -> _PopLane; its state changes under _lanes_lock (the loop's
+        # pops and a receive popping on its own thread both take lanes)
+        self._pop_lanes: dict = {}
+        self._lanes_lock = threading.Lock()
 
     client_id = delegate("client_config.client_id")
 
@@ -224,7 +228,11 @@ class SimpleConsumer:
         """Up to `max_message_num` (1..1024; a RocketMQ broker takes 1..32) messages, each invisible to the group for
         `invisible_duration` (s or timedelta); [] when none came within await_duration."""
         args = self._receive_args(max_message_num, invisible_duration)
-        return self._require_started().run(self._receive(*args), timeout=self._receive_timeout() + 5)
+        inst = self._require_started()
+        msgs = self._receive_here(*args)
+        if msgs is None:
+            msgs = inst.run(self._receive(*args), timeout=self._receive_timeout() + 5)
+        return msgs
 
     def receive_async(self, max_message_num: int, invisible_duration: float | timedelta) -> concurrent.futures.Future:
         """receive() as a Future (rmq_core.aio awaits it)."""
@@ -303,35 +311,45 @@ class SimpleConsumer:
         if self.fifo:
             return await self._pop_once(topic, broker_name, max_nums, invisible_ms, poll_ms)
         key = (topic, broker_name, invisible_ms)
+        with self._lanes_lock:
+            lane = self._lane(key)
+            waiter = None
+            if lane.busy:
+                waiter = _PopWaiter(max_nums, now_ms() + poll_ms, asyncio.get_running_loop().create_future())
+                lane.waiting.append(waiter)
+            else:
+                lane.busy = True
+        if waiter is not None:
+            return await waiter.future
+        try:
+            msgs = await self._pop_once(topic, broker_name, max_nums, invisible_ms, poll_ms, lane)
+        finally:
+            self._pop_next(key, lane)
+        return msgs
+
+    def _lane(self, key) -> "_PopLane":
+        """The lane of `key` (under _lanes_lock)."""
         lane = self._pop_lanes.get(key)
         if lane is None:
             lane = self._pop_lanes[key] = _PopLane(None if self.fifo is None else False)
-        if not lane.busy:
-            lane.busy = True
-            try:
-                msgs = await self._pop_once(topic, broker_name, max_nums, invisible_ms, poll_ms, lane)
-            finally:
-                self._pop_next(key, lane)
-            return msgs
-        waiter = _PopWaiter(max_nums, now_ms() + poll_ms, asyncio.get_running_loop().create_future())
-        lane.waiting.append(waiter)
-        return await waiter.future
+        return lane
 
     def _pop_next(self, key, lane: "_PopLane") -> None:
         """After a lane's pop: the receives that waited meanwhile go as the next one (on the loop)."""
-        waiting = [w for w in lane.waiting if not w.future.done()]  # (a cancelled receive is gone)
-        if not waiting:
-            lane.waiting.clear()
-            lane.busy = False
-            return
-        cap = lane.cap if lane.ordered is False else waiting[0].max_nums  # (orderly: one receive's)
-        taken, total = [], 0
-        for w in waiting:
-            if taken and total + w.max_nums > cap:
-                break
-            taken.append(w)
-            total += w.max_nums
-        lane.waiting = waiting[len(taken):]
+        with self._lanes_lock:
+            waiting = [w for w in lane.waiting if not w.future.done()]  # (a cancelled receive is gone)
+            if not waiting:
+                lane.waiting.clear()
+                lane.busy = False
+                return
+            cap = lane.cap if lane.ordered is False else waiting[0].max_nums  # (orderly: one receive's)
+            taken, total = [], 0
+            for w in waiting:
+                if taken and total + w.max_nums > cap:
+                    break
+                taken.append(w)
+                total += w.max_nums
+            lane.waiting = waiting[len(taken):]
         self.instance.spawn(self._pop_for(key, lane, taken, total))  # (cancelled if the client stops)
 
     async def _pop_for(self, key, lane: "_PopLane", taken: list, total: int) -> None:
@@ -348,8 +366,9 @@ class SimpleConsumer:
                 # RocketMQ's broker refuses a pop of over 32: pop so many at most from here on
                 log.info("broker %s refused a pop of %d (%s): pops of its topic %s take %d at most", broker_name,
                          total, e, topic, _ROCKETMQ_MAX_POP)
-                lane.cap = _ROCKETMQ_MAX_POP
-                lane.waiting[:0] = [w for w in taken if not w.future.done()]  # (popped again, 32 at most)
+                with self._lanes_lock:
+                    lane.cap = _ROCKETMQ_MAX_POP
+                    lane.waiting[:0] = [w for w in taken if not w.future.done()]  # (popped again, 32 at most)
             else:
                 at, later, now = 0, [], now_ms()
                 for w in taken:
@@ -363,14 +382,16 @@ class SimpleConsumer:
                         later.append(w)
                     else:
                         w.future.set_result([])
-                lane.waiting[:0] = later
+                with self._lanes_lock:
+                    lane.waiting[:0] = later
                 if at < len(msgs):  # (every receive left gave up: the rest comes back after its invisible time)
                     log.warning("%d popped messages of %s had no receive left to take them", len(msgs) - at, topic)
         except asyncio.CancelledError:  # (the client is stopping: so are the receives waiting)
-            for w in (*taken, *lane.waiting):
+            with self._lanes_lock:
+                waiting, lane.waiting = lane.waiting, []
+                lane.busy = False
+            for w in (*taken, *waiting):
                 w.future.cancel()
-            lane.waiting.clear()
-            lane.busy = False
             raise
         except Exception as e:  # noqa: BLE001 - each receive of the pop raises it
             for w in taken:
@@ -381,15 +402,76 @@ class SimpleConsumer:
     async def _pop_once(self, topic: str, broker_name: str, max_nums: int, invisible_ms: int, poll_ms: int,
                         lane: "_PopLane | None" = None) -> list:
         inst = self.instance
-        addr = inst.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
+        addr = self._master(broker_name)
         if addr is None:
             await inst.update_topic_route(topic)
-            addr = inst.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
+            addr = self._master(broker_name)
             if addr is None:
                 raise MQClientError(f"broker {broker_name!r} of topic {topic!r} has no master to pop from")
         sub = self.subscription_inner.get(topic)
         if sub is None:
             return []
+        req = self._pop_request(topic, sub, max_nums, invisible_ms, poll_ms)
+        try:
+            resp = await inst.invoke(addr, req, poll_ms / 1000 + self.client_config.mq_client_api_timeout)
+        except (RemotingError, TimeoutError) as e:
+            inst.note_request_failed(addr, e)
+            raise
+        return self._pop_answer(resp, topic, broker_name, sub, addr, lane)
+
+    def _receive_here(self, max_nums: int, invisible_ms: int) -> list | None:
+        """A receive's pop written and its answer read on the caller's thread, on the broker's
+        command channel as acks are (no hop through the client's event loop: two thread wake-ups
+        less per receive) - when one broker serves the subscriptions, its master is known and no
+        pop of the receive's lane is in flight.  None otherwise: the loop's route, which takes the
+        brokers in turn, looks a route up, or joins the receive to the pop in flight."""
+        targets = self._targets()
+        if len(targets) != 1:
+            return None
+        topic, broker_name = targets[0]
+        addr = self._master(broker_name)
+        sub = self.subscription_inner.get(topic)
+        if addr is None or sub is None:
+            return None
+        key = (topic, broker_name, invisible_ms)
+        lane = None
+        if not self.fifo:
+            with self._lanes_lock:
+                lane = self._lane(key)
+                if lane.busy:
+                    return None
+                lane.busy = True
+        inst = self.instance
+        poll_ms = round(self.await_duration * 1000)
+        try:
+            req = self._pop_request(topic, sub, max_nums, invisible_ms, poll_ms)
+            req.language = "PYTHON"  # (as MQClientInstance.invoke marks its requests)
+            try:
+                channel = inst.command_channel(addr)
+                fut = LeanFuture(channel)
+                channel.exchange(req.encode(), req.opaque, poll_ms / 1000 + self.client_config.mq_client_api_timeout,
+                                 _popped_answer, fut)
+                resp = fut.result()
+            except (RemotingError, TimeoutError) as e:
+                inst.note_request_failed(addr, e)
+                raise
+            return self._pop_answer(resp, topic, broker_name, sub, addr, lane)
+        finally:
+            if lane is not None:
+                with self._lanes_lock:
+                    handed_on = bool(lane.waiting)
+                    if not handed_on:
+                        lane.busy = False
+                if handed_on:  # receives joined meanwhile (on the loop's route): their pop goes from there
+                    try:
+                        inst.post(lambda: self._pop_next(key, lane))
+                    except MQClientError:  # (the client stopped: so did the receives on its loop)
+                        pass
+
+    def _master(self, broker_name: str) -> str | None:
+        return self.instance.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
+
+    def _pop_request(self, topic: str, sub, max_nums: int, invisible_ms: int, poll_ms: int) -> RemotingCommand:
         # (the header's values as the strings they travel as: no conversion per field in create_request)
         fields = {"consumerGroup": self.group, "topic": topic, "queueId": "-1", "maxMsgNums": str(max_nums),
                   "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms), "bornTime": str(now_ms()),
@@ -397,17 +479,16 @@ class SimpleConsumer:
                   "exp": sub.sub_string}
         if self.fifo is not None:
             fields["order"] = "true" if self.fifo else "false"
-        req = RemotingCommand.create_request(RequestCode.POP_MESSAGE, fields)
-        try:
-            resp = await inst.invoke(addr, req, poll_ms / 1000 + self.client_config.mq_client_api_timeout)
-        except (RemotingError, TimeoutError) as e:
-            inst.note_request_failed(addr, e)
-            raise
+        return RemotingCommand.create_request(RequestCode.POP_MESSAGE, fields)
+
+    def _pop_answer(self, resp: RemotingCommand, topic: str, broker_name: str, sub, addr: str,
+                    lane: "_PopLane | None") -> list:
+        """A POP_MESSAGE answer's messages ([] for none); MQBrokerError for a refusal."""
         if resp.code in _NO_MESSAGE:
             return []
         if resp.code != ResponseCode.SUCCESS:
             error = MQBrokerError(resp.code, resp.remark, addr)
-            inst.note_request_failed(addr, error)
+            self.instance.note_request_failed(addr, error)
             raise error
         if lane is not None:
             lane.ordered = resp.get_int("reviveQid", 0) == POP_ORDER_REVIVE_QUEUE
@@ -647,7 +728,7 @@ class SimpleConsumer:
     def _send(self, request: RemotingCommand, broker_name: str, then, wait: bool) -> LeanFuture:
         """`request` on the command channel of `broker_name`'s master (see _call)."""
         inst = self.instance
-        addr = inst.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
+        addr = self._master(broker_name)
         if addr is None:
             raise MQClientError(f"the master of broker {broker_name!r} (of a receipt handle) is not in any route "
                                 f"known to {self.client_id}")
@@ -702,6 +783,11 @@ def _all_of(futures: list, error: BaseException | None) -> LeanFuture:
     for f in futures:
         f.add_done_callback(one_done)
     return out
+
+
+def _popped_answer(fut: LeanFuture, resp, error) -> None:
+    """A command channel's completion of a receive's pop (on the thread that read the answer)."""
+    fut.finish(resp, error)
 
 
 def _answered(context, resp, error) -> None:

@@ -68,6 +68,9 @@ OnDone = Callable[[Any, Any, "BaseException | None"], None]  # (context, respons
 _READ_BUFFER = 256 * 1024
 _NOBODY = 0  # (thread ids are never 0)
 _GONE = -1
+# the reader's short waits (reader_defer each) while a caller holds the read token, before it parks
+# until the token is let go: a sync send's exchange is answered within them, a long poll is not
+_SHORT_PARKS = 25
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 
 
@@ -486,7 +489,9 @@ class PipelinedChannel(PendingRequests):
         self._tlock = threading.Lock()
         self._token_owner = _NOBODY
         self._token_waiters: set = set()  # futures whose waiters sleep until the token is released
-        self._reader_wake = threading.Event()  # ends the reader's pause when the channel fails or closes
+        # ends the reader's pause when the channel fails or closes, or a long-held token is let go
+        self._reader_wake = threading.Event()
+        self._reader_parked = False  # the reader waits for the token's release (set, cleared by the reader)
         self._rbuf = bytearray(_READ_BUFFER)  # the read buffer, used by the token holder only
         self._rview = memoryview(self._rbuf)
         self._rhave = 0  # bytes of _rbuf holding an incomplete frame
@@ -595,6 +600,8 @@ class PipelinedChannel(PendingRequests):
                     self._token_owner = _NOBODY
             if me == _NOBODY:
                 self._release_token()
+            elif self._reader_parked:
+                self._reader_wake.set()
 
     def send_oneway(self, frame: bytes | None, request=None) -> None:
         """Write a request no answer is expected to (its flag says oneway): nothing registered,
@@ -751,6 +758,8 @@ class PipelinedChannel(PendingRequests):
                 self._token_waiters = set()
         if gone:
             self._close_rsock()
+        elif self._reader_parked:
+            self._reader_wake.set()
         for future in waiters:  # each may take the token now
             future.wake()
 
@@ -857,6 +866,7 @@ class PipelinedChannel(PendingRequests):
         answered = 0
         waiting_since = 0.0  # when the reader first left readable answers to a caller (0: it did not)
         reads_seen = 0
+        parks = 0  # the reader's waits in a row while a caller held the read token
         error: BaseException | None = None
         try:
             while not self.closed:  # (a caller reading may have seen the connection break)
@@ -869,8 +879,18 @@ class PipelinedChannel(PendingRequests):
                 if self._token_owner != _NOBODY:
                     # a caller reads (a sync send's exchange, a waiter): it completes what comes;
                     # waking on every answer it reads would only take the GIL from it
-                    self._reader_wake.wait(self.reader_defer or 0.0001)
+                    parks += 1
+                    if parks <= _SHORT_PARKS:
+                        self._reader_wake.wait(self.reader_defer or 0.0001)
+                    else:  # held long (a long poll's wait): parked until let go, woken by the release
+                        self._reader_parked = True
+                        if self._token_owner != _NOBODY:
+                            self._reader_wake.wait(self.sweep_interval)
+                        self._reader_parked = False
+                        if not self.closed:
+                            self._reader_wake.clear()
                 else:
+                    parks = 0
                     for _, event in poller.poll(wait * 1000.0):
                         if event & _POLL_IN:
                             readable = True

@@ -479,3 +479,39 @@ def test_threads_sharing_a_consumer_have_their_waiting_receives_popped_as_one(cl
         time.sleep(5.5)  # (their invisible time over)
         c.await_duration = 0.5
         assert c.receive(32, 30) == []  # every one acked: none comes back
+
+
+def test_a_sync_receive_pops_on_its_own_thread_and_receive_async_from_the_loop(cluster, no_thread_leak):
+    """With one broker serving the topic, a sync receive's pop is written and answered on the
+    caller's thread (the broker's command channel, as acks): the loop's pop is not used; receive_async's
+    goes from the loop.  Both hand out the messages in turn, each once, and acks end them."""
+    topic, group = "SimpleHere", "CG_SIMPLE_HERE"
+    create_topic(cluster, topic, 2)
+    with Producer("PG_SIMPLE_HERE", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        p.send_batch([Message(topic, f"m{i}".encode(), tags="TagA", keys=[f"k{i}"]) for i in range(100)],
+                     queue=p.fetch_publish_message_queues(topic)[0])
+    with SimpleConsumer(group, namesrv=cluster.tcp_namesrv, subscriptions={topic: "TagA"}, **OPTS) as c:
+        loop_pops = []
+        pop_once = c._pop_once
+
+        async def counted(*args, **kw):
+            loop_pops.append(args[2])
+            return await pop_once(*args, **kw)
+
+        c._pop_once = counted
+        got = []
+        while len(got) < 60:
+            msgs = c.receive(10, 30)
+            assert msgs, "the topic's messages stopped short"
+            c.ack(msgs)
+            got += msgs
+        assert loop_pops == []
+        while len(got) < 100:
+            msgs = c.receive_async(10, 30).result(30)
+            assert msgs, "the topic's messages stopped short"
+            c.ack(msgs)
+            got += msgs
+        assert loop_pops and set(loop_pops) == {10}
+        assert [m.body for m in got] == [f"m{i}".encode() for i in range(100)]
+        assert [m.keys for m in got] == [f"k{i}" for i in range(100)] and {m.tags for m in got} == {"TagA"}
+        assert c.receive(32, 30) == []  # every one acked: none comes back

@@ -384,3 +384,37 @@ def test_many_threads_waiting_and_reading_in_random_schedules_get_exactly_their_
         assert not out.twice() and ch.pending_count == 0 and not ch.closed
     finally:
         ch.close()
+
+
+class _CountedEvent(threading.Event):
+    def __init__(self):
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout=None):
+        self.waits += 1
+        return super().wait(timeout)
+
+
+def test_the_reader_parks_while_a_caller_holds_the_token_long_and_reads_again_when_it_is_let_go(server):
+    """A caller holding the read token for long (a long poll's wait) does not have the reader wake
+    every reader_defer meanwhile; let go, the reader reads at once what nobody waits for."""
+    ch = PipelinedChannel(server, reader_defer=0.002, name="rmq-pipe-parked")
+    ch._reader_wake = wake = _CountedEvent()
+    out = _Completions()
+    try:
+        poll = _send(ch, out, "poll", sleep=1.5)
+        holder = concurrent.futures.ThreadPoolExecutor(1)
+        held = holder.submit(poll.result, 10)  # this thread takes the token and reads for 1.5 s
+        assert _wait_until(lambda: ch._token_owner not in (0, -1))
+        assert held.result(10).get_str("echo") == "poll"
+        # 1.5 s of 2 ms waits would be some 750: the reader waited a few times, then parked
+        assert wake.waits < 150, wake.waits
+        assert _wait_until(lambda: ch._token_owner == 0)
+        unwatched = [_send(ch, out, str(i)) for i in range(5)]  # nobody calls result(): the reader reads
+        assert _wait_until(lambda: all(f.done() for f in unwatched), 5.0)
+        assert {out.thread[id(f)] for f in unwatched} == {"rmq-pipe-parked"}
+        holder.shutdown()
+        assert not out.twice()
+    finally:
+        ch.close()
