@@ -884,8 +884,10 @@ class PipelinedChannel(PendingRequests):
                         self._reader_wake.wait(self.reader_defer or 0.0001)
                     else:  # held long (a long poll's wait): parked until let go, woken by the release
                         self._reader_parked = True
-                        if self._token_owner != _NOBODY:
-                            self._reader_wake.wait(self.sweep_interval)
+                        if self._token_owner != _NOBODY and self._reader_wake.wait(self.sweep_interval):
+                            # let go: short waits again (a token passed from caller to caller would
+                            # otherwise wake the parked reader on every release)
+                            parks = 0
                         self._reader_parked = False
                         if not self.closed:
                             self._reader_wake.clear()
