@@ -139,6 +139,7 @@ class SimpleConsumer:
         self._pop_lanes: dict = {}
         self._lanes_lock = threading.Lock()
         self._overlapped = False  # a receive joined a pop in flight (see _pop_here)
+        self._pops_here: dict = {}  # opaque -> (channel, Future) of _pop_here's pops in flight
 
     client_id = delegate("client_config.client_id")
 
@@ -183,6 +184,14 @@ class SimpleConsumer:
             if not self._started:
                 return
             self._started = False
+        # the receives long polling on the command channel end now, as those on the loop do (their
+        # pops cancelled), and the channel's close does not wait for their answers
+        with self._lanes_lock:
+            pops, self._pops_here = self._pops_here, {}
+        gone = MQClientError(f"the simple consumer {self.group!r} shut down while the receive waited")
+        for opaque, (channel, fut) in pops.items():
+            fut.cancel()
+            channel.abandon(opaque, gone)
         self.instance.unregister_consumer(self.group)
         log.info("the simple consumer [%s] shut down", self.group)
 
@@ -231,7 +240,7 @@ class SimpleConsumer:
         `invisible_duration` (s or timedelta); [] when none came within await_duration."""
         args = self._receive_args(max_message_num, invisible_duration)
         inst = self._require_started()
-        fut = self._pop_here(*args, True)
+        fut = self._pop_here(*args)
         if fut is None:
             return inst.run(self._receive(*args), timeout=self._receive_timeout() + 5)
         return fut.result()
@@ -240,7 +249,7 @@ class SimpleConsumer:
         """receive() as a Future (rmq_core.aio awaits it)."""
         args = self._receive_args(max_message_num, invisible_duration)
         inst = self._require_started()
-        fut = self._pop_here(*args, False)
+        fut = self._pop_here(*args)
         return inst.submit(self._receive(*args)) if fut is None else fut
 
     def _receive_args(self, max_message_num, invisible_duration) -> tuple[int, int]:
@@ -424,12 +433,11 @@ class SimpleConsumer:
             raise
         return self._pop_answer(resp, topic, broker_name, sub, addr, lane)
 
-    def _pop_here(self, max_nums: int, invisible_ms: int, wait: bool) -> LeanFuture | None:
+    def _pop_here(self, max_nums: int, invisible_ms: int) -> LeanFuture | None:
         """A receive's pop on the broker's command channel, as acks go: a LeanFuture of its
-        messages, completed by whichever thread reads the answer - the caller's own (wait=True: it
-        writes the request and reads the answer itself, PipelinedChannel.exchange), an aio caller's
-        loop, or the channel's reader - so no hop through the client's event loop (two thread
-        wake-ups less per receive).  When one broker serves the subscriptions, its master is known
+        messages, completed by whichever thread reads the answer - a sync caller's own (waiting,
+        it reads the channel itself), an aio caller's loop, or the channel's reader - so no hop
+        through the client's event loop (two thread wake-ups less per receive).  When one broker serves the subscriptions, its master is known
         and no pop of the receive's lane is in flight; None otherwise: the loop's route, which
         takes the brokers in turn, looks a route up, or joins the receive to the pop in flight.
         A consumer whose receives once overlapped (threads or tasks sharing it) pops from the loop
@@ -466,12 +474,14 @@ class SimpleConsumer:
             fut.finish(None, e)
             return fut
         fut = LeanFuture(channel)
-        context = (self, fut, topic, broker_name, sub, addr, key, lane)
+        context = (self, fut, topic, broker_name, sub, addr, key, lane, req.opaque)
+        with self._lanes_lock:
+            self._pops_here[req.opaque] = (channel, fut)
         timeout = poll_ms / 1000 + self.client_config.mq_client_api_timeout
-        if wait:
-            channel.exchange(req.encode(), req.opaque, timeout, _popped_here, context)
-        else:
-            channel.send(req.encode(), req.opaque, timeout, _popped_here, context)
+        # (sent, not exchanged: a sync caller's wait reads the answer on its thread all the same,
+        # and it notices its receive cancelled at a shutdown within a sweep interval, where an
+        # exchange's receive sleeps until the long poll's answer comes)
+        channel.send(req.encode(), req.opaque, timeout, _popped_here, context)
         return fut
 
     def _lane_done(self, key, lane: "_PopLane | None") -> None:
@@ -809,7 +819,7 @@ def _all_of(futures: list, error: BaseException | None) -> LeanFuture:
 def _popped_here(context, resp, error) -> None:
     """A command channel's completion of a receive's pop (SimpleConsumer._pop_here), on the thread
     that read the answer: the lane freed, then the receive's Future given the messages or the error."""
-    consumer, fut, topic, broker_name, sub, addr, key, lane = context
+    consumer, fut, topic, broker_name, sub, addr, key, lane, opaque = context
     msgs = None
     try:
         if error is None:
@@ -817,6 +827,8 @@ def _popped_here(context, resp, error) -> None:
     except Exception as e:  # noqa: BLE001 - the receive's Future carries it
         error = e
     finally:
+        with consumer._lanes_lock:
+            consumer._pops_here.pop(opaque, None)
         consumer._lane_done(key, lane)
     if isinstance(error, (RemotingError, TimeoutError)):
         consumer.instance.note_request_failed(addr, error)

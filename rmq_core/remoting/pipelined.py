@@ -229,6 +229,19 @@ class PendingRequests:
     def pending_count(self) -> int:
         return len(self._pending)
 
+    def abandon(self, opaque: int, error: BaseException) -> bool:
+        """Fail the request `opaque` with `error` now if it is still pending - its caller gave up on
+        it (a long poll at its consumer's shutdown): an answer that comes later is dropped, and a
+        close does not wait for it.  False when it was answered (or failed) already."""
+        entry = self._pending.pop(opaque, None)
+        if entry is None:
+            return False
+        writes = self.writes
+        if writes is not None:  # (no answer counted on for it any more, as for a timed-out one)
+            writes.answered(1)
+        self._complete_with(entry, error)
+        return True
+
     def _complete(self, item) -> bool:
         """One answer (a response item: a RemotingCommand, a natively read response or a
         HookFailed): its request completed; False when none waits for it (timed out)."""

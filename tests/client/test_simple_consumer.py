@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import threading
 import time
 
@@ -515,3 +516,31 @@ def test_a_receive_pops_on_the_command_channel_when_no_pop_of_its_lane_is_in_fli
         assert [m.keys for m in got] == [f"k{i}" for i in range(100)] and {m.tags for m in got} == {"TagA"}
         assert c.receive(32, 30) == []  # every one acked: none comes back
         assert not any(lane.busy for lane in c._pop_lanes.values())
+
+
+def test_shutdown_ends_a_receive_long_polling_on_the_command_channel(cluster, no_thread_leak):
+    """A sync receive long polling on the command channel when its consumer shuts down ends with
+    the shutdown - cancelled, as a receive waiting on the client's loop is - while a producer keeps
+    the client (and the channel) open; the channel holds no request of it any more."""
+    topic, group = "SimpleShutdown", "CG_SIMPLE_SHUTDOWN"
+    create_topic(cluster, topic, 1)
+    shared = dict(OPTS, await_duration=60.0, instance_name="simple-shutdown")
+    with Producer("PG_SIMPLE_SHUTDOWN", namesrv=cluster.tcp_namesrv, **FAST, instance_name="simple-shutdown"):
+        c = SimpleConsumer(group, namesrv=cluster.tcp_namesrv, subscriptions={topic: "*"}, **shared).start()
+        outcome = []
+
+        def receive():
+            try:
+                outcome.append(c.receive(32, 30))
+            except BaseException as e:  # noqa: BLE001 - the test looks at it
+                outcome.append(e)
+
+        t = threading.Thread(target=receive)
+        t.start()
+        wait_until(lambda: c._pops_here, timeout=10)
+        [(channel, _)] = c._pops_here.values()
+        c.shutdown()
+        assert channel.pending_count == 0 and not channel.closed
+        t.join(30)  # (a 60 s long poll otherwise)
+        assert not t.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], concurrent.futures.CancelledError), outcome
