@@ -139,7 +139,7 @@ class SimpleConsumer:
         self._pop_lanes: dict = {}
         self._lanes_lock = threading.Lock()
         self._overlapped = False  # a receive joined a pop in flight (see _pop_here)
-        self._pops_here: dict = {}  # opaque -> (channel, Future) of _pop_here's pops in flight
+        self._pops_here: dict = {}  # opaque -> the Future of a pop of _pop_here in flight
 
     client_id = delegate("client_config.client_id")
 
@@ -184,14 +184,12 @@ class SimpleConsumer:
             if not self._started:
                 return
             self._started = False
-        # the receives long polling on the command channel end now, as those on the loop do (their
-        # pops cancelled), and the channel's close does not wait for their answers
+        # the receives long polling on the command channel end now, cancelled as those on the loop
+        # are, and the channel's close does not wait for their answers (see _pop_here)
         with self._lanes_lock:
             pops, self._pops_here = self._pops_here, {}
-        gone = MQClientError(f"the simple consumer {self.group!r} shut down while the receive waited")
-        for opaque, (channel, fut) in pops.items():
+        for fut in pops.values():
             fut.cancel()
-            channel.abandon(opaque, gone)
         self.instance.unregister_consumer(self.group)
         log.info("the simple consumer [%s] shut down", self.group)
 
@@ -474,9 +472,14 @@ class SimpleConsumer:
             fut.finish(None, e)
             return fut
         fut = LeanFuture(channel)
-        context = (self, fut, topic, broker_name, sub, addr, key, lane, req.opaque)
+        opaque = req.opaque
+        context = (self, fut, topic, broker_name, sub, addr, key, lane, opaque)
+        # a receive cancelled (an aio caller's, or at the consumer's shutdown) takes its pop off
+        # the channel: the lane is free at once, a later answer is dropped (its messages come
+        # back after their invisible time, as a cancelled pop's on the loop), a close waits for none
+        fut.on_cancel = lambda: channel.abandon(opaque, MQClientError("the receive was cancelled"))
         with self._lanes_lock:
-            self._pops_here[req.opaque] = (channel, fut)
+            self._pops_here[opaque] = fut
         timeout = poll_ms / 1000 + self.client_config.mq_client_api_timeout
         # (sent, not exchanged: a sync caller's wait reads the answer on its thread all the same,
         # and it notices its receive cancelled at a shutdown within a sweep interval, where an

@@ -538,9 +538,27 @@ def test_shutdown_ends_a_receive_long_polling_on_the_command_channel(cluster, no
         t = threading.Thread(target=receive)
         t.start()
         wait_until(lambda: c._pops_here, timeout=10)
-        [(channel, _)] = c._pops_here.values()
+        [channel] = [f.channel for f in c._pops_here.values()]
         c.shutdown()
         assert channel.pending_count == 0 and not channel.closed
         t.join(30)  # (a 60 s long poll otherwise)
         assert not t.is_alive()
         assert len(outcome) == 1 and isinstance(outcome[0], concurrent.futures.CancelledError), outcome
+
+
+def test_a_cancelled_receive_frees_its_lane_at_once(cluster, no_thread_leak):
+    """receive_async cancelled while its pop long polls on the command channel (an aio caller's
+    timeout): the pop is taken off the channel and the next receive pops on its own at once
+    instead of waiting behind it."""
+    topic, group = "SimpleCancel", "CG_SIMPLE_CANCEL"
+    create_topic(cluster, topic, 1)
+    with SimpleConsumer(group, namesrv=cluster.tcp_namesrv, subscriptions={topic: "*"},
+                        **dict(OPTS, await_duration=60.0)) as c:
+        first = c.receive_async(32, 30)
+        [channel] = [f.channel for f in c._pops_here.values()]
+        assert first.cancel()
+        assert channel.pending_count == 0 and not c._pops_here
+        assert not any(lane.busy for lane in c._pop_lanes.values())
+        c.await_duration = 0.5
+        assert c.receive(32, 30) == []
+        assert c._overlapped is False  # (it popped on its own, not behind the cancelled one)
