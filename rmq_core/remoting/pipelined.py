@@ -71,6 +71,9 @@ _GONE = -1
 # the reader's short waits (reader_defer each) while a caller holds the read token, before it parks
 # until the token is let go: a sync send's exchange is answered within them, a long poll is not
 _SHORT_PARKS = 25
+# how long a parked reader sleeps unless woken (the token's holder sweeps meanwhile; the bound only
+# makes a lost wake-up cost a second, never a hang)
+_PARKED_WAIT = 1.0
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 
 
@@ -897,7 +900,7 @@ class PipelinedChannel(PendingRequests):
                         self._reader_wake.wait(self.reader_defer or 0.0001)
                     else:  # held long (a long poll's wait): parked until let go, woken by the release
                         self._reader_parked = True
-                        if self._token_owner != _NOBODY and self._reader_wake.wait(self.sweep_interval):
+                        if self._token_owner != _NOBODY and self._reader_wake.wait(_PARKED_WAIT):
                             # let go: short waits again (a token passed from caller to caller would
                             # otherwise wake the parked reader on every release)
                             parks = 0
