@@ -54,7 +54,7 @@ def test_delayed_messages_survive_restart_once(make_cluster, raw, tmp_path):
     from tests.rawclient import RawClient
     r2 = RawClient()
     try:
-        # (level 3 is 10 s from the send: how much of it the restart took varies, so wait past it)
+        # (level 3 is 3 s here; the wait is a bound, long enough for a loaded machine's restart)
         msgs = _wait_for(lambda: len(_pull_all(r2, c2.broker_addr, "T_DR")) >= 3 and _pull_all(r2, c2.broker_addr, "T_DR"), 30)
         time.sleep(0.5)
         msgs = _pull_all(r2, c2.broker_addr, "T_DR")
