@@ -78,6 +78,30 @@ def acl_broker_props(tmp, plain_acl_yml: str) -> dict:
     return {"aclEnable": "true", "plainAclFile": path, "rocketmqHome": str(tmp)}
 
 
+def freeze(pid: int, timeout: float = 30.0) -> None:
+    """SIGSTOP `pid` and return once every one of its threads has stopped.  kill() only queues the
+    stop: the group stop begins when one of its threads next runs, so until then its other threads
+    may still answer (a slave acknowledging the very message a test sends to time out)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while not _all_threads_stopped(pid):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"process {pid} did not stop within {timeout} s of SIGSTOP")
+        time.sleep(0.002)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                state = f.read().rpartition(")")[2].split()[0]
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
 class RmqProcess:
     """`rmq <args>` in a child process; `wait_boot()` returns once the boot line(s) are printed.
     `prefix` runs it through a command that then execs it (`ip netns exec NS`: the pid stays the

@@ -13,7 +13,7 @@ from tests.admin.test_admin_cli import rows
 from tests.broker.ha_cluster import TOPIC, running_group
 from tests.broker.ha_group import wait_replicated
 from tests.client.conftest import wait_until
-from tests.servers import free_port
+from tests.servers import free_port, freeze
 
 prom = pytest.importorskip("prometheus_client.parser")
 
@@ -60,7 +60,7 @@ def test_cluster_list_broker_status_lag_series_and_console(group):
     assert labels["broker_role"] == "slave"
 
     # a frozen slave falls behind: the master's series says by how many bytes, then it catches up
-    os.kill(g.slave.proc.pid, signal.SIGSTOP)
+    freeze(g.slave.proc.pid)
     try:
         for i in range(20):
             assert raw.send(g.master_addr, TOPIC, b"y" * 1000, queue_id=0).code == 0

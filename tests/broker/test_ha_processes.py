@@ -15,7 +15,7 @@ from rmq_core.codec import decode_messages
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from tests.broker.ha_group import HAGroup, commit_log_segments, log_end, wait_replicated
 from tests.rawclient import RawClient
-from tests.servers import RmqProcess, free_port, write_conf
+from tests.servers import RmqProcess, free_port, freeze, write_conf
 
 TOPIC = "HATopic"
 QUEUES = 4
@@ -184,7 +184,7 @@ def test_sync_master_answers_flush_slave_timeout_with_its_slave_frozen(group_of,
     g.start_slave()
     _create_topic(raw, g.master_addr, g.slave_addr)
     _wait(lambda: raw.send(g.master_addr, TOPIC, b"warm").code == ResponseCode.SUCCESS, "a slave acknowledging")
-    os.kill(g.slave.proc.pid, signal.SIGSTOP)
+    freeze(g.slave.proc.pid)
     try:
         r = raw.send(g.master_addr, TOPIC, b"slave frozen")
         assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT

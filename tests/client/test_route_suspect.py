@@ -22,7 +22,7 @@ from rmq_core.remoting.body import BrokerData, QueueData
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from tests.client.conftest import wait_until
 from tests.rawclient import RawClient
-from tests.servers import RmqProcess, free_port, write_conf
+from tests.servers import RmqProcess, free_port, freeze, write_conf
 
 TOPIC, QUEUES = "RouteSuspectTopic", 4
 SLOW_POLL = dict(poll_name_server_interval=60.0)  # the periodic poll cannot be what rescues a client
@@ -239,7 +239,7 @@ def test_a_master_that_times_out_on_an_open_connection_refreshes_the_route(clust
         first_poll_done(polls)
         seen = polls[0]
         frozen = cluster.running[a0].proc.pid
-        os.kill(frozen, signal.SIGSTOP)
+        freeze(frozen)
         try:
             a1 = cluster.new_master("broker-a", "store-a")
             wait_until(lambda: cluster.master_in_route("broker-a") == a1, 20, what="the new master registered")

@@ -16,6 +16,7 @@ from rmq_core.errors import MQBrokerError, MQClientError, RemotingConnectError, 
 from rmq_core.message import MessageQueue, SendStatus
 from rmq_core.remoting.codes import ResponseCode
 from tests.client.conftest import FAST, wait_until
+from tests.servers import freeze
 
 MODES = ["sync", "async", "batch", "batch_async", "auto_batch"]
 
@@ -79,7 +80,7 @@ def test_a_send_to_a_broker_that_does_not_answer_fails_within_its_timeout(two_br
     with Producer(f"PG_POLICY_TO_{mode}", namesrv=two_brokers.namesrv, auto_batch=mode == "auto_batch",
                   **FAST) as p:
         assert _send(p, mode, "PolicyTimeoutT", b"warm", queue=stuck).status is SendStatus.SEND_OK
-        os.kill(two_brokers.brokers[1].proc.pid, signal.SIGSTOP)
+        freeze(two_brokers.brokers[1].proc.pid)
         try:
             t0 = time.monotonic()
             with pytest.raises((MQClientError, RemotingTimeoutError), match="within|timed out|in time"):

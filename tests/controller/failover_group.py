@@ -20,7 +20,7 @@ from rmq_core.errors import RMQError
 from rmq_core.message import SendStatus, decode_offset_msg_id
 from rmq_core.remoting.codes import RequestCode, ResponseCode
 from tests.rawclient import RawClient
-from tests.servers import RmqProcess, free_port, write_conf
+from tests.servers import RmqProcess, free_port, freeze, write_conf
 
 GROUP = "broker-fo"
 CLUSTER = "FailoverCluster"
@@ -101,7 +101,10 @@ class FailoverGroup:
             p.kill()
 
     def signal(self, i: int, sig) -> None:
-        os.kill(self.procs[i].proc.pid, sig)
+        if sig == signal.SIGSTOP:
+            freeze(self.procs[i].proc.pid)
+        else:
+            os.kill(self.procs[i].proc.pid, sig)
 
     def stop(self) -> None:
         for p in [*self.procs, *self.controllers, self.ns]:

@@ -9,7 +9,7 @@ import pytest
 from rmq_core.controller.etcd import EtcdClient, EtcdError, EtcdLeaseNotFound, EtcdUnavailable
 from rmq_core.errors import ConfigError
 from tests.etcd_cluster import etcd_binary
-from tests.servers import free_port
+from tests.servers import free_port, freeze
 
 
 def wait_until(cond, timeout=10.0, what="condition"):
@@ -236,7 +236,7 @@ def test_write_txn_is_not_retried_once_a_hung_member_took_it(etcd3):
     pid = etcd3.procs[follower].pid
     try:
         rev = reader.put("/t/k", b"1")
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         assert reader.get("/t/k") == (b"1", rev)
         with pytest.raises(EtcdUnavailable, match="may have been applied"):
             writer.txn([("mod", "/t/k", "=", rev)], [("put", "/t/k", b"2")])
