@@ -95,14 +95,14 @@ def test_late_end_after_a_check_pass_still_commits_once(cluster):
     try:
         r = _half(p, addr, "T_LATE_END", b"late-commit", "PG_LATE")
         svc = cluster.broker.transaction_service
-        assert _wait_for(lambda: _half_copies(p, addr) >= 2, timeout=5), "the check pass re-appended the half"
+        assert _wait_for(lambda: _half_copies(p, addr) >= 2, timeout=30), "the check pass re-appended the half"
         assert svc.checks_sent == 0  # no live producer of PG_LATE: nobody could answer
         end = p.invoke(addr, RequestCode.END_TRANSACTION, {
             "producerGroup": "PG_LATE", "tranStateTableOffset": r.ext_fields["queueOffset"],
             "commitLogOffset": str(int(r.ext_fields["msgId"][16:], 16)), "commitOrRollback": "8",
             "fromTransactionCheck": "false", "msgId": "x"})
         assert end.code == 0, end.remark
-        assert [m.body for m in _wait_for(lambda: _pull_all(p, addr, "T_LATE_END"), 5)] == [b"late-commit"]
+        assert [m.body for m in _wait_for(lambda: _pull_all(p, addr, "T_LATE_END"), 30)] == [b"late-commit"]
         time.sleep(2.5)  # several check passes later: neither discarded nor committed twice
         assert [m.body for m in _pull_all(p, addr, "T_LATE_END")] == [b"late-commit"]
         assert svc.discarded == 0
