@@ -9,6 +9,8 @@ threads, pull batch 32):
 * ack_async: receive(32, 30 s), the batch's acks in flight at once (ack_async each, then wait);
 * batch_ack: receive(32, 30 s), then ack(msgs): one BATCH_ACK_MESSAGE for the batch;
 * aio: rmq_core.aio.SimpleConsumer, `await receive(32, 30)` then `await ack(msgs)`;
+* aio_16: sixteen asyncio tasks sharing one aio.SimpleConsumer, each as `aio` (an asyncio app
+  consuming concurrently);
 * batch_ack_1024: receive(1024, 30), then ack(msgs): rmq's broker hands out up to 1024 per pop (as
   rmq's own clients pull up to 1024), and a receive of 32 is mostly its round trip;
 * pipelined_1024: receive(1024, 30), its ack(msgs) sent with ack_async and waited for only after the
@@ -16,7 +18,7 @@ threads, pull batch 32):
 * threads_4 / threads_16: four (sixteen) threads sharing one SimpleConsumer, each receive(32, 30)
   then ack(msgs) (how a RocketMQ 5 SimpleConsumer scales at 32 per receive, RocketMQ's cap for a
   pop; the receives that overlap a pop in flight go as one pop when it ends).
-The first four and the last two are the RocketMQ 5 clients' way (32 per receive); batch_ack_1024 and
+The first five and the last two are the RocketMQ 5 clients' way (32 per receive); batch_ack_1024 and
 pipelined_1024 what rmq's own SimpleConsumer offers a user after throughput.
 test_simple_consume_interleaved drains with each of them round after round (a load drifting on this
 shared machine hits every one) and puts the rates and ratios to the push consumer in extra_info
@@ -58,8 +60,8 @@ def backlog(tmp_path_factory):
 def _simple_drain(namesrv, mode: str) -> float:
     """Seconds a new group's SimpleConsumer takes to receive and ack N_BACKLOG messages."""
     group = f"CG_BENCH_SIMPLE{next(_ids)}"
-    if mode == "aio":
-        return asyncio.run(_aio_drain(namesrv, group))
+    if mode.startswith("aio"):
+        return asyncio.run(_aio_drain(namesrv, group, int(mode.removeprefix("aio").lstrip("_") or 1)))
     if mode.startswith("threads_"):
         return _threads_drain(namesrv, group, int(mode.removeprefix("threads_")))
     batch = 1024 if mode.endswith("_1024") else 32
@@ -119,15 +121,27 @@ def _threads_drain(namesrv, group, threads: int) -> float:
         c.shutdown()
 
 
-async def _aio_drain(namesrv, group) -> float:
+async def _aio_drain(namesrv, group, tasks: int) -> float:
+    """Seconds until `tasks` asyncio tasks sharing an aio.SimpleConsumer have received and acked
+    N_BACKLOG."""
     async with aio.SimpleConsumer(group, namesrv, subscriptions={TOPIC: "*"}, **SIMPLE) as c:
-        n = 0
+        count, done = [0], asyncio.Event()
+
+        async def work():
+            while not done.is_set():
+                msgs = await c.receive(32, 30)
+                if msgs:
+                    await c.ack(msgs)
+                count[0] += len(msgs)
+                if count[0] >= N_BACKLOG:
+                    done.set()  # (the time stops here, as _threads_drain's)
+
         t = time.perf_counter()
-        while n < N_BACKLOG:
-            msgs = await c.receive(32, 30)
-            await c.ack(msgs)
-            n += len(msgs)
-        return time.perf_counter() - t
+        workers = [asyncio.ensure_future(work()) for _ in range(tasks)]
+        await asyncio.wait_for(done.wait(), 120)
+        elapsed = time.perf_counter() - t
+        await asyncio.wait_for(asyncio.gather(*workers), 60)
+        return elapsed
 
 
 def _rate(benchmark):
@@ -149,7 +163,7 @@ def test_simple_consume_baseline_push_consumer_defaults(benchmark, backlog):
     _rate(benchmark)
 
 
-MODES = ("sync", "ack_async", "batch_ack", "aio", "batch_ack_1024", "pipelined_1024", "threads_4", "threads_16")
+MODES = ("sync", "ack_async", "batch_ack", "aio", "aio_16", "batch_ack_1024", "pipelined_1024", "threads_4", "threads_16")
 
 
 @pytest.mark.parametrize("mode", MODES)
