@@ -138,8 +138,10 @@ class SimpleConsumer:
         # pops and a receive popping on its own thread both take lanes)
         self._pop_lanes: dict = {}
         self._lanes_lock = threading.Lock()
-        self._overlapped = False  # a receive joined a pop in flight (see _pop_here)
-        self._pops_here: dict = {}  # opaque -> the Future of a pop of _pop_here in flight
+        # the lanes of receives popping on the command channel (_pop_here); the loop's are apart
+        # (their receives' futures are the loop's)
+        self._channel_lanes: dict = {}
+        self._pops_here: dict = {}  # opaque -> the receives (_PopWaiter) of a pop of _pop_here in flight
 
     client_id = delegate("client_config.client_id")
 
@@ -188,8 +190,11 @@ class SimpleConsumer:
         # are, and the channel's close does not wait for their answers (see _pop_here)
         with self._lanes_lock:
             pops, self._pops_here = self._pops_here, {}
-        for fut in pops.values():
-            fut.cancel()
+            waiting = [w for lane in self._channel_lanes.values() for w in lane.waiting]
+            for lane in self._channel_lanes.values():
+                lane.waiting = []
+        for w in (*(w for taken in pops.values() for w in taken), *waiting):
+            w.future.cancel()
         self.instance.unregister_consumer(self.group)
         log.info("the simple consumer [%s] shut down", self.group)
 
@@ -328,7 +333,6 @@ class SimpleConsumer:
             if lane.busy:
                 waiter = _PopWaiter(max_nums, now_ms() + poll_ms, asyncio.get_running_loop().create_future())
                 lane.waiting.append(waiter)
-                self._overlapped = True
             else:
                 lane.busy = True
         if waiter is not None:
@@ -339,30 +343,77 @@ class SimpleConsumer:
             self._pop_next(key, lane)
         return msgs
 
-    def _lane(self, key) -> "_PopLane":
-        """The lane of `key` (under _lanes_lock)."""
-        lane = self._pop_lanes.get(key)
+    def _lane(self, key, lanes: dict | None = None) -> "_PopLane":
+        """The lane of `key` in `lanes` (the loop's by default), under _lanes_lock."""
+        if lanes is None:
+            lanes = self._pop_lanes
+        lane = lanes.get(key)
         if lane is None:
-            lane = self._pop_lanes[key] = _PopLane(None if self.fifo is None else False)
+            lane = lanes[key] = _PopLane(None if self.fifo is None else False)
         return lane
+
+    def _take_waiting(self, lane: "_PopLane"):
+        """(receives, their maxima summed) of the next pop of `lane`: the receives waiting, in order,
+        up to the lane's cap (an orderly lane's: one receive); None with none waiting, the lane then
+        free.  Under _lanes_lock."""
+        waiting = [w for w in lane.waiting if not w.future.done()]  # (a cancelled receive is gone)
+        if not waiting:
+            lane.waiting.clear()
+            lane.busy = False
+            return None
+        cap = lane.cap if lane.ordered is False else waiting[0].max_nums  # (orderly: one receive's)
+        taken, total = [], 0
+        for w in waiting:
+            if taken and total + w.max_nums > cap:
+                break
+            taken.append(w)
+            total += w.max_nums
+        lane.waiting = waiting[len(taken):]
+        return taken, total
+
+    def _hand_out(self, key, lane: "_PopLane | None", taken: list, total: int, msgs, error) -> None:
+        """A pop's outcome to its receives `taken`: the messages in order, each up to its maximum (one
+        whose share is empty waits for the lane's next pop while its own poll lasts), or the error
+        each raises.  A pop of over 32 a RocketMQ broker refused: the lane pops 32 at most from then
+        on, the same receives again."""
+        topic, broker_name, _ = key
+        if error is not None:
+            if isinstance(error, MQBrokerError) and lane is not None and total > _ROCKETMQ_MAX_POP \
+                    and lane.cap > _ROCKETMQ_MAX_POP:
+                log.info("broker %s refused a pop of %d (%s): pops of its topic %s take %d at most", broker_name,
+                         total, error, topic, _ROCKETMQ_MAX_POP)
+                with self._lanes_lock:
+                    lane.cap = _ROCKETMQ_MAX_POP
+                    lane.waiting[:0] = [w for w in taken if not w.future.done()]  # (popped again, 32 at most)
+                return
+            for w in taken:
+                if not w.future.done():
+                    _resolve(w.future, None, error)
+            return
+        at, later, now = 0, [], now_ms()
+        for w in taken:
+            if w.future.done():
+                continue
+            share = msgs[at:at + w.max_nums]
+            at += len(share)
+            if share:
+                _resolve(w.future, share, None)
+            elif lane is not None and w.deadline > now:
+                later.append(w)
+            else:
+                _resolve(w.future, [], None)
+        if later:
+            with self._lanes_lock:
+                lane.waiting[:0] = later
+        if at < len(msgs):  # (every receive left gave up: the rest comes back after its invisible time)
+            log.warning("%d popped messages of %s had no receive left to take them", len(msgs) - at, topic)
 
     def _pop_next(self, key, lane: "_PopLane") -> None:
         """After a lane's pop: the receives that waited meanwhile go as the next one (on the loop)."""
         with self._lanes_lock:
-            waiting = [w for w in lane.waiting if not w.future.done()]  # (a cancelled receive is gone)
-            if not waiting:
-                lane.waiting.clear()
-                lane.busy = False
-                return
-            cap = lane.cap if lane.ordered is False else waiting[0].max_nums  # (orderly: one receive's)
-            taken, total = [], 0
-            for w in waiting:
-                if taken and total + w.max_nums > cap:
-                    break
-                taken.append(w)
-                total += w.max_nums
-            lane.waiting = waiting[len(taken):]
-        self.instance.spawn(self._pop_for(key, lane, taken, total))  # (cancelled if the client stops)
+            nxt = self._take_waiting(lane)
+        if nxt is not None:
+            self.instance.spawn(self._pop_for(key, lane, *nxt))  # (cancelled if the client stops)
 
     async def _pop_for(self, key, lane: "_PopLane", taken: list, total: int) -> None:
         """One pop for the receives `taken`: the messages in order, each up to its maximum; one whose
@@ -370,34 +421,12 @@ class SimpleConsumer:
         topic, broker_name, invisible_ms = key
         try:
             poll_ms = max(0, min(w.deadline for w in taken) - now_ms())
+            msgs = error = None
             try:
                 msgs = await self._pop_once(topic, broker_name, total, invisible_ms, poll_ms, lane)
-            except MQBrokerError as e:
-                if total <= _ROCKETMQ_MAX_POP or lane.cap <= _ROCKETMQ_MAX_POP:
-                    raise
-                # RocketMQ's broker refuses a pop of over 32: pop so many at most from here on
-                log.info("broker %s refused a pop of %d (%s): pops of its topic %s take %d at most", broker_name,
-                         total, e, topic, _ROCKETMQ_MAX_POP)
-                with self._lanes_lock:
-                    lane.cap = _ROCKETMQ_MAX_POP
-                    lane.waiting[:0] = [w for w in taken if not w.future.done()]  # (popped again, 32 at most)
-            else:
-                at, later, now = 0, [], now_ms()
-                for w in taken:
-                    if w.future.done():
-                        continue
-                    share = msgs[at:at + w.max_nums]
-                    at += len(share)
-                    if share:
-                        w.future.set_result(share)
-                    elif w.deadline > now:
-                        later.append(w)
-                    else:
-                        w.future.set_result([])
-                with self._lanes_lock:
-                    lane.waiting[:0] = later
-                if at < len(msgs):  # (every receive left gave up: the rest comes back after its invisible time)
-                    log.warning("%d popped messages of %s had no receive left to take them", len(msgs) - at, topic)
+            except Exception as e:  # noqa: BLE001 - each receive of the pop raises it
+                error = e
+            self._hand_out(key, lane, taken, total, msgs, error)
         except asyncio.CancelledError:  # (the client is stopping: so are the receives waiting)
             with self._lanes_lock:
                 waiting, lane.waiting = lane.waiting, []
@@ -405,10 +434,6 @@ class SimpleConsumer:
             for w in (*taken, *waiting):
                 w.future.cancel()
             raise
-        except Exception as e:  # noqa: BLE001 - each receive of the pop raises it
-            for w in taken:
-                if not w.future.done():
-                    w.future.set_exception(e)
         self._pop_next(key, lane)
 
     async def _pop_once(self, topic: str, broker_name: str, max_nums: int, invisible_ms: int, poll_ms: int,
@@ -435,74 +460,85 @@ class SimpleConsumer:
         """A receive's pop on the broker's command channel, as acks go: a LeanFuture of its
         messages, completed by whichever thread reads the answer - a sync caller's own (waiting,
         it reads the channel itself), an aio caller's loop, or the channel's reader - so no hop
-        through the client's event loop (two thread wake-ups less per receive).  When one broker
-        serves the subscriptions, its master is known and no pop of the receive's lane is in
-        flight; None otherwise: the loop's route, which takes the brokers in turn, looks a route
-        up, or joins the receive to the pop in flight.  A consumer whose receives once overlapped
-        (threads or tasks sharing it) pops from the loop for good: only there do overlapping
-        receives share pops."""
-        if self._overlapped:
-            return None
+        through the client's event loop.  When one broker serves the subscriptions and its master
+        is known; None otherwise: the loop's route, which takes the brokers in turn or looks a
+        route up.  Receives made while a pop of theirs (topic, broker, invisible time) is in flight
+        go as one pop when it ends, of their maxima summed (up to MAX_MESSAGE_NUM), its messages
+        handed out in order, each receive up to its own maximum: the group commit of receives
+        (threads or tasks sharing a consumer pay a round trip per pop, not per receive).  Never
+        for an orderly group, nor (fifo=None) before an answer said the group is not one: a
+        queue's messages stay with one receive, which handles them in order."""
         targets = self._targets()
         if len(targets) != 1:
             return None
         topic, broker_name = targets[0]
         addr = self._master(broker_name)
-        sub = self.subscription_inner.get(topic)
-        if addr is None or sub is None:
+        if addr is None or topic not in self.subscription_inner:
             return None
-        key = (topic, broker_name, invisible_ms)
-        lane = None
-        if not self.fifo:
-            with self._lanes_lock:
-                lane = self._lane(key)
-                if lane.busy:
-                    return None
-                lane.busy = True
         inst = self.instance
-        poll_ms = round(self.await_duration * 1000)
-        req = self._pop_request(topic, sub, max_nums, invisible_ms, poll_ms)
-        req.language = "PYTHON"  # (as MQClientInstance.invoke marks its requests)
         try:
             channel = inst.command_channel(addr)
         except RemotingError as e:
             inst.note_request_failed(addr, e)
-            self._lane_done(key, lane)
             fut = LeanFuture()
             fut.finish(None, e)
             return fut
         fut = LeanFuture(channel)
+        waiter = _PopWaiter(max_nums, now_ms() + round(self.await_duration * 1000), fut)
+        key = (topic, broker_name, invisible_ms)
+        lane = None
+        if not self.fifo:
+            with self._lanes_lock:
+                lane = self._lane(key, self._channel_lanes)
+                if lane.busy:
+                    lane.waiting.append(waiter)
+                    return fut
+                lane.busy = True
+        self._send_pop(key, lane, [waiter], max_nums, addr, channel)
+        return fut
+
+    def _send_pop(self, key, lane: "_PopLane | None", taken: list, total: int, addr: str, channel) -> None:
+        """One POP_MESSAGE on the command channel for the receives `taken` (_popped_here ends it)."""
+        topic, broker_name, invisible_ms = key
+        sub = self.subscription_inner.get(topic)
+        if sub is None:  # (unsubscribed meanwhile)
+            self._hand_out(key, None, taken, total, [], None)
+            self._next_pop_here(key, lane, addr)
+            return
+        poll_ms = max(0, min(w.deadline for w in taken) - now_ms())
+        req = self._pop_request(topic, sub, total, invisible_ms, poll_ms)
+        req.language = "PYTHON"  # (as MQClientInstance.invoke marks its requests)
         opaque = req.opaque
-        context = (self, fut, topic, broker_name, sub, addr, key, lane, opaque)
-        # a receive cancelled (an aio caller's, or at the consumer's shutdown) takes its pop off
-        # the channel: the lane is free at once, a later answer is dropped (its messages come
-        # back after their invisible time, as a cancelled pop's on the loop), a close waits for none
-        fut.on_cancel = lambda: channel.abandon(opaque, MQClientError("the receive was cancelled"))
+        if len(taken) == 1:
+            # a receive cancelled (an aio caller's, or at the consumer's shutdown) takes its pop off
+            # the channel: the lane goes on at once, a later answer is dropped (its messages come
+            # back after their invisible time, as a cancelled pop's on the loop), a close waits for none
+            taken[0].future.on_cancel = lambda: channel.abandon(opaque, MQClientError("the receive was cancelled"))
         with self._lanes_lock:
-            self._pops_here[opaque] = fut
+            self._pops_here[opaque] = taken
         timeout = poll_ms / 1000 + self.client_config.mq_client_api_timeout
         # (sent, not exchanged: a sync caller's wait reads the answer on its thread all the same,
         # and it notices its receive cancelled at a shutdown within a sweep interval, where an
         # exchange's receive sleeps until the long poll's answer comes)
-        channel.send(req.encode(), req.opaque, timeout, _popped_here, context)
-        return fut
+        channel.send(req.encode(), opaque, timeout, _popped_here, (self, key, lane, taken, total, sub, addr, opaque))
 
-    def _lane_done(self, key, lane: "_PopLane | None") -> None:
-        """A pop of _pop_here ended: the lane is free, or the receives that joined it meanwhile (on
-        the loop's route) go as the next pop, from the loop."""
+    def _next_pop_here(self, key, lane: "_PopLane | None", addr: str) -> None:
+        """After a pop of _pop_here: the receives that waited meanwhile go as the next one."""
         if lane is None:
             return
-        with self._lanes_lock:
-            handed_on = bool(lane.waiting)
-            if not handed_on:
-                lane.busy = False
-        if handed_on:
+        while True:
+            with self._lanes_lock:
+                nxt = self._take_waiting(lane)
+            if nxt is None:
+                return
             try:
-                self.instance.post(lambda: self._pop_next(key, lane))
-            except MQClientError:  # the client stopped: the receives waiting on its loop went with it
-                with self._lanes_lock:
-                    lane.waiting.clear()
-                    lane.busy = False
+                channel = self.instance.command_channel(addr)  # (the connection may have been replaced)
+            except RemotingError as e:  # (these fail as a receive made now would; the lane goes on)
+                self.instance.note_request_failed(addr, e)
+                self._hand_out(key, None, nxt[0], nxt[1], None, e)
+                continue
+            self._send_pop(key, lane, *nxt, addr, channel)
+            return
 
     def _master(self, broker_name: str) -> str | None:
         return self.instance.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
@@ -821,23 +857,35 @@ def _all_of(futures: list, error: BaseException | None) -> LeanFuture:
     return out
 
 
+def _resolve(future, result, error) -> None:
+    """A receive's future (a LeanFuture of the command channel's route, an asyncio Future of the
+    loop's) given its outcome."""
+    if type(future) is LeanFuture:
+        future.finish(result, error)
+    elif error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+
+
 def _popped_here(context, resp, error) -> None:
-    """A command channel's completion of a receive's pop (SimpleConsumer._pop_here), on the thread
-    that read the answer: the lane freed, then the receive's Future given the messages or the error."""
-    consumer, fut, topic, broker_name, sub, addr, key, lane, opaque = context
+    """A command channel's completion of a pop of SimpleConsumer._pop_here, on the thread that read
+    the answer: its receives given the messages or the error, then the lane's next pop."""
+    consumer, key, lane, taken, total, sub, addr, opaque = context
     msgs = None
     try:
         if error is None:
-            msgs = consumer._pop_answer(resp, topic, broker_name, sub, addr, lane)
-    except Exception as e:  # noqa: BLE001 - the receive's Future carries it
+            msgs = consumer._pop_answer(resp, key[0], key[1], sub, addr, lane)
+    except Exception as e:  # noqa: BLE001 - the receives carry it
         error = e
-    finally:
-        with consumer._lanes_lock:
-            consumer._pops_here.pop(opaque, None)
-        consumer._lane_done(key, lane)
+    with consumer._lanes_lock:
+        consumer._pops_here.pop(opaque, None)
     if isinstance(error, (RemotingError, TimeoutError)):
         consumer.instance.note_request_failed(addr, error)
-    fut.finish(msgs, error)
+    try:
+        consumer._hand_out(key, lane, taken, total, msgs, error)
+    finally:
+        consumer._next_pop_here(key, lane, addr)
 
 
 def _answered(context, resp, error) -> None:

@@ -447,13 +447,14 @@ def test_threads_sharing_a_consumer_have_their_waiting_receives_popped_as_one(cl
     with SimpleConsumer(group, namesrv=cluster.tcp_namesrv, subscriptions={topic: "*"},
                         **dict(OPTS, await_duration=20.0)) as c:
         sizes = []
-        pop_once = c._pop_once
+        pop_request = c._pop_request
 
-        async def counted(t, broker_name, max_nums, *args, **kw):
+        def counted(t, sub, max_nums, *args):  # (every pop's request, whichever route it goes)
             sizes.append(max_nums)
-            return await pop_once(t, broker_name, max_nums, *args, **kw)
+            return pop_request(t, sub, max_nums, *args)
 
-        c._pop_once = counted
+        c._pop_request = counted
+        lanes = lambda: [*c._pop_lanes.values(), *c._channel_lanes.values()]  # noqa: E731
         got = {}
 
         def receive(i):
@@ -461,11 +462,11 @@ def test_threads_sharing_a_consumer_have_their_waiting_receives_popped_as_one(cl
 
         threads = [threading.Thread(target=receive, args=(0,))]
         threads[0].start()  # long-polls the empty topic
-        wait_until(lambda: any(lane.busy for lane in c._pop_lanes.values()), timeout=10)
+        wait_until(lambda: any(lane.busy for lane in lanes()), timeout=10)
         threads += [threading.Thread(target=receive, args=(i,)) for i in range(1, 8)]
         for t in threads[1:]:
             t.start()
-        wait_until(lambda: sum(len(lane.waiting) for lane in c._pop_lanes.values()) == 7, timeout=10)
+        wait_until(lambda: sum(len(lane.waiting) for lane in lanes()) == 7, timeout=10)
         with Producer("PG_SIMPLE_THREADS", namesrv=cluster.tcp_namesrv, **FAST) as p:
             p.send_batch([Message(topic, f"m{i}".encode()) for i in range(40)],
                          queue=p.fetch_publish_message_queues(topic)[0])
@@ -515,7 +516,7 @@ def test_a_receive_pops_on_the_command_channel_when_no_pop_of_its_lane_is_in_fli
         assert [m.body for m in got] == [f"m{i}".encode() for i in range(100)]
         assert [m.keys for m in got] == [f"k{i}" for i in range(100)] and {m.tags for m in got} == {"TagA"}
         assert c.receive(32, 30) == []  # every one acked: none comes back
-        assert not any(lane.busy for lane in c._pop_lanes.values())
+        assert not any(lane.busy for lane in (*c._pop_lanes.values(), *c._channel_lanes.values()))
 
 
 def test_shutdown_ends_a_receive_long_polling_on_the_command_channel(cluster, no_thread_leak):
@@ -538,7 +539,8 @@ def test_shutdown_ends_a_receive_long_polling_on_the_command_channel(cluster, no
         t = threading.Thread(target=receive)
         t.start()
         wait_until(lambda: c._pops_here, timeout=10)
-        [channel] = [f.channel for f in c._pops_here.values()]
+        [[waiter]] = c._pops_here.values()
+        channel = waiter.future.channel
         c.shutdown()
         assert channel.pending_count == 0 and not channel.closed
         t.join(30)  # (a 60 s long poll otherwise)
@@ -555,10 +557,9 @@ def test_a_cancelled_receive_frees_its_lane_at_once(cluster, no_thread_leak):
     with SimpleConsumer(group, namesrv=cluster.tcp_namesrv, subscriptions={topic: "*"},
                         **dict(OPTS, await_duration=60.0)) as c:
         first = c.receive_async(32, 30)
-        [channel] = [f.channel for f in c._pops_here.values()]
+        channel = first.channel
         assert first.cancel()
         assert channel.pending_count == 0 and not c._pops_here
-        assert not any(lane.busy for lane in c._pop_lanes.values())
+        assert not any(lane.busy for lane in (*c._pop_lanes.values(), *c._channel_lanes.values()))
         c.await_duration = 0.5
-        assert c.receive(32, 30) == []
-        assert c._overlapped is False  # (it popped on its own, not behind the cancelled one)
+        assert c.receive(32, 30) == []  # (popped on its own at once, not behind the cancelled one)

@@ -224,8 +224,6 @@ async def _behind_a_pop(first_max: int, waiting, *, ordered: bool | None = False
 def test_receives_waiting_for_a_pop_in_flight_go_as_one_and_share_its_messages_in_order():
     async def scenario():
         pops, c, first, waiting = await _behind_a_pop(5, [5, 5, 3])
-        # receives overlapped: from now on they pop from the loop, where they share pops
-        assert c._overlapped and c._pop_here(5, 30_000) is None
         other = _pop(c, 4, invisible_ms=60_000)  # another invisible time: a pop of its own, at once
         await _settle()
         assert pops.sizes() == [5, 4]
