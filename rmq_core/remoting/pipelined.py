@@ -770,8 +770,18 @@ class PipelinedChannel(PendingRequests):
             gone = self._reader_gone
             self._token_owner = _GONE if gone else _NOBODY
             waiters = self._token_waiters
-            if waiters:
+            if gone:
                 self._token_waiters = set()
+            elif waiters:
+                # one waiter takes the token on: waking them all (threads sharing a consumer: a dozen)
+                # made each release a herd of wake-ups for one reader; the others sleep on until
+                # their answers complete them, or until a later release picks them
+                chosen = next((f for f in waiters if not f.done()), None)
+                if chosen is None:
+                    waiters = ()
+                else:
+                    waiters.discard(chosen)
+                    waiters = (chosen,)
         if gone:
             self._close_rsock()
         elif self._reader_parked:

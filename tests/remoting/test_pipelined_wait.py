@@ -173,6 +173,48 @@ def test_the_token_passes_to_a_waiter_when_its_holder_got_its_answer(server):
         ch.close()
 
 
+class _CountedWakes(LeanFuture):
+    wakes = 0
+
+    def wake(self):
+        self.wakes += 1
+        super().wake()
+
+
+def test_a_released_token_wakes_one_waiter_not_every_one(server):
+    """Threads sharing a channel wait behind one reading: its release wakes one of them to read on,
+    not all (which only had them race for the token and sleep again); the others are woken by
+    their answers, and every one gets its own."""
+    ch = PipelinedChannel(server, reader_defer=5.0)  # (the reader leaves the answers to the waiters)
+    out = _Completions()
+    try:
+        first = _send(ch, out, "first", sleep=0.3)
+        behind = []
+        for i in range(6):
+            fut = _CountedWakes(ch)
+            ch.send_command(RemotingCommand.create_request(SLOW, {"value": f"b{i}", "sleep": "0.8"}), 10.0, out, fut)
+            behind.append(fut)
+        results = {}
+
+        def wait(name, fut):
+            results[name] = fut.result(10).get_str("echo")
+
+        holder = threading.Thread(target=wait, args=("first", first))
+        holder.start()
+        assert _wait_until(lambda: ch._token_owner == holder.ident)
+        threads = [threading.Thread(target=wait, args=(f"b{i}", f)) for i, f in enumerate(behind)]
+        for t in threads:
+            t.start()
+        assert _wait_until(lambda: len(ch._token_waiters) == 6)
+        for t in (holder, *threads):
+            t.join(10)
+        assert results == {"first": "first", **{f"b{i}": f"b{i}" for i in range(6)}}
+        assert sum(f.wakes for f in behind) <= 2, [f.wakes for f in behind]  # (all six, woken at once before)
+        assert not out.twice() and ch.pending_count == 0
+    finally:
+        ch.close()
+
+
 @pytest.mark.parametrize("waiter", ["caller", "reader"])
 def test_a_completion_that_waits_for_another_answer_reads_it_itself(server, waiter):
     ch = PipelinedChannel(server, reader_defer=5.0 if waiter == "caller" else 0.0, name="rmq-pipe-nested")
