@@ -454,6 +454,14 @@ def test_threads_sharing_a_consumer_have_their_waiting_receives_popped_as_one(cl
             return pop_request(t, sub, max_nums, *args)
 
         c._pop_request = counted
+        loop_pops = []
+        pop_once = c._pop_once
+
+        async def on_loop(*args, **kw):
+            loop_pops.append(args)
+            return await pop_once(*args, **kw)
+
+        c._pop_once = on_loop
         lanes = lambda: [*c._pop_lanes.values(), *c._channel_lanes.values()]  # noqa: E731
         got = {}
 
@@ -475,12 +483,58 @@ def test_threads_sharing_a_consumer_have_their_waiting_receives_popped_as_one(cl
         assert sorted(got) == list(range(8))
         assert all(1 <= len(msgs) <= 5 for msgs in got.values()), {i: len(m) for i, m in got.items()}
         assert 35 in sizes  # the seven waiting receives: one pop of 7 x 5
+        assert loop_pops == []  # (one broker: shared on the command channel, no hop to the loop)
         bodies = [m.body for msgs in got.values() for m in msgs]
         assert len(bodies) == len(set(bodies)) == 40
         c.ack([m for msgs in got.values() for m in msgs])
         time.sleep(5.5)  # (their invisible time over)
         c.await_duration = 0.5
         assert c.receive(32, 30) == []  # every one acked: none comes back
+
+
+def test_aio_tasks_sharing_a_consumer_share_pops_on_the_command_channel(cluster, no_thread_leak):
+    """Eight asyncio tasks receiving and acking through one aio.SimpleConsumer: every message once,
+    pops shared by the receives that waited (a pop asks for more than one receive's maximum), none
+    through the client's loop, and nothing comes back once acked."""
+    topic, group = "SimpleAioTasks", "CG_SIMPLE_AIO_TASKS"
+    create_topic(cluster, topic, 2)
+    with Producer("PG_SIMPLE_AIO_TASKS", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        queues = p.fetch_publish_message_queues(topic)
+        for q in range(2):
+            p.send_batch([Message(topic, f"m{q}-{i}".encode()) for i in range(200)], queue=queues[q])
+
+    async def scenario():
+        async with aio.SimpleConsumer(group, cluster.tcp_namesrv, subscriptions={topic: "*"}, **OPTS) as c:
+            inner = c.consumer
+            sizes, loop_pops = [], []
+            pop_request, pop_once = inner._pop_request, inner._pop_once
+
+            def counted(t, sub, max_nums, *args):
+                sizes.append(max_nums)
+                return pop_request(t, sub, max_nums, *args)
+
+            async def on_loop(*args, **kw):
+                loop_pops.append(args)
+                return await pop_once(*args, **kw)
+
+            inner._pop_request, inner._pop_once = counted, on_loop
+            bodies = []
+
+            async def work():
+                while len(bodies) < 400:
+                    msgs = await c.receive(16, 30)
+                    assert len(msgs) <= 16
+                    if msgs:
+                        await c.ack(msgs)
+                    bodies.extend(m.body for m in msgs)
+
+            await asyncio.wait_for(asyncio.gather(*(work() for _ in range(8))), 60)
+            assert sorted(bodies) == sorted(f"m{q}-{i}".encode() for q in range(2) for i in range(200))
+            assert max(sizes) > 16 and loop_pops == []
+            inner.await_duration = 0.5
+            assert await c.receive(32, 30) == []  # every one acked: none comes back
+
+    asyncio.run(scenario())
 
 
 def test_a_receive_pops_on_the_command_channel_when_no_pop_of_its_lane_is_in_flight(cluster, no_thread_leak):
