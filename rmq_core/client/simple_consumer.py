@@ -14,10 +14,11 @@ its delivery_attempt raised.  Its receipt handle is its POP_CK property, made fr
 startOffsetInfo / msgOffsetInfo / orderCountInfo as RocketMQ 5's remoting client makes it
 (rmq_core.common.pop_extra_info); CHANGE_MESSAGE_INVISIBLETIME gives it a new one.  Acks and changes
 travel on the broker's command channel, from the caller's thread (MQClientInstance.command_channel);
-so does a receive's pop while it is the only one of its kind in flight and one broker serves the
-subscriptions (its answer read by the caller's thread, an aio caller's loop or the channel's reader);
-otherwise the pop goes from the client's event loop.  The consumer heartbeats like the others (CONSUME_ACTIVELY, as RocketMQ 5 registers a SimpleConsumer), so it shows
-in consumerConnection.
+so do receives' pops when one broker serves the subscriptions (the answer read by whichever thread
+reads the channel: a waiting caller, an aio caller's loop or the channel's reader; receives made
+while a pop of theirs is in flight share the next one).  Otherwise pops go from the client's event
+loop, shared the same way.  The consumer heartbeats like the others (CONSUME_ACTIVELY, as RocketMQ
+5 registers a SimpleConsumer), so it shows in consumerConnection.
 """
 from __future__ import annotations
 
@@ -134,13 +135,12 @@ class SimpleConsumer:
         self._started = False
         self._state_lock = threading.Lock()
         self._turn = itertools.count()
-        # (topic, broker name, invisible ms) -> _PopLane; its state changes under _lanes_lock (the loop's
-        # pops and a receive popping on its own thread both take lanes)
+        # (topic, broker name, invisible ms) -> _PopLane: the loop's pops' (_pop) and the command
+        # channel's (_pop_here), apart because their receives' futures differ (the loop's asyncio
+        # ones, LeanFutures any thread completes); their state changes under _lanes_lock
         self._pop_lanes: dict = {}
-        self._lanes_lock = threading.Lock()
-        # the lanes of receives popping on the command channel (_pop_here); the loop's are apart
-        # (their receives' futures are the loop's)
         self._channel_lanes: dict = {}
+        self._lanes_lock = threading.Lock()
         self._pops_here: dict = {}  # opaque -> the receives (_PopWaiter) of a pop of _pop_here in flight
 
     client_id = delegate("client_config.client_id")
