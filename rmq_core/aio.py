@@ -230,6 +230,16 @@ class _OnLoop:
             self._flushing.add(channel)
             self._loop.call_soon(self._flush, channel)
 
+    def _defer(self, fn: Callable, *args) -> None:
+        """fn(*args) at the end of this iteration of the loop (what a client gathers until then:
+        receives, acks); what it writes on the connections it returns leaves with that iteration's
+        other requests, the loop reading their answers."""
+        self._loop.call_soon(self._deferred, fn, args)
+
+    def _deferred(self, fn: Callable, args) -> None:
+        for channel in fn(*args):
+            self._on_channel(channel)
+
     def _flush(self, channel) -> None:
         self._flushing.discard(channel)
         channel.flush()
@@ -609,14 +619,17 @@ class SimpleConsumer(_OnLoop):
 
     def receive(self, max_message_num: int, invisible_duration) -> Awaitable[list]:
         """Up to max_message_num (1..1024; a RocketMQ broker takes 1..32) messages, invisible for
-        invisible_duration (s or timedelta)."""
+        invisible_duration (s or timedelta).  The receives tasks make in one iteration of the loop
+        share one pop, made at its end."""
         self._bind()
-        return self._future_of(self._consumer.receive_async(max_message_num, invisible_duration))
+        return self._future_of(self._consumer.receive_async(max_message_num, invisible_duration, self._defer))
 
     def ack(self, messages) -> Awaitable[None]:
-        """A received message, or a list of them (one BATCH_ACK_MESSAGE per broker)."""
+        """A received message, or a list of them.  The acks tasks make in one iteration of the loop
+        go at its end as one BATCH_ACK_MESSAGE per broker; each ack still fails or succeeds on its
+        own."""
         self._bind()
-        return self._future_of(self._consumer.ack_async(messages))
+        return self._future_of(self._consumer.ack_async(messages, self._defer))
 
     def change_invisible_duration(self, message, invisible_duration) -> Awaitable[None]:
         self._bind()

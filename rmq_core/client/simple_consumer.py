@@ -142,6 +142,7 @@ class SimpleConsumer:
         self._channel_lanes: dict = {}
         self._lanes_lock = threading.Lock()
         self._pops_here: dict = {}  # opaque -> the receives (_PopWaiter) of a pop of _pop_here in flight
+        self._acks_gathered: list = []  # acks a deferring loop's iteration made (_gather_ack), under _lanes_lock
 
     client_id = delegate("client_config.client_id")
 
@@ -248,11 +249,12 @@ class SimpleConsumer:
             return inst.run(self._receive(*args), timeout=self._receive_timeout() + 5)
         return fut.result()
 
-    def receive_async(self, max_message_num: int, invisible_duration: float | timedelta) -> concurrent.futures.Future:
-        """receive() as a Future (rmq_core.aio awaits it)."""
+    def receive_async(self, max_message_num: int, invisible_duration: float | timedelta,
+                      defer=None) -> concurrent.futures.Future:
+        """receive() as a Future (rmq_core.aio awaits it).  defer: see _pop_here."""
         args = self._receive_args(max_message_num, invisible_duration)
         inst = self._require_started()
-        fut = self._pop_here(*args)
+        fut = self._pop_here(*args, defer)
         return inst.submit(self._receive(*args)) if fut is None else fut
 
     def _receive_args(self, max_message_num, invisible_duration) -> tuple[int, int]:
@@ -456,7 +458,7 @@ class SimpleConsumer:
             raise
         return self._pop_answer(resp, topic, broker_name, sub, addr, lane)
 
-    def _pop_here(self, max_nums: int, invisible_ms: int) -> LeanFuture | None:
+    def _pop_here(self, max_nums: int, invisible_ms: int, defer=None) -> LeanFuture | None:
         """A receive's pop on the broker's command channel, as acks go: a LeanFuture of its
         messages, completed by whichever thread reads the answer - a sync caller's own (waiting,
         it reads the channel itself), an aio caller's loop, or the channel's reader - so no hop
@@ -467,7 +469,11 @@ class SimpleConsumer:
         handed out in order, each receive up to its own maximum: the group commit of receives
         (threads or tasks sharing a consumer pay a round trip per pop, not per receive).  Never
         for an orderly group, nor (fifo=None) before an answer said the group is not one: a
-        queue's messages stay with one receive, which handles them in order."""
+        queue's messages stay with one receive, which handles them in order.
+        defer: an event loop's call_soon (rmq_core.aio's), for receives made on it: one that finds
+        its lane free pops at the end of the loop's iteration instead of at once, so the receives
+        of tasks woken together (by one pop's or one ack's answer) go as one pop, not as a pop of
+        the first and one of the rest after it."""
         targets = self._targets()
         if len(targets) != 1:
             return None
@@ -494,6 +500,10 @@ class SimpleConsumer:
                     lane.waiting.append(waiter)
                     return fut
                 lane.busy = True
+                if defer is not None:
+                    lane.waiting.append(waiter)
+                    defer(self._next_pop_here, key, lane, addr)
+                    return fut
         self._send_pop(key, lane, [waiter], max_nums, addr, channel)
         return fut
 
@@ -522,15 +532,16 @@ class SimpleConsumer:
         # exchange's receive sleeps until the long poll's answer comes)
         channel.send(req.encode(), opaque, timeout, _popped_here, (self, key, lane, taken, total, sub, addr, opaque))
 
-    def _next_pop_here(self, key, lane: "_PopLane | None", addr: str) -> None:
-        """After a pop of _pop_here: the receives that waited meanwhile go as the next one."""
+    def _next_pop_here(self, key, lane: "_PopLane | None", addr: str):
+        """After a pop of _pop_here (or at the end of a deferring loop's iteration): the receives
+        that waited meanwhile go as the next one.  The connections written to."""
         if lane is None:
-            return
+            return ()
         while True:
             with self._lanes_lock:
                 nxt = self._take_waiting(lane)
             if nxt is None:
-                return
+                return ()
             try:
                 channel = self.instance.command_channel(addr)  # (the connection may have been replaced)
             except RemotingError as e:  # (these fail as a receive made now would; the lane goes on)
@@ -538,7 +549,7 @@ class SimpleConsumer:
                 self._hand_out(key, None, nxt[0], nxt[1], None, e)
                 continue
             self._send_pop(key, lane, *nxt, addr, channel)
-            return
+            return (channel,)
 
     def _master(self, broker_name: str) -> str | None:
         return self.instance.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)
@@ -659,18 +670,90 @@ class SimpleConsumer:
         delivered again) - for a list, after the others were acked, naming the expired ones."""
         self._ack_any(messages, True).result()
 
-    def ack_async(self, messages) -> concurrent.futures.Future:
-        """ack() as a Future (a LeanFuture: many acks in flight at once; rmq_core.aio awaits it)."""
-        return self._ack_any(messages, False)
+    def ack_async(self, messages, defer=None) -> concurrent.futures.Future:
+        """ack() as a Future (a LeanFuture: many acks in flight at once; rmq_core.aio awaits it).
+        defer: an event loop's call_soon (rmq_core.aio's), for acks made on it: see _gather_ack."""
+        return self._ack_any(messages, False, defer)
 
-    def _ack_any(self, messages, wait: bool) -> LeanFuture:
-        if hasattr(messages, "receipt_handle") or isinstance(messages, str):
-            return self._ack_call(messages, wait)
+    def _ack_any(self, messages, wait: bool, defer=None) -> LeanFuture:
+        single = hasattr(messages, "receipt_handle") or isinstance(messages, str)
+        if single:
+            if defer is None:
+                return self._ack_call(messages, wait)
+            self._handle(messages)  # (a bad or expired handle fails here, on the caller's thread, as alone)
+            messages = [messages]
+        else:
+            try:
+                messages = list(messages)
+            except TypeError:
+                raise IllegalArgumentError(f"ack takes a received message or a list of them, not {messages!r}"
+                                           ) from None
+            if defer is None:
+                return self._batch_ack_call(messages, wait)
+        return self._gather_ack(messages, single, defer)
+
+    def _gather_ack(self, messages: list, single: bool, defer) -> LeanFuture:
+        """An ack made on a deferring loop: checked now (a bad handle raises to its caller), sent at
+        the end of the loop's iteration with every other ack the iteration made (_send_gathered_acks):
+        tasks woken together (by one pop's answer) ack with one request, answered together, and
+        then receive together (one pop: see _pop_here) - a round trip and a broker's ack record per
+        checkpoint for them all, not per task."""
+        by_broker, refusal = self._batch_acks(messages)
+        if by_broker:
+            self._require_started()
+        fut = LeanFuture()
+        with self._lanes_lock:
+            first = not self._acks_gathered
+            self._acks_gathered.append((fut, messages[0] if single else None, by_broker, refusal))
+        if first:
+            defer(self._send_gathered_acks)
+        return fut
+
+    def _send_gathered_acks(self) -> list:
+        """The acks _gather_ack gathered, sent: as the one ack would have gone alone, or merged - one
+        BATCH_ACK_MESSAGE per broker, the offsets of one checkpoint in one BatchAck (one ack record).
+        A merged request refused sends each ack again alone, so each caller learns its own outcome
+        (offsets acked meanwhile are acked already, not refused).  The connections written to."""
+        with self._lanes_lock:
+            gathered, self._acks_gathered = self._acks_gathered, []
+        if len(gathered) == 1:
+            return self._ack_alone(*gathered[0])
+        merged: dict = {}
+        for _, _, by_broker, _ in gathered:
+            for broker_name, checkpoints in by_broker.items():
+                into = merged.setdefault(broker_name, {})
+                for key, (fields, offsets) in checkpoints.items():
+                    have = into.get(key)
+                    into[key] = [fields, offsets if have is None else have[1] + offsets]
         try:
-            messages = list(messages)
-        except TypeError:
-            raise IllegalArgumentError(f"ack takes a received message or a list of them, not {messages!r}") from None
-        return self._batch_ack_call(messages, wait)
+            sent = self._send_batch_acks(merged, None, False)
+        except Exception as e:  # noqa: BLE001 - each caller's Future carries it
+            for fut, *_ in gathered:
+                fut.finish(None, e)
+            return []
+
+        def fan_out(done: LeanFuture) -> None:
+            error = done._exception  # (done: no wait)
+            if isinstance(error, MQBrokerError):
+                for item in gathered:
+                    self._ack_alone(*item)
+                return
+            for fut, _, _, refusal in gathered:
+                fut.finish(None, error or refusal)
+
+        sent.add_lean_callback(fan_out)
+        return [sent.channel] if sent.channel is not None else []
+
+    def _ack_alone(self, fut: LeanFuture, single, by_broker: dict, refusal) -> list:
+        """One gathered ack sent as if made alone (a message: ACK_MESSAGE), its outcome to `fut`."""
+        try:
+            sent = self._ack_call(single, False) if single is not None else \
+                self._send_batch_acks(by_broker, refusal, False)
+        except Exception as e:  # noqa: BLE001 - the caller's Future carries it
+            fut.finish(None, e)
+            return []
+        sent.add_lean_callback(lambda done: fut.finish(None, done._exception))
+        return [sent.channel] if sent.channel is not None else []
 
     def change_invisible_duration(self, message, invisible_duration: float | timedelta) -> None:
         """Keep a received message invisible for `invisible_duration` (s or timedelta) from now; its
@@ -708,57 +791,66 @@ class SimpleConsumer:
         """BATCH_ACK_MESSAGE of `messages` (RocketMQ's BatchAckMessageRequestBody: per checkpoint a
         BatchAck with the acked offsets as a java.util.BitSet from its start offset), one request per
         broker; the expired ones are not sent but named by the Future's ReceiptHandleExpiredError."""
+        return self._send_batch_acks(*self._batch_acks(messages), wait)
+
+    def _batch_acks(self, messages: list):
+        """The BatchAcks of `messages` but for their bit sets: ({broker name: {checkpoint: [the
+        BatchAck's other fields, the offsets acked]}}, the ReceiptHandleExpiredError naming the
+        expired ones, which are left out, or None).  A bad handle raises."""
         # the messages of one check point share their handle but for its last field (the offset): one
         # parse and expiry check per check point, the others only give their offsets
+        groups: dict = {}  # (topic, a handle's first 7 fields) -> [a message of it, its offsets' text]
         try:
-            handles = [m.receipt_handle for m in messages]
-            heads = [h.rpartition(" ") for h in handles]  # (head, " ", offset)
-            topics = [m.topic for m in messages]
+            for m in messages:
+                head, _, offset = m.receipt_handle.rpartition(" ")
+                key = (m.topic, head)
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = [m, [offset]]
+                else:
+                    group[1].append(offset)
         except AttributeError:  # a str, a message without a handle: named by _handle
             for m in messages:
                 self._handle(m)
             raise
-        groups: dict = {}  # (topic, a handle's first 7 fields) -> [index of a message of it, its offsets' text]
-        for i, key in enumerate(zip(topics, [h[0] for h in heads])):
-            group = groups.get(key)
-            if group is None:
-                groups[key] = [i, [heads[i][2]]]
-            else:
-                group[1].append(heads[i][2])
         expired = []
-        by_broker: dict[str, list] = {}  # broker name -> [BatchAck, offsets after its start]
+        by_broker: dict = {}
         for key, (first, offsets) in groups.items():
-            first = messages[first]
             try:
                 info = self._handle(first)
             except ReceiptHandleExpiredError:
-                expired += [self._expiry(m) for m, t, h in zip(messages, topics, heads) if (t, h[0]) == key]
+                expired += [self._expiry(m) for m in _members(messages, key)]
                 continue
             start = info.ck_queue_offset
             try:
-                bits = _bit_set(list(map(int, offsets)), start)
+                numbers = list(map(int, offsets))
             except ValueError:
-                bits = None
-            if bits is None:  # a handle of it with a bad offset: named by its parse
-                for h, t, handle in zip(heads, topics, handles):
-                    if (t, h[0]) == key:
-                        ExtraInfo.parse(handle)
+                numbers = None
+            if numbers is None or min(numbers) < start:  # a handle of it with a bad offset: named by its parse
+                for m in _members(messages, key):
+                    ExtraInfo.parse(m.receipt_handle)
                 raise IllegalArgumentError(f"bad receipt handle offsets {offsets!r} of check point {key[1]!r}")
-            by_broker.setdefault(info.broker_name, []).append(
+            by_broker.setdefault(info.broker_name, {})[key] = [
                 {"c": self.group, "t": first.topic, "r": info.retry, "so": start, "q": info.queue_id,
-                 "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time, "b": bits})
-        if by_broker:
-            self._require_started()
+                 "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, numbers]
         refusal = ReceiptHandleExpiredError(f"{len(expired)} of {len(messages)} messages not acked: "
                                             f"{'; '.join(expired[:5])}{' ...' if len(expired) > 5 else ''}"
                                             ) if expired else None
+        return by_broker, refusal
+
+    def _send_batch_acks(self, by_broker: dict, refusal, wait: bool) -> LeanFuture:
+        """One BATCH_ACK_MESSAGE per broker of _batch_acks' BatchAcks: a LeanFuture of them all,
+        failing with the first failure, else with `refusal` (None: all acked)."""
+        if by_broker:
+            self._require_started()
 
         def then(_resp):
             if refusal is not None:
                 raise refusal
 
         futures = []
-        for broker_name, acks in by_broker.items():
+        for broker_name, checkpoints in by_broker.items():
+            acks = [{**fields, "b": _bit_set(offsets, fields["so"])} for fields, offsets in checkpoints.values()]
             body = fastjson.dumps({"acks": acks, "brokerName": broker_name})
             futures.append(self._send(RemotingCommand.create_request(RequestCode.BATCH_ACK_MESSAGE, {}, body),
                                       broker_name, then, wait and len(by_broker) == 1))
@@ -818,6 +910,11 @@ class SimpleConsumer:
         else:
             channel.send(request.encode(), request.opaque, timeout, _answered, context)
         return fut
+
+
+def _members(messages: list, key: tuple) -> list:
+    """The messages of one check point of SimpleConsumer._batch_acks (its refusals name each)."""
+    return [m for m in messages if (m.topic, m.receipt_handle.rpartition(" ")[0]) == key]
 
 
 def _bit_set(offsets: list, start: int = 0) -> str:

@@ -4,8 +4,11 @@ one group sharing a queue, two brokers holding a topic, batch acks, ACL."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import concurrent.futures
+import copy
+import json
 import threading
 import time
 
@@ -13,8 +16,9 @@ import pytest
 
 from rmq_core import Message, Producer, SimpleConsumer, aio
 from rmq_core.admin import AdminClient
-from rmq_core.common.pop_extra_info import ExtraInfo
+from rmq_core.common.pop_extra_info import ExtraInfo, build_extra_info
 from rmq_core.errors import MQBrokerError, MQClientError, ReceiptHandleExpiredError, RemotingError
+from rmq_core.remoting.codes import RequestCode
 from tests.client.conftest import FAST, wait_until
 from tests.servers import NamesrvAndBroker, RmqProcess, acl_broker_props
 
@@ -533,6 +537,113 @@ def test_aio_tasks_sharing_a_consumer_share_pops_on_the_command_channel(cluster,
             assert max(sizes) > 16 and loop_pops == []
             inner.await_duration = 0.5
             assert await c.receive(32, 30) == []  # every one acked: none comes back
+
+    asyncio.run(scenario())
+
+
+def _batch_ack_requests(inner) -> list:
+    """The BATCH_ACK_MESSAGE bodies `inner` (a SimpleConsumer) sends from now on, as parsed JSON."""
+    sent, send = [], inner._send
+
+    def recorded(request, *args):
+        if request.code == RequestCode.BATCH_ACK_MESSAGE:
+            sent.append(json.loads(bytes(request.body)))
+        return send(request, *args)
+
+    inner._send = recorded
+    return sent
+
+
+def _bits(ack: dict) -> int:
+    """How many offsets a BatchAck's BitSet names."""
+    return bin(int.from_bytes(base64.b64decode(ack["b"]), "little")).count("1")
+
+
+def test_aio_tasks_woken_together_ack_with_one_request_and_receive_with_one_pop(cluster, no_thread_leak):
+    """Eight tasks given their messages by one pop ack in the same iteration of the loop: their acks
+    go as one request, the offsets of one checkpoint in one BatchAck (one ack record at the
+    broker), and, answered together, they receive together (one pop for several of them)."""
+    topic, group = "SimpleAioMerged", "CG_SIMPLE_AIO_MERGED"
+    create_topic(cluster, topic, 2)
+    with Producer("PG_SIMPLE_AIO_MERGED", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        queues = p.fetch_publish_message_queues(topic)
+        for q in range(2):
+            p.send_batch([Message(topic, f"m{q}-{i}".encode()) for i in range(320)], queue=queues[q])
+
+    async def scenario():
+        async with aio.SimpleConsumer(group, cluster.tcp_namesrv, subscriptions={topic: "*"}, **OPTS) as c:
+            inner = c.consumer
+            requests = _batch_ack_requests(inner)
+            sizes, pop_request = [], inner._pop_request
+
+            def counted(t, sub, max_nums, *args):
+                sizes.append(max_nums)
+                return pop_request(t, sub, max_nums, *args)
+
+            inner._pop_request = counted
+            bodies, acks = [], [0]
+
+            async def work():
+                while len(bodies) < 640:
+                    msgs = await c.receive(8, 30)
+                    if msgs:
+                        acks[0] += 1
+                        await c.ack(msgs)
+                    bodies.extend(m.body for m in msgs)
+
+            await asyncio.wait_for(asyncio.gather(*(work() for _ in range(8))), 60)
+            assert sorted(bodies) == sorted(f"m{q}-{i}".encode() for q in range(2) for i in range(320))
+            assert len(requests) < acks[0]  # merged: fewer requests than acks
+            assert max(_bits(a) for r in requests for a in r["acks"]) > 8  # several receives' offsets in one BatchAck
+            assert sum(_bits(a) for r in requests for a in r["acks"]) == 640
+            assert max(sizes) > 8
+            inner.await_duration = 0.5
+            assert await c.receive(32, 30) == []  # every one acked: none comes back
+
+    asyncio.run(scenario())
+
+
+def test_acks_gathered_in_one_iteration_each_learn_their_own_outcome(cluster, no_thread_leak):
+    """Acks an iteration of the loop gathers go as one request, yet each caller gets its own
+    outcome: an expired handle's ack fails alone, and when the broker refuses the merged request
+    (a handle it does not know), each ack is sent again alone - the good one succeeds, the
+    messages it acked never come back, the unacked ones do."""
+    topic, group = "SimpleAioOwnOutcome", "CG_SIMPLE_AIO_OWN"
+    create_topic(cluster, topic, 1)
+    with Producer("PG_SIMPLE_AIO_OWN", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        p.send_batch([Message(topic, f"m{i}".encode()) for i in range(3)],
+                     queue=p.fetch_publish_message_queues(topic)[0])
+
+    async def scenario():
+        async with aio.SimpleConsumer(group, cluster.tcp_namesrv, subscriptions={topic: "*"}, **OPTS) as c:
+            requests = _batch_ack_requests(c.consumer)
+            stale = await c.receive(1, 1)
+            assert [m.body for m in stale] == [b"m0"]
+            await asyncio.sleep(1.1)  # its invisible time is over: its ack is refused before it is sent
+            fresh = await c.receive(2, 3)
+            assert [m.body for m in fresh] == [b"m1", b"m2"]
+            outcomes = await asyncio.gather(c.ack(stale), c.ack([fresh[0]]), return_exceptions=True)
+            assert isinstance(outcomes[0], ReceiptHandleExpiredError) and outcomes[1] is None
+            assert len(requests) == 1 and [_bits(a) for a in requests[0]["acks"]] == [1]
+
+            h = handle(fresh[1])
+            forged = copy.copy(fresh[1])  # a handle of a checkpoint the broker never made
+            forged.receipt_handle = build_extra_info(h.ck_queue_offset, h.pop_time + 1, h.invisible_time,
+                                                     h.revive_qid, h.retry, h.broker_name, h.queue_id, h.queue_offset)
+            del requests[:]
+            outcomes = await asyncio.gather(c.ack([forged]), c.ack([fresh[1]]), return_exceptions=True)
+            assert isinstance(outcomes[0], MQBrokerError) and "expired or unknown" in str(outcomes[0])
+            assert outcomes[1] is None
+            assert len(requests) == 3  # merged, refused, then each alone
+
+            again = []
+            deadline = time.monotonic() + 30
+            while not again and time.monotonic() < deadline:
+                again = await c.receive(32, 30)
+            assert [(m.body, m.delivery_attempt) for m in again] == [(b"m0", 2)]
+            await c.ack(again)
+            await asyncio.sleep(max(0.0, (h.pop_time + h.invisible_time) / 1000 - time.time()) + 0.5)
+            assert await c.receive(32, 30) == []  # m1 and m2 were acked: never again
 
     asyncio.run(scenario())
 
