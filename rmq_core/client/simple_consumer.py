@@ -61,19 +61,25 @@ MAX_MESSAGE_NUM = 1024
 _INIT_MODES = {ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET: "1", ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET: "0"}
 _NO_MESSAGE = (ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_TIMEOUT)
 _ROCKETMQ_MAX_POP = 32  # the most a RocketMQ broker hands out per POP_MESSAGE
+_LOOP_LANE_POPS = 2  # pops of a lane an event loop's receives keep in flight (see _send_waiting_pops)
 
 
 class _PopLane:
-    """The pops of one (topic, broker, invisible time): whether one is in flight, the receives
-    waiting for it to end, the most one pop asks, and whether the group pops orderly (None: not
-    known yet - the broker decides by the group and no answer with messages came)."""
+    """The pops of one (topic, broker, invisible time): how many are in flight (or taken to be sent
+    at the end of a loop's iteration: `deferred`), the receives waiting for one to end, the most one
+    pop asks (messages: `cap`; receives: `per_pop`, from `peak`, the most receives seen waiting at
+    once), and whether the group pops orderly (None: not known yet - the broker decides by the
+    group and no answer with messages came)."""
 
-    __slots__ = ("busy", "waiting", "cap", "ordered")
+    __slots__ = ("in_flight", "deferred", "waiting", "cap", "per_pop", "peak", "ordered")
 
     def __init__(self, ordered: bool | None):
-        self.busy = False
+        self.in_flight = 0
+        self.deferred = False
         self.waiting: list = []
         self.cap = MAX_MESSAGE_NUM
+        self.per_pop = MAX_MESSAGE_NUM
+        self.peak = 0
         self.ordered = ordered
 
 
@@ -332,11 +338,11 @@ class SimpleConsumer:
         with self._lanes_lock:
             lane = self._lane(key)
             waiter = None
-            if lane.busy:
+            if lane.in_flight:
                 waiter = _PopWaiter(max_nums, now_ms() + poll_ms, asyncio.get_running_loop().create_future())
                 lane.waiting.append(waiter)
             else:
-                lane.busy = True
+                lane.in_flight = 1
         if waiter is not None:
             return await waiter.future
         try:
@@ -355,18 +361,18 @@ class SimpleConsumer:
         return lane
 
     def _take_waiting(self, lane: "_PopLane"):
-        """(receives, their maxima summed) of the next pop of `lane`: the receives waiting, in order,
-        up to the lane's cap (an orderly lane's: one receive); None with none waiting, the lane then
-        free.  Under _lanes_lock."""
+        """(receives, their maxima summed) of the next pop of `lane`, in the place of one in flight:
+        the receives waiting, in order, up to the lane's caps (an orderly lane's: one receive); None
+        with none waiting, that place then free.  Under _lanes_lock."""
         waiting = [w for w in lane.waiting if not w.future.done()]  # (a cancelled receive is gone)
         if not waiting:
             lane.waiting.clear()
-            lane.busy = False
+            lane.in_flight -= 1
             return None
         cap = lane.cap if lane.ordered is False else waiting[0].max_nums  # (orderly: one receive's)
         taken, total = [], 0
         for w in waiting:
-            if taken and total + w.max_nums > cap:
+            if taken and (total + w.max_nums > cap or len(taken) == lane.per_pop):
                 break
             taken.append(w)
             total += w.max_nums
@@ -432,7 +438,7 @@ class SimpleConsumer:
         except asyncio.CancelledError:  # (the client is stopping: so are the receives waiting)
             with self._lanes_lock:
                 waiting, lane.waiting = lane.waiting, []
-                lane.busy = False
+                lane.in_flight = 0
             for w in (*taken, *waiting):
                 w.future.cancel()
             raise
@@ -470,10 +476,10 @@ class SimpleConsumer:
         (threads or tasks sharing a consumer pay a round trip per pop, not per receive).  Never
         for an orderly group, nor (fifo=None) before an answer said the group is not one: a
         queue's messages stay with one receive, which handles them in order.
-        defer: an event loop's call_soon (rmq_core.aio's), for receives made on it: one that finds
-        its lane free pops at the end of the loop's iteration instead of at once, so the receives
-        of tasks woken together (by one pop's or one ack's answer) go as one pop, not as a pop of
-        the first and one of the rest after it."""
+        defer: an event loop's call_soon (rmq_core.aio's), for receives made on it: they pop at the
+        end of the loop's iteration (_send_waiting_pops), so the receives of tasks woken together
+        (by one pop's or one ack's answer) go as one pop, not as a pop of the first and one of the
+        rest after it; and two pops of the lane may be in flight."""
         targets = self._targets()
         if len(targets) != 1:
             return None
@@ -496,14 +502,17 @@ class SimpleConsumer:
         if not self.fifo:
             with self._lanes_lock:
                 lane = self._lane(key, self._channel_lanes)
-                if lane.busy:
-                    lane.waiting.append(waiter)
-                    return fut
-                lane.busy = True
                 if defer is not None:
                     lane.waiting.append(waiter)
-                    defer(self._next_pop_here, key, lane, addr)
+                    if not lane.deferred and lane.in_flight < (_LOOP_LANE_POPS if lane.ordered is False else 1):
+                        lane.in_flight += 1
+                        lane.deferred = True
+                        defer(self._send_waiting_pops, key, lane, addr)
                     return fut
+                if lane.in_flight:
+                    lane.waiting.append(waiter)
+                    return fut
+                lane.in_flight = 1
         self._send_pop(key, lane, [waiter], max_nums, addr, channel)
         return fut
 
@@ -532,16 +541,15 @@ class SimpleConsumer:
         # exchange's receive sleeps until the long poll's answer comes)
         channel.send(req.encode(), opaque, timeout, _popped_here, (self, key, lane, taken, total, sub, addr, opaque))
 
-    def _next_pop_here(self, key, lane: "_PopLane | None", addr: str):
-        """After a pop of _pop_here (or at the end of a deferring loop's iteration): the receives
-        that waited meanwhile go as the next one.  The connections written to."""
+    def _next_pop_here(self, key, lane: "_PopLane | None", addr: str) -> None:
+        """After a pop of _pop_here: the receives that waited meanwhile go as the next one."""
         if lane is None:
-            return ()
+            return
         while True:
             with self._lanes_lock:
                 nxt = self._take_waiting(lane)
             if nxt is None:
-                return ()
+                return
             try:
                 channel = self.instance.command_channel(addr)  # (the connection may have been replaced)
             except RemotingError as e:  # (these fail as a receive made now would; the lane goes on)
@@ -549,7 +557,40 @@ class SimpleConsumer:
                 self._hand_out(key, None, nxt[0], nxt[1], None, e)
                 continue
             self._send_pop(key, lane, *nxt, addr, channel)
-            return (channel,)
+            return
+
+    def _send_waiting_pops(self, key, lane: "_PopLane", addr: str) -> list:
+        """At the end of a deferring loop's iteration: the receives waiting in `lane` go as pops -
+        in the place taken when the first of them came, and in a second one while fewer than two are
+        in flight - each taking at most half the most receives seen waiting at once.  Tasks sharing
+        a consumer so settle into two groups taking turns: while the broker answers one group's pop,
+        the loop hands out and acks the other's (with one group, the client and the broker would
+        each wait for the other in turn).  The connections written to."""
+        with self._lanes_lock:
+            lane.deferred = False
+            lane.peak = max(lane.peak, sum(1 for w in lane.waiting if not w.future.done()))
+            lane.per_pop = max(1, -(-lane.peak // _LOOP_LANE_POPS))
+            pops = []
+            while True:
+                nxt = self._take_waiting(lane)
+                if nxt is None:
+                    break
+                pops.append(nxt)
+                if not lane.waiting or lane.ordered is not False or lane.in_flight >= _LOOP_LANE_POPS:
+                    break
+                lane.in_flight += 1  # (the next one's place)
+        written = []
+        for taken, total in pops:
+            try:
+                channel = self.instance.command_channel(addr)
+            except RemotingError as e:  # (these fail as a receive made now would; the lane goes on)
+                self.instance.note_request_failed(addr, e)
+                self._hand_out(key, None, taken, total, None, e)
+                self._next_pop_here(key, lane, addr)
+                continue
+            self._send_pop(key, lane, taken, total, addr, channel)
+            written.append(channel)
+        return written
 
     def _master(self, broker_name: str) -> str | None:
         return self.instance.find_broker_addr_in_subscribe(broker_name, MixAll.MASTER_ID, only_this_broker=True)

@@ -474,7 +474,7 @@ def test_threads_sharing_a_consumer_have_their_waiting_receives_popped_as_one(cl
 
         threads = [threading.Thread(target=receive, args=(0,))]
         threads[0].start()  # long-polls the empty topic
-        wait_until(lambda: any(lane.busy for lane in lanes()), timeout=10)
+        wait_until(lambda: any(lane.in_flight for lane in lanes()), timeout=10)
         threads += [threading.Thread(target=receive, args=(i,)) for i in range(1, 8)]
         for t in threads[1:]:
             t.start()
@@ -559,10 +559,12 @@ def _bits(ack: dict) -> int:
     return bin(int.from_bytes(base64.b64decode(ack["b"]), "little")).count("1")
 
 
-def test_aio_tasks_woken_together_ack_with_one_request_and_receive_with_one_pop(cluster, no_thread_leak):
+def test_aio_tasks_ack_with_one_request_and_take_turns_in_two_pops(cluster, no_thread_leak):
     """Eight tasks given their messages by one pop ack in the same iteration of the loop: their acks
     go as one request, the offsets of one checkpoint in one BatchAck (one ack record at the
-    broker), and, answered together, they receive together (one pop for several of them)."""
+    broker).  Their receives go as pops of at most half of them, two in flight at once: the tasks
+    take turns in two groups (one's pop at the broker while the other's messages are handed out
+    and acked)."""
     topic, group = "SimpleAioMerged", "CG_SIMPLE_AIO_MERGED"
     create_topic(cluster, topic, 2)
     with Producer("PG_SIMPLE_AIO_MERGED", namesrv=cluster.tcp_namesrv, **FAST) as p:
@@ -574,13 +576,13 @@ def test_aio_tasks_woken_together_ack_with_one_request_and_receive_with_one_pop(
         async with aio.SimpleConsumer(group, cluster.tcp_namesrv, subscriptions={topic: "*"}, **OPTS) as c:
             inner = c.consumer
             requests = _batch_ack_requests(inner)
-            sizes, pop_request = [], inner._pop_request
+            pops, send_pop = [], inner._send_pop  # (receives in the pop, pops in flight once it is sent)
 
-            def counted(t, sub, max_nums, *args):
-                sizes.append(max_nums)
-                return pop_request(t, sub, max_nums, *args)
+            def counted(key, lane, taken, *args):
+                send_pop(key, lane, taken, *args)
+                pops.append((len(taken), len(inner._pops_here)))
 
-            inner._pop_request = counted
+            inner._send_pop = counted
             bodies, acks = [], [0]
 
             async def work():
@@ -596,7 +598,8 @@ def test_aio_tasks_woken_together_ack_with_one_request_and_receive_with_one_pop(
             assert len(requests) < acks[0]  # merged: fewer requests than acks
             assert max(_bits(a) for r in requests for a in r["acks"]) > 8  # several receives' offsets in one BatchAck
             assert sum(_bits(a) for r in requests for a in r["acks"]) == 640
-            assert max(sizes) > 8
+            assert max(n for n, _ in pops) == 4  # half the eight receives seen waiting at once
+            assert max(f for _, f in pops) == 2  # two pops in flight, never more
             inner.await_duration = 0.5
             assert await c.receive(32, 30) == []  # every one acked: none comes back
 
@@ -681,7 +684,7 @@ def test_a_receive_pops_on_the_command_channel_when_no_pop_of_its_lane_is_in_fli
         assert [m.body for m in got] == [f"m{i}".encode() for i in range(100)]
         assert [m.keys for m in got] == [f"k{i}" for i in range(100)] and {m.tags for m in got} == {"TagA"}
         assert c.receive(32, 30) == []  # every one acked: none comes back
-        assert not any(lane.busy for lane in (*c._pop_lanes.values(), *c._channel_lanes.values()))
+        assert not any(lane.in_flight for lane in (*c._pop_lanes.values(), *c._channel_lanes.values()))
 
 
 def test_shutdown_ends_a_receive_long_polling_on_the_command_channel(cluster, no_thread_leak):
@@ -725,6 +728,6 @@ def test_a_cancelled_receive_frees_its_lane_at_once(cluster, no_thread_leak):
         channel = first.channel
         assert first.cancel()
         assert channel.pending_count == 0 and not c._pops_here
-        assert not any(lane.busy for lane in (*c._pop_lanes.values(), *c._channel_lanes.values()))
+        assert not any(lane.in_flight for lane in (*c._pop_lanes.values(), *c._channel_lanes.values()))
         c.await_duration = 0.5
         assert c.receive(32, 30) == []  # (popped on its own at once, not behind the cancelled one)

@@ -278,7 +278,7 @@ def test_a_failed_pop_fails_each_receive_of_it_and_a_cancelled_one_is_passed_ove
             with pytest.raises(MQClientError, match="broker gone"):
                 w.result()
         assert await first == [0]
-        assert not c._pop_lanes[("T", "broker-a", 30_000)].busy  # the next receive pops at once
+        assert not c._pop_lanes[("T", "broker-a", 30_000)].in_flight  # the next receive pops at once
         nxt = _pop(c, 1)
         await _settle()
         assert len(pops.calls) == 3
