@@ -629,11 +629,11 @@ class SimpleConsumer:
         start_info = parse_info(resp.get_str("startOffsetInfo"), "startOffsetInfo")
         offset_info = {k: v.split(",") for k, v in parse_info(resp.get_str("msgOffsetInfo"), "msgOffsetInfo").items()}
         order_info = parse_info(resp.get_str("orderCountInfo"), "orderCountInfo")
-        # (record topic, queue) -> [retry mark, info key, POP_CK prefix (None: no startOffsetInfo), its
-        # msgOffsetInfo offsets (the i-th message takes the i-th), messages seen, first offset seen]; the
+        # (record topic, queue) -> [retry mark, info key, its POP_CKs by msgOffsetInfo, in order (the i-th
+        # message takes the i-th; None without startOffsetInfo), messages seen, first offset seen]; the
         # messages of one queue come one after another: the entry is looked up once per run of them
         runs: dict = {}
-        run_topic, run_queue, run = None, -1, None
+        run_topic, run_queue, run, handles = None, -1, None, None
         first_pop = str(pop_time)
         pop_ck, first_pop_time = MessageConst.POP_CK, MessageConst.FIRST_POP_TIME
         for m in msgs:
@@ -646,19 +646,17 @@ class SimpleConsumer:
                         run = runs[(run_topic, run_queue)] = self._ck_run(resp, start_info, offset_info, run_topic,
                                                                           run_queue, pop_time, invisible, revive_qid,
                                                                           broker_name, addr)
-                i = run[4]
-                run[4] = i + 1
-                prefix = run[2]
-                if prefix is not None:
-                    offsets = run[3]
-                    if i >= len(offsets):
+                    handles = run[2]
+                if handles is not None:
+                    ck = next(handles, None)
+                    if ck is None:
                         raise MQClientError(f"pop answer from {addr} has more messages of {run[1]} than msgOffsetInfo "
                                             f"{resp.get_str('msgOffsetInfo')!r} names")
-                    ck = prefix + offsets[i]
                 else:
-                    if i == 0:
-                        run[5] = m.queue_offset
-                    ck = build_extra_info(run[5], pop_time, invisible, revive_qid, run[0], broker_name, run_queue,
+                    if run[3] == 0:
+                        run[4] = m.queue_offset
+                    run[3] += 1
+                    ck = build_extra_info(run[4], pop_time, invisible, revive_qid, run[0], broker_name, run_queue,
                                           m.queue_offset)
                 props[pop_ck] = ck
                 if order_info:
@@ -685,13 +683,13 @@ class SimpleConsumer:
         mark = retry_mark(record_topic)
         key = info_key(mark, queue_id)
         if not start_info:  # (each message's check point is its queue's first message in the answer)
-            return [mark, key, None, None, 0, 0]
+            return [mark, key, None, 0, 0]
         offsets = offset_info.get(key)
         if key not in start_info or offsets is None:
             raise MQClientError(f"pop answer from {addr} has no check point of {key} (startOffsetInfo "
                                 f"{resp.get_str('startOffsetInfo')!r}, msgOffsetInfo {resp.get_str('msgOffsetInfo')!r})")
-        return [mark, key, extra_info_prefix(int(start_info[key]), pop_time, invisible, revive_qid, mark, broker_name,
-                                             queue_id), offsets, 0, 0]
+        prefix = extra_info_prefix(int(start_info[key]), pop_time, invisible, revive_qid, mark, broker_name, queue_id)
+        return [mark, key, iter([prefix + o for o in offsets]), 0, 0]
 
     def _ack_quietly(self, msgs) -> None:  # (in the client's executor: may connect)
         for m in msgs:

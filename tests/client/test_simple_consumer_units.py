@@ -99,6 +99,8 @@ def test_an_answer_without_start_offsets_and_a_fifo_answers_counts():
     assert ExtraInfo.parse(msgs[0].receipt_handle).is_order
     with pytest.raises(MQClientError, match="no check point of 0@2"):
         c._popped(_answer(records, startOffsetInfo="0 1 9", msgOffsetInfo="0 1 9"), "T", "broker-a", sub, "x")
+    with pytest.raises(MQClientError, match="more messages of 0@2 than msgOffsetInfo '0 2 9' names"):
+        c._popped(_answer(records, startOffsetInfo="0 2 9", msgOffsetInfo="0 2 9"), "T", "broker-a", sub, "x")
 
 
 @pytest.mark.parametrize("num", [0, 1025, -1, True, "4", 2.0])
