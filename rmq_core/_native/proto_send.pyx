@@ -170,7 +170,7 @@ cdef tuple _message(_Reader* r):
     cdef list keys = []
     cdef int32_t encoding = 0, mtype = 0, queue_id = 0, born_nanos = 0, delivery_nanos = 0, recovery_nanos = 0
     cdef int64_t born_seconds = 0, delivery_seconds = 0, recovery_seconds = 0
-    cdef bint born = False, delivery = False, recovery = False
+    cdef bint born = False, delivery = False, recovery = False, entry
     cdef Py_ssize_t n
     while r.pos < r.end:
         k = _key(r)
@@ -187,6 +187,7 @@ cdef tuple _message(_Reader* r):
         elif k == (2 << 3 | WT_LEN):  # user_properties: map<string, string>, an entry
             s = _sub(r)
             key = value = ""
+            entry = True  # (an entry with any other field is not one: protobuf keeps it as an unknown field)
             while s.pos < s.end:
                 k = _key(&s)
                 if k == (1 << 3 | WT_LEN):
@@ -195,7 +196,9 @@ cdef tuple _message(_Reader* r):
                     value = _string(&s)
                 else:
                     _skip(&s, k, 0)
-            user[key] = value
+                    entry = False
+            if entry:
+                user[key] = value
         elif k == (3 << 3 | WT_LEN):  # system_properties
             s = _sub(r)
             while s.pos < s.end:

@@ -132,3 +132,28 @@ def _varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def _ld(field: int, data: bytes) -> bytes:
+    return _varint(field << 3 | 2) + _varint(len(data)) + data
+
+
+@pytest.mark.parametrize("entry, kept", [
+    (_ld(1, b"k") + _ld(2, b"v"), {"k": "v"}),
+    (_ld(2, b"v") + _ld(1, b"k"), {"k": "v"}),
+    (_ld(1, b"k"), {"k": ""}),
+    (b"", {"": ""}),
+    (_ld(1, b"a") + _ld(1, b"b") + _ld(2, b"v"), {"b": "v"}),
+    # an entry with any other field, or a key / value of another wire type, is no entry: protobuf
+    # keeps it among the message's unknown fields
+    (_ld(1, b"k") + _ld(3, b"z") + _ld(2, b"v"), {}),
+    (_ld(1, b"k") + _varint(7 << 3) + _varint(1) + _ld(2, b"v"), {}),
+    (_ld(1, b"k") + _varint(2 << 3) + _varint(5), {}),
+    (_varint(1 << 3 | 5) + b"abcd" + _ld(2, b"v"), {}),
+    (_ld(1, b"k") + _ld(3, b"\xff\xff"), {}),
+])
+def test_a_user_property_entry_is_read_as_protobuf_reads_it(entry, kept):
+    message = pb.Message(topic=pb.Resource(name="T"), body=b"x").SerializeToString()
+    wire = _ld(1, message + _ld(pb.Message.DESCRIPTOR.fields_by_name["user_properties"].number, entry))
+    assert dict(spb.SendMessageRequest.FromString(wire).messages[0].user_properties) == kept
+    assert decode_send_request(wire)[0][SEND_FIELDS.index("user_properties")] == kept
