@@ -33,6 +33,7 @@ import time
 from datetime import timedelta
 from typing import Any, Mapping
 
+from rmq_core._native.receipt import group_by_checkpoint
 from rmq_core.client.config import make_client_config
 from rmq_core.client.futures import LeanFuture
 from rmq_core.client.consumer_base import enum_setting, join_client
@@ -838,40 +839,33 @@ class SimpleConsumer:
         expired ones, which are left out, or None).  A bad handle raises."""
         # the messages of one check point share their handle but for its last field (the offset): one
         # parse and expiry check per check point, the others only give their offsets
-        groups: dict = {}  # (topic, a handle's first 7 fields) -> [a message of it, its offsets' text]
         try:
-            for m in messages:
-                head, _, offset = m.receipt_handle.rpartition(" ")
-                key = (m.topic, head)
-                group = groups.get(key)
-                if group is None:
-                    groups[key] = [m, [offset]]
-                else:
-                    group[1].append(offset)
-        except AttributeError:  # a str, a message without a handle: named by _handle
+            handles = [m.receipt_handle for m in messages]
+            groups = group_by_checkpoint(handles, [m.topic for m in messages])
+        except (AttributeError, TypeError):  # a str, a message without a handle: named by _handle
             for m in messages:
                 self._handle(m)
             raise
+        except ValueError as e:  # a handle whose last field is not an offset: named by its parse
+            bad = handles[e.args[0]]
+            ExtraInfo.parse(bad)
+            raise IllegalArgumentError(f"bad receipt handle {bad!r}: its offset is not a queue offset") from None
         expired = []
         by_broker: dict = {}
         for key, (first, offsets) in groups.items():
+            first = messages[first]
             try:
                 info = self._handle(first)
             except ReceiptHandleExpiredError:
                 expired += [self._expiry(m) for m in _members(messages, key)]
                 continue
             start = info.ck_queue_offset
-            try:
-                numbers = list(map(int, offsets))
-            except ValueError:
-                numbers = None
-            if numbers is None or min(numbers) < start:  # a handle of it with a bad offset: named by its parse
-                for m in _members(messages, key):
-                    ExtraInfo.parse(m.receipt_handle)
-                raise IllegalArgumentError(f"bad receipt handle offsets {offsets!r} of check point {key[1]!r}")
+            if min(offsets) < start:
+                raise IllegalArgumentError(f"bad receipt handle offsets {offsets!r} of check point {key[1]!r}: "
+                                           f"before its start {start}")
             by_broker.setdefault(info.broker_name, {})[key] = [
                 {"c": self.group, "t": first.topic, "r": info.retry, "so": start, "q": info.queue_id,
-                 "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, numbers]
+                 "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, offsets]
         refusal = ReceiptHandleExpiredError(f"{len(expired)} of {len(messages)} messages not acked: "
                                             f"{'; '.join(expired[:5])}{' ...' if len(expired) > 5 else ''}"
                                             ) if expired else None

@@ -158,6 +158,35 @@ def test_a_batch_acks_offsets_as_a_java_bit_set():
     assert base64.b64decode(_bit_set([31])) == bytes([0, 0, 0, 0x80])
 
 
+def test_receipt_handles_are_grouped_by_checkpoint_in_the_order_first_seen():
+    from rmq_core._native.receipt import group_by_checkpoint
+
+    a, b = "5 1700000000000 30000 3 0 broker-a 1", "2 1700000000000 30000 3 1 broker-a 1"
+    handles = [f"{a} 5", f"{a} 7", f"{b} 2", f"{a} 6", f"{a} 9"]
+    assert group_by_checkpoint(handles, ["T", "T", "T", "T", "U"]) == {
+        ("T", a): [0, [5, 7, 6]], ("T", b): [2, [2]], ("U", a): [4, [9]]}
+    assert list(group_by_checkpoint(handles, ["T"] * 5)) == [("T", a), ("T", b)]
+    assert group_by_checkpoint([], []) == {}
+    assert group_by_checkpoint([f"{a} 9223372036854775807"], ["T"]) == {("T", a): [0, [(1 << 63) - 1]]}
+    for bad in (f"{a} x7", f"{a} ", "nospace", f"{a} -1", f"{a} 9223372036854775808", f"{a} 12345678901234567890"):
+        with pytest.raises(ValueError) as e:
+            group_by_checkpoint([f"{a} 5", bad], ["T", "T"])
+        assert e.value.args == (1,)
+    with pytest.raises(TypeError):
+        group_by_checkpoint([None], ["T"])
+
+
+def test_ack_of_a_list_names_a_bad_receipt_handle():
+    c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
+    live = build_extra_info(4, now_ms(), 60000, 0, "0", "broker-a", 1, 6)
+    bad = MessageExt(topic="T", properties={"POP_CK": live[:-1] + "x"})
+    with pytest.raises(IllegalArgumentError, match="bad receipt handle '4 .* 1 x'"):
+        c.ack([MessageExt(topic="T", properties={"POP_CK": live}), bad])
+    early = MessageExt(topic="T", properties={"POP_CK": live[:-1] + "3"})  # (before its check point's start, 4)
+    with pytest.raises(IllegalArgumentError, match=r"bad receipt handle offsets \[6, 3\] .* before its start 4"):
+        c.ack([MessageExt(topic="T", properties={"POP_CK": live}), early])
+
+
 def test_ack_of_a_list_names_what_is_not_a_message():
     c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
     with pytest.raises(IllegalArgumentError, match="ack takes a received message or a list of them, not 5"):

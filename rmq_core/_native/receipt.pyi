@@ -1,0 +1,3 @@
+"""Type stub for rmq_core._native.receipt (receipt handles grouped by checkpoint)."""
+
+def group_by_checkpoint(handles: list[str], topics: list[str]) -> dict[tuple[str, str], list]: ...
