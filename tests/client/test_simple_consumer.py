@@ -106,6 +106,16 @@ def create_topic(cluster, topic, queues):
         a.create_or_update_topic(cluster.broker_addr, topic, read_queue_nums=queues, write_queue_nums=queues)
 
 
+def fill_two_queues(cluster, topic, per_queue) -> list:
+    """A new topic of two queues holding per_queue messages each ("m<queue>-<i>"): their bodies, sorted."""
+    create_topic(cluster, topic, 2)
+    with Producer(f"PG_{topic}", namesrv=cluster.tcp_namesrv, **FAST) as p:
+        queues = p.fetch_publish_message_queues(topic)
+        for q in range(2):
+            p.send_batch([Message(topic, f"m{q}-{i}".encode()) for i in range(per_queue)], queue=queues[q])
+    return sorted(f"m{q}-{i}".encode() for q in range(2) for i in range(per_queue))
+
+
 def create_group(cluster, group, **config):
     with AdminClient(cluster.tcp_namesrv) as a:
         a.create_or_update_subscription_group(cluster.broker_addr, {"groupName": group, **config})
@@ -501,11 +511,7 @@ def test_aio_tasks_sharing_a_consumer_share_pops_on_the_command_channel(cluster,
     pops shared by the receives that waited (a pop asks for more than one receive's maximum), none
     through the client's loop, and nothing comes back once acked."""
     topic, group = "SimpleAioTasks", "CG_SIMPLE_AIO_TASKS"
-    create_topic(cluster, topic, 2)
-    with Producer("PG_SIMPLE_AIO_TASKS", namesrv=cluster.tcp_namesrv, **FAST) as p:
-        queues = p.fetch_publish_message_queues(topic)
-        for q in range(2):
-            p.send_batch([Message(topic, f"m{q}-{i}".encode()) for i in range(200)], queue=queues[q])
+    bodies_sent = fill_two_queues(cluster, topic, 200)
 
     async def scenario():
         async with aio.SimpleConsumer(group, cluster.tcp_namesrv, subscriptions={topic: "*"}, **OPTS) as c:
@@ -533,7 +539,7 @@ def test_aio_tasks_sharing_a_consumer_share_pops_on_the_command_channel(cluster,
                     bodies.extend(m.body for m in msgs)
 
             await asyncio.wait_for(asyncio.gather(*(work() for _ in range(8))), 60)
-            assert sorted(bodies) == sorted(f"m{q}-{i}".encode() for q in range(2) for i in range(200))
+            assert sorted(bodies) == bodies_sent
             assert max(sizes) > 16 and loop_pops == []
             inner.await_duration = 0.5
             assert await c.receive(32, 30) == []  # every one acked: none comes back
@@ -566,11 +572,7 @@ def test_aio_tasks_ack_with_one_request_and_take_turns_in_two_pops(cluster, no_t
     take turns in two groups (one's pop at the broker while the other's messages are handed out
     and acked)."""
     topic, group = "SimpleAioMerged", "CG_SIMPLE_AIO_MERGED"
-    create_topic(cluster, topic, 2)
-    with Producer("PG_SIMPLE_AIO_MERGED", namesrv=cluster.tcp_namesrv, **FAST) as p:
-        queues = p.fetch_publish_message_queues(topic)
-        for q in range(2):
-            p.send_batch([Message(topic, f"m{q}-{i}".encode()) for i in range(320)], queue=queues[q])
+    bodies_sent = fill_two_queues(cluster, topic, 320)
 
     async def scenario():
         async with aio.SimpleConsumer(group, cluster.tcp_namesrv, subscriptions={topic: "*"}, **OPTS) as c:
@@ -594,7 +596,7 @@ def test_aio_tasks_ack_with_one_request_and_take_turns_in_two_pops(cluster, no_t
                     bodies.extend(m.body for m in msgs)
 
             await asyncio.wait_for(asyncio.gather(*(work() for _ in range(8))), 60)
-            assert sorted(bodies) == sorted(f"m{q}-{i}".encode() for q in range(2) for i in range(320))
+            assert sorted(bodies) == bodies_sent
             assert len(requests) < acks[0]  # merged: fewer requests than acks
             assert max(_bits(a) for r in requests for a in r["acks"]) > 8  # several receives' offsets in one BatchAck
             assert sum(_bits(a) for r in requests for a in r["acks"]) == 640
