@@ -716,35 +716,36 @@ class SimpleConsumer:
         return self._ack_any(messages, False, defer)
 
     def _ack_any(self, messages, wait: bool, defer=None) -> LeanFuture:
-        single = hasattr(messages, "receipt_handle") or isinstance(messages, str)
-        if single:
+        if hasattr(messages, "receipt_handle") or isinstance(messages, str):
             if defer is None:
                 return self._ack_call(messages, wait)
-            self._handle(messages)  # (a bad or expired handle fails here, on the caller's thread, as alone)
-            messages = [messages]
-        else:
-            try:
-                messages = list(messages)
-            except TypeError:
-                raise IllegalArgumentError(f"ack takes a received message or a list of them, not {messages!r}"
-                                           ) from None
-            if defer is None:
-                return self._batch_ack_call(messages, wait)
-        return self._gather_ack(messages, single, defer)
-
-    def _gather_ack(self, messages: list, single: bool, defer) -> LeanFuture:
-        """An ack made on a deferring loop: checked now (a bad handle raises to its caller), sent at
-        the end of the loop's iteration with every other ack the iteration made (_send_gathered_acks):
-        tasks woken together (by one pop's answer) ack with one request, answered together, and
-        then receive together (one pop: see _pop_here) - a round trip and a broker's ack record per
-        checkpoint for them all, not per task."""
+            info = self._handle(messages)  # (a bad or expired handle fails here, on the caller's thread, as alone)
+            self._require_started()
+            key = (messages.topic, messages.receipt_handle.rpartition(" ")[0])
+            return self._gather_ack((messages, info), {info.broker_name: {key: [
+                self._batch_ack_fields(messages, info), [info.queue_offset]]}}, None, defer)
+        try:
+            messages = list(messages)
+        except TypeError:
+            raise IllegalArgumentError(f"ack takes a received message or a list of them, not {messages!r}") from None
+        if defer is None:
+            return self._batch_ack_call(messages, wait)
         by_broker, refusal = self._batch_acks(messages)
         if by_broker:
             self._require_started()
+        return self._gather_ack(None, by_broker, refusal, defer)
+
+    def _gather_ack(self, single, by_broker: dict, refusal, defer) -> LeanFuture:
+        """An ack made on a deferring loop, checked already (a bad handle raised to its caller; single:
+        (the message, its parsed handle) when it is one message, else None), sent at the end of the
+        loop's iteration with every other ack the iteration made (_send_gathered_acks): tasks woken
+        together (by one pop's answer) ack with one request, answered together, and then receive
+        together (one pop: see _pop_here) - a round trip and a broker's ack record per checkpoint
+        for them all, not per task."""
         fut = LeanFuture()
         with self._lanes_lock:
             first = not self._acks_gathered
-            self._acks_gathered.append((fut, messages[0] if single else None, by_broker, refusal))
+            self._acks_gathered.append((fut, single, by_broker, refusal))
         if first:
             defer(self._send_gathered_acks)
         return fut
@@ -787,7 +788,7 @@ class SimpleConsumer:
     def _ack_alone(self, fut: LeanFuture, single, by_broker: dict, refusal) -> list:
         """One gathered ack sent as if made alone (a message: ACK_MESSAGE), its outcome to `fut`."""
         try:
-            sent = self._ack_call(single, False) if single is not None else \
+            sent = self._call(*single, RequestCode.ACK_MESSAGE, {}, None, False) if single is not None else \
                 self._send_batch_acks(by_broker, refusal, False)
         except Exception as e:  # noqa: BLE001 - the caller's Future carries it
             fut.finish(None, e)
@@ -863,13 +864,16 @@ class SimpleConsumer:
             if min(offsets) < start:
                 raise IllegalArgumentError(f"bad receipt handle offsets {offsets!r} of check point {key[1]!r}: "
                                            f"before its start {start}")
-            by_broker.setdefault(info.broker_name, {})[key] = [
-                {"c": self.group, "t": first.topic, "r": info.retry, "so": start, "q": info.queue_id,
-                 "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}, offsets]
+            by_broker.setdefault(info.broker_name, {})[key] = [self._batch_ack_fields(first, info), offsets]
         refusal = ReceiptHandleExpiredError(f"{len(expired)} of {len(messages)} messages not acked: "
                                             f"{'; '.join(expired[:5])}{' ...' if len(expired) > 5 else ''}"
                                             ) if expired else None
         return by_broker, refusal
+
+    def _batch_ack_fields(self, message, info: ExtraInfo) -> dict:
+        """A BatchAck's fields but its bit set, of the checkpoint `message` (its parsed handle `info`) is in."""
+        return {"c": self.group, "t": message.topic, "r": info.retry, "so": info.ck_queue_offset, "q": info.queue_id,
+                "rq": info.revive_qid, "pt": info.pop_time, "it": info.invisible_time}
 
     def _send_batch_acks(self, by_broker: dict, refusal, wait: bool) -> LeanFuture:
         """One BATCH_ACK_MESSAGE per broker of _batch_acks' BatchAcks: a LeanFuture of them all,

@@ -608,6 +608,42 @@ def test_aio_tasks_ack_with_one_request_and_take_turns_in_two_pops(cluster, no_t
     asyncio.run(scenario())
 
 
+def test_one_message_acks_made_together_go_as_one_request_and_one_alone_as_ack_message(cluster, no_thread_leak):
+    """Acks of single messages made in one iteration of the loop (asyncio.gather of them, RocketMQ
+    5's way: one ack per message) go as one BATCH_ACK_MESSAGE; a single one alone as ACK_MESSAGE."""
+    topic, group = "SimpleAioSingles", "CG_SIMPLE_AIO_SINGLES"
+    sent = fill_two_queues(cluster, topic, 20)
+
+    async def scenario():
+        async with aio.SimpleConsumer(group, cluster.tcp_namesrv, subscriptions={topic: "*"}, **OPTS) as c:
+            inner = c.consumer
+            codes, send = [], inner._send
+
+            def recorded(request, *args):
+                codes.append(request.code)
+                return send(request, *args)
+
+            inner._send = recorded
+            got, merged = [], 0
+            while len(got) < 39:
+                msgs = await c.receive(39 - len(got), 30)
+                got += msgs
+                before = len(codes)
+                await asyncio.gather(*(c.ack(m) for m in msgs))
+                if len(msgs) > 1:
+                    assert codes[before:] == [RequestCode.BATCH_ACK_MESSAGE]  # all of them, one request
+                    merged += 1
+            assert merged
+            last = await c.receive(1, 30)
+            await c.ack(last[0])
+            assert codes[-1] == RequestCode.ACK_MESSAGE
+            assert sorted(m.body for m in got + last) == sent
+            inner.await_duration = 0.5
+            assert await c.receive(32, 30) == []  # every one acked: none comes back
+
+    asyncio.run(scenario())
+
+
 def test_acks_gathered_in_one_iteration_each_learn_their_own_outcome(cluster, no_thread_leak):
     """Acks an iteration of the loop gathers go as one request, yet each caller gets its own
     outcome: an expired handle's ack fails alone, and when the broker refuses the merged request
