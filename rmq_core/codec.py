@@ -12,7 +12,9 @@ from rmq_core._native.record import (  # noqa: F401 - re-exported
     has_compression_type_bits,
     java_string_hash,
     properties_to_bytes,
+    queue_runs,
     record_sizes_and_flags,
+    stamp_popped,
     string_to_properties,
     tags_code_from_properties,
 )
@@ -22,5 +24,5 @@ from rmq_core.errors import MessageDecodeError  # noqa: F401 - re-exported
 __all__ = [
     "MessageDecodeError", "MessageExt", "decode_messages", "decode_message", "decode_batch_body",
     "java_string_hash", "string_to_properties", "properties_to_bytes", "tags_code_from_properties",
-    "has_compression_type_bits", "record_sizes_and_flags",
+    "has_compression_type_bits", "record_sizes_and_flags", "queue_runs", "stamp_popped",
 ]

@@ -1286,6 +1286,54 @@ def decode_message(buf, Py_ssize_t offset=0, *, bint decompress=True, bint read_
     return out[0]
 
 
+def queue_runs(list msgs, str without):
+    """[(topic, queue id, start, stop)]: the runs of consecutive messages of msgs[start:stop] (as
+    decode_messages made them) that share topic and queue and lack the property `without`; a
+    message that has it is in no run.  A pop answer's messages take their receipt handles per run
+    (SimpleConsumer._popped) without a Python step per message."""
+    cdef list out = []
+    cdef Py_ssize_t i, start = -1, count = len(msgs)
+    cdef MessageExt m
+    cdef str topic = None
+    cdef int32_t queue_id = -1
+    for i in range(count):
+        m = <MessageExt?>msgs[i]
+        if without in _message_props(m):
+            if start >= 0:
+                out.append((topic, queue_id, start, i))
+                start = -1
+            continue
+        if start >= 0 and m.queue_id == queue_id and (m.topic is topic or m.topic == topic):
+            continue
+        if start >= 0:
+            out.append((topic, queue_id, start, i))
+        start, topic, queue_id = i, m.topic, m.queue_id
+    if start >= 0:
+        out.append((topic, queue_id, start, count))
+    return out
+
+
+def stamp_popped(list msgs, list handles, str handle_name, str first_pop_name, str first_pop, str topic):
+    """Each message i of a pop answer given properties[handle_name] = handles[i] (unless that is
+    None: it keeps its own), properties[first_pop_name] = first_pop unless it has one, and `topic`
+    (a retry message shows the topic it was sent to)."""
+    cdef Py_ssize_t i, count = len(msgs)
+    cdef MessageExt m
+    cdef dict props
+    cdef object h
+    if len(handles) != count:
+        raise ValueError(f"{count} messages but {len(handles)} handles")
+    for i in range(count):
+        m = <MessageExt?>msgs[i]
+        props = _message_props(m)
+        h = handles[i]
+        if h is not None:
+            props[handle_name] = h
+        if first_pop_name not in props:
+            props[first_pop_name] = first_pop
+        m.topic = topic
+
+
 def record_sizes_and_flags(buf):
     """[(offset, size, sysFlag)] of every record in concatenated records (sysFlag None for a BLANK
     record), with the framing checks of decode_messages but without building a message."""

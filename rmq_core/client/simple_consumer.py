@@ -621,7 +621,7 @@ class SimpleConsumer:
 
     def _popped(self, resp: RemotingCommand, topic: str, broker_name: str, sub, addr: str) -> list:
         """The answer's messages, each with its receipt handle (POP_CK: MQClientAPIImpl.processPopResponse)."""
-        from rmq_core.codec import decode_messages
+        from rmq_core.codec import decode_messages, queue_runs, stamp_popped
 
         msgs = decode_messages(resp.body or b"", broker_name=broker_name)
         pop_time = resp.get_int("popTime", 0)
@@ -630,43 +630,35 @@ class SimpleConsumer:
         start_info = parse_info(resp.get_str("startOffsetInfo"), "startOffsetInfo")
         offset_info = {k: v.split(",") for k, v in parse_info(resp.get_str("msgOffsetInfo"), "msgOffsetInfo").items()}
         order_info = parse_info(resp.get_str("orderCountInfo"), "orderCountInfo")
-        # (record topic, queue) -> [retry mark, info key, its POP_CKs by msgOffsetInfo, in order (the i-th
-        # message takes the i-th; None without startOffsetInfo), messages seen, first offset seen]; the
-        # messages of one queue come one after another: the entry is looked up once per run of them
-        runs: dict = {}
-        run_topic, run_queue, run, handles = None, -1, None, None
-        first_pop = str(pop_time)
-        pop_ck, first_pop_time = MessageConst.POP_CK, MessageConst.FIRST_POP_TIME
-        for m in msgs:
-            props = m.properties  # (the message's own dict: set in place, as put_property does)
-            if pop_ck not in props:  # (a revived message the broker rewrote carries its own)
-                if m.queue_id != run_queue or m.topic != run_topic:
-                    run_topic, run_queue = m.topic, m.queue_id
-                    run = runs.get((run_topic, run_queue))
-                    if run is None:
-                        run = runs[(run_topic, run_queue)] = self._ck_run(resp, start_info, offset_info, run_topic,
-                                                                          run_queue, pop_time, invisible, revive_qid,
-                                                                          broker_name, addr)
-                    handles = run[2]
-                if handles is not None:
-                    ck = next(handles, None)
-                    if ck is None:
-                        raise MQClientError(f"pop answer from {addr} has more messages of {run[1]} than msgOffsetInfo "
-                                            f"{resp.get_str('msgOffsetInfo')!r} names")
-                else:
-                    if run[3] == 0:
-                        run[4] = m.queue_offset
-                    run[3] += 1
-                    ck = build_extra_info(run[4], pop_time, invisible, revive_qid, run[0], broker_name, run_queue,
-                                          m.queue_offset)
-                props[pop_ck] = ck
-                if order_info:
-                    count = order_info.get(queue_offset_key(run[0], run_queue, m.queue_offset)) or order_info.get(run[1])
+        # (record topic, queue) -> [retry mark, info key, its POP_CKs by msgOffsetInfo, in order (the
+        # i-th message takes the i-th), or None without startOffsetInfo, then the prefix its messages'
+        # POP_CKs share, made from the first offset seen]; a run is a stretch of messages of one queue
+        # (a revived message the broker rewrote carries its own POP_CK and is in none)
+        ck_runs: dict = {}
+        handles = [None] * len(msgs)
+        for record_topic, queue_id, start, stop in queue_runs(msgs, MessageConst.POP_CK):
+            run = ck_runs.get((record_topic, queue_id))
+            if run is None:
+                run = ck_runs[(record_topic, queue_id)] = self._ck_run(resp, start_info, offset_info, record_topic,
+                                                                       queue_id, pop_time, invisible, revive_qid,
+                                                                       broker_name, addr)
+            if run[2] is not None:
+                taken = list(itertools.islice(run[2], stop - start))
+                if len(taken) < stop - start:
+                    raise MQClientError(f"pop answer from {addr} has more messages of {run[1]} than msgOffsetInfo "
+                                        f"{resp.get_str('msgOffsetInfo')!r} names")
+            else:
+                if run[3] is None:
+                    run[3] = extra_info_prefix(msgs[start].queue_offset, pop_time, invisible, revive_qid, run[0],
+                                               broker_name, queue_id)
+                taken = [run[3] + str(m.queue_offset) for m in msgs[start:stop]]
+            handles[start:stop] = taken
+            if order_info:
+                for m in msgs[start:stop]:
+                    count = order_info.get(queue_offset_key(run[0], queue_id, m.queue_offset)) or order_info.get(run[1])
                     if count is not None and int(count) > 0:
                         m.reconsume_times = int(count)
-            if first_pop_time not in props:
-                props[first_pop_time] = first_pop
-            m.topic = topic  # (a retry message shows the topic it was sent to; broker_name: decoded with it)
+        stamp_popped(msgs, handles, MessageConst.POP_CK, MessageConst.FIRST_POP_TIME, str(pop_time), topic)
         if sub.is_tag and sub.tags_set:
             # the broker filtered by tag hash code, which can collide: re-check the exact string and
             # ack what does not match (RocketMQ's pop consumer does so), or it would come back
@@ -684,13 +676,13 @@ class SimpleConsumer:
         mark = retry_mark(record_topic)
         key = info_key(mark, queue_id)
         if not start_info:  # (each message's check point is its queue's first message in the answer)
-            return [mark, key, None, 0, 0]
+            return [mark, key, None, None]
         offsets = offset_info.get(key)
         if key not in start_info or offsets is None:
             raise MQClientError(f"pop answer from {addr} has no check point of {key} (startOffsetInfo "
                                 f"{resp.get_str('startOffsetInfo')!r}, msgOffsetInfo {resp.get_str('msgOffsetInfo')!r})")
         prefix = extra_info_prefix(int(start_info[key]), pop_time, invisible, revive_qid, mark, broker_name, queue_id)
-        return [mark, key, iter([prefix + o for o in offsets]), 0, 0]
+        return [mark, key, iter([prefix + o for o in offsets]), prefix]
 
     def _ack_quietly(self, msgs) -> None:  # (in the client's executor: may connect)
         for m in msgs:

@@ -103,6 +103,41 @@ def test_an_answer_without_start_offsets_and_a_fifo_answers_counts():
         c._popped(_answer(records, startOffsetInfo="0 2 9", msgOffsetInfo="0 2 9"), "T", "broker-a", sub, "x")
 
 
+def test_a_queue_whose_messages_come_in_two_stretches_takes_its_handles_in_order():
+    c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
+    sub = c.subscription_inner["T"]
+    records = [dict(topic="T", body=b"a", queue_id=1, queue_offset=5), dict(topic="T", body=b"b", queue_id=2, queue_offset=3),
+               dict(topic="T", body=b"c", queue_id=1, queue_offset=8)]
+    msgs = c._popped(_answer(records, startOffsetInfo="0 1 4;0 2 3", msgOffsetInfo="0 1 5,8;0 2 3"), "T", "b", sub, "x")
+    assert [m.receipt_handle for m in msgs] == ["4 1700000000000 30000 3 0 b 1 5", "3 1700000000000 30000 3 0 b 2 3",
+                                               "4 1700000000000 30000 3 0 b 1 8"]
+    # without startOffsetInfo a queue's check point is its first message in the answer, in both stretches
+    msgs = c._popped(_answer(records), "T", "b", sub, "x")
+    assert [m.receipt_handle for m in msgs] == ["5 1700000000000 30000 3 0 b 1 5", "3 1700000000000 30000 3 0 b 2 3",
+                                               "5 1700000000000 30000 3 0 b 1 8"]
+
+
+def test_the_pop_answer_kernels_take_plain_values_and_name_a_mismatch():
+    from rmq_core.codec import decode_messages, queue_runs, stamp_popped
+
+    body = b"".join(encode_message_record(**r) for r in [
+        dict(topic="T", body=b"a", queue_id=1, queue_offset=5), dict(topic="T", body=b"b", queue_id=1, queue_offset=6),
+        dict(topic="%RETRY%G_T", body=b"c", queue_id=1, queue_offset=0),
+        dict(topic="T", body=b"d", queue_id=1, queue_offset=7, properties={"POP_CK": "own"}),
+        dict(topic="T", body=b"e", queue_id=1, queue_offset=8, properties={"1ST_POP_TIME": "9"})])
+    msgs = decode_messages(body)
+    assert queue_runs(msgs, "POP_CK") == [("T", 1, 0, 2), ("%RETRY%G_T", 1, 2, 3), ("T", 1, 4, 5)]
+    assert queue_runs([], "POP_CK") == []
+    stamp_popped(msgs, ["h0", "h1", "h2", None, "h4"], "POP_CK", "1ST_POP_TIME", "100", "T")
+    assert [m.get_property("POP_CK") for m in msgs] == ["h0", "h1", "h2", "own", "h4"]
+    assert [m.get_property("1ST_POP_TIME") for m in msgs] == ["100", "100", "100", "100", "9"]
+    assert {m.topic for m in msgs} == {"T"}
+    with pytest.raises(ValueError, match="5 messages but 4 handles"):
+        stamp_popped(msgs, ["h"] * 4, "POP_CK", "1ST_POP_TIME", "100", "T")
+    with pytest.raises(TypeError):
+        queue_runs(["not a message"], "POP_CK")
+
+
 @pytest.mark.parametrize("num", [0, 1025, -1, True, "4", 2.0])
 def test_a_bad_max_message_num_is_named(num):
     c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
