@@ -38,6 +38,7 @@ from rmq_core.client.config import make_client_config
 from rmq_core.client.futures import LeanFuture
 from rmq_core.client.consumer_base import enum_setting, join_client
 from rmq_core.client.subscription import build_subscription
+from rmq_core.codec import decode_messages, queue_runs, stamp_popped
 from rmq_core.common import fastjson
 from rmq_core.common.clock import now_ms
 from rmq_core.common.delegate import delegate
@@ -621,8 +622,6 @@ class SimpleConsumer:
 
     def _popped(self, resp: RemotingCommand, topic: str, broker_name: str, sub, addr: str) -> list:
         """The answer's messages, each with its receipt handle (POP_CK: MQClientAPIImpl.processPopResponse)."""
-        from rmq_core.codec import decode_messages, queue_runs, stamp_popped
-
         msgs = decode_messages(resp.body or b"", broker_name=broker_name)
         pop_time = resp.get_int("popTime", 0)
         invisible = resp.get_int("invisibleTime", 0)
