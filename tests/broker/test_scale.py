@@ -188,7 +188,8 @@ def test_connect_storm_on_a_running_and_a_restarted_broker(cluster, tmp_path):
     port = int(cluster.broker_addrs[0].rpartition(":")[2])
     overflows0 = listen_overflows()
     took = connect_storm(port, 500)
-    assert len(took) == 500 and max(took) < 1.0, (max(took), listen_overflows() - overflows0)
+    assert len(took) == 500
+    assert listen_overflows() == overflows0, f"SYNs dropped (slowest connect {max(took):.2f} s)"
 
     cluster.brokers[0].kill()
     results: list = []
@@ -200,7 +201,7 @@ def test_connect_storm_on_a_running_and_a_restarted_broker(cluster, tmp_path):
     restarted.wait_boot()
     storm.join(60)
     assert results and len(results[0]) == 500
-    assert max(results[0]) < 1.0, (max(results[0]), listen_overflows() - overflows0)
+    assert listen_overflows() == overflows0, f"SYNs dropped (slowest connect {max(results[0]):.2f} s)"
 
 
 # --- committed offsets never step back -----------------------------------------------------------
