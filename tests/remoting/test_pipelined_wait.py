@@ -39,6 +39,14 @@ class _Slow:
         return resp
 
 
+async def _end_slow_requests():
+    """The _Slow requests still sleeping (their callers gave up) ended before the loop closes."""
+    rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in rest:
+        t.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+
+
 @pytest.fixture(scope="module")
 def server():
     loop = asyncio.new_event_loop()
@@ -50,6 +58,7 @@ def server():
     asyncio.run_coroutine_threadsafe(srv.start(), loop).result(10)
     yield srv.listen_addresses[0]
     asyncio.run_coroutine_threadsafe(srv.stop(), loop).result(10)
+    asyncio.run_coroutine_threadsafe(_end_slow_requests(), loop).result(10)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
     loop.close()
