@@ -415,8 +415,31 @@ class SimpleConsumer:
         if later:
             with self._lanes_lock:
                 lane.waiting[:0] = later
-        if at < len(msgs):  # (every receive left gave up: the rest comes back after its invisible time)
+        if at < len(msgs) and lane is not None and lane.ordered is False:
+            at = self._hand_rest(lane, msgs, at)
+        if at < len(msgs):  # (no receive left to take them: they come back after their invisible time)
             log.warning("%d popped messages of %s had no receive left to take them", len(msgs) - at, topic)
+
+    def _hand_rest(self, lane: "_PopLane", msgs: list, at: int) -> int:
+        """msgs[at:], popped for receives that gave up meanwhile (cancelled, timed out), to the
+        receives waiting for the lane's next pop, in order, each up to its maximum, rather than left
+        invisible until their invisible time ends; where the messages handed out end.  Not for an
+        orderly lane: a queue's messages stay with one receive."""
+        given = []
+        with self._lanes_lock:
+            rest = []
+            for w in lane.waiting:
+                if w.future.done():
+                    continue
+                if at < len(msgs):
+                    given.append((w, msgs[at:at + w.max_nums]))
+                    at += len(given[-1][1])
+                else:
+                    rest.append(w)
+            lane.waiting = rest
+        for w, share in given:
+            _resolve(w.future, share, None)
+        return at
 
     def _pop_next(self, key, lane: "_PopLane") -> None:
         """After a lane's pop: the receives that waited meanwhile go as the next one (on the loop)."""

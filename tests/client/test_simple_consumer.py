@@ -754,6 +754,31 @@ def test_shutdown_ends_a_receive_long_polling_on_the_command_channel(cluster, no
         assert len(outcome) == 1 and isinstance(outcome[0], concurrent.futures.CancelledError), outcome
 
 
+def test_messages_popped_for_receives_that_gave_up_go_to_the_receives_waiting(cluster, no_thread_leak):
+    """Two receives merged into one pop both cancelled while it long polls: the messages it brings
+    go to the receives that waited behind it, not back to the broker for their invisible time."""
+    topic, group = "SimpleGaveUp", "CG_SIMPLE_GAVE_UP"
+    create_topic(cluster, topic, 1)
+    with Producer("PG_SIMPLE_GAVE_UP", namesrv=cluster.tcp_namesrv, **FAST) as p, \
+            SimpleConsumer(group, namesrv=cluster.tcp_namesrv, subscriptions={topic: "*"},
+                           **dict(OPTS, await_duration=60.0)) as c:
+        p.send(Message(topic, b"first"))
+        first = c.receive(32, 300)  # (an answer with messages: the group is not orderly, receives merge)
+        assert [m.body for m in first] == [b"first"]
+        c.ack(first)
+        alone = c.receive_async(32, 300)
+        merged = [c.receive_async(8, 300) for _ in range(2)]  # (wait behind `alone`, then pop as one)
+        p.send(Message(topic, b"wakes"))
+        assert [m.body for m in alone.result(30)] == [b"wakes"]
+        wait_until(lambda: any(len(t) == 2 for t in c._pops_here.values()), timeout=30, what="the merged pop")
+        behind = [c.receive_async(2, 300), c.receive_async(8, 300)]
+        assert all(f.cancel() for f in merged)
+        p.send_batch([Message(topic, f"m{i}".encode()) for i in range(3)])
+        assert [m.body for m in behind[0].result(30)] == [b"m0", b"m1"]
+        assert [m.body for m in behind[1].result(30)] == [b"m2"]
+        c.ack([*alone.result(), *behind[0].result(), *behind[1].result()])
+
+
 def test_a_cancelled_receive_frees_its_lane_at_once(cluster, no_thread_leak):
     """receive_async cancelled while its pop long polls on the command channel (an aio caller's
     timeout): the pop is taken off the channel and the next receive pops on its own at once

@@ -138,6 +138,35 @@ def test_the_pop_answer_kernels_take_plain_values_and_name_a_mismatch():
         queue_runs(["not a message"], "POP_CK")
 
 
+def test_messages_of_a_pop_whose_receives_gave_up_go_to_the_receives_waiting_next():
+    from rmq_core.client.futures import LeanFuture
+    from rmq_core.client.simple_consumer import _PopLane, _PopWaiter
+
+    c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
+    msgs = [MessageExt(topic="T", body=str(i).encode()) for i in range(5)]
+    far = now_ms() + 60_000
+
+    def waiter(n, cancelled=False):
+        w = _PopWaiter(n, far, LeanFuture())
+        if cancelled:
+            w.future.cancel()
+        return w
+
+    lane = _PopLane(False)
+    gone, w1, w_cancelled, w2, w3 = waiter(32, True), waiter(2), waiter(8, True), waiter(8), waiter(8)
+    lane.waiting = [w1, w_cancelled, w2, w3]
+    c._hand_out(("T", "b", 30000), lane, [gone], 32, msgs, None)
+    assert [m.body for m in w1.future.result(0)] == [b"0", b"1"]
+    assert [m.body for m in w2.future.result(0)] == [b"2", b"3", b"4"]
+    assert lane.waiting == [w3] and not w3.future.done()  # (it waits for the lane's next pop)
+    # an orderly lane keeps a queue's messages with one receive: they are not handed around
+    ordered = _PopLane(True)
+    w4 = waiter(8)
+    ordered.waiting = [w4]
+    c._hand_out(("T", "b", 30000), ordered, [waiter(32, True)], 32, msgs, None)
+    assert ordered.waiting == [w4] and not w4.future.done()
+
+
 @pytest.mark.parametrize("num", [0, 1025, -1, True, "4", 2.0])
 def test_a_bad_max_message_num_is_named(num):
     c = SimpleConsumer("G", namesrv=NS, subscriptions={"T": "*"})
