@@ -57,20 +57,22 @@ def backlog(tmp_path_factory):
         c.stop()
 
 
-def _simple_drain(namesrv, mode: str) -> float:
-    """Seconds a new group's SimpleConsumer takes to receive and ack N_BACKLOG messages."""
+def _simple_drain(namesrv, mode: str, batch: int | None = None, count: int | None = None) -> float:
+    """Seconds a new group's SimpleConsumer takes to receive and ack `count` (N_BACKLOG) messages,
+    `batch` (32, or 1024 for the *_1024 modes) per receive."""
     group = f"CG_BENCH_SIMPLE{next(_ids)}"
+    count = count or N_BACKLOG
+    batch = batch or (1024 if mode.endswith("_1024") else 32)
     if mode.startswith("aio"):
-        return asyncio.run(_aio_drain(namesrv, group, int(mode.removeprefix("aio").lstrip("_") or 1)))
+        return asyncio.run(_aio_drain(namesrv, group, int(mode.removeprefix("aio").lstrip("_") or 1), batch, count))
     if mode.startswith("threads_"):
         return _threads_drain(namesrv, group, int(mode.removeprefix("threads_")))
-    batch = 1024 if mode.endswith("_1024") else 32
     c = SimpleConsumer(group, namesrv=namesrv, subscriptions={TOPIC: "*"}, **SIMPLE).start()
     try:
         n = 0
         in_flight = None
         t = time.perf_counter()
-        while n < N_BACKLOG:
+        while n < count:
             msgs = c.receive(batch, 30)
             if mode == "sync":
                 for m in msgs:
@@ -121,19 +123,19 @@ def _threads_drain(namesrv, group, threads: int) -> float:
         c.shutdown()
 
 
-async def _aio_drain(namesrv, group, tasks: int) -> float:
-    """Seconds until `tasks` asyncio tasks sharing an aio.SimpleConsumer have received and acked
-    N_BACKLOG."""
+async def _aio_drain(namesrv, group, tasks: int, batch: int = 32, count: int = N_BACKLOG) -> float:
+    """Seconds until `tasks` asyncio tasks sharing an aio.SimpleConsumer, `batch` per receive,
+    have received and acked `count`."""
     async with aio.SimpleConsumer(group, namesrv, subscriptions={TOPIC: "*"}, **SIMPLE) as c:
-        count, done = [0], asyncio.Event()
+        got, done = [0], asyncio.Event()
 
         async def work():
             while not done.is_set():
-                msgs = await c.receive(32, 30)
+                msgs = await c.receive(batch, 30)
                 if msgs:
                     await c.ack(msgs)
-                count[0] += len(msgs)
-                if count[0] >= N_BACKLOG:
+                got[0] += len(msgs)
+                if got[0] >= count:
                     done.set()  # (the time stops here, as _threads_drain's)
 
         t = time.perf_counter()
@@ -197,3 +199,37 @@ def test_simple_consume_interleaved(benchmark, backlog):
     benchmark.extra_info.update({f"{name}_msgs_per_s": r for name, r in rate.items()})
     benchmark.extra_info.update({f"{name}_vs_push": rate[name] / rate["push_defaults"]
                                  for name in rate if name != "push_defaults"})
+
+
+SCALE_BATCHES = (1, 8, 32, 128, 1024)
+SCALE_TASKS = (1, 4, 16, 64)
+
+
+def test_simple_consume_grows_with_receive_size_and_tasks(benchmark, backlog):
+    """How receive+ack grows with the work per request and with concurrency, round after round:
+    one caller receiving `batch` (1 .. 1024) and acking them with one BATCH_ACK_MESSAGE; and 1 .. 64
+    asyncio tasks sharing one aio.SimpleConsumer at 32 per receive.  extra_info: each rate, the
+    caller's microseconds per receive+ack cycle (nearly flat while a cycle is two round trips,
+    so the rate grows with the batch), and the growth ratios."""
+    benchmark.group = "client-simple-consume-scaling"
+    namesrv, _ = backlog
+    # (a receive of 1 is a round trip per message: fewer of them keep its drain short)
+    counts = {b: min(N_BACKLOG, 500 * b) for b in SCALE_BATCHES}
+    times = {**{f"batch{b}": [] for b in SCALE_BATCHES}, **{f"tasks{t}": [] for t in SCALE_TASKS}}
+
+    def round_():
+        for b in SCALE_BATCHES:
+            times[f"batch{b}"].append(_simple_drain(namesrv, "batch_ack", batch=b, count=counts[b]))
+        for t in SCALE_TASKS:
+            times[f"tasks{t}"].append(_simple_drain(namesrv, f"aio_{t}"))
+
+    benchmark.pedantic(round_, rounds=2, iterations=1)
+    median = {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+    rate = {f"batch{b}": counts[b] / median[f"batch{b}"] for b in SCALE_BATCHES}
+    rate.update({f"tasks{t}": N_BACKLOG / median[f"tasks{t}"] for t in SCALE_TASKS})
+    benchmark.extra_info.update({f"{name}_msgs_per_s": r for name, r in rate.items()})
+    benchmark.extra_info.update({f"batch{b}_us_per_cycle": 1e6 * b / rate[f"batch{b}"] for b in SCALE_BATCHES})
+    benchmark.extra_info.update(batch1024_vs_batch1=rate["batch1024"] / rate["batch1"],
+                                batch32_vs_batch1=rate["batch32"] / rate["batch1"],
+                                tasks16_vs_tasks1=rate["tasks16"] / rate["tasks1"],
+                                tasks64_vs_tasks16=rate["tasks64"] / rate["tasks16"])
