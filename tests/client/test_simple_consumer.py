@@ -774,8 +774,9 @@ def test_messages_popped_for_receives_that_gave_up_go_to_the_receives_waiting(cl
         behind = [c.receive_async(2, 300), c.receive_async(8, 300)]
         assert all(f.cancel() for f in merged)
         p.send_batch([Message(topic, f"m{i}".encode()) for i in range(3)])
-        assert [m.body for m in behind[0].result(30)] == [b"m0", b"m1"]
-        assert [m.body for m in behind[1].result(30)] == [b"m2"]
+        first_share, second_share = behind[0].result(30), behind[1].result(30)
+        # (each waiting receive up to its maximum; none of the three is left invisible for 300 s)
+        assert len(first_share) <= 2 and [m.body for m in first_share + second_share] == [b"m0", b"m1", b"m2"]
         c.ack([*alone.result(), *behind[0].result(), *behind[1].result()])
 
 
