@@ -652,10 +652,11 @@ class SimpleConsumer:
         start_info = parse_info(resp.get_str("startOffsetInfo"), "startOffsetInfo")
         offset_info = {k: v.split(",") for k, v in parse_info(resp.get_str("msgOffsetInfo"), "msgOffsetInfo").items()}
         order_info = parse_info(resp.get_str("orderCountInfo"), "orderCountInfo")
-        # (record topic, queue) -> [retry mark, info key, its POP_CKs by msgOffsetInfo, in order (the
-        # i-th message takes the i-th), or None without startOffsetInfo, then the prefix its messages'
-        # POP_CKs share, made from the first offset seen]; a run is a stretch of messages of one queue
-        # (a revived message the broker rewrote carries its own POP_CK and is in none)
+        # (record topic, queue) -> [retry mark, info key, the prefix its messages' POP_CKs share (from
+        # startOffsetInfo, else from the first offset seen), its msgOffsetInfo offsets (the i-th message
+        # takes the i-th; None without startOffsetInfo: each message's own), how many were taken]; a run
+        # is a stretch of messages of one queue (a revived message the broker rewrote carries its own
+        # POP_CK and is in none)
         ck_runs: dict = {}
         handles = [None] * len(msgs)
         for record_topic, queue_id, start, stop in queue_runs(msgs, MessageConst.POP_CK):
@@ -664,17 +665,19 @@ class SimpleConsumer:
                 run = ck_runs[(record_topic, queue_id)] = self._ck_run(resp, start_info, offset_info, record_topic,
                                                                        queue_id, pop_time, invisible, revive_qid,
                                                                        broker_name, addr)
-            if run[2] is not None:
-                taken = list(itertools.islice(run[2], stop - start))
-                if len(taken) < stop - start:
+            if run[3] is not None:
+                offsets = run[3][run[4]:run[4] + stop - start]
+                run[4] += stop - start
+                if len(offsets) < stop - start:
                     raise MQClientError(f"pop answer from {addr} has more messages of {run[1]} than msgOffsetInfo "
                                         f"{resp.get_str('msgOffsetInfo')!r} names")
             else:
-                if run[3] is None:
-                    run[3] = extra_info_prefix(msgs[start].queue_offset, pop_time, invisible, revive_qid, run[0],
+                if run[2] is None:
+                    run[2] = extra_info_prefix(msgs[start].queue_offset, pop_time, invisible, revive_qid, run[0],
                                                broker_name, queue_id)
-                taken = [run[3] + str(m.queue_offset) for m in msgs[start:stop]]
-            handles[start:stop] = taken
+                offsets = [str(m.queue_offset) for m in msgs[start:stop]]
+            prefix = run[2]
+            handles[start:stop] = [prefix + o for o in offsets]
             if order_info:
                 for m in msgs[start:stop]:
                     count = order_info.get(queue_offset_key(run[0], queue_id, m.queue_offset)) or order_info.get(run[1])
@@ -698,13 +701,13 @@ class SimpleConsumer:
         mark = retry_mark(record_topic)
         key = info_key(mark, queue_id)
         if not start_info:  # (each message's check point is its queue's first message in the answer)
-            return [mark, key, None, None]
+            return [mark, key, None, None, 0]
         offsets = offset_info.get(key)
         if key not in start_info or offsets is None:
             raise MQClientError(f"pop answer from {addr} has no check point of {key} (startOffsetInfo "
                                 f"{resp.get_str('startOffsetInfo')!r}, msgOffsetInfo {resp.get_str('msgOffsetInfo')!r})")
-        prefix = extra_info_prefix(int(start_info[key]), pop_time, invisible, revive_qid, mark, broker_name, queue_id)
-        return [mark, key, iter([prefix + o for o in offsets]), prefix]
+        return [mark, key, extra_info_prefix(int(start_info[key]), pop_time, invisible, revive_qid, mark, broker_name,
+                                             queue_id), offsets, 0]
 
     def _ack_quietly(self, msgs) -> None:  # (in the client's executor: may connect)
         for m in msgs:
@@ -735,8 +738,7 @@ class SimpleConsumer:
                 return self._ack_call(messages, wait)
             info = self._handle(messages)  # (a bad or expired handle fails here, on the caller's thread, as alone)
             self._require_started()
-            key = (messages.topic, messages.receipt_handle.rpartition(" ")[0])
-            return self._gather_ack((messages, info), {info.broker_name: {key: [
+            return self._gather_ack((messages, info), {info.broker_name: {_checkpoint_key(messages): [
                 self._batch_ack_fields(messages, info), [info.queue_offset]]}}, None, defer)
         try:
             messages = list(messages)
@@ -963,9 +965,15 @@ class SimpleConsumer:
         return fut
 
 
+def _checkpoint_key(message) -> tuple:
+    """(topic, the receipt handle's first 7 fields): the check point a message was popped in, as
+    receipt.group_by_checkpoint keys it."""
+    return message.topic, message.receipt_handle.rpartition(" ")[0]
+
+
 def _members(messages: list, key: tuple) -> list:
     """The messages of one check point of SimpleConsumer._batch_acks (its refusals name each)."""
-    return [m for m in messages if (m.topic, m.receipt_handle.rpartition(" ")[0]) == key]
+    return [m for m in messages if _checkpoint_key(m) == key]
 
 
 def _bit_set(offsets: list, start: int = 0) -> str:
